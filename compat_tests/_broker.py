@@ -1,0 +1,225 @@
+"""Run a real kcompat broker as a separate process for the compatibility suites.
+
+The broker is always a subprocess (``python -m kcompat broker``); the clients under
+test talk to it over TCP exactly as they would talk to Apache Kafka.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+READY_MARKER = b"kcompat broker ready"
+START_TIMEOUT_S = 30.0
+STOP_TIMEOUT_S = 20.0
+
+
+class BrokerError(RuntimeError):
+    """The broker process did not start or stop as the CLI contract says."""
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def unique_topic(prefix: str = "t") -> str:
+    """A topic name that no other test uses: legal Kafka characters only."""
+    clean = re.sub(r"[^a-zA-Z0-9._-]+", "-", prefix).strip("-.")[:80] or "t"
+    return f"{clean}-{uuid.uuid4().hex[:10]}"
+
+
+class Broker:
+    """One kcompat broker process with its own data dir and captured stderr.
+
+    ``start()`` waits for the ``kcompat broker ready`` line on stderr (30 s),
+    ``stop()`` sends SIGTERM and waits, ``kill()`` sends SIGKILL, ``restart()``
+    brings it back on the same port with the same data dir.
+    """
+
+    def __init__(
+        self,
+        workdir: Path,
+        host: str = "127.0.0.1",
+        port: int | None = None,
+        extra_args: tuple[str, ...] = (),
+        env: dict[str, str] | None = None,
+    ) -> None:
+        self.workdir = Path(workdir)
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.host = host
+        self.port = port if port is not None else free_port(host)
+        self.data_dir = self.workdir / "data"
+        self.log_path = self.workdir / "broker.stderr.log"
+        self.stdout_path = self.workdir / "broker.stdout.log"
+        self.extra_args = tuple(extra_args)
+        self.env = dict(env or {})
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.starts = 0
+        self.last_returncode: int | None = None
+
+    # -- properties -------------------------------------------------------------
+
+    @property
+    def bootstrap(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    @property
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc is not None else None
+
+    def command(self) -> list[str]:
+        return [
+            sys.executable, "-m", "kcompat", "broker",
+            "--host", self.host,
+            "--port", str(self.port),
+            "--data-dir", str(self.data_dir),
+            *self.extra_args,
+        ]
+
+    # -- lifecycle --------------------------------------------------------------
+
+    def start(self, timeout: float = START_TIMEOUT_S) -> Broker:
+        if self.running:
+            raise BrokerError(f"broker on {self.bootstrap} is already running (pid {self.pid})")
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        env = dict(os.environ)
+        env.update(self.env)
+        env.setdefault("PYTHONUNBUFFERED", "1")
+        start_offset = self.log_path.stat().st_size if self.log_path.exists() else 0
+        with open(self.log_path, "ab") as err, open(self.stdout_path, "ab") as out:
+            banner = f"\n===== compat_tests: start #{self.starts + 1}: {' '.join(self.command())}\n"
+            err.write(banner.encode())
+            err.flush()
+            start_offset += len(banner.encode())
+            self.proc = subprocess.Popen(
+                self.command(),
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=err,
+                cwd=str(REPO_ROOT),
+                env=env,
+                start_new_session=True,  # a ^C on pytest must not reach the broker first
+            )
+        self.starts += 1
+        self._wait_ready(start_offset, timeout)
+        return self
+
+    def _wait_ready(self, start_offset: int, timeout: float) -> None:
+        assert self.proc is not None
+        deadline = time.monotonic() + timeout
+        while True:
+            with open(self.log_path, "rb") as f:
+                f.seek(start_offset)
+                if READY_MARKER in f.read():
+                    break
+            rc = self.proc.poll()
+            if rc is not None:
+                self.last_returncode = rc
+                raise BrokerError(
+                    f"broker exited with code {rc} before printing {READY_MARKER.decode()!r}"
+                    f"\n--- stderr tail ---\n{self.tail()}"
+                )
+            if time.monotonic() > deadline:
+                self._force_kill()
+                raise BrokerError(
+                    f"broker did not print {READY_MARKER.decode()!r} within {timeout:.0f}s"
+                    f"\n--- stderr tail ---\n{self.tail()}"
+                )
+            time.sleep(0.05)
+        # The contract says the line appears once connections are accepted; check it.
+        connect_deadline = time.monotonic() + 5.0
+        while True:
+            try:
+                with socket.create_connection((self.host, self.port), timeout=1.0):
+                    return
+            except OSError as exc:
+                if time.monotonic() > connect_deadline:
+                    raise BrokerError(
+                        f"broker printed the ready line but {self.bootstrap} refuses TCP: {exc}"
+                        f"\n--- stderr tail ---\n{self.tail()}"
+                    ) from exc
+                time.sleep(0.05)
+
+    def stop(self, timeout: float = STOP_TIMEOUT_S) -> int:
+        """SIGTERM and wait. Returns the exit code; raises if it does not exit in time."""
+        if self.proc is None:
+            raise BrokerError("broker was never started")
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                self._force_kill()
+                raise BrokerError(
+                    f"broker (pid {self.proc.pid}) did not exit within {timeout:.0f}s of SIGTERM;"
+                    f" killed it\n--- stderr tail ---\n{self.tail()}"
+                ) from None
+        self.last_returncode = self.proc.returncode
+        return self.proc.returncode
+
+    def kill(self) -> int:
+        """SIGKILL (kill -9) and reap."""
+        if self.proc is None:
+            raise BrokerError("broker was never started")
+        self._force_kill()
+        self.last_returncode = self.proc.returncode
+        return self.proc.returncode
+
+    def restart(self, timeout: float = START_TIMEOUT_S) -> Broker:
+        """Same port, same data dir. Stops (SIGTERM) first if still running."""
+        if self.running:
+            self.stop()
+        return self.start(timeout=timeout)
+
+    def close(self) -> None:
+        """Teardown: SIGTERM, and SIGKILL if that does not work. Never raises."""
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        with contextlib.suppress(Exception):
+            self.stop(timeout=10.0)
+        if self.proc.poll() is None:
+            self._force_kill()
+
+    def _force_kill(self) -> None:
+        assert self.proc is not None
+        if self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                self.proc.send_signal(signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(timeout=10.0)
+
+    # -- diagnostics ------------------------------------------------------------
+
+    def log_size(self) -> int:
+        return self.log_path.stat().st_size if self.log_path.exists() else 0
+
+    def tail(self, lines: int = 60) -> str:
+        parts = []
+        for path in (self.log_path, self.stdout_path):
+            if not path.exists() or path.stat().st_size == 0:
+                continue
+            with open(path, "rb") as f:
+                f.seek(max(0, path.stat().st_size - 64 * 1024))
+                text = f.read().decode("utf-8", "replace")
+            chunk = "\n".join(text.splitlines()[-lines:])
+            parts.append(f"[{path.name}]\n{chunk}")
+        return "\n".join(parts) if parts else "(broker wrote nothing)"
+
+    def __repr__(self) -> str:
+        state = "running" if self.running else f"exited({self.last_returncode})"
+        return f"<Broker {self.bootstrap} {state} data={self.data_dir}>"

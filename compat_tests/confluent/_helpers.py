@@ -1,0 +1,155 @@
+"""confluent-kafka (librdkafka) helpers shared by the confluent suite and the kcat suite."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Any
+
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    TIMESTAMP_CREATE_TIME,
+    TIMESTAMP_LOG_APPEND_TIME,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Producer,
+    TopicPartition,
+)
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from .._records import TIMEOUT_S, Rec, Seen, norm_headers
+
+CLIENT = "confluent-kafka"
+
+
+def admin_client(bootstrap: str) -> AdminClient:
+    return AdminClient({"bootstrap.servers": bootstrap, "socket.timeout.ms": int(TIMEOUT_S * 1000)})
+
+
+def create_topic(bootstrap: str, name: str, partitions: int = 3,
+                 config: dict[str, str] | None = None) -> None:
+    admin = admin_client(bootstrap)
+    futs = admin.create_topics(
+        [NewTopic(name, num_partitions=partitions, replication_factor=1, config=config or {})],
+        operation_timeout=TIMEOUT_S, request_timeout=TIMEOUT_S,
+    )
+    futs[name].result(timeout=TIMEOUT_S)  # raises KafkaException on a broker error
+    wait_for_partitions(admin, name, partitions)
+
+
+def wait_for_partitions(admin: AdminClient, name: str, partitions: int) -> None:
+    deadline = time.monotonic() + TIMEOUT_S
+    while True:
+        md = admin.list_topics(topic=name, timeout=TIMEOUT_S)
+        t = md.topics.get(name)
+        if t is not None and t.error is None and len(t.partitions) == partitions and all(
+            p.leader >= 0 for p in t.partitions.values()
+        ):
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{CLIENT}: {name} never showed {partitions} led partitions: {t}")
+        time.sleep(0.1)
+
+
+def error_code(exc: BaseException) -> int:
+    assert isinstance(exc, KafkaException), f"expected KafkaException, got {exc!r}"
+    err = exc.args[0]
+    assert isinstance(err, KafkaError), f"KafkaException without KafkaError: {exc!r}"
+    return int(err.code())
+
+
+class Deliveries:
+    """Collects delivery reports."""
+
+    def __init__(self) -> None:
+        self.ok: list[Any] = []
+        self.failed: list[tuple[Any, Any]] = []
+
+    def __call__(self, err: Any, msg: Any) -> None:
+        if err is None:
+            self.ok.append(msg)
+        else:
+            self.failed.append((err, msg))
+
+
+def produce_recs(p: Producer, topic: str, recs: list[Rec]) -> list[Any]:
+    """Produce every record to its partition; every delivery must succeed with dense offsets."""
+    dr = Deliveries()
+    for r in recs:
+        kwargs: dict[str, Any] = {"partition": r.partition, "timestamp": r.timestamp,
+                                  "on_delivery": dr}
+        if r.headers:
+            kwargs["headers"] = list(r.headers)
+        p.produce(topic, value=r.value, key=r.key, **kwargs)
+        p.poll(0)
+    left = p.flush(TIMEOUT_S)
+    assert left == 0, f"{CLIENT}: {left} messages still undelivered after {TIMEOUT_S}s"
+    assert not dr.failed, f"{CLIENT}: delivery failed: {[(str(e), m.partition()) for e, m in dr.failed[:5]]}"
+    assert len(dr.ok) == len(recs)
+    next_offset: dict[int, int] = {}
+    by_value: dict[tuple[int, int], Any] = {}
+    for m in dr.ok:
+        by_value[(m.partition(), m.offset())] = m
+    for part in {r.partition for r in recs}:
+        n = sum(1 for r in recs if r.partition == part)
+        offs = sorted(o for (pp, o) in by_value if pp == part)
+        assert offs == list(range(n)), f"{CLIENT}: partition {part} acknowledged offsets {offs}"
+        next_offset[part] = n
+    for m in dr.ok:
+        ts_type, ts = m.timestamp()
+        assert ts_type == TIMESTAMP_CREATE_TIME, f"{CLIENT}: delivery report timestamp type {ts_type}"
+    return dr.ok
+
+
+def consumer(bootstrap: str, **overrides: Any) -> Consumer:
+    cfg: dict[str, Any] = {
+        "bootstrap.servers": bootstrap,
+        # librdkafka insists on a group.id even for assign(); nothing is committed.
+        "group.id": f"compat-{uuid.uuid4().hex[:8]}",
+        "enable.auto.commit": False,
+        "enable.partition.eof": True,
+        "fetch.wait.max.ms": 100,
+        "socket.timeout.ms": int(TIMEOUT_S * 1000),
+    }
+    cfg.update(overrides)
+    return Consumer(cfg)
+
+
+def _ts_type(t: int) -> int | None:
+    # librdkafka: 1 = CreateTime, 2 = LogAppendTime; Kafka attribute: 0 / 1.
+    return {TIMESTAMP_CREATE_TIME: 0, TIMESTAMP_LOG_APPEND_TIME: 1}.get(t)
+
+
+def consume_all(bootstrap: str, topic: str, partitions: list[int],
+                expect_end: dict[int, int] | None = None, client: str = CLIENT) -> list[Seen]:
+    c = consumer(bootstrap)
+    try:
+        ends = {}
+        for p in partitions:
+            low, high = c.get_watermark_offsets(TopicPartition(topic, p), timeout=TIMEOUT_S)
+            ends[p] = high
+        if expect_end is not None:
+            assert ends == expect_end, f"{client}: high watermarks {ends}, expected {expect_end}"
+        c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions])
+        seen: list[Seen] = []
+        pos = {p: 0 for p in partitions}
+        deadline = time.monotonic() + TIMEOUT_S
+        while any(pos[p] < ends[p] for p in partitions):
+            assert time.monotonic() < deadline, (
+                f"{client}: timed out reading {topic}: positions {pos}, high watermarks {ends}"
+            )
+            m = c.poll(0.5)
+            if m is None:
+                continue
+            if m.error() is not None:
+                if m.error().code() == KafkaError._PARTITION_EOF:
+                    continue
+                raise AssertionError(f"{client}: consumer error {m.error()}")
+            ts_type, ts = m.timestamp()
+            seen.append(Seen(m.partition(), m.offset(), m.key(), m.value(),
+                             norm_headers(m.headers()), ts, _ts_type(ts_type)))
+            pos[m.partition()] = m.offset() + 1
+        return seen
+    finally:
+        c.close()

@@ -1,0 +1,5 @@
+import sys
+
+from kcompat.cli.main import main
+
+sys.exit(main())

@@ -1,0 +1,82 @@
+"""Appending a producer's batch to a partition: the produce hot path.
+
+Theory of operation
+-------------------
+DESIGN.md §1.3: the records field of a produce request is validated at batch
+level only — size, magic, CRC32C, and the idempotence check on the header's
+producer id/epoch/sequence — and then written as the client sent it, with
+``baseOffset`` and ``partitionLeaderEpoch`` (both outside the CRC) replaced on
+the way to disk. Nothing is stored unless every check passes. Only a topic with
+``message.timestamp.type=LogAppendTime`` pays for a copy (its timestamp and CRC
+change). A client-sent control batch is refused: markers are written by the
+transaction coordinator only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kio.schema.errors import ErrorCode
+
+from kcompat.broker.partition import Partition
+from kcompat.broker.topic_config import effective
+from kcompat.txn.producer_state import SequenceError
+from kcompat.wire import batch as wbatch
+
+
+@dataclass(frozen=True, slots=True)
+class AppendResult:
+    error: ErrorCode
+    base_offset: int = -1
+    log_append_time_ms: int = -1
+    message: str | None = None
+
+
+def _fail(code: ErrorCode, message: str) -> AppendResult:
+    return AppendResult(code, message=message)
+
+
+def append_records(
+    part: Partition,
+    records: bytes | None,
+    topic_configs: dict[str, object],
+    broker_defaults: dict[str, object],
+    now_ms: int,
+) -> AppendResult:
+    """Validate and append; the caller holds no await between this and the ack."""
+    if not records:
+        return _fail(ErrorCode.invalid_record, "produce request carries no record batch")
+    max_bytes = int(effective("max.message.bytes", topic_configs, broker_defaults)[0])
+    try:
+        batches = wbatch.split_batches(records)
+        if len(batches) != 1:
+            return _fail(ErrorCode.invalid_record,
+                         "produce requests of version 3+ must contain exactly one record batch")
+        view = batches[0]
+        if len(view) > max_bytes:
+            return _fail(ErrorCode.message_too_large,
+                         f"batch of {len(view)} bytes exceeds max.message.bytes {max_bytes}")
+        header = wbatch.validate(view)
+    except wbatch.BatchError as e:
+        code = ErrorCode.corrupt_message if e.kind == "corrupt" else ErrorCode.invalid_record
+        return _fail(code, str(e))
+    if header.is_control:
+        return _fail(ErrorCode.invalid_record, "clients may not write control batches")
+    if header.is_transactional:
+        return _fail(ErrorCode.invalid_txn_state, "transactions are not supported yet")
+    log = part.log
+    try:
+        duplicate = log.producers.check(header)
+    except SequenceError as e:
+        code = getattr(ErrorCode, e.error)
+        return _fail(code, str(e))
+    if duplicate is not None:
+        return AppendResult(ErrorCode.none, duplicate.base_offset)
+    append_time = -1
+    if effective("message.timestamp.type", topic_configs, broker_defaults)[0] == "LogAppendTime":
+        view = memoryview(wbatch.with_log_append_time(view, now_ms))
+        header = wbatch.parse_header(view)
+        append_time = now_ms
+    written = log.append(view, header, part.leader_epoch, now_ms)
+    part.notify_append()
+    return AppendResult(ErrorCode.none, written.base_offset, append_time)

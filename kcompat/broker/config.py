@@ -1,0 +1,126 @@
+"""Broker configuration: embedded defaults < YAML file < flags < KCOMPAT_* env.
+
+Theory of operation
+-------------------
+Keys are Kafka's own names wherever Kafka has one (``num.partitions``,
+``log.retention.ms``...); kcompat-only keys start with ``kcompat.``. Every layer
+is validated through the same ``ConfigDef``s, so a bad value anywhere fails with
+one line naming the key. An environment variable maps to a key by lower-casing
+and turning ``_`` into ``.`` after the ``KCOMPAT_`` prefix
+(``KCOMPAT_NUM_PARTITIONS=3`` -> ``num.partitions``); ``KCOMPAT_LOG_LEVEL`` is
+the logging level and not a config key.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from kcompat.broker.configdef import ConfigDef, ConfigError
+
+_D = ConfigDef
+BROKER_CONFIGS: dict[str, ConfigDef] = {
+    d.name: d
+    for d in (
+        _D("node.id", "int", 1, minimum=0),
+        _D("host", "string", "127.0.0.1"),
+        _D("port", "int", 9092, minimum=0),
+        _D("advertised.host", "string", ""),
+        _D("log.dirs", "string", "./data"),
+        _D("num.partitions", "int", 1, minimum=1),
+        _D("default.replication.factor", "int", 1, minimum=1),
+        _D("auto.create.topics.enable", "boolean", True),
+        _D("delete.topic.enable", "boolean", True),
+        _D("message.max.bytes", "int", 1048588, minimum=0),
+        _D("socket.request.max.bytes", "int", 104857600, minimum=1),
+        _D("log.segment.bytes", "int", 1073741824, minimum=14),
+        _D("log.roll.ms", "long", 604800000, minimum=1),
+        _D("log.retention.ms", "long", 604800000, minimum=-1),
+        _D("log.retention.bytes", "long", -1),
+        _D("log.retention.check.interval.ms", "long", 300000, minimum=1),
+        _D("log.index.interval.bytes", "int", 4096, minimum=0),
+        _D("log.message.timestamp.type", "string", "CreateTime",
+           choices=("CreateTime", "LogAppendTime")),
+        _D("log.cleanup.policy", "list", ["delete"], choices=("delete", "compact")),
+        _D("compression.type", "string", "producer",
+           choices=("producer", "uncompressed", "gzip", "snappy", "lz4", "zstd")),
+        _D("min.insync.replicas", "int", 1, minimum=1),
+        _D("kcompat.flush.mode", "string", "acks_all", choices=("acks_all", "always", "never")),
+        _D("kcompat.cluster.id", "string", ""),
+    )
+}
+
+
+@dataclass
+class BrokerConfig:
+    values: dict[str, Any]
+    explicit: set[str] = field(default_factory=set)  # keys set by file, flag or env
+
+    def __getitem__(self, key: str) -> Any:
+        return self.values[key]
+
+    @property
+    def data_dir(self) -> Path:
+        return Path(self.values["log.dirs"])
+
+    def explicit_values(self) -> dict[str, Any]:
+        return {k: self.values[k] for k in self.explicit}
+
+
+def _apply(values: dict[str, Any], explicit: set[str], layer: Mapping[str, Any], origin: str) -> None:
+    for key, raw in layer.items():
+        definition = BROKER_CONFIGS.get(key)
+        if definition is None:
+            raise ConfigError(key, f"unknown broker config (from {origin})")
+        values[key] = definition.parse(raw)
+        explicit.add(key)
+
+
+def _flatten(doc: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Allow nested YAML (``log: {retention.ms: 1}``) as well as dotted keys."""
+    out: dict[str, Any] = {}
+    for k, v in doc.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, Mapping):
+            out.update(_flatten(v, key + "."))
+        else:
+            out[key] = v
+    return out
+
+
+def load_yaml(path: Path) -> dict[str, Any]:
+    try:
+        doc = yaml.safe_load(path.read_text()) or {}
+    except OSError as e:
+        raise ConfigError("--config", f"cannot read {path}: {e.strerror}") from None
+    except yaml.YAMLError as e:
+        raise ConfigError("--config", f"{path} is not valid YAML: {e}") from None
+    if not isinstance(doc, Mapping):
+        raise ConfigError("--config", f"{path} must hold a mapping of config keys")
+    return _flatten(doc)
+
+
+def from_env(environ: Mapping[str, str]) -> dict[str, str]:
+    out = {}
+    for name, value in environ.items():
+        if name.startswith("KCOMPAT_") and name != "KCOMPAT_LOG_LEVEL":
+            out[name[len("KCOMPAT_"):].lower().replace("_", ".")] = value
+    return out
+
+
+def load(
+    config_file: Path | None,
+    flags: Mapping[str, Any],
+    environ: Mapping[str, str],
+) -> BrokerConfig:
+    values = {k: d.default for k, d in BROKER_CONFIGS.items()}
+    explicit: set[str] = set()
+    if config_file is not None:
+        _apply(values, explicit, load_yaml(config_file), str(config_file))
+    _apply(values, explicit, flags, "command line")
+    _apply(values, explicit, from_env(environ), "environment")
+    return BrokerConfig(values, explicit)

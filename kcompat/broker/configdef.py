@@ -1,0 +1,87 @@
+"""Typed configuration definitions shared by broker and topic configs.
+
+Theory of operation
+-------------------
+A ``ConfigDef`` names one Kafka config key: its type, default, allowed values
+and (for topic keys) the broker key that supplies its default. ``parse`` turns
+a user's value (string from a file, flag, env var or an AlterConfigs request)
+into a typed value or raises ``ConfigError`` with a one-line message naming the
+key and what it accepts. Both the broker config and per-topic configs use it,
+so an operator and a Kafka admin client get the same validation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+LONG_MAX = 9223372036854775807
+
+
+class ConfigError(ValueError):
+    def __init__(self, key: str, message: str) -> None:
+        super().__init__(f"{key}: {message}")
+        self.key = key
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigDef:
+    name: str
+    type: str  # "int" | "long" | "string" | "boolean" | "double" | "list"
+    default: Any
+    choices: Sequence[str] | None = None
+    minimum: float | None = None
+    broker_key: str | None = None  # topic keys: the broker key that sets the default
+    sensitive: bool = False
+    check: Callable[[Any], str | None] | None = None
+
+    def parse(self, raw: Any) -> Any:
+        value = self._coerce(raw)
+        if self.choices is not None:
+            items = value if isinstance(value, list) else [value]
+            bad = [v for v in items if v not in self.choices]
+            if bad:
+                raise ConfigError(self.name, f"{bad[0]!r} is not one of {', '.join(self.choices)}")
+        if self.minimum is not None and value < self.minimum:
+            raise ConfigError(self.name, f"{value} is below the minimum {self.minimum:g}")
+        if self.check is not None:
+            problem = self.check(value)
+            if problem:
+                raise ConfigError(self.name, problem)
+        return value
+
+    def _coerce(self, raw: Any) -> Any:
+        t = self.type
+        try:
+            if t in ("int", "long"):
+                if isinstance(raw, bool):
+                    raise ValueError
+                value = int(str(raw).strip())
+                limit = 2**31 if t == "int" else 2**63
+                if not -limit <= value < limit:
+                    raise ValueError
+                return value
+            if t == "double":
+                return float(raw)
+            if t == "boolean":
+                if isinstance(raw, bool):
+                    return raw
+                s = str(raw).strip().lower()
+                if s not in ("true", "false"):
+                    raise ValueError
+                return s == "true"
+            if t == "list":
+                if isinstance(raw, list | tuple):
+                    return [str(x).strip() for x in raw]
+                return [x.strip() for x in str(raw).split(",") if x.strip()]
+            return str(raw)
+        except ValueError:
+            raise ConfigError(self.name, f"{raw!r} is not a valid {t}") from None
+
+    def render(self, value: Any) -> str:
+        if isinstance(value, bool):
+            return "true" if value else "false"
+        if isinstance(value, list):
+            return ",".join(value)
+        return str(value)

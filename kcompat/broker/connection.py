@@ -1,0 +1,95 @@
+"""One client connection: frames in, responses out, strictly in order.
+
+Theory of operation
+-------------------
+Like Kafka's network layer, a connection handles one request at a time: the
+next frame is not read until the current response is written, so responses go
+back in request order without bookkeeping (clients pipeline, we queue in the
+socket). ``acks=0`` produces get no response. Anything a client can send that
+we cannot serve — an unknown API key, an unsupported version, a malformed
+header or body, an oversized frame — closes only this connection, with one
+logged line saying why. An unexpected exception in a handler is logged with its
+traceback and also closes just this connection; the broker keeps running.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import trio
+
+from kcompat.broker.context import RequestContext
+from kcompat.broker.handlers import HANDLERS
+from kcompat.broker.handlers.api_versions import unsupported_version_response
+from kcompat.broker.state import BrokerState
+from kcompat.wire import codec
+from kcompat.wire.framing import FrameError, FrameReader
+from kcompat.wire.headers import HeaderError, parse_request_header, peek_api
+from kcompat.wire.versions import API_RANGES, API_VERSIONS, api_name
+
+log = logging.getLogger("kcompat.conn")
+
+RECEIVE_BYTES = 256 * 1024
+
+
+class CloseConnection(Exception):
+    pass
+
+
+async def serve_connection(stream: trio.SocketStream, state: BrokerState) -> None:
+    try:
+        peer = stream.socket.getpeername()
+    except OSError:
+        peer = "?"
+    reader = FrameReader(state.config["socket.request.max.bytes"])
+    try:
+        while True:
+            data = await stream.receive_some(RECEIVE_BYTES)
+            if not data:
+                return
+            for frame in reader.feed(data):
+                out = await handle_frame(frame, state)
+                if out is not None:
+                    await stream.send_all(out)
+    except FrameError as e:
+        log.warning("closing connection from %s: %s", peer, e)
+    except CloseConnection as e:
+        log.warning("closing connection from %s: %s", peer, e)
+    except (trio.BrokenResourceError, trio.ClosedResourceError, ConnectionError):
+        pass
+    finally:
+        with trio.move_on_after(1) as scope:
+            scope.shield = True
+            await stream.aclose()
+
+
+async def handle_frame(frame: bytes, state: BrokerState) -> bytes | None:
+    try:
+        api_key, version, cid = peek_api(frame)
+    except HeaderError as e:
+        raise CloseConnection(str(e)) from None
+    rng = API_RANGES.get(api_key)
+    if rng is None:
+        raise CloseConnection(f"unknown API key {api_key} (version {version})")
+    if api_key == API_VERSIONS and version > rng.max_version:
+        return unsupported_version_response(cid)
+    if not rng.parse_min <= version <= rng.max_version:
+        raise CloseConnection(
+            f"{rng.name} v{version} is not supported (serving {rng.parse_min}-{rng.max_version})"
+        )
+    try:
+        header = parse_request_header(frame, codec.is_flexible(api_key, version))
+        request = codec.read_request(api_key, version, frame, header.size)
+    except (HeaderError, codec.BodyError) as e:
+        raise CloseConnection(f"malformed {api_name(api_key)} v{version} request: {e}") from None
+    log.debug("request %s v%d cid=%d client=%s", rng.name, version, cid, header.client_id)
+    ctx = RequestContext(state, api_key, version, cid, header.client_id)
+    try:
+        response: Any = await HANDLERS[api_key](ctx, request)
+    except Exception as e:
+        log.exception("%s v%d handler failed", rng.name, version)
+        raise CloseConnection(f"internal error in {rng.name}: {e!r}") from None
+    if response is None:
+        return None
+    return codec.encode_response(api_key, version, cid, response)

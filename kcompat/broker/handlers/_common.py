@@ -1,0 +1,123 @@
+"""Small helpers shared by handlers."""
+
+from __future__ import annotations
+
+import datetime
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from kcompat.broker.config import BROKER_CONFIGS
+from kcompat.broker.state import BrokerState, TopicError
+from kcompat.broker.topic_config import TOPIC_CONFIGS, effective
+
+NO_THROTTLE = datetime.timedelta(0)
+OK = ErrorCode.none
+
+
+def ms_to_datetime(ms: int) -> datetime.datetime:
+    return datetime.datetime.fromtimestamp(ms / 1000, tz=datetime.UTC)
+
+
+def datetime_to_ms(value: datetime.datetime | int | None) -> int:
+    if value is None:
+        return -1
+    if isinstance(value, int):
+        return value
+    return int(value.timestamp() * 1000)
+
+
+# -- admin helpers (topics, replica assignments, configs) --------------------
+
+# Kafka's DescribeConfigsResponse.ConfigSource ids.
+SOURCE_DYNAMIC_TOPIC = 1
+SOURCE_STATIC_BROKER = 4
+SOURCE_DEFAULT = 5
+_SOURCE_IDS = {"topic": SOURCE_DYNAMIC_TOPIC, "broker": SOURCE_STATIC_BROKER,
+               "default": SOURCE_DEFAULT}
+
+# Kafka's DescribeConfigsResponse.ConfigType ids, by ConfigDef.type.
+CONFIG_TYPE_IDS = {"boolean": 1, "string": 2, "int": 3, "short": 4, "long": 5,
+                   "double": 6, "list": 7}
+
+# ConfigResource.Type ids.
+RESOURCE_TOPIC = 2
+RESOURCE_BROKER = 4
+
+
+def advertised_host(state: BrokerState) -> str:
+    return str(state.config["advertised.host"] or state.config["host"])
+
+
+def duplicates(names: Iterable[Any]) -> set[Any]:
+    """The names that occur more than once."""
+    counts = Counter(names)
+    return {name for name, n in counts.items() if n > 1}
+
+
+def check_replicas(broker_ids: Sequence[int], node_id: int) -> None:
+    """A manual replica list must be exactly this (single) broker, once."""
+    if not broker_ids:
+        raise TopicError(ErrorCode.invalid_replica_assignment,
+                         "The manual partition assignment includes an empty replica list.")
+    for broker in broker_ids:
+        if broker != node_id:
+            raise TopicError(
+                ErrorCode.invalid_replica_assignment,
+                f"The manual partition assignment includes broker {broker}, but no such "
+                "broker is registered.",
+            )
+    if len(broker_ids) > 1:
+        raise TopicError(
+            ErrorCode.invalid_replica_assignment,
+            f"The manual partition assignment includes the broker {node_id} more than once.",
+        )
+
+
+def null_config_check(configs: Iterable[Any]) -> dict[str, Any]:
+    """``{name: value}`` of request configs; null values are INVALID_CONFIG as in Kafka."""
+    nulls = [c.name for c in configs if c.value is None]
+    if nulls:
+        raise TopicError(ErrorCode.invalid_config,
+                         f"Null value not supported for topic configs: {','.join(nulls)}")
+    return {c.name: c.value for c in configs}
+
+
+def topic_config(state: BrokerState, key: str, overrides: dict[str, Any]) -> tuple[str, int]:
+    """(rendered effective value, Kafka config source id) of one topic key."""
+    value, source = effective(key, overrides, state.broker_defaults)
+    return TOPIC_CONFIGS[key].render(value), _SOURCE_IDS[source]
+
+
+def topic_synonyms(
+    state: BrokerState, key: str, overrides: dict[str, Any]
+) -> list[tuple[str, str, int]]:
+    """(name, value, source) from most to least specific, as Kafka lists synonyms."""
+    definition = TOPIC_CONFIGS[key]
+    out = []
+    if key in overrides:
+        out.append((key, definition.render(overrides[key]), SOURCE_DYNAMIC_TOPIC))
+    broker_key = definition.broker_key
+    broker = state.broker_defaults
+    if broker_key and broker_key in broker:
+        out.append((broker_key, definition.render(broker[broker_key]), SOURCE_STATIC_BROKER))
+    out.append((broker_key or key, definition.render(definition.default), SOURCE_DEFAULT))
+    return out
+
+
+def broker_config(state: BrokerState, key: str) -> tuple[str, int]:
+    """(rendered value, source id) of one broker key."""
+    explicit = key in state.config.explicit
+    value = BROKER_CONFIGS[key].render(state.config[key])
+    return value, SOURCE_STATIC_BROKER if explicit else SOURCE_DEFAULT
+
+
+def broker_synonyms(state: BrokerState, key: str) -> list[tuple[str, str, int]]:
+    definition = BROKER_CONFIGS[key]
+    out = []
+    if key in state.config.explicit:
+        out.append((key, definition.render(state.config[key]), SOURCE_STATIC_BROKER))
+    out.append((key, definition.render(definition.default), SOURCE_DEFAULT))
+    return out

@@ -1,0 +1,99 @@
+"""Fetch (key 1), versions 4-12.
+
+Quirks: records are always bytes, never null — librdkafka rejects a null
+MessageSet ("invalid MessageSetSize"). Fetch sessions are not kept: session_id
+is always 0, so clients send full requests. aiokafka and old librdkafka use v11,
+the rest v12; v13+ (topic ids) is not advertised. The first partition with data
+gets at least one whole batch even beyond max_bytes / partition_max_bytes.
+
+Long poll: if fewer than min_bytes are available, wait until an append to any
+partition wakes us (then re-read) or max_wait passes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import trio
+from kio.schema.errors import ErrorCode
+
+from kcompat.broker.context import RequestContext
+from kcompat.broker.handlers._common import NO_THROTTLE, OK
+from kcompat.broker.partition import Partition
+from kcompat.log.partition_log import OffsetOutOfRange
+
+READ_COMMITTED = 1
+
+
+def _epoch_error(part: Partition, requested: int) -> ErrorCode | None:
+    if requested < 0 or requested == part.leader_epoch:
+        return None
+    if requested > part.leader_epoch:
+        return ErrorCode.unknown_leader_epoch
+    return ErrorCode.fenced_leader_epoch
+
+
+def _partition_data(ctx: RequestContext, part: Partition | None, index: int, code: ErrorCode,
+                    records: bytes, committed: bool) -> Any:
+    hw = part.high_watermark if part else -1
+    return ctx.build(
+        "PartitionData",
+        partition_index=index,
+        error_code=code,
+        high_watermark=hw,
+        last_stable_offset=hw,
+        log_start_offset=part.log.log_start_offset if part else -1,
+        aborted_transactions=() if committed else None,
+        preferred_read_replica=-1,
+        records=records,
+    )
+
+
+def _read_all(ctx: RequestContext, request: Any) -> tuple[list[Any], int, bool]:
+    """One pass over every requested partition: (topics, bytes, any_error)."""
+    state = ctx.state
+    committed = getattr(request, "isolation_level", 0) == READ_COMMITTED
+    budget = request.max_bytes if ctx.version >= 3 else 1 << 30
+    total = 0
+    errors = False
+    topics = []
+    for topic in request.topics:
+        parts = []
+        for fp in topic.partitions:
+            part = state.partition(topic.topic, fp.partition)
+            records = b""
+            code = OK
+            if part is None:
+                code = ErrorCode.unknown_topic_or_partition
+            else:
+                code = _epoch_error(part, getattr(fp, "current_leader_epoch", -1)) or OK
+            remaining = budget - total
+            if part is not None and code == OK and (total == 0 or remaining > 0):
+                try:
+                    records = part.log.read(fp.fetch_offset,
+                                            max(min(fp.partition_max_bytes, remaining), 1),
+                                            part.high_watermark)
+                except OffsetOutOfRange:
+                    code = ErrorCode.offset_out_of_range
+            if code != OK:
+                errors = True
+            total += len(records)
+            parts.append(_partition_data(ctx, part, fp.partition, code, records, committed))
+        topics.append(ctx.build("FetchableTopicResponse", topic=topic.topic,
+                                partitions=tuple(parts)))
+    return topics, total, errors
+
+
+async def handle(ctx: RequestContext, request: Any) -> Any:
+    wait_s = max(request.max_wait.total_seconds(), 0.0)
+    deadline = trio.current_time() + wait_s
+    while True:
+        arrived = ctx.state.data_arrived
+        topics, total, errors = _read_all(ctx, request)
+        if total >= max(request.min_bytes, 1) or errors or trio.current_time() >= deadline:
+            break
+        with trio.move_on_at(deadline):
+            await arrived.wait()
+    return ctx.response(
+        throttle_time=NO_THROTTLE, error_code=OK, session_id=0, responses=tuple(topics),
+    )

@@ -1,0 +1,48 @@
+"""ListOffsets (key 2), versions 1-10.
+
+Quirks: librdkafka <= 2.0 parses from v2, aiokafka v5, librdkafka 2.x v7 (max
+timestamp, -3). Spark calls it with -2/-1 very often, so those stay O(1).
+A timestamp with no record at or after it answers offset -1, timestamp -1.
+read_committed (v2+) is answered with the last stable offset, which equals the
+high watermark until transactions exist.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from kcompat.broker.context import RequestContext
+from kcompat.broker.handlers._common import NO_THROTTLE, OK
+from kcompat.broker.offsets import offset_for_time
+from kcompat.wire.records import RecordError
+
+
+def _partition(ctx: RequestContext, topic: str, req: Any) -> Any:
+    part = ctx.state.partition(topic, req.partition_index)
+    code, offset, ts, epoch = OK, -1, -1, -1
+    if part is None:
+        code = ErrorCode.unknown_topic_or_partition
+    else:
+        epoch = part.leader_epoch
+        current = getattr(req, "current_leader_epoch", -1)
+        if current >= 0 and current != part.leader_epoch:
+            code = (ErrorCode.unknown_leader_epoch if current > part.leader_epoch
+                    else ErrorCode.fenced_leader_epoch)
+        else:
+            try:
+                offset, ts = offset_for_time(part, req.timestamp)
+            except RecordError:
+                code = ErrorCode.corrupt_message
+    return ctx.build("ListOffsetsPartitionResponse", partition_index=req.partition_index,
+                     error_code=code, timestamp=ts, offset=offset, leader_epoch=epoch)
+
+
+async def handle(ctx: RequestContext, request: Any) -> Any:
+    topics = tuple(
+        ctx.build("ListOffsetsTopicResponse", name=t.name,
+                  partitions=tuple(_partition(ctx, t.name, p) for p in t.partitions))
+        for t in request.topics
+    )
+    return ctx.response(throttle_time=NO_THROTTLE, topics=topics)

@@ -1,0 +1,94 @@
+"""Metadata (key 3), versions 0-12.
+
+Quirks: a null topic list (v1+) or an empty one (v0) means every topic. Topics
+may be auto-created when ``auto.create.topics.enable`` and the request allows
+it (v4+ field; always allowed below v4). aiokafka parses from v5, kcat's
+librdkafka 2.0.2 from v4. Topic ids appear from v10; a request may name topics
+by id only (v10+). Single node: this broker leads every partition with the
+partition's leader epoch; replicas and ISR are just this node.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from kcompat.broker.context import RequestContext
+from kcompat.broker.handlers._common import NO_THROTTLE, OK
+from kcompat.broker.metadata import TopicMeta
+from kcompat.broker.state import TopicError, check_topic_name
+
+ZERO_UUID = uuid.UUID(int=0)
+
+
+def _partitions(ctx: RequestContext, meta: TopicMeta) -> tuple[Any, ...]:
+    node = ctx.state.node_id
+    out = []
+    for index in range(meta.partitions):
+        part = ctx.state.partition(meta.name, index)
+        out.append(ctx.build(
+            "MetadataResponsePartition",
+            error_code=OK, partition_index=index, leader_id=node,
+            leader_epoch=part.leader_epoch if part else 0,
+            replica_nodes=(node,), isr_nodes=(node,), offline_replicas=(),
+        ))
+    return tuple(out)
+
+
+def _topic(ctx: RequestContext, meta: TopicMeta) -> Any:
+    return ctx.build(
+        "MetadataResponseTopic", error_code=OK, name=meta.name, topic_id=meta.topic_id,
+        is_internal=False, partitions=_partitions(ctx, meta),
+    )
+
+
+def _error_topic(ctx: RequestContext, name: str | None, code: ErrorCode, tid: Any = None) -> Any:
+    return ctx.build(
+        "MetadataResponseTopic", error_code=code, name=name, topic_id=tid or ZERO_UUID,
+        is_internal=False, partitions=(),
+    )
+
+
+def _lookup(ctx: RequestContext, name: str, auto_create: bool) -> Any:
+    state = ctx.state
+    meta = state.topics.get(name)
+    if meta is not None:
+        return _topic(ctx, meta)
+    if not auto_create:
+        return _error_topic(ctx, name, ErrorCode.unknown_topic_or_partition)
+    try:
+        check_topic_name(name)
+        created = state.auto_create(name)
+    except TopicError as e:
+        return _error_topic(ctx, name, e.code)
+    if created is None:
+        return _error_topic(ctx, name, ErrorCode.unknown_topic_or_partition)
+    return _topic(ctx, created)
+
+
+async def handle(ctx: RequestContext, request: Any) -> Any:
+    state = ctx.state
+    requested = request.topics
+    if requested is None or (ctx.version == 0 and not requested):
+        topics = tuple(_topic(ctx, meta) for meta in list(state.topics.values()))
+    else:
+        auto = bool(getattr(request, "allow_auto_topic_creation", True))
+        out = []
+        for t in requested:
+            name = t.name
+            if name is None:
+                meta = state.topic_by_id(t.topic_id)
+                out.append(_topic(ctx, meta) if meta else
+                           _error_topic(ctx, None, ErrorCode.unknown_topic_id, t.topic_id))
+            else:
+                out.append(_lookup(ctx, name, auto))
+        topics = tuple(out)
+    host = state.config["advertised.host"] or state.config["host"]
+    broker = ctx.build("MetadataResponseBroker", node_id=state.node_id, host=host,
+                       port=state.advertised_port, rack=None)
+    return ctx.response(
+        throttle_time=NO_THROTTLE, brokers=(broker,), cluster_id=state.cluster_id,
+        controller_id=state.node_id, topics=topics,
+    )

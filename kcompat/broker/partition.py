@@ -1,0 +1,34 @@
+"""One partition at runtime: its log, its leader epoch and who waits for data.
+
+Theory of operation
+-------------------
+Single-node today: this broker leads every partition, the leader epoch is the
+one recorded in the cluster metadata, and the high watermark is the log end
+(the Raft issue will make it the commit index). ``wake`` sets the broker's
+``data_arrived`` event after every append, so long-polling fetches wake the
+moment data arrives. An append (idempotence check, offset assignment, write)
+runs without an await, so it is atomic under trio without a lock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from kcompat.log.partition_log import PartitionLog
+
+
+@dataclass(eq=False)
+class Partition:
+    topic: str
+    index: int
+    log: PartitionLog
+    wake: Callable[[], None] = lambda: None  # wakes long-polling fetches
+    leader_epoch: int = 0
+
+    @property
+    def high_watermark(self) -> int:
+        return self.log.log_end_offset
+
+    def notify_append(self) -> None:
+        self.wake()

@@ -1,0 +1,74 @@
+"""The trio runtime: listener, connection tasks, background loops, shutdown.
+
+Theory of operation
+-------------------
+``run_broker`` opens the state (which recovers every log), binds the listener
+and then logs exactly one ``kcompat broker ready on HOST:PORT`` line. Each
+accepted socket gets its own task (``serve_connection``). Background tasks run
+the group-commit flusher and retention. SIGTERM or SIGINT drains: stop
+accepting, give in-flight requests a moment to finish, then close every log
+cleanly (snapshots and the clean-shutdown marker), so the next start needs no
+recovery scan.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+from functools import partial
+
+import trio
+
+from kcompat.broker.config import BrokerConfig
+from kcompat.broker.connection import serve_connection
+from kcompat.broker.state import BrokerState
+
+log = logging.getLogger("kcompat.broker")
+
+DRAIN_SECONDS = 1.0
+
+
+async def _retention_loop(state: BrokerState) -> None:
+    interval = state.config["log.retention.check.interval.ms"] / 1000
+    while True:
+        await trio.sleep(interval)
+        deleted = state.enforce_retention()
+        if deleted:
+            log.info("retention deleted %d segments", deleted)
+
+
+async def _wait_for_signal(cancel: trio.CancelScope) -> None:
+    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        async for signum in signals:
+            log.info("received %s, draining", signal.Signals(signum).name)
+            cancel.cancel()
+            return
+
+
+async def run_broker(config: BrokerConfig, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
+    state = BrokerState(config)
+    try:
+        listeners = await trio.open_tcp_listeners(config["port"], host=config["host"])
+        port = listeners[0].socket.getsockname()[1]
+        state.advertised_port = port
+        async with trio.open_nursery() as background:
+            background.start_soon(state.flusher.run)
+            background.start_soon(_retention_loop, state)
+            serve_scope = trio.CancelScope()
+            background.start_soon(_wait_for_signal, serve_scope)
+            log.info("kcompat broker ready on %s:%d (data in %s)", config["host"], port,
+                     config.data_dir)
+            task_status.started(port)
+            async with trio.open_nursery() as connections:
+                with serve_scope:
+                    await trio.serve_listeners(
+                        partial(serve_connection, state=state), listeners,
+                        handler_nursery=connections,
+                    )
+                for listener in listeners:
+                    await listener.aclose()
+                connections.cancel_scope.deadline = trio.current_time() + DRAIN_SECONDS
+            background.cancel_scope.cancel()
+    finally:
+        state.close()
+        log.info("kcompat broker stopped")

@@ -1,0 +1,86 @@
+"""Per-topic configs: the keys Kafka 4.x topics have, with broker-level defaults.
+
+Theory of operation
+-------------------
+A topic stores only the keys set on it (``overrides``); every other key takes
+its value from the broker key named in its definition (``log.retention.ms`` for
+``retention.ms``...), or the static default. DescribeConfigs reports each key
+with its source (topic, broker default, static default). ``log_config`` turns
+the effective values into the storage layer's ``LogConfig``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kcompat.broker.configdef import LONG_MAX, ConfigDef, ConfigError
+from kcompat.log.config import LogConfig
+
+_D = ConfigDef
+TOPIC_CONFIGS: dict[str, ConfigDef] = {
+    d.name: d
+    for d in (
+        _D("cleanup.policy", "list", ["delete"], choices=("delete", "compact"),
+           broker_key="log.cleanup.policy"),
+        _D("compression.type", "string", "producer",
+           choices=("producer", "uncompressed", "gzip", "snappy", "lz4", "zstd"),
+           broker_key="compression.type"),
+        _D("delete.retention.ms", "long", 86400000, minimum=0),
+        _D("file.delete.delay.ms", "long", 60000, minimum=0),
+        _D("flush.messages", "long", LONG_MAX, minimum=1),
+        _D("flush.ms", "long", LONG_MAX, minimum=0),
+        _D("index.interval.bytes", "int", 4096, minimum=0,
+           broker_key="log.index.interval.bytes"),
+        _D("max.compaction.lag.ms", "long", LONG_MAX, minimum=1),
+        _D("max.message.bytes", "int", 1048588, minimum=0, broker_key="message.max.bytes"),
+        _D("message.timestamp.type", "string", "CreateTime",
+           choices=("CreateTime", "LogAppendTime"), broker_key="log.message.timestamp.type"),
+        _D("message.timestamp.before.max.ms", "long", LONG_MAX, minimum=0),
+        _D("message.timestamp.after.max.ms", "long", 3600000, minimum=0),
+        _D("min.cleanable.dirty.ratio", "double", 0.5, minimum=0),
+        _D("min.compaction.lag.ms", "long", 0, minimum=0),
+        _D("min.insync.replicas", "int", 1, minimum=1, broker_key="min.insync.replicas"),
+        _D("preallocate", "boolean", False),
+        _D("retention.bytes", "long", -1, broker_key="log.retention.bytes"),
+        _D("retention.ms", "long", 604800000, minimum=-1, broker_key="log.retention.ms"),
+        _D("segment.bytes", "int", 1073741824, minimum=14, broker_key="log.segment.bytes"),
+        _D("segment.index.bytes", "int", 10485760, minimum=4),
+        _D("segment.jitter.ms", "long", 0, minimum=0),
+        _D("segment.ms", "long", 604800000, minimum=1, broker_key="log.roll.ms"),
+        _D("unclean.leader.election.enable", "boolean", False),
+    )
+}
+
+
+def validate_overrides(raw: dict[str, Any]) -> dict[str, Any]:
+    """Parse a dict of user-supplied topic configs; raises ConfigError."""
+    out: dict[str, Any] = {}
+    for key, value in raw.items():
+        definition = TOPIC_CONFIGS.get(key)
+        if definition is None:
+            raise ConfigError(key, "unknown topic config")
+        out[key] = definition.parse(value)
+    return out
+
+
+def effective(key: str, overrides: dict[str, Any], broker: dict[str, Any]) -> tuple[Any, str]:
+    """(value, source) where source is 'topic', 'broker' or 'default'."""
+    if key in overrides:
+        return overrides[key], "topic"
+    definition = TOPIC_CONFIGS[key]
+    if definition.broker_key and definition.broker_key in broker:
+        return broker[definition.broker_key], "broker"
+    return definition.default, "default"
+
+
+def log_config(overrides: dict[str, Any], broker: dict[str, Any]) -> LogConfig:
+    def get(key: str) -> Any:
+        return effective(key, overrides, broker)[0]
+
+    return LogConfig(
+        segment_bytes=int(get("segment.bytes")),
+        segment_ms=int(get("segment.ms")),
+        retention_ms=int(get("retention.ms")),
+        retention_bytes=int(get("retention.bytes")),
+        index_interval_bytes=int(get("index.interval.bytes")),
+    )

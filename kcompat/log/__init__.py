@@ -1,0 +1,12 @@
+"""Segment storage of partition logs (DESIGN.md §4).
+
+Public surface: ``PartitionLog`` (one partition's log), ``LogConfig`` (its
+settings), ``OffsetOutOfRange`` and ``FileSlice``. The other modules —
+``segment``, ``index``, ``epoch_cache``, ``recovery``, ``files`` — are the
+parts it is built from.
+"""
+
+from kcompat.log.config import LogConfig
+from kcompat.log.partition_log import FileSlice, OffsetOutOfRange, PartitionLog
+
+__all__ = ["FileSlice", "LogConfig", "OffsetOutOfRange", "PartitionLog"]

@@ -1,0 +1,380 @@
+"""The log of one partition: an ordered list of segments, the last one active.
+
+Theory of operation
+-------------------
+Offsets: ``log_start_offset`` is the first offset a reader may ask for (raised
+by DeleteRecords and retention, persisted in ``log-start-offset``);
+``log_end_offset`` is the offset the next appended batch gets. Every batch
+lives in exactly one segment; segments are sorted by base offset and only the
+last (active) one is written.
+
+Append (the hot path) never copies the batch: it is written as four parts —
+the new baseOffset, the original batchLength, the new partitionLeaderEpoch, and
+the original bytes from ``magic`` on — both rewritten fields lying outside the
+CRC. A new segment is rolled first when the batch would push the active one
+past ``segment_bytes`` or the active one is older than ``segment_ms``; rolling
+fsyncs the old segment, so only the active segment can hold unsynced data.
+After the write, the producer state table and the leader epoch cache learn
+the batch.
+
+Durability is the caller's choice: ``dirty_fds`` hands out the fds written
+since the last call (the broker fsyncs them in a worker thread, one fsync
+serving many produce requests), ``flush`` fsyncs synchronously. While an fsync
+of a returned fd is in flight, the caller must not delete, truncate or close
+this log (that would close the fd under the worker).
+
+Deletion is by whole segments and never touches the active one: retention by
+time (a segment's max timestamp, or its file mtime when it has none, older
+than ``retention_ms``), by size (oldest first while the rest still reaches
+``retention_bytes``), and everything wholly below ``log_start_offset``.
+
+Reads return bytes of a single segment starting at the batch that holds the
+requested offset: Kafka's fetch semantics, including min-one-batch and a cut
+trailing batch. Opening runs ``recovery.recover``; see that module.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from bisect import bisect_right
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from kcompat.log.config import LogConfig
+from kcompat.log.epoch_cache import LeaderEpochCache
+from kcompat.log.files import (
+    CLEAN_SHUTDOWN_FILE,
+    LEADER_EPOCH_FILE,
+    LOG_START_OFFSET_FILE,
+    SNAPSHOT_SUFFIX,
+    atomic_write,
+    fsync_dir,
+    offset_path,
+)
+from kcompat.log.recovery import prune_snapshots, rebuild_producer_state, recover
+from kcompat.log.segment import LogSegment
+from kcompat.txn.producer_state import ProducerStateTable
+from kcompat.wire.batch import BatchHeader, epoch_field, offset_field
+
+
+class OffsetOutOfRange(Exception):
+    """An offset outside [log_start_offset, log_end_offset] (OFFSET_OUT_OF_RANGE)."""
+
+    def __init__(self, offset: int, log_start_offset: int, log_end_offset: int) -> None:
+        super().__init__(f"offset {offset} is outside [{log_start_offset}, {log_end_offset}]")
+        self.offset = offset
+        self.log_start_offset = log_start_offset
+        self.log_end_offset = log_end_offset
+
+
+@dataclass(frozen=True, slots=True)
+class FileSlice:
+    """``length`` bytes at ``position`` of the file open as ``fd`` (for sendfile)."""
+
+    fd: int
+    position: int
+    length: int
+
+
+class PartitionLog:
+    def __init__(
+        self,
+        directory: Path,
+        config: LogConfig,
+        segments: list[LogSegment],
+        log_start_offset: int,
+        producers: ProducerStateTable,
+        epochs: LeaderEpochCache,
+    ) -> None:
+        self.directory = directory
+        self.config = config
+        self._segments = segments
+        self._log_start_offset = log_start_offset
+        self.producers = producers
+        self._epochs = epochs
+        self._dirty: set[int] = set()
+        self._closed = False
+        self.recovered_truncation = False  # open() cut off a torn or corrupt tail
+
+    @classmethod
+    def open(cls, directory: Path, config: LogConfig, now_ms: int) -> PartitionLog:
+        """Open (creating if missing) and recover the log in ``directory``."""
+        r = recover(directory, config, now_ms)
+        log = cls(directory, config, r.segments, r.log_start_offset, r.producers, r.epochs)
+        log.recovered_truncation = r.truncated
+        return log
+
+    # -- state ---------------------------------------------------------------
+
+    @property
+    def log_start_offset(self) -> int:
+        return self._log_start_offset
+
+    @property
+    def log_end_offset(self) -> int:
+        return self._segments[-1].next_offset
+
+    @property
+    def size_bytes(self) -> int:
+        return sum(s.size_bytes for s in self._segments)
+
+    @property
+    def segment_base_offsets(self) -> list[int]:
+        return [s.base_offset for s in self._segments]
+
+    @property
+    def leader_epochs(self) -> list[tuple[int, int]]:
+        """The leader epoch cache: (epoch, start offset) pairs, oldest first."""
+        return list(self._epochs.entries)
+
+    @property
+    def latest_epoch(self) -> int:
+        return self._epochs.latest_epoch
+
+    # -- append --------------------------------------------------------------
+
+    def append(
+        self, batch: memoryview, header: BatchHeader, leader_epoch: int, now_ms: int
+    ) -> BatchHeader:
+        """Append one validated batch at ``log_end_offset`` stamped with
+        ``leader_epoch``; returns its header with the assigned offsets."""
+        assert len(batch) == header.size, "batch and header disagree on the size"
+        active = self._segments[-1]
+        if active.would_overflow(header) or active.roll_due(now_ms):
+            active = self._roll(now_ms)
+        new_header = replace(
+            header, base_offset=active.next_offset, partition_leader_epoch=leader_epoch
+        )
+        parts: list[bytes | memoryview] = [
+            offset_field(new_header.base_offset),
+            batch[8:12],
+            epoch_field(leader_epoch),
+            batch[16:],
+        ]
+        active.append(parts, new_header)
+        self._dirty.add(active.fd)
+        self.producers.apply(new_header)
+        if self._epochs.assign(leader_epoch, new_header.base_offset):
+            self._write_epochs()
+        return new_header
+
+    def roll(self, now_ms: int) -> None:
+        """Start a new active segment now (if the active one holds data)."""
+        if self._segments[-1].size_bytes:
+            self._roll(now_ms)
+
+    def _roll(self, now_ms: int) -> LogSegment:
+        old = self._segments[-1]
+        old.fsync()
+        self._dirty.discard(old.fd)
+        segment = LogSegment.create(self.directory, old.next_offset, self.config, now_ms)
+        self._segments.append(segment)
+        fsync_dir(self.directory)
+        return segment
+
+    # -- read ----------------------------------------------------------------
+
+    def locate(self, offset: int, max_bytes: int, max_offset: int) -> FileSlice | None:
+        """Where ``read`` would read from; None when there is nothing to return."""
+        self._check_offset(offset)
+        i = self._segment_index(offset)
+        while i < len(self._segments) and self._segments[i].next_offset <= offset:
+            i += 1  # past a segment's last batch: the data is in a later one
+        if i == len(self._segments):
+            return None
+        segment = self._segments[i]
+        start = segment.position_of(offset)
+        end = segment.size_bytes
+        if max_offset < segment.next_offset:
+            end = segment.position_of(max_offset)
+        if end <= start:
+            return None
+        length = min(end - start, max(max_bytes, segment.batch_size_at(start)))
+        return FileSlice(segment.fd, start, length)
+
+    def read(self, offset: int, max_bytes: int, max_offset: int) -> bytes:
+        """Bytes of one segment from the batch containing ``offset``: whole batches
+        below ``max_offset``, at most ``max_bytes`` (the last batch may be cut)
+        but always at least one whole batch. b"" at the log end or when nothing
+        lies below ``max_offset``. Raises OffsetOutOfRange."""
+        where = self.locate(offset, max_bytes, max_offset)
+        if where is None:
+            return b""
+        return os.pread(where.fd, where.length, where.position)
+
+    def read_batch_at(self, offset: int) -> bytes:
+        """The whole batch containing ``offset`` (< log_end_offset)."""
+        if offset == self.log_end_offset:
+            raise OffsetOutOfRange(offset, self._log_start_offset, self.log_end_offset)
+        where = self.locate(offset, 0, self.log_end_offset)
+        assert where is not None, f"no batch holds offset {offset}"
+        return os.pread(where.fd, where.length, where.position)
+
+    def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
+        """(base offset, max timestamp) of the first batch whose max timestamp
+        is >= ``timestamp``, or None. Batches below log_start_offset are skipped."""
+        for segment in self._segments:
+            found = segment.find_timestamp(timestamp)
+            if found is None:
+                continue
+            if found[0] >= self._log_start_offset:
+                return found
+            return self._first_from_start(timestamp)
+        return None
+
+    def _first_from_start(self, timestamp: int) -> tuple[int, int] | None:
+        i = self._segment_index(self._log_start_offset)
+        for segment in self._segments[i:]:
+            start = segment.position_of(self._log_start_offset)
+            for _, header in segment.iter_headers(start):
+                if header.max_timestamp >= timestamp:
+                    return header.base_offset, header.max_timestamp
+        return None
+
+    def max_timestamp_offset(self) -> tuple[int, int] | None:
+        """(base offset, timestamp) of the first batch holding the largest max
+        timestamp (ListOffsets MAX_TIMESTAMP), or None if no batch has one."""
+        best: tuple[int, int] | None = None
+        for segment in self._segments:
+            if segment.max_timestamp >= 0 and (best is None or segment.max_timestamp > best[1]):
+                best = segment.offset_of_max_timestamp, segment.max_timestamp
+        return best
+
+    def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
+        """OffsetForLeaderEpoch: (largest epoch <= ``epoch``, its end offset)."""
+        return self._epochs.end_offset_for(epoch, self.log_end_offset)
+
+    def _check_offset(self, offset: int) -> None:
+        if not self._log_start_offset <= offset <= self.log_end_offset:
+            raise OffsetOutOfRange(offset, self._log_start_offset, self.log_end_offset)
+
+    def _segment_index(self, offset: int) -> int:
+        return max(0, bisect_right(self._segments, offset, key=lambda s: s.base_offset) - 1)
+
+    # -- deletion ------------------------------------------------------------
+
+    def delete_records_before(self, offset: int, now_ms: int | None = None) -> None:
+        """DeleteRecords: raise log_start_offset to ``offset`` and delete the
+        segments wholly below it. ``now_ms`` dates the empty segment rolled when
+        ``offset`` is the log end (default: the active segment's creation time)."""
+        if offset > self.log_end_offset:
+            raise OffsetOutOfRange(offset, self._log_start_offset, self.log_end_offset)
+        if offset <= self._log_start_offset:
+            return
+        if offset == self.log_end_offset and self._segments[-1].size_bytes:
+            self._roll(self._segments[-1].created_ms if now_ms is None else now_ms)
+        self._set_log_start_offset(offset)
+        self._delete_oldest(self._below_start_count())
+
+    def enforce_retention(self, now_ms: int) -> int:
+        """Delete whole non-active segments by retention.ms, retention.bytes and
+        log start offset; returns how many were deleted."""
+        count = self._below_start_count()
+        if self.config.retention_ms >= 0:
+            while count < len(self._segments) - 1 and (
+                now_ms - self._segments[count].largest_timestamp_ms() > self.config.retention_ms
+            ):
+                count += 1
+        if self.config.retention_bytes >= 0:
+            rest = sum(s.size_bytes for s in self._segments[count:])
+            while count < len(self._segments) - 1 and (
+                rest - self._segments[count].size_bytes >= self.config.retention_bytes
+            ):
+                rest -= self._segments[count].size_bytes
+                count += 1
+        self._delete_oldest(count)
+        return count
+
+    def _below_start_count(self) -> int:
+        """How many leading segments lie wholly below log_start_offset."""
+        count = 0
+        while (
+            count < len(self._segments) - 1
+            and self._segments[count + 1].base_offset <= self._log_start_offset
+        ):
+            count += 1
+        return count
+
+    def _delete_oldest(self, count: int) -> None:
+        if count <= 0:
+            return
+        for segment in self._segments[:count]:
+            self._dirty.discard(segment.fd)
+            segment.delete()
+        del self._segments[:count]
+        fsync_dir(self.directory)
+        if self._segments[0].base_offset > self._log_start_offset:
+            self._set_log_start_offset(self._segments[0].base_offset)
+
+    def _set_log_start_offset(self, offset: int) -> None:
+        self._log_start_offset = offset
+        atomic_write(self.directory / LOG_START_OFFSET_FILE, str(offset).encode())
+        if self._epochs.truncate_from_start(offset):
+            self._write_epochs()
+
+    def truncate_to(self, offset: int) -> None:
+        """Drop every batch at or after ``offset`` (a batch containing ``offset``
+        goes whole, so the new log end is that batch's base offset)."""
+        if offset >= self.log_end_offset:
+            return
+        if offset <= self._segments[0].base_offset:
+            self._truncate_fully(offset)
+        else:
+            keep = bisect_right(self._segments, offset, key=lambda s: s.base_offset)
+            for segment in self._segments[keep:]:
+                self._dirty.discard(segment.fd)
+                segment.delete()
+            del self._segments[keep:]
+            self._segments[-1].truncate_to(offset)
+            fsync_dir(self.directory)
+        log_end = self.log_end_offset
+        self._log_start_offset = min(self._log_start_offset, log_end)
+        if self._epochs.truncate_from_end(log_end):
+            self._write_epochs()
+        prune_snapshots(self.directory, log_end, self.config.snapshots_kept)
+        self.producers = rebuild_producer_state(self.directory, self._segments, log_end)
+
+    def _truncate_fully(self, offset: int) -> None:
+        created_ms = self._segments[-1].created_ms
+        for segment in self._segments:
+            self._dirty.discard(segment.fd)
+            segment.delete()
+        self._segments = [LogSegment.create(self.directory, offset, self.config, created_ms)]
+        fsync_dir(self.directory)
+        self._set_log_start_offset(offset)
+
+    def _write_epochs(self) -> None:
+        atomic_write(self.directory / LEADER_EPOCH_FILE, self._epochs.to_text().encode())
+
+    # -- durability and lifecycle --------------------------------------------
+
+    def dirty_fds(self) -> list[int]:
+        """The fds written since the last call (now considered clean); fsync them."""
+        fds = sorted(self._dirty)
+        self._dirty.clear()
+        return fds
+
+    def flush(self) -> None:
+        """fsync the active segment (and its indexes) now."""
+        self._segments[-1].fsync()
+        self._dirty.clear()
+
+    def close(self, clean: bool = True) -> None:
+        """Close the files. A clean close also fsyncs, writes a producer-state
+        snapshot at log_end_offset and the clean-shutdown marker."""
+        if self._closed:
+            return
+        self._closed = True
+        if clean:
+            self.flush()
+            snapshot = offset_path(self.directory, self.log_end_offset, SNAPSHOT_SUFFIX)
+            atomic_write(snapshot, self.producers.to_snapshot())
+            atomic_write(self.directory / CLEAN_SHUTDOWN_FILE, b"")
+        for segment in self._segments:
+            segment.close()
+
+    def delete(self) -> None:
+        """Remove the whole partition directory (topic deletion)."""
+        self.close(clean=False)
+        shutil.rmtree(self.directory, ignore_errors=True)

@@ -1,0 +1,185 @@
+"""Recovery of a partition directory on open (Kafka's LogLoader, simplified).
+
+Theory of operation
+-------------------
+1. Leftover ``*.tmp`` files (a crash during an atomic write) and index files
+   without a ``.log`` are deleted.
+2. Segments are opened in base-offset order. A segment is *scanned* — every
+   batch re-read, framing, magic and CRC32C checked, offsets required to be
+   contiguous — if it is the active (last) one, or if the shutdown was not
+   clean and it lies at or after the segment holding the newest producer
+   snapshot (everything older was fsynced when it was rolled), or if its index
+   files are missing or fail their sanity checks. Other segments trust their
+   indexes. At the first torn or corrupt batch the file is truncated there and
+   every later segment is deleted: what follows a hole cannot be trusted.
+3. The leader epoch cache is loaded from its checkpoint and, from the first
+   scanned segment on, rebuilt from the batches' ``partitionLeaderEpoch``.
+4. Producer state comes from the newest snapshot at or below the log end
+   offset, then the batch headers after it are replayed through
+   ``ProducerStateTable.apply`` (without a snapshot, the whole log is
+   replayed). Snapshots above the log end are deleted, and only the newest
+   ``snapshots_kept`` are kept.
+5. Finally the ``clean-shutdown`` marker is removed, so that a later crash is
+   seen as one.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from dataclasses import dataclass
+from pathlib import Path
+
+from kcompat.log.config import LogConfig
+from kcompat.log.epoch_cache import LeaderEpochCache
+from kcompat.log.files import (
+    CLEAN_SHUTDOWN_FILE,
+    LEADER_EPOCH_FILE,
+    LOG_START_OFFSET_FILE,
+    LOG_SUFFIX,
+    SEGMENT_SUFFIXES,
+    SNAPSHOT_SUFFIX,
+    TMP_SUFFIX,
+    atomic_write,
+    fsync_dir,
+    offset_path,
+    offsets_with_suffix,
+    read_int_file,
+)
+from kcompat.log.segment import LogSegment
+from kcompat.txn.producer_state import ProducerStateTable
+from kcompat.wire.batch import BatchHeader
+
+
+@dataclass(slots=True)
+class RecoveredLog:
+    segments: list[LogSegment]
+    log_start_offset: int
+    producers: ProducerStateTable
+    epochs: LeaderEpochCache
+    truncated: bool  # a torn or corrupt tail was cut off
+
+
+def recover(directory: Path, config: LogConfig, now_ms: int) -> RecoveredLog:
+    directory.mkdir(parents=True, exist_ok=True)
+    clean = (directory / CLEAN_SHUTDOWN_FILE).exists()
+    _remove_leftovers(directory)
+    persisted_start = read_int_file(directory / LOG_START_OFFSET_FILE) or 0
+    epochs = load_epoch_cache(directory)
+    bases = offsets_with_suffix(directory, LOG_SUFFIX)
+    if not bases:
+        segment = LogSegment.create(directory, persisted_start, config, now_ms)
+        segments, truncated = [segment], False
+    else:
+        snapshots = offsets_with_suffix(directory, SNAPSHOT_SUFFIX)
+        scan_from = _first_scanned(bases, snapshots[-1] if snapshots else None, clean)
+        segments, truncated = _open_segments(directory, config, now_ms, bases, scan_from, epochs)
+    log_end = segments[-1].next_offset
+    log_start = min(max(persisted_start, segments[0].base_offset), log_end)
+    epochs.truncate_from_end(log_end)
+    epochs.truncate_from_start(log_start)
+    atomic_write(directory / LEADER_EPOCH_FILE, epochs.to_text().encode())
+    if log_start != persisted_start:
+        atomic_write(directory / LOG_START_OFFSET_FILE, str(log_start).encode())
+    producers = rebuild_producer_state(directory, segments, log_end)
+    prune_snapshots(directory, log_end, config.snapshots_kept)
+    (directory / CLEAN_SHUTDOWN_FILE).unlink(missing_ok=True)
+    fsync_dir(directory)
+    return RecoveredLog(segments, log_start, producers, epochs, truncated)
+
+
+def _remove_leftovers(directory: Path) -> None:
+    for entry in list(directory.iterdir()):
+        if entry.name.endswith(TMP_SUFFIX):
+            entry.unlink()
+            continue
+        for suffix in SEGMENT_SUFFIXES[1:]:
+            log = entry.with_name(entry.name[: -len(suffix)] + LOG_SUFFIX)
+            if entry.name.endswith(suffix) and not log.exists():
+                entry.unlink()
+
+
+def _first_scanned(bases: list[int], newest_snapshot: int | None, clean: bool) -> int:
+    """Index of the first segment whose batches must all be re-validated."""
+    last = len(bases) - 1
+    if clean:
+        return last
+    if newest_snapshot is None:
+        return 0
+    return min(last, max(0, bisect_right(bases, newest_snapshot) - 1))
+
+
+def _open_segments(
+    directory: Path,
+    config: LogConfig,
+    now_ms: int,
+    bases: list[int],
+    scan_from: int,
+    epochs: LeaderEpochCache,
+) -> tuple[list[LogSegment], bool]:
+    segments: list[LogSegment] = []
+    rebuilding_epochs = False
+
+    def on_batch(header: BatchHeader) -> None:
+        epochs.assign(header.partition_leader_epoch, header.base_offset)
+
+    for i, base in enumerate(bases):
+        next_base = bases[i + 1] if i + 1 < len(bases) else None
+        segment, ready = LogSegment.open_existing(
+            directory, base, config, now_ms, next_base, trust_indexes=i < scan_from
+        )
+        segments.append(segment)
+        if ready:
+            continue
+        if not rebuilding_epochs:
+            epochs.truncate_from_end(base)
+            rebuilding_epochs = True
+        previous_end = segments[-2].next_offset if len(segments) > 1 else base
+        if segment.recover(max(base, previous_end), on_batch):
+            for later in bases[i + 1 :]:
+                for suffix in SEGMENT_SUFFIXES:
+                    offset_path(directory, later, suffix).unlink(missing_ok=True)
+            return segments, True
+    return segments, False
+
+
+def load_epoch_cache(directory: Path) -> LeaderEpochCache:
+    """The checkpointed cache, or an empty one if missing or malformed (the
+    scan of the log then rebuilds what it can)."""
+    try:
+        return LeaderEpochCache.from_text((directory / LEADER_EPOCH_FILE).read_text())
+    except (OSError, ValueError):
+        return LeaderEpochCache()
+
+
+def rebuild_producer_state(
+    directory: Path, segments: list[LogSegment], log_end_offset: int
+) -> ProducerStateTable:
+    """Newest usable snapshot <= ``log_end_offset`` plus a replay of the
+    batch headers after it."""
+    table, start = ProducerStateTable(), 0
+    for offset in reversed(offsets_with_suffix(directory, SNAPSHOT_SUFFIX)):
+        if offset > log_end_offset:
+            continue
+        try:
+            data = offset_path(directory, offset, SNAPSHOT_SUFFIX).read_bytes()
+            table, start = ProducerStateTable.from_snapshot(data), offset
+            break
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+    for segment in segments:
+        if segment.next_offset <= start:
+            continue
+        position = segment.position_of(start) if start > segment.base_offset else 0
+        for _, header in segment.iter_headers(position):
+            if header.base_offset >= start:
+                table.apply(header)
+    return table
+
+
+def prune_snapshots(directory: Path, log_end_offset: int, keep: int) -> None:
+    """Delete snapshots above ``log_end_offset`` and all but the newest ``keep``."""
+    offsets = offsets_with_suffix(directory, SNAPSHOT_SUFFIX)
+    valid = [o for o in offsets if o <= log_end_offset]
+    stale = [o for o in offsets if o > log_end_offset] + valid[:-keep]
+    for offset in stale:
+        offset_path(directory, offset, SNAPSHOT_SUFFIX).unlink(missing_ok=True)

@@ -1,0 +1,362 @@
+"""One segment of a partition log: a ``.log`` file of batches plus its indexes.
+
+Theory of operation
+-------------------
+A segment is named by its base offset and holds whole RecordBatch v2 batches
+back to back, each already carrying its assigned ``baseOffset`` and
+``partitionLeaderEpoch``. The log file is opened once with ``O_APPEND``:
+``append`` writes a batch with one ``os.writev`` of caller-supplied parts (so
+the two rewritten header fields need no copy of the batch), reads use
+``os.pread`` and never move a file pointer.
+
+In memory the segment tracks its size, the next offset after its last batch,
+its maximum batch timestamp and the base offset of the batch holding it, and
+the max timestamp of its first batch (the clock of ``segment.ms`` rolls, as in
+Kafka; the creation time stands in while it is empty or untimestamped).
+
+Every ``index_interval_bytes`` of appended log, the offset index gets an entry
+for the batch being appended and the time index an entry if the running
+maximum timestamp grew since its last entry. To find the batch that contains
+an offset, look up the greatest index entry <= offset, then walk batch headers
+forward with small preads.
+
+``recover`` rebuilds the state and both indexes by scanning every batch and
+checking framing, magic, CRC32C and that offsets are contiguous; it truncates
+the file at the first bad batch. ``load_indexes`` instead trusts the index
+files of a cleanly rolled segment and only walks the headers after the last
+offset-index entry.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+
+from kcompat.log.config import INT32_MAX, LogConfig
+from kcompat.log.files import (
+    INDEX_SUFFIX,
+    LOG_SUFFIX,
+    SEGMENT_SUFFIXES,
+    TIME_INDEX_SUFFIX,
+    offset_path,
+    writev_all,
+)
+from kcompat.log.index import OffsetIndex, TimeIndex
+from kcompat.wire.batch import (
+    HEADER_SIZE,
+    LOG_OVERHEAD,
+    MAGIC_V2,
+    BatchHeader,
+    batch_length_at,
+    compute_crc,
+    parse_header,
+)
+
+_LOG_FLAGS = os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC
+
+
+class LogSegment:
+    def __init__(
+        self,
+        directory: Path,
+        base_offset: int,
+        config: LogConfig,
+        fd: int,
+        created_ms: int,
+        indexes: tuple[OffsetIndex, TimeIndex] | None = None,
+    ) -> None:
+        self.directory = directory
+        self.base_offset = base_offset
+        self.config = config
+        self.fd = fd
+        self.created_ms = created_ms
+        self._reset_state()
+        if indexes is None:
+            indexes = (
+                OffsetIndex.create(self.path(INDEX_SUFFIX), base_offset),
+                TimeIndex.create(self.path(TIME_INDEX_SUFFIX), base_offset),
+            )
+        self.offset_index, self.time_index = indexes
+
+    def path(self, suffix: str) -> Path:
+        return offset_path(self.directory, self.base_offset, suffix)
+
+    # -- opening -------------------------------------------------------------
+
+    @classmethod
+    def create(
+        cls, directory: Path, base_offset: int, config: LogConfig, now_ms: int
+    ) -> LogSegment:
+        """A new empty segment; any files with its name are replaced."""
+        path = offset_path(directory, base_offset, LOG_SUFFIX)
+        fd = os.open(path, _LOG_FLAGS | os.O_TRUNC, 0o644)
+        return cls(directory, base_offset, config, fd, now_ms)
+
+    @classmethod
+    def open_existing(
+        cls,
+        directory: Path,
+        base_offset: int,
+        config: LogConfig,
+        now_ms: int,
+        next_base_offset: int | None,
+        trust_indexes: bool,
+    ) -> tuple[LogSegment, bool]:
+        """Open a segment written earlier. With ``trust_indexes`` its index files
+        are loaded and checked against the log; returns (segment, ready). When not
+        ready, the caller must run ``recover`` before using the segment."""
+        fd = os.open(offset_path(directory, base_offset, LOG_SUFFIX), _LOG_FLAGS, 0o644)
+        size = os.fstat(fd).st_size
+        indexes = None
+        if trust_indexes:
+            indexes = _load_indexes(directory, base_offset, size, next_base_offset)
+        segment = cls(directory, base_offset, config, fd, now_ms, indexes)
+        segment.size_bytes = size
+        if indexes is None:
+            return segment, False
+        if not segment._restore_tail_state():
+            return segment, False
+        time_last = segment.time_index.last_entry()
+        return segment, time_last is None or time_last[1] < segment.next_offset
+
+    def _reset_state(self) -> None:
+        self.size_bytes = 0
+        self.next_offset = self.base_offset
+        self.max_timestamp = -1
+        self.offset_of_max_timestamp = -1
+        self.first_batch_timestamp = -1
+        self._bytes_since_index = 0
+
+    def _restore_tail_state(self) -> bool:
+        """Derive next offset and max timestamp from the indexes plus a walk of the
+        headers after the last offset-index entry; False if the log disagrees."""
+        last = self.offset_index.last_entry()
+        offset, position = last if last is not None else (self.base_offset, 0)
+        self.next_offset = self.base_offset
+        time_last = self.time_index.last_entry()
+        self.max_timestamp, self.offset_of_max_timestamp = time_last or (-1, -1)
+        self.first_batch_timestamp = -1
+        end = position
+        for pos, header in self.iter_headers(position):
+            if pos == position and last is not None and header.base_offset != offset:
+                return False
+            if header.max_timestamp > self.max_timestamp:
+                self.max_timestamp = header.max_timestamp
+                self.offset_of_max_timestamp = header.base_offset
+            self.next_offset = header.next_offset
+            end = pos + header.size
+        if end != self.size_bytes or (last is not None and self.next_offset <= offset):
+            return False
+        self._bytes_since_index = self.size_bytes - position
+        if self.size_bytes:
+            self.first_batch_timestamp = self.header_at(0).max_timestamp
+        return True
+
+    def recover(self, min_base_offset: int, on_batch: Callable[[BatchHeader], None]) -> bool:
+        """Rescan and validate every batch, rebuild the indexes, and truncate the
+        file at the first torn or corrupt batch. Returns True if it truncated."""
+        file_size = os.fstat(self.fd).st_size
+        self.offset_index.close()
+        self.time_index.close()
+        self.offset_index = OffsetIndex.create(self.path(INDEX_SUFFIX), self.base_offset)
+        self.time_index = TimeIndex.create(self.path(TIME_INDEX_SUFFIX), self.base_offset)
+        self._reset_state()
+        expected = min_base_offset
+        for pos, batch in self._iter_raw_batches(file_size):
+            header = parse_header(batch)
+            first = pos == 0
+            if not _batch_valid(header, batch, expected, exact=not first):
+                break
+            self._track(pos, header)
+            self.size_bytes = pos + header.size
+            expected = header.next_offset
+            on_batch(header)
+        truncated = self.size_bytes < file_size
+        if truncated:
+            os.ftruncate(self.fd, self.size_bytes)
+            os.fsync(self.fd)
+        self.offset_index.write_pending()
+        self.time_index.write_pending()
+        return truncated
+
+    def _iter_raw_batches(self, file_size: int) -> Iterator[tuple[int, memoryview]]:
+        """Whole batches read in chunks; stops at a batch that is cut off."""
+        chunk = self.config.recovery_chunk_bytes
+        pos = 0
+        while file_size - pos >= HEADER_SIZE:
+            buf = memoryview(os.pread(self.fd, min(chunk, file_size - pos), pos))
+            off = 0
+            while len(buf) - off >= LOG_OVERHEAD:
+                size = batch_length_at(buf, off)
+                if size < HEADER_SIZE or pos + off + size > file_size:
+                    return
+                if off + size > len(buf):
+                    if off == 0:  # a batch larger than the chunk: read it alone
+                        yield pos, memoryview(os.pread(self.fd, size, pos))
+                        off = size
+                    break
+                yield pos + off, buf[off : off + size]
+                off += size
+            pos += off
+
+    # -- writing -------------------------------------------------------------
+
+    def would_overflow(self, header: BatchHeader) -> bool:
+        """True if ``header``'s batch cannot go into this (non-empty) segment."""
+        if self.size_bytes == 0:
+            return False
+        too_big = self.size_bytes + header.size > self.config.segment_bytes
+        return too_big or header.last_offset - self.base_offset > INT32_MAX
+
+    def roll_due(self, now_ms: int) -> bool:
+        """True if the segment is non-empty and older than ``segment_ms``."""
+        if self.size_bytes == 0:
+            return False
+        since = self.first_batch_timestamp if self.first_batch_timestamp >= 0 else self.created_ms
+        return now_ms - since > self.config.segment_ms
+
+    def append(self, parts: Sequence[bytes | bytearray | memoryview], header: BatchHeader) -> int:
+        """Write one batch given as ``parts`` (``header`` carries its assigned
+        base offset); returns its file position."""
+        position = self.size_bytes
+        written = writev_all(self.fd, parts)
+        assert written == header.size, f"batch parts are {written} bytes, header says {header.size}"
+        self._track(position, header)
+        self.size_bytes += written
+        return position
+
+    def _track(self, position: int, header: BatchHeader) -> None:
+        if position == 0:
+            self.first_batch_timestamp = header.max_timestamp
+        if header.max_timestamp > self.max_timestamp:
+            self.max_timestamp = header.max_timestamp
+            self.offset_of_max_timestamp = header.base_offset
+        if self._bytes_since_index > self.config.index_interval_bytes:
+            self.offset_index.append(header.base_offset, position)
+            if self.max_timestamp >= 0:
+                self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
+            self._bytes_since_index = 0
+        self._bytes_since_index += header.size
+        self.next_offset = header.next_offset
+
+    def truncate_to(self, offset: int) -> None:
+        """Drop the batch containing ``offset`` and everything after it."""
+        position = self.position_of(offset)
+        if position >= self.size_bytes:
+            return
+        cut_base = self.header_at(position).base_offset
+        os.ftruncate(self.fd, position)
+        os.fsync(self.fd)
+        self.size_bytes = position
+        self.offset_index.truncate_to_position(position)
+        self.time_index.truncate_to_offset(cut_base)
+        ok = self._restore_tail_state()
+        assert ok, "segment state inconsistent after truncation"
+
+    # -- reading -------------------------------------------------------------
+
+    def read(self, position: int, size: int) -> bytes:
+        return os.pread(self.fd, size, position)
+
+    def header_at(self, position: int) -> BatchHeader:
+        return parse_header(os.pread(self.fd, HEADER_SIZE, position))
+
+    def batch_size_at(self, position: int) -> int:
+        return batch_length_at(os.pread(self.fd, LOG_OVERHEAD, position), 0)
+
+    def iter_headers(self, position: int = 0) -> Iterator[tuple[int, BatchHeader]]:
+        """(position, header) of each whole batch from ``position``, read in chunks."""
+        chunk = self.config.recovery_chunk_bytes
+        end = self.size_bytes
+        while end - position >= HEADER_SIZE:
+            buf = os.pread(self.fd, min(chunk, end - position), position)
+            off = 0
+            while len(buf) - off >= HEADER_SIZE:
+                size = batch_length_at(buf, off)
+                if size < HEADER_SIZE or position + off + size > end:
+                    return
+                yield position + off, parse_header(buf, off)
+                off += size
+            if off == 0:
+                return
+            position += off
+
+    def position_of(self, offset: int) -> int:
+        """Position of the first batch whose last offset >= ``offset`` (the batch
+        containing it), or the segment size if there is none."""
+        if offset >= self.next_offset:
+            return self.size_bytes
+        _, position = self.offset_index.lookup(offset)
+        while position < self.size_bytes:
+            header = self.header_at(position)
+            if header.last_offset >= offset:
+                return position
+            position += header.size
+        return self.size_bytes
+
+    def find_timestamp(self, timestamp: int) -> tuple[int, int] | None:
+        """(base offset, max timestamp) of the first batch whose max timestamp
+        >= ``timestamp``, or None if this segment has none."""
+        if self.max_timestamp < timestamp:
+            return None
+        entry = self.time_index.lookup(timestamp)
+        position = self.position_of(entry[1]) if entry is not None else 0
+        for _, header in self.iter_headers(position):
+            if header.max_timestamp >= timestamp:
+                return header.base_offset, header.max_timestamp
+        return None
+
+    def largest_timestamp_ms(self) -> int:
+        """Max batch timestamp, or the file's mtime when no batch has one (the
+        clock of ``retention.ms``, as in Kafka)."""
+        if self.max_timestamp >= 0:
+            return self.max_timestamp
+        return os.fstat(self.fd).st_mtime_ns // 1_000_000
+
+    # -- lifecycle -----------------------------------------------------------
+
+    def fsync(self) -> None:
+        os.fsync(self.fd)
+        self.offset_index.fsync()
+        self.time_index.fsync()
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+        self.offset_index.close()
+        self.time_index.close()
+
+    def delete(self) -> None:
+        self.close()
+        for suffix in SEGMENT_SUFFIXES:
+            self.path(suffix).unlink(missing_ok=True)
+
+
+def _batch_valid(header: BatchHeader, batch: memoryview, expected: int, exact: bool) -> bool:
+    """A recovered batch is valid if well-formed, CRC-clean and at the next offset."""
+    if header.magic != MAGIC_V2 or header.last_offset_delta < 0 or header.records_count < 0:
+        return False
+    if exact and header.base_offset != expected:
+        return False
+    if header.base_offset < expected:
+        return False
+    return compute_crc(batch) == header.crc
+
+
+def _load_indexes(
+    directory: Path, base_offset: int, log_size: int, next_base_offset: int | None
+) -> tuple[OffsetIndex, TimeIndex] | None:
+    offset_index = OffsetIndex.load(
+        offset_path(directory, base_offset, INDEX_SUFFIX), base_offset, log_size, next_base_offset
+    )
+    time_index = TimeIndex.load(
+        offset_path(directory, base_offset, TIME_INDEX_SUFFIX), base_offset, next_base_offset
+    )
+    if offset_index is not None and time_index is not None:
+        return offset_index, time_index
+    for index in (offset_index, time_index):
+        if index is not None:
+            index.close()
+    return None

@@ -1,0 +1,108 @@
+"""Codec glue over kio: request bodies in, response bodies out.
+
+Theory of operation
+-------------------
+kio provides one frozen dataclass per (API, version, request/response),
+generated from Kafka's JSON schemas, with a native reader and a Python writer.
+This module finds the right classes (cached), reads a request body after the
+header, and writes a response with its header and size prefix. ``build``
+constructs a response entity from keyword arguments, dropping fields that the
+chosen version does not have, so handlers can be written once for all versions.
+"""
+
+from __future__ import annotations
+
+import io
+import struct
+from collections.abc import Callable
+from functools import cache
+from types import ModuleType
+from typing import Any
+
+from kio.index import load_payload_module
+from kio.serial import entity_reader, entity_writer
+from kio.static.constants import EntityType
+
+from kcompat.wire.headers import response_header
+from kcompat.wire.versions import API_VERSIONS
+
+_SIZE = struct.Struct(">i")
+
+
+class BodyError(ValueError):
+    """The request body could not be parsed."""
+
+
+@cache
+def request_module(api_key: int, version: int) -> ModuleType:
+    return load_payload_module(api_key, version, EntityType.request)
+
+
+@cache
+def response_module(api_key: int, version: int) -> ModuleType:
+    return load_payload_module(api_key, version, EntityType.response)
+
+
+def _entity_class(module: ModuleType, kind: str) -> type[Any]:
+    for value in vars(module).values():
+        if isinstance(value, type) and getattr(value, "__type__", None) is kind:
+            return value
+    raise LookupError(f"no {kind} entity in {module.__name__}")
+
+
+@cache
+def request_class(api_key: int, version: int) -> type[Any]:
+    return _entity_class(request_module(api_key, version), EntityType.request)
+
+
+@cache
+def response_class(api_key: int, version: int) -> type[Any]:
+    return _entity_class(response_module(api_key, version), EntityType.response)
+
+
+@cache
+def is_flexible(api_key: int, version: int) -> bool:
+    return bool(request_class(api_key, version).__flexible__)
+
+
+@cache
+def _reader(cls: type[Any]) -> Callable[[bytes, int], tuple[Any, int]]:
+    return entity_reader(cls)  # type: ignore[no-any-return]
+
+
+@cache
+def _writer(cls: type[Any]) -> Callable[[io.BytesIO, Any], None]:
+    return entity_writer(cls)  # type: ignore[no-any-return]
+
+
+def read_request(api_key: int, version: int, frame: bytes, offset: int) -> Any:
+    cls = request_class(api_key, version)
+    try:
+        value, _size = _reader(cls)(frame, offset)
+    except Exception as e:  # kio raises several types for bad input
+        raise BodyError(f"cannot parse {cls.__name__} v{version}: {e}") from e
+    return value
+
+
+@cache
+def _field_names(cls: type[Any]) -> frozenset[str]:
+    return frozenset(cls.__dataclass_fields__)
+
+
+def build(cls: type[Any], **fields: Any) -> Any:
+    """Instantiate a kio entity, ignoring fields this version lacks."""
+    names = _field_names(cls)
+    return cls(**{k: v for k, v in fields.items() if k in names})
+
+
+def encode_response(api_key: int, version: int, correlation_id: int, body: Any) -> bytes:
+    """Size prefix + response header + body."""
+    flexible = is_flexible(api_key, version) and api_key != API_VERSIONS
+    buf = io.BytesIO()
+    buf.write(b"\0\0\0\0")
+    buf.write(response_header(correlation_id, flexible))
+    _writer(type(body))(buf, body)
+    out = buf.getbuffer()
+    _SIZE.pack_into(out, 0, len(out) - 4)
+    del out
+    return buf.getvalue()

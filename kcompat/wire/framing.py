@@ -1,0 +1,68 @@
+"""Length-prefixed Kafka frames, sans-IO.
+
+Theory of operation
+-------------------
+Every Kafka request is an int32 size followed by that many bytes. ``FrameReader``
+is fed whatever the socket delivered and hands back complete frames. The size is
+checked the moment its four bytes arrive, so a frame over
+``socket.request.max.bytes`` is refused before a single byte of it is buffered
+(``FrameTooLarge``); a negative size is ``MalformedFrame``. Both are protocol
+errors after which the connection must be closed.
+"""
+
+from __future__ import annotations
+
+import struct
+
+_SIZE = struct.Struct(">i")
+
+
+class FrameError(Exception):
+    """The peer broke the framing; close the connection."""
+
+
+class FrameTooLarge(FrameError):
+    pass
+
+
+class MalformedFrame(FrameError):
+    pass
+
+
+class FrameReader:
+    def __init__(self, max_frame_bytes: int) -> None:
+        self.max_frame_bytes = max_frame_bytes
+        self._buf = bytearray()
+        self._need = -1  # size of the frame being assembled, -1 while reading a size
+
+    def feed(self, data: bytes) -> list[bytes]:
+        """Add received bytes; return every frame completed by them."""
+        self._buf += data
+        frames: list[bytes] = []
+        while True:
+            if self._need < 0:
+                if len(self._buf) < 4:
+                    return frames
+                size = _SIZE.unpack_from(self._buf, 0)[0]
+                if size < 0:
+                    raise MalformedFrame(f"negative frame size {size}")
+                if size > self.max_frame_bytes:
+                    raise FrameTooLarge(
+                        f"frame of {size} bytes exceeds socket.request.max.bytes "
+                        f"{self.max_frame_bytes}"
+                    )
+                del self._buf[:4]
+                self._need = size
+            if len(self._buf) < self._need:
+                return frames
+            frames.append(bytes(self._buf[: self._need]))
+            del self._buf[: self._need]
+            self._need = -1
+
+    @property
+    def buffered(self) -> int:
+        return len(self._buf)
+
+
+def frame(payload: bytes) -> bytes:
+    return _SIZE.pack(len(payload)) + payload

@@ -1,0 +1,67 @@
+"""The one table of API versions kcompat advertises in ApiVersions.
+
+Theory of operation
+-------------------
+Ranges follow Apache Kafka 4.1's answers (kafka-python infers the broker version
+from the maxima, so they must look like a real release), capped where a client
+would otherwise switch to something we do not serve (PROTOCOL.md):
+
+* Produce max 12: v13 makes Java 4.1+ send topic ids only.
+* Fetch max 12: v13+ needs real topic ids end to end.
+* Low minimums are advertised for librdkafka < 2.11, whose feature detection
+  matches one exact version (e.g. FindCoordinator v0 enables LZ4); a request at a
+  version below ``parse_min`` is answered with UNSUPPORTED_VERSION instead.
+
+Only APIs that have a handler appear here; later issues add theirs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class ApiRange:
+    api_key: int
+    name: str
+    min_version: int
+    max_version: int
+    parse_min: int  # lowest version we actually parse (below: UNSUPPORTED_VERSION)
+
+
+PRODUCE, FETCH, LIST_OFFSETS, METADATA = 0, 1, 2, 3
+FIND_COORDINATOR, API_VERSIONS = 10, 18
+CREATE_TOPICS, DELETE_TOPICS, DELETE_RECORDS, INIT_PRODUCER_ID = 19, 20, 21, 22
+OFFSET_FOR_LEADER_EPOCH, DESCRIBE_CONFIGS, ALTER_CONFIGS = 23, 32, 33
+CREATE_PARTITIONS, INCREMENTAL_ALTER_CONFIGS, DESCRIBE_CLUSTER = 37, 44, 60
+
+_TABLE = (
+    ApiRange(PRODUCE, "Produce", 0, 12, 3),
+    ApiRange(FETCH, "Fetch", 4, 12, 4),
+    ApiRange(LIST_OFFSETS, "ListOffsets", 1, 10, 1),
+    ApiRange(METADATA, "Metadata", 0, 12, 0),
+    ApiRange(FIND_COORDINATOR, "FindCoordinator", 0, 6, 0),
+    ApiRange(API_VERSIONS, "ApiVersions", 0, 4, 0),
+    ApiRange(CREATE_TOPICS, "CreateTopics", 2, 7, 2),
+    ApiRange(DELETE_TOPICS, "DeleteTopics", 1, 6, 1),
+    ApiRange(DELETE_RECORDS, "DeleteRecords", 0, 2, 0),
+    ApiRange(INIT_PRODUCER_ID, "InitProducerId", 0, 5, 0),
+    ApiRange(OFFSET_FOR_LEADER_EPOCH, "OffsetForLeaderEpoch", 2, 4, 2),
+    ApiRange(DESCRIBE_CONFIGS, "DescribeConfigs", 1, 4, 1),
+    ApiRange(ALTER_CONFIGS, "AlterConfigs", 0, 2, 0),
+    ApiRange(CREATE_PARTITIONS, "CreatePartitions", 0, 3, 0),
+    ApiRange(INCREMENTAL_ALTER_CONFIGS, "IncrementalAlterConfigs", 0, 1, 0),
+    ApiRange(DESCRIBE_CLUSTER, "DescribeCluster", 0, 1, 0),
+)
+
+API_RANGES: dict[int, ApiRange] = {r.api_key: r for r in _TABLE}
+
+
+def api_name(api_key: int) -> str:
+    r = API_RANGES.get(api_key)
+    return r.name if r else f"api-{api_key}"
+
+
+def is_supported(api_key: int, version: int) -> bool:
+    r = API_RANGES.get(api_key)
+    return r is not None and r.parse_min <= version <= r.max_version

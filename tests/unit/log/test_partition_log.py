@@ -1,0 +1,286 @@
+"""PartitionLog: append/read, rolling, retention, timestamps, epochs, truncation."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from log_helpers import all_headers, append, headers_of, make_batch, open_log
+
+from kcompat.log import OffsetOutOfRange, PartitionLog
+from kcompat.wire.batch import compute_crc, validate
+
+
+def test_append_assigns_dense_offsets_and_reads_back(tmp_path: Path) -> None:
+    log = open_log(tmp_path / "t-0")
+    counts = [1, 3, 5, 2]
+    headers = [append(log, n, ts=1000 + i * 10, epoch=2) for i, n in enumerate(counts)]
+    assert [h.base_offset for h in headers] == [0, 1, 4, 9]
+    assert log.log_end_offset == 11
+    data = log.read(0, 1 << 20, log.log_end_offset)
+    read = headers_of(data)
+    assert len(data) == log.size_bytes
+    assert [(h.base_offset, h.records_count) for h in read] == [(0, 1), (1, 3), (4, 5), (9, 2)]
+    for h in read:
+        assert h.partition_leader_epoch == 2
+    # the stored batches are still CRC-valid batches with the assigned offsets
+    pos = 0
+    for h in read:
+        one = data[pos : pos + h.size]
+        assert compute_crc(one) == h.crc and validate(one).base_offset == h.base_offset
+        pos += h.size
+    log.close()
+
+
+def test_read_from_middle_of_batch_starts_at_that_batch(tmp_path: Path) -> None:
+    log = open_log(tmp_path / "t-0")
+    append(log, 3)
+    append(log, 3)
+    assert headers_of(log.read(4, 1 << 20, 100))[0].base_offset == 3
+    assert log.read_batch_at(5) == log.read(3, 1, 100)
+    log.close()
+
+
+def test_read_min_one_batch_and_cut_tail(tmp_path: Path) -> None:
+    log = open_log(tmp_path / "t-0")
+    first = append(log, 4, value_size=100)
+    append(log, 4, value_size=100)
+    assert log.read(0, 1, 100) == log.read_batch_at(0)
+    assert len(log.read(0, 1, 100)) == first.size
+    cut = log.read(0, first.size + 20, 100)
+    assert len(cut) == first.size + 20  # a trailing partial batch, as Kafka sends
+    log.close()
+
+
+def test_read_max_offset_bound(tmp_path: Path) -> None:
+    log = open_log(tmp_path / "t-0")
+    a = append(log, 2)
+    b = append(log, 2)
+    append(log, 2)
+    assert log.read(0, 1 << 20, 0) == b""
+    assert log.read(0, 1 << 20, 1) == b""  # batch 0-1 is not wholly below 1
+    assert len(log.read(0, 1 << 20, 2)) == a.size
+    assert len(log.read(0, 1 << 20, 4)) == a.size + b.size
+    assert len(log.read(0, 1 << 20, 5)) == a.size + b.size
+    assert log.read(2, 1 << 20, 2) == b""
+    log.close()
+
+
+def test_offset_out_of_range(tmp_path: Path) -> None:
+    log = open_log(tmp_path / "t-0")
+    append(log, 3)
+    assert log.read(3, 100, 3) == b""
+    with pytest.raises(OffsetOutOfRange):
+        log.read(4, 100, 10)
+    with pytest.raises(OffsetOutOfRange):
+        log.read(-1, 100, 10)
+    with pytest.raises(OffsetOutOfRange):
+        log.read_batch_at(3)
+    log.delete_records_before(2)
+    with pytest.raises(OffsetOutOfRange):
+        log.read(1, 100, 10)
+    assert headers_of(log.read(2, 100, 10))[0].base_offset == 0  # batch holding 2
+    log.close()
+
+
+def test_roll_by_size(tmp_path: Path) -> None:
+    size = make_batch(1, value_size=200)[1].size
+    log = open_log(tmp_path / "t-0", segment_bytes=size * 3)
+    for _ in range(7):
+        append(log, 1, value_size=200)
+    assert log.segment_base_offsets == [0, 3, 6]
+    assert (tmp_path / "t-0" / "00000000000000000003.log").exists()
+    assert (tmp_path / "t-0" / "00000000000000000003.index").exists()
+    assert (tmp_path / "t-0" / "00000000000000000003.timeindex").exists()
+    # a read stays within one segment
+    assert [h.base_offset for h in headers_of(log.read(0, 1 << 20, 100))] == [0, 1, 2]
+    assert [h.base_offset for h in all_headers(log)] == list(range(7))
+    # a batch bigger than segment_bytes still goes into an (empty) segment
+    big = append(log, 1, value_size=size * 5)
+    assert log.segment_base_offsets[-1] == big.base_offset == 7
+    log.close()
+
+
+def test_roll_by_time(tmp_path: Path) -> None:
+    log = open_log(tmp_path / "t-0", segment_ms=1000)
+    append(log, ts=5_000, now_ms=5_000)
+    append(log, ts=5_500, now_ms=5_500)
+    assert log.segment_base_offsets == [0]
+    append(log, ts=6_001, now_ms=6_001)
+    assert log.segment_base_offsets == [0, 2]
+    log.close()
+
+
+def test_retention_by_time(tmp_path: Path) -> None:
+    log = open_log(tmp_path / "t-0", retention_ms=10_000)
+    for i in range(4):
+        append(log, ts=1_000 * (i + 1))
+        log.roll(now_ms=0)
+    append(log, ts=9_000)
+    assert log.segment_base_offsets == [0, 1, 2, 3, 4]
+    assert log.enforce_retention(now_ms=12_500) == 2  # max ts 1000 and 2000
+    assert log.segment_base_offsets == [2, 3, 4]
+    assert log.log_start_offset == 2
+    assert not (tmp_path / "t-0" / "00000000000000000000.log").exists()
+    assert log.enforce_retention(now_ms=100_000) == 2  # never the active segment
+    assert log.segment_base_offsets == [4] and log.log_start_offset == 4
+    with pytest.raises(OffsetOutOfRange):
+        log.read(3, 100, 100)
+    log.close()
+    reopened = open_log(tmp_path / "t-0")
+    assert reopened.log_start_offset == 4 and reopened.log_end_offset == 5
+    reopened.close()
+
+
+def test_retention_by_bytes(tmp_path: Path) -> None:
+    size = make_batch(1)[1].size
+    log = open_log(tmp_path / "t-0", segment_bytes=size * 2, retention_bytes=size * 3)
+    for _ in range(7):
+        append(log)
+    assert log.segment_base_offsets == [0, 2, 4, 6]
+    assert log.enforce_retention(now_ms=0) == 2  # 7 batches -> keep 3 (4,5 and 6)
+    assert log.segment_base_offsets == [4, 6]
+    assert log.size_bytes == 3 * size
+    assert log.log_start_offset == 4
+    log.close()
+
+
+def test_delete_records_before(tmp_path: Path) -> None:
+    log = open_log(tmp_path / "t-0", segment_bytes=make_batch(1)[1].size * 2)
+    for _ in range(6):
+        append(log)
+    assert log.segment_base_offsets == [0, 2, 4]
+    log.delete_records_before(3)
+    assert log.log_start_offset == 3 and log.segment_base_offsets == [2, 4]
+    assert (tmp_path / "t-0" / "log-start-offset").read_text() == "3"
+    log.delete_records_before(1)  # never lowers it
+    assert log.log_start_offset == 3
+    with pytest.raises(OffsetOutOfRange):
+        log.delete_records_before(7)
+    log.delete_records_before(6)  # the log end: everything can go
+    assert log.segment_base_offsets == [6]
+    assert log.log_start_offset == log.log_end_offset == 6 and log.size_bytes == 0
+    assert append(log).base_offset == 6
+    log.close()
+    reopened = open_log(tmp_path / "t-0")
+    assert (reopened.log_start_offset, reopened.log_end_offset) == (6, 7)
+    reopened.close()
+
+
+def test_offset_for_timestamp_and_max_timestamp(tmp_path: Path) -> None:
+    log = open_log(tmp_path / "t-0", segment_bytes=400, index_interval_bytes=0)
+    assert log.offset_for_timestamp(0) is None and log.max_timestamp_offset() is None
+    stamps = [100, 200, 150, 400, 300, 500, 500, 450]
+    for ts in stamps:
+        append(log, 2, ts=ts, ts_step=5)
+    assert len(log.segment_base_offsets) > 1
+    assert log.offset_for_timestamp(0) == (0, 105)
+    assert log.offset_for_timestamp(105) == (0, 105)
+    assert log.offset_for_timestamp(106) == (2, 205)
+    assert log.offset_for_timestamp(300) == (6, 405)
+    assert log.offset_for_timestamp(406) == (10, 505)
+    assert log.offset_for_timestamp(506) is None
+    assert log.max_timestamp_offset() == (10, 505)
+    log.delete_records_before(8)
+    assert log.offset_for_timestamp(0) == (8, 305)
+    log.close()
+    # rebuilt from indexes / scans after reopen
+    reopened = open_log(tmp_path / "t-0", segment_bytes=400, index_interval_bytes=0)
+    assert reopened.offset_for_timestamp(406) == (10, 505)
+    assert reopened.max_timestamp_offset() == (10, 505)
+    reopened.close()
+
+
+def test_leader_epoch_cache(tmp_path: Path) -> None:
+    log = open_log(tmp_path / "t-0")
+    append(log, 2, epoch=1)
+    append(log, 2, epoch=1)
+    append(log, 3, epoch=3)
+    append(log, 1, epoch=5)
+    assert log.leader_epochs == [(1, 0), (3, 4), (5, 7)]
+    assert log.end_offset_for_epoch(5) == (5, 8)
+    assert log.end_offset_for_epoch(4) == (3, 7)
+    assert log.end_offset_for_epoch(3) == (3, 7)
+    assert log.end_offset_for_epoch(2) == (1, 4)
+    assert log.end_offset_for_epoch(1) == (1, 4)
+    assert log.end_offset_for_epoch(0) == (0, 0)  # below all: Kafka answers the first start
+    assert log.end_offset_for_epoch(6) == (-1, -1)
+    assert log.end_offset_for_epoch(-1) == (-1, -1)
+    log.close()
+    reopened = open_log(tmp_path / "t-0")
+    assert reopened.leader_epochs == [(1, 0), (3, 4), (5, 7)]
+    reopened.close()
+
+
+def test_leader_epoch_cache_rebuilt_from_log(tmp_path: Path) -> None:
+    log = open_log(tmp_path / "t-0")
+    append(log, 2, epoch=1)
+    append(log, 2, epoch=4)
+    log.close(clean=False)
+    (tmp_path / "t-0" / "leader-epoch-checkpoint").unlink()
+    reopened = open_log(tmp_path / "t-0")
+    assert reopened.leader_epochs == [(1, 0), (4, 2)]
+    reopened.close()
+
+
+def test_truncate_to(tmp_path: Path) -> None:
+    log = open_log(tmp_path / "t-0", segment_bytes=make_batch(2)[1].size * 2)
+    for epoch in (1, 1, 2, 2, 3):
+        append(log, 2, epoch=epoch, producer_id=7, producer_epoch=0, base_sequence=(epoch - 1) * 0)
+    assert log.segment_base_offsets == [0, 4, 8]
+    log.truncate_to(5)  # inside batch 4-5: the whole batch goes
+    assert log.log_end_offset == 4
+    assert log.segment_base_offsets == [0, 4]
+    assert log.leader_epochs == [(1, 0), (2, 4)] or log.leader_epochs == [(1, 0)]
+    assert log.leader_epochs == [(1, 0)]
+    assert [h.base_offset for h in all_headers(log)] == [0, 2]
+    assert append(log, 2, epoch=6).base_offset == 4
+    assert log.end_offset_for_epoch(1) == (1, 4)
+    log.truncate_to(0)
+    assert (log.log_start_offset, log.log_end_offset, log.size_bytes) == (0, 0, 0)
+    assert log.leader_epochs == []
+    assert append(log, epoch=7).base_offset == 0
+    log.close()
+    reopened = open_log(tmp_path / "t-0")
+    assert reopened.log_end_offset == 1 and reopened.leader_epochs == [(7, 0)]
+    reopened.close()
+
+
+def test_truncate_rebuilds_producer_state(tmp_path: Path) -> None:
+    log = open_log(tmp_path / "t-0")
+    append(log, 2, producer_id=9, producer_epoch=0, base_sequence=0)
+    append(log, 2, producer_id=9, producer_epoch=0, base_sequence=2)
+    assert log.producers.producers[9].last_seq == 3
+    log.truncate_to(2)
+    assert log.producers.producers[9].last_seq == 1
+    log.truncate_to(0)
+    assert 9 not in log.producers.producers
+    log.close()
+
+
+def test_dirty_fds_and_flush(tmp_path: Path) -> None:
+    log = open_log(tmp_path / "t-0")
+    assert log.dirty_fds() == []
+    append(log)
+    fds = log.dirty_fds()
+    assert len(fds) == 1
+    assert log.dirty_fds() == []
+    append(log)
+    log.flush()
+    assert log.dirty_fds() == []
+    log.close()
+
+
+def test_delete_removes_directory(tmp_path: Path) -> None:
+    log = open_log(tmp_path / "t-0")
+    append(log)
+    log.delete()
+    assert not (tmp_path / "t-0").exists()
+
+
+def test_open_creates_directory_and_empty_log(tmp_path: Path) -> None:
+    log = PartitionLog.open(tmp_path / "a" / "t-3", __import__("kcompat.log").log.LogConfig(), 0)
+    assert (log.log_start_offset, log.log_end_offset, log.size_bytes) == (0, 0, 0)
+    assert log.read(0, 100, 100) == b""
+    assert (tmp_path / "a" / "t-3" / "00000000000000000000.log").exists()
+    log.close()
