@@ -74,32 +74,41 @@ class Deliveries:
 
 
 def produce_recs(p: Producer, topic: str, recs: list[Rec]) -> list[Any]:
-    """Produce every record to its partition; every delivery must succeed with dense offsets."""
-    dr = Deliveries()
-    for r in recs:
-        kwargs: dict[str, Any] = {"partition": r.partition, "timestamp": r.timestamp,
-                                  "on_delivery": dr}
+    """Produce every record to its partition; every delivery must succeed, and record
+    i of a partition must be acknowledged at offset i with its CreateTime."""
+    reports: dict[int, tuple[Any, Any]] = {}
+    for i, r in enumerate(recs):
+        kwargs: dict[str, Any] = {"partition": r.partition, "timestamp": r.timestamp}
         if r.headers:
             kwargs["headers"] = list(r.headers)
-        p.produce(topic, value=r.value, key=r.key, **kwargs)
+
+        def on_delivery(err: Any, msg: Any, i: int = i) -> None:
+            reports[i] = (err, msg)
+
+        p.produce(topic, value=r.value, key=r.key, on_delivery=on_delivery, **kwargs)
         p.poll(0)
     left = p.flush(TIMEOUT_S)
     assert left == 0, f"{CLIENT}: {left} messages still undelivered after {TIMEOUT_S}s"
-    assert not dr.failed, f"{CLIENT}: delivery failed: {[(str(e), m.partition()) for e, m in dr.failed[:5]]}"
-    assert len(dr.ok) == len(recs)
+    failed = [(i, str(e)) for i, (e, _) in sorted(reports.items()) if e is not None]
+    assert not failed, f"{CLIENT}: delivery failed for {len(failed)} records, e.g. {failed[:5]}"
+    assert len(reports) == len(recs), f"{CLIENT}: {len(reports)} delivery reports for {len(recs)} records"
     next_offset: dict[int, int] = {}
-    by_value: dict[tuple[int, int], Any] = {}
-    for m in dr.ok:
-        by_value[(m.partition(), m.offset())] = m
-    for part in {r.partition for r in recs}:
-        n = sum(1 for r in recs if r.partition == part)
-        offs = sorted(o for (pp, o) in by_value if pp == part)
-        assert offs == list(range(n)), f"{CLIENT}: partition {part} acknowledged offsets {offs}"
-        next_offset[part] = n
-    for m in dr.ok:
+    msgs = []
+    for i, r in enumerate(recs):
+        _, m = reports[i]
+        want = next_offset.get(r.partition, 0)
+        next_offset[r.partition] = want + 1
+        assert (m.partition(), m.offset()) == (r.partition, want), (
+            f"{CLIENT}: record {i} acknowledged at partition {m.partition()} offset {m.offset()}, "
+            f"expected partition {r.partition} offset {want}"
+        )
         ts_type, ts = m.timestamp()
-        assert ts_type == TIMESTAMP_CREATE_TIME, f"{CLIENT}: delivery report timestamp type {ts_type}"
-    return dr.ok
+        assert (ts_type, ts) == (TIMESTAMP_CREATE_TIME, r.timestamp), (
+            f"{CLIENT}: record {i} delivery report timestamp ({ts_type}, {ts}), "
+            f"expected CreateTime {r.timestamp}"
+        )
+        msgs.append(m)
+    return msgs
 
 
 def consumer(bootstrap: str, **overrides: Any) -> Consumer:

@@ -29,9 +29,8 @@ class RequestContext:
 
     def build(self, cls: type[Any] | str, **fields: Any) -> Any:
         """Build an entity of this response version; ``cls`` may be a class name."""
-        if isinstance(cls, str):
-            cls = getattr(self.resp, cls)
-        return codec.build(cls, **fields)
+        entity: type[Any] = getattr(self.resp, cls) if isinstance(cls, str) else cls
+        return codec.build(entity, **fields)
 
     def response(self, **fields: Any) -> Any:
         return codec.build(self.response_class, **fields)

@@ -314,12 +314,14 @@ class PartitionLog:
             self._write_epochs()
 
     def truncate_to(self, offset: int) -> None:
-        """Drop every batch at or after ``offset`` (a batch containing ``offset``
-        goes whole, so the new log end is that batch's base offset)."""
+        """Drop every batch at or after ``offset``. A batch containing ``offset``
+        goes whole, so the new log end is that batch's base offset; if that is
+        not above log_start_offset the log is emptied and restarts at
+        min(offset, log_start_offset)."""
         if offset >= self.log_end_offset:
             return
-        if offset <= self._segments[0].base_offset:
-            self._truncate_fully(offset)
+        if offset <= self._log_start_offset or self._batch_base(offset) <= self._log_start_offset:
+            self._truncate_fully(min(offset, self._log_start_offset))
         else:
             keep = bisect_right(self._segments, offset, key=lambda s: s.base_offset)
             for segment in self._segments[keep:]:
@@ -329,11 +331,18 @@ class PartitionLog:
             self._segments[-1].truncate_to(offset)
             fsync_dir(self.directory)
         log_end = self.log_end_offset
-        self._log_start_offset = min(self._log_start_offset, log_end)
         if self._epochs.truncate_from_end(log_end):
             self._write_epochs()
         prune_snapshots(self.directory, log_end, self.config.snapshots_kept)
         self.producers = rebuild_producer_state(self.directory, self._segments, log_end)
+
+    def _batch_base(self, offset: int) -> int:
+        """Base offset of the batch holding ``offset`` (in [start, end))."""
+        i = self._segment_index(offset)
+        while self._segments[i].next_offset <= offset:
+            i += 1
+        segment = self._segments[i]
+        return segment.header_at(segment.position_of(offset)).base_offset
 
     def _truncate_fully(self, offset: int) -> None:
         created_ms = self._segments[-1].created_ms

@@ -43,7 +43,7 @@ def response_module(api_key: int, version: int) -> ModuleType:
     return load_payload_module(api_key, version, EntityType.response)
 
 
-def _entity_class(module: ModuleType, kind: str) -> type[Any]:
+def _entity_class(module: ModuleType, kind: object) -> type[Any]:
     for value in vars(module).values():
         if isinstance(value, type) and getattr(value, "__type__", None) is kind:
             return value
@@ -65,14 +65,23 @@ def is_flexible(api_key: int, version: int) -> bool:
     return bool(request_class(api_key, version).__flexible__)
 
 
-@cache
+_READERS: dict[type[Any], Callable[[bytes, int], tuple[Any, int]]] = {}
+_WRITERS: dict[type[Any], Callable[[io.BytesIO, Any], None]] = {}
+_FIELDS: dict[type[Any], frozenset[str]] = {}
+
+
 def _reader(cls: type[Any]) -> Callable[[bytes, int], tuple[Any, int]]:
-    return entity_reader(cls)  # type: ignore[no-any-return]
+    reader = _READERS.get(cls)
+    if reader is None:
+        reader = _READERS[cls] = entity_reader(cls)
+    return reader
 
 
-@cache
 def _writer(cls: type[Any]) -> Callable[[io.BytesIO, Any], None]:
-    return entity_writer(cls)  # type: ignore[no-any-return]
+    writer = _WRITERS.get(cls)
+    if writer is None:
+        writer = _WRITERS[cls] = entity_writer(cls)
+    return writer
 
 
 def read_request(api_key: int, version: int, frame: bytes, offset: int) -> Any:
@@ -84,9 +93,11 @@ def read_request(api_key: int, version: int, frame: bytes, offset: int) -> Any:
     return value
 
 
-@cache
 def _field_names(cls: type[Any]) -> frozenset[str]:
-    return frozenset(cls.__dataclass_fields__)
+    names = _FIELDS.get(cls)
+    if names is None:
+        names = _FIELDS[cls] = frozenset(cls.__dataclass_fields__)
+    return names
 
 
 def build(cls: type[Any], **fields: Any) -> Any:

@@ -35,9 +35,6 @@ _MODULES = {
     v.DESCRIBE_CLUSTER: "describe_cluster",
 }
 
-HANDLERS: dict[int, Handler] = {}
-for _key, _name in _MODULES.items():
-    try:  # DEV-ONLY tolerance, removed before commit
-        HANDLERS[_key] = importlib.import_module(f"{__name__}.{_name}").handle
-    except ModuleNotFoundError:
-        pass
+HANDLERS: dict[int, Handler] = {
+    key: importlib.import_module(f"{__name__}.{name}").handle for key, name in _MODULES.items()
+}

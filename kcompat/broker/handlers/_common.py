@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import datetime
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -121,3 +121,60 @@ def broker_synonyms(state: BrokerState, key: str) -> list[tuple[str, str, int]]:
         out.append((key, definition.render(state.config[key]), SOURCE_STATIC_BROKER))
     out.append((key, definition.render(definition.default), SOURCE_DEFAULT))
     return out
+
+
+def check_broker_name(state: BrokerState, name: str, allow_empty: bool) -> None:
+    """Kafka's checks of a BROKER resource name (INVALID_REQUEST)."""
+    if name == "" and allow_empty:
+        return
+    try:
+        broker_id = int(name)
+    except ValueError:
+        raise TopicError(ErrorCode.invalid_request,
+                         f"Broker id must be an integer, but it is: {name}") from None
+    if broker_id != state.node_id:
+        expected = f"{state.node_id} or empty string" if allow_empty else state.node_id
+        raise TopicError(ErrorCode.invalid_request,
+                         f"Unexpected broker id, expected {expected}, but received {name}")
+
+
+def refuse_broker_change(state: BrokerState, name: str, keys: Iterable[str]) -> None:
+    """Validate a BROKER resource of an alter request, then refuse any change:
+    kcompat has no dynamic broker configs (INVALID_REQUEST, Kafka's wording)."""
+    if name != "":
+        check_broker_name(state, name, allow_empty=False)
+    keys = sorted(keys)
+    if keys:
+        raise TopicError(
+            ErrorCode.invalid_request,
+            f"Invalid config value for resource ConfigResource(type=BROKER, name='{name}'): "
+            f"Cannot update these configs dynamically: {', '.join(keys)}",
+        )
+
+
+AlterOne = Callable[[Any, Any, bool], None]
+
+
+def alter_results(ctx: Any, request: Any, alter: AlterOne) -> tuple[Any, ...]:
+    """Run ``alter(ctx, resource, validate_only)`` per resource of an (Incremental)
+    AlterConfigs request; TopicError becomes that resource's error."""
+    dups = duplicates((r.resource_type, r.resource_name) for r in request.resources)
+    out, reported = [], set()
+    for resource in request.resources:
+        key = (resource.resource_type, resource.resource_name)
+        code, message = OK, None
+        if key in dups:
+            if key in reported:
+                continue
+            reported.add(key)
+            code, message = ErrorCode.invalid_request, "Duplicate resource."
+        else:
+            try:
+                alter(ctx, resource, request.validate_only)
+            except TopicError as e:
+                code, message = e.code, e.message
+        out.append(ctx.build(
+            "AlterConfigsResourceResponse", error_code=code, error_message=message,
+            resource_type=resource.resource_type, resource_name=resource.resource_name,
+        ))
+    return tuple(out)

@@ -55,6 +55,8 @@ def _manual_partitions(ctx: RequestContext, topic: Any) -> int:
 
 
 def _configs(ctx: RequestContext, meta: TopicMeta) -> tuple[Any, ...]:
+    if not hasattr(ctx.resp, "CreatableTopicConfigs"):  # before v5
+        return ()
     out = []
     for key in TOPIC_CONFIGS:
         value, source = topic_config(ctx.state, key, meta.configs)

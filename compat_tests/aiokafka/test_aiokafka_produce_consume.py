@@ -1,0 +1,280 @@
+"""aiokafka 0.14 against a real kcompat broker: admin create, produce, consume,
+codecs, default and idempotent producers, offsets by timestamp, durability."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+import pytest
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+
+from .._broker import Broker
+from .._records import (
+    TIMEOUT_MS,
+    TIMEOUT_S,
+    Rec,
+    Seen,
+    assert_exactly_once,
+    assert_round_trip,
+    base_timestamp,
+    by_partition,
+    compressible_records,
+    durability_values,
+    golden_records,
+    norm_headers,
+)
+
+pytestmark = pytest.mark.timeout(120)
+
+CLIENT = "aiokafka"
+T = TypeVar("T")
+
+TOPIC_ALREADY_EXISTS = 36
+
+
+def run(coro_fn: Callable[[], Awaitable[T]], timeout: float = 90.0) -> T:
+    async def bounded() -> T:
+        return await asyncio.wait_for(coro_fn(), timeout)
+    return asyncio.run(bounded())
+
+
+async def create_topic(bs: str, name: str, partitions: int = 3) -> list[Any]:
+    admin = AIOKafkaAdminClient(bootstrap_servers=bs, request_timeout_ms=TIMEOUT_MS)
+    await admin.start()
+    try:
+        resp = await admin.create_topics(
+            [NewTopic(name, num_partitions=partitions, replication_factor=1)], timeout_ms=TIMEOUT_MS)
+        errors = list(resp.topic_errors)
+        assert [(e[0], e[1]) for e in errors] == [(name, 0)], f"{CLIENT}: CreateTopics answered {errors}"
+        # Metadata shows the partitions (poll: creation may propagate asynchronously).
+        deadline = asyncio.get_running_loop().time() + TIMEOUT_S
+        while True:
+            (t,) = await admin.describe_topics([name])
+            if t["error_code"] == 0 and len(t["partitions"]) == partitions:
+                break
+            assert asyncio.get_running_loop().time() < deadline, f"{CLIENT}: metadata {t}"
+            await asyncio.sleep(0.1)
+        return errors
+    finally:
+        await admin.close()
+
+
+async def produce(bs: str, topic: str, recs: list[Rec], **cfg: Any) -> list[Any]:
+    p = AIOKafkaProducer(bootstrap_servers=bs, request_timeout_ms=TIMEOUT_MS, **cfg)
+    await p.start()
+    try:
+        futs = [
+            await p.send(topic, value=r.value, key=r.key, partition=r.partition,
+                         timestamp_ms=r.timestamp, headers=list(r.headers) or None)
+            for r in recs
+        ]
+        metas = list(await asyncio.gather(*futs))
+    finally:
+        await p.stop()
+    next_offset: dict[int, int] = {}
+    for i, (r, md) in enumerate(zip(recs, metas, strict=True)):
+        want = next_offset.get(r.partition, 0)
+        next_offset[r.partition] = want + 1
+        assert (md.partition, md.offset) == (r.partition, want), (
+            f"{CLIENT}: record {i} acknowledged at partition {md.partition} offset {md.offset}, "
+            f"expected {r.partition}/{want}"
+        )
+    return metas
+
+
+async def consume_all(bs: str, topic: str, partitions: list[int],
+                      expect_end: dict[int, int] | None = None) -> list[Seen]:
+    c = AIOKafkaConsumer(bootstrap_servers=bs, group_id=None, enable_auto_commit=False,
+                         fetch_max_wait_ms=100, request_timeout_ms=TIMEOUT_MS)
+    await c.start()
+    try:
+        tps = [TopicPartition(topic, p) for p in partitions]
+        c.assign(tps)
+        await c.seek_to_beginning(*tps)
+        ends = await c.end_offsets(tps)
+        if expect_end is not None:
+            got = {tp.partition: o for tp, o in ends.items()}
+            assert got == expect_end, f"{CLIENT}: end_offsets {got}, expected {expect_end}"
+        seen: list[Seen] = []
+        pos = {tp: 0 for tp in tps}
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + TIMEOUT_S
+        while any(pos[tp] < ends[tp] for tp in tps):
+            assert loop.time() < deadline, (
+                f"{CLIENT}: timed out reading {topic}: positions {pos}, end offsets {ends}"
+            )
+            batch = await c.getmany(timeout_ms=500)
+            for tp, msgs in batch.items():
+                for m in msgs:
+                    seen.append(Seen(m.partition, m.offset, m.key, m.value,
+                                     norm_headers(m.headers), m.timestamp, m.timestamp_type))
+                    pos[tp] = m.offset + 1
+        return seen
+    finally:
+        await c.stop()
+
+
+# -- tests ----------------------------------------------------------------------
+
+
+def test_admin_create_and_already_exists(module_broker: Broker, topic: str) -> None:
+    bs = module_broker.bootstrap
+
+    async def scenario() -> list[Any]:
+        await create_topic(bs, topic, 3)
+        admin = AIOKafkaAdminClient(bootstrap_servers=bs, request_timeout_ms=TIMEOUT_MS)
+        await admin.start()
+        try:
+            resp = await admin.create_topics([NewTopic(topic, 3, 1)], timeout_ms=TIMEOUT_MS)
+            names = await admin.list_topics()
+            assert topic in names, f"{CLIENT}: list_topics {names}"
+            return list(resp.topic_errors)
+        finally:
+            await admin.close()
+
+    errors = run(scenario)
+    assert [(e[0], e[1]) for e in errors] == [(topic, TOPIC_ALREADY_EXISTS)], (
+        f"{CLIENT}: second CreateTopics answered {errors}, expected TOPIC_ALREADY_EXISTS (36)"
+    )
+
+
+def test_round_trip_keys_headers_timestamps(module_broker: Broker, topic: str) -> None:
+    bs = module_broker.bootstrap
+    recs = golden_records(3)
+    counts = {p: len(rs) for p, rs in by_partition(recs).items()}
+
+    async def scenario() -> list[Seen]:
+        await create_topic(bs, topic, 3)
+        await produce(bs, topic, recs)  # aiokafka defaults: acks=1, not idempotent
+        return await consume_all(bs, topic, [0, 1, 2], expect_end=counts)
+
+    assert_round_trip(recs, run(scenario), CLIENT)
+
+
+def test_idempotent_producer(module_broker: Broker, topic: str) -> None:
+    bs = module_broker.bootstrap
+    recs = golden_records(3)
+
+    async def scenario() -> tuple[Any, list[Seen]]:
+        await create_topic(bs, topic, 3)
+        p = AIOKafkaProducer(bootstrap_servers=bs, enable_idempotence=True,
+                             request_timeout_ms=TIMEOUT_MS)
+        await p.start()
+        try:
+            futs = [await p.send(topic, value=r.value, key=r.key, partition=r.partition,
+                                 timestamp_ms=r.timestamp, headers=list(r.headers) or None)
+                    for r in recs]
+            await asyncio.gather(*futs)
+            pid = p._txn_manager.producer_id if p._txn_manager is not None else None
+        finally:
+            await p.stop()
+        return pid, await consume_all(bs, topic, [0, 1, 2])
+
+    pid, seen = run(scenario)
+    assert pid is not None and pid >= 0, f"{CLIENT}: no producer id from InitProducerId: {pid}"
+    assert_round_trip(recs, seen, f"{CLIENT} idempotent")
+
+
+@pytest.mark.parametrize("codec", ["gzip", "snappy", "lz4", "zstd"])
+def test_compression_codec(module_broker: Broker, topic: str, codec: str) -> None:
+    bs = module_broker.bootstrap
+    recs = compressible_records(300)
+
+    async def scenario() -> list[Seen]:
+        await create_topic(bs, topic, 1)
+        await produce(bs, topic, recs, compression_type=codec, linger_ms=20)
+        return await consume_all(bs, topic, [0], expect_end={0: len(recs)})
+
+    assert_round_trip(recs, run(scenario), f"{CLIENT} {codec}")
+
+
+def test_offsets_for_times(module_broker: Broker, topic: str) -> None:
+    bs = module_broker.bootstrap
+    base = base_timestamp()
+    recs = [Rec(1, f"k{i}".encode(), f"v{i}".encode(), (), base + i * 1000) for i in range(10)]
+    recs.append(Rec(2, b"only", b"one", (), base))
+    tp0, tp1, tp2 = (TopicPartition(topic, i) for i in range(3))
+
+    async def scenario() -> dict[str, Any]:
+        await create_topic(bs, topic, 3)
+        await produce(bs, topic, recs)
+        c = AIOKafkaConsumer(bootstrap_servers=bs, group_id=None, enable_auto_commit=False,
+                             request_timeout_ms=TIMEOUT_MS)
+        await c.start()
+        try:
+            out: dict[str, Any] = {}
+            for ts in (base - 5000, base, base + 1, base + 2500, base + 9000, base + 9001):
+                out[f"single{ts - base:+d}"] = (await c.offsets_for_times({tp1: ts}))[tp1]
+            out["multi"] = await c.offsets_for_times({tp0: base, tp1: base + 2500, tp2: base})
+            out["begin"] = await c.beginning_offsets([tp0, tp1, tp2])
+            out["end"] = await c.end_offsets([tp0, tp1, tp2])
+            return out
+        finally:
+            await c.stop()
+
+    out = run(scenario)
+    for delta, want in [(-5000, 0), (0, 0), (1, 1), (2500, 3), (9000, 9)]:
+        got = out[f"single{delta:+d}"]
+        assert got is not None, f"{CLIENT}: offsets_for_times(base{delta:+d}) gave None, expected {want}"
+        assert (got.offset, got.timestamp) == (want, base + want * 1000), (
+            f"{CLIENT}: base{delta:+d}ms -> offset {got.offset} ts {got.timestamp}, expected {want}"
+        )
+    assert out["single+9001"] is None, (
+        f"{CLIENT}: timestamp past the last record gave {out['single+9001']} (Kafka: -1 -> None)"
+    )
+    multi = out["multi"]
+    assert multi[tp0] is None and multi[tp1].offset == 3 and multi[tp2].offset == 0, f"{CLIENT}: {multi}"
+    assert out["begin"] == {tp0: 0, tp1: 0, tp2: 0}, f"{CLIENT}: {out['begin']}"
+    assert out["end"] == {tp0: 0, tp1: 10, tp2: 1}, f"{CLIENT}: {out['end']}"
+
+
+# -- durability -------------------------------------------------------------------
+
+N_DURABLE = 300
+
+
+async def _produce_acked(bs: str, topic: str, values: list[bytes]) -> list[tuple[int, int, bytes]]:
+    p = AIOKafkaProducer(bootstrap_servers=bs, acks="all", request_timeout_ms=TIMEOUT_MS)
+    await p.start()
+    try:
+        futs = [await p.send(topic, value=v, key=v[-3:], partition=i % 3) for i, v in enumerate(values)]
+        metas = await asyncio.gather(*futs)
+    finally:
+        await p.stop()
+    return [(md.partition, md.offset, v) for md, v in zip(metas, values, strict=True)]
+
+
+def test_sigterm_restart_keeps_acked_records(broker: Broker, topic: str) -> None:
+    bs = broker.bootstrap
+    values = durability_values(N_DURABLE, "term")
+
+    async def before() -> list[tuple[int, int, bytes]]:
+        await create_topic(bs, topic, 3)
+        return await _produce_acked(bs, topic, values)
+
+    acked = run(before)
+    rc = broker.stop()
+    assert rc == 0, f"broker exited with {rc} after SIGTERM, expected a clean exit (0)"
+    broker.start()
+    ends = {p: sum(1 for a in acked if a[0] == p) for p in range(3)}
+    seen = run(lambda: consume_all(bs, topic, [0, 1, 2], expect_end=ends))
+    assert sorted((s.partition, s.offset, s.value) for s in seen) == sorted(acked)
+
+
+def test_kill9_restart_keeps_acked_records(broker: Broker, topic: str) -> None:
+    bs = broker.bootstrap
+    values = durability_values(N_DURABLE, "kill")
+
+    async def before() -> list[tuple[int, int, bytes]]:
+        await create_topic(bs, topic, 3)
+        return await _produce_acked(bs, topic, values)
+
+    acked = run(before)
+    broker.kill()
+    broker.start()
+    seen = run(lambda: consume_all(bs, topic, [0, 1, 2]))
+    assert_exactly_once([a[2] for a in acked], [s.value for s in seen], CLIENT, sent=values)
+    assert sorted((s.partition, s.offset, s.value) for s in seen) == sorted(acked)

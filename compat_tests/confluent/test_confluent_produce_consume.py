@@ -1,0 +1,219 @@
+"""confluent-kafka (librdkafka 2.x) against a real kcompat broker: produce, consume,
+codecs, default and idempotent producers, offsets by timestamp, durability."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import pytest
+from confluent_kafka import Producer, TopicPartition
+
+from .._broker import Broker
+from .._records import (
+    TIMEOUT_S,
+    Rec,
+    assert_exactly_once,
+    assert_round_trip,
+    base_timestamp,
+    by_partition,
+    compressible_records,
+    durability_values,
+    golden_records,
+)
+from ._helpers import CLIENT, Deliveries, consume_all, consumer, create_topic, produce_recs
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def test_round_trip_keys_headers_timestamps_idempotent(module_broker: Broker, topic: str) -> None:
+    bs = module_broker.bootstrap
+    create_topic(bs, topic, partitions=3)
+    recs = golden_records(3)
+    p = Producer({"bootstrap.servers": bs, "enable.idempotence": True})
+    produce_recs(p, topic, recs)
+    counts = {part: len(rs) for part, rs in by_partition(recs).items()}
+    seen = consume_all(bs, topic, [0, 1, 2], expect_end=counts)
+    assert_round_trip(recs, seen, CLIENT)
+
+
+def test_round_trip_default_producer(module_broker: Broker, topic: str) -> None:
+    """librdkafka defaults: acks=all, not idempotent, linger 5 ms."""
+    bs = module_broker.bootstrap
+    create_topic(bs, topic, partitions=3)
+    recs = golden_records(3)
+    p = Producer({"bootstrap.servers": bs})
+    produce_recs(p, topic, recs)
+    seen = consume_all(bs, topic, [0, 1, 2])
+    assert_round_trip(recs, seen, f"{CLIENT} (default producer)")
+
+
+def test_idempotent_producer_gets_producer_id(module_broker: Broker, topic: str) -> None:
+    """enable.idempotence=true: librdkafka must reach idempotence state Assigned
+    (InitProducerId answered), and deliver everything in order."""
+    bs = module_broker.bootstrap
+    create_topic(bs, topic, partitions=1)
+    stats: list[dict[str, Any]] = []
+    errors: list[str] = []
+    p = Producer({
+        "bootstrap.servers": bs,
+        "enable.idempotence": True,
+        "statistics.interval.ms": 100,
+        "stats_cb": lambda s: stats.append(json.loads(s)),
+        "error_cb": lambda e: errors.append(str(e)),
+    })
+    recs = [Rec(0, b"k", f"idem-{i}".encode(), (), base_timestamp() + i) for i in range(200)]
+    produce_recs(p, topic, recs)
+    deadline = time.monotonic() + 5
+    while not any(s.get("eos", {}).get("idemp_state") == "Assigned" for s in stats):
+        assert time.monotonic() < deadline, (
+            f"{CLIENT}: idempotence never Assigned; last eos stats "
+            f"{stats[-1].get('eos') if stats else None}; errors {errors}"
+        )
+        p.poll(0.1)
+    eos = next(s["eos"] for s in reversed(stats) if s.get("eos", {}).get("idemp_state") == "Assigned")
+    assert eos["producer_id"] >= 0 and eos["producer_epoch"] >= 0, f"{CLIENT}: {eos}"
+    assert not [e for e in errors if "FATAL" in e.upper()], f"{CLIENT}: fatal errors {errors}"
+    seen = consume_all(bs, topic, [0], expect_end={0: 200})
+    assert [s.value for s in seen] == [r.value for r in recs]
+
+
+@pytest.mark.parametrize("codec", ["gzip", "snappy", "lz4", "zstd"])
+def test_compression_codec(module_broker: Broker, topic: str, codec: str) -> None:
+    bs = module_broker.bootstrap
+    create_topic(bs, topic, partitions=1)
+    recs = compressible_records(300)
+    p = Producer({"bootstrap.servers": bs, "compression.type": codec, "linger.ms": 20})
+    produce_recs(p, topic, recs)
+    seen = consume_all(bs, topic, [0], expect_end={0: len(recs)})
+    assert_round_trip(recs, seen, f"{CLIENT} {codec}")
+
+
+def test_offsets_for_times(module_broker: Broker, topic: str) -> None:
+    bs = module_broker.bootstrap
+    create_topic(bs, topic, partitions=3)
+    base = base_timestamp()
+    recs = [Rec(1, f"k{i}".encode(), f"v{i}".encode(), (), base + i * 1000) for i in range(10)]
+    recs.append(Rec(2, b"only", b"one", (), base))
+    produce_recs(Producer({"bootstrap.servers": bs}), topic, recs)
+
+    c = consumer(bs)
+    try:
+        for ts, want in [(base - 5000, 0), (base, 0), (base + 1, 1), (base + 2500, 3),
+                         (base + 9000, 9), (base + 9001, -1)]:
+            (got,) = c.offsets_for_times([TopicPartition(topic, 1, ts)], timeout=TIMEOUT_S)
+            assert got.error is None, f"{CLIENT}: offsets_for_times({ts}) error {got.error}"
+            assert got.offset == want, (
+                f"{CLIENT}: ts {ts - base:+d}ms -> offset {got.offset}, expected {want}"
+                + (" (Kafka answers -1 past the last record)" if want == -1 else "")
+            )
+        multi = c.offsets_for_times(
+            [TopicPartition(topic, 0, base), TopicPartition(topic, 1, base + 2500),
+             TopicPartition(topic, 2, base)], timeout=TIMEOUT_S)
+        got_multi = {tp.partition: tp.offset for tp in multi}
+        assert got_multi == {0: -1, 1: 3, 2: 0}, f"{CLIENT}: multi-partition lookup {got_multi}"
+        marks = {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=TIMEOUT_S)
+                 for p in range(3)}
+        assert marks == {0: (0, 0), 1: (0, 10), 2: (0, 1)}, f"{CLIENT}: watermarks {marks}"
+    finally:
+        c.close()
+
+
+# -- durability -------------------------------------------------------------------
+
+N_DURABLE = 300
+
+
+def _produce_acked(bs: str, topic: str, values: list[bytes]) -> list[tuple[int, int, bytes]]:
+    p = Producer({"bootstrap.servers": bs, "acks": "all", "enable.idempotence": True})
+    dr = Deliveries()
+    for i, v in enumerate(values):
+        p.produce(topic, value=v, key=v[-3:], partition=i % 3, on_delivery=dr)
+        p.poll(0)
+    assert p.flush(TIMEOUT_S) == 0
+    assert not dr.failed, f"{CLIENT}: delivery failures {[(str(e)) for e, _ in dr.failed[:5]]}"
+    return [(m.partition(), m.offset(), m.value()) for m in dr.ok]
+
+
+def test_sigterm_restart_keeps_acked_records(broker: Broker, topic: str) -> None:
+    bs = broker.bootstrap
+    create_topic(bs, topic, partitions=3)
+    values = durability_values(N_DURABLE, "term")
+    acked = _produce_acked(bs, topic, values)
+    assert len(acked) == N_DURABLE
+
+    rc = broker.stop()
+    assert rc == 0, f"broker exited with {rc} after SIGTERM, expected a clean exit (0)"
+    broker.start()
+
+    ends = {p: sum(1 for a in acked if a[0] == p) for p in range(3)}
+    seen = consume_all(bs, topic, [0, 1, 2], expect_end=ends)
+    assert sorted((s.partition, s.offset, s.value) for s in seen) == sorted(acked)
+
+
+def test_kill9_restart_keeps_acked_records(broker: Broker, topic: str) -> None:
+    bs = broker.bootstrap
+    create_topic(bs, topic, partitions=3)
+    values = durability_values(N_DURABLE, "kill")
+    acked = _produce_acked(bs, topic, values)
+
+    broker.kill()
+    broker.start()
+
+    seen = consume_all(bs, topic, [0, 1, 2])
+    assert_exactly_once([a[2] for a in acked], [s.value for s in seen], CLIENT, sent=values)
+    assert sorted((s.partition, s.offset, s.value) for s in seen) == sorted(acked)
+    # The broker takes new writes after the restart, after the recovered log end.
+    dr = Deliveries()
+    p = Producer({"bootstrap.servers": bs})
+    p.produce(topic, value=b"after", partition=0, on_delivery=dr)
+    assert p.flush(TIMEOUT_S) == 0 and not dr.failed
+    assert dr.ok[0].offset() == sum(1 for a in acked if a[0] == 0)
+
+
+def test_kill9_while_producing(broker: Broker, topic: str) -> None:
+    """kill -9 with acks=all batches in flight: every acknowledged record survives
+    exactly once, and (one idempotent producer, one partition) the log is an
+    in-order prefix of what was sent, with no gaps."""
+    bs = broker.bootstrap
+    create_topic(bs, topic, partitions=1)
+    values = durability_values(4000, "inflight")
+    acked: list[bytes] = []
+
+    def on_delivery(err: Any, msg: Any) -> None:
+        if err is None:
+            acked.append(msg.value())
+
+    p = Producer({
+        "bootstrap.servers": bs, "acks": "all", "enable.idempotence": True,
+        "linger.ms": 2, "batch.num.messages": 50, "message.timeout.ms": 4000,
+    })
+    killed_at = None
+    for i, v in enumerate(values):
+        p.produce(topic, value=v, partition=0, on_delivery=on_delivery)
+        if i % 25 == 24:
+            p.poll(0.002)
+        if killed_at is None and len(acked) >= 400:
+            broker.kill()
+            killed_at = len(acked)
+    deadline = time.monotonic() + TIMEOUT_S
+    while killed_at is None:
+        assert time.monotonic() < deadline, f"{CLIENT}: only {len(acked)} acks before the deadline"
+        p.poll(0.01)
+        if len(acked) >= 400:
+            broker.kill()
+            killed_at = len(acked)
+    p.flush(10)  # the rest time out (message.timeout.ms) against the dead broker
+    del p
+    assert acked, "test bug: nothing acknowledged before the kill"
+
+    broker.start()
+    seen = consume_all(bs, topic, [0])
+    got = [s.value for s in seen]
+    assert_exactly_once(acked, got, CLIENT, sent=values)
+    assert [s.offset for s in seen] == list(range(len(seen)))
+    assert got == values[: len(got)], (
+        f"{CLIENT}: after kill -9 the log is not an in-order prefix of what was sent "
+        f"({len(got)} records, {len(acked)} acknowledged)"
+    )

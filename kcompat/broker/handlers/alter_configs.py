@@ -1,0 +1,49 @@
+"""AlterConfigs (key 33), versions 0-2 (the legacy, non-incremental API).
+
+Quirks: for a TOPIC the request's configs *replace* the whole override set
+(keys left out fall back to their defaults), as in Kafka. A null value is
+INVALID_REQUEST ("Null value not supported for : k"); an unknown key or bad
+value INVALID_CONFIG. BROKER resources are checked like Kafka (id must be ours
+or "") and then refused with INVALID_REQUEST, since kcompat has no dynamic
+broker configs; an empty set of changes succeeds. A resource named twice is
+INVALID_REQUEST. ``validate_only`` changes nothing.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from kcompat.broker.context import RequestContext
+from kcompat.broker.handlers._common import (
+    NO_THROTTLE,
+    RESOURCE_BROKER,
+    RESOURCE_TOPIC,
+    alter_results,
+    refuse_broker_change,
+)
+from kcompat.broker.state import TopicError
+
+
+def _alter(ctx: RequestContext, resource: Any, validate_only: bool) -> None:
+    nulls = [c.name for c in resource.configs if c.value is None]
+    if nulls:
+        raise TopicError(ErrorCode.invalid_request,
+                         f"Null value not supported for : {','.join(nulls)}")
+    changes = {c.name: c.value for c in resource.configs}
+    if resource.resource_type == RESOURCE_TOPIC:
+        ctx.state.set_topic_configs(resource.resource_name, changes, validate_only)
+    elif resource.resource_type == RESOURCE_BROKER:
+        refuse_broker_change(ctx.state, resource.resource_name, changes)
+    else:
+        raise TopicError(
+            ErrorCode.invalid_request,
+            "AlterConfigs is only supported for topics and brokers, but resource type is "
+            f"{resource.resource_type}",
+        )
+
+
+async def handle(ctx: RequestContext, request: Any) -> Any:
+    results = alter_results(ctx, request, _alter)
+    return ctx.response(throttle_time=NO_THROTTLE, responses=results)

@@ -1,0 +1,60 @@
+"""CreatePartitions (key 37), versions 0-3.
+
+Quirks: ``count`` is the new total. Manual ``assignments`` (one per new
+partition) may only name this broker, once each; a wrong number of them is
+INVALID_REPLICA_ASSIGNMENT with Kafka's message. A topic named twice is
+INVALID_REQUEST ("Duplicate topic name."); an unknown topic
+UNKNOWN_TOPIC_OR_PARTITION; a count that is not an increase INVALID_PARTITIONS.
+``validate_only`` changes nothing.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from kcompat.broker.context import RequestContext
+from kcompat.broker.handlers._common import NO_THROTTLE, OK, check_replicas, duplicates
+from kcompat.broker.state import TopicError
+
+
+def _check_assignments(ctx: RequestContext, topic: Any) -> None:
+    meta = ctx.state.topics.get(topic.name)
+    if meta is None or topic.assignments is None:
+        return  # add_partitions reports the unknown topic
+    added = topic.count - meta.partitions
+    if added > 0 and len(topic.assignments) != added:
+        raise TopicError(
+            ErrorCode.invalid_replica_assignment,
+            f"Attempted to add {added} additional partition(s), but only "
+            f"{len(topic.assignments)} assignment(s) were specified.",
+        )
+    for assignment in topic.assignments:
+        check_replicas(assignment.broker_ids, ctx.state.node_id)
+
+
+def _create(ctx: RequestContext, topic: Any, validate_only: bool) -> Any:
+    code, message = OK, None
+    try:
+        _check_assignments(ctx, topic)
+        ctx.state.add_partitions(topic.name, topic.count, validate_only)
+    except TopicError as e:
+        code, message = e.code, e.message
+    return ctx.build("CreatePartitionsTopicResult", name=topic.name, error_code=code,
+                     error_message=message)
+
+
+async def handle(ctx: RequestContext, request: Any) -> Any:
+    dups = duplicates(t.name for t in request.topics)
+    results, reported = [], set()
+    for topic in request.topics:
+        if topic.name not in dups:
+            results.append(_create(ctx, topic, request.validate_only))
+        elif topic.name not in reported:
+            reported.add(topic.name)
+            results.append(ctx.build(
+                "CreatePartitionsTopicResult", name=topic.name,
+                error_code=ErrorCode.invalid_request, error_message="Duplicate topic name.",
+            ))
+    return ctx.response(throttle_time=NO_THROTTLE, results=tuple(results))

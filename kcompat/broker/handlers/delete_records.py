@@ -1,0 +1,46 @@
+"""DeleteRecords (key 21), versions 0-2.
+
+Quirks: ``offset`` -1 means "up to the high watermark". An offset above the
+high watermark, or negative other than -1, is OFFSET_OUT_OF_RANGE; one at or
+below the log start changes nothing. Every partition answers its (new)
+low watermark, the log start offset; an unknown topic or partition answers
+UNKNOWN_TOPIC_OR_PARTITION with low watermark -1. The partition lock is held so
+a concurrent append cannot interleave with segment deletion.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from kcompat.broker.context import RequestContext
+from kcompat.broker.handlers._common import NO_THROTTLE, OK
+from kcompat.broker.state import now_ms
+
+HIGH_WATERMARK = -1
+
+
+async def _partition(ctx: RequestContext, topic: str, req: Any) -> Any:
+    part = ctx.state.partition(topic, req.partition_index)
+    code, low = OK, -1
+    if part is None:
+        code = ErrorCode.unknown_topic_or_partition
+    else:
+        offset = part.high_watermark if req.offset == HIGH_WATERMARK else req.offset
+        if offset < 0 or offset > part.high_watermark:
+            code = ErrorCode.offset_out_of_range
+        else:
+            part.log.delete_records_before(offset, now_ms())
+        low = part.log.log_start_offset
+    return ctx.build("DeleteRecordsPartitionResult", partition_index=req.partition_index,
+                     low_watermark=low, error_code=code)
+
+
+async def handle(ctx: RequestContext, request: Any) -> Any:
+    topics = []
+    for t in request.topics:
+        partitions = [await _partition(ctx, t.name, p) for p in t.partitions]
+        topics.append(ctx.build("DeleteRecordsTopicResult", name=t.name,
+                                partitions=tuple(partitions)))
+    return ctx.response(throttle_time=NO_THROTTLE, topics=tuple(topics))

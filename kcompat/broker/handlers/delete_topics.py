@@ -1,0 +1,73 @@
+"""DeleteTopics (key 20), versions 1-6.
+
+Quirks: v1-5 name topics in ``topic_names``; v6 sends ``topics`` entries with
+either a name or a topic id (Java Admin's ``deleteTopics(TopicCollection.ofTopicIds)``).
+An unknown id is UNKNOWN_TOPIC_ID, an unknown name UNKNOWN_TOPIC_OR_PARTITION;
+naming both is INVALID_REQUEST. A name or id given twice is INVALID_REQUEST for
+that topic, as in Kafka 4. ``delete.topic.enable=false`` answers
+TOPIC_DELETION_DISABLED. v6 answers carry the deleted topic's id.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from kcompat.broker.context import RequestContext
+from kcompat.broker.handlers._common import NO_THROTTLE, OK, duplicates
+from kcompat.broker.state import TopicError
+
+_ZERO = uuid.UUID(int=0)
+
+
+def _requested(request: Any) -> list[tuple[str | None, uuid.UUID | None]]:
+    if hasattr(request, "topic_names"):
+        return [(name, None) for name in request.topic_names]
+    return [(t.name, t.topic_id if t.topic_id and t.topic_id != _ZERO else None)
+            for t in request.topics]
+
+
+def _delete(ctx: RequestContext, name: str | None, topic_id: uuid.UUID | None) -> Any:
+    state = ctx.state
+    code, message = OK, None
+    try:
+        if name is not None and topic_id is not None:
+            raise TopicError(ErrorCode.invalid_request,
+                             "You may not specify both topic name and topic id.")
+        if name is None:
+            meta = state.topic_by_id(topic_id) if topic_id is not None else None
+            if meta is None:
+                raise TopicError(ErrorCode.unknown_topic_id, "This server does not host this "
+                                 "topic ID.")
+            name = meta.name
+        meta = state.topics.get(name)
+        topic_id = meta.topic_id if meta is not None else topic_id
+        if not state.config["delete.topic.enable"]:
+            raise TopicError(ErrorCode.topic_deletion_disabled, "Topic deletion is disabled.")
+        state.delete_topic(name)
+    except TopicError as e:
+        code, message = e.code, e.message
+    return ctx.build("DeletableTopicResult", name=name, topic_id=topic_id or _ZERO,
+                     error_code=code, error_message=message)
+
+
+async def handle(ctx: RequestContext, request: Any) -> Any:
+    wanted = _requested(request)
+    dup_names = duplicates(n for n, _ in wanted if n is not None)
+    dup_ids = duplicates(i for _, i in wanted if i is not None)
+    results, reported = [], set()
+    for name, topic_id in wanted:
+        if name in dup_names or topic_id in dup_ids:
+            key = name if name in dup_names else topic_id
+            if key not in reported:
+                reported.add(key)
+                what = "name" if name in dup_names else "id"
+                results.append(ctx.build(
+                    "DeletableTopicResult", name=name, topic_id=topic_id or _ZERO,
+                    error_code=ErrorCode.invalid_request, error_message=f"Duplicate topic {what}.",
+                ))
+            continue
+        results.append(_delete(ctx, name, topic_id))
+    return ctx.response(throttle_time=NO_THROTTLE, responses=tuple(results))

@@ -1,0 +1,47 @@
+"""DescribeCluster (key 60), versions 0-1.
+
+Quirks: optional for clients (Java Admin falls back to Metadata; Spark's driver
+and confluent-kafka's ``describe_cluster`` use it). One broker, which is also
+the controller. v1 carries ``endpoint_type``: 1 (brokers) is served; 2
+(controllers, asked by ``--bootstrap-controller`` tools) answers
+UNSUPPORTED_ENDPOINT_TYPE like a Kafka broker listener does. Without an
+authorizer every cluster operation is allowed, so authorized operations (when
+asked) are the cluster's full set.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from kcompat.broker.context import RequestContext
+from kcompat.broker.handlers._common import NO_THROTTLE, OK, advertised_host
+
+BROKERS_ENDPOINT, CONTROLLERS_ENDPOINT = 1, 2
+OMITTED_OPERATIONS = -(2**31)
+# AclOperation ids a CLUSTER resource supports: CREATE 5, ALTER 7, DESCRIBE 8,
+# CLUSTER_ACTION 9, DESCRIBE_CONFIGS 10, ALTER_CONFIGS 11, IDEMPOTENT_WRITE 12.
+CLUSTER_OPERATIONS = sum(1 << op for op in (5, 7, 8, 9, 10, 11, 12))
+
+
+async def handle(ctx: RequestContext, request: Any) -> Any:
+    state = ctx.state
+    endpoint = getattr(request, "endpoint_type", BROKERS_ENDPOINT)
+    if endpoint != BROKERS_ENDPOINT:
+        return ctx.response(
+            throttle_time=NO_THROTTLE, error_code=ErrorCode.unsupported_endpoint_type,
+            error_message="The request was sent to an endpoint of type BROKER, but we wanted "
+            "an endpoint of type CONTROLLER",
+            endpoint_type=endpoint, cluster_id=state.cluster_id, controller_id=-1, brokers=(),
+        )
+    broker = ctx.build("DescribeClusterBroker", broker_id=state.node_id,
+                       host=advertised_host(state), port=state.advertised_port, rack=None)
+    operations = (CLUSTER_OPERATIONS if request.include_cluster_authorized_operations
+                  else OMITTED_OPERATIONS)
+    return ctx.response(
+        throttle_time=NO_THROTTLE, error_code=OK, error_message=None,
+        endpoint_type=BROKERS_ENDPOINT, cluster_id=state.cluster_id,
+        controller_id=state.node_id, brokers=(broker,),
+        cluster_authorized_operations=operations,
+    )

@@ -1,0 +1,99 @@
+"""IncrementalAlterConfigs (key 44), versions 0-1.
+
+Quirks: operations are SET=0, DELETE=1, APPEND=2, SUBTRACT=3 on a TOPIC's
+override set; APPEND/SUBTRACT apply to list keys only (INVALID_REQUEST
+otherwise, Kafka's wording) and start from the key's effective value when the
+topic has no override. A key named twice in one resource, a null value for
+anything but DELETE, or an unknown operation is INVALID_REQUEST; an unknown key
+or bad value INVALID_CONFIG. confluent-kafka's ``incremental_alter_configs``
+uses this API, kafka-python's ``alter_configs`` does not. BROKER resources are
+checked like Kafka and then refused (no dynamic broker configs).
+``validate_only`` changes nothing.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from kcompat.broker.configdef import ConfigError
+from kcompat.broker.context import RequestContext
+from kcompat.broker.handlers._common import (
+    NO_THROTTLE,
+    RESOURCE_BROKER,
+    RESOURCE_TOPIC,
+    alter_results,
+    duplicates,
+    refuse_broker_change,
+)
+from kcompat.broker.state import TopicError
+from kcompat.broker.topic_config import TOPIC_CONFIGS, effective
+
+SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
+_OP_NAMES = {SET: "SET", DELETE: "DELETE", APPEND: "APPEND", SUBTRACT: "SUBTRACT"}
+
+
+def _check_ops(configs: Any) -> None:
+    dups = duplicates(c.name for c in configs)
+    if dups:
+        raise TopicError(ErrorCode.invalid_request,
+                         f"Error due to duplicate config keys : {','.join(sorted(dups))}")
+    for c in configs:
+        if c.config_operation not in _OP_NAMES:
+            raise TopicError(ErrorCode.invalid_request,
+                             f"Unknown config operation {c.config_operation} for {c.name}")
+    nulls = [f"{_OP_NAMES[c.config_operation]}:{c.name}" for c in configs
+             if c.value is None and c.config_operation != DELETE]
+    if nulls:
+        raise TopicError(ErrorCode.invalid_request,
+                         f"Null value not supported for : {','.join(nulls)}")
+
+
+def _apply(ctx: RequestContext, overrides: dict[str, Any], op: Any) -> None:
+    name, kind = op.name, op.config_operation
+    definition = TOPIC_CONFIGS.get(name)
+    if definition is None:
+        raise TopicError(ErrorCode.invalid_config, f"Unknown topic config name: {name}")
+    if kind == SET:
+        overrides[name] = op.value
+    elif kind == DELETE:
+        overrides.pop(name, None)
+    else:
+        verb = "append" if kind == APPEND else "subtract"
+        if definition.type != "list":
+            raise TopicError(ErrorCode.invalid_request,
+                             f"Config value {verb} is not allowed for config key: {name}")
+        try:
+            current = definition.parse(effective(name, overrides, ctx.state.broker_defaults)[0])
+            items = definition.parse(op.value)
+        except ConfigError as e:
+            raise TopicError(ErrorCode.invalid_config, str(e)) from None
+        if kind == APPEND:
+            overrides[name] = current + [v for v in items if v not in current]
+        else:
+            overrides[name] = [v for v in current if v not in items]
+
+
+def _alter(ctx: RequestContext, resource: Any, validate_only: bool) -> None:
+    _check_ops(resource.configs)
+    if resource.resource_type == RESOURCE_BROKER:
+        refuse_broker_change(ctx.state, resource.resource_name,
+                             (c.name for c in resource.configs))
+        return
+    if resource.resource_type != RESOURCE_TOPIC:
+        raise TopicError(ErrorCode.invalid_request,
+                         f"Unsupported resource type: {resource.resource_type}")
+    meta = ctx.state.topics.get(resource.resource_name)
+    if meta is None:
+        raise TopicError(ErrorCode.unknown_topic_or_partition,
+                         f"The topic '{resource.resource_name}' does not exist.")
+    overrides = dict(meta.configs)
+    for op in resource.configs:
+        _apply(ctx, overrides, op)
+    ctx.state.set_topic_configs(meta.name, overrides, validate_only)
+
+
+async def handle(ctx: RequestContext, request: Any) -> Any:
+    results = alter_results(ctx, request, _alter)
+    return ctx.response(throttle_time=NO_THROTTLE, responses=results)
