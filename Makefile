@@ -32,7 +32,7 @@ test: $(STAMP) tools lint
 	$(PY) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
 
 bench: $(STAMP)
-	$(PY) bench/produce_consume.py
+	$(PY) bench/produce_consume.py $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) data

@@ -7,7 +7,7 @@
 - ``topic``: a unique topic name for the test.
 
 On failure the tail of the broker's stderr is attached to the report. With
-``KCOMPAT_LEDGER_OUT=/path/file.jsonl`` every test appends the byte range of the
+``COMPAT_LEDGER_OUT=/path/file.jsonl`` every test appends the byte range of the
 broker log it produced, so ``compat_tests/ledger_scan.py`` can list which API
 versions each client sent (start pytest with ``KCOMPAT_LOG_LEVEL=DEBUG``).
 """
@@ -70,7 +70,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):  
             rep.sections.append(
                 (f"kcompat broker {b.bootstrap} [{state}] stderr tail ({b.log_path})", b.tail())
             )
-    ledger_out = os.environ.get("KCOMPAT_LEDGER_OUT")
+    ledger_out = os.environ.get("COMPAT_LEDGER_OUT")
     if ledger_out and (rep.when == "call" or (rep.when == "setup" and rep.failed)):
         with open(ledger_out, "a", encoding="utf-8") as f:
             for b in brokers:

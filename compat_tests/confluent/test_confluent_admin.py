@@ -22,7 +22,14 @@ from confluent_kafka.admin import (
 
 from .._broker import Broker
 from .._records import TIMEOUT_S, Rec, base_timestamp
-from ._helpers import CLIENT, admin_client, consume_all, error_code, produce_recs, wait_for_partitions
+from ._helpers import (
+    CLIENT,
+    admin_client,
+    consume_all,
+    error_code,
+    produce_recs,
+    wait_for_partitions,
+)
 
 pytestmark = pytest.mark.timeout(120)
 

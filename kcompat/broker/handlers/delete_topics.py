@@ -49,7 +49,7 @@ def _delete(ctx: RequestContext, name: str | None, topic_id: uuid.UUID | None) -
         state.delete_topic(name)
     except TopicError as e:
         code, message = e.code, e.message
-    return ctx.build("DeletableTopicResult", name=name, topic_id=topic_id or _ZERO,
+    return ctx.build("DeletableTopicResult", name=name, topic_id=topic_id,
                      error_code=code, error_message=message)
 
 
@@ -65,7 +65,7 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
                 reported.add(key)
                 what = "name" if name in dup_names else "id"
                 results.append(ctx.build(
-                    "DeletableTopicResult", name=name, topic_id=topic_id or _ZERO,
+                    "DeletableTopicResult", name=name, topic_id=topic_id,
                     error_code=ErrorCode.invalid_request, error_message=f"Duplicate topic {what}.",
                 ))
             continue

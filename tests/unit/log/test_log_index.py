@@ -71,9 +71,7 @@ def test_time_index(tmp_path: Path) -> None:
 
 
 @given(st.lists(st.tuples(st.integers(1, 50), st.integers(1, 500)), max_size=60), st.data())
-def test_offset_index_lookup_is_floor(
-    steps: list[tuple[int, int]], data: st.DataObject
-) -> None:
+def test_offset_index_lookup_is_floor(steps: list[tuple[int, int]], data: st.DataObject) -> None:
     entries: list[tuple[int, int]] = []
     offset, position = 0, 0
     for d_offset, d_position in steps:

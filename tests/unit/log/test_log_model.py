@@ -54,14 +54,16 @@ def _check_read(log: PartitionLog, model: Model, offset: int, max_bytes: int) ->
     assert len(data) <= max(max_bytes, whole[0].size)
 
 
-def _step(log: PartitionLog, model: Model, cfg: LogConfig, path: Path, o: tuple[str, int, int]):
+def _step(
+    log: PartitionLog, model: Model, cfg: LogConfig, path: Path, o: tuple[str, int, int]
+) -> PartitionLog:
     kind, a, b = o
     if kind == "append":
         batch, header = make_batch(a, ts=1000 + model.end, value_size=b)
         assigned = log.append(batch, header, 1, 0)
+        assert assigned.base_offset == model.end
         stored = log.read_batch_at(assigned.base_offset)
         model.batches.append((assigned.base_offset, assigned.next_offset, stored))
-        assert assigned.base_offset == model.batches[-2][1] if len(model.batches) > 1 else True
     elif kind == "read" and model.end > model.start:
         offset = model.start + a % (model.end - model.start + 1)
         _check_read(log, model, offset, b)

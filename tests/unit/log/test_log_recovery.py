@@ -203,3 +203,35 @@ def test_reopen_many_segments_clean(tmp_path: Path) -> None:
     assert reopened.leader_epochs == [(1, 0)]
     _assert_intact(reopened, end)
     reopened.close()
+
+
+def test_scan_policy_clean_trusts_rolled_segments(tmp_path: Path) -> None:
+    """After a clean close only the active segment is re-validated; after a
+    crash without snapshot every segment is."""
+    d = tmp_path / "t-0"
+    size = make_batch(3)[1].size
+    log, end = _fill(d, batches=4, segment_bytes=size * 2)
+    assert log.segment_base_offsets == [0, 6]
+    log.close()
+    path = d / f"{SEG0}.log"
+    data = bytearray(path.read_bytes())
+    data[-3] ^= 0x01  # a record byte of the rolled segment's last batch
+    path.write_bytes(bytes(data))
+    trusted = open_log(d, segment_bytes=size * 2)
+    assert trusted.log_end_offset == end and not trusted.recovered_truncation
+    trusted.close(clean=False)
+    for snap in d.glob("*.snapshot"):
+        snap.unlink()
+    scanned = open_log(d, segment_bytes=size * 2)
+    assert scanned.recovered_truncation
+    assert scanned.segment_base_offsets == [0] and scanned.log_end_offset == 3
+    scanned.close()
+
+
+def test_locate_gives_a_file_slice(tmp_path: Path) -> None:
+    log, end = _fill(tmp_path / "t-0")
+    where = log.locate(4, 1, end)
+    assert where is not None
+    assert os.pread(where.fd, where.length, where.position) == log.read_batch_at(4)
+    assert log.locate(end, 100, end) is None
+    log.close()
