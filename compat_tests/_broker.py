@@ -11,6 +11,7 @@ import os
 import re
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import time
@@ -204,6 +205,29 @@ class Broker:
             self.proc.wait(timeout=10.0)
 
     # -- diagnostics ------------------------------------------------------------
+
+    def stored_codecs(self, topic: str, partition: int) -> list[int]:
+        """Compression codec (attributes & 7) of every RecordBatch in the partition's
+        segment files: DESIGN.md puts Kafka's own layout (``<topic>-<p>/*.log`` of
+        RecordBatch v2) under the data dir. 0 none, 1 gzip, 2 snappy, 3 lz4, 4 zstd."""
+        pdir = self.data_dir / f"{topic}-{partition}"
+        logs = sorted(pdir.glob("*.log"))
+        if not logs:
+            raise AssertionError(f"no segment files in {pdir} (data dir has "
+                                 f"{sorted(p.name for p in self.data_dir.iterdir())[:20]})")
+        codecs: list[int] = []
+        for path in logs:
+            data = path.read_bytes()
+            pos = 0
+            while pos + 61 <= len(data):  # 61 = RecordBatch v2 header size
+                (batch_len,) = struct.unpack_from(">i", data, pos + 8)
+                magic = data[pos + 16]
+                if batch_len <= 0 or magic != 2:
+                    break  # preallocated/zero tail or not a batch
+                (attrs,) = struct.unpack_from(">h", data, pos + 21)
+                codecs.append(attrs & 7)
+                pos += 12 + batch_len
+        return codecs
 
     def log_size(self) -> int:
         return self.log_path.stat().st_size if self.log_path.exists() else 0

@@ -172,3 +172,7 @@ def assert_exactly_once(acked: Sequence[bytes], consumed: Sequence[bytes], clien
         allowed = set(sent)
         alien = [v for v in consumed if v not in allowed]
         assert not alien, f"{client}: consumed records nobody sent: {alien[:5]}"
+
+
+# RecordBatch attributes & 7
+CODEC_IDS = {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}

@@ -214,3 +214,45 @@ def test_describe_cluster(admin: KafkaAdminClient, module_broker: Broker) -> Non
     assert (b["host"], b["port"]) == (module_broker.host, module_broker.port), f"{CLIENT}: {b}"
     assert info.get("cluster_id"), f"{CLIENT}: empty cluster id in {info}"
     assert info.get("controller_id") == b["broker_id"], f"{CLIENT}: {info}"
+
+
+@pytest.mark.parametrize("name", ["bad name!", "x" * 250, ".", ".."])
+def test_create_topic_with_invalid_name(admin: KafkaAdminClient, name: str) -> None:
+    with pytest.raises(kerr.InvalidTopicError):
+        admin.create_topics({name: {"num_partitions": 1, "replication_factor": 1}})
+
+
+def test_create_topic_colliding_on_dot_and_underscore(admin: KafkaAdminClient, topic: str) -> None:
+    """Kafka rejects a name that differs from an existing one only by '.' vs '_'
+    (metric names would collide): INVALID_TOPIC_EXCEPTION."""
+    dotted = topic.replace("-", ".") + ".x"
+    admin.create_topics({dotted: {"num_partitions": 1, "replication_factor": 1}})
+    with pytest.raises(kerr.InvalidTopicError):
+        admin.create_topics({dotted.replace(".", "_"): {"num_partitions": 1, "replication_factor": 1}})
+
+
+def test_delete_then_recreate_starts_empty(admin: KafkaAdminClient, module_broker: Broker, topic: str) -> None:
+    bs = module_broker.bootstrap
+    admin.create_topics({topic: {"num_partitions": 1, "replication_factor": 1}})
+    admin.wait_for_topics([topic], timeout_ms=TIMEOUT_MS)
+    p = KafkaProducer(bootstrap_servers=bs, max_block_ms=TIMEOUT_MS)
+    try:
+        for i in range(5):
+            p.send(topic, value=f"old-{i}".encode(), partition=0)
+        p.flush(timeout=TIMEOUT_S)
+    finally:
+        p.close(timeout=TIMEOUT_S)
+    admin.delete_topics([topic])
+    wait_until(f"{topic} to leave metadata", admin.list_topics, lambda names: topic not in names)
+    admin.create_topics({topic: {"num_partitions": 2, "replication_factor": 1}})
+    admin.wait_for_topics([topic], timeout_ms=TIMEOUT_MS)
+    assert partition_count(admin, topic) == 2
+    c = KafkaConsumer(bootstrap_servers=bs, enable_auto_commit=False, request_timeout_ms=TIMEOUT_MS)
+    try:
+        tps = [TopicPartition(topic, 0), TopicPartition(topic, 1)]
+        ends = wait_until("end offsets of the re-created topic",
+                          lambda: c.end_offsets(tps, timeout_ms=TIMEOUT_MS),
+                          lambda e: e is not None)
+        assert ends == {tps[0]: 0, tps[1]: 0}, f"{CLIENT}: re-created topic has old data: {ends}"
+    finally:
+        c.close()

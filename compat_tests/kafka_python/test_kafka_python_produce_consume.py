@@ -8,9 +8,11 @@ import time
 import pytest
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka import codec as kcodec
+from kafka import errors as kerr
 
 from .._broker import Broker
 from .._records import (
+    CODEC_IDS,
     TIMEOUT_MS,
     TIMEOUT_S,
     Rec,
@@ -23,6 +25,7 @@ from .._records import (
     durability_values,
     golden_records,
     norm_headers,
+    now_ms,
 )
 
 pytestmark = pytest.mark.timeout(120)
@@ -170,6 +173,10 @@ def test_compression_codec(module_broker: Broker, topic: str, codec: str) -> Non
         p.close(timeout=TIMEOUT_S)
     seen = consume_all(bs, topic, [0], expect_end={0: len(recs)})
     assert_round_trip(recs, seen, f"{CLIENT} {codec}")
+    stored = module_broker.stored_codecs(topic, 0)
+    assert stored and set(stored) == {CODEC_IDS[codec]}, (
+        f"{CLIENT}: batches on disk have codecs {sorted(set(stored))}, expected only {codec}"
+    )
 
 
 def test_default_producer_is_idempotent(module_broker: Broker, topic: str) -> None:
@@ -238,6 +245,211 @@ def test_offsets_for_times(module_broker: Broker, topic: str) -> None:
         assert end == {tp0: 0, tp1: 10, tp2: 1}, f"{CLIENT}: end_offsets {end}"
     finally:
         c.close()
+
+
+# -- Kafka behaviours a client can observe ------------------------------------------
+
+
+def test_auto_create_on_produce(module_broker: Broker, topic: str) -> None:
+    """auto.create.topics.enable (default true): producing to an unknown topic
+    creates it with num.partitions=1."""
+    bs = module_broker.bootstrap
+    p = producer(bs)
+    try:
+        md = p.send(topic, key=b"k", value=b"auto").get(timeout=TIMEOUT_S)
+        assert (md.partition, md.offset) == (0, 0), f"{CLIENT}: {md}"
+        assert p.partitions_for(topic) == {0}, f"{CLIENT}: partitions {p.partitions_for(topic)}"
+    finally:
+        p.close(timeout=TIMEOUT_S)
+    seen = consume_all(bs, topic, [0], expect_end={0: 1})
+    assert [(s.key, s.value) for s in seen] == [(b"k", b"auto")]
+
+
+def test_acks_0_and_1(module_broker: Broker, topic: str) -> None:
+    """acks=0 gets no response at all (a broker that answers desynchronises the
+    connection); acks=1 is acknowledged; everything lands in order."""
+    bs = module_broker.bootstrap
+    create_topic(bs, topic, partitions=1)
+    p0 = producer(bs, acks=0, enable_idempotence=False)
+    try:
+        fs = [p0.send(topic, value=f"a0-{i}".encode(), partition=0) for i in range(50)]
+        p0.flush(timeout=TIMEOUT_S)
+        for f in fs:
+            assert f.get(timeout=TIMEOUT_S).offset == -1  # acks=0: offset unknown
+    finally:
+        p0.close(timeout=TIMEOUT_S)
+    p1 = producer(bs, acks=1, enable_idempotence=False)
+    try:
+        fs = [p1.send(topic, value=f"a1-{i}".encode(), partition=0) for i in range(50)]
+        p1.flush(timeout=TIMEOUT_S)
+        offs = [f.get(timeout=TIMEOUT_S).offset for f in fs]
+    finally:
+        p1.close(timeout=TIMEOUT_S)
+    assert offs == list(range(50, 100)), f"{CLIENT}: acks=1 offsets {offs[:3]}..{offs[-3:]}"
+    seen = consume_all(bs, topic, [0], expect_end={0: 100})
+    assert [s.value for s in seen] == [f"a0-{i}".encode() for i in range(50)] + [
+        f"a1-{i}".encode() for i in range(50)]
+
+
+def test_record_larger_than_max_message_bytes_is_rejected(module_broker: Broker, topic: str) -> None:
+    bs = module_broker.bootstrap
+    create_topic(bs, topic, partitions=1, configs={"max.message.bytes": "10000"})
+    p = producer(bs, max_request_size=1_000_000)
+    try:
+        with pytest.raises(kerr.MessageSizeTooLargeError):
+            p.send(topic, value=b"x" * 50_000, partition=0).get(timeout=TIMEOUT_S)
+        md = p.send(topic, value=b"small", partition=0).get(timeout=TIMEOUT_S)
+    finally:
+        p.close(timeout=TIMEOUT_S)
+    assert md.offset == 0, f"{CLIENT}: the rejected record took an offset: {md}"
+
+
+def test_timestamp_too_far_in_future_is_rejected(module_broker: Broker, topic: str) -> None:
+    """Kafka 4 default message.timestamp.after.max.ms = 1 hour (KIP-1030)."""
+    bs = module_broker.bootstrap
+    create_topic(bs, topic, partitions=1)
+    p = producer(bs)
+    try:
+        with pytest.raises(kerr.InvalidTimestampError):
+            p.send(topic, value=b"future", partition=0,
+                   timestamp_ms=now_ms() + 2 * 3_600_000).get(timeout=TIMEOUT_S)
+    finally:
+        p.close(timeout=TIMEOUT_S)
+
+
+def test_log_append_time_topic(module_broker: Broker, topic: str) -> None:
+    bs = module_broker.bootstrap
+    create_topic(bs, topic, partitions=1, configs={"message.timestamp.type": "LogAppendTime"})
+    old = base_timestamp()
+    p = producer(bs)
+    try:
+        t0 = now_ms()
+        metas = [p.send(topic, value=f"lat-{i}".encode(), partition=0, timestamp_ms=old)
+                 for i in range(5)]
+        p.flush(timeout=TIMEOUT_S)
+        metas = [f.get(timeout=TIMEOUT_S) for f in metas]
+        t1 = now_ms()
+    finally:
+        p.close(timeout=TIMEOUT_S)
+    for md in metas:
+        assert t0 - 5000 <= md.timestamp <= t1 + 5000, (
+            f"{CLIENT}: LogAppendTime topic acknowledged timestamp {md.timestamp}, "
+            f"expected broker time in [{t0}, {t1}] (sent CreateTime {old})"
+        )
+    seen = consume_all(bs, topic, [0], expect_end={0: 5})
+    for s, md in zip(seen, metas, strict=True):
+        assert s.timestamp_type == 1, f"{CLIENT}: timestamp type {s.timestamp_type}, expected 1 (LogAppendTime)"
+        assert s.timestamp == md.timestamp, f"{CLIENT}: consumed ts {s.timestamp} != acked {md.timestamp}"
+
+
+def test_tiny_max_partition_fetch_bytes_still_progresses(module_broker: Broker, topic: str) -> None:
+    """KIP-74: the first batch is returned even if it exceeds the fetch size."""
+    bs = module_broker.bootstrap
+    create_topic(bs, topic, partitions=1)
+    recs = [Rec(0, b"big", bytes(i % 251 for i in range(100_000)), (), base_timestamp()),
+            Rec(0, b"small", b"v", (), base_timestamp() + 1),
+            Rec(0, b"big2", b"y" * 60_000, (), base_timestamp() + 2)]
+    p = producer(bs, linger_ms=0)
+    try:
+        for r in recs:  # one batch each
+            p.send(topic, key=r.key, value=r.value, partition=0, timestamp_ms=r.timestamp).get(
+                timeout=TIMEOUT_S)
+    finally:
+        p.close(timeout=TIMEOUT_S)
+    c = KafkaConsumer(bootstrap_servers=bs, enable_auto_commit=False, request_timeout_ms=TIMEOUT_MS,
+                      fetch_max_wait_ms=100, max_partition_fetch_bytes=1024)
+    try:
+        tp = TopicPartition(topic, 0)
+        c.assign([tp])
+        c.seek_to_beginning(tp)
+        got: list[tuple[int, bytes]] = []
+        deadline = time.monotonic() + TIMEOUT_S
+        while len(got) < 3 and time.monotonic() < deadline:
+            for msgs in c.poll(timeout_ms=500).values():
+                got.extend((m.offset, m.value) for m in msgs)
+    finally:
+        c.close()
+    assert got == [(i, r.value) for i, r in enumerate(recs)], (
+        f"{CLIENT}: with max_partition_fetch_bytes=1024 read {[(o, len(v)) for o, v in got]}"
+    )
+
+
+def test_fetch_out_of_range(module_broker: Broker, topic: str) -> None:
+    """Fetching past the log end: OFFSET_OUT_OF_RANGE, then the reset policy."""
+    bs = module_broker.bootstrap
+    create_topic(bs, topic, partitions=1)
+    p = producer(bs)
+    try:
+        for i in range(5):
+            p.send(topic, value=f"r{i}".encode(), partition=0)
+        p.flush(timeout=TIMEOUT_S)
+    finally:
+        p.close(timeout=TIMEOUT_S)
+    tp = TopicPartition(topic, 0)
+    strict = KafkaConsumer(bootstrap_servers=bs, enable_auto_commit=False, request_timeout_ms=TIMEOUT_MS,
+                           fetch_max_wait_ms=100, auto_offset_reset="none")
+    try:
+        strict.assign([tp])
+        strict.seek(tp, 100)
+        deadline = time.monotonic() + TIMEOUT_S
+        with pytest.raises(kerr.OffsetOutOfRangeError):
+            while time.monotonic() < deadline:
+                strict.poll(timeout_ms=500)
+    finally:
+        strict.close()
+    reset = KafkaConsumer(bootstrap_servers=bs, enable_auto_commit=False, request_timeout_ms=TIMEOUT_MS,
+                          fetch_max_wait_ms=100, auto_offset_reset="earliest")
+    try:
+        reset.assign([tp])
+        reset.seek(tp, 100)
+        got: list[int] = []
+        deadline = time.monotonic() + TIMEOUT_S
+        while len(got) < 5 and time.monotonic() < deadline:
+            for msgs in reset.poll(timeout_ms=500).values():
+                got.extend(m.offset for m in msgs)
+    finally:
+        reset.close()
+    assert got == [0, 1, 2, 3, 4], f"{CLIENT}: after reset to earliest read offsets {got}"
+
+
+def test_live_tail_and_read_committed(module_broker: Broker, topic: str) -> None:
+    """A consumer waiting at the log end (Fetch long poll) sees a new record promptly;
+    read_committed sees non-transactional records (LSO = high watermark)."""
+    bs = module_broker.bootstrap
+    create_topic(bs, topic, partitions=1)
+    tp = TopicPartition(topic, 0)
+    c = KafkaConsumer(bootstrap_servers=bs, enable_auto_commit=False, request_timeout_ms=TIMEOUT_MS,
+                      fetch_max_wait_ms=500, isolation_level="read_committed")
+    p = producer(bs)
+    try:
+        c.assign([tp])
+        c.seek_to_end(tp)
+        assert c.position(tp, timeout_ms=TIMEOUT_MS) == 0
+        assert c.poll(timeout_ms=700) == {}
+        sent_at = time.monotonic()
+        p.send(topic, value=b"tail", partition=0).get(timeout=TIMEOUT_S)
+        got: list[bytes] = []
+        while not got and time.monotonic() - sent_at < 10:
+            for msgs in c.poll(timeout_ms=200).values():
+                got.extend(m.value for m in msgs)
+        assert got == [b"tail"], f"{CLIENT}: tailing consumer got {got} within 10s"
+        assert c.end_offsets([tp], timeout_ms=TIMEOUT_MS) == {tp: 1}
+    finally:
+        p.close(timeout=TIMEOUT_S)
+        c.close()
+
+
+def test_many_partitions(module_broker: Broker, topic: str) -> None:
+    bs = module_broker.bootstrap
+    create_topic(bs, topic, partitions=48)
+    recs = [Rec(p, f"k{p}".encode(), f"v{p}".encode(), (), base_timestamp() + p) for p in range(48)]
+    p = producer(bs)
+    try:
+        produce(p, topic, recs)
+    finally:
+        p.close(timeout=TIMEOUT_S)
+    seen = consume_all(bs, topic, list(range(48)), expect_end={p: 1 for p in range(48)})
+    assert_round_trip(recs, seen, f"{CLIENT} 48 partitions")
 
 
 # -- durability (own broker per test) ---------------------------------------------
@@ -310,3 +522,43 @@ def test_kill9_restart_keeps_acked_records(broker: Broker, topic: str) -> None:
     # Acked with acks=all means on disk: the acknowledged offsets are exactly what came back.
     assert sorted((s.partition, s.offset, s.value) for s in seen) == sorted(acked)
     _check_restart_appends(bs, topic, {p: sum(1 for a in acked if a[0] == p) for p in range(3)})
+
+
+def test_consumer_and_producer_survive_broker_restart(broker: Broker, topic: str) -> None:
+    """The same consumer and producer instances carry on across a SIGTERM restart:
+    reconnect, metadata refresh, position validation; nothing lost or repeated."""
+    bs = broker.bootstrap
+    create_topic(bs, topic, partitions=1)
+    tp = TopicPartition(topic, 0)
+    p = producer(bs)
+    c = consumer(bs)
+    try:
+        c.assign([tp])
+        c.seek_to_beginning(tp)
+
+        def read(n: int) -> list[tuple[int, bytes]]:
+            got: list[tuple[int, bytes]] = []
+            deadline = time.monotonic() + TIMEOUT_S
+            while len(got) < n and time.monotonic() < deadline:
+                for msgs in c.poll(timeout_ms=300).values():
+                    got.extend((m.offset, m.value) for m in msgs)
+            return got
+
+        for i in range(20):
+            p.send(topic, value=f"before-{i}".encode(), partition=0)
+        p.flush(timeout=TIMEOUT_S)
+        assert read(20) == [(i, f"before-{i}".encode()) for i in range(20)]
+
+        assert broker.stop() == 0
+        broker.start()
+
+        fs = [p.send(topic, value=f"after-{i}".encode(), partition=0) for i in range(20)]
+        p.flush(timeout=TIMEOUT_S)
+        assert [f.get(timeout=TIMEOUT_S).offset for f in fs] == list(range(20, 40))
+        got = read(20)
+        assert got == [(20 + i, f"after-{i}".encode()) for i in range(20)], (
+            f"{CLIENT}: consumer after broker restart read {got[:3]}..({len(got)} records)"
+        )
+    finally:
+        p.close(timeout=TIMEOUT_S)
+        c.close()

@@ -4,8 +4,8 @@ Quirks: ``offset`` -1 means "up to the high watermark". An offset above the
 high watermark, or negative other than -1, is OFFSET_OUT_OF_RANGE; one at or
 below the log start changes nothing. Every partition answers its (new)
 low watermark, the log start offset; an unknown topic or partition answers
-UNKNOWN_TOPIC_OR_PARTITION with low watermark -1. The partition lock is held so
-a concurrent append cannot interleave with segment deletion.
+UNKNOWN_TOPIC_OR_PARTITION with low watermark -1. Segment deletion runs without
+an await, so no append can interleave with it.
 """
 
 from __future__ import annotations

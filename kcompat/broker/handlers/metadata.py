@@ -16,7 +16,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from kcompat.broker.context import RequestContext
-from kcompat.broker.handlers._common import NO_THROTTLE, OK
+from kcompat.broker.handlers._common import NO_THROTTLE, OK, advertised_host
 from kcompat.broker.metadata import TopicMeta
 from kcompat.broker.state import TopicError, check_topic_name
 
@@ -85,8 +85,7 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
             else:
                 out.append(_lookup(ctx, name, auto))
         topics = tuple(out)
-    host = state.config["advertised.host"] or state.config["host"]
-    broker = ctx.build("MetadataResponseBroker", node_id=state.node_id, host=host,
+    broker = ctx.build("MetadataResponseBroker", node_id=state.node_id, host=advertised_host(state),
                        port=state.advertised_port, rack=None)
     return ctx.response(
         throttle_time=NO_THROTTLE, brokers=(broker,), cluster_id=state.cluster_id,

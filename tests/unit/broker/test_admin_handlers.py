@@ -4,7 +4,7 @@ must encode with kio and read back, and carry Kafka's error codes."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -25,7 +25,7 @@ E = ErrorCode
 
 
 @pytest.fixture
-def state(tmp_path: Path) -> BrokerState:
+def state(tmp_path: Path) -> Iterator[BrokerState]:
     cfg = broker_config.load(None, {"log.dirs": str(tmp_path), "log.retention.ms": "1000"}, {})
     st = BrokerState(cfg)
     yield st
@@ -335,3 +335,18 @@ def test_find_coordinator(state: BrokerState, version: int) -> None:
             ("a", 1, 9092, E.none), ("b", 1, 9092, E.none)]
     else:
         assert (r.error_code, r.node_id, r.host, r.port) == (E.none, 1, "127.0.0.1", 9092)
+
+
+def test_describe_cluster_controller_endpoint(state: BrokerState) -> None:
+    r = call(state, v.DESCRIBE_CLUSTER, 1, lambda m: m.DescribeClusterRequest(
+        include_cluster_authorized_operations=True, endpoint_type=2))
+    assert (r.error_code, r.brokers) == (E.unsupported_endpoint_type, ())
+    r = call(state, v.DESCRIBE_CLUSTER, 1, lambda m: m.DescribeClusterRequest(
+        include_cluster_authorized_operations=True, endpoint_type=1))
+    assert r.cluster_authorized_operations > 0
+
+
+def test_find_coordinator_share_key_type(state: BrokerState) -> None:
+    r = call(state, v.FIND_COORDINATOR, 6, lambda m: m.FindCoordinatorRequest(
+        key_type=2, coordinator_keys=("g:t:0",)))
+    assert [(c.error_code, c.node_id) for c in r.coordinators] == [(E.invalid_request, -1)]
