@@ -13,6 +13,7 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from .._broker import Broker
 from .._records import (
+    CODEC_IDS,
     TIMEOUT_MS,
     TIMEOUT_S,
     Rec,
@@ -25,6 +26,7 @@ from .._records import (
     durability_values,
     golden_records,
     norm_headers,
+    now_ms,
 )
 
 pytestmark = pytest.mark.timeout(120)
@@ -189,6 +191,10 @@ def test_compression_codec(module_broker: Broker, topic: str, codec: str) -> Non
         return await consume_all(bs, topic, [0], expect_end={0: len(recs)})
 
     assert_round_trip(recs, run(scenario), f"{CLIENT} {codec}")
+    stored = module_broker.stored_codecs(topic, 0)
+    assert stored and set(stored) == {CODEC_IDS[codec]}, (
+        f"{CLIENT}: batches on disk have codecs {sorted(set(stored))}, expected only {codec}"
+    )
 
 
 def test_offsets_for_times(module_broker: Broker, topic: str) -> None:
@@ -229,6 +235,76 @@ def test_offsets_for_times(module_broker: Broker, topic: str) -> None:
     assert multi[tp0] is None and multi[tp1].offset == 3 and multi[tp2].offset == 0, f"{CLIENT}: {multi}"
     assert out["begin"] == {tp0: 0, tp1: 0, tp2: 0}, f"{CLIENT}: {out['begin']}"
     assert out["end"] == {tp0: 0, tp1: 10, tp2: 1}, f"{CLIENT}: {out['end']}"
+
+
+def test_auto_create_on_send(module_broker: Broker, topic: str) -> None:
+    bs = module_broker.bootstrap
+
+    async def scenario() -> tuple[Any, list[Seen]]:
+        p = AIOKafkaProducer(bootstrap_servers=bs, request_timeout_ms=TIMEOUT_MS)
+        await p.start()
+        try:
+            md = await p.send_and_wait(topic, key=b"k", value=b"auto")
+            parts = p.client.cluster.partitions_for_topic(topic)
+        finally:
+            await p.stop()
+        return (md.partition, md.offset, parts), await consume_all(bs, topic, [0], expect_end={0: 1})
+
+    (part, off, parts), seen = run(scenario)
+    assert (part, off, parts) == (0, 0, {0}), f"{CLIENT}: auto-created topic {parts}, acked {part}/{off}"
+    assert [(s.key, s.value) for s in seen] == [(b"k", b"auto")]
+
+
+def test_log_append_time_topic(module_broker: Broker, topic: str) -> None:
+    bs = module_broker.bootstrap
+
+    async def scenario() -> tuple[int, int, list[Seen]]:
+        admin = AIOKafkaAdminClient(bootstrap_servers=bs, request_timeout_ms=TIMEOUT_MS)
+        await admin.start()
+        try:
+            resp = await admin.create_topics([NewTopic(
+                topic, 1, 1, topic_configs={"message.timestamp.type": "LogAppendTime"})])
+            assert [e[1] for e in resp.topic_errors] == [0], f"{CLIENT}: {resp.topic_errors}"
+        finally:
+            await admin.close()
+        t0 = now_ms()
+        await produce(bs, topic, [Rec(0, None, f"lat-{i}".encode(), (), base_timestamp())
+                                  for i in range(3)])
+        t1 = now_ms()
+        return t0, t1, await consume_all(bs, topic, [0], expect_end={0: 3})
+
+    t0, t1, seen = run(scenario)
+    for s in seen:
+        assert s.timestamp_type == 1 and t0 - 5000 <= s.timestamp <= t1 + 5000, (
+            f"{CLIENT}: LogAppendTime topic gave ({s.timestamp_type}, {s.timestamp}), "
+            f"expected (1, broker time in [{t0}, {t1}])"
+        )
+
+
+def test_fetch_out_of_range_resets_to_earliest(module_broker: Broker, topic: str) -> None:
+    bs = module_broker.bootstrap
+
+    async def scenario() -> list[int]:
+        await create_topic(bs, topic, 1)
+        await produce(bs, topic, [Rec(0, None, f"r{i}".encode(), (), base_timestamp() + i)
+                                  for i in range(5)])
+        c = AIOKafkaConsumer(bootstrap_servers=bs, group_id=None, enable_auto_commit=False,
+                             auto_offset_reset="earliest", fetch_max_wait_ms=100,
+                             request_timeout_ms=TIMEOUT_MS)
+        await c.start()
+        try:
+            tp = TopicPartition(topic, 0)
+            c.assign([tp])
+            c.seek(tp, 100)
+            got: list[int] = []
+            while len(got) < 5:
+                for msgs in (await c.getmany(timeout_ms=500)).values():
+                    got.extend(m.offset for m in msgs)
+            return got
+        finally:
+            await c.stop()
+
+    assert run(scenario, timeout=TIMEOUT_S) == [0, 1, 2, 3, 4]
 
 
 # -- durability -------------------------------------------------------------------

@@ -8,10 +8,17 @@ import time
 from typing import Any
 
 import pytest
-from confluent_kafka import Producer, TopicPartition
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    TIMESTAMP_LOG_APPEND_TIME,
+    KafkaError,
+    Producer,
+    TopicPartition,
+)
 
 from .._broker import Broker
 from .._records import (
+    CODEC_IDS,
     TIMEOUT_S,
     Rec,
     assert_exactly_once,
@@ -21,6 +28,7 @@ from .._records import (
     compressible_records,
     durability_values,
     golden_records,
+    now_ms,
 )
 from ._helpers import CLIENT, Deliveries, consume_all, consumer, create_topic, produce_recs
 
@@ -88,6 +96,10 @@ def test_compression_codec(module_broker: Broker, topic: str, codec: str) -> Non
     produce_recs(p, topic, recs)
     seen = consume_all(bs, topic, [0], expect_end={0: len(recs)})
     assert_round_trip(recs, seen, f"{CLIENT} {codec}")
+    stored = module_broker.stored_codecs(topic, 0)
+    assert stored and set(stored) == {CODEC_IDS[codec]}, (
+        f"{CLIENT}: batches on disk have codecs {sorted(set(stored))}, expected only {codec}"
+    )
 
 
 def test_offsets_for_times(module_broker: Broker, topic: str) -> None:
@@ -217,3 +229,167 @@ def test_kill9_while_producing(broker: Broker, topic: str) -> None:
         f"{CLIENT}: after kill -9 the log is not an in-order prefix of what was sent "
         f"({len(got)} records, {len(acked)} acknowledged)"
     )
+
+
+# -- Kafka behaviours a client can observe ------------------------------------------
+
+
+def test_null_and_empty_header_values(module_broker: Broker, topic: str) -> None:
+    bs = module_broker.bootstrap
+    create_topic(bs, topic, partitions=1)
+    p = Producer({"bootstrap.servers": bs})
+    dr = Deliveries()
+    p.produce(topic, value=b"v", partition=0, on_delivery=dr,
+              headers=[("null", None), ("empty", b""), ("null", None), ("x", b"\x00")])
+    assert p.flush(TIMEOUT_S) == 0 and not dr.failed, f"{CLIENT}: {dr.failed}"
+    c = consumer(bs)
+    try:
+        c.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
+        m = _poll_one(c)
+    finally:
+        c.close()
+    assert m.headers() == [("null", None), ("empty", b""), ("null", None), ("x", b"\x00")], (
+        f"{CLIENT}: null vs empty header values not preserved: {m.headers()}"
+    )
+
+
+def _poll_one(c: Any) -> Any:
+    deadline = time.monotonic() + TIMEOUT_S
+    while time.monotonic() < deadline:
+        m = c.poll(0.5)
+        if m is None:
+            continue
+        if m.error() is not None and m.error().code() == KafkaError._PARTITION_EOF:
+            continue
+        return m
+    raise AssertionError(f"{CLIENT}: no message within {TIMEOUT_S}s")
+
+
+def test_auto_create_on_produce(module_broker: Broker, topic: str) -> None:
+    bs = module_broker.bootstrap
+    p = Producer({"bootstrap.servers": bs})
+    dr = Deliveries()
+    p.produce(topic, key=b"k", value=b"auto", on_delivery=dr)
+    assert p.flush(TIMEOUT_S) == 0 and not dr.failed, f"{CLIENT}: {[str(e) for e, _ in dr.failed]}"
+    assert (dr.ok[0].partition(), dr.ok[0].offset()) == (0, 0)
+    md = p.list_topics(topic, timeout=TIMEOUT_S).topics[topic]
+    assert md.error is None and sorted(md.partitions) == [0], f"{CLIENT}: auto-created {md}"
+
+
+def _delivery_error(bs: str, topic: str, **produce_kwargs: Any) -> Any:
+    p = Producer({"bootstrap.servers": bs, "message.max.bytes": 1_000_000})
+    dr = Deliveries()
+    p.produce(topic, partition=0, on_delivery=dr, **produce_kwargs)
+    assert p.flush(TIMEOUT_S) == 0
+    assert not dr.ok, f"{CLIENT}: broker accepted it at offset {dr.ok[0].offset()}"
+    (err, _msg), = dr.failed
+    return err
+
+
+def test_record_larger_than_max_message_bytes_is_rejected(module_broker: Broker, topic: str) -> None:
+    bs = module_broker.bootstrap
+    create_topic(bs, topic, partitions=1, config={"max.message.bytes": "10000"})
+    err = _delivery_error(bs, topic, value=b"x" * 50_000)
+    assert err.code() == KafkaError.MSG_SIZE_TOO_LARGE, f"{CLIENT}: got {err}"
+
+
+def test_timestamp_too_far_in_future_is_rejected(module_broker: Broker, topic: str) -> None:
+    """Kafka 4 default message.timestamp.after.max.ms = 1 hour (KIP-1030)."""
+    bs = module_broker.bootstrap
+    create_topic(bs, topic, partitions=1)
+    err = _delivery_error(bs, topic, value=b"future", timestamp=now_ms() + 2 * 3_600_000)
+    assert err.code() == KafkaError.INVALID_TIMESTAMP, f"{CLIENT}: got {err}"
+
+
+def test_log_append_time_topic(module_broker: Broker, topic: str) -> None:
+    bs = module_broker.bootstrap
+    create_topic(bs, topic, partitions=1, config={"message.timestamp.type": "LogAppendTime"})
+    p = Producer({"bootstrap.servers": bs})
+    dr = Deliveries()
+    t0 = now_ms()
+    for i in range(3):
+        p.produce(topic, value=f"lat-{i}".encode(), partition=0, timestamp=base_timestamp(),
+                  on_delivery=dr)
+    assert p.flush(TIMEOUT_S) == 0 and not dr.failed
+    t1 = now_ms()
+    for m in dr.ok:
+        ts_type, ts = m.timestamp()
+        assert ts_type == TIMESTAMP_LOG_APPEND_TIME and t0 - 5000 <= ts <= t1 + 5000, (
+            f"{CLIENT}: LogAppendTime topic delivery report timestamp ({ts_type}, {ts}), "
+            f"expected (LogAppendTime, broker time in [{t0}, {t1}])"
+        )
+    seen = consume_all(bs, topic, [0], expect_end={0: 3})
+    assert [(s.timestamp_type, s.timestamp) for s in seen] == [
+        (1, m.timestamp()[1]) for m in dr.ok], f"{CLIENT}: consumed {seen}"
+
+
+def test_tiny_fetch_sizes_still_progress(module_broker: Broker, topic: str) -> None:
+    """KIP-74: the first batch comes back even when it exceeds the fetch sizes."""
+    bs = module_broker.bootstrap
+    create_topic(bs, topic, partitions=1)
+    recs = golden_records(3)
+    recs = [Rec(0, r.key, r.value, r.headers, r.timestamp) for r in recs]
+    produce_recs(Producer({"bootstrap.servers": bs, "linger.ms": 0}), topic, recs)
+    c = consumer(bs, **{"max.partition.fetch.bytes": 1024, "fetch.max.bytes": 1024,
+                        "message.max.bytes": 1000})
+    try:
+        c.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
+        got = [_poll_one(c) for _ in recs]
+    finally:
+        c.close()
+    assert [(m.offset(), m.key(), m.value()) for m in got] == [
+        (i, r.key, r.value) for i, r in enumerate(recs)], f"{CLIENT}: tiny fetch sizes"
+
+
+def test_fetch_out_of_range(module_broker: Broker, topic: str) -> None:
+    bs = module_broker.bootstrap
+    create_topic(bs, topic, partitions=1)
+    produce_recs(Producer({"bootstrap.servers": bs}), topic,
+                 [Rec(0, None, f"r{i}".encode(), (), base_timestamp() + i) for i in range(5)])
+    c = consumer(bs, **{"auto.offset.reset": "error"})
+    try:
+        c.assign([TopicPartition(topic, 0, 100)])
+        m = _poll_one(c)
+        assert m.error() is not None and m.error().code() == KafkaError._AUTO_OFFSET_RESET, (
+            f"{CLIENT}: fetch at 100 of 5 gave {m.error() or ('offset', m.offset())}, "
+            f"expected OFFSET_OUT_OF_RANGE -> _AUTO_OFFSET_RESET"
+        )
+    finally:
+        c.close()
+    c = consumer(bs, **{"auto.offset.reset": "earliest"})
+    try:
+        c.assign([TopicPartition(topic, 0, 100)])
+        got = [_poll_one(c) for _ in range(5)]
+    finally:
+        c.close()
+    assert [(m.error(), m.offset()) for m in got] == [(None, i) for i in range(5)]
+
+
+def test_consumer_and_producer_survive_broker_restart(broker: Broker, topic: str) -> None:
+    bs = broker.bootstrap
+    create_topic(bs, topic, partitions=1)
+    p = Producer({"bootstrap.servers": bs, "enable.idempotence": True})
+    c = consumer(bs)
+    try:
+        c.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
+        before = [Rec(0, None, f"before-{i}".encode(), (), base_timestamp() + i) for i in range(20)]
+        produce_recs(p, topic, before)
+        got = [_poll_one(c) for _ in range(20)]
+        assert [(m.offset(), m.value()) for m in got] == [(i, r.value) for i, r in enumerate(before)]
+
+        assert broker.stop() == 0
+        broker.start()
+
+        dr = Deliveries()
+        for i in range(20):
+            p.produce(topic, value=f"after-{i}".encode(), partition=0, on_delivery=dr)
+        assert p.flush(TIMEOUT_S) == 0 and not dr.failed, f"{CLIENT}: {[str(e) for e, _ in dr.failed]}"
+        assert sorted(m.offset() for m in dr.ok) == list(range(20, 40))
+        got = [_poll_one(c) for _ in range(20)]
+        assert [(m.offset(), m.value()) for m in got] == [
+            (20 + i, f"after-{i}".encode()) for i in range(20)], (
+            f"{CLIENT}: consumer after broker restart read "
+            f"{[(m.offset(), m.value()) for m in got][:3]}"
+        )
+    finally:
+        c.close()

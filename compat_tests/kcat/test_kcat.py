@@ -16,7 +16,7 @@ import pytest
 from confluent_kafka import Producer
 
 from .._broker import Broker
-from .._records import TIMEOUT_S, Rec, base_timestamp, now_ms
+from .._records import CODEC_IDS, TIMEOUT_S, Rec, base_timestamp, now_ms
 from ..confluent._helpers import consume_all as confluent_consume_all
 from ..confluent._helpers import create_topic, produce_recs
 
@@ -43,7 +43,9 @@ class Kcat:
                  check: bool = True) -> subprocess.CompletedProcess[bytes]:
         if not os.path.exists(KCAT):
             pytest.fail("kcat is not installed (make tools installs Debian's kcat)")
-        cmd = [KCAT, "-b", self.bootstrap, "-m", "15", *args]
+        # client.id=kcat only labels kcat's requests in the broker log (LEDGER.md);
+        # librdkafka's own default is "rdkafka", which confluent-kafka also uses.
+        cmd = [KCAT, "-b", self.bootstrap, "-m", "15", "-X", "client.id=kcat", *args]
         try:
             cp = subprocess.run(cmd, input=stdin, capture_output=True, timeout=timeout, env=self.env)
         except subprocess.TimeoutExpired as exc:
@@ -150,6 +152,10 @@ def test_compression_codec(kcat: Kcat, module_broker: Broker, topic: str, codec:
         f"{CLIENT} -z {codec}: read back {len(got.get(0, []))} records, "
         f"first {got.get(0, [])[:2]}"
     )
+    stored = module_broker.stored_codecs(topic, 0)
+    assert stored and set(stored) == {CODEC_IDS[codec]}, (
+        f"{CLIENT}: batches on disk have codecs {sorted(set(stored))}, expected only {codec}"
+    )
 
 
 def test_query_offsets_by_timestamp(kcat: Kcat, module_broker: Broker, topic: str) -> None:
@@ -177,6 +183,27 @@ def test_query_offsets_by_timestamp(kcat: Kcat, module_broker: Broker, topic: st
     lines = kcat("-C", "-t", topic, "-p", "0", "-o", f"s@{base + 2500}", "-e", "-q",
                  "-f", "%o:%T\\n").stdout.decode().splitlines()
     assert lines == [f"{i}:{base + i * 1000}" for i in range(3, 10)], f"{CLIENT} -o s@: {lines}"
+
+
+def test_auto_create_on_produce(kcat: Kcat, topic: str) -> None:
+    kcat.produce(topic, [b"k:auto"], "-K:")
+    out = kcat("-L", "-t", topic).stdout.decode()
+    assert f'topic "{topic}" with 1 partitions:' in out, f"{CLIENT}: auto-created topic:\n{out}"
+    assert kcat.consume(topic, "%k=%s@%p:%o\\n") == ["k=auto@0:0"]
+
+
+def test_null_versus_empty_keys_and_values(kcat: Kcat, module_broker: Broker, topic: str) -> None:
+    """-Z: an empty key or value is sent as NULL; without -Z it is sent empty."""
+    create_topic(module_broker.bootstrap, topic, partitions=1)
+    kcat.produce(topic, [b":null-key", b"null-value:"], "-p", "0", "-K:", "-Z")
+    kcat.produce(topic, [b":empty-key", b"empty-value:"], "-p", "0", "-K:")
+    # %K / %S print -1 for NULL and 0 for empty (kcat's -Z on the consumer side would
+    # print "NULL" for empty ones too, so the lengths are the check).
+    lines = kcat.consume(topic, "%K|%S|%k|%s\\n")
+    assert lines == [
+        "-1|8||null-key", "10|-1|null-value|",
+        "0|9||empty-key", "11|0|empty-value|",
+    ], f"{CLIENT}: null/empty keys and values read back as {lines}"
 
 
 # -- durability -------------------------------------------------------------------

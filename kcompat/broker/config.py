@@ -49,6 +49,13 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
         _D("compression.type", "string", "producer",
            choices=("producer", "uncompressed", "gzip", "snappy", "lz4", "zstd")),
         _D("min.insync.replicas", "int", 1, minimum=1),
+        _D("group.min.session.timeout.ms", "int", 6000, minimum=0),
+        _D("group.max.session.timeout.ms", "int", 1800000, minimum=0),
+        _D("group.initial.rebalance.delay.ms", "int", 3000, minimum=0),
+        _D("group.max.size", "int", 2147483647, minimum=1),
+        _D("offsets.topic.num.partitions", "int", 50, minimum=1),
+        _D("offsets.retention.minutes", "int", 10080, minimum=1),
+        _D("offset.metadata.max.bytes", "int", 4096, minimum=0),
         _D("kcompat.flush.mode", "string", "acks_all", choices=("acks_all", "always", "never")),
         _D("kcompat.cluster.id", "string", ""),
     )

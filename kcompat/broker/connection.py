@@ -41,7 +41,8 @@ async def serve_connection(stream: trio.SocketStream, state: BrokerState) -> Non
     try:
         peer = stream.socket.getpeername()
     except OSError:
-        peer = "?"
+        peer = ("?", 0)
+    host = f"/{peer[0]}"
     reader = FrameReader(state.config["socket.request.max.bytes"])
     try:
         while True:
@@ -49,7 +50,7 @@ async def serve_connection(stream: trio.SocketStream, state: BrokerState) -> Non
             if not data:
                 return
             for frame in reader.feed(data):
-                out = await handle_frame(frame, state)
+                out = await handle_frame(frame, state, host)
                 if out is not None:
                     await stream.send_all(out)
     except FrameError as e:
@@ -64,7 +65,7 @@ async def serve_connection(stream: trio.SocketStream, state: BrokerState) -> Non
             await stream.aclose()
 
 
-async def handle_frame(frame: bytes, state: BrokerState) -> bytes | None:
+async def handle_frame(frame: bytes, state: BrokerState, client_host: str = "") -> bytes | None:
     try:
         api_key, version, cid = peek_api(frame)
     except HeaderError as e:
@@ -84,7 +85,7 @@ async def handle_frame(frame: bytes, state: BrokerState) -> bytes | None:
     except (HeaderError, codec.BodyError) as e:
         raise CloseConnection(f"malformed {api_name(api_key)} v{version} request: {e}") from None
     log.debug("request %s v%d cid=%d client=%s", rng.name, version, cid, header.client_id)
-    ctx = RequestContext(state, api_key, version, cid, header.client_id)
+    ctx = RequestContext(state, api_key, version, cid, header.client_id, client_host)
     try:
         response: Any = await HANDLERS[api_key](ctx, request)
     except Exception as e:

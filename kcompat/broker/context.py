@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
+from kcompat.broker.groups import GroupService
 from kcompat.broker.state import BrokerState
 from kcompat.wire import codec
 
@@ -17,6 +18,12 @@ class RequestContext:
     version: int
     correlation_id: int
     client_id: str | None
+    client_host: str = ""
+
+    @property
+    def groups(self) -> GroupService:
+        assert self.state.groups is not None, "group service not started"
+        return self.state.groups
 
     @property
     def resp(self) -> ModuleType:

@@ -35,6 +35,7 @@ class TopicMeta:
     topic_id: uuid.UUID
     partitions: int
     configs: dict[str, Any] = field(default_factory=dict)
+    internal: bool = False
 
 
 @dataclass
@@ -49,7 +50,8 @@ class MetadataImage:
             self.cluster_id = rec["cluster_id"]
         elif kind == "create_topic":
             self.topics[rec["name"]] = TopicMeta(
-                rec["name"], uuid.UUID(rec["id"]), rec["partitions"], dict(rec["configs"])
+                rec["name"], uuid.UUID(rec["id"]), rec["partitions"], dict(rec["configs"]),
+                bool(rec.get("internal", False)),
             )
         elif kind == "delete_topic":
             self.topics.pop(rec["name"], None)

@@ -21,6 +21,7 @@ import trio
 
 from kcompat.broker.config import BrokerConfig
 from kcompat.broker.connection import serve_connection
+from kcompat.broker.groups import GroupService
 from kcompat.broker.state import BrokerState
 
 log = logging.getLogger("kcompat.broker")
@@ -47,6 +48,7 @@ async def _wait_for_signal(cancel: trio.CancelScope) -> None:
 
 async def run_broker(config: BrokerConfig, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
     state = BrokerState(config)
+    state.groups = GroupService(state)
     try:
         listeners = await trio.open_tcp_listeners(config["port"], host=config["host"])
         port = listeners[0].socket.getsockname()[1]
@@ -54,6 +56,7 @@ async def run_broker(config: BrokerConfig, task_status: trio.TaskStatus[int] = t
         async with trio.open_nursery() as background:
             background.start_soon(state.flusher.run)
             background.start_soon(_retention_loop, state)
+            background.start_soon(state.groups.run)
             serve_scope = trio.CancelScope()
             background.start_soon(_wait_for_signal, serve_scope)
             log.info("kcompat broker ready on %s:%d (data in %s)", config["host"], port,

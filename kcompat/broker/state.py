@@ -20,7 +20,7 @@ import shutil
 import time
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import trio
 from kio.schema.errors import ErrorCode
@@ -32,6 +32,9 @@ from kcompat.broker.metadata import PRODUCER_ID_BLOCK, MetadataStore, TopicMeta
 from kcompat.broker.partition import Partition
 from kcompat.broker.topic_config import log_config, validate_overrides
 from kcompat.log.partition_log import PartitionLog
+
+if TYPE_CHECKING:
+    from kcompat.broker.groups import GroupService
 
 log = logging.getLogger("kcompat.broker")
 
@@ -77,6 +80,7 @@ class BrokerState:
             self.metadata.append({"type": "cluster", "cluster_id": cid}, now_ms())
         self.partitions: dict[tuple[str, int], Partition] = {}
         self.data_arrived = trio.Event()
+        self.groups: GroupService | None = None  # set by the runtime once started
         self._next_producer_id = self.metadata.image.producer_id_limit
         for meta in self.metadata.image.topics.values():
             self._open_partitions(meta, range(meta.partitions))
@@ -111,6 +115,7 @@ class BrokerState:
         replication_factor: int,
         configs: dict[str, Any],
         validate_only: bool = False,
+        internal: bool = False,
     ) -> TopicMeta:
         check_topic_name(name)
         if name in self.topics:
@@ -134,12 +139,12 @@ class BrokerState:
             overrides = validate_overrides(configs)
         except ConfigError as e:
             raise TopicError(ErrorCode.invalid_config, str(e)) from None
-        meta = TopicMeta(name, uuid.uuid4(), partitions, overrides)
+        meta = TopicMeta(name, uuid.uuid4(), partitions, overrides, internal)
         if validate_only:
             return meta
         self.metadata.append(
             {"type": "create_topic", "name": name, "id": str(meta.topic_id),
-             "partitions": partitions, "configs": overrides},
+             "partitions": partitions, "configs": overrides, "internal": internal},
             now_ms(),
         )
         self._open_partitions(self.topics[name], range(partitions))

@@ -30,6 +30,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from kcompat.coordinator.group import Group, GroupState, Member
+from kcompat.coordinator.offsets import StoredGroup
 
 UNKNOWN_MEMBER = ""
 
@@ -253,8 +254,7 @@ class GroupCoordinator:
         group.initial_delay_deadline_ms = 0
         self.changed.add(group.group_id)
         if not group.members:
-            group.protocol_name = None
-            group.protocol_type = None
+            group.protocol_name = None  # the protocol type stays, as in Kafka
             group.leader_id = None
             group.transition(GroupState.EMPTY, now_ms)
             return replies
@@ -446,6 +446,49 @@ class GroupCoordinator:
         del self.groups[group_id]
         self.changed.add(group_id)
         return ErrorCode.none
+
+    def restore(self, group_id: str, stored: StoredGroup, now_ms: int) -> None:
+        """Rebuild a group from its replayed metadata record (after a restart the
+        members keep their ids and generation; their sessions start now)."""
+        group = Group(group_id, generation_id=stored.generation_id,
+                      protocol_type=stored.protocol_type or None,
+                      protocol_name=stored.protocol_name, leader_id=stored.leader_id,
+                      state_since_ms=stored.state_since_ms)
+        for member in stored.members:
+            member.last_heartbeat_ms = now_ms
+            member.synced = True
+            group.members[member.member_id] = member
+            if member.group_instance_id is not None:
+                group.static_members[member.group_instance_id] = member.member_id
+        group.state = GroupState.STABLE if group.members else GroupState.EMPTY
+        self.groups[group_id] = group
+
+    def ensure_group(self, group_id: str, now_ms: int) -> Group:
+        """The group for a standalone offset commit (created Empty if new)."""
+        group = self.groups.get(group_id)
+        if group is None:
+            group = self.groups[group_id] = Group(group_id, state_since_ms=now_ms)
+        return group
+
+    def commit_error(self, group_id: str, generation_id: int, member_id: str,
+                     instance_id: str | None) -> ErrorCode | None:
+        """Kafka's checks before an OffsetCommit is accepted (None = accept)."""
+        group = self.groups.get(group_id)
+        if group is None:
+            return None if generation_id < 0 else ErrorCode.illegal_generation
+        if group.is_(GroupState.DEAD):
+            return ErrorCode.coordinator_not_available
+        if group.is_static_fenced(member_id, instance_id):
+            return ErrorCode.fenced_instance_id
+        if generation_id < 0 and group.is_(GroupState.EMPTY):
+            return None
+        if group.is_(GroupState.COMPLETING_REBALANCE):
+            return ErrorCode.rebalance_in_progress
+        if member_id not in group.members:
+            return ErrorCode.unknown_member_id
+        if generation_id != group.generation_id:
+            return ErrorCode.illegal_generation
+        return None
 
     def pop_group_changes(self) -> set[str]:
         changed, self.changed = self.changed, set()

@@ -30,7 +30,10 @@ class ApiRange:
 
 
 PRODUCE, FETCH, LIST_OFFSETS, METADATA = 0, 1, 2, 3
-FIND_COORDINATOR, API_VERSIONS = 10, 18
+OFFSET_COMMIT, OFFSET_FETCH, FIND_COORDINATOR = 8, 9, 10
+JOIN_GROUP, HEARTBEAT, LEAVE_GROUP, SYNC_GROUP = 11, 12, 13, 14
+DESCRIBE_GROUPS, LIST_GROUPS, API_VERSIONS = 15, 16, 18
+DELETE_GROUPS, OFFSET_DELETE = 42, 47
 CREATE_TOPICS, DELETE_TOPICS, DELETE_RECORDS, INIT_PRODUCER_ID = 19, 20, 21, 22
 OFFSET_FOR_LEADER_EPOCH, DESCRIBE_CONFIGS, ALTER_CONFIGS = 23, 32, 33
 CREATE_PARTITIONS, INCREMENTAL_ALTER_CONFIGS, DESCRIBE_CLUSTER = 37, 44, 60
@@ -40,7 +43,15 @@ _TABLE = (
     ApiRange(FETCH, "Fetch", 4, 12, 4),
     ApiRange(LIST_OFFSETS, "ListOffsets", 1, 10, 1),
     ApiRange(METADATA, "Metadata", 0, 12, 0),
+    ApiRange(OFFSET_COMMIT, "OffsetCommit", 2, 9, 2),
+    ApiRange(OFFSET_FETCH, "OffsetFetch", 1, 9, 1),
     ApiRange(FIND_COORDINATOR, "FindCoordinator", 0, 6, 0),
+    ApiRange(JOIN_GROUP, "JoinGroup", 0, 9, 0),
+    ApiRange(HEARTBEAT, "Heartbeat", 0, 4, 0),
+    ApiRange(LEAVE_GROUP, "LeaveGroup", 0, 5, 0),
+    ApiRange(SYNC_GROUP, "SyncGroup", 0, 5, 0),
+    ApiRange(DESCRIBE_GROUPS, "DescribeGroups", 0, 5, 0),
+    ApiRange(LIST_GROUPS, "ListGroups", 0, 5, 0),
     ApiRange(API_VERSIONS, "ApiVersions", 0, 4, 0),
     ApiRange(CREATE_TOPICS, "CreateTopics", 2, 7, 2),
     ApiRange(DELETE_TOPICS, "DeleteTopics", 1, 6, 1),
@@ -52,6 +63,8 @@ _TABLE = (
     ApiRange(CREATE_PARTITIONS, "CreatePartitions", 0, 3, 0),
     ApiRange(INCREMENTAL_ALTER_CONFIGS, "IncrementalAlterConfigs", 0, 1, 0),
     ApiRange(DESCRIBE_CLUSTER, "DescribeCluster", 0, 1, 0),
+    ApiRange(DELETE_GROUPS, "DeleteGroups", 0, 2, 0),
+    ApiRange(OFFSET_DELETE, "OffsetDelete", 0, 0, 0),
 )
 
 API_RANGES: dict[int, ApiRange] = {r.api_key: r for r in _TABLE}

@@ -33,6 +33,16 @@ _MODULES = {
     v.CREATE_PARTITIONS: "create_partitions",
     v.INCREMENTAL_ALTER_CONFIGS: "incremental_alter_configs",
     v.DESCRIBE_CLUSTER: "describe_cluster",
+    v.OFFSET_COMMIT: "offset_commit",
+    v.OFFSET_FETCH: "offset_fetch",
+    v.JOIN_GROUP: "join_group",
+    v.HEARTBEAT: "heartbeat",
+    v.LEAVE_GROUP: "leave_group",
+    v.SYNC_GROUP: "sync_group",
+    v.DESCRIBE_GROUPS: "describe_groups",
+    v.LIST_GROUPS: "list_groups",
+    v.DELETE_GROUPS: "delete_groups",
+    v.OFFSET_DELETE: "offset_delete",
 }
 
 HANDLERS: dict[int, Handler] = {

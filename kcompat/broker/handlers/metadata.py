@@ -40,7 +40,7 @@ def _partitions(ctx: RequestContext, meta: TopicMeta) -> tuple[Any, ...]:
 def _topic(ctx: RequestContext, meta: TopicMeta) -> Any:
     return ctx.build(
         "MetadataResponseTopic", error_code=OK, name=meta.name, topic_id=meta.topic_id,
-        is_internal=False, partitions=_partitions(ctx, meta),
+        is_internal=meta.internal, partitions=_partitions(ctx, meta),
     )
 
 

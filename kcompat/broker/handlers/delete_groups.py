@@ -1,0 +1,26 @@
+"""DeleteGroups (key 42), versions 0-2.
+
+Only a group without members can be deleted (NON_EMPTY_GROUP otherwise); an
+unknown group answers GROUP_ID_NOT_FOUND. Deletion writes tombstones for the
+group's offsets and metadata to ``__consumer_offsets``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kcompat.broker.context import RequestContext
+from kcompat.broker.handlers._common import NO_THROTTLE, OK
+from kcompat.broker.state import now_ms
+
+
+async def handle(ctx: RequestContext, request: Any) -> Any:
+    groups = ctx.groups
+    results = []
+    for group_id in request.groups_names:
+        error = groups.coordinator.delete_group(group_id, now_ms())
+        if error == OK:
+            groups.coordinator.pop_group_changes()
+            await groups.delete_group_records(group_id)
+        results.append(ctx.build("DeletableGroupResult", group_id=group_id, error_code=error))
+    return ctx.response(throttle_time=NO_THROTTLE, results=tuple(results))

@@ -1,0 +1,22 @@
+"""Heartbeat (key 12), versions 0-4.
+
+Keeps a member's session alive; answers REBALANCE_IN_PROGRESS while the group
+prepares a rebalance (the member should re-join), ILLEGAL_GENERATION or
+UNKNOWN_MEMBER_ID when the member is out of date, FENCED_INSTANCE_ID for a
+replaced static member.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kcompat.broker.context import RequestContext
+from kcompat.broker.handlers._common import NO_THROTTLE
+from kcompat.broker.state import now_ms
+
+
+async def handle(ctx: RequestContext, request: Any) -> Any:
+    error = ctx.groups.coordinator.heartbeat(
+        request.group_id, request.generation_id, request.member_id,
+        getattr(request, "group_instance_id", None), now_ms())
+    return ctx.response(throttle_time=NO_THROTTLE, error_code=error)

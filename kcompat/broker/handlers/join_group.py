@@ -1,0 +1,47 @@
+"""JoinGroup (key 11), versions 0-9.
+
+Quirks: librdkafka 2.0.2 enables consumer groups only if v0 is advertised, so
+0-9 are advertised and parsed. From v4 an unknown member first gets
+MEMBER_ID_REQUIRED with its new id (KIP-394) and must join again with it. v0
+has no rebalance timeout: the session timeout serves as one, as in Kafka.
+The response is parked until the rebalance completes (all members re-joined,
+the rebalance timeout passed, or — for a new group — the initial delay).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kcompat.broker.context import RequestContext
+from kcompat.broker.handlers._common import NO_THROTTLE
+from kcompat.broker.state import now_ms
+from kcompat.coordinator.coordinator import JoinRequest, JoinResult
+
+
+async def handle(ctx: RequestContext, request: Any) -> Any:
+    session_ms = int(request.session_timeout.total_seconds() * 1000)
+    rebalance = getattr(request, "rebalance_timeout", None)
+    rebalance_ms = int(rebalance.total_seconds() * 1000) if rebalance is not None else session_ms
+    join = JoinRequest(
+        group_id=request.group_id, member_id=request.member_id,
+        group_instance_id=getattr(request, "group_instance_id", None),
+        client_id=ctx.client_id or "", client_host=ctx.client_host,
+        session_timeout_ms=session_ms, rebalance_timeout_ms=rebalance_ms,
+        protocol_type=request.protocol_type,
+        protocols=[(p.name, bytes(p.metadata)) for p in request.protocols],
+        require_known_member_id=ctx.version >= 4,
+    )
+    groups = ctx.groups
+    token, waiter = groups.new_token()
+    replies = groups.coordinator.join_group(token, join, now_ms(), groups.new_member_suffix())
+    result: JoinResult = await groups.wait(token, waiter, replies)
+    members = tuple(
+        ctx.build("JoinGroupResponseMember", member_id=mid, group_instance_id=iid, metadata=meta)
+        for mid, iid, meta in result.members
+    )
+    return ctx.response(
+        throttle_time=NO_THROTTLE, error_code=result.error, generation_id=result.generation_id,
+        protocol_type=result.protocol_type, protocol_name=result.protocol_name or "",
+        leader=result.leader, skip_assignment=result.skip_assignment,
+        member_id=result.member_id, members=members,
+    )

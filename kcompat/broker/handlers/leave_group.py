@@ -1,0 +1,33 @@
+"""LeaveGroup (key 13), versions 0-5.
+
+v0-2 name one member; v3+ a batch of members, each by member id and/or group
+instance id (a static member may leave by instance id alone). A departure
+starts a rebalance at once, so the remaining members take over its partitions
+without waiting for a session timeout.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kcompat.broker.context import RequestContext
+from kcompat.broker.handlers._common import NO_THROTTLE
+from kcompat.broker.state import now_ms
+
+
+async def handle(ctx: RequestContext, request: Any) -> Any:
+    if ctx.version >= 3:
+        members = [(m.member_id, m.group_instance_id) for m in request.members]
+    else:
+        members = [(request.member_id, None)]
+    groups = ctx.groups
+    error, per_member, replies = groups.coordinator.leave_group(request.group_id, members,
+                                                                now_ms())
+    await groups.deliver(replies)
+    if ctx.version < 3 and per_member:
+        error = per_member[0]
+    responses = tuple(
+        ctx.build("MemberResponse", member_id=mid, group_instance_id=iid, error_code=code)
+        for (mid, iid), code in zip(members, per_member, strict=False)
+    )
+    return ctx.response(throttle_time=NO_THROTTLE, error_code=error, members=responses)

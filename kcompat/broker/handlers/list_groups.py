@@ -1,0 +1,27 @@
+"""ListGroups (key 16), versions 0-5.
+
+v4 adds a state filter (case-insensitive, as in Kafka), v5 a type filter
+("classic" is the only type kcompat has).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kcompat.broker.context import RequestContext
+from kcompat.broker.handlers._common import NO_THROTTLE, OK
+
+
+async def handle(ctx: RequestContext, request: Any) -> Any:
+    states = {s.lower() for s in getattr(request, "states_filter", ())}
+    types = {t.lower() for t in getattr(request, "types_filter", ())}
+    listed = []
+    for group in ctx.groups.coordinator.groups.values():
+        if states and group.state.value.lower() not in states:
+            continue
+        if types and "classic" not in types:
+            continue
+        listed.append(ctx.build("ListedGroup", group_id=group.group_id,
+                                protocol_type=group.protocol_type or "",
+                                group_state=group.state.value, group_type="classic"))
+    return ctx.response(throttle_time=NO_THROTTLE, error_code=OK, groups=tuple(listed))

@@ -1,0 +1,64 @@
+"""OffsetCommit (key 8), versions 2-9.
+
+Java 4 commits with v2+ (caps at 9 for the classic consumer), kafka-python v8,
+librdkafka v7. A commit with generation -1 and no member id is a standalone
+commit (``assign()`` consumers, Spark never commits) and is accepted while the
+group has no members. Offsets are written to ``__consumer_offsets`` and fsynced
+before the answer, and become visible to OffsetFetch only then.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from kcompat.broker.context import RequestContext
+from kcompat.broker.handlers._common import NO_THROTTLE, OK
+from kcompat.broker.state import now_ms
+from kcompat.coordinator.offsets import CommittedOffset
+
+
+def _partition_error(ctx: RequestContext, topic: str, p: Any, max_metadata: int) -> ErrorCode:
+    if ctx.state.partition(topic, p.partition_index) is None:
+        return ErrorCode.unknown_topic_or_partition
+    if p.committed_metadata is not None and len(p.committed_metadata.encode()) > max_metadata:
+        return ErrorCode.offset_metadata_too_large
+    return OK
+
+
+async def handle(ctx: RequestContext, request: Any) -> Any:
+    groups = ctx.groups
+    group_id = request.group_id
+    generation = request.generation_id_or_member_epoch
+    top_error = groups.coordinator.commit_error(
+        group_id, generation, request.member_id, getattr(request, "group_instance_id", None))
+    if not group_id:
+        top_error = ErrorCode.invalid_group_id
+    max_metadata = int(ctx.state.config["offset.metadata.max.bytes"])
+    now = now_ms()
+    errors: dict[tuple[str, int], ErrorCode] = {}
+    accepted: dict[tuple[str, int], CommittedOffset] = {}
+    for t in request.topics:
+        for p in t.partitions:
+            code = top_error or _partition_error(ctx, t.name, p, max_metadata)
+            errors[(t.name, p.partition_index)] = code
+            if code == OK:
+                accepted[(t.name, p.partition_index)] = CommittedOffset(
+                    p.committed_offset, getattr(p, "committed_leader_epoch", -1),
+                    p.committed_metadata or "", now)
+    if accepted:
+        groups.coordinator.ensure_group(group_id, now)
+        try:
+            await groups.commit_offsets(group_id, accepted)
+        except OSError:
+            for tp in accepted:
+                errors[tp] = ErrorCode.kafka_storage_error
+    topics = tuple(
+        ctx.build("OffsetCommitResponseTopic", name=t.name, partitions=tuple(
+            ctx.build("OffsetCommitResponsePartition", partition_index=p.partition_index,
+                      error_code=errors[(t.name, p.partition_index)])
+            for p in t.partitions))
+        for t in request.topics
+    )
+    return ctx.response(throttle_time=NO_THROTTLE, topics=topics)

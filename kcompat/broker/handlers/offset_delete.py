@@ -1,0 +1,43 @@
+"""OffsetDelete (key 47), version 0.
+
+Deletes committed offsets of a group for some partitions. Refused per partition
+with GROUP_SUBSCRIBED_TO_TOPIC while an active consumer group subscribes to
+the topic; an unknown group answers GROUP_ID_NOT_FOUND.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from kcompat.broker.context import RequestContext
+from kcompat.broker.handlers._common import NO_THROTTLE, OK
+from kcompat.coordinator.group import GroupState
+
+
+async def handle(ctx: RequestContext, request: Any) -> Any:
+    groups = ctx.groups
+    group = groups.coordinator.groups.get(request.group_id)
+    if group is None or group.is_(GroupState.DEAD):
+        return ctx.response(throttle_time=NO_THROTTLE, error_code=ErrorCode.group_id_not_found,
+                            topics=())
+    subscribed = set() if group.is_(GroupState.EMPTY) else (group.subscribed_topics() or set())
+    errors: dict[tuple[str, int], ErrorCode] = {}
+    for t in request.topics:
+        for p in t.partitions:
+            if t.name in subscribed:
+                errors[(t.name, p.partition_index)] = ErrorCode.group_subscribed_to_topic
+            elif ctx.state.partition(t.name, p.partition_index) is None:
+                errors[(t.name, p.partition_index)] = ErrorCode.unknown_topic_or_partition
+            else:
+                errors[(t.name, p.partition_index)] = OK
+    await groups.delete_offsets(request.group_id, [tp for tp, e in errors.items() if e == OK])
+    topics = tuple(
+        ctx.build("OffsetDeleteResponseTopic", name=t.name, partitions=tuple(
+            ctx.build("OffsetDeleteResponsePartition", partition_index=p.partition_index,
+                      error_code=errors[(t.name, p.partition_index)])
+            for p in t.partitions))
+        for t in request.topics
+    )
+    return ctx.response(throttle_time=NO_THROTTLE, error_code=OK, topics=topics)

@@ -1,0 +1,49 @@
+"""OffsetFetch (key 9), versions 1-9.
+
+v1-7 ask for one group, v8+ for several (``groups``). A null topic list (v2+)
+means every partition the group has an offset for. A partition without a
+committed offset answers offset -1 and empty metadata with no error.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kcompat.broker.context import RequestContext
+from kcompat.broker.handlers._common import NO_THROTTLE, OK
+
+
+def _topics(ctx: RequestContext, group_id: str, requested: Any, prefix: str) -> tuple[Any, ...]:
+    committed = ctx.groups.store.committed(group_id)
+    wanted: dict[str, list[int]] = {}
+    if requested is None:
+        for topic, partition in sorted(committed):
+            wanted.setdefault(topic, []).append(partition)
+    else:
+        for t in requested:
+            wanted[t.name] = list(t.partition_indexes)
+    out = []
+    for topic, partitions in wanted.items():
+        rows = []
+        for index in partitions:
+            c = committed.get((topic, index))
+            rows.append(ctx.build(
+                f"OffsetFetchResponsePartition{prefix}", partition_index=index,
+                committed_offset=c.offset if c else -1,
+                committed_leader_epoch=c.leader_epoch if c else -1,
+                metadata=c.metadata if c else "", error_code=OK))
+        out.append(ctx.build(f"OffsetFetchResponseTopic{prefix}", name=topic,
+                             partitions=tuple(rows)))
+    return tuple(out)
+
+
+async def handle(ctx: RequestContext, request: Any) -> Any:
+    if ctx.version >= 8:
+        groups = tuple(
+            ctx.build("OffsetFetchResponseGroup", group_id=g.group_id,
+                      topics=_topics(ctx, g.group_id, g.topics, "s"), error_code=OK)
+            for g in request.groups
+        )
+        return ctx.response(throttle_time=NO_THROTTLE, groups=groups)
+    return ctx.response(throttle_time=NO_THROTTLE, error_code=OK,
+                        topics=_topics(ctx, request.group_id, request.topics, ""))

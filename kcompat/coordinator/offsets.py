@@ -1,0 +1,210 @@
+"""Committed offsets and group records in ``__consumer_offsets``, sans-IO.
+
+Theory of operation
+-------------------
+DESIGN.md §1.5: the group coordinator's durable state is the committed content
+of its log. Records use Kafka's own key/value layouts, so the topic is
+compacted by key exactly like Kafka's:
+
+* offset commit  key v1: version int16=1, group, topic (int16-length strings),
+  partition int32; value v3: version int16=3, offset int64, leader epoch
+  int32, metadata string, commit timestamp int64. A null value deletes.
+* group metadata key v2: version int16=2, group; value v3: protocol type,
+  generation int32, protocol (nullable), leader (nullable), state timestamp
+  int64, members [member id, instance id (nullable), client id, client host,
+  rebalance timeout int32, session timeout int32, subscription bytes,
+  assignment bytes]. A null value deletes the group.
+
+``OffsetStore.apply`` is the only way state changes; it is called for records
+replayed at start and for records the broker has just made durable.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass, field
+
+from kcompat.coordinator.group import Group, GroupState, Member
+
+_I16 = struct.Struct(">h")
+_I32 = struct.Struct(">i")
+_I64 = struct.Struct(">q")
+
+OFFSET_KEY_VERSION = 1
+GROUP_KEY_VERSION = 2
+OFFSET_VALUE_VERSION = 3
+GROUP_VALUE_VERSION = 3
+
+
+@dataclass(frozen=True, slots=True)
+class CommittedOffset:
+    offset: int
+    leader_epoch: int
+    metadata: str
+    commit_timestamp_ms: int
+
+
+@dataclass(slots=True)
+class StoredGroup:
+    """What the log says about a group's membership (restored after restart)."""
+
+    protocol_type: str
+    generation_id: int
+    protocol_name: str | None
+    leader_id: str | None
+    state_since_ms: int
+    members: list[Member] = field(default_factory=list)
+
+
+class _Writer:
+    def __init__(self) -> None:
+        self.buf = bytearray()
+
+    def i16(self, v: int) -> _Writer:
+        self.buf += _I16.pack(v)
+        return self
+
+    def i32(self, v: int) -> _Writer:
+        self.buf += _I32.pack(v)
+        return self
+
+    def i64(self, v: int) -> _Writer:
+        self.buf += _I64.pack(v)
+        return self
+
+    def string(self, s: str | None) -> _Writer:
+        if s is None:
+            return self.i16(-1)
+        data = s.encode()
+        self.i16(len(data))
+        self.buf += data
+        return self
+
+    def blob(self, b: bytes) -> _Writer:
+        self.i32(len(b))
+        self.buf += b
+        return self
+
+
+class _Reader:
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+        self.pos = 0
+
+    def _take(self, n: int) -> bytes:
+        if n < 0 or self.pos + n > len(self.data):
+            raise ValueError("truncated offsets record")
+        out = self.data[self.pos : self.pos + n]
+        self.pos += n
+        return out
+
+    def i16(self) -> int:
+        return int(_I16.unpack(self._take(2))[0])
+
+    def i32(self) -> int:
+        return int(_I32.unpack(self._take(4))[0])
+
+    def i64(self) -> int:
+        return int(_I64.unpack(self._take(8))[0])
+
+    def string(self) -> str | None:
+        n = self.i16()
+        return None if n < 0 else self._take(n).decode()
+
+    def blob(self) -> bytes:
+        return self._take(self.i32())
+
+
+def offset_key(group: str, topic: str, partition: int) -> bytes:
+    return bytes(_Writer().i16(OFFSET_KEY_VERSION).string(group).string(topic).i32(partition).buf)
+
+
+def offset_value(c: CommittedOffset) -> bytes:
+    return bytes(_Writer().i16(OFFSET_VALUE_VERSION).i64(c.offset).i32(c.leader_epoch)
+                 .string(c.metadata).i64(c.commit_timestamp_ms).buf)
+
+
+def group_key(group: str) -> bytes:
+    return bytes(_Writer().i16(GROUP_KEY_VERSION).string(group).buf)
+
+
+def group_value(group: Group) -> bytes:
+    w = (_Writer().i16(GROUP_VALUE_VERSION).string(group.protocol_type or "")
+         .i32(group.generation_id).string(group.protocol_name).string(group.leader_id)
+         .i64(group.state_since_ms))
+    members = list(group.members.values())
+    w.i32(len(members))
+    for m in members:
+        (w.string(m.member_id).string(m.group_instance_id).string(m.client_id)
+         .string(m.client_host).i32(m.rebalance_timeout_ms).i32(m.session_timeout_ms)
+         .blob(m.metadata_for(group.protocol_name or "")).blob(m.assignment))
+    return bytes(w.buf)
+
+
+def _decode_group_value(data: bytes) -> StoredGroup:
+    r = _Reader(data)
+    version = r.i16()
+    if version not in (2, 3):
+        raise ValueError(f"unsupported group metadata value version {version}")
+    stored = StoredGroup(r.string() or "", r.i32(), r.string(), r.string(), r.i64())
+    for _ in range(r.i32()):
+        mid, iid, cid, host = r.string() or "", r.string(), r.string() or "", r.string() or ""
+        rebalance, session = r.i32(), r.i32()
+        subscription, assignment = r.blob(), r.blob()
+        protocols = [(stored.protocol_name or "", subscription)]
+        stored.members.append(Member(mid, iid, cid, host, session, rebalance,
+                                     stored.protocol_type, protocols, assignment))
+    return stored
+
+
+@dataclass
+class OffsetStore:
+    offsets: dict[str, dict[tuple[str, int], CommittedOffset]] = field(default_factory=dict)
+    groups: dict[str, StoredGroup] = field(default_factory=dict)
+
+    def apply(self, key: bytes, value: bytes | None) -> None:
+        """Apply one committed record of ``__consumer_offsets``."""
+        r = _Reader(key)
+        version = r.i16()
+        if version in (0, 1):
+            group, topic, partition = r.string() or "", r.string() or "", r.i32()
+            if value is None:
+                self._drop(group, (topic, partition))
+                return
+            v = _Reader(value)
+            vv = v.i16()
+            offset = v.i64()
+            epoch = v.i32() if vv >= 3 else -1
+            metadata = v.string() or ""
+            ts = v.i64()
+            self.offsets.setdefault(group, {})[(topic, partition)] = CommittedOffset(
+                offset, epoch, metadata, ts)
+        elif version == GROUP_KEY_VERSION:
+            group = r.string() or ""
+            if value is None:
+                self.groups.pop(group, None)
+                self.offsets.pop(group, None)
+            else:
+                self.groups[group] = _decode_group_value(value)
+
+    def _drop(self, group: str, tp: tuple[str, int]) -> None:
+        committed = self.offsets.get(group)
+        if committed is not None:
+            committed.pop(tp, None)
+            if not committed:
+                del self.offsets[group]
+
+    def committed(self, group: str) -> dict[tuple[str, int], CommittedOffset]:
+        return self.offsets.get(group, {})
+
+    def expired(self, group: Group | None, group_id: str, now_ms: int,
+                retention_ms: int) -> list[tuple[str, int]]:
+        """Offsets to delete: all of an Empty group's once it has been empty for
+        the retention time; a group without members or protocol (standalone
+        commits) ages each offset from its commit time."""
+        committed = self.offsets.get(group_id, {})
+        if group is not None and not group.is_(GroupState.EMPTY):
+            return []
+        if group is not None and group.protocol_type is not None:
+            return list(committed) if now_ms - group.state_since_ms >= retention_ms else []
+        return [tp for tp, c in committed.items() if now_ms - c.commit_timestamp_ms >= retention_ms]
