@@ -9,7 +9,8 @@ from typing import Any, TypeVar
 
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.admin import AIOKafkaAdminClient, NewPartitions, NewTopic, RecordsToDelete
+from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
 from .._broker import Broker
 from .._records import (
@@ -305,6 +306,64 @@ def test_fetch_out_of_range_resets_to_earliest(module_broker: Broker, topic: str
             await c.stop()
 
     assert run(scenario, timeout=TIMEOUT_S) == [0, 1, 2, 3, 4]
+
+
+def test_admin_round_trip(module_broker: Broker, topic: str) -> None:
+    """AIOKafkaAdminClient's older API versions: configs, partitions, records, delete."""
+    bs = module_broker.bootstrap
+    tp0 = TopicPartition(topic, 0)
+
+    async def describe(admin: AIOKafkaAdminClient) -> dict[str, Any]:
+        (resp,) = await admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, topic)])
+        (res,) = resp.to_object()["resources"]
+        assert res["error_code"] == 0, f"{CLIENT}: DescribeConfigs {res}"
+        return {e["config_names"]: e for e in res["config_entries"]}
+
+    async def scenario() -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        admin = AIOKafkaAdminClient(bootstrap_servers=bs, request_timeout_ms=TIMEOUT_MS)
+        await admin.start()
+        try:
+            resp = await admin.create_topics([NewTopic(
+                topic, 3, 1, topic_configs={"retention.ms": "86400000", "cleanup.policy": "delete"})])
+            out["create"] = [(e[0], e[1]) for e in resp.topic_errors]
+            out["described"] = await describe(admin)
+            (alter,) = await admin.alter_configs(
+                [ConfigResource(ConfigResourceType.TOPIC, topic, configs={"retention.ms": "3600000"})])
+            out["alter"] = [r["error_code"] for r in alter.to_object()["resources"]]
+            out["after_alter"] = await describe(admin)
+            resp = await admin.create_partitions({topic: NewPartitions(5)})
+            out["partitions"] = [(e[0], e[1]) for e in resp.topic_errors]
+            (t,) = await admin.describe_topics([topic])
+            out["partition_count"] = len(t["partitions"])
+            await produce(bs, topic, [Rec(0, None, f"r{i}".encode(), (), base_timestamp() + i)
+                                      for i in range(6)])
+            out["delete_records"] = await admin.delete_records({tp0: RecordsToDelete(4)})
+            resp = await admin.delete_topics([topic])
+            out["delete"] = [(e[0], e[1]) for e in resp.topic_error_codes]
+            deadline = asyncio.get_running_loop().time() + TIMEOUT_S
+            while topic in await admin.list_topics():
+                assert asyncio.get_running_loop().time() < deadline, f"{CLIENT}: {topic} not deleted"
+                await asyncio.sleep(0.1)
+        finally:
+            await admin.close()
+        return out
+
+    out = run(scenario)
+    assert out["create"] == [(topic, 0)], f"{CLIENT}: CreateTopics {out['create']}"
+    d = out["described"]
+    assert d["retention.ms"]["config_value"] == "86400000" and d["retention.ms"]["config_source"] == 1, (
+        f"{CLIENT}: DescribeConfigs retention.ms {d.get('retention.ms')}"
+    )
+    assert d["cleanup.policy"]["config_value"] == "delete"
+    assert out["alter"] == [0], f"{CLIENT}: AlterConfigs {out['alter']}"
+    a = out["after_alter"]
+    assert a["retention.ms"]["config_value"] == "3600000", f"{CLIENT}: {a['retention.ms']}"
+    # Legacy AlterConfigs replaces the topic's whole override set.
+    assert a["cleanup.policy"]["config_source"] != 1, f"{CLIENT}: {a['cleanup.policy']}"
+    assert out["partitions"] == [(topic, 0)] and out["partition_count"] == 5, f"{CLIENT}: {out}"
+    assert out["delete_records"] == {tp0: 4}, f"{CLIENT}: DeleteRecords {out['delete_records']}"
+    assert out["delete"] == [(topic, 0)], f"{CLIENT}: DeleteTopics {out['delete']}"
 
 
 # -- durability -------------------------------------------------------------------

@@ -217,7 +217,7 @@ def _produce_acked(k: Kcat, topic: str, tag: str) -> dict[int, list[str]]:
     for p in range(3):
         rows = [f"{tag}-{p}-{i:05d}" for i in range(N_DURABLE // 3)]
         k.produce(topic, [f"k:{r}".encode() for r in rows], "-p", str(p), "-K:",
-                  "-X", "acks=all")
+                  "-X", "acks=all", "-X", "enable.idempotence=true")
         sent[p] = rows
     return sent
 
