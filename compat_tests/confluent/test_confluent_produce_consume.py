@@ -223,6 +223,7 @@ def test_kill9_while_producing(broker: Broker, topic: str) -> None:
     broker.start()
     seen = consume_all(bs, topic, [0])
     got = [s.value for s in seen]
+    print(f"kill -9 after {killed_at} acks; {len(acked)} acked in all; {len(got)} in the log")
     assert_exactly_once(acked, got, CLIENT, sent=values)
     assert [s.offset for s in seen] == list(range(len(seen)))
     assert got == values[: len(got)], (

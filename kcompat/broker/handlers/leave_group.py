@@ -29,5 +29,5 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
     responses = tuple(
         ctx.build("MemberResponse", member_id=mid, group_instance_id=iid, error_code=code)
         for (mid, iid), code in zip(members, per_member, strict=False)
-    )
+    ) if ctx.version >= 3 else ()
     return ctx.response(throttle_time=NO_THROTTLE, error_code=error, members=responses)

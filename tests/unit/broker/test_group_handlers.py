@@ -1,0 +1,158 @@
+"""Group handlers in-process at every advertised version: a single-member group
+goes through join, sync, heartbeat, commit, fetch, describe, list, leave and
+delete; every response must encode with kio and read back unchanged."""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+import trio
+from kio.schema.errors import ErrorCode as E
+from kio.serial import entity_reader
+
+from kcompat.broker import config as broker_config
+from kcompat.broker.context import RequestContext
+from kcompat.broker.groups import GroupService
+from kcompat.broker.handlers import HANDLERS
+from kcompat.broker.state import BrokerState
+from kcompat.wire import codec
+from kcompat.wire import versions as v
+
+
+@pytest.fixture
+def state(tmp_path: Path) -> Iterator[BrokerState]:
+    cfg = broker_config.load(None, {"log.dirs": str(tmp_path),
+                                    "group.initial.rebalance.delay.ms": "0",
+                                    "offsets.topic.num.partitions": "3"}, {})
+    st = BrokerState(cfg)
+    st.groups = GroupService(st)
+    st.create_topic("t", 2, 1, {})
+    yield st
+    st.close()
+
+
+async def call(state: BrokerState, key: int, version: int,
+               make: Callable[[ModuleType], Any]) -> Any:
+    request = make(codec.request_module(key, version))
+    ctx = RequestContext(state, key, version, 7, "cli", "/127.0.0.1")
+    response = await HANDLERS[key](ctx, request)
+    raw = codec.encode_response(key, version, 7, response)
+    header = 9 if codec.is_flexible(key, version) else 8
+    decoded, _ = entity_reader(type(response))(raw, header)
+    assert decoded == response
+    return response
+
+
+def top(key: int) -> int:
+    return v.API_RANGES[key].max_version
+
+
+def low(key: int) -> int:
+    return v.API_RANGES[key].parse_min
+
+
+SECONDS = datetime.timedelta(seconds=10)
+
+
+def join_request(m: ModuleType, member: str) -> Any:
+    return codec.build(m.JoinGroupRequest, group_id="g", session_timeout=SECONDS,
+                       rebalance_timeout=SECONDS, member_id=member, group_instance_id=None,
+                       protocol_type="consumer",
+                       protocols=(m.JoinGroupRequestProtocol(name="range", metadata=b"\0\0"),))
+
+
+@pytest.mark.parametrize("jv", range(0, top(v.JOIN_GROUP) + 1))
+def test_group_lifecycle_at_every_version(state: BrokerState, jv: int) -> None:
+    sv = min(jv, top(v.SYNC_GROUP))
+    hv = min(jv, top(v.HEARTBEAT))
+    lv = min(jv, top(v.LEAVE_GROUP))
+    cv = max(low(v.OFFSET_COMMIT), min(jv, top(v.OFFSET_COMMIT)))
+    fv = max(low(v.OFFSET_FETCH), min(jv, top(v.OFFSET_FETCH)))
+    dv = min(jv, top(v.DESCRIBE_GROUPS))
+
+    async def scenario() -> None:
+        assert state.groups is not None
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(state.flusher.run)
+            nursery.start_soon(state.groups.run)
+            r = await call(state, v.JOIN_GROUP, jv, lambda m: join_request(m, ""))
+            if jv >= 4:
+                assert r.error_code == E.member_id_required
+                member = r.member_id
+                r = await call(state, v.JOIN_GROUP, jv, lambda m: join_request(m, member))
+            assert r.error_code == E.none and r.leader == r.member_id
+            member, gen = r.member_id, r.generation_id
+            s = await call(state, v.SYNC_GROUP, sv, lambda m: codec.build(
+                m.SyncGroupRequest, group_id="g", generation_id=gen, member_id=member,
+                group_instance_id=None, protocol_type="consumer", protocol_name="range",
+                assignments=(m.SyncGroupRequestAssignment(member_id=member, assignment=b"A"),)))
+            assert (s.error_code, s.assignment) == (E.none, b"A")
+            h = await call(state, v.HEARTBEAT, hv, lambda m: codec.build(
+                m.HeartbeatRequest, group_id="g", generation_id=gen, member_id=member,
+                group_instance_id=None))
+            assert h.error_code == E.none
+            await commit_and_fetch(state, cv, fv, gen, member)
+            d = await call(state, v.DESCRIBE_GROUPS, dv, lambda m: codec.build(
+                m.DescribeGroupsRequest, groups=("g", "nope"),
+                include_authorized_operations=False))
+            assert [g.group_state for g in d.groups] == ["Stable", "Dead"]
+            assert d.groups[0].members[0].member_assignment == b"A"
+            leave = await call(state, v.LEAVE_GROUP, lv, lambda m: codec.build(
+                m.LeaveGroupRequest, group_id="g", member_id=member, members=(
+                    m.MemberIdentity(member_id=member, group_instance_id=None)
+                    if lv >= 3 else None,) if lv >= 3 else ()))
+            assert leave.error_code == E.none
+            nursery.cancel_scope.cancel()
+
+    trio.run(scenario)
+    assert state.groups is not None
+    assert state.groups.coordinator.groups["g"].state.value == "Empty"
+
+
+async def commit_and_fetch(state: BrokerState, cv: int, fv: int, gen: int, member: str) -> None:
+    c = await call(state, v.OFFSET_COMMIT, cv, lambda m: codec.build(
+        m.OffsetCommitRequest, group_id="g", generation_id_or_member_epoch=gen,
+        member_id=member, group_instance_id=None, topics=(m.OffsetCommitRequestTopic(
+            name="t", partitions=tuple(codec.build(
+                m.OffsetCommitRequestPartition, partition_index=i, committed_offset=10 + i,
+                committed_leader_epoch=0, committed_metadata=f"m{i}") for i in (0, 1, 9))),)))
+    assert [p.error_code for p in c.topics[0].partitions] == [
+        E.none, E.none, E.unknown_topic_or_partition]
+    if fv >= 8:
+        f = await call(state, v.OFFSET_FETCH, fv, lambda m: codec.build(
+            m.OffsetFetchRequest, groups=(codec.build(
+                m.OffsetFetchRequestGroup, group_id="g", topics=None),), require_stable=False))
+        parts = f.groups[0].topics[0].partitions
+    else:
+        f = await call(state, v.OFFSET_FETCH, fv, lambda m: codec.build(
+            m.OffsetFetchRequest, group_id="g", require_stable=False, topics=(
+                m.OffsetFetchRequestTopic(name="t", partition_indexes=(0, 1, 5)),)))
+        parts = f.topics[0].partitions
+    got = {p.partition_index: (p.committed_offset, p.metadata) for p in parts}
+    assert got[0] == (10, "m0") and got[1] == (11, "m1")
+    assert got.get(5, (-1, "")) == (-1, "")
+
+
+@pytest.mark.parametrize("version", range(0, top(v.LIST_GROUPS) + 1))
+def test_list_and_delete_groups(state: BrokerState, version: int) -> None:
+    async def scenario() -> None:
+        assert state.groups is not None
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(state.flusher.run)
+            r = await call(state, v.JOIN_GROUP, 3, lambda m: join_request(m, ""))
+            assert r.error_code == E.none
+            listed = await call(state, v.LIST_GROUPS, version, lambda m: codec.build(
+                m.ListGroupsRequest, states_filter=(), types_filter=()))
+            assert [(g.group_id, g.protocol_type) for g in listed.groups] == [("g", "consumer")]
+            dv = min(version, top(v.DELETE_GROUPS))
+            d = await call(state, v.DELETE_GROUPS, dv, lambda m: codec.build(
+                m.DeleteGroupsRequest, groups_names=("g", "ghost")))
+            assert [x.error_code for x in d.results] == [E.non_empty_group, E.group_id_not_found]
+            nursery.cancel_scope.cancel()
+
+    trio.run(scenario)
