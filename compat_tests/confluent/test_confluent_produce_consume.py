@@ -394,3 +394,51 @@ def test_consumer_and_producer_survive_broker_restart(broker: Broker, topic: str
         )
     finally:
         c.close()
+
+
+def test_seek_and_time_lookup_inside_a_compressed_batch(module_broker: Broker, topic: str) -> None:
+    bs = module_broker.bootstrap
+    create_topic(bs, topic, partitions=1)
+    base = base_timestamp()
+    recs = [Rec(0, f"k{i}".encode(), f"v{i}".encode() + b"x" * 200, (), base + i * 1000)
+            for i in range(10)]
+    produce_recs(Producer({"bootstrap.servers": bs, "compression.type": "zstd", "linger.ms": 200}),
+                 topic, recs)
+    assert module_broker.stored_codecs(topic, 0) == [4], "test set-up: expected one zstd batch"
+    c = consumer(bs)
+    try:
+        (got,) = c.offsets_for_times([TopicPartition(topic, 0, base + 4500)], timeout=TIMEOUT_S)
+        assert got.offset == 5, f"{CLIENT}: timestamp inside a compressed batch -> offset {got.offset}"
+        c.assign([TopicPartition(topic, 0, 5)])
+        seen = [_poll_one(c) for _ in range(5)]
+    finally:
+        c.close()
+    assert [(m.offset(), m.value()) for m in seen] == [(i, recs[i].value) for i in range(5, 10)]
+
+
+def test_kill9_recovers_many_segments(broker: Broker, topic: str) -> None:
+    """~3 MiB over 1 MiB segments, kill -9, restart: every segment is recovered."""
+    bs = broker.bootstrap
+    create_topic(bs, topic, partitions=1, config={"segment.bytes": "1048576"})
+    values = [f"{i:06d}".encode() + b"." * 1000 for i in range(3000)]
+    base = base_timestamp()
+    p = Producer({"bootstrap.servers": bs, "enable.idempotence": True, "linger.ms": 5})
+    dr = Deliveries()
+    for i, v in enumerate(values):
+        p.produce(topic, value=v, partition=0, timestamp=base + i, on_delivery=dr)
+        p.poll(0)
+    assert p.flush(TIMEOUT_S) == 0 and not dr.failed and len(dr.ok) == len(values)
+    segments = sorted(broker.data_dir.glob(f"{topic}-0/*.log"))
+    assert len(segments) >= 3, f"only {len(segments)} segment files for ~3 MiB at segment.bytes=1 MiB"
+    broker.kill()
+    broker.start()
+    seen = consume_all(bs, topic, [0], expect_end={0: len(values)})
+    assert [s.value for s in seen] == values
+    assert [s.timestamp for s in seen] == [base + i for i in range(len(values))]
+    c = consumer(bs)
+    try:
+        for i in (0, 1100, 2500, 2999):
+            (got,) = c.offsets_for_times([TopicPartition(topic, 0, base + i)], timeout=TIMEOUT_S)
+            assert got.offset == i, f"{CLIENT}: after recovery ts base+{i} -> offset {got.offset}"
+    finally:
+        c.close()

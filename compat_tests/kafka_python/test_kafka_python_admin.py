@@ -256,3 +256,11 @@ def test_delete_then_recreate_starts_empty(admin: KafkaAdminClient, module_broke
         assert ends == {tps[0]: 0, tps[1]: 0}, f"{CLIENT}: re-created topic has old data: {ends}"
     finally:
         c.close()
+
+
+def test_metadata_without_auto_create_does_not_create(admin: KafkaAdminClient, topic: str) -> None:
+    """KafkaAdminClient asks Metadata with allow_auto_topic_creation=false: an unknown
+    topic is UNKNOWN_TOPIC_OR_PARTITION and stays unknown."""
+    (t,) = admin.describe_topics([topic])
+    assert t["error_code"] == kerr.UnknownTopicOrPartitionError.errno, f"{CLIENT}: {t}"
+    assert topic not in admin.list_topics(), f"{CLIENT}: Metadata auto-created {topic}"

@@ -458,6 +458,71 @@ def test_many_partitions(module_broker: Broker, topic: str) -> None:
     assert_round_trip(recs, seen, f"{CLIENT} 48 partitions")
 
 
+def test_seek_and_time_lookup_inside_a_compressed_batch(module_broker: Broker, topic: str) -> None:
+    """One gzip batch holds offsets 0..9: a fetch from offset 5 must return that batch
+    (the client drops 0..4), and a timestamp that falls on record 5 must give offset 5,
+    not the batch's base offset."""
+    bs = module_broker.bootstrap
+    create_topic(bs, topic, partitions=1)
+    base = base_timestamp()
+    # Compressible values: kafka-python sends a batch uncompressed if gzip does not shrink it.
+    recs = [Rec(0, f"k{i}".encode(), f"v{i}".encode() + b"x" * 200, (), base + i * 1000)
+            for i in range(10)]
+    p = producer(bs, compression_type="gzip", linger_ms=500)
+    try:
+        produce(p, topic, recs)
+    finally:
+        p.close(timeout=TIMEOUT_S)
+    assert module_broker.stored_codecs(topic, 0) == [1], "test set-up: expected one gzip batch"
+    tp = TopicPartition(topic, 0)
+    c = consumer(bs)
+    try:
+        got = c.offsets_for_times({tp: base + 4500}, timeout_ms=TIMEOUT_MS)[tp]
+        assert got is not None and (got.offset, got.timestamp) == (5, base + 5000), (
+            f"{CLIENT}: timestamp inside a compressed batch -> {got}, expected offset 5"
+        )
+        c.assign([tp])
+        c.seek(tp, 5)
+        seen: list[tuple[int, bytes]] = []
+        deadline = time.monotonic() + TIMEOUT_S
+        while len(seen) < 5 and time.monotonic() < deadline:
+            for msgs in c.poll(timeout_ms=300).values():
+                seen.extend((m.offset, m.value) for m in msgs)
+    finally:
+        c.close()
+    assert seen == [(i, recs[i].value) for i in range(5, 10)], f"{CLIENT}: from offset 5 read {seen}"
+
+
+def test_many_segments(module_broker: Broker, topic: str) -> None:
+    """segment.bytes=1 MiB (Kafka 4's minimum) and ~3 MiB of records: reads,
+    time lookups and end offsets work across segment boundaries."""
+    bs = module_broker.bootstrap
+    create_topic(bs, topic, partitions=1, configs={"segment.bytes": "1048576"})
+    base = base_timestamp()
+    n = 3000
+    p = producer(bs, linger_ms=5)
+    try:
+        fs = [p.send(topic, value=f"{i:06d}".encode() + b"." * 1000, partition=0,
+                     timestamp_ms=base + i) for i in range(n)]
+        p.flush(timeout=TIMEOUT_S)
+        assert [f.get(timeout=TIMEOUT_S).offset for f in fs] == list(range(n))
+    finally:
+        p.close(timeout=TIMEOUT_S)
+    segments = sorted(module_broker.data_dir.glob(f"{topic}-0/*.log"))
+    assert len(segments) >= 3, f"{CLIENT}: segment.bytes=1048576 but only {len(segments)} segment files"
+    tp = TopicPartition(topic, 0)
+    c = consumer(bs)
+    try:
+        for i in (0, 1234, 2500, n - 1):
+            got = c.offsets_for_times({tp: base + i}, timeout_ms=TIMEOUT_MS)[tp]
+            assert got is not None and got.offset == i, f"{CLIENT}: ts base+{i} -> {got}"
+    finally:
+        c.close()
+    seen = consume_all(bs, topic, [0], expect_end={0: n})
+    assert [s.offset for s in seen] == list(range(n))
+    assert all(s.value[:6] == f"{s.offset:06d}".encode() for s in seen)
+
+
 # -- durability (own broker per test) ---------------------------------------------
 
 N_DURABLE = 300
@@ -568,3 +633,31 @@ def test_consumer_and_producer_survive_broker_restart(broker: Broker, topic: str
     finally:
         p.close(timeout=TIMEOUT_S)
         c.close()
+
+
+def test_restart_after_torn_tail_write(broker: Broker, topic: str) -> None:
+    """A crash mid-write leaves part of a batch at the end of the active segment.
+    Simulated: kill -9, append a truncated copy of a batch header plus junk to the
+    segment file, restart. Recovery must drop the torn tail, keep every acknowledged
+    record, and append new records right after them."""
+    bs = broker.bootstrap
+    create_topic(bs, topic, partitions=1)
+    values = durability_values(100, "torn")
+    p = producer(bs, acks="all")
+    try:
+        fs = [p.send(topic, value=v, partition=0) for v in values]
+        p.flush(timeout=TIMEOUT_S)
+        assert [f.get(timeout=TIMEOUT_S).offset for f in fs] == list(range(100))
+    finally:
+        p.close(timeout=TIMEOUT_S)
+    broker.kill()
+    (segment, *_) = sorted(broker.data_dir.glob(f"{topic}-0/*.log"), reverse=True)
+    data = segment.read_bytes()
+    assert len(data) > 61, f"segment {segment} is too small to hold the acknowledged records"
+    with open(segment, "ab") as f:
+        f.write(data[:40])  # a batch header cut short: a plausible torn write
+        f.write(b"\x00\x07garbage")
+    broker.start()
+    seen = consume_all(bs, topic, [0], expect_end={0: 100})
+    assert [s.value for s in seen] == values
+    _check_restart_appends(bs, topic, {0: 100})

@@ -7,8 +7,8 @@ Keys are Kafka's own names wherever Kafka has one (``num.partitions``,
 is validated through the same ``ConfigDef``s, so a bad value anywhere fails with
 one line naming the key. An environment variable maps to a key by lower-casing
 and turning ``_`` into ``.`` after the ``KCOMPAT_`` prefix
-(``KCOMPAT_NUM_PARTITIONS=3`` -> ``num.partitions``); ``KCOMPAT_LOG_LEVEL`` is
-the logging level and not a config key.
+(``KCOMPAT_NUM_PARTITIONS=3`` -> ``num.partitions``); ``KCOMPAT_LOG_LEVEL`` and
+``KCOMPAT_LOG_FORMAT`` set up logging and are not config keys.
 """
 
 from __future__ import annotations
@@ -58,6 +58,8 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
         _D("offset.metadata.max.bytes", "int", 4096, minimum=0),
         _D("kcompat.flush.mode", "string", "acks_all", choices=("acks_all", "always", "never")),
         _D("kcompat.cluster.id", "string", ""),
+        _D("admin.port", "int", 9644, minimum=-1),  # 0 picks a free port, -1 disables
+        _D("admin.host", "string", ""),  # empty: the same as host
     )
 }
 
@@ -111,10 +113,13 @@ def load_yaml(path: Path) -> dict[str, Any]:
     return _flatten(doc)
 
 
+NOT_CONFIG_ENV = frozenset({"KCOMPAT_LOG_LEVEL", "KCOMPAT_LOG_FORMAT"})
+
+
 def from_env(environ: Mapping[str, str]) -> dict[str, str]:
     out = {}
     for name, value in environ.items():
-        if name.startswith("KCOMPAT_") and name != "KCOMPAT_LOG_LEVEL":
+        if name.startswith("KCOMPAT_") and name not in NOT_CONFIG_ENV:
             out[name[len("KCOMPAT_"):].lower().replace("_", ".")] = value
     return out
 

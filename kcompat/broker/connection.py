@@ -44,13 +44,15 @@ async def serve_connection(stream: trio.SocketStream, state: BrokerState) -> Non
         peer = ("?", 0)
     host = f"/{peer[0]}"
     reader = FrameReader(state.config["socket.request.max.bytes"])
+    state.metrics.connections.inc()
     try:
         while True:
             data = await stream.receive_some(RECEIVE_BYTES)
             if not data:
                 return
             for frame in reader.feed(data):
-                out = await handle_frame(frame, state, host)
+                with state.metrics.request(frame):  # count, time, errors = CloseConnection
+                    out = await handle_frame(frame, state, host)
                 if out is not None:
                     await stream.send_all(out)
     except FrameError as e:
@@ -60,6 +62,7 @@ async def serve_connection(stream: trio.SocketStream, state: BrokerState) -> Non
     except (trio.BrokenResourceError, trio.ClosedResourceError, ConnectionError):
         pass
     finally:
+        state.metrics.connections.dec()
         with trio.move_on_after(1) as scope:
             scope.shield = True
             await stream.aclose()

@@ -19,6 +19,7 @@ from functools import partial
 
 import trio
 
+from kcompat.broker.admin_http import open_admin_listeners, run_admin_http
 from kcompat.broker.config import BrokerConfig
 from kcompat.broker.connection import serve_connection
 from kcompat.broker.groups import GroupService
@@ -53,7 +54,9 @@ async def run_broker(config: BrokerConfig, task_status: trio.TaskStatus[int] = t
         listeners = await trio.open_tcp_listeners(config["port"], host=config["host"])
         port = listeners[0].socket.getsockname()[1]
         state.advertised_port = port
+        admin_listeners = await open_admin_listeners(state)
         async with trio.open_nursery() as background:
+            background.start_soon(run_admin_http, state, admin_listeners)
             background.start_soon(state.flusher.run)
             background.start_soon(_retention_loop, state)
             background.start_soon(state.groups.run)
@@ -61,6 +64,7 @@ async def run_broker(config: BrokerConfig, task_status: trio.TaskStatus[int] = t
             background.start_soon(_wait_for_signal, serve_scope)
             log.info("kcompat broker ready on %s:%d (data in %s)", config["host"], port,
                      config.data_dir)
+            state.metrics.ready = True
             task_status.started(port)
             async with trio.open_nursery() as connections:
                 with serve_scope:
@@ -68,6 +72,7 @@ async def run_broker(config: BrokerConfig, task_status: trio.TaskStatus[int] = t
                         partial(serve_connection, state=state), listeners,
                         handler_nursery=connections,
                     )
+                state.metrics.ready = False
                 for listener in listeners:
                     await listener.aclose()
                 connections.cancel_scope.deadline = trio.current_time() + DRAIN_SECONDS

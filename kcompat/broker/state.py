@@ -29,6 +29,7 @@ from kcompat.broker.config import BrokerConfig
 from kcompat.broker.configdef import ConfigError
 from kcompat.broker.flusher import Flusher
 from kcompat.broker.metadata import PRODUCER_ID_BLOCK, MetadataStore, TopicMeta
+from kcompat.broker.metrics import BrokerMetrics
 from kcompat.broker.partition import Partition
 from kcompat.broker.topic_config import log_config, validate_overrides
 from kcompat.log.partition_log import PartitionLog
@@ -81,6 +82,7 @@ class BrokerState:
         self.partitions: dict[tuple[str, int], Partition] = {}
         self.data_arrived = trio.Event()
         self.groups: GroupService | None = None  # set by the runtime once started
+        self.metrics = BrokerMetrics(self)  # counters for /metrics (kcompat.broker.admin_http)
         self._next_producer_id = self.metadata.image.producer_id_limit
         for meta in self.metadata.image.topics.values():
             self._open_partitions(meta, range(meta.partitions))

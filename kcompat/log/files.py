@@ -2,8 +2,8 @@
 
 Theory of operation
 -------------------
-A partition directory holds, per segment, ``<base>.log``, ``<base>.index`` and
-``<base>.timeindex`` where ``<base>`` is the segment's base offset padded to 20
+A partition directory holds, per segment, ``<base>.log``, ``<base>.index``,
+``<base>.timeindex`` and (if it holds abort markers) ``<base>.txnindex`` where ``<base>`` is the segment's base offset padded to 20
 digits (Kafka's naming), plus ``<offset>.snapshot`` producer-state snapshots and
 three small metadata files: ``log-start-offset``, ``leader-epoch-checkpoint`` and
 the ``clean-shutdown`` marker.
@@ -24,12 +24,13 @@ OFFSET_DIGITS = 20
 LOG_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"
 TIME_INDEX_SUFFIX = ".timeindex"
+TXN_INDEX_SUFFIX = ".txnindex"
 SNAPSHOT_SUFFIX = ".snapshot"
 TMP_SUFFIX = ".tmp"
 CLEAN_SHUTDOWN_FILE = "clean-shutdown"
 LOG_START_OFFSET_FILE = "log-start-offset"
 LEADER_EPOCH_FILE = "leader-epoch-checkpoint"
-SEGMENT_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX)
+SEGMENT_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)
 
 
 def offset_path(directory: Path, offset: int, suffix: str) -> Path:

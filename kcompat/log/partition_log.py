@@ -48,14 +48,17 @@ from kcompat.log.files import (
     LEADER_EPOCH_FILE,
     LOG_START_OFFSET_FILE,
     SNAPSHOT_SUFFIX,
+    TXN_INDEX_SUFFIX,
     atomic_write,
     fsync_dir,
     offset_path,
 )
-from kcompat.log.recovery import prune_snapshots, rebuild_producer_state, recover
+from kcompat.log.recovery import prune_snapshots, rebuild_transactions, recover
 from kcompat.log.segment import LogSegment
+from kcompat.log.txn_index import AbortedTxn, TxnIndex
 from kcompat.txn.producer_state import ProducerStateTable
-from kcompat.wire.batch import BatchHeader, epoch_field, offset_field
+from kcompat.wire.batch import BatchError, BatchHeader, epoch_field, offset_field
+from kcompat.wire.records import marker_aborts
 
 
 class OffsetOutOfRange(Exception):
@@ -86,6 +89,7 @@ class PartitionLog:
         log_start_offset: int,
         producers: ProducerStateTable,
         epochs: LeaderEpochCache,
+        txn_indexes: dict[int, TxnIndex] | None = None,
     ) -> None:
         self.directory = directory
         self.config = config
@@ -93,6 +97,7 @@ class PartitionLog:
         self._log_start_offset = log_start_offset
         self.producers = producers
         self._epochs = epochs
+        self._txn_indexes = txn_indexes or {}
         self._dirty: set[int] = set()
         self._closed = False
         self.recovered_truncation = False  # open() cut off a torn or corrupt tail
@@ -101,7 +106,8 @@ class PartitionLog:
     def open(cls, directory: Path, config: LogConfig, now_ms: int) -> PartitionLog:
         """Open (creating if missing) and recover the log in ``directory``."""
         r = recover(directory, config, now_ms)
-        log = cls(directory, config, r.segments, r.log_start_offset, r.producers, r.epochs)
+        log = cls(directory, config, r.segments, r.log_start_offset, r.producers, r.epochs,
+                  r.txn_indexes)
         log.recovered_truncation = r.truncated
         return log
 
@@ -154,10 +160,43 @@ class PartitionLog:
         ]
         active.append(parts, new_header)
         self._dirty.add(active.fd)
-        self.producers.apply(new_header)
+        if new_header.is_control:
+            self._apply_marker(batch, new_header, active.base_offset)
+        else:
+            self.producers.apply(new_header)
         if self._epochs.assign(leader_epoch, new_header.base_offset):
             self._write_epochs()
         return new_header
+
+    def _apply_marker(self, batch: memoryview, header: BatchHeader, segment_base: int) -> None:
+        try:
+            aborts = marker_aborts(batch)
+        except BatchError:
+            aborts = True
+        done = self.producers.apply(header, aborts)
+        if done is not None and done.aborted:
+            lso = self.producers.first_unstable_offset()
+            self._txn_index(segment_base).append(AbortedTxn(
+                done.producer_id, done.first_offset, done.last_offset,
+                done.first_offset if lso is None else min(lso, done.first_offset)))
+
+    def _txn_index(self, segment_base: int) -> TxnIndex:
+        index = self._txn_indexes.get(segment_base)
+        if index is None:
+            path = offset_path(self.directory, segment_base, TXN_INDEX_SUFFIX)
+            index = self._txn_indexes[segment_base] = TxnIndex.load(path)
+        return index
+
+    def first_unstable_offset(self) -> int | None:
+        """First offset of the oldest open transaction (bounds the LSO)."""
+        return self.producers.first_unstable_offset()
+
+    def aborted_transactions(self, start: int, end: int) -> list[AbortedTxn]:
+        """Aborted transactions overlapping [start, end), oldest first."""
+        found: list[AbortedTxn] = []
+        for base in sorted(self._txn_indexes):
+            found += self._txn_indexes[base].overlapping(start, end)
+        return found
 
     def roll(self, now_ms: int) -> None:
         """Start a new active segment now (if the active one holds data)."""
@@ -301,6 +340,7 @@ class PartitionLog:
             return
         for segment in self._segments[:count]:
             self._dirty.discard(segment.fd)
+            self._txn_indexes.pop(segment.base_offset, None)
             segment.delete()
         del self._segments[:count]
         fsync_dir(self.directory)
@@ -334,7 +374,8 @@ class PartitionLog:
         if self._epochs.truncate_from_end(log_end):
             self._write_epochs()
         prune_snapshots(self.directory, log_end, self.config.snapshots_kept)
-        self.producers = rebuild_producer_state(self.directory, self._segments, log_end)
+        self.producers, self._txn_indexes = rebuild_transactions(
+            self.directory, self._segments, log_end)
 
     def _batch_base(self, offset: int) -> int:
         """Base offset of the batch holding ``offset`` (in [start, end))."""

@@ -26,6 +26,7 @@ Theory of operation
 from __future__ import annotations
 
 from bisect import bisect_right
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -39,6 +40,7 @@ from kcompat.log.files import (
     SEGMENT_SUFFIXES,
     SNAPSHOT_SUFFIX,
     TMP_SUFFIX,
+    TXN_INDEX_SUFFIX,
     atomic_write,
     fsync_dir,
     offset_path,
@@ -46,8 +48,10 @@ from kcompat.log.files import (
     read_int_file,
 )
 from kcompat.log.segment import LogSegment
-from kcompat.txn.producer_state import ProducerStateTable
-from kcompat.wire.batch import BatchHeader
+from kcompat.log.txn_index import AbortedTxn, TxnIndex
+from kcompat.txn.producer_state import CompletedTxn, ProducerStateTable
+from kcompat.wire.batch import BatchError, BatchHeader
+from kcompat.wire.records import marker_aborts
 
 
 @dataclass(slots=True)
@@ -57,6 +61,7 @@ class RecoveredLog:
     producers: ProducerStateTable
     epochs: LeaderEpochCache
     truncated: bool  # a torn or corrupt tail was cut off
+    txn_indexes: dict[int, TxnIndex]  # segment base offset -> aborted transactions
 
 
 def recover(directory: Path, config: LogConfig, now_ms: int) -> RecoveredLog:
@@ -80,11 +85,38 @@ def recover(directory: Path, config: LogConfig, now_ms: int) -> RecoveredLog:
     atomic_write(directory / LEADER_EPOCH_FILE, epochs.to_text().encode())
     if log_start != persisted_start:
         atomic_write(directory / LOG_START_OFFSET_FILE, str(log_start).encode())
-    producers = rebuild_producer_state(directory, segments, log_end)
+    producers, txn_indexes = rebuild_transactions(directory, segments, log_end)
     prune_snapshots(directory, log_end, config.snapshots_kept)
     (directory / CLEAN_SHUTDOWN_FILE).unlink(missing_ok=True)
     fsync_dir(directory)
-    return RecoveredLog(segments, log_start, producers, epochs, truncated)
+    return RecoveredLog(segments, log_start, producers, epochs, truncated, txn_indexes)
+
+
+def rebuild_transactions(
+    directory: Path, segments: list[LogSegment], log_end: int
+) -> tuple[ProducerStateTable, dict[int, TxnIndex]]:
+    """Producer state plus every segment's aborted-transaction index: entries
+    below the replay start come from the ``.txnindex`` files, the rest are
+    rebuilt by the replay; files are rewritten when they differ."""
+    aborted: list[AbortedTxn] = []
+
+    def collect(done: CompletedTxn) -> None:
+        if done.aborted:
+            aborted.append(AbortedTxn(done.producer_id, done.first_offset, done.last_offset,
+                                      done.first_offset))
+
+    producers, start = rebuild_producer_state(directory, segments, log_end, collect)
+    indexes: dict[int, TxnIndex] = {}
+    bases = [s.base_offset for s in segments]
+    for i, segment in enumerate(segments):
+        index = TxnIndex.load(offset_path(directory, segment.base_offset, TXN_INDEX_SUFFIX))
+        end = bases[i + 1] if i + 1 < len(bases) else log_end
+        kept = [e for e in index.entries if e.last_offset < min(start, end)]
+        kept += [e for e in aborted if segment.base_offset <= e.last_offset < end]
+        if kept != index.entries:
+            index.replace(kept)
+        indexes[segment.base_offset] = index
+    return producers, indexes
 
 
 def _remove_leftovers(directory: Path) -> None:
@@ -152,10 +184,15 @@ def load_epoch_cache(directory: Path) -> LeaderEpochCache:
 
 
 def rebuild_producer_state(
-    directory: Path, segments: list[LogSegment], log_end_offset: int
-) -> ProducerStateTable:
-    """Newest usable snapshot <= ``log_end_offset`` plus a replay of the
-    batch headers after it."""
+    directory: Path,
+    segments: list[LogSegment],
+    log_end_offset: int,
+    on_completed: Callable[[CompletedTxn], None] | None = None,
+) -> tuple[ProducerStateTable, int]:
+    """Newest usable snapshot <= ``log_end_offset`` plus a replay of the batch
+    headers after it (control batches are read to learn commit or abort; each
+    transaction they close goes to ``on_completed``). Returns the table and the
+    offset the replay started from."""
     table, start = ProducerStateTable(), 0
     for offset in reversed(offsets_with_suffix(directory, SNAPSHOT_SUFFIX)):
         if offset > log_end_offset:
@@ -170,10 +207,20 @@ def rebuild_producer_state(
         if segment.next_offset <= start:
             continue
         position = segment.position_of(start) if start > segment.base_offset else 0
-        for _, header in segment.iter_headers(position):
-            if header.base_offset >= start:
+        for pos, header in segment.iter_headers(position):
+            if header.base_offset < start:
+                continue
+            if not header.is_control:
                 table.apply(header)
-    return table
+                continue
+            try:
+                aborts = marker_aborts(segment.read(pos, header.size))
+            except BatchError:
+                aborts = True  # an unreadable marker: treat the transaction as aborted
+            completed = table.apply(header, aborts)
+            if completed is not None and on_completed is not None:
+                on_completed(completed)
+    return table, start
 
 
 def prune_snapshots(directory: Path, log_end_offset: int, keep: int) -> None:

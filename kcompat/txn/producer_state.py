@@ -17,6 +17,12 @@ A producer we have never seen (or whose state expired) may start at any
 sequence, as in Kafka since KIP-360. Replaying batch headers through ``apply``
 rebuilds the table, so a snapshot plus the log tail restores it after a crash.
 Sequences are 31-bit and wrap to 0 after Int32.MAX.
+
+Transactions (KIP-98): the first transactional batch of a producer opens its
+transaction at that offset; the commit or abort marker (a control batch, whose
+type the caller decodes and passes to ``apply``) closes it and ``apply``
+returns the ``CompletedTxn``. The smallest open first offset is the partition's
+first unstable offset, which bounds the last stable offset (LSO).
 """
 
 from __future__ import annotations
@@ -57,11 +63,20 @@ class Duplicate:
     max_timestamp: int
 
 
+@dataclass(frozen=True, slots=True)
+class CompletedTxn:
+    producer_id: int
+    first_offset: int
+    last_offset: int  # the marker's offset
+    aborted: bool
+
+
 @dataclass(slots=True)
 class ProducerEntry:
     epoch: int
     batches: deque[CachedBatch] = field(default_factory=lambda: deque(maxlen=CACHED_BATCHES))
     last_timestamp: int = -1
+    txn_first_offset: int = -1  # first offset of the open transaction, -1 if none
 
     @property
     def last_seq(self) -> int:
@@ -108,19 +123,26 @@ class ProducerStateTable:
             )
         return None
 
-    def apply(self, header: BatchHeader) -> None:
-        """Record an appended batch (``header.base_offset`` is the assigned one)."""
+    def apply(self, header: BatchHeader, marker_aborts: bool | None = None) -> CompletedTxn | None:
+        """Record an appended batch (``header.base_offset`` is the assigned one).
+        For a control batch, ``marker_aborts`` says whether it is an abort
+        marker; the transaction it closes is returned."""
         if header.producer_id < 0:
-            return
+            return None
         entry = self.producers.get(header.producer_id)
         if entry is None or header.producer_epoch > entry.epoch:
-            entry = ProducerEntry(epoch=header.producer_epoch)
+            open_at = entry.txn_first_offset if entry is not None else -1
+            entry = ProducerEntry(epoch=header.producer_epoch, txn_first_offset=open_at)
             self.producers[header.producer_id] = entry
         elif header.producer_epoch < entry.epoch:
-            return
+            return None
         entry.last_timestamp = header.max_timestamp
-        if header.base_sequence == NO_SEQUENCE or header.is_control:
-            return
+        if header.is_control:
+            return self._close_txn(header, entry, bool(marker_aborts))
+        if header.is_transactional and entry.txn_first_offset < 0:
+            entry.txn_first_offset = header.base_offset
+        if header.base_sequence == NO_SEQUENCE:
+            return None
         entry.batches.append(
             CachedBatch(
                 header.base_sequence,
@@ -130,12 +152,31 @@ class ProducerStateTable:
                 header.max_timestamp,
             )
         )
+        return None
+
+    @staticmethod
+    def _close_txn(header: BatchHeader, entry: ProducerEntry, aborts: bool) -> CompletedTxn | None:
+        first = entry.txn_first_offset
+        entry.txn_first_offset = -1
+        if first < 0:
+            return None  # no open transaction here (a repeated marker)
+        return CompletedTxn(header.producer_id, first, header.base_offset, aborts)
+
+    def first_unstable_offset(self) -> int | None:
+        """Smallest first offset of an open transaction, or None."""
+        opens = [e.txn_first_offset for e in self.producers.values() if e.txn_first_offset >= 0]
+        return min(opens) if opens else None
+
+    def open_transaction(self, producer_id: int) -> int:
+        entry = self.producers.get(producer_id)
+        return entry.txn_first_offset if entry is not None else -1
 
     def to_snapshot(self) -> bytes:
         doc = {
             str(pid): {
                 "epoch": e.epoch,
                 "last_timestamp": e.last_timestamp,
+                "txn_first_offset": e.txn_first_offset,
                 "batches": [
                     [b.first_seq, b.last_seq, b.base_offset, b.last_offset, b.max_timestamp]
                     for b in e.batches
@@ -149,7 +190,8 @@ class ProducerStateTable:
     def from_snapshot(cls, data: bytes) -> ProducerStateTable:
         table = cls()
         for pid, doc in json.loads(data).items():
-            entry = ProducerEntry(epoch=int(doc["epoch"]), last_timestamp=int(doc["last_timestamp"]))
+            entry = ProducerEntry(epoch=int(doc["epoch"]), last_timestamp=int(doc["last_timestamp"]),
+                                  txn_first_offset=int(doc.get("txn_first_offset", -1)))
             for b in doc["batches"]:
                 entry.batches.append(CachedBatch(*(int(x) for x in b)))
             table.producers[int(pid)] = entry

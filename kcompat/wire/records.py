@@ -370,3 +370,11 @@ def encode_marker_batch(
         control=True,
         partition_leader_epoch=partition_leader_epoch,
     )
+
+
+def marker_aborts(batch: bytes | memoryview) -> bool:
+    """Whether a control batch is an ABORT marker (False for COMMIT)."""
+    records = decode_batch(batch)
+    if not records:
+        raise RecordError("control batch without a record")
+    return decode_control_record(records[0].key, records[0].value).control_type == CONTROL_ABORT

@@ -94,6 +94,7 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
             break
         with trio.move_on_at(deadline):
             await arrived.wait()
+    ctx.state.metrics.fetched(topics)
     return ctx.response(
         throttle_time=NO_THROTTLE, error_code=OK, session_id=0, responses=tuple(topics),
     )

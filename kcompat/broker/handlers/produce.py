@@ -58,6 +58,7 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
             else:
                 result = append_records(part, pdata.records, meta.configs,
                                         state.broker_defaults, now)
+                state.metrics.produced(topic.name, pdata.records, result.error == ErrorCode.none)
             rows.append((pdata.index, result, part))
         results.append((topic.name, rows))
     written = [p for _n, rows in results for _i, r, p in rows

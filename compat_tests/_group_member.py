@@ -1,0 +1,193 @@
+"""One consumer-group member in its own process, for tests that kill -9 members.
+
+    python -m compat_tests._group_member CLIENT BOOTSTRAP TOPIC GROUP OUT_FILE [options]
+
+CLIENT is kafka-python, confluent or aiokafka. The member subscribes to TOPIC in
+GROUP (auto.offset.reset=earliest, no auto-commit) and, for every poll batch,
+appends one ``partition offset value`` line per processed record to OUT_FILE, then
+commits the batch's offsets synchronously and appends ``# committed p:o ...``.
+Assignment changes are appended as ``# assigned <unix time> p,p,...``. SIGTERM makes
+it close the consumer (a clean LeaveGroup) and exit 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import signal
+import sys
+import time
+from typing import Any
+
+
+class Out:
+    def __init__(self, path: str) -> None:
+        self.fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        self.assigned: frozenset[int] | None = None
+
+    def line(self, text: str) -> None:
+        os.write(self.fd, (text + "\n").encode())
+
+    def record(self, partition: int, offset: int, value: bytes | None) -> None:
+        self.line(f"{partition} {offset} {(value or b'').decode(errors='replace')}")
+
+    def assignment(self, partitions: set[int] | frozenset[int]) -> None:
+        ps = frozenset(partitions)
+        if ps != self.assigned:
+            self.assigned = ps
+            self.line(f"# assigned {time.time():.3f} {','.join(map(str, sorted(ps)))}")
+
+    def committed(self, offsets: dict[int, int]) -> None:
+        self.line("# committed " + " ".join(f"{p}:{o}" for p, o in sorted(offsets.items())))
+
+
+STOP = False
+
+
+def _on_term(signum: int, frame: Any) -> None:
+    global STOP
+    STOP = True
+
+
+def run_kafka_python(a: argparse.Namespace, out: Out) -> None:
+    from kafka import KafkaConsumer, TopicPartition
+    from kafka.structs import OffsetAndMetadata
+
+    c = KafkaConsumer(
+        a.topic, bootstrap_servers=a.bootstrap, group_id=a.group,
+        auto_offset_reset="earliest", enable_auto_commit=False,
+        session_timeout_ms=a.session_timeout_ms, heartbeat_interval_ms=a.heartbeat_ms,
+        group_instance_id=a.instance_id, request_timeout_ms=30000,
+    )
+    try:
+        while not STOP:
+            batch = c.poll(timeout_ms=200, max_records=a.max_records)
+            out.assignment({tp.partition for tp in c.assignment()})
+            offsets: dict[Any, Any] = {}
+            for tp, msgs in batch.items():
+                for m in msgs:
+                    out.record(m.partition, m.offset, m.value)
+                    offsets[TopicPartition(tp.topic, tp.partition)] = OffsetAndMetadata(
+                        m.offset + 1, "", -1)
+            if offsets:
+                try:
+                    c.commit(offsets)
+                except Exception as exc:  # noqa: BLE001 - logged for the test to see
+                    out.line(f"# commit-error {type(exc).__name__}: {exc}")
+                else:
+                    out.committed({tp.partition: om.offset for tp, om in offsets.items()})
+    finally:
+        c.close(autocommit=False)
+
+
+def run_confluent(a: argparse.Namespace, out: Out) -> None:
+    from confluent_kafka import Consumer, KafkaError, TopicPartition
+
+    cfg: dict[str, Any] = {
+        "bootstrap.servers": a.bootstrap, "group.id": a.group,
+        "auto.offset.reset": "earliest", "enable.auto.commit": False,
+        "session.timeout.ms": a.session_timeout_ms, "heartbeat.interval.ms": a.heartbeat_ms,
+        "partition.assignment.strategy": a.strategy or "range",
+        "fetch.wait.max.ms": 100,
+    }
+    if a.instance_id:
+        cfg["group.instance.id"] = a.instance_id
+    c = Consumer(cfg)
+    c.subscribe([a.topic])
+    try:
+        while not STOP:
+            msgs = c.consume(num_messages=a.max_records, timeout=0.2)
+            out.assignment({tp.partition for tp in c.assignment()})
+            offsets: dict[int, int] = {}
+            for m in msgs:
+                if m.error() is not None:
+                    if m.error().code() != KafkaError._PARTITION_EOF:
+                        out.line(f"# consume-error {m.error()}")
+                    continue
+                out.record(m.partition(), m.offset(), m.value())
+                offsets[m.partition()] = m.offset() + 1
+            if offsets:
+                try:
+                    c.commit(offsets=[TopicPartition(a.topic, p, o) for p, o in offsets.items()],
+                             asynchronous=False)
+                except Exception as exc:  # noqa: BLE001
+                    out.line(f"# commit-error {type(exc).__name__}: {exc}")
+                else:
+                    out.committed(offsets)
+    finally:
+        c.close()
+
+
+async def run_aiokafka(a: argparse.Namespace, out: Out) -> None:
+    from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
+
+    lock = asyncio.Lock()
+
+    class Listener(ConsumerRebalanceListener):
+        async def on_partitions_revoked(self, revoked: Any) -> None:
+            # aiokafka rebalances in a background task: wait for the batch being
+            # processed to be committed before the JoinGroup goes out.
+            async with lock:
+                pass
+
+        async def on_partitions_assigned(self, assigned: Any) -> None:
+            pass
+
+    c = AIOKafkaConsumer(
+        bootstrap_servers=a.bootstrap, group_id=a.group, auto_offset_reset="earliest",
+        enable_auto_commit=False, session_timeout_ms=a.session_timeout_ms,
+        heartbeat_interval_ms=a.heartbeat_ms, group_instance_id=a.instance_id,
+    )
+    await c.start()
+    c.subscribe([a.topic], listener=Listener())
+    try:
+        while not STOP:
+            async with lock:
+                batch = await c.getmany(timeout_ms=200, max_records=a.max_records)
+                out.assignment({tp.partition for tp in c.assignment()})
+                offsets: dict[Any, int] = {}
+                for tp, msgs in batch.items():
+                    for m in msgs:
+                        out.record(m.partition, m.offset, m.value)
+                        offsets[TopicPartition(tp.topic, tp.partition)] = m.offset + 1
+                if offsets:
+                    try:
+                        await c.commit(offsets)
+                    except Exception as exc:  # noqa: BLE001
+                        out.line(f"# commit-error {type(exc).__name__}: {exc}")
+                    else:
+                        out.committed({tp.partition: o for tp, o in offsets.items()})
+            await asyncio.sleep(0)
+    finally:
+        await c.stop()
+
+
+def main(argv: list[str]) -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("client", choices=["kafka-python", "confluent", "aiokafka"])
+    ap.add_argument("bootstrap")
+    ap.add_argument("topic")
+    ap.add_argument("group")
+    ap.add_argument("out")
+    ap.add_argument("--session-timeout-ms", type=int, default=6000)
+    ap.add_argument("--heartbeat-ms", type=int, default=500)
+    ap.add_argument("--instance-id", default=None)
+    ap.add_argument("--strategy", default=None)
+    ap.add_argument("--max-records", type=int, default=100)
+    a = ap.parse_args(argv)
+    signal.signal(signal.SIGTERM, _on_term)
+    out = Out(a.out)
+    out.line(f"# started {time.time():.3f} pid={os.getpid()} client={a.client}")
+    if a.client == "kafka-python":
+        run_kafka_python(a, out)
+    elif a.client == "confluent":
+        run_confluent(a, out)
+    else:
+        asyncio.run(run_aiokafka(a, out))
+    out.line(f"# closed {time.time():.3f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

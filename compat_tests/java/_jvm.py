@@ -1,0 +1,162 @@
+"""Maven-resolved classpaths, cached outside the repo, for the Java suites.
+
+Two things are resolved from Maven Central with the machine's ``mvn`` (which keeps
+its own cache in ``~/.m2``) and then kept in ``$KCOMPAT_CACHE`` (default
+``~/.cache/kcompat``), keyed by a hash of the inputs so a change rebuilds:
+
+* ``reference_classpath()``: every runtime jar of Apache Kafka (``kafka_2.13``) and
+  ``kafka-tools`` — the reference broker and Kafka's perf/verifiable tools.
+* ``clients_classpath()``: the small Maven project in ``compat_tests/java/clients``
+  (our Java client programs, kafka-clients 4.x) built with ``mvn package`` plus its
+  dependencies.
+
+``python -m compat_tests.java._jvm`` resolves both (``make java-deps`` runs it).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REFERENCE_POM = HERE / "reference" / "pom.xml"
+CLIENTS_DIR = HERE / "clients"
+
+#: Apache Kafka version of the reference broker, its tools and our Java clients.
+KAFKA_VERSION = os.environ.get("KCOMPAT_KAFKA_VERSION", "4.1.1")
+
+
+def cache_root() -> Path:
+    root = Path(os.environ.get("KCOMPAT_CACHE", Path.home() / ".cache" / "kcompat"))
+    root.mkdir(parents=True, exist_ok=True)
+    return root
+
+
+class JvmSetupError(RuntimeError):
+    """Maven or Java is missing, or resolution failed (the message says which)."""
+
+
+def java_bin() -> str:
+    home = os.environ.get("JAVA_HOME")
+    if home and (Path(home) / "bin" / "java").exists():
+        return str(Path(home) / "bin" / "java")
+    found = shutil.which("java")
+    if not found:
+        raise JvmSetupError("java not found on PATH (make tools installs openjdk-17-jdk-headless)")
+    return found
+
+
+def mvn_bin() -> str:
+    found = shutil.which("mvn")
+    if not found:
+        raise JvmSetupError("mvn not found on PATH (make tools installs maven)")
+    return found
+
+
+@contextlib.contextmanager
+def _locked(name: str) -> Iterator[None]:
+    """Serialize resolution between concurrent processes (pytest workers, make)."""
+    lock_path = cache_root() / f".{name}.lock"
+    with open(lock_path, "w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def _digest(paths: list[Path], extra: str = "") -> str:
+    h = hashlib.sha256(extra.encode())
+    for p in sorted(paths):
+        h.update(str(p.relative_to(HERE)).encode())
+        h.update(p.read_bytes())
+    return h.hexdigest()[:12]
+
+
+def _run_mvn(args: list[str], cwd: Path, log: Path) -> None:
+    cmd = [mvn_bin(), "-B", "-q", *args]
+    t0 = time.monotonic()
+    print(f"[kcompat] resolving with: {' '.join(cmd)} (in {cwd})", file=sys.stderr, flush=True)
+    with open(log, "wb") as out:
+        rc = subprocess.call(cmd, cwd=str(cwd), stdout=out, stderr=subprocess.STDOUT,
+                             stdin=subprocess.DEVNULL)
+    if rc != 0:
+        tail = log.read_text(errors="replace")[-4000:]
+        raise JvmSetupError(f"{' '.join(cmd)} failed with exit code {rc}:\n{tail}")
+    print(f"[kcompat] done in {time.monotonic() - t0:.1f}s", file=sys.stderr, flush=True)
+
+
+def reference_libs(version: str = KAFKA_VERSION) -> Path:
+    """Directory with every jar of Apache Kafka ``version`` + kafka-tools (resolved once)."""
+    key = _digest([REFERENCE_POM], version)
+    dest = cache_root() / f"kafka-{version}-{key}" / "libs"
+    stamp = dest.parent / ".complete"
+    if stamp.exists():
+        return dest
+    with _locked("reference"):
+        if stamp.exists():
+            return dest
+        tmp = dest.parent / "libs.partial"
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        _run_mvn(
+            ["dependency:copy-dependencies", f"-Dkafka.version={version}",
+             "-DincludeScope=runtime", f"-DoutputDirectory={tmp}"],
+            REFERENCE_POM.parent, dest.parent / "mvn.log",
+        )
+        if not list(tmp.glob(f"kafka_2.13-{version}.jar")):
+            raise JvmSetupError(f"kafka_2.13-{version}.jar missing from {tmp}")
+        shutil.rmtree(dest, ignore_errors=True)
+        tmp.rename(dest)
+        stamp.write_text(version)
+    return dest
+
+
+def reference_classpath(version: str = KAFKA_VERSION) -> str:
+    return str(reference_libs(version) / "*")
+
+
+def clients_classpath(version: str = KAFKA_VERSION) -> str:
+    """Classpath of the built ``compat_tests/java/clients`` programs (built once)."""
+    sources = [CLIENTS_DIR / "pom.xml", *sorted((CLIENTS_DIR / "src").rglob("*.java"))]
+    key = _digest(sources, version)
+    build = cache_root() / f"java-clients-{key}"
+    stamp = build / ".complete"
+    jar = build / "kcompat-java-clients.jar"
+    libs = build / "libs"
+    if not stamp.exists():
+        with _locked("clients"):
+            if not stamp.exists():
+                shutil.rmtree(build, ignore_errors=True)
+                build.mkdir(parents=True)
+                _run_mvn(
+                    ["package", "dependency:copy-dependencies", f"-Dkafka.version={version}",
+                     f"-Dkcompat.build.dir={build / 'target'}", "-DincludeScope=runtime",
+                     f"-DoutputDirectory={libs}"],
+                    CLIENTS_DIR, build / "mvn.log",
+                )
+                built = list((build / "target").glob("kcompat-java-clients*.jar"))
+                if not built:
+                    raise JvmSetupError(f"mvn package produced no jar in {build / 'target'}")
+                shutil.copy(built[0], jar)
+                stamp.write_text(version)
+    return os.pathsep.join([str(jar), str(libs / "*")])
+
+
+def main() -> None:
+    t0 = time.monotonic()
+    print("reference Kafka libs:", reference_libs())
+    print("java clients classpath:", clients_classpath())
+    print(f"java deps ready in {time.monotonic() - t0:.1f}s")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,271 @@
+"""Apache Kafka itself, on this machine, for differential tests and benchmarks.
+
+``KafkaReference`` runs one single-node KRaft Apache Kafka (combined
+broker+controller on two free loopback ports) from jars resolved from Maven
+Central by ``_jvm.reference_libs`` — no tarball download. It mirrors
+``compat_tests._broker.Broker``: ``bootstrap``, ``start()`` (formats the storage on
+first start, waits until the broker accepts Kafka requests), ``stop()`` (SIGTERM,
+clean shutdown), ``kill()``, ``close()``, ``tail()``.
+
+CLI (``make kafka-reference`` runs ``run``)::
+
+    python -m compat_tests.java.kafka_reference fetch     # resolve jars only
+    python -m compat_tests.java.kafka_reference run [--port N]   # run until ^C
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import contextlib
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+from compat_tests._broker import free_port
+from compat_tests.java._jvm import KAFKA_VERSION, java_bin, reference_classpath
+
+START_TIMEOUT_S = 90.0
+STOP_TIMEOUT_S = 30.0
+
+_LOG4J2 = """\
+status = warn
+appender.out.type = Console
+appender.out.name = OUT
+appender.out.layout.type = PatternLayout
+appender.out.layout.pattern = [%d] %p %m (%c)%n
+rootLogger.level = WARN
+rootLogger.appenderRef.out.ref = OUT
+logger.server.name = kafka.server
+logger.server.level = INFO
+logger.raftserver.name = kafka.server.KafkaRaftServer
+logger.raftserver.level = INFO
+"""
+
+
+class ReferenceError_(RuntimeError):
+    """The reference broker did not start or stop."""
+
+
+def kafka_cluster_id() -> str:
+    """A random cluster id as Kafka's ``Uuid.toString`` prints it (base64url, 22 chars)."""
+    while True:
+        s = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not s.startswith("-"):
+            return s
+
+
+def _api_versions_ok(host: str, port: int) -> bool:
+    """True once the broker answers ApiVersions v0 with error code 0 (it is serving)."""
+    req_body = b""
+    header = struct.pack(">hhih", 18, 0, 1, len("ready")) + b"ready"
+    frame = header + req_body
+    try:
+        with socket.create_connection((host, port), timeout=2.0) as s:
+            s.sendall(struct.pack(">i", len(frame)) + frame)
+            data = b""
+            while len(data) < 10:
+                chunk = s.recv(65536)
+                if not chunk:
+                    return False
+                data += chunk
+            (_size, _corr, err) = struct.unpack_from(">iih", data, 0)
+            return err == 0
+    except OSError:
+        return False
+
+
+class KafkaReference:
+    """A single-node KRaft Apache Kafka broker in a JVM subprocess."""
+
+    def __init__(
+        self,
+        workdir: Path,
+        host: str = "127.0.0.1",
+        port: int | None = None,
+        overrides: dict[str, str] | None = None,
+        version: str = KAFKA_VERSION,
+        heap: str = "768m",
+    ) -> None:
+        self.workdir = Path(workdir)
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.host = host
+        self.port = port if port is not None else free_port(host)
+        self.controller_port = free_port(host)
+        self.version = version
+        self.heap = heap
+        self.data_dir = self.workdir / "kraft-data"
+        self.config_path = self.workdir / "server.properties"
+        self.log_path = self.workdir / "kafka.log"
+        self.overrides = dict(overrides or {})
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.cluster_id = kafka_cluster_id()
+        self.node_id = 1
+        self.last_returncode: int | None = None
+
+    @property
+    def bootstrap(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    @property
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def properties(self) -> dict[str, str]:
+        props = {
+            "process.roles": "broker,controller",
+            "node.id": str(self.node_id),
+            "controller.quorum.voters": f"{self.node_id}@{self.host}:{self.controller_port}",
+            "listeners": f"PLAINTEXT://{self.host}:{self.port},"
+                         f"CONTROLLER://{self.host}:{self.controller_port}",
+            "advertised.listeners": f"PLAINTEXT://{self.host}:{self.port}",
+            "controller.listener.names": "CONTROLLER",
+            "inter.broker.listener.name": "PLAINTEXT",
+            "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
+            "log.dirs": str(self.data_dir),
+            "num.partitions": "1",
+            "offsets.topic.replication.factor": "1",
+            "transaction.state.log.replication.factor": "1",
+            "transaction.state.log.min.isr": "1",
+            "share.coordinator.state.topic.replication.factor": "1",
+            "share.coordinator.state.topic.min.isr": "1",
+            "group.initial.rebalance.delay.ms": "0",
+        }
+        props.update(self.overrides)
+        return props
+
+    def _java(self, main: str, *args: str, heap: str = "256m") -> list[str]:
+        return [
+            java_bin(), f"-Xmx{heap}", "-XX:+UseG1GC",
+            f"-Dlog4j2.configurationFile={self.workdir / 'log4j2.properties'}",
+            "-cp", reference_classpath(self.version), main, *args,
+        ]
+
+    def _format(self) -> None:
+        self.config_path.write_text(
+            "".join(f"{k}={v}\n" for k, v in self.properties().items()))
+        (self.workdir / "log4j2.properties").write_text(_LOG4J2)
+        if (self.data_dir / "meta.properties").exists():
+            return
+        out = subprocess.run(
+            self._java("kafka.tools.StorageTool", "format", "-t", self.cluster_id,
+                       "-c", str(self.config_path), "--ignore-formatted"),
+            capture_output=True, text=True, timeout=120,
+        )
+        if out.returncode != 0:
+            raise ReferenceError_(f"kafka-storage format failed ({out.returncode}):\n"
+                                  f"{out.stdout}\n{out.stderr}")
+
+    def start(self, timeout: float = START_TIMEOUT_S) -> KafkaReference:
+        if self.running:
+            raise ReferenceError_(f"reference Kafka on {self.bootstrap} is already running")
+        self._format()
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen(
+                self._java("kafka.Kafka", str(self.config_path), heap=self.heap),
+                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        deadline = time.monotonic() + timeout
+        while not _api_versions_ok(self.host, self.port):
+            rc = self.proc.poll()
+            if rc is not None:
+                self.last_returncode = rc
+                raise ReferenceError_(f"reference Kafka exited with {rc}\n{self.tail()}")
+            if time.monotonic() > deadline:
+                self.kill()
+                raise ReferenceError_(f"reference Kafka not ready in {timeout:.0f}s\n{self.tail()}")
+            time.sleep(0.2)
+        return self
+
+    def stop(self, timeout: float = STOP_TIMEOUT_S) -> int:
+        if self.proc is None:
+            raise ReferenceError_("reference Kafka was never started")
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                self.kill()
+                raise ReferenceError_(
+                    f"reference Kafka did not exit within {timeout:.0f}s of SIGTERM; killed it"
+                    f"\n{self.tail()}") from None
+        self.last_returncode = self.proc.returncode
+        return self.proc.returncode
+
+    def kill(self) -> int:
+        assert self.proc is not None
+        if self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                self.proc.send_signal(signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(timeout=10)
+        self.last_returncode = self.proc.returncode
+        return self.proc.returncode if self.proc.returncode is not None else -9
+
+    def restart(self) -> KafkaReference:
+        if self.running:
+            self.stop()
+        return self.start()
+
+    def close(self) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        with contextlib.suppress(Exception):
+            self.stop(timeout=20)
+        if self.proc.poll() is None:
+            self.kill()
+
+    def tail(self, lines: int = 60) -> str:
+        if not self.log_path.exists():
+            return "(reference Kafka wrote nothing)"
+        text = self.log_path.read_text(errors="replace")
+        return "\n".join(text.splitlines()[-lines:])
+
+    def __enter__(self) -> KafkaReference:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"<KafkaReference {self.version} {self.bootstrap} running={self.running}>"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m compat_tests.java.kafka_reference")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    sub.add_parser("fetch", help="resolve the Kafka jars into the cache and exit")
+    run = sub.add_parser("run", help="run a reference broker until interrupted")
+    run.add_argument("--port", type=int, default=None)
+    run.add_argument("--dir", type=Path, default=None, help="work dir (default: a temp dir)")
+    args = ap.parse_args(argv)
+    if args.cmd == "fetch":
+        print(reference_classpath())
+        return 0
+    workdir = args.dir or Path(tempfile.mkdtemp(prefix="kafka-reference-"))
+    ref = KafkaReference(workdir, port=args.port)
+    t0 = time.monotonic()
+    ref.start()
+    print(f"Apache Kafka {ref.version} ready on {ref.bootstrap} in {time.monotonic() - t0:.1f}s"
+          f" (dir {workdir}); ^C stops it", flush=True)
+    try:
+        while ref.running:
+            time.sleep(0.5)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        t1 = time.monotonic()
+        rc = ref.stop()
+        print(f"stopped (exit {rc}) in {time.monotonic() - t1:.1f}s", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

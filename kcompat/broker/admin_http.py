@@ -1,0 +1,126 @@
+"""The HTTP admin port: ``/metrics`` (Prometheus) and ``/health`` (JSON).
+
+Theory of operation
+-------------------
+A deliberately tiny HTTP/1.1 server on ``trio.serve_tcp``: read one request
+head (at most ``HEAD_BYTES_MAX`` bytes within ``READ_TIMEOUT_S``), answer it
+and close (``Connection: close``), so there is no keep-alive or body parsing to
+get wrong. Only GET and HEAD are served:
+
+* ``/metrics`` — the broker's own ``CollectorRegistry`` in the Prometheus text
+  format (partition and group gauges are computed during the scrape);
+* ``/health`` — ``{"live": true, "ready": ...}`` plus node and cluster ids;
+  200 when ready, 503 while starting or draining. ``/health/live`` and
+  ``/health/ready`` answer the two probes separately.
+
+Config: ``admin.port`` (default 9644; 0 picks a free port; -1 disables) and
+``admin.host`` (empty = the broker's ``host``). A default port that is taken
+only logs a warning — the Kafka listener matters more; an explicitly
+configured one that cannot be bound stops the broker with a one-line error.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+import trio
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from kcompat.broker.state import BrokerState
+
+log = logging.getLogger("kcompat.admin")
+
+HEAD_BYTES_MAX = 8192
+READ_TIMEOUT_S = 5.0
+_REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed",
+            503: "Service Unavailable"}
+
+
+def health(state: BrokerState) -> dict[str, Any]:
+    return {"live": True, "ready": state.metrics.ready, "node_id": state.node_id,
+            "cluster_id": state.cluster_id}
+
+
+def route(state: BrokerState, method: str, path: str) -> tuple[int, str, bytes]:
+    """(status, content type, body) for one request; pure apart from reading state."""
+    if method not in ("GET", "HEAD"):
+        return 405, "text/plain; charset=utf-8", b"only GET and HEAD\n"
+    path = path.split("?", 1)[0].rstrip("/") or "/"
+    if path == "/metrics":
+        return 200, CONTENT_TYPE_LATEST, generate_latest(state.metrics.registry)
+    if path in ("/health", "/health/live", "/health/ready"):
+        body = health(state)
+        ok = body["ready"] or path == "/health/live"
+        return (200 if ok else 503), "application/json", json.dumps(body).encode() + b"\n"
+    return 404, "text/plain; charset=utf-8", b"not found: try /metrics or /health\n"
+
+
+def _response(status: int, content_type: str, body: bytes, head_only: bool) -> bytes:
+    head = (f"HTTP/1.1 {status} {_REASONS.get(status, 'OK')}\r\n"
+            f"Content-Type: {content_type}\r\nContent-Length: {len(body)}\r\n"
+            "Connection: close\r\n\r\n")
+    return head.encode("latin-1") + (b"" if head_only else body)
+
+
+async def _read_head(stream: trio.abc.Stream) -> bytes | None:
+    buf = b""
+    with trio.move_on_after(READ_TIMEOUT_S):
+        while b"\r\n\r\n" not in buf and b"\n\n" not in buf and len(buf) <= HEAD_BYTES_MAX:
+            chunk = await stream.receive_some(4096)
+            if not chunk:
+                break
+            buf += chunk
+        return buf
+    return None
+
+
+async def serve_http(stream: trio.SocketStream, state: BrokerState) -> None:
+    try:
+        head = await _read_head(stream)
+        if not head:
+            return
+        parts = head.split(b"\r\n", 1)[0].split(b"\n", 1)[0].decode("latin-1").split()
+        if len(parts) != 3 or not parts[2].startswith("HTTP/"):
+            out = _response(400, "text/plain; charset=utf-8", b"bad request line\n", False)
+        else:
+            method, path = parts[0], parts[1]
+            status, ctype, body = route(state, method, path)
+            out = _response(status, ctype, body, method == "HEAD")
+        await stream.send_all(out)
+    except (trio.BrokenResourceError, trio.ClosedResourceError, ConnectionError):
+        pass
+    finally:
+        with trio.move_on_after(1) as scope:
+            scope.shield = True
+            await stream.aclose()
+
+
+async def open_admin_listeners(state: BrokerState) -> list[trio.SocketListener]:
+    """Bind the admin port per config; [] when disabled or (default port) taken."""
+    config = state.config
+    port = config["admin.port"]
+    if port < 0:
+        return []
+    host = config["admin.host"] or config["host"]
+    try:
+        listeners = await trio.open_tcp_listeners(port, host=host)
+    except OSError as e:
+        if "admin.port" in config.explicit:
+            raise OSError(e.errno, f"admin.port {host}:{port}: {e.strerror}") from None
+        log.warning("admin HTTP disabled: cannot bind %s:%d (%s); set admin.port", host, port,
+                    e.strerror)
+        return []
+    bound = listeners[0].socket.getsockname()
+    log.info("admin HTTP on http://%s:%d (/metrics, /health)", bound[0], bound[1])
+    return listeners
+
+
+async def run_admin_http(state: BrokerState, listeners: list[trio.SocketListener]) -> None:
+    """Serve the admin endpoints on already-bound ``listeners`` until cancelled."""
+    if not listeners:
+        return
+    async with trio.open_nursery() as nursery:
+        await trio.serve_listeners(lambda s: serve_http(s, state), listeners,
+                                   handler_nursery=nursery)

@@ -1,0 +1,180 @@
+"""Broker metrics in Prometheus form, one registry per broker.
+
+Theory of operation
+-------------------
+Two kinds of metrics, chosen so the request path only ever increments:
+
+* Event counters, bumped on the hot path — requests, failed requests and
+  latency per API (``kcompat_requests_total{api,version}``,
+  ``kcompat_request_errors_total{api,version}``,
+  ``kcompat_request_latency_seconds{api}``), bytes appended and fetched per
+  topic (``kcompat_topic_bytes_in_total``/``_out_total``) and open
+  connections. Labelled children are cached in plain dicts, so a request costs
+  one dict lookup and one locked add per metric.
+* State gauges, computed only when ``/metrics`` is scraped by a custom
+  collector that reads ``BrokerState``: log start/end offset, high watermark
+  and size of every partition, and committed offset and lag of every consumer
+  group partition (lag = high watermark - committed offset, never negative).
+
+"Error" means a request the broker could not serve and answered by closing the
+connection (unknown API, unsupported version, malformed frame, handler bug);
+Kafka error codes inside well-formed responses are data, not errors here.
+Each ``BrokerState`` has its own ``CollectorRegistry``, so several brokers in
+one process (tests) never share counters.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from kcompat.wire.headers import HeaderError, peek_api
+from kcompat.wire.versions import API_RANGES, api_name
+
+if TYPE_CHECKING:
+    from kcompat.broker.state import BrokerState
+
+LATENCY_BUCKETS_S = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
+                     2.5, 5.0, 10.0, 30.0)
+
+
+class BrokerMetrics:
+    def __init__(self, state: BrokerState | None = None) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.requests = Counter("kcompat_requests", "Requests received, per API and version",
+                                ["api", "version"], registry=r)
+        self.errors = Counter("kcompat_request_errors",
+                              "Requests answered by closing the connection, per API and version",
+                              ["api", "version"], registry=r)
+        self.latency = Histogram("kcompat_request_latency_seconds",
+                                 "Time from a parsed frame to its encoded response, per API",
+                                 ["api"], buckets=LATENCY_BUCKETS_S, registry=r)
+        self.bytes_in = Counter("kcompat_topic_bytes_in", "Record bytes appended, per topic",
+                                ["topic"], registry=r)
+        self.bytes_out = Counter("kcompat_topic_bytes_out", "Record bytes fetched, per topic",
+                                 ["topic"], registry=r)
+        self.connections = Gauge("kcompat_open_connections", "Open client connections",
+                                 registry=r)
+        self.ready = False  # set by the runtime: listening and not draining
+        self._request_children: dict[tuple[int, int], tuple[Any, Any, Any]] = {}
+        self._in_children: dict[str, Any] = {}
+        self._out_children: dict[str, Any] = {}
+        if state is not None:
+            self.watch(state)
+
+    def watch(self, state: BrokerState) -> None:
+        """Export the partition and group gauges of ``state`` at scrape time."""
+        self.registry.register(StateCollector(state))
+
+    # -- hot path ---------------------------------------------------------------
+    @contextmanager
+    def request(self, frame: bytes) -> Iterator[None]:
+        """Count and time one request frame; an exception counts as an error."""
+        try:
+            api_key, version, _cid = peek_api(frame)
+        except HeaderError:
+            api_key, version = -1, -1
+        rng = API_RANGES.get(api_key)
+        if rng is None or not 0 <= version <= rng.max_version:
+            api_key, version = (-1, -1) if rng is None else (api_key, -1)  # bounded labels
+        children = self._request_children.get((api_key, version))
+        if children is None:
+            children = self._children_for(api_key, version)
+        count, errors, latency = children
+        count.inc()
+        started = time.perf_counter()
+        try:
+            yield
+        except Exception:  # trio.Cancelled (a BaseException) is a drain, not an error
+            errors.inc()
+            raise
+        finally:
+            latency.observe(time.perf_counter() - started)
+
+    def _children_for(self, api_key: int, version: int) -> tuple[Any, Any, Any]:
+        name = api_name(api_key) if api_key >= 0 else "Unknown"
+        labels = (name, str(version) if version >= 0 else "unsupported")
+        children = (self.requests.labels(*labels), self.errors.labels(*labels),
+                    self.latency.labels(name))
+        self._request_children[(api_key, version)] = children
+        return children
+
+    def add_bytes_in(self, topic: str, size: int) -> None:
+        child = self._in_children.get(topic)
+        if child is None:
+            child = self._in_children[topic] = self.bytes_in.labels(topic)
+        child.inc(size)
+
+    def add_bytes_out(self, topic: str, size: int) -> None:
+        child = self._out_children.get(topic)
+        if child is None:
+            child = self._out_children[topic] = self.bytes_out.labels(topic)
+        child.inc(size)
+
+    def produced(self, topic: str, records: bytes | None, ok: bool) -> None:
+        """Produce handler hook: count the bytes of a batch that was appended."""
+        if ok and records:
+            self.add_bytes_in(topic, len(records))
+
+    def fetched(self, topics: Iterable[Any]) -> None:
+        """Fetch handler hook: count the record bytes of a built response."""
+        for topic in topics:
+            size = sum(len(p.records or b"") for p in topic.partitions)
+            if size:
+                self.add_bytes_out(topic.topic, size)
+
+
+class StateCollector(Collector):
+    """Partition and consumer-group gauges, read from ``BrokerState`` per scrape."""
+
+    def __init__(self, state: BrokerState) -> None:
+        self.state = state
+
+    def describe(self) -> list[Metric]:
+        return []  # computed per scrape; nothing to pre-register
+
+    def collect(self) -> Iterable[Metric]:
+        yield from self._partitions()
+        yield from self._groups()
+
+    def _partitions(self) -> list[Metric]:
+        labels = ["topic", "partition"]
+        start = GaugeMetricFamily("kcompat_partition_log_start_offset",
+                                  "First offset still in the log", labels=labels)
+        end = GaugeMetricFamily("kcompat_partition_log_end_offset",
+                                "Offset of the next record to be appended", labels=labels)
+        hw = GaugeMetricFamily("kcompat_partition_high_watermark",
+                               "Offset up to which consumers may read", labels=labels)
+        size = GaugeMetricFamily("kcompat_partition_size_bytes",
+                                 "Bytes of all segments of the partition", labels=labels)
+        for (topic, index), part in sorted(self.state.partitions.items()):
+            values = (topic, str(index))
+            start.add_metric(values, part.log.log_start_offset)
+            end.add_metric(values, part.log.log_end_offset)
+            hw.add_metric(values, part.high_watermark)
+            size.add_metric(values, part.log.size_bytes)
+        return [start, end, hw, size]
+
+    def _groups(self) -> list[Metric]:
+        labels = ["group", "topic", "partition"]
+        committed = GaugeMetricFamily("kcompat_consumer_group_committed_offset",
+                                      "Committed offset per group partition", labels=labels)
+        lag = GaugeMetricFamily("kcompat_consumer_group_lag",
+                                "High watermark minus committed offset", labels=labels)
+        groups = self.state.groups
+        if groups is not None:
+            for group_id in sorted(groups.store.offsets):
+                for (topic, index), c in sorted(groups.store.committed(group_id).items()):
+                    part = self.state.partition(topic, index)
+                    values = (group_id, topic, str(index))
+                    committed.add_metric(values, c.offset)
+                    if part is not None:
+                        lag.add_metric(values, max(part.high_watermark - c.offset, 0))
+        return [committed, lag]
