@@ -184,10 +184,11 @@ def test_kill9_restart_keeps_acked_records(broker: Broker, topic: str) -> None:
     assert dr.ok[0].offset() == sum(1 for a in acked if a[0] == 0)
 
 
-def test_kill9_while_producing(broker: Broker, topic: str) -> None:
-    """kill -9 with acks=all batches in flight: every acknowledged record survives
-    exactly once, and (one idempotent producer, one partition) the log is an
-    in-order prefix of what was sent, with no gaps."""
+@pytest.mark.parametrize("how", ["kill9", "sigterm"])
+def test_broker_stops_while_producing(broker: Broker, topic: str, how: str) -> None:
+    """kill -9 (or SIGTERM) with acks=all batches in flight: every acknowledged record
+    survives exactly once, and (one idempotent producer, one partition) the log is an
+    in-order prefix of what was sent, with no gaps. SIGTERM must exit 0."""
     bs = broker.bootstrap
     create_topic(bs, topic, partitions=1)
     values = durability_values(4000, "inflight")
@@ -199,35 +200,42 @@ def test_kill9_while_producing(broker: Broker, topic: str) -> None:
 
     p = Producer({
         "bootstrap.servers": bs, "acks": "all", "enable.idempotence": True,
-        "linger.ms": 2, "batch.num.messages": 50, "message.timeout.ms": 4000,
+        "linger.ms": 2, "batch.num.messages": 50, "message.timeout.ms": 3000,
     })
-    killed_at = None
+    stopped_at: int | None = None
+    rc: int | None = None
+
+    def stop_broker() -> None:
+        nonlocal stopped_at, rc
+        stopped_at = len(acked)
+        rc = broker.kill() if how == "kill9" else broker.stop()
+
     for i, v in enumerate(values):
         p.produce(topic, value=v, partition=0, on_delivery=on_delivery)
         if i % 25 == 24:
             p.poll(0.002)
-        if killed_at is None and len(acked) >= 400:
-            broker.kill()
-            killed_at = len(acked)
+        if stopped_at is None and len(acked) >= 400:
+            stop_broker()
     deadline = time.monotonic() + TIMEOUT_S
-    while killed_at is None:
+    while stopped_at is None:
         assert time.monotonic() < deadline, f"{CLIENT}: only {len(acked)} acks before the deadline"
         p.poll(0.01)
         if len(acked) >= 400:
-            broker.kill()
-            killed_at = len(acked)
-    p.flush(10)  # the rest time out (message.timeout.ms) against the dead broker
+            stop_broker()
+    p.flush(10)  # the rest time out (message.timeout.ms) against the stopped broker
     del p
-    assert acked, "test bug: nothing acknowledged before the kill"
+    assert acked, "test bug: nothing acknowledged before the stop"
+    if how == "sigterm":
+        assert rc == 0, f"broker exited with {rc} on SIGTERM under load, expected 0"
 
     broker.start()
     seen = consume_all(bs, topic, [0])
     got = [s.value for s in seen]
-    print(f"kill -9 after {killed_at} acks; {len(acked)} acked in all; {len(got)} in the log")
+    print(f"{how} after {stopped_at} acks; {len(acked)} acked in all; {len(got)} in the log")
     assert_exactly_once(acked, got, CLIENT, sent=values)
     assert [s.offset for s in seen] == list(range(len(seen)))
     assert got == values[: len(got)], (
-        f"{CLIENT}: after kill -9 the log is not an in-order prefix of what was sent "
+        f"{CLIENT}: after {how} the log is not an in-order prefix of what was sent "
         f"({len(got)} records, {len(acked)} acknowledged)"
     )
 
@@ -282,7 +290,10 @@ def _delivery_error(bs: str, topic: str, **produce_kwargs: Any) -> Any:
     dr = Deliveries()
     p.produce(topic, partition=0, on_delivery=dr, **produce_kwargs)
     assert p.flush(TIMEOUT_S) == 0
-    assert not dr.ok, f"{CLIENT}: broker accepted it at offset {dr.ok[0].offset()}"
+    assert not dr.ok, (
+        f"{CLIENT}: the broker acknowledged the record at offset {dr.ok[0].offset()}; "
+        f"expected a delivery error"
+    )
     (err, _msg), = dr.failed
     return err
 

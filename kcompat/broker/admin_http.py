@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import logging
+from functools import partial
 from typing import Any
 
 import trio
@@ -122,5 +123,5 @@ async def run_admin_http(state: BrokerState, listeners: list[trio.SocketListener
     if not listeners:
         return
     async with trio.open_nursery() as nursery:
-        await trio.serve_listeners(lambda s: serve_http(s, state), listeners,
+        await trio.serve_listeners(partial(serve_http, state=state), listeners,
                                    handler_nursery=nursery)

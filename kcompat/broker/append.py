@@ -14,6 +14,7 @@ transaction coordinator only.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from kio.schema.errors import ErrorCode
@@ -22,6 +23,7 @@ from kcompat.broker.partition import Partition
 from kcompat.broker.topic_config import effective
 from kcompat.txn.producer_state import SequenceError
 from kcompat.wire import batch as wbatch
+from kcompat.wire.batch import BatchHeader
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +44,7 @@ def append_records(
     topic_configs: dict[str, object],
     broker_defaults: dict[str, object],
     now_ms: int,
+    txn_check: Callable[[BatchHeader], ErrorCode | None] | None = None,
 ) -> AppendResult:
     """Validate and append; the caller holds no await between this and the ack."""
     if not records:
@@ -63,7 +66,10 @@ def append_records(
     if header.is_control:
         return _fail(ErrorCode.invalid_record, "clients may not write control batches")
     if header.is_transactional:
-        return _fail(ErrorCode.invalid_txn_state, "transactions are not supported yet")
+        problem = txn_check(header) if txn_check else ErrorCode.invalid_txn_state
+        if problem is not None:
+            return _fail(problem, "transactional batch outside an ongoing transaction "
+                                  "that includes this partition")
     log = part.log
     try:
         duplicate = log.producers.check(header)

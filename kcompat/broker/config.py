@@ -56,6 +56,10 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
         _D("offsets.topic.num.partitions", "int", 50, minimum=1),
         _D("offsets.retention.minutes", "int", 10080, minimum=1),
         _D("offset.metadata.max.bytes", "int", 4096, minimum=0),
+        _D("transaction.max.timeout.ms", "int", 900000, minimum=1),
+        _D("transaction.state.log.num.partitions", "int", 50, minimum=1),
+        _D("transaction.abort.timed.out.transaction.cleanup.interval.ms", "int", 10000,
+           minimum=1),
         _D("kcompat.flush.mode", "string", "acks_all", choices=("acks_all", "always", "never")),
         _D("kcompat.cluster.id", "string", ""),
         _D("admin.port", "int", 9644, minimum=-1),  # 0 picks a free port, -1 disables

@@ -8,6 +8,7 @@ from typing import Any
 
 from kcompat.broker.groups import GroupService
 from kcompat.broker.state import BrokerState
+from kcompat.broker.transactions import TxnService
 from kcompat.wire import codec
 
 
@@ -19,6 +20,11 @@ class RequestContext:
     correlation_id: int
     client_id: str | None
     client_host: str = ""
+
+    @property
+    def txns(self) -> TxnService:
+        assert self.state.txns is not None, "transaction service not started"
+        return self.state.txns
 
     @property
     def groups(self) -> GroupService:

@@ -34,9 +34,10 @@ from kcompat.coordinator.offsets import (
     group_value,
     offset_key,
     offset_value,
+    parse_offset_record,
 )
 from kcompat.wire import batch as wbatch
-from kcompat.wire.records import decode_batch, encode_batch
+from kcompat.wire.records import decode_batch, encode_batch, marker_aborts
 
 log = logging.getLogger("kcompat.groups")
 
@@ -75,6 +76,9 @@ class GroupService:
             max_group_size=cfg["group.max.size"],
         ))
         self.store = OffsetStore()
+        # transactional offsets (TxnOffsetCommit) awaiting their marker, per producer id
+        self.pending: dict[int, dict[tuple[str, str, int], CommittedOffset]] = {}
+        self._held_partition: dict[int, int] = {}  # pid -> offsets partition of its batch
         self._waiters: dict[int, _Waiter] = {}
         self._next_token = 0
         self._wake = trio.Event()
@@ -86,11 +90,14 @@ class GroupService:
         meta = self.state.topics.get(OFFSETS_TOPIC)
         return meta.partitions if meta else int(self.state.config["offsets.topic.num.partitions"])
 
-    def _offsets_partition(self, group_id: str) -> Partition:
+    def ensure_offsets_topic(self) -> None:
         if OFFSETS_TOPIC not in self.state.topics:
             self.state.create_topic(
                 OFFSETS_TOPIC, self.state.config["offsets.topic.num.partitions"], 1,
                 {"cleanup.policy": "compact", "segment.bytes": "104857600"}, internal=True)
+
+    def _offsets_partition(self, group_id: str) -> Partition:
+        self.ensure_offsets_topic()
         part = self.state.partition(OFFSETS_TOPIC, partition_for(group_id, self.num_partitions))
         assert part is not None
         return part
@@ -109,16 +116,64 @@ class GroupService:
                 if not chunk:
                     break
                 for pos, header in wbatch.iter_headers(chunk):
-                    if not header.is_control:
-                        for record in decode_batch(memoryview(chunk)[pos : pos + header.size]):
-                            if record.key is not None:
-                                self.store.apply(record.key, record.value)
+                    self._replay_batch(memoryview(chunk)[pos : pos + header.size], header, index)
                     offset = header.next_offset
         now = now_ms()
         for group_id, stored in self.store.groups.items():
             self.coordinator.restore(group_id, stored, now)
         for group_id in self.store.offsets:
             self.coordinator.ensure_group(group_id, now)
+
+    def _replay_batch(self, batch: memoryview, header: wbatch.BatchHeader, index: int) -> None:
+        if header.is_control:
+            self.complete_transaction(header.producer_id, not marker_aborts(batch), {index})
+            return
+        records: list[tuple[bytes | None, bytes | None]] = [
+            (r.key, r.value) for r in decode_batch(batch) if r.key is not None]
+        if header.is_transactional:
+            self._hold(header.producer_id, index, records)
+            return
+        for key, value in records:
+            if key is not None:
+                self.store.apply(key, value)
+
+    def _hold(self, pid: int, index: int, records: list[tuple[bytes | None, bytes | None]]) -> None:
+        """Keep transactional offset records until their transaction's marker."""
+        held = self.pending.setdefault(pid, {})
+        for key, value in records:
+            parsed = parse_offset_record(key, value) if key is not None else None
+            if parsed is not None:
+                (group, topic, partition), committed = parsed
+                held[(group, topic, partition)] = committed
+        self._held_partition[pid] = index
+
+    def complete_transaction(self, pid: int, commit: bool, partitions: set[int]) -> None:
+        """A marker reached ``__consumer_offsets`` partitions: publish or drop."""
+        if self._held_partition.get(pid) not in partitions:
+            return
+        held = self.pending.pop(pid, {})
+        self._held_partition.pop(pid, None)
+        if commit:
+            for (group, topic, partition), committed in held.items():
+                self.store.apply(offset_key(group, topic, partition), offset_value(committed))
+
+    def is_pending(self, group_id: str, topic: str, partition: int) -> bool:
+        return any((group_id, topic, partition) in held for held in self.pending.values())
+
+    async def txn_commit_offsets(self, group_id: str, pid: int, epoch: int,
+                                 offsets: dict[tuple[str, int], CommittedOffset]) -> None:
+        """TxnOffsetCommit: write a transactional batch; visible after COMMIT."""
+        part = self._offsets_partition(group_id)
+        records: list[tuple[bytes | None, bytes | None]] = [
+            (offset_key(group_id, t, p), offset_value(c)) for (t, p), c in offsets.items()]
+        now = now_ms()
+        raw = encode_batch([(k, v, (), now) for k, v in records], producer_id=pid,
+                           producer_epoch=epoch, transactional=True)
+        view = memoryview(raw)
+        part.log.append(view, wbatch.validate(view), part.leader_epoch, now)
+        part.notify_append()
+        await self.state.flusher.sync(part.log)
+        self._hold(pid, part.index, records)
 
     async def _append(self, group_id: str, records: list[tuple[bytes, bytes | None]]) -> None:
         """Append records for one group durably, then apply them to the store."""

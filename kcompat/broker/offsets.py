@@ -17,11 +17,12 @@ from kcompat.wire.records import decode_batch
 LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, EARLIEST_PENDING_UPLOAD = -1, -2, -3, -4, -5
 
 
-def offset_for_time(part: Partition, target: int) -> tuple[int, int]:
-    """(offset, timestamp) answering a ListOffsets timestamp; (-1, -1) if none."""
+def offset_for_time(part: Partition, target: int, committed: bool = False) -> tuple[int, int]:
+    """(offset, timestamp) answering a ListOffsets timestamp; (-1, -1) if none.
+    ``committed`` (read_committed) makes LATEST the last stable offset."""
     log = part.log
     if target == LATEST:
-        return part.high_watermark, -1
+        return (part.last_stable_offset if committed else part.high_watermark), -1
     if target in (EARLIEST, EARLIEST_LOCAL, EARLIEST_PENDING_UPLOAD):
         return log.log_start_offset, -1
     if target == MAX_TIMESTAMP:

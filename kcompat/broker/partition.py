@@ -30,5 +30,12 @@ class Partition:
     def high_watermark(self) -> int:
         return self.log.log_end_offset
 
+    @property
+    def last_stable_offset(self) -> int:
+        """Below the first open transaction, or the high watermark."""
+        first_unstable = self.log.first_unstable_offset()
+        hw = self.high_watermark
+        return hw if first_unstable is None else min(first_unstable, hw)
+
     def notify_append(self) -> None:
         self.wake()

@@ -24,6 +24,7 @@ from kcompat.broker.config import BrokerConfig
 from kcompat.broker.connection import serve_connection
 from kcompat.broker.groups import GroupService
 from kcompat.broker.state import BrokerState
+from kcompat.broker.transactions import TxnService
 
 log = logging.getLogger("kcompat.broker")
 
@@ -50,6 +51,7 @@ async def _wait_for_signal(cancel: trio.CancelScope) -> None:
 async def run_broker(config: BrokerConfig, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
     state = BrokerState(config)
     state.groups = GroupService(state)
+    state.txns = TxnService(state, state.groups)
     try:
         listeners = await trio.open_tcp_listeners(config["port"], host=config["host"])
         port = listeners[0].socket.getsockname()[1]
@@ -60,6 +62,7 @@ async def run_broker(config: BrokerConfig, task_status: trio.TaskStatus[int] = t
             background.start_soon(state.flusher.run)
             background.start_soon(_retention_loop, state)
             background.start_soon(state.groups.run)
+            background.start_soon(state.txns.run)
             serve_scope = trio.CancelScope()
             background.start_soon(_wait_for_signal, serve_scope)
             log.info("kcompat broker ready on %s:%d (data in %s)", config["host"], port,

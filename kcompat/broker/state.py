@@ -36,6 +36,7 @@ from kcompat.log.partition_log import PartitionLog
 
 if TYPE_CHECKING:
     from kcompat.broker.groups import GroupService
+    from kcompat.broker.transactions import TxnService
 
 log = logging.getLogger("kcompat.broker")
 
@@ -82,6 +83,7 @@ class BrokerState:
         self.partitions: dict[tuple[str, int], Partition] = {}
         self.data_arrived = trio.Event()
         self.groups: GroupService | None = None  # set by the runtime once started
+        self.txns: TxnService | None = None
         self.metrics = BrokerMetrics(self)  # counters for /metrics (kcompat.broker.admin_http)
         self._next_producer_id = self.metadata.image.producer_id_limit
         for meta in self.metadata.image.topics.values():

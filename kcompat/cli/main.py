@@ -1,9 +1,15 @@
-"""The ``kcompat`` command. Today: ``kcompat broker``; more subcommands later."""
+"""The ``kcompat`` command: ``broker`` runs one; the rest are Kafka clients.
+
+``broker`` lives here; client commands are one module each (``topics``,
+``produce``, ``consume``, ``groups``, ``cluster``) registering their parsers
+and a ``func``. ``main`` is the single place that turns failures into one line
+on stderr and an exit code: 0 ok, 1 failed (unknown topic, broker unreachable),
+2 bad arguments or configuration, 130 interrupted.
+"""
 
 from __future__ import annotations
 
 import argparse
-import logging
 import os
 import sys
 from pathlib import Path
@@ -11,6 +17,8 @@ from typing import Any
 
 from kcompat.broker import config as broker_config
 from kcompat.broker.configdef import ConfigError
+from kcompat.cli import _logging, cluster, consume, groups, produce, topics
+from kcompat.cli._common import CliError, Parser, friendly
 
 
 def _broker_parser(sub: Any) -> None:
@@ -23,12 +31,18 @@ def _broker_parser(sub: Any) -> None:
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="any broker config key, e.g. --set num.partitions=3")
     p.add_argument("--print-config", action="store_true", help="print the effective config")
+    p.add_argument("--log-level", help="DEBUG, INFO (default), WARNING or ERROR "
+                                       "(env KCOMPAT_LOG_LEVEL)")
+    p.add_argument("--log-format", help="text (default) or json (env KCOMPAT_LOG_FORMAT)")
+    p.add_argument("--admin-port", help="HTTP port for /metrics and /health (admin.port; "
+                                        "default 9644, 0 = any free port, -1 = off)")
+    p.set_defaults(func=cmd_broker)
 
 
 def _flags(args: argparse.Namespace) -> dict[str, Any]:
     flags: dict[str, Any] = {}
     for key, attr in (("host", "host"), ("port", "port"), ("log.dirs", "data_dir"),
-                      ("node.id", "node_id")):
+                      ("node.id", "node_id"), ("admin.port", "admin_port")):
         value = getattr(args, attr)
         if value is not None:
             flags[key] = value
@@ -40,27 +54,19 @@ def _flags(args: argparse.Namespace) -> dict[str, Any]:
     return flags
 
 
-def _setup_logging() -> None:
-    level = os.environ.get("KCOMPAT_LOG_LEVEL", "INFO").upper()
-    logging.basicConfig(
-        level=getattr(logging, level, logging.INFO),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
-
-
 def cmd_broker(args: argparse.Namespace) -> int:
     import trio
 
     from kcompat.broker.server import run_broker
 
     cfg = broker_config.load(args.config, _flags(args), os.environ)
+    level, log_format = _logging.resolve(args.log_level, args.log_format)
     if args.print_config:
         for key in sorted(cfg.values):
             definition = broker_config.BROKER_CONFIGS[key]
             print(f"{key}={definition.render(cfg.values[key])}")
         return 0
-    _setup_logging()
+    _logging.setup(level, log_format)
     try:
         trio.run(run_broker, cfg)
     except KeyboardInterrupt:
@@ -71,18 +77,39 @@ def cmd_broker(args: argparse.Namespace) -> int:
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="kcompat", description="Kafka-compatible broker")
-    sub = parser.add_subparsers(dest="command", required=True)
+def build_parser() -> argparse.ArgumentParser:
+    parser = Parser(prog="kcompat", description="A Kafka-compatible broker and its tools")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _broker_parser(sub)
-    args = parser.parse_args(argv)
+    for module in (topics, produce, consume, groups, cluster):
+        module.register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     try:
-        if args.command == "broker":
-            return cmd_broker(args)
+        code: int = args.func(args)
+        return code
     except ConfigError as e:
-        print(f"kcompat: error: {e}", file=sys.stderr)
-        return 2
-    return 2
+        return _fail(str(e), 2)
+    except CliError as e:
+        return _fail(str(e), e.exit_code)
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:  # `kcompat consume t | head`: the reader left, not an error
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+    except Exception as e:
+        nice = friendly(e, args)
+        if nice is None:
+            raise
+        return _fail(str(nice), nice.exit_code)
+
+
+def _fail(message: str, code: int) -> int:
+    print(f"kcompat: error: {message}", file=sys.stderr)
+    return code
 
 
 if __name__ == "__main__":

@@ -157,6 +157,25 @@ def _decode_group_value(data: bytes) -> StoredGroup:
     return stored
 
 
+def parse_offset_record(key: bytes, value: bytes | None
+                        ) -> tuple[tuple[str, str, int], CommittedOffset] | None:
+    """(group, topic, partition) and the offset of an offset-commit record."""
+    r = _Reader(key)
+    if r.i16() not in (0, 1) or value is None:
+        return None
+    group, topic, partition = r.string() or "", r.string() or "", r.i32()
+    return (group, topic, partition), _decode_offset_value(value)
+
+
+def _decode_offset_value(value: bytes) -> CommittedOffset:
+    v = _Reader(value)
+    version = v.i16()
+    offset = v.i64()
+    epoch = v.i32() if version >= 3 else -1
+    metadata = v.string() or ""
+    return CommittedOffset(offset, epoch, metadata, v.i64())
+
+
 @dataclass
 class OffsetStore:
     offsets: dict[str, dict[tuple[str, int], CommittedOffset]] = field(default_factory=dict)
@@ -171,14 +190,7 @@ class OffsetStore:
             if value is None:
                 self._drop(group, (topic, partition))
                 return
-            v = _Reader(value)
-            vv = v.i16()
-            offset = v.i64()
-            epoch = v.i32() if vv >= 3 else -1
-            metadata = v.string() or ""
-            ts = v.i64()
-            self.offsets.setdefault(group, {})[(topic, partition)] = CommittedOffset(
-                offset, epoch, metadata, ts)
+            self.offsets.setdefault(group, {})[(topic, partition)] = _decode_offset_value(value)
         elif version == GROUP_KEY_VERSION:
             group = r.string() or ""
             if value is None:

@@ -43,6 +43,13 @@ _MODULES = {
     v.LIST_GROUPS: "list_groups",
     v.DELETE_GROUPS: "delete_groups",
     v.OFFSET_DELETE: "offset_delete",
+    v.ADD_PARTITIONS_TO_TXN: "add_partitions_to_txn",
+    v.ADD_OFFSETS_TO_TXN: "add_offsets_to_txn",
+    v.END_TXN: "end_txn",
+    v.TXN_OFFSET_COMMIT: "txn_offset_commit",
+    v.DESCRIBE_PRODUCERS: "describe_producers",
+    v.DESCRIBE_TRANSACTIONS: "describe_transactions",
+    v.LIST_TRANSACTIONS: "list_transactions",
 }
 
 HANDLERS: dict[int, Handler] = {

@@ -178,3 +178,11 @@ def alter_results(ctx: Any, request: Any, alter: AlterOne) -> tuple[Any, ...]:
             resource_type=resource.resource_type, resource_name=resource.resource_name,
         ))
     return tuple(out)
+
+
+def fenced_for_version(code: ErrorCode, version: int, first_with_fenced: int) -> ErrorCode:
+    """PRODUCER_FENCED (KIP-588) reaches only clients whose request version knows
+    it; older versions get INVALID_PRODUCER_EPOCH, as Kafka answers."""
+    if code == ErrorCode.producer_fenced and version < first_with_fenced:
+        return ErrorCode.invalid_producer_epoch
+    return code

@@ -6,6 +6,10 @@ is always 0, so clients send full requests. aiokafka and old librdkafka use v11,
 the rest v12; v13+ (topic ids) is not advertised. The first partition with data
 gets at least one whole batch even beyond max_bytes / partition_max_bytes.
 
+read_committed reads stop at the last stable offset and carry the aborted
+transactions overlapping the returned range, so the consumer can drop their
+records; control batches are returned as they are (clients skip them).
+
 Long poll: if fewer than min_bytes are available, wait until an append to any
 partition wakes us (then re-read) or max_wait passes.
 """
@@ -34,19 +38,24 @@ def _epoch_error(part: Partition, requested: int) -> ErrorCode | None:
 
 
 def _partition_data(ctx: RequestContext, part: Partition | None, index: int, code: ErrorCode,
-                    records: bytes, committed: bool) -> Any:
-    hw = part.high_watermark if part else -1
+                    records: bytes, aborted: tuple[Any, ...] | None) -> Any:
     return ctx.build(
         "PartitionData",
         partition_index=index,
         error_code=code,
-        high_watermark=hw,
-        last_stable_offset=hw,
+        high_watermark=part.high_watermark if part else -1,
+        last_stable_offset=part.last_stable_offset if part else -1,
         log_start_offset=part.log.log_start_offset if part else -1,
-        aborted_transactions=() if committed else None,
+        aborted_transactions=aborted,
         preferred_read_replica=-1,
         records=records,
     )
+
+
+def _aborted(ctx: RequestContext, part: Partition, start: int, end: int) -> tuple[Any, ...]:
+    return tuple(ctx.build("AbortedTransaction", producer_id=a.producer_id,
+                           first_offset=a.first_offset)
+                 for a in part.log.aborted_transactions(start, end))
 
 
 def _read_all(ctx: RequestContext, request: Any) -> tuple[list[Any], int, bool]:
@@ -68,17 +77,22 @@ def _read_all(ctx: RequestContext, request: Any) -> tuple[list[Any], int, bool]:
             else:
                 code = _epoch_error(part, getattr(fp, "current_leader_epoch", -1)) or OK
             remaining = budget - total
+            aborted: tuple[Any, ...] | None = None
             if part is not None and code == OK and (total == 0 or remaining > 0):
+                upper = part.last_stable_offset if committed else part.high_watermark
                 try:
                     records = part.log.read(fp.fetch_offset,
-                                            max(min(fp.partition_max_bytes, remaining), 1),
-                                            part.high_watermark)
+                                            max(min(fp.partition_max_bytes, remaining), 1), upper)
                 except OffsetOutOfRange:
                     code = ErrorCode.offset_out_of_range
+                if committed and records:
+                    aborted = _aborted(ctx, part, fp.fetch_offset, upper)
             if code != OK:
                 errors = True
             total += len(records)
-            parts.append(_partition_data(ctx, part, fp.partition, code, records, committed))
+            if committed and aborted is None:
+                aborted = ()
+            parts.append(_partition_data(ctx, part, fp.partition, code, records, aborted))
         topics.append(ctx.build("FetchableTopicResponse", topic=topic.topic,
                                 partitions=tuple(parts)))
     return topics, total, errors

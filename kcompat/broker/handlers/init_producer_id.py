@@ -1,27 +1,39 @@
 """InitProducerId (key 22), versions 0-5.
 
-Idempotent producers (no transactional id) always get a fresh producer id with
-epoch 0 — as in Kafka, also when (v3+, KIP-360) they pass their old id and
-epoch to reset after a sequence error. Producer ids come from durable blocks in the
-metadata log, so no id is ever handed out twice, even across restarts.
-Transactional ids arrive with the transactions issue; until then such a request
-answers COORDINATOR_NOT_AVAILABLE.
+Without a transactional id (idempotent producers) every call gets a fresh
+producer id with epoch 0 — as in Kafka, also when (v3+, KIP-360) the producer
+passes its old id and epoch after a sequence error. With a transactional id the
+transaction coordinator bumps the epoch (fencing any older producer with the
+same id); an ongoing transaction of that id is first aborted and the caller
+told CONCURRENT_TRANSACTIONS, so it retries. PRODUCER_FENCED is answered as
+INVALID_PRODUCER_EPOCH below v4. Producer ids come from durable blocks in the
+metadata log, so no id is ever handed out twice.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from kio.schema.errors import ErrorCode
-
 from kcompat.broker.context import RequestContext
-from kcompat.broker.handlers._common import NO_THROTTLE, OK
+from kcompat.broker.handlers._common import NO_THROTTLE, OK, fenced_for_version
+from kcompat.broker.state import now_ms
 
 
 async def handle(ctx: RequestContext, request: Any) -> Any:
-    if request.transactional_id is not None:
-        return ctx.response(throttle_time=NO_THROTTLE,
-                            error_code=ErrorCode.coordinator_not_available,
-                            producer_id=-1, producer_epoch=-1)
+    tid = request.transactional_id
+    if tid is None:
+        return ctx.response(throttle_time=NO_THROTTLE, error_code=OK,
+                            producer_id=ctx.state.allocate_producer_id(), producer_epoch=0)
+    txns = ctx.txns
+    timeout_ms = int(request.transaction_timeout.total_seconds() * 1000)
+    async with txns.lock(tid):
+        decision = txns.coordinator.init_producer_id(
+            tid, timeout_ms, getattr(request, "producer_id", -1),
+            getattr(request, "producer_epoch", -1), now_ms(), ctx.state.allocate_producer_id)
+        await txns.carry_out(decision)
+    if decision.error != OK:
+        return ctx.response(throttle_time=NO_THROTTLE, producer_id=-1, producer_epoch=-1,
+                            error_code=fenced_for_version(decision.error, ctx.version, 4))
+    meta = txns.coordinator.txns[tid]
     return ctx.response(throttle_time=NO_THROTTLE, error_code=OK,
-                        producer_id=ctx.state.allocate_producer_id(), producer_epoch=0)
+                        producer_id=meta.producer_id, producer_epoch=meta.producer_epoch)

@@ -2,9 +2,9 @@
 
 Quirks: librdkafka <= 2.0 parses from v2, aiokafka v5, librdkafka 2.x v7 (max
 timestamp, -3). Spark calls it with -2/-1 very often, so those stay O(1).
-A timestamp with no record at or after it answers offset -1, timestamp -1.
-read_committed (v2+) is answered with the last stable offset, which equals the
-high watermark until transactions exist.
+A timestamp with no record at or after it answers offset -1, timestamp -1,
+leader epoch -1 (as Kafka does).
+read_committed (v2+) answers LATEST with the last stable offset.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from kcompat.broker.offsets import offset_for_time
 from kcompat.wire.records import RecordError
 
 
-def _partition(ctx: RequestContext, topic: str, req: Any) -> Any:
+def _partition(ctx: RequestContext, topic: str, req: Any, committed: bool) -> Any:
     part = ctx.state.partition(topic, req.partition_index)
     code, offset, ts, epoch = OK, -1, -1, -1
     if part is None:
@@ -32,17 +32,24 @@ def _partition(ctx: RequestContext, topic: str, req: Any) -> Any:
                     else ErrorCode.fenced_leader_epoch)
         else:
             try:
-                offset, ts = offset_for_time(part, req.timestamp)
+                offset, ts = offset_for_time(part, req.timestamp, committed)
             except RecordError:
                 code = ErrorCode.corrupt_message
+            if offset < 0:
+                # Nothing found (a timestamp after every record, or max-timestamp on an
+                # empty log): Kafka answers leader_epoch -1 with offset/timestamp -1, and
+                # the Java client then reports an empty leaderEpoch. Found by
+                # compat_tests/java/test_differential.py (FINDINGS.md, D2).
+                epoch = -1
     return ctx.build("ListOffsetsPartitionResponse", partition_index=req.partition_index,
                      error_code=code, timestamp=ts, offset=offset, leader_epoch=epoch)
 
 
 async def handle(ctx: RequestContext, request: Any) -> Any:
+    committed = getattr(request, "isolation_level", 0) == 1
     topics = tuple(
         ctx.build("ListOffsetsTopicResponse", name=t.name,
-                  partitions=tuple(_partition(ctx, t.name, p) for p in t.partitions))
+                  partitions=tuple(_partition(ctx, t.name, p, committed) for p in t.partitions))
         for t in request.topics
     )
     return ctx.response(throttle_time=NO_THROTTLE, topics=topics)

@@ -2,18 +2,23 @@
 
 v1-7 ask for one group, v8+ for several (``groups``). A null topic list (v2+)
 means every partition the group has an offset for. A partition without a
-committed offset answers offset -1 and empty metadata with no error.
+committed offset answers offset -1 and empty metadata with no error. With
+require_stable (v7+, read_committed consumers) a partition whose offset awaits a
+transaction's marker answers UNSTABLE_OFFSET_COMMIT, and the client retries.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from kio.schema.errors import ErrorCode
+
 from kcompat.broker.context import RequestContext
 from kcompat.broker.handlers._common import NO_THROTTLE, OK
 
 
-def _topics(ctx: RequestContext, group_id: str, requested: Any, prefix: str) -> tuple[Any, ...]:
+def _topics(ctx: RequestContext, group_id: str, requested: Any, prefix: str,
+            require_stable: bool) -> tuple[Any, ...]:
     committed = ctx.groups.store.committed(group_id)
     wanted: dict[str, list[int]] = {}
     if requested is None:
@@ -31,19 +36,22 @@ def _topics(ctx: RequestContext, group_id: str, requested: Any, prefix: str) -> 
                 f"OffsetFetchResponsePartition{prefix}", partition_index=index,
                 committed_offset=c.offset if c else -1,
                 committed_leader_epoch=c.leader_epoch if c else -1,
-                metadata=c.metadata if c else "", error_code=OK))
+                metadata=c.metadata if c else "",
+                error_code=ErrorCode.unstable_offset_commit
+                if require_stable and ctx.groups.is_pending(group_id, topic, index) else OK))
         out.append(ctx.build(f"OffsetFetchResponseTopic{prefix}", name=topic,
                              partitions=tuple(rows)))
     return tuple(out)
 
 
 async def handle(ctx: RequestContext, request: Any) -> Any:
+    stable = bool(getattr(request, "require_stable", False))
     if ctx.version >= 8:
         groups = tuple(
             ctx.build("OffsetFetchResponseGroup", group_id=g.group_id,
-                      topics=_topics(ctx, g.group_id, g.topics, "s"), error_code=OK)
+                      topics=_topics(ctx, g.group_id, g.topics, "s", stable), error_code=OK)
             for g in request.groups
         )
         return ctx.response(throttle_time=NO_THROTTLE, groups=groups)
     return ctx.response(throttle_time=NO_THROTTLE, error_code=OK,
-                        topics=_topics(ctx, request.group_id, request.topics, ""))
+                        topics=_topics(ctx, request.group_id, request.topics, "", stable))

@@ -10,6 +10,7 @@ acks=1, ``never`` leaves flushing to the OS as Kafka does by default.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -19,6 +20,7 @@ from kcompat.broker.context import RequestContext
 from kcompat.broker.handlers._common import NO_THROTTLE, ms_to_datetime
 from kcompat.broker.partition import Partition
 from kcompat.broker.state import now_ms
+from kcompat.wire.batch import BatchHeader
 
 
 def _partition_response(ctx: RequestContext, index: int, result: AppendResult,
@@ -34,6 +36,22 @@ def _partition_response(ctx: RequestContext, index: int, result: AppendResult,
         record_errors=(),
         error_message=result.message,
     )
+
+
+def _txn_check(ctx: RequestContext, topic: str, index: int
+               ) -> Callable[[BatchHeader], ErrorCode | None]:
+    """KIP-890 part 1: a transactional batch must belong to an ongoing
+    transaction of its producer that includes this partition."""
+    def check(header: BatchHeader) -> ErrorCode | None:
+        coordinator = ctx.txns.coordinator
+        tid = coordinator.by_producer.get(header.producer_id)
+        meta = coordinator.txns.get(tid) if tid is not None else None
+        if meta is not None and header.producer_epoch < meta.producer_epoch:
+            return ErrorCode.invalid_producer_epoch
+        if coordinator.in_transaction(header.producer_id, header.producer_epoch, (topic, index)):
+            return None
+        return ErrorCode.invalid_txn_state
+    return check
 
 
 def _needs_sync(ctx: RequestContext, acks: int) -> bool:
@@ -57,7 +75,8 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
                 result = AppendResult(ErrorCode.unknown_topic_or_partition)
             else:
                 result = append_records(part, pdata.records, meta.configs,
-                                        state.broker_defaults, now)
+                                        state.broker_defaults, now,
+                                        _txn_check(ctx, topic.name, pdata.index))
                 state.metrics.produced(topic.name, pdata.records, result.error == ErrorCode.none)
             rows.append((pdata.index, result, part))
         results.append((topic.name, rows))

@@ -1,0 +1,341 @@
+"""confluent-kafka (librdkafka 2.x) consumer groups against a real kcompat broker:
+3 members under live production with the range (eager) and cooperative-sticky
+(incremental) assignors, kill -9 and clean leave of a member, group admin, and
+static membership."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import Consumer as RdConsumer
+from confluent_kafka import (
+    ConsumerGroupTopicPartitions,
+    KafkaError,
+    KafkaException,
+    TopicPartition,
+)
+from confluent_kafka.admin import AdminClient
+
+from .._broker import Broker, unique_topic
+from .._groups import (
+    FAST_BROKER_ARGS,
+    HEARTBEAT_MS,
+    SESSION_MS,
+    BackgroundProducer,
+    Ledger,
+    assignment_covers,
+    check_exactly_once,
+    clean_leave_scenario,
+    committed_offsets,
+    create_topic,
+    end_offsets,
+    kill_member_scenario,
+    produce_sync,
+    unique_group,
+    wait_for,
+)
+
+pytestmark = pytest.mark.timeout(120)
+
+CLIENT = "confluent-kafka"
+
+
+@pytest.fixture(scope="module")
+def gbroker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
+    b = Broker(tmp_path_factory.mktemp("groups-broker"), extra_args=FAST_BROKER_ARGS)
+    b.start()
+    try:
+        yield b
+    finally:
+        b.close()
+
+
+class Member(threading.Thread):
+    """A librdkafka consumer in a thread: consume, process into the ledger, commit
+    the batch synchronously. Tracks what it holds through the rebalance callbacks."""
+
+    def __init__(self, name: str, bootstrap: str, topic: str, group: str, ledger: Ledger,
+                 **cfg: Any) -> None:
+        super().__init__(daemon=True, name=name)
+        self.topic, self.ledger = topic, ledger
+        self.cfg: dict[str, Any] = {
+            "bootstrap.servers": bootstrap, "group.id": group,
+            "auto.offset.reset": "earliest", "enable.auto.commit": False,
+            "session.timeout.ms": SESSION_MS, "heartbeat.interval.ms": HEARTBEAT_MS,
+            "fetch.wait.max.ms": 100,
+        }
+        self.cfg.update(cfg)
+        self.held: frozenset[int] = frozenset()
+        self.assigned: frozenset[int] = frozenset()
+        # (partitions revoked, partitions held just before) while running
+        self.revocations: list[tuple[frozenset[int], frozenset[int]]] = []
+        self.protocol: str | None = None
+        self.commit_errors: list[str] = []
+        self.consume_errors: list[str] = []
+        self.exc: BaseException | None = None
+        self.consuming = threading.Event()
+        self.consuming.set()
+        self.stop = threading.Event()
+        self.closing = False
+
+    def _on_assign(self, c: Any, parts: list[TopicPartition]) -> None:
+        got = frozenset(tp.partition for tp in parts)
+        eager = c.rebalance_protocol() != "COOPERATIVE"
+        self.held = got if eager else self.held | got
+
+    def _on_revoke(self, c: Any, parts: list[TopicPartition]) -> None:
+        gone = frozenset(tp.partition for tp in parts)
+        if not self.closing and gone:
+            self.revocations.append((gone, self.held))
+        self.held = self.held - gone
+
+    def run(self) -> None:
+        try:
+            c = RdConsumer(self.cfg)
+            c.subscribe([self.topic], on_assign=self._on_assign, on_revoke=self._on_revoke)
+            try:
+                while not self.stop.is_set():
+                    if not self.consuming.is_set():
+                        time.sleep(0.05)
+                        continue
+                    msgs = c.consume(num_messages=100, timeout=0.2)
+                    self.assigned = frozenset(tp.partition for tp in c.assignment())
+                    if self.assigned:
+                        self.protocol = c.rebalance_protocol()
+                    offsets: dict[int, int] = {}
+                    for m in msgs:
+                        if m.error() is not None:
+                            if m.error().code() != KafkaError._PARTITION_EOF:
+                                self.consume_errors.append(str(m.error()))
+                            continue
+                        self.ledger.add(self.name, m.partition(), m.offset(), m.value())
+                        offsets[m.partition()] = m.offset() + 1
+                    if offsets:
+                        try:
+                            c.commit(offsets=[TopicPartition(self.topic, p, o)
+                                              for p, o in offsets.items()], asynchronous=False)
+                        except KafkaException as exc:
+                            self.commit_errors.append(str(exc))
+            finally:
+                self.closing = True
+                c.close()
+        except BaseException as exc:  # noqa: BLE001
+            self.exc = exc
+
+    def halt(self) -> None:
+        self.stop.set()
+        self.join(30)
+        assert not self.is_alive(), f"{CLIENT}: member {self.name} did not stop within 30s"
+        assert self.exc is None, f"{CLIENT}: member {self.name} failed: {self.exc!r}"
+
+
+def describe(members: list[Member]) -> str:
+    return "; ".join(f"{m.name}: {sorted(m.assigned)} commit_errors={m.commit_errors[:2]} "
+                     f"exc={m.exc!r}" for m in members)
+
+
+# -- 1. three members, live production, exactly once -----------------------------------
+
+
+@pytest.mark.parametrize("strategy", ["range", "cooperative-sticky"])
+def test_three_members_consume_exactly_once(gbroker: Broker, strategy: str) -> None:
+    bs = gbroker.bootstrap
+    topic, group = unique_topic(f"rd-group3-{strategy}"), unique_group("rd-group3")
+    create_topic(bs, topic, 6)
+    prod = BackgroundProducer(bs, topic, 6, 3000, rate=500)
+    ledger = Ledger()
+    members: list[Member] = []
+    prod.start()
+    try:
+        for i in range(3):  # staggered joins: each forces a rebalance under load
+            m = Member(f"rd-{i}", bs, topic, group, ledger,
+                       **{"partition.assignment.strategy": strategy})
+            m.start()
+            members.append(m)
+            wait_for(lambda: assignment_covers([x.assigned for x in members], 6), 30,
+                     lambda: f"{CLIENT} {strategy}: {len(members)} members never shared all 6 "
+                             f"partitions: {describe(members)}")
+        acked = prod.finish()
+        wait_for(lambda: ledger.has_all(acked), 30,
+                 lambda: f"{CLIENT}: consumed {ledger.distinct()} of {len(acked)} distinct records;"
+                         f" {describe(members)}")
+        final = [m.assigned for m in members]
+        revocations = {m.name: list(m.revocations) for m in members}
+        protocols = {m.name: m.protocol for m in members}
+    finally:
+        for m in members:
+            m.stop.set()
+        for m in members:
+            m.halt()
+    assert all(len(a) == 2 for a in final) and assignment_covers(final, 6), (
+        f"{CLIENT} {strategy}: final assignment {[sorted(a) for a in final]}, expected 2 "
+        f"partitions each covering 0..5")
+    check_exactly_once(acked, ledger.snapshot(), f"{CLIENT} {strategy}")
+    assert not [e for m in members for e in m.commit_errors], (
+        f"{CLIENT} {strategy}: synchronous commits failed: {[m.commit_errors for m in members]}")
+    assert len(ledger.per_member()) == 3, f"{CLIENT}: per member {ledger.per_member()}"
+    first = revocations["rd-0"]
+    if strategy == "cooperative-sticky":
+        assert set(protocols.values()) == {"COOPERATIVE"}, f"{CLIENT}: protocols {protocols}"
+        # rd-0 started alone with all 6 partitions and handed some over twice,
+        # never giving up everything it held (incremental rebalancing)
+        assert first, f"{CLIENT}: the first member never revoked anything: {revocations}"
+        for gone, held in first:
+            assert gone < held, (
+                f"{CLIENT} cooperative-sticky: {'rd-0'} revoked {sorted(gone)} while holding "
+                f"{sorted(held)}: not incremental; all revocations {revocations}")
+    else:
+        assert set(protocols.values()) == {"EAGER"}, f"{CLIENT}: protocols {protocols}"
+        assert first and first[0][0] == frozenset(range(6)), (
+            f"{CLIENT} range: eager rebalance should revoke all 6 from rd-0: {revocations}")
+    ends = prod.end_offsets()
+    assert end_offsets(bs, topic, 6) == ends
+    got = committed_offsets(bs, group, topic, 6)
+    assert got == ends, f"{CLIENT}: committed {got} != end offsets {ends}"
+
+
+# -- 2. / 3. member subprocesses ----------------------------------------------------------
+
+
+def test_kill9_member_partitions_taken_over(gbroker: Broker, tmp_path: Path) -> None:
+    kill_member_scenario("confluent", gbroker, tmp_path)
+
+
+def test_clean_leave_rebalances_immediately(gbroker: Broker, tmp_path: Path) -> None:
+    clean_leave_scenario("confluent", gbroker, tmp_path)
+
+
+# -- 6. admin --------------------------------------------------------------------------
+
+
+def test_admin_list_describe_offsets_lag_delete(gbroker: Broker) -> None:
+    bs = gbroker.bootstrap
+    topic, group = unique_topic("rd-admin"), unique_group("rd-admin")
+    create_topic(bs, topic, 6)
+    produce_sync(bs, topic, {p: [f"a{p}-{i}".encode() for i in range(10 * (p + 1))]
+                             for p in range(6)})
+    ledger = Ledger()
+    members = [Member(f"rd-a{i}", bs, topic, group, ledger) for i in range(3)]
+    admin = AdminClient({"bootstrap.servers": bs})
+    try:
+        for m in members:
+            m.start()
+        wait_for(lambda: assignment_covers([m.assigned for m in members], 6)
+                 and ledger.distinct() == 210, 30,
+                 lambda: f"{CLIENT}: consumed {ledger.distinct()}/210; {describe(members)}")
+        for m in members:
+            m.consuming.clear()
+        time.sleep(0.5)
+        consumed_to = {p: 0 for p in range(6)}
+        for r in ledger.snapshot():
+            consumed_to[r.partition] = max(consumed_to[r.partition], r.offset + 1)
+        produce_sync(bs, topic, {p: [f"late{p}-{i}".encode() for i in range(p + 1)]
+                                 for p in range(6)})
+
+        listed = admin.list_consumer_groups(request_timeout=30).result(timeout=30)
+        assert not listed.errors, f"{CLIENT}: list_consumer_groups errors {listed.errors}"
+        mine = [g for g in listed.valid if g.group_id == group]
+        assert len(mine) == 1, f"{CLIENT}: {group} not in {[g.group_id for g in listed.valid]}"
+        assert mine[0].state.name == "STABLE", f"{CLIENT}: listed state {mine[0].state}"
+        assert not mine[0].is_simple_consumer_group, f"{CLIENT}: listed {mine[0]}"
+
+        desc = admin.describe_consumer_groups([group], request_timeout=30)[group].result(timeout=30)
+        assert desc.state.name == "STABLE", f"{CLIENT}: described state {desc.state}"
+        assert desc.partition_assignor == "range", f"{CLIENT}: assignor {desc.partition_assignor}"
+        assert len(desc.members) == 3, f"{CLIENT}: described members {desc.members}"
+        described = [frozenset(tp.partition for tp in mb.assignment.topic_partitions
+                               if tp.topic == topic) for mb in desc.members]
+        assert assignment_covers(described, 6) and all(len(a) == 2 for a in described), (
+            f"{CLIENT}: described assignments {[sorted(a) for a in described]}")
+        assert sorted(map(sorted, described)) == sorted(sorted(m.assigned) for m in members), (
+            f"{CLIENT}: describe shows {[sorted(a) for a in described]}, members hold "
+            f"{[sorted(m.assigned) for m in members]}")
+
+        res = admin.list_consumer_group_offsets(
+            [ConsumerGroupTopicPartitions(group)], request_timeout=30)[group].result(timeout=30)
+        committed = {tp.partition: tp.offset for tp in res.topic_partitions if tp.topic == topic}
+        assert committed == consumed_to, (
+            f"{CLIENT}: list_consumer_group_offsets {committed}, processed up to {consumed_to}")
+        ends = end_offsets(bs, topic, 6)
+        lag = {p: ends[p] - committed[p] for p in range(6)}
+        assert lag == {p: p + 1 for p in range(6)}, (
+            f"{CLIENT}: lag {lag} (end {ends}, committed {committed}); produced but not "
+            f"consumed: {dict((p, p + 1) for p in range(6))}")
+
+        with pytest.raises(KafkaException) as ei:
+            admin.delete_consumer_groups([group], request_timeout=30)[group].result(timeout=30)
+        assert ei.value.args[0].code() == KafkaError.NON_EMPTY_GROUP, (
+            f"{CLIENT}: deleting a group with 3 members failed with {ei.value}, "
+            f"expected NON_EMPTY_GROUP")
+    finally:
+        for m in members:
+            m.stop.set()
+        for m in members:
+            m.halt()
+
+    def state() -> str:
+        return admin.describe_consumer_groups([group], request_timeout=30)[group].result(
+            timeout=30).state.name
+
+    wait_for(lambda: state() == "EMPTY", 15, lambda: f"{CLIENT}: group state {state()}")
+    admin.delete_consumer_groups([group], request_timeout=30)[group].result(timeout=30)
+    listed = admin.list_consumer_groups(request_timeout=30).result(timeout=30)
+    assert group not in [g.group_id for g in listed.valid], f"{CLIENT}: deleted group still listed"
+    got = committed_offsets(bs, group, topic, 6)
+    assert all(o < 0 for o in got.values()), f"{CLIENT}: deleted group still has offsets {got}"
+
+
+# -- 7. static membership --------------------------------------------------------------
+
+
+def test_static_member_restart_keeps_partitions(gbroker: Broker) -> None:
+    bs = gbroker.bootstrap
+    topic, group = unique_topic("rd-static"), unique_group("rd-static")
+    create_topic(bs, topic, 4)
+    session_ms = 20_000
+    ledger = Ledger()
+
+    def member(name: str) -> Member:
+        return Member(name, bs, topic, group, ledger,
+                      **{"group.instance.id": f"static-{name}", "session.timeout.ms": session_ms})
+
+    a, b = member("a"), member("b")
+    b2: Member | None = None
+    try:
+        a.start()
+        b.start()
+        wait_for(lambda: assignment_covers([a.assigned, b.assigned], 4), 30,
+                 lambda: f"{CLIENT}: static members never shared 4 partitions: {describe([a, b])}")
+        time.sleep(1.0)
+        before, a_before, a_revs = b.assigned, a.assigned, list(a.revocations)
+        b.halt()  # librdkafka: a static member's close() sends no LeaveGroup
+        t0 = time.monotonic()
+        b2 = new = member("b")
+        new.start()
+        wait_for(lambda: bool(new.assigned), 30,
+                 lambda: f"{CLIENT}: restarted static member never got partitions: "
+                         f"{describe([a, new])}")
+        took = time.monotonic() - t0
+        assert new.assigned == before, (
+            f"{CLIENT}: static member b held {sorted(before)} before its restart and got "
+            f"{sorted(new.assigned)} after")
+        assert took < session_ms / 1000 / 2, (
+            f"{CLIENT}: restarted static member waited {took:.1f}s for its partitions "
+            f"(session.timeout.ms={session_ms})")
+        time.sleep(1.0)
+        assert a.assigned == a_before, f"{CLIENT}: a's partitions {a_before} -> {a.assigned}"
+        assert a.revocations == a_revs, (
+            f"{CLIENT}: b's static rejoin made a revoke {a.revocations[len(a_revs):]} "
+            f"(KIP-345: a Stable group does not rebalance for a known static member)")
+    finally:
+        for m in (a, b, b2):
+            if m is not None:
+                m.stop.set()
+        for m in (a, b, b2):
+            if m is not None and m.is_alive():
+                m.halt()

@@ -1,0 +1,26 @@
+"""AddOffsetsToTxn (key 25), versions 0-4.
+
+Adds the group's ``__consumer_offsets`` partition to the transaction, so that
+the following TxnOffsetCommit is covered by its commit or abort marker.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kcompat.broker.context import RequestContext
+from kcompat.broker.handlers._common import NO_THROTTLE, fenced_for_version
+from kcompat.broker.state import now_ms
+
+
+async def handle(ctx: RequestContext, request: Any) -> Any:
+    txns = ctx.txns
+    tid = request.transactional_id
+    async with txns.lock(tid):
+        partition = txns.offsets_partition(request.group_id)
+        txns.groups.ensure_offsets_topic()
+        decision = txns.coordinator.add_partitions(
+            tid, request.producer_id, request.producer_epoch, {partition}, now_ms())
+        await txns.carry_out(decision)
+    return ctx.response(throttle_time=NO_THROTTLE,
+                        error_code=fenced_for_version(decision.error, ctx.version, 2))

@@ -1,0 +1,40 @@
+"""DescribeProducers (key 61), version 0.
+
+The active idempotent/transactional producers of each partition, from the
+partition's producer-state table: epoch, last sequence and timestamp, and the
+first offset of an open transaction (-1 if none).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from kcompat.broker.context import RequestContext
+from kcompat.broker.handlers._common import NO_THROTTLE, OK
+
+
+def _partition(ctx: RequestContext, topic: str, index: int) -> Any:
+    part = ctx.state.partition(topic, index)
+    if part is None:
+        return ctx.build("PartitionResponse", partition_index=index,
+                         error_code=ErrorCode.unknown_topic_or_partition, error_message=None,
+                         active_producers=())
+    producers = tuple(
+        ctx.build("ProducerState", producer_id=pid, producer_epoch=entry.epoch,
+                  last_sequence=entry.last_seq, last_timestamp=entry.last_timestamp,
+                  coordinator_epoch=0, current_txn_start_offset=entry.txn_first_offset)
+        for pid, entry in sorted(part.log.producers.producers.items())
+    )
+    return ctx.build("PartitionResponse", partition_index=index, error_code=OK,
+                     error_message=None, active_producers=producers)
+
+
+async def handle(ctx: RequestContext, request: Any) -> Any:
+    topics = tuple(
+        ctx.build("TopicResponse", name=t.name, partitions=tuple(
+            _partition(ctx, t.name, i) for i in t.partition_indexes))
+        for t in request.topics
+    )
+    return ctx.response(throttle_time=NO_THROTTLE, topics=topics)

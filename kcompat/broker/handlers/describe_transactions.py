@@ -1,0 +1,40 @@
+"""DescribeTransactions (key 65), version 0.
+
+State, timeout, start time, producer id/epoch and partitions of each
+transactional id; an unknown id answers TRANSACTIONAL_ID_NOT_FOUND.
+"""
+
+from __future__ import annotations
+
+import datetime
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from kcompat.broker.context import RequestContext
+from kcompat.broker.handlers._common import NO_THROTTLE, OK, ms_to_datetime
+
+
+def _describe(ctx: RequestContext, tid: str) -> Any:
+    meta = ctx.txns.coordinator.txns.get(tid)
+    if meta is None:
+        return ctx.build("TransactionState", error_code=ErrorCode.transactional_id_not_found,
+                         transactional_id=tid, transaction_state="",
+                         transaction_timeout=datetime.timedelta(0),
+                         transaction_start_time=ms_to_datetime(0),
+                         producer_id=-1, producer_epoch=-1, topics=())
+    by_topic: dict[str, list[int]] = {}
+    for topic, partition in sorted(meta.partitions):
+        by_topic.setdefault(topic, []).append(partition)
+    return ctx.build(
+        "TransactionState", error_code=OK, transactional_id=tid,
+        transaction_state=meta.state.value, transaction_timeout=datetime.timedelta(milliseconds=meta.timeout_ms),
+        transaction_start_time=ms_to_datetime(max(meta.start_ms, 0)),
+        producer_id=meta.producer_id, producer_epoch=meta.producer_epoch,
+        topics=tuple(ctx.build("TopicData", topic=t, partitions=tuple(ps))
+                     for t, ps in by_topic.items()))
+
+
+async def handle(ctx: RequestContext, request: Any) -> Any:
+    return ctx.response(throttle_time=NO_THROTTLE, transaction_states=tuple(
+        _describe(ctx, tid) for tid in request.transactional_ids))

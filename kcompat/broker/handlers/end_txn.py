@@ -1,0 +1,27 @@
+"""EndTxn (key 26), versions 0-4 (v5 belongs to Transactions V2).
+
+Commit or abort: PrepareCommit/PrepareAbort is made durable, the markers are
+written to every partition of the transaction, then CompleteCommit/Abort.
+The answer comes after all of that, so a client's next transaction never
+overlaps the markers of this one. A retried EndTxn for a transaction that
+already completed the same way answers NONE.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kcompat.broker.context import RequestContext
+from kcompat.broker.handlers._common import NO_THROTTLE, fenced_for_version
+from kcompat.broker.state import now_ms
+
+
+async def handle(ctx: RequestContext, request: Any) -> Any:
+    txns = ctx.txns
+    tid = request.transactional_id
+    async with txns.lock(tid):
+        decision = txns.coordinator.end_txn(tid, request.producer_id, request.producer_epoch,
+                                            request.committed, now_ms())
+        await txns.carry_out(decision)
+    return ctx.response(throttle_time=NO_THROTTLE,
+                        error_code=fenced_for_version(decision.error, ctx.version, 2))

@@ -1,0 +1,64 @@
+"""TxnOffsetCommit (key 28), versions 0-4.
+
+Offsets committed inside a transaction are written to ``__consumer_offsets``
+as a transactional batch and become visible to OffsetFetch only when the
+transaction's COMMIT marker reaches that partition (dropped on ABORT). The
+producer must have added the group's offsets partition with AddOffsetsToTxn
+(INVALID_TXN_STATE otherwise). From v3 the group generation and member are
+checked like an OffsetCommit's.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from kcompat.broker.context import RequestContext
+from kcompat.broker.handlers._common import NO_THROTTLE, OK, fenced_for_version
+from kcompat.broker.state import now_ms
+from kcompat.coordinator.offsets import CommittedOffset
+
+
+def _request_error(ctx: RequestContext, request: Any) -> ErrorCode | None:
+    txns = ctx.txns
+    meta = txns.coordinator.txns.get(request.transactional_id)
+    if meta is None or meta.producer_id != request.producer_id:
+        return ErrorCode.invalid_producer_id_mapping
+    if meta.producer_epoch != request.producer_epoch:
+        return fenced_for_version(ErrorCode.producer_fenced, ctx.version, 3)
+    partition = txns.offsets_partition(request.group_id)
+    if not txns.coordinator.in_transaction(request.producer_id, request.producer_epoch,
+                                           partition):
+        return ErrorCode.invalid_txn_state
+    if ctx.version >= 3 and request.generation_id >= 0:
+        return ctx.groups.coordinator.commit_error(
+            request.group_id, request.generation_id, request.member_id,
+            request.group_instance_id)
+    return None
+
+
+async def handle(ctx: RequestContext, request: Any) -> Any:
+    error = _request_error(ctx, request)
+    now = now_ms()
+    offsets: dict[tuple[str, int], CommittedOffset] = {}
+    codes: dict[tuple[str, int], ErrorCode] = {}
+    for t in request.topics:
+        for p in t.partitions:
+            code = error or (OK if ctx.state.partition(t.name, p.partition_index)
+                             else ErrorCode.unknown_topic_or_partition)
+            codes[(t.name, p.partition_index)] = code
+            if code == OK:
+                offsets[(t.name, p.partition_index)] = CommittedOffset(
+                    p.committed_offset, getattr(p, "committed_leader_epoch", -1),
+                    p.committed_metadata or "", now)
+    if offsets:
+        await ctx.groups.txn_commit_offsets(request.group_id, request.producer_id,
+                                            request.producer_epoch, offsets)
+    topics = tuple(
+        ctx.build("TxnOffsetCommitResponseTopic", name=t.name, partitions=tuple(
+            ctx.build("TxnOffsetCommitResponsePartition", partition_index=p.partition_index,
+                      error_code=codes[(t.name, p.partition_index)]) for p in t.partitions))
+        for t in request.topics
+    )
+    return ctx.response(throttle_time=NO_THROTTLE, topics=topics)

@@ -1,0 +1,139 @@
+"""What every client command shares: connection flags, errors, tables and JSON.
+
+Theory of operation
+-------------------
+Client commands talk to a broker through kafka-python, as any Kafka client
+would. Every one takes ``--bootstrap-server HOST:PORT`` (default
+127.0.0.1:9092, as Kafka's own tools), ``--timeout-ms`` (how long to try
+reaching the broker) and ``--json``. A failure the user can act on becomes a
+``CliError``: one line on stderr, exit code 1 (2 for bad arguments) — never a
+traceback. ``friendly`` turns kafka-python's exceptions into such lines.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
+DEFAULT_TIMEOUT_MS = 5000
+CLIENT_ID = "kcompat-cli"
+
+
+class CliError(Exception):
+    """A one-line, user-facing failure; ``exit_code`` 1 (runtime) or 2 (usage)."""
+
+    def __init__(self, message: str, exit_code: int = 1) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line (plus the exit code 2)."""
+
+    def error(self, message: str) -> Any:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def add_client_args(p: argparse.ArgumentParser, json_flag: bool = True) -> None:
+    p.add_argument("--bootstrap-server", default=DEFAULT_BOOTSTRAP, metavar="HOST:PORT",
+                   help=f"broker to connect to (default {DEFAULT_BOOTSTRAP})")
+    p.add_argument("--timeout-ms", type=int, default=DEFAULT_TIMEOUT_MS, metavar="MS",
+                   help=f"give up reaching the broker after MS (default {DEFAULT_TIMEOUT_MS})")
+    if json_flag:
+        p.add_argument("--json", action="store_true", help="machine-readable JSON output")
+
+
+def parse_pairs(items: Sequence[str], flag: str) -> list[tuple[str, str]]:
+    """``["a=1", "b=2"]`` -> ``[("a", "1"), ("b", "2")]``; a missing ``=`` is a usage error."""
+    out = []
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise CliError(f"{flag} takes KEY=VALUE, got {item!r}", 2)
+        out.append((key.strip(), value))
+    return out
+
+
+def client_config(args: argparse.Namespace) -> dict[str, Any]:
+    server = args.bootstrap_server
+    host, sep, port = server.rpartition(":")
+    if not sep or not host or not port.isdigit():
+        raise CliError(f"--bootstrap-server takes HOST:PORT, got {server!r}", 2)
+    quiet_client_logs()
+    return {"bootstrap_servers": server, "client_id": CLIENT_ID,
+            "bootstrap_timeout_ms": args.timeout_ms,
+            "request_timeout_ms": max(args.timeout_ms, 10_000)}
+
+
+def quiet_client_logs() -> None:
+    """kafka-python logs retries as warnings; the CLI reports failures itself."""
+    kafka_log = logging.getLogger("kafka")
+    if not kafka_log.handlers:
+        kafka_log.addHandler(logging.NullHandler())
+    kafka_log.propagate = False
+
+
+@contextmanager
+def admin_client(args: argparse.Namespace) -> Iterator[Any]:
+    from kafka import KafkaAdminClient
+
+    client = KafkaAdminClient(**client_config(args))
+    try:
+        yield client
+    finally:
+        client.close()
+
+
+def friendly(exc: BaseException, args: argparse.Namespace | None) -> CliError | None:
+    """A kafka-python exception as a one-line CliError, or None if it is not one."""
+    import kafka.errors as ke
+
+    server = getattr(args, "bootstrap_server", DEFAULT_BOOTSTRAP)
+    if isinstance(exc, ke.NoBrokersAvailable) or (
+        isinstance(exc, ke.KafkaTimeoutError) and "bootstrap" in str(exc)
+    ):
+        return CliError(f"cannot reach a broker at {server}")
+    if isinstance(exc, ke.KafkaConnectionError):
+        return CliError(f"lost the connection to {server}: {exc}")
+    if isinstance(exc, ke.BrokerResponseError):
+        return CliError(error_text(type(exc)))
+    if isinstance(exc, ke.KafkaError):
+        return CliError(f"{type(exc).__name__}: {exc}")
+    return None
+
+
+def error_text(error: Any, detail: str | None = None) -> str:
+    """``UnknownTopicOrPartitionError`` -> 'UNKNOWN_TOPIC_OR_PARTITION: <description>'."""
+    text = f"{getattr(error, 'message', error)}"
+    description = detail or getattr(error, "description", "")
+    return f"{text}: {description}" if description else text
+
+
+def check_code(code: int, message: str | None, what: str) -> None:
+    """Raise a CliError for a non-zero Kafka error code in a response row."""
+    if code:
+        import kafka.errors as ke
+
+        raise CliError(f"{what}: {error_text(ke.for_code(code), message)}")
+
+
+# -- output ---------------------------------------------------------------------
+def print_json(value: Any) -> None:
+    print(json.dumps(value, indent=None, sort_keys=False, default=str))
+
+
+def print_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+    cells = [[str(h) for h in headers]] + [["-" if c is None else str(c) for c in r] for r in rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
+    for row in cells:
+        print("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
+
+
+def stderr(message: str) -> None:
+    print(message, file=sys.stderr)

@@ -1,0 +1,181 @@
+"""``kcompat consume TOPIC`` — print records as plain values or JSON lines.
+
+Where to start: ``--from earliest`` (default), ``latest``, an offset ``N`` or
+``@TIMESTAMP_MS`` (the first record at or after it; the end if none), applied
+to every selected partition (``--partition``, default all). With ``--group G``
+the command is a member of consumer group G: the group assigns partitions,
+``--from earliest|latest`` only says where to start without a committed
+offset, and the offsets of the printed records are committed on exit.
+
+When to stop: after ``--count N`` records, or — without ``--follow`` — once
+every partition is read up to the end it had when reading started. ``--follow``
+keeps waiting for new records until ^C (or ``--count``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import sys
+import time
+from typing import Any
+
+from kcompat.cli._common import CliError, add_client_args, client_config
+
+POLL_MS = 200
+IDLE_STOP_MS = 10_000  # without --follow: give up if positions stop moving this long
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("consume", help="print records of a topic")
+    p.add_argument("topic")
+    p.add_argument("--from", dest="start", default="earliest",
+                   metavar="earliest|latest|OFFSET|@TIMESTAMP_MS",
+                   help="where to start (default earliest)")
+    p.add_argument("--partition", type=int, action="append", metavar="N",
+                   help="only this partition (repeatable; default all)")
+    p.add_argument("--group", help="consume as a member of this consumer group")
+    p.add_argument("--count", type=int, metavar="N", help="stop after N records")
+    p.add_argument("--follow", action="store_true", help="wait for new records until ^C")
+    add_client_args(p)
+    p.set_defaults(func=cmd_consume)
+
+
+def parse_start(text: str) -> tuple[str, int]:
+    """``earliest``/``latest``/``N``/``@TS`` -> (kind, value)."""
+    if text in ("earliest", "latest"):
+        return text, 0
+    if text.startswith("@") and text[1:].isdigit():
+        return "timestamp", int(text[1:])
+    if text.isdigit():
+        return "offset", int(text)
+    raise CliError(f"--from takes earliest, latest, an OFFSET or @TIMESTAMP_MS, got {text!r}", 2)
+
+
+def _text(data: bytes | None) -> str | None:
+    return None if data is None else data.decode("utf-8", "backslashreplace")
+
+
+def render(record: Any, as_json: bool) -> str:
+    if not as_json:
+        return _text(record.value) or ""
+    return json.dumps({
+        "topic": record.topic, "partition": record.partition, "offset": record.offset,
+        "timestamp": record.timestamp, "key": _text(record.key), "value": _text(record.value),
+        "headers": [[k, _header_value(v)] for k, v in (record.headers or [])],
+    })
+
+
+def _header_value(value: bytes | None) -> str | None:
+    if value is None:
+        return None
+    try:
+        return value.decode("utf-8")
+    except UnicodeDecodeError:
+        return "base64:" + base64.b64encode(value).decode()
+
+
+def _consumer(args: argparse.Namespace, kind: str) -> Any:
+    from kafka import KafkaConsumer
+
+    return KafkaConsumer(
+        **client_config(args), group_id=args.group, enable_auto_commit=False,
+        auto_offset_reset="latest" if kind == "latest" else "earliest",
+        allow_auto_create_topics=False,
+    )
+
+
+def _partitions(consumer: Any, args: argparse.Namespace) -> list[Any]:
+    from kafka import TopicPartition
+
+    known = consumer.partitions_for_topic(args.topic)
+    if not known:
+        raise CliError(f"unknown topic {args.topic!r}")
+    wanted = sorted(known) if args.partition is None else args.partition
+    missing = [p for p in wanted if p not in known]
+    if missing:
+        raise CliError(f"topic {args.topic!r} has no partition {missing[0]} "
+                       f"(it has {len(known)})")
+    return [TopicPartition(args.topic, p) for p in wanted]
+
+
+def _seek(consumer: Any, tps: list[Any], kind: str, value: int) -> None:
+    consumer.assign(tps)
+    if kind == "earliest":
+        consumer.seek_to_beginning(*tps)
+    elif kind == "latest":
+        consumer.seek_to_end(*tps)
+    elif kind == "offset":
+        for tp in tps:
+            consumer.seek(tp, value)
+    else:
+        found = consumer.offsets_for_times({tp: value for tp in tps})
+        ends = consumer.end_offsets(tps)
+        for tp in tps:
+            hit = found.get(tp)
+            consumer.seek(tp, hit.offset if hit is not None else ends[tp])
+
+
+def cmd_consume(args: argparse.Namespace) -> int:
+    kind, value = parse_start(args.start)
+    if args.group and kind not in ("earliest", "latest"):
+        raise CliError("with --group, --from takes earliest or latest "
+                       "(use `kcompat groups reset-offsets` to move a group)", 2)
+    if args.count is not None and args.count <= 0:
+        raise CliError("--count takes a positive number", 2)
+    consumer = _consumer(args, kind)
+    try:
+        tps = _partitions(consumer, args)
+        if args.group:
+            consumer.subscribe([args.topic])
+        else:
+            _seek(consumer, tps, kind, value)
+        _loop(consumer, args)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        consumer.close(autocommit=False)
+    return 0
+
+
+def _loop(consumer: Any, args: argparse.Namespace) -> None:
+    from kafka.structs import OffsetAndMetadata
+
+    printed = 0
+    ends: dict[Any, int] = {}
+    commits: dict[Any, Any] = {}
+    last_progress = time.monotonic()
+    try:
+        while args.count is None or printed < args.count:
+            batches = consumer.poll(timeout_ms=POLL_MS)
+            for tp, records in sorted(batches.items()):
+                for record in records:
+                    if args.count is not None and printed >= args.count:
+                        break
+                    sys.stdout.write(render(record, args.json) + "\n")
+                    printed += 1
+                    commits[tp] = OffsetAndMetadata(record.offset + 1, "", -1)
+            if batches:
+                last_progress = time.monotonic()
+                if args.follow:
+                    sys.stdout.flush()
+            elif not args.follow and _at_end(consumer, ends, last_progress):
+                break
+    finally:
+        sys.stdout.flush()
+        if args.group and commits:
+            consumer.commit(commits)
+
+
+def _at_end(consumer: Any, ends: dict[Any, int], last_progress: float) -> bool:
+    """True once every assigned partition is read to the end it had when first seen."""
+    assigned = consumer.assignment()
+    if not assigned:
+        return (time.monotonic() - last_progress) * 1000 > IDLE_STOP_MS
+    new = [tp for tp in assigned if tp not in ends]
+    if new:
+        ends.update(consumer.end_offsets(new))
+    if all(consumer.position(tp) >= ends[tp] for tp in assigned):
+        return True
+    return (time.monotonic() - last_progress) * 1000 > IDLE_STOP_MS

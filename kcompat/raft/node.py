@@ -1,0 +1,576 @@
+"""One Raft group member as a pure state machine: ``tick``, ``step``,
+``propose``, ``ready``, ``advance`` (the etcd-io/raft shape, KRaft's messages).
+
+Theory of operation
+-------------------
+Nothing here does I/O. Time is ``tick()`` (the runtime calls it every
+``tick_ms``); randomness is the injected ``random.Random`` that draws election
+timeouts; inputs are ``step(message)`` and ``propose(data)``; every effect —
+state to persist, entries to write, messages to send, the high watermark —
+comes out of ``ready()``. The runtime follows the Ready contract (see
+``types.Ready``): persist, sync, then send, then ``advance(ready)``; it must
+call ``advance`` before the next ``ready``.
+
+Roles and their step functions: a *follower* pulls entries from the leader
+(``_step_follower``); a *pre-candidate* and a *candidate* collect votes
+(``_step_candidate``); a *leader* answers fetches and commits
+(``_step_leader``). ``step`` first settles terms (§5.1: a higher term turns
+any node into a follower; a lower-term message is stale) — except that
+pre-votes never change terms (Raft thesis §9.6).
+
+Elections (§5.2): a follower that hears nothing from a leader for its
+randomized timeout (``[election_timeout, 2*election_timeout)`` ticks) first
+runs a pre-vote round at ``term + 1`` without changing its term; only with a
+quorum of pre-votes does it become a candidate, raise its term and ask for
+real votes (§5.4.1 up-to-date check in both rounds). A voter that has heard
+from a live leader within the election timeout (its *lease*) ignores both
+kinds of vote request unless they carry ``transfer`` — so a node rejoining
+from a partition cannot depose a healthy leader. The winner appends a
+leader-change entry and sends BeginQuorumEpoch to all voters (retrying until
+each one fetches).
+
+Check quorum: a leader that has not received a fetch from a quorum of voters
+(itself included) during an election timeout steps down to follower.
+
+Leadership transfer (thesis §3.10): ``transfer_leadership(target)`` stops
+proposals, waits until the target's durable log matches the leader's, and
+sends TimeoutNow; the target campaigns at once, skipping pre-vote and leases.
+It is abandoned after an election timeout.
+
+Fetch timing: a leader parks a fetch that has nothing new for the follower
+(no entries, no new high watermark) for at most ``fetch_wait_ticks`` and
+answers it as soon as there is (Kafka's long poll); a follower re-sends a
+fetch that got no answer within ``fetch_wait_ticks + 2`` ticks.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from random import Random
+
+from kcompat.raft import replication
+from kcompat.raft.log import RaftLog
+from kcompat.raft.storage import LogStorage
+from kcompat.raft.types import (
+    LEADER_MESSAGES,
+    NO_NODE,
+    BeginQuorumEpoch,
+    Entry,
+    FetchRequest,
+    FetchResponse,
+    FetchSnapshotRequest,
+    FetchSnapshotResponse,
+    HardState,
+    Message,
+    NotLeader,
+    Ready,
+    SnapshotId,
+    TimeoutNow,
+    VoteRequest,
+    VoteResponse,
+)
+
+
+class Role(enum.Enum):
+    FOLLOWER = "follower"
+    PRE_CANDIDATE = "pre-candidate"
+    CANDIDATE = "candidate"
+    LEADER = "leader"
+
+
+@dataclass(frozen=True, slots=True)
+class RaftConfig:
+    node_id: int
+    voters: frozenset[int]
+    group: int = 0
+    election_timeout_ticks: int = 10
+    fetch_wait_ticks: int = 3
+    max_fetch_bytes: int = 1 << 20
+    pre_vote: bool = True
+    check_quorum: bool = True
+
+    def __post_init__(self) -> None:
+        assert self.node_id in self.voters, "observers are not supported yet"
+        assert 0 < self.fetch_wait_ticks < self.election_timeout_ticks
+
+
+@dataclass(slots=True)
+class Progress:
+    """The leader's view of one follower."""
+
+    match_end: int = 0  # durable prefix known to match the leader's log
+    active: bool = False  # fetched during the current check-quorum period
+    fetched: bool = False  # fetched at all in this term (stop BeginQuorumEpoch)
+    hw_sent: int = -1
+    parked: FetchRequest | None = None
+    parked_ticks: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Status:
+    node_id: int
+    role: Role
+    term: int
+    vote: int
+    leader: int
+    log_start: int
+    log_end: int
+    stable_end: int
+    last_term: int
+    high_watermark: int
+    match_ends: dict[int, int] = field(default_factory=dict)
+
+
+class Raft:
+    def __init__(
+        self, config: RaftConfig, storage: LogStorage, rng: Random, high_watermark: int = 0
+    ) -> None:
+        self.config = config
+        self.id = config.node_id
+        self.group = config.group
+        self.rng = rng
+        self.log = RaftLog(storage)
+        hs = storage.hard_state()
+        self._persisted = hs
+        self.term = hs.term
+        self.vote = hs.vote
+        self.role = Role.FOLLOWER
+        self.leader = NO_NODE
+        self.high_watermark = min(max(high_watermark, self.log.start), self.log.end)
+        self._reported_hw = -1
+        self._msgs: list[Message] = []
+        self._outstanding: Ready | None = None
+        self._quorum = len(config.voters) // 2 + 1
+        self._votes: dict[int, bool] = {}
+        self._progress: dict[int, Progress] = {}
+        self._transfer_to = NO_NODE
+        self._transfer_ticks = 0
+        self._election_elapsed = 0
+        self._timeout = 0
+        self._fetch_ticks: int | None = None
+        self._want_snapshot: SnapshotId | None = None
+        self._reset_timeout()
+
+    # -- public API --------------------------------------------------------------
+
+    def tick(self) -> None:
+        """Advance logical time by one tick."""
+        if self.role is Role.LEADER:
+            self._tick_leader()
+        else:
+            self._tick_election()
+
+    def step(self, m: Message) -> None:
+        """Feed one message addressed to this node."""
+        assert m.group == self.group and m.dst == self.id, f"misrouted {m}"
+        if m.src not in self.config.voters:
+            return
+        if m.term > self.term and not self._on_higher_term(m):
+            return
+        if m.term < self.term:
+            self._on_lower_term(m)
+            return
+        if isinstance(m, VoteRequest):
+            self._on_vote_request(m)
+        elif self.role is Role.LEADER:
+            self._step_leader(m)
+        elif self.role is Role.FOLLOWER:
+            self._step_follower(m)
+        else:
+            self._step_candidate(m)
+
+    def propose(self, data: bytes, count: int = 1) -> Entry | NotLeader:
+        """Append one entry (a batch of ``count`` offsets) if leader."""
+        if self.role is not Role.LEADER or self._transfer_to != NO_NODE:
+            return NotLeader(self.leader if self.role is not Role.LEADER else NO_NODE, self.term)
+        entry = Entry(self.log.end, self.term, data, count)
+        self.log.append(entry)
+        self._answer_parked()
+        return entry
+
+    def campaign(self) -> None:
+        """Start an election now, as if the election timeout had elapsed."""
+        if self.role is not Role.LEADER:
+            self._hup(transfer=False)
+
+    def transfer_leadership(self, target: int) -> bool:
+        """Begin handing leadership to ``target``; False if not possible."""
+        if self.role is not Role.LEADER or target == self.id or target not in self.config.voters:
+            return False
+        self._transfer_to = target
+        self._transfer_ticks = 0
+        self._maybe_send_timeout_now()
+        return True
+
+    def compact(self, snapshot_id: SnapshotId) -> None:
+        """Storage now holds ``snapshot_id`` and dropped the entries below it
+        (a metadata snapshot, or a partition log's raised log start)."""
+        assert snapshot_id.end <= self.high_watermark, "only committed entries are compacted"
+        self.log.compact(snapshot_id)
+
+    def has_ready(self) -> bool:
+        return bool(
+            self._msgs
+            or self.log.end != self.log.written_end
+            or self.log.truncate_pending is not None
+            or self.log.snapshot_pending is not None
+            or HardState(self.term, self.vote) != self._persisted
+            or self.high_watermark != self._reported_hw
+        )
+
+    def ready(self) -> Ready:
+        """Collect the pending effects (see ``types.Ready`` for the contract)."""
+        assert self._outstanding is None, "advance the previous Ready first"
+        log = self.log
+        hs = HardState(self.term, self.vote)
+        ready = Ready(
+            hard_state=hs if hs != self._persisted else None,
+            snapshot=log.snapshot_pending,
+            truncate_from=log.truncate_pending,
+            entries=tuple(log.unstable),
+            high_watermark=self.high_watermark,
+            messages=tuple(self._msgs),
+        )
+        self._msgs.clear()
+        log.handed_out()
+        self._reported_hw = self.high_watermark
+        self._outstanding = ready
+        return ready
+
+    def advance(self, ready: Ready) -> None:
+        """The runtime has persisted ``ready`` and sent its messages."""
+        assert ready is self._outstanding, "advance the Ready last returned"
+        self._outstanding = None
+        if ready.hard_state is not None:
+            self._persisted = ready.hard_state
+        if ready.entries:
+            self.log.stable_to(ready.entries[-1].end)
+        if self.role is Role.LEADER:
+            self._maybe_commit()
+
+    def status(self) -> Status:
+        log = self.log
+        matches = {i: p.match_end for i, p in self._progress.items()}
+        return Status(
+            self.id, self.role, self.term, self.vote, self.leader, log.start, log.end,
+            log.stable_end, log.last_term, self.high_watermark, matches,
+        )  # fmt: skip
+
+    # -- terms -------------------------------------------------------------------
+
+    def _on_higher_term(self, m: Message) -> bool:
+        """§5.1 with the pre-vote and lease exceptions; False drops ``m``."""
+        if isinstance(m, VoteRequest):
+            if self._in_lease() and not m.transfer:
+                return False
+            if not m.pre_vote:
+                self._become_follower(m.term, NO_NODE)
+            return True
+        if isinstance(m, VoteResponse) and m.pre_vote and m.granted:
+            return True  # granted pre-votes carry the proposed term
+        leader = NO_NODE
+        if isinstance(m, LEADER_MESSAGES):
+            leader = m.src
+        elif isinstance(m, FetchResponse):
+            leader = m.leader
+        self._become_follower(m.term, leader)
+        return True
+
+    def _on_lower_term(self, m: Message) -> None:
+        """A stale sender: tell it our term where that helps it catch up."""
+        if isinstance(m, FetchRequest | BeginQuorumEpoch):
+            self._send(self._rejected_fetch(m.src))
+        elif isinstance(m, VoteRequest) and m.pre_vote:
+            self._send(VoteResponse(self.group, self.id, m.src, self.term, False, True))
+
+    def _in_lease(self) -> bool:
+        return (
+            self.config.check_quorum
+            and self.leader != NO_NODE
+            and self._election_elapsed < self.config.election_timeout_ticks
+        )
+
+    def _on_vote_request(self, m: VoteRequest) -> None:
+        up_to_date = self.log.is_up_to_date(m.last_term, m.log_end)
+        if m.pre_vote:
+            granted = m.term > self.term and up_to_date
+        else:
+            free = self.vote == m.src or (self.vote == NO_NODE and self.leader == NO_NODE)
+            granted = free and up_to_date
+            if granted:
+                self.vote = m.src
+                self._election_elapsed = 0
+        term = m.term if granted and m.pre_vote else self.term
+        self._send(VoteResponse(self.group, self.id, m.src, term, granted, m.pre_vote))
+
+    # -- role changes ------------------------------------------------------------
+
+    def _reset_timeout(self) -> None:
+        et = self.config.election_timeout_ticks
+        self._election_elapsed = 0
+        self._timeout = et + self.rng.randrange(et)
+
+    def _become_follower(self, term: int, leader: int) -> None:
+        if term > self.term:
+            self.term = term
+            self.vote = NO_NODE
+        if self.role is Role.LEADER:
+            self._progress.clear()
+            self._transfer_to = NO_NODE
+        self.role = Role.FOLLOWER
+        self.leader = leader
+        self._want_snapshot = None
+        self._reset_timeout()
+        if leader != NO_NODE and leader != self.id:
+            self._send_fetch()
+        else:
+            self._fetch_ticks = None
+
+    def _hup(self, transfer: bool) -> None:
+        if self.config.pre_vote and not transfer:
+            self._become_pre_candidate()
+        else:
+            self._become_candidate(transfer)
+
+    def _become_pre_candidate(self) -> None:
+        self.role = Role.PRE_CANDIDATE
+        self.leader = NO_NODE
+        self._fetch_ticks = None
+        self._reset_timeout()
+        self._start_poll(pre_vote=True, transfer=False)
+
+    def _become_candidate(self, transfer: bool) -> None:
+        self.role = Role.CANDIDATE
+        self.term += 1
+        self.vote = self.id
+        self.leader = NO_NODE
+        self._fetch_ticks = None
+        self._reset_timeout()
+        self._start_poll(pre_vote=False, transfer=transfer)
+
+    def _start_poll(self, pre_vote: bool, transfer: bool) -> None:
+        self._votes = {self.id: True}
+        term = self.term + 1 if pre_vote else self.term
+        for peer in sorted(self.config.voters - {self.id}):
+            self._send(VoteRequest(
+                self.group, self.id, peer, term, self.log.last_term, self.log.end,
+                pre_vote, transfer,
+            ))  # fmt: skip
+        self._tally()
+
+    def _tally(self) -> None:
+        granted = sum(1 for v in self._votes.values() if v)
+        rejected = len(self._votes) - granted
+        if granted >= self._quorum:
+            if self.role is Role.PRE_CANDIDATE:
+                self._become_candidate(transfer=False)
+            else:
+                self._become_leader()
+        elif rejected >= self._quorum:
+            self._become_follower(self.term, NO_NODE)
+
+    def _become_leader(self) -> None:
+        self.role = Role.LEADER
+        self.leader = self.id
+        self._election_elapsed = 0
+        self._want_snapshot = None
+        self._fetch_ticks = None
+        self._progress = {p: Progress() for p in self.config.voters - {self.id}}
+        self.log.append(Entry(self.log.end, self.term, b"", 1, control=True))
+        for peer in sorted(self._progress):
+            self._send(BeginQuorumEpoch(self.group, self.id, peer, self.term))
+
+    # -- candidate ---------------------------------------------------------------
+
+    def _step_candidate(self, m: Message) -> None:
+        if isinstance(m, VoteResponse):
+            if m.pre_vote == (self.role is Role.PRE_CANDIDATE):
+                self._votes.setdefault(m.src, m.granted)
+                self._tally()
+        elif isinstance(m, BeginQuorumEpoch | FetchSnapshotResponse | TimeoutNow):
+            self._become_follower(m.term, m.src)
+            self._step_follower(m)
+        elif isinstance(m, FetchResponse) and m.leader != NO_NODE:
+            self._become_follower(m.term, m.leader)
+            self._step_follower(m)
+        elif isinstance(m, FetchRequest):
+            self._send(self._rejected_fetch(m.src))
+
+    # -- follower ----------------------------------------------------------------
+
+    def _step_follower(self, m: Message) -> None:
+        if isinstance(m, FetchResponse):
+            self._on_fetch_response(m)
+        elif isinstance(m, BeginQuorumEpoch):
+            self._follow(m.src)
+        elif isinstance(m, FetchSnapshotResponse):
+            self._follow(m.src)
+            self._on_snapshot(m)
+        elif isinstance(m, TimeoutNow):
+            if m.src == self.leader or self.leader == NO_NODE:
+                self._hup(transfer=True)
+        elif isinstance(m, FetchRequest):
+            self._send(self._rejected_fetch(m.src))
+
+    def _follow(self, leader: int) -> None:
+        """Contact from the leader of our term: adopt it and restart the timer."""
+        if self.leader != leader:
+            self.leader = leader
+            self._want_snapshot = None
+            self._send_fetch()
+        elif self._fetch_ticks is None:
+            self._send_fetch()
+        self._election_elapsed = 0
+
+    def _send_fetch(self) -> None:
+        self._fetch_ticks = 0
+        if self._want_snapshot is not None:
+            self._send(FetchSnapshotRequest(
+                self.group, self.id, self.leader, self.term, self._want_snapshot,
+            ))  # fmt: skip
+            return
+        self._send(FetchRequest(
+            self.group, self.id, self.leader, self.term, self.log.end, self.log.last_term,
+        ))  # fmt: skip
+
+    def _on_fetch_response(self, m: FetchResponse) -> None:
+        if m.rejected:
+            if m.leader not in (NO_NODE, self.id, self.leader):
+                self._follow(m.leader)
+            return
+        self._follow(m.src)
+        log = self.log
+        stale = (m.fetch_offset, m.last_fetched_term) != (log.end, log.last_term)
+        if stale or self._want_snapshot is not None:
+            return
+        if m.snapshot_id is not None:
+            self._want_snapshot = m.snapshot_id
+        elif m.diverging is not None:
+            point = replication.truncation_point(log, m.diverging)
+            assert point >= self.high_watermark, f"diverging below the hw at {point}"
+            log.truncate(point)
+        else:
+            for entry in m.entries:
+                log.append(entry)
+            self._raise_hw(min(m.high_watermark, log.end))
+        self._send_fetch()
+
+    def _on_snapshot(self, m: FetchSnapshotResponse) -> None:
+        if self._want_snapshot is None or m.snapshot.id.end <= self.high_watermark:
+            return
+        self.log.restore(m.snapshot)
+        self._want_snapshot = None
+        self._raise_hw(m.snapshot.id.end)
+        self._send_fetch()
+
+    def _raise_hw(self, hw: int) -> None:
+        if hw > self.high_watermark:
+            self.high_watermark = hw
+
+    def _rejected_fetch(self, dst: int) -> FetchResponse:
+        leader = self.leader
+        return FetchResponse(self.group, self.id, dst, self.term, leader, -1, -1, rejected=True)
+
+    # -- leader ------------------------------------------------------------------
+
+    def _step_leader(self, m: Message) -> None:
+        if isinstance(m, FetchRequest):
+            self._on_fetch_request(m)
+        elif isinstance(m, FetchSnapshotRequest):
+            progress = self._progress[m.src]
+            progress.active = progress.fetched = True
+            snapshot = self.log.storage.snapshot()
+            if snapshot.id.end >= self.log.start:
+                self._send(FetchSnapshotResponse(self.group, self.id, m.src, self.term, snapshot))
+
+    def _on_fetch_request(self, m: FetchRequest) -> None:
+        progress = self._progress[m.src]
+        progress.active = progress.fetched = True
+        progress.parked = None
+        check = replication.validate_fetch(self.log, m.fetch_offset, m.last_fetched_term)
+        if check.match_end is not None and check.match_end > progress.match_end:
+            progress.match_end = check.match_end
+            self._maybe_commit()
+            if m.src == self._transfer_to:
+                self._maybe_send_timeout_now()
+        self._answer_fetch(m, check, force=False)
+
+    def _answer_fetch(self, m: FetchRequest, check: replication.FetchCheck, force: bool) -> None:
+        progress = self._progress[m.src]
+        entries: tuple[Entry, ...] = ()
+        if check.match_end is not None:
+            entries = tuple(self.log.entries_from(m.fetch_offset, self.config.max_fetch_bytes))
+            if not entries and progress.hw_sent == self.high_watermark and not force:
+                progress.parked = m
+                progress.parked_ticks = 0
+                return
+            progress.hw_sent = self.high_watermark
+        self._send(FetchResponse(
+            self.group, self.id, m.src, self.term, self.id, m.fetch_offset,
+            m.last_fetched_term, self.high_watermark, entries, check.diverging,
+            check.snapshot_id,
+        ))  # fmt: skip
+
+    def _answer_parked(self, expired_only: bool = False) -> None:
+        for progress in self._progress.values():
+            m = progress.parked
+            if m is None or (expired_only and progress.parked_ticks < self.config.fetch_wait_ticks):
+                continue
+            progress.parked = None
+            check = replication.validate_fetch(self.log, m.fetch_offset, m.last_fetched_term)
+            self._answer_fetch(m, check, force=expired_only)
+
+    def _maybe_commit(self) -> None:
+        ends = [p.match_end for p in self._progress.values()] + [self.log.stable_end]
+        match = replication.quorum_end(ends, self._quorum)
+        hw = replication.next_high_watermark(self.log, self.term, self.high_watermark, match)
+        if hw != self.high_watermark:
+            self.high_watermark = hw
+            self._answer_parked()
+
+    def _maybe_send_timeout_now(self) -> None:
+        target = self._transfer_to
+        if target != NO_NODE and self._progress[target].match_end == self.log.end:
+            self._send(TimeoutNow(self.group, self.id, target, self.term))
+
+    # -- ticks -------------------------------------------------------------------
+
+    def _tick_election(self) -> None:
+        self._election_elapsed += 1
+        if self._fetch_ticks is not None:
+            self._fetch_ticks += 1
+            if self._fetch_ticks >= self.config.fetch_wait_ticks + 2:
+                self._send_fetch()
+        if self._election_elapsed >= self._timeout:
+            self._hup(transfer=False)
+
+    def _tick_leader(self) -> None:
+        self._election_elapsed += 1
+        for progress in self._progress.values():
+            if progress.parked is not None:
+                progress.parked_ticks += 1
+        self._answer_parked(expired_only=True)
+        if self._transfer_to != NO_NODE:
+            self._transfer_ticks += 1
+            if self._transfer_ticks >= self.config.election_timeout_ticks:
+                self._transfer_to = NO_NODE
+        if self._election_elapsed % self.config.fetch_wait_ticks == 0:
+            for peer, progress in sorted(self._progress.items()):
+                if not progress.fetched:
+                    self._send(BeginQuorumEpoch(self.group, self.id, peer, self.term))
+        if self._election_elapsed >= self.config.election_timeout_ticks:
+            self._check_quorum()
+
+    def _check_quorum(self) -> None:
+        self._election_elapsed = 0
+        active = 1 + sum(1 for p in self._progress.values() if p.active)
+        for progress in self._progress.values():
+            progress.active = False
+        if self.config.check_quorum and active < self._quorum:
+            self._become_follower(self.term, NO_NODE)
+
+    # -- output ------------------------------------------------------------------
+
+    def _send(self, m: Message) -> None:
+        self._msgs.append(m)
