@@ -1,0 +1,199 @@
+"""Transaction handlers in-process at every advertised version, plus the data
+path they drive: transactional produce, markers, LSO, read_committed fetch,
+transactional offsets and recovery of a transaction left preparing."""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+from kio.schema.errors import ErrorCode as E
+from kio.serial import entity_reader
+
+from kcompat.broker import config as broker_config
+from kcompat.broker.context import RequestContext
+from kcompat.broker.groups import GroupService
+from kcompat.broker.handlers import HANDLERS
+from kcompat.broker.state import BrokerState
+from kcompat.broker.transactions import TxnService
+from kcompat.txn.coordinator import TxnState
+from kcompat.wire import codec
+from kcompat.wire import versions as v
+from kcompat.wire.records import encode_batch
+
+
+def make_state(path: Path) -> BrokerState:
+    cfg = broker_config.load(None, {"log.dirs": str(path), "offsets.topic.num.partitions": "2",
+                                    "transaction.state.log.num.partitions": "2",
+                                    "transaction.abort.timed.out.transaction.cleanup.interval.ms":
+                                        "100"}, {})
+    st = BrokerState(cfg)
+    st.groups = GroupService(st)
+    st.txns = TxnService(st, st.groups)
+    return st
+
+
+@pytest.fixture
+def state(tmp_path: Path) -> Iterator[BrokerState]:
+    st = make_state(tmp_path)
+    st.create_topic("t", 2, 1, {})
+    yield st
+    st.close()
+
+
+async def call(state: BrokerState, key: int, version: int, **fields: Any) -> Any:
+    request = codec.build(codec.request_class(key, version), **fields)
+    ctx = RequestContext(state, key, version, 1, "cli", "/127.0.0.1")
+    response = await HANDLERS[key](ctx, request)
+    raw = codec.encode_response(key, version, 1, response)
+    decoded, _ = entity_reader(type(response))(raw, 9 if codec.is_flexible(key, version) else 8)
+    assert decoded == response
+    return response
+
+
+def top(key: int) -> int:
+    return v.API_RANGES[key].max_version
+
+
+async def produce_txn(state: BrokerState, pid: int, epoch: int, seq: int, partition: int) -> Any:
+    m = codec.request_module(v.PRODUCE, 9)
+    records = encode_batch([(None, b"x%d" % seq, (), 1000)], producer_id=pid,
+                           producer_epoch=epoch, base_sequence=seq, transactional=True)
+    r = await call(state, v.PRODUCE, 9, transactional_id="app", acks=-1,
+                   timeout=datetime.timedelta(seconds=5), topic_data=(m.TopicProduceData(
+                       name="t", partition_data=(m.PartitionProduceData(
+                           index=partition, records=records),)),))
+    return r.responses[0].partition_responses[0]
+
+
+async def fetch_committed(state: BrokerState, partition: int) -> Any:
+    m = codec.request_module(v.FETCH, 12)
+    r = await call(state, v.FETCH, 12, max_wait=datetime.timedelta(0), min_bytes=1,
+                   max_bytes=1 << 20, isolation_level=1, session_id=0, session_epoch=-1,
+                   topics=(m.FetchTopic(topic="t", partitions=(m.FetchPartition(
+                       partition=partition, fetch_offset=0, partition_max_bytes=1 << 20),)),),
+                   forgotten_topics_data=(), rack_id="")
+    return r.responses[0].partitions[0]
+
+
+@pytest.mark.parametrize("version", range(0, top(v.END_TXN) + 1))
+def test_transaction_cycle(state: BrokerState, version: int) -> None:
+    pv = min(version, top(v.ADD_PARTITIONS_TO_TXN))
+
+    async def scenario() -> None:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(state.flusher.run)
+            init = await call(state, v.INIT_PRODUCER_ID, 4, transactional_id="app",
+                              transaction_timeout=datetime.timedelta(seconds=30),
+                              producer_id=-1, producer_epoch=-1)
+            pid, epoch = init.producer_id, init.producer_epoch
+            assert init.error_code == E.none and pid >= 0
+            refused = await produce_txn(state, pid, epoch, 0, 0)
+            assert refused.error_code == E.invalid_txn_state  # partition not added yet
+            m = codec.request_module(v.ADD_PARTITIONS_TO_TXN, pv)
+            add = await call(state, v.ADD_PARTITIONS_TO_TXN, pv,
+                             v3_and_below_transactional_id="app", v3_and_below_producer_id=pid,
+                             v3_and_below_producer_epoch=epoch, v3_and_below_topics=(
+                                 m.AddPartitionsToTxnTopic(name="t", partitions=(0, 1)),))
+            assert add.results_by_topic_v3_and_below[0].results_by_partition[0]\
+                .partition_error_code == E.none
+            assert (await produce_txn(state, pid, epoch, 0, 0)).error_code == E.none
+            part = state.partition("t", 0)
+            assert part is not None and part.last_stable_offset == 0 < part.high_watermark
+            assert (await fetch_committed(state, 0)).records == b""
+            commit = version % 2 == 0
+            end = await call(state, v.END_TXN, version, transactional_id="app", producer_id=pid,
+                             producer_epoch=epoch, committed=commit)
+            assert end.error_code == E.none
+            assert part.last_stable_offset == part.high_watermark == 2  # record + marker
+            fetched = await fetch_committed(state, 0)
+            assert len(fetched.records) > 0
+            aborted = [(a.producer_id, a.first_offset) for a in fetched.aborted_transactions]
+            assert aborted == ([] if commit else [(pid, 0)])
+            nursery.cancel_scope.cancel()
+
+    trio.run(scenario)
+
+
+def test_txn_offsets_visible_only_after_commit_and_recovery(tmp_path: Path) -> None:
+    state = make_state(tmp_path)
+    state.create_topic("t", 1, 1, {})
+
+    async def scenario() -> tuple[int, int]:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(state.flusher.run)
+            init = await call(state, v.INIT_PRODUCER_ID, 4, transactional_id="app",
+                              transaction_timeout=datetime.timedelta(seconds=30),
+                              producer_id=-1, producer_epoch=-1)
+            pid, epoch = init.producer_id, init.producer_epoch
+            r = await call(state, v.ADD_OFFSETS_TO_TXN, 3, transactional_id="app",
+                           producer_id=pid, producer_epoch=epoch, group_id="grp")
+            assert r.error_code == E.none
+            m = codec.request_module(v.TXN_OFFSET_COMMIT, 3)
+            c = await call(state, v.TXN_OFFSET_COMMIT, 3, transactional_id="app", group_id="grp",
+                           producer_id=pid, producer_epoch=epoch, generation_id=-1, member_id="",
+                           group_instance_id=None, topics=(m.TxnOffsetCommitRequestTopic(
+                               name="t", partitions=(codec.build(
+                                   m.TxnOffsetCommitRequestPartition, partition_index=0,
+                                   committed_offset=42, committed_leader_epoch=-1,
+                                   committed_metadata=""),)),))
+            assert c.topics[0].partitions[0].error_code == E.none
+            assert state.groups is not None and state.groups.store.committed("grp") == {}
+            assert state.groups.is_pending("grp", "t", 0)
+            txns = state.txns
+            assert txns is not None
+            prepare = txns.coordinator.end_txn("app", pid, epoch, True, 0)
+            assert prepare.persist is not None
+            await txns.persist(prepare.persist)  # crash before the markers are written
+            nursery.cancel_scope.cancel()
+        return pid, epoch
+
+    trio.run(scenario)
+    state.close()
+    again = make_state(tmp_path)
+    assert again.txns is not None and again.groups is not None
+    assert [m.state for m in again.txns.coordinator.preparing()] == [TxnState.PREPARE_COMMIT]
+    assert again.groups.is_pending("grp", "t", 0)
+
+    async def resume() -> None:
+        assert again.txns is not None
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(again.flusher.run)
+            with trio.move_on_after(0.5):
+                await again.txns.run()  # completes the preparing transaction, then idles
+            nursery.cancel_scope.cancel()
+
+    trio.run(resume)
+    assert again.txns.coordinator.txns["app"].state is TxnState.COMPLETE_COMMIT
+    assert again.groups.store.committed("grp")[("t", 0)].offset == 42
+    again.close()
+
+
+def test_describe_and_list_transactions(state: BrokerState) -> None:
+    async def scenario() -> None:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(state.flusher.run)
+            await call(state, v.INIT_PRODUCER_ID, 4, transactional_id="app",
+                       transaction_timeout=datetime.timedelta(seconds=30),
+                       producer_id=-1, producer_epoch=-1)
+            d = await call(state, v.DESCRIBE_TRANSACTIONS, 0, transactional_ids=("app", "nope"))
+            assert [s.error_code for s in d.transaction_states] == [
+                E.none, E.transactional_id_not_found]
+            assert d.transaction_states[0].transaction_state == "Empty"
+            for version in (0, 1):
+                lst = await call(state, v.LIST_TRANSACTIONS, version,
+                                 state_filters=("Empty", "Bogus"), producer_id_filters=())
+                assert [t.transactional_id for t in lst.transaction_states] == ["app"]
+                assert lst.unknown_state_filters == ("Bogus",)
+            m = codec.request_module(v.DESCRIBE_PRODUCERS, 0)
+            dp = await call(state, v.DESCRIBE_PRODUCERS, 0, topics=(
+                m.TopicRequest(name="t", partition_indexes=(0, 7)),))
+            assert [p.error_code for p in dp.topics[0].partitions] == [
+                E.none, E.unknown_topic_or_partition]
+            nursery.cancel_scope.cancel()
+
+    trio.run(scenario)
