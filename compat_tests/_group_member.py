@@ -82,7 +82,7 @@ def run_kafka_python(a: argparse.Namespace, out: Out) -> None:
 
 
 def run_confluent(a: argparse.Namespace, out: Out) -> None:
-    from confluent_kafka import Consumer, KafkaError, TopicPartition
+    from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
     cfg: dict[str, Any] = {
         "bootstrap.servers": a.bootstrap, "group.id": a.group,
@@ -94,27 +94,48 @@ def run_confluent(a: argparse.Namespace, out: Out) -> None:
     if a.instance_id:
         cfg["group.instance.id"] = a.instance_id
     c = Consumer(cfg)
-    c.subscribe([a.topic])
+    pending: dict[int, int] = {}
+
+    def commit_pending(c: Any, revoking: frozenset[int] = frozenset()) -> None:
+        # REBALANCE_IN_PROGRESS: a cooperative member keeps consuming while it rejoins and
+        # Kafka rejects commits between JoinGroup and SyncGroup; retry after the next poll()
+        # (partitions being revoked get no next try).
+        if not pending:
+            return
+        try:
+            c.commit(offsets=[TopicPartition(a.topic, p, o) for p, o in pending.items()],
+                     asynchronous=False)
+        except KafkaException as exc:
+            if exc.args[0].code() == KafkaError.REBALANCE_IN_PROGRESS and not revoking:
+                out.line(f"# commit-retry {exc}")
+                return
+            out.line(f"# commit-error {type(exc).__name__}: {exc}")
+            for p in revoking or list(pending):
+                pending.pop(p, None)
+            return
+        out.committed(pending)
+        pending.clear()
+
+    def on_revoke(c: Any, parts: Any) -> None:
+        # served inside poll(): commit what was processed before giving partitions up
+        commit_pending(c, frozenset(tp.partition for tp in parts) or frozenset({-1}))
+
+    c.subscribe([a.topic], on_revoke=on_revoke)
     try:
         while not STOP:
-            msgs = c.consume(num_messages=a.max_records, timeout=0.2)
-            out.assignment({tp.partition for tp in c.assignment()})
-            offsets: dict[int, int] = {}
-            for m in msgs:
+            # one record per poll(): rebalance callbacks run between records only
+            for n in range(a.max_records):
+                m = c.poll(0.2 if n == 0 else 0)
+                if m is None:
+                    break
                 if m.error() is not None:
                     if m.error().code() != KafkaError._PARTITION_EOF:
                         out.line(f"# consume-error {m.error()}")
                     continue
                 out.record(m.partition(), m.offset(), m.value())
-                offsets[m.partition()] = m.offset() + 1
-            if offsets:
-                try:
-                    c.commit(offsets=[TopicPartition(a.topic, p, o) for p, o in offsets.items()],
-                             asynchronous=False)
-                except Exception as exc:  # noqa: BLE001
-                    out.line(f"# commit-error {type(exc).__name__}: {exc}")
-                else:
-                    out.committed(offsets)
+                pending[m.partition()] = m.offset() + 1
+            out.assignment({tp.partition for tp in c.assignment()})
+            commit_pending(c)
     finally:
         c.close()
 

@@ -135,6 +135,14 @@ class Member(threading.Thread):
         assert self.exc is None, f"{CLIENT}: member {self.name} failed: {self.exc!r}"
 
 
+def ok(members: list[Member]) -> bool:
+    """For wait predicates: a member thread that crashed fails the test at once."""
+    for m in members:
+        if m.exc is not None:
+            raise AssertionError(f"{CLIENT}: member {m.name} failed: {m.exc!r}")
+    return True
+
+
 def describe(members: list[Member]) -> str:
     return "; ".join(f"{m.name}: {sorted(m.assigned)} commit_errors={m.commit_errors[:2]} "
                      f"exc={m.exc!r}" for m in members)
@@ -156,11 +164,11 @@ def test_three_members_consume_exactly_once(gbroker: Broker) -> None:
             m = Member(f"kp-{i}", bs, topic, group, ledger)
             m.start()
             members.append(m)
-            wait_for(lambda: assignment_covers([x.assigned for x in members], 6), 30,
+            wait_for(lambda: ok(members) and assignment_covers([x.assigned for x in members], 6), 30,
                      lambda: f"{CLIENT}: {len(members)} members never shared all 6 partitions:"
                              f" {describe(members)}")
         acked = prod.finish()
-        wait_for(lambda: ledger.has_all(acked), 30,
+        wait_for(lambda: ok(members) and ledger.has_all(acked), 30,
                  lambda: f"{CLIENT}: consumed {ledger.distinct()} of {len(acked)} distinct records;"
                          f" {describe(members)}")
         final = [m.assigned for m in members]
@@ -288,7 +296,7 @@ def test_initial_rebalance_delay_default(module_broker: Broker) -> None:
     try:
         for m in members:
             m.start()
-        wait_for(lambda: assignment_covers([m.assigned for m in members], 4), 30,
+        wait_for(lambda: ok(members) and assignment_covers([m.assigned for m in members], 4), 30,
                  lambda: f"{CLIENT}: never assigned: {describe(members)}")
         time.sleep(0.5)
         revoked = {m.name: list(m.revocations) for m in members}  # before anyone leaves
@@ -336,7 +344,7 @@ def test_admin_list_describe_offsets_lag_delete(gbroker: Broker) -> None:
     try:
         for m in members:
             m.start()
-        wait_for(lambda: assignment_covers([m.assigned for m in members], 6)
+        wait_for(lambda: ok(members) and assignment_covers([m.assigned for m in members], 6)
                  and ledger.distinct() == 210, 30,
                  lambda: f"{CLIENT}: consumed {ledger.distinct()}/210; {describe(members)}")
         for m in members:

@@ -95,7 +95,8 @@ def friendly(exc: BaseException, args: argparse.Namespace | None) -> CliError | 
     import kafka.errors as ke
 
     server = getattr(args, "bootstrap_server", DEFAULT_BOOTSTRAP)
-    if isinstance(exc, ke.NoBrokersAvailable) or (
+    no_brokers = getattr(ke, "NoBrokersAvailable", ke.KafkaTimeoutError)
+    if isinstance(exc, no_brokers) or (
         isinstance(exc, ke.KafkaTimeoutError) and "bootstrap" in str(exc)
     ):
         return CliError(f"cannot reach a broker at {server}")

@@ -102,8 +102,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     except Exception as e:
         nice = friendly(e, args)
-        if nice is None:
-            raise
+        if nice is None:  # a bug in kcompat: still one line, with the exception type
+            return _fail(f"unexpected {type(e).__name__}: {e}", 1)
         return _fail(str(nice), nice.exit_code)
 
 

@@ -85,7 +85,9 @@ class Progress:
         if not self.enabled:
             return
         percent = min(100, done_bytes * 100 // self.total)
-        if percent == self.shown and not final:
+        if percent == self.shown:
+            if final:
+                sys.stderr.write("\n")
             return
         self.shown = percent
         filled = PROGRESS_WIDTH * percent // 100

@@ -24,7 +24,7 @@ membership record should be persisted; offsets live in ``offsets.py``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -125,20 +125,32 @@ class GroupCoordinator:
             old_id = group.static_members.get(req.group_instance_id)
             replies: list[Reply] = []
             if old_id is not None and old_id in group.members:
-                replies += self._fence_static(group, old_id, member_id)
-                member = group.members[member_id]
-                member.protocols = req.protocols
-                member.session_timeout_ms = req.session_timeout_ms
-                member.rebalance_timeout_ms = req.rebalance_timeout_ms
-                member.last_heartbeat_ms = now_ms
-                member.join_token = token
-                return replies + self._prepare_rebalance(group, now_ms) + self._try_complete_join(
-                    group, now_ms)
+                return self._replace_static(token, group, req, old_id, member_id, now_ms)
             return self._add_and_rebalance(token, group, req, member_id, now_ms)
         if req.require_known_member_id:
             group.pending_members[member_id] = now_ms + req.session_timeout_ms
             return [Reply(token, JoinResult(ErrorCode.member_id_required, member_id=member_id))]
         return self._add_and_rebalance(token, group, req, member_id, now_ms)
+
+    def _replace_static(self, token: int, group: Group, req: JoinRequest, old_id: str,
+                        member_id: str, now_ms: int) -> list[Reply]:
+        """KIP-345: a known static member restarted. In a Stable group whose
+        protocol choice it does not change it simply takes over its old
+        assignment under a new member id — no rebalance; otherwise rebalance."""
+        replies = self._fence_static(group, old_id, member_id)
+        member = group.members[member_id]
+        member.protocols = list(req.protocols)
+        member.session_timeout_ms = req.session_timeout_ms
+        member.rebalance_timeout_ms = req.rebalance_timeout_ms
+        member.last_heartbeat_ms = now_ms
+        if group.is_(GroupState.STABLE) and group.select_protocol() == group.protocol_name:
+            self.changed.add(group.group_id)
+            result = self._join_result(group, member)
+            is_leader = member_id == group.leader_id
+            return replies + [Reply(token, replace(result, skip_assignment=is_leader))]
+        member.join_token = token
+        return replies + self._prepare_rebalance(group, now_ms) + self._try_complete_join(
+            group, now_ms)
 
     def _fence_static(self, group: Group, old_id: str, new_id: str) -> list[Reply]:
         """Replace a static member's id; its parked requests get FENCED_INSTANCE_ID."""

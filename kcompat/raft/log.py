@@ -170,7 +170,7 @@ class RaftLog:
                 return out
         i = bisect_right(self.unstable, lo - 1, key=lambda e: e.index)
         for e in self.unstable[i:]:
-            if out and e.size_bytes > max_bytes:
+            if out and (max_bytes <= 0 or e.size_bytes > max_bytes):
                 break
             out.append(e)
             max_bytes -= e.size_bytes

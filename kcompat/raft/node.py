@@ -26,8 +26,9 @@ real votes (§5.4.1 up-to-date check in both rounds). A voter that has heard
 from a live leader within the election timeout (its *lease*) ignores both
 kinds of vote request unless they carry ``transfer`` — so a node rejoining
 from a partition cannot depose a healthy leader. The winner appends a
-leader-change entry and sends BeginQuorumEpoch to all voters (retrying until
-each one fetches).
+leader-change entry and sends BeginQuorumEpoch to all voters, and again to any
+voter that stops fetching (it may have missed the announcement, or be stuck
+in a higher term it must tell the leader about).
 
 Check quorum: a leader that has not received a fetch from a quorum of voters
 (itself included) during an election timeout steps down to follower.
@@ -101,7 +102,7 @@ class Progress:
 
     match_end: int = 0  # durable prefix known to match the leader's log
     active: bool = False  # fetched during the current check-quorum period
-    fetched: bool = False  # fetched at all in this term (stop BeginQuorumEpoch)
+    idle_ticks: int = 0  # ticks since its last fetch (re-announce when idle)
     hw_sent: int = -1
     parked: FetchRequest | None = None
     parked_ticks: int = 0
@@ -479,14 +480,14 @@ class Raft:
             self._on_fetch_request(m)
         elif isinstance(m, FetchSnapshotRequest):
             progress = self._progress[m.src]
-            progress.active = progress.fetched = True
+            progress.active, progress.idle_ticks = True, 0
             snapshot = self.log.storage.snapshot()
             if snapshot.id.end >= self.log.start:
                 self._send(FetchSnapshotResponse(self.group, self.id, m.src, self.term, snapshot))
 
     def _on_fetch_request(self, m: FetchRequest) -> None:
         progress = self._progress[m.src]
-        progress.active = progress.fetched = True
+        progress.active, progress.idle_ticks = True, 0
         progress.parked = None
         check = replication.validate_fetch(self.log, m.fetch_offset, m.last_fetched_term)
         if check.match_end is not None and check.match_end > progress.match_end:
@@ -522,7 +523,7 @@ class Raft:
             self._answer_fetch(m, check, force=expired_only)
 
     def _maybe_commit(self) -> None:
-        ends = [p.match_end for p in self._progress.values()] + [self.log.stable_end]
+        ends = [p.match_end for p in self._progress.values()] + [self.log.end]
         match = replication.quorum_end(ends, self._quorum)
         hw = replication.next_high_watermark(self.log, self.term, self.high_watermark, match)
         if hw != self.high_watermark:
@@ -548,6 +549,7 @@ class Raft:
     def _tick_leader(self) -> None:
         self._election_elapsed += 1
         for progress in self._progress.values():
+            progress.idle_ticks += 1
             if progress.parked is not None:
                 progress.parked_ticks += 1
         self._answer_parked(expired_only=True)
@@ -555,10 +557,11 @@ class Raft:
             self._transfer_ticks += 1
             if self._transfer_ticks >= self.config.election_timeout_ticks:
                 self._transfer_to = NO_NODE
-        if self._election_elapsed % self.config.fetch_wait_ticks == 0:
-            for peer, progress in sorted(self._progress.items()):
-                if not progress.fetched:
-                    self._send(BeginQuorumEpoch(self.group, self.id, peer, self.term))
+        wait = self.config.fetch_wait_ticks
+        for peer, progress in sorted(self._progress.items()):
+            idle = progress.idle_ticks - wait - 2
+            if idle >= 0 and idle % wait == 0:
+                self._send(BeginQuorumEpoch(self.group, self.id, peer, self.term))
         if self._election_elapsed >= self.config.election_timeout_ticks:
             self._check_quorum()
 

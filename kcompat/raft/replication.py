@@ -12,8 +12,9 @@ its entry at ``fetch_offset - 1``. The leader answers from ``validate_fetch``:
   (``snapshot_id``; KIP-630);
 * the leader's largest term <= ``last_fetched_term`` is not that term, or that
   term ends before ``fetch_offset`` — the logs diverge; the answer is that
-  (term, end) pair (Fetch's DivergingEpoch). The follower truncates to
-  ``min(end, its own end for that term)`` (``truncation_point``) and fetches
+  (term, end) pair (Fetch's DivergingEpoch). The follower truncates
+  (``truncation_point``: to ``min(end, its own end for that term)`` if it has
+  that term, else to the end of its largest term below it) and fetches
   again. This replaces Raft's per-entry consistency check (§5.3) with one
   round trip per divergent *term*;
 * otherwise the follower's log is a prefix of the leader's: the leader's entry
@@ -24,8 +25,9 @@ its entry at ``fetch_offset - 1``. The leader answers from ``validate_fetch``:
 Why a truncation point never cuts a committed entry: every entry the follower
 drops has a term the leader does not have at that offset, so it conflicts with
 the leader's log; by Leader Completeness (§5.4) a conflicting entry was never
-committed. Both candidates for the point are starts of terms, hence entry
-boundaries.
+committed. A truncation point is the end of a term both logs share (equal
+prefixes by Log Matching) or of one of the follower's own terms — an entry
+boundary either way.
 
 Commit (§5.4.2): the leader advances the high watermark to the largest offset
 N that a quorum (itself included, counting only its *durable* log) has
@@ -69,12 +71,20 @@ def validate_fetch(log: RaftLog, fetch_offset: int, last_fetched_term: int) -> F
 
 
 def truncation_point(log: RaftLog, diverging: EpochEnd) -> int:
-    """Where a follower truncates on a DivergingEpoch (KIP-595): the smaller of
-    the leader's and its own end offset for that term, never below its log
-    start (everything below is a committed snapshot both sides share)."""
+    """Where a follower truncates on a DivergingEpoch (KIP-320/KIP-595).
+
+    If the follower has the leader's term, the logs agree up to the smaller of
+    the two end offsets for it. If not, the follower truncates to the end of
+    its own largest term below it and asks again (a later round settles the
+    rest): every entry past that point has a term in ``(diverging.term,
+    last_fetched_term]``, a range the leader holds nothing of. Never below the
+    log start: the snapshot below it is committed on both sides."""
     own = log.end_for_term(diverging.term)
-    point = diverging.end if own is None else min(diverging.end, own.end)
-    return max(log.start, min(point, log.end))
+    if own is None:
+        return log.start
+    if own.term == diverging.term:
+        return min(diverging.end, own.end)
+    return own.end
 
 
 def quorum_end(match_ends: list[int], quorum: int) -> int:

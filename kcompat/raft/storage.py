@@ -57,8 +57,8 @@ class LogStorage(Protocol):
 
     def entries(self, lo: int, hi: int, max_bytes: int) -> list[Entry]:
         """Whole entries from the one starting at ``lo`` (an entry boundary),
-        ending at or before ``hi``, totalling at most ``max_bytes`` — but at
-        least one entry when ``lo < hi``."""
+        ending at or before ``hi``, totalling at most ``max_bytes`` (no more
+        once the budget is spent) — but at least one entry when ``lo < hi``."""
         ...
 
     def snapshot(self) -> Snapshot:
@@ -71,6 +71,12 @@ class WritableLogStorage(LogStorage, Protocol):
 
     def install_snapshot(self, snapshot: Snapshot) -> None:
         """Replace the whole log by ``snapshot``: start = end = snapshot end."""
+        ...
+
+    def compact(self, snapshot: Snapshot) -> None:
+        """The application's snapshot of the committed prefix below
+        ``snapshot.id.end``: keep it and drop those entries; then tell the
+        core with ``Raft.compact(snapshot.id)``."""
         ...
 
     def truncate(self, offset: int) -> None:
@@ -90,6 +96,13 @@ class WritableLogStorage(LogStorage, Protocol):
 
 def persist_ready(storage: WritableLogStorage, ready: Ready) -> None:
     """Steps 1-5 of the Ready contract: write the state changes, then sync."""
+    write_ready(storage, ready)
+    if ready.must_sync:
+        storage.sync()
+
+
+def write_ready(storage: WritableLogStorage, ready: Ready) -> None:
+    """Steps 1-4 of the Ready contract (no sync)."""
     if ready.snapshot is not None:
         storage.install_snapshot(ready.snapshot)
     if ready.truncate_from is not None:
@@ -98,5 +111,3 @@ def persist_ready(storage: WritableLogStorage, ready: Ready) -> None:
         storage.append(ready.entries)
     if ready.hard_state is not None:
         storage.set_hard_state(ready.hard_state)
-    if ready.must_sync:
-        storage.sync()

@@ -39,13 +39,21 @@ def _epoch_error(part: Partition, requested: int) -> ErrorCode | None:
 
 def _partition_data(ctx: RequestContext, part: Partition | None, index: int, code: ErrorCode,
                     records: bytes, aborted: tuple[Any, ...] | None) -> Any:
+    # Like Kafka, an errored partition (offset out of range, fenced epoch, unknown
+    # partition) carries -1 for high watermark, last stable and log start offset; an
+    # unknown partition also gets an empty (not null) aborted list, as Kafka's
+    # FetchResponse.partitionResponse builds it. Found by the differential tests
+    # (compat_tests/FINDINGS.md, D5).
+    ok = part is not None and code == OK
+    if part is None and aborted is None:
+        aborted = ()
     return ctx.build(
         "PartitionData",
         partition_index=index,
         error_code=code,
-        high_watermark=part.high_watermark if part else -1,
-        last_stable_offset=part.last_stable_offset if part else -1,
-        log_start_offset=part.log.log_start_offset if part else -1,
+        high_watermark=part.high_watermark if ok and part else -1,
+        last_stable_offset=part.last_stable_offset if ok and part else -1,
+        log_start_offset=part.log.log_start_offset if ok and part else -1,
         aborted_transactions=aborted,
         preferred_read_replica=-1,
         records=records,

@@ -93,7 +93,9 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
         return None
     topics = tuple(
         ctx.build("TopicProduceResponse", name=name, partition_responses=tuple(
-            _partition_response(ctx, i, r, p.log.log_start_offset if p else -1)
+            # Kafka answers log_start_offset -1 for a rejected batch (FINDINGS.md, D6).
+            _partition_response(ctx, i, r, p.log.log_start_offset
+                                if p and r.error == ErrorCode.none else -1)
             for i, r, p in rows))
         for name, rows in results
     )

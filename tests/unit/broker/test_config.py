@@ -60,3 +60,62 @@ def test_cli_print_config_shows_effective_values(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     assert "port=1234" in proc.stdout.splitlines()
     assert "num.partitions=5" in proc.stdout.splitlines()
+
+
+def test_admin_port_layers_and_limits(tmp_path: Path) -> None:
+    assert config.load(None, {}, {})["admin.port"] == 9644
+    assert config.load(None, {}, {})["admin.host"] == ""
+    f = tmp_path / "broker.yaml"
+    f.write_text("admin:\n  port: 9000\n  host: 0.0.0.0\n")
+    assert config.load(f, {}, {})["admin.port"] == 9000
+    assert config.load(f, {"admin.port": "9001"}, {})["admin.port"] == 9001
+    cfg = config.load(f, {"admin.port": "9001"}, {"KCOMPAT_ADMIN_PORT": "-1"})
+    assert cfg["admin.port"] == -1 and cfg["admin.host"] == "0.0.0.0"
+    with pytest.raises(ConfigError, match="admin.port: -2 is below the minimum -1"):
+        config.load(None, {"admin.port": "-2"}, {})
+
+
+def test_logging_env_vars_are_not_config_keys() -> None:
+    cfg = config.load(None, {}, {"KCOMPAT_LOG_LEVEL": "DEBUG", "KCOMPAT_LOG_FORMAT": "json"})
+    assert cfg.explicit == set()
+
+
+def _kcompat(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "kcompat", *args], capture_output=True,
+                          text=True, timeout=30, env={"PATH": "/usr/bin:/bin", **(env or {})})
+
+
+def test_cli_flag_and_env_precedence(tmp_path: Path) -> None:
+    f = tmp_path / "broker.yaml"
+    f.write_text("admin.port: 9000\nnum.partitions: 2\n")
+    proc = _kcompat("broker", "--config", str(f), "--admin-port", "9001", "--print-config",
+                    env={"KCOMPAT_NUM_PARTITIONS": "7"})
+    lines = proc.stdout.splitlines()
+    assert "admin.port=9001" in lines and "num.partitions=7" in lines, proc.stderr
+    proc = _kcompat("broker", "--config", str(f), "--admin-port", "9001", "--print-config",
+                    env={"KCOMPAT_ADMIN_PORT": "9002"})
+    assert "admin.port=9002" in proc.stdout.splitlines()
+
+
+@pytest.mark.parametrize(
+    ("args", "env", "message"),
+    [
+        (("--log-format", "xml"), {}, "--log-format: 'xml' is not one of text, json"),
+        ((), {"KCOMPAT_LOG_LEVEL": "LOUD"}, "--log-level: 'LOUD' is not one of DEBUG"),
+        (("--admin-port", "http"), {}, "admin.port: 'http' is not a valid int"),
+        (("--set", "admin.prot=1"), {}, "admin.prot: unknown broker config"),
+    ],
+)
+def test_cli_bad_settings_are_one_line(args: tuple[str, ...], env: dict[str, str],
+                                       message: str) -> None:
+    proc = _kcompat("broker", *args, "--print-config", env=env)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1 and message in lines[0], proc.stderr
+
+
+def test_example_config_files_load() -> None:
+    examples = sorted((Path(__file__).resolve().parents[3] / "config").glob("*.yaml"))
+    assert examples
+    for path in examples:
+        cfg = config.load(path, {}, {})
+        assert cfg["admin.port"] == 9644 and cfg["port"] == 9092, path

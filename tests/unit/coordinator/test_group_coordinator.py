@@ -239,6 +239,10 @@ def test_static_member_rejoin_fences_old_instance() -> None:
     t2 = d.join(instance="i1", now=50)  # the same instance restarted
     new = d.result(t2)
     assert new.error == E.none and new.member_id != old.member_id
+    # KIP-345: no rebalance — same generation, and the old assignment is kept
+    assert d.group.state is S.STABLE and new.generation_id == old.generation_id
+    assert new.skip_assignment and new.leader == new.member_id
+    assert d.result(d.sync(new.member_id, new.generation_id, instance="i1")).assignment == b"x"
     assert d.c.heartbeat("g", new.generation_id, old.member_id, "i1", 60) == E.fenced_instance_id
     assert d.result(d.join(old.member_id, instance="i1")).error == E.fenced_instance_id
     _, per, _ = d.c.leave_group("g", [("", "i1")], 70)

@@ -1,0 +1,178 @@
+"""confluent-kafka (librdkafka) transactions against a real kcompat broker: an
+exactly-once consume-transform-produce copy of 100,000 records across a kill -9 of
+the broker with aborts on purpose, zombie fencing, and the broker aborting a hung
+transaction after transaction.timeout.ms."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
+
+from .._broker import Broker, unique_topic
+from .._eos import OutRec, list_offsets, read_confluent, run_exactly_once
+from .._groups import create_topic
+
+pytestmark = pytest.mark.timeout(240)
+
+CLIENT = "confluent-kafka"
+TXN_ARGS = ("--set", "transaction.abort.timed.out.transaction.cleanup.interval.ms=500",
+            "--set", "group.initial.rebalance.delay.ms=0")
+
+
+@pytest.fixture(scope="module")
+def tbroker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
+    b = Broker(tmp_path_factory.mktemp("txn-broker"), extra_args=TXN_ARGS)
+    b.start()
+    try:
+        yield b
+    finally:
+        b.close()
+
+
+def txn_producer(bootstrap: str, txn_id: str, **extra: Any) -> Producer:
+    cfg: dict[str, Any] = {"bootstrap.servers": bootstrap, "transactional.id": txn_id,
+                           "linger.ms": 5}
+    cfg.update(extra)
+    return Producer(cfg)
+
+
+def read_values(bootstrap: str, topic: str, committed: bool, partitions: int = 1
+                ) -> list[bytes]:
+    ends = list_offsets(bootstrap, topic, partitions, committed)
+    recs = read_confluent(bootstrap, topic, partitions, committed, ends, timeout=30.0)
+    return [r.value for p in sorted(recs) for r in recs[p]]
+
+
+def test_exactly_once_copy_across_broker_kill(tmp_path: Path) -> None:
+    b = Broker(tmp_path / "broker", extra_args=TXN_ARGS)
+    b.start()
+    try:
+        def reader(bootstrap: str, topic: str, partitions: int, committed: bool,
+                   ends: dict[int, int]) -> dict[int, list[OutRec]]:
+            return read_confluent(bootstrap, topic, partitions, committed, ends)
+
+        try:
+            timings = run_exactly_once("confluent", b, tmp_path, reader)
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}\n--- broker tail ---\n{b.tail(40)}") from None
+        print(f"\n{CLIENT} exactly-once timings: "
+              + ", ".join(f"{k}={v:.1f}" for k, v in timings.items()))
+    finally:
+        b.close()
+
+
+def test_zombie_producer_is_fenced(tbroker: Broker) -> None:
+    topic = unique_topic("fence-cf")
+    create_topic(tbroker.bootstrap, topic, 1)
+    txn_id = f"fence-{uuid.uuid4().hex[:8]}"
+
+    zombie = txn_producer(tbroker.bootstrap, txn_id)
+    zombie.init_transactions(30)
+    zombie.begin_transaction()
+    for i in range(5):
+        zombie.produce(topic, value=f"zombie-{i}".encode(), partition=0)
+    assert zombie.flush(30) == 0
+
+    fresh = txn_producer(tbroker.bootstrap, txn_id)
+    fresh.init_transactions(30)  # bumps the epoch: fences the zombie, aborts its txn
+    fresh.begin_transaction()
+    for i in range(5):
+        fresh.produce(topic, value=f"fresh-{i}".encode(), partition=0)
+    fresh.commit_transaction(30)
+
+    # The zombie goes on as if nothing happened.
+    reports: list[Any] = []
+    zombie.produce(topic, value=b"zombie-late", partition=0,
+                   on_delivery=lambda err, msg: reports.append(err))
+    zombie.flush(10)
+    with pytest.raises(KafkaException) as ei:
+        zombie.commit_transaction(30)
+    err = ei.value.args[0]
+    fenced_codes = {KafkaError._FENCED, KafkaError.PRODUCER_FENCED,
+                    KafkaError.INVALID_PRODUCER_EPOCH}
+    assert err.fatal() and err.code() in fenced_codes, (
+        f"{CLIENT}: zombie commit failed with {err!r} (fatal={err.fatal()}, "
+        f"code={err.code()}), expected a fatal fencing error")
+    assert reports and all(r is not None for r in reports), (
+        f"{CLIENT}: the zombie's late record was acknowledged: {reports}")
+
+    committed = read_values(tbroker.bootstrap, topic, committed=True)
+    assert committed == [f"fresh-{i}".encode() for i in range(5)], (
+        f"{CLIENT}: read_committed sees {committed}")
+    uncommitted = read_values(tbroker.bootstrap, topic, committed=False)
+    assert [v for v in uncommitted if v.startswith(b"zombie-")] == [
+        f"zombie-{i}".encode() for i in range(5)], (
+        f"{CLIENT}: read_uncommitted sees {uncommitted} (the zombie's flushed records were "
+        f"written and must stay aborted; its late one must have been rejected)")
+
+
+def test_hung_transaction_is_aborted_by_timeout(tbroker: Broker) -> None:
+    topic = unique_topic("hung-cf")
+    create_topic(tbroker.bootstrap, topic, 1)
+
+    hung = txn_producer(tbroker.bootstrap, f"hung-{uuid.uuid4().hex[:8]}",
+                        **{"transaction.timeout.ms": 3000})
+    hung.init_transactions(30)
+    hung.begin_transaction()
+    for i in range(10):
+        hung.produce(topic, value=f"hung-{i}".encode(), partition=0)
+    assert hung.flush(30) == 0
+    t_hung = time.monotonic()
+
+    other = txn_producer(tbroker.bootstrap, f"other-{uuid.uuid4().hex[:8]}")
+    other.init_transactions(30)
+    other.begin_transaction()
+    for i in range(10):
+        other.produce(topic, value=f"after-{i}".encode(), partition=0)
+    other.commit_transaction(30)
+
+    hw = list_offsets(tbroker.bootstrap, topic, 1, committed=False)[0]
+    lso = list_offsets(tbroker.bootstrap, topic, 1, committed=True)[0]
+    assert hw >= 21 and lso == 0, (
+        f"{CLIENT}: while the hung transaction is open, expected LSO 0 and high watermark "
+        f">= 21 (10 hung + 10 committed + marker), got LSO {lso}, HW {hw}")
+
+    c = Consumer({"bootstrap.servers": tbroker.bootstrap, "group.id": f"hung-{uuid.uuid4().hex}",
+                  "isolation.level": "read_committed", "auto.offset.reset": "earliest",
+                  "enable.auto.commit": False, "fetch.wait.max.ms": 100})
+    got: list[bytes] = []
+    try:
+        c.subscribe([topic])
+        deadline = time.monotonic() + 20.0
+        while len(got) < 10 and time.monotonic() < deadline:
+            for m in c.consume(100, 0.2):
+                if m.error() is None:
+                    got.append(m.value())
+    finally:
+        c.close()
+    waited = time.monotonic() - t_hung
+    assert got == [f"after-{i}".encode() for i in range(10)], (
+        f"{CLIENT}: read_committed consumer got {got} within {waited:.1f}s of the hung "
+        f"transaction (timeout 3 s, broker check every 0.5 s); LSO now "
+        f"{list_offsets(tbroker.bootstrap, topic, 1, committed=True)}")
+
+    deadline = time.monotonic() + 10.0
+    while True:
+        hw = list_offsets(tbroker.bootstrap, topic, 1, committed=False)[0]
+        lso = list_offsets(tbroker.bootstrap, topic, 1, committed=True)[0]
+        if lso == hw or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    assert lso == hw, f"{CLIENT}: LSO {lso} never reached the high watermark {hw}"
+
+    with pytest.raises(KafkaException) as ei:
+        hung.commit_transaction(30)
+    print(f"\n{CLIENT}: hung txn visible-after {waited:.1f}s; late commit failed with "
+          f"{ei.value.args[0]!r}")
+    committed = read_values(tbroker.bootstrap, topic, committed=True)
+    assert committed == [f"after-{i}".encode() for i in range(10)], (
+        f"{CLIENT}: read_committed sees {committed} after the timed-out transaction")
+    uncommitted = read_values(tbroker.bootstrap, topic, committed=False)
+    assert [v for v in uncommitted if v.startswith(b"hung-")] == [
+        f"hung-{i}".encode() for i in range(10)], f"{CLIENT}: read_uncommitted {uncommitted}"

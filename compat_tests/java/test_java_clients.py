@@ -1,0 +1,267 @@
+"""Java kafka-clients 4.x, in real JVM processes, against a kcompat broker process.
+
+Programs live in compat_tests/java/clients (built once by Maven, cached):
+``Produce`` (a default KafkaProducer, hence idempotent with acks=all),
+``GroupConsumer`` (a classic consumer-group member that commits) and
+``AdminScenario`` (the Admin client, a producer and assign-style consumers).
+"""
+
+from __future__ import annotations
+
+import json
+import queue
+import struct
+import subprocess
+import threading
+import time
+from typing import Any
+
+import pytest
+from kafka import KafkaConsumer, TopicPartition
+from kafka.admin import KafkaAdminClient, NewTopic
+
+from compat_tests._broker import Broker
+from compat_tests.java.conftest import PKG, java_cmd, run_java
+
+
+def create_topic(bootstrap: str, name: str, partitions: int) -> None:
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    try:
+        admin.create_topics([NewTopic(name, partitions, 1)])
+    finally:
+        admin.close()
+
+
+def stored_producer_ids(broker: Broker, topic: str, partition: int) -> list[tuple[int, int, int]]:
+    """(producerId, producerEpoch, baseSequence) of every stored RecordBatch v2."""
+    out = []
+    for path in sorted((broker.data_dir / f"{topic}-{partition}").glob("*.log")):
+        data = path.read_bytes()
+        pos = 0
+        while pos + 61 <= len(data):
+            (batch_len,) = struct.unpack_from(">i", data, pos + 8)
+            if batch_len <= 0 or data[pos + 16] != 2:
+                break
+            pid, epoch, seq = struct.unpack_from(">qhi", data, pos + 43)
+            out.append((pid, epoch, seq))
+            pos += 12 + batch_len
+    return out
+
+
+def end_offsets(bootstrap: str, topic: str, partitions: int) -> dict[int, int]:
+    c = KafkaConsumer(bootstrap_servers=bootstrap)
+    try:
+        tps = [TopicPartition(topic, p) for p in range(partitions)]
+        return {tp.partition: off for tp, off in c.end_offsets(tps).items()}
+    finally:
+        c.close()
+
+
+def test_default_producer_is_idempotent_and_acks_every_record(
+        module_broker: Broker, topic: str, clients_cp: str) -> None:
+    create_topic(module_broker.bootstrap, topic, 3)
+    n = 300
+    run = run_java(clients_cp, f"{PKG}.Produce", module_broker.bootstrap, topic, str(n))
+    assert run.returncode == 0, run.explain()
+    lines = run.json_lines()
+    done = lines[-1]
+    assert done["event"] == "done" and done["acked"] == n and done["errors"] == 0, run.explain()
+    # Offsets per partition are exactly 0..k-1, in send order.
+    total = 0
+    for p, offsets in done["offsets"].items():
+        assert offsets == list(range(len(offsets))), (p, offsets)
+        total += len(offsets)
+    assert total == n
+    # The broker stored batches with a real producer id and sequences: idempotence was on.
+    for p in range(3):
+        ids = stored_producer_ids(module_broker, topic, p)
+        if not done["offsets"].get(str(p)):
+            continue
+        assert ids, f"no batches stored for partition {p}"
+        assert all(pid >= 0 and epoch >= 0 and seq >= 0 for pid, epoch, seq in ids), ids
+        assert len({pid for pid, _, _ in ids}) == 1, ids
+    # What the Java producer wrote reads back with keys and the header.
+    consumer = KafkaConsumer(bootstrap_servers=module_broker.bootstrap, auto_offset_reset="earliest",
+                             consumer_timeout_ms=3000)
+    consumer.assign([TopicPartition(topic, p) for p in range(3)])
+    got = {}
+    for rec in consumer:
+        got[rec.key.decode()] = (rec.value.decode(), dict(rec.headers))
+        if len(got) == n:
+            break
+    consumer.close()
+    assert len(got) == n
+    assert got["k7"] == ("value-7", {"seq": b"7"})
+
+
+class _Member:
+    """One GroupConsumer JVM; its JSON lines are read on a thread into a queue."""
+
+    def __init__(self, cp: str, bootstrap: str, topic: str, group: str, client_id: str) -> None:
+        self.client_id = client_id
+        self.proc = subprocess.Popen(
+            java_cmd(cp, f"{PKG}.GroupConsumer", bootstrap, topic, group, client_id),
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.events: queue.Queue[dict[str, Any]] = queue.Queue()
+        self.assignment: list[int] = []
+        self.records: list[tuple[int, int]] = []
+        self.log: list[dict[str, Any]] = []
+        self.stderr = ""
+        threading.Thread(target=self._pump, daemon=True).start()
+        threading.Thread(target=self._pump_err, daemon=True).start()
+
+    def _pump(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            if line.startswith("{"):
+                self.events.put(json.loads(line))
+
+    def _pump_err(self) -> None:
+        assert self.proc.stderr is not None
+        self.stderr = self.proc.stderr.read()
+
+    def drain(self) -> None:
+        while True:
+            try:
+                ev = self.events.get_nowait()
+            except queue.Empty:
+                return
+            self.log.append(ev)
+            if ev["event"] == "assigned":
+                self.assignment = ev["all"]
+            elif ev["event"] == "record":
+                self.records.append((ev["partition"], ev["offset"]))
+
+    def stop(self) -> int:
+        assert self.proc.stdin is not None
+        try:
+            self.proc.stdin.write("stop\n")
+            self.proc.stdin.flush()
+        except BrokenPipeError:
+            pass
+        try:
+            return self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            return -9
+
+    def explain(self) -> str:
+        return f"[{self.client_id}] events: {self.log[-20:]}\nstderr: {self.stderr[-2000:]}"
+
+
+def test_consumer_group_of_three_splits_partitions_and_commits(
+        module_broker: Broker, topic: str, clients_cp: str) -> None:
+    bootstrap = module_broker.bootstrap
+    create_topic(bootstrap, topic, 6)
+    group = f"g-{topic}"
+    members = [_Member(clients_cp, bootstrap, topic, group, f"member-{i}") for i in range(3)]
+    try:
+        # Wait for one stable generation in which every member owns two partitions.
+        deadline = time.monotonic() + 60
+        while True:
+            for m in members:
+                m.drain()
+            if all(len(m.assignment) == 2 for m in members) and \
+                    sorted(p for m in members for p in m.assignment) == list(range(6)):
+                break
+            assert all(m.proc.poll() is None for m in members), \
+                "\n".join(m.explain() for m in members)
+            assert time.monotonic() < deadline, "no balanced assignment in 60s\n" + \
+                "\n".join(m.explain() for m in members)
+            time.sleep(0.1)
+        owner = {p: m.client_id for m in members for p in m.assignment}
+        n = 600
+        run = run_java(clients_cp, f"{PKG}.Produce", bootstrap, topic, str(n))
+        assert run.returncode == 0, run.explain()
+        produced = run.json_lines()[-1]["offsets"]
+        expected = {(int(p), o) for p, offs in produced.items() for o in offs}
+        assert len(expected) == n
+        deadline = time.monotonic() + 60
+        while True:
+            for m in members:
+                m.drain()
+            seen = [r for m in members for r in m.records]
+            if len(set(seen)) >= n:
+                break
+            assert time.monotonic() < deadline, f"consumed {len(set(seen))}/{n} in 60s\n" + \
+                "\n".join(m.explain() for m in members)
+            time.sleep(0.1)
+        # Each record exactly once, and by the member that owns its partition.
+        assert sorted(seen) == sorted(expected)
+        for m in members:
+            assert all(owner[p] == m.client_id for p, _ in m.records), m.explain()
+        # Wait for the last commit of each member before stopping it.
+        time.sleep(0.5)
+    finally:
+        codes = [m.stop() for m in members]
+    for m in members:
+        m.drain()
+    assert codes == [0, 0, 0], "\n".join(m.explain() for m in members)
+    assert all(any(e["event"] == "closed" for e in m.log) for m in members)
+    # Committed offsets are the end offsets, and the group is empty after the members left.
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    try:
+        committed = admin.list_group_offsets({group: None})[group]
+        ends = end_offsets(bootstrap, topic, 6)
+        assert {tp.partition: om.offset for tp, om in committed.items()} == ends
+        desc = admin.describe_groups([group])
+        state = desc[group]["group_state"] if isinstance(desc, dict) else desc[0].state
+        assert state == "Empty", desc
+    finally:
+        admin.close()
+
+
+def test_admin_client_scenario(module_broker: Broker, clients_cp: str) -> None:
+    """The Admin calls Spark and operators use, with their answers checked one by one."""
+    run = run_java(clients_cp, f"{PKG}.AdminScenario", module_broker.bootstrap, "adm")
+    assert run.returncode == 0, run.explain()
+    obs = run.json_lines()[-1]["observations"]
+
+    def err(step: str) -> str:
+        v = obs[step]
+        assert isinstance(v, dict) and "error" in v, (step, v)
+        return v["exception"]
+
+    assert obs["describe_cluster"] == {"nodes": [{"id": 1, "is_bootstrap": True, "rack": None}],
+                                       "controller_is_a_node": True, "cluster_id_present": True}
+    assert obs["create_main"] == "ok"
+    assert err("create_existing") == "TopicExistsException"
+    assert err("create_zero_partitions") == "InvalidPartitionsException"
+    assert err("create_replication_factor_3") == "InvalidReplicationFactorException"
+    assert err("create_bad_config_value") == "InvalidConfigurationException"
+    assert err("create_bad_name") == "InvalidTopicException"
+    assert obs["create_validate_only"] == "ok" and obs["validate_only_left_no_topic"] is False
+    d = obs["describe_main"]
+    assert d["name"] == "adm-main" and d["internal"] is False and d["topic_id_nonzero"] is True
+    assert [(p["partition"], p["leader"], p["replicas"], p["isr"]) for p in d["partitions"]] == \
+        [(i, 1, [1], [1]) for i in range(3)]
+    assert err("describe_unknown") == "UnknownTopicOrPartitionException"
+    assert obs["produce"] == {"p0": [[i, i * 1000] for i in range(5)],
+                              "p1": [[i, i * 1000] for i in range(3)], "p2": []}
+    lo = obs["list_offsets"]
+    assert lo["p0"]["earliest"][0] == 0 and lo["p0"]["latest"][0] == 5
+    assert lo["p0"]["ts_1500"][:2] == [2, 2000]            # first record at or after
+    assert lo["p0"]["ts_exact_2000"][:2] == [2, 2000]
+    assert lo["p0"]["ts_before_all"][:2] == [0, 0]
+    assert lo["p0"]["ts_after_all"] == [-1, -1, "absent"]  # none found
+    assert lo["p0"]["max_timestamp"][:2] == [4, 4000]
+    assert lo["p2"]["latest"][0] == 0 and lo["p2"]["ts_1500"] == [-1, -1, "absent"]
+    assert err("list_offsets_unknown_topic") == "UnknownTopicOrPartitionException"
+    assert len(obs["consume_all"]["records"]) == 8
+    assert obs["consume_all"]["positions"] == {"p0": 5, "p1": 3, "p2": 0}
+    assert err("fetch_out_of_range") == "OffsetOutOfRangeException"
+    assert obs["fetch_at_end_is_empty"] == {"records": 0, "position": 5}
+    assert err("produce_oversized") == "RecordTooLargeException"
+    assert err("create_partitions_fewer") == "InvalidPartitionsException"
+    assert obs["create_partitions_more"] == 4
+    cfg = obs["describe_configs_topic"]
+    assert cfg["retention.ms"]["value"] == "3600000"
+    assert cfg["retention.ms"]["source"] == "DYNAMIC_TOPIC_CONFIG"
+    assert cfg["cleanup.policy"]["value"] == "delete" and cfg["cleanup.policy"]["type"] == "LIST"
+    assert obs["describe_configs_broker"]["num.partitions"]["value"] == "1"
+    assert err("describe_configs_unknown_topic") == "UnknownTopicOrPartitionException"
+    assert err("delete_unknown") == "UnknownTopicOrPartitionException"
+    assert obs["delete_main"] == "ok"
+    assert err("describe_after_delete") == "UnknownTopicOrPartitionException"
+
+

@@ -1,0 +1,248 @@
+"""The HTTP admin port (/metrics, /health), JSON logs and the SIGTERM drain,
+against a real broker process."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from kafka.protocol.consumer.fetch import FetchRequest, FetchResponse
+from kafka.protocol.producer.produce import ProduceRequest, ProduceResponse
+from kafka.record.default_records import DefaultRecordBatchBuilder
+from prometheus_client.parser import text_string_to_metric_families
+
+from compat_tests._broker import Broker, free_port, unique_topic
+from tests.integration._raw import RawConnection
+
+PD = ProduceRequest.TopicProduceData
+FT = FetchRequest.FetchTopic
+
+
+def make_batch(n: int, value_size: int = 10) -> bytes:
+    b = DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=False,
+                                  producer_id=-1, producer_epoch=-1, base_sequence=-1,
+                                  batch_size=1 << 22)
+    now = int(time.time() * 1000)
+    for i in range(n):
+        b.append(i, timestamp=now, key=None, value=b"v" * value_size, headers=[])
+    return bytes(b.build())
+
+
+def produce(conn: RawConnection, topic: str, records: bytes) -> int:
+    req = ProduceRequest[9](transactional_id=None, acks=1, timeout_ms=5000, topic_data=[
+        PD(name=topic, partition_data=[PD.PartitionProduceData(index=0, records=records)])])
+    return int(conn.request(req, ProduceResponse[9]).responses[0].partition_responses[0]
+               .error_code)
+
+
+def fetch_request(topic: str, offset: int, max_wait_ms: int = 0) -> FetchRequest:
+    return FetchRequest[11](replica_id=-1, max_wait_ms=max_wait_ms, min_bytes=1,
+                            max_bytes=1 << 20, isolation_level=0, session_id=0, session_epoch=-1,
+                            topics=[FT(topic=topic, partitions=[FT.FetchPartition(
+                                partition=0, current_leader_epoch=-1, fetch_offset=offset,
+                                log_start_offset=-1, partition_max_bytes=1 << 20)])],
+                            forgotten_topics_data=[], rack_id="")
+
+
+def create_topic(broker: Broker, topic: str) -> None:
+    from kafka import KafkaAdminClient
+
+    admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
+    try:
+        admin.create_topics({topic: {"num_partitions": 1}})
+    finally:
+        admin.close()
+
+
+class Admin:
+    def __init__(self, port: int) -> None:
+        self.base = f"http://127.0.0.1:{port}"
+
+    def get(self, path: str) -> tuple[int, str, str]:
+        try:
+            with urllib.request.urlopen(self.base + path, timeout=5) as r:
+                return r.status, r.headers["Content-Type"], r.read().decode()
+        except urllib.error.HTTPError as e:
+            return e.code, e.headers["Content-Type"], e.read().decode()
+
+    def samples(self) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+        status, _ctype, body = self.get("/metrics")
+        assert status == 200
+        return {(s.name, tuple(sorted(s.labels.items()))): s.value
+                for family in text_string_to_metric_families(body) for s in family.samples}
+
+
+def value(samples: dict[tuple[str, tuple[tuple[str, str], ...]], float], name: str,
+          **labels: str) -> float:
+    return samples.get((name, tuple(sorted(labels.items()))), 0.0)
+
+
+@pytest.fixture
+def admin_broker(tmp_path: Path) -> Iterator[tuple[Broker, Admin]]:
+    port = free_port()
+    b = Broker(tmp_path / "broker", extra_args=("--set", f"admin.port={port}", "--set",
+                                                 "group.initial.rebalance.delay.ms=0"))
+    b.start()
+    try:
+        yield b, Admin(port)
+    finally:
+        b.close()
+
+
+def test_metrics_count_requests_bytes_and_partition_state(
+        admin_broker: tuple[Broker, Admin]) -> None:
+    broker, admin = admin_broker
+    topic = unique_topic("metrics")
+    create_topic(broker, topic)
+    before = admin.samples()
+    batches = [make_batch(n=i + 1) for i in range(7)]
+    conn = RawConnection(broker.bootstrap)
+    try:
+        assert value(admin.samples(), "kcompat_open_connections") >= 1
+        for batch in batches:
+            assert produce(conn, topic, batch) == 0
+        fetched = conn.request(fetch_request(topic, 0), FetchResponse[11])
+        records = fetched.responses[0].partitions[0].records
+    finally:
+        conn.close()
+    after = admin.samples()
+    produce_v9 = {"api": "Produce", "version": "9"}
+    assert (value(after, "kcompat_requests_total", **produce_v9)
+            - value(before, "kcompat_requests_total", **produce_v9)) == 7
+    assert value(after, "kcompat_request_errors_total", **produce_v9) == 0
+    assert value(after, "kcompat_request_latency_seconds_count", api="Produce") >= 7
+    assert value(after, "kcompat_requests_total", api="Fetch", version="11") == 1
+    total = sum(len(b) for b in batches)
+    assert value(after, "kcompat_topic_bytes_in_total", topic=topic) == total
+    assert value(after, "kcompat_topic_bytes_out_total", topic=topic) == len(records) == total
+    part = {"topic": topic, "partition": "0"}
+    assert value(after, "kcompat_partition_log_end_offset", **part) == sum(range(1, 8))
+    assert value(after, "kcompat_partition_high_watermark", **part) == 28
+    assert value(after, "kcompat_partition_log_start_offset", **part) == 0
+    assert value(after, "kcompat_partition_size_bytes", **part) == total
+
+
+def test_a_refused_request_counts_as_an_error(admin_broker: tuple[Broker, Admin]) -> None:
+    broker, admin = admin_broker
+    conn = RawConnection(broker.bootstrap)
+    conn.send_bytes(b"\x00\x00\x00\x09\x00\x00\x00\x01\x00\x00")  # Produce v9, truncated header
+    assert conn.closed_by_peer()
+    conn.close()
+    samples = admin.samples()
+    assert value(samples, "kcompat_request_errors_total", api="Produce", version="9") == 1
+
+
+def test_group_lag_gauge(admin_broker: tuple[Broker, Admin]) -> None:
+    from kafka import KafkaConsumer, KafkaProducer
+
+    broker, admin = admin_broker
+    topic = unique_topic("lag")
+    create_topic(broker, topic)
+    producer = KafkaProducer(bootstrap_servers=broker.bootstrap)
+    for i in range(5):
+        producer.send(topic, b"m%d" % i, partition=0)
+    producer.flush()
+    producer.close()
+    consumer = KafkaConsumer(topic, bootstrap_servers=broker.bootstrap, group_id="lagging",
+                             auto_offset_reset="earliest", enable_auto_commit=False,
+                             max_poll_records=2)
+    got = 0
+    deadline = time.monotonic() + 15
+    while got < 2 and time.monotonic() < deadline:
+        got += sum(len(r) for r in consumer.poll(timeout_ms=500, max_records=2 - got).values())
+    from kafka import TopicPartition
+    from kafka.structs import OffsetAndMetadata
+
+    consumer.commit({TopicPartition(topic, 0): OffsetAndMetadata(2, "", -1)})
+    consumer.close(autocommit=False)
+    samples = admin.samples()
+    labels = {"group": "lagging", "topic": topic, "partition": "0"}
+    assert value(samples, "kcompat_consumer_group_committed_offset", **labels) == 2
+    assert value(samples, "kcompat_consumer_group_lag", **labels) == 3
+
+
+def test_health_and_unknown_paths(admin_broker: tuple[Broker, Admin]) -> None:
+    _broker, admin = admin_broker
+    status, ctype, body = admin.get("/health")
+    assert status == 200 and ctype == "application/json"
+    health = json.loads(body)
+    assert health["live"] is True and health["ready"] is True and health["node_id"] == 1
+    assert admin.get("/health/ready")[0] == 200 and admin.get("/health/live")[0] == 200
+    assert admin.get("/nope")[0] == 404
+    status, ctype, body = admin.get("/metrics")
+    assert ctype.startswith("text/plain") and "kcompat_requests_total" in body
+
+
+def test_admin_port_taken_is_a_one_line_error(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        proc = subprocess.run(
+            [sys.executable, "-m", "kcompat", "broker", "--port", "0", "--data-dir",
+             str(tmp_path / "d"), "--admin-port", str(port)],
+            capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 1
+    errors = [line for line in proc.stderr.splitlines() if "error" in line]
+    assert errors == [f"kcompat: error: cannot start broker: [Errno 98] admin.port "
+                      f"127.0.0.1:{port}: Address already in use"], proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_admin_port_disabled(tmp_path: Path) -> None:
+    b = Broker(tmp_path / "b", extra_args=("--set", "admin.port=-1"))
+    b.start()
+    try:
+        assert "admin HTTP on" not in b.tail()
+    finally:
+        b.close()
+
+
+def test_json_logs(tmp_path: Path) -> None:
+    b = Broker(tmp_path / "b", extra_args=("--set", "admin.port=-1", "--log-format", "json"))
+    b.start()
+    b.stop()
+    lines = [ln for ln in b.log_path.read_text().splitlines()
+             if ln and not ln.startswith("=====")]
+    entries = [json.loads(ln) for ln in lines]
+    assert {"ts", "level", "logger", "msg"} <= set(entries[0])
+    assert any(e["msg"].startswith("kcompat broker ready on") for e in entries)
+    assert entries[-1]["msg"] == "kcompat broker stopped"
+
+
+def test_sigterm_answers_in_flight_request_then_stops(tmp_path: Path) -> None:
+    """SIGTERM drains: stop accepting, answer the in-flight long poll, close logs."""
+    b = Broker(tmp_path / "b", extra_args=("--set", "admin.port=-1"))
+    b.start()
+    topic = unique_topic("drain")
+    try:
+        create_topic(b, topic)
+        conn = RawConnection(b.bootstrap)
+        assert produce(conn, topic, make_batch(3)) == 0
+        conn.send(fetch_request(topic, 3, max_wait_ms=600))  # waits: nothing past offset 3
+        time.sleep(0.1)
+        assert b.proc is not None
+        b.proc.send_signal(15)
+        _cid, response = conn.recv(FetchResponse[11])  # answered, not dropped
+        assert response.responses[0].partitions[0].high_watermark == 3
+        with pytest.raises(OSError):  # no longer accepting while draining
+            socket.create_connection((b.host, b.port), timeout=1).close()
+        assert conn.closed_by_peer()
+        conn.close()
+        assert b.proc.wait(timeout=10) == 0
+        assert "kcompat broker stopped" in b.tail()
+        b.start()  # clean shutdown: the data is there
+        conn = RawConnection(b.bootstrap)
+        fetched = conn.request(fetch_request(topic, 0), FetchResponse[11])
+        assert fetched.responses[0].partitions[0].high_watermark == 3
+        conn.close()
+    finally:
+        b.close()

@@ -1,0 +1,201 @@
+"""Every ``kcompat`` client command, run as a process against a real broker process."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from compat_tests._broker import Broker, free_port, unique_topic
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
+    b = Broker(tmp_path_factory.mktemp("cli") / "broker",
+               extra_args=("--set", "admin.port=-1", "--set", "group.initial.rebalance.delay.ms=0"))
+    b.start()
+    try:
+        yield b
+    finally:
+        b.close()
+
+
+def kc(broker: Broker | None, *args: str, stdin: str | None = None,
+       expect: int = 0) -> subprocess.CompletedProcess[str]:
+    server = ["--bootstrap-server", broker.bootstrap] if broker is not None else []
+    proc = subprocess.run([sys.executable, "-m", "kcompat", *args, *server], input=stdin,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == expect, (args, proc.stdout, proc.stderr)
+    assert "Traceback" not in proc.stderr
+    if expect != 0:
+        assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    return proc
+
+
+def kc_json(broker: Broker, *args: str, stdin: str | None = None) -> object:
+    return json.loads(kc(broker, *args, "--json", stdin=stdin).stdout)
+
+
+def jsonl(text: str) -> list[dict[str, object]]:
+    return [json.loads(line) for line in text.splitlines()]
+
+
+def test_topics_lifecycle(broker: Broker) -> None:
+    topic = unique_topic("life")
+    out = kc_json(broker, "topics", "create", topic, "--partitions", "2",
+                  "--config", "retention.ms=3600000")
+    assert out == {"topic": topic, "created": True, "partitions": 2}
+    err = kc(broker, "topics", "create", topic, expect=1).stderr
+    assert "TOPIC_ALREADY_EXISTS" in err and topic in err
+    assert "already exists" in kc(broker, "topics", "create", topic, "--if-not-exists").stdout
+
+    listed = kc_json(broker, "topics", "list")
+    assert {"topic": topic, "partitions": 2, "internal": False} in listed  # type: ignore[operator]
+    assert topic in kc(broker, "topics", "list").stdout.split()
+
+    (described,) = kc_json(broker, "topics", "describe", topic)  # type: ignore[misc]
+    assert [p["partition"] for p in described["partitions"]] == [0, 1]
+    assert described["configs"] == {"retention.ms": "3600000"}
+    table = kc(broker, "topics", "describe", topic).stdout
+    assert "PartitionCount: 2" in table and "retention.ms=3600000" in table
+
+    kc(broker, "topics", "alter", topic, "--partitions", "3", "--config", "retention.ms=1000",
+       "--config", "cleanup.policy=compact")
+    kc(broker, "topics", "alter", topic, "--delete-config", "cleanup.policy")
+    (described,) = kc_json(broker, "topics", "describe", topic)  # type: ignore[misc]
+    assert len(described["partitions"]) == 3
+    assert described["configs"] == {"retention.ms": "1000"}
+    err = kc(broker, "topics", "alter", topic, "--config", "retention.ms=soon", expect=1).stderr
+    assert "retention.ms" in err
+    assert "cannot add partitions" in kc(broker, "topics", "alter", topic, "--partitions", "1",
+                                         expect=1).stderr
+
+    assert f"deleted topic {topic}" in kc(broker, "topics", "delete", topic).stdout
+    assert "unknown topic" in kc(broker, "topics", "delete", topic, expect=1).stderr
+    kc(broker, "topics", "delete", topic, "--if-exists")
+    assert "unknown topic" in kc(broker, "topics", "describe", topic, expect=1).stderr
+
+
+def test_produce_stdin_and_consume_every_way(broker: Broker) -> None:
+    topic = unique_topic("pc")
+    kc(broker, "topics", "create", topic, "--partitions", "2")
+    before_ms = int(time.time() * 1000)
+    out = kc_json(broker, "produce", topic, "--key", "k1", "--header", "lang=en",
+                  "--header", "src=cli", "--partition", "1", stdin="one\ntwo\nthree\n")
+    assert out == {"topic": topic, "records": 3, "value_bytes": 11,
+                   "partitions": {"1": {"first_offset": 0, "last_offset": 2}}}
+    time.sleep(0.01)
+    middle_ms = int(time.time() * 1000)
+    kc(broker, "produce", topic, "--partition", "1", "--acks", "1", stdin="four\n")
+
+    assert kc(broker, "consume", topic).stdout == "one\ntwo\nthree\nfour\n"
+    records = jsonl(kc(broker, "consume", topic, "--json", "--count", "2").stdout)
+    assert len(records) == 2
+    first = records[0]
+    assert first["key"] == "k1" and first["value"] == "one"
+    assert first["headers"] == [["lang", "en"], ["src", "cli"]]
+    assert first["partition"] == 1 and first["offset"] == 0 and first["topic"] == topic
+    assert isinstance(first["timestamp"], int) and first["timestamp"] >= before_ms
+
+    assert kc(broker, "consume", topic, "--from", "2").stdout == "three\nfour\n"
+    assert kc(broker, "consume", topic, "--from", f"@{middle_ms}").stdout == "four\n"
+    assert kc(broker, "consume", topic, "--from", "latest").stdout == ""
+    assert kc(broker, "consume", topic, "--partition", "0").stdout == ""
+
+
+def test_consume_follow_sees_new_records(broker: Broker) -> None:
+    topic = unique_topic("follow")
+    kc(broker, "topics", "create", topic)
+    follower = subprocess.Popen(
+        [sys.executable, "-m", "kcompat", "consume", topic, "--from", "latest", "--follow",
+         "--count", "2", "--bootstrap-server", broker.bootstrap],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        time.sleep(1.5)  # let it seek to the end first
+        kc(broker, "produce", topic, stdin="late-1\nlate-2\n")
+        out, err = follower.communicate(timeout=30)
+    finally:
+        follower.kill() if follower.poll() is None else None
+    assert follower.returncode == 0, err
+    assert out == "late-1\nlate-2\n"
+
+
+def test_produce_file_with_progress_and_compression(broker: Broker, tmp_path: Path) -> None:
+    topic = unique_topic("file")
+    kc(broker, "topics", "create", topic)
+    data = tmp_path / "values.txt"
+    data.write_text("".join(f"value-{i}\n" for i in range(500)))
+    proc = kc(broker, "produce", topic, "--file", str(data), "--compression", "gzip",
+              "--progress")
+    assert "100% 500 records" in proc.stderr
+    assert f"produced 500 records to {topic}" in proc.stderr
+    assert kc(broker, "consume", topic).stdout.splitlines() == [f"value-{i}" for i in range(500)]
+    assert set(broker.stored_codecs(topic, 0)) == {1}  # gzip, stored as sent
+    assert "cannot read" in kc(broker, "produce", topic, "--file", str(tmp_path / "missing"),
+                               expect=1).stderr
+
+
+def test_groups_describe_reset_and_delete(broker: Broker) -> None:
+    topic = unique_topic("grp")
+    group = unique_topic("g")
+    kc(broker, "topics", "create", topic)
+    kc(broker, "produce", topic, stdin="".join(f"m{i}\n" for i in range(5)))
+    assert kc(broker, "consume", topic, "--group", group, "--count", "2").stdout == "m0\nm1\n"
+
+    assert {"group": group, "state": "Empty", "protocol_type": "consumer"} in kc_json(
+        broker, "groups", "list")  # type: ignore[operator]
+    described = kc_json(broker, "groups", "describe", group)
+    assert described["partitions"] == [{  # type: ignore[index]
+        "topic": topic, "partition": 0, "current_offset": 2, "log_end_offset": 5, "lag": 3,
+        "consumer_id": None, "host": None, "client_id": None}]
+    assert "LAG" in kc(broker, "groups", "describe", group).stdout
+
+    # the group member resumes where it committed
+    assert kc(broker, "consume", topic, "--group", group, "--count", "1").stdout == "m2\n"
+
+    dry = kc(broker, "groups", "reset-offsets", group, "--topic", topic, "--to-earliest").stdout
+    assert "dry run" in dry
+    assert kc_json(broker, "groups", "describe", group)["partitions"][0]["lag"] == 2  # type: ignore[index]
+    plan = kc_json(broker, "groups", "reset-offsets", group, "--topic", topic, "--shift-by",
+                   "-2", "--execute")
+    assert plan["partitions"] == [{"topic": topic, "partition": 0,  # type: ignore[index]
+                                   "previous_offset": 3, "new_offset": 1}]
+    assert kc_json(broker, "groups", "describe", group)["partitions"][0]["lag"] == 4  # type: ignore[index]
+    kc(broker, "groups", "reset-offsets", group, "--topic", topic, "--to-offset", "99",
+       "--execute")  # clamped to the log end
+    assert kc_json(broker, "groups", "describe", group)["partitions"][0]["lag"] == 0  # type: ignore[index]
+
+    assert f"deleted group {group}" in kc(broker, "groups", "delete", group).stdout
+    assert "unknown group" in kc(broker, "groups", "describe", group, expect=1).stderr
+    assert "unknown group" in kc(broker, "groups", "delete", group, expect=1).stderr
+
+
+def test_cluster_info(broker: Broker) -> None:
+    info = kc_json(broker, "cluster", "info")
+    assert info["brokers"] == [{"node_id": 1, "host": broker.host,  # type: ignore[index]
+                                "port": broker.port, "rack": None}]
+    assert info["controller_id"] == 1 and info["cluster_id"]  # type: ignore[index]
+    assert "Cluster:" in kc(broker, "cluster", "info").stdout
+
+
+def test_clear_errors(broker: Broker) -> None:
+    nobody = f"127.0.0.1:{free_port()}"
+    for command in (["topics", "list"], ["consume", "t"], ["cluster", "info"]):
+        err = kc(None, *command, "--bootstrap-server", nobody, "--timeout-ms", "500",
+                 expect=1).stderr
+        assert err == f"kcompat: error: cannot reach a broker at {nobody}\n"
+    assert "unknown topic 'no-such-topic'" in kc(broker, "consume", "no-such-topic",
+                                                 expect=1).stderr
+    assert "--from takes" in kc(broker, "consume", "t", "--from", "yesterday", expect=2).stderr
+    assert "HOST:PORT" in kc(None, "topics", "list", "--bootstrap-server", "nowhere",
+                             expect=2).stderr
+    assert "KEY=VALUE" in kc(broker, "produce", "t", "--header", "novalue", expect=2).stderr
+    assert "required" in kc(None, "topics", "create", expect=2).stderr
+    assert "invalid choice" in kc(None, "frobnicate", expect=2).stderr
+    assert "has no partition 7" in kc(broker, "produce", unique_topic("p"), "--partition", "7",
+                                      stdin="x\n", expect=1).stderr
