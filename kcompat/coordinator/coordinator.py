@@ -123,7 +123,6 @@ class GroupCoordinator:
         member_id = self._new_member_id(req.client_id, uid)
         if req.group_instance_id is not None:
             old_id = group.static_members.get(req.group_instance_id)
-            replies: list[Reply] = []
             if old_id is not None and old_id in group.members:
                 return self._replace_static(token, group, req, old_id, member_id, now_ms)
             return self._add_and_rebalance(token, group, req, member_id, now_ms)
