@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: run test lint unit compat bench clean tools java-deps kafka-reference demo
+.PHONY: run test lint unit compat bench clean tools sim java-deps kafka-reference demo
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -40,7 +40,7 @@ run: $(STAMP)
 	$(VENV)/bin/kcompat broker
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check kcompat tests compat_tests bench
+	$(VENV)/bin/ruff check kcompat tests compat_tests bench spark_demo
 	$(VENV)/bin/mypy kcompat
 	$(VENV)/bin/lint-imports
 
@@ -49,6 +49,10 @@ test: $(STAMP) tools java-deps lint
 
 bench: $(STAMP)
 	$(PY) bench/produce_consume.py $(BENCH_ARGS)
+
+# Long deterministic-simulator run: SEEDS schedules (default 50000) from SEED_BASE.
+sim: $(STAMP)
+	SEEDS=$${SEEDS:-50000} $(PY) -m pytest -q -p no:cacheprovider tests/sim
 
 clean:
 	rm -rf $(VENV) data

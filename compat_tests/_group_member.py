@@ -144,13 +144,14 @@ async def run_aiokafka(a: argparse.Namespace, out: Out) -> None:
     from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 
     lock = asyncio.Lock()
+    revokes = [0]
 
     class Listener(ConsumerRebalanceListener):
         async def on_partitions_revoked(self, revoked: Any) -> None:
             # aiokafka rebalances in a background task: wait for the batch being
             # processed to be committed before the JoinGroup goes out.
             async with lock:
-                pass
+                revokes[0] += 1
 
         async def on_partitions_assigned(self, assigned: Any) -> None:
             pass
@@ -164,9 +165,15 @@ async def run_aiokafka(a: argparse.Namespace, out: Out) -> None:
     c.subscribe([a.topic], listener=Listener())
     try:
         while not STOP:
+            seen = revokes[0]
+            batch = await c.getmany(timeout_ms=200, max_records=a.max_records)
             async with lock:
-                batch = await c.getmany(timeout_ms=200, max_records=a.max_records)
                 out.assignment({tp.partition for tp in c.assignment()})
+                if revokes[0] != seen:  # fetched across a revocation: refetch, do not process
+                    for tp, msgs in batch.items():
+                        if msgs and tp in c.assignment():
+                            c.seek(tp, msgs[0].offset)
+                    continue
                 offsets: dict[Any, int] = {}
                 for tp, msgs in batch.items():
                     for m in msgs:

@@ -46,8 +46,9 @@ def gbroker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
 
 class Member:
     """getmany -> process -> commit, under a lock that the revoke callback also takes:
-    aiokafka rebalances in a background task, so the JoinGroup must wait until the
-    batch in hand is committed."""
+    aiokafka rebalances in a background task, so the JoinGroup waits until the batch in
+    hand is committed. A batch fetched across a revocation is not processed: the
+    member seeks back to it (if still assigned) instead."""
 
     def __init__(self, name: str, bootstrap: str, topic: str, group: str,
                  ledger: Ledger) -> None:
@@ -62,6 +63,7 @@ class Member:
             heartbeat_interval_ms=HEARTBEAT_MS, request_timeout_ms=30_000,
         )
         self.task: asyncio.Task[None] | None = None
+        self.revokes = 0
 
     async def run(self) -> None:
         member = self
@@ -69,7 +71,7 @@ class Member:
         class Listener(ConsumerRebalanceListener):
             async def on_partitions_revoked(self, revoked: Any) -> None:
                 async with member.lock:
-                    pass
+                    member.revokes += 1
 
             async def on_partitions_assigned(self, assigned: Any) -> None:
                 pass
@@ -79,9 +81,15 @@ class Member:
         c.subscribe([self.topic], listener=Listener())
         try:
             while not self.stop.is_set():
+                seen_revokes = self.revokes
+                batch = await c.getmany(timeout_ms=200, max_records=100)
                 async with self.lock:
-                    batch = await c.getmany(timeout_ms=200, max_records=100)
                     self.assigned = frozenset(tp.partition for tp in c.assignment())
+                    if self.revokes != seen_revokes:
+                        for tp, msgs in batch.items():
+                            if msgs and tp in c.assignment():
+                                c.seek(tp, msgs[0].offset)
+                        continue
                     offsets = {}
                     for tp, msgs in batch.items():
                         for m in msgs:

@@ -16,7 +16,6 @@ import threading
 import time
 from typing import Any
 
-import pytest
 from kafka import KafkaConsumer, TopicPartition
 from kafka.admin import KafkaAdminClient, NewTopic
 

@@ -48,7 +48,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from random import Random
+from typing import Protocol
 
 from kcompat.raft import replication
 from kcompat.raft.log import RaftLog
@@ -71,6 +71,13 @@ from kcompat.raft.types import (
     VoteRequest,
     VoteResponse,
 )
+
+
+class RandomSource(Protocol):
+    """What the core needs of an injected ``random.Random`` (the module itself
+    is off limits to the sans-IO core)."""
+
+    def randint(self, a: int, b: int) -> int: ...
 
 
 class Role(enum.Enum):
@@ -125,7 +132,7 @@ class Status:
 
 class Raft:
     def __init__(
-        self, config: RaftConfig, storage: LogStorage, rng: Random, high_watermark: int = 0
+        self, config: RaftConfig, storage: LogStorage, rng: RandomSource, high_watermark: int = 0
     ) -> None:
         self.config = config
         self.id = config.node_id
@@ -310,7 +317,7 @@ class Raft:
     def _reset_timeout(self) -> None:
         et = self.config.election_timeout_ticks
         self._election_elapsed = 0
-        self._timeout = et + self.rng.randrange(et)
+        self._timeout = et + self.rng.randint(0, et - 1)
 
     def _become_follower(self, term: int, leader: int) -> None:
         if term > self.term:
@@ -523,7 +530,7 @@ class Raft:
             self._answer_fetch(m, check, force=expired_only)
 
     def _maybe_commit(self) -> None:
-        ends = [p.match_end for p in self._progress.values()] + [self.log.end]
+        ends = [p.match_end for p in self._progress.values()] + [self.log.stable_end]
         match = replication.quorum_end(ends, self._quorum)
         hw = replication.next_high_watermark(self.log, self.term, self.high_watermark, match)
         if hw != self.high_watermark:

@@ -17,6 +17,7 @@ from kcompat.raft import (
     Raft,
     RaftConfig,
     Role,
+    Snapshot,
     SnapshotId,
     VoteRequest,
     VoteResponse,
@@ -190,7 +191,7 @@ def test_validate_fetch_below_log_start_needs_snapshot() -> None:
     (KIP-630: the Fetch response carries the SnapshotId)."""
     storage = MemoryStorage()
     storage.append([Entry(i, 1, b"x") for i in range(6)])
-    storage.compact(storage.snapshot().__class__(SnapshotId(4, 1)))
+    storage.compact(Snapshot(SnapshotId(4, 1)))
     log = RaftLog(storage)
     assert (log.start, log.end, log.epochs) == (4, 6, [(1, 4)])
     assert validate_fetch(log, 2, 1).snapshot_id == SnapshotId(4, 1)

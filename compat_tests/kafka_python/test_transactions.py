@@ -1,0 +1,296 @@
+"""kafka-python 3.x transactions against a real kcompat broker: an exactly-once
+consume-transform-produce copy of 100,000 records across a kill -9 of the broker with
+aborts on purpose, zombie fencing, the broker aborting a hung transaction after
+transaction_timeout_ms, and the transaction admin APIs (list/describe)."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import kafka.errors as Errors
+import pytest
+from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
+
+from .._broker import Broker, unique_topic
+from .._eos import OutRec, list_offsets, run_exactly_once
+from .._groups import create_topic
+
+pytestmark = pytest.mark.timeout(240)
+
+CLIENT = "kafka-python"
+TXN_ARGS = ("--set", "transaction.abort.timed.out.transaction.cleanup.interval.ms=500",
+            "--set", "group.initial.rebalance.delay.ms=0")
+FENCED = (Errors.ProducerFencedError, Errors.InvalidProducerEpochError)
+
+
+@pytest.fixture(scope="module")
+def tbroker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
+    b = Broker(tmp_path_factory.mktemp("txn-broker"), extra_args=TXN_ARGS)
+    b.start()
+    try:
+        yield b
+    finally:
+        b.close()
+
+
+def txn_producer(bootstrap: str, txn_id: str, **extra: Any) -> KafkaProducer:
+    cfg: dict[str, Any] = {"bootstrap_servers": bootstrap, "transactional_id": txn_id,
+                           "linger_ms": 5, "request_timeout_ms": 30_000, "max_block_ms": 30_000}
+    cfg.update(extra)
+    return KafkaProducer(**cfg)
+
+
+def read_kafka_python(bootstrap: str, topic: str, partitions: int, committed: bool,
+                      ends: dict[int, int], timeout: float = 60.0) -> dict[int, list[OutRec]]:
+    """Every record up to ``ends`` with a KafkaConsumer of the given isolation level;
+    done when each partition's position (which moves past transaction markers) is at
+    its end."""
+    c = KafkaConsumer(bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False,
+                      isolation_level="read_committed" if committed else "read_uncommitted",
+                      fetch_max_wait_ms=100, max_poll_records=5000,
+                      request_timeout_ms=30_000)
+    tps = {p: TopicPartition(topic, p) for p in range(partitions)}
+    out: dict[int, list[OutRec]] = {p: [] for p in range(partitions)}
+    try:
+        c.assign(list(tps.values()))
+        c.seek_to_beginning()
+        deadline = time.monotonic() + timeout
+        while True:
+            pos = {p: c.position(tp) for p, tp in tps.items()}
+            if all(pos[p] >= ends[p] for p in tps):
+                return out
+            assert time.monotonic() < deadline, (
+                f"{CLIENT} {'read_committed' if committed else 'read_uncommitted'} reader: "
+                f"timed out at positions {pos}, ends {ends}, "
+                f"records {[len(v) for v in out.values()]}")
+            for tp, recs in c.poll(timeout_ms=300).items():
+                out[tp.partition].extend(
+                    OutRec(tp.partition, r.offset, r.key, r.value) for r in recs)
+    finally:
+        c.close()
+
+
+def read_values(bootstrap: str, topic: str, committed: bool) -> list[bytes]:
+    ends = list_offsets(bootstrap, topic, 1, committed)
+    return [r.value for r in read_kafka_python(bootstrap, topic, 1, committed, ends, 30.0)[0]]
+
+
+def fencing_error(exc: BaseException) -> BaseException | None:
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, FENCED):
+            return seen
+        seen = seen.__cause__ or seen.__context__
+    return None
+
+
+def zombie_fenced(producer: KafkaProducer, exc: BaseException) -> bool:
+    """The error is a fencing error, or kafka-python's "Cannot execute transactional
+    method because we are in an error state: ..." whose recorded fatal error is one."""
+    if fencing_error(exc) is not None:
+        return True
+    tm = producer._transaction_manager
+    last = tm.last_error if tm is not None and tm.has_fatal_error() else None
+    return last is not None and fencing_error(last) is not None
+
+
+def test_exactly_once_copy_across_broker_kill(tmp_path: Path) -> None:
+    b = Broker(tmp_path / "broker", extra_args=TXN_ARGS)
+    b.start()
+    try:
+        try:
+            timings = run_exactly_once("kafka-python", b, tmp_path, read_kafka_python)
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}\n--- broker tail ---\n{b.tail(40)}") from None
+        print(f"\n{CLIENT} exactly-once timings: "
+              + ", ".join(f"{k}={v:.1f}" for k, v in timings.items()))
+    finally:
+        b.close()
+
+
+def test_zombie_producer_is_fenced(tbroker: Broker) -> None:
+    topic = unique_topic("fence-kp")
+    create_topic(tbroker.bootstrap, topic, 1)
+    txn_id = f"fence-{uuid.uuid4().hex[:8]}"
+
+    zombie = txn_producer(tbroker.bootstrap, txn_id)
+    fresh = None
+    try:
+        zombie.init_transactions()
+        zombie.begin_transaction()
+        for i in range(5):
+            zombie.send(topic, value=f"zombie-{i}".encode(), partition=0)
+        zombie.flush(timeout=30)
+
+        fresh = txn_producer(tbroker.bootstrap, txn_id)
+        fresh.init_transactions()  # bumps the epoch: fences the zombie, aborts its txn
+        fresh.begin_transaction()
+        for i in range(5):
+            fresh.send(topic, value=f"fresh-{i}".encode(), partition=0)
+        fresh.commit_transaction()
+
+        # The zombie goes on as if nothing happened.
+        late_error: BaseException | None = None
+        try:
+            fut = zombie.send(topic, value=b"zombie-late", partition=0)
+            zombie.flush(timeout=30)
+            fut.get(timeout=30)
+        except Exception as exc:
+            late_error = exc
+        assert late_error is not None, f"{CLIENT}: the zombie's late record was acknowledged"
+        # kafka-python 3.0.12 answers INVALID_PRODUCER_EPOCH on a produce with a KIP-360
+        # epoch bump of its own (InitProducerId with its stale pid/epoch, which a correct
+        # coordinator refuses with PRODUCER_FENCED). A commit issued while that bump is
+        # in flight fails with a plain KafkaError ("Invalid transition ... from
+        # BUMPING_PRODUCER_EPOCH"); the fencing error follows once the bump is refused.
+        attempts: list[BaseException] = []
+        deadline = time.monotonic() + 15.0
+        while True:
+            try:
+                zombie.commit_transaction()
+            except Exception as exc:
+                attempts.append(exc)
+                if zombie_fenced(zombie, exc) or time.monotonic() > deadline:
+                    break
+                time.sleep(0.2)
+                continue
+            raise AssertionError(f"{CLIENT}: the fenced zombie committed its transaction "
+                                 f"(earlier attempts: {attempts})")
+        print(f"\n{CLIENT}: zombie late send: {late_error!r}; commit attempts: {attempts}")
+        assert zombie_fenced(zombie, attempts[-1]), (
+            f"{CLIENT}: zombie commit keeps failing with {attempts[-3:]}, expected "
+            f"ProducerFencedError/InvalidProducerEpochError")
+    finally:
+        zombie.close(timeout=5)
+        if fresh is not None:
+            fresh.close(timeout=5)
+
+    committed = read_values(tbroker.bootstrap, topic, committed=True)
+    assert committed == [f"fresh-{i}".encode() for i in range(5)], (
+        f"{CLIENT}: read_committed sees {committed}")
+    uncommitted = read_values(tbroker.bootstrap, topic, committed=False)
+    assert [v for v in uncommitted if v.startswith(b"zombie-")] == [
+        f"zombie-{i}".encode() for i in range(5)], (
+        f"{CLIENT}: read_uncommitted sees {uncommitted} (the zombie's flushed records were "
+        f"written and must stay aborted; its late one must have been rejected)")
+
+
+def test_hung_transaction_is_aborted_by_timeout(tbroker: Broker) -> None:
+    topic = unique_topic("hung-kp")
+    create_topic(tbroker.bootstrap, topic, 1)
+
+    hung = txn_producer(tbroker.bootstrap, f"hung-{uuid.uuid4().hex[:8]}",
+                        transaction_timeout_ms=3000)
+    other = txn_producer(tbroker.bootstrap, f"other-{uuid.uuid4().hex[:8]}")
+    try:
+        hung.init_transactions()
+        hung.begin_transaction()
+        for i in range(10):
+            hung.send(topic, value=f"hung-{i}".encode(), partition=0)
+        hung.flush(timeout=30)
+        t_hung = time.monotonic()
+
+        other.init_transactions()
+        other.begin_transaction()
+        for i in range(10):
+            other.send(topic, value=f"after-{i}".encode(), partition=0)
+        other.commit_transaction()
+
+        tp = TopicPartition(topic, 0)
+        c = KafkaConsumer(bootstrap_servers=tbroker.bootstrap, group_id=None,
+                          isolation_level="read_committed", enable_auto_commit=False,
+                          fetch_max_wait_ms=100)
+        try:
+            hw = list_offsets(tbroker.bootstrap, topic, 1, committed=False)[0]
+            lso = c.end_offsets([tp])[tp]  # ListOffsets latest, read_committed
+            assert hw >= 21 and lso == 0, (
+                f"{CLIENT}: while the hung transaction is open, expected LSO 0 and high "
+                f"watermark >= 21 (10 hung + 10 committed + marker), got LSO {lso}, HW {hw}")
+            c.assign([tp])
+            c.seek_to_beginning(tp)
+            got: list[bytes] = []
+            deadline = time.monotonic() + 20.0
+            while len(got) < 10 and time.monotonic() < deadline:
+                for recs in c.poll(timeout_ms=200).values():
+                    got.extend(r.value for r in recs)
+            waited = time.monotonic() - t_hung
+            assert got == [f"after-{i}".encode() for i in range(10)], (
+                f"{CLIENT}: read_committed consumer got {got} within {waited:.1f}s of the hung "
+                f"transaction (timeout 3 s, broker check every 0.5 s); LSO now "
+                f"{c.end_offsets([tp])[tp]}")
+            deadline = time.monotonic() + 10.0
+            while True:
+                hw = list_offsets(tbroker.bootstrap, topic, 1, committed=False)[0]
+                lso = c.end_offsets([tp])[tp]
+                if lso == hw or time.monotonic() > deadline:
+                    break
+                time.sleep(0.1)
+            assert lso == hw, f"{CLIENT}: LSO {lso} never reached the high watermark {hw}"
+        finally:
+            c.close()
+
+        with pytest.raises(Exception) as ei:
+            hung.commit_transaction()
+        print(f"\n{CLIENT}: hung txn visible-after {waited:.1f}s; late commit failed with "
+              f"{ei.value!r}")
+    finally:
+        hung.close(timeout=5)
+        other.close(timeout=5)
+
+    committed = read_values(tbroker.bootstrap, topic, committed=True)
+    assert committed == [f"after-{i}".encode() for i in range(10)], (
+        f"{CLIENT}: read_committed sees {committed} after the timed-out transaction")
+    uncommitted = read_values(tbroker.bootstrap, topic, committed=False)
+    assert [v for v in uncommitted if v.startswith(b"hung-")] == [
+        f"hung-{i}".encode() for i in range(10)], f"{CLIENT}: read_uncommitted {uncommitted}"
+
+
+def test_list_and_describe_transactions(tbroker: Broker) -> None:
+    topic = unique_topic("txadmin-kp")
+    create_topic(tbroker.bootstrap, topic, 2)
+    txn_id = f"admin-{uuid.uuid4().hex[:8]}"
+    admin = KafkaAdminClient(bootstrap_servers=tbroker.bootstrap, request_timeout_ms=30_000)
+    p = txn_producer(tbroker.bootstrap, txn_id, transaction_timeout_ms=45_000)
+    try:
+        p.init_transactions()
+        p.begin_transaction()
+        t_begin_ms = time.time() * 1000
+        p.send(topic, value=b"x", partition=1).get(timeout=30)
+
+        listed = [t for rows in admin.list_transactions().values() for t in rows
+                  if t.transactional_id == txn_id]
+        assert len(listed) == 1 and listed[0].state.value == "Ongoing", (
+            f"{CLIENT}: list_transactions for {txn_id}: {listed}")
+        desc = admin.describe_transactions([txn_id])[txn_id]
+        assert desc.state.value == "Ongoing", f"{CLIENT}: describe: {desc}"
+        assert desc.producer_id == listed[0].producer_id and desc.producer_id >= 0, desc
+        assert desc.transaction_timeout_ms == 45_000, desc
+        assert desc.topic_partitions == {TopicPartition(topic, 1)}, desc
+        assert abs(desc.transaction_start_time_ms - t_begin_ms) < 10_000, (
+            f"{CLIENT}: transaction_start_time_ms {desc.transaction_start_time_ms} vs "
+            f"begin at {t_begin_ms:.0f}")
+        ongoing = [t for rows in admin.list_transactions(state_filters=["Ongoing"]).values()
+                   for t in rows]
+        assert txn_id in {t.transactional_id for t in ongoing}, ongoing
+        producers = admin.describe_producers([TopicPartition(topic, 1)])
+        active = producers[TopicPartition(topic, 1)].active_producers
+        assert [a.producer_id for a in active] == [desc.producer_id] and \
+            active[0].current_transaction_start_offset == 0, (
+                f"{CLIENT}: describe_producers {producers}")
+
+        p.commit_transaction()
+        after = admin.describe_transactions([txn_id])[txn_id]
+        assert after.state.value == "CompleteCommit" and not after.topic_partitions, (
+            f"{CLIENT}: after commit: {after}")
+        done = [t for rows in admin.list_transactions(state_filters=["Ongoing"]).values()
+                for t in rows]
+        assert txn_id not in {t.transactional_id for t in done}, done
+        with pytest.raises(Errors.TransactionalIdNotFoundError):
+            admin.describe_transactions([f"nope-{uuid.uuid4().hex[:8]}"])
+    finally:
+        p.close(timeout=5)
+        admin.close()
