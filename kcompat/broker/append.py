@@ -19,11 +19,13 @@ from dataclasses import dataclass
 
 from kio.schema.errors import ErrorCode
 
+from kcompat.broker.configdef import LONG_MAX
 from kcompat.broker.partition import Partition
 from kcompat.broker.topic_config import effective
 from kcompat.txn.producer_state import SequenceError
 from kcompat.wire import batch as wbatch
-from kcompat.wire.batch import BatchHeader
+from kcompat.wire.batch import BatchError, BatchHeader
+from kcompat.wire.records import decode_batch
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,6 +38,29 @@ class AppendResult:
 
 def _fail(code: ErrorCode, message: str) -> AppendResult:
     return AppendResult(code, message=message)
+
+
+def _timestamp_problem(view: memoryview, header: BatchHeader, topic_configs: dict[str, object],
+                       broker_defaults: dict[str, object], now_ms: int) -> str | None:
+    """CreateTime bounds (KIP-937/1030): message.timestamp.after.max.ms (default
+    1 h) via the header's max timestamp; message.timestamp.before.max.ms only
+    when set, and only then by decoding the batch for its smallest timestamp."""
+    after_ms = int(effective("message.timestamp.after.max.ms", topic_configs,
+                             broker_defaults)[0])
+    if header.max_timestamp >= 0 and header.max_timestamp - now_ms > after_ms:
+        return (f"timestamp {header.max_timestamp} is more than "
+                f"message.timestamp.after.max.ms={after_ms} ahead of the broker's time")
+    before_ms = int(effective("message.timestamp.before.max.ms", topic_configs,
+                              broker_defaults)[0])
+    if before_ms < LONG_MAX:
+        try:
+            smallest = min((r.timestamp for r in decode_batch(view)), default=now_ms)
+        except BatchError:
+            return "unreadable records"
+        if now_ms - smallest > before_ms:
+            return (f"timestamp {smallest} is more than "
+                    f"message.timestamp.before.max.ms={before_ms} behind the broker's time")
+    return None
 
 
 def append_records(
@@ -70,6 +95,12 @@ def append_records(
         if problem is not None:
             return _fail(problem, "transactional batch outside an ongoing transaction "
                                   "that includes this partition")
+    log_append = effective("message.timestamp.type", topic_configs, broker_defaults)[0] == (
+        "LogAppendTime")
+    if not log_append:
+        problem = _timestamp_problem(view, header, topic_configs, broker_defaults, now_ms)
+        if problem is not None:
+            return _fail(ErrorCode.invalid_timestamp, problem)
     log = part.log
     try:
         duplicate = log.producers.check(header)
@@ -79,7 +110,7 @@ def append_records(
     if duplicate is not None:
         return AppendResult(ErrorCode.none, duplicate.base_offset)
     append_time = -1
-    if effective("message.timestamp.type", topic_configs, broker_defaults)[0] == "LogAppendTime":
+    if log_append:
         view = memoryview(wbatch.with_log_append_time(view, now_ms))
         header = wbatch.parse_header(view)
         append_time = now_ms

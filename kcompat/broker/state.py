@@ -124,6 +124,11 @@ class BrokerState:
         check_topic_name(name)
         if name in self.topics:
             raise TopicError(ErrorCode.topic_already_exists, f"Topic '{name}' already exists.")
+        folded = name.replace(".", "_")
+        for existing in self.topics:
+            if existing.replace(".", "_") == folded:
+                raise TopicError(ErrorCode.invalid_topic_exception,
+                                 f"Topic '{name}' collides with existing topic: {existing}")
         if partitions == -1:
             partitions = self.config["num.partitions"]
         if replication_factor == -1:
