@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: run test lint unit compat bench clean tools sim java-deps kafka-reference demo
+.PHONY: run test lint unit compat bench bench-simple clean tools sim java-deps kafka-reference demo
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -47,12 +47,34 @@ lint: $(STAMP)
 test: $(STAMP) tools java-deps lint
 	$(PY) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
 
-bench: $(STAMP)
+# Apache Kafka vs kcompat on this machine with Kafka's perf tools (bench/compare.py);
+# BENCH_QUICK=1 keeps the headline ratios only (< 5 min). Appends to bench/RESULTS.md.
+BENCH_STAMP := $(VENV)/.bench-installed
+$(BENCH_STAMP): $(STAMP)
+	$(PY) -m pip install -q -e '.[test,bench]'
+	touch $(BENCH_STAMP)
+
+bench: $(BENCH_STAMP) tools java-deps
+	$(PY) bench/compare.py $(if $(BENCH_QUICK),--quick) $(BENCH_ARGS)
+
+# The older single-broker confluent-kafka produce/consume benchmark.
+bench-simple: $(STAMP)
 	$(PY) bench/produce_consume.py $(BENCH_ARGS)
 
 # Long deterministic-simulator run: SEEDS schedules (default 50000) from SEED_BASE.
 sim: $(STAMP)
 	SEEDS=$${SEEDS:-50000} $(PY) -m pytest -q -p no:cacheprovider tests/sim
+
+# A local 3-broker cluster (config/cluster-{1,2,3}.yaml: Kafka ports 19092-19094, data in
+# data/cluster-N) until ^C, which stops all three.
+cluster: $(STAMP)
+	@trap 'kill 0' INT TERM; \
+	for i in 1 2 3; do $(VENV)/bin/kcompat broker --config config/cluster-$$i.yaml & done; \
+	wait
+
+# Long real-process chaos run against a 3-broker cluster (CHAOS_SECONDS, default 600).
+chaos: $(STAMP)
+	CHAOS_SECONDS=$${CHAOS_SECONDS:-600} $(PY) -m pytest -q -s -p no:cacheprovider tests/chaos
 
 clean:
 	rm -rf $(VENV) data

@@ -155,6 +155,17 @@ class CopierProc:
                                      f"{timeout:.0f}s: {self.describe()}")
             time.sleep(0.05)
 
+    def wait_inside_txn(self, timeout: float) -> bool:
+        """Wait (best effort) until the copier has produced a transaction's records
+        but not yet committed or aborted it."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and self.proc.poll() is None:
+            rows = read_status(self.status_path)
+            if rows and rows[-1]["event"] in ("produced", "offsets_sent"):
+                return True
+            time.sleep(0.003)
+        return False
+
     def wait_done(self, timeout: float) -> float:
         t0 = time.monotonic()
         try:
@@ -342,6 +353,7 @@ def run_exactly_once(client: str, broker: Any, workdir: Path, reader: Reader,
         t1 = time.monotonic()
         copier.wait_progress(total // 3, timeout=90.0)
         timings["copy_first_third"] = time.monotonic() - t1
+        copier.wait_inside_txn(timeout=10.0)  # best effort: kill with records in flight
         before = copier.summary().committed_records
         t_kill = time.time()
         broker.kill()

@@ -104,6 +104,7 @@ def test_zombie_producer_is_fenced(tbroker: Broker) -> None:
     with pytest.raises(KafkaException) as ei:
         zombie.commit_transaction(30)
     err = ei.value.args[0]
+    del zombie, fresh  # destroy the clients now, not after the module's broker is gone
     print(f"\n{CLIENT}: zombie late produce: reports={reports} raised={early}; commit: {err!r}")
     fenced_codes = {KafkaError._FENCED, KafkaError.PRODUCER_FENCED,
                     KafkaError.INVALID_PRODUCER_EPOCH}
@@ -179,6 +180,7 @@ def test_hung_transaction_is_aborted_by_timeout(tbroker: Broker) -> None:
 
     with pytest.raises(KafkaException) as ei:
         hung.commit_transaction(30)
+    del hung, other
     print(f"\n{CLIENT}: hung txn visible-after {waited:.1f}s; late commit failed with "
           f"{ei.value.args[0]!r}")
     committed = read_values(tbroker.bootstrap, topic, committed=True)

@@ -70,6 +70,7 @@ def append_records(
     broker_defaults: dict[str, object],
     now_ms: int,
     txn_check: Callable[[BatchHeader], ErrorCode | None] | None = None,
+    write: Callable[[memoryview, BatchHeader, int], BatchHeader] | None = None,
 ) -> AppendResult:
     """Validate and append; the caller holds no await between this and the ack."""
     if not records:
@@ -114,6 +115,9 @@ def append_records(
         view = memoryview(wbatch.with_log_append_time(view, now_ms))
         header = wbatch.parse_header(view)
         append_time = now_ms
-    written = log.append(view, header, part.leader_epoch, now_ms)
+    if write is not None:  # cluster mode: a Raft proposal (kcompat.broker.cluster.produce)
+        written = write(view, header, now_ms)
+    else:
+        written = log.append(view, header, part.leader_epoch, now_ms)
     part.notify_append()
     return AppendResult(ErrorCode.none, written.base_offset, append_time)

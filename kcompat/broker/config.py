@@ -64,6 +64,10 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
         _D("kcompat.cluster.id", "string", ""),
         _D("admin.port", "int", 9644, minimum=-1),  # 0 picks a free port, -1 disables
         _D("admin.host", "string", ""),  # empty: the same as host
+        # Cluster mode (kcompat.broker.cluster) is on only when the voters are set.
+        _D("controller.quorum.voters", "string", ""),  # "1@host:port,2@host:port,..."
+        _D("kcompat.raft.tick.ms", "int", 50, minimum=1),
+        _D("kcompat.raft.election.timeout.ms", "int", 1000, minimum=1),
     )
 }
 

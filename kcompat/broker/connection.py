@@ -26,7 +26,7 @@ from kcompat.broker.state import BrokerState
 from kcompat.wire import codec
 from kcompat.wire.framing import FrameError, FrameReader
 from kcompat.wire.headers import HeaderError, parse_request_header, peek_api
-from kcompat.wire.versions import API_RANGES, API_VERSIONS, api_name
+from kcompat.wire.versions import API_RANGES, API_VERSIONS, KCOMPAT_RAFT, api_name
 
 log = logging.getLogger("kcompat.conn")
 
@@ -73,6 +73,11 @@ async def handle_frame(frame: bytes, state: BrokerState, client_host: str = "") 
         api_key, version, cid = peek_api(frame)
     except HeaderError as e:
         raise CloseConnection(str(e)) from None
+    if api_key == KCOMPAT_RAFT:  # cluster mode: one-way Raft frame from a peer broker
+        if state.cluster is None:
+            raise CloseConnection("inter-broker frame, but cluster mode is off")
+        state.cluster.receive(frame)
+        return None
     rng = API_RANGES.get(api_key)
     if rng is None:
         raise CloseConnection(f"unknown API key {api_key} (version {version})")

@@ -66,10 +66,11 @@ class MetadataImage:
 class MetadataStore:
     """Appends metadata records to the local metadata log and replays it."""
 
-    def __init__(self, data_dir: Path, now_ms: int) -> None:
+    def __init__(self, data_dir: Path, now_ms: int, replay: bool = True) -> None:
         self.log = PartitionLog.open(data_dir / METADATA_DIR, LogConfig(), now_ms)
         self.image = MetadataImage()
-        self._replay()
+        if replay:  # cluster mode applies only committed records (kcompat.broker.cluster)
+            self._replay()
 
     def _replay(self) -> None:
         offset = self.log.log_start_offset

@@ -25,9 +25,12 @@ class Partition:
     log: PartitionLog
     wake: Callable[[], None] = lambda: None  # wakes long-polling fetches
     leader_epoch: int = 0
+    hw_source: Callable[[], int] | None = None  # cluster mode: the Raft high watermark
 
     @property
     def high_watermark(self) -> int:
+        if self.hw_source is not None:
+            return self.hw_source()
         return self.log.log_end_offset
 
     @property

@@ -63,6 +63,8 @@ async def run_broker(config: BrokerConfig, task_status: trio.TaskStatus[int] = t
             background.start_soon(_retention_loop, state)
             background.start_soon(state.groups.run)
             background.start_soon(state.txns.run)
+            if state.cluster is not None:  # cluster mode: the Multi-Raft driver
+                background.start_soon(state.cluster.run)
             serve_scope = trio.CancelScope()
             background.start_soon(_wait_for_signal, serve_scope)
             log.info("kcompat broker ready on %s:%d (data in %s)", config["host"], port,

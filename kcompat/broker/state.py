@@ -35,6 +35,7 @@ from kcompat.broker.topic_config import log_config, validate_overrides
 from kcompat.log.partition_log import PartitionLog
 
 if TYPE_CHECKING:
+    from kcompat.broker.cluster.runtime import ClusterRuntime
     from kcompat.broker.groups import GroupService
     from kcompat.broker.transactions import TxnService
 
@@ -76,8 +77,11 @@ class BrokerState:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self._remove_deleted_dirs()
         self.flusher = Flusher()
-        self.metadata = MetadataStore(self.data_dir, now_ms())
-        if not self.metadata.image.cluster_id:
+        # Cluster mode (issue 6) only with controller.quorum.voters; see kcompat.broker.cluster.
+        voters = config["controller.quorum.voters"]
+        self.cluster: ClusterRuntime | None = None
+        self.metadata = MetadataStore(self.data_dir, now_ms(), replay=not voters)
+        if not self.metadata.image.cluster_id and not voters:
             cid = config["kcompat.cluster.id"] or _new_cluster_id()
             self.metadata.append({"type": "cluster", "cluster_id": cid}, now_ms())
         self.partitions: dict[tuple[str, int], Partition] = {}
@@ -88,6 +92,14 @@ class BrokerState:
         self._next_producer_id = self.metadata.image.producer_id_limit
         for meta in self.metadata.image.topics.values():
             self._open_partitions(meta, range(meta.partitions))
+        if voters:  # the runtime opens partitions as committed metadata arrives
+            from kcompat.broker.cluster.runtime import ClusterRuntime
+
+            self.cluster = ClusterRuntime(self, voters)
+
+    @property
+    def broker_count(self) -> int:
+        return 1 if self.cluster is None else len(self.cluster.voters)
 
     # -- lookups -------------------------------------------------------------
     @property
@@ -139,10 +151,11 @@ class BrokerState:
             raise TopicError(
                 ErrorCode.invalid_replication_factor, "Replication factor must be positive."
             )
-        if replication_factor > 1:
+        if replication_factor > self.broker_count:
             raise TopicError(
                 ErrorCode.invalid_replication_factor,
-                f"Replication factor: {replication_factor} larger than available brokers: 1.",
+                f"Replication factor: {replication_factor} larger than available brokers: "
+                f"{self.broker_count}.",
             )
         try:
             overrides = validate_overrides(configs)
@@ -151,6 +164,9 @@ class BrokerState:
         meta = TopicMeta(name, uuid.uuid4(), partitions, overrides, internal)
         if validate_only:
             return meta
+        if self.cluster is not None:  # cluster mode creates through the controller only
+            raise TopicError(ErrorCode.not_controller,
+                             "cluster mode: topics are created by the controller")
         self.metadata.append(
             {"type": "create_topic", "name": name, "id": str(meta.topic_id),
              "partitions": partitions, "configs": overrides, "internal": internal},
@@ -163,6 +179,11 @@ class BrokerState:
     def auto_create(self, name: str) -> TopicMeta | None:
         """Create ``name`` with broker defaults if auto-creation is on."""
         if not self.config["auto.create.topics.enable"]:
+            return None
+        if self.cluster is not None:  # proposed on the controller; clients retry
+            from kcompat.broker.cluster.admin import auto_create
+
+            auto_create(self, name)
             return None
         return self.create_topic(name, -1, -1, {})
 
@@ -185,6 +206,7 @@ class BrokerState:
         log.info("deleted topic %s", name)
 
     def add_partitions(self, name: str, total: int, validate_only: bool = False) -> None:
+        self._refuse_in_cluster_mode()
         meta = self.topics.get(name)
         if meta is None:
             raise TopicError(ErrorCode.unknown_topic_or_partition, f"Topic {name} does not exist")
@@ -201,6 +223,7 @@ class BrokerState:
         self._open_partitions(meta, range(old, total))
 
     def set_topic_configs(self, name: str, overrides: dict[str, Any], validate_only: bool) -> None:
+        self._refuse_in_cluster_mode()
         meta = self.topics.get(name)
         if meta is None:
             raise TopicError(ErrorCode.unknown_topic_or_partition, f"Topic {name} does not exist")
@@ -217,8 +240,17 @@ class BrokerState:
             if part is not None:
                 part.log.config = new_config
 
+    def _refuse_in_cluster_mode(self) -> None:
+        """Not replicated yet in cluster mode (kcompat.broker.cluster: gaps)."""
+        if self.cluster is not None:
+            raise TopicError(ErrorCode.invalid_request if self.cluster.is_controller
+                             else ErrorCode.not_controller,
+                             "not supported in cluster mode yet")
+
     # -- producer ids --------------------------------------------------------
     def allocate_producer_id(self) -> int:
+        if self.cluster is not None:  # cluster mode: per-node durable blocks
+            return self.cluster.allocate_producer_id()
         if self._next_producer_id >= self.metadata.image.producer_id_limit:
             limit = self._next_producer_id + PRODUCER_ID_BLOCK
             self.metadata.append({"type": "producer_ids", "limit": limit}, now_ms())

@@ -377,6 +377,16 @@ class PartitionLog:
         self.producers, self._txn_indexes = rebuild_transactions(
             self.directory, self._segments, log_end)
 
+    def reset_to(self, offset: int) -> None:
+        """Drop every batch and restart the empty log at ``offset`` (a Raft
+        follower installing a leader's snapshot that ends past this log)."""
+        self._truncate_fully(offset)
+        if self._epochs.truncate_from_end(offset):
+            self._write_epochs()
+        prune_snapshots(self.directory, offset, self.config.snapshots_kept)
+        self.producers, self._txn_indexes = rebuild_transactions(
+            self.directory, self._segments, offset)
+
     def _batch_base(self, offset: int) -> int:
         """Base offset of the batch holding ``offset`` (in [start, end))."""
         i = self._segment_index(offset)

@@ -78,6 +78,10 @@ _TABLE = (
 
 API_RANGES: dict[int, ApiRange] = {r.api_key: r for r in _TABLE}
 
+# Internal, never advertised: inter-broker Raft frames in cluster mode
+# (kcompat.broker.cluster.codec / transport explain why a private key).
+KCOMPAT_RAFT = 1000
+
 
 def api_name(api_key: int) -> str:
     r = API_RANGES.get(api_key)

@@ -91,6 +91,10 @@ def _create(ctx: RequestContext, topic: Any, validate_only: bool) -> Any:
 
 
 async def handle(ctx: RequestContext, request: Any) -> Any:
+    if ctx.state.cluster is not None:  # cluster mode: through the controller
+        from kcompat.broker.cluster.admin import create_topics
+
+        return await create_topics(ctx, request)
     dups = duplicates(t.name for t in request.topics)
     results, reported = [], set()
     for topic in request.topics:

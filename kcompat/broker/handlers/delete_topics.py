@@ -10,6 +10,7 @@ TOPIC_DELETION_DISABLED. v6 answers carry the deleted topic's id.
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from typing import Any
 
@@ -29,7 +30,8 @@ def _requested(request: Any) -> list[tuple[str | None, uuid.UUID | None]]:
             for t in request.topics]
 
 
-def _delete(ctx: RequestContext, name: str | None, topic_id: uuid.UUID | None) -> Any:
+def _delete(ctx: RequestContext, name: str | None, topic_id: uuid.UUID | None,
+            pending: list[str]) -> Any:
     state = ctx.state
     code, message = OK, None
     try:
@@ -46,7 +48,10 @@ def _delete(ctx: RequestContext, name: str | None, topic_id: uuid.UUID | None) -
         topic_id = meta.topic_id if meta is not None else topic_id
         if not state.config["delete.topic.enable"]:
             raise TopicError(ErrorCode.topic_deletion_disabled, "Topic deletion is disabled.")
-        state.delete_topic(name)
+        if state.cluster is not None:  # cluster mode: committed through the controller below
+            pending.append(name)
+        else:
+            state.delete_topic(name)
     except TopicError as e:
         code, message = e.code, e.message
     return ctx.build("DeletableTopicResult", name=name, topic_id=topic_id,
@@ -58,6 +63,7 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
     dup_names = duplicates(n for n, _ in wanted if n is not None)
     dup_ids = duplicates(i for _, i in wanted if i is not None)
     results, reported = [], set()
+    pending: list[str] = []
     for name, topic_id in wanted:
         if name in dup_names or topic_id in dup_ids:
             key = name if name in dup_names else topic_id
@@ -69,5 +75,22 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
                     error_code=ErrorCode.invalid_request, error_message=f"Duplicate topic {what}.",
                 ))
             continue
-        results.append(_delete(ctx, name, topic_id))
+        results.append(_delete(ctx, name, topic_id, pending))
+    if pending:
+        results = await _delete_in_cluster(ctx, results, pending)
     return ctx.response(throttle_time=NO_THROTTLE, responses=tuple(results))
+
+
+async def _delete_in_cluster(ctx: RequestContext, results: list[Any],
+                             pending: list[str]) -> list[Any]:
+    from kcompat.broker.cluster.admin import delete_topic
+
+    failed: dict[str, TopicError] = {}
+    for name in pending:
+        try:
+            await delete_topic(ctx.state, name)
+        except TopicError as e:
+            failed[name] = e
+    return [dataclasses.replace(r, error_code=failed[r.name].code,
+                                error_message=failed[r.name].message)
+            if r.name in failed else r for r in results]

@@ -80,9 +80,13 @@ def _read_all(ctx: RequestContext, request: Any) -> tuple[list[Any], int, bool]:
             part = state.partition(topic.topic, fp.partition)
             records = b""
             code = OK
-            if part is None:
+            if state.cluster is not None:  # cluster mode: only the leader serves consumers
+                code = state.cluster.partition_error(topic.topic, fp.partition) or OK
+                if code != OK:
+                    part = None
+            if code == OK and part is None:
                 code = ErrorCode.unknown_topic_or_partition
-            else:
+            elif code == OK and part is not None:
                 code = _epoch_error(part, getattr(fp, "current_leader_epoch", -1)) or OK
             remaining = budget - total
             aborted: tuple[Any, ...] | None = None

@@ -22,6 +22,11 @@ GROUP, TRANSACTION = 0, 1
 
 def _answer(ctx: RequestContext, key_type: int) -> dict[str, Any]:
     state = ctx.state
+    if state.cluster is not None and key_type in (GROUP, TRANSACTION):
+        # Cluster mode: the coordinators are not replicated yet (kcompat.broker.cluster).
+        return {"error_code": ErrorCode.coordinator_not_available,
+                "error_message": "coordinators are not available in cluster mode yet",
+                "node_id": -1, "host": "", "port": -1}
     if key_type in (GROUP, TRANSACTION):
         return {"error_code": OK, "error_message": None, "node_id": state.node_id,
                 "host": advertised_host(state), "port": state.advertised_port}

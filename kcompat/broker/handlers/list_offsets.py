@@ -22,7 +22,10 @@ from kcompat.wire.records import RecordError
 def _partition(ctx: RequestContext, topic: str, req: Any, committed: bool) -> Any:
     part = ctx.state.partition(topic, req.partition_index)
     code, offset, ts, epoch = OK, -1, -1, -1
-    if part is None:
+    cluster = ctx.state.cluster
+    if cluster is not None and cluster.partition_error(topic, req.partition_index):
+        code = cluster.partition_error(topic, req.partition_index) or OK  # not the leader
+    elif part is None:
         code = ErrorCode.unknown_topic_or_partition
     else:
         epoch = part.leader_epoch

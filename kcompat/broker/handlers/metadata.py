@@ -25,7 +25,42 @@ ZERO_UUID = uuid.UUID(int=0)
 TOPIC_OPERATIONS = sum(1 << op for op in (3, 4, 5, 6, 7, 8, 10, 11))
 
 
+def _cluster_partitions(ctx: RequestContext, meta: TopicMeta) -> tuple[Any, ...]:
+    """Cluster mode: leaders, epochs, replicas and ISR from the Raft groups."""
+    cluster = ctx.state.cluster
+    assert cluster is not None
+    out = []
+    for index in range(meta.partitions):
+        if (meta.name, index) not in cluster.assignments:
+            continue
+        leader, epoch, replicas, isr = cluster.partition_view(meta.name, index)
+        out.append(ctx.build(
+            "MetadataResponsePartition",
+            error_code=OK if leader >= 0 else ErrorCode.leader_not_available,
+            partition_index=index, leader_id=leader, leader_epoch=epoch,
+            replica_nodes=replicas, isr_nodes=isr, offline_replicas=(),
+        ))
+    return tuple(out)
+
+
+def _brokers(ctx: RequestContext) -> tuple[tuple[Any, ...], int]:
+    """(brokers, controller id): every voter in cluster mode, else this node."""
+    state = ctx.state
+    if state.cluster is None:
+        broker = ctx.build("MetadataResponseBroker", node_id=state.node_id,
+                           host=advertised_host(state), port=state.advertised_port, rack=None)
+        return (broker,), state.node_id
+    brokers = tuple(
+        ctx.build("MetadataResponseBroker", node_id=node, rack=None,
+                  host=advertised_host(state) if node == state.node_id else host,
+                  port=state.advertised_port if node == state.node_id else port)
+        for node, (host, port) in sorted(state.cluster.voters.items()))
+    return brokers, state.cluster.controller_id
+
+
 def _partitions(ctx: RequestContext, meta: TopicMeta) -> tuple[Any, ...]:
+    if ctx.state.cluster is not None:
+        return _cluster_partitions(ctx, meta)
     node = ctx.state.node_id
     out = []
     for index in range(meta.partitions):
@@ -93,9 +128,8 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
         # topics, instead of the "omitted" sentinel (FINDINGS.md, D7).
         topics = tuple(dataclasses.replace(t, topic_authorized_operations=TOPIC_OPERATIONS)
                        for t in topics)
-    broker = ctx.build("MetadataResponseBroker", node_id=state.node_id, host=advertised_host(state),
-                       port=state.advertised_port, rack=None)
+    brokers, controller_id = _brokers(ctx)
     return ctx.response(
-        throttle_time=NO_THROTTLE, brokers=(broker,), cluster_id=state.cluster_id,
-        controller_id=state.node_id, topics=topics,
+        throttle_time=NO_THROTTLE, brokers=brokers, cluster_id=state.cluster_id,
+        controller_id=controller_id, topics=topics,
     )

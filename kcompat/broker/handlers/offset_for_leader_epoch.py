@@ -19,7 +19,10 @@ from kcompat.broker.handlers._common import NO_THROTTLE, OK
 def _partition(ctx: RequestContext, topic: str, req: Any) -> Any:
     part = ctx.state.partition(topic, req.partition)
     code, epoch, end = OK, -1, -1
-    if part is None:
+    cluster = ctx.state.cluster
+    if cluster is not None and cluster.partition_error(topic, req.partition):
+        code = cluster.partition_error(topic, req.partition) or OK  # not the leader
+    elif part is None:
         code = ErrorCode.unknown_topic_or_partition
     elif req.current_leader_epoch >= 0 and req.current_leader_epoch != part.leader_epoch:
         code = (ErrorCode.unknown_leader_epoch if req.current_leader_epoch > part.leader_epoch

@@ -60,6 +60,10 @@ def _needs_sync(ctx: RequestContext, acks: int) -> bool:
 
 
 async def handle(ctx: RequestContext, request: Any) -> Any:
+    if ctx.state.cluster is not None:  # cluster mode: Raft proposals (kcompat.broker.cluster)
+        from kcompat.broker.cluster import produce as cluster_produce
+
+        return await cluster_produce.handle(ctx, request)
     state = ctx.state
     acks = request.acks
     now = now_ms()

@@ -1,0 +1,126 @@
+"""A local kcompat cluster of real broker processes, for the cluster and chaos tests.
+
+Each broker is a ``compat_tests._broker.Broker`` started with
+``--node-id N --set controller.quorum.voters=...`` (cluster mode, issue 6) and
+its own data dir; the helpers ask a live broker for Metadata through
+librdkafka (confluent-kafka) to find controllers and partition leaders.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from confluent_kafka.admin import AdminClient
+
+from compat_tests._broker import Broker, free_port
+
+
+class Cluster:
+    def __init__(self, root: Path, size: int = 3, extra_args: tuple[str, ...] = ()) -> None:
+        ports = [free_port() for _ in range(size)]
+        self.voters = ",".join(f"{i + 1}@127.0.0.1:{p}" for i, p in enumerate(ports))
+        self.brokers: dict[int, Broker] = {
+            i + 1: Broker(root / f"broker-{i + 1}", port=ports[i], extra_args=(
+                "--node-id", str(i + 1), "--set", f"controller.quorum.voters={self.voters}",
+                "--admin-port", "-1", "--set", "default.replication.factor=3", *extra_args))
+            for i in range(size)
+        }
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(b.bootstrap for b in self.brokers.values())
+
+    def start(self) -> Cluster:
+        for b in self.brokers.values():
+            b.start()
+        self.wait_for_controller()
+        return self
+
+    def close(self) -> None:
+        for b in self.brokers.values():
+            b.close()
+
+    def live_bootstrap(self) -> str:
+        return ",".join(b.bootstrap for b in self.brokers.values() if b.running)
+
+    def _admin(self) -> AdminClient:
+        return AdminClient({"bootstrap.servers": self.live_bootstrap(),
+                            "socket.timeout.ms": 2000, "log_level": 0})
+
+    def wait_for_controller(self, timeout_s: float = 30.0) -> int:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            try:
+                md = self._admin().list_topics(timeout=2)
+                if md.controller_id >= 0:
+                    return int(md.controller_id)
+            except Exception:  # noqa: BLE001 - keep polling until the deadline
+                pass
+            time.sleep(0.2)
+        raise AssertionError("no controller elected in time")
+
+    def create_topic(self, name: str, partitions: int, replication: int = 3) -> None:
+        from confluent_kafka.admin import NewTopic
+
+        admin = self._admin()  # keep it alive until the future resolves
+        futures = admin.create_topics(
+            [NewTopic(name, partitions, replication)], operation_timeout=20, request_timeout=20)
+        futures[name].result(timeout=30)
+        self.wait_for_leaders(name, partitions)
+
+    def leaders(self, topic: str, admin: AdminClient | None = None) -> dict[int, int]:
+        """{partition: leader id (-1 if none)} as a live broker sees it."""
+        md = (admin or self._admin()).list_topics(topic, timeout=2)
+        t = md.topics.get(topic)
+        if t is None or t.error is not None and not t.partitions:
+            return {}
+        return {p.id: p.leader for p in t.partitions.values()}
+
+    def wait_for_leaders(self, topic: str, partitions: int, timeout_s: float = 30.0,
+                         exclude: int | None = None) -> dict[int, int]:
+        deadline = time.monotonic() + timeout_s
+        last: dict[int, int] = {}
+        while time.monotonic() < deadline:
+            try:
+                last = self.leaders(topic)
+            except Exception:  # noqa: BLE001
+                last = {}
+            if len(last) == partitions and all(
+                    ldr >= 0 and ldr != exclude and self.brokers[ldr].running
+                    for ldr in last.values()):
+                return last
+            time.sleep(0.05)
+        raise AssertionError(f"partitions of {topic} have no live leader: {last}")
+
+
+def consume_all(bootstrap: str, topic: str, partitions: int,
+                timeout_s: float = 60.0) -> dict[int, list[bytes]]:
+    """Every record value of ``topic`` per partition, read from the beginning up
+    to the high watermark each partition has when reading starts."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "verifier",
+                         "enable.auto.commit": False, "auto.offset.reset": "earliest",
+                         "log_level": 0})
+    try:
+        ends = {}
+        for p in range(partitions):
+            _low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
+            ends[p] = high
+        consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+        out: dict[int, list[bytes]] = {p: [] for p in range(partitions)}
+        done = {p for p, end in ends.items() if end <= 0}
+        deadline = time.monotonic() + timeout_s
+        while len(done) < partitions:
+            assert time.monotonic() < deadline, f"consumed only {[len(v) for v in out.values()]}"
+            msg = consumer.poll(0.5)
+            if msg is None or msg.error() is not None:
+                continue
+            p = msg.partition()
+            out[p].append(msg.value())
+            if msg.offset() + 1 >= ends[p]:
+                done.add(p)
+        return out
+    finally:
+        consumer.close()

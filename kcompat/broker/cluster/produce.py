@@ -1,0 +1,107 @@
+"""Produce in cluster mode: the partition leader proposes, acks=all waits for commit.
+
+Theory of operation
+-------------------
+Only the Raft leader of a partition accepts a batch; anyone else answers
+NOT_LEADER_OR_FOLLOWER (also a replica-less broker for a topic that exists),
+and the client refreshes metadata and retries at the leader. On the leader the
+single-node hot path runs unchanged (``append_records``: batch validation,
+CRC, idempotence and transaction checks) except that the final write is a Raft
+proposal written to the log at once (``ClusterRuntime.propose_batch``), so the
+offset and the producer state are final before any await.
+
+Acknowledgement: ``acks=all`` answers once the high watermark (the Raft commit
+index, reached only by entries durable on a quorum, the leader included) is
+past the batch, in the term that wrote it; if leadership is lost first the
+answer is NOT_LEADER_OR_FOLLOWER and an idempotent producer's retry is
+deduplicated by the new leader, which rebuilt the same producer state from
+the replicated log. ``acks=1`` answers after the leader's own append (made
+durable first under ``kcompat.flush.mode=always``), as in Kafka. A duplicate
+batch with acks=all waits for the commit of the original.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import trio
+from kio.schema.errors import ErrorCode
+
+from kcompat.broker.append import AppendResult, append_records
+from kcompat.broker.cluster.runtime import ClusterRuntime, Group, NotLeaderError
+from kcompat.broker.context import RequestContext
+from kcompat.broker.partition import Partition
+from kcompat.broker.state import now_ms
+from kcompat.wire.batch import BatchHeader
+
+_Row = tuple[int, AppendResult, Partition | None, Group | None, int]
+
+
+def _append(ctx: RequestContext, cluster: ClusterRuntime, topic: str, pdata: Any,
+            acks: int, now: int) -> _Row:
+    from kcompat.broker.handlers.produce import _txn_check
+
+    state = ctx.state
+    meta = state.topics.get(topic)
+    if acks not in (-1, 0, 1):
+        return pdata.index, AppendResult(ErrorCode.invalid_required_acks), None, None, -1
+    if meta is None or (topic, pdata.index) not in cluster.assignments:
+        return pdata.index, AppendResult(ErrorCode.unknown_topic_or_partition), None, None, -1
+    group = cluster.group_of(topic, pdata.index)
+    part = state.partition(topic, pdata.index)
+    if group is None or part is None or not group.is_leader:
+        return pdata.index, AppendResult(ErrorCode.not_leader_or_follower), None, None, -1
+    term = group.raft.term
+
+    def write(view: memoryview, header: BatchHeader, now_ms: int) -> BatchHeader:
+        return cluster.propose_batch(group, view, header, now_ms)
+
+    try:
+        result = append_records(part, pdata.records, meta.configs, state.broker_defaults, now,
+                                _txn_check(ctx, topic, pdata.index), write)
+    except NotLeaderError:
+        result = AppendResult(ErrorCode.not_leader_or_follower)
+    state.metrics.produced(topic, pdata.records, result.error == ErrorCode.none)
+    return pdata.index, result, part, group, term
+
+
+async def handle(ctx: RequestContext, request: Any) -> Any:
+    from kcompat.broker.handlers.produce import _needs_sync, _partition_response
+
+    state = ctx.state
+    cluster = state.cluster
+    assert cluster is not None
+    acks, now = request.acks, now_ms()
+    results = [(t.name, [_append(ctx, cluster, t.name, p, acks, now) for p in t.partition_data])
+               for t in request.topic_data]
+    ok = [row for _n, rows in results for row in rows if row[1].error == ErrorCode.none]
+    errors: dict[int, ErrorCode] = {}
+    if ok and acks == -1:
+        deadline = trio.current_time() + request.timeout.total_seconds()
+        for row in ok:
+            _i, result, _p, group, term = row
+            assert group is not None
+            code = await cluster.wait_committed(group, result.base_offset, term, deadline)
+            if code != ErrorCode.none:
+                errors[id(row)] = code
+    elif ok and _needs_sync(ctx, acks):
+        try:
+            await state.flusher.sync(*[p.log for _i, _r, p, _g, _t in ok if p is not None])
+        except OSError:
+            errors.update({id(row): ErrorCode.kafka_storage_error for row in ok})
+    if acks == 0:
+        return None
+    topics = []
+    for name, rows in results:
+        parts = []
+        for row in rows:
+            index, result, part, _g, _t = row
+            if id(row) in errors:
+                result = AppendResult(errors[id(row)])
+            log_start = part.log.log_start_offset if part and result.error == ErrorCode.none else -1
+            parts.append(_partition_response(ctx, index, result, log_start))
+        topics.append(ctx.build("TopicProduceResponse", name=name,
+                                partition_responses=tuple(parts)))
+    from kcompat.broker.handlers._common import NO_THROTTLE
+
+    return ctx.response(responses=tuple(topics), throttle_time=NO_THROTTLE)

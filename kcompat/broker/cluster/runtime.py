@@ -1,0 +1,510 @@
+"""The cluster runtime: Multi-Raft driver, metadata quorum, partition groups.
+
+Theory of operation
+-------------------
+Cluster mode is on only when ``controller.quorum.voters`` is set
+(``"1@host:port,2@host:port,..."``, each voter's Kafka listener). Every voter is
+a broker; group 0 is the metadata quorum over ``__cluster_metadata-0`` (the
+``MetadataStore`` log) and its leader is the controller. Every partition is a
+Raft group among its replicas over its own ``PartitionLog`` (see ``storage``):
+Raft term = partition leader epoch, Raft high watermark = Kafka high
+watermark, Raft leader = partition leader.
+
+Metadata. Only the controller accepts topic changes: it plans the change
+(replica assignment spread round-robin across the voters from a per-topic
+start, and one Raft group id per partition, ``(record offset << 16) |
+partition``, unique because record offsets are), proposes one JSON record and
+answers once the record is *committed and applied*. Every broker applies
+committed records in log order (``_apply_metadata``), so ``MetadataImage`` and
+the set of local replicas are the same function of the committed log
+everywhere; nothing is applied before commit and a restart replays from the
+start as the high watermark becomes known again.
+
+The driver (``run``) is the only place that moves the Raft Ready contract
+forward, for all groups at once: every ``tick_ms`` it ticks each group; on
+every wake-up (a tick, a received frame, a proposal) it collects the Ready of
+every group that has one, writes them all (append, truncate, hard state; no
+fsync), makes them durable with **one** group-committed fsync round of the
+broker's ``Flusher``, then sends the messages of all groups, batched into one
+frame per peer, then ``advance``s each group and publishes its new state
+(high watermark, leader epoch) to waiting produce requests and fetches.
+
+Leadership announcements: a broker that is not a replica of a partition has
+no Raft node for it, yet Metadata must name the leader. Leaders therefore
+announce ``(group, term, leader, isr)`` to every peer, on change and every
+``ANNOUNCE_TICKS``; the highest term wins.
+
+Gaps (see the README): single-node mode does not yet run as a quorum of one;
+the group and transaction coordinators are not replicated (FindCoordinator
+answers COORDINATOR_NOT_AVAILABLE in cluster mode); CreatePartitions and
+config changes are refused in cluster mode; auto-creation works only on the
+controller; voters are static (no reconfiguration, no observers).
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import hashlib
+import json
+import logging
+import random
+import zlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import trio
+from kio.schema.errors import ErrorCode
+
+from kcompat.broker.cluster import codec
+from kcompat.broker.cluster.storage import PartitionLogStorage
+from kcompat.broker.cluster.transport import PeerLink
+from kcompat.broker.configdef import ConfigError
+from kcompat.broker.metadata import TopicMeta
+from kcompat.broker.partition import Partition
+from kcompat.broker.topic_config import log_config
+from kcompat.log.files import atomic_write
+from kcompat.log.partition_log import PartitionLog
+from kcompat.raft import NO_NODE, Message, NotLeader, Raft, RaftConfig, Ready, Role
+from kcompat.raft.storage import write_ready
+from kcompat.wire import batch as wbatch
+from kcompat.wire.batch import BatchHeader
+from kcompat.wire.records import decode_batch, encode_batch
+
+if TYPE_CHECKING:
+    from kcompat.broker.state import BrokerState
+
+log = logging.getLogger("kcompat.cluster")
+
+METADATA_GROUP = 0
+FETCH_WAIT_TICKS = 3
+ANNOUNCE_TICKS = 10
+PRODUCER_ID_FILE = "cluster-producer-ids"
+PRODUCER_ID_BLOCK = 1000
+PRODUCER_ID_NODE_SHIFT = 40
+
+
+class NotLeaderError(Exception):
+    """This broker does not lead the group (NOT_LEADER_OR_FOLLOWER / NOT_CONTROLLER)."""
+
+
+def parse_voters(text: str) -> dict[int, tuple[str, int]]:
+    """``"1@h:p,2@h:p"`` -> {1: (h, p), 2: (h, p)}; ConfigError naming the key."""
+    voters: dict[int, tuple[str, int]] = {}
+    for item in (s.strip() for s in text.split(",")):
+        try:
+            node, _, addr = item.partition("@")
+            host, _, port = addr.rpartition(":")
+            if not host:
+                raise ValueError(item)
+            voters[int(node)] = (host, int(port))
+        except ValueError:
+            raise ConfigError("controller.quorum.voters",
+                              f"{item!r} is not ID@HOST:PORT") from None
+    return voters
+
+
+@dataclass(eq=False)
+class Group:
+    gid: int
+    raft: Raft
+    storage: PartitionLogStorage
+    replicas: tuple[int, ...]
+    part: Partition | None = None
+    hw: int = 0  # the high watermark of the last Ready made durable (what readers see)
+    changed: trio.Event = field(default_factory=trio.Event)
+    seen: tuple[Role, int, int, int] | None = None
+    removed: bool = False
+
+    @property
+    def is_leader(self) -> bool:
+        return self.raft.role is Role.LEADER
+
+    def notify(self) -> None:
+        self.changed.set()
+        self.changed = trio.Event()
+
+
+class ClusterRuntime:
+    def __init__(self, state: BrokerState, voters_text: str) -> None:
+        self.state = state
+        self.node_id = state.node_id
+        self.voters = parse_voters(voters_text)
+        if self.node_id not in self.voters:
+            raise ConfigError("controller.quorum.voters",
+                              f"node.id {self.node_id} is not one of the voters")
+        config = state.config
+        tick_ms = config["kcompat.raft.tick.ms"]
+        self.tick_s = tick_ms / 1000
+        self.election_ticks = max(FETCH_WAIT_TICKS + 2,
+                                  config["kcompat.raft.election.timeout.ms"] // tick_ms)
+        self.rng = random.Random()
+        self.groups: dict[int, Group] = {}
+        self.assignments: dict[tuple[str, int], tuple[int, tuple[int, ...]]] = {}
+        self.announced: dict[int, codec.Announcement] = {}
+        self.meta_applied = 0
+        self.peers = {n: PeerLink(n, h, p) for n, (h, p) in self.voters.items()
+                      if n != self.node_id}
+        self._wake = trio.Event()
+        self._tick_due = False
+        self._announce_due = True
+        self._ticks = 0
+        self._pid_path = Path(state.data_dir) / PRODUCER_ID_FILE
+        self._pid_next = _read_int(self._pid_path)
+        self._pid_limit = self._pid_next
+        cid = config["kcompat.cluster.id"] or _cluster_id(voters_text)
+        state.metadata.image.cluster_id = cid
+        storage = PartitionLogStorage(state.metadata.log, self.node_id)
+        self.meta = self._new_group(METADATA_GROUP, tuple(sorted(self.voters)), storage)
+
+    # -- lookups used by the handlers ----------------------------------------------
+
+    @property
+    def is_controller(self) -> bool:
+        return self.meta.is_leader
+
+    @property
+    def controller_id(self) -> int:
+        return self.meta.raft.leader
+
+    def group_of(self, topic: str, index: int) -> Group | None:
+        found = self.assignments.get((topic, index))
+        return self.groups.get(found[0]) if found else None
+
+    def leads(self, topic: str, index: int) -> bool:
+        group = self.group_of(topic, index)
+        return group is not None and group.is_leader
+
+    def partition_error(self, topic: str, index: int) -> ErrorCode | None:
+        """The error a leader-only request gets here, or None if we lead it."""
+        if (topic, index) not in self.assignments:
+            return ErrorCode.unknown_topic_or_partition
+        return None if self.leads(topic, index) else ErrorCode.not_leader_or_follower
+
+    def partition_view(self, topic: str, index: int) -> tuple[int, int, tuple[int, ...],
+                                                                  tuple[int, ...]]:
+        """(leader or -1, leader epoch, replicas, isr) for Metadata."""
+        gid, replicas = self.assignments[(topic, index)]
+        group = self.groups.get(gid)
+        ann = self.announced.get(gid)
+        if group is not None:
+            raft = group.raft
+            if group.is_leader:
+                return self.node_id, raft.term, replicas, self._isr(group)
+            if ann is not None and ann.term == raft.term and ann.leader == raft.leader:
+                return raft.leader, raft.term, replicas, ann.isr
+            leader = raft.leader
+            return leader, raft.term, replicas, (leader,) if leader != NO_NODE else ()
+        if ann is not None:
+            return ann.leader, ann.term, replicas, ann.isr
+        return NO_NODE, 0, replicas, ()
+
+    def _isr(self, group: Group) -> tuple[int, ...]:
+        status = group.raft.status()
+        caught_up = [n for n, end in status.match_ends.items() if end >= group.hw]
+        return tuple(sorted([self.node_id, *caught_up]))
+
+    # -- producer ids -------------------------------------------------------------------
+
+    def allocate_producer_id(self) -> int:
+        """Ids ``node_id << 40 | n`` from durable local blocks: unique cluster-wide
+        without a controller round trip, never reused after a restart."""
+        if self._pid_next >= self._pid_limit:
+            self._pid_limit = self._pid_next + PRODUCER_ID_BLOCK
+            atomic_write(self._pid_path, str(self._pid_limit).encode())
+        pid = (self.node_id << PRODUCER_ID_NODE_SHIFT) | self._pid_next
+        self._pid_next += 1
+        return pid
+
+    # -- proposals ----------------------------------------------------------------------
+
+    def propose_batch(self, group: Group, view: memoryview, header: BatchHeader,
+                      now_ms: int) -> BatchHeader:
+        """Append a validated batch as the leader (written to the log at once, see
+        ``storage``); raises NotLeaderError. No await: atomic under trio."""
+        raft = group.raft
+        if group.removed or raft.role is not Role.LEADER:
+            raise NotLeaderError(raft.leader)
+        for entry in list(raft.log.unstable):  # e.g. the leader-change entry
+            group.storage.append_now(entry)
+        proposed = raft.propose(bytes(view), header.last_offset_delta + 1)
+        if isinstance(proposed, NotLeader):
+            raise NotLeaderError(proposed.leader)
+        entry = proposed
+        group.storage.append_now(entry, view)
+        self.kick()
+        return dataclasses.replace(header, base_offset=entry.index,
+                                   partition_leader_epoch=entry.term)
+
+    async def wait_committed(self, group: Group, offset: int, term: int,
+                             deadline: float) -> ErrorCode:
+        """Wait until ``offset`` (proposed in ``term``) is below the high watermark."""
+        while True:
+            changed = group.changed
+            if group.removed:
+                return ErrorCode.unknown_topic_or_partition
+            if group.hw > offset and group.raft.term == term:
+                return ErrorCode.none
+            if group.raft.term != term or not group.is_leader:
+                return ErrorCode.not_leader_or_follower
+            if trio.current_time() >= deadline:
+                return ErrorCode.request_timed_out
+            with trio.move_on_at(deadline):
+                await changed.wait()
+
+    def plan_assignments(self, name: str, first: int, count: int,
+                         replication: int) -> list[list[Any]]:
+        """[[group id, [replica ids]], ...] for partitions first..first+count-1.
+        Must be proposed without an await in between (ids use the log end)."""
+        base = self.meta.raft.log.end
+        ids = sorted(self.voters)
+        start = zlib.crc32(name.encode()) % len(ids)
+        return [[(base << 16) | (first + i),
+                 [ids[(start + first + i + k) % len(ids)] for k in range(replication)]]
+                for i in range(count)]
+
+    def propose_metadata_nowait(self, rec: dict[str, Any]) -> BatchHeader:
+        """Propose one metadata record; NotLeaderError if not the controller."""
+        now = _now_ms()
+        raw = encode_batch([(None, json.dumps(rec, separators=(",", ":")).encode(), (), now)])
+        view = memoryview(raw).toreadonly()
+        return self.propose_batch(self.meta, view, wbatch.parse_header(view), now)
+
+    async def propose_metadata(self, rec: dict[str, Any], timeout_s: float = 10.0) -> None:
+        """Commit and apply one metadata record; NotLeaderError if not the controller,
+        TimeoutError when it is not applied in time."""
+        written = self.propose_metadata_nowait(rec)
+        deadline = trio.current_time() + timeout_s
+        while self.meta_applied <= written.base_offset:
+            changed = self.meta.changed
+            if self.meta.raft.term != written.partition_leader_epoch:
+                raise NotLeaderError(self.meta.raft.leader)
+            if trio.current_time() >= deadline:
+                raise TimeoutError("metadata record not committed in time")
+            with trio.move_on_at(deadline):
+                await changed.wait()
+
+    # -- inbound ------------------------------------------------------------------------
+
+    def receive(self, frame: bytes) -> None:
+        """A KCOMPAT_RAFT frame from a peer (called by the connection handler)."""
+        try:
+            decoded = codec.decode(frame)
+        except codec.CodecError as e:
+            log.warning("dropping raft frame: %s", e)
+            return
+        for ann in decoded.announcements:
+            old = self.announced.get(ann.group)
+            if old is None or ann.term >= old.term:
+                self.announced[ann.group] = ann
+        for m in decoded.messages:
+            group = self.groups.get(m.group)
+            if group is not None and not group.removed and m.dst == self.node_id:
+                group.raft.step(m)
+        self.kick()
+
+    def kick(self) -> None:
+        self._wake.set()
+
+    # -- the driver ---------------------------------------------------------------------
+
+    async def run(self) -> None:
+        async with trio.open_nursery() as nursery:
+            for peer in self.peers.values():
+                nursery.start_soon(peer.run)
+            nursery.start_soon(self._ticker)
+            while True:
+                await self._wake.wait()
+                self._wake = trio.Event()
+                if self._tick_due:
+                    self._tick_due = False
+                    self._tick()
+                for _ in range(8):
+                    if not await self._round():
+                        break
+
+    async def _ticker(self) -> None:
+        while True:
+            await trio.sleep(self.tick_s)
+            self._tick_due = True
+            self.kick()
+
+    def _tick(self) -> None:
+        self._ticks += 1
+        for group in list(self.groups.values()):
+            group.raft.tick()
+        if self._ticks % ANNOUNCE_TICKS == 0:
+            self._announce_due = True
+
+    async def _round(self) -> bool:
+        """One Ready round over every group; False when nobody had anything."""
+        batch: list[tuple[Group, Ready]] = []
+        for group in list(self.groups.values()):
+            if group.removed or not group.raft.has_ready():
+                continue
+            ready = group.raft.ready()
+            write_ready(group.storage, ready)
+            group.storage.trim(group.raft.log.written_end)
+            batch.append((group, ready))
+        announce = self._take_announcements()
+        if not batch and not announce:
+            return False
+        logs = [g.storage.plog for g, r in batch if r.must_sync]
+        if logs:
+            await self.state.flusher.sync(*logs)  # an fsync failure stops the broker
+        self._send([m for _g, r in batch for m in r.messages], announce)
+        for group, ready in batch:
+            if group.removed:
+                continue
+            group.raft.advance(ready)
+            group.hw = ready.high_watermark
+            self._publish(group)
+        return bool(batch)
+
+    def _send(self, messages: list[Message], announce: tuple[codec.Announcement, ...]) -> None:
+        by_peer: dict[int, list[Message]] = {}
+        for m in messages:
+            by_peer.setdefault(m.dst, []).append(m)
+        for node, peer in self.peers.items():
+            msgs = by_peer.get(node, [])
+            if msgs or announce:
+                peer.send(codec.encode(codec.RaftFrame(self.node_id, tuple(msgs), announce)))
+
+    def _take_announcements(self) -> tuple[codec.Announcement, ...]:
+        if not self._announce_due:
+            return ()
+        self._announce_due = False
+        return tuple(codec.Announcement(g.gid, g.raft.term, self.node_id, self._isr(g))
+                     for g in self.groups.values() if g.is_leader and g.gid != METADATA_GROUP)
+
+    def _publish(self, group: Group) -> None:
+        raft = group.raft
+        seen = (raft.role, raft.term, raft.leader, group.hw)
+        if seen == group.seen:
+            return
+        before = group.seen
+        group.seen = seen
+        if before is None or before[:3] != seen[:3]:
+            self._announce_due = True
+            if raft.role is Role.LEADER:
+                log.info("node %d leads group %d (%s) in term %d", self.node_id, group.gid,
+                         _group_name(group), raft.term)
+        if group is self.meta:
+            self._apply_metadata()
+        part = group.part
+        if part is not None:
+            if raft.leader != NO_NODE:
+                part.leader_epoch = raft.term
+            part.notify_append()
+        group.notify()
+
+    # -- groups and partitions ------------------------------------------------------------
+
+    def _new_group(self, gid: int, replicas: tuple[int, ...], storage: PartitionLogStorage,
+                   part: Partition | None = None) -> Group:
+        config = RaftConfig(self.node_id, frozenset(replicas), gid, self.election_ticks,
+                            FETCH_WAIT_TICKS)
+        group = Group(gid, Raft(config, storage, self.rng), storage, replicas, part)
+        self.groups[gid] = group
+        if part is not None:
+            part.hw_source = lambda: group.hw
+        self.kick()
+        return group
+
+    def _open_partition(self, meta: TopicMeta, index: int, gid: int,
+                        replicas: tuple[int, ...]) -> None:
+        self.assignments[(meta.name, index)] = (gid, replicas)
+        if self.node_id not in replicas or gid in self.groups:
+            return
+        state = self.state
+        cfg = log_config(meta.configs, state.broker_defaults)
+        plog = PartitionLog.open(state.data_dir / f"{meta.name}-{index}", cfg, _now_ms())
+        part = Partition(meta.name, index, plog, state._wake)
+        state.partitions[(meta.name, index)] = part
+        self._new_group(gid, replicas, PartitionLogStorage(plog, self.node_id), part)
+
+    def _drop_topic(self, name: str) -> None:
+        meta = self.state.topics.get(name)
+        if meta is None:
+            return
+        for index in range(meta.partitions):
+            found = self.assignments.pop((name, index), None)
+            group = self.groups.pop(found[0], None) if found else None
+            if group is not None:
+                group.removed = True
+                group.notify()
+            part = self.state.partitions.pop((name, index), None)
+            if part is not None:
+                part.log.close(clean=True)
+                part.notify_append()
+                directory = self.state.data_dir / f"{name}-{index}"
+                if directory.exists():
+                    directory.rename(self.state.data_dir /
+                                     f"{name}-{index}.{meta.topic_id.hex}-delete")
+        self.state._remove_deleted_dirs()
+
+    # -- applying the committed metadata log ----------------------------------------------
+
+    def _apply_metadata(self) -> None:
+        plog = self.meta.storage.plog
+        upto = min(self.meta.hw, plog.log_end_offset)
+        while self.meta_applied < upto:
+            chunk = plog.read(self.meta_applied, 1 << 20, upto)
+            if not chunk:
+                break
+            view = memoryview(chunk)
+            for pos, header in wbatch.iter_headers(chunk):
+                if not header.is_control:
+                    for record in decode_batch(view[pos : pos + header.size]):
+                        if record.value is not None:
+                            self._apply_record(json.loads(record.value))
+                self.meta_applied = header.next_offset
+
+    def _apply_record(self, rec: dict[str, Any]) -> None:
+        kind = rec.get("type")
+        image = self.state.metadata.image
+        if kind == "delete_topic":
+            self._drop_topic(rec["name"])
+        image.apply(rec)
+        if kind == "create_topic":
+            meta = image.topics[rec["name"]]
+            for index, (gid, replicas) in enumerate(rec["assignments"]):
+                self._open_partition(meta, index, gid, tuple(replicas))
+            log.info("created topic %s: %d partitions", meta.name, meta.partitions)
+        elif kind == "add_partitions":
+            meta = image.topics[rec["name"]]
+            for gid, replicas in rec["assignments"]:
+                index = gid & 0xFFFF
+                self._open_partition(meta, index, gid, tuple(replicas))
+        elif kind == "alter_configs":
+            meta = image.topics[rec["name"]]
+            cfg = log_config(meta.configs, self.state.broker_defaults)
+            for index in range(meta.partitions):
+                part = self.state.partitions.get((meta.name, index))
+                if part is not None:
+                    part.log.config = cfg
+
+
+def _group_name(group: Group) -> str:
+    if group.part is None:
+        return "__cluster_metadata-0"
+    return f"{group.part.topic}-{group.part.index}"
+
+
+def _read_int(path: Path) -> int:
+    try:
+        return int(path.read_text().strip())
+    except (OSError, ValueError):
+        return 0
+
+
+def _cluster_id(voters_text: str) -> str:
+    digest = hashlib.sha256(voters_text.encode()).digest()[:16]
+    return base64.urlsafe_b64encode(digest).decode().rstrip("=")
+
+
+def _now_ms() -> int:
+    import time
+
+    return time.time_ns() // 1_000_000

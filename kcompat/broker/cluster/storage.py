@@ -1,0 +1,169 @@
+"""``WritableLogStorage`` over a ``PartitionLog``: the partition log is the Raft log.
+
+Theory of operation
+-------------------
+This is the mapping table of ``kcompat.raft.storage`` made real. An entry is
+one RecordBatch: ``Entry(baseOffset, partitionLeaderEpoch, bytes,
+lastOffsetDelta + 1, isControl)``. Appending an entry writes its bytes through
+``PartitionLog.append`` with ``leader_epoch = entry.term``; the log rewrites
+``baseOffset`` and ``partitionLeaderEpoch`` (both outside the CRC), so the
+bytes a leader proposes or a follower receives need not carry them. The
+leader-change entry the core appends on winning an election (empty data,
+``control``) becomes a real control batch (type 2, KRaft's LeaderChange), which
+clients skip like any control batch.
+
+Pre-writes. On the leader, a produce must pass the idempotence check against
+producer state that includes every earlier batch, and the offset it answers
+must be final, all without an await. So the runtime writes a proposed batch
+into the partition log at once (``append_now``), before the Ready that carries
+it; ``append`` then skips an entry already present with the same term (same
+index and term means the same entry in Raft). Anything else already present
+at or past an entry's index is stale — a pre-write of a leader that lost its
+term — and is truncated first; ``trim`` removes such a stale tail once the
+core's log is known to end earlier. Durability is unaffected: nothing is
+acknowledged or counted towards the commit before the driver's fsync.
+
+Hard state (term and vote) lives in ``quorum-state`` in the partition
+directory, replaced atomically. The snapshot is the empty snapshot at the log
+start offset (DESIGN: a plain partition's prefix deleted by retention);
+installing one empties the log and restarts it there. Its term is the first
+epoch of the log — exact unless the log start falls right at an epoch change
+(documented gap, only reachable with retention or DeleteRecords in a cluster).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from bisect import bisect_right
+from collections.abc import Sequence
+from pathlib import Path
+
+from kcompat.log.files import atomic_write
+from kcompat.log.partition_log import PartitionLog
+from kcompat.raft.types import Entry, HardState, Snapshot, SnapshotId
+from kcompat.wire import batch as wbatch
+from kcompat.wire.records import encode_batch
+
+QUORUM_STATE_FILE = "quorum-state"
+CONTROL_LEADER_CHANGE = 2
+
+
+def leader_change_batch(leader_id: int, now_ms: int) -> bytes:
+    """A control batch with one LeaderChange record (key v0 type 2, value v0
+    LeaderId and empty voter lists)."""
+    key = (0).to_bytes(2, "big") + CONTROL_LEADER_CHANGE.to_bytes(2, "big")
+    value = (0).to_bytes(2, "big") + leader_id.to_bytes(4, "big", signed=True) + bytes(8)
+    return encode_batch([(key, value, (), now_ms)], control=True)
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class PartitionLogStorage:
+    def __init__(self, plog: PartitionLog, node_id: int) -> None:
+        self.plog = plog
+        self.node_id = node_id
+        self._path = Path(plog.directory) / QUORUM_STATE_FILE
+        self._hard_state = self._load_hard_state()
+
+    def _load_hard_state(self) -> HardState:
+        try:
+            doc = json.loads(self._path.read_text())
+            return HardState(int(doc["term"]), int(doc["vote"]))
+        except (OSError, ValueError, KeyError, TypeError):
+            return HardState()
+
+    # -- LogStorage --------------------------------------------------------------
+
+    def hard_state(self) -> HardState:
+        return self._hard_state
+
+    def snapshot_id(self) -> SnapshotId:
+        start = self.plog.log_start_offset
+        if start == 0:
+            return SnapshotId(0, 0)
+        epochs = self.epochs()
+        return SnapshotId(start, epochs[0][0] if epochs else max(self.plog.latest_epoch, 0))
+
+    def log_end(self) -> int:
+        return self.plog.log_end_offset
+
+    def epochs(self) -> list[tuple[int, int]]:
+        start, end = self.plog.log_start_offset, self.plog.log_end_offset
+        out = [(e, max(s, start)) for e, s in self.plog.leader_epochs if s < end]
+        return out
+
+    def entries(self, lo: int, hi: int, max_bytes: int) -> list[Entry]:
+        out: list[Entry] = []
+        pos = lo
+        while pos < hi:
+            chunk = self.plog.read(pos, max(max_bytes, 1), hi)
+            if not chunk:
+                break
+            for at, h in wbatch.iter_headers(chunk):
+                if h.next_offset > hi or (out and max_bytes <= 0):
+                    return out
+                out.append(Entry(h.base_offset, h.partition_leader_epoch,
+                                 bytes(chunk[at : at + h.size]), h.last_offset_delta + 1,
+                                 h.is_control))
+                max_bytes -= h.size
+                pos = h.next_offset
+            if max_bytes <= 0:
+                break
+        return out
+
+    def snapshot(self) -> Snapshot:
+        return Snapshot(self.snapshot_id())
+
+    # -- WritableLogStorage --------------------------------------------------------
+
+    def install_snapshot(self, snapshot: Snapshot) -> None:
+        self.plog.reset_to(snapshot.id.end)
+
+    def compact(self, snapshot: Snapshot) -> None:
+        self.plog.delete_records_before(snapshot.id.end)
+
+    def truncate(self, offset: int) -> None:
+        self.plog.truncate_to(offset)
+
+    def append(self, entries: Sequence[Entry]) -> None:
+        for entry in entries:
+            self.append_now(entry)
+
+    def append_now(self, entry: Entry, data: bytes | memoryview | None = None) -> None:
+        """Write ``entry`` (``data`` overrides its bytes) unless already there."""
+        plog = self.plog
+        if entry.index < plog.log_end_offset:
+            if self._term_at(entry.index) == entry.term:
+                return
+            plog.truncate_to(entry.index)
+        assert entry.index == plog.log_end_offset, (
+            f"{plog.directory.name}: entry at {entry.index}, log end {plog.log_end_offset}")
+        if entry.control and not entry.data:
+            raw: bytes | memoryview = leader_change_batch(self.node_id, _now_ms())
+        else:
+            raw = entry.data if data is None else data
+        view = memoryview(raw).toreadonly()
+        header = wbatch.parse_header(view)
+        written = plog.append(view, header, entry.term, _now_ms())
+        assert written.next_offset == entry.end, "entry count disagrees with its batch"
+
+    def trim(self, end: int) -> None:
+        """Drop a stale pre-written tail past ``end`` (the core's log end)."""
+        if self.plog.log_end_offset > end:
+            self.plog.truncate_to(end)
+
+    def set_hard_state(self, hard_state: HardState) -> None:
+        doc = {"term": hard_state.term, "vote": hard_state.vote}
+        atomic_write(self._path, json.dumps(doc).encode())
+        self._hard_state = hard_state
+
+    def sync(self) -> None:
+        self.plog.flush()
+
+    def _term_at(self, offset: int) -> int:
+        epochs = self.plog.leader_epochs
+        i = bisect_right(epochs, offset, key=lambda e: e[1])
+        return epochs[i - 1][0] if i else -1

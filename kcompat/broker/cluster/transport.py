@@ -1,0 +1,86 @@
+"""Inter-broker transport: one outbound connection per peer, one-way frames.
+
+Theory of operation
+-------------------
+Why a private API key rather than Kafka's KRaft RPCs: the Raft core speaks
+KRaft's messages (Vote, BeginQuorumEpoch, Fetch with a replica id, ...), but
+as small values with a Raft-group id, and Kafka's RPCs are request/response
+pairs tied to one topic-partition naming scheme per RPC. A single one-way
+frame type (``KCOMPAT_RAFT``, api key 1000, never advertised in ApiVersions)
+lets a driver round ship *all* messages for a peer — any mix of kinds, any
+number of groups — in one write, and lets a response travel on the
+responder's own outbound connection. That is simpler and batches better;
+mapping to Kafka's RPCs stays possible later because the message set is the
+same.
+
+Each broker dials every peer's Kafka listener once and keeps that connection;
+inbound frames arrive through the ordinary connection handler
+(``kcompat.broker.connection``) and go to ``ClusterRuntime.receive``. Delivery
+is best effort, as Raft assumes: when a peer is down, slow or stopped
+(SIGSTOP), frames are dropped rather than queued without bound, and the
+connection is re-dialled; the Raft core re-sends what matters (fetch retries,
+BeginQuorumEpoch, votes on the next timeout).
+"""
+
+from __future__ import annotations
+
+import logging
+
+import trio
+
+log = logging.getLogger("kcompat.cluster")
+
+QUEUE_FRAMES_MAX = 256
+CONNECT_TIMEOUT_S = 1.0
+SEND_TIMEOUT_S = 3.0
+RETRY_S = 0.2
+
+
+class PeerLink:
+    def __init__(self, node_id: int, host: str, port: int) -> None:
+        self.node_id = node_id
+        self.host = host
+        self.port = port
+        self._send, self._receive = trio.open_memory_channel[bytes](QUEUE_FRAMES_MAX)
+        self.dropped = 0
+        self.connected = False
+
+    def send(self, frame: bytes) -> None:
+        """Queue ``frame``; dropped (counted) when the queue is full."""
+        try:
+            self._send.send_nowait(frame)
+        except trio.WouldBlock:
+            self.dropped += 1
+
+    def _drain(self) -> None:
+        while True:
+            try:
+                self._receive.receive_nowait()
+            except trio.WouldBlock:
+                return
+            self.dropped += 1
+
+    async def run(self) -> None:
+        while True:
+            try:
+                with trio.fail_after(CONNECT_TIMEOUT_S):
+                    stream = await trio.open_tcp_stream(self.host, self.port)
+            except (OSError, trio.TooSlowError):
+                self._drain()
+                await trio.sleep(RETRY_S)
+                continue
+            if not self.connected:
+                log.info("connected to peer %d at %s:%d", self.node_id, self.host, self.port)
+            self.connected = True
+            try:
+                async with stream:
+                    while True:
+                        frame = await self._receive.receive()
+                        with trio.fail_after(SEND_TIMEOUT_S):
+                            await stream.send_all(frame)
+            except (OSError, trio.BrokenResourceError, trio.ClosedResourceError,
+                    trio.TooSlowError):
+                log.info("lost connection to peer %d", self.node_id)
+                self.connected = False
+                self._drain()
+                await trio.sleep(RETRY_S)
