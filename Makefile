@@ -68,9 +68,10 @@ sim: $(STAMP)
 # A local 3-broker cluster (config/cluster-{1,2,3}.yaml: Kafka ports 19092-19094, data in
 # data/cluster-N) until ^C, which stops all three.
 cluster: $(STAMP)
-	@trap 'kill 0' INT TERM; \
-	for i in 1 2 3; do $(VENV)/bin/kcompat broker --config config/cluster-$$i.yaml & done; \
-	wait
+	@pids=""; \
+	for i in 1 2 3; do $(VENV)/bin/kcompat broker --config config/cluster-$$i.yaml & pids="$$pids $$!"; done; \
+	trap 'kill -TERM $$pids 2>/dev/null' INT TERM; \
+	wait; wait
 
 # Long real-process chaos run against a 3-broker cluster (CHAOS_SECONDS, default 600).
 chaos: $(STAMP)

@@ -305,9 +305,12 @@ def py_spy_bin() -> str:
 
 
 def spy(pid: int, out: Path) -> subprocess.Popen[bytes]:
-    proc = subprocess.Popen([py_spy_bin(), "record", "--pid", str(pid), "--rate", "100",
-                             "--format", "raw", "--nolineno", "-o", str(out)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    # stderr to a file: py-spy keeps writing progress there, and an unread pipe
+    # would fill up and stall the sampler.
+    with open(out.with_suffix(".log"), "wb") as log:
+        proc = subprocess.Popen([py_spy_bin(), "record", "--pid", str(pid), "--rate", "250",
+                                 "--format", "raw", "--nolineno", "-o", str(out)],
+                                stdout=log, stderr=subprocess.STDOUT)
     time.sleep(1.0)  # attached
     return proc
 
@@ -374,8 +377,8 @@ def profile(plan: Plan, workdir: Path) -> dict[str, list[str]]:
             cpu, wall = proc_cpu_s(broker.pid) - c0, time.monotonic() - t0
             head = f"{kind}: {fmt_row(fig)} under py-spy; broker cpu {cpu:.1f}s in {wall:.1f}s"
             result[kind] = [head, *(aggregate(out) if out.exists() else
-                                    [f"py-spy wrote nothing: {proc.stderr.read().decode()[-500:]}"
-                                     if proc.stderr else "py-spy wrote nothing"])]
+                                    ["py-spy wrote nothing: " +
+                                     out.with_suffix(".log").read_text()[-500:]])]
             print("\n".join(result[kind]), flush=True)
     finally:
         broker.close()

@@ -8,6 +8,9 @@
   write finished windows (append mode) to a Kafka topic with the Kafka sink and to
   Parquet, each with its own checkpoint.
 * ``batch_by_offsets`` / ``batch_by_timestamp`` — bounded batch reads.
+* ``write_transactions`` / ``batch_by_isolation`` — a transactional producer
+  (confluent-kafka) commits some transactions and aborts others, and a batch read with
+  ``kafka.isolation.level`` read_committed / read_uncommitted.
 
 Spark's connector (spark-sql-kafka-0-10, same version as pyspark) comes from Maven
 Central through ``spark.jars.packages`` into the Ivy cache ``spark.jars.ivy``.
@@ -206,6 +209,49 @@ def batch_by_timestamp(spark: Any, bootstrap: str, topic: str, ts_ms: int) -> li
           .load())
     rows = df.select("partition", "offset", F.unix_millis("timestamp").alias("ts")).collect()
     return sorted((r["partition"], r["offset"], r["ts"]) for r in rows)
+
+
+def write_transactions(bootstrap: str, topic: str, partitions: int, outcomes: list[str],
+                       per_partition: int, transactional_id: str) -> Any:
+    """One transaction per entry of ``outcomes`` ("commit", "abort" or "open"), each with
+    ``per_partition`` records on every partition, value ``t<n>-p<partition>-<i>``. Aborted
+    transactions are flushed first, so their records are in the log. An "open" one (only
+    last) is flushed and left running: the returned producer aborts or commits it later."""
+    from confluent_kafka import Producer
+
+    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": transactional_id,
+                         "linger.ms": 5})
+    producer.init_transactions(30)
+    for n, outcome in enumerate(outcomes, start=1):
+        producer.begin_transaction()
+        for p in range(partitions):
+            for i in range(per_partition):
+                producer.produce(topic, key=f"k{i}".encode(), value=f"t{n}-p{p}-{i}".encode(),
+                                 partition=p, headers=[("txn", str(n).encode())])
+        remaining = producer.flush(30)
+        if remaining:
+            raise RuntimeError(f"transaction {n}: {remaining} records not delivered")
+        if outcome == "commit":
+            producer.commit_transaction(30)
+        elif outcome == "abort":
+            producer.abort_transaction(30)
+        elif n != len(outcomes):
+            raise ValueError("only the last transaction can stay open")
+    return producer
+
+
+def batch_by_isolation(spark: Any, bootstrap: str, topic: str, level: str) -> list[dict[str, Any]]:
+    """Batch read earliest..latest with ``kafka.isolation.level`` = ``level`` (latest is the
+    last stable offset under read_committed, the high watermark under read_uncommitted)."""
+    df = (spark.read.format("kafka").option("kafka.bootstrap.servers", bootstrap)
+          .option("subscribe", topic)
+          .option("kafka.isolation.level", level)
+          .option("startingOffsets", "earliest")
+          .option("endingOffsets", "latest")
+          .load())
+    rows = df.selectExpr("partition", "offset", "CAST(value AS STRING) AS value").collect()
+    return sorted(({"partition": r["partition"], "offset": r["offset"], "value": r["value"]}
+                   for r in rows), key=lambda r: (r["partition"], r["offset"]))
 
 
 def read_parquet_windows(spark: Any, work: Path) -> list[dict[str, Any]]:

@@ -7,7 +7,10 @@
    run the jobs again;
 4. check every window was emitted exactly once, to the Kafka topic and to Parquet,
    with the expected counts and revenue; run the two batch jobs (offset range,
-   startingTimestamp) and check them against what the producer acknowledged.
+   startingTimestamp) and check them against what the producer acknowledged;
+5. write transactions (committed, aborted, one left open) to another topic and read it
+   in batch with kafka.isolation.level read_committed (committed records only, up to the
+   last stable offset) and read_uncommitted (aborted and open ones too).
 
 Prints a summary; ``--results FILE`` writes everything as JSON (compat_tests/spark reads it).
 Exit code 0 only if every check passed.
@@ -55,6 +58,38 @@ def _create_topics(bootstrap: str, topics: dict[str, int]) -> None:
         admin.create_topics([NewTopic(t, n, 1) for t, n in topics.items()])
     finally:
         admin.close()
+
+
+TXN_TOPIC = "payments-txn"
+TXN_OUTCOMES = ["commit", "abort", "commit", "abort", "commit", "open"]
+TXN_PER_PARTITION = 25
+
+
+def _isolation_reads(spark: Any, bootstrap: str) -> dict[str, Any]:
+    _create_topics(bootstrap, {TXN_TOPIC: 2})
+    producer = P.write_transactions(bootstrap, TXN_TOPIC, 2, TXN_OUTCOMES, TXN_PER_PARTITION,
+                                    transactional_id="kcompat-spark-demo-txn")
+    levels = ("read_committed", "read_uncommitted")
+    while_open = {lvl: P.batch_by_isolation(spark, bootstrap, TXN_TOPIC, lvl) for lvl in levels}
+    producer.abort_transaction(30)  # the open transaction: aborted too
+    after_abort = {lvl: P.batch_by_isolation(spark, bootstrap, TXN_TOPIC, lvl) for lvl in levels}
+
+    def values(outcomes: set[str]) -> list[str]:
+        return sorted(f"t{n}-p{p}-{i}" for n, o in enumerate(TXN_OUTCOMES, start=1)
+                      if o in outcomes for p in range(2) for i in range(TXN_PER_PARTITION))
+
+    def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
+        return {"values": sorted(r["value"] for r in rows),
+                "max_offset": {str(p): max((r["offset"] for r in rows if r["partition"] == p),
+                                           default=-1) for p in range(2)}}
+
+    return {
+        "outcomes": TXN_OUTCOMES,
+        "expected_committed": values({"commit"}),
+        "expected_all": values({"commit", "abort", "open"}),
+        "while_open": {lvl: summary(rows) for lvl, rows in while_open.items()},
+        "after_abort": {lvl: summary(rows) for lvl, rows in after_abort.items()},
+    }
 
 
 def run(work: Path) -> dict[str, Any]:
@@ -119,6 +154,12 @@ def run(work: Path) -> dict[str, Any]:
                 first[p] = o
         expected_ts = sorted((p, o) for p, o, _ in acks if p in first and o >= first[p])
         timings["batch_jobs_s"] = time.monotonic() - t
+
+        # Batch job 3: transactions (committed, aborted, one still open) read with
+        # kafka.isolation.level read_committed and read_uncommitted.
+        t = time.monotonic()
+        isolation = _isolation_reads(spark, bootstrap)
+        timings["isolation_s"] = time.monotonic() - t
         spark.stop()
     finally:
         broker.close()
@@ -146,6 +187,7 @@ def run(work: Path) -> dict[str, Any]:
         "batch_by_timestamp": {"ts": ts, "got": [[p, o] for p, o, _ in by_ts],
                                "expected": [list(x) for x in expected_ts],
                                "min_ts": min((s for _, _, s in by_ts), default=None)},
+        "isolation": isolation,
         "timings": timings,
     }
 
@@ -164,6 +206,12 @@ def checks(r: dict[str, Any]) -> dict[str, bool]:
             [tuple(x) for x in r["batch_by_offsets"]["expected"]],
         "batch startingTimestamp":
             r["batch_by_timestamp"]["got"] == r["batch_by_timestamp"]["expected"],
+        "batch read_committed: committed transactions only":
+            all(r["isolation"][when]["read_committed"]["values"] ==
+                r["isolation"]["expected_committed"] for when in ("while_open", "after_abort")),
+        "batch read_uncommitted: aborted and open transactions too":
+            all(r["isolation"][when]["read_uncommitted"]["values"] ==
+                r["isolation"]["expected_all"] for when in ("while_open", "after_abort")),
     }
 
 
@@ -188,6 +236,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"    minute {minute:2d} {region:5s} {r['kafka_windows'][key]}")
     print(f"  batch by offsets: {len(r['batch_by_offsets']['got'])} records;"
           f" by timestamp: {len(r['batch_by_timestamp']['got'])} records")
+    iso = r["isolation"]
+    print(f"  transactions {iso['outcomes']}: read_committed"
+          f" {len(iso['while_open']['read_committed']['values'])} records,"
+          f" read_uncommitted {len(iso['while_open']['read_uncommitted']['values'])}")
     print(f"  timings: { {k: round(v, 1) for k, v in r['timings'].items()} }")
     ok = True
     for name, passed in checks(r).items():

@@ -148,6 +148,9 @@ def clients_classpath(version: str = KAFKA_VERSION) -> str:
                     raise JvmSetupError(f"mvn package produced no jar in {build / 'target'}")
                 shutil.copy(built[0], jar)
                 stamp.write_text(version)
+                for old in cache_root().glob("java-clients-*"):  # earlier source versions
+                    if old != build:
+                        shutil.rmtree(old, ignore_errors=True)
     return os.pathsep.join([str(jar), str(libs / "*")])
 
 

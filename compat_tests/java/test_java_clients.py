@@ -264,3 +264,96 @@ def test_admin_client_scenario(module_broker: Broker, clients_cp: str) -> None:
     assert err("describe_after_delete") == "UnknownTopicOrPartitionException"
 
 
+
+
+def _produce_values(bootstrap: str, topic: str, partitions: int, n: int) -> list[str]:
+    """n plain (non-transactional) records spread over the partitions; returns the values."""
+    from kafka import KafkaProducer
+
+    producer = KafkaProducer(bootstrap_servers=bootstrap, linger_ms=5)
+    values = [f"v-{i}" for i in range(n)]
+    futures = [producer.send(topic, key=f"k{i}".encode(), value=v.encode(), partition=i % partitions)
+               for i, v in enumerate(values)]
+    producer.flush()
+    for f in futures:
+        f.get(timeout=30)
+    producer.close()
+    return values
+
+
+def _read_all(bootstrap: str, topic: str, partitions: int, level: str) -> list[tuple[str, int]]:
+    """(value, txn header) of every record of the topic, read with kafka-python at ``level``."""
+    c = KafkaConsumer(bootstrap_servers=bootstrap, auto_offset_reset="earliest",
+                      isolation_level=level, enable_auto_commit=False, consumer_timeout_ms=3000)
+    tps = [TopicPartition(topic, p) for p in range(partitions)]
+    c.assign(tps)
+    ends = c.end_offsets(tps)
+    out = []
+    for rec in c:
+        out.append((rec.value.decode(), int(dict(rec.headers)["txn"])))
+        if all(c.position(tp) >= ends[tp] for tp in tps):
+            break
+    c.close()
+    return out
+
+
+def test_transactional_copy_is_exactly_once_under_read_committed(
+        module_broker: Broker, topic: str, clients_cp: str) -> None:
+    """KafkaProducer(transactional.id) + read_committed KafkaConsumer in a group:
+    consume-transform-produce with sendOffsetsToTransaction(offsets, groupMetadata()),
+    every 4th transaction aborted on purpose after flush(). The output has each input
+    record exactly once under read_committed; the aborted copies are in the log (visible
+    read_uncommitted) but never committed; the group's offsets are the input's end."""
+    bootstrap = module_broker.bootstrap
+    in_topic, out_topic = f"{topic}-in", f"{topic}-out"
+    create_topic(bootstrap, in_topic, 3)
+    create_topic(bootstrap, out_topic, 3)
+    n = 3000
+    values = _produce_values(bootstrap, in_topic, 3, n)
+    group = f"g-{topic}"
+    run = run_java(clients_cp, f"{PKG}.TxnCopy", bootstrap, in_topic, out_topic, group,
+                   f"txn-{topic}", "200", "4", timeout=150)
+    assert run.returncode == 0, run.explain()
+    ev = run.json_lines()
+    assigned = next(e for e in ev if e["event"] == "assigned")
+    assert assigned["partitions"] == [0, 1, 2] and assigned["generation"] >= 1, assigned
+    assert assigned["member_id_present"] is True
+    commits = [e for e in ev if e["event"] == "commit"]
+    aborts = [e for e in ev if e["event"] == "abort"]
+    copied = next(e for e in ev if e["event"] == "copied")
+    assert len(aborts) >= 2 and len(commits) >= 6, (len(commits), len(aborts))
+    assert copied["records"] == n and sum(c["records"] for c in commits) == n
+    assert copied["committed"] == {"0": 1000, "1": 1000, "2": 1000}
+    committed_txns = {c["txn"] for c in commits}
+    aborted_txns = {a["txn"] for a in aborts}
+    # Every abort rewound to the offsets of the last committed transaction.
+    last: dict[str, int] = {"0": 0, "1": 0, "2": 0}
+    for e in ev:
+        if e["event"] == "commit":
+            last = e["offsets"]
+        elif e["event"] == "rewind":
+            assert e["positions"] == last, (e, last)
+
+    # What the Java read_committed / read_uncommitted consumers saw.
+    levels = next(e for e in ev if e["event"] == "verify")["levels"]
+    rc, ru = levels["read_committed"], levels["read_uncommitted"]
+    assert sorted(rc["values"]) == sorted(values), \
+        f"read_committed: {len(rc['values'])} records, {len(set(rc['values']))} distinct"
+    assert set(rc["txns"]) == committed_txns
+    assert set(ru["txns"]) == committed_txns | aborted_txns  # the aborted records were written
+    assert len(ru["values"]) == n + sum(a["records"] for a in aborts)
+    # LSO = high watermark once every transaction is finished; the positions include the markers.
+    assert rc["ends"] == ru["ends"] == rc["positions"] == ru["positions"]
+
+    # The same from kafka-python.
+    got = _read_all(bootstrap, out_topic, 3, "read_committed")
+    assert sorted(v for v, _ in got) == sorted(values)
+    assert not {t for _, t in got} & aborted_txns
+    # Committed group offsets = input end offsets.
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    try:
+        offs = admin.list_group_offsets({group: None})[group]
+    finally:
+        admin.close()
+    assert {tp.partition: om.offset for tp, om in offs.items()} == \
+        end_offsets(bootstrap, in_topic, 3)

@@ -86,3 +86,28 @@ def test_batch_read_by_starting_timestamp(results: dict[str, Any]) -> None:
     assert b["got"] == b["expected"]
     total = results["produced"]["phase1"] + results["produced"]["phase2"]
     assert 0 < len(b["got"]) < total / 2  # only the tail of each partition
+
+
+def test_batch_read_committed_sees_committed_transactions_only(results: dict[str, Any]) -> None:
+    """Transactions 1, 3, 5 committed, 2 and 4 aborted after flush(), 6 open during the
+    first reads: kafka.isolation.level=read_committed reads exactly the committed records,
+    up to the last stable offset, before and after transaction 6 is aborted too."""
+    iso = results["isolation"]
+    assert iso["outcomes"] == ["commit", "abort", "commit", "abort", "commit", "open"]
+    assert len(iso["expected_committed"]) == 150
+    for when in ("while_open", "after_abort"):
+        got = iso[when]["read_committed"]["values"]
+        assert got == iso["expected_committed"], (when, len(got), sorted(set(got) - set(
+            iso["expected_committed"]))[:5])
+    # Per partition: 5 finished transactions of 25 records, each followed by a marker;
+    # the last committed record is offset 128, the open transaction starts at 130.
+    assert iso["while_open"]["read_committed"]["max_offset"] == {"0": 128, "1": 128}
+
+
+def test_batch_read_uncommitted_sees_aborted_and_open_transactions(
+        results: dict[str, Any]) -> None:
+    iso = results["isolation"]
+    assert len(iso["expected_all"]) == 300
+    for when in ("while_open", "after_abort"):
+        assert iso[when]["read_uncommitted"]["values"] == iso["expected_all"], when
+    assert iso["while_open"]["read_uncommitted"]["max_offset"] == {"0": 154, "1": 154}

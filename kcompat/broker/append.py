@@ -92,9 +92,9 @@ def append_records(
     if header.is_control:
         return _fail(ErrorCode.invalid_record, "clients may not write control batches")
     if header.is_transactional:
-        problem = txn_check(header) if txn_check else ErrorCode.invalid_txn_state
-        if problem is not None:
-            return _fail(problem, "transactional batch outside an ongoing transaction "
+        txn_error = txn_check(header) if txn_check else ErrorCode.invalid_txn_state
+        if txn_error is not None:
+            return _fail(txn_error, "transactional batch outside an ongoing transaction "
                                   "that includes this partition")
     log_append = effective("message.timestamp.type", topic_configs, broker_defaults)[0] == (
         "LogAppendTime")

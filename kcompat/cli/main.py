@@ -102,7 +102,10 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     except Exception as e:
         nice = friendly(e, args)
-        if nice is None:  # a bug in kcompat: still one line, with the exception type
+        if nice is None:  # a bug in kcompat: keep the traceback so it can be fixed
+            import traceback
+
+            traceback.print_exception(e, file=sys.stderr)
             return _fail(f"unexpected {type(e).__name__}: {e}", 1)
         return _fail(str(nice), nice.exit_code)
 

@@ -36,28 +36,47 @@ class FrameReader:
         self._need = -1  # size of the frame being assembled, -1 while reading a size
 
     def feed(self, data: bytes) -> list[bytes]:
-        """Add received bytes; return every frame completed by them."""
-        self._buf += data
+        """Add received bytes; return every frame completed by them.
+
+        Each frame is copied exactly once. When nothing is buffered (the usual
+        case: a receive starts at a frame boundary) frames are cut straight out
+        of ``data`` and only an incomplete tail is buffered; otherwise ``data``
+        is appended to the buffer and frames are cut from it through a
+        memoryview, and the consumed prefix is dropped once at the end."""
+        buf = self._buf
+        if buf:
+            buf += data
+            src: bytes | bytearray = buf
+        else:
+            src = data
         frames: list[bytes] = []
-        while True:
-            if self._need < 0:
-                if len(self._buf) < 4:
-                    return frames
-                size = _SIZE.unpack_from(self._buf, 0)[0]
-                if size < 0:
-                    raise MalformedFrame(f"negative frame size {size}")
-                if size > self.max_frame_bytes:
-                    raise FrameTooLarge(
-                        f"frame of {size} bytes exceeds socket.request.max.bytes "
-                        f"{self.max_frame_bytes}"
-                    )
-                del self._buf[:4]
-                self._need = size
-            if len(self._buf) < self._need:
-                return frames
-            frames.append(bytes(self._buf[: self._need]))
-            del self._buf[: self._need]
-            self._need = -1
+        pos = 0
+        end = len(src)
+        with memoryview(src) as view:
+            while True:
+                if self._need < 0:
+                    if end - pos < 4:
+                        break
+                    size = _SIZE.unpack_from(src, pos)[0]
+                    if size < 0:
+                        raise MalformedFrame(f"negative frame size {size}")
+                    if size > self.max_frame_bytes:
+                        raise FrameTooLarge(
+                            f"frame of {size} bytes exceeds socket.request.max.bytes "
+                            f"{self.max_frame_bytes}"
+                        )
+                    pos += 4
+                    self._need = size
+                if end - pos < self._need:
+                    break
+                frames.append(bytes(view[pos : pos + self._need]))
+                pos += self._need
+                self._need = -1
+        if src is buf:
+            del buf[:pos]
+        elif pos < end:
+            buf += data[pos:] if pos else data
+        return frames
 
     @property
     def buffered(self) -> int:

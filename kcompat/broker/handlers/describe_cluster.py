@@ -35,13 +35,21 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
             "an endpoint of type CONTROLLER",
             endpoint_type=endpoint, cluster_id=state.cluster_id, controller_id=-1, brokers=(),
         )
-    broker = ctx.build("DescribeClusterBroker", broker_id=state.node_id,
-                       host=advertised_host(state), port=state.advertised_port, rack=None)
+    brokers = (ctx.build("DescribeClusterBroker", broker_id=state.node_id,
+                         host=advertised_host(state), port=state.advertised_port, rack=None),)
+    controller_id = state.node_id
+    if state.cluster is not None:  # cluster mode: every voter; the metadata leader
+        brokers = tuple(
+            ctx.build("DescribeClusterBroker", broker_id=node, rack=None,
+                      host=advertised_host(state) if node == state.node_id else host,
+                      port=state.advertised_port if node == state.node_id else port)
+            for node, (host, port) in sorted(state.cluster.voters.items()))
+        controller_id = state.cluster.controller_id
     operations = (CLUSTER_OPERATIONS if request.include_cluster_authorized_operations
                   else OMITTED_OPERATIONS)
     return ctx.response(
         throttle_time=NO_THROTTLE, error_code=OK, error_message=None,
         endpoint_type=BROKERS_ENDPOINT, cluster_id=state.cluster_id,
-        controller_id=state.node_id, brokers=(broker,),
+        controller_id=controller_id, brokers=brokers,
         cluster_authorized_operations=operations,
     )

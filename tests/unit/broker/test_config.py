@@ -118,4 +118,10 @@ def test_example_config_files_load() -> None:
     assert examples
     for path in examples:
         cfg = config.load(path, {}, {})
+        if path.name.startswith("cluster-"):  # make cluster: one broker of three each
+            node = cfg["node.id"]
+            assert path.name == f"cluster-{node}.yaml", path
+            assert cfg["port"] == 19091 + node and cfg["admin.port"] == 19643 + node, path
+            assert f"{node}@127.0.0.1:{cfg['port']}" in cfg["controller.quorum.voters"], path
+            continue
         assert cfg["admin.port"] == 9644 and cfg["port"] == 9092, path

@@ -23,6 +23,24 @@ def test_frames_survive_any_split(payloads: list[bytes], chunk: int) -> None:
     assert reader.buffered == 0
 
 
+@given(st.lists(st.binary(max_size=300), max_size=8),
+       st.lists(st.integers(min_value=0, max_value=400), max_size=12), st.booleans())
+def test_frames_survive_irregular_splits(payloads: list[bytes], cuts: list[int],
+                                         as_bytearray: bool) -> None:
+    """Chunks ending anywhere (inside a size, at a frame boundary, several frames
+    at once) give the same frames whether or not bytes were buffered before."""
+    stream = b"".join(frame(p) for p in payloads)
+    points = sorted({min(c, len(stream)) for c in cuts} | {0, len(stream)})
+    reader = FrameReader(1 << 20)
+    got: list[bytes] = []
+    for a, b in zip(points, points[1:], strict=False):
+        chunk = stream[a:b]
+        got.extend(reader.feed(bytearray(chunk) if as_bytearray else chunk))
+    assert got == payloads
+    assert all(type(f) is bytes for f in got)
+    assert reader.buffered == 0
+
+
 def test_oversized_frame_refused_before_buffering() -> None:
     reader = FrameReader(1000)
     with pytest.raises(FrameTooLarge):

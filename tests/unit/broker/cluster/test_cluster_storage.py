@@ -1,0 +1,66 @@
+"""PartitionLogStorage: the partition log as the Raft log (kcompat.broker.cluster.storage)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from kcompat.broker.cluster.storage import PartitionLogStorage
+from kcompat.log.config import LogConfig
+from kcompat.log.partition_log import PartitionLog
+from kcompat.raft import Entry, HardState, Snapshot, SnapshotId
+from kcompat.wire.batch import iter_headers
+from kcompat.wire.records import decode_batch, encode_batch
+
+
+def _entry(index: int, term: int, values: list[bytes]) -> Entry:
+    data = encode_batch([(None, v, (), 1000) for v in values])
+    return Entry(index, term, data, len(values))
+
+
+def _open(tmp_path: Path) -> PartitionLogStorage:
+    return PartitionLogStorage(PartitionLog.open(tmp_path / "t-0", LogConfig(), 0), node_id=1)
+
+
+def test_append_read_and_epochs(tmp_path: Path) -> None:
+    s = _open(tmp_path)
+    s.append([Entry(0, 1, b"", 1, control=True), _entry(1, 1, [b"a", b"b"]), _entry(3, 2, [b"c"])])
+    assert s.log_end() == 4
+    assert s.epochs() == [(1, 0), (2, 3)]
+    got = s.entries(0, 4, 1 << 20)
+    assert [(e.index, e.term, e.count, e.control) for e in got] == [
+        (0, 1, 1, True), (1, 1, 2, False), (3, 2, 1, False)]
+    assert [r.value for r in decode_batch(got[1].data)] == [b"a", b"b"]
+    assert [e.index for e in s.entries(1, 3, 1 << 20)] == [1]  # whole entries below hi
+    assert len(s.entries(0, 4, 1)) == 1  # at least one entry, then the budget is spent
+
+
+def test_prewritten_entry_is_skipped_and_stale_one_replaced(tmp_path: Path) -> None:
+    s = _open(tmp_path)
+    first = _entry(0, 1, [b"x"])
+    s.append_now(first)
+    s.append([first])  # the Ready carrying a pre-written entry: no second copy
+    assert s.log_end() == 1
+    s.append([_entry(0, 2, [b"y"])])  # same index, newer term: the stale one goes
+    assert s.epochs() == [(2, 0)]
+    data = s.plog.read(0, 1 << 20, 1)
+    assert [r.value for _p, h in iter_headers(data) for r in decode_batch(data)] == [b"y"]
+    s.append([_entry(1, 2, [b"z"])])
+    s.trim(1)
+    assert s.log_end() == 1
+
+
+def test_hard_state_survives_reopen(tmp_path: Path) -> None:
+    s = _open(tmp_path)
+    s.set_hard_state(HardState(5, 2))
+    s.plog.close()
+    assert _open(tmp_path).hard_state() == HardState(5, 2)
+
+
+def test_install_snapshot_restarts_the_log(tmp_path: Path) -> None:
+    s = _open(tmp_path)
+    s.append([_entry(0, 1, [b"a"])])
+    s.install_snapshot(Snapshot(SnapshotId(10, 3)))
+    assert s.log_end() == 10 and s.plog.log_start_offset == 10
+    assert s.epochs() == []
+    s.append([_entry(10, 3, [b"b"])])
+    assert s.snapshot_id().end == 10 and s.epochs() == [(3, 10)]
