@@ -168,6 +168,20 @@ class ClusterRuntime:
     def controller_id(self) -> int:
         return self.meta.raft.leader
 
+    @property
+    def caught_up(self) -> bool:
+        """The metadata image reflects the committed log as far as the quorum
+        told us (a restarted broker is not caught up until it hears a leader)."""
+        meta = self.meta
+        return meta.raft.leader != NO_NODE and meta.hw > 0 and self.meta_applied >= meta.hw
+
+    async def wait_caught_up(self, timeout_s: float) -> None:
+        """Like a Kafka broker that has not replayed the metadata log yet, hold
+        Metadata answers briefly rather than describe an empty cluster."""
+        with trio.move_on_after(timeout_s):
+            while not self.caught_up:
+                await self.meta.changed.wait()
+
     def group_of(self, topic: str, index: int) -> Group | None:
         found = self.assignments.get((topic, index))
         return self.groups.get(found[0]) if found else None

@@ -107,6 +107,8 @@ def _lookup(ctx: RequestContext, name: str, auto_create: bool) -> Any:
 
 async def handle(ctx: RequestContext, request: Any) -> Any:
     state = ctx.state
+    if state.cluster is not None:  # cluster mode: answer from a caught-up metadata image
+        await state.cluster.wait_caught_up(timeout_s=5.0)
     requested = request.topics
     if requested is None or (ctx.version == 0 and not requested):
         topics = tuple(_topic(ctx, meta) for meta in list(state.topics.values()))
