@@ -27,7 +27,8 @@ Workloads (full run; ``--quick`` keeps only the first of each kind):
 * end-to-end latency (send -> consumer receives) with EndToEndLatency;
 * broker memory: peak RSS (VmHWM) and RSS at the end, from /proc/<pid>/status;
 * broker CPU seconds per workload from /proc/<pid>/stat (what bounds it);
-* replication: not measured, kcompat has no replication yet.
+* replication: not measured (single node on both sides; kcompat's replication is
+  not benchmarked yet).
 
 ``--profile`` (on by default for the full run) starts one more kcompat broker
 and records it with py-spy during a produce run and a consume run, then prints
@@ -484,7 +485,8 @@ def report(plan: Plan, kafka: Target, kc: Target, extra: Target | None,
     lines.append(f"{'broker RSS at the end (MiB)':34s} {kafka.end_rss_kib / 1024:11.1f}  "
                  f"{kc.end_rss_kib / 1024:11.1f}  "
                  f"{fr(ratio(kc.end_rss_kib, kafka.end_rss_kib)):>7s}")
-    lines.append("replication: not measured — kcompat has no replication yet (single node only)")
+    lines.append("replication: not measured — single node on both sides; kcompat's "
+                 "replication is not benchmarked yet")
     if extra is not None:
         lines.append("")
         lines.append("extra: kcompat in its default flush mode (acks_all: acks=all waits for the "

@@ -54,10 +54,12 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
         _D("group.initial.rebalance.delay.ms", "int", 3000, minimum=0),
         _D("group.max.size", "int", 2147483647, minimum=1),
         _D("offsets.topic.num.partitions", "int", 50, minimum=1),
+        _D("offsets.topic.replication.factor", "int", 3, minimum=1),  # cluster mode only
         _D("offsets.retention.minutes", "int", 10080, minimum=1),
         _D("offset.metadata.max.bytes", "int", 4096, minimum=0),
         _D("transaction.max.timeout.ms", "int", 900000, minimum=1),
         _D("transaction.state.log.num.partitions", "int", 50, minimum=1),
+        _D("transaction.state.log.replication.factor", "int", 3, minimum=1),  # cluster mode
         _D("transaction.abort.timed.out.transaction.cleanup.interval.ms", "int", 10000,
            minimum=1),
         _D("kcompat.flush.mode", "string", "acks_all", choices=("acks_all", "always", "never")),

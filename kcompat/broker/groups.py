@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import trio
+from kio.schema.errors import ErrorCode
 
 from kcompat.broker.partition import Partition
 from kcompat.broker.state import BrokerState, now_ms
@@ -42,6 +43,7 @@ from kcompat.wire.records import decode_batch, encode_batch, marker_aborts
 log = logging.getLogger("kcompat.groups")
 
 OFFSETS_TOPIC = "__consumer_offsets"
+OFFSETS_TOPIC_CONFIGS = {"cleanup.policy": "compact", "segment.bytes": "104857600"}
 TICK_MAX_S = 1.0
 EXPIRY_CHECK_MS = 60_000
 
@@ -65,6 +67,39 @@ class _Waiter:
     result: Any = None
 
 
+async def cluster_write(state: BrokerState, part: Partition, view: memoryview,
+                        now: int, timeout_s: float = 10.0) -> None:
+    """Cluster mode: propose one coordinator batch to ``part``'s Raft group as
+    its leader and wait for its commit (NotCoordinatorError otherwise)."""
+    from kcompat.broker.cluster.runtime import NotLeaderError
+
+    cluster = state.cluster
+    assert cluster is not None
+    group = cluster.group_of(part.topic, part.index)
+    if group is None:
+        raise NotCoordinatorError(ErrorCode.not_coordinator)
+    term = group.raft.term
+    try:
+        header = cluster.propose_batch(group, view, wbatch.validate(view), now)
+    except NotLeaderError:
+        raise NotCoordinatorError(ErrorCode.not_coordinator) from None
+    code = await cluster.wait_committed(group, header.base_offset, term,
+                                        trio.current_time() + timeout_s)
+    if code != ErrorCode.none:
+        raise NotCoordinatorError(ErrorCode.not_coordinator
+                                  if code == ErrorCode.not_leader_or_follower else
+                                  ErrorCode.coordinator_not_available)
+
+
+class NotCoordinatorError(Exception):
+    """Cluster mode: this broker no longer leads the group's offsets partition
+    (or the write was not committed in time); the client must re-discover."""
+
+    def __init__(self, code: ErrorCode) -> None:
+        super().__init__(code.name)
+        self.code = code
+
+
 class GroupService:
     def __init__(self, state: BrokerState) -> None:
         self.state = state
@@ -82,7 +117,9 @@ class GroupService:
         self._waiters: dict[int, _Waiter] = {}
         self._next_token = 0
         self._wake = trio.Event()
-        self._replay()
+        self._loaded: dict[int, int] = {}  # cluster mode: offsets partition -> term loaded
+        if state.cluster is None:
+            self._replay()
 
     # -- the offsets topic ----------------------------------------------------
     @property
@@ -92,9 +129,76 @@ class GroupService:
 
     def ensure_offsets_topic(self) -> None:
         if OFFSETS_TOPIC not in self.state.topics:
+            if self.state.cluster is not None:  # created by the controller (runtime)
+                raise NotCoordinatorError(ErrorCode.coordinator_not_available)
             self.state.create_topic(
                 OFFSETS_TOPIC, self.state.config["offsets.topic.num.partitions"], 1,
-                {"cleanup.policy": "compact", "segment.bytes": "104857600"}, internal=True)
+                dict(OFFSETS_TOPIC_CONFIGS), internal=True)
+
+    # -- cluster mode: the coordinator is the leader of the offsets partition ---
+    def coordinator_error(self, group_id: str) -> ErrorCode | None:
+        """None when this broker may serve ``group_id`` now (always on a single
+        node). In cluster mode only the Raft leader of the group's offsets
+        partition coordinates, and only once it has rebuilt that partition's
+        state from its committed log in its current term; else NOT_COORDINATOR
+        (the client re-discovers) or COORDINATOR_LOAD_IN_PROGRESS (it retries)."""
+        cluster = self.state.cluster
+        if cluster is None:
+            return None
+        if OFFSETS_TOPIC not in self.state.topics:
+            return ErrorCode.coordinator_not_available
+        index = partition_for(group_id, self.num_partitions)
+        group = cluster.group_of(OFFSETS_TOPIC, index)
+        part = self.state.partition(OFFSETS_TOPIC, index)
+        if group is None or part is None or not group.is_leader:
+            return ErrorCode.not_coordinator
+        term = group.raft.term
+        if self._loaded.get(index) == term:
+            return None
+        if group.hw < part.log.log_end_offset:  # entries of earlier terms not committed yet
+            return ErrorCode.coordinator_load_in_progress
+        self._load_partition(index, part)
+        self._loaded[index] = term
+        return None
+
+    def _load_partition(self, index: int, part: Partition) -> None:
+        """Forget what this broker knew of the groups of offsets partition
+        ``index`` and rebuild it from the committed log (new leader)."""
+        n = self.num_partitions
+        for gid in [g for g in self.store.offsets if partition_for(g, n) == index]:
+            del self.store.offsets[gid]
+        for gid in [g for g in self.store.groups if partition_for(g, n) == index]:
+            del self.store.groups[gid]
+        for gid in [g for g in self.coordinator.groups if partition_for(g, n) == index]:
+            del self.coordinator.groups[gid]
+        for pid in [p for p, i in self._held_partition.items() if i == index]:
+            self._held_partition.pop(pid, None)
+            self.pending.pop(pid, None)
+        restored = self._replay_partition(index, part)
+        now = now_ms()
+        for group_id in restored:
+            stored = self.store.groups.get(group_id)
+            if stored is not None:
+                self.coordinator.restore(group_id, stored, now)
+            elif group_id in self.store.offsets:
+                self.coordinator.ensure_group(group_id, now)
+        log.info("loaded %d groups of %s-%d as coordinator", len(restored), OFFSETS_TOPIC,
+                 index)
+
+    def _replay_partition(self, index: int, part: Partition) -> set[str]:
+        """Replay one offsets partition up to its high watermark; the group ids seen."""
+        before = set(self.store.offsets) | set(self.store.groups)
+        offset, end = part.log.log_start_offset, part.high_watermark
+        while offset < end:
+            chunk = part.log.read(offset, 1 << 20, end)
+            if not chunk:
+                break
+            for pos, header in wbatch.iter_headers(chunk):
+                self._replay_batch(memoryview(chunk)[pos : pos + header.size], header, index)
+                offset = header.next_offset
+        n = self.num_partitions
+        return {g for g in (set(self.store.offsets) | set(self.store.groups)) - before
+                if partition_for(g, n) == index}
 
     def _offsets_partition(self, group_id: str) -> Partition:
         self.ensure_offsets_topic()
@@ -108,16 +212,8 @@ class GroupService:
             return
         for index in range(meta.partitions):
             part = self.state.partition(OFFSETS_TOPIC, index)
-            if part is None:
-                continue
-            offset, end = part.log.log_start_offset, part.high_watermark
-            while offset < end:
-                chunk = part.log.read(offset, 1 << 20, end)
-                if not chunk:
-                    break
-                for pos, header in wbatch.iter_headers(chunk):
-                    self._replay_batch(memoryview(chunk)[pos : pos + header.size], header, index)
-                    offset = header.next_offset
+            if part is not None:
+                self._replay_partition(index, part)
         now = now_ms()
         for group_id, stored in self.store.groups.items():
             self.coordinator.restore(group_id, stored, now)
@@ -126,6 +222,8 @@ class GroupService:
 
     def _replay_batch(self, batch: memoryview, header: wbatch.BatchHeader, index: int) -> None:
         if header.is_control:
+            if header.producer_id < 0:  # cluster mode: a Raft leader-change record
+                return
             self.complete_transaction(header.producer_id, not marker_aborts(batch), {index})
             return
         records: list[tuple[bytes | None, bytes | None]] = [
@@ -169,21 +267,28 @@ class GroupService:
         now = now_ms()
         raw = encode_batch([(k, v, (), now) for k, v in records], producer_id=pid,
                            producer_epoch=epoch, transactional=True)
-        view = memoryview(raw)
-        part.log.append(view, wbatch.validate(view), part.leader_epoch, now)
-        part.notify_append()
-        await self.state.flusher.sync(part.log)
+        await self._write(part, raw, now)
         self._hold(pid, part.index, records)
+
+    async def _write(self, part: Partition, raw: bytes, now: int) -> None:
+        """Make one batch durable: a local append and fsync on a single node; in
+        cluster mode a Raft proposal answered once committed (NotCoordinatorError
+        when leadership is lost first)."""
+        view = memoryview(raw)
+        cluster = self.state.cluster
+        if cluster is None:
+            part.log.append(view, wbatch.validate(view), part.leader_epoch, now)
+            part.notify_append()
+            await self.state.flusher.sync(part.log)
+            return
+        await cluster_write(self.state, part, view, now)
 
     async def _append(self, group_id: str, records: list[tuple[bytes, bytes | None]]) -> None:
         """Append records for one group durably, then apply them to the store."""
         part = self._offsets_partition(group_id)
         now = now_ms()
         raw = encode_batch([(k, v, (), now) for k, v in records])
-        view = memoryview(raw)
-        part.log.append(view, wbatch.validate(view), part.leader_epoch, now)
-        part.notify_append()
-        await self.state.flusher.sync(part.log)
+        await self._write(part, raw, now)
         for key, value in records:
             self.store.apply(key, value)
 
@@ -225,7 +330,10 @@ class GroupService:
         for group_id in self.coordinator.pop_group_changes():
             group = self.coordinator.groups.get(group_id)
             if group is not None:
-                await self._append(group_id, [(group_key(group_id), group_value(group))])
+                try:
+                    await self._append(group_id, [(group_key(group_id), group_value(group))])
+                except NotCoordinatorError as e:  # cluster mode: a new leader took over
+                    log.info("group %s metadata not written: %s", group_id, e)
         for reply in replies:
             waiter = self._waiters.get(reply.token)
             if waiter is not None:
@@ -259,6 +367,9 @@ class GroupService:
         for group_id in list(self.store.offsets):
             group = self.coordinator.groups.get(group_id)
             expired = self.store.expired(group, group_id, now, retention_ms)
-            if expired:
+            if expired and self.coordinator_error(group_id) is None:
                 log.info("expiring %d offsets of group %s", len(expired), group_id)
-                await self.delete_offsets(group_id, expired)
+                try:
+                    await self.delete_offsets(group_id, expired)
+                except NotCoordinatorError:
+                    pass

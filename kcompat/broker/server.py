@@ -40,8 +40,10 @@ async def _retention_loop(state: BrokerState) -> None:
             log.info("retention deleted %d segments", deleted)
 
 
-async def _wait_for_signal(cancel: trio.CancelScope) -> None:
+async def _wait_for_signal(cancel: trio.CancelScope,
+                           task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        task_status.started()  # handlers are installed: a SIGTERM from now on drains
         async for signum in signals:
             log.info("received %s, draining", signal.Signals(signum).name)
             cancel.cancel()
@@ -66,7 +68,7 @@ async def run_broker(config: BrokerConfig, task_status: trio.TaskStatus[int] = t
             if state.cluster is not None:  # cluster mode: the Multi-Raft driver
                 background.start_soon(state.cluster.run)
             serve_scope = trio.CancelScope()
-            background.start_soon(_wait_for_signal, serve_scope)
+            await background.start(_wait_for_signal, serve_scope)
             log.info("kcompat broker ready on %s:%d (data in %s)", config["host"], port,
                      config.data_dir)
             state.metrics.ready = True

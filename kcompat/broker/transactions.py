@@ -24,8 +24,9 @@ from collections import defaultdict
 from typing import TYPE_CHECKING
 
 import trio
+from kio.schema.errors import ErrorCode
 
-from kcompat.broker.groups import OFFSETS_TOPIC, partition_for
+from kcompat.broker.groups import OFFSETS_TOPIC, NotCoordinatorError, cluster_write, partition_for
 from kcompat.broker.partition import Partition
 from kcompat.broker.state import BrokerState, now_ms
 from kcompat.txn.coordinator import Decision, TransactionCoordinator, TxnMeta
@@ -38,6 +39,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("kcompat.txn")
 
 TXN_TOPIC = "__transaction_state"
+TXN_TOPIC_CONFIGS = {"cleanup.policy": "compact"}
+MARKER_RETRY_S = 0.2
 _I16 = struct.Struct(">h")
 
 
@@ -58,7 +61,11 @@ class TxnService:
         self.coordinator = TransactionCoordinator(
             max_timeout_ms=int(state.config["transaction.max.timeout.ms"]))
         self._locks: defaultdict[str, trio.Lock] = defaultdict(trio.Lock)
-        self._replay()
+        self._loaded: dict[int, int] = {}  # cluster mode: log partition -> term loaded
+        self._to_complete: list[TxnMeta] = []  # cluster mode: PrepareX found by a load
+        self._complete_wake = trio.Event()
+        if state.cluster is None:
+            self._replay()
 
     def lock(self, tid: str) -> trio.Lock:
         return self._locks[tid]
@@ -67,12 +74,61 @@ class TxnService:
     def _log_partition(self, tid: str) -> Partition:
         count = int(self.state.config["transaction.state.log.num.partitions"])
         if TXN_TOPIC not in self.state.topics:
-            self.state.create_topic(TXN_TOPIC, count, 1, {"cleanup.policy": "compact"},
+            if self.state.cluster is not None:  # created by the controller (runtime)
+                raise NotCoordinatorError(ErrorCode.coordinator_not_available)
+            self.state.create_topic(TXN_TOPIC, count, 1, dict(TXN_TOPIC_CONFIGS),
                                     internal=True)
         part = self.state.partition(TXN_TOPIC, partition_for(tid, self.state.topics[TXN_TOPIC]
                                                              .partitions))
         assert part is not None
         return part
+
+    # -- cluster mode: the coordinator is the leader of the log partition -------
+    def coordinator_error(self, tid: str) -> ErrorCode | None:
+        """None when this broker may serve ``tid`` now (always on a single node).
+        In cluster mode only the Raft leader of the id's ``__transaction_state``
+        partition coordinates, once it has rebuilt that partition's state from
+        its committed log in its current term (as ``GroupService``)."""
+        cluster = self.state.cluster
+        if cluster is None:
+            return None
+        meta = self.state.topics.get(TXN_TOPIC)
+        if meta is None:
+            return ErrorCode.coordinator_not_available
+        index = partition_for(tid, meta.partitions)
+        group = cluster.group_of(TXN_TOPIC, index)
+        part = self.state.partition(TXN_TOPIC, index)
+        if group is None or part is None or not group.is_leader:
+            return ErrorCode.not_coordinator
+        term = group.raft.term
+        if self._loaded.get(index) == term:
+            return None
+        if group.hw < part.log.log_end_offset:
+            return ErrorCode.coordinator_load_in_progress
+        self._load_partition(index, part, meta.partitions)
+        self._loaded[index] = term
+        return None
+
+    def serves_producer(self, pid: int) -> bool:
+        """Cluster mode: this broker coordinates (and has loaded) the transaction
+        of producer ``pid``; the produce path verifies only such batches."""
+        tid = self.coordinator.by_producer.get(pid)
+        return tid is not None and self.coordinator_error(tid) is None
+
+    def _load_partition(self, index: int, part: Partition, count: int) -> None:
+        coordinator = self.coordinator
+        for tid in [t for t in coordinator.txns if partition_for(t, count) == index]:
+            old = coordinator.txns.pop(tid)
+            if coordinator.by_producer.get(old.producer_id) == tid:
+                del coordinator.by_producer[old.producer_id]
+        self._replay_partition(part)
+        preparing = [m for m in coordinator.preparing()
+                     if partition_for(m.transactional_id, count) == index]
+        if preparing:
+            self._to_complete.extend(preparing)
+            self._complete_wake.set()
+        log.info("loaded %s-%d as transaction coordinator (%d to complete)", TXN_TOPIC, index,
+                 len(preparing))
 
     def _replay(self) -> None:
         meta = self.state.topics.get(TXN_TOPIC)
@@ -80,25 +136,34 @@ class TxnService:
             return
         for index in range(meta.partitions):
             part = self.state.partition(TXN_TOPIC, index)
-            if part is None:
-                continue
-            offset, end = part.log.log_start_offset, part.high_watermark
-            while offset < end:
-                chunk = part.log.read(offset, 1 << 20, end)
-                if not chunk:
-                    break
-                for pos, header in wbatch.iter_headers(chunk):
-                    for record in decode_batch(memoryview(chunk)[pos : pos + header.size]):
-                        if record.key is not None and record.value is not None:
-                            tid = _tid_of(record.key)
-                            self.coordinator.apply(TxnMeta.from_json(tid, record.value))
+            if part is not None:
+                self._replay_partition(part)
+
+    def _replay_partition(self, part: Partition) -> None:
+        offset, end = part.log.log_start_offset, part.high_watermark
+        while offset < end:
+            chunk = part.log.read(offset, 1 << 20, end)
+            if not chunk:
+                break
+            for pos, header in wbatch.iter_headers(chunk):
+                if header.is_control:  # cluster mode: Raft leader-change records
                     offset = header.next_offset
+                    continue
+                for record in decode_batch(memoryview(chunk)[pos : pos + header.size]):
+                    if record.key is not None and record.value is not None:
+                        tid = _tid_of(record.key)
+                        self.coordinator.apply(TxnMeta.from_json(tid, record.value))
+                offset = header.next_offset
 
     async def persist(self, meta: TxnMeta) -> None:
         part = self._log_partition(meta.transactional_id)
         now = now_ms()
         raw = encode_batch([(txn_key(meta.transactional_id), meta.to_json(), (), now)])
         view = memoryview(raw)
+        if self.state.cluster is not None:  # a Raft proposal, applied once committed
+            await cluster_write(self.state, part, view, now)
+            self.coordinator.apply(meta)
+            return
         part.log.append(view, wbatch.validate(view), part.leader_epoch, now)
         part.notify_append()
         await self.state.flusher.sync(part.log)
@@ -115,6 +180,13 @@ class TxnService:
 
     async def complete(self, meta: TxnMeta) -> None:
         commit = meta.state.value == "PrepareCommit"
+        if self.state.cluster is not None:
+            await self._write_markers_in_cluster(meta, commit)
+            await self.persist(self.coordinator.completed(meta, now_ms()))
+            log.info("%s transaction of %s (producer %d, %d partitions)",
+                     "committed" if commit else "aborted", meta.transactional_id,
+                     meta.producer_id, len(meta.partitions))
+            return
         now = now_ms()
         touched: list[Partition] = []
         for topic, index in sorted(meta.partitions):
@@ -137,8 +209,52 @@ class TxnService:
                  "committed" if commit else "aborted", meta.transactional_id,
                  meta.producer_id, len(meta.partitions))
 
+    async def _write_markers_in_cluster(self, meta: TxnMeta, commit: bool) -> None:
+        """Cluster mode: every marker through its partition's Raft group (see
+        ``ClusterRuntime.write_marker``), retried until committed while this
+        broker still coordinates the id (NotCoordinatorError otherwise: the new
+        coordinator completes the transaction after its load)."""
+        cluster = self.state.cluster
+        assert cluster is not None
+        remaining = sorted(meta.partitions)
+        while remaining:
+            if self.coordinator_error(meta.transactional_id) is not None:
+                raise NotCoordinatorError(ErrorCode.not_coordinator)
+            results = await _gather([
+                (lambda t=t, i=i: cluster.write_marker(t, i, meta.producer_id,
+                                                       meta.producer_epoch, commit))
+                for t, i in remaining])
+            remaining = [tp for tp, code in zip(remaining, results, strict=True)
+                         if code not in (ErrorCode.none, ErrorCode.unknown_topic_or_partition)]
+            if remaining:
+                await trio.sleep(MARKER_RETRY_S)
+
     # -- time ------------------------------------------------------------------
+    async def _complete_loaded(self) -> None:
+        """Cluster mode: finish the PrepareX transactions a new coordinator found."""
+        while True:
+            await self._complete_wake.wait()
+            self._complete_wake = trio.Event()
+            todo, self._to_complete = self._to_complete, []
+            for meta in todo:
+                async with self.lock(meta.transactional_id):
+                    current = self.coordinator.txns.get(meta.transactional_id)
+                    if current != meta:
+                        continue
+                    try:
+                        await self.complete(meta)
+                    except NotCoordinatorError as e:
+                        log.info("completing %s: %s", meta.transactional_id, e)
+
     async def run(self) -> None:
+        if self.state.cluster is not None:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._complete_loaded)
+                nursery.start_soon(self._run)
+            return
+        await self._run()
+
+    async def _run(self) -> None:
         for meta in self.coordinator.preparing():
             async with self.lock(meta.transactional_id):
                 await self.complete(meta)
@@ -153,8 +269,26 @@ class TxnService:
                     current = self.coordinator.txns.get(tid)
                     if current is None or current.state.value != "Ongoing":
                         continue
+                    if self.coordinator_error(tid) is not None:
+                        continue  # cluster mode: another broker coordinates it now
                     log.info("aborting timed-out transaction of %s", tid)
-                    await self.carry_out(decision)
+                    try:
+                        await self.carry_out(decision)
+                    except NotCoordinatorError:
+                        pass
 
     def offsets_partition(self, group_id: str) -> tuple[str, int]:
         return OFFSETS_TOPIC, partition_for(group_id, self.groups.num_partitions)
+
+
+async def _gather(calls: list) -> list[ErrorCode]:  # type: ignore[type-arg]
+    """Run the async ``calls`` concurrently; their results in order."""
+    results: list[ErrorCode] = [ErrorCode.request_timed_out] * len(calls)
+
+    async def one(i: int) -> None:
+        results[i] = await calls[i]()
+
+    async with trio.open_nursery() as nursery:
+        for i in range(len(calls)):
+            nursery.start_soon(one, i)
+    return results

@@ -84,3 +84,160 @@ def test_metadata_and_not_controller(cluster: Cluster) -> None:
         assert len(replicas) == 2 and p.get("leader", p.get("leader_id")) in replicas, p
         assert p["leader_epoch"] >= 1
     admin.close()
+
+
+def _committed(consumer, topic: str) -> dict[int, int]:  # type: ignore[no-untyped-def]
+    from confluent_kafka import TopicPartition
+
+    got = consumer.committed([TopicPartition(topic, p) for p in range(PARTITIONS)], timeout=20)
+    return {tp.partition: tp.offset for tp in got}
+
+
+def test_consumer_group_survives_coordinator_kill(tmp_path: Path) -> None:
+    """The group coordinator is the leader of the group's __consumer_offsets
+    partition (RF 3); after kill -9 of its broker the group carries on at the
+    new leader from the committed offsets."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    from kcompat.broker.groups import partition_for
+
+    offsets_partitions = 5
+    c = Cluster(tmp_path, extra_args=(
+        "--set", f"offsets.topic.num.partitions={offsets_partitions}",
+        "--set", "group.initial.rebalance.delay.ms=0"))
+    try:
+        c.start()
+        topic = unique_topic("grp")
+        c.create_topic(topic, PARTITIONS, 3)
+        producer = Producer({"bootstrap.servers": c.bootstrap, "acks": "all", "log_level": 0})
+        acked: set[bytes] = set()
+        failed: list[str] = []
+        _produce(producer, topic, [f"g-{i}".encode() for i in range(300)], acked, failed)
+        assert len(acked) == 300 and not failed
+        group = unique_topic("group")
+        leaders = c.wait_for_leaders("__consumer_offsets", offsets_partitions)
+        coordinator = leaders[partition_for(group, offsets_partitions)]
+
+        def consumer() -> Consumer:
+            return Consumer({"bootstrap.servers": c.live_bootstrap(), "group.id": group,
+                             "enable.auto.commit": False, "auto.offset.reset": "earliest",
+                             "session.timeout.ms": 6000, "log_level": 0})
+
+        c1 = consumer()
+        c1.subscribe([topic])
+        seen: list[bytes] = []
+        positions: dict[int, int] = {}
+        deadline = time.monotonic() + 60
+        while len(seen) < 150:
+            assert time.monotonic() < deadline, f"consumed only {len(seen)}"
+            msg = c1.poll(0.5)
+            if msg is not None and msg.error() is None:
+                seen.append(msg.value())
+                positions[msg.partition()] = msg.offset() + 1
+        c1.commit(offsets=[TopicPartition(topic, p, o) for p, o in positions.items()],
+                  asynchronous=False)
+        before = _committed(c1, topic)
+        assert {p: o for p, o in before.items() if o >= 0} == positions
+
+        c.brokers[coordinator].kill()
+        killed_at = time.monotonic()
+        probe = consumer()  # OffsetFetch only: the new coordinator rebuilt the offsets
+        assert {p: o for p, o in _committed(probe, topic).items() if o >= 0} == positions
+        probe.close()
+        print(f"offsets readable at the new coordinator after {time.monotonic() - killed_at:.2f} s")
+        # The same member continues: it re-discovers the coordinator and commits there.
+        deadline = time.monotonic() + 90
+        while len(seen) < 300:
+            assert time.monotonic() < deadline, f"consumed only {len(seen)} after the kill"
+            msg = c1.poll(0.5)
+            if msg is not None and msg.error() is None:
+                seen.append(msg.value())
+                positions[msg.partition()] = msg.offset() + 1
+        while True:
+            try:
+                c1.commit(offsets=[TopicPartition(topic, p, o) for p, o in positions.items()],
+                          asynchronous=False)
+                break
+            except Exception:  # noqa: BLE001 - coordinator moving; retry until the deadline
+                assert time.monotonic() < deadline, "no commit after the coordinator kill"
+                time.sleep(0.5)
+        failover_s = time.monotonic() - killed_at
+        print(f"group coordinator {coordinator} killed: consumed and committed after "
+              f"{failover_s:.2f} s")
+        assert set(seen) == acked, "records lost or invented"
+        c1.close()
+
+        # A new member of the group starts from the committed offsets: nothing left.
+        c2 = consumer()
+        assert _committed(c2, topic) == positions
+        c2.subscribe([topic])
+        extra = [m for m in (c2.poll(1.0) for _ in range(5)) if m is not None and not m.error()]
+        assert not extra, f"re-delivered {len(extra)} committed records"
+        c2.close()
+    finally:
+        c.close()
+
+
+def test_transactions_across_coordinator_kill(tmp_path: Path) -> None:
+    """The transaction coordinator is the leader of the id's __transaction_state
+    partition (RF 3), markers go through each data partition's Raft group: a
+    transaction open when the coordinator's broker is killed -9 commits at the
+    new coordinator, an aborted one stays invisible to read_committed."""
+    from confluent_kafka import Consumer
+
+    from kcompat.broker.groups import partition_for
+
+    txn_partitions = 5
+    c = Cluster(tmp_path, extra_args=(
+        "--set", f"transaction.state.log.num.partitions={txn_partitions}",
+        "--set", "offsets.topic.num.partitions=3"))
+    try:
+        c.start()
+        topic = unique_topic("txn")
+        c.create_topic(topic, PARTITIONS, 3)
+        tid = unique_topic("tid")
+        leaders = c.wait_for_leaders("__transaction_state", txn_partitions)
+        coordinator = leaders[partition_for(tid, txn_partitions)]
+        producer = Producer({"bootstrap.servers": c.bootstrap, "transactional.id": tid,
+                             "transaction.timeout.ms": 60000, "log_level": 0})
+        producer.init_transactions(30)
+
+        def txn(prefix: str, n: int = 30) -> None:
+            for i in range(n):
+                producer.produce(topic, f"{prefix}-{i}".encode(), partition=i % PARTITIONS)
+            producer.flush(30)
+
+        producer.begin_transaction()
+        txn("a")
+        producer.commit_transaction(30)
+        producer.begin_transaction()
+        txn("b")
+        producer.abort_transaction(30)
+        producer.begin_transaction()
+        txn("c")
+        c.brokers[coordinator].kill()
+        killed_at = time.monotonic()
+        producer.commit_transaction(60)
+        print(f"transaction coordinator {coordinator} killed: commit took "
+              f"{time.monotonic() - killed_at:.2f} s")
+        producer.begin_transaction()
+        txn("d")
+        producer.commit_transaction(60)
+
+        consumer = Consumer({"bootstrap.servers": c.live_bootstrap(), "group.id": "v",
+                             "isolation.level": "read_committed", "enable.auto.commit": False,
+                             "auto.offset.reset": "earliest", "log_level": 0})
+        consumer.subscribe([topic])
+        got: list[str] = []
+        deadline = time.monotonic() + 60
+        while len(got) < 90 and time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is not None and msg.error() is None:
+                got.append(msg.value().decode())
+        extra = [m for m in (consumer.poll(0.5) for _ in range(4))
+                 if m is not None and m.error() is None]
+        consumer.close()
+        assert not extra and sorted(got) == sorted(
+            f"{p}-{i}" for p in "acd" for i in range(30)), (len(got), got[:5])
+    finally:
+        c.close()

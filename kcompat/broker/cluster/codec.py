@@ -67,10 +67,50 @@ class Announcement:
 
 
 @dataclass(frozen=True, slots=True)
+class MarkerRequest:
+    """Transaction coordinator -> partition leader: write a COMMIT/ABORT marker
+    of ``producer_id``/``producer_epoch`` to ``topic``-``index`` through its Raft
+    group and answer (``MarkerReply``) once it is committed."""
+
+    request_id: int
+    topic: str
+    index: int
+    producer_id: int
+    producer_epoch: int
+    commit: bool
+
+
+@dataclass(frozen=True, slots=True)
+class MarkerReply:
+    request_id: int
+    error_code: int
+
+
+@dataclass(frozen=True, slots=True)
+class ForwardRequest:
+    """Any broker -> controller: carry out a metadata change (``intent``, see
+    ``admin.execute``) and answer (``ForwardReply``) once it is applied."""
+
+    request_id: int
+    intent: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class ForwardReply:
+    request_id: int
+    error_code: int
+    message: str | None
+
+
+Internal = MarkerRequest | MarkerReply | ForwardRequest | ForwardReply
+
+
+@dataclass(frozen=True, slots=True)
 class RaftFrame:
     src: int
     messages: tuple[Message, ...] = ()
     announcements: tuple[Announcement, ...] = ()
+    markers: tuple[Internal, ...] = ()  # coordinator and forwarding requests, replies
 
 
 def _enc(value: Any, blobs: list[bytes]) -> Any:
@@ -107,6 +147,17 @@ def _dec(value: Any, blobs: list[bytes]) -> Any:
     return value
 
 
+def _enc_internal(m: Internal) -> list[Any]:
+    if isinstance(m, MarkerRequest):
+        return ["q", m.request_id, m.topic, m.index, m.producer_id, m.producer_epoch,
+                int(m.commit)]
+    if isinstance(m, MarkerReply):
+        return ["r", m.request_id, m.error_code]
+    if isinstance(m, ForwardRequest):
+        return ["fq", m.request_id, m.intent]
+    return ["fr", m.request_id, m.error_code, m.message]
+
+
 def encode(frame: RaftFrame) -> bytes:
     """The whole frame, with its 4-byte size prefix, ready to send."""
     blobs: list[bytes] = []
@@ -116,6 +167,7 @@ def encode(frame: RaftFrame) -> bytes:
         msgs.append({"t": type(m).__name__, **fields})
     doc = {"src": frame.src, "msgs": msgs,
            "ann": [[a.group, a.term, a.leader, list(a.isr)] for a in frame.announcements],
+           "mk": [_enc_internal(m) for m in frame.markers],
            "blobs": [len(b) for b in blobs]}
     body = json.dumps(doc, separators=(",", ":")).encode()
     payload = b"".join([_HEADER.pack(KCOMPAT_RAFT, 0, 0, -1), _U32.pack(len(body)), body,
@@ -140,6 +192,17 @@ def decode(frame: bytes) -> RaftFrame:
             cls = _TYPES[item.pop("t")]
             msgs.append(cls(**{k: _dec(v, blobs) for k, v in item.items()}))
         anns = tuple(Announcement(g, t, ldr, tuple(isr)) for g, t, ldr, isr in doc["ann"])
-        return RaftFrame(int(doc["src"]), tuple(msgs), anns)
+        markers: list[Internal] = []
+        for item in doc.get("mk", ()):
+            if item[0] == "q":
+                markers.append(MarkerRequest(int(item[1]), str(item[2]), int(item[3]),
+                                             int(item[4]), int(item[5]), bool(item[6])))
+            elif item[0] == "r":
+                markers.append(MarkerReply(int(item[1]), int(item[2])))
+            elif item[0] == "fq":
+                markers.append(ForwardRequest(int(item[1]), dict(item[2])))
+            elif item[0] == "fr":
+                markers.append(ForwardReply(int(item[1]), int(item[2]), item[3]))
+        return RaftFrame(int(doc["src"]), tuple(msgs), anns, tuple(markers))
     except (KeyError, TypeError, ValueError, struct.error) as e:
         raise CodecError(f"bad raft frame: {e!r}") from None

@@ -150,6 +150,10 @@ class ClusterRuntime:
         self._tick_due = False
         self._announce_due = True
         self._ticks = 0
+        self._internal_proposed: dict[str, int] = {}  # internal topic -> term proposed in
+        self._nursery: trio.Nursery | None = None
+        self._marker_seq = 0
+        self._marker_waits: dict[int, list[Any]] = {}  # request id -> [Event, ErrorCode]
         self._pid_path = Path(state.data_dir) / PRODUCER_ID_FILE
         self._pid_next = _read_int(self._pid_path)
         self._pid_limit = self._pid_next
@@ -316,7 +320,128 @@ class ClusterRuntime:
             group = self.groups.get(m.group)
             if group is not None and not group.removed and m.dst == self.node_id:
                 group.raft.step(m)
+        for mk in decoded.markers:
+            if isinstance(mk, codec.MarkerReply | codec.ForwardReply):
+                slot = self._marker_waits.get(mk.request_id)
+                if slot is not None:
+                    slot[1] = ErrorCode(mk.error_code)
+                    if isinstance(mk, codec.ForwardReply):
+                        slot.append(mk.message)
+                    slot[0].set()
+            elif self._nursery is None:
+                pass
+            elif isinstance(mk, codec.MarkerRequest):
+                self._nursery.start_soon(self._serve_marker, decoded.src, mk)
+            elif isinstance(mk, codec.ForwardRequest):
+                self._nursery.start_soon(self._serve_forward, decoded.src, mk)
         self.kick()
+
+    # -- transaction markers ------------------------------------------------------------
+    #
+    # The transaction coordinator need not lead the data partitions of a
+    # transaction. For each one it writes the marker itself when it is the Raft
+    # leader (a local proposal, answered on commit) and otherwise asks the
+    # leader with a MarkerRequest in the private frame; the leader proposes the
+    # marker the same way and sends a MarkerReply once it is committed. A lost
+    # request or reply is a timeout and the coordinator retries (a duplicate
+    # marker for a finished transaction is harmless, as in Kafka).
+
+    async def write_marker(self, topic: str, index: int, pid: int, epoch: int, commit: bool,
+                           timeout_s: float = 5.0) -> ErrorCode:
+        if (topic, index) not in self.assignments:
+            return ErrorCode.unknown_topic_or_partition
+        group = self.group_of(topic, index)
+        if group is not None and group.is_leader:
+            return await self._write_marker_locally(topic, index, pid, epoch, commit, timeout_s)
+        peer = self.peers.get(self.partition_view(topic, index)[0])
+        if peer is None:
+            return ErrorCode.not_leader_or_follower
+        self._marker_seq += 1
+        rid = self._marker_seq
+        slot: list[Any] = [trio.Event(), ErrorCode.request_timed_out]
+        self._marker_waits[rid] = slot
+        try:
+            peer.send(codec.encode(codec.RaftFrame(self.node_id, markers=(
+                codec.MarkerRequest(rid, topic, index, pid, epoch, commit),))))
+            with trio.move_on_after(timeout_s):
+                await slot[0].wait()
+            return slot[1]  # type: ignore[no-any-return]
+        finally:
+            self._marker_waits.pop(rid, None)
+
+    # -- forwarding metadata changes to the controller --------------------------------
+    #
+    # AlterConfigs and IncrementalAlterConfigs may reach any broker (clients
+    # send them to any node, as Kafka brokers forward them to the controller);
+    # a non-controller forwards the change's intent to the controller, which
+    # validates it against its image, commits it and replies once applied.
+
+    async def forward_to_controller(self, intent: dict[str, Any],
+                                    timeout_s: float = 10.0) -> tuple[ErrorCode, str | None]:
+        peer = self.peers.get(self.controller_id)
+        if peer is None:
+            return ErrorCode.not_controller, "no controller is known"
+        self._marker_seq += 1
+        rid = self._marker_seq
+        slot: list[Any] = [trio.Event(), ErrorCode.request_timed_out]
+        self._marker_waits[rid] = slot
+        try:
+            peer.send(codec.encode(codec.RaftFrame(self.node_id, markers=(
+                codec.ForwardRequest(rid, intent),))))
+            with trio.move_on_after(timeout_s):
+                await slot[0].wait()
+            if len(slot) < 3:
+                return slot[1], "the controller did not answer in time"
+            return slot[1], slot[2]
+        finally:
+            self._marker_waits.pop(rid, None)
+
+    async def _serve_forward(self, src: int, req: codec.ForwardRequest) -> None:
+        from kcompat.broker.cluster.admin import execute
+        from kcompat.broker.state import TopicError
+
+        code, message = ErrorCode.none, None
+        try:
+            await execute(self.state, req.intent)
+        except TopicError as e:
+            code, message = e.code, e.message
+        peer = self.peers.get(src)
+        if peer is not None:
+            peer.send(codec.encode(codec.RaftFrame(self.node_id, markers=(
+                codec.ForwardReply(req.request_id, int(code), message),))))
+
+    async def _serve_marker(self, src: int, req: codec.MarkerRequest) -> None:
+        code = await self._write_marker_locally(req.topic, req.index, req.producer_id,
+                                                req.producer_epoch, req.commit, 5.0)
+        peer = self.peers.get(src)
+        if peer is not None:
+            peer.send(codec.encode(codec.RaftFrame(self.node_id, markers=(
+                codec.MarkerReply(req.request_id, int(code)),))))
+
+    async def _write_marker_locally(self, topic: str, index: int, pid: int, epoch: int,
+                                    commit: bool, timeout_s: float) -> ErrorCode:
+        from kcompat.broker.groups import OFFSETS_TOPIC
+        from kcompat.wire.records import encode_marker_batch
+
+        group = self.group_of(topic, index)
+        if group is None or not group.is_leader:
+            return ErrorCode.not_leader_or_follower
+        now = _now_ms()
+        view = memoryview(encode_marker_batch(commit, producer_id=pid, producer_epoch=epoch,
+                                              coordinator_epoch=0, timestamp=now))
+        term = group.raft.term
+        try:
+            header = self.propose_batch(group, view, wbatch.validate(view), now)
+        except NotLeaderError:
+            return ErrorCode.not_leader_or_follower
+        except wbatch.BatchError as e:
+            log.warning("marker for %s-%d refused: %s", topic, index, e)
+            return ErrorCode.invalid_record
+        code = await self.wait_committed(group, header.base_offset, term,
+                                         trio.current_time() + timeout_s)
+        if code == ErrorCode.none and topic == OFFSETS_TOPIC and self.state.groups is not None:
+            self.state.groups.complete_transaction(pid, commit, {index})
+        return code
 
     def kick(self) -> None:
         self._wake.set()
@@ -325,6 +450,7 @@ class ClusterRuntime:
 
     async def run(self) -> None:
         async with trio.open_nursery() as nursery:
+            self._nursery = nursery
             for peer in self.peers.values():
                 nursery.start_soon(peer.run)
             nursery.start_soon(self._ticker)
@@ -350,6 +476,43 @@ class ClusterRuntime:
             group.raft.tick()
         if self._ticks % ANNOUNCE_TICKS == 0:
             self._announce_due = True
+            self._ensure_internal_topics()
+
+    def _ensure_internal_topics(self) -> None:
+        """The controller creates ``__consumer_offsets`` once the metadata log is
+        caught up, so every broker can name the group coordinator (the leader of
+        the group's offsets partition) without a client asking the controller.
+        Replication factor: ``offsets.topic.replication.factor`` capped by the
+        number of voters."""
+        from kcompat.broker.groups import OFFSETS_TOPIC, OFFSETS_TOPIC_CONFIGS
+        from kcompat.broker.state import TopicError
+        from kcompat.broker.transactions import TXN_TOPIC, TXN_TOPIC_CONFIGS
+
+        if not self.is_controller or not self.caught_up:
+            return
+        config = self.state.config
+        for name, prefix, configs in ((OFFSETS_TOPIC, "offsets.topic", OFFSETS_TOPIC_CONFIGS),
+                                      (TXN_TOPIC, "transaction.state.log", TXN_TOPIC_CONFIGS)):
+            term = self.meta.raft.term
+            if name in self.state.topics or self._internal_proposed.get(name) == term:
+                continue
+            rf = min(int(config[f"{prefix}.replication.factor"]), len(self.voters))
+            count = int(config[f"{prefix}.num.partitions"])
+            try:
+                meta = self.state.create_topic(name, count, rf, dict(configs),
+                                               validate_only=True, internal=True)
+            except TopicError as e:
+                log.warning("cannot create %s: %s", name, e)
+                continue
+            rec = {"type": "create_topic", "name": name, "id": str(meta.topic_id),
+                   "partitions": count, "configs": meta.configs, "internal": True,
+                   "assignments": self.plan_assignments(name, 0, count, rf)}
+            try:
+                self.propose_metadata_nowait(rec)
+            except NotLeaderError:
+                return
+            self._internal_proposed[name] = term
+            log.info("proposed %s: %d partitions, replication factor %d", name, count, rf)
 
     async def _round(self) -> bool:
         """One Ready round over every group; False when nobody had anything."""

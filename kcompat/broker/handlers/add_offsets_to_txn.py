@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from kcompat.broker.context import RequestContext
+from kcompat.broker.groups import NotCoordinatorError
 from kcompat.broker.handlers._common import NO_THROTTLE, fenced_for_version
 from kcompat.broker.state import now_ms
 
@@ -16,11 +17,16 @@ from kcompat.broker.state import now_ms
 async def handle(ctx: RequestContext, request: Any) -> Any:
     txns = ctx.txns
     tid = request.transactional_id
+    if (gate := txns.coordinator_error(tid)) is not None:  # cluster mode
+        return ctx.response(throttle_time=NO_THROTTLE, error_code=gate)
     async with txns.lock(tid):
-        partition = txns.offsets_partition(request.group_id)
-        txns.groups.ensure_offsets_topic()
-        decision = txns.coordinator.add_partitions(
-            tid, request.producer_id, request.producer_epoch, {partition}, now_ms())
-        await txns.carry_out(decision)
+        try:
+            txns.groups.ensure_offsets_topic()
+            partition = txns.offsets_partition(request.group_id)
+            decision = txns.coordinator.add_partitions(
+                tid, request.producer_id, request.producer_epoch, {partition}, now_ms())
+            await txns.carry_out(decision)
+        except NotCoordinatorError as e:  # cluster mode: leadership moved meanwhile
+            return ctx.response(throttle_time=NO_THROTTLE, error_code=e.code)
     return ctx.response(throttle_time=NO_THROTTLE,
                         error_code=fenced_for_version(decision.error, ctx.version, 2))

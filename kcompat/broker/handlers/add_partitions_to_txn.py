@@ -13,6 +13,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from kcompat.broker.context import RequestContext
+from kcompat.broker.groups import NotCoordinatorError
 from kcompat.broker.handlers._common import NO_THROTTLE, fenced_for_version
 from kcompat.broker.state import now_ms
 
@@ -20,8 +21,15 @@ from kcompat.broker.state import now_ms
 async def handle(ctx: RequestContext, request: Any) -> Any:
     tid = request.v3_and_below_transactional_id
     wanted = [(t.name, p) for t in request.v3_and_below_topics for p in t.partitions]
-    unknown = {tp for tp in wanted if ctx.state.partition(*tp) is None}
-    if unknown:
+    cluster = ctx.state.cluster
+    if cluster is None:
+        unknown = {tp for tp in wanted if ctx.state.partition(*tp) is None}
+    else:  # cluster mode: the partitions need not be local
+        unknown = {tp for tp in wanted if tp not in cluster.assignments}
+    gate = ctx.txns.coordinator_error(tid)
+    if gate is not None:  # cluster mode: not (yet) this id's coordinator
+        errors = dict.fromkeys(wanted, gate)
+    elif unknown:
         errors = {tp: ErrorCode.unknown_topic_or_partition if tp in unknown
                   else ErrorCode.operation_not_attempted for tp in wanted}
     else:
@@ -30,8 +38,11 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
             decision = txns.coordinator.add_partitions(
                 tid, request.v3_and_below_producer_id, request.v3_and_below_producer_epoch,
                 set(wanted), now_ms())
-            await txns.carry_out(decision)
-        code = fenced_for_version(decision.error, ctx.version, 2)
+            try:
+                await txns.carry_out(decision)
+                code = fenced_for_version(decision.error, ctx.version, 2)
+            except NotCoordinatorError as e:
+                code = e.code
         errors = dict.fromkeys(wanted, code)
     topics = tuple(
         ctx.build("AddPartitionsToTxnTopicResult", name=t.name, results_by_partition=tuple(

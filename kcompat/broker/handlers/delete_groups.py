@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from kcompat.broker.context import RequestContext
+from kcompat.broker.groups import NotCoordinatorError
 from kcompat.broker.handlers._common import NO_THROTTLE, OK
 from kcompat.broker.state import now_ms
 
@@ -18,9 +19,14 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
     groups = ctx.groups
     results = []
     for group_id in request.groups_names:
-        error = groups.coordinator.delete_group(group_id, now_ms())
+        error = groups.coordinator_error(group_id)  # cluster mode: coordinator only
+        if error is None:
+            error = groups.coordinator.delete_group(group_id, now_ms())
         if error == OK:
             groups.coordinator.pop_group_changes()
-            await groups.delete_group_records(group_id)
+            try:
+                await groups.delete_group_records(group_id)
+            except NotCoordinatorError as e:
+                error = e.code
         results.append(ctx.build("DeletableGroupResult", group_id=group_id, error_code=error))
     return ctx.response(throttle_time=NO_THROTTLE, results=tuple(results))

@@ -16,7 +16,14 @@ from kcompat.broker.handlers._common import NO_THROTTLE, OK, ms_to_datetime
 
 
 def _describe(ctx: RequestContext, tid: str) -> Any:
-    meta = ctx.txns.coordinator.txns.get(tid)
+    gate = ctx.txns.coordinator_error(tid)  # cluster mode: only the coordinator answers
+    meta = ctx.txns.coordinator.txns.get(tid) if gate is None else None
+    if gate is not None:
+        return ctx.build("TransactionState", error_code=gate,
+                         transactional_id=tid, transaction_state="",
+                         transaction_timeout=datetime.timedelta(0),
+                         transaction_start_time=ms_to_datetime(0),
+                         producer_id=-1, producer_epoch=-1, topics=())
     if meta is None:
         return ctx.build("TransactionState", error_code=ErrorCode.transactional_id_not_found,
                          transactional_id=tid, transaction_state="",

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from kcompat.broker.context import RequestContext
+from kcompat.broker.groups import NotCoordinatorError
 from kcompat.broker.handlers._common import NO_THROTTLE, fenced_for_version
 from kcompat.broker.state import now_ms
 
@@ -19,9 +20,14 @@ from kcompat.broker.state import now_ms
 async def handle(ctx: RequestContext, request: Any) -> Any:
     txns = ctx.txns
     tid = request.transactional_id
+    if (gate := txns.coordinator_error(tid)) is not None:  # cluster mode
+        return ctx.response(throttle_time=NO_THROTTLE, error_code=gate)
     async with txns.lock(tid):
         decision = txns.coordinator.end_txn(tid, request.producer_id, request.producer_epoch,
                                             request.committed, now_ms())
-        await txns.carry_out(decision)
+        try:
+            await txns.carry_out(decision)
+        except NotCoordinatorError as e:  # cluster mode: leadership moved meanwhile
+            return ctx.response(throttle_time=NO_THROTTLE, error_code=e.code)
     return ctx.response(throttle_time=NO_THROTTLE,
                         error_code=fenced_for_version(decision.error, ctx.version, 2))

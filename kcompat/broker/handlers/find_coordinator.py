@@ -20,13 +20,38 @@ from kcompat.broker.handlers._common import NO_THROTTLE, OK, advertised_host
 GROUP, TRANSACTION = 0, 1
 
 
-def _answer(ctx: RequestContext, key_type: int) -> dict[str, Any]:
+def _cluster_answer(ctx: RequestContext, key_type: int, key: str) -> dict[str, Any]:
+    """Cluster mode: the coordinator of a group (a transactional id) is the
+    Raft leader of its ``__consumer_offsets`` (``__transaction_state``)
+    partition; both topics are created by the controller."""
+    from kcompat.broker.groups import OFFSETS_TOPIC, partition_for
+    from kcompat.broker.transactions import TXN_TOPIC
+
+    state = ctx.state
+    cluster = state.cluster
+    assert cluster is not None
+    topic = OFFSETS_TOPIC if key_type == GROUP else TXN_TOPIC
+    meta = state.topics.get(topic)
+    if meta is not None:
+        index = partition_for(key, meta.partitions)
+        if (topic, index) in cluster.assignments:
+            leader = cluster.partition_view(topic, index)[0]
+            if leader == state.node_id:
+                return {"error_code": OK, "error_message": None, "node_id": state.node_id,
+                        "host": advertised_host(state), "port": state.advertised_port}
+            if leader in cluster.voters:
+                host, port = cluster.voters[leader]
+                return {"error_code": OK, "error_message": None, "node_id": leader,
+                        "host": host, "port": port}
+    return {"error_code": ErrorCode.coordinator_not_available,
+            "error_message": "The coordinator is not available.",
+            "node_id": -1, "host": "", "port": -1}
+
+
+def _answer(ctx: RequestContext, key_type: int, key: str = "") -> dict[str, Any]:
     state = ctx.state
     if state.cluster is not None and key_type in (GROUP, TRANSACTION):
-        # Cluster mode: the coordinators are not replicated yet (kcompat.broker.cluster).
-        return {"error_code": ErrorCode.coordinator_not_available,
-                "error_message": "coordinators are not available in cluster mode yet",
-                "node_id": -1, "host": "", "port": -1}
+        return _cluster_answer(ctx, key_type, key)
     if key_type in (GROUP, TRANSACTION):
         return {"error_code": OK, "error_message": None, "node_id": state.node_id,
                 "host": advertised_host(state), "port": state.advertised_port}
@@ -37,9 +62,9 @@ def _answer(ctx: RequestContext, key_type: int) -> dict[str, Any]:
 
 async def handle(ctx: RequestContext, request: Any) -> Any:
     key_type = getattr(request, "key_type", GROUP)
-    answer = _answer(ctx, key_type)
     if not hasattr(request, "coordinator_keys"):
-        return ctx.response(throttle_time=NO_THROTTLE, **answer)
-    coordinators = tuple(ctx.build("Coordinator", key=key, **answer)
+        return ctx.response(throttle_time=NO_THROTTLE,
+                            **_answer(ctx, key_type, getattr(request, "key", "")))
+    coordinators = tuple(ctx.build("Coordinator", key=key, **_answer(ctx, key_type, key))
                          for key in request.coordinator_keys)
     return ctx.response(throttle_time=NO_THROTTLE, coordinators=coordinators)

@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from kcompat.broker.context import RequestContext
+from kcompat.broker.groups import NotCoordinatorError
 from kcompat.broker.handlers._common import NO_THROTTLE, OK, fenced_for_version
 from kcompat.broker.state import now_ms
 
@@ -25,12 +26,19 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
         return ctx.response(throttle_time=NO_THROTTLE, error_code=OK,
                             producer_id=ctx.state.allocate_producer_id(), producer_epoch=0)
     txns = ctx.txns
+    if (gate := txns.coordinator_error(tid)) is not None:  # cluster mode
+        return ctx.response(throttle_time=NO_THROTTLE, producer_id=-1, producer_epoch=-1,
+                            error_code=gate)
     timeout_ms = int(request.transaction_timeout.total_seconds() * 1000)
     async with txns.lock(tid):
         decision = txns.coordinator.init_producer_id(
             tid, timeout_ms, getattr(request, "producer_id", -1),
             getattr(request, "producer_epoch", -1), now_ms(), ctx.state.allocate_producer_id)
-        await txns.carry_out(decision)
+        try:
+            await txns.carry_out(decision)
+        except NotCoordinatorError as e:  # cluster mode: leadership moved meanwhile
+            return ctx.response(throttle_time=NO_THROTTLE, producer_id=-1, producer_epoch=-1,
+                                error_code=e.code)
     if decision.error != OK:
         return ctx.response(throttle_time=NO_THROTTLE, producer_id=-1, producer_epoch=-1,
                             error_code=fenced_for_version(decision.error, ctx.version, 4))

@@ -13,12 +13,14 @@ from __future__ import annotations
 from typing import Any
 
 from kcompat.broker.context import RequestContext
-from kcompat.broker.handlers._common import NO_THROTTLE
+from kcompat.broker.handlers._common import NO_THROTTLE, coordinator_error_response
 from kcompat.broker.state import now_ms
 from kcompat.coordinator.coordinator import JoinRequest, JoinResult
 
 
 async def handle(ctx: RequestContext, request: Any) -> Any:
+    if (gate := ctx.groups.coordinator_error(request.group_id)) is not None:
+        return coordinator_error_response(ctx, gate)
     session_ms = int(request.session_timeout.total_seconds() * 1000)
     rebalance = getattr(request, "rebalance_timeout", None)
     rebalance_ms = int(rebalance.total_seconds() * 1000) if rebalance is not None else session_ms

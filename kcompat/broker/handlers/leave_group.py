@@ -11,11 +11,13 @@ from __future__ import annotations
 from typing import Any
 
 from kcompat.broker.context import RequestContext
-from kcompat.broker.handlers._common import NO_THROTTLE
+from kcompat.broker.handlers._common import NO_THROTTLE, coordinator_error_response
 from kcompat.broker.state import now_ms
 
 
 async def handle(ctx: RequestContext, request: Any) -> Any:
+    if (gate := ctx.groups.coordinator_error(request.group_id)) is not None:
+        return coordinator_error_response(ctx, gate)
     if ctx.version >= 3:
         members = [(m.member_id, m.group_instance_id) for m in request.members]
     else:

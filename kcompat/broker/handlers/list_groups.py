@@ -16,11 +16,13 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
     states = {s.lower() for s in getattr(request, "states_filter", ())}
     types = {t.lower() for t in getattr(request, "types_filter", ())}
     listed = []
-    for group in ctx.groups.coordinator.groups.values():
+    for group in list(ctx.groups.coordinator.groups.values()):
         if states and group.state.value.lower() not in states:
             continue
         if types and "classic" not in types:
             continue
+        if ctx.groups.coordinator_error(group.group_id) is not None:
+            continue  # cluster mode: a group another broker coordinates now
         listed.append(ctx.build("ListedGroup", group_id=group.group_id,
                                 protocol_type=group.protocol_type or "",
                                 group_state=group.state.value, group_type="classic"))

@@ -22,7 +22,9 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
     min_duration_ms = int(getattr(request, "duration_filter", -1))
     now = now_ms()
     listed = []
-    for meta in ctx.txns.coordinator.txns.values():
+    for meta in list(ctx.txns.coordinator.txns.values()):
+        if ctx.txns.coordinator_error(meta.transactional_id) is not None:
+            continue  # cluster mode: coordinated elsewhere now
         if states and meta.state.value not in states:
             continue
         if pids and meta.producer_id not in pids:

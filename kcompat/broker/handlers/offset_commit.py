@@ -14,6 +14,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from kcompat.broker.context import RequestContext
+from kcompat.broker.groups import NotCoordinatorError
 from kcompat.broker.handlers._common import NO_THROTTLE, OK
 from kcompat.broker.state import now_ms
 from kcompat.coordinator.offsets import CommittedOffset
@@ -35,6 +36,8 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
         group_id, generation, request.member_id, getattr(request, "group_instance_id", None))
     if not group_id:
         top_error = ErrorCode.invalid_group_id
+    elif (gate := groups.coordinator_error(group_id)) is not None:
+        top_error = gate  # cluster mode: not (yet) this group's coordinator
     max_metadata = int(ctx.state.config["offset.metadata.max.bytes"])
     now = now_ms()
     errors: dict[tuple[str, int], ErrorCode] = {}
@@ -54,6 +57,9 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
         except OSError:
             for tp in accepted:
                 errors[tp] = ErrorCode.kafka_storage_error
+        except NotCoordinatorError as e:  # cluster mode: leadership moved meanwhile
+            for tp in accepted:
+                errors[tp] = e.code
     topics = tuple(
         ctx.build("OffsetCommitResponseTopic", name=t.name, partitions=tuple(
             ctx.build("OffsetCommitResponsePartition", partition_index=p.partition_index,

@@ -12,11 +12,13 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from kcompat.broker.context import RequestContext
-from kcompat.broker.handlers._common import NO_THROTTLE, OK
+from kcompat.broker.handlers._common import NO_THROTTLE, OK, coordinator_error_response
 from kcompat.coordinator.group import GroupState
 
 
 async def handle(ctx: RequestContext, request: Any) -> Any:
+    if (gate := ctx.groups.coordinator_error(request.group_id)) is not None:
+        return coordinator_error_response(ctx, gate)
     groups = ctx.groups
     group = groups.coordinator.groups.get(request.group_id)
     if group is None or group.is_(GroupState.DEAD):

@@ -46,12 +46,18 @@ def _topics(ctx: RequestContext, group_id: str, requested: Any, prefix: str,
 
 async def handle(ctx: RequestContext, request: Any) -> Any:
     stable = bool(getattr(request, "require_stable", False))
+    gate = ctx.groups.coordinator_error  # cluster mode: only the coordinator answers
     if ctx.version >= 8:
         groups = tuple(
             ctx.build("OffsetFetchResponseGroup", group_id=g.group_id,
                       topics=_topics(ctx, g.group_id, g.topics, "s", stable), error_code=OK)
+            if (code := gate(g.group_id)) is None else
+            ctx.build("OffsetFetchResponseGroup", group_id=g.group_id, topics=(),
+                      error_code=code)
             for g in request.groups
         )
         return ctx.response(throttle_time=NO_THROTTLE, groups=groups)
+    if (code := gate(request.group_id)) is not None:
+        return ctx.response(throttle_time=NO_THROTTLE, error_code=code, topics=())
     return ctx.response(throttle_time=NO_THROTTLE, error_code=OK,
                         topics=_topics(ctx, request.group_id, request.topics, "", stable))

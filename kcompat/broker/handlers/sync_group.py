@@ -10,12 +10,14 @@ from __future__ import annotations
 from typing import Any
 
 from kcompat.broker.context import RequestContext
-from kcompat.broker.handlers._common import NO_THROTTLE
+from kcompat.broker.handlers._common import NO_THROTTLE, coordinator_error_response
 from kcompat.broker.state import now_ms
 from kcompat.coordinator.coordinator import SyncResult
 
 
 async def handle(ctx: RequestContext, request: Any) -> Any:
+    if (gate := ctx.groups.coordinator_error(request.group_id)) is not None:
+        return coordinator_error_response(ctx, gate)
     groups = ctx.groups
     token, waiter = groups.new_token()
     replies = groups.coordinator.sync_group(

@@ -15,6 +15,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from kcompat.broker.context import RequestContext
+from kcompat.broker.groups import NotCoordinatorError
 from kcompat.broker.handlers._common import NO_THROTTLE, OK, fenced_for_version
 from kcompat.broker.state import now_ms
 from kcompat.coordinator.offsets import CommittedOffset
@@ -22,6 +23,16 @@ from kcompat.coordinator.offsets import CommittedOffset
 
 def _request_error(ctx: RequestContext, request: Any) -> ErrorCode | None:
     txns = ctx.txns
+    if (gate := ctx.groups.coordinator_error(request.group_id)) is not None:
+        return gate  # cluster mode: sent to the group coordinator, which this is not
+    if txns.coordinator_error(request.transactional_id) is not None:
+        # Cluster mode: the transaction coordinator is another broker, whose
+        # state is not visible here; only the group checks apply.
+        if ctx.version >= 3 and request.generation_id >= 0:
+            return ctx.groups.coordinator.commit_error(
+                request.group_id, request.generation_id, request.member_id,
+                request.group_instance_id)
+        return None
     meta = txns.coordinator.txns.get(request.transactional_id)
     if meta is None or meta.producer_id != request.producer_id:
         return ErrorCode.invalid_producer_id_mapping
@@ -53,8 +64,11 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
                     p.committed_offset, getattr(p, "committed_leader_epoch", -1),
                     p.committed_metadata or "", now)
     if offsets:
-        await ctx.groups.txn_commit_offsets(request.group_id, request.producer_id,
-                                            request.producer_epoch, offsets)
+        try:
+            await ctx.groups.txn_commit_offsets(request.group_id, request.producer_id,
+                                                request.producer_epoch, offsets)
+        except NotCoordinatorError as e:  # cluster mode: leadership moved meanwhile
+            codes = dict.fromkeys(codes, e.code)
     topics = tuple(
         ctx.build("TxnOffsetCommitResponseTopic", name=t.name, partitions=tuple(
             ctx.build("TxnOffsetCommitResponsePartition", partition_index=p.partition_index,
