@@ -48,7 +48,9 @@ test: $(STAMP) tools java-deps lint
 	$(PY) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
 
 # Apache Kafka vs kcompat on this machine with Kafka's perf tools (bench/compare.py);
-# BENCH_QUICK=1 keeps the headline ratios only (< 5 min). Appends to bench/RESULTS.md.
+# BENCH_QUICK=1 keeps the headline ratios only (< 5 min). The full run also compares
+# 3-broker clusters at replication factor 3 (BENCH_ARGS=--cluster-only: only that).
+# Appends to bench/RESULTS.md.
 BENCH_STAMP := $(VENV)/.bench-installed
 $(BENCH_STAMP): $(STAMP)
 	$(PY) -m pip install -q -e '.[test,bench]'

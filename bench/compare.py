@@ -3,8 +3,9 @@
 Not a test: it prints a report, appends it to bench/RESULTS.md and ends with one
 line ``ratios: produce=X consume=Y p99=Z rss=W`` (kcompat divided by Kafka).
 
-    .venv/bin/python bench/compare.py            # full run (~15-20 min on 2 cores)
+    .venv/bin/python bench/compare.py            # full run (~30-40 min on 2 cores)
     .venv/bin/python bench/compare.py --quick    # < 5 min: the four headline ratios only
+    .venv/bin/python bench/compare.py --cluster-only   # only the 3-broker RF 3 part (~15 min)
 
 How it works. Apache Kafka 4.1 (``compat_tests.java.kafka_reference.KafkaReference``,
 single-node KRaft, jars from Maven Central) is started first, measured, and
@@ -27,8 +28,18 @@ Workloads (full run; ``--quick`` keeps only the first of each kind):
 * end-to-end latency (send -> consumer receives) with EndToEndLatency;
 * broker memory: peak RSS (VmHWM) and RSS at the end, from /proc/<pid>/status;
 * broker CPU seconds per workload from /proc/<pid>/stat (what bounds it);
-* replication: not measured (single node on both sides; kcompat's replication is
-  not benchmarked yet).
+* replication (``--cluster``, on by default for the full run, off for ``--quick``):
+  the same workloads once more on a 3-broker cluster per side, every topic with
+  replication factor 3 — Kafka as 3 KRaft nodes with combined broker+controller
+  roles (``KafkaReferenceCluster``, -Xmx512m each, internal topics RF 3,
+  min.insync.replicas=2), kcompat as ``compat_tests._cluster.Cluster`` (3 brokers
+  in Raft cluster mode, flush.mode=never). Kafka's cluster runs first and the
+  latency runs are throttled to half of *its* maximum; broker CPU and RSS are
+  summed over the 3 brokers. A workload that fails on one side is reported as
+  FAILED with the reason instead of ending the run. Note that acks=all is not
+  the same wait: Kafka waits for every in-sync replica (all 3 when healthy),
+  kcompat for the Raft commit (a majority, 2 of 3). A line
+  ``cluster ratios: ...`` sums it up.
 
 ``--profile`` (on by default for the full run) starts one more kcompat broker
 and records it with py-spy during a produce run and a consume run, then prints
@@ -58,8 +69,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from compat_tests._broker import Broker, unique_topic  # noqa: E402
+from compat_tests._cluster import Cluster  # noqa: E402
 from compat_tests.java._jvm import KAFKA_VERSION, java_bin, reference_classpath  # noqa: E402
-from compat_tests.java.kafka_reference import KafkaReference  # noqa: E402
+from compat_tests.java.kafka_reference import KafkaReference, KafkaReferenceCluster  # noqa: E402
 
 TOOLS = "org.apache.kafka.tools"
 RECORD_BYTES = 1024
@@ -71,6 +83,10 @@ CLIENT_JVM = ("-Xmx512m", "-server", "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20",
 KAFKA_HEAP = "1g"  # kafka-server-start.sh's default -Xmx1G
 KCOMPAT_ARGS = ("--set", "kcompat.flush.mode=never", "--set", "group.initial.rebalance.delay.ms=0",
                 "--set", "admin.port=-1")
+CLUSTER_SIZE = 3
+CLUSTER_KAFKA_HEAP = "512m"  # per JVM: 3 of them share the machine with the clients
+CLUSTER_KCOMPAT_ARGS = ("--set", "kcompat.flush.mode=never",
+                        "--set", "group.initial.rebalance.delay.ms=0")  # + _cluster.Cluster's
 KCOMPAT_FSYNC_ARGS = ("--set", "group.initial.rebalance.delay.ms=0", "--set", "admin.port=-1")
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
@@ -161,17 +177,22 @@ def end_to_end(bootstrap: str, topic: str, n: int, acks: str) -> dict[str, float
             "p99": float(pct.group(2)), "p999": float(pct.group(3))}
 
 
-def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
+def create_topic(bootstrap: str, topic: str, partitions: int, replication: int = 1) -> None:
     from confluent_kafka.admin import AdminClient, NewTopic
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    admin.create_topics([NewTopic(topic, partitions, 1)])[topic].result(60)
+    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
+    admin.create_topics([NewTopic(topic, partitions, replication)],
+                        operation_timeout=30, request_timeout=30)[topic].result(60)
     deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:  # wait until the metadata shows every partition
+    while time.monotonic() < deadline:
+        # every partition in the metadata with a leader and, replicated, a full ISR
         md = admin.list_topics(topic, timeout=10).topics.get(topic)
-        if md is not None and md.error is None and len(md.partitions) == partitions:
+        if (md is not None and md.error is None and len(md.partitions) == partitions
+                and all(p.leader >= 0 and len(p.isrs) >= replication
+                        for p in md.partitions.values())):
             return
         time.sleep(0.2)
-    raise ToolError(f"topic {topic} did not appear with {partitions} partitions")
+    raise ToolError(f"topic {topic} did not appear with {partitions} partitions, "
+                    f"a leader each and {replication} in-sync replicas")
 
 
 # -- the plan -----------------------------------------------------------------------
@@ -203,25 +224,45 @@ class Target:
     end_rss_kib: int = 0
     load: list[str] = field(default_factory=list)
     startup_s: float = 0.0
+    errors: dict[str, str] = field(default_factory=dict)  # key -> why it failed (tolerate)
 
 
-def measure(target: Target, bootstrap: str, pid: int, plan: Plan,
-            kafka: Target | None, only_produce: bool = False) -> None:
+def measure(target: Target, bootstrap: str, pid: int | list[int], plan: Plan,
+            kafka: Target | None, only_produce: bool = False, replication: int = 1,
+            tolerate: bool = False) -> None:
+    """Run ``plan`` against one broker (``pid``) or a cluster (a list: CPU is summed).
+    ``tolerate``: a failing workload is recorded in ``target.errors`` and skipped
+    instead of ending the comparison (cluster mode, where kcompat is young)."""
+    pids = pid if isinstance(pid, list) else [pid]
+
+    def cpu_now() -> float:
+        return sum(proc_cpu_s(p) for p in pids)
+
+    def create(topic: str, parts: int) -> None:
+        create_topic(bootstrap, topic, parts, replication)
+
     def timed(key: str, fn: Callable[[], dict[str, float]]) -> None:
-        c0, t0 = proc_cpu_s(pid), time.monotonic()
-        target.figures[key] = fn()
-        target.cpu[key] = (proc_cpu_s(pid) - c0, time.monotonic() - t0)
+        c0, t0 = cpu_now(), time.monotonic()
+        try:
+            target.figures[key] = fn()
+        except (ToolError, subprocess.TimeoutExpired, KeyError, StopIteration, ValueError) as e:
+            if not tolerate:
+                raise
+            target.errors[key] = " ".join(str(e).split())[:300] or type(e).__name__
+            print(f"  {target.name:8s} {key:24s} FAILED: {target.errors[key]}", flush=True)
+            return
+        target.cpu[key] = (cpu_now() - c0, time.monotonic() - t0)
         print(f"  {target.name:8s} {key:24s} {fmt_row(target.figures[key])}  "
               f"broker cpu {target.cpu[key][0]:.1f}s/{target.cpu[key][1]:.1f}s", flush=True)
 
     target.load.append(loadavg())
     warm = unique_topic("warmup")
-    create_topic(bootstrap, warm, 1)
+    create(warm, 1)
     producer_perf(bootstrap, warm, min(plan.records, 200_000), "1")  # JIT / page cache warm-up
     topics: dict[int, str] = {}
     for parts, acks in plan.produce_cases:
         topic = unique_topic(f"p{parts}-acks{acks}")
-        create_topic(bootstrap, topic, parts)
+        create(topic, parts)
         timed(f"produce p{parts} acks={acks}",
               lambda t=topic, a=acks: producer_perf(bootstrap, t, plan.records, a))
         if acks == "1":
@@ -231,16 +272,19 @@ def measure(target: Target, bootstrap: str, pid: int, plan: Plan,
     for parts, topic in topics.items():
         timed(f"consume p{parts}", lambda t=topic: consumer_perf(bootstrap, t, plan.records))
     for acks in plan.latency_acks:
-        ref = (kafka or target).figures[f"produce p1 acks={acks}"]["rec_s"]
-        rate = max(int(ref / 2), 100)
+        ref_fig = (kafka or target).figures.get(f"produce p1 acks={acks}")
+        if ref_fig is None:  # (tolerate) the maximum it is half of was not measured
+            target.errors[f"latency p1 acks={acks}"] = "no maximum throughput to take half of"
+            continue
+        rate = max(int(ref_fig["rec_s"] / 2), 100)
         topic = unique_topic(f"lat-acks{acks}")
-        create_topic(bootstrap, topic, 1)
+        create(topic, 1)
         timed(f"latency p1 acks={acks}",
               lambda t=topic, a=acks, r=rate: dict(
                   producer_perf(bootstrap, t, r * plan.latency_s, a, r), rate=r))
     for acks in plan.e2e_acks:
         topic = unique_topic(f"e2e-acks{acks}")
-        create_topic(bootstrap, topic, 1)
+        create(topic, 1)
         timed(f"e2e p1 acks={acks}",
               lambda t=topic, a=acks: end_to_end(bootstrap, t, plan.e2e_messages, a))
     target.load.append(loadavg())
@@ -293,6 +337,137 @@ def run_kcompat(name: str, args: tuple[str, ...], plan: Plan, workdir: Path, kaf
         broker.close()
         shutil.rmtree(workdir / name, ignore_errors=True)
     return target
+
+
+# -- 3-broker clusters, replication factor 3 -----------------------------------------
+
+def sum_status_kib(pids: list[int], key: str) -> int:
+    return sum(proc_status_kib(p, key) for p in pids)
+
+
+def run_kafka_cluster(plan: Plan, workdir: Path) -> Target:
+    target = Target("kafka-3")
+    ref = KafkaReferenceCluster(workdir / "kafka-cluster", size=CLUSTER_SIZE,
+                                heap=CLUSTER_KAFKA_HEAP)
+    t0 = time.monotonic()
+    ref.start()
+    target.startup_s = time.monotonic() - t0
+    try:
+        measure(target, ref.bootstrap, ref.pids, plan, None, replication=CLUSTER_SIZE,
+                tolerate=True)
+        target.peak_rss_kib = sum_status_kib(ref.pids, "VmHWM")
+        target.end_rss_kib = sum_status_kib(ref.pids, "VmRSS")
+    finally:
+        ref.close()
+        shutil.rmtree(workdir / "kafka-cluster", ignore_errors=True)
+    return target
+
+
+def run_kcompat_cluster(plan: Plan, workdir: Path, kafka: Target) -> Target:
+    target = Target("kc-3")
+    cluster = Cluster(workdir / "kc-cluster", size=CLUSTER_SIZE, extra_args=CLUSTER_KCOMPAT_ARGS)
+    t0 = time.monotonic()
+    try:
+        cluster.start()
+        target.startup_s = time.monotonic() - t0
+        pids = [b.pid for b in cluster.brokers.values() if b.pid is not None]
+        measure(target, cluster.bootstrap, pids, plan, kafka, replication=CLUSTER_SIZE,
+                tolerate=True)
+        target.peak_rss_kib = sum_status_kib(pids, "VmHWM")
+        target.end_rss_kib = sum_status_kib(pids, "VmRSS")
+    finally:
+        cluster.close()
+        shutil.rmtree(workdir / "kc-cluster", ignore_errors=True)
+    return target
+
+
+def cluster_report(plan: Plan, kafka: Target, kc: Target) -> tuple[list[str], str]:
+    lines = [
+        f"cluster: {CLUSTER_SIZE} brokers on each side, every topic replication factor "
+        f"{CLUSTER_SIZE}, one after the other on loopback of this one machine",
+        f"  Kafka: {CLUSTER_SIZE} KRaft nodes, each combined broker+controller "
+        f"(controller.quorum.voters over {CLUSTER_SIZE} controller ports), -Xmx{CLUSTER_KAFKA_HEAP} "
+        f"G1 each; offsets/transaction topics RF {CLUSTER_SIZE}, min.insync.replicas=2; "
+        "acks=all waits for every in-sync replica (3 in steady state)",
+        f"  kcompat: compat_tests._cluster.Cluster, `{' '.join(CLUSTER_KCOMPAT_ARGS)}` + "
+        "--node-id N, controller.quorum.voters, default.replication.factor=3; acks=all waits "
+        "for the Raft commit (leader + 1 follower of 3); min.insync.replicas is not used",
+        "  flush policy: no fsync on acknowledgement on either side (Kafka defaults, kcompat "
+        "kcompat.flush.mode=never)",
+        f"  load average before/after: kafka {' / '.join(kafka.load)}; kcompat "
+        f"{' / '.join(kc.load)}",
+        f"  startup (all {CLUSTER_SIZE} ready): kafka {kafka.startup_s:.1f}s, "
+        f"kcompat {kc.startup_s:.1f}s",
+        "",
+        f"{'metric (RF 3)':34s} {'kafka-3':>12s} {'kcompat-3':>12s} {'ratio':>7s}   "
+        "cpu of all 3 brokers (kafka | kcompat)",
+    ]
+
+    def cell(t: Target, key: str, metric: str, unit: str) -> str:
+        if key in t.figures:
+            return f"{t.figures[key][metric]:11.1f}{unit:1s}"
+        return f"{'FAILED' if key in t.errors else 'n/a':>11s}{unit:1s}"
+
+    def cpu(t: Target, key: str) -> str:
+        if key not in t.cpu:
+            return "  -"
+        c, w = t.cpu[key]
+        return f"{100 * c / w:3.0f}%"
+
+    def row(label: str, key: str, metric: str, unit: str = "") -> float | None:
+        r = None
+        if key in kc.figures and key in kafka.figures:
+            r = ratio(kc.figures[key][metric], kafka.figures[key][metric])
+        lines.append(f"{label:34s} {cell(kafka, key, metric, unit)} {cell(kc, key, metric, unit)} "
+                     f"{fr(r):>7s}   {cpu(kafka, key)} of a core | {cpu(kc, key)}")
+        return r
+
+    headline: dict[str, float | None] = {}
+    for parts, acks in plan.produce_cases:
+        key = f"produce p{parts} acks={acks}"
+        r = row(f"{key} (MiB/s)", key, "mib_s")
+        if parts == 1:
+            headline[f"produce_acks{acks}"] = r
+    for parts in sorted({p for p, a in plan.produce_cases if a == "1"}):
+        key = f"consume p{parts}"
+        r = row(f"{key} (fetch MiB/s)", key, "fetch_mib_s")
+        if parts == 1:
+            headline["consume"] = r
+    for acks in plan.latency_acks:
+        key = f"latency p1 acks={acks}"
+        if key not in kafka.figures:
+            lines.append(f"produce latency acks={acks}: not measured "
+                         f"({kafka.errors.get(key) or kc.errors.get(key) or 'no Kafka figure'})")
+            continue
+        rate = kafka.figures[key]["rate"]
+        lines.append(f"produce latency acks={acks} at {rate:.0f} rec/s "
+                     f"({rate * RECORD_BYTES / 1048576:.1f} MiB/s, half of Kafka-3's max):")
+        for metric, label in (("p50", "p50"), ("p99", "p99"), ("p999", "p99.9"), ("max_ms", "max")):
+            r = row(f"  {label} (ms)", key, metric)
+            if metric == "p99":
+                headline[f"p99_acks{acks}"] = r
+        if key in kc.figures:
+            lines.append(f"  {'achieved rec/s':32s} {kafka.figures[key]['rec_s']:11.0f}  "
+                         f"{kc.figures[key]['rec_s']:11.0f}")
+    for acks in plan.e2e_acks:
+        key = f"e2e p1 acks={acks}"
+        lines.append(f"end-to-end latency acks={acks} (EndToEndLatency, one message at a time):")
+        for metric, label in (("p50", "p50"), ("p99", "p99"), ("p999", "p99.9"), ("avg_ms", "avg")):
+            r = row(f"  {label} (ms)", key, metric)
+            if metric == "p99":
+                headline[f"e2e_p99_acks{acks}"] = r
+    rss = ratio(kc.peak_rss_kib, kafka.peak_rss_kib)
+    headline["rss"] = rss
+    lines.append(f"{'peak RSS summed over 3 (MiB)':34s} {kafka.peak_rss_kib / 1024:11.1f}  "
+                 f"{kc.peak_rss_kib / 1024:11.1f}  {fr(rss):>7s}")
+    lines.append(f"{'RSS at the end, summed (MiB)':34s} {kafka.end_rss_kib / 1024:11.1f}  "
+                 f"{kc.end_rss_kib / 1024:11.1f}  "
+                 f"{fr(ratio(kc.end_rss_kib, kafka.end_rss_kib)):>7s}")
+    for t in (kafka, kc):
+        for key, why in t.errors.items():
+            lines.append(f"FAILED {t.name} {key}: {why}")
+    final = "cluster ratios: " + " ".join(f"{k}={fr(v)}" for k, v in headline.items())
+    return lines, final
 
 
 # -- profiling ----------------------------------------------------------------------
@@ -533,6 +708,11 @@ def main() -> None:
                     help="py-spy the kcompat broker (default: on for the full run)")
     ap.add_argument("--fsync-extra", action=argparse.BooleanOptionalAction, default=None,
                     help="also run kcompat's default flush mode (default: on for the full run)")
+    ap.add_argument("--cluster", action=argparse.BooleanOptionalAction, default=None,
+                    help="also compare 3-broker clusters with replication factor 3 "
+                         "(default: on for the full run, off for --quick)")
+    ap.add_argument("--cluster-only", action="store_true",
+                    help="only the 3-broker cluster comparison (skips the single-node one)")
     ap.add_argument("--results", type=Path, default=ROOT / "bench" / "RESULTS.md")
     ap.add_argument("--no-results", action="store_true", help="do not append to RESULTS.md")
     args = ap.parse_args()
@@ -540,8 +720,13 @@ def main() -> None:
     do_profile = (not args.quick) if args.profile is None else args.profile
     rounds = args.rounds or (2 if args.quick else 1)
     do_extra = (not args.quick) if args.fsync_extra is None else args.fsync_extra
+    do_cluster = args.cluster_only or ((not args.quick) if args.cluster is None else args.cluster)
+    if args.cluster_only:
+        run_cluster_only(plan, args)
+        return
     started = time.monotonic()
     workdir = Path(tempfile.mkdtemp(prefix="kcompat-compare-"))
+    cluster_lines: list[str] = []
     try:
         kafka_runs, kc_runs = [], []
         for i in range(rounds):
@@ -561,9 +746,15 @@ def main() -> None:
         if do_profile:
             print("profiling kcompat with py-spy ...", flush=True)
             prof = profile(plan, workdir)
+        if do_cluster:
+            cluster_lines = cluster_section(plan, workdir)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     lines, final = report(plan, kafka, kc, extra, prof)
+    if cluster_lines:
+        lines = [("replication: single node on both sides above; replication factor 3 on "
+                  "3 brokers below" if ln.startswith("replication:") else ln) for ln in lines]
+        lines += ["", *cluster_lines]
     if rounds > 1:
         lines.insert(2, f"rounds: {rounds} (Kafka then kcompat each round); every figure is the "
                         f"median over the rounds")
@@ -575,6 +766,48 @@ def main() -> None:
         stamp = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
         with open(args.results, "a") as f:
             f.write(f"\n## bench/compare.py{' --quick' if plan.quick else ''} — {stamp}\n\n")
+            f.write(f"Command: `{' '.join([Path(sys.executable).name, *sys.argv])}`\n\n```\n")
+            f.write("\n".join(lines) + "\n" + final + "\n```\n")
+    print(final)
+
+
+def cluster_section(plan: Plan, workdir: Path) -> list[str]:
+    """Kafka-3 then kcompat-3, both measured with ``plan``; report lines (the last
+    one is ``cluster ratios: ...``)."""
+    print(f"Apache Kafka {KAFKA_VERSION}, {CLUSTER_SIZE} KRaft nodes, RF {CLUSTER_SIZE} ...",
+          flush=True)
+    kafka = run_kafka_cluster(plan, workdir)
+    print(f"kcompat, {CLUSTER_SIZE} brokers, RF {CLUSTER_SIZE} (flush.mode=never) ...", flush=True)
+    kc = run_kcompat_cluster(plan, workdir, kafka)
+    lines, final = cluster_report(plan, kafka, kc)
+    return [*lines, final]
+
+
+def run_cluster_only(plan: Plan, args: argparse.Namespace) -> None:
+    started = time.monotonic()
+    workdir = Path(tempfile.mkdtemp(prefix="kcompat-compare-"))
+    try:
+        body = cluster_section(plan, workdir)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    final = body.pop()
+    lines = machine()
+    lines += [
+        f"client: Kafka {KAFKA_VERSION} ProducerPerformance / ConsumerPerformance / "
+        f"EndToEndLatency, JVM {' '.join(CLIENT_JVM)}",
+        f"workload: {plan.records} x {RECORD_BYTES} B records per produce run, "
+        f"producer {' '.join(PRODUCER_PROPS)} (no compression); latency runs {plan.latency_s} s "
+        f"throttled to half of Kafka-3's max; EndToEndLatency {plan.e2e_messages} messages",
+        *body,
+        f"wall time of the whole comparison: {time.monotonic() - started:.0f} s",
+    ]
+    print()
+    print("\n".join(lines))
+    if not args.no_results:
+        stamp = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
+        with open(args.results, "a") as f:
+            f.write(f"\n## bench/compare.py --cluster-only{' --quick' if plan.quick else ''} "
+                    f"— {stamp}\n\n")
             f.write(f"Command: `{' '.join([Path(sys.executable).name, *sys.argv])}`\n\n```\n")
             f.write("\n".join(lines) + "\n" + final + "\n```\n")
     print(final)

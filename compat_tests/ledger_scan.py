@@ -20,6 +20,8 @@ import tempfile
 from collections import defaultdict
 from pathlib import Path
 
+from kcompat.wire.versions import API_RANGES
+
 from ._broker import Broker
 
 LEDGER = Path(__file__).with_name("LEDGER.md")
@@ -28,15 +30,10 @@ END = "<!-- ledger_scan:end -->"
 
 REQUEST = re.compile(rb"request (\w+) v(\d+) cid=\d+ client=(\S+)")
 
-# The rows LEDGER.md must have, in order.
-ROWS = [
-    (18, "ApiVersions"), (3, "Metadata"), (0, "Produce"), (1, "Fetch"), (2, "ListOffsets"),
-    (23, "OffsetForLeaderEpoch"), (10, "FindCoordinator"), (19, "CreateTopics"),
-    (20, "DeleteTopics"), (21, "DeleteRecords"), (37, "CreatePartitions"),
-    (32, "DescribeConfigs"), (33, "AlterConfigs"), (44, "IncrementalAlterConfigs"),
-    (60, "DescribeCluster"), (22, "InitProducerId"),
-]
-CLIENTS = ["kafka-python", "confluent-kafka", "aiokafka", "kcat"]
+# One row per API kcompat serves, in the order of its version table.
+ROWS = [(r.api_key, r.name) for r in API_RANGES.values()]
+CLIENTS = ["kafka-python", "confluent-kafka", "aiokafka", "kcat", "java"]
+JAVA_PREFIXES = ("producer-", "consumer-", "adminclient-", "perf-", "verifiable-")
 
 
 def client_family(client_id: str) -> str | None:
@@ -48,6 +45,8 @@ def client_family(client_id: str) -> str | None:
         return "kafka-python"
     if client_id.startswith("rdkafka"):
         return "confluent-kafka"  # kcat runs with -X client.id=kcat
+    if client_id.startswith(JAVA_PREFIXES) or "spark" in client_id:
+        return "java"  # kafka-clients 4.1 (our programs, Kafka's tools) and Spark's 3.9
     return None
 
 

@@ -129,7 +129,7 @@ def test_hung_transaction_is_aborted_by_timeout(tbroker: Broker) -> None:
     create_topic(tbroker.bootstrap, topic, 1)
 
     hung = txn_producer(tbroker.bootstrap, f"hung-{uuid.uuid4().hex[:8]}",
-                        **{"transaction.timeout.ms": 3000})
+                        **{"transaction.timeout.ms": 8000})  # room for a loaded machine
     hung.init_transactions(30)
     hung.begin_transaction()
     for i in range(10):
@@ -166,7 +166,7 @@ def test_hung_transaction_is_aborted_by_timeout(tbroker: Broker) -> None:
     waited = time.monotonic() - t_hung
     assert got == [f"after-{i}".encode() for i in range(10)], (
         f"{CLIENT}: read_committed consumer got {got} within {waited:.1f}s of the hung "
-        f"transaction (timeout 3 s, broker check every 0.5 s); LSO now "
+        f"transaction (timeout 8 s, broker check every 0.5 s); LSO now "
         f"{list_offsets(tbroker.bootstrap, topic, 1, committed=True)}")
 
     deadline = time.monotonic() + 10.0

@@ -92,12 +92,17 @@ class KafkaReference:
         overrides: dict[str, str] | None = None,
         version: str = KAFKA_VERSION,
         heap: str = "768m",
+        *,
+        node_id: int = 1,
+        controller_port: int | None = None,
+        voters: str | None = None,
+        cluster_id: str | None = None,
     ) -> None:
         self.workdir = Path(workdir)
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.host = host
         self.port = port if port is not None else free_port(host)
-        self.controller_port = free_port(host)
+        self.controller_port = controller_port if controller_port is not None else free_port(host)
         self.version = version
         self.heap = heap
         self.data_dir = self.workdir / "kraft-data"
@@ -105,8 +110,10 @@ class KafkaReference:
         self.log_path = self.workdir / "kafka.log"
         self.overrides = dict(overrides or {})
         self.proc: subprocess.Popen[bytes] | None = None
-        self.cluster_id = kafka_cluster_id()
-        self.node_id = 1
+        self.cluster_id = cluster_id or kafka_cluster_id()
+        self.node_id = node_id
+        # ``id@host:port`` of every controller; a single node is its own quorum.
+        self.voters = voters or f"{node_id}@{host}:{self.controller_port}"
         self.last_returncode: int | None = None
 
     @property
@@ -121,7 +128,7 @@ class KafkaReference:
         props = {
             "process.roles": "broker,controller",
             "node.id": str(self.node_id),
-            "controller.quorum.voters": f"{self.node_id}@{self.host}:{self.controller_port}",
+            "controller.quorum.voters": self.voters,
             "listeners": f"PLAINTEXT://{self.host}:{self.port},"
                          f"CONTROLLER://{self.host}:{self.controller_port}",
             "advertised.listeners": f"PLAINTEXT://{self.host}:{self.port}",
@@ -163,6 +170,12 @@ class KafkaReference:
                                   f"{out.stdout}\n{out.stderr}")
 
     def start(self, timeout: float = START_TIMEOUT_S) -> KafkaReference:
+        self.launch()
+        self.wait_ready(timeout)
+        return self
+
+    def launch(self) -> None:
+        """Format (first time) and spawn the JVM without waiting for it to serve."""
         if self.running:
             raise ReferenceError_(f"reference Kafka on {self.bootstrap} is already running")
         self._format()
@@ -172,6 +185,10 @@ class KafkaReference:
                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                 start_new_session=True,
             )
+
+    def wait_ready(self, timeout: float = START_TIMEOUT_S) -> None:
+        """Until the broker answers ApiVersions (a cluster node: once its quorum is up)."""
+        assert self.proc is not None, "launch() first"
         deadline = time.monotonic() + timeout
         while not _api_versions_ok(self.host, self.port):
             rc = self.proc.poll()
@@ -182,7 +199,6 @@ class KafkaReference:
                 self.kill()
                 raise ReferenceError_(f"reference Kafka not ready in {timeout:.0f}s\n{self.tail()}")
             time.sleep(0.2)
-        return self
 
     def stop(self, timeout: float = STOP_TIMEOUT_S) -> int:
         if self.proc is None:
@@ -236,6 +252,89 @@ class KafkaReference:
 
     def __repr__(self) -> str:
         return f"<KafkaReference {self.version} {self.bootstrap} running={self.running}>"
+
+
+class KafkaReferenceCluster:
+    """``size`` KRaft Apache Kafka nodes, each a combined broker+controller
+    (``KafkaReference`` with its own ports and data dir), one static quorum
+    over the controller ports (``controller.quorum.voters``). Internal topics
+    (offsets, transactions, share state) get replication factor ``size`` and
+    min.insync.replicas 2; ``min.insync.replicas`` (broker default, so for
+    every topic created without its own) is 2 as well. ``start()`` spawns all
+    nodes, then waits until each serves; ``close()`` stops them all."""
+
+    def __init__(self, workdir: Path, size: int = 3, host: str = "127.0.0.1",
+                 heap: str = "512m", overrides: dict[str, str] | None = None,
+                 version: str = KAFKA_VERSION) -> None:
+        self.workdir = Path(workdir)
+        self.host = host
+        controller_ports = [free_port(host) for _ in range(size)]
+        voters = ",".join(f"{i + 1}@{host}:{p}" for i, p in enumerate(controller_ports))
+        rf, isr = str(size), str(min(2, size))
+        props = {
+            "offsets.topic.replication.factor": rf,
+            "transaction.state.log.replication.factor": rf,
+            "transaction.state.log.min.isr": isr,
+            "share.coordinator.state.topic.replication.factor": rf,
+            "share.coordinator.state.topic.min.isr": isr,
+            "default.replication.factor": rf,
+            "min.insync.replicas": isr,
+            **(overrides or {}),
+        }
+        cluster_id = kafka_cluster_id()
+        self.nodes = [
+            KafkaReference(self.workdir / f"node-{i + 1}", host=host, overrides=props,
+                           version=version, heap=heap, node_id=i + 1,
+                           controller_port=controller_ports[i], voters=voters,
+                           cluster_id=cluster_id)
+            for i in range(size)
+        ]
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(n.bootstrap for n in self.nodes)
+
+    @property
+    def pids(self) -> list[int]:
+        return [n.proc.pid for n in self.nodes if n.proc is not None]
+
+    @property
+    def running(self) -> bool:
+        return all(n.running for n in self.nodes)
+
+    def start(self, timeout: float = START_TIMEOUT_S) -> KafkaReferenceCluster:
+        try:
+            for n in self.nodes:
+                n.launch()
+            deadline = time.monotonic() + timeout
+            for n in self.nodes:
+                n.wait_ready(max(1.0, deadline - time.monotonic()))
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def stop(self, timeout: float = STOP_TIMEOUT_S) -> list[int]:
+        for n in self.nodes:  # SIGTERM all first: a lone survivor waits for its quorum
+            if n.running:
+                assert n.proc is not None
+                n.proc.send_signal(signal.SIGTERM)
+        return [n.stop(timeout) for n in self.nodes]
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self.stop(timeout=30)
+        for n in self.nodes:
+            n.close()
+
+    def __enter__(self) -> KafkaReferenceCluster:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"<KafkaReferenceCluster {self.bootstrap} running={self.running}>"
 
 
 def main(argv: list[str] | None = None) -> int:

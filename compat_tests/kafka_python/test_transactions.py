@@ -184,7 +184,7 @@ def test_hung_transaction_is_aborted_by_timeout(tbroker: Broker) -> None:
     create_topic(tbroker.bootstrap, topic, 1)
 
     hung = txn_producer(tbroker.bootstrap, f"hung-{uuid.uuid4().hex[:8]}",
-                        transaction_timeout_ms=3000)
+                        transaction_timeout_ms=8000)  # room for a loaded machine
     other = txn_producer(tbroker.bootstrap, f"other-{uuid.uuid4().hex[:8]}")
     try:
         hung.init_transactions()
@@ -220,7 +220,7 @@ def test_hung_transaction_is_aborted_by_timeout(tbroker: Broker) -> None:
             waited = time.monotonic() - t_hung
             assert got == [f"after-{i}".encode() for i in range(10)], (
                 f"{CLIENT}: read_committed consumer got {got} within {waited:.1f}s of the hung "
-                f"transaction (timeout 3 s, broker check every 0.5 s); LSO now "
+                f"transaction (timeout 8 s, broker check every 0.5 s); LSO now "
                 f"{c.end_offsets([tp])[tp]}")
             deadline = time.monotonic() + 10.0
             while True:

@@ -70,6 +70,9 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
         _D("controller.quorum.voters", "string", ""),  # "1@host:port,2@host:port,..."
         _D("kcompat.raft.tick.ms", "int", 50, minimum=1),
         _D("kcompat.raft.election.timeout.ms", "int", 1000, minimum=1),
+        # Cluster mode: move leadership back to the preferred (first) replica.
+        _D("auto.leader.rebalance.enable", "boolean", True),
+        _D("leader.imbalance.check.interval.seconds", "int", 300, minimum=1),
     )
 }
 

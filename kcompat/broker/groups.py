@@ -12,6 +12,13 @@ partition of ``__consumer_offsets`` is replayed into the ``OffsetStore`` and the
 groups are rebuilt. The coordinator of a group is the leader of partition
 ``abs(javaHash(group)) % offsets.topic.num.partitions``, as in Kafka — on a
 single node always this broker, but the records land where Kafka puts them.
+
+Cluster mode (``controller.quorum.voters``): the offsets topic is replicated
+and created by the controller; only the Raft leader of a group's partition
+coordinates it (``coordinator_error``), after rebuilding that partition from
+its committed log in its current term; writes are Raft proposals applied once
+committed (``cluster_write``). There is no replay at start: a broker loads a
+partition when it first serves it as leader.
 """
 
 from __future__ import annotations

@@ -206,7 +206,6 @@ class BrokerState:
         log.info("deleted topic %s", name)
 
     def add_partitions(self, name: str, total: int, validate_only: bool = False) -> None:
-        self._refuse_in_cluster_mode()
         meta = self.topics.get(name)
         if meta is None:
             raise TopicError(ErrorCode.unknown_topic_or_partition, f"Topic {name} does not exist")
@@ -218,12 +217,14 @@ class BrokerState:
             )
         if validate_only:
             return
+        if self.cluster is not None:  # committed through the controller (cluster.admin)
+            self.cluster.stage({"op": "add_partitions", "name": name, "total": total})
+            return
         old = meta.partitions
         self.metadata.append({"type": "add_partitions", "name": name, "partitions": total}, now_ms())
         self._open_partitions(meta, range(old, total))
 
     def set_topic_configs(self, name: str, overrides: dict[str, Any], validate_only: bool) -> None:
-        self._refuse_in_cluster_mode()
         meta = self.topics.get(name)
         if meta is None:
             raise TopicError(ErrorCode.unknown_topic_or_partition, f"Topic {name} does not exist")
@@ -233,19 +234,15 @@ class BrokerState:
             raise TopicError(ErrorCode.invalid_config, str(e)) from None
         if validate_only:
             return
+        if self.cluster is not None:  # committed through the controller (cluster.admin)
+            self.cluster.stage({"op": "alter_configs", "name": name, "configs": parsed})
+            return
         self.metadata.append({"type": "alter_configs", "name": name, "configs": parsed}, now_ms())
         new_config = log_config(parsed, self.broker_defaults)
         for index in range(meta.partitions):
             part = self.partitions.get((name, index))
             if part is not None:
                 part.log.config = new_config
-
-    def _refuse_in_cluster_mode(self) -> None:
-        """Not replicated yet in cluster mode (kcompat.broker.cluster: gaps)."""
-        if self.cluster is not None:
-            raise TopicError(ErrorCode.invalid_request if self.cluster.is_controller
-                             else ErrorCode.not_controller,
-                             "not supported in cluster mode yet")
 
     # -- producer ids --------------------------------------------------------
     def allocate_producer_id(self) -> int:

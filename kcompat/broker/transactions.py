@@ -14,6 +14,13 @@ it, syncs them, tells the group service about markers on
 dropped) and finally persists CompleteCommit/CompleteAbort. Requests for one
 transactional id are serialised by a per-id lock. A background task aborts
 timed-out transactions and, after a restart, completes those left preparing.
+
+Cluster mode: as ``GroupService`` — the leader of the id's partition
+coordinates after loading it (and then completes the PrepareX transactions it
+found), ``persist`` is a Raft proposal applied once committed, and markers go
+through the data partitions' Raft groups (``ClusterRuntime.write_marker``:
+local proposal when leading, else a request to the leader), retried until
+committed while this broker still coordinates the id.
 """
 
 from __future__ import annotations

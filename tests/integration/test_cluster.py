@@ -241,3 +241,76 @@ def test_transactions_across_coordinator_kill(tmp_path: Path) -> None:
             f"{p}-{i}" for p in "acd" for i in range(30)), (len(got), got[:5])
     finally:
         c.close()
+
+
+def test_create_partitions_and_configs_through_controller(cluster: Cluster) -> None:
+    """CreatePartitions and (Incremental)AlterConfigs commit a record in the
+    metadata log (forwarded to the controller by any other broker) and every
+    broker applies it."""
+    from confluent_kafka.admin import NewPartitions
+    from kafka import KafkaAdminClient
+    from kafka.admin import ConfigResource, ConfigResourceType
+
+    topic = unique_topic("alter")
+    cluster.create_topic(topic, 2, 3)
+    admin = cluster._admin()
+    admin.create_partitions([NewPartitions(topic, 4)],
+                            operation_timeout=20)[topic].result(timeout=30)
+    cluster.wait_for_leaders(topic, 4)
+    producer = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all", "log_level": 0})
+    acked: set[bytes] = set()
+    failed: list[str] = []
+    for p in range(4):
+        producer.produce(topic, f"p{p}".encode(), partition=p,
+                         on_delivery=lambda err, msg: (acked.add(msg.value()) if err is None
+                                                       else failed.append(str(err))))
+    assert producer.flush(30) == 0 and len(acked) == 4 and not failed
+
+    controller = cluster.wait_for_controller()
+    other = next(n for n in cluster.brokers if n != controller)
+    kadmin = KafkaAdminClient(bootstrap_servers=cluster.brokers[other].bootstrap)
+    kadmin.alter_configs([ConfigResource(ConfigResourceType.TOPIC, topic,
+                                         configs={"retention.ms": "123456"})])
+    kadmin.close()
+    for node, broker in cluster.brokers.items():
+        one = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
+        deadline = time.monotonic() + 10
+        while True:
+            res = one.describe_configs([ConfigResource(ConfigResourceType.TOPIC, topic)],
+                                       config_filter="modified")
+            entries = res.get("topic", {}).get(topic, {})
+            value = entries.get("retention.ms")
+            value = value.get("value", value) if isinstance(value, dict) else value
+            if str(value) == "123456" or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        one.close()
+        assert str(value) == "123456", (node, entries)
+
+
+def test_leaders_move_back_to_preferred_replicas(tmp_path: Path) -> None:
+    """After a killed broker restarts, leadership returns to the preferred
+    (first) replicas through Raft leadership transfer: leaders spread again."""
+    c = Cluster(tmp_path, extra_args=("--set", "leader.imbalance.check.interval.seconds=1"))
+    try:
+        c.start()
+        topic = unique_topic("balance")
+        c.create_topic(topic, 6, 3)
+        victim = c.leaders(topic)[0]
+        c.brokers[victim].kill()
+        during = c.wait_for_leaders(topic, 6, exclude=victim)
+        assert victim not in during.values()
+        c.brokers[victim].start()
+        restarted_at = time.monotonic()
+        deadline = time.monotonic() + 60
+        while True:
+            leaders = c.leaders(topic)
+            counts = {n: list(leaders.values()).count(n) for n in c.brokers}
+            if len(leaders) == 6 and all(v == 2 for v in counts.values()):
+                break
+            assert time.monotonic() < deadline, f"leaders not spread: {leaders}"
+            time.sleep(0.2)
+        print(f"leaders balanced {time.monotonic() - restarted_at:.2f} s after the restart: "
+              f"{leaders}")
+    finally:
+        c.close()

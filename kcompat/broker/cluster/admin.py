@@ -68,6 +68,54 @@ async def delete_topic(state: BrokerState, name: str) -> None:
     await _commit(state, {"type": "delete_topic", "name": name})
 
 
+async def execute(state: BrokerState, intent: dict[str, Any]) -> None:
+    """On the controller: validate a staged or forwarded change (CreatePartitions,
+    AlterConfigs, IncrementalAlterConfigs) against this image, plan it and
+    commit its record; every broker applies it (``ClusterRuntime._apply_record``)."""
+    cluster = state.cluster
+    assert cluster is not None
+    if not cluster.is_controller:
+        raise TopicError(ErrorCode.not_controller, NOT_CONTROLLER_MESSAGE)
+    op, name = intent.get("op"), str(intent.get("name"))
+    if op == "add_partitions":
+        total = int(intent["total"])
+        state.add_partitions(name, total, validate_only=True)
+        old = state.topics[name].partitions
+        found = cluster.assignments.get((name, 0))
+        replication = len(found[1]) if found else 1
+        rec: dict[str, Any] = {
+            "type": "add_partitions", "name": name, "partitions": total,
+            "assignments": cluster.plan_assignments(name, old, total - old, replication)}
+    elif op == "alter_configs":
+        from kcompat.broker.topic_config import validate_overrides
+
+        configs = dict(intent["configs"])
+        state.set_topic_configs(name, configs, validate_only=True)
+        rec = {"type": "alter_configs", "name": name, "configs": validate_overrides(configs)}
+    else:
+        raise TopicError(ErrorCode.invalid_request, f"unknown metadata change {op!r}")
+    await _commit(state, rec)
+
+
+async def commit_staged(state: BrokerState) -> None:
+    """After a ``BrokerState`` change method staged its intent (cluster mode, not
+    validate-only): carry it out on the controller — here, or forwarded to it
+    over the inter-broker transport — and return once it is committed and
+    applied there; TopicError with Kafka's code otherwise."""
+    cluster = state.cluster
+    if cluster is None:
+        return
+    intent = cluster.take_staged()
+    if intent is None:
+        return
+    if cluster.is_controller:
+        await execute(state, intent)
+        return
+    code, message = await cluster.forward_to_controller(intent)
+    if code != ErrorCode.none:
+        raise TopicError(code, message or code.name)
+
+
 async def _commit(state: BrokerState, rec: dict[str, Any]) -> None:
     assert state.cluster is not None
     try:

@@ -34,11 +34,32 @@ no Raft node for it, yet Metadata must name the leader. Leaders therefore
 announce ``(group, term, leader, isr)`` to every peer, on change and every
 ``ANNOUNCE_TICKS``; the highest term wins.
 
+Coordinators: the controller creates ``__consumer_offsets`` and
+``__transaction_state`` (``_ensure_internal_topics``); they replicate like any
+partition. The group (transaction) coordinator of an id is the Raft leader of
+its partition; ``GroupService``/``TxnService.coordinator_error`` answer
+NOT_COORDINATOR elsewhere, and a new leader rebuilds the partition's state from
+its log once everything in it is committed (high watermark = log end, i.e.
+its own term's first entry is committed) before serving. Their writes are
+proposals answered on commit (``groups.cluster_write``). Transaction markers
+go through the data partitions' groups: locally when this broker leads the
+partition, else as a ``MarkerRequest`` to the leader, answered on commit
+(``write_marker``). Followers do not apply coordinator records as they
+commit: state is built only on taking leadership.
+
+Metadata changes other than topic creation/deletion (CreatePartitions,
+AlterConfigs, IncrementalAlterConfigs): ``BrokerState`` validates and stages
+an intent, ``admin.commit_staged`` executes it on the controller (forwarded in
+a ``ForwardRequest`` from any other broker), which plans and commits the record.
+
+Preferred leaders: every ``leader.imbalance.check.interval.seconds`` a leader
+whose partition's first replica is another, caught-up broker transfers the
+leadership to it (``_balance_leaders``).
+
 Gaps (see the README): single-node mode does not yet run as a quorum of one;
-the group and transaction coordinators are not replicated (FindCoordinator
-answers COORDINATOR_NOT_AVAILABLE in cluster mode); CreatePartitions and
-config changes are refused in cluster mode; auto-creation works only on the
-controller; voters are static (no reconfiguration, no observers).
+auto-creation works only on the controller; voters are static (no
+reconfiguration, no observers); a partition leader verifies transactional
+batches (KIP-890) only when it is also the producer's transaction coordinator.
 """
 
 from __future__ import annotations
@@ -152,6 +173,10 @@ class ClusterRuntime:
         self._ticks = 0
         self._internal_proposed: dict[str, int] = {}  # internal topic -> term proposed in
         self._nursery: trio.Nursery | None = None
+        self._staged: dict[str, Any] | None = None
+        self.balance_ticks = (max(1, config["leader.imbalance.check.interval.seconds"] * 1000
+                                  // tick_ms)
+                              if config["auto.leader.rebalance.enable"] else 0)
         self._marker_seq = 0
         self._marker_waits: dict[int, list[Any]] = {}  # request id -> [Event, ErrorCode]
         self._pid_path = Path(state.data_dir) / PRODUCER_ID_FILE
@@ -234,6 +259,15 @@ class ClusterRuntime:
         pid = (self.node_id << PRODUCER_ID_NODE_SHIFT) | self._pid_next
         self._pid_next += 1
         return pid
+
+    # -- metadata changes staged by BrokerState (see cluster.admin.commit_staged) --------
+
+    def stage(self, intent: dict[str, Any]) -> None:
+        self._staged = intent
+
+    def take_staged(self) -> dict[str, Any] | None:
+        intent, self._staged = self._staged, None
+        return intent
 
     # -- proposals ----------------------------------------------------------------------
 
@@ -401,6 +435,8 @@ class ClusterRuntime:
         from kcompat.broker.state import TopicError
 
         code, message = ErrorCode.none, None
+        log.info("metadata change forwarded by node %d: %s %s", src, req.intent.get("op"),
+                 req.intent.get("name"))
         try:
             await execute(self.state, req.intent)
         except TopicError as e:
@@ -477,6 +513,24 @@ class ClusterRuntime:
         if self._ticks % ANNOUNCE_TICKS == 0:
             self._announce_due = True
             self._ensure_internal_topics()
+        if self.balance_ticks and self._ticks % self.balance_ticks == 0:
+            self._balance_leaders()
+
+    def _balance_leaders(self) -> None:
+        """Preferred leaders (Kafka's auto.leader.rebalance): a leader of a
+        partition whose first assigned replica is another broker hands the
+        leadership to it with the Raft leadership transfer once that replica is
+        caught up (in the ISR), so leaders spread again after failures heal.
+        Checked every ``leader.imbalance.check.interval.seconds``."""
+        for group in list(self.groups.values()):
+            if group.gid == METADATA_GROUP or group.removed or not group.is_leader:
+                continue
+            preferred = group.replicas[0]
+            if preferred == self.node_id or preferred not in self._isr(group):
+                continue
+            if group.raft.transfer_leadership(preferred):
+                log.info("node %d hands %s to preferred leader %d", self.node_id,
+                         _group_name(group), preferred)
 
     def _ensure_internal_topics(self) -> None:
         """The controller creates ``__consumer_offsets`` once the metadata log is

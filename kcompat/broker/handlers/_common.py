@@ -163,9 +163,12 @@ def refuse_broker_change(state: BrokerState, name: str, keys: Iterable[str]) -> 
 AlterOne = Callable[[Any, Any, bool], None]
 
 
-def alter_results(ctx: Any, request: Any, alter: AlterOne) -> tuple[Any, ...]:
+async def alter_results(ctx: Any, request: Any, alter: AlterOne) -> tuple[Any, ...]:
     """Run ``alter(ctx, resource, validate_only)`` per resource of an (Incremental)
-    AlterConfigs request; TopicError becomes that resource's error."""
+    AlterConfigs request; TopicError becomes that resource's error. In cluster
+    mode the change ``alter`` staged is then committed through the controller."""
+    from kcompat.broker.cluster.admin import commit_staged
+
     dups = duplicates((r.resource_type, r.resource_name) for r in request.resources)
     out, reported = [], set()
     for resource in request.resources:
@@ -179,6 +182,7 @@ def alter_results(ctx: Any, request: Any, alter: AlterOne) -> tuple[Any, ...]:
         else:
             try:
                 alter(ctx, resource, request.validate_only)
+                await commit_staged(ctx.state)
             except TopicError as e:
                 code, message = e.code, e.message
         out.append(ctx.build(

@@ -45,5 +45,5 @@ def _alter(ctx: RequestContext, resource: Any, validate_only: bool) -> None:
 
 
 async def handle(ctx: RequestContext, request: Any) -> Any:
-    results = alter_results(ctx, request, _alter)
+    results = await alter_results(ctx, request, _alter)
     return ctx.response(throttle_time=NO_THROTTLE, responses=results)

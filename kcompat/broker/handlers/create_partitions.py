@@ -34,11 +34,17 @@ def _check_assignments(ctx: RequestContext, topic: Any) -> None:
         check_replicas(assignment.broker_ids, ctx.state.node_id)
 
 
-def _create(ctx: RequestContext, topic: Any, validate_only: bool) -> Any:
+async def _create(ctx: RequestContext, topic: Any, validate_only: bool) -> Any:
+    from kcompat.broker.cluster.admin import commit_staged
+
     code, message = OK, None
     try:
+        if ctx.state.cluster is not None and topic.assignments is not None:
+            raise TopicError(ErrorCode.invalid_replica_assignment,
+                             "manual replica assignments are not supported in cluster mode")
         _check_assignments(ctx, topic)
         ctx.state.add_partitions(topic.name, topic.count, validate_only)
+        await commit_staged(ctx.state)  # cluster mode: through the controller
     except TopicError as e:
         code, message = e.code, e.message
     return ctx.build("CreatePartitionsTopicResult", name=topic.name, error_code=code,
@@ -50,7 +56,7 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
     results, reported = [], set()
     for topic in request.topics:
         if topic.name not in dups:
-            results.append(_create(ctx, topic, request.validate_only))
+            results.append(await _create(ctx, topic, request.validate_only))
         elif topic.name not in reported:
             reported.add(topic.name)
             results.append(ctx.build(

@@ -5,7 +5,9 @@ transactional id (key_type 0 and 1). v0-3 ask for one ``key`` and answer in
 top-level fields; v4+ batch ``coordinator_keys`` and answer one entry per key.
 librdkafka < 2.11 enables LZ4 and its group coordinator only when v0 is
 advertised, so v0 stays served. Other key types (2, share groups, which v6 can
-name) are INVALID_REQUEST: kcompat has no share groups.
+name) are INVALID_REQUEST: kcompat has no share groups. Cluster mode: the
+coordinator is the leader of the key's ``__consumer_offsets`` /
+``__transaction_state`` partition, COORDINATOR_NOT_AVAILABLE while it has none.
 """
 
 from __future__ import annotations
