@@ -24,13 +24,15 @@ from kcompat.broker.handlers import HANDLERS
 from kcompat.broker.handlers.api_versions import unsupported_version_response
 from kcompat.broker.state import BrokerState
 from kcompat.wire import codec
+from kcompat.wire.fetch_writer import encode_fetch_response
 from kcompat.wire.framing import FrameError, FrameReader
 from kcompat.wire.headers import HeaderError, parse_request_header, peek_api
-from kcompat.wire.versions import API_RANGES, API_VERSIONS, KCOMPAT_RAFT, api_name
+from kcompat.wire.versions import API_RANGES, API_VERSIONS, FETCH, KCOMPAT_RAFT, api_name
 
 log = logging.getLogger("kcompat.conn")
 
 RECEIVE_BYTES = 256 * 1024
+LARGE_CHUNK_BYTES = 16 * 1024
 
 
 class CloseConnection(Exception):
@@ -53,7 +55,9 @@ async def serve_connection(stream: trio.SocketStream, state: BrokerState) -> Non
             for frame in reader.feed(data):
                 with state.metrics.request(frame):  # count, time, errors = CloseConnection
                     out = await handle_frame(frame, state, host)
-                if out is not None:
+                if isinstance(out, list):
+                    await send_chunks(stream, out)
+                elif out is not None:
                     await stream.send_all(out)
     except FrameError as e:
         log.warning("closing connection from %s: %s", peer, e)
@@ -68,7 +72,24 @@ async def serve_connection(stream: trio.SocketStream, state: BrokerState) -> Non
             await stream.aclose()
 
 
-async def handle_frame(frame: bytes, state: BrokerState, client_host: str = "") -> bytes | None:
+async def send_chunks(stream: trio.SocketStream, chunks: list[bytes]) -> None:
+    """Send a response given as chunks: small framing pieces are gathered, large
+    ones (record data) go out as they are, without being copied into a buffer."""
+    pending = bytearray()
+    for chunk in chunks:
+        if len(chunk) < LARGE_CHUNK_BYTES:
+            pending += chunk
+            continue
+        if pending:
+            await stream.send_all(pending)
+            pending = bytearray()
+        await stream.send_all(chunk)
+    if pending:
+        await stream.send_all(pending)
+
+
+async def handle_frame(frame: bytes, state: BrokerState,
+                       client_host: str = "") -> bytes | list[bytes] | None:
     try:
         api_key, version, cid = peek_api(frame)
     except HeaderError as e:
@@ -101,4 +122,8 @@ async def handle_frame(frame: bytes, state: BrokerState, client_host: str = "") 
         raise CloseConnection(f"internal error in {rng.name}: {e!r}") from None
     if response is None:
         return None
+    if api_key == FETCH:
+        chunks = encode_fetch_response(version, cid, response)
+        if chunks is not None:
+            return chunks
     return codec.encode_response(api_key, version, cid, response)
