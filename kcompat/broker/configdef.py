@@ -28,7 +28,7 @@ class ConfigError(ValueError):
 @dataclass(frozen=True, slots=True)
 class ConfigDef:
     name: str
-    type: str  # "int" | "long" | "string" | "boolean" | "double" | "list"
+    type: str  # "short" | "int" | "long" | "string" | "boolean" | "double" | "list"
     default: Any
     choices: Sequence[str] | None = None
     minimum: float | None = None
@@ -54,11 +54,11 @@ class ConfigDef:
     def _coerce(self, raw: Any) -> Any:
         t = self.type
         try:
-            if t in ("int", "long"):
+            if t in ("short", "int", "long"):
                 if isinstance(raw, bool):
                     raise ValueError
                 value = int(str(raw).strip())
-                limit = 2**31 if t == "int" else 2**63
+                limit = {"short": 2**15, "int": 2**31, "long": 2**63}[t]
                 if not -limit <= value < limit:
                     raise ValueError
                 return value
