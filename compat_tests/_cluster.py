@@ -98,7 +98,7 @@ def consume_all(bootstrap: str, topic: str, partitions: int,
                 timeout_s: float = 60.0) -> dict[int, list[bytes]]:
     """Every record value of ``topic`` per partition, read from the beginning up
     to the high watermark each partition has when reading starts."""
-    from confluent_kafka import Consumer, TopicPartition
+    from confluent_kafka import Consumer, KafkaException, TopicPartition
 
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "verifier",
                          "enable.auto.commit": False, "auto.offset.reset": "earliest",
@@ -106,7 +106,17 @@ def consume_all(bootstrap: str, topic: str, partitions: int,
     try:
         ends = {}
         for p in range(partitions):
-            _low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
+            # A just-restarted broker may briefly describe the topic without this
+            # partition (not caught up with the metadata log): retry.
+            for attempt in range(20):
+                try:
+                    _low, high = consumer.get_watermark_offsets(TopicPartition(topic, p),
+                                                                timeout=10)
+                    break
+                except KafkaException:
+                    if attempt == 19:
+                        raise
+                    time.sleep(0.5)
             ends[p] = high
         consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
         out: dict[int, list[bytes]] = {p: [] for p in range(partitions)}

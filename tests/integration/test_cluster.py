@@ -1,6 +1,9 @@
 """A 3-broker cluster of real processes (issue 6): kill -9 a partition leader
 while an idempotent acks=all producer writes; every acknowledged record must be
-readable exactly once afterwards, and the client must fail over unchanged."""
+readable exactly once afterwards, and the client must fail over unchanged.
+Also: a consumer group and a transactional producer across a kill -9 of their
+coordinator, CreatePartitions/AlterConfigs through the controller, and
+leadership returning to the preferred replicas after a restart."""
 
 from __future__ import annotations
 

@@ -129,9 +129,15 @@ async def _commit(state: BrokerState, rec: dict[str, Any]) -> None:
 
 def auto_create(state: BrokerState, name: str) -> None:
     """Metadata auto-creation: the controller proposes (fire and forget)."""
+    from kcompat.broker.groups import OFFSETS_TOPIC
+    from kcompat.broker.transactions import TXN_TOPIC
+
     cluster = state.cluster
     assert cluster is not None
     if not cluster.is_controller or name in state.topics:
+        return
+    if name in (OFFSETS_TOPIC, TXN_TOPIC):  # internal: created with their own settings
+        cluster.ensure_internal_topics()
         return
     try:
         rec = _create_record(state, name, -1, -1, {})

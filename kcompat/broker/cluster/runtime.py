@@ -35,7 +35,7 @@ announce ``(group, term, leader, isr)`` to every peer, on change and every
 ``ANNOUNCE_TICKS``; the highest term wins.
 
 Coordinators: the controller creates ``__consumer_offsets`` and
-``__transaction_state`` (``_ensure_internal_topics``); they replicate like any
+``__transaction_state`` (``ensure_internal_topics``); they replicate like any
 partition. The group (transaction) coordinator of an id is the Raft leader of
 its partition; ``GroupService``/``TxnService.coordinator_error`` answer
 NOT_COORDINATOR elsewhere, and a new leader rebuilds the partition's state from
@@ -512,7 +512,7 @@ class ClusterRuntime:
             group.raft.tick()
         if self._ticks % ANNOUNCE_TICKS == 0:
             self._announce_due = True
-            self._ensure_internal_topics()
+            self.ensure_internal_topics()
         if self.balance_ticks and self._ticks % self.balance_ticks == 0:
             self._balance_leaders()
 
@@ -532,7 +532,7 @@ class ClusterRuntime:
                 log.info("node %d hands %s to preferred leader %d", self.node_id,
                          _group_name(group), preferred)
 
-    def _ensure_internal_topics(self) -> None:
+    def ensure_internal_topics(self) -> None:
         """The controller creates ``__consumer_offsets`` once the metadata log is
         caught up, so every broker can name the group coordinator (the leader of
         the group's offsets partition) without a client asking the controller.

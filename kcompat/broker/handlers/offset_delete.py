@@ -12,6 +12,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from kcompat.broker.context import RequestContext
+from kcompat.broker.groups import NotCoordinatorError
 from kcompat.broker.handlers._common import NO_THROTTLE, OK, coordinator_error_response
 from kcompat.coordinator.group import GroupState
 
@@ -34,7 +35,10 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
                 errors[(t.name, p.partition_index)] = ErrorCode.unknown_topic_or_partition
             else:
                 errors[(t.name, p.partition_index)] = OK
-    await groups.delete_offsets(request.group_id, [tp for tp, e in errors.items() if e == OK])
+    try:
+        await groups.delete_offsets(request.group_id, [tp for tp, e in errors.items() if e == OK])
+    except NotCoordinatorError as e:  # cluster mode: leadership moved meanwhile
+        return ctx.response(throttle_time=NO_THROTTLE, error_code=e.code, topics=())
     topics = tuple(
         ctx.build("OffsetDeleteResponseTopic", name=t.name, partitions=tuple(
             ctx.build("OffsetDeleteResponsePartition", partition_index=p.partition_index,

@@ -51,3 +51,18 @@ def test_garbage_is_a_codec_error() -> None:
         codec.decode(raw[:20])
     with pytest.raises(codec.CodecError):
         codec.decode(raw[:10] + b"\x00\x00\x00\x02{}")
+
+
+def test_round_trip_internal_requests() -> None:
+    """Transaction-marker and controller-forwarding requests and replies."""
+    internal = (
+        codec.MarkerRequest(5, "orders", 3, 1 << 40, 2, True),
+        codec.MarkerReply(5, 6),
+        codec.ForwardRequest(6, {"op": "alter_configs", "name": "t",
+                                 "configs": {"retention.ms": 1000}}),
+        codec.ForwardReply(6, 0, None),
+        codec.ForwardReply(7, 41, "This is not the correct controller for this cluster."),
+    )
+    frame = codec.RaftFrame(2, (TimeoutNow(3, 1, 2, 9),), (), internal)
+    raw = codec.encode(frame)
+    assert codec.decode(raw[4:]) == frame
