@@ -670,8 +670,8 @@ def report(plan: Plan, kafka: Target, kc: Target, extra: Target | None,
     lines.append(f"{'broker RSS at the end (MiB)':34s} {kafka.end_rss_kib / 1024:11.1f}  "
                  f"{kc.end_rss_kib / 1024:11.1f}  "
                  f"{fr(ratio(kc.end_rss_kib, kafka.end_rss_kib)):>7s}")
-    lines.append("replication: not measured — single node on both sides; kcompat's "
-                 "replication is not benchmarked yet")
+    lines.append("single node on both sides here; the 3-broker RF3 comparison is the "
+                 "cluster section (full `make bench`, or `--cluster`)")
     if extra is not None:
         lines.append("")
         lines.append("extra: kcompat in its default flush mode (acks_all: acks=all waits for the "
