@@ -195,14 +195,8 @@ class GroupService:
     def _replay_partition(self, index: int, part: Partition) -> set[str]:
         """Replay one offsets partition up to its high watermark; the group ids seen."""
         before = set(self.store.offsets) | set(self.store.groups)
-        offset, end = part.log.log_start_offset, part.high_watermark
-        while offset < end:
-            chunk = part.log.read(offset, 1 << 20, end)
-            if not chunk:
-                break
-            for pos, header in wbatch.iter_headers(chunk):
-                self._replay_batch(memoryview(chunk)[pos : pos + header.size], header, index)
-                offset = header.next_offset
+        for batch, header in part.log.batches(part.log.log_start_offset, part.high_watermark):
+            self._replay_batch(batch, header, index)
         n = self.num_partitions
         return {g for g in (set(self.store.offsets) | set(self.store.groups)) - before
                 if partition_for(g, n) == index}

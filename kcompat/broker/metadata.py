@@ -73,18 +73,13 @@ class MetadataStore:
             self._replay()
 
     def _replay(self) -> None:
-        offset = self.log.log_start_offset
-        end = self.log.log_end_offset
-        while offset < end:
-            chunk = self.log.read(offset, 1 << 20, end)
-            if not chunk:
-                break
-            for _pos, header in wbatch.iter_headers(chunk):
-                batch = memoryview(chunk)[_pos : _pos + header.size]
-                for record in decode_batch(batch):
-                    if record.value is not None and record.offset >= offset:
-                        self.image.apply(json.loads(record.value))
-                offset = header.next_offset
+        start = self.log.log_start_offset
+        for batch, header in self.log.batches(start, self.log.log_end_offset):
+            if header.is_control:
+                continue
+            for record in decode_batch(batch):
+                if record.value is not None and record.offset >= start:
+                    self.image.apply(json.loads(record.value))
 
     def append(self, rec: dict[str, Any], now_ms: int) -> None:
         """Durably record ``rec`` and apply it to the image."""

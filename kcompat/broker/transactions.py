@@ -147,20 +147,13 @@ class TxnService:
                 self._replay_partition(part)
 
     def _replay_partition(self, part: Partition) -> None:
-        offset, end = part.log.log_start_offset, part.high_watermark
-        while offset < end:
-            chunk = part.log.read(offset, 1 << 20, end)
-            if not chunk:
-                break
-            for pos, header in wbatch.iter_headers(chunk):
-                if header.is_control:  # cluster mode: Raft leader-change records
-                    offset = header.next_offset
-                    continue
-                for record in decode_batch(memoryview(chunk)[pos : pos + header.size]):
-                    if record.key is not None and record.value is not None:
-                        tid = _tid_of(record.key)
-                        self.coordinator.apply(TxnMeta.from_json(tid, record.value))
-                offset = header.next_offset
+        for batch, header in part.log.batches(part.log.log_start_offset, part.high_watermark):
+            if header.is_control:  # cluster mode: Raft leader-change records
+                continue
+            for record in decode_batch(batch):
+                if record.key is not None and record.value is not None:
+                    tid = _tid_of(record.key)
+                    self.coordinator.apply(TxnMeta.from_json(tid, record.value))
 
     async def persist(self, meta: TxnMeta) -> None:
         part = self._log_partition(meta.transactional_id)

@@ -38,6 +38,7 @@ from __future__ import annotations
 import os
 import shutil
 from bisect import bisect_right
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -57,8 +58,10 @@ from kcompat.log.recovery import prune_snapshots, rebuild_transactions, recover
 from kcompat.log.segment import LogSegment
 from kcompat.log.txn_index import AbortedTxn, TxnIndex
 from kcompat.txn.producer_state import ProducerStateTable
-from kcompat.wire.batch import BatchError, BatchHeader, epoch_field, offset_field
+from kcompat.wire.batch import BatchError, BatchHeader, epoch_field, iter_headers, offset_field
 from kcompat.wire.records import marker_aborts
+
+REPLAY_CHUNK_BYTES = 1 << 20
 
 
 class OffsetOutOfRange(Exception):
@@ -241,6 +244,20 @@ class PartitionLog:
         if where is None:
             return b""
         return os.pread(where.fd, where.length, where.position)
+
+    def batches(self, start: int, end: int) -> Iterator[tuple[memoryview, BatchHeader]]:
+        """Every whole batch from the one holding ``start`` up to ``end``, read a
+        chunk at a time: how the coordinators and the metadata store replay
+        their logs."""
+        offset = start
+        while offset < end:
+            chunk = self.read(offset, REPLAY_CHUNK_BYTES, end)
+            if not chunk:
+                return
+            view = memoryview(chunk)
+            for pos, header in iter_headers(chunk):
+                yield view[pos : pos + header.size], header
+                offset = header.next_offset
 
     def read_batch_at(self, offset: int) -> bytes:
         """The whole batch containing ``offset`` (< log_end_offset)."""
