@@ -41,6 +41,9 @@ from typing import Any
 from ._broker import REPO_ROOT
 
 TIMEOUT_S = 30.0
+#: broker flags of the transaction suites: timed-out transactions are found within 0.5 s
+TXN_BROKER_ARGS = ("--set", "transaction.abort.timed.out.transaction.cleanup.interval.ms=500",
+                   "--set", "group.initial.rebalance.delay.ms=0")
 TXN_RECORDS = 1000        # records per transaction (about; a poll adds at most 500)
 ABORT_EVERY = 10          # every tenth transaction is aborted on purpose
 GIVE_UP_S = 150.0         # the copier exits non-zero after this long without progress

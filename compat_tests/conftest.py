@@ -4,6 +4,10 @@
   stop, kill or restart it.
 - ``module_broker``: one broker process per test module, shared by tests that only
   need a running broker (they use unique topic names).
+- ``gbroker``: one broker per module for the consumer-group suites (initial
+  rebalance delay 0, so groups form at once).
+- ``tbroker``: one broker per module for the transaction suites (timed-out
+  transactions are checked every 500 ms).
 - ``topic``: a unique topic name for the test.
 
 On failure the tail of the broker's stderr is attached to the report. With
@@ -21,6 +25,8 @@ from collections.abc import Iterator
 import pytest
 
 from ._broker import Broker, unique_topic
+from ._eos import TXN_BROKER_ARGS
+from ._groups import FAST_BROKER_ARGS
 
 _LEDGER_MARKS: dict[int, int] = {}
 
@@ -35,14 +41,29 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
         b.close()
 
 
-@pytest.fixture(scope="module")
-def module_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
-    b = Broker(tmp_path_factory.mktemp("module-broker"))
+def _module_broker(tmp_path_factory: pytest.TempPathFactory, name: str,
+                   extra_args: tuple[str, ...] = ()) -> Iterator[Broker]:
+    b = Broker(tmp_path_factory.mktemp(name), extra_args=extra_args)
     b.start()
     try:
         yield b
     finally:
         b.close()
+
+
+@pytest.fixture(scope="module")
+def module_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
+    yield from _module_broker(tmp_path_factory, "module-broker")
+
+
+@pytest.fixture(scope="module")
+def gbroker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
+    yield from _module_broker(tmp_path_factory, "groups-broker", FAST_BROKER_ARGS)
+
+
+@pytest.fixture(scope="module")
+def tbroker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
+    yield from _module_broker(tmp_path_factory, "txn-broker", TXN_BROKER_ARGS)
 
 
 @pytest.fixture

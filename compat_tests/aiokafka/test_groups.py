@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +13,6 @@ from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 
 from .._broker import Broker, unique_topic
 from .._groups import (
-    FAST_BROKER_ARGS,
     HEARTBEAT_MS,
     SESSION_MS,
     BackgroundProducer,
@@ -33,15 +31,6 @@ pytestmark = pytest.mark.timeout(120)
 
 CLIENT = "aiokafka"
 
-
-@pytest.fixture(scope="module")
-def gbroker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
-    b = Broker(tmp_path_factory.mktemp("groups-broker"), extra_args=FAST_BROKER_ARGS)
-    b.start()
-    try:
-        yield b
-    finally:
-        b.close()
 
 
 class Member:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +22,6 @@ from confluent_kafka.admin import AdminClient
 
 from .._broker import Broker, unique_topic
 from .._groups import (
-    FAST_BROKER_ARGS,
     HEARTBEAT_MS,
     SESSION_MS,
     BackgroundProducer,
@@ -44,15 +42,6 @@ pytestmark = pytest.mark.timeout(120)
 
 CLIENT = "confluent-kafka"
 
-
-@pytest.fixture(scope="module")
-def gbroker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
-    b = Broker(tmp_path_factory.mktemp("groups-broker"), extra_args=FAST_BROKER_ARGS)
-    b.start()
-    try:
-        yield b
-    finally:
-        b.close()
 
 
 class Member(threading.Thread):

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -15,24 +14,13 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 
 from .._broker import Broker, unique_topic
-from .._eos import OutRec, list_offsets, read_confluent, run_exactly_once
+from .._eos import TXN_BROKER_ARGS, OutRec, list_offsets, read_confluent, run_exactly_once
 from .._groups import create_topic
 
 pytestmark = pytest.mark.timeout(240)
 
 CLIENT = "confluent-kafka"
-TXN_ARGS = ("--set", "transaction.abort.timed.out.transaction.cleanup.interval.ms=500",
-            "--set", "group.initial.rebalance.delay.ms=0")
 
-
-@pytest.fixture(scope="module")
-def tbroker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
-    b = Broker(tmp_path_factory.mktemp("txn-broker"), extra_args=TXN_ARGS)
-    b.start()
-    try:
-        yield b
-    finally:
-        b.close()
 
 
 def txn_producer(bootstrap: str, txn_id: str, **extra: Any) -> Producer:
@@ -50,7 +38,7 @@ def read_values(bootstrap: str, topic: str, committed: bool, partitions: int = 1
 
 
 def test_exactly_once_copy_across_broker_kill(tmp_path: Path) -> None:
-    b = Broker(tmp_path / "broker", extra_args=TXN_ARGS)
+    b = Broker(tmp_path / "broker", extra_args=TXN_BROKER_ARGS)
     b.start()
     try:
         def reader(bootstrap: str, topic: str, partitions: int, committed: bool,

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -37,15 +36,6 @@ pytestmark = pytest.mark.timeout(120)
 
 CLIENT = "kafka-python"
 
-
-@pytest.fixture(scope="module")
-def gbroker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
-    b = Broker(tmp_path_factory.mktemp("groups-broker"), extra_args=FAST_BROKER_ARGS)
-    b.start()
-    try:
-        yield b
-    finally:
-        b.close()
 
 
 def admin_client(bootstrap: str) -> KafkaAdminClient:

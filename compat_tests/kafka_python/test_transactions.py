@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,25 +15,14 @@ import pytest
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 
 from .._broker import Broker, unique_topic
-from .._eos import OutRec, list_offsets, run_exactly_once
+from .._eos import TXN_BROKER_ARGS, OutRec, list_offsets, run_exactly_once
 from .._groups import create_topic
 
 pytestmark = pytest.mark.timeout(240)
 
 CLIENT = "kafka-python"
-TXN_ARGS = ("--set", "transaction.abort.timed.out.transaction.cleanup.interval.ms=500",
-            "--set", "group.initial.rebalance.delay.ms=0")
 FENCED = (Errors.ProducerFencedError, Errors.InvalidProducerEpochError)
 
-
-@pytest.fixture(scope="module")
-def tbroker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
-    b = Broker(tmp_path_factory.mktemp("txn-broker"), extra_args=TXN_ARGS)
-    b.start()
-    try:
-        yield b
-    finally:
-        b.close()
 
 
 def txn_producer(bootstrap: str, txn_id: str, **extra: Any) -> KafkaProducer:
@@ -99,7 +87,7 @@ def zombie_fenced(producer: KafkaProducer, exc: BaseException) -> bool:
 
 
 def test_exactly_once_copy_across_broker_kill(tmp_path: Path) -> None:
-    b = Broker(tmp_path / "broker", extra_args=TXN_ARGS)
+    b = Broker(tmp_path / "broker", extra_args=TXN_BROKER_ARGS)
     b.start()
     try:
         try:

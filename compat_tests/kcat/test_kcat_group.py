@@ -7,29 +7,19 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from kafka import KafkaAdminClient
 
 from .._broker import Broker, unique_topic
-from .._groups import FAST_BROKER_ARGS, produce_sync, unique_group, wait_for
+from .._groups import produce_sync, unique_group, wait_for
 
 pytestmark = pytest.mark.timeout(120)
 
 CLIENT = "kcat -G"
 KCAT = shutil.which("kcat") or "/usr/bin/kcat"
 
-
-@pytest.fixture(scope="module")
-def gbroker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
-    b = Broker(tmp_path_factory.mktemp("groups-broker"), extra_args=FAST_BROKER_ARGS)
-    b.start()
-    try:
-        yield b
-    finally:
-        b.close()
 
 
 def kcat_group(bootstrap: str, home: Path, group: str, topic: str, count: int,
