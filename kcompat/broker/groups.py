@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -53,6 +53,27 @@ OFFSETS_TOPIC = "__consumer_offsets"
 OFFSETS_TOPIC_CONFIGS = {"cleanup.policy": "compact", "segment.bytes": "104857600"}
 TICK_MAX_S = 1.0
 EXPIRY_CHECK_MS = 60_000
+
+
+def leader_ready(state: BrokerState, topic: str, index: int, loaded: dict[int, int],
+                 load: Callable[[Partition], None]) -> ErrorCode | None:
+    """Cluster mode: may this broker coordinate for internal partition ``index``?
+    Only its leader may, and only once every entry of earlier terms is committed
+    and ``load`` has rebuilt the coordinator's state from the log in this term
+    (``loaded`` remembers, per partition, the term it was loaded in)."""
+    assert state.cluster is not None
+    group = state.cluster.group_of(topic, index)
+    part = state.partition(topic, index)
+    if group is None or part is None or not group.is_leader:
+        return ErrorCode.not_coordinator
+    term = group.raft.term
+    if loaded.get(index) == term:
+        return None
+    if group.hw < part.log.log_end_offset:  # entries of earlier terms not committed yet
+        return ErrorCode.coordinator_load_in_progress
+    load(part)
+    loaded[index] = term
+    return None
 
 
 def java_string_hash(s: str) -> int:
@@ -149,24 +170,13 @@ class GroupService:
         partition coordinates, and only once it has rebuilt that partition's
         state from its committed log in its current term; else NOT_COORDINATOR
         (the client re-discovers) or COORDINATOR_LOAD_IN_PROGRESS (it retries)."""
-        cluster = self.state.cluster
-        if cluster is None:
+        if self.state.cluster is None:
             return None
         if OFFSETS_TOPIC not in self.state.topics:
             return ErrorCode.coordinator_not_available
         index = partition_for(group_id, self.num_partitions)
-        group = cluster.group_of(OFFSETS_TOPIC, index)
-        part = self.state.partition(OFFSETS_TOPIC, index)
-        if group is None or part is None or not group.is_leader:
-            return ErrorCode.not_coordinator
-        term = group.raft.term
-        if self._loaded.get(index) == term:
-            return None
-        if group.hw < part.log.log_end_offset:  # entries of earlier terms not committed yet
-            return ErrorCode.coordinator_load_in_progress
-        self._load_partition(index, part)
-        self._loaded[index] = term
-        return None
+        return leader_ready(self.state, OFFSETS_TOPIC, index, self._loaded,
+                            lambda part: self._load_partition(index, part))
 
     def _load_partition(self, index: int, part: Partition) -> None:
         """Forget what this broker knew of the groups of offsets partition

@@ -33,7 +33,13 @@ from typing import TYPE_CHECKING
 import trio
 from kio.schema.errors import ErrorCode
 
-from kcompat.broker.groups import OFFSETS_TOPIC, NotCoordinatorError, cluster_write, partition_for
+from kcompat.broker.groups import (
+    OFFSETS_TOPIC,
+    NotCoordinatorError,
+    cluster_write,
+    leader_ready,
+    partition_for,
+)
 from kcompat.broker.partition import Partition
 from kcompat.broker.state import BrokerState, now_ms
 from kcompat.txn.coordinator import Decision, TransactionCoordinator, TxnMeta
@@ -96,25 +102,14 @@ class TxnService:
         In cluster mode only the Raft leader of the id's ``__transaction_state``
         partition coordinates, once it has rebuilt that partition's state from
         its committed log in its current term (as ``GroupService``)."""
-        cluster = self.state.cluster
-        if cluster is None:
+        if self.state.cluster is None:
             return None
         meta = self.state.topics.get(TXN_TOPIC)
         if meta is None:
             return ErrorCode.coordinator_not_available
         index = partition_for(tid, meta.partitions)
-        group = cluster.group_of(TXN_TOPIC, index)
-        part = self.state.partition(TXN_TOPIC, index)
-        if group is None or part is None or not group.is_leader:
-            return ErrorCode.not_coordinator
-        term = group.raft.term
-        if self._loaded.get(index) == term:
-            return None
-        if group.hw < part.log.log_end_offset:
-            return ErrorCode.coordinator_load_in_progress
-        self._load_partition(index, part, meta.partitions)
-        self._loaded[index] = term
-        return None
+        return leader_ready(self.state, TXN_TOPIC, index, self._loaded,
+                            lambda part: self._load_partition(index, part, meta.partitions))
 
     def serves_producer(self, pid: int) -> bool:
         """Cluster mode: this broker coordinates (and has loaded) the transaction
