@@ -24,6 +24,28 @@ START_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 20.0
 
 
+def kill_process(proc: subprocess.Popen[bytes]) -> int | None:
+    """SIGKILL (if still running) and reap; the exit code."""
+    if proc.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            proc.send_signal(signal.SIGKILL)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=10.0)
+    return proc.returncode
+
+
+def terminate_process(proc: subprocess.Popen[bytes], timeout: float) -> bool:
+    """SIGTERM and wait; False (after a SIGKILL) if it did not exit in time."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            kill_process(proc)
+            return False
+    return True
+
+
 class BrokerError(RuntimeError):
     """The broker process did not start or stop as the CLI contract says."""
 
@@ -160,16 +182,11 @@ class Broker:
         """SIGTERM and wait. Returns the exit code; raises if it does not exit in time."""
         if self.proc is None:
             raise BrokerError("broker was never started")
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                self._force_kill()
-                raise BrokerError(
-                    f"broker (pid {self.proc.pid}) did not exit within {timeout:.0f}s of SIGTERM;"
-                    f" killed it\n--- stderr tail ---\n{self.tail()}"
-                ) from None
+        if not terminate_process(self.proc, timeout):
+            raise BrokerError(
+                f"broker (pid {self.proc.pid}) did not exit within {timeout:.0f}s of SIGTERM;"
+                f" killed it\n--- stderr tail ---\n{self.tail()}"
+            )
         self.last_returncode = self.proc.returncode
         return self.proc.returncode
 
@@ -198,11 +215,7 @@ class Broker:
 
     def _force_kill(self) -> None:
         assert self.proc is not None
-        if self.proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                self.proc.send_signal(signal.SIGKILL)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            self.proc.wait(timeout=10.0)
+        kill_process(self.proc)
 
     # -- diagnostics ------------------------------------------------------------
 

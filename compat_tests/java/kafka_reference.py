@@ -28,7 +28,7 @@ import time
 import uuid
 from pathlib import Path
 
-from compat_tests._broker import free_port
+from compat_tests._broker import free_port, kill_process, terminate_process
 from compat_tests.java._jvm import KAFKA_VERSION, java_bin, reference_classpath
 
 START_TIMEOUT_S = 90.0
@@ -203,25 +203,17 @@ class KafkaReference:
     def stop(self, timeout: float = STOP_TIMEOUT_S) -> int:
         if self.proc is None:
             raise ReferenceError_("reference Kafka was never started")
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                self.kill()
-                raise ReferenceError_(
-                    f"reference Kafka did not exit within {timeout:.0f}s of SIGTERM; killed it"
-                    f"\n{self.tail()}") from None
+        if not terminate_process(self.proc, timeout):
+            self.last_returncode = self.proc.returncode
+            raise ReferenceError_(
+                f"reference Kafka did not exit within {timeout:.0f}s of SIGTERM; killed it"
+                f"\n{self.tail()}")
         self.last_returncode = self.proc.returncode
         return self.proc.returncode
 
     def kill(self) -> int:
         assert self.proc is not None
-        if self.proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                self.proc.send_signal(signal.SIGKILL)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            self.proc.wait(timeout=10)
+        kill_process(self.proc)
         self.last_returncode = self.proc.returncode
         return self.proc.returncode if self.proc.returncode is not None else -9
 
