@@ -213,7 +213,13 @@ def _raw_session(bootstrap: str) -> dict[str, Any]:
                     all(p["leader_id"] >= 0 for p in parts):
                 break
             time.sleep(0.1)
-        obs["produce_p0"] = _produce(conn, topic, 0, _batch(3))
+        # Kafka may still answer NOT_LEADER_OR_FOLLOWER (retriable) for a moment after
+        # its metadata shows the leader; retry it as every client would.
+        for _ in range(50):
+            obs["produce_p0"] = _produce(conn, topic, 0, _batch(3))
+            if obs["produce_p0"]["responses"][0]["partition_responses"][0]["error_code"] != 6:
+                break
+            time.sleep(0.1)
         obs["produce_p0_again"] = _produce(conn, topic, 0, _batch(2))
         obs["produce_bad_partition"] = _produce(conn, topic, 5, _batch(1))
         obs["produce_oversized"] = _produce(conn, topic, 1, _batch(1, value_size=1_100_000))
