@@ -100,14 +100,17 @@ def consume_all(bootstrap: str, topic: str, partitions: int,
     to the high watermark each partition has when reading starts."""
     from confluent_kafka import Consumer, KafkaException, TopicPartition
 
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "verifier",
-                         "enable.auto.commit": False, "auto.offset.reset": "earliest",
-                         "log_level": 0})
+    config = {"bootstrap.servers": bootstrap, "group.id": "verifier",
+              "enable.auto.commit": False, "auto.offset.reset": "earliest", "log_level": 0,
+              "topic.metadata.refresh.interval.ms": 1000}
+    consumer = Consumer(config)
     try:
         ends = {}
         for p in range(partitions):
             # A just-restarted broker may briefly describe the topic without this
-            # partition (not caught up with the metadata log): retry.
+            # partition (not caught up with the metadata log): retry with a new
+            # client, whose metadata is fetched afresh (librdkafka keeps the stale
+            # answer in its cache otherwise).
             for attempt in range(20):
                 try:
                     _low, high = consumer.get_watermark_offsets(TopicPartition(topic, p),
@@ -117,6 +120,8 @@ def consume_all(bootstrap: str, topic: str, partitions: int,
                     if attempt == 19:
                         raise
                     time.sleep(0.5)
+                    consumer.close()
+                    consumer = Consumer(config)
             ends[p] = high
         consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
         out: dict[int, list[bytes]] = {p: [] for p in range(partitions)}
