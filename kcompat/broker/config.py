@@ -73,6 +73,11 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
         # Cluster mode: move leadership back to the preferred (first) replica.
         _D("auto.leader.rebalance.enable", "boolean", True),
         _D("leader.imbalance.check.interval.seconds", "long", 300, minimum=1),
+        # Cluster mode: broker heartbeats to the controller, fencing after silence.
+        _D("broker.heartbeat.interval.ms", "int", 2000, minimum=1),
+        _D("broker.session.timeout.ms", "int", 9000, minimum=1),
+        _D("broker.rack", "string", ""),  # empty: no rack
+        _D("controlled.shutdown.enable", "boolean", True),
     )
 }
 

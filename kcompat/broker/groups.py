@@ -157,7 +157,7 @@ class GroupService:
 
     def ensure_offsets_topic(self) -> None:
         if OFFSETS_TOPIC not in self.state.topics:
-            if self.state.cluster is not None:  # created by the controller (runtime)
+            if self.state.cluster is not None:  # created on FindCoordinator (cluster.admin.auto_create)
                 raise NotCoordinatorError(ErrorCode.coordinator_not_available)
             self.state.create_topic(
                 OFFSETS_TOPIC, self.state.config["offsets.topic.num.partitions"], 1,

@@ -39,10 +39,28 @@ class TopicMeta:
 
 
 @dataclass
+class BrokerInfo:
+    """A broker registration (cluster mode): where clients reach it, which
+    process (incarnation) registered, and whether the controller fenced it."""
+
+    node_id: int
+    host: str
+    port: int
+    rack: str | None
+    incarnation: str
+    fenced: bool = True
+
+
+@dataclass
 class MetadataImage:
     cluster_id: str = ""
     topics: dict[str, TopicMeta] = field(default_factory=dict)
     producer_id_limit: int = 0  # ids below this are handed out
+    brokers: dict[int, BrokerInfo] = field(default_factory=dict)  # cluster mode only
+
+    def live_brokers(self) -> list[BrokerInfo]:
+        """Registered, unfenced brokers, by node id."""
+        return [b for _, b in sorted(self.brokers.items()) if not b.fenced]
 
     def apply(self, rec: dict[str, Any]) -> None:
         kind = rec["type"]
@@ -59,6 +77,14 @@ class MetadataImage:
             self.topics[rec["name"]].partitions = rec["partitions"]
         elif kind == "alter_configs":
             self.topics[rec["name"]].configs = dict(rec["configs"])
+        elif kind == "register_broker":
+            self.brokers[rec["id"]] = BrokerInfo(rec["id"], rec["host"], rec["port"],
+                                                 rec.get("rack"), rec["incarnation"],
+                                                 bool(rec["fenced"]))
+        elif kind in ("fence_broker", "unfence_broker"):
+            broker = self.brokers.get(rec["id"])
+            if broker is not None and broker.incarnation == rec["incarnation"]:
+                broker.fenced = kind == "fence_broker"
         elif kind == "producer_ids":
             self.producer_id_limit = max(self.producer_id_limit, rec["limit"])
 

@@ -99,7 +99,9 @@ class BrokerState:
 
     @property
     def broker_count(self) -> int:
-        return 1 if self.cluster is None else len(self.cluster.voters)
+        if self.cluster is None:
+            return 1
+        return len(self.cluster.live_broker_ids()) or len(self.cluster.voters)
 
     # -- lookups -------------------------------------------------------------
     @property
@@ -177,14 +179,17 @@ class BrokerState:
         return self.topics[name]
 
     def auto_create(self, name: str) -> TopicMeta | None:
-        """Create ``name`` with broker defaults if auto-creation is on."""
+        """Create ``name`` with broker defaults if auto-creation is on. Cluster
+        mode creates it in the background through the controller and raises
+        LEADER_NOT_AVAILABLE meanwhile, as Kafka answers; clients retry."""
         if not self.config["auto.create.topics.enable"]:
             return None
-        if self.cluster is not None:  # proposed on the controller; clients retry
+        if self.cluster is not None:
             from kcompat.broker.cluster.admin import auto_create
 
             auto_create(self, name)
-            return None
+            raise TopicError(ErrorCode.leader_not_available,
+                             f"Topic {name} is being created.")
         return self.create_topic(name, -1, -1, {})
 
     def delete_topic(self, name: str) -> None:

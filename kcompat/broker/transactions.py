@@ -18,7 +18,7 @@ timed-out transactions and, after a restart, completes those left preparing.
 Cluster mode: as ``GroupService`` — the leader of the id's partition
 coordinates after loading it (and then completes the PrepareX transactions it
 found), ``persist`` is a Raft proposal applied once committed, and markers go
-through the data partitions' Raft groups (``ClusterRuntime.write_marker``:
+through the data partitions' Raft groups (``PeerCalls.write_marker``:
 local proposal when leading, else a request to the leader), retried until
 committed while this broker still coordinates the id.
 """
@@ -87,7 +87,7 @@ class TxnService:
     def _log_partition(self, tid: str) -> Partition:
         count = int(self.state.config["transaction.state.log.num.partitions"])
         if TXN_TOPIC not in self.state.topics:
-            if self.state.cluster is not None:  # created by the controller (runtime)
+            if self.state.cluster is not None:  # created on FindCoordinator (cluster.admin.auto_create)
                 raise NotCoordinatorError(ErrorCode.coordinator_not_available)
             self.state.create_topic(TXN_TOPIC, count, 1, dict(TXN_TOPIC_CONFIGS),
                                     internal=True)
@@ -206,7 +206,7 @@ class TxnService:
 
     async def _write_markers_in_cluster(self, meta: TxnMeta, commit: bool) -> None:
         """Cluster mode: every marker through its partition's Raft group (see
-        ``ClusterRuntime.write_marker``), retried until committed while this
+        ``PeerCalls.write_marker``), retried until committed while this
         broker still coordinates the id (NotCoordinatorError otherwise: the new
         coordinator completes the transaction after its load)."""
         cluster = self.state.cluster
@@ -216,7 +216,7 @@ class TxnService:
             if self.coordinator_error(meta.transactional_id) is not None:
                 raise NotCoordinatorError(ErrorCode.not_coordinator)
             results = await _gather([
-                (lambda t=t, i=i: cluster.write_marker(t, i, meta.producer_id,
+                (lambda t=t, i=i: cluster.calls.write_marker(t, i, meta.producer_id,
                                                        meta.producer_epoch, commit))
                 for t, i in remaining])
             remaining = [tp for tp, code in zip(remaining, results, strict=True)

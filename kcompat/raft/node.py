@@ -146,6 +146,9 @@ class Raft:
         self.role = Role.FOLLOWER
         self.leader = NO_NODE
         self.high_watermark = min(max(high_watermark, self.log.start), self.log.end)
+        # The highest high watermark a leader has told us (ours while leading):
+        # how far this member must get before its state is caught up.
+        self.heard_high_watermark = self.high_watermark
         self._reported_hw = -1
         self._msgs: list[Message] = []
         self._outstanding: Ready | None = None
@@ -448,6 +451,7 @@ class Raft:
                 self._follow(m.leader)
             return
         self._follow(m.src)
+        self.heard_high_watermark = max(self.heard_high_watermark, m.high_watermark)
         log = self.log
         stale = (m.fetch_offset, m.last_fetched_term) != (log.end, log.last_term)
         if stale or self._want_snapshot is not None:
@@ -535,6 +539,7 @@ class Raft:
         hw = replication.next_high_watermark(self.log, self.term, self.high_watermark, match)
         if hw != self.high_watermark:
             self.high_watermark = hw
+            self.heard_high_watermark = max(self.heard_high_watermark, hw)
             self._answer_parked()
 
     def _maybe_send_timeout_now(self) -> None:

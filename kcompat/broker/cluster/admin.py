@@ -38,13 +38,21 @@ def _create_record(state: BrokerState, name: str, partitions: int, replication: 
                               internal=internal)
     if replication == -1:
         replication = state.config["default.replication.factor"]
-    if replication > len(cluster.voters):
-        raise TopicError(ErrorCode.invalid_replication_factor,
-                         f"Replication factor: {replication} larger than available brokers: "
-                         f"{len(cluster.voters)}.")
+    check_replication(state, replication)
     return {"type": "create_topic", "name": name, "id": str(meta.topic_id),
             "partitions": meta.partitions, "configs": meta.configs, "internal": internal,
             "assignments": cluster.plan_assignments(name, 0, meta.partitions, replication)}
+
+
+def check_replication(state: BrokerState, replication: int) -> None:
+    """New replicas go to live brokers only (``liveness``)."""
+    assert state.cluster is not None
+    live = len(state.cluster.live_broker_ids())
+    if replication > live:
+        raise TopicError(ErrorCode.invalid_replication_factor,
+                         f"Unable to replicate the partition {replication} time(s): The target "
+                         f"replication factor of {replication} cannot be reached because only "
+                         f"{live} broker(s) are registered.")
 
 
 async def create_topic(state: BrokerState, name: str, partitions: int, replication: int,
@@ -54,8 +62,9 @@ async def create_topic(state: BrokerState, name: str, partitions: int, replicati
     assert cluster is not None
     if not cluster.is_controller:
         raise TopicError(ErrorCode.not_controller, NOT_CONTROLLER_MESSAGE)
+    await cluster.wait_first_registrations(timeout_s=3.0)
     rec = _create_record(state, name, partitions, replication, configs)
-    await _commit(state, rec)
+    await _commit_creation(state, rec)
 
 
 async def delete_topic(state: BrokerState, name: str) -> None:
@@ -83,6 +92,7 @@ async def execute(state: BrokerState, intent: dict[str, Any]) -> None:
         old = state.topics[name].partitions
         found = cluster.assignments.get((name, 0))
         replication = len(found[1]) if found else 1
+        check_replication(state, replication)
         rec: dict[str, Any] = {
             "type": "add_partitions", "name": name, "partitions": total,
             "assignments": cluster.plan_assignments(name, old, total - old, replication)}
@@ -92,6 +102,12 @@ async def execute(state: BrokerState, intent: dict[str, Any]) -> None:
         configs = dict(intent["configs"])
         state.set_topic_configs(name, configs, validate_only=True)
         rec = {"type": "alter_configs", "name": name, "configs": validate_overrides(configs)}
+    elif op == "auto_create":
+        created = await _auto_create_record(state, name)
+        if created is None or name in cluster.creating:
+            return
+        await _commit_creation(state, created)
+        return
     else:
         raise TopicError(ErrorCode.invalid_request, f"unknown metadata change {op!r}")
     await _commit(state, rec)
@@ -111,9 +127,23 @@ async def commit_staged(state: BrokerState) -> None:
     if cluster.is_controller:
         await execute(state, intent)
         return
-    code, message = await cluster.forward_to_controller(intent)
+    code, message = await cluster.calls.forward_to_controller(intent)
     if code != ErrorCode.none:
         raise TopicError(code, message or code.name)
+
+
+async def _commit_creation(state: BrokerState, rec: dict[str, Any]) -> None:
+    """Commit a ``create_topic`` record unless one for the name is in flight
+    (the image knows a topic only once its record is applied)."""
+    creating = state.cluster.creating if state.cluster else set()
+    name = rec["name"]
+    if name in creating:
+        raise TopicError(ErrorCode.topic_already_exists, f"Topic '{name}' already exists.")
+    creating.add(name)
+    try:
+        await _commit(state, rec)
+    finally:
+        creating.discard(name)
 
 
 async def _commit(state: BrokerState, rec: dict[str, Any]) -> None:
@@ -128,22 +158,58 @@ async def _commit(state: BrokerState, rec: dict[str, Any]) -> None:
 
 
 def auto_create(state: BrokerState, name: str) -> None:
-    """Metadata auto-creation: the controller proposes (fire and forget)."""
-    from kcompat.broker.groups import OFFSETS_TOPIC
-    from kcompat.broker.transactions import TXN_TOPIC
+    """Metadata / FindCoordinator auto-creation, on any broker: the topic is
+    created in the background — by this broker if it is the controller, else
+    forwarded to it — and the client, told LEADER_NOT_AVAILABLE or
+    COORDINATOR_NOT_AVAILABLE meanwhile, retries (as with Kafka). Internal
+    topics are created this way too, on the first FindCoordinator for them."""
+    cluster = state.cluster
+    assert cluster is not None
+    if name in state.topics or name in cluster.auto_creating:
+        return
+    if cluster.spawn(_auto_create_task, state, name):
+        cluster.auto_creating.add(name)
+
+
+async def _auto_create_task(state: BrokerState, name: str) -> None:
+    cluster = state.cluster
+    assert cluster is not None
+    try:
+        if cluster.is_controller:
+            await execute(state, {"op": "auto_create", "name": name})
+        else:
+            code, message = await cluster.calls.forward_to_controller(
+                {"op": "auto_create", "name": name})
+            if code != ErrorCode.none:
+                raise TopicError(code, message or code.name)
+    except TopicError as e:
+        log.info("auto-creating %s failed: %s", name, e.message)
+    finally:
+        cluster.auto_creating.discard(name)
+
+
+async def _auto_create_record(state: BrokerState, name: str) -> dict[str, Any] | None:
+    """On the controller: the record creating ``name`` with broker defaults, or
+    an internal topic with its own settings (replication capped by the live
+    brokers, as for Kafka's ``offsets.topic.replication.factor``); None if it
+    exists already."""
+    from kcompat.broker.groups import OFFSETS_TOPIC, OFFSETS_TOPIC_CONFIGS
+    from kcompat.broker.transactions import TXN_TOPIC, TXN_TOPIC_CONFIGS
 
     cluster = state.cluster
     assert cluster is not None
-    if not cluster.is_controller or name in state.topics:
-        return
-    if name in (OFFSETS_TOPIC, TXN_TOPIC):  # internal: created with their own settings
-        cluster.ensure_internal_topics()
-        return
-    try:
-        rec = _create_record(state, name, -1, -1, {})
-        cluster.propose_metadata_nowait(rec)
-    except (TopicError, NotLeaderError) as e:
-        log.info("auto-creating %s failed: %s", name, e)
+    await cluster.wait_first_registrations(timeout_s=3.0)
+    if name in state.topics:
+        return None
+    internal = {OFFSETS_TOPIC: ("offsets.topic", OFFSETS_TOPIC_CONFIGS),
+                TXN_TOPIC: ("transaction.state.log", TXN_TOPIC_CONFIGS)}
+    if name not in internal:
+        return _create_record(state, name, -1, -1, {})
+    prefix, configs = internal[name]
+    live = len(cluster.live_broker_ids()) or 1
+    replication = min(int(state.config[f"{prefix}.replication.factor"]), live)
+    count = int(state.config[f"{prefix}.num.partitions"])
+    return _create_record(state, name, count, replication, dict(configs), internal=True)
 
 
 async def create_topics(ctx: RequestContext, request: Any) -> Any:

@@ -23,6 +23,7 @@ import struct
 from dataclasses import dataclass
 from typing import Any
 
+from kcompat.broker.cluster.liveness import Heartbeat
 from kcompat.raft.types import (
     BeginQuorumEpoch,
     Entry,
@@ -102,7 +103,7 @@ class ForwardReply:
     message: str | None
 
 
-Internal = MarkerRequest | MarkerReply | ForwardRequest | ForwardReply
+Internal = MarkerRequest | MarkerReply | ForwardRequest | ForwardReply | Heartbeat
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,7 +111,7 @@ class RaftFrame:
     src: int
     messages: tuple[Message, ...] = ()
     announcements: tuple[Announcement, ...] = ()
-    markers: tuple[Internal, ...] = ()  # coordinator and forwarding requests, replies
+    markers: tuple[Internal, ...] = ()  # coordinator/forwarding requests, replies, heartbeats
 
 
 def _enc(value: Any, blobs: list[bytes]) -> Any:
@@ -155,6 +156,9 @@ def _enc_internal(m: Internal) -> list[Any]:
         return ["r", m.request_id, m.error_code]
     if isinstance(m, ForwardRequest):
         return ["fq", m.request_id, m.intent]
+    if isinstance(m, Heartbeat):
+        return ["hb", m.node_id, m.incarnation, m.host, m.port, m.rack, int(m.caught_up),
+                int(m.shutting_down)]
     return ["fr", m.request_id, m.error_code, m.message]
 
 
@@ -203,6 +207,10 @@ def decode(frame: bytes) -> RaftFrame:
                 markers.append(ForwardRequest(int(item[1]), dict(item[2])))
             elif item[0] == "fr":
                 markers.append(ForwardReply(int(item[1]), int(item[2]), item[3]))
+            elif item[0] == "hb":
+                rack = None if item[5] is None else str(item[5])
+                markers.append(Heartbeat(int(item[1]), str(item[2]), str(item[3]),
+                                         int(item[4]), rack, bool(item[6]), bool(item[7])))
         return RaftFrame(int(doc["src"]), tuple(msgs), anns, tuple(markers))
     except (KeyError, TypeError, ValueError, struct.error) as e:
         raise CodecError(f"bad raft frame: {e!r}") from None

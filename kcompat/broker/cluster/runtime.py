@@ -70,7 +70,10 @@ import hashlib
 import json
 import logging
 import random
+import time
+import uuid
 import zlib
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -79,10 +82,12 @@ import trio
 from kio.schema.errors import ErrorCode
 
 from kcompat.broker.cluster import codec
-from kcompat.broker.cluster.storage import PartitionLogStorage
+from kcompat.broker.cluster.liveness import Heartbeat, Membership
+from kcompat.broker.cluster.peer_calls import PeerCalls
+from kcompat.broker.cluster.storage import PartitionLogStorage, now_ms
 from kcompat.broker.cluster.transport import PeerLink
 from kcompat.broker.configdef import ConfigError
-from kcompat.broker.metadata import TopicMeta
+from kcompat.broker.metadata import MetadataImage, TopicMeta
 from kcompat.broker.partition import Partition
 from kcompat.broker.topic_config import log_config
 from kcompat.log.files import atomic_write
@@ -171,14 +176,20 @@ class ClusterRuntime:
         self._tick_due = False
         self._announce_due = True
         self._ticks = 0
-        self._internal_proposed: dict[str, int] = {}  # internal topic -> term proposed in
+        self.auto_creating: set[str] = set()  # topics this broker is asking to create
+        self.creating: set[str] = set()  # create_topic records in flight (controller)
         self._nursery: trio.Nursery | None = None
         self._staged: dict[str, Any] | None = None
         self.balance_ticks = (max(1, config["leader.imbalance.check.interval.seconds"] * 1000
                                   // tick_ms)
                               if config["auto.leader.rebalance.enable"] else 0)
-        self._marker_seq = 0
-        self._marker_waits: dict[int, list[Any]] = {}  # request id -> [Event, ErrorCode]
+        self.calls = PeerCalls(self)
+        self.incarnation = uuid.uuid4().hex  # this process, as registered with the controller
+        self.membership = Membership(config["broker.session.timeout.ms"])
+        self.heartbeat_ticks = max(1, config["broker.heartbeat.interval.ms"] // tick_ms)
+        self._hb_key: tuple[int, int, bool] | None = None
+        self._was_controller = False
+        self.shutting_down = False
         self._pid_path = Path(state.data_dir) / PRODUCER_ID_FILE
         self._pid_next = _read_int(self._pid_path)
         self._pid_limit = self._pid_next
@@ -199,16 +210,26 @@ class ClusterRuntime:
 
     @property
     def caught_up(self) -> bool:
-        """The metadata image reflects the committed log as far as the quorum
-        told us (a restarted broker is not caught up until it hears a leader)."""
+        """The metadata image has applied the log up to the high watermark a
+        leader last told us (a restarted broker is not caught up until it hears
+        a leader and replays what was committed while it was away)."""
         meta = self.meta
-        return meta.raft.leader != NO_NODE and meta.hw > 0 and self.meta_applied >= meta.hw
+        target = max(1, meta.raft.heard_high_watermark)
+        return meta.raft.leader != NO_NODE and self.meta_applied >= target
 
-    async def wait_caught_up(self, timeout_s: float) -> None:
+    @property
+    def serving(self) -> bool:
+        """Caught up and registered unfenced (or stopping): what Kafka waits
+        for before a broker answers clients."""
+        me = self.image.brokers.get(self.node_id)
+        registered = me is not None and me.incarnation == self.incarnation and not me.fenced
+        return self.caught_up and (registered or self.shutting_down)
+
+    async def wait_serving(self, timeout_s: float) -> None:
         """Like a Kafka broker that has not replayed the metadata log yet, hold
-        Metadata answers briefly rather than describe an empty cluster."""
+        Metadata answers briefly rather than describe a stale cluster."""
         with trio.move_on_after(timeout_s):
-            while not self.caught_up:
+            while not self.serving:
                 await self.meta.changed.wait()
 
     def group_of(self, topic: str, index: int) -> Group | None:
@@ -310,7 +331,7 @@ class ClusterRuntime:
         """[[group id, [replica ids]], ...] for partitions first..first+count-1.
         Must be proposed without an await in between (ids use the log end)."""
         base = self.meta.raft.log.end
-        ids = sorted(self.voters)
+        ids = self.live_broker_ids() or sorted(self.voters)
         start = zlib.crc32(name.encode()) % len(ids)
         return [[(base << 16) | (first + i),
                  [ids[(start + first + i + k) % len(ids)] for k in range(replication)]]
@@ -318,7 +339,7 @@ class ClusterRuntime:
 
     def propose_metadata_nowait(self, rec: dict[str, Any]) -> BatchHeader:
         """Propose one metadata record; NotLeaderError if not the controller."""
-        now = _now_ms()
+        now = now_ms()
         raw = encode_batch([(None, json.dumps(rec, separators=(",", ":")).encode(), (), now)])
         view = memoryview(raw).toreadonly()
         return self.propose_batch(self.meta, view, wbatch.parse_header(view), now)
@@ -356,131 +377,129 @@ class ClusterRuntime:
                 group.raft.step(m)
         for mk in decoded.markers:
             if isinstance(mk, codec.MarkerReply | codec.ForwardReply):
-                slot = self._marker_waits.get(mk.request_id)
-                if slot is not None:
-                    slot[1] = ErrorCode(mk.error_code)
-                    if isinstance(mk, codec.ForwardReply):
-                        slot.append(mk.message)
-                    slot[0].set()
+                self.calls.on_reply(mk)
+            elif isinstance(mk, Heartbeat):
+                self._on_heartbeat(mk)
             elif self._nursery is None:
                 pass
             elif isinstance(mk, codec.MarkerRequest):
-                self._nursery.start_soon(self._serve_marker, decoded.src, mk)
+                self._nursery.start_soon(self.calls.serve_marker, decoded.src, mk)
             elif isinstance(mk, codec.ForwardRequest):
-                self._nursery.start_soon(self._serve_forward, decoded.src, mk)
+                self._nursery.start_soon(self.calls.serve_forward, decoded.src, mk)
         self.kick()
 
-    # -- transaction markers ------------------------------------------------------------
-    #
-    # The transaction coordinator need not lead the data partitions of a
-    # transaction. For each one it writes the marker itself when it is the Raft
-    # leader (a local proposal, answered on commit) and otherwise asks the
-    # leader with a MarkerRequest in the private frame; the leader proposes the
-    # marker the same way and sends a MarkerReply once it is committed. A lost
-    # request or reply is a timeout and the coordinator retries (a duplicate
-    # marker for a finished transaction is harmless, as in Kafka).
-
-    async def write_marker(self, topic: str, index: int, pid: int, epoch: int, commit: bool,
-                           timeout_s: float = 5.0) -> ErrorCode:
-        if (topic, index) not in self.assignments:
-            return ErrorCode.unknown_topic_or_partition
-        group = self.group_of(topic, index)
-        if group is not None and group.is_leader:
-            return await self._write_marker_locally(topic, index, pid, epoch, commit, timeout_s)
-        peer = self.peers.get(self.partition_view(topic, index)[0])
-        if peer is None:
-            return ErrorCode.not_leader_or_follower
-        self._marker_seq += 1
-        rid = self._marker_seq
-        slot: list[Any] = [trio.Event(), ErrorCode.request_timed_out]
-        self._marker_waits[rid] = slot
-        try:
-            peer.send(codec.encode(codec.RaftFrame(self.node_id, markers=(
-                codec.MarkerRequest(rid, topic, index, pid, epoch, commit),))))
-            with trio.move_on_after(timeout_s):
-                await slot[0].wait()
-            return slot[1]  # type: ignore[no-any-return]
-        finally:
-            self._marker_waits.pop(rid, None)
-
-    # -- forwarding metadata changes to the controller --------------------------------
-    #
-    # AlterConfigs and IncrementalAlterConfigs may reach any broker (clients
-    # send them to any node, as Kafka brokers forward them to the controller);
-    # a non-controller forwards the change's intent to the controller, which
-    # validates it against its image, commits it and replies once applied.
-
-    async def forward_to_controller(self, intent: dict[str, Any],
-                                    timeout_s: float = 10.0) -> tuple[ErrorCode, str | None]:
-        peer = self.peers.get(self.controller_id)
-        if peer is None:
-            return ErrorCode.not_controller, "no controller is known"
-        self._marker_seq += 1
-        rid = self._marker_seq
-        slot: list[Any] = [trio.Event(), ErrorCode.request_timed_out]
-        self._marker_waits[rid] = slot
-        try:
-            peer.send(codec.encode(codec.RaftFrame(self.node_id, markers=(
-                codec.ForwardRequest(rid, intent),))))
-            with trio.move_on_after(timeout_s):
-                await slot[0].wait()
-            if len(slot) < 3:
-                return slot[1], "the controller did not answer in time"
-            return slot[1], slot[2]
-        finally:
-            self._marker_waits.pop(rid, None)
-
-    async def _serve_forward(self, src: int, req: codec.ForwardRequest) -> None:
-        from kcompat.broker.cluster.admin import execute
-        from kcompat.broker.state import TopicError
-
-        code, message = ErrorCode.none, None
-        log.info("metadata change forwarded by node %d: %s %s", src, req.intent.get("op"),
-                 req.intent.get("name"))
-        try:
-            await execute(self.state, req.intent)
-        except TopicError as e:
-            code, message = e.code, e.message
-        peer = self.peers.get(src)
+    def send_internal(self, node: int, message: codec.Internal) -> None:
+        """One request, reply or heartbeat to a peer, best effort."""
+        peer = self.peers.get(node)
         if peer is not None:
-            peer.send(codec.encode(codec.RaftFrame(self.node_id, markers=(
-                codec.ForwardReply(req.request_id, int(code), message),))))
+            peer.send(codec.encode(codec.RaftFrame(self.node_id, markers=(message,))))
 
-    async def _serve_marker(self, src: int, req: codec.MarkerRequest) -> None:
-        code = await self._write_marker_locally(req.topic, req.index, req.producer_id,
-                                                req.producer_epoch, req.commit, 5.0)
-        peer = self.peers.get(src)
-        if peer is not None:
-            peer.send(codec.encode(codec.RaftFrame(self.node_id, markers=(
-                codec.MarkerReply(req.request_id, int(code)),))))
+    # -- broker registration and liveness (see ``liveness``) ----------------------------
 
-    async def _write_marker_locally(self, topic: str, index: int, pid: int, epoch: int,
-                                    commit: bool, timeout_s: float) -> ErrorCode:
-        from kcompat.broker.groups import OFFSETS_TOPIC
-        from kcompat.wire.records import encode_marker_batch
+    def _heartbeat(self, force: bool = False) -> None:
+        """Tell the controller we are alive, every heartbeat interval and at
+        once when the controller or our catch-up state changes."""
+        controller = self.controller_id
+        if controller == NO_NODE:
+            return
+        caught_up = self.caught_up
+        key = (controller, self.meta.raft.term, caught_up)
+        if not force and key == self._hb_key and self._ticks % self.heartbeat_ticks:
+            return
+        self._hb_key = key
+        host, port = self.voters[self.node_id]
+        hb = Heartbeat(self.node_id, self.incarnation, self.state.config["advertised.host"] or host,
+                       port, self.state.config["broker.rack"] or None, caught_up,
+                       self.shutting_down)
+        if controller == self.node_id:
+            self._on_heartbeat(hb)
+        else:
+            self.send_internal(controller, hb)
 
-        group = self.group_of(topic, index)
-        if group is None or not group.is_leader:
-            return ErrorCode.not_leader_or_follower
-        now = _now_ms()
-        view = memoryview(encode_marker_batch(commit, producer_id=pid, producer_epoch=epoch,
-                                              coordinator_epoch=0, timestamp=now))
-        term = group.raft.term
-        try:
-            header = self.propose_batch(group, view, wbatch.validate(view), now)
-        except NotLeaderError:
-            return ErrorCode.not_leader_or_follower
-        except wbatch.BatchError as e:
-            log.warning("marker for %s-%d refused: %s", topic, index, e)
-            return ErrorCode.invalid_record
-        code = await self.wait_committed(group, header.base_offset, term,
-                                         trio.current_time() + timeout_s)
-        if code == ErrorCode.none and topic == OFFSETS_TOPIC and self.state.groups is not None:
-            self.state.groups.complete_transaction(pid, commit, {index})
-        return code
+    def _on_heartbeat(self, hb: Heartbeat) -> None:
+        if not self.is_controller or not self.caught_up:
+            return
+        self._propose_membership(self.membership.heartbeat(hb, self.image.brokers, _clock_ms()))
+
+    def _expire_sessions(self) -> None:
+        is_controller = self.is_controller and self.caught_up
+        if is_controller and not self._was_controller:
+            self.membership.restart_sessions(self.image.brokers, _clock_ms())
+        self._was_controller = is_controller
+        if is_controller:
+            self._propose_membership(self.membership.expire(self.image.brokers, _clock_ms()))
+
+    def _propose_membership(self, records: list[dict[str, Any]]) -> None:
+        for rec in records:
+            try:
+                self.propose_metadata_nowait(rec)
+            except NotLeaderError:
+                return
+            log.info("broker %d: %s (%s)", rec["id"], rec["type"], rec.get("reason", "heartbeat"))
+
+    @property
+    def image(self) -> MetadataImage:
+        return self.state.metadata.image
+
+    def broker_endpoints(self, leaders: Iterable[int] = ()
+                         ) -> list[tuple[int, str, int, str | None]]:
+        """(node, host, port, rack) of the live brokers for Metadata and
+        DescribeCluster, plus the controller and any partition leader named in
+        the same answer, so clients can reach every node they are told to use
+        (the controller before its registration commits, a leader the
+        controller fenced while its followers still hear it). Before any broker
+        registered (a brand-new cluster), every voter."""
+        known = {b.node_id: (b.host, b.port, b.rack) for b in self.image.brokers.values()}
+        live = {b.node_id: (b.host, b.port, b.rack) for b in self.image.live_brokers()}
+        if not live:
+            live = {n: (h, p, None) for n, (h, p) in self.voters.items()}
+        for node in (self.controller_id, *leaders):
+            if node not in live and node in self.voters:
+                h, p = self.voters[node]
+                live[node] = known.get(node, (h, p, None))
+        return [(n, *live[n]) for n in sorted(live)]
+
+    def live_broker_ids(self) -> list[int]:
+        """Registered, unfenced brokers: where new replicas go."""
+        return [b.node_id for b in self.image.live_brokers()]
+
+    async def wait_first_registrations(self, timeout_s: float) -> None:
+        """In a brand-new cluster, give voters that never registered a moment
+        to do so (their first heartbeat follows the first controller election)
+        before placing replicas; a broker that registered and then died is not
+        waited for."""
+        with trio.move_on_after(timeout_s):
+            while any(n not in self.image.brokers for n in self.voters):
+                await self.meta.changed.wait()
+
+    async def controlled_shutdown(self, timeout_s: float = 5.0) -> None:
+        """Before a clean stop (Kafka's controlled shutdown): ask the controller
+        to fence us and hand every leadership we hold to a caught-up replica, so
+        clients move on without waiting for an election timeout."""
+        self.shutting_down = True
+        deadline = trio.current_time() + timeout_s
+        while trio.current_time() < deadline:
+            self._heartbeat(force=True)
+            led = [g for g in self.groups.values() if g.is_leader and not g.removed]
+            if not led:
+                return
+            for group in led:
+                target = next((n for n in self._isr(group) if n != self.node_id), NO_NODE)
+                if target != NO_NODE:
+                    group.raft.transfer_leadership(target)
+            self.kick()
+            await trio.sleep(self.tick_s * 2)
+        log.info("controlled shutdown: still leading some groups after %.1f s", timeout_s)
 
     def kick(self) -> None:
         self._wake.set()
+
+    def spawn(self, fn: Any, *args: Any) -> bool:
+        """Run ``fn(*args)`` in the runtime's nursery; False before it runs."""
+        if self._nursery is None:
+            return False
+        self._nursery.start_soon(fn, *args)
+        return True
 
     # -- the driver ---------------------------------------------------------------------
 
@@ -510,9 +529,10 @@ class ClusterRuntime:
         self._ticks += 1
         for group in list(self.groups.values()):
             group.raft.tick()
+        self._heartbeat()
+        self._expire_sessions()
         if self._ticks % ANNOUNCE_TICKS == 0:
             self._announce_due = True
-            self.ensure_internal_topics()
         if self.balance_ticks and self._ticks % self.balance_ticks == 0:
             self._balance_leaders()
 
@@ -531,42 +551,6 @@ class ClusterRuntime:
             if group.raft.transfer_leadership(preferred):
                 log.info("node %d hands %s to preferred leader %d", self.node_id,
                          _group_name(group), preferred)
-
-    def ensure_internal_topics(self) -> None:
-        """The controller creates ``__consumer_offsets`` once the metadata log is
-        caught up, so every broker can name the group coordinator (the leader of
-        the group's offsets partition) without a client asking the controller.
-        Replication factor: ``offsets.topic.replication.factor`` capped by the
-        number of voters."""
-        from kcompat.broker.groups import OFFSETS_TOPIC, OFFSETS_TOPIC_CONFIGS
-        from kcompat.broker.state import TopicError
-        from kcompat.broker.transactions import TXN_TOPIC, TXN_TOPIC_CONFIGS
-
-        if not self.is_controller or not self.caught_up:
-            return
-        config = self.state.config
-        for name, prefix, configs in ((OFFSETS_TOPIC, "offsets.topic", OFFSETS_TOPIC_CONFIGS),
-                                      (TXN_TOPIC, "transaction.state.log", TXN_TOPIC_CONFIGS)):
-            term = self.meta.raft.term
-            if name in self.state.topics or self._internal_proposed.get(name) == term:
-                continue
-            rf = min(int(config[f"{prefix}.replication.factor"]), len(self.voters))
-            count = int(config[f"{prefix}.num.partitions"])
-            try:
-                meta = self.state.create_topic(name, count, rf, dict(configs),
-                                               validate_only=True, internal=True)
-            except TopicError as e:
-                log.warning("cannot create %s: %s", name, e)
-                continue
-            rec = {"type": "create_topic", "name": name, "id": str(meta.topic_id),
-                   "partitions": count, "configs": meta.configs, "internal": True,
-                   "assignments": self.plan_assignments(name, 0, count, rf)}
-            try:
-                self.propose_metadata_nowait(rec)
-            except NotLeaderError:
-                return
-            self._internal_proposed[name] = term
-            log.info("proposed %s: %d partitions, replication factor %d", name, count, rf)
 
     async def _round(self) -> bool:
         """One Ready round over every group; False when nobody had anything."""
@@ -650,7 +634,7 @@ class ClusterRuntime:
             return
         state = self.state
         cfg = log_config(meta.configs, state.broker_defaults)
-        plog = PartitionLog.open(state.data_dir / f"{meta.name}-{index}", cfg, _now_ms())
+        plog = PartitionLog.open(state.data_dir / f"{meta.name}-{index}", cfg, now_ms())
         part = Partition(meta.name, index, plog, state._wake)
         state.partitions[(meta.name, index)] = part
         self._new_group(gid, replicas, PartitionLogStorage(plog, self.node_id), part)
@@ -695,6 +679,9 @@ class ClusterRuntime:
     def _apply_record(self, rec: dict[str, Any]) -> None:
         kind = rec.get("type")
         image = self.state.metadata.image
+        if kind == "create_topic" and rec["name"] in image.topics:
+            log.warning("ignoring a second create_topic record for %s", rec["name"])
+            return
         if kind == "delete_topic":
             self._drop_topic(rec["name"])
         image.apply(rec)
@@ -735,7 +722,6 @@ def _cluster_id(voters_text: str) -> str:
     return base64.urlsafe_b64encode(digest).decode().rstrip("=")
 
 
-def _now_ms() -> int:
-    import time
-
-    return time.time_ns() // 1_000_000
+def _clock_ms() -> float:
+    """Monotonic milliseconds, for broker sessions."""
+    return time.monotonic() * 1000

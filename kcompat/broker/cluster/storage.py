@@ -57,7 +57,7 @@ def leader_change_batch(leader_id: int, now_ms: int) -> bytes:
     return encode_batch([(key, value, (), now_ms)], control=True)
 
 
-def _now_ms() -> int:
+def now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
@@ -142,12 +142,12 @@ class PartitionLogStorage:
         assert entry.index == plog.log_end_offset, (
             f"{plog.directory.name}: entry at {entry.index}, log end {plog.log_end_offset}")
         if entry.control and not entry.data:
-            raw: bytes | memoryview = leader_change_batch(self.node_id, _now_ms())
+            raw: bytes | memoryview = leader_change_batch(self.node_id, now_ms())
         else:
             raw = entry.data if data is None else data
         view = memoryview(raw).toreadonly()
         header = wbatch.parse_header(view)
-        written = plog.append(view, header, entry.term, _now_ms())
+        written = plog.append(view, header, entry.term, now_ms())
         assert written.next_offset == entry.end, "entry count disagrees with its batch"
 
     def trim(self, end: int) -> None:

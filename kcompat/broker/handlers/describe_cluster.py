@@ -2,7 +2,7 @@
 
 Quirks: optional for clients (Java Admin falls back to Metadata; Spark's driver
 and confluent-kafka's ``describe_cluster`` use it). One broker, which is also
-the controller. v1 carries ``endpoint_type``: 1 (brokers) is served; 2
+the controller (cluster mode: the live brokers). v1 carries ``endpoint_type``: 1 (brokers) is served; 2
 (controllers, asked by ``--bootstrap-controller`` tools) answers
 UNSUPPORTED_ENDPOINT_TYPE like a Kafka broker listener does. Without an
 authorizer every cluster operation is allowed, so authorized operations (when
@@ -36,14 +36,14 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
             endpoint_type=endpoint, cluster_id=state.cluster_id, controller_id=-1, brokers=(),
         )
     brokers = (ctx.build("DescribeClusterBroker", broker_id=state.node_id,
-                         host=advertised_host(state), port=state.advertised_port, rack=None),)
+                         host=advertised_host(state), port=state.advertised_port,
+                         rack=state.config["broker.rack"] or None),)
     controller_id = state.node_id
-    if state.cluster is not None:  # cluster mode: every voter; the metadata leader
+    if state.cluster is not None:  # cluster mode: the live brokers; the metadata leader
+        await state.cluster.wait_serving(timeout_s=5.0)
         brokers = tuple(
-            ctx.build("DescribeClusterBroker", broker_id=node, rack=None,
-                      host=advertised_host(state) if node == state.node_id else host,
-                      port=state.advertised_port if node == state.node_id else port)
-            for node, (host, port) in sorted(state.cluster.voters.items()))
+            ctx.build("DescribeClusterBroker", broker_id=node, rack=rack, host=host, port=port)
+            for node, host, port, rack in state.cluster.broker_endpoints())
         controller_id = state.cluster.controller_id
     operations = (CLUSTER_OPERATIONS if request.include_cluster_authorized_operations
                   else OMITTED_OPERATIONS)

@@ -7,7 +7,8 @@ librdkafka < 2.11 enables LZ4 and its group coordinator only when v0 is
 advertised, so v0 stays served. Other key types (2, share groups, which v6 can
 name) are INVALID_REQUEST: kcompat has no share groups. Cluster mode: the
 coordinator is the leader of the key's ``__consumer_offsets`` /
-``__transaction_state`` partition, COORDINATOR_NOT_AVAILABLE while it has none.
+``__transaction_state`` partition, COORDINATOR_NOT_AVAILABLE while it has none
+or the topic is still being created (on the first FindCoordinator).
 """
 
 from __future__ import annotations
@@ -25,7 +26,10 @@ GROUP, TRANSACTION = 0, 1
 def _cluster_answer(ctx: RequestContext, key_type: int, key: str) -> dict[str, Any]:
     """Cluster mode: the coordinator of a group (a transactional id) is the
     Raft leader of its ``__consumer_offsets`` (``__transaction_state``)
-    partition; both topics are created by the controller."""
+    partition; the first FindCoordinator for a missing one has it created
+    (through the controller, like Kafka) and is answered
+    COORDINATOR_NOT_AVAILABLE meanwhile."""
+    from kcompat.broker.cluster.admin import auto_create
     from kcompat.broker.groups import OFFSETS_TOPIC, partition_for
     from kcompat.broker.transactions import TXN_TOPIC
 
@@ -34,7 +38,9 @@ def _cluster_answer(ctx: RequestContext, key_type: int, key: str) -> dict[str, A
     assert cluster is not None
     topic = OFFSETS_TOPIC if key_type == GROUP else TXN_TOPIC
     meta = state.topics.get(topic)
-    if meta is not None:
+    if meta is None:
+        auto_create(state, topic)
+    else:
         index = partition_for(key, meta.partitions)
         if (topic, index) in cluster.assignments:
             leader = cluster.partition_view(topic, index)[0]

@@ -34,27 +34,30 @@ def _cluster_partitions(ctx: RequestContext, meta: TopicMeta) -> tuple[Any, ...]
         if (meta.name, index) not in cluster.assignments:
             continue
         leader, epoch, replicas, isr = cluster.partition_view(meta.name, index)
+        live = {b.node_id for b in cluster.image.live_brokers()}
+        offline = tuple(r for r in replicas if live and r not in live)
         out.append(ctx.build(
             "MetadataResponsePartition",
             error_code=OK if leader >= 0 else ErrorCode.leader_not_available,
             partition_index=index, leader_id=leader, leader_epoch=epoch,
-            replica_nodes=replicas, isr_nodes=isr, offline_replicas=(),
+            replica_nodes=replicas, isr_nodes=isr, offline_replicas=offline,
         ))
     return tuple(out)
 
 
-def _brokers(ctx: RequestContext) -> tuple[tuple[Any, ...], int]:
-    """(brokers, controller id): every voter in cluster mode, else this node."""
+def _brokers(ctx: RequestContext, topics: tuple[Any, ...]) -> tuple[tuple[Any, ...], int]:
+    """(brokers, controller id): the live brokers (and the leaders named in
+    ``topics``) in cluster mode, else this node."""
     state = ctx.state
     if state.cluster is None:
         broker = ctx.build("MetadataResponseBroker", node_id=state.node_id,
-                           host=advertised_host(state), port=state.advertised_port, rack=None)
+                           host=advertised_host(state), port=state.advertised_port,
+                           rack=state.config["broker.rack"] or None)
         return (broker,), state.node_id
+    leaders = {p.leader_id for t in topics for p in t.partitions if p.leader_id >= 0}
     brokers = tuple(
-        ctx.build("MetadataResponseBroker", node_id=node, rack=None,
-                  host=advertised_host(state) if node == state.node_id else host,
-                  port=state.advertised_port if node == state.node_id else port)
-        for node, (host, port) in sorted(state.cluster.voters.items()))
+        ctx.build("MetadataResponseBroker", node_id=node, host=host, port=port, rack=rack)
+        for node, host, port, rack in state.cluster.broker_endpoints(leaders))
     return brokers, state.cluster.controller_id
 
 
@@ -108,7 +111,7 @@ def _lookup(ctx: RequestContext, name: str, auto_create: bool) -> Any:
 async def handle(ctx: RequestContext, request: Any) -> Any:
     state = ctx.state
     if state.cluster is not None:  # cluster mode: answer from a caught-up metadata image
-        await state.cluster.wait_caught_up(timeout_s=5.0)
+        await state.cluster.wait_serving(timeout_s=5.0)
     requested = request.topics
     if requested is None or (ctx.version == 0 and not requested):
         topics = tuple(_topic(ctx, meta) for meta in list(state.topics.values()))
@@ -130,7 +133,7 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
         # topics, instead of the "omitted" sentinel (FINDINGS.md, D7).
         topics = tuple(dataclasses.replace(t, topic_authorized_operations=TOPIC_OPERATIONS)
                        for t in topics)
-    brokers, controller_id = _brokers(ctx)
+    brokers, controller_id = _brokers(ctx, topics)
     return ctx.response(
         throttle_time=NO_THROTTLE, brokers=brokers, cluster_id=state.cluster_id,
         controller_id=controller_id, topics=topics,

@@ -1,0 +1,106 @@
+"""Broker registration, heartbeats and fencing (KRaft's broker lifecycle).
+
+Theory of operation
+-------------------
+Every broker, the controller included, sends the controller a ``Heartbeat``
+every ``broker.heartbeat.interval.ms`` (and at once when the controller
+changes or its metadata catches up): its node id, the *incarnation* (a random
+id drawn when the process starts), the endpoint clients should use, its rack,
+whether its metadata image has caught up with the log, and whether it is
+shutting down. The controller turns heartbeats into metadata records, so every
+broker learns the same membership from the log:
+
+* ``register_broker`` — a new incarnation (a first start or a restart) or a
+  changed endpoint; registered fenced unless already caught up, as Kafka does;
+* ``unfence_broker`` — a fenced broker whose metadata has caught up;
+* ``fence_broker`` — a broker that asked to shut down (controlled shutdown),
+  or whose last heartbeat is older than ``broker.session.timeout.ms``.
+
+Only unfenced brokers are *live*: Metadata and DescribeCluster list them, and
+new replicas (CreateTopics, CreatePartitions) are placed on them, so a
+replication factor above the live count is INVALID_REPLICATION_FACTOR.
+Partition leadership does not depend on fencing — each partition's Raft group
+elects its own leader — so fencing changes what clients are told and where
+new data goes, never which acknowledged data survives.
+
+``Membership`` is the controller's side and does no I/O: ``heartbeat`` and
+``expire`` return the records to propose. It remembers what it has proposed
+so a heartbeat arriving before the record commits does not propose it twice;
+a new controller starts afresh with every registered broker's session just
+begun (it cannot know when they last heartbeated), as Kafka's does.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from kcompat.broker.metadata import BrokerInfo
+
+
+@dataclass(frozen=True, slots=True)
+class Heartbeat:
+    node_id: int
+    incarnation: str
+    host: str
+    port: int
+    rack: str | None
+    caught_up: bool
+    shutting_down: bool = False
+
+
+class Membership:
+    """The controller's view of broker sessions; pure (time is passed in)."""
+
+    def __init__(self, session_timeout_ms: int) -> None:
+        self.session_timeout_ms = session_timeout_ms
+        self._last_seen: dict[int, float] = {}  # node id -> ms of its last heartbeat
+        self._shutting_down: set[str] = set()  # incarnations that asked to stop
+        self._proposed: dict[int, tuple[str, bool]] = {}  # node -> (incarnation, fenced)
+
+    def restart_sessions(self, brokers: dict[int, BrokerInfo], now: float) -> None:
+        """This node just became controller: every session starts now."""
+        self._last_seen = {node: now for node in brokers}
+        self._proposed.clear()
+
+    def heartbeat(self, hb: Heartbeat, brokers: dict[int, BrokerInfo],
+                  now: float) -> list[dict[str, Any]]:
+        self._last_seen[hb.node_id] = now
+        current = brokers.get(hb.node_id)
+        if hb.shutting_down:
+            self._shutting_down.add(hb.incarnation)
+        if hb.incarnation in self._shutting_down:
+            if current is not None and current.incarnation == hb.incarnation:
+                return self._set_fenced(current, True, "controlled shutdown")
+            return []
+        if (current is None or current.incarnation != hb.incarnation
+                or (current.host, current.port, current.rack) != (hb.host, hb.port, hb.rack)):
+            fenced = not hb.caught_up
+            if self._proposed.get(hb.node_id) == (hb.incarnation, fenced):
+                return []
+            self._proposed[hb.node_id] = (hb.incarnation, fenced)
+            return [{"type": "register_broker", "id": hb.node_id, "incarnation": hb.incarnation,
+                     "host": hb.host, "port": hb.port, "rack": hb.rack, "fenced": fenced}]
+        if current.fenced and hb.caught_up:
+            return self._set_fenced(current, False, "caught up")
+        return []
+
+    def expire(self, brokers: dict[int, BrokerInfo], now: float) -> list[dict[str, Any]]:
+        """Fence every unfenced broker whose session has run out."""
+        records: list[dict[str, Any]] = []
+        for node, broker in sorted(brokers.items()):
+            if broker.fenced:
+                continue
+            seen = self._last_seen.setdefault(node, now)
+            if now - seen > self.session_timeout_ms:
+                records += self._set_fenced(broker, True, "session expired")
+        return records
+
+    def _set_fenced(self, broker: BrokerInfo, fenced: bool, reason: str) -> list[dict[str, Any]]:
+        want = (broker.incarnation, fenced)
+        if broker.fenced == fenced or self._proposed.get(broker.node_id) == want:
+            return []
+        self._proposed[broker.node_id] = want
+        kind = "fence_broker" if fenced else "unfence_broker"
+        return [{"type": kind, "id": broker.node_id, "incarnation": broker.incarnation,
+                 "reason": reason}]

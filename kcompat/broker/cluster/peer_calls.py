@@ -1,0 +1,144 @@
+"""Request/reply calls between brokers over the one-way Raft frames.
+
+Theory of operation
+-------------------
+The inter-broker frame (``codec``) is one-way; a few things need an answer:
+
+* **Transaction markers.** The transaction coordinator need not lead the data
+  partitions of a transaction. For each one it writes the marker itself when
+  it is the partition's Raft leader (a local proposal, answered on commit) and
+  otherwise sends the leader a ``MarkerRequest``; the leader proposes the
+  marker the same way and sends a ``MarkerReply`` once it is committed.
+* **Metadata changes forwarded to the controller.** AlterConfigs,
+  IncrementalAlterConfigs, CreatePartitions and auto-created topics may reach
+  any broker (Kafka brokers forward them to the controller); a non-controller
+  sends the change's intent in a ``ForwardRequest`` and the controller
+  validates it against its image, commits it and replies once applied.
+
+A call numbers its request, parks an event under that number and waits for the
+reply with that number (``_call``). A lost request or reply is a timeout, and
+the caller retries (a duplicate marker for a finished transaction is harmless,
+as in Kafka; a forwarded change is validated again).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+import trio
+from kio.schema.errors import ErrorCode
+
+from kcompat.broker.cluster import codec
+from kcompat.wire import batch as wbatch
+
+if TYPE_CHECKING:
+    from kcompat.broker.cluster.runtime import ClusterRuntime
+
+log = logging.getLogger("kcompat.cluster")
+
+
+class PeerCalls:
+    def __init__(self, runtime: ClusterRuntime) -> None:
+        self.rt = runtime
+        self._seq = 0
+        self._waits: dict[int, list[Any]] = {}  # request id -> [Event, ErrorCode, message?]
+
+    # -- the caller's side ------------------------------------------------------------
+
+    async def _call(self, node: int, request: Any, timeout_s: float) -> list[Any]:
+        """Send ``request`` (built with the new request id) to ``node``; the
+        slot is ``[event, error code, message?]`` as the reply left it."""
+        self._seq += 1
+        rid = self._seq
+        slot: list[Any] = [trio.Event(), ErrorCode.request_timed_out]
+        self._waits[rid] = slot
+        try:
+            self.rt.send_internal(node, request(rid))
+            with trio.move_on_after(timeout_s):
+                await slot[0].wait()
+            return slot
+        finally:
+            self._waits.pop(rid, None)
+
+    def on_reply(self, reply: codec.MarkerReply | codec.ForwardReply) -> None:
+        slot = self._waits.get(reply.request_id)
+        if slot is None:
+            return
+        slot[1] = ErrorCode(reply.error_code)
+        if isinstance(reply, codec.ForwardReply):
+            slot.append(reply.message)
+        slot[0].set()
+
+    async def write_marker(self, topic: str, index: int, pid: int, epoch: int, commit: bool,
+                           timeout_s: float = 5.0) -> ErrorCode:
+        rt = self.rt
+        if (topic, index) not in rt.assignments:
+            return ErrorCode.unknown_topic_or_partition
+        if rt.leads(topic, index):
+            return await self.write_marker_locally(topic, index, pid, epoch, commit, timeout_s)
+        leader = rt.partition_view(topic, index)[0]
+        if leader not in rt.peers:
+            return ErrorCode.not_leader_or_follower
+        slot = await self._call(leader, lambda rid: codec.MarkerRequest(
+            rid, topic, index, pid, epoch, commit), timeout_s)
+        return slot[1]  # type: ignore[no-any-return]
+
+    async def forward_to_controller(self, intent: dict[str, Any],
+                                    timeout_s: float = 10.0) -> tuple[ErrorCode, str | None]:
+        controller = self.rt.controller_id
+        if controller not in self.rt.peers:
+            return ErrorCode.not_controller, "no controller is known"
+        slot = await self._call(controller, lambda rid: codec.ForwardRequest(rid, intent),
+                                timeout_s)
+        if len(slot) < 3:
+            return slot[1], "the controller did not answer in time"
+        return slot[1], slot[2]
+
+    # -- the callee's side ------------------------------------------------------------
+
+    async def serve_forward(self, src: int, req: codec.ForwardRequest) -> None:
+        from kcompat.broker.cluster.admin import execute
+        from kcompat.broker.state import TopicError
+
+        code, message = ErrorCode.none, None
+        log.info("metadata change forwarded by node %d: %s %s", src, req.intent.get("op"),
+                 req.intent.get("name"))
+        try:
+            await execute(self.rt.state, req.intent)
+        except TopicError as e:
+            code, message = e.code, e.message
+        self.rt.send_internal(src, codec.ForwardReply(req.request_id, int(code), message))
+
+    async def serve_marker(self, src: int, req: codec.MarkerRequest) -> None:
+        code = await self.write_marker_locally(req.topic, req.index, req.producer_id,
+                                               req.producer_epoch, req.commit, 5.0)
+        self.rt.send_internal(src, codec.MarkerReply(req.request_id, int(code)))
+
+    async def write_marker_locally(self, topic: str, index: int, pid: int, epoch: int,
+                                   commit: bool, timeout_s: float) -> ErrorCode:
+        from kcompat.broker.cluster.runtime import NotLeaderError
+        from kcompat.broker.cluster.storage import now_ms
+        from kcompat.broker.groups import OFFSETS_TOPIC
+        from kcompat.wire.records import encode_marker_batch
+
+        rt = self.rt
+        group = rt.group_of(topic, index)
+        if group is None or not group.is_leader:
+            return ErrorCode.not_leader_or_follower
+        now = now_ms()
+        view = memoryview(encode_marker_batch(commit, producer_id=pid, producer_epoch=epoch,
+                                              coordinator_epoch=0, timestamp=now))
+        term = group.raft.term
+        try:
+            header = rt.propose_batch(group, view, wbatch.validate(view), now)
+        except NotLeaderError:
+            return ErrorCode.not_leader_or_follower
+        except wbatch.BatchError as e:
+            log.warning("marker for %s-%d refused: %s", topic, index, e)
+            return ErrorCode.invalid_record
+        code = await rt.wait_committed(group, header.base_offset, term,
+                                       trio.current_time() + timeout_s)
+        if code == ErrorCode.none and topic == OFFSETS_TOPIC and rt.state.groups is not None:
+            rt.state.groups.complete_transaction(pid, commit, {index})
+        return code
