@@ -56,7 +56,7 @@ class Membership:
         self.session_timeout_ms = session_timeout_ms
         self._last_seen: dict[int, float] = {}  # node id -> ms of its last heartbeat
         self._shutting_down: set[str] = set()  # incarnations that asked to stop
-        self._proposed: dict[int, tuple[str, bool]] = {}  # node -> (incarnation, fenced)
+        self._proposed: dict[int, tuple[Any, ...]] = {}  # node -> the last change proposed
 
     def restart_sessions(self, brokers: dict[int, BrokerInfo], now: float) -> None:
         """This node just became controller: every session starts now."""
@@ -76,9 +76,10 @@ class Membership:
         if (current is None or current.incarnation != hb.incarnation
                 or (current.host, current.port, current.rack) != (hb.host, hb.port, hb.rack)):
             fenced = not hb.caught_up
-            if self._proposed.get(hb.node_id) == (hb.incarnation, fenced):
+            want = ("register", hb.incarnation, hb.host, hb.port, hb.rack, fenced)
+            if self._proposed.get(hb.node_id) == want:
                 return []
-            self._proposed[hb.node_id] = (hb.incarnation, fenced)
+            self._proposed[hb.node_id] = want
             return [{"type": "register_broker", "id": hb.node_id, "incarnation": hb.incarnation,
                      "host": hb.host, "port": hb.port, "rack": hb.rack, "fenced": fenced}]
         if current.fenced and hb.caught_up:
@@ -97,7 +98,7 @@ class Membership:
         return records
 
     def _set_fenced(self, broker: BrokerInfo, fenced: bool, reason: str) -> list[dict[str, Any]]:
-        want = (broker.incarnation, fenced)
+        want = ("fenced", broker.incarnation, fenced)
         if broker.fenced == fenced or self._proposed.get(broker.node_id) == want:
             return []
         self._proposed[broker.node_id] = want

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from kcompat.broker.cluster import codec
+from kcompat.broker.cluster.liveness import Heartbeat
 from kcompat.raft import (
     BeginQuorumEpoch,
     Entry,
@@ -54,7 +55,7 @@ def test_garbage_is_a_codec_error() -> None:
 
 
 def test_round_trip_internal_requests() -> None:
-    """Transaction-marker and controller-forwarding requests and replies."""
+    """Transaction-marker and controller-forwarding requests and replies, heartbeats."""
     internal = (
         codec.MarkerRequest(5, "orders", 3, 1 << 40, 2, True),
         codec.MarkerReply(5, 6),
@@ -62,6 +63,8 @@ def test_round_trip_internal_requests() -> None:
                                  "configs": {"retention.ms": 1000}}),
         codec.ForwardReply(6, 0, None),
         codec.ForwardReply(7, 41, "This is not the correct controller for this cluster."),
+        Heartbeat(3, "a1b2", "127.0.0.1", 19094, None, True),
+        Heartbeat(2, "c3d4", "broker-2.local", 9092, "rack-b", False, shutting_down=True),
     )
     frame = codec.RaftFrame(2, (TimeoutNow(3, 1, 2, 9),), (), internal)
     raw = codec.encode(frame)

@@ -1,0 +1,100 @@
+"""The controller's broker membership (``liveness.Membership``): which
+register / fence / unfence records heartbeats and silence produce, applied to a
+``MetadataImage`` the way every broker applies the committed log."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kcompat.broker.cluster.liveness import Heartbeat, Membership
+from kcompat.broker.metadata import MetadataImage
+
+TIMEOUT_MS = 9000
+
+
+def hb(node: int, incarnation: str = "i1", caught_up: bool = True, **kw: Any) -> Heartbeat:
+    return Heartbeat(node, incarnation, "127.0.0.1", 9090 + node, kw.pop("rack", None),
+                     caught_up, **kw)
+
+
+def commit(image: MetadataImage, records: list[dict[str, Any]]) -> list[str]:
+    for rec in records:
+        image.apply(rec)
+    return [r["type"] for r in records]
+
+
+def test_caught_up_broker_registers_unfenced_once() -> None:
+    image, m = MetadataImage(), Membership(TIMEOUT_MS)
+    recs = m.heartbeat(hb(1), image.brokers, 0)
+    assert [r["type"] for r in recs] == ["register_broker"]
+    assert recs[0]["fenced"] is False
+    # The record is not committed yet: a second heartbeat must not propose it again.
+    assert m.heartbeat(hb(1), image.brokers, 100) == []
+    commit(image, recs)
+    assert [b.node_id for b in image.live_brokers()] == [1]
+    assert (image.brokers[1].host, image.brokers[1].port) == ("127.0.0.1", 9091)
+    assert m.heartbeat(hb(1), image.brokers, 200) == []
+
+
+def test_lagging_broker_registers_fenced_then_unfences_when_caught_up() -> None:
+    image, m = MetadataImage(), Membership(TIMEOUT_MS)
+    assert commit(image, m.heartbeat(hb(2, caught_up=False), image.brokers, 0)) == [
+        "register_broker"]
+    assert image.brokers[2].fenced and image.live_brokers() == []
+    assert m.heartbeat(hb(2, caught_up=False), image.brokers, 10) == []
+    assert commit(image, m.heartbeat(hb(2), image.brokers, 20)) == ["unfence_broker"]
+    assert not image.brokers[2].fenced
+
+
+def test_silence_beyond_the_session_fences_and_a_heartbeat_unfences() -> None:
+    image, m = MetadataImage(), Membership(TIMEOUT_MS)
+    for node in (1, 2, 3):
+        commit(image, m.heartbeat(hb(node), image.brokers, 0))
+    commit(image, m.heartbeat(hb(1), image.brokers, 5000))
+    commit(image, m.heartbeat(hb(2), image.brokers, 5000))
+    assert m.expire(image.brokers, TIMEOUT_MS) == []  # exactly at the limit: still alive
+    fenced = m.expire(image.brokers, TIMEOUT_MS + 1)
+    assert [(r["type"], r["id"]) for r in fenced] == [("fence_broker", 3)]
+    assert m.expire(image.brokers, TIMEOUT_MS + 2) == []  # proposed once
+    commit(image, fenced)
+    assert [b.node_id for b in image.live_brokers()] == [1, 2]
+    assert commit(image, m.heartbeat(hb(3), image.brokers, 12000)) == ["unfence_broker"]
+    assert [b.node_id for b in image.live_brokers()] == [1, 2, 3]
+
+
+def test_restart_registers_the_new_incarnation_and_stale_fences_do_not_apply() -> None:
+    image, m = MetadataImage(), Membership(TIMEOUT_MS)
+    commit(image, m.heartbeat(hb(1, "old"), image.brokers, 0))
+    stale_fence = {"type": "fence_broker", "id": 1, "incarnation": "old"}
+    assert commit(image, m.heartbeat(hb(1, "new"), image.brokers, 100)) == ["register_broker"]
+    assert image.brokers[1].incarnation == "new" and not image.brokers[1].fenced
+    image.apply(stale_fence)  # a fence of the previous process must not fence this one
+    assert not image.brokers[1].fenced
+
+
+def test_controlled_shutdown_fences_at_once_and_stays_fenced() -> None:
+    image, m = MetadataImage(), Membership(TIMEOUT_MS)
+    commit(image, m.heartbeat(hb(2), image.brokers, 0))
+    recs = m.heartbeat(hb(2, shutting_down=True), image.brokers, 50)
+    assert [(r["type"], r["reason"]) for r in recs] == [("fence_broker", "controlled shutdown")]
+    commit(image, recs)
+    # Heartbeats it sends while handing over its leaderships do not unfence it.
+    assert m.heartbeat(hb(2), image.brokers, 60) == []
+    assert image.live_brokers() == []
+
+
+def test_new_controller_restarts_every_session() -> None:
+    image, m = MetadataImage(), Membership(TIMEOUT_MS)
+    for node in (1, 2):
+        commit(image, m.heartbeat(hb(node), image.brokers, 0))
+    successor = Membership(TIMEOUT_MS)
+    successor.restart_sessions(image.brokers, 50_000)
+    assert successor.expire(image.brokers, 50_000 + TIMEOUT_MS) == []
+    assert len(successor.expire(image.brokers, 50_000 + TIMEOUT_MS + 1)) == 2
+
+
+def test_changed_endpoint_or_rack_re_registers() -> None:
+    image, m = MetadataImage(), Membership(TIMEOUT_MS)
+    commit(image, m.heartbeat(hb(1), image.brokers, 0))
+    assert commit(image, m.heartbeat(hb(1, rack="r1"), image.brokers, 10)) == ["register_broker"]
+    assert image.brokers[1].rack == "r1"
