@@ -99,9 +99,9 @@ class BrokerState:
 
     @property
     def broker_count(self) -> int:
-        if self.cluster is None:
-            return 1
-        return len(self.cluster.live_broker_ids()) or len(self.cluster.voters)
+        # Cluster mode: every voter; cluster.admin.check_replication then
+        # requires the replicas' brokers to be live.
+        return 1 if self.cluster is None else len(self.cluster.voters)
 
     # -- lookups -------------------------------------------------------------
     @property

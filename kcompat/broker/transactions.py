@@ -111,6 +111,23 @@ class TxnService:
         return leader_ready(self.state, TXN_TOPIC, index, self._loaded,
                             lambda part: self._load_partition(index, part, meta.partitions))
 
+    def verify(self, tid: str, pid: int, epoch: int, partition: tuple[str, int]) -> ErrorCode:
+        """KIP-890 part 1, the coordinator's answer: may a transactional batch
+        of ``pid``/``epoch`` join ``partition``? NONE when its ongoing
+        transaction added the partition."""
+        error = self.coordinator_error(tid)
+        if error is not None:
+            return error
+        coordinator = self.coordinator
+        meta = coordinator.txns.get(tid)
+        if meta is None or meta.producer_id != pid:
+            return ErrorCode.invalid_txn_state
+        if epoch < meta.producer_epoch:
+            return ErrorCode.invalid_producer_epoch
+        if coordinator.in_transaction(pid, epoch, partition):
+            return ErrorCode.none
+        return ErrorCode.invalid_txn_state
+
     def serves_producer(self, pid: int) -> bool:
         """Cluster mode: this broker coordinates (and has loaded) the transaction
         of producer ``pid``; the produce path verifies only such batches."""

@@ -103,7 +103,29 @@ class ForwardReply:
     message: str | None
 
 
-Internal = MarkerRequest | MarkerReply | ForwardRequest | ForwardReply | Heartbeat
+@dataclass(frozen=True, slots=True)
+class VerifyTxnRequest:
+    """Partition leader -> transaction coordinator: is ``topic``-``index`` part
+    of the ongoing transaction of ``producer_id``/``producer_epoch`` (KIP-890,
+    see ``txn_verify``)? Answered with a ``VerifyTxnReply``."""
+
+    request_id: int
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+    topic: str
+    index: int
+
+
+@dataclass(frozen=True, slots=True)
+class VerifyTxnReply:
+    request_id: int
+    error_code: int
+
+
+Reply = MarkerReply | ForwardReply | VerifyTxnReply
+Internal = (MarkerRequest | MarkerReply | ForwardRequest | ForwardReply | Heartbeat
+            | VerifyTxnRequest | VerifyTxnReply)
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,6 +178,11 @@ def _enc_internal(m: Internal) -> list[Any]:
         return ["r", m.request_id, m.error_code]
     if isinstance(m, ForwardRequest):
         return ["fq", m.request_id, m.intent]
+    if isinstance(m, VerifyTxnRequest):
+        return ["vq", m.request_id, m.transactional_id, m.producer_id, m.producer_epoch,
+                m.topic, m.index]
+    if isinstance(m, VerifyTxnReply):
+        return ["vr", m.request_id, m.error_code]
     if isinstance(m, Heartbeat):
         return ["hb", m.node_id, m.incarnation, m.host, m.port, m.rack, int(m.caught_up),
                 int(m.shutting_down)]
@@ -207,6 +234,11 @@ def decode(frame: bytes) -> RaftFrame:
                 markers.append(ForwardRequest(int(item[1]), dict(item[2])))
             elif item[0] == "fr":
                 markers.append(ForwardReply(int(item[1]), int(item[2]), item[3]))
+            elif item[0] == "vq":
+                markers.append(VerifyTxnRequest(int(item[1]), str(item[2]), int(item[3]),
+                                                int(item[4]), str(item[5]), int(item[6])))
+            elif item[0] == "vr":
+                markers.append(VerifyTxnReply(int(item[1]), int(item[2])))
             elif item[0] == "hb":
                 rack = None if item[5] is None else str(item[5])
                 markers.append(Heartbeat(int(item[1]), str(item[2]), str(item[3]),

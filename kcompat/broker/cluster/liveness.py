@@ -59,8 +59,9 @@ class Membership:
         self._proposed: dict[int, tuple[Any, ...]] = {}  # node -> the last change proposed
 
     def restart_sessions(self, brokers: dict[int, BrokerInfo], now: float) -> None:
-        """This node just became controller: every session starts now."""
-        self._last_seen = {node: now for node in brokers}
+        """This node just became controller: every live broker's session
+        starts now (a fenced one needs a heartbeat anyway)."""
+        self._last_seen = {node: now for node, b in brokers.items() if not b.fenced}
         self._proposed.clear()
 
     def heartbeat(self, hb: Heartbeat, brokers: dict[int, BrokerInfo],
@@ -85,6 +86,11 @@ class Membership:
         if current.fenced and hb.caught_up:
             return self._set_fenced(current, False, "caught up")
         return []
+
+    def alive(self, node: int, now: float) -> bool:
+        """Has ``node`` heartbeated within the session (as far as we know)?"""
+        seen = self._last_seen.get(node)
+        return seen is not None and now - seen <= self.session_timeout_ms
 
     def expire(self, brokers: dict[int, BrokerInfo], now: float) -> list[dict[str, Any]]:
         """Fence every unfenced broker whose session has run out."""

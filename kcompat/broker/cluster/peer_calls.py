@@ -9,6 +9,9 @@ The inter-broker frame (``codec``) is one-way; a few things need an answer:
   it is the partition's Raft leader (a local proposal, answered on commit) and
   otherwise sends the leader a ``MarkerRequest``; the leader proposes the
   marker the same way and sends a ``MarkerReply`` once it is committed.
+* **Transaction verification** (KIP-890, ``txn_verify``): a partition leader
+  asks the transaction coordinator whether a batch's transaction includes the
+  partition (``VerifyTxnRequest`` / ``VerifyTxnReply``).
 * **Metadata changes forwarded to the controller.** AlterConfigs,
   IncrementalAlterConfigs, CreatePartitions and auto-created topics may reach
   any broker (Kafka brokers forward them to the controller); a non-controller
@@ -16,7 +19,7 @@ The inter-broker frame (``codec``) is one-way; a few things need an answer:
   validates it against its image, commits it and replies once applied.
 
 A call numbers its request, parks an event under that number and waits for the
-reply with that number (``_call``). A lost request or reply is a timeout, and
+reply with that number (``call``). A lost request or reply is a timeout, and
 the caller retries (a duplicate marker for a finished transaction is harmless,
 as in Kafka; a forwarded change is validated again).
 """
@@ -46,7 +49,7 @@ class PeerCalls:
 
     # -- the caller's side ------------------------------------------------------------
 
-    async def _call(self, node: int, request: Any, timeout_s: float) -> list[Any]:
+    async def call(self, node: int, request: Any, timeout_s: float) -> list[Any]:
         """Send ``request`` (built with the new request id) to ``node``; the
         slot is ``[event, error code, message?]`` as the reply left it."""
         self._seq += 1
@@ -61,7 +64,7 @@ class PeerCalls:
         finally:
             self._waits.pop(rid, None)
 
-    def on_reply(self, reply: codec.MarkerReply | codec.ForwardReply) -> None:
+    def on_reply(self, reply: codec.Reply) -> None:
         slot = self._waits.get(reply.request_id)
         if slot is None:
             return
@@ -80,7 +83,7 @@ class PeerCalls:
         leader = rt.partition_view(topic, index)[0]
         if leader not in rt.peers:
             return ErrorCode.not_leader_or_follower
-        slot = await self._call(leader, lambda rid: codec.MarkerRequest(
+        slot = await self.call(leader, lambda rid: codec.MarkerRequest(
             rid, topic, index, pid, epoch, commit), timeout_s)
         return slot[1]  # type: ignore[no-any-return]
 
@@ -89,7 +92,7 @@ class PeerCalls:
         controller = self.rt.controller_id
         if controller not in self.rt.peers:
             return ErrorCode.not_controller, "no controller is known"
-        slot = await self._call(controller, lambda rid: codec.ForwardRequest(rid, intent),
+        slot = await self.call(controller, lambda rid: codec.ForwardRequest(rid, intent),
                                 timeout_s)
         if len(slot) < 3:
             return slot[1], "the controller did not answer in time"
@@ -137,6 +140,7 @@ class PeerCalls:
         except wbatch.BatchError as e:
             log.warning("marker for %s-%d refused: %s", topic, index, e)
             return ErrorCode.invalid_record
+        rt.verifier.forget(topic, index, pid)  # the transaction ended here
         code = await rt.wait_committed(group, header.base_offset, term,
                                        trio.current_time() + timeout_s)
         if code == ErrorCode.none and topic == OFFSETS_TOPIC and rt.state.groups is not None:

@@ -6,7 +6,9 @@ Only the Raft leader of a partition accepts a batch; anyone else answers
 NOT_LEADER_OR_FOLLOWER (also a replica-less broker for a topic that exists),
 and the client refreshes metadata and retries at the leader. On the leader the
 single-node hot path runs unchanged (``append_records``: batch validation,
-CRC, idempotence and transaction checks) except that the final write is a Raft
+CRC, idempotence and transaction checks — a transaction's first batch in a
+partition verified first with its coordinator, ``txn_verify``) except that the
+final write is a Raft
 proposal written to the log at once (``ClusterRuntime.propose_batch``), so the
 offset and the producer state are final before any await.
 
@@ -65,14 +67,23 @@ def _append(ctx: RequestContext, cluster: ClusterRuntime, topic: str, pdata: Any
     return pdata.index, result, part, group, term
 
 
+def _refused(index: int, code: ErrorCode) -> _Row:
+    return index, AppendResult(code, message="the transaction coordinator did not confirm "
+                               "this partition in the producer's transaction"), None, None, -1
+
+
 async def handle(ctx: RequestContext, request: Any) -> Any:
     from kcompat.broker.handlers.produce import _needs_sync, _partition_response
 
     state = ctx.state
     cluster = state.cluster
     assert cluster is not None
+    refused = await cluster.verifier.verify_request(ctx.txns, request)  # KIP-890
     acks, now = request.acks, now_ms()
-    results = [(t.name, [_append(ctx, cluster, t.name, p, acks, now) for p in t.partition_data])
+    results = [(t.name, [_refused(p.index, refused[(t.name, p.index)])
+                         if (t.name, p.index) in refused
+                         else _append(ctx, cluster, t.name, p, acks, now)
+                         for p in t.partition_data])
                for t in request.topic_data]
     ok = [row for _n, rows in results for row in rows if row[1].error == ErrorCode.none]
     errors: dict[int, ErrorCode] = {}

@@ -14,7 +14,8 @@ Metadata. Only the controller accepts topic changes: it plans the change
 (replica assignment spread round-robin across the voters from a per-topic
 start, and one Raft group id per partition, ``(record offset << 16) |
 partition``, unique because record offsets are), proposes one JSON record and
-answers once the record is *committed and applied*. Every broker applies
+answers once the record is *committed and applied*. Replicas are placed on the
+live (registered, unfenced) brokers. Every broker applies
 committed records in log order (``_apply_metadata``), so ``MetadataImage`` and
 the set of local replicas are the same function of the committed log
 everywhere; nothing is applied before commit and a restart replays from the
@@ -34,9 +35,9 @@ no Raft node for it, yet Metadata must name the leader. Leaders therefore
 announce ``(group, term, leader, isr)`` to every peer, on change and every
 ``ANNOUNCE_TICKS``; the highest term wins.
 
-Coordinators: the controller creates ``__consumer_offsets`` and
-``__transaction_state`` (``ensure_internal_topics``); they replicate like any
-partition. The group (transaction) coordinator of an id is the Raft leader of
+Coordinators: ``__consumer_offsets`` and ``__transaction_state`` are created
+through the controller on the first FindCoordinator that needs them
+(``admin.auto_create``); they replicate like any partition. The group (transaction) coordinator of an id is the Raft leader of
 its partition; ``GroupService``/``TxnService.coordinator_error`` answer
 NOT_COORDINATOR elsewhere, and a new leader rebuilds the partition's state from
 its log once everything in it is committed (high watermark = log end, i.e.
@@ -56,10 +57,13 @@ Preferred leaders: every ``leader.imbalance.check.interval.seconds`` a leader
 whose partition's first replica is another, caught-up broker transfers the
 leadership to it (``_balance_leaders``).
 
-Gaps (see the README): single-node mode does not yet run as a quorum of one;
-auto-creation works only on the controller; voters are static (no
-reconfiguration, no observers); a partition leader verifies transactional
-batches (KIP-890) only when it is also the producer's transaction coordinator.
+Brokers register with the controller and heartbeat it; silent ones are
+fenced (``liveness``). Request/reply calls between brokers (transaction
+markers, forwarded metadata changes, KIP-890 verification) are in
+``peer_calls`` and ``txn_verify``.
+
+Gaps (see the README): single-node mode does not run as a quorum of one;
+voters are static (no reconfiguration, no observers).
 """
 
 from __future__ import annotations
@@ -86,6 +90,7 @@ from kcompat.broker.cluster.liveness import Heartbeat, Membership
 from kcompat.broker.cluster.peer_calls import PeerCalls
 from kcompat.broker.cluster.storage import PartitionLogStorage, now_ms
 from kcompat.broker.cluster.transport import PeerLink
+from kcompat.broker.cluster.txn_verify import TxnVerifier
 from kcompat.broker.configdef import ConfigError
 from kcompat.broker.metadata import MetadataImage, TopicMeta
 from kcompat.broker.partition import Partition
@@ -184,6 +189,7 @@ class ClusterRuntime:
                                   // tick_ms)
                               if config["auto.leader.rebalance.enable"] else 0)
         self.calls = PeerCalls(self)
+        self.verifier = TxnVerifier(self)
         self.incarnation = uuid.uuid4().hex  # this process, as registered with the controller
         self.membership = Membership(config["broker.session.timeout.ms"])
         self.heartbeat_ticks = max(1, config["broker.heartbeat.interval.ms"] // tick_ms)
@@ -376,8 +382,10 @@ class ClusterRuntime:
             if group is not None and not group.removed and m.dst == self.node_id:
                 group.raft.step(m)
         for mk in decoded.markers:
-            if isinstance(mk, codec.MarkerReply | codec.ForwardReply):
+            if isinstance(mk, codec.MarkerReply | codec.ForwardReply | codec.VerifyTxnReply):
                 self.calls.on_reply(mk)
+            elif isinstance(mk, codec.VerifyTxnRequest):
+                self.verifier.serve(decoded.src, mk)
             elif isinstance(mk, Heartbeat):
                 self._on_heartbeat(mk)
             elif self._nursery is None:
@@ -404,7 +412,10 @@ class ClusterRuntime:
             return
         caught_up = self.caught_up
         key = (controller, self.meta.raft.term, caught_up)
-        if not force and key == self._hb_key and self._ticks % self.heartbeat_ticks:
+        # Until our registration is live, retry often (a first heartbeat may be
+        # dropped while the connection to the controller is being dialled).
+        every = self.heartbeat_ticks if self.serving else min(self.heartbeat_ticks, 5)
+        if not force and key == self._hb_key and self._ticks % every:
             return
         self._hb_key = key
         host, port = self.voters[self.node_id]
@@ -464,13 +475,18 @@ class ClusterRuntime:
         return [b.node_id for b in self.image.live_brokers()]
 
     async def wait_first_registrations(self, timeout_s: float) -> None:
-        """In a brand-new cluster, give voters that never registered a moment
-        to do so (their first heartbeat follows the first controller election)
-        before placing replicas; a broker that registered and then died is not
-        waited for."""
+        """Before placing replicas, give a moment to voters that never
+        registered (a brand-new cluster: their first heartbeat follows the
+        first controller election) or that heartbeat but are not unfenced yet
+        (still catching up); a broker that went silent is not waited for."""
+        def pending(node: int) -> bool:
+            broker = self.image.brokers.get(node)
+            return broker is None or (broker.fenced and self.membership.alive(node, _clock_ms()))
+
         with trio.move_on_after(timeout_s):
-            while any(n not in self.image.brokers for n in self.voters):
-                await self.meta.changed.wait()
+            while any(pending(n) for n in self.voters):
+                with trio.move_on_after(self.tick_s * 2):
+                    await self.meta.changed.wait()
 
     async def controlled_shutdown(self, timeout_s: float = 5.0) -> None:
         """Before a clean stop (Kafka's controlled shutdown): ask the controller

@@ -43,8 +43,11 @@ def _txn_check(ctx: RequestContext, topic: str, index: int
     """KIP-890 part 1: a transactional batch must belong to an ongoing
     transaction of its producer that includes this partition."""
     def check(header: BatchHeader) -> ErrorCode | None:
-        if ctx.state.cluster is not None and not ctx.txns.serves_producer(header.producer_id):
-            return None  # cluster mode: another broker coordinates it (not verified)
+        cluster = ctx.state.cluster
+        if cluster is not None and not ctx.txns.serves_producer(header.producer_id):
+            # cluster mode: another broker coordinates it (cluster.txn_verify asked it)
+            accepted = cluster.verifier.accepts(topic, index, header)
+            return None if accepted else ErrorCode.invalid_txn_state
         coordinator = ctx.txns.coordinator
         tid = coordinator.by_producer.get(header.producer_id)
         meta = coordinator.txns.get(tid) if tid is not None else None
