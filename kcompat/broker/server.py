@@ -48,7 +48,7 @@ async def _wait_for_signal(state: BrokerState, cancel: trio.CancelScope,
         async for signum in signals:
             log.info("received %s, draining", signal.Signals(signum).name)
             if state.cluster is not None and state.config["controlled.shutdown.enable"]:
-                await state.cluster.controlled_shutdown()  # still serving meanwhile
+                await state.cluster.lifecycle.controlled_shutdown()  # still serving meanwhile
             cancel.cancel()
             return
 

@@ -47,7 +47,7 @@ def _create_record(state: BrokerState, name: str, partitions: int, replication: 
 def check_replication(state: BrokerState, replication: int) -> None:
     """New replicas go to live brokers only (``liveness``)."""
     assert state.cluster is not None
-    live = len(state.cluster.live_broker_ids())
+    live = len(state.cluster.lifecycle.live_broker_ids())
     if replication > live:
         raise TopicError(ErrorCode.invalid_replication_factor,
                          f"Unable to replicate the partition {replication} time(s): The target "
@@ -62,7 +62,7 @@ async def create_topic(state: BrokerState, name: str, partitions: int, replicati
     assert cluster is not None
     if not cluster.is_controller:
         raise TopicError(ErrorCode.not_controller, NOT_CONTROLLER_MESSAGE)
-    await cluster.wait_first_registrations(timeout_s=3.0)
+    await cluster.lifecycle.wait_first_registrations(timeout_s=3.0)
     rec = _create_record(state, name, partitions, replication, configs)
     await _commit_creation(state, rec)
 
@@ -80,7 +80,7 @@ async def delete_topic(state: BrokerState, name: str) -> None:
 async def execute(state: BrokerState, intent: dict[str, Any]) -> None:
     """On the controller: validate a staged or forwarded change (CreatePartitions,
     AlterConfigs, IncrementalAlterConfigs) against this image, plan it and
-    commit its record; every broker applies it (``ClusterRuntime._apply_record``)."""
+    commit its record; every broker applies it (``metadata_apply``)."""
     cluster = state.cluster
     assert cluster is not None
     if not cluster.is_controller:
@@ -198,7 +198,7 @@ async def _auto_create_record(state: BrokerState, name: str) -> dict[str, Any] |
 
     cluster = state.cluster
     assert cluster is not None
-    await cluster.wait_first_registrations(timeout_s=3.0)
+    await cluster.lifecycle.wait_first_registrations(timeout_s=3.0)
     if name in state.topics:
         return None
     internal = {OFFSETS_TOPIC: ("offsets.topic", OFFSETS_TOPIC_CONFIGS),
@@ -206,7 +206,7 @@ async def _auto_create_record(state: BrokerState, name: str) -> dict[str, Any] |
     if name not in internal:
         return _create_record(state, name, -1, -1, {})
     prefix, configs = internal[name]
-    live = len(cluster.live_broker_ids()) or 1
+    live = len(cluster.lifecycle.live_broker_ids()) or 1
     replication = min(int(state.config[f"{prefix}.replication.factor"]), live)
     count = int(state.config[f"{prefix}.num.partitions"])
     return _create_record(state, name, count, replication, dict(configs), internal=True)

@@ -16,7 +16,7 @@ start, and one Raft group id per partition, ``(record offset << 16) |
 partition``, unique because record offsets are), proposes one JSON record and
 answers once the record is *committed and applied*. Replicas are placed on the
 live (registered, unfenced) brokers. Every broker applies
-committed records in log order (``_apply_metadata``), so ``MetadataImage`` and
+committed records in log order (``metadata_apply``), so ``MetadataImage`` and
 the set of local replicas are the same function of the committed log
 everywhere; nothing is applied before commit and a restart replays from the
 start as the high watermark becomes known again.
@@ -74,10 +74,7 @@ import hashlib
 import json
 import logging
 import random
-import time
-import uuid
 import zlib
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -86,22 +83,22 @@ import trio
 from kio.schema.errors import ErrorCode
 
 from kcompat.broker.cluster import codec
-from kcompat.broker.cluster.liveness import Heartbeat, Membership
+from kcompat.broker.cluster.lifecycle import BrokerLifecycle
+from kcompat.broker.cluster.liveness import Heartbeat
+from kcompat.broker.cluster.metadata_apply import apply_committed
 from kcompat.broker.cluster.peer_calls import PeerCalls
 from kcompat.broker.cluster.storage import PartitionLogStorage, now_ms
 from kcompat.broker.cluster.transport import PeerLink
 from kcompat.broker.cluster.txn_verify import TxnVerifier
 from kcompat.broker.configdef import ConfigError
-from kcompat.broker.metadata import MetadataImage, TopicMeta
+from kcompat.broker.metadata import MetadataImage
 from kcompat.broker.partition import Partition
-from kcompat.broker.topic_config import log_config
 from kcompat.log.files import atomic_write
-from kcompat.log.partition_log import PartitionLog
 from kcompat.raft import NO_NODE, Message, NotLeader, Raft, RaftConfig, Ready, Role
 from kcompat.raft.storage import write_ready
 from kcompat.wire import batch as wbatch
 from kcompat.wire.batch import BatchHeader
-from kcompat.wire.records import decode_batch, encode_batch
+from kcompat.wire.records import encode_batch
 
 if TYPE_CHECKING:
     from kcompat.broker.state import BrokerState
@@ -190,19 +187,14 @@ class ClusterRuntime:
                               if config["auto.leader.rebalance.enable"] else 0)
         self.calls = PeerCalls(self)
         self.verifier = TxnVerifier(self)
-        self.incarnation = uuid.uuid4().hex  # this process, as registered with the controller
-        self.membership = Membership(config["broker.session.timeout.ms"])
-        self.heartbeat_ticks = max(1, config["broker.heartbeat.interval.ms"] // tick_ms)
-        self._hb_key: tuple[int, int, bool] | None = None
-        self._was_controller = False
-        self.shutting_down = False
+        self.lifecycle = BrokerLifecycle(self)
         self._pid_path = Path(state.data_dir) / PRODUCER_ID_FILE
         self._pid_next = _read_int(self._pid_path)
         self._pid_limit = self._pid_next
         cid = config["kcompat.cluster.id"] or _cluster_id(voters_text)
         state.metadata.image.cluster_id = cid
         storage = PartitionLogStorage(state.metadata.log, self.node_id)
-        self.meta = self._new_group(METADATA_GROUP, tuple(sorted(self.voters)), storage)
+        self.meta = self.new_group(METADATA_GROUP, tuple(sorted(self.voters)), storage)
 
     # -- lookups used by the handlers ----------------------------------------------
 
@@ -222,21 +214,6 @@ class ClusterRuntime:
         meta = self.meta
         target = max(1, meta.raft.heard_high_watermark)
         return meta.raft.leader != NO_NODE and self.meta_applied >= target
-
-    @property
-    def serving(self) -> bool:
-        """Caught up and registered unfenced (or stopping): what Kafka waits
-        for before a broker answers clients."""
-        me = self.image.brokers.get(self.node_id)
-        registered = me is not None and me.incarnation == self.incarnation and not me.fenced
-        return self.caught_up and (registered or self.shutting_down)
-
-    async def wait_serving(self, timeout_s: float) -> None:
-        """Like a Kafka broker that has not replayed the metadata log yet, hold
-        Metadata answers briefly rather than describe a stale cluster."""
-        with trio.move_on_after(timeout_s):
-            while not self.serving:
-                await self.meta.changed.wait()
 
     def group_of(self, topic: str, index: int) -> Group | None:
         found = self.assignments.get((topic, index))
@@ -261,7 +238,7 @@ class ClusterRuntime:
         if group is not None:
             raft = group.raft
             if group.is_leader:
-                return self.node_id, raft.term, replicas, self._isr(group)
+                return self.node_id, raft.term, replicas, self.isr(group)
             if ann is not None and ann.term == raft.term and ann.leader == raft.leader:
                 return raft.leader, raft.term, replicas, ann.isr
             leader = raft.leader
@@ -270,7 +247,7 @@ class ClusterRuntime:
             return ann.leader, ann.term, replicas, ann.isr
         return NO_NODE, 0, replicas, ()
 
-    def _isr(self, group: Group) -> tuple[int, ...]:
+    def isr(self, group: Group) -> tuple[int, ...]:
         status = group.raft.status()
         caught_up = [n for n, end in status.match_ends.items() if end >= group.hw]
         return tuple(sorted([self.node_id, *caught_up]))
@@ -337,7 +314,7 @@ class ClusterRuntime:
         """[[group id, [replica ids]], ...] for partitions first..first+count-1.
         Must be proposed without an await in between (ids use the log end)."""
         base = self.meta.raft.log.end
-        ids = self.live_broker_ids() or sorted(self.voters)
+        ids = self.lifecycle.live_broker_ids() or sorted(self.voters)
         start = zlib.crc32(name.encode()) % len(ids)
         return [[(base << 16) | (first + i),
                  [ids[(start + first + i + k) % len(ids)] for k in range(replication)]]
@@ -387,7 +364,7 @@ class ClusterRuntime:
             elif isinstance(mk, codec.VerifyTxnRequest):
                 self.verifier.serve(decoded.src, mk)
             elif isinstance(mk, Heartbeat):
-                self._on_heartbeat(mk)
+                self.lifecycle.on_heartbeat(mk)
             elif self._nursery is None:
                 pass
             elif isinstance(mk, codec.MarkerRequest):
@@ -402,110 +379,9 @@ class ClusterRuntime:
         if peer is not None:
             peer.send(codec.encode(codec.RaftFrame(self.node_id, markers=(message,))))
 
-    # -- broker registration and liveness (see ``liveness``) ----------------------------
-
-    def _heartbeat(self, force: bool = False) -> None:
-        """Tell the controller we are alive, every heartbeat interval and at
-        once when the controller or our catch-up state changes."""
-        controller = self.controller_id
-        if controller == NO_NODE:
-            return
-        caught_up = self.caught_up
-        key = (controller, self.meta.raft.term, caught_up)
-        # Until our registration is live, retry often (a first heartbeat may be
-        # dropped while the connection to the controller is being dialled).
-        every = self.heartbeat_ticks if self.serving else min(self.heartbeat_ticks, 5)
-        if not force and key == self._hb_key and self._ticks % every:
-            return
-        self._hb_key = key
-        host, port = self.voters[self.node_id]
-        hb = Heartbeat(self.node_id, self.incarnation, self.state.config["advertised.host"] or host,
-                       port, self.state.config["broker.rack"] or None, caught_up,
-                       self.shutting_down)
-        if controller == self.node_id:
-            self._on_heartbeat(hb)
-        else:
-            self.send_internal(controller, hb)
-
-    def _on_heartbeat(self, hb: Heartbeat) -> None:
-        if not self.is_controller or not self.caught_up:
-            return
-        self._propose_membership(self.membership.heartbeat(hb, self.image.brokers, _clock_ms()))
-
-    def _expire_sessions(self) -> None:
-        is_controller = self.is_controller and self.caught_up
-        if is_controller and not self._was_controller:
-            self.membership.restart_sessions(self.image.brokers, _clock_ms())
-        self._was_controller = is_controller
-        if is_controller:
-            self._propose_membership(self.membership.expire(self.image.brokers, _clock_ms()))
-
-    def _propose_membership(self, records: list[dict[str, Any]]) -> None:
-        for rec in records:
-            try:
-                self.propose_metadata_nowait(rec)
-            except NotLeaderError:
-                return
-            log.info("broker %d: %s (%s)", rec["id"], rec["type"], rec.get("reason", "heartbeat"))
-
     @property
     def image(self) -> MetadataImage:
         return self.state.metadata.image
-
-    def broker_endpoints(self, leaders: Iterable[int] = ()
-                         ) -> list[tuple[int, str, int, str | None]]:
-        """(node, host, port, rack) of the live brokers for Metadata and
-        DescribeCluster, plus the controller and any partition leader named in
-        the same answer, so clients can reach every node they are told to use
-        (the controller before its registration commits, a leader the
-        controller fenced while its followers still hear it). Before any broker
-        registered (a brand-new cluster), every voter."""
-        known = {b.node_id: (b.host, b.port, b.rack) for b in self.image.brokers.values()}
-        live = {b.node_id: (b.host, b.port, b.rack) for b in self.image.live_brokers()}
-        if not live:
-            live = {n: (h, p, None) for n, (h, p) in self.voters.items()}
-        for node in (self.controller_id, *leaders):
-            if node not in live and node in self.voters:
-                h, p = self.voters[node]
-                live[node] = known.get(node, (h, p, None))
-        return [(n, *live[n]) for n in sorted(live)]
-
-    def live_broker_ids(self) -> list[int]:
-        """Registered, unfenced brokers: where new replicas go."""
-        return [b.node_id for b in self.image.live_brokers()]
-
-    async def wait_first_registrations(self, timeout_s: float) -> None:
-        """Before placing replicas, give a moment to voters that never
-        registered (a brand-new cluster: their first heartbeat follows the
-        first controller election) or that heartbeat but are not unfenced yet
-        (still catching up); a broker that went silent is not waited for."""
-        def pending(node: int) -> bool:
-            broker = self.image.brokers.get(node)
-            return broker is None or (broker.fenced and self.membership.alive(node, _clock_ms()))
-
-        with trio.move_on_after(timeout_s):
-            while any(pending(n) for n in self.voters):
-                with trio.move_on_after(self.tick_s * 2):
-                    await self.meta.changed.wait()
-
-    async def controlled_shutdown(self, timeout_s: float = 5.0) -> None:
-        """Before a clean stop (Kafka's controlled shutdown): ask the controller
-        to fence us and hand every leadership we hold to a caught-up replica, so
-        clients move on without waiting for an election timeout."""
-        self.shutting_down = True
-        deadline = trio.current_time() + timeout_s
-        while trio.current_time() < deadline:
-            self._heartbeat(force=True)
-            led = [g for g in self.groups.values() if g.is_leader and not g.removed]
-            if not led:
-                return
-            for group in led:
-                target = next((n for n in self._isr(group) if n != self.node_id), NO_NODE)
-                if target != NO_NODE:
-                    group.raft.transfer_leadership(target)
-            self.kick()
-            await trio.sleep(self.tick_s * 2)
-        log.info("controlled shutdown: still leading some groups after %.1f s", timeout_s)
 
     def kick(self) -> None:
         self._wake.set()
@@ -545,8 +421,8 @@ class ClusterRuntime:
         self._ticks += 1
         for group in list(self.groups.values()):
             group.raft.tick()
-        self._heartbeat()
-        self._expire_sessions()
+        self.lifecycle.heartbeat(self._ticks)
+        self.lifecycle.expire_sessions()
         if self._ticks % ANNOUNCE_TICKS == 0:
             self._announce_due = True
         if self.balance_ticks and self._ticks % self.balance_ticks == 0:
@@ -562,7 +438,7 @@ class ClusterRuntime:
             if group.gid == METADATA_GROUP or group.removed or not group.is_leader:
                 continue
             preferred = group.replicas[0]
-            if preferred == self.node_id or preferred not in self._isr(group):
+            if preferred == self.node_id or preferred not in self.isr(group):
                 continue
             if group.raft.transfer_leadership(preferred):
                 log.info("node %d hands %s to preferred leader %d", self.node_id,
@@ -606,7 +482,7 @@ class ClusterRuntime:
         if not self._announce_due:
             return ()
         self._announce_due = False
-        return tuple(codec.Announcement(g.gid, g.raft.term, self.node_id, self._isr(g))
+        return tuple(codec.Announcement(g.gid, g.raft.term, self.node_id, self.isr(g))
                      for g in self.groups.values() if g.is_leader and g.gid != METADATA_GROUP)
 
     def _publish(self, group: Group) -> None:
@@ -622,7 +498,7 @@ class ClusterRuntime:
                 log.info("node %d leads group %d (%s) in term %d", self.node_id, group.gid,
                          _group_name(group), raft.term)
         if group is self.meta:
-            self._apply_metadata()
+            apply_committed(self)
         part = group.part
         if part is not None:
             if raft.leader != NO_NODE:
@@ -632,7 +508,7 @@ class ClusterRuntime:
 
     # -- groups and partitions ------------------------------------------------------------
 
-    def _new_group(self, gid: int, replicas: tuple[int, ...], storage: PartitionLogStorage,
+    def new_group(self, gid: int, replicas: tuple[int, ...], storage: PartitionLogStorage,
                    part: Partition | None = None) -> Group:
         config = RaftConfig(self.node_id, frozenset(replicas), gid, self.election_ticks,
                             FETCH_WAIT_TICKS)
@@ -642,83 +518,6 @@ class ClusterRuntime:
             part.hw_source = lambda: group.hw
         self.kick()
         return group
-
-    def _open_partition(self, meta: TopicMeta, index: int, gid: int,
-                        replicas: tuple[int, ...]) -> None:
-        self.assignments[(meta.name, index)] = (gid, replicas)
-        if self.node_id not in replicas or gid in self.groups:
-            return
-        state = self.state
-        cfg = log_config(meta.configs, state.broker_defaults)
-        plog = PartitionLog.open(state.data_dir / f"{meta.name}-{index}", cfg, now_ms())
-        part = Partition(meta.name, index, plog, state._wake)
-        state.partitions[(meta.name, index)] = part
-        self._new_group(gid, replicas, PartitionLogStorage(plog, self.node_id), part)
-
-    def _drop_topic(self, name: str) -> None:
-        meta = self.state.topics.get(name)
-        if meta is None:
-            return
-        for index in range(meta.partitions):
-            found = self.assignments.pop((name, index), None)
-            group = self.groups.pop(found[0], None) if found else None
-            if group is not None:
-                group.removed = True
-                group.notify()
-            part = self.state.partitions.pop((name, index), None)
-            if part is not None:
-                part.log.close(clean=True)
-                part.notify_append()
-                directory = self.state.data_dir / f"{name}-{index}"
-                if directory.exists():
-                    directory.rename(self.state.data_dir /
-                                     f"{name}-{index}.{meta.topic_id.hex}-delete")
-        self.state._remove_deleted_dirs()
-
-    # -- applying the committed metadata log ----------------------------------------------
-
-    def _apply_metadata(self) -> None:
-        plog = self.meta.storage.plog
-        upto = min(self.meta.hw, plog.log_end_offset)
-        while self.meta_applied < upto:
-            chunk = plog.read(self.meta_applied, 1 << 20, upto)
-            if not chunk:
-                break
-            view = memoryview(chunk)
-            for pos, header in wbatch.iter_headers(chunk):
-                if not header.is_control:
-                    for record in decode_batch(view[pos : pos + header.size]):
-                        if record.value is not None:
-                            self._apply_record(json.loads(record.value))
-                self.meta_applied = header.next_offset
-
-    def _apply_record(self, rec: dict[str, Any]) -> None:
-        kind = rec.get("type")
-        image = self.state.metadata.image
-        if kind == "create_topic" and rec["name"] in image.topics:
-            log.warning("ignoring a second create_topic record for %s", rec["name"])
-            return
-        if kind == "delete_topic":
-            self._drop_topic(rec["name"])
-        image.apply(rec)
-        if kind == "create_topic":
-            meta = image.topics[rec["name"]]
-            for index, (gid, replicas) in enumerate(rec["assignments"]):
-                self._open_partition(meta, index, gid, tuple(replicas))
-            log.info("created topic %s: %d partitions", meta.name, meta.partitions)
-        elif kind == "add_partitions":
-            meta = image.topics[rec["name"]]
-            for gid, replicas in rec["assignments"]:
-                index = gid & 0xFFFF
-                self._open_partition(meta, index, gid, tuple(replicas))
-        elif kind == "alter_configs":
-            meta = image.topics[rec["name"]]
-            cfg = log_config(meta.configs, self.state.broker_defaults)
-            for index in range(meta.partitions):
-                part = self.state.partitions.get((meta.name, index))
-                if part is not None:
-                    part.log.config = cfg
-
 
 def _group_name(group: Group) -> str:
     if group.part is None:
@@ -736,8 +535,3 @@ def _read_int(path: Path) -> int:
 def _cluster_id(voters_text: str) -> str:
     digest = hashlib.sha256(voters_text.encode()).digest()[:16]
     return base64.urlsafe_b64encode(digest).decode().rstrip("=")
-
-
-def _clock_ms() -> float:
-    """Monotonic milliseconds, for broker sessions."""
-    return time.monotonic() * 1000

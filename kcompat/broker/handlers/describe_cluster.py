@@ -40,10 +40,10 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
                          rack=state.config["broker.rack"] or None),)
     controller_id = state.node_id
     if state.cluster is not None:  # cluster mode: the live brokers; the metadata leader
-        await state.cluster.wait_serving(timeout_s=5.0)
+        await state.cluster.lifecycle.wait_serving(timeout_s=5.0)
         brokers = tuple(
             ctx.build("DescribeClusterBroker", broker_id=node, rack=rack, host=host, port=port)
-            for node, host, port, rack in state.cluster.broker_endpoints())
+            for node, host, port, rack in state.cluster.lifecycle.broker_endpoints())
         controller_id = state.cluster.controller_id
     operations = (CLUSTER_OPERATIONS if request.include_cluster_authorized_operations
                   else OMITTED_OPERATIONS)

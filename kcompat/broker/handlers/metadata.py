@@ -57,7 +57,7 @@ def _brokers(ctx: RequestContext, topics: tuple[Any, ...]) -> tuple[tuple[Any, .
     leaders = {p.leader_id for t in topics for p in t.partitions if p.leader_id >= 0}
     brokers = tuple(
         ctx.build("MetadataResponseBroker", node_id=node, host=host, port=port, rack=rack)
-        for node, host, port, rack in state.cluster.broker_endpoints(leaders))
+        for node, host, port, rack in state.cluster.lifecycle.broker_endpoints(leaders))
     return brokers, state.cluster.controller_id
 
 
@@ -111,7 +111,7 @@ def _lookup(ctx: RequestContext, name: str, auto_create: bool) -> Any:
 async def handle(ctx: RequestContext, request: Any) -> Any:
     state = ctx.state
     if state.cluster is not None:  # cluster mode: answer from a caught-up metadata image
-        await state.cluster.wait_serving(timeout_s=5.0)
+        await state.cluster.lifecycle.wait_serving(timeout_s=5.0)
     requested = request.topics
     if requested is None or (ctx.version == 0 and not requested):
         topics = tuple(_topic(ctx, meta) for meta in list(state.topics.values()))

@@ -1,0 +1,183 @@
+"""This broker's side of registration, heartbeats, fencing and controlled shutdown.
+
+Theory of operation
+-------------------
+``liveness.Membership`` decides (on the controller) which records heartbeats
+and silence produce; this module drives it inside the running broker:
+
+* every tick ``heartbeat`` sends the controller a ``Heartbeat`` when the
+  interval is due, at once when the controller, its term or our catch-up
+  state changes, and every few ticks until our registration is live (a first
+  heartbeat can be dropped while the connection is dialled); the controller
+  delivers its own heartbeat locally;
+* on the controller, ``on_heartbeat`` and ``expire_sessions`` propose the
+  records ``Membership`` returns (a new controller restarts every session);
+* ``serving`` is what Kafka waits for before a broker answers clients: its
+  metadata is caught up and its registration (this incarnation) is unfenced;
+  Metadata and DescribeCluster hold their answers until then (bounded);
+* ``controlled_shutdown`` (SIGTERM): heartbeat "shutting down" (the
+  controller fences us at once) and hand each leadership to a caught-up
+  replica with a Raft leadership transfer, so clients move on without an
+  election timeout;
+* ``broker_endpoints`` and ``live_broker_ids`` answer where clients and new
+  replicas may go.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+import trio
+
+from kcompat.broker.cluster.liveness import Heartbeat, Membership
+from kcompat.raft import NO_NODE
+
+if TYPE_CHECKING:
+    from kcompat.broker.cluster.runtime import ClusterRuntime
+
+log = logging.getLogger("kcompat.cluster")
+
+UNREGISTERED_RETRY_TICKS = 5
+
+
+class BrokerLifecycle:
+    def __init__(self, runtime: ClusterRuntime) -> None:
+        self.rt = runtime
+        config = runtime.state.config
+        self.incarnation = uuid.uuid4().hex  # this process, as registered with the controller
+        self.membership = Membership(config["broker.session.timeout.ms"])
+        self.heartbeat_ticks = max(1, config["broker.heartbeat.interval.ms"]
+                                   // config["kcompat.raft.tick.ms"])
+        self.shutting_down = False
+        self._sent_key: tuple[int, int, bool] | None = None
+        self._was_controller = False
+
+    # -- this broker ------------------------------------------------------------------
+
+    @property
+    def serving(self) -> bool:
+        """Caught up and registered unfenced (or stopping)."""
+        me = self.rt.image.brokers.get(self.rt.node_id)
+        registered = me is not None and me.incarnation == self.incarnation and not me.fenced
+        return self.rt.caught_up and (registered or self.shutting_down)
+
+    async def wait_serving(self, timeout_s: float) -> None:
+        """Like a Kafka broker that has not replayed the metadata log yet, hold
+        Metadata answers briefly rather than describe a stale cluster."""
+        with trio.move_on_after(timeout_s):
+            while not self.serving:
+                await self.rt.meta.changed.wait()
+
+    def heartbeat(self, ticks: int, force: bool = False) -> None:
+        rt = self.rt
+        controller = rt.controller_id
+        if controller == NO_NODE:
+            return
+        caught_up = rt.caught_up
+        key = (controller, rt.meta.raft.term, caught_up)
+        every = (self.heartbeat_ticks if self.serving
+                 else min(self.heartbeat_ticks, UNREGISTERED_RETRY_TICKS))
+        if not force and key == self._sent_key and ticks % every:
+            return
+        self._sent_key = key
+        host, port = rt.voters[rt.node_id]
+        config = rt.state.config
+        hb = Heartbeat(rt.node_id, self.incarnation, config["advertised.host"] or host, port,
+                       config["broker.rack"] or None, caught_up, self.shutting_down)
+        if controller == rt.node_id:
+            self.on_heartbeat(hb)
+        else:
+            rt.send_internal(controller, hb)
+
+    async def controlled_shutdown(self, timeout_s: float = 5.0) -> None:
+        rt = self.rt
+        self.shutting_down = True
+        deadline = trio.current_time() + timeout_s
+        while trio.current_time() < deadline:
+            self.heartbeat(0, force=True)
+            led = [g for g in rt.groups.values() if g.is_leader and not g.removed]
+            if not led:
+                return
+            for group in led:
+                target = next((n for n in rt.isr(group) if n != rt.node_id), NO_NODE)
+                if target != NO_NODE:
+                    group.raft.transfer_leadership(target)
+            rt.kick()
+            await trio.sleep(rt.tick_s * 2)
+        log.info("controlled shutdown: still leading some groups after %.1f s", timeout_s)
+
+    # -- the controller -----------------------------------------------------------------
+
+    def on_heartbeat(self, hb: Heartbeat) -> None:
+        rt = self.rt
+        if rt.is_controller and rt.caught_up:
+            self._propose(self.membership.heartbeat(hb, rt.image.brokers, _clock_ms()))
+
+    def expire_sessions(self) -> None:
+        rt = self.rt
+        is_controller = rt.is_controller and rt.caught_up
+        if is_controller and not self._was_controller:
+            self.membership.restart_sessions(rt.image.brokers, _clock_ms())
+        self._was_controller = is_controller
+        if is_controller:
+            self._propose(self.membership.expire(rt.image.brokers, _clock_ms()))
+
+    def _propose(self, records: list[dict[str, Any]]) -> None:
+        from kcompat.broker.cluster.runtime import NotLeaderError
+
+        for rec in records:
+            try:
+                self.rt.propose_metadata_nowait(rec)
+            except NotLeaderError:
+                return
+            log.info("broker %d: %s (%s)", rec["id"], rec["type"], rec.get("reason", "heartbeat"))
+
+    async def wait_first_registrations(self, timeout_s: float) -> None:
+        """Before placing replicas, give a moment to voters that never
+        registered (a brand-new cluster: their first heartbeat follows the
+        first controller election) or that heartbeat but are not unfenced yet
+        (still catching up); a broker that went silent is not waited for."""
+        rt = self.rt
+
+        def pending(node: int) -> bool:
+            broker = rt.image.brokers.get(node)
+            return broker is None or (broker.fenced and self.membership.alive(node, _clock_ms()))
+
+        with trio.move_on_after(timeout_s):
+            while any(pending(n) for n in rt.voters):
+                with trio.move_on_after(rt.tick_s * 2):
+                    await rt.meta.changed.wait()
+
+    # -- where clients and replicas go --------------------------------------------------
+
+    def live_broker_ids(self) -> list[int]:
+        """Registered, unfenced brokers: where new replicas go."""
+        return [b.node_id for b in self.rt.image.live_brokers()]
+
+    def broker_endpoints(self, leaders: Iterable[int] = ()
+                         ) -> list[tuple[int, str, int, str | None]]:
+        """(node, host, port, rack) of the live brokers for Metadata and
+        DescribeCluster, plus the controller and any partition leader named in
+        the same answer, so clients can reach every node they are told to use
+        (the controller before its registration commits, a leader the
+        controller fenced while its followers still hear it). Before any broker
+        registered (a brand-new cluster), every voter."""
+        rt = self.rt
+        known = {b.node_id: (b.host, b.port, b.rack) for b in rt.image.brokers.values()}
+        live = {b.node_id: (b.host, b.port, b.rack) for b in rt.image.live_brokers()}
+        if not live:
+            live = {n: (h, p, None) for n, (h, p) in rt.voters.items()}
+        for node in (rt.controller_id, *leaders):
+            if node not in live and node in rt.voters:
+                h, p = rt.voters[node]
+                live[node] = known.get(node, (h, p, None))
+        return [(n, *live[n]) for n in sorted(live)]
+
+
+def _clock_ms() -> float:
+    """Monotonic milliseconds, for broker sessions."""
+    return time.monotonic() * 1000

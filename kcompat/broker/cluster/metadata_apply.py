@@ -1,0 +1,115 @@
+"""Applying the committed metadata log to this broker (cluster mode).
+
+Theory of operation
+-------------------
+Every broker applies the records of ``__cluster_metadata-0`` below the
+metadata group's high watermark, in log order and only once
+(``ClusterRuntime.meta_applied`` is the next offset to apply), so the
+``MetadataImage`` and the set of local replicas are the same function of the
+committed log on every broker. Besides updating the image, a record changes
+this broker: ``create_topic`` / ``add_partitions`` open the partition logs and
+Raft groups of the replicas assigned here (and remember every assignment, for
+Metadata and routing), ``delete_topic`` closes them and renames their
+directories for deletion, ``alter_configs`` swaps the logs' configuration.
+Broker registrations and fencing only change the image (``liveness``). A
+second ``create_topic`` for an existing name (two proposals racing) is
+ignored, identically everywhere.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import TYPE_CHECKING, Any
+
+from kcompat.broker.cluster.storage import PartitionLogStorage, now_ms
+from kcompat.broker.partition import Partition
+from kcompat.broker.topic_config import log_config
+from kcompat.log.partition_log import PartitionLog
+from kcompat.wire import batch as wbatch
+from kcompat.wire.records import decode_batch
+
+if TYPE_CHECKING:
+    from kcompat.broker.cluster.runtime import ClusterRuntime
+    from kcompat.broker.metadata import TopicMeta
+
+log = logging.getLogger("kcompat.cluster")
+
+
+def _open_partition(rt: ClusterRuntime, meta: TopicMeta, index: int, gid: int,
+                    replicas: tuple[int, ...]) -> None:
+    rt.assignments[(meta.name, index)] = (gid, replicas)
+    if rt.node_id not in replicas or gid in rt.groups:
+        return
+    state = rt.state
+    cfg = log_config(meta.configs, state.broker_defaults)
+    plog = PartitionLog.open(state.data_dir / f"{meta.name}-{index}", cfg, now_ms())
+    part = Partition(meta.name, index, plog, state._wake)
+    state.partitions[(meta.name, index)] = part
+    rt.new_group(gid, replicas, PartitionLogStorage(plog, rt.node_id), part)
+
+
+def _drop_topic(rt: ClusterRuntime, name: str) -> None:
+    meta = rt.state.topics.get(name)
+    if meta is None:
+        return
+    for index in range(meta.partitions):
+        found = rt.assignments.pop((name, index), None)
+        group = rt.groups.pop(found[0], None) if found else None
+        if group is not None:
+            group.removed = True
+            group.notify()
+        part = rt.state.partitions.pop((name, index), None)
+        if part is not None:
+            part.log.close(clean=True)
+            part.notify_append()
+            directory = rt.state.data_dir / f"{name}-{index}"
+            if directory.exists():
+                directory.rename(rt.state.data_dir /
+                                 f"{name}-{index}.{meta.topic_id.hex}-delete")
+    rt.state._remove_deleted_dirs()
+
+
+def apply_committed(rt: ClusterRuntime) -> None:
+    """Apply every committed, not yet applied metadata record in log order."""
+    plog = rt.meta.storage.plog
+    upto = min(rt.meta.hw, plog.log_end_offset)
+    while rt.meta_applied < upto:
+        chunk = plog.read(rt.meta_applied, 1 << 20, upto)
+        if not chunk:
+            break
+        view = memoryview(chunk)
+        for pos, header in wbatch.iter_headers(chunk):
+            if not header.is_control:
+                for record in decode_batch(view[pos : pos + header.size]):
+                    if record.value is not None:
+                        _apply_record(rt, json.loads(record.value))
+            rt.meta_applied = header.next_offset
+
+
+def _apply_record(rt: ClusterRuntime, rec: dict[str, Any]) -> None:
+    kind = rec.get("type")
+    image = rt.state.metadata.image
+    if kind == "create_topic" and rec["name"] in image.topics:
+        log.warning("ignoring a second create_topic record for %s", rec["name"])
+        return
+    if kind == "delete_topic":
+        _drop_topic(rt, rec["name"])
+    image.apply(rec)
+    if kind == "create_topic":
+        meta = image.topics[rec["name"]]
+        for index, (gid, replicas) in enumerate(rec["assignments"]):
+            _open_partition(rt, meta, index, gid, tuple(replicas))
+        log.info("created topic %s: %d partitions", meta.name, meta.partitions)
+    elif kind == "add_partitions":
+        meta = image.topics[rec["name"]]
+        for gid, replicas in rec["assignments"]:
+            index = gid & 0xFFFF
+            _open_partition(rt, meta, index, gid, tuple(replicas))
+    elif kind == "alter_configs":
+        meta = image.topics[rec["name"]]
+        cfg = log_config(meta.configs, rt.state.broker_defaults)
+        for index in range(meta.partitions):
+            part = rt.state.partitions.get((meta.name, index))
+            if part is not None:
+                part.log.config = cfg
