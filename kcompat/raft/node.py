@@ -128,6 +128,7 @@ class Status:
     last_term: int
     high_watermark: int
     match_ends: dict[int, int] = field(default_factory=dict)
+    idle_ticks: dict[int, int] = field(default_factory=dict)  # leader: ticks since each fetched
 
 
 class Raft:
@@ -263,9 +264,10 @@ class Raft:
     def status(self) -> Status:
         log = self.log
         matches = {i: p.match_end for i, p in self._progress.items()}
+        idle = {i: p.idle_ticks for i, p in self._progress.items()}
         return Status(
             self.id, self.role, self.term, self.vote, self.leader, log.start, log.end,
-            log.stable_end, log.last_term, self.high_watermark, matches,
+            log.stable_end, log.last_term, self.high_watermark, matches, idle,
         )  # fmt: skip
 
     # -- terms -------------------------------------------------------------------

@@ -17,8 +17,9 @@ and silence produce; this module drives it inside the running broker:
   Metadata and DescribeCluster hold their answers until then (bounded);
 * ``controlled_shutdown`` (SIGTERM): heartbeat "shutting down" (the
   controller fences us at once) and hand each leadership to a caught-up
-  replica with a Raft leadership transfer, so clients move on without an
-  election timeout;
+  replica that is still fetching, with a Raft leadership transfer, so clients
+  move on without an election timeout (when the last brokers of a cluster
+  stop, there is nobody to hand to and it stops at once);
 * ``broker_endpoints`` and ``live_broker_ids`` answer where clients and new
   replicas may go.
 """
@@ -37,7 +38,7 @@ from kcompat.broker.cluster.liveness import Heartbeat, Membership
 from kcompat.raft import NO_NODE
 
 if TYPE_CHECKING:
-    from kcompat.broker.cluster.runtime import ClusterRuntime
+    from kcompat.broker.cluster.runtime import ClusterRuntime, Group
 
 log = logging.getLogger("kcompat.cluster")
 
@@ -99,16 +100,25 @@ class BrokerLifecycle:
         deadline = trio.current_time() + timeout_s
         while trio.current_time() < deadline:
             self.heartbeat(0, force=True)
-            led = [g for g in rt.groups.values() if g.is_leader and not g.removed]
-            if not led:
-                return
-            for group in led:
-                target = next((n for n in rt.isr(group) if n != rt.node_id), NO_NODE)
+            handing = 0
+            for group in [g for g in rt.groups.values() if g.is_leader and not g.removed]:
+                target = self._successor(group)
                 if target != NO_NODE:
                     group.raft.transfer_leadership(target)
+                    handing += 1
+            if not handing:  # nothing led, or no live caught-up replica to take it
+                return
             rt.kick()
             await trio.sleep(rt.tick_s * 2)
         log.info("controlled shutdown: still leading some groups after %.1f s", timeout_s)
+
+    def _successor(self, group: Group) -> int:
+        """A caught-up replica that fetched within the last election timeout."""
+        idle = group.raft.status().idle_ticks
+        for node in self.rt.isr(group):
+            if node != self.rt.node_id and idle.get(node, 1 << 30) < self.rt.election_ticks:
+                return node
+        return NO_NODE
 
     # -- the controller -----------------------------------------------------------------
 

@@ -68,8 +68,11 @@ def _append(ctx: RequestContext, cluster: ClusterRuntime, topic: str, pdata: Any
 
 
 def _refused(index: int, code: ErrorCode) -> _Row:
-    return index, AppendResult(code, message="the transaction coordinator did not confirm "
-                               "this partition in the producer's transaction"), None, None, -1
+    message = ("the transaction coordinator could not be asked whether this partition is in "
+               "the producer's transaction; retry" if code == ErrorCode.not_enough_replicas
+               else "the transaction coordinator did not confirm this partition in the "
+               "producer's transaction")
+    return index, AppendResult(code, message=message), None, None, -1
 
 
 async def handle(ctx: RequestContext, request: Any) -> Any:
