@@ -13,7 +13,8 @@ Metadata and routing), ``delete_topic`` closes them and renames their
 directories for deletion, ``alter_configs`` swaps the logs' configuration.
 Broker registrations and fencing only change the image (``liveness``). A
 second ``create_topic`` for an existing name (two proposals racing) is
-ignored, identically everywhere.
+ignored, identically everywhere. Checkpoints (``metadata_snapshot``) replace
+the prefix of the log: ``load_snapshot`` turns one into the same changes.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import json
 import logging
 from typing import TYPE_CHECKING, Any
 
+from kcompat.broker.cluster import metadata_snapshot
 from kcompat.broker.cluster.storage import PartitionLogStorage, now_ms
 from kcompat.broker.partition import Partition
 from kcompat.broker.topic_config import log_config
@@ -71,8 +73,12 @@ def _drop_topic(rt: ClusterRuntime, name: str) -> None:
 
 
 def apply_committed(rt: ClusterRuntime) -> None:
-    """Apply every committed, not yet applied metadata record in log order."""
+    """Apply every committed, not yet applied metadata record in log order
+    (from the checkpoint first when the log starts past the next record), then
+    snapshot if enough was applied since the last checkpoint."""
     plog = rt.meta.storage.plog
+    if rt.meta_applied < plog.log_start_offset:
+        load_snapshot(rt)
     upto = min(rt.meta.hw, plog.log_end_offset)
     while rt.meta_applied < upto:
         chunk = plog.read(rt.meta_applied, 1 << 20, upto)
@@ -85,6 +91,44 @@ def apply_committed(rt: ClusterRuntime) -> None:
                     if record.value is not None:
                         _apply_record(rt, json.loads(record.value))
             rt.meta_applied = header.next_offset
+            rt.meta_applied_bytes += header.size
+    if metadata_snapshot.maybe_snapshot(rt, rt.meta_applied_bytes):
+        rt.meta_applied_bytes = 0
+
+
+def load_snapshot(rt: ClusterRuntime) -> None:
+    """Make the image and the local replicas those of the checkpoint at the log
+    start, through the same record handlers as the log: topics missing from it
+    (or re-created under a new id) are deleted, new ones created, changed
+    partition counts and configs applied; brokers and ids replaced."""
+    storage = rt.meta.storage
+    snapshot = storage.snapshot()
+    doc = metadata_snapshot.decode(snapshot.data)
+    image = rt.image
+    wanted = {t["name"]: t for t in doc["topics"]}
+    for name, meta in list(image.topics.items()):
+        if name not in wanted or wanted[name]["id"] != str(meta.topic_id):
+            _apply_record(rt, {"type": "delete_topic", "name": name})
+    for name, t in wanted.items():
+        if name not in image.topics:
+            _apply_record(rt, {"type": "create_topic", **t})
+            continue
+        meta = image.topics[name]
+        if t["partitions"] > meta.partitions:
+            _apply_record(rt, {"type": "add_partitions", "name": name,
+                               "partitions": t["partitions"],
+                               "assignments": t["assignments"][meta.partitions:]})
+        if t["configs"] != meta.configs:
+            _apply_record(rt, {"type": "alter_configs", "name": name, "configs": t["configs"]})
+    image.cluster_id = doc["cluster_id"] or image.cluster_id
+    image.producer_id_limit = max(image.producer_id_limit, int(doc["producer_id_limit"]))
+    image.brokers.clear()
+    for b in doc["brokers"]:
+        image.apply({"type": "register_broker", **b})
+    rt.meta_applied = snapshot.id.end
+    rt.meta_applied_bytes = 0
+    log.info("loaded the metadata snapshot at offset %d: %d topics, %d brokers",
+             snapshot.id.end, len(image.topics), len(image.brokers))
 
 
 def _apply_record(rt: ClusterRuntime, rec: dict[str, Any]) -> None:

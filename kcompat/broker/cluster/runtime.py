@@ -86,6 +86,7 @@ from kcompat.broker.cluster import codec
 from kcompat.broker.cluster.lifecycle import BrokerLifecycle
 from kcompat.broker.cluster.liveness import Heartbeat
 from kcompat.broker.cluster.metadata_apply import apply_committed
+from kcompat.broker.cluster.metadata_snapshot import MetadataLogStorage
 from kcompat.broker.cluster.peer_calls import PeerCalls
 from kcompat.broker.cluster.storage import PartitionLogStorage, now_ms
 from kcompat.broker.cluster.transport import PeerLink
@@ -171,7 +172,8 @@ class ClusterRuntime:
         self.groups: dict[int, Group] = {}
         self.assignments: dict[tuple[str, int], tuple[int, tuple[int, ...]]] = {}
         self.announced: dict[int, codec.Announcement] = {}
-        self.meta_applied = 0
+        self.meta_applied = 0  # the next metadata offset to apply
+        self.meta_applied_bytes = 0  # applied since the last checkpoint
         self.peers = {n: PeerLink(n, h, p) for n, (h, p) in self.voters.items()
                       if n != self.node_id}
         self._wake = trio.Event()
@@ -193,7 +195,7 @@ class ClusterRuntime:
         self._pid_limit = self._pid_next
         cid = config["kcompat.cluster.id"] or _cluster_id(voters_text)
         state.metadata.image.cluster_id = cid
-        storage = PartitionLogStorage(state.metadata.log, self.node_id)
+        storage = MetadataLogStorage(state.metadata.log, self.node_id)
         self.meta = self.new_group(METADATA_GROUP, tuple(sorted(self.voters)), storage)
 
     # -- lookups used by the handlers ----------------------------------------------

@@ -136,7 +136,7 @@ class PartitionLogStorage:
         """Write ``entry`` (``data`` overrides its bytes) unless already there."""
         plog = self.plog
         if entry.index < plog.log_end_offset:
-            if self._term_at(entry.index) == entry.term:
+            if self.term_at(entry.index) == entry.term:
                 return
             plog.truncate_to(entry.index)
         assert entry.index == plog.log_end_offset, (
@@ -163,7 +163,8 @@ class PartitionLogStorage:
     def sync(self) -> None:
         self.plog.flush()
 
-    def _term_at(self, offset: int) -> int:
+    def term_at(self, offset: int) -> int:
+        """The leader epoch of the batch holding ``offset`` (-1 outside the log)."""
         epochs = self.plog.leader_epochs
         i = bisect_right(epochs, offset, key=lambda e: e[1])
         return epochs[i - 1][0] if i else -1
