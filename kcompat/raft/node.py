@@ -26,7 +26,9 @@ real votes (§5.4.1 up-to-date check in both rounds). A voter that has heard
 from a live leader within the election timeout (its *lease*) ignores both
 kinds of vote request unless they carry ``transfer`` — so a node rejoining
 from a partition cannot depose a healthy leader. The winner appends a
-leader-change entry and sends BeginQuorumEpoch to all voters, and again to any
+leader-change entry (unless ``always_leader_change`` is off and its whole log
+is already known committed: then there is no earlier-term entry to commit
+through it) and sends BeginQuorumEpoch to all voters, and again to any
 voter that stops fetching (it may have missed the announcement, or be stuck
 in a higher term it must tell the leader about).
 
@@ -97,6 +99,12 @@ class RaftConfig:
     max_fetch_bytes: int = 1 << 20
     pre_vote: bool = True
     check_quorum: bool = True
+    # Append the leader-change entry even when every entry in the new leader's
+    # log is already known committed (the entry exists to commit earlier terms'
+    # entries, §5.4.2). KRaft's metadata log always has it; Kafka partitions
+    # have no such record, so partition groups skip it when it is not needed
+    # and a new topic's first record is at offset 0, as clients expect.
+    always_leader_change: bool = True
 
     def __post_init__(self) -> None:
         assert self.node_id in self.voters, "observers are not supported yet"
@@ -390,7 +398,8 @@ class Raft:
         self._want_snapshot = None
         self._fetch_ticks = None
         self._progress = {p: Progress() for p in self.config.voters - {self.id}}
-        self.log.append(Entry(self.log.end, self.term, b"", 1, control=True))
+        if self.config.always_leader_change or self.log.end > self.high_watermark:
+            self.log.append(Entry(self.log.end, self.term, b"", 1, control=True))
         for peer in sorted(self._progress):
             self._send(BeginQuorumEpoch(self.group, self.id, peer, self.term))
 

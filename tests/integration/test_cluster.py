@@ -51,6 +51,15 @@ def test_kill_leader_loses_no_acknowledged_record(cluster: Cluster) -> None:
     failed: list[str] = []
     _produce(producer, topic, [f"a-{i}".encode() for i in range(600)], acked, failed)
     assert len(acked) == 600 and not failed
+    # As in Kafka, a new partition's records start at offset 0 with no gap (its
+    # first leader has nothing of an earlier term to commit: no leader-change batch).
+    from confluent_kafka import Consumer, TopicPartition
+    probe = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": "probe",
+                      "log_level": 0})
+    marks = [probe.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
+             for p in range(PARTITIONS)]
+    probe.close()
+    assert marks == [(0, 200)] * PARTITIONS, marks
 
     victim = cluster.leaders(topic)[0]
     cluster.brokers[victim].kill()

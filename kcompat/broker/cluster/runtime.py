@@ -513,7 +513,7 @@ class ClusterRuntime:
     def new_group(self, gid: int, replicas: tuple[int, ...], storage: PartitionLogStorage,
                    part: Partition | None = None) -> Group:
         config = RaftConfig(self.node_id, frozenset(replicas), gid, self.election_ticks,
-                            FETCH_WAIT_TICKS)
+                            FETCH_WAIT_TICKS, always_leader_change=gid == METADATA_GROUP)
         group = Group(gid, Raft(config, storage, self.rng), storage, replicas, part)
         self.groups[gid] = group
         if part is not None:

@@ -10,7 +10,9 @@ lastOffsetDelta + 1, isControl)``. Appending an entry writes its bytes through
 bytes a leader proposes or a follower receives need not carry them. The
 leader-change entry the core appends on winning an election (empty data,
 ``control``) becomes a real control batch (type 2, KRaft's LeaderChange), which
-clients skip like any control batch.
+clients skip like any control batch. The metadata log has one per election;
+a partition only when its new leader holds entries not yet known committed
+(``RaftConfig.always_leader_change``), so a new topic starts at offset 0.
 
 Pre-writes. On the leader, a produce must pass the idempotence check against
 producer state that includes every earlier batch, and the offset it answers
