@@ -78,6 +78,7 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
         _D("broker.session.timeout.ms", "int", 9000, minimum=1),
         _D("broker.rack", "string", ""),  # empty: no rack
         _D("controlled.shutdown.enable", "boolean", True),
+        _D("replica.lag.time.max.ms", "long", 30000, minimum=1),
         # Cluster mode: snapshot the metadata log after this many applied bytes.
         _D("metadata.log.max.record.bytes.between.snapshots", "long", 20971520, minimum=1),
     )

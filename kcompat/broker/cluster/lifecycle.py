@@ -13,7 +13,8 @@ and silence produce; this module drives it inside the running broker:
 * on the controller, ``on_heartbeat`` and ``expire_sessions`` propose the
   records ``Membership`` returns (a new controller restarts every session);
 * ``serving`` is what Kafka waits for before a broker answers clients: its
-  metadata is caught up and its registration (this incarnation) is unfenced;
+  metadata is caught up and its registration (this incarnation) is unfenced
+  (and, here, two leadership-announcement periods have passed);
   Metadata and DescribeCluster hold their answers until then (bounded);
 * ``controlled_shutdown`` (SIGTERM): heartbeat "shutting down" (the
   controller fences us at once) and hand each leadership to a caught-up
@@ -43,6 +44,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("kcompat.cluster")
 
 UNREGISTERED_RETRY_TICKS = 5
+ANNOUNCE_ROUNDS = 2  # announcement periods a starting broker waits to learn leaders
 
 
 class BrokerLifecycle:
@@ -61,17 +63,23 @@ class BrokerLifecycle:
 
     @property
     def serving(self) -> bool:
-        """Caught up and registered unfenced (or stopping)."""
-        me = self.rt.image.brokers.get(self.rt.node_id)
+        """Caught up and registered unfenced (or stopping), and running long
+        enough to have heard every peer's leadership announcements (partitions
+        this broker does not replicate have no other source of leaders)."""
+        rt = self.rt
+        me = rt.image.brokers.get(rt.node_id)
         registered = me is not None and me.incarnation == self.incarnation and not me.fenced
-        return self.rt.caught_up and (registered or self.shutting_down)
+        heard = rt.ticks >= ANNOUNCE_ROUNDS * rt.announce_ticks
+        return rt.caught_up and heard and (registered or self.shutting_down)
 
     async def wait_serving(self, timeout_s: float) -> None:
         """Like a Kafka broker that has not replayed the metadata log yet, hold
         Metadata answers briefly rather than describe a stale cluster."""
+        rt = self.rt
         with trio.move_on_after(timeout_s):
             while not self.serving:
-                await self.rt.meta.changed.wait()
+                with trio.move_on_after(rt.tick_s * 2):
+                    await rt.meta.changed.wait()
 
     def heartbeat(self, ticks: int, force: bool = False) -> None:
         rt = self.rt

@@ -169,6 +169,8 @@ class ClusterRuntime:
         self.election_ticks = max(FETCH_WAIT_TICKS + 2,
                                   config["kcompat.raft.election.timeout.ms"] // tick_ms)
         self.rng = random.Random()
+        self.announce_ticks = ANNOUNCE_TICKS
+        self.lag_ticks = max(self.election_ticks, config["replica.lag.time.max.ms"] // tick_ms)
         self.groups: dict[int, Group] = {}
         self.assignments: dict[tuple[str, int], tuple[int, tuple[int, ...]]] = {}
         self.announced: dict[int, codec.Announcement] = {}
@@ -179,7 +181,7 @@ class ClusterRuntime:
         self._wake = trio.Event()
         self._tick_due = False
         self._announce_due = True
-        self._ticks = 0
+        self.ticks = 0
         self.auto_creating: set[str] = set()  # topics this broker is asking to create
         self.creating: set[str] = set()  # create_topic records in flight (controller)
         self._nursery: trio.Nursery | None = None
@@ -233,25 +235,40 @@ class ClusterRuntime:
 
     def partition_view(self, topic: str, index: int) -> tuple[int, int, tuple[int, ...],
                                                                   tuple[int, ...]]:
-        """(leader or -1, leader epoch, replicas, isr) for Metadata."""
+        """(leader or -1, leader epoch, replicas, isr) for Metadata. A broker
+        the controller fenced is neither leader nor in the ISR (as in KRaft): a
+        non-replica knows leaders only from announcements, and the last one of
+        a dead leader whose partition cannot elect another must not send
+        clients to it."""
         gid, replicas = self.assignments[(topic, index)]
+        leader, epoch, isr = self._raw_view(gid)
+        fenced = {b.node_id for b in self.image.brokers.values() if b.fenced}
+        if leader in fenced:
+            leader = NO_NODE
+        return leader, epoch, replicas, tuple(n for n in isr if n not in fenced)
+
+    def _raw_view(self, gid: int) -> tuple[int, int, tuple[int, ...]]:
         group = self.groups.get(gid)
         ann = self.announced.get(gid)
         if group is not None:
             raft = group.raft
             if group.is_leader:
-                return self.node_id, raft.term, replicas, self.isr(group)
+                return self.node_id, raft.term, self.isr(group)
             if ann is not None and ann.term == raft.term and ann.leader == raft.leader:
-                return raft.leader, raft.term, replicas, ann.isr
+                return raft.leader, raft.term, ann.isr
             leader = raft.leader
-            return leader, raft.term, replicas, (leader,) if leader != NO_NODE else ()
+            return leader, raft.term, (leader,) if leader != NO_NODE else ()
         if ann is not None:
-            return ann.leader, ann.term, replicas, ann.isr
-        return NO_NODE, 0, replicas, ()
+            return ann.leader, ann.term, ann.isr
+        return NO_NODE, 0, ()
 
     def isr(self, group: Group) -> tuple[int, ...]:
+        """The leader and the followers caught up to the high watermark that
+        fetched within ``replica.lag.time.max.ms`` (an idle partition's dead
+        follower leaves it too)."""
         status = group.raft.status()
-        caught_up = [n for n, end in status.match_ends.items() if end >= group.hw]
+        caught_up = [n for n, end in status.match_ends.items()
+                     if end >= group.hw and status.idle_ticks.get(n, 0) < self.lag_ticks]
         return tuple(sorted([self.node_id, *caught_up]))
 
     # -- producer ids -------------------------------------------------------------------
@@ -420,14 +437,14 @@ class ClusterRuntime:
             self.kick()
 
     def _tick(self) -> None:
-        self._ticks += 1
+        self.ticks += 1
         for group in list(self.groups.values()):
             group.raft.tick()
-        self.lifecycle.heartbeat(self._ticks)
+        self.lifecycle.heartbeat(self.ticks)
         self.lifecycle.expire_sessions()
-        if self._ticks % ANNOUNCE_TICKS == 0:
+        if self.ticks % self.announce_ticks == 0:
             self._announce_due = True
-        if self.balance_ticks and self._ticks % self.balance_ticks == 0:
+        if self.balance_ticks and self.ticks % self.balance_ticks == 0:
             self._balance_leaders()
 
     def _balance_leaders(self) -> None:
@@ -459,7 +476,12 @@ class ClusterRuntime:
         announce = self._take_announcements()
         if not batch and not announce:
             return False
-        logs = [g.storage.plog for g, r in batch if r.must_sync]
+        # Raft makes entries durable before it sends or acknowledges them, except
+        # partition entries under kcompat.flush.mode=never (Kafka's default of
+        # relying on replication, not fsync); the metadata log always syncs.
+        lazy = self.state.config["kcompat.flush.mode"] == "never"
+        logs = [g.storage.plog for g, r in batch
+                if r.must_sync and not (lazy and g.gid != METADATA_GROUP)]
         if logs:
             await self.state.flusher.sync(*logs)  # an fsync failure stops the broker
         self._send([m for _g, r in batch for m in r.messages], announce)
