@@ -326,3 +326,40 @@ def test_leaders_move_back_to_preferred_replicas(tmp_path: Path) -> None:
               f"{leaders}")
     finally:
         c.close()
+
+
+def test_delete_records_on_the_leader_reaches_the_followers(cluster: Cluster) -> None:
+    """DeleteRecords is served by the partition leader; followers adopt its log
+    start, so a new leader after kill -9 does not bring deleted records back."""
+    from confluent_kafka import Consumer, TopicPartition
+    from confluent_kafka.admin import AdminClient
+
+    topic = unique_topic("delrec")
+    cluster.create_topic(topic, 1, 3)
+    producer = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all", "log_level": 0})
+    for i in range(100):
+        producer.produce(topic, f"d-{i}".encode(), partition=0)
+    assert producer.flush(30) == 0
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap, "log_level": 0})
+    tp = TopicPartition(topic, 0, 40)
+    result = admin.delete_records([tp])[tp].result(timeout=30)
+    assert result.low_watermark == 40
+    time.sleep(1.5)  # a few leadership announcements carry the new log start
+    victim = cluster.leaders(topic)[0]
+    cluster.brokers[victim].kill()
+    cluster.wait_for_leaders(topic, 1, exclude=victim)
+    consumer = Consumer({"bootstrap.servers": cluster.live_bootstrap(), "group.id": "delrec",
+                         "auto.offset.reset": "earliest", "log_level": 0})
+    try:
+        assert consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=10) == (40, 100)
+        consumer.assign([TopicPartition(topic, 0, 0)])  # below the log start: reset to earliest
+        got: list[tuple[int, bytes]] = []
+        deadline = time.monotonic() + 30
+        while len(got) < 60 and time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is not None and msg.error() is None:
+                got.append((msg.offset(), msg.value()))
+        assert [o for o, _v in got] == list(range(40, 100))
+        assert got[0][1] == b"d-40"
+    finally:
+        consumer.close()

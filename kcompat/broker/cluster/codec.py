@@ -59,12 +59,14 @@ class CodecError(ValueError):
 @dataclass(frozen=True, slots=True)
 class Announcement:
     """A leader's claim: ``leader`` leads ``group`` in ``term``; ``isr`` are
-    the replicas it sees caught up."""
+    the replicas it sees caught up; ``log_start`` is its log start offset
+    (DeleteRecords and retention reach the followers through it)."""
 
     group: int
     term: int
     leader: int
     isr: tuple[int, ...]
+    log_start: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -197,7 +199,8 @@ def encode(frame: RaftFrame) -> bytes:
         fields = {f.name: _enc(getattr(m, f.name), blobs) for f in dataclasses.fields(m)}
         msgs.append({"t": type(m).__name__, **fields})
     doc = {"src": frame.src, "msgs": msgs,
-           "ann": [[a.group, a.term, a.leader, list(a.isr)] for a in frame.announcements],
+           "ann": [[a.group, a.term, a.leader, list(a.isr), a.log_start]
+                   for a in frame.announcements],
            "mk": [_enc_internal(m) for m in frame.markers],
            "blobs": [len(b) for b in blobs]}
     body = json.dumps(doc, separators=(",", ":")).encode()
@@ -222,7 +225,8 @@ def decode(frame: bytes) -> RaftFrame:
         for item in doc["msgs"]:
             cls = _TYPES[item.pop("t")]
             msgs.append(cls(**{k: _dec(v, blobs) for k, v in item.items()}))
-        anns = tuple(Announcement(g, t, ldr, tuple(isr)) for g, t, ldr, isr in doc["ann"])
+        anns = tuple(Announcement(int(a[0]), int(a[1]), int(a[2]), tuple(a[3]), int(a[4]))
+                     for a in doc["ann"])
         markers: list[Internal] = []
         for item in doc.get("mk", ()):
             if item[0] == "q":

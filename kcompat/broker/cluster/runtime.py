@@ -95,7 +95,16 @@ from kcompat.broker.configdef import ConfigError
 from kcompat.broker.metadata import MetadataImage
 from kcompat.broker.partition import Partition
 from kcompat.log.files import atomic_write
-from kcompat.raft import NO_NODE, Message, NotLeader, Raft, RaftConfig, Ready, Role
+from kcompat.raft import (
+    NO_NODE,
+    Message,
+    NotLeader,
+    Raft,
+    RaftConfig,
+    Ready,
+    Role,
+    SnapshotId,
+)
 from kcompat.raft.storage import write_ready
 from kcompat.wire import batch as wbatch
 from kcompat.wire.batch import BatchHeader
@@ -375,6 +384,7 @@ class ClusterRuntime:
             old = self.announced.get(ann.group)
             if old is None or ann.term >= old.term:
                 self.announced[ann.group] = ann
+                self._follow_log_start(ann)
         for m in decoded.messages:
             group = self.groups.get(m.group)
             if group is not None and not group.removed and m.dst == self.node_id:
@@ -447,8 +457,41 @@ class ClusterRuntime:
         self.lifecycle.expire_sessions()
         if self.ticks % self.announce_ticks == 0:
             self._announce_due = True
+            self.sync_log_starts()  # after retention dropped segments
         if self.balance_ticks and self.ticks % self.balance_ticks == 0:
             self._balance_leaders()
+
+    # -- log start offsets (DeleteRecords, retention) -------------------------------------
+    #
+    # A partition's log start moves on its leader (DeleteRecords, which only the
+    # leader accepts, or retention, which every replica runs). Followers follow
+    # the leader's announced log start once their own high watermark is past
+    # it, so a new leader does not bring deleted records back; and the Raft
+    # core of every replica is told whenever its storage dropped a prefix, so
+    # it never reads below the log start (a follower that far behind gets the
+    # empty snapshot at the leader's log start instead).
+
+    def _follow_log_start(self, ann: codec.Announcement) -> None:
+        group = self.groups.get(ann.group)
+        if group is None or group.removed or group.part is None or group.is_leader:
+            return
+        plog = group.storage.plog
+        if group.raft.term == ann.term and plog.log_start_offset < ann.log_start <= group.hw:
+            plog.delete_records_before(ann.log_start, now_ms())
+            self._sync_log_start(group)
+
+    def _sync_log_start(self, group: Group) -> None:
+        raft = group.raft
+        start = group.storage.plog.log_start_offset
+        if raft.log.start < start <= min(raft.high_watermark, raft.log.stable_end):
+            sid = SnapshotId(start, raft.log.term_at(start - 1))
+            group.storage.remember_start(sid)
+            raft.compact(sid)
+
+    def sync_log_starts(self) -> None:
+        for group in list(self.groups.values()):
+            if group.part is not None and not group.removed:
+                self._sync_log_start(group)
 
     def _balance_leaders(self) -> None:
         """Preferred leaders (Kafka's auto.leader.rebalance): a leader of a
@@ -509,7 +552,8 @@ class ClusterRuntime:
         if not self._announce_due:
             return ()
         self._announce_due = False
-        return tuple(codec.Announcement(g.gid, g.raft.term, self.node_id, self.isr(g))
+        return tuple(codec.Announcement(g.gid, g.raft.term, self.node_id, self.isr(g),
+                                        g.storage.plog.log_start_offset)
                      for g in self.groups.values() if g.is_leader and g.gid != METADATA_GROUP)
 
     def _publish(self, group: Group) -> None:

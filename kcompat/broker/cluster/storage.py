@@ -28,9 +28,10 @@ acknowledged or counted towards the commit before the driver's fsync.
 Hard state (term and vote) lives in ``quorum-state`` in the partition
 directory, replaced atomically. The snapshot is the empty snapshot at the log
 start offset (DESIGN: a plain partition's prefix deleted by retention);
-installing one empties the log and restarts it there. Its term is the first
-epoch of the log — exact unless the log start falls right at an epoch change
-(documented gap, only reachable with retention or DeleteRecords in a cluster).
+installing one empties the log and restarts it there. Its term is the term
+of the entry below the log start as the Raft core knew it when the runtime
+moved the start (``remember_start``); after a restart, the first epoch of the
+log — exact unless the log start falls right at an epoch change.
 """
 
 from __future__ import annotations
@@ -69,6 +70,7 @@ class PartitionLogStorage:
         self.node_id = node_id
         self._path = Path(plog.directory) / QUORUM_STATE_FILE
         self._hard_state = self._load_hard_state()
+        self._start_id: SnapshotId | None = None
 
     def _load_hard_state(self) -> HardState:
         try:
@@ -82,10 +84,17 @@ class PartitionLogStorage:
     def hard_state(self) -> HardState:
         return self._hard_state
 
+    def remember_start(self, sid: SnapshotId) -> None:
+        """The Raft core's exact id of the empty snapshot at the log start
+        (its term is the term of the entry just below the start)."""
+        self._start_id = sid
+
     def snapshot_id(self) -> SnapshotId:
         start = self.plog.log_start_offset
         if start == 0:
             return SnapshotId(0, 0)
+        if self._start_id is not None and self._start_id.end == start:
+            return self._start_id
         epochs = self.epochs()
         return SnapshotId(start, epochs[0][0] if epochs else max(self.plog.latest_epoch, 0))
 
@@ -123,9 +132,11 @@ class PartitionLogStorage:
 
     def install_snapshot(self, snapshot: Snapshot) -> None:
         self.plog.reset_to(snapshot.id.end)
+        self._start_id = snapshot.id
 
     def compact(self, snapshot: Snapshot) -> None:
         self.plog.delete_records_before(snapshot.id.end)
+        self._start_id = snapshot.id
 
     def truncate(self, offset: int) -> None:
         self.plog.truncate_to(offset)

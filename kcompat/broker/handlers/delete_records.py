@@ -5,7 +5,9 @@ high watermark, or negative other than -1, is OFFSET_OUT_OF_RANGE; one at or
 below the log start changes nothing. Every partition answers its (new)
 low watermark, the log start offset; an unknown topic or partition answers
 UNKNOWN_TOPIC_OR_PARTITION with low watermark -1. Segment deletion runs without
-an await, so no append can interleave with it.
+an await, so no append can interleave with it. Cluster mode: only the leader
+accepts it (else NOT_LEADER_OR_FOLLOWER); followers follow the leader's log
+start (``ClusterRuntime._follow_log_start``).
 """
 
 from __future__ import annotations
@@ -23,8 +25,12 @@ HIGH_WATERMARK = -1
 
 async def _partition(ctx: RequestContext, topic: str, req: Any) -> Any:
     part = ctx.state.partition(topic, req.partition_index)
+    cluster = ctx.state.cluster
     code, low = OK, -1
-    if part is None:
+    cluster_error = cluster.partition_error(topic, req.partition_index) if cluster else None
+    if cluster_error is not None:  # cluster mode: the leader only (followers follow it)
+        code = cluster_error
+    elif part is None:
         code = ErrorCode.unknown_topic_or_partition
     else:
         offset = part.high_watermark if req.offset == HIGH_WATERMARK else req.offset
@@ -32,6 +38,8 @@ async def _partition(ctx: RequestContext, topic: str, req: Any) -> Any:
             code = ErrorCode.offset_out_of_range
         else:
             part.log.delete_records_before(offset, now_ms())
+            if cluster is not None:
+                cluster.sync_log_starts()
         low = part.log.log_start_offset
     return ctx.build("DeleteRecordsPartitionResult", partition_index=req.partition_index,
                      low_watermark=low, error_code=code)

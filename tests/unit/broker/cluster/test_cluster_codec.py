@@ -38,7 +38,8 @@ MESSAGES = (
 
 
 def test_round_trip() -> None:
-    frame = codec.RaftFrame(1, MESSAGES, (codec.Announcement(65536, 4, 1, (1, 2)),))
+    frame = codec.RaftFrame(1, MESSAGES, (codec.Announcement(65536, 4, 1, (1, 2)),
+                                          codec.Announcement(7, 2, 3, (3,), log_start=40)))
     raw = codec.encode(frame)
     assert int.from_bytes(raw[:4], "big") == len(raw) - 4
     body = raw[4:]
