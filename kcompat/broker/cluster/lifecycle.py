@@ -157,13 +157,18 @@ class BrokerLifecycle:
     async def wait_first_registrations(self, timeout_s: float) -> None:
         """Before placing replicas, give a moment to voters that never
         registered (a brand-new cluster: their first heartbeat follows the
-        first controller election) or that heartbeat but are not unfenced yet
-        (still catching up); a broker that went silent is not waited for."""
+        first controller election; not once this broker has been up for a
+        session, a voter that never started is not waited for) or that
+        heartbeat but are not unfenced yet (still catching up); a broker that
+        went silent is not waited for."""
         rt = self.rt
+        young = bool(rt.ticks * rt.tick_s * 1000 < self.membership.session_timeout_ms)
 
         def pending(node: int) -> bool:
             broker = rt.image.brokers.get(node)
-            return broker is None or (broker.fenced and self.membership.alive(node, _clock_ms()))
+            if broker is None:  # only while this broker has been up for less than a session
+                return young
+            return broker.fenced and self.membership.alive(node, _clock_ms())
 
         with trio.move_on_after(timeout_s):
             while any(pending(n) for n in rt.voters):
