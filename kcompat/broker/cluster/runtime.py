@@ -11,8 +11,8 @@ Raft term = partition leader epoch, Raft high watermark = Kafka high
 watermark, Raft leader = partition leader.
 
 Metadata. Only the controller accepts topic changes: it plans the change
-(replica assignment spread round-robin across the voters from a per-topic
-start, and one Raft group id per partition, ``(record offset << 16) |
+(replica assignment spread round-robin across the live brokers from a
+per-topic start, and one Raft group id per partition, ``(record offset << 16) |
 partition``, unique because record offsets are), proposes one JSON record and
 answers once the record is *committed and applied*. Replicas are placed on the
 live (registered, unfenced) brokers. Every broker applies
@@ -37,8 +37,8 @@ announce ``(group, term, leader, isr)`` to every peer, on change and every
 
 Coordinators: ``__consumer_offsets`` and ``__transaction_state`` are created
 through the controller on the first FindCoordinator that needs them
-(``admin.auto_create``); they replicate like any partition. The group (transaction) coordinator of an id is the Raft leader of
-its partition; ``GroupService``/``TxnService.coordinator_error`` answer
+(``admin.auto_create``); they replicate like any partition. The group
+(transaction) coordinator of an id is the Raft leader of its partition; ``GroupService``/``TxnService.coordinator_error`` answer
 NOT_COORDINATOR elsewhere, and a new leader rebuilds the partition's state from
 its log once everything in it is committed (high watermark = log end, i.e.
 its own term's first entry is committed) before serving. Their writes are
@@ -53,9 +53,11 @@ AlterConfigs, IncrementalAlterConfigs): ``BrokerState`` validates and stages
 an intent, ``admin.commit_staged`` executes it on the controller (forwarded in
 a ``ForwardRequest`` from any other broker), which plans and commits the record.
 
-Preferred leaders: every ``leader.imbalance.check.interval.seconds`` a leader
-whose partition's first replica is another, caught-up broker transfers the
-leadership to it (``_balance_leaders``).
+Preferred leaders: a new partition's first replica campaigns as soon as the
+topic record is applied (``_start_first_campaigns``); every
+``leader.imbalance.check.interval.seconds`` a leader whose partition's first
+replica is another, caught-up broker transfers the leadership to it
+(``_balance_leaders``). Log start offsets follow the leader (``log_starts``).
 
 Brokers register with the controller and heartbeat it; silent ones are
 fenced (``liveness``). Request/reply calls between brokers (transaction
@@ -82,7 +84,7 @@ from typing import TYPE_CHECKING, Any
 import trio
 from kio.schema.errors import ErrorCode
 
-from kcompat.broker.cluster import codec
+from kcompat.broker.cluster import codec, log_starts
 from kcompat.broker.cluster.lifecycle import BrokerLifecycle
 from kcompat.broker.cluster.liveness import Heartbeat
 from kcompat.broker.cluster.metadata_apply import apply_committed
@@ -103,7 +105,6 @@ from kcompat.raft import (
     RaftConfig,
     Ready,
     Role,
-    SnapshotId,
 )
 from kcompat.raft.storage import write_ready
 from kcompat.wire import batch as wbatch
@@ -384,7 +385,7 @@ class ClusterRuntime:
             old = self.announced.get(ann.group)
             if old is None or ann.term >= old.term:
                 self.announced[ann.group] = ann
-                self._follow_log_start(ann)
+                log_starts.follow_announced(self, ann)
         for m in decoded.messages:
             group = self.groups.get(m.group)
             if group is not None and not group.removed and m.dst == self.node_id:
@@ -457,41 +458,9 @@ class ClusterRuntime:
         self.lifecycle.expire_sessions()
         if self.ticks % self.announce_ticks == 0:
             self._announce_due = True
-            self.sync_log_starts()  # after retention dropped segments
+            log_starts.sync_all(self)  # after retention dropped segments
         if self.balance_ticks and self.ticks % self.balance_ticks == 0:
             self._balance_leaders()
-
-    # -- log start offsets (DeleteRecords, retention) -------------------------------------
-    #
-    # A partition's log start moves on its leader (DeleteRecords, which only the
-    # leader accepts, or retention, which every replica runs). Followers follow
-    # the leader's announced log start once their own high watermark is past
-    # it, so a new leader does not bring deleted records back; and the Raft
-    # core of every replica is told whenever its storage dropped a prefix, so
-    # it never reads below the log start (a follower that far behind gets the
-    # empty snapshot at the leader's log start instead).
-
-    def _follow_log_start(self, ann: codec.Announcement) -> None:
-        group = self.groups.get(ann.group)
-        if group is None or group.removed or group.part is None or group.is_leader:
-            return
-        plog = group.storage.plog
-        if group.raft.term == ann.term and plog.log_start_offset < ann.log_start <= group.hw:
-            plog.delete_records_before(ann.log_start, now_ms())
-            self._sync_log_start(group)
-
-    def _sync_log_start(self, group: Group) -> None:
-        raft = group.raft
-        start = group.storage.plog.log_start_offset
-        if raft.log.start < start <= min(raft.high_watermark, raft.log.stable_end):
-            sid = SnapshotId(start, raft.log.term_at(start - 1))
-            group.storage.remember_start(sid)
-            raft.compact(sid)
-
-    def sync_log_starts(self) -> None:
-        for group in list(self.groups.values()):
-            if group.part is not None and not group.removed:
-                self._sync_log_start(group)
 
     def _balance_leaders(self) -> None:
         """Preferred leaders (Kafka's auto.leader.rebalance): a leader of a

@@ -7,7 +7,7 @@ low watermark, the log start offset; an unknown topic or partition answers
 UNKNOWN_TOPIC_OR_PARTITION with low watermark -1. Segment deletion runs without
 an await, so no append can interleave with it. Cluster mode: only the leader
 accepts it (else NOT_LEADER_OR_FOLLOWER); followers follow the leader's log
-start (``ClusterRuntime._follow_log_start``).
+start (``cluster.log_starts``).
 """
 
 from __future__ import annotations
@@ -39,7 +39,9 @@ async def _partition(ctx: RequestContext, topic: str, req: Any) -> Any:
         else:
             part.log.delete_records_before(offset, now_ms())
             if cluster is not None:
-                cluster.sync_log_starts()
+                from kcompat.broker.cluster import log_starts
+
+                log_starts.sync_all(cluster)
         low = part.log.log_start_offset
     return ctx.build("DeleteRecordsPartitionResult", partition_index=req.partition_index,
                      low_watermark=low, error_code=code)
