@@ -32,12 +32,14 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
     groups = ctx.groups
     group_id = request.group_id
     generation = request.generation_id_or_member_epoch
-    top_error = groups.coordinator.commit_error(
-        group_id, generation, request.member_id, getattr(request, "group_instance_id", None))
     if not group_id:
-        top_error = ErrorCode.invalid_group_id
+        top_error: ErrorCode | None = ErrorCode.invalid_group_id
     elif (gate := groups.coordinator_error(group_id)) is not None:
         top_error = gate  # cluster mode: not (yet) this group's coordinator
+    else:  # only now: coordinator_error loads the group on a new coordinator
+        top_error = groups.coordinator.commit_error(
+            group_id, generation, request.member_id,
+            getattr(request, "group_instance_id", None))
     max_metadata = int(ctx.state.config["offset.metadata.max.bytes"])
     now = now_ms()
     errors: dict[tuple[str, int], ErrorCode] = {}
