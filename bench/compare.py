@@ -394,10 +394,8 @@ def cluster_report(plan: Plan, kafka: Target, kc: Target) -> tuple[list[str], st
         "--node-id N, controller.quorum.voters, default.replication.factor=3; acks=all waits "
         "for the Raft commit (leader + 1 follower of 3); min.insync.replicas is not used",
         "  flush policy: Kafka defaults (no fsync anywhere on the produce/replication path); "
-        "kcompat kcompat.flush.mode=never, which the produce path honours, but cluster mode's "
-        "Raft rounds fsync new entries on every replica (leader and followers) before sending "
-        "or acknowledging them, whatever the flush mode (cluster/runtime.py _round, "
-        "Ready.must_sync) — so kcompat's replicated acks=all pays fsyncs Kafka's does not",
+        "kcompat kcompat.flush.mode=never: no fsync of partition Raft entries either (only the "
+        "metadata log and term/vote changes are synced, cluster/runtime.py _round)",
         f"  load average before/after: kafka {' / '.join(kafka.load)}; kcompat "
         f"{' / '.join(kc.load)}",
         f"  startup (all {CLUSTER_SIZE} ready): kafka {kafka.startup_s:.1f}s, "
