@@ -183,8 +183,18 @@ def test_three_members_consume_exactly_once(gbroker: Broker) -> None:
 # -- 2. / 3. member subprocesses: kill -9 and clean leave ------------------------------------
 
 
-def test_kill9_member_partitions_taken_over(gbroker: Broker, tmp_path: Path) -> None:
-    kill_member_scenario("kafka-python", gbroker, tmp_path)
+def test_kill9_member_partitions_taken_over(tmp_path: Path) -> None:
+    # Its own broker with Kafka's initial rebalance delay (shortened): the three
+    # members form one generation. kafka-python 3.0.12 sometimes busy-loops after
+    # a correct SyncGroup answer when it leads several generations within
+    # milliseconds (a client bug: it never resumes heartbeats), which the
+    # delay-0 churn of the shared broker provokes about once in eight runs.
+    b = Broker(tmp_path / "broker", extra_args=("--set", "group.initial.rebalance.delay.ms=1500"))
+    b.start()
+    try:
+        kill_member_scenario("kafka-python", b, tmp_path)
+    finally:
+        b.close()
 
 
 def test_clean_leave_rebalances_immediately(gbroker: Broker, tmp_path: Path) -> None:
