@@ -8,7 +8,9 @@ librdkafka (confluent-kafka) to find controllers and partition leaders.
 
 from __future__ import annotations
 
+import contextlib
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from confluent_kafka.admin import AdminClient
@@ -94,48 +96,53 @@ class Cluster:
         raise AssertionError(f"partitions of {topic} have no live leader: {last}")
 
 
-def consume_all(bootstrap: str, topic: str, partitions: int,
-                timeout_s: float = 60.0) -> dict[int, list[bytes]]:
-    """Every record value of ``topic`` per partition, read from the beginning up
-    to the high watermark each partition has when reading starts."""
-    from confluent_kafka import Consumer, KafkaException, TopicPartition
+def read_log(bootstrap: str, topic: str, partitions: int,
+             timeout_s: float = 60.0) -> dict[int, list[tuple[int, bytes]]]:
+    """Every record of ``topic`` as (offset, value) per partition, from the log
+    start up to the high watermark each partition has when reading starts. No
+    retry: a (re)started broker answers Metadata only once it has caught up with
+    the metadata log, so every partition is known to whichever broker answers."""
+    from confluent_kafka import Consumer, TopicPartition
 
-    config = {"bootstrap.servers": bootstrap, "group.id": "verifier",
-              "enable.auto.commit": False, "auto.offset.reset": "earliest", "log_level": 0,
-              "topic.metadata.refresh.interval.ms": 1000}
-    consumer = Consumer(config)
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "verifier",
+                         "enable.auto.commit": False, "auto.offset.reset": "earliest",
+                         "log_level": 0})
     try:
-        ends = {}
-        for p in range(partitions):
-            # A just-restarted broker may briefly describe the topic without this
-            # partition (not caught up with the metadata log): retry with a new
-            # client, whose metadata is fetched afresh (librdkafka keeps the stale
-            # answer in its cache otherwise).
-            for attempt in range(20):
-                try:
-                    _low, high = consumer.get_watermark_offsets(TopicPartition(topic, p),
-                                                                timeout=10)
-                    break
-                except KafkaException:
-                    if attempt == 19:
-                        raise
-                    time.sleep(0.5)
-                    consumer.close()
-                    consumer = Consumer(config)
-            ends[p] = high
+        ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
+                for p in range(partitions)}
         consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
-        out: dict[int, list[bytes]] = {p: [] for p in range(partitions)}
+        out: dict[int, list[tuple[int, bytes]]] = {p: [] for p in range(partitions)}
         done = {p for p, end in ends.items() if end <= 0}
         deadline = time.monotonic() + timeout_s
         while len(done) < partitions:
-            assert time.monotonic() < deadline, f"consumed only {[len(v) for v in out.values()]}"
+            assert time.monotonic() < deadline, \
+                f"read only {[len(v) for v in out.values()]} of high watermarks {ends}"
             msg = consumer.poll(0.5)
             if msg is None or msg.error() is not None:
                 continue
             p = msg.partition()
-            out[p].append(msg.value())
+            out[p].append((msg.offset(), msg.value()))
             if msg.offset() + 1 >= ends[p]:
                 done.add(p)
         return out
     finally:
         consumer.close()
+
+
+def consume_all(bootstrap: str, topic: str, partitions: int,
+                timeout_s: float = 60.0) -> dict[int, list[bytes]]:
+    """Every record value of ``topic`` per partition (``read_log`` without offsets)."""
+    return {p: [v for _o, v in recs]
+            for p, recs in read_log(bootstrap, topic, partitions, timeout_s).items()}
+
+
+@contextlib.contextmanager
+def diagnostics(cluster: Cluster) -> Iterator[None]:
+    """On failure, print every broker's stderr tail (shown in pytest's report)."""
+    try:
+        yield
+    except BaseException:
+        for node, b in cluster.brokers.items():
+            state = "running" if b.running else f"down (last exit {b.last_returncode})"
+            print(f"\n===== broker {node} {b.bootstrap} [{state}] {b.log_path}\n{b.tail(50)}")
+        raise

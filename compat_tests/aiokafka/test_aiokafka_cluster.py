@@ -5,7 +5,6 @@ broker that is not the group coordinator (but leads data partitions)."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,7 +14,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from compat_tests._broker import unique_topic
-from compat_tests._cluster import Cluster
+from compat_tests._cluster import Cluster, diagnostics
 from compat_tests._groups import committed_offsets, end_offsets
 
 pytestmark = pytest.mark.timeout(120)
@@ -31,18 +30,6 @@ def cluster(tmp_path: Path) -> Iterator[Cluster]:
         yield c.start()
     finally:
         c.close()
-
-
-@contextlib.contextmanager
-def diagnostics(cluster: Cluster) -> Iterator[None]:
-    """On failure, print every broker's stderr tail (shown in pytest's report)."""
-    try:
-        yield
-    except BaseException:
-        for node, b in cluster.brokers.items():
-            state = "running" if b.running else f"down (last exit {b.last_returncode})"
-            print(f"\n===== broker {node} {b.bootstrap} [{state}] {b.log_path}\n{b.tail(50)}")
-        raise
 
 
 def _coordinator(bootstrap: str, group: str) -> int:

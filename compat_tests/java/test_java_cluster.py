@@ -19,16 +19,16 @@ import json
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from compat_tests._broker import unique_topic
-from compat_tests._cluster import Cluster
+from compat_tests._cluster import Cluster, diagnostics
+from compat_tests._cluster import read_log as cluster_read_log
 from compat_tests._groups import BackgroundProducer, committed_offsets, end_offsets
 from compat_tests.java.conftest import java_cmd
 
@@ -122,57 +122,10 @@ class JavaTool:
                 f"{out}\n--- stderr (tail) ---\n{err}")
 
 
-@contextlib.contextmanager
-def diagnostics(cluster: Cluster) -> Iterator[None]:
-    """On failure, print every broker's stderr tail (shown in pytest's report)."""
-    try:
-        yield
-    except BaseException:
-        for node, b in cluster.brokers.items():
-            state = "running" if b.running else f"down (last exit {b.last_returncode})"
-            print(f"\n===== broker {node} {b.bootstrap} [{state}] {b.log_path}\n{b.tail(50)}")
-        raise
-
-
-def read_log(bootstrap: str, topic: str, partitions: int,
-             timeout_s: float = 60.0) -> dict[int, list[tuple[int, str]]]:
-    """Every record of ``topic`` as (offset, value) per partition, from the log start
-    up to the high watermark each partition has when reading starts."""
-    config = {"bootstrap.servers": bootstrap, "group.id": unique_topic("reader"),
-              "enable.auto.commit": False, "auto.offset.reset": "earliest", "log_level": 0,
-              "topic.metadata.refresh.interval.ms": 1000}
-    consumer = Consumer(config)
-    try:
-        ends: dict[int, int] = {}
-        for p in range(partitions):
-            for attempt in range(20):  # a just-restarted broker may lag on metadata
-                try:
-                    ends[p] = consumer.get_watermark_offsets(TopicPartition(topic, p),
-                                                             timeout=10)[1]
-                    break
-                except KafkaException:
-                    if attempt == 19:
-                        raise
-                    time.sleep(0.5)
-                    consumer.close()
-                    consumer = Consumer(config)
-        consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
-        out: dict[int, list[tuple[int, str]]] = {p: [] for p in range(partitions)}
-        done = {p for p, end in ends.items() if end <= 0}
-        deadline = time.monotonic() + timeout_s
-        while len(done) < partitions:
-            assert time.monotonic() < deadline, \
-                f"read only {[len(v) for v in out.values()]} of high watermarks {ends}"
-            msg = consumer.poll(0.5)
-            if msg is None or msg.error() is not None:
-                continue
-            p = msg.partition()
-            out[p].append((msg.offset(), msg.value().decode()))
-            if msg.offset() + 1 >= ends[p]:
-                done.add(p)
-        return out
-    finally:
-        consumer.close()
+def read_log(bootstrap: str, topic: str, partitions: int) -> dict[int, list[tuple[int, str]]]:
+    """``_cluster.read_log`` with the values decoded (the tools write text)."""
+    return {p: [(o, v.decode()) for o, v in recs]
+            for p, recs in cluster_read_log(bootstrap, topic, partitions).items()}
 
 
 # -- 1. VerifiableProducer across kill -9 of a partition leader ------------------------

@@ -28,7 +28,6 @@ from kcompat.broker.cluster.storage import PartitionLogStorage, now_ms
 from kcompat.broker.partition import Partition
 from kcompat.broker.topic_config import log_config
 from kcompat.log.partition_log import PartitionLog
-from kcompat.wire import batch as wbatch
 from kcompat.wire.records import decode_batch
 
 if TYPE_CHECKING:
@@ -80,18 +79,13 @@ def apply_committed(rt: ClusterRuntime) -> None:
     if rt.meta_applied < plog.log_start_offset:
         load_snapshot(rt)
     upto = min(rt.meta.hw, plog.log_end_offset)
-    while rt.meta_applied < upto:
-        chunk = plog.read(rt.meta_applied, 1 << 20, upto)
-        if not chunk:
-            break
-        view = memoryview(chunk)
-        for pos, header in wbatch.iter_headers(chunk):
-            if not header.is_control:
-                for record in decode_batch(view[pos : pos + header.size]):
-                    if record.value is not None:
-                        _apply_record(rt, json.loads(record.value))
-            rt.meta_applied = header.next_offset
-            rt.meta_applied_bytes += header.size
+    for batch, header in plog.batches(rt.meta_applied, upto):
+        if not header.is_control:
+            for record in decode_batch(batch):
+                if record.value is not None:
+                    _apply_record(rt, json.loads(record.value))
+        rt.meta_applied = header.next_offset
+        rt.meta_applied_bytes += header.size
     if metadata_snapshot.maybe_snapshot(rt, rt.meta_applied_bytes):
         rt.meta_applied_bytes = 0
 

@@ -82,6 +82,8 @@ class TxnVerifier:
         errors to answer for partitions the coordinator did not confirm."""
         errors: dict[tuple[str, int], ErrorCode] = {}
         tid = getattr(request, "transactional_id", None)
+        if tid is None:  # not a transactional producer: nothing to ask (the append
+            return errors  # refuses a transactional batch without an id anyway)
         for topic in request.topic_data:
             for pdata in topic.partition_data:
                 header = _first_header(pdata.records)
@@ -104,15 +106,13 @@ class TxnVerifier:
                                    else code)
         return errors
 
-    async def _ask(self, tid: str | None, header: wbatch.BatchHeader, topic: str,
+    async def _ask(self, tid: str, header: wbatch.BatchHeader, topic: str,
                    index: int) -> ErrorCode:
         from kcompat.broker.groups import partition_for
         from kcompat.broker.transactions import TXN_TOPIC
 
         rt = self.rt
         meta = rt.state.topics.get(TXN_TOPIC)
-        if tid is None:
-            return ErrorCode.invalid_txn_state
         if meta is None:
             return ErrorCode.coordinator_not_available
         coordinator = rt.partition_view(TXN_TOPIC, partition_for(tid, meta.partitions))[0]

@@ -30,11 +30,11 @@ def _cluster_partitions(ctx: RequestContext, meta: TopicMeta) -> tuple[Any, ...]
     cluster = ctx.state.cluster
     assert cluster is not None
     out = []
+    live = {b.node_id for b in cluster.image.live_brokers()}
     for index in range(meta.partitions):
         if (meta.name, index) not in cluster.assignments:
             continue
         leader, epoch, replicas, isr = cluster.partition_view(meta.name, index)
-        live = {b.node_id for b in cluster.image.live_brokers()}
         offline = tuple(r for r in replicas if live and r not in live)
         out.append(ctx.build(
             "MetadataResponsePartition",
