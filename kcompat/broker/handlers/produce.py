@@ -48,14 +48,12 @@ def _txn_check(ctx: RequestContext, topic: str, index: int
             # cluster mode: another broker coordinates it (cluster.txn_verify asked it)
             accepted = cluster.verifier.accepts(topic, index, header)
             return None if accepted else ErrorCode.invalid_txn_state
-        coordinator = ctx.txns.coordinator
-        tid = coordinator.by_producer.get(header.producer_id)
-        meta = coordinator.txns.get(tid) if tid is not None else None
-        if meta is not None and header.producer_epoch < meta.producer_epoch:
-            return ErrorCode.invalid_producer_epoch
-        if coordinator.in_transaction(header.producer_id, header.producer_epoch, (topic, index)):
-            return None
-        return ErrorCode.invalid_txn_state
+        # the coordinator is here: the same answer it gives other brokers' leaders
+        tid = ctx.txns.coordinator.by_producer.get(header.producer_id)
+        if tid is None:
+            return ErrorCode.invalid_txn_state
+        code = ctx.txns.verify(tid, header.producer_id, header.producer_epoch, (topic, index))
+        return None if code == ErrorCode.none else code
     return check
 
 
