@@ -69,10 +69,11 @@ def append_records(
     topic_configs: dict[str, object],
     broker_defaults: dict[str, object],
     now_ms: int,
-    txn_check: Callable[[BatchHeader], ErrorCode | None] | None = None,
-    write: Callable[[memoryview, BatchHeader, int], BatchHeader] | None = None,
+    txn_check: Callable[[BatchHeader], ErrorCode | None],
+    write: Callable[[memoryview, BatchHeader, int], BatchHeader],
 ) -> AppendResult:
-    """Validate and append; the caller holds no await between this and the ack."""
+    """Validate and ``write`` (the partition's Raft proposal); the caller holds
+    no await between this and the ack."""
     if not records:
         return _fail(ErrorCode.invalid_record, "produce request carries no record batch")
     max_bytes = int(effective("max.message.bytes", topic_configs, broker_defaults)[0])
@@ -92,7 +93,7 @@ def append_records(
     if header.is_control:
         return _fail(ErrorCode.invalid_record, "clients may not write control batches")
     if header.is_transactional:
-        txn_error = txn_check(header) if txn_check else ErrorCode.invalid_txn_state
+        txn_error = txn_check(header)
         if txn_error is not None:
             return _fail(txn_error, "transactional batch outside an ongoing transaction "
                                   "that includes this partition")
@@ -115,9 +116,6 @@ def append_records(
         view = memoryview(wbatch.with_log_append_time(view, now_ms))
         header = wbatch.parse_header(view)
         append_time = now_ms
-    if write is not None:  # cluster mode: a Raft proposal (kcompat.broker.cluster.produce)
-        written = write(view, header, now_ms)
-    else:
-        written = log.append(view, header, part.leader_epoch, now_ms)
+    written = write(view, header, now_ms)
     part.notify_append()
     return AppendResult(ErrorCode.none, written.base_offset, append_time)

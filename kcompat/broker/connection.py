@@ -94,9 +94,9 @@ async def handle_frame(frame: bytes, state: BrokerState,
         api_key, version, cid = peek_api(frame)
     except HeaderError as e:
         raise CloseConnection(str(e)) from None
-    if api_key == KCOMPAT_RAFT:  # cluster mode: one-way Raft frame from a peer broker
-        if state.cluster is None:
-            raise CloseConnection("inter-broker frame, but cluster mode is off")
+    if api_key == KCOMPAT_RAFT:  # a one-way Raft frame from a peer broker
+        if not state.cluster.peers:
+            raise CloseConnection("inter-broker frame, but this broker has no peers")
         state.cluster.receive(frame)
         return None
     rng = API_RANGES.get(api_key)

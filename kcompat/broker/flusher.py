@@ -49,6 +49,15 @@ class Flusher:
         if rnd.error is not None:
             raise rnd.error
 
+    async def sync_now(self, *targets: Syncable) -> None:
+        """Make the targets durable in one fsync pass of the caller's own (the
+        Raft driver's Ready round, which already gathers every group), shielded
+        from cancellation so a round is never left half done."""
+        fds = [fd for target in dict.fromkeys(targets) for fd in target.dirty_fds()]
+        with trio.CancelScope(shield=True):
+            await trio.to_thread.run_sync(_fsync_all, fds)
+        self.rounds += 1
+
     async def run(self) -> None:
         while True:
             await self._wakeup.wait()

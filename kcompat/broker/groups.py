@@ -6,19 +6,17 @@ The pure ``GroupCoordinator`` answers with ``Reply(token, result)`` values; this
 service maps tokens to waiting handler tasks (a trio Event and a result slot
 each), runs a ticker that calls ``tick`` at the coordinator's next deadline,
 and persists what must survive a restart into ``__consumer_offsets``: offset
-commits (before they are acknowledged, fsynced through the group-commit
-flusher) and group metadata after each completed rebalance. At start every
-partition of ``__consumer_offsets`` is replayed into the ``OffsetStore`` and the
-groups are rebuilt. The coordinator of a group is the leader of partition
-``abs(javaHash(group)) % offsets.topic.num.partitions``, as in Kafka — on a
-single node always this broker, but the records land where Kafka puts them.
+commits (before they are acknowledged) and group metadata after each
+completed rebalance. The coordinator of a group is the leader of partition
+``abs(javaHash(group)) % offsets.topic.num.partitions``, as in Kafka.
 
-Cluster mode (``controller.quorum.voters``): the offsets topic is replicated
-and created by the controller; only the Raft leader of a group's partition
-coordinates it (``coordinator_error``), after rebuilding that partition from
-its committed log in its current term; writes are Raft proposals applied once
-committed (``cluster_write``). There is no replay at start: a broker loads a
-partition when it first serves it as leader.
+The offsets topic is replicated like any partition (a single broker is a
+quorum of one) and created by the controller on the first FindCoordinator;
+only the Raft leader of a group's partition coordinates it
+(``coordinator_error``), after rebuilding that partition from its committed
+log in its current term; writes are Raft proposals applied once committed
+(``write_committed``). A broker loads a partition when it first serves it as
+leader (after a restart too).
 """
 
 from __future__ import annotations
@@ -57,11 +55,10 @@ EXPIRY_CHECK_MS = 60_000
 
 def leader_ready(state: BrokerState, topic: str, index: int, loaded: dict[int, int],
                  load: Callable[[Partition], None]) -> ErrorCode | None:
-    """Cluster mode: may this broker coordinate for internal partition ``index``?
+    """May this broker coordinate for internal partition ``index``?
     Only its leader may, and only once every entry of earlier terms is committed
     and ``load`` has rebuilt the coordinator's state from the log in this term
     (``loaded`` remembers, per partition, the term it was loaded in)."""
-    assert state.cluster is not None
     group = state.cluster.group_of(topic, index)
     part = state.partition(topic, index)
     if group is None or part is None or not group.is_leader:
@@ -95,14 +92,13 @@ class _Waiter:
     result: Any = None
 
 
-async def cluster_write(state: BrokerState, part: Partition, view: memoryview,
-                        now: int, timeout_s: float = 10.0) -> None:
-    """Cluster mode: propose one coordinator batch to ``part``'s Raft group as
-    its leader and wait for its commit (NotCoordinatorError otherwise)."""
+async def write_committed(state: BrokerState, part: Partition, view: memoryview,
+                          now: int, timeout_s: float = 10.0) -> None:
+    """Propose one coordinator batch to ``part``'s Raft group as its leader and
+    wait for its commit (NotCoordinatorError otherwise)."""
     from kcompat.broker.cluster.runtime import NotLeaderError
 
     cluster = state.cluster
-    assert cluster is not None
     group = cluster.group_of(part.topic, part.index)
     if group is None:
         raise NotCoordinatorError(ErrorCode.not_coordinator)
@@ -120,8 +116,8 @@ async def cluster_write(state: BrokerState, part: Partition, view: memoryview,
 
 
 class NotCoordinatorError(Exception):
-    """Cluster mode: this broker no longer leads the group's offsets partition
-    (or the write was not committed in time); the client must re-discover."""
+    """This broker no longer leads the group's offsets partition (or the write
+    was not committed in time); the client must re-discover."""
 
     def __init__(self, code: ErrorCode) -> None:
         super().__init__(code.name)
@@ -145,9 +141,8 @@ class GroupService:
         self._waiters: dict[int, _Waiter] = {}
         self._next_token = 0
         self._wake = trio.Event()
-        self._loaded: dict[int, int] = {}  # cluster mode: offsets partition -> term loaded
-        if state.cluster is None:
-            self._replay()
+        self._loaded: dict[int, int] = {}  # offsets partition -> term loaded
+        state.cluster.leader_listeners[OFFSETS_TOPIC] = self._ensure_loaded
 
     # -- the offsets topic ----------------------------------------------------
     @property
@@ -157,24 +152,23 @@ class GroupService:
 
     def ensure_offsets_topic(self) -> None:
         if OFFSETS_TOPIC not in self.state.topics:
-            if self.state.cluster is not None:  # created on FindCoordinator (cluster.admin.auto_create)
-                raise NotCoordinatorError(ErrorCode.coordinator_not_available)
-            self.state.create_topic(
-                OFFSETS_TOPIC, self.state.config["offsets.topic.num.partitions"], 1,
-                dict(OFFSETS_TOPIC_CONFIGS), internal=True)
+            raise NotCoordinatorError(ErrorCode.coordinator_not_available)
 
-    # -- cluster mode: the coordinator is the leader of the offsets partition ---
+    # -- the coordinator is the leader of the offsets partition ----------------
     def coordinator_error(self, group_id: str) -> ErrorCode | None:
-        """None when this broker may serve ``group_id`` now (always on a single
-        node). In cluster mode only the Raft leader of the group's offsets
-        partition coordinates, and only once it has rebuilt that partition's
-        state from its committed log in its current term; else NOT_COORDINATOR
-        (the client re-discovers) or COORDINATOR_LOAD_IN_PROGRESS (it retries)."""
-        if self.state.cluster is None:
-            return None
+        """None when this broker may serve ``group_id`` now: only the Raft
+        leader of the group's offsets partition coordinates, and only once it
+        has rebuilt that partition's state from its committed log in its
+        current term; else NOT_COORDINATOR (the client re-discovers) or
+        COORDINATOR_LOAD_IN_PROGRESS (it retries); COORDINATOR_NOT_AVAILABLE
+        before the offsets topic exists (FindCoordinator has it created)."""
         if OFFSETS_TOPIC not in self.state.topics:
             return ErrorCode.coordinator_not_available
-        index = partition_for(group_id, self.num_partitions)
+        return self._ensure_loaded(partition_for(group_id, self.num_partitions))
+
+    def _ensure_loaded(self, index: int) -> ErrorCode | None:
+        """Load offsets partition ``index`` if this broker leads it and has not
+        loaded it in this term (also called by the runtime as leadership moves)."""
         return leader_ready(self.state, OFFSETS_TOPIC, index, self._loaded,
                             lambda part: self._load_partition(index, part))
 
@@ -217,23 +211,9 @@ class GroupService:
         assert part is not None
         return part
 
-    def _replay(self) -> None:
-        meta = self.state.topics.get(OFFSETS_TOPIC)
-        if meta is None:
-            return
-        for index in range(meta.partitions):
-            part = self.state.partition(OFFSETS_TOPIC, index)
-            if part is not None:
-                self._replay_partition(index, part)
-        now = now_ms()
-        for group_id, stored in self.store.groups.items():
-            self.coordinator.restore(group_id, stored, now)
-        for group_id in self.store.offsets:
-            self.coordinator.ensure_group(group_id, now)
-
     def _replay_batch(self, batch: memoryview, header: wbatch.BatchHeader, index: int) -> None:
         if header.is_control:
-            if header.producer_id < 0:  # cluster mode: a Raft leader-change record
+            if header.producer_id < 0:  # a Raft leader-change record
                 return
             self.complete_transaction(header.producer_id, not marker_aborts(batch), {index})
             return
@@ -282,17 +262,9 @@ class GroupService:
         self._hold(pid, part.index, records)
 
     async def _write(self, part: Partition, raw: bytes, now: int) -> None:
-        """Make one batch durable: a local append and fsync on a single node; in
-        cluster mode a Raft proposal answered once committed (NotCoordinatorError
-        when leadership is lost first)."""
-        view = memoryview(raw)
-        cluster = self.state.cluster
-        if cluster is None:
-            part.log.append(view, wbatch.validate(view), part.leader_epoch, now)
-            part.notify_append()
-            await self.state.flusher.sync(part.log)
-            return
-        await cluster_write(self.state, part, view, now)
+        """Make one batch durable: a Raft proposal answered once committed
+        (NotCoordinatorError when leadership is lost first)."""
+        await write_committed(self.state, part, memoryview(raw), now)
 
     async def _append(self, group_id: str, records: list[tuple[bytes, bytes | None]]) -> None:
         """Append records for one group durably, then apply them to the store."""
@@ -343,7 +315,7 @@ class GroupService:
             if group is not None:
                 try:
                     await self._append(group_id, [(group_key(group_id), group_value(group))])
-                except NotCoordinatorError as e:  # cluster mode: a new leader took over
+                except NotCoordinatorError as e:  # a new leader took over
                     log.info("group %s metadata not written: %s", group_id, e)
         for reply in replies:
             waiter = self._waiters.get(reply.token)

@@ -1,20 +1,19 @@
-"""Cluster metadata (topics, configs, producer-id blocks) kept as a Kafka log.
+"""Cluster metadata (topics, configs, brokers) kept as a Kafka log.
 
 Theory of operation
 -------------------
-DESIGN.md §1.1: every log is a partition log of RecordBatch v2. The metadata of
-this (single-node) cluster lives in ``__cluster_metadata-0`` under the data
-directory: each change is one record whose value is a small JSON document
-(``create_topic``, ``delete_topic``, ``add_partitions``, ``alter_configs``,
-``producer_ids``). At start the broker replays the log into ``MetadataImage``;
-a change is applied to the image only after its record is appended and synced.
-The replicated controller quorum (issue 6) will replace the local append with a
-Raft commit of the same records.
+DESIGN.md §1.1: every log is a partition log of RecordBatch v2. The metadata
+lives in ``__cluster_metadata-0`` under the data directory: each change is one
+record whose value is a small JSON document (``create_topic``,
+``delete_topic``, ``add_partitions``, ``alter_configs``, ``register_broker``,
+``fence_broker``, ``unfence_broker``; ``cluster`` and ``producer_ids`` only in
+logs written by single-node brokers before they ran as a quorum of one). The
+log is the metadata quorum's Raft log; ``MetadataImage.apply`` is called for
+committed records only, in log order.
 """
 
 from __future__ import annotations
 
-import json
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,11 +21,8 @@ from typing import Any
 
 from kcompat.log.config import LogConfig
 from kcompat.log.partition_log import PartitionLog
-from kcompat.wire import batch as wbatch
-from kcompat.wire.records import decode_batch, encode_batch
 
 METADATA_DIR = "__cluster_metadata-0"
-PRODUCER_ID_BLOCK = 1000
 
 
 @dataclass
@@ -55,8 +51,8 @@ class BrokerInfo:
 class MetadataImage:
     cluster_id: str = ""
     topics: dict[str, TopicMeta] = field(default_factory=dict)
-    producer_id_limit: int = 0  # ids below this are handed out
-    brokers: dict[int, BrokerInfo] = field(default_factory=dict)  # cluster mode only
+    producer_id_limit: int = 0  # ids below this were handed out (older single-node logs)
+    brokers: dict[int, BrokerInfo] = field(default_factory=dict)
 
     def live_brokers(self) -> list[BrokerInfo]:
         """Registered, unfenced brokers, by node id."""
@@ -90,32 +86,13 @@ class MetadataImage:
 
 
 class MetadataStore:
-    """Appends metadata records to the local metadata log and replays it."""
+    """The metadata log and the image built from it. The controller quorum
+    (even a quorum of one) commits records to the log and every broker
+    applies them to the image in log order (``cluster.metadata_apply``)."""
 
-    def __init__(self, data_dir: Path, now_ms: int, replay: bool = True) -> None:
+    def __init__(self, data_dir: Path, now_ms: int) -> None:
         self.log = PartitionLog.open(data_dir / METADATA_DIR, LogConfig(), now_ms)
         self.image = MetadataImage()
-        if replay:  # cluster mode applies only committed records (kcompat.broker.cluster)
-            self._replay()
-
-    def _replay(self) -> None:
-        start = self.log.log_start_offset
-        for batch, header in self.log.batches(start, self.log.log_end_offset):
-            if header.is_control:
-                continue
-            for record in decode_batch(batch):
-                if record.value is not None and record.offset >= start:
-                    self.image.apply(json.loads(record.value))
-
-    def append(self, rec: dict[str, Any], now_ms: int) -> None:
-        """Durably record ``rec`` and apply it to the image."""
-        value = json.dumps(rec, separators=(",", ":")).encode()
-        raw = encode_batch([(None, value, (), now_ms)])
-        view = memoryview(raw)
-        header = wbatch.validate(view)
-        self.log.append(view, header, 0, now_ms)
-        self.log.flush()
-        self.image.apply(rec)
 
     def close(self) -> None:
         self.log.close(clean=True)

@@ -5,8 +5,9 @@ Theory of operation
 ``run_broker`` opens the state (which recovers every log), binds the listener
 and then logs exactly one ``kcompat broker ready on HOST:PORT`` line. Each
 accepted socket gets its own task (``serve_connection``). Background tasks run
-the group-commit flusher and retention. SIGTERM or SIGINT drains: in cluster
-mode first a controlled shutdown (leaderships handed over, see
+the group-commit flusher, retention and the Multi-Raft driver (a single
+broker is a quorum of one; it is ready once it has replayed its logs).
+SIGTERM or SIGINT drains: first a controlled shutdown (leaderships handed over, see
 ``ClusterRuntime.controlled_shutdown``), then stop accepting, give in-flight requests a moment to finish, then close every log
 cleanly (snapshots and the clean-shutdown marker), so the next start needs no
 recovery scan.
@@ -47,7 +48,7 @@ async def _wait_for_signal(state: BrokerState, cancel: trio.CancelScope,
         task_status.started()  # handlers are installed: a SIGTERM from now on drains
         async for signum in signals:
             log.info("received %s, draining", signal.Signals(signum).name)
-            if state.cluster is not None and state.config["controlled.shutdown.enable"]:
+            if state.config["controlled.shutdown.enable"]:
                 await state.cluster.lifecycle.controlled_shutdown()  # still serving meanwhile
             cancel.cancel()
             return
@@ -68,8 +69,7 @@ async def run_broker(config: BrokerConfig, task_status: trio.TaskStatus[int] = t
             background.start_soon(_retention_loop, state)
             background.start_soon(state.groups.run)
             background.start_soon(state.txns.run)
-            if state.cluster is not None:  # cluster mode: the Multi-Raft driver
-                background.start_soon(state.cluster.run)
+            await background.start(state.cluster.run)  # the Multi-Raft driver
             serve_scope = trio.CancelScope()
             await background.start(_wait_for_signal, state, serve_scope)
             log.info("kcompat broker ready on %s:%d (data in %s)", config["host"], port,

@@ -4,23 +4,21 @@ Theory of operation
 -------------------
 ``__transaction_state`` holds one record per change of a transactional id
 (key: version int16 0 + the id, as Kafka; value: the coordinator's JSON
-``TxnMeta``). ``persist`` appends a record, waits for the group-committed
-fsync and only then applies it to the pure ``TransactionCoordinator``; replay
-at start applies every record. Completing a transaction (after PrepareCommit
-or PrepareAbort is durable) writes a control batch — the commit or abort
-marker, with the transaction's producer id and epoch — to every partition in
-it, syncs them, tells the group service about markers on
-``__consumer_offsets`` (pending transactional offsets become visible or are
-dropped) and finally persists CompleteCommit/CompleteAbort. Requests for one
-transactional id are serialised by a per-id lock. A background task aborts
-timed-out transactions and, after a restart, completes those left preparing.
+``TxnMeta``). ``persist`` proposes a record to the id's partition, waits for
+its commit and only then applies it to the pure ``TransactionCoordinator``.
+Completing a transaction (after PrepareCommit or PrepareAbort is committed)
+writes a control batch — the commit or abort marker, with the transaction's
+producer id and epoch — to every partition in it through the partition's Raft
+group (``PeerCalls.write_marker``: a local proposal when leading, else a
+request to the leader), retried until committed while this broker still
+coordinates the id; the group service learns of markers on
+``__consumer_offsets`` as they are written (pending transactional offsets
+become visible or are dropped), and finally CompleteCommit/CompleteAbort is
+persisted. Requests for one transactional id are serialised by a per-id lock.
 
-Cluster mode: as ``GroupService`` — the leader of the id's partition
-coordinates after loading it (and then completes the PrepareX transactions it
-found), ``persist`` is a Raft proposal applied once committed, and markers go
-through the data partitions' Raft groups (``PeerCalls.write_marker``:
-local proposal when leading, else a request to the leader), retried until
-committed while this broker still coordinates the id.
+As ``GroupService``: the leader of the id's partition coordinates after
+loading it (and then completes the PrepareX transactions it found, also after
+a restart). A background task aborts timed-out transactions.
 """
 
 from __future__ import annotations
@@ -36,15 +34,14 @@ from kio.schema.errors import ErrorCode
 from kcompat.broker.groups import (
     OFFSETS_TOPIC,
     NotCoordinatorError,
-    cluster_write,
     leader_ready,
     partition_for,
+    write_committed,
 )
 from kcompat.broker.partition import Partition
 from kcompat.broker.state import BrokerState, now_ms
 from kcompat.txn.coordinator import Decision, TransactionCoordinator, TxnMeta
-from kcompat.wire import batch as wbatch
-from kcompat.wire.records import decode_batch, encode_batch, encode_marker_batch
+from kcompat.wire.records import decode_batch, encode_batch
 
 if TYPE_CHECKING:
     from kcompat.broker.groups import GroupService
@@ -74,42 +71,42 @@ class TxnService:
         self.coordinator = TransactionCoordinator(
             max_timeout_ms=int(state.config["transaction.max.timeout.ms"]))
         self._locks: defaultdict[str, trio.Lock] = defaultdict(trio.Lock)
-        self._loaded: dict[int, int] = {}  # cluster mode: log partition -> term loaded
-        self._to_complete: list[TxnMeta] = []  # cluster mode: PrepareX found by a load
+        self._loaded: dict[int, int] = {}  # log partition -> term loaded
+        self._to_complete: list[TxnMeta] = []  # PrepareX found by a load
         self._complete_wake = trio.Event()
-        if state.cluster is None:
-            self._replay()
+        state.cluster.leader_listeners[TXN_TOPIC] = self._ensure_loaded
 
     def lock(self, tid: str) -> trio.Lock:
         return self._locks[tid]
 
     # -- the transaction log ---------------------------------------------------
     def _log_partition(self, tid: str) -> Partition:
-        count = int(self.state.config["transaction.state.log.num.partitions"])
-        if TXN_TOPIC not in self.state.topics:
-            if self.state.cluster is not None:  # created on FindCoordinator (cluster.admin.auto_create)
-                raise NotCoordinatorError(ErrorCode.coordinator_not_available)
-            self.state.create_topic(TXN_TOPIC, count, 1, dict(TXN_TOPIC_CONFIGS),
-                                    internal=True)
+        if TXN_TOPIC not in self.state.topics:  # created on FindCoordinator
+            raise NotCoordinatorError(ErrorCode.coordinator_not_available)
         part = self.state.partition(TXN_TOPIC, partition_for(tid, self.state.topics[TXN_TOPIC]
                                                              .partitions))
         assert part is not None
         return part
 
-    # -- cluster mode: the coordinator is the leader of the log partition -------
+    # -- the coordinator is the leader of the log partition ----------------------
     def coordinator_error(self, tid: str) -> ErrorCode | None:
-        """None when this broker may serve ``tid`` now (always on a single node).
-        In cluster mode only the Raft leader of the id's ``__transaction_state``
-        partition coordinates, once it has rebuilt that partition's state from
-        its committed log in its current term (as ``GroupService``)."""
-        if self.state.cluster is None:
-            return None
+        """None when this broker may serve ``tid`` now: only the Raft leader of
+        the id's ``__transaction_state`` partition coordinates, once it has
+        rebuilt that partition's state from its committed log in its current
+        term (as ``GroupService``)."""
         meta = self.state.topics.get(TXN_TOPIC)
         if meta is None:
             return ErrorCode.coordinator_not_available
-        index = partition_for(tid, meta.partitions)
+        return self._ensure_loaded(partition_for(tid, meta.partitions))
+
+    def _ensure_loaded(self, index: int) -> ErrorCode | None:
+        """Load log partition ``index`` if this broker leads it and has not
+        loaded it in this term (also called by the runtime as leadership
+        moves, so PrepareX transactions are completed without waiting for a
+        client to ask)."""
+        count = self.state.topics[TXN_TOPIC].partitions
         return leader_ready(self.state, TXN_TOPIC, index, self._loaded,
-                            lambda part: self._load_partition(index, part, meta.partitions))
+                            lambda part: self._load_partition(index, part, count))
 
     def verify(self, tid: str, pid: int, epoch: int, partition: tuple[str, int]) -> ErrorCode:
         """KIP-890 part 1, the coordinator's answer: may a transactional batch
@@ -129,8 +126,9 @@ class TxnService:
         return ErrorCode.invalid_txn_state
 
     def serves_producer(self, pid: int) -> bool:
-        """Cluster mode: this broker coordinates (and has loaded) the transaction
-        of producer ``pid``; the produce path verifies only such batches."""
+        """This broker coordinates (and has loaded) the transaction of producer
+        ``pid``; the produce path verifies only such batches here (others with
+        their coordinator, ``cluster.txn_verify``)."""
         tid = self.coordinator.by_producer.get(pid)
         return tid is not None and self.coordinator_error(tid) is None
 
@@ -149,18 +147,9 @@ class TxnService:
         log.info("loaded %s-%d as transaction coordinator (%d to complete)", TXN_TOPIC, index,
                  len(preparing))
 
-    def _replay(self) -> None:
-        meta = self.state.topics.get(TXN_TOPIC)
-        if meta is None:
-            return
-        for index in range(meta.partitions):
-            part = self.state.partition(TXN_TOPIC, index)
-            if part is not None:
-                self._replay_partition(part)
-
     def _replay_partition(self, part: Partition) -> None:
         for batch, header in part.log.batches(part.log.log_start_offset, part.high_watermark):
-            if header.is_control:  # cluster mode: Raft leader-change records
+            if header.is_control:  # Raft leader-change records
                 continue
             for record in decode_batch(batch):
                 if record.key is not None and record.value is not None:
@@ -171,14 +160,7 @@ class TxnService:
         part = self._log_partition(meta.transactional_id)
         now = now_ms()
         raw = encode_batch([(txn_key(meta.transactional_id), meta.to_json(), (), now)])
-        view = memoryview(raw)
-        if self.state.cluster is not None:  # a Raft proposal, applied once committed
-            await cluster_write(self.state, part, view, now)
-            self.coordinator.apply(meta)
-            return
-        part.log.append(view, wbatch.validate(view), part.leader_epoch, now)
-        part.notify_append()
-        await self.state.flusher.sync(part.log)
+        await write_committed(self.state, part, memoryview(raw), now)  # applied once committed
         self.coordinator.apply(meta)
 
     # -- decisions -------------------------------------------------------------
@@ -192,42 +174,18 @@ class TxnService:
 
     async def complete(self, meta: TxnMeta) -> None:
         commit = meta.state.value == "PrepareCommit"
-        if self.state.cluster is not None:
-            await self._write_markers_in_cluster(meta, commit)
-            await self.persist(self.coordinator.completed(meta, now_ms()))
-            log.info("%s transaction of %s (producer %d, %d partitions)",
-                     "committed" if commit else "aborted", meta.transactional_id,
-                     meta.producer_id, len(meta.partitions))
-            return
-        now = now_ms()
-        touched: list[Partition] = []
-        for topic, index in sorted(meta.partitions):
-            part = self.state.partition(topic, index)
-            if part is None:
-                continue  # deleted meanwhile
-            raw = encode_marker_batch(commit, producer_id=meta.producer_id,
-                                      producer_epoch=meta.producer_epoch, coordinator_epoch=0,
-                                      timestamp=now)
-            view = memoryview(raw)
-            part.log.append(view, wbatch.validate(view), part.leader_epoch, now)
-            part.notify_append()
-            touched.append(part)
-        if touched:
-            await self.state.flusher.sync(*[p.log for p in touched])
-        offsets_parts = {i for t, i in meta.partitions if t == OFFSETS_TOPIC}
-        self.groups.complete_transaction(meta.producer_id, commit, offsets_parts)
+        await self._write_markers(meta, commit)
         await self.persist(self.coordinator.completed(meta, now_ms()))
         log.info("%s transaction of %s (producer %d, %d partitions)",
                  "committed" if commit else "aborted", meta.transactional_id,
                  meta.producer_id, len(meta.partitions))
 
-    async def _write_markers_in_cluster(self, meta: TxnMeta, commit: bool) -> None:
-        """Cluster mode: every marker through its partition's Raft group (see
+    async def _write_markers(self, meta: TxnMeta, commit: bool) -> None:
+        """Every marker through its partition's Raft group (see
         ``PeerCalls.write_marker``), retried until committed while this
         broker still coordinates the id (NotCoordinatorError otherwise: the new
         coordinator completes the transaction after its load)."""
         cluster = self.state.cluster
-        assert cluster is not None
         remaining = sorted(meta.partitions)
         while remaining:
             if self.coordinator_error(meta.transactional_id) is not None:
@@ -243,7 +201,7 @@ class TxnService:
 
     # -- time ------------------------------------------------------------------
     async def _complete_loaded(self) -> None:
-        """Cluster mode: finish the PrepareX transactions a new coordinator found."""
+        """Finish the PrepareX transactions a new coordinator found."""
         while True:
             await self._complete_wake.wait()
             self._complete_wake = trio.Event()
@@ -259,17 +217,11 @@ class TxnService:
                         log.info("completing %s: %s", meta.transactional_id, e)
 
     async def run(self) -> None:
-        if self.state.cluster is not None:
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(self._complete_loaded)
-                nursery.start_soon(self._run)
-            return
-        await self._run()
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._complete_loaded)
+            nursery.start_soon(self._abort_timed_out)
 
-    async def _run(self) -> None:
-        for meta in self.coordinator.preparing():
-            async with self.lock(meta.transactional_id):
-                await self.complete(meta)
+    async def _abort_timed_out(self) -> None:
         interval_s = int(self.state.config["transaction.abort.timed.out.transaction.cleanup"
                                            ".interval.ms"]) / 1000
         while True:
@@ -282,7 +234,7 @@ class TxnService:
                     if current is None or current.state.value != "Ongoing":
                         continue
                     if self.coordinator_error(tid) is not None:
-                        continue  # cluster mode: another broker coordinates it now
+                        continue  # another broker coordinates it now
                     log.info("aborting timed-out transaction of %s", tid)
                     try:
                         await self.carry_out(decision)

@@ -154,6 +154,10 @@ class Raft:
         self.vote = hs.vote
         self.role = Role.FOLLOWER
         self.leader = NO_NODE
+        if config.voters == {self.id}:
+            # A lone voter: what its log holds is committed (no other member can
+            # hold a different history), so a restart needs no leader-change entry.
+            high_watermark = self.log.end
         self.high_watermark = min(max(high_watermark, self.log.start), self.log.end)
         # The highest high watermark a leader has told us (ours while leading):
         # how far this member must get before its state is caught up.

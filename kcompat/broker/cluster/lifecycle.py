@@ -69,7 +69,7 @@ class BrokerLifecycle:
         rt = self.rt
         me = rt.image.brokers.get(rt.node_id)
         registered = me is not None and me.incarnation == self.incarnation and not me.fenced
-        heard = rt.ticks >= ANNOUNCE_ROUNDS * rt.announce_ticks
+        heard = not rt.peers or rt.ticks >= ANNOUNCE_ROUNDS * rt.announce_ticks
         return rt.caught_up and heard and (registered or self.shutting_down)
 
     async def wait_serving(self, timeout_s: float) -> None:

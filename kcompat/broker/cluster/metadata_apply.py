@@ -83,7 +83,7 @@ def apply_committed(rt: ClusterRuntime) -> None:
         if not header.is_control:
             for record in decode_batch(batch):
                 if record.value is not None:
-                    _apply_record(rt, json.loads(record.value))
+                    _apply_record(rt, json.loads(record.value), record.offset)
         rt.meta_applied = header.next_offset
         rt.meta_applied_bytes += header.size
     if metadata_snapshot.maybe_snapshot(rt, rt.meta_applied_bytes):
@@ -125,8 +125,21 @@ def load_snapshot(rt: ClusterRuntime) -> None:
              snapshot.id.end, len(image.topics), len(image.brokers))
 
 
-def _apply_record(rt: ClusterRuntime, rec: dict[str, Any]) -> None:
+def _single_node_assignments(rt: ClusterRuntime, offset: int, first: int, count: int
+                             ) -> list[list[Any]]:
+    """Assignments for a topic record written by a single-node broker before
+    it ran as a quorum of one (no ``assignments``): every partition on this
+    broker, group ids made from the record offset as the controller does."""
+    return [[(offset << 16) | (first + i), [rt.node_id]] for i in range(count)]
+
+
+def _apply_record(rt: ClusterRuntime, rec: dict[str, Any], offset: int = 0) -> None:
     kind = rec.get("type")
+    if kind == "create_topic" and "assignments" not in rec:
+        rec["assignments"] = _single_node_assignments(rt, offset, 0, rec["partitions"])
+    elif kind == "add_partitions" and "assignments" not in rec:
+        old = rt.state.metadata.image.topics[rec["name"]].partitions
+        rec["assignments"] = _single_node_assignments(rt, offset, old, rec["partitions"] - old)
     image = rt.state.metadata.image
     if kind == "create_topic" and rec["name"] in image.topics:
         log.warning("ignoring a second create_topic record for %s", rec["name"])

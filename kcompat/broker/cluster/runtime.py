@@ -79,6 +79,7 @@ import random
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import trio
@@ -166,11 +167,18 @@ class Group:
         self.changed = trio.Event()
 
 
+def lone_voter(node_id: int, host: str, port: int) -> str:
+    """The voters of a broker started without ``controller.quorum.voters``:
+    itself alone, a quorum of one running the same code as a cluster."""
+    return f"{node_id}@{host}:{port}"
+
+
 class ClusterRuntime:
     def __init__(self, state: BrokerState, voters_text: str) -> None:
         self.state = state
         self.node_id = state.node_id
         self.voters = parse_voters(voters_text)
+        self.alone = set(self.voters) == {self.node_id}
         if self.node_id not in self.voters:
             raise ConfigError("controller.quorum.voters",
                               f"node.id {self.node_id} is not one of the voters")
@@ -194,10 +202,12 @@ class ClusterRuntime:
         self._announce_due = True
         self.ticks = 0
         self._first_campaigns: dict[int, int] = {}  # group id -> tick to campaign at
+        # topic -> called with a partition index whenever this broker leads it and
+        # its state moved (services load coordinator state as they take over)
+        self.leader_listeners: dict[str, Callable[[int], None]] = {}
         self.auto_creating: set[str] = set()  # topics this broker is asking to create
         self.creating: set[str] = set()  # create_topic records in flight (controller)
         self._nursery: trio.Nursery | None = None
-        self._staged: dict[str, Any] | None = None
         self.balance_ticks = (max(1, config["leader.imbalance.check.interval.seconds"] * 1000
                                   // tick_ms)
                               if config["auto.leader.rebalance.enable"] else 0)
@@ -245,6 +255,31 @@ class ClusterRuntime:
             return ErrorCode.unknown_topic_or_partition
         return None if self.leads(topic, index) else ErrorCode.not_leader_or_follower
 
+    def led_partition(self, topic: str, index: int) -> tuple[Partition | None, ErrorCode]:
+        """The local partition if this broker leads it (error NONE), else None
+        and UNKNOWN_TOPIC_OR_PARTITION or NOT_LEADER_OR_FOLLOWER: what
+        leader-only requests (Fetch from consumers, ListOffsets, DeleteRecords,
+        OffsetForLeaderEpoch) answer."""
+        error = self.partition_error(topic, index)
+        part = self.state.partition(topic, index) if error is None else None
+        if error is None and part is None:
+            error = ErrorCode.unknown_topic_or_partition
+        return part, error or ErrorCode.none
+
+    async def wait_leaders(self, topic: str, timeout_s: float) -> bool:
+        """Wait (bounded) until ``topic`` exists and every partition has a
+        leader this broker knows of; False on timeout."""
+        with trio.move_on_after(timeout_s):
+            while True:
+                meta = self.image.topics.get(topic)
+                if meta is not None and all(
+                        (topic, i) in self.assignments
+                        and self.partition_view(topic, i)[0] != NO_NODE
+                        for i in range(meta.partitions)):
+                    return True
+                await trio.sleep(self.tick_s)
+        return False
+
     def partition_view(self, topic: str, index: int) -> tuple[int, int, tuple[int, ...],
                                                                   tuple[int, ...]]:
         """(leader or -1, leader epoch, replicas, isr) for Metadata. A broker
@@ -288,21 +323,14 @@ class ClusterRuntime:
     def allocate_producer_id(self) -> int:
         """Ids ``node_id << 40 | n`` from durable local blocks: unique cluster-wide
         without a controller round trip, never reused after a restart."""
+        # ids a data directory of an older single-node broker handed out stay unused
+        self._pid_next = max(self._pid_next, self.image.producer_id_limit)
         if self._pid_next >= self._pid_limit:
             self._pid_limit = self._pid_next + PRODUCER_ID_BLOCK
             atomic_write(self._pid_path, str(self._pid_limit).encode())
         pid = (self.node_id << PRODUCER_ID_NODE_SHIFT) | self._pid_next
         self._pid_next += 1
         return pid
-
-    # -- metadata changes staged by BrokerState (see cluster.admin.commit_staged) --------
-
-    def stage(self, intent: dict[str, Any]) -> None:
-        self._staged = intent
-
-    def take_staged(self) -> dict[str, Any] | None:
-        intent, self._staged = self._staged, None
-        return intent
 
     # -- proposals ----------------------------------------------------------------------
 
@@ -427,21 +455,32 @@ class ClusterRuntime:
 
     # -- the driver ---------------------------------------------------------------------
 
-    async def run(self) -> None:
+    async def run(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+                  ) -> None:
+        """The driver. Reports started at once in a cluster (its peers may not
+        be up yet); a quorum of one first replays its log and registers, so
+        it serves its whole state from its first answer (bounded wait)."""
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
             for peer in self.peers.values():
                 nursery.start_soon(peer.run)
             nursery.start_soon(self._ticker)
-            while True:
-                await self._wake.wait()
-                self._wake = trio.Event()
-                if self._tick_due:
-                    self._tick_due = False
-                    self._tick()
-                for _ in range(8):
-                    if not await self._round():
-                        break
+            nursery.start_soon(self._drive)
+            if self.alone:
+                self.lifecycle.heartbeat(self.ticks)
+                await self.lifecycle.wait_serving(timeout_s=30.0)
+            task_status.started()
+
+    async def _drive(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake = trio.Event()
+            if self._tick_due:
+                self._tick_due = False
+                self._tick()
+            for _ in range(8):
+                if not await self._round():
+                    break
 
     async def _ticker(self) -> None:
         while True:
@@ -498,7 +537,7 @@ class ClusterRuntime:
         logs = [g.storage.plog for g, r in batch
                 if r.must_sync and not (lazy and g.gid != METADATA_GROUP)]
         if logs:
-            await self.state.flusher.sync(*logs)  # an fsync failure stops the broker
+            await self.state.flusher.sync_now(*logs)  # an fsync failure stops the broker
         self._send([m for _g, r in batch for m in r.messages], announce)
         for group, ready in batch:
             if group.removed:
@@ -544,6 +583,9 @@ class ClusterRuntime:
             if raft.leader != NO_NODE:
                 part.leader_epoch = raft.term
             part.notify_append()
+            listener = self.leader_listeners.get(part.topic)
+            if listener is not None and raft.role is Role.LEADER:
+                listener(part.index)
         group.notify()
 
     # -- groups and partitions ------------------------------------------------------------
@@ -556,12 +598,14 @@ class ClusterRuntime:
         self.groups[gid] = group
         if part is not None:
             part.hw_source = lambda: group.hw
-            if replicas[0] == self.node_id and group.raft.term == 0:
-                # A brand-new partition: its preferred replica campaigns as soon as
-                # the other replicas have applied the record too, instead of
-                # everyone waiting out a randomized election timeout (Kafka names
-                # a leader at creation).
-                self._first_campaigns[gid] = self.ticks + FIRST_CAMPAIGN_TICKS
+        if replicas == (self.node_id,):
+            group.raft.campaign()  # a lone replica elects itself at once
+        elif part is not None and replicas[0] == self.node_id and group.raft.term == 0:
+            # A brand-new partition: its preferred replica campaigns as soon as
+            # the other replicas have applied the record too, instead of
+            # everyone waiting out a randomized election timeout (Kafka names
+            # a leader at creation).
+            self._first_campaigns[gid] = self.ticks + FIRST_CAMPAIGN_TICKS
         self.kick()
         return group
 

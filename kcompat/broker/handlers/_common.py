@@ -65,22 +65,34 @@ def duplicates(names: Iterable[Any]) -> set[Any]:
     return {name for name, n in counts.items() if n > 1}
 
 
-def check_replicas(broker_ids: Sequence[int], node_id: int) -> None:
-    """A manual replica list must be exactly this (single) broker, once."""
+def check_replicas(broker_ids: Sequence[int], registered: Iterable[int],
+                   replication: int | None = None) -> None:
+    """A manual replica list: registered brokers, each once, as many as the
+    other partitions of the request have (Kafka's messages)."""
     if not broker_ids:
         raise TopicError(ErrorCode.invalid_replica_assignment,
                          "The manual partition assignment includes an empty replica list.")
-    for broker in broker_ids:
-        if broker != node_id:
+    known = set(registered)
+    previous = None
+    for broker in sorted(broker_ids):
+        if broker not in known:
             raise TopicError(
                 ErrorCode.invalid_replica_assignment,
                 f"The manual partition assignment includes broker {broker}, but no such "
                 "broker is registered.",
             )
-    if len(broker_ids) > 1:
+        if broker == previous:
+            raise TopicError(
+                ErrorCode.invalid_replica_assignment,
+                f"The manual partition assignment includes the broker {broker} more than once.",
+            )
+        previous = broker
+    if replication is not None and len(broker_ids) != replication:
         raise TopicError(
             ErrorCode.invalid_replica_assignment,
-            f"The manual partition assignment includes the broker {node_id} more than once.",
+            f"The manual partition assignment includes a partition with {len(broker_ids)} "
+            f"replica(s), but this is not consistent with previous partitions, which have "
+            f"{replication} replica(s).",
         )
 
 
@@ -160,14 +172,15 @@ def refuse_broker_change(state: BrokerState, name: str, keys: Iterable[str]) -> 
         )
 
 
-AlterOne = Callable[[Any, Any, bool], None]
+AlterOne = Callable[[Any, Any], dict[str, Any] | None]
 
 
 async def alter_results(ctx: Any, request: Any, alter: AlterOne) -> tuple[Any, ...]:
-    """Run ``alter(ctx, resource, validate_only)`` per resource of an (Incremental)
-    AlterConfigs request; TopicError becomes that resource's error. In cluster
-    mode the change ``alter`` staged is then committed through the controller."""
-    from kcompat.broker.cluster.admin import commit_staged
+    """Run ``alter(ctx, resource)`` per resource of an (Incremental)
+    AlterConfigs request; TopicError becomes that resource's error. The
+    validated change ``alter`` returns is then committed through the
+    controller (``cluster.admin.submit``) unless the request only validates."""
+    from kcompat.broker.cluster.admin import submit
 
     dups = duplicates((r.resource_type, r.resource_name) for r in request.resources)
     out, reported = [], set()
@@ -181,8 +194,9 @@ async def alter_results(ctx: Any, request: Any, alter: AlterOne) -> tuple[Any, .
             code, message = ErrorCode.invalid_request, "Duplicate resource."
         else:
             try:
-                alter(ctx, resource, request.validate_only)
-                await commit_staged(ctx.state)
+                change = alter(ctx, resource)
+                if change is not None and not request.validate_only:
+                    await submit(ctx.state, change)
             except TopicError as e:
                 code, message = e.code, e.message
         out.append(ctx.build(

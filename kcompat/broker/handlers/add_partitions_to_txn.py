@@ -21,13 +21,10 @@ from kcompat.broker.state import now_ms
 async def handle(ctx: RequestContext, request: Any) -> Any:
     tid = request.v3_and_below_transactional_id
     wanted = [(t.name, p) for t in request.v3_and_below_topics for p in t.partitions]
-    cluster = ctx.state.cluster
-    if cluster is None:
-        unknown = {tp for tp in wanted if ctx.state.partition(*tp) is None}
-    else:  # cluster mode: the partitions need not be local
-        unknown = {tp for tp in wanted if tp not in cluster.assignments}
+    assignments = ctx.state.cluster.assignments  # the partitions need not be local
+    unknown = {tp for tp in wanted if tp not in assignments}
     gate = ctx.txns.coordinator_error(tid)
-    if gate is not None:  # cluster mode: not (yet) this id's coordinator
+    if gate is not None:  # not (yet) this id's coordinator
         errors = dict.fromkeys(wanted, gate)
     elif unknown:
         errors = {tp: ErrorCode.unknown_topic_or_partition if tp in unknown

@@ -26,22 +26,22 @@ from kcompat.broker.handlers._common import (
 from kcompat.broker.state import TopicError
 
 
-def _alter(ctx: RequestContext, resource: Any, validate_only: bool) -> None:
+def _alter(ctx: RequestContext, resource: Any) -> dict[str, Any] | None:
     nulls = [c.name for c in resource.configs if c.value is None]
     if nulls:
         raise TopicError(ErrorCode.invalid_request,
                          f"Null value not supported for : {','.join(nulls)}")
     changes = {c.name: c.value for c in resource.configs}
     if resource.resource_type == RESOURCE_TOPIC:
-        ctx.state.set_topic_configs(resource.resource_name, changes, validate_only)
-    elif resource.resource_type == RESOURCE_BROKER:
+        return ctx.state.set_topic_configs(resource.resource_name, changes)
+    if resource.resource_type == RESOURCE_BROKER:
         refuse_broker_change(ctx.state, resource.resource_name, changes)
-    else:
-        raise TopicError(
-            ErrorCode.invalid_request,
-            "AlterConfigs is only supported for topics and brokers, but resource type is "
-            f"{resource.resource_type}",
-        )
+        return None
+    raise TopicError(
+        ErrorCode.invalid_request,
+        "AlterConfigs is only supported for topics and brokers, but resource type is "
+        f"{resource.resource_type}",
+    )
 
 
 async def handle(ctx: RequestContext, request: Any) -> Any:

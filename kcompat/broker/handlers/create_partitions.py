@@ -1,8 +1,9 @@
 """CreatePartitions (key 37), versions 0-3.
 
 Quirks: ``count`` is the new total. Manual ``assignments`` (one per new
-partition) may only name this broker, once each; a wrong number of them is
-INVALID_REPLICA_ASSIGNMENT with Kafka's message. A topic named twice is
+partition) name registered brokers, once each, as many as the topic's
+replication factor; a wrong number of them is INVALID_REPLICA_ASSIGNMENT with
+Kafka's message. Committed through the controller (``cluster.admin.submit``). A topic named twice is
 INVALID_REQUEST ("Duplicate topic name."); an unknown topic
 UNKNOWN_TOPIC_OR_PARTITION; a count that is not an increase INVALID_PARTITIONS.
 ``validate_only`` changes nothing.
@@ -14,15 +15,17 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from kcompat.broker.cluster.admin import submit
 from kcompat.broker.context import RequestContext
 from kcompat.broker.handlers._common import NO_THROTTLE, OK, check_replicas, duplicates
 from kcompat.broker.state import TopicError
 
 
-def _check_assignments(ctx: RequestContext, topic: Any) -> None:
+def _manual_assignment(ctx: RequestContext, topic: Any) -> list[list[int]] | None:
+    """Validate manual assignments of the new partitions (None without any)."""
     meta = ctx.state.topics.get(topic.name)
     if meta is None or topic.assignments is None:
-        return  # add_partitions reports the unknown topic
+        return None  # add_partitions reports the unknown topic
     added = topic.count - meta.partitions
     if added > 0 and len(topic.assignments) != added:
         raise TopicError(
@@ -30,21 +33,22 @@ def _check_assignments(ctx: RequestContext, topic: Any) -> None:
             f"Attempted to add {added} additional partition(s), but only "
             f"{len(topic.assignments)} assignment(s) were specified.",
         )
+    found = ctx.state.cluster.assignments.get((topic.name, 0))
+    replication = len(found[1]) if found else None
     for assignment in topic.assignments:
-        check_replicas(assignment.broker_ids, ctx.state.node_id)
+        check_replicas(assignment.broker_ids, ctx.state.cluster.image.brokers, replication)
+    return [list(a.broker_ids) for a in topic.assignments]
 
 
 async def _create(ctx: RequestContext, topic: Any, validate_only: bool) -> Any:
-    from kcompat.broker.cluster.admin import commit_staged
-
     code, message = OK, None
     try:
-        if ctx.state.cluster is not None and topic.assignments is not None:
-            raise TopicError(ErrorCode.invalid_replica_assignment,
-                             "manual replica assignments are not supported in cluster mode")
-        _check_assignments(ctx, topic)
-        ctx.state.add_partitions(topic.name, topic.count, validate_only)
-        await commit_staged(ctx.state)  # cluster mode: through the controller
+        manual = _manual_assignment(ctx, topic)
+        intent = ctx.state.add_partitions(topic.name, topic.count)
+        if manual:
+            intent["assignments"] = manual
+        if not validate_only:
+            await submit(ctx.state, intent)
     except TopicError as e:
         code, message = e.code, e.message
     return ctx.build("CreatePartitionsTopicResult", name=topic.name, error_code=code,

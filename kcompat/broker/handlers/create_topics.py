@@ -6,9 +6,12 @@ effective config of every topic key (name, value, source) the way Kafka 4 does;
 v7 adds the topic id. A failed topic answers -1/-1 and no configs. A topic named
 twice in one request is INVALID_REQUEST ("Duplicate topic name.") for that name,
 once. Manual assignments need num_partitions and replication_factor of -1,
-partitions 0..n-1 and exactly this broker as the one replica of each, else
-INVALID_REQUEST / INVALID_REPLICA_ASSIGNMENT with Kafka's messages. Null config
-values and bad configs are INVALID_CONFIG. ``validate_only`` creates nothing.
+partitions 0..n-1, and registered brokers, each once per partition and as many
+for every partition, else INVALID_REQUEST / INVALID_REPLICA_ASSIGNMENT with
+Kafka's messages. Null config values and bad configs are INVALID_CONFIG.
+``validate_only`` creates nothing. Only the controller creates topics
+(NOT_CONTROLLER elsewhere; a single broker is its own controller); it answers
+once the topic's record is committed and applied (``cluster.admin``).
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from kcompat.broker.cluster import admin
 from kcompat.broker.context import RequestContext
 from kcompat.broker.handlers._common import (
     NO_THROTTLE,
@@ -31,27 +35,29 @@ from kcompat.broker.state import TopicError
 from kcompat.broker.topic_config import TOPIC_CONFIGS
 
 
-def _manual_partitions(ctx: RequestContext, topic: Any) -> int:
-    """Validate a manual assignment; returns the partition count it describes."""
+def _manual_assignment(ctx: RequestContext, topic: Any) -> list[tuple[int, ...]]:
+    """Validate a manual assignment; the replica list of each partition."""
     if topic.replication_factor != -1:
         raise TopicError(ErrorCode.invalid_request, "A manual partition assignment was "
                          "specified, but replication factor was not set to -1.")
     if topic.num_partitions != -1:
         raise TopicError(ErrorCode.invalid_request, "A manual partition assignment was "
                          "specified, but numPartitions was not set to -1.")
-    seen: set[int] = set()
+    seen: dict[int, tuple[int, ...]] = {}
+    registered = ctx.state.cluster.image.brokers
     for a in topic.assignments:
         if a.partition_index in seen:
             raise TopicError(
                 ErrorCode.invalid_replica_assignment,
                 f"Found multiple manual partition assignments for partition {a.partition_index}",
             )
-        seen.add(a.partition_index)
-        check_replicas(a.broker_ids, ctx.state.node_id)
-    if seen != set(range(len(seen))):
+        first = next(iter(seen.values()), None)
+        check_replicas(a.broker_ids, registered, len(first) if first else None)
+        seen[a.partition_index] = tuple(a.broker_ids)
+    if set(seen) != set(range(len(seen))):
         raise TopicError(ErrorCode.invalid_replica_assignment,
                          "partitions should be a consecutive 0-based integer sequence")
-    return len(seen)
+    return [seen[i] for i in range(len(seen))]
 
 
 def _configs(ctx: RequestContext, meta: TopicMeta) -> tuple[Any, ...]:
@@ -73,33 +79,34 @@ def _error(ctx: RequestContext, name: str, code: ErrorCode, message: str | None)
     )
 
 
-def _create(ctx: RequestContext, topic: Any, validate_only: bool) -> Any:
+async def _create(ctx: RequestContext, topic: Any, validate_only: bool) -> Any:
     try:
-        partitions, replication = topic.num_partitions, topic.replication_factor
-        if topic.assignments:
-            partitions, replication = _manual_partitions(ctx, topic), 1
+        manual = _manual_assignment(ctx, topic) if topic.assignments else None
         configs = null_config_check(topic.configs)
-        meta = ctx.state.create_topic(topic.name, partitions, replication, configs,
-                                      validate_only)
+        meta = await admin.create_topic(ctx.state, topic.name, topic.num_partitions,
+                                        topic.replication_factor, configs, validate_only,
+                                        manual)
     except TopicError as e:
         return _error(ctx, topic.name, e.code, e.message)
+    if manual:
+        replication = len(manual[0])
+    elif topic.replication_factor == -1:
+        replication = ctx.state.config["default.replication.factor"]
+    else:
+        replication = topic.replication_factor
     return ctx.build(
         "CreatableTopicResult", name=topic.name, topic_id=meta.topic_id, error_code=OK,
         error_message=None, topic_config_error_code=0, num_partitions=meta.partitions,
-        replication_factor=1, configs=_configs(ctx, meta),
+        replication_factor=replication, configs=_configs(ctx, meta),
     )
 
 
 async def handle(ctx: RequestContext, request: Any) -> Any:
-    if ctx.state.cluster is not None:  # cluster mode: through the controller
-        from kcompat.broker.cluster.admin import create_topics
-
-        return await create_topics(ctx, request)
     dups = duplicates(t.name for t in request.topics)
     results, reported = [], set()
     for topic in request.topics:
         if topic.name not in dups:
-            results.append(_create(ctx, topic, request.validate_only))
+            results.append(await _create(ctx, topic, request.validate_only))
         elif topic.name not in reported:
             reported.add(topic.name)
             results.append(_error(ctx, topic.name, ErrorCode.invalid_request,

@@ -5,9 +5,9 @@ high watermark, or negative other than -1, is OFFSET_OUT_OF_RANGE; one at or
 below the log start changes nothing. Every partition answers its (new)
 low watermark, the log start offset; an unknown topic or partition answers
 UNKNOWN_TOPIC_OR_PARTITION with low watermark -1. Segment deletion runs without
-an await, so no append can interleave with it. Cluster mode: only the leader
-accepts it (else NOT_LEADER_OR_FOLLOWER); followers follow the leader's log
-start (``cluster.log_starts``).
+an await, so no append can interleave with it. Only the leader accepts it
+(else NOT_LEADER_OR_FOLLOWER); followers follow the leader's log start
+(``cluster.log_starts``).
 """
 
 from __future__ import annotations
@@ -16,32 +16,25 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from kcompat.broker.cluster import log_starts
 from kcompat.broker.context import RequestContext
-from kcompat.broker.handlers._common import NO_THROTTLE, OK
+from kcompat.broker.handlers._common import NO_THROTTLE
 from kcompat.broker.state import now_ms
 
 HIGH_WATERMARK = -1
 
 
 async def _partition(ctx: RequestContext, topic: str, req: Any) -> Any:
-    part = ctx.state.partition(topic, req.partition_index)
     cluster = ctx.state.cluster
-    code, low = OK, -1
-    cluster_error = cluster.partition_error(topic, req.partition_index) if cluster else None
-    if cluster_error is not None:  # cluster mode: the leader only (followers follow it)
-        code = cluster_error
-    elif part is None:
-        code = ErrorCode.unknown_topic_or_partition
-    else:
+    part, code = cluster.led_partition(topic, req.partition_index)  # followers follow it
+    low = -1
+    if part is not None:
         offset = part.high_watermark if req.offset == HIGH_WATERMARK else req.offset
         if offset < 0 or offset > part.high_watermark:
             code = ErrorCode.offset_out_of_range
         else:
             part.log.delete_records_before(offset, now_ms())
-            if cluster is not None:
-                from kcompat.broker.cluster import log_starts
-
-                log_starts.sync_all(cluster)
+            log_starts.sync_all(cluster)
         low = part.log.log_start_offset
     return ctx.build("DeleteRecordsPartitionResult", partition_index=req.partition_index,
                      low_watermark=low, error_code=code)

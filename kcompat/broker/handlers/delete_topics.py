@@ -10,12 +10,12 @@ TOPIC_DELETION_DISABLED. v6 answers carry the deleted topic's id.
 
 from __future__ import annotations
 
-import dataclasses
 import uuid
 from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from kcompat.broker.cluster.admin import delete_topic
 from kcompat.broker.context import RequestContext
 from kcompat.broker.handlers._common import NO_THROTTLE, OK, duplicates
 from kcompat.broker.state import TopicError
@@ -48,10 +48,7 @@ def _delete(ctx: RequestContext, name: str | None, topic_id: uuid.UUID | None,
         topic_id = meta.topic_id if meta is not None else topic_id
         if not state.config["delete.topic.enable"]:
             raise TopicError(ErrorCode.topic_deletion_disabled, "Topic deletion is disabled.")
-        if state.cluster is not None:  # cluster mode: committed through the controller below
-            pending.append(name)
-        else:
-            state.delete_topic(name)
+        pending.append(name)  # committed through the controller below
     except TopicError as e:
         code, message = e.code, e.message
     return ctx.build("DeletableTopicResult", name=name, topic_id=topic_id,
@@ -77,20 +74,20 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
             continue
         results.append(_delete(ctx, name, topic_id, pending))
     if pending:
-        results = await _delete_in_cluster(ctx, results, pending)
+        results = await _commit_deletions(ctx, results, pending)
     return ctx.response(throttle_time=NO_THROTTLE, responses=tuple(results))
 
 
-async def _delete_in_cluster(ctx: RequestContext, results: list[Any],
-                             pending: list[str]) -> list[Any]:
-    from kcompat.broker.cluster.admin import delete_topic
-
+async def _commit_deletions(ctx: RequestContext, results: list[Any],
+                            pending: list[str]) -> list[Any]:
+    """Delete through the controller (NOT_CONTROLLER elsewhere), each answered
+    once its record is committed and applied."""
     failed: dict[str, TopicError] = {}
     for name in pending:
         try:
             await delete_topic(ctx.state, name)
         except TopicError as e:
             failed[name] = e
-    return [dataclasses.replace(r, error_code=failed[r.name].code,
-                                error_message=failed[r.name].message)
+    return [ctx.build("DeletableTopicResult", name=r.name, topic_id=getattr(r, "topic_id", None),
+                      error_code=failed[r.name].code, error_message=failed[r.name].message)
             if r.name in failed else r for r in results]

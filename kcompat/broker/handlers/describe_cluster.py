@@ -16,7 +16,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from kcompat.broker.context import RequestContext
-from kcompat.broker.handlers._common import NO_THROTTLE, OK, advertised_host
+from kcompat.broker.handlers._common import NO_THROTTLE, OK
 
 BROKERS_ENDPOINT, CONTROLLERS_ENDPOINT = 1, 2
 OMITTED_OPERATIONS = -(2**31)
@@ -35,16 +35,12 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
             "an endpoint of type CONTROLLER",
             endpoint_type=endpoint, cluster_id=state.cluster_id, controller_id=-1, brokers=(),
         )
-    brokers = (ctx.build("DescribeClusterBroker", broker_id=state.node_id,
-                         host=advertised_host(state), port=state.advertised_port,
-                         rack=state.config["broker.rack"] or None),)
-    controller_id = state.node_id
-    if state.cluster is not None:  # cluster mode: the live brokers; the metadata leader
-        await state.cluster.lifecycle.wait_serving(timeout_s=5.0)
-        brokers = tuple(
-            ctx.build("DescribeClusterBroker", broker_id=node, rack=rack, host=host, port=port)
-            for node, host, port, rack in state.cluster.lifecycle.broker_endpoints())
-        controller_id = state.cluster.controller_id
+    # the live brokers; the metadata leader
+    await state.cluster.lifecycle.wait_serving(timeout_s=5.0)
+    brokers = tuple(
+        ctx.build("DescribeClusterBroker", broker_id=node, rack=rack, host=host, port=port)
+        for node, host, port, rack in state.cluster.lifecycle.broker_endpoints())
+    controller_id = state.cluster.controller_id
     operations = (CLUSTER_OPERATIONS if request.include_cluster_authorized_operations
                   else OMITTED_OPERATIONS)
     return ctx.response(

@@ -77,16 +77,10 @@ def _read_all(ctx: RequestContext, request: Any) -> tuple[list[Any], int, bool]:
     for topic in request.topics:
         parts = []
         for fp in topic.partitions:
-            part = state.partition(topic.topic, fp.partition)
+            # only the leader serves consumers
+            part, code = state.cluster.led_partition(topic.topic, fp.partition)
             records = b""
-            code = OK
-            if state.cluster is not None:  # cluster mode: only the leader serves consumers
-                code = state.cluster.partition_error(topic.topic, fp.partition) or OK
-                if code != OK:
-                    part = None
-            if code == OK and part is None:
-                code = ErrorCode.unknown_topic_or_partition
-            elif code == OK and part is not None:
+            if part is not None:
                 code = _epoch_error(part, getattr(fp, "current_leader_epoch", -1)) or OK
             remaining = budget - total
             aborted: tuple[Any, ...] | None = None

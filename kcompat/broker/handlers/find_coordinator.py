@@ -1,14 +1,14 @@
 """FindCoordinator (key 10), versions 0-6.
 
-Quirks: single node, so this broker coordinates every group and every
-transactional id (key_type 0 and 1). v0-3 ask for one ``key`` and answer in
+Quirks: v0-3 ask for one ``key`` and answer in
 top-level fields; v4+ batch ``coordinator_keys`` and answer one entry per key.
 librdkafka < 2.11 enables LZ4 and its group coordinator only when v0 is
 advertised, so v0 stays served. Other key types (2, share groups, which v6 can
-name) are INVALID_REQUEST: kcompat has no share groups. Cluster mode: the
-coordinator is the leader of the key's ``__consumer_offsets`` /
+name) are INVALID_REQUEST: kcompat has no share groups. The coordinator of a
+group (key_type 0) or transactional id (1) is the leader of the key's ``__consumer_offsets`` /
 ``__transaction_state`` partition, COORDINATOR_NOT_AVAILABLE while it has none
-or the topic is still being created (on the first FindCoordinator).
+or the topic is still being created (on the first FindCoordinator, which waits
+up to ``CREATION_WAIT_S`` for the new topic's leaders first).
 """
 
 from __future__ import annotations
@@ -21,10 +21,11 @@ from kcompat.broker.context import RequestContext
 from kcompat.broker.handlers._common import NO_THROTTLE, OK, advertised_host
 
 GROUP, TRANSACTION = 0, 1
+CREATION_WAIT_S = 2.0
 
 
-def _cluster_answer(ctx: RequestContext, key_type: int, key: str) -> dict[str, Any]:
-    """Cluster mode: the coordinator of a group (a transactional id) is the
+def _coordinator(ctx: RequestContext, key_type: int, key: str) -> dict[str, Any]:
+    """The coordinator of a group (a transactional id) is the
     Raft leader of its ``__consumer_offsets`` (``__transaction_state``)
     partition; the first FindCoordinator for a missing one has it created
     (through the controller, like Kafka) and is answered
@@ -35,7 +36,6 @@ def _cluster_answer(ctx: RequestContext, key_type: int, key: str) -> dict[str, A
 
     state = ctx.state
     cluster = state.cluster
-    assert cluster is not None
     topic = OFFSETS_TOPIC if key_type == GROUP else TXN_TOPIC
     meta = state.topics.get(topic)
     if meta is None:
@@ -47,7 +47,7 @@ def _cluster_answer(ctx: RequestContext, key_type: int, key: str) -> dict[str, A
             if leader == state.node_id:
                 return {"error_code": OK, "error_message": None, "node_id": state.node_id,
                         "host": advertised_host(state), "port": state.advertised_port}
-            if leader in cluster.voters:
+            if leader in cluster.peers:
                 host, port = cluster.voters[leader]
                 return {"error_code": OK, "error_message": None, "node_id": leader,
                         "host": host, "port": port}
@@ -57,19 +57,32 @@ def _cluster_answer(ctx: RequestContext, key_type: int, key: str) -> dict[str, A
 
 
 def _answer(ctx: RequestContext, key_type: int, key: str = "") -> dict[str, Any]:
-    state = ctx.state
-    if state.cluster is not None and key_type in (GROUP, TRANSACTION):
-        return _cluster_answer(ctx, key_type, key)
     if key_type in (GROUP, TRANSACTION):
-        return {"error_code": OK, "error_message": None, "node_id": state.node_id,
-                "host": advertised_host(state), "port": state.advertised_port}
+        return _coordinator(ctx, key_type, key)
     return {"error_code": ErrorCode.invalid_request,
             "error_message": f"Unknown coordinator type received: {key_type}",
             "node_id": -1, "host": "", "port": -1}
 
 
+async def _create_internal_topic(ctx: RequestContext, key_type: int) -> None:
+    """The first FindCoordinator for a missing internal topic has it created
+    and waits (briefly, bounded) for its leaders, instead of answering every
+    client COORDINATOR_NOT_AVAILABLE for the next few retries."""
+    from kcompat.broker.cluster.admin import auto_create
+    from kcompat.broker.groups import OFFSETS_TOPIC
+    from kcompat.broker.transactions import TXN_TOPIC
+
+    topic = OFFSETS_TOPIC if key_type == GROUP else TXN_TOPIC
+    cluster = ctx.state.cluster
+    if topic not in ctx.state.topics:
+        auto_create(ctx.state, topic)
+        await cluster.wait_leaders(topic, CREATION_WAIT_S)
+
+
 async def handle(ctx: RequestContext, request: Any) -> Any:
     key_type = getattr(request, "key_type", GROUP)
+    if key_type in (GROUP, TRANSACTION):
+        await _create_internal_topic(ctx, key_type)
     if not hasattr(request, "coordinator_keys"):
         return ctx.response(throttle_time=NO_THROTTLE,
                             **_answer(ctx, key_type, getattr(request, "key", "")))

@@ -75,12 +75,12 @@ def _apply(ctx: RequestContext, overrides: dict[str, Any], op: Any) -> None:
             overrides[name] = [v for v in current if v not in items]
 
 
-def _alter(ctx: RequestContext, resource: Any, validate_only: bool) -> None:
+def _alter(ctx: RequestContext, resource: Any) -> dict[str, Any] | None:
     _check_ops(resource.configs)
     if resource.resource_type == RESOURCE_BROKER:
         refuse_broker_change(ctx.state, resource.resource_name,
                              (c.name for c in resource.configs))
-        return
+        return None
     if resource.resource_type != RESOURCE_TOPIC:
         raise TopicError(ErrorCode.invalid_request,
                          f"Unsupported resource type: {resource.resource_type}")
@@ -91,7 +91,7 @@ def _alter(ctx: RequestContext, resource: Any, validate_only: bool) -> None:
     overrides = dict(meta.configs)
     for op in resource.configs:
         _apply(ctx, overrides, op)
-    ctx.state.set_topic_configs(meta.name, overrides, validate_only)
+    return ctx.state.set_topic_configs(meta.name, overrides)
 
 
 async def handle(ctx: RequestContext, request: Any) -> Any:

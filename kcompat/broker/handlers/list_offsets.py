@@ -14,20 +14,15 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from kcompat.broker.context import RequestContext
-from kcompat.broker.handlers._common import NO_THROTTLE, OK
+from kcompat.broker.handlers._common import NO_THROTTLE
 from kcompat.broker.offsets import offset_for_time
 from kcompat.wire.records import RecordError
 
 
 def _partition(ctx: RequestContext, topic: str, req: Any, committed: bool) -> Any:
-    part = ctx.state.partition(topic, req.partition_index)
-    code, offset, ts, epoch = OK, -1, -1, -1
-    cluster = ctx.state.cluster
-    if cluster is not None and cluster.partition_error(topic, req.partition_index):
-        code = cluster.partition_error(topic, req.partition_index) or OK  # not the leader
-    elif part is None:
-        code = ErrorCode.unknown_topic_or_partition
-    else:
+    part, code = ctx.state.cluster.led_partition(topic, req.partition_index)
+    offset, ts, epoch = -1, -1, -1
+    if part is not None:
         epoch = part.leader_epoch
         current = getattr(req, "current_leader_epoch", -1)
         if current >= 0 and current != part.leader_epoch:

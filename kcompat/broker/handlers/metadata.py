@@ -4,8 +4,10 @@ Quirks: a null topic list (v1+) or an empty one (v0) means every topic. Topics
 may be auto-created when ``auto.create.topics.enable`` and the request allows
 it (v4+ field; always allowed below v4). aiokafka parses from v5, kcat's
 librdkafka 2.0.2 from v4. Topic ids appear from v10; a request may name topics
-by id only (v10+). Single node: this broker leads every partition with the
-partition's leader epoch; replicas and ISR are just this node.
+by id only (v10+). Leaders, epochs, replicas and ISR come from the Raft
+groups (and leaders' announcements for partitions this broker does not
+replicate); the brokers are the live ones. A starting broker holds its answer
+(bounded) until its metadata image has caught up.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from kcompat.broker.context import RequestContext
-from kcompat.broker.handlers._common import NO_THROTTLE, OK, advertised_host
+from kcompat.broker.handlers._common import NO_THROTTLE, OK
 from kcompat.broker.metadata import TopicMeta
 from kcompat.broker.state import TopicError, check_topic_name
 
@@ -25,10 +27,9 @@ ZERO_UUID = uuid.UUID(int=0)
 TOPIC_OPERATIONS = sum(1 << op for op in (3, 4, 5, 6, 7, 8, 10, 11))
 
 
-def _cluster_partitions(ctx: RequestContext, meta: TopicMeta) -> tuple[Any, ...]:
-    """Cluster mode: leaders, epochs, replicas and ISR from the Raft groups."""
+def _partitions(ctx: RequestContext, meta: TopicMeta) -> tuple[Any, ...]:
+    """Leaders, epochs, replicas and ISR from the Raft groups."""
     cluster = ctx.state.cluster
-    assert cluster is not None
     out = []
     live = {b.node_id for b in cluster.image.live_brokers()}
     for index in range(meta.partitions):
@@ -46,35 +47,13 @@ def _cluster_partitions(ctx: RequestContext, meta: TopicMeta) -> tuple[Any, ...]
 
 
 def _brokers(ctx: RequestContext, topics: tuple[Any, ...]) -> tuple[tuple[Any, ...], int]:
-    """(brokers, controller id): the live brokers (and the leaders named in
-    ``topics``) in cluster mode, else this node."""
-    state = ctx.state
-    if state.cluster is None:
-        broker = ctx.build("MetadataResponseBroker", node_id=state.node_id,
-                           host=advertised_host(state), port=state.advertised_port,
-                           rack=state.config["broker.rack"] or None)
-        return (broker,), state.node_id
+    """(brokers, controller id): the live brokers and the leaders named in ``topics``."""
+    cluster = ctx.state.cluster
     leaders = {p.leader_id for t in topics for p in t.partitions if p.leader_id >= 0}
     brokers = tuple(
         ctx.build("MetadataResponseBroker", node_id=node, host=host, port=port, rack=rack)
-        for node, host, port, rack in state.cluster.lifecycle.broker_endpoints(leaders))
-    return brokers, state.cluster.controller_id
-
-
-def _partitions(ctx: RequestContext, meta: TopicMeta) -> tuple[Any, ...]:
-    if ctx.state.cluster is not None:
-        return _cluster_partitions(ctx, meta)
-    node = ctx.state.node_id
-    out = []
-    for index in range(meta.partitions):
-        part = ctx.state.partition(meta.name, index)
-        out.append(ctx.build(
-            "MetadataResponsePartition",
-            error_code=OK, partition_index=index, leader_id=node,
-            leader_epoch=part.leader_epoch if part else 0,
-            replica_nodes=(node,), isr_nodes=(node,), offline_replicas=(),
-        ))
-    return tuple(out)
+        for node, host, port, rack in cluster.lifecycle.broker_endpoints(leaders))
+    return brokers, cluster.controller_id
 
 
 def _topic(ctx: RequestContext, meta: TopicMeta) -> Any:
@@ -100,18 +79,15 @@ def _lookup(ctx: RequestContext, name: str, auto_create: bool) -> Any:
         return _error_topic(ctx, name, ErrorCode.unknown_topic_or_partition)
     try:
         check_topic_name(name)
-        created = state.auto_create(name)
+        state.auto_create(name)  # LEADER_NOT_AVAILABLE while it is being created
     except TopicError as e:
         return _error_topic(ctx, name, e.code)
-    if created is None:
-        return _error_topic(ctx, name, ErrorCode.unknown_topic_or_partition)
-    return _topic(ctx, created)
+    return _error_topic(ctx, name, ErrorCode.unknown_topic_or_partition)
 
 
 async def handle(ctx: RequestContext, request: Any) -> Any:
     state = ctx.state
-    if state.cluster is not None:  # cluster mode: answer from a caught-up metadata image
-        await state.cluster.lifecycle.wait_serving(timeout_s=5.0)
+    await state.cluster.lifecycle.wait_serving(timeout_s=5.0)  # a caught-up image
     requested = request.topics
     if requested is None or (ctx.version == 0 and not requested):
         topics = tuple(_topic(ctx, meta) for meta in list(state.topics.values()))

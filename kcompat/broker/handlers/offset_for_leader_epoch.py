@@ -13,17 +13,14 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from kcompat.broker.context import RequestContext
-from kcompat.broker.handlers._common import NO_THROTTLE, OK
+from kcompat.broker.handlers._common import NO_THROTTLE
 
 
 def _partition(ctx: RequestContext, topic: str, req: Any) -> Any:
-    part = ctx.state.partition(topic, req.partition)
-    code, epoch, end = OK, -1, -1
-    cluster = ctx.state.cluster
-    if cluster is not None and cluster.partition_error(topic, req.partition):
-        code = cluster.partition_error(topic, req.partition) or OK  # not the leader
-    elif part is None:
-        code = ErrorCode.unknown_topic_or_partition
+    part, code = ctx.state.cluster.led_partition(topic, req.partition)
+    epoch, end = -1, -1
+    if part is None:
+        pass
     elif req.current_leader_epoch >= 0 and req.current_leader_epoch != part.leader_epoch:
         code = (ErrorCode.unknown_leader_epoch if req.current_leader_epoch > part.leader_epoch
                 else ErrorCode.fenced_leader_epoch)

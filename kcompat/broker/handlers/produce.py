@@ -3,9 +3,25 @@ detection) but refused.
 
 Quirks: librdkafka <= 2.0 sends v7, aiokafka v8, kafka-python v9, librdkafka 2.x
 v10, Java 3.9 v11, Java 4 v12; v13 is never advertised (topic ids only).
-acks=0 gets no response at all. acks=-1 answers only after the group-committed
-fsync (``kcompat.flush.mode=acks_all``, the default); ``always`` also syncs
-acks=1, ``never`` leaves flushing to the OS as Kafka does by default.
+acks=0 gets no response at all.
+
+Only the Raft leader of a partition accepts a batch; anyone else answers
+NOT_LEADER_OR_FOLLOWER (also a replica-less broker for a topic that exists),
+and the client refreshes metadata and retries at the leader. On the leader the
+hot path (``append_records``: batch validation, CRC, idempotence and
+transaction checks — a transaction's first batch in a partition verified first
+with its coordinator, ``cluster.txn_verify``) ends in a Raft proposal written
+to the log at once (``ClusterRuntime.propose_batch``), so the offset and the
+producer state are final before any await.
+
+Acknowledgement: ``acks=all`` answers once the high watermark (the Raft commit
+index, reached only by entries durable on a quorum, the leader included — on a
+single broker, its own fsync) is past the batch, in the term that wrote it; if
+leadership is lost first the answer is NOT_LEADER_OR_FOLLOWER and an idempotent
+producer's retry is deduplicated by the new leader, which rebuilt the same
+producer state from the replicated log. ``acks=1`` answers after the leader's
+own append (made durable first under ``kcompat.flush.mode=always``), as in
+Kafka. A duplicate batch with acks=all waits for the commit of the original.
 """
 
 from __future__ import annotations
@@ -13,14 +29,18 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import trio
 from kio.schema.errors import ErrorCode
 
 from kcompat.broker.append import AppendResult, append_records
+from kcompat.broker.cluster.runtime import ClusterRuntime, Group, NotLeaderError
 from kcompat.broker.context import RequestContext
 from kcompat.broker.handlers._common import NO_THROTTLE, ms_to_datetime
 from kcompat.broker.partition import Partition
 from kcompat.broker.state import now_ms
 from kcompat.wire.batch import BatchHeader
+
+_Row = tuple[int, AppendResult, Partition | None, Group | None, int]
 
 
 def _partition_response(ctx: RequestContext, index: int, result: AppendResult,
@@ -43,10 +63,9 @@ def _txn_check(ctx: RequestContext, topic: str, index: int
     """KIP-890 part 1: a transactional batch must belong to an ongoing
     transaction of its producer that includes this partition."""
     def check(header: BatchHeader) -> ErrorCode | None:
-        cluster = ctx.state.cluster
-        if cluster is not None and not ctx.txns.serves_producer(header.producer_id):
-            # cluster mode: another broker coordinates it (cluster.txn_verify asked it)
-            accepted = cluster.verifier.accepts(topic, index, header)
+        if not ctx.txns.serves_producer(header.producer_id):
+            # another broker coordinates it (cluster.txn_verify asked it)
+            accepted = ctx.state.cluster.verifier.accepts(topic, index, header)
             return None if accepted else ErrorCode.invalid_txn_state
         # the coordinator is here: the same answer it gives other brokers' leaders
         tid = ctx.txns.coordinator.by_producer.get(header.producer_id)
@@ -57,53 +76,80 @@ def _txn_check(ctx: RequestContext, topic: str, index: int
     return check
 
 
-def _needs_sync(ctx: RequestContext, acks: int) -> bool:
-    mode = ctx.state.config["kcompat.flush.mode"]
-    return mode == "always" or (mode == "acks_all" and acks == -1)
+def _needs_sync(ctx: RequestContext) -> bool:
+    """acks=0/1 made durable before the answer (``kcompat.flush.mode=always``)."""
+    return bool(ctx.state.config["kcompat.flush.mode"] == "always")
+
+def _append(ctx: RequestContext, cluster: ClusterRuntime, topic: str, pdata: Any,
+            acks: int, now: int) -> _Row:
+    state = ctx.state
+    meta = state.topics.get(topic)
+    if acks not in (-1, 0, 1):
+        return pdata.index, AppendResult(ErrorCode.invalid_required_acks), None, None, -1
+    if meta is None or (topic, pdata.index) not in cluster.assignments:
+        return pdata.index, AppendResult(ErrorCode.unknown_topic_or_partition), None, None, -1
+    group = cluster.group_of(topic, pdata.index)
+    part = state.partition(topic, pdata.index)
+    if group is None or part is None or not group.is_leader:
+        return pdata.index, AppendResult(ErrorCode.not_leader_or_follower), None, None, -1
+    term = group.raft.term
+
+    def write(view: memoryview, header: BatchHeader, now_ms: int) -> BatchHeader:
+        return cluster.propose_batch(group, view, header, now_ms)
+
+    try:
+        result = append_records(part, pdata.records, meta.configs, state.broker_defaults, now,
+                                _txn_check(ctx, topic, pdata.index), write)
+    except NotLeaderError:
+        result = AppendResult(ErrorCode.not_leader_or_follower)
+    state.metrics.produced(topic, pdata.records, result.error == ErrorCode.none)
+    return pdata.index, result, part, group, term
+
+
+def _refused(index: int, code: ErrorCode) -> _Row:
+    message = ("the transaction coordinator could not be asked whether this partition is in "
+               "the producer's transaction; retry" if code == ErrorCode.not_enough_replicas
+               else "the transaction coordinator did not confirm this partition in the "
+               "producer's transaction")
+    return index, AppendResult(code, message=message), None, None, -1
 
 
 async def handle(ctx: RequestContext, request: Any) -> Any:
-    if ctx.state.cluster is not None:  # cluster mode: Raft proposals (kcompat.broker.cluster)
-        from kcompat.broker.cluster import produce as cluster_produce
-
-        return await cluster_produce.handle(ctx, request)
     state = ctx.state
-    acks = request.acks
-    now = now_ms()
-    results: list[tuple[str, list[tuple[int, AppendResult, Partition | None]]]] = []
-    for topic in request.topic_data:
-        meta = state.topics.get(topic.name)
-        rows: list[tuple[int, AppendResult, Partition | None]] = []
-        for pdata in topic.partition_data:
-            part = state.partition(topic.name, pdata.index)
-            if acks not in (-1, 0, 1):
-                result = AppendResult(ErrorCode.invalid_required_acks)
-            elif meta is None or part is None:
-                result = AppendResult(ErrorCode.unknown_topic_or_partition)
-            else:
-                result = append_records(part, pdata.records, meta.configs,
-                                        state.broker_defaults, now,
-                                        _txn_check(ctx, topic.name, pdata.index))
-                state.metrics.produced(topic.name, pdata.records, result.error == ErrorCode.none)
-            rows.append((pdata.index, result, part))
-        results.append((topic.name, rows))
-    written = [p for _n, rows in results for _i, r, p in rows
-               if p is not None and r.error == ErrorCode.none]
-    if written and _needs_sync(ctx, acks):
+    cluster = state.cluster
+    refused = await cluster.verifier.verify_request(ctx.txns, request)  # KIP-890
+    acks, now = request.acks, now_ms()
+    results = [(t.name, [_refused(p.index, refused[(t.name, p.index)])
+                         if (t.name, p.index) in refused
+                         else _append(ctx, cluster, t.name, p, acks, now)
+                         for p in t.partition_data])
+               for t in request.topic_data]
+    ok = [row for _n, rows in results for row in rows if row[1].error == ErrorCode.none]
+    errors: dict[int, ErrorCode] = {}
+    if ok and acks == -1:
+        deadline = trio.current_time() + request.timeout.total_seconds()
+        for row in ok:
+            _i, result, _p, group, term = row
+            assert group is not None
+            code = await cluster.wait_committed(group, result.base_offset, term, deadline)
+            if code != ErrorCode.none:
+                errors[id(row)] = code
+    elif ok and _needs_sync(ctx):
         try:
-            await state.flusher.sync(*[p.log for p in written])
+            await state.flusher.sync(*[p.log for _i, _r, p, _g, _t in ok if p is not None])
         except OSError:
-            results = [(n, [(i, AppendResult(ErrorCode.kafka_storage_error)
-                             if r.error == ErrorCode.none else r, p) for i, r, p in rows])
-                       for n, rows in results]
+            errors.update({id(row): ErrorCode.kafka_storage_error for row in ok})
     if acks == 0:
         return None
-    topics = tuple(
-        ctx.build("TopicProduceResponse", name=name, partition_responses=tuple(
-            # Kafka answers log_start_offset -1 for a rejected batch (FINDINGS.md, D6).
-            _partition_response(ctx, i, r, p.log.log_start_offset
-                                if p and r.error == ErrorCode.none else -1)
-            for i, r, p in rows))
-        for name, rows in results
-    )
-    return ctx.response(responses=topics, throttle_time=NO_THROTTLE)
+    topics = []
+    for name, rows in results:
+        parts = []
+        for row in rows:
+            index, result, part, _g, _t = row
+            if id(row) in errors:
+                result = AppendResult(errors[id(row)])
+            log_start = part.log.log_start_offset if part and result.error == ErrorCode.none else -1
+            parts.append(_partition_response(ctx, index, result, log_start))
+        topics.append(ctx.build("TopicProduceResponse", name=name,
+                                partition_responses=tuple(parts)))
+    return ctx.response(responses=tuple(topics), throttle_time=NO_THROTTLE)

@@ -18,6 +18,7 @@ from kcompat.broker import config as broker_config
 from kcompat.broker.context import RequestContext
 from kcompat.broker.handlers import HANDLERS
 from kcompat.broker.state import BrokerState
+from kcompat.testing import running
 from kcompat.wire import codec
 from kcompat.wire import versions as v
 
@@ -36,7 +37,7 @@ def call(state: BrokerState, key: int, version: int, make: Callable[[ModuleType]
     """Run the handler; encode the answer and read it back with kio."""
     request = make(codec.request_module(key, version))
     ctx = RequestContext(state, key, version, 7, "test")
-    response = trio.run(HANDLERS[key], ctx, request)
+    response = running.run(state, HANDLERS[key], ctx, request)
     raw = codec.encode_response(key, version, 7, response)
     header = 9 if codec.is_flexible(key, version) else 8  # size + cid (+ tags)
     decoded, _ = entity_reader(type(response))(raw, header)
@@ -50,7 +51,7 @@ def versions(key: int) -> range:
 
 
 def create(state: BrokerState, name: str, partitions: int = 1, **configs: str) -> None:
-    meta = state.create_topic(name, partitions, 1, configs)
+    meta = running.run(state, lambda: running.create_topic(state, name, partitions, **configs))
     assert meta.name == name
 
 

@@ -20,6 +20,7 @@ from kcompat.broker.context import RequestContext
 from kcompat.broker.groups import GroupService
 from kcompat.broker.handlers import HANDLERS
 from kcompat.broker.state import BrokerState
+from kcompat.testing import running
 from kcompat.wire import codec
 from kcompat.wire import versions as v
 
@@ -31,7 +32,7 @@ def state(tmp_path: Path) -> Iterator[BrokerState]:
                                     "offsets.topic.num.partitions": "3"}, {})
     st = BrokerState(cfg)
     st.groups = GroupService(st)
-    st.create_topic("t", 2, 1, {})
+    running.run(st, lambda: running.create_topic(st, "t", 2))
     yield st
     st.close()
 
@@ -78,7 +79,7 @@ def test_group_lifecycle_at_every_version(state: BrokerState, jv: int) -> None:
     async def scenario() -> None:
         assert state.groups is not None
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(state.flusher.run)
+            await running.start(nursery, state)
             nursery.start_soon(state.groups.run)
             r = await call(state, v.JOIN_GROUP, jv, lambda m: join_request(m, ""))
             if jv >= 4:
@@ -143,7 +144,7 @@ def test_list_and_delete_groups(state: BrokerState, version: int) -> None:
     async def scenario() -> None:
         assert state.groups is not None
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(state.flusher.run)
+            await running.start(nursery, state)
             r = await call(state, v.JOIN_GROUP, 3, lambda m: join_request(m, ""))
             assert r.error_code == E.none
             listed = await call(state, v.LIST_GROUPS, version, lambda m: codec.build(

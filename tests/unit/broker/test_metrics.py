@@ -12,6 +12,7 @@ from kcompat.broker import config
 from kcompat.broker.admin_http import route
 from kcompat.broker.metrics import BrokerMetrics
 from kcompat.broker.state import BrokerState
+from kcompat.testing import running
 
 
 def frame(api_key: int, version: int) -> bytes:
@@ -43,7 +44,7 @@ def test_requests_errors_and_bounded_labels() -> None:
 def test_routes(tmp_path: Path) -> None:
     state = BrokerState(config.load(None, {"log.dirs": str(tmp_path)}, {}))
     try:
-        state.create_topic("t", 2, 1, {})
+        running.run(state, lambda: running.create_topic(state, "t", 2))
         status, _ctype, body = route(state, "GET", "/health")
         assert status == 503 and json.loads(body)["ready"] is False  # not serving yet
         assert route(state, "GET", "/health/live")[0] == 200

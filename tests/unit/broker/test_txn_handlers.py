@@ -19,6 +19,7 @@ from kcompat.broker.context import RequestContext
 from kcompat.broker.groups import GroupService
 from kcompat.broker.handlers import HANDLERS
 from kcompat.broker.state import BrokerState
+from kcompat.testing import running
 from kcompat.broker.transactions import TxnService
 from kcompat.txn.coordinator import TxnState
 from kcompat.wire import codec
@@ -40,7 +41,7 @@ def make_state(path: Path) -> BrokerState:
 @pytest.fixture
 def state(tmp_path: Path) -> Iterator[BrokerState]:
     st = make_state(tmp_path)
-    st.create_topic("t", 2, 1, {})
+    running.run(st, lambda: running.create_topic(st, "t", 2))
     yield st
     st.close()
 
@@ -86,7 +87,7 @@ def test_transaction_cycle(state: BrokerState, version: int) -> None:
 
     async def scenario() -> None:
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(state.flusher.run)
+            await running.start(nursery, state)
             init = await call(state, v.INIT_PRODUCER_ID, 4, transactional_id="app",
                               transaction_timeout=datetime.timedelta(seconds=30),
                               producer_id=-1, producer_epoch=-1)
@@ -121,11 +122,11 @@ def test_transaction_cycle(state: BrokerState, version: int) -> None:
 
 def test_txn_offsets_visible_only_after_commit_and_recovery(tmp_path: Path) -> None:
     state = make_state(tmp_path)
-    state.create_topic("t", 1, 1, {})
+    running.run(state, lambda: running.create_topic(state, "t", 1))
 
     async def scenario() -> tuple[int, int]:
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(state.flusher.run)
+            await running.start(nursery, state)
             init = await call(state, v.INIT_PRODUCER_ID, 4, transactional_id="app",
                               transaction_timeout=datetime.timedelta(seconds=30),
                               producer_id=-1, producer_epoch=-1)
@@ -156,13 +157,15 @@ def test_txn_offsets_visible_only_after_commit_and_recovery(tmp_path: Path) -> N
     state.close()
     again = make_state(tmp_path)
     assert again.txns is not None and again.groups is not None
-    assert [m.state for m in again.txns.coordinator.preparing()] == [TxnState.PREPARE_COMMIT]
-    assert again.groups.is_pending("grp", "t", 0)
 
     async def resume() -> None:
-        assert again.txns is not None
+        assert again.txns is not None and again.groups is not None
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(again.flusher.run)
+            await running.start(nursery, again)
+            # the new leader loaded its partitions as it took over
+            preparing = again.txns.coordinator.preparing()
+            assert [m.state for m in preparing] == [TxnState.PREPARE_COMMIT]
+            assert again.groups.is_pending("grp", "t", 0)
             with trio.move_on_after(0.5):
                 await again.txns.run()  # completes the preparing transaction, then idles
             nursery.cancel_scope.cancel()
@@ -176,7 +179,7 @@ def test_txn_offsets_visible_only_after_commit_and_recovery(tmp_path: Path) -> N
 def test_describe_and_list_transactions(state: BrokerState) -> None:
     async def scenario() -> None:
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(state.flusher.run)
+            await running.start(nursery, state)
             await call(state, v.INIT_PRODUCER_ID, 4, transactional_id="app",
                        transaction_timeout=datetime.timedelta(seconds=30),
                        producer_id=-1, producer_epoch=-1)
