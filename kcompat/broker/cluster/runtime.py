@@ -77,9 +77,9 @@ import json
 import logging
 import random
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import trio
@@ -157,6 +157,12 @@ class Group:
     changed: trio.Event = field(default_factory=trio.Event)
     seen: tuple[Role, int, int, int] | None = None
     removed: bool = False
+    sync_wanted: bool = False  # a waiter needs the next Ready round fsynced
+
+    @property
+    def lone(self) -> bool:
+        """This broker is the only replica (a quorum of one for this group)."""
+        return len(self.replicas) == 1
 
     @property
     def is_leader(self) -> bool:
@@ -204,7 +210,7 @@ class ClusterRuntime:
         self._first_campaigns: dict[int, int] = {}  # group id -> tick to campaign at
         # topic -> called with a partition index whenever this broker leads it and
         # its state moved (services load coordinator state as they take over)
-        self.leader_listeners: dict[str, Callable[[int], None]] = {}
+        self.leader_listeners: dict[str, Callable[[int], object]] = {}
         self.auto_creating: set[str] = set()  # topics this broker is asking to create
         self.creating: set[str] = set()  # create_topic records in flight (controller)
         self._nursery: trio.Nursery | None = None
@@ -335,9 +341,12 @@ class ClusterRuntime:
     # -- proposals ----------------------------------------------------------------------
 
     def propose_batch(self, group: Group, view: memoryview, header: BatchHeader,
-                      now_ms: int) -> BatchHeader:
+                      now_ms: int, durable: bool = True) -> BatchHeader:
         """Append a validated batch as the leader (written to the log at once, see
-        ``storage``); raises NotLeaderError. No await: atomic under trio."""
+        ``storage``); raises NotLeaderError. No await: atomic under trio.
+        ``durable``: the caller will wait for the commit and needs it on disk
+        (acks=all, coordinator writes); else a lone replica's round may skip
+        the fsync (see ``_round``)."""
         raft = group.raft
         if group.removed or raft.role is not Role.LEADER:
             raise NotLeaderError(raft.leader)
@@ -348,6 +357,7 @@ class ClusterRuntime:
             raise NotLeaderError(proposed.leader)
         entry = proposed
         group.storage.append_now(entry, view)
+        group.sync_wanted |= durable
         self.kick()
         return dataclasses.replace(header, base_offset=entry.index,
                                    partition_leader_epoch=entry.term)
@@ -530,12 +540,9 @@ class ClusterRuntime:
         announce = self._take_announcements()
         if not batch and not announce:
             return False
-        # Raft makes entries durable before it sends or acknowledges them, except
-        # partition entries under kcompat.flush.mode=never (Kafka's default of
-        # relying on replication, not fsync); the metadata log always syncs.
-        lazy = self.state.config["kcompat.flush.mode"] == "never"
-        logs = [g.storage.plog for g, r in batch
-                if r.must_sync and not (lazy and g.gid != METADATA_GROUP)]
+        logs = [g.storage.plog for g, r in batch if r.must_sync and self._must_fsync(g)]
+        for group, _ready in batch:
+            group.sync_wanted = False
         if logs:
             await self.state.flusher.sync_now(*logs)  # an fsync failure stops the broker
         self._send([m for _g, r in batch for m in r.messages], announce)
@@ -546,6 +553,18 @@ class ClusterRuntime:
             group.hw = ready.high_watermark
             self._publish(group)
         return bool(batch)
+
+    def _must_fsync(self, group: Group) -> bool:
+        """Raft makes entries durable before it sends or acknowledges them. The
+        exceptions: partition entries under ``kcompat.flush.mode=never``
+        (Kafka's default of relying on replication, not fsync), and a lone
+        replica's entries that nobody waits to see durable (acks=0/1: Kafka
+        does not sync those either). The metadata log always syncs."""
+        if group.gid == METADATA_GROUP:
+            return True
+        if self.state.config["kcompat.flush.mode"] == "never":
+            return False
+        return not group.lone or group.sync_wanted
 
     def _send(self, messages: list[Message], announce: tuple[codec.Announcement, ...]) -> None:
         by_peer: dict[int, list[Message]] = {}
@@ -596,7 +615,12 @@ class ClusterRuntime:
                             FETCH_WAIT_TICKS, always_leader_change=gid == METADATA_GROUP)
         group = Group(gid, Raft(config, storage, self.rng), storage, replicas, part)
         self.groups[gid] = group
-        if part is not None:
+        if part is not None and group.lone:
+            # Kafka's high watermark with the leader alone in the ISR: its log
+            # end. Waiters for durability (acks=all, coordinators) still wait
+            # for the Raft commit after the fsync (``wait_committed``).
+            part.hw_source = lambda: part.log.log_end_offset
+        elif part is not None:
             part.hw_source = lambda: group.hw
         if replicas == (self.node_id,):
             group.raft.campaign()  # a lone replica elects itself at once

@@ -95,7 +95,7 @@ def _append(ctx: RequestContext, cluster: ClusterRuntime, topic: str, pdata: Any
     term = group.raft.term
 
     def write(view: memoryview, header: BatchHeader, now_ms: int) -> BatchHeader:
-        return cluster.propose_batch(group, view, header, now_ms)
+        return cluster.propose_batch(group, view, header, now_ms, durable=acks == -1)
 
     try:
         result = append_records(part, pdata.records, meta.configs, state.broker_defaults, now,

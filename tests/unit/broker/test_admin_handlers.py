@@ -10,7 +10,6 @@ from types import ModuleType
 from typing import Any
 
 import pytest
-import trio
 from kio.schema.errors import ErrorCode
 from kio.serial import entity_reader
 

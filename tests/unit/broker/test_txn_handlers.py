@@ -19,8 +19,8 @@ from kcompat.broker.context import RequestContext
 from kcompat.broker.groups import GroupService
 from kcompat.broker.handlers import HANDLERS
 from kcompat.broker.state import BrokerState
-from kcompat.testing import running
 from kcompat.broker.transactions import TxnService
+from kcompat.testing import running
 from kcompat.txn.coordinator import TxnState
 from kcompat.wire import codec
 from kcompat.wire import versions as v
