@@ -193,8 +193,8 @@ class GroupService:
                 self.coordinator.restore(group_id, stored, now)
             elif group_id in self.store.offsets:
                 self.coordinator.ensure_group(group_id, now)
-        log.info("loaded %d groups of %s-%d as coordinator", len(restored), OFFSETS_TOPIC,
-                 index)
+        log.log(logging.INFO if restored else logging.DEBUG,
+                "loaded %d groups of %s-%d as coordinator", len(restored), OFFSETS_TOPIC, index)
 
     def _replay_partition(self, index: int, part: Partition) -> set[str]:
         """Replay one offsets partition up to its high watermark; the group ids seen."""

@@ -144,8 +144,9 @@ class TxnService:
         if preparing:
             self._to_complete.extend(preparing)
             self._complete_wake.set()
-        log.info("loaded %s-%d as transaction coordinator (%d to complete)", TXN_TOPIC, index,
-                 len(preparing))
+        log.log(logging.INFO if preparing else logging.DEBUG,
+                "loaded %s-%d as transaction coordinator (%d to complete)", TXN_TOPIC, index,
+                len(preparing))
 
     def _replay_partition(self, part: Partition) -> None:
         for batch, header in part.log.batches(part.log.log_start_offset, part.high_watermark):

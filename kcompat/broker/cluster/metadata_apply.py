@@ -47,7 +47,7 @@ def _open_partition(rt: ClusterRuntime, meta: TopicMeta, index: int, gid: int,
     plog = PartitionLog.open(state.data_dir / f"{meta.name}-{index}", cfg, now_ms())
     part = Partition(meta.name, index, plog, state._wake)
     state.partitions[(meta.name, index)] = part
-    rt.new_group(gid, replicas, PartitionLogStorage(plog, rt.node_id), part)
+    rt.new_group(gid, replicas, PartitionLogStorage(plog, rt.node_id, fresh_term=-1), part)
 
 
 def _drop_topic(rt: ClusterRuntime, name: str) -> None:

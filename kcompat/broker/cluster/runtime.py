@@ -592,9 +592,10 @@ class ClusterRuntime:
         group.seen = seen
         if before is None or before[:3] != seen[:3]:
             self._announce_due = True
-            if raft.role is Role.LEADER:
-                log.info("node %d leads group %d (%s) in term %d", self.node_id, group.gid,
-                         _group_name(group), raft.term)
+            if raft.role is Role.LEADER:  # a lone replica always leads: no news
+                log.log(logging.DEBUG if group.lone else logging.INFO,
+                        "node %d leads group %d (%s) in term %d", self.node_id, group.gid,
+                        _group_name(group), raft.term)
         if group is self.meta:
             apply_committed(self)
         part = group.part
@@ -624,7 +625,7 @@ class ClusterRuntime:
             part.hw_source = lambda: group.hw
         if replicas == (self.node_id,):
             group.raft.campaign()  # a lone replica elects itself at once
-        elif part is not None and replicas[0] == self.node_id and group.raft.term == 0:
+        elif part is not None and replicas[0] == self.node_id and _never_elected(group):
             # A brand-new partition: its preferred replica campaigns as soon as
             # the other replicas have applied the record too, instead of
             # everyone waiting out a randomized election timeout (Kafka names
@@ -636,11 +637,16 @@ class ClusterRuntime:
     def _start_first_campaigns(self) -> None:
         for gid, due in list(self._first_campaigns.items()):
             group = self.groups.get(gid)
-            if group is None or group.raft.leader != NO_NODE or group.raft.term > 0:
+            if group is None or group.raft.leader != NO_NODE or not _never_elected(group):
                 del self._first_campaigns[gid]
             elif self.ticks >= due:
                 del self._first_campaigns[gid]
                 group.raft.campaign()
+
+
+def _never_elected(group: Group) -> bool:
+    """No election has been won or voted in yet (a brand-new partition)."""
+    return group.raft.term <= 0 and group.raft.vote == NO_NODE
 
 
 def _group_name(group: Group) -> str:

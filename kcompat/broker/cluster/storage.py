@@ -26,7 +26,10 @@ core's log is known to end earlier. Durability is unaffected: nothing is
 acknowledged or counted towards the commit before the driver's fsync.
 
 Hard state (term and vote) lives in ``quorum-state`` in the partition
-directory, replaced atomically. The snapshot is the empty snapshot at the log
+directory, replaced atomically. A brand-new partition starts in term -1, so
+its first leader's term — its leader epoch — is 0, as in Kafka; a log
+without the file (written by a single-node broker before it was a quorum of
+one) starts in the term of its last batch. The snapshot is the empty snapshot at the log
 start offset (DESIGN: a plain partition's prefix deleted by retention);
 installing one empties the log and restarts it there. Its term is the term
 of the entry below the log start as the Raft core knew it when the runtime
@@ -65,19 +68,23 @@ def now_ms() -> int:
 
 
 class PartitionLogStorage:
-    def __init__(self, plog: PartitionLog, node_id: int) -> None:
+    def __init__(self, plog: PartitionLog, node_id: int, fresh_term: int = 0) -> None:
         self.plog = plog
         self.node_id = node_id
         self._path = Path(plog.directory) / QUORUM_STATE_FILE
-        self._hard_state = self._load_hard_state()
+        self._hard_state = self._load_hard_state(fresh_term)
         self._start_id: SnapshotId | None = None
 
-    def _load_hard_state(self) -> HardState:
+    def _load_hard_state(self, fresh_term: int) -> HardState:
+        """The stored term and vote; for a brand-new empty log ``fresh_term``
+        (-1 for partitions: their first leader is elected in term 0, Kafka's
+        first leader epoch)."""
         try:
             doc = json.loads(self._path.read_text())
             return HardState(int(doc["term"]), int(doc["vote"]))
         except (OSError, ValueError, KeyError, TypeError):
-            return HardState()
+            empty = self.plog.log_end_offset == 0
+            return HardState(fresh_term if empty else max(self.plog.latest_epoch, 0))
 
     # -- LogStorage --------------------------------------------------------------
 
