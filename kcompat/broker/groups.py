@@ -13,17 +13,19 @@ completed rebalance. The coordinator of a group is the leader of partition
 The offsets topic is replicated like any partition (a single broker is a
 quorum of one) and created by the controller on the first FindCoordinator;
 only the Raft leader of a group's partition coordinates it
-(``coordinator_error``), after rebuilding that partition from its committed
-log in its current term; writes are Raft proposals applied once committed
-(``write_committed``). A broker loads a partition when it first serves it as
-leader (after a restart too).
+(``coordinator_error``), after applying everything committed in its
+log; writes are Raft proposals (``write_committed``). ``GroupService`` is
+the replicated state machine of ``__consumer_offsets`` (``StateMachine``):
+every replica applies each committed batch to its ``OffsetStore`` as it
+commits, the leader's own writes included, so a broker that takes over a
+partition only rebuilds the live groups from the store (``on_role``).
 """
 
 from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -51,26 +53,6 @@ OFFSETS_TOPIC = "__consumer_offsets"
 OFFSETS_TOPIC_CONFIGS = {"cleanup.policy": "compact", "segment.bytes": "104857600"}
 TICK_MAX_S = 1.0
 EXPIRY_CHECK_MS = 60_000
-
-
-def leader_ready(state: BrokerState, topic: str, index: int, loaded: dict[int, int],
-                 load: Callable[[Partition], None]) -> ErrorCode | None:
-    """May this broker coordinate for internal partition ``index``?
-    Only its leader may, and only once every entry of earlier terms is committed
-    and ``load`` has rebuilt the coordinator's state from the log in this term
-    (``loaded`` remembers, per partition, the term it was loaded in)."""
-    group = state.cluster.group_of(topic, index)
-    part = state.partition(topic, index)
-    if group is None or part is None or not group.is_leader:
-        return ErrorCode.not_coordinator
-    term = group.raft.term
-    if loaded.get(index) == term:
-        return None
-    if group.hw < part.log.log_end_offset:  # entries of earlier terms not committed yet
-        return ErrorCode.coordinator_load_in_progress
-    load(part)
-    loaded[index] = term
-    return None
 
 
 def java_string_hash(s: str) -> int:
@@ -141,8 +123,7 @@ class GroupService:
         self._waiters: dict[int, _Waiter] = {}
         self._next_token = 0
         self._wake = trio.Event()
-        self._loaded: dict[int, int] = {}  # offsets partition -> term loaded
-        state.cluster.leader_listeners[OFFSETS_TOPIC] = self._ensure_loaded
+        state.cluster.machines[OFFSETS_TOPIC] = self  # fed by the replication host
 
     # -- the offsets topic ----------------------------------------------------
     @property
@@ -157,53 +138,37 @@ class GroupService:
     # -- the coordinator is the leader of the offsets partition ----------------
     def coordinator_error(self, group_id: str) -> ErrorCode | None:
         """None when this broker may serve ``group_id`` now: only the Raft
-        leader of the group's offsets partition coordinates, and only once it
-        has rebuilt that partition's state from its committed log in its
-        current term; else NOT_COORDINATOR (the client re-discovers) or
-        COORDINATOR_LOAD_IN_PROGRESS (it retries); COORDINATOR_NOT_AVAILABLE
-        before the offsets topic exists (FindCoordinator has it created)."""
+        leader of the group's offsets partition coordinates, once it has
+        applied everything committed before its term; else NOT_COORDINATOR
+        (the client re-discovers) or COORDINATOR_LOAD_IN_PROGRESS (it retries);
+        COORDINATOR_NOT_AVAILABLE before the offsets topic exists
+        (FindCoordinator has it created)."""
         if OFFSETS_TOPIC not in self.state.topics:
             return ErrorCode.coordinator_not_available
-        return self._ensure_loaded(partition_for(group_id, self.num_partitions))
+        return self.state.cluster.serving_machine(
+            OFFSETS_TOPIC, partition_for(group_id, self.num_partitions))
 
-    def _ensure_loaded(self, index: int) -> ErrorCode | None:
-        """Load offsets partition ``index`` if this broker leads it and has not
-        loaded it in this term (also called by the runtime as leadership moves)."""
-        return leader_ready(self.state, OFFSETS_TOPIC, index, self._loaded,
-                            lambda part: self._load_partition(index, part))
+    # -- the replicated state machine over __consumer_offsets ------------------
+    def apply(self, index: int, batch: memoryview, header: wbatch.BatchHeader) -> None:
+        """A committed batch of offsets partition ``index`` (every replica)."""
+        self._replay_batch(batch, header, index)
 
-    def _load_partition(self, index: int, part: Partition) -> None:
-        """Forget what this broker knew of the groups of offsets partition
-        ``index`` and rebuild it from the committed log (new leader)."""
+    def on_role(self, index: int, leading: bool) -> None:
+        """Take over (or hand back) the groups of offsets partition ``index``:
+        the store is current on every replica, so a new coordinator only
+        rebuilds the live groups from it — no log replay."""
         n = self.num_partitions
-        for gid in [g for g in self.store.offsets if partition_for(g, n) == index]:
-            del self.store.offsets[gid]
-        for gid in [g for g in self.store.groups if partition_for(g, n) == index]:
-            del self.store.groups[gid]
-        for gid in [g for g in self.coordinator.groups if partition_for(g, n) == index]:
-            del self.coordinator.groups[gid]
-        for pid in [p for p, i in self._held_partition.items() if i == index]:
-            self._held_partition.pop(pid, None)
-            self.pending.pop(pid, None)
-        restored = self._replay_partition(index, part)
-        now = now_ms()
-        for group_id in restored:
-            stored = self.store.groups.get(group_id)
-            if stored is not None:
-                self.coordinator.restore(group_id, stored, now)
-            elif group_id in self.store.offsets:
-                self.coordinator.ensure_group(group_id, now)
-        log.log(logging.INFO if restored else logging.DEBUG,
-                "loaded %d groups of %s-%d as coordinator", len(restored), OFFSETS_TOPIC, index)
-
-    def _replay_partition(self, index: int, part: Partition) -> set[str]:
-        """Replay one offsets partition up to its high watermark; the group ids seen."""
-        before = set(self.store.offsets) | set(self.store.groups)
-        for batch, header in part.log.batches(part.log.log_start_offset, part.high_watermark):
-            self._replay_batch(batch, header, index)
-        n = self.num_partitions
-        return {g for g in (set(self.store.offsets) | set(self.store.groups)) - before
-                if partition_for(g, n) == index}
+        stored = {g: v for g, v in self.store.groups.items() if partition_for(g, n) == index}
+        if leading:
+            offsets_only = [g for g in self.store.offsets
+                            if g not in stored and partition_for(g, n) == index]
+            self.coordinator.take_over(stored, offsets_only, now_ms())
+            log.log(logging.INFO if stored or offsets_only else logging.DEBUG,
+                    "coordinating %d groups of %s-%d", len(stored) + len(offsets_only),
+                    OFFSETS_TOPIC, index)
+            return
+        self._release(self.coordinator.unload(
+            [g for g in self.coordinator.groups if partition_for(g, n) == index]))
 
     def _offsets_partition(self, group_id: str) -> Partition:
         self.ensure_offsets_topic()
@@ -258,8 +223,7 @@ class GroupService:
         now = now_ms()
         raw = encode_batch([(k, v, (), now) for k, v in records], producer_id=pid,
                            producer_epoch=epoch, transactional=True)
-        await self._write(part, raw, now)
-        self._hold(pid, part.index, records)
+        await self._write(part, raw, now)  # held by apply once committed
 
     async def _write(self, part: Partition, raw: bytes, now: int) -> None:
         """Make one batch durable: a Raft proposal answered once committed
@@ -267,13 +231,11 @@ class GroupService:
         await write_committed(self.state, part, memoryview(raw), now)
 
     async def _append(self, group_id: str, records: list[tuple[bytes, bytes | None]]) -> None:
-        """Append records for one group durably, then apply them to the store."""
+        """Append records for one group; they reach the store once committed."""
         part = self._offsets_partition(group_id)
         now = now_ms()
         raw = encode_batch([(k, v, (), now) for k, v in records])
-        await self._write(part, raw, now)
-        for key, value in records:
-            self.store.apply(key, value)
+        await self._write(part, raw, now)  # in the store once committed (apply)
 
     async def commit_offsets(self, group_id: str,
                              offsets: dict[tuple[str, int], CommittedOffset]) -> None:
@@ -317,12 +279,15 @@ class GroupService:
                     await self._append(group_id, [(group_key(group_id), group_value(group))])
                 except NotCoordinatorError as e:  # a new leader took over
                     log.info("group %s metadata not written: %s", group_id, e)
+        self._release(replies)
+        self._wake.set()
+
+    def _release(self, replies: list[Reply]) -> None:
         for reply in replies:
             waiter = self._waiters.get(reply.token)
             if waiter is not None:
                 waiter.result = reply.result
                 waiter.event.set()
-        self._wake.set()
 
     @staticmethod
     def new_member_suffix() -> str:

@@ -4,8 +4,9 @@ Theory of operation
 -------------------
 ``__transaction_state`` holds one record per change of a transactional id
 (key: version int16 0 + the id, as Kafka; value: the coordinator's JSON
-``TxnMeta``). ``persist`` proposes a record to the id's partition, waits for
-its commit and only then applies it to the pure ``TransactionCoordinator``.
+``TxnMeta``). ``persist`` proposes a record to the id's partition and waits
+for its commit; it reaches the pure ``TransactionCoordinator`` through
+``apply``.
 Completing a transaction (after PrepareCommit or PrepareAbort is committed)
 writes a control batch — the commit or abort marker, with the transaction's
 producer id and epoch — to every partition in it through the partition's Raft
@@ -16,9 +17,12 @@ coordinates the id; the group service learns of markers on
 become visible or are dropped), and finally CompleteCommit/CompleteAbort is
 persisted. Requests for one transactional id are serialised by a per-id lock.
 
-As ``GroupService``: the leader of the id's partition coordinates after
-loading it (and then completes the PrepareX transactions it found, also after
-a restart). A background task aborts timed-out transactions.
+As ``GroupService``: ``TxnService`` is the replicated state machine of
+``__transaction_state`` — every replica applies each committed record to the
+pure coordinator as it commits, the leader's own included — and the leader
+of the id's partition coordinates once it has applied everything before its
+term; it then completes the PrepareX transactions it finds (``on_role``, also
+after a restart). A background task aborts timed-out transactions.
 """
 
 from __future__ import annotations
@@ -34,13 +38,13 @@ from kio.schema.errors import ErrorCode
 from kcompat.broker.groups import (
     OFFSETS_TOPIC,
     NotCoordinatorError,
-    leader_ready,
     partition_for,
     write_committed,
 )
 from kcompat.broker.partition import Partition
 from kcompat.broker.state import BrokerState, now_ms
 from kcompat.txn.coordinator import Decision, TransactionCoordinator, TxnMeta
+from kcompat.wire.batch import BatchHeader
 from kcompat.wire.records import decode_batch, encode_batch
 
 if TYPE_CHECKING:
@@ -71,10 +75,9 @@ class TxnService:
         self.coordinator = TransactionCoordinator(
             max_timeout_ms=int(state.config["transaction.max.timeout.ms"]))
         self._locks: defaultdict[str, trio.Lock] = defaultdict(trio.Lock)
-        self._loaded: dict[int, int] = {}  # log partition -> term loaded
-        self._to_complete: list[TxnMeta] = []  # PrepareX found by a load
+        self._to_complete: list[TxnMeta] = []  # PrepareX found by a new coordinator
         self._complete_wake = trio.Event()
-        state.cluster.leader_listeners[TXN_TOPIC] = self._ensure_loaded
+        state.cluster.machines[TXN_TOPIC] = self  # fed by the replication host
 
     def lock(self, tid: str) -> trio.Lock:
         return self._locks[tid]
@@ -92,21 +95,35 @@ class TxnService:
     def coordinator_error(self, tid: str) -> ErrorCode | None:
         """None when this broker may serve ``tid`` now: only the Raft leader of
         the id's ``__transaction_state`` partition coordinates, once it has
-        rebuilt that partition's state from its committed log in its current
-        term (as ``GroupService``)."""
+        applied everything committed before its term (as ``GroupService``)."""
         meta = self.state.topics.get(TXN_TOPIC)
         if meta is None:
             return ErrorCode.coordinator_not_available
-        return self._ensure_loaded(partition_for(tid, meta.partitions))
+        return self.state.cluster.serving_machine(TXN_TOPIC,
+                                                  partition_for(tid, meta.partitions))
 
-    def _ensure_loaded(self, index: int) -> ErrorCode | None:
-        """Load log partition ``index`` if this broker leads it and has not
-        loaded it in this term (also called by the runtime as leadership
-        moves, so PrepareX transactions are completed without waiting for a
-        client to ask)."""
+    # -- the replicated state machine over __transaction_state -------------------
+    def apply(self, index: int, batch: memoryview, header: BatchHeader) -> None:
+        """A committed batch of log partition ``index`` (every replica)."""
+        if header.is_control:  # Raft leader-change records
+            return
+        for record in decode_batch(batch):
+            if record.key is not None and record.value is not None:
+                self.coordinator.apply(TxnMeta.from_json(_tid_of(record.key), record.value))
+
+    def on_role(self, index: int, leading: bool) -> None:
+        """A new coordinator of log partition ``index`` completes the PrepareX
+        transactions it finds (its state is current: no replay)."""
+        if not leading:
+            return
         count = self.state.topics[TXN_TOPIC].partitions
-        return leader_ready(self.state, TXN_TOPIC, index, self._loaded,
-                            lambda part: self._load_partition(index, part, count))
+        preparing = [m for m in self.coordinator.preparing()
+                     if partition_for(m.transactional_id, count) == index]
+        if preparing:
+            log.info("%s-%d: completing %d transactions left preparing", TXN_TOPIC, index,
+                     len(preparing))
+            self._to_complete.extend(preparing)
+            self._complete_wake.set()
 
     def verify(self, tid: str, pid: int, epoch: int, partition: tuple[str, int]) -> ErrorCode:
         """KIP-890 part 1, the coordinator's answer: may a transactional batch
@@ -132,37 +149,11 @@ class TxnService:
         tid = self.coordinator.by_producer.get(pid)
         return tid is not None and self.coordinator_error(tid) is None
 
-    def _load_partition(self, index: int, part: Partition, count: int) -> None:
-        coordinator = self.coordinator
-        for tid in [t for t in coordinator.txns if partition_for(t, count) == index]:
-            old = coordinator.txns.pop(tid)
-            if coordinator.by_producer.get(old.producer_id) == tid:
-                del coordinator.by_producer[old.producer_id]
-        self._replay_partition(part)
-        preparing = [m for m in coordinator.preparing()
-                     if partition_for(m.transactional_id, count) == index]
-        if preparing:
-            self._to_complete.extend(preparing)
-            self._complete_wake.set()
-        log.log(logging.INFO if preparing else logging.DEBUG,
-                "loaded %s-%d as transaction coordinator (%d to complete)", TXN_TOPIC, index,
-                len(preparing))
-
-    def _replay_partition(self, part: Partition) -> None:
-        for batch, header in part.log.batches(part.log.log_start_offset, part.high_watermark):
-            if header.is_control:  # Raft leader-change records
-                continue
-            for record in decode_batch(batch):
-                if record.key is not None and record.value is not None:
-                    tid = _tid_of(record.key)
-                    self.coordinator.apply(TxnMeta.from_json(tid, record.value))
-
     async def persist(self, meta: TxnMeta) -> None:
         part = self._log_partition(meta.transactional_id)
         now = now_ms()
         raw = encode_batch([(txn_key(meta.transactional_id), meta.to_json(), (), now)])
         await write_committed(self.state, part, memoryview(raw), now)  # applied once committed
-        self.coordinator.apply(meta)
 
     # -- decisions -------------------------------------------------------------
     async def carry_out(self, decision: Decision) -> None:

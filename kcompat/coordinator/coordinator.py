@@ -24,6 +24,7 @@ membership record should be persisted; offsets live in ``offsets.py``.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -473,6 +474,36 @@ class GroupCoordinator:
                 group.static_members[member.group_instance_id] = member.member_id
         group.state = GroupState.STABLE if group.members else GroupState.EMPTY
         self.groups[group_id] = group
+
+    def take_over(self, stored: dict[str, StoredGroup], with_offsets: Iterable[str],
+                  now_ms: int) -> None:
+        """This broker starts coordinating these groups (it now leads their
+        offsets partition, whose records it has applied all along): each is
+        rebuilt from its stored metadata, or made Empty if it has offsets only."""
+        for group_id, group in stored.items():
+            self.restore(group_id, group, now_ms)
+        for group_id in with_offsets:
+            self.ensure_group(group_id, now_ms)
+
+    def unload(self, group_ids: Iterable[str]) -> list[Reply]:
+        """This broker stops coordinating these groups (their offsets partition
+        moved): they are forgotten, and JoinGroup / SyncGroup requests parked
+        on them are answered NOT_COORDINATOR so the clients re-discover."""
+        replies: list[Reply] = []
+        for group_id in group_ids:
+            group = self.groups.pop(group_id, None)
+            if group is None:
+                continue
+            for member in group.members.values():
+                if member.join_token is not None:
+                    replies.append(Reply(member.join_token,
+                                         JoinResult(ErrorCode.not_coordinator,
+                                                    member_id=member.member_id)))
+                if member.sync_token is not None:
+                    replies.append(Reply(member.sync_token,
+                                         SyncResult(ErrorCode.not_coordinator)))
+            self.changed.discard(group_id)
+        return replies
 
     def ensure_group(self, group_id: str, now_ms: int) -> Group:
         """The group for a standalone offset commit (created Empty if new)."""

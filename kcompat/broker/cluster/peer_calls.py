@@ -122,7 +122,6 @@ class PeerCalls:
                                    commit: bool, timeout_s: float) -> ErrorCode:
         from kcompat.broker.cluster.runtime import NotLeaderError
         from kcompat.broker.cluster.storage import now_ms
-        from kcompat.broker.groups import OFFSETS_TOPIC
         from kcompat.wire.records import encode_marker_batch
 
         rt = self.rt
@@ -141,8 +140,6 @@ class PeerCalls:
             log.warning("marker for %s-%d refused: %s", topic, index, e)
             return ErrorCode.invalid_record
         rt.verifier.forget(topic, index, pid)  # the transaction ended here
-        code = await rt.wait_committed(group, header.base_offset, term,
+        # a marker on __consumer_offsets reaches the group service as it commits
+        return await rt.wait_committed(group, header.base_offset, term,
                                        trio.current_time() + timeout_s)
-        if code == ErrorCode.none and topic == OFFSETS_TOPIC and rt.state.groups is not None:
-            rt.state.groups.complete_transaction(pid, commit, {index})
-        return code

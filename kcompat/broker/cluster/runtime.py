@@ -77,10 +77,9 @@ import json
 import logging
 import random
 import zlib
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import trio
 from kio.schema.errors import ErrorCode
@@ -126,6 +125,19 @@ PRODUCER_ID_BLOCK = 1000
 PRODUCER_ID_NODE_SHIFT = 40
 
 
+class StateMachine(Protocol):
+    """A replicated state machine over a partition's log (DESIGN §5, etcd
+    raftexample's CommittedEntries): the host feeds it every committed batch in
+    log order, on every replica, and tells it when this replica starts or stops
+    leading (``leading=True`` only once every earlier entry is applied). It
+    proposes with ``propose_batch`` and awaits commits with ``wait_committed``;
+    its own writes reach it through ``apply`` like everyone else's."""
+
+    def apply(self, index: int, batch: memoryview, header: BatchHeader) -> None: ...
+
+    def on_role(self, index: int, leading: bool) -> None: ...
+
+
 class NotLeaderError(Exception):
     """This broker does not lead the group (NOT_LEADER_OR_FOLLOWER / NOT_CONTROLLER)."""
 
@@ -158,6 +170,8 @@ class Group:
     seen: tuple[Role, int, int, int] | None = None
     removed: bool = False
     sync_wanted: bool = False  # a waiter needs the next Ready round fsynced
+    applied: int = -1  # the next offset to feed its state machine (-1: from the log start)
+    led_term: int | None = None  # the term its state machine was told it leads in
 
     @property
     def lone(self) -> bool:
@@ -208,9 +222,8 @@ class ClusterRuntime:
         self._announce_due = True
         self.ticks = 0
         self._first_campaigns: dict[int, int] = {}  # group id -> tick to campaign at
-        # topic -> called with a partition index whenever this broker leads it and
-        # its state moved (services load coordinator state as they take over)
-        self.leader_listeners: dict[str, Callable[[int], object]] = {}
+        # topic -> the replicated state machine of each of its partitions (host: _feed)
+        self.machines: dict[str, StateMachine] = {}
         self.auto_creating: set[str] = set()  # topics this broker is asking to create
         self.creating: set[str] = set()  # create_topic records in flight (controller)
         self._nursery: trio.Nursery | None = None
@@ -260,6 +273,17 @@ class ClusterRuntime:
         if (topic, index) not in self.assignments:
             return ErrorCode.unknown_topic_or_partition
         return None if self.leads(topic, index) else ErrorCode.not_leader_or_follower
+
+    def serving_machine(self, topic: str, index: int) -> ErrorCode | None:
+        """None when this broker leads ``topic``'s partition ``index`` and its
+        state machine has caught up in this term; COORDINATOR_LOAD_IN_PROGRESS
+        while a new leader still applies earlier entries; NOT_COORDINATOR else."""
+        group = self.group_of(topic, index)
+        if group is None or group.removed or not group.is_leader:
+            return ErrorCode.not_coordinator
+        if group.led_term != group.raft.term:
+            return ErrorCode.coordinator_load_in_progress
+        return None
 
     def led_partition(self, topic: str, index: int) -> tuple[Partition | None, ErrorCode]:
         """The local partition if this broker leads it (error NONE), else None
@@ -603,9 +627,9 @@ class ClusterRuntime:
             if raft.leader != NO_NODE:
                 part.leader_epoch = raft.term
             part.notify_append()
-            listener = self.leader_listeners.get(part.topic)
-            if listener is not None and raft.role is Role.LEADER:
-                listener(part.index)
+            machine = self.machines.get(part.topic)
+            if machine is not None:
+                _feed(group, part.index, machine)
         group.notify()
 
     # -- groups and partitions ------------------------------------------------------------
@@ -642,6 +666,25 @@ class ClusterRuntime:
             elif self.ticks >= due:
                 del self._first_campaigns[gid]
                 group.raft.campaign()
+
+
+def _feed(group: Group, index: int, machine: StateMachine) -> None:
+    """The host side of ``StateMachine``: every committed batch not fed yet, in
+    log order, then the role once it changed. A leader is announced only once
+    everything in its log is committed and applied (its own term's first
+    entry, or everything, is committed), so it starts from the whole state."""
+    plog = group.storage.plog
+    group.applied = max(group.applied, plog.log_start_offset)
+    for batch, header in plog.batches(group.applied, min(group.hw, plog.log_end_offset)):
+        machine.apply(index, batch, header)
+        group.applied = header.next_offset
+    raft = group.raft
+    if group.led_term is not None and (not group.is_leader or raft.term != group.led_term):
+        group.led_term = None
+        machine.on_role(index, leading=False)
+    if group.led_term is None and group.is_leader and group.applied >= plog.log_end_offset:
+        group.led_term = raft.term
+        machine.on_role(index, leading=True)
 
 
 def _never_elected(group: Group) -> bool:
