@@ -4,6 +4,12 @@ Each broker is a ``compat_tests._broker.Broker`` started with
 ``--node-id N --set controller.quorum.voters=...`` (cluster mode, issue 6) and
 its own data dir; the helpers ask a live broker for Metadata through
 librdkafka (confluent-kafka) to find controllers and partition leaders.
+
+``start`` returns only once every broker is registered and unfenced, so a test
+may at once create a topic replicated on all of them: a broker prints its ready
+line when it listens, and registers afterwards (its first heartbeat follows the
+controller election, and the controller unfences it once it has caught up with
+the metadata log).
 """
 
 from __future__ import annotations
@@ -37,6 +43,7 @@ class Cluster:
         for b in self.brokers.values():
             b.start()
         self.wait_for_controller()
+        self.wait_for_brokers()
         return self
 
     def close(self) -> None:
@@ -61,6 +68,30 @@ class Cluster:
                 pass
             time.sleep(0.2)
         raise AssertionError("no controller elected in time")
+
+    def wait_for_brokers(self, timeout_s: float = 30.0) -> None:
+        """Until the controller counts every broker as registered and unfenced:
+        it accepts a validate-only CreateTopics of replication factor ``size``
+        (the check that answers INVALID_REPLICATION_FACTOR, "only N broker(s)
+        are registered", when one is missing). Broker lists in Metadata or
+        DescribeCluster are no proof: they name the controller before its
+        registration commits, and every voter before any broker registered."""
+        from confluent_kafka.admin import NewTopic
+
+        probe = NewTopic("kcompat-cluster-ready-probe", 1, len(self.brokers))
+        deadline = time.monotonic() + timeout_s
+        last = "no answer"
+        while time.monotonic() < deadline:
+            try:
+                admin = self._admin()  # keep it alive until the future resolves
+                admin.create_topics([probe], validate_only=True, request_timeout=5)[
+                    probe.topic].result(timeout=10)
+                return
+            except Exception as e:  # noqa: BLE001 - keep polling until the deadline
+                last = str(e)
+            time.sleep(0.2)
+        raise AssertionError(f"not all {len(self.brokers)} brokers registered and unfenced "
+                             f"within {timeout_s:.0f} s; the controller last said: {last}")
 
     def create_topic(self, name: str, partitions: int, replication: int = 3) -> None:
         from confluent_kafka.admin import NewTopic
