@@ -25,6 +25,21 @@ def coordinator_error_response(ctx: Any, code: ErrorCode) -> Any:
                         members=(), assignment=b"", topics=(), skip_assignment=False)
 
 
+def unknown_partition_error(state: BrokerState, topic: str, index: int) -> ErrorCode:
+    """UNKNOWN_TOPIC_OR_PARTITION unless the metadata image has ``topic`` with a
+    partition ``index`` (else OK), whichever brokers host it. The group and
+    transaction APIs whose answer does not need the partition's log
+    (OffsetCommit, TxnOffsetCommit, OffsetDelete, AddPartitionsToTxn) check
+    this, as Kafka checks its metadata cache: a coordinator need not be a
+    replica of the partitions it keeps offsets or transactions for. Leader-only
+    APIs (Produce, Fetch, ListOffsets...) need the local replica instead
+    (``BrokerState.partition``)."""
+    meta = state.topics.get(topic)
+    if meta is None or not 0 <= index < meta.partitions:
+        return ErrorCode.unknown_topic_or_partition
+    return OK
+
+
 def ms_to_datetime(ms: int) -> datetime.datetime:
     return datetime.datetime.fromtimestamp(ms / 1000, tz=datetime.UTC)
 

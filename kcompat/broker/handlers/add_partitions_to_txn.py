@@ -14,15 +14,19 @@ from kio.schema.errors import ErrorCode
 
 from kcompat.broker.context import RequestContext
 from kcompat.broker.groups import NotCoordinatorError
-from kcompat.broker.handlers._common import NO_THROTTLE, fenced_for_version
+from kcompat.broker.handlers._common import (
+    NO_THROTTLE,
+    OK,
+    fenced_for_version,
+    unknown_partition_error,
+)
 from kcompat.broker.state import now_ms
 
 
 async def handle(ctx: RequestContext, request: Any) -> Any:
     tid = request.v3_and_below_transactional_id
     wanted = [(t.name, p) for t in request.v3_and_below_topics for p in t.partitions]
-    assignments = ctx.state.cluster.assignments  # the partitions need not be local
-    unknown = {tp for tp in wanted if tp not in assignments}
+    unknown = {tp for tp in wanted if unknown_partition_error(ctx.state, *tp) != OK}
     gate = ctx.txns.coordinator_error(tid)
     if gate is not None:  # not (yet) this id's coordinator
         errors = dict.fromkeys(wanted, gate)

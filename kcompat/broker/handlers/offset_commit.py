@@ -15,14 +15,14 @@ from kio.schema.errors import ErrorCode
 
 from kcompat.broker.context import RequestContext
 from kcompat.broker.groups import NotCoordinatorError
-from kcompat.broker.handlers._common import NO_THROTTLE, OK
+from kcompat.broker.handlers._common import NO_THROTTLE, OK, unknown_partition_error
 from kcompat.broker.state import now_ms
 from kcompat.coordinator.offsets import CommittedOffset
 
 
 def _partition_error(ctx: RequestContext, topic: str, p: Any, max_metadata: int) -> ErrorCode:
-    if ctx.state.partition(topic, p.partition_index) is None:
-        return ErrorCode.unknown_topic_or_partition
+    if (unknown := unknown_partition_error(ctx.state, topic, p.partition_index)) != OK:
+        return unknown  # the metadata image decides: the partition need not be local
     if p.committed_metadata is not None and len(p.committed_metadata.encode()) > max_metadata:
         return ErrorCode.offset_metadata_too_large
     return OK

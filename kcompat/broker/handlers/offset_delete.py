@@ -13,7 +13,12 @@ from kio.schema.errors import ErrorCode
 
 from kcompat.broker.context import RequestContext
 from kcompat.broker.groups import NotCoordinatorError
-from kcompat.broker.handlers._common import NO_THROTTLE, OK, coordinator_error_response
+from kcompat.broker.handlers._common import (
+    NO_THROTTLE,
+    OK,
+    coordinator_error_response,
+    unknown_partition_error,
+)
 from kcompat.coordinator.group import GroupState
 
 
@@ -29,12 +34,9 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
     errors: dict[tuple[str, int], ErrorCode] = {}
     for t in request.topics:
         for p in t.partitions:
-            if t.name in subscribed:
-                errors[(t.name, p.partition_index)] = ErrorCode.group_subscribed_to_topic
-            elif ctx.state.partition(t.name, p.partition_index) is None:
-                errors[(t.name, p.partition_index)] = ErrorCode.unknown_topic_or_partition
-            else:
-                errors[(t.name, p.partition_index)] = OK
+            errors[(t.name, p.partition_index)] = (
+                ErrorCode.group_subscribed_to_topic if t.name in subscribed
+                else unknown_partition_error(ctx.state, t.name, p.partition_index))
     try:
         await groups.delete_offsets(request.group_id, [tp for tp, e in errors.items() if e == OK])
     except NotCoordinatorError as e:  # cluster mode: leadership moved meanwhile

@@ -16,7 +16,12 @@ from kio.schema.errors import ErrorCode
 
 from kcompat.broker.context import RequestContext
 from kcompat.broker.groups import NotCoordinatorError
-from kcompat.broker.handlers._common import NO_THROTTLE, OK, fenced_for_version
+from kcompat.broker.handlers._common import (
+    NO_THROTTLE,
+    OK,
+    fenced_for_version,
+    unknown_partition_error,
+)
 from kcompat.broker.state import now_ms
 from kcompat.coordinator.offsets import CommittedOffset
 
@@ -56,8 +61,7 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
     codes: dict[tuple[str, int], ErrorCode] = {}
     for t in request.topics:
         for p in t.partitions:
-            code = error or (OK if ctx.state.partition(t.name, p.partition_index)
-                             else ErrorCode.unknown_topic_or_partition)
+            code = error or unknown_partition_error(ctx.state, t.name, p.partition_index)
             codes[(t.name, p.partition_index)] = code
             if code == OK:
                 offsets[(t.name, p.partition_index)] = CommittedOffset(

@@ -157,3 +157,39 @@ def test_list_and_delete_groups(state: BrokerState, version: int) -> None:
             nursery.cancel_scope.cancel()
 
     trio.run(scenario)
+
+
+def test_offsets_of_a_partition_hosted_elsewhere(state: BrokerState) -> None:
+    """OffsetCommit and OffsetDelete check the metadata image, not the local
+    replicas (as Kafka checks its metadata cache): a partition of the image that
+    another broker hosts (here: partition 1, taken out of the local replicas) is
+    committed and deleted; a partition the image lacks is refused."""
+    elsewhere = state.partitions.pop(("t", 1))
+
+    async def scenario() -> None:
+        assert state.groups is not None
+        async with trio.open_nursery() as nursery:
+            await running.start(nursery, state)
+            nursery.start_soon(state.groups.run)
+            c = await call(state, v.OFFSET_COMMIT, top(v.OFFSET_COMMIT), lambda m: codec.build(
+                m.OffsetCommitRequest, group_id="g", generation_id_or_member_epoch=-1,
+                member_id="", group_instance_id=None, topics=(m.OffsetCommitRequestTopic(
+                    name="t", partitions=tuple(codec.build(
+                        m.OffsetCommitRequestPartition, partition_index=i, committed_offset=5,
+                        committed_leader_epoch=-1, committed_metadata="") for i in (0, 1, 2))),)))
+            assert [p.error_code for p in c.topics[0].partitions] == [
+                E.none, E.none, E.unknown_topic_or_partition]
+            assert set(state.groups.store.committed("g")) == {("t", 0), ("t", 1)}
+            d = await call(state, v.OFFSET_DELETE, top(v.OFFSET_DELETE), lambda m: codec.build(
+                m.OffsetDeleteRequest, group_id="g", topics=(m.OffsetDeleteRequestTopic(
+                    name="t", partitions=tuple(m.OffsetDeleteRequestPartition(partition_index=i)
+                                               for i in (1, 2))),)))
+            assert [p.error_code for p in d.topics[0].partitions] == [
+                E.none, E.unknown_topic_or_partition]
+            assert set(state.groups.store.committed("g")) == {("t", 0)}
+            nursery.cancel_scope.cancel()
+
+    try:
+        trio.run(scenario)
+    finally:
+        state.partitions[("t", 1)] = elsewhere

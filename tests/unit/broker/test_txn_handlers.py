@@ -200,3 +200,53 @@ def test_describe_and_list_transactions(state: BrokerState) -> None:
             nursery.cancel_scope.cancel()
 
     trio.run(scenario)
+
+
+def test_partitions_hosted_elsewhere_join_a_transaction(state: BrokerState) -> None:
+    """AddPartitionsToTxn and TxnOffsetCommit check the metadata image, not the
+    local replicas: partition 1 of "t", taken out of the local replicas as if
+    another broker hosted it, is added and its offset committed; partition 2,
+    which the image lacks, is refused."""
+    elsewhere = state.partitions.pop(("t", 1))
+
+    async def scenario() -> None:
+        async with trio.open_nursery() as nursery:
+            await running.start(nursery, state)
+            init = await call(state, v.INIT_PRODUCER_ID, 4, transactional_id="app",
+                              transaction_timeout=datetime.timedelta(seconds=30),
+                              producer_id=-1, producer_epoch=-1)
+            pid, epoch = init.producer_id, init.producer_epoch
+            pv = top(v.ADD_PARTITIONS_TO_TXN)
+            m = codec.request_module(v.ADD_PARTITIONS_TO_TXN, pv)
+
+            async def add(*partitions: int) -> list[E]:
+                r = await call(state, v.ADD_PARTITIONS_TO_TXN, pv,
+                               v3_and_below_transactional_id="app", v3_and_below_producer_id=pid,
+                               v3_and_below_producer_epoch=epoch, v3_and_below_topics=(
+                                   m.AddPartitionsToTxnTopic(name="t", partitions=partitions),))
+                return [p.partition_error_code
+                        for p in r.results_by_topic_v3_and_below[0].results_by_partition]
+
+            assert await add(1, 2) == [E.operation_not_attempted, E.unknown_topic_or_partition]
+            assert await add(0, 1) == [E.none, E.none]
+            r = await call(state, v.ADD_OFFSETS_TO_TXN, 3, transactional_id="app",
+                           producer_id=pid, producer_epoch=epoch, group_id="grp")
+            assert r.error_code == E.none
+            cv = top(v.TXN_OFFSET_COMMIT)
+            t = codec.request_module(v.TXN_OFFSET_COMMIT, cv)
+            c = await call(state, v.TXN_OFFSET_COMMIT, cv, transactional_id="app",
+                           group_id="grp", producer_id=pid, producer_epoch=epoch,
+                           generation_id=-1, member_id="", group_instance_id=None,
+                           topics=(t.TxnOffsetCommitRequestTopic(name="t", partitions=tuple(
+                               codec.build(t.TxnOffsetCommitRequestPartition, partition_index=i,
+                                           committed_offset=7, committed_leader_epoch=-1,
+                                           committed_metadata="") for i in (0, 1, 2))),))
+            assert [p.error_code for p in c.topics[0].partitions] == [
+                E.none, E.none, E.unknown_topic_or_partition]
+            assert state.groups is not None and state.groups.is_pending("grp", "t", 1)
+            nursery.cancel_scope.cancel()
+
+    try:
+        trio.run(scenario)
+    finally:
+        state.partitions[("t", 1)] = elsewhere
