@@ -2,25 +2,23 @@
 
 The active idempotent/transactional producers of each partition, from the
 partition's producer-state table: epoch, last sequence and timestamp, and the
-first offset of an open transaction (-1 if none).
+first offset of an open transaction (-1 if none). Only the partition's leader
+answers (NOT_LEADER_OR_FOLLOWER elsewhere), as in Kafka.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from kio.schema.errors import ErrorCode
-
 from kcompat.broker.context import RequestContext
 from kcompat.broker.handlers._common import NO_THROTTLE, OK
 
 
 def _partition(ctx: RequestContext, topic: str, index: int) -> Any:
-    part = ctx.state.partition(topic, index)
+    part, code = ctx.state.cluster.led_partition(topic, index)  # the leader's state only
     if part is None:
-        return ctx.build("PartitionResponse", partition_index=index,
-                         error_code=ErrorCode.unknown_topic_or_partition, error_message=None,
-                         active_producers=())
+        return ctx.build("PartitionResponse", partition_index=index, error_code=code,
+                         error_message=None, active_producers=())
     producers = tuple(
         ctx.build("ProducerState", producer_id=pid, producer_epoch=entry.epoch,
                   last_sequence=entry.last_seq, last_timestamp=entry.last_timestamp,
