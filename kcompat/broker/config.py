@@ -66,7 +66,7 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
         _D("kcompat.cluster.id", "string", ""),
         _D("admin.port", "int", 9644, minimum=-1),  # 0 picks a free port, -1 disables
         _D("admin.host", "string", ""),  # empty: the same as host
-        # Cluster mode (kcompat.broker.cluster) is on only when the voters are set.
+        # Empty: a quorum of one (this broker alone); else every voter is a broker.
         _D("controller.quorum.voters", "string", ""),  # "1@host:port,2@host:port,..."
         _D("kcompat.raft.tick.ms", "int", 50, minimum=1),
         _D("kcompat.raft.election.timeout.ms", "int", 1000, minimum=1),

@@ -34,8 +34,8 @@ from kio.schema.errors import ErrorCode
 
 from kcompat.broker.partition import Partition
 from kcompat.broker.state import BrokerState, now_ms
-from kcompat.coordinator.coordinator import CoordinatorConfig, GroupCoordinator, Reply
-from kcompat.coordinator.offsets import (
+from kcompat.group.coordinator import CoordinatorConfig, GroupCoordinator, Reply
+from kcompat.group.offsets import (
     CommittedOffset,
     OffsetStore,
     group_key,
@@ -78,7 +78,7 @@ async def write_committed(state: BrokerState, part: Partition, view: memoryview,
                           now: int, timeout_s: float = 10.0) -> None:
     """Propose one coordinator batch to ``part``'s Raft group as its leader and
     wait for its commit (NotCoordinatorError otherwise)."""
-    from kcompat.broker.cluster.runtime import NotLeaderError
+    from kcompat.broker.replication.runtime import NotLeaderError
 
     cluster = state.cluster
     group = cluster.group_of(part.topic, part.index)

@@ -88,7 +88,7 @@ class MetadataImage:
 class MetadataStore:
     """The metadata log and the image built from it. The controller quorum
     (even a quorum of one) commits records to the log and every broker
-    applies them to the image in log order (``cluster.metadata_apply``)."""
+    applies them to the image in log order (``controller.metadata_apply``)."""
 
     def __init__(self, data_dir: Path, now_ms: int) -> None:
         self.log = PartitionLog.open(data_dir / METADATA_DIR, LogConfig(), now_ms)

@@ -34,8 +34,8 @@ from kcompat.broker.partition import Partition
 from kcompat.broker.topic_config import validate_overrides
 
 if TYPE_CHECKING:
-    from kcompat.broker.cluster.runtime import ClusterRuntime
     from kcompat.broker.groups import GroupService
+    from kcompat.broker.replication.runtime import ClusterRuntime
     from kcompat.broker.transactions import TxnService
 
 log = logging.getLogger("kcompat.broker")
@@ -69,7 +69,7 @@ def check_topic_name(name: str) -> None:
 
 class BrokerState:
     def __init__(self, config: BrokerConfig) -> None:
-        from kcompat.broker.cluster.runtime import ClusterRuntime, lone_voter
+        from kcompat.broker.replication.runtime import ClusterRuntime, lone_voter
 
         self.config = config
         self.node_id: int = config["node.id"]
@@ -78,7 +78,7 @@ class BrokerState:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self._remove_deleted_dirs()
         self.flusher = Flusher()
-        # the controller applies committed metadata records (cluster.metadata_apply)
+        # the controller applies committed metadata records (controller.metadata_apply)
         self.metadata = MetadataStore(self.data_dir, now_ms())
         self.partitions: dict[tuple[str, int], Partition] = {}
         self.data_arrived = trio.Event()
@@ -93,7 +93,7 @@ class BrokerState:
 
     @property
     def broker_count(self) -> int:
-        # every voter; cluster.admin.check_replication then requires the
+        # every voter; controller.admin.check_replication then requires the
         # replicas' brokers to be live.
         return len(self.cluster.voters)
 
@@ -119,7 +119,7 @@ class BrokerState:
     def broker_defaults(self) -> dict[str, Any]:
         return self.config.explicit_values()
 
-    # -- validation of topic changes (the controller commits them: cluster.admin) --
+    # -- validation of topic changes (the controller commits them: controller.admin) --
     def validate_new_topic(
         self,
         name: str,
@@ -166,7 +166,7 @@ class BrokerState:
         meanwhile, as Kafka does; clients retry."""
         if not self.config["auto.create.topics.enable"]:
             return
-        from kcompat.broker.cluster.admin import auto_create
+        from kcompat.broker.controller.admin import auto_create
 
         auto_create(self, name)
         raise TopicError(ErrorCode.leader_not_available, f"Topic {name} is being created.")

@@ -145,7 +145,7 @@ class TxnService:
     def serves_producer(self, pid: int) -> bool:
         """This broker coordinates (and has loaded) the transaction of producer
         ``pid``; the produce path verifies only such batches here (others with
-        their coordinator, ``cluster.txn_verify``)."""
+        their coordinator, ``txn_verify``)."""
         tid = self.coordinator.by_producer.get(pid)
         return tid is not None and self.coordinator_error(tid) is None
 

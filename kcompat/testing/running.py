@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 
 import trio
 
-from kcompat.broker.cluster import admin
+from kcompat.broker.controller import admin
 from kcompat.broker.metadata import TopicMeta
 from kcompat.broker.state import BrokerState
 

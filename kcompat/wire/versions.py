@@ -79,7 +79,7 @@ _TABLE = (
 API_RANGES: dict[int, ApiRange] = {r.api_key: r for r in _TABLE}
 
 # Internal, never advertised: inter-broker Raft frames in cluster mode
-# (kcompat.broker.cluster.codec / transport explain why a private key).
+# (kcompat.broker.replication.codec / transport explain why a private key).
 KCOMPAT_RAFT = 1000
 
 

@@ -194,8 +194,8 @@ async def alter_results(ctx: Any, request: Any, alter: AlterOne) -> tuple[Any, .
     """Run ``alter(ctx, resource)`` per resource of an (Incremental)
     AlterConfigs request; TopicError becomes that resource's error. The
     validated change ``alter`` returns is then committed through the
-    controller (``cluster.admin.submit``) unless the request only validates."""
-    from kcompat.broker.cluster.admin import submit
+    controller (``controller.admin.submit``) unless the request only validates."""
+    from kcompat.broker.controller.admin import submit
 
     dups = duplicates((r.resource_type, r.resource_name) for r in request.resources)
     out, reported = [], set()

@@ -3,7 +3,7 @@
 Quirks: ``count`` is the new total. Manual ``assignments`` (one per new
 partition) name registered brokers, once each, as many as the topic's
 replication factor; a wrong number of them is INVALID_REPLICA_ASSIGNMENT with
-Kafka's message. Committed through the controller (``cluster.admin.submit``). A topic named twice is
+Kafka's message. Committed through the controller (``controller.admin.submit``). A topic named twice is
 INVALID_REQUEST ("Duplicate topic name."); an unknown topic
 UNKNOWN_TOPIC_OR_PARTITION; a count that is not an increase INVALID_PARTITIONS.
 ``validate_only`` changes nothing.
@@ -15,8 +15,8 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from kcompat.broker.cluster.admin import submit
 from kcompat.broker.context import RequestContext
+from kcompat.broker.controller.admin import submit
 from kcompat.broker.handlers._common import NO_THROTTLE, OK, check_replicas, duplicates
 from kcompat.broker.state import TopicError
 

@@ -11,7 +11,7 @@ for every partition, else INVALID_REQUEST / INVALID_REPLICA_ASSIGNMENT with
 Kafka's messages. Null config values and bad configs are INVALID_CONFIG.
 ``validate_only`` creates nothing. Only the controller creates topics
 (NOT_CONTROLLER elsewhere; a single broker is its own controller); it answers
-once the topic's record is committed and applied (``cluster.admin``).
+once the topic's record is committed and applied (``controller.admin``).
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from kcompat.broker.cluster import admin
 from kcompat.broker.context import RequestContext
+from kcompat.broker.controller import admin
 from kcompat.broker.handlers._common import (
     NO_THROTTLE,
     OK,

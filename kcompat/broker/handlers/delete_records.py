@@ -7,7 +7,7 @@ low watermark, the log start offset; an unknown topic or partition answers
 UNKNOWN_TOPIC_OR_PARTITION with low watermark -1. Segment deletion runs without
 an await, so no append can interleave with it. Only the leader accepts it
 (else NOT_LEADER_OR_FOLLOWER); followers follow the leader's log start
-(``cluster.log_starts``).
+(``replication.log_starts``).
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from kcompat.broker.cluster import log_starts
 from kcompat.broker.context import RequestContext
 from kcompat.broker.handlers._common import NO_THROTTLE
+from kcompat.broker.replication import log_starts
 from kcompat.broker.state import now_ms
 
 HIGH_WATERMARK = -1

@@ -15,8 +15,8 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from kcompat.broker.cluster.admin import delete_topic
 from kcompat.broker.context import RequestContext
+from kcompat.broker.controller.admin import delete_topic
 from kcompat.broker.handlers._common import NO_THROTTLE, OK, duplicates
 from kcompat.broker.state import TopicError
 

@@ -30,7 +30,7 @@ def _coordinator(ctx: RequestContext, key_type: int, key: str) -> dict[str, Any]
     partition; the first FindCoordinator for a missing one has it created
     (through the controller, like Kafka) and is answered
     COORDINATOR_NOT_AVAILABLE meanwhile."""
-    from kcompat.broker.cluster.admin import auto_create
+    from kcompat.broker.controller.admin import auto_create
     from kcompat.broker.groups import OFFSETS_TOPIC, partition_for
     from kcompat.broker.transactions import TXN_TOPIC
 
@@ -68,7 +68,7 @@ async def _create_internal_topic(ctx: RequestContext, key_type: int) -> None:
     """The first FindCoordinator for a missing internal topic has it created
     and waits (briefly, bounded) for its leaders, instead of answering every
     client COORDINATOR_NOT_AVAILABLE for the next few retries."""
-    from kcompat.broker.cluster.admin import auto_create
+    from kcompat.broker.controller.admin import auto_create
     from kcompat.broker.groups import OFFSETS_TOPIC
     from kcompat.broker.transactions import TXN_TOPIC
 

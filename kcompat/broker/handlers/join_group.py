@@ -15,7 +15,7 @@ from typing import Any
 from kcompat.broker.context import RequestContext
 from kcompat.broker.handlers._common import NO_THROTTLE, coordinator_error_response
 from kcompat.broker.state import now_ms
-from kcompat.coordinator.coordinator import JoinRequest, JoinResult
+from kcompat.group.coordinator import JoinRequest, JoinResult
 
 
 async def handle(ctx: RequestContext, request: Any) -> Any:

@@ -15,7 +15,7 @@ from kio.schema.errors import ErrorCode
 
 from kcompat.broker.context import RequestContext
 from kcompat.broker.handlers._common import NO_THROTTLE
-from kcompat.broker.offsets import offset_for_time
+from kcompat.broker.list_offsets_lookup import offset_for_time
 from kcompat.wire.records import RecordError
 
 

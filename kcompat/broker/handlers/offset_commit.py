@@ -17,7 +17,7 @@ from kcompat.broker.context import RequestContext
 from kcompat.broker.groups import NotCoordinatorError
 from kcompat.broker.handlers._common import NO_THROTTLE, OK, unknown_partition_error
 from kcompat.broker.state import now_ms
-from kcompat.coordinator.offsets import CommittedOffset
+from kcompat.group.offsets import CommittedOffset
 
 
 def _partition_error(ctx: RequestContext, topic: str, p: Any, max_metadata: int) -> ErrorCode:

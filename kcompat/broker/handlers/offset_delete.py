@@ -19,7 +19,7 @@ from kcompat.broker.handlers._common import (
     coordinator_error_response,
     unknown_partition_error,
 )
-from kcompat.coordinator.group import GroupState
+from kcompat.group.group import GroupState
 
 
 async def handle(ctx: RequestContext, request: Any) -> Any:

@@ -10,7 +10,7 @@ NOT_LEADER_OR_FOLLOWER (also a replica-less broker for a topic that exists),
 and the client refreshes metadata and retries at the leader. On the leader the
 hot path (``append_records``: batch validation, CRC, idempotence and
 transaction checks — a transaction's first batch in a partition verified first
-with its coordinator, ``cluster.txn_verify``) ends in a Raft proposal written
+with its coordinator, ``txn_verify``) ends in a Raft proposal written
 to the log at once (``ClusterRuntime.propose_batch``), so the offset and the
 producer state are final before any await.
 
@@ -33,10 +33,10 @@ import trio
 from kio.schema.errors import ErrorCode
 
 from kcompat.broker.append import AppendResult, append_records
-from kcompat.broker.cluster.runtime import ClusterRuntime, Group, NotLeaderError
 from kcompat.broker.context import RequestContext
 from kcompat.broker.handlers._common import NO_THROTTLE, ms_to_datetime
 from kcompat.broker.partition import Partition
+from kcompat.broker.replication.runtime import ClusterRuntime, Group, NotLeaderError
 from kcompat.broker.state import now_ms
 from kcompat.wire.batch import BatchHeader
 
@@ -64,7 +64,7 @@ def _txn_check(ctx: RequestContext, topic: str, index: int
     transaction of its producer that includes this partition."""
     def check(header: BatchHeader) -> ErrorCode | None:
         if not ctx.txns.serves_producer(header.producer_id):
-            # another broker coordinates it (cluster.txn_verify asked it)
+            # another broker coordinates it (txn_verify asked it)
             accepted = ctx.state.cluster.verifier.accepts(topic, index, header)
             return None if accepted else ErrorCode.invalid_txn_state
         # the coordinator is here: the same answer it gives other brokers' leaders

@@ -12,7 +12,7 @@ from typing import Any
 from kcompat.broker.context import RequestContext
 from kcompat.broker.handlers._common import NO_THROTTLE, coordinator_error_response
 from kcompat.broker.state import now_ms
-from kcompat.coordinator.coordinator import SyncResult
+from kcompat.group.coordinator import SyncResult
 
 
 async def handle(ctx: RequestContext, request: Any) -> Any:

@@ -23,7 +23,7 @@ from kcompat.broker.handlers._common import (
     unknown_partition_error,
 )
 from kcompat.broker.state import now_ms
-from kcompat.coordinator.offsets import CommittedOffset
+from kcompat.group.offsets import CommittedOffset
 
 
 def _request_error(ctx: RequestContext, request: Any) -> ErrorCode | None:

@@ -32,11 +32,11 @@ from typing import TYPE_CHECKING, Any
 import trio
 from kio.schema.errors import ErrorCode
 
-from kcompat.broker.cluster import codec
+from kcompat.broker.replication import codec
 from kcompat.wire import batch as wbatch
 
 if TYPE_CHECKING:
-    from kcompat.broker.cluster.runtime import ClusterRuntime
+    from kcompat.broker.replication.runtime import ClusterRuntime
 
 log = logging.getLogger("kcompat.cluster")
 
@@ -101,7 +101,7 @@ class PeerCalls:
     # -- the callee's side ------------------------------------------------------------
 
     async def serve_forward(self, src: int, req: codec.ForwardRequest) -> None:
-        from kcompat.broker.cluster.admin import execute
+        from kcompat.broker.controller.admin import execute
         from kcompat.broker.state import TopicError
 
         code, message = ErrorCode.none, None
@@ -120,8 +120,8 @@ class PeerCalls:
 
     async def write_marker_locally(self, topic: str, index: int, pid: int, epoch: int,
                                    commit: bool, timeout_s: float) -> ErrorCode:
-        from kcompat.broker.cluster.runtime import NotLeaderError
-        from kcompat.broker.cluster.storage import now_ms
+        from kcompat.broker.replication.runtime import NotLeaderError
+        from kcompat.broker.replication.storage import now_ms
         from kcompat.wire.records import encode_marker_batch
 
         rt = self.rt

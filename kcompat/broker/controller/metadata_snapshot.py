@@ -32,12 +32,12 @@ import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from kcompat.broker.cluster.storage import PartitionLogStorage
+from kcompat.broker.replication.storage import PartitionLogStorage
 from kcompat.log.files import atomic_write
 from kcompat.raft.types import Snapshot, SnapshotId
 
 if TYPE_CHECKING:
-    from kcompat.broker.cluster.runtime import ClusterRuntime
+    from kcompat.broker.replication.runtime import ClusterRuntime
 
 log = logging.getLogger("kcompat.cluster")
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass, field
 
-from kcompat.coordinator.group import Group, GroupState, Member
+from kcompat.group.group import Group, GroupState, Member
 
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")

@@ -35,11 +35,11 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
-from kcompat.broker.cluster import codec
+from kcompat.broker.replication import codec
 from kcompat.wire import batch as wbatch
 
 if TYPE_CHECKING:
-    from kcompat.broker.cluster.runtime import ClusterRuntime
+    from kcompat.broker.replication.runtime import ClusterRuntime
     from kcompat.broker.transactions import TxnService
 
 log = logging.getLogger("kcompat.cluster")

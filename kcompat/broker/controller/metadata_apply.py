@@ -23,16 +23,16 @@ import json
 import logging
 from typing import TYPE_CHECKING, Any
 
-from kcompat.broker.cluster import metadata_snapshot
-from kcompat.broker.cluster.storage import PartitionLogStorage, now_ms
+from kcompat.broker.controller import metadata_snapshot
 from kcompat.broker.partition import Partition
+from kcompat.broker.replication.storage import PartitionLogStorage, now_ms
 from kcompat.broker.topic_config import log_config
 from kcompat.log.partition_log import PartitionLog
 from kcompat.wire.records import decode_batch
 
 if TYPE_CHECKING:
-    from kcompat.broker.cluster.runtime import ClusterRuntime
     from kcompat.broker.metadata import TopicMeta
+    from kcompat.broker.replication.runtime import ClusterRuntime
 
 log = logging.getLogger("kcompat.cluster")
 

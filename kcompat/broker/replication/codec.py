@@ -23,7 +23,7 @@ import struct
 from dataclasses import dataclass
 from typing import Any
 
-from kcompat.broker.cluster.liveness import Heartbeat
+from kcompat.broker.controller.liveness import Heartbeat
 from kcompat.raft.types import (
     BeginQuorumEpoch,
     Entry,

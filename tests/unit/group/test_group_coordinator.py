@@ -8,15 +8,15 @@ from typing import Any
 import pytest
 from kio.schema.errors import ErrorCode as E
 
-from kcompat.coordinator.coordinator import (
+from kcompat.group.coordinator import (
     CoordinatorConfig,
     GroupCoordinator,
     JoinRequest,
     JoinResult,
     SyncResult,
 )
-from kcompat.coordinator.group import GroupState as S
-from kcompat.coordinator.offsets import OffsetStore, group_key, group_value
+from kcompat.group.group import GroupState as S
+from kcompat.group.offsets import OffsetStore, group_key, group_value
 
 SESSION, REBALANCE = 10_000, 20_000
 

@@ -15,12 +15,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from kcompat.broker.cluster import codec
-from kcompat.broker.cluster.storage import now_ms
+from kcompat.broker.replication import codec
+from kcompat.broker.replication.storage import now_ms
 from kcompat.raft import SnapshotId
 
 if TYPE_CHECKING:
-    from kcompat.broker.cluster.runtime import ClusterRuntime, Group
+    from kcompat.broker.replication.runtime import ClusterRuntime, Group
 
 
 def follow_announced(rt: ClusterRuntime, ann: codec.Announcement) -> None:

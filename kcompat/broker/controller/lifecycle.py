@@ -35,11 +35,11 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from kcompat.broker.cluster.liveness import Heartbeat, Membership
+from kcompat.broker.controller.liveness import Heartbeat, Membership
 from kcompat.raft import NO_NODE
 
 if TYPE_CHECKING:
-    from kcompat.broker.cluster.runtime import ClusterRuntime, Group
+    from kcompat.broker.replication.runtime import ClusterRuntime, Group
 
 log = logging.getLogger("kcompat.cluster")
 
@@ -145,7 +145,7 @@ class BrokerLifecycle:
             self._propose(self.membership.expire(rt.image.brokers, _clock_ms()))
 
     def _propose(self, records: list[dict[str, Any]]) -> None:
-        from kcompat.broker.cluster.runtime import NotLeaderError
+        from kcompat.broker.replication.runtime import NotLeaderError
 
         for rec in records:
             try:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import struct
 
-from kcompat.coordinator.group import Group, GroupState
-from kcompat.coordinator.offsets import (
+from kcompat.group.group import Group, GroupState
+from kcompat.group.offsets import (
     CommittedOffset,
     OffsetStore,
     group_key,

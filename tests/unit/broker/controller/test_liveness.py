@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kcompat.broker.cluster.liveness import Heartbeat, Membership
+from kcompat.broker.controller.liveness import Heartbeat, Membership
 from kcompat.broker.metadata import MetadataImage
 
 TIMEOUT_MS = 9000

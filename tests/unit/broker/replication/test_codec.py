@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from kcompat.broker.cluster import codec
-from kcompat.broker.cluster.liveness import Heartbeat
+from kcompat.broker.controller.liveness import Heartbeat
+from kcompat.broker.replication import codec
 from kcompat.raft import (
     BeginQuorumEpoch,
     Entry,

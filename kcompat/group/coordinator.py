@@ -30,8 +30,8 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from kcompat.coordinator.group import Group, GroupState, Member
-from kcompat.coordinator.offsets import StoredGroup
+from kcompat.group.group import Group, GroupState, Member
+from kcompat.group.offsets import StoredGroup
 
 UNKNOWN_MEMBER = ""
 

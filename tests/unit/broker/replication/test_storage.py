@@ -1,10 +1,10 @@
-"""PartitionLogStorage: the partition log as the Raft log (kcompat.broker.cluster.storage)."""
+"""PartitionLogStorage: the partition log as the Raft log (kcompat.broker.replication.storage)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from kcompat.broker.cluster.storage import PartitionLogStorage
+from kcompat.broker.replication.storage import PartitionLogStorage
 from kcompat.log.config import LogConfig
 from kcompat.log.partition_log import PartitionLog
 from kcompat.raft import Entry, HardState, Snapshot, SnapshotId

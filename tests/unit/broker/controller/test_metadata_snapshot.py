@@ -1,11 +1,11 @@
 """Metadata checkpoints as the metadata group's Raft snapshots
-(kcompat.broker.cluster.metadata_snapshot.MetadataLogStorage)."""
+(kcompat.broker.controller.metadata_snapshot.MetadataLogStorage)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from kcompat.broker.cluster.metadata_snapshot import (
+from kcompat.broker.controller.metadata_snapshot import (
     MetadataLogStorage,
     checkpoint_name,
     list_checkpoints,

@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
-from kcompat.broker.cluster.runtime import NotLeaderError
 from kcompat.broker.metadata import TopicMeta
+from kcompat.broker.replication.runtime import NotLeaderError
 from kcompat.broker.state import TopicError
 
 if TYPE_CHECKING:

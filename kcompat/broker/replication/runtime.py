@@ -84,18 +84,18 @@ from typing import TYPE_CHECKING, Any, Protocol
 import trio
 from kio.schema.errors import ErrorCode
 
-from kcompat.broker.cluster import codec, log_starts
-from kcompat.broker.cluster.lifecycle import BrokerLifecycle
-from kcompat.broker.cluster.liveness import Heartbeat
-from kcompat.broker.cluster.metadata_apply import apply_committed
-from kcompat.broker.cluster.metadata_snapshot import MetadataLogStorage
-from kcompat.broker.cluster.peer_calls import PeerCalls
-from kcompat.broker.cluster.storage import PartitionLogStorage, now_ms
-from kcompat.broker.cluster.transport import PeerLink
-from kcompat.broker.cluster.txn_verify import TxnVerifier
 from kcompat.broker.configdef import ConfigError
+from kcompat.broker.controller.lifecycle import BrokerLifecycle
+from kcompat.broker.controller.liveness import Heartbeat
+from kcompat.broker.controller.metadata_apply import apply_committed
+from kcompat.broker.controller.metadata_snapshot import MetadataLogStorage
 from kcompat.broker.metadata import MetadataImage
 from kcompat.broker.partition import Partition
+from kcompat.broker.replication import codec, log_starts
+from kcompat.broker.replication.peer_calls import PeerCalls
+from kcompat.broker.replication.storage import PartitionLogStorage, now_ms
+from kcompat.broker.replication.transport import PeerLink
+from kcompat.broker.txn_verify import TxnVerifier
 from kcompat.log.files import atomic_write
 from kcompat.raft import (
     NO_NODE,
