@@ -40,9 +40,10 @@ run: $(STAMP)
 	$(VENV)/bin/kcompat broker
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check kcompat tests compat_tests bench spark_demo
+	$(VENV)/bin/ruff check kcompat tests compat_tests bench spark_demo tools
 	$(VENV)/bin/mypy kcompat
-	$(VENV)/bin/lint-imports
+	$(VENV)/bin/lint-imports --no-cache
+	$(PY) tools/import_cycles.py kcompat
 
 test: $(STAMP) tools java-deps lint
 	$(PY) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)

@@ -29,7 +29,7 @@ from typing import Any
 import trio
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from kcompat.broker.state import BrokerState
+from kcompat.broker.broker import Broker
 
 log = logging.getLogger("kcompat.admin")
 
@@ -39,20 +39,21 @@ _REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Al
             503: "Service Unavailable"}
 
 
-def health(state: BrokerState) -> dict[str, Any]:
-    return {"live": True, "ready": state.metrics.ready, "node_id": state.node_id,
+def health(broker: Broker) -> dict[str, Any]:
+    state = broker.state
+    return {"live": True, "ready": broker.metrics.ready, "node_id": state.node_id,
             "cluster_id": state.cluster_id}
 
 
-def route(state: BrokerState, method: str, path: str) -> tuple[int, str, bytes]:
+def route(broker: Broker, method: str, path: str) -> tuple[int, str, bytes]:
     """(status, content type, body) for one request; pure apart from reading state."""
     if method not in ("GET", "HEAD"):
         return 405, "text/plain; charset=utf-8", b"only GET and HEAD\n"
     path = path.split("?", 1)[0].rstrip("/") or "/"
     if path == "/metrics":
-        return 200, CONTENT_TYPE_LATEST, generate_latest(state.metrics.registry)
+        return 200, CONTENT_TYPE_LATEST, generate_latest(broker.metrics.registry)
     if path in ("/health", "/health/live", "/health/ready"):
-        body = health(state)
+        body = health(broker)
         ok = body["ready"] or path == "/health/live"
         return (200 if ok else 503), "application/json", json.dumps(body).encode() + b"\n"
     return 404, "text/plain; charset=utf-8", b"not found: try /metrics or /health\n"
@@ -77,7 +78,7 @@ async def _read_head(stream: trio.abc.Stream) -> bytes | None:
     return None
 
 
-async def serve_http(stream: trio.SocketStream, state: BrokerState) -> None:
+async def serve_http(stream: trio.SocketStream, broker: Broker) -> None:
     try:
         head = await _read_head(stream)
         if not head:
@@ -87,7 +88,7 @@ async def serve_http(stream: trio.SocketStream, state: BrokerState) -> None:
             out = _response(400, "text/plain; charset=utf-8", b"bad request line\n", False)
         else:
             method, path = parts[0], parts[1]
-            status, ctype, body = route(state, method, path)
+            status, ctype, body = route(broker, method, path)
             out = _response(status, ctype, body, method == "HEAD")
         await stream.send_all(out)
     except (trio.BrokenResourceError, trio.ClosedResourceError, ConnectionError):
@@ -98,9 +99,9 @@ async def serve_http(stream: trio.SocketStream, state: BrokerState) -> None:
             await stream.aclose()
 
 
-async def open_admin_listeners(state: BrokerState) -> list[trio.SocketListener]:
+async def open_admin_listeners(broker: Broker) -> list[trio.SocketListener]:
     """Bind the admin port per config; [] when disabled or (default port) taken."""
-    config = state.config
+    config = broker.config
     port = config["admin.port"]
     if port < 0:
         return []
@@ -118,10 +119,10 @@ async def open_admin_listeners(state: BrokerState) -> list[trio.SocketListener]:
     return listeners
 
 
-async def run_admin_http(state: BrokerState, listeners: list[trio.SocketListener]) -> None:
+async def run_admin_http(broker: Broker, listeners: list[trio.SocketListener]) -> None:
     """Serve the admin endpoints on already-bound ``listeners`` until cancelled."""
     if not listeners:
         return
     async with trio.open_nursery() as nursery:
-        await trio.serve_listeners(partial(serve_http, state=state), listeners,
+        await trio.serve_listeners(partial(serve_http, broker=broker), listeners,
                                    handler_nursery=nursery)

@@ -19,10 +19,10 @@ from typing import Any
 
 import trio
 
+from kcompat.broker.broker import Broker
 from kcompat.broker.context import RequestContext
 from kcompat.broker.handlers import HANDLERS
 from kcompat.broker.handlers.api_versions import unsupported_version_response
-from kcompat.broker.state import BrokerState
 from kcompat.wire import codec
 from kcompat.wire.fetch_writer import encode_fetch_response
 from kcompat.wire.framing import FrameError, FrameReader
@@ -39,22 +39,22 @@ class CloseConnection(Exception):
     pass
 
 
-async def serve_connection(stream: trio.SocketStream, state: BrokerState) -> None:
+async def serve_connection(stream: trio.SocketStream, broker: Broker) -> None:
     try:
         peer = stream.socket.getpeername()
     except OSError:
         peer = ("?", 0)
     host = f"/{peer[0]}"
-    reader = FrameReader(state.config["socket.request.max.bytes"])
-    state.metrics.connections.inc()
+    reader = FrameReader(broker.config["socket.request.max.bytes"])
+    broker.metrics.connections.inc()
     try:
         while True:
             data = await stream.receive_some(RECEIVE_BYTES)
             if not data:
                 return
             for frame in reader.feed(data):
-                with state.metrics.request(frame):  # count, time, errors = CloseConnection
-                    out = await handle_frame(frame, state, host)
+                with broker.metrics.request(frame):  # count, time, errors = CloseConnection
+                    out = await handle_frame(frame, broker, host)
                 if isinstance(out, list):
                     await send_chunks(stream, out)
                 elif out is not None:
@@ -66,7 +66,7 @@ async def serve_connection(stream: trio.SocketStream, state: BrokerState) -> Non
     except (trio.BrokenResourceError, trio.ClosedResourceError, ConnectionError):
         pass
     finally:
-        state.metrics.connections.dec()
+        broker.metrics.connections.dec()
         with trio.move_on_after(1) as scope:
             scope.shield = True
             await stream.aclose()
@@ -88,16 +88,16 @@ async def send_chunks(stream: trio.SocketStream, chunks: list[bytes]) -> None:
         await stream.send_all(pending)
 
 
-async def handle_frame(frame: bytes, state: BrokerState,
+async def handle_frame(frame: bytes, broker: Broker,
                        client_host: str = "") -> bytes | list[bytes] | None:
     try:
         api_key, version, cid = peek_api(frame)
     except HeaderError as e:
         raise CloseConnection(str(e)) from None
     if api_key == KCOMPAT_RAFT:  # a one-way Raft frame from a peer broker
-        if not state.cluster.peers:
+        if not broker.cluster.peers:
             raise CloseConnection("inter-broker frame, but this broker has no peers")
-        state.cluster.receive(frame)
+        broker.cluster.receive(frame)
         return None
     rng = API_RANGES.get(api_key)
     if rng is None:
@@ -114,7 +114,7 @@ async def handle_frame(frame: bytes, state: BrokerState,
     except (HeaderError, codec.BodyError) as e:
         raise CloseConnection(f"malformed {api_name(api_key)} v{version} request: {e}") from None
     log.debug("request %s v%d cid=%d client=%s", rng.name, version, cid, header.client_id)
-    ctx = RequestContext(state, api_key, version, cid, header.client_id, client_host)
+    ctx = RequestContext(broker, api_key, version, cid, header.client_id, client_host)
     try:
         response: Any = await HANDLERS[api_key](ctx, request)
     except Exception as e:

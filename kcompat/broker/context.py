@@ -6,7 +6,11 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
+from kcompat.broker.broker import Broker
+from kcompat.broker.controller.quorum import Controller
 from kcompat.broker.groups import GroupService
+from kcompat.broker.metrics import BrokerMetrics
+from kcompat.broker.replication.runtime import ClusterRuntime
 from kcompat.broker.state import BrokerState
 from kcompat.broker.transactions import TxnService
 from kcompat.wire import codec
@@ -14,7 +18,7 @@ from kcompat.wire import codec
 
 @dataclass(slots=True)
 class RequestContext:
-    state: BrokerState
+    broker: Broker
     api_key: int
     version: int
     correlation_id: int
@@ -22,14 +26,28 @@ class RequestContext:
     client_host: str = ""
 
     @property
+    def state(self) -> BrokerState:
+        return self.broker.state
+
+    @property
+    def cluster(self) -> ClusterRuntime:
+        return self.broker.cluster
+
+    @property
+    def controller(self) -> Controller:
+        return self.broker.controller
+
+    @property
     def txns(self) -> TxnService:
-        assert self.state.txns is not None, "transaction service not started"
-        return self.state.txns
+        return self.broker.txns
 
     @property
     def groups(self) -> GroupService:
-        assert self.state.groups is not None, "group service not started"
-        return self.state.groups
+        return self.broker.groups
+
+    @property
+    def metrics(self) -> BrokerMetrics:
+        return self.broker.metrics
 
     @property
     def resp(self) -> ModuleType:

@@ -32,7 +32,10 @@ from typing import Any
 import trio
 from kio.schema.errors import ErrorCode
 
+from kcompat.broker.controller.internal_topics import OFFSETS_TOPIC, partition_for
 from kcompat.broker.partition import Partition
+from kcompat.broker.replication.group import NotLeaderError
+from kcompat.broker.replication.runtime import ClusterRuntime
 from kcompat.broker.state import BrokerState, now_ms
 from kcompat.group.coordinator import CoordinatorConfig, GroupCoordinator, Reply
 from kcompat.group.offsets import (
@@ -49,23 +52,8 @@ from kcompat.wire.records import decode_batch, encode_batch, marker_aborts
 
 log = logging.getLogger("kcompat.groups")
 
-OFFSETS_TOPIC = "__consumer_offsets"
-OFFSETS_TOPIC_CONFIGS = {"cleanup.policy": "compact", "segment.bytes": "104857600"}
 TICK_MAX_S = 1.0
 EXPIRY_CHECK_MS = 60_000
-
-
-def java_string_hash(s: str) -> int:
-    h = 0
-    data = s.encode("utf-16-be")
-    for i in range(0, len(data), 2):
-        h = (31 * h + ((data[i] << 8) | data[i + 1])) & 0xFFFFFFFF
-    return h - (1 << 32) if h >= 1 << 31 else h
-
-
-def partition_for(group_id: str, partitions: int) -> int:
-    h = java_string_hash(group_id)
-    return (0 if h == -(1 << 31) else abs(h)) % partitions
 
 
 @dataclass(eq=False)
@@ -74,13 +62,10 @@ class _Waiter:
     result: Any = None
 
 
-async def write_committed(state: BrokerState, part: Partition, view: memoryview,
+async def write_committed(cluster: ClusterRuntime, part: Partition, view: memoryview,
                           now: int, timeout_s: float = 10.0) -> None:
     """Propose one coordinator batch to ``part``'s Raft group as its leader and
     wait for its commit (NotCoordinatorError otherwise)."""
-    from kcompat.broker.replication.runtime import NotLeaderError
-
-    cluster = state.cluster
     group = cluster.group_of(part.topic, part.index)
     if group is None:
         raise NotCoordinatorError(ErrorCode.not_coordinator)
@@ -107,8 +92,9 @@ class NotCoordinatorError(Exception):
 
 
 class GroupService:
-    def __init__(self, state: BrokerState) -> None:
+    def __init__(self, state: BrokerState, cluster: ClusterRuntime) -> None:
         self.state = state
+        self.cluster = cluster
         cfg = state.config
         self.coordinator = GroupCoordinator(CoordinatorConfig(
             min_session_timeout_ms=cfg["group.min.session.timeout.ms"],
@@ -123,7 +109,7 @@ class GroupService:
         self._waiters: dict[int, _Waiter] = {}
         self._next_token = 0
         self._wake = trio.Event()
-        state.cluster.machines[OFFSETS_TOPIC] = self  # fed by the replication host
+        cluster.machines[OFFSETS_TOPIC] = self  # fed by the replication host
 
     # -- the offsets topic ----------------------------------------------------
     @property
@@ -145,13 +131,17 @@ class GroupService:
         (FindCoordinator has it created)."""
         if OFFSETS_TOPIC not in self.state.topics:
             return ErrorCode.coordinator_not_available
-        return self.state.cluster.serving_machine(
+        return self.cluster.serving_machine(
             OFFSETS_TOPIC, partition_for(group_id, self.num_partitions))
 
     # -- the replicated state machine over __consumer_offsets ------------------
     def apply(self, index: int, batch: memoryview, header: wbatch.BatchHeader) -> None:
         """A committed batch of offsets partition ``index`` (every replica)."""
         self._replay_batch(batch, header, index)
+
+    def restore(self, index: int, start: int) -> None:
+        """The log was cut below what was applied (DeleteRecords on an internal
+        topic): the state already applied stays."""
 
     def on_role(self, index: int, leading: bool) -> None:
         """Take over (or hand back) the groups of offsets partition ``index``:
@@ -228,7 +218,7 @@ class GroupService:
     async def _write(self, part: Partition, raw: bytes, now: int) -> None:
         """Make one batch durable: a Raft proposal answered once committed
         (NotCoordinatorError when leadership is lost first)."""
-        await write_committed(self.state, part, memoryview(raw), now)
+        await write_committed(self.cluster, part, memoryview(raw), now)
 
     async def _append(self, group_id: str, records: list[tuple[bytes, bytes | None]]) -> None:
         """Append records for one group; they reach the store once committed."""

@@ -19,7 +19,7 @@ Two kinds of metrics, chosen so the request path only ever increments:
 "Error" means a request the broker could not serve and answered by closing the
 connection (unknown API, unsupported version, malformed frame, handler bug);
 Kafka error codes inside well-formed responses are data, not errors here.
-Each ``BrokerState`` has its own ``CollectorRegistry``, so several brokers in
+Each broker has its own ``CollectorRegistry``, so several brokers in
 one process (tests) never share counters.
 """
 
@@ -39,13 +39,15 @@ from kcompat.wire.versions import API_RANGES, api_name
 
 if TYPE_CHECKING:
     from kcompat.broker.state import BrokerState
+    from kcompat.group.offsets import OffsetStore
 
 LATENCY_BUCKETS_S = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
                      2.5, 5.0, 10.0, 30.0)
 
 
 class BrokerMetrics:
-    def __init__(self, state: BrokerState | None = None) -> None:
+    def __init__(self, state: BrokerState | None = None,
+                 offsets: OffsetStore | None = None) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
         self.requests = Counter("kcompat_requests", "Requests received, per API and version",
@@ -67,11 +69,7 @@ class BrokerMetrics:
         self._in_children: dict[str, Any] = {}
         self._out_children: dict[str, Any] = {}
         if state is not None:
-            self.watch(state)
-
-    def watch(self, state: BrokerState) -> None:
-        """Export the partition and group gauges of ``state`` at scrape time."""
-        self.registry.register(StateCollector(state))
+            self.registry.register(StateCollector(state, offsets))
 
     # -- hot path ---------------------------------------------------------------
     @contextmanager
@@ -132,10 +130,12 @@ class BrokerMetrics:
 
 
 class StateCollector(Collector):
-    """Partition and consumer-group gauges, read from ``BrokerState`` per scrape."""
+    """Partition and consumer-group gauges, read per scrape from the broker's
+    partitions and the committed offsets (``OffsetStore``)."""
 
-    def __init__(self, state: BrokerState) -> None:
+    def __init__(self, state: BrokerState, offsets: OffsetStore | None) -> None:
         self.state = state
+        self.offsets = offsets
 
     def describe(self) -> list[Metric]:
         return []  # computed per scrape; nothing to pre-register
@@ -168,10 +168,10 @@ class StateCollector(Collector):
                                       "Committed offset per group partition", labels=labels)
         lag = GaugeMetricFamily("kcompat_consumer_group_lag",
                                 "High watermark minus committed offset", labels=labels)
-        groups = self.state.groups
-        if groups is not None:
-            for group_id in sorted(groups.store.offsets):
-                for (topic, index), c in sorted(groups.store.committed(group_id).items()):
+        store = self.offsets
+        if store is not None:
+            for group_id in sorted(store.offsets):
+                for (topic, index), c in sorted(store.committed(group_id).items()):
                     part = self.state.partition(topic, index)
                     values = (group_id, topic, str(index))
                     committed.add_metric(values, c.offset)

@@ -8,7 +8,7 @@ accepted socket gets its own task (``serve_connection``). Background tasks run
 the group-commit flusher, retention and the Multi-Raft driver (a single
 broker is a quorum of one; it is ready once it has replayed its logs).
 SIGTERM or SIGINT drains: first a controlled shutdown (leaderships handed over, see
-``ClusterRuntime.controlled_shutdown``), then stop accepting, give in-flight requests a moment to finish, then close every log
+``BrokerLifecycle.controlled_shutdown``), then stop accepting, give in-flight requests a moment to finish, then close every log
 cleanly (snapshots and the clean-shutdown marker), so the next start needs no
 recovery scan.
 """
@@ -22,11 +22,10 @@ from functools import partial
 import trio
 
 from kcompat.broker.admin_http import open_admin_listeners, run_admin_http
+from kcompat.broker.broker import Broker
 from kcompat.broker.config import BrokerConfig
 from kcompat.broker.connection import serve_connection
-from kcompat.broker.groups import GroupService
 from kcompat.broker.state import BrokerState
-from kcompat.broker.transactions import TxnService
 
 log = logging.getLogger("kcompat.broker")
 
@@ -42,51 +41,51 @@ async def _retention_loop(state: BrokerState) -> None:
             log.info("retention deleted %d segments", deleted)
 
 
-async def _wait_for_signal(state: BrokerState, cancel: trio.CancelScope,
+async def _wait_for_signal(broker: Broker, cancel: trio.CancelScope,
                            task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
         task_status.started()  # handlers are installed: a SIGTERM from now on drains
         async for signum in signals:
             log.info("received %s, draining", signal.Signals(signum).name)
-            if state.config["controlled.shutdown.enable"]:
-                await state.cluster.lifecycle.controlled_shutdown()  # still serving meanwhile
+            if broker.config["controlled.shutdown.enable"]:
+                await broker.controller.lifecycle.controlled_shutdown()  # still serving
             cancel.cancel()
             return
 
 
 async def run_broker(config: BrokerConfig, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
-    state = BrokerState(config)
-    state.groups = GroupService(state)
-    state.txns = TxnService(state, state.groups)
+    broker = Broker(config)
+    state = broker.state
     try:
         listeners = await trio.open_tcp_listeners(config["port"], host=config["host"])
         port = listeners[0].socket.getsockname()[1]
         state.advertised_port = port
-        admin_listeners = await open_admin_listeners(state)
+        admin_listeners = await open_admin_listeners(broker)
         async with trio.open_nursery() as background:
-            background.start_soon(run_admin_http, state, admin_listeners)
+            background.start_soon(run_admin_http, broker, admin_listeners)
             background.start_soon(state.flusher.run)
             background.start_soon(_retention_loop, state)
-            background.start_soon(state.groups.run)
-            background.start_soon(state.txns.run)
-            await background.start(state.cluster.run)  # the Multi-Raft driver
+            background.start_soon(broker.groups.run)
+            background.start_soon(broker.txns.run)
+            await background.start(broker.cluster.run)  # the Multi-Raft driver
+            await broker.controller.wait_started(timeout_s=30.0)
             serve_scope = trio.CancelScope()
-            await background.start(_wait_for_signal, state, serve_scope)
+            await background.start(_wait_for_signal, broker, serve_scope)
             log.info("kcompat broker ready on %s:%d (data in %s)", config["host"], port,
                      config.data_dir)
-            state.metrics.ready = True
+            broker.metrics.ready = True
             task_status.started(port)
             async with trio.open_nursery() as connections:
                 with serve_scope:
                     await trio.serve_listeners(
-                        partial(serve_connection, state=state), listeners,
+                        partial(serve_connection, broker=broker), listeners,
                         handler_nursery=connections,
                     )
-                state.metrics.ready = False
+                broker.metrics.ready = False
                 for listener in listeners:
                     await listener.aclose()
                 connections.cancel_scope.deadline = trio.current_time() + DRAIN_SECONDS
             background.cancel_scope.cancel()
     finally:
-        state.close()
+        broker.close()
         log.info("kcompat broker stopped")

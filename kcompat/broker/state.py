@@ -1,10 +1,13 @@
-"""The broker's state: topics, their partitions and logs, producer ids.
+"""The broker's local state: the metadata image, the partitions and their logs.
 
 Theory of operation
 -------------------
-``BrokerState`` owns everything a handler touches. Topic-level changes go
-through the metadata log first (``MetadataStore.append``) and then to the
-runtime objects, so a restart rebuilds exactly what was acknowledged. Partition
+``BrokerState`` is the bottom of the broker's layers: the config, the data
+directory, the metadata store (log and image) and the partitions this broker
+hosts, plus the validation of topic changes. It changes nothing by itself:
+the controller applies committed metadata records to the image and opens or
+closes partitions (``controller.metadata_apply``), so a restart rebuilds
+exactly what was committed. Partition
 directories are ``<topic>-<partition>`` under the data directory; a deleted
 topic's directories are renamed to ``*.<id>-delete`` at once (so a topic
 re-created with the same name starts empty) and removed from disk afterwards.
@@ -20,7 +23,7 @@ import shutil
 import time
 import uuid
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import trio
 from kio.schema.errors import ErrorCode
@@ -29,14 +32,8 @@ from kcompat.broker.config import BrokerConfig
 from kcompat.broker.configdef import ConfigError
 from kcompat.broker.flusher import Flusher
 from kcompat.broker.metadata import MetadataStore, TopicMeta
-from kcompat.broker.metrics import BrokerMetrics
 from kcompat.broker.partition import Partition
 from kcompat.broker.topic_config import validate_overrides
-
-if TYPE_CHECKING:
-    from kcompat.broker.groups import GroupService
-    from kcompat.broker.replication.runtime import ClusterRuntime
-    from kcompat.broker.transactions import TxnService
 
 log = logging.getLogger("kcompat.broker")
 
@@ -69,8 +66,6 @@ def check_topic_name(name: str) -> None:
 
 class BrokerState:
     def __init__(self, config: BrokerConfig) -> None:
-        from kcompat.broker.replication.runtime import ClusterRuntime, lone_voter
-
         self.config = config
         self.node_id: int = config["node.id"]
         self.advertised_port: int = config["port"]
@@ -82,20 +77,9 @@ class BrokerState:
         self.metadata = MetadataStore(self.data_dir, now_ms())
         self.partitions: dict[tuple[str, int], Partition] = {}
         self.data_arrived = trio.Event()
-        self.groups: GroupService | None = None  # set by the runtime once started
-        self.txns: TxnService | None = None
-        self.metrics = BrokerMetrics(self)  # counters for /metrics (kcompat.broker.admin_http)
-        # Without controller.quorum.voters the broker is a quorum of one: the same
-        # code, with itself as the only voter (DESIGN.md §5).
-        voters = (config["controller.quorum.voters"]
-                  or lone_voter(self.node_id, config["host"], config["port"]))
-        self.cluster: ClusterRuntime = ClusterRuntime(self, voters)
-
-    @property
-    def broker_count(self) -> int:
-        # every voter; controller.admin.check_replication then requires the
-        # replicas' brokers to be live.
-        return len(self.cluster.voters)
+        # how many brokers (voters) the cluster has, set by the replication runtime;
+        # controller.admin.check_replication then requires the replicas' to be live
+        self.voter_count = 1
 
     # -- lookups -------------------------------------------------------------
     @property
@@ -148,28 +132,17 @@ class BrokerState:
             raise TopicError(
                 ErrorCode.invalid_replication_factor, "Replication factor must be positive."
             )
-        if replication_factor > self.broker_count:
+        if replication_factor > self.voter_count:
             raise TopicError(
                 ErrorCode.invalid_replication_factor,
                 f"Replication factor: {replication_factor} larger than available brokers: "
-                f"{self.broker_count}.",
+                f"{self.voter_count}.",
             )
         try:
             overrides = validate_overrides(configs)
         except ConfigError as e:
             raise TopicError(ErrorCode.invalid_config, str(e)) from None
         return TopicMeta(name, uuid.uuid4(), partitions, overrides, internal)
-
-    def auto_create(self, name: str) -> None:
-        """Have ``name`` created with broker defaults if auto-creation is on: in
-        the background through the controller, answering LEADER_NOT_AVAILABLE
-        meanwhile, as Kafka does; clients retry."""
-        if not self.config["auto.create.topics.enable"]:
-            return
-        from kcompat.broker.controller.admin import auto_create
-
-        auto_create(self, name)
-        raise TopicError(ErrorCode.leader_not_available, f"Topic {name} is being created.")
 
     def add_partitions(self, name: str, total: int) -> dict[str, Any]:
         """Validate a CreatePartitions; the change for the controller."""
@@ -194,10 +167,6 @@ class BrokerState:
         except ConfigError as e:
             raise TopicError(ErrorCode.invalid_config, str(e)) from None
         return {"op": "alter_configs", "name": name, "configs": parsed}
-
-    # -- producer ids --------------------------------------------------------
-    def allocate_producer_id(self) -> int:
-        return self.cluster.allocate_producer_id()
 
     def _wake(self) -> None:
         self.data_arrived.set()

@@ -30,30 +30,23 @@ from __future__ import annotations
 import logging
 import struct
 from collections import defaultdict
-from typing import TYPE_CHECKING
 
 import trio
 from kio.schema.errors import ErrorCode
 
-from kcompat.broker.groups import (
-    OFFSETS_TOPIC,
-    NotCoordinatorError,
-    partition_for,
-    write_committed,
-)
+from kcompat.broker.controller.internal_topics import OFFSETS_TOPIC, TXN_TOPIC, partition_for
+from kcompat.broker.groups import GroupService, NotCoordinatorError, write_committed
 from kcompat.broker.partition import Partition
+from kcompat.broker.replication.peer_calls import PeerCalls
+from kcompat.broker.replication.runtime import ClusterRuntime
 from kcompat.broker.state import BrokerState, now_ms
+from kcompat.broker.txn_verify import TxnVerifier
 from kcompat.txn.coordinator import Decision, TransactionCoordinator, TxnMeta
 from kcompat.wire.batch import BatchHeader
 from kcompat.wire.records import decode_batch, encode_batch
 
-if TYPE_CHECKING:
-    from kcompat.broker.groups import GroupService
-
 log = logging.getLogger("kcompat.txn")
 
-TXN_TOPIC = "__transaction_state"
-TXN_TOPIC_CONFIGS = {"cleanup.policy": "compact"}
 MARKER_RETRY_S = 0.2
 _I16 = struct.Struct(">h")
 
@@ -69,15 +62,19 @@ def _tid_of(key: bytes) -> str:
 
 
 class TxnService:
-    def __init__(self, state: BrokerState, groups: GroupService) -> None:
+    def __init__(self, state: BrokerState, cluster: ClusterRuntime, calls: PeerCalls,
+                 groups: GroupService) -> None:
         self.state = state
+        self.cluster = cluster
+        self.calls = calls
         self.groups = groups
+        self.verifier = TxnVerifier(cluster, calls, self)  # KIP-890 across brokers
         self.coordinator = TransactionCoordinator(
             max_timeout_ms=int(state.config["transaction.max.timeout.ms"]))
         self._locks: defaultdict[str, trio.Lock] = defaultdict(trio.Lock)
         self._to_complete: list[TxnMeta] = []  # PrepareX found by a new coordinator
         self._complete_wake = trio.Event()
-        state.cluster.machines[TXN_TOPIC] = self  # fed by the replication host
+        cluster.machines[TXN_TOPIC] = self  # fed by the replication host
 
     def lock(self, tid: str) -> trio.Lock:
         return self._locks[tid]
@@ -99,7 +96,7 @@ class TxnService:
         meta = self.state.topics.get(TXN_TOPIC)
         if meta is None:
             return ErrorCode.coordinator_not_available
-        return self.state.cluster.serving_machine(TXN_TOPIC,
+        return self.cluster.serving_machine(TXN_TOPIC,
                                                   partition_for(tid, meta.partitions))
 
     # -- the replicated state machine over __transaction_state -------------------
@@ -110,6 +107,10 @@ class TxnService:
         for record in decode_batch(batch):
             if record.key is not None and record.value is not None:
                 self.coordinator.apply(TxnMeta.from_json(_tid_of(record.key), record.value))
+
+    def restore(self, index: int, start: int) -> None:
+        """The log was cut below what was applied (DeleteRecords on an internal
+        topic): the state already applied stays."""
 
     def on_role(self, index: int, leading: bool) -> None:
         """A new coordinator of log partition ``index`` completes the PrepareX
@@ -153,7 +154,7 @@ class TxnService:
         part = self._log_partition(meta.transactional_id)
         now = now_ms()
         raw = encode_batch([(txn_key(meta.transactional_id), meta.to_json(), (), now)])
-        await write_committed(self.state, part, memoryview(raw), now)  # applied once committed
+        await write_committed(self.cluster, part, memoryview(raw), now)  # applied once committed
 
     # -- decisions -------------------------------------------------------------
     async def carry_out(self, decision: Decision) -> None:
@@ -177,13 +178,12 @@ class TxnService:
         ``PeerCalls.write_marker``), retried until committed while this
         broker still coordinates the id (NotCoordinatorError otherwise: the new
         coordinator completes the transaction after its load)."""
-        cluster = self.state.cluster
         remaining = sorted(meta.partitions)
         while remaining:
             if self.coordinator_error(meta.transactional_id) is not None:
                 raise NotCoordinatorError(ErrorCode.not_coordinator)
             results = await _gather([
-                (lambda t=t, i=i: cluster.calls.write_marker(t, i, meta.producer_id,
+                (lambda t=t, i=i: self.calls.write_marker(t, i, meta.producer_id,
                                                        meta.producer_epoch, commit))
                 for t, i in remaining])
             remaining = [tp for tp, code in zip(remaining, results, strict=True)

@@ -6,10 +6,10 @@ Theory of operation
 A transactional batch may only join a partition that its producer's ongoing
 transaction has added (AddPartitionsToTxn); otherwise a late or stray batch
 could open a transaction that nobody will ever end (a *hanging* transaction,
-which pins the last stable offset). On a single node the produce path asks the
-local coordinator. In a cluster the coordinator is the leader of the
-transactional id's ``__transaction_state`` partition, usually another broker,
-so the partition leader verifies the way Kafka's brokers do with
+which pins the last stable offset). The produce path asks the local
+coordinator when it is here; else the coordinator is the leader of the
+transactional id's ``__transaction_state`` partition on another broker, and
+the partition leader verifies the way Kafka's brokers do with
 AddPartitionsToTxn ``verifyOnly``:
 
 * before the (synchronous) append, ``verify_request`` looks at each
@@ -31,16 +31,25 @@ NOT_ENOUGH_REPLICAS — retriable for every client, as Kafka answers.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from kio.schema.errors import ErrorCode
 
+from kcompat.broker.controller.internal_topics import TXN_TOPIC, partition_for
 from kcompat.broker.replication import codec
 from kcompat.wire import batch as wbatch
 
 if TYPE_CHECKING:
+    from kcompat.broker.replication.peer_calls import PeerCalls
     from kcompat.broker.replication.runtime import ClusterRuntime
-    from kcompat.broker.transactions import TxnService
+
+
+class Coordinator(Protocol):
+    """The transaction coordinator's answers this module needs (``TxnService``)."""
+
+    def verify(self, tid: str, pid: int, epoch: int, partition: tuple[str, int]) -> ErrorCode: ...
+
+    def serves_producer(self, pid: int) -> bool: ...
 
 log = logging.getLogger("kcompat.cluster")
 
@@ -50,8 +59,12 @@ _RETRIABLE = (ErrorCode.not_coordinator, ErrorCode.coordinator_not_available,
 
 
 class TxnVerifier:
-    def __init__(self, runtime: ClusterRuntime) -> None:
+    def __init__(self, runtime: ClusterRuntime, calls: PeerCalls, txns: Coordinator) -> None:
         self.rt = runtime
+        self.calls = calls
+        self.txns = txns
+        runtime.inbound[codec.VerifyTxnRequest] = self.serve
+        runtime.marker_listeners.append(self.forget)
         # (topic, index) -> (leader term, {(producer id, epoch)} verified in it)
         self._verified: dict[tuple[str, int], tuple[int, set[tuple[int, int]]]] = {}
 
@@ -76,8 +89,7 @@ class TxnVerifier:
         if found is not None:
             found[1].difference_update({v for v in found[1] if v[0] == pid})
 
-    async def verify_request(self, txns: TxnService, request: Any
-                             ) -> dict[tuple[str, int], ErrorCode]:
+    async def verify_request(self, request: Any) -> dict[tuple[str, int], ErrorCode]:
         """Verify every partition of a Produce request that needs it; the
         errors to answer for partitions the coordinator did not confirm."""
         errors: dict[tuple[str, int], ErrorCode] = {}
@@ -89,7 +101,8 @@ class TxnVerifier:
                 header = _first_header(pdata.records)
                 key = (topic.name, pdata.index)
                 if (header is None or not header.is_transactional
-                        or not self.rt.leads(*key) or txns.serves_producer(header.producer_id)
+                        or not self.rt.leads(*key)
+                        or self.txns.serves_producer(header.producer_id)
                         or self.accepts(*key, header)):
                     continue
                 code = await self._ask(tid, header, *key)
@@ -108,31 +121,25 @@ class TxnVerifier:
 
     async def _ask(self, tid: str, header: wbatch.BatchHeader, topic: str,
                    index: int) -> ErrorCode:
-        from kcompat.broker.groups import partition_for
-        from kcompat.broker.transactions import TXN_TOPIC
-
         rt = self.rt
         meta = rt.state.topics.get(TXN_TOPIC)
         if meta is None:
             return ErrorCode.coordinator_not_available
         coordinator = rt.partition_view(TXN_TOPIC, partition_for(tid, meta.partitions))[0]
         if coordinator == rt.node_id:
-            txns = rt.state.txns
-            assert txns is not None
-            return txns.verify(tid, header.producer_id, header.producer_epoch, (topic, index))
+            return self.txns.verify(tid, header.producer_id, header.producer_epoch,
+                                    (topic, index))
         if coordinator not in rt.peers:
             return ErrorCode.coordinator_not_available
-        slot = await rt.calls.call(coordinator, lambda rid: codec.VerifyTxnRequest(
+        slot = await self.calls.call(coordinator, lambda rid: codec.VerifyTxnRequest(
             rid, tid, header.producer_id, header.producer_epoch, topic, index), VERIFY_TIMEOUT_S)
         return slot[1]  # type: ignore[no-any-return]
 
     # -- the coordinator's side ---------------------------------------------------------
 
     def serve(self, src: int, req: codec.VerifyTxnRequest) -> None:
-        txns = self.rt.state.txns
-        code = (ErrorCode.coordinator_not_available if txns is None else
-                txns.verify(req.transactional_id, req.producer_id, req.producer_epoch,
-                            (req.topic, req.index)))
+        code = self.txns.verify(req.transactional_id, req.producer_id, req.producer_epoch,
+                                (req.topic, req.index))
         self.rt.send_internal(src, codec.VerifyTxnReply(req.request_id, int(code)))
 
 

@@ -111,7 +111,7 @@ def test_consumer_group_survives_coordinator_kill(tmp_path: Path) -> None:
     new leader from the committed offsets."""
     from confluent_kafka import Consumer, TopicPartition
 
-    from kcompat.broker.groups import partition_for
+    from kcompat.broker.controller.internal_topics import partition_for
 
     offsets_partitions = 5
     c = Cluster(tmp_path, extra_args=(
@@ -197,7 +197,7 @@ def test_transactions_across_coordinator_kill(tmp_path: Path) -> None:
     new coordinator, an aborted one stays invisible to read_committed."""
     from confluent_kafka import Consumer
 
-    from kcompat.broker.groups import partition_for
+    from kcompat.broker.controller.internal_topics import partition_for
 
     txn_partitions = 5
     c = Cluster(tmp_path, extra_args=(

@@ -18,47 +18,47 @@ from __future__ import annotations
 
 import logging
 import uuid
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from kcompat.broker.controller.internal_topics import INTERNAL_TOPICS
+from kcompat.broker.controller.quorum import Controller
 from kcompat.broker.metadata import TopicMeta
-from kcompat.broker.replication.runtime import NotLeaderError
+from kcompat.broker.replication import codec
+from kcompat.broker.replication.group import NotLeaderError
 from kcompat.broker.state import TopicError
-
-if TYPE_CHECKING:
-    from kcompat.broker.state import BrokerState
 
 log = logging.getLogger("kcompat.cluster")
 
 NOT_CONTROLLER_MESSAGE = "This is not the correct controller for this cluster."
 
 
-def _create_record(state: BrokerState, name: str, partitions: int, replication: int,
+def _create_record(ctl: Controller, name: str, partitions: int, replication: int,
                    configs: dict[str, Any], internal: bool = False,
                    manual: list[tuple[int, ...]] | None = None) -> dict[str, Any]:
     """The ``create_topic`` record for a validated topic: replicas planned on
     the live brokers, or the ``manual`` replica lists (one per partition)."""
-    cluster = state.cluster
+    cluster = ctl.rt
     if manual:
         partitions, replication = len(manual), len(manual[0])
-    meta = state.validate_new_topic(name, partitions, replication, configs, internal=internal)
+    meta = ctl.state.validate_new_topic(name, partitions, replication, configs, internal=internal)
     if replication == -1:
-        replication = state.config["default.replication.factor"]
+        replication = ctl.state.config["default.replication.factor"]
     if manual:
         base = cluster.meta.raft.log.end
         assignments = [[(base << 16) | i, list(r)] for i, r in enumerate(manual)]
     else:
-        check_replication(state, replication)
+        check_replication(ctl, replication)
         assignments = cluster.plan_assignments(name, 0, meta.partitions, replication)
     return {"type": "create_topic", "name": name, "id": str(meta.topic_id),
             "partitions": meta.partitions, "configs": meta.configs, "internal": internal,
             "assignments": assignments}
 
 
-def check_replication(state: BrokerState, replication: int) -> None:
+def check_replication(ctl: Controller, replication: int) -> None:
     """New replicas go to live brokers only (``liveness``)."""
-    live = len(state.cluster.lifecycle.live_broker_ids())
+    live = len(ctl.lifecycle.live_broker_ids())
     if replication > live:
         raise TopicError(ErrorCode.invalid_replication_factor,
                          f"Unable to replicate the partition {replication} time(s): The target "
@@ -66,46 +66,46 @@ def check_replication(state: BrokerState, replication: int) -> None:
                          f"{live} broker(s) are registered.")
 
 
-def _controller(state: BrokerState) -> None:
-    if not state.cluster.is_controller:
+def _controller(ctl: Controller) -> None:
+    if not ctl.rt.is_controller:
         raise TopicError(ErrorCode.not_controller, NOT_CONTROLLER_MESSAGE)
 
 
-async def create_topic(state: BrokerState, name: str, partitions: int, replication: int,
+async def create_topic(ctl: Controller, name: str, partitions: int, replication: int,
                        configs: dict[str, Any], validate_only: bool = False,
                        manual: list[tuple[int, ...]] | None = None) -> TopicMeta:
     """CreateTopics on the controller: validate, plan, and (unless
     ``validate_only``) commit; the topic as created (or as it would be), or
     TopicError with Kafka's code."""
-    _controller(state)
+    _controller(ctl)
     if not validate_only:
-        await state.cluster.lifecycle.wait_first_registrations(timeout_s=3.0)
-    rec = _create_record(state, name, partitions, replication, configs, manual=manual)
+        await ctl.lifecycle.wait_first_registrations(timeout_s=3.0)
+    rec = _create_record(ctl, name, partitions, replication, configs, manual=manual)
     if validate_only:
         return TopicMeta(name, uuid.UUID(rec["id"]), rec["partitions"], rec["configs"])
-    await _commit_creation(state, rec)
-    return state.topics[name]
+    await _commit_creation(ctl, rec)
+    return ctl.state.topics[name]
 
 
-async def delete_topic(state: BrokerState, name: str) -> None:
-    _controller(state)
-    if name not in state.topics:
+async def delete_topic(ctl: Controller, name: str) -> None:
+    _controller(ctl)
+    if name not in ctl.state.topics:
         raise TopicError(ErrorCode.unknown_topic_or_partition, f"Topic {name} does not exist")
-    await _commit(state, {"type": "delete_topic", "name": name})
+    await _commit(ctl, {"type": "delete_topic", "name": name})
 
 
-async def execute(state: BrokerState, intent: dict[str, Any]) -> None:
+async def execute(ctl: Controller, intent: dict[str, Any]) -> None:
     """On the controller: validate a change (CreatePartitions, AlterConfigs,
     IncrementalAlterConfigs, auto-creation), here or forwarded from another
     broker, against this image, plan it and commit its record; every broker
     applies it (``metadata_apply``)."""
-    cluster = state.cluster
-    _controller(state)
+    cluster = ctl.rt
+    _controller(ctl)
     op, name = intent.get("op"), str(intent.get("name"))
     if op == "add_partitions":
         total = int(intent["total"])
-        state.add_partitions(name, total)
-        old = state.topics[name].partitions
+        ctl.state.add_partitions(name, total)
+        old = ctl.state.topics[name].partitions
         manual = intent.get("assignments")
         if manual:
             base = cluster.meta.raft.log.end
@@ -113,55 +113,55 @@ async def execute(state: BrokerState, intent: dict[str, Any]) -> None:
         else:
             found = cluster.assignments.get((name, 0))
             replication = len(found[1]) if found else 1
-            check_replication(state, replication)
+            check_replication(ctl, replication)
             assignments = cluster.plan_assignments(name, old, total - old, replication)
         rec: dict[str, Any] = {"type": "add_partitions", "name": name, "partitions": total,
                                "assignments": assignments}
     elif op == "alter_configs":
-        change = state.set_topic_configs(name, dict(intent["configs"]))
+        change = ctl.state.set_topic_configs(name, dict(intent["configs"]))
         rec = {"type": "alter_configs", "name": name, "configs": change["configs"]}
     elif op == "auto_create":
-        created = await _auto_create_record(state, name)
-        if created is None or name in cluster.creating:
+        created = await _auto_create_record(ctl, name)
+        if created is None or name in ctl.creating:
             return
-        await _commit_creation(state, created)
+        await _commit_creation(ctl, created)
         return
     else:
         raise TopicError(ErrorCode.invalid_request, f"unknown metadata change {op!r}")
-    await _commit(state, rec)
+    await _commit(ctl, rec)
 
 
-async def submit(state: BrokerState, intent: dict[str, Any]) -> None:
-    """Carry out a validated change (``BrokerState.add_partitions`` /
+async def submit(ctl: Controller, intent: dict[str, Any]) -> None:
+    """Carry out a validated change (``Controller.add_partitions`` /
     ``set_topic_configs``) on the controller — here, or forwarded to it over
     the inter-broker transport — and return once it is committed and applied
     there; TopicError with Kafka's code otherwise."""
-    cluster = state.cluster
+    cluster = ctl.rt
     if cluster.is_controller:
-        await execute(state, intent)
+        await execute(ctl, intent)
         return
-    code, message = await cluster.calls.forward_to_controller(intent)
+    code, message = await ctl.calls.forward_to_controller(intent)
     if code != ErrorCode.none:
         raise TopicError(code, message or code.name)
 
 
-async def _commit_creation(state: BrokerState, rec: dict[str, Any]) -> None:
+async def _commit_creation(ctl: Controller, rec: dict[str, Any]) -> None:
     """Commit a ``create_topic`` record unless one for the name is in flight
     (the image knows a topic only once its record is applied)."""
-    creating = state.cluster.creating
+    creating = ctl.creating
     name = rec["name"]
     if name in creating:
         raise TopicError(ErrorCode.topic_already_exists, f"Topic '{name}' already exists.")
     creating.add(name)
     try:
-        await _commit(state, rec)
+        await _commit(ctl, rec)
     finally:
         creating.discard(name)
 
 
-async def _commit(state: BrokerState, rec: dict[str, Any]) -> None:
+async def _commit(ctl: Controller, rec: dict[str, Any]) -> None:
     try:
-        await state.cluster.propose_metadata(rec)
+        await ctl.rt.propose_metadata(rec)
     except NotLeaderError:
         raise TopicError(ErrorCode.not_controller, NOT_CONTROLLER_MESSAGE) from None
     except TimeoutError:
@@ -169,53 +169,65 @@ async def _commit(state: BrokerState, rec: dict[str, Any]) -> None:
                          "the metadata change was not committed in time") from None
 
 
-def auto_create(state: BrokerState, name: str) -> None:
+def accept_forwarded(ctl: Controller) -> None:
+    """Serve the changes other brokers forward to this one while it is the
+    controller (``PeerCalls.forward_to_controller``)."""
+    ctl.rt.inbound[codec.ForwardRequest] = (
+        lambda src, req: ctl.rt.spawn(_serve_forward, ctl, src, req))
+
+
+async def _serve_forward(ctl: Controller, src: int, req: codec.ForwardRequest) -> None:
+    code, message = ErrorCode.none, None
+    log.info("metadata change forwarded by node %d: %s %s", src, req.intent.get("op"),
+             req.intent.get("name"))
+    try:
+        await execute(ctl, req.intent)
+    except TopicError as e:
+        code, message = e.code, e.message
+    ctl.rt.send_internal(src, codec.ForwardReply(req.request_id, int(code), message))
+
+
+def auto_create(ctl: Controller, name: str) -> None:
     """Metadata / FindCoordinator auto-creation, on any broker: the topic is
     created in the background — by this broker if it is the controller, else
     forwarded to it — and the client, told LEADER_NOT_AVAILABLE or
     COORDINATOR_NOT_AVAILABLE meanwhile, retries (as with Kafka). Internal
     topics are created this way too, on the first FindCoordinator for them."""
-    cluster = state.cluster
-    if name in state.topics or name in cluster.auto_creating:
+    cluster = ctl.rt
+    if name in ctl.state.topics or name in ctl.auto_creating:
         return
-    if cluster.spawn(_auto_create_task, state, name):
-        cluster.auto_creating.add(name)
+    if cluster.spawn(_auto_create_task, ctl, name):
+        ctl.auto_creating.add(name)
 
 
-async def _auto_create_task(state: BrokerState, name: str) -> None:
-    cluster = state.cluster
+async def _auto_create_task(ctl: Controller, name: str) -> None:
+    cluster = ctl.rt
     try:
         if cluster.is_controller:
-            await execute(state, {"op": "auto_create", "name": name})
+            await execute(ctl, {"op": "auto_create", "name": name})
         else:
-            code, message = await cluster.calls.forward_to_controller(
+            code, message = await ctl.calls.forward_to_controller(
                 {"op": "auto_create", "name": name})
             if code != ErrorCode.none:
                 raise TopicError(code, message or code.name)
     except TopicError as e:
         log.info("auto-creating %s failed: %s", name, e.message)
     finally:
-        cluster.auto_creating.discard(name)
+        ctl.auto_creating.discard(name)
 
 
-async def _auto_create_record(state: BrokerState, name: str) -> dict[str, Any] | None:
+async def _auto_create_record(ctl: Controller, name: str) -> dict[str, Any] | None:
     """On the controller: the record creating ``name`` with broker defaults, or
     an internal topic with its own settings (replication capped by the live
     brokers, as for Kafka's ``offsets.topic.replication.factor``); None if it
     exists already."""
-    from kcompat.broker.groups import OFFSETS_TOPIC, OFFSETS_TOPIC_CONFIGS
-    from kcompat.broker.transactions import TXN_TOPIC, TXN_TOPIC_CONFIGS
-
-    cluster = state.cluster
-    await cluster.lifecycle.wait_first_registrations(timeout_s=3.0)
-    if name in state.topics:
+    await ctl.lifecycle.wait_first_registrations(timeout_s=3.0)
+    if name in ctl.state.topics:
         return None
-    internal = {OFFSETS_TOPIC: ("offsets.topic", OFFSETS_TOPIC_CONFIGS),
-                TXN_TOPIC: ("transaction.state.log", TXN_TOPIC_CONFIGS)}
-    if name not in internal:
-        return _create_record(state, name, -1, -1, {})
-    prefix, configs = internal[name]
-    live = len(cluster.lifecycle.live_broker_ids()) or 1
-    replication = min(int(state.config[f"{prefix}.replication.factor"]), live)
-    count = int(state.config[f"{prefix}.num.partitions"])
-    return _create_record(state, name, count, replication, dict(configs), internal=True)
+    if name not in INTERNAL_TOPICS:
+        return _create_record(ctl, name, -1, -1, {})
+    prefix, configs = INTERNAL_TOPICS[name]
+    live = len(ctl.lifecycle.live_broker_ids()) or 1
+    replication = min(int(ctl.state.config[f"{prefix}.replication.factor"]), live)
+    count = int(ctl.state.config[f"{prefix}.num.partitions"])
+    return _create_record(ctl, name, count, replication, dict(configs), internal=True)

@@ -35,11 +35,14 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from kcompat.broker.controller.liveness import Heartbeat, Membership
+from kcompat.broker.controller.liveness import Membership
+from kcompat.broker.replication.codec import Heartbeat
+from kcompat.broker.replication.group import NotLeaderError
 from kcompat.raft import NO_NODE
 
 if TYPE_CHECKING:
-    from kcompat.broker.replication.runtime import ClusterRuntime, Group
+    from kcompat.broker.replication.group import Group
+    from kcompat.broker.replication.runtime import ClusterRuntime
 
 log = logging.getLogger("kcompat.cluster")
 
@@ -93,7 +96,8 @@ class BrokerLifecycle:
         if not force and key == self._sent_key and ticks % every:
             return
         self._sent_key = key
-        host, port = rt.voters[rt.node_id]
+        host = rt.voters[rt.node_id][0]
+        port = rt.state.advertised_port  # the bound port (``--port 0`` picks one)
         config = rt.state.config
         hb = Heartbeat(rt.node_id, self.incarnation, config["advertised.host"] or host, port,
                        config["broker.rack"] or None, caught_up, self.shutting_down)
@@ -145,8 +149,6 @@ class BrokerLifecycle:
             self._propose(self.membership.expire(rt.image.brokers, _clock_ms()))
 
     def _propose(self, records: list[dict[str, Any]]) -> None:
-        from kcompat.broker.replication.runtime import NotLeaderError
-
         for rec in records:
             try:
                 self.rt.propose_metadata_nowait(rec)

@@ -32,21 +32,10 @@ begun (it cannot know when they last heartbeated), as Kafka's does.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from kcompat.broker.metadata import BrokerInfo
-
-
-@dataclass(frozen=True, slots=True)
-class Heartbeat:
-    node_id: int
-    incarnation: str
-    host: str
-    port: int
-    rack: str | None
-    caught_up: bool
-    shutting_down: bool = False
+from kcompat.broker.replication.codec import Heartbeat
 
 
 class Membership:

@@ -3,8 +3,8 @@
 Theory of operation
 -------------------
 Every broker applies the records of ``__cluster_metadata-0`` below the
-metadata group's high watermark, in log order and only once
-(``ClusterRuntime.meta_applied`` is the next offset to apply), so the
+metadata group's high watermark, in log order and only once (the controller
+is the metadata group's state machine, fed by ``Group.feed``), so the
 ``MetadataImage`` and the set of local replicas are the same function of the
 committed log on every broker. Besides updating the image, a record changes
 this broker: ``create_topic`` / ``add_partitions`` open the partition logs and
@@ -28,6 +28,7 @@ from kcompat.broker.partition import Partition
 from kcompat.broker.replication.storage import PartitionLogStorage, now_ms
 from kcompat.broker.topic_config import log_config
 from kcompat.log.partition_log import PartitionLog
+from kcompat.wire.batch import BatchHeader
 from kcompat.wire.records import decode_batch
 
 if TYPE_CHECKING:
@@ -71,23 +72,12 @@ def _drop_topic(rt: ClusterRuntime, name: str) -> None:
     rt.state._remove_deleted_dirs()
 
 
-def apply_committed(rt: ClusterRuntime) -> None:
-    """Apply every committed, not yet applied metadata record in log order
-    (from the checkpoint first when the log starts past the next record), then
-    snapshot if enough was applied since the last checkpoint."""
-    plog = rt.meta.storage.plog
-    if rt.meta_applied < plog.log_start_offset:
-        load_snapshot(rt)
-    upto = min(rt.meta.hw, plog.log_end_offset)
-    for batch, header in plog.batches(rt.meta_applied, upto):
-        if not header.is_control:
-            for record in decode_batch(batch):
-                if record.value is not None:
-                    _apply_record(rt, json.loads(record.value), record.offset)
-        rt.meta_applied = header.next_offset
-        rt.meta_applied_bytes += header.size
-    if metadata_snapshot.maybe_snapshot(rt, rt.meta_applied_bytes):
-        rt.meta_applied_bytes = 0
+def apply_batch(rt: ClusterRuntime, batch: memoryview, header: BatchHeader) -> None:
+    """Apply one committed batch of the metadata log (fed in log order)."""
+    if not header.is_control:
+        for record in decode_batch(batch):
+            if record.value is not None:
+                _apply_record(rt, json.loads(record.value), record.offset)
 
 
 def load_snapshot(rt: ClusterRuntime) -> None:
@@ -119,8 +109,6 @@ def load_snapshot(rt: ClusterRuntime) -> None:
     image.brokers.clear()
     for b in doc["brokers"]:
         image.apply({"type": "register_broker", **b})
-    rt.meta_applied = snapshot.id.end
-    rt.meta_applied_bytes = 0
     log.info("loaded the metadata snapshot at offset %d: %d topics, %d brokers",
              snapshot.id.end, len(image.topics), len(image.brokers))
 

@@ -137,7 +137,7 @@ def maybe_snapshot(rt: ClusterRuntime, applied_bytes: int) -> bool:
     meta = rt.meta
     storage = meta.storage
     assert isinstance(storage, MetadataLogStorage)
-    end = min(rt.meta_applied, meta.raft.log.stable_end)  # both entry boundaries
+    end = min(meta.applied, meta.raft.log.stable_end)  # both entry boundaries
     if applied_bytes < limit or end <= storage.plog.log_start_offset:
         return False
     term = meta.raft.log.term_at(end - 1)

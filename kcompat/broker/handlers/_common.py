@@ -10,6 +10,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from kcompat.broker.config import BROKER_CONFIGS
+from kcompat.broker.controller.admin import submit
 from kcompat.broker.state import BrokerState, TopicError
 from kcompat.broker.topic_config import TOPIC_CONFIGS, effective
 
@@ -195,8 +196,6 @@ async def alter_results(ctx: Any, request: Any, alter: AlterOne) -> tuple[Any, .
     AlterConfigs request; TopicError becomes that resource's error. The
     validated change ``alter`` returns is then committed through the
     controller (``controller.admin.submit``) unless the request only validates."""
-    from kcompat.broker.controller.admin import submit
-
     dups = duplicates((r.resource_type, r.resource_name) for r in request.resources)
     out, reported = [], set()
     for resource in request.resources:
@@ -211,7 +210,7 @@ async def alter_results(ctx: Any, request: Any, alter: AlterOne) -> tuple[Any, .
             try:
                 change = alter(ctx, resource)
                 if change is not None and not request.validate_only:
-                    await submit(ctx.state, change)
+                    await submit(ctx.controller, change)
             except TopicError as e:
                 code, message = e.code, e.message
         out.append(ctx.build(

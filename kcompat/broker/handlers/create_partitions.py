@@ -33,10 +33,10 @@ def _manual_assignment(ctx: RequestContext, topic: Any) -> list[list[int]] | Non
             f"Attempted to add {added} additional partition(s), but only "
             f"{len(topic.assignments)} assignment(s) were specified.",
         )
-    found = ctx.state.cluster.assignments.get((topic.name, 0))
+    found = ctx.cluster.assignments.get((topic.name, 0))
     replication = len(found[1]) if found else None
     for assignment in topic.assignments:
-        check_replicas(assignment.broker_ids, ctx.state.cluster.image.brokers, replication)
+        check_replicas(assignment.broker_ids, ctx.cluster.image.brokers, replication)
     return [list(a.broker_ids) for a in topic.assignments]
 
 
@@ -48,7 +48,7 @@ async def _create(ctx: RequestContext, topic: Any, validate_only: bool) -> Any:
         if manual:
             intent["assignments"] = manual
         if not validate_only:
-            await submit(ctx.state, intent)
+            await submit(ctx.controller, intent)
     except TopicError as e:
         code, message = e.code, e.message
     return ctx.build("CreatePartitionsTopicResult", name=topic.name, error_code=code,

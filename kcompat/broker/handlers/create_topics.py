@@ -44,7 +44,7 @@ def _manual_assignment(ctx: RequestContext, topic: Any) -> list[tuple[int, ...]]
         raise TopicError(ErrorCode.invalid_request, "A manual partition assignment was "
                          "specified, but numPartitions was not set to -1.")
     seen: dict[int, tuple[int, ...]] = {}
-    registered = ctx.state.cluster.image.brokers
+    registered = ctx.cluster.image.brokers
     for a in topic.assignments:
         if a.partition_index in seen:
             raise TopicError(
@@ -83,7 +83,7 @@ async def _create(ctx: RequestContext, topic: Any, validate_only: bool) -> Any:
     try:
         manual = _manual_assignment(ctx, topic) if topic.assignments else None
         configs = null_config_check(topic.configs)
-        meta = await admin.create_topic(ctx.state, topic.name, topic.num_partitions,
+        meta = await admin.create_topic(ctx.controller, topic.name, topic.num_partitions,
                                         topic.replication_factor, configs, validate_only,
                                         manual)
     except TopicError as e:

@@ -25,7 +25,7 @@ HIGH_WATERMARK = -1
 
 
 async def _partition(ctx: RequestContext, topic: str, req: Any) -> Any:
-    cluster = ctx.state.cluster
+    cluster = ctx.cluster
     part, code = cluster.led_partition(topic, req.partition_index)  # followers follow it
     low = -1
     if part is not None:
@@ -34,7 +34,7 @@ async def _partition(ctx: RequestContext, topic: str, req: Any) -> Any:
             code = ErrorCode.offset_out_of_range
         else:
             part.log.delete_records_before(offset, now_ms())
-            log_starts.sync_all(cluster)
+            log_starts.sync_all(cluster.groups.values())
         low = part.log.log_start_offset
     return ctx.build("DeleteRecordsPartitionResult", partition_index=req.partition_index,
                      low_watermark=low, error_code=code)

@@ -85,7 +85,7 @@ async def _commit_deletions(ctx: RequestContext, results: list[Any],
     failed: dict[str, TopicError] = {}
     for name in pending:
         try:
-            await delete_topic(ctx.state, name)
+            await delete_topic(ctx.controller, name)
         except TopicError as e:
             failed[name] = e
     return [ctx.build("DeletableTopicResult", name=r.name, topic_id=getattr(r, "topic_id", None),

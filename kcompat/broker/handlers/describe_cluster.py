@@ -26,26 +26,25 @@ CLUSTER_OPERATIONS = sum(1 << op for op in (5, 7, 8, 9, 10, 11, 12))
 
 
 async def handle(ctx: RequestContext, request: Any) -> Any:
-    state = ctx.state
     endpoint = getattr(request, "endpoint_type", BROKERS_ENDPOINT)
     if endpoint != BROKERS_ENDPOINT:
         return ctx.response(
             throttle_time=NO_THROTTLE, error_code=ErrorCode.unsupported_endpoint_type,
             error_message="The request was sent to an endpoint of type BROKER, but we wanted "
             "an endpoint of type CONTROLLER",
-            endpoint_type=endpoint, cluster_id=state.cluster_id, controller_id=-1, brokers=(),
+            endpoint_type=endpoint, cluster_id=ctx.state.cluster_id, controller_id=-1, brokers=(),
         )
     # the live brokers; the metadata leader
-    await state.cluster.lifecycle.wait_serving(timeout_s=5.0)
+    await ctx.controller.lifecycle.wait_serving(timeout_s=5.0)
     brokers = tuple(
         ctx.build("DescribeClusterBroker", broker_id=node, rack=rack, host=host, port=port)
-        for node, host, port, rack in state.cluster.lifecycle.broker_endpoints())
-    controller_id = state.cluster.controller_id
+        for node, host, port, rack in ctx.controller.lifecycle.broker_endpoints())
+    controller_id = ctx.cluster.controller_id
     operations = (CLUSTER_OPERATIONS if request.include_cluster_authorized_operations
                   else OMITTED_OPERATIONS)
     return ctx.response(
         throttle_time=NO_THROTTLE, error_code=OK, error_message=None,
-        endpoint_type=BROKERS_ENDPOINT, cluster_id=state.cluster_id,
+        endpoint_type=BROKERS_ENDPOINT, cluster_id=ctx.state.cluster_id,
         controller_id=controller_id, brokers=brokers,
         cluster_authorized_operations=operations,
     )

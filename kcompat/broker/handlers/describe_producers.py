@@ -15,7 +15,7 @@ from kcompat.broker.handlers._common import NO_THROTTLE, OK
 
 
 def _partition(ctx: RequestContext, topic: str, index: int) -> Any:
-    part, code = ctx.state.cluster.led_partition(topic, index)  # the leader's state only
+    part, code = ctx.cluster.led_partition(topic, index)  # the leader's state only
     if part is None:
         return ctx.build("PartitionResponse", partition_index=index, error_code=code,
                          error_message=None, active_producers=())

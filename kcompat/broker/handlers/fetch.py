@@ -68,7 +68,6 @@ def _aborted(ctx: RequestContext, part: Partition, start: int, end: int) -> tupl
 
 def _read_all(ctx: RequestContext, request: Any) -> tuple[list[Any], int, bool]:
     """One pass over every requested partition: (topics, bytes, any_error)."""
-    state = ctx.state
     committed = getattr(request, "isolation_level", 0) == READ_COMMITTED
     budget = request.max_bytes if ctx.version >= 3 else 1 << 30
     total = 0
@@ -78,7 +77,7 @@ def _read_all(ctx: RequestContext, request: Any) -> tuple[list[Any], int, bool]:
         parts = []
         for fp in topic.partitions:
             # only the leader serves consumers
-            part, code = state.cluster.led_partition(topic.topic, fp.partition)
+            part, code = ctx.cluster.led_partition(topic.topic, fp.partition)
             records = b""
             if part is not None:
                 code = _epoch_error(part, getattr(fp, "current_leader_epoch", -1)) or OK
@@ -114,7 +113,7 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
             break
         with trio.move_on_at(deadline):
             await arrived.wait()
-    ctx.state.metrics.fetched(topics)
+    ctx.metrics.fetched(topics)
     return ctx.response(
         throttle_time=NO_THROTTLE, error_code=OK, session_id=0, responses=tuple(topics),
     )

@@ -18,6 +18,8 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from kcompat.broker.context import RequestContext
+from kcompat.broker.controller.admin import auto_create
+from kcompat.broker.controller.internal_topics import OFFSETS_TOPIC, TXN_TOPIC, partition_for
 from kcompat.broker.handlers._common import NO_THROTTLE, OK, advertised_host
 
 GROUP, TRANSACTION = 0, 1
@@ -30,16 +32,13 @@ def _coordinator(ctx: RequestContext, key_type: int, key: str) -> dict[str, Any]
     partition; the first FindCoordinator for a missing one has it created
     (through the controller, like Kafka) and is answered
     COORDINATOR_NOT_AVAILABLE meanwhile."""
-    from kcompat.broker.controller.admin import auto_create
-    from kcompat.broker.groups import OFFSETS_TOPIC, partition_for
-    from kcompat.broker.transactions import TXN_TOPIC
 
     state = ctx.state
-    cluster = state.cluster
+    cluster = ctx.cluster
     topic = OFFSETS_TOPIC if key_type == GROUP else TXN_TOPIC
     meta = state.topics.get(topic)
     if meta is None:
-        auto_create(state, topic)
+        auto_create(ctx.controller, topic)
     else:
         index = partition_for(key, meta.partitions)
         if (topic, index) in cluster.assignments:
@@ -68,14 +67,11 @@ async def _create_internal_topic(ctx: RequestContext, key_type: int) -> None:
     """The first FindCoordinator for a missing internal topic has it created
     and waits (briefly, bounded) for its leaders, instead of answering every
     client COORDINATOR_NOT_AVAILABLE for the next few retries."""
-    from kcompat.broker.controller.admin import auto_create
-    from kcompat.broker.groups import OFFSETS_TOPIC
-    from kcompat.broker.transactions import TXN_TOPIC
 
     topic = OFFSETS_TOPIC if key_type == GROUP else TXN_TOPIC
-    cluster = ctx.state.cluster
+    cluster = ctx.cluster
     if topic not in ctx.state.topics:
-        auto_create(ctx.state, topic)
+        auto_create(ctx.controller, topic)
         await cluster.wait_leaders(topic, CREATION_WAIT_S)
 
 

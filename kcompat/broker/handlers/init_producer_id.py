@@ -24,7 +24,7 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
     tid = request.transactional_id
     if tid is None:
         return ctx.response(throttle_time=NO_THROTTLE, error_code=OK,
-                            producer_id=ctx.state.allocate_producer_id(), producer_epoch=0)
+                            producer_id=ctx.cluster.allocate_producer_id(), producer_epoch=0)
     txns = ctx.txns
     if (gate := txns.coordinator_error(tid)) is not None:  # cluster mode
         return ctx.response(throttle_time=NO_THROTTLE, producer_id=-1, producer_epoch=-1,
@@ -33,7 +33,7 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
     async with txns.lock(tid):
         decision = txns.coordinator.init_producer_id(
             tid, timeout_ms, getattr(request, "producer_id", -1),
-            getattr(request, "producer_epoch", -1), now_ms(), ctx.state.allocate_producer_id)
+            getattr(request, "producer_epoch", -1), now_ms(), ctx.cluster.allocate_producer_id)
         try:
             await txns.carry_out(decision)
         except NotCoordinatorError as e:  # cluster mode: leadership moved meanwhile

@@ -20,7 +20,7 @@ from kcompat.wire.records import RecordError
 
 
 def _partition(ctx: RequestContext, topic: str, req: Any, committed: bool) -> Any:
-    part, code = ctx.state.cluster.led_partition(topic, req.partition_index)
+    part, code = ctx.cluster.led_partition(topic, req.partition_index)
     offset, ts, epoch = -1, -1, -1
     if part is not None:
         epoch = part.leader_epoch

@@ -19,6 +19,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from kcompat.broker.context import RequestContext
+from kcompat.broker.controller import admin
 from kcompat.broker.handlers._common import NO_THROTTLE, OK
 from kcompat.broker.metadata import TopicMeta
 from kcompat.broker.state import TopicError, check_topic_name
@@ -29,7 +30,7 @@ TOPIC_OPERATIONS = sum(1 << op for op in (3, 4, 5, 6, 7, 8, 10, 11))
 
 def _partitions(ctx: RequestContext, meta: TopicMeta) -> tuple[Any, ...]:
     """Leaders, epochs, replicas and ISR from the Raft groups."""
-    cluster = ctx.state.cluster
+    cluster = ctx.cluster
     out = []
     live = {b.node_id for b in cluster.image.live_brokers()}
     for index in range(meta.partitions):
@@ -48,11 +49,11 @@ def _partitions(ctx: RequestContext, meta: TopicMeta) -> tuple[Any, ...]:
 
 def _brokers(ctx: RequestContext, topics: tuple[Any, ...]) -> tuple[tuple[Any, ...], int]:
     """(brokers, controller id): the live brokers and the leaders named in ``topics``."""
-    cluster = ctx.state.cluster
+    cluster = ctx.cluster
     leaders = {p.leader_id for t in topics for p in t.partitions if p.leader_id >= 0}
     brokers = tuple(
         ctx.build("MetadataResponseBroker", node_id=node, host=host, port=port, rack=rack)
-        for node, host, port, rack in cluster.lifecycle.broker_endpoints(leaders))
+        for node, host, port, rack in ctx.controller.lifecycle.broker_endpoints(leaders))
     return brokers, cluster.controller_id
 
 
@@ -75,19 +76,21 @@ def _lookup(ctx: RequestContext, name: str, auto_create: bool) -> Any:
     meta = state.topics.get(name)
     if meta is not None:
         return _topic(ctx, meta)
-    if not auto_create:
+    if not auto_create or not state.config["auto.create.topics.enable"]:
         return _error_topic(ctx, name, ErrorCode.unknown_topic_or_partition)
     try:
         check_topic_name(name)
-        state.auto_create(name)  # LEADER_NOT_AVAILABLE while it is being created
     except TopicError as e:
         return _error_topic(ctx, name, e.code)
-    return _error_topic(ctx, name, ErrorCode.unknown_topic_or_partition)
+    # created in the background through the controller; LEADER_NOT_AVAILABLE
+    # meanwhile, as Kafka answers (clients retry)
+    admin.auto_create(ctx.controller, name)
+    return _error_topic(ctx, name, ErrorCode.leader_not_available)
 
 
 async def handle(ctx: RequestContext, request: Any) -> Any:
     state = ctx.state
-    await state.cluster.lifecycle.wait_serving(timeout_s=5.0)  # a caught-up image
+    await ctx.controller.lifecycle.wait_serving(timeout_s=5.0)  # a caught-up image
     requested = request.topics
     if requested is None or (ctx.version == 0 and not requested):
         topics = tuple(_topic(ctx, meta) for meta in list(state.topics.values()))
@@ -111,6 +114,6 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
                        for t in topics)
     brokers, controller_id = _brokers(ctx, topics)
     return ctx.response(
-        throttle_time=NO_THROTTLE, brokers=brokers, cluster_id=state.cluster_id,
+        throttle_time=NO_THROTTLE, brokers=brokers, cluster_id=ctx.state.cluster_id,
         controller_id=controller_id, topics=topics,
     )

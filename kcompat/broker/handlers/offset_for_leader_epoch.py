@@ -17,7 +17,7 @@ from kcompat.broker.handlers._common import NO_THROTTLE
 
 
 def _partition(ctx: RequestContext, topic: str, req: Any) -> Any:
-    part, code = ctx.state.cluster.led_partition(topic, req.partition)
+    part, code = ctx.cluster.led_partition(topic, req.partition)
     epoch, end = -1, -1
     if part is None:
         pass

@@ -36,7 +36,7 @@ from kcompat.broker.append import AppendResult, append_records
 from kcompat.broker.context import RequestContext
 from kcompat.broker.handlers._common import NO_THROTTLE, ms_to_datetime
 from kcompat.broker.partition import Partition
-from kcompat.broker.replication.runtime import ClusterRuntime, Group, NotLeaderError
+from kcompat.broker.replication.group import Group, NotLeaderError
 from kcompat.broker.state import now_ms
 from kcompat.wire.batch import BatchHeader
 
@@ -65,7 +65,7 @@ def _txn_check(ctx: RequestContext, topic: str, index: int
     def check(header: BatchHeader) -> ErrorCode | None:
         if not ctx.txns.serves_producer(header.producer_id):
             # another broker coordinates it (txn_verify asked it)
-            accepted = ctx.state.cluster.verifier.accepts(topic, index, header)
+            accepted = ctx.txns.verifier.accepts(topic, index, header)
             return None if accepted else ErrorCode.invalid_txn_state
         # the coordinator is here: the same answer it gives other brokers' leaders
         tid = ctx.txns.coordinator.by_producer.get(header.producer_id)
@@ -80,9 +80,8 @@ def _needs_sync(ctx: RequestContext) -> bool:
     """acks=0/1 made durable before the answer (``kcompat.flush.mode=always``)."""
     return bool(ctx.state.config["kcompat.flush.mode"] == "always")
 
-def _append(ctx: RequestContext, cluster: ClusterRuntime, topic: str, pdata: Any,
-            acks: int, now: int) -> _Row:
-    state = ctx.state
+def _append(ctx: RequestContext, topic: str, pdata: Any, acks: int, now: int) -> _Row:
+    state, cluster = ctx.state, ctx.cluster
     meta = state.topics.get(topic)
     if acks not in (-1, 0, 1):
         return pdata.index, AppendResult(ErrorCode.invalid_required_acks), None, None, -1
@@ -102,7 +101,7 @@ def _append(ctx: RequestContext, cluster: ClusterRuntime, topic: str, pdata: Any
                                 _txn_check(ctx, topic, pdata.index), write)
     except NotLeaderError:
         result = AppendResult(ErrorCode.not_leader_or_follower)
-    state.metrics.produced(topic, pdata.records, result.error == ErrorCode.none)
+    ctx.metrics.produced(topic, pdata.records, result.error == ErrorCode.none)
     return pdata.index, result, part, group, term
 
 
@@ -116,12 +115,12 @@ def _refused(index: int, code: ErrorCode) -> _Row:
 
 async def handle(ctx: RequestContext, request: Any) -> Any:
     state = ctx.state
-    cluster = state.cluster
-    refused = await cluster.verifier.verify_request(ctx.txns, request)  # KIP-890
+    cluster = ctx.cluster
+    refused = await ctx.txns.verifier.verify_request(request)  # KIP-890
     acks, now = request.acks, now_ms()
     results = [(t.name, [_refused(p.index, refused[(t.name, p.index)])
                          if (t.name, p.index) in refused
-                         else _append(ctx, cluster, t.name, p, acks, now)
+                         else _append(ctx, t.name, p, acks, now)
                          for p in t.partition_data])
                for t in request.topic_data]
     ok = [row for _n, rows in results for row in rows if row[1].error == ErrorCode.none]

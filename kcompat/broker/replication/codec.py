@@ -23,7 +23,6 @@ import struct
 from dataclasses import dataclass
 from typing import Any
 
-from kcompat.broker.controller.liveness import Heartbeat
 from kcompat.raft.types import (
     BeginQuorumEpoch,
     Entry,
@@ -54,6 +53,19 @@ _TYPES: dict[str, type[Any]] = {
 
 class CodecError(ValueError):
     """A frame this module cannot decode (dropped by the receiver)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Heartbeat:
+    """A broker's heartbeat to the controller (``controller.liveness``)."""
+
+    node_id: int
+    incarnation: str
+    host: str
+    port: int
+    rack: str | None
+    caught_up: bool
+    shutting_down: bool = False
 
 
 @dataclass(frozen=True, slots=True)

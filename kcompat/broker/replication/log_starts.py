@@ -13,20 +13,17 @@ empty snapshot at the leader's log start instead).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Iterable
 
 from kcompat.broker.replication import codec
+from kcompat.broker.replication.group import Group
 from kcompat.broker.replication.storage import now_ms
 from kcompat.raft import SnapshotId
 
-if TYPE_CHECKING:
-    from kcompat.broker.replication.runtime import ClusterRuntime, Group
 
-
-def follow_announced(rt: ClusterRuntime, ann: codec.Announcement) -> None:
+def follow_announced(group: Group | None, ann: codec.Announcement) -> None:
     """A follower adopts its leader's announced log start once its own high
     watermark is past it."""
-    group = rt.groups.get(ann.group)
     if group is None or group.removed or group.part is None or group.is_leader:
         return
     plog = group.storage.plog
@@ -45,8 +42,8 @@ def sync_group(group: Group) -> None:
         raft.compact(sid)
 
 
-def sync_all(rt: ClusterRuntime) -> None:
+def sync_all(groups: Iterable[Group]) -> None:
     """``sync_group`` for every partition group (after retention or DeleteRecords)."""
-    for group in list(rt.groups.values()):
+    for group in list(groups):
         if group.part is not None and not group.removed:
             sync_group(group)

@@ -16,7 +16,8 @@ The inter-broker frame (``codec``) is one-way; a few things need an answer:
   IncrementalAlterConfigs, CreatePartitions and auto-created topics may reach
   any broker (Kafka brokers forward them to the controller); a non-controller
   sends the change's intent in a ``ForwardRequest`` and the controller
-  validates it against its image, commits it and replies once applied.
+  validates it against its image, commits it and replies once applied
+  (the controller's side: ``controller.quorum``).
 
 A call numbers its request, parks an event under that number and waits for the
 reply with that number (``call``). A lost request or reply is a timeout, and
@@ -33,7 +34,10 @@ import trio
 from kio.schema.errors import ErrorCode
 
 from kcompat.broker.replication import codec
+from kcompat.broker.replication.group import NotLeaderError
+from kcompat.broker.replication.storage import now_ms
 from kcompat.wire import batch as wbatch
+from kcompat.wire.records import encode_marker_batch
 
 if TYPE_CHECKING:
     from kcompat.broker.replication.runtime import ClusterRuntime
@@ -46,6 +50,10 @@ class PeerCalls:
         self.rt = runtime
         self._seq = 0
         self._waits: dict[int, list[Any]] = {}  # request id -> [Event, ErrorCode, message?]
+        for reply in (codec.MarkerReply, codec.ForwardReply, codec.VerifyTxnReply):
+            runtime.inbound[reply] = lambda _src, m: self.on_reply(m)
+        runtime.inbound[codec.MarkerRequest] = (
+            lambda src, m: runtime.spawn(self.serve_marker, src, m))
 
     # -- the caller's side ------------------------------------------------------------
 
@@ -100,19 +108,6 @@ class PeerCalls:
 
     # -- the callee's side ------------------------------------------------------------
 
-    async def serve_forward(self, src: int, req: codec.ForwardRequest) -> None:
-        from kcompat.broker.controller.admin import execute
-        from kcompat.broker.state import TopicError
-
-        code, message = ErrorCode.none, None
-        log.info("metadata change forwarded by node %d: %s %s", src, req.intent.get("op"),
-                 req.intent.get("name"))
-        try:
-            await execute(self.rt.state, req.intent)
-        except TopicError as e:
-            code, message = e.code, e.message
-        self.rt.send_internal(src, codec.ForwardReply(req.request_id, int(code), message))
-
     async def serve_marker(self, src: int, req: codec.MarkerRequest) -> None:
         code = await self.write_marker_locally(req.topic, req.index, req.producer_id,
                                                req.producer_epoch, req.commit, 5.0)
@@ -120,9 +115,6 @@ class PeerCalls:
 
     async def write_marker_locally(self, topic: str, index: int, pid: int, epoch: int,
                                    commit: bool, timeout_s: float) -> ErrorCode:
-        from kcompat.broker.replication.runtime import NotLeaderError
-        from kcompat.broker.replication.storage import now_ms
-        from kcompat.wire.records import encode_marker_batch
 
         rt = self.rt
         group = rt.group_of(topic, index)
@@ -139,7 +131,8 @@ class PeerCalls:
         except wbatch.BatchError as e:
             log.warning("marker for %s-%d refused: %s", topic, index, e)
             return ErrorCode.invalid_record
-        rt.verifier.forget(topic, index, pid)  # the transaction ended here
+        for listener in rt.marker_listeners:  # the transaction ended here
+            listener(topic, index, pid)
         # a marker on __consumer_offsets reaches the group service as it commits
         return await rt.wait_committed(group, header.base_offset, term,
                                        trio.current_time() + timeout_s)

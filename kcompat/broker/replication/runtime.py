@@ -1,71 +1,48 @@
-"""The cluster runtime: Multi-Raft driver, metadata quorum, partition groups.
+"""The replication runtime: the Multi-Raft driver and replica management.
 
 Theory of operation
 -------------------
-Cluster mode is on only when ``controller.quorum.voters`` is set
-(``"1@host:port,2@host:port,..."``, each voter's Kafka listener). Every voter is
-a broker; group 0 is the metadata quorum over ``__cluster_metadata-0`` (the
-``MetadataStore`` log) and its leader is the controller. Every partition is a
-Raft group among its replicas over its own ``PartitionLog`` (see ``storage``):
-Raft term = partition leader epoch, Raft high watermark = Kafka high
-watermark, Raft leader = partition leader.
-
-Metadata. Only the controller accepts topic changes: it plans the change
-(replica assignment spread round-robin across the live brokers from a
-per-topic start, and one Raft group id per partition, ``(record offset << 16) |
-partition``, unique because record offsets are), proposes one JSON record and
-answers once the record is *committed and applied*. Replicas are placed on the
-live (registered, unfenced) brokers. Every broker applies
-committed records in log order (``metadata_apply``), so ``MetadataImage`` and
-the set of local replicas are the same function of the committed log
-everywhere; nothing is applied before commit and a restart replays from the
-start as the high watermark becomes known again.
+Every broker is a voter of the metadata quorum: those named in
+``controller.quorum.voters`` (``"1@host:port,..."``, each voter's Kafka
+listener), or the broker alone (a quorum of one, the same code). Group 0 is
+the metadata quorum over ``__cluster_metadata-0``, fed to the controller
+(``controller.quorum``). Every partition is a Raft group among its replicas
+over its own ``PartitionLog`` (``storage``): Raft term = partition leader
+epoch, Raft high watermark = Kafka high watermark, Raft leader = partition
+leader. A group whose only voter is this broker elects itself at once.
 
 The driver (``run``) is the only place that moves the Raft Ready contract
-forward, for all groups at once: every ``tick_ms`` it ticks each group; on
-every wake-up (a tick, a received frame, a proposal) it collects the Ready of
-every group that has one, writes them all (append, truncate, hard state; no
-fsync), makes them durable with **one** group-committed fsync round of the
-broker's ``Flusher``, then sends the messages of all groups, batched into one
-frame per peer, then ``advance``s each group and publishes its new state
-(high watermark, leader epoch) to waiting produce requests and fetches.
+forward, for all groups at once: every ``tick_ms`` it ticks each group and
+runs the tick hooks of the layers above; on every wake-up (a tick, a received
+frame, a proposal) it collects the Ready of every group that has one, writes
+them all (append, truncate, hard state; no fsync), makes them durable with
+**one** fsync pass (``_must_fsync`` says which logs need it), then sends the
+messages of all groups, batched into one frame per peer, then ``advance``s
+each group and publishes its new state (high watermark, leader epoch) to
+waiting produce requests and fetches, and feeds its state machine, if any
+(``Group.feed``: the metadata image, ``__consumer_offsets``,
+``__transaction_state``).
 
-Leadership announcements: a broker that is not a replica of a partition has
-no Raft node for it, yet Metadata must name the leader. Leaders therefore
-announce ``(group, term, leader, isr)`` to every peer, on change and every
-``ANNOUNCE_TICKS``; the highest term wins.
-
-Coordinators: ``__consumer_offsets`` and ``__transaction_state`` are created
-through the controller on the first FindCoordinator that needs them
-(``admin.auto_create``); they replicate like any partition. The group
-(transaction) coordinator of an id is the Raft leader of its partition; ``GroupService``/``TxnService.coordinator_error`` answer
-NOT_COORDINATOR elsewhere, and a new leader rebuilds the partition's state from
-its log once everything in it is committed (high watermark = log end, i.e.
-its own term's first entry is committed) before serving. Their writes are
-proposals answered on commit (``groups.cluster_write``). Transaction markers
-go through the data partitions' groups: locally when this broker leads the
-partition, else as a ``MarkerRequest`` to the leader, answered on commit
-(``write_marker``). Followers do not apply coordinator records as they
-commit: state is built only on taking leadership.
-
-Metadata changes other than topic creation/deletion (CreatePartitions,
-AlterConfigs, IncrementalAlterConfigs): ``BrokerState`` validates and stages
-an intent, ``admin.commit_staged`` executes it on the controller (forwarded in
-a ``ForwardRequest`` from any other broker), which plans and commits the record.
-
-Preferred leaders: a new partition's first replica campaigns as soon as the
-topic record is applied (``_start_first_campaigns``); every
-``leader.imbalance.check.interval.seconds`` a leader whose partition's first
-replica is another, caught-up broker transfers the leadership to it
+Replica management: ``assignments`` maps each topic-partition to its group id
+and replicas (applied from the metadata log by the controller);
+``partition_view`` answers Metadata (leader, epoch, replicas, ISR), and
+``led_partition`` / ``serving_machine`` what leader-only requests and
+coordinators need. A broker that is not a replica of a partition has no Raft
+node for it, yet Metadata must name the leader: leaders announce ``(group,
+term, leader, isr)`` to every peer, on change and every ``ANNOUNCE_TICKS``;
+the highest term wins. Preferred leaders: a new partition's first replica
+campaigns as soon as the topic record is applied (``_start_first_campaigns``);
+every ``leader.imbalance.check.interval.seconds`` a leader whose partition's
+first replica is another, caught-up broker transfers the leadership to it
 (``_balance_leaders``). Log start offsets follow the leader (``log_starts``).
 
-Brokers register with the controller and heartbeat it; silent ones are
-fenced (``liveness``). Request/reply calls between brokers (transaction
-markers, forwarded metadata changes, KIP-890 verification) are in
-``peer_calls`` and ``txn_verify``.
+Nothing here knows the layers above: the controller, the coordinators and the
+KIP-890 verifier register what the runtime calls back — ``tick_hooks``,
+``inbound`` handlers for inter-broker messages by type, ``machines`` per
+internal topic, ``marker_listeners`` — and request/reply calls between brokers
+go through ``peer_calls``.
 
-Gaps (see the README): single-node mode does not run as a quorum of one;
-voters are static (no reconfiguration, no observers).
+Gaps (see the README): voters are static (no reconfiguration, no observers).
 """
 
 from __future__ import annotations
@@ -77,25 +54,25 @@ import json
 import logging
 import random
 import zlib
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 import trio
 from kio.schema.errors import ErrorCode
 
 from kcompat.broker.configdef import ConfigError
-from kcompat.broker.controller.lifecycle import BrokerLifecycle
-from kcompat.broker.controller.liveness import Heartbeat
-from kcompat.broker.controller.metadata_apply import apply_committed
-from kcompat.broker.controller.metadata_snapshot import MetadataLogStorage
 from kcompat.broker.metadata import MetadataImage
 from kcompat.broker.partition import Partition
 from kcompat.broker.replication import codec, log_starts
-from kcompat.broker.replication.peer_calls import PeerCalls
+from kcompat.broker.replication.group import (
+    METADATA_GROUP,
+    Group,
+    NotLeaderError,
+    StateMachine,
+)
 from kcompat.broker.replication.storage import PartitionLogStorage, now_ms
 from kcompat.broker.replication.transport import PeerLink
-from kcompat.broker.txn_verify import TxnVerifier
 from kcompat.log.files import atomic_write
 from kcompat.raft import (
     NO_NODE,
@@ -116,30 +93,12 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("kcompat.cluster")
 
-METADATA_GROUP = 0
 FETCH_WAIT_TICKS = 3
 ANNOUNCE_TICKS = 10
 FIRST_CAMPAIGN_TICKS = 2
 PRODUCER_ID_FILE = "cluster-producer-ids"
 PRODUCER_ID_BLOCK = 1000
 PRODUCER_ID_NODE_SHIFT = 40
-
-
-class StateMachine(Protocol):
-    """A replicated state machine over a partition's log (DESIGN §5, etcd
-    raftexample's CommittedEntries): the host feeds it every committed batch in
-    log order, on every replica, and tells it when this replica starts or stops
-    leading (``leading=True`` only once every earlier entry is applied). It
-    proposes with ``propose_batch`` and awaits commits with ``wait_committed``;
-    its own writes reach it through ``apply`` like everyone else's."""
-
-    def apply(self, index: int, batch: memoryview, header: BatchHeader) -> None: ...
-
-    def on_role(self, index: int, leading: bool) -> None: ...
-
-
-class NotLeaderError(Exception):
-    """This broker does not lead the group (NOT_LEADER_OR_FOLLOWER / NOT_CONTROLLER)."""
 
 
 def parse_voters(text: str) -> dict[int, tuple[str, int]]:
@@ -158,35 +117,6 @@ def parse_voters(text: str) -> dict[int, tuple[str, int]]:
     return voters
 
 
-@dataclass(eq=False)
-class Group:
-    gid: int
-    raft: Raft
-    storage: PartitionLogStorage
-    replicas: tuple[int, ...]
-    part: Partition | None = None
-    hw: int = 0  # the high watermark of the last Ready made durable (what readers see)
-    changed: trio.Event = field(default_factory=trio.Event)
-    seen: tuple[Role, int, int, int] | None = None
-    removed: bool = False
-    sync_wanted: bool = False  # a waiter needs the next Ready round fsynced
-    applied: int = -1  # the next offset to feed its state machine (-1: from the log start)
-    led_term: int | None = None  # the term its state machine was told it leads in
-
-    @property
-    def lone(self) -> bool:
-        """This broker is the only replica (a quorum of one for this group)."""
-        return len(self.replicas) == 1
-
-    @property
-    def is_leader(self) -> bool:
-        return self.raft.role is Role.LEADER
-
-    def notify(self) -> None:
-        self.changed.set()
-        self.changed = trio.Event()
-
-
 def lone_voter(node_id: int, host: str, port: int) -> str:
     """The voters of a broker started without ``controller.quorum.voters``:
     itself alone, a quorum of one running the same code as a cluster."""
@@ -199,6 +129,7 @@ class ClusterRuntime:
         self.node_id = state.node_id
         self.voters = parse_voters(voters_text)
         self.alone = set(self.voters) == {self.node_id}
+        state.voter_count = len(self.voters)
         if self.node_id not in self.voters:
             raise ConfigError("controller.quorum.voters",
                               f"node.id {self.node_id} is not one of the voters")
@@ -213,8 +144,6 @@ class ClusterRuntime:
         self.groups: dict[int, Group] = {}
         self.assignments: dict[tuple[str, int], tuple[int, tuple[int, ...]]] = {}
         self.announced: dict[int, codec.Announcement] = {}
-        self.meta_applied = 0  # the next metadata offset to apply
-        self.meta_applied_bytes = 0  # applied since the last checkpoint
         self.peers = {n: PeerLink(n, h, p) for n, (h, p) in self.voters.items()
                       if n != self.node_id}
         self._wake = trio.Event()
@@ -222,24 +151,29 @@ class ClusterRuntime:
         self._announce_due = True
         self.ticks = 0
         self._first_campaigns: dict[int, int] = {}  # group id -> tick to campaign at
-        # topic -> the replicated state machine of each of its partitions (host: _feed)
+        # topic -> the replicated state machine of each of its partitions (Group.feed)
         self.machines: dict[str, StateMachine] = {}
-        self.auto_creating: set[str] = set()  # topics this broker is asking to create
-        self.creating: set[str] = set()  # create_topic records in flight (controller)
+        # what the layers above register: per-tick work, inbound inter-broker
+        # messages by type (called with the sender and the message), and who
+        # must hear of a transaction marker written here (topic, index, producer id)
+        self.tick_hooks: list[Callable[[int], None]] = []
+        self.inbound: dict[type, Callable[[int, Any], object]] = {}
+        self.marker_listeners: list[Callable[[str, int, int], None]] = []
         self._nursery: trio.Nursery | None = None
         self.balance_ticks = (max(1, config["leader.imbalance.check.interval.seconds"] * 1000
                                   // tick_ms)
                               if config["auto.leader.rebalance.enable"] else 0)
-        self.calls = PeerCalls(self)
-        self.verifier = TxnVerifier(self)
-        self.lifecycle = BrokerLifecycle(self)
         self._pid_path = Path(state.data_dir) / PRODUCER_ID_FILE
         self._pid_next = _read_int(self._pid_path)
         self._pid_limit = self._pid_next
         cid = config["kcompat.cluster.id"] or _cluster_id(voters_text)
         state.metadata.image.cluster_id = cid
-        storage = MetadataLogStorage(state.metadata.log, self.node_id)
+        self.meta: Group  # the metadata quorum's group (start_metadata)
+
+    def start_metadata(self, storage: PartitionLogStorage, machine: StateMachine) -> None:
+        """Group 0 over the metadata log, fed to ``machine`` (the controller)."""
         self.meta = self.new_group(METADATA_GROUP, tuple(sorted(self.voters)), storage)
+        self.meta.machine = machine
 
     # -- lookups used by the handlers ----------------------------------------------
 
@@ -258,7 +192,7 @@ class ClusterRuntime:
         a leader and replays what was committed while it was away)."""
         meta = self.meta
         target = max(1, meta.raft.heard_high_watermark)
-        return meta.raft.leader != NO_NODE and self.meta_applied >= target
+        return meta.raft.leader != NO_NODE and meta.applied >= target
 
     def group_of(self, topic: str, index: int) -> Group | None:
         found = self.assignments.get((topic, index))
@@ -281,9 +215,7 @@ class ClusterRuntime:
         group = self.group_of(topic, index)
         if group is None or group.removed or not group.is_leader:
             return ErrorCode.not_coordinator
-        if group.led_term != group.raft.term:
-            return ErrorCode.coordinator_load_in_progress
-        return None
+        return None if group.serving else ErrorCode.coordinator_load_in_progress
 
     def led_partition(self, topic: str, index: int) -> tuple[Partition | None, ErrorCode]:
         """The local partition if this broker leads it (error NONE), else None
@@ -407,7 +339,7 @@ class ClusterRuntime:
         """[[group id, [replica ids]], ...] for partitions first..first+count-1.
         Must be proposed without an await in between (ids use the log end)."""
         base = self.meta.raft.log.end
-        ids = self.lifecycle.live_broker_ids() or sorted(self.voters)
+        ids = [b.node_id for b in self.image.live_brokers()] or sorted(self.voters)
         start = zlib.crc32(name.encode()) % len(ids)
         return [[(base << 16) | (first + i),
                  [ids[(start + first + i + k) % len(ids)] for k in range(replication)]]
@@ -425,7 +357,7 @@ class ClusterRuntime:
         TimeoutError when it is not applied in time."""
         written = self.propose_metadata_nowait(rec)
         deadline = trio.current_time() + timeout_s
-        while self.meta_applied <= written.base_offset:
+        while self.meta.applied <= written.base_offset:
             changed = self.meta.changed
             if self.meta.raft.term != written.partition_leader_epoch:
                 raise NotLeaderError(self.meta.raft.leader)
@@ -447,24 +379,17 @@ class ClusterRuntime:
             old = self.announced.get(ann.group)
             if old is None or ann.term >= old.term:
                 self.announced[ann.group] = ann
-                log_starts.follow_announced(self, ann)
+                log_starts.follow_announced(self.groups.get(ann.group), ann)
         for m in decoded.messages:
             group = self.groups.get(m.group)
             if group is not None and not group.removed and m.dst == self.node_id:
                 group.raft.step(m)
         for mk in decoded.markers:
-            if isinstance(mk, codec.MarkerReply | codec.ForwardReply | codec.VerifyTxnReply):
-                self.calls.on_reply(mk)
-            elif isinstance(mk, codec.VerifyTxnRequest):
-                self.verifier.serve(decoded.src, mk)
-            elif isinstance(mk, Heartbeat):
-                self.lifecycle.on_heartbeat(mk)
-            elif self._nursery is None:
-                pass
-            elif isinstance(mk, codec.MarkerRequest):
-                self._nursery.start_soon(self.calls.serve_marker, decoded.src, mk)
-            elif isinstance(mk, codec.ForwardRequest):
-                self._nursery.start_soon(self.calls.serve_forward, decoded.src, mk)
+            handler = self.inbound.get(type(mk))
+            if handler is not None:
+                handler(decoded.src, mk)
+            else:
+                log.debug("no handler for %s from node %d", type(mk).__name__, decoded.src)
         self.kick()
 
     def send_internal(self, node: int, message: codec.Internal) -> None:
@@ -491,18 +416,13 @@ class ClusterRuntime:
 
     async def run(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
                   ) -> None:
-        """The driver. Reports started at once in a cluster (its peers may not
-        be up yet); a quorum of one first replays its log and registers, so
-        it serves its whole state from its first answer (bounded wait)."""
+        """The driver, with the peer links and the ticker."""
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
             for peer in self.peers.values():
                 nursery.start_soon(peer.run)
             nursery.start_soon(self._ticker)
             nursery.start_soon(self._drive)
-            if self.alone:
-                self.lifecycle.heartbeat(self.ticks)
-                await self.lifecycle.wait_serving(timeout_s=30.0)
             task_status.started()
 
     async def _drive(self) -> None:
@@ -527,11 +447,11 @@ class ClusterRuntime:
         for group in list(self.groups.values()):
             group.raft.tick()
         self._start_first_campaigns()
-        self.lifecycle.heartbeat(self.ticks)
-        self.lifecycle.expire_sessions()
+        for hook in self.tick_hooks:
+            hook(self.ticks)
         if self.ticks % self.announce_ticks == 0:
             self._announce_due = True
-            log_starts.sync_all(self)  # after retention dropped segments
+            log_starts.sync_all(self.groups.values())  # after retention dropped segments
         if self.balance_ticks and self.ticks % self.balance_ticks == 0:
             self._balance_leaders()
 
@@ -549,7 +469,7 @@ class ClusterRuntime:
                 continue
             if group.raft.transfer_leadership(preferred):
                 log.info("node %d hands %s to preferred leader %d", self.node_id,
-                         _group_name(group), preferred)
+                         group.name, preferred)
 
     async def _round(self) -> bool:
         """One Ready round over every group; False when nobody had anything."""
@@ -619,17 +539,13 @@ class ClusterRuntime:
             if raft.role is Role.LEADER:  # a lone replica always leads: no news
                 log.log(logging.DEBUG if group.lone else logging.INFO,
                         "node %d leads group %d (%s) in term %d", self.node_id, group.gid,
-                        _group_name(group), raft.term)
-        if group is self.meta:
-            apply_committed(self)
+                        group.name, raft.term)
         part = group.part
         if part is not None:
             if raft.leader != NO_NODE:
                 part.leader_epoch = raft.term
             part.notify_append()
-            machine = self.machines.get(part.topic)
-            if machine is not None:
-                _feed(group, part.index, machine)
+        group.feed()
         group.notify()
 
     # -- groups and partitions ------------------------------------------------------------
@@ -639,6 +555,8 @@ class ClusterRuntime:
         config = RaftConfig(self.node_id, frozenset(replicas), gid, self.election_ticks,
                             FETCH_WAIT_TICKS, always_leader_change=gid == METADATA_GROUP)
         group = Group(gid, Raft(config, storage, self.rng), storage, replicas, part)
+        if part is not None:
+            group.machine = self.machines.get(part.topic)
         self.groups[gid] = group
         if part is not None and group.lone:
             # Kafka's high watermark with the leader alone in the ISR: its log
@@ -649,7 +567,7 @@ class ClusterRuntime:
             part.hw_source = lambda: group.hw
         if replicas == (self.node_id,):
             group.raft.campaign()  # a lone replica elects itself at once
-        elif part is not None and replicas[0] == self.node_id and _never_elected(group):
+        elif part is not None and replicas[0] == self.node_id and group.never_elected:
             # A brand-new partition: its preferred replica campaigns as soon as
             # the other replicas have applied the record too, instead of
             # everyone waiting out a randomized election timeout (Kafka names
@@ -661,41 +579,11 @@ class ClusterRuntime:
     def _start_first_campaigns(self) -> None:
         for gid, due in list(self._first_campaigns.items()):
             group = self.groups.get(gid)
-            if group is None or group.raft.leader != NO_NODE or not _never_elected(group):
+            if group is None or group.raft.leader != NO_NODE or not group.never_elected:
                 del self._first_campaigns[gid]
             elif self.ticks >= due:
                 del self._first_campaigns[gid]
                 group.raft.campaign()
-
-
-def _feed(group: Group, index: int, machine: StateMachine) -> None:
-    """The host side of ``StateMachine``: every committed batch not fed yet, in
-    log order, then the role once it changed. A leader is announced only once
-    everything in its log is committed and applied (its own term's first
-    entry, or everything, is committed), so it starts from the whole state."""
-    plog = group.storage.plog
-    group.applied = max(group.applied, plog.log_start_offset)
-    for batch, header in plog.batches(group.applied, min(group.hw, plog.log_end_offset)):
-        machine.apply(index, batch, header)
-        group.applied = header.next_offset
-    raft = group.raft
-    if group.led_term is not None and (not group.is_leader or raft.term != group.led_term):
-        group.led_term = None
-        machine.on_role(index, leading=False)
-    if group.led_term is None and group.is_leader and group.applied >= plog.log_end_offset:
-        group.led_term = raft.term
-        machine.on_role(index, leading=True)
-
-
-def _never_elected(group: Group) -> bool:
-    """No election has been won or voted in yet (a brand-new partition)."""
-    return group.raft.term <= 0 and group.raft.vote == NO_NODE
-
-
-def _group_name(group: Group) -> str:
-    if group.part is None:
-        return "__cluster_metadata-0"
-    return f"{group.part.topic}-{group.part.index}"
 
 
 def _read_int(path: Path) -> int:

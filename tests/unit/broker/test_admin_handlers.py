@@ -14,9 +14,9 @@ from kio.schema.errors import ErrorCode
 from kio.serial import entity_reader
 
 from kcompat.broker import config as broker_config
+from kcompat.broker.broker import Broker
 from kcompat.broker.context import RequestContext
 from kcompat.broker.handlers import HANDLERS
-from kcompat.broker.state import BrokerState
 from kcompat.testing import running
 from kcompat.wire import codec
 from kcompat.wire import versions as v
@@ -25,18 +25,18 @@ E = ErrorCode
 
 
 @pytest.fixture
-def state(tmp_path: Path) -> Iterator[BrokerState]:
+def broker(tmp_path: Path) -> Iterator[Broker]:
     cfg = broker_config.load(None, {"log.dirs": str(tmp_path), "log.retention.ms": "1000"}, {})
-    st = BrokerState(cfg)
-    yield st
-    st.close()
+    b = Broker(cfg)
+    yield b
+    b.close()
 
 
-def call(state: BrokerState, key: int, version: int, make: Callable[[ModuleType], Any]) -> Any:
+def call(broker: Broker, key: int, version: int, make: Callable[[ModuleType], Any]) -> Any:
     """Run the handler; encode the answer and read it back with kio."""
     request = make(codec.request_module(key, version))
-    ctx = RequestContext(state, key, version, 7, "test")
-    response = running.run(state, HANDLERS[key], ctx, request)
+    ctx = RequestContext(broker, key, version, 7, "test")
+    response = running.run(broker, HANDLERS[key], ctx, request)
     raw = codec.encode_response(key, version, 7, response)
     header = 9 if codec.is_flexible(key, version) else 8  # size + cid (+ tags)
     decoded, _ = entity_reader(type(response))(raw, header)
@@ -49,8 +49,8 @@ def versions(key: int) -> range:
     return range(r.parse_min, r.max_version + 1)
 
 
-def create(state: BrokerState, name: str, partitions: int = 1, **configs: str) -> None:
-    meta = running.run(state, lambda: running.create_topic(state, name, partitions, **configs))
+def create(broker: Broker, name: str, partitions: int = 1, **configs: str) -> None:
+    meta = running.run(broker, lambda: running.create_topic(broker, name, partitions, **configs))
     assert meta.name == name
 
 
@@ -69,7 +69,7 @@ def _topic(m: ModuleType, name: str, partitions: int = 1, rf: int = 1,
 
 
 @pytest.mark.parametrize("version", versions(v.CREATE_TOPICS))
-def test_create_topics(state: BrokerState, version: int) -> None:
+def test_create_topics(broker: Broker, version: int) -> None:
     def make(m: ModuleType) -> Any:
         return m.CreateTopicsRequest(validate_only=False, topics=(
             _topic(m, "ok", 3, retention_ms="5000"),
@@ -86,7 +86,7 @@ def test_create_topics(state: BrokerState, version: int) -> None:
             _topic(m, "manual-count", 2, -1, ((0, (1,)),)),
             _topic(m, "bad/name"),
         ))
-    r = call(state, v.CREATE_TOPICS, version, make)
+    r = call(broker, v.CREATE_TOPICS, version, make)
     got = {t.name: t for t in r.topics}
     assert [t.name for t in r.topics].count("dup") == 1
     assert {n: t.error_code for n, t in got.items()} == {
@@ -99,8 +99,8 @@ def test_create_topics(state: BrokerState, version: int) -> None:
         "bad/name": E.invalid_topic_exception,
     }
     assert all(t.error_message for t in r.topics if t.error_code != E.none)
-    assert state.topics["ok"].partitions == 3 and state.topics["manual"].partitions == 2
-    assert state.topics["ok"].configs == {"retention.ms": 5000}
+    assert broker.state.topics["ok"].partitions == 3 and broker.state.topics["manual"].partitions == 2
+    assert broker.state.topics["ok"].configs == {"retention.ms": 5000}
     if version >= 5:
         ok = got["ok"]
         assert (ok.num_partitions, ok.replication_factor) == (3, 1)
@@ -109,43 +109,43 @@ def test_create_topics(state: BrokerState, version: int) -> None:
         assert configs["segment.bytes"] == ("1073741824", 5)
         assert got["badcfg"].num_partitions == -1 and got["badcfg"].configs == ()
     if version >= 7:
-        assert got["ok"].topic_id == state.topics["ok"].topic_id
+        assert got["ok"].topic_id == broker.state.topics["ok"].topic_id
 
 
-def test_create_topics_validate_only_and_exists(state: BrokerState) -> None:
-    create(state, "there")
-    r = call(state, v.CREATE_TOPICS, 7, lambda m: m.CreateTopicsRequest(
+def test_create_topics_validate_only_and_exists(broker: Broker) -> None:
+    create(broker, "there")
+    r = call(broker, v.CREATE_TOPICS, 7, lambda m: m.CreateTopicsRequest(
         validate_only=True, topics=(_topic(m, "new", 2), _topic(m, "there"))))
     assert [t.error_code for t in r.topics] == [E.none, E.topic_already_exists]
     assert r.topics[0].num_partitions == 2
-    assert "new" not in state.topics
+    assert "new" not in broker.state.topics
 
 
 # -- DeleteTopics ------------------------------------------------------------
 
 @pytest.mark.parametrize("version", versions(v.DELETE_TOPICS))
-def test_delete_topics_by_name(state: BrokerState, version: int) -> None:
-    create(state, "a")
-    tid = state.topics["a"].topic_id
+def test_delete_topics_by_name(broker: Broker, version: int) -> None:
+    create(broker, "a")
+    tid = broker.state.topics["a"].topic_id
 
     def make(m: ModuleType) -> Any:
         if version >= 6:
             return m.DeleteTopicsRequest(timeout=0, topics=tuple(
                 m.DeleteTopicState(name=n, topic_id=uuid.UUID(int=0)) for n in ("a", "nope")))
         return m.DeleteTopicsRequest(timeout=0, topic_names=("a", "nope"))
-    r = call(state, v.DELETE_TOPICS, version, make)
+    r = call(broker, v.DELETE_TOPICS, version, make)
     assert [(t.name, t.error_code) for t in r.responses] == [
         ("a", E.none), ("nope", E.unknown_topic_or_partition)]
-    assert "a" not in state.topics
+    assert "a" not in broker.state.topics
     if version >= 6:
         assert r.responses[0].topic_id == tid
 
 
-def test_delete_topics_by_id(state: BrokerState) -> None:
-    create(state, "b")
-    tid = state.topics["b"].topic_id
+def test_delete_topics_by_id(broker: Broker) -> None:
+    create(broker, "b")
+    tid = broker.state.topics["b"].topic_id
     unknown = uuid.uuid4()
-    r = call(state, v.DELETE_TOPICS, 6, lambda m: m.DeleteTopicsRequest(timeout=0, topics=(
+    r = call(broker, v.DELETE_TOPICS, 6, lambda m: m.DeleteTopicsRequest(timeout=0, topics=(
         m.DeleteTopicState(name=None, topic_id=tid),
         m.DeleteTopicState(name=None, topic_id=unknown),
         m.DeleteTopicState(name="x", topic_id=uuid.uuid4()),
@@ -153,23 +153,23 @@ def test_delete_topics_by_id(state: BrokerState) -> None:
     assert [(t.name, t.error_code) for t in r.responses] == [
         ("b", E.none), (None, E.unknown_topic_id), ("x", E.invalid_request)]
     assert r.responses[1].topic_id == unknown
-    assert "b" not in state.topics
+    assert "b" not in broker.state.topics
 
 
-def test_delete_topics_duplicates(state: BrokerState) -> None:
-    create(state, "c")
-    r = call(state, v.DELETE_TOPICS, 5,
+def test_delete_topics_duplicates(broker: Broker) -> None:
+    create(broker, "c")
+    r = call(broker, v.DELETE_TOPICS, 5,
              lambda m: m.DeleteTopicsRequest(timeout=0, topic_names=("c", "c")))
     assert [(t.name, t.error_code) for t in r.responses] == [("c", E.invalid_request)]
-    assert "c" in state.topics
+    assert "c" in broker.state.topics
 
 
 # -- CreatePartitions ----------------------------------------------------------
 
 @pytest.mark.parametrize("version", versions(v.CREATE_PARTITIONS))
-def test_create_partitions(state: BrokerState, version: int) -> None:
+def test_create_partitions(broker: Broker, version: int) -> None:
     for name in ("p", "q", "r", "s"):
-        create(state, name, 2)
+        create(broker, name, 2)
 
     def make(m: ModuleType) -> Any:
         def t(name: str, count: int, assign: tuple[tuple[int, ...], ...] | None = None) -> Any:
@@ -179,20 +179,20 @@ def test_create_partitions(state: BrokerState, version: int) -> None:
         return m.CreatePartitionsRequest(timeout=0, validate_only=False, topics=(
             t("p", 4), t("q", 1), t("r", 3, ((1,),)), t("s", 4, ((1,),)),
             t("nope", 3), t("dd", 3), t("dd", 4)))
-    r = call(state, v.CREATE_PARTITIONS, version, make)
+    r = call(broker, v.CREATE_PARTITIONS, version, make)
     assert [(t.name, t.error_code) for t in r.results] == [
         ("p", E.none), ("q", E.invalid_partitions), ("r", E.none),
         ("s", E.invalid_replica_assignment), ("nope", E.unknown_topic_or_partition),
         ("dd", E.invalid_request)]
-    assert state.topics["p"].partitions == 4 and state.topics["r"].partitions == 3
-    assert state.partition("p", 3) is not None
+    assert broker.state.topics["p"].partitions == 4 and broker.state.topics["r"].partitions == 3
+    assert broker.state.partition("p", 3) is not None
 
 
 # -- DeleteRecords -----------------------------------------------------------
 
 @pytest.mark.parametrize("version", versions(v.DELETE_RECORDS))
-def test_delete_records(state: BrokerState, version: int) -> None:
-    create(state, "d", 2)
+def test_delete_records(broker: Broker, version: int) -> None:
+    create(broker, "d", 2)
 
     def make(m: ModuleType) -> Any:
         parts = tuple(m.DeleteRecordsPartition(partition_index=i, offset=o)
@@ -202,7 +202,7 @@ def test_delete_records(state: BrokerState, version: int) -> None:
             m.DeleteRecordsTopic(name="d", partitions=parts),
             m.DeleteRecordsTopic(name="d", partitions=bad),
             m.DeleteRecordsTopic(name="nope", partitions=bad)))
-    r = call(state, v.DELETE_RECORDS, version, make)
+    r = call(broker, v.DELETE_RECORDS, version, make)
     got = [[(p.partition_index, p.error_code, p.low_watermark) for p in t.partitions]
            for t in r.topics]
     assert got == [
@@ -224,9 +224,9 @@ def _describe(m: ModuleType, resources: list[tuple[int, str, tuple[str, ...] | N
 
 
 @pytest.mark.parametrize("version", versions(v.DESCRIBE_CONFIGS))
-def test_describe_configs(state: BrokerState, version: int) -> None:
-    create(state, "cfg", 1, **{"segment.ms": "100", "cleanup.policy": "compact,delete"})
-    r = call(state, v.DESCRIBE_CONFIGS, version, lambda m: _describe(m, [
+def test_describe_configs(broker: Broker, version: int) -> None:
+    create(broker, "cfg", 1, **{"segment.ms": "100", "cleanup.policy": "compact,delete"})
+    r = call(broker, v.DESCRIBE_CONFIGS, version, lambda m: _describe(m, [
         (2, "cfg", None), (2, "cfg", ("retention.ms", "segment.ms")), (2, "nope", None),
         (4, "1", None), (4, "", ("num.partitions",)), (4, "2", None), (4, "x", None),
         (3, "x", None)]))
@@ -258,8 +258,8 @@ def test_describe_configs(state: BrokerState, version: int) -> None:
 # -- AlterConfigs / IncrementalAlterConfigs ------------------------------------
 
 @pytest.mark.parametrize("version", versions(v.ALTER_CONFIGS))
-def test_alter_configs(state: BrokerState, version: int) -> None:
-    create(state, "al", 1, **{"segment.ms": "100"})
+def test_alter_configs(broker: Broker, version: int) -> None:
+    create(broker, "al", 1, **{"segment.ms": "100"})
 
     def make(m: ModuleType, validate: bool = False) -> Any:
         def res(t: int, n: str, **cfg: str | None) -> Any:
@@ -268,11 +268,11 @@ def test_alter_configs(state: BrokerState, version: int) -> None:
         return m.AlterConfigsRequest(validate_only=validate, resources=(
             res(2, "al", retention_ms="777"), res(2, "nope", retention_ms="1"),
             res(4, "1", log_retention_ms="1"), res(4, "", **{}), res(4, "9", x="1")))
-    r = call(state, v.ALTER_CONFIGS, version, make)
+    r = call(broker, v.ALTER_CONFIGS, version, make)
     assert [x.error_code for x in r.responses] == [
         E.none, E.unknown_topic_or_partition, E.invalid_request, E.none, E.invalid_request]
-    assert state.topics["al"].configs == {"retention.ms": 777}  # replaced, not merged
-    bad = call(state, v.ALTER_CONFIGS, version, lambda m: m.AlterConfigsRequest(
+    assert broker.state.topics["al"].configs == {"retention.ms": 777}  # replaced, not merged
+    bad = call(broker, v.ALTER_CONFIGS, version, lambda m: m.AlterConfigsRequest(
         validate_only=False, resources=(m.AlterConfigsResource(
             resource_type=2, resource_name="al",
             configs=(m.AlterableConfig(name="retention.ms", value="x"),)),)))
@@ -281,8 +281,8 @@ def test_alter_configs(state: BrokerState, version: int) -> None:
 
 
 @pytest.mark.parametrize("version", versions(v.INCREMENTAL_ALTER_CONFIGS))
-def test_incremental_alter_configs(state: BrokerState, version: int) -> None:
-    create(state, "inc", 1, **{"segment.ms": "100", "retention.ms": "5"})
+def test_incremental_alter_configs(broker: Broker, version: int) -> None:
+    create(broker, "inc", 1, **{"segment.ms": "100", "retention.ms": "5"})
 
     def run(validate: bool, *ops: tuple[str, int, str | None], name: str = "inc") -> Any:
         def make(m: ModuleType) -> Any:
@@ -290,17 +290,17 @@ def test_incremental_alter_configs(state: BrokerState, version: int) -> None:
                          for k, o, x in ops)
             return m.IncrementalAlterConfigsRequest(validate_only=validate, resources=(
                 m.AlterConfigsResource(resource_type=2, resource_name=name, configs=cfgs),))
-        resp = call(state, v.INCREMENTAL_ALTER_CONFIGS, version, make).responses[0]
+        resp = call(broker, v.INCREMENTAL_ALTER_CONFIGS, version, make).responses[0]
         return resp.error_code
 
     assert run(True, ("segment.ms", 0, "200")) == E.none
-    assert state.topics["inc"].configs["segment.ms"] == 100
+    assert broker.state.topics["inc"].configs["segment.ms"] == 100
     assert run(False, ("segment.ms", 0, "200"), ("retention.ms", 1, None),
                ("cleanup.policy", 2, "compact")) == E.none
-    assert state.topics["inc"].configs == {"segment.ms": 200,
+    assert broker.state.topics["inc"].configs == {"segment.ms": 200,
                                            "cleanup.policy": ["delete", "compact"]}
     assert run(False, ("cleanup.policy", 3, "delete")) == E.none
-    assert state.topics["inc"].configs["cleanup.policy"] == ["compact"]
+    assert broker.state.topics["inc"].configs["cleanup.policy"] == ["compact"]
     assert run(False, ("segment.ms", 2, "1")) == E.invalid_request
     assert run(False, ("segment.ms", 0, None)) == E.invalid_request
     assert run(False, ("segment.ms", 0, "1"), ("segment.ms", 1, None)) == E.invalid_request
@@ -308,28 +308,28 @@ def test_incremental_alter_configs(state: BrokerState, version: int) -> None:
     assert run(False, ("nope.key", 0, "1")) == E.invalid_config
     assert run(False, ("segment.ms", 9, "1")) == E.invalid_request
     assert run(False, ("segment.ms", 0, "1"), name="nope") == E.unknown_topic_or_partition
-    assert state.topics["inc"].configs["segment.ms"] == 200
+    assert broker.state.topics["inc"].configs["segment.ms"] == 200
 
 
 # -- DescribeCluster / FindCoordinator ------------------------------------------
 
 @pytest.mark.parametrize("version", versions(v.DESCRIBE_CLUSTER))
-def test_describe_cluster(state: BrokerState, version: int) -> None:
-    r = call(state, v.DESCRIBE_CLUSTER, version, lambda m: m.DescribeClusterRequest(
+def test_describe_cluster(broker: Broker, version: int) -> None:
+    r = call(broker, v.DESCRIBE_CLUSTER, version, lambda m: m.DescribeClusterRequest(
         include_cluster_authorized_operations=False))
-    assert (r.error_code, r.cluster_id, r.controller_id) == (E.none, state.cluster_id, 1)
+    assert (r.error_code, r.cluster_id, r.controller_id) == (E.none, broker.state.cluster_id, 1)
     assert [(b.broker_id, b.host, b.port) for b in r.brokers] == [(1, "127.0.0.1", 9092)]
 
 
 @pytest.mark.parametrize("version", versions(v.FIND_COORDINATOR))
-def test_find_coordinator(state: BrokerState, version: int) -> None:
+def test_find_coordinator(broker: Broker, version: int) -> None:
     def make(m: ModuleType) -> Any:
         if version >= 4:
             return m.FindCoordinatorRequest(key_type=1, coordinator_keys=("a", "b"))
         if version >= 1:
             return m.FindCoordinatorRequest(key="g", key_type=0)
         return m.FindCoordinatorRequest(key="g")
-    r = call(state, v.FIND_COORDINATOR, version, make)
+    r = call(broker, v.FIND_COORDINATOR, version, make)
     if version >= 4:
         assert [(c.key, c.node_id, c.port, c.error_code) for c in r.coordinators] == [
             ("a", 1, 9092, E.none), ("b", 1, 9092, E.none)]
@@ -337,16 +337,16 @@ def test_find_coordinator(state: BrokerState, version: int) -> None:
         assert (r.error_code, r.node_id, r.host, r.port) == (E.none, 1, "127.0.0.1", 9092)
 
 
-def test_describe_cluster_controller_endpoint(state: BrokerState) -> None:
-    r = call(state, v.DESCRIBE_CLUSTER, 1, lambda m: m.DescribeClusterRequest(
+def test_describe_cluster_controller_endpoint(broker: Broker) -> None:
+    r = call(broker, v.DESCRIBE_CLUSTER, 1, lambda m: m.DescribeClusterRequest(
         include_cluster_authorized_operations=True, endpoint_type=2))
     assert (r.error_code, r.brokers) == (E.unsupported_endpoint_type, ())
-    r = call(state, v.DESCRIBE_CLUSTER, 1, lambda m: m.DescribeClusterRequest(
+    r = call(broker, v.DESCRIBE_CLUSTER, 1, lambda m: m.DescribeClusterRequest(
         include_cluster_authorized_operations=True, endpoint_type=1))
     assert r.cluster_authorized_operations > 0
 
 
-def test_find_coordinator_share_key_type(state: BrokerState) -> None:
-    r = call(state, v.FIND_COORDINATOR, 6, lambda m: m.FindCoordinatorRequest(
+def test_find_coordinator_share_key_type(broker: Broker) -> None:
+    r = call(broker, v.FIND_COORDINATOR, 6, lambda m: m.FindCoordinatorRequest(
         key_type=2, coordinator_keys=("g:t:0",)))
     assert [(c.error_code, c.node_id) for c in r.coordinators] == [(E.invalid_request, -1)]

@@ -16,31 +16,29 @@ from kio.schema.errors import ErrorCode as E
 from kio.serial import entity_reader
 
 from kcompat.broker import config as broker_config
+from kcompat.broker.broker import Broker
 from kcompat.broker.context import RequestContext
-from kcompat.broker.groups import GroupService
 from kcompat.broker.handlers import HANDLERS
-from kcompat.broker.state import BrokerState
 from kcompat.testing import running
 from kcompat.wire import codec
 from kcompat.wire import versions as v
 
 
 @pytest.fixture
-def state(tmp_path: Path) -> Iterator[BrokerState]:
+def broker(tmp_path: Path) -> Iterator[Broker]:
     cfg = broker_config.load(None, {"log.dirs": str(tmp_path),
                                     "group.initial.rebalance.delay.ms": "0",
                                     "offsets.topic.num.partitions": "3"}, {})
-    st = BrokerState(cfg)
-    st.groups = GroupService(st)
-    running.run(st, lambda: running.create_topic(st, "t", 2))
-    yield st
-    st.close()
+    b = Broker(cfg)
+    running.run(b, lambda: running.create_topic(b, "t", 2))
+    yield b
+    b.close()
 
 
-async def call(state: BrokerState, key: int, version: int,
+async def call(broker: Broker, key: int, version: int,
                make: Callable[[ModuleType], Any]) -> Any:
     request = make(codec.request_module(key, version))
-    ctx = RequestContext(state, key, version, 7, "cli", "/127.0.0.1")
+    ctx = RequestContext(broker, key, version, 7, "cli", "/127.0.0.1")
     response = await HANDLERS[key](ctx, request)
     raw = codec.encode_response(key, version, 7, response)
     header = 9 if codec.is_flexible(key, version) else 8
@@ -68,7 +66,7 @@ def join_request(m: ModuleType, member: str) -> Any:
 
 
 @pytest.mark.parametrize("jv", range(0, top(v.JOIN_GROUP) + 1))
-def test_group_lifecycle_at_every_version(state: BrokerState, jv: int) -> None:
+def test_group_lifecycle_at_every_version(broker: Broker, jv: int) -> None:
     sv = min(jv, top(v.SYNC_GROUP))
     hv = min(jv, top(v.HEARTBEAT))
     lv = min(jv, top(v.LEAVE_GROUP))
@@ -77,33 +75,33 @@ def test_group_lifecycle_at_every_version(state: BrokerState, jv: int) -> None:
     dv = min(jv, top(v.DESCRIBE_GROUPS))
 
     async def scenario() -> None:
-        assert state.groups is not None
+        assert broker.groups is not None
         async with trio.open_nursery() as nursery:
-            await running.start(nursery, state)
-            nursery.start_soon(state.groups.run)
-            r = await call(state, v.JOIN_GROUP, jv, lambda m: join_request(m, ""))
+            await running.start(nursery, broker)
+            nursery.start_soon(broker.groups.run)
+            r = await call(broker, v.JOIN_GROUP, jv, lambda m: join_request(m, ""))
             if jv >= 4:
                 assert r.error_code == E.member_id_required
                 member = r.member_id
-                r = await call(state, v.JOIN_GROUP, jv, lambda m: join_request(m, member))
+                r = await call(broker, v.JOIN_GROUP, jv, lambda m: join_request(m, member))
             assert r.error_code == E.none and r.leader == r.member_id
             member, gen = r.member_id, r.generation_id
-            s = await call(state, v.SYNC_GROUP, sv, lambda m: codec.build(
+            s = await call(broker, v.SYNC_GROUP, sv, lambda m: codec.build(
                 m.SyncGroupRequest, group_id="g", generation_id=gen, member_id=member,
                 group_instance_id=None, protocol_type="consumer", protocol_name="range",
                 assignments=(m.SyncGroupRequestAssignment(member_id=member, assignment=b"A"),)))
             assert (s.error_code, s.assignment) == (E.none, b"A")
-            h = await call(state, v.HEARTBEAT, hv, lambda m: codec.build(
+            h = await call(broker, v.HEARTBEAT, hv, lambda m: codec.build(
                 m.HeartbeatRequest, group_id="g", generation_id=gen, member_id=member,
                 group_instance_id=None))
             assert h.error_code == E.none
-            await commit_and_fetch(state, cv, fv, gen, member)
-            d = await call(state, v.DESCRIBE_GROUPS, dv, lambda m: codec.build(
+            await commit_and_fetch(broker, cv, fv, gen, member)
+            d = await call(broker, v.DESCRIBE_GROUPS, dv, lambda m: codec.build(
                 m.DescribeGroupsRequest, groups=("g", "nope"),
                 include_authorized_operations=False))
             assert [g.group_state for g in d.groups] == ["Stable", "Dead"]
             assert d.groups[0].members[0].member_assignment == b"A"
-            leave = await call(state, v.LEAVE_GROUP, lv, lambda m: codec.build(
+            leave = await call(broker, v.LEAVE_GROUP, lv, lambda m: codec.build(
                 m.LeaveGroupRequest, group_id="g", member_id=member, members=(
                     m.MemberIdentity(member_id=member, group_instance_id=None)
                     if lv >= 3 else None,) if lv >= 3 else ()))
@@ -111,12 +109,12 @@ def test_group_lifecycle_at_every_version(state: BrokerState, jv: int) -> None:
             nursery.cancel_scope.cancel()
 
     trio.run(scenario)
-    assert state.groups is not None
-    assert state.groups.coordinator.groups["g"].state.value == "Empty"
+    assert broker.groups is not None
+    assert broker.groups.coordinator.groups["g"].state.value == "Empty"
 
 
-async def commit_and_fetch(state: BrokerState, cv: int, fv: int, gen: int, member: str) -> None:
-    c = await call(state, v.OFFSET_COMMIT, cv, lambda m: codec.build(
+async def commit_and_fetch(broker: Broker, cv: int, fv: int, gen: int, member: str) -> None:
+    c = await call(broker, v.OFFSET_COMMIT, cv, lambda m: codec.build(
         m.OffsetCommitRequest, group_id="g", generation_id_or_member_epoch=gen,
         member_id=member, group_instance_id=None, topics=(m.OffsetCommitRequestTopic(
             name="t", partitions=tuple(codec.build(
@@ -125,12 +123,12 @@ async def commit_and_fetch(state: BrokerState, cv: int, fv: int, gen: int, membe
     assert [p.error_code for p in c.topics[0].partitions] == [
         E.none, E.none, E.unknown_topic_or_partition]
     if fv >= 8:
-        f = await call(state, v.OFFSET_FETCH, fv, lambda m: codec.build(
+        f = await call(broker, v.OFFSET_FETCH, fv, lambda m: codec.build(
             m.OffsetFetchRequest, groups=(codec.build(
                 m.OffsetFetchRequestGroup, group_id="g", topics=None),), require_stable=False))
         parts = f.groups[0].topics[0].partitions
     else:
-        f = await call(state, v.OFFSET_FETCH, fv, lambda m: codec.build(
+        f = await call(broker, v.OFFSET_FETCH, fv, lambda m: codec.build(
             m.OffsetFetchRequest, group_id="g", require_stable=False, topics=(
                 m.OffsetFetchRequestTopic(name="t", partition_indexes=(0, 1, 5)),)))
         parts = f.topics[0].partitions
@@ -140,18 +138,18 @@ async def commit_and_fetch(state: BrokerState, cv: int, fv: int, gen: int, membe
 
 
 @pytest.mark.parametrize("version", range(0, top(v.LIST_GROUPS) + 1))
-def test_list_and_delete_groups(state: BrokerState, version: int) -> None:
+def test_list_and_delete_groups(broker: Broker, version: int) -> None:
     async def scenario() -> None:
-        assert state.groups is not None
+        assert broker.groups is not None
         async with trio.open_nursery() as nursery:
-            await running.start(nursery, state)
-            r = await call(state, v.JOIN_GROUP, 3, lambda m: join_request(m, ""))
+            await running.start(nursery, broker)
+            r = await call(broker, v.JOIN_GROUP, 3, lambda m: join_request(m, ""))
             assert r.error_code == E.none
-            listed = await call(state, v.LIST_GROUPS, version, lambda m: codec.build(
+            listed = await call(broker, v.LIST_GROUPS, version, lambda m: codec.build(
                 m.ListGroupsRequest, states_filter=(), types_filter=()))
             assert [(g.group_id, g.protocol_type) for g in listed.groups] == [("g", "consumer")]
             dv = min(version, top(v.DELETE_GROUPS))
-            d = await call(state, v.DELETE_GROUPS, dv, lambda m: codec.build(
+            d = await call(broker, v.DELETE_GROUPS, dv, lambda m: codec.build(
                 m.DeleteGroupsRequest, groups_names=("g", "ghost")))
             assert [x.error_code for x in d.results] == [E.non_empty_group, E.group_id_not_found]
             nursery.cancel_scope.cancel()
@@ -159,19 +157,19 @@ def test_list_and_delete_groups(state: BrokerState, version: int) -> None:
     trio.run(scenario)
 
 
-def test_offsets_of_a_partition_hosted_elsewhere(state: BrokerState) -> None:
+def test_offsets_of_a_partition_hosted_elsewhere(broker: Broker) -> None:
     """OffsetCommit and OffsetDelete check the metadata image, not the local
     replicas (as Kafka checks its metadata cache): a partition of the image that
     another broker hosts (here: partition 1, taken out of the local replicas) is
     committed and deleted; a partition the image lacks is refused."""
-    elsewhere = state.partitions.pop(("t", 1))
+    elsewhere = broker.state.partitions.pop(("t", 1))
 
     async def scenario() -> None:
-        assert state.groups is not None
+        assert broker.groups is not None
         async with trio.open_nursery() as nursery:
-            await running.start(nursery, state)
-            nursery.start_soon(state.groups.run)
-            c = await call(state, v.OFFSET_COMMIT, top(v.OFFSET_COMMIT), lambda m: codec.build(
+            await running.start(nursery, broker)
+            nursery.start_soon(broker.groups.run)
+            c = await call(broker, v.OFFSET_COMMIT, top(v.OFFSET_COMMIT), lambda m: codec.build(
                 m.OffsetCommitRequest, group_id="g", generation_id_or_member_epoch=-1,
                 member_id="", group_instance_id=None, topics=(m.OffsetCommitRequestTopic(
                     name="t", partitions=tuple(codec.build(
@@ -179,17 +177,17 @@ def test_offsets_of_a_partition_hosted_elsewhere(state: BrokerState) -> None:
                         committed_leader_epoch=-1, committed_metadata="") for i in (0, 1, 2))),)))
             assert [p.error_code for p in c.topics[0].partitions] == [
                 E.none, E.none, E.unknown_topic_or_partition]
-            assert set(state.groups.store.committed("g")) == {("t", 0), ("t", 1)}
-            d = await call(state, v.OFFSET_DELETE, top(v.OFFSET_DELETE), lambda m: codec.build(
+            assert set(broker.groups.store.committed("g")) == {("t", 0), ("t", 1)}
+            d = await call(broker, v.OFFSET_DELETE, top(v.OFFSET_DELETE), lambda m: codec.build(
                 m.OffsetDeleteRequest, group_id="g", topics=(m.OffsetDeleteRequestTopic(
                     name="t", partitions=tuple(m.OffsetDeleteRequestPartition(partition_index=i)
                                                for i in (1, 2))),)))
             assert [p.error_code for p in d.topics[0].partitions] == [
                 E.none, E.unknown_topic_or_partition]
-            assert set(state.groups.store.committed("g")) == {("t", 0)}
+            assert set(broker.groups.store.committed("g")) == {("t", 0)}
             nursery.cancel_scope.cancel()
 
     try:
         trio.run(scenario)
     finally:
-        state.partitions[("t", 1)] = elsewhere
+        broker.state.partitions[("t", 1)] = elsewhere

@@ -10,8 +10,8 @@ import pytest
 
 from kcompat.broker import config
 from kcompat.broker.admin_http import route
+from kcompat.broker.broker import Broker
 from kcompat.broker.metrics import BrokerMetrics
-from kcompat.broker.state import BrokerState
 from kcompat.testing import running
 
 
@@ -42,18 +42,18 @@ def test_requests_errors_and_bounded_labels() -> None:
 
 
 def test_routes(tmp_path: Path) -> None:
-    state = BrokerState(config.load(None, {"log.dirs": str(tmp_path)}, {}))
+    broker = Broker(config.load(None, {"log.dirs": str(tmp_path)}, {}))
     try:
-        running.run(state, lambda: running.create_topic(state, "t", 2))
-        status, _ctype, body = route(state, "GET", "/health")
+        running.run(broker, lambda: running.create_topic(broker, "t", 2))
+        status, _ctype, body = route(broker, "GET", "/health")
         assert status == 503 and json.loads(body)["ready"] is False  # not serving yet
-        assert route(state, "GET", "/health/live")[0] == 200
-        state.metrics.ready = True
-        assert route(state, "GET", "/health?verbose=1")[0] == 200
-        status, _ctype, body = route(state, "GET", "/metrics")
+        assert route(broker, "GET", "/health/live")[0] == 200
+        broker.metrics.ready = True
+        assert route(broker, "GET", "/health?verbose=1")[0] == 200
+        status, _ctype, body = route(broker, "GET", "/metrics")
         assert status == 200
         assert b'kcompat_partition_log_end_offset{partition="1",topic="t"} 0.0' in body
-        assert route(state, "POST", "/metrics")[0] == 405
-        assert route(state, "GET", "/")[0] == 404
+        assert route(broker, "POST", "/metrics")[0] == 405
+        assert route(broker, "GET", "/")[0] == 404
     finally:
-        state.close()
+        broker.close()

@@ -15,11 +15,9 @@ from kio.schema.errors import ErrorCode as E
 from kio.serial import entity_reader
 
 from kcompat.broker import config as broker_config
+from kcompat.broker.broker import Broker
 from kcompat.broker.context import RequestContext
-from kcompat.broker.groups import GroupService
 from kcompat.broker.handlers import HANDLERS
-from kcompat.broker.state import BrokerState
-from kcompat.broker.transactions import TxnService
 from kcompat.testing import running
 from kcompat.txn.coordinator import TxnState
 from kcompat.wire import codec
@@ -27,28 +25,26 @@ from kcompat.wire import versions as v
 from kcompat.wire.records import encode_batch
 
 
-def make_state(path: Path) -> BrokerState:
+def make_state(path: Path) -> Broker:
     cfg = broker_config.load(None, {"log.dirs": str(path), "offsets.topic.num.partitions": "2",
                                     "transaction.state.log.num.partitions": "2",
                                     "transaction.abort.timed.out.transaction.cleanup.interval.ms":
                                         "100"}, {})
-    st = BrokerState(cfg)
-    st.groups = GroupService(st)
-    st.txns = TxnService(st, st.groups)
-    return st
+    b = Broker(cfg)
+    return b
 
 
 @pytest.fixture
-def state(tmp_path: Path) -> Iterator[BrokerState]:
-    st = make_state(tmp_path)
-    running.run(st, lambda: running.create_topic(st, "t", 2))
-    yield st
-    st.close()
+def broker(tmp_path: Path) -> Iterator[Broker]:
+    b = make_state(tmp_path)
+    running.run(b, lambda: running.create_topic(b, "t", 2))
+    yield b
+    b.close()
 
 
-async def call(state: BrokerState, key: int, version: int, **fields: Any) -> Any:
+async def call(broker: Broker, key: int, version: int, **fields: Any) -> Any:
     request = codec.build(codec.request_class(key, version), **fields)
-    ctx = RequestContext(state, key, version, 1, "cli", "/127.0.0.1")
+    ctx = RequestContext(broker, key, version, 1, "cli", "/127.0.0.1")
     response = await HANDLERS[key](ctx, request)
     raw = codec.encode_response(key, version, 1, response)
     decoded, _ = entity_reader(type(response))(raw, 9 if codec.is_flexible(key, version) else 8)
@@ -60,20 +56,20 @@ def top(key: int) -> int:
     return v.API_RANGES[key].max_version
 
 
-async def produce_txn(state: BrokerState, pid: int, epoch: int, seq: int, partition: int) -> Any:
+async def produce_txn(broker: Broker, pid: int, epoch: int, seq: int, partition: int) -> Any:
     m = codec.request_module(v.PRODUCE, 9)
     records = encode_batch([(None, b"x%d" % seq, (), 1000)], producer_id=pid,
                            producer_epoch=epoch, base_sequence=seq, transactional=True)
-    r = await call(state, v.PRODUCE, 9, transactional_id="app", acks=-1,
+    r = await call(broker, v.PRODUCE, 9, transactional_id="app", acks=-1,
                    timeout=datetime.timedelta(seconds=5), topic_data=(m.TopicProduceData(
                        name="t", partition_data=(m.PartitionProduceData(
                            index=partition, records=records),)),))
     return r.responses[0].partition_responses[0]
 
 
-async def fetch_committed(state: BrokerState, partition: int) -> Any:
+async def fetch_committed(broker: Broker, partition: int) -> Any:
     m = codec.request_module(v.FETCH, 12)
-    r = await call(state, v.FETCH, 12, max_wait=datetime.timedelta(0), min_bytes=1,
+    r = await call(broker, v.FETCH, 12, max_wait=datetime.timedelta(0), min_bytes=1,
                    max_bytes=1 << 20, isolation_level=1, session_id=0, session_epoch=-1,
                    topics=(m.FetchTopic(topic="t", partitions=(m.FetchPartition(
                        partition=partition, fetch_offset=0, partition_max_bytes=1 << 20),)),),
@@ -82,36 +78,36 @@ async def fetch_committed(state: BrokerState, partition: int) -> Any:
 
 
 @pytest.mark.parametrize("version", range(0, top(v.END_TXN) + 1))
-def test_transaction_cycle(state: BrokerState, version: int) -> None:
+def test_transaction_cycle(broker: Broker, version: int) -> None:
     pv = min(version, top(v.ADD_PARTITIONS_TO_TXN))
 
     async def scenario() -> None:
         async with trio.open_nursery() as nursery:
-            await running.start(nursery, state)
-            init = await call(state, v.INIT_PRODUCER_ID, 4, transactional_id="app",
+            await running.start(nursery, broker)
+            init = await call(broker, v.INIT_PRODUCER_ID, 4, transactional_id="app",
                               transaction_timeout=datetime.timedelta(seconds=30),
                               producer_id=-1, producer_epoch=-1)
             pid, epoch = init.producer_id, init.producer_epoch
             assert init.error_code == E.none and pid >= 0
-            refused = await produce_txn(state, pid, epoch, 0, 0)
+            refused = await produce_txn(broker, pid, epoch, 0, 0)
             assert refused.error_code == E.invalid_txn_state  # partition not added yet
             m = codec.request_module(v.ADD_PARTITIONS_TO_TXN, pv)
-            add = await call(state, v.ADD_PARTITIONS_TO_TXN, pv,
+            add = await call(broker, v.ADD_PARTITIONS_TO_TXN, pv,
                              v3_and_below_transactional_id="app", v3_and_below_producer_id=pid,
                              v3_and_below_producer_epoch=epoch, v3_and_below_topics=(
                                  m.AddPartitionsToTxnTopic(name="t", partitions=(0, 1)),))
             assert add.results_by_topic_v3_and_below[0].results_by_partition[0]\
                 .partition_error_code == E.none
-            assert (await produce_txn(state, pid, epoch, 0, 0)).error_code == E.none
-            part = state.partition("t", 0)
+            assert (await produce_txn(broker, pid, epoch, 0, 0)).error_code == E.none
+            part = broker.state.partition("t", 0)
             assert part is not None and part.last_stable_offset == 0 < part.high_watermark
-            assert (await fetch_committed(state, 0)).records == b""
+            assert (await fetch_committed(broker, 0)).records == b""
             commit = version % 2 == 0
-            end = await call(state, v.END_TXN, version, transactional_id="app", producer_id=pid,
+            end = await call(broker, v.END_TXN, version, transactional_id="app", producer_id=pid,
                              producer_epoch=epoch, committed=commit)
             assert end.error_code == E.none
             assert part.last_stable_offset == part.high_watermark == 2  # record + marker
-            fetched = await fetch_committed(state, 0)
+            fetched = await fetch_committed(broker, 0)
             assert len(fetched.records) > 0
             aborted = [(a.producer_id, a.first_offset) for a in fetched.aborted_transactions]
             assert aborted == ([] if commit else [(pid, 0)])
@@ -121,21 +117,21 @@ def test_transaction_cycle(state: BrokerState, version: int) -> None:
 
 
 def test_txn_offsets_visible_only_after_commit_and_recovery(tmp_path: Path) -> None:
-    state = make_state(tmp_path)
-    running.run(state, lambda: running.create_topic(state, "t", 1))
+    broker = make_state(tmp_path)
+    running.run(broker, lambda: running.create_topic(broker, "t", 1))
 
     async def scenario() -> tuple[int, int]:
         async with trio.open_nursery() as nursery:
-            await running.start(nursery, state)
-            init = await call(state, v.INIT_PRODUCER_ID, 4, transactional_id="app",
+            await running.start(nursery, broker)
+            init = await call(broker, v.INIT_PRODUCER_ID, 4, transactional_id="app",
                               transaction_timeout=datetime.timedelta(seconds=30),
                               producer_id=-1, producer_epoch=-1)
             pid, epoch = init.producer_id, init.producer_epoch
-            r = await call(state, v.ADD_OFFSETS_TO_TXN, 3, transactional_id="app",
+            r = await call(broker, v.ADD_OFFSETS_TO_TXN, 3, transactional_id="app",
                            producer_id=pid, producer_epoch=epoch, group_id="grp")
             assert r.error_code == E.none
             m = codec.request_module(v.TXN_OFFSET_COMMIT, 3)
-            c = await call(state, v.TXN_OFFSET_COMMIT, 3, transactional_id="app", group_id="grp",
+            c = await call(broker, v.TXN_OFFSET_COMMIT, 3, transactional_id="app", group_id="grp",
                            producer_id=pid, producer_epoch=epoch, generation_id=-1, member_id="",
                            group_instance_id=None, topics=(m.TxnOffsetCommitRequestTopic(
                                name="t", partitions=(codec.build(
@@ -143,9 +139,9 @@ def test_txn_offsets_visible_only_after_commit_and_recovery(tmp_path: Path) -> N
                                    committed_offset=42, committed_leader_epoch=-1,
                                    committed_metadata=""),)),))
             assert c.topics[0].partitions[0].error_code == E.none
-            assert state.groups is not None and state.groups.store.committed("grp") == {}
-            assert state.groups.is_pending("grp", "t", 0)
-            txns = state.txns
+            assert broker.groups is not None and broker.groups.store.committed("grp") == {}
+            assert broker.groups.is_pending("grp", "t", 0)
+            txns = broker.txns
             assert txns is not None
             prepare = txns.coordinator.end_txn("app", pid, epoch, True, 0)
             assert prepare.persist is not None
@@ -154,7 +150,7 @@ def test_txn_offsets_visible_only_after_commit_and_recovery(tmp_path: Path) -> N
         return pid, epoch
 
     trio.run(scenario)
-    state.close()
+    broker.close()
     again = make_state(tmp_path)
     assert again.txns is not None and again.groups is not None
 
@@ -176,24 +172,24 @@ def test_txn_offsets_visible_only_after_commit_and_recovery(tmp_path: Path) -> N
     again.close()
 
 
-def test_describe_and_list_transactions(state: BrokerState) -> None:
+def test_describe_and_list_transactions(broker: Broker) -> None:
     async def scenario() -> None:
         async with trio.open_nursery() as nursery:
-            await running.start(nursery, state)
-            await call(state, v.INIT_PRODUCER_ID, 4, transactional_id="app",
+            await running.start(nursery, broker)
+            await call(broker, v.INIT_PRODUCER_ID, 4, transactional_id="app",
                        transaction_timeout=datetime.timedelta(seconds=30),
                        producer_id=-1, producer_epoch=-1)
-            d = await call(state, v.DESCRIBE_TRANSACTIONS, 0, transactional_ids=("app", "nope"))
+            d = await call(broker, v.DESCRIBE_TRANSACTIONS, 0, transactional_ids=("app", "nope"))
             assert [s.error_code for s in d.transaction_states] == [
                 E.none, E.transactional_id_not_found]
             assert d.transaction_states[0].transaction_state == "Empty"
             for version in (0, 1):
-                lst = await call(state, v.LIST_TRANSACTIONS, version,
+                lst = await call(broker, v.LIST_TRANSACTIONS, version,
                                  state_filters=("Empty", "Bogus"), producer_id_filters=())
                 assert [t.transactional_id for t in lst.transaction_states] == ["app"]
                 assert lst.unknown_state_filters == ("Bogus",)
             m = codec.request_module(v.DESCRIBE_PRODUCERS, 0)
-            dp = await call(state, v.DESCRIBE_PRODUCERS, 0, topics=(
+            dp = await call(broker, v.DESCRIBE_PRODUCERS, 0, topics=(
                 m.TopicRequest(name="t", partition_indexes=(0, 7)),))
             assert [p.error_code for p in dp.topics[0].partitions] == [
                 E.none, E.unknown_topic_or_partition]
@@ -202,17 +198,17 @@ def test_describe_and_list_transactions(state: BrokerState) -> None:
     trio.run(scenario)
 
 
-def test_partitions_hosted_elsewhere_join_a_transaction(state: BrokerState) -> None:
+def test_partitions_hosted_elsewhere_join_a_transaction(broker: Broker) -> None:
     """AddPartitionsToTxn and TxnOffsetCommit check the metadata image, not the
     local replicas: partition 1 of "t", taken out of the local replicas as if
     another broker hosted it, is added and its offset committed; partition 2,
     which the image lacks, is refused."""
-    elsewhere = state.partitions.pop(("t", 1))
+    elsewhere = broker.state.partitions.pop(("t", 1))
 
     async def scenario() -> None:
         async with trio.open_nursery() as nursery:
-            await running.start(nursery, state)
-            init = await call(state, v.INIT_PRODUCER_ID, 4, transactional_id="app",
+            await running.start(nursery, broker)
+            init = await call(broker, v.INIT_PRODUCER_ID, 4, transactional_id="app",
                               transaction_timeout=datetime.timedelta(seconds=30),
                               producer_id=-1, producer_epoch=-1)
             pid, epoch = init.producer_id, init.producer_epoch
@@ -220,7 +216,7 @@ def test_partitions_hosted_elsewhere_join_a_transaction(state: BrokerState) -> N
             m = codec.request_module(v.ADD_PARTITIONS_TO_TXN, pv)
 
             async def add(*partitions: int) -> list[E]:
-                r = await call(state, v.ADD_PARTITIONS_TO_TXN, pv,
+                r = await call(broker, v.ADD_PARTITIONS_TO_TXN, pv,
                                v3_and_below_transactional_id="app", v3_and_below_producer_id=pid,
                                v3_and_below_producer_epoch=epoch, v3_and_below_topics=(
                                    m.AddPartitionsToTxnTopic(name="t", partitions=partitions),))
@@ -229,12 +225,12 @@ def test_partitions_hosted_elsewhere_join_a_transaction(state: BrokerState) -> N
 
             assert await add(1, 2) == [E.operation_not_attempted, E.unknown_topic_or_partition]
             assert await add(0, 1) == [E.none, E.none]
-            r = await call(state, v.ADD_OFFSETS_TO_TXN, 3, transactional_id="app",
+            r = await call(broker, v.ADD_OFFSETS_TO_TXN, 3, transactional_id="app",
                            producer_id=pid, producer_epoch=epoch, group_id="grp")
             assert r.error_code == E.none
             cv = top(v.TXN_OFFSET_COMMIT)
             t = codec.request_module(v.TXN_OFFSET_COMMIT, cv)
-            c = await call(state, v.TXN_OFFSET_COMMIT, cv, transactional_id="app",
+            c = await call(broker, v.TXN_OFFSET_COMMIT, cv, transactional_id="app",
                            group_id="grp", producer_id=pid, producer_epoch=epoch,
                            generation_id=-1, member_id="", group_instance_id=None,
                            topics=(t.TxnOffsetCommitRequestTopic(name="t", partitions=tuple(
@@ -243,10 +239,10 @@ def test_partitions_hosted_elsewhere_join_a_transaction(state: BrokerState) -> N
                                            committed_metadata="") for i in (0, 1, 2))),))
             assert [p.error_code for p in c.topics[0].partitions] == [
                 E.none, E.none, E.unknown_topic_or_partition]
-            assert state.groups is not None and state.groups.is_pending("grp", "t", 1)
+            assert broker.groups is not None and broker.groups.is_pending("grp", "t", 1)
             nursery.cancel_scope.cancel()
 
     try:
         trio.run(scenario)
     finally:
-        state.partitions[("t", 1)] = elsewhere
+        broker.state.partitions[("t", 1)] = elsewhere

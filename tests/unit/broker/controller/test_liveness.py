@@ -6,8 +6,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from kcompat.broker.controller.liveness import Heartbeat, Membership
+from kcompat.broker.controller.liveness import Membership
 from kcompat.broker.metadata import MetadataImage
+from kcompat.broker.replication.codec import Heartbeat
 
 TIMEOUT_MS = 9000
 

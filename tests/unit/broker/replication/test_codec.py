@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from kcompat.broker.controller.liveness import Heartbeat
 from kcompat.broker.replication import codec
+from kcompat.broker.replication.codec import Heartbeat
 from kcompat.raft import (
     BeginQuorumEpoch,
     Entry,

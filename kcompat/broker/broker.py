@@ -1,0 +1,49 @@
+"""One broker process's parts, wired together.
+
+Theory of operation
+-------------------
+The layers, bottom up (import-linter keeps them so): ``BrokerState`` (config,
+metadata image, local partitions); the replication runtime (the Multi-Raft
+driver and replica management, ``replication``) with its request/reply calls
+between brokers; the controller (``controller``: the metadata log's state
+machine, registration and liveness, topic changes); the services — the group
+and transaction coordinators, each the replicated state machine of its
+internal topic — and the metrics. ``Broker`` builds them in that order and
+lets each upper part register what the lower ones call back (tick hooks,
+inbound messages, state machines), so no lower layer knows an upper one.
+Handlers receive it in their ``RequestContext``.
+
+Without ``controller.quorum.voters`` the broker is a quorum of one: itself the
+only voter, running the same code as a cluster (DESIGN.md §5).
+"""
+
+from __future__ import annotations
+
+from kcompat.broker.config import BrokerConfig
+from kcompat.broker.controller import admin
+from kcompat.broker.controller.quorum import Controller
+from kcompat.broker.groups import GroupService
+from kcompat.broker.metrics import BrokerMetrics
+from kcompat.broker.replication.peer_calls import PeerCalls
+from kcompat.broker.replication.runtime import ClusterRuntime, lone_voter
+from kcompat.broker.state import BrokerState
+from kcompat.broker.transactions import TxnService
+
+
+class Broker:
+    def __init__(self, config: BrokerConfig) -> None:
+        self.config = config
+        self.state = BrokerState(config)
+        voters = (config["controller.quorum.voters"]
+                  or lone_voter(self.state.node_id, config["host"], config["port"]))
+        self.cluster = ClusterRuntime(self.state, voters)
+        self.calls = PeerCalls(self.cluster)
+        self.controller = Controller(self.state, self.cluster, self.calls)
+        admin.accept_forwarded(self.controller)
+        self.groups = GroupService(self.state, self.cluster)
+        self.txns = TxnService(self.state, self.cluster, self.calls, self.groups)
+        # counters and gauges for /metrics (admin_http)
+        self.metrics = BrokerMetrics(self.state, self.groups.store)
+
+    def close(self) -> None:
+        self.state.close()

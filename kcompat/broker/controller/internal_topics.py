@@ -1,0 +1,37 @@
+"""The internal topics of the coordinators and which partition serves a key.
+
+Theory of operation
+-------------------
+``__consumer_offsets`` (group coordinator) and ``__transaction_state``
+(transaction coordinator) are created by the controller on the first
+FindCoordinator that needs them, with these configs and the partition counts
+and replication factors of the broker config
+(``offsets.topic.num.partitions``, ``transaction.state.log.replication.factor``
+...). The coordinator of a group id or transactional id is the leader of
+partition ``abs(javaHash(id)) % partitions``, as in Kafka, so records land
+where Kafka puts them.
+"""
+
+from __future__ import annotations
+
+OFFSETS_TOPIC = "__consumer_offsets"
+OFFSETS_TOPIC_CONFIGS = {"cleanup.policy": "compact", "segment.bytes": "104857600"}
+TXN_TOPIC = "__transaction_state"
+TXN_TOPIC_CONFIGS = {"cleanup.policy": "compact"}
+# topic -> prefix of its broker config keys (``<prefix>.num.partitions`` ...), configs
+INTERNAL_TOPICS = {OFFSETS_TOPIC: ("offsets.topic", OFFSETS_TOPIC_CONFIGS),
+                   TXN_TOPIC: ("transaction.state.log", TXN_TOPIC_CONFIGS)}
+
+
+def java_string_hash(s: str) -> int:
+    h = 0
+    data = s.encode("utf-16-be")
+    for i in range(0, len(data), 2):
+        h = (31 * h + ((data[i] << 8) | data[i + 1])) & 0xFFFFFFFF
+    return h - (1 << 32) if h >= 1 << 31 else h
+
+
+def partition_for(key: str, partitions: int) -> int:
+    """The internal-topic partition of a group id or transactional id."""
+    h = java_string_hash(key)
+    return (0 if h == -(1 << 31) else abs(h)) % partitions
