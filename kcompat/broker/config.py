@@ -54,12 +54,12 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
         _D("group.initial.rebalance.delay.ms", "int", 3000, minimum=0),
         _D("group.max.size", "int", 2147483647, minimum=1),
         _D("offsets.topic.num.partitions", "int", 50, minimum=1),
-        _D("offsets.topic.replication.factor", "short", 3, minimum=1),  # cluster mode only
+        _D("offsets.topic.replication.factor", "short", 3, minimum=1),
         _D("offsets.retention.minutes", "int", 10080, minimum=1),
         _D("offset.metadata.max.bytes", "int", 4096, minimum=0),
         _D("transaction.max.timeout.ms", "int", 900000, minimum=1),
         _D("transaction.state.log.num.partitions", "int", 50, minimum=1),
-        _D("transaction.state.log.replication.factor", "short", 3, minimum=1),  # cluster mode
+        _D("transaction.state.log.replication.factor", "short", 3, minimum=1),
         _D("transaction.abort.timed.out.transaction.cleanup.interval.ms", "int", 10000,
            minimum=1),
         _D("kcompat.flush.mode", "string", "acks_all", choices=("acks_all", "always", "never")),
@@ -70,16 +70,16 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
         _D("controller.quorum.voters", "string", ""),  # "1@host:port,2@host:port,..."
         _D("kcompat.raft.tick.ms", "int", 50, minimum=1),
         _D("kcompat.raft.election.timeout.ms", "int", 1000, minimum=1),
-        # Cluster mode: move leadership back to the preferred (first) replica.
+        # Move leadership back to the preferred (first) replica.
         _D("auto.leader.rebalance.enable", "boolean", True),
         _D("leader.imbalance.check.interval.seconds", "long", 300, minimum=1),
-        # Cluster mode: broker heartbeats to the controller, fencing after silence.
+        # Broker heartbeats to the controller, fencing after silence.
         _D("broker.heartbeat.interval.ms", "int", 2000, minimum=1),
         _D("broker.session.timeout.ms", "int", 9000, minimum=1),
         _D("broker.rack", "string", ""),  # empty: no rack
         _D("controlled.shutdown.enable", "boolean", True),
         _D("replica.lag.time.max.ms", "long", 30000, minimum=1),
-        # Cluster mode: snapshot the metadata log after this many applied bytes.
+        # Snapshot the metadata log after this many applied bytes.
         _D("metadata.log.max.record.bytes.between.snapshots", "long", 20971520, minimum=1),
     )
 }

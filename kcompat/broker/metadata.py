@@ -36,7 +36,7 @@ class TopicMeta:
 
 @dataclass
 class BrokerInfo:
-    """A broker registration (cluster mode): where clients reach it, which
+    """A broker registration: where clients reach it, which
     process (incarnation) registered, and whether the controller fenced it."""
 
     node_id: int

@@ -2,9 +2,9 @@
 
 Theory of operation
 -------------------
-Single-node today: this broker leads every partition, the leader epoch is the
-one recorded in the cluster metadata, and the high watermark is the log end
-(the Raft issue will make it the commit index). ``wake`` sets the broker's
+The replication runtime keeps ``leader_epoch`` at the partition group's Raft
+term and sets ``hw_source``: the Raft commit index, or the log end for a lone
+replica (Kafka's high watermark with the leader alone in its ISR). ``wake`` sets the broker's
 ``data_arrived`` event after every append, so long-polling fetches wake the
 moment data arrives. An append (idempotence check, offset assignment, write)
 runs without an await, so it is atomic under trio without a lock.
@@ -25,7 +25,7 @@ class Partition:
     log: PartitionLog
     wake: Callable[[], None] = lambda: None  # wakes long-polling fetches
     leader_epoch: int = 0
-    hw_source: Callable[[], int] | None = None  # cluster mode: the Raft high watermark
+    hw_source: Callable[[], int] | None = None  # the Raft high watermark
 
     @property
     def high_watermark(self) -> int:

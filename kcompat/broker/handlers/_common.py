@@ -19,8 +19,8 @@ OK = ErrorCode.none
 
 
 def coordinator_error_response(ctx: Any, code: ErrorCode) -> Any:
-    """The whole answer of a group API with one top-level error (cluster mode:
-    NOT_COORDINATOR and friends, see ``GroupService.coordinator_error``)."""
+    """The whole answer of a group API with one top-level error
+    (NOT_COORDINATOR and friends, see ``GroupService.coordinator_error``)."""
     return ctx.response(throttle_time=NO_THROTTLE, error_code=code, generation_id=-1,
                         protocol_type=None, protocol_name="", leader="", member_id="",
                         members=(), assignment=b"", topics=(), skip_assignment=False)

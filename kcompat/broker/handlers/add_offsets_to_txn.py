@@ -17,7 +17,7 @@ from kcompat.broker.state import now_ms
 async def handle(ctx: RequestContext, request: Any) -> Any:
     txns = ctx.txns
     tid = request.transactional_id
-    if (gate := txns.coordinator_error(tid)) is not None:  # cluster mode
+    if (gate := txns.coordinator_error(tid)) is not None:
         return ctx.response(throttle_time=NO_THROTTLE, error_code=gate)
     async with txns.lock(tid):
         try:
@@ -26,7 +26,7 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
             decision = txns.coordinator.add_partitions(
                 tid, request.producer_id, request.producer_epoch, {partition}, now_ms())
             await txns.carry_out(decision)
-        except NotCoordinatorError as e:  # cluster mode: leadership moved meanwhile
+        except NotCoordinatorError as e:  # leadership moved meanwhile
             return ctx.response(throttle_time=NO_THROTTLE, error_code=e.code)
     return ctx.response(throttle_time=NO_THROTTLE,
                         error_code=fenced_for_version(decision.error, ctx.version, 2))

@@ -19,7 +19,7 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
     groups = ctx.groups
     results = []
     for group_id in request.groups_names:
-        error = groups.coordinator_error(group_id)  # cluster mode: coordinator only
+        error = groups.coordinator_error(group_id)  # coordinator only
         if error is None:
             error = groups.coordinator.delete_group(group_id, now_ms())
         if error == OK:

@@ -2,7 +2,7 @@
 
 Quirks: optional for clients (Java Admin falls back to Metadata; Spark's driver
 and confluent-kafka's ``describe_cluster`` use it). One broker, which is also
-the controller (cluster mode: the live brokers). v1 carries ``endpoint_type``: 1 (brokers) is served; 2
+the controller (the live brokers). v1 carries ``endpoint_type``: 1 (brokers) is served; 2
 (controllers, asked by ``--bootstrap-controller`` tools) answers
 UNSUPPORTED_ENDPOINT_TYPE like a Kafka broker listener does. Without an
 authorizer every cluster operation is allowed, so authorized operations (when

@@ -15,7 +15,7 @@ AUTHORIZED_OPERATIONS_OMITTED = -2147483648
 
 
 def _describe(ctx: RequestContext, group_id: str) -> Any:
-    if (code := ctx.groups.coordinator_error(group_id)) is not None:  # cluster mode
+    if (code := ctx.groups.coordinator_error(group_id)) is not None:
         return ctx.build("DescribedGroup", error_code=code, group_id=group_id, group_state="",
                          protocol_type="", protocol_data="", members=(),
                          authorized_operations=AUTHORIZED_OPERATIONS_OMITTED)

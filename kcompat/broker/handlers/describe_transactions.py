@@ -16,7 +16,7 @@ from kcompat.broker.handlers._common import NO_THROTTLE, OK, ms_to_datetime
 
 
 def _describe(ctx: RequestContext, tid: str) -> Any:
-    gate = ctx.txns.coordinator_error(tid)  # cluster mode: only the coordinator answers
+    gate = ctx.txns.coordinator_error(tid)  # only the coordinator answers
     meta = ctx.txns.coordinator.txns.get(tid) if gate is None else None
     if gate is not None:
         return ctx.build("TransactionState", error_code=gate,

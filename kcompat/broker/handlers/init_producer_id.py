@@ -26,7 +26,7 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
         return ctx.response(throttle_time=NO_THROTTLE, error_code=OK,
                             producer_id=ctx.cluster.allocate_producer_id(), producer_epoch=0)
     txns = ctx.txns
-    if (gate := txns.coordinator_error(tid)) is not None:  # cluster mode
+    if (gate := txns.coordinator_error(tid)) is not None:
         return ctx.response(throttle_time=NO_THROTTLE, producer_id=-1, producer_epoch=-1,
                             error_code=gate)
     timeout_ms = int(request.transaction_timeout.total_seconds() * 1000)
@@ -36,7 +36,7 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
             getattr(request, "producer_epoch", -1), now_ms(), ctx.cluster.allocate_producer_id)
         try:
             await txns.carry_out(decision)
-        except NotCoordinatorError as e:  # cluster mode: leadership moved meanwhile
+        except NotCoordinatorError as e:  # leadership moved meanwhile
             return ctx.response(throttle_time=NO_THROTTLE, producer_id=-1, producer_epoch=-1,
                                 error_code=e.code)
     if decision.error != OK:

@@ -22,7 +22,7 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
         if types and "classic" not in types:
             continue
         if ctx.groups.coordinator_error(group.group_id) is not None:
-            continue  # cluster mode: a group another broker coordinates now
+            continue  # a group another broker coordinates now
         listed.append(ctx.build("ListedGroup", group_id=group.group_id,
                                 protocol_type=group.protocol_type or "",
                                 group_state=group.state.value, group_type="classic"))

@@ -24,7 +24,7 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
     listed = []
     for meta in list(ctx.txns.coordinator.txns.values()):
         if ctx.txns.coordinator_error(meta.transactional_id) is not None:
-            continue  # cluster mode: coordinated elsewhere now
+            continue  # coordinated elsewhere now
         if states and meta.state.value not in states:
             continue
         if pids and meta.producer_id not in pids:

@@ -35,7 +35,7 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
     if not group_id:
         top_error: ErrorCode | None = ErrorCode.invalid_group_id
     elif (gate := groups.coordinator_error(group_id)) is not None:
-        top_error = gate  # cluster mode: not (yet) this group's coordinator
+        top_error = gate  # not (yet) this group's coordinator
     else:  # only now: coordinator_error loads the group on a new coordinator
         top_error = groups.coordinator.commit_error(
             group_id, generation, request.member_id,
@@ -59,7 +59,7 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
         except OSError:
             for tp in accepted:
                 errors[tp] = ErrorCode.kafka_storage_error
-        except NotCoordinatorError as e:  # cluster mode: leadership moved meanwhile
+        except NotCoordinatorError as e:  # leadership moved meanwhile
             for tp in accepted:
                 errors[tp] = e.code
     topics = tuple(

@@ -39,7 +39,7 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
                 else unknown_partition_error(ctx.state, t.name, p.partition_index))
     try:
         await groups.delete_offsets(request.group_id, [tp for tp, e in errors.items() if e == OK])
-    except NotCoordinatorError as e:  # cluster mode: leadership moved meanwhile
+    except NotCoordinatorError as e:  # leadership moved meanwhile
         return ctx.response(throttle_time=NO_THROTTLE, error_code=e.code, topics=())
     topics = tuple(
         ctx.build("OffsetDeleteResponseTopic", name=t.name, partitions=tuple(

@@ -46,7 +46,7 @@ def _topics(ctx: RequestContext, group_id: str, requested: Any, prefix: str,
 
 async def handle(ctx: RequestContext, request: Any) -> Any:
     stable = bool(getattr(request, "require_stable", False))
-    gate = ctx.groups.coordinator_error  # cluster mode: only the coordinator answers
+    gate = ctx.groups.coordinator_error  # only the coordinator answers
     if ctx.version >= 8:
         groups = tuple(
             ctx.build("OffsetFetchResponseGroup", group_id=g.group_id,

@@ -29,9 +29,9 @@ from kcompat.group.offsets import CommittedOffset
 def _request_error(ctx: RequestContext, request: Any) -> ErrorCode | None:
     txns = ctx.txns
     if (gate := ctx.groups.coordinator_error(request.group_id)) is not None:
-        return gate  # cluster mode: sent to the group coordinator, which this is not
+        return gate  # sent to the group coordinator, which this is not
     if txns.coordinator_error(request.transactional_id) is not None:
-        # Cluster mode: the transaction coordinator is another broker, whose
+        # The transaction coordinator may be another broker, whose
         # state is not visible here; only the group checks apply.
         if ctx.version >= 3 and request.generation_id >= 0:
             return ctx.groups.coordinator.commit_error(
@@ -71,7 +71,7 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
         try:
             await ctx.groups.txn_commit_offsets(request.group_id, request.producer_id,
                                                 request.producer_epoch, offsets)
-        except NotCoordinatorError as e:  # cluster mode: leadership moved meanwhile
+        except NotCoordinatorError as e:  # leadership moved meanwhile
             codes = dict.fromkeys(codes, e.code)
     topics = tuple(
         ctx.build("TxnOffsetCommitResponseTopic", name=t.name, partitions=tuple(
