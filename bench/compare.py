@@ -4,7 +4,7 @@ Not a test: it prints a report, appends it to bench/RESULTS.md and ends with one
 line ``ratios: produce=X consume=Y p99=Z rss=W`` (kcompat divided by Kafka).
 
     .venv/bin/python bench/compare.py            # full run (~20-30 min on 2 cores)
-    .venv/bin/python bench/compare.py --quick    # < 5 min: the four headline ratios only
+    .venv/bin/python bench/compare.py --quick    # < 5 min: headline ratios, acks=1 and all
     .venv/bin/python bench/compare.py --cluster-only   # only the 3-broker RF 3 part (~10 min)
 
 How it works. Apache Kafka 4.1 (``compat_tests.java.kafka_reference.KafkaReference``,
@@ -17,7 +17,7 @@ Neither broker fsyncs on acknowledgement: Kafka's default flush policy
 from ``kafka-tools`` (ProducerPerformance, ConsumerPerformance, EndToEndLatency)
 in a separate JVM, so it is identical for both brokers.
 
-Workloads (full run; ``--quick`` keeps only the first of each kind):
+Workloads (full run; ``--quick`` keeps 1 partition, acks=1 and acks=all):
 
 * produce: N records of 1 KiB, ``batch.size=65536 linger.ms=5``, unthrottled,
   acks=1 / acks=all x 1 / 6 partitions (ProducerPerformance records/s);
@@ -211,7 +211,8 @@ class Plan:
 
 def make_plan(quick: bool, records: int | None) -> Plan:
     if quick:
-        return Plan(True, records or 300_000, 10, 1000, [(1, "1")], ["1"], ["1"])
+        return Plan(True, records or 300_000, 10, 1000, [(1, "1"), (1, "all")], ["1", "all"],
+                    ["1", "all"])
     return Plan(False, records or 1_000_000, 30, 5000,
                 [(1, "1"), (1, "all"), (6, "1"), (6, "all")], ["1", "all"], ["1", "all"])
 
@@ -613,7 +614,8 @@ def report(plan: Plan, kafka: Target, kc: Target, extra: Target | None,
         "flush policy: no fsync on acknowledgement on either side — Kafka defaults "
         "(log.flush.interval.messages=Long.MAX_VALUE), kcompat --set kcompat.flush.mode=never",
         f"brokers: Kafka KRaft single node (combined broker+controller, -Xmx{KAFKA_HEAP} G1); "
-        f"kcompat `{' '.join(KCOMPAT_ARGS)}`; both on loopback, one after the other",
+        f"kcompat `{' '.join(KCOMPAT_ARGS)}` (a Raft quorum of one); both on loopback, "
+        "one after the other",
         f"client: Kafka {KAFKA_VERSION} ProducerPerformance / ConsumerPerformance / "
         f"EndToEndLatency, JVM {' '.join(CLIENT_JVM)}",
         f"workload: {plan.records} x {RECORD_BYTES} B records per produce run, "
