@@ -95,7 +95,31 @@ def test_metadata_and_not_controller(cluster: Cluster) -> None:
         replicas = p.get("replicas", p.get("replica_nodes"))
         assert len(replicas) == 2 and p.get("leader", p.get("leader_id")) in replicas, p
         assert p["leader_epoch"] >= 0  # Kafka: a new partition's first leader has epoch 0
+    _manual_assignments(cluster, admin)
     admin.close()
+
+
+def _manual_assignments(cluster: Cluster, admin) -> None:  # type: ignore[no-untyped-def]
+    """CreateTopics and CreatePartitions honour manual replica lists of
+    registered brokers, as Kafka does; an unknown broker is refused."""
+    from kafka.admin import NewPartitions, NewTopic
+    from kafka.errors import InvalidReplicationAssignmentError
+
+    def replicas(topic: str) -> dict[int, list[int]]:
+        md = admin.describe_topics([topic])[0]
+        return {p.get("partition", p.get("partition_index")):
+                list(p.get("replicas", p.get("replica_nodes"))) for p in md["partitions"]}
+
+    topic = unique_topic("manual")
+    admin.create_topics([NewTopic(topic, -1, -1, replica_assignments={0: [2, 3], 1: [3, 1]})])
+    cluster.wait_for_leaders(topic, 2)
+    assert replicas(topic) == {0: [2, 3], 1: [3, 1]}
+    admin.create_partitions({topic: NewPartitions(3, [[1, 2]])})
+    cluster.wait_for_leaders(topic, 3)
+    assert replicas(topic) == {0: [2, 3], 1: [3, 1], 2: [1, 2]}
+    with pytest.raises(InvalidReplicationAssignmentError):
+        admin.create_topics([NewTopic(unique_topic("bad"), -1, -1,
+                                      replica_assignments={0: [1, 9]})])
 
 
 def _committed(consumer, topic: str) -> dict[int, int]:  # type: ignore[no-untyped-def]
