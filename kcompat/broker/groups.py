@@ -205,15 +205,26 @@ class GroupService:
         return any((group_id, topic, partition) in held for held in self.pending.values())
 
     async def txn_commit_offsets(self, group_id: str, pid: int, epoch: int,
-                                 offsets: dict[tuple[str, int], CommittedOffset]) -> None:
-        """TxnOffsetCommit: write a transactional batch; visible after COMMIT."""
+                                 offsets: dict[tuple[str, int], CommittedOffset]) -> ErrorCode:
+        """TxnOffsetCommit: write a transactional batch; visible after COMMIT.
+        INVALID_PRODUCER_EPOCH (nothing written) when the offsets partition
+        already holds a newer epoch of ``pid``: the abort marker written when
+        a newer producer with the same transactional id fenced this one. As
+        Kafka's log append refuses it, whichever broker coordinates the
+        transaction; a batch accepted after that marker would stay pending
+        forever (OffsetFetch: UNSTABLE_OFFSET_COMMIT). No await between this
+        check and the append (``write_committed`` proposes synchronously)."""
         part = self._offsets_partition(group_id)
+        seen = part.log.producers.producers.get(pid)
+        if seen is not None and seen.epoch > epoch:
+            return ErrorCode.invalid_producer_epoch
         records: list[tuple[bytes | None, bytes | None]] = [
             (offset_key(group_id, t, p), offset_value(c)) for (t, p), c in offsets.items()]
         now = now_ms()
         raw = encode_batch([(k, v, (), now) for k, v in records], producer_id=pid,
                            producer_epoch=epoch, transactional=True)
         await self._write(part, raw, now)  # held by apply once committed
+        return ErrorCode.none
 
     async def _write(self, part: Partition, raw: bytes, now: int) -> None:
         """Make one batch durable: a Raft proposal answered once committed

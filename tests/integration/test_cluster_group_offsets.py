@@ -274,3 +274,97 @@ def test_transactional_offsets_of_partitions_on_other_brokers(
         finally:
             reader.close()
         assert sorted(copied) == sorted(records)
+
+
+def _raw_ids(cluster: Cluster, conn: Any) -> tuple[str, str, int, int]:
+    """A transactional id and a group whose coordinators are different brokers:
+    (tid, group, transaction coordinator, group coordinator)."""
+    from kafka.protocol.metadata.find_coordinator import (
+        FindCoordinatorRequest,
+        FindCoordinatorResponse,
+    )
+
+    def coordinator(key: str, key_type: int) -> int:
+        deadline = time.monotonic() + TIMEOUT_S
+        while True:
+            r = conn.request(FindCoordinatorRequest[3](key=key, key_type=key_type),
+                             FindCoordinatorResponse[3])
+            if r.error_code == 0:
+                return int(r.node_id)
+            assert time.monotonic() < deadline, f"FindCoordinator({key}): {r}"
+            time.sleep(0.2)
+
+    for _ in range(30):
+        tid, group = unique_topic("zombie-tid"), unique_topic("zombie-group")
+        tc, gc = coordinator(tid, 1), coordinator(group, 0)
+        if tc != gc:
+            return tid, group, tc, gc
+    raise AssertionError("no transactional id and group with different coordinators")
+
+
+def test_fenced_producer_txn_offsets_refused_where_the_transaction_is_coordinated_elsewhere(
+        cluster: Cluster) -> None:
+    """Raw requests (kafka-python's codec): a producer adds a group's offsets to its
+    transaction, a newer producer with the same transactional id fences it (its
+    transaction is aborted, the abort marker lands on the group's offsets
+    partition), then the fenced producer's TxnOffsetCommit reaches the group
+    coordinator, another broker than the transaction coordinator. Kafka refuses the
+    stale epoch (PRODUCER_FENCED); accepted, the offsets would stay pending for
+    ever and OffsetFetch(require_stable) answer UNSTABLE_OFFSET_COMMIT for ever,
+    hanging every later consumer of the group."""
+    from kafka.protocol.consumer.group import OffsetFetchRequest, OffsetFetchResponse
+    from kafka.protocol.producer.transaction import (
+        AddOffsetsToTxnRequest,
+        AddOffsetsToTxnResponse,
+        InitProducerIdRequest,
+        InitProducerIdResponse,
+        TxnOffsetCommitRequest,
+        TxnOffsetCommitResponse,
+    )
+
+    from tests.integration._raw import RawConnection
+
+    with diagnostics(cluster):
+        topic = _spread_topic(cluster, "zombie", records=False)
+        conns = {n: RawConnection(b.bootstrap, timeout=TIMEOUT_S)
+                 for n, b in cluster.brokers.items()}
+        try:
+            tid, group, tc, gc = _raw_ids(cluster, conns[1])
+
+            def init() -> tuple[int, int, int]:
+                r = conns[tc].request(InitProducerIdRequest[3](
+                    transactional_id=tid, transaction_timeout_ms=60_000, producer_id=-1,
+                    producer_epoch=-1), InitProducerIdResponse[3])
+                return int(r.error_code), int(r.producer_id), int(r.producer_epoch)
+
+            deadline = time.monotonic() + TIMEOUT_S
+            while (first := init())[0] in (14, 15, 16):  # the coordinator is still loading
+                assert time.monotonic() < deadline, first
+                time.sleep(0.2)
+            code, pid, epoch = first
+            assert code == 0, code
+            r = conns[tc].request(AddOffsetsToTxnRequest[3](
+                transactional_id=tid, producer_id=pid, producer_epoch=epoch, group_id=group),
+                AddOffsetsToTxnResponse[3])
+            assert r.error_code == 0, r
+            assert init()[0] == 51  # CONCURRENT_TRANSACTIONS: the zombie's txn is aborted
+            assert init() == (0, pid, epoch + 2)
+            t = TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic
+            r = conns[gc].request(TxnOffsetCommitRequest[3](
+                transactional_id=tid, group_id=group, producer_id=pid, producer_epoch=epoch,
+                generation_id=-1, member_id="", group_instance_id=None, topics=[t(
+                    name=topic, partitions=[t.TxnOffsetCommitRequestPartition(
+                        partition_index=0, committed_offset=5, committed_leader_epoch=-1,
+                        committed_metadata="")])]), TxnOffsetCommitResponse[3])
+            codes = [p.error_code for rt in r.topics for p in rt.partitions]
+            assert codes == [90], f"zombie TxnOffsetCommit (coordinators {tc}/{gc}): {codes}"
+            f = conns[gc].request(OffsetFetchRequest[7](
+                group_id=group, require_stable=True, topics=[
+                    OffsetFetchRequest.OffsetFetchRequestTopic(name=topic,
+                                                               partition_indexes=[0])]),
+                OffsetFetchResponse[7])
+            got = [(p.committed_offset, p.error_code) for rt in f.topics for p in rt.partitions]
+            assert (f.error_code, got) == (0, [(-1, 0)]), f"OffsetFetch: {f.error_code} {got}"
+        finally:
+            for conn in conns.values():
+                conn.close()

@@ -69,10 +69,14 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
                     p.committed_metadata or "", now)
     if offsets:
         try:
-            await ctx.groups.txn_commit_offsets(request.group_id, request.producer_id,
-                                                request.producer_epoch, offsets)
+            written = await ctx.groups.txn_commit_offsets(
+                request.group_id, request.producer_id, request.producer_epoch, offsets)
         except NotCoordinatorError as e:  # leadership moved meanwhile
-            codes = dict.fromkeys(codes, e.code)
+            written = e.code
+        if written == ErrorCode.invalid_producer_epoch:  # fenced (the offsets log knows)
+            written = fenced_for_version(ErrorCode.producer_fenced, ctx.version, 3)
+        if written != OK:
+            codes = dict.fromkeys(codes, written)
     topics = tuple(
         ctx.build("TxnOffsetCommitResponseTopic", name=t.name, partitions=tuple(
             ctx.build("TxnOffsetCommitResponsePartition", partition_index=p.partition_index,

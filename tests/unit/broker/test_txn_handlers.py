@@ -246,3 +246,49 @@ def test_partitions_hosted_elsewhere_join_a_transaction(broker: Broker) -> None:
         trio.run(scenario)
     finally:
         broker.state.partitions[("t", 1)] = elsewhere
+
+
+def test_fenced_txn_offset_commit_is_refused_by_a_group_coordinator_elsewhere(
+        broker: Broker, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A producer fenced after AddOffsetsToTxn (a newer one with its transactional
+    id aborted its transaction, writing the abort marker with a bumped epoch to the
+    group's offsets partition) sends TxnOffsetCommit to a group coordinator that
+    does not coordinate the transaction (as in a cluster): PRODUCER_FENCED, as
+    Kafka's log refuses the stale epoch, and nothing stays pending (a pending
+    offset no marker will ever resolve keeps OffsetFetch UNSTABLE_OFFSET_COMMIT)."""
+    async def init() -> Any:
+        return await call(broker, v.INIT_PRODUCER_ID, 4, transactional_id="app",
+                          transaction_timeout=datetime.timedelta(seconds=30),
+                          producer_id=-1, producer_epoch=-1)
+
+    async def txn_offset_commit(version: int, pid: int, epoch: int) -> E:
+        t = codec.request_module(v.TXN_OFFSET_COMMIT, version)
+        c = await call(broker, v.TXN_OFFSET_COMMIT, version, transactional_id="app",
+                       group_id="grp", producer_id=pid, producer_epoch=epoch,
+                       generation_id=-1, member_id="", group_instance_id=None,
+                       topics=(t.TxnOffsetCommitRequestTopic(name="t", partitions=(
+                           codec.build(t.TxnOffsetCommitRequestPartition, partition_index=0,
+                                       committed_offset=7, committed_leader_epoch=-1,
+                                       committed_metadata=""),)),))
+        return E(c.topics[0].partitions[0].error_code)
+
+    async def scenario() -> None:
+        async with trio.open_nursery() as nursery:
+            await running.start(nursery, broker)
+            first = await init()
+            pid, epoch = first.producer_id, first.producer_epoch
+            r = await call(broker, v.ADD_OFFSETS_TO_TXN, 3, transactional_id="app",
+                           producer_id=pid, producer_epoch=epoch, group_id="grp")
+            assert r.error_code == E.none
+            assert (await init()).error_code == E.concurrent_transactions  # fence + abort
+            again = await init()
+            assert (again.producer_id, again.producer_epoch) == (pid, epoch + 2)
+            assert broker.txns is not None and broker.groups is not None
+            monkeypatch.setattr(broker.txns, "coordinator_error", lambda tid: E.not_coordinator)
+            assert await txn_offset_commit(top(v.TXN_OFFSET_COMMIT), pid, epoch) == \
+                E.producer_fenced
+            assert await txn_offset_commit(2, pid, epoch) == E.invalid_producer_epoch
+            assert not broker.groups.is_pending("grp", "t", 0)
+            nursery.cancel_scope.cancel()
+
+    trio.run(scenario)
