@@ -50,12 +50,6 @@ class Cluster:
         for b in self.brokers.values():
             b.close()
 
-    def kill(self) -> None:
-        """SIGKILL every broker (a teardown that need not be graceful)."""
-        for b in self.brokers.values():
-            if b.running:
-                b.kill()
-
     def live_bootstrap(self) -> str:
         return ",".join(b.bootstrap for b in self.brokers.values() if b.running)
 

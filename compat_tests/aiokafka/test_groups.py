@@ -1,9 +1,5 @@
 """aiokafka 0.14 consumer groups against a real kcompat broker: 3 members in one
-asyncio loop under live production, kill -9 and clean leave of a member process.
-
-Every test also runs in the 3-broker clusters (rf1/rf3, conftest.py; the timed
-kill -9 and clean-leave scenarios at rf3 only).
-"""
+asyncio loop under live production, kill -9 and clean leave of a member process."""
 
 from __future__ import annotations
 
@@ -15,8 +11,7 @@ from typing import Any
 import pytest
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 
-from .._broker import unique_topic
-from .._deployment import SINGLE_AND_RF3, Deployment
+from .._broker import Broker, unique_topic
 from .._groups import (
     HEARTBEAT_MS,
     SESSION_MS,
@@ -118,10 +113,10 @@ async def wait_until(pred: Any, timeout: float, what: Any, members: list[Member]
         await asyncio.sleep(0.05)
 
 
-def test_three_members_consume_exactly_once(gbroker: Deployment) -> None:
+def test_three_members_consume_exactly_once(gbroker: Broker) -> None:
     bs = gbroker.bootstrap
     topic, group = unique_topic("aio-group3"), unique_group("aio-group3")
-    create_topic(bs, topic, 6, gbroker.replication)
+    create_topic(bs, topic, 6)
     prod = BackgroundProducer(bs, topic, 6, 3000, rate=500)
     ledger = Ledger()
 
@@ -167,11 +162,9 @@ def test_three_members_consume_exactly_once(gbroker: Deployment) -> None:
     assert got == ends, f"{CLIENT}: committed {got} != end offsets {ends}"
 
 
-@pytest.mark.parametrize("gbroker", SINGLE_AND_RF3, indirect=True)
-def test_kill9_member_partitions_taken_over(gbroker: Deployment, tmp_path: Path) -> None:
+def test_kill9_member_partitions_taken_over(gbroker: Broker, tmp_path: Path) -> None:
     kill_member_scenario("aiokafka", gbroker, tmp_path)
 
 
-@pytest.mark.parametrize("gbroker", SINGLE_AND_RF3, indirect=True)
-def test_clean_leave_rebalances_immediately(gbroker: Deployment, tmp_path: Path) -> None:
+def test_clean_leave_rebalances_immediately(gbroker: Broker, tmp_path: Path) -> None:
     clean_leave_scenario("aiokafka", gbroker, tmp_path)

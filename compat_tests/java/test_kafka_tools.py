@@ -1,6 +1,5 @@
 """Apache Kafka's own test tools (kafka-tools jar, same version as the reference broker)
-in short runs against a kcompat broker process, and (VerifiableProducer/Consumer and
-the TransactionalMessageCopier) a 3-broker cluster at replication factor 3."""
+in short runs against a kcompat broker process."""
 
 from __future__ import annotations
 
@@ -13,16 +12,15 @@ from kafka import KafkaConsumer, TopicPartition
 from kafka.admin import KafkaAdminClient, NewTopic
 
 from compat_tests._broker import Broker
-from compat_tests._deployment import SINGLE_AND_RF3, Deployment
 from compat_tests.java.conftest import run_java
 
 TOOLS = "org.apache.kafka.tools"
 
 
-def _create(bootstrap: str, topic: str, partitions: int, replication: int = 1) -> None:
+def _create(bootstrap: str, topic: str, partitions: int) -> None:
     admin = KafkaAdminClient(bootstrap_servers=bootstrap)
     try:
-        admin.create_topics([NewTopic(topic, partitions, replication)])
+        admin.create_topics([NewTopic(topic, partitions, 1)])
     finally:
         admin.close()
 
@@ -64,13 +62,12 @@ def test_producer_then_consumer_performance(module_broker: Broker, topic: str,
     assert float(row["data.consumed.in.MB"]) > 1.9
 
 
-@pytest.mark.parametrize("pbroker", SINGLE_AND_RF3, indirect=True)
-def test_verifiable_producer_and_consumer(pbroker: Deployment, topic: str,
+def test_verifiable_producer_and_consumer(module_broker: Broker, topic: str,
                                           reference_cp: str) -> None:
     """Every record the VerifiableProducer saw acknowledged is consumed by the
     VerifiableConsumer (a group member that commits), at the acknowledged offset."""
-    bootstrap = pbroker.bootstrap
-    _create(bootstrap, topic, 3, pbroker.replication)
+    bootstrap = module_broker.bootstrap
+    _create(bootstrap, topic, 3)
     n = 2000
     prod = run_java(reference_cp, f"{TOOLS}.VerifiableProducer", "--bootstrap-server", bootstrap,
                     "--topic", topic, "--max-messages", str(n), "--throughput", "-1",
@@ -131,19 +128,18 @@ def _read_all(bootstrap: str, topic: str, partitions: int, level: str) -> list[t
     return out
 
 
-@pytest.mark.parametrize("pbroker", SINGLE_AND_RF3, indirect=True)
 @pytest.mark.parametrize("mode", ["assign", "group"])
-def test_transactional_message_copier(pbroker: Deployment, topic: str, reference_cp: str,
+def test_transactional_message_copier(module_broker: Broker, topic: str, reference_cp: str,
                                       mode: str) -> None:
     """Kafka's TransactionalMessageCopier (the system tests' exactly-once copier) with
     random aborts and sendOffsetsToTransaction(offsets, groupMetadata): in ``assign`` mode
     one copier per input partition, both running at once and sharing a consumer group; in
     ``group`` mode one copier subscribing to the whole input topic. A read_committed
     consumer then finds every input record exactly once in the output topic."""
-    bootstrap = pbroker.bootstrap
+    bootstrap = module_broker.bootstrap
     in_topic, out_topic = f"{topic}-in", f"{topic}-out"
-    _create(bootstrap, in_topic, 2, pbroker.replication)
-    _create(bootstrap, out_topic, 2, pbroker.replication)
+    _create(bootstrap, in_topic, 2)
+    _create(bootstrap, out_topic, 2)
     per_partition = {0: 1500, 1: 1000}
     n = sum(per_partition.values())
     values = _produce_values(bootstrap, in_topic, per_partition)

@@ -1,12 +1,7 @@
 """kafka-python 3.x consumer groups against a real kcompat broker: a 3-member group
 under live production, kill -9 and clean leave of a member, broker restarts, the
 initial rebalance delay, group admin (list/describe/offsets/lag/delete), and static
-membership.
-
-Tests on ``gbroker`` also run in the 3-broker clusters (rf1/rf3, conftest.py; the
-clean leave at rf3 only); the broker restarts, the default initial rebalance delay
-and the kill -9 of a member (its own broker, see the test) stay on a single node.
-"""
+membership."""
 
 from __future__ import annotations
 
@@ -20,7 +15,6 @@ from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
 from kafka.structs import OffsetAndMetadata
 
 from .._broker import Broker, unique_topic
-from .._deployment import SINGLE_AND_RF3, Deployment
 from .._groups import (
     FAST_BROKER_ARGS,
     HEARTBEAT_MS,
@@ -147,10 +141,10 @@ def describe(members: list[Member]) -> str:
 # -- 1. three members, live production, exactly once ------------------------------------
 
 
-def test_three_members_consume_exactly_once(gbroker: Deployment) -> None:
+def test_three_members_consume_exactly_once(gbroker: Broker) -> None:
     bs = gbroker.bootstrap
     topic, group = unique_topic("kp-group3"), unique_group("kp-group3")
-    create_topic(bs, topic, 6, gbroker.replication)
+    create_topic(bs, topic, 6)
     prod = BackgroundProducer(bs, topic, 6, 3000, rate=500)
     ledger = Ledger()
     members: list[Member] = []
@@ -195,18 +189,15 @@ def test_kill9_member_partitions_taken_over(tmp_path: Path) -> None:
     # a correct SyncGroup answer when it leads several generations within
     # milliseconds (a client bug: it never resumes heartbeats), which the
     # delay-0 churn of the shared broker provokes about once in eight runs.
-    # Single node only (the confluent and aiokafka suites kill members in the
-    # 3-broker cluster too).
     b = Broker(tmp_path / "broker", extra_args=("--set", "group.initial.rebalance.delay.ms=1500"))
     b.start()
     try:
-        kill_member_scenario("kafka-python", Deployment.single(b), tmp_path)
+        kill_member_scenario("kafka-python", b, tmp_path)
     finally:
         b.close()
 
 
-@pytest.mark.parametrize("gbroker", SINGLE_AND_RF3, indirect=True)
-def test_clean_leave_rebalances_immediately(gbroker: Deployment, tmp_path: Path) -> None:
+def test_clean_leave_rebalances_immediately(gbroker: Broker, tmp_path: Path) -> None:
     clean_leave_scenario("kafka-python", gbroker, tmp_path)
 
 
@@ -341,10 +332,10 @@ def _assigned_partitions(assignment: Any) -> set[int]:
     return out
 
 
-def test_admin_list_describe_offsets_lag_delete(gbroker: Deployment) -> None:
+def test_admin_list_describe_offsets_lag_delete(gbroker: Broker) -> None:
     bs = gbroker.bootstrap
     topic, group = unique_topic("kp-admin"), unique_group("kp-admin")
-    create_topic(bs, topic, 6, gbroker.replication)
+    create_topic(bs, topic, 6)
     produce_sync(bs, topic, {p: [f"a{p}-{i}".encode() for i in range(10 * (p + 1))]
                              for p in range(6)})
     ledger = Ledger()
@@ -431,10 +422,10 @@ def test_admin_list_describe_offsets_lag_delete(gbroker: Deployment) -> None:
 # -- 7. static membership ------------------------------------------------------------------
 
 
-def test_static_member_restart_keeps_partitions(gbroker: Deployment) -> None:
+def test_static_member_restart_keeps_partitions(gbroker: Broker) -> None:
     bs = gbroker.bootstrap
     topic, group = unique_topic("kp-static"), unique_group("kp-static")
-    create_topic(bs, topic, 4, gbroker.replication)
+    create_topic(bs, topic, 4)
     session_ms = 20_000
     ledger = Ledger()
 
