@@ -26,17 +26,20 @@ from kcompat.broker.groups import GroupService
 from kcompat.broker.metrics import BrokerMetrics
 from kcompat.broker.replication.peer_calls import PeerCalls
 from kcompat.broker.replication.runtime import ClusterRuntime, lone_voter
+from kcompat.broker.replication.transport import LinkFactory
 from kcompat.broker.state import BrokerState
 from kcompat.broker.transactions import TxnService
+from kcompat.log.store import OS_STORE, FileStore
 
 
 class Broker:
-    def __init__(self, config: BrokerConfig) -> None:
+    def __init__(self, config: BrokerConfig, store: FileStore = OS_STORE,
+                 links: LinkFactory | None = None) -> None:
         self.config = config
-        self.state = BrokerState(config)
+        self.state = BrokerState(config, store)
         voters = (config["controller.quorum.voters"]
                   or lone_voter(self.state.node_id, config["host"], config["port"]))
-        self.cluster = ClusterRuntime(self.state, voters)
+        self.cluster = ClusterRuntime(self.state, voters, links)
         self.calls = PeerCalls(self.cluster)
         self.controller = Controller(self.state, self.cluster, self.calls)
         admin.accept_forwarded(self.controller)

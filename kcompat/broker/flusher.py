@@ -5,8 +5,9 @@ Theory of operation
 A produce that must be durable before its acknowledgement calls ``sync(log)``.
 The log joins the *next* round and the caller waits for that round to finish.
 A single background task runs rounds back to back: it takes every log that
-joined, collects their unsynced file descriptors, fsyncs them in a worker thread
-(never blocking trio) and releases all waiters at once. While one round's fsync
+joined, collects their unsynced files, syncs them in a worker thread (never
+blocking trio; inline for a store whose syncs do not block, the simulator's)
+and releases all waiters at once. While one round's fsync
 is in flight, new requests gather for the next, so under load many requests
 share one fsync. An fsync failure is delivered to that round's waiters, who
 answer KAFKA_STORAGE_ERROR instead of acknowledging.
@@ -15,16 +16,17 @@ answer KAFKA_STORAGE_ERROR instead of acknowledging.
 from __future__ import annotations
 
 import logging
-import os
 from typing import Protocol
 
 import trio
+
+from kcompat.log.store import StoredFile
 
 log = logging.getLogger("kcompat.flush")
 
 
 class Syncable(Protocol):
-    def dirty_fds(self) -> list[int]: ...
+    def dirty_files(self) -> list[StoredFile]: ...
 
 
 class _Round:
@@ -35,7 +37,8 @@ class _Round:
 
 
 class Flusher:
-    def __init__(self) -> None:
+    def __init__(self, threaded: bool = True) -> None:
+        self.threaded = threaded
         self._next = _Round()
         self._wakeup = trio.Event()
         self.rounds = 0
@@ -53,21 +56,28 @@ class Flusher:
         """Make the targets durable in one fsync pass of the caller's own (the
         Raft driver's Ready round, which already gathers every group), shielded
         from cancellation so a round is never left half done."""
-        fds = [fd for target in dict.fromkeys(targets) for fd in target.dirty_fds()]
+        files = [f for target in dict.fromkeys(targets) for f in target.dirty_files()]
         with trio.CancelScope(shield=True):
-            await trio.to_thread.run_sync(_fsync_all, fds)
+            await self._sync(files)
         self.rounds += 1
+
+    async def _sync(self, files: list[StoredFile]) -> None:
+        if self.threaded:
+            await trio.to_thread.run_sync(_sync_all, files)
+        else:
+            _sync_all(files)
+            await trio.lowlevel.checkpoint()
 
     async def run(self) -> None:
         while True:
             await self._wakeup.wait()
             self._wakeup = trio.Event()
             rnd, self._next = self._next, _Round()
-            fds: list[int] = []
+            files: list[StoredFile] = []
             for target in dict.fromkeys(rnd.logs):  # unique, in order
-                fds.extend(target.dirty_fds())
+                files.extend(target.dirty_files())
             try:
-                await trio.to_thread.run_sync(_fsync_all, fds)
+                await self._sync(files)
             except OSError as e:
                 log.error("fsync failed: %s", e)
                 rnd.error = e
@@ -75,11 +85,6 @@ class Flusher:
             rnd.done.set()
 
 
-def _fsync_all(fds: list[int]) -> None:
-    for fd in fds:
-        try:
-            os.fsync(fd)
-        except OSError as e:
-            if e.errno == 9:  # EBADF: the file was closed (topic deleted) meanwhile
-                continue
-            raise
+def _sync_all(files: list[StoredFile]) -> None:
+    for f in files:
+        f.sync()  # a file closed meanwhile (topic deleted) is a no-op

@@ -21,6 +21,7 @@ from typing import Any
 
 from kcompat.log.config import LogConfig
 from kcompat.log.partition_log import PartitionLog
+from kcompat.log.store import OS_STORE, FileStore
 
 METADATA_DIR = "__cluster_metadata-0"
 
@@ -90,8 +91,8 @@ class MetadataStore:
     (even a quorum of one) commits records to the log and every broker
     applies them to the image in log order (``controller.metadata_apply``)."""
 
-    def __init__(self, data_dir: Path, now_ms: int) -> None:
-        self.log = PartitionLog.open(data_dir / METADATA_DIR, LogConfig(), now_ms)
+    def __init__(self, data_dir: Path, now_ms: int, store: FileStore = OS_STORE) -> None:
+        self.log = PartitionLog.open(data_dir / METADATA_DIR, LogConfig(), now_ms, store)
         self.image = MetadataImage()
 
     def close(self) -> None:

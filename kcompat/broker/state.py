@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import logging
 import re
-import shutil
 import time
 import uuid
 from pathlib import Path
@@ -34,6 +33,7 @@ from kcompat.broker.flusher import Flusher
 from kcompat.broker.metadata import MetadataStore, TopicMeta
 from kcompat.broker.partition import Partition
 from kcompat.broker.topic_config import validate_overrides
+from kcompat.log.store import OS_STORE, FileStore
 
 log = logging.getLogger("kcompat.broker")
 
@@ -65,16 +65,17 @@ def check_topic_name(name: str) -> None:
 
 
 class BrokerState:
-    def __init__(self, config: BrokerConfig) -> None:
+    def __init__(self, config: BrokerConfig, store: FileStore = OS_STORE) -> None:
         self.config = config
         self.node_id: int = config["node.id"]
         self.advertised_port: int = config["port"]
         self.data_dir = config.data_dir
-        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self.store = store  # every file of the data directory goes through it
+        store.make_dirs(self.data_dir)
         self._remove_deleted_dirs()
-        self.flusher = Flusher()
+        self.flusher = Flusher(threaded=store.blocking)
         # the controller applies committed metadata records (controller.metadata_apply)
-        self.metadata = MetadataStore(self.data_dir, now_ms())
+        self.metadata = MetadataStore(self.data_dir, now_ms(), store)
         self.partitions: dict[tuple[str, int], Partition] = {}
         self.data_arrived = trio.Event()
         # how many brokers (voters) the cluster has, set by the replication runtime;
@@ -184,8 +185,9 @@ class BrokerState:
         self.metadata.close()
 
     def _remove_deleted_dirs(self) -> None:
-        for path in self.data_dir.glob("*-delete"):
-            shutil.rmtree(path, ignore_errors=True)
+        for name in self.store.names(self.data_dir):
+            if name.endswith("-delete"):
+                self.store.remove_tree(self.data_dir / name)
 
 
 def topic_dir(data_dir: Path, topic: str, index: int) -> Path:

@@ -8,17 +8,17 @@ digits (Kafka's naming), plus ``<offset>.snapshot`` producer-state snapshots and
 three small metadata files: ``log-start-offset``, ``leader-epoch-checkpoint`` and
 the ``clean-shutdown`` marker.
 
-Small metadata files are replaced atomically: write ``<name>.tmp``, fsync it,
-rename over the old file, fsync the directory. A reader therefore sees either
+Small metadata files are replaced atomically: write ``<name>.tmp``, sync it,
+rename over the old file, sync the directory (through the ``store``). A reader therefore sees either
 the old or the new content, never a torn one; stray ``.tmp`` files left by a
 crash are deleted by recovery.
 """
 
 from __future__ import annotations
 
-import os
-from collections.abc import Sequence
 from pathlib import Path
+
+from kcompat.log.store import OS_STORE, FileStore
 
 OFFSET_DIGITS = 20
 LOG_SUFFIX = ".log"
@@ -38,64 +38,32 @@ def offset_path(directory: Path, offset: int, suffix: str) -> Path:
     return directory / f"{offset:0{OFFSET_DIGITS}d}{suffix}"
 
 
-def offsets_with_suffix(directory: Path, suffix: str) -> list[int]:
+def offsets_with_suffix(directory: Path, suffix: str, store: FileStore = OS_STORE) -> list[int]:
     """Sorted offsets of the files named ``<20 digits><suffix>`` in ``directory``."""
     found: list[int] = []
-    for entry in directory.iterdir():
-        stem = entry.name[: -len(suffix)]
-        if entry.name.endswith(suffix) and len(stem) == OFFSET_DIGITS and stem.isdigit():
+    for name in store.names(directory):
+        stem = name[: -len(suffix)]
+        if name.endswith(suffix) and len(stem) == OFFSET_DIGITS and stem.isdigit():
             found.append(int(stem))
     return sorted(found)
 
 
-def fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def atomic_write(path: Path, data: bytes) -> None:
-    """Replace ``path`` with ``data`` durably (tmp + fsync + rename + dir fsync)."""
+def atomic_write(path: Path, data: bytes, store: FileStore = OS_STORE) -> None:
+    """Replace ``path`` with ``data`` durably (tmp + sync + rename + directory sync)."""
     tmp = path.with_name(path.name + TMP_SUFFIX)
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+    f = store.open(tmp, truncate=True)
     try:
-        writev_all(fd, [data])
-        os.fsync(fd)
+        f.append([data])
+        f.sync()
     finally:
-        os.close(fd)
-    os.replace(tmp, path)
-    fsync_dir(path.parent)
+        f.close()
+    store.rename(tmp, path)
+    store.sync_dir(path.parent)
 
 
-def read_int_file(path: Path) -> int | None:
+def read_int_file(path: Path, store: FileStore = OS_STORE) -> int | None:
     """The integer stored in a small text file, or None if missing/unreadable."""
     try:
-        return int(path.read_text().strip())
+        return int(store.read(path).decode().strip())
     except (OSError, ValueError):
         return None
-
-
-def writev_all(fd: int, parts: Sequence[bytes | bytearray | memoryview]) -> int:
-    """``os.writev`` until every byte of ``parts`` is written; returns the total."""
-    views = [memoryview(p).cast("B") for p in parts]
-    total = remaining = sum(len(v) for v in views)
-    while remaining:
-        written = os.writev(fd, views)
-        if written <= 0:
-            raise OSError(f"writev wrote {written} of {remaining} bytes")
-        remaining -= written
-        views = _drop_prefix(views, written)
-    return total
-
-
-def _drop_prefix(views: list[memoryview], count: int) -> list[memoryview]:
-    rest: list[memoryview] = []
-    for v in views:
-        if count >= len(v):
-            count -= len(v)
-            continue
-        rest.append(v[count:])
-        count = 0
-    return rest

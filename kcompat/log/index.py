@@ -21,31 +21,26 @@ the log, offsets below the next segment's base offset.
 
 from __future__ import annotations
 
-import os
 import struct
 import sys
 from array import array
 from bisect import bisect_left, bisect_right
 from pathlib import Path
 
-from kcompat.log.files import writev_all
+from kcompat.log.store import OS_STORE, FileStore, StoredFile
 
 _OFFSET_ENTRY = struct.Struct(">ii")
 _TIME_ENTRY = struct.Struct(">qi")
 
 
-def _open_fd(path: Path, truncate: bool) -> int:
-    flags = os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC
-    return os.open(path, flags | (os.O_TRUNC if truncate else 0), 0o644)
-
-
 class _IndexFile:
-    """The fd of an index file and how many entries of it are on disk."""
+    """The open index file and how many entries of it are on disk."""
 
-    def __init__(self, path: Path, entry: struct.Struct, fd: int, persisted: int) -> None:
+    def __init__(self, path: Path, entry: struct.Struct, file: StoredFile | None,
+                 persisted: int) -> None:
         self.path = path
         self._entry = entry
-        self._fd = fd
+        self._file = file
         self._persisted = persisted
 
     def _entries(self, start: int) -> list[tuple[int, int]]:
@@ -54,24 +49,25 @@ class _IndexFile:
     def write_pending(self) -> None:
         """Append the entries not yet on disk to the file (no fsync)."""
         pending = self._entries(self._persisted)
-        if pending:
-            writev_all(self._fd, [b"".join(self._entry.pack(k, v) for k, v in pending)])
+        if pending and self._file is not None:
+            self._file.append([b"".join(self._entry.pack(k, v) for k, v in pending)])
             self._persisted += len(pending)
 
     def _truncate_file(self, count: int) -> None:
-        if self._persisted > count:
-            os.ftruncate(self._fd, count * self._entry.size)
+        if self._persisted > count and self._file is not None:
+            self._file.truncate(count * self._entry.size)
             self._persisted = count
 
     def fsync(self) -> None:
         self.write_pending()
-        os.fsync(self._fd)
+        if self._file is not None:
+            self._file.sync()
 
     def close(self) -> None:
-        if self._fd >= 0:
+        if self._file is not None:
             self.write_pending()
-            os.close(self._fd)
-            self._fd = -1
+            self._file.close()
+            self._file = None
 
 
 class OffsetIndex(_IndexFile):
@@ -79,8 +75,9 @@ class OffsetIndex(_IndexFile):
 
     ENTRY_BYTES = _OFFSET_ENTRY.size
 
-    def __init__(self, path: Path, base_offset: int, fd: int, data: bytes = b"") -> None:
-        super().__init__(path, _OFFSET_ENTRY, fd, len(data) // self.ENTRY_BYTES)
+    def __init__(self, path: Path, base_offset: int, file: StoredFile | None,
+                 data: bytes = b"") -> None:
+        super().__init__(path, _OFFSET_ENTRY, file, len(data) // self.ENTRY_BYTES)
         self.base_offset = base_offset
         flat = array("i", data)
         if sys.byteorder == "little":
@@ -89,22 +86,23 @@ class OffsetIndex(_IndexFile):
         self._positions = flat[1::2]
 
     @classmethod
-    def create(cls, path: Path, base_offset: int) -> OffsetIndex:
+    def create(cls, path: Path, base_offset: int, store: FileStore = OS_STORE) -> OffsetIndex:
         """A new empty index, replacing any file at ``path``."""
-        return cls(path, base_offset, _open_fd(path, truncate=True))
+        return cls(path, base_offset, store.open(path, truncate=True))
 
     @classmethod
     def load(
-        cls, path: Path, base_offset: int, log_size: int, offset_limit: int | None
+        cls, path: Path, base_offset: int, log_size: int, offset_limit: int | None,
+        store: FileStore = OS_STORE,
     ) -> OffsetIndex | None:
         """The index stored at ``path`` if it passes the sanity checks, else None."""
         try:
-            data = path.read_bytes()
+            data = store.read(path)
         except OSError:
             return None
         if len(data) % cls.ENTRY_BYTES:
             return None
-        index = cls(path, base_offset, _open_fd(path, truncate=False), data)
+        index = cls(path, base_offset, store.open(path), data)
         if not index._sane(log_size, offset_limit):
             index.close()
             return None
@@ -157,8 +155,9 @@ class TimeIndex(_IndexFile):
 
     ENTRY_BYTES = _TIME_ENTRY.size
 
-    def __init__(self, path: Path, base_offset: int, fd: int, data: bytes = b"") -> None:
-        super().__init__(path, _TIME_ENTRY, fd, len(data) // self.ENTRY_BYTES)
+    def __init__(self, path: Path, base_offset: int, file: StoredFile | None,
+                 data: bytes = b"") -> None:
+        super().__init__(path, _TIME_ENTRY, file, len(data) // self.ENTRY_BYTES)
         self.base_offset = base_offset
         self._timestamps = array("q")
         self._relative = array("i")
@@ -167,18 +166,19 @@ class TimeIndex(_IndexFile):
             self._relative.append(rel)
 
     @classmethod
-    def create(cls, path: Path, base_offset: int) -> TimeIndex:
-        return cls(path, base_offset, _open_fd(path, truncate=True))
+    def create(cls, path: Path, base_offset: int, store: FileStore = OS_STORE) -> TimeIndex:
+        return cls(path, base_offset, store.open(path, truncate=True))
 
     @classmethod
-    def load(cls, path: Path, base_offset: int, offset_limit: int | None) -> TimeIndex | None:
+    def load(cls, path: Path, base_offset: int, offset_limit: int | None,
+             store: FileStore = OS_STORE) -> TimeIndex | None:
         try:
-            data = path.read_bytes()
+            data = store.read(path)
         except OSError:
             return None
         if len(data) % cls.ENTRY_BYTES:
             return None
-        index = cls(path, base_offset, _open_fd(path, truncate=False), data)
+        index = cls(path, base_offset, store.open(path), data)
         if not index._sane(offset_limit):
             index.close()
             return None

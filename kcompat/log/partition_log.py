@@ -17,11 +17,10 @@ fsyncs the old segment, so only the active segment can hold unsynced data.
 After the write, the producer state table and the leader epoch cache learn
 the batch.
 
-Durability is the caller's choice: ``dirty_fds`` hands out the fds written
-since the last call (the broker fsyncs them in a worker thread, one fsync
-serving many produce requests), ``flush`` fsyncs synchronously. While an fsync
-of a returned fd is in flight, the caller must not delete, truncate or close
-this log (that would close the fd under the worker).
+Durability is the caller's choice: ``dirty_files`` hands out the files written
+since the last call (the broker syncs them in a worker thread, one fsync
+serving many produce requests), ``flush`` syncs synchronously. All file access
+goes through the ``FileStore`` the log was opened with (``store``).
 
 Deletion is by whole segments and never touches the active one: retention by
 time (a segment's max timestamp, or its file mtime when it has none, older
@@ -35,8 +34,6 @@ trailing batch. Opening runs ``recovery.recover``; see that module.
 
 from __future__ import annotations
 
-import os
-import shutil
 from bisect import bisect_right
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
@@ -51,11 +48,11 @@ from kcompat.log.files import (
     SNAPSHOT_SUFFIX,
     TXN_INDEX_SUFFIX,
     atomic_write,
-    fsync_dir,
     offset_path,
 )
 from kcompat.log.recovery import prune_snapshots, rebuild_transactions, recover
 from kcompat.log.segment import LogSegment
+from kcompat.log.store import OS_STORE, FileStore, StoredFile
 from kcompat.log.txn_index import AbortedTxn, TxnIndex
 from kcompat.txn.producer_state import ProducerStateTable
 from kcompat.wire.batch import BatchError, BatchHeader, epoch_field, iter_headers, offset_field
@@ -76,11 +73,14 @@ class OffsetOutOfRange(Exception):
 
 @dataclass(frozen=True, slots=True)
 class FileSlice:
-    """``length`` bytes at ``position`` of the file open as ``fd`` (for sendfile)."""
+    """``length`` bytes at ``position`` of ``file``."""
 
-    fd: int
+    file: StoredFile
     position: int
     length: int
+
+    def read(self) -> bytes:
+        return self.file.pread(self.length, self.position)
 
 
 class PartitionLog:
@@ -93,24 +93,27 @@ class PartitionLog:
         producers: ProducerStateTable,
         epochs: LeaderEpochCache,
         txn_indexes: dict[int, TxnIndex] | None = None,
+        store: FileStore = OS_STORE,
     ) -> None:
         self.directory = directory
+        self.store = store
         self.config = config
         self._segments = segments
         self._log_start_offset = log_start_offset
         self.producers = producers
         self._epochs = epochs
         self._txn_indexes = txn_indexes or {}
-        self._dirty: set[int] = set()
+        self._dirty: dict[int, StoredFile] = {}  # by id: written since the last sync
         self._closed = False
         self.recovered_truncation = False  # open() cut off a torn or corrupt tail
 
     @classmethod
-    def open(cls, directory: Path, config: LogConfig, now_ms: int) -> PartitionLog:
+    def open(cls, directory: Path, config: LogConfig, now_ms: int,
+             store: FileStore = OS_STORE) -> PartitionLog:
         """Open (creating if missing) and recover the log in ``directory``."""
-        r = recover(directory, config, now_ms)
+        r = recover(directory, config, now_ms, store)
         log = cls(directory, config, r.segments, r.log_start_offset, r.producers, r.epochs,
-                  r.txn_indexes)
+                  r.txn_indexes, store)
         log.recovered_truncation = r.truncated
         return log
 
@@ -162,7 +165,7 @@ class PartitionLog:
             batch[16:],
         ]
         active.append(parts, new_header)
-        self._dirty.add(active.fd)
+        self._mark_dirty(active)
         if new_header.is_control:
             self._apply_marker(batch, new_header, active.base_offset)
         else:
@@ -187,7 +190,7 @@ class PartitionLog:
         index = self._txn_indexes.get(segment_base)
         if index is None:
             path = offset_path(self.directory, segment_base, TXN_INDEX_SUFFIX)
-            index = self._txn_indexes[segment_base] = TxnIndex.load(path)
+            index = self._txn_indexes[segment_base] = TxnIndex.load(path, self.store)
         return index
 
     def first_unstable_offset(self) -> int | None:
@@ -209,11 +212,26 @@ class PartitionLog:
     def _roll(self, now_ms: int) -> LogSegment:
         old = self._segments[-1]
         old.fsync()
-        self._dirty.discard(old.fd)
-        segment = LogSegment.create(self.directory, old.next_offset, self.config, now_ms)
+        self._sync_txn_index(old.base_offset)
+        self._forget(old)
+        segment = LogSegment.create(self.directory, old.next_offset, self.config, now_ms,
+                                    self.store)
         self._segments.append(segment)
-        fsync_dir(self.directory)
+        self.store.sync_dir(self.directory)
         return segment
+
+    def _mark_dirty(self, segment: LogSegment) -> None:
+        if segment.file is not None:
+            self._dirty[id(segment.file)] = segment.file
+
+    def _forget(self, segment: LogSegment) -> None:
+        if segment.file is not None:
+            self._dirty.pop(id(segment.file), None)
+
+    def _sync_txn_index(self, segment_base: int) -> None:
+        index = self._txn_indexes.get(segment_base)
+        if index is not None:
+            index.sync()
 
     # -- read ----------------------------------------------------------------
 
@@ -233,7 +251,7 @@ class PartitionLog:
         if end <= start:
             return None
         length = min(end - start, max(max_bytes, segment.batch_size_at(start)))
-        return FileSlice(segment.fd, start, length)
+        return FileSlice(segment._f, start, length)
 
     def read(self, offset: int, max_bytes: int, max_offset: int) -> bytes:
         """Bytes of one segment from the batch containing ``offset``: whole batches
@@ -243,7 +261,7 @@ class PartitionLog:
         where = self.locate(offset, max_bytes, max_offset)
         if where is None:
             return b""
-        return os.pread(where.fd, where.length, where.position)
+        return where.read()
 
     def batches(self, start: int, end: int) -> Iterator[tuple[memoryview, BatchHeader]]:
         """Every whole batch from the one holding ``start`` up to ``end``, read a
@@ -265,7 +283,7 @@ class PartitionLog:
             raise OffsetOutOfRange(offset, self._log_start_offset, self.log_end_offset)
         where = self.locate(offset, 0, self.log_end_offset)
         assert where is not None, f"no batch holds offset {offset}"
-        return os.pread(where.fd, where.length, where.position)
+        return where.read()
 
     def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
         """(base offset, max timestamp) of the first batch whose max timestamp
@@ -356,17 +374,17 @@ class PartitionLog:
         if count <= 0:
             return
         for segment in self._segments[:count]:
-            self._dirty.discard(segment.fd)
+            self._forget(segment)
             self._txn_indexes.pop(segment.base_offset, None)
             segment.delete()
         del self._segments[:count]
-        fsync_dir(self.directory)
+        self.store.sync_dir(self.directory)
         if self._segments[0].base_offset > self._log_start_offset:
             self._set_log_start_offset(self._segments[0].base_offset)
 
     def _set_log_start_offset(self, offset: int) -> None:
         self._log_start_offset = offset
-        atomic_write(self.directory / LOG_START_OFFSET_FILE, str(offset).encode())
+        atomic_write(self.directory / LOG_START_OFFSET_FILE, str(offset).encode(), self.store)
         if self._epochs.truncate_from_start(offset):
             self._write_epochs()
 
@@ -382,17 +400,17 @@ class PartitionLog:
         else:
             keep = bisect_right(self._segments, offset, key=lambda s: s.base_offset)
             for segment in self._segments[keep:]:
-                self._dirty.discard(segment.fd)
+                self._forget(segment)
                 segment.delete()
             del self._segments[keep:]
             self._segments[-1].truncate_to(offset)
-            fsync_dir(self.directory)
+            self.store.sync_dir(self.directory)
         log_end = self.log_end_offset
         if self._epochs.truncate_from_end(log_end):
             self._write_epochs()
-        prune_snapshots(self.directory, log_end, self.config.snapshots_kept)
+        prune_snapshots(self.directory, log_end, self.config.snapshots_kept, self.store)
         self.producers, self._txn_indexes = rebuild_transactions(
-            self.directory, self._segments, log_end)
+            self.directory, self._segments, log_end, self.store)
 
     def reset_to(self, offset: int) -> None:
         """Drop every batch and restart the empty log at ``offset`` (a Raft
@@ -400,9 +418,9 @@ class PartitionLog:
         self._truncate_fully(offset)
         if self._epochs.truncate_from_end(offset):
             self._write_epochs()
-        prune_snapshots(self.directory, offset, self.config.snapshots_kept)
+        prune_snapshots(self.directory, offset, self.config.snapshots_kept, self.store)
         self.producers, self._txn_indexes = rebuild_transactions(
-            self.directory, self._segments, offset)
+            self.directory, self._segments, offset, self.store)
 
     def _batch_base(self, offset: int) -> int:
         """Base offset of the batch holding ``offset`` (in [start, end))."""
@@ -415,26 +433,29 @@ class PartitionLog:
     def _truncate_fully(self, offset: int) -> None:
         created_ms = self._segments[-1].created_ms
         for segment in self._segments:
-            self._dirty.discard(segment.fd)
+            self._forget(segment)
             segment.delete()
-        self._segments = [LogSegment.create(self.directory, offset, self.config, created_ms)]
-        fsync_dir(self.directory)
+        self._segments = [LogSegment.create(self.directory, offset, self.config, created_ms,
+                                            self.store)]
+        self.store.sync_dir(self.directory)
         self._set_log_start_offset(offset)
 
     def _write_epochs(self) -> None:
-        atomic_write(self.directory / LEADER_EPOCH_FILE, self._epochs.to_text().encode())
+        atomic_write(self.directory / LEADER_EPOCH_FILE, self._epochs.to_text().encode(),
+                     self.store)
 
     # -- durability and lifecycle --------------------------------------------
 
-    def dirty_fds(self) -> list[int]:
-        """The fds written since the last call (now considered clean); fsync them."""
-        fds = sorted(self._dirty)
+    def dirty_files(self) -> list[StoredFile]:
+        """The files written since the last call (now considered clean); sync them."""
+        files = list(self._dirty.values())
         self._dirty.clear()
-        return fds
+        return files
 
     def flush(self) -> None:
-        """fsync the active segment (and its indexes) now."""
+        """Sync the active segment (its indexes, its aborted-transaction index) now."""
         self._segments[-1].fsync()
+        self._sync_txn_index(self._segments[-1].base_offset)
         self._dirty.clear()
 
     def close(self, clean: bool = True) -> None:
@@ -446,12 +467,12 @@ class PartitionLog:
         if clean:
             self.flush()
             snapshot = offset_path(self.directory, self.log_end_offset, SNAPSHOT_SUFFIX)
-            atomic_write(snapshot, self.producers.to_snapshot())
-            atomic_write(self.directory / CLEAN_SHUTDOWN_FILE, b"")
+            atomic_write(snapshot, self.producers.to_snapshot(), self.store)
+            atomic_write(self.directory / CLEAN_SHUTDOWN_FILE, b"", self.store)
         for segment in self._segments:
             segment.close()
 
     def delete(self) -> None:
         """Remove the whole partition directory (topic deletion)."""
         self.close(clean=False)
-        shutil.rmtree(self.directory, ignore_errors=True)
+        self.store.remove_tree(self.directory)

@@ -42,12 +42,12 @@ from kcompat.log.files import (
     TMP_SUFFIX,
     TXN_INDEX_SUFFIX,
     atomic_write,
-    fsync_dir,
     offset_path,
     offsets_with_suffix,
     read_int_file,
 )
 from kcompat.log.segment import LogSegment
+from kcompat.log.store import OS_STORE, FileStore
 from kcompat.log.txn_index import AbortedTxn, TxnIndex
 from kcompat.txn.producer_state import CompletedTxn, ProducerStateTable
 from kcompat.wire.batch import BatchError, BatchHeader
@@ -64,36 +64,39 @@ class RecoveredLog:
     txn_indexes: dict[int, TxnIndex]  # segment base offset -> aborted transactions
 
 
-def recover(directory: Path, config: LogConfig, now_ms: int) -> RecoveredLog:
-    directory.mkdir(parents=True, exist_ok=True)
-    clean = (directory / CLEAN_SHUTDOWN_FILE).exists()
-    _remove_leftovers(directory)
-    persisted_start = read_int_file(directory / LOG_START_OFFSET_FILE) or 0
-    epochs = load_epoch_cache(directory)
-    bases = offsets_with_suffix(directory, LOG_SUFFIX)
+def recover(directory: Path, config: LogConfig, now_ms: int,
+            store: FileStore = OS_STORE) -> RecoveredLog:
+    if store.make_dirs(directory):
+        store.sync_dir(directory.parent)  # the new directory's name survives a crash
+    clean = store.exists(directory / CLEAN_SHUTDOWN_FILE)
+    _remove_leftovers(directory, store)
+    persisted_start = read_int_file(directory / LOG_START_OFFSET_FILE, store) or 0
+    epochs = load_epoch_cache(directory, store)
+    bases = offsets_with_suffix(directory, LOG_SUFFIX, store)
     if not bases:
-        segment = LogSegment.create(directory, persisted_start, config, now_ms)
+        segment = LogSegment.create(directory, persisted_start, config, now_ms, store)
         segments, truncated = [segment], False
     else:
-        snapshots = offsets_with_suffix(directory, SNAPSHOT_SUFFIX)
+        snapshots = offsets_with_suffix(directory, SNAPSHOT_SUFFIX, store)
         scan_from = _first_scanned(bases, snapshots[-1] if snapshots else None, clean)
-        segments, truncated = _open_segments(directory, config, now_ms, bases, scan_from, epochs)
+        segments, truncated = _open_segments(directory, config, now_ms, bases, scan_from, epochs,
+                                             store)
     log_end = segments[-1].next_offset
     log_start = min(max(persisted_start, segments[0].base_offset), log_end)
     epochs.truncate_from_end(log_end)
     epochs.truncate_from_start(log_start)
-    atomic_write(directory / LEADER_EPOCH_FILE, epochs.to_text().encode())
+    atomic_write(directory / LEADER_EPOCH_FILE, epochs.to_text().encode(), store)
     if log_start != persisted_start:
-        atomic_write(directory / LOG_START_OFFSET_FILE, str(log_start).encode())
-    producers, txn_indexes = rebuild_transactions(directory, segments, log_end)
-    prune_snapshots(directory, log_end, config.snapshots_kept)
-    (directory / CLEAN_SHUTDOWN_FILE).unlink(missing_ok=True)
-    fsync_dir(directory)
+        atomic_write(directory / LOG_START_OFFSET_FILE, str(log_start).encode(), store)
+    producers, txn_indexes = rebuild_transactions(directory, segments, log_end, store)
+    prune_snapshots(directory, log_end, config.snapshots_kept, store)
+    store.remove(directory / CLEAN_SHUTDOWN_FILE)
+    store.sync_dir(directory)
     return RecoveredLog(segments, log_start, producers, epochs, truncated, txn_indexes)
 
 
 def rebuild_transactions(
-    directory: Path, segments: list[LogSegment], log_end: int
+    directory: Path, segments: list[LogSegment], log_end: int, store: FileStore = OS_STORE
 ) -> tuple[ProducerStateTable, dict[int, TxnIndex]]:
     """Producer state plus every segment's aborted-transaction index: entries
     below the replay start come from the ``.txnindex`` files, the rest are
@@ -105,29 +108,30 @@ def rebuild_transactions(
             aborted.append(AbortedTxn(done.producer_id, done.first_offset, done.last_offset,
                                       done.first_offset))
 
-    producers, start = rebuild_producer_state(directory, segments, log_end, collect)
+    producers, start = rebuild_producer_state(directory, segments, log_end, collect, store)
     indexes: dict[int, TxnIndex] = {}
     bases = [s.base_offset for s in segments]
     for i, segment in enumerate(segments):
-        index = TxnIndex.load(offset_path(directory, segment.base_offset, TXN_INDEX_SUFFIX))
+        index = TxnIndex.load(offset_path(directory, segment.base_offset, TXN_INDEX_SUFFIX),
+                              store)
         end = bases[i + 1] if i + 1 < len(bases) else log_end
         kept = [e for e in index.entries if e.last_offset < min(start, end)]
         kept += [e for e in aborted if segment.base_offset <= e.last_offset < end]
         if kept != index.entries:
-            index.replace(kept)
+            index.rewrite(kept)
         indexes[segment.base_offset] = index
     return producers, indexes
 
 
-def _remove_leftovers(directory: Path) -> None:
-    for entry in list(directory.iterdir()):
-        if entry.name.endswith(TMP_SUFFIX):
-            entry.unlink()
+def _remove_leftovers(directory: Path, store: FileStore) -> None:
+    names = set(store.names(directory))
+    for name in sorted(names):
+        if name.endswith(TMP_SUFFIX):
+            store.remove(directory / name)
             continue
         for suffix in SEGMENT_SUFFIXES[1:]:
-            log = entry.with_name(entry.name[: -len(suffix)] + LOG_SUFFIX)
-            if entry.name.endswith(suffix) and not log.exists():
-                entry.unlink()
+            if name.endswith(suffix) and name[: -len(suffix)] + LOG_SUFFIX not in names:
+                store.remove(directory / name)
 
 
 def _first_scanned(bases: list[int], newest_snapshot: int | None, clean: bool) -> int:
@@ -147,6 +151,7 @@ def _open_segments(
     bases: list[int],
     scan_from: int,
     epochs: LeaderEpochCache,
+    store: FileStore,
 ) -> tuple[list[LogSegment], bool]:
     segments: list[LogSegment] = []
     rebuilding_epochs = False
@@ -157,7 +162,7 @@ def _open_segments(
     for i, base in enumerate(bases):
         next_base = bases[i + 1] if i + 1 < len(bases) else None
         segment, ready = LogSegment.open_existing(
-            directory, base, config, now_ms, next_base, trust_indexes=i < scan_from
+            directory, base, config, now_ms, next_base, trust_indexes=i < scan_from, store=store
         )
         segments.append(segment)
         if ready:
@@ -169,16 +174,16 @@ def _open_segments(
         if segment.recover(max(base, previous_end), on_batch):
             for later in bases[i + 1 :]:
                 for suffix in SEGMENT_SUFFIXES:
-                    offset_path(directory, later, suffix).unlink(missing_ok=True)
+                    store.remove(offset_path(directory, later, suffix))
             return segments, True
     return segments, False
 
 
-def load_epoch_cache(directory: Path) -> LeaderEpochCache:
+def load_epoch_cache(directory: Path, store: FileStore = OS_STORE) -> LeaderEpochCache:
     """The checkpointed cache, or an empty one if missing or malformed (the
     scan of the log then rebuilds what it can)."""
     try:
-        return LeaderEpochCache.from_text((directory / LEADER_EPOCH_FILE).read_text())
+        return LeaderEpochCache.from_text(store.read(directory / LEADER_EPOCH_FILE).decode())
     except (OSError, ValueError):
         return LeaderEpochCache()
 
@@ -188,17 +193,18 @@ def rebuild_producer_state(
     segments: list[LogSegment],
     log_end_offset: int,
     on_completed: Callable[[CompletedTxn], None] | None = None,
+    store: FileStore = OS_STORE,
 ) -> tuple[ProducerStateTable, int]:
     """Newest usable snapshot <= ``log_end_offset`` plus a replay of the batch
     headers after it (control batches are read to learn commit or abort; each
     transaction they close goes to ``on_completed``). Returns the table and the
     offset the replay started from."""
     table, start = ProducerStateTable(), 0
-    for offset in reversed(offsets_with_suffix(directory, SNAPSHOT_SUFFIX)):
+    for offset in reversed(offsets_with_suffix(directory, SNAPSHOT_SUFFIX, store)):
         if offset > log_end_offset:
             continue
         try:
-            data = offset_path(directory, offset, SNAPSHOT_SUFFIX).read_bytes()
+            data = store.read(offset_path(directory, offset, SNAPSHOT_SUFFIX))
             table, start = ProducerStateTable.from_snapshot(data), offset
             break
         except (OSError, ValueError, KeyError, TypeError):
@@ -223,10 +229,11 @@ def rebuild_producer_state(
     return table, start
 
 
-def prune_snapshots(directory: Path, log_end_offset: int, keep: int) -> None:
+def prune_snapshots(directory: Path, log_end_offset: int, keep: int,
+                    store: FileStore = OS_STORE) -> None:
     """Delete snapshots above ``log_end_offset`` and all but the newest ``keep``."""
-    offsets = offsets_with_suffix(directory, SNAPSHOT_SUFFIX)
+    offsets = offsets_with_suffix(directory, SNAPSHOT_SUFFIX, store)
     valid = [o for o in offsets if o <= log_end_offset]
     stale = [o for o in offsets if o > log_end_offset] + valid[:-keep]
     for offset in stale:
-        offset_path(directory, offset, SNAPSHOT_SUFFIX).unlink(missing_ok=True)
+        store.remove(offset_path(directory, offset, SNAPSHOT_SUFFIX))

@@ -4,10 +4,10 @@ Theory of operation
 -------------------
 A segment is named by its base offset and holds whole RecordBatch v2 batches
 back to back, each already carrying its assigned ``baseOffset`` and
-``partitionLeaderEpoch``. The log file is opened once with ``O_APPEND``:
-``append`` writes a batch with one ``os.writev`` of caller-supplied parts (so
-the two rewritten header fields need no copy of the batch), reads use
-``os.pread`` and never move a file pointer.
+``partitionLeaderEpoch``. The log file is opened once through the
+``FileStore``: ``append`` writes a batch with one gathered write of
+caller-supplied parts (so the two rewritten header fields need no copy of the
+batch), reads are positional and never move a file pointer.
 
 In memory the segment tracks its size, the next offset after its last batch,
 its maximum batch timestamp and the base offset of the batch holding it, and
@@ -29,7 +29,6 @@ offset-index entry.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
@@ -40,9 +39,9 @@ from kcompat.log.files import (
     SEGMENT_SUFFIXES,
     TIME_INDEX_SUFFIX,
     offset_path,
-    writev_all,
 )
 from kcompat.log.index import OffsetIndex, TimeIndex
+from kcompat.log.store import OS_STORE, FileStore, StoredFile
 from kcompat.wire.batch import (
     HEADER_SIZE,
     LOG_OVERHEAD,
@@ -53,8 +52,6 @@ from kcompat.wire.batch import (
     parse_header,
 )
 
-_LOG_FLAGS = os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC
-
 
 class LogSegment:
     def __init__(
@@ -62,36 +59,45 @@ class LogSegment:
         directory: Path,
         base_offset: int,
         config: LogConfig,
-        fd: int,
+        file: StoredFile,
         created_ms: int,
         indexes: tuple[OffsetIndex, TimeIndex] | None = None,
+        store: FileStore = OS_STORE,
     ) -> None:
         self.directory = directory
         self.base_offset = base_offset
         self.config = config
-        self.fd = fd
+        self.file: StoredFile | None = file
+        self.store = store
         self.created_ms = created_ms
         self._reset_state()
         if indexes is None:
-            indexes = (
-                OffsetIndex.create(self.path(INDEX_SUFFIX), base_offset),
-                TimeIndex.create(self.path(TIME_INDEX_SUFFIX), base_offset),
-            )
+            indexes = self._new_indexes()
         self.offset_index, self.time_index = indexes
 
     def path(self, suffix: str) -> Path:
         return offset_path(self.directory, self.base_offset, suffix)
 
+    def _new_indexes(self) -> tuple[OffsetIndex, TimeIndex]:
+        return (OffsetIndex.create(self.path(INDEX_SUFFIX), self.base_offset, self.store),
+                TimeIndex.create(self.path(TIME_INDEX_SUFFIX), self.base_offset, self.store))
+
+    @property
+    def _f(self) -> StoredFile:
+        assert self.file is not None, f"segment {self.base_offset} is closed"
+        return self.file
+
     # -- opening -------------------------------------------------------------
 
     @classmethod
     def create(
-        cls, directory: Path, base_offset: int, config: LogConfig, now_ms: int
+        cls, directory: Path, base_offset: int, config: LogConfig, now_ms: int,
+        store: FileStore = OS_STORE,
     ) -> LogSegment:
         """A new empty segment; any files with its name are replaced."""
         path = offset_path(directory, base_offset, LOG_SUFFIX)
-        fd = os.open(path, _LOG_FLAGS | os.O_TRUNC, 0o644)
-        return cls(directory, base_offset, config, fd, now_ms)
+        return cls(directory, base_offset, config, store.open(path, truncate=True), now_ms,
+                   store=store)
 
     @classmethod
     def open_existing(
@@ -102,16 +108,17 @@ class LogSegment:
         now_ms: int,
         next_base_offset: int | None,
         trust_indexes: bool,
+        store: FileStore = OS_STORE,
     ) -> tuple[LogSegment, bool]:
         """Open a segment written earlier. With ``trust_indexes`` its index files
         are loaded and checked against the log; returns (segment, ready). When not
         ready, the caller must run ``recover`` before using the segment."""
-        fd = os.open(offset_path(directory, base_offset, LOG_SUFFIX), _LOG_FLAGS, 0o644)
-        size = os.fstat(fd).st_size
+        file = store.open(offset_path(directory, base_offset, LOG_SUFFIX))
+        size = file.size()
         indexes = None
         if trust_indexes:
-            indexes = _load_indexes(directory, base_offset, size, next_base_offset)
-        segment = cls(directory, base_offset, config, fd, now_ms, indexes)
+            indexes = _load_indexes(directory, base_offset, size, next_base_offset, store)
+        segment = cls(directory, base_offset, config, file, now_ms, indexes, store)
         segment.size_bytes = size
         if indexes is None:
             return segment, False
@@ -156,11 +163,10 @@ class LogSegment:
     def recover(self, min_base_offset: int, on_batch: Callable[[BatchHeader], None]) -> bool:
         """Rescan and validate every batch, rebuild the indexes, and truncate the
         file at the first torn or corrupt batch. Returns True if it truncated."""
-        file_size = os.fstat(self.fd).st_size
+        file_size = self._f.size()
         self.offset_index.close()
         self.time_index.close()
-        self.offset_index = OffsetIndex.create(self.path(INDEX_SUFFIX), self.base_offset)
-        self.time_index = TimeIndex.create(self.path(TIME_INDEX_SUFFIX), self.base_offset)
+        self.offset_index, self.time_index = self._new_indexes()
         self._reset_state()
         expected = min_base_offset
         for pos, batch in self._iter_raw_batches(file_size):
@@ -174,8 +180,8 @@ class LogSegment:
             on_batch(header)
         truncated = self.size_bytes < file_size
         if truncated:
-            os.ftruncate(self.fd, self.size_bytes)
-            os.fsync(self.fd)
+            self._f.truncate(self.size_bytes)
+            self._f.sync()
         self.offset_index.write_pending()
         self.time_index.write_pending()
         return truncated
@@ -185,7 +191,7 @@ class LogSegment:
         chunk = self.config.recovery_chunk_bytes
         pos = 0
         while file_size - pos >= HEADER_SIZE:
-            buf = memoryview(os.pread(self.fd, min(chunk, file_size - pos), pos))
+            buf = memoryview(self._f.pread(min(chunk, file_size - pos), pos))
             off = 0
             while len(buf) - off >= LOG_OVERHEAD:
                 size = batch_length_at(buf, off)
@@ -193,7 +199,7 @@ class LogSegment:
                     return
                 if off + size > len(buf):
                     if off == 0:  # a batch larger than the chunk: read it alone
-                        yield pos, memoryview(os.pread(self.fd, size, pos))
+                        yield pos, memoryview(self._f.pread(size, pos))
                         off = size
                     break
                 yield pos + off, buf[off : off + size]
@@ -220,7 +226,7 @@ class LogSegment:
         """Write one batch given as ``parts`` (``header`` carries its assigned
         base offset); returns its file position."""
         position = self.size_bytes
-        written = writev_all(self.fd, parts)
+        written = self._f.append(parts)
         assert written == header.size, f"batch parts are {written} bytes, header says {header.size}"
         self._track(position, header)
         self.size_bytes += written
@@ -246,8 +252,8 @@ class LogSegment:
         if position >= self.size_bytes:
             return
         cut_base = self.header_at(position).base_offset
-        os.ftruncate(self.fd, position)
-        os.fsync(self.fd)
+        self._f.truncate(position)
+        self._f.sync()
         self.size_bytes = position
         self.offset_index.truncate_to_position(position)
         self.time_index.truncate_to_offset(cut_base)
@@ -257,20 +263,20 @@ class LogSegment:
     # -- reading -------------------------------------------------------------
 
     def read(self, position: int, size: int) -> bytes:
-        return os.pread(self.fd, size, position)
+        return self._f.pread(size, position)
 
     def header_at(self, position: int) -> BatchHeader:
-        return parse_header(os.pread(self.fd, HEADER_SIZE, position))
+        return parse_header(self._f.pread(HEADER_SIZE, position))
 
     def batch_size_at(self, position: int) -> int:
-        return batch_length_at(os.pread(self.fd, LOG_OVERHEAD, position), 0)
+        return batch_length_at(self._f.pread(LOG_OVERHEAD, position), 0)
 
     def iter_headers(self, position: int = 0) -> Iterator[tuple[int, BatchHeader]]:
         """(position, header) of each whole batch from ``position``, read in chunks."""
         chunk = self.config.recovery_chunk_bytes
         end = self.size_bytes
         while end - position >= HEADER_SIZE:
-            buf = os.pread(self.fd, min(chunk, end - position), position)
+            buf = self._f.pread(min(chunk, end - position), position)
             off = 0
             while len(buf) - off >= HEADER_SIZE:
                 size = batch_length_at(buf, off)
@@ -312,26 +318,26 @@ class LogSegment:
         clock of ``retention.ms``, as in Kafka)."""
         if self.max_timestamp >= 0:
             return self.max_timestamp
-        return os.fstat(self.fd).st_mtime_ns // 1_000_000
+        return self._f.mtime_ms()
 
     # -- lifecycle -----------------------------------------------------------
 
     def fsync(self) -> None:
-        os.fsync(self.fd)
+        self._f.sync()
         self.offset_index.fsync()
         self.time_index.fsync()
 
     def close(self) -> None:
-        if self.fd >= 0:
-            os.close(self.fd)
-            self.fd = -1
+        if self.file is not None:
+            self.file.close()
+            self.file = None
         self.offset_index.close()
         self.time_index.close()
 
     def delete(self) -> None:
         self.close()
         for suffix in SEGMENT_SUFFIXES:
-            self.path(suffix).unlink(missing_ok=True)
+            self.store.remove(self.path(suffix))
 
 
 def _batch_valid(header: BatchHeader, batch: memoryview, expected: int, exact: bool) -> bool:
@@ -346,14 +352,15 @@ def _batch_valid(header: BatchHeader, batch: memoryview, expected: int, exact: b
 
 
 def _load_indexes(
-    directory: Path, base_offset: int, log_size: int, next_base_offset: int | None
+    directory: Path, base_offset: int, log_size: int, next_base_offset: int | None,
+    store: FileStore,
 ) -> tuple[OffsetIndex, TimeIndex] | None:
     offset_index = OffsetIndex.load(
-        offset_path(directory, base_offset, INDEX_SUFFIX), base_offset, log_size, next_base_offset
-    )
+        offset_path(directory, base_offset, INDEX_SUFFIX), base_offset, log_size,
+        next_base_offset, store)
     time_index = TimeIndex.load(
-        offset_path(directory, base_offset, TIME_INDEX_SUFFIX), base_offset, next_base_offset
-    )
+        offset_path(directory, base_offset, TIME_INDEX_SUFFIX), base_offset, next_base_offset,
+        store)
     if offset_index is not None and time_index is not None:
         return offset_index, time_index
     for index in (offset_index, time_index):

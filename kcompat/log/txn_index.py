@@ -14,12 +14,12 @@ and truncation drops entries at or beyond the cut.
 
 from __future__ import annotations
 
-import os
 import struct
 from dataclasses import dataclass
 from pathlib import Path
 
 from kcompat.log.files import atomic_write
+from kcompat.log.store import OS_STORE, FileStore
 
 _ENTRY = struct.Struct(">hqqqq")
 ENTRY_SIZE = _ENTRY.size  # 34
@@ -34,15 +34,18 @@ class AbortedTxn:
 
 
 class TxnIndex:
-    def __init__(self, path: Path, entries: list[AbortedTxn]) -> None:
+    def __init__(self, path: Path, entries: list[AbortedTxn],
+                 store: FileStore = OS_STORE) -> None:
         self.path = path
         self.entries = entries
+        self.store = store
+        self._unsynced = False
 
     @classmethod
-    def load(cls, path: Path) -> TxnIndex:
+    def load(cls, path: Path, store: FileStore = OS_STORE) -> TxnIndex:
         entries: list[AbortedTxn] = []
         try:
-            data = path.read_bytes()
+            data = store.read(path)
         except FileNotFoundError:
             data = b""
         for pos in range(0, len(data) - len(data) % ENTRY_SIZE, ENTRY_SIZE):
@@ -50,23 +53,34 @@ class TxnIndex:
             if version != 0:
                 break
             entries.append(AbortedTxn(pid, first, last, lso))
-        return cls(path, entries)
+        return cls(path, entries, store)
 
     def append(self, entry: AbortedTxn) -> None:
         self.entries.append(entry)
-        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        f = self.store.open(self.path)
         try:
-            os.write(fd, _ENTRY.pack(0, entry.producer_id, entry.first_offset,
-                                     entry.last_offset, entry.last_stable_offset))
+            f.append([_ENTRY.pack(0, entry.producer_id, entry.first_offset,
+                                  entry.last_offset, entry.last_stable_offset)])
         finally:
-            os.close(fd)
+            f.close()
+        self._unsynced = True
 
-    def replace(self, entries: list[AbortedTxn]) -> None:
+    def sync(self) -> None:
+        """Make the appended entries durable (with the segment's flush)."""
+        if self._unsynced:
+            f = self.store.open(self.path)
+            try:
+                f.sync()
+            finally:
+                f.close()
+            self._unsynced = False
+
+    def rewrite(self, entries: list[AbortedTxn]) -> None:
         """Rewrite the whole index atomically (recovery, truncation)."""
         self.entries = list(entries)
         atomic_write(self.path, b"".join(
             _ENTRY.pack(0, e.producer_id, e.first_offset, e.last_offset, e.last_stable_offset)
-            for e in self.entries))
+            for e in self.entries), self.store)
 
     def overlapping(self, start: int, end: int) -> list[AbortedTxn]:
         """Entries whose transaction intersects offsets [start, end)."""

@@ -45,7 +45,8 @@ def _open_partition(rt: ClusterRuntime, meta: TopicMeta, index: int, gid: int,
         return
     state = rt.state
     cfg = log_config(meta.configs, state.broker_defaults)
-    plog = PartitionLog.open(state.data_dir / f"{meta.name}-{index}", cfg, now_ms())
+    plog = PartitionLog.open(state.data_dir / f"{meta.name}-{index}", cfg, now_ms(),
+                             state.store)
     part = Partition(meta.name, index, plog, state._wake)
     state.partitions[(meta.name, index)] = part
     rt.new_group(gid, replicas, PartitionLogStorage(plog, rt.node_id, fresh_term=-1), part)
@@ -65,10 +66,10 @@ def _drop_topic(rt: ClusterRuntime, name: str) -> None:
         if part is not None:
             part.log.close(clean=True)
             part.notify_append()
-            directory = rt.state.data_dir / f"{name}-{index}"
-            if directory.exists():
-                directory.rename(rt.state.data_dir /
-                                 f"{name}-{index}.{meta.topic_id.hex}-delete")
+            store, data_dir = rt.state.store, rt.state.data_dir
+            directory = data_dir / f"{name}-{index}"
+            if store.exists(directory):
+                store.rename(directory, data_dir / f"{name}-{index}.{meta.topic_id.hex}-delete")
     rt.state._remove_deleted_dirs()
 
 

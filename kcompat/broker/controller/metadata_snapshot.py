@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 from kcompat.broker.replication.storage import PartitionLogStorage
 from kcompat.log.files import atomic_write
+from kcompat.log.store import FileStore
 from kcompat.raft.types import Snapshot, SnapshotId
 
 if TYPE_CHECKING:
@@ -49,14 +50,14 @@ def checkpoint_name(sid: SnapshotId) -> str:
     return f"{sid.end:020d}-{sid.term:010d}{SUFFIX}"
 
 
-def list_checkpoints(directory: Path) -> list[tuple[SnapshotId, Path]]:
+def list_checkpoints(directory: Path, store: FileStore) -> list[tuple[SnapshotId, Path]]:
     """Checkpoints in ``directory``, oldest first."""
     found = []
-    for entry in directory.iterdir():
-        stem = entry.name[: -len(SUFFIX)]
+    for name in store.names(directory):
+        stem = name[: -len(SUFFIX)]
         end, _, term = stem.partition("-")
-        if entry.name.endswith(SUFFIX) and end.isdigit() and term.isdigit():
-            found.append((SnapshotId(int(end), int(term)), entry))
+        if name.endswith(SUFFIX) and end.isdigit() and term.isdigit():
+            found.append((SnapshotId(int(end), int(term)), directory / name))
     return sorted(found, key=lambda item: item[0].end)
 
 
@@ -72,7 +73,7 @@ class MetadataLogStorage(PartitionLogStorage):
                 self.plog.reset_to(newest[0].end)
 
     def _newest(self) -> tuple[SnapshotId, Path] | None:
-        found = list_checkpoints(Path(self.plog.directory))
+        found = list_checkpoints(Path(self.plog.directory), self.plog.store)
         return found[-1] if found else None
 
     def snapshot_id(self) -> SnapshotId:
@@ -84,7 +85,7 @@ class MetadataLogStorage(PartitionLogStorage):
     def snapshot(self) -> Snapshot:
         newest = self._newest()
         if newest is not None and newest[0].end == self.plog.log_start_offset:
-            return Snapshot(newest[0], newest[1].read_bytes())
+            return Snapshot(newest[0], self.plog.store.read(newest[1]))
         return super().snapshot()
 
     def install_snapshot(self, snapshot: Snapshot) -> None:
@@ -99,10 +100,11 @@ class MetadataLogStorage(PartitionLogStorage):
 
     def _write(self, snapshot: Snapshot) -> None:
         directory = Path(self.plog.directory)
-        atomic_write(directory / checkpoint_name(snapshot.id), snapshot.data)
-        for sid, path in list_checkpoints(directory)[:-KEEP]:
+        store = self.plog.store
+        atomic_write(directory / checkpoint_name(snapshot.id), snapshot.data, store)
+        for sid, path in list_checkpoints(directory, store)[:-KEEP]:
             if sid.end < snapshot.id.end:
-                path.unlink(missing_ok=True)
+                store.remove(path)
 
 
 def encode(rt: ClusterRuntime) -> bytes:

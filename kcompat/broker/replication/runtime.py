@@ -72,8 +72,8 @@ from kcompat.broker.replication.group import (
     StateMachine,
 )
 from kcompat.broker.replication.storage import PartitionLogStorage, now_ms
-from kcompat.broker.replication.transport import PeerLink
-from kcompat.log.files import atomic_write
+from kcompat.broker.replication.transport import Link, LinkFactory, PeerLink
+from kcompat.log.files import atomic_write, read_int_file
 from kcompat.raft import (
     NO_NODE,
     Message,
@@ -124,7 +124,8 @@ def lone_voter(node_id: int, host: str, port: int) -> str:
 
 
 class ClusterRuntime:
-    def __init__(self, state: BrokerState, voters_text: str) -> None:
+    def __init__(self, state: BrokerState, voters_text: str,
+                 links: LinkFactory | None = None) -> None:
         self.state = state
         self.node_id = state.node_id
         self.voters = parse_voters(voters_text)
@@ -144,8 +145,9 @@ class ClusterRuntime:
         self.groups: dict[int, Group] = {}
         self.assignments: dict[tuple[str, int], tuple[int, tuple[int, ...]]] = {}
         self.announced: dict[int, codec.Announcement] = {}
-        self.peers = {n: PeerLink(n, h, p) for n, (h, p) in self.voters.items()
-                      if n != self.node_id}
+        link = links or PeerLink
+        self.peers: dict[int, Link] = {n: link(n, h, p) for n, (h, p) in self.voters.items()
+                                       if n != self.node_id}
         self._wake = trio.Event()
         self._tick_due = False
         self._announce_due = True
@@ -164,7 +166,7 @@ class ClusterRuntime:
                                   // tick_ms)
                               if config["auto.leader.rebalance.enable"] else 0)
         self._pid_path = Path(state.data_dir) / PRODUCER_ID_FILE
-        self._pid_next = _read_int(self._pid_path)
+        self._pid_next = read_int_file(self._pid_path, state.store) or 0
         self._pid_limit = self._pid_next
         cid = config["kcompat.cluster.id"] or _cluster_id(voters_text)
         state.metadata.image.cluster_id = cid
@@ -289,7 +291,7 @@ class ClusterRuntime:
         self._pid_next = max(self._pid_next, self.image.producer_id_limit)
         if self._pid_next >= self._pid_limit:
             self._pid_limit = self._pid_next + PRODUCER_ID_BLOCK
-            atomic_write(self._pid_path, str(self._pid_limit).encode())
+            atomic_write(self._pid_path, str(self._pid_limit).encode(), self.state.store)
         pid = (self.node_id << PRODUCER_ID_NODE_SHIFT) | self._pid_next
         self._pid_next += 1
         return pid
@@ -584,13 +586,6 @@ class ClusterRuntime:
             elif self.ticks >= due:
                 del self._first_campaigns[gid]
                 group.raft.campaign()
-
-
-def _read_int(path: Path) -> int:
-    try:
-        return int(path.read_text().strip())
-    except (OSError, ValueError):
-        return 0
 
 
 def _cluster_id(voters_text: str) -> str:

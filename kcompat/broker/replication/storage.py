@@ -72,6 +72,7 @@ class PartitionLogStorage:
         self.plog = plog
         self.node_id = node_id
         self._path = Path(plog.directory) / QUORUM_STATE_FILE
+        self._store = plog.store
         self._hard_state = self._load_hard_state(fresh_term)
         self._start_id: SnapshotId | None = None
 
@@ -80,7 +81,7 @@ class PartitionLogStorage:
         (-1 for partitions: their first leader is elected in term 0, Kafka's
         first leader epoch)."""
         try:
-            doc = json.loads(self._path.read_text())
+            doc = json.loads(self._store.read(self._path))
             return HardState(int(doc["term"]), int(doc["vote"]))
         except (OSError, ValueError, KeyError, TypeError):
             empty = self.plog.log_end_offset == 0
@@ -177,7 +178,7 @@ class PartitionLogStorage:
 
     def set_hard_state(self, hard_state: HardState) -> None:
         doc = {"term": hard_state.term, "vote": hard_state.vote}
-        atomic_write(self._path, json.dumps(doc).encode())
+        atomic_write(self._path, json.dumps(doc).encode(), self._store)
         self._hard_state = hard_state
 
     def sync(self) -> None:

@@ -25,6 +25,8 @@ BeginQuorumEpoch, votes on the next timeout).
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
+from typing import Protocol
 
 import trio
 
@@ -34,6 +36,20 @@ QUEUE_FRAMES_MAX = 256
 CONNECT_TIMEOUT_S = 1.0
 SEND_TIMEOUT_S = 3.0
 RETRY_S = 0.2
+
+
+class Link(Protocol):
+    """A one-way, best-effort frame channel to one peer."""
+
+    def send(self, frame: bytes) -> None:
+        """Queue ``frame``; never blocks, may drop."""
+
+    async def run(self) -> None:
+        """Deliver queued frames until cancelled."""
+
+
+# (peer node id, host, port) -> its link; the simulator passes its own network's
+LinkFactory = Callable[[int, str, int], Link]
 
 
 class PeerLink:

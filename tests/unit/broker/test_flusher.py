@@ -9,16 +9,17 @@ import pytest
 import trio
 
 from kcompat.broker.flusher import Flusher
+from kcompat.log.store import OS_STORE, OsFile, StoredFile
 
 
 class FileTarget:
     def __init__(self, path: Path) -> None:
-        self.fd = os.open(path, os.O_RDWR | os.O_CREAT)
+        self.file = OS_STORE.open(path)
         self.synced_requests = 0
 
-    def dirty_fds(self) -> list[int]:
+    def dirty_files(self) -> list[StoredFile]:
         self.synced_requests += 1
-        return [self.fd]
+        return [self.file]
 
 
 def test_concurrent_syncs_share_rounds(tmp_path: Path) -> None:
@@ -40,9 +41,9 @@ def test_concurrent_syncs_share_rounds(tmp_path: Path) -> None:
 
 def test_fsync_failure_is_raised_to_waiters(tmp_path: Path) -> None:
     class Broken:
-        def dirty_fds(self) -> list[int]:
+        def dirty_files(self) -> list[StoredFile]:
             r, w = os.pipe()  # fsync on a pipe fails with EINVAL
-            return [r]
+            return [OsFile(r)]
 
     async def main() -> None:
         flusher = Flusher()

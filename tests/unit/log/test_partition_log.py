@@ -257,16 +257,16 @@ def test_truncate_rebuilds_producer_state(tmp_path: Path) -> None:
     log.close()
 
 
-def test_dirty_fds_and_flush(tmp_path: Path) -> None:
+def test_dirty_files_and_flush(tmp_path: Path) -> None:
     log = open_log(tmp_path / "t-0")
-    assert log.dirty_fds() == []
+    assert log.dirty_files() == []
     append(log)
-    fds = log.dirty_fds()
-    assert len(fds) == 1
-    assert log.dirty_fds() == []
+    files = log.dirty_files()
+    assert len(files) == 1
+    assert log.dirty_files() == []
     append(log)
     log.flush()
-    assert log.dirty_fds() == []
+    assert log.dirty_files() == []
     log.close()
 
 

@@ -51,7 +51,7 @@ def test_old_checkpoints_are_pruned(tmp_path: Path) -> None:
     _fill(s, 10)
     for end in (2, 4, 6, 8):
         s.compact(Snapshot(SnapshotId(end, 1), b'{"topics":[]}'))
-    assert [sid.end for sid, _p in list_checkpoints(s.plog.directory)] == [6, 8]
+    assert [sid.end for sid, _p in list_checkpoints(s.plog.directory, s.plog.store)] == [6, 8]
 
 
 def test_crash_between_checkpoint_and_prefix_drop_is_finished_on_open(tmp_path: Path) -> None:

@@ -1,0 +1,233 @@
+"""An in-memory ``FileStore`` that loses what a crash may lose.
+
+Theory of operation
+-------------------
+A broker's disk, for the simulators and for tests. It keeps the POSIX rules
+the log relies on (``kcompat.log.store``) and nothing more:
+
+* File contents: each file (an inode) has its *durable* bytes — as of its last
+  ``sync`` — and the writes since then, in order (appends and truncations).
+* Names: the *current* namespace and the *durable* one. Creating or removing
+  a file, or renaming one, changes the current namespace; ``sync_dir`` of a
+  directory makes the current entries of that directory durable. A new
+  directory's own name is durable once its parent is synced. (Directory
+  renames, used only to mark a deleted topic, are durable at once.)
+
+``crash(rng)`` is a power cut: the namespace falls back to its durable state,
+and each surviving file keeps its durable bytes plus a random prefix of its
+unsynced writes — the last write kept may be torn, and with ``garble`` its
+torn tail holds garbage instead. Handles opened before the crash are dead:
+writing through one raises ``OSError``, as the process that held them is gone.
+
+``fail_syncs`` makes the next syncs raise ``OSError`` (EIO), the disk failing.
+"""
+
+from __future__ import annotations
+
+import errno
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+from random import Random
+
+Buffer = bytes | bytearray | memoryview
+
+
+@dataclass(eq=False)
+class _Inode:
+    data: bytearray = field(default_factory=bytearray)
+    durable: bytes = b""
+    # unsynced writes, in order: ("append", bytes) or ("truncate", size)
+    pending: list[tuple[str, bytes | int]] = field(default_factory=list)
+    mtime_ms: int = 0
+
+
+def _key(path: Path | str) -> str:
+    return str(path)  # Path objects are already normal
+
+
+def _parent(key: str) -> str:
+    head, sep, _name = key.rpartition("/")
+    return head if head else ("/" if sep else ".")
+
+
+class MemoryFile:
+    def __init__(self, store: MemoryFileStore, inode: _Inode) -> None:
+        self._store = store
+        self._inode: _Inode | None = inode
+        self._generation = store.generation
+
+    def _live(self) -> _Inode:
+        if self._inode is None:
+            raise OSError(errno.EBADF, "file is closed")
+        if self._generation != self._store.generation:
+            raise OSError(errno.EIO, "the process that opened this file crashed")
+        return self._inode
+
+    def append(self, parts: Sequence[Buffer]) -> int:
+        inode = self._live()
+        data = b"".join(bytes(memoryview(p).cast("B")) for p in parts)
+        inode.data += data
+        inode.pending.append(("append", data))
+        inode.mtime_ms = self._store.now_ms
+        return len(data)
+
+    def pread(self, size: int, position: int) -> bytes:
+        return bytes(self._live().data[position : position + size])
+
+    def size(self) -> int:
+        return len(self._live().data)
+
+    def truncate(self, size: int) -> None:
+        inode = self._live()
+        del inode.data[size:]
+        inode.pending.append(("truncate", size))
+
+    def sync(self) -> None:
+        if self._inode is None or self._generation != self._store.generation:
+            return
+        self._store.check_sync()
+        inode = self._inode
+        inode.durable = bytes(inode.data)
+        inode.pending.clear()
+
+    def mtime_ms(self) -> int:
+        return self._live().mtime_ms
+
+    def close(self) -> None:
+        self._inode = None
+
+
+class MemoryFileStore:
+    blocking = False
+
+    def __init__(self, *roots: Path | str) -> None:
+        self.files: dict[str, _Inode] = {}
+        self.dirs: set[str] = {"/", "."}
+        self.durable_files: dict[str, _Inode] = {}
+        self.durable_dirs: set[str] = {"/", "."}
+        self.generation = 0
+        self.now_ms = 0
+        self.fail_syncs = 0
+        self.crashes = 0
+        for root in roots:  # directories that exist, durably, from the start
+            self.make_dirs(Path(root))
+            self.durable_dirs |= self.dirs
+
+    # -- faults -----------------------------------------------------------------
+
+    def check_sync(self) -> None:
+        if self.fail_syncs > 0:
+            self.fail_syncs -= 1
+            raise OSError(errno.EIO, "injected fsync failure")
+
+    def crash(self, rng: Random, garble: float = 0.0) -> None:
+        """Lose what a power cut may lose (see the module docstring)."""
+        self.generation += 1
+        self.crashes += 1
+        self.files = dict(self.durable_files)
+        self.dirs = set(self.durable_dirs)
+        for inode in {id(i): i for i in self.files.values()}.values():
+            data = bytearray(inode.durable)
+            kept = rng.randint(0, len(inode.pending))
+            for i, (kind, arg) in enumerate(inode.pending[:kept]):
+                if kind == "truncate":
+                    assert isinstance(arg, int)
+                    del data[arg:]
+                    continue
+                assert isinstance(arg, bytes)
+                if i == kept - 1 and arg and rng.random() < 0.5:  # torn
+                    cut = rng.randint(0, len(arg) - 1)
+                    tail = bytes(rng.randrange(256) for _ in range(len(arg) - cut))
+                    arg = arg[:cut] + (tail if rng.random() < garble else b"")
+                data += arg
+            inode.data = data
+            inode.durable = bytes(data)
+            inode.pending.clear()
+
+    # -- FileStore ----------------------------------------------------------------
+
+    def open(self, path: Path, truncate: bool = False) -> MemoryFile:
+        key = _key(path)
+        if _parent(key) not in self.dirs:
+            raise FileNotFoundError(errno.ENOENT, "no such directory", str(path))
+        if key in self.dirs:
+            raise IsADirectoryError(errno.EISDIR, "is a directory", str(path))
+        inode = self.files.get(key)
+        if inode is None:
+            inode = self.files[key] = _Inode(mtime_ms=self.now_ms)
+        elif truncate and inode.data:
+            del inode.data[:]
+            inode.pending.append(("truncate", 0))
+        return MemoryFile(self, inode)
+
+    def read(self, path: Path) -> bytes:
+        key = _key(path)
+        inode = self.files.get(key)
+        if inode is None:
+            if key in self.dirs:
+                raise IsADirectoryError(errno.EISDIR, "is a directory", str(path))
+            raise FileNotFoundError(errno.ENOENT, "no such file", str(path))
+        return bytes(inode.data)
+
+    def exists(self, path: Path) -> bool:
+        key = _key(path)
+        return key in self.files or key in self.dirs
+
+    def names(self, directory: Path) -> list[str]:
+        key = _key(directory)
+        if key not in self.dirs:
+            raise FileNotFoundError(errno.ENOENT, "no such directory", str(directory))
+        found = [k for k in self.files if _parent(k) == key]
+        found += [k for k in self.dirs if k not in ("/", ".") and _parent(k) == key]
+        return sorted(k.rpartition("/")[2] for k in found)
+
+    def make_dirs(self, directory: Path) -> bool:
+        key = _key(directory)
+        if key in self.dirs:
+            return False
+        path = PurePosixPath(key)
+        for d in [*reversed(path.parents), path]:
+            self.dirs.add(str(d))
+        return True
+
+    def remove(self, path: Path) -> None:
+        self.files.pop(_key(path), None)
+
+    def remove_tree(self, directory: Path) -> None:
+        key = _key(directory)
+        inside = key + "/"
+        for k in [k for k in self.files if k.startswith(inside)]:
+            del self.files[k]
+        self.dirs = {d for d in self.dirs if d != key and not d.startswith(inside)}
+
+    def rename(self, src: Path, dst: Path) -> None:
+        s, d = _key(src), _key(dst)
+        if s in self.files:
+            self.files[d] = self.files.pop(s)
+            return
+        if s not in self.dirs:
+            raise FileNotFoundError(errno.ENOENT, "no such file", str(src))
+        # a directory: moved at once in both namespaces (see the module docstring)
+        for names in (self.files, self.durable_files):
+            for k in [k for k in names if k.startswith(s + "/")]:
+                names[d + k[len(s):]] = names.pop(k)
+        for dirs in (self.dirs, self.durable_dirs):
+            moved = {x for x in dirs if x == s or x.startswith(s + "/")}
+            dirs -= moved
+            dirs |= {d + x[len(s):] for x in moved}
+
+    def sync_dir(self, directory: Path) -> None:
+        key = _key(directory)
+        if key not in self.dirs:
+            raise FileNotFoundError(errno.ENOENT, "no such directory", str(directory))
+        self.check_sync()
+        for k in [k for k in self.durable_files if _parent(k) == key]:
+            if k not in self.files:
+                del self.durable_files[k]
+        for k, inode in self.files.items():
+            if _parent(k) == key:
+                self.durable_files[k] = inode
+        self.durable_dirs -= {x for x in self.durable_dirs
+                              if _parent(x) == key and x not in self.dirs}
+        self.durable_dirs |= {x for x in self.dirs if _parent(x) == key}
