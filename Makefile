@@ -64,9 +64,13 @@ bench: $(BENCH_STAMP) tools java-deps
 bench-simple: $(STAMP)
 	$(PY) bench/produce_consume.py $(BENCH_ARGS)
 
-# Long deterministic-simulator run: SEEDS schedules (default 50000) from SEED_BASE.
+# Long simulator runs from SEED_BASE: SEEDS Raft schedules (default 50000), BROKER_SEEDS
+# broker-level ones (default 5000) and LOG_SEEDS partition-log crash schedules (20000).
 sim: $(STAMP)
-	SEEDS=$${SEEDS:-50000} $(PY) -m pytest -q -p no:cacheprovider tests/sim
+	SEEDS=$${SEEDS:-50000} BROKER_SEEDS=$${BROKER_SEEDS:-5000} \
+	  $(PY) -m pytest -q -p no:cacheprovider tests/sim
+	LOG_SEEDS=$${LOG_SEEDS:-20000} $(PY) -m pytest -q -p no:cacheprovider \
+	  tests/unit/log/test_log_crash_sim.py
 
 # A local 3-broker cluster (config/cluster-{1,2,3}.yaml: Kafka ports 19092-19094, data in
 # data/cluster-N) until ^C, which stops all three.

@@ -14,10 +14,14 @@ inbound messages, state machines), so no lower layer knows an upper one.
 Handlers receive it in their ``RequestContext``.
 
 Without ``controller.quorum.voters`` the broker is a quorum of one: itself the
-only voter, running the same code as a cluster (DESIGN.md §5).
+only voter, running the same code as a cluster (DESIGN.md §5). The store (its
+disk), the peer links and the randomness are the seams the broker-level
+simulator replaces (``kcompat.testing.broker_sim``).
 """
 
 from __future__ import annotations
+
+from random import Random
 
 from kcompat.broker.config import BrokerConfig
 from kcompat.broker.controller import admin
@@ -34,12 +38,12 @@ from kcompat.log.store import OS_STORE, FileStore
 
 class Broker:
     def __init__(self, config: BrokerConfig, store: FileStore = OS_STORE,
-                 links: LinkFactory | None = None) -> None:
+                 links: LinkFactory | None = None, rng: Random | None = None) -> None:
         self.config = config
         self.state = BrokerState(config, store)
         voters = (config["controller.quorum.voters"]
                   or lone_voter(self.state.node_id, config["host"], config["port"]))
-        self.cluster = ClusterRuntime(self.state, voters, links)
+        self.cluster = ClusterRuntime(self.state, voters, links, rng)
         self.calls = PeerCalls(self.cluster)
         self.controller = Controller(self.state, self.cluster, self.calls)
         admin.accept_forwarded(self.controller)

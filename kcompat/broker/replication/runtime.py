@@ -125,7 +125,7 @@ def lone_voter(node_id: int, host: str, port: int) -> str:
 
 class ClusterRuntime:
     def __init__(self, state: BrokerState, voters_text: str,
-                 links: LinkFactory | None = None) -> None:
+                 links: LinkFactory | None = None, rng: random.Random | None = None) -> None:
         self.state = state
         self.node_id = state.node_id
         self.voters = parse_voters(voters_text)
@@ -139,7 +139,7 @@ class ClusterRuntime:
         self.tick_s = tick_ms / 1000
         self.election_ticks = max(FETCH_WAIT_TICKS + 2,
                                   config["kcompat.raft.election.timeout.ms"] // tick_ms)
-        self.rng = random.Random()
+        self.rng = rng or random.Random()  # election timeouts (seeded by the simulator)
         self.announce_ticks = ANNOUNCE_TICKS
         self.lag_ticks = max(self.election_ticks, config["replica.lag.time.max.ms"] // tick_ms)
         self.groups: dict[int, Group] = {}
