@@ -221,6 +221,7 @@ class BrokerSimulation:
             "offsets.topic.replication.factor": self.size,
             "transaction.state.log.replication.factor": self.size,
             "default.replication.factor": self.size, "auto.create.topics.enable": False,
+            "kcompat.raft.tick.ms": 100,
         }, {})
         node.store.now_ms = int(trio.current_time() * 1000)
         broker = Broker(cfg, store=node.store,
@@ -283,9 +284,9 @@ class BrokerSimulation:
 
     async def request(self, node: SimNode, key: int, version: int, **fields: Any) -> Any:
         """One request handled by ``node``; None if it crashed or did not answer."""
-        broker, nursery = node.broker, node.nursery
-        if broker is None or nursery is None:
-            return None
+        broker, nursery, scope = node.broker, node.nursery, node.scope
+        if broker is None or nursery is None or scope is None or scope.cancel_called:
+            return None  # crashed, or crashing: the connection is gone
         request = codec.build(codec.request_class(key, version), **fields)
         ctx = RequestContext(broker, key, version, 1, "sim", "sim")
         answer: list[Any] = []
