@@ -41,6 +41,7 @@ log = logging.getLogger("kcompat.cluster")
 def _open_partition(rt: ClusterRuntime, meta: TopicMeta, index: int, gid: int,
                     replicas: tuple[int, ...]) -> None:
     rt.assignments[(meta.name, index)] = (gid, replicas)
+    rt.note_new_partition(gid)
     if rt.node_id not in replicas or gid in rt.groups:
         return
     state = rt.state
@@ -58,6 +59,8 @@ def _drop_topic(rt: ClusterRuntime, name: str) -> None:
         return
     for index in range(meta.partitions):
         found = rt.assignments.pop((name, index), None)
+        if found is not None:
+            rt.forget_partition(found[0])
         group = rt.groups.pop(found[0], None) if found else None
         if group is not None:
             group.removed = True

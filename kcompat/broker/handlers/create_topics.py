@@ -11,13 +11,17 @@ for every partition, else INVALID_REQUEST / INVALID_REPLICA_ASSIGNMENT with
 Kafka's messages. Null config values and bad configs are INVALID_CONFIG.
 ``validate_only`` creates nothing. Only the controller creates topics
 (NOT_CONTROLLER elsewhere; a single broker is its own controller); it answers
-once the topic's record is committed and applied (``controller.admin``).
+once the topic's record is committed and applied (``controller.admin``) and
+the new partitions' first leaders are elected (bounded by ``LEADERS_WAIT_S``
+and the request's timeout), so a Metadata that follows names them, as Kafka's
+does (its creation record names the leaders).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+import trio
 from kio.schema.errors import ErrorCode
 
 from kcompat.broker.context import RequestContext
@@ -33,6 +37,10 @@ from kcompat.broker.handlers._common import (
 from kcompat.broker.metadata import TopicMeta
 from kcompat.broker.state import TopicError
 from kcompat.broker.topic_config import TOPIC_CONFIGS
+
+#: how long (at most, and within the request's timeout) CreateTopics waits for
+#: the new partitions' first leaders before it answers
+LEADERS_WAIT_S = 2.0
 
 
 def _manual_assignment(ctx: RequestContext, topic: Any) -> list[tuple[int, ...]]:
@@ -79,7 +87,8 @@ def _error(ctx: RequestContext, name: str, code: ErrorCode, message: str | None)
     )
 
 
-async def _create(ctx: RequestContext, topic: Any, validate_only: bool) -> Any:
+async def _create(ctx: RequestContext, topic: Any, validate_only: bool,
+                  leaders_wait_s: float) -> Any:
     try:
         manual = _manual_assignment(ctx, topic) if topic.assignments else None
         configs = null_config_check(topic.configs)
@@ -88,6 +97,11 @@ async def _create(ctx: RequestContext, topic: Any, validate_only: bool) -> Any:
                                         manual)
     except TopicError as e:
         return _error(ctx, topic.name, e.code, e.message)
+    if not validate_only:
+        # Kafka's creation record names the leaders; here they are elected a
+        # moment later: answer once they are (bounded), so that Metadata right
+        # after shows the topic with its leaders, as Kafka's controller does
+        await ctx.cluster.wait_leaders(topic.name, leaders_wait_s)
     if manual:
         replication = len(manual[0])
     elif topic.replication_factor == -1:
@@ -104,9 +118,11 @@ async def _create(ctx: RequestContext, topic: Any, validate_only: bool) -> Any:
 async def handle(ctx: RequestContext, request: Any) -> Any:
     dups = duplicates(t.name for t in request.topics)
     results, reported = [], set()
+    deadline = trio.current_time() + min(LEADERS_WAIT_S, request.timeout.total_seconds())
     for topic in request.topics:
         if topic.name not in dups:
-            results.append(await _create(ctx, topic, request.validate_only))
+            wait_s = max(0.0, deadline - trio.current_time())
+            results.append(await _create(ctx, topic, request.validate_only, wait_s))
         elif topic.name not in reported:
             reported.add(topic.name)
             results.append(_error(ctx, topic.name, ErrorCode.invalid_request,

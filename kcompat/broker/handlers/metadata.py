@@ -7,7 +7,9 @@ librdkafka 2.0.2 from v4. Topic ids appear from v10; a request may name topics
 by id only (v10+). Leaders, epochs, replicas and ISR come from the Raft
 groups (and leaders' announcements for partitions this broker does not
 replicate); the brokers are the live ones. A starting broker holds its answer
-(bounded) until its metadata image has caught up.
+(bounded) until its metadata image has caught up. A new topic is
+LEADER_NOT_AVAILABLE, as while Kafka creates it, until this broker knows a
+leader for each of its partitions (``ClusterRuntime.first_leader_pending``).
 """
 
 from __future__ import annotations
@@ -58,6 +60,12 @@ def _brokers(ctx: RequestContext, topics: tuple[Any, ...]) -> tuple[tuple[Any, .
 
 
 def _topic(ctx: RequestContext, meta: TopicMeta) -> Any:
+    if any(ctx.cluster.first_leader_pending(meta.name, i) for i in range(meta.partitions)):
+        # still being created: its first leaders are not elected (or not known
+        # here) yet; Kafka knows a new topic only with its leaders and answers
+        # LEADER_NOT_AVAILABLE meanwhile (clients retry), never a leaderless
+        # partition, on which librdkafka would wait for its 1 s topic scan
+        return _error_topic(ctx, meta.name, ErrorCode.leader_not_available)
     return ctx.build(
         "MetadataResponseTopic", error_code=OK, name=meta.name, topic_id=meta.topic_id,
         is_internal=meta.internal, partitions=_partitions(ctx, meta),

@@ -153,6 +153,11 @@ class ClusterRuntime:
         self._announce_due = True
         self.ticks = 0
         self._first_campaigns: dict[int, int] = {}  # group id -> tick to campaign at
+        # partitions created while this broker was live whose first leader is
+        # not known here yet (``first_leader_pending``), and the metadata offset
+        # from which a created partition counts as new (set once caught up)
+        self._awaiting_first_leader: set[int] = set()
+        self._live_from: int | None = None
         # topic -> the replicated state machine of each of its partitions (Group.feed)
         self.machines: dict[str, StateMachine] = {}
         # what the layers above register: per-tick work, inbound inter-broker
@@ -242,6 +247,33 @@ class ClusterRuntime:
                         for i in range(meta.partitions)):
                     return True
                 await trio.sleep(self.tick_s)
+        return False
+
+    def note_new_partition(self, gid: int) -> None:
+        """A partition's assignment was applied (``metadata_apply``): one created
+        while this broker is live (the metadata offset in its group id at or
+        past ``_live_from``) awaits its first leader; replayed ones do not."""
+        if self._live_from is not None and gid >> 16 >= self._live_from:
+            self._awaiting_first_leader.add(gid)
+
+    def forget_partition(self, gid: int) -> None:
+        self._awaiting_first_leader.discard(gid)
+
+    def first_leader_pending(self, topic: str, index: int) -> bool:
+        """A brand-new partition whose first leader this broker does not know
+        yet. Kafka's controller names a new partition's leader in the record
+        that creates it, so a Kafka broker never describes a new topic without
+        leaders: until it knows the topic, Metadata answers LEADER_NOT_AVAILABLE
+        for the whole topic (clients retry after ``retry.backoff.ms``). Here the
+        first leader is elected a moment after the record is applied, and
+        Metadata answers the same until then (a partition that had a leader and
+        lost it stays a partition-level LEADER_NOT_AVAILABLE, as in Kafka)."""
+        found = self.assignments.get((topic, index))
+        if found is None or found[0] not in self._awaiting_first_leader:
+            return False
+        if self._raw_view(found[0])[0] == NO_NODE:
+            return True
+        self._awaiting_first_leader.discard(found[0])
         return False
 
     def partition_view(self, topic: str, index: int) -> tuple[int, int, tuple[int, ...],
@@ -381,6 +413,7 @@ class ClusterRuntime:
             old = self.announced.get(ann.group)
             if old is None or ann.term >= old.term:
                 self.announced[ann.group] = ann
+                self._awaiting_first_leader.discard(ann.group)
                 log_starts.follow_announced(self.groups.get(ann.group), ann)
         for m in decoded.messages:
             group = self.groups.get(m.group)
@@ -446,6 +479,8 @@ class ClusterRuntime:
 
     def _tick(self) -> None:
         self.ticks += 1
+        if self._live_from is None and self.caught_up:
+            self._live_from = self.meta.applied
         for group in list(self.groups.values()):
             group.raft.tick()
         self._start_first_campaigns()
@@ -546,6 +581,7 @@ class ClusterRuntime:
         if part is not None:
             if raft.leader != NO_NODE:
                 part.leader_epoch = raft.term
+                self._awaiting_first_leader.discard(group.gid)
             part.notify_append()
         group.feed()
         group.notify()
