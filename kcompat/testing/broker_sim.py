@@ -16,6 +16,7 @@ would, each request running in its broker's task tree (a crash cancels it
 and the client sees a lost connection):
 
 * a producer: acks=all batches of unique values to the partitions' leaders;
+* an idempotent producer: the same, retrying a batch until acknowledged;
 * a committer: simple-consumer OffsetCommits of an increasing offset through
   the group coordinator, and OffsetFetches;
 * a transactional producer: InitProducerId, AddPartitionsToTxn, Produce,
@@ -28,6 +29,7 @@ all replicas must converge (liveness). The checks:
 
 * no acknowledged produce is lost: the answered offset holds the value on
   every replica, and the replicas' logs agree;
+* an idempotent producer's retries never write a batch twice;
 * committed group offsets never go backwards: no OffsetFetch answers less
   than an OffsetCommit acknowledged before it started;
 * no transaction is both committed and aborted: its records carry one
@@ -136,6 +138,7 @@ class BrokerSimulation:
         self.loss = rng.choice([0.0, 0.02, 0.1])
         self.crash_rate = rng.choice([0.0, 0.3, 0.6])  # crashes per simulated second
         self.garble = rng.choice([0.0, 0.5])
+        self.lost_replies = rng.choice([0.0, 0.05, 0.2])
         self.nodes = {i: SimNode(i, MemoryFileStore(f"/sim/n{i}"))
                       for i in range(1, self.size + 1)}
         self.cut: set[frozenset[int]] = set()
@@ -194,6 +197,7 @@ class BrokerSimulation:
                 return
             async with trio.open_nursery() as clients:
                 clients.start_soon(self._producer)
+                clients.start_soon(self._idempotent_producer)
                 clients.start_soon(self._committer)
                 clients.start_soon(self._transactor)
                 clients.start_soon(self._nemesis)
@@ -301,6 +305,8 @@ class BrokerSimulation:
         nursery.start_soon(handle)
         with trio.move_on_after(REQUEST_TIMEOUT_S):
             await done.wait()
+        if answer and self.rng.random() < self.lost_replies:
+            return None  # handled, but the connection dropped before the answer came
         return answer[0] if answer else None
 
     def live(self) -> list[SimNode]:
@@ -332,14 +338,16 @@ class BrokerSimulation:
         return self.nodes.get(r.coordinators[0].node_id)
 
     async def produce(self, node: SimNode, index: int, value: bytes,
-                      txn: tuple[int, int, int] | None = None) -> tuple[E, int]:
-        pid, epoch, seq = txn if txn is not None else (-1, -1, -1)
+                      producer: tuple[int, int, int] | None = None,
+                      transactional: bool = False) -> tuple[E, int]:
+        """One acks=all batch of one record; ``producer`` is (id, epoch, sequence)."""
+        pid, epoch, seq = producer if producer is not None else (-1, -1, -1)
         now = time.time_ns() // 1_000_000
         records = encode_batch([(None, value, (), now)], producer_id=pid, producer_epoch=epoch,
-                               base_sequence=seq, transactional=txn is not None)
+                               base_sequence=seq, transactional=transactional)
         m = codec.request_module(v.PRODUCE, 9)
         r = await self.request(
-            node, v.PRODUCE, 9, transactional_id=TXN_ID if txn else None, acks=-1,
+            node, v.PRODUCE, 9, transactional_id=TXN_ID if transactional else None, acks=-1,
             timeout=datetime.timedelta(seconds=2), topic_data=(m.TopicProduceData(
                 name=TOPIC, partition_data=(m.PartitionProduceData(
                     index=index, records=records),)),))
@@ -383,6 +391,42 @@ class BrokerSimulation:
             if error == E.none:
                 self.acked.append((index, offset, value))
                 self.log(f"{value.decode()} at {TOPIC}-{index}@{offset}")
+
+    async def _idempotent_producer(self) -> None:
+        """Retries a batch until it is acknowledged (the same sequence number),
+        starting over with a new producer id when the broker says it must."""
+        pid = epoch = -1
+        seqs = [0] * PARTITIONS
+        n = 0
+        while True:
+            await self._pause()
+            node = self.any_node()
+            if pid < 0 and node is not None:
+                r = await self.request(node, v.INIT_PRODUCER_ID, 4, transactional_id=None,
+                                       transaction_timeout=datetime.timedelta(seconds=60),
+                                       producer_id=-1, producer_epoch=-1)
+                if r is not None and r.error_code == E.none:
+                    pid, epoch, seqs = r.producer_id, r.producer_epoch, [0] * PARTITIONS
+                continue
+            index = self.rng.randrange(PARTITIONS)
+            n += 1
+            value = b"i%d" % n
+            while pid >= 0:
+                leader = self.leader_of(TOPIC, index)
+                if leader is not None:
+                    error, offset = await self.produce(leader, index, value,
+                                                       (pid, epoch, seqs[index]))
+                    if error == E.none:
+                        seqs[index] += 1
+                        self.acked.append((index, offset, value))
+                        self.log(f"{value.decode()} at {TOPIC}-{index}@{offset}")
+                        break
+                    if error in (E.out_of_order_sequence_number, E.unknown_producer_id,
+                                 E.invalid_producer_epoch, E.producer_fenced):
+                        self.log(f"{value.decode()}: {error.name}, new producer id")
+                        pid = -1
+                        break
+                await self._pause()
 
     async def _committer(self) -> None:
         offset = 0
@@ -446,7 +490,8 @@ class BrokerSimulation:
                 value = b"x%d-%d" % (number, index)
                 error = E.request_timed_out
                 if leader is not None:
-                    error, _ = await self.produce(leader, index, value, (pid, epoch, seqs[index]))
+                    error, _ = await self.produce(leader, index, value, (pid, epoch, seqs[index]),
+                                                  transactional=True)
                 if error != E.none:
                     clean = False
                     break
@@ -550,11 +595,20 @@ class BrokerSimulation:
             if any(log != logs[0] for log in logs):
                 self.failures.append(f"replicas of {TOPIC}-{index} disagree")
             batches = dict(logs[0]) if logs else {}
+            copies: dict[bytes, int] = {}
+            for raw in batches.values():
+                for record in decode_batch(raw):
+                    if record.value is not None and record.value.startswith(b"i"):
+                        copies[record.value] = copies.get(record.value, 0) + 1
+            for copied, count in copies.items():
+                if count > 1:
+                    self.failures.append(f"idempotent produce {copied!r} written {count} "
+                                         f"times to {TOPIC}-{index}")
             for p, offset, value in self.acked:
                 if p != index:
                     continue
-                raw = batches.get(offset)
-                if raw is None or decode_batch(raw)[0].value != value:
+                found = batches.get(offset)
+                if found is None or decode_batch(found)[0].value != value:
                     self.failures.append(f"acknowledged produce lost: {value!r} at "
                                          f"{TOPIC}-{index} offset {offset}")
             self._collect_outcomes(batches, outcomes)
