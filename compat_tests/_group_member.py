@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
 import os
 import signal
 import sys
@@ -50,6 +51,25 @@ def _on_term(signum: int, frame: Any) -> None:
     STOP = True
 
 
+def kafka_python_learn_topics(consumer: Any, topics: list[str], timeout_s: float = 30.0) -> None:
+    """Before a kafka-python consumer's first ``poll()`` (which sends its first
+    JoinGroup), wait until its metadata knows the subscribed topics' partitions.
+
+    kafka-python 3.0.12 can orphan a finished rebalance (FINDINGS.md): a leader
+    that assigned from metadata lacking a topic rejoins once the metadata arrives,
+    with only its metadata snapshot saying so; if the ``poll()`` timer expires
+    while that JoinGroup/SyncGroup is in flight, the next ``poll()`` finds nothing
+    to rejoin for (the assignment took the new snapshot) and never applies the
+    SyncGroup answer: no partitions and no heartbeats until the session times out.
+    A member that knows its topics when it first joins does not rejoin for them."""
+    deadline = time.monotonic() + timeout_s
+    for topic in topics:
+        while not consumer.partitions_for_topic(topic):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"kafka-python never learned the partitions of {topic}")
+            time.sleep(0.05)
+
+
 def run_kafka_python(a: argparse.Namespace, out: Out) -> None:
     from kafka import KafkaConsumer, TopicPartition
     from kafka.structs import OffsetAndMetadata
@@ -61,6 +81,7 @@ def run_kafka_python(a: argparse.Namespace, out: Out) -> None:
         group_instance_id=a.instance_id, request_timeout_ms=30000,
     )
     try:
+        kafka_python_learn_topics(c, [a.topic])
         while not STOP:
             batch = c.poll(timeout_ms=200, max_records=a.max_records)
             out.assignment({tp.partition for tp in c.assignment()})
@@ -204,6 +225,8 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--strategy", default=None)
     ap.add_argument("--max-records", type=int, default=100)
     a = ap.parse_args(argv)
+    if level := os.environ.get("COMPAT_MEMBER_LOG_LEVEL"):  # client logs on stderr
+        logging.basicConfig(level=level, format="%(asctime)s %(threadName)s %(name)s %(message)s")
     signal.signal(signal.SIGTERM, _on_term)
     out = Out(a.out)
     out.line(f"# started {time.time():.3f} pid={os.getpid()} client={a.client}")
