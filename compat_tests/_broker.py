@@ -90,6 +90,7 @@ class Broker:
         self.proc: subprocess.Popen[bytes] | None = None
         self.starts = 0
         self.last_returncode: int | None = None
+        self._ready_offset = 0
 
     # -- properties -------------------------------------------------------------
 
@@ -116,7 +117,9 @@ class Broker:
 
     # -- lifecycle --------------------------------------------------------------
 
-    def start(self, timeout: float = START_TIMEOUT_S) -> Broker:
+    def start(self, timeout: float = START_TIMEOUT_S, wait: bool = True) -> Broker:
+        """Start the process and (``wait``) return once it is ready; else call
+        ``wait_ready`` later (a cluster starts its brokers side by side)."""
         if self.running:
             raise BrokerError(f"broker on {self.bootstrap} is already running (pid {self.pid})")
         self.data_dir.mkdir(parents=True, exist_ok=True)
@@ -139,7 +142,14 @@ class Broker:
                 start_new_session=True,  # a ^C on pytest must not reach the broker first
             )
         self.starts += 1
-        self._wait_ready(start_offset, timeout)
+        self._ready_offset = start_offset
+        if wait:
+            self.wait_ready(timeout)
+        return self
+
+    def wait_ready(self, timeout: float = START_TIMEOUT_S) -> Broker:
+        """Until the process started last printed its ready line and listens."""
+        self._wait_ready(self._ready_offset, timeout)
         return self
 
     def _wait_ready(self, start_offset: int, timeout: float) -> None:

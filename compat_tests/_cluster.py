@@ -41,7 +41,9 @@ class Cluster:
 
     def start(self) -> Cluster:
         for b in self.brokers.values():
-            b.start()
+            b.start(wait=False)
+        for b in self.brokers.values():
+            b.wait_ready()
         self.wait_for_controller()
         self.wait_for_brokers()
         return self
@@ -49,6 +51,12 @@ class Cluster:
     def close(self) -> None:
         for b in self.brokers.values():
             b.close()
+
+    def kill(self) -> None:
+        """SIGKILL every broker (a teardown that need not be graceful)."""
+        for b in self.brokers.values():
+            if b.running:
+                b.kill()
 
     def live_bootstrap(self) -> str:
         return ",".join(b.bootstrap for b in self.brokers.values() if b.running)

@@ -36,9 +36,12 @@ import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ._broker import REPO_ROOT
+
+if TYPE_CHECKING:
+    from ._deployment import Deployment
 
 TIMEOUT_S = 30.0
 #: broker flags of the transaction suites: timed-out transactions are found within 0.5 s
@@ -47,6 +50,7 @@ TXN_BROKER_ARGS = ("--set", "transaction.abort.timed.out.transaction.cleanup.int
 TXN_RECORDS = 1000        # records per transaction (about; a poll adds at most 500)
 ABORT_EVERY = 10          # every tenth transaction is aborted on purpose
 GIVE_UP_S = 150.0         # the copier exits non-zero after this long without progress
+EOS_CLUSTER_RECORDS = 40_000  # records of the copy in a cluster (no broker kill)
 
 
 # ---------------------------------------------------------------------------------
@@ -334,43 +338,52 @@ def check_exactly_once(label: str, counts: dict[int, int], committed: dict[int, 
 Reader = Callable[[str, str, int, bool, dict[int, int]], dict[int, list[OutRec]]]
 
 
-def run_exactly_once(client: str, broker: Any, workdir: Path, reader: Reader,
-                     total: int = 100_000, partitions: int = 6) -> dict[str, float]:
-    """The whole exactly-once scenario; returns timings. ``broker`` is a started
-    compat_tests._broker.Broker, ``reader`` reads a topic with the client under test."""
+def run_exactly_once(client: str, deployment: Deployment, workdir: Path, reader: Reader,
+                     total: int = 100_000, partitions: int = 6,
+                     kill: bool = True) -> dict[str, float]:
+    """The whole exactly-once scenario; returns timings. ``deployment`` is
+    started, ``reader`` reads a topic with the client under test. With
+    ``kill`` (a single node only) the broker is killed -9 and restarted once a
+    third is copied."""
     from ._broker import unique_topic
     from ._groups import create_topic
 
+    assert not (kill and deployment.is_cluster), "the kill -9 scenario is single-node"
+    bootstrap = deployment.bootstrap
     timings: dict[str, float] = {}
     t0 = time.monotonic()
     src, dst = unique_topic(f"eos-in-{client}"), unique_topic(f"eos-out-{client}")
-    create_topic(broker.bootstrap, src, partitions)
-    create_topic(broker.bootstrap, dst, partitions)
-    counts = produce_input(broker.bootstrap, src, partitions, total)
+    create_topic(bootstrap, src, partitions, deployment.replication)
+    create_topic(bootstrap, dst, partitions, deployment.replication)
+    counts = produce_input(bootstrap, src, partitions, total)
     timings["produce_input"] = time.monotonic() - t0
 
-    copier = CopierProc(client, broker.bootstrap, src, dst, partitions,
+    copier = CopierProc(client, bootstrap, src, dst, partitions,
                         unique_topic(f"eos-group-{client}"), unique_topic(f"eos-txn-{client}"),
                         workdir)
+    t_kill = before = None
     try:
         t1 = time.monotonic()
-        copier.wait_progress(total // 3, timeout=90.0)
-        timings["copy_first_third"] = time.monotonic() - t1
-        copier.wait_inside_txn(timeout=10.0)  # best effort: kill with records in flight
-        before = copier.summary().committed_records
-        t_kill = time.time()
-        broker.kill()
-        time.sleep(0.5)
-        t2 = time.monotonic()
-        broker.start()
-        timings["broker_restart"] = time.monotonic() - t2
+        if kill:
+            broker = deployment.brokers[0]
+            copier.wait_progress(total // 3, timeout=90.0)
+            timings["copy_first_third"] = time.monotonic() - t1
+            copier.wait_inside_txn(timeout=10.0)  # best effort: kill with records in flight
+            before = copier.summary().committed_records
+            t_kill = time.time()
+            broker.kill()
+            time.sleep(0.5)
+            t2 = time.monotonic()
+            broker.start()
+            timings["broker_restart"] = time.monotonic() - t2
         copier.wait_done(timeout=150.0)
         timings["copy_total"] = time.monotonic() - t1
         summary = copier.summary()
     finally:
         copier.kill()
     assert summary.done, f"{client}: copier exited without 'done': {summary.brief()}"
-    assert before < total, f"{client}: the copy finished before the broker was killed"
+    assert before is None or before < total, (
+        f"{client}: the copy finished before the broker was killed")
     assert len(summary.aborted_txns) >= 3, (
         f"{client}: expected several intentional aborts: {summary.brief()}")
     assert not summary.rewind_mismatches, (
@@ -378,19 +391,20 @@ def run_exactly_once(client: str, broker: Any, workdir: Path, reader: Reader,
         f"transaction's: {summary.rewind_mismatches[:3]}")
 
     t3 = time.monotonic()
-    hw = list_offsets(broker.bootstrap, dst, partitions, committed=False)
-    lso = list_offsets(broker.bootstrap, dst, partitions, committed=True)
+    hw = list_offsets(bootstrap, dst, partitions, committed=False)
+    lso = list_offsets(bootstrap, dst, partitions, committed=True)
     assert lso == hw, (f"{client}: no transaction is open any more, yet ListOffsets "
                        f"read_committed {lso} != read_uncommitted {hw}")
-    committed = reader(broker.bootstrap, dst, partitions, True, lso)
-    uncommitted = reader(broker.bootstrap, dst, partitions, False, hw)
+    committed = reader(bootstrap, dst, partitions, True, lso)
+    uncommitted = reader(bootstrap, dst, partitions, False, hw)
     timings["verify"] = time.monotonic() - t3
     check_exactly_once(f"{client} copier", counts, committed, uncommitted, summary)
-    # Was a transaction open when the broker died? (timing-dependent, reported only)
-    phases = [r for r in summary.rows if r["t"] <= t_kill
-              and r["event"] in ("begin", "produced", "offsets_sent", "commit", "abort")]
-    timings["killed_inside_txn"] = float(bool(phases) and phases[-1]["event"] != "commit"
-                                         and phases[-1]["event"] != "abort")
+    if t_kill is not None:
+        # Was a transaction open when the broker died? (timing-dependent, reported only)
+        phases = [r for r in summary.rows if r["t"] <= t_kill
+                  and r["event"] in ("begin", "produced", "offsets_sent", "commit", "abort")]
+        timings["killed_inside_txn"] = float(bool(phases) and phases[-1]["event"] != "commit"
+                                             and phases[-1]["event"] != "abort")
     timings["transactions_committed"] = summary.commits
     timings["intentional_aborts"] = len(summary.aborted_txns)
     timings["errors_survived"] = len(summary.errors)

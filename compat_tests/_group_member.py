@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
 import os
 import signal
 import sys
@@ -224,6 +225,8 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--strategy", default=None)
     ap.add_argument("--max-records", type=int, default=100)
     a = ap.parse_args(argv)
+    if level := os.environ.get("COMPAT_MEMBER_LOG_LEVEL"):  # client logs on stderr
+        logging.basicConfig(level=level, format="%(asctime)s %(threadName)s %(name)s %(message)s")
     signal.signal(signal.SIGTERM, _on_term)
     out = Out(a.out)
     out.line(f"# started {time.time():.3f} pid={os.getpid()} client={a.client}")

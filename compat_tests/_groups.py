@@ -19,11 +19,15 @@ import uuid
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from ._broker import REPO_ROOT
+
+if TYPE_CHECKING:
+    from ._deployment import Deployment
 
 TIMEOUT_S = 30.0
 
@@ -52,17 +56,21 @@ def wait_for(pred: Callable[[], object], timeout: float, what: Callable[[], str]
         time.sleep(interval)
 
 
-def create_topic(bootstrap: str, name: str, partitions: int) -> None:
+def create_topic(bootstrap: str, name: str, partitions: int, replication: int = 1) -> None:
+    """CreateTopics (librdkafka sends it to the controller); returns once
+    Metadata names a leader for every partition."""
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    futs = admin.create_topics([NewTopic(name, num_partitions=partitions, replication_factor=1)],
-                               operation_timeout=TIMEOUT_S, request_timeout=TIMEOUT_S)
+    futs = admin.create_topics(
+        [NewTopic(name, num_partitions=partitions, replication_factor=replication)],
+        operation_timeout=TIMEOUT_S, request_timeout=TIMEOUT_S)
     futs[name].result(timeout=TIMEOUT_S)
 
     def ready() -> bool:
         t = admin.list_topics(topic=name, timeout=TIMEOUT_S).topics.get(name)
-        return t is not None and t.error is None and len(t.partitions) == partitions
+        return (t is not None and t.error is None and len(t.partitions) == partitions
+                and all(p.leader >= 0 for p in t.partitions.values()))
 
-    wait_for(ready, TIMEOUT_S, f"topic {name} never showed {partitions} partitions")
+    wait_for(ready, TIMEOUT_S, f"topic {name} never showed {partitions} led partitions")
 
 
 def end_offsets(bootstrap: str, topic: str, partitions: int) -> dict[int, int]:
@@ -363,15 +371,15 @@ def _all_values(logs: Iterable[MemberLog]) -> set[bytes]:
     return {r.value for lg in logs for r in lg.records}
 
 
-def kill_member_scenario(client: str, broker: object, tmp: Path, count: int = 2400,
+def kill_member_scenario(client: str, broker: Deployment, tmp: Path, count: int = 2400,
                          extra: Sequence[str] = ()) -> None:
     """Three member processes under live production; kill -9 one; the survivors take
     its partitions within session.timeout.ms + margin and resume from its commits."""
-    bs = broker.bootstrap  # type: ignore[attr-defined]
+    bs = broker.bootstrap
     from ._broker import unique_topic
 
     topic, group = unique_topic(f"kill-{client}"), unique_group(f"kill-{client}")
-    create_topic(bs, topic, 6)
+    create_topic(bs, topic, 6, broker.replication)
     prod = BackgroundProducer(bs, topic, 6, count, rate=250)
     prod.start()
     args = ("--session-timeout-ms", str(SESSION_MS), "--heartbeat-ms", str(HEARTBEAT_MS), *extra)
@@ -452,15 +460,15 @@ def kill_member_scenario(client: str, broker: object, tmp: Path, count: int = 24
     assert not errs, f"{client}: survivors' synchronous commits failed: {errs[:5]}"
 
 
-def clean_leave_scenario(client: str, broker: object, tmp: Path, count: int = 2000,
+def clean_leave_scenario(client: str, broker: Deployment, tmp: Path, count: int = 2000,
                          extra: Sequence[str] = ()) -> None:
     """Two members with session.timeout.ms=30000; one closes cleanly (LeaveGroup):
     the other owns everything long before the session timeout, nothing lost or doubled."""
-    bs = broker.bootstrap  # type: ignore[attr-defined]
+    bs = broker.bootstrap
     from ._broker import unique_topic
 
     topic, group = unique_topic(f"leave-{client}"), unique_group(f"leave-{client}")
-    create_topic(bs, topic, 6)
+    create_topic(bs, topic, 6, broker.replication)
     prod = BackgroundProducer(bs, topic, 6, count, rate=250)
     prod.start()
     args = ("--session-timeout-ms", "30000", "--heartbeat-ms", "1000", *extra)

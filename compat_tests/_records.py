@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 Header = tuple[str, bytes]
@@ -11,6 +11,22 @@ Header = tuple[str, bytes]
 # Generous, bounded: a broken broker must fail a test, not hang the suite.
 TIMEOUT_S = 30.0
 TIMEOUT_MS = int(TIMEOUT_S * 1000)
+#: how long a reader waits for the high watermark to pass what acks=1 acknowledged
+HW_WAIT_S = 10.0
+
+
+def wait_for_ends(read: Callable[[], dict[int, int]], want: dict[int, int]) -> dict[int, int]:
+    """``read()`` (end offsets, i.e. high watermarks) once it equals ``want``, or
+    its last answer after ``HW_WAIT_S``. acks=1 (kafka-python's and aiokafka's
+    default) is answered after the leader's append; at replication factor 3 the
+    high watermark, all that consumers, end offsets and timestamp lookups see,
+    passes the batch once a follower has it, a moment later, as in Kafka."""
+    deadline = time.monotonic() + HW_WAIT_S
+    while True:
+        got = read()
+        if got == want or time.monotonic() > deadline:
+            return got
+        time.sleep(0.02)
 
 
 @dataclass(frozen=True)

@@ -4,10 +4,20 @@
   stop, kill or restart it.
 - ``module_broker``: one broker process per test module, shared by tests that only
   need a running broker (they use unique topic names).
-- ``gbroker``: one broker per module for the consumer-group suites (initial
-  rebalance delay 0, so groups form at once).
-- ``tbroker``: one broker per module for the transaction suites (timed-out
-  transactions are checked every 500 ms).
+- ``pbroker``, ``gbroker``, ``tbroker``: a ``Deployment`` (``_deployment.py``)
+  for the produce/consume suites (default settings), the consumer-group suites
+  (initial rebalance delay 0, so groups form at once) and the transaction suites
+  (also: timed-out transactions are checked every 500 ms), parametrized over a
+  single broker of the module and one of the session's 3-broker clusters, whose
+  topics (and internal topics) have replication factor 1 or 3 (kinds
+  ``single``, ``rf1``, ``rf3``; defaults ``PRODUCE_KINDS``, ``GROUP_KINDS``,
+  ``TXN_KINDS``). A test picks other kinds with
+  ``@pytest.mark.parametrize("pbroker", SINGLE_AND_RF3, indirect=True)``,
+  sharing the module's single broker. ``cluster_pool`` starts each cluster
+  kind once per session (``CLUSTER_BROKER_ARGS``) and kills it -9 after the
+  last test that uses it.
+  Tests that stop, kill or restart a broker use ``broker`` (or their own) and
+  stay single-node.
 - ``topic``: a unique topic name for the test.
 
 On failure the tail of the broker's stderr is attached to the report. With
@@ -21,10 +31,13 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from ._broker import Broker, unique_topic
+from ._cluster import Cluster
+from ._deployment import CLUSTER_BROKER_ARGS, GROUP_KINDS, PRODUCE_KINDS, TXN_KINDS, Deployment
 from ._eos import TXN_BROKER_ARGS
 from ._groups import FAST_BROKER_ARGS
 
@@ -56,14 +69,120 @@ def module_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
     yield from _module_broker(tmp_path_factory, "module-broker")
 
 
-@pytest.fixture(scope="module")
-def gbroker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
-    yield from _module_broker(tmp_path_factory, "groups-broker", FAST_BROKER_ARGS)
+class ClusterPool:
+    """The 3-broker clusters of the session, one per kind, started on first use
+    and shared by every module (tests use unique topic and group names); a
+    cluster a test left with a broker down is replaced. All run with
+    ``CLUSTER_BROKER_ARGS``. A cluster is killed once the last test of the
+    session that uses its kind is done (``last_use``): an idle cluster still
+    ticks its Raft groups, and the suites after it need the CPU."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.clusters: dict[str, Cluster] = {}
+        self.starts = 0
+        self.last_use: dict[str, str] = {}  # kind -> node id of its last test
+
+    def get(self, kind: str) -> Cluster:
+        cluster = self.clusters.get(kind)
+        if cluster is not None and all(b.running for b in cluster.brokers.values()):
+            return cluster
+        if cluster is not None:
+            cluster.kill()
+        self.starts += 1
+        cluster = Cluster(self.root / f"{kind}-{self.starts}",
+                          extra_args=(*Deployment.cluster_args(kind), *CLUSTER_BROKER_ARGS))
+        try:
+            cluster.start()
+        except BaseException:
+            cluster.kill()
+            raise
+        self.clusters[kind] = cluster
+        return cluster
+
+    def done_with(self, nodeid: str) -> None:
+        """A test finished: kill the clusters no later test uses."""
+        for kind, last in self.last_use.items():
+            if last == nodeid and kind in self.clusters:
+                self.clusters.pop(kind).kill()
+
+    def kill(self) -> None:
+        """SIGKILL: a graceful stop of three brokers costs seconds."""
+        for cluster in self.clusters.values():
+            cluster.kill()
 
 
-@pytest.fixture(scope="module")
-def tbroker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
-    yield from _module_broker(tmp_path_factory, "txn-broker", TXN_BROKER_ARGS)
+_POOL_KEY = pytest.StashKey[ClusterPool]()
+_LAST_USE_KEY = pytest.StashKey[dict[str, str]]()
+_DEPLOYMENT_FIXTURES = ("pbroker", "gbroker", "tbroker")
+
+
+def _cluster_kinds(item: pytest.Item) -> set[str]:
+    params = getattr(getattr(item, "callspec", None), "params", {})
+    return {params[f] for f in _DEPLOYMENT_FIXTURES if params.get(f, "single") != "single"}
+
+
+@pytest.hookimpl(trylast=True)  # after pytest has ordered (and deselected) the items
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    last_use: dict[str, str] = {}
+    for item in items:
+        for kind in _cluster_kinds(item):
+            last_use[kind] = item.nodeid
+    config.stash[_LAST_USE_KEY] = last_use
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None):  # type: ignore[no-untyped-def]
+    yield
+    pool = item.config.stash.get(_POOL_KEY, None)
+    if pool is not None:
+        pool.done_with(item.nodeid)
+
+
+@pytest.fixture(scope="session")
+def cluster_pool(request: pytest.FixtureRequest,
+                 tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterPool]:
+    pool = ClusterPool(tmp_path_factory.mktemp("clusters"))
+    pool.last_use = request.config.stash.get(_LAST_USE_KEY, {})
+    request.config.stash[_POOL_KEY] = pool
+    try:
+        yield pool
+    finally:
+        pool.kill()
+
+
+def _deployment(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory,
+                name: str, extra_args: tuple[str, ...]) -> Iterator[Deployment]:
+    """A single broker of the module (with ``extra_args``), or the session's
+    3-broker cluster of the kind (``ClusterPool``)."""
+    kind = request.param
+    if kind != "single":
+        yield Deployment.of_cluster(request.getfixturevalue("cluster_pool").get(kind), kind)
+        return
+    b = Broker(tmp_path_factory.mktemp(f"{name}-{kind}"), extra_args=extra_args)
+    b.start()
+    try:
+        yield Deployment.single(b)
+    finally:
+        b.close()
+
+
+@pytest.fixture(scope="module", params=PRODUCE_KINDS)
+def pbroker(request: pytest.FixtureRequest,
+            tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
+    yield from _deployment(request, tmp_path_factory, "produce", ())
+
+
+@pytest.fixture(scope="module", params=GROUP_KINDS)
+def gbroker(request: pytest.FixtureRequest,
+            tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
+    yield from _deployment(request, tmp_path_factory, "groups", FAST_BROKER_ARGS)
+
+
+@pytest.fixture(scope="module", params=TXN_KINDS)
+def tbroker(request: pytest.FixtureRequest,
+            tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
+    yield from _deployment(request, tmp_path_factory, "txn", TXN_BROKER_ARGS)
 
 
 @pytest.fixture
@@ -75,8 +194,10 @@ def _brokers_of(item: pytest.Item) -> list[Broker]:
     funcargs = getattr(item, "funcargs", None) or {}
     seen: list[Broker] = []
     for value in funcargs.values():
-        if isinstance(value, Broker) and all(value is not b for b in seen):
-            seen.append(value)
+        found = value.brokers if isinstance(value, Deployment) else (value,)
+        for b in found:
+            if isinstance(b, Broker) and all(b is not s for s in seen):
+                seen.append(b)
     return seen
 
 

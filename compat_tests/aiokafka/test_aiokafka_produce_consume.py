@@ -1,5 +1,7 @@
 """aiokafka 0.14 against a real kcompat broker: admin create, produce, consume,
-codecs, default and idempotent producers, offsets by timestamp, durability."""
+codecs, default and idempotent producers, offsets by timestamp, durability.
+Tests on ``pbroker`` also run in a 3-broker cluster at replication factor 1 or (those
+marked) 3 (conftest.py); those that stop or kill the broker stay on a single node."""
 
 from __future__ import annotations
 
@@ -13,8 +15,10 @@ from aiokafka.admin import AIOKafkaAdminClient, NewPartitions, NewTopic, Records
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
 from .._broker import Broker
+from .._deployment import SINGLE_AND_RF3, Deployment
 from .._records import (
     CODEC_IDS,
+    HW_WAIT_S,
     TIMEOUT_MS,
     TIMEOUT_S,
     Rec,
@@ -44,12 +48,14 @@ def run(coro_fn: Callable[[], Awaitable[T]], timeout: float = 90.0) -> T:
     return asyncio.run(bounded())
 
 
-async def create_topic(bs: str, name: str, partitions: int = 3) -> list[Any]:
+async def create_topic(bs: str, name: str, partitions: int = 3,
+                       replication: int = 1) -> list[Any]:
     admin = AIOKafkaAdminClient(bootstrap_servers=bs, request_timeout_ms=TIMEOUT_MS)
     await admin.start()
     try:
         resp = await admin.create_topics(
-            [NewTopic(name, num_partitions=partitions, replication_factor=1)], timeout_ms=TIMEOUT_MS)
+            [NewTopic(name, num_partitions=partitions, replication_factor=replication)],
+            timeout_ms=TIMEOUT_MS)
         errors = list(resp.topic_errors)
         assert [(e[0], e[1]) for e in errors] == [(name, 0)], f"{CLIENT}: CreateTopics answered {errors}"
         # Metadata shows the partitions (poll: creation may propagate asynchronously).
@@ -88,6 +94,19 @@ async def produce(bs: str, topic: str, recs: list[Rec], **cfg: Any) -> list[Any]
     return metas
 
 
+async def wait_for_ends_async(c: AIOKafkaConsumer, tps: list[TopicPartition],
+                              want: dict[int, int]) -> dict[int, int]:
+    """``_records.wait_for_ends`` with aiokafka: the end offsets once they are
+    ``want`` (acks=1, aiokafka's default, does not wait for the followers)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + HW_WAIT_S
+    while True:
+        got = {tp.partition: o for tp, o in (await c.end_offsets(tps)).items()}
+        if got == want or loop.time() > deadline:
+            return got
+        await asyncio.sleep(0.02)
+
+
 async def consume_all(bs: str, topic: str, partitions: list[int],
                       expect_end: dict[int, int] | None = None) -> list[Seen]:
     c = AIOKafkaConsumer(bootstrap_servers=bs, group_id=None, enable_auto_commit=False,
@@ -99,8 +118,9 @@ async def consume_all(bs: str, topic: str, partitions: list[int],
         await c.seek_to_beginning(*tps)
         ends = await c.end_offsets(tps)
         if expect_end is not None:
-            got = {tp.partition: o for tp, o in ends.items()}
+            got = await wait_for_ends_async(c, tps, expect_end)
             assert got == expect_end, f"{CLIENT}: end_offsets {got}, expected {expect_end}"
+            ends = {TopicPartition(topic, p): o for p, o in got.items()}
         seen: list[Seen] = []
         pos = {tp: 0 for tp in tps}
         loop = asyncio.get_running_loop()
@@ -123,15 +143,16 @@ async def consume_all(bs: str, topic: str, partitions: list[int],
 # -- tests ----------------------------------------------------------------------
 
 
-def test_admin_create_and_already_exists(module_broker: Broker, topic: str) -> None:
-    bs = module_broker.bootstrap
+def test_admin_create_and_already_exists(pbroker: Deployment, topic: str) -> None:
+    bs = pbroker.bootstrap
 
     async def scenario() -> list[Any]:
-        await create_topic(bs, topic, 3)
+        await create_topic(bs, topic, 3, replication=pbroker.replication)
         admin = AIOKafkaAdminClient(bootstrap_servers=bs, request_timeout_ms=TIMEOUT_MS)
         await admin.start()
         try:
-            resp = await admin.create_topics([NewTopic(topic, 3, 1)], timeout_ms=TIMEOUT_MS)
+            resp = await admin.create_topics([NewTopic(topic, 3, pbroker.replication)],
+                                             timeout_ms=TIMEOUT_MS)
             names = await admin.list_topics()
             assert topic in names, f"{CLIENT}: list_topics {names}"
             return list(resp.topic_errors)
@@ -144,25 +165,27 @@ def test_admin_create_and_already_exists(module_broker: Broker, topic: str) -> N
     )
 
 
-def test_round_trip_keys_headers_timestamps(module_broker: Broker, topic: str) -> None:
-    bs = module_broker.bootstrap
+@pytest.mark.parametrize("pbroker", SINGLE_AND_RF3, indirect=True)
+def test_round_trip_keys_headers_timestamps(pbroker: Deployment, topic: str) -> None:
+    bs = pbroker.bootstrap
     recs = golden_records(3)
     counts = {p: len(rs) for p, rs in by_partition(recs).items()}
 
     async def scenario() -> list[Seen]:
-        await create_topic(bs, topic, 3)
+        await create_topic(bs, topic, 3, replication=pbroker.replication)
         await produce(bs, topic, recs)  # aiokafka defaults: acks=1, not idempotent
         return await consume_all(bs, topic, [0, 1, 2], expect_end=counts)
 
     assert_round_trip(recs, run(scenario), CLIENT)
 
 
-def test_idempotent_producer(module_broker: Broker, topic: str) -> None:
-    bs = module_broker.bootstrap
+@pytest.mark.parametrize("pbroker", SINGLE_AND_RF3, indirect=True)
+def test_idempotent_producer(pbroker: Deployment, topic: str) -> None:
+    bs = pbroker.bootstrap
     recs = golden_records(3)
 
     async def scenario() -> tuple[Any, list[Seen]]:
-        await create_topic(bs, topic, 3)
+        await create_topic(bs, topic, 3, replication=pbroker.replication)
         p = AIOKafkaProducer(bootstrap_servers=bs, enable_idempotence=True,
                              request_timeout_ms=TIMEOUT_MS)
         await p.start()
@@ -182,37 +205,40 @@ def test_idempotent_producer(module_broker: Broker, topic: str) -> None:
 
 
 @pytest.mark.parametrize("codec", ["gzip", "snappy", "lz4", "zstd"])
-def test_compression_codec(module_broker: Broker, topic: str, codec: str) -> None:
-    bs = module_broker.bootstrap
+def test_compression_codec(pbroker: Deployment, topic: str, codec: str) -> None:
+    bs = pbroker.bootstrap
     recs = compressible_records(300)
 
     async def scenario() -> list[Seen]:
-        await create_topic(bs, topic, 1)
+        await create_topic(bs, topic, 1, replication=pbroker.replication)
         await produce(bs, topic, recs, compression_type=codec, linger_ms=20)
         return await consume_all(bs, topic, [0], expect_end={0: len(recs)})
 
     assert_round_trip(recs, run(scenario), f"{CLIENT} {codec}")
-    stored = module_broker.stored_codecs(topic, 0)
+    stored = pbroker.stored_codecs(topic, 0)
     assert stored and set(stored) == {CODEC_IDS[codec]}, (
         f"{CLIENT}: batches on disk have codecs {sorted(set(stored))}, expected only {codec}"
     )
 
 
-def test_offsets_for_times(module_broker: Broker, topic: str) -> None:
-    bs = module_broker.bootstrap
+@pytest.mark.parametrize("pbroker", SINGLE_AND_RF3, indirect=True)
+def test_offsets_for_times(pbroker: Deployment, topic: str) -> None:
+    bs = pbroker.bootstrap
     base = base_timestamp()
     recs = [Rec(1, f"k{i}".encode(), f"v{i}".encode(), (), base + i * 1000) for i in range(10)]
     recs.append(Rec(2, b"only", b"one", (), base))
     tp0, tp1, tp2 = (TopicPartition(topic, i) for i in range(3))
 
     async def scenario() -> dict[str, Any]:
-        await create_topic(bs, topic, 3)
+        await create_topic(bs, topic, 3, replication=pbroker.replication)
         await produce(bs, topic, recs)
         c = AIOKafkaConsumer(bootstrap_servers=bs, group_id=None, enable_auto_commit=False,
                              request_timeout_ms=TIMEOUT_MS)
         await c.start()
         try:
             out: dict[str, Any] = {}
+            # timestamp lookups search below the high watermark (acks=1: wait for it)
+            await wait_for_ends_async(c, [tp0, tp1, tp2], {0: 0, 1: 10, 2: 1})
             for ts in (base - 5000, base, base + 1, base + 2500, base + 9000, base + 9001):
                 out[f"single{ts - base:+d}"] = (await c.offsets_for_times({tp1: ts}))[tp1]
             out["multi"] = await c.offsets_for_times({tp0: base, tp1: base + 2500, tp2: base})
@@ -238,8 +264,8 @@ def test_offsets_for_times(module_broker: Broker, topic: str) -> None:
     assert out["end"] == {tp0: 0, tp1: 10, tp2: 1}, f"{CLIENT}: {out['end']}"
 
 
-def test_auto_create_on_send(module_broker: Broker, topic: str) -> None:
-    bs = module_broker.bootstrap
+def test_auto_create_on_send(pbroker: Deployment, topic: str) -> None:
+    bs = pbroker.bootstrap
 
     async def scenario() -> tuple[Any, list[Seen]]:
         p = AIOKafkaProducer(bootstrap_servers=bs, request_timeout_ms=TIMEOUT_MS)
@@ -256,15 +282,16 @@ def test_auto_create_on_send(module_broker: Broker, topic: str) -> None:
     assert [(s.key, s.value) for s in seen] == [(b"k", b"auto")]
 
 
-def test_log_append_time_topic(module_broker: Broker, topic: str) -> None:
-    bs = module_broker.bootstrap
+def test_log_append_time_topic(pbroker: Deployment, topic: str) -> None:
+    bs = pbroker.bootstrap
 
     async def scenario() -> tuple[int, int, list[Seen]]:
         admin = AIOKafkaAdminClient(bootstrap_servers=bs, request_timeout_ms=TIMEOUT_MS)
         await admin.start()
         try:
             resp = await admin.create_topics([NewTopic(
-                topic, 1, 1, topic_configs={"message.timestamp.type": "LogAppendTime"})])
+                topic, 1, pbroker.replication,
+                topic_configs={"message.timestamp.type": "LogAppendTime"})])
             assert [e[1] for e in resp.topic_errors] == [0], f"{CLIENT}: {resp.topic_errors}"
         finally:
             await admin.close()
@@ -282,11 +309,12 @@ def test_log_append_time_topic(module_broker: Broker, topic: str) -> None:
         )
 
 
-def test_fetch_out_of_range_resets_to_earliest(module_broker: Broker, topic: str) -> None:
-    bs = module_broker.bootstrap
+@pytest.mark.parametrize("pbroker", SINGLE_AND_RF3, indirect=True)
+def test_fetch_out_of_range_resets_to_earliest(pbroker: Deployment, topic: str) -> None:
+    bs = pbroker.bootstrap
 
     async def scenario() -> list[int]:
-        await create_topic(bs, topic, 1)
+        await create_topic(bs, topic, 1, replication=pbroker.replication)
         await produce(bs, topic, [Rec(0, None, f"r{i}".encode(), (), base_timestamp() + i)
                                   for i in range(5)])
         c = AIOKafkaConsumer(bootstrap_servers=bs, group_id=None, enable_auto_commit=False,
@@ -308,16 +336,29 @@ def test_fetch_out_of_range_resets_to_earliest(module_broker: Broker, topic: str
     assert run(scenario, timeout=TIMEOUT_S) == [0, 1, 2, 3, 4]
 
 
-def test_admin_round_trip(module_broker: Broker, topic: str) -> None:
+@pytest.mark.parametrize("pbroker", SINGLE_AND_RF3, indirect=True)
+def test_admin_round_trip(pbroker: Deployment, topic: str) -> None:
     """AIOKafkaAdminClient's older API versions: configs, partitions, records, delete."""
-    bs = module_broker.bootstrap
+    bs = pbroker.bootstrap
     tp0 = TopicPartition(topic, 0)
 
-    async def describe(admin: AIOKafkaAdminClient) -> dict[str, Any]:
-        (resp,) = await admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, topic)])
-        (res,) = resp.to_object()["resources"]
+    async def describe(admin: AIOKafkaAdminClient, retention_ms: str) -> dict[str, Any]:
+        """DescribeConfigs, polled until it shows ``retention_ms``: any broker answers
+        from its metadata image, which follows the controller's answer to CreateTopics
+        or AlterConfigs by a moment in a cluster (as in Kafka)."""
+        deadline = asyncio.get_running_loop().time() + TIMEOUT_S
+        while True:
+            (resp,) = await admin.describe_configs(
+                [ConfigResource(ConfigResourceType.TOPIC, topic)])
+            (res,) = resp.to_object()["resources"]
+            entries = {e["config_names"]: e for e in res["config_entries"]}
+            shown = entries.get("retention.ms", {}).get("config_value")
+            if (res["error_code"] == 0 and shown == retention_ms
+                    or asyncio.get_running_loop().time() > deadline):
+                break
+            await asyncio.sleep(0.1)
         assert res["error_code"] == 0, f"{CLIENT}: DescribeConfigs {res}"
-        return {e["config_names"]: e for e in res["config_entries"]}
+        return entries
 
     async def scenario() -> dict[str, Any]:
         out: dict[str, Any] = {}
@@ -325,19 +366,28 @@ def test_admin_round_trip(module_broker: Broker, topic: str) -> None:
         await admin.start()
         try:
             resp = await admin.create_topics([NewTopic(
-                topic, 3, 1, topic_configs={"retention.ms": "86400000", "cleanup.policy": "delete"})])
+                topic, 3, pbroker.replication,
+                topic_configs={"retention.ms": "86400000", "cleanup.policy": "delete"})])
             out["create"] = [(e[0], e[1]) for e in resp.topic_errors]
-            out["described"] = await describe(admin)
+            out["described"] = await describe(admin, "86400000")
             (alter,) = await admin.alter_configs(
                 [ConfigResource(ConfigResourceType.TOPIC, topic, configs={"retention.ms": "3600000"})])
             out["alter"] = [r["error_code"] for r in alter.to_object()["resources"]]
-            out["after_alter"] = await describe(admin)
+            out["after_alter"] = await describe(admin, "3600000")
             resp = await admin.create_partitions({topic: NewPartitions(5)})
             out["partitions"] = [(e[0], e[1]) for e in resp.topic_errors]
-            (t,) = await admin.describe_topics([topic])
+            # Metadata may come from a broker that applies the change a moment after
+            # the controller answered (as in Kafka): poll, as for the creation.
+            deadline = asyncio.get_running_loop().time() + TIMEOUT_S
+            while len((t := (await admin.describe_topics([topic]))[0])["partitions"]) < 5:
+                if asyncio.get_running_loop().time() > deadline:
+                    break
+                await asyncio.sleep(0.1)
             out["partition_count"] = len(t["partitions"])
+            # acks=all: DeleteRecords may not go past the high watermark (Kafka answers
+            # OFFSET_OUT_OF_RANGE), which an acks=1 answer does not wait for at RF 3.
             await produce(bs, topic, [Rec(0, None, f"r{i}".encode(), (), base_timestamp() + i)
-                                      for i in range(6)])
+                                      for i in range(6)], acks="all")
             out["delete_records"] = await admin.delete_records({tp0: RecordsToDelete(4)})
             resp = await admin.delete_topics([topic])
             out["delete"] = [(e[0], e[1]) for e in resp.topic_error_codes]

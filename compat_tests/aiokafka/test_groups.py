@@ -1,5 +1,11 @@
 """aiokafka 0.14 consumer groups against a real kcompat broker: 3 members in one
-asyncio loop under live production, kill -9 and clean leave of a member process."""
+asyncio loop under live production, kill -9 and clean leave of a member process.
+
+Every test also runs in a 3-broker cluster at replication factor 1 (conftest.py,
+``GROUP_KINDS``), except two timed scenarios: clean leave runs at replication factor
+3 instead, kill -9 of a member (session expiry, the coordinator's alone) on a single
+node only.
+"""
 
 from __future__ import annotations
 
@@ -11,7 +17,8 @@ from typing import Any
 import pytest
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 
-from .._broker import Broker, unique_topic
+from .._broker import unique_topic
+from .._deployment import SINGLE_AND_RF3, SINGLE_ONLY, Deployment
 from .._groups import (
     HEARTBEAT_MS,
     SESSION_MS,
@@ -113,10 +120,10 @@ async def wait_until(pred: Any, timeout: float, what: Any, members: list[Member]
         await asyncio.sleep(0.05)
 
 
-def test_three_members_consume_exactly_once(gbroker: Broker) -> None:
+def test_three_members_consume_exactly_once(gbroker: Deployment) -> None:
     bs = gbroker.bootstrap
     topic, group = unique_topic("aio-group3"), unique_group("aio-group3")
-    create_topic(bs, topic, 6)
+    create_topic(bs, topic, 6, gbroker.replication)
     prod = BackgroundProducer(bs, topic, 6, 3000, rate=500)
     ledger = Ledger()
 
@@ -162,9 +169,11 @@ def test_three_members_consume_exactly_once(gbroker: Broker) -> None:
     assert got == ends, f"{CLIENT}: committed {got} != end offsets {ends}"
 
 
-def test_kill9_member_partitions_taken_over(gbroker: Broker, tmp_path: Path) -> None:
+@pytest.mark.parametrize("gbroker", SINGLE_ONLY, indirect=True)
+def test_kill9_member_partitions_taken_over(gbroker: Deployment, tmp_path: Path) -> None:
     kill_member_scenario("aiokafka", gbroker, tmp_path)
 
 
-def test_clean_leave_rebalances_immediately(gbroker: Broker, tmp_path: Path) -> None:
+@pytest.mark.parametrize("gbroker", SINGLE_AND_RF3, indirect=True)
+def test_clean_leave_rebalances_immediately(gbroker: Deployment, tmp_path: Path) -> None:
     clean_leave_scenario("aiokafka", gbroker, tmp_path)

@@ -28,10 +28,11 @@ def admin_client(bootstrap: str) -> AdminClient:
 
 
 def create_topic(bootstrap: str, name: str, partitions: int = 3,
-                 config: dict[str, str] | None = None) -> None:
+                 config: dict[str, str] | None = None, replication: int = 1) -> None:
     admin = admin_client(bootstrap)
     futs = admin.create_topics(
-        [NewTopic(name, num_partitions=partitions, replication_factor=1, config=config or {})],
+        [NewTopic(name, num_partitions=partitions, replication_factor=replication,
+                  config=config or {})],
         operation_timeout=TIMEOUT_S, request_timeout=TIMEOUT_S,
     )
     futs[name].result(timeout=TIMEOUT_S)  # raises KafkaException on a broker error

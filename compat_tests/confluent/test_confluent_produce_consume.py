@@ -1,5 +1,7 @@
 """confluent-kafka (librdkafka 2.x) against a real kcompat broker: produce, consume,
-codecs, default and idempotent producers, offsets by timestamp, durability."""
+codecs, default and idempotent producers, offsets by timestamp, durability.
+Tests on ``pbroker`` also run in a 3-broker cluster at replication factor 1 or (those
+marked) 3 (conftest.py); those that stop or kill the broker stay on a single node."""
 
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ from confluent_kafka import (
 )
 
 from .._broker import Broker
+from .._deployment import SINGLE_AND_RF3, Deployment
 from .._records import (
     CODEC_IDS,
     TIMEOUT_S,
@@ -35,9 +38,10 @@ from ._helpers import CLIENT, Deliveries, consume_all, consumer, create_topic, p
 pytestmark = pytest.mark.timeout(120)
 
 
-def test_round_trip_keys_headers_timestamps_idempotent(module_broker: Broker, topic: str) -> None:
-    bs = module_broker.bootstrap
-    create_topic(bs, topic, partitions=3)
+@pytest.mark.parametrize("pbroker", SINGLE_AND_RF3, indirect=True)
+def test_round_trip_keys_headers_timestamps_idempotent(pbroker: Deployment, topic: str) -> None:
+    bs = pbroker.bootstrap
+    create_topic(bs, topic, partitions=3, replication=pbroker.replication)
     recs = golden_records(3)
     p = Producer({"bootstrap.servers": bs, "enable.idempotence": True})
     produce_recs(p, topic, recs)
@@ -46,10 +50,11 @@ def test_round_trip_keys_headers_timestamps_idempotent(module_broker: Broker, to
     assert_round_trip(recs, seen, CLIENT)
 
 
-def test_round_trip_default_producer(module_broker: Broker, topic: str) -> None:
+@pytest.mark.parametrize("pbroker", SINGLE_AND_RF3, indirect=True)
+def test_round_trip_default_producer(pbroker: Deployment, topic: str) -> None:
     """librdkafka defaults: acks=all, not idempotent, linger 5 ms."""
-    bs = module_broker.bootstrap
-    create_topic(bs, topic, partitions=3)
+    bs = pbroker.bootstrap
+    create_topic(bs, topic, partitions=3, replication=pbroker.replication)
     recs = golden_records(3)
     p = Producer({"bootstrap.servers": bs})
     produce_recs(p, topic, recs)
@@ -57,11 +62,12 @@ def test_round_trip_default_producer(module_broker: Broker, topic: str) -> None:
     assert_round_trip(recs, seen, f"{CLIENT} (default producer)")
 
 
-def test_idempotent_producer_gets_producer_id(module_broker: Broker, topic: str) -> None:
+@pytest.mark.parametrize("pbroker", SINGLE_AND_RF3, indirect=True)
+def test_idempotent_producer_gets_producer_id(pbroker: Deployment, topic: str) -> None:
     """enable.idempotence=true: librdkafka must reach idempotence state Assigned
     (InitProducerId answered), and deliver everything in order."""
-    bs = module_broker.bootstrap
-    create_topic(bs, topic, partitions=1)
+    bs = pbroker.bootstrap
+    create_topic(bs, topic, partitions=1, replication=pbroker.replication)
     stats: list[dict[str, Any]] = []
     errors: list[str] = []
     p = Producer({
@@ -88,23 +94,24 @@ def test_idempotent_producer_gets_producer_id(module_broker: Broker, topic: str)
 
 
 @pytest.mark.parametrize("codec", ["gzip", "snappy", "lz4", "zstd"])
-def test_compression_codec(module_broker: Broker, topic: str, codec: str) -> None:
-    bs = module_broker.bootstrap
-    create_topic(bs, topic, partitions=1)
+def test_compression_codec(pbroker: Deployment, topic: str, codec: str) -> None:
+    bs = pbroker.bootstrap
+    create_topic(bs, topic, partitions=1, replication=pbroker.replication)
     recs = compressible_records(300)
     p = Producer({"bootstrap.servers": bs, "compression.type": codec, "linger.ms": 20})
     produce_recs(p, topic, recs)
     seen = consume_all(bs, topic, [0], expect_end={0: len(recs)})
     assert_round_trip(recs, seen, f"{CLIENT} {codec}")
-    stored = module_broker.stored_codecs(topic, 0)
+    stored = pbroker.stored_codecs(topic, 0)
     assert stored and set(stored) == {CODEC_IDS[codec]}, (
         f"{CLIENT}: batches on disk have codecs {sorted(set(stored))}, expected only {codec}"
     )
 
 
-def test_offsets_for_times(module_broker: Broker, topic: str) -> None:
-    bs = module_broker.bootstrap
-    create_topic(bs, topic, partitions=3)
+@pytest.mark.parametrize("pbroker", SINGLE_AND_RF3, indirect=True)
+def test_offsets_for_times(pbroker: Deployment, topic: str) -> None:
+    bs = pbroker.bootstrap
+    create_topic(bs, topic, partitions=3, replication=pbroker.replication)
     base = base_timestamp()
     recs = [Rec(1, f"k{i}".encode(), f"v{i}".encode(), (), base + i * 1000) for i in range(10)]
     recs.append(Rec(2, b"only", b"one", (), base))
@@ -243,9 +250,10 @@ def test_broker_stops_while_producing(broker: Broker, topic: str, how: str) -> N
 # -- Kafka behaviours a client can observe ------------------------------------------
 
 
-def test_null_and_empty_header_values(module_broker: Broker, topic: str) -> None:
-    bs = module_broker.bootstrap
-    create_topic(bs, topic, partitions=1)
+@pytest.mark.parametrize("pbroker", SINGLE_AND_RF3, indirect=True)
+def test_null_and_empty_header_values(pbroker: Deployment, topic: str) -> None:
+    bs = pbroker.bootstrap
+    create_topic(bs, topic, partitions=1, replication=pbroker.replication)
     p = Producer({"bootstrap.servers": bs})
     dr = Deliveries()
     p.produce(topic, value=b"v", partition=0, on_delivery=dr,
@@ -274,8 +282,8 @@ def _poll_one(c: Any) -> Any:
     raise AssertionError(f"{CLIENT}: no message within {TIMEOUT_S}s")
 
 
-def test_auto_create_on_produce(module_broker: Broker, topic: str) -> None:
-    bs = module_broker.bootstrap
+def test_auto_create_on_produce(pbroker: Deployment, topic: str) -> None:
+    bs = pbroker.bootstrap
     p = Producer({"bootstrap.servers": bs})
     dr = Deliveries()
     p.produce(topic, key=b"k", value=b"auto", on_delivery=dr)
@@ -298,24 +306,26 @@ def _delivery_error(bs: str, topic: str, **produce_kwargs: Any) -> Any:
     return err
 
 
-def test_record_larger_than_max_message_bytes_is_rejected(module_broker: Broker, topic: str) -> None:
-    bs = module_broker.bootstrap
-    create_topic(bs, topic, partitions=1, config={"max.message.bytes": "10000"})
+def test_record_larger_than_max_message_bytes_is_rejected(pbroker: Deployment, topic: str) -> None:
+    bs = pbroker.bootstrap
+    create_topic(bs, topic, partitions=1, replication=pbroker.replication,
+                 config={"max.message.bytes": "10000"})
     err = _delivery_error(bs, topic, value=b"x" * 50_000)
     assert err.code() == KafkaError.MSG_SIZE_TOO_LARGE, f"{CLIENT}: got {err}"
 
 
-def test_timestamp_too_far_in_future_is_rejected(module_broker: Broker, topic: str) -> None:
+def test_timestamp_too_far_in_future_is_rejected(pbroker: Deployment, topic: str) -> None:
     """Kafka 4 default message.timestamp.after.max.ms = 1 hour (KIP-1030)."""
-    bs = module_broker.bootstrap
-    create_topic(bs, topic, partitions=1)
+    bs = pbroker.bootstrap
+    create_topic(bs, topic, partitions=1, replication=pbroker.replication)
     err = _delivery_error(bs, topic, value=b"future", timestamp=now_ms() + 2 * 3_600_000)
     assert err.code() == KafkaError.INVALID_TIMESTAMP, f"{CLIENT}: got {err}"
 
 
-def test_log_append_time_topic(module_broker: Broker, topic: str) -> None:
-    bs = module_broker.bootstrap
-    create_topic(bs, topic, partitions=1, config={"message.timestamp.type": "LogAppendTime"})
+def test_log_append_time_topic(pbroker: Deployment, topic: str) -> None:
+    bs = pbroker.bootstrap
+    create_topic(bs, topic, partitions=1, replication=pbroker.replication,
+                 config={"message.timestamp.type": "LogAppendTime"})
     p = Producer({"bootstrap.servers": bs})
     dr = Deliveries()
     t0 = now_ms()
@@ -335,10 +345,10 @@ def test_log_append_time_topic(module_broker: Broker, topic: str) -> None:
         (1, m.timestamp()[1]) for m in dr.ok], f"{CLIENT}: consumed {seen}"
 
 
-def test_tiny_fetch_sizes_still_progress(module_broker: Broker, topic: str) -> None:
+def test_tiny_fetch_sizes_still_progress(pbroker: Deployment, topic: str) -> None:
     """KIP-74: the first batch comes back even when it exceeds the fetch sizes."""
-    bs = module_broker.bootstrap
-    create_topic(bs, topic, partitions=1)
+    bs = pbroker.bootstrap
+    create_topic(bs, topic, partitions=1, replication=pbroker.replication)
     recs = golden_records(3)
     recs = [Rec(0, r.key, r.value, r.headers, r.timestamp) for r in recs]
     produce_recs(Producer({"bootstrap.servers": bs, "linger.ms": 0}), topic, recs)
@@ -353,9 +363,10 @@ def test_tiny_fetch_sizes_still_progress(module_broker: Broker, topic: str) -> N
         (i, r.key, r.value) for i, r in enumerate(recs)], f"{CLIENT}: tiny fetch sizes"
 
 
-def test_fetch_out_of_range(module_broker: Broker, topic: str) -> None:
-    bs = module_broker.bootstrap
-    create_topic(bs, topic, partitions=1)
+@pytest.mark.parametrize("pbroker", SINGLE_AND_RF3, indirect=True)
+def test_fetch_out_of_range(pbroker: Deployment, topic: str) -> None:
+    bs = pbroker.bootstrap
+    create_topic(bs, topic, partitions=1, replication=pbroker.replication)
     produce_recs(Producer({"bootstrap.servers": bs}), topic,
                  [Rec(0, None, f"r{i}".encode(), (), base_timestamp() + i) for i in range(5)])
     c = consumer(bs, **{"auto.offset.reset": "error"})
@@ -407,15 +418,16 @@ def test_consumer_and_producer_survive_broker_restart(broker: Broker, topic: str
         c.close()
 
 
-def test_seek_and_time_lookup_inside_a_compressed_batch(module_broker: Broker, topic: str) -> None:
-    bs = module_broker.bootstrap
-    create_topic(bs, topic, partitions=1)
+@pytest.mark.parametrize("pbroker", SINGLE_AND_RF3, indirect=True)
+def test_seek_and_time_lookup_inside_a_compressed_batch(pbroker: Deployment, topic: str) -> None:
+    bs = pbroker.bootstrap
+    create_topic(bs, topic, partitions=1, replication=pbroker.replication)
     base = base_timestamp()
     recs = [Rec(0, f"k{i}".encode(), f"v{i}".encode() + b"x" * 200, (), base + i * 1000)
             for i in range(10)]
     produce_recs(Producer({"bootstrap.servers": bs, "compression.type": "zstd", "linger.ms": 200}),
                  topic, recs)
-    assert module_broker.stored_codecs(topic, 0) == [4], "test set-up: expected one zstd batch"
+    assert pbroker.stored_codecs(topic, 0) == [4], "test set-up: expected one zstd batch"
     c = consumer(bs)
     try:
         (got,) = c.offsets_for_times([TopicPartition(topic, 0, base + 4500)], timeout=TIMEOUT_S)

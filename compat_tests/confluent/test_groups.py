@@ -1,7 +1,13 @@
 """confluent-kafka (librdkafka 2.x) consumer groups against a real kcompat broker:
 3 members under live production with the range (eager) and cooperative-sticky
 (incremental) assignors, kill -9 and clean leave of a member, group admin, and
-static membership."""
+static membership.
+
+Every test also runs in a 3-broker cluster at replication factor 1 (conftest.py,
+``GROUP_KINDS``), except two timed scenarios: clean leave runs at replication factor
+3 instead, kill -9 of a member (session expiry, the coordinator's alone) on a single
+node only.
+"""
 
 from __future__ import annotations
 
@@ -20,7 +26,8 @@ from confluent_kafka import (
 )
 from confluent_kafka.admin import AdminClient
 
-from .._broker import Broker, unique_topic
+from .._broker import unique_topic
+from .._deployment import SINGLE_AND_RF3, SINGLE_ONLY, Deployment
 from .._groups import (
     HEARTBEAT_MS,
     SESSION_MS,
@@ -162,10 +169,10 @@ def describe(members: list[Member]) -> str:
 
 
 @pytest.mark.parametrize("strategy", ["range", "cooperative-sticky"])
-def test_three_members_consume_exactly_once(gbroker: Broker, strategy: str) -> None:
+def test_three_members_consume_exactly_once(gbroker: Deployment, strategy: str) -> None:
     bs = gbroker.bootstrap
     topic, group = unique_topic(f"rd-group3-{strategy}"), unique_group("rd-group3")
-    create_topic(bs, topic, 6)
+    create_topic(bs, topic, 6, gbroker.replication)
     prod = BackgroundProducer(bs, topic, 6, 3000, rate=500)
     ledger = Ledger()
     members: list[Member] = []
@@ -218,21 +225,23 @@ def test_three_members_consume_exactly_once(gbroker: Broker, strategy: str) -> N
 # -- 2. / 3. member subprocesses ----------------------------------------------------------
 
 
-def test_kill9_member_partitions_taken_over(gbroker: Broker, tmp_path: Path) -> None:
+@pytest.mark.parametrize("gbroker", SINGLE_ONLY, indirect=True)
+def test_kill9_member_partitions_taken_over(gbroker: Deployment, tmp_path: Path) -> None:
     kill_member_scenario("confluent", gbroker, tmp_path)
 
 
-def test_clean_leave_rebalances_immediately(gbroker: Broker, tmp_path: Path) -> None:
+@pytest.mark.parametrize("gbroker", SINGLE_AND_RF3, indirect=True)
+def test_clean_leave_rebalances_immediately(gbroker: Deployment, tmp_path: Path) -> None:
     clean_leave_scenario("confluent", gbroker, tmp_path)
 
 
 # -- 6. admin --------------------------------------------------------------------------
 
 
-def test_admin_list_describe_offsets_lag_delete(gbroker: Broker) -> None:
+def test_admin_list_describe_offsets_lag_delete(gbroker: Deployment) -> None:
     bs = gbroker.bootstrap
     topic, group = unique_topic("rd-admin"), unique_group("rd-admin")
-    create_topic(bs, topic, 6)
+    create_topic(bs, topic, 6, gbroker.replication)
     produce_sync(bs, topic, {p: [f"a{p}-{i}".encode() for i in range(10 * (p + 1))]
                              for p in range(6)})
     ledger = Ledger()
@@ -309,10 +318,10 @@ def test_admin_list_describe_offsets_lag_delete(gbroker: Broker) -> None:
 # -- 7. static membership --------------------------------------------------------------
 
 
-def test_static_member_restart_keeps_partitions(gbroker: Broker) -> None:
+def test_static_member_restart_keeps_partitions(gbroker: Deployment) -> None:
     bs = gbroker.bootstrap
     topic, group = unique_topic("rd-static"), unique_group("rd-static")
-    create_topic(bs, topic, 4)
+    create_topic(bs, topic, 4, gbroker.replication)
     session_ms = 20_000
     ledger = Ledger()
 

@@ -1,7 +1,12 @@
 """confluent-kafka (librdkafka) transactions against a real kcompat broker: an
 exactly-once consume-transform-produce copy of 100,000 records across a kill -9 of
 the broker with aborts on purpose, zombie fencing, and the broker aborting a hung
-transaction after transaction.timeout.ms."""
+transaction after transaction.timeout.ms.
+
+Tests on ``tbroker`` also run in a 3-broker cluster at replication factor 3
+(conftest.py, ``TXN_KINDS``), where the copy runs without the broker kill
+(test_exactly_once_copy_in_cluster).
+"""
 
 from __future__ import annotations
 
@@ -14,7 +19,15 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 
 from .._broker import Broker, unique_topic
-from .._eos import TXN_BROKER_ARGS, OutRec, list_offsets, read_confluent, run_exactly_once
+from .._deployment import RF3_ONLY, Deployment
+from .._eos import (
+    EOS_CLUSTER_RECORDS,
+    TXN_BROKER_ARGS,
+    OutRec,
+    list_offsets,
+    read_confluent,
+    run_exactly_once,
+)
 from .._groups import create_topic
 
 pytestmark = pytest.mark.timeout(240)
@@ -46,7 +59,7 @@ def test_exactly_once_copy_across_broker_kill(tmp_path: Path) -> None:
             return read_confluent(bootstrap, topic, partitions, committed, ends)
 
         try:
-            timings = run_exactly_once("confluent", b, tmp_path, reader)
+            timings = run_exactly_once("confluent", Deployment.single(b), tmp_path, reader)
         except AssertionError as exc:
             raise AssertionError(f"{exc}\n--- broker tail ---\n{b.tail(40)}") from None
         print(f"\n{CLIENT} exactly-once timings: "
@@ -55,9 +68,20 @@ def test_exactly_once_copy_across_broker_kill(tmp_path: Path) -> None:
         b.close()
 
 
-def test_zombie_producer_is_fenced(tbroker: Broker) -> None:
+@pytest.mark.parametrize("tbroker", RF3_ONLY, indirect=True)
+def test_exactly_once_copy_in_cluster(tbroker: Deployment, tmp_path: Path) -> None:
+    """The copy without a broker kill in the 3-broker cluster at RF 3 (the single node has
+    test_exactly_once_copy_across_broker_kill): its topics' leaders, the group
+    coordinator and the transaction coordinator on different brokers."""
+    timings = run_exactly_once("confluent", tbroker, tmp_path, read_confluent,
+                               total=EOS_CLUSTER_RECORDS, kill=False)
+    print(f"\n{CLIENT} exactly-once timings ({tbroker.kind}): "
+          + ", ".join(f"{k}={v:.1f}" for k, v in timings.items()))
+
+
+def test_zombie_producer_is_fenced(tbroker: Deployment) -> None:
     topic = unique_topic("fence-cf")
-    create_topic(tbroker.bootstrap, topic, 1)
+    create_topic(tbroker.bootstrap, topic, 1, tbroker.replication)
     txn_id = f"fence-{uuid.uuid4().hex[:8]}"
 
     zombie = txn_producer(tbroker.bootstrap, txn_id)
@@ -112,9 +136,9 @@ def test_zombie_producer_is_fenced(tbroker: Broker) -> None:
         f"written and must stay aborted; its late one must have been rejected)")
 
 
-def test_hung_transaction_is_aborted_by_timeout(tbroker: Broker) -> None:
+def test_hung_transaction_is_aborted_by_timeout(tbroker: Deployment) -> None:
     topic = unique_topic("hung-cf")
-    create_topic(tbroker.bootstrap, topic, 1)
+    create_topic(tbroker.bootstrap, topic, 1, tbroker.replication)
 
     hung = txn_producer(tbroker.bootstrap, f"hung-{uuid.uuid4().hex[:8]}",
                         **{"transaction.timeout.ms": 8000})  # room for a loaded machine

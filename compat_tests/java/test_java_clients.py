@@ -1,4 +1,7 @@
-"""Java kafka-clients 4.x, in real JVM processes, against a kcompat broker process.
+"""Java kafka-clients 4.x, in real JVM processes, against a kcompat broker process
+and a 3-broker cluster (producer and group at replication factor 1, the transactional
+copy at 3; the Admin scenario, which checks a single node's answers, on a single node
+only).
 
 Programs live in compat_tests/java/clients (built once by Maven, cached):
 ``Produce`` (a default KafkaProducer, hence idempotent with acks=all),
@@ -16,25 +19,30 @@ import threading
 import time
 from typing import Any
 
+import pytest
 from kafka import KafkaConsumer, TopicPartition
 from kafka.admin import KafkaAdminClient, NewTopic
 
 from compat_tests._broker import Broker
+from compat_tests._deployment import SINGLE_AND_RF3, Deployment
 from compat_tests.java.conftest import PKG, java_cmd, run_java
 
 
-def create_topic(bootstrap: str, name: str, partitions: int) -> None:
+def create_topic(bootstrap: str, name: str, partitions: int, replication: int = 1) -> None:
     admin = KafkaAdminClient(bootstrap_servers=bootstrap)
     try:
-        admin.create_topics([NewTopic(name, partitions, 1)])
+        admin.create_topics([NewTopic(name, partitions, replication)])
     finally:
         admin.close()
 
 
-def stored_producer_ids(broker: Broker, topic: str, partition: int) -> list[tuple[int, int, int]]:
-    """(producerId, producerEpoch, baseSequence) of every stored RecordBatch v2."""
+def stored_producer_ids(where: Deployment, topic: str, partition: int
+                        ) -> list[tuple[int, int, int]]:
+    """(producerId, producerEpoch, baseSequence) of every stored RecordBatch v2
+    (on the partition's leader)."""
     out = []
-    for path in sorted((broker.data_dir / f"{topic}-{partition}").glob("*.log")):
+    leader = where.leader_of(topic, partition)
+    for path in sorted((leader.data_dir / f"{topic}-{partition}").glob("*.log")):
         data = path.read_bytes()
         pos = 0
         while pos + 61 <= len(data):
@@ -57,10 +65,10 @@ def end_offsets(bootstrap: str, topic: str, partitions: int) -> dict[int, int]:
 
 
 def test_default_producer_is_idempotent_and_acks_every_record(
-        module_broker: Broker, topic: str, clients_cp: str) -> None:
-    create_topic(module_broker.bootstrap, topic, 3)
+        pbroker: Deployment, topic: str, clients_cp: str) -> None:
+    create_topic(pbroker.bootstrap, topic, 3, pbroker.replication)
     n = 300
-    run = run_java(clients_cp, f"{PKG}.Produce", module_broker.bootstrap, topic, str(n))
+    run = run_java(clients_cp, f"{PKG}.Produce", pbroker.bootstrap, topic, str(n))
     assert run.returncode == 0, run.explain()
     lines = run.json_lines()
     done = lines[-1]
@@ -73,14 +81,14 @@ def test_default_producer_is_idempotent_and_acks_every_record(
     assert total == n
     # The broker stored batches with a real producer id and sequences: idempotence was on.
     for p in range(3):
-        ids = stored_producer_ids(module_broker, topic, p)
+        ids = stored_producer_ids(pbroker, topic, p)
         if not done["offsets"].get(str(p)):
             continue
         assert ids, f"no batches stored for partition {p}"
         assert all(pid >= 0 and epoch >= 0 and seq >= 0 for pid, epoch, seq in ids), ids
         assert len({pid for pid, _, _ in ids}) == 1, ids
     # What the Java producer wrote reads back with keys and the header.
-    consumer = KafkaConsumer(bootstrap_servers=module_broker.bootstrap, auto_offset_reset="earliest",
+    consumer = KafkaConsumer(bootstrap_servers=pbroker.bootstrap, auto_offset_reset="earliest",
                              consumer_timeout_ms=3000)
     consumer.assign([TopicPartition(topic, p) for p in range(3)])
     got = {}
@@ -149,9 +157,9 @@ class _Member:
 
 
 def test_consumer_group_of_three_splits_partitions_and_commits(
-        module_broker: Broker, topic: str, clients_cp: str) -> None:
-    bootstrap = module_broker.bootstrap
-    create_topic(bootstrap, topic, 6)
+        pbroker: Deployment, topic: str, clients_cp: str) -> None:
+    bootstrap = pbroker.bootstrap
+    create_topic(bootstrap, topic, 6, pbroker.replication)
     group = f"g-{topic}"
     members = [_Member(clients_cp, bootstrap, topic, group, f"member-{i}") for i in range(3)]
     try:
@@ -297,17 +305,18 @@ def _read_all(bootstrap: str, topic: str, partitions: int, level: str) -> list[t
     return out
 
 
+@pytest.mark.parametrize("pbroker", SINGLE_AND_RF3, indirect=True)
 def test_transactional_copy_is_exactly_once_under_read_committed(
-        module_broker: Broker, topic: str, clients_cp: str) -> None:
+        pbroker: Deployment, topic: str, clients_cp: str) -> None:
     """KafkaProducer(transactional.id) + read_committed KafkaConsumer in a group:
     consume-transform-produce with sendOffsetsToTransaction(offsets, groupMetadata()),
     every 4th transaction aborted on purpose after flush(). The output has each input
     record exactly once under read_committed; the aborted copies are in the log (visible
     read_uncommitted) but never committed; the group's offsets are the input's end."""
-    bootstrap = module_broker.bootstrap
+    bootstrap = pbroker.bootstrap
     in_topic, out_topic = f"{topic}-in", f"{topic}-out"
-    create_topic(bootstrap, in_topic, 3)
-    create_topic(bootstrap, out_topic, 3)
+    create_topic(bootstrap, in_topic, 3, pbroker.replication)
+    create_topic(bootstrap, out_topic, 3, pbroker.replication)
     n = 3000
     values = _produce_values(bootstrap, in_topic, 3, n)
     group = f"g-{topic}"

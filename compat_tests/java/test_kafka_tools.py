@@ -1,5 +1,7 @@
 """Apache Kafka's own test tools (kafka-tools jar, same version as the reference broker)
-in short runs against a kcompat broker process."""
+in short runs against a kcompat broker process, and (the TransactionalMessageCopier in
+``group`` mode) a 3-broker cluster at replication factor 3 (the Java clients suite
+runs producer, group and transactional copy in the clusters too)."""
 
 from __future__ import annotations
 
@@ -12,15 +14,16 @@ from kafka import KafkaConsumer, TopicPartition
 from kafka.admin import KafkaAdminClient, NewTopic
 
 from compat_tests._broker import Broker
+from compat_tests._deployment import Deployment
 from compat_tests.java.conftest import run_java
 
 TOOLS = "org.apache.kafka.tools"
 
 
-def _create(bootstrap: str, topic: str, partitions: int) -> None:
+def _create(bootstrap: str, topic: str, partitions: int, replication: int = 1) -> None:
     admin = KafkaAdminClient(bootstrap_servers=bootstrap)
     try:
-        admin.create_topics([NewTopic(topic, partitions, 1)])
+        admin.create_topics([NewTopic(topic, partitions, replication)])
     finally:
         admin.close()
 
@@ -128,18 +131,19 @@ def _read_all(bootstrap: str, topic: str, partitions: int, level: str) -> list[t
     return out
 
 
-@pytest.mark.parametrize("mode", ["assign", "group"])
-def test_transactional_message_copier(module_broker: Broker, topic: str, reference_cp: str,
+@pytest.mark.parametrize(("pbroker", "mode"), [("single", "assign"), ("single", "group"),
+                                                ("rf3", "group")], indirect=["pbroker"])
+def test_transactional_message_copier(pbroker: Deployment, topic: str, reference_cp: str,
                                       mode: str) -> None:
     """Kafka's TransactionalMessageCopier (the system tests' exactly-once copier) with
     random aborts and sendOffsetsToTransaction(offsets, groupMetadata): in ``assign`` mode
     one copier per input partition, both running at once and sharing a consumer group; in
     ``group`` mode one copier subscribing to the whole input topic. A read_committed
     consumer then finds every input record exactly once in the output topic."""
-    bootstrap = module_broker.bootstrap
+    bootstrap = pbroker.bootstrap
     in_topic, out_topic = f"{topic}-in", f"{topic}-out"
-    _create(bootstrap, in_topic, 2)
-    _create(bootstrap, out_topic, 2)
+    _create(bootstrap, in_topic, 2, pbroker.replication)
+    _create(bootstrap, out_topic, 2, pbroker.replication)
     per_partition = {0: 1500, 1: 1000}
     n = sum(per_partition.values())
     values = _produce_values(bootstrap, in_topic, per_partition)

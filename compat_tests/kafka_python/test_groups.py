@@ -3,6 +3,10 @@ under live production, kill -9 and clean leave of a member, broker restarts, the
 initial rebalance delay, group admin (list/describe/offsets/lag/delete), and static
 membership.
 
+Tests on ``gbroker`` also run in a 3-broker cluster at replication factor 1
+(conftest.py, ``GROUP_KINDS``; the clean-leave scenario at replication factor 3); kill
+-9 of a member (session expiry, the coordinator's alone), the broker restarts and the
+default initial rebalance delay stay on a single node.
 Every consumer learns its topic's partitions before its first poll()
 (``kafka_python_learn_topics``: a kafka-python bug, FINDINGS.md).
 """
@@ -19,6 +23,7 @@ from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
 from kafka.structs import OffsetAndMetadata
 
 from .._broker import Broker, unique_topic
+from .._deployment import SINGLE_AND_RF3, SINGLE_ONLY, Deployment
 from .._group_member import kafka_python_learn_topics
 from .._groups import (
     FAST_BROKER_ARGS,
@@ -40,7 +45,6 @@ from .._groups import (
 pytestmark = pytest.mark.timeout(120)
 
 CLIENT = "kafka-python"
-
 
 
 def admin_client(bootstrap: str) -> KafkaAdminClient:
@@ -147,10 +151,10 @@ def describe(members: list[Member]) -> str:
 # -- 1. three members, live production, exactly once ------------------------------------
 
 
-def test_three_members_consume_exactly_once(gbroker: Broker) -> None:
+def test_three_members_consume_exactly_once(gbroker: Deployment) -> None:
     bs = gbroker.bootstrap
     topic, group = unique_topic("kp-group3"), unique_group("kp-group3")
-    create_topic(bs, topic, 6)
+    create_topic(bs, topic, 6, gbroker.replication)
     prod = BackgroundProducer(bs, topic, 6, 3000, rate=500)
     ledger = Ledger()
     members: list[Member] = []
@@ -189,21 +193,13 @@ def test_three_members_consume_exactly_once(gbroker: Broker) -> None:
 # -- 2. / 3. member subprocesses: kill -9 and clean leave ------------------------------------
 
 
-def test_kill9_member_partitions_taken_over(tmp_path: Path) -> None:
-    # Its own broker with Kafka's initial rebalance delay (shortened): the three
-    # members form one generation. kafka-python 3.0.12 sometimes busy-loops after
-    # a correct SyncGroup answer when it leads several generations within
-    # milliseconds (a client bug: it never resumes heartbeats), which the
-    # delay-0 churn of the shared broker provokes about once in eight runs.
-    b = Broker(tmp_path / "broker", extra_args=("--set", "group.initial.rebalance.delay.ms=1500"))
-    b.start()
-    try:
-        kill_member_scenario("kafka-python", b, tmp_path)
-    finally:
-        b.close()
+@pytest.mark.parametrize("gbroker", SINGLE_ONLY, indirect=True)
+def test_kill9_member_partitions_taken_over(gbroker: Deployment, tmp_path: Path) -> None:
+    kill_member_scenario("kafka-python", gbroker, tmp_path)
 
 
-def test_clean_leave_rebalances_immediately(gbroker: Broker, tmp_path: Path) -> None:
+@pytest.mark.parametrize("gbroker", SINGLE_AND_RF3, indirect=True)
+def test_clean_leave_rebalances_immediately(gbroker: Deployment, tmp_path: Path) -> None:
     clean_leave_scenario("kafka-python", gbroker, tmp_path)
 
 
@@ -340,10 +336,10 @@ def _assigned_partitions(assignment: Any) -> set[int]:
     return out
 
 
-def test_admin_list_describe_offsets_lag_delete(gbroker: Broker) -> None:
+def test_admin_list_describe_offsets_lag_delete(gbroker: Deployment) -> None:
     bs = gbroker.bootstrap
     topic, group = unique_topic("kp-admin"), unique_group("kp-admin")
-    create_topic(bs, topic, 6)
+    create_topic(bs, topic, 6, gbroker.replication)
     produce_sync(bs, topic, {p: [f"a{p}-{i}".encode() for i in range(10 * (p + 1))]
                              for p in range(6)})
     ledger = Ledger()
@@ -430,10 +426,10 @@ def test_admin_list_describe_offsets_lag_delete(gbroker: Broker) -> None:
 # -- 7. static membership ------------------------------------------------------------------
 
 
-def test_static_member_restart_keeps_partitions(gbroker: Broker) -> None:
+def test_static_member_restart_keeps_partitions(gbroker: Deployment) -> None:
     bs = gbroker.bootstrap
     topic, group = unique_topic("kp-static"), unique_group("kp-static")
-    create_topic(bs, topic, 4)
+    create_topic(bs, topic, 4, gbroker.replication)
     session_ms = 20_000
     ledger = Ledger()
 

@@ -1,5 +1,7 @@
 """kafka-python 3.x against a real kcompat broker: produce, consume, codecs,
-idempotent defaults, offsets by timestamp, durability across SIGTERM and kill -9."""
+idempotent defaults, offsets by timestamp, durability across SIGTERM and kill -9.
+Tests on ``pbroker`` also run in a 3-broker cluster at replication factor 1 or (those
+marked) 3 (conftest.py); those that stop or kill the broker stay on a single node."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ from kafka import codec as kcodec
 from kafka import errors as kerr
 
 from .._broker import Broker
+from .._deployment import SINGLE_AND_RF3, Deployment
 from .._records import (
     CODEC_IDS,
     TIMEOUT_MS,
@@ -26,6 +29,7 @@ from .._records import (
     golden_records,
     norm_headers,
     now_ms,
+    wait_for_ends,
 )
 
 pytestmark = pytest.mark.timeout(120)
@@ -50,11 +54,12 @@ def admin_client(bootstrap: str) -> KafkaAdminClient:
 
 
 def create_topic(bootstrap: str, name: str, partitions: int = 3,
-                 configs: dict[str, str] | None = None) -> None:
+                 configs: dict[str, str] | None = None, replication: int = 1) -> None:
     admin = admin_client(bootstrap)
     try:
         res = admin.create_topics({name: {
-            "num_partitions": partitions, "replication_factor": 1, "configs": configs or {},
+            "num_partitions": partitions, "replication_factor": replication,
+            "configs": configs or {},
         }})
         (t,) = res["topics"]
         assert t["name"] == name and t["error_code"] == 0, f"{CLIENT}: CreateTopics answered {t}"
@@ -119,8 +124,10 @@ def consume_all(bootstrap: str, topic: str, partitions: list[int],
         c.seek_to_beginning(*tps)
         ends = c.end_offsets(tps, timeout_ms=TIMEOUT_MS)
         if expect_end is not None:
-            got = {tp.partition: off for tp, off in ends.items()}
+            got = wait_for_ends(lambda: {tp.partition: off for tp, off in c.end_offsets(
+                tps, timeout_ms=TIMEOUT_MS).items()}, expect_end)
             assert got == expect_end, f"{CLIENT}: end_offsets {got}, expected {expect_end}"
+            ends = {TopicPartition(topic, p): off for p, off in got.items()}
         seen: list[Seen] = []
         pos = {tp: 0 for tp in tps}
         deadline = time.monotonic() + TIMEOUT_S
@@ -141,9 +148,10 @@ def consume_all(bootstrap: str, topic: str, partitions: list[int],
 # -- tests ----------------------------------------------------------------------
 
 
-def test_round_trip_keys_headers_timestamps(module_broker: Broker, topic: str) -> None:
-    bs = module_broker.bootstrap
-    create_topic(bs, topic, partitions=3)
+@pytest.mark.parametrize("pbroker", SINGLE_AND_RF3, indirect=True)
+def test_round_trip_keys_headers_timestamps(pbroker: Deployment, topic: str) -> None:
+    bs = pbroker.bootstrap
+    create_topic(bs, topic, partitions=3, replication=pbroker.replication)
     recs = golden_records(3)
     p = producer(bs)
     try:
@@ -156,15 +164,15 @@ def test_round_trip_keys_headers_timestamps(module_broker: Broker, topic: str) -
 
 
 @pytest.mark.parametrize("codec", ["gzip", "snappy", "lz4", "zstd"])
-def test_compression_codec(module_broker: Broker, topic: str, codec: str) -> None:
+def test_compression_codec(pbroker: Deployment, topic: str, codec: str) -> None:
     has_lib, package = CODEC_LIBS[codec]
     if not has_lib():
         pytest.fail(
             f"{CLIENT} cannot produce {codec}: its codec library is not installed in this venv; "
             f"add the PyPI package {package!r} to pyproject's test extras (see FINDINGS.md)"
         )
-    bs = module_broker.bootstrap
-    create_topic(bs, topic, partitions=1)
+    bs = pbroker.bootstrap
+    create_topic(bs, topic, partitions=1, replication=pbroker.replication)
     recs = compressible_records(300)
     p = producer(bs, compression_type=codec, linger_ms=20)
     try:
@@ -173,17 +181,18 @@ def test_compression_codec(module_broker: Broker, topic: str, codec: str) -> Non
         p.close(timeout=TIMEOUT_S)
     seen = consume_all(bs, topic, [0], expect_end={0: len(recs)})
     assert_round_trip(recs, seen, f"{CLIENT} {codec}")
-    stored = module_broker.stored_codecs(topic, 0)
+    stored = pbroker.stored_codecs(topic, 0)
     assert stored and set(stored) == {CODEC_IDS[codec]}, (
         f"{CLIENT}: batches on disk have codecs {sorted(set(stored))}, expected only {codec}"
     )
 
 
-def test_default_producer_is_idempotent(module_broker: Broker, topic: str) -> None:
+@pytest.mark.parametrize("pbroker", SINGLE_AND_RF3, indirect=True)
+def test_default_producer_is_idempotent(pbroker: Deployment, topic: str) -> None:
     """kafka-python 3 defaults to enable_idempotence=True, acks=all (KIP-679). It
     turns idempotence off by itself if it thinks the broker is older than 0.11."""
-    bs = module_broker.bootstrap
-    create_topic(bs, topic, partitions=1)
+    bs = pbroker.bootstrap
+    create_topic(bs, topic, partitions=1, replication=pbroker.replication)
     p = KafkaProducer(bootstrap_servers=bs)  # library defaults only
     try:
         assert p.config["enable_idempotence"] is True, (
@@ -207,9 +216,10 @@ def test_default_producer_is_idempotent(module_broker: Broker, topic: str) -> No
     assert [s.value for s in seen] == [f"idem-{i}".encode() for i in range(50)]
 
 
-def test_offsets_for_times(module_broker: Broker, topic: str) -> None:
-    bs = module_broker.bootstrap
-    create_topic(bs, topic, partitions=3)
+@pytest.mark.parametrize("pbroker", SINGLE_AND_RF3, indirect=True)
+def test_offsets_for_times(pbroker: Deployment, topic: str) -> None:
+    bs = pbroker.bootstrap
+    create_topic(bs, topic, partitions=3, replication=pbroker.replication)
     base = base_timestamp()
     recs = [Rec(1, f"k{i}".encode(), f"v{i}".encode(), (), base + i * 1000) for i in range(10)]
     recs.append(Rec(2, b"only", b"one", (), base))
@@ -222,6 +232,9 @@ def test_offsets_for_times(module_broker: Broker, topic: str) -> None:
     tp0, tp1, tp2 = (TopicPartition(topic, i) for i in range(3))
     c = consumer(bs)
     try:
+        # timestamp lookups search below the high watermark (acks=1: wait for it)
+        wait_for_ends(lambda: {tp.partition: o for tp, o in c.end_offsets(
+            [tp0, tp1, tp2], timeout_ms=TIMEOUT_MS).items()}, {0: 0, 1: 10, 2: 1})
         for ts, want in [(base - 5000, 0), (base, 0), (base + 1, 1), (base + 2500, 3),
                          (base + 9000, 9)]:
             got = c.offsets_for_times({tp1: ts}, timeout_ms=TIMEOUT_MS)[tp1]
@@ -250,10 +263,10 @@ def test_offsets_for_times(module_broker: Broker, topic: str) -> None:
 # -- Kafka behaviours a client can observe ------------------------------------------
 
 
-def test_auto_create_on_produce(module_broker: Broker, topic: str) -> None:
+def test_auto_create_on_produce(pbroker: Deployment, topic: str) -> None:
     """auto.create.topics.enable (default true): producing to an unknown topic
     creates it with num.partitions=1."""
-    bs = module_broker.bootstrap
+    bs = pbroker.bootstrap
     p = producer(bs)
     try:
         md = p.send(topic, key=b"k", value=b"auto").get(timeout=TIMEOUT_S)
@@ -265,11 +278,12 @@ def test_auto_create_on_produce(module_broker: Broker, topic: str) -> None:
     assert [(s.key, s.value) for s in seen] == [(b"k", b"auto")]
 
 
-def test_acks_0_and_1(module_broker: Broker, topic: str) -> None:
+@pytest.mark.parametrize("pbroker", SINGLE_AND_RF3, indirect=True)
+def test_acks_0_and_1(pbroker: Deployment, topic: str) -> None:
     """acks=0 gets no response at all (a broker that answers desynchronises the
     connection); acks=1 is acknowledged; everything lands in order."""
-    bs = module_broker.bootstrap
-    create_topic(bs, topic, partitions=1)
+    bs = pbroker.bootstrap
+    create_topic(bs, topic, partitions=1, replication=pbroker.replication)
     p0 = producer(bs, acks=0, enable_idempotence=False)
     try:
         fs = [p0.send(topic, value=f"a0-{i}".encode(), partition=0) for i in range(50)]
@@ -291,9 +305,10 @@ def test_acks_0_and_1(module_broker: Broker, topic: str) -> None:
         f"a1-{i}".encode() for i in range(50)]
 
 
-def test_record_larger_than_max_message_bytes_is_rejected(module_broker: Broker, topic: str) -> None:
-    bs = module_broker.bootstrap
-    create_topic(bs, topic, partitions=1, configs={"max.message.bytes": "10000"})
+def test_record_larger_than_max_message_bytes_is_rejected(pbroker: Deployment, topic: str) -> None:
+    bs = pbroker.bootstrap
+    create_topic(bs, topic, partitions=1, replication=pbroker.replication,
+                 configs={"max.message.bytes": "10000"})
     p = producer(bs, max_request_size=1_000_000)
     try:
         with pytest.raises(kerr.MessageSizeTooLargeError):
@@ -310,10 +325,10 @@ def test_record_larger_than_max_message_bytes_is_rejected(module_broker: Broker,
     assert md.offset == 0, f"{CLIENT}: the rejected record took an offset: {md}"
 
 
-def test_timestamp_too_far_in_future_is_rejected(module_broker: Broker, topic: str) -> None:
+def test_timestamp_too_far_in_future_is_rejected(pbroker: Deployment, topic: str) -> None:
     """Kafka 4 default message.timestamp.after.max.ms = 1 hour (KIP-1030)."""
-    bs = module_broker.bootstrap
-    create_topic(bs, topic, partitions=1)
+    bs = pbroker.bootstrap
+    create_topic(bs, topic, partitions=1, replication=pbroker.replication)
     p = producer(bs)
     try:
         md = p.send(topic, value=b"future", partition=0,
@@ -330,9 +345,10 @@ def test_timestamp_too_far_in_future_is_rejected(module_broker: Broker, topic: s
         p.close(timeout=TIMEOUT_S)
 
 
-def test_log_append_time_topic(module_broker: Broker, topic: str) -> None:
-    bs = module_broker.bootstrap
-    create_topic(bs, topic, partitions=1, configs={"message.timestamp.type": "LogAppendTime"})
+def test_log_append_time_topic(pbroker: Deployment, topic: str) -> None:
+    bs = pbroker.bootstrap
+    create_topic(bs, topic, partitions=1, replication=pbroker.replication,
+                 configs={"message.timestamp.type": "LogAppendTime"})
     old = base_timestamp()
     p = producer(bs)
     try:
@@ -355,10 +371,10 @@ def test_log_append_time_topic(module_broker: Broker, topic: str) -> None:
         assert s.timestamp == md.timestamp, f"{CLIENT}: consumed ts {s.timestamp} != acked {md.timestamp}"
 
 
-def test_tiny_max_partition_fetch_bytes_still_progresses(module_broker: Broker, topic: str) -> None:
+def test_tiny_max_partition_fetch_bytes_still_progresses(pbroker: Deployment, topic: str) -> None:
     """KIP-74: the first batch is returned even if it exceeds the fetch size."""
-    bs = module_broker.bootstrap
-    create_topic(bs, topic, partitions=1)
+    bs = pbroker.bootstrap
+    create_topic(bs, topic, partitions=1, replication=pbroker.replication)
     recs = [Rec(0, b"big", bytes(i % 251 for i in range(100_000)), (), base_timestamp()),
             Rec(0, b"small", b"v", (), base_timestamp() + 1),
             Rec(0, b"big2", b"y" * 60_000, (), base_timestamp() + 2)]
@@ -387,10 +403,11 @@ def test_tiny_max_partition_fetch_bytes_still_progresses(module_broker: Broker, 
     )
 
 
-def test_fetch_out_of_range(module_broker: Broker, topic: str) -> None:
+@pytest.mark.parametrize("pbroker", SINGLE_AND_RF3, indirect=True)
+def test_fetch_out_of_range(pbroker: Deployment, topic: str) -> None:
     """Fetching past the log end: OFFSET_OUT_OF_RANGE, then the reset policy."""
-    bs = module_broker.bootstrap
-    create_topic(bs, topic, partitions=1)
+    bs = pbroker.bootstrap
+    create_topic(bs, topic, partitions=1, replication=pbroker.replication)
     p = producer(bs)
     try:
         for i in range(5):
@@ -425,11 +442,12 @@ def test_fetch_out_of_range(module_broker: Broker, topic: str) -> None:
     assert got == [0, 1, 2, 3, 4], f"{CLIENT}: after reset to earliest read offsets {got}"
 
 
-def test_live_tail_and_read_committed(module_broker: Broker, topic: str) -> None:
+@pytest.mark.parametrize("pbroker", SINGLE_AND_RF3, indirect=True)
+def test_live_tail_and_read_committed(pbroker: Deployment, topic: str) -> None:
     """A consumer waiting at the log end (Fetch long poll) sees a new record promptly;
     read_committed sees non-transactional records (LSO = high watermark)."""
-    bs = module_broker.bootstrap
-    create_topic(bs, topic, partitions=1)
+    bs = pbroker.bootstrap
+    create_topic(bs, topic, partitions=1, replication=pbroker.replication)
     tp = TopicPartition(topic, 0)
     c = KafkaConsumer(bootstrap_servers=bs, enable_auto_commit=False, request_timeout_ms=TIMEOUT_MS,
                       fetch_max_wait_ms=500, isolation_level="read_committed")
@@ -452,9 +470,9 @@ def test_live_tail_and_read_committed(module_broker: Broker, topic: str) -> None
         c.close()
 
 
-def test_many_partitions(module_broker: Broker, topic: str) -> None:
-    bs = module_broker.bootstrap
-    create_topic(bs, topic, partitions=48)
+def test_many_partitions(pbroker: Deployment, topic: str) -> None:
+    bs = pbroker.bootstrap
+    create_topic(bs, topic, partitions=48, replication=pbroker.replication)
     recs = [Rec(p, f"k{p}".encode(), f"v{p}".encode(), (), base_timestamp() + p) for p in range(48)]
     p = producer(bs)
     try:
@@ -465,12 +483,13 @@ def test_many_partitions(module_broker: Broker, topic: str) -> None:
     assert_round_trip(recs, seen, f"{CLIENT} 48 partitions")
 
 
-def test_seek_and_time_lookup_inside_a_compressed_batch(module_broker: Broker, topic: str) -> None:
+@pytest.mark.parametrize("pbroker", SINGLE_AND_RF3, indirect=True)
+def test_seek_and_time_lookup_inside_a_compressed_batch(pbroker: Deployment, topic: str) -> None:
     """One gzip batch holds offsets 0..9: a fetch from offset 5 must return that batch
     (the client drops 0..4), and a timestamp that falls on record 5 must give offset 5,
     not the batch's base offset."""
-    bs = module_broker.bootstrap
-    create_topic(bs, topic, partitions=1)
+    bs = pbroker.bootstrap
+    create_topic(bs, topic, partitions=1, replication=pbroker.replication)
     base = base_timestamp()
     # Compressible values: kafka-python sends a batch uncompressed if gzip does not shrink it.
     recs = [Rec(0, f"k{i}".encode(), f"v{i}".encode() + b"x" * 200, (), base + i * 1000)
@@ -480,7 +499,7 @@ def test_seek_and_time_lookup_inside_a_compressed_batch(module_broker: Broker, t
         produce(p, topic, recs)
     finally:
         p.close(timeout=TIMEOUT_S)
-    assert module_broker.stored_codecs(topic, 0) == [1], "test set-up: expected one gzip batch"
+    assert pbroker.stored_codecs(topic, 0) == [1], "test set-up: expected one gzip batch"
     tp = TopicPartition(topic, 0)
     c = consumer(bs)
     try:
@@ -500,11 +519,12 @@ def test_seek_and_time_lookup_inside_a_compressed_batch(module_broker: Broker, t
     assert seen == [(i, recs[i].value) for i in range(5, 10)], f"{CLIENT}: from offset 5 read {seen}"
 
 
-def test_many_segments(module_broker: Broker, topic: str) -> None:
+def test_many_segments(pbroker: Deployment, topic: str) -> None:
     """segment.bytes=1 MiB (Kafka 4's minimum) and ~3 MiB of records: reads,
     time lookups and end offsets work across segment boundaries."""
-    bs = module_broker.bootstrap
-    create_topic(bs, topic, partitions=1, configs={"segment.bytes": "1048576"})
+    bs = pbroker.bootstrap
+    create_topic(bs, topic, partitions=1, replication=pbroker.replication,
+                 configs={"segment.bytes": "1048576"})
     base = base_timestamp()
     n = 3000
     p = producer(bs, linger_ms=5)
@@ -515,7 +535,7 @@ def test_many_segments(module_broker: Broker, topic: str) -> None:
         assert [f.get(timeout=TIMEOUT_S).offset for f in fs] == list(range(n))
     finally:
         p.close(timeout=TIMEOUT_S)
-    segments = sorted(module_broker.data_dir.glob(f"{topic}-0/*.log"))
+    segments = sorted(pbroker.leader_of(topic, 0).data_dir.glob(f"{topic}-0/*.log"))
     assert len(segments) >= 3, f"{CLIENT}: segment.bytes=1048576 but only {len(segments)} segment files"
     tp = TopicPartition(topic, 0)
     c = consumer(bs)

@@ -1,7 +1,12 @@
 """kafka-python 3.x transactions against a real kcompat broker: an exactly-once
 consume-transform-produce copy of 100,000 records across a kill -9 of the broker with
 aborts on purpose, zombie fencing, the broker aborting a hung transaction after
-transaction_timeout_ms, and the transaction admin APIs (list/describe)."""
+transaction_timeout_ms, and the transaction admin APIs (list/describe).
+
+Tests on ``tbroker`` also run in a 3-broker cluster at replication factor 3
+(conftest.py, ``TXN_KINDS``), where the copy runs without the broker kill
+(test_exactly_once_copy_in_cluster).
+"""
 
 from __future__ import annotations
 
@@ -15,7 +20,8 @@ import pytest
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 
 from .._broker import Broker, unique_topic
-from .._eos import TXN_BROKER_ARGS, OutRec, list_offsets, run_exactly_once
+from .._deployment import RF3_ONLY, Deployment
+from .._eos import EOS_CLUSTER_RECORDS, TXN_BROKER_ARGS, OutRec, list_offsets, run_exactly_once
 from .._groups import create_topic
 
 pytestmark = pytest.mark.timeout(240)
@@ -91,7 +97,8 @@ def test_exactly_once_copy_across_broker_kill(tmp_path: Path) -> None:
     b.start()
     try:
         try:
-            timings = run_exactly_once("kafka-python", b, tmp_path, read_kafka_python)
+            timings = run_exactly_once("kafka-python", Deployment.single(b), tmp_path,
+                                       read_kafka_python)
         except AssertionError as exc:
             raise AssertionError(f"{exc}\n--- broker tail ---\n{b.tail(40)}") from None
         print(f"\n{CLIENT} exactly-once timings: "
@@ -100,9 +107,20 @@ def test_exactly_once_copy_across_broker_kill(tmp_path: Path) -> None:
         b.close()
 
 
-def test_zombie_producer_is_fenced(tbroker: Broker) -> None:
+@pytest.mark.parametrize("tbroker", RF3_ONLY, indirect=True)
+def test_exactly_once_copy_in_cluster(tbroker: Deployment, tmp_path: Path) -> None:
+    """The copy without a broker kill in the 3-broker cluster at RF 3 (the single node has
+    test_exactly_once_copy_across_broker_kill): its topics' leaders, the group
+    coordinator and the transaction coordinator on different brokers."""
+    timings = run_exactly_once("kafka-python", tbroker, tmp_path, read_kafka_python,
+                               total=EOS_CLUSTER_RECORDS, kill=False)
+    print(f"\n{CLIENT} exactly-once timings ({tbroker.kind}): "
+          + ", ".join(f"{k}={v:.1f}" for k, v in timings.items()))
+
+
+def test_zombie_producer_is_fenced(tbroker: Deployment) -> None:
     topic = unique_topic("fence-kp")
-    create_topic(tbroker.bootstrap, topic, 1)
+    create_topic(tbroker.bootstrap, topic, 1, tbroker.replication)
     txn_id = f"fence-{uuid.uuid4().hex[:8]}"
 
     zombie = txn_producer(tbroker.bootstrap, txn_id)
@@ -167,9 +185,9 @@ def test_zombie_producer_is_fenced(tbroker: Broker) -> None:
         f"written and must stay aborted; its late one must have been rejected)")
 
 
-def test_hung_transaction_is_aborted_by_timeout(tbroker: Broker) -> None:
+def test_hung_transaction_is_aborted_by_timeout(tbroker: Deployment) -> None:
     topic = unique_topic("hung-kp")
-    create_topic(tbroker.bootstrap, topic, 1)
+    create_topic(tbroker.bootstrap, topic, 1, tbroker.replication)
 
     hung = txn_producer(tbroker.bootstrap, f"hung-{uuid.uuid4().hex[:8]}",
                         transaction_timeout_ms=8000)  # room for a loaded machine
@@ -237,9 +255,9 @@ def test_hung_transaction_is_aborted_by_timeout(tbroker: Broker) -> None:
         f"hung-{i}".encode() for i in range(10)], f"{CLIENT}: read_uncommitted {uncommitted}"
 
 
-def test_list_and_describe_transactions(tbroker: Broker) -> None:
+def test_list_and_describe_transactions(tbroker: Deployment) -> None:
     topic = unique_topic("txadmin-kp")
-    create_topic(tbroker.bootstrap, topic, 2)
+    create_topic(tbroker.bootstrap, topic, 2, tbroker.replication)
     txn_id = f"admin-{uuid.uuid4().hex[:8]}"
     admin = KafkaAdminClient(bootstrap_servers=tbroker.bootstrap, request_timeout_ms=30_000)
     p = txn_producer(tbroker.bootstrap, txn_id, transaction_timeout_ms=45_000)

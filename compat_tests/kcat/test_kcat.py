@@ -1,7 +1,9 @@
 """kcat (Debian's, linking librdkafka 2.0.2) against a real kcompat broker.
 
 Topics are created with confluent-kafka's AdminClient first; everything else is the
-kcat binary in a subprocess."""
+kcat binary in a subprocess. Tests on ``pbroker`` also run in a 3-broker cluster
+at replication factor 1 or (those marked) 3 (conftest.py); the restarts stay on a
+single node."""
 
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ import pytest
 from confluent_kafka import Producer
 
 from .._broker import Broker
+from .._deployment import SINGLE_AND_RF3, Deployment
 from .._records import CODEC_IDS, TIMEOUT_S, Rec, base_timestamp, now_ms
 from ..confluent._helpers import consume_all as confluent_consume_all
 from ..confluent._helpers import create_topic, produce_recs
@@ -72,8 +75,8 @@ class Kcat:
 
 
 @pytest.fixture
-def kcat(module_broker: Broker, kcat_home: Path) -> Kcat:
-    return Kcat(module_broker.bootstrap, kcat_home)
+def kcat(pbroker: Deployment, kcat_home: Path) -> Kcat:
+    return Kcat(pbroker.bootstrap, kcat_home)
 
 
 def parse_kspo(lines: list[str]) -> dict[int, list[tuple[str, str, int]]]:
@@ -86,25 +89,33 @@ def parse_kspo(lines: list[str]) -> dict[int, list[tuple[str, str, int]]]:
     return out
 
 
-def test_metadata_list(kcat: Kcat, module_broker: Broker, topic: str) -> None:
-    create_topic(module_broker.bootstrap, topic, partitions=3)
+@pytest.mark.parametrize("pbroker", SINGLE_AND_RF3, indirect=True)
+def test_metadata_list(kcat: Kcat, pbroker: Deployment, topic: str) -> None:
+    create_topic(pbroker.bootstrap, topic, partitions=3, replication=pbroker.replication)
     out = kcat("-L").stdout.decode()
     assert f'topic "{topic}" with 3 partitions:' in out, f"{CLIENT} -L output:\n{out}"
-    m = re.search(rf"broker (\d+) at {re.escape(module_broker.host)}:{module_broker.port}", out)
-    assert m, f"{CLIENT}: -L lists no broker at {module_broker.bootstrap}:\n{out}"
-    node = m.group(1)
+    nodes = {}
+    for b in pbroker.brokers:
+        m = re.search(rf"broker (\d+) at {re.escape(b.host)}:{b.port}", out)
+        assert m, f"{CLIENT}: -L lists no broker at {b.bootstrap}:\n{out}"
+        nodes[m.group(1)] = b
     section = out.split(f'topic "{topic}"', 1)[1].split("topic \"", 1)[0]
-    for p in range(3):
-        assert f"partition {p}, leader {node}, replicas: {node}, isrs: {node}" in section, (
-            f"{CLIENT}: -L partition {p} line missing or wrong:\n{section}"
-        )
+    rows = re.findall(r"partition (\d+), leader (-?\d+), replicas: ([\d,]*), isrs: ([\d,]*)",
+                      section)
+    assert [int(p) for p, *_ in rows] == [0, 1, 2], f"{CLIENT}: -L partitions:\n{section}"
+    for p, leader, replicas, isrs in rows:
+        assert leader in nodes and len(replicas.split(",")) == pbroker.replication and \
+            leader in replicas.split(",") and leader in isrs.split(","), (
+                f"{CLIENT}: -L partition {p} (replication factor {pbroker.replication}): "
+                f"leader {leader}, replicas {replicas}, isrs {isrs}:\n{section}")
     md = json.loads(kcat("-L", "-J", "-t", topic).stdout)
     (t,) = [t for t in md["topics"] if t["topic"] == topic]
     assert [p["partition"] for p in t["partitions"]] == [0, 1, 2], f"{CLIENT}: -L -J {t}"
 
 
-def test_produce_keys_and_consume(kcat: Kcat, module_broker: Broker, topic: str) -> None:
-    create_topic(module_broker.bootstrap, topic, partitions=3)
+@pytest.mark.parametrize("pbroker", SINGLE_AND_RF3, indirect=True)
+def test_produce_keys_and_consume(kcat: Kcat, pbroker: Deployment, topic: str) -> None:
+    create_topic(pbroker.bootstrap, topic, partitions=3, replication=pbroker.replication)
     sent: dict[int, list[tuple[str, str]]] = {}
     for p, n in ((0, 5), (1, 8), (2, 3)):
         rows = [(f"k{p}-{i}", f"v{p}-{i}") for i in range(n)]
@@ -120,9 +131,10 @@ def test_produce_keys_and_consume(kcat: Kcat, module_broker: Broker, topic: str)
         )
 
 
-def test_headers_timestamps_and_json(kcat: Kcat, module_broker: Broker, topic: str) -> None:
-    bs = module_broker.bootstrap
-    create_topic(bs, topic, partitions=1)
+@pytest.mark.parametrize("pbroker", SINGLE_AND_RF3, indirect=True)
+def test_headers_timestamps_and_json(kcat: Kcat, pbroker: Deployment, topic: str) -> None:
+    bs = pbroker.bootstrap
+    create_topic(bs, topic, partitions=1, replication=pbroker.replication)
     t0 = now_ms()
     kcat.produce(topic, [b"a:1", b"b:2", b"c:3"], "-p", "0", "-K:", "-H", "h1=v1", "-H", "h2=")
     t1 = now_ms()
@@ -142,8 +154,8 @@ def test_headers_timestamps_and_json(kcat: Kcat, module_broker: Broker, topic: s
 
 
 @pytest.mark.parametrize("codec", ["gzip", "snappy", "lz4", "zstd"])
-def test_compression_codec(kcat: Kcat, module_broker: Broker, topic: str, codec: str) -> None:
-    create_topic(module_broker.bootstrap, topic, partitions=1)
+def test_compression_codec(kcat: Kcat, pbroker: Deployment, topic: str, codec: str) -> None:
+    create_topic(pbroker.bootstrap, topic, partitions=1, replication=pbroker.replication)
     rows = [(f"key-{i:04d}", f"{codec} value {i:04d} " + "abc" * 50) for i in range(300)]
     kcat.produce(topic, [f"{k}:{v}".encode() for k, v in rows], "-p", "0", "-K:", "-z", codec,
                  "-X", "linger.ms=20")
@@ -152,15 +164,16 @@ def test_compression_codec(kcat: Kcat, module_broker: Broker, topic: str, codec:
         f"{CLIENT} -z {codec}: read back {len(got.get(0, []))} records, "
         f"first {got.get(0, [])[:2]}"
     )
-    stored = module_broker.stored_codecs(topic, 0)
+    stored = pbroker.stored_codecs(topic, 0)
     assert stored and set(stored) == {CODEC_IDS[codec]}, (
         f"{CLIENT}: batches on disk have codecs {sorted(set(stored))}, expected only {codec}"
     )
 
 
-def test_query_offsets_by_timestamp(kcat: Kcat, module_broker: Broker, topic: str) -> None:
-    bs = module_broker.bootstrap
-    create_topic(bs, topic, partitions=2)
+@pytest.mark.parametrize("pbroker", SINGLE_AND_RF3, indirect=True)
+def test_query_offsets_by_timestamp(kcat: Kcat, pbroker: Deployment, topic: str) -> None:
+    bs = pbroker.bootstrap
+    create_topic(bs, topic, partitions=2, replication=pbroker.replication)
     base = base_timestamp()
     recs = [Rec(0, f"k{i}".encode(), f"v{i}".encode(), (), base + i * 1000) for i in range(10)]
     produce_recs(Producer({"bootstrap.servers": bs}), topic, recs)
@@ -192,9 +205,9 @@ def test_auto_create_on_produce(kcat: Kcat, topic: str) -> None:
     assert kcat.consume(topic, "%k=%s@%p:%o\\n") == ["k=auto@0:0"]
 
 
-def test_null_versus_empty_keys_and_values(kcat: Kcat, module_broker: Broker, topic: str) -> None:
+def test_null_versus_empty_keys_and_values(kcat: Kcat, pbroker: Deployment, topic: str) -> None:
     """-Z: an empty key or value is sent as NULL; without -Z it is sent empty."""
-    create_topic(module_broker.bootstrap, topic, partitions=1)
+    create_topic(pbroker.bootstrap, topic, partitions=1, replication=pbroker.replication)
     kcat.produce(topic, [b":null-key", b"null-value:"], "-p", "0", "-K:", "-Z")
     kcat.produce(topic, [b":empty-key", b"empty-value:"], "-p", "0", "-K:")
     # %K / %S print -1 for NULL and 0 for empty (kcat's -Z on the consumer side would

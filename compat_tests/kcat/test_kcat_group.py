@@ -1,6 +1,7 @@
 """kcat -G (librdkafka 2.0.2's balanced consumer) against a real kcompat broker: a
 group member consumes a whole topic, its auto-committed offsets are visible through
-kafka-python's admin client, and a second run resumes from them."""
+kafka-python's admin client, and a second run resumes from them. Also in a 3-broker
+cluster at replication factor 1 (conftest.py)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ from pathlib import Path
 import pytest
 from kafka import KafkaAdminClient
 
-from .._broker import Broker, unique_topic
+from .._broker import unique_topic
+from .._deployment import Deployment
 from .._groups import produce_sync, unique_group, wait_for
 
 pytestmark = pytest.mark.timeout(120)
@@ -56,12 +58,12 @@ def group_offsets(bootstrap: str, group: str) -> dict[int, int]:
     return {tp.partition: om.offset for tp, om in res.get(group, {}).items()}
 
 
-def test_kcat_group_consumes_all_and_commits(gbroker: Broker, tmp_path: Path) -> None:
+def test_kcat_group_consumes_all_and_commits(gbroker: Deployment, tmp_path: Path) -> None:
     from .._groups import create_topic
 
     bs = gbroker.bootstrap
     topic, group = unique_topic("kcat-group"), unique_group("kcat")
-    create_topic(bs, topic, 3)
+    create_topic(bs, topic, 3, gbroker.replication)
     acked = produce_sync(bs, topic, {p: [f"v{p}-{i:03d}".encode() for i in range(30)]
                                      for p in range(3)})
     rows = kcat_group(bs, tmp_path, group, topic, 90, "-o", "beginning")
