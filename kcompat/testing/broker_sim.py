@@ -55,7 +55,6 @@ import sys
 import time
 import traceback
 import uuid
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from random import Random
 from typing import Any
@@ -655,14 +654,6 @@ class BrokerSimulation:
                 return
             await trio.sleep(0.2)
         self.failures.append("the group coordinator did not answer after healing")
-
-
-def run_seeds(first: int, count: int, options: BrokerSimOptions | None = None,
-              on_seed: Callable[[int], None] | None = None) -> None:
-    for seed in range(first, first + count):
-        BrokerSimulation(seed, options).run()
-        if on_seed is not None:
-            on_seed(seed)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -18,8 +18,6 @@ and each surviving file keeps its durable bytes plus a random prefix of its
 unsynced writes — the last write kept may be torn, and with ``garble`` its
 torn tail holds garbage instead. Handles opened before the crash are dead:
 writing through one raises ``OSError``, as the process that held them is gone.
-
-``fail_syncs`` makes the next syncs raise ``OSError`` (EIO), the disk failing.
 """
 
 from __future__ import annotations
@@ -86,7 +84,6 @@ class MemoryFile:
     def sync(self) -> None:
         if self._inode is None or self._generation != self._store.generation:
             return
-        self._store.check_sync()
         inode = self._inode
         inode.durable = bytes(inode.data)
         inode.pending.clear()
@@ -108,18 +105,12 @@ class MemoryFileStore:
         self.durable_dirs: set[str] = {"/", "."}
         self.generation = 0
         self.now_ms = 0
-        self.fail_syncs = 0
         self.crashes = 0
         for root in roots:  # directories that exist, durably, from the start
             self.make_dirs(Path(root))
             self.durable_dirs |= self.dirs
 
     # -- faults -----------------------------------------------------------------
-
-    def check_sync(self) -> None:
-        if self.fail_syncs > 0:
-            self.fail_syncs -= 1
-            raise OSError(errno.EIO, "injected fsync failure")
 
     def crash(self, rng: Random, garble: float = 0.0) -> None:
         """Lose what a power cut may lose (see the module docstring)."""
@@ -221,7 +212,6 @@ class MemoryFileStore:
         key = _key(directory)
         if key not in self.dirs:
             raise FileNotFoundError(errno.ENOENT, "no such directory", str(directory))
-        self.check_sync()
         for k in [k for k in self.durable_files if _parent(k) == key]:
             if k not in self.files:
                 del self.durable_files[k]
