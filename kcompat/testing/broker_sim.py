@@ -36,7 +36,7 @@ all replicas must converge (liveness). The checks:
   outcome on every partition, the one EndTxn acknowledged, if any;
 * no broker task fails with an exception.
 
-A failure raises ``SimFailure`` naming the seed and the replay command::
+A failure raises ``SimFailure`` (the Raft simulator's) naming the seed and the replay command::
 
     python -m kcompat.testing.broker_sim --seed N [--verbose]
 
@@ -71,6 +71,7 @@ from kcompat.broker.handlers import HANDLERS
 from kcompat.broker.replication.transport import Link
 from kcompat.raft import NO_NODE
 from kcompat.testing.memory_store import MemoryFileStore
+from kcompat.testing.simulator import SimFailure
 from kcompat.wire import codec
 from kcompat.wire import versions as v
 from kcompat.wire.batch import iter_headers
@@ -82,10 +83,6 @@ GROUP = "g"
 TXN_ID = "tx"
 REQUEST_TIMEOUT_S = 3.0
 WALL_BASE_S = 1_790_000_000.0  # the simulated wall clock at the start of every run
-
-
-class SimFailure(AssertionError):
-    pass
 
 
 def replay_command(seed: int) -> str:

@@ -39,7 +39,8 @@ from kcompat.testing.sim_network import NetworkFaults, SimNetwork
 
 
 class SimFailure(AssertionError):
-    pass
+    """A simulator found a broken invariant; the message names the seed and how to
+    replay it (this module's and ``broker_sim``'s)."""
 
 
 def replay_command(seed: int) -> str:
