@@ -10,10 +10,18 @@ the way to disk. Nothing is stored unless every check passes. Only a topic with
 ``message.timestamp.type=LogAppendTime`` pays for a copy (its timestamp and CRC
 change). A client-sent control batch is refused: markers are written by the
 transaction coordinator only.
+
+Extensions (EXTENSIONS.md): a batch whose records carry delayed-delivery
+headers is stored with those records taken out (``ext.holes``: same offsets,
+producer id and sequence range, fewer records); the result carries them
+(``split``) for the produce handler to schedule once the batch is committed.
+A plain batch pays one substring search for ``kc-``. Batches the broker
+writes itself go through ``append_internal``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -22,6 +30,9 @@ from kio.schema.errors import ErrorCode
 from kcompat.broker.configdef import LONG_MAX
 from kcompat.broker.partition import Partition
 from kcompat.broker.topic_config import effective
+from kcompat.ext import holes
+from kcompat.ext.delay import HeaderError
+from kcompat.ext.holes import Split
 from kcompat.txn.producer_state import SequenceError
 from kcompat.wire import batch as wbatch
 from kcompat.wire.batch import BatchError, BatchHeader
@@ -34,6 +45,8 @@ class AppendResult:
     base_offset: int = -1
     log_append_time_ms: int = -1
     message: str | None = None
+    duplicate: bool = False  # a retry of a batch already stored (at base_offset)
+    split: Split | None = None  # delayed records taken out (stored with holes)
 
 
 def _fail(code: ErrorCode, message: str) -> AppendResult:
@@ -103,14 +116,38 @@ def append_records(
         problem = _timestamp_problem(view, header, topic_configs, broker_defaults, now_ms)
         if problem is not None:
             return _fail(ErrorCode.invalid_timestamp, problem)
-    log = part.log
+    split = None
+    if not header.is_control:
+        max_delay = int(effective("kc.delay.max.ms", topic_configs, broker_defaults)[0])
+        try:
+            split = holes.split(view, header, now_ms, max_delay)
+        except HeaderError as e:
+            return _fail(ErrorCode.invalid_record, str(e))
+        except wbatch.BatchError as e:
+            return _fail(ErrorCode.corrupt_message, str(e))
+        if split is not None:
+            if header.is_transactional:
+                return _fail(ErrorCode.invalid_record, "delayed delivery (kc-delay-ms, "
+                             "kc-deliver-at, kc-cancel-schedule) is not supported inside "
+                             "transactions yet")
+            view = memoryview(split.hole)
+            header = wbatch.parse_header(view)
+    result = store(part, view, header, log_append, now_ms, write)
+    return result if split is None else dataclasses.replace(result, split=split)
+
+
+def store(part: Partition, view: memoryview, header: BatchHeader, log_append: bool,
+          now_ms: int, write: Callable[[memoryview, BatchHeader, int], BatchHeader]
+          ) -> AppendResult:
+    """The idempotence check and the write of a validated batch; a duplicate
+    answers the original's offset and writes nothing."""
     try:
-        duplicate = log.producers.check(header)
+        duplicate = part.log.producers.check(header)
     except SequenceError as e:
         code = getattr(ErrorCode, e.error)
         return _fail(code, str(e))
     if duplicate is not None:
-        return AppendResult(ErrorCode.none, duplicate.base_offset)
+        return AppendResult(ErrorCode.none, duplicate.base_offset, duplicate=True)
     append_time = -1
     if log_append:
         view = memoryview(wbatch.with_log_append_time(view, now_ms))
@@ -119,3 +156,19 @@ def append_records(
     written = write(view, header, now_ms)
     part.notify_append()
     return AppendResult(ErrorCode.none, written.base_offset, append_time)
+
+
+def append_internal(part: Partition, view: memoryview, topic_configs: dict[str, object],
+                    broker_defaults: dict[str, object], now_ms: int,
+                    write: Callable[[memoryview, BatchHeader, int], BatchHeader]
+                    ) -> AppendResult:
+    """A batch the broker wrote itself (a schedule-log record, a due delayed
+    record): validated and checked for duplicates like a producer's, but its
+    headers are not read again and its timestamps are not bounded."""
+    try:
+        header = wbatch.validate(view)
+    except wbatch.BatchError as e:
+        return _fail(ErrorCode.corrupt_message, str(e))
+    log_append = effective("message.timestamp.type", topic_configs, broker_defaults)[0] == (
+        "LogAppendTime")
+    return store(part, view, header, log_append, now_ms, write)

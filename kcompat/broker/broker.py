@@ -8,7 +8,8 @@ driver and replica management, ``replication``) with its request/reply calls
 between brokers; the controller (``controller``: the metadata log's state
 machine, registration and liveness, topic changes); the services — the group
 and transaction coordinators, each the replicated state machine of its
-internal topic — and the metrics. ``Broker`` builds them in that order and
+internal topic —, delayed delivery (the state machine of ``__kc_schedule``)
+and the metrics. ``Broker`` builds them in that order and
 lets each upper part register what the lower ones call back (tick hooks,
 inbound messages, state machines), so no lower layer knows an upper one.
 Handlers receive it in their ``RequestContext``.
@@ -23,9 +24,12 @@ from __future__ import annotations
 
 from random import Random
 
+import trio
+
 from kcompat.broker.config import BrokerConfig
 from kcompat.broker.controller import admin
 from kcompat.broker.controller.quorum import Controller
+from kcompat.broker.delays import DelayService
 from kcompat.broker.groups import GroupService
 from kcompat.broker.metrics import BrokerMetrics
 from kcompat.broker.replication.peer_calls import PeerCalls
@@ -49,8 +53,16 @@ class Broker:
         admin.accept_forwarded(self.controller)
         self.groups = GroupService(self.state, self.cluster)
         self.txns = TxnService(self.state, self.cluster, self.calls, self.groups)
+        self.delays = DelayService(self.state, self.cluster, self.calls, self.controller)
         # counters and gauges for /metrics (admin_http)
         self.metrics = BrokerMetrics(self.state, self.groups.store)
+        self.delays.export(self.metrics.registry)
+
+    def start_services(self, nursery: trio.Nursery) -> None:
+        """The services' own tasks: coordinator timers, delayed deliveries."""
+        nursery.start_soon(self.groups.run)
+        nursery.start_soon(self.txns.run)
+        nursery.start_soon(self.delays.run)
 
     def close(self) -> None:
         self.state.close()

@@ -62,6 +62,9 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
         _D("transaction.state.log.replication.factor", "short", 3, minimum=1),
         _D("transaction.abort.timed.out.transaction.cleanup.interval.ms", "int", 10000,
            minimum=1),
+        # __kc_schedule: the delayed records (EXTENSIONS.md), created on first use
+        _D("kc.schedule.topic.num.partitions", "int", 10, minimum=1),
+        _D("kc.schedule.topic.replication.factor", "short", 3, minimum=1),
         _D("kcompat.flush.mode", "string", "acks_all", choices=("acks_all", "always", "never")),
         _D("kcompat.cluster.id", "string", ""),
         _D("admin.port", "int", 9644, minimum=-1),  # 0 picks a free port, -1 disables

@@ -8,6 +8,7 @@ from typing import Any
 
 from kcompat.broker.broker import Broker
 from kcompat.broker.controller.quorum import Controller
+from kcompat.broker.delays import DelayService
 from kcompat.broker.groups import GroupService
 from kcompat.broker.metrics import BrokerMetrics
 from kcompat.broker.replication.runtime import ClusterRuntime
@@ -44,6 +45,10 @@ class RequestContext:
     @property
     def groups(self) -> GroupService:
         return self.broker.groups
+
+    @property
+    def delays(self) -> DelayService:
+        return self.broker.delays
 
     @property
     def metrics(self) -> BrokerMetrics:

@@ -65,8 +65,7 @@ async def run_broker(config: BrokerConfig, task_status: trio.TaskStatus[int] = t
             background.start_soon(run_admin_http, broker, admin_listeners)
             background.start_soon(state.flusher.run)
             background.start_soon(_retention_loop, state)
-            background.start_soon(broker.groups.run)
-            background.start_soon(broker.txns.run)
+            broker.start_services(background)
             await background.start(broker.cluster.run)  # the Multi-Raft driver
             await broker.controller.wait_started(timeout_s=30.0)
             serve_scope = trio.CancelScope()

@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from kcompat.broker.configdef import LONG_MAX, ConfigDef, ConfigError
+from kcompat.ext.delay import DELAY_MAX_MS_DEFAULT
 from kcompat.log.config import LogConfig
 
 _D = ConfigDef
@@ -48,8 +49,18 @@ TOPIC_CONFIGS: dict[str, ConfigDef] = {
         _D("segment.jitter.ms", "long", 0, minimum=0),
         _D("segment.ms", "long", 604800000, minimum=1, broker_key="log.roll.ms"),
         _D("unclean.leader.election.enable", "boolean", False),
+        # extensions (EXTENSIONS.md): listed only where set, so plain topics
+        # describe exactly as in Kafka
+        _D("kc.delay.max.ms", "long", DELAY_MAX_MS_DEFAULT, minimum=0),
     )
 }
+EXTENSION_PREFIX = "kc."
+
+
+def listed_keys(overrides: dict[str, Any]) -> list[str]:
+    """The keys DescribeConfigs / CreateTopics list for a topic: Kafka's, and
+    an extension key only where the topic sets it."""
+    return [k for k in TOPIC_CONFIGS if not k.startswith(EXTENSION_PREFIX) or k in overrides]
 
 
 def validate_overrides(raw: dict[str, Any]) -> dict[str, Any]:

@@ -21,10 +21,12 @@ between the two re-delivers from the same index after failover; the
 re-append itself must be idempotent (rule 3: it carries the entry as its
 producer sequence).
 
-A schedule id names at most one pending record: scheduling a second record
-with an id that is still pending replaces nothing — both stay, and a
-cancellation takes the earlier one (first come, first cancelled), as a queue
-user would expect from ids reused after delivery.
+A schedule id is scoped by the record's target (its topic-partition; one
+schedule log serves several). It names at most one pending record there:
+scheduling a second record with an id that is still pending replaces
+nothing — both stay, and a cancellation takes the earlier one (first come,
+first cancelled), as a queue user would expect from ids reused after
+delivery.
 
 Pure and deterministic: no clock, no I/O. Memory: a heap of (due, entry)
 pairs plus a dict per pending entry; the far-future part of a large schedule
@@ -37,19 +39,23 @@ import heapq
 from collections import deque
 from dataclasses import dataclass
 
+Target = tuple[str, int]  # topic, partition
+
 
 @dataclass(frozen=True, slots=True)
 class Pending:
     entry: int
     due_ms: int
     schedule_id: str | None
+    target: Target | None = None
+    offset: int = -1  # where the record was produced (its hole), -1 if unknown
 
 
 class Schedule:
     def __init__(self) -> None:
         self._heap: list[tuple[int, int]] = []  # (due, entry); stale pairs skipped lazily
         self._pending: dict[int, Pending] = {}
-        self._by_id: dict[str, deque[int]] = {}
+        self._by_id: dict[tuple[Target | None, str], deque[int]] = {}
 
     def __len__(self) -> int:
         return len(self._pending)
@@ -57,35 +63,44 @@ class Schedule:
     def __contains__(self, entry: int) -> bool:
         return entry in self._pending
 
-    def add(self, entry: int, due_ms: int, schedule_id: str | None = None) -> None:
+    def add(self, entry: int, due_ms: int, schedule_id: str | None = None,
+            target: Target | None = None, offset: int = -1) -> None:
         if entry in self._pending:
             return  # a replayed record: already known
-        self._pending[entry] = Pending(entry, due_ms, schedule_id)
+        self._pending[entry] = Pending(entry, due_ms, schedule_id, target, offset)
         heapq.heappush(self._heap, (due_ms, entry))
         if schedule_id is not None:
-            self._by_id.setdefault(schedule_id, deque()).append(entry)
+            self._by_id.setdefault((target, schedule_id), deque()).append(entry)
 
-    def cancel(self, schedule_id: str) -> Pending | None:
-        """Drop the earliest pending record named ``schedule_id``; None if none."""
-        entries = self._by_id.get(schedule_id)
+    def get(self, entry: int) -> Pending | None:
+        return self._pending.get(entry)
+
+    def cancel(self, schedule_id: str, target: Target | None = None) -> Pending | None:
+        """Drop the earliest pending record of ``target`` named ``schedule_id``;
+        None if none."""
+        key = (target, schedule_id)
+        entries = self._by_id.get(key)
         while entries:
             entry = entries.popleft()
             found = self._pending.pop(entry, None)
             if found is not None:
                 if not entries:
-                    del self._by_id[schedule_id]
+                    del self._by_id[key]
                 return found
-        self._by_id.pop(schedule_id, None)
+        self._by_id.pop(key, None)
         return None
 
-    def delivered(self, entry: int) -> None:
+    def delivered(self, entry: int) -> Pending | None:
+        """Take ``entry`` out (its delivery started, or it was dropped)."""
         found = self._pending.pop(entry, None)
         if found is not None and found.schedule_id is not None:
-            entries = self._by_id.get(found.schedule_id)
+            key = (found.target, found.schedule_id)
+            entries = self._by_id.get(key)
             if entries is not None and entry in entries:
                 entries.remove(entry)
                 if not entries:
-                    del self._by_id[found.schedule_id]
+                    del self._by_id[key]
+        return found
 
     def due(self, now_ms: int, limit: int = 1000) -> list[Pending]:
         """Up to ``limit`` pending records due at ``now_ms``, earliest first.

@@ -244,8 +244,7 @@ class BrokerSimulation:
                 async with trio.open_nursery() as nursery:
                     node.nursery = nursery
                     nursery.start_soon(broker.state.flusher.run)
-                    nursery.start_soon(broker.groups.run)
-                    nursery.start_soon(broker.txns.run)
+                    broker.start_services(nursery)
                     await nursery.start(broker.cluster.run)
                     node.broker = broker
                     task_status.started()

@@ -34,8 +34,7 @@ T = TypeVar("T")
 async def running(broker: Broker) -> AsyncIterator[None]:
     async with trio.open_nursery() as nursery:
         await start(nursery, broker, internal_topics=False)
-        nursery.start_soon(broker.groups.run)
-        nursery.start_soon(broker.txns.run)
+        broker.start_services(nursery)
         yield
         nursery.cancel_scope.cancel()
 

@@ -52,6 +52,7 @@ from kcompat.wire.batch import (
     NO_PRODUCER_ID,
     NO_SEQUENCE,
     BatchError,
+    BatchHeader,
     compute_crc,
     validate,
 )
@@ -313,6 +314,34 @@ def encode_batch(
         producer_epoch,
         base_sequence,
         len(records),
+    )
+    out[HEADER_SIZE:] = payload
+    _U32.pack_into(out, 17, compute_crc(memoryview(out)))
+    return bytes(out)
+
+
+def rebuild_batch(header: BatchHeader, records: Sequence[Record]) -> bytes:
+    """``header``'s batch holding only ``records`` (a subset of its own, with
+    their absolute offsets and timestamps): what Kafka's log cleaner writes.
+
+    The base offset, ``lastOffsetDelta``, timestamps, producer id, epoch, base
+    sequence and attributes (compression, transactional, timestamp type) stay;
+    the record count, length and CRC follow the records kept. No records
+    leaves an empty batch, which keeps its offsets and sequence range.
+    """
+    body = bytearray()
+    for r in records:
+        body += encode_record(r.offset - header.base_offset, r.timestamp - header.base_timestamp,
+                              r.key, r.value, r.headers)
+    codec = header.compression
+    payload = compress(codec, bytes(body)) if codec and records else bytes(body)
+    attributes = header.attributes if records else header.attributes & ~ATTR_COMPRESSION_MASK
+    out = bytearray(HEADER_SIZE + len(payload))
+    _HEADER.pack_into(
+        out, 0, header.base_offset, HEADER_SIZE + len(payload) - LOG_OVERHEAD,
+        header.partition_leader_epoch, MAGIC_V2, 0, attributes, header.last_offset_delta,
+        header.base_timestamp, header.max_timestamp, header.producer_id,
+        header.producer_epoch, header.base_sequence, len(records),
     )
     out[HEADER_SIZE:] = payload
     _U32.pack_into(out, 17, compute_crc(memoryview(out)))

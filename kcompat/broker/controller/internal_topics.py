@@ -7,20 +7,26 @@ Theory of operation
 FindCoordinator that needs them, with these configs and the partition counts
 and replication factors of the broker config
 (``offsets.topic.num.partitions``, ``transaction.state.log.replication.factor``
-...). The coordinator of a group id or transactional id is the leader of
+...). ``__kc_schedule`` (delayed records, ``ext.schedule_log``) is created
+the same way on the first produce of a delayed record. The coordinator of a group id or transactional id is the leader of
 partition ``abs(javaHash(id)) % partitions``, as in Kafka, so records land
 where Kafka puts them.
 """
 
 from __future__ import annotations
 
+from kcompat.ext.schedule_log import SCHEDULE_TOPIC
+
 OFFSETS_TOPIC = "__consumer_offsets"
 OFFSETS_TOPIC_CONFIGS = {"cleanup.policy": "compact", "segment.bytes": "104857600"}
 TXN_TOPIC = "__transaction_state"
 TXN_TOPIC_CONFIGS = {"cleanup.policy": "compact"}
 # topic -> prefix of its broker config keys (``<prefix>.num.partitions`` ...), configs
+# delayed records wait here until delivered: never deleted by time or size
+SCHEDULE_TOPIC_CONFIGS = {"retention.ms": "-1", "retention.bytes": "-1"}
 INTERNAL_TOPICS = {OFFSETS_TOPIC: ("offsets.topic", OFFSETS_TOPIC_CONFIGS),
-                   TXN_TOPIC: ("transaction.state.log", TXN_TOPIC_CONFIGS)}
+                   TXN_TOPIC: ("transaction.state.log", TXN_TOPIC_CONFIGS),
+                   SCHEDULE_TOPIC: ("kc.schedule.topic", SCHEDULE_TOPIC_CONFIGS)}
 
 
 def java_string_hash(s: str) -> int:

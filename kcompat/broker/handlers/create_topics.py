@@ -36,7 +36,7 @@ from kcompat.broker.handlers._common import (
 )
 from kcompat.broker.metadata import TopicMeta
 from kcompat.broker.state import TopicError
-from kcompat.broker.topic_config import TOPIC_CONFIGS
+from kcompat.broker.topic_config import listed_keys
 
 #: how long (at most, and within the request's timeout) CreateTopics waits for
 #: the new partitions' first leaders before it answers
@@ -72,7 +72,7 @@ def _configs(ctx: RequestContext, meta: TopicMeta) -> tuple[Any, ...]:
     if not hasattr(ctx.resp, "CreatableTopicConfigs"):  # before v5
         return ()
     out = []
-    for key in TOPIC_CONFIGS:
+    for key in listed_keys(meta.configs):
         value, source = topic_config(ctx.state, key, meta.configs)
         out.append(ctx.build("CreatableTopicConfigs", name=key, value=value, read_only=False,
                              config_source=source, is_sensitive=False))

@@ -34,7 +34,7 @@ from kcompat.broker.handlers._common import (
     topic_synonyms,
 )
 from kcompat.broker.state import TopicError, check_topic_name
-from kcompat.broker.topic_config import TOPIC_CONFIGS
+from kcompat.broker.topic_config import TOPIC_CONFIGS, listed_keys
 
 
 def _entry(ctx: RequestContext, name: str, value: str, source: int, read_only: bool,
@@ -63,7 +63,7 @@ def _topic(ctx: RequestContext, resource: Any, synonyms: bool) -> list[Any]:
         raise TopicError(ErrorCode.unknown_topic_or_partition,
                          f"The topic '{name}' does not exist.")
     out = []
-    for key in _wanted(resource, TOPIC_CONFIGS):
+    for key in _wanted(resource, listed_keys(meta.configs)):
         value, source = topic_config(ctx.state, key, meta.configs)
         syn = topic_synonyms(ctx.state, key, meta.configs) if synonyms else None
         out.append(_entry(ctx, key, value, source, False, TOPIC_CONFIGS[key].type, syn))

@@ -22,6 +22,11 @@ producer's retry is deduplicated by the new leader, which rebuilt the same
 producer state from the replicated log. ``acks=1`` answers after the leader's
 own append (made durable first under ``kcompat.flush.mode=always``), as in
 Kafka. A duplicate batch with acks=all waits for the commit of the original.
+
+Delayed delivery (EXTENSIONS.md): a batch stored with delayed records taken
+out is answered, whatever ``acks``, only once it is committed and its delayed
+records are in the schedule log (``_schedule``); a retry the partition finds
+to be a duplicate is scheduled again, and the schedule log keeps one copy.
 """
 
 from __future__ import annotations
@@ -101,8 +106,27 @@ def _append(ctx: RequestContext, topic: str, pdata: Any, acks: int, now: int) ->
                                 _txn_check(ctx, topic, pdata.index), write)
     except NotLeaderError:
         result = AppendResult(ErrorCode.not_leader_or_follower)
+    if result.split is not None and acks != -1:
+        group.sync_wanted = True  # waited for like acks=all (``_schedule``)
     ctx.metrics.produced(topic, pdata.records, result.error == ErrorCode.none)
     return pdata.index, result, part, group, term
+
+
+async def _schedule(ctx: RequestContext, row: _Row, acks: int, deadline: float
+                    ) -> AppendResult | None:
+    """A batch that had delayed records taken out (``result.split``): once it is
+    committed — whatever ``acks`` — its delayed records are scheduled, and
+    only then is it acknowledged (``delays``). None when done."""
+    index, result, part, group, term = row
+    assert part is not None and group is not None and result.split is not None
+    if acks != -1:
+        code = await ctx.cluster.wait_committed(group, result.base_offset, term, deadline)
+        if code != ErrorCode.none:
+            return AppendResult(code)
+    timeout_s = max(deadline - trio.current_time(), 1.0)
+    code, message = await ctx.delays.schedule(part.topic, index, result.split,
+                                              result.base_offset, timeout_s)
+    return None if code == ErrorCode.none else AppendResult(code, message=message)
 
 
 def _refused(index: int, code: ErrorCode) -> _Row:
@@ -124,20 +148,25 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
                          for p in t.partition_data])
                for t in request.topic_data]
     ok = [row for _n, rows in results for row in rows if row[1].error == ErrorCode.none]
-    errors: dict[int, ErrorCode] = {}
+    errors: dict[int, AppendResult] = {}
+    deadline = trio.current_time() + request.timeout.total_seconds()
     if ok and acks == -1:
-        deadline = trio.current_time() + request.timeout.total_seconds()
         for row in ok:
             _i, result, _p, group, term = row
             assert group is not None
             code = await cluster.wait_committed(group, result.base_offset, term, deadline)
             if code != ErrorCode.none:
-                errors[id(row)] = code
+                errors[id(row)] = AppendResult(code)
     elif ok and _needs_sync(ctx):
         try:
             await state.flusher.sync(*[p.log for _i, _r, p, _g, _t in ok if p is not None])
         except OSError:
-            errors.update({id(row): ErrorCode.kafka_storage_error for row in ok})
+            errors.update({id(row): AppendResult(ErrorCode.kafka_storage_error) for row in ok})
+    for row in ok:
+        if row[1].split is not None and id(row) not in errors:
+            failed = await _schedule(ctx, row, acks, deadline)
+            if failed is not None:
+                errors[id(row)] = failed
     if acks == 0:
         return None
     topics = []
@@ -146,7 +175,7 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
         for row in rows:
             index, result, part, _g, _t = row
             if id(row) in errors:
-                result = AppendResult(errors[id(row)])
+                result = errors[id(row)]
             log_start = part.log.log_start_offset if part and result.error == ErrorCode.none else -1
             parts.append(_partition_response(ctx, index, result, log_start))
         topics.append(ctx.build("TopicProduceResponse", name=name,

@@ -137,9 +137,30 @@ class VerifyTxnReply:
     error_code: int
 
 
-Reply = MarkerReply | ForwardReply | VerifyTxnReply
+@dataclass(frozen=True, slots=True)
+class AppendRequest:
+    """Broker -> partition leader: append this batch the broker wrote itself
+    (a schedule-log write, a due delayed record's delivery) through the
+    partition's idempotence check and Raft group, and answer (``AppendReply``)
+    once it is committed, with its base offset (the original one for a
+    duplicate)."""
+
+    request_id: int
+    topic: str
+    index: int
+    batch: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class AppendReply:
+    request_id: int
+    error_code: int
+    base_offset: int
+
+
+Reply = MarkerReply | ForwardReply | VerifyTxnReply | AppendReply
 Internal = (MarkerRequest | MarkerReply | ForwardRequest | ForwardReply | Heartbeat
-            | VerifyTxnRequest | VerifyTxnReply)
+            | VerifyTxnRequest | VerifyTxnReply | AppendRequest | AppendReply)
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,7 +205,12 @@ def _dec(value: Any, blobs: list[bytes]) -> Any:
     return value
 
 
-def _enc_internal(m: Internal) -> list[Any]:
+def _enc_internal(m: Internal, blobs: list[bytes]) -> list[Any]:
+    if isinstance(m, AppendRequest):
+        blobs.append(m.batch)
+        return ["aq", m.request_id, m.topic, m.index, len(blobs) - 1]
+    if isinstance(m, AppendReply):
+        return ["ar", m.request_id, m.error_code, m.base_offset]
     if isinstance(m, MarkerRequest):
         return ["q", m.request_id, m.topic, m.index, m.producer_id, m.producer_epoch,
                 int(m.commit)]
@@ -213,7 +239,7 @@ def encode(frame: RaftFrame) -> bytes:
     doc = {"src": frame.src, "msgs": msgs,
            "ann": [[a.group, a.term, a.leader, list(a.isr), a.log_start]
                    for a in frame.announcements],
-           "mk": [_enc_internal(m) for m in frame.markers],
+           "mk": [_enc_internal(m, blobs) for m in frame.markers],
            "blobs": [len(b) for b in blobs]}
     body = json.dumps(doc, separators=(",", ":")).encode()
     payload = b"".join([_HEADER.pack(KCOMPAT_RAFT, 0, 0, -1), _U32.pack(len(body)), body,
@@ -253,6 +279,11 @@ def decode(frame: bytes) -> RaftFrame:
             elif item[0] == "vq":
                 markers.append(VerifyTxnRequest(int(item[1]), str(item[2]), int(item[3]),
                                                 int(item[4]), str(item[5]), int(item[6])))
+            elif item[0] == "aq":
+                markers.append(AppendRequest(int(item[1]), str(item[2]), int(item[3]),
+                                             blobs[int(item[4])]))
+            elif item[0] == "ar":
+                markers.append(AppendReply(int(item[1]), int(item[2]), int(item[3])))
             elif item[0] == "vr":
                 markers.append(VerifyTxnReply(int(item[1]), int(item[2])))
             elif item[0] == "hb":

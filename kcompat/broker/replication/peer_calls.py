@@ -12,6 +12,11 @@ The inter-broker frame (``codec``) is one-way; a few things need an answer:
 * **Transaction verification** (KIP-890, ``txn_verify``): a partition leader
   asks the transaction coordinator whether a batch's transaction includes the
   partition (``VerifyTxnRequest`` / ``VerifyTxnReply``).
+* **Batches the broker writes itself** (``append``): a delayed record's
+  schedule-log write and, when due, its delivery into its partition go to
+  that partition's leader in an ``AppendRequest``; the leader appends it
+  through the idempotence check (a re-sent batch is a duplicate) and sends an
+  ``AppendReply`` with its offset once committed.
 * **Metadata changes forwarded to the controller.** AlterConfigs,
   IncrementalAlterConfigs, CreatePartitions and auto-created topics may reach
   any broker (Kafka brokers forward them to the controller); a non-controller
@@ -33,6 +38,7 @@ from typing import TYPE_CHECKING, Any
 import trio
 from kio.schema.errors import ErrorCode
 
+from kcompat.broker.append import append_internal
 from kcompat.broker.replication import codec
 from kcompat.broker.replication.group import NotLeaderError
 from kcompat.broker.replication.storage import now_ms
@@ -50,10 +56,13 @@ class PeerCalls:
         self.rt = runtime
         self._seq = 0
         self._waits: dict[int, list[Any]] = {}  # request id -> [Event, ErrorCode, message?]
-        for reply in (codec.MarkerReply, codec.ForwardReply, codec.VerifyTxnReply):
+        for reply in (codec.MarkerReply, codec.ForwardReply, codec.VerifyTxnReply,
+                      codec.AppendReply):
             runtime.inbound[reply] = lambda _src, m: self.on_reply(m)
         runtime.inbound[codec.MarkerRequest] = (
             lambda src, m: runtime.spawn(self.serve_marker, src, m))
+        runtime.inbound[codec.AppendRequest] = (
+            lambda src, m: runtime.spawn(self.serve_append, src, m))
 
     # -- the caller's side ------------------------------------------------------------
 
@@ -79,6 +88,8 @@ class PeerCalls:
         slot[1] = ErrorCode(reply.error_code)
         if isinstance(reply, codec.ForwardReply):
             slot.append(reply.message)
+        elif isinstance(reply, codec.AppendReply):
+            slot.append(reply.base_offset)
         slot[0].set()
 
     async def write_marker(self, topic: str, index: int, pid: int, epoch: int, commit: bool,
@@ -94,6 +105,23 @@ class PeerCalls:
         slot = await self.call(leader, lambda rid: codec.MarkerRequest(
             rid, topic, index, pid, epoch, commit), timeout_s)
         return slot[1]  # type: ignore[no-any-return]
+
+    async def append(self, topic: str, index: int, batch: bytes,
+                     timeout_s: float = 5.0) -> tuple[ErrorCode, int]:
+        """Append a batch this broker wrote (``append_internal``) to
+        ``topic``-``index`` at its leader, here or remote; (error, base offset)
+        once committed."""
+        rt = self.rt
+        if (topic, index) not in rt.assignments:
+            return ErrorCode.unknown_topic_or_partition, -1
+        if rt.leads(topic, index):
+            return await self.append_locally(topic, index, batch, timeout_s)
+        leader = rt.partition_view(topic, index)[0]
+        if leader not in rt.peers:
+            return ErrorCode.not_leader_or_follower, -1
+        slot = await self.call(leader, lambda rid: codec.AppendRequest(
+            rid, topic, index, batch), timeout_s)
+        return slot[1], (slot[2] if len(slot) > 2 else -1)
 
     async def forward_to_controller(self, intent: dict[str, Any],
                                     timeout_s: float = 10.0) -> tuple[ErrorCode, str | None]:
@@ -112,6 +140,34 @@ class PeerCalls:
         code = await self.write_marker_locally(req.topic, req.index, req.producer_id,
                                                req.producer_epoch, req.commit, 5.0)
         self.rt.send_internal(src, codec.MarkerReply(req.request_id, int(code)))
+
+    async def serve_append(self, src: int, req: codec.AppendRequest) -> None:
+        code, offset = await self.append_locally(req.topic, req.index, req.batch, 5.0)
+        self.rt.send_internal(src, codec.AppendReply(req.request_id, int(code), offset))
+
+    async def append_locally(self, topic: str, index: int, batch: bytes,
+                             timeout_s: float) -> tuple[ErrorCode, int]:
+        rt = self.rt
+        group = rt.group_of(topic, index)
+        meta = rt.state.topics.get(topic)
+        if group is None or group.part is None or meta is None or not group.is_leader:
+            return ErrorCode.not_leader_or_follower, -1
+        term = group.raft.term
+
+        def write(view: memoryview, header: wbatch.BatchHeader, now: int) -> wbatch.BatchHeader:
+            return rt.propose_batch(group, view, header, now)
+
+        try:
+            result = append_internal(group.part, memoryview(batch), meta.configs,
+                                     rt.state.broker_defaults, now_ms(), write)
+        except NotLeaderError:
+            return ErrorCode.not_leader_or_follower, -1
+        if result.error != ErrorCode.none:
+            log.warning("internal append to %s-%d refused: %s", topic, index, result.message)
+            return result.error, -1
+        code = await rt.wait_committed(group, result.base_offset, term,
+                                       trio.current_time() + timeout_s)
+        return code, result.base_offset
 
     async def write_marker_locally(self, topic: str, index: int, pid: int, epoch: int,
                                    commit: bool, timeout_s: float) -> ErrorCode:

@@ -1,0 +1,300 @@
+"""Delayed delivery: the service hosting the schedule log (EXTENSIONS.md).
+
+Theory of operation
+-------------------
+**Produce.** The append path (``append``, ``ext.holes``) stores a batch with
+its delayed records and cancellations taken out. Once that batch is
+committed, the produce handler calls ``schedule``: the records go, whole,
+into the ``__kc_schedule`` partition of their topic-partition (created on
+first use, like the coordinators' topics) in one batch naming the produced
+batch's producer and sequence, through the schedule partition's leader —
+here or on another broker (``PeerCalls.append``). Only then is the produce
+answered. A crash in between leaves the producer unanswered; its retry is
+a duplicate for the partition, which answers the original offset, and is
+scheduled again — the schedule log drops the second copy (``ScheduleLog``
+keeps the last batches of each producer per partition). Records of a
+non-idempotent producer are, as in Kafka, at least once.
+
+**State.** ``DelayService`` is the replicated state machine of
+``__kc_schedule`` (``StateMachine``): every replica applies each committed
+batch to its partition's ``ScheduleLog``, so a new leader holds the whole
+schedule without a replay.
+
+**Delivery.** The leader of a schedule partition (``run``) wakes at the next
+due time. Per target partition with due records, it first commits an
+``out`` record — which fixes the entries and their producer sequence — then
+appends them as one batch (``kc-scheduled-offset`` added) with the schedule
+partition's internal producer id to the target's leader, then commits
+``done``. A leader that fails anywhere in between is replaced by one that
+finds the delivery in flight and re-sends the same batch, which the target
+partition's idempotence check answers as a duplicate if it was already
+stored: each record lands once (rule 3). A target that no longer exists is
+dropped from the schedule.
+
+Metrics (on the schedule partition's leader): pending records per target
+partition, delivery lateness, records delivered per topic.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+import trio
+from kio.schema.errors import ErrorCode
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from kcompat.broker.controller.admin import auto_create
+from kcompat.broker.controller.internal_topics import partition_for
+from kcompat.broker.replication.storage import now_ms
+from kcompat.ext.holes import Split
+from kcompat.ext.schedule import Pending, Target
+from kcompat.ext.schedule_log import (
+    SCHEDULE_TOPIC,
+    Delivery,
+    ScheduleLog,
+    add_record,
+    cancel_record,
+    delivered_form,
+    done_record,
+    drop_record,
+    internal_producer_id,
+    out_record,
+)
+from kcompat.wire import batch as wbatch
+from kcompat.wire.records import Record, decode_batch, encode_batch
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+    from kcompat.broker.controller.quorum import Controller
+    from kcompat.broker.replication.peer_calls import PeerCalls
+    from kcompat.broker.replication.runtime import ClusterRuntime
+    from kcompat.broker.state import BrokerState
+
+log = logging.getLogger("kcompat.delays")
+
+DELIVERY_BATCH = 500  # records per delivery batch
+IDLE_WAKE_S = 1.0
+RETRY_S = 0.2
+CREATE_WAIT_S = 5.0
+WRITE_TIMEOUT_S = 5.0
+LATENESS_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+
+
+class DelayService:
+    def __init__(self, state: BrokerState, cluster: ClusterRuntime, calls: PeerCalls,
+                 controller: Controller) -> None:
+        self.state = state
+        self.cluster = cluster
+        self.calls = calls
+        self.controller = controller
+        self.logs: dict[int, ScheduleLog] = {}
+        self.leading: set[int] = set()
+        self._busy: set[tuple[int, Target]] = set()
+        self._wake = trio.Event()
+        self.lateness: Histogram | None = None
+        self.delivered: Counter | None = None
+        cluster.machines[SCHEDULE_TOPIC] = self  # fed by the replication host
+
+    # -- the replicated state machine over __kc_schedule ----------------------------------
+
+    def apply(self, index: int, batch: memoryview, header: wbatch.BatchHeader) -> None:
+        if header.is_control or header.records_count == 0:
+            return
+        self._log(index).apply_batch(decode_batch(batch))
+        if index in self.leading:
+            self._wake.set()
+
+    def on_role(self, index: int, leading: bool) -> None:
+        if leading:
+            self.leading.add(index)
+            log.log(logging.INFO if len(self._log(index)) else logging.DEBUG,
+                    "delivering %d scheduled records of %s-%d", len(self._log(index)),
+                    SCHEDULE_TOPIC, index)
+        else:
+            self.leading.discard(index)
+        self._wake.set()
+
+    def restore(self, index: int, start: int) -> None:
+        """The schedule log is never cut by retention; DeleteRecords on it
+        keeps the applied state."""
+
+    def _log(self, index: int) -> ScheduleLog:
+        found = self.logs.get(index)
+        if found is None:
+            found = self.logs[index] = ScheduleLog()
+        return found
+
+    # -- produce: schedule what a stored batch took out ----------------------------------
+
+    async def schedule(self, topic: str, index: int, split: Split, base_offset: int,
+                       timeout_s: float) -> tuple[ErrorCode, str | None]:
+        """Write the delayed records and cancellations of ``split`` (stored at
+        ``base_offset`` in ``topic``-``index``) to the schedule log."""
+        if SCHEDULE_TOPIC not in self.state.topics:
+            auto_create(self.controller, SCHEDULE_TOPIC)
+            await self.cluster.wait_leaders(SCHEDULE_TOPIC, min(timeout_s, CREATE_WAIT_S))
+        meta = self.state.topics.get(SCHEDULE_TOPIC)
+        if meta is None:
+            return ErrorCode.request_timed_out, f"{SCHEDULE_TOPIC} is being created; retry"
+        hole = wbatch.parse_header(split.hole)
+        src = (hole.producer_id, hole.producer_epoch, hole.base_sequence)
+        now = now_ms()
+        shift = base_offset - hole.base_offset
+        records = [add_record(Record(r.offset + shift, r.timestamp, r.key, r.value, r.headers),
+                              topic, index, asked.due_ms, asked.schedule_id, src)
+                   for r, asked in split.delayed]
+        records += [cancel_record(topic, index, c.schedule_id, src, now) for c in split.cancels]
+        code, _offset = await self.calls.append(
+            SCHEDULE_TOPIC, partition_for(f"{topic}-{index}", meta.partitions),
+            encode_batch(records), timeout_s)
+        if code != ErrorCode.none:
+            return code, f"the delayed records could not be scheduled ({code.name}); retry"
+        return ErrorCode.none, None
+
+    # -- delivery: the leader of each schedule partition -----------------------------------
+
+    async def run(self) -> None:
+        async with trio.open_nursery() as nursery:
+            while True:
+                self._wake = trio.Event()
+                wait_s = self._start_due(nursery, now_ms())
+                with trio.move_on_after(wait_s):
+                    await self._wake.wait()
+
+    def _start_due(self, nursery: trio.Nursery, now: int) -> float:
+        """Start a delivery task per target with due records (or one in
+        flight); how long to sleep before looking again."""
+        wait_s = IDLE_WAKE_S
+        for index in sorted(self.leading):
+            if self.cluster.serving_machine(SCHEDULE_TOPIC, index) is not None:
+                continue
+            slog = self._log(index)
+            for target, delivery in list(slog.inflight.items()):
+                self._spawn(nursery, index, target, self._finish, index, delivery)
+            for target, entries in slog.due_by_target(now, DELIVERY_BATCH).items():
+                self._spawn(nursery, index, target, self._deliver, index, target, entries)
+            due = slog.next_due_ms()
+            if due is not None:
+                # what is due but busy wakes us when its task ends
+                wait_s = min(wait_s, max(due - now, 0) / 1000 if due > now else IDLE_WAKE_S)
+        return wait_s
+
+    def _spawn(self, nursery: trio.Nursery, index: int, target: Target, fn: object,
+               *args: object) -> None:
+        key = (index, target)
+        if key in self._busy:
+            return
+        self._busy.add(key)
+
+        async def task() -> None:
+            try:
+                await fn(*args)  # type: ignore[operator]
+            except Exception:
+                log.exception("delivering to %s-%d failed", *target)
+                await trio.sleep(RETRY_S)
+            finally:
+                self._busy.discard(key)
+                self._wake.set()
+        nursery.start_soon(task)
+
+    async def _deliver(self, index: int, target: Target, entries: list[Pending]) -> None:
+        """Fix the entries and their sequence with an ``out`` record, then send."""
+        now = now_ms()
+        code, _ = await self.calls.append_locally(
+            SCHEDULE_TOPIC, index, encode_batch([out_record(target, (p.entry for p in entries),
+                                                            now)]), WRITE_TIMEOUT_S)
+        delivery = self._log(index).inflight.get(target)
+        if code == ErrorCode.none and delivery is not None:
+            await self._finish(index, delivery)
+
+    async def _finish(self, index: int, delivery: Delivery) -> None:
+        """Append the delivery's batch to its target until it is stored, then
+        commit ``done``. Stops when this broker no longer leads ``index``."""
+        topic, partition = delivery.target
+        batch = encode_batch(self._records(index, delivery.entries),
+                             producer_id=internal_producer_id(index), producer_epoch=0,
+                             base_sequence=delivery.seq)
+        while self.cluster.serving_machine(SCHEDULE_TOPIC, index) is None:
+            if topic not in self.state.topics or (topic, partition) not in (
+                    self.cluster.assignments):
+                left = self._log(index).pending_by_target.get(delivery.target, 0)
+                log.warning("dropping %d scheduled records of %s-%d: the partition is gone",
+                            left + len(delivery.entries), topic, partition)
+                await self.calls.append_locally(SCHEDULE_TOPIC, index, encode_batch(
+                    [drop_record(delivery.target, now_ms())]), WRITE_TIMEOUT_S)
+                return
+            code, _offset = await self.calls.append(topic, partition, batch, WRITE_TIMEOUT_S)
+            if code == ErrorCode.none:
+                break
+            log.debug("delivery to %s-%d: %s; retrying", topic, partition, code.name)
+            await trio.sleep(RETRY_S)
+        else:
+            return  # the next leader finishes it
+        now = now_ms()
+        self._observe(delivery, now)
+        await self.calls.append_locally(SCHEDULE_TOPIC, index, encode_batch(
+            [done_record(delivery.target, delivery.seq, now)]), WRITE_TIMEOUT_S)
+
+    def _records(self, index: int, entries: Iterable[Pending]
+                 ) -> list[tuple[bytes | None, bytes | None, tuple[tuple[str, bytes | None], ...],
+                                 int]]:
+        """The stored records of ``entries``, as they are delivered."""
+        group = self.cluster.group_of(SCHEDULE_TOPIC, index)
+        assert group is not None
+        plog = group.storage.plog
+        cache: dict[int, dict[int, Record]] = {}
+        out = []
+        for pending in entries:
+            found = next((b for b in cache.values() if pending.entry in b), None)
+            if found is None:
+                batch = plog.read_batch_at(pending.entry)
+                found = {r.offset: r for r in decode_batch(batch)}
+                cache[wbatch.parse_header(batch).base_offset] = found
+            out.append(delivered_form(found[pending.entry]))
+        return out
+
+    # -- metrics ---------------------------------------------------------------------------
+
+    def export(self, registry: CollectorRegistry) -> None:
+        self.lateness = Histogram(
+            "kcompat_delayed_delivery_lateness_seconds",
+            "Time from a delayed record's due time to its delivery (committed)",
+            buckets=LATENESS_BUCKETS_S, registry=registry)
+        self.delivered = Counter("kcompat_delayed_records_delivered",
+                                 "Delayed records delivered, per topic", ["topic"],
+                                 registry=registry)
+        registry.register(_PendingCollector(self))
+
+    def _observe(self, delivery: Delivery, now: int) -> None:
+        if self.lateness is not None and self.delivered is not None:
+            for pending in delivery.entries:
+                self.lateness.observe(max(now - pending.due_ms, 0) / 1000)
+            self.delivered.labels(delivery.target[0]).inc(len(delivery.entries))
+
+
+class _PendingCollector(Collector):
+    def __init__(self, service: DelayService) -> None:
+        self.service = service
+
+    def describe(self) -> list[Metric]:
+        return []
+
+    def collect(self) -> Iterable[Metric]:
+        gauge = GaugeMetricFamily("kcompat_delayed_records_pending",
+                                  "Delayed records waiting (scheduled, not yet delivered), per "
+                                  "target partition; reported by the schedule partition's leader",
+                                  labels=["topic", "partition"])
+        for index in sorted(self.service.leading):
+            slog = self.service.logs.get(index)
+            if slog is None:
+                continue
+            counts = dict(slog.pending_by_target)
+            for delivery in slog.inflight.values():
+                counts[delivery.target] = counts.get(delivery.target, 0) + len(delivery.entries)
+            for (topic, partition), count in sorted(counts.items()):
+                gauge.add_metric((topic, str(partition)), count)
+        yield gauge

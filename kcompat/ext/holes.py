@@ -1,0 +1,74 @@
+"""Taking delayed records out of a produced batch (EXTENSIONS.md rules 1, 4, 5).
+
+Theory of operation
+-------------------
+``split(view, header, now_ms, max_delay_ms)`` looks at one validated batch on
+its way into a partition. Rule 1 (free when unused): a batch whose bytes do
+not contain ``kc-`` carries no extension header, and that substring search
+(C speed over the raw bytes; compressed batches are decompressed first) is
+all a plain batch pays; the answer is ``None`` and the batch is stored as
+sent. Otherwise every record's headers are classified (``delay.classify``):
+records to deliver later and cancellations are taken out, and the batch is
+rebuilt with the same base offset, ``lastOffsetDelta``, producer id, epoch and
+base sequence and fewer records — a batch with holes, as Kafka's log cleaner
+leaves them (rule 4), possibly empty. Offsets and idempotent-producer state
+therefore stay exactly what they would have been.
+
+Rule 5: one bad header value raises ``HeaderError`` and nothing of the batch
+is stored (the caller answers INVALID_RECORD with the message).
+
+Pure: bytes and ``now_ms`` in, values out.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from kcompat.ext.delay import DELAY_MAX_MS_DEFAULT, Cancel, Deliver, classify
+from kcompat.wire.batch import HEADER_SIZE, BatchHeader
+from kcompat.wire.compression import CompressionError, decompress
+from kcompat.wire.records import Record, decode_batch, rebuild_batch
+
+_MARK = re.compile(b"kc-")  # searches a memoryview in place (``in`` would not)
+
+
+@dataclass(frozen=True, slots=True)
+class Split:
+    hole: bytes  # the batch to store in the partition, with holes
+    delayed: tuple[tuple[Record, Deliver], ...]  # absolute offsets: the holes
+    cancels: tuple[Cancel, ...]
+
+
+def may_carry_headers(view: memoryview | bytes, header: BatchHeader) -> bool:
+    """False when no record of the batch can carry a ``kc-`` header."""
+    if header.compression == 0:
+        return _MARK.search(view, HEADER_SIZE) is not None
+    try:
+        return _MARK.search(decompress(header.compression, memoryview(view)[HEADER_SIZE:])
+                            ) is not None
+    except CompressionError:
+        return True  # decode_batch reports it
+
+
+def split(view: memoryview | bytes, header: BatchHeader, now_ms: int,
+          max_delay_ms: int = DELAY_MAX_MS_DEFAULT) -> Split | None:
+    """The batch's delayed records and cancellations taken out, or None when
+    it has neither (see the module). Raises ``HeaderError`` or ``BatchError``."""
+    if header.is_control or not may_carry_headers(view, header):
+        return None
+    records = decode_batch(view)
+    kept: list[Record] = []
+    delayed: list[tuple[Record, Deliver]] = []
+    cancels: list[Cancel] = []
+    for record in records:
+        asked = classify(record.headers, now_ms, max_delay_ms)
+        if asked is None:
+            kept.append(record)
+        elif isinstance(asked, Deliver):
+            delayed.append((record, asked))
+        else:
+            cancels.append(asked)
+    if not delayed and not cancels:
+        return None
+    return Split(rebuild_batch(header, kept), tuple(delayed), tuple(cancels))

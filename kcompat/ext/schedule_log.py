@@ -1,0 +1,226 @@
+"""The schedule log of delayed records: its records and its state machine.
+
+Theory of operation
+-------------------
+Delayed records wait in the internal topic ``__kc_schedule`` (RecordBatch v2,
+replicated like ``__consumer_offsets``; DESIGN §1.1, EXTENSIONS rule 2). A
+topic-partition's records always go to the same schedule partition (chosen
+by the host with the coordinators' key hash). Every record of the log carries one internal header
+``kc-internal`` whose JSON value says what it is:
+
+* ``add`` — a delayed record, stored whole (key, value, headers, timestamp)
+  with its target ``t``/``p``, the offset ``o`` of its hole, its due time and
+  optional schedule id. The batch that holds the adds of one produced batch
+  names that batch's producer (``src``: id, epoch, base sequence) so that a
+  retried produce, which the partition answers as a duplicate, is scheduled
+  once (the last ``PRODUCER_BATCHES`` per target and producer are kept, as
+  the partition keeps for its duplicate check);
+* ``cancel`` — ``kc-cancel-schedule`` for the target's earliest pending
+  record with that id;
+* ``out`` — the leader starts delivering these due entries to the target:
+  applying it fixes which entries (those still pending) and their producer
+  sequence (``next_seq`` per target), so a leader that fails halfway is
+  replaced by one that re-sends exactly the same batch;
+* ``done`` — that delivery is committed in the target partition;
+* ``drop`` — the target no longer exists; its entries are discarded.
+
+Exactly-once movement (rule 3): the delivery batch carries the schedule
+partition's internal producer id (``internal_producer_id``, epoch 0) and
+its sequence, so the target's idempotence check turns a re-sent batch into
+a duplicate. One delivery per target is in flight at a time, and a new
+leader finishes the one in flight first.
+
+``ScheduleLog`` is the machine: ``apply`` each committed record in log order
+on every replica; the leader asks ``deliveries(now_ms)`` what to move.
+Pure: no clock, no I/O.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import OrderedDict, deque
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from kcompat.ext.delay import SCHEDULED_OFFSET
+from kcompat.ext.schedule import Pending, Schedule, Target
+from kcompat.wire.records import Record
+
+SCHEDULE_TOPIC = "__kc_schedule"
+OP_HEADER = "kc-internal"
+PRODUCER_BATCHES = 5
+MAX_TRACKED_PRODUCERS = 100_000
+INTERNAL_PRODUCER_BASE = 1 << 62  # never handed to clients (ids grow from 0)
+SEQ_MODULUS = 1 << 31
+
+Header = tuple[str, bytes | None]
+RecordInput = tuple[bytes | None, bytes | None, tuple[Header, ...], int]
+
+
+def internal_producer_id(schedule_partition: int) -> int:
+    return INTERNAL_PRODUCER_BASE + schedule_partition
+
+
+def _op(doc: dict[str, Any]) -> Header:
+    return OP_HEADER, json.dumps(doc, separators=(",", ":")).encode()
+
+
+def add_record(record: Record, topic: str, partition: int, due_ms: int,
+               schedule_id: str | None, src: tuple[int, int, int]) -> RecordInput:
+    doc = {"op": "add", "t": topic, "p": partition, "o": record.offset, "due": due_ms,
+           "id": schedule_id, "src": list(src)}
+    return record.key, record.value, (*record.headers, _op(doc)), record.timestamp
+
+
+def cancel_record(topic: str, partition: int, schedule_id: str, src: tuple[int, int, int],
+                  now_ms: int) -> RecordInput:
+    doc = {"op": "cancel", "t": topic, "p": partition, "id": schedule_id, "src": list(src)}
+    return None, None, (_op(doc),), now_ms
+
+
+def out_record(target: Target, entries: Iterable[int], now_ms: int) -> RecordInput:
+    return None, None, (_op({"op": "out", "t": target[0], "p": target[1],
+                             "e": list(entries)}),), now_ms
+
+
+def done_record(target: Target, seq: int, now_ms: int) -> RecordInput:
+    return None, None, (_op({"op": "done", "t": target[0], "p": target[1], "seq": seq}),), now_ms
+
+
+def drop_record(target: Target, now_ms: int) -> RecordInput:
+    return None, None, (_op({"op": "drop", "t": target[0], "p": target[1]}),), now_ms
+
+
+def read_op(record: Record) -> dict[str, Any] | None:
+    """The op of a schedule-log record (None: not one of ours)."""
+    if not record.headers or record.headers[-1][0] != OP_HEADER:
+        return None
+    value = record.headers[-1][1]
+    try:
+        doc = json.loads(value) if value is not None else None
+    except ValueError:
+        return None
+    return doc if isinstance(doc, dict) and "op" in doc else None
+
+
+def delivered_form(record: Record) -> RecordInput:
+    """The record as it is appended to its topic when due: key, value,
+    headers and timestamp kept, ``kc-scheduled-offset`` added (the hole)."""
+    doc = read_op(record)
+    hole = str(doc["o"]).encode() if doc is not None else b"-1"
+    headers = tuple(h for h in record.headers if h[0] != OP_HEADER)
+    return record.key, record.value, (*headers, (SCHEDULED_OFFSET, hole)), record.timestamp
+
+
+@dataclass(frozen=True, slots=True)
+class Delivery:
+    """Entries moving to ``target`` as one batch with producer sequence ``seq``."""
+
+    target: Target
+    seq: int
+    entries: tuple[Pending, ...]
+
+
+class ScheduleLog:
+    def __init__(self) -> None:
+        self.schedule = Schedule()
+        self.inflight: dict[Target, Delivery] = {}
+        self.next_seq: dict[Target, int] = {}
+        self.pending_by_target: dict[Target, int] = {}
+        self._seen: OrderedDict[tuple[Target, int], deque[tuple[int, int]]] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self.schedule) + sum(len(d.entries) for d in self.inflight.values())
+
+    # -- replay: every replica, in log order -------------------------------------------------
+
+    def apply_batch(self, records: list[Record]) -> None:
+        """One committed batch of the schedule log."""
+        first = read_op(records[0]) if records else None
+        if first is not None and first["op"] in ("add", "cancel") and self._repeated(first):
+            return  # a retried produce the partition answered as a duplicate
+        for record in records:
+            doc = read_op(record)
+            if doc is not None:
+                self._apply(record.offset, doc)
+
+    def _repeated(self, doc: dict[str, Any]) -> bool:
+        pid, epoch, seq = doc.get("src") or (-1, -1, -1)
+        if pid < 0 or seq < 0:
+            return False  # not idempotent: a retry is a new record, as in Kafka
+        key = ((str(doc["t"]), int(doc["p"])), int(pid))
+        seen = self._seen.get(key)
+        if seen is not None and (epoch, seq) in seen:
+            return True
+        if seen is None:
+            seen = self._seen[key] = deque(maxlen=PRODUCER_BATCHES)
+            if len(self._seen) > MAX_TRACKED_PRODUCERS:
+                self._seen.popitem(last=False)
+        else:
+            self._seen.move_to_end(key)
+        seen.append((epoch, seq))
+        return False
+
+    def _apply(self, offset: int, doc: dict[str, Any]) -> None:
+        op = doc["op"]
+        target: Target = (str(doc["t"]), int(doc["p"]))
+        if op == "add":
+            if offset not in self.schedule:
+                self.schedule.add(offset, int(doc["due"]), doc.get("id"), target, int(doc["o"]))
+                self._count(target, 1)
+        elif op == "cancel":
+            if self.schedule.cancel(str(doc["id"]), target) is not None:
+                self._count(target, -1)
+        elif op == "out":
+            if target in self.inflight:
+                return  # one delivery per target at a time (a stale leader's)
+            taken = [p for p in (self.schedule.delivered(e) for e in doc["e"]) if p is not None]
+            if taken:
+                seq = self.next_seq.get(target, 0)
+                self.inflight[target] = Delivery(target, seq, tuple(taken))
+                self.next_seq[target] = (seq + len(taken)) % SEQ_MODULUS
+                self._count(target, -len(taken))
+        elif op == "done":
+            found = self.inflight.get(target)
+            if found is not None and found.seq == int(doc["seq"]):
+                del self.inflight[target]
+        elif op == "drop":
+            self.inflight.pop(target, None)
+            for pending in [p for p in self.schedule.pending() if p.target == target]:
+                self.schedule.delivered(pending.entry)
+            self.pending_by_target.pop(target, None)
+
+    def _count(self, target: Target, delta: int) -> None:
+        left = self.pending_by_target.get(target, 0) + delta
+        if left > 0:
+            self.pending_by_target[target] = left
+        else:
+            self.pending_by_target.pop(target, None)
+
+    # -- the leader -----------------------------------------------------------------------
+
+    def due_by_target(self, now_ms: int, per_target: int, limit: int = 10_000
+                      ) -> dict[Target, list[Pending]]:
+        """Pending entries due at ``now_ms`` by target, earliest first, at most
+        ``per_target`` each; targets with a delivery in flight are left out
+        (``inflight`` is finished first)."""
+        out: dict[Target, list[Pending]] = {}
+        for pending in self.schedule.due(now_ms, limit):
+            target = pending.target
+            if target is None or target in self.inflight:
+                continue
+            bucket = out.setdefault(target, [])
+            if len(bucket) < per_target:
+                bucket.append(pending)
+        return out
+
+    def next_due_ms(self) -> int | None:
+        return self.schedule.next_due_ms()
+
+    def listing(self) -> list[tuple[Pending, bool]]:
+        """Every scheduled record, earliest due first: (entry, in flight?)."""
+        rows = [(p, True) for d in self.inflight.values() for p in d.entries]
+        rows += [(p, False) for p in self.schedule.pending()]
+        return sorted(rows, key=lambda r: (r[0].due_ms, r[0].entry))
+
