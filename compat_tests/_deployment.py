@@ -66,7 +66,8 @@ class Deployment:
         rf = 3 if kind == "rf3" else 1
         return tuple(arg for key in ("default.replication.factor",
                                      "offsets.topic.replication.factor",
-                                     "transaction.state.log.replication.factor")
+                                     "transaction.state.log.replication.factor",
+                                     "kc.schedule.topic.replication.factor")
                      for arg in ("--set", f"{key}={rf}"))
 
     @property
