@@ -147,7 +147,8 @@ class DelayService:
         records = [add_record(Record(r.offset + shift, r.timestamp, r.key, r.value, r.headers),
                               topic, index, asked.due_ms, asked.schedule_id, src)
                    for r, asked in split.delayed]
-        records += [cancel_record(topic, index, c.schedule_id, src, now) for c in split.cancels]
+        records += [cancel_record(topic, index, hole + shift, c.schedule_id, src, now)
+                    for hole, c in split.cancels]
         code, _offset = await self.calls.append(
             SCHEDULE_TOPIC, partition_for(f"{topic}-{index}", meta.partitions),
             encode_batch(records), timeout_s)

@@ -37,7 +37,7 @@ _MARK = re.compile(b"kc-")  # searches a memoryview in place (``in`` would not)
 class Split:
     hole: bytes  # the batch to store in the partition, with holes
     delayed: tuple[tuple[Record, Deliver], ...]  # absolute offsets: the holes
-    cancels: tuple[Cancel, ...]
+    cancels: tuple[tuple[int, Cancel], ...]  # (offset: its hole, the cancellation)
 
 
 def may_carry_headers(view: memoryview | bytes, header: BatchHeader) -> bool:
@@ -60,7 +60,7 @@ def split(view: memoryview | bytes, header: BatchHeader, now_ms: int,
     records = decode_batch(view)
     kept: list[Record] = []
     delayed: list[tuple[Record, Deliver]] = []
-    cancels: list[Cancel] = []
+    cancels: list[tuple[int, Cancel]] = []
     for record in records:
         asked = classify(record.headers, now_ms, max_delay_ms)
         if asked is None:
@@ -68,7 +68,7 @@ def split(view: memoryview | bytes, header: BatchHeader, now_ms: int,
         elif isinstance(asked, Deliver):
             delayed.append((record, asked))
         else:
-            cancels.append(asked)
+            cancels.append((record.offset, asked))
     if not delayed and not cancels:
         return None
     return Split(rebuild_batch(header, kept), tuple(delayed), tuple(cancels))

@@ -10,13 +10,14 @@ by the host with the coordinators' key hash). Every record of the log carries on
 
 * ``add`` — a delayed record, stored whole (key, value, headers, timestamp)
   with its target ``t``/``p``, the offset ``o`` of its hole, its due time and
-  optional schedule id. The batch that holds the adds of one produced batch
-  names that batch's producer (``src``: id, epoch, base sequence) so that a
-  retried produce, which the partition answers as a duplicate, is scheduled
-  once (the last ``PRODUCER_BATCHES`` per target and producer are kept, as
-  the partition keeps for its duplicate check);
+  optional schedule id, and the producer of the batch it came in (``src``:
+  id, epoch, base sequence). A retried produce, which the partition answers
+  as a duplicate, is written again with the same holes: a record whose
+  producer batch and hole were seen is skipped (the last
+  ``PRODUCER_BATCHES`` batches per target and producer are kept, as the
+  partition keeps for its duplicate check);
 * ``cancel`` — ``kc-cancel-schedule`` for the target's earliest pending
-  record with that id;
+  record with that id (with its own hole and ``src``, skipped alike);
 * ``out`` — the leader starts delivering these due entries to the target:
   applying it fixes which entries (those still pending) and their producer
   sequence (``next_seq`` per target), so a leader that fails halfway is
@@ -38,7 +39,7 @@ Pure: no clock, no I/O.
 from __future__ import annotations
 
 import json
-from collections import OrderedDict, deque
+from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -73,9 +74,10 @@ def add_record(record: Record, topic: str, partition: int, due_ms: int,
     return record.key, record.value, (*record.headers, _op(doc)), record.timestamp
 
 
-def cancel_record(topic: str, partition: int, schedule_id: str, src: tuple[int, int, int],
-                  now_ms: int) -> RecordInput:
-    doc = {"op": "cancel", "t": topic, "p": partition, "id": schedule_id, "src": list(src)}
+def cancel_record(topic: str, partition: int, hole: int, schedule_id: str,
+                  src: tuple[int, int, int], now_ms: int) -> RecordInput:
+    doc = {"op": "cancel", "t": topic, "p": partition, "o": hole, "id": schedule_id,
+           "src": list(src)}
     return None, None, (_op(doc),), now_ms
 
 
@@ -128,38 +130,50 @@ class ScheduleLog:
         self.inflight: dict[Target, Delivery] = {}
         self.next_seq: dict[Target, int] = {}
         self.pending_by_target: dict[Target, int] = {}
-        self._seen: OrderedDict[tuple[Target, int], deque[tuple[int, int]]] = OrderedDict()
+        # (target, producer id) -> its last batches: (epoch, base sequence) -> holes seen
+        self._seen: OrderedDict[tuple[Target, int], OrderedDict[tuple[int, int], set[int]]] = (
+            OrderedDict())
 
     def __len__(self) -> int:
         return len(self.schedule) + sum(len(d.entries) for d in self.inflight.values())
 
     # -- replay: every replica, in log order -------------------------------------------------
 
-    def apply_batch(self, records: list[Record]) -> None:
-        """One committed batch of the schedule log."""
-        first = read_op(records[0]) if records else None
-        if first is not None and first["op"] in ("add", "cancel") and self._repeated(first):
-            return  # a retried produce the partition answered as a duplicate
+    def apply_batch(self, records: Iterable[Record]) -> None:
+        """The records of one committed batch of the schedule log."""
         for record in records:
-            doc = read_op(record)
-            if doc is not None:
-                self._apply(record.offset, doc)
+            self.apply(record)
+
+    def apply(self, record: Record) -> None:
+        """One committed record of the schedule log (any other is ignored)."""
+        doc = read_op(record)
+        if doc is None:
+            return
+        if doc["op"] in ("add", "cancel") and self._repeated(doc):
+            return  # a retried produce the partition answered as a duplicate
+        self._apply(record.offset, doc)
 
     def _repeated(self, doc: dict[str, Any]) -> bool:
         pid, epoch, seq = doc.get("src") or (-1, -1, -1)
         if pid < 0 or seq < 0:
             return False  # not idempotent: a retry is a new record, as in Kafka
         key = ((str(doc["t"]), int(doc["p"])), int(pid))
-        seen = self._seen.get(key)
-        if seen is not None and (epoch, seq) in seen:
-            return True
-        if seen is None:
-            seen = self._seen[key] = deque(maxlen=PRODUCER_BATCHES)
+        batches = self._seen.get(key)
+        if batches is None:
+            batches = self._seen[key] = OrderedDict()
             if len(self._seen) > MAX_TRACKED_PRODUCERS:
                 self._seen.popitem(last=False)
         else:
             self._seen.move_to_end(key)
-        seen.append((epoch, seq))
+        holes = batches.get((epoch, seq))
+        if holes is None:
+            holes = batches[(epoch, seq)] = set()
+            if len(batches) > PRODUCER_BATCHES:
+                batches.popitem(last=False)
+        hole = int(doc.get("o", -1))
+        if hole in holes:
+            return True
+        holes.add(hole)
         return False
 
     def _apply(self, offset: int, doc: dict[str, Any]) -> None:

@@ -20,7 +20,9 @@ and the client sees a lost connection):
 * a committer: simple-consumer OffsetCommits of an increasing offset through
   the group coordinator, and OffsetFetches;
 * a transactional producer: InitProducerId, AddPartitionsToTxn, Produce,
-  EndTxn commit or abort, re-initialising after anything unclear.
+  EndTxn commit or abort, re-initialising after anything unclear;
+* a delaying producer: idempotent batches of one record with ``kc-delay-ms``,
+  retried until acknowledged (delayed delivery, ``delays``).
 
 The nemesis crashes brokers (their task tree is cancelled and their store
 ``crash``es: unsynced writes lost, torn or garbled), restarts them, and cuts
@@ -34,6 +36,9 @@ all replicas must converge (liveness). The checks:
   than an OffsetCommit acknowledged before it started;
 * no transaction is both committed and aborted: its records carry one
   outcome on every partition, the one EndTxn acknowledged, if any;
+* every acknowledged delayed record is delivered exactly once, with
+  ``kc-scheduled-offset`` naming its acknowledged offset, where only an empty
+  batch (its hole) is stored; no delayed record is delivered twice;
 * no broker task fails with an exception.
 
 A failure raises ``SimFailure`` (the Raft simulator's) naming the seed and the replay command::
@@ -144,6 +149,7 @@ class BrokerSimulation:
         self.committed = -1  # highest acknowledged OffsetCommit
         self.txn_values: dict[int, set[bytes]] = {}  # txn number -> acked values
         self.txn_outcome: dict[int, bool] = {}  # txn number -> acked commit / abort
+        self.delayed: list[tuple[int, int, bytes]] = []  # partition, hole offset, value
         self._root: trio.Nursery | None = None
 
     # -- the run ------------------------------------------------------------------
@@ -196,6 +202,7 @@ class BrokerSimulation:
                 clients.start_soon(self._idempotent_producer)
                 clients.start_soon(self._committer)
                 clients.start_soon(self._transactor)
+                clients.start_soon(self._delayer)
                 clients.start_soon(self._nemesis)
                 await trio.sleep(self.options.chaos_s)
                 clients.cancel_scope.cancel()
@@ -205,7 +212,7 @@ class BrokerSimulation:
                 if node.alive:
                     await self.crash(node)
                 await self.boot(node)
-            if await self._settle():
+            if await self._settle() and await self._delivered() and await self._settle():
                 self._check_logs()
                 await self._check_final_offset()
             root.cancel_scope.cancel()
@@ -218,8 +225,10 @@ class BrokerSimulation:
             "node.id": node.node_id, "log.dirs": f"/sim/n{node.node_id}", "host": "sim",
             "port": 9000 + node.node_id, "controller.quorum.voters": voters,
             "offsets.topic.num.partitions": 2, "transaction.state.log.num.partitions": 2,
+            "kc.schedule.topic.num.partitions": 2,
             "offsets.topic.replication.factor": self.size,
             "transaction.state.log.replication.factor": self.size,
+            "kc.schedule.topic.replication.factor": self.size,
             "default.replication.factor": self.size, "auto.create.topics.enable": False,
             "kcompat.raft.tick.ms": 100,
         }, {})
@@ -334,11 +343,13 @@ class BrokerSimulation:
 
     async def produce(self, node: SimNode, index: int, value: bytes,
                       producer: tuple[int, int, int] | None = None,
-                      transactional: bool = False) -> tuple[E, int]:
+                      transactional: bool = False,
+                      headers: tuple[tuple[str, bytes], ...] = ()) -> tuple[E, int]:
         """One acks=all batch of one record; ``producer`` is (id, epoch, sequence)."""
         pid, epoch, seq = producer if producer is not None else (-1, -1, -1)
         now = time.time_ns() // 1_000_000
-        records = encode_batch([(None, value, (), now)], producer_id=pid, producer_epoch=epoch,
+        records = encode_batch([(None, value, headers, now)], producer_id=pid,
+                               producer_epoch=epoch,
                                base_sequence=seq, transactional=transactional)
         m = codec.request_module(v.PRODUCE, 9)
         r = await self.request(
@@ -387,9 +398,10 @@ class BrokerSimulation:
                 self.acked.append((index, offset, value))
                 self.log(f"{value.decode()} at {TOPIC}-{index}@{offset}")
 
-    async def _idempotent_producer(self) -> None:
+    async def _idempotent_producer(self, prefix: bytes = b"i", delayed: bool = False) -> None:
         """Retries a batch until it is acknowledged (the same sequence number),
-        starting over with a new producer id when the broker says it must."""
+        starting over with a new producer id when the broker says it must.
+        ``delayed``: every record asks for delivery 0.05-2 s later."""
         pid = epoch = -1
         seqs = [0] * PARTITIONS
         n = 0
@@ -405,15 +417,18 @@ class BrokerSimulation:
                 continue
             index = self.rng.randrange(PARTITIONS)
             n += 1
-            value = b"i%d" % n
+            value = b"%s%d" % (prefix, n)
+            headers = ((("kc-delay-ms", b"%d" % self.rng.randint(50, 2000)),) if delayed
+                       else ())
             while pid >= 0:
                 leader = self.leader_of(TOPIC, index)
                 if leader is not None:
                     error, offset = await self.produce(leader, index, value,
-                                                       (pid, epoch, seqs[index]))
+                                                       (pid, epoch, seqs[index]),
+                                                       headers=headers)
                     if error == E.none:
                         seqs[index] += 1
-                        self.acked.append((index, offset, value))
+                        (self.delayed if delayed else self.acked).append((index, offset, value))
                         self.log(f"{value.decode()} at {TOPIC}-{index}@{offset}")
                         break
                     if error in (E.out_of_order_sequence_number, E.unknown_producer_id,
@@ -422,6 +437,9 @@ class BrokerSimulation:
                         pid = -1
                         break
                 await self._pause()
+
+    async def _delayer(self) -> None:
+        await self._idempotent_producer(b"d", delayed=True)
 
     async def _committer(self) -> None:
         offset = 0
@@ -537,8 +555,29 @@ class BrokerSimulation:
 
     def _groups(self) -> list[tuple[str, int]]:
         names = [(TOPIC, i) for i in range(PARTITIONS)]
-        return names + [("__consumer_offsets", i) for i in range(2)] + [
-            ("__transaction_state", i) for i in range(2)]
+        return names + [(internal, i) for i in range(2) for internal in (
+            "__consumer_offsets", "__transaction_state", "__kc_schedule")]
+
+    async def _delivered(self) -> bool:
+        """Wait until every acknowledged delayed record is in its partition."""
+        deadline = trio.current_time() + self.options.recovery_s
+        while trio.current_time() < deadline:
+            found = set()
+            for index in range(PARTITIONS):
+                leader = self.leader_of(TOPIC, index)
+                part = leader.broker.state.partition(TOPIC, index) if (
+                    leader is not None and leader.broker is not None) else None
+                if part is not None:
+                    found |= {r.value for raw, _h in part.log.batches(
+                        part.log.log_start_offset, part.high_watermark)
+                        for r in decode_batch(raw)}
+            missing = [v for _i, _o, v in self.delayed if v not in found]
+            if not missing:
+                self.log(f"{len(self.delayed)} delayed records delivered")
+                return True
+            await trio.sleep(0.5)
+        self.failures.append(f"acknowledged delayed records never delivered: {missing[:5]}")
+        return False
 
     async def _settle(self) -> bool:
         """Every partition has a leader and every replica holds its whole log."""
@@ -591,14 +630,27 @@ class BrokerSimulation:
                 self.failures.append(f"replicas of {TOPIC}-{index} disagree")
             batches = dict(logs[0]) if logs else {}
             copies: dict[bytes, int] = {}
+            holes: dict[bytes, bytes | None] = {}  # delivered value -> kc-scheduled-offset
             for raw in batches.values():
                 for record in decode_batch(raw):
-                    if record.value is not None and record.value.startswith(b"i"):
+                    if record.value is not None and record.value[:1] in (b"i", b"d"):
                         copies[record.value] = copies.get(record.value, 0) + 1
+                        holes[record.value] = dict(record.headers).get("kc-scheduled-offset")
             for copied, count in copies.items():
                 if count > 1:
-                    self.failures.append(f"idempotent produce {copied!r} written {count} "
+                    what = "delayed record" if copied[:1] == b"d" else "idempotent produce"
+                    self.failures.append(f"{what} {copied!r} written {count} "
                                          f"times to {TOPIC}-{index}")
+            for p, offset, value in self.delayed:
+                found = batches.get(offset)
+                if p != index:
+                    continue
+                if found is None or decode_batch(found):
+                    self.failures.append(f"delayed produce {value!r} acknowledged at "
+                                         f"{TOPIC}-{index}@{offset}, where no empty batch is")
+                if holes.get(value) != b"%d" % offset:
+                    self.failures.append(f"delayed produce {value!r} acknowledged at {offset} "
+                                         f"delivered with hole {holes.get(value)!r}")
             for p, offset, value in self.acked:
                 if p != index:
                     continue

@@ -1,9 +1,10 @@
 """The seeded broker-level simulator inside the test suite.
 
-Runs BROKER_SEEDS schedules (default 1000) of 1 or 3 real brokers on
+Runs BROKER_SEEDS schedules (default 700) of 1 or 3 real brokers on
 simulated disks and a simulated network, with crashes that lose unsynced
 writes, checking that no acknowledged produce is lost, committed group
-offsets never go backwards and no transaction is both committed and aborted
+offsets never go backwards, no transaction is both committed and aborted and
+every acknowledged delayed record is delivered exactly once
 (``kcompat.testing.broker_sim``). A failure names the seed and the replay
 command.
 
@@ -13,15 +14,18 @@ Long run: ``make sim`` (BROKER_SEEDS=5000 by default) or
 
 from __future__ import annotations
 
+import itertools
 import os
 
 import pytest
 
+from kcompat.broker import delays
 from kcompat.broker.replication import runtime
+from kcompat.ext import schedule_log
 from kcompat.testing.broker_sim import BrokerSimulation, SimFailure
 from kcompat.txn import producer_state
 
-SEEDS = int(os.environ.get("BROKER_SEEDS", "1000"))
+SEEDS = int(os.environ.get("BROKER_SEEDS", "700"))
 SEED_BASE = int(os.environ.get("SEED_BASE", "0"))
 CHUNK = 50
 
@@ -60,6 +64,24 @@ def test_a_broken_deduplication_is_caught(monkeypatch: pytest.MonkeyPatch) -> No
     idempotent producer's retries after lost answers write batches twice."""
     monkeypatch.setattr(producer_state.ProducerStateTable, "check", lambda self, header: None)
     assert _caught("idempotent produce") >= 3
+
+
+def test_a_delivery_without_its_producer_sequence_is_caught(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Delayed delivery is exactly-once only because a re-sent delivery carries
+    the schedule partition's producer id and sequence: with a fresh producer id
+    per attempt, a leader that fails between ``out`` and ``done`` is followed
+    by one that delivers the same records again."""
+    fresh = itertools.count(1 << 50)
+    monkeypatch.setattr(delays, "internal_producer_id", lambda _index: next(fresh))
+    assert _caught("delayed record", seeds=70) >= 1
+
+
+def test_a_schedule_without_retry_dedup_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A retried produce whose answer was lost is a duplicate for the partition
+    and is scheduled again: without the schedule log's check, twice."""
+    monkeypatch.setattr(schedule_log.ScheduleLog, "_repeated", lambda self, doc: False)
+    assert _caught("delayed record", seeds=30) >= 1
 
 
 def test_replay_is_deterministic() -> None:

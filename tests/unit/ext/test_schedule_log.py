@@ -1,0 +1,115 @@
+"""The schedule log's state machine: adds, duplicates of retried produces,
+cancellation, deliveries in flight, replay."""
+
+from __future__ import annotations
+
+from kcompat.ext.delay import SCHEDULED_OFFSET
+from kcompat.ext.schedule_log import (
+    ScheduleLog,
+    add_record,
+    cancel_record,
+    delivered_form,
+    done_record,
+    drop_record,
+    out_record,
+)
+from kcompat.wire.records import Record, RecordInput
+
+T = ("orders", 2)
+
+
+class Log:
+    """A schedule log: records get consecutive offsets, batches are applied."""
+
+    def __init__(self) -> None:
+        self.records: list[Record] = []
+        self.batches: list[list[Record]] = []
+
+    def write(self, *inputs: RecordInput) -> list[Record]:
+        batch = [Record(len(self.records) + i, ts, k, v, tuple(h))
+                 for i, (k, v, h, ts) in enumerate(inputs)]
+        self.records += batch
+        self.batches.append(batch)
+        return batch
+
+    def replay(self) -> ScheduleLog:
+        machine = ScheduleLog()
+        for batch in self.batches:
+            machine.apply_batch(batch)
+        return machine
+
+
+def _adds(offsets: list[int], due: int, src: tuple[int, int, int], sid: str | None = None
+          ) -> list[RecordInput]:
+    return [add_record(Record(o, 5, b"k%d" % o, b"v", (("h", b"1"),)), T[0], T[1], due, sid, src)
+            for o in offsets]
+
+
+def test_a_retried_produce_is_scheduled_once_and_a_new_one_is_not_lost() -> None:
+    log, m = Log(), ScheduleLog()
+    m.apply_batch(log.write(*_adds([10, 11], 100, (7, 0, 0))))
+    m.apply_batch(log.write(*_adds([10, 11], 100, (7, 0, 0))))  # the retry
+    assert len(m) == 2
+    m.apply_batch(log.write(*_adds([12], 100, (7, 0, 2))))  # the next batch
+    m.apply_batch(log.write(*_adds([13], 100, (-1, -1, -1))))  # not idempotent
+    m.apply_batch(log.write(*_adds([13], 100, (-1, -1, -1))))  # at least once, as Kafka
+    assert len(m) == 5
+    assert len(log.replay()) == 5
+
+
+def test_cancel_is_scoped_to_its_partition() -> None:
+    log, m = Log(), ScheduleLog()
+    m.apply_batch(log.write(*_adds([1], 100, (-1, -1, -1), sid="job")))
+    other = add_record(Record(1, 5, None, b"x"), "orders", 3, 100, "job", (-1, -1, -1))
+    m.apply_batch(log.write(other))
+    m.apply_batch(log.write(cancel_record(T[0], T[1], 9, "job", (-1, -1, -1), 50)))
+    assert m.pending_by_target == {("orders", 3): 1}
+    assert [p.target for p in m.schedule.pending()] == [("orders", 3)]
+
+
+def test_a_delivery_fixes_its_entries_and_sequence_until_done() -> None:
+    log, m = Log(), ScheduleLog()
+    m.apply_batch(log.write(*_adds([10, 11, 12], 100, (7, 0, 0), sid=None)))
+    due = m.due_by_target(100, per_target=2)
+    entries = [p.entry for p in due[T]]
+    assert entries == [0, 1]
+    m.apply_batch(log.write(out_record(T, entries, 100)))
+    flight = m.inflight[T]
+    assert flight.seq == 0 and [p.offset for p in flight.entries] == [10, 11]
+    assert m.due_by_target(100, per_target=10) == {}  # one delivery per target at a time
+    m.apply_batch(log.write(done_record(T, 0, 101)))
+    assert T not in m.inflight
+    rest = [p.entry for p in m.due_by_target(100, per_target=10)[T]]
+    m.apply_batch(log.write(out_record(T, rest, 102)))
+    assert m.inflight[T].seq == 2  # sequences continue per target
+    replayed = log.replay()  # a follower (or a new leader) holds the same flight
+    assert replayed.inflight == m.inflight and replayed.next_seq == m.next_seq
+
+
+def test_a_cancel_before_the_out_record_wins_and_the_rest_is_delivered() -> None:
+    log, m = Log(), ScheduleLog()
+    m.apply_batch(log.write(*_adds([10], 100, (-1, -1, -1), sid="a")))
+    m.apply_batch(log.write(*_adds([11], 100, (-1, -1, -1), sid="b")))
+    planned = [p.entry for p in m.due_by_target(100, 10)[T]]
+    m.apply_batch(log.write(cancel_record(T[0], T[1], 20, "a", (-1, -1, -1), 100)))
+    m.apply_batch(log.write(out_record(T, planned, 100)))
+    assert [p.offset for p in m.inflight[T].entries] == [11]
+    # too late now: the record is on its way
+    m.apply_batch(log.write(cancel_record(T[0], T[1], 21, "b", (-1, -1, -1), 100)))
+    assert [p.offset for p in m.inflight[T].entries] == [11]
+
+
+def test_drop_forgets_a_deleted_partition() -> None:
+    log, m = Log(), ScheduleLog()
+    m.apply_batch(log.write(*_adds([10, 11], 100, (-1, -1, -1))))
+    m.apply_batch(log.write(out_record(T, [0], 100)))
+    m.apply_batch(log.write(drop_record(T, 100)))
+    assert len(m) == 0 and m.pending_by_target == {} and m.inflight == {}
+
+
+def test_the_delivered_form_keeps_the_record_and_names_its_hole() -> None:
+    log = Log()
+    (stored,) = log.write(*_adds([42], 100, (-1, -1, -1)))
+    key, value, headers, ts = delivered_form(stored)
+    assert (key, value, ts) == (b"k42", b"v", 5)
+    assert headers == (("h", b"1"), (SCHEDULED_OFFSET, b"42"))
