@@ -199,3 +199,42 @@ def test_clear_errors(broker: Broker) -> None:
     assert "invalid choice" in kc(None, "frobnicate", expect=2).stderr
     assert "has no partition 7" in kc(broker, "produce", unique_topic("p"), "--partition", "7",
                                       stdin="x\n", expect=1).stderr
+
+
+def test_scheduled_list_and_cancel(broker: Broker) -> None:
+    """``kcompat scheduled``: delayed records are listed earliest first until
+    delivered; a cancelled one is never delivered."""
+    topic = unique_topic("sched")
+    kc(broker, "topics", "create", topic, "--partitions", "2")
+    later = ("--header", "kc-delay-ms=600000", "--header", "kc-schedule-id=later")
+    kc(broker, "produce", topic, "--partition", "0", "--key", "a", *later, stdin="x\ny\n")
+    kc(broker, "produce", topic, "--partition", "1", "--header", "kc-delay-ms=600000",
+       "--header", "kc-schedule-id=other", stdin="z\n")
+    kc(broker, "produce", topic, "--partition", "1", "--header", "kc-delay-ms=1500",
+       "--header", "kc-schedule-id=soon", stdin="s\n")
+    rows = kc_json(broker, "scheduled", "list", topic)
+    assert isinstance(rows, list)
+    assert rows[0]["id"] == "soon"  # earliest due first
+    assert sorted((r["partition"], r["id"], r["key"], r["state"]) for r in rows) == [
+        (0, "later", "a", "pending"), (0, "later", "a", "pending"),
+        (1, "other", None, "pending"), (1, "soon", None, "pending")]
+    assert sorted(r["offset"] for r in rows if r["partition"] == 0) == [0, 1]  # the holes
+    table = kc(broker, "scheduled", "list", topic).stdout
+    assert table.splitlines()[0].split() == ["DUE", "PARTITION", "HOLE", "KEY", "ID", "STATE"]
+
+    out = kc_json(broker, "scheduled", "cancel", topic, "--id", "later")
+    assert out == {"topic": topic, "id": "later", "cancelled": 2, "partitions": [0]}
+    err = kc(broker, "scheduled", "cancel", topic, "--id", "later", expect=1).stderr
+    assert "later" in err
+
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        consumed = jsonl(kc(broker, "consume", topic, "--json").stdout)
+        if consumed:
+            break
+        time.sleep(0.3)
+    assert [(c["partition"], c["value"]) for c in consumed] == [(1, "s")]
+    assert ["kc-scheduled-offset", "1"] in consumed[0]["headers"]  # type: ignore[operator]
+    assert consumed[0]["offset"] == 2  # after the holes of "other" (0) and its own (1)
+    rows = kc_json(broker, "scheduled", "list", topic)
+    assert [(r["partition"], r["id"]) for r in rows] == [(1, "other")]  # type: ignore[index]
