@@ -29,7 +29,7 @@ from kio.schema.errors import ErrorCode
 
 from kcompat.broker.configdef import LONG_MAX
 from kcompat.broker.partition import Partition
-from kcompat.broker.topic_config import effective
+from kcompat.broker.topic_config import effective, retry_policy
 from kcompat.ext import holes
 from kcompat.ext.delay import HeaderError
 from kcompat.ext.holes import Split
@@ -120,7 +120,8 @@ def append_records(
     if not header.is_control:
         max_delay = int(effective("kc.delay.max.ms", topic_configs, broker_defaults)[0])
         try:
-            split = holes.split(view, header, now_ms, max_delay)
+            split = holes.split(view, header, now_ms, max_delay,
+                                retry_policy(topic_configs, broker_defaults))
         except HeaderError as e:
             return _fail(ErrorCode.invalid_record, str(e))
         except wbatch.BatchError as e:
@@ -128,8 +129,8 @@ def append_records(
         if split is not None:
             if header.is_transactional:
                 return _fail(ErrorCode.invalid_record, "delayed delivery (kc-delay-ms, "
-                             "kc-deliver-at, kc-cancel-schedule) is not supported inside "
-                             "transactions yet")
+                             "kc-deliver-at, kc-cancel-schedule) and retry topics are not "
+                             "supported inside transactions yet")
             view = memoryview(split.hole)
             header = wbatch.parse_header(view)
     result = store(part, view, header, log_append, now_ms, write)

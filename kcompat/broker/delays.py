@@ -49,6 +49,7 @@ from prometheus_client.registry import Collector
 from kcompat.broker.controller.admin import auto_create
 from kcompat.broker.controller.internal_topics import partition_for
 from kcompat.broker.replication.storage import now_ms
+from kcompat.ext.delay import SCHEDULED_OFFSET
 from kcompat.ext.holes import Split
 from kcompat.ext.schedule import Pending, Target
 from kcompat.ext.schedule_log import (
@@ -97,6 +98,8 @@ class DelayService:
         self._wake = trio.Event()
         self.lateness: Histogram | None = None
         self.delivered: Counter | None = None
+        self.retries: Counter | None = None
+        self.dead_letters: Counter | None = None
         cluster.machines[SCHEDULE_TOPIC] = self  # fed by the replication host
 
     # -- the replicated state machine over __kc_schedule ----------------------------------
@@ -132,28 +135,43 @@ class DelayService:
 
     async def schedule(self, topic: str, index: int, split: Split, base_offset: int,
                        timeout_s: float) -> tuple[ErrorCode, str | None]:
-        """Write the delayed records and cancellations of ``split`` (stored at
+        """Write the moves and cancellations of ``split`` (stored at
         ``base_offset`` in ``topic``-``index``) to the schedule log."""
-        if SCHEDULE_TOPIC not in self.state.topics:
-            auto_create(self.controller, SCHEDULE_TOPIC)
-            await self.cluster.wait_leaders(SCHEDULE_TOPIC, min(timeout_s, CREATE_WAIT_S))
-        meta = self.state.topics.get(SCHEDULE_TOPIC)
-        if meta is None:
-            return ErrorCode.request_timed_out, f"{SCHEDULE_TOPIC} is being created; retry"
+        wait_s = min(timeout_s, CREATE_WAIT_S)
+        for needed in {SCHEDULE_TOPIC, *(m.topic for m in split.moves if m.topic)}:
+            if needed not in self.state.topics:
+                auto_create(self.controller, needed)
+                await self.cluster.wait_leaders(needed, wait_s)
+            if needed not in self.state.topics:
+                return ErrorCode.request_timed_out, f"{needed} is being created; retry"
         hole = wbatch.parse_header(split.hole)
         src = (hole.producer_id, hole.producer_epoch, hole.base_sequence)
         now = now_ms()
         shift = base_offset - hole.base_offset
-        records = [add_record(Record(r.offset + shift, r.timestamp, r.key, r.value, r.headers),
-                              topic, index, asked.due_ms, asked.schedule_id, src)
-                   for r, asked in split.delayed]
+        source = (topic, index)
+        records = []
+        for move in split.moves:
+            r = move.record
+            placed = Record(r.offset + shift, r.timestamp, r.key, r.value, r.headers)
+            headers = r.headers if move.headers is None else move.headers
+            if move.topic is None:
+                target = source
+                headers = (*headers, (SCHEDULED_OFFSET, str(placed.offset).encode()))
+            else:
+                count = self.state.topics[move.topic].partitions
+                target = (move.topic, move.partition if 0 <= move.partition < count
+                          else index % count)
+            records.append(add_record(placed, target, move.due_ms, move.schedule_id, src,
+                                      headers, source))
         records += [cancel_record(topic, index, hole + shift, c.schedule_id, src, now)
                     for hole, c in split.cancels]
+        partitions = self.state.topics[SCHEDULE_TOPIC].partitions
         code, _offset = await self.calls.append(
-            SCHEDULE_TOPIC, partition_for(f"{topic}-{index}", meta.partitions),
+            SCHEDULE_TOPIC, partition_for(f"{topic}-{index}", partitions),
             encode_batch(records), timeout_s)
         if code != ErrorCode.none:
-            return code, f"the delayed records could not be scheduled ({code.name}); retry"
+            return code, f"the records to move could not be scheduled ({code.name}); retry"
+        self._count_moves(topic, split)
         return ErrorCode.none, None
 
     # -- delivery: the leader of each schedule partition -----------------------------------
@@ -268,7 +286,22 @@ class DelayService:
         self.delivered = Counter("kcompat_delayed_records_delivered",
                                  "Delayed records delivered, per topic", ["topic"],
                                  registry=registry)
+        self.retries = Counter("kcompat_retries", "Records produced to a retry topic and "
+                               "scheduled for another attempt, per retry topic", ["topic"],
+                               registry=registry)
+        self.dead_letters = Counter("kcompat_dlq_appends", "Records moved to a dead-letter "
+                                    "topic after their last attempt, per dead-letter topic",
+                                    ["topic"], registry=registry)
         registry.register(_PendingCollector(self))
+
+    def _count_moves(self, topic: str, split: Split) -> None:
+        if self.retries is None or self.dead_letters is None:
+            return
+        for move in split.moves:
+            if move.retry:
+                self.retries.labels(topic).inc()
+            elif move.topic is not None:
+                self.dead_letters.labels(move.topic).inc()
 
     def _observe(self, delivery: Delivery, now: int) -> None:
         if self.lateness is not None and self.delivered is not None:

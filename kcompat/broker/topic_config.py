@@ -15,6 +15,7 @@ from typing import Any
 
 from kcompat.broker.configdef import LONG_MAX, ConfigDef, ConfigError
 from kcompat.ext.delay import DELAY_MAX_MS_DEFAULT
+from kcompat.ext.retry import RetryPolicy
 from kcompat.log.config import LogConfig
 
 _D = ConfigDef
@@ -52,8 +53,17 @@ TOPIC_CONFIGS: dict[str, ConfigDef] = {
         # extensions (EXTENSIONS.md): listed only where set, so plain topics
         # describe exactly as in Kafka
         _D("kc.delay.max.ms", "long", DELAY_MAX_MS_DEFAULT, minimum=0),
+        _D("kc.retry.of", "string", ""),  # set: a retry topic of that topic
+        _D("kc.retry.max.attempts", "int", 3, minimum=0),
+        _D("kc.retry.backoff.ms", "long", 2000, minimum=0),
+        _D("kc.retry.backoff.multiplier", "double", 2.0, minimum=1.0),
+        _D("kc.retry.backoff.max.ms", "long", 30000, minimum=0),
+        _D("kc.dlq.topic", "string", ""),  # empty: <topic>.dlq
     )
 }
+# what a retry topic auto-created for a topic inherits from it
+RETRY_KEYS = ("kc.retry.max.attempts", "kc.retry.backoff.ms", "kc.retry.backoff.multiplier",
+              "kc.retry.backoff.max.ms", "kc.dlq.topic")
 EXTENSION_PREFIX = "kc."
 
 
@@ -61,6 +71,21 @@ def listed_keys(overrides: dict[str, Any]) -> list[str]:
     """The keys DescribeConfigs / CreateTopics list for a topic: Kafka's, and
     an extension key only where the topic sets it."""
     return [k for k in TOPIC_CONFIGS if not k.startswith(EXTENSION_PREFIX) or k in overrides]
+
+
+def retry_policy(overrides: dict[str, Any], broker: dict[str, Any]) -> RetryPolicy | None:
+    """The retry policy of a retry topic (``kc.retry.of`` set), else None."""
+    of = overrides.get("kc.retry.of")
+    if not of:
+        return None
+
+    def get(key: str) -> Any:
+        return effective(key, overrides, broker)[0]
+
+    return RetryPolicy(str(of), int(get("kc.retry.max.attempts")),
+                       int(get("kc.retry.backoff.ms")),
+                       float(get("kc.retry.backoff.multiplier")),
+                       int(get("kc.retry.backoff.max.ms")), str(get("kc.dlq.topic")))
 
 
 def validate_overrides(raw: dict[str, Any]) -> dict[str, Any]:

@@ -16,7 +16,8 @@ import argparse
 import json
 import logging
 import sys
-from collections.abc import Iterator, Sequence
+import time
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -122,6 +123,42 @@ def check_code(code: int, message: str | None, what: str) -> None:
         import kafka.errors as ke
 
         raise CliError(f"{what}: {error_text(ke.for_code(code), message)}")
+
+
+READ_POLL_MS = 200
+READ_LIMIT_S = 60.0
+
+
+def read_to_end(args: argparse.Namespace, topic: str, on_record: Callable[[Any], None],
+                missing_ok: bool = False) -> None:
+    """Hand ``on_record`` every record of ``topic`` from its start to the end
+    each partition had when reading began, partition by partition in offset
+    order within each. An unknown topic is an error, or nothing if
+    ``missing_ok``."""
+    from kafka import KafkaConsumer, TopicPartition
+
+    consumer = KafkaConsumer(**client_config(args), enable_auto_commit=False,
+                             allow_auto_create_topics=False, group_id=None)
+    try:
+        parts = consumer.partitions_for_topic(topic)
+        if not parts:
+            if missing_ok:
+                return
+            raise CliError(f"unknown topic {topic!r}")
+        tps = [TopicPartition(topic, p) for p in sorted(parts)]
+        consumer.assign(tps)
+        consumer.seek_to_beginning(*tps)
+        ends = consumer.end_offsets(tps)
+        deadline = time.monotonic() + READ_LIMIT_S
+        while any(consumer.position(tp) < ends[tp] for tp in tps):
+            if time.monotonic() > deadline:
+                raise CliError(f"could not read {topic} to its end in {READ_LIMIT_S:g} s")
+            for tp, records in consumer.poll(timeout_ms=READ_POLL_MS).items():
+                for record in records:
+                    if record.offset < ends[tp]:
+                        on_record(record)
+    finally:
+        consumer.close(autocommit=False)
 
 
 # -- output ---------------------------------------------------------------------

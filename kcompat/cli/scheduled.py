@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import time
 from typing import Any
 
 from kcompat.cli._common import (
@@ -24,14 +23,12 @@ from kcompat.cli._common import (
     client_config,
     print_json,
     print_table,
+    read_to_end,
 )
 from kcompat.ext.delay import CANCEL_SCHEDULE
 from kcompat.ext.schedule import Pending
 from kcompat.ext.schedule_log import SCHEDULE_TOPIC, ScheduleLog
 from kcompat.wire.records import Record
-
-POLL_MS = 200
-READ_LIMIT_S = 60.0
 
 
 def register(sub: Any) -> None:
@@ -53,36 +50,26 @@ Row = tuple[Pending, bool, bytes | None]  # entry, delivery started?, key
 
 def read_schedule(args: argparse.Namespace) -> list[Row]:
     """Every scheduled record of ``args.topic``, earliest due first."""
-    from kafka import KafkaConsumer, TopicPartition
+    from kafka import KafkaConsumer
 
-    consumer = KafkaConsumer(**client_config(args), enable_auto_commit=False,
-                             allow_auto_create_topics=False, group_id=None)
+    consumer = KafkaConsumer(**client_config(args), group_id=None)
     try:
-        known = consumer.partitions_for_topic(args.topic)
-        if not known:
+        if not consumer.partitions_for_topic(args.topic):
             raise CliError(f"unknown topic {args.topic!r}")
-        parts = consumer.partitions_for_topic(SCHEDULE_TOPIC) or set()
-        tps = [TopicPartition(SCHEDULE_TOPIC, p) for p in sorted(parts)]
-        if not tps:
-            return []  # nothing was ever delayed in this cluster
-        consumer.assign(tps)
-        consumer.seek_to_beginning(*tps)
-        ends = consumer.end_offsets(tps)
-        logs = {tp.partition: ScheduleLog() for tp in tps}
-        keys: dict[tuple[int, int], bytes | None] = {}
-        deadline = time.monotonic() + READ_LIMIT_S
-        while any(consumer.position(tp) < ends[tp] for tp in tps):
-            if time.monotonic() > deadline:
-                raise CliError(f"could not read {SCHEDULE_TOPIC} to its end in "
-                               f"{READ_LIMIT_S:g} s")
-            for tp, records in consumer.poll(timeout_ms=POLL_MS).items():
-                for r in records:
-                    logs[tp.partition].apply(Record(r.offset, r.timestamp, r.key, r.value,
-                                                    tuple(r.headers or ())))
-                    if r.key is not None:
-                        keys[(tp.partition, r.offset)] = r.key
     finally:
         consumer.close(autocommit=False)
+    logs: dict[int, ScheduleLog] = {}
+    keys: dict[tuple[int, int], bytes | None] = {}
+
+    def replay(r: Any) -> None:
+        slog = logs.get(r.partition)
+        if slog is None:
+            slog = logs[r.partition] = ScheduleLog()
+        slog.apply(Record(r.offset, r.timestamp, r.key, r.value, tuple(r.headers or ())))
+        if r.key is not None:
+            keys[(r.partition, r.offset)] = r.key
+
+    read_to_end(args, SCHEDULE_TOPIC, replay, missing_ok=True)
     rows = [(p, moving, keys.get((index, p.entry))) for index, slog in logs.items()
             for p, moving in slog.listing()
             if p.target is not None and p.target[0] == args.topic]

@@ -1,4 +1,4 @@
-"""Taking delayed records out of a produced batch (EXTENSIONS.md rules 1, 4, 5).
+"""Taking records out of a produced batch to move them (EXTENSIONS.md rules 1, 4, 5).
 
 Theory of operation
 -------------------
@@ -14,6 +14,14 @@ base sequence and fewer records — a batch with holes, as Kafka's log cleaner
 leaves them (rule 4), possibly empty. Offsets and idempotent-producer state
 therefore stay exactly what they would have been.
 
+A retry topic (``retry``: its policy) takes every record out: each is either
+retried in the same partition after its backoff or moved to the dead-letter
+topic (``ext.retry.route``), so its batch is always empty — delay headers
+are ignored there.
+
+Each record taken out becomes a ``Move``: when (``due_ms``), where (its own
+partition, or ``topic``), with which headers.
+
 Rule 5: one bad header value raises ``HeaderError`` and nothing of the batch
 is stored (the caller answers INVALID_RECORD with the message).
 
@@ -26,6 +34,7 @@ import re
 from dataclasses import dataclass
 
 from kcompat.ext.delay import DELAY_MAX_MS_DEFAULT, Cancel, Deliver, classify
+from kcompat.ext.retry import Headers, Retry, RetryPolicy, route
 from kcompat.wire.batch import HEADER_SIZE, BatchHeader
 from kcompat.wire.compression import CompressionError, decompress
 from kcompat.wire.records import Record, decode_batch, rebuild_batch
@@ -34,9 +43,20 @@ _MARK = re.compile(b"kc-")  # searches a memoryview in place (``in`` would not)
 
 
 @dataclass(frozen=True, slots=True)
+class Move:
+    record: Record  # as produced; its offset is its hole in the produced batch
+    due_ms: int
+    schedule_id: str | None = None
+    headers: Headers | None = None  # delivered with these; None: its own
+    topic: str | None = None  # delivered there; None: its own topic-partition
+    partition: int = -1  # with ``topic``: this partition if it has it
+    retry: bool = False  # a retry (counted as such)
+
+
+@dataclass(frozen=True, slots=True)
 class Split:
     hole: bytes  # the batch to store in the partition, with holes
-    delayed: tuple[tuple[Record, Deliver], ...]  # absolute offsets: the holes
+    moves: tuple[Move, ...]
     cancels: tuple[tuple[int, Cancel], ...]  # (offset: its hole, the cancellation)
 
 
@@ -52,23 +72,40 @@ def may_carry_headers(view: memoryview | bytes, header: BatchHeader) -> bool:
 
 
 def split(view: memoryview | bytes, header: BatchHeader, now_ms: int,
-          max_delay_ms: int = DELAY_MAX_MS_DEFAULT) -> Split | None:
-    """The batch's delayed records and cancellations taken out, or None when
-    it has neither (see the module). Raises ``HeaderError`` or ``BatchError``."""
-    if header.is_control or not may_carry_headers(view, header):
+          max_delay_ms: int = DELAY_MAX_MS_DEFAULT, retry: RetryPolicy | None = None
+          ) -> Split | None:
+    """The records to move and the cancellations taken out, or None when
+    there are none (see the module). Raises ``HeaderError`` or ``BatchError``."""
+    if header.is_control:
         return None
-    records = decode_batch(view)
+    if retry is not None:
+        return _retries(view, header, now_ms, retry)
+    if not may_carry_headers(view, header):
+        return None
     kept: list[Record] = []
-    delayed: list[tuple[Record, Deliver]] = []
+    moves: list[Move] = []
     cancels: list[tuple[int, Cancel]] = []
-    for record in records:
+    for record in decode_batch(view):
         asked = classify(record.headers, now_ms, max_delay_ms)
         if asked is None:
             kept.append(record)
         elif isinstance(asked, Deliver):
-            delayed.append((record, asked))
+            moves.append(Move(record, asked.due_ms, asked.schedule_id))
         else:
             cancels.append((record.offset, asked))
-    if not delayed and not cancels:
+    if not moves and not cancels:
         return None
-    return Split(rebuild_batch(header, kept), tuple(delayed), tuple(cancels))
+    return Split(rebuild_batch(header, kept), tuple(moves), tuple(cancels))
+
+
+def _retries(view: memoryview | bytes, header: BatchHeader, now_ms: int,
+             policy: RetryPolicy) -> Split:
+    moves = []
+    for record in decode_batch(view):
+        where = route(record, policy, now_ms)
+        if isinstance(where, Retry):
+            moves.append(Move(record, where.due_ms, None, where.headers, retry=True))
+        else:
+            moves.append(Move(record, now_ms, None, where.headers, where.topic,
+                              where.partition))
+    return Split(rebuild_batch(header, []), tuple(moves), ())

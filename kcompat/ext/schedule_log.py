@@ -8,9 +8,12 @@ topic-partition's records always go to the same schedule partition (chosen
 by the host with the coordinators' key hash). Every record of the log carries one internal header
 ``kc-internal`` whose JSON value says what it is:
 
-* ``add`` — a delayed record, stored whole (key, value, headers, timestamp)
-  with its target ``t``/``p``, the offset ``o`` of its hole, its due time and
-  optional schedule id, and the producer of the batch it came in (``src``:
+* ``add`` — a record to move, stored whole (key, value, timestamp and the
+  headers it is delivered with: ``kc-scheduled-offset`` added for a delayed
+  record, the DLQ context for a dead letter) with its target ``t``/``p``, the
+  offset ``o`` of its hole in the partition it was produced to (``s``, when
+  not the target), its due time and optional schedule id, and the producer
+  of the batch it came in (``src``:
   id, epoch, base sequence). A retried produce, which the partition answers
   as a duplicate, is written again with the same holes: a record whose
   producer batch and hole were seen is skipped (the last
@@ -44,7 +47,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from kcompat.ext.delay import SCHEDULED_OFFSET
 from kcompat.ext.schedule import Pending, Schedule, Target
 from kcompat.wire.records import Record
 
@@ -67,11 +69,17 @@ def _op(doc: dict[str, Any]) -> Header:
     return OP_HEADER, json.dumps(doc, separators=(",", ":")).encode()
 
 
-def add_record(record: Record, topic: str, partition: int, due_ms: int,
-               schedule_id: str | None, src: tuple[int, int, int]) -> RecordInput:
-    doc = {"op": "add", "t": topic, "p": partition, "o": record.offset, "due": due_ms,
-           "id": schedule_id, "src": list(src)}
-    return record.key, record.value, (*record.headers, _op(doc)), record.timestamp
+def add_record(record: Record, target: Target, due_ms: int, schedule_id: str | None,
+               src: tuple[int, int, int], headers: tuple[Header, ...],
+               source: Target | None = None) -> RecordInput:
+    """A record to deliver to ``target`` at ``due_ms`` with ``headers``;
+    ``record.offset`` is its hole in ``source`` (default: the target), where
+    producer ``src`` wrote it."""
+    doc: dict[str, Any] = {"op": "add", "t": target[0], "p": target[1], "o": record.offset,
+                           "due": due_ms, "id": schedule_id, "src": list(src)}
+    if source is not None and source != target:
+        doc["s"] = list(source)
+    return record.key, record.value, (*headers, _op(doc)), record.timestamp
 
 
 def cancel_record(topic: str, partition: int, hole: int, schedule_id: str,
@@ -107,12 +115,10 @@ def read_op(record: Record) -> dict[str, Any] | None:
 
 
 def delivered_form(record: Record) -> RecordInput:
-    """The record as it is appended to its topic when due: key, value,
-    headers and timestamp kept, ``kc-scheduled-offset`` added (the hole)."""
-    doc = read_op(record)
-    hole = str(doc["o"]).encode() if doc is not None else b"-1"
+    """The record as it is appended to its target when due: key, value,
+    timestamp and the headers it was scheduled with."""
     headers = tuple(h for h in record.headers if h[0] != OP_HEADER)
-    return record.key, record.value, (*headers, (SCHEDULED_OFFSET, hole)), record.timestamp
+    return record.key, record.value, headers, record.timestamp
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,7 +163,8 @@ class ScheduleLog:
         pid, epoch, seq = doc.get("src") or (-1, -1, -1)
         if pid < 0 or seq < 0:
             return False  # not idempotent: a retry is a new record, as in Kafka
-        key = ((str(doc["t"]), int(doc["p"])), int(pid))
+        source = doc.get("s") or (doc["t"], doc["p"])
+        key = ((str(source[0]), int(source[1])), int(pid))
         batches = self._seen.get(key)
         if batches is None:
             batches = self._seen[key] = OrderedDict()

@@ -28,6 +28,8 @@ from kcompat.broker.metadata import TopicMeta
 from kcompat.broker.replication import codec
 from kcompat.broker.replication.group import NotLeaderError
 from kcompat.broker.state import TopicError
+from kcompat.broker.topic_config import RETRY_KEYS
+from kcompat.ext.retry import DLQ_SUFFIX, RETRY_SUFFIX
 
 log = logging.getLogger("kcompat.cluster")
 
@@ -216,6 +218,21 @@ async def _auto_create_task(ctl: Controller, name: str) -> None:
         ctl.auto_creating.discard(name)
 
 
+def _derived(ctl: Controller, name: str) -> tuple[int, dict[str, Any]]:
+    """Partitions and configs of an auto-created topic: broker defaults, but
+    ``X.retry`` and ``X.dlq`` of an existing topic X get X's partition count,
+    and the retry topic ``kc.retry.of=X`` with X's retry settings
+    (EXTENSIONS.md)."""
+    for suffix in (RETRY_SUFFIX, DLQ_SUFFIX):
+        base = ctl.state.topics.get(name.removesuffix(suffix)) if name.endswith(suffix) else None
+        if base is not None and not base.internal:
+            if suffix == DLQ_SUFFIX:
+                return base.partitions, {}
+            inherited = {k: base.configs[k] for k in RETRY_KEYS if k in base.configs}
+            return base.partitions, {"kc.retry.of": base.name, **inherited}
+    return -1, {}
+
+
 async def _auto_create_record(ctl: Controller, name: str) -> dict[str, Any] | None:
     """On the controller: the record creating ``name`` with broker defaults, or
     an internal topic with its own settings (replication capped by the live
@@ -225,7 +242,8 @@ async def _auto_create_record(ctl: Controller, name: str) -> dict[str, Any] | No
     if name in ctl.state.topics:
         return None
     if name not in INTERNAL_TOPICS:
-        return _create_record(ctl, name, -1, -1, {})
+        partitions, configs = _derived(ctl, name)
+        return _create_record(ctl, name, partitions, -1, configs)
     prefix, configs = INTERNAL_TOPICS[name]
     live = len(ctl.lifecycle.live_broker_ids()) or 1
     replication = min(int(ctl.state.config[f"{prefix}.replication.factor"]), live)

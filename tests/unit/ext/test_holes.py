@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from kcompat.ext.delay import Cancel, Deliver, HeaderError
+from kcompat.ext.delay import Cancel, HeaderError
 from kcompat.ext.holes import split
 from kcompat.wire.batch import CODEC_LZ4, CODEC_NONE, validate
 from kcompat.wire.records import decode_batch, encode_batch
@@ -42,9 +42,11 @@ def test_delayed_records_leave_holes_with_the_same_offsets_and_sequence(codec: i
     assert hole.records_count == 2
     kept = decode_batch(out.hole)
     assert [(r.offset, r.key, r.timestamp) for r in kept] == [(0, b"a", NOW), (2, b"c", NOW + 2)]
-    assert [(r.offset, r.key, d) for r, d in out.delayed] == [
-        (1, b"b", Deliver(NOW + 5000)), (3, b"d", Deliver(NOW + 9000, "j"))]
-    assert out.delayed[0][0].headers == (("kc-delay-ms", b"5000"),)
+    assert [(m.record.offset, m.record.key, m.due_ms, m.schedule_id, m.topic)
+            for m in out.moves] == [(1, b"b", NOW + 5000, None, None),
+                                    (3, b"d", NOW + 9000, "j", None)]
+    assert out.moves[0].record.headers == (("kc-delay-ms", b"5000"),)
+    assert out.moves[0].headers is None  # delivered with its own headers
     assert out.cancels == ((4, Cancel("old")),)
 
 

@@ -41,8 +41,8 @@ class Log:
 
 def _adds(offsets: list[int], due: int, src: tuple[int, int, int], sid: str | None = None
           ) -> list[RecordInput]:
-    return [add_record(Record(o, 5, b"k%d" % o, b"v", (("h", b"1"),)), T[0], T[1], due, sid, src)
-            for o in offsets]
+    return [add_record(Record(o, 5, b"k%d" % o, b"v", (("h", b"1"),)), T, due, sid, src,
+                       (("h", b"1"), (SCHEDULED_OFFSET, b"%d" % o))) for o in offsets]
 
 
 def test_a_retried_produce_is_scheduled_once_and_a_new_one_is_not_lost() -> None:
@@ -60,7 +60,7 @@ def test_a_retried_produce_is_scheduled_once_and_a_new_one_is_not_lost() -> None
 def test_cancel_is_scoped_to_its_partition() -> None:
     log, m = Log(), ScheduleLog()
     m.apply_batch(log.write(*_adds([1], 100, (-1, -1, -1), sid="job")))
-    other = add_record(Record(1, 5, None, b"x"), "orders", 3, 100, "job", (-1, -1, -1))
+    other = add_record(Record(1, 5, None, b"x"), ("orders", 3), 100, "job", (-1, -1, -1), ())
     m.apply_batch(log.write(other))
     m.apply_batch(log.write(cancel_record(T[0], T[1], 9, "job", (-1, -1, -1), 50)))
     assert m.pending_by_target == {("orders", 3): 1}
