@@ -127,10 +127,6 @@ def append_records(
         except wbatch.BatchError as e:
             return _fail(ErrorCode.corrupt_message, str(e))
         if split is not None:
-            if header.is_transactional:
-                return _fail(ErrorCode.invalid_record, "delayed delivery (kc-delay-ms, "
-                             "kc-deliver-at, kc-cancel-schedule) and retry topics are not "
-                             "supported inside transactions yet")
             view = memoryview(split.hole)
             header = wbatch.parse_header(view)
     result = store(part, view, header, log_append, now_ms, write)

@@ -9,7 +9,10 @@ into the ``__kc_schedule`` partition of their topic-partition (created on
 first use, like the coordinators' topics) in one batch naming the produced
 batch's producer and sequence, through the schedule partition's leader —
 here or on another broker (``PeerCalls.append``). Only then is the produce
-answered. A crash in between leaves the producer unanswered; its retry is
+answered. A transactional batch's records are written in a transactional
+batch of its producer, after the schedule partition was added to its
+transaction: the coordinator's commit or abort marker reaches the schedule
+log too, and only a commit schedules them (``ScheduleLog.hold``). A crash in between leaves the producer unanswered; its retry is
 a duplicate for the partition, which answers the original offset, and is
 scheduled again — the schedule log drops the second copy (``ScheduleLog``
 keeps the last batches of each producer per partition). Records of a
@@ -65,7 +68,7 @@ from kcompat.ext.schedule_log import (
     out_record,
 )
 from kcompat.wire import batch as wbatch
-from kcompat.wire.records import Record, decode_batch, encode_batch
+from kcompat.wire.records import Record, decode_batch, encode_batch, marker_aborts
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -105,9 +108,13 @@ class DelayService:
     # -- the replicated state machine over __kc_schedule ----------------------------------
 
     def apply(self, index: int, batch: memoryview, header: wbatch.BatchHeader) -> None:
-        if header.is_control or header.records_count == 0:
-            return
-        self._log(index).apply_batch(decode_batch(batch))
+        if header.is_control:
+            if header.producer_id >= 0:  # a transaction marker (else a Raft record)
+                self._log(index).end_txn(header.producer_id, not marker_aborts(batch))
+        elif header.is_transactional:
+            self._log(index).hold(header.producer_id, decode_batch(batch))
+        elif header.records_count:
+            self._log(index).apply_batch(decode_batch(batch))
         if index in self.leading:
             self._wake.set()
 
@@ -133,17 +140,29 @@ class DelayService:
 
     # -- produce: schedule what a stored batch took out ----------------------------------
 
-    async def schedule(self, topic: str, index: int, split: Split, base_offset: int,
-                       timeout_s: float) -> tuple[ErrorCode, str | None]:
-        """Write the moves and cancellations of ``split`` (stored at
-        ``base_offset`` in ``topic``-``index``) to the schedule log."""
+    async def prepare(self, topic: str, index: int, split: Split,
+                      timeout_s: float) -> tuple[ErrorCode, str | None, int]:
+        """Create what ``split`` needs (the schedule topic, a dead-letter
+        topic); (error, message, the schedule partition of ``topic``-``index``)."""
         wait_s = min(timeout_s, CREATE_WAIT_S)
         for needed in {SCHEDULE_TOPIC, *(m.topic for m in split.moves if m.topic)}:
             if needed not in self.state.topics:
                 auto_create(self.controller, needed)
                 await self.cluster.wait_leaders(needed, wait_s)
             if needed not in self.state.topics:
-                return ErrorCode.request_timed_out, f"{needed} is being created; retry"
+                return ErrorCode.request_timed_out, f"{needed} is being created; retry", -1
+        partitions = self.state.topics[SCHEDULE_TOPIC].partitions
+        return ErrorCode.none, None, partition_for(f"{topic}-{index}", partitions)
+
+    async def schedule(self, topic: str, index: int, split: Split, base_offset: int,
+                       timeout_s: float) -> tuple[ErrorCode, str | None]:
+        """Write the moves and cancellations of ``split`` (stored at
+        ``base_offset`` in ``topic``-``index``) to the schedule log — in the
+        producer's transaction if its batch is transactional (the caller has
+        added the schedule partition to it)."""
+        code, message, schedule_index = await self.prepare(topic, index, split, timeout_s)
+        if code != ErrorCode.none:
+            return code, message
         hole = wbatch.parse_header(split.hole)
         src = (hole.producer_id, hole.producer_epoch, hole.base_sequence)
         now = now_ms()
@@ -165,10 +184,10 @@ class DelayService:
                                       headers, source))
         records += [cancel_record(topic, index, hole + shift, c.schedule_id, src, now)
                     for hole, c in split.cancels]
-        partitions = self.state.topics[SCHEDULE_TOPIC].partitions
-        code, _offset = await self.calls.append(
-            SCHEDULE_TOPIC, partition_for(f"{topic}-{index}", partitions),
-            encode_batch(records), timeout_s)
+        batch = (encode_batch(records, producer_id=hole.producer_id,
+                              producer_epoch=hole.producer_epoch, transactional=True)
+                 if hole.is_transactional else encode_batch(records))
+        code, _offset = await self.calls.append(SCHEDULE_TOPIC, schedule_index, batch, timeout_s)
         if code != ErrorCode.none:
             return code, f"the records to move could not be scheduled ({code.name}); retry"
         self._count_moves(topic, split)

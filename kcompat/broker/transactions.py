@@ -143,6 +143,21 @@ class TxnService:
             return ErrorCode.none
         return ErrorCode.invalid_txn_state
 
+    async def add_locally(self, tid: str, pid: int, epoch: int,
+                          partition: tuple[str, int]) -> ErrorCode:
+        """AddPartitionsToTxn for a partition the broker writes to itself on
+        the producer's behalf (``txn_verify.add_partition``)."""
+        gate = self.coordinator_error(tid)
+        if gate is not None:
+            return gate
+        async with self.lock(tid):
+            decision = self.coordinator.add_partitions(tid, pid, epoch, {partition}, now_ms())
+            try:
+                await self.carry_out(decision)
+            except NotCoordinatorError as e:
+                return e.code
+            return decision.error
+
     def serves_producer(self, pid: int) -> bool:
         """This broker coordinates (and has loaded) the transaction of producer
         ``pid``; the produce path verifies only such batches here (others with

@@ -51,6 +51,9 @@ class Coordinator(Protocol):
 
     def serves_producer(self, pid: int) -> bool: ...
 
+    async def add_locally(self, tid: str, pid: int, epoch: int,
+                          partition: tuple[str, int]) -> ErrorCode: ...
+
 log = logging.getLogger("kcompat.cluster")
 
 VERIFY_TIMEOUT_S = 5.0
@@ -138,9 +141,35 @@ class TxnVerifier:
     # -- the coordinator's side ---------------------------------------------------------
 
     def serve(self, src: int, req: codec.VerifyTxnRequest) -> None:
+        if req.add:
+            self.rt.spawn(self._serve_add, src, req)
+            return
         code = self.txns.verify(req.transactional_id, req.producer_id, req.producer_epoch,
                                 (req.topic, req.index))
         self.rt.send_internal(src, codec.VerifyTxnReply(req.request_id, int(code)))
+
+    async def _serve_add(self, src: int, req: codec.VerifyTxnRequest) -> None:
+        code = await self.txns.add_locally(req.transactional_id, req.producer_id,
+                                           req.producer_epoch, (req.topic, req.index))
+        self.rt.send_internal(src, codec.VerifyTxnReply(req.request_id, int(code)))
+
+    async def add_partition(self, tid: str, pid: int, epoch: int,
+                            partition: tuple[str, int]) -> ErrorCode:
+        """Have ``tid``'s coordinator, here or remote, add ``partition`` to the
+        ongoing transaction of ``pid``/``epoch``, so that its markers reach
+        it too (a partition the broker writes to on the producer's behalf)."""
+        rt = self.rt
+        meta = rt.state.topics.get(TXN_TOPIC)
+        if meta is None:
+            return ErrorCode.coordinator_not_available
+        coordinator = rt.partition_view(TXN_TOPIC, partition_for(tid, meta.partitions))[0]
+        if coordinator == rt.node_id:
+            return await self.txns.add_locally(tid, pid, epoch, partition)
+        if coordinator not in rt.peers:
+            return ErrorCode.coordinator_not_available
+        slot = await self.calls.call(coordinator, lambda rid: codec.VerifyTxnRequest(
+            rid, tid, pid, epoch, partition[0], partition[1], add=True), VERIFY_TIMEOUT_S)
+        return slot[1]  # type: ignore[no-any-return]
 
 
 def _first_header(records: bytes | None) -> wbatch.BatchHeader | None:

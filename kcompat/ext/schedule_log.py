@@ -28,6 +28,11 @@ by the host with the coordinators' key hash). Every record of the log carries on
 * ``done`` — that delivery is committed in the target partition;
 * ``drop`` — the target no longer exists; its entries are discarded.
 
+A transactional produce writes its adds in a transactional batch of the
+producer (the schedule partition joins its transaction): they are ``held``
+until the transaction's marker reaches the schedule log, applied on commit
+and dropped on abort (``end_txn``).
+
 Exactly-once movement (rule 3): the delivery batch carries the schedule
 partition's internal producer id (``internal_producer_id``, epoch 0) and
 its sequence, so the target's idempotence check turns a re-sent batch into
@@ -137,6 +142,7 @@ class ScheduleLog:
         self.next_seq: dict[Target, int] = {}
         self.pending_by_target: dict[Target, int] = {}
         # (target, producer id) -> its last batches: (epoch, base sequence) -> holes seen
+        self.held: dict[int, list[Record]] = {}  # producer id -> its open transaction's
         self._seen: OrderedDict[tuple[Target, int], OrderedDict[tuple[int, int], set[int]]] = (
             OrderedDict())
 
@@ -149,6 +155,16 @@ class ScheduleLog:
         """The records of one committed batch of the schedule log."""
         for record in records:
             self.apply(record)
+
+    def hold(self, producer_id: int, records: Iterable[Record]) -> None:
+        """Records of a transactional batch: applied if its transaction commits."""
+        self.held.setdefault(producer_id, []).extend(records)
+
+    def end_txn(self, producer_id: int, commit: bool) -> None:
+        """A transaction marker of ``producer_id`` in the schedule log."""
+        records = self.held.pop(producer_id, [])
+        if commit:
+            self.apply_batch(records)
 
     def apply(self, record: Record) -> None:
         """One committed record of the schedule log (any other is ignored)."""

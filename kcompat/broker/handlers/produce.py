@@ -43,9 +43,13 @@ from kcompat.broker.handlers._common import NO_THROTTLE, ms_to_datetime
 from kcompat.broker.partition import Partition
 from kcompat.broker.replication.group import Group, NotLeaderError
 from kcompat.broker.state import now_ms
-from kcompat.wire.batch import BatchHeader
+from kcompat.ext.schedule_log import SCHEDULE_TOPIC
+from kcompat.wire.batch import BatchHeader, parse_header
 
 _Row = tuple[int, AppendResult, Partition | None, Group | None, int]
+_COORDINATOR_BUSY = (ErrorCode.not_coordinator, ErrorCode.coordinator_not_available,
+                     ErrorCode.coordinator_load_in_progress, ErrorCode.request_timed_out,
+                     ErrorCode.concurrent_transactions)
 
 
 def _partition_response(ctx: RequestContext, index: int, result: AppendResult,
@@ -112,20 +116,35 @@ def _append(ctx: RequestContext, topic: str, pdata: Any, acks: int, now: int) ->
     return pdata.index, result, part, group, term
 
 
-async def _schedule(ctx: RequestContext, row: _Row, acks: int, deadline: float
-                    ) -> AppendResult | None:
+async def _schedule(ctx: RequestContext, row: _Row, acks: int, deadline: float,
+                    tid: str | None) -> AppendResult | None:
     """A batch that had delayed records taken out (``result.split``): once it is
     committed — whatever ``acks`` — its delayed records are scheduled, and
-    only then is it acknowledged (``delays``). None when done."""
+    only then is it acknowledged (``delays``); a transactional batch's in its
+    transaction, whose coordinator first adds the schedule partition to it.
+    None when done."""
     index, result, part, group, term = row
-    assert part is not None and group is not None and result.split is not None
+    split = result.split
+    assert part is not None and group is not None and split is not None
     if acks != -1:
         code = await ctx.cluster.wait_committed(group, result.base_offset, term, deadline)
         if code != ErrorCode.none:
             return AppendResult(code)
     timeout_s = max(deadline - trio.current_time(), 1.0)
-    code, message = await ctx.delays.schedule(part.topic, index, result.split,
-                                              result.base_offset, timeout_s)
+    hole = parse_header(split.hole)
+    if hole.is_transactional:
+        code, message, schedule_index = await ctx.delays.prepare(part.topic, index, split,
+                                                                 timeout_s)
+        if code == ErrorCode.none and tid is not None:
+            code = await ctx.txns.verifier.add_partition(
+                tid, hole.producer_id, hole.producer_epoch, (SCHEDULE_TOPIC, schedule_index))
+            message = f"the transaction coordinator did not add {SCHEDULE_TOPIC}: {code.name}"
+            if code in _COORDINATOR_BUSY:  # retriable for a producer
+                code = ErrorCode.not_enough_replicas
+        if code != ErrorCode.none:
+            return AppendResult(code, message=message)
+    code, message = await ctx.delays.schedule(part.topic, index, split, result.base_offset,
+                                              timeout_s)
     return None if code == ErrorCode.none else AppendResult(code, message=message)
 
 
@@ -164,7 +183,7 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
             errors.update({id(row): AppendResult(ErrorCode.kafka_storage_error) for row in ok})
     for row in ok:
         if row[1].split is not None and id(row) not in errors:
-            failed = await _schedule(ctx, row, acks, deadline)
+            failed = await _schedule(ctx, row, acks, deadline, request.transactional_id)
             if failed is not None:
                 errors[id(row)] = failed
     if acks == 0:

@@ -121,7 +121,9 @@ class ForwardReply:
 class VerifyTxnRequest:
     """Partition leader -> transaction coordinator: is ``topic``-``index`` part
     of the ongoing transaction of ``producer_id``/``producer_epoch`` (KIP-890,
-    see ``txn_verify``)? Answered with a ``VerifyTxnReply``."""
+    see ``txn_verify``)? With ``add``: make it part of it (the schedule-log
+    partition a transactional produce's delayed records go to). Answered with
+    a ``VerifyTxnReply``."""
 
     request_id: int
     transactional_id: str
@@ -129,6 +131,7 @@ class VerifyTxnRequest:
     producer_epoch: int
     topic: str
     index: int
+    add: bool = False  # add the partition to the transaction (a broker-written one)
 
 
 @dataclass(frozen=True, slots=True)
@@ -220,7 +223,7 @@ def _enc_internal(m: Internal, blobs: list[bytes]) -> list[Any]:
         return ["fq", m.request_id, m.intent]
     if isinstance(m, VerifyTxnRequest):
         return ["vq", m.request_id, m.transactional_id, m.producer_id, m.producer_epoch,
-                m.topic, m.index]
+                m.topic, m.index, int(m.add)]
     if isinstance(m, VerifyTxnReply):
         return ["vr", m.request_id, m.error_code]
     if isinstance(m, Heartbeat):
@@ -278,7 +281,8 @@ def decode(frame: bytes) -> RaftFrame:
                 markers.append(ForwardReply(int(item[1]), int(item[2]), item[3]))
             elif item[0] == "vq":
                 markers.append(VerifyTxnRequest(int(item[1]), str(item[2]), int(item[3]),
-                                                int(item[4]), str(item[5]), int(item[6])))
+                                                int(item[4]), str(item[5]), int(item[6]),
+                                                bool(item[7]) if len(item) > 7 else False))
             elif item[0] == "aq":
                 markers.append(AppendRequest(int(item[1]), str(item[2]), int(item[3]),
                                              blobs[int(item[4])]))

@@ -113,3 +113,16 @@ def test_the_delivered_form_keeps_the_record_and_names_its_hole() -> None:
     key, value, headers, ts = delivered_form(stored)
     assert (key, value, ts) == (b"k42", b"v", 5)
     assert headers == (("h", b"1"), (SCHEDULED_OFFSET, b"42"))
+
+
+def test_a_transactions_records_wait_for_its_marker() -> None:
+    m = ScheduleLog()
+    log = Log()
+    m.hold(7, log.write(*_adds([10, 11], 100, (7, 0, 0))))
+    m.hold(8, log.write(*_adds([20], 100, (8, 0, 0))))
+    assert len(m) == 0  # nothing scheduled before the outcome
+    m.end_txn(8, commit=False)
+    m.end_txn(7, commit=True)
+    assert sorted(p.offset for p in m.schedule.pending()) == [10, 11]
+    m.end_txn(7, commit=True)  # a second marker: nothing left to apply
+    assert len(m) == 2 and m.held == {}
