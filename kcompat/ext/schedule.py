@@ -1,25 +1,24 @@
-"""The pending delayed records of one partition: the schedule's index.
+"""The pending delayed records of a schedule log: its index.
 
 Theory of operation
 -------------------
-A delayed record is written once to its partition's schedule log (a replicated
-RecordBatch v2 log, hosted like the coordinators) and stays there; this index
-knows, per pending record, only its *entry* — the schedule-log offset that
-holds it — its due time and its optional ``kc-schedule-id``. It is rebuilt by
-replaying the schedule log in order, on every replica, so a replica that
-takes over holds the same index (DESIGN §5):
+A delayed record is written once to a schedule log (a replicated RecordBatch
+v2 log, hosted like the coordinators) and stays there; this index knows, per
+pending record, only its *entry* — the schedule-log offset that holds it —,
+its due time, its target partition, the offset of its hole and its optional
+``kc-schedule-id``. It is rebuilt by replaying the schedule log in order, on
+every replica, so a replica that takes over holds the same index (DESIGN §5):
 
-* ``add(entry, due_ms, schedule_id)`` — a record was scheduled;
-* ``cancel(schedule_id)`` — cancelled until due (False if unknown or already
-  due and taken);
-* ``delivered(entry)`` — its re-append into the partition is committed.
+* ``add(entry, due_ms, schedule_id, target, offset)`` — a record was
+  scheduled (entries grow with the log; an entry not above the last one added
+  is a replay and ignored);
+* ``cancel(schedule_id, target)`` — cancelled until due (None if unknown or
+  already taken);
+* ``delivered(entry)`` — taken out: its delivery started (or it was dropped).
 
-``due(now_ms, limit)`` lists entries whose time has come, earliest first (ties
-by entry, i.e. schedule order): the leader re-appends them and then records
-``delivered``. An entry stays pending until then, so a leader that fails
-between the two re-delivers from the same index after failover; the
-re-append itself must be idempotent (rule 3: it carries the entry as its
-producer sequence).
+``due(now_ms, limit, target)`` lists entries whose time has come, earliest
+first (ties by entry, i.e. schedule order): the leader moves them and then
+records their delivery. An entry stays pending until then.
 
 A schedule id is scoped by the record's target (its topic-partition; one
 schedule log serves several). It names at most one pending record there:
@@ -28,18 +27,25 @@ nothing — both stay, and a cancellation takes the earlier one (first come,
 first cancelled), as a queue user would expect from ids reused after
 delivery.
 
-Pure and deterministic: no clock, no I/O. Memory: a heap of (due, entry)
-pairs plus a dict per pending entry; the far-future part of a large schedule
-is the host's to page out (not done here yet).
+Memory (the far future stays compact): an entry due in a time slot
+(``SLOT_MS``) not reached yet is four int64 in its slot's array — 32 bytes;
+a schedule id, if any, is kept beside it. A slot is *promoted* when a
+``due`` call reaches it or ``next_due_ms`` needs it: its entries become
+``Pending`` values in a heap per target, the fast form for the records about
+to move. A follower, which never asks what is due, keeps everything compact.
+
+Pure and deterministic: no clock, no I/O.
 """
 
 from __future__ import annotations
 
 import heapq
+from array import array
 from collections import deque
 from dataclasses import dataclass
 
 Target = tuple[str, int]  # topic, partition
+SLOT_MS = 10_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,47 +59,106 @@ class Pending:
 
 class Schedule:
     def __init__(self) -> None:
-        self._heap: list[tuple[int, int]] = []  # (due, entry); stale pairs skipped lazily
-        self._pending: dict[int, Pending] = {}
+        self._near: dict[Target | None, list[tuple[int, int]]] = {}  # heaps of (due, entry)
+        self._pending: dict[int, Pending] = {}  # promoted entries
+        self._far: dict[int, array[int]] = {}  # slot -> (due, entry, offset, target id)*
+        self._far_min: dict[int, int] = {}  # slot -> its smallest due
+        self._slots: list[int] = []  # heap of the far slots
+        self._far_ids: dict[int, str] = {}  # far entry -> its schedule id
+        self._cancelled: set[int] = set()  # far entries cancelled before promotion
+        self._targets: list[Target | None] = []
+        self._target_ids: dict[Target | None, int] = {}
         self._by_id: dict[tuple[Target | None, str], deque[int]] = {}
+        self._count = 0
+        self._last = -1
+        self._promoted_until = -(1 << 62)  # slots up to this one are near
 
     def __len__(self) -> int:
-        return len(self._pending)
-
-    def __contains__(self, entry: int) -> bool:
-        return entry in self._pending
+        return self._count
 
     def add(self, entry: int, due_ms: int, schedule_id: str | None = None,
-            target: Target | None = None, offset: int = -1) -> None:
-        if entry in self._pending:
-            return  # a replayed record: already known
-        self._pending[entry] = Pending(entry, due_ms, schedule_id, target, offset)
-        heapq.heappush(self._heap, (due_ms, entry))
+            target: Target | None = None, offset: int = -1) -> bool:
+        """False for a replayed entry (already known)."""
+        if entry <= self._last:
+            return False
+        self._last = entry
+        self._count += 1
         if schedule_id is not None:
             self._by_id.setdefault((target, schedule_id), deque()).append(entry)
+        slot = due_ms // SLOT_MS
+        if slot <= self._promoted_until:
+            self._to_near(Pending(entry, due_ms, schedule_id, target, offset))
+            return True
+        tid = self._target_ids.get(target)
+        if tid is None:
+            tid = self._target_ids[target] = len(self._targets)
+            self._targets.append(target)
+        cells = self._far.get(slot)
+        if cells is None:
+            cells = self._far[slot] = array("q")
+            self._far_min[slot] = due_ms
+            heapq.heappush(self._slots, slot)
+        elif due_ms < self._far_min[slot]:
+            self._far_min[slot] = due_ms
+        cells.extend((due_ms, entry, offset, tid))
+        if schedule_id is not None:
+            self._far_ids[entry] = schedule_id
+        return True
+
+    def _to_near(self, pending: Pending) -> None:
+        self._pending[pending.entry] = pending
+        heapq.heappush(self._near.setdefault(pending.target, []),
+                       (pending.due_ms, pending.entry))
+
+    def _promote_first(self) -> None:
+        slot = heapq.heappop(self._slots)
+        self._promoted_until = max(self._promoted_until, slot)
+        cells = self._far.pop(slot)
+        del self._far_min[slot]
+        for i in range(0, len(cells), 4):
+            due_ms, entry, offset, tid = cells[i:i + 4]
+            if entry in self._cancelled:
+                self._cancelled.discard(entry)
+                continue
+            self._to_near(Pending(entry, due_ms, self._far_ids.pop(entry, None),
+                                  self._targets[tid], offset))
+
+    def promote(self, now_ms: int) -> None:
+        """Every far slot that has begun by ``now_ms`` becomes near: what is
+        due then is at hand for ``due`` and ``delivered`` (the logical content
+        does not change)."""
+        while self._slots and self._slots[0] * SLOT_MS <= now_ms:
+            self._promote_first()
 
     def get(self, entry: int) -> Pending | None:
         return self._pending.get(entry)
 
     def cancel(self, schedule_id: str, target: Target | None = None) -> Pending | None:
         """Drop the earliest pending record of ``target`` named ``schedule_id``;
-        None if none."""
+        None if none (a record still in the compact form comes back with due
+        time -1: only its entry, id and target are at hand)."""
         key = (target, schedule_id)
         entries = self._by_id.get(key)
-        while entries:
+        found: Pending | None = None
+        if entries:
             entry = entries.popleft()
             found = self._pending.pop(entry, None)
-            if found is not None:
-                if not entries:
-                    del self._by_id[key]
-                return found
-        self._by_id.pop(key, None)
-        return None
+            if found is None:  # still far: forgotten when its slot is promoted
+                self._cancelled.add(entry)
+                self._far_ids.pop(entry, None)
+                found = Pending(entry, -1, schedule_id, target)
+            self._count -= 1
+        if not entries:
+            self._by_id.pop(key, None)
+        return found
 
     def delivered(self, entry: int) -> Pending | None:
-        """Take ``entry`` out (its delivery started, or it was dropped)."""
+        """Take a due (promoted) ``entry`` out: its delivery started."""
         found = self._pending.pop(entry, None)
-        if found is not None and found.schedule_id is not None:
+        if found is None:
+            return None
+        self._count -= 1
+        if found.schedule_id is not None:
             key = (found.target, found.schedule_id)
             entries = self._by_id.get(key)
             if entries is not None and entry in entries:
@@ -102,10 +167,21 @@ class Schedule:
                     del self._by_id[key]
         return found
 
-    def due(self, now_ms: int, limit: int = 1000) -> list[Pending]:
-        """Up to ``limit`` pending records due at ``now_ms``, earliest first.
-        They stay pending until ``delivered``."""
-        heap = self._heap
+    def due(self, now_ms: int, limit: int = 1000, target: object = ...) -> list[Pending]:
+        """Up to ``limit`` pending records due at ``now_ms`` (of ``target``
+        only, if given), earliest first. They stay pending until ``delivered``."""
+        self.promote(now_ms)
+        heaps = ([self._near.get(target, [])] if target is not ...  # type: ignore[call-overload]
+                 else list(self._near.values()))
+        out: list[Pending] = []
+        for heap in heaps:
+            out += self._due_in(heap, now_ms, limit)
+        out.sort(key=lambda p: (p.due_ms, p.entry))
+        return out[:limit]
+
+    def _due_in(self, heap: list[tuple[int, int]], now_ms: int, limit: int) -> list[Pending]:
+        while heap and heap[0][1] not in self._pending:
+            heapq.heappop(heap)  # delivered or cancelled
         out: list[Pending] = []
         frontier = [(heap[0], 0)] if heap else []  # walk the heap in order, not popping
         while frontier and len(out) < limit:
@@ -113,20 +189,58 @@ class Schedule:
             if due_ms > now_ms:
                 break
             pending = self._pending.get(entry)
-            if pending is not None:  # else delivered or cancelled: skipped
+            if pending is not None:
                 out.append(pending)
             for child in (2 * i + 1, 2 * i + 2):
                 if child < len(heap):
                     heapq.heappush(frontier, (heap[child], child))
         return out
 
+    def drop_target(self, target: Target | None) -> int:
+        """Forget every pending record of ``target`` (it was deleted); how many."""
+        dropped = [p.entry for p in self._pending.values() if p.target == target]
+        for entry in dropped:
+            self.delivered(entry)
+        tid = self._target_ids.get(target)
+        if tid is not None:
+            for cells in self._far.values():
+                for i in range(0, len(cells), 4):
+                    entry = cells[i + 1]
+                    if cells[i + 3] == tid and entry not in self._cancelled:
+                        self._cancelled.add(entry)
+                        self._far_ids.pop(entry, None)
+                        dropped.append(entry)
+                        self._count -= 1
+        self._by_id = {k: v for k, v in self._by_id.items() if k[0] != target}
+        return len(dropped)
+
+    def targets(self) -> list[Target | None]:
+        """Targets with promoted records (``due`` by target)."""
+        return [t for t, heap in self._near.items() if heap]
+
     def next_due_ms(self) -> int | None:
         """When the earliest pending record is due (the host's timer)."""
-        heap = self._heap
-        while heap and heap[0][1] not in self._pending:
-            heapq.heappop(heap)
-        return heap[0][0] if heap else None
+        while True:
+            near = None
+            for heap in self._near.values():
+                while heap and heap[0][1] not in self._pending:
+                    heapq.heappop(heap)
+                if heap and (near is None or heap[0][0] < near):
+                    near = heap[0][0]
+            if not self._slots:
+                return near
+            first = self._slots[0]
+            if near is not None and near < self._far_min[first]:
+                return near
+            self._promote_first()  # it may hold the earliest (or only cancelled ones)
 
     def pending(self) -> list[Pending]:
         """Every pending record, earliest due first (``kcompat scheduled list``)."""
-        return sorted(self._pending.values(), key=lambda p: (p.due_ms, p.entry))
+        out = list(self._pending.values())
+        for cells in self._far.values():
+            for i in range(0, len(cells), 4):
+                due_ms, entry, offset, tid = cells[i:i + 4]
+                if entry not in self._cancelled:
+                    out.append(Pending(entry, due_ms, self._far_ids.get(entry),
+                                       self._targets[tid], offset))
+        return sorted(out, key=lambda p: (p.due_ms, p.entry))

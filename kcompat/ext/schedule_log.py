@@ -95,7 +95,8 @@ def cancel_record(topic: str, partition: int, hole: int, schedule_id: str,
 
 
 def out_record(target: Target, entries: Iterable[int], now_ms: int) -> RecordInput:
-    return None, None, (_op({"op": "out", "t": target[0], "p": target[1],
+    """Entries due by ``now_ms`` start moving to ``target``."""
+    return None, None, (_op({"op": "out", "t": target[0], "p": target[1], "at": now_ms,
                              "e": list(entries)}),), now_ms
 
 
@@ -203,8 +204,7 @@ class ScheduleLog:
         op = doc["op"]
         target: Target = (str(doc["t"]), int(doc["p"]))
         if op == "add":
-            if offset not in self.schedule:
-                self.schedule.add(offset, int(doc["due"]), doc.get("id"), target, int(doc["o"]))
+            if self.schedule.add(offset, int(doc["due"]), doc.get("id"), target, int(doc["o"])):
                 self._count(target, 1)
         elif op == "cancel":
             if self.schedule.cancel(str(doc["id"]), target) is not None:
@@ -212,6 +212,7 @@ class ScheduleLog:
         elif op == "out":
             if target in self.inflight:
                 return  # one delivery per target at a time (a stale leader's)
+            self.schedule.promote(int(doc["at"]))  # due entries in their fast form, everywhere
             taken = [p for p in (self.schedule.delivered(e) for e in doc["e"]) if p is not None]
             if taken:
                 seq = self.next_seq.get(target, 0)
@@ -224,8 +225,7 @@ class ScheduleLog:
                 del self.inflight[target]
         elif op == "drop":
             self.inflight.pop(target, None)
-            for pending in [p for p in self.schedule.pending() if p.target == target]:
-                self.schedule.delivered(pending.entry)
+            self.schedule.drop_target(target)
             self.pending_by_target.pop(target, None)
 
     def _count(self, target: Target, delta: int) -> None:
@@ -237,19 +237,18 @@ class ScheduleLog:
 
     # -- the leader -----------------------------------------------------------------------
 
-    def due_by_target(self, now_ms: int, per_target: int, limit: int = 10_000
-                      ) -> dict[Target, list[Pending]]:
+    def due_by_target(self, now_ms: int, per_target: int) -> dict[Target, list[Pending]]:
         """Pending entries due at ``now_ms`` by target, earliest first, at most
         ``per_target`` each; targets with a delivery in flight are left out
         (``inflight`` is finished first)."""
         out: dict[Target, list[Pending]] = {}
-        for pending in self.schedule.due(now_ms, limit):
-            target = pending.target
+        self.schedule.due(now_ms, 0)  # promotes what has come due
+        for target in self.schedule.targets():
             if target is None or target in self.inflight:
                 continue
-            bucket = out.setdefault(target, [])
-            if len(bucket) < per_target:
-                bucket.append(pending)
+            due = self.schedule.due(now_ms, per_target, target)
+            if due:
+                out[target] = due
         return out
 
     def next_due_ms(self) -> int | None:

@@ -126,3 +126,43 @@ def test_a_transactions_records_wait_for_its_marker() -> None:
     assert sorted(p.offset for p in m.schedule.pending()) == [10, 11]
     m.end_txn(7, commit=True)  # a second marker: nothing left to apply
     assert len(m) == 2 and m.held == {}
+
+
+def test_a_follower_that_never_asks_what_is_due_holds_the_same_schedule() -> None:
+    """The leader promotes far-future slots as they come due, a follower
+    keeps them compact: after any sequence of adds, cancels and deliveries
+    both must hold the same records (the follower may take over any time)."""
+    from random import Random
+
+    from kcompat.ext.schedule import SLOT_MS
+
+    for seed in range(60):
+        rng = Random(seed)
+        log, leader, follower = Log(), ScheduleLog(), ScheduleLog()
+        now, hole = 1_000_000, 0
+        for _ in range(120):
+            roll = rng.random()
+            if roll < 0.5:
+                hole += 1
+                due = now + rng.randrange(-SLOT_MS, 5 * SLOT_MS)
+                sid = rng.choice([None, "a", "b"])
+                batch = log.write(add_record(Record(hole, 5, None, b"v"), T, due, sid,
+                                             (-1, -1, -1), ()))
+            elif roll < 0.6:
+                batch = log.write(cancel_record(T[0], T[1], -1, rng.choice("ab"),
+                                                (-1, -1, -1), now))
+            elif roll < 0.8 and T not in leader.inflight:
+                now += rng.randrange(3 * SLOT_MS)
+                due = leader.due_by_target(now, per_target=rng.randint(1, 4)).get(T, [])
+                if not due:
+                    continue
+                batch = log.write(out_record(T, [p.entry for p in due], now))
+            elif T in leader.inflight:
+                batch = log.write(done_record(T, leader.inflight[T].seq, now))
+            else:
+                continue
+            leader.apply_batch(batch)
+            follower.apply_batch(batch)
+            assert leader.listing() == follower.listing()
+            assert leader.inflight == follower.inflight and len(leader) == len(follower)
+        assert leader.pending_by_target == follower.pending_by_target
