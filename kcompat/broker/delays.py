@@ -26,9 +26,9 @@ schedule without a replay.
 **Delivery.** The leader of a schedule partition (``run``) wakes at the next
 due time. Per target partition with due records, it first commits an
 ``out`` record — which fixes the entries and their producer sequence — then
-appends them as one batch (``kc-scheduled-offset`` added) with the schedule
-partition's internal producer id to the target's leader, then commits
-``done``. A leader that fails anywhere in between is replaced by one that
+appends them as one batch with the schedule partition's internal producer id
+to the target's leader, then commits ``done`` (with the next batch's ``out``,
+while more is due: ``_serve_target``). A leader that fails anywhere in between is replaced by one that
 finds the delivery in flight and re-sends the same batch, which the target
 partition's idempotence check answers as a duplicate if it was already
 stored: each record lands once (rule 3). A target that no longer exists is
@@ -41,7 +41,7 @@ partition, delivery lateness, records delivered per topic.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import trio
 from kio.schema.errors import ErrorCode
@@ -211,10 +211,8 @@ class DelayService:
             if self.cluster.serving_machine(SCHEDULE_TOPIC, index) is not None:
                 continue
             slog = self._log(index)
-            for target, delivery in list(slog.inflight.items()):
-                self._spawn(nursery, index, target, self._finish, index, delivery)
-            for target, entries in slog.due_by_target(now, DELIVERY_BATCH).items():
-                self._spawn(nursery, index, target, self._deliver, index, target, entries)
+            for target in [*slog.inflight, *slog.due_by_target(now, DELIVERY_BATCH)]:
+                self._spawn(nursery, index, target, self._serve_target, index, target)
             due = slog.next_due_ms()
             if due is not None:
                 # what is due but busy wakes us when its task ends
@@ -239,19 +237,35 @@ class DelayService:
                 self._wake.set()
         nursery.start_soon(task)
 
-    async def _deliver(self, index: int, target: Target, entries: list[Pending]) -> None:
-        """Fix the entries and their sequence with an ``out`` record, then send."""
-        now = now_ms()
-        code, _ = await self.calls.append_locally(
-            SCHEDULE_TOPIC, index, encode_batch([out_record(target, (p.entry for p in entries),
-                                                            now)]), WRITE_TIMEOUT_S)
-        delivery = self._log(index).inflight.get(target)
-        if code == ErrorCode.none and delivery is not None:
-            await self._finish(index, delivery)
+    async def _serve_target(self, index: int, target: Target) -> None:
+        """Deliver what is due for ``target``, batch after batch, while there
+        is: finish the delivery in flight (or fix a new one with an ``out``
+        record), append it, then commit its ``done`` together with the next
+        ``out`` — two Raft rounds per batch. Stops when this broker no
+        longer leads ``index``."""
+        slog = self._log(index)
+        records: list[Any] = []
+        while True:
+            if target not in slog.inflight:
+                entries = slog.schedule.due(now_ms(), DELIVERY_BATCH, target)
+                if entries:
+                    records.append(out_record(target, (p.entry for p in entries), now_ms()))
+            if records:
+                code, _ = await self.calls.append_locally(
+                    SCHEDULE_TOPIC, index, encode_batch(records), WRITE_TIMEOUT_S)
+                if code != ErrorCode.none:
+                    return
+            delivery = slog.inflight.get(target)
+            if delivery is None or not await self._send(index, delivery):
+                return
+            now = now_ms()
+            self._observe(delivery, now)
+            records = [done_record(target, delivery.seq, now)]
 
-    async def _finish(self, index: int, delivery: Delivery) -> None:
-        """Append the delivery's batch to its target until it is stored, then
-        commit ``done``. Stops when this broker no longer leads ``index``."""
+    async def _send(self, index: int, delivery: Delivery) -> bool:
+        """Append the delivery's batch to its target until it is stored (True);
+        False when this broker stops leading ``index`` first or the target is
+        gone (dropped)."""
         topic, partition = delivery.target
         batch = encode_batch(self._records(index, delivery.entries),
                              producer_id=internal_producer_id(index), producer_epoch=0,
@@ -264,18 +278,13 @@ class DelayService:
                             left + len(delivery.entries), topic, partition)
                 await self.calls.append_locally(SCHEDULE_TOPIC, index, encode_batch(
                     [drop_record(delivery.target, now_ms())]), WRITE_TIMEOUT_S)
-                return
+                return False
             code, _offset = await self.calls.append(topic, partition, batch, WRITE_TIMEOUT_S)
             if code == ErrorCode.none:
-                break
+                return True
             log.debug("delivery to %s-%d: %s; retrying", topic, partition, code.name)
             await trio.sleep(RETRY_S)
-        else:
-            return  # the next leader finishes it
-        now = now_ms()
-        self._observe(delivery, now)
-        await self.calls.append_locally(SCHEDULE_TOPIC, index, encode_batch(
-            [done_record(delivery.target, delivery.seq, now)]), WRITE_TIMEOUT_S)
+        return False  # the next leader finishes it
 
     def _records(self, index: int, entries: Iterable[Pending]
                  ) -> list[tuple[bytes | None, bytes | None, tuple[tuple[str, bytes | None], ...],
