@@ -1,0 +1,241 @@
+"""Spark's format("kafka") batch source over a topic with delayed delivery
+(EXTENSIONS.md, ``kc-delay-ms``) against a kcompat broker process, through PySpark.
+
+kafka-python writes a 2-partition topic in three flushed waves: mixed batches
+(every second record delayed), batches whose records are all delayed (stored
+empty, as Kafka's cleaner leaves them), and plain batches. Once every delayed
+record was appended again (kafka-python sees them), ``_batch_read`` runs Spark
+batch reads in one session (a subprocess, as ``test_spark`` runs
+``spark_demo.run``), with Spark's defaults (``failOnDataLoss`` true):
+
+* ``earliest`` .. ``latest`` without and with ``includeHeaders``: every record
+  exactly once, at the offset the log has it (plain: its acknowledged offset;
+  delayed: a new offset above its hole, ``kc-scheduled-offset`` naming the hole),
+  with key, value, timestamp, headers; nothing at a hole; no error from the
+  offset gaps or the empty batches;
+* an offset range that starts and ends at holes: exactly the records in it;
+* a second topic whose delayed records are not due yet (10 minutes), so its log
+  ends in holes and an empty batch: exactly its plain records.
+
+The connector jar comes from Maven Central into ~/.cache/kcompat/ivy on the first
+run (shared with ``test_spark``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+from kafka.admin import KafkaAdminClient, NewTopic
+
+from compat_tests._broker import REPO_ROOT, Broker
+
+pytestmark = pytest.mark.timeout(330)
+
+PARTITIONS = 2
+DELAY_MS = 1000
+LATE_MS = 15_000
+#: never due while the test runs
+PENDING_DELAY_MS = 600_000
+SCHEDULED_OFFSET = "kc-scheduled-offset"
+
+
+#: three waves: 20 records, every second delayed; 8 records, all delayed; 12 plain
+WAVES = [[i % 2 == 1 for i in range(20)], [True] * 8, [False] * 12]
+
+
+def produce(bootstrap: str, topic: str, waves: list[list[bool]] = WAVES,
+            delay_ms: int = DELAY_MS) -> list[dict[str, Any]]:
+    """The waves (True: delayed), each flushed (one batch per partition and wave),
+    to partition ``(i // 2) % 2`` so both partitions get every kind. The
+    acknowledgements."""
+    producer = KafkaProducer(bootstrap_servers=bootstrap, linger_ms=50, acks="all")
+    sent: list[dict[str, Any]] = []
+    try:
+        i = 0
+        for wave in waves:
+            futures = []
+            for delayed in wave:
+                headers = [("seq", str(i).encode())]
+                if delayed:
+                    headers.append(("kc-delay-ms", str(delay_ms).encode()))
+                part = (i // 2) % PARTITIONS
+                futures.append((i, delayed, headers, time.time_ns() // 1_000_000,
+                                producer.send(topic, key=f"k{i}".encode(),
+                                              value=f"v{i}".encode(), partition=part,
+                                              headers=headers)))
+                i += 1
+            producer.flush()
+            for n, delayed, headers, sent_ms, fut in futures:
+                md = fut.get(timeout=30)
+                sent.append({"i": n, "delayed": delayed, "partition": md.partition,
+                             "offset": md.offset, "timestamp": md.timestamp,
+                             "headers": [[k, v.decode()] for k, v in headers],
+                             "sent_ms": sent_ms})
+    finally:
+        producer.close()
+    return sent
+
+
+def read_all(bootstrap: str, topic: str, want: int, timeout_s: float) -> list[dict[str, Any]]:
+    """kafka-python, assigned from the log start, until ``want`` records (and the
+    end offsets) are read or ``timeout_s`` passed; then one more second for extras."""
+    c = KafkaConsumer(bootstrap_servers=bootstrap, auto_offset_reset="earliest")
+    tps = [TopicPartition(topic, p) for p in range(PARTITIONS)]
+    c.assign(tps)
+    rows: list[dict[str, Any]] = []
+    deadline = time.monotonic() + timeout_s
+    done_at: float | None = None
+    try:
+        while time.monotonic() < deadline:
+            if done_at is not None and time.monotonic() > done_at + 1.0:
+                break
+            for recs in c.poll(timeout_ms=200).values():
+                for r in recs:
+                    rows.append({"partition": r.partition, "offset": r.offset,
+                                 "key": r.key.decode(), "value": r.value.decode(),
+                                 "timestamp": r.timestamp, "timestamp_type": r.timestamp_type,
+                                 "headers": [[k, v.decode()] for k, v in r.headers]})
+            if done_at is None and len(rows) >= want:
+                ends = c.end_offsets(tps)
+                if all(c.position(tp) >= ends[tp] for tp in tps):
+                    done_at = time.monotonic()
+    finally:
+        c.close()
+    return sorted(rows, key=lambda r: (r["partition"], r["offset"]))
+
+
+def stored_batches(broker: Broker, topic: str, partition: int) -> list[tuple[int, int, int]]:
+    """(baseOffset, lastOffsetDelta, recordsCount) of every stored RecordBatch v2."""
+    out = []
+    for path in sorted((broker.data_dir / f"{topic}-{partition}").glob("*.log")):
+        data = path.read_bytes()
+        pos = 0
+        while pos + 61 <= len(data):
+            base, batch_len = struct.unpack_from(">qi", data, pos)
+            if batch_len <= 0 or data[pos + 16] != 2:
+                break
+            (delta,) = struct.unpack_from(">i", data, pos + 23)
+            (count,) = struct.unpack_from(">i", data, pos + 57)
+            out.append((base, delta, count))
+            pos += 12 + batch_len
+    return out
+
+
+def run_spark(tmp: Path, bootstrap: str, topic: str, reads: dict[str, dict[str, str]]
+              ) -> dict[str, Any]:
+    (tmp / "reads.json").write_text(json.dumps(reads))
+    out = tmp / "result.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "compat_tests.spark._batch_read", "--bootstrap", bootstrap,
+         "--topic", topic, "--reads", str(tmp / "reads.json"), "--out", str(out)],
+        cwd=str(REPO_ROOT), capture_output=True, text=True, timeout=280,
+        env=dict(os.environ, PYTHONUNBUFFERED="1"), stdin=subprocess.DEVNULL)
+    if not out.exists():
+        pytest.fail(f"_batch_read wrote no results (exit {proc.returncode})\n--- stdout ---\n"
+                    f"{proc.stdout[-4000:]}\n--- stderr ---\n{proc.stderr[-6000:]}")
+    result: dict[str, Any] = json.loads(out.read_text())
+    return result
+
+
+def test_spark_batch_read_over_delayed_records(broker: Broker, topic: str,
+                                               tmp_path: Path) -> None:
+    pending_topic = f"{topic}-pending"
+    admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
+    try:
+        admin.create_topics([NewTopic(t, PARTITIONS, 1) for t in (topic, pending_topic)])
+    finally:
+        admin.close()
+    # Delayed records not yet due when Spark reads: the log ends in holes (a
+    # batch left empty after a mixed one).
+    pending = produce(broker.bootstrap, pending_topic, [WAVES[0], [True] * 8], PENDING_DELAY_MS)
+    sent = produce(broker.bootstrap, topic)
+    by_value = {f"v{s['i']}": s for s in sent}
+    holes = {(s["partition"], s["offset"]) for s in sent if s["delayed"]}
+
+    # Wait until every delayed record is due and appended again.
+    log = read_all(broker.bootstrap, topic, len(sent), DELAY_MS / 1000 + LATE_MS / 1000)
+    values = Counter(r["value"] for r in log)
+    assert set(values) == set(by_value) and set(values.values()) == {1}, (
+        f"kafka-python: missing {sorted(set(by_value) - set(values))[:5]}, "
+        f"twice {[v for v, n in values.items() if n > 1][:5]}")
+    # The contract, as kafka-python reads the log (the reference Spark is held to).
+    for r in log:
+        s = by_value[r["value"]]
+        assert r["partition"] == s["partition"] and r["key"] == f"k{s['i']}", (r, s)
+        assert (r["partition"], r["offset"]) not in holes, r
+        if s["delayed"]:
+            assert r["offset"] > s["offset"], (r, s)
+            assert r["headers"] == s["headers"] + [[SCHEDULED_OFFSET, str(s["offset"])]], (r, s)
+        else:
+            assert r["offset"] == s["offset"] and r["headers"] == s["headers"], (r, s)
+    # The log has what the reads must cross: gaps and batches left empty.
+    batches = {p: stored_batches(broker, topic, p) for p in range(PARTITIONS)}
+    for p, bs in batches.items():
+        assert any(count == 0 and delta > 0 for _b, delta, count in bs), (p, bs)
+        assert any(0 < count < delta + 1 for _b, delta, count in bs), (p, bs)
+
+    # Offsets at holes to start and end a range read at.
+    first_hole = {p: min(o for q, o in holes if q == p) for p in range(PARTITIONS)}
+    last_hole = {p: max(o for q, o in holes if q == p) for p in range(PARTITIONS)}
+    ranges = {"starting": {topic: {str(p): o for p, o in first_hole.items()}},
+              "ending": {topic: {"0": last_hole[0], "1": -1}}}
+    reads = {
+        "default": {"startingOffsets": "earliest", "endingOffsets": "latest"},
+        "headers": {"startingOffsets": "earliest", "endingOffsets": "latest",
+                    "includeHeaders": "true"},
+        "hole_to_hole": {"startingOffsets": json.dumps(ranges["starting"]),
+                         "endingOffsets": json.dumps(ranges["ending"])},
+        "pending": {"subscribe": pending_topic, "startingOffsets": "earliest",
+                    "endingOffsets": "latest", "includeHeaders": "true"},
+    }
+    t0 = time.monotonic()
+    result = run_spark(tmp_path, broker.bootstrap, topic, reads)
+    elapsed = time.monotonic() - t0
+    errors = {name: r["error"] for name, r in result["reads"].items() if r["error"]}
+    assert not errors, "Spark failed:\n" + "\n".join(
+        f"[{n}] {result['reads'][n]['traceback']}" for n in errors)
+
+    def strip(rows: list[dict[str, Any]], headers: bool) -> list[tuple[Any, ...]]:
+        return [(r["partition"], r["offset"], r["key"], r["value"], r["timestamp"],
+                 r["timestamp_type"], json.dumps(r["headers"]) if headers else None)
+                for r in rows]
+
+    for name, headers in (("default", False), ("headers", True)):
+        rows = result["reads"][name]["rows"]
+        got_values = Counter(r["value"] for r in rows)
+        dup = sorted(v for v, n in got_values.items() if n > 1)
+        missing = sorted(set(by_value) - set(got_values))
+        assert not dup and not missing, f"[{name}] twice {dup[:5]}, missing {missing[:5]}"
+        assert strip(rows, headers) == strip(log, headers), (
+            f"[{name}] Spark rows != the log:\n"
+            f"{sorted(set(strip(rows, headers)) ^ set(strip(log, headers)))[:6]}")
+    rng = result["reads"]["hole_to_hole"]["rows"]
+    want = [r for r in log if r["offset"] >= first_hole[r["partition"]]
+            and (r["partition"] == 1 or r["offset"] < last_hole[0])]
+    assert strip(rng, False) == strip(want, False), (
+        f"[hole_to_hole] {ranges}: got {[(r['partition'], r['offset']) for r in rng]}, "
+        f"want {[(r['partition'], r['offset']) for r in want]}")
+    # Not yet due: exactly the plain records, at their offsets; the log end (past
+    # the trailing holes) is no data loss.
+    pending_plain = read_all(broker.bootstrap, pending_topic,
+                             sum(not s["delayed"] for s in pending), 10)
+    assert sorted((r["partition"], r["offset"], r["value"]) for r in pending_plain) == sorted(
+        (s["partition"], s["offset"], f"v{s['i']}") for s in pending if not s["delayed"])
+    rows = result["reads"]["pending"]["rows"]
+    assert strip(rows, True) == strip(pending_plain, True), (
+        f"[pending] got {[(r['partition'], r['offset']) for r in rows]}, want "
+        f"{[(r['partition'], r['offset']) for r in pending_plain]}")
+    print(f"{len(sent)} records ({len(holes)} delayed); batches {batches}; Spark session "
+          f"{result['spark_start_s']:.1f} s, reads "
+          f"{ {n: round(r['seconds'], 1) for n, r in result['reads'].items()} }, "
+          f"subprocess {elapsed:.1f} s")
