@@ -169,6 +169,48 @@ def test_group_lag_gauge(admin_broker: tuple[Broker, Admin]) -> None:
     assert value(samples, "kcompat_consumer_group_lag", **labels) == 3
 
 
+def test_extension_metrics_pending_lateness_retries_dead_letters(
+        admin_broker: tuple[Broker, Admin]) -> None:
+    """EXTENSIONS.md rule 6: pending delayed records per partition, the
+    delivery lateness histogram, retries and DLQ appends per topic."""
+    from kafka import KafkaProducer
+
+    broker, admin = admin_broker
+    topic = unique_topic("extm")
+    create_topic(broker, topic)
+    producer = KafkaProducer(bootstrap_servers=broker.bootstrap)
+    try:
+        for i in range(3):
+            producer.send(topic, b"later%d" % i, partition=0,
+                          headers=[("kc-delay-ms", b"600000")])
+        for i in range(2):
+            producer.send(topic, b"soon%d" % i, partition=0, headers=[("kc-delay-ms", b"300")])
+        producer.flush()
+        samples = admin.samples()
+        pending = value(samples, "kcompat_delayed_records_pending", topic=topic, partition="0")
+        assert pending == 5
+        deadline = time.monotonic() + 15
+        while value(admin.samples(), "kcompat_delayed_records_pending", topic=topic,
+                    partition="0") > 3:
+            assert time.monotonic() < deadline, "the short delays were not delivered"
+            time.sleep(0.2)
+        samples = admin.samples()
+        assert value(samples, "kcompat_delayed_records_delivered_total", topic=topic) == 2
+        assert value(samples, "kcompat_delayed_delivery_lateness_seconds_count") == 2
+        assert value(samples, "kcompat_delayed_delivery_lateness_seconds_bucket", le="5.0") == 2
+        # a record failing three times is retried three times, then dead-lettered
+        attempt = None
+        for n in range(4):
+            headers = [] if attempt is None else [("kc-attempt", attempt)]
+            producer.send(topic + ".retry", b"poison", partition=0, headers=headers).get(20)
+            attempt = b"%d" % (n + 1)
+    finally:
+        producer.close()
+    samples = admin.samples()
+    assert value(samples, "kcompat_retries_total", topic=topic + ".retry") == 3
+    assert value(samples, "kcompat_dlq_appends_total", topic=topic + ".dlq") == 1
+
+
 def test_health_and_unknown_paths(admin_broker: tuple[Broker, Admin]) -> None:
     _broker, admin = admin_broker
     status, ctype, body = admin.get("/health")
