@@ -41,6 +41,7 @@ partition, delivery lateness, records delivered per topic.
 from __future__ import annotations
 
 import logging
+from collections import OrderedDict
 from typing import TYPE_CHECKING, Any
 
 import trio
@@ -81,6 +82,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("kcompat.delays")
 
 DELIVERY_BATCH = 500  # records per delivery batch
+DECODED_BATCHES = 32  # per schedule partition
 IDLE_WAKE_S = 1.0
 RETRY_S = 0.2
 CREATE_WAIT_S = 5.0
@@ -98,6 +100,9 @@ class DelayService:
         self.logs: dict[int, ScheduleLog] = {}
         self.leading: set[int] = set()
         self._busy: set[tuple[int, Target]] = set()
+        # schedule partition -> its recently read batches (base offset -> records):
+        # consecutive deliveries mostly take records of the same few batches
+        self._decoded: dict[int, OrderedDict[int, dict[int, Record]]] = {}
         self._wake = trio.Event()
         self.lateness: Histogram | None = None
         self.delivered: Counter | None = None
@@ -293,14 +298,16 @@ class DelayService:
         group = self.cluster.group_of(SCHEDULE_TOPIC, index)
         assert group is not None
         plog = group.storage.plog
-        cache: dict[int, dict[int, Record]] = {}
+        cache = self._decoded.setdefault(index, OrderedDict())
         out = []
         for pending in entries:
-            found = next((b for b in cache.values() if pending.entry in b), None)
+            found = next((b for b in reversed(cache.values()) if pending.entry in b), None)
             if found is None:
                 batch = plog.read_batch_at(pending.entry)
                 found = {r.offset: r for r in decode_batch(batch)}
                 cache[wbatch.parse_header(batch).base_offset] = found
+                if len(cache) > DECODED_BATCHES:
+                    cache.popitem(last=False)
             out.append(delivered_form(found[pending.entry]))
         return out
 
