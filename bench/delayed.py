@@ -68,7 +68,7 @@ def _lateness(bootstrap: str, topic: str, n: int, timeout_s: float
 
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"lat-{topic}",
                   "auto.offset.reset": "earliest", "enable.auto.commit": False,
-                  "fetch.wait.max.ms": 50, "log_level": 0})
+                  "fetch.wait.max.ms": 10, "log_level": 0})
     c.subscribe([topic])
     seen: dict[bytes, float] = {}
     dupes = 0

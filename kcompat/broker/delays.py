@@ -82,7 +82,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("kcompat.delays")
 
 DELIVERY_BATCH = 500  # records per delivery batch
-DECODED_BATCHES = 32  # per schedule partition
+DECODED_RECORDS = 5000  # decoded schedule records kept per schedule partition
 IDLE_WAKE_S = 1.0
 RETRY_S = 0.2
 CREATE_WAIT_S = 5.0
@@ -306,7 +306,7 @@ class DelayService:
                 batch = plog.read_batch_at(pending.entry)
                 found = {r.offset: r for r in decode_batch(batch)}
                 cache[wbatch.parse_header(batch).base_offset] = found
-                if len(cache) > DECODED_BATCHES:
+                while len(cache) > 1 and sum(map(len, cache.values())) > DECODED_RECORDS:
                     cache.popitem(last=False)
             out.append(delivered_form(found[pending.entry]))
         return out
