@@ -75,7 +75,7 @@ def _lateness(bootstrap: str, topic: str, n: int, timeout_s: float
     deadline = time.monotonic() + timeout_s
     try:
         while len(seen) < n and time.monotonic() < deadline:
-            for m in c.consume(num_messages=5000, timeout=0.1):
+            for m in c.consume(num_messages=5000, timeout=0.005):
                 if m.error():
                     continue
                 now = time.time()

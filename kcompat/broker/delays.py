@@ -87,6 +87,9 @@ IDLE_WAKE_S = 1.0
 RETRY_S = 0.2
 CREATE_WAIT_S = 5.0
 WRITE_TIMEOUT_S = 5.0
+# a delivery's append to its target: short, so that a dead leader costs little
+# (a re-send that was stored after all is a duplicate for the target)
+SEND_TIMEOUT_S = 1.0
 LATENESS_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 
 
@@ -284,7 +287,7 @@ class DelayService:
                 await self.calls.append_locally(SCHEDULE_TOPIC, index, encode_batch(
                     [drop_record(delivery.target, now_ms())]), WRITE_TIMEOUT_S)
                 return False
-            code, _offset = await self.calls.append(topic, partition, batch, WRITE_TIMEOUT_S)
+            code, _offset = await self.calls.append(topic, partition, batch, SEND_TIMEOUT_S)
             if code == ErrorCode.none:
                 return True
             log.debug("delivery to %s-%d: %s; retrying", topic, partition, code.name)
