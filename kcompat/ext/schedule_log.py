@@ -172,9 +172,12 @@ class ScheduleLog:
         doc = read_op(record)
         if doc is None:
             return
-        if doc["op"] in ("add", "cancel") and self._repeated(doc):
-            return  # a retried produce the partition answered as a duplicate
-        self._apply(record.offset, doc)
+        try:
+            if doc["op"] in ("add", "cancel") and self._repeated(doc):
+                return  # a retried produce the partition answered as a duplicate
+            self._apply(record.offset, doc)
+        except (KeyError, TypeError, ValueError, IndexError):
+            return  # not a record the broker wrote: the log holds it, the schedule ignores it
 
     def _repeated(self, doc: dict[str, Any]) -> bool:
         pid, epoch, seq = doc.get("src") or (-1, -1, -1)

@@ -92,3 +92,28 @@ def test_garbage_fuzz_never_kills_broker(broker: Broker) -> None:
     assert broker.running
     assert api_versions_ok(broker)
     assert "Traceback" not in broker.tail(400)
+
+
+def test_produce_to_an_internal_topic_is_refused(broker: Broker) -> None:
+    """As Kafka: INVALID_TOPIC_EXCEPTION; the coordinators' and the schedule's
+    logs hold only what the broker wrote."""
+    from kafka import KafkaConsumer
+    from kafka.protocol.producer.produce import ProduceRequest, ProduceResponse
+
+    from tests.integration.test_admin_http import make_batch
+
+    consumer = KafkaConsumer(bootstrap_servers=broker.bootstrap, group_id="makes-offsets-topic")
+    consumer.subscribe(["whatever"])
+    consumer.poll(timeout_ms=2000)  # FindCoordinator creates __consumer_offsets
+    consumer.close()
+    pd = ProduceRequest.TopicProduceData
+    req = ProduceRequest[9](transactional_id=None, acks=1, timeout_ms=5000, topic_data=[
+        pd(name="__consumer_offsets", partition_data=[pd.PartitionProduceData(
+            index=0, records=make_batch(1))])])
+    conn = RawConnection(broker.bootstrap)
+    try:
+        part = conn.request(req, ProduceResponse[9]).responses[0].partition_responses[0]
+    finally:
+        conn.close()
+    assert part.error_code == 17  # INVALID_TOPIC_EXCEPTION
+    assert api_versions_ok(broker)

@@ -96,6 +96,10 @@ def _append(ctx: RequestContext, topic: str, pdata: Any, acks: int, now: int) ->
         return pdata.index, AppendResult(ErrorCode.invalid_required_acks), None, None, -1
     if meta is None or (topic, pdata.index) not in cluster.assignments:
         return pdata.index, AppendResult(ErrorCode.unknown_topic_or_partition), None, None, -1
+    if meta.internal:  # written by the coordinators only, as in Kafka
+        return pdata.index, AppendResult(ErrorCode.invalid_topic_exception,
+                                         message=f"Cannot append to internal topic {topic}"
+                                         ), None, None, -1
     group = cluster.group_of(topic, pdata.index)
     part = state.partition(topic, pdata.index)
     if group is None or part is None or not group.is_leader:

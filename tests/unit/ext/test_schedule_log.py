@@ -166,3 +166,13 @@ def test_a_follower_that_never_asks_what_is_due_holds_the_same_schedule() -> Non
             assert leader.listing() == follower.listing()
             assert leader.inflight == follower.inflight and len(leader) == len(follower)
         assert leader.pending_by_target == follower.pending_by_target
+
+
+def test_records_the_broker_did_not_write_are_ignored() -> None:
+    m = ScheduleLog()
+    junk = [Record(0, 1, None, b"x", (("kc-internal", b'{"op": "add"}'),)),
+            Record(1, 1, None, b"x", (("kc-internal", b'{"op": "out", "t": 1}'),)),
+            Record(2, 1, None, b"x", (("kc-internal", b"not json"),)),
+            Record(3, 1, None, b"x", ())]
+    m.apply_batch(junk)
+    assert len(m) == 0 and m.inflight == {}
