@@ -31,8 +31,9 @@ to the target's leader, then commits ``done`` (with the next batch's ``out``,
 while more is due: ``_serve_target``). A leader that fails anywhere in between is replaced by one that
 finds the delivery in flight and re-sends the same batch, which the target
 partition's idempotence check answers as a duplicate if it was already
-stored: each record lands once (rule 3). A target that no longer exists is
-dropped from the schedule.
+stored: each record lands once (rule 3). A target that no longer exists —
+missing from caught-up metadata for ``TARGET_GONE_S``, not merely created a
+moment ago on another broker — is dropped from the schedule.
 
 Metrics (on the schedule partition's leader): pending records per target
 partition, delivery lateness, records delivered per topic.
@@ -90,6 +91,7 @@ WRITE_TIMEOUT_S = 5.0
 # a delivery's append to its target: short, so that a dead leader costs little
 # (a re-send that was stored after all is a duplicate for the target)
 SEND_TIMEOUT_S = 1.0
+TARGET_GONE_S = 30.0  # a target missing this long (metadata caught up) was deleted
 LATENESS_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 
 
@@ -103,6 +105,7 @@ class DelayService:
         self.logs: dict[int, ScheduleLog] = {}
         self.leading: set[int] = set()
         self._busy: set[tuple[int, Target]] = set()
+        self._missing_since: dict[Target, float] = {}  # targets not (yet) in the metadata
         # schedule partition -> its recently read batches (base offset -> records):
         # consecutive deliveries mostly take records of the same few batches
         self._decoded: dict[int, OrderedDict[int, dict[int, Record]]] = {}
@@ -279,8 +282,7 @@ class DelayService:
                              producer_id=internal_producer_id(index), producer_epoch=0,
                              base_sequence=delivery.seq)
         while self.cluster.serving_machine(SCHEDULE_TOPIC, index) is None:
-            if topic not in self.state.topics or (topic, partition) not in (
-                    self.cluster.assignments):
+            if self._gone(delivery.target):
                 left = self._log(index).pending_by_target.get(delivery.target, 0)
                 log.warning("dropping %d scheduled records of %s-%d: the partition is gone",
                             left + len(delivery.entries), topic, partition)
@@ -293,6 +295,18 @@ class DelayService:
             log.debug("delivery to %s-%d: %s; retrying", topic, partition, code.name)
             await trio.sleep(RETRY_S)
         return False  # the next leader finishes it
+
+    def _gone(self, target: Target) -> bool:
+        """The target partition does not exist — for long enough, with this
+        broker's metadata caught up, that it is not just a topic created a
+        moment ago elsewhere (a new dead-letter topic) whose record has not
+        reached this broker yet."""
+        if target in self.cluster.assignments:
+            self._missing_since.pop(target, None)
+            return False
+        now = trio.current_time()
+        since = self._missing_since.setdefault(target, now)
+        return self.cluster.caught_up and now - since >= TARGET_GONE_S
 
     def _records(self, index: int, entries: Iterable[Pending]
                  ) -> list[tuple[bytes | None, bytes | None, tuple[tuple[str, bytes | None], ...],

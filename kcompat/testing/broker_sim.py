@@ -22,7 +22,9 @@ and the client sees a lost connection):
 * a transactional producer: InitProducerId, AddPartitionsToTxn, Produce,
   EndTxn commit or abort, re-initialising after anything unclear;
 * a delaying producer: idempotent batches of one record with ``kc-delay-ms``,
-  retried until acknowledged (delayed delivery, ``delays``).
+  retried until acknowledged (delayed delivery, ``delays``);
+* a failing consumer's producer: idempotent batches of one record to the retry
+  topic, as a first failure (retried there) or a second one (a dead letter).
 
 The nemesis crashes brokers (their task tree is cancelled and their store
 ``crash``es: unsynced writes lost, torn or garbled), restarts them, and cuts
@@ -39,6 +41,8 @@ all replicas must converge (liveness). The checks:
 * every acknowledged delayed record is delivered exactly once, with
   ``kc-scheduled-offset`` naming its acknowledged offset, where only an empty
   batch (its hole) is stored; no delayed record is delivered twice;
+* every acknowledged retry lands once in the retry topic (``kc-attempt: 1``)
+  and every acknowledged second failure once in the dead-letter topic.
 * no broker task fails with an exception.
 
 A failure raises ``SimFailure`` (the Raft simulator's) naming the seed and the replay command::
@@ -83,6 +87,10 @@ from kcompat.wire.batch import iter_headers
 from kcompat.wire.records import decode_batch, encode_batch, marker_aborts
 
 TOPIC = "t"
+RETRY_TOPIC = "t.retry"  # kc.retry.of=t, one attempt: a second failure is a dead letter
+DLQ_TOPIC = "t.dlq"
+RETRY_CONFIGS = {"kc.retry.of": TOPIC, "kc.retry.max.attempts": "1",
+                 "kc.retry.backoff.ms": "200"}
 PARTITIONS = 2
 GROUP = "g"
 TXN_ID = "tx"
@@ -150,6 +158,7 @@ class BrokerSimulation:
         self.txn_values: dict[int, set[bytes]] = {}  # txn number -> acked values
         self.txn_outcome: dict[int, bool] = {}  # txn number -> acked commit / abort
         self.delayed: list[tuple[int, int, bytes]] = []  # partition, hole offset, value
+        self.moved: list[tuple[str, bytes]] = []  # where an acknowledged retry must land
         self._root: trio.Nursery | None = None
 
     # -- the run ------------------------------------------------------------------
@@ -203,6 +212,7 @@ class BrokerSimulation:
                 clients.start_soon(self._committer)
                 clients.start_soon(self._transactor)
                 clients.start_soon(self._delayer)
+                clients.start_soon(self._retrier)
                 clients.start_soon(self._nemesis)
                 await trio.sleep(self.options.chaos_s)
                 clients.cancel_scope.cancel()
@@ -214,6 +224,7 @@ class BrokerSimulation:
                 await self.boot(node)
             if await self._settle() and await self._delivered() and await self._settle():
                 self._check_logs()
+                self._check_moves()
                 await self._check_final_offset()
             root.cancel_scope.cancel()
 
@@ -344,7 +355,8 @@ class BrokerSimulation:
     async def produce(self, node: SimNode, index: int, value: bytes,
                       producer: tuple[int, int, int] | None = None,
                       transactional: bool = False,
-                      headers: tuple[tuple[str, bytes], ...] = ()) -> tuple[E, int]:
+                      headers: tuple[tuple[str, bytes], ...] = (),
+                      topic: str = TOPIC) -> tuple[E, int]:
         """One acks=all batch of one record; ``producer`` is (id, epoch, sequence)."""
         pid, epoch, seq = producer if producer is not None else (-1, -1, -1)
         now = time.time_ns() // 1_000_000
@@ -355,7 +367,7 @@ class BrokerSimulation:
         r = await self.request(
             node, v.PRODUCE, 9, transactional_id=TXN_ID if transactional else None, acks=-1,
             timeout=datetime.timedelta(seconds=2), topic_data=(m.TopicProduceData(
-                name=TOPIC, partition_data=(m.PartitionProduceData(
+                name=topic, partition_data=(m.PartitionProduceData(
                     index=index, records=records),)),))
         if r is None:
             return E.request_timed_out, -1
@@ -366,20 +378,25 @@ class BrokerSimulation:
         await trio.sleep(self.rng.uniform(0.01, 0.1))
 
     async def _create_topic(self) -> bool:
+        wanted = [(TOPIC, {}), (RETRY_TOPIC, RETRY_CONFIGS)]
         with trio.move_on_after(30):
-            while True:
+            while wanted:
                 for node in self.live():
                     if node.broker is None or not node.broker.cluster.is_controller:
                         continue
+                    name, configs = wanted[0]
                     try:
-                        await admin.create_topic(node.broker.controller, TOPIC, PARTITIONS,
-                                                 self.size, {})
-                        self.log("topic created")
-                        return True
+                        if name not in node.broker.state.topics:
+                            await admin.create_topic(node.broker.controller, name, PARTITIONS,
+                                                     self.size, dict(configs))
+                        self.log(f"topic {name} created")
+                        wanted.pop(0)
+                        break
                     except Exception as e:  # not the controller any more, timeouts
                         self.log(f"create topic: {e!r}")
-                await trio.sleep(0.1)
-        return False
+                else:
+                    await trio.sleep(0.1)
+        return not wanted
 
     # -- clients ------------------------------------------------------------------
 
@@ -398,10 +415,13 @@ class BrokerSimulation:
                 self.acked.append((index, offset, value))
                 self.log(f"{value.decode()} at {TOPIC}-{index}@{offset}")
 
-    async def _idempotent_producer(self, prefix: bytes = b"i", delayed: bool = False) -> None:
+    async def _idempotent_producer(self, prefix: bytes = b"i", delayed: bool = False,
+                                   topic: str = TOPIC) -> None:
         """Retries a batch until it is acknowledged (the same sequence number),
         starting over with a new producer id when the broker says it must.
-        ``delayed``: every record asks for delivery 0.05-2 s later."""
+        ``delayed``: every record asks for delivery 0.05-2 s later. To the
+        retry topic: a first failure (retried there) or a second (a dead
+        letter), at random."""
         pid = epoch = -1
         seqs = [0] * PARTITIONS
         n = 0
@@ -418,17 +438,24 @@ class BrokerSimulation:
             index = self.rng.randrange(PARTITIONS)
             n += 1
             value = b"%s%d" % (prefix, n)
-            headers = ((("kc-delay-ms", b"%d" % self.rng.randint(50, 2000)),) if delayed
-                       else ())
+            headers: tuple[tuple[str, bytes], ...] = (
+                (("kc-delay-ms", b"%d" % self.rng.randint(50, 2000)),) if delayed else ())
+            landing = RETRY_TOPIC
+            if topic == RETRY_TOPIC and self.rng.random() < 0.5:
+                value, headers, landing = b"q" + value[1:], (("kc-attempt", b"1"),), DLQ_TOPIC
             while pid >= 0:
-                leader = self.leader_of(TOPIC, index)
+                leader = self.leader_of(topic, index)
                 if leader is not None:
                     error, offset = await self.produce(leader, index, value,
                                                        (pid, epoch, seqs[index]),
-                                                       headers=headers)
+                                                       headers=headers, topic=topic)
                     if error == E.none:
                         seqs[index] += 1
-                        (self.delayed if delayed else self.acked).append((index, offset, value))
+                        if topic == RETRY_TOPIC:
+                            self.moved.append((landing, value))
+                        else:
+                            (self.delayed if delayed else self.acked).append(
+                                (index, offset, value))
                         self.log(f"{value.decode()} at {TOPIC}-{index}@{offset}")
                         break
                     if error in (E.out_of_order_sequence_number, E.unknown_producer_id,
@@ -440,6 +467,9 @@ class BrokerSimulation:
 
     async def _delayer(self) -> None:
         await self._idempotent_producer(b"d", delayed=True)
+
+    async def _retrier(self) -> None:
+        await self._idempotent_producer(b"r", topic=RETRY_TOPIC)
 
     async def _committer(self) -> None:
         offset = 0
@@ -554,9 +584,22 @@ class BrokerSimulation:
     # -- the checks ---------------------------------------------------------------
 
     def _groups(self) -> list[tuple[str, int]]:
-        names = [(TOPIC, i) for i in range(PARTITIONS)]
+        names = [(t, i) for i in range(PARTITIONS) for t in (TOPIC, RETRY_TOPIC, DLQ_TOPIC)]
         return names + [(internal, i) for i in range(2) for internal in (
             "__consumer_offsets", "__transaction_state", "__kc_schedule")]
+
+    def _values(self, topic: str) -> list[tuple[bytes | None, dict[str, bytes | None]]]:
+        """(value, headers) of every record of ``topic`` its leaders hold."""
+        out = []
+        for index in range(PARTITIONS):
+            leader = self.leader_of(topic, index)
+            part = leader.broker.state.partition(topic, index) if (
+                leader is not None and leader.broker is not None) else None
+            if part is not None:
+                out += [(r.value, dict(r.headers)) for raw, h in part.log.batches(
+                    part.log.log_start_offset, part.high_watermark) if not h.is_control
+                        for r in decode_batch(raw)]
+        return out
 
     async def _delivered(self) -> bool:
         """Wait until every acknowledged delayed record is in its partition."""
@@ -572,8 +615,11 @@ class BrokerSimulation:
                         part.log.log_start_offset, part.high_watermark)
                         for r in decode_batch(raw)}
             missing = [v for _i, _o, v in self.delayed if v not in found]
+            landed = {t: {v for v, _h in self._values(t)} for t in (RETRY_TOPIC, DLQ_TOPIC)}
+            missing += [v for t, v in self.moved if v not in landed[t]]
             if not missing:
-                self.log(f"{len(self.delayed)} delayed records delivered")
+                self.log(f"{len(self.delayed)} delayed records delivered, "
+                         f"{len(self.moved)} retries and dead letters moved")
                 return True
             await trio.sleep(0.5)
         self.failures.append(f"acknowledged delayed records never delivered: {missing[:5]}")
@@ -610,11 +656,31 @@ class BrokerSimulation:
             ends.add((group.storage.plog.log_end_offset, group.hw))
         return len(ends) <= 1 and all(end == hw for end, hw in ends)
 
-    def _replica_logs(self, index: int) -> list[list[tuple[int, bytes]]]:
+    def _check_moves(self) -> None:
+        """Retries and dead letters: replicas agree, each acknowledged one once."""
+        for topic in (RETRY_TOPIC, DLQ_TOPIC):
+            for index in range(PARTITIONS):
+                logs = self._replica_logs(index, topic)
+                if any(log != logs[0] for log in logs):
+                    self.failures.append(f"replicas of {topic}-{index} disagree")
+        for topic, attempt_header in ((RETRY_TOPIC, "kc-attempt"),
+                                      (DLQ_TOPIC, "kc-dlq-attempts")):
+            counts: dict[bytes | None, int] = {}
+            for value, headers in self._values(topic):
+                counts[value] = counts.get(value, 0) + 1
+                if headers.get(attempt_header) != b"1":
+                    self.failures.append(f"{value!r} in {topic} with {attempt_header} "
+                                         f"{headers.get(attempt_header)!r}")
+            for landing, value in self.moved:
+                if landing == topic and counts.get(value) != 1:
+                    self.failures.append(f"moved record {value!r} written "
+                                         f"{counts.get(value, 0)} times to {topic}")
+
+    def _replica_logs(self, index: int, topic: str = TOPIC) -> list[list[tuple[int, bytes]]]:
         logs = []
         for node in self.nodes.values():
             assert node.broker is not None
-            part = node.broker.state.partition(TOPIC, index)
+            part = node.broker.state.partition(topic, index)
             if part is None:
                 continue
             plog = part.log

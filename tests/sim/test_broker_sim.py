@@ -1,10 +1,10 @@
 """The seeded broker-level simulator inside the test suite.
 
-Runs BROKER_SEEDS schedules (default 700) of 1 or 3 real brokers on
+Runs BROKER_SEEDS schedules (default 500) of 1 or 3 real brokers on
 simulated disks and a simulated network, with crashes that lose unsynced
 writes, checking that no acknowledged produce is lost, committed group
 offsets never go backwards, no transaction is both committed and aborted and
-every acknowledged delayed record is delivered exactly once
+every acknowledged delayed record, retry and dead letter is moved exactly once
 (``kcompat.testing.broker_sim``). A failure names the seed and the replay
 command.
 
@@ -25,7 +25,7 @@ from kcompat.ext import schedule_log
 from kcompat.testing.broker_sim import BrokerSimulation, SimFailure
 from kcompat.txn import producer_state
 
-SEEDS = int(os.environ.get("BROKER_SEEDS", "700"))
+SEEDS = int(os.environ.get("BROKER_SEEDS", "500"))
 SEED_BASE = int(os.environ.get("SEED_BASE", "0"))
 CHUNK = 50
 
