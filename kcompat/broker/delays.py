@@ -91,7 +91,10 @@ WRITE_TIMEOUT_S = 5.0
 # a delivery's append to its target: short, so that a dead leader costs little
 # (a re-send that was stored after all is a duplicate for the target)
 SEND_TIMEOUT_S = 1.0
-TARGET_GONE_S = 30.0  # a target missing this long (metadata caught up) was deleted
+TARGET_GONE_S = 30.0
+RETRY_MAX_S = 5.0
+_REFUSED = (ErrorCode.out_of_order_sequence_number, ErrorCode.invalid_producer_epoch,
+            ErrorCode.corrupt_message, ErrorCode.invalid_record)  # a target missing this long (metadata caught up) was deleted
 LATENESS_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 
 
@@ -281,6 +284,7 @@ class DelayService:
         batch = encode_batch(self._records(index, delivery.entries),
                              producer_id=internal_producer_id(index), producer_epoch=0,
                              base_sequence=delivery.seq)
+        attempt = 0
         while self.cluster.serving_machine(SCHEDULE_TOPIC, index) is None:
             if self._gone(delivery.target):
                 left = self._log(index).pending_by_target.get(delivery.target, 0)
@@ -292,8 +296,13 @@ class DelayService:
             code, _offset = await self.calls.append(topic, partition, batch, SEND_TIMEOUT_S)
             if code == ErrorCode.none:
                 return True
-            log.debug("delivery to %s-%d: %s; retrying", topic, partition, code.name)
-            await trio.sleep(RETRY_S)
+            if code in _REFUSED and attempt % 50 == 0:  # not a passing leader change
+                log.warning("delivery of %d scheduled records to %s-%d refused: %s; retrying",
+                            len(delivery.entries), topic, partition, code.name)
+            else:
+                log.debug("delivery to %s-%d: %s; retrying", topic, partition, code.name)
+            await trio.sleep(min(RETRY_S * 2 ** min(attempt, 5), RETRY_MAX_S))
+            attempt += 1
         return False  # the next leader finishes it
 
     def _gone(self, target: Target) -> bool:

@@ -163,7 +163,7 @@ class PeerCalls:
         except NotLeaderError:
             return ErrorCode.not_leader_or_follower, -1
         if result.error != ErrorCode.none:
-            log.warning("internal append to %s-%d refused: %s", topic, index, result.message)
+            log.debug("internal append to %s-%d refused: %s", topic, index, result.message)
             return result.error, -1
         code = await rt.wait_committed(group, result.base_offset, term,
                                        trio.current_time() + timeout_s)
