@@ -9,14 +9,16 @@ into the ``__kc_schedule`` partition of their topic-partition (created on
 first use, like the coordinators' topics) in one batch naming the produced
 batch's producer and sequence, through the schedule partition's leader —
 here or on another broker (``PeerCalls.append``). Only then is the produce
-answered. A transactional batch's records are written in a transactional
-batch of its producer, after the schedule partition was added to its
-transaction: the coordinator's commit or abort marker reaches the schedule
-log too, and only a commit schedules them (``ScheduleLog.hold``). A crash in between leaves the producer unanswered; its retry is
+answered. A crash in between leaves the producer unanswered; its retry is
 a duplicate for the partition, which answers the original offset, and is
 scheduled again — the schedule log drops the second copy (``ScheduleLog``
 keeps the last batches of each producer per partition). Records of a
-non-idempotent producer are, as in Kafka, at least once.
+non-idempotent producer are, as in Kafka, at least once. A transactional
+batch's records are written in a transactional batch of its producer, after
+the schedule partition was added to its transaction: the coordinator's
+commit or abort marker reaches the schedule log too, and only a commit
+schedules them (``ScheduleLog.hold``). Retries and dead letters (``ext.retry``)
+travel the same way, to their retry topic or dead-letter topic.
 
 **State.** ``DelayService`` is the replicated state machine of
 ``__kc_schedule`` (``StateMachine``): every replica applies each committed
@@ -28,15 +30,16 @@ due time. Per target partition with due records, it first commits an
 ``out`` record — which fixes the entries and their producer sequence — then
 appends them as one batch with the schedule partition's internal producer id
 to the target's leader, then commits ``done`` (with the next batch's ``out``,
-while more is due: ``_serve_target``). A leader that fails anywhere in between is replaced by one that
-finds the delivery in flight and re-sends the same batch, which the target
+while more is due: ``_serve_target``). A leader that fails anywhere in
+between is replaced by one that finds the delivery in flight and re-sends the same batch, which the target
 partition's idempotence check answers as a duplicate if it was already
 stored: each record lands once (rule 3). A target that no longer exists —
 missing from caught-up metadata for ``TARGET_GONE_S``, not merely created a
 moment ago on another broker — is dropped from the schedule.
 
-Metrics (on the schedule partition's leader): pending records per target
-partition, delivery lateness, records delivered per topic.
+Metrics: pending records per target partition (on the schedule partition's
+leader), delivery lateness, records delivered per topic, retries per retry
+topic and dead letters per dead-letter topic.
 """
 
 from __future__ import annotations
@@ -196,8 +199,8 @@ class DelayService:
                           else index % count)
             records.append(add_record(placed, target, move.due_ms, move.schedule_id, src,
                                       headers, source))
-        records += [cancel_record(topic, index, hole + shift, c.schedule_id, src, now)
-                    for hole, c in split.cancels]
+        records += [cancel_record(topic, index, offset + shift, c.schedule_id, src, now)
+                    for offset, c in split.cancels]
         batch = (encode_batch(records, producer_id=hole.producer_id,
                               producer_epoch=hole.producer_epoch, transactional=True)
                  if hole.is_transactional else encode_batch(records))
