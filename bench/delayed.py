@@ -23,7 +23,9 @@ Figures are printed and appended to bench/RESULTS.md with the machine load.
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -132,12 +134,17 @@ def delayed(args: argparse.Namespace, workdir: Path) -> list[str]:
 
 def plain_ratio(args: argparse.Namespace, workdir: Path) -> list[str]:
     trees = {"this tree": None, f"baseline {args.baseline}": args.baseline}
+    probe = subprocess.run([sys.executable, "-c", "import kcompat; print(kcompat.__file__)"],
+                           env={**os.environ, "PYTHONPATH": args.baseline, "PYTHONSAFEPATH": "1"},
+                           cwd=Path(__file__).resolve().parent.parent, capture_output=True,
+                           text=True, check=True)
+    if not probe.stdout.startswith(str(Path(args.baseline).resolve())):
+        raise SystemExit(f"the baseline broker would not run {args.baseline}: {probe.stdout}")
     rates: dict[str, list[float]] = {name: [] for name in trees}
     for r in range(args.rounds):
-        for name, tree in trees.items():
-            env = {"PYTHONPATH": tree} if tree else {}
-            broker = Broker(workdir / f"plain-{r}-{len(rates[name])}", extra_args=FLAGS,
-                            env=env).start()
+        for t, (name, tree) in enumerate(trees.items()):
+            env = {"PYTHONPATH": tree, "PYTHONSAFEPATH": "1"} if tree else {}  # not the cwd
+            broker = Broker(workdir / f"plain-{r}-{t}", extra_args=FLAGS, env=env).start()
             try:
                 create_topic(broker.bootstrap, "p", 1)
                 producer_perf(broker.bootstrap, "p", 100_000, "1")  # warm-up
