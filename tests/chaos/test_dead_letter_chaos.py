@@ -1,0 +1,113 @@
+"""Dead letters are moved exactly once across kill -9 (EXTENSIONS.md rule 3).
+
+An idempotent acks=all confluent-kafka producer sends ``RECORDS`` records with
+unique keys to a retry topic (``kc.retry.of``, one attempt allowed), each
+already failed once (``kc-attempt: 1``): every one must go to the dead-letter
+topic. As soon as the last is acknowledged the broker is killed with SIGKILL —
+its on-disk schedule log must still hold moves not done (else the test did
+not test anything and fails) — and restarted on the same data dir and port.
+Then the dead-letter topic must hold every acknowledged record exactly once,
+with its DLQ context, and the retry topic nothing but holes.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from compat_tests._broker import Broker, unique_topic
+from tests.chaos.test_delayed_delivery_chaos import schedule_on_disk
+
+RECORDS = 6000
+PARTITIONS = 3
+SCHEDULE_PARTITIONS = 3
+
+
+def _read(bootstrap: str, topic: str, timeout_s: float) -> dict[bytes, list[dict[str, bytes]]]:
+    """Key -> headers of each copy, for every record of ``topic`` to its end."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": uuid.uuid4().hex,
+                         "enable.auto.commit": False, "auto.offset.reset": "earliest",
+                         "enable.partition.eof": True, "log_level": 0})
+    try:
+        ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
+                for p in range(PARTITIONS)}
+        consumer.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
+        out: dict[bytes, list[dict[str, bytes]]] = {}
+        done = {p for p, end in ends.items() if end == 0}
+        deadline = time.monotonic() + timeout_s
+        while len(done) < PARTITIONS and time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is None:
+                continue
+            if msg.error() is not None:
+                if msg.error().code() == KafkaError._PARTITION_EOF and (
+                        msg.offset() >= ends[msg.partition()]):
+                    done.add(msg.partition())
+                continue
+            out.setdefault(msg.key() or b"", []).append(dict(msg.headers() or []))
+        return out
+    finally:
+        consumer.close()
+
+
+@pytest.mark.timeout(120)
+def test_dead_letters_survive_kill9(tmp_path: Path) -> None:
+    broker = Broker(tmp_path / "broker", extra_args=(
+        "--admin-port", "-1",
+        "--set", f"kc.schedule.topic.num.partitions={SCHEDULE_PARTITIONS}"))
+    broker.start()
+    try:
+        topic = unique_topic("dlq-chaos")
+        retry, dlq = topic + ".retry", topic + ".dlq"
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap, "log_level": 0})
+        for name, configs in ((topic, {}), (retry, {"kc.retry.of": topic,
+                                                     "kc.retry.max.attempts": "1"})):
+            admin.create_topics([NewTopic(name, PARTITIONS, 1, config=configs)])[name].result(20)
+        acked: set[bytes] = set()
+        failed: list[str] = []
+
+        def report(err, msg):  # type: ignore[no-untyped-def]
+            if err is None:
+                acked.add(msg.key())
+            else:
+                failed.append(str(err))
+
+        producer = Producer({"bootstrap.servers": broker.bootstrap, "enable.idempotence": True,
+                             "acks": "all", "linger.ms": 5, "log_level": 0})
+        for i in range(RECORDS):
+            producer.produce(retry, key=b"k%05d" % i, value=b"v%d" % i, partition=i % PARTITIONS,
+                             headers=[("kc-attempt", b"1"), ("kc-error", b"boom")],
+                             on_delivery=report)
+            if i % 1000 == 0:
+                producer.poll(0)
+        assert producer.flush(60) == 0 and not failed, failed[:3]
+        broker.kill()  # at once: the last moves are still to be done
+        left = sum(len(s) + sum(len(d.entries) for d in s.inflight.values())
+                   for s in (schedule_on_disk(broker.data_dir, i)
+                             for i in range(SCHEDULE_PARTITIONS)))
+        print(f"\n  killed with {left} of {RECORDS} dead letters not yet moved")
+        assert left > 0, "test timing: every move was done before the kill"
+        broker.start()
+
+        deadline = time.monotonic() + 60
+        letters = _read(broker.bootstrap, dlq, 20)
+        while sum(map(len, letters.values())) < len(acked) and time.monotonic() < deadline:
+            time.sleep(0.5)
+            letters = _read(broker.bootstrap, dlq, 20)
+        assert sorted(letters) == sorted(acked)  # none lost, none unacknowledged
+        twice = [k for k, copies in letters.items() if len(copies) != 1]
+        assert not twice, f"{len(twice)} dead letters written more than once: {twice[:5]}"
+        for key, (headers,) in letters.items():
+            assert headers["kc-dlq-original-topic"] == topic.encode(), key
+            assert headers["kc-dlq-attempts"] == b"1" and headers["kc-dlq-error"] == b"boom"
+        assert _read(broker.bootstrap, retry, 20) == {}  # only holes there
+    except BaseException:
+        print(f"\n===== broker {broker.log_path}\n{broker.tail(60)}")
+        raise
+    finally:
+        broker.close()
