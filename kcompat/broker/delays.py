@@ -85,7 +85,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("kcompat.delays")
 
-DELIVERY_BATCH = 500  # records per delivery batch
+DELIVERY_BATCH = 500  # records per delivery batch, at most
+DELIVERY_BYTES = 1 << 20  # and about this many bytes (one record at least)
+RECORD_OVERHEAD = 24
 DECODED_RECORDS = 5000  # decoded schedule records kept per schedule partition
 IDLE_WAKE_S = 1.0
 RETRY_S = 0.2
@@ -264,7 +266,8 @@ class DelayService:
         records: list[Any] = []
         while True:
             if target not in slog.inflight:
-                entries = slog.schedule.due(now_ms(), DELIVERY_BATCH, target)
+                entries = self._within_bytes(index, slog.schedule.due(now_ms(), DELIVERY_BATCH,
+                                                                      target))
                 if entries:
                     records.append(out_record(target, (p.entry for p in entries), now_ms()))
             if records:
@@ -319,6 +322,18 @@ class DelayService:
         now = trio.current_time()
         since = self._missing_since.setdefault(target, now)
         return self.cluster.caught_up and now - since >= TARGET_GONE_S
+
+    def _within_bytes(self, index: int, entries: list[Pending]) -> list[Pending]:
+        """The first of ``entries`` whose records fit ``DELIVERY_BYTES`` (at
+        least one): a delivery batch stays an ordinary batch in size."""
+        total = 0
+        for n, pending in enumerate(entries):
+            key, value, headers, _ts = self._records(index, (pending,))[0]
+            total += (len(key or b"") + len(value or b"") + RECORD_OVERHEAD
+                      + sum(len(k) + len(v or b"") for k, v in headers))
+            if total > DELIVERY_BYTES and n > 0:
+                return entries[:n]
+        return entries
 
     def _records(self, index: int, entries: Iterable[Pending]
                  ) -> list[tuple[bytes | None, bytes | None, tuple[tuple[str, bytes | None], ...],
