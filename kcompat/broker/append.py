@@ -15,7 +15,9 @@ Extensions (EXTENSIONS.md): a batch whose records carry delayed-delivery
 headers is stored with those records taken out (``ext.holes``: same offsets,
 producer id and sequence range, fewer records); the result carries them
 (``split``) for the produce handler to schedule once the batch is committed.
-A plain batch pays one substring search for ``kc-``. Batches the broker
+A plain batch of a topic that is not a retry topic pays one substring search
+for ``kc-`` (``holes.may_carry_headers``; a compressed batch is decompressed
+for it, as Kafka decompresses one to validate its records). Batches the broker
 writes itself go through ``append_internal``.
 """
 
@@ -45,7 +47,6 @@ class AppendResult:
     base_offset: int = -1
     log_append_time_ms: int = -1
     message: str | None = None
-    duplicate: bool = False  # a retry of a batch already stored (at base_offset)
     split: Split | None = None  # delayed records taken out (stored with holes)
 
 
@@ -117,11 +118,11 @@ def append_records(
         if problem is not None:
             return _fail(ErrorCode.invalid_timestamp, problem)
     split = None
-    if not header.is_control:
+    retry = retry_policy(topic_configs, broker_defaults)
+    if retry is not None or holes.may_carry_headers(view, header):
         max_delay = int(effective("kc.delay.max.ms", topic_configs, broker_defaults)[0])
         try:
-            split = holes.split(view, header, now_ms, max_delay,
-                                retry_policy(topic_configs, broker_defaults))
+            split = holes.split(view, header, now_ms, max_delay, retry)
         except HeaderError as e:
             return _fail(ErrorCode.invalid_record, str(e))
         except wbatch.BatchError as e:
@@ -144,7 +145,7 @@ def store(part: Partition, view: memoryview, header: BatchHeader, log_append: bo
         code = getattr(ErrorCode, e.error)
         return _fail(code, str(e))
     if duplicate is not None:
-        return AppendResult(ErrorCode.none, duplicate.base_offset, duplicate=True)
+        return AppendResult(ErrorCode.none, duplicate.base_offset)
     append_time = -1
     if log_append:
         view = memoryview(wbatch.with_log_append_time(view, now_ms))

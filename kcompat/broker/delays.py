@@ -96,10 +96,11 @@ WRITE_TIMEOUT_S = 5.0
 # a delivery's append to its target: short, so that a dead leader costs little
 # (a re-send that was stored after all is a duplicate for the target)
 SEND_TIMEOUT_S = 1.0
-TARGET_GONE_S = 30.0
+TARGET_GONE_S = 30.0  # a target missing this long (metadata caught up) was deleted
 RETRY_MAX_S = 5.0
+# a delivery refused for itself (not for a passing leader change): worth a warning
 _REFUSED = (ErrorCode.out_of_order_sequence_number, ErrorCode.invalid_producer_epoch,
-            ErrorCode.corrupt_message, ErrorCode.invalid_record)  # a target missing this long (metadata caught up) was deleted
+            ErrorCode.corrupt_message, ErrorCode.invalid_record)
 LATENESS_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 
 
@@ -230,16 +231,15 @@ class DelayService:
             if self.cluster.serving_machine(SCHEDULE_TOPIC, index) is not None:
                 continue
             slog = self._log(index)
-            for target in [*slog.inflight, *slog.due_by_target(now, DELIVERY_BATCH)]:
-                self._spawn(nursery, index, target, self._serve_target, index, target)
+            for target in [*slog.inflight, *slog.due_targets(now)]:
+                self._spawn(nursery, index, target)
             due = slog.next_due_ms()
-            if due is not None:
-                # what is due but busy wakes us when its task ends
-                wait_s = min(wait_s, max(due - now, 0) / 1000 if due > now else IDLE_WAKE_S)
+            if due is not None and due > now:  # what is due but busy wakes us when done
+                wait_s = min(wait_s, (due - now) / 1000)
         return wait_s
 
-    def _spawn(self, nursery: trio.Nursery, index: int, target: Target, fn: object,
-               *args: object) -> None:
+    def _spawn(self, nursery: trio.Nursery, index: int, target: Target) -> None:
+        """One ``_serve_target`` task per (schedule partition, target) at a time."""
         key = (index, target)
         if key in self._busy:
             return
@@ -247,7 +247,7 @@ class DelayService:
 
         async def task() -> None:
             try:
-                await fn(*args)  # type: ignore[operator]
+                await self._serve_target(index, target)
             except Exception:
                 log.exception("delivering to %s-%d failed", *target)
                 await trio.sleep(RETRY_S)

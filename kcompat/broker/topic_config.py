@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from kcompat.broker.configdef import LONG_MAX, ConfigDef, ConfigError
+from kcompat.ext import retry
 from kcompat.ext.delay import DELAY_MAX_MS_DEFAULT
 from kcompat.ext.retry import RetryPolicy
 from kcompat.log.config import LogConfig
@@ -54,10 +55,10 @@ TOPIC_CONFIGS: dict[str, ConfigDef] = {
         # describe exactly as in Kafka
         _D("kc.delay.max.ms", "long", DELAY_MAX_MS_DEFAULT, minimum=0),
         _D("kc.retry.of", "string", ""),  # set: a retry topic of that topic
-        _D("kc.retry.max.attempts", "int", 3, minimum=0),
-        _D("kc.retry.backoff.ms", "long", 2000, minimum=0),
-        _D("kc.retry.backoff.multiplier", "double", 2.0, minimum=1.0),
-        _D("kc.retry.backoff.max.ms", "long", 30000, minimum=0),
+        _D("kc.retry.max.attempts", "int", retry.MAX_ATTEMPTS, minimum=0),
+        _D("kc.retry.backoff.ms", "long", retry.BACKOFF_MS, minimum=0),
+        _D("kc.retry.backoff.multiplier", "double", retry.MULTIPLIER, minimum=1.0),
+        _D("kc.retry.backoff.max.ms", "long", retry.BACKOFF_MAX_MS, minimum=0),
         _D("kc.dlq.topic", "string", ""),  # empty: <topic>.dlq
     )
 }

@@ -58,7 +58,8 @@ log = logging.getLogger("kcompat.cluster")
 
 VERIFY_TIMEOUT_S = 5.0
 _RETRIABLE = (ErrorCode.not_coordinator, ErrorCode.coordinator_not_available,
-              ErrorCode.coordinator_load_in_progress, ErrorCode.request_timed_out)
+              ErrorCode.coordinator_load_in_progress, ErrorCode.request_timed_out,
+              ErrorCode.concurrent_transactions)
 
 
 class TxnVerifier:
@@ -123,19 +124,23 @@ class TxnVerifier:
         return errors
 
     async def _ask(self, tid: str, header: wbatch.BatchHeader, topic: str,
-                   index: int) -> ErrorCode:
+                   index: int, add: bool = False) -> ErrorCode:
+        """``tid``'s coordinator's answer, here or remote: is ``topic``-``index``
+        in the producer's ongoing transaction (or, ``add``, make it so)."""
         rt = self.rt
+        pid, epoch = header.producer_id, header.producer_epoch
         meta = rt.state.topics.get(TXN_TOPIC)
         if meta is None:
             return ErrorCode.coordinator_not_available
         coordinator = rt.partition_view(TXN_TOPIC, partition_for(tid, meta.partitions))[0]
         if coordinator == rt.node_id:
-            return self.txns.verify(tid, header.producer_id, header.producer_epoch,
-                                    (topic, index))
+            if add:
+                return await self.txns.add_locally(tid, pid, epoch, (topic, index))
+            return self.txns.verify(tid, pid, epoch, (topic, index))
         if coordinator not in rt.peers:
             return ErrorCode.coordinator_not_available
         slot = await self.calls.call(coordinator, lambda rid: codec.VerifyTxnRequest(
-            rid, tid, header.producer_id, header.producer_epoch, topic, index), VERIFY_TIMEOUT_S)
+            rid, tid, pid, epoch, topic, index, add), VERIFY_TIMEOUT_S)
         return slot[1]  # type: ignore[no-any-return]
 
     # -- the coordinator's side ---------------------------------------------------------
@@ -153,23 +158,15 @@ class TxnVerifier:
                                            req.producer_epoch, (req.topic, req.index))
         self.rt.send_internal(src, codec.VerifyTxnReply(req.request_id, int(code)))
 
-    async def add_partition(self, tid: str, pid: int, epoch: int,
+    async def add_partition(self, tid: str, header: wbatch.BatchHeader,
                             partition: tuple[str, int]) -> ErrorCode:
-        """Have ``tid``'s coordinator, here or remote, add ``partition`` to the
-        ongoing transaction of ``pid``/``epoch``, so that its markers reach
-        it too (a partition the broker writes to on the producer's behalf)."""
-        rt = self.rt
-        meta = rt.state.topics.get(TXN_TOPIC)
-        if meta is None:
-            return ErrorCode.coordinator_not_available
-        coordinator = rt.partition_view(TXN_TOPIC, partition_for(tid, meta.partitions))[0]
-        if coordinator == rt.node_id:
-            return await self.txns.add_locally(tid, pid, epoch, partition)
-        if coordinator not in rt.peers:
-            return ErrorCode.coordinator_not_available
-        slot = await self.calls.call(coordinator, lambda rid: codec.VerifyTxnRequest(
-            rid, tid, pid, epoch, partition[0], partition[1], add=True), VERIFY_TIMEOUT_S)
-        return slot[1]  # type: ignore[no-any-return]
+        """Have ``tid``'s coordinator add ``partition`` to the ongoing
+        transaction of ``header``'s producer, so that its markers reach it too
+        (a partition the broker writes to on the producer's behalf); an error
+        as the producer gets it, a busy coordinator retriable as in
+        ``verify_request``."""
+        code = await self._ask(tid, header, *partition, add=True)
+        return ErrorCode.not_enough_replicas if code in _RETRIABLE else code
 
 
 def _first_header(records: bytes | None) -> wbatch.BatchHeader | None:

@@ -2,14 +2,13 @@
 
 Theory of operation
 -------------------
-``split(view, header, now_ms, max_delay_ms)`` looks at one validated batch on
-its way into a partition. Rule 1 (free when unused): a batch whose bytes do
+Rule 1 (free when unused): ``may_carry_headers`` — a batch whose bytes do
 not contain ``kc-`` carries no extension header, and that substring search
 (C speed over the raw bytes; compressed batches are decompressed first) is
-all a plain batch pays; the answer is ``None`` and the batch is stored as
-sent. Otherwise every record's headers are classified (``delay.classify``):
-records to deliver later and cancellations are taken out, and the batch is
-rebuilt with the same base offset, ``lastOffsetDelta``, producer id, epoch and
+all a plain batch pays before it is stored as sent. Otherwise
+``split(view, header, now_ms, max_delay_ms)`` classifies every record's
+headers (``delay.classify``): records to deliver later and cancellations are
+taken out, and the batch is rebuilt with the same base offset, ``lastOffsetDelta``, producer id, epoch and
 base sequence and fewer records — a batch with holes, as Kafka's log cleaner
 leaves them (rule 4), possibly empty. Offsets and idempotent-producer state
 therefore stay exactly what they would have been.
@@ -75,13 +74,11 @@ def split(view: memoryview | bytes, header: BatchHeader, now_ms: int,
           max_delay_ms: int = DELAY_MAX_MS_DEFAULT, retry: RetryPolicy | None = None
           ) -> Split | None:
     """The records to move and the cancellations taken out, or None when
-    there are none (see the module). Raises ``HeaderError`` or ``BatchError``."""
-    if header.is_control:
-        return None
+    there are none (see the module); the caller has ruled out a plain batch
+    with ``may_carry_headers`` (unless ``retry``). Raises ``HeaderError`` or
+    ``BatchError``."""
     if retry is not None:
         return _retries(view, header, now_ms, retry)
-    if not may_carry_headers(view, header):
-        return None
     kept: list[Record] = []
     moves: list[Move] = []
     cancels: list[tuple[int, Cancel]] = []

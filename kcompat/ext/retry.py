@@ -67,13 +67,17 @@ DLQ_HEADERS = frozenset({DLQ_ORIGINAL_TOPIC, DLQ_ORIGINAL_PARTITION, DLQ_ORIGINA
 Headers = tuple[tuple[str, bytes | None], ...]
 
 
+# the defaults of kc.retry.max.attempts, .backoff.ms, .backoff.multiplier, .backoff.max.ms
+MAX_ATTEMPTS, BACKOFF_MS, MULTIPLIER, BACKOFF_MAX_MS = 3, 2000, 2.0, 30000
+
+
 @dataclass(frozen=True, slots=True)
 class RetryPolicy:
     of: str  # the topic whose records are retried
-    max_attempts: int = 3
-    backoff_ms: int = 2000
-    multiplier: float = 2.0
-    backoff_max_ms: int = 30000
+    max_attempts: int = MAX_ATTEMPTS
+    backoff_ms: int = BACKOFF_MS
+    multiplier: float = MULTIPLIER
+    backoff_max_ms: int = BACKOFF_MAX_MS
     dlq_topic: str = ""  # empty: ``<of>.dlq``
 
     @property

@@ -130,9 +130,6 @@ class Schedule:
         while self._slots and self._slots[0] * SLOT_MS <= now_ms:
             self._promote_first()
 
-    def get(self, entry: int) -> Pending | None:
-        return self._pending.get(entry)
-
     def cancel(self, schedule_id: str, target: Target | None = None) -> Pending | None:
         """Drop the earliest pending record of ``target`` named ``schedule_id``;
         None if none (a record still in the compact form comes back with due
@@ -214,9 +211,16 @@ class Schedule:
         self._by_id = {k: v for k, v in self._by_id.items() if k[0] != target}
         return len(dropped)
 
-    def targets(self) -> list[Target | None]:
-        """Targets with promoted records (``due`` by target)."""
-        return [t for t, heap in self._near.items() if heap]
+    def due_targets(self, now_ms: int) -> list[Target | None]:
+        """Targets with a record due at ``now_ms`` (then ``due`` by target)."""
+        self.promote(now_ms)
+        out = []
+        for target, heap in self._near.items():
+            while heap and heap[0][1] not in self._pending:
+                heapq.heappop(heap)  # delivered or cancelled
+            if heap and heap[0][0] <= now_ms:
+                out.append(target)
+        return out
 
     def next_due_ms(self) -> int | None:
         """When the earliest pending record is due (the host's timer)."""

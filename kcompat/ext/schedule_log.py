@@ -40,7 +40,8 @@ a duplicate. One delivery per target is in flight at a time, and a new
 leader finishes the one in flight first.
 
 ``ScheduleLog`` is the machine: ``apply`` each committed record in log order
-on every replica; the leader asks ``deliveries(now_ms)`` what to move.
+on every replica; the leader asks ``due_targets(now_ms)`` where records are
+due and ``schedule.due`` which, and finishes ``inflight`` deliveries first.
 Pure: no clock, no I/O.
 """
 
@@ -240,19 +241,11 @@ class ScheduleLog:
 
     # -- the leader -----------------------------------------------------------------------
 
-    def due_by_target(self, now_ms: int, per_target: int) -> dict[Target, list[Pending]]:
-        """Pending entries due at ``now_ms`` by target, earliest first, at most
-        ``per_target`` each; targets with a delivery in flight are left out
-        (``inflight`` is finished first)."""
-        out: dict[Target, list[Pending]] = {}
-        self.schedule.due(now_ms, 0)  # promotes what has come due
-        for target in self.schedule.targets():
-            if target is None or target in self.inflight:
-                continue
-            due = self.schedule.due(now_ms, per_target, target)
-            if due:
-                out[target] = due
-        return out
+    def due_targets(self, now_ms: int) -> list[Target]:
+        """Targets with records due at ``now_ms`` and no delivery in flight
+        (``inflight`` is finished first); ``schedule.due`` lists them."""
+        return [t for t in self.schedule.due_targets(now_ms)
+                if t is not None and t not in self.inflight]
 
     def next_due_ms(self) -> int | None:
         return self.schedule.next_due_ms()

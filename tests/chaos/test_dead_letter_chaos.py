@@ -13,46 +13,25 @@ with its DLQ context, and the retry topic nothing but holes.
 from __future__ import annotations
 
 import time
-import uuid
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from compat_tests._broker import Broker, unique_topic
-from tests.chaos.test_delayed_delivery_chaos import schedule_on_disk
+from tests.chaos.test_delayed_delivery_chaos import PARTITIONS, read_all, schedule_on_disk
 
 RECORDS = 6000
-PARTITIONS = 3
 SCHEDULE_PARTITIONS = 3
 
 
 def _read(bootstrap: str, topic: str, timeout_s: float) -> dict[bytes, list[dict[str, bytes]]]:
     """Key -> headers of each copy, for every record of ``topic`` to its end."""
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": uuid.uuid4().hex,
-                         "enable.auto.commit": False, "auto.offset.reset": "earliest",
-                         "enable.partition.eof": True, "log_level": 0})
-    try:
-        ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
-                for p in range(PARTITIONS)}
-        consumer.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
-        out: dict[bytes, list[dict[str, bytes]]] = {}
-        done = {p for p, end in ends.items() if end == 0}
-        deadline = time.monotonic() + timeout_s
-        while len(done) < PARTITIONS and time.monotonic() < deadline:
-            msg = consumer.poll(0.5)
-            if msg is None:
-                continue
-            if msg.error() is not None:
-                if msg.error().code() == KafkaError._PARTITION_EOF and (
-                        msg.offset() >= ends[msg.partition()]):
-                    done.add(msg.partition())
-                continue
-            out.setdefault(msg.key() or b"", []).append(dict(msg.headers() or []))
-        return out
-    finally:
-        consumer.close()
+    out: dict[bytes, list[dict[str, bytes]]] = {}
+    for seen in read_all(bootstrap, topic, timeout_s).values():
+        out.setdefault(seen.key or b"", []).append(dict(seen.headers))
+    return out
 
 
 @pytest.mark.timeout(120)

@@ -8,9 +8,11 @@ FindCoordinator that needs them, with these configs and the partition counts
 and replication factors of the broker config
 (``offsets.topic.num.partitions``, ``transaction.state.log.replication.factor``
 ...). ``__kc_schedule`` (delayed records, ``ext.schedule_log``) is created
-the same way on the first produce of a delayed record. The coordinator of a group id or transactional id is the leader of
-partition ``abs(javaHash(id)) % partitions``, as in Kafka, so records land
-where Kafka puts them.
+the same way on the first produce of a delayed record. The coordinator of a
+group id or transactional id is the leader of partition
+``abs(javaHash(id)) % partitions``, as in Kafka, so records land where Kafka
+puts them; a topic-partition's delayed records go to the schedule partition
+of ``"topic-partition"`` alike.
 """
 
 from __future__ import annotations
@@ -21,9 +23,9 @@ OFFSETS_TOPIC = "__consumer_offsets"
 OFFSETS_TOPIC_CONFIGS = {"cleanup.policy": "compact", "segment.bytes": "104857600"}
 TXN_TOPIC = "__transaction_state"
 TXN_TOPIC_CONFIGS = {"cleanup.policy": "compact"}
-# topic -> prefix of its broker config keys (``<prefix>.num.partitions`` ...), configs
 # delayed records wait here until delivered: never deleted by time or size
 SCHEDULE_TOPIC_CONFIGS = {"retention.ms": "-1", "retention.bytes": "-1"}
+# topic -> prefix of its broker config keys (``<prefix>.num.partitions`` ...), configs
 INTERNAL_TOPICS = {OFFSETS_TOPIC: ("offsets.topic", OFFSETS_TOPIC_CONFIGS),
                    TXN_TOPIC: ("transaction.state.log", TXN_TOPIC_CONFIGS),
                    SCHEDULE_TOPIC: ("kc.schedule.topic", SCHEDULE_TOPIC_CONFIGS)}

@@ -47,9 +47,6 @@ from kcompat.ext.schedule_log import SCHEDULE_TOPIC
 from kcompat.wire.batch import BatchHeader, parse_header
 
 _Row = tuple[int, AppendResult, Partition | None, Group | None, int]
-_COORDINATOR_BUSY = (ErrorCode.not_coordinator, ErrorCode.coordinator_not_available,
-                     ErrorCode.coordinator_load_in_progress, ErrorCode.request_timed_out,
-                     ErrorCode.concurrent_transactions)
 
 
 def _partition_response(ctx: RequestContext, index: int, result: AppendResult,
@@ -140,11 +137,9 @@ async def _schedule(ctx: RequestContext, row: _Row, acks: int, deadline: float,
         code, message, schedule_index = await ctx.delays.prepare(part.topic, index, split,
                                                                  timeout_s)
         if code == ErrorCode.none and tid is not None:
-            code = await ctx.txns.verifier.add_partition(
-                tid, hole.producer_id, hole.producer_epoch, (SCHEDULE_TOPIC, schedule_index))
+            code = await ctx.txns.verifier.add_partition(tid, hole,
+                                                         (SCHEDULE_TOPIC, schedule_index))
             message = f"the transaction coordinator did not add {SCHEDULE_TOPIC}: {code.name}"
-            if code in _COORDINATOR_BUSY:  # retriable for a producer
-                code = ErrorCode.not_enough_replicas
         if code != ErrorCode.none:
             return AppendResult(code, message=message)
     code, message = await ctx.delays.schedule(part.topic, index, split, result.base_offset,

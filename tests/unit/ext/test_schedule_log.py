@@ -70,16 +70,17 @@ def test_cancel_is_scoped_to_its_partition() -> None:
 def test_a_delivery_fixes_its_entries_and_sequence_until_done() -> None:
     log, m = Log(), ScheduleLog()
     m.apply_batch(log.write(*_adds([10, 11, 12], 100, (7, 0, 0), sid=None)))
-    due = m.due_by_target(100, per_target=2)
-    entries = [p.entry for p in due[T]]
+    assert m.due_targets(99) == [] and m.due_targets(100) == [T]
+    entries = [p.entry for p in m.schedule.due(100, 2, T)]
     assert entries == [0, 1]
     m.apply_batch(log.write(out_record(T, entries, 100)))
     flight = m.inflight[T]
     assert flight.seq == 0 and [p.offset for p in flight.entries] == [10, 11]
-    assert m.due_by_target(100, per_target=10) == {}  # one delivery per target at a time
+    assert m.due_targets(100) == []  # one delivery per target at a time
     m.apply_batch(log.write(done_record(T, 0, 101)))
     assert T not in m.inflight
-    rest = [p.entry for p in m.due_by_target(100, per_target=10)[T]]
+    assert m.due_targets(100) == [T]
+    rest = [p.entry for p in m.schedule.due(100, 10, T)]
     m.apply_batch(log.write(out_record(T, rest, 102)))
     assert m.inflight[T].seq == 2  # sequences continue per target
     replayed = log.replay()  # a follower (or a new leader) holds the same flight
@@ -90,7 +91,7 @@ def test_a_cancel_before_the_out_record_wins_and_the_rest_is_delivered() -> None
     log, m = Log(), ScheduleLog()
     m.apply_batch(log.write(*_adds([10], 100, (-1, -1, -1), sid="a")))
     m.apply_batch(log.write(*_adds([11], 100, (-1, -1, -1), sid="b")))
-    planned = [p.entry for p in m.due_by_target(100, 10)[T]]
+    planned = [p.entry for p in m.schedule.due(100, 10, T)]
     m.apply_batch(log.write(cancel_record(T[0], T[1], 20, "a", (-1, -1, -1), 100)))
     m.apply_batch(log.write(out_record(T, planned, 100)))
     assert [p.offset for p in m.inflight[T].entries] == [11]
@@ -153,7 +154,8 @@ def test_a_follower_that_never_asks_what_is_due_holds_the_same_schedule() -> Non
                                                 (-1, -1, -1), now))
             elif roll < 0.8 and T not in leader.inflight:
                 now += rng.randrange(3 * SLOT_MS)
-                due = leader.due_by_target(now, per_target=rng.randint(1, 4)).get(T, [])
+                due = (leader.schedule.due(now, rng.randint(1, 4), T)
+                       if T in leader.due_targets(now) else [])
                 if not due:
                     continue
                 batch = log.write(out_record(T, [p.entry for p in due], now))
