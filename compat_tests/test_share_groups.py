@@ -1,0 +1,171 @@
+"""Share groups (KIP-932) with a real client: confluent-kafka's ShareConsumer
+(librdkafka's share consumer, "Preview" in 2.16), every member its own process
+(``compat_tests/_share_member.py``), against kcompat and Apache Kafka.
+
+librdkafka 2.16 speaks ShareGroupHeartbeat v1, ShareFetch v1 and ShareAcknowledge
+v1. In ``share.acknowledgement.mode=explicit`` an acknowledgement made with
+``acknowledge()`` leaves on ``commit_sync()`` / ``commit_async()`` as a
+ShareAcknowledge, or else rides on the next ``poll()``'s ShareFetch; ``close()``
+sends the rest in a ShareAcknowledge with share-session epoch -1. ``Message``
+carries the delivery count (``delivery_count()``).
+
+- ACCEPT / RELEASE / REJECT: 2 members, 2 partitions, 200 records; one member
+  acknowledges through ShareAcknowledge, the other on its next ShareFetch. Every
+  record is settled once; a RELEASEd one comes back once with delivery count 2,
+  a REJECTed one never. The same run against Apache Kafka
+  (``KAFKA_REFERENCE_VERSION``, default 4.4.0) must give the same outcome.
+- kcompat's FIFO message groups (``kc.share.ordering=message-group``): 100 groups
+  of 10 records, 4 members releasing about 10 % of what they get, one of them
+  killed -9 while it holds records; per group the ACCEPTs are the produced
+  sequence and nothing is lost.
+- kcompat's redelivery backoff (``kc.share.redelivery.backoff.ms`` / ``.multiplier``):
+  a record released 3 times comes back after 400, 800, 1600 ms at the earliest.
+
+Apache Kafka reads a new share group from the latest offset unless
+``share.auto.offset.reset=earliest`` is set before it reads; every run sets it.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from ._deployment import SINGLE_AND_RF3, SINGLE_ONLY, Deployment
+from ._groups import create_topic, unique_group, wait_for
+from ._share import (
+    Ledger,
+    ShareMember,
+    fifo_violations,
+    modulo_problems,
+    produce,
+    run_modulo,
+    set_group_configs,
+    stop_all,
+    wait_all_settled,
+)
+
+pytestmark = pytest.mark.timeout(180)
+
+EARLIEST = {"share.auto.offset.reset": "earliest"}
+REFERENCE_VERSION = os.environ.get("KAFKA_REFERENCE_VERSION", "4.4.0")
+#: The reference broker assigns at the next heartbeat (5 s by default).
+REFERENCE_OVERRIDES = {"group.share.min.heartbeat.interval.ms": "1000",
+                       "group.share.heartbeat.interval.ms": "1000"}
+
+
+@pytest.mark.parametrize("pbroker", SINGLE_AND_RF3, indirect=True)
+def test_accept_release_reject(pbroker: Deployment, topic: str, tmp_path: Path) -> None:
+    ledger = run_modulo(pbroker.bootstrap, topic, unique_group("share"), tmp_path,
+                        replication=pbroker.replication, configs=EARLIEST)
+    problems = modulo_problems(ledger)
+    assert not problems, (f"{len(problems)} records off (per member {ledger.per_member()}):\n"
+                          + "\n".join(problems[:20]))
+
+
+@pytest.fixture(scope="module")
+def kafka_share_reference(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    from compat_tests.java.kafka_reference import KafkaReference
+
+    ref = KafkaReference(tmp_path_factory.mktemp("kafka-share-reference"),
+                         version=REFERENCE_VERSION, overrides=REFERENCE_OVERRIDES)
+    ref.start()
+    try:
+        yield ref.bootstrap
+    finally:
+        ref.close()
+
+
+def test_accept_release_reject_reference(kafka_share_reference: str, topic: str,
+                                         tmp_path: Path) -> None:
+    """Differential: Apache Kafka's outcome is the one ``modulo_problems`` expects
+    of kcompat."""
+    ledger = run_modulo(kafka_share_reference, topic, unique_group("share"), tmp_path,
+                        replication=1, configs=EARLIEST)
+    problems = modulo_problems(ledger)
+    assert not problems, (f"Apache Kafka {REFERENCE_VERSION}: {len(problems)} records off "
+                          f"(per member {ledger.per_member()}):\n" + "\n".join(problems[:20]))
+
+
+FIFO_GROUPS, FIFO_PER_GROUP = 100, 10
+
+
+def _fifo_records() -> list[tuple[int, str, str]]:
+    """Message group g (the key) on partition g % 2, its records interleaved
+    with the other groups' in produce order."""
+    return [(g % 2, f"g{g:03d}", f"g{g:03d}.{j}")
+            for j in range(FIFO_PER_GROUP) for g in range(FIFO_GROUPS)]
+
+
+@pytest.mark.parametrize("pbroker", SINGLE_AND_RF3, indirect=True)
+def test_fifo_message_groups(pbroker: Deployment, topic: str, tmp_path: Path) -> None:
+    bootstrap, group = pbroker.bootstrap, unique_group("share-fifo")
+    create_topic(bootstrap, topic, 2, pbroker.replication)
+    set_group_configs(bootstrap, group, {**EARLIEST, "kc.share.ordering": "message-group",
+                                         "share.record.lock.duration.ms": "1500",
+                                         "share.delivery.count.limit": "10"})
+    members = [ShareMember(bootstrap, topic, group, tmp_path / f"m{i}.log", f"m{i}",
+                           "--policy", "random", "--release-rate", "0.1", "--seed", str(i))
+               for i in range(3)]
+    victim = ShareMember(bootstrap, topic, group, tmp_path / "victim.log", "victim",
+                         "--policy", "random", "--seed", "9", "--stall-after", "10")
+    records = _fifo_records()
+    try:
+        produce(bootstrap, topic, records)
+        wait_for(lambda: any(n.startswith("# stalled") for n in victim.notes()), 30.0,
+                 lambda: f"the victim never stalled: {victim.describe()}")
+        victim.kill9()
+        held = [d for d in victim.deliveries() if d.settled_ms is None]
+        wait_all_settled([*members, victim], (v for _, _, v in records), 45.0)
+    finally:
+        stop_all([*members, victim])
+    ledger = Ledger([*members, victim])
+    produced: dict[str, list[str]] = {}
+    for _, key, value in records:
+        produced.setdefault(key, []).append(value)
+    problems = fifo_violations(ledger, produced)
+    assert not problems, f"{len(problems)} FIFO violations:\n" + "\n".join(problems[:20])
+    assert held, "the victim held no records when it was killed"
+    comeback = {d.value: d for d in ledger.rows if d.member != "victim"}
+    assert all(d.value in comeback and comeback[d.value].count > d.count for d in held), \
+        f"records the victim held did not come back with a higher delivery count: {held[:5]}"
+    releases = sum(1 for d in ledger.rows if d.decision == "R" and d.settled_ms is not None)
+    assert releases > 0, f"no RELEASE was settled (per member {ledger.per_member()})"
+
+
+BACKOFF_MS, BACKOFF_MULTIPLIER, RELEASES = 400, 2, 3
+#: How late a redelivery may be: the member's poll cycle, a ShareFetch wait, a
+#: loaded machine.
+BACKOFF_LATENESS_MS = 1500
+
+
+@pytest.mark.parametrize("pbroker", SINGLE_ONLY, indirect=True)
+def test_redelivery_backoff(pbroker: Deployment, topic: str, tmp_path: Path) -> None:
+    bootstrap, group = pbroker.bootstrap, unique_group("share-backoff")
+    create_topic(bootstrap, topic, 1, pbroker.replication)
+    set_group_configs(bootstrap, group, {
+        **EARLIEST, "kc.share.redelivery.backoff.ms": str(BACKOFF_MS),
+        "kc.share.redelivery.backoff.multiplier": str(BACKOFF_MULTIPLIER),
+        "kc.share.redelivery.backoff.max.ms": "10000"})
+    member = ShareMember(bootstrap, topic, group, tmp_path / "m0.log", "m0", "--policy",
+                         "release-n", "--release-key", "slow", "--release-times", str(RELEASES))
+    try:
+        produce(bootstrap, topic, [(0, "slow", "s0"), (0, "fast", "f1"), (0, "fast", "f2")])
+        ledger = wait_all_settled([member], ["s0", "f1", "f2"], 30.0)
+    finally:
+        stop_all([member])
+    slow = ledger.by_value()["s0"]
+    assert [(d.count, d.decision) for d in slow] == [(1, "R"), (2, "R"), (3, "R"), (4, "A")], slow
+    assert all(d.settled_ms is not None for d in slow), slow
+    for n, (released, again) in enumerate(zip(slow, slow[1:], strict=False)):
+        assert released.settled_ms is not None
+        want_ms = BACKOFF_MS * BACKOFF_MULTIPLIER ** n
+        gap_ms = again.ts_ms - released.settled_ms
+        assert gap_ms >= want_ms, (f"release {n + 1} (delivery count {released.count}) came back "
+                                   f"after {gap_ms} ms, before its backoff of {want_ms} ms")
+        assert gap_ms <= want_ms + BACKOFF_LATENESS_MS, (
+            f"release {n + 1} came back after {gap_ms} ms; backoff {want_ms} ms")
+    fast = [d for v in ("f1", "f2") for d in ledger.by_value()[v]]
+    assert [(d.count, d.decision) for d in fast] == [(1, "A"), (1, "A")], fast
