@@ -32,6 +32,7 @@ class ConfigDef:
     default: Any
     choices: Sequence[str] | None = None
     minimum: float | None = None
+    maximum: float | None = None
     broker_key: str | None = None  # topic keys: the broker key that sets the default
     sensitive: bool = False
     check: Callable[[Any], str | None] | None = None
@@ -45,6 +46,8 @@ class ConfigDef:
                 raise ConfigError(self.name, f"{bad[0]!r} is not one of {', '.join(self.choices)}")
         if self.minimum is not None and value < self.minimum:
             raise ConfigError(self.name, f"{value} is below the minimum {self.minimum:g}")
+        if self.maximum is not None and value > self.maximum:
+            raise ConfigError(self.name, f"{value} is above the maximum {self.maximum:g}")
         if self.check is not None:
             problem = self.check(value)
             if problem:

@@ -5,7 +5,8 @@ Theory of operation
 DESIGN.md §1.1: every log is a partition log of RecordBatch v2. The metadata
 lives in ``__cluster_metadata-0`` under the data directory: each change is one
 record whose value is a small JSON document (``create_topic``,
-``delete_topic``, ``add_partitions``, ``alter_configs``, ``register_broker``,
+``delete_topic``, ``add_partitions``, ``alter_configs``, ``group_configs`` (a
+group's whole override set; empty removes the group), ``register_broker``,
 ``fence_broker``, ``unfence_broker``; ``cluster`` and ``producer_ids`` only in
 logs written by single-node brokers before they ran as a quorum of one). The
 log is the metadata quorum's Raft log; ``MetadataImage.apply`` is called for
@@ -54,6 +55,8 @@ class MetadataImage:
     topics: dict[str, TopicMeta] = field(default_factory=dict)
     producer_id_limit: int = 0  # ids below this were handed out (older single-node logs)
     brokers: dict[int, BrokerInfo] = field(default_factory=dict)
+    # group id -> its group config overrides (group_config.py); a group need not exist
+    group_configs: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def live_brokers(self) -> list[BrokerInfo]:
         """Registered, unfenced brokers, by node id."""
@@ -74,6 +77,11 @@ class MetadataImage:
             self.topics[rec["name"]].partitions = rec["partitions"]
         elif kind == "alter_configs":
             self.topics[rec["name"]].configs = dict(rec["configs"])
+        elif kind == "group_configs":
+            if rec["configs"]:
+                self.group_configs[rec["name"]] = dict(rec["configs"])
+            else:
+                self.group_configs.pop(rec["name"], None)
         elif kind == "register_broker":
             self.brokers[rec["id"]] = BrokerInfo(rec["id"], rec["host"], rec["port"],
                                                  rec.get("rack"), rec["incarnation"],

@@ -30,6 +30,8 @@ from kio.schema.errors import ErrorCode
 from kcompat.broker.config import BrokerConfig
 from kcompat.broker.configdef import ConfigError
 from kcompat.broker.flusher import Flusher
+from kcompat.broker.group_config import GroupConfigError
+from kcompat.broker.group_config import validate_overrides as validate_group_overrides
 from kcompat.broker.metadata import MetadataStore, TopicMeta
 from kcompat.broker.partition import Partition
 from kcompat.broker.topic_config import validate_overrides
@@ -101,6 +103,12 @@ class BrokerState:
         return None
 
     @property
+    def group_configs(self) -> dict[str, dict[str, Any]]:
+        """group id -> its group config overrides (typed); see
+        ``group_config.effective_group_config`` for every key's value."""
+        return self.metadata.image.group_configs
+
+    @property
     def broker_defaults(self) -> dict[str, Any]:
         return self.config.explicit_values()
 
@@ -168,6 +176,18 @@ class BrokerState:
         except ConfigError as e:
             raise TopicError(ErrorCode.invalid_config, str(e)) from None
         return {"op": "alter_configs", "name": name, "configs": parsed}
+
+    def set_group_configs(self, group_id: str, overrides: dict[str, Any]) -> dict[str, Any]:
+        """Validate a group's whole new override set (IncrementalAlterConfigs /
+        AlterConfigs of a GROUP); the change for the controller. The group
+        need not exist, as in Kafka."""
+        if not group_id:
+            raise TopicError(ErrorCode.invalid_request, "Default group resources are not allowed.")
+        try:
+            parsed = validate_group_overrides(overrides, self.config)
+        except GroupConfigError as e:
+            raise TopicError(ErrorCode.invalid_config, e.message) from None
+        return {"op": "alter_group_configs", "name": group_id, "configs": parsed}
 
     def _wake(self) -> None:
         self.data_arrived.set()

@@ -5,8 +5,9 @@ Theory of operation
 A non-controller answers NOT_CONTROLLER to CreateTopics and DeleteTopics;
 Kafka clients then refresh metadata (whose ``controller_id`` names the
 metadata-quorum leader) and retry there. Other changes (CreatePartitions,
-AlterConfigs, auto-creation) are validated where they arrive and forwarded to
-the controller (``submit``). A single broker is a quorum of one and its own
+AlterConfigs of topics and groups, auto-creation) are validated where they
+arrive and forwarded to the controller (``submit``), which validates again
+against its own image and config. A single broker is a quorum of one and its own
 controller. The controller validates (``BrokerState.validate_new_topic``,
 ``add_partitions``, ``set_topic_configs``), plans the replica
 assignment and group ids (``ClusterRuntime.plan_assignments``), proposes one
@@ -98,7 +99,7 @@ async def delete_topic(ctl: Controller, name: str) -> None:
 
 async def execute(ctl: Controller, intent: dict[str, Any]) -> None:
     """On the controller: validate a change (CreatePartitions, AlterConfigs,
-    IncrementalAlterConfigs, auto-creation), here or forwarded from another
+    IncrementalAlterConfigs of a topic or group, auto-creation), here or forwarded from another
     broker, against this image, plan it and commit its record; every broker
     applies it (``metadata_apply``)."""
     cluster = ctl.rt
@@ -122,6 +123,9 @@ async def execute(ctl: Controller, intent: dict[str, Any]) -> None:
     elif op == "alter_configs":
         change = ctl.state.set_topic_configs(name, dict(intent["configs"]))
         rec = {"type": "alter_configs", "name": name, "configs": change["configs"]}
+    elif op == "alter_group_configs":
+        change = ctl.state.set_group_configs(name, dict(intent["configs"]))
+        rec = {"type": "group_configs", "name": name, "configs": change["configs"]}
     elif op == "auto_create":
         created = await _auto_create_record(ctl, name)
         if created is None or name in ctl.creating:

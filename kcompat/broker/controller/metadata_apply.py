@@ -88,7 +88,8 @@ def load_snapshot(rt: ClusterRuntime) -> None:
     """Make the image and the local replicas those of the checkpoint at the log
     start, through the same record handlers as the log: topics missing from it
     (or re-created under a new id) are deleted, new ones created, changed
-    partition counts and configs applied; brokers and ids replaced."""
+    partition counts and configs applied; brokers, ids and group configs
+    replaced (checkpoints older than group configs have none)."""
     storage = rt.meta.storage
     snapshot = storage.snapshot()
     doc = metadata_snapshot.decode(snapshot.data)
@@ -110,6 +111,7 @@ def load_snapshot(rt: ClusterRuntime) -> None:
             _apply_record(rt, {"type": "alter_configs", "name": name, "configs": t["configs"]})
     image.cluster_id = doc["cluster_id"] or image.cluster_id
     image.producer_id_limit = max(image.producer_id_limit, int(doc["producer_id_limit"]))
+    image.group_configs = {g: dict(c) for g, c in doc.get("group_configs", {}).items()}
     image.brokers.clear()
     for b in doc["brokers"]:
         image.apply({"type": "register_broker", **b})

@@ -59,8 +59,9 @@ def datetime_to_ms(value: datetime.datetime | int | None) -> int:
 SOURCE_DYNAMIC_TOPIC = 1
 SOURCE_STATIC_BROKER = 4
 SOURCE_DEFAULT = 5
-_SOURCE_IDS = {"topic": SOURCE_DYNAMIC_TOPIC, "broker": SOURCE_STATIC_BROKER,
-               "default": SOURCE_DEFAULT}
+SOURCE_DYNAMIC_GROUP = 8  # GROUP_CONFIG
+SOURCE_IDS = {"topic": SOURCE_DYNAMIC_TOPIC, "broker": SOURCE_STATIC_BROKER,
+              "default": SOURCE_DEFAULT, "group": SOURCE_DYNAMIC_GROUP}
 
 # Kafka's DescribeConfigsResponse.ConfigType ids, by ConfigDef.type.
 CONFIG_TYPE_IDS = {"boolean": 1, "string": 2, "int": 3, "short": 4, "long": 5,
@@ -69,6 +70,7 @@ CONFIG_TYPE_IDS = {"boolean": 1, "string": 2, "int": 3, "short": 4, "long": 5,
 # ConfigResource.Type ids.
 RESOURCE_TOPIC = 2
 RESOURCE_BROKER = 4
+RESOURCE_GROUP = 32
 
 
 def advertised_host(state: BrokerState) -> str:
@@ -124,7 +126,7 @@ def null_config_check(configs: Iterable[Any]) -> dict[str, Any]:
 def topic_config(state: BrokerState, key: str, overrides: dict[str, Any]) -> tuple[str, int]:
     """(rendered effective value, Kafka config source id) of one topic key."""
     value, source = effective(key, overrides, state.broker_defaults)
-    return TOPIC_CONFIGS[key].render(value), _SOURCE_IDS[source]
+    return TOPIC_CONFIGS[key].render(value), SOURCE_IDS[source]
 
 
 def topic_synonyms(

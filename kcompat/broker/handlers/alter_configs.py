@@ -6,7 +6,8 @@ INVALID_REQUEST ("Null value not supported for : k"); an unknown key or bad
 value INVALID_CONFIG. BROKER resources are checked like Kafka (id must be ours
 or "") and then refused with INVALID_REQUEST, since kcompat has no dynamic
 broker configs; an empty set of changes succeeds. A resource named twice is
-INVALID_REQUEST. ``validate_only`` changes nothing.
+INVALID_REQUEST. A GROUP resource (32) replaces the group's config overrides
+the same way (Kafka 4.4 accepts it here too). ``validate_only`` changes nothing.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from kcompat.broker.context import RequestContext
 from kcompat.broker.handlers._common import (
     NO_THROTTLE,
     RESOURCE_BROKER,
+    RESOURCE_GROUP,
     RESOURCE_TOPIC,
     alter_results,
     refuse_broker_change,
@@ -34,6 +36,8 @@ def _alter(ctx: RequestContext, resource: Any) -> dict[str, Any] | None:
     changes = {c.name: c.value for c in resource.configs}
     if resource.resource_type == RESOURCE_TOPIC:
         return ctx.state.set_topic_configs(resource.resource_name, changes)
+    if resource.resource_type == RESOURCE_GROUP:
+        return ctx.state.set_group_configs(resource.resource_name, changes)
     if resource.resource_type == RESOURCE_BROKER:
         refuse_broker_change(ctx.state, resource.resource_name, changes)
         return None

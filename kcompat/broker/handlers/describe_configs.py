@@ -10,15 +10,26 @@ INVALID_REQUEST with Kafka's messages; an unknown topic UNKNOWN_TOPIC_OR_PARTITI
 other resource types INVALID_REQUEST. Null or empty ``configuration_keys``
 means all keys. Synonyms (when asked) run from the topic override to the broker
 key to the default. v3+ carries config_type (Kafka's ConfigType ids);
-documentation is always null.
+documentation is null for topics and brokers.
+
+Type 32 (GROUP) lists Kafka 4.4's non-internal group keys (``group_config``)
+for any group name, existing or not: an override with source 8 (GROUP_CONFIG),
+else the broker synonym's value (4 if set in the broker's config, else 5);
+synonyms run from the override to the broker key (named as in Kafka:
+``group.share.delivery.count.limit``) or, for keys without one, the key
+itself. A ``kc.share.*`` key is listed where set or asked for by name. An
+empty name is INVALID_REQUEST ("Group name must not be empty"). v3+ asked for
+documentation gets the keys' descriptions.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from kcompat.broker import group_config
 from kcompat.broker.config import BROKER_CONFIGS
 from kcompat.broker.context import RequestContext
 from kcompat.broker.handlers._common import (
@@ -26,7 +37,9 @@ from kcompat.broker.handlers._common import (
     NO_THROTTLE,
     OK,
     RESOURCE_BROKER,
+    RESOURCE_GROUP,
     RESOURCE_TOPIC,
+    SOURCE_IDS,
     broker_config,
     broker_synonyms,
     check_broker_name,
@@ -37,14 +50,15 @@ from kcompat.broker.state import TopicError, check_topic_name
 from kcompat.broker.topic_config import TOPIC_CONFIGS, listed_keys
 
 
-def _entry(ctx: RequestContext, name: str, value: str, source: int, read_only: bool,
-           kind: str, synonyms: list[tuple[str, str, int]] | None) -> Any:
+def _entry(ctx: RequestContext, name: str, value: str | None, source: int, read_only: bool,
+           kind: str, synonyms: Sequence[tuple[str, str | None, int]] | None,
+           documentation: str | None = None) -> Any:
     syn = tuple(ctx.build("DescribeConfigsSynonym", name=n, value=v, source=s)
                 for n, v, s in synonyms or ())
     return ctx.build(
         "DescribeConfigsResourceResult", name=name, value=value, read_only=read_only,
         config_source=source, is_sensitive=False, synonyms=syn,
-        config_type=CONFIG_TYPE_IDS.get(kind, 0), documentation=None,
+        config_type=CONFIG_TYPE_IDS.get(kind, 0), documentation=documentation,
     )
 
 
@@ -80,11 +94,31 @@ def _broker(ctx: RequestContext, resource: Any, synonyms: bool) -> list[Any]:
     return out
 
 
-def _describe(ctx: RequestContext, resource: Any, synonyms: bool) -> Any:
+def _group(ctx: RequestContext, resource: Any, synonyms: bool, docs: bool) -> list[Any]:
+    if not resource.resource_name:
+        raise TopicError(ErrorCode.invalid_request, "Group name must not be empty")
+    overrides = ctx.state.group_configs.get(resource.resource_name, {})
+    config = ctx.state.config
+    out = []
+    for key in group_config.listed_keys(overrides, resource.configuration_keys):
+        value, source = group_config.effective(key, overrides, config)
+        syn = None
+        if synonyms:
+            syn = [(n, v, SOURCE_IDS[s]) for n, v, s in
+                   group_config.synonyms(key, overrides, config)]
+        doc = group_config.DOCS.get(key) if docs else None
+        out.append(_entry(ctx, key, group_config.render(key, value), SOURCE_IDS[source], False,
+                          group_config.GROUP_CONFIGS[key].type, syn, doc))
+    return out
+
+
+def _describe(ctx: RequestContext, resource: Any, synonyms: bool, docs: bool) -> Any:
     code, message, configs = OK, None, []
     try:
         if resource.resource_type == RESOURCE_TOPIC:
             configs = _topic(ctx, resource, synonyms)
+        elif resource.resource_type == RESOURCE_GROUP:
+            configs = _group(ctx, resource, synonyms, docs)
         elif resource.resource_type == RESOURCE_BROKER:
             configs = _broker(ctx, resource, synonyms)
         else:
@@ -101,5 +135,6 @@ def _describe(ctx: RequestContext, resource: Any, synonyms: bool) -> Any:
 
 async def handle(ctx: RequestContext, request: Any) -> Any:
     synonyms = bool(request.include_synonyms)
-    results = tuple(_describe(ctx, r, synonyms) for r in request.resources)
+    docs = bool(getattr(request, "include_documentation", False))
+    results = tuple(_describe(ctx, r, synonyms, docs) for r in request.resources)
     return ctx.response(throttle_time=NO_THROTTLE, results=results)

@@ -8,6 +8,11 @@ anything but DELETE, or an unknown operation is INVALID_REQUEST; an unknown key
 or bad value INVALID_CONFIG. confluent-kafka's ``incremental_alter_configs``
 uses this API, kafka-python's ``alter_configs`` does not. BROKER resources are
 checked like Kafka and then refused (no dynamic broker configs).
+GROUP resources (32) change a group's config overrides (``group_config``),
+whether or not the group exists; "" is INVALID_REQUEST ("Default group
+resources are not allowed."); DELETE of an unknown key is a no-op; APPEND /
+SUBTRACT on a non-list key is INVALID_CONFIG ("Can't APPEND to key k because
+its type is not LIST."), Kafka's answers for groups.
 ``validate_only`` changes nothing.
 """
 
@@ -19,9 +24,12 @@ from kio.schema.errors import ErrorCode
 
 from kcompat.broker.configdef import ConfigError
 from kcompat.broker.context import RequestContext
+from kcompat.broker.group_config import GROUP_CONFIGS, GroupConfigError, parse_value
+from kcompat.broker.group_config import effective as group_effective
 from kcompat.broker.handlers._common import (
     NO_THROTTLE,
     RESOURCE_BROKER,
+    RESOURCE_GROUP,
     RESOURCE_TOPIC,
     alter_results,
     duplicates,
@@ -34,16 +42,17 @@ SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 _OP_NAMES = {SET: "SET", DELETE: "DELETE", APPEND: "APPEND", SUBTRACT: "SUBTRACT"}
 
 
-def _check_ops(configs: Any) -> None:
+def _check_ops(configs: Any, group: bool = False) -> None:
+    """Kafka's request checks; a GROUP resource's messages name keys only."""
     dups = duplicates(c.name for c in configs)
     if dups:
-        raise TopicError(ErrorCode.invalid_request,
-                         f"Error due to duplicate config keys : {','.join(sorted(dups))}")
+        listed = "" if group else f" : {','.join(sorted(dups))}"
+        raise TopicError(ErrorCode.invalid_request, f"Error due to duplicate config keys{listed}")
     for c in configs:
         if c.config_operation not in _OP_NAMES:
             raise TopicError(ErrorCode.invalid_request,
                              f"Unknown config operation {c.config_operation} for {c.name}")
-    nulls = [f"{_OP_NAMES[c.config_operation]}:{c.name}" for c in configs
+    nulls = [c.name if group else f"{_OP_NAMES[c.config_operation]}:{c.name}" for c in configs
              if c.value is None and c.config_operation != DELETE]
     if nulls:
         raise TopicError(ErrorCode.invalid_request,
@@ -75,8 +84,41 @@ def _apply(ctx: RequestContext, overrides: dict[str, Any], op: Any) -> None:
             overrides[name] = [v for v in current if v not in items]
 
 
+def _apply_group(ctx: RequestContext, overrides: dict[str, Any], op: Any) -> None:
+    name, kind = op.name, op.config_operation
+    if kind == SET:
+        overrides[name] = op.value
+    elif kind == DELETE:
+        overrides.pop(name, None)
+    else:
+        definition = GROUP_CONFIGS.get(name)
+        if definition is None:
+            raise TopicError(ErrorCode.invalid_config, f"Unknown group config name: {name}")
+        if definition.type != "list":
+            raise TopicError(ErrorCode.invalid_config,
+                             f"Can't {_OP_NAMES[kind]} to key {name} because its type is not LIST.")
+        try:
+            current = list(group_effective(name, overrides, ctx.state.config)[0] or [])
+            items = parse_value(name, op.value)
+        except GroupConfigError as e:
+            raise TopicError(ErrorCode.invalid_config, e.message) from None
+        if kind == APPEND:
+            overrides[name] = current + [v for v in items if v not in current]
+        else:
+            overrides[name] = [v for v in current if v not in items]
+
+
+def _alter_group(ctx: RequestContext, resource: Any) -> dict[str, Any]:
+    overrides = dict(ctx.state.group_configs.get(resource.resource_name, {}))
+    for op in resource.configs:
+        _apply_group(ctx, overrides, op)
+    return ctx.state.set_group_configs(resource.resource_name, overrides)
+
+
 def _alter(ctx: RequestContext, resource: Any) -> dict[str, Any] | None:
-    _check_ops(resource.configs)
+    _check_ops(resource.configs, group=resource.resource_type == RESOURCE_GROUP)
+    if resource.resource_type == RESOURCE_GROUP:
+        return _alter_group(ctx, resource)
     if resource.resource_type == RESOURCE_BROKER:
         refuse_broker_change(ctx.state, resource.resource_name,
                              (c.name for c in resource.configs))
