@@ -7,7 +7,7 @@ line ``ratios: produce=X consume=Y p99=Z rss=W`` (kcompat divided by Kafka).
     .venv/bin/python bench/compare.py --quick    # < 5 min: headline ratios, acks=1 and all
     .venv/bin/python bench/compare.py --cluster-only   # only the 3-broker RF 3 part (~10 min)
 
-How it works. Apache Kafka 4.1 (``compat_tests.java.kafka_reference.KafkaReference``,
+How it works. Apache Kafka 4.4 (``compat_tests.java.kafka_reference.KafkaReference``,
 single-node KRaft, jars from Maven Central) is started first, measured, and
 stopped; then a kcompat broker (``compat_tests._broker.Broker``) is started with
 ``--set kcompat.flush.mode=never`` and measured with the identical workloads.
@@ -138,7 +138,7 @@ def producer_perf(bootstrap: str, topic: str, n: int, acks: str, throughput: int
                   ) -> dict[str, float]:
     out = run_tool("ProducerPerformance", "--topic", topic, "--num-records", str(n),
                    "--record-size", str(RECORD_BYTES), "--throughput", str(throughput),
-                   "--producer-props", f"bootstrap.servers={bootstrap}", f"acks={acks}",
+                   "--command-property", f"bootstrap.servers={bootstrap}", f"acks={acks}",
                    *PRODUCER_PROPS)
     found = [m for m in map(_PP.search, out.splitlines()) if m]
     if not found:
@@ -152,7 +152,7 @@ def producer_perf(bootstrap: str, topic: str, n: int, acks: str, throughput: int
 
 def consumer_perf(bootstrap: str, topic: str, n: int) -> dict[str, float]:
     out = run_tool("ConsumerPerformance", "--bootstrap-server", bootstrap, "--topic", topic,
-                   "--messages", str(n), "--timeout", "30000", "--group", f"perf-{topic}")
+                   "--num-records", str(n), "--timeout", "30000", "--group", f"perf-{topic}")
     lines = [ln for ln in out.splitlines() if ln.strip()]
     head = next(i for i, ln in enumerate(lines) if ln.startswith("start.time"))
     names = [h.strip() for h in lines[head].split(",")]

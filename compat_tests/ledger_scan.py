@@ -46,7 +46,7 @@ def client_family(client_id: str) -> str | None:
     if client_id.startswith("rdkafka"):
         return "confluent-kafka"  # kcat runs with -X client.id=kcat
     if client_id.startswith(JAVA_PREFIXES) or "spark" in client_id:
-        return "java"  # kafka-clients 4.1 (our programs, Kafka's tools) and Spark's 3.9
+        return "java"  # kafka-clients 4.4 (our programs, Kafka's tools) and Spark's 3.9
     return None
 
 

@@ -31,7 +31,7 @@ REFERENCE_POM = HERE / "reference" / "pom.xml"
 CLIENTS_DIR = HERE / "clients"
 
 #: Apache Kafka version of the reference broker, its tools and our Java clients.
-KAFKA_VERSION = os.environ.get("KCOMPAT_KAFKA_VERSION", "4.1.1")
+KAFKA_VERSION = os.environ.get("KAFKA_REFERENCE_VERSION", "4.4.0")
 
 
 def cache_root() -> Path:

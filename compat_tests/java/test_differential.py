@@ -39,18 +39,22 @@ KNOWN_JAVA_STEPS = {
     # to Metadata, which carries no ELR fields: elr/lastKnownElr are null instead of [].
     "describe_main": "D1",
 }
-# Topic configs Kafka 4.1 lists that kcompat does not know (FINDINGS.md D3).
+# Topic configs Kafka 4.4 lists that kcompat does not know (FINDINGS.md D3).
 KNOWN_MISSING_TOPIC_CONFIGS = {
     "compression.gzip.level", "compression.lz4.level", "compression.zstd.level",
     "follower.replication.throttled.replicas", "leader.replication.throttled.replicas",
     "local.retention.bytes", "local.retention.ms", "remote.log.copy.disable",
     "remote.log.delete.on.disable", "remote.storage.enable",
+    # new in Kafka 4.2-4.4
+    "errors.deadletterqueue.group.enable", "max.decompressed.message.bytes",
+    "remote.copy.lag.bytes", "remote.copy.lag.ms",
 }
 # kcompat's own broker keys (not Kafka keys): allowed in its DescribeConfigs answer,
 # besides every "kcompat.*" key (FINDINGS.md D8).
 KCOMPAT_ONLY_BROKER_KEYS = {"admin.host", "admin.port", "advertised.host", "host", "port"}
 # (Kafka type, kcompat type) of broker keys whose ConfigType differs (FINDINGS.md D9).
-KNOWN_BROKER_TYPE_DIFFS = {"controller.quorum.voters": ("LIST", "STRING")}
+KNOWN_BROKER_TYPE_DIFFS = {"controller.quorum.voters": ("LIST", "STRING"),
+                           "log.dirs": ("LIST", "STRING")}  # LIST since Kafka 4.2
 # Broker keys whose default value both must report identically.
 SAME_BROKER_DEFAULTS = [
     "message.max.bytes", "log.segment.bytes", "log.retention.bytes", "num.partitions",

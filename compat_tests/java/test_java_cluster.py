@@ -1,4 +1,4 @@
-"""Apache Kafka's own test tools (kafka-tools 4.1 jar) against a 3-broker kcompat
+"""Apache Kafka's own test tools (kafka-tools 4.4 jar) against a 3-broker kcompat
 cluster of real processes, across broker failures:
 
 - ``VerifiableProducer`` (acks=-1, idempotent, retrying) while the leader of

@@ -43,7 +43,7 @@ def test_producer_then_consumer_performance(module_broker: Broker, topic: str,
     n = 20000
     prod = run_java(reference_cp, f"{TOOLS}.ProducerPerformance", "--topic", topic,
                     "--num-records", str(n), "--record-size", "100", "--throughput", "-1",
-                    "--producer-props", f"bootstrap.servers={bootstrap}", "linger.ms=5",
+                    "--command-property", f"bootstrap.servers={bootstrap}", "linger.ms=5",
                     heap="512m")
     assert prod.returncode == 0, prod.explain()
     final = [ln for ln in prod.stdout.splitlines() if "records sent" in ln][-1]
@@ -53,12 +53,13 @@ def test_producer_then_consumer_performance(module_broker: Broker, topic: str,
     assert _end_total(bootstrap, topic, 2) == n
 
     cons = run_java(reference_cp, f"{TOOLS}.ConsumerPerformance", "--bootstrap-server", bootstrap,
-                    "--topic", topic, "--messages", str(n), "--timeout", "30000",
+                    "--topic", topic, "--num-records", str(n), "--timeout", "30000",
                     "--group", f"perf-{topic}", heap="512m")
     assert cons.returncode == 0, cons.explain()
     lines = [ln for ln in cons.stdout.splitlines() if ln.strip()]
-    header = [h.strip() for h in lines[0].split(",")]
-    values = [v.strip() for v in lines[-1].split(",")]
+    head = next(i for i, ln in enumerate(lines) if ln.startswith("start.time"))  # after warnings
+    header = [h.strip() for h in lines[head].split(",")]
+    values = [v.strip() for v in lines[head + 1].split(",")]
     row = dict(zip(header, values, strict=False))
     print("ConsumerPerformance:", row)
     assert int(row["data.consumed.in.nMsg"]) == n, cons.explain()
