@@ -40,10 +40,16 @@ RF3_ONLY = ("rf3",)
 #: groups and transactional ids are coordinated elsewhere than their topics'
 #: leaders; fewer Raft groups to create and tick, as Kafka's own integration
 #: tests shrink them).
+#: Share-group suites (KIP-932): acquisition locks as short as 1 s (Kafka's
+#: ``group.share.min.record.lock.duration.ms`` is 15 s by default, so a test of
+#: lock expiry would wait that long) and 10 share-state partitions.
+SHARE_BROKER_ARGS = ("--set", "group.share.min.record.lock.duration.ms=1000",
+                     "--set", "share.coordinator.state.topic.num.partitions=10")
 CLUSTER_BROKER_ARGS = ("--set", "group.initial.rebalance.delay.ms=0",
                        "--set", "transaction.abort.timed.out.transaction.cleanup.interval.ms=500",
                        "--set", "offsets.topic.num.partitions=10",
-                       "--set", "transaction.state.log.num.partitions=10")
+                       "--set", "transaction.state.log.num.partitions=10",
+                       *SHARE_BROKER_ARGS)
 
 
 @dataclass

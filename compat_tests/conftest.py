@@ -37,7 +37,15 @@ import pytest
 
 from ._broker import Broker, unique_topic
 from ._cluster import Cluster
-from ._deployment import CLUSTER_BROKER_ARGS, GROUP_KINDS, PRODUCE_KINDS, TXN_KINDS, Deployment
+from ._deployment import (
+    CLUSTER_BROKER_ARGS,
+    GROUP_KINDS,
+    PRODUCE_KINDS,
+    SHARE_BROKER_ARGS,
+    SINGLE_AND_RF3,
+    TXN_KINDS,
+    Deployment,
+)
 from ._eos import TXN_BROKER_ARGS
 from ._groups import FAST_BROKER_ARGS
 
@@ -171,6 +179,13 @@ def _deployment(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPat
 def pbroker(request: pytest.FixtureRequest,
             tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
     yield from _deployment(request, tmp_path_factory, "produce", ())
+
+
+@pytest.fixture(scope="module", params=SINGLE_AND_RF3)
+def sbroker(request: pytest.FixtureRequest,
+            tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
+    """Share-group suites: short acquisition locks allowed (``SHARE_BROKER_ARGS``)."""
+    yield from _deployment(request, tmp_path_factory, "share", SHARE_BROKER_ARGS)
 
 
 @pytest.fixture(scope="module", params=GROUP_KINDS)

@@ -8,8 +8,9 @@ driver and replica management, ``replication``) with its request/reply calls
 between brokers; the controller (``controller``: the metadata log's state
 machine, registration and liveness, topic changes); the services — the group
 and transaction coordinators, each the replicated state machine of its
-internal topic —, delayed delivery (the state machine of ``__kc_schedule``)
-and the metrics. ``Broker`` builds them in that order and
+internal topic —, delayed delivery (the state machine of ``__kc_schedule``),
+share groups (their coordinator, and the share-partitions at the partitions'
+leaders with the state machine of ``__share_group_state``) and the metrics. ``Broker`` builds them in that order and
 lets each upper part register what the lower ones call back (tick hooks,
 inbound messages, state machines), so no lower layer knows an upper one.
 Handlers receive it in their ``RequestContext``.
@@ -35,6 +36,8 @@ from kcompat.broker.metrics import BrokerMetrics
 from kcompat.broker.replication.peer_calls import PeerCalls
 from kcompat.broker.replication.runtime import ClusterRuntime, lone_voter
 from kcompat.broker.replication.transport import LinkFactory
+from kcompat.broker.share_groups import ShareGroupService
+from kcompat.broker.shares import ShareService
 from kcompat.broker.state import BrokerState
 from kcompat.broker.transactions import TxnService
 from kcompat.log.store import OS_STORE, FileStore
@@ -54,6 +57,9 @@ class Broker:
         self.groups = GroupService(self.state, self.cluster)
         self.txns = TxnService(self.state, self.cluster, self.calls, self.groups)
         self.delays = DelayService(self.state, self.cluster, self.calls, self.controller)
+        self.shares = ShareService(self.state, self.cluster, self.calls, self.controller)
+        self.share_groups = ShareGroupService(self.state, self.cluster, self.groups,
+                                              self.shares)
         # counters and gauges for /metrics (admin_http)
         self.metrics = BrokerMetrics(self.state, self.groups.store)
         self.delays.export(self.metrics.registry)
@@ -63,6 +69,8 @@ class Broker:
         nursery.start_soon(self.groups.run)
         nursery.start_soon(self.txns.run)
         nursery.start_soon(self.delays.run)
+        nursery.start_soon(self.shares.run)
+        nursery.start_soon(self.share_groups.run)
 
     def close(self) -> None:
         self.state.close()

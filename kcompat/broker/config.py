@@ -127,6 +127,8 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
         _D("kc.schedule.topic.num.partitions", "int", 10, minimum=1),
         _D("kc.schedule.topic.replication.factor", "short", 3, minimum=1),
         # __share_group_state: share-partition state (KIP-932), created on first use
+        _D("share.coordinator.state.topic.num.partitions", "int", 50, minimum=1),
+        _D("share.coordinator.state.topic.replication.factor", "short", 3, minimum=1),
         _D("kcompat.flush.mode", "string", "acks_all", choices=("acks_all", "always", "never")),
         _D("kcompat.cluster.id", "string", ""),
         _D("admin.port", "int", 9644, minimum=-1),  # 0 picks a free port, -1 disables

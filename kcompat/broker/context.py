@@ -12,6 +12,8 @@ from kcompat.broker.delays import DelayService
 from kcompat.broker.groups import GroupService
 from kcompat.broker.metrics import BrokerMetrics
 from kcompat.broker.replication.runtime import ClusterRuntime
+from kcompat.broker.share_groups import ShareGroupService
+from kcompat.broker.shares import ShareService
 from kcompat.broker.state import BrokerState
 from kcompat.broker.transactions import TxnService
 from kcompat.wire import codec
@@ -49,6 +51,14 @@ class RequestContext:
     @property
     def delays(self) -> DelayService:
         return self.broker.delays
+
+    @property
+    def shares(self) -> ShareService:
+        return self.broker.shares
+
+    @property
+    def share_groups(self) -> ShareGroupService:
+        return self.broker.share_groups
 
     @property
     def metrics(self) -> BrokerMetrics:

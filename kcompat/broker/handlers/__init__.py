@@ -50,6 +50,10 @@ _MODULES = {
     v.DESCRIBE_PRODUCERS: "describe_producers",
     v.DESCRIBE_TRANSACTIONS: "describe_transactions",
     v.LIST_TRANSACTIONS: "list_transactions",
+    v.SHARE_GROUP_HEARTBEAT: "share_group_heartbeat",
+    v.SHARE_GROUP_DESCRIBE: "share_group_describe",
+    v.SHARE_FETCH: "share_fetch",
+    v.SHARE_ACKNOWLEDGE: "share_acknowledge",
 }
 
 HANDLERS: dict[int, Handler] = {

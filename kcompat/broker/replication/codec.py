@@ -161,9 +161,31 @@ class AppendReply:
     base_offset: int
 
 
-Reply = MarkerReply | ForwardReply | VerifyTxnReply | AppendReply
+@dataclass(frozen=True, slots=True)
+class ShareClaimRequest:
+    """Share-partition leader -> leader of a ``__share_group_state``
+    partition: commit a claim of the share key (group, topic, partition) with
+    this nonce and answer (``ShareClaimReply``) with the key's new generation
+    and its state (JSON, ``group.share_state``; None when it has none)."""
+
+    request_id: int
+    index: int
+    key: tuple[str, str, int]
+    nonce: str
+
+
+@dataclass(frozen=True, slots=True)
+class ShareClaimReply:
+    request_id: int
+    error_code: int
+    generation: int
+    state: dict[str, Any] | None
+
+
+Reply = MarkerReply | ForwardReply | VerifyTxnReply | AppendReply | ShareClaimReply
 Internal = (MarkerRequest | MarkerReply | ForwardRequest | ForwardReply | Heartbeat
-            | VerifyTxnRequest | VerifyTxnReply | AppendRequest | AppendReply)
+            | VerifyTxnRequest | VerifyTxnReply | AppendRequest | AppendReply
+            | ShareClaimRequest | ShareClaimReply)
 
 
 @dataclass(frozen=True, slots=True)
@@ -214,6 +236,10 @@ def _enc_internal(m: Internal, blobs: list[bytes]) -> list[Any]:
         return ["aq", m.request_id, m.topic, m.index, len(blobs) - 1]
     if isinstance(m, AppendReply):
         return ["ar", m.request_id, m.error_code, m.base_offset]
+    if isinstance(m, ShareClaimRequest):
+        return ["sq", m.request_id, m.index, list(m.key), m.nonce]
+    if isinstance(m, ShareClaimReply):
+        return ["sr", m.request_id, m.error_code, m.generation, m.state]
     if isinstance(m, MarkerRequest):
         return ["q", m.request_id, m.topic, m.index, m.producer_id, m.producer_epoch,
                 int(m.commit)]
@@ -288,6 +314,15 @@ def decode(frame: bytes) -> RaftFrame:
                                              blobs[int(item[4])]))
             elif item[0] == "ar":
                 markers.append(AppendReply(int(item[1]), int(item[2]), int(item[3])))
+            elif item[0] == "sq":
+                group, topic, partition = item[3]
+                markers.append(ShareClaimRequest(int(item[1]), int(item[2]),
+                                                 (str(group), str(topic), int(partition)),
+                                                 str(item[4])))
+            elif item[0] == "sr":
+                state = item[4]
+                markers.append(ShareClaimReply(int(item[1]), int(item[2]), int(item[3]),
+                                               None if state is None else dict(state)))
             elif item[0] == "vr":
                 markers.append(VerifyTxnReply(int(item[1]), int(item[2])))
             elif item[0] == "hb":

@@ -57,7 +57,7 @@ class PeerCalls:
         self._seq = 0
         self._waits: dict[int, list[Any]] = {}  # request id -> [Event, ErrorCode, message?]
         for reply in (codec.MarkerReply, codec.ForwardReply, codec.VerifyTxnReply,
-                      codec.AppendReply):
+                      codec.AppendReply, codec.ShareClaimReply):
             runtime.inbound[reply] = lambda _src, m: self.on_reply(m)
         runtime.inbound[codec.MarkerRequest] = (
             lambda src, m: runtime.spawn(self.serve_marker, src, m))
@@ -90,6 +90,8 @@ class PeerCalls:
             slot.append(reply.message)
         elif isinstance(reply, codec.AppendReply):
             slot.append(reply.base_offset)
+        elif isinstance(reply, codec.ShareClaimReply):
+            slot.append((reply.generation, reply.state))
         slot[0].set()
 
     async def write_marker(self, topic: str, index: int, pid: int, epoch: int, commit: bool,

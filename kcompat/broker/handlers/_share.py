@@ -1,0 +1,165 @@
+"""What ShareFetch and ShareAcknowledge share: sessions, acknowledgements, answers.
+
+Acknowledgements are applied per partition all or nothing
+(``SharePartition.acknowledge``); the partition's ``acknowledge_error_code`` says
+how it went. A partition this broker does not lead is NOT_LEADER_OR_FOLLOWER
+with the current leader and its endpoint, so the consumer moves there.
+RENEW (type 4) needs version 2, as in Kafka.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from kcompat.broker.context import RequestContext
+from kcompat.broker.handlers._common import NO_THROTTLE, OK
+from kcompat.broker.share_sessions import Session
+from kcompat.broker.shares import Held, ShareError
+from kcompat.group.share_partition import AckBatch, AckType, AcquiredRecords
+
+Key = tuple[str, int]
+
+
+@dataclass
+class PartitionResult:
+    error: ErrorCode = OK
+    message: str | None = None
+    ack_error: ErrorCode | None = None
+    ack_message: str | None = None
+    records: bytes = b""
+    acquired: list[AcquiredRecords] = field(default_factory=list)
+
+
+def named_partitions(ctx: RequestContext, topics: Iterable[Any], attr: str
+                     ) -> tuple[dict[Key, Any], dict[uuid.UUID, str], list[tuple[Any, int]]]:
+    """(topic-partition -> its request entry, topic id -> name, unknown
+    (topic id, partition) pairs)."""
+    found: dict[Key, Any] = {}
+    names: dict[uuid.UUID, str] = {}
+    unknown: list[tuple[Any, int]] = []
+    for t in topics:
+        meta = ctx.state.topic_by_id(t.topic_id) if t.topic_id is not None else None
+        for p in getattr(t, attr):
+            index = p if isinstance(p, int) else p.partition_index
+            if meta is None or not 0 <= index < meta.partitions:
+                unknown.append((t.topic_id, index))
+                continue
+            names[t.topic_id] = meta.name
+            found[(meta.name, index)] = p
+    return found, names, unknown
+
+
+def ack_batches(ctx: RequestContext, entry: Any) -> tuple[list[AckBatch], str | None]:
+    batches: list[AckBatch] = []
+    for b in entry.acknowledgement_batches:
+        types = tuple(int(t) for t in b.acknowledge_types)
+        if ctx.version < 2 and AckType.RENEW in types:
+            return [], "RENEW acknowledgements need version 2"
+        batches.append((b.first_offset, b.last_offset, types))
+    return batches, None
+
+
+async def apply_acks(ctx: RequestContext, group_id: str, member_id: str,
+                     acks: dict[Key, list[AckBatch]], results: dict[Key, PartitionResult],
+                     touched: dict[tuple[str, str, int], Held]) -> None:
+    for (topic, index), batches in acks.items():
+        result = results.setdefault((topic, index), PartitionResult())
+        try:
+            held = await ctx.shares.held_machine((group_id, topic, index))
+        except ShareError as e:
+            result.error, result.message = e.code, e.message
+            result.ack_error = e.code
+            continue
+        code = ctx.shares.acknowledge(held, member_id, batches)
+        result.ack_error = code
+        if code != OK:
+            result.ack_message = ("The record state is invalid: the records are not "
+                                  "acquired by this member" if code ==
+                                  ErrorCode.invalid_record_state else None)
+        touched[held.key] = held
+
+
+def release_session(ctx: RequestContext, session: Session,
+                    touched: dict[tuple[str, str, int], Held],
+                    keep: Iterable[Key] = ()) -> None:
+    """The member's records still acquired in the session's partitions (but
+    ``keep``) go back to AVAILABLE."""
+    kept = set(keep)
+    for topic, index in session.partitions:
+        if (topic, index) in kept:
+            continue
+        held = ctx.shares.release_member((session.group_id, topic, index), session.member_id)
+        if held is not None:
+            touched[held.key] = held
+
+
+async def persist(ctx: RequestContext, touched: dict[tuple[str, str, int], Held],
+                  results: dict[Key, PartitionResult]) -> None:
+    """Make the changes durable before answering; a partition whose write
+    failed answers an error instead of records or acknowledgement success."""
+    failed = await ctx.shares.write([(h, False) for h in touched.values()])
+    for group_id, topic, index in failed:
+        del group_id
+        result = results.setdefault((topic, index), PartitionResult())
+        result.error = ErrorCode.coordinator_not_available
+        result.message = "the share-partition state could not be written; retry"
+        result.records, result.acquired = b"", []
+        if result.ack_error is not None:
+            result.ack_error = ErrorCode.coordinator_not_available
+
+
+def topic_responses(ctx: RequestContext, results: dict[Key, PartitionResult],
+                    ids: dict[str, uuid.UUID], unknown: list[tuple[Any, int]], fetch: bool
+                    ) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
+    """The ``responses`` and ``node_endpoints`` of the answer."""
+    by_topic: dict[Any, list[Any]] = {}
+    leaders: set[int] = set()
+    for (topic, index), r in results.items():
+        leader, epoch = -1, -1
+        if (topic, index) in ctx.cluster.assignments:
+            leader, epoch = ctx.cluster.partition_view(topic, index)[:2]
+        if r.error == ErrorCode.not_leader_or_follower and leader >= 0:
+            leaders.add(leader)
+        fields: dict[str, Any] = dict(
+            partition_index=index, error_code=r.error, error_message=r.message,
+            current_leader=ctx.build("LeaderIdAndEpoch", leader_id=leader,
+                                     leader_epoch=epoch))
+        if fetch:
+            fields.update(acknowledge_error_code=int(r.ack_error or OK),
+                          acknowledge_error_message=r.ack_message, records=r.records,
+                          acquired_records=tuple(
+                              ctx.build("AcquiredRecords", first_offset=a.first_offset,
+                                        last_offset=a.last_offset,
+                                        delivery_count=a.delivery_count)
+                              for a in r.acquired))
+        elif r.ack_error is not None and r.error == OK:
+            fields.update(error_code=r.ack_error, error_message=r.ack_message)
+        by_topic.setdefault(ids[topic], []).append(ctx.build("PartitionData", **fields))
+    for topic_id, index in unknown:
+        fields = dict(partition_index=index, error_code=ErrorCode.unknown_topic_id,
+                      error_message=None,
+                      current_leader=ctx.build("LeaderIdAndEpoch", leader_id=-1,
+                                               leader_epoch=-1))
+        if fetch:
+            fields.update(acknowledge_error_code=int(ErrorCode.unknown_topic_id),
+                          acknowledge_error_message=None, records=b"", acquired_records=())
+        by_topic.setdefault(topic_id, []).append(ctx.build("PartitionData", **fields))
+    cls = "ShareFetchableTopicResponse" if fetch else "ShareAcknowledgeTopicResponse"
+    responses = tuple(ctx.build(cls, topic_id=tid, partitions=tuple(parts))
+                      for tid, parts in by_topic.items())
+    endpoints = tuple(
+        ctx.build("NodeEndpoint", node_id=node, host=host, port=port, rack=rack)
+        for node, host, port, rack in ctx.controller.lifecycle.broker_endpoints(leaders)
+        if node in leaders)
+    return responses, endpoints
+
+
+def error_answer(ctx: RequestContext, code: ErrorCode, message: str | None = None) -> Any:
+    return ctx.response(throttle_time=NO_THROTTLE, error_code=code, error_message=message,
+                        acquisition_lock_timeout=NO_THROTTLE, responses=(),
+                        node_endpoints=())

@@ -1,0 +1,155 @@
+"""ShareFetch (key 78), versions 1-2 (KIP-932; v2 adds RENEW, KIP-1222).
+
+A share consumer fetches from each partition leader in its share session
+(``share_sessions``): acknowledgements ride along (applied first), then records
+are acquired for the member, up to ``max_records`` over all the session's
+partitions, and answered as whole log batches plus the acquired offset ranges
+with their delivery counts; the client keeps only acquired records. Nothing
+acquirable: the request waits up to ``max_wait`` for new data, a released
+record or an expired lock. Epoch -1 closes the session (acknowledgements
+only). Acknowledgements in an opening request (epoch 0) are INVALID_REQUEST,
+as in Kafka. Every change is written to ``__share_group_state`` before the
+answer (``shares``).
+"""
+
+from __future__ import annotations
+
+import datetime
+from typing import Any
+
+import trio
+from kio.schema.errors import ErrorCode
+
+from kcompat.broker.context import RequestContext
+from kcompat.broker.handlers._common import NO_THROTTLE, OK
+from kcompat.broker.handlers._share import (
+    PartitionResult,
+    ack_batches,
+    apply_acks,
+    error_answer,
+    named_partitions,
+    persist,
+    release_session,
+    topic_responses,
+)
+from kcompat.broker.share_sessions import FINAL_EPOCH, INITIAL_EPOCH, Session
+from kcompat.broker.shares import Held, ShareError
+from kcompat.group.share_partition import AckBatch
+
+
+async def handle(ctx: RequestContext, request: Any) -> Any:
+    group_id, member_id = request.group_id or "", request.member_id or ""
+    if not group_id:
+        return error_answer(ctx, ErrorCode.invalid_group_id, "The group id is empty.")
+    if not member_id:
+        return error_answer(ctx, ErrorCode.invalid_request, "The member id is empty.")
+    epoch = request.share_session_epoch
+    entries, names, unknown = named_partitions(ctx, request.topics, "partitions")
+    ids = {name: tid for tid, name in names.items()}
+    acks: dict[tuple[str, int], list[AckBatch]] = {}
+    for tp, entry in entries.items():
+        batches, problem = ack_batches(ctx, entry)
+        if problem:
+            return error_answer(ctx, ErrorCode.invalid_request, problem)
+        if batches:
+            acks[tp] = batches
+    sessions = ctx.shares.sessions
+    touched: dict[tuple[str, str, int], Held] = {}
+    if epoch == INITIAL_EPOCH:
+        if acks:
+            return error_answer(ctx, ErrorCode.invalid_request,
+                                "Acknowledge data present on initial epoch")
+        session, old = sessions.open(group_id, member_id)
+        if session is None:
+            return error_answer(ctx, ErrorCode.share_session_limit_reached,
+                                "The share session cache is full.")
+        if old is not None:
+            release_session(ctx, old, touched)
+    else:
+        found, code = sessions.advance(group_id, member_id, epoch)
+        if found is None:
+            return error_answer(ctx, code)
+        session = found
+    forgotten, f_names, _ = named_partitions(ctx, request.forgotten_topics_data, "partitions")
+    for tp in forgotten:
+        session.partitions.pop(tp, None)
+    for tp in entries:
+        session.partitions[tp] = None
+    for name, tid in ((n, t) for t, n in f_names.items()):
+        ids.setdefault(name, tid)
+
+    results: dict[tuple[str, int], PartitionResult] = {}
+    await apply_acks(ctx, group_id, member_id, acks, results, touched)
+    if epoch == FINAL_EPOCH:
+        release_session(ctx, session, touched)
+    elif not getattr(request, "is_renew_ack", False):
+        await _acquire(ctx, request, session, results, touched, bool(acks))
+    for (topic, _index) in results:
+        if topic not in ids:
+            meta = ctx.state.topics.get(topic)
+            if meta is not None:
+                ids[topic] = meta.topic_id
+    await persist(ctx, touched, results)
+    responses, endpoints = topic_responses(ctx, results, ids, unknown, fetch=True)
+    lock_ms = ctx.shares.settings_of(group_id).config.record_lock_duration_ms
+    return ctx.response(throttle_time=NO_THROTTLE, error_code=OK, error_message=None,
+                        acquisition_lock_timeout=datetime.timedelta(milliseconds=lock_ms),
+                        responses=responses, node_endpoints=endpoints)
+
+
+async def _acquire(ctx: RequestContext, request: Any, session: Session,
+                   results: dict[tuple[str, int], PartitionResult],
+                   touched: dict[tuple[str, str, int], Held], answered: bool) -> None:
+    """Acquire for the member over the session's partitions, waiting up to
+    ``max_wait`` while there is nothing to answer."""
+    shares = ctx.shares
+    group_id, member_id = session.group_id, session.member_id
+    settings = shares.settings_of(group_id)
+    deadline = trio.current_time() + max(request.max_wait.total_seconds(), 0.0)
+    budget = request.max_records if request.max_records > 0 else 500
+    order = list(session.partitions)
+    if order:  # every partition gets its turn first, so none starves
+        turn = session.turn % len(order)
+        session.turn = turn + 1
+        order = order[turn:] + order[:turn]
+    while True:
+        arrived, changed = ctx.state.data_arrived, shares.changed
+        remaining = budget
+        acquired = False
+        for topic, index in order:
+            if remaining <= 0:
+                break
+            try:
+                held = await shares.held_machine((group_id, topic, index))
+            except ShareError as e:
+                result = results.setdefault((topic, index), PartitionResult())
+                result.error, result.message = e.code, e.message
+                continue
+            part, code = ctx.cluster.led_partition(topic, index)
+            if part is None or code != OK:
+                results.setdefault((topic, index), PartitionResult()).error = code
+                continue
+            held.machine.config = settings.config
+            ranges, data = shares.acquire(held, part, member_id, remaining,
+                                          settings.read_committed)
+            touched[held.key] = held
+            if ranges:
+                result = results.setdefault((topic, index), PartitionResult())
+                result.acquired, result.records = ranges, data
+                remaining -= sum(r.last_offset - r.first_offset + 1 for r in ranges)
+                acquired = True
+        if acquired or answered or any(r.error != OK for r in results.values()):
+            return
+        if trio.current_time() >= deadline:
+            return
+        await _wait_any((arrived, changed), deadline)
+
+
+async def _wait_any(events: tuple[trio.Event, ...], deadline: float) -> None:
+    async with trio.open_nursery() as nursery:
+        async def wait(event: trio.Event) -> None:
+            await event.wait()
+            nursery.cancel_scope.cancel()
+        for event in events:
+            nursery.start_soon(wait, event)
+        nursery.cancel_scope.deadline = deadline

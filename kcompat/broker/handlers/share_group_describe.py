@@ -1,0 +1,65 @@
+"""ShareGroupDescribe (key 77), version 1 (KIP-932).
+
+Members, epochs, assignments (topic id and name) and state of each share
+group this broker coordinates; another broker's group is NOT_COORDINATOR, an
+unknown one or a classic group GROUP_ID_NOT_FOUND, as in Kafka. Authorized operations are not computed (kcompat has no ACLs yet):
+-2147483648, Kafka's "not requested" value.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from kcompat.broker.context import RequestContext
+from kcompat.broker.handlers._common import NO_THROTTLE, OK
+
+NOT_REQUESTED = -(1 << 31)
+
+
+def _assignment(ctx: RequestContext, assigned: Any) -> Any:
+    topics = []
+    for name, partitions in assigned:
+        meta = ctx.state.topics.get(name)
+        if meta is not None:
+            topics.append(ctx.build("TopicPartitions", topic_id=meta.topic_id, topic_name=name,
+                                    partitions=tuple(partitions)))
+    return ctx.build("Assignment", topic_partitions=tuple(topics))
+
+
+def _missing(ctx: RequestContext, group_id: str, code: ErrorCode, message: str | None) -> Any:
+    return ctx.build("DescribedGroup", error_code=code, error_message=message,
+                     group_id=group_id, group_state="Dead", group_epoch=-1,
+                     assignment_epoch=-1, assignor_name="", members=(),
+                     authorized_operations=NOT_REQUESTED)
+
+
+async def handle(ctx: RequestContext, request: Any) -> Any:
+    service = ctx.share_groups
+    out = []
+    for group_id in request.group_ids:
+        if (gate := service.coordinator_error(group_id)) is not None:
+            out.append(_missing(ctx, group_id, gate, None))
+            continue
+        if service.is_classic(group_id):
+            out.append(_missing(ctx, group_id, ErrorCode.group_id_not_found,
+                                f"Group {group_id} is not a share group."))
+            continue
+        group = service.group(group_id)
+        if group is None:
+            out.append(_missing(ctx, group_id, ErrorCode.group_id_not_found,
+                                f"Group {group_id} not found."))
+            continue
+        d = group.describe()
+        members = tuple(ctx.build(
+            "Member", member_id=m.member_id, rack_id=m.rack_id, member_epoch=m.member_epoch,
+            client_id=m.client_id, client_host=m.client_host,
+            subscribed_topic_names=tuple(m.subscribed_topic_names),
+            assignment=_assignment(ctx, m.assignment)) for m in d.members)
+        out.append(ctx.build(
+            "DescribedGroup", error_code=OK, error_message=None, group_id=group_id,
+            group_state=d.group_state, group_epoch=d.group_epoch,
+            assignment_epoch=d.assignment_epoch, assignor_name=d.assignor_name,
+            members=members, authorized_operations=NOT_REQUESTED))
+    return ctx.response(throttle_time=NO_THROTTLE, groups=tuple(out))

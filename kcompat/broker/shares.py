@@ -1,0 +1,436 @@
+"""Share-partitions at their partition's leader, and their durable state (KIP-932).
+
+Theory of operation
+-------------------
+**Where the state lives.** As in Kafka, the leader of a topic-partition owns the
+in-flight state of every share group reading it: one ``SharePartition``
+(``group.share_partition``, pure) per (share group, topic, partition) — a *share
+key* — built on first use. Its durable form is kept in ``__share_group_state``
+(created on first use like the coordinators' topics), partition
+``javaHash("group:topic:partition") % N``, whose replicas all fold its records
+into a ``ShareStateLog`` (``group.share_state``): this service is that topic's
+replicated state machine on the host of issue 12.
+
+**Taking a key over.** Before a leader serves a share key it *claims* it: a
+claim record with a fresh nonce goes to the state partition's leader (here,
+or a ``ShareClaimRequest`` to another broker), which answers, once the claim
+is applied, with the key's new generation and the state it holds. The leader
+rebuilds the machine from that state (or starts one at
+``share.auto.offset.reset``) and writes with that generation from then on; a
+deposed leader's late writes carry an older one and are ignored. A leader
+claims again whenever its Raft term of the data partition changed (it lost
+and regained the lead) or a write failed.
+
+**Durable before answered.** Every ShareFetch and ShareAcknowledge changes the
+machines it touches in memory, then writes each one's ``take_update`` to its
+state partition and answers only once those writes are committed — so a
+delivery count a consumer saw is never lost, and an acknowledgement that was
+answered is never undone by a failover. The writes of one state partition go
+out one batch at a time, in order (``_Writer``), gathering what waits.
+A write that fails drops the machine: the next request claims the key again
+and continues from the last committed state (records acquired in between come
+back AVAILABLE with their delivery counted — at least once).
+
+**Time.** ``run`` ticks the machines at their next lock expiry or backoff end,
+writes what changed and wakes parked fetches; a fetch that acquired nothing
+waits (``max_wait``) for new data or such a wake.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import trio
+from kio.schema.errors import ErrorCode
+
+from kcompat.broker.controller.admin import auto_create
+from kcompat.broker.controller.internal_topics import partition_for
+from kcompat.broker.group_config import duration_ms
+from kcompat.broker.replication import codec
+from kcompat.broker.replication.storage import now_ms
+from kcompat.broker.share_sessions import ShareSessions
+from kcompat.group.share_partition import (
+    AckBatch,
+    AcquiredRecords,
+    ShareConfig,
+    SharePartition,
+    start_offset_for_reset,
+)
+from kcompat.group.share_state import (
+    SHARE_STATE_TOPIC,
+    ShareKey,
+    ShareStateError,
+    ShareStateLog,
+    claim_value,
+    encode_key,
+    share_key_string,
+    state_from_json,
+    state_to_json,
+    state_value,
+)
+from kcompat.wire import batch as wbatch
+from kcompat.wire.records import decode_batch, encode_batch
+
+if TYPE_CHECKING:
+    from kcompat.broker.controller.quorum import Controller
+    from kcompat.broker.partition import Partition
+    from kcompat.broker.replication.peer_calls import PeerCalls
+    from kcompat.broker.replication.runtime import ClusterRuntime
+    from kcompat.broker.state import BrokerState
+
+log = logging.getLogger("kcompat.shares")
+
+GROUP_HEADER = "kc-group"  # the message group of kc.share.ordering=message-group
+WRITE_TIMEOUT_S = 5.0
+CLAIM_TIMEOUT_S = 5.0
+CREATE_WAIT_S = 5.0
+IDLE_WAKE_S = 1.0
+READ_CHUNK_BYTES = 1 << 20
+
+
+class ShareError(Exception):
+    """A share key cannot be served now (its partition's error code)."""
+
+    def __init__(self, code: ErrorCode, message: str | None = None) -> None:
+        super().__init__(message or code.name)
+        self.code = code
+        self.message = message
+
+
+@dataclass(frozen=True, slots=True)
+class ShareSettings:
+    """A share group's configs as the partition side uses them."""
+
+    config: ShareConfig = field(default_factory=ShareConfig)
+    auto_offset_reset: str = "latest"  # share.auto.offset.reset
+    read_committed: bool = False  # share.isolation.level
+    dlq_topic: str = ""  # errors.deadletterqueue.topic.name (KIP-1191)
+    dlq_copy_record: bool = False  # errors.deadletterqueue.copy.record.enable
+
+
+@dataclass(eq=False)
+class Held:
+    """A share key this broker serves: its machine, the generation it writes
+    with and the Raft term of the data partition it was claimed in."""
+
+    key: ShareKey
+    machine: SharePartition
+    generation: int
+    term: int
+    state_index: int
+
+
+@dataclass(eq=False)
+class _Writer:
+    pending: list[tuple[bytes, bytes, list[Any]]] = field(default_factory=list)
+    running: bool = False
+
+
+class ShareService:
+    def __init__(self, state: BrokerState, cluster: ClusterRuntime, calls: PeerCalls,
+                 controller: Controller) -> None:
+        self.state = state
+        self.cluster = cluster
+        self.calls = calls
+        self.controller = controller
+        self.logs: dict[int, ShareStateLog] = {}
+        self.held: dict[ShareKey, Held] = {}
+        self._loading: dict[ShareKey, trio.Event] = {}
+        self._writers: dict[int, _Writer] = {}
+        self.sessions = ShareSessions(state.config["group.share.max.share.sessions"])
+        self.changed = trio.Event()  # a lock expired or records were released
+        self._timer = trio.Event()
+        # a share group's configs (the group side replaces it)
+        self.settings_of: Callable[[str], ShareSettings] = lambda _group: ShareSettings()
+        cluster.machines[SHARE_STATE_TOPIC] = self  # fed by the replication host
+        cluster.inbound[codec.ShareClaimRequest] = (
+            lambda src, m: cluster.spawn(self._serve_claim, src, m))
+
+    # -- the replicated state machine over __share_group_state ----------------------------
+
+    def apply(self, index: int, batch: memoryview, header: wbatch.BatchHeader) -> None:
+        if header.is_control or not header.records_count:
+            return
+        slog = self._log(index)
+        for record in decode_batch(batch):
+            try:
+                slog.apply(record.key, record.value)
+            except ShareStateError as e:
+                log.warning("skipping a record of %s-%d at %d: %s", SHARE_STATE_TOPIC, index,
+                            record.offset, e)
+
+    def on_role(self, index: int, leading: bool) -> None:
+        """Nothing to take over: a share key is claimed by its data partition's
+        leader when it serves it."""
+
+    def restore(self, index: int, start: int) -> None:
+        """The state log is never cut by retention; the applied state stays."""
+
+    def _log(self, index: int) -> ShareStateLog:
+        found = self.logs.get(index)
+        if found is None:
+            found = self.logs[index] = ShareStateLog()
+        return found
+
+    def state_index(self, key: ShareKey) -> int:
+        meta = self.state.topics[SHARE_STATE_TOPIC]
+        return partition_for(share_key_string(key), meta.partitions)
+
+    # -- claiming a key ---------------------------------------------------------------------
+
+    async def held_machine(self, key: ShareKey) -> Held:
+        """The machine of ``key``, claimed (again) if this broker does not hold
+        it in the data partition's current term; ShareError otherwise."""
+        topic, index = key[1], key[2]
+        part, code = self.cluster.led_partition(topic, index)
+        if part is None or code != ErrorCode.none:
+            raise ShareError(code)
+        term = self._term(topic, index)
+        while True:
+            held = self.held.get(key)
+            if held is not None and held.term == term:
+                return held
+            loading = self._loading.get(key)
+            if loading is None:
+                break
+            await loading.wait()
+        self._loading[key] = done = trio.Event()
+        try:
+            held = await self._claim(key, part, term)
+            self.held[key] = held
+            return held
+        finally:
+            del self._loading[key]
+            done.set()
+
+    def _term(self, topic: str, index: int) -> int:
+        group = self.cluster.group_of(topic, index)
+        return -1 if group is None else group.raft.term
+
+    async def _claim(self, key: ShareKey, part: Partition, term: int) -> Held:
+        if SHARE_STATE_TOPIC not in self.state.topics:
+            auto_create(self.controller, SHARE_STATE_TOPIC)
+            await self.cluster.wait_leaders(SHARE_STATE_TOPIC, CREATE_WAIT_S)
+            if SHARE_STATE_TOPIC not in self.state.topics:
+                raise ShareError(ErrorCode.coordinator_not_available,
+                                 f"{SHARE_STATE_TOPIC} is being created; retry")
+        index = self.state_index(key)
+        nonce = uuid.uuid4().hex
+        if self.cluster.leads(SHARE_STATE_TOPIC, index):
+            code, generation, raw = await self.claim_locally(index, key, nonce)
+        else:
+            leader = self.cluster.partition_view(SHARE_STATE_TOPIC, index)[0]
+            if leader not in self.cluster.peers:
+                raise ShareError(ErrorCode.coordinator_not_available,
+                                 "the share-state partition has no leader")
+            slot = await self.calls.call(leader, lambda rid: codec.ShareClaimRequest(
+                rid, index, key, nonce), CLAIM_TIMEOUT_S)
+            code = slot[1]
+            generation, raw = slot[2] if len(slot) > 2 else (0, None)
+        if code != ErrorCode.none:
+            raise ShareError(ErrorCode.coordinator_not_available,
+                             f"the share-state partition answered {code.name}; retry")
+        settings = self.settings_of(key[0])
+        config = settings.config
+        if raw is None:
+            strategy = settings.auto_offset_reset
+            start = self._start_offset(part, strategy)
+            machine = SharePartition(start, config)
+            held = Held(key, machine, generation, term, index)
+            if await self.write([(held, True)]):
+                raise ShareError(ErrorCode.coordinator_not_available,
+                                 "the share-partition state could not be written; retry")
+            log.info("share group %s starts %s-%d at offset %d (%s)", key[0], key[1], key[2],
+                     start, strategy)
+            return held
+        machine = SharePartition.restore(state_from_json(raw), config)
+        machine.advance_log_start(part.log.log_start_offset)
+        return Held(key, machine, generation, term, index)
+
+    async def claim_locally(self, index: int, key: ShareKey, nonce: str
+                            ) -> tuple[ErrorCode, int, dict[str, Any] | None]:
+        batch = encode_batch([(encode_key(key), claim_value(nonce), (), now_ms())])
+        code, _offset = await self.calls.append_locally(SHARE_STATE_TOPIC, index, batch,
+                                                        CLAIM_TIMEOUT_S)
+        if code != ErrorCode.none:
+            return code, 0, None
+        # applied as it commits; wait a little if the apply lags. Never found:
+        # another claim of the key came right after ours — the caller retries
+        with trio.move_on_after(1.0):
+            while True:
+                claimed = self._log(index).claimed(key, nonce)
+                if claimed is not None:
+                    generation, found = claimed
+                    return (ErrorCode.none, generation,
+                            None if found is None else state_to_json(found))
+                await trio.sleep(0.01)
+        return ErrorCode.coordinator_load_in_progress, 0, None
+
+    async def _serve_claim(self, src: int, req: codec.ShareClaimRequest) -> None:
+        code, generation, raw = await self.claim_locally(req.index, req.key, req.nonce)
+        self.cluster.send_internal(src, codec.ShareClaimReply(req.request_id, int(code),
+                                                              generation, raw))
+
+    def _start_offset(self, part: Partition, strategy: str) -> int:
+        found = None
+        if strategy.startswith("by_duration:"):
+            back = duration_ms(strategy[12:])
+            hit = None if back is None else part.log.offset_for_timestamp(now_ms() - back)
+            found = None if hit is None else hit[0]
+        return start_offset_for_reset(strategy, part.log.log_start_offset,
+                                      part.high_watermark, found)
+
+    # -- durable writes ---------------------------------------------------------------------
+
+    async def write(self, changed: list[tuple[Held, bool]]) -> set[ShareKey]:
+        """Write each machine's update (or full snapshot) to its state
+        partition and wait for all of them; the keys whose write failed
+        (dropped, to be claimed again)."""
+        slots = []
+        for held, full in changed:
+            state = held.machine.snapshot() if full else held.machine.take_update()
+            if full:
+                held.machine.take_update()
+            elif not state.batches and not state.group_keys:
+                continue
+            slot: list[Any] = [trio.Event(), ErrorCode.request_timed_out, held]
+            slots.append(slot)
+            writer = self._writers.setdefault(held.state_index, _Writer())
+            writer.pending.append((encode_key(held.key),
+                                   state_value(held.generation, state, full), slot))
+            if not writer.running:
+                writer.running = True
+                if not self.cluster.spawn(self._flush, held.state_index, writer):
+                    writer.running = False
+                    slot[0].set()
+        failed: set[ShareKey] = set()
+        for slot in slots:
+            await slot[0].wait()
+            if slot[1] != ErrorCode.none:
+                held = slot[2]
+                failed.add(held.key)
+                if self.held.get(held.key) is held:
+                    del self.held[held.key]
+                    log.info("share state of %s not written (%s): claiming it again",
+                             held.key, slot[1].name)
+        return failed
+
+    async def _flush(self, index: int, writer: _Writer) -> None:
+        try:
+            while writer.pending:
+                taken, writer.pending = writer.pending, []
+                now = now_ms()
+                batch = encode_batch([(k, v, (), now) for k, v, _ in taken])
+                try:
+                    code, _ = await self.calls.append(SHARE_STATE_TOPIC, index, batch,
+                                                      WRITE_TIMEOUT_S)
+                except Exception:
+                    log.exception("writing share state to %s-%d", SHARE_STATE_TOPIC, index)
+                    code = ErrorCode.unknown_server_error
+                for _k, _v, slot in taken:
+                    slot[1] = code
+                    slot[0].set()
+        finally:
+            writer.running = False
+
+    # -- reading the log for a machine --------------------------------------------------------
+
+    def records_from(self, part: Partition, start: int, end: int, upper: int, keyed: bool
+                     ) -> Iterator[tuple[int, bytes | None]]:
+        """(offset, message group) of every record in [start, end) — read
+        from whole batches below ``upper`` (a batch boundary: the high
+        watermark or last stable offset), so none in that range is missed;
+        the group is header ``kc-group``, else the key, when ``keyed``."""
+        for view, header in part.log.batches(start, upper):
+            if header.is_control:
+                continue
+            for record in decode_batch(view):
+                if record.offset >= end:
+                    return
+                if record.offset < start:
+                    continue
+                group = None
+                if keyed:
+                    group = next((v for k, v in record.headers if k == GROUP_HEADER),
+                                 None) or record.key
+                yield record.offset, group
+
+    def batches_for(self, part: Partition, ranges: list[AcquiredRecords]) -> bytes:
+        """The whole log batches holding the acquired offsets, in offset order."""
+        out: list[bytes] = []
+        seen: set[int] = set()
+        upper = part.high_watermark
+        for r in sorted(ranges, key=lambda a: a.first_offset):
+            offset = r.first_offset
+            while offset <= r.last_offset:
+                chunk = part.log.read(offset, 1, upper)  # the batch holding offset
+                if not chunk:
+                    break
+                header = wbatch.parse_header(chunk)
+                if header.base_offset not in seen:
+                    seen.add(header.base_offset)
+                    out.append(chunk[:header.size])
+                offset = header.next_offset
+        return b"".join(out)
+
+    def acquire(self, held: Held, part: Partition, member_id: str, max_records: int,
+                isolation_committed: bool) -> tuple[list[AcquiredRecords], bytes]:
+        machine = held.machine
+        upper = part.last_stable_offset if isolation_committed else part.high_watermark
+        machine.advance_log_start(part.log.log_start_offset)
+        end = min(upper, machine.read_limit_offset())
+        start = machine.read_offset
+        records: Iterator[tuple[int, bytes | None]] = iter(())
+        if start < end:
+            records = self.records_from(part, start, end, upper,
+                                        machine.config.ordering_message_group)
+        ranges = machine.acquire(member_id, max_records, now_ms(), records,
+                                 end if start < end else None)
+        if ranges:
+            self._timer.set()
+        return ranges, (self.batches_for(part, ranges) if ranges else b"")
+
+    def acknowledge(self, held: Held, member_id: str, batches: list[AckBatch]) -> ErrorCode:
+        code = held.machine.acknowledge(member_id, batches, now_ms())
+        if code == ErrorCode.none:
+            self.changed.set()
+            self.changed = trio.Event()
+        return code
+
+    def release_member(self, key: ShareKey, member_id: str) -> Held | None:
+        held = self.held.get(key)
+        if held is None:
+            return None
+        if held.machine.release_member(member_id, now_ms()):
+            self.changed.set()
+            self.changed = trio.Event()
+        return held
+
+    # -- time ---------------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        while True:
+            self._timer = trio.Event()
+            now = now_ms()
+            due = []
+            wait_ms = IDLE_WAKE_S * 1000
+            for held in list(self.held.values()):
+                deadline = held.machine.next_deadline_ms()
+                if deadline is None:
+                    continue
+                if deadline <= now:
+                    if held.machine.tick(now):
+                        due.append((held, False))
+                    deadline = held.machine.next_deadline_ms()
+                if deadline is not None:
+                    wait_ms = min(wait_ms, max(deadline - now, 1))
+            if due:
+                self.changed.set()
+                self.changed = trio.Event()
+                self.cluster.spawn(self.write, due)
+            with trio.move_on_after(wait_ms / 1000):
+                await self._timer.wait()
