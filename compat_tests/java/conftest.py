@@ -72,7 +72,9 @@ def reference_cp() -> str:
 
 @pytest.fixture(scope="session")
 def kafka_reference(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaReference]:
-    ref = KafkaReference(Path(tmp_path_factory.mktemp("kafka-reference")))
+    # Share groups may then set share.record.lock.duration.ms down to 1 s (test_java_share).
+    ref = KafkaReference(Path(tmp_path_factory.mktemp("kafka-reference")),
+                         overrides={"group.share.min.record.lock.duration.ms": "1000"})
     ref.start()
     try:
         yield ref
