@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
+import struct
 import subprocess
 import sys
 from collections import defaultdict, deque
@@ -25,6 +27,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import (
     AdminClient,
@@ -39,6 +42,35 @@ from ._groups import TIMEOUT_S, create_topic, wait_for
 
 #: Final decisions: a record ACCEPTed or REJECTed is never delivered again.
 FINAL = ("A", "X")
+#: The APIs a ShareConsumer needs, by key (librdkafka 2.16 sends v1 of each).
+SHARE_APIS = {76: "ShareGroupHeartbeat", 78: "ShareFetch", 79: "ShareAcknowledge"}
+
+
+def advertised_api_keys(bootstrap: str) -> set[int]:
+    """The API keys the first bootstrap broker lists in its ApiVersions v0 answer."""
+    host, _, port = bootstrap.split(",")[0].rpartition(":")
+    frame = struct.pack(">hhih", 18, 0, 1, 5) + b"share"
+    with socket.create_connection((host, int(port)), timeout=TIMEOUT_S) as s:
+        s.sendall(struct.pack(">i", len(frame)) + frame)
+        data = b""
+        while len(data) < 4 or len(data) < 4 + struct.unpack_from(">i", data)[0]:
+            chunk = s.recv(65536)
+            if not chunk:
+                raise AssertionError(f"{bootstrap} closed the connection on ApiVersions")
+            data += chunk
+    _corr, err, count = struct.unpack_from(">ihi", data, 4)
+    assert err == 0, f"ApiVersions v0 answered error {err}"
+    return {struct.unpack_from(">h", data, 14 + 6 * i)[0] for i in range(count)}
+
+
+def require_share_apis(bootstrap: str) -> None:
+    """Fail at once, not after a long wait, if the broker lacks a share-group API:
+    librdkafka's ShareConsumer then just never gets a record."""
+    missing = {k: n for k, n in SHARE_APIS.items() if k not in advertised_api_keys(bootstrap)}
+    if missing:
+        pytest.fail(f"{bootstrap} does not advertise "
+                    + ", ".join(f"{n} ({k})" for k, n in sorted(missing.items()))
+                    + " in ApiVersions: no share groups to test")
 
 
 def set_group_configs(bootstrap: str, group: str, configs: dict[str, str]) -> None:
@@ -270,6 +302,7 @@ def run_modulo(bootstrap: str, topic: str, group: str, workdir: Path, *, replica
     on partition i // 10 % 2, so each holds every kind): ``m0`` acknowledges with ShareAcknowledge
     (``commit_sync``), ``m1`` on its next ShareFetch. Returns once every record
     was accepted or rejected and both members closed."""
+    require_share_apis(bootstrap)
     create_topic(bootstrap, topic, 2, replication)
     set_group_configs(bootstrap, group, configs)
     members = [ShareMember(bootstrap, topic, group, workdir / "m0.log", "m0", "--ack", "commit"),

@@ -15,14 +15,19 @@ carries the delivery count (``delivery_count()``).
   a REJECTed one never. The same run against Apache Kafka
   (``KAFKA_REFERENCE_VERSION``, default 4.4.0) must give the same outcome.
 - kcompat's FIFO message groups (``kc.share.ordering=message-group``): 100 groups
-  of 10 records, 4 members releasing about 10 % of what they get, one of them
-  killed -9 while it holds records; per group the ACCEPTs are the produced
-  sequence and nothing is lost.
+  of 10 records; a member that keeps its first batch acquired and is killed -9
+  mid-run, 3 members releasing about 10 % of what they get; per group the
+  ACCEPTs are the produced sequence, no record is handed out before the one
+  produced before it in its group was accepted, and nothing is lost.
 - kcompat's redelivery backoff (``kc.share.redelivery.backoff.ms`` / ``.multiplier``):
   a record released 3 times comes back after 400, 800, 1600 ms at the earliest.
 
 Apache Kafka reads a new share group from the latest offset unless
 ``share.auto.offset.reset=earliest`` is set before it reads; every run sets it.
+
+kcompat runs as ``sbroker`` (conftest): a single node and the 3-broker cluster at
+replication factor 3, both started with ``SHARE_BROKER_ARGS`` (locks of 1 s
+allowed, as Kafka's ``group.share.min.record.lock.duration.ms`` is 15 s).
 """
 
 from __future__ import annotations
@@ -36,11 +41,13 @@ import pytest
 from ._deployment import SINGLE_AND_RF3, SINGLE_ONLY, Deployment
 from ._groups import create_topic, unique_group, wait_for
 from ._share import (
+    Delivery,
     Ledger,
     ShareMember,
     fifo_violations,
     modulo_problems,
     produce,
+    require_share_apis,
     run_modulo,
     set_group_configs,
     stop_all,
@@ -56,10 +63,10 @@ REFERENCE_OVERRIDES = {"group.share.min.heartbeat.interval.ms": "1000",
                        "group.share.heartbeat.interval.ms": "1000"}
 
 
-@pytest.mark.parametrize("pbroker", SINGLE_AND_RF3, indirect=True)
-def test_accept_release_reject(pbroker: Deployment, topic: str, tmp_path: Path) -> None:
-    ledger = run_modulo(pbroker.bootstrap, topic, unique_group("share"), tmp_path,
-                        replication=pbroker.replication, configs=EARLIEST)
+@pytest.mark.parametrize("sbroker", SINGLE_AND_RF3, indirect=True)
+def test_accept_release_reject(sbroker: Deployment, topic: str, tmp_path: Path) -> None:
+    ledger = run_modulo(sbroker.bootstrap, topic, unique_group("share"), tmp_path,
+                        replication=sbroker.replication, configs=EARLIEST)
     problems = modulo_problems(ledger)
     assert not problems, (f"{len(problems)} records off (per member {ledger.per_member()}):\n"
                           + "\n".join(problems[:20]))
@@ -99,35 +106,51 @@ def _fifo_records() -> list[tuple[int, str, str]]:
             for j in range(FIFO_PER_GROUP) for g in range(FIFO_GROUPS)]
 
 
-@pytest.mark.parametrize("pbroker", SINGLE_AND_RF3, indirect=True)
-def test_fifo_message_groups(pbroker: Deployment, topic: str, tmp_path: Path) -> None:
-    bootstrap, group = pbroker.bootstrap, unique_group("share-fifo")
-    create_topic(bootstrap, topic, 2, pbroker.replication)
-    set_group_configs(bootstrap, group, {**EARLIEST, "kc.share.ordering": "message-group",
-                                         "share.record.lock.duration.ms": "1500",
-                                         "share.delivery.count.limit": "10"})
-    members = [ShareMember(bootstrap, topic, group, tmp_path / f"m{i}.log", f"m{i}",
-                           "--policy", "random", "--release-rate", "0.1", "--seed", str(i))
-               for i in range(3)]
-    victim = ShareMember(bootstrap, topic, group, tmp_path / "victim.log", "victim",
-                         "--policy", "random", "--seed", "9", "--stall-after", "10")
-    records = _fifo_records()
+def _settled_accepts(members: list[ShareMember]) -> int:
+    return sum(1 for d in Ledger(members).rows if d.decision == "A" and d.settled_ms is not None)
+
+
+def _fifo_run(bootstrap: str, topic: str, group: str, workdir: Path,
+              records: list[tuple[int, str, str]]) -> tuple[Ledger, list[Delivery]]:
+    """The victim starts alone and keeps its first batch acquired (``--stall-after
+    0``); then three members release about 10 % of what they get, and once they
+    settled 200 ACCEPTs the victim is killed -9. Returns every delivery of the
+    run and those the victim held."""
+    victim = ShareMember(bootstrap, topic, group, workdir / "victim.log", "victim",
+                         "--policy", "random", "--stall-after", "0")
+    members: list[ShareMember] = []
     try:
         produce(bootstrap, topic, records)
         wait_for(lambda: any(n.startswith("# stalled") for n in victim.notes()), 30.0,
-                 lambda: f"the victim never stalled: {victim.describe()}")
+                 lambda: f"the victim never got a batch: {victim.describe()}")
+        members = [ShareMember(bootstrap, topic, group, workdir / f"m{i}.log", f"m{i}",
+                               "--policy", "random", "--release-rate", "0.1", "--seed", str(i))
+                   for i in range(3)]
+        wait_for(lambda: _settled_accepts(members) >= 200, 30.0,
+                 lambda: "\n".join(m.describe() for m in members))
         victim.kill9()
-        held = [d for d in victim.deliveries() if d.settled_ms is None]
         wait_all_settled([*members, victim], (v for _, _, v in records), 45.0)
     finally:
         stop_all([*members, victim])
-    ledger = Ledger([*members, victim])
+    return Ledger([*members, victim]), victim.deliveries()
+
+
+@pytest.mark.parametrize("sbroker", SINGLE_AND_RF3, indirect=True)
+def test_fifo_message_groups(sbroker: Deployment, topic: str, tmp_path: Path) -> None:
+    bootstrap, group = sbroker.bootstrap, unique_group("share-fifo")
+    require_share_apis(bootstrap)
+    create_topic(bootstrap, topic, 2, sbroker.replication)
+    set_group_configs(bootstrap, group, {**EARLIEST, "kc.share.ordering": "message-group",
+                                         "share.record.lock.duration.ms": "1500",
+                                         "share.delivery.count.limit": "10"})
+    records = _fifo_records()
+    ledger, held = _fifo_run(bootstrap, topic, group, tmp_path, records)
     produced: dict[str, list[str]] = {}
     for _, key, value in records:
         produced.setdefault(key, []).append(value)
     problems = fifo_violations(ledger, produced)
     assert not problems, f"{len(problems)} FIFO violations:\n" + "\n".join(problems[:20])
-    assert held, "the victim held no records when it was killed"
+    assert held and all(d.settled_ms is None for d in held), held[:5]
     comeback = {d.value: d for d in ledger.rows if d.member != "victim"}
     assert all(d.value in comeback and comeback[d.value].count > d.count for d in held), \
         f"records the victim held did not come back with a higher delivery count: {held[:5]}"
@@ -141,10 +164,11 @@ BACKOFF_MS, BACKOFF_MULTIPLIER, RELEASES = 400, 2, 3
 BACKOFF_LATENESS_MS = 1500
 
 
-@pytest.mark.parametrize("pbroker", SINGLE_ONLY, indirect=True)
-def test_redelivery_backoff(pbroker: Deployment, topic: str, tmp_path: Path) -> None:
-    bootstrap, group = pbroker.bootstrap, unique_group("share-backoff")
-    create_topic(bootstrap, topic, 1, pbroker.replication)
+@pytest.mark.parametrize("sbroker", SINGLE_ONLY, indirect=True)
+def test_redelivery_backoff(sbroker: Deployment, topic: str, tmp_path: Path) -> None:
+    bootstrap, group = sbroker.bootstrap, unique_group("share-backoff")
+    require_share_apis(bootstrap)
+    create_topic(bootstrap, topic, 1, sbroker.replication)
     set_group_configs(bootstrap, group, {
         **EARLIEST, "kc.share.redelivery.backoff.ms": str(BACKOFF_MS),
         "kc.share.redelivery.backoff.multiplier": str(BACKOFF_MULTIPLIER),
