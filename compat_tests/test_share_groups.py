@@ -32,7 +32,6 @@ allowed, as Kafka's ``group.share.min.record.lock.duration.ms`` is 15 s).
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -53,11 +52,12 @@ from ._share import (
     stop_all,
     wait_all_settled,
 )
+from .java._jvm import KAFKA_VERSION
+from .java.kafka_reference import KafkaReference
 
 pytestmark = pytest.mark.timeout(180)
 
 EARLIEST = {"share.auto.offset.reset": "earliest"}
-REFERENCE_VERSION = os.environ.get("KAFKA_REFERENCE_VERSION", "4.4.0")
 #: The reference broker assigns at the next heartbeat (5 s by default).
 REFERENCE_OVERRIDES = {"group.share.min.heartbeat.interval.ms": "1000",
                        "group.share.heartbeat.interval.ms": "1000"}
@@ -74,10 +74,8 @@ def test_accept_release_reject(sbroker: Deployment, topic: str, tmp_path: Path) 
 
 @pytest.fixture(scope="module")
 def kafka_share_reference(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    from compat_tests.java.kafka_reference import KafkaReference
-
     ref = KafkaReference(tmp_path_factory.mktemp("kafka-share-reference"),
-                         version=REFERENCE_VERSION, overrides=REFERENCE_OVERRIDES)
+                         overrides=REFERENCE_OVERRIDES)
     ref.start()
     try:
         yield ref.bootstrap
@@ -92,7 +90,7 @@ def test_accept_release_reject_reference(kafka_share_reference: str, topic: str,
     ledger = run_modulo(kafka_share_reference, topic, unique_group("share"), tmp_path,
                         replication=1, configs=EARLIEST)
     problems = modulo_problems(ledger)
-    assert not problems, (f"Apache Kafka {REFERENCE_VERSION}: {len(problems)} records off "
+    assert not problems, (f"Apache Kafka {KAFKA_VERSION}: {len(problems)} records off "
                           f"(per member {ledger.per_member()}):\n" + "\n".join(problems[:20]))
 
 

@@ -35,6 +35,7 @@ class ConfigDef:
     maximum: float | None = None
     broker_key: str | None = None  # topic keys: the broker key that sets the default
     sensitive: bool = False
+    internal: bool = False  # Kafka's internal keys: settable, listed only when asked by name
     check: Callable[[Any], str | None] | None = None
 
     def parse(self, raw: Any) -> Any:

@@ -55,6 +55,7 @@ class ShareGroupService:
         self.shares = shares
         self.groups: dict[str, ShareGroup] = {}
         self._terms: dict[str, int] = {}  # group -> offsets-partition term it was built in
+        self._topics: dict[str, set[str]] = {}  # group -> every topic it subscribed to
         self._wake = trio.Event()
         shares.settings_of = self.settings
 
@@ -129,11 +130,31 @@ class ShareGroupService:
             group.update_metadata(self.partition_counts())
         result = group.heartbeat(member_id, member_epoch, now_ms(), subscribed, rack_id,
                                  client_id, client_host)
+        if subscribed and result.error == ErrorCode.none:
+            self._topics.setdefault(group_id, set()).update(subscribed)
         if group.exists and group_id not in self.groups:
             self.groups[group_id] = group
             self._terms[group_id] = self._term(group_id)
         self._wake.set()
         return result
+
+    async def delete(self, group_id: str) -> ErrorCode:
+        """DeleteGroups of a share group: only when empty; its share-partition
+        state goes too."""
+        group = self.group(group_id)
+        if group is None:
+            return ErrorCode.group_id_not_found
+        if group.member_ids():
+            return ErrorCode.non_empty_group
+        keys = [(group_id, topic, index) for topic in sorted(self._topics.get(group_id, ()))
+                if (meta := self.state.topics.get(topic)) is not None
+                for index in range(meta.partitions)]
+        code = await self.shares.delete_state(keys)
+        if code == ErrorCode.none:
+            self.groups.pop(group_id, None)
+            self._terms.pop(group_id, None)
+            self._topics.pop(group_id, None)
+        return code
 
     async def run(self) -> None:
         """Expire members whose session ran out."""

@@ -66,6 +66,7 @@ from kcompat.group.share_state import (
     ShareStateError,
     ShareStateLog,
     claim_value,
+    delete_value,
     encode_key,
     share_key_string,
     state_from_json,
@@ -158,10 +159,14 @@ class ShareService:
         slog = self._log(index)
         for record in decode_batch(batch):
             try:
-                slog.apply(record.key, record.value)
+                key = slog.apply(record.key, record.value)
             except ShareStateError as e:
                 log.warning("skipping a record of %s-%d at %d: %s", SHARE_STATE_TOPIC, index,
                             record.offset, e)
+                continue
+            held = self.held.get(key)
+            if held is not None and slog.generation(key) != held.generation:
+                del self.held[key]  # fenced (deleted, or claimed by another leader)
 
     def on_role(self, index: int, leading: bool) -> None:
         """Nothing to take over: a share key is claimed by its data partition's
@@ -336,6 +341,23 @@ class ShareService:
                     slot[0].set()
         finally:
             writer.running = False
+
+    async def delete_state(self, keys: list[ShareKey]) -> ErrorCode:
+        """Delete the share-partition state of ``keys`` (DeleteGroups)."""
+        if SHARE_STATE_TOPIC not in self.state.topics:
+            return ErrorCode.none
+        by_index: dict[int, list[ShareKey]] = {}
+        for key in keys:
+            by_index.setdefault(self.state_index(key), []).append(key)
+        now = now_ms()
+        for index, found in sorted(by_index.items()):
+            batch = encode_batch([(encode_key(k), delete_value(), (), now) for k in found])
+            code, _ = await self.calls.append(SHARE_STATE_TOPIC, index, batch, WRITE_TIMEOUT_S)
+            if code != ErrorCode.none:
+                return code
+        for key in keys:
+            self.held.pop(key, None)
+        return ErrorCode.none
 
     # -- reading the log for a machine --------------------------------------------------------
 

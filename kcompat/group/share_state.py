@@ -19,7 +19,9 @@ partition) — a *share key* — and come in three kinds (JSON values):
   older generation — a deposed leader's late write — is ignored, so a key's
   state only ever moves forward from what its current owner read.
 * ``delete``: the share group's state for the partition is gone (the group
-  or its offsets were deleted); the generation stays, so it keeps fencing.
+  or its offsets were deleted); it raises the generation too, fencing the
+  leader that held the key (which drops its machine when it applies this
+  record as a replica, or claims again after its next failed write).
 
 Every replica folds the records into a ``SharePartition`` per key (its
 ``restore`` and ``apply``), which is exactly what the owner had when it wrote
@@ -130,8 +132,9 @@ class ShareStateLog:
     def keys(self) -> list[ShareKey]:
         return sorted(k for k, e in self._entries.items() if e.machine is not None)
 
-    def apply(self, raw_key: bytes | None, raw_value: bytes | None) -> None:
-        """One committed record; ShareStateError for junk (nothing changed)."""
+    def apply(self, raw_key: bytes | None, raw_value: bytes | None) -> ShareKey:
+        """One committed record (its key); ShareStateError for junk (nothing
+        changed)."""
         key = decode_key(raw_key)
         try:
             value = json.loads(raw_value or b"")
@@ -144,7 +147,7 @@ class ShareStateLog:
             entry.owner = str(value.get("nonce"))
         elif op == "state":
             if int(value.get("gen", -1)) != entry.generation:
-                return  # a deposed owner's write
+                return key  # a deposed owner's write
             state = state_from_json(value.get("state") or {})
             if value.get("full") or entry.machine is None:
                 entry.machine = SharePartition.restore(state)
@@ -152,8 +155,15 @@ class ShareStateLog:
                 entry.machine.apply(state)
         elif op == "delete":
             entry.machine = None
+            entry.generation += 1
+            entry.owner = None
         else:
             raise ShareStateError(f"unknown share-state record kind {op!r}")
+        return key
+
+    def generation(self, key: ShareKey) -> int:
+        entry = self._entries.get(key)
+        return 0 if entry is None else entry.generation
 
     def claimed(self, key: ShareKey, nonce: str) -> tuple[int, ShareState | None] | None:
         """(generation, state or None if the key has none) once the claim with

@@ -2,7 +2,9 @@
 
 Only a group without members can be deleted (NON_EMPTY_GROUP otherwise); an
 unknown group answers GROUP_ID_NOT_FOUND. Deletion writes tombstones for the
-group's offsets and metadata to ``__consumer_offsets``.
+group's offsets and metadata to ``__consumer_offsets``; a share group's
+share-partition state is deleted from ``__share_group_state`` (a share group
+created again with that id starts at ``share.auto.offset.reset``).
 """
 
 from __future__ import annotations
@@ -20,7 +22,9 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
     results = []
     for group_id in request.groups_names:
         error = groups.coordinator_error(group_id)  # coordinator only
-        if error is None:
+        if error is None and ctx.share_groups.group(group_id) is not None:
+            error = await ctx.share_groups.delete(group_id)
+        elif error is None:
             error = groups.coordinator.delete_group(group_id, now_ms())
         if error == OK:
             groups.coordinator.pop_group_changes()

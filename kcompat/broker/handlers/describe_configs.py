@@ -87,7 +87,9 @@ def _topic(ctx: RequestContext, resource: Any, synonyms: bool) -> list[Any]:
 def _broker(ctx: RequestContext, resource: Any, synonyms: bool) -> list[Any]:
     check_broker_name(ctx.state, resource.resource_name, allow_empty=True)
     out = []
-    for key in _wanted(resource, BROKER_CONFIGS):
+    listed = (k for k, d in BROKER_CONFIGS.items()
+              if not d.internal or k in (resource.configuration_keys or ()))
+    for key in _wanted(resource, listed):
         value, source = broker_config(ctx.state, key)
         syn = broker_synonyms(ctx.state, key) if synonyms else None
         out.append(_entry(ctx, key, value, source, True, BROKER_CONFIGS[key].type, syn))

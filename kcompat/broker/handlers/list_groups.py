@@ -1,7 +1,7 @@
 """ListGroups (key 16), versions 0-5.
 
-v4 adds a state filter (case-insensitive, as in Kafka), v5 a type filter
-("classic" is the only type kcompat has).
+v4 adds a state filter (case-insensitive, as in Kafka), v5 a type filter:
+"classic" groups and "share" groups (KIP-932, protocol type "share").
 """
 
 from __future__ import annotations
@@ -26,4 +26,13 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
         listed.append(ctx.build("ListedGroup", group_id=group.group_id,
                                 protocol_type=group.protocol_type or "",
                                 group_state=group.state.value, group_type="classic"))
+    if not types or "share" in types:
+        for group_id in sorted(ctx.share_groups.groups):
+            share = ctx.share_groups.group(group_id)
+            if share is None or ctx.share_groups.coordinator_error(group_id) is not None:
+                continue
+            if states and share.state.lower() not in states:
+                continue
+            listed.append(ctx.build("ListedGroup", group_id=group_id, protocol_type="share",
+                                    group_state=share.state, group_type="share"))
     return ctx.response(throttle_time=NO_THROTTLE, error_code=OK, groups=tuple(listed))
