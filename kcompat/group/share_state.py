@@ -101,9 +101,14 @@ def state_from_json(data: dict[str, Any]) -> ShareState:
                                    member, int(deadline), int(not_before))
                         for f, last, s, dc, member, deadline, not_before in data["batches"])
         keys = tuple((int(offset), base64.b64decode(key)) for offset, key in data["keys"])
-        return ShareState(int(data["start"]), int(data["read"]), batches, keys)
+        state = ShareState(int(data["start"]), int(data["read"]), batches, keys)
     except (KeyError, ValueError, TypeError) as e:
         raise ShareStateError(f"bad share state: {e}") from e
+    if not 0 <= state.start_offset <= state.read_offset or any(
+            not b.first_offset <= b.last_offset < state.read_offset for b in batches) or any(
+            offset >= state.read_offset for offset, _ in keys):
+        raise ShareStateError("bad share state: offsets outside its window")
+    return state
 
 
 def _dump(value: dict[str, Any]) -> bytes:
@@ -139,6 +144,8 @@ class ShareStateLog:
         try:
             value = json.loads(raw_value or b"")
             op = value["op"]
+            if not isinstance(value, dict):
+                raise TypeError("not an object")
         except (ValueError, TypeError, KeyError) as e:
             raise ShareStateError(f"bad share-state value for {key}") from e
         entry = self._entries.setdefault(key, _Entry())
@@ -146,9 +153,12 @@ class ShareStateLog:
             entry.generation += 1
             entry.owner = str(value.get("nonce"))
         elif op == "state":
-            if int(value.get("gen", -1)) != entry.generation:
-                return key  # a deposed owner's write
+            generation = value.get("gen")
+            if not isinstance(generation, int):
+                raise ShareStateError(f"bad share-state generation {generation!r}")
             state = state_from_json(value.get("state") or {})
+            if generation != entry.generation:
+                return key  # a deposed owner's write
             if value.get("full") or entry.machine is None:
                 entry.machine = SharePartition.restore(state)
             else:
