@@ -6,7 +6,7 @@ librdkafka 2.16 speaks ShareGroupHeartbeat v1, ShareFetch v1 and ShareAcknowledg
 v1. In ``share.acknowledgement.mode=explicit`` an acknowledgement made with
 ``acknowledge()`` leaves on ``commit_sync()`` / ``commit_async()`` as a
 ShareAcknowledge, or else rides on the next ``poll()``'s ShareFetch; ``close()``
-sends the rest in a ShareAcknowledge with share-session epoch -1. ``Message``
+sends the rest in the ShareAcknowledge that leaves the share session. ``Message``
 carries the delivery count (``delivery_count()``).
 
 - ACCEPT / RELEASE / REJECT: 2 members, 2 partitions, 200 records; one member
