@@ -122,7 +122,7 @@ class ClusterPool:
 
 _POOL_KEY = pytest.StashKey[ClusterPool]()
 _LAST_USE_KEY = pytest.StashKey[dict[str, str]]()
-_DEPLOYMENT_FIXTURES = ("pbroker", "gbroker", "tbroker")
+_DEPLOYMENT_FIXTURES = ("pbroker", "gbroker", "tbroker", "sbroker")
 
 
 def _cluster_kinds(item: pytest.Item) -> set[str]:

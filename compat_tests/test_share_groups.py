@@ -32,10 +32,14 @@ allowed, as Kafka's ``group.share.min.record.lock.duration.ms`` is 15 s).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+from confluent_kafka import Consumer
+from confluent_kafka.admin import AdminClient, NewTopic
 
 from ._deployment import SINGLE_AND_RF3, SINGLE_ONLY, Deployment
 from ._groups import create_topic, unique_group, wait_for
@@ -189,3 +193,71 @@ def test_redelivery_backoff(sbroker: Deployment, topic: str, tmp_path: Path) -> 
             f"release {n + 1} came back after {gap_ms} ms; backoff {want_ms} ms")
     fast = [d for v in ("f1", "f2") for d in ledger.by_value()[v]]
     assert [(d.count, d.decision) for d in fast] == [(1, "A"), (1, "A")], fast
+
+
+def _read_all(bootstrap: str, topic: str, count: int, timeout_s: float) -> list[Any]:
+    """The first ``count`` records of ``topic`` (all partitions), waiting up to
+    ``timeout_s`` for them."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": unique_group("dlq-read"),
+                         "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    consumer.subscribe([topic])
+    got: list[Any] = []
+    deadline = time.monotonic() + timeout_s
+    try:
+        while len(got) < count and time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is not None and msg.error() is None:
+                got.append(msg)
+    finally:
+        consumer.close()
+    return got
+
+
+@pytest.mark.parametrize("sbroker", SINGLE_AND_RF3, indirect=True)
+def test_dead_letter_topic(sbroker: Deployment, topic: str, tmp_path: Path) -> None:
+    """KIP-1191: REJECTed records and records released up to the delivery limit
+    go to the group's DLQ topic (``errors.deadletterqueue.topic.name``, a topic
+    with ``errors.deadletterqueue.group.enable=true``), copied with key, value and
+    headers (``errors.deadletterqueue.copy.record.enable``) plus Kafka's
+    ``__dlq.errors.*`` context headers; nothing else goes there."""
+    bootstrap = sbroker.bootstrap
+    require_share_apis(bootstrap)
+    dlq = f"dlq.{topic}"
+    create_topic(bootstrap, topic, 1, sbroker.replication)
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(dlq, 1, sbroker.replication, config={
+        "errors.deadletterqueue.group.enable": "true"})])[dlq].result(30)
+    rejecting, poisoned = unique_group("share-dlq-rej"), unique_group("share-dlq-limit")
+    for group in (rejecting, poisoned):
+        set_group_configs(bootstrap, group, {
+            **EARLIEST, "errors.deadletterqueue.topic.name": dlq,
+            "errors.deadletterqueue.copy.record.enable": "true",
+            "share.delivery.count.limit": "2"})
+    produce(bootstrap, topic, [(0, f"k{i}", str(i)) for i in range(10)])
+    members = [ShareMember(bootstrap, topic, rejecting, tmp_path / "rej.log", "rej",
+                           "--policy", "modulo"),
+               ShareMember(bootstrap, topic, poisoned, tmp_path / "lim.log", "lim",
+                           "--policy", "release-n", "--release-key", "k5",
+                           "--release-times", "99")]
+    try:
+        letters = _read_all(bootstrap, dlq, 2, 40.0)
+        time.sleep(1.0)  # nothing more may come
+        letters += _read_all(bootstrap, dlq, 3, 1.0)[2:]
+    finally:
+        stop_all(members)
+    by_group = {}
+    for msg in letters:
+        headers = {k: (v or b"").decode() for k, v in msg.headers() or ()}
+        by_group[headers["__dlq.errors.group"]] = (msg.key(), msg.value(), headers)
+    assert sorted(by_group) == sorted([rejecting, poisoned]), letters
+    key, value, headers = by_group[rejecting]
+    assert (key, value) == (b"k7", b"7")
+    assert headers["__dlq.errors.topic"] == topic
+    assert headers["__dlq.errors.partition"] == "0"
+    assert headers["__dlq.errors.offset"] == "7"
+    assert headers["__dlq.errors.delivery.count"] == "1"
+    key, value, headers = by_group[poisoned]
+    assert (key, value) == (b"k5", b"5")
+    assert headers["__dlq.errors.offset"] == "5"
+    assert headers["__dlq.errors.delivery.count"] == "2"
+    assert all(h.startswith("__dlq.errors.") for h in headers), headers

@@ -46,7 +46,7 @@ KNOWN_MISSING_TOPIC_CONFIGS = {
     "local.retention.bytes", "local.retention.ms", "remote.log.copy.disable",
     "remote.log.delete.on.disable", "remote.storage.enable",
     # new in Kafka 4.2-4.4
-    "errors.deadletterqueue.group.enable", "max.decompressed.message.bytes",
+    "max.decompressed.message.bytes",
     "remote.copy.lag.bytes", "remote.copy.lag.ms",
 }
 # kcompat's own broker keys (not Kafka keys): allowed in its DescribeConfigs answer,

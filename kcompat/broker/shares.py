@@ -53,9 +53,13 @@ from kcompat.broker.group_config import duration_ms
 from kcompat.broker.replication import codec
 from kcompat.broker.replication.storage import now_ms
 from kcompat.broker.share_sessions import ShareSessions
+from kcompat.broker.topic_config import effective
 from kcompat.group.share_partition import (
+    DELIVERY_LIMIT,
+    REJECTED,
     AckBatch,
     AcquiredRecords,
+    DeadLetter,
     ShareConfig,
     SharePartition,
     start_offset_for_reset,
@@ -73,8 +77,9 @@ from kcompat.group.share_state import (
     state_to_json,
     state_value,
 )
+from kcompat.log.partition_log import OffsetOutOfRange
 from kcompat.wire import batch as wbatch
-from kcompat.wire.records import decode_batch, encode_batch
+from kcompat.wire.records import Record, decode_batch, encode_batch
 
 if TYPE_CHECKING:
     from kcompat.broker.controller.quorum import Controller
@@ -90,7 +95,15 @@ WRITE_TIMEOUT_S = 5.0
 CLAIM_TIMEOUT_S = 5.0
 CREATE_WAIT_S = 5.0
 IDLE_WAKE_S = 1.0
-READ_CHUNK_BYTES = 1 << 20
+# KIP-1191's context headers on a dead letter
+DLQ_TOPIC = "__dlq.errors.topic"
+DLQ_PARTITION = "__dlq.errors.partition"
+DLQ_OFFSET = "__dlq.errors.offset"
+DLQ_GROUP = "__dlq.errors.group"
+DLQ_DELIVERY_COUNT = "__dlq.errors.delivery.count"
+DLQ_MESSAGE = "__dlq.errors.message"
+_REASONS = {REJECTED: "The record was rejected by the consumer.",
+            DELIVERY_LIMIT: "The record reached its delivery count limit."}
 
 
 class ShareError(Exception):
@@ -123,6 +136,7 @@ class Held:
     generation: int
     term: int
     state_index: int
+    dead: list[DeadLetter] = field(default_factory=list)  # not in the DLQ topic yet
 
 
 @dataclass(eq=False)
@@ -144,6 +158,7 @@ class ShareService:
         self._writers: dict[int, _Writer] = {}
         self.sessions = ShareSessions(state.config["group.share.max.share.sessions"])
         self.changed = trio.Event()  # a lock expired or records were released
+        self.dead_lettered = 0
         self._timer = trio.Event()
         # a share group's configs (the group side replaces it)
         self.settings_of: Callable[[str], ShareSettings] = lambda _group: ShareSettings()
@@ -359,6 +374,85 @@ class ShareService:
             self.held.pop(key, None)
         return ErrorCode.none
 
+    # -- dead letters (KIP-1191) ----------------------------------------------------------
+
+    async def send_dead_letters(self, helds: list[Held]) -> None:
+        """Copy the records the machines archived as dead letters (REJECTed,
+        or released at the delivery limit) to their group's DLQ topic, before
+        the archive is made durable: a crash in between dead-letters them
+        again (at least once, never lost). A DLQ that is missing or not
+        enabled for groups (``errors.deadletterqueue.group.enable``) leaves
+        them archived, with a warning, as Kafka does."""
+        for held in helds:
+            held.dead.extend(held.machine.take_dead_letters())
+            if not held.dead:
+                continue
+            settings = self.settings_of(held.key[0])
+            if not settings.dlq_topic:
+                held.dead.clear()
+                continue
+            problem = self._dlq_problem(settings.dlq_topic)
+            if problem is not None:
+                log.warning("share group %s: %d dead letters of %s-%d stay archived: %s",
+                            held.key[0], len(held.dead), held.key[1], held.key[2], problem)
+                held.dead.clear()
+                continue
+            await self._send_dead(held, settings)
+
+    def _dlq_problem(self, topic: str) -> str | None:
+        meta = self.state.topics.get(topic)
+        if meta is None:
+            if self.state.config["errors.deadletterqueue.auto.create.topics.enable"]:
+                auto_create(self.controller, topic)
+                return f"the DLQ topic {topic} is being created"
+            return f"the DLQ topic {topic} does not exist"
+        if not effective("errors.deadletterqueue.group.enable", meta.configs,
+                         self.state.broker_defaults)[0]:
+            return f"the DLQ topic {topic} has errors.deadletterqueue.group.enable=false"
+        return None
+
+    async def _send_dead(self, held: Held, settings: ShareSettings) -> None:
+        group, topic, index = held.key
+        part = self.state.partition(topic, index)
+        meta = self.state.topics[settings.dlq_topic]
+        dead, held.dead = held.dead, []
+        records = []
+        for letter in dead:
+            original = self._record_at(part, letter.offset) if part is not None else None
+            headers: list[tuple[str, bytes | None]] = []
+            key = value = None
+            timestamp = now_ms()
+            if original is not None:
+                timestamp = original.timestamp
+                if settings.dlq_copy_record:
+                    key, value = original.key, original.value
+                    headers.extend(original.headers)
+            headers += [(DLQ_TOPIC, topic.encode()), (DLQ_PARTITION, str(index).encode()),
+                        (DLQ_OFFSET, str(letter.offset).encode()), (DLQ_GROUP, group.encode()),
+                        (DLQ_DELIVERY_COUNT, str(letter.delivery_count).encode()),
+                        (DLQ_MESSAGE, (_REASONS.get(letter.reason, letter.reason)).encode())]
+            records.append((key, value, tuple(headers), timestamp))
+        code, _ = await self.calls.append(settings.dlq_topic, index % meta.partitions,
+                                          encode_batch(records), WRITE_TIMEOUT_S)
+        if code != ErrorCode.none:
+            held.dead[:0] = dead  # sent again with the next change
+            log.warning("share group %s: dead letters of %s-%d not written to %s (%s); "
+                        "retrying", group, topic, index, settings.dlq_topic, code.name)
+        else:
+            self.dead_lettered += len(dead)
+
+    @staticmethod
+    def _record_at(part: Partition, offset: int) -> Record | None:
+        try:
+            chunk = part.log.read(offset, 1, part.log.log_end_offset)
+        except OffsetOutOfRange:
+            return None
+        if not chunk:
+            return None
+        header = wbatch.parse_header(chunk)
+        return next((r for r in decode_batch(memoryview(chunk)[:header.size])
+                     if r.offset == offset), None)
+
     # -- reading the log for a machine --------------------------------------------------------
 
     def records_from(self, part: Partition, start: int, end: int, upper: int, keyed: bool
@@ -432,6 +526,10 @@ class ShareService:
             self.changed = trio.Event()
         return held
 
+    async def _expired(self, due: list[tuple[Held, bool]]) -> None:
+        await self.send_dead_letters([held for held, _ in due])
+        await self.write(due)
+
     # -- time ---------------------------------------------------------------------------------
 
     async def run(self) -> None:
@@ -453,6 +551,6 @@ class ShareService:
             if due:
                 self.changed.set()
                 self.changed = trio.Event()
-                self.cluster.spawn(self.write, due)
+                self.cluster.spawn(self._expired, due)
             with trio.move_on_after(wait_ms / 1000):
                 await self._timer.wait()

@@ -46,6 +46,8 @@ TOPIC_CONFIGS: dict[str, ConfigDef] = {
         _D("preallocate", "boolean", False),
         _D("retention.bytes", "long", -1, broker_key="log.retention.bytes"),
         _D("retention.ms", "long", 604800000, minimum=-1, broker_key="log.retention.ms"),
+        # KIP-1191: may share groups dead-letter into this topic
+        _D("errors.deadletterqueue.group.enable", "boolean", False),
         _D("segment.bytes", "int", 1073741824, minimum=14, broker_key="log.segment.bytes"),
         _D("segment.index.bytes", "int", 10485760, minimum=4),
         _D("segment.jitter.ms", "long", 0, minimum=0),

@@ -102,6 +102,7 @@ async def persist(ctx: RequestContext, touched: dict[tuple[str, str, int], Held]
                   results: dict[Key, PartitionResult]) -> None:
     """Make the changes durable before answering; a partition whose write
     failed answers an error instead of records or acknowledgement success."""
+    await ctx.shares.send_dead_letters(list(touched.values()))
     failed = await ctx.shares.write([(h, False) for h in touched.values()])
     for group_id, topic, index in failed:
         del group_id
