@@ -63,6 +63,7 @@ class Broker:
         # counters and gauges for /metrics (admin_http)
         self.metrics = BrokerMetrics(self.state, self.groups.store)
         self.delays.export(self.metrics.registry)
+        self.shares.export(self.metrics.registry)
 
     def start_services(self, nursery: trio.Nursery) -> None:
         """The services' own tasks: coordinator timers, delayed deliveries."""

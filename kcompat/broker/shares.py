@@ -46,6 +46,9 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 from kio.schema.errors import ErrorCode
+from prometheus_client import CollectorRegistry, Counter
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 from kcompat.broker.controller.admin import auto_create
 from kcompat.broker.controller.internal_topics import partition_for
@@ -158,7 +161,7 @@ class ShareService:
         self._writers: dict[int, _Writer] = {}
         self.sessions = ShareSessions(state.config["group.share.max.share.sessions"])
         self.changed = trio.Event()  # a lock expired or records were released
-        self.dead_lettered = 0
+        self.dead_lettered: Counter | None = None
         self._timer = trio.Event()
         # a share group's configs (the group side replaces it)
         self.settings_of: Callable[[str], ShareSettings] = lambda _group: ShareSettings()
@@ -438,8 +441,8 @@ class ShareService:
             held.dead[:0] = dead  # sent again with the next change
             log.warning("share group %s: dead letters of %s-%d not written to %s (%s); "
                         "retrying", group, topic, index, settings.dlq_topic, code.name)
-        else:
-            self.dead_lettered += len(dead)
+        elif self.dead_lettered is not None:
+            self.dead_lettered.labels(settings.dlq_topic).inc(len(dead))
 
     @staticmethod
     def _record_at(part: Partition, offset: int) -> Record | None:
@@ -530,6 +533,14 @@ class ShareService:
         await self.send_dead_letters([held for held, _ in due])
         await self.write(due)
 
+    # -- metrics ----------------------------------------------------------------------------
+
+    def export(self, registry: CollectorRegistry) -> None:
+        self.dead_lettered = Counter(
+            "kcompat_share_dead_letters", "Records a share group moved to its dead-letter "
+            "topic (KIP-1191), per dead-letter topic", ["topic"], registry=registry)
+        registry.register(_ShareCollector(self))
+
     # -- time ---------------------------------------------------------------------------------
 
     async def run(self) -> None:
@@ -554,3 +565,26 @@ class ShareService:
                 self.cluster.spawn(self._expired, due)
             with trio.move_on_after(wait_ms / 1000):
                 await self._timer.wait()
+
+
+class _ShareCollector(Collector):
+    """In-flight records of the share-partitions this broker leads, by state
+    (Kafka's ``ShareGroupMetrics`` count acquired and archived records too)."""
+
+    def __init__(self, service: ShareService) -> None:
+        self.service = service
+
+    def collect(self) -> Iterator[Metric]:
+        family = GaugeMetricFamily(
+            "kcompat_share_records", "Records in flight in the share-partitions this broker "
+            "leads, by state", labels=["group", "topic", "partition", "state"])
+        start = GaugeMetricFamily(
+            "kcompat_share_start_offset", "Share-partition start offset (SPSO)",
+            labels=["group", "topic", "partition"])
+        for (group, topic, index), held in sorted(self.service.held.items()):
+            labels = [group, topic, str(index)]
+            start.add_metric(labels, held.machine.start_offset)
+            for state, count in held.machine.counts().items():
+                family.add_metric([*labels, state.name.lower()], count)
+        yield family
+        yield start

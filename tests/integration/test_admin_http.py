@@ -288,3 +288,49 @@ def test_sigterm_answers_in_flight_request_then_stops(tmp_path: Path) -> None:
         conn.close()
     finally:
         b.close()
+
+
+def test_share_group_metrics(admin_broker: tuple[Broker, Admin]) -> None:
+    """EXTENSIONS.md rule 6 for share groups: the records in flight of each
+    share-partition by state, and its start offset (confluent-kafka's
+    ShareConsumer acquires 3 records and accepts only the first)."""
+    from confluent_kafka import AcknowledgeType, ShareConsumer
+    from confluent_kafka.admin import (
+        AdminClient,
+        AlterConfigOpType,
+        ConfigEntry,
+        ConfigResource,
+    )
+    from kafka import KafkaProducer
+
+    broker, admin = admin_broker
+    topic, group = unique_topic("sharem"), unique_topic("sharem-g")
+    create_topic(broker, topic)
+    producer = KafkaProducer(bootstrap_servers=broker.bootstrap)
+    for i in range(3):
+        producer.send(topic, b"v%d" % i, partition=0)
+    producer.flush()
+    producer.close()
+    resource = ConfigResource("GROUP", group, incremental_configs=[ConfigEntry(
+        "share.auto.offset.reset", "earliest",
+        incremental_operation=AlterConfigOpType.SET)])
+    configs = AdminClient({"bootstrap.servers": broker.bootstrap})
+    configs.incremental_alter_configs([resource])[resource].result(30)
+    consumer = ShareConsumer({"bootstrap.servers": broker.bootstrap, "group.id": group,
+                              "share.acknowledgement.mode": "explicit"})
+    try:
+        consumer.subscribe([topic])
+        got: list[object] = []
+        deadline = time.monotonic() + 30
+        while len(got) < 3 and time.monotonic() < deadline:
+            got += [m for m in consumer.poll(0.5) or () if m.error() is None]
+        assert len(got) == 3, got
+        first = min(got, key=lambda m: m.offset())
+        consumer.acknowledge(first, AcknowledgeType.ACCEPT)
+        consumer.commit_sync(10)
+        samples = admin.samples()
+        labels = {"group": group, "topic": topic, "partition": "0"}
+        assert value(samples, "kcompat_share_start_offset", **labels) == 1
+        assert value(samples, "kcompat_share_records", **labels, state="acquired") == 2
+    finally:
+        consumer.close()
