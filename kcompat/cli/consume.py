@@ -7,8 +7,16 @@ the command is a member of consumer group G: the group assigns partitions,
 ``--from earliest|latest`` only says where to start without a committed
 offset, and the offsets of the printed records are committed on exit.
 
-When to stop: after ``--count N`` records, or — without ``--follow`` — once
-every partition is read up to the end it had when reading started. ``--follow``
+With ``--share-group G`` the command is a member of share group G (KIP-932,
+``_share_consumer``): the group hands out records, each printed with its
+delivery count, and ``--ack accept|release|reject`` (default accept) decides
+every record's acknowledgement. Where a new share group starts is its config
+``share.auto.offset.reset`` (Kafka's default: latest), not ``--from``.
+Released records go back to the group when the command ends.
+
+When to stop: after ``--count N`` (``--max-messages N``) records, or — without
+``--follow`` — once every partition is read up to the end it had when reading
+started (share group: once a fetch finds nothing to acquire). ``--follow``
 keeps waiting for new records until ^C (or ``--count``).
 """
 
@@ -22,21 +30,29 @@ import time
 from typing import Any
 
 from kcompat.cli._common import CliError, add_client_args, client_config
+from kcompat.cli._share_consumer import ACK_TYPES
 
 POLL_MS = 200
+SHARE_WAIT_MS = 500  # a ShareFetch waits this long for something to acquire
+SHARE_BATCH_MAX = 500
 IDLE_STOP_MS = 10_000  # without --follow: give up if positions stop moving this long
 
 
 def register(sub: Any) -> None:
     p = sub.add_parser("consume", help="print records of a topic")
     p.add_argument("topic")
-    p.add_argument("--from", dest="start", default="earliest",
+    p.add_argument("--from", dest="start", default=None,
                    metavar="earliest|latest|OFFSET|@TIMESTAMP_MS",
                    help="where to start (default earliest)")
     p.add_argument("--partition", type=int, action="append", metavar="N",
                    help="only this partition (repeatable; default all)")
     p.add_argument("--group", help="consume as a member of this consumer group")
-    p.add_argument("--count", type=int, metavar="N", help="stop after N records")
+    p.add_argument("--share-group", metavar="NAME",
+                   help="consume as a member of this share group (KIP-932)")
+    p.add_argument("--ack", choices=sorted(ACK_TYPES),
+                   help="with --share-group: acknowledge every record so (default accept)")
+    p.add_argument("--count", "--max-messages", dest="count", type=int, metavar="N",
+                   help="stop after N records")
     p.add_argument("--follow", action="store_true", help="wait for new records until ^C")
     add_client_args(p)
     p.set_defaults(func=cmd_consume)
@@ -58,13 +74,19 @@ def _text(data: bytes | None) -> str | None:
 
 
 def render(record: Any, as_json: bool) -> str:
+    """One output line; a share-group delivery also shows its delivery count."""
+    count = getattr(record, "delivery_count", None)
     if not as_json:
-        return _text(record.value) or ""
-    return json.dumps({
+        text = _text(record.value) or ""
+        return text if count is None else f"{text}\tdelivery={count}"
+    row = {
         "topic": record.topic, "partition": record.partition, "offset": record.offset,
         "timestamp": record.timestamp, "key": _text(record.key), "value": _text(record.value),
         "headers": [[k, _header_value(v)] for k, v in (record.headers or [])],
-    })
+    }
+    if count is not None:
+        row["delivery_count"] = count
+    return json.dumps(row)
 
 
 def _header_value(value: bytes | None) -> str | None:
@@ -118,12 +140,16 @@ def _seek(consumer: Any, tps: list[Any], kind: str, value: int) -> None:
 
 
 def cmd_consume(args: argparse.Namespace) -> int:
-    kind, value = parse_start(args.start)
+    if args.count is not None and args.count <= 0:
+        raise CliError("--count takes a positive number", 2)
+    if args.share_group is not None:
+        return _cmd_share(args)
+    if args.ack is not None:
+        raise CliError("--ack needs --share-group", 2)
+    kind, value = parse_start(args.start or "earliest")
     if args.group and kind not in ("earliest", "latest"):
         raise CliError("with --group, --from takes earliest or latest "
                        "(use `kcompat groups reset-offsets` to move a group)", 2)
-    if args.count is not None and args.count <= 0:
-        raise CliError("--count takes a positive number", 2)
     consumer = _consumer(args, kind)
     try:
         tps = _partitions(consumer, args)
@@ -179,3 +205,53 @@ def _at_end(consumer: Any, ends: dict[Any, int], last_progress: float) -> bool:
     if all(consumer.position(tp) >= ends[tp] for tp in assigned):
         return True
     return (time.monotonic() - last_progress) * 1000 > IDLE_STOP_MS
+
+
+def _cmd_share(args: argparse.Namespace) -> int:
+    from kcompat.cli._kio import Cluster
+    from kcompat.cli._share_consumer import ShareConsumer
+
+    for flag, given in (("--group", args.group), ("--partition", args.partition),
+                        ("--from", args.start)):
+        if given is not None:
+            raise CliError(f"--share-group takes no {flag} (the share group assigns partitions; "
+                           "its config share.auto.offset.reset says where it starts)", 2)
+    client_config(args)  # validates --bootstrap-server
+    cluster = Cluster(args.bootstrap_server, args.timeout_ms / 1000)
+    try:
+        consumer = ShareConsumer(cluster, args.share_group, args.topic, args.ack or "accept")
+        try:
+            _share_loop(consumer, args)
+        except KeyboardInterrupt:
+            pass
+        finally:
+            sys.stdout.flush()
+            consumer.close()
+    finally:
+        cluster.close()
+    return 0
+
+
+def _share_loop(consumer: Any, args: argparse.Namespace) -> None:
+    printed = 0
+    last_progress = time.monotonic()
+    while args.count is None or printed < args.count:
+        consumer.heartbeat()
+        if not consumer.assigned:
+            if not args.follow and (time.monotonic() - last_progress) * 1000 > IDLE_STOP_MS:
+                break
+            time.sleep(POLL_MS / 1000)
+            consumer.heartbeat(force=True)
+            continue
+        wanted = SHARE_BATCH_MAX if args.count is None else args.count - printed
+        got = consumer.fetch(min(wanted, SHARE_BATCH_MAX), SHARE_WAIT_MS)
+        for delivery in got[:wanted]:  # the rest go back to the group on close
+            sys.stdout.write(render(delivery, args.json) + "\n")
+            consumer.acknowledge(delivery)
+            printed += 1
+        if got:
+            last_progress = time.monotonic()
+            if args.follow:
+                sys.stdout.flush()
+        elif not args.follow:
+            break

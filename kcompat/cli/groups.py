@@ -5,6 +5,15 @@ assignments), OffsetFetch (committed offsets) and ListOffsets (log end
 offsets); lag = log end offset - committed offset. ``reset-offsets`` works
 like Kafka's tool: it prints the plan and changes nothing unless ``--execute``
 is given, and it refuses while the group has members (they would overwrite it).
+
+Share groups (KIP-932): ``list`` shows every group type ListGroups v5 reports
+(``--type share`` asks for share groups only). ``describe`` first asks the
+group's coordinator with ShareGroupDescribe (over ``_kio``; kafka-python has
+no share APIs): a share group is shown with its members and their assignments.
+A group that is no share group (GROUP_ID_NOT_FOUND) is described as a classic
+one. The per-partition share state (start offset, in-flight and archived
+records, lag) would come from DescribeShareGroupOffsets (API 90), which
+kcompat does not serve yet; the output says so.
 """
 
 from __future__ import annotations
@@ -21,13 +30,19 @@ from kcompat.cli._common import (
 )
 
 INACTIVE_STATES = ("Empty", "Dead")
+GROUP_TYPES = ("classic", "consumer", "share")
+SHARE_OFFSETS_NOTE = ("per-partition start offset, in-flight, archived and lag: not shown "
+                      "(they need DescribeShareGroupOffsets, API 90, which kcompat does not "
+                      "serve yet)")
 
 
 def register(sub: Any) -> None:
     groups = sub.add_parser("groups", help="list, describe, reset and delete consumer groups")
     gsub = groups.add_subparsers(dest="groups_command", required=True, metavar="COMMAND")
 
-    p = gsub.add_parser("list", help="list consumer groups")
+    p = gsub.add_parser("list", help="list consumer and share groups")
+    p.add_argument("--type", action="append", choices=GROUP_TYPES, dest="types",
+                   help="only groups of this type (repeatable; ListGroups v5)")
     add_client_args(p)
     p.set_defaults(func=cmd_list)
 
@@ -61,14 +76,15 @@ def register(sub: Any) -> None:
 
 def cmd_list(args: argparse.Namespace) -> int:
     with admin_client(args) as admin:
-        groups = sorted(admin.list_groups(), key=lambda g: g["group_id"])
-    rows = [{"group": g["group_id"], "state": g.get("group_state") or None,
+        groups = sorted(admin.list_groups(types_filter=args.types), key=lambda g: g["group_id"])
+    rows = [{"group": g["group_id"], "type": g.get("group_type") or None,
+             "state": g.get("group_state") or None,
              "protocol_type": g.get("protocol_type") or None} for g in groups]
     if args.json:
         print_json(rows)
     else:
-        print_table(["GROUP", "STATE", "PROTOCOL-TYPE"],
-                    [(r["group"], r["state"], r["protocol_type"]) for r in rows])
+        print_table(["GROUP", "TYPE", "STATE", "PROTOCOL-TYPE"],
+                    [(r["group"], r["type"], r["state"], r["protocol_type"]) for r in rows])
     return 0
 
 
@@ -105,7 +121,57 @@ def _describe(admin: Any, group_id: str) -> dict[str, Any]:
             "members": len(info["members"]), "partitions": partitions}
 
 
+def _describe_share(args: argparse.Namespace, group_id: str) -> dict[str, Any] | None:
+    """ShareGroupDescribe at the group's coordinator; None if it is no share group."""
+    from kio.schema.errors import ErrorCode
+    from kio.schema.share_group_describe.v1.request import ShareGroupDescribeRequest
+    from kio.schema.types import GroupId
+
+    from kcompat.cli._common import client_config
+    from kcompat.cli._kio import Cluster, error_name
+
+    client_config(args)  # validates --bootstrap-server
+    cluster = Cluster(args.bootstrap_server, args.timeout_ms / 1000)
+    try:
+        (g,) = cluster.coordinator(group_id).call(ShareGroupDescribeRequest(
+            group_ids=(GroupId(group_id),), include_authorized_operations=False)).groups
+    finally:
+        cluster.close()
+    if g.error_code == ErrorCode.group_id_not_found:
+        return None
+    if g.error_code != ErrorCode.none:
+        raise CliError(f"cannot describe share group {group_id!r}: {error_name(g.error_code)}")
+    members = [{"member_id": m.member_id, "member_epoch": int(m.member_epoch),
+                "client_id": m.client_id, "host": m.client_host,
+                "subscribed_topics": list(m.subscribed_topic_names),
+                "assignment": [{"topic": tp.topic_name, "partitions": sorted(tp.partitions)}
+                               for tp in m.assignment.topic_partitions]} for m in g.members]
+    return {"group": group_id, "type": "share", "state": g.group_state,
+            "group_epoch": int(g.group_epoch), "assignment_epoch": int(g.assignment_epoch),
+            "assignor": g.assignor_name, "members": members, "offsets": None,
+            "note": SHARE_OFFSETS_NOTE}
+
+
+def _print_share(d: dict[str, Any]) -> None:
+    print(f"Group: {d['group']}  Type: share  State: {d['state']}  "
+          f"Members: {len(d['members'])}  GroupEpoch: {d['group_epoch']}  "
+          f"AssignmentEpoch: {d['assignment_epoch']}  Assignor: {d['assignor']}")
+    rows = [(a["topic"], ",".join(map(str, a["partitions"])), m["member_id"], m["member_epoch"],
+             m["host"], m["client_id"])
+            for m in d["members"] for a in (m["assignment"] or [{"topic": None,
+                                                                 "partitions": []}])]
+    print_table(["TOPIC", "PARTITIONS", "MEMBER-ID", "MEMBER-EPOCH", "HOST", "CLIENT-ID"], rows)
+    print(f"({d['note']})")
+
+
 def cmd_describe(args: argparse.Namespace) -> int:
+    share = _describe_share(args, args.group)
+    if share is not None:
+        if args.json:
+            print_json(share)
+        else:
+            _print_share(share)
+        return 0
     with admin_client(args) as admin:
         d = _describe(admin, args.group)
     if args.json:

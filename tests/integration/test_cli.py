@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
 import time
@@ -147,7 +148,8 @@ def test_groups_describe_reset_and_delete(broker: Broker) -> None:
     kc(broker, "produce", topic, stdin="".join(f"m{i}\n" for i in range(5)))
     assert kc(broker, "consume", topic, "--group", group, "--count", "2").stdout == "m0\nm1\n"
 
-    assert {"group": group, "state": "Empty", "protocol_type": "consumer"} in kc_json(
+    assert {"group": group, "type": "classic", "state": "Empty",
+            "protocol_type": "consumer"} in kc_json(
         broker, "groups", "list")  # type: ignore[operator]
     described = kc_json(broker, "groups", "describe", group)
     assert described["partitions"] == [{  # type: ignore[index]
@@ -173,6 +175,99 @@ def test_groups_describe_reset_and_delete(broker: Broker) -> None:
     assert f"deleted group {group}" in kc(broker, "groups", "delete", group).stdout
     assert "unknown group" in kc(broker, "groups", "describe", group, expect=1).stderr
     assert "unknown group" in kc(broker, "groups", "delete", group, expect=1).stderr
+
+
+def share_group(broker: Broker, prefix: str) -> str:
+    """A new share group that starts at the earliest offset (Kafka's default is latest)."""
+    from compat_tests._share import set_group_configs
+
+    group = unique_topic(prefix)
+    set_group_configs(broker.bootstrap, group, {"share.auto.offset.reset": "earliest"})
+    return group
+
+
+def share_consume(broker: Broker, topic: str, group: str, *args: str) -> list[dict[str, object]]:
+    return jsonl(kc(broker, "consume", topic, "--share-group", group, "--json", *args).stdout)
+
+
+def test_consume_share_group_accept_release_and_max_messages(broker: Broker) -> None:
+    topic = unique_topic("share")
+    kc(broker, "topics", "create", topic, "--partitions", "2")
+    values = [f"s{i}" for i in range(6)]
+    kc(broker, "produce", topic, stdin="".join(v + "\n" for v in values))
+
+    accepting = share_group(broker, "sa")
+    got = share_consume(broker, topic, accepting)
+    assert sorted(r["value"] for r in got) == values  # type: ignore[type-var]
+    assert {r["delivery_count"] for r in got} == {1}
+    assert share_consume(broker, topic, accepting) == []  # accepted: never again
+
+    releasing = share_group(broker, "sr")
+    got = share_consume(broker, topic, releasing, "--ack", "release")
+    assert sorted(r["value"] for r in got) == values  # type: ignore[type-var]
+    assert {r["delivery_count"] for r in got} == {1}
+    again = kc(broker, "consume", topic, "--share-group", releasing).stdout.splitlines()
+    assert sorted(again) == sorted(f"{v}\tdelivery=2" for v in values)
+    assert share_consume(broker, topic, releasing) == []
+
+    limited = share_group(broker, "sm")
+    first = share_consume(broker, topic, limited, "--max-messages", "2", "--ack", "reject")
+    assert len(first) == 2
+    rest = share_consume(broker, topic, limited)
+    assert sorted(r["value"] for r in first + rest) == values  # type: ignore[type-var]
+    assert {r["delivery_count"] for r in rest} == {1}  # not processed: not counted again
+
+    err = kc(broker, "consume", topic, "--ack", "accept", expect=2).stderr
+    assert "--ack needs --share-group" in err
+    err = kc(broker, "consume", topic, "--share-group", "x", "--from", "latest", expect=2).stderr
+    assert "share.auto.offset.reset" in err
+
+
+def test_groups_describe_share_group(broker: Broker) -> None:
+    topic = unique_topic("shd")
+    kc(broker, "topics", "create", topic, "--partitions", "2")
+    kc(broker, "produce", topic, stdin="one\ntwo\n")
+    group = share_group(broker, "sd")
+    member = subprocess.Popen(
+        [sys.executable, "-m", "kcompat", "consume", topic, "--share-group", group, "--follow",
+         "--bootstrap-server", broker.bootstrap],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert member.stdout is not None
+        assert member.stdout.readline().endswith("\tdelivery=1\n")  # it is a member now
+        described = kc_json(broker, "groups", "describe", group)
+        table = kc(broker, "groups", "describe", group).stdout
+    finally:
+        member.send_signal(signal.SIGINT)
+        try:
+            _, err = member.communicate(timeout=15)
+        finally:
+            member.kill() if member.poll() is None else None
+    assert member.returncode == 0, err
+    assert described["type"] == "share" and described["state"] == "Stable"  # type: ignore[index]
+    (m,) = described["members"]  # type: ignore[index]
+    assert m["subscribed_topics"] == [topic] and m["client_id"] == "kcompat-cli"
+    assert m["assignment"] == [{"topic": topic, "partitions": [0, 1]}]
+    assert "DescribeShareGroupOffsets" in described["note"]  # type: ignore[index]
+    assert f"Group: {group}  Type: share  State: Stable  Members: 1" in table
+    assert topic in table and "0,1" in table and m["member_id"] in table
+    after = kc_json(broker, "groups", "describe", group)
+    assert after["members"] == [] and after["state"] == "Empty"  # type: ignore[index]
+
+
+def test_groups_list_shows_share_groups(broker: Broker) -> None:
+    topic = unique_topic("shl")
+    kc(broker, "topics", "create", topic)
+    kc(broker, "produce", topic, stdin="x\n")
+    group = share_group(broker, "sl")
+    share_consume(broker, topic, group)
+    listed = kc_json(broker, "groups", "list")
+    assert {"group": group, "type": "share"}.items() <= next(
+        g for g in listed if g["group"] == group).items()  # type: ignore[union-attr]
+    shares = kc_json(broker, "groups", "list", "--type", "share")
+    assert group in [g["group"] for g in shares]  # type: ignore[union-attr]
+    assert {g["type"] for g in shares} == {"share"}  # type: ignore[union-attr]
+    assert f"{group}  share" in kc(broker, "groups", "list").stdout
 
 
 def test_cluster_info(broker: Broker) -> None:
