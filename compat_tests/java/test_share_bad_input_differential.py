@@ -383,19 +383,6 @@ def kcompat_answers(sbroker: Deployment) -> dict[str, Codes]:
 #: Where kcompat answers otherwise than Kafka 4.4 (reported; strict, so a fix
 #: shows up as XPASS and the entry goes).
 DIFFERENT: dict[str, str] = {
-    "sgd-empty-group-id": "Kafka: INVALID_GROUP_ID (24); kcompat: GROUP_ID_NOT_FOUND",
-    "hb-empty-group-id": "Kafka: INVALID_REQUEST (42) 'GroupId can't be empty.'; "
-                         "kcompat accepts and creates the share group ''",
-    "hb-unknown-member-epoch-5": "no such group, epoch 5: Kafka GROUP_ID_NOT_FOUND (69); "
-                                 "kcompat UNKNOWN_MEMBER_ID (25)",
-    "hb-join-classic-group": "Kafka: GROUP_ID_NOT_FOUND (69) 'not a share group'; "
-                             "kcompat INCONSISTENT_GROUP_PROTOCOL (23)",
-    "hb-a-stale-epoch": "Kafka fences the previous member epoch of a share member "
-                        "(FENCED_MEMBER_EPOCH); kcompat accepts it",
-    "sf-unknown-topic-id": "no acknowledgements sent: Kafka acknowledge_error_code 0; "
-                           "kcompat UNKNOWN_TOPIC_ID",
-    "sf-unknown-partition": "known topic, no such partition: Kafka UNKNOWN_TOPIC_OR_PARTITION "
-                            "(3), ack error 0; kcompat UNKNOWN_TOPIC_ID for both",
 }
 
 

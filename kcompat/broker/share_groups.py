@@ -30,10 +30,19 @@ from kio.schema.errors import ErrorCode
 
 from kcompat.broker.controller.internal_topics import OFFSETS_TOPIC, partition_for
 from kcompat.broker.group_config import effective_group_config
+from kcompat.broker.groups import NotCoordinatorError, write_committed
 from kcompat.broker.shares import ShareSettings
 from kcompat.broker.state import now_ms
-from kcompat.group.share_group import HeartbeatResult, ShareGroup, ShareGroupConfig
+from kcompat.group.offsets import share_group_key
+from kcompat.group.share_group import (
+    HeartbeatResult,
+    ShareGroup,
+    ShareGroupConfig,
+    snapshot_from_json,
+    snapshot_to_json,
+)
 from kcompat.group.share_partition import ShareConfig
+from kcompat.wire.records import encode_batch
 
 if TYPE_CHECKING:
     from kcompat.broker.groups import GroupService
@@ -92,50 +101,88 @@ class ShareGroupService:
         return -1 if group is None else group.raft.term
 
     def group(self, group_id: str) -> ShareGroup | None:
-        """The live group, forgotten if this broker stopped coordinating it
-        since (a stale copy would answer for members that moved on)."""
+        """The live group, rebuilt from its stored snapshot when this broker
+        (again) coordinates it: a copy kept from an earlier term would answer
+        for members that moved on."""
         term = self._term(group_id)
         if self._terms.get(group_id, term) != term:
             self.groups.pop(group_id, None)
         found = self.groups.get(group_id)
+        if found is None and (raw := self.classic.store.share_groups.get(group_id)):
+            try:
+                snapshot, seen = snapshot_from_json(raw)
+            except ValueError as e:
+                log.warning("share group %s: stored snapshot unreadable (%s)", group_id, e)
+                return None
+            found = self.groups[group_id] = ShareGroup.restore(
+                snapshot, now_ms(), self._group_config(group_id), self.partition_counts())
+            self._topics[group_id] = seen
+            log.info("share group %s: %d members restored at epoch %d", group_id,
+                     len(found.member_ids()), found.group_epoch)
         if found is not None:
             self._terms[group_id] = term
         return found
 
+    def _group_config(self, group_id: str) -> ShareGroupConfig:
+        cfg = self._configs(group_id)
+        return ShareGroupConfig(
+            session_timeout_ms=int(cfg["share.session.timeout.ms"]),
+            heartbeat_interval_ms=int(cfg["share.heartbeat.interval.ms"]),
+            max_size=int(self.state.config["group.share.max.size"]))
+
+    async def persist(self, group: ShareGroup) -> ErrorCode:
+        """Write the group's snapshot to its ``__consumer_offsets`` partition
+        and wait for the commit (before the change is answered)."""
+        now = now_ms()
+        value = snapshot_to_json(group.snapshot(), self._topics.get(group.group_id, ()))
+        return await self._write(group.group_id, value, now)
+
+    async def _write(self, group_id: str, value: bytes | None, now: int) -> ErrorCode:
+        try:
+            part = self.classic._offsets_partition(group_id)  # noqa: SLF001
+            batch = encode_batch([(share_group_key(group_id), value, (), now)])
+            await write_committed(self.cluster, part, memoryview(batch), now)
+        except NotCoordinatorError as e:
+            return e.code
+        return ErrorCode.none
+
     def is_classic(self, group_id: str) -> bool:
-        return group_id in self.classic.coordinator.groups
+        """A classic group (members or committed offsets) has this id."""
+        return (group_id in self.classic.coordinator.groups
+                or group_id in self.classic.store.offsets)
 
     def partition_counts(self) -> dict[str, int]:
         return {name: meta.partitions for name, meta in self.state.topics.items()
                 if not meta.internal}
 
-    def heartbeat(self, group_id: str, member_id: str, member_epoch: int,
-                  subscribed: list[str] | None, rack_id: str | None, client_id: str,
-                  client_host: str) -> HeartbeatResult:
+    async def heartbeat(self, group_id: str, member_id: str, member_epoch: int,
+                        subscribed: list[str] | None, rack_id: str | None, client_id: str,
+                        client_host: str) -> HeartbeatResult:
         if self.is_classic(group_id):
-            return HeartbeatResult(ErrorCode.inconsistent_group_protocol,
+            return HeartbeatResult(ErrorCode.group_id_not_found,
                                    error_message=f"Group {group_id} is not a share group.")
         group = self.group(group_id)
+        before = None
         if group is None:
-            if member_epoch > 0:  # the coordinator moved: the member rejoins
-                return HeartbeatResult(ErrorCode.unknown_member_id, error_message=(
-                    f"Member {member_id} is not a member of group {group_id}."))
-            cfg = self._configs(group_id)
-            group = ShareGroup(group_id, ShareGroupConfig(
-                session_timeout_ms=int(cfg["share.session.timeout.ms"]),
-                heartbeat_interval_ms=int(cfg["share.heartbeat.interval.ms"]),
-                max_size=int(self.state.config["group.share.max.size"])),
-                self.partition_counts())
+            group = ShareGroup(group_id, self._group_config(group_id), self.partition_counts())
         else:
             group.update_metadata(self.partition_counts())
+            before = group.snapshot()
         result = group.heartbeat(member_id, member_epoch, now_ms(), subscribed, rack_id,
                                  client_id, client_host)
-        if subscribed and result.error == ErrorCode.none:
-            self._topics.setdefault(group_id, set()).update(subscribed)
+        seen = self._topics.setdefault(group_id, set())
+        grown = bool(subscribed) and result.error == ErrorCode.none and not seen.issuperset(
+            subscribed or ())
+        seen.update(subscribed or () if result.error == ErrorCode.none else ())
         if group.exists and group_id not in self.groups:
             self.groups[group_id] = group
             self._terms[group_id] = self._term(group_id)
         self._wake.set()
+        if group.exists and (grown or group.snapshot() != before):
+            code = await self.persist(group)
+            if code != ErrorCode.none:  # not durable: the member retries elsewhere
+                self.groups.pop(group_id, None)
+                return HeartbeatResult(code)
         return result
 
     async def delete(self, group_id: str) -> ErrorCode:
@@ -151,6 +198,8 @@ class ShareGroupService:
                 for index in range(meta.partitions)]
         code = await self.shares.delete_state(keys)
         if code == ErrorCode.none:
+            code = await self._write(group_id, None, now_ms())
+        if code == ErrorCode.none:
             self.groups.pop(group_id, None)
             self._terms.pop(group_id, None)
             self._topics.pop(group_id, None)
@@ -163,8 +212,11 @@ class ShareGroupService:
             now = now_ms()
             wait_s = IDLE_WAKE_S
             for group in list(self.groups.values()):
-                for member_id in group.tick(now):
+                expired = group.tick(now)
+                for member_id in expired:
                     log.info("share group %s: member %s expired", group.group_id, member_id)
+                if expired:
+                    self.cluster.spawn(self.persist, group)
                 deadline = group.next_deadline_ms()
                 if deadline is not None:
                     wait_s = min(wait_s, max(deadline - now, 1) / 1000)

@@ -32,6 +32,9 @@ _I64 = struct.Struct(">q")
 
 OFFSET_KEY_VERSION = 1
 GROUP_KEY_VERSION = 2
+# kcompat's own record: a share group's membership snapshot (KIP-932), its value
+# the JSON of ``share_group.snapshot_to_json``; Kafka's tools skip unknown versions
+SHARE_GROUP_KEY_VERSION = 32000
 OFFSET_VALUE_VERSION = 3
 GROUP_VALUE_VERSION = 3
 
@@ -128,6 +131,10 @@ def group_key(group: str) -> bytes:
     return bytes(_Writer().i16(GROUP_KEY_VERSION).string(group).buf)
 
 
+def share_group_key(group: str) -> bytes:
+    return bytes(_Writer().i16(SHARE_GROUP_KEY_VERSION).string(group).buf)
+
+
 def group_value(group: Group) -> bytes:
     w = (_Writer().i16(GROUP_VALUE_VERSION).string(group.protocol_type or "")
          .i32(group.generation_id).string(group.protocol_name).string(group.leader_id)
@@ -180,6 +187,7 @@ def _decode_offset_value(value: bytes) -> CommittedOffset:
 class OffsetStore:
     offsets: dict[str, dict[tuple[str, int], CommittedOffset]] = field(default_factory=dict)
     groups: dict[str, StoredGroup] = field(default_factory=dict)
+    share_groups: dict[str, bytes] = field(default_factory=dict)  # raw snapshots
 
     def apply(self, key: bytes, value: bytes | None) -> None:
         """Apply one committed record of ``__consumer_offsets``."""
@@ -198,6 +206,12 @@ class OffsetStore:
                 self.offsets.pop(group, None)
             else:
                 self.groups[group] = _decode_group_value(value)
+        elif version == SHARE_GROUP_KEY_VERSION:
+            group = r.string() or ""
+            if value is None:
+                self.share_groups.pop(group, None)
+            else:
+                self.share_groups[group] = bytes(value)
 
     def _drop(self, group: str, tp: tuple[str, int]) -> None:
         committed = self.offsets.get(group)

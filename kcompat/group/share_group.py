@@ -12,17 +12,17 @@ machine per share group id, passes in the topic metadata as
 Rules (Kafka 4.4's ``GroupMetadataManager.shareGroupHeartbeat`` and
 ``GroupCoordinatorService.throwIfShareGroupHeartbeatRequestIsInvalid``):
 
-* The client chooses its member id (ShareGroupHeartbeat v1): a blank member
-  id, a blank rack id, an epoch below -1, or epoch 0 without subscribed topic
+* The client chooses its member id (ShareGroupHeartbeat v1): a blank group
+  id, a blank member id, a blank rack id, an epoch below -1, or epoch 0 without subscribed topic
   names is ``INVALID_REQUEST``.
 * Epoch 0 joins (a known member may rejoin with 0 and keeps its epoch);
   epoch -1 leaves; any other epoch is a heartbeat. A group that never had a
   member does not exist: a heartbeat or leave is ``GROUP_ID_NOT_FOUND``. A new
   member past ``group.share.max.size`` (200) is ``GROUP_MAX_SIZE_REACHED``
   (checked before the member lookup, as Kafka); an unknown member with a
-  non-zero epoch is ``UNKNOWN_MEMBER_ID``; an epoch above the member's, or
-  below it and not its previous epoch (a lost response), is
-  ``FENCED_MEMBER_EPOCH``.
+  non-zero epoch is ``UNKNOWN_MEMBER_ID``; any epoch but the member's own
+  (or 0) is ``FENCED_MEMBER_EPOCH`` — share groups, unlike consumer groups,
+  do not take the previous epoch after a lost response (the member rejoins).
 * The group epoch goes up by one when a member joins, changes its subscribed
   topics, leaves or expires, and when the partition count of a subscribed
   topic changes or such a topic appears or disappears (``update_metadata``;
@@ -71,8 +71,10 @@ Pure and deterministic: no clock, no I/O.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from kio.schema.errors import ErrorCode
 
@@ -344,6 +346,42 @@ class ShareGroup:
 # -- the simple assignor --------------------------------------------------------
 
 
+def snapshot_to_json(snapshot: ShareGroupSnapshot, seen: Iterable[str] = ()) -> bytes:
+    """The snapshot as the coordinator stores it in ``__consumer_offsets``,
+    with ``seen``: every topic the group ever subscribed to (whose share
+    state DeleteGroups deletes)."""
+    def assigned(tps: TopicPartitions) -> list[Any]:
+        return [[topic, list(parts)] for topic, parts in tps]
+    return json.dumps({
+        "group": snapshot.group_id, "epoch": snapshot.group_epoch,
+        "assignment_epoch": snapshot.assignment_epoch,
+        "members": [[m.member_id, m.member_epoch, m.previous_member_epoch,
+                     list(m.subscribed_topic_names), assigned(m.assignment), m.rack_id,
+                     m.client_id, m.client_host] for m in snapshot.members],
+        "target": [[member, assigned(tps)] for member, tps in snapshot.target_assignment],
+        "topics": [list(tc) for tc in snapshot.partition_counts],
+        "seen": sorted(seen),
+    }, separators=(",", ":")).encode()
+
+
+def snapshot_from_json(raw: bytes) -> tuple[ShareGroupSnapshot, set[str]]:
+    """(snapshot, topics seen); ValueError for anything that is not one."""
+    def assigned(items: Any) -> TopicPartitions:
+        return tuple((str(t), tuple(int(p) for p in parts)) for t, parts in items)
+    try:
+        d = json.loads(raw)
+        members = tuple(MemberRecord(str(m[0]), int(m[1]), int(m[2]), tuple(m[3]),
+                                     assigned(m[4]), m[5], str(m[6]), str(m[7]))
+                        for m in d["members"])
+        snapshot = ShareGroupSnapshot(
+            str(d["group"]), int(d["epoch"]), int(d["assignment_epoch"]), members,
+            tuple((str(m), assigned(a)) for m, a in d["target"]),
+            tuple((str(t), int(c)) for t, c in d["topics"]))
+        return snapshot, {str(t) for t in d.get("seen", ())}
+    except (KeyError, IndexError, TypeError, AttributeError) as e:
+        raise ValueError(f"not a share-group snapshot: {e}") from e
+
+
 def simple_assign(subscriptions: Mapping[str, Sequence[str]],
                   partition_counts: Mapping[str, int],
                   current: Mapping[str, TopicPartitions]) -> dict[str, TopicPartitions]:
@@ -415,12 +453,9 @@ def _ceil_div(a: int, b: int) -> int:
 
 
 def _fenced(member: _Member, member_epoch: int) -> bool:
-    if member_epoch == 0:
-        return False  # a rejoin
-    if member_epoch > member.member_epoch:
-        return True
-    return (member_epoch < member.member_epoch
-            and member_epoch != member.previous_member_epoch)
+    """Kafka 4.4 share groups take only the member's current epoch (a lost
+    response is recovered by rejoining with 0); 0 rejoins."""
+    return member_epoch not in (0, member.member_epoch)
 
 
 def _check_request(member_id: str, member_epoch: int,

@@ -35,19 +35,25 @@ class PartitionResult:
     acquired: list[AcquiredRecords] = field(default_factory=list)
 
 
+Unknown = tuple[Any, int, ErrorCode, bool]  # topic id, partition, error, had acks
+
+
 def named_partitions(ctx: RequestContext, topics: Iterable[Any], attr: str
-                     ) -> tuple[dict[Key, Any], dict[uuid.UUID, str], list[tuple[Any, int]]]:
-    """(topic-partition -> its request entry, topic id -> name, unknown
-    (topic id, partition) pairs)."""
+                     ) -> tuple[dict[Key, Any], dict[uuid.UUID, str], list[Unknown]]:
+    """(topic-partition -> its request entry, topic id -> name, the unknown
+    ones: UNKNOWN_TOPIC_ID, or UNKNOWN_TOPIC_OR_PARTITION for a known topic)."""
     found: dict[Key, Any] = {}
     names: dict[uuid.UUID, str] = {}
-    unknown: list[tuple[Any, int]] = []
+    unknown: list[Unknown] = []
     for t in topics:
         meta = ctx.state.topic_by_id(t.topic_id) if t.topic_id is not None else None
         for p in getattr(t, attr):
             index = p if isinstance(p, int) else p.partition_index
             if meta is None or not 0 <= index < meta.partitions:
-                unknown.append((t.topic_id, index))
+                code = (ErrorCode.unknown_topic_id if meta is None
+                        else ErrorCode.unknown_topic_or_partition)
+                acked = bool(getattr(p, "acknowledgement_batches", ()))
+                unknown.append((t.topic_id, index, code, acked))
                 continue
             names[t.topic_id] = meta.name
             found[(meta.name, index)] = p
@@ -115,7 +121,7 @@ async def persist(ctx: RequestContext, touched: dict[tuple[str, str, int], Held]
 
 
 def topic_responses(ctx: RequestContext, results: dict[Key, PartitionResult],
-                    ids: dict[str, uuid.UUID], unknown: list[tuple[Any, int]], fetch: bool
+                    ids: dict[str, uuid.UUID], unknown: list[Unknown], fetch: bool
                     ) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
     """The ``responses`` and ``node_endpoints`` of the answer."""
     by_topic: dict[Any, list[Any]] = {}
@@ -141,13 +147,12 @@ def topic_responses(ctx: RequestContext, results: dict[Key, PartitionResult],
         elif r.ack_error is not None and r.error == OK:
             fields.update(error_code=r.ack_error, error_message=r.ack_message)
         by_topic.setdefault(ids[topic], []).append(ctx.build("PartitionData", **fields))
-    for topic_id, index in unknown:
-        fields = dict(partition_index=index, error_code=ErrorCode.unknown_topic_id,
-                      error_message=None,
+    for topic_id, index, code, acked in unknown:
+        fields = dict(partition_index=index, error_code=code, error_message=None,
                       current_leader=ctx.build("LeaderIdAndEpoch", leader_id=-1,
                                                leader_epoch=-1))
         if fetch:
-            fields.update(acknowledge_error_code=int(ErrorCode.unknown_topic_id),
+            fields.update(acknowledge_error_code=int(code if acked else OK),
                           acknowledge_error_message=None, records=b"", acquired_records=())
         by_topic.setdefault(topic_id, []).append(ctx.build("PartitionData", **fields))
     cls = "ShareFetchableTopicResponse" if fetch else "ShareAcknowledgeTopicResponse"

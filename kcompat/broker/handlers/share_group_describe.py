@@ -39,6 +39,10 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
     service = ctx.share_groups
     out = []
     for group_id in request.group_ids:
+        if not group_id:
+            out.append(_missing(ctx, group_id, ErrorCode.invalid_group_id,
+                                "The group id is empty."))
+            continue
         if (gate := service.coordinator_error(group_id)) is not None:
             out.append(_missing(ctx, group_id, gate, None))
             continue
