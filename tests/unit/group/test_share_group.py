@@ -15,6 +15,8 @@ from kcompat.group.share_group import (
     ShareGroup,
     ShareGroupConfig,
     simple_assign,
+    snapshot_from_json,
+    snapshot_to_json,
 )
 
 OK = ErrorCode.none
@@ -321,3 +323,17 @@ def run_seed(seed: int) -> None:
 @pytest.mark.parametrize("seed", range(200))
 def test_random_operations_keep_the_invariants(seed: int) -> None:
     run_seed(seed)
+
+
+def test_stored_snapshot_round_trip_and_junk() -> None:
+    group = joined({"t": 4, "u": 1}, "a", "b")
+    group.heartbeat("c", 0, 5, ["u"], rack_id="r1", client_id="cli", client_host="/h")
+    stored = snapshot_to_json(group.snapshot(), {"t", "u", "gone"})
+    snapshot, seen = snapshot_from_json(stored)
+    assert snapshot == group.snapshot() and seen == {"t", "u", "gone"}
+    back = ShareGroup.restore(snapshot, 100, partition_counts={"t": 4, "u": 1})
+    assert back.describe() == group.describe()
+    for junk in (b"[]", b'{"group": "g"}', b'{"group":"g","epoch":1,"assignment_epoch":1,'
+                 b'"members":[["a"]],"target":[],"topics":[]}'):
+        with pytest.raises(ValueError):
+            snapshot_from_json(junk)
