@@ -96,6 +96,10 @@ log = logging.getLogger("kcompat.shares")
 GROUP_HEADER = "kc-group"  # the message group of kc.share.ordering=message-group
 WRITE_TIMEOUT_S = 5.0
 CLAIM_TIMEOUT_S = 5.0
+CLAIM_RETRY_S = 0.2
+# what a share-partition whose state cannot be read or written answers: the
+# clients' ShareFetch handling retries it after a metadata refresh
+RETRIABLE = ErrorCode.not_leader_or_follower
 CREATE_WAIT_S = 5.0
 IDLE_WAKE_S = 1.0
 # KIP-1191's context headers on a dead letter
@@ -140,12 +144,17 @@ class Held:
     term: int
     state_index: int
     dead: list[DeadLetter] = field(default_factory=list)  # not in the DLQ topic yet
+    seq: int = 0  # of the last state record sent
+    written: tuple[int, int] = (-1, -1)  # start and read offset of the last one
 
 
 @dataclass(eq=False)
 class _Writer:
     pending: list[tuple[bytes, bytes, list[Any]]] = field(default_factory=list)
     running: bool = False
+    # holders whose write failed: their later records are not sent (they are
+    # deltas on the lost one), their requests fail, they claim again
+    broken: set[int] = field(default_factory=set)  # id() of the Held
 
 
 class ShareService:
@@ -223,12 +232,29 @@ class ShareService:
             await loading.wait()
         self._loading[key] = done = trio.Event()
         try:
-            held = await self._claim(key, part, term)
+            held = await self._claim_retrying(key, part, term)
             self.held[key] = held
             return held
         finally:
             del self._loading[key]
             done.set()
+
+    async def _claim_retrying(self, key: ShareKey, part: Partition, term: int) -> Held:
+        """Claim, retried for a while (the state topic being created, its
+        partition electing a leader); then NOT_LEADER_OR_FOLLOWER, which share
+        consumers retry after a metadata refresh (librdkafka and the Java
+        client stop on COORDINATOR_NOT_AVAILABLE in a ShareFetch)."""
+        deadline = trio.current_time() + CLAIM_TIMEOUT_S
+        while True:
+            try:
+                return await self._claim(key, part, term)
+            except ShareError as e:
+                if trio.current_time() + CLAIM_RETRY_S >= deadline:
+                    raise ShareError(RETRIABLE, e.message) from None
+                log.debug("claiming %s: %s; retrying", key, e.message)
+            await trio.sleep(CLAIM_RETRY_S)
+            if not self.cluster.leads(key[1], key[2]) or self._term(key[1], key[2]) != term:
+                raise ShareError(ErrorCode.not_leader_or_follower)
 
     def _term(self, topic: str, index: int) -> int:
         group = self.cluster.group_of(topic, index)
@@ -318,13 +344,16 @@ class ShareService:
             state = held.machine.snapshot() if full else held.machine.take_update()
             if full:
                 held.machine.take_update()
-            elif not state.batches and not state.group_keys:
-                continue
+            elif not state.batches and not state.group_keys and held.written == (
+                    state.start_offset, state.read_offset):
+                continue  # nothing changed (a moved start offset is a change)
+            held.seq += 1
+            held.written = (state.start_offset, state.read_offset)
             slot: list[Any] = [trio.Event(), ErrorCode.request_timed_out, held]
             slots.append(slot)
             writer = self._writers.setdefault(held.state_index, _Writer())
             writer.pending.append((encode_key(held.key),
-                                   state_value(held.generation, state, full), slot))
+                                   state_value(held.generation, held.seq, state, full), slot))
             if not writer.running:
                 writer.running = True
                 if not self.cluster.spawn(self._flush, held.state_index, writer):
@@ -346,6 +375,13 @@ class ShareService:
         try:
             while writer.pending:
                 taken, writer.pending = writer.pending, []
+                for _k, _v, slot in taken:
+                    if id(slot[2]) in writer.broken:
+                        slot[1] = ErrorCode.unknown_server_error
+                        slot[0].set()
+                taken = [t for t in taken if not t[2][0].is_set()]
+                if not taken:
+                    continue
                 now = now_ms()
                 batch = encode_batch([(k, v, (), now) for k, v, _ in taken])
                 try:
@@ -357,6 +393,8 @@ class ShareService:
                 for _k, _v, slot in taken:
                     slot[1] = code
                     slot[0].set()
+                    if code != ErrorCode.none:
+                        writer.broken.add(id(slot[2]))
         finally:
             writer.running = False
 

@@ -15,9 +15,13 @@ partition) — a *share key* — and come in three kinds (JSON values):
   leader reads the state back (``claimed``) once its claim is applied, and
   from then on writes with that generation.
 * ``state``: a full snapshot (``full``) or an update (``SharePartition.
-  take_update``) written by the owner, with its generation. A record of an
-  older generation — a deposed leader's late write — is ignored, so a key's
-  state only ever moves forward from what its current owner read.
+  take_update``) written by the owner, with its generation and a sequence
+  number (1, 2, ... after each claim). A record of another generation — a
+  deposed leader's late write — is ignored, and so is one whose sequence
+  number does not follow the last applied one: an update is a delta on top
+  of the previous one, so after a lost write (a timeout across a leader
+  change) the key keeps the last consistent state, and its owner, told of the
+  failure, claims again from there.
 * ``delete``: the share group's state for the partition is gone (the group
   or its offsets were deleted); it raises the generation too, fencing the
   leader that held the key (which drops its machine when it applies this
@@ -76,8 +80,8 @@ def claim_value(nonce: str) -> bytes:
     return _dump({"op": "claim", "nonce": nonce})
 
 
-def state_value(generation: int, state: ShareState, full: bool) -> bytes:
-    return _dump({"op": "state", "gen": generation, "full": full,
+def state_value(generation: int, seq: int, state: ShareState, full: bool) -> bytes:
+    return _dump({"op": "state", "gen": generation, "seq": seq, "full": full,
                   "state": state_to_json(state)})
 
 
@@ -123,6 +127,7 @@ class _Entry:
     generation: int = 0
     owner: str | None = None
     machine: SharePartition | None = None
+    seq: int = 0  # of the last state record applied in this generation
 
 
 class ShareStateLog:
@@ -152,13 +157,18 @@ class ShareStateLog:
         if op == "claim":
             entry.generation += 1
             entry.owner = str(value.get("nonce"))
+            entry.seq = 0
         elif op == "state":
             generation = value.get("gen")
             if not isinstance(generation, int):
                 raise ShareStateError(f"bad share-state generation {generation!r}")
+            seq = value.get("seq")
+            if not isinstance(seq, int):
+                raise ShareStateError(f"bad share-state sequence number {seq!r}")
             state = state_from_json(value.get("state") or {})
-            if generation != entry.generation:
-                return key  # a deposed owner's write
+            if generation != entry.generation or seq != entry.seq + 1:
+                return key  # a deposed owner's write, or one after a lost write
+            entry.seq = seq
             if value.get("full") or entry.machine is None:
                 entry.machine = SharePartition.restore(state)
             else:
@@ -167,6 +177,7 @@ class ShareStateLog:
             entry.machine = None
             entry.generation += 1
             entry.owner = None
+            entry.seq = 0
         else:
             raise ShareStateError(f"unknown share-state record kind {op!r}")
         return key

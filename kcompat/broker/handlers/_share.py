@@ -19,7 +19,7 @@ from kio.schema.errors import ErrorCode
 from kcompat.broker.context import RequestContext
 from kcompat.broker.handlers._common import NO_THROTTLE, OK
 from kcompat.broker.share_sessions import Session
-from kcompat.broker.shares import Held, ShareError
+from kcompat.broker.shares import RETRIABLE, Held, ShareError
 from kcompat.group.share_partition import AckBatch, AckType, AcquiredRecords
 
 Key = tuple[str, int]
@@ -113,11 +113,11 @@ async def persist(ctx: RequestContext, touched: dict[tuple[str, str, int], Held]
     for group_id, topic, index in failed:
         del group_id
         result = results.setdefault((topic, index), PartitionResult())
-        result.error = ErrorCode.coordinator_not_available
+        result.error = RETRIABLE
         result.message = "the share-partition state could not be written; retry"
         result.records, result.acquired = b"", []
         if result.ack_error is not None:
-            result.ack_error = ErrorCode.coordinator_not_available
+            result.ack_error = RETRIABLE
 
 
 def topic_responses(ctx: RequestContext, results: dict[Key, PartitionResult],

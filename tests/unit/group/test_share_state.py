@@ -66,7 +66,7 @@ def test_a_claim_raises_the_generation_and_reads_back_the_state() -> None:
     assert claim(log, KEY, "n1") == 1
     assert log.claimed(KEY, "n1") == (1, None)  # no state yet
     snap = acquired_machine().snapshot()
-    record(log, KEY, state_value(1, snap, full=True))
+    record(log, KEY, state_value(1, 1, snap, full=True))
     assert claim(log, KEY, "n2") == 2
     assert log.claimed(KEY, "n2") == (2, snap)
 
@@ -75,14 +75,14 @@ def test_a_write_of_an_older_generation_is_ignored() -> None:
     log = ShareStateLog()
     claim(log, KEY, "old")
     first = acquired_machine().snapshot()
-    record(log, KEY, state_value(1, first, full=True))
+    record(log, KEY, state_value(1, 1, first, full=True))
     claim(log, KEY, "new")  # generation 2: the old owner is deposed
     late = ShareState(0, 9, (StateBatch(0, 8, RecordState.ACKNOWLEDGED, 1),))
-    record(log, KEY, state_value(1, late, full=True))
+    record(log, KEY, state_value(1, 2, late, full=True))
     assert log.state(KEY) == first
-    record(log, KEY, state_value(3, late, full=True))  # not yet issued either
+    record(log, KEY, state_value(3, 1, late, full=True))  # not yet issued either
     assert log.state(KEY) == first
-    record(log, KEY, state_value(2, late, full=True))
+    record(log, KEY, state_value(2, 1, late, full=True))
     assert log.state(KEY) == log.machine(KEY).snapshot() != first  # type: ignore[union-attr]
     assert log.state(KEY).read_offset == 9  # type: ignore[union-attr]
 
@@ -91,15 +91,15 @@ def test_a_full_record_replaces_and_an_update_folds_in() -> None:
     log = ShareStateLog()
     gen = claim(log, KEY, "n")
     sp = acquired_machine()
-    record(log, KEY, state_value(gen, sp.snapshot(), full=True))
+    record(log, KEY, state_value(gen, 1, sp.snapshot(), full=True))
     sp.take_update()
     sp.acknowledge("a", [(1, 2, [AckType.RELEASE, AckType.REJECT])], 20)
     update = sp.take_update()
     assert update.batches and len(update.batches) < len(sp.snapshot().batches) + 1
-    record(log, KEY, state_value(gen, update, full=False))
+    record(log, KEY, state_value(gen, 2, update, full=False))
     assert log.state(KEY) == sp.snapshot()
     fresh = ShareState(100, 100)
-    record(log, KEY, state_value(gen, fresh, full=True))
+    record(log, KEY, state_value(gen, 3, fresh, full=True))
     assert log.state(KEY) == fresh
 
 
@@ -107,23 +107,23 @@ def test_an_update_without_a_state_starts_one() -> None:
     log = ShareStateLog()
     gen = claim(log, KEY, "n")
     snap = acquired_machine().snapshot()
-    record(log, KEY, state_value(gen, snap, full=False))
+    record(log, KEY, state_value(gen, 1, snap, full=False))
     assert log.state(KEY) == snap
 
 
 def test_delete_forgets_the_state_and_fences_its_owner() -> None:
     log = ShareStateLog()
     gen = claim(log, KEY, "n")
-    record(log, KEY, state_value(gen, acquired_machine().snapshot(), full=True))
+    record(log, KEY, state_value(gen, 1, acquired_machine().snapshot(), full=True))
     record(log, OTHER, claim_value("m"))
-    record(log, OTHER, state_value(1, ShareState(0, 0), full=True))
+    record(log, OTHER, state_value(1, 1, ShareState(0, 0), full=True))
     assert log.keys() == [KEY, OTHER] and len(log) == 2
     record(log, KEY, delete_value())
     assert log.state(KEY) is None and log.machine(KEY) is None
     assert log.keys() == [OTHER] and len(log) == 1
     assert log.claimed(KEY, "n") is None  # the owner must claim again
     assert log.generation(KEY) > gen
-    record(log, KEY, state_value(gen, ShareState(0, 1), full=True))
+    record(log, KEY, state_value(gen, 2, ShareState(0, 1), full=True))
     assert log.state(KEY) is None  # the deposed owner's late write
     assert claim(log, KEY, "n2") == log.generation(KEY) > gen + 1
     assert log.claimed(KEY, "n2") == (log.generation(KEY), None)
@@ -157,7 +157,7 @@ def test_junk_raises_and_changes_nothing(raw_key: bytes | None,
     log = ShareStateLog()
     claim(log, KEY, "n")
     snap = acquired_machine().snapshot()
-    record(log, KEY, state_value(1, snap, full=True))
+    record(log, KEY, state_value(1, 1, snap, full=True))
     with pytest.raises(ShareStateError):
         log.apply(raw_key, raw_value)
     assert log.claimed(KEY, "n") == (1, snap)
@@ -172,3 +172,23 @@ def test_claimed_answers_only_the_latest_nonce() -> None:
     assert log.claimed(KEY, "a") is None
     assert log.claimed(KEY, "b") == (2, None)
     assert log.claimed(OTHER, "b") is None
+
+
+def test_an_update_after_a_lost_one_is_ignored_until_the_next_claim() -> None:
+    """Updates are deltas: when write 2 of an owner is lost, write 3 must not
+    be folded onto write 1 (its offsets would look like gaps); the key keeps
+    write 1's state, and the owner's next claim continues from there."""
+    log = ShareStateLog()
+    gen = claim(log, KEY, "n")
+    sp = SharePartition(0)
+    record(log, KEY, state_value(gen, 1, sp.snapshot(), full=True))
+    sp.take_update()
+    sp.acquire("a", 5, 0, [(o, None) for o in range(5)], read_end_offset=5)
+    sp.take_update()  # write 2: lost
+    sp.acknowledge("a", [(0, 4, [AckType.RELEASE])], 10)
+    record(log, KEY, state_value(gen, 3, sp.take_update(), full=False))
+    assert log.state(KEY) == ShareState(0, 0)
+    gen = claim(log, KEY, "n2")
+    assert log.claimed(KEY, "n2") == (gen, ShareState(0, 0))
+    record(log, KEY, state_value(gen, 1, sp.snapshot(), full=True))
+    assert log.state(KEY) == sp.snapshot()
