@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer
+from confluent_kafka import Consumer, KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from ._deployment import SINGLE_AND_RF3, SINGLE_ONLY, Deployment
@@ -261,3 +261,34 @@ def test_dead_letter_topic(sbroker: Deployment, topic: str, tmp_path: Path) -> N
     assert headers["__dlq.errors.offset"] == "5"
     assert headers["__dlq.errors.delivery.count"] == "2"
     assert all(h.startswith("__dlq.errors.") for h in headers), headers
+
+
+@pytest.mark.parametrize("sbroker", SINGLE_ONLY, indirect=True)
+def test_delete_share_group(sbroker: Deployment, topic: str, tmp_path: Path) -> None:
+    """DeleteGroups on a share group: NON_EMPTY_GROUP while a member is in it;
+    once it is empty the group and its share-partition state go, so the same
+    group id reads the topic again from ``share.auto.offset.reset``."""
+    bootstrap, group = sbroker.bootstrap, unique_group("share-del")
+    require_share_apis(bootstrap)
+    create_topic(bootstrap, topic, 1, sbroker.replication)
+    set_group_configs(bootstrap, group, EARLIEST)
+    values = [str(i) for i in range(5)]
+    produce(bootstrap, topic, [(0, None, v) for v in values])
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    accept_all = ("--policy", "release-n", "--release-key", "none-such")
+    member = ShareMember(bootstrap, topic, group, tmp_path / "m0.log", "m0", *accept_all)
+    try:
+        wait_all_settled([member], values, 30.0)
+        with pytest.raises(KafkaException) as busy:
+            admin.delete_consumer_groups([group])[group].result(30)
+        assert busy.value.args[0].code() == KafkaError.NON_EMPTY_GROUP
+    finally:
+        stop_all([member])
+    admin.delete_consumer_groups([group])[group].result(30)
+    again = ShareMember(bootstrap, topic, group, tmp_path / "m1.log", "m1", *accept_all)
+    try:
+        ledger = wait_all_settled([again], values, 30.0)
+    finally:
+        stop_all([again])
+    assert sorted(d.value for d in ledger.rows) == values  # each once more, from offset 0
+    assert all(d.count == 1 for d in ledger.rows), ledger.rows

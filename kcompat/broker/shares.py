@@ -77,6 +77,7 @@ from kcompat.group.share_state import (
     encode_key,
     share_key_string,
     state_from_json,
+    state_generation,
     state_to_json,
     state_value,
 )
@@ -174,7 +175,9 @@ class ShareService:
         self._timer = trio.Event()
         # a share group's configs (the group side replaces it)
         self.settings_of: Callable[[str], ShareSettings] = lambda _group: ShareSettings()
+        self._claiming: dict[tuple[int, ShareKey], int] = {}  # claims proposed here
         cluster.machines[SHARE_STATE_TOPIC] = self  # fed by the replication host
+        cluster.append_checks[SHARE_STATE_TOPIC] = self.check_write
         cluster.inbound[codec.ShareClaimRequest] = (
             lambda src, m: cluster.spawn(self._serve_claim, src, m))
 
@@ -194,6 +197,26 @@ class ShareService:
             held = self.held.get(key)
             if held is not None and slog.generation(key) != held.generation:
                 del self.held[key]  # fenced (deleted, or claimed by another leader)
+
+    def check_write(self, index: int, batch: memoryview) -> ErrorCode:
+        """At the state partition's leader, before a batch is proposed:
+        FENCED_STATE_EPOCH (Kafka's answer to a deposed share-partition
+        leader) when a state record is of an older generation, or its key is
+        being claimed here — so a deposed holder learns it at once and does
+        not answer its consumers as if its write counted."""
+        slog = self._log(index)
+        try:
+            records = decode_batch(batch)
+        except wbatch.BatchError:
+            return ErrorCode.corrupt_message
+        for record in records:
+            try:
+                key, generation = state_generation(record.key, record.value)
+            except ShareStateError:
+                continue  # not a state record (a claim, a delete) or junk: apply skips it
+            if generation != slog.generation(key) or (index, key) in self._claiming:
+                return ErrorCode.fenced_state_epoch
+        return ErrorCode.none
 
     def on_role(self, index: int, leading: bool) -> None:
         """Nothing to take over: a share key is claimed by its data partition's
@@ -303,6 +326,17 @@ class ShareService:
     async def claim_locally(self, index: int, key: ShareKey, nonce: str
                             ) -> tuple[ErrorCode, int, dict[str, Any] | None]:
         batch = encode_batch([(encode_key(key), claim_value(nonce), (), now_ms())])
+        claiming = (index, key)
+        self._claiming[claiming] = self._claiming.get(claiming, 0) + 1
+        try:
+            return await self._claim_here(index, key, nonce, batch)
+        finally:
+            self._claiming[claiming] -= 1
+            if not self._claiming[claiming]:
+                del self._claiming[claiming]
+
+    async def _claim_here(self, index: int, key: ShareKey, nonce: str, batch: bytes
+                          ) -> tuple[ErrorCode, int, dict[str, Any] | None]:
         code, _offset = await self.calls.append_locally(SHARE_STATE_TOPIC, index, batch,
                                                         CLAIM_TIMEOUT_S)
         if code != ErrorCode.none:

@@ -89,6 +89,19 @@ def delete_value() -> bytes:
     return _dump({"op": "delete"})
 
 
+def state_generation(raw_key: bytes | None, raw_value: bytes | None) -> tuple[ShareKey, int]:
+    """(key, generation) of a ``state`` record; ShareStateError for any other."""
+    key = decode_key(raw_key)
+    try:
+        value = json.loads(raw_value or b"")
+        generation = value["gen"] if value.get("op") == "state" else None
+    except (ValueError, TypeError, KeyError, AttributeError) as e:
+        raise ShareStateError(f"not a share-state record for {key}") from e
+    if not isinstance(generation, int):
+        raise ShareStateError(f"not a share-state record for {key}")
+    return key, generation
+
+
 def state_to_json(state: ShareState) -> dict[str, Any]:
     return {
         "start": state.start_offset,

@@ -154,6 +154,9 @@ class PeerCalls:
         meta = rt.state.topics.get(topic)
         if group is None or group.part is None or meta is None or not group.is_leader:
             return ErrorCode.not_leader_or_follower, -1
+        check = rt.append_checks.get(topic)
+        if check is not None and (refused := check(index, memoryview(batch))) != ErrorCode.none:
+            return refused, -1
         term = group.raft.term
 
         def write(view: memoryview, header: wbatch.BatchHeader, now: int) -> wbatch.BatchHeader:

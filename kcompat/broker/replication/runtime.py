@@ -160,6 +160,9 @@ class ClusterRuntime:
         self._live_from: int | None = None
         # topic -> the replicated state machine of each of its partitions (Group.feed)
         self.machines: dict[str, StateMachine] = {}
+        # topic -> a check a batch the broker writes itself must pass at the
+        # partition's leader before it is proposed (index, batch) -> error
+        self.append_checks: dict[str, Callable[[int, memoryview], ErrorCode]] = {}
         # what the layers above register: per-tick work, inbound inter-broker
         # messages by type (called with the sender and the message), and who
         # must hear of a transaction marker written here (topic, index, producer id)

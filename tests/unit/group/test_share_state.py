@@ -22,6 +22,7 @@ from kcompat.group.share_state import (
     encode_key,
     share_key_string,
     state_from_json,
+    state_generation,
     state_to_json,
     state_value,
 )
@@ -192,3 +193,11 @@ def test_an_update_after_a_lost_one_is_ignored_until_the_next_claim() -> None:
     assert log.claimed(KEY, "n2") == (gen, ShareState(0, 0))
     record(log, KEY, state_value(gen, 1, sp.snapshot(), full=True))
     assert log.state(KEY) == sp.snapshot()
+
+
+def test_state_generation_names_the_writer_of_state_records_only() -> None:
+    snap = acquired_machine().snapshot()
+    assert state_generation(encode_key(KEY), state_value(4, 1, snap, full=False)) == (KEY, 4)
+    for other in (claim_value("n"), delete_value(), b"junk", b'{"op":"state","gen":"4"}'):
+        with pytest.raises(ShareStateError):
+            state_generation(encode_key(KEY), other)
