@@ -23,6 +23,7 @@ the partition side through ``settings``.
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 import trio
@@ -31,7 +32,7 @@ from kio.schema.errors import ErrorCode
 from kcompat.broker.controller.internal_topics import OFFSETS_TOPIC, partition_for
 from kcompat.broker.group_config import effective_group_config
 from kcompat.broker.groups import NotCoordinatorError, write_committed
-from kcompat.broker.shares import ShareSettings
+from kcompat.broker.shares import ShareError, ShareSettings
 from kcompat.broker.state import now_ms
 from kcompat.group.offsets import share_group_key
 from kcompat.group.share_group import (
@@ -204,6 +205,69 @@ class ShareGroupService:
             self._terms.pop(group_id, None)
             self._topics.pop(group_id, None)
         return code
+
+    # -- share-group offsets (DescribeShareGroupOffsets, Alter..., Delete...) ------------
+
+    def offsets_error(self, group_id: str, altering: bool) -> tuple[ErrorCode, str | None]:
+        """The group-level error of the offsets APIs: the coordinator gate,
+        a missing (or classic) group, and for changes a group with members."""
+        if (gate := self.coordinator_error(group_id)) is not None:
+            return gate, None
+        group = self.group(group_id)
+        if group is None:
+            return ErrorCode.group_id_not_found, f"Group {group_id} not found."
+        if altering and group.member_ids():
+            return ErrorCode.non_empty_group, "The group has active members."
+        return ErrorCode.none, None
+
+    def topics_seen(self, group_id: str) -> list[str]:
+        return sorted(t for t in self._topics.get(group_id, ()) if t in self.state.topics)
+
+    async def describe_offset(self, group_id: str, topic: str, index: int
+                              ) -> tuple[int, int, ErrorCode, str | None]:
+        """(start offset, lag, error, message) of one share-partition: -1, -1
+        when it has no state yet; lag is -1 where this broker holds no replica
+        of the partition (its high watermark is not known here)."""
+        meta = self.state.topics.get(topic)
+        if meta is None or not 0 <= index < meta.partitions:
+            return -1, -1, ErrorCode.unknown_topic_or_partition, None
+        try:
+            found = await self.shares.read_state((group_id, topic, index))
+        except ShareError as e:
+            return -1, -1, ErrorCode.coordinator_load_in_progress, e.message
+        if found is None:
+            return -1, -1, ErrorCode.none, None
+        return found.start_offset, self.shares.lag(found, topic, index), ErrorCode.none, None
+
+    async def alter_offset(self, group_id: str, topic: str, index: int, start: int
+                           ) -> tuple[ErrorCode, str | None]:
+        meta = self.state.topics.get(topic)
+        if meta is None or not 0 <= index < meta.partitions:
+            return ErrorCode.unknown_topic_or_partition, None
+        if start < 0:
+            return ErrorCode.invalid_request, f"start offset {start} is negative"
+        try:
+            await self.shares.reset_state((group_id, topic, index), start)
+        except ShareError as e:
+            return ErrorCode.coordinator_load_in_progress, e.message
+        return ErrorCode.none, None
+
+    async def note_topics(self, group_id: str, topics: Iterable[str]) -> ErrorCode:
+        """Topics whose share state the group now has (so DeleteGroups finds them)."""
+        seen = self._topics.setdefault(group_id, set())
+        if seen.issuperset(topics):
+            return ErrorCode.none
+        seen.update(topics)
+        group = self.group(group_id)
+        return ErrorCode.none if group is None else await self.persist(group)
+
+    async def delete_offsets(self, group_id: str, topic: str) -> tuple[ErrorCode, str | None]:
+        meta = self.state.topics.get(topic)
+        if meta is None:
+            return ErrorCode.unknown_topic_or_partition, None
+        code = await self.shares.delete_state([(group_id, topic, i)
+                                               for i in range(meta.partitions)])
+        return code, None
 
     async def run(self) -> None:
         """Expire members whose session ran out."""

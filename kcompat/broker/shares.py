@@ -60,11 +60,13 @@ from kcompat.broker.topic_config import effective
 from kcompat.group.share_partition import (
     DELIVERY_LIMIT,
     REJECTED,
+    TERMINAL,
     AckBatch,
     AcquiredRecords,
     DeadLetter,
     ShareConfig,
     SharePartition,
+    ShareState,
     start_offset_for_reset,
 )
 from kcompat.group.share_state import (
@@ -284,28 +286,8 @@ class ShareService:
         return -1 if group is None else group.raft.term
 
     async def _claim(self, key: ShareKey, part: Partition, term: int) -> Held:
-        if SHARE_STATE_TOPIC not in self.state.topics:
-            auto_create(self.controller, SHARE_STATE_TOPIC)
-            await self.cluster.wait_leaders(SHARE_STATE_TOPIC, CREATE_WAIT_S)
-            if SHARE_STATE_TOPIC not in self.state.topics:
-                raise ShareError(ErrorCode.coordinator_not_available,
-                                 f"{SHARE_STATE_TOPIC} is being created; retry")
-        index = self.state_index(key)
-        nonce = uuid.uuid4().hex
-        if self.cluster.leads(SHARE_STATE_TOPIC, index):
-            code, generation, raw = await self.claim_locally(index, key, nonce)
-        else:
-            leader = self.cluster.partition_view(SHARE_STATE_TOPIC, index)[0]
-            if leader not in self.cluster.peers:
-                raise ShareError(ErrorCode.coordinator_not_available,
-                                 "the share-state partition has no leader")
-            slot = await self.calls.call(leader, lambda rid: codec.ShareClaimRequest(
-                rid, index, key, nonce), CLAIM_TIMEOUT_S)
-            code = slot[1]
-            generation, raw = slot[2] if len(slot) > 2 else (0, None)
-        if code != ErrorCode.none:
-            raise ShareError(ErrorCode.coordinator_not_available,
-                             f"the share-state partition answered {code.name}; retry")
+        index = await self._state_partition(key)
+        generation, raw = await self.at_state_leader(index, key, uuid.uuid4().hex)
         settings = self.settings_of(key[0])
         config = settings.config
         if raw is None:
@@ -323,8 +305,75 @@ class ShareService:
         machine.advance_log_start(part.log.log_start_offset)
         return Held(key, machine, generation, term, index)
 
+    async def _state_partition(self, key: ShareKey) -> int:
+        """The state partition of ``key`` (the state topic created if need be)."""
+        if SHARE_STATE_TOPIC not in self.state.topics:
+            auto_create(self.controller, SHARE_STATE_TOPIC)
+            await self.cluster.wait_leaders(SHARE_STATE_TOPIC, CREATE_WAIT_S)
+            if SHARE_STATE_TOPIC not in self.state.topics:
+                raise ShareError(ErrorCode.coordinator_not_available,
+                                 f"{SHARE_STATE_TOPIC} is being created; retry")
+        return self.state_index(key)
+
+    async def at_state_leader(self, index: int, key: ShareKey, nonce: str
+                              ) -> tuple[int, dict[str, Any] | None]:
+        """Claim ``key`` with ``nonce`` at its state partition's leader (here
+        or remote), or only read it (``nonce`` empty): (generation, state)."""
+        if self.cluster.leads(SHARE_STATE_TOPIC, index):
+            code, generation, raw = await self.claim_locally(index, key, nonce)
+        else:
+            leader = self.cluster.partition_view(SHARE_STATE_TOPIC, index)[0]
+            if leader not in self.cluster.peers:
+                raise ShareError(ErrorCode.coordinator_not_available,
+                                 "the share-state partition has no leader")
+            slot = await self.calls.call(leader, lambda rid: codec.ShareClaimRequest(
+                rid, index, key, nonce), CLAIM_TIMEOUT_S)
+            code = slot[1]
+            generation, raw = slot[2] if len(slot) > 2 else (0, None)
+        if code != ErrorCode.none:
+            raise ShareError(ErrorCode.coordinator_not_available,
+                             f"the share-state partition answered {code.name}; retry")
+        return generation, raw
+
+    async def read_state(self, key: ShareKey) -> ShareState | None:
+        """The committed state of ``key`` as its state partition's leader has
+        applied it (None: none); ShareError if it cannot be read now."""
+        if SHARE_STATE_TOPIC not in self.state.topics:
+            return None
+        _generation, raw = await self.at_state_leader(self.state_index(key), key, "")
+        return None if raw is None else state_from_json(raw)
+
+    def lag(self, found: ShareState, topic: str, index: int) -> int:
+        """Records not yet acknowledged or archived (KIP-1226's lag): the high
+        watermark less the start offset less the finished records in flight;
+        -1 where no replica of the partition is here."""
+        part = self.state.partition(topic, index)
+        if part is None:
+            return -1
+        hw = part.high_watermark
+        done = sum(min(b.last_offset, hw - 1) - b.first_offset + 1 for b in found.batches
+                   if b.state in TERMINAL and b.first_offset < hw)
+        return max(hw - found.start_offset - done, 0)
+
+    async def reset_state(self, key: ShareKey, start_offset: int) -> None:
+        """AlterShareGroupOffsets: the key starts again at ``start_offset``
+        with nothing in flight; its holder (fenced by the claim) reads that
+        when it claims again. ShareError if it cannot be done now."""
+        index = await self._state_partition(key)
+        generation, _raw = await self.at_state_leader(index, key, uuid.uuid4().hex)
+        held = Held(key, SharePartition(start_offset), generation, -1, index)
+        if await self.write([(held, True)]):
+            raise ShareError(ErrorCode.coordinator_not_available,
+                             "the share-partition state could not be written; retry")
+
     async def claim_locally(self, index: int, key: ShareKey, nonce: str
                             ) -> tuple[ErrorCode, int, dict[str, Any] | None]:
+        if not nonce:  # a read: what the machine applied, once it serves
+            if self.cluster.serving_machine(SHARE_STATE_TOPIC, index) is not None:
+                return ErrorCode.coordinator_load_in_progress, 0, None
+            found = self._log(index).state(key)
+            return (ErrorCode.none, self._log(index).generation(key),
+                    None if found is None else state_to_json(found))
         batch = encode_batch([(encode_key(key), claim_value(nonce), (), now_ms())])
         claiming = (index, key)
         self._claiming[claiming] = self._claiming.get(claiming, 0) + 1

@@ -54,6 +54,9 @@ _MODULES = {
     v.SHARE_GROUP_DESCRIBE: "share_group_describe",
     v.SHARE_FETCH: "share_fetch",
     v.SHARE_ACKNOWLEDGE: "share_acknowledge",
+    v.DESCRIBE_SHARE_GROUP_OFFSETS: "describe_share_group_offsets",
+    v.ALTER_SHARE_GROUP_OFFSETS: "alter_share_group_offsets",
+    v.DELETE_SHARE_GROUP_OFFSETS: "delete_share_group_offsets",
 }
 
 HANDLERS: dict[int, Handler] = {

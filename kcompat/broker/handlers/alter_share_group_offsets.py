@@ -1,0 +1,42 @@
+"""AlterShareGroupOffsets (key 91), version 0 (KIP-932).
+
+Moves an empty share group's start offset on the partitions named: their
+state in ``__share_group_state`` is replaced by one starting there with
+nothing in flight (the holder at the partition's leader is fenced and reads
+it when it next claims the partition). A group with members is
+NON_EMPTY_GROUP, a missing one GROUP_ID_NOT_FOUND, a missing partition
+UNKNOWN_TOPIC_OR_PARTITION, a negative offset INVALID_REQUEST.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kcompat.broker.context import RequestContext
+from kcompat.broker.handlers._common import NO_THROTTLE, OK
+
+
+async def handle(ctx: RequestContext, request: Any) -> Any:
+    service = ctx.share_groups
+    code, message = service.offsets_error(request.group_id, altering=True)
+    if code != OK:
+        return ctx.response(throttle_time=NO_THROTTLE, error_code=code, error_message=message,
+                            responses=())
+    responses = []
+    for t in request.topics:
+        parts = []
+        for p in t.partitions:
+            code, message = await service.alter_offset(request.group_id, t.topic_name,
+                                                       p.partition_index, p.start_offset)
+            parts.append(ctx.build("AlterShareGroupOffsetsResponsePartition",
+                                   partition_index=p.partition_index, error_code=code,
+                                   error_message=message))
+        meta = ctx.state.topics.get(t.topic_name)
+        responses.append(ctx.build("AlterShareGroupOffsetsResponseTopic",
+                                   topic_name=t.topic_name,
+                                   topic_id=meta.topic_id if meta else None,
+                                   partitions=tuple(parts)))
+    await service.note_topics(request.group_id, (t.topic_name for t in request.topics
+                                                 if t.topic_name in ctx.state.topics))
+    return ctx.response(throttle_time=NO_THROTTLE, error_code=OK, error_message=None,
+                        responses=tuple(responses))

@@ -1,0 +1,32 @@
+"""DeleteShareGroupOffsets (key 92), version 0 (KIP-932).
+
+Deletes an empty share group's state for whole topics (every partition's
+state in ``__share_group_state``); the group reads them again from
+``share.auto.offset.reset``. A group with members is NON_EMPTY_GROUP, a
+missing one GROUP_ID_NOT_FOUND, a missing topic UNKNOWN_TOPIC_OR_PARTITION.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kcompat.broker.context import RequestContext
+from kcompat.broker.handlers._common import NO_THROTTLE, OK
+
+
+async def handle(ctx: RequestContext, request: Any) -> Any:
+    service = ctx.share_groups
+    code, message = service.offsets_error(request.group_id, altering=True)
+    if code != OK:
+        return ctx.response(throttle_time=NO_THROTTLE, error_code=code, error_message=message,
+                            responses=())
+    responses = []
+    for t in request.topics:
+        code, message = await service.delete_offsets(request.group_id, t.topic_name)
+        meta = ctx.state.topics.get(t.topic_name)
+        responses.append(ctx.build("DeleteShareGroupOffsetsResponseTopic",
+                                   topic_name=t.topic_name,
+                                   topic_id=meta.topic_id if meta else None,
+                                   error_code=code, error_message=message))
+    return ctx.response(throttle_time=NO_THROTTLE, error_code=OK, error_message=None,
+                        responses=tuple(responses))

@@ -1,0 +1,49 @@
+"""DescribeShareGroupOffsets (key 90), versions 0-1 (KIP-932; v1 adds lag, KIP-1226).
+
+At the group coordinator: each share-partition's start offset, read from its
+state in ``__share_group_state`` (at that partition's leader, here or on
+another broker); -1 where the group has no state for it yet. Null topics: every
+topic the group has read. Lag: records neither acknowledged nor archived, -1
+where this broker has no replica of the partition. A missing group (or a
+classic one) is GROUP_ID_NOT_FOUND, as in Kafka.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kcompat.broker.context import RequestContext
+from kcompat.broker.handlers._common import NO_THROTTLE, OK
+
+
+async def _group(ctx: RequestContext, g: Any) -> Any:
+    service = ctx.share_groups
+    code, message = service.offsets_error(g.group_id, altering=False)
+    if code != OK:
+        return ctx.build("DescribeShareGroupOffsetsResponseGroup", group_id=g.group_id,
+                         topics=(), error_code=code, error_message=message)
+    wanted: list[tuple[str, tuple[int, ...] | None]]
+    if g.topics is None:
+        wanted = [(t, None) for t in service.topics_seen(g.group_id)]
+    else:
+        wanted = [(t.topic_name, tuple(t.partitions)) for t in g.topics]
+    topics = []
+    for name, asked in wanted:
+        meta = ctx.state.topics.get(name)
+        indexes = asked if asked is not None else tuple(range(meta.partitions if meta else 0))
+        parts = []
+        for index in indexes:
+            start, lag, code, message = await service.describe_offset(g.group_id, name, index)
+            parts.append(ctx.build("DescribeShareGroupOffsetsResponsePartition",
+                                   partition_index=index, start_offset=start, leader_epoch=-1,
+                                   lag=lag, error_code=code, error_message=message))
+        topics.append(ctx.build("DescribeShareGroupOffsetsResponseTopic", topic_name=name,
+                                topic_id=meta.topic_id if meta else None,
+                                partitions=tuple(parts)))
+    return ctx.build("DescribeShareGroupOffsetsResponseGroup", group_id=g.group_id,
+                     topics=tuple(topics), error_code=OK, error_message=None)
+
+
+async def handle(ctx: RequestContext, request: Any) -> Any:
+    groups = [await _group(ctx, g) for g in request.groups]
+    return ctx.response(throttle_time=NO_THROTTLE, groups=tuple(groups))
