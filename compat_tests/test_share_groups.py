@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, KafkaException
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from ._deployment import SINGLE_AND_RF3, SINGLE_ONLY, Deployment
@@ -292,3 +292,49 @@ def test_delete_share_group(sbroker: Deployment, topic: str, tmp_path: Path) -> 
         stop_all([again])
     assert sorted(d.value for d in ledger.rows) == values  # each once more, from offset 0
     assert all(d.count == 1 for d in ledger.rows), ledger.rows
+
+
+@pytest.mark.parametrize("sbroker", SINGLE_AND_RF3, indirect=True)
+def test_isolation_levels(sbroker: Deployment, topic: str, tmp_path: Path) -> None:
+    """``share.isolation.level``: a read_committed share group never gets a
+    record of an aborted transaction (nor one of an open transaction), a
+    read_uncommitted one gets them all — one transactional producer commits,
+    aborts, commits."""
+    bootstrap = sbroker.bootstrap
+    require_share_apis(bootstrap)
+    create_topic(bootstrap, topic, 1, sbroker.replication)
+    committed_group, everything = unique_group("share-rc"), unique_group("share-ru")
+    set_group_configs(bootstrap, committed_group, {**EARLIEST,
+                                                   "share.isolation.level": "read_committed"})
+    set_group_configs(bootstrap, everything, EARLIEST)
+    producer = Producer({"bootstrap.servers": bootstrap,
+                         "transactional.id": unique_group("share-txn")})
+    producer.init_transactions(30)
+    sent: dict[str, bool] = {}
+    for txn, commit in enumerate((True, False, True)):
+        producer.begin_transaction()
+        for i in range(3):
+            value = f"t{txn}-{i}"
+            producer.produce(topic, value=value.encode(), partition=0)
+            sent[value] = commit
+        assert producer.flush(30) == 0  # stored before the abort (else librdkafka purges)
+        if commit:
+            producer.commit_transaction(30)
+        else:
+            producer.abort_transaction(30)
+    accept_all = ("--policy", "release-n", "--release-key", "none-such")
+    members = [ShareMember(bootstrap, topic, committed_group, tmp_path / "rc.log", "rc",
+                           *accept_all),
+               ShareMember(bootstrap, topic, everything, tmp_path / "ru.log", "ru",
+                           *accept_all)]
+    try:
+        wait_for(lambda: len(Ledger(members).rows) >= len(sent) + 6, 30.0,
+                 lambda: f"deliveries so far: {Ledger(members).rows}")
+        time.sleep(1.0)  # an aborted record would come by now
+        ledger = Ledger(members)
+    finally:
+        stop_all(members)
+    got = {name: sorted(d.value for d in ledger.rows if d.member == name)
+           for name in ("rc", "ru")}
+    assert got["rc"] == sorted(v for v, ok in sent.items() if ok)
+    assert got["ru"] == sorted(sent)

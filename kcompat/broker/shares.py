@@ -579,14 +579,22 @@ class ShareService:
 
     # -- reading the log for a machine --------------------------------------------------------
 
-    def records_from(self, part: Partition, start: int, end: int, upper: int, keyed: bool
-                     ) -> Iterator[tuple[int, bytes | None]]:
+    def records_from(self, part: Partition, start: int, end: int, upper: int, keyed: bool,
+                     committed: bool = False) -> Iterator[tuple[int, bytes | None]]:
         """(offset, message group) of every record in [start, end) — read
         from whole batches below ``upper`` (a batch boundary: the high
         watermark or last stable offset), so none in that range is missed;
-        the group is header ``kc-group``, else the key, when ``keyed``."""
+        the group is header ``kc-group``, else the key, when ``keyed``. With
+        ``committed`` (``share.isolation.level=read_committed``) the records
+        of aborted transactions are left out: gaps, archived unseen."""
+        aborted = part.log.aborted_transactions(start, upper) if committed else []
         for view, header in part.log.batches(start, upper):
             if header.is_control:
+                continue
+            if aborted and header.is_transactional and any(
+                    a.producer_id == header.producer_id
+                    and a.first_offset <= header.base_offset <= a.last_offset
+                    for a in aborted):
                 continue
             for record in decode_batch(view):
                 if record.offset >= end:
@@ -627,7 +635,8 @@ class ShareService:
         records: Iterator[tuple[int, bytes | None]] = iter(())
         if start < end:
             records = self.records_from(part, start, end, upper,
-                                        machine.config.ordering_message_group)
+                                        machine.config.ordering_message_group,
+                                        isolation_committed)
         ranges = machine.acquire(member_id, max_records, now_ms(), records,
                                  end if start < end else None)
         if ranges:
