@@ -60,6 +60,35 @@ def named_partitions(ctx: RequestContext, topics: Iterable[Any], attr: str
     return found, names, unknown
 
 
+@dataclass
+class Parsed:
+    """What ShareFetch and ShareAcknowledge requests have in common."""
+
+    group_id: str
+    member_id: str
+    entries: dict[Key, Any]  # known partitions -> their request entries
+    names: dict[uuid.UUID, str]
+    unknown: list[Unknown]
+    acks: dict[Key, list[AckBatch]]  # every known partition, maybe empty
+
+
+def parse_request(ctx: RequestContext, request: Any) -> Parsed | Any:
+    """The request's ids and acknowledgements, or the error answer for it."""
+    group_id, member_id = request.group_id or "", request.member_id or ""
+    if not group_id:
+        return error_answer(ctx, ErrorCode.invalid_group_id, "The group id is empty.")
+    if not member_id:
+        return error_answer(ctx, ErrorCode.invalid_request, "The member id is empty.")
+    entries, names, unknown = named_partitions(ctx, request.topics, "partitions")
+    acks: dict[Key, list[AckBatch]] = {}
+    for tp, entry in entries.items():
+        batches, problem = ack_batches(ctx, entry)
+        if problem:
+            return error_answer(ctx, ErrorCode.invalid_request, problem)
+        acks[tp] = batches
+    return Parsed(group_id, member_id, entries, names, unknown, acks)
+
+
 def ack_batches(ctx: RequestContext, entry: Any) -> tuple[list[AckBatch], str | None]:
     batches: list[AckBatch] = []
     for b in entry.acknowledgement_batches:
@@ -169,3 +198,13 @@ def error_answer(ctx: RequestContext, code: ErrorCode, message: str | None = Non
     return ctx.response(throttle_time=NO_THROTTLE, error_code=code, error_message=message,
                         acquisition_lock_timeout=NO_THROTTLE, responses=(),
                         node_endpoints=())
+
+
+def offsets_refusal(ctx: RequestContext, group_id: str) -> Any | None:
+    """AlterShareGroupOffsets / DeleteShareGroupOffsets: the whole answer when
+    the group cannot be changed (not here, missing, not empty), else None."""
+    code, message = ctx.share_groups.offsets_error(group_id, altering=True)
+    if code == OK:
+        return None
+    return ctx.response(throttle_time=NO_THROTTLE, error_code=code, error_message=message,
+                        responses=())

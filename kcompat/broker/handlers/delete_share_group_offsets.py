@@ -12,14 +12,13 @@ from typing import Any
 
 from kcompat.broker.context import RequestContext
 from kcompat.broker.handlers._common import NO_THROTTLE, OK
+from kcompat.broker.handlers._share import offsets_refusal
 
 
 async def handle(ctx: RequestContext, request: Any) -> Any:
+    if (refusal := offsets_refusal(ctx, request.group_id)) is not None:
+        return refusal
     service = ctx.share_groups
-    code, message = service.offsets_error(request.group_id, altering=True)
-    if code != OK:
-        return ctx.response(throttle_time=NO_THROTTLE, error_code=code, error_message=message,
-                            responses=())
     responses = []
     for t in request.topics:
         code, message = await service.delete_offsets(request.group_id, t.topic_name)

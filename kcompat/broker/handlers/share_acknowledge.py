@@ -18,37 +18,29 @@ from kio.schema.errors import ErrorCode
 from kcompat.broker.context import RequestContext
 from kcompat.broker.handlers._common import NO_THROTTLE, OK
 from kcompat.broker.handlers._share import (
+    Parsed,
     PartitionResult,
-    ack_batches,
     apply_acks,
     error_answer,
-    named_partitions,
+    parse_request,
     persist,
     release_session,
     topic_responses,
 )
 from kcompat.broker.share_sessions import FINAL_EPOCH, INITIAL_EPOCH
 from kcompat.broker.shares import Held
-from kcompat.group.share_partition import AckBatch
 
 
 async def handle(ctx: RequestContext, request: Any) -> Any:
-    group_id, member_id = request.group_id or "", request.member_id or ""
-    if not group_id:
-        return error_answer(ctx, ErrorCode.invalid_group_id, "The group id is empty.")
-    if not member_id:
-        return error_answer(ctx, ErrorCode.invalid_request, "The member id is empty.")
+    parsed = parse_request(ctx, request)
+    if not isinstance(parsed, Parsed):
+        return parsed
+    group_id, member_id, acks = parsed.group_id, parsed.member_id, parsed.acks
+    names, unknown = parsed.names, parsed.unknown
     epoch = request.share_session_epoch
     if epoch == INITIAL_EPOCH:
         return error_answer(ctx, ErrorCode.invalid_share_session_epoch,
                             "A share session is opened by ShareFetch.")
-    entries, names, unknown = named_partitions(ctx, request.topics, "partitions")
-    acks: dict[tuple[str, int], list[AckBatch]] = {}
-    for tp, entry in entries.items():
-        batches, problem = ack_batches(ctx, entry)
-        if problem:
-            return error_answer(ctx, ErrorCode.invalid_request, problem)
-        acks[tp] = batches
     session, code = ctx.shares.sessions.advance(group_id, member_id, epoch)
     if session is None:
         return error_answer(ctx, code)

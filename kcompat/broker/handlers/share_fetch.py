@@ -23,36 +23,29 @@ from kio.schema.errors import ErrorCode
 from kcompat.broker.context import RequestContext
 from kcompat.broker.handlers._common import NO_THROTTLE, OK
 from kcompat.broker.handlers._share import (
+    Parsed,
     PartitionResult,
-    ack_batches,
     apply_acks,
     error_answer,
     named_partitions,
+    parse_request,
     persist,
     release_session,
     topic_responses,
 )
 from kcompat.broker.share_sessions import FINAL_EPOCH, INITIAL_EPOCH, Session
 from kcompat.broker.shares import Held, ShareError
-from kcompat.group.share_partition import AckBatch
 
 
 async def handle(ctx: RequestContext, request: Any) -> Any:
-    group_id, member_id = request.group_id or "", request.member_id or ""
-    if not group_id:
-        return error_answer(ctx, ErrorCode.invalid_group_id, "The group id is empty.")
-    if not member_id:
-        return error_answer(ctx, ErrorCode.invalid_request, "The member id is empty.")
+    parsed = parse_request(ctx, request)
+    if not isinstance(parsed, Parsed):
+        return parsed
+    group_id, member_id, entries = parsed.group_id, parsed.member_id, parsed.entries
+    unknown = parsed.unknown
     epoch = request.share_session_epoch
-    entries, names, unknown = named_partitions(ctx, request.topics, "partitions")
-    ids = {name: tid for tid, name in names.items()}
-    acks: dict[tuple[str, int], list[AckBatch]] = {}
-    for tp, entry in entries.items():
-        batches, problem = ack_batches(ctx, entry)
-        if problem:
-            return error_answer(ctx, ErrorCode.invalid_request, problem)
-        if batches:
-            acks[tp] = batches
+    ids = {name: tid for tid, name in parsed.names.items()}
+    acks = {tp: batches for tp, batches in parsed.acks.items() if batches}
     sessions = ctx.shares.sessions
     touched: dict[tuple[str, str, int], Held] = {}
     if epoch == INITIAL_EPOCH:
