@@ -15,7 +15,10 @@ INVALID_SHARE_SESSION_EPOCH, a missing session SHARE_SESSION_NOT_FOUND
 changing its partitions: its epoch must be the next one, or -1 to close.
 
 Sessions live in the broker's memory only, as in Kafka: after a restart or a
-leader change a consumer's next request finds none and starts again at 0.
+leader change a consumer's next request finds none and starts again at 0. A
+full cache (``group.share.max.share.sessions``) first evicts the sessions
+idle for longer than ``IDLE_EVICT_MS`` — members that died without closing
+them (their records come back when their locks expire).
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from kio.schema.errors import ErrorCode
 INITIAL_EPOCH = 0
 FINAL_EPOCH = -1
 MAX_SESSIONS = 2000  # Kafka's group.share.max.share.sessions
+IDLE_EVICT_MS = 120_000  # past any share.session.timeout.ms (at most 60 s in Kafka)
 
 Partition = tuple[str, int]
 
@@ -38,6 +42,7 @@ class Session:
     next_epoch: int = 1
     partitions: dict[Partition, None] = field(default_factory=dict)  # ordered set
     turn: int = 0  # which partition the next fetch starts with (each in turn)
+    used_ms: int = 0  # when a request last used it
 
 
 class ShareSessions:
@@ -51,17 +56,22 @@ class ShareSessions:
     def get(self, group_id: str, member_id: str) -> Session | None:
         return self._sessions.get((group_id, member_id))
 
-    def open(self, group_id: str, member_id: str) -> tuple[Session | None, Session | None]:
+    def open(self, group_id: str, member_id: str, now_ms: int = 0
+             ) -> tuple[Session | None, Session | None]:
         """A new session (epoch 0), and the one it replaces; (None, None) when
-        the cache is full (SHARE_SESSION_LIMIT_REACHED)."""
+        the cache is full of sessions in use (SHARE_SESSION_LIMIT_REACHED)."""
         key = (group_id, member_id)
         old = self._sessions.pop(key, None)
         if old is None and len(self._sessions) >= self.max_sessions:
-            return None, None
-        session = self._sessions[key] = Session(group_id, member_id)
+            for idle in [k for k, s in self._sessions.items()
+                         if now_ms - s.used_ms > IDLE_EVICT_MS]:
+                del self._sessions[idle]
+            if len(self._sessions) >= self.max_sessions:
+                return None, None
+        session = self._sessions[key] = Session(group_id, member_id, used_ms=now_ms)
         return session, old
 
-    def advance(self, group_id: str, member_id: str, epoch: int
+    def advance(self, group_id: str, member_id: str, epoch: int, now_ms: int = 0
                 ) -> tuple[Session | None, ErrorCode]:
         """The session a request with ``epoch`` (> 0 or -1) continues; -1
         removes it from the cache (the caller releases its records)."""
@@ -75,6 +85,7 @@ class ShareSessions:
         if epoch != session.next_epoch:
             return None, ErrorCode.invalid_share_session_epoch
         session.next_epoch = epoch + 1 if epoch < (1 << 31) - 1 else 1
+        session.used_ms = now_ms
         return session, ErrorCode.none
 
     def drop_member(self, group_id: str, member_id: str) -> Session | None:

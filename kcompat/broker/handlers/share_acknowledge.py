@@ -29,6 +29,7 @@ from kcompat.broker.handlers._share import (
 )
 from kcompat.broker.share_sessions import FINAL_EPOCH, INITIAL_EPOCH
 from kcompat.broker.shares import Held
+from kcompat.broker.state import now_ms
 
 
 async def handle(ctx: RequestContext, request: Any) -> Any:
@@ -41,7 +42,7 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
     if epoch == INITIAL_EPOCH:
         return error_answer(ctx, ErrorCode.invalid_share_session_epoch,
                             "A share session is opened by ShareFetch.")
-    session, code = ctx.shares.sessions.advance(group_id, member_id, epoch)
+    session, code = ctx.shares.sessions.advance(group_id, member_id, epoch, now_ms())
     if session is None:
         return error_answer(ctx, code)
     touched: dict[tuple[str, str, int], Held] = {}

@@ -35,6 +35,7 @@ from kcompat.broker.handlers._share import (
 )
 from kcompat.broker.share_sessions import FINAL_EPOCH, INITIAL_EPOCH, Session
 from kcompat.broker.shares import Held, ShareError
+from kcompat.broker.state import now_ms
 
 
 async def handle(ctx: RequestContext, request: Any) -> Any:
@@ -52,14 +53,14 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
         if acks:
             return error_answer(ctx, ErrorCode.invalid_request,
                                 "Acknowledge data present on initial epoch")
-        session, old = sessions.open(group_id, member_id)
+        session, old = sessions.open(group_id, member_id, now_ms())
         if session is None:
             return error_answer(ctx, ErrorCode.share_session_limit_reached,
                                 "The share session cache is full.")
         if old is not None:
             release_session(ctx, old, touched)
     else:
-        found, code = sessions.advance(group_id, member_id, epoch)
+        found, code = sessions.advance(group_id, member_id, epoch, now_ms())
         if found is None:
             return error_answer(ctx, code)
         session = found

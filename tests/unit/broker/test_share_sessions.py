@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from kio.schema.errors import ErrorCode
 
-from kcompat.broker.share_sessions import FINAL_EPOCH, ShareSessions
+from kcompat.broker.share_sessions import FINAL_EPOCH, IDLE_EVICT_MS, ShareSessions
 
 OK = ErrorCode.none
 
@@ -98,3 +98,14 @@ def test_the_limit_refuses_new_sessions_but_not_replacements() -> None:
     sessions.advance("g", "b", FINAL_EPOCH)
     fresh, old = sessions.open("g", "c")
     assert fresh is not None and old is None and len(sessions) == 2
+
+
+def test_a_full_cache_evicts_sessions_idle_past_the_limit_first() -> None:
+    sessions = ShareSessions(max_sessions=2)
+    sessions.open("g", "dead", now_ms=0)
+    sessions.open("g", "busy", now_ms=0)
+    assert sessions.advance("g", "busy", 1, now_ms=IDLE_EVICT_MS)[1] == ErrorCode.none
+    assert sessions.open("g", "new", now_ms=IDLE_EVICT_MS) == (None, None)  # not idle yet
+    fresh, old = sessions.open("g", "new", now_ms=IDLE_EVICT_MS + 1)
+    assert fresh is not None and old is None
+    assert sessions.get("g", "dead") is None and sessions.get("g", "busy") is not None
