@@ -11,9 +11,12 @@ Share groups (KIP-932): ``list`` shows every group type ListGroups v5 reports
 group's coordinator with ShareGroupDescribe (over ``_kio``; kafka-python has
 no share APIs): a share group is shown with its members and their assignments.
 A group that is no share group (GROUP_ID_NOT_FOUND) is described as a classic
-one. The per-partition share state (start offset, in-flight and archived
-records, lag) would come from DescribeShareGroupOffsets (API 90), which
-kcompat does not serve yet; the output says so.
+one. Its partitions come from DescribeShareGroupOffsets v1 (API 90) at the
+same coordinator: the start offset (the first record not yet acknowledged for
+good) and the lag (records from there to the high watermark not yet
+acknowledged), or none for a partition the group has not started (-1 in the
+answer). API 90 carries no in-flight or archived counts, so neither does this
+(``kafka-share-groups.sh --describe --offsets`` shows the same two columns).
 """
 
 from __future__ import annotations
@@ -31,9 +34,6 @@ from kcompat.cli._common import (
 
 INACTIVE_STATES = ("Empty", "Dead")
 GROUP_TYPES = ("classic", "consumer", "share")
-SHARE_OFFSETS_NOTE = ("per-partition start offset, in-flight, archived and lag: not shown "
-                      "(they need DescribeShareGroupOffsets, API 90, which kcompat does not "
-                      "serve yet)")
 
 
 def register(sub: Any) -> None:
@@ -122,7 +122,8 @@ def _describe(admin: Any, group_id: str) -> dict[str, Any]:
 
 
 def _describe_share(args: argparse.Namespace, group_id: str) -> dict[str, Any] | None:
-    """ShareGroupDescribe at the group's coordinator; None if it is no share group."""
+    """ShareGroupDescribe at the group's coordinator, with its partitions' share offsets
+    (DescribeShareGroupOffsets); None if it is no share group."""
     from kio.schema.errors import ErrorCode
     from kio.schema.share_group_describe.v1.request import ShareGroupDescribeRequest
     from kio.schema.types import GroupId
@@ -133,14 +134,17 @@ def _describe_share(args: argparse.Namespace, group_id: str) -> dict[str, Any] |
     client_config(args)  # validates --bootstrap-server
     cluster = Cluster(args.bootstrap_server, args.timeout_ms / 1000)
     try:
-        (g,) = cluster.coordinator(group_id).call(ShareGroupDescribeRequest(
+        coordinator = cluster.coordinator(group_id)
+        (g,) = coordinator.call(ShareGroupDescribeRequest(
             group_ids=(GroupId(group_id),), include_authorized_operations=False)).groups
+        if g.error_code == ErrorCode.group_id_not_found:
+            return None
+        if g.error_code != ErrorCode.none:
+            raise CliError(f"cannot describe share group {group_id!r}: "
+                           f"{error_name(g.error_code)}")
+        offsets = _share_offsets(coordinator, group_id)
     finally:
         cluster.close()
-    if g.error_code == ErrorCode.group_id_not_found:
-        return None
-    if g.error_code != ErrorCode.none:
-        raise CliError(f"cannot describe share group {group_id!r}: {error_name(g.error_code)}")
     members = [{"member_id": m.member_id, "member_epoch": int(m.member_epoch),
                 "client_id": m.client_id, "host": m.client_host,
                 "subscribed_topics": list(m.subscribed_topic_names),
@@ -148,20 +152,54 @@ def _describe_share(args: argparse.Namespace, group_id: str) -> dict[str, Any] |
                                for tp in m.assignment.topic_partitions]} for m in g.members]
     return {"group": group_id, "type": "share", "state": g.group_state,
             "group_epoch": int(g.group_epoch), "assignment_epoch": int(g.assignment_epoch),
-            "assignor": g.assignor_name, "members": members, "offsets": None,
-            "note": SHARE_OFFSETS_NOTE}
+            "assignor": g.assignor_name, "members": members, "offsets": offsets}
+
+
+def _share_offsets(coordinator: Any, group_id: str) -> list[dict[str, Any]]:
+    """DescribeShareGroupOffsets v1 of every topic the group has share state for: per
+    partition its start offset and lag (None where the answer says -1: not started,
+    or the lag unknown) and its error, sorted by topic and partition."""
+    from kio.schema.describe_share_group_offsets.v1 import request as offsets_request
+    from kio.schema.errors import ErrorCode
+    from kio.schema.types import GroupId
+
+    from kcompat.cli._kio import error_name
+
+    request = offsets_request.DescribeShareGroupOffsetsRequest(groups=(
+        offsets_request.DescribeShareGroupOffsetsRequestGroup(group_id=GroupId(group_id),
+                                                              topics=None),))
+    (g,) = coordinator.call(request).groups
+    if g.error_code == ErrorCode.group_id_not_found:  # deleted since it was described
+        return []
+    if g.error_code != ErrorCode.none:
+        raise CliError(f"cannot read the share offsets of {group_id!r}: "
+                       f"{error_name(g.error_code)}")
+    rows = [{"topic": t.topic_name, "partition": int(p.partition_index),
+             "start_offset": int(p.start_offset) if p.start_offset >= 0 else None,
+             "lag": int(p.lag) if p.lag >= 0 else None,
+             "error": None if p.error_code == ErrorCode.none else error_name(p.error_code)}
+            for t in g.topics for p in t.partitions]
+    return sorted(rows, key=lambda r: (r["topic"], r["partition"]))
 
 
 def _print_share(d: dict[str, Any]) -> None:
+    total_lag = sum(o["lag"] or 0 for o in d["offsets"])
     print(f"Group: {d['group']}  Type: share  State: {d['state']}  "
           f"Members: {len(d['members'])}  GroupEpoch: {d['group_epoch']}  "
-          f"AssignmentEpoch: {d['assignment_epoch']}  Assignor: {d['assignor']}")
+          f"AssignmentEpoch: {d['assignment_epoch']}  Assignor: {d['assignor']}  "
+          f"TotalLag: {total_lag}")
+    errors = any(o["error"] for o in d["offsets"])  # an ERROR column only when needed
+    print_table(["TOPIC", "PARTITION", "START-OFFSET", "LAG", *(["ERROR"] if errors else [])],
+                [(o["topic"], o["partition"], o["start_offset"], o["lag"],
+                  *([o["error"]] if errors else [])) for o in d["offsets"]])
     rows = [(a["topic"], ",".join(map(str, a["partitions"])), m["member_id"], m["member_epoch"],
              m["host"], m["client_id"])
             for m in d["members"] for a in (m["assignment"] or [{"topic": None,
                                                                  "partitions": []}])]
-    print_table(["TOPIC", "PARTITIONS", "MEMBER-ID", "MEMBER-EPOCH", "HOST", "CLIENT-ID"], rows)
-    print(f"({d['note']})")
+    if rows:
+        print()
+        print_table(["TOPIC", "PARTITIONS", "MEMBER-ID", "MEMBER-EPOCH", "HOST", "CLIENT-ID"],
+                    rows)
 
 
 def cmd_describe(args: argparse.Namespace) -> int:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import signal
 import subprocess
 import sys
@@ -248,11 +249,24 @@ def test_groups_describe_share_group(broker: Broker) -> None:
     (m,) = described["members"]  # type: ignore[index]
     assert m["subscribed_topics"] == [topic] and m["client_id"] == "kcompat-cli"
     assert m["assignment"] == [{"topic": topic, "partitions": [0, 1]}]
-    assert "DescribeShareGroupOffsets" in described["note"]  # type: ignore[index]
+    assert [(o["topic"], o["partition"]) for o in described["offsets"]] == [  # type: ignore[index]
+        (topic, 0), (topic, 1)]  # both started (earliest) when assigned
     assert f"Group: {group}  Type: share  State: Stable  Members: 1" in table
     assert topic in table and "0,1" in table and m["member_id"] in table
+    assert "START-OFFSET" in table and "LAG" in table and "ERROR" not in table
     after = kc_json(broker, "groups", "describe", group)
     assert after["members"] == [] and after["state"] == "Empty"  # type: ignore[index]
+    offsets = after["offsets"]  # type: ignore[index]
+    assert sum(o["start_offset"] for o in offsets) == 2  # both ACCEPTed when it closed
+    assert {o["lag"] for o in offsets} == {0} and {o["error"] for o in offsets} == {None}
+
+    kc(broker, "produce", topic, "--partition", "1", stdin="three\nfour\nfive\n")
+    lagging = {o["partition"]: o for o in kc_json(broker, "groups", "describe", group)["offsets"]}  # type: ignore[index]
+    assert lagging[1]["lag"] == 3 and lagging[0]["lag"] == 0
+    table = kc(broker, "groups", "describe", group).stdout
+    assert "TotalLag: 3" in table
+    assert re.search(rf"^{re.escape(topic)}\s+1\s+{lagging[1]['start_offset']}\s+3$", table,
+                     re.MULTILINE), table
 
 
 def test_groups_list_shows_share_groups(broker: Broker) -> None:
