@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: run test lint unit compat bench bench-simple clean tools sim java-deps kafka-reference demo
+.PHONY: run test lint unit compat bench bench-share bench-simple clean tools sim java-deps kafka-reference demo
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -59,6 +59,12 @@ $(BENCH_STAMP): $(STAMP)
 
 bench: $(BENCH_STAMP) tools java-deps
 	$(PY) bench/compare.py $(if $(BENCH_QUICK),--quick) $(BENCH_ARGS)
+
+# Share groups (KIP-932), bench/share.py: share vs classic consume throughput with 1 and 4
+# members, kcompat vs Apache Kafka, and kcompat's FIFO message groups. BENCH_QUICK=1 for
+# < 2 min. Appends to bench/RESULTS.md.
+bench-share: $(BENCH_STAMP) tools java-deps
+	$(PY) bench/share.py $(if $(BENCH_QUICK),--quick) $(BENCH_ARGS)
 
 # The older single-broker confluent-kafka produce/consume benchmark.
 bench-simple: $(STAMP)
