@@ -208,14 +208,27 @@ class ShareGroupService:
 
     # -- share-group offsets (DescribeShareGroupOffsets, Alter..., Delete...) ------------
 
-    def offsets_error(self, group_id: str, altering: bool) -> tuple[ErrorCode, str | None]:
-        """The group-level error of the offsets APIs: the coordinator gate,
-        a missing (or classic) group, and for changes a group with members."""
+    def offsets_error(self, group_id: str, altering: bool, create: bool = False
+                      ) -> tuple[ErrorCode, str | None]:
+        """The group-level error of the offsets APIs, as Kafka 4.4: the
+        coordinator gate; a classic group's id is GROUP_ID_NOT_FOUND; a
+        missing group describes as having no offsets, is created empty by
+        AlterShareGroupOffsets (``create``) and is GROUP_ID_NOT_FOUND for
+        DeleteShareGroupOffsets; a change to a group with members is
+        NON_EMPTY_GROUP."""
         if (gate := self.coordinator_error(group_id)) is not None:
             return gate, None
+        if self.is_classic(group_id):
+            return ErrorCode.group_id_not_found, f"Group {group_id} is not a share group."
         group = self.group(group_id)
+        if group is None and create:
+            group = self.groups[group_id] = ShareGroup(
+                group_id, self._group_config(group_id), self.partition_counts())
+            self._terms[group_id] = self._term(group_id)
         if group is None:
-            return ErrorCode.group_id_not_found, f"Group {group_id} not found."
+            if altering:
+                return ErrorCode.group_id_not_found, f"Group {group_id} not found."
+            return ErrorCode.none, None
         if altering and group.member_ids():
             return ErrorCode.non_empty_group, "The group has active members."
         return ErrorCode.none, None
@@ -224,29 +237,32 @@ class ShareGroupService:
         return sorted(t for t in self._topics.get(group_id, ()) if t in self.state.topics)
 
     async def describe_offset(self, group_id: str, topic: str, index: int
-                              ) -> tuple[int, int, ErrorCode, str | None]:
-        """(start offset, lag, error, message) of one share-partition: -1, -1
-        when it has no state yet; lag is -1 where this broker holds no replica
-        of the partition (its high watermark is not known here)."""
+                              ) -> tuple[int, int, int, ErrorCode, str | None]:
+        """(start offset, lag, leader epoch, error, message) of one
+        share-partition: start and lag -1 when it has no state yet (or no
+        record was ever acknowledged, as Kafka reports it); lag -1 where this
+        broker holds no replica of the partition or the start is past its end."""
         meta = self.state.topics.get(topic)
         if meta is None or not 0 <= index < meta.partitions:
-            return -1, -1, ErrorCode.unknown_topic_or_partition, None
+            return -1, -1, -1, ErrorCode.unknown_topic_or_partition, None
+        epoch = self.cluster.partition_view(topic, index)[1]
         try:
             found = await self.shares.read_state((group_id, topic, index))
         except ShareError as e:
-            return -1, -1, ErrorCode.coordinator_load_in_progress, e.message
+            return -1, -1, epoch, ErrorCode.coordinator_load_in_progress, e.message
         if found is None:
-            return -1, -1, ErrorCode.none, None
-        return found.start_offset, self.shares.lag(found, topic, index), ErrorCode.none, None
+            return -1, -1, epoch, ErrorCode.none, None
+        return (found.start_offset, self.shares.lag(found, topic, index), epoch,
+                ErrorCode.none, None)
 
     async def alter_offset(self, group_id: str, topic: str, index: int, start: int
                            ) -> tuple[ErrorCode, str | None]:
         meta = self.state.topics.get(topic)
         if meta is None or not 0 <= index < meta.partitions:
             return ErrorCode.unknown_topic_or_partition, None
-        if start < 0:
-            return ErrorCode.invalid_request, f"start offset {start} is negative"
         try:
+            if start < 0:  # Kafka: no start offset (the partition starts afresh)
+                return await self.shares.delete_state([(group_id, topic, index)]), None
             await self.shares.reset_state((group_id, topic, index), start)
         except ShareError as e:
             return ErrorCode.coordinator_load_in_progress, e.message
@@ -254,10 +270,10 @@ class ShareGroupService:
 
     async def note_topics(self, group_id: str, topics: Iterable[str]) -> ErrorCode:
         """Topics whose share state the group now has (so DeleteGroups finds them)."""
-        seen = self._topics.setdefault(group_id, set())
-        if seen.issuperset(topics):
+        seen, new = self._topics.setdefault(group_id, set()), set(topics)
+        if seen.issuperset(new):
             return ErrorCode.none
-        seen.update(topics)
+        seen.update(new)
         group = self.group(group_id)
         return ErrorCode.none if group is None else await self.persist(group)
 
@@ -267,6 +283,11 @@ class ShareGroupService:
             return ErrorCode.unknown_topic_or_partition, None
         code = await self.shares.delete_state([(group_id, topic, i)
                                                for i in range(meta.partitions)])
+        if code == ErrorCode.none and topic in self._topics.get(group_id, ()):
+            self._topics[group_id].discard(topic)
+            group = self.group(group_id)
+            if group is not None:
+                code = await self.persist(group)
         return code, None
 
     async def run(self) -> None:

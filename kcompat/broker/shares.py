@@ -295,7 +295,7 @@ class ShareService:
             start = self._start_offset(part, strategy)
             machine = SharePartition(start, config)
             held = Held(key, machine, generation, term, index)
-            if await self.write([(held, True)]):
+            if await self.write([(held, True)], initial=True):
                 raise ShareError(ErrorCode.coordinator_not_available,
                                  "the share-partition state could not be written; retry")
             log.info("share group %s starts %s-%d at offset %d (%s)", key[0], key[1], key[2],
@@ -337,11 +337,13 @@ class ShareService:
 
     async def read_state(self, key: ShareKey) -> ShareState | None:
         """The committed state of ``key`` as its state partition's leader has
-        applied it (None: none); ShareError if it cannot be read now."""
+        applied it — None when there is none, or nothing of it settled yet
+        (Kafka's start offset is unknown until then); ShareError if it cannot
+        be read now."""
         if SHARE_STATE_TOPIC not in self.state.topics:
             return None
         _generation, raw = await self.at_state_leader(self.state_index(key), key, "")
-        return None if raw is None else state_from_json(raw)
+        return None if raw is None or raw.get("unsettled") else state_from_json(raw)
 
     def lag(self, found: ShareState, topic: str, index: int) -> int:
         """Records not yet acknowledged or archived (KIP-1226's lag): the high
@@ -351,6 +353,8 @@ class ShareService:
         if part is None:
             return -1
         hw = part.high_watermark
+        if found.start_offset > hw:
+            return -1  # as Kafka: no lag for a start past the end
         done = sum(min(b.last_offset, hw - 1) - b.first_offset + 1 for b in found.batches
                    if b.state in TERMINAL and b.first_offset < hw)
         return max(hw - found.start_offset - done, 0)
@@ -371,9 +375,12 @@ class ShareService:
         if not nonce:  # a read: what the machine applied, once it serves
             if self.cluster.serving_machine(SHARE_STATE_TOPIC, index) is not None:
                 return ErrorCode.coordinator_load_in_progress, 0, None
-            found = self._log(index).state(key)
-            return (ErrorCode.none, self._log(index).generation(key),
-                    None if found is None else state_to_json(found))
+            slog = self._log(index)
+            found = slog.state(key)
+            raw = None if found is None else state_to_json(found)
+            if raw is not None and not slog.settled(key):
+                raw["unsettled"] = True
+            return ErrorCode.none, slog.generation(key), raw
         batch = encode_batch([(encode_key(key), claim_value(nonce), (), now_ms())])
         claiming = (index, key)
         self._claiming[claiming] = self._claiming.get(claiming, 0) + 1
@@ -418,7 +425,8 @@ class ShareService:
 
     # -- durable writes ---------------------------------------------------------------------
 
-    async def write(self, changed: list[tuple[Held, bool]]) -> set[ShareKey]:
+    async def write(self, changed: list[tuple[Held, bool]], initial: bool = False
+                    ) -> set[ShareKey]:
         """Write each machine's update (or full snapshot) to its state
         partition and wait for all of them; the keys whose write failed
         (dropped, to be claimed again)."""
@@ -436,7 +444,8 @@ class ShareService:
             slots.append(slot)
             writer = self._writers.setdefault(held.state_index, _Writer())
             writer.pending.append((encode_key(held.key),
-                                   state_value(held.generation, held.seq, state, full), slot))
+                                   state_value(held.generation, held.seq, state, full,
+                                               initial), slot))
             if not writer.running:
                 writer.running = True
                 if not self.cluster.spawn(self._flush, held.state_index, writer):

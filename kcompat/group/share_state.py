@@ -80,9 +80,16 @@ def claim_value(nonce: str) -> bytes:
     return _dump({"op": "claim", "nonce": nonce})
 
 
-def state_value(generation: int, seq: int, state: ShareState, full: bool) -> bytes:
-    return _dump({"op": "state", "gen": generation, "seq": seq, "full": full,
-                  "state": state_to_json(state)})
+def state_value(generation: int, seq: int, state: ShareState, full: bool,
+                initial: bool = False) -> bytes:
+    """``initial``: the snapshot a leader starts a new key with (at
+    ``share.auto.offset.reset``), which Kafka does not report as a start
+    offset until a record of it is acknowledged, released or timed out."""
+    value: dict[str, Any] = {"op": "state", "gen": generation, "seq": seq, "full": full,
+                             "state": state_to_json(state)}
+    if initial:
+        value["initial"] = True
+    return _dump(value)
 
 
 def delete_value() -> bytes:
@@ -141,6 +148,8 @@ class _Entry:
     owner: str | None = None
     machine: SharePartition | None = None
     seq: int = 0  # of the last state record applied in this generation
+    initial_start: int = -1  # the start offset of an ``initial`` snapshot
+    settled: bool = True  # a record was finished or given back since it
 
 
 class ShareStateLog:
@@ -186,6 +195,10 @@ class ShareStateLog:
                 entry.machine = SharePartition.restore(state)
             else:
                 entry.machine.apply(state)
+            if value.get("initial"):
+                entry.initial_start, entry.settled = state.start_offset, False
+            elif not entry.settled:
+                entry.settled = _settles(state, entry.initial_start)
         elif op == "delete":
             entry.machine = None
             entry.generation += 1
@@ -208,6 +221,12 @@ class ShareStateLog:
             return None
         return entry.generation, (None if entry.machine is None else entry.machine.snapshot())
 
+    def settled(self, key: ShareKey) -> bool:
+        """False while the key holds only its initial snapshot and
+        acquisitions: Kafka reports no start offset for it yet."""
+        entry = self._entries.get(key)
+        return entry is None or entry.settled
+
     def state(self, key: ShareKey) -> ShareState | None:
         entry = self._entries.get(key)
         return None if entry is None or entry.machine is None else entry.machine.snapshot()
@@ -216,3 +235,11 @@ class ShareStateLog:
         """The folded machine (read only: for describe and offsets)."""
         entry = self._entries.get(key)
         return None if entry is None else entry.machine
+
+
+def _settles(state: ShareState, initial_start: int) -> bool:
+    """Whether a record of ``state`` settles its key: the start offset moved,
+    or a delivered record is no longer acquired (acknowledged, archived,
+    released or timed out)."""
+    return state.start_offset != initial_start or any(
+        b.delivery_count > 0 and b.state is not RecordState.ACQUIRED for b in state.batches)

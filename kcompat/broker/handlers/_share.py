@@ -200,10 +200,10 @@ def error_answer(ctx: RequestContext, code: ErrorCode, message: str | None = Non
                         node_endpoints=())
 
 
-def offsets_refusal(ctx: RequestContext, group_id: str) -> Any | None:
+def offsets_refusal(ctx: RequestContext, group_id: str, create: bool = False) -> Any | None:
     """AlterShareGroupOffsets / DeleteShareGroupOffsets: the whole answer when
     the group cannot be changed (not here, missing, not empty), else None."""
-    code, message = ctx.share_groups.offsets_error(group_id, altering=True)
+    code, message = ctx.share_groups.offsets_error(group_id, altering=True, create=create)
     if code == OK:
         return None
     return ctx.response(throttle_time=NO_THROTTLE, error_code=code, error_message=message,

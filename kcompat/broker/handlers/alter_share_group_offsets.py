@@ -4,8 +4,9 @@ Moves an empty share group's start offset on the partitions named: their
 state in ``__share_group_state`` is replaced by one starting there with
 nothing in flight (the holder at the partition's leader is fenced and reads
 it when it next claims the partition). A group with members is
-NON_EMPTY_GROUP, a missing one GROUP_ID_NOT_FOUND, a missing partition
-UNKNOWN_TOPIC_OR_PARTITION, a negative offset INVALID_REQUEST.
+NON_EMPTY_GROUP; a missing one is created empty (as Kafka does); a missing
+partition is UNKNOWN_TOPIC_OR_PARTITION; offset -1 leaves the partition with
+no start offset (its state deleted).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from kcompat.broker.handlers._share import offsets_refusal
 
 
 async def handle(ctx: RequestContext, request: Any) -> Any:
-    if (refusal := offsets_refusal(ctx, request.group_id)) is not None:
+    if (refusal := offsets_refusal(ctx, request.group_id, create=True)) is not None:
         return refusal
     service = ctx.share_groups
     responses = []

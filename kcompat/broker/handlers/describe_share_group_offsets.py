@@ -4,8 +4,8 @@ At the group coordinator: each share-partition's start offset, read from its
 state in ``__share_group_state`` (at that partition's leader, here or on
 another broker); -1 where the group has no state for it yet. Null topics: every
 topic the group has read. Lag: records neither acknowledged nor archived, -1
-where this broker has no replica of the partition. A missing group (or a
-classic one) is GROUP_ID_NOT_FOUND, as in Kafka.
+where this broker has no replica of the partition. A missing group has no
+offsets; a classic group's id is GROUP_ID_NOT_FOUND, as in Kafka.
 """
 
 from __future__ import annotations
@@ -33,9 +33,11 @@ async def _group(ctx: RequestContext, g: Any) -> Any:
         indexes = asked if asked is not None else tuple(range(meta.partitions if meta else 0))
         parts = []
         for index in indexes:
-            start, lag, code, message = await service.describe_offset(g.group_id, name, index)
+            start, lag, epoch, code, message = await service.describe_offset(
+                g.group_id, name, index)
             parts.append(ctx.build("DescribeShareGroupOffsetsResponsePartition",
-                                   partition_index=index, start_offset=start, leader_epoch=-1,
+                                   partition_index=index, start_offset=start,
+                                   leader_epoch=epoch,
                                    lag=lag, error_code=code, error_message=message))
         topics.append(ctx.build("DescribeShareGroupOffsetsResponseTopic", topic_name=name,
                                 topic_id=meta.topic_id if meta else None,

@@ -201,3 +201,22 @@ def test_state_generation_names_the_writer_of_state_records_only() -> None:
     for other in (claim_value("n"), delete_value(), b"junk", b'{"op":"state","gen":"4"}'):
         with pytest.raises(ShareStateError):
             state_generation(encode_key(KEY), other)
+
+
+def test_an_initial_snapshot_is_unsettled_until_a_record_is_given_back_or_finished() -> None:
+    """Kafka reports no start offset for a share-partition until a record of
+    it was acknowledged, released or timed out (DescribeShareGroupOffsets)."""
+    log = ShareStateLog()
+    gen = claim(log, KEY, "n")
+    sp = SharePartition(3)
+    record(log, KEY, state_value(gen, 1, sp.snapshot(), full=True, initial=True))
+    assert not log.settled(KEY)
+    sp.acquire("a", 2, 0, [(3, None), (4, None)], read_end_offset=5)
+    record(log, KEY, state_value(gen, 2, sp.take_update(), full=False))
+    assert not log.settled(KEY)  # acquired only
+    claim(log, KEY, "n2")  # a failover keeps it unsettled
+    assert not log.settled(KEY)
+    sp.acknowledge("a", [(4, 4, [AckType.RELEASE])], 10)
+    record(log, KEY, state_value(gen + 1, 1, sp.take_update(), full=False))
+    assert log.settled(KEY)
+    assert log.settled(OTHER)  # no state at all: nothing to hide
