@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import logging
 import uuid
+from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -105,6 +106,7 @@ CLAIM_RETRY_S = 0.2
 RETRIABLE = ErrorCode.not_leader_or_follower
 CREATE_WAIT_S = 5.0
 IDLE_WAKE_S = 1.0
+DECODED_BATCHES = 64  # batches whose records' offsets and groups are kept decoded
 # KIP-1191's context headers on a dead letter
 DLQ_TOPIC = "__dlq.errors.topic"
 DLQ_PARTITION = "__dlq.errors.partition"
@@ -169,6 +171,9 @@ class ShareService:
         self.controller = controller
         self.logs: dict[int, ShareStateLog] = {}
         self.held: dict[ShareKey, Held] = {}
+        self._decoded: OrderedDict[tuple[str, int, int, int, bool],
+                                  list[tuple[int, bytes | None]]] = (
+            OrderedDict())
         self._loading: dict[ShareKey, trio.Event] = {}
         self._writers: dict[int, _Writer] = {}
         self.sessions = ShareSessions(state.config["group.share.max.share.sessions"])
@@ -605,16 +610,42 @@ class ShareService:
                     and a.first_offset <= header.base_offset <= a.last_offset
                     for a in aborted):
                 continue
-            for record in decode_batch(view):
-                if record.offset >= end:
+            if not keyed and header.records_count == header.last_offset_delta + 1:
+                # every offset of the batch holds a record: no need to decode it
+                for offset in range(max(start, header.base_offset),
+                                    min(end, header.next_offset)):
+                    yield offset, None
+                if header.next_offset >= end:
                     return
-                if record.offset < start:
-                    continue
-                group = None
-                if keyed:
-                    group = next((v for k, v in record.headers if k == GROUP_HEADER),
-                                 None) or record.key
-                yield record.offset, group
+                continue
+            for offset, group in self._batch_records(part, view, header, keyed):
+                if offset >= end:
+                    return
+                if offset >= start:
+                    yield offset, group
+
+    def _batch_records(self, part: Partition, view: memoryview, header: wbatch.BatchHeader,
+                       keyed: bool) -> list[tuple[int, bytes | None]]:
+        """(offset, message group) of a batch's records, decoded once while
+        the batch is among the last few read (consecutive acquisitions take
+        records of the same batches)."""
+        # the CRC tells a batch from another one at its offset after a truncation
+        cache_key = (part.topic, part.index, header.base_offset, header.crc, keyed)
+        found = self._decoded.get(cache_key)
+        if found is not None:
+            self._decoded.move_to_end(cache_key)
+            return found
+        found = []
+        for record in decode_batch(view):
+            group = None
+            if keyed:
+                group = next((v for k, v in record.headers if k == GROUP_HEADER),
+                             None) or record.key
+            found.append((record.offset, group))
+        self._decoded[cache_key] = found
+        while len(self._decoded) > DECODED_BATCHES:
+            self._decoded.popitem(last=False)
+        return found
 
     def batches_for(self, part: Partition, ranges: list[AcquiredRecords]) -> bytes:
         """The whole log batches holding the acquired offsets, in offset order."""

@@ -203,6 +203,10 @@ class SharePartition:
         self._groups: dict[bytes, deque[int]] = {}  # key -> unfinished offsets, ascending
         self._dirty: set[int] = set()
         self._dead: list[DeadLetter] = []
+        # False only when no slot in the window is AVAILABLE: acquisitions then
+        # skip the scan of the window (set again wherever a slot may become
+        # acquirable)
+        self._maybe_available = False
 
     # -- what the host reads -------------------------------------------------
 
@@ -265,7 +269,7 @@ class SharePartition:
             if slot is not None and self._backoff_live(not_before_ms, offset):
                 slot.not_before_ms = -1
                 self._dirty.add(offset)
-                woke = True
+                self._maybe_available = woke = True
         self._advance()
         return woke
 
@@ -402,9 +406,17 @@ class SharePartition:
 
     def _acquire_known(self, member_id: str, max_records: int, now_ms: int,
                        taken: list[tuple[int, int]]) -> bool:
+        if not self._maybe_available:
+            return True
+        available = False
         for i, slot in enumerate(self._slots):
+            if slot.state is not RecordState.AVAILABLE:
+                continue
+            available = True
             if not self._offer(self._start + i, slot, member_id, now_ms, taken, max_records):
                 return False
+        self._maybe_available = available and any(
+            slot.state is RecordState.AVAILABLE for slot in self._slots)
         return True
 
     def _acquire_new(self, member_id: str, max_records: int, now_ms: int,
@@ -419,6 +431,7 @@ class SharePartition:
                 return
             slot = _Slot(RecordState.AVAILABLE, key=key)
             self._slots.append(slot)
+            self._maybe_available = True
             self._dirty.add(offset)
             if key is not None:
                 self._groups.setdefault(key, deque()).append(offset)
@@ -461,6 +474,7 @@ class SharePartition:
     def _make_available(self, offset: int, slot: _Slot, not_before_ms: int) -> None:
         slot.state, slot.member_id, slot.deadline_ms = RecordState.AVAILABLE, None, -1
         slot.not_before_ms = not_before_ms
+        self._maybe_available = True
         if not_before_ms >= 0:
             heapq.heappush(self._backoffs, (not_before_ms, offset))
         self._dirty.add(offset)
@@ -468,6 +482,8 @@ class SharePartition:
     def _finish(self, offset: int, slot: _Slot, state: RecordState) -> None:
         slot.state, slot.member_id, slot.deadline_ms, slot.not_before_ms = state, None, -1, -1
         self._ungroup(offset, slot)
+        if slot.key is not None:
+            self._maybe_available = True  # the next record of its group may go
         self._dirty.add(offset)
 
     def _ungroup(self, offset: int, slot: _Slot) -> None:
@@ -488,6 +504,7 @@ class SharePartition:
 
     def _rebuild(self) -> None:
         self._groups, self._locks, self._backoffs = {}, [], []
+        self._maybe_available = True
         for i, slot in enumerate(self._slots):
             offset = self._start + i
             if slot.state in TERMINAL:
