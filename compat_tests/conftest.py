@@ -48,6 +48,7 @@ from ._deployment import (
 )
 from ._eos import TXN_BROKER_ARGS
 from ._groups import FAST_BROKER_ARGS
+from .java.kafka_reference import SHARE_TEST_OVERRIDES, KafkaReference
 
 _LEDGER_MARKS: dict[int, int] = {}
 
@@ -241,3 +242,19 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):  
                     "start": start,
                     "end": end,
                 }) + "\n")
+
+
+@pytest.fixture(scope="session")
+def kafka_reference(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaReference]:
+    """The session's reference Apache Kafka (KRaft, one node), started on first
+    use by a differential test. Share groups may set
+    share.record.lock.duration.ms down to 1 s, and Kafka assigns a share member
+    at its second heartbeat, 1 s later instead of 5 (test_java_share,
+    test_share_groups)."""
+    ref = KafkaReference(Path(tmp_path_factory.mktemp("kafka-reference")),
+                         overrides=SHARE_TEST_OVERRIDES)
+    ref.start()
+    try:
+        yield ref
+    finally:
+        ref.close()

@@ -33,7 +33,6 @@ allowed, as Kafka's ``group.share.min.record.lock.duration.ms`` is 15 s).
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -63,10 +62,6 @@ pytestmark = pytest.mark.timeout(180)
 
 EARLIEST = {"share.auto.offset.reset": "earliest"}
 #: The reference broker assigns at the next heartbeat (5 s by default).
-REFERENCE_OVERRIDES = {"group.share.min.heartbeat.interval.ms": "1000",
-                       "group.share.heartbeat.interval.ms": "1000"}
-
-
 @pytest.mark.parametrize("sbroker", SINGLE_AND_RF3, indirect=True)
 def test_accept_release_reject(sbroker: Deployment, topic: str, tmp_path: Path) -> None:
     ledger = run_modulo(sbroker.bootstrap, topic, unique_group("share"), tmp_path,
@@ -76,22 +71,11 @@ def test_accept_release_reject(sbroker: Deployment, topic: str, tmp_path: Path) 
                           + "\n".join(problems[:20]))
 
 
-@pytest.fixture(scope="module")
-def kafka_share_reference(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    ref = KafkaReference(tmp_path_factory.mktemp("kafka-share-reference"),
-                         overrides=REFERENCE_OVERRIDES)
-    ref.start()
-    try:
-        yield ref.bootstrap
-    finally:
-        ref.close()
-
-
-def test_accept_release_reject_reference(kafka_share_reference: str, topic: str,
+def test_accept_release_reject_reference(kafka_reference: KafkaReference, topic: str,
                                          tmp_path: Path) -> None:
     """Differential: Apache Kafka's outcome is the one ``modulo_problems`` expects
     of kcompat."""
-    ledger = run_modulo(kafka_share_reference, topic, unique_group("share"), tmp_path,
+    ledger = run_modulo(kafka_reference.bootstrap, topic, unique_group("share"), tmp_path,
                         replication=1, configs=EARLIEST)
     problems = modulo_problems(ledger)
     assert not problems, (f"Apache Kafka {KAFKA_VERSION}: {len(problems)} records off "

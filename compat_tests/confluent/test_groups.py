@@ -27,7 +27,7 @@ from confluent_kafka import (
 from confluent_kafka.admin import AdminClient
 
 from .._broker import unique_topic
-from .._deployment import SINGLE_AND_RF3, SINGLE_ONLY, Deployment
+from .._deployment import RF3_ONLY, SINGLE_ONLY, Deployment
 from .._groups import (
     HEARTBEAT_MS,
     SESSION_MS,
@@ -230,7 +230,7 @@ def test_kill9_member_partitions_taken_over(gbroker: Deployment, tmp_path: Path)
     kill_member_scenario("confluent", gbroker, tmp_path)
 
 
-@pytest.mark.parametrize("gbroker", SINGLE_AND_RF3, indirect=True)
+@pytest.mark.parametrize("gbroker", RF3_ONLY, indirect=True)  # the other clients' runs cover the other kinds (suite time)
 def test_clean_leave_rebalances_immediately(gbroker: Deployment, tmp_path: Path) -> None:
     clean_leave_scenario("confluent", gbroker, tmp_path)
 

@@ -19,7 +19,7 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 
 from .._broker import Broker, unique_topic
-from .._deployment import RF3_ONLY, Deployment
+from .._deployment import RF3_ONLY, SINGLE_ONLY, Deployment
 from .._eos import (
     EOS_CLUSTER_RECORDS,
     TXN_BROKER_ARGS,
@@ -136,6 +136,7 @@ def test_zombie_producer_is_fenced(tbroker: Deployment) -> None:
         f"written and must stay aborted; its late one must have been rejected)")
 
 
+@pytest.mark.parametrize("tbroker", SINGLE_ONLY, indirect=True)  # kafka-python: rf3
 def test_hung_transaction_is_aborted_by_timeout(tbroker: Deployment) -> None:
     topic = unique_topic("hung-cf")
     create_topic(tbroker.bootstrap, topic, 1, tbroker.replication)

@@ -9,15 +9,12 @@ from __future__ import annotations
 
 import json
 import subprocess
-from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from compat_tests.java._jvm import clients_classpath, java_bin, reference_classpath
-from compat_tests.java.kafka_reference import KafkaReference
 
 PKG = "io.kcompat.compat"
 
@@ -68,15 +65,3 @@ def clients_cp() -> str:
 @pytest.fixture(scope="session")
 def reference_cp() -> str:
     return reference_classpath()
-
-
-@pytest.fixture(scope="session")
-def kafka_reference(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaReference]:
-    # Share groups may then set share.record.lock.duration.ms down to 1 s (test_java_share).
-    ref = KafkaReference(Path(tmp_path_factory.mktemp("kafka-reference")),
-                         overrides={"group.share.min.record.lock.duration.ms": "1000"})
-    ref.start()
-    try:
-        yield ref
-    finally:
-        ref.close()

@@ -49,6 +49,15 @@ logger.raftserver.level = INFO
 """
 
 
+#: Broker settings of the session's reference (``compat_tests/conftest.py``),
+#: which a kcompat broker compared with it on group configs mirrors: share groups
+#: may set share.record.lock.duration.ms down to 1 s, and a share member is
+#: assigned at its second heartbeat 1 s after joining instead of 5 s.
+SHARE_TEST_OVERRIDES = {"group.share.min.record.lock.duration.ms": "1000",
+                        "group.share.min.heartbeat.interval.ms": "1000",
+                        "group.share.heartbeat.interval.ms": "1000"}
+
+
 class ReferenceError_(RuntimeError):
     """The reference broker did not start or stop."""
 

@@ -22,7 +22,7 @@ from kafka.protocol.admin import (
 )
 
 from compat_tests._broker import Broker
-from compat_tests.java.kafka_reference import KafkaReference
+from compat_tests.java.kafka_reference import SHARE_TEST_OVERRIDES, KafkaReference
 from tests.integration._raw import RawConnection
 
 GROUP = 32
@@ -52,7 +52,8 @@ CHANGES: list[tuple[str, int, str | None]] = [
 @pytest.fixture(scope="module")
 def kcompat_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
     b = Broker(Path(tmp_path_factory.mktemp("group-configs")),
-               extra_args=("--set", "group.share.min.record.lock.duration.ms=1000"))
+               extra_args=tuple(a for k, v in SHARE_TEST_OVERRIDES.items()
+                                for a in ("--set", f"{k}={v}")))
     b.start()
     try:
         yield b

@@ -132,8 +132,8 @@ def _read_all(bootstrap: str, topic: str, partitions: int, level: str) -> list[t
     return out
 
 
-@pytest.mark.parametrize(("pbroker", "mode"), [("single", "assign"), ("single", "group"),
-                                                ("rf3", "group")], indirect=["pbroker"])
+@pytest.mark.parametrize(("pbroker", "mode"), [("single", "assign"), ("rf3", "group")],
+                         indirect=["pbroker"])
 def test_transactional_message_copier(pbroker: Deployment, topic: str, reference_cp: str,
                                       mode: str) -> None:
     """Kafka's TransactionalMessageCopier (the system tests' exactly-once copier) with

@@ -23,7 +23,7 @@ from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
 from kafka.structs import OffsetAndMetadata
 
 from .._broker import Broker, unique_topic
-from .._deployment import SINGLE_AND_RF3, SINGLE_ONLY, Deployment
+from .._deployment import SINGLE_ONLY, Deployment
 from .._group_member import kafka_python_learn_topics
 from .._groups import (
     FAST_BROKER_ARGS,
@@ -198,7 +198,7 @@ def test_kill9_member_partitions_taken_over(gbroker: Deployment, tmp_path: Path)
     kill_member_scenario("kafka-python", gbroker, tmp_path)
 
 
-@pytest.mark.parametrize("gbroker", SINGLE_AND_RF3, indirect=True)
+@pytest.mark.parametrize("gbroker", SINGLE_ONLY, indirect=True)  # the other clients' runs cover the other kinds (suite time)
 def test_clean_leave_rebalances_immediately(gbroker: Deployment, tmp_path: Path) -> None:
     clean_leave_scenario("kafka-python", gbroker, tmp_path)
 

@@ -185,6 +185,7 @@ def test_zombie_producer_is_fenced(tbroker: Deployment) -> None:
         f"written and must stay aborted; its late one must have been rejected)")
 
 
+@pytest.mark.parametrize("tbroker", RF3_ONLY, indirect=True)  # confluent: single
 def test_hung_transaction_is_aborted_by_timeout(tbroker: Deployment) -> None:
     topic = unique_topic("hung-kp")
     create_topic(tbroker.bootstrap, topic, 1, tbroker.replication)

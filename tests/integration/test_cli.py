@@ -227,7 +227,8 @@ def test_consume_share_group_accept_release_and_max_messages(broker: Broker) -> 
 def test_groups_describe_share_group(broker: Broker) -> None:
     topic = unique_topic("shd")
     kc(broker, "topics", "create", topic, "--partitions", "2")
-    kc(broker, "produce", topic, stdin="one\ntwo\n")
+    for partition, value in enumerate(("one", "two")):  # one record each: both get settled
+        kc(broker, "produce", topic, "--partition", str(partition), stdin=f"{value}\n")
     group = share_group(broker, "sd")
     member = subprocess.Popen(
         [sys.executable, "-m", "kcompat", "consume", topic, "--share-group", group, "--follow",

@@ -1,6 +1,6 @@
 """The seeded broker-level simulator inside the test suite.
 
-Runs BROKER_SEEDS schedules (default 200) of 1 or 3 real brokers on
+Runs BROKER_SEEDS schedules (default 100) of 1 or 3 real brokers on
 simulated disks and a simulated network, with crashes that lose unsynced
 writes, checking that no acknowledged produce is lost, committed group
 offsets never go backwards, no transaction is both committed and aborted and
@@ -25,7 +25,7 @@ from kcompat.ext import schedule_log
 from kcompat.testing.broker_sim import BrokerSimulation, SimFailure
 from kcompat.txn import producer_state
 
-SEEDS = int(os.environ.get("BROKER_SEEDS", "200"))
+SEEDS = int(os.environ.get("BROKER_SEEDS", "100"))
 SEED_BASE = int(os.environ.get("SEED_BASE", "0"))
 CHUNK = 50
 
