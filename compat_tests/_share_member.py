@@ -21,6 +21,9 @@ released once is accepted when it comes back):
 
 - ``modulo``: value ``i`` (a decimal number): ``i % 10 == 3`` RELEASE on its
   first delivery, ``i % 10 == 7`` REJECT, else ACCEPT;
+- ``modulo-limit``: as ``modulo``, and ``i % 10 == 9`` RELEASE at every delivery
+  (the broker archives it at the group's ``share.delivery.count.limit``); the
+  same function as ``ShareMixed.decide`` on the Java side;
 - ``random``: RELEASE with probability ``--release-rate`` while the delivery
   count is below 3 (``--seed``), else ACCEPT;
 - ``release-n``: RELEASE the records with key ``--release-key`` while the
@@ -69,10 +72,12 @@ class Policy:
 
     def decide(self, key: str, value: str, delivery_count: int) -> str:
         a = self.a
-        if a.policy == "modulo":
+        if a.policy in ("modulo", "modulo-limit"):
             i = int(value)
             if i % 10 == 7:
                 return "X"
+            if i % 10 == 9 and a.policy == "modulo-limit":
+                return "R"
             return "R" if i % 10 == 3 and delivery_count == 1 else "A"
         if a.policy == "random":
             return "R" if delivery_count < 3 and self.rng.random() < a.release_rate else "A"
@@ -152,7 +157,7 @@ def main(argv: list[str]) -> int:
     ap.add_argument("topic")
     ap.add_argument("group")
     ap.add_argument("out")
-    ap.add_argument("--policy", choices=["modulo", "random", "release-n"], default="modulo")
+    ap.add_argument("--policy", choices=["modulo", "modulo-limit", "random", "release-n"], default="modulo")
     ap.add_argument("--ack", choices=["commit", "poll"], default="commit")
     ap.add_argument("--release-rate", type=float, default=0.1)
     ap.add_argument("--seed", type=int, default=0)

@@ -63,7 +63,7 @@ pytestmark = pytest.mark.timeout(180)
 
 EARLIEST = {"share.auto.offset.reset": "earliest"}
 #: The reference broker assigns at the next heartbeat (5 s by default).
-@pytest.mark.parametrize("sbroker", SINGLE_AND_RF3, indirect=True)
+@pytest.mark.parametrize("sbroker", SINGLE_ONLY, indirect=True)  # rf3: test_share_mixed_clients
 def test_accept_release_reject(sbroker: Deployment, topic: str, tmp_path: Path) -> None:
     ledger = run_modulo(sbroker.bootstrap, topic, unique_group("share"), tmp_path,
                         replication=sbroker.replication, configs=EARLIEST)

@@ -1,6 +1,7 @@
 """Share groups (KIP-932) with Java ``KafkaShareConsumer`` (kafka-clients 4.4, explicit
 acknowledgement mode) against the reference Apache Kafka 4.4 broker and against kcompat
-(``sbroker`` kinds ``single`` and ``rf3``): the same scenarios, the same checks.
+(``sbroker`` kind ``single``; at ``rf3`` the release/reject case is
+``test_share_mixed_clients``): the same scenarios, the same checks.
 
 ``ShareScenario`` (compat_tests/java/clients) creates a 2-partition topic, sets the
 group's ``share.auto.offset.reset=earliest`` through IncrementalAlterConfigs on a GROUP
@@ -146,8 +147,8 @@ def test_share_group_on_reference_kafka(kafka_reference: KafkaReference, scenari
 
 
 @pytest.mark.parametrize(("sbroker", "scenario"), [
-    ("single", "release-reject"), ("rf3", "release-reject"),
-    ("single", "killed-holder")], indirect=["sbroker"])  # rf3 lock expiry: the chaos test
+    ("single", "release-reject"), ("single", "killed-holder")], indirect=["sbroker"])
+# rf3: release/reject in test_share_mixed_clients, lock expiry in the chaos test
 def test_share_group_on_kcompat(sbroker: Deployment, scenario: str, topic: str,
                                 clients_cp: str) -> None:
     t0 = time.monotonic()
