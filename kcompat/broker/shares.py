@@ -114,8 +114,8 @@ DLQ_OFFSET = "__dlq.errors.offset"
 DLQ_GROUP = "__dlq.errors.group"
 DLQ_DELIVERY_COUNT = "__dlq.errors.delivery.count"
 DLQ_MESSAGE = "__dlq.errors.message"
-_REASONS = {REJECTED: "The record was rejected by the consumer.",
-            DELIVERY_LIMIT: "The record reached its delivery count limit."}
+_REASONS = {REJECTED: "Offset rejected by client.",  # Kafka 4.4's words
+            DELIVERY_LIMIT: "Offset delivery count exceeded the threshold."}
 
 
 class ShareError(Exception):
