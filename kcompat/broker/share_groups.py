@@ -86,7 +86,8 @@ class ShareGroupService:
             auto_offset_reset=str(cfg["share.auto.offset.reset"]),
             read_committed=cfg["share.isolation.level"] == "read_committed",
             dlq_topic=str(cfg["errors.deadletterqueue.topic.name"] or ""),
-            dlq_copy_record=bool(cfg["errors.deadletterqueue.copy.record.enable"]))
+            dlq_copy_record=bool(cfg["errors.deadletterqueue.copy.record.enable"]),
+            renew_enabled=bool(cfg["share.renew.acknowledge.enable"]))
 
     def _configs(self, group_id: str) -> dict[str, Any]:
         return effective_group_config(self.state, group_id)

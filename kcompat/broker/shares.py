@@ -136,6 +136,7 @@ class ShareSettings:
     read_committed: bool = False  # share.isolation.level
     dlq_topic: str = ""  # errors.deadletterqueue.topic.name (KIP-1191)
     dlq_copy_record: bool = False  # errors.deadletterqueue.copy.record.enable
+    renew_enabled: bool = True  # share.renew.acknowledge.enable (KIP-1222)
 
 
 @dataclass(eq=False)

@@ -1,7 +1,8 @@
 """RENEW (KIP-1222, ShareFetch / ShareAcknowledge v2) at the wire, through the
 CLI's kio connection: a member that renews its acquisition lock keeps the
 record past the lock's first deadline, so another member cannot acquire it;
-without the renewal it can. RENEW at version 1 is INVALID_REQUEST.
+without the renewal it can. RENEW at version 1, or in a group with
+``share.renew.acknowledge.enable=false``, is INVALID_REQUEST.
 """
 
 from __future__ import annotations
@@ -100,6 +101,19 @@ def test_renew_keeps_the_lock_and_needs_version_2(tmp_path: Path) -> None:
         assert _acquired(answer) == [(0, 0)]
         assert [a.delivery_count for t in answer.responses for p in t.partitions
                 for a in p.acquired_records] == [2]
+
+        off = ConfigResource("GROUP", group, incremental_configs=[ConfigEntry(
+            "share.renew.acknowledge.enable", "false",
+            incremental_operation=AlterConfigOpType.SET)])
+        admin.incremental_alter_configs([off])[off].result(30)
+        refused = cluster.node(1).call(ack_v2.ShareAcknowledgeRequest(
+            group_id=group, member_id=other, share_session_epoch=3, is_renew_ack=True,
+            topics=(ack_v2.AcknowledgeTopic(topic_id=topic_id, partitions=(
+                ack_v2.AcknowledgePartition(partition_index=0, acknowledgement_batches=(
+                    ack_v2.AcknowledgementBatch(first_offset=0, last_offset=0,
+                                                acknowledge_types=(RENEW,)),)),)),)))
+        assert [p.error_code for t in refused.responses for p in t.partitions] == [
+            ErrorCode.invalid_request], refused  # share.renew.acknowledge.enable=false
     finally:
         cluster.close()
         broker.close()

@@ -4,7 +4,8 @@ Acknowledgements are applied per partition all or nothing
 (``SharePartition.acknowledge``); the partition's ``acknowledge_error_code`` says
 how it went. A partition this broker does not lead is NOT_LEADER_OR_FOLLOWER
 with the current leader and its endpoint, so the consumer moves there.
-RENEW (type 4) needs version 2, as in Kafka.
+RENEW (type 4) needs version 2 and ``share.renew.acknowledge.enable`` (true by
+default), as in Kafka.
 """
 
 from __future__ import annotations
@@ -109,6 +110,11 @@ async def apply_acks(ctx: RequestContext, group_id: str, member_id: str,
         except ShareError as e:
             result.error, result.message = e.code, e.message
             result.ack_error = e.code
+            continue
+        if not ctx.shares.settings_of(group_id).renew_enabled and any(
+                AckType.RENEW in types for _first, _last, types in batches):
+            result.ack_error = ErrorCode.invalid_request  # Kafka's words:
+            result.ack_message = "Renewing acquisition locks is not enabled for the group."
             continue
         code = ctx.shares.acknowledge(held, member_id, batches)
         result.ack_error = code
