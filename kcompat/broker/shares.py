@@ -151,16 +151,15 @@ class Held:
     state_index: int
     dead: list[DeadLetter] = field(default_factory=list)  # not in the DLQ topic yet
     seq: int = 0  # of the last state record sent
-    written: tuple[int, int] = (-1, -1)  # start and read offset of the last one
+    # a write of it failed: its later records are not sent (they are deltas on
+    # the lost one), their requests fail, and the key is claimed again
+    broken: bool = False
 
 
 @dataclass(eq=False)
 class _Writer:
     pending: list[tuple[bytes, bytes, list[Any]]] = field(default_factory=list)
     running: bool = False
-    # holders whose write failed: their later records are not sent (they are
-    # deltas on the lost one), their requests fail, they claim again
-    broken: set[int] = field(default_factory=set)  # id() of the Held
 
 
 class ShareService:
@@ -438,14 +437,12 @@ class ShareService:
         (dropped, to be claimed again)."""
         slots = []
         for held, full in changed:
+            if not full and not held.machine.has_update:
+                continue
             state = held.machine.snapshot() if full else held.machine.take_update()
             if full:
                 held.machine.take_update()
-            elif not state.batches and not state.group_keys and held.written == (
-                    state.start_offset, state.read_offset):
-                continue  # nothing changed (a moved start offset is a change)
             held.seq += 1
-            held.written = (state.start_offset, state.read_offset)
             slot: list[Any] = [trio.Event(), ErrorCode.request_timed_out, held]
             slots.append(slot)
             writer = self._writers.setdefault(held.state_index, _Writer())
@@ -474,7 +471,7 @@ class ShareService:
             while writer.pending:
                 taken, writer.pending = writer.pending, []
                 for _k, _v, slot in taken:
-                    if id(slot[2]) in writer.broken:
+                    if slot[2].broken:
                         slot[1] = ErrorCode.unknown_server_error
                         slot[0].set()
                 taken = [t for t in taken if not t[2][0].is_set()]
@@ -492,7 +489,7 @@ class ShareService:
                     slot[1] = code
                     slot[0].set()
                     if code != ErrorCode.none:
-                        writer.broken.add(id(slot[2]))
+                        slot[2].broken = True
         finally:
             writer.running = False
 
@@ -687,8 +684,8 @@ class ShareService:
     def acknowledge(self, held: Held, member_id: str, batches: list[AckBatch]) -> ErrorCode:
         code = held.machine.acknowledge(member_id, batches, now_ms())
         if code == ErrorCode.none:
-            self.changed.set()
-            self.changed = trio.Event()
+            self._wake()
+            self._timer.set()  # a release may have started a redelivery backoff
         return code
 
     def release_member(self, key: ShareKey, member_id: str) -> Held | None:
@@ -696,9 +693,13 @@ class ShareService:
         if held is None:
             return None
         if held.machine.release_member(member_id, now_ms()):
-            self.changed.set()
-            self.changed = trio.Event()
+            self._wake()
         return held
+
+    def _wake(self) -> None:
+        """Parked fetches look again: records may be acquirable."""
+        self.changed.set()
+        self.changed = trio.Event()
 
     async def _expired(self, due: list[tuple[Held, bool]]) -> None:
         await self.send_dead_letters([held for held, _ in due])
@@ -731,8 +732,7 @@ class ShareService:
                 if deadline is not None:
                     wait_ms = min(wait_ms, max(deadline - now, 1))
             if due:
-                self.changed.set()
-                self.changed = trio.Event()
+                self._wake()
                 self.cluster.spawn(self._expired, due)
             with trio.move_on_after(wait_ms / 1000):
                 await self._timer.wait()

@@ -203,10 +203,7 @@ class SharePartition:
         self._groups: dict[bytes, deque[int]] = {}  # key -> unfinished offsets, ascending
         self._dirty: set[int] = set()
         self._dead: list[DeadLetter] = []
-        # False only when no slot in the window is AVAILABLE: acquisitions then
-        # skip the scan of the window (set again wherever a slot may become
-        # acquirable)
-        self._maybe_available = False
+        self._reported = (start_offset, start_offset)  # start, read of the last update
 
     # -- what the host reads -------------------------------------------------
 
@@ -269,7 +266,7 @@ class SharePartition:
             if slot is not None and self._backoff_live(not_before_ms, offset):
                 slot.not_before_ms = -1
                 self._dirty.add(offset)
-                self._maybe_available = woke = True
+                woke = True
         self._advance()
         return woke
 
@@ -336,16 +333,25 @@ class SharePartition:
     def snapshot(self) -> ShareState:
         return self._state(range(self._start, self.read_offset))
 
+    @property
+    def has_update(self) -> bool:
+        """Whether ``take_update`` has anything to replicate: a changed
+        offset, or a start or read offset that moved (an acknowledgement of
+        the first records in flight changes no offset left in the window)."""
+        return bool(self._dirty) or (self._start, self.read_offset) != self._reported
+
     def take_update(self) -> ShareState:
         """What changed since the last call (or the snapshot), to replicate."""
         changed = sorted(o for o in self._dirty if o >= self._start)
         self._dirty.clear()
+        self._reported = (self._start, self.read_offset)
         return self._state(changed)
 
     @classmethod
     def restore(cls, state: ShareState, config: ShareConfig | None = None) -> SharePartition:
         machine = cls(state.start_offset, config)
         machine.apply(state)
+        machine._reported = (machine._start, machine.read_offset)
         return machine
 
     def apply(self, update: ShareState) -> None:
@@ -406,17 +412,9 @@ class SharePartition:
 
     def _acquire_known(self, member_id: str, max_records: int, now_ms: int,
                        taken: list[tuple[int, int]]) -> bool:
-        if not self._maybe_available:
-            return True
-        available = False
         for i, slot in enumerate(self._slots):
-            if slot.state is not RecordState.AVAILABLE:
-                continue
-            available = True
             if not self._offer(self._start + i, slot, member_id, now_ms, taken, max_records):
                 return False
-        self._maybe_available = available and any(
-            slot.state is RecordState.AVAILABLE for slot in self._slots)
         return True
 
     def _acquire_new(self, member_id: str, max_records: int, now_ms: int,
@@ -431,7 +429,6 @@ class SharePartition:
                 return
             slot = _Slot(RecordState.AVAILABLE, key=key)
             self._slots.append(slot)
-            self._maybe_available = True
             self._dirty.add(offset)
             if key is not None:
                 self._groups.setdefault(key, deque()).append(offset)
@@ -474,7 +471,6 @@ class SharePartition:
     def _make_available(self, offset: int, slot: _Slot, not_before_ms: int) -> None:
         slot.state, slot.member_id, slot.deadline_ms = RecordState.AVAILABLE, None, -1
         slot.not_before_ms = not_before_ms
-        self._maybe_available = True
         if not_before_ms >= 0:
             heapq.heappush(self._backoffs, (not_before_ms, offset))
         self._dirty.add(offset)
@@ -482,8 +478,6 @@ class SharePartition:
     def _finish(self, offset: int, slot: _Slot, state: RecordState) -> None:
         slot.state, slot.member_id, slot.deadline_ms, slot.not_before_ms = state, None, -1, -1
         self._ungroup(offset, slot)
-        if slot.key is not None:
-            self._maybe_available = True  # the next record of its group may go
         self._dirty.add(offset)
 
     def _ungroup(self, offset: int, slot: _Slot) -> None:
@@ -504,7 +498,6 @@ class SharePartition:
 
     def _rebuild(self) -> None:
         self._groups, self._locks, self._backoffs = {}, [], []
-        self._maybe_available = True
         for i, slot in enumerate(self._slots):
             offset = self._start + i
             if slot.state in TERMINAL:

@@ -145,8 +145,7 @@ async def persist(ctx: RequestContext, touched: dict[tuple[str, str, int], Held]
     failed answers an error instead of records or acknowledgement success."""
     await ctx.shares.send_dead_letters(list(touched.values()))
     failed = await ctx.shares.write([(h, False) for h in touched.values()])
-    for group_id, topic, index in failed:
-        del group_id
+    for _group_id, topic, index in failed:
         result = results.setdefault((topic, index), PartitionResult())
         result.error = RETRIABLE
         result.message = "the share-partition state could not be written; retry"
