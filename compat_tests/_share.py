@@ -23,7 +23,7 @@ import struct
 import subprocess
 import sys
 from collections import defaultdict, deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -315,18 +315,26 @@ def run_modulo(bootstrap: str, topic: str, group: str, workdir: Path, *, replica
     return Ledger(members)
 
 
-def modulo_problems(ledger: Ledger) -> list[str]:
-    """Every record was handed out exactly as ``expected_modulo`` says, each
-    acknowledgement settled: RELEASEd records came back once with delivery
-    count 2, REJECTed and ACCEPTed ones never came back."""
+def delivery_problems(ledger: Ledger, count: int,
+                      expected: Callable[[int], list[tuple[int, str]]],
+                      require_ok: bool = False) -> list[str]:
+    """Records ``0 .. count-1`` (the value is the number) were handed out with
+    exactly the (delivery count, decision) sequence ``expected`` gives, each
+    acknowledgement settled (and answered ok with ``require_ok``)."""
     problems: list[str] = []
     handed = ledger.by_value()
-    for i in range(MODULO_RECORDS):
+    for i in range(count):
         ds = handed.get(str(i), [])
         got = [(d.count, d.decision) for d in ds]
-        if got != expected_modulo(i):
-            problems.append(f"record {i}: deliveries {got}, want {expected_modulo(i)}"
+        if got != expected(i):
+            problems.append(f"record {i}: deliveries {got}, want {expected(i)}"
                             f" (members {[d.member for d in ds]})")
-        elif any(d.settled_ms is None for d in ds):
-            problems.append(f"record {i}: acknowledgement not settled: {ds}")
+        elif any(d.settled_ms is None or (require_ok and d.failed) for d in ds):
+            problems.append(f"record {i}: acknowledgement not settled ok: {ds}")
     return problems
+
+
+def modulo_problems(ledger: Ledger) -> list[str]:
+    """RELEASEd records came back once with delivery count 2, REJECTed and
+    ACCEPTed ones never came back."""
+    return delivery_problems(ledger, MODULO_RECORDS, expected_modulo)

@@ -16,9 +16,6 @@ record state on both brokers.
 from __future__ import annotations
 
 import datetime
-import io
-import socket
-import struct
 import time
 import uuid
 from typing import Any
@@ -26,28 +23,18 @@ from typing import Any
 import pytest
 from kafka import KafkaProducer
 from kio.schema.create_topics.v7 import request as create_topics
-from kio.schema.create_topics.v7.response import CreateTopicsResponse
 from kio.schema.find_coordinator.v4.request import FindCoordinatorRequest
-from kio.schema.find_coordinator.v4.response import FindCoordinatorResponse
 from kio.schema.incremental_alter_configs.v1 import request as alter_configs
-from kio.schema.incremental_alter_configs.v1.response import IncrementalAlterConfigsResponse
 from kio.schema.metadata.v12 import request as metadata
-from kio.schema.metadata.v12.response import MetadataResponse
 from kio.schema.offset_commit.v8 import request as offset_commit
-from kio.schema.offset_commit.v8.response import OffsetCommitResponse
-from kio.schema.request_header.v2.header import RequestHeader
 from kio.schema.share_acknowledge.v1 import request as share_ack
-from kio.schema.share_acknowledge.v1.response import ShareAcknowledgeResponse
 from kio.schema.share_fetch.v1 import request as share_fetch
-from kio.schema.share_fetch.v1.response import ShareFetchResponse
 from kio.schema.share_group_describe.v1.request import ShareGroupDescribeRequest
-from kio.schema.share_group_describe.v1.response import ShareGroupDescribeResponse
 from kio.schema.share_group_heartbeat.v1.request import ShareGroupHeartbeatRequest
-from kio.schema.share_group_heartbeat.v1.response import ShareGroupHeartbeatResponse
-from kio.serial import entity_reader, entity_writer
 
 from compat_tests._deployment import Deployment
 from compat_tests.java.kafka_reference import KafkaReference
+from kcompat.cli._kio import Connection
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -65,143 +52,101 @@ ACQUIRE_TIMEOUT_S = 10.0
 Codes = tuple[Any, ...]
 
 
-# -- a raw kio connection ----------------------------------------------------------------
-
-
-class KioConnection:
-    """Flexible requests only (request header v2, response header v1)."""
-
-    def __init__(self, bootstrap: str, timeout_s: float = 15.0) -> None:
-        host, port = bootstrap.rsplit(":", 1)
-        self.sock = socket.create_connection((host, int(port)), timeout=timeout_s)
-        self.correlation_id = 0
-
-    def close(self) -> None:
-        self.sock.close()
-
-    def request(self, body: Any, response_class: type[Any]) -> Any:
-        assert body.__flexible__ and response_class.__flexible__
-        self.correlation_id += 1
-        buf = io.BytesIO()
-        entity_writer(RequestHeader)(buf, RequestHeader(
-            request_api_key=body.__api_key__, request_api_version=body.__version__,
-            correlation_id=self.correlation_id, client_id="share-bad-input"))
-        entity_writer(type(body))(buf, body)
-        payload = buf.getvalue()
-        self.sock.sendall(struct.pack(">i", len(payload)) + payload)
-        frame = self._exact(struct.unpack(">i", self._exact(4))[0])
-        assert struct.unpack(">i", frame[:4])[0] == self.correlation_id
-        assert frame[4] == 0  # no tagged fields in the response header
-        response, _ = entity_reader(response_class)(frame, 5)
-        return response
-
-    def _exact(self, n: int) -> bytes:
-        buf = bytearray()
-        while len(buf) < n:
-            chunk = self.sock.recv(n - len(buf))
-            if not chunk:
-                raise ConnectionError("closed by the broker")
-            buf += chunk
-        return bytes(buf)
-
-
 # -- requests ----------------------------------------------------------------------------
 
 
-def heartbeat(conn: KioConnection, member_id: str, epoch: int,
+def heartbeat(conn: Connection, member_id: str, epoch: int,
               topics: tuple[str, ...] | None = (TOPIC,), group: str = GROUP) -> Any:
-    return conn.request(ShareGroupHeartbeatRequest(
+    return conn.call(ShareGroupHeartbeatRequest(
         group_id=group, member_id=member_id, member_epoch=epoch, rack_id=None,
-        subscribed_topic_names=topics), ShareGroupHeartbeatResponse)
+        subscribed_topic_names=topics))
 
 
 Acks = tuple[tuple[int, int], ...]  # (first, last) offsets, ACCEPTed
 
 
-def fetch(conn: KioConnection, member_id: str, epoch: int, topic_id: uuid.UUID,
+def fetch(conn: Connection, member_id: str, epoch: int, topic_id: uuid.UUID,
           acks: Acks = (), partitions: tuple[int, ...] = (0,)) -> Any:
     batches = tuple(share_fetch.AcknowledgementBatch(first_offset=f, last_offset=last,
                                                      acknowledge_types=(ACCEPT,))
                     for f, last in acks)
-    return conn.request(share_fetch.ShareFetchRequest(
+    return conn.call(share_fetch.ShareFetchRequest(
         group_id=GROUP, member_id=member_id, share_session_epoch=epoch,
         max_wait=datetime.timedelta(milliseconds=WAIT_MS), min_bytes=1, max_records=100,
         batch_size=100, topics=(share_fetch.FetchTopic(topic_id=topic_id, partitions=tuple(
             share_fetch.FetchPartition(partition_index=p, acknowledgement_batches=batches)
             for p in partitions)),),
-        forgotten_topics_data=()), ShareFetchResponse)
+        forgotten_topics_data=()))
 
 
-def acknowledge(conn: KioConnection, member_id: str, epoch: int, topic_id: uuid.UUID,
+def acknowledge(conn: Connection, member_id: str, epoch: int, topic_id: uuid.UUID,
                 acks: Acks) -> Any:
     batches = tuple(share_ack.AcknowledgementBatch(first_offset=f, last_offset=last,
                                                    acknowledge_types=(ACCEPT,))
                     for f, last in acks)
-    return conn.request(share_ack.ShareAcknowledgeRequest(
+    return conn.call(share_ack.ShareAcknowledgeRequest(
         group_id=GROUP, member_id=member_id, share_session_epoch=epoch,
         topics=(share_ack.AcknowledgeTopic(topic_id=topic_id, partitions=(
             share_ack.AcknowledgePartition(partition_index=0,
-                                           acknowledgement_batches=batches),)),)),
-        ShareAcknowledgeResponse)
+                                           acknowledgement_batches=batches),)),)))
 
 
-def describe(conn: KioConnection, group: str) -> Codes:
-    answer = conn.request(ShareGroupDescribeRequest(
-        group_ids=(group,), include_authorized_operations=False), ShareGroupDescribeResponse)
+def describe(conn: Connection, group: str) -> Codes:
+    answer = conn.call(ShareGroupDescribeRequest(
+        group_ids=(group,), include_authorized_operations=False))
     return tuple(int(g.error_code) for g in answer.groups)
 
 
 # -- setup -------------------------------------------------------------------------------
 
 
-def create_topic(conn: KioConnection) -> uuid.UUID:
-    answer = conn.request(create_topics.CreateTopicsRequest(
+def create_topic(conn: Connection) -> uuid.UUID:
+    answer = conn.call(create_topics.CreateTopicsRequest(
         topics=(create_topics.CreatableTopic(name=TOPIC, num_partitions=1,
                                              replication_factor=1, assignments=(),
                                              configs=()),),
-        timeout=datetime.timedelta(seconds=10), validate_only=False), CreateTopicsResponse)
+        timeout=datetime.timedelta(seconds=10), validate_only=False))
     assert answer.topics[0].error_code == 0, answer
-    found = conn.request(metadata.MetadataRequest(
+    found = conn.call(metadata.MetadataRequest(
         topics=(metadata.MetadataRequestTopic(topic_id=None, name=TOPIC),),
-        allow_auto_topic_creation=False, include_topic_authorized_operations=False),
-        MetadataResponse)
+        allow_auto_topic_creation=False, include_topic_authorized_operations=False))
     assert found.topics[0].error_code == 0 and found.topics[0].topic_id is not None
     return found.topics[0].topic_id  # type: ignore[no-any-return]
 
 
-def set_earliest(conn: KioConnection) -> None:
-    answer = conn.request(alter_configs.IncrementalAlterConfigsRequest(resources=(
+def set_earliest(conn: Connection) -> None:
+    answer = conn.call(alter_configs.IncrementalAlterConfigsRequest(resources=(
         alter_configs.AlterConfigsResource(
             resource_type=GROUP_RESOURCE, resource_name=GROUP, configs=(
                 alter_configs.AlterableConfig(name="share.auto.offset.reset",
                                               config_operation=0, value="earliest"),)),),
-        validate_only=False), IncrementalAlterConfigsResponse)
+        validate_only=False))
     assert answer.responses[0].error_code == 0, answer
 
 
-def await_coordinators(conn: KioConnection) -> None:
+def await_coordinators(conn: Connection) -> None:
     """Both groups' coordinator serves (Kafka creates ``__consumer_offsets`` on
     the first FindCoordinator)."""
     deadline = time.monotonic() + ACQUIRE_TIMEOUT_S
     while True:
-        answer = conn.request(FindCoordinatorRequest(
-            key_type=0, coordinator_keys=(GROUP, CLASSIC_GROUP)), FindCoordinatorResponse)
+        answer = conn.call(FindCoordinatorRequest(
+            key_type=0, coordinator_keys=(GROUP, CLASSIC_GROUP)))
         if all(c.error_code == 0 for c in answer.coordinators):
             return
         assert time.monotonic() < deadline, answer
         time.sleep(0.1)
 
 
-def commit_classic_offset(conn: KioConnection) -> None:
+def commit_classic_offset(conn: Connection) -> None:
     """A classic group with offsets and no members (a simple consumer's commit)."""
     deadline = time.monotonic() + ACQUIRE_TIMEOUT_S
     while True:
-        answer = conn.request(offset_commit.OffsetCommitRequest(
+        answer = conn.call(offset_commit.OffsetCommitRequest(
             group_id=CLASSIC_GROUP, generation_id_or_member_epoch=-1, member_id="",
             group_instance_id=None, topics=(offset_commit.OffsetCommitRequestTopic(
                 name=TOPIC, partitions=(offset_commit.OffsetCommitRequestPartition(
                     partition_index=0, committed_offset=1, committed_leader_epoch=-1,
-                    committed_metadata=None),)),)), OffsetCommitResponse)
+                    committed_metadata=None),)),)))
         if answer.topics[0].partitions[0].error_code == 0:
             return
         assert time.monotonic() < deadline, answer
@@ -246,7 +191,7 @@ def acquired(answer: Any) -> list[tuple[int, int, int]]:
 class Session:
     """A member's share session: its next epoch."""
 
-    def __init__(self, conn: KioConnection, member_id: str, topic_id: uuid.UUID) -> None:
+    def __init__(self, conn: Connection, member_id: str, topic_id: uuid.UUID) -> None:
         self.conn, self.member_id, self.topic_id = conn, member_id, topic_id
         self.epoch = 0
 
@@ -263,7 +208,7 @@ class Session:
         return answer
 
 
-def heartbeat_steps(conn: KioConnection, out: dict[str, Codes]) -> tuple[str, str]:
+def heartbeat_steps(conn: Connection, out: dict[str, Codes]) -> tuple[str, str]:
     """The ShareGroupHeartbeat steps; returns two joined members."""
     def hb(step: str, *args: Any, **kwargs: Any) -> Any:
         answer = heartbeat(conn, *args, **kwargs)
@@ -290,7 +235,7 @@ def heartbeat_steps(conn: KioConnection, out: dict[str, Codes]) -> tuple[str, st
     return a, b
 
 
-def fetch_steps(conn: KioConnection, topic_id: uuid.UUID, a: str, b: str,
+def fetch_steps(conn: Connection, topic_id: uuid.UUID, a: str, b: str,
                 out: dict[str, Codes]) -> None:
     def step(name: str, answer: Any) -> Any:
         out[name] = share_codes(answer, topic_id)
@@ -333,7 +278,8 @@ def fetch_steps(conn: KioConnection, topic_id: uuid.UUID, a: str, b: str,
 
 def run_script(bootstrap: str) -> dict[str, Codes]:
     out: dict[str, Codes] = {}
-    conn = KioConnection(bootstrap)
+    host, port = bootstrap.rsplit(":", 1)
+    conn = Connection(host, int(port), 15.0)
     try:
         topic_id = create_topic(conn)
         produce(bootstrap)

@@ -62,6 +62,7 @@ from compat_tests._share import (
     Delivery,
     Ledger,
     ShareMember,
+    delivery_problems,
     require_share_apis,
     set_group_configs,
     stop_all,
@@ -279,16 +280,10 @@ def check(run: Outcome, topic: str) -> str:
     ledger, letters, offsets, group = run.ledger, run.letters, run.offsets, run.group
     assert not run.errors, run.errors
     by_value = ledger.by_value()
-    problems = []
+    problems = delivery_problems(ledger, RECORDS, expected, require_ok=True)
     for i in range(RECORDS):
         ds = by_value.get(str(i), [])
-        got = [(d.count, d.decision) for d in ds]
-        if got != expected(i):
-            problems.append(f"record {i}: deliveries {got}, want {expected(i)} "
-                            f"(members {[d.member for d in ds]})")
-        elif any(d.settled_ms is None or d.failed for d in ds):
-            problems.append(f"record {i}: an acknowledgement was not answered ok: {ds}")
-        elif any((d.partition, d.offset, d.key) != (*where(i), f"k{i}") for d in ds):
+        if any((d.partition, d.offset, d.key) != (*where(i), f"k{i}") for d in ds):
             problems.append(f"record {i}: at {[(d.partition, d.offset, d.key) for d in ds]}")
     alien = sorted(set(by_value) - {str(i) for i in range(RECORDS)})
     assert not alien, f"records nobody produced: {alien[:5]}"
