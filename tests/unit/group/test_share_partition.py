@@ -439,3 +439,21 @@ def run_seed(seed: int) -> None:
 def test_random_operations_keep_the_invariants() -> None:
     for seed in range(300):
         run_seed(seed)
+
+
+def test_has_update_counts_a_moved_start_offset_with_nothing_left_in_flight() -> None:
+    """Accepting every record in flight leaves no offset in the window, yet
+    the start offset moved: that is an update to replicate (the chaos test
+    found an answered ACCEPT that was never written)."""
+    sp = SharePartition(0)
+    assert not sp.has_update
+    sp.acquire("a", 2, 0, [(0, None), (1, None)], read_end_offset=2)
+    assert sp.has_update
+    sp.take_update()
+    assert not sp.has_update
+    assert sp.acknowledge("a", [(0, 1, [ACCEPT])], 10) == OK
+    assert sp.has_update
+    update = sp.take_update()
+    assert update.batches == () and (update.start_offset, update.read_offset) == (2, 2)
+    assert not sp.has_update
+    assert not SharePartition.restore(update).has_update
