@@ -29,6 +29,7 @@ from dataclasses import dataclass
 
 from kio.schema.errors import ErrorCode
 
+from kcompat.broker import dedup_windows
 from kcompat.broker.configdef import LONG_MAX
 from kcompat.broker.partition import Partition
 from kcompat.broker.topic_config import effective, retry_policy
@@ -130,15 +131,18 @@ def append_records(
         if split is not None:
             view = memoryview(split.hole)
             header = wbatch.parse_header(view)
-    result = store(part, view, header, log_append, now_ms, write)
+    dedup = dedup_windows.policy(topic_configs, broker_defaults)
+    result = store(part, view, header, log_append, now_ms, write, dedup)
     return result if split is None else dataclasses.replace(result, split=split)
 
 
 def store(part: Partition, view: memoryview, header: BatchHeader, log_append: bool,
-          now_ms: int, write: Callable[[memoryview, BatchHeader, int], BatchHeader]
-          ) -> AppendResult:
+          now_ms: int, write: Callable[[memoryview, BatchHeader, int], BatchHeader],
+          dedup: dedup_windows.Policy | None = None) -> AppendResult:
     """The idempotence check and the write of a validated batch; a duplicate
-    answers the original's offset and writes nothing."""
+    answers the original's offset and writes nothing. With a ``dedup``
+    policy, records whose id is in the window are taken out first
+    (``dedup_windows``): the producer still gets success."""
     try:
         duplicate = part.log.producers.check(header)
     except SequenceError as e:
@@ -146,12 +150,22 @@ def store(part: Partition, view: memoryview, header: BatchHeader, log_append: bo
         return _fail(code, str(e))
     if duplicate is not None:
         return AppendResult(ErrorCode.none, duplicate.base_offset)
+    ids: list[bytes | None] = []
+    if dedup is not None:
+        try:
+            view, header, ids = dedup_windows.take_duplicates(part, view, header, dedup, now_ms)
+        except HeaderError as e:
+            return _fail(ErrorCode.invalid_record, str(e))
+        except wbatch.BatchError as e:
+            return _fail(ErrorCode.corrupt_message, str(e))
     append_time = -1
     if log_append:
         view = memoryview(wbatch.with_log_append_time(view, now_ms))
         header = wbatch.parse_header(view)
         append_time = now_ms
     written = write(view, header, now_ms)
+    if dedup is not None:
+        dedup_windows.stored(part, ids, now_ms, written.base_offset)
     part.notify_append()
     return AppendResult(ErrorCode.none, written.base_offset, append_time)
 
@@ -169,4 +183,5 @@ def append_internal(part: Partition, view: memoryview, topic_configs: dict[str, 
         return _fail(ErrorCode.corrupt_message, str(e))
     log_append = effective("message.timestamp.type", topic_configs, broker_defaults)[0] == (
         "LogAppendTime")
-    return store(part, view, header, log_append, now_ms, write)
+    return store(part, view, header, log_append, now_ms, write,
+                 dedup_windows.policy(topic_configs, broker_defaults))

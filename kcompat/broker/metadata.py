@@ -11,6 +11,10 @@ group's whole override set; empty removes the group), ``register_broker``,
 logs written by single-node brokers before they ran as a quorum of one). The
 log is the metadata quorum's Raft log; ``MetadataImage.apply`` is called for
 committed records only, in log order.
+
+A filtered view (``kc.view.of``, EXTENSIONS.md) is a topic with no partitions
+of its own: it has its source's partition count, follows its additions, and
+is deleted with its source (the same ``delete_topic`` record).
 """
 
 from __future__ import annotations
@@ -35,6 +39,11 @@ class TopicMeta:
     configs: dict[str, Any] = field(default_factory=dict)
     internal: bool = False
 
+    @property
+    def view_of(self) -> str | None:
+        """The source topic when this topic is a filtered view, else None."""
+        return self.configs.get("kc.view.of") or None
+
 
 @dataclass
 class BrokerInfo:
@@ -58,6 +67,10 @@ class MetadataImage:
     # group id -> its group config overrides (group_config.py); a group need not exist
     group_configs: dict[str, dict[str, Any]] = field(default_factory=dict)
 
+    def views_of(self, source: str) -> list[TopicMeta]:
+        """The filtered views of ``source``."""
+        return [t for t in self.topics.values() if t.view_of == source]
+
     def live_brokers(self) -> list[BrokerInfo]:
         """Registered, unfenced brokers, by node id."""
         return [b for _, b in sorted(self.brokers.items()) if not b.fenced]
@@ -72,9 +85,14 @@ class MetadataImage:
                 bool(rec.get("internal", False)),
             )
         elif kind == "delete_topic":
+            for view in self.views_of(rec["name"]):
+                self.topics.pop(view.name, None)
             self.topics.pop(rec["name"], None)
         elif kind == "add_partitions":
-            self.topics[rec["name"]].partitions = rec["partitions"]
+            if self.topics[rec["name"]].view_of is None:  # a view follows its source
+                self.topics[rec["name"]].partitions = rec["partitions"]
+                for view in self.views_of(rec["name"]):
+                    view.partitions = rec["partitions"]
         elif kind == "alter_configs":
             self.topics[rec["name"]].configs = dict(rec["configs"])
         elif kind == "group_configs":

@@ -31,7 +31,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from kcompat.wire.headers import HeaderError, peek_api
@@ -142,6 +142,7 @@ class StateCollector(Collector):
 
     def collect(self) -> Iterable[Metric]:
         yield from self._partitions()
+        yield from self._dedup()
         yield from self._groups()
 
     def _partitions(self) -> list[Metric]:
@@ -161,6 +162,30 @@ class StateCollector(Collector):
             hw.add_metric(values, part.high_watermark)
             size.add_metric(values, part.log.size_bytes)
         return [start, end, hw, size]
+
+    def _dedup(self) -> list[Metric]:
+        """Deduplication windows (``dedup_windows``), per topic: counts of the
+        partitions this broker leads or led since it started."""
+        duplicates = CounterMetricFamily("kcompat_dedup_duplicates",
+                                         "Records not stored: their id was in the window",
+                                         labels=["topic"])
+        evictions = CounterMetricFamily("kcompat_dedup_evictions",
+                                        "Ids forgotten inside their window (kc.dedup.max.entries)",
+                                        labels=["topic"])
+        ids = GaugeMetricFamily("kcompat_dedup_window_ids",
+                                "Ids held in the dedup window by this leader", labels=["topic"])
+        totals: dict[str, list[int]] = {}
+        for (topic, _index), part in self.state.partitions.items():
+            if part.dedup is not None:
+                row = totals.setdefault(topic, [0, 0, 0])
+                row[0] += part.dedup.duplicates
+                row[1] += part.dedup.evictions
+                row[2] += part.dedup.ids
+        for topic, (dropped, evicted, held) in sorted(totals.items()):
+            duplicates.add_metric([topic], dropped)
+            evictions.add_metric([topic], evicted)
+            ids.add_metric([topic], held)
+        return [duplicates, evictions, ids]
 
     def _groups(self) -> list[Metric]:
         labels = ["group", "topic", "partition"]

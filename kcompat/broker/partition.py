@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from kcompat.log.partition_log import PartitionLog
 
@@ -26,6 +27,7 @@ class Partition:
     wake: Callable[[], None] = lambda: None  # wakes long-polling fetches
     leader_epoch: int = 0
     hw_source: Callable[[], int] | None = None  # the Raft high watermark
+    dedup: Any = None  # the leader's dedup index (``dedup_windows.PartitionDedup``)
 
     @property
     def high_watermark(self) -> int:

@@ -27,6 +27,7 @@ from typing import Any
 import trio
 from kio.schema.errors import ErrorCode
 
+from kcompat.broker import views
 from kcompat.broker.config import BrokerConfig
 from kcompat.broker.configdef import ConfigError
 from kcompat.broker.flusher import Flusher
@@ -34,7 +35,7 @@ from kcompat.broker.group_config import GroupConfigError
 from kcompat.broker.group_config import validate_overrides as validate_group_overrides
 from kcompat.broker.metadata import MetadataStore, TopicMeta
 from kcompat.broker.partition import Partition
-from kcompat.broker.topic_config import validate_overrides
+from kcompat.broker.topic_config import VIEW_FILTER, VIEW_OF, validate_overrides
 from kcompat.log.store import OS_STORE, FileStore
 
 log = logging.getLogger("kcompat.broker")
@@ -79,6 +80,7 @@ class BrokerState:
         # the controller applies committed metadata records (controller.metadata_apply)
         self.metadata = MetadataStore(self.data_dir, now_ms(), store)
         self.partitions: dict[tuple[str, int], Partition] = {}
+        self.views = views.ViewReader()  # Fetch of filtered views
         self.data_arrived = trio.Event()
         # how many brokers (voters) the cluster has, set by the replication runtime;
         # controller.admin.check_replication then requires the replicas' to be live
@@ -95,6 +97,12 @@ class BrokerState:
 
     def partition(self, topic: str, index: int) -> Partition | None:
         return self.partitions.get((topic, index))
+
+    def source_partition(self, topic: str, index: int) -> Partition | None:
+        """The local partition a read of ``topic`` serves from: a view's source's."""
+        meta = self.topics.get(topic)
+        source = meta.view_of if meta is not None else None
+        return self.partitions.get((source or topic, index))
 
     def topic_by_id(self, topic_id: uuid.UUID) -> TopicMeta | None:
         for meta in self.topics.values():
@@ -131,6 +139,8 @@ class BrokerState:
             if existing.replace(".", "_") == folded:
                 raise TopicError(ErrorCode.invalid_topic_exception,
                                  f"Topic '{name}' collides with existing topic: {existing}")
+        if VIEW_OF in configs or VIEW_FILTER in configs:
+            return self._new_view(name, partitions, configs)
         if partitions == -1:
             partitions = self.config["num.partitions"]
         if replication_factor == -1:
@@ -153,11 +163,26 @@ class BrokerState:
             raise TopicError(ErrorCode.invalid_config, str(e)) from None
         return TopicMeta(name, uuid.uuid4(), partitions, overrides, internal)
 
+    def _new_view(self, name: str, partitions: int, configs: dict[str, Any]) -> TopicMeta:
+        """A filtered view (``views``): it takes its source's partitions."""
+        try:
+            overrides = validate_overrides(configs)
+        except ConfigError as e:
+            raise TopicError(ErrorCode.invalid_config, str(e)) from None
+        count, problem = views.check_new_view(overrides, partitions, self.topics.get)
+        if problem is not None:
+            raise TopicError(*problem)
+        return TopicMeta(name, uuid.uuid4(), count, overrides)
+
     def add_partitions(self, name: str, total: int) -> dict[str, Any]:
         """Validate a CreatePartitions; the change for the controller."""
         meta = self.topics.get(name)
         if meta is None:
             raise TopicError(ErrorCode.unknown_topic_or_partition, f"Topic {name} does not exist")
+        if meta.view_of is not None:
+            raise TopicError(ErrorCode.invalid_request,
+                             f"Topic '{name}' is a view of '{meta.view_of}': it has the "
+                             f"partitions of its source; add partitions to '{meta.view_of}'")
         if total <= meta.partitions:
             raise TopicError(
                 ErrorCode.invalid_partitions,
@@ -175,6 +200,9 @@ class BrokerState:
             parsed = validate_overrides(overrides)
         except ConfigError as e:
             raise TopicError(ErrorCode.invalid_config, str(e)) from None
+        problem = views.check_altered(meta.configs, parsed, self.topics.get)
+        if problem is not None:
+            raise TopicError(*problem)
         return {"op": "alter_configs", "name": name, "configs": parsed}
 
     def set_group_configs(self, group_id: str, overrides: dict[str, Any]) -> dict[str, Any]:

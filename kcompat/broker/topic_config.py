@@ -14,10 +14,22 @@ from __future__ import annotations
 from typing import Any
 
 from kcompat.broker.configdef import LONG_MAX, ConfigDef, ConfigError
-from kcompat.ext import retry
+from kcompat.ext import dedup, retry, view_filter
 from kcompat.ext.delay import DELAY_MAX_MS_DEFAULT
 from kcompat.ext.retry import RetryPolicy
 from kcompat.log.config import LogConfig
+
+
+def _filter_problem(text: str) -> str | None:
+    """A ``kc.view.filter`` that does not compile: the message with its position."""
+    if not text.strip():
+        return "must not be empty"
+    try:
+        view_filter.parse(text)
+    except view_filter.FilterError as e:
+        return f"{text!r}: {e.message} at position {e.position}"
+    return None
+
 
 _D = ConfigDef
 TOPIC_CONFIGS: dict[str, ConfigDef] = {
@@ -62,12 +74,24 @@ TOPIC_CONFIGS: dict[str, ConfigDef] = {
         _D("kc.retry.backoff.multiplier", "double", retry.MULTIPLIER, minimum=1.0),
         _D("kc.retry.backoff.max.ms", "long", retry.BACKOFF_MAX_MS, minimum=0),
         _D("kc.dlq.topic", "string", ""),  # empty: <topic>.dlq
+        _D("kc.dedup.window.ms", "long", 0, minimum=0),  # 0: off
+        _D("kc.dedup.by", "string", dedup.BY_HEADER, choices=dedup.DEDUP_BY),
+        _D("kc.dedup.max.entries", "long", dedup.MAX_ENTRIES_DEFAULT, minimum=1),
+        _D("kc.view.of", "string", ""),  # set: a filtered view of that topic
+        _D("kc.view.filter", "string", "", check=_filter_problem),
     )
 }
 # what a retry topic auto-created for a topic inherits from it
 RETRY_KEYS = ("kc.retry.max.attempts", "kc.retry.backoff.ms", "kc.retry.backoff.multiplier",
               "kc.retry.backoff.max.ms", "kc.dlq.topic")
 EXTENSION_PREFIX = "kc."
+VIEW_OF, VIEW_FILTER = "kc.view.of", "kc.view.filter"
+VIEW_KEYS = (VIEW_OF, VIEW_FILTER)
+
+
+def view_source(overrides: dict[str, Any]) -> str | None:
+    """The source topic of a view (``kc.view.of``), else None."""
+    return overrides.get(VIEW_OF) or None
 
 
 def listed_keys(overrides: dict[str, Any]) -> list[str]:

@@ -135,6 +135,11 @@ class PartitionLog:
     def segment_base_offsets(self) -> list[int]:
         return [s.base_offset for s in self._segments]
 
+    def segment_written_ms(self) -> list[tuple[int, int]]:
+        """(base offset, file mtime) of every segment, oldest first: the mtime
+        bounds from above the time any batch of the segment was written here."""
+        return [(s.base_offset, s.written_ms()) for s in self._segments]
+
     @property
     def leader_epochs(self) -> list[tuple[int, int]]:
         """The leader epoch cache: (epoch, start offset) pairs, oldest first."""

@@ -313,6 +313,10 @@ class LogSegment:
                 return header.base_offset, header.max_timestamp
         return None
 
+    def written_ms(self) -> int:
+        """The file's mtime: no batch of the segment was written later."""
+        return self._f.mtime_ms()
+
     def largest_timestamp_ms(self) -> int:
         """Max batch timestamp, or the file's mtime when no batch has one (the
         clock of ``retention.ms``, as in Kafka)."""

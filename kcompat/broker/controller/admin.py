@@ -29,7 +29,7 @@ from kcompat.broker.metadata import TopicMeta
 from kcompat.broker.replication import codec
 from kcompat.broker.replication.group import NotLeaderError
 from kcompat.broker.state import TopicError
-from kcompat.broker.topic_config import RETRY_KEYS
+from kcompat.broker.topic_config import RETRY_KEYS, VIEW_KEYS
 from kcompat.ext.retry import DLQ_SUFFIX, RETRY_SUFFIX
 
 log = logging.getLogger("kcompat.cluster")
@@ -45,7 +45,14 @@ def _create_record(ctl: Controller, name: str, partitions: int, replication: int
     cluster = ctl.rt
     if manual:
         partitions, replication = len(manual), len(manual[0])
+    if manual and any(k in configs for k in VIEW_KEYS):
+        raise TopicError(ErrorCode.invalid_request, "A view has the replicas of its source: "
+                         "no manual partition assignment")
     meta = ctl.state.validate_new_topic(name, partitions, replication, configs, internal=internal)
+    if meta.view_of is not None:  # no partitions of its own (metadata_apply aliases them)
+        return {"type": "create_topic", "name": name, "id": str(meta.topic_id),
+                "partitions": meta.partitions, "configs": meta.configs, "internal": False,
+                "assignments": []}
     if replication == -1:
         replication = ctl.state.config["default.replication.factor"]
     if manual:

@@ -53,10 +53,26 @@ def _open_partition(rt: ClusterRuntime, meta: TopicMeta, index: int, gid: int,
     rt.new_group(gid, replicas, PartitionLogStorage(plog, rt.node_id, fresh_term=-1), part)
 
 
+def _alias_view(rt: ClusterRuntime, view: TopicMeta) -> None:
+    """A view's partitions route to its source's (same group ids, leaders)."""
+    assert view.view_of is not None
+    for index in range(view.partitions):
+        found = rt.assignments.get((view.view_of, index))
+        if found is not None:
+            rt.assignments[(view.name, index)] = found
+
+
 def _drop_topic(rt: ClusterRuntime, name: str) -> None:
     meta = rt.state.topics.get(name)
     if meta is None:
         return
+    if meta.view_of is not None:  # no partitions of its own
+        for index in range(meta.partitions):
+            rt.assignments.pop((name, index), None)
+        log.info("deleted view %s of %s", name, meta.view_of)
+        return
+    for view in rt.image.views_of(name):
+        _drop_topic(rt, view.name)
     for index in range(meta.partitions):
         found = rt.assignments.pop((name, index), None)
         if found is not None:
@@ -141,17 +157,22 @@ def _apply_record(rt: ClusterRuntime, rec: dict[str, Any], offset: int = 0) -> N
     if kind == "delete_topic":
         _drop_topic(rt, rec["name"])
     image.apply(rec)
-    if kind == "create_topic":
+    if kind == "create_topic" and image.topics[rec["name"]].view_of is not None:
+        _alias_view(rt, image.topics[rec["name"]])
+        log.info("created view %s of %s", rec["name"], image.topics[rec["name"]].view_of)
+    elif kind == "create_topic":
         meta = image.topics[rec["name"]]
         for index, (gid, replicas) in enumerate(rec["assignments"]):
             _open_partition(rt, meta, index, gid, tuple(replicas))
         log.info("created topic %s: %d partitions", meta.name, meta.partitions)
-    elif kind == "add_partitions":
+    elif kind == "add_partitions" and image.topics[rec["name"]].view_of is None:
         meta = image.topics[rec["name"]]
         for gid, replicas in rec["assignments"]:
             index = gid & 0xFFFF
             _open_partition(rt, meta, index, gid, tuple(replicas))
-    elif kind == "alter_configs":
+        for view in image.views_of(meta.name):
+            _alias_view(rt, view)
+    elif kind == "alter_configs" and image.topics[rec["name"]].view_of is None:
         meta = image.topics[rec["name"]]
         cfg = log_config(meta.configs, rt.state.broker_defaults)
         for index in range(meta.partitions):

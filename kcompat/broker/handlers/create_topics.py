@@ -102,7 +102,10 @@ async def _create(ctx: RequestContext, topic: Any, validate_only: bool,
         # moment later: answer once they are (bounded), so that Metadata right
         # after shows the topic with its leaders, as Kafka's controller does
         await ctx.cluster.wait_leaders(topic.name, leaders_wait_s)
-    if manual:
+    source = ctx.cluster.assignments.get((meta.view_of, 0)) if meta.view_of else None
+    if source is not None:  # a view reports its source's replicas
+        replication = len(source[1])
+    elif manual:
         replication = len(manual[0])
     elif topic.replication_factor == -1:
         replication = ctx.state.config["default.replication.factor"]

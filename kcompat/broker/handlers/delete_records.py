@@ -27,6 +27,9 @@ HIGH_WATERMARK = -1
 async def _partition(ctx: RequestContext, topic: str, req: Any) -> Any:
     cluster = ctx.cluster
     part, code = cluster.led_partition(topic, req.partition_index)  # followers follow it
+    meta = ctx.state.topics.get(topic)
+    if meta is not None and meta.view_of is not None:  # read-only: the source's records
+        part, code = None, ErrorCode.invalid_topic_exception
     low = -1
     if part is not None:
         offset = part.high_watermark if req.offset == HIGH_WATERMARK else req.offset

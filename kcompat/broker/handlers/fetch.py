@@ -12,6 +12,10 @@ records; control batches are returned as they are (clients skip them).
 
 Long poll: if fewer than min_bytes are available, wait until an append to any
 partition wakes us (then re-read) or max_wait passes.
+
+A filtered view (``views``) reads its source's partition and answers the
+batches with the non-matching records taken out (holes; offsets, watermarks
+and aborted transactions are the source's).
 """
 
 from __future__ import annotations
@@ -75,6 +79,8 @@ def _read_all(ctx: RequestContext, request: Any) -> tuple[list[Any], int, bool]:
     topics = []
     for topic in request.topics:
         parts = []
+        meta = ctx.state.topics.get(topic.topic)
+        view_of = meta.view_of if meta is not None else None
         for fp in topic.partitions:
             # only the leader serves consumers
             part, code = ctx.cluster.led_partition(topic.topic, fp.partition)
@@ -90,6 +96,11 @@ def _read_all(ctx: RequestContext, request: Any) -> tuple[list[Any], int, bool]:
                                             max(min(fp.partition_max_bytes, remaining), 1), upper)
                 except OffsetOutOfRange:
                     code = ErrorCode.offset_out_of_range
+                if records and view_of is not None:
+                    assert meta is not None
+                    records = ctx.state.views.filter_records(
+                        topic.topic, meta.configs["kc.view.filter"], view_of, fp.partition,
+                        records)
                 if committed and records:
                     aborted = _aborted(ctx, part, fp.fetch_offset, upper)
             if code != OK:

@@ -37,6 +37,7 @@ from typing import Any
 import trio
 from kio.schema.errors import ErrorCode
 
+from kcompat.broker import views
 from kcompat.broker.append import AppendResult, append_records
 from kcompat.broker.context import RequestContext
 from kcompat.broker.handlers._common import NO_THROTTLE, ms_to_datetime
@@ -96,6 +97,10 @@ def _append(ctx: RequestContext, topic: str, pdata: Any, acks: int, now: int) ->
     if meta.internal:  # written by the coordinators only, as in Kafka
         return pdata.index, AppendResult(ErrorCode.invalid_topic_exception,
                                          message=f"Cannot append to internal topic {topic}"
+                                         ), None, None, -1
+    if meta.view_of is not None:  # read-only (views)
+        return pdata.index, AppendResult(ErrorCode.invalid_topic_exception,
+                                         message=views.read_only(topic, meta.view_of)
                                          ), None, None, -1
     group = cluster.group_of(topic, pdata.index)
     part = state.partition(topic, pdata.index)

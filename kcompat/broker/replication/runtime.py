@@ -231,9 +231,10 @@ class ClusterRuntime:
         """The local partition if this broker leads it (error NONE), else None
         and UNKNOWN_TOPIC_OR_PARTITION or NOT_LEADER_OR_FOLLOWER: what
         leader-only requests (Fetch from consumers, ListOffsets, DeleteRecords,
-        OffsetForLeaderEpoch) answer."""
+        OffsetForLeaderEpoch) answer. A filtered view's partition is its
+        source's (``views``)."""
         error = self.partition_error(topic, index)
-        part = self.state.partition(topic, index) if error is None else None
+        part = self.state.source_partition(topic, index) if error is None else None
         if error is None and part is None:
             error = ErrorCode.unknown_topic_or_partition
         return part, error or ErrorCode.none

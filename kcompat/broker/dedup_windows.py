@@ -1,0 +1,148 @@
+"""Deduplication windows at a partition's leader (EXTENSIONS.md; ``ext.dedup`` is the core).
+
+Theory of operation
+-------------------
+A topic with ``kc.dedup.window.ms`` > 0 has a ``DedupIndex`` per partition,
+held by the partition's *leader* only (``Partition.dedup``). The produce path
+(``append.store``) runs, after the idempotent-producer check and without an
+await until the write: ``take_duplicates`` (the batch's record ids, the
+duplicates among them taken out as holes — rule 4 — and counted), the write,
+then ``stored`` (the ids kept, at the append time). A retried batch is
+answered from producer state and never reaches the index; two batches of one
+partition never interleave, so no duplicate slips between check and add.
+
+Replicated state without a log of its own. Every stored record carries its
+id, so the partition log *is* the replicated dedup state: a leader builds
+its index by replaying its own log the first time it appends in a leader
+epoch (``_index``: a new epoch, a changed policy, a restart). Raft's leader
+completeness makes that log hold every batch that is or may still become
+committed, so no id inside its window is missed — the argument of
+``ext.dedup`` — provided the replay never dates a batch *earlier* than its
+append. The log holds no broker clock for a CreateTime batch, so the replay
+dates each batch by the mtime of its segment file (no batch of a segment was
+written after it; a follower writes after its leader), or by the batch's
+LogAppendTime when the topic uses it and it is earlier. After a failover or
+restart an id is therefore kept *at least* its window and at most its window
+plus the age of its segment's last write: never forgotten early, sometimes
+remembered late (documented in EXTENSIONS.md terms as "the window survives
+restart and failover"). Segments whose mtime lies a whole window in the past
+are skipped: everything in them has expired.
+
+Followers keep nothing; a replay costs one decode of the records written
+within the window (once per leadership). ``kc.dedup.max.entries`` bounds the
+index; ids evicted inside their window are counted (``evictions``).
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from dataclasses import dataclass, field
+from typing import Any
+
+from kcompat.broker.partition import Partition
+from kcompat.broker.topic_config import effective
+from kcompat.ext.dedup import DedupIndex, record_id
+from kcompat.wire.batch import BatchHeader, parse_header
+from kcompat.wire.records import decode_batch, rebuild_batch
+
+
+@dataclass(frozen=True, slots=True)
+class Policy:
+    window_ms: int
+    by: str
+    max_entries: int
+    log_append_time: bool
+
+
+@dataclass(eq=False)
+class PartitionDedup:
+    """A leader's index and the counters the metrics read."""
+
+    policy: Policy | None = None
+    epoch: int = -1
+    index: DedupIndex | None = None
+    duplicates: int = 0  # records dropped as duplicates (kept across rebuilds)
+    rebuilds: int = 0
+    _evicted_before: int = field(default=0)
+
+    @property
+    def evictions(self) -> int:
+        return self._evicted_before + (self.index.evictions if self.index else 0)
+
+    @property
+    def ids(self) -> int:
+        return len(self.index) if self.index else 0
+
+
+def policy(topic_configs: dict[str, Any], broker_defaults: dict[str, Any]) -> Policy | None:
+    """The topic's dedup policy, or None when its window is 0 (off)."""
+    window = int(topic_configs.get("kc.dedup.window.ms", 0) or 0)
+    if window <= 0:
+        return None
+    by = str(effective("kc.dedup.by", topic_configs, broker_defaults)[0])
+    max_entries = int(effective("kc.dedup.max.entries", topic_configs, broker_defaults)[0])
+    log_append = effective("message.timestamp.type", topic_configs,
+                           broker_defaults)[0] == "LogAppendTime"
+    return Policy(window, by, max_entries, log_append)
+
+
+def _index(part: Partition, pol: Policy, now_ms: int) -> DedupIndex:
+    state: PartitionDedup | None = part.dedup
+    if state is None:
+        state = part.dedup = PartitionDedup()
+    if state.index is None or state.policy != pol or state.epoch != part.leader_epoch:
+        if state.index is not None:
+            state._evicted_before += state.index.evictions
+        state.index = replay(part, pol, now_ms)
+        state.policy, state.epoch = pol, part.leader_epoch
+        state.rebuilds += 1
+    return state.index
+
+
+def replay(part: Partition, pol: Policy, now_ms: int) -> DedupIndex:
+    """The index of ``part``'s log as its leader needs it (see the module)."""
+    index = DedupIndex(pol.window_ms, pol.max_entries)
+    log = part.log
+    segments = [(base, min(written, now_ms)) for base, written in log.segment_written_ms()]
+    horizon = now_ms - pol.window_ms
+    live = [i for i, (_base, written) in enumerate(segments) if written > horizon]
+    if not live:
+        return index
+    bases = [base for base, _ in segments]
+    start = max(segments[live[0]][0], log.log_start_offset)
+    for batch, header in log.batches(start, log.log_end_offset):
+        if header.is_control:
+            continue
+        written = segments[bisect_right(bases, header.base_offset) - 1][1]
+        if pol.log_append_time and 0 <= header.max_timestamp < written:
+            written = header.max_timestamp
+        ids = [record_id(pol.by, r.key, r.value, r.headers) for r in decode_batch(batch)]
+        index.add(ids, written, header.base_offset)
+    return index
+
+
+def take_duplicates(part: Partition, view: memoryview, header: BatchHeader, pol: Policy,
+                    now_ms: int) -> tuple[memoryview, BatchHeader, list[bytes | None]]:
+    """The batch to store (duplicates taken out as holes) and the ids of its
+    records. Raises ``HeaderError`` for a bad ``kc-dedup-id`` (nothing stored)."""
+    index = _index(part, pol, now_ms)
+    records = decode_batch(view)
+    ids = [record_id(pol.by, r.key, r.value, r.headers) for r in records]
+    duplicate = index.check(ids, now_ms)
+    dropped = sum(duplicate)
+    if not dropped:
+        return view, header, ids
+    state = part.dedup
+    assert state is not None
+    state.duplicates += dropped
+    kept = [r for r, dup in zip(records, duplicate, strict=True) if not dup]
+    hole = rebuild_batch(header, kept)
+    return (memoryview(hole), parse_header(hole),
+            [i for i, dup in zip(ids, duplicate, strict=True) if not dup])
+
+
+def stored(part: Partition, ids: list[bytes | None], append_ms: int, base_offset: int) -> None:
+    """The ids of a batch just written at ``base_offset``."""
+    state = part.dedup
+    if state is not None and state.index is not None:
+        state.index.add(ids, append_ms, base_offset)

@@ -1,0 +1,170 @@
+"""Filtered views (EXTENSIONS.md): validation, and Fetch answers with holes.
+
+Theory of operation
+-------------------
+A view is a topic whose configs are exactly ``kc.view.of=<source>`` and
+``kc.view.filter=<expression>`` (``ext.view_filter``). It owns no partition:
+the metadata layer gives it its source's partition count and routes its
+partitions to the source's (same Raft groups, leaders and replicas;
+``controller.metadata_apply``), so Metadata, ListOffsets, OffsetForLeaderEpoch,
+consumer-group offsets and leadership all work as on the source, at the same
+offsets. Decisions:
+
+* Fetch reads the source's bytes and ``filter_records`` rebuilds every data
+  batch with the non-matching records taken out: same base offset,
+  ``lastOffsetDelta``, producer id, epoch and sequence, fewer records (rule 4,
+  what Kafka's cleaner leaves; a batch with no match stays, empty, so the
+  consumer's position moves past it). Control batches and the aborted
+  transactions pass unchanged; a batch cut at the end of the read is dropped
+  (the client would drop it). Rebuilt batches are cached (LRU, by source
+  partition, offset and CRC), so several groups reading one view decode once.
+* Read-only: Produce and DeleteRecords answer INVALID_TOPIC_EXCEPTION,
+  CreatePartitions INVALID_REQUEST (a view follows its source's additions).
+* ``kc.view.filter`` may be altered (validated like at creation);
+  ``kc.view.of`` is fixed at creation, and no other key may be set on a view.
+* A view of a view, of an internal topic, or of a missing topic is refused
+  (INVALID_CONFIG naming ``kc.view.of``); so is a partition count other than
+  the source's (INVALID_PARTITIONS). The replication factor asked is ignored.
+* Deleting the source deletes its views in the same metadata record; a
+  view's consumers then get UNKNOWN_TOPIC_OR_PARTITION.
+* Share groups do not read views yet (ShareFetch answers INVALID_REQUEST).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from kcompat.broker.topic_config import VIEW_FILTER, VIEW_KEYS, VIEW_OF
+from kcompat.ext import view_filter
+from kcompat.wire.batch import BatchError, iter_headers, parse_header
+from kcompat.wire.records import decode_batch, rebuild_batch
+
+CACHE_BATCHES = 4096  # rebuilt batches kept (by source partition, offset, CRC)
+
+Problem = tuple[ErrorCode, str]
+
+
+def read_only(view: str, source: str) -> str:
+    return (f"Topic '{view}' is a read-only view of '{source}' (kc.view.of): "
+            f"write to '{source}'")
+
+
+def check_new_view(overrides: dict[str, Any], partitions: int,
+                   source_of: Callable[[str], Any]) -> tuple[int, Problem | None]:
+    """(source partition count, None) for a valid new view, else (-1, the
+    error). ``source_of(name)`` is the source's ``TopicMeta`` or None."""
+    problem = check_view_configs(overrides, source_of)
+    if problem is not None:
+        return -1, problem
+    source = source_of(str(overrides[VIEW_OF]))
+    if partitions not in (-1, source.partitions):
+        return -1, (ErrorCode.invalid_partitions,
+                    f"A view has the partitions of its source: '{source.name}' has "
+                    f"{source.partitions}, not {partitions}.")
+    return source.partitions, None
+
+
+def check_view_configs(overrides: dict[str, Any],
+                       source_of: Callable[[str], Any]) -> Problem | None:
+    """The configs of a view (parsed), checked against the image."""
+    name = overrides.get(VIEW_OF)
+    if not name:
+        return ErrorCode.invalid_config, f"{VIEW_FILTER}: set only on a view, with {VIEW_OF}"
+    if not overrides.get(VIEW_FILTER):
+        return ErrorCode.invalid_config, f"{VIEW_FILTER}: a view needs a filter expression"
+    extra = sorted(set(overrides) - set(VIEW_KEYS))
+    if extra:
+        return ErrorCode.invalid_config, (f"{extra[0]}: a view takes only {VIEW_OF} and "
+                                          f"{VIEW_FILTER}; set it on the source")
+    source = source_of(str(name))
+    if source is None:
+        return ErrorCode.invalid_config, f"{VIEW_OF}: topic '{name}' does not exist"
+    if source.view_of is not None:
+        return ErrorCode.invalid_config, (
+            f"{VIEW_OF}: '{name}' is itself a view (of '{source.view_of}'); a view of a "
+            f"view is not supported: view '{source.view_of}' with both filters joined by AND")
+    if source.internal or str(name).startswith("__"):
+        return ErrorCode.invalid_config, f"{VIEW_OF}: '{name}' is an internal topic"
+    return None
+
+
+def check_altered(old: dict[str, Any], new: dict[str, Any],
+                  source_of: Callable[[str], Any]) -> Problem | None:
+    """An AlterConfigs of a topic (whole new override set): a view keeps its
+    source; a plain topic cannot become a view."""
+    was = old.get(VIEW_OF)
+    if not was:
+        if any(k in new for k in VIEW_KEYS):
+            return ErrorCode.invalid_config, (f"{VIEW_OF}: an existing topic cannot become a "
+                                              "view; create the view as a new topic")
+        return None
+    if new.get(VIEW_OF) != was:
+        return ErrorCode.invalid_config, (f"{VIEW_OF}: the source of view is fixed at "
+                                          f"creation ('{was}')")
+    return check_view_configs(new, source_of)
+
+
+class ViewReader:
+    """Filters fetched source bytes for views, with a cache of rebuilt batches."""
+
+    def __init__(self, capacity: int = CACHE_BATCHES) -> None:
+        self._filters: dict[str, view_filter.Filter] = {}
+        self._cache: OrderedDict[tuple[str, str, int, int, int], _Rebuilt] = OrderedDict()
+        self.capacity = capacity
+        self.matched: dict[str, int] = {}  # per view: records delivered
+        self.filtered: dict[str, int] = {}  # per view: records taken out
+
+    def compiled(self, text: str) -> view_filter.Filter:
+        found = self._filters.get(text)
+        if found is None:
+            if len(self._filters) > 256:
+                self._filters.clear()
+            found = self._filters[text] = view_filter.parse(text)
+        return found
+
+    def filter_records(self, view: str, text: str, source: str, index: int,
+                       data: bytes) -> bytes:
+        """The bytes a view's consumer gets for ``data`` read from the source."""
+        if not data:
+            return data
+        flt = self.compiled(text)
+        out: list[bytes] = []
+        matched = filtered = 0
+        buf = memoryview(data)
+        for pos, header in iter_headers(data):  # a cut trailing batch is left out
+            whole = buf[pos:pos + header.size]
+            if header.is_control:
+                out.append(bytes(whole))
+                continue
+            key = (text, source, index, header.base_offset, header.crc)
+            rebuilt = self._cache.get(key)
+            if rebuilt is None:
+                rebuilt = self._cache[key] = _rebuild(flt, whole)
+                if len(self._cache) > self.capacity:
+                    self._cache.popitem(last=False)
+            else:
+                self._cache.move_to_end(key)
+            out.append(rebuilt[0])
+            matched += rebuilt[1]
+            filtered += rebuilt[2]
+        self.matched[view] = self.matched.get(view, 0) + matched
+        self.filtered[view] = self.filtered.get(view, 0) + filtered
+        return b"".join(out)
+
+
+_Rebuilt = tuple[bytes, int, int]  # the batch, records kept, records taken out
+
+
+def _rebuild(flt: view_filter.Filter, whole: memoryview) -> _Rebuilt:
+    try:
+        records = decode_batch(whole)
+    except BatchError:  # never stored so; pass it on as the source has it
+        return bytes(whole), 0, 0
+    kept = [r for r in records if flt.matches(r.headers)]
+    if len(kept) == len(records):
+        return bytes(whole), len(kept), 0
+    return rebuild_batch(parse_header(whole), kept), len(kept), len(records) - len(kept)
