@@ -35,6 +35,10 @@ def register(sub: Any) -> None:
     p.add_argument("--config", action="append", default=[], metavar="KEY=VALUE",
                    help="topic config, e.g. retention.ms=86400000 (repeatable)")
     p.add_argument("--if-not-exists", action="store_true", help="succeed if it exists")
+    p.add_argument("--view-of", metavar="SOURCE",
+                   help="create a read-only filtered view of SOURCE (kc.view.of)")
+    p.add_argument("--filter", metavar="EXPR",
+                   help="the view's filter (kc.view.filter), e.g. \"region = 'eu'\"")
     add_client_args(p)
     p.set_defaults(func=cmd_create)
 
@@ -67,6 +71,10 @@ def register(sub: Any) -> None:
 
 def cmd_create(args: argparse.Namespace) -> int:
     configs = dict(parse_pairs(args.config, "--config"))
+    if (args.view_of is None) != (args.filter is None):
+        raise CliError("a view needs both --view-of SOURCE and --filter EXPR", exit_code=2)
+    if args.view_of is not None:
+        configs.update({"kc.view.of": args.view_of, "kc.view.filter": args.filter})
     spec = {args.topic: {"num_partitions": args.partitions,
                          "replication_factor": args.replication_factor, "configs": configs}}
     with admin_client(args) as admin:

@@ -83,6 +83,29 @@ def test_topics_lifecycle(broker: Broker) -> None:
     assert "unknown topic" in kc(broker, "topics", "describe", topic, expect=1).stderr
 
 
+def test_topics_create_view_and_dedup_topic(broker: Broker) -> None:
+    source, view = unique_topic("vsrc"), unique_topic("view")
+    kc(broker, "topics", "create", source, "--partitions", "1",
+       "--config", "kc.dedup.window.ms=60000")
+    out = kc_json(broker, "topics", "create", view, "--view-of", source,
+                  "--filter", "region = 'eu'")
+    assert out == {"topic": view, "created": True, "partitions": 1}
+    for region, lines in (("eu", "a\nb\n"), ("us", "c\n"), ("eu", "d\n")):
+        kc(broker, "produce", source, "--header", f"region={region}", stdin=lines)
+    kc(broker, "produce", source, "--header", "kc-dedup-id=order-7", stdin="e\nf\n")
+    assert kc(broker, "consume", source).stdout == "a\nb\nc\nd\ne\n"  # f: a duplicate
+    records = jsonl(kc(broker, "consume", view, "--json").stdout)
+    assert [(r["offset"], r["value"]) for r in records] == [(0, "a"), (1, "b"), (3, "d")]
+    err = kc(broker, "topics", "create", unique_topic("v2"), "--view-of", source,
+             "--filter", "region = ", expect=1).stderr
+    assert "kc.view.filter" in err and "position 9" in err
+    assert "--view-of" in kc(broker, "topics", "create", view, "--filter", "a = 1",
+                             expect=2).stderr
+    assert "read-only view" in kc(broker, "produce", view, stdin="x\n", expect=1).stderr
+    kc(broker, "topics", "delete", source)
+    assert view not in kc(broker, "topics", "list").stdout.split()
+
+
 def test_produce_stdin_and_consume_every_way(broker: Broker) -> None:
     topic = unique_topic("pc")
     kc(broker, "topics", "create", topic, "--partitions", "2")
