@@ -13,8 +13,10 @@ Two kinds of metrics, chosen so the request path only ever increments:
   one dict lookup and one locked add per metric.
 * State gauges, computed only when ``/metrics`` is scraped by a custom
   collector that reads ``BrokerState``: log start/end offset, high watermark
-  and size of every partition, and committed offset and lag of every consumer
-  group partition (lag = high watermark - committed offset, never negative).
+  and size of every partition, committed offset and lag of every consumer
+  group partition (lag = high watermark - committed offset, never negative),
+  deduplication windows (``kcompat_dedup_duplicates_total{topic}``, evictions,
+  ids held) and filtered views (``kcompat_view_records_total{view,result}``).
 
 "Error" means a request the broker could not serve and answered by closing the
 connection (unknown API, unsupported version, malformed frame, handler bug);
@@ -143,6 +145,7 @@ class StateCollector(Collector):
     def collect(self) -> Iterable[Metric]:
         yield from self._partitions()
         yield from self._dedup()
+        yield from self._views()
         yield from self._groups()
 
     def _partitions(self) -> list[Metric]:
@@ -187,6 +190,17 @@ class StateCollector(Collector):
             ids.add_metric([topic], held)
         return [duplicates, evictions, ids]
 
+    def _views(self) -> list[Metric]:
+        """Filtered views: records the view's consumers got, and records taken out."""
+        records = CounterMetricFamily("kcompat_view_records",
+                                      "Records of fetched source batches, per view, by filter "
+                                      "result", labels=["view", "result"])
+        reader = self.state.views
+        for view in sorted(set(reader.matched) | set(reader.filtered)):
+            records.add_metric([view, "matched"], reader.matched.get(view, 0))
+            records.add_metric([view, "filtered"], reader.filtered.get(view, 0))
+        return [records]
+
     def _groups(self) -> list[Metric]:
         labels = ["group", "topic", "partition"]
         committed = GaugeMetricFamily("kcompat_consumer_group_committed_offset",
@@ -197,7 +211,7 @@ class StateCollector(Collector):
         if store is not None:
             for group_id in sorted(store.offsets):
                 for (topic, index), c in sorted(store.committed(group_id).items()):
-                    part = self.state.partition(topic, index)
+                    part = self.state.source_partition(topic, index)
                     values = (group_id, topic, str(index))
                     committed.add_metric(values, c.offset)
                     if part is not None:

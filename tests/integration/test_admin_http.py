@@ -209,6 +209,42 @@ def test_extension_metrics_pending_lateness_retries_dead_letters(
     samples = admin.samples()
     assert value(samples, "kcompat_retries_total", topic=topic + ".retry") == 3
     assert value(samples, "kcompat_dlq_appends_total", topic=topic + ".dlq") == 1
+    _dedup_and_view_metrics(broker, admin)
+
+
+def _dedup_and_view_metrics(broker: Broker, admin: Admin) -> None:
+    """Duplicates dropped per dedup topic; records a view's consumers got and
+    records its filter took out."""
+    from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
+    from kafka.admin import NewTopic
+
+    source, view = unique_topic("dds"), unique_topic("ddv")
+    client = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
+    try:
+        client.create_topics([NewTopic(source, 1, 1, topic_configs={
+            "kc.dedup.window.ms": "600000"})])
+        client.create_topics([NewTopic(view, -1, 1, topic_configs={
+            "kc.view.of": source, "kc.view.filter": "region = 'eu'"})])
+    finally:
+        client.close()
+    producer = KafkaProducer(bootstrap_servers=broker.bootstrap)
+    try:
+        for value_, region, order in ((b"a", b"eu", b"1"), (b"b", b"us", b"2"),
+                                      (b"c", b"eu", b"3"), (b"a2", b"eu", b"1")):
+            producer.send(source, value_, headers=[("region", region),
+                                                   ("kc-dedup-id", order)]).get(10)
+    finally:
+        producer.close()
+    consumer = KafkaConsumer(bootstrap_servers=broker.bootstrap, consumer_timeout_ms=1500,
+                             auto_offset_reset="earliest")
+    consumer.assign([TopicPartition(view, 0)])
+    assert [m.value for m in consumer] == [b"a", b"c"]
+    consumer.close()
+    samples = admin.samples()
+    assert value(samples, "kcompat_dedup_duplicates_total", topic=source) == 1
+    assert value(samples, "kcompat_dedup_window_ids", topic=source) == 3
+    assert value(samples, "kcompat_view_records_total", view=view, result="matched") == 2
+    assert value(samples, "kcompat_view_records_total", view=view, result="filtered") == 1
 
 
 def test_health_and_unknown_paths(admin_broker: tuple[Broker, Admin]) -> None:
