@@ -165,7 +165,7 @@ def store(part: Partition, view: memoryview, header: BatchHeader, log_append: bo
         append_time = now_ms
     written = write(view, header, now_ms)
     if dedup is not None:
-        dedup_windows.stored(part, ids, now_ms, written.base_offset)
+        dedup_windows.stored(part, ids, now_ms, written)
     part.notify_append()
     return AppendResult(ErrorCode.none, written.base_offset, append_time)
 

@@ -28,13 +28,21 @@ remembered late (documented in EXTENSIONS.md terms as "the window survives
 restart and failover"). Segments whose mtime lies a whole window in the past
 are skipped: everything in them has expired.
 
+Transactions: a transactional batch's ids enter the index at its append
+(a copy arriving while the transaction is open is a duplicate) and are kept
+per producer until its marker; an ABORT marker (``marker``, called where
+the marker is written; the replay does the same with the markers in the
+log) takes them out again, so the producer's next attempt is stored.
+
 Followers keep nothing; a replay costs one decode of the records written
 within the window (once per leadership). ``kc.dedup.max.entries`` bounds the
-index; ids evicted inside their window are counted (``evictions``).
+index; ids evicted inside their window are counted (``evictions``) and
+logged as a warning.
 """
 
 from __future__ import annotations
 
+import logging
 from bisect import bisect_right
 from dataclasses import dataclass, field
 from typing import Any
@@ -43,7 +51,10 @@ from kcompat.broker.partition import Partition
 from kcompat.broker.topic_config import effective
 from kcompat.ext.dedup import DedupIndex, record_id
 from kcompat.wire.batch import BatchHeader, parse_header
-from kcompat.wire.records import decode_batch, rebuild_batch
+from kcompat.wire.records import decode_batch, marker_aborts, rebuild_batch
+
+log = logging.getLogger("kcompat.dedup")
+OpenIds = dict[int, list[bytes]]  # producer id -> ids its open transaction stored
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +74,7 @@ class PartitionDedup:
     index: DedupIndex | None = None
     duplicates: int = 0  # records dropped as duplicates (kept across rebuilds)
     rebuilds: int = 0
+    open_txns: OpenIds = field(default_factory=dict)
     _evicted_before: int = field(default=0)
 
     @property
@@ -93,32 +105,42 @@ def _index(part: Partition, pol: Policy, now_ms: int) -> DedupIndex:
     if state.index is None or state.policy != pol or state.epoch != part.leader_epoch:
         if state.index is not None:
             state._evicted_before += state.index.evictions
-        state.index = replay(part, pol, now_ms)
+        state.index, state.open_txns = replay(part, pol, now_ms)
         state.policy, state.epoch = pol, part.leader_epoch
         state.rebuilds += 1
     return state.index
 
 
-def replay(part: Partition, pol: Policy, now_ms: int) -> DedupIndex:
-    """The index of ``part``'s log as its leader needs it (see the module)."""
-    index = DedupIndex(pol.window_ms, pol.max_entries)
-    log = part.log
-    segments = [(base, min(written, now_ms)) for base, written in log.segment_written_ms()]
+def replay(part: Partition, pol: Policy, now_ms: int) -> tuple[DedupIndex, OpenIds]:
+    """The index of ``part``'s log as its leader needs it, and the ids of the
+    transactions still open in it (see the module)."""
+    index, open_txns = DedupIndex(pol.window_ms, pol.max_entries), OpenIds()
+    plog = part.log
+    segments = [(base, min(written, now_ms)) for base, written in plog.segment_written_ms()]
     horizon = now_ms - pol.window_ms
     live = [i for i, (_base, written) in enumerate(segments) if written > horizon]
     if not live:
-        return index
+        return index, open_txns
     bases = [base for base, _ in segments]
-    start = max(segments[live[0]][0], log.log_start_offset)
-    for batch, header in log.batches(start, log.log_end_offset):
+    start = max(segments[live[0]][0], plog.log_start_offset)
+    for batch, header in plog.batches(start, plog.log_end_offset):
         if header.is_control:
+            _ended(index, open_txns, header.producer_id, not marker_aborts(batch))
             continue
         written = segments[bisect_right(bases, header.base_offset) - 1][1]
         if pol.log_append_time and 0 <= header.max_timestamp < written:
             written = header.max_timestamp
         ids = [record_id(pol.by, r.key, r.value, r.headers) for r in decode_batch(batch)]
         index.add(ids, written, header.base_offset)
-    return index
+        if header.is_transactional:
+            open_txns.setdefault(header.producer_id, []).extend(i for i in ids if i)
+    return index, open_txns
+
+
+def _ended(index: DedupIndex, open_txns: OpenIds, producer_id: int, committed: bool) -> None:
+    ids = open_txns.pop(producer_id, None)
+    if ids and not committed:
+        index.forget(ids)
 
 
 def take_duplicates(part: Partition, view: memoryview, header: BatchHeader, pol: Policy,
@@ -141,8 +163,27 @@ def take_duplicates(part: Partition, view: memoryview, header: BatchHeader, pol:
             [i for i, dup in zip(ids, duplicate, strict=True) if not dup])
 
 
-def stored(part: Partition, ids: list[bytes | None], append_ms: int, base_offset: int) -> None:
-    """The ids of a batch just written at ``base_offset``."""
+def stored(part: Partition, ids: list[bytes | None], append_ms: int,
+           header: BatchHeader) -> None:
+    """The ids of a batch just written (``header``: as written)."""
     state = part.dedup
-    if state is not None and state.index is not None:
-        state.index.add(ids, append_ms, base_offset)
+    if state is None or state.index is None:
+        return
+    evicted = state.index.evictions
+    state.index.add(ids, append_ms, header.base_offset)
+    if header.is_transactional:
+        state.open_txns.setdefault(header.producer_id, []).extend(i for i in ids if i)
+    if state.index.evictions > evicted:
+        log.warning("%s-%d: %d dedup ids forgotten inside their window: raise "
+                    "kc.dedup.max.entries (%d)", part.topic, part.index,
+                    state.index.evictions - evicted, state.index.max_entries)
+
+
+def marker(part: Partition | None, producer_id: int, committed: bool) -> None:
+    """A transaction marker was written to ``part`` by its leader."""
+    if part is None or part.dedup is None:
+        return
+    state: PartitionDedup = part.dedup
+    if state.index is None or state.epoch != part.leader_epoch:
+        return  # the next append replays the log, this marker included
+    _ended(state.index, state.open_txns, producer_id, committed)

@@ -40,8 +40,9 @@ Replicated state (rule 2; DESIGN §5). The index is never written anywhere of
 its own: the partition log holds every stored record, hence its id, and
 ``replay`` of the stored batches in log order — ``(base_offset, append_ms,
 ids)`` each — rebuilds it on every replica and after restart. Because
-forgetting happens only in ``add`` and depends only on the ids and times
-added, the index is a pure function of the batches added: the replay of a
+expiry and eviction happen only in ``add`` and depend only on the ids and
+times added (and ``forget`` follows abort markers, which are in the log
+too), the index is a pure function of the log replayed: the replay of a
 log equals the index its leader had after appending it, evictions included.
 ``to_bytes`` / ``from_bytes`` is a compact checkpoint; a checkpoint followed by
 the replay of the log after it is the same index (batches at or below
@@ -82,11 +83,11 @@ A change of ``kc.dedup.by``, ``kc.dedup.window.ms`` or ``kc.dedup.max.entries``
 is applied by a fresh replay of the log (ids of the other kind never match).
 
 Transactions: the ids of a transactional batch count from its append, as its
-offsets do — the outcome is not known then. An aborted transaction's ids
-therefore stay in the window, and a copy sent again in a new transaction
-inside it is dropped (read_committed consumers see neither). Taking them out
-at the abort marker, alike on every replica, would need the ids of each open
-transaction kept per producer; this module does not do it yet.
+offsets do — the outcome is not known then (a copy arriving while the
+transaction is open is a duplicate). ``forget`` takes out the ids of a
+transaction that aborted, so a copy sent again afterwards is stored; the
+host keeps the ids of each open transaction per producer and calls it at
+the abort marker (``broker.dedup_windows``).
 
 Memory (CPython 3.11, tracemalloc, 1M content ids of 16 bytes added in
 batches of 100, one append time per batch): 140 bytes per id — about 49 for
@@ -239,6 +240,12 @@ class DedupIndex:
                 stored.move_to_end(id_)
         self._evict()
         return True
+
+    def forget(self, ids: Iterable[bytes | None]) -> None:
+        """Take ``ids`` out (their stored copies were aborted)."""
+        for id_ in ids:
+            if id_ is not None:
+                self._stored.pop(id_, None)
 
     def _expire(self) -> None:
         stored, horizon = self._stored, self.clock_ms - self.window_ms

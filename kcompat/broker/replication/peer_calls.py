@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any
 import trio
 from kio.schema.errors import ErrorCode
 
+from kcompat.broker import dedup_windows
 from kcompat.broker.append import append_internal
 from kcompat.broker.replication import codec
 from kcompat.broker.replication.group import NotLeaderError
@@ -192,6 +193,7 @@ class PeerCalls:
         except wbatch.BatchError as e:
             log.warning("marker for %s-%d refused: %s", topic, index, e)
             return ErrorCode.invalid_record
+        dedup_windows.marker(rt.state.partition(topic, index), pid, commit)
         for listener in rt.marker_listeners:  # the transaction ended here
             listener(topic, index, pid)
         # a marker on __consumer_offsets reaches the group service as it commits

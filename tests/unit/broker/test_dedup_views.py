@@ -30,12 +30,20 @@ def _partition(segment_bytes: int = 1 << 20) -> tuple[Partition, MemoryFileStore
 
 
 def _batch(ids: list[bytes | None], codec: int = CODEC_NONE, pid: int = -1,
-           seq: int = -1) -> memoryview:
+           seq: int = -1, txn: bool = False) -> memoryview:
     records = [(b"k", b"v-" + (i or b"none"), [("kc-dedup-id", i)] if i else [], 1)
                for i in ids]
     return memoryview(encode_batch(records, codec=codec, producer_id=pid,
                                    producer_epoch=0 if pid >= 0 else -1,
-                                   base_sequence=seq))  # type: ignore[arg-type]
+                                   base_sequence=seq, transactional=txn))  # type: ignore[arg-type]
+
+
+def _marker(part: Partition, pid: int, commit: bool) -> None:
+    """The marker as the transaction coordinator has the leader write it."""
+    raw = memoryview(encode_marker_batch(commit, producer_id=pid, producer_epoch=0,
+                                         coordinator_epoch=0, timestamp=1))
+    part.log.append(raw, parse_header(raw), part.leader_epoch, 1)
+    dedup_windows.marker(part, pid, commit)
 
 
 def _produce(part: Partition, fs: MemoryFileStore, ids: list[bytes | None], now_ms: int,
@@ -91,9 +99,9 @@ def test_a_replay_skips_segments_a_window_old_and_control_batches() -> None:
     marker = memoryview(encode_marker_batch(True, producer_id=7, producer_epoch=0,
                                             coordinator_epoch=0, timestamp=2000))
     part.log.append(marker, parse_header(marker), 0, 2000)
-    index = dedup_windows.replay(part, POLICY, 1000 + WINDOW)
+    index, _open = dedup_windows.replay(part, POLICY, 1000 + WINDOW)
     assert len(index) == 0
-    index = dedup_windows.replay(part, POLICY, 1000 + WINDOW - 1)
+    index, _open = dedup_windows.replay(part, POLICY, 1000 + WINDOW - 1)
     assert index.stored_ms(b"x") == 1000 and len(index) == 1
 
 
@@ -122,6 +130,26 @@ def test_an_idempotent_retry_is_answered_before_the_index_and_bad_ids_store_noth
     assert part.log.log_end_offset == end
     with pytest.raises(HeaderError):
         dedup_windows.take_duplicates(part, bad, validate(bad), POLICY, 1600)
+
+
+@pytest.mark.parametrize("replayed", [False, True])
+def test_an_aborted_transaction_forgets_its_ids(replayed: bool) -> None:
+    """A copy sent while the transaction is open is a duplicate; after an
+    ABORT the next copy is stored, after a COMMIT it is not — live at the
+    leader and in a new leader's replay of the markers."""
+    part, fs = _partition()
+    assert _produce(part, fs, [b"a"], 1000, pid=5, seq=0, txn=True) == [b"v-a"]
+    assert _produce(part, fs, [b"b"], 1000, pid=6, seq=0, txn=True) == [b"v-b"]
+    assert _produce(part, fs, [b"a", b"b"], 1100) == []
+    _marker(part, 5, commit=False)
+    _marker(part, 6, commit=True)
+    assert _produce(part, fs, [b"c"], 1150, pid=7, seq=0, txn=True) == [b"v-c"]
+    if replayed:
+        part.leader_epoch += 1
+    assert _produce(part, fs, [b"a", b"b"], 1200) == [b"v-a"]
+    assert part.dedup.open_txns == {7: [b"c"]}
+    _marker(part, 7, commit=False)
+    assert _produce(part, fs, [b"c"], 1300) == [b"v-c"]
 
 
 def test_policy_from_topic_configs() -> None:
