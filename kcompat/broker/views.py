@@ -16,8 +16,9 @@ offsets. Decisions:
   what Kafka's cleaner leaves; a batch with no match stays, empty, so the
   consumer's position moves past it). Control batches and the aborted
   transactions pass unchanged; a batch cut at the end of the read is dropped
-  (the client would drop it). Rebuilt batches are cached (LRU, by source
-  partition, offset and CRC), so several groups reading one view decode once.
+  (the client would drop it). Rebuilt batches are cached (LRU, by filter,
+  source partition, offset and CRC; ``CACHE_BYTES`` in all), so several groups
+  reading one view decode once.
 * Read-only: Produce and DeleteRecords answer INVALID_TOPIC_EXCEPTION,
   CreatePartitions INVALID_REQUEST (a view follows its source's additions).
 * ``kc.view.filter`` may be altered (validated like at creation);
@@ -43,7 +44,7 @@ from kcompat.ext import view_filter
 from kcompat.wire.batch import BatchError, iter_headers, parse_header
 from kcompat.wire.records import decode_batch, rebuild_batch
 
-CACHE_BATCHES = 4096  # rebuilt batches kept (by source partition, offset, CRC)
+CACHE_BYTES = 64 << 20  # rebuilt batches kept (by source partition, offset, CRC)
 
 Problem = tuple[ErrorCode, str]
 
@@ -111,10 +112,11 @@ def check_altered(old: dict[str, Any], new: dict[str, Any],
 class ViewReader:
     """Filters fetched source bytes for views, with a cache of rebuilt batches."""
 
-    def __init__(self, capacity: int = CACHE_BATCHES) -> None:
+    def __init__(self, capacity_bytes: int = CACHE_BYTES) -> None:
         self._filters: dict[str, view_filter.Filter] = {}
         self._cache: OrderedDict[tuple[str, str, int, int, int], _Rebuilt] = OrderedDict()
-        self.capacity = capacity
+        self.capacity_bytes = capacity_bytes
+        self.cached_bytes = 0
         self.matched: dict[str, int] = {}  # per view: records delivered
         self.filtered: dict[str, int] = {}  # per view: records taken out
 
@@ -144,8 +146,9 @@ class ViewReader:
             rebuilt = self._cache.get(key)
             if rebuilt is None:
                 rebuilt = self._cache[key] = _rebuild(flt, whole)
-                if len(self._cache) > self.capacity:
-                    self._cache.popitem(last=False)
+                self.cached_bytes += len(rebuilt[0])
+                while self.cached_bytes > self.capacity_bytes:
+                    self.cached_bytes -= len(self._cache.popitem(last=False)[1][0])
             else:
                 self._cache.move_to_end(key)
             out.append(rebuilt[0])

@@ -238,3 +238,8 @@ def test_view_answers_keep_offsets_and_producer_fields_and_control_batches(codec
     assert reader.matched == {"v": 4}
     every = reader.filter_records("w", "region IS NOT NULL OR region IS NULL", "src", 0, first)
     assert every == first  # nothing taken out: the source's bytes as they are
+    one = len(reader.filter_records("w", "region IS NULL", "src", 0, first))
+    small = views.ViewReader(capacity_bytes=one + one // 2)  # room for one rebuilt batch
+    for index in range(3):
+        assert len(small.filter_records("w", "region IS NULL", "src", index, first)) == one
+    assert small.cached_bytes == one and len(small._cache) == 1
