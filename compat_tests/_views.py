@@ -220,6 +220,19 @@ def produce(bootstrap: str, topic: str, tag: str, per_partition: int, seed: int,
 # -- reading in a group ------------------------------------------------------------------
 
 
+def _confluent_poll(c: Any, got: list[Got]) -> Callable[[], None]:
+    """One poll of a confluent-kafka consumer, its record appended to ``got``."""
+    def poll() -> None:
+        msg = c.poll(0.1)
+        if msg is None:
+            return
+        assert msg.error() is None, f"confluent-kafka: consumer error {msg.error()}"
+        got.append(Got(msg.topic(), msg.partition(), msg.offset(),
+                       None if msg.key() is None else msg.key().decode(),
+                       _headers(msg.headers())))
+    return poll
+
+
 def _headers(raw: Sequence[tuple[str, bytes | None]] | None) -> Headers:
     return tuple((str(k), None if v is None else bytes(v).decode()) for k, v in raw or ())
 
@@ -278,16 +291,7 @@ def read_confluent(bootstrap: str, group: str, topics: Sequence[str], expected: 
                   "client.id": f"views-{group}"})
     try:
         c.subscribe(list(topics))
-
-        def poll() -> None:
-            msg = c.poll(0.1)
-            if msg is None:
-                return
-            assert msg.error() is None, f"confluent-kafka: consumer error {msg.error()}"
-            got.append(Got(msg.topic(), msg.partition(), msg.offset(),
-                           None if msg.key() is None else msg.key().decode(),
-                           _headers(msg.headers())))
-        timed_out = _until(expected, lambda: len(got), poll)
+        timed_out = _until(expected, lambda: len(got), _confluent_poll(c, got))
         c.commit(asynchronous=False)
         tps = [TopicPartition(t, p) for t in topics for p in range(PARTITIONS)]
         committed = {f"{tp.topic}:{tp.partition}": (tp.offset if tp.offset >= 0 else None)
@@ -337,16 +341,7 @@ def assign_read(bootstrap: str, topics: Sequence[str], expected: int,
                   "enable.auto.commit": False})
     try:
         c.assign([TopicPartition(t, p, OFFSET_BEGINNING) for t in topics for p in range(PARTITIONS)])
-
-        def poll() -> None:
-            msg = c.poll(0.1)
-            if msg is None:
-                return
-            assert msg.error() is None, f"confluent-kafka: consumer error {msg.error()}"
-            got.append(Got(msg.topic(), msg.partition(), msg.offset(),
-                           None if msg.key() is None else msg.key().decode(),
-                           _headers(msg.headers())))
-        _until(expected, lambda: len(got), poll, timeout)
+        _until(expected, lambda: len(got), _confluent_poll(c, got), timeout)
     finally:
         c.close()
     return got
