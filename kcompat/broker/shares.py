@@ -58,6 +58,7 @@ from kcompat.broker.replication import codec
 from kcompat.broker.replication.storage import now_ms
 from kcompat.broker.share_sessions import ShareSessions
 from kcompat.broker.topic_config import effective
+from kcompat.ext.view_filter import Filter
 from kcompat.group.share_partition import (
     DELIVERY_LIMIT,
     REJECTED,
@@ -171,7 +172,7 @@ class ShareService:
         self.controller = controller
         self.logs: dict[int, ShareStateLog] = {}
         self.held: dict[ShareKey, Held] = {}
-        self._decoded: OrderedDict[tuple[str, int, int, int, bool],
+        self._decoded: OrderedDict[tuple[str, int, int, int, bool, str | None],
                                   list[tuple[int, bytes | None]]] = (
             OrderedDict())
         self._loading: dict[ShareKey, trio.Event] = {}
@@ -354,7 +355,7 @@ class ShareService:
         """Records not yet acknowledged or archived (KIP-1226's lag): the high
         watermark less the start offset less the finished records in flight;
         -1 where no replica of the partition is here."""
-        part = self.state.partition(topic, index)
+        part = self.state.source_partition(topic, index)
         if part is None:
             return -1
         hw = part.high_watermark
@@ -549,7 +550,7 @@ class ShareService:
 
     async def _send_dead(self, held: Held, settings: ShareSettings) -> None:
         group, topic, index = held.key
-        part = self.state.partition(topic, index)
+        part = self.state.source_partition(topic, index)
         meta = self.state.topics[settings.dlq_topic]
         dead, held.dead = held.dead, []
         records = []
@@ -592,13 +593,15 @@ class ShareService:
     # -- reading the log for a machine --------------------------------------------------------
 
     def records_from(self, part: Partition, start: int, end: int, upper: int, keyed: bool,
-                     committed: bool = False) -> Iterator[tuple[int, bytes | None]]:
+                     committed: bool = False, flt: Filter | None = None
+                     ) -> Iterator[tuple[int, bytes | None]]:
         """(offset, message group) of every record in [start, end) — read
         from whole batches below ``upper`` (a batch boundary: the high
         watermark or last stable offset), so none in that range is missed;
         the group is header ``kc-group``, else the key, when ``keyed``. With
         ``committed`` (``share.isolation.level=read_committed``) the records
-        of aborted transactions are left out: gaps, archived unseen."""
+        of aborted transactions are left out: gaps, archived unseen; so are
+        the records a filtered view's ``flt`` does not match."""
         aborted = part.log.aborted_transactions(start, upper) if committed else []
         for view, header in part.log.batches(start, upper):
             if header.is_control:
@@ -608,7 +611,8 @@ class ShareService:
                     and a.first_offset <= header.base_offset <= a.last_offset
                     for a in aborted):
                 continue
-            if not keyed and header.records_count == header.last_offset_delta + 1:
+            if flt is None and not keyed and (
+                    header.records_count == header.last_offset_delta + 1):
                 # every offset of the batch holds a record: no need to decode it
                 for offset in range(max(start, header.base_offset),
                                     min(end, header.next_offset)):
@@ -616,25 +620,28 @@ class ShareService:
                 if header.next_offset >= end:
                     return
                 continue
-            for offset, group in self._batch_records(part, view, header, keyed):
+            for offset, group in self._batch_records(part, view, header, keyed, flt):
                 if offset >= end:
                     return
                 if offset >= start:
                     yield offset, group
 
     def _batch_records(self, part: Partition, view: memoryview, header: wbatch.BatchHeader,
-                       keyed: bool) -> list[tuple[int, bytes | None]]:
-        """(offset, message group) of a batch's records, decoded once while
-        the batch is among the last few read (consecutive acquisitions take
-        records of the same batches)."""
+                       keyed: bool, flt: Filter | None = None) -> list[tuple[int, bytes | None]]:
+        """(offset, message group) of a batch's records (those ``flt``
+        matches), decoded once while the batch is among the last few read
+        (consecutive acquisitions take records of the same batches)."""
         # the CRC tells a batch from another one at its offset after a truncation
-        cache_key = (part.topic, part.index, header.base_offset, header.crc, keyed)
+        cache_key = (part.topic, part.index, header.base_offset, header.crc, keyed,
+                     flt.text if flt is not None else None)
         found = self._decoded.get(cache_key)
         if found is not None:
             self._decoded.move_to_end(cache_key)
             return found
         found = []
         for record in decode_batch(view):
+            if flt is not None and not flt.matches(record.headers):
+                continue
             group = None
             if keyed:
                 group = next((v for k, v in record.headers if k == GROUP_HEADER),
@@ -645,8 +652,11 @@ class ShareService:
             self._decoded.popitem(last=False)
         return found
 
-    def batches_for(self, part: Partition, ranges: list[AcquiredRecords]) -> bytes:
-        """The whole log batches holding the acquired offsets, in offset order."""
+    def batches_for(self, part: Partition, ranges: list[AcquiredRecords],
+                    view: tuple[str, str] | None = None) -> bytes:
+        """The whole log batches holding the acquired offsets, in offset
+        order; for a filtered ``view`` (name, filter) with the records it
+        does not match taken out (``views``)."""
         out: list[bytes] = []
         seen: set[int] = set()
         upper = part.high_watermark
@@ -659,7 +669,11 @@ class ShareService:
                 header = wbatch.parse_header(chunk)
                 if header.base_offset not in seen:
                     seen.add(header.base_offset)
-                    out.append(chunk[:header.size])
+                    whole = chunk[:header.size]
+                    if view is not None:
+                        whole = self.state.views.filter_records(view[0], view[1], part.topic,
+                                                                part.index, whole)
+                    out.append(whole)
                 offset = header.next_offset
         return b"".join(out)
 
@@ -670,16 +684,19 @@ class ShareService:
         machine.advance_log_start(part.log.log_start_offset)
         end = min(upper, machine.read_limit_offset())
         start = machine.read_offset
+        meta = self.state.topics.get(held.key[1])
+        view = (meta.name, str(meta.configs["kc.view.filter"])) if (
+            meta is not None and meta.view_of is not None) else None
         records: Iterator[tuple[int, bytes | None]] = iter(())
         if start < end:
-            records = self.records_from(part, start, end, upper,
-                                        machine.config.ordering_message_group,
-                                        isolation_committed)
+            records = self.records_from(
+                part, start, end, upper, machine.config.ordering_message_group,
+                isolation_committed, self.state.views.compiled(view[1]) if view else None)
         ranges = machine.acquire(member_id, max_records, now_ms(), records,
                                  end if start < end else None)
         if ranges:
             self._timer.set()
-        return ranges, (self.batches_for(part, ranges) if ranges else b"")
+        return ranges, (self.batches_for(part, ranges, view) if ranges else b"")
 
     def acknowledge(self, held: Held, member_id: str, batches: list[AckBatch]) -> ErrorCode:
         code = held.machine.acknowledge(member_id, batches, now_ms())

@@ -28,7 +28,10 @@ offsets. Decisions:
   the source's (INVALID_PARTITIONS). The replication factor asked is ignored.
 * Deleting the source deletes its views in the same metadata record; a
   view's consumers then get UNKNOWN_TOPIC_OR_PARTITION.
-* Share groups do not read views yet (ShareFetch answers INVALID_REQUEST).
+* Share groups read views too (``shares``): a share-partition of a view
+  acquires only the matching records of its source partition (the others are
+  gaps, archived unseen, as KIP-932 treats the offsets a compacted topic no
+  longer has) and sends the batches through ``filter_records``.
 """
 
 from __future__ import annotations

@@ -113,12 +113,6 @@ async def _acquire(ctx: RequestContext, request: Any, session: Session,
         for topic, index in order:
             if remaining <= 0:
                 break
-            meta = ctx.state.topics.get(topic)
-            if meta is not None and meta.view_of is not None:
-                result = results.setdefault((topic, index), PartitionResult())
-                result.error = ErrorCode.invalid_request
-                result.message = f"share groups do not read filtered views yet ('{topic}')"
-                continue
             try:
                 held = await shares.held_machine((group_id, topic, index))
             except ShareError as e:
