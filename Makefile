@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: run test lint unit compat bench bench-share bench-simple clean tools sim java-deps kafka-reference demo
+.PHONY: run test lint unit compat bench bench-share bench-ext bench-simple clean tools sim java-deps kafka-reference demo
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -65,6 +65,13 @@ bench: $(BENCH_STAMP) tools java-deps
 # < 2 min. Appends to bench/RESULTS.md.
 bench-share: $(BENCH_STAMP) tools java-deps
 	$(PY) bench/share.py $(if $(BENCH_QUICK),--quick) $(BENCH_ARGS)
+
+# Filtered views and dedup windows (issue 15), bench/ext15.py: view consume (10 % / 90 %,
+# cold and cached) vs the source, produce with kc.dedup.by=header/content vs off, dedup
+# memory per id (tracemalloc and broker RSS). kcompat only (Kafka has neither feature);
+# ~3 min, BENCH_QUICK=1 for < 1 min. Appends to bench/RESULTS.md.
+bench-ext: $(STAMP)
+	$(PY) bench/ext15.py $(if $(BENCH_QUICK),--quick) $(BENCH_ARGS)
 
 # The older single-broker confluent-kafka produce/consume benchmark.
 bench-simple: $(STAMP)
