@@ -49,9 +49,11 @@ from typing import Any
 
 from kcompat.broker.partition import Partition
 from kcompat.broker.topic_config import effective
-from kcompat.ext.dedup import DedupIndex, record_id
+from kcompat.ext.dedup import BY_CONTENT, DEDUP_ID, DedupIndex, content_id, header_id
+from kcompat.wire import record_scan
 from kcompat.wire.batch import BatchHeader, parse_header
-from kcompat.wire.records import decode_batch, marker_aborts, rebuild_batch
+from kcompat.wire.record_scan import RawRecord
+from kcompat.wire.records import marker_aborts
 
 log = logging.getLogger("kcompat.dedup")
 OpenIds = dict[int, list[bytes]]  # producer id -> ids its open transaction stored
@@ -130,7 +132,7 @@ def replay(part: Partition, pol: Policy, now_ms: int) -> tuple[DedupIndex, OpenI
         written = segments[bisect_right(bases, header.base_offset) - 1][1]
         if pol.log_append_time and 0 <= header.max_timestamp < written:
             written = header.max_timestamp
-        ids = [record_id(pol.by, r.key, r.value, r.headers) for r in decode_batch(batch)]
+        ids = _ids(pol, batch)[2]
         index.add(ids, written, header.base_offset)
         if header.is_transactional:
             open_txns.setdefault(header.producer_id, []).extend(i for i in ids if i)
@@ -143,13 +145,26 @@ def _ended(index: DedupIndex, open_txns: OpenIds, producer_id: int, committed: b
         index.forget(ids)
 
 
+_ID_HEADER = frozenset((DEDUP_ID,))
+_NO_HEADER: frozenset[str] = frozenset()
+
+
+def _ids(pol: Policy, batch: memoryview | bytes
+         ) -> tuple[bytes, list[RawRecord], list[bytes | None]]:
+    """The scanned payload, records and record ids of a batch (``ext.dedup``)."""
+    if pol.by == BY_CONTENT:
+        _h, payload, records = record_scan.scan(batch, _NO_HEADER, with_body=True)
+        return payload, records, [content_id(r.key, r.value) for r in records]
+    _h, payload, records = record_scan.scan(batch, _ID_HEADER)
+    return payload, records, [header_id(r.headers) for r in records]
+
+
 def take_duplicates(part: Partition, view: memoryview, header: BatchHeader, pol: Policy,
                     now_ms: int) -> tuple[memoryview, BatchHeader, list[bytes | None]]:
     """The batch to store (duplicates taken out as holes) and the ids of its
     records. Raises ``HeaderError`` for a bad ``kc-dedup-id`` (nothing stored)."""
     index = _index(part, pol, now_ms)
-    records = decode_batch(view)
-    ids = [record_id(pol.by, r.key, r.value, r.headers) for r in records]
+    payload, records, ids = _ids(pol, view)
     duplicate = index.check(ids, now_ms)
     dropped = sum(duplicate)
     if not dropped:
@@ -158,7 +173,7 @@ def take_duplicates(part: Partition, view: memoryview, header: BatchHeader, pol:
     assert state is not None
     state.duplicates += dropped
     kept = [r for r, dup in zip(records, duplicate, strict=True) if not dup]
-    hole = rebuild_batch(header, kept)
+    hole = record_scan.splice(view, header, payload, kept)
     return (memoryview(hole), parse_header(hole),
             [i for i, dup in zip(ids, duplicate, strict=True) if not dup])
 

@@ -16,9 +16,12 @@ offsets. Decisions:
   what Kafka's cleaner leaves; a batch with no match stays, empty, so the
   consumer's position moves past it). Control batches and the aborted
   transactions pass unchanged; a batch cut at the end of the read is dropped
-  (the client would drop it). Rebuilt batches are cached (LRU, by filter,
-  source partition, offset and CRC; ``CACHE_BYTES`` in all), so several groups
-  reading one view decode once.
+  (the client would drop it). Batches are filtered by scanning their records
+  for the headers the filter names and splicing the kept ones
+  (``wire.record_scan``), at most ``WORK_RECORDS`` source records per Fetch
+  (the answer ends early; the client fetches on from there), and cached (LRU,
+  by filter, source partition, offset and CRC; ``CACHE_BYTES`` in all), so
+  several groups reading one view filter once.
 * Read-only: Produce and DeleteRecords answer INVALID_TOPIC_EXCEPTION,
   CreatePartitions INVALID_REQUEST (a view follows its source's additions).
 * ``kc.view.filter`` may be altered (validated like at creation);
@@ -44,10 +47,14 @@ from kio.schema.errors import ErrorCode
 
 from kcompat.broker.topic_config import VIEW_FILTER, VIEW_KEYS, VIEW_OF
 from kcompat.ext import view_filter
-from kcompat.wire.batch import BatchError, iter_headers, parse_header
-from kcompat.wire.records import decode_batch, rebuild_batch
+from kcompat.wire import record_scan
+from kcompat.wire.batch import BatchError, iter_headers
 
 CACHE_BYTES = 64 << 20  # rebuilt batches kept (by source partition, offset, CRC)
+#: source records one Fetch filters at most (beyond its first batch): the
+#: filtering runs on the event loop, so a cold read of a large view answers in
+#: parts of a few milliseconds instead of stalling every other client
+WORK_RECORDS = 4000
 
 Problem = tuple[ErrorCode, str]
 
@@ -132,8 +139,10 @@ class ViewReader:
         return found
 
     def filter_records(self, view: str, text: str, source: str, index: int,
-                       data: bytes) -> bytes:
-        """The bytes a view's consumer gets for ``data`` read from the source."""
+                       data: bytes, budget: list[int] | None = None) -> bytes:
+        """The bytes a view's consumer gets for ``data`` read from the source;
+        ``budget`` ([records]) is the filtering work left in this Fetch,
+        spent here: once it is gone the answer ends (after one batch)."""
         if not data:
             return data
         flt = self.compiled(text)
@@ -148,6 +157,10 @@ class ViewReader:
             key = (text, source, index, header.base_offset, header.crc)
             rebuilt = self._cache.get(key)
             if rebuilt is None:
+                if budget is not None:
+                    if budget[0] <= 0 and out:
+                        break
+                    budget[0] -= header.records_count
                 rebuilt = self._cache[key] = _rebuild(flt, whole)
                 self.cached_bytes += len(rebuilt[0])
                 while self.cached_bytes > self.capacity_bytes:
@@ -167,10 +180,11 @@ _Rebuilt = tuple[bytes, int, int]  # the batch, records kept, records taken out
 
 def _rebuild(flt: view_filter.Filter, whole: memoryview) -> _Rebuilt:
     try:
-        records = decode_batch(whole)
+        header, payload, records = record_scan.scan(whole, flt.header_names)
     except BatchError:  # never stored so; pass it on as the source has it
         return bytes(whole), 0, 0
     kept = [r for r in records if flt.matches(r.headers)]
     if len(kept) == len(records):
         return bytes(whole), len(kept), 0
-    return rebuild_batch(parse_header(whole), kept), len(kept), len(records) - len(kept)
+    return (record_scan.splice(whole, header, payload, kept), len(kept),
+            len(records) - len(kept))

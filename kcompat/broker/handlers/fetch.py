@@ -15,7 +15,8 @@ partition wakes us (then re-read) or max_wait passes.
 
 A filtered view (``views``) reads its source's partition and answers the
 batches with the non-matching records taken out (holes; offsets, watermarks
-and aborted transactions are the source's).
+and aborted transactions are the source's); the filtering one Fetch does is
+bounded (``views.WORK_RECORDS``).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from kio.schema.errors import ErrorCode
 from kcompat.broker.context import RequestContext
 from kcompat.broker.handlers._common import NO_THROTTLE, OK
 from kcompat.broker.partition import Partition
+from kcompat.broker.views import WORK_RECORDS
 from kcompat.log.partition_log import OffsetOutOfRange
 
 READ_COMMITTED = 1
@@ -77,6 +79,7 @@ def _read_all(ctx: RequestContext, request: Any) -> tuple[list[Any], int, bool]:
     total = 0
     errors = False
     topics = []
+    view_work = [WORK_RECORDS]
     for topic in request.topics:
         parts = []
         meta = ctx.state.topics.get(topic.topic)
@@ -100,7 +103,7 @@ def _read_all(ctx: RequestContext, request: Any) -> tuple[list[Any], int, bool]:
                     assert meta is not None
                     records = ctx.state.views.filter_records(
                         topic.topic, meta.configs["kc.view.filter"], view_of, fp.partition,
-                        records)
+                        records, view_work)
                 if committed and records:
                     aborted = _aborted(ctx, part, fp.fetch_offset, upper)
             if code != OK:

@@ -243,3 +243,23 @@ def test_view_answers_keep_offsets_and_producer_fields_and_control_batches(codec
     for index in range(3):
         assert len(small.filter_records("w", "region IS NULL", "src", index, first)) == one
     assert small.cached_bytes == one and len(small._cache) == 1
+
+
+def test_the_filtering_work_of_one_fetch_is_bounded() -> None:
+    """A cold read ends early once the Fetch's budget is spent (at least one
+    batch); cached batches cost nothing, so the next Fetch goes further."""
+    batches = [encode_batch([(b"k", b"v", [("region", b"eu" if i % 2 else b"us")], 1)
+                             for i in range(4)], base_offset=4 * n) for n in range(3)]
+    data = b"".join(batches)
+    reader = views.ViewReader()
+    budget = [5]
+    first = reader.filter_records("v", "region = 'eu'", "src", 0, data, budget)
+    assert [h.base_offset for _p, h in iter_headers(first)] == [0, 4] and budget == [-3]
+    assert len(reader.filter_records("v", "region = 'eu'", "src", 0, data[:0], [0])) == 0
+    spent = reader.filter_records("v", "region = 'eu'", "src", 0, data, [0])
+    assert spent == first  # the cached part only: no budget for new work
+    second = reader.filter_records("v", "region = 'eu'", "src", 0, data, [1])
+    assert [h.base_offset for _p, h in iter_headers(second)] == [0, 4, 8]
+    assert reader.filter_records("v", "region = 'eu'", "src", 0, data, [0]) == second
+    cold = views.ViewReader().filter_records("v", "region = 'eu'", "src", 0, data, [0])
+    assert cold == first[:len(cold)] and [h.base_offset for _p, h in iter_headers(cold)] == [0]
