@@ -17,6 +17,19 @@ batch reads in one session (a subprocess, as ``test_spark`` runs
 * a second topic whose delayed records are not due yet (10 minutes), so its log
   ends in holes and an empty batch: exactly its plain records.
 
+The same session reads a filtered view (issue 15: ``kc.view.of`` /
+``kc.view.filter``) of a third topic as a topic: records with ``region``
+headers (eu, us, apac, EU, none, repeated), in flushed waves so that whole
+batches match nothing (the view's partitions start and end with empty
+batches) and the others have holes; the view is ``region = 'eu'``. Its rows
+(``earliest`` .. ``latest`` without and with ``includeHeaders``, the latter in
+one query with the source; an offset range starting and ending inside
+filtered-out stretches, in one partition across matches, in the other over
+none; a streaming read with ``Trigger.AvailableNow``) must be exactly the
+source's matching records, at the source's offsets, with the source's key,
+value, timestamp and headers, in offset order, as kafka-python and Spark
+itself read the source (filtered client-side).
+
 The connector jar comes from Maven Central into ~/.cache/kcompat/ivy on the first
 run (shared with ``test_spark``).
 """
@@ -86,9 +99,55 @@ def produce(bootstrap: str, topic: str, waves: list[list[bool]] = WAVES,
     return sent
 
 
-def read_all(bootstrap: str, topic: str, want: int, timeout_s: float) -> list[dict[str, Any]]:
+#: region header values per wave of the view's source (None: no header; a
+#: list: the header repeated, its last value counts); waves 0, 2 and 4 have no
+#: match, so every partition of the view starts and ends with an empty batch
+REGION_WAVES: list[list[str | list[str] | None]] = [
+    ["us", "apac", None, "EU"] * 2,
+    ["eu", "us", "eu", "apac", None, "eu", ["us", "eu"], ["eu", "us"], "eu", "eu", "apac", None],
+    ["us", None, "apac", ["eu", "us"]] * 2,
+    ["eu", "apac", "eu", "eu", None, "us", "eu", "EU"],
+    ["apac", "us", None] * 2,
+]
+VIEW_FILTER = "region = 'eu'"
+
+
+def produce_regions(bootstrap: str, topic: str) -> list[dict[str, Any]]:
+    """REGION_WAVES to ``topic``, each wave flushed, record i to partition
+    ``(i // 2) % 2``. The acknowledgements, with the wave and the headers."""
+    producer = KafkaProducer(bootstrap_servers=bootstrap, linger_ms=50, acks="all")
+    sent: list[dict[str, Any]] = []
+    try:
+        i = 0
+        for w, wave in enumerate(REGION_WAVES):
+            futures = []
+            for region in wave:
+                values = [] if region is None else [region] if isinstance(region, str) else region
+                headers = [("seq", str(i).encode())] + [("region", v.encode()) for v in values]
+                futures.append((i, headers, producer.send(
+                    topic, key=f"k{i}".encode(), value=f"v{i}".encode(),
+                    partition=(i // 2) % PARTITIONS, headers=headers)))
+                i += 1
+            producer.flush()
+            for n, headers, fut in futures:
+                md = fut.get(timeout=30)
+                sent.append({"i": n, "wave": w, "partition": md.partition, "offset": md.offset,
+                             "headers": [[k, v.decode()] for k, v in headers]})
+    finally:
+        producer.close()
+    return sent
+
+
+def is_eu(headers: list[list[str]]) -> bool:
+    """``region = 'eu'``: the last ``region`` header is exactly ``eu``."""
+    regions = [v for k, v in headers if k == "region"]
+    return bool(regions) and regions[-1] == "eu"
+
+
+def read_all(bootstrap: str, topic: str, want: int, timeout_s: float,
+             settle_s: float = 1.0) -> list[dict[str, Any]]:
     """kafka-python, assigned from the log start, until ``want`` records (and the
-    end offsets) are read or ``timeout_s`` passed; then one more second for extras."""
+    end offsets) are read or ``timeout_s`` passed; then ``settle_s`` more for extras."""
     c = KafkaConsumer(bootstrap_servers=bootstrap, auto_offset_reset="earliest")
     tps = [TopicPartition(topic, p) for p in range(PARTITIONS)]
     c.assign(tps)
@@ -97,7 +156,7 @@ def read_all(bootstrap: str, topic: str, want: int, timeout_s: float) -> list[di
     done_at: float | None = None
     try:
         while time.monotonic() < deadline:
-            if done_at is not None and time.monotonic() > done_at + 1.0:
+            if done_at is not None and time.monotonic() > done_at + settle_s:
                 break
             for recs in c.poll(timeout_ms=200).values():
                 for r in recs:
@@ -150,11 +209,15 @@ def run_spark(tmp: Path, bootstrap: str, topic: str, reads: dict[str, dict[str, 
 def test_spark_batch_read_over_delayed_records(broker: Broker, topic: str,
                                                tmp_path: Path) -> None:
     pending_topic = f"{topic}-pending"
+    source, view = f"{topic}-src", f"{topic}-eu"
     admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
     try:
-        admin.create_topics([NewTopic(t, PARTITIONS, 1) for t in (topic, pending_topic)])
+        admin.create_topics([NewTopic(t, PARTITIONS, 1) for t in (topic, pending_topic, source)])
+        admin.create_topics([NewTopic(view, PARTITIONS, 1, topic_configs={
+            "kc.view.of": source, "kc.view.filter": VIEW_FILTER})])
     finally:
         admin.close()
+    region_sent = produce_regions(broker.bootstrap, source)
     # Delayed records not yet due when Spark reads: the log ends in holes (a
     # batch left empty after a mixed one).
     pending = produce(broker.bootstrap, pending_topic, [WAVES[0], [True] * 8], PENDING_DELAY_MS)
@@ -198,6 +261,7 @@ def test_spark_batch_read_over_delayed_records(broker: Broker, topic: str,
         "pending": {"subscribe": pending_topic, "startingOffsets": "earliest",
                     "endingOffsets": "latest", "includeHeaders": "true"},
     }
+    view_ranges = view_reads(reads, source, view, region_sent)
     t0 = time.monotonic()
     result = run_spark(tmp_path, broker.bootstrap, topic, reads)
     elapsed = time.monotonic() - t0
@@ -235,7 +299,85 @@ def test_spark_batch_read_over_delayed_records(broker: Broker, topic: str,
     assert strip(rows, True) == strip(pending_plain, True), (
         f"[pending] got {[(r['partition'], r['offset']) for r in rows]}, want "
         f"{[(r['partition'], r['offset']) for r in pending_plain]}")
+    check_view(broker, result, source, view, region_sent, view_ranges)
     print(f"{len(sent)} records ({len(holes)} delayed); batches {batches}; Spark session "
           f"{result['spark_start_s']:.1f} s, reads "
           f"{ {n: round(r['seconds'], 1) for n, r in result['reads'].items()} }, "
-          f"subprocess {elapsed:.1f} s")
+          f"session total {result['total_s']:.1f} s, subprocess {elapsed:.1f} s")
+
+
+def view_reads(reads: dict[str, dict[str, str]], source: str, view: str,
+               sent: list[dict[str, Any]]) -> dict[int, tuple[int, int]]:
+    """Add the reads of the view (one of them with its source) to ``reads``; the
+    offset range [start, end) per partition of the range read."""
+    def at(wave: int, partition: int, k: int) -> int:
+        """The offset of the k-th record of ``wave`` in ``partition``."""
+        return [s["offset"] for s in sent if s["wave"] == wave and s["partition"] == partition][k]
+
+    # Starts and ends strictly inside stretches with no match (waves 0, 2, 4):
+    # partition 0 across matches, partition 1 over none at all.
+    ranges = {0: (at(2, 0, 1), at(4, 0, 1)), 1: (at(0, 1, 1), at(0, 1, 3))}
+    everything = {"startingOffsets": "earliest", "endingOffsets": "latest"}
+    reads.update({
+        "view_default": dict(everything, subscribe=view),
+        # the source in the same query: Spark's own read of a topic to compare with
+        "view_headers": dict(everything, subscribe=f"{source},{view}", includeHeaders="true"),
+        "view_range": {"subscribe": view,
+                       "startingOffsets": json.dumps({view: {str(p): a for p, (a, _) in
+                                                             ranges.items()}}),
+                       "endingOffsets": json.dumps({view: {str(p): b for p, (_, b) in
+                                                           ranges.items()}})},
+        "view_stream": {"_mode": "stream", "subscribe": view, "startingOffsets": "earliest",
+                        "includeHeaders": "true"},
+    })
+    return ranges
+
+
+def check_view(broker: Broker, result: dict[str, Any], source: str, view: str,
+               sent: list[dict[str, Any]], ranges: dict[int, tuple[int, int]]) -> None:
+    """Spark's reads of the view are the source's ``region = 'eu'`` records."""
+    # The source as kafka-python reads it (every record, at its acknowledged offset;
+    # nothing is appended later).
+    log = read_all(broker.bootstrap, source, len(sent), 10, settle_s=0)
+    assert [(r["partition"], r["offset"], r["value"], r["headers"]) for r in log] == sorted(
+        (s["partition"], s["offset"], f"v{s['i']}", s["headers"]) for s in sent)
+    want = [r for r in log if is_eu(r["headers"])]
+    # The view's log has what a read must cross: batches with no match at its
+    # start and end, and matches next to non-matches.
+    for p in range(PARTITIONS):
+        eu = {s["offset"]: is_eu(s["headers"]) for s in sent if s["partition"] == p}
+        kinds = [sum(eu[o] for o in range(base, base + delta + 1)) / (delta + 1)
+                 for base, delta, _count in stored_batches(broker, source, p)]
+        assert kinds[0] == kinds[-1] == 0 and any(0 < k < 1 for k in kinds), (p, kinds)
+    assert len(want) == sum(is_eu(s["headers"]) for s in sent) == 10, len(want)
+
+    def strip(rows: list[dict[str, Any]], headers: bool) -> list[tuple[Any, ...]]:
+        return [(r["partition"], r["offset"], r["key"], r["value"], r["timestamp"],
+                 r["timestamp_type"], json.dumps(r["headers"]) if headers else None)
+                for r in rows]
+
+    reads = result["reads"]
+    both = reads["view_headers"]["rows"]
+    assert {r["topic"] for r in both} == {source, view}, {r["topic"] for r in both}
+    # Spark reads the source as kafka-python does.
+    spark_source = [r for r in both if r["topic"] == source]
+    assert strip(spark_source, True) == strip(log, True)
+    in_range = [w for w in want if ranges[w["partition"]][0] <= w["offset"]
+                < ranges[w["partition"]][1]]
+    assert {w["partition"] for w in in_range} == {0}, in_range
+    expected = {"view_default": (want, False), "view_headers": (want, True),
+                "view_range": (in_range, False), "view_stream": (want, True)}
+    for name, (rows_want, headers) in expected.items():
+        rows = [r for r in reads[name]["rows"] if r["topic"] == view or name != "view_headers"]
+        assert {r["topic"] for r in rows} <= {view}, name
+        assert strip(rows, headers) == strip(rows_want, headers), (
+            f"[{name}] {ranges if name == 'view_range' else ''} got "
+            f"{[(r['partition'], r['offset'], r['value']) for r in rows]}, want "
+            f"{[(r['partition'], r['offset'], r['value']) for r in rows_want]}")
+        if headers:  # the view as Spark filtered its own read of the source
+            assert strip(rows, True) == strip(
+                [r for r in spark_source if is_eu(r["headers"])], True), name
+        # Spark returned each partition's rows in offset order.
+        for p in range(PARTITIONS):
+            ns = [r["n"] for r in rows if r["partition"] == p]
+            assert ns == sorted(ns), (name, p, [(r["offset"], r["n"]) for r in rows])
