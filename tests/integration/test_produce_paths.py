@@ -152,6 +152,14 @@ def test_fetch_returns_stored_bytes_and_long_poll_wakes_on_append(broker: Broker
     empty = fetch(conn, topic, 5, max_wait_ms=200)
     assert empty.records is not None and len(empty.records) == 0
     assert fetch(conn, topic, 99).error_code == 1  # OFFSET_OUT_OF_RANGE
+    # no partition asked (a consumer closing its fetch session): answered at once
+    t0 = time.monotonic()
+    closing = FetchRequest[11](replica_id=-1, max_wait_ms=10_000, min_bytes=1,
+                               max_bytes=1 << 20, isolation_level=0, session_id=0,
+                               session_epoch=-1, topics=[], forgotten_topics_data=[],
+                               rack_id="")
+    assert conn.request(closing, FetchResponse[11]).responses == []
+    assert time.monotonic() - t0 < 5
 
 
 def test_log_append_time_topic(broker: Broker) -> None:

@@ -11,7 +11,9 @@ transactions overlapping the returned range, so the consumer can drop their
 records; control batches are returned as they are (clients skip them).
 
 Long poll: if fewer than min_bytes are available, wait until an append to any
-partition wakes us (then re-read) or max_wait passes.
+partition wakes us (then re-read) or max_wait passes. A Fetch naming no
+partition (the one a consumer sends to close its fetch session, and waits for
+on close) is answered at once, as Kafka does.
 
 A filtered view (``views``) reads its source's partition and answers the
 batches with the non-matching records taken out (holes; offsets, watermarks
@@ -120,10 +122,14 @@ def _read_all(ctx: RequestContext, request: Any) -> tuple[list[Any], int, bool]:
 async def handle(ctx: RequestContext, request: Any) -> Any:
     wait_s = max(request.max_wait.total_seconds(), 0.0)
     deadline = trio.current_time() + wait_s
+    # as Kafka's ReplicaManager: no partition asked (a consumer closing its fetch
+    # session sends such a Fetch and waits for it) is answered at once
+    asked = any(t.partitions for t in request.topics)
     while True:
         arrived = ctx.state.data_arrived
         topics, total, errors = _read_all(ctx, request)
-        if total >= max(request.min_bytes, 1) or errors or trio.current_time() >= deadline:
+        if (total >= max(request.min_bytes, 1) or errors or not asked
+                or trio.current_time() >= deadline):
             break
         with trio.move_on_at(deadline):
             await arrived.wait()
