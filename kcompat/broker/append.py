@@ -132,17 +132,19 @@ def append_records(
             view = memoryview(split.hole)
             header = wbatch.parse_header(view)
     dedup = dedup_windows.policy(topic_configs, broker_defaults)
-    result = store(part, view, header, log_append, now_ms, write, dedup)
+    result = store(part, view, header, log_append, now_ms, write, dedup, strict=True)
     return result if split is None else dataclasses.replace(result, split=split)
 
 
 def store(part: Partition, view: memoryview, header: BatchHeader, log_append: bool,
           now_ms: int, write: Callable[[memoryview, BatchHeader, int], BatchHeader],
-          dedup: dedup_windows.Policy | None = None) -> AppendResult:
+          dedup: dedup_windows.Policy | None = None, strict: bool = False) -> AppendResult:
     """The idempotence check and the write of a validated batch; a duplicate
     answers the original's offset and writes nothing. With a ``dedup``
     policy, records whose id is in the window are taken out first
-    (``dedup_windows``): the producer still gets success."""
+    (``dedup_windows``): the producer still gets success. ``strict``: a
+    producer's batch, refused for a bad ``kc-dedup-id`` (a batch the broker
+    moves — a due delayed record — is stored, its bad id ignored)."""
     try:
         duplicate = part.log.producers.check(header)
     except SequenceError as e:
@@ -153,7 +155,8 @@ def store(part: Partition, view: memoryview, header: BatchHeader, log_append: bo
     ids: list[bytes | None] = []
     if dedup is not None:
         try:
-            view, header, ids = dedup_windows.take_duplicates(part, view, header, dedup, now_ms)
+            view, header, ids = dedup_windows.take_duplicates(part, view, header, dedup, now_ms,
+                                                              strict)
         except HeaderError as e:
             return _fail(ErrorCode.invalid_record, str(e))
         except wbatch.BatchError as e:

@@ -50,6 +50,7 @@ from typing import Any
 from kcompat.broker.partition import Partition
 from kcompat.broker.topic_config import effective
 from kcompat.ext.dedup import BY_CONTENT, DEDUP_ID, DedupIndex, content_id, header_id
+from kcompat.ext.delay import HeaderError
 from kcompat.wire import record_scan
 from kcompat.wire.batch import BatchHeader, parse_header
 from kcompat.wire.record_scan import RawRecord
@@ -132,7 +133,7 @@ def replay(part: Partition, pol: Policy, now_ms: int) -> tuple[DedupIndex, OpenI
         written = segments[bisect_right(bases, header.base_offset) - 1][1]
         if pol.log_append_time and 0 <= header.max_timestamp < written:
             written = header.max_timestamp
-        ids = _ids(pol, batch)[2]
+        ids = _ids(pol, batch, strict=False)[2]
         index.add(ids, written, header.base_offset)
         if header.is_transactional:
             open_txns.setdefault(header.producer_id, []).extend(i for i in ids if i)
@@ -149,22 +150,35 @@ _ID_HEADER = frozenset((DEDUP_ID,))
 _NO_HEADER: frozenset[str] = frozenset()
 
 
-def _ids(pol: Policy, batch: memoryview | bytes
+def _ids(pol: Policy, batch: memoryview | bytes, strict: bool = True
          ) -> tuple[bytes, list[RawRecord], list[bytes | None]]:
-    """The scanned payload, records and record ids of a batch (``ext.dedup``)."""
+    """The scanned payload, records and record ids of a batch (``ext.dedup``).
+    A bad ``kc-dedup-id`` raises ``HeaderError`` when ``strict`` (a producer's
+    batch); otherwise (the log, written before dedup was on; a due delayed
+    record) its record has no id: never a duplicate."""
     if pol.by == BY_CONTENT:
         _h, payload, records = record_scan.scan(batch, _NO_HEADER, with_body=True)
         return payload, records, [content_id(r.key, r.value) for r in records]
     _h, payload, records = record_scan.scan(batch, _ID_HEADER)
-    return payload, records, [header_id(r.headers) for r in records]
+    return payload, records, [header_id(r.headers) if strict else _lenient_id(r.headers)
+                              for r in records]
+
+
+def _lenient_id(headers: list[tuple[str, bytes | None]]) -> bytes | None:
+    try:
+        return header_id(headers)
+    except HeaderError:
+        return None
 
 
 def take_duplicates(part: Partition, view: memoryview, header: BatchHeader, pol: Policy,
-                    now_ms: int) -> tuple[memoryview, BatchHeader, list[bytes | None]]:
+                    now_ms: int, strict: bool = True
+                    ) -> tuple[memoryview, BatchHeader, list[bytes | None]]:
     """The batch to store (duplicates taken out as holes) and the ids of its
-    records. Raises ``HeaderError`` for a bad ``kc-dedup-id`` (nothing stored)."""
+    records. Raises ``HeaderError`` for a bad ``kc-dedup-id`` when ``strict``
+    (nothing stored)."""
     index = _index(part, pol, now_ms)
-    payload, records, ids = _ids(pol, view)
+    payload, records, ids = _ids(pol, view, strict)
     duplicate = index.check(ids, now_ms)
     dropped = sum(duplicate)
     if not dropped:

@@ -58,7 +58,8 @@ def _produce(part: Partition, fs: MemoryFileStore, ids: list[bytes | None], now_
         return part.log.append(v, header, part.leader_epoch, now)  # type: ignore[arg-type]
 
     before = part.log.log_end_offset
-    result = store(part, view, validate(view), False, now_ms, write, policy)  # type: ignore[arg-type]
+    result = store(part, view, validate(view), False, now_ms, write, policy,  # type: ignore[arg-type]
+                   strict=True)
     assert result.error == ErrorCode.none and result.base_offset == before
     raw = part.log.read_batch_at(before)
     assert part.log.log_end_offset == before + len(ids)  # same offsets: holes
@@ -125,9 +126,17 @@ def test_an_idempotent_retry_is_answered_before_the_index_and_bad_ids_store_noth
     bad = memoryview(encode_batch([(b"k", b"v", [("kc-dedup-id", b"")], 1)]))
     end = part.log.log_end_offset
     result = store(part, bad, validate(bad), False, 1600, lambda *a: pytest.fail("written"),
-                   POLICY)
+                   POLICY, strict=True)
     assert result.error == ErrorCode.invalid_record and "kc-dedup-id" in str(result.message)
     assert part.log.log_end_offset == end
+    # a batch the broker moves (a due delayed record) is stored; its bad id is no id
+    def write(v: memoryview, header: object, now: int) -> object:
+        return part.log.append(v, header, part.leader_epoch, now)  # type: ignore[arg-type]
+
+    assert store(part, bad, validate(bad), False, 1700, write, POLICY).error == ErrorCode.none
+    assert part.log.log_end_offset == end + 1
+    part.leader_epoch += 1  # and a new leader's replay of that log passes it by
+    assert _produce(part, fs, [b"a", b"b", b"c"], 1800) == [b"v-c"]
     with pytest.raises(HeaderError):
         dedup_windows.take_duplicates(part, bad, validate(bad), POLICY, 1600)
 
