@@ -9,7 +9,9 @@ producer id/epoch/sequence — and then written as the client sent it, with
 the way to disk. Nothing is stored unless every check passes. Only a topic with
 ``message.timestamp.type=LogAppendTime`` pays for a copy (its timestamp and CRC
 change). A client-sent control batch is refused: markers are written by the
-transaction coordinator only.
+transaction coordinator only. A compacted topic (``cleanup.policy`` with
+``compact``) refuses a batch with a record without a key, as Kafka's
+LogValidator does (INVALID_RECORD, each such record in ``record_errors``).
 
 Extensions (EXTENSIONS.md): a batch whose records carry delayed-delivery
 headers is stored with those records taken out (``ext.holes``: same offsets,
@@ -38,6 +40,7 @@ from kcompat.ext.delay import HeaderError
 from kcompat.ext.holes import Split
 from kcompat.txn.producer_state import SequenceError
 from kcompat.wire import batch as wbatch
+from kcompat.wire import record_scan
 from kcompat.wire.batch import BatchError, BatchHeader
 from kcompat.wire.records import decode_batch
 
@@ -49,6 +52,7 @@ class AppendResult:
     log_append_time_ms: int = -1
     message: str | None = None
     split: Split | None = None  # delayed records taken out (stored with holes)
+    record_errors: tuple[tuple[int, str], ...] = ()  # (index in the batch, message)
 
 
 def _fail(code: ErrorCode, message: str) -> AppendResult:
@@ -107,6 +111,10 @@ def append_records(
         return _fail(code, str(e))
     if header.is_control:
         return _fail(ErrorCode.invalid_record, "clients may not write control batches")
+    if "compact" in effective("cleanup.policy", topic_configs, broker_defaults)[0]:
+        refused = _keyless(part, view)
+        if refused is not None:
+            return refused
     if header.is_transactional:
         txn_error = txn_check(header)
         if txn_error is not None:
@@ -134,6 +142,25 @@ def append_records(
     dedup = dedup_windows.policy(topic_configs, broker_defaults)
     result = store(part, view, header, log_append, now_ms, write, dedup, strict=True)
     return result if split is None else dataclasses.replace(result, split=split)
+
+
+def _keyless(part: Partition, view: memoryview) -> AppendResult | None:
+    """Kafka's LogValidator: a compacted topic refuses a batch holding a record
+    without a key, naming each such record (at most the first three in the
+    message, as Kafka's)."""
+    try:
+        records = record_scan.scan(view, with_body=True)[2]
+    except wbatch.BatchError as e:
+        return _fail(ErrorCode.corrupt_message, str(e))
+    where = f"{part.topic}-{part.index}"
+    errors = tuple((i, f"Compacted topic cannot accept message without key in topic "
+                       f"partition {where}") for i, r in enumerate(records) if r.key is None)
+    if not errors:
+        return None
+    shown = ", ".join(f"RecordError(batchIndex={i}, message='{m}')" for i, m in errors[:3])
+    return AppendResult(ErrorCode.invalid_record, record_errors=errors, message=(
+        f"One or more records have been rejected due to {len(errors)} record errors in "
+        f"total, and only showing the first three errors at most: [{shown}]"))
 
 
 def store(part: Partition, view: memoryview, header: BatchHeader, log_append: bool,

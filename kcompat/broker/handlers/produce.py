@@ -60,7 +60,9 @@ def _partition_response(ctx: RequestContext, index: int, result: AppendResult,
         log_append_time=ms_to_datetime(result.log_append_time_ms)
         if result.log_append_time_ms >= 0 else None,
         log_start_offset=log_start,
-        record_errors=(),
+        record_errors=tuple(ctx.build("BatchIndexAndErrorMessage", batch_index=i,
+                                      batch_index_error_message=m)
+                            for i, m in result.record_errors) if ctx.version >= 8 else (),
         error_message=result.message,
     )
 
