@@ -514,22 +514,33 @@ class GroupCoordinator:
 
     def commit_error(self, group_id: str, generation_id: int, member_id: str,
                      instance_id: str | None) -> ErrorCode | None:
-        """Kafka's checks before an OffsetCommit is accepted (None = accept)."""
+        """Kafka's checks before an OffsetCommit is accepted (None = accept), in
+        Kafka 4's order: the member and its generation first, so a member of
+        an old generation gets ILLEGAL_GENERATION even while the group
+        rebalances; REBALANCE_IN_PROGRESS only for a current member that
+        commits before its SyncGroup."""
         group = self.groups.get(group_id)
         if group is None:
             return None if generation_id < 0 else ErrorCode.illegal_generation
         if group.is_(GroupState.DEAD):
             return ErrorCode.coordinator_not_available
-        if group.is_static_fenced(member_id, instance_id):
-            return ErrorCode.fenced_instance_id
         if generation_id < 0 and group.is_(GroupState.EMPTY):
-            return None
+            return None  # the admin client or a consumer without group management
+        if generation_id >= 0 or member_id or instance_id is not None:
+            if instance_id is not None:
+                known = group.static_members.get(instance_id)
+                if known is None:
+                    return ErrorCode.unknown_member_id
+                if known != member_id:
+                    return ErrorCode.fenced_instance_id
+            if member_id not in group.members:
+                return ErrorCode.unknown_member_id
+            if generation_id != group.generation_id:
+                return ErrorCode.illegal_generation
+        elif not group.is_(GroupState.EMPTY):
+            return ErrorCode.unknown_member_id
         if group.is_(GroupState.COMPLETING_REBALANCE):
             return ErrorCode.rebalance_in_progress
-        if member_id not in group.members:
-            return ErrorCode.unknown_member_id
-        if generation_id != group.generation_id:
-            return ErrorCode.illegal_generation
         return None
 
     def pop_group_changes(self) -> set[str]:

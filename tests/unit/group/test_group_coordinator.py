@@ -279,6 +279,17 @@ def test_commit_checks() -> None:
     assert d.c.commit_error("g", gen - 1, a, None) == E.illegal_generation
     assert d.c.commit_error("g", gen, "x", None) == E.unknown_member_id
     assert d.c.commit_error("g", -1, "", None) == E.unknown_member_id
+    # a rebalance to the next generation, waiting for SyncGroup (Kafka 4's order):
+    # the old generation is ILLEGAL_GENERATION, the new one REBALANCE_IN_PROGRESS
+    ta, tb = d.join(a), d.join(b)
+    d.tick(3000)
+    new = d.result(ta).generation_id
+    assert new == gen + 1 and d.group.state is S.COMPLETING_REBALANCE
+    assert d.c.commit_error("g", gen, a, None) == E.illegal_generation
+    assert d.c.commit_error("g", new, a, None) == E.rebalance_in_progress
+    assert d.c.commit_error("g", new, "x", None) == E.unknown_member_id
+    assert d.c.commit_error("g", new, a, "not-a-static-member") == E.unknown_member_id
+    assert d.result(tb).generation_id == new
 
 
 def test_delete_group_only_when_empty() -> None:
