@@ -8,7 +8,8 @@ single node) and a kcompat broker process, and their observations compared:
   found, max timestamp), error names/codes of bad requests, topic description,
   DescribeConfigs of a topic and of the broker;
 * raw requests written with kafka-python's protocol classes (an independent codec):
-  Metadata v12 / v4 answers field by field, Fetch / ListOffsets / Produce error codes.
+  Metadata v12 / v4 and DescribeTopicPartitions (incl. its cursor) answers field by
+  field, Fetch / ListOffsets / Produce error codes.
 
 Differences that are understood are listed in ``KNOWN`` with their FINDINGS.md id.
 A known difference that disappears fails too, so FINDINGS.md stays true.
@@ -22,6 +23,8 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
+from kafka.protocol.admin.topics import DescribeTopicPartitionsRequest as DTPRequest
+from kafka.protocol.admin.topics import DescribeTopicPartitionsResponse as DTPResponse
 from kafka.protocol.consumer.fetch import FetchRequest, FetchResponse
 from kafka.protocol.consumer.offsets import ListOffsetsRequest, ListOffsetsResponse
 from kafka.protocol.metadata import MetadataRequest, MetadataResponse
@@ -34,11 +37,7 @@ from compat_tests.java.kafka_reference import KafkaReference
 from tests.integration._raw import RawConnection
 
 # Differences seen and understood (FINDINGS.md has the details). step -> finding id.
-KNOWN_JAVA_STEPS = {
-    # kcompat does not serve DescribeTopicPartitions (key 75), so the Java Admin falls back
-    # to Metadata, which carries no ELR fields: elr/lastKnownElr are null instead of [].
-    "describe_main": "D1",
-}
+KNOWN_JAVA_STEPS: dict[str, str] = {}
 # Topic configs Kafka 4.4 lists that kcompat does not know (FINDINGS.md D3).
 KNOWN_MISSING_TOPIC_CONFIGS = {
     "compression.gzip.level", "compression.lz4.level", "compression.zstd.level",
@@ -98,14 +97,14 @@ def test_java_scenario_observes_the_same(java_obs: dict[str, dict[str, Any]]) ->
     assert not gone, f"known differences no longer seen, update FINDINGS.md: {sorted(gone)}"
 
 
-def test_describe_topic_differs_only_in_elr_fields(java_obs: dict[str, dict[str, Any]]) -> None:
-    def strip(d: dict[str, Any]) -> dict[str, Any]:
-        parts = [{k: v for k, v in p.items() if k not in ("elr", "last_known_elr")}
-                 for p in d["partitions"]]
-        return {**d, "partitions": parts}
-
-    kafka, kc = java_obs["kafka"]["describe_main"], java_obs["kcompat"]["describe_main"]
-    assert strip(kafka) == strip(kc)
+def test_java_describe_topics_uses_describe_topic_partitions(
+        java_obs: dict[str, dict[str, Any]]) -> None:
+    """Java's Admin.describeTopics sends DescribeTopicPartitions (key 75) when the
+    broker advertises it, and falls back to Metadata, which has no ELR fields,
+    otherwise: non-null ELR lists show it used key 75 on both (FINDINGS.md D1)."""
+    for broker in ("kafka", "kcompat"):
+        parts = java_obs[broker]["describe_main"]["partitions"]
+        assert parts and all((p["elr"], p["last_known_elr"]) == (0, 0) for p in parts), broker
 
 
 def test_topic_describe_configs_same_shape(java_obs: dict[str, dict[str, Any]]) -> None:
@@ -238,6 +237,19 @@ def _raw_session(bootstrap: str) -> dict[str, Any]:
                     MetadataRequest[4].MetadataRequestTopic(name=topic + "-nope")],
             allow_auto_topic_creation=False), MetadataResponse[4]).to_dict()
 
+        def describe(limit: int, cursor: tuple[str, int] | None = None) -> dict[str, Any]:
+            req = DTPRequest[0](
+                topics=[DTPRequest[0].TopicRequest(name=n) for n in (topic + "-nope", topic)],
+                response_partition_limit=limit, cursor=cursor and DTPRequest[0].Cursor(
+                    topic_name=cursor[0], partition_index=cursor[1]))
+            return conn.request(req, DTPResponse[0]).to_dict()
+
+        # the second page ends at the topic's end: the cursor names the next (unknown) topic
+        obs["describe_topic_partitions"] = {
+            "all": describe(2000), "page_1": describe(1), "page_2": describe(1, (topic, 1)),
+            "bad_cursor": describe(5, (topic + "-other", 0)),
+        }
+
         def list_offsets(partition: int, ts: int, name: str = topic) -> dict[str, Any]:
             req = ListOffsetsRequest[7](replica_id=-1, isolation_level=0, topics=[LT(
                 name=name, partitions=[LT.ListOffsetsPartition(
@@ -289,7 +301,7 @@ def raw_obs(kafka_reference: KafkaReference, module_broker: Broker) -> dict[str,
 
 
 RAW_KEYS = ["produce_p0", "produce_p0_again", "produce_bad_partition", "produce_oversized",
-            "metadata_v12", "metadata_v4", "list_offsets", "fetch"]
+            "metadata_v12", "metadata_v4", "describe_topic_partitions", "list_offsets", "fetch"]
 
 
 @pytest.mark.parametrize("key", RAW_KEYS)
@@ -311,5 +323,10 @@ def test_raw_scenario_really_hit_the_errors(raw_obs: dict[str, dict[str, Any]]) 
     f = {n: v["responses"][0]["partitions"][0]["error_code"] for n, v in k["fetch"].items()}
     assert f == {"from_0": 0, "at_end": 0, "out_of_range": 1, "negative": 1,
                  "bad_partition": 3, "unknown_topic": 3}
+    dtp = k["describe_topic_partitions"]
+    assert [t["error_code"] for t in dtp["all"]["topics"]] == [0, 3]
+    assert [c["next_cursor"]["partition_index"] for c in (dtp["page_1"], dtp["page_2"])] == [1, 0]
+    assert dtp["page_2"]["next_cursor"]["topic_name"] == RAW_TOPIC + "-nope"
+    assert [t["error_code"] for t in dtp["bad_cursor"]["topics"]] == [42, 42]
     lo = k["list_offsets"]["ts_none_found"]["topics"][0]["partitions"][0]
     assert (lo["offset"], lo["timestamp"], lo["leader_epoch"]) == (-1, -1, -1)

@@ -33,6 +33,7 @@ _MODULES = {
     v.CREATE_PARTITIONS: "create_partitions",
     v.INCREMENTAL_ALTER_CONFIGS: "incremental_alter_configs",
     v.DESCRIBE_CLUSTER: "describe_cluster",
+    v.DESCRIBE_TOPIC_PARTITIONS: "describe_topic_partitions",
     v.OFFSET_COMMIT: "offset_commit",
     v.OFFSET_FETCH: "offset_fetch",
     v.JOIN_GROUP: "join_group",

@@ -350,3 +350,62 @@ def test_find_coordinator_share_key_type(broker: Broker) -> None:
     r = call(broker, v.FIND_COORDINATOR, 6, lambda m: m.FindCoordinatorRequest(
         key_type=2, coordinator_keys=("g:t:0",)))
     assert [(c.error_code, c.node_id) for c in r.coordinators] == [(E.invalid_request, -1)]
+
+
+# -- DescribeTopicPartitions ----------------------------------------------------
+
+def _dtp(broker: Broker, names: tuple[str, ...], limit: int = 2000,
+         cursor: tuple[str, int] | None = None) -> Any:
+    def make(m: ModuleType) -> Any:
+        return m.DescribeTopicPartitionsRequest(
+            topics=tuple(m.TopicRequest(name=n) for n in names), response_partition_limit=limit,
+            cursor=m.Cursor(topic_name=cursor[0], partition_index=cursor[1]) if cursor else None)
+    return call(broker, v.DESCRIBE_TOPIC_PARTITIONS, 0, make)
+
+
+def _pages(r: Any) -> tuple[list[tuple[str, list[int]]], tuple[str, int] | None]:
+    c = r.next_cursor
+    return ([(t.name, [p.partition_index for p in t.partitions]) for t in r.topics],
+            (c.topic_name, c.partition_index) if c else None)
+
+
+def test_describe_topic_partitions(broker: Broker) -> None:
+    create(broker, "b", 2)
+    create(broker, "src", 1)
+    running.run(broker, lambda: running.create_topic(
+        broker, "view", 1, **{"kc.view.of": "src", "kc.view.filter": "a = 'x'"}))
+    r = _dtp(broker, ("view", "nope", "b", "b", "bad/name", "__consumer_offsets"))
+    assert [(t.name, t.error_code, t.is_internal) for t in r.topics] == [
+        ("__consumer_offsets", E.unknown_topic_or_partition, True),
+        ("b", E.none, False), ("bad/name", E.invalid_topic_exception, False),
+        ("nope", E.unknown_topic_or_partition, False), ("view", E.none, False)]
+    assert r.next_cursor is None
+    b = r.topics[1]
+    assert b.topic_id == broker.state.topics["b"].topic_id
+    assert b.topic_authorized_operations == r.topics[0].topic_authorized_operations > 0
+    assert [(p.error_code, p.partition_index, p.leader_id, p.replica_nodes, p.isr_nodes,
+             p.eligible_leader_replicas, p.last_known_elr, p.offline_replicas)
+            for p in b.partitions] == [(E.none, i, 1, (1,), (1,), (), (), ()) for i in (0, 1)]
+    assert [p.leader_id for p in r.topics[4].partitions] == [1]  # the view: its source's
+    # an empty list: every topic, no errors
+    assert _pages(_dtp(broker, ())) == ([("b", [0, 1]), ("src", [0]), ("view", [0])], None)
+
+
+def test_describe_topic_partitions_pages(broker: Broker) -> None:
+    create(broker, "a", 3)
+    create(broker, "c", 2)
+    # the limit cuts a topic: the cursor names its first partition left out
+    assert _pages(_dtp(broker, ("c", "a"), limit=2)) == ([("a", [0, 1])], ("a", 2))
+    # the limit runs out at a topic's end: the cursor is the next topic at 0
+    assert _pages(_dtp(broker, ("c", "a"), limit=3)) == ([("a", [0, 1, 2])], ("c", 0))
+    assert _pages(_dtp(broker, ("c", "a"), cursor=("a", 2), limit=2)) == (
+        [("a", [2]), ("c", [0])], ("c", 1))
+    # topics before the cursor's are skipped; unknown topics cost nothing
+    assert _pages(_dtp(broker, ("a", "c", "b"), cursor=("b", 5))) == (
+        [("b", []), ("c", [0, 1])], None)
+    assert _pages(_dtp(broker, (), cursor=("a", 1), limit=0)) == ([("a", [1])], ("a", 2))
+    # a cursor topic that was not asked for, or a negative index: INVALID_REQUEST
+    for names, cursor in ((("a",), ("c", 0)), (("a", "a"), ("a", -1))):
+        r = _dtp(broker, names, cursor=cursor)
+        assert [(t.name, t.error_code, t.partitions) for t in r.topics] == [
+            (n, E.invalid_request, ()) for n in names]
