@@ -31,7 +31,7 @@ REGIONS = ("eu", "us", "apac")
 
 
 def cache_dir() -> Path:
-    root = Path(os.environ.get("KCOMPAT_CACHE", Path.home() / ".cache" / "kcompat"))
+    root = Path(os.environ.get("COMPAT_CACHE", Path.home() / ".cache" / "kcompat"))
     root.mkdir(parents=True, exist_ok=True)
     return root
 

@@ -1,7 +1,7 @@
 """Maven-resolved classpaths, cached outside the repo, for the Java suites.
 
 Two things are resolved from Maven Central with the machine's ``mvn`` (which keeps
-its own cache in ``~/.m2``) and then kept in ``$KCOMPAT_CACHE`` (default
+its own cache in ``~/.m2``) and then kept in ``$COMPAT_CACHE`` (default
 ``~/.cache/kcompat``), keyed by a hash of the inputs so a change rebuilds:
 
 * ``reference_classpath()``: every runtime jar of Apache Kafka (``kafka_2.13``) and
@@ -35,7 +35,7 @@ KAFKA_VERSION = os.environ.get("KAFKA_REFERENCE_VERSION", "4.4.0")
 
 
 def cache_root() -> Path:
-    root = Path(os.environ.get("KCOMPAT_CACHE", Path.home() / ".cache" / "kcompat"))
+    root = Path(os.environ.get("COMPAT_CACHE", Path.home() / ".cache" / "kcompat"))
     root.mkdir(parents=True, exist_ok=True)
     return root
 
