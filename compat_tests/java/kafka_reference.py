@@ -10,7 +10,7 @@ clean shutdown), ``kill()``, ``close()``, ``tail()``.
 CLI (``make kafka-reference`` runs ``run``)::
 
     python -m compat_tests.java.kafka_reference fetch     # resolve jars only
-    python -m compat_tests.java.kafka_reference run [--port N]   # run until ^C
+    python -m compat_tests.java.kafka_reference run [--port N]   # until ^C or SIGTERM
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import base64
 import contextlib
+import shutil
 import signal
 import socket
 import struct
@@ -338,33 +339,58 @@ class KafkaReferenceCluster:
         return f"<KafkaReferenceCluster {self.bootstrap} running={self.running}>"
 
 
+class _Stop(Exception):
+    """SIGTERM or SIGHUP reached ``run``: stop the JVM as ^C does."""
+
+
+def _raise_stop(signum: int, _frame: object) -> None:
+    raise _Stop(signal.Signals(signum).name)
+
+
+def _run(port: int | None, workdir: Path | None) -> int:
+    """Run a reference broker until ^C, SIGTERM or SIGHUP, then stop its JVM (a
+    clean shutdown) and remove the work dir if it was a temp dir made here."""
+    own_dir = workdir is None
+    workdir = workdir or Path(tempfile.mkdtemp(prefix="kafka-reference-"))
+    # the JVM runs in its own session, so a signal to this process alone would
+    # orphan it: turn SIGTERM and SIGHUP into the same unwinding as ^C
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, _raise_stop)
+    ref = KafkaReference(workdir, port=port)
+    try:
+        t0 = time.monotonic()
+        ref.start()
+        print(f"Apache Kafka {ref.version} ready on {ref.bootstrap} in "
+              f"{time.monotonic() - t0:.1f}s (dir {workdir}); ^C or SIGTERM stops it", flush=True)
+        while ref.running:
+            time.sleep(0.5)
+    except (KeyboardInterrupt, _Stop):
+        pass
+    finally:
+        for signum in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
+            signal.signal(signum, signal.SIG_IGN)  # a second signal must not cut the stop short
+        t1 = time.monotonic()
+        if ref.proc is not None:
+            rc = ref.stop() if ref.running else ref.proc.returncode
+            print(f"stopped (exit {rc}) in {time.monotonic() - t1:.1f}s", flush=True)
+        if own_dir:
+            shutil.rmtree(workdir, ignore_errors=True)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m compat_tests.java.kafka_reference")
     sub = ap.add_subparsers(dest="cmd", required=True)
     sub.add_parser("fetch", help="resolve the Kafka jars into the cache and exit")
-    run = sub.add_parser("run", help="run a reference broker until interrupted")
+    run = sub.add_parser("run", help="run a reference broker until ^C or SIGTERM")
     run.add_argument("--port", type=int, default=None)
-    run.add_argument("--dir", type=Path, default=None, help="work dir (default: a temp dir)")
+    run.add_argument("--dir", type=Path, default=None,
+                     help="work dir, kept (default: a temp dir, removed at exit)")
     args = ap.parse_args(argv)
     if args.cmd == "fetch":
         print(reference_classpath())
         return 0
-    workdir = args.dir or Path(tempfile.mkdtemp(prefix="kafka-reference-"))
-    ref = KafkaReference(workdir, port=args.port)
-    t0 = time.monotonic()
-    ref.start()
-    print(f"Apache Kafka {ref.version} ready on {ref.bootstrap} in {time.monotonic() - t0:.1f}s"
-          f" (dir {workdir}); ^C stops it", flush=True)
-    try:
-        while ref.running:
-            time.sleep(0.5)
-    except KeyboardInterrupt:
-        pass
-    finally:
-        t1 = time.monotonic()
-        rc = ref.stop()
-        print(f"stopped (exit {rc}) in {time.monotonic() - t1:.1f}s", flush=True)
-    return 0
+    return _run(args.port, args.dir)
 
 
 if __name__ == "__main__":
