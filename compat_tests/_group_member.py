@@ -118,16 +118,18 @@ def run_confluent(a: argparse.Namespace, out: Out) -> None:
     pending: dict[int, int] = {}
 
     def commit_pending(c: Any, revoking: frozenset[int] = frozenset()) -> None:
-        # REBALANCE_IN_PROGRESS: a cooperative member keeps consuming while it rejoins and
-        # Kafka rejects commits between JoinGroup and SyncGroup; retry after the next poll()
-        # (partitions being revoked get no next try).
+        # A cooperative member keeps consuming while it rejoins, and Kafka 4 rejects its
+        # commits between JoinGroup and SyncGroup (REBALANCE_IN_PROGRESS at the new
+        # generation, ILLEGAL_GENERATION at the old one it uses until the JoinGroup answer):
+        # retry after the next poll() (partitions being revoked get no next try).
         if not pending:
             return
         try:
             c.commit(offsets=[TopicPartition(a.topic, p, o) for p, o in pending.items()],
                      asynchronous=False)
         except KafkaException as exc:
-            if exc.args[0].code() == KafkaError.REBALANCE_IN_PROGRESS and not revoking:
+            if exc.args[0].code() in (KafkaError.REBALANCE_IN_PROGRESS,
+                                      KafkaError.ILLEGAL_GENERATION) and not revoking:
                 out.line(f"# commit-retry {exc}")
                 return
             out.line(f"# commit-error {type(exc).__name__}: {exc}")

@@ -47,6 +47,8 @@ from .._groups import (
 
 pytestmark = pytest.mark.timeout(120)
 
+#: commit errors of a member that rejoins (see ``Member._commit_pending``)
+RETRY_AFTER_REBALANCE = (KafkaError.REBALANCE_IN_PROGRESS, KafkaError.ILLEGAL_GENERATION)
 CLIENT = "confluent-kafka"
 
 
@@ -86,17 +88,19 @@ class Member(threading.Thread):
         self.held = self.held | got if self.cooperative else got
 
     def _commit_pending(self, c: Any, revoking: frozenset[int] = frozenset()) -> None:
-        """Commit processed offsets synchronously. REBALANCE_IN_PROGRESS (a cooperative
-        member keeps consuming while it rejoins; Kafka rejects commits between JoinGroup
-        and SyncGroup) keeps them pending for the next try, after poll() has finished the
-        rebalance; partitions being revoked get no next try."""
+        """Commit processed offsets synchronously. A cooperative member keeps consuming
+        while it rejoins, and Kafka 4 rejects its commits between JoinGroup and SyncGroup:
+        REBALANCE_IN_PROGRESS at the new generation, ILLEGAL_GENERATION at the one it
+        still commits with until the JoinGroup answer arrives. Either keeps them pending
+        for the next try, after poll() has finished the rebalance (at the new
+        generation); partitions being revoked get no next try."""
         if not self.pending:
             return
         try:
             c.commit(offsets=[TopicPartition(self.topic, p, o) for p, o in self.pending.items()],
                      asynchronous=False)
         except KafkaException as exc:
-            if exc.args[0].code() == KafkaError.REBALANCE_IN_PROGRESS and not revoking:
+            if exc.args[0].code() in RETRY_AFTER_REBALANCE and not revoking:
                 self.commit_retries += 1
                 return
             self.commit_errors.append(str(exc))
