@@ -40,7 +40,7 @@ run: $(STAMP)
 	$(VENV)/bin/kcompat broker
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check kcompat tests compat_tests bench spark_demo tools
+	$(VENV)/bin/ruff check kcompat tests compat_tests bench spark_demo tools examples
 	$(VENV)/bin/mypy kcompat
 	$(VENV)/bin/lint-imports --no-cache
 	$(PY) tools/import_cycles.py kcompat
