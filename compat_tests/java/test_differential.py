@@ -38,16 +38,8 @@ from tests.integration._raw import RawConnection
 
 # Differences seen and understood (FINDINGS.md has the details). step -> finding id.
 KNOWN_JAVA_STEPS: dict[str, str] = {}
-# Topic configs Kafka 4.4 lists that kcompat does not know (FINDINGS.md D3).
-KNOWN_MISSING_TOPIC_CONFIGS = {
-    "compression.gzip.level", "compression.lz4.level", "compression.zstd.level",
-    "follower.replication.throttled.replicas", "leader.replication.throttled.replicas",
-    "local.retention.bytes", "local.retention.ms", "remote.log.copy.disable",
-    "remote.log.delete.on.disable", "remote.storage.enable",
-    # new in Kafka 4.2-4.4
-    "max.decompressed.message.bytes",
-    "remote.copy.lag.bytes", "remote.copy.lag.ms",
-}
+# Topic configs Kafka 4.4 lists that kcompat does not know (FINDINGS.md D3: none left).
+KNOWN_MISSING_TOPIC_CONFIGS: set[str] = set()
 # kcompat's own broker keys (not Kafka keys): allowed in its DescribeConfigs answer,
 # besides every "kcompat.*" key (FINDINGS.md D8).
 KCOMPAT_ONLY_BROKER_KEYS = {"admin.host", "admin.port", "advertised.host", "host", "port"}

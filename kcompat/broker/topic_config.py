@@ -31,6 +31,32 @@ def _filter_problem(text: str) -> str | None:
     return None
 
 
+def _level(low: int, high: int, default_ok: int | None = None) -> Any:
+    def check(value: int) -> str | None:
+        if low <= value <= high or value == default_ok:
+            return None
+        extra = f" or {default_ok}" if default_ok is not None else ""
+        return f"{value} is not in [{low},...,{high}]{extra}"
+    return check
+
+
+def _throttled(value: list[str]) -> str | None:
+    """[PartitionId]:[BrokerId] entries, or the wildcard '*' (Kafka's validator)."""
+    if value == ["*"]:
+        return None
+    for entry in value:
+        parts = entry.split(":")
+        if len(parts) != 2 or not all(p.strip().isdigit() for p in parts):
+            return (f"{','.join(value)!r} must be the literal '*' or a list of replicas in the "
+                    "following format: [partitionId]:[brokerId],[partitionId]:[brokerId],...")
+    return None
+
+
+def _no_tiered_storage(value: bool) -> str | None:
+    return ("Tiered Storage functionality is disabled in the broker. Topic cannot be "
+            "configured with remote log storage.") if value else None
+
+
 _D = ConfigDef
 TOPIC_CONFIGS: dict[str, ConfigDef] = {
     d.name: d
@@ -40,13 +66,25 @@ TOPIC_CONFIGS: dict[str, ConfigDef] = {
         _D("compression.type", "string", "producer",
            choices=("producer", "uncompressed", "gzip", "snappy", "lz4", "zstd"),
            broker_key="compression.type"),
+        _D("compression.gzip.level", "int", -1, check=_level(1, 9, -1),
+           broker_key="compression.gzip.level"),
+        _D("compression.lz4.level", "int", 9, check=_level(1, 17),
+           broker_key="compression.lz4.level"),
+        _D("compression.zstd.level", "int", 3, check=_level(-131072, 22),
+           broker_key="compression.zstd.level"),
         _D("delete.retention.ms", "long", 86400000, minimum=0),
         _D("file.delete.delay.ms", "long", 60000, minimum=0),
         _D("flush.messages", "long", LONG_MAX, minimum=1),
+        _D("follower.replication.throttled.replicas", "list", [], check=_throttled),
         _D("flush.ms", "long", LONG_MAX, minimum=0),
         _D("index.interval.bytes", "int", 4096, minimum=0,
            broker_key="log.index.interval.bytes"),
+        _D("leader.replication.throttled.replicas", "list", [], check=_throttled),
+        _D("local.retention.bytes", "long", -2, minimum=-2, broker_key="log.local.retention.bytes"),
+        _D("local.retention.ms", "long", -2, minimum=-2, broker_key="log.local.retention.ms"),
         _D("max.compaction.lag.ms", "long", LONG_MAX, minimum=1),
+        _D("max.decompressed.message.bytes", "int", 2147483639, minimum=1,
+           broker_key="max.decompressed.message.bytes"),
         _D("max.message.bytes", "int", 1048588, minimum=0, broker_key="message.max.bytes"),
         _D("message.timestamp.type", "string", "CreateTime",
            choices=("CreateTime", "LogAppendTime"), broker_key="log.message.timestamp.type"),
@@ -56,6 +94,12 @@ TOPIC_CONFIGS: dict[str, ConfigDef] = {
         _D("min.compaction.lag.ms", "long", 0, minimum=0),
         _D("min.insync.replicas", "int", 1, minimum=1, broker_key="min.insync.replicas"),
         _D("preallocate", "boolean", False),
+        _D("remote.copy.lag.bytes", "long", -1, minimum=-1,
+           broker_key="log.remote.copy.lag.bytes"),
+        _D("remote.copy.lag.ms", "long", 0, broker_key="log.remote.copy.lag.ms"),
+        _D("remote.log.copy.disable", "boolean", False),
+        _D("remote.log.delete.on.disable", "boolean", False),
+        _D("remote.storage.enable", "boolean", False, check=_no_tiered_storage),
         _D("retention.bytes", "long", -1, broker_key="log.retention.bytes"),
         _D("retention.ms", "long", 604800000, minimum=-1, broker_key="log.retention.ms"),
         # KIP-1191: may share groups dead-letter into this topic

@@ -234,7 +234,7 @@ def test_describe_configs(broker: Broker, version: int) -> None:
     assert codes == [E.none, E.none, E.unknown_topic_or_partition, E.none, E.none,
                      E.invalid_request, E.invalid_request, E.invalid_request]
     topic = {c.name: c for c in r.results[0].configs}
-    assert len(topic) == 24  # errors.deadletterqueue.group.enable (KIP-1191) included
+    assert len(topic) == 37  # Kafka 4.4's keys, errors.deadletterqueue.group.enable included
     seg, ret, pol = topic["segment.ms"], topic["retention.ms"], topic["cleanup.policy"]
     assert (seg.value, seg.config_source, seg.read_only) == ("100", 1, False)
     assert (ret.value, ret.config_source) == ("1000", 4)
