@@ -75,6 +75,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.compare import proc_cpu_s, proc_status_kib  # noqa: E402
 from compat_tests._broker import Broker, free_port  # noqa: E402
 from kcompat.ext.dedup import DedupIndex, content_id  # noqa: E402
 
@@ -92,20 +93,6 @@ RSS_LIMIT_S = 120.0
 
 
 # -- helpers ----------------------------------------------------------------------------
-
-def proc_status_kib(pid: int, key: str) -> int:
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith(key + ":"):
-                return int(line.split()[1])
-    raise KeyError(key)
-
-
-def proc_cpu_s(pid: int) -> float:
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
 
 def load() -> str:
     with open("/proc/loadavg") as f:
