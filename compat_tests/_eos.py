@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -767,6 +768,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--abort-every", type=int, default=ABORT_EVERY)
     a = ap.parse_args(argv)
     status = Status(a.status)
+    # the client's own account of reconnects, coordinator lookups and retries lands in
+    # the copier's stderr, which a failing test shows (a copier once hung after a
+    # broker kill, inside kafka-python's send_offsets_to_transaction, with nothing logged)
+    logging.basicConfig(stream=sys.stderr, level=logging.WARNING,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("kafka.producer.transaction_manager").setLevel(logging.DEBUG)
+    logging.getLogger("kafka.conn").setLevel(logging.INFO)
     cls = KafkaPythonCopier if a.client == "kafka-python" else ConfluentCopier
     try:
         return cls(a, status).run()
