@@ -34,8 +34,10 @@ per producer until its marker; an ABORT marker (``marker``, called where
 the marker is written; the replay does the same with the markers in the
 log) takes them out again, so the producer's next attempt is stored.
 
-Followers keep nothing; a replay costs one decode of the records written
-within the window (once per leadership). ``kc.dedup.max.entries`` bounds the
+Followers keep nothing (``expire_idle``, run with the retention checks,
+drops the index of a leadership that ended, and expires the ids of an idle
+leader's window, which otherwise only an append would); a replay costs one
+scan of the records written within the window (once per leadership). ``kc.dedup.max.entries`` bounds the
 index; ids evicted inside their window are counted (``evictions``) and
 logged as a warning.
 """
@@ -206,6 +208,19 @@ def stored(part: Partition, ids: list[bytes | None], append_ms: int,
         log.warning("%s-%d: %d dedup ids forgotten inside their window: raise "
                     "kc.dedup.max.entries (%d)", part.topic, part.index,
                     state.index.evictions - evicted, state.index.max_entries)
+
+
+def expire_idle(part: Partition, now_ms: int) -> None:
+    """Housekeeping: free the index of a leadership that ended; forget the ids
+    whose window has passed in a partition nobody appends to."""
+    state: PartitionDedup | None = part.dedup
+    if state is None or state.index is None:
+        return
+    if state.epoch != part.leader_epoch:  # the next leadership replays its log
+        state._evicted_before += state.index.evictions
+        state.index, state.open_txns = None, {}
+        return
+    state.index.add((), now_ms)  # moves the clock: what check() no longer counts goes
 
 
 def marker(part: Partition | None, producer_id: int, committed: bool) -> None:

@@ -27,7 +27,7 @@ from typing import Any
 import trio
 from kio.schema.errors import ErrorCode
 
-from kcompat.broker import views
+from kcompat.broker import dedup_windows, views
 from kcompat.broker.config import BrokerConfig
 from kcompat.broker.configdef import ConfigError
 from kcompat.broker.flusher import Flusher
@@ -223,8 +223,12 @@ class BrokerState:
 
     # -- housekeeping --------------------------------------------------------
     def enforce_retention(self) -> int:
+        """Retention, and the expiry of idle dedup windows (``dedup_windows``)."""
         now = now_ms()
-        return sum(p.log.enforce_retention(now) for p in list(self.partitions.values()))
+        parts = list(self.partitions.values())
+        for part in parts:
+            dedup_windows.expire_idle(part, now)
+        return sum(p.log.enforce_retention(now) for p in parts)
 
     def close(self) -> None:
         for part in self.partitions.values():

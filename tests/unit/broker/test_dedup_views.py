@@ -272,3 +272,18 @@ def test_the_filtering_work_of_one_fetch_is_bounded() -> None:
     assert reader.filter_records("v", "region = 'eu'", "src", 0, data, [0]) == second
     cold = views.ViewReader().filter_records("v", "region = 'eu'", "src", 0, data, [0])
     assert cold == first[:len(cold)] and [h.base_offset for _p, h in iter_headers(cold)] == [0]
+
+
+def test_idle_windows_expire_and_ended_leaderships_free_their_index() -> None:
+    part, fs = _partition()
+    _produce(part, fs, [b"a", b"b"], 1000)
+    _produce(part, fs, [b"c"], 5000)
+    dedup_windows.expire_idle(part, 1000 + WINDOW - 1)
+    assert part.dedup.ids == 3
+    dedup_windows.expire_idle(part, 1000 + WINDOW)  # nobody appended: a and b go anyway
+    assert part.dedup.ids == 1 and part.dedup.index.stored_ms(b"c") == 5000
+    assert _produce(part, fs, [b"a", b"c"], 1000 + WINDOW + 1) == [b"v-a"]
+    part.leader_epoch += 1  # the leadership ended: its index is freed, not kept stale
+    dedup_windows.expire_idle(part, 1000 + WINDOW + 2)
+    assert part.dedup.index is None and part.dedup.ids == 0
+    assert _produce(part, fs, [b"a", b"c"], 1000 + WINDOW + 3) == []  # rebuilt from the log
