@@ -149,12 +149,12 @@ def _keyless(part: Partition, view: memoryview) -> AppendResult | None:
     without a key, naming each such record (at most the first three in the
     message, as Kafka's)."""
     try:
-        records = record_scan.scan(view, with_body=True)[2]
+        records = record_scan.scan(view)[2]
     except wbatch.BatchError as e:
         return _fail(ErrorCode.corrupt_message, str(e))
     where = f"{part.topic}-{part.index}"
     errors = tuple((i, f"Compacted topic cannot accept message without key in topic "
-                       f"partition {where}") for i, r in enumerate(records) if r.key is None)
+                       f"partition {where}") for i, r in enumerate(records) if not r.keyed)
     if not errors:
         return None
     shown = ", ".join(f"RecordError(batchIndex={i}, message='{m}')" for i, m in errors[:3])

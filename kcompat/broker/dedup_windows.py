@@ -51,7 +51,7 @@ from typing import Any
 
 from kcompat.broker.partition import Partition
 from kcompat.broker.topic_config import effective
-from kcompat.ext.dedup import BY_CONTENT, DEDUP_ID, DedupIndex, content_id, header_id
+from kcompat.ext.dedup import BY_CONTENT, DEDUP_ID, DedupIndex, record_id
 from kcompat.ext.delay import HeaderError
 from kcompat.wire import record_scan
 from kcompat.wire.batch import BatchHeader, parse_header
@@ -154,21 +154,22 @@ _NO_HEADER: frozenset[str] = frozenset()
 
 def _ids(pol: Policy, batch: memoryview | bytes, strict: bool = True
          ) -> tuple[bytes, list[RawRecord], list[bytes | None]]:
-    """The scanned payload, records and record ids of a batch (``ext.dedup``).
-    A bad ``kc-dedup-id`` raises ``HeaderError`` when ``strict`` (a producer's
-    batch); otherwise (the log, written before dedup was on; a due delayed
-    record) its record has no id: never a duplicate."""
-    if pol.by == BY_CONTENT:
-        _h, payload, records = record_scan.scan(batch, _NO_HEADER, with_body=True)
-        return payload, records, [content_id(r.key, r.value) for r in records]
-    _h, payload, records = record_scan.scan(batch, _ID_HEADER)
-    return payload, records, [header_id(r.headers) if strict else _lenient_id(r.headers)
-                              for r in records]
+    """The scanned payload, records and record ids of a batch (``ext.dedup``),
+    scanning only what the id needs. A bad ``kc-dedup-id`` raises
+    ``HeaderError`` when ``strict`` (a producer's batch); otherwise (the log,
+    written before dedup was on; a due delayed record) its record has no id:
+    never a duplicate."""
+    content = pol.by == BY_CONTENT
+    _h, payload, records = record_scan.scan(batch, _NO_HEADER if content else _ID_HEADER,
+                                            with_body=content)
+    ident = record_id if strict else _lenient_id
+    return payload, records, [ident(pol.by, r.key, r.value, r.headers) for r in records]
 
 
-def _lenient_id(headers: list[tuple[str, bytes | None]]) -> bytes | None:
+def _lenient_id(by: str, key: bytes | None, value: bytes | None,
+                headers: list[tuple[str, bytes | None]]) -> bytes | None:
     try:
-        return header_id(headers)
+        return record_id(by, key, value, headers)
     except HeaderError:
         return None
 

@@ -37,16 +37,11 @@ copy, in insertion order (an ``OrderedDict``: O(1) amortised per id):
   ``kc.dedup.max.entries``).
 
 Replicated state (rule 2; DESIGN §5). The index is never written anywhere of
-its own: the partition log holds every stored record, hence its id, and
-``replay`` of the stored batches in log order — ``(base_offset, append_ms,
-ids)`` each — rebuilds it on every replica and after restart. Because
-expiry and eviction happen only in ``add`` and depend only on the ids and
-times added (and ``forget`` follows abort markers, which are in the log
-too), the index is a pure function of the log replayed: the replay of a
-log equals the index its leader had after appending it, evictions included.
-``to_bytes`` / ``from_bytes`` is a compact checkpoint; a checkpoint followed by
-the replay of the log after it is the same index (batches at or below
-``last_offset`` are skipped, so an overlapping replay is harmless).
+its own: the partition log holds every stored record, hence its id, so a
+leader builds its index by ``add``-ing the stored batches of its log in
+order (``broker.dedup_windows``). Expiry and eviction happen only in ``add``
+and depend only on the ids and times added, and ``forget`` follows abort
+markers, which are in the log too.
 
 Why no duplicate passes across failover:
 
@@ -58,29 +53,23 @@ Why no duplicate passes across failover:
    is answered from producer state and never reaches the index.
 2. A new leader's log is the committed prefix plus its own tail (Raft
    leader completeness; the truncated suffix of a deposed leader is gone
-   from every log that will ever commit). It replays that log (followers may
-   keep applying as they go and rebuild after a truncation), so its index
-   holds every id that is, or may still become, stored in the partition.
+   from every log that will ever commit). It rebuilds its index from that
+   log, so the index holds every id that is, or may still become, stored in
+   the partition.
 3. An id whose batch was truncated away was never committed: its producer
    had no success and retries, and the retry is stored — once. An id whose
    batch survived in the new leader's tail is a duplicate there, so the
    retry becomes a hole and gets success: the record is stored once either
    way.
 
-``append_ms`` must be read back from the stored batch: the leader passes to
-``add`` exactly the time that ``replay`` will later get for that batch, never
-a clock reading the log does not hold. With ``message.timestamp.type=
-LogAppendTime`` it is the batch's ``maxTimestamp``. A CreateTime batch holds
-no broker time: the host then uses a bound on the producer's timestamp (for
-example ``maxTimestamp`` plus the tolerance the broker accepts into the past,
-KIP-937), which keeps an id at least the window. ``check`` measures at the
-later of the broker's ``now_ms`` and the index's clock, so time never goes
-back in a partition: a leader whose clock is behind the log's decides as
-at the last append time (ids stay as long as on the old leader); one whose
-clock is ahead forgets ids earlier by the skew.
+A rebuild must never date a batch earlier than its append (an id would be
+forgotten inside its window): the log holds no broker clock for a CreateTime
+batch, so the host dates it from above (``broker.dedup_windows``). ``check``
+measures at the later of the broker's ``now_ms`` and the index's clock, so
+time never goes back in a partition.
 
 A change of ``kc.dedup.by``, ``kc.dedup.window.ms`` or ``kc.dedup.max.entries``
-is applied by a fresh replay of the log (ids of the other kind never match).
+is applied by a fresh rebuild from the log (ids of the other kind never match).
 
 Transactions: the ids of a transactional batch count from its append, as its
 offsets do — the outcome is not known then (a copy arriving while the
@@ -92,8 +81,8 @@ the abort marker (``broker.dedup_windows``).
 Memory (CPython 3.11, tracemalloc, 1M content ids of 16 bytes added in
 batches of 100, one append time per batch): 140 bytes per id — about 49 for
 the digest object, 91 for the ordered dict — so a full window of 1M ids
-costs about 140 MB of heap (a little more after allocator rounding); the
-snapshot takes 26 bytes per id. Header ids cost their length beyond 16.
+costs about 140 MB of heap (a little more after allocator rounding). Header
+ids cost their length beyond 16.
 
 Pure: no clock, no I/O.
 """
@@ -102,9 +91,8 @@ from __future__ import annotations
 
 import hashlib
 import struct
-import zlib
 from collections import OrderedDict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 
 from kcompat.ext.delay import HeaderError
 
@@ -117,20 +105,9 @@ DEDUP_BY = (BY_HEADER, BY_CONTENT)
 MAX_ENTRIES_DEFAULT = 100_000
 
 Header = tuple[str, bytes | None]
-StoredBatch = tuple[int, int, Sequence[bytes | None]]  # base offset, append time, ids
 
 _LENGTH = struct.Struct(">q")
-_SNAPSHOT_MAGIC = b"KCDD"
-_SNAPSHOT_VERSION = 1
-_SNAPSHOT_HEAD = struct.Struct(">4sBqqqqQI")  # magic, version, window, max, clock, last, ev, n
-_ENTRY_HEAD = struct.Struct(">H")
-_ENTRY_TIME = struct.Struct(">q")
-_CRC = struct.Struct(">I")
 _NO_CLOCK = -(1 << 63)
-
-
-class SnapshotError(ValueError):
-    """Bytes that are not a dedup index snapshot (a bug or a damaged file)."""
 
 
 def header_id(headers: Iterable[Header]) -> bytes | None:
@@ -261,64 +238,3 @@ class DedupIndex:
             _, at = stored.popitem(last=False)
             if at > horizon:
                 self.evictions += 1
-
-    def replay(self, batches: Iterable[StoredBatch]) -> DedupIndex:
-        """Add the stored batches of the partition log, in log order; self."""
-        for base_offset, append_ms, ids in batches:
-            self.add(ids, append_ms, base_offset)
-        return self
-
-    # -- checkpoint ----------------------------------------------------------------------
-
-    def to_bytes(self) -> bytes:
-        """A compact snapshot: header, (id length, id, stored time)*, CRC32."""
-        parts = [_SNAPSHOT_HEAD.pack(_SNAPSHOT_MAGIC, _SNAPSHOT_VERSION, self.window_ms,
-                                     self.max_entries, self.clock_ms, self.last_offset,
-                                     self.evictions, len(self._stored))]
-        for id_, at in self._stored.items():
-            parts += (_ENTRY_HEAD.pack(len(id_)), id_, _ENTRY_TIME.pack(at))
-        body = b"".join(parts)
-        return body + _CRC.pack(zlib.crc32(body))
-
-    @classmethod
-    def from_bytes(cls, data: bytes) -> DedupIndex:
-        """The index ``to_bytes`` wrote; raises ``SnapshotError`` on anything else."""
-        view = memoryview(data)
-        if len(view) < _SNAPSHOT_HEAD.size + _CRC.size:
-            raise SnapshotError(f"dedup snapshot: {len(view)} bytes is too short")
-        body, (crc,) = view[:-_CRC.size], _CRC.unpack(view[-_CRC.size:])
-        magic, version, window_ms, max_entries, clock_ms, last, evictions, count = (
-            _SNAPSHOT_HEAD.unpack_from(body))
-        if magic != _SNAPSHOT_MAGIC:
-            raise SnapshotError(f"dedup snapshot: bad magic {bytes(magic)!r}")
-        if version != _SNAPSHOT_VERSION:
-            raise SnapshotError(f"dedup snapshot: unknown version {version}")
-        if zlib.crc32(body) != crc:
-            raise SnapshotError("dedup snapshot: CRC mismatch")
-        if window_ms <= 0 or max_entries <= 0 or count > max_entries:
-            raise SnapshotError(f"dedup snapshot: window_ms={window_ms}, "
-                                f"max_entries={max_entries}, {count} entries")
-        index = cls(window_ms, max_entries)
-        index.clock_ms, index.last_offset, index.evictions = clock_ms, last, evictions
-        index._stored = _read_entries(body, _SNAPSHOT_HEAD.size, count)
-        return index
-
-
-def _read_entries(body: memoryview, pos: int, count: int) -> OrderedDict[bytes, int]:
-    stored: OrderedDict[bytes, int] = OrderedDict()
-    try:
-        for _ in range(count):
-            (size,) = _ENTRY_HEAD.unpack_from(body, pos)
-            if not 0 < size <= max(DEDUP_ID_MAX_BYTES, DIGEST_BYTES):
-                raise SnapshotError(f"dedup snapshot: id of {size} bytes at {pos}")
-            id_ = bytes(body[pos + 2:pos + 2 + size])
-            (at,) = _ENTRY_TIME.unpack_from(body, pos + 2 + size)
-            if id_ in stored:
-                raise SnapshotError(f"dedup snapshot: id repeated at {pos}")
-            stored[id_] = at
-            pos += 2 + size + _ENTRY_TIME.size
-    except struct.error:
-        raise SnapshotError(f"dedup snapshot: truncated at {pos}") from None
-    if pos != len(body):
-        raise SnapshotError(f"dedup snapshot: {len(body) - pos} bytes after the entries")
-    return stored

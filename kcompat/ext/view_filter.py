@@ -263,14 +263,14 @@ class _Parser:
         while self.peek().is_keyword("OR"):
             self.take()
             parts.append(self.parse_and())
-        return parts[0] if len(parts) == 1 else _any(tuple(parts))
+        return parts[0] if len(parts) == 1 else _connective(tuple(parts), True)
 
     def parse_and(self) -> Predicate:
         parts = [self.parse_not()]
         while self.peek().is_keyword("AND"):
             self.take()
             parts.append(self.parse_not())
-        return parts[0] if len(parts) == 1 else _all(tuple(parts))
+        return parts[0] if len(parts) == 1 else _connective(tuple(parts), False)
 
     def parse_not(self) -> Predicate:
         token = self.peek()
@@ -508,26 +508,15 @@ def _negate(inner: Predicate) -> Predicate:
     return predicate
 
 
-def _all(parts: tuple[Predicate, ...]) -> Predicate:
+def _connective(parts: tuple[Predicate, ...], decisive: bool) -> Predicate:
+    """AND (``decisive`` False) or OR (True) in SQL's three-valued logic: the
+    first part answering ``decisive`` decides; else unknown if any part is."""
     def predicate(env: Env) -> bool | None:
-        result: bool | None = True
+        result: bool | None = not decisive
         for part in parts:
             answer = part(env)
-            if answer is False:
-                return False
-            if answer is None:
-                result = None
-        return result
-    return predicate
-
-
-def _any(parts: tuple[Predicate, ...]) -> Predicate:
-    def predicate(env: Env) -> bool | None:
-        result: bool | None = False
-        for part in parts:
-            answer = part(env)
-            if answer is True:
-                return True
+            if answer is decisive:
+                return decisive
             if answer is None:
                 result = None
         return result

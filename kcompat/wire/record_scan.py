@@ -45,6 +45,7 @@ _LENGTH_AT, _CRC_AT, _ATTRIBUTES_AT, _COUNT_AT = 8, 17, 21, 57
 class RawRecord:
     start: int  # the record's span in the payload, its length varint included
     end: int
+    keyed: bool  # the record has a key (not null)
     key: bytes | None  # only when scanned ``with_body``
     value: bytes | None
     headers: list[tuple[str, bytes | None]]  # only the ``wanted`` names, in order
@@ -94,7 +95,8 @@ def _records(buf: bytes, count: int, wanted: frozenset[str] | None,
         _ts, p = varint(buf, body + 1)
         _delta, p = varint(buf, p)
         size, p = varint(buf, p)
-        key = buf[p:p + size] if with_body and size >= 0 else None
+        keyed = size >= 0
+        key = buf[p:p + size] if with_body and keyed else None
         p += max(size, 0)
         size, p = varint(buf, p)
         value = buf[p:p + size] if with_body and size >= 0 else None
@@ -117,7 +119,7 @@ def _records(buf: bytes, count: int, wanted: frozenset[str] | None,
             p += max(size, 0)
         if p != end:
             raise RecordError(f"record declared {length} bytes but used {length + p - end}")
-        out.append(RawRecord(pos, end, key, value, headers))
+        out.append(RawRecord(pos, end, keyed, key, value, headers))
         pos = end
     if pos != total:
         raise RecordError(f"{total - pos} bytes left after {count} records")

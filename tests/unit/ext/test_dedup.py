@@ -1,4 +1,4 @@
-"""Deduplication windows: record ids, the window, eviction, replay and snapshots."""
+"""Deduplication windows: record ids, the window, eviction, and a rebuild from the log."""
 
 from __future__ import annotations
 
@@ -12,13 +12,13 @@ from kcompat.ext.dedup import (
     DEDUP_ID,
     DEDUP_ID_MAX_BYTES,
     DedupIndex,
-    SnapshotError,
-    StoredBatch,
     content_id,
     header_id,
     record_id,
 )
 from kcompat.ext.delay import HeaderError
+
+StoredBatch = tuple[int, int, list[bytes | None]]  # base offset, append time, ids kept
 
 T0 = 1_700_000_000_000
 W = 300_000  # SQS's five minutes
@@ -123,8 +123,16 @@ def test_content_ids() -> None:
         record_id("key", b"k", b"v", [])
 
 
-def _replay(log: list[StoredBatch], max_entries: int, window_ms: int = W) -> DedupIndex:
-    return DedupIndex(window_ms, max_entries).replay(log)
+def _rebuild(log: list[StoredBatch], max_entries: int, window_ms: int = W) -> DedupIndex:
+    """What a new leader does with its log: add every stored batch, in order."""
+    index = DedupIndex(window_ms, max_entries)
+    for base, at, kept in log:
+        index.add(kept, at, base)
+    return index
+
+
+def _state(index: DedupIndex) -> tuple[object, ...]:
+    return index.entries(), index.clock_ms, index.last_offset, index.evictions
 
 
 batches = st.lists(st.tuples(
@@ -136,21 +144,20 @@ batches = st.lists(st.tuples(
 
 @settings(max_examples=150, deadline=None)
 @given(batches, st.integers(1, 8), st.data())
-def test_replay_and_checkpoints_equal_the_live_index(
+def test_a_rebuild_from_the_log_equals_the_live_index(
         steps: list[tuple[list[bytes | None], int]], max_entries: int, data: st.DataObject
 ) -> None:
     leader, now = Leader(window_ms=500, max_entries=max_entries), T0
     for ids, step in steps:
         now += step
         leader.produce(ids, now)
-    live = leader.index.to_bytes()
-    assert _replay(leader.log, max_entries, 500).to_bytes() == live
-    # a checkpoint at any point, then the tail, overlapping by a few batches
-    cut = data.draw(st.integers(0, len(leader.log)))
-    back = data.draw(st.integers(0, 3))
-    snap = _replay(leader.log[:cut], max_entries, 500).to_bytes()
-    resumed = DedupIndex.from_bytes(snap).replay(leader.log[max(0, cut - back):])
-    assert resumed.to_bytes() == live
+    resumed = _rebuild(leader.log, max_entries, 500)
+    assert _state(resumed) == _state(leader.index)
+    # a batch added again (at or below the last offset) changes nothing
+    back = data.draw(st.integers(0, min(3, len(leader.log))))
+    for base, at, kept in leader.log[len(leader.log) - back:]:
+        assert not resumed.add(kept, at, base)
+    assert _state(resumed) == _state(leader.index)
     # the rebuilt index decides as the leader would
     probe = [b"a", b"b", b"c", b"d", b"e", b"f", b"z"]
     assert resumed.check(probe, now) == leader.index.check(probe, now)
@@ -171,33 +178,6 @@ def test_replay_and_checkpoints_equal_the_live_index(
             assert leader.index.check([id_], now) == resumed.check([id_], now) == [True]
 
 
-def test_snapshot_round_trip() -> None:
-    leader = Leader(max_entries=2)
-    leader.produce([b"x", content_id(b"k", None), b"y" * 256], T0)
-    leader.produce([b"q"], T0 + 5)
-    raw = leader.index.to_bytes()
-    back = DedupIndex.from_bytes(raw)
-    assert back.entries() == leader.index.entries()
-    assert (back.window_ms, back.max_entries, back.clock_ms, back.last_offset,
-            back.evictions) == (W, 2, T0 + 5, 3, 2)
-    assert back.to_bytes() == raw
-    assert DedupIndex.from_bytes(DedupIndex(1).to_bytes()).entries() == []
-
-
-def test_junk_snapshots_are_refused_clearly() -> None:
-    raw = Leader().index.to_bytes()
-    leader = Leader()
-    leader.produce([b"a", b"b"], T0)
-    full = leader.index.to_bytes()
-    for junk, why in [(b"", "too short"), (b"nope" * 20, "bad magic"),
-                      (raw[:4] + b"\x09" + raw[5:], "unknown version"),
-                      (full[:-5] + bytes([full[-5] ^ 1]) + full[-4:], "CRC mismatch"),
-                      (full[:-8] + full[-4:], "CRC mismatch")]:
-        with pytest.raises(SnapshotError, match=why):
-            DedupIndex.from_bytes(junk)
-    assert issubclass(SnapshotError, ValueError)
-
-
 def test_memory_per_id_is_bounded() -> None:
     """~140 B per 16-byte content id at 1M (see the module); measured here on 20k."""
     n = 20_000
@@ -212,4 +192,3 @@ def test_memory_per_id_is_bounded() -> None:
         tracemalloc.stop()
     assert len(index) == n and index.evictions == 0
     assert 80 < per_id < 200, per_id
-    assert len(index.to_bytes()) == 53 + 26 * n  # the checkpoint: 26 B per id

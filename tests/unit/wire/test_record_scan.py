@@ -41,6 +41,7 @@ def test_scan_and_splice_equal_decode_and_rebuild(codec: int, seed: int) -> None
     every = record_scan.scan(raw, None)[2]
     assert [tuple(r.headers) for r in every] == [d.headers for d in decoded]
     assert all(r.key is None and r.value is None for r in every)  # not asked for
+    assert [r.keyed for r in every] == [d.key is not None for d in decoded]
     for keep in ([], list(range(len(decoded))), sorted(rng.sample(range(len(decoded)), 7))):
         spliced = record_scan.splice(raw, header, payload, [scanned[i] for i in keep])
         assert spliced == rebuild_batch(validate(raw), [decoded[i] for i in keep])
