@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: run test lint unit compat bench bench-share bench-ext bench-simple clean tools sim java-deps kafka-reference demo
+.PHONY: run test test-apps lint unit compat bench bench-share bench-ext bench-simple clean tools sim java-deps kafka-reference demo
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -47,6 +47,12 @@ lint: $(STAMP)
 
 test: $(STAMP) tools java-deps lint
 	$(PY) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
+
+# Unmodified applications in long runs (compat_tests/apps, marker `apps`): Kafka Streams,
+# Kafka Connect, Faust, Spark restarted as a new process; each against kcompat and
+# against Apache Kafka 4.4.0. Kept out of `make test` for its 20-minute budget.
+test-apps: $(STAMP) tools java-deps
+	$(PY) -m pytest -q -p no:cacheprovider -m apps compat_tests/apps $(PYTEST_ARGS)
 
 # Apache Kafka vs kcompat on this machine with Kafka's perf tools (bench/compare.py);
 # BENCH_QUICK=1 keeps the headline ratios only (< 5 min). The full run also compares
