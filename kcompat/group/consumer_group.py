@@ -1,0 +1,511 @@
+"""The membership and assignment of one KIP-848 consumer group, sans-IO.
+
+Theory of operation
+-------------------
+This machine owns what Kafka 4.4's group coordinator keeps for one consumer
+group served through ConsumerGroupHeartbeat (API key 68) and
+ConsumerGroupDescribe (69): the members (``consumer_member``), the **group
+epoch**, the **target assignment** and its epoch, and each member's epoch and
+current assignment. The host keeps one machine per group id, passes in the
+cluster's topics as ``{topic: partition count}`` (``update_metadata``) and
+drives time with ``tick(now_ms)``.
+
+Rules, as Kafka 4.4 answers them (checked against the reference broker):
+
+* ``check_request`` refuses malformed heartbeats with INVALID_REQUEST and
+  Kafka's messages, a bad regex with INVALID_REGULAR_EXPRESSION and an
+  unknown ``ServerAssignor`` with UNSUPPORTED_ASSIGNOR.
+* Epoch 0 joins (creating the group) or rejoins (a known member keeps its
+  epoch and gets its full assignment); -1 leaves; -2 is a static member's
+  temporary leave: it stays, at epoch -2, until its session ends or its
+  instance id rejoins under a new member id and takes its place, epoch and
+  assignment. Other epochs heartbeat; the previous epoch is accepted when the
+  owned partitions are a subset of the current assignment (a lost answer);
+  any other mismatch is FENCED_MEMBER_EPOCH.
+* The group epoch goes up when a member joins, leaves, expires or changes its
+  subscription (names, regex, assignor) and when the partitions of the
+  topics the group subscribes to change. A new group starts at epoch 2 for
+  its first member, as Kafka 4.4's does.
+* The target assignment is recomputed by a heartbeat once the group epoch is
+  ahead of it and ``assignment_interval_ms`` (``group.consumer.assignment.interval.ms``,
+  1000) has passed since the last computation; meanwhile the group is
+  "Assigning". Each heartbeat then reconciles its member (``reconcile``).
+* Regex subscriptions are resolved here against the topic names (full match),
+  again whenever the topics change.
+* Sessions end ``session_timeout_ms`` after the last heartbeat; a member that
+  does not revoke within its rebalance timeout is removed too (``tick``).
+
+Persistence: ``snapshot_json()`` is the whole group as one value the host
+writes to ``__consumer_offsets``; ``ConsumerGroup.restore`` rebuilds it and,
+as Kafka's ``onLoaded``, gives every member a fresh session.
+
+Pure and deterministic: no clock, no I/O.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from kcompat.group.assignors import ASSIGNORS, Partition, TopicPartitions, flat, grouped
+from kcompat.group.consumer_member import (
+    LEAVE_GROUP_MEMBER_EPOCH,
+    LEAVE_GROUP_STATIC_MEMBER_EPOCH,
+    STABLE,
+    ConsumerMember,
+    reconcile,
+)
+
+EMPTY, ASSIGNING, RECONCILING, STABLE_GROUP, DEAD = (
+    "Empty", "Assigning", "Reconciling", "Stable", "Dead")
+NO_TIME = -(1 << 62)
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerGroupConfig:
+    session_timeout_ms: int = 45_000  # group.consumer.session.timeout.ms
+    heartbeat_interval_ms: int = 5_000  # group.consumer.heartbeat.interval.ms
+    max_size: int = 2_147_483_647  # group.consumer.max.size
+    assignors: tuple[str, ...] = ("uniform", "range")  # group.consumer.assignors
+    assignment_interval_ms: int = 1_000  # group.consumer.assignment.interval.ms
+
+
+@dataclass(frozen=True, slots=True)
+class Heartbeat:
+    """One ConsumerGroupHeartbeat request; ``None`` fields did not change."""
+
+    member_id: str
+    member_epoch: int
+    instance_id: str | None = None
+    rack_id: str | None = None
+    rebalance_timeout_ms: int = -1
+    subscribed_topic_names: tuple[str, ...] | None = None
+    subscribed_topic_regex: str | None = None
+    server_assignor: str | None = None
+    owned: TopicPartitions | None = None
+    client_id: str = ""
+    client_host: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class HeartbeatResult:
+    error: ErrorCode
+    member_id: str | None = None
+    member_epoch: int = 0
+    heartbeat_interval_ms: int = 0
+    assignment: TopicPartitions | None = None  # None: not sent
+    error_message: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class DescribedMember:
+    member_id: str
+    instance_id: str | None
+    rack_id: str | None
+    member_epoch: int
+    client_id: str
+    client_host: str
+    subscribed_topic_names: tuple[str, ...]
+    subscribed_topic_regex: str | None
+    assignment: TopicPartitions
+    target_assignment: TopicPartitions
+
+
+@dataclass(frozen=True, slots=True)
+class DescribedConsumerGroup:
+    group_id: str
+    group_state: str
+    group_epoch: int
+    assignment_epoch: int
+    assignor_name: str
+    members: tuple[DescribedMember, ...]
+
+
+def check_request(group_id: str, hb: Heartbeat, assignors: Sequence[str],
+                  member_id_required: bool = True) -> tuple[ErrorCode, str] | None:
+    """Kafka 4.4's request checks, in its order (None: well-formed)."""
+    epoch = hb.member_epoch
+    if (member_id_required or epoch > 0 or epoch == LEAVE_GROUP_MEMBER_EPOCH) \
+            and not hb.member_id.strip():
+        return ErrorCode.invalid_request, "MemberId can't be empty."
+    for value, name in ((group_id, "GroupId"), (hb.instance_id, "InstanceId"),
+                        (hb.rack_id, "RackId")):
+        if value is not None and not value.strip():
+            return ErrorCode.invalid_request, f"{name} can't be empty."
+    if epoch == 0:
+        if hb.rebalance_timeout_ms == -1:
+            return ErrorCode.invalid_request, "RebalanceTimeoutMs must be provided in first request."
+        if hb.owned is None or hb.owned:
+            return ErrorCode.invalid_request, "TopicPartitions must be empty when (re-)joining."
+        if hb.subscribed_topic_names is None and hb.subscribed_topic_regex is None:
+            return ErrorCode.invalid_request, ("Either SubscribedTopicNames or SubscribedTopicRegex"
+                                               " must be non-null when (re-)joining.")
+    elif epoch == LEAVE_GROUP_STATIC_MEMBER_EPOCH:
+        if hb.instance_id is None:
+            return ErrorCode.invalid_request, "InstanceId can't be null."
+    elif epoch < LEAVE_GROUP_STATIC_MEMBER_EPOCH:
+        return ErrorCode.invalid_request, "MemberEpoch is invalid."
+    if hb.subscribed_topic_regex is not None:
+        try:
+            re.compile(hb.subscribed_topic_regex)
+        except re.error as e:
+            return ErrorCode.invalid_regular_expression, (
+                f"SubscribedTopicRegex `{hb.subscribed_topic_regex}` is not a valid regular "
+                f"expression: {e.msg}.")
+    if hb.server_assignor is not None and hb.server_assignor not in assignors:
+        return ErrorCode.unsupported_assignor, (
+            f"ServerAssignor {hb.server_assignor} is not supported. Supported assignors: "
+            f"{', '.join(assignors)}.")
+    return None
+
+
+class GroupError(Exception):
+    """A heartbeat refused with a Kafka error code (data for the client)."""
+
+    def __init__(self, code: ErrorCode, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+class ConsumerGroup:
+    def __init__(self, group_id: str, config: ConsumerGroupConfig | None = None,
+                 partition_counts: Mapping[str, int] | None = None) -> None:
+        self.group_id = group_id
+        self.config = config or ConsumerGroupConfig()
+        self._topics: dict[str, int] = dict(partition_counts or {})
+        self._members: dict[str, ConsumerMember] = {}
+        self._target: dict[str, TopicPartitions] = {}
+        self._group_epoch = 0
+        self._assignment_epoch = 0
+        self._assigned_at_ms = NO_TIME
+        self._regex: dict[str, tuple[str, ...]] = {}  # regex -> the topics it matches
+
+    # -- what the host reads -------------------------------------------------
+
+    @property
+    def group_epoch(self) -> int:
+        return self._group_epoch
+
+    @property
+    def assignment_epoch(self) -> int:
+        return self._assignment_epoch
+
+    @property
+    def exists(self) -> bool:
+        return self._group_epoch > 0 or bool(self._members)
+
+    @property
+    def state(self) -> str:
+        if not self._members:
+            return EMPTY
+        if self._group_epoch > self._assignment_epoch:
+            return ASSIGNING
+        if any(m.member_epoch != self._assignment_epoch or m.state != STABLE
+               for m in self._members.values()):
+            return RECONCILING
+        return STABLE_GROUP
+
+    def member_ids(self) -> list[str]:
+        return sorted(self._members)
+
+    def member(self, member_id: str) -> ConsumerMember | None:
+        return self._members.get(member_id)
+
+    def subscribed_topics(self, member: ConsumerMember) -> tuple[str, ...]:
+        names = set(member.subscribed_topic_names or ())
+        if member.subscribed_topic_regex is not None:
+            names.update(self._regex.get(member.subscribed_topic_regex, ()))
+        return tuple(sorted(names))
+
+    def assignor_name(self) -> str:
+        """The assignor most members asked for, else the broker's first."""
+        votes: dict[str, int] = {}
+        for m in self._members.values():
+            if m.server_assignor is not None:
+                votes[m.server_assignor] = votes.get(m.server_assignor, 0) + 1
+        if not votes:
+            return self.config.assignors[0]
+        return min(votes, key=lambda name: (-votes[name], name))
+
+    def next_deadline_ms(self) -> int | None:
+        deadlines = [m.session_deadline_ms for m in self._members.values()]
+        deadlines += [m.revoke_deadline_ms for m in self._members.values()
+                      if m.revoke_deadline_ms is not None]
+        return min(deadlines, default=None)
+
+    def describe(self) -> DescribedConsumerGroup:
+        members = tuple(DescribedMember(
+            m.member_id, m.instance_id, m.rack_id, m.member_epoch, m.client_id, m.client_host,
+            m.subscribed_topic_names or (), m.subscribed_topic_regex, m.assignment(),
+            self._target.get(m.member_id, ())) for m in self._sorted_members())
+        return DescribedConsumerGroup(self.group_id, self.state, self._group_epoch,
+                                      self._assignment_epoch, self.assignor_name(), members)
+
+    def _sorted_members(self) -> list[ConsumerMember]:
+        return [self._members[m] for m in sorted(self._members)]
+
+    # -- offsets from consumer-protocol members ---------------------------------
+
+    def offsets_error(self, member_id: str | None, member_epoch: int
+                      ) -> tuple[ErrorCode, str] | None:
+        """OffsetCommit / OffsetFetch: a member must name its current epoch;
+        a request without member (epoch < 0) only while the group is empty
+        (OffsetCommit) — the caller decides that part."""
+        member = self._members.get(member_id or "")
+        if member is None:
+            return ErrorCode.unknown_member_id, (
+                f"Member {member_id} is not a member of group {self.group_id}.")
+        if member_epoch != member.member_epoch:
+            older = "older" if member_epoch < member.member_epoch else "newer"
+            return ErrorCode.stale_member_epoch, (
+                f"The received member epoch {member_epoch} is {older} than the expected "
+                f"member epoch {member.member_epoch}.")
+        return None
+
+    # -- transitions ---------------------------------------------------------
+
+    def heartbeat(self, hb: Heartbeat, now_ms: int) -> HeartbeatResult:
+        """One well-formed ConsumerGroupHeartbeat (``check_request`` passed)."""
+        try:
+            if hb.member_epoch in (LEAVE_GROUP_MEMBER_EPOCH, LEAVE_GROUP_STATIC_MEMBER_EPOCH):
+                return self._leave(hb)
+            if hb.member_epoch != 0 and not self.exists:
+                raise GroupError(ErrorCode.group_id_not_found,
+                                 f"Consumer group {self.group_id} not found.")
+            if hb.member_id not in self._members and len(self._members) >= self.config.max_size:
+                raise GroupError(ErrorCode.group_max_size_reached,
+                                 "The consumer group has reached its maximum capacity of "
+                                 f"{self.config.max_size} members.")
+            member = (self._dynamic_member(hb) if hb.instance_id is None
+                      else self._static_member(hb))
+        except GroupError as e:
+            return HeartbeatResult(e.code, error_message=e.message)
+        return self._heartbeat(member, hb, now_ms)
+
+    def update_metadata(self, partition_counts: Mapping[str, int]) -> bool:
+        """The cluster's topics changed; True if that bumped the group epoch."""
+        before = self._subscribed_counts()
+        self._topics = dict(partition_counts)
+        self._regex = {r: self._resolve(r) for r in self._regex}
+        if self._subscribed_counts() == before:
+            return False
+        self._bump()
+        return True
+
+    def tick(self, now_ms: int) -> list[str]:
+        """Remove the members whose session ended or who did not revoke within
+        their rebalance timeout; their ids."""
+        expired = sorted(m.member_id for m in self._members.values()
+                         if m.session_deadline_ms <= now_ms
+                         or (m.revoke_deadline_ms is not None and m.revoke_deadline_ms <= now_ms))
+        for member_id in expired:
+            self._remove(member_id)
+        return expired
+
+    # -- members ---------------------------------------------------------------
+
+    def _dynamic_member(self, hb: Heartbeat) -> ConsumerMember:
+        member = self._members.get(hb.member_id)
+        if member is None:
+            if hb.member_epoch != 0:
+                raise GroupError(ErrorCode.unknown_member_id,
+                                 f"Member {hb.member_id} is not a member of group {self.group_id}.")
+            return ConsumerMember(hb.member_id)
+        if hb.member_epoch != 0:
+            self._check_epoch(member, hb)
+        return member
+
+    def _static_member(self, hb: Heartbeat) -> ConsumerMember:
+        existing = self._by_instance(hb.instance_id)
+        if hb.member_epoch == 0:
+            if existing is None:
+                return self._members.get(hb.member_id) or ConsumerMember(hb.member_id)
+            if existing.member_id == hb.member_id:
+                return existing
+            if existing.member_epoch != LEAVE_GROUP_STATIC_MEMBER_EPOCH:
+                raise GroupError(ErrorCode.unreleased_instance_id, (
+                    f"Static member {hb.member_id} with instance id {hb.instance_id} cannot join "
+                    f"the group because the instance id is owned by {existing.member_id} member."))
+            return self._replace(existing, hb.member_id)
+        if existing is None:
+            raise GroupError(ErrorCode.unknown_member_id, f"Instance id {hb.instance_id} is unknown.")
+        if existing.member_id != hb.member_id:
+            raise GroupError(ErrorCode.fenced_instance_id, (
+                f"The static member {hb.member_id} with instance id {hb.instance_id} is fenced "
+                f"by existing member {existing.member_id}."))
+        self._check_epoch(existing, hb)
+        return existing
+
+    def _replace(self, old: ConsumerMember, member_id: str) -> ConsumerMember:
+        """A static member back under a new member id: it takes the old one's
+        place, epoch and assignment, without a new group epoch."""
+        del self._members[old.member_id]
+        target = self._target.pop(old.member_id, None)
+        if target is not None:
+            self._target[member_id] = target
+        old.member_id = member_id
+        old.member_epoch = old.previous_member_epoch
+        self._members[member_id] = old
+        return old
+
+    def _by_instance(self, instance_id: str | None) -> ConsumerMember | None:
+        return next((m for m in self._members.values() if m.instance_id == instance_id), None)
+
+    def _check_epoch(self, member: ConsumerMember, hb: Heartbeat) -> None:
+        epoch = hb.member_epoch
+        if epoch == member.member_epoch:
+            return
+        if epoch < member.member_epoch and epoch == member.previous_member_epoch \
+                and hb.owned is not None and flat(hb.owned) <= member.assigned:
+            return  # the answer that moved it on was lost
+        word = "greater" if epoch > member.member_epoch else "smaller"
+        raise GroupError(ErrorCode.fenced_member_epoch, (
+            f"The consumer group member has a {word} member epoch ({epoch}) than the one known "
+            f"by the group coordinator ({member.member_epoch}). The member must abandon all its "
+            "partitions and rejoin."))
+
+    def _heartbeat(self, member: ConsumerMember, hb: Heartbeat, now_ms: int) -> HeartbeatResult:
+        old_assigned = set(member.assigned)
+        changed = member.member_id not in self._members
+        if hb.instance_id is not None:
+            member.instance_id = hb.instance_id
+        if hb.rack_id is not None:
+            member.rack_id = hb.rack_id
+        if hb.rebalance_timeout_ms != -1:
+            member.rebalance_timeout_ms = hb.rebalance_timeout_ms
+        for attr in ("subscribed_topic_names", "subscribed_topic_regex", "server_assignor"):
+            value = getattr(hb, attr)
+            if value is not None and value != getattr(member, attr):
+                setattr(member, attr, value)
+                changed = True
+        member.client_id, member.client_host = hb.client_id, hb.client_host
+        member.session_deadline_ms = now_ms + self.config.session_timeout_ms
+        self._members[member.member_id] = member
+        if member.subscribed_topic_regex is not None and member.subscribed_topic_regex \
+                not in self._regex:
+            self._regex[member.subscribed_topic_regex] = self._resolve(member.subscribed_topic_regex)
+        if changed:
+            if self._group_epoch == 0:
+                self._group_epoch = 1
+            self._bump()
+        self._maybe_assign(now_ms)
+        reconcile(member, self._target.get(member.member_id, ()), self._assignment_epoch,
+                  self._owner_of, hb.owned, now_ms)
+        full = hb.member_epoch == 0 or (
+            hb.rebalance_timeout_ms != -1 and hb.owned is not None
+            and (hb.subscribed_topic_names is not None or hb.subscribed_topic_regex is not None))
+        send = full or member.assigned != old_assigned
+        return HeartbeatResult(ErrorCode.none, member.member_id, member.member_epoch,
+                               self.config.heartbeat_interval_ms,
+                               member.assignment() if send else None)
+
+    def _leave(self, hb: Heartbeat) -> HeartbeatResult:
+        if not self.exists:
+            return HeartbeatResult(ErrorCode.group_id_not_found,
+                                   error_message=f"Group {self.group_id} not found.")
+        try:
+            if hb.instance_id is None:
+                member = self._members.get(hb.member_id)
+                if member is None:
+                    raise GroupError(ErrorCode.unknown_member_id, (
+                        f"Member {hb.member_id} is not a member of group {self.group_id}."))
+            else:
+                member = self._by_instance(hb.instance_id)
+                if member is None:
+                    raise GroupError(ErrorCode.unknown_member_id,
+                                     f"Instance id {hb.instance_id} is unknown.")
+                if member.member_id != hb.member_id:
+                    raise GroupError(ErrorCode.fenced_instance_id, (
+                        f"The static member {hb.member_id} with instance id {hb.instance_id} is "
+                        f"fenced by existing member {member.member_id}."))
+        except GroupError as e:
+            return HeartbeatResult(e.code, error_message=e.message)
+        if hb.member_epoch == LEAVE_GROUP_STATIC_MEMBER_EPOCH:
+            member.set_epoch(LEAVE_GROUP_STATIC_MEMBER_EPOCH)
+        else:
+            self._remove(member.member_id)
+        return HeartbeatResult(ErrorCode.none, member.member_id, hb.member_epoch)
+
+    def _remove(self, member_id: str) -> None:
+        del self._members[member_id]
+        self._target.pop(member_id, None)
+        self._bump()
+
+    # -- assignment --------------------------------------------------------------
+
+    def _bump(self) -> None:
+        self._group_epoch += 1
+
+    def _maybe_assign(self, now_ms: int) -> None:
+        if self._group_epoch <= self._assignment_epoch:
+            return
+        if now_ms < self._assigned_at_ms + self.config.assignment_interval_ms:
+            return
+        subscriptions = {m.member_id: self.subscribed_topics(m) for m in self._members.values()}
+        assign = ASSIGNORS[self.assignor_name()]
+        self._target = assign(subscriptions, self._topics, self._target)
+        self._assignment_epoch = self._group_epoch
+        self._assigned_at_ms = now_ms
+
+    def _owner_of(self, tp: Partition) -> str | None:
+        for m in self._members.values():
+            if tp in m.assigned or tp in m.revoking:
+                return m.member_id
+        return None
+
+    def _resolve(self, regex: str) -> tuple[str, ...]:
+        try:
+            pattern = re.compile(regex)
+        except re.error:
+            return ()
+        return tuple(sorted(t for t in self._topics if pattern.fullmatch(t)))
+
+    def _subscribed_counts(self) -> dict[str, int]:
+        topics = {t for m in self._members.values() for t in self.subscribed_topics(m)}
+        return {t: self._topics[t] for t in topics if t in self._topics}
+
+    # -- persistence ---------------------------------------------------------
+
+    def snapshot_json(self) -> bytes:
+        return json.dumps({
+            "group": self.group_id, "epoch": self._group_epoch,
+            "assignment_epoch": self._assignment_epoch,
+            "members": [m.to_json() for m in self._sorted_members()],
+            "target": [[m, [[t, list(ps)] for t, ps in a]]
+                       for m, a in sorted(self._target.items()) if a],
+            "topics": sorted(map(list, self._subscribed_counts().items())),
+        }, separators=(",", ":")).encode()
+
+    @classmethod
+    def restore(cls, raw: bytes, now_ms: int, config: ConsumerGroupConfig | None = None,
+                partition_counts: Mapping[str, int] | None = None) -> ConsumerGroup:
+        """Rebuild from ``snapshot_json``; sessions restart at ``now_ms``; ValueError
+        for anything else. ``partition_counts``: the topics now (a change since
+        the snapshot bumps the group epoch)."""
+        try:
+            d: dict[str, Any] = json.loads(raw)
+            group = cls(str(d["group"]), config, {str(t): int(c) for t, c in d["topics"]})
+            group._group_epoch = int(d["epoch"])
+            group._assignment_epoch = int(d["assignment_epoch"])
+            for row in d["members"]:
+                member = ConsumerMember.from_json(row)
+                member.session_deadline_ms = now_ms + group.config.session_timeout_ms
+                if member.revoking:
+                    member.revoke_deadline_ms = now_ms + max(member.rebalance_timeout_ms, 0)
+                group._members[member.member_id] = member
+            group._target = {str(m): grouped((str(t), int(p)) for t, ps in a for p in ps)
+                             for m, a in d["target"]}
+        except (KeyError, IndexError, TypeError, ValueError, AttributeError) as e:
+            raise ValueError(f"not a consumer-group snapshot: {e}") from e
+        for m in group._members.values():
+            if m.subscribed_topic_regex is not None:
+                group._regex[m.subscribed_topic_regex] = group._resolve(m.subscribed_topic_regex)
+        if partition_counts is not None:
+            group.update_metadata(partition_counts)
+        return group

@@ -1,0 +1,139 @@
+"""One member of a KIP-848 consumer group and its reconciliation, sans-IO.
+
+Theory of operation
+-------------------
+A member holds its **current assignment** (partitions it may consume now) and,
+while it gives partitions up, the partitions **pending revocation**; together
+they are the partitions it *owns*. A partition is owned by at most one member:
+that is the invariant of incremental reconciliation (KIP-848, Kafka 4.4's
+``CurrentAssignmentBuilder``): a partition moves from A to B only after A
+acknowledges its revocation (by leaving it out of the owned partitions of a
+later heartbeat), and only then is it handed to B.
+
+``reconcile`` moves a member towards its target assignment:
+
+* STABLE at an old epoch, or UNRELEASED_PARTITIONS: compute the next step.
+* UNREVOKED_PARTITIONS: wait while the heartbeat's owned partitions (unknown
+  when the member did not send them) still hold one being revoked; once
+  released, step again from ``min(epoch + 1, target epoch)``.
+
+The next step keeps ``current ∩ target``; if anything of ``current`` is not in
+the target the member stays at its epoch in UNREVOKED_PARTITIONS and is asked
+to revoke it (the response carries only the kept partitions). Otherwise it
+moves to the target epoch with every target partition no other member owns,
+in UNRELEASED_PARTITIONS while some are still owned elsewhere, else STABLE.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from kcompat.group.assignors import Partition, TopicPartitions, flat, grouped
+
+STABLE = "stable"
+UNREVOKED_PARTITIONS = "unrevoked_partitions"
+UNRELEASED_PARTITIONS = "unreleased_partitions"
+
+LEAVE_GROUP_MEMBER_EPOCH = -1
+LEAVE_GROUP_STATIC_MEMBER_EPOCH = -2
+
+
+@dataclass(slots=True)
+class ConsumerMember:
+    member_id: str
+    instance_id: str | None = None
+    rack_id: str | None = None
+    client_id: str = ""
+    client_host: str = ""
+    rebalance_timeout_ms: int = -1
+    subscribed_topic_names: tuple[str, ...] | None = None
+    subscribed_topic_regex: str | None = None
+    server_assignor: str | None = None
+    member_epoch: int = 0
+    previous_member_epoch: int = 0
+    state: str = STABLE
+    assigned: set[Partition] = field(default_factory=set)
+    revoking: set[Partition] = field(default_factory=set)
+    session_deadline_ms: int = 0
+    revoke_deadline_ms: int | None = None
+
+    @property
+    def owned(self) -> set[Partition]:
+        return self.assigned | self.revoking
+
+    def assignment(self) -> TopicPartitions:
+        return grouped(self.assigned)
+
+    def set_epoch(self, epoch: int) -> None:
+        if epoch != self.member_epoch:
+            self.previous_member_epoch = self.member_epoch
+            self.member_epoch = epoch
+
+    def to_json(self) -> list[Any]:
+        return [self.member_id, self.instance_id, self.rack_id, self.client_id,
+                self.client_host, self.rebalance_timeout_ms,
+                None if self.subscribed_topic_names is None else list(self.subscribed_topic_names),
+                self.subscribed_topic_regex, self.server_assignor, self.member_epoch,
+                self.previous_member_epoch, self.state, sorted(map(list, self.assigned)),
+                sorted(map(list, self.revoking))]
+
+    @classmethod
+    def from_json(cls, row: list[Any]) -> ConsumerMember:
+        def parts(items: list[Any]) -> set[Partition]:
+            return {(str(t), int(p)) for t, p in items}
+        names = row[6]
+        return cls(str(row[0]), _opt(row[1]), _opt(row[2]), str(row[3]), str(row[4]),
+                   int(row[5]), None if names is None else tuple(str(n) for n in names),
+                   _opt(row[7]), _opt(row[8]), int(row[9]), int(row[10]), str(row[11]),
+                   parts(row[12]), parts(row[13]))
+
+
+def _opt(value: object) -> str | None:
+    return None if value is None else str(value)
+
+
+def owns_revoked(member: ConsumerMember, owned: TopicPartitions | None) -> bool:
+    """True while the member may still hold a partition being revoked (an
+    omitted owned list counts as still holding them)."""
+    if owned is None:
+        return True
+    return bool(member.revoking & flat(owned))
+
+
+def reconcile(member: ConsumerMember, target: TopicPartitions, target_epoch: int,
+              owner_of: Callable[[Partition], str | None], owned: TopicPartitions | None,
+              now_ms: int) -> None:
+    """Move ``member`` one step towards ``target`` (its target assignment at
+    ``target_epoch``); ``owner_of`` names the member owning a partition."""
+    if member.state == UNREVOKED_PARTITIONS:
+        if owns_revoked(member, owned):
+            return
+        member.revoking = set()
+        member.revoke_deadline_ms = None
+        _next_step(member, target, min(member.member_epoch + 1, target_epoch), target_epoch,
+                   owner_of, now_ms)
+    elif member.state == UNRELEASED_PARTITIONS or member.member_epoch != target_epoch:
+        _next_step(member, target, member.member_epoch, target_epoch, owner_of, now_ms)
+
+
+def _next_step(member: ConsumerMember, target: TopicPartitions, epoch: int, target_epoch: int,
+               owner_of: Callable[[Partition], str | None], now_ms: int) -> None:
+    wanted = flat(target)
+    kept = member.assigned & wanted
+    revoke = member.assigned - wanted
+    pending = wanted - kept
+    unreleased = {tp for tp in pending if owner_of(tp) not in (None, member.member_id)}
+    if revoke:
+        member.state = UNREVOKED_PARTITIONS
+        member.set_epoch(epoch)
+        member.assigned = kept
+        member.revoking = revoke
+        timeout_ms = max(member.rebalance_timeout_ms, 0)
+        member.revoke_deadline_ms = now_ms + timeout_ms
+        return
+    member.set_epoch(target_epoch)
+    member.assigned = kept | (pending - unreleased)
+    member.revoking = set()
+    member.state = UNRELEASED_PARTITIONS if unreleased else STABLE

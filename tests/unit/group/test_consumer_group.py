@@ -1,0 +1,238 @@
+"""KIP-848 consumer groups: the pure machine (group.consumer_group) and its
+assignors (group.assignors). Expected answers are Kafka 4.4's, as the
+reference broker gave them (compat_tests/java/test_consumer_group_differential.py
+checks the same against both brokers)."""
+
+from __future__ import annotations
+
+import random
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from kio.schema.errors import ErrorCode
+
+from kcompat.group.assignors import flat, range_assign, uniform_assign
+from kcompat.group.consumer_group import (
+    ConsumerGroup,
+    ConsumerGroupConfig,
+    Heartbeat,
+    check_request,
+)
+
+T = "t"
+CFG = ConsumerGroupConfig(session_timeout_ms=3000, heartbeat_interval_ms=500,
+                          assignment_interval_ms=0)
+
+
+def join(member: str, topics: tuple[str, ...] = (T,), **kw: object) -> Heartbeat:
+    return Heartbeat(member, 0, rebalance_timeout_ms=10_000, subscribed_topic_names=topics,
+                     owned=(), **kw)  # type: ignore[arg-type]
+
+
+def beat(member: str, epoch: int, owned: object = (), **kw: object) -> Heartbeat:
+    return Heartbeat(member, epoch, owned=owned, **kw)  # type: ignore[arg-type]
+
+
+def test_request_checks_as_kafka() -> None:
+    a = ("uniform", "range")
+    assert check_request("g", Heartbeat("", 0), a) == (ErrorCode.invalid_request,
+                                                       "MemberId can't be empty.")
+    assert check_request("", join("m"), a) == (ErrorCode.invalid_request,
+                                              "GroupId can't be empty.")
+    assert check_request("g", Heartbeat("m", 0, owned=(), subscribed_topic_names=(T,)), a)[1] \
+        == "RebalanceTimeoutMs must be provided in first request."  # type: ignore[index]
+    assert check_request("g", Heartbeat("m", 0, rebalance_timeout_ms=1, owned=((T, (0,)),),
+                                        subscribed_topic_names=(T,)), a)[1] \
+        == "TopicPartitions must be empty when (re-)joining."  # type: ignore[index]
+    assert check_request("g", Heartbeat("m", -3), a)[1] == "MemberEpoch is invalid."  # type: ignore[index]
+    assert check_request("g", Heartbeat("m", -2), a)[1] == "InstanceId can't be null."  # type: ignore[index]
+    assert check_request("g", join("m", subscribed_topic_regex="["), a)[0] \
+        == ErrorCode.invalid_regular_expression  # type: ignore[index]
+    assert check_request("g", join("m", server_assignor="nope"), a) == (
+        ErrorCode.unsupported_assignor,
+        "ServerAssignor nope is not supported. Supported assignors: uniform, range.")
+    assert check_request("g", join("m"), a) is None
+
+
+def test_join_heartbeat_fence_and_leave() -> None:
+    g = ConsumerGroup("g", CFG, {T: 4})
+    assert g.heartbeat(beat("m", 5), 0).error == ErrorCode.group_id_not_found
+    r = g.heartbeat(join("a"), 0)
+    assert (r.error, r.member_epoch, r.assignment) == (ErrorCode.none, 2, ((T, (0, 1, 2, 3)),))
+    assert g.state == "Stable"
+    assert g.heartbeat(beat("a", 3), 1).error == ErrorCode.fenced_member_epoch
+    assert g.heartbeat(beat("a", 1), 1).error == ErrorCode.fenced_member_epoch
+    assert g.heartbeat(beat("zz", 2), 1).error == ErrorCode.unknown_member_id
+    again = g.heartbeat(join("a"), 2)  # a known member rejoining keeps its epoch
+    assert (again.member_epoch, again.assignment) == (2, ((T, (0, 1, 2, 3)),))
+    assert g.heartbeat(Heartbeat("a", -1), 3).member_epoch == -1
+    assert g.state == "Empty" and g.group_epoch == 3
+    assert g.heartbeat(Heartbeat("a", -1), 3).error == ErrorCode.unknown_member_id
+
+
+def test_revocation_before_assignment() -> None:
+    g = ConsumerGroup("g", CFG, {T: 4})
+    a = g.heartbeat(join("a"), 0)
+    b = g.heartbeat(join("b"), 1)
+    assert (b.member_epoch, b.assignment) == (3, ())  # its target is still a's
+    a2 = g.heartbeat(beat("a", a.member_epoch, a.assignment), 2)
+    assert a2.member_epoch == 2 and a2.assignment == ((T, (0, 1)),)  # revoke 2, 3
+    assert g.state == "Reconciling"
+    b2 = g.heartbeat(beat("b", b.member_epoch), 3)
+    assert b2.member_epoch == 3 and b2.assignment is None  # 2, 3 still owned by a
+    assert g.heartbeat(beat("a", 2, a.assignment), 4).member_epoch == 2  # still owns them
+    a3 = g.heartbeat(beat("a", 2, a2.assignment), 5)  # acknowledged
+    assert a3.member_epoch == 3
+    b3 = g.heartbeat(beat("b", 3), 6)
+    assert b3.assignment == ((T, (2, 3)),) and g.state == "Stable"
+    # the previous epoch is accepted with owned partitions inside the assignment
+    assert g.heartbeat(beat("a", 2, a2.assignment), 7).error == ErrorCode.none
+
+
+def test_static_member_leaves_and_returns() -> None:
+    g = ConsumerGroup("g", CFG, {T: 2})
+    s1 = g.heartbeat(join("s1", instance_id="i"), 0)
+    assert g.heartbeat(join("s2", instance_id="i"), 1).error == ErrorCode.unreleased_instance_id
+    assert g.heartbeat(beat("s1", s1.member_epoch, instance_id="x"), 1).error \
+        == ErrorCode.unknown_member_id
+    epoch = g.group_epoch
+    assert g.heartbeat(Heartbeat("s1", -2, instance_id="i"), 2).member_epoch == -2
+    assert g.group_epoch == epoch and g.member("s1") is not None
+    s2 = g.heartbeat(join("s2", instance_id="i"), 3)
+    assert (s2.member_epoch, s2.assignment) == (s1.member_epoch, s1.assignment)
+    assert g.member_ids() == ["s2"] and g.group_epoch == epoch
+
+
+def test_session_expiry_hands_partitions_over() -> None:
+    g = ConsumerGroup("g", CFG, {T: 2})
+    a = g.heartbeat(join("a"), 0)
+    b = g.heartbeat(join("b"), 100)
+    g.heartbeat(beat("a", a.member_epoch, a.assignment), 200)
+    b = g.heartbeat(beat("b", b.member_epoch), 2500)
+    assert g.tick(3199) == []
+    assert g.tick(3200) == ["a"]
+    r = g.heartbeat(beat("b", b.member_epoch, b.assignment), 3300)
+    assert r.assignment == ((T, (0, 1)),) and r.member_epoch == g.group_epoch
+
+
+def test_assignment_interval_keeps_group_assigning() -> None:
+    cfg = ConsumerGroupConfig(assignment_interval_ms=1000)
+    g = ConsumerGroup("g", cfg, {T: 4})
+    g.heartbeat(join("a"), 0)
+    g.heartbeat(join("b"), 10)
+    assert g.state == "Assigning"
+    g.heartbeat(beat("a", 2, ((T, (0, 1, 2, 3)),)), 500)
+    assert g.state == "Assigning"
+    g.heartbeat(beat("a", 2, ((T, (0, 1, 2, 3)),)), 1000)
+    assert g.state == "Reconciling" and g.assignment_epoch == 3
+
+
+def test_regex_subscription_follows_new_topics() -> None:
+    g = ConsumerGroup("g", CFG, {"orders-1": 2, "other": 1})
+    r = g.heartbeat(Heartbeat("a", 0, rebalance_timeout_ms=1, subscribed_topic_regex="orders-.*",
+                              owned=()), 0)
+    assert r.assignment == (("orders-1", (0, 1)),)
+    assert g.update_metadata({"orders-1": 2, "orders-2": 1, "other": 1})
+    r2 = g.heartbeat(beat("a", r.member_epoch, r.assignment), 1)
+    assert r2.assignment == (("orders-1", (0, 1)), ("orders-2", (0,)))
+    assert not g.update_metadata({"orders-1": 2, "orders-2": 1, "other": 5})
+
+
+def test_offsets_checks() -> None:
+    g = ConsumerGroup("g", CFG, {T: 1})
+    r = g.heartbeat(join("a"), 0)
+    assert g.offsets_error("a", r.member_epoch) is None
+    assert g.offsets_error("a", 99)[0] == ErrorCode.stale_member_epoch  # type: ignore[index]
+    assert g.offsets_error("zz", 1)[0] == ErrorCode.unknown_member_id  # type: ignore[index]
+
+
+def test_snapshot_restore_keeps_epochs() -> None:
+    g = ConsumerGroup("g", CFG, {T: 3})
+    a = g.heartbeat(join("a"), 0)
+    g.heartbeat(join("b", server_assignor="range"), 1)
+    g.heartbeat(beat("a", a.member_epoch, a.assignment), 2)
+    back = ConsumerGroup.restore(g.snapshot_json(), 50, CFG, {T: 3})
+    assert back.snapshot_json() == g.snapshot_json()
+    assert back.describe() == g.describe()
+    assert back.next_deadline_ms() == 50 + CFG.session_timeout_ms
+
+
+# -- assignors ---------------------------------------------------------------------------
+
+
+def test_uniform_balanced_and_sticky() -> None:
+    subs = {m: [T] for m in "abc"}
+    first = uniform_assign(subs, {T: 7}, {})
+    sizes = sorted(len(flat(a)) for a in first.values())
+    assert sizes == [2, 2, 3]
+    subs["d"] = [T]
+    second = uniform_assign(subs, {T: 7}, first)
+    assert sorted(len(flat(a)) for a in second.values()) == [1, 2, 2, 2]
+    moved = sum(len(flat(first[m]) - flat(second[m])) for m in "abc")
+    assert moved == 1  # only the member that had three gives one up, to d
+    assert all(flat(second[m]) <= flat(first[m]) for m in "abc")
+
+
+def test_range_per_topic() -> None:
+    out = range_assign({"a": ["x", "y"], "b": ["x", "y"]}, {"x": 3, "y": 3}, {})
+    assert out == {"a": (("x", (0, 1)), ("y", (0, 1))), "b": (("x", (2,)), ("y", (2,)))}
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.lists(st.sampled_from(["x", "y", "z"]), min_size=1, unique=True),
+                min_size=1, max_size=6),
+       st.dictionaries(st.sampled_from(["x", "y", "z"]), st.integers(0, 9)))
+def test_uniform_assigns_each_subscribed_partition_once(subs_list: list[list[str]],
+                                                         counts: dict[str, int]) -> None:
+    subs = {f"m{i}": s for i, s in enumerate(subs_list)}
+    for assign in (uniform_assign, range_assign):
+        out = assign(subs, counts, {})
+        owners = [tp for a in out.values() for tp in flat(a)]
+        assert len(owners) == len(set(owners))
+        wanted = {(t, p) for s in subs.values() for t in s for p in range(counts.get(t, 0))}
+        assert set(owners) == wanted
+        for m, a in out.items():
+            assert {t for t, _ in a} <= set(subs[m])
+    if len({frozenset(s) for s in subs.values()}) == 1:
+        sizes = [len(flat(a)) for a in uniform_assign(subs, counts, {}).values()]
+        assert max(sizes) - min(sizes) <= 1
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(0, 2**32), st.sampled_from(["uniform", "range"]))
+def test_no_partition_owned_by_two_clients(seed: int, assignor: str) -> None:
+    """Clients that apply each answer (and keep consuming what they were not
+    told to drop) never hold the same partition at the same time, and a quiet
+    group converges to a balanced, stable assignment."""
+    rnd = random.Random(seed)
+    g = ConsumerGroup("g", CFG, {T: 6})
+    clients: dict[str, tuple[int, set[tuple[str, int]]]] = {}
+    now = 0
+    for _ in range(80):
+        now += rnd.randint(1, 200)
+        name = f"m{rnd.randint(0, 4)}"
+        if name not in clients:
+            r = g.heartbeat(join(name, server_assignor=assignor), now)
+            clients[name] = (r.member_epoch, flat(r.assignment or ()))
+        elif rnd.random() < 0.08:
+            g.heartbeat(Heartbeat(name, -1), now)
+            del clients[name]
+        else:
+            epoch, owned = clients[name]
+            r = g.heartbeat(beat(name, epoch, tuple((T, (p,)) for _, p in sorted(owned))), now)
+            assert r.error == ErrorCode.none, r
+            clients[name] = (r.member_epoch, owned if r.assignment is None
+                             else flat(r.assignment))
+        held = [tp for _, owned in clients.values() for tp in owned]
+        assert len(held) == len(set(held)), (clients, g.describe())
+    for _ in range(4):  # quiet rounds: everyone heartbeats
+        for name in sorted(clients):
+            epoch, owned = clients[name]
+            now += 1
+            r = g.heartbeat(beat(name, epoch, tuple((T, (p,)) for _, p in sorted(owned))), now)
+            clients[name] = (r.member_epoch, owned if r.assignment is None
+                             else flat(r.assignment))
+    if clients:
+        assert g.state == "Stable"
+        sizes = [len(owned) for _, owned in clients.values()]
+        assert sum(sizes) == 6 and max(sizes) - min(sizes) <= 1
