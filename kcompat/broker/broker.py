@@ -34,6 +34,7 @@ from kcompat.broker.delays import DelayService
 from kcompat.broker.groups import GroupService
 from kcompat.broker.metrics import BrokerMetrics
 from kcompat.broker.replication.peer_calls import PeerCalls
+from kcompat.broker.replication.quorum_admin import QuorumAdmin
 from kcompat.broker.replication.runtime import ClusterRuntime, lone_voter
 from kcompat.broker.replication.transport import LinkFactory
 from kcompat.broker.share_groups import ShareGroupService
@@ -52,6 +53,7 @@ class Broker:
                   or lone_voter(self.state.node_id, config["host"], config["port"]))
         self.cluster = ClusterRuntime(self.state, voters, links, rng)
         self.calls = PeerCalls(self.cluster)
+        self.quorum_admin = QuorumAdmin(self.cluster, self.calls)  # ElectLeaders, DescribeQuorum
         self.controller = Controller(self.state, self.cluster, self.calls)
         admin.accept_forwarded(self.controller)
         self.groups = GroupService(self.state, self.cluster)

@@ -7,7 +7,8 @@ lives in ``__cluster_metadata-0`` under the data directory: each change is one
 record whose value is a small JSON document (``create_topic``,
 ``delete_topic``, ``add_partitions``, ``alter_configs``, ``group_configs`` (a
 group's whole override set; empty removes the group), ``register_broker``,
-``fence_broker``, ``unfence_broker``; ``cluster`` and ``producer_ids`` only in
+``fence_broker``, ``unfence_broker``, ``client_quotas`` (an entity's whole
+quota value set, ``controller.client_quotas``); ``cluster`` and ``producer_ids`` only in
 logs written by single-node brokers before they ran as a quorum of one). The
 log is the metadata quorum's Raft log; ``MetadataImage.apply`` is called for
 committed records only, in log order.
@@ -66,6 +67,9 @@ class MetadataImage:
     brokers: dict[int, BrokerInfo] = field(default_factory=dict)
     # group id -> its group config overrides (group_config.py); a group need not exist
     group_configs: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # client quota entity ((type, name or None), ...) -> its values (controller.client_quotas)
+    client_quotas: dict[tuple[tuple[str, str | None], ...], dict[str, float]] = field(
+        default_factory=dict)
 
     def views_of(self, source: str) -> list[TopicMeta]:
         """The filtered views of ``source``."""
@@ -110,6 +114,12 @@ class MetadataImage:
                 broker.fenced = kind == "fence_broker"
         elif kind == "producer_ids":
             self.producer_id_limit = max(self.producer_id_limit, rec["limit"])
+        elif kind == "client_quotas":
+            entity = tuple((str(t), n) for t, n in rec["entity"])
+            if rec["values"]:
+                self.client_quotas[entity] = dict(rec["values"])
+            else:
+                self.client_quotas.pop(entity, None)
 
 
 class MetadataStore:

@@ -23,6 +23,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from kcompat.broker.controller import client_quotas
 from kcompat.broker.controller.internal_topics import INTERNAL_TOPICS
 from kcompat.broker.controller.quorum import Controller
 from kcompat.broker.metadata import TopicMeta
@@ -106,8 +107,8 @@ async def delete_topic(ctl: Controller, name: str) -> None:
 
 async def execute(ctl: Controller, intent: dict[str, Any]) -> None:
     """On the controller: validate a change (CreatePartitions, AlterConfigs,
-    IncrementalAlterConfigs of a topic or group, auto-creation), here or forwarded from another
-    broker, against this image, plan it and commit its record; every broker
+    IncrementalAlterConfigs of a topic or group, AlterClientQuotas, auto-creation), here or
+    forwarded from another broker, against this image, plan it and commit its record; every broker
     applies it (``metadata_apply``)."""
     cluster = ctl.rt
     _controller(ctl)
@@ -133,6 +134,10 @@ async def execute(ctl: Controller, intent: dict[str, Any]) -> None:
     elif op == "alter_group_configs":
         change = ctl.state.set_group_configs(name, dict(intent["configs"]))
         rec = {"type": "group_configs", "name": name, "configs": change["configs"]}
+    elif op == "alter_client_quotas":
+        entity = client_quotas.entity_of_record(intent)
+        current = ctl.state.metadata.image.client_quotas.get(entity, {})
+        rec = client_quotas.record(entity, client_quotas.apply_ops(current, intent["ops"]))
     elif op == "auto_create":
         created = await _auto_create_record(ctl, name)
         if created is None or name in ctl.creating:

@@ -105,7 +105,7 @@ def load_snapshot(rt: ClusterRuntime) -> None:
     start, through the same record handlers as the log: topics missing from it
     (or re-created under a new id) are deleted, new ones created, changed
     partition counts and configs applied; brokers, ids and group configs
-    replaced (checkpoints older than group configs have none)."""
+    replaced (checkpoints older than group configs or client quotas have none)."""
     storage = rt.meta.storage
     snapshot = storage.snapshot()
     doc = metadata_snapshot.decode(snapshot.data)
@@ -128,6 +128,8 @@ def load_snapshot(rt: ClusterRuntime) -> None:
     image.cluster_id = doc["cluster_id"] or image.cluster_id
     image.producer_id_limit = max(image.producer_id_limit, int(doc["producer_id_limit"]))
     image.group_configs = {g: dict(c) for g, c in doc.get("group_configs", {}).items()}
+    image.client_quotas = {tuple((str(t), n) for t, n in entity): dict(values)
+                           for entity, values in doc.get("client_quotas", [])}
     image.brokers.clear()
     for b in doc["brokers"]:
         image.apply({"type": "register_broker", **b})

@@ -182,10 +182,29 @@ class ShareClaimReply:
     state: dict[str, Any] | None
 
 
-Reply = MarkerReply | ForwardReply | VerifyTxnReply | AppendReply | ShareClaimReply
+@dataclass(frozen=True, slots=True)
+class AdminCallRequest:
+    """Broker -> the broker that can carry out an admin operation on a Raft
+    group (``quorum_admin``: a partition leader's leadership transfer, the
+    metadata leader's quorum status); answered with an ``AdminCallReply``."""
+
+    request_id: int
+    op: str
+    args: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class AdminCallReply:
+    request_id: int
+    error_code: int
+    result: dict[str, Any] | None
+
+
+Reply = (MarkerReply | ForwardReply | VerifyTxnReply | AppendReply | ShareClaimReply
+         | AdminCallReply)
 Internal = (MarkerRequest | MarkerReply | ForwardRequest | ForwardReply | Heartbeat
             | VerifyTxnRequest | VerifyTxnReply | AppendRequest | AppendReply
-            | ShareClaimRequest | ShareClaimReply)
+            | ShareClaimRequest | ShareClaimReply | AdminCallRequest | AdminCallReply)
 
 
 @dataclass(frozen=True, slots=True)
@@ -252,6 +271,10 @@ def _enc_internal(m: Internal, blobs: list[bytes]) -> list[Any]:
                 m.topic, m.index, int(m.add)]
     if isinstance(m, VerifyTxnReply):
         return ["vr", m.request_id, m.error_code]
+    if isinstance(m, AdminCallRequest):
+        return ["xq", m.request_id, m.op, m.args]
+    if isinstance(m, AdminCallReply):
+        return ["xr", m.request_id, m.error_code, m.result]
     if isinstance(m, Heartbeat):
         return ["hb", m.node_id, m.incarnation, m.host, m.port, m.rack, int(m.caught_up),
                 int(m.shutting_down)]
@@ -325,6 +348,12 @@ def decode(frame: bytes) -> RaftFrame:
                                                None if state is None else dict(state)))
             elif item[0] == "vr":
                 markers.append(VerifyTxnReply(int(item[1]), int(item[2])))
+            elif item[0] == "xq":
+                markers.append(AdminCallRequest(int(item[1]), str(item[2]), dict(item[3])))
+            elif item[0] == "xr":
+                result = item[3]
+                markers.append(AdminCallReply(int(item[1]), int(item[2]),
+                                              None if result is None else dict(result)))
             elif item[0] == "hb":
                 rack = None if item[5] is None else str(item[5])
                 markers.append(Heartbeat(int(item[1]), str(item[2]), str(item[3]),

@@ -58,7 +58,7 @@ class PeerCalls:
         self._seq = 0
         self._waits: dict[int, list[Any]] = {}  # request id -> [Event, ErrorCode, message?]
         for reply in (codec.MarkerReply, codec.ForwardReply, codec.VerifyTxnReply,
-                      codec.AppendReply, codec.ShareClaimReply):
+                      codec.AppendReply, codec.ShareClaimReply, codec.AdminCallReply):
             runtime.inbound[reply] = lambda _src, m: self.on_reply(m)
         runtime.inbound[codec.MarkerRequest] = (
             lambda src, m: runtime.spawn(self.serve_marker, src, m))
@@ -93,6 +93,8 @@ class PeerCalls:
             slot.append(reply.base_offset)
         elif isinstance(reply, codec.ShareClaimReply):
             slot.append((reply.generation, reply.state))
+        elif isinstance(reply, codec.AdminCallReply):
+            slot.append(reply.result)
         slot[0].set()
 
     async def write_marker(self, topic: str, index: int, pid: int, epoch: int, commit: bool,

@@ -1,0 +1,39 @@
+"""DescribeClientQuotas (key 48), versions 0-1.
+
+Quirks: the filter is a list of components (entity type; match exact name,
+default entity or any name) and ``strict`` (no other entity types); no
+component and not strict lists every entity, strict lists none. A bad filter
+is one top-level error with Kafka 4.4's message and null entries: a type
+named twice, a null exact match, a default match with a name, an unknown
+match type, ip combined with user or client-id (INVALID_REQUEST), an unknown
+entity type (UNSUPPORTED_VERSION, as Kafka answers). Entities come from this
+broker's metadata image (``controller.client_quotas``), identical on every
+broker; types and keys in Kafka's order.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kcompat.broker.context import RequestContext
+from kcompat.broker.controller import client_quotas as cq
+from kcompat.broker.handlers._common import NO_THROTTLE, OK
+
+
+async def handle(ctx: RequestContext, request: Any) -> Any:
+    components = [cq.Component(c.entity_type, int(c.match_type), c.match)
+                  for c in request.components]
+    try:
+        found = cq.describe(ctx.state.metadata.image.client_quotas, components,
+                            request.strict)
+    except cq.QuotaError as e:
+        return ctx.response(throttle_time=NO_THROTTLE, error_code=e.code,
+                            error_message=e.message, entries=None)
+    entries = tuple(
+        ctx.build("EntryData",
+                  entity=tuple(ctx.build("EntityData", entity_type=t, entity_name=n)
+                               for t, n in entity),
+                  values=tuple(ctx.build("ValueData", key=k, value=v) for k, v in values))
+        for entity, values in found)
+    return ctx.response(throttle_time=NO_THROTTLE, error_code=OK, error_message="",
+                        entries=entries)

@@ -1,0 +1,54 @@
+"""ListConfigResources (key 74), versions 0-1 (KIP-1142; v0 was
+ListClientMetricsResources).
+
+Quirks: v1 lists the config resources of the types asked for — none asked
+means all: BROKER_LOGGER (8) and BROKER (4) per registered broker, TOPIC (2)
+per topic (internal ones too), GROUP (32) per group with config overrides,
+CLIENT_METRICS (16) per client-metrics subscription (kcompat has none) — in
+that order, as Apache Kafka 4.4 answers. A type outside those is
+UNSUPPORTED_VERSION with no resources (Kafka's answer). v0 asks for
+client-metrics resources only: none.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from kcompat.broker.context import RequestContext
+from kcompat.broker.handlers._common import (
+    NO_THROTTLE,
+    OK,
+    RESOURCE_BROKER,
+    RESOURCE_GROUP,
+    RESOURCE_TOPIC,
+)
+
+RESOURCE_BROKER_LOGGER = 8
+RESOURCE_CLIENT_METRICS = 16
+LISTED = (RESOURCE_BROKER_LOGGER, RESOURCE_BROKER, RESOURCE_TOPIC, RESOURCE_GROUP,
+          RESOURCE_CLIENT_METRICS)
+
+
+def _names(ctx: RequestContext, resource_type: int) -> list[str]:
+    image = ctx.state.metadata.image
+    if resource_type in (RESOURCE_BROKER, RESOURCE_BROKER_LOGGER):
+        return [str(node) for node in sorted(image.brokers)] or [str(ctx.state.node_id)]
+    if resource_type == RESOURCE_TOPIC:
+        return list(image.topics)
+    if resource_type == RESOURCE_GROUP:
+        return [group for group, configs in image.group_configs.items() if configs]
+    return []  # client metrics: no subscriptions
+
+
+async def handle(ctx: RequestContext, request: Any) -> Any:
+    if ctx.version == 0:
+        return ctx.response(throttle_time=NO_THROTTLE, error_code=OK, config_resources=())
+    asked = {int(t) for t in request.resource_types} or set(LISTED)
+    if not asked <= set(LISTED):
+        return ctx.response(throttle_time=NO_THROTTLE, error_code=ErrorCode.unsupported_version,
+                            config_resources=())
+    resources = tuple(ctx.build("ConfigResource", resource_name=name, resource_type=kind)
+                      for kind in LISTED if kind in asked for name in _names(ctx, kind))
+    return ctx.response(throttle_time=NO_THROTTLE, error_code=OK, config_resources=resources)
