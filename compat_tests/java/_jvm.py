@@ -9,6 +9,8 @@ its own cache in ``~/.m2``) and then kept in ``$COMPAT_CACHE`` (default
 * ``clients_classpath()``: the small Maven project in ``compat_tests/java/clients``
   (our Java client programs, kafka-clients 4.x) built with ``mvn package`` plus its
   dependencies.
+* ``project_classpath(dir, name)``: the same for any such project (an application
+  under ``compat_tests/apps``, e.g. the Kafka Streams program).
 
 ``python -m compat_tests.java._jvm`` resolves both (``make java-deps`` runs it).
 """
@@ -73,10 +75,10 @@ def _locked(name: str) -> Iterator[None]:
             fcntl.flock(f, fcntl.LOCK_UN)
 
 
-def _digest(paths: list[Path], extra: str = "") -> str:
+def _digest(paths: list[Path], extra: str = "", root: Path = HERE) -> str:
     h = hashlib.sha256(extra.encode())
     for p in sorted(paths):
-        h.update(str(p.relative_to(HERE)).encode())
+        h.update(str(p.relative_to(root)).encode())
         h.update(p.read_bytes())
     return h.hexdigest()[:12]
 
@@ -126,14 +128,20 @@ def reference_classpath(version: str = KAFKA_VERSION) -> str:
 
 def clients_classpath(version: str = KAFKA_VERSION) -> str:
     """Classpath of the built ``compat_tests/java/clients`` programs (built once)."""
-    sources = [CLIENTS_DIR / "pom.xml", *sorted((CLIENTS_DIR / "src").rglob("*.java"))]
-    key = _digest(sources, version)
-    build = cache_root() / f"java-clients-{key}"
+    return project_classpath(CLIENTS_DIR, "java-clients", version)
+
+
+def project_classpath(project: Path, name: str, version: str = KAFKA_VERSION) -> str:
+    """Classpath of the Maven project in ``project`` (artifactId ``kcompat-{name}``),
+    built once into ``$COMPAT_CACHE/{name}-{hash of its pom and sources}``."""
+    sources = [project / "pom.xml", *sorted((project / "src").rglob("*.java"))]
+    key = _digest(sources, version, root=project.parent)
+    build = cache_root() / f"{name}-{key}"
     stamp = build / ".complete"
-    jar = build / "kcompat-java-clients.jar"
+    jar = build / f"kcompat-{name}.jar"
     libs = build / "libs"
     if not stamp.exists():
-        with _locked("clients"):
+        with _locked(name):
             if not stamp.exists():
                 shutil.rmtree(build, ignore_errors=True)
                 build.mkdir(parents=True)
@@ -141,14 +149,14 @@ def clients_classpath(version: str = KAFKA_VERSION) -> str:
                     ["package", "dependency:copy-dependencies", f"-Dkafka.version={version}",
                      f"-Dkcompat.build.dir={build / 'target'}", "-DincludeScope=runtime",
                      f"-DoutputDirectory={libs}"],
-                    CLIENTS_DIR, build / "mvn.log",
+                    project, build / "mvn.log",
                 )
-                built = list((build / "target").glob("kcompat-java-clients*.jar"))
+                built = list((build / "target").glob(f"kcompat-{name}*.jar"))
                 if not built:
                     raise JvmSetupError(f"mvn package produced no jar in {build / 'target'}")
                 shutil.copy(built[0], jar)
                 stamp.write_text(version)
-                for old in cache_root().glob("java-clients-*"):  # earlier source versions
+                for old in cache_root().glob(f"{name}-*"):  # earlier source versions
                     if old != build:
                         shutil.rmtree(old, ignore_errors=True)
     return os.pathsep.join([str(jar), str(libs / "*")])

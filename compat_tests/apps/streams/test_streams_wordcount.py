@@ -1,0 +1,346 @@
+"""An unmodified Kafka Streams 4.4.0 application, killed -9 and restarted, counts exactly.
+
+The application (``app/``, built from Maven Central by ``_jvm.project_classpath``)
+is the classic word count: lines in, ``groupBy(word)`` (Streams creates the
+repartition topic ``<app>-words-repartition``), ``count()`` into the RocksDB store
+``counts`` (Streams creates its changelog ``<app>-counts-changelog``,
+``cleanup.policy=compact``), every update of the KTable out to a topic, with
+``processing.guarantee=exactly_once_v2`` and two stream threads (two transactional
+producers). The record cache is off, so each word's output is its counts one by one.
+
+The driver produces the input with an idempotent producer (3 partitions, known
+lines, so known totals per word) in three parts, and runs the application as a
+separate JVM three times:
+
+1. first run: the first part is counted; once output is committed the second part
+   is produced while it runs and it is killed -9 mid-stream;
+2. second run, same ``state.dir`` (same process id, so the same transactional ids,
+   which fence the dead producers): the third part is produced while it runs and it
+   is killed -9 mid-stream again;
+3. third run with a wiped ``state.dir`` (new transactional ids: the dead
+   transactions end by timeout; the store is rebuilt from its changelog); it runs
+   until the application's committed offsets are at the input's end, then is stopped
+   with SIGTERM.
+
+Then, read with ``isolation.level=read_committed``: for every word the output holds
+exactly the counts 1, 2, ..., total in order (none lost, none counted twice, nothing
+of an aborted transaction visible), the changelog's last value per word is its total,
+the internal topics exist with Streams' configs and the deployment's replication
+factor, and the application's committed input offsets are the input's end offsets.
+
+The same test runs against one kcompat broker, a 3-broker kcompat cluster (every
+topic at replication factor 3; the internal topics' partitions are led by other
+brokers than the group coordinator) and the reference Apache Kafka 4.4.0.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import random
+import shutil
+import signal
+import struct
+import subprocess
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from confluent_kafka import ConsumerGroupTopicPartitions, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
+
+from compat_tests._broker import Broker, unique_topic
+from compat_tests._deployment import Deployment
+from compat_tests._eos import TXN_BROKER_ARGS, list_offsets, read_confluent
+from compat_tests.java._jvm import java_bin, project_classpath
+from compat_tests.java.kafka_reference import KafkaReference
+
+APP_DIR = Path(__file__).resolve().parent / "app"
+MAIN = "io.kcompat.apps.WordCount"
+PARTITIONS = 3
+WORDS = ("alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel",
+         "india", "juliett", "kilo", "lima", "mike", "november", "oscar")
+WORDS_PER_LINE = 5
+LINES_PER_PART = 1000
+PART_RATE = 400             # lines per second while the application runs
+KILL_AFTER_S = 1.0          # into a part produced while it runs
+DONE_TIMEOUT_S = 120.0
+TARGETS = ("kcompat", "kcompat-rf3", "kafka")
+
+
+def lines(seed: int, n: int) -> list[str]:
+    rng = random.Random(seed)
+    return [" ".join(rng.choice(WORDS) for _ in range(WORDS_PER_LINE)) for _ in range(n)]
+
+
+class StreamsProcess:
+    """One run of the word count as its own JVM (stdout: its state changes)."""
+
+    def __init__(self, workdir: Path, run: int, cmd: list[str]) -> None:
+        self.out = workdir / f"streams-{run}.stdout"
+        self.err = workdir / f"streams-{run}.stderr"
+        with open(self.out, "wb") as out, open(self.err, "wb") as err:
+            self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
+                                         start_new_session=True)
+
+    def states(self) -> list[str]:
+        return [line.split('"')[3] for line in self.out.read_text().splitlines()
+                if line.startswith('{"state"')]
+
+    def tail(self) -> str:
+        return (f"--- {self.out.name} ---\n{self.out.read_text()[-1500:]}\n"
+                f"--- {self.err.name} (tail) ---\n{self.err.read_text(errors='replace')[-4000:]}")
+
+    def check_alive(self) -> None:
+        rc = self.proc.poll()
+        assert rc is None, f"the Streams application exited with {rc}\n{self.tail()}"
+        assert "ERROR" not in self.states(), f"the Streams application failed\n{self.tail()}"
+
+    def wait_running(self, timeout_s: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        while "RUNNING" not in self.states():
+            self.check_alive()
+            assert time.monotonic() < deadline, f"not RUNNING in {timeout_s:.0f} s\n{self.tail()}"
+            time.sleep(0.1)
+
+    def kill(self) -> None:
+        self.proc.kill()
+        self.proc.wait(10)
+
+    def stop(self, timeout_s: float = 30.0) -> int:
+        self.proc.send_signal(signal.SIGTERM)
+        return self.proc.wait(timeout_s)
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.kill()
+
+
+class WordCountRun:
+    """The topics, input and application runs of one test."""
+
+    def __init__(self, bootstrap: str, replication: int, workdir: Path) -> None:
+        self.bootstrap = bootstrap
+        self.replication = replication
+        self.workdir = workdir
+        self.app_id = unique_topic("wordcount")
+        self.input = f"{self.app_id}-lines"
+        self.output = f"{self.app_id}-counts-out"
+        self.repartition = f"{self.app_id}-words-repartition"
+        self.changelog = f"{self.app_id}-counts-changelog"
+        self.state_dir = workdir / "state"
+        self.admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
+        self.expected: Counter[str] = Counter()
+        self.produced = 0
+        self.runs: list[StreamsProcess] = []
+        self.classpath = project_classpath(APP_DIR, "streams-app")
+
+    def create_topics(self) -> None:
+        futs = self.admin.create_topics(
+            [NewTopic(t, PARTITIONS, self.replication) for t in (self.input, self.output)],
+            operation_timeout=30, request_timeout=30)
+        for f in futs.values():
+            f.result(timeout=40)
+
+    def produce(self, part: list[str], rate: float | None = None) -> None:
+        """``part`` with an idempotent producer; ``rate`` lines/s, else at once."""
+        p = Producer({"bootstrap.servers": self.bootstrap, "enable.idempotence": True,
+                      "acks": "all", "linger.ms": 5, "log_level": 0})
+        errors: list[str] = []
+
+        def acked(err: object, _msg: object) -> None:
+            if err is not None:
+                errors.append(str(err))
+
+        t0 = time.monotonic()
+        for i, line in enumerate(part):
+            if rate is not None:
+                delay = t0 + i / rate - time.monotonic()
+                if delay > 0:
+                    p.poll(delay)
+            p.produce(self.input, key=f"line-{self.produced + i}".encode(), value=line.encode(),
+                      on_delivery=acked)
+            p.poll(0)
+        assert p.flush(30) == 0, "input not all delivered in 30 s"
+        assert not errors, f"input production failed: {errors[:3]}"
+        self.produced += len(part)
+        for line in part:
+            self.expected.update(line.split())
+
+    def start_app(self) -> StreamsProcess:
+        cmd = [java_bin(), "-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
+               "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn",
+               "-cp", self.classpath, MAIN, self.bootstrap, self.app_id, str(self.state_dir),
+               self.input, self.output, str(self.replication)]
+        app = StreamsProcess(self.workdir, len(self.runs) + 1, cmd)
+        self.runs.append(app)
+        return app
+
+    def committed_output(self) -> int:
+        """Records and markers of the output below its last stable offset."""
+        return sum(list_offsets(self.bootstrap, self.output, PARTITIONS, committed=True).values())
+
+    def wait_output_beyond(self, app: StreamsProcess, floor: int, timeout_s: float = 60.0) -> int:
+        deadline = time.monotonic() + timeout_s
+        while (n := self.committed_output()) <= floor:
+            app.check_alive()
+            assert time.monotonic() < deadline, \
+                f"no committed output beyond {floor} in {timeout_s:.0f} s\n{app.tail()}"
+            time.sleep(0.2)
+        return n
+
+    def produce_while_running(self, app: StreamsProcess, part: list[str]) -> None:
+        """Produce ``part`` at ``PART_RATE`` while ``app`` runs, kill -9 it
+        ``KILL_AFTER_S`` into it (more input is on its way), then finish the part."""
+        errors: list[BaseException] = []
+
+        def run() -> None:
+            try:
+                self.produce(part, rate=PART_RATE)
+            except BaseException as e:  # noqa: BLE001 - re-raised below
+                errors.append(e)
+
+        producer = threading.Thread(target=run, name="input-producer")
+        producer.start()
+        time.sleep(KILL_AFTER_S)
+        app.check_alive()
+        assert producer.is_alive(), "the input part was produced before the kill"
+        app.kill()
+        producer.join(60)
+        assert not producer.is_alive() and not errors, f"input producer: {errors}"
+
+    def group_offsets(self, topic: str) -> dict[int, int]:
+        req = ConsumerGroupTopicPartitions(
+            self.app_id, [TopicPartition(topic, p) for p in range(PARTITIONS)])
+        res = self.admin.list_consumer_group_offsets([req], require_stable=True)
+        got = res[self.app_id].result(timeout=30)
+        return {tp.partition: tp.offset for tp in got.topic_partitions}
+
+    def wait_input_consumed(self, app: StreamsProcess) -> dict[str, dict[int, int]]:
+        """Until the application's committed offsets are the end offsets of the
+        input (the first sub-topology is done) and of the repartition topic (the
+        counting one is done too); returns those ends."""
+        ends = {self.input: list_offsets(self.bootstrap, self.input, PARTITIONS, committed=False)}
+        assert sum(ends[self.input].values()) == self.produced, \
+            f"input ends {ends} != {self.produced} lines"
+        deadline = time.monotonic() + DONE_TIMEOUT_S
+        got: dict[str, dict[int, int]] = {}
+        while True:
+            app.check_alive()
+            with contextlib.suppress(Exception):  # the group may be rebalancing
+                got = {t: self.group_offsets(t) for t in (self.input, self.repartition)}
+                if got[self.input] == ends[self.input]:
+                    ends[self.repartition] = list_offsets(
+                        self.bootstrap, self.repartition, PARTITIONS, committed=False)
+                    if got[self.repartition] == ends[self.repartition]:
+                        return ends
+            assert time.monotonic() < deadline, (
+                f"committed offsets {got} != ends {ends} after {DONE_TIMEOUT_S:.0f} s\n"
+                f"{app.tail()}")
+            time.sleep(0.3)
+
+    def read_committed(self, topic: str) -> dict[int, list[tuple[str, int]]]:
+        ends = list_offsets(self.bootstrap, topic, PARTITIONS, committed=True)
+        recs = read_confluent(self.bootstrap, topic, PARTITIONS, committed=True, ends=ends)
+        return {p: [((r.key or b"").decode(), struct.unpack(">q", r.value)[0]) for r in rs]
+                for p, rs in recs.items()}
+
+    def topic_config(self, topic: str, key: str) -> str:
+        res = ConfigResource(ConfigResource.Type.TOPIC, topic)
+        entries = self.admin.describe_configs([res])[res].result(timeout=30)
+        return str(entries[key].value)
+
+    def leaders_and_rf(self, topic: str) -> tuple[dict[int, int], set[int]]:
+        md = self.admin.list_topics(topic, timeout=10).topics[topic]
+        assert md.error is None, f"{topic}: {md.error}"
+        return ({p.id: p.leader for p in md.partitions.values()},
+                {len(p.replicas) for p in md.partitions.values()})
+
+    def close(self) -> None:
+        for app in self.runs:
+            app.close()
+
+
+@pytest.fixture(params=TARGETS)
+def target(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+           ) -> Iterator[Deployment | KafkaReference]:
+    """A single kcompat broker, the session's 3-broker kcompat cluster at
+    replication factor 3, or the session's reference Apache Kafka 4.4.0."""
+    if request.param == "kafka":
+        yield request.getfixturevalue("kafka_reference")
+    elif request.param == "kcompat-rf3":
+        yield Deployment.of_cluster(request.getfixturevalue("cluster_pool").get("rf3"), "rf3")
+    else:
+        b = Broker(tmp_path_factory.mktemp("streams-broker"), extra_args=TXN_BROKER_ARGS)
+        b.start()
+        try:
+            yield Deployment.single(b)
+        finally:
+            b.close()
+
+
+def test_wordcount_exactly_once_across_kill9(target: Deployment | KafkaReference,
+                                             tmp_path: Path) -> None:
+    replication = target.replication if isinstance(target, Deployment) else 1
+    wc = WordCountRun(target.bootstrap, replication, tmp_path)
+    try:
+        wc.create_topics()
+        wc.produce(lines(1, LINES_PER_PART))
+
+        # Run 1: count part 1, then kill -9 while part 2 streams in.
+        app = wc.start_app()
+        app.wait_running()
+        seen = wc.wait_output_beyond(app, 0)
+        wc.produce_while_running(app, lines(2, LINES_PER_PART))
+
+        # Run 2: same state dir; kill -9 again while part 3 streams in.
+        app = wc.start_app()
+        app.wait_running()
+        wc.wait_output_beyond(app, seen)
+        wc.produce_while_running(app, lines(3, LINES_PER_PART))
+
+        # Run 3: wiped state dir; until the input is consumed, then SIGTERM.
+        shutil.rmtree(wc.state_dir)
+        app = wc.start_app()
+        app.wait_running()
+        ends = wc.wait_input_consumed(app)
+        rc = app.stop()  # the JVM exits 143 on SIGTERM once its shutdown hook is done
+        assert rc in (0, 143) and app.states()[-1] == "NOT_RUNNING", \
+            f"the Streams application did not close cleanly (exit {rc})\n{app.tail()}"
+        assert {t: wc.group_offsets(t) for t in ends} == ends
+
+        # Every word's counts, one by one, exactly once.
+        updates: dict[str, list[int]] = {}
+        for recs in wc.read_committed(wc.output).values():
+            for word, count in recs:
+                updates.setdefault(word, []).append(count)
+        assert set(updates) == set(wc.expected), f"words {sorted(updates)}"
+        wrong = {w: (n, updates[w][:3], updates[w][-3:], len(updates[w]))
+                 for w, n in wc.expected.items() if updates[w] != list(range(1, n + 1))}
+        assert not wrong, f"counts not 1..total (word: total, first, last, updates): {wrong}"
+
+        # Streams' internal topics: created by it, with its configs and our replication.
+        changelog, repartition = wc.changelog, wc.repartition
+        assert wc.topic_config(changelog, "cleanup.policy") == "compact"
+        assert wc.topic_config(repartition, "cleanup.policy") == "delete"
+        last: dict[str, int] = {}
+        for recs in wc.read_committed(changelog).values():
+            last.update(recs)
+        assert last == dict(wc.expected), "changelog's last value per word != its total"
+        leaders: set[int] = set()
+        for topic in (changelog, repartition):
+            by_partition, rfs = wc.leaders_and_rf(topic)
+            assert len(by_partition) == PARTITIONS and rfs == {replication}, (topic, rfs)
+            leaders.update(by_partition.values())
+        if replication > 1:
+            group = wc.admin.describe_consumer_groups([wc.app_id])[wc.app_id].result(timeout=30)
+            assert leaders - {group.coordinator.id}, \
+                f"every internal partition led by the coordinator {group.coordinator.id}"
+    except BaseException:
+        for app in wc.runs:
+            print(app.tail())
+        raise
+    finally:
+        wc.close()
