@@ -28,6 +28,7 @@ from random import Random
 import trio
 
 from kcompat.broker.config import BrokerConfig
+from kcompat.broker.consumer_groups import ConsumerGroupService
 from kcompat.broker.controller import admin
 from kcompat.broker.controller.quorum import Controller
 from kcompat.broker.delays import DelayService
@@ -57,6 +58,7 @@ class Broker:
         self.controller = Controller(self.state, self.cluster, self.calls)
         admin.accept_forwarded(self.controller)
         self.groups = GroupService(self.state, self.cluster)
+        self.consumer_groups = ConsumerGroupService(self.state, self.cluster, self.groups)
         self.txns = TxnService(self.state, self.cluster, self.calls, self.groups)
         self.delays = DelayService(self.state, self.cluster, self.calls, self.controller)
         self.shares = ShareService(self.state, self.cluster, self.calls, self.controller)
@@ -74,6 +76,7 @@ class Broker:
         nursery.start_soon(self.delays.run)
         nursery.start_soon(self.shares.run)
         nursery.start_soon(self.share_groups.run)
+        nursery.start_soon(self.consumer_groups.run)
 
     def close(self) -> None:
         self.state.close()

@@ -7,6 +7,7 @@ from types import ModuleType
 from typing import Any
 
 from kcompat.broker.broker import Broker
+from kcompat.broker.consumer_groups import ConsumerGroupService
 from kcompat.broker.controller.quorum import Controller
 from kcompat.broker.delays import DelayService
 from kcompat.broker.groups import GroupService
@@ -47,6 +48,10 @@ class RequestContext:
     @property
     def groups(self) -> GroupService:
         return self.broker.groups
+
+    @property
+    def consumer_groups(self) -> ConsumerGroupService:
+        return self.broker.consumer_groups
 
     @property
     def delays(self) -> DelayService:

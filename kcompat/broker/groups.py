@@ -151,7 +151,8 @@ class GroupService:
         stored = {g: v for g, v in self.store.groups.items() if partition_for(g, n) == index}
         if leading:
             offsets_only = [g for g in self.store.offsets
-                            if g not in stored and partition_for(g, n) == index]
+                            if g not in stored and g not in self.store.consumer_groups
+                            and partition_for(g, n) == index]
             self.coordinator.take_over(stored, offsets_only, now_ms())
             log.log(logging.INFO if stored or offsets_only else logging.DEBUG,
                     "coordinating %d groups of %s-%d", len(stored) + len(offsets_only),

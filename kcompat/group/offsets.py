@@ -35,6 +35,8 @@ GROUP_KEY_VERSION = 2
 # kcompat's own record: a share group's membership snapshot (KIP-932), its value
 # the JSON of ``share_group.snapshot_to_json``; Kafka's tools skip unknown versions
 SHARE_GROUP_KEY_VERSION = 32000
+# kcompat's own record: a KIP-848 consumer group, its value ``ConsumerGroup.snapshot_json``
+CONSUMER_GROUP_KEY_VERSION = 32001
 OFFSET_VALUE_VERSION = 3
 GROUP_VALUE_VERSION = 3
 
@@ -135,6 +137,10 @@ def share_group_key(group: str) -> bytes:
     return bytes(_Writer().i16(SHARE_GROUP_KEY_VERSION).string(group).buf)
 
 
+def consumer_group_key(group: str) -> bytes:
+    return bytes(_Writer().i16(CONSUMER_GROUP_KEY_VERSION).string(group).buf)
+
+
 def group_value(group: Group) -> bytes:
     w = (_Writer().i16(GROUP_VALUE_VERSION).string(group.protocol_type or "")
          .i32(group.generation_id).string(group.protocol_name).string(group.leader_id)
@@ -188,6 +194,7 @@ class OffsetStore:
     offsets: dict[str, dict[tuple[str, int], CommittedOffset]] = field(default_factory=dict)
     groups: dict[str, StoredGroup] = field(default_factory=dict)
     share_groups: dict[str, bytes] = field(default_factory=dict)  # raw snapshots
+    consumer_groups: dict[str, bytes] = field(default_factory=dict)  # raw snapshots
 
     def apply(self, key: bytes, value: bytes | None) -> None:
         """Apply one committed record of ``__consumer_offsets``."""
@@ -212,6 +219,12 @@ class OffsetStore:
                 self.share_groups.pop(group, None)
             else:
                 self.share_groups[group] = bytes(value)
+        elif version == CONSUMER_GROUP_KEY_VERSION:
+            group = r.string() or ""
+            if value is None:
+                self.consumer_groups.pop(group, None)
+            else:
+                self.consumer_groups[group] = bytes(value)
 
     def _drop(self, group: str, tp: tuple[str, int]) -> None:
         committed = self.offsets.get(group)

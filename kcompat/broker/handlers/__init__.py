@@ -57,6 +57,8 @@ _MODULES = {
     v.DESCRIBE_PRODUCERS: "describe_producers",
     v.DESCRIBE_TRANSACTIONS: "describe_transactions",
     v.LIST_TRANSACTIONS: "list_transactions",
+    v.CONSUMER_GROUP_HEARTBEAT: "consumer_group_heartbeat",
+    v.CONSUMER_GROUP_DESCRIBE: "consumer_group_describe",
     v.SHARE_GROUP_HEARTBEAT: "share_group_heartbeat",
     v.SHARE_GROUP_DESCRIBE: "share_group_describe",
     v.SHARE_FETCH: "share_fetch",

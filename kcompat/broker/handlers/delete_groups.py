@@ -1,7 +1,8 @@
 """DeleteGroups (key 42), versions 0-2.
 
 Only a group without members can be deleted (NON_EMPTY_GROUP otherwise); an
-unknown group answers GROUP_ID_NOT_FOUND. Deletion writes tombstones for the
+unknown group answers GROUP_ID_NOT_FOUND; a KIP-848 consumer group likewise
+(its snapshot record is tombstoned too). Deletion writes tombstones for the
 group's offsets and metadata to ``__consumer_offsets``; a share group's
 share-partition state is deleted from ``__share_group_state`` (a share group
 created again with that id starts at ``share.auto.offset.reset``).
@@ -24,6 +25,10 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
         error = groups.coordinator_error(group_id)  # coordinator only
         if error is None and ctx.share_groups.group(group_id) is not None:
             error = await ctx.share_groups.delete(group_id)
+        elif error is None and ctx.consumer_groups.group(group_id) is not None:
+            error = await ctx.consumer_groups.delete(group_id)
+            if error == OK:  # the Empty classic placeholder of its offsets goes too
+                ctx.groups.coordinator.groups.pop(group_id, None)
         elif error is None:
             error = groups.coordinator.delete_group(group_id, now_ms())
         if error == OK:

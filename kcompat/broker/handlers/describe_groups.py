@@ -1,7 +1,8 @@
 """DescribeGroups (key 15), versions 0-5.
 
 An unknown group is described as state "Dead" with no error, as Kafka does up
-to v5. Member metadata and assignment are the selected protocol's bytes.
+to v5; so is a KIP-848 consumer group (Kafka 4.4 describes only classic groups
+here; ConsumerGroupDescribe serves the others). Member metadata and assignment are the selected protocol's bytes.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ def _describe(ctx: RequestContext, group_id: str) -> Any:
                          protocol_type="", protocol_data="", members=(),
                          authorized_operations=AUTHORIZED_OPERATIONS_OMITTED)
     group = ctx.groups.coordinator.groups.get(group_id)
-    if group is None:
+    if group is None or ctx.consumer_groups.group(group_id) is not None:
         return ctx.build("DescribedGroup", error_code=OK, group_id=group_id, group_state="Dead",
                          protocol_type="", protocol_data="", members=(),
                          authorized_operations=AUTHORIZED_OPERATIONS_OMITTED)

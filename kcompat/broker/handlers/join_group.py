@@ -6,6 +6,8 @@ MEMBER_ID_REQUIRED with its new id (KIP-394) and must join again with it. v0
 has no rebalance timeout: the session timeout serves as one, as in Kafka.
 The response is parked until the rebalance completes (all members re-joined,
 the rebalance timeout passed, or — for a new group — the initial delay).
+An empty KIP-848 consumer group gives its id up to the joining classic member;
+one with members answers INCONSISTENT_GROUP_PROTOCOL (``consumer_groups``).
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ from kcompat.group.coordinator import JoinRequest, JoinResult
 async def handle(ctx: RequestContext, request: Any) -> Any:
     if (gate := ctx.groups.coordinator_error(request.group_id)) is not None:
         return coordinator_error_response(ctx, gate)
+    if (taken := await ctx.consumer_groups.drop_if_empty(request.group_id)) is not None:
+        return coordinator_error_response(ctx, taken)  # a live KIP-848 group has the id
     session_ms = int(request.session_timeout.total_seconds() * 1000)
     rebalance = getattr(request, "rebalance_timeout", None)
     rebalance_ms = int(rebalance.total_seconds() * 1000) if rebalance is not None else session_ms

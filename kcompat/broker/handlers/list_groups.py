@@ -1,7 +1,8 @@
 """ListGroups (key 16), versions 0-5.
 
 v4 adds a state filter (case-insensitive, as in Kafka), v5 a type filter:
-"classic" groups and "share" groups (KIP-932, protocol type "share").
+"classic" groups, "consumer" groups (KIP-848, protocol type "consumer") and
+"share" groups (KIP-932, protocol type "share").
 """
 
 from __future__ import annotations
@@ -16,7 +17,10 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
     states = {s.lower() for s in getattr(request, "states_filter", ())}
     types = {t.lower() for t in getattr(request, "types_filter", ())}
     listed = []
+    consumer = ctx.consumer_groups
     for group in list(ctx.groups.coordinator.groups.values()):
+        if group.group_id in consumer.groups:
+            continue  # its offsets' placeholder: the id is a consumer group's
         if states and group.state.value.lower() not in states:
             continue
         if types and "classic" not in types:
@@ -35,4 +39,13 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
                 continue
             listed.append(ctx.build("ListedGroup", group_id=group_id, protocol_type="share",
                                     group_state=share.state, group_type="share"))
+    if not types or "consumer" in types:
+        for group_id in sorted(consumer.groups):
+            found = consumer.group(group_id)
+            if found is None or consumer.coordinator_error(group_id) is not None:
+                continue
+            if states and found.state.lower() not in states:
+                continue
+            listed.append(ctx.build("ListedGroup", group_id=group_id, protocol_type="consumer",
+                                    group_state=found.state, group_type="consumer"))
     return ctx.response(throttle_time=NO_THROTTLE, error_code=OK, groups=tuple(listed))

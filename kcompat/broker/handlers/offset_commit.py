@@ -36,6 +36,9 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
         top_error: ErrorCode | None = ErrorCode.invalid_group_id
     elif (gate := groups.coordinator_error(group_id)) is not None:
         top_error = gate  # not (yet) this group's coordinator
+    elif (consumer := ctx.consumer_groups.group(group_id)) is not None:  # KIP-848
+        top_error = ctx.consumer_groups.commit_error(consumer, request.member_id, generation,
+                                                     ctx.version)
     else:  # only now: coordinator_error loads the group on a new coordinator
         top_error = groups.coordinator.commit_error(
             group_id, generation, request.member_id,
@@ -53,7 +56,8 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
                     p.committed_offset, getattr(p, "committed_leader_epoch", -1),
                     p.committed_metadata or "", now)
     if accepted:
-        groups.coordinator.ensure_group(group_id, now)
+        if ctx.consumer_groups.group(group_id) is None:
+            groups.coordinator.ensure_group(group_id, now)
         try:
             await groups.commit_offsets(group_id, accepted)
         except OSError:

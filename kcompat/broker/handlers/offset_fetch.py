@@ -44,6 +44,17 @@ def _topics(ctx: RequestContext, group_id: str, requested: Any, prefix: str,
     return tuple(out)
 
 
+def _group_error(ctx: RequestContext, g: Any) -> ErrorCode | None:
+    """Only the coordinator answers; a KIP-848 group checks the member (v9+)."""
+    if (code := ctx.groups.coordinator_error(g.group_id)) is not None:
+        return code
+    consumer = ctx.consumer_groups.group(g.group_id)
+    if consumer is None:
+        return None
+    return ctx.consumer_groups.fetch_error(consumer, getattr(g, "member_id", None),
+                                           getattr(g, "member_epoch", -1))
+
+
 async def handle(ctx: RequestContext, request: Any) -> Any:
     stable = bool(getattr(request, "require_stable", False))
     gate = ctx.groups.coordinator_error  # only the coordinator answers
@@ -51,7 +62,7 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
         groups = tuple(
             ctx.build("OffsetFetchResponseGroup", group_id=g.group_id,
                       topics=_topics(ctx, g.group_id, g.topics, "s", stable), error_code=OK)
-            if (code := gate(g.group_id)) is None else
+            if (code := _group_error(ctx, g)) is None else
             ctx.build("OffsetFetchResponseGroup", group_id=g.group_id, topics=(),
                       error_code=code)
             for g in request.groups

@@ -1,0 +1,271 @@
+"""KIP-848 consumer groups at their group coordinator.
+
+Theory of operation
+-------------------
+A consumer group (``group.protocol=consumer``) is coordinated like a classic
+one: by the Raft leader of its ``__consumer_offsets`` partition
+(``GroupService.coordinator_error``). This service keeps one ``ConsumerGroup``
+(``group.consumer_group``, pure) per group id, answers ConsumerGroupHeartbeat
+and ConsumerGroupDescribe from it, feeds it the topics at every heartbeat (a
+new topic can match a regex subscription, a new partition changes the
+assignment) and expires members whose session or revocation ran out (``run``).
+
+Durability, as ``share_groups`` does for share groups: every change of a
+group (a member's epoch or assignment, the group epoch, the target) is
+written to the group's ``__consumer_offsets`` partition as one snapshot
+record (``offsets.consumer_group_key``) and committed before it is answered.
+Every replica applies those records to its ``OffsetStore``, so the broker that
+takes over the partition after a crash rebuilds the group from the latest
+snapshot (``group``): members keep their ids, epochs and assignments, and
+their sessions restart. Offsets stay in the same store as classic groups'.
+
+Classic and consumer groups share the group id namespace (Kafka 4.4): a
+heartbeat that joins an id held by an *empty* classic group (or offsets only)
+turns it into a consumer group, its offsets kept; a non-empty classic group or
+a share group is GROUP_ID_NOT_FOUND ("... is not a consumer group.") — kcompat
+does not convert a live classic group (Kafka's online migration,
+``group.consumer.migration.policy``). The other way round, a JoinGroup to an
+empty consumer group deletes it first (``drop_if_empty``); to a group with
+consumer members it is INCONSISTENT_GROUP_PROTOCOL (Kafka 4.4 would admit a
+consumer-protocol classic member into the group; kcompat does not mix them).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+import trio
+from kio.schema.errors import ErrorCode
+
+from kcompat.broker.controller.internal_topics import OFFSETS_TOPIC, partition_for
+from kcompat.broker.group_config import effective_group_config
+from kcompat.broker.groups import NotCoordinatorError, write_committed
+from kcompat.broker.state import now_ms
+from kcompat.group.consumer_group import (
+    ConsumerGroup,
+    ConsumerGroupConfig,
+    Heartbeat,
+    HeartbeatResult,
+)
+from kcompat.group.group import GroupState
+from kcompat.group.offsets import consumer_group_key, group_key
+from kcompat.wire.records import encode_batch
+
+if TYPE_CHECKING:
+    from kcompat.broker.groups import GroupService
+    from kcompat.broker.replication.runtime import ClusterRuntime
+    from kcompat.broker.state import BrokerState
+
+log = logging.getLogger("kcompat.consumer_groups")
+
+IDLE_WAKE_S = 1.0
+
+
+class ConsumerGroupService:
+    def __init__(self, state: BrokerState, cluster: ClusterRuntime,
+                 groups: GroupService) -> None:
+        self.state = state
+        self.cluster = cluster
+        self.classic = groups
+        self.groups: dict[str, ConsumerGroup] = {}
+        self._terms: dict[str, int] = {}  # group -> offsets-partition term it was built in
+        self._wake = trio.Event()
+
+    # -- configs ------------------------------------------------------------------------
+
+    @property
+    def assignors(self) -> tuple[str, ...]:
+        return tuple(self.state.config["group.consumer.assignors"])
+
+    def _group_config(self, group_id: str) -> ConsumerGroupConfig:
+        cfg: dict[str, Any] = effective_group_config(self.state, group_id)
+        return ConsumerGroupConfig(
+            session_timeout_ms=int(cfg["consumer.session.timeout.ms"]),
+            heartbeat_interval_ms=int(cfg["consumer.heartbeat.interval.ms"]),
+            max_size=int(self.state.config["group.consumer.max.size"]),
+            assignors=self.assignors,
+            assignment_interval_ms=int(cfg["consumer.assignment.interval.ms"]))
+
+    # -- the coordinator ----------------------------------------------------------------
+
+    def coordinator_error(self, group_id: str) -> ErrorCode | None:
+        return self.classic.coordinator_error(group_id)
+
+    def _term(self, group_id: str) -> int:
+        n = self.classic.num_partitions
+        group = self.cluster.group_of(OFFSETS_TOPIC, partition_for(group_id, n))
+        return -1 if group is None else group.raft.term
+
+    def group(self, group_id: str) -> ConsumerGroup | None:
+        """The live group, rebuilt from its stored snapshot when this broker
+        (again) coordinates it: a copy kept from an earlier term would answer
+        for members that moved on."""
+        term = self._term(group_id)
+        if self._terms.get(group_id, term) != term:
+            self.groups.pop(group_id, None)
+        found = self.groups.get(group_id)
+        if found is None and (raw := self.classic.store.consumer_groups.get(group_id)):
+            try:
+                found = ConsumerGroup.restore(raw, now_ms(), self._group_config(group_id),
+                                              self.partition_counts())
+            except ValueError as e:
+                log.warning("consumer group %s: stored snapshot unreadable (%s)", group_id, e)
+                return None
+            self.groups[group_id] = found
+            log.info("consumer group %s: %d members restored at epoch %d", group_id,
+                     len(found.member_ids()), found.group_epoch)
+            self._wake.set()
+        if found is not None:
+            self._terms[group_id] = term
+        return found
+
+    def partition_counts(self) -> dict[str, int]:
+        return {name: meta.partitions for name, meta in self.state.topics.items()
+                if not meta.internal}
+
+    def classic_group_state(self, group_id: str) -> GroupState | None:
+        group = self.classic.coordinator.groups.get(group_id)
+        return None if group is None else group.state
+
+    def has_members(self, group_id: str) -> bool:
+        group = self.group(group_id)
+        return group is not None and bool(group.member_ids())
+
+    # -- ConsumerGroupHeartbeat -----------------------------------------------------------
+
+    async def heartbeat(self, group_id: str, hb: Heartbeat) -> HeartbeatResult:
+        group = self.group(group_id)
+        if group is None:
+            refused = await self._claim_id(group_id, hb)
+            if refused is not None:
+                return refused
+            group = ConsumerGroup(group_id, self._group_config(group_id),
+                                  self.partition_counts())
+            before = None
+        else:
+            group.update_metadata(self.partition_counts())
+            before = group.snapshot_json()
+        result = group.heartbeat(hb, now_ms())
+        if group.exists and group_id not in self.groups:
+            self.groups[group_id] = group
+            self._terms[group_id] = self._term(group_id)
+        self._wake.set()
+        if group.exists and group.snapshot_json() != before:
+            code = await self.persist(group)
+            if code != ErrorCode.none:  # not durable: the member retries elsewhere
+                self.groups.pop(group_id, None)
+                return HeartbeatResult(code)
+        return result
+
+    async def _claim_id(self, group_id: str, hb: Heartbeat) -> HeartbeatResult | None:
+        """None when a consumer group may be created under ``group_id``."""
+        share = self.classic.store.share_groups.get(group_id) is not None
+        state = self.classic_group_state(group_id)
+        if share or (state is not None and state != GroupState.EMPTY):
+            return HeartbeatResult(ErrorCode.group_id_not_found,
+                                   error_message=f"Group {group_id} is not a consumer group.")
+        if state is not None and hb.member_epoch == 0:  # an empty classic group: replaced
+            self.classic.coordinator.groups.pop(group_id, None)
+            if group_id in self.classic.store.groups:
+                try:
+                    await self.classic._append(group_id, [(group_key(group_id), None)])  # noqa: SLF001
+                except NotCoordinatorError as e:
+                    return HeartbeatResult(e.code)
+        return None
+
+    async def persist(self, group: ConsumerGroup) -> ErrorCode:
+        """Write the group's snapshot to its ``__consumer_offsets`` partition
+        and wait for the commit (before the change is answered)."""
+        return await self._write(group.group_id, group.snapshot_json())
+
+    async def _write(self, group_id: str, value: bytes | None) -> ErrorCode:
+        now = now_ms()
+        try:
+            part = self.classic._offsets_partition(group_id)  # noqa: SLF001
+            batch = encode_batch([(consumer_group_key(group_id), value, (), now)])
+            await write_committed(self.cluster, part, memoryview(batch), now)
+        except NotCoordinatorError as e:
+            return e.code
+        return ErrorCode.none
+
+    # -- the classic APIs on a consumer group ---------------------------------------------
+
+    def commit_error(self, group: ConsumerGroup, member_id: str, member_epoch: int,
+                     version: int) -> ErrorCode | None:
+        """OffsetCommit to a consumer group, checked as Kafka 4.4's
+        ``ConsumerGroup.validateOffsetCommit``: without an epoch only while it
+        has no members; else a known member (UNKNOWN_MEMBER_ID) committing
+        with v9+ (UNSUPPORTED_VERSION) at its current epoch (STALE_MEMBER_EPOCH)."""
+        if member_epoch < 0 and not group.member_ids():
+            return None
+        if group.member(member_id) is None:
+            return ErrorCode.unknown_member_id
+        if version < 9:
+            return ErrorCode.unsupported_version
+        found = group.offsets_error(member_id, member_epoch)
+        return None if found is None else found[0]
+
+    def fetch_error(self, group: ConsumerGroup, member_id: str | None,
+                    member_epoch: int) -> ErrorCode | None:
+        """OffsetFetch v9+: a request naming no member (admin clients) is
+        served; a member must be known and at its current epoch."""
+        if not member_id and member_epoch < 0:
+            return None
+        found = group.offsets_error(member_id, member_epoch)
+        return None if found is None else found[0]
+
+    async def drop_if_empty(self, group_id: str) -> ErrorCode | None:
+        """Before a JoinGroup: an empty consumer group gives its id up (Kafka
+        converts it to a classic group); one with members refuses the join."""
+        group = self.group(group_id)
+        if group is None:
+            return None
+        if group.member_ids():
+            return ErrorCode.inconsistent_group_protocol
+        code = await self._write(group_id, None)
+        if code == ErrorCode.none:
+            self.groups.pop(group_id, None)
+            self._terms.pop(group_id, None)
+            return None
+        return code
+
+    async def delete(self, group_id: str) -> ErrorCode:
+        """DeleteGroups of a consumer group: only when empty (its offsets are
+        deleted by the caller with the classic records)."""
+        group = self.group(group_id)
+        if group is None:
+            return ErrorCode.group_id_not_found
+        if group.member_ids():
+            return ErrorCode.non_empty_group
+        code = await self._write(group_id, None)
+        if code == ErrorCode.none:
+            self.groups.pop(group_id, None)
+            self._terms.pop(group_id, None)
+        return code
+
+    # -- time -------------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Expire members whose session (or revocation) ran out."""
+        while True:
+            self._wake = trio.Event()
+            now = now_ms()
+            wait_s = IDLE_WAKE_S
+            for group_id in list(self.groups):
+                if self.coordinator_error(group_id) is not None:
+                    continue  # another broker coordinates it now
+                group = self.group(group_id)
+                if group is None:
+                    continue
+                expired = group.tick(now)
+                for member_id in expired:
+                    log.info("consumer group %s: member %s removed (session or rebalance "
+                             "timeout)", group_id, member_id)
+                if expired:
+                    self.cluster.spawn(self.persist, group)
+                deadline = group.next_deadline_ms()
+                if deadline is not None:
+                    wait_s = min(wait_s, max(deadline - now, 1) / 1000)
+            with trio.move_on_after(wait_s):
+                await self._wake.wait()

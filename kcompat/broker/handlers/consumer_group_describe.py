@@ -1,0 +1,77 @@
+"""ConsumerGroupDescribe (key 69), versions 0-1 (KIP-848).
+
+State, epochs, assignor and members of each consumer group this broker
+coordinates: each member's current assignment and target assignment (topic
+id and name), subscription (names and regex) and, from v1, its type (1: a
+consumer-protocol member). As Kafka 4.4: an empty group id is INVALID_GROUP_ID,
+another broker's group NOT_COORDINATOR, an unknown group GROUP_ID_NOT_FOUND
+"Group <id> not found.", a classic or share group GROUP_ID_NOT_FOUND "Group
+<id> is not a consumer group." (state "", epochs 0, as Kafka leaves them).
+Authorized operations are not computed (kcompat has no ACLs yet):
+-2147483648, Kafka's "not requested" value.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from kcompat.broker.context import RequestContext
+from kcompat.broker.handlers._common import NO_THROTTLE, OK
+from kcompat.group.consumer_group import DescribedConsumerGroup
+
+NOT_REQUESTED = -(1 << 31)
+CONSUMER_MEMBER = 1
+
+
+def _assignment(ctx: RequestContext, assigned: Any) -> Any:
+    topics = []
+    for name, partitions in assigned:
+        meta = ctx.state.topics.get(name)
+        if meta is not None:
+            topics.append(ctx.build("TopicPartitions", topic_id=meta.topic_id, topic_name=name,
+                                    partitions=tuple(partitions)))
+    return ctx.build("Assignment", topic_partitions=tuple(topics))
+
+
+def _missing(ctx: RequestContext, group_id: str, code: ErrorCode, message: str | None) -> Any:
+    return ctx.build("DescribedGroup", error_code=code, error_message=message,
+                     group_id=group_id, group_state="", group_epoch=0, assignment_epoch=0,
+                     assignor_name="", members=(), authorized_operations=NOT_REQUESTED)
+
+
+def _described(ctx: RequestContext, d: DescribedConsumerGroup) -> Any:
+    extra = {"member_type": CONSUMER_MEMBER} if ctx.version >= 1 else {}
+    members = tuple(ctx.build(
+        "Member", member_id=m.member_id, instance_id=m.instance_id, rack_id=m.rack_id,
+        member_epoch=m.member_epoch, client_id=m.client_id, client_host=m.client_host,
+        subscribed_topic_names=tuple(m.subscribed_topic_names),
+        subscribed_topic_regex=m.subscribed_topic_regex,
+        assignment=_assignment(ctx, m.assignment),
+        target_assignment=_assignment(ctx, m.target_assignment), **extra)
+        for m in d.members)
+    return ctx.build("DescribedGroup", error_code=OK, error_message=None, group_id=d.group_id,
+                     group_state=d.group_state, group_epoch=d.group_epoch,
+                     assignment_epoch=d.assignment_epoch, assignor_name=d.assignor_name,
+                     members=members, authorized_operations=NOT_REQUESTED)
+
+
+async def handle(ctx: RequestContext, request: Any) -> Any:
+    service = ctx.consumer_groups
+    out = []
+    for group_id in request.group_ids:
+        if not group_id:
+            out.append(_missing(ctx, group_id, ErrorCode.invalid_group_id, None))
+        elif (gate := service.coordinator_error(group_id)) is not None:
+            out.append(_missing(ctx, group_id, gate, None))
+        elif (group := service.group(group_id)) is not None:
+            out.append(_described(ctx, group.describe()))
+        elif service.classic_group_state(group_id) is not None \
+                or service.classic.store.share_groups.get(group_id) is not None:
+            out.append(_missing(ctx, group_id, ErrorCode.group_id_not_found,
+                                f"Group {group_id} is not a consumer group."))
+        else:
+            out.append(_missing(ctx, group_id, ErrorCode.group_id_not_found,
+                                f"Group {group_id} not found."))
+    return ctx.response(throttle_time=NO_THROTTLE, groups=tuple(out))

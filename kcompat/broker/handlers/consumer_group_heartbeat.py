@@ -1,0 +1,73 @@
+"""ConsumerGroupHeartbeat (key 68), versions 0-1 (KIP-848).
+
+Join (epoch 0, with the subscribed topic names or a regex), heartbeat, or leave
+(epoch -1; -2 for a static member that will come back) a consumer group at its
+coordinator (``consumer_groups``). The answer carries the member epoch, the
+heartbeat interval and, when it changed or the request was a full one, the
+member's assignment by topic id. v1 members choose their member id (an empty
+one is INVALID_REQUEST); at v0 the coordinator names a joining member without
+one. Request checks, errors and messages as Kafka 4.4
+(``group.consumer_group.check_request``); they come before the coordinator is
+looked up, as Kafka's GroupCoordinatorService validates first. A change of
+membership or assignment is written to ``__consumer_offsets`` before it is
+answered.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import uuid
+from typing import Any
+
+from kcompat.broker.context import RequestContext
+from kcompat.broker.handlers._common import NO_THROTTLE
+from kcompat.group.consumer_group import Heartbeat, HeartbeatResult, check_request
+
+
+def _owned(ctx: RequestContext, request: Any) -> tuple[tuple[str, tuple[int, ...]], ...] | None:
+    if request.topic_partitions is None:
+        return None
+    by_id = {meta.topic_id: name for name, meta in ctx.state.topics.items()}
+    return tuple((by_id[t.topic_id], tuple(t.partitions)) for t in request.topic_partitions
+                 if t.topic_id in by_id)
+
+
+def _answer(ctx: RequestContext, result: HeartbeatResult) -> Any:
+    assignment = None
+    if result.assignment is not None:
+        topics = []
+        for name, partitions in result.assignment:
+            meta = ctx.state.topics.get(name)
+            if meta is not None:
+                topics.append(ctx.build("TopicPartitions", topic_id=meta.topic_id,
+                                        partitions=tuple(partitions)))
+        assignment = ctx.build("Assignment", topic_partitions=tuple(topics))
+    return ctx.response(
+        throttle_time=NO_THROTTLE, error_code=result.error, error_message=result.error_message,
+        member_id=result.member_id, member_epoch=result.member_epoch,
+        heartbeat_interval=datetime.timedelta(milliseconds=result.heartbeat_interval_ms),
+        assignment=assignment)
+
+
+async def handle(ctx: RequestContext, request: Any) -> Any:
+    service = ctx.consumer_groups
+    rebalance_timeout_ms = int(request.rebalance_timeout.total_seconds() * 1000)
+    names = request.subscribed_topic_names
+    hb = Heartbeat(
+        member_id=request.member_id, member_epoch=request.member_epoch,
+        instance_id=request.instance_id, rack_id=request.rack_id,
+        rebalance_timeout_ms=rebalance_timeout_ms,
+        subscribed_topic_names=None if names is None else tuple(names),
+        subscribed_topic_regex=request.subscribed_topic_regex,
+        server_assignor=request.server_assignor, owned=_owned(ctx, request),
+        client_id=ctx.client_id or "", client_host=ctx.client_host)
+    invalid = check_request(request.group_id, hb, service.assignors,
+                            member_id_required=ctx.version >= 1)
+    if invalid is not None:
+        return _answer(ctx, HeartbeatResult(invalid[0], error_message=invalid[1]))
+    if (gate := service.coordinator_error(request.group_id)) is not None:
+        return _answer(ctx, HeartbeatResult(gate))
+    if not hb.member_id and hb.member_epoch == 0:  # v0: the coordinator names it
+        hb = dataclasses.replace(hb, member_id=str(uuid.uuid4()))
+    return _answer(ctx, await service.heartbeat(request.group_id, hb))
