@@ -14,7 +14,10 @@ from __future__ import annotations
 from kcompat.broker.partition import Partition
 from kcompat.wire.records import decode_batch
 
-LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, EARLIEST_PENDING_UPLOAD = -1, -2, -3, -4, -5
+LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL = -1, -2, -3, -4
+# tiered storage (KIP-1005, KIP-1023): no remote log here, so nothing is tiered
+# or pending upload and Kafka answers offset -1 without a leader epoch
+LATEST_TIERED, EARLIEST_PENDING_UPLOAD = -5, -6
 
 
 def offset_for_time(part: Partition, target: int, committed: bool = False) -> tuple[int, int]:
@@ -23,8 +26,10 @@ def offset_for_time(part: Partition, target: int, committed: bool = False) -> tu
     log = part.log
     if target == LATEST:
         return (part.last_stable_offset if committed else part.high_watermark), -1
-    if target in (EARLIEST, EARLIEST_LOCAL, EARLIEST_PENDING_UPLOAD):
+    if target in (EARLIEST, EARLIEST_LOCAL):
         return log.log_start_offset, -1
+    if target in (LATEST_TIERED, EARLIEST_PENDING_UPLOAD):
+        return -1, -1
     if target == MAX_TIMESTAMP:
         found = log.max_timestamp_offset()
         if found is None:

@@ -123,12 +123,13 @@ class BrokerMetrics:
         if ok and records:
             self.add_bytes_in(topic, len(records))
 
-    def fetched(self, topics: Iterable[Any]) -> None:
-        """Fetch handler hook: count the record bytes of a built response."""
-        for topic in topics:
+    def fetched(self, names: Iterable[str | None], topics: Iterable[Any]) -> None:
+        """Fetch handler hook: count the record bytes of a built response
+        (``names``: each response topic's name, as v13+ answers carry ids)."""
+        for name, topic in zip(names, topics, strict=True):
             size = sum(len(p.records or b"") for p in topic.partitions)
-            if size:
-                self.add_bytes_out(topic.topic, size)
+            if size and name is not None:
+                self.add_bytes_out(name, size)
 
 
 class StateCollector(Collector):

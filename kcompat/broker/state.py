@@ -27,7 +27,7 @@ from typing import Any
 import trio
 from kio.schema.errors import ErrorCode
 
-from kcompat.broker import dedup_windows, views
+from kcompat.broker import dedup_windows, dynamic_config, views
 from kcompat.broker.config import BrokerConfig
 from kcompat.broker.configdef import ConfigError
 from kcompat.broker.flusher import Flusher
@@ -79,7 +79,13 @@ class BrokerState:
         self.flusher = Flusher(threaded=store.blocking)
         # the controller applies committed metadata records (controller.metadata_apply)
         self.metadata = MetadataStore(self.data_dir, now_ms(), store)
+        # the cluster-level min.insync.replicas Kafka 4 writes when it formats a
+        # cluster (ELR on); a committed broker_configs record for "" replaces it
+        self.metadata.image.broker_configs[dynamic_config.CLUSTER] = {
+            dynamic_config.MIN_ISR: str(config["min.insync.replicas"])}
+        self.apply_dynamic_configs()
         self.partitions: dict[tuple[str, int], Partition] = {}
+        self._topic_ids: dict[uuid.UUID, str] = {}  # topic_by_id's map
         self.views = views.ViewReader()  # Fetch of filtered views
         self.data_arrived = trio.Event()
         # how many brokers (voters) the cluster has, set by the replication runtime;
@@ -104,11 +110,20 @@ class BrokerState:
         source = meta.view_of if meta is not None else None
         return self.partitions.get((source or topic, index))
 
-    def topic_by_id(self, topic_id: uuid.UUID) -> TopicMeta | None:
-        for meta in self.topics.values():
-            if meta.topic_id == topic_id:
-                return meta
-        return None
+    def topic_by_id(self, topic_id: uuid.UUID | None) -> TopicMeta | None:
+        """The topic with this id. Produce v13 and Fetch v13+ resolve every
+        topic of every request by id, so an id -> name map is kept, checked
+        against the image on each hit and rebuilt on a miss (a topic created,
+        deleted or re-created since; an unknown id, an error answer, pays a scan)."""
+        if topic_id is None:
+            return None
+        name = self._topic_ids.get(topic_id)
+        meta = self.topics.get(name) if name is not None else None
+        if meta is None or meta.topic_id != topic_id:
+            self._topic_ids = {m.topic_id: m.name for m in self.topics.values()}
+            name = self._topic_ids.get(topic_id)
+            meta = self.topics.get(name) if name is not None else None
+        return meta
 
     @property
     def group_configs(self) -> dict[str, dict[str, Any]]:
@@ -216,6 +231,32 @@ class BrokerState:
         except GroupConfigError as e:
             raise TopicError(ErrorCode.invalid_config, e.message) from None
         return {"op": "alter_group_configs", "name": group_id, "configs": parsed}
+
+    @property
+    def broker_configs(self) -> dict[str, dict[str, str]]:
+        """Dynamic broker configs: level ("" or a node id) -> key -> raw value."""
+        return self.metadata.image.broker_configs
+
+    def set_broker_configs(self, name: str, configs: dict[str, str],
+                           here: bool = True) -> dict[str, Any]:
+        """Validate a level's whole new set of dynamic broker configs (Alter /
+        IncrementalAlterConfigs of a BROKER resource); the change for the
+        controller. ``here``: the broker the request reached (name and value
+        checks); the controller checks the cluster-level min.insync.replicas."""
+        try:
+            if here:
+                dynamic_config.check_alter_name(name, self.node_id)
+                dynamic_config.validate(name, configs,
+                                        lambda key: dynamic_config.current(self.config, key))
+            dynamic_config.check_cluster_min_isr(name, self.broker_configs.get(name, {}), configs)
+        except dynamic_config.DynamicConfigError as e:
+            raise TopicError(e.code, e.message) from None
+        return {"op": "alter_broker_configs", "name": name, "configs": dict(configs)}
+
+    def apply_dynamic_configs(self) -> None:
+        """This broker's effective config after a dynamic level changed."""
+        self.config.dynamic, self.config.dynamic_sources = dynamic_config.overlay(
+            self.broker_configs, self.node_id)
 
     def _wake(self) -> None:
         self.data_arrived.set()

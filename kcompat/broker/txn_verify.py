@@ -31,6 +31,7 @@ NOT_ENOUGH_REPLICAS — retriable for every client, as Kafka answers.
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from kio.schema.errors import ErrorCode
@@ -93,17 +94,19 @@ class TxnVerifier:
         if found is not None:
             found[1].difference_update({v for v in found[1] if v[0] == pid})
 
-    async def verify_request(self, request: Any) -> dict[tuple[str, int], ErrorCode]:
-        """Verify every partition of a Produce request that needs it; the
-        errors to answer for partitions the coordinator did not confirm."""
+    async def verify_request(self, tid: str | None,
+                             topics: Iterable[tuple[str, Iterable[Any]]]
+                             ) -> dict[tuple[str, int], ErrorCode]:
+        """Verify every partition of a Produce request that needs it (``topics``:
+        (name, partition data) of the topics this broker knows); the errors to
+        answer for partitions the coordinator did not confirm."""
         errors: dict[tuple[str, int], ErrorCode] = {}
-        tid = getattr(request, "transactional_id", None)
         if tid is None:  # not a transactional producer: nothing to ask (the append
             return errors  # refuses a transactional batch without an id anyway)
-        for topic in request.topic_data:
-            for pdata in topic.partition_data:
+        for name, partition_data in topics:
+            for pdata in partition_data:
                 header = _first_header(pdata.records)
-                key = (topic.name, pdata.index)
+                key = (name, pdata.index)
                 if (header is None or not header.is_transactional
                         or not self.rt.leads(*key)
                         or self.txns.serves_producer(header.producer_id)

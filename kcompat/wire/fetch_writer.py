@@ -1,4 +1,4 @@
-"""FetchResponse v4-v12 written without copying the records (the consume hot path).
+"""FetchResponse v4-v18 written without copying the records (the consume hot path).
 
 Theory of operation
 -------------------
@@ -15,14 +15,19 @@ responses of every version.
 Layout (Kafka's FetchResponse schema): v7+ add error_code and session_id at
 the top, v5+ log_start_offset, v11+ preferred_read_replica, and v12 is
 "flexible" (compact lengths as unsigned varints of length + 1, and a tagged
-field section after every struct and in the response header). Partitions that
-carry v12 tagged fields (diverging epoch, current leader, snapshot id) are not
-written here: ``None`` tells the caller to use kio instead.
+field section after every struct and in the response header); v13+ name a
+topic by its 16-byte id instead of its name (a null id is written as zeros),
+v16+ may carry node endpoints as a tagged field of the response (v14, v15, v17
+and v18 change nothing in the response). Partitions that carry tagged fields
+(diverging epoch, current leader, snapshot id) and responses with node
+endpoints — error answers, never the hot path — are not written here: ``None``
+tells the caller to use kio instead.
 """
 
 from __future__ import annotations
 
 import struct
+import uuid
 from typing import Any
 
 _I16 = struct.Struct(">h")
@@ -31,7 +36,8 @@ _I64 = struct.Struct(">q")
 _PARTITION_V4 = struct.Struct(">ihqq")  # partition, error, high watermark, LSO
 _ABORTED = struct.Struct(">qq")
 
-FIRST_VERSION, LAST_VERSION = 4, 12
+FIRST_VERSION, LAST_VERSION = 4, 18
+_ZERO_ID = bytes(16)
 
 
 def _uvarint(out: bytearray, value: int) -> None:
@@ -63,7 +69,9 @@ def encode_fetch_response(version: int, correlation_id: int, body: Any) -> list[
     """Size prefix + header + body as chunks, or None if kio must write it."""
     if not FIRST_VERSION <= version <= LAST_VERSION:
         return None
-    flexible = version >= 12
+    if getattr(body, "node_endpoints", None):
+        return None
+    flexible, by_id = version >= 12, version >= 13
     chunks: list[bytes] = []
     out = bytearray(_I32.pack(correlation_id))
     if flexible:
@@ -74,9 +82,13 @@ def encode_fetch_response(version: int, correlation_id: int, body: Any) -> list[
         out += _I32.pack(body.session_id)
     _length(out, len(body.responses), flexible, wide=True)
     for topic in body.responses:
-        name = topic.topic.encode()
-        _length(out, len(name), flexible, wide=False)
-        out += name
+        if by_id:
+            topic_id: uuid.UUID | None = topic.topic_id
+            out += _ZERO_ID if topic_id is None else topic_id.bytes
+        else:
+            name = topic.topic.encode()
+            _length(out, len(name), flexible, wide=False)
+            out += name
         _length(out, len(topic.partitions), flexible, wide=True)
         for p in topic.partitions:
             if flexible and _has_tagged_fields(p):

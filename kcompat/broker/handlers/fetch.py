@@ -1,10 +1,18 @@
-"""Fetch (key 1), versions 4-12.
+"""Fetch (key 1), versions 4-18.
 
 Quirks: records are always bytes, never null — librdkafka rejects a null
 MessageSet ("invalid MessageSetSize"). Fetch sessions are not kept: session_id
-is always 0, so clients send full requests. aiokafka and old librdkafka use v11,
-the rest v12; v13+ (topic ids) is not advertised. The first partition with data
-gets at least one whole batch even beyond max_bytes / partition_max_bytes.
+is always 0, so clients send full requests (and ``forgotten_topics_data`` has
+nothing to forget). aiokafka and old librdkafka use v11, kafka-python v12,
+librdkafka 2.x and Java 4.4 the newest both serve once every topic has an id.
+From v13 topics are named by id only (KIP-516): an id this broker does not know
+is UNKNOWN_TOPIC_ID for each partition asked, as Kafka answers; v14/v15 add
+nothing a consumer sends (tiered storage, replica state of follower fetches),
+v16 the KIP-951 hints (a NOT_LEADER_OR_FOLLOWER or FENCED_LEADER_EPOCH
+partition carries its current leader, the response those leaders' endpoints),
+v17/v18 only follower fields (directory id, high watermark). The first
+partition with data gets at least one whole batch even beyond max_bytes /
+partition_max_bytes.
 
 read_committed reads stop at the last stable offset and carry the aborted
 transactions overlapping the returned range, so the consumer can drop their
@@ -30,11 +38,13 @@ from kio.schema.errors import ErrorCode
 
 from kcompat.broker.context import RequestContext
 from kcompat.broker.handlers._common import NO_THROTTLE, OK
+from kcompat.broker.handlers._leader_hints import LeaderHints, topic_name
 from kcompat.broker.partition import Partition
 from kcompat.broker.views import WORK_RECORDS
 from kcompat.log.partition_log import OffsetOutOfRange
 
 READ_COMMITTED = 1
+_HINTED = (ErrorCode.not_leader_or_follower, ErrorCode.fenced_leader_epoch)
 
 
 def _epoch_error(part: Partition, requested: int) -> ErrorCode | None:
@@ -46,7 +56,8 @@ def _epoch_error(part: Partition, requested: int) -> ErrorCode | None:
 
 
 def _partition_data(ctx: RequestContext, part: Partition | None, index: int, code: ErrorCode,
-                    records: bytes, aborted: tuple[Any, ...] | None) -> Any:
+                    records: bytes, aborted: tuple[Any, ...] | None,
+                    current_leader: Any = None) -> Any:
     # Like Kafka, an errored partition (offset out of range, fenced epoch, unknown
     # partition) carries -1 for high watermark, last stable and log start offset; an
     # unknown partition also gets an empty (not null) aborted list, as Kafka's
@@ -65,6 +76,7 @@ def _partition_data(ctx: RequestContext, part: Partition | None, index: int, cod
         aborted_transactions=aborted,
         preferred_read_replica=-1,
         records=records,
+        **({"current_leader": current_leader} if current_leader is not None else {}),
     )
 
 
@@ -74,7 +86,15 @@ def _aborted(ctx: RequestContext, part: Partition, start: int, end: int) -> tupl
                  for a in part.log.aborted_transactions(start, end))
 
 
-def _read_all(ctx: RequestContext, request: Any) -> tuple[list[Any], int, bool]:
+def _requested(ctx: RequestContext, request: Any) -> list[tuple[str | None, Any]]:
+    """(topic name, request topic); from v13 topics come by id (None: unknown id)."""
+    if ctx.version < 13:
+        return [(t.topic, t) for t in request.topics]
+    return [(topic_name(ctx, t.topic_id), t) for t in request.topics]
+
+
+def _read_all(ctx: RequestContext, request: Any, named: list[tuple[str | None, Any]],
+              hints: LeaderHints | None) -> tuple[list[Any], int, bool]:
     """One pass over every requested partition: (topics, bytes, any_error)."""
     committed = getattr(request, "isolation_level", 0) == READ_COMMITTED
     budget = request.max_bytes if ctx.version >= 3 else 1 << 30
@@ -82,18 +102,20 @@ def _read_all(ctx: RequestContext, request: Any) -> tuple[list[Any], int, bool]:
     errors = False
     topics = []
     view_work = [WORK_RECORDS]
-    for topic in request.topics:
+    for name, topic in named:
         parts = []
-        meta = ctx.state.topics.get(topic.topic)
+        meta = ctx.state.topics.get(name) if name is not None else None
         view_of = meta.view_of if meta is not None else None
         for fp in topic.partitions:
-            # only the leader serves consumers
-            part, code = ctx.cluster.led_partition(topic.topic, fp.partition)
             records = b""
+            aborted: tuple[Any, ...] | None = None
+            if name is None:
+                part, code = None, ErrorCode.unknown_topic_id
+            else:  # only the leader serves consumers
+                part, code = ctx.cluster.led_partition(name, fp.partition)
             if part is not None:
                 code = _epoch_error(part, getattr(fp, "current_leader_epoch", -1)) or OK
             remaining = budget - total
-            aborted: tuple[Any, ...] | None = None
             if part is not None and code == OK and (total == 0 or remaining > 0):
                 upper = part.last_stable_offset if committed else part.high_watermark
                 try:
@@ -102,19 +124,24 @@ def _read_all(ctx: RequestContext, request: Any) -> tuple[list[Any], int, bool]:
                 except OffsetOutOfRange:
                     code = ErrorCode.offset_out_of_range
                 if records and view_of is not None:
-                    assert meta is not None
+                    assert meta is not None and name is not None
                     records = ctx.state.views.filter_records(
-                        topic.topic, meta.configs["kc.view.filter"], view_of, fp.partition,
+                        name, meta.configs["kc.view.filter"], view_of, fp.partition,
                         records, view_work)
                 if committed and records:
                     aborted = _aborted(ctx, part, fp.fetch_offset, upper)
+            leader = None
             if code != OK:
                 errors = True
+                if hints is not None and code in _HINTED:
+                    leader = hints.current_leader(name, fp.partition)
             total += len(records)
             if committed and aborted is None:
                 aborted = ()
-            parts.append(_partition_data(ctx, part, fp.partition, code, records, aborted))
-        topics.append(ctx.build("FetchableTopicResponse", topic=topic.topic,
+            parts.append(_partition_data(ctx, part, fp.partition, code, records, aborted,
+                                         leader))
+        topics.append(ctx.build("FetchableTopicResponse", topic=name,
+                                topic_id=getattr(topic, "topic_id", None),
                                 partitions=tuple(parts)))
     return topics, total, errors
 
@@ -125,15 +152,18 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
     # as Kafka's ReplicaManager: no partition asked (a consumer closing its fetch
     # session sends such a Fetch and waits for it) is answered at once
     asked = any(t.partitions for t in request.topics)
+    named = _requested(ctx, request)
     while True:
         arrived = ctx.state.data_arrived
-        topics, total, errors = _read_all(ctx, request)
+        hints = LeaderHints(ctx) if ctx.version >= 16 else None
+        topics, total, errors = _read_all(ctx, request, named, hints)
         if (total >= max(request.min_bytes, 1) or errors or not asked
                 or trio.current_time() >= deadline):
             break
         with trio.move_on_at(deadline):
             await arrived.wait()
-    ctx.metrics.fetched(topics)
+    ctx.metrics.fetched([name for name, _t in named], topics)
     return ctx.response(
         throttle_time=NO_THROTTLE, error_code=OK, session_id=0, responses=tuple(topics),
+        node_endpoints=hints.node_endpoints() if hints is not None else (),
     )

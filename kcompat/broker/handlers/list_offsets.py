@@ -1,7 +1,11 @@
-"""ListOffsets (key 2), versions 1-10.
+"""ListOffsets (key 2), versions 1-11.
 
 Quirks: librdkafka <= 2.0 parses from v2, aiokafka v5, librdkafka 2.x v7 (max
-timestamp, -3). Spark calls it with -2/-1 very often, so those stay O(1).
+timestamp, -3), Java 4.4 v11. v8-v11 add timestamps of tiered storage (-4
+earliest local: the log start here; -5 latest tiered, -6 earliest pending
+upload: none, offset -1 as Kafka answers without a remote log) and v10 a timeout
+for remote look-ups, which never wait here. Spark calls it with -2/-1 very
+often, so those stay O(1).
 A timestamp with no record at or after it answers offset -1, timestamp -1,
 leader epoch -1 (as Kafka does).
 read_committed (v2+) answers LATEST with the last stable offset.

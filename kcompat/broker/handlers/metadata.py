@@ -1,4 +1,4 @@
-"""Metadata (key 3), versions 0-12.
+"""Metadata (key 3), versions 0-13.
 
 Quirks: a null topic list (v1+) or an empty one (v0) means every topic. Topics
 may be auto-created when ``auto.create.topics.enable`` and the request allows
@@ -10,6 +10,9 @@ replicate); the brokers are the live ones. A starting broker holds its answer
 (bounded) until its metadata image has caught up. A new topic is
 LEADER_NOT_AVAILABLE, as while Kafka creates it, until this broker knows a
 leader for each of its partitions (``ClusterRuntime.first_leader_pending``).
+v13 adds a top-level error code (KIP-1102: REBOOTSTRAP_REQUIRED when a broker
+wants the client to start over from its bootstrap servers), always NONE here,
+as from a Kafka broker that is serving.
 """
 
 from __future__ import annotations
@@ -123,5 +126,5 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
     brokers, controller_id = _brokers(ctx, topics)
     return ctx.response(
         throttle_time=NO_THROTTLE, brokers=brokers, cluster_id=ctx.state.cluster_id,
-        controller_id=controller_id, topics=topics,
+        controller_id=controller_id, topics=topics, error_code=OK,
     )

@@ -1,7 +1,9 @@
-"""OffsetCommit (key 8), versions 2-9.
+"""OffsetCommit (key 8), versions 2-10.
 
 Java 4 commits with v2+ (caps at 9 for the classic consumer), kafka-python v8,
-librdkafka v7. A commit with generation -1 and no member id is a standalone
+librdkafka v7. v10 names topics by id only (KIP-848 consumers): an id this
+broker does not know is UNKNOWN_TOPIC_ID for each of its partitions, and offsets
+are kept by topic name as for every other version. A commit with generation -1 and no member id is a standalone
 commit (``assign()`` consumers, Spark never commits) and is accepted while the
 group has no members. Offsets are written to ``__consumer_offsets`` and fsynced
 before the answer, and become visible to OffsetFetch only then.
@@ -16,11 +18,15 @@ from kio.schema.errors import ErrorCode
 from kcompat.broker.context import RequestContext
 from kcompat.broker.groups import NotCoordinatorError
 from kcompat.broker.handlers._common import NO_THROTTLE, OK, unknown_partition_error
+from kcompat.broker.handlers._leader_hints import topic_name
 from kcompat.broker.state import now_ms
 from kcompat.group.offsets import CommittedOffset
 
 
-def _partition_error(ctx: RequestContext, topic: str, p: Any, max_metadata: int) -> ErrorCode:
+def _partition_error(ctx: RequestContext, topic: str | None, p: Any,
+                     max_metadata: int) -> ErrorCode:
+    if topic is None:
+        return ErrorCode.unknown_topic_id
     if (unknown := unknown_partition_error(ctx.state, topic, p.partition_index)) != OK:
         return unknown  # the metadata image decides: the partition need not be local
     if p.committed_metadata is not None and len(p.committed_metadata.encode()) > max_metadata:
@@ -45,14 +51,17 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
             getattr(request, "group_instance_id", None))
     max_metadata = int(ctx.state.config["offset.metadata.max.bytes"])
     now = now_ms()
-    errors: dict[tuple[str, int], ErrorCode] = {}
+    errors: dict[tuple[str | None, int], ErrorCode] = {}
     accepted: dict[tuple[str, int], CommittedOffset] = {}
-    for t in request.topics:
+    named = [(t.name if ctx.version < 10 else topic_name(ctx, t.topic_id), t)
+             for t in request.topics]
+    for name, t in named:
         for p in t.partitions:
-            code = top_error or _partition_error(ctx, t.name, p, max_metadata)
-            errors[(t.name, p.partition_index)] = code
+            code = top_error or _partition_error(ctx, name, p, max_metadata)
+            errors[(name, p.partition_index)] = code
             if code == OK:
-                accepted[(t.name, p.partition_index)] = CommittedOffset(
+                assert name is not None
+                accepted[(name, p.partition_index)] = CommittedOffset(
                     p.committed_offset, getattr(p, "committed_leader_epoch", -1),
                     p.committed_metadata or "", now)
     if accepted:
@@ -67,10 +76,11 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
             for tp in accepted:
                 errors[tp] = e.code
     topics = tuple(
-        ctx.build("OffsetCommitResponseTopic", name=t.name, partitions=tuple(
-            ctx.build("OffsetCommitResponsePartition", partition_index=p.partition_index,
-                      error_code=errors[(t.name, p.partition_index)])
-            for p in t.partitions))
-        for t in request.topics
+        ctx.build("OffsetCommitResponseTopic", name=name, topic_id=getattr(t, "topic_id", None),
+                  partitions=tuple(
+                      ctx.build("OffsetCommitResponsePartition", partition_index=p.partition_index,
+                                error_code=errors[(name, p.partition_index)])
+                      for p in t.partitions))
+        for name, t in named
     )
     return ctx.response(throttle_time=NO_THROTTLE, topics=topics)

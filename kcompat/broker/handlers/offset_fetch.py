@@ -1,6 +1,9 @@
-"""OffsetFetch (key 9), versions 1-9.
+"""OffsetFetch (key 9), versions 1-10.
 
-v1-7 ask for one group, v8+ for several (``groups``). A null topic list (v2+)
+v1-7 ask for one group, v8+ for several (``groups``); v10 names topics by id
+only (KIP-848 consumers): an id this broker does not know answers
+UNKNOWN_TOPIC_ID for each partition asked, and the whole-group answer lists
+only topics that still exist (those have an id). A null topic list (v2+)
 means every partition the group has an offset for. A partition without a
 committed offset answers offset -1 and empty metadata with no error. With
 require_stable (v7+, read_committed consumers) a partition whose offset awaits a
@@ -15,31 +18,50 @@ from kio.schema.errors import ErrorCode
 
 from kcompat.broker.context import RequestContext
 from kcompat.broker.handlers._common import NO_THROTTLE, OK
+from kcompat.broker.handlers._leader_hints import topic_name
+
+
+def _wanted(ctx: RequestContext, committed: dict[tuple[str, int], Any], requested: Any
+            ) -> list[tuple[str | None, Any, list[int]]]:
+    """(topic name, topic id, partitions) asked; a name None is an unknown id."""
+    by_id = ctx.version >= 10
+    wanted: dict[Any, tuple[str | None, Any, list[int]]] = {}
+    if requested is None:
+        for topic, partition in sorted(committed):
+            meta = ctx.state.topics.get(topic)
+            if by_id and meta is None:
+                continue  # deleted: no id to answer with
+            entry = wanted.setdefault(topic, (topic, meta.topic_id if meta else None, []))
+            entry[2].append(partition)
+    else:
+        for t in requested:
+            if by_id:
+                wanted[t.topic_id] = (topic_name(ctx, t.topic_id), t.topic_id,
+                                      list(t.partition_indexes))
+            else:
+                wanted[t.name] = (t.name, None, list(t.partition_indexes))
+    return list(wanted.values())
 
 
 def _topics(ctx: RequestContext, group_id: str, requested: Any, prefix: str,
             require_stable: bool) -> tuple[Any, ...]:
     committed = ctx.groups.store.committed(group_id)
-    wanted: dict[str, list[int]] = {}
-    if requested is None:
-        for topic, partition in sorted(committed):
-            wanted.setdefault(topic, []).append(partition)
-    else:
-        for t in requested:
-            wanted[t.name] = list(t.partition_indexes)
     out = []
-    for topic, partitions in wanted.items():
+    for topic, topic_id, partitions in _wanted(ctx, committed, requested):
         rows = []
         for index in partitions:
-            c = committed.get((topic, index))
+            c = committed.get((topic, index)) if topic is not None else None
+            code = OK
+            if topic is None:
+                code = ErrorCode.unknown_topic_id
+            elif require_stable and ctx.groups.is_pending(group_id, topic, index):
+                code = ErrorCode.unstable_offset_commit
             rows.append(ctx.build(
                 f"OffsetFetchResponsePartition{prefix}", partition_index=index,
                 committed_offset=c.offset if c else -1,
                 committed_leader_epoch=c.leader_epoch if c else -1,
-                metadata=c.metadata if c else "",
-                error_code=ErrorCode.unstable_offset_commit
-                if require_stable and ctx.groups.is_pending(group_id, topic, index) else OK))
-        out.append(ctx.build(f"OffsetFetchResponseTopic{prefix}", name=topic,
+                metadata=c.metadata if c else "", error_code=code))
+        out.append(ctx.build(f"OffsetFetchResponseTopic{prefix}", name=topic, topic_id=topic_id,
                              partitions=tuple(rows)))
     return tuple(out)
 

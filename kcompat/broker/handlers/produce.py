@@ -1,9 +1,12 @@
-"""Produce (key 0), versions 3-12 parsed; 0-2 advertised (librdkafka feature
+"""Produce (key 0), versions 3-13 parsed; 0-2 advertised (librdkafka feature
 detection) but refused.
 
 Quirks: librdkafka <= 2.0 sends v7, aiokafka v8, kafka-python v9, librdkafka 2.x
-v10, Java 3.9 v11, Java 4 v12; v13 is never advertised (topic ids only).
-acks=0 gets no response at all.
+v10, Java 3.9 v11, Java 4.0 v12, Java 4.1+ v13, which names topics by id only
+(KIP-516): an id this broker does not know is UNKNOWN_TOPIC_ID for each of its
+partitions, as Kafka answers. acks=0 gets no response at all. From v10 a
+partition answered NOT_LEADER_OR_FOLLOWER carries its current leader and the
+response that leader's endpoint (KIP-951, ``_leader_hints``).
 
 Only the Raft leader of a partition accepts a batch; anyone else answers
 NOT_LEADER_OR_FOLLOWER (also a replica-less broker for a topic that exists),
@@ -41,6 +44,7 @@ from kcompat.broker import views
 from kcompat.broker.append import AppendResult, append_records
 from kcompat.broker.context import RequestContext
 from kcompat.broker.handlers._common import NO_THROTTLE, ms_to_datetime
+from kcompat.broker.handlers._leader_hints import LeaderHints, topic_name
 from kcompat.broker.partition import Partition
 from kcompat.broker.replication.group import Group, NotLeaderError
 from kcompat.broker.state import now_ms
@@ -51,7 +55,7 @@ _Row = tuple[int, AppendResult, Partition | None, Group | None, int]
 
 
 def _partition_response(ctx: RequestContext, index: int, result: AppendResult,
-                        log_start: int) -> Any:
+                        log_start: int, current_leader: Any = None) -> Any:
     return ctx.build(
         "PartitionProduceResponse",
         index=index,
@@ -64,6 +68,7 @@ def _partition_response(ctx: RequestContext, index: int, result: AppendResult,
                                       batch_index_error_message=m)
                             for i, m in result.record_errors) if ctx.version >= 8 else (),
         error_message=result.message,
+        **({"current_leader": current_leader} if current_leader is not None else {}),
     )
 
 
@@ -162,17 +167,63 @@ def _refused(index: int, code: ErrorCode) -> _Row:
     return index, AppendResult(code, message=message), None, None, -1
 
 
+def _unknown_id(index: int) -> _Row:
+    return index, AppendResult(ErrorCode.unknown_topic_id), None, None, -1
+
+
+def _named_topics(ctx: RequestContext, request: Any) -> list[tuple[str | None, Any]]:
+    """(topic name, request topic) in request order; v13 names topics by id
+    (None: an id this broker does not know)."""
+    if ctx.version < 13:
+        return [(t.name, t) for t in request.topic_data]
+    return [(topic_name(ctx, t.topic_id), t) for t in request.topic_data]
+
+
+def _rows(ctx: RequestContext, named: list[tuple[str | None, Any]], acks: int,
+          refused: dict[tuple[str, int], ErrorCode]) -> list[list[_Row]]:
+    now = now_ms()
+    out: list[list[_Row]] = []
+    for name, t in named:
+        if name is None:
+            out.append([_unknown_id(p.index) for p in t.partition_data])
+            continue
+        out.append([_refused(p.index, refused[(name, p.index)]) if (name, p.index) in refused
+                    else _append(ctx, name, p, acks, now) for p in t.partition_data])
+    return out
+
+
+def _response(ctx: RequestContext, named: list[tuple[str | None, Any]],
+              results: list[list[_Row]], errors: dict[int, AppendResult]) -> Any:
+    hints = LeaderHints(ctx) if ctx.version >= 10 else None
+    topics = []
+    for (name, t), rows in zip(named, results, strict=True):
+        parts = []
+        for row in rows:
+            index, result, part, _g, _t = row
+            if id(row) in errors:
+                result = errors[id(row)]
+            log_start = part.log.log_start_offset if part and result.error == ErrorCode.none else -1
+            leader = (hints.current_leader(name, index) if hints is not None
+                      and result.error == ErrorCode.not_leader_or_follower else None)
+            parts.append(_partition_response(ctx, index, result, log_start, leader))
+        topics.append(ctx.build("TopicProduceResponse", name=name,
+                                topic_id=getattr(t, "topic_id", None),
+                                partition_responses=tuple(parts)))
+    endpoints = hints.node_endpoints() if hints is not None else ()
+    return ctx.response(responses=tuple(topics), throttle_time=NO_THROTTLE,
+                        node_endpoints=endpoints)
+
+
 async def handle(ctx: RequestContext, request: Any) -> Any:
     state = ctx.state
     cluster = ctx.cluster
-    refused = await ctx.txns.verifier.verify_request(request)  # KIP-890
-    acks, now = request.acks, now_ms()
-    results = [(t.name, [_refused(p.index, refused[(t.name, p.index)])
-                         if (t.name, p.index) in refused
-                         else _append(ctx, t.name, p, acks, now)
-                         for p in t.partition_data])
-               for t in request.topic_data]
-    ok = [row for _n, rows in results for row in rows if row[1].error == ErrorCode.none]
+    named = _named_topics(ctx, request)
+    refused = await ctx.txns.verifier.verify_request(  # KIP-890
+        request.transactional_id,
+        [(name, t.partition_data) for name, t in named if name is not None])
+    acks = request.acks
+    results = _rows(ctx, named, acks, refused)
+    ok = [row for rows in results for row in rows if row[1].error == ErrorCode.none]
     errors: dict[int, AppendResult] = {}
     deadline = trio.current_time() + request.timeout.total_seconds()
     if ok and acks == -1:
@@ -194,15 +245,4 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
                 errors[id(row)] = failed
     if acks == 0:
         return None
-    topics = []
-    for name, rows in results:
-        parts = []
-        for row in rows:
-            index, result, part, _g, _t = row
-            if id(row) in errors:
-                result = errors[id(row)]
-            log_start = part.log.log_start_offset if part and result.error == ErrorCode.none else -1
-            parts.append(_partition_response(ctx, index, result, log_start))
-        topics.append(ctx.build("TopicProduceResponse", name=name,
-                                partition_responses=tuple(parts)))
-    return ctx.response(responses=tuple(topics), throttle_time=NO_THROTTLE)
+    return _response(ctx, named, results, errors)

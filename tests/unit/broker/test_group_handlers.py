@@ -171,8 +171,9 @@ def test_offsets_of_a_partition_hosted_elsewhere(broker: Broker) -> None:
             nursery.start_soon(broker.groups.run)
             c = await call(broker, v.OFFSET_COMMIT, top(v.OFFSET_COMMIT), lambda m: codec.build(
                 m.OffsetCommitRequest, group_id="g", generation_id_or_member_epoch=-1,
-                member_id="", group_instance_id=None, topics=(m.OffsetCommitRequestTopic(
-                    name="t", partitions=tuple(codec.build(
+                member_id="", group_instance_id=None, topics=(codec.build(
+                    m.OffsetCommitRequestTopic, name="t",  # v10 names it by id
+                    topic_id=broker.state.topics["t"].topic_id, partitions=tuple(codec.build(
                         m.OffsetCommitRequestPartition, partition_index=i, committed_offset=5,
                         committed_leader_epoch=-1, committed_metadata="") for i in (0, 1, 2))),)))
             assert [p.error_code for p in c.topics[0].partitions] == [

@@ -4,6 +4,7 @@ version it serves (DESIGN.md §3: a hot writer must prove it)."""
 from __future__ import annotations
 
 import datetime
+import uuid
 from typing import Any
 
 from hypothesis import given, settings
@@ -36,8 +37,9 @@ def responses(draw: Any, version: int) -> Any:
         )
 
     topics = tuple(
-        m.FetchableTopicResponse(
-            topic=draw(st.text(max_size=20)),
+        codec.build(
+            m.FetchableTopicResponse, topic=draw(st.text(max_size=20)),
+            topic_id=draw(st.none() | st.uuids() | st.just(uuid.UUID(int=0))),
             partitions=tuple(partition() for _ in range(draw(st.integers(0, 4)))))
         for _ in range(draw(st.integers(0, 3)))
     )
@@ -48,8 +50,8 @@ def responses(draw: Any, version: int) -> Any:
     )
 
 
-@settings(max_examples=60, deadline=None)
-@given(st.data(), st.integers(min_value=4, max_value=12), I32)
+@settings(max_examples=90, deadline=None)
+@given(st.data(), st.integers(min_value=4, max_value=18), I32)
 def test_identical_to_kio(data: Any, version: int, cid: int) -> None:
     body = data.draw(responses(version))
     chunks = encode_fetch_response(version, cid, body)
@@ -81,3 +83,15 @@ def test_tagged_fields_fall_back_to_kio() -> None:
                                current_leader=m.LeaderIdAndEpoch(leader_id=2, leader_epoch=3)),
                            )),))
     assert encode_fetch_response(12, 1, body) is None
+
+
+def test_node_endpoints_fall_back_to_kio() -> None:
+    """v16+: a response naming leaders' endpoints (KIP-951) is kio's to write."""
+    m = codec.response_module(FETCH, 16)
+    body = codec.build(codec.response_class(FETCH, 16), throttle_time=datetime.timedelta(0),
+                       error_code=ErrorCode.none, session_id=0, responses=(),
+                       node_endpoints=(m.NodeEndpoint(node_id=2, host="h", port=1),))
+    assert encode_fetch_response(16, 1, body) is None
+    empty = codec.build(codec.response_class(FETCH, 16), throttle_time=datetime.timedelta(0),
+                        error_code=ErrorCode.none, session_id=0, responses=())
+    assert encode_fetch_response(16, 1, empty) is not None
