@@ -25,6 +25,7 @@ from kcompat.broker.admin_http import open_admin_listeners, run_admin_http
 from kcompat.broker.broker import Broker
 from kcompat.broker.config import BrokerConfig
 from kcompat.broker.connection import serve_connection
+from kcompat.broker.log_cleaner import LogCleaner
 from kcompat.broker.state import BrokerState
 
 log = logging.getLogger("kcompat.broker")
@@ -65,6 +66,9 @@ async def run_broker(config: BrokerConfig, task_status: trio.TaskStatus[int] = t
             background.start_soon(run_admin_http, broker, admin_listeners)
             background.start_soon(state.flusher.run)
             background.start_soon(_retention_loop, state)
+            cleaner = LogCleaner(state)
+            cleaner.export(broker.metrics.registry)
+            background.start_soon(cleaner.run)
             broker.start_services(background)
             await background.start(broker.cluster.run)  # the Multi-Raft driver
             await broker.controller.wait_started(timeout_s=30.0)

@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 INT32_MAX = (1 << 31) - 1
+LONG_MAX = (1 << 63) - 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,6 +26,14 @@ class LogConfig:
     index_interval_bytes: int = 4096  # bytes of batches between two offset-index entries
     snapshots_kept: int = 2  # producer-state snapshots kept after recovery
     recovery_chunk_bytes: int = 1 << 20  # read size of recovery and header scans
+    # cleanup.policy: ``delete`` lets retention.ms / retention.bytes drop old segments,
+    # ``compact`` lets the cleaner keep only the latest record per key (``cleaner``)
+    delete: bool = True
+    compact: bool = False
+    min_cleanable_dirty_ratio: float = 0.5
+    min_compaction_lag_ms: int = 0
+    max_compaction_lag_ms: int = LONG_MAX
+    delete_retention_ms: int = 86400000  # tombstones and markers outlive their first clean so long
 
     def __post_init__(self) -> None:
         # Index positions are int32, so a segment can never exceed 2 GiB.

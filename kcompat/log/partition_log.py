@@ -39,12 +39,14 @@ from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from kcompat.log import cleaner
 from kcompat.log.config import LogConfig
 from kcompat.log.epoch_cache import LeaderEpochCache
 from kcompat.log.files import (
     CLEAN_SHUTDOWN_FILE,
     LEADER_EPOCH_FILE,
     LOG_START_OFFSET_FILE,
+    LOG_SUFFIX,
     SNAPSHOT_SUFFIX,
     TXN_INDEX_SUFFIX,
     atomic_write,
@@ -105,6 +107,7 @@ class PartitionLog:
         self._txn_indexes = txn_indexes or {}
         self._dirty: dict[int, StoredFile] = {}  # by id: written since the last sync
         self._closed = False
+        self._cleaning = False  # a cleaner pass holds a plan (no second one)
         self.recovered_truncation = False  # open() cut off a torn or corrupt tail
 
     @classmethod
@@ -152,17 +155,19 @@ class PartitionLog:
     # -- append --------------------------------------------------------------
 
     def append(
-        self, batch: memoryview, header: BatchHeader, leader_epoch: int, now_ms: int
+        self, batch: memoryview, header: BatchHeader, leader_epoch: int, now_ms: int,
+        base_offset: int | None = None,
     ) -> BatchHeader:
-        """Append one validated batch at ``log_end_offset`` stamped with
-        ``leader_epoch``; returns its header with the assigned offsets."""
+        """Append one validated batch at ``log_end_offset`` (or at ``base_offset``
+        past it: a replica copying a leader's cleaned log, whose gaps it keeps)
+        stamped with ``leader_epoch``; returns its header with the assigned offsets."""
         assert len(batch) == header.size, "batch and header disagree on the size"
         active = self._segments[-1]
-        if active.would_overflow(header) or active.roll_due(now_ms):
+        at = active.next_offset if base_offset is None else base_offset
+        assert at >= active.next_offset, f"append at {at} below the log end {active.next_offset}"
+        if active.would_overflow(replace(header, base_offset=at)) or active.roll_due(now_ms):
             active = self._roll(now_ms)
-        new_header = replace(
-            header, base_offset=active.next_offset, partition_leader_epoch=leader_epoch
-        )
+        new_header = replace(header, base_offset=at, partition_leader_epoch=leader_epoch)
         parts: list[bytes | memoryview] = [
             offset_field(new_header.base_offset),
             batch[8:12],
@@ -208,6 +213,14 @@ class PartitionLog:
         for base in sorted(self._txn_indexes):
             found += self._txn_indexes[base].overlapping(start, end)
         return found
+
+    def active_first_timestamp_ms(self) -> int | None:
+        """When the active segment's first batch was written (None: it is empty)."""
+        active = self._segments[-1]
+        if not active.size_bytes:
+            return None
+        return active.first_batch_timestamp if active.first_batch_timestamp >= 0 \
+            else active.created_ms
 
     def roll(self, now_ms: int) -> None:
         """Start a new active segment now (if the active one holds data)."""
@@ -347,9 +360,13 @@ class PartitionLog:
         self._delete_oldest(self._below_start_count())
 
     def enforce_retention(self, now_ms: int) -> int:
-        """Delete whole non-active segments by retention.ms, retention.bytes and
-        log start offset; returns how many were deleted."""
+        """Delete whole non-active segments by retention.ms, retention.bytes (when
+        cleanup.policy has ``delete``) and log start offset; returns how many
+        were deleted."""
         count = self._below_start_count()
+        if not self.config.delete:  # cleanup.policy=compact alone: no time or size limit
+            self._delete_oldest(count)
+            return count
         if self.config.retention_ms >= 0:
             while count < len(self._segments) - 1 and (
                 now_ms - self._segments[count].largest_timestamp_ms() > self.config.retention_ms
@@ -448,6 +465,53 @@ class PartitionLog:
     def _write_epochs(self) -> None:
         atomic_write(self.directory / LEADER_EPOCH_FILE, self._epochs.to_text().encode(),
                      self.store)
+
+    # -- compaction (``cleaner``) ---------------------------------------------
+
+    def cleaner_plan(self, high_watermark: int, now_ms: int) -> cleaner.Plan | None:
+        """A cleaning pass that is due now, with its own read handles on the
+        segments (so a worker thread can run it), or None."""
+        if not self.config.compact or self._closed or self._cleaning:
+            return None
+        end = cleaner.first_uncleanable(self._segments, self.config, high_watermark,
+                                        self.first_unstable_offset(), now_ms)
+        segments = cleaner.cleanable(self._segments, end)
+        checkpoint = cleaner.Checkpoint.load(self.directory, self.store)
+        is_due, dirty, total = cleaner.due(self.config, segments, checkpoint, now_ms)
+        if not is_due:
+            return None
+        readers = [self.store.open(s.path(LOG_SUFFIX)) for s in segments]
+        lasts = frozenset(p.batches[-1].base_offset for p in self.producers.producers.values()
+                          if p.batches)
+        self._cleaning = True
+        return cleaner.Plan(
+            self.directory, self.config, self.store, segments, readers, end, checkpoint,
+            frozenset(start for _, start in self._epochs.entries), lasts,
+            cleaner.aborted_by_producer(self.aborted_transactions(0, end)), dirty, total, now_ms)
+
+    def cleaner_done(self, result: cleaner.Result | None, plan: cleaner.Plan) -> bool:
+        """Swap a finished pass in (None: it failed); True if the log changed.
+        Runs on the thread that owns the log, between appends."""
+        self._cleaning = False
+        for reader in plan.readers:
+            reader.close()
+        if result is None or self._closed:
+            if not self._closed:
+                cleaner.discard(self.directory, self.store)
+            return False
+        segments = cleaner.install(self.directory, self._segments, result, self.store)
+        if segments is None:
+            return False
+        kept = {s.base_offset for s in segments}
+        for base in [b for b in self._txn_indexes if b not in kept]:
+            del self._txn_indexes[base]
+        self._segments = segments
+        checkpoint = plan.checkpoint
+        checkpoint.add(plan.end, plan.now_ms, self.config.delete_retention_ms)
+        checkpoint.next_delete_ms = (plan.now_ms + self.config.delete_retention_ms
+                                     if result.keeps_deletes else -1)
+        checkpoint.save(self.directory, self.store)
+        return bool(result.rewrites)
 
     # -- durability and lifecycle --------------------------------------------
 

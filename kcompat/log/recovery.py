@@ -2,11 +2,12 @@
 
 Theory of operation
 -------------------
-1. Leftover ``*.tmp`` files (a crash during an atomic write) and index files
-   without a ``.log`` are deleted.
+1. Leftover ``*.tmp`` files (a crash during an atomic write), index files
+   without a ``.log`` and the log cleaner's scratch directory are deleted.
 2. Segments are opened in base-offset order. A segment is *scanned* — every
    batch re-read, framing, magic and CRC32C checked, offsets required to be
-   contiguous — if it is the active (last) one, or if the shutdown was not
+   contiguous (to grow, in a log that is or was compacted: the cleaner leaves
+   gaps) — if it is the active (last) one, or if the shutdown was not
    clean and it lies at or after the segment holding the newest producer
    snapshot (everything older was fsynced when it was rolled), or if its index
    files are missing or fail their sanity checks. Other segments trust their
@@ -30,6 +31,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from kcompat.log.cleaner import CHECKPOINT_FILE, discard
 from kcompat.log.config import LogConfig
 from kcompat.log.epoch_cache import LeaderEpochCache
 from kcompat.log.files import (
@@ -124,6 +126,7 @@ def rebuild_transactions(
 
 
 def _remove_leftovers(directory: Path, store: FileStore) -> None:
+    discard(directory, store)  # a cleaner pass that had not swapped its segments in
     names = set(store.names(directory))
     for name in sorted(names):
         if name.endswith(TMP_SUFFIX):
@@ -155,6 +158,7 @@ def _open_segments(
 ) -> tuple[list[LogSegment], bool]:
     segments: list[LogSegment] = []
     rebuilding_epochs = False
+    gaps = config.compact or store.exists(directory / CHECKPOINT_FILE)  # ever compacted
 
     def on_batch(header: BatchHeader) -> None:
         epochs.assign(header.partition_leader_epoch, header.base_offset)
@@ -171,7 +175,7 @@ def _open_segments(
             epochs.truncate_from_end(base)
             rebuilding_epochs = True
         previous_end = segments[-2].next_offset if len(segments) > 1 else base
-        if segment.recover(max(base, previous_end), on_batch):
+        if segment.recover(max(base, previous_end), on_batch, gaps):
             for later in bases[i + 1 :]:
                 for suffix in SEGMENT_SUFFIXES:
                     store.remove(offset_path(directory, later, suffix))

@@ -21,7 +21,8 @@ an offset, look up the greatest index entry <= offset, then walk batch headers
 forward with small preads.
 
 ``recover`` rebuilds the state and both indexes by scanning every batch and
-checking framing, magic, CRC32C and that offsets are contiguous; it truncates
+checking framing, magic, CRC32C and that offsets are contiguous (only
+growing in a compacted log: the cleaner leaves gaps); it truncates
 the file at the first bad batch. ``load_indexes`` instead trusts the index
 files of a cleanly rolled segment and only walks the headers after the last
 offset-index entry.
@@ -160,7 +161,8 @@ class LogSegment:
             self.first_batch_timestamp = self.header_at(0).max_timestamp
         return True
 
-    def recover(self, min_base_offset: int, on_batch: Callable[[BatchHeader], None]) -> bool:
+    def recover(self, min_base_offset: int, on_batch: Callable[[BatchHeader], None],
+                gaps: bool = False) -> bool:
         """Rescan and validate every batch, rebuild the indexes, and truncate the
         file at the first torn or corrupt batch. Returns True if it truncated."""
         file_size = self._f.size()
@@ -171,8 +173,7 @@ class LogSegment:
         expected = min_base_offset
         for pos, batch in self._iter_raw_batches(file_size):
             header = parse_header(batch)
-            first = pos == 0
-            if not _batch_valid(header, batch, expected, exact=not first):
+            if not _batch_valid(header, batch, expected, exact=pos > 0 and not gaps):
                 break
             self._track(pos, header)
             self.size_bytes = pos + header.size
@@ -345,12 +346,13 @@ class LogSegment:
 
 
 def _batch_valid(header: BatchHeader, batch: memoryview, expected: int, exact: bool) -> bool:
-    """A recovered batch is valid if well-formed, CRC-clean and at the next offset."""
+    """A recovered batch is valid if well-formed, CRC-clean and at the next
+    offset — or past it when ``exact`` is off: a compacted log has gaps where
+    the log cleaner removed whole batches (here or at the leader this replica
+    copied). The base offset lies outside the CRC; contiguity is its check."""
     if header.magic != MAGIC_V2 or header.last_offset_delta < 0 or header.records_count < 0:
         return False
-    if exact and header.base_offset != expected:
-        return False
-    if header.base_offset < expected:
+    if header.base_offset < expected or (exact and header.base_offset != expected):
         return False
     return compute_crc(batch) == header.crc
 

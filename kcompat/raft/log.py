@@ -22,7 +22,10 @@ runtime advances each Ready before asking for the next, at ``ready()`` time
 
 Offsets handed to ``truncate`` and ``entries_from`` must be entry boundaries
 (a fetch offset is always a log end; a truncation point is always the start of
-an epoch — see ``end_for_term``), so an entry is never split.
+an epoch — see ``end_for_term``), so an entry is never split. Below the
+commit index the log may have gaps: a partition's log cleaner removes whole
+batches of committed entries (never the first of an epoch), so
+``entries_from`` may start past ``lo`` and ``append`` may land past ``end``.
 """
 
 from __future__ import annotations
@@ -87,7 +90,9 @@ class RaftLog:
     # -- changes ---------------------------------------------------------------
 
     def append(self, entry: Entry) -> None:
-        assert entry.index == self.end, f"entry at {entry.index}, log end {self.end}"
+        """Append ``entry`` at the log end — or past it, over a gap the leader's
+        log cleaner left (committed offsets whose batches it removed)."""
+        assert entry.index >= self.end, f"entry at {entry.index}, log end {self.end}"
         assert entry.term >= self.last_term, "terms never go down along the log"
         if not self.epochs or entry.term > self.epochs[-1][0]:
             self.epochs.append((entry.term, entry.index))
@@ -163,7 +168,7 @@ class RaftLog:
         out: list[Entry] = []
         if lo < self.stable_end:
             out = self.storage.entries(lo, self.stable_end, max_bytes)
-            assert out and out[0].index == lo, f"storage has no entry at {lo}"
+            assert out and out[0].index >= lo, f"storage has no entry at or after {lo}"
             lo = out[-1].end
             max_bytes -= sum(e.size_bytes for e in out)
             if lo < self.stable_end or max_bytes <= 0:

@@ -49,6 +49,8 @@ class RawRecord:
     key: bytes | None  # only when scanned ``with_body``
     value: bytes | None
     headers: list[tuple[str, bytes | None]]  # only the ``wanted`` names, in order
+    offset_delta: int = 0
+    tombstone: bool = False  # the value is null
 
 
 def _varint(buf: bytes, pos: int) -> tuple[int, int]:
@@ -68,22 +70,25 @@ def _varint(buf: bytes, pos: int) -> tuple[int, int]:
 
 
 def scan(batch: bytes | memoryview, wanted: frozenset[str] | None = frozenset(),
-         with_body: bool = False) -> tuple[BatchHeader, bytes, list[RawRecord]]:
+         with_body: bool = False, with_key: bool = False,
+         ) -> tuple[BatchHeader, bytes, list[RawRecord]]:
     """The batch's header, its uncompressed payload and its records (see the
-    module); ``wanted`` None keeps every header."""
+    module); ``wanted`` None keeps every header; ``with_key`` copies the keys
+    only (the log cleaner)."""
     header = parse_header(batch)
     try:
         payload = bytes(decompress(header.compression, memoryview(batch)[HEADER_SIZE:]))
     except CompressionError as exc:
         raise RecordError(str(exc)) from exc
     try:
-        return header, payload, _records(payload, header.records_count, wanted, with_body)
+        return header, payload, _records(payload, header.records_count, wanted, with_body,
+                                         with_key or with_body)
     except IndexError:
         raise RecordError("a record overruns the batch") from None
 
 
 def _records(buf: bytes, count: int, wanted: frozenset[str] | None,
-             with_body: bool) -> list[RawRecord]:
+             with_body: bool, with_key: bool) -> list[RawRecord]:
     out: list[RawRecord] = []
     pos, total = 0, len(buf)
     varint = _varint
@@ -93,12 +98,13 @@ def _records(buf: bytes, count: int, wanted: frozenset[str] | None,
         if length < 1 or end > total:
             raise RecordError(f"record length {length} overruns the batch")
         _ts, p = varint(buf, body + 1)
-        _delta, p = varint(buf, p)
+        delta, p = varint(buf, p)
         size, p = varint(buf, p)
         keyed = size >= 0
-        key = buf[p:p + size] if with_body and keyed else None
+        key = buf[p:p + size] if with_key and keyed else None
         p += max(size, 0)
         size, p = varint(buf, p)
+        tombstone = size < 0
         value = buf[p:p + size] if with_body and size >= 0 else None
         p += max(size, 0)
         count_h, p = varint(buf, p)
@@ -119,7 +125,7 @@ def _records(buf: bytes, count: int, wanted: frozenset[str] | None,
             p += max(size, 0)
         if p != end:
             raise RecordError(f"record declared {length} bytes but used {length + p - end}")
-        out.append(RawRecord(pos, end, keyed, key, value, headers))
+        out.append(RawRecord(pos, end, keyed, key, value, headers, delta, tombstone))
         pos = end
     if pos != total:
         raise RecordError(f"{total - pos} bytes left after {count} records")

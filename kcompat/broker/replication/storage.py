@@ -160,7 +160,7 @@ class PartitionLogStorage:
             if self.term_at(entry.index) == entry.term:
                 return
             plog.truncate_to(entry.index)
-        assert entry.index == plog.log_end_offset, (
+        assert entry.index >= plog.log_end_offset, (
             f"{plog.directory.name}: entry at {entry.index}, log end {plog.log_end_offset}")
         if entry.control and not entry.data:
             raw: bytes | memoryview = leader_change_batch(self.node_id, now_ms())
@@ -168,7 +168,7 @@ class PartitionLogStorage:
             raw = entry.data if data is None else data
         view = memoryview(raw).toreadonly()
         header = wbatch.parse_header(view)
-        written = plog.append(view, header, entry.term, now_ms())
+        written = plog.append(view, header, entry.term, now_ms(), base_offset=entry.index)
         assert written.next_offset == entry.end, "entry count disagrees with its batch"
 
     def trim(self, end: int) -> None:

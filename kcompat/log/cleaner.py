@@ -1,0 +1,371 @@
+"""Log compaction: Kafka's log cleaner, for one partition log at a time.
+
+Theory of operation
+-------------------
+A topic with ``cleanup.policy`` containing ``compact`` keeps, in the part of
+its log the cleaner has reached, only the latest record of every key. Every
+replica cleans its own log by the same rules (as Kafka's replicas do), so
+each converges on the same records.
+
+*What may be cleaned* (``plan``): whole non-active segments below the *first
+uncleanable offset* — the lowest of the active segment's base, the high
+watermark (the Raft commit index: nothing a new leader could truncate), the
+last stable offset (no open transaction is decided) and the first segment
+holding a record newer than ``min.compaction.lag.ms``. A pass is due when the
+*dirty* part (bytes after the previous pass's end) is at least
+``min.cleanable.dirty.ratio`` of the cleanable bytes, when the oldest dirty
+segment is older than ``max.compaction.lag.ms``, or when a tombstone or
+marker kept by an earlier pass has outlived ``delete.retention.ms``.
+
+*A pass* (``clean``, run in a worker thread over file handles opened by
+``plan``) reads the cleanable range twice. First it maps each key (a 16-byte
+BLAKE2b digest) to its last offset. Then it rewrites every segment that
+loses something: a record is kept if it has a key, is not part of an aborted
+transaction (the aborted-transaction index) and is the latest for its key; a
+tombstone (null value) and a transaction marker are kept until
+``delete.retention.ms`` after the first pass that saw them (KIP-534's delete
+horizon, kept here in the checkpoint rather than in the batch), and a marker
+while any record of its transaction is left. Kept records keep their bytes
+(``record_scan.splice``): offsets, timestamps and the batch's producer
+fields stay, so a batch that loses records leaves holes. A batch that loses
+all of them goes, except the first batch of a leader epoch (so the epoch
+cache and the Raft log's terms are the same after a restart or on a copy)
+and the last batch of a producer (its idempotence state), which stay empty.
+Offsets below the first uncleanable one may thus have gaps; readers and
+replicas skip them as Kafka's do. A segment left empty is deleted, except
+the first (it holds the log start).
+
+*Crash safety.* New segments are written and fsynced in a scratch directory
+(``cleaner.tmp``, deleted by recovery). ``install`` (on the broker's loop
+thread, after checking the segments are still the log's) removes the old
+segment's index files, renames the new ``.log`` over the old one — the one
+atomic step — then moves the new indexes in. A crash before the rename
+leaves the old segment; after it, the new one, with its indexes rebuilt by
+recovery if they had not arrived. The checkpoint (``cleaner-checkpoint``:
+the end offset and time of each pass) is written last; losing it only makes
+the next pass clean again and keep tombstones longer.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from bisect import bisect_right
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from kcompat.log.config import LogConfig
+from kcompat.log.files import (
+    INDEX_SUFFIX,
+    LOG_SUFFIX,
+    TIME_INDEX_SUFFIX,
+    TXN_INDEX_SUFFIX,
+    atomic_write,
+    offset_path,
+)
+from kcompat.log.segment import LogSegment
+from kcompat.log.store import FileStore, StoredFile
+from kcompat.log.txn_index import AbortedTxn
+from kcompat.wire.batch import HEADER_SIZE, BatchHeader, batch_length_at, parse_header
+from kcompat.wire.record_scan import RawRecord, scan, splice
+from kcompat.wire.records import RecordError
+
+SCRATCH_DIR = "cleaner.tmp"
+CHECKPOINT_FILE = "cleaner-checkpoint"
+READ_CHUNK = 1 << 20
+
+
+@dataclass
+class Checkpoint:
+    """The passes so far: (end offset, time) oldest first, and when the oldest
+    tombstone or marker a pass kept may go (-1: none kept)."""
+
+    passes: list[tuple[int, int]] = field(default_factory=list)
+    next_delete_ms: int = -1
+
+    @property
+    def cleaned_to(self) -> int:
+        return max((end for end, _ in self.passes), default=0)
+
+    def first_seen_ms(self, offset: int) -> int | None:
+        """When a pass first covered ``offset`` (None: no pass yet)."""
+        i = bisect_right([end for end, _ in self.passes], offset)
+        return self.passes[i][1] if i < len(self.passes) else None
+
+    def add(self, end: int, now_ms: int, retention_ms: int) -> None:
+        """Record a pass; passes a whole ``retention_ms`` old fold into one
+        (every offset they cover has outlived the horizon)."""
+        if end > self.cleaned_to:
+            self.passes.append((end, now_ms))
+        old = [p for p in self.passes if p[1] <= now_ms - retention_ms]
+        if len(old) > 1:
+            self.passes = [(old[-1][0], old[-1][1])] + self.passes[len(old):]
+
+    def to_bytes(self) -> bytes:
+        return json.dumps({"passes": self.passes, "next_delete_ms": self.next_delete_ms}).encode()
+
+    @classmethod
+    def load(cls, directory: Path, store: FileStore) -> Checkpoint:
+        try:
+            doc = json.loads(store.read(directory / CHECKPOINT_FILE))
+            passes = [(int(e), int(t)) for e, t in doc["passes"]]
+            return cls(sorted(passes), int(doc.get("next_delete_ms", -1)))
+        except (OSError, ValueError, KeyError, TypeError):
+            return cls()
+
+    def save(self, directory: Path, store: FileStore) -> None:
+        atomic_write(directory / CHECKPOINT_FILE, self.to_bytes(), store)
+
+
+@dataclass
+class Plan:
+    """One pass over ``segments`` (non-active, wholly below ``end``)."""
+
+    directory: Path
+    config: LogConfig
+    store: FileStore
+    segments: list[LogSegment]
+    readers: list[StoredFile]  # own handles on the segments' files, opened on the loop
+    end: int
+    checkpoint: Checkpoint
+    epoch_starts: frozenset[int]  # batches that must stay: first of a leader epoch
+    producer_lasts: frozenset[int]  # ... and last batch of a producer
+    aborted: dict[int, list[tuple[int, int]]]  # producer id -> aborted (first, last)
+    dirty_bytes: int
+    total_bytes: int
+    now_ms: int
+
+
+@dataclass
+class Rewrite:
+    old: LogSegment
+    new: LogSegment | None  # None: every batch went and the segment is deleted
+
+
+@dataclass
+class Result:
+    plan: Plan
+    rewrites: list[Rewrite]
+    bytes_read: int = 0
+    bytes_written: int = 0
+    records_removed: int = 0
+    keeps_deletes: bool = False  # a tombstone or marker stayed only for its horizon
+
+
+def first_uncleanable(segments: list[LogSegment], config: LogConfig, high_watermark: int,
+                      first_unstable: int | None, now_ms: int) -> int:
+    end = min(segments[-1].base_offset, high_watermark)
+    if first_unstable is not None:
+        end = min(end, first_unstable)
+    if config.min_compaction_lag_ms > 0:
+        for segment in segments[:-1]:
+            if segment.largest_timestamp_ms() > now_ms - config.min_compaction_lag_ms:
+                end = min(end, segment.base_offset)
+                break
+    return end
+
+
+def cleanable(segments: list[LogSegment], end: int) -> list[LogSegment]:
+    """The non-active segments wholly below ``end``."""
+    out = []
+    for segment, after in zip(segments, segments[1:], strict=False):
+        if after.base_offset > end:
+            break
+        out.append(segment)
+    return out
+
+
+def due(config: LogConfig, segments: list[LogSegment], checkpoint: Checkpoint,
+        now_ms: int) -> tuple[bool, int, int]:
+    """(due, dirty bytes, total bytes) of a pass over ``segments``."""
+    total = sum(s.size_bytes for s in segments)
+    dirty_segments = [s for s in segments if s.next_offset > checkpoint.cleaned_to]
+    dirty = sum(s.size_bytes for s in dirty_segments)
+    if total == 0:
+        return False, 0, 0
+    if 0 <= checkpoint.next_delete_ms <= now_ms:
+        return True, dirty, total
+    if dirty == 0:
+        return False, dirty, total
+    if dirty >= config.min_cleanable_dirty_ratio * total:
+        return True, dirty, total
+    oldest = dirty_segments[0]
+    first_ts = oldest.first_batch_timestamp if oldest.first_batch_timestamp >= 0 \
+        else oldest.created_ms
+    return now_ms - first_ts > config.max_compaction_lag_ms, dirty, total
+
+
+def aborted_by_producer(aborted: list[AbortedTxn]) -> dict[int, list[tuple[int, int]]]:
+    out: dict[int, list[tuple[int, int]]] = {}
+    for a in aborted:
+        out.setdefault(a.producer_id, []).append((a.first_offset, a.last_offset))
+    return out
+
+
+def _is_aborted(plan: Plan, header: BatchHeader) -> bool:
+    if not header.is_transactional:
+        return False
+    return any(first <= header.base_offset <= last
+               for first, last in plan.aborted.get(header.producer_id, ()))
+
+
+def _batches(reader: StoredFile, size: int) -> list[tuple[bytes, BatchHeader]]:
+    """Every whole batch of a segment file (read in chunks)."""
+    out: list[tuple[bytes, BatchHeader]] = []
+    pos = 0
+    while size - pos >= HEADER_SIZE:
+        chunk = reader.pread(min(READ_CHUNK, size - pos), pos)
+        off = 0
+        while len(chunk) - off >= HEADER_SIZE:
+            length = batch_length_at(chunk, off)
+            if off + length > len(chunk):
+                break
+            batch = chunk[off:off + length]
+            out.append((batch, parse_header(batch)))
+            off += length
+        if off == 0:  # one batch larger than a chunk
+            length = batch_length_at(chunk, 0)
+            batch = reader.pread(length, pos)
+            out.append((batch, parse_header(batch)))
+            off = length
+        pos += off
+    return out
+
+
+def _digest(key: bytes) -> bytes:
+    return hashlib.blake2b(key, digest_size=16).digest()
+
+
+def _records(batch: bytes) -> list[RawRecord] | None:
+    try:
+        return scan(batch, with_key=True)[2]
+    except RecordError:
+        return None  # kept whole: the cleaner never destroys what it cannot read
+
+
+def clean(plan: Plan) -> Result:
+    """One pass (see the module); runs in a worker thread, touches no shared state
+    but the scratch directory."""
+    result = Result(plan, [])
+    latest: dict[bytes, int] = {}
+    contents: list[list[tuple[bytes, BatchHeader]]] = []
+    for segment, reader in zip(plan.segments, plan.readers, strict=True):
+        batches = _batches(reader, segment.size_bytes)
+        contents.append(batches)
+        result.bytes_read += segment.size_bytes
+        for batch, header in batches:
+            if header.is_control or _is_aborted(plan, header):
+                continue
+            for record in _records(batch) or ():
+                if record.key is not None:
+                    latest[_digest(record.key)] = header.base_offset + record.offset_delta
+    horizon = plan.now_ms - plan.config.delete_retention_ms
+    txn_left: dict[int, bool] = {}  # producer id -> records of its open transaction kept
+    scratch = plan.directory / SCRATCH_DIR
+    for segment, batches in zip(plan.segments, contents, strict=True):
+        out: list[bytes] = []
+        changed = False
+        for batch, header in batches:
+            seen = plan.checkpoint.first_seen_ms(header.base_offset)
+            past_horizon = seen is not None and seen <= horizon
+            must_stay = (header.base_offset in plan.epoch_starts
+                         or header.base_offset in plan.producer_lasts)
+            if header.is_control:
+                removable = past_horizon and not txn_left.get(header.producer_id, False)
+                txn_left[header.producer_id] = False
+                if removable and not must_stay:
+                    changed = True
+                    result.records_removed += header.records_count
+                    continue
+                result.keeps_deletes |= not removable
+                out.append(batch)
+                continue
+            records = None if _is_aborted(plan, header) else _records(batch)
+            if records is None and not _is_aborted(plan, header):
+                out.append(batch)  # unreadable: kept as it is
+                continue
+            kept = []
+            for record in records or ():
+                if record.key is None:
+                    continue  # a keyless record has no place in a compacted log
+                offset = header.base_offset + record.offset_delta
+                if latest.get(_digest(record.key), -1) > offset:
+                    continue
+                if record.tombstone:
+                    if past_horizon:
+                        continue
+                    result.keeps_deletes = True
+                kept.append(record)
+            if header.is_transactional and kept:
+                txn_left[header.producer_id] = True
+            if len(kept) == header.records_count:
+                out.append(batch)
+                continue
+            changed = True
+            result.records_removed += header.records_count - len(kept)
+            if kept or must_stay:
+                payload = scan(batch)[1] if kept else b""
+                out.append(splice(batch, header, payload, kept))
+        if changed:
+            result.rewrites.append(Rewrite(segment, _write(plan, scratch, segment, out)))
+            result.bytes_written += sum(len(b) for b in out)
+    return result
+
+
+def _write(plan: Plan, scratch: Path, old: LogSegment, batches: list[bytes]) -> LogSegment | None:
+    if not batches and old is not plan.segments[0]:
+        return None
+    plan.store.make_dirs(scratch)
+    new = LogSegment.create(scratch, old.base_offset, plan.config, old.created_ms, plan.store)
+    for batch in batches:
+        new.append([batch], parse_header(batch))
+    new.fsync()
+    new.close()
+    return new
+
+
+def install(directory: Path, segments: list[LogSegment], result: Result,
+            store: FileStore) -> list[LogSegment] | None:
+    """The log's new segment list with ``result`` swapped in (see the module),
+    or None (nothing changed) if the log moved on since ``plan``."""
+    plan = result.plan
+    position = {id(s): i for i, s in enumerate(segments)}
+    if any(id(r.old) not in position for r in result.rewrites) or \
+            any(position[id(r.old)] == len(segments) - 1 for r in result.rewrites):
+        discard(directory, store)
+        return None
+    scratch = directory / SCRATCH_DIR
+    out = list(segments)
+    gone: set[int] = set()
+    for rewrite in result.rewrites:
+        base = rewrite.old.base_offset
+        rewrite.old.close()
+        if rewrite.new is None:
+            store.remove(offset_path(directory, base, LOG_SUFFIX))
+            for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX):
+                store.remove(offset_path(directory, base, suffix))
+            gone.add(id(rewrite.old))
+            continue
+        for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX):
+            store.remove(offset_path(directory, base, suffix))
+        store.rename(offset_path(scratch, base, LOG_SUFFIX), offset_path(directory, base, LOG_SUFFIX))
+        store.sync_dir(directory)
+        for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX):
+            store.rename(offset_path(scratch, base, suffix), offset_path(directory, base, suffix))
+        i = position[id(rewrite.old)]
+        next_base = segments[i + 1].base_offset
+        reopened, ready = LogSegment.open_existing(directory, base, plan.config, rewrite.old.created_ms,
+                                                   next_base, trust_indexes=True, store=store)
+        if not ready:
+            reopened.recover(base, lambda _h: None, gaps=True)
+        out[i] = reopened
+    store.sync_dir(directory)
+    discard(directory, store)
+    return [s for s in out if id(s) not in gone]
+
+
+def discard(directory: Path, store: FileStore) -> None:
+    """Remove the scratch directory (an abandoned pass, or recovery)."""
+    scratch = directory / SCRATCH_DIR
+    if store.exists(scratch):
+        store.remove_tree(scratch)
