@@ -40,6 +40,7 @@ _MODULES = {
     v.LIST_CONFIG_RESOURCES: "list_config_resources",
     v.DESCRIBE_CLIENT_QUOTAS: "describe_client_quotas",
     v.ALTER_CLIENT_QUOTAS: "alter_client_quotas",
+    v.DESCRIBE_USER_SCRAM_CREDENTIALS: "describe_user_scram_credentials",
     v.OFFSET_COMMIT: "offset_commit",
     v.OFFSET_FETCH: "offset_fetch",
     v.JOIN_GROUP: "join_group",

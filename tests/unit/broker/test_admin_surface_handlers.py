@@ -302,3 +302,21 @@ def test_quota_checks() -> None:
     assert cq.canonical([("user", "a"), ("client-id", "c"), ("user", "b")]) == (
         ("client-id", "c"), ("user", "b"))
     assert cq.apply_ops({"a": 1.0}, [("a", 0.0, True), ("b", 2.0, False)]) == {"b": 2.0}
+
+
+@pytest.mark.parametrize("version", versions(v.DESCRIBE_USER_SCRAM_CREDENTIALS))
+def test_describe_user_scram_credentials(broker: Broker, version: int) -> None:
+    """No SCRAM here yet: nobody has credentials, in Kafka 4.4's words."""
+    def make(names: tuple[str, ...] | None) -> Any:
+        return lambda m: m.DescribeUserScramCredentialsRequest(
+            users=None if names is None else tuple(m.UserName(name=n) for n in names))
+
+    for names in (None, ()):
+        r = call(broker, v.DESCRIBE_USER_SCRAM_CREDENTIALS, version, make(names))
+        assert (r.error_code, r.results) == (E.none, ())
+    r = call(broker, v.DESCRIBE_USER_SCRAM_CREDENTIALS, version, make(("alice", "bob", "alice")))
+    assert [(x.user, x.error_code, x.error_message) for x in r.results] == [
+        ("alice", E.duplicate_resource, "Cannot describe SCRAM credentials for the same user "
+                                        "twice in a single request: alice"),
+        ("bob", E.resource_not_found, "Attempt to describe a user credential that does not "
+                                      "exist: bob")]

@@ -1,0 +1,69 @@
+"""Kafka's own command-line tools, several per JVM (``toolbatch/ToolBatch.java``).
+
+``run_tools(steps)`` runs the unmodified main classes of the kafka-tools jar of the
+reference classpath (TopicCommand, ConsumerGroupCommand, ConfigCommand, ...) one
+after the other in one JVM and returns each one's exit code, stdout and stderr: a
+JVM start costs 1-2 s here, a tool run a fraction of that. ToolBatch is compiled
+once with ``javac`` into the cache (keyed by its source and the Kafka version).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from compat_tests.java._jvm import KAFKA_VERSION, cache_root, java_bin, reference_classpath
+from compat_tests.java.conftest import java_cmd
+
+SOURCE = Path(__file__).parent / "toolbatch" / "ToolBatch.java"
+TOOLS = "org.apache.kafka.tools"
+TOPICS = f"{TOOLS}.TopicCommand"
+GROUPS = f"{TOOLS}.consumer.group.ConsumerGroupCommand"
+CONFIGS = f"{TOOLS}.ConfigCommand"
+LOG_DIRS = f"{TOOLS}.LogDirsCommand"
+LEADER_ELECTION = f"{TOOLS}.LeaderElectionCommand"
+METADATA_QUORUM = f"{TOOLS}.MetadataQuorumCommand"
+
+
+@dataclass
+class ToolRun:
+    args: list[str]
+    code: int
+    stdout: str
+    stderr: str
+
+    def explain(self) -> str:
+        return (f"$ {' '.join(self.args)}\nexit {self.code}\n--- stdout ---\n"
+                f"{self.stdout[-3000:]}\n--- stderr ---\n{self.stderr[-3000:]}")
+
+
+def classes_dir() -> Path:
+    digest = hashlib.sha256(SOURCE.read_bytes() + KAFKA_VERSION.encode()).hexdigest()[:12]
+    out = cache_root() / f"toolbatch-{digest}"
+    if not (out / "ToolBatch.class").exists():
+        out.mkdir(parents=True, exist_ok=True)
+        javac = Path(java_bin()).resolve().parent / "javac"
+        subprocess.run([str(javac), "--release", "17", "-cp", reference_classpath(),
+                        "-d", str(out), str(SOURCE)], check=True, capture_output=True,
+                       timeout=120)
+    return out
+
+
+def run_tools(steps: list[list[str]], timeout: float = 120.0) -> list[ToolRun]:
+    """Run each step (main class, then its arguments) in one JVM, in order."""
+    args: list[str] = []
+    for i, step in enumerate(steps):
+        args += (["--next--"] if i else []) + step
+    cp = f"{classes_dir()}:{reference_classpath()}"
+    p = subprocess.run(java_cmd(cp, "ToolBatch", *args, heap="384m"), capture_output=True,
+                       text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+    found = {int(m.group(1)): (int(m.group(2)), m.group(3), m.group(4))
+             for m in re.finditer(r"^@@STEP (\d+) (-?\d+)\n(.*?)\n@@ERR\n(.*?)\n@@END \1$",
+                                  p.stdout, re.S | re.M)}
+    if len(found) != len(steps):
+        raise AssertionError(f"ToolBatch ran {len(found)} of {len(steps)} steps (exit "
+                             f"{p.returncode})\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}")
+    return [ToolRun(step, *found[i]) for i, step in enumerate(steps)]

@@ -1,0 +1,324 @@
+"""Kafka's own administration tools (the kafka-tools 4.4 jar, unmodified main classes)
+against kcompat, and the admin clients of kafka-python and confluent-kafka for the
+same APIs (issue 18 item 5).
+
+The tools run several per JVM (``_toolbatch``): on a single broker ``kafka-topics``
+(create, list, describe, alter --partitions, delete), ``kafka-configs`` (topic
+configs, client quotas of users, clients and ips), ``kafka-metadata-quorum``
+(describe --status / --replication), ``kafka-log-dirs`` and
+``kafka-consumer-groups`` (list, describe with lag, reset-offsets --to-earliest
+--execute, delete); on a 3-broker cluster whose automatic leader rebalance is off,
+``kafka-leader-election --election-type preferred --all-topic-partitions`` after a
+restart moved leaders off their preferred replicas, then ``kafka-topics
+--describe``, ``kafka-metadata-quorum`` and ``kafka-log-dirs`` of every broker,
+and quotas set through one broker are described by all three. Each test asserts
+what the tools printed: sizes, lags, offsets, leaders, voters, quota values.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from confluent_kafka import ElectionType
+from confluent_kafka import TopicPartition as CkTopicPartition
+from confluent_kafka.admin import AdminClient
+from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
+from kafka.admin import NewTopic
+from kafka.structs import OffsetAndMetadata
+from kio.schema.describe_client_quotas.v1 import request as dcq
+from kio.static.primitive import i8
+
+from compat_tests._broker import Broker
+from compat_tests._cluster import Cluster
+from compat_tests.java._toolbatch import (
+    CONFIGS,
+    GROUPS,
+    LEADER_ELECTION,
+    LOG_DIRS,
+    METADATA_QUORUM,
+    TOPICS,
+    ToolRun,
+    run_tools,
+)
+from kcompat.cli._kio import Connection
+
+pytestmark = pytest.mark.timeout(180)
+
+PER_PARTITION = 10
+COMMITTED = 4
+#: at least the value bytes _produce writes to each partition (the log adds headers)
+VALUE_BYTES = sum(len(f"p0-{i}") * 20 for i in range(PER_PARTITION))
+
+
+def _ok(run: ToolRun) -> str:
+    assert run.code == 0, run.explain()
+    return run.stdout
+
+
+def _describe_rows(text: str) -> dict[int, dict[str, str]]:
+    """kafka-topics --describe partition lines -> {partition: {Leader: .., Replicas: ..}}."""
+    rows = {}
+    for line in text.splitlines():
+        if "\tPartition: " in line:
+            fields = dict(re.findall(r"(\w+): ([^\t]*)", line))
+            rows[int(fields["Partition"])] = fields
+    return rows
+
+
+def _log_dirs(text: str) -> dict:
+    doc = next(line for line in text.splitlines() if line.startswith("{"))
+    return json.loads(doc)
+
+
+def _group_rows(text: str) -> dict[int, dict[str, str]]:
+    lines = [ln.split() for ln in text.splitlines() if ln.strip()]
+    head = next(i for i, ln in enumerate(lines) if ln[:2] == ["GROUP", "TOPIC"])
+    header = lines[head]
+    return {int(r[2]): dict(zip(header, r, strict=False)) for r in lines[head + 1:]
+            if len(r) >= 6 and r[0] != "GROUP"}
+
+
+def _produce(bootstrap: str, topic: str, partitions: int) -> None:
+    producer = KafkaProducer(bootstrap_servers=bootstrap, linger_ms=5)
+    futures = [producer.send(topic, value=f"p{p}-{i}".encode() * 20, partition=p)
+               for p in range(partitions) for i in range(PER_PARTITION)]
+    producer.flush()
+    for f in futures:
+        f.get(timeout=30)
+    producer.close()
+
+
+def _commit(bootstrap: str, group: str, topic: str, partitions: int) -> None:
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=group,
+                             enable_auto_commit=False)
+    tps = [TopicPartition(topic, p) for p in range(partitions)]
+    consumer.assign(tps)
+    consumer.commit({tp: OffsetAndMetadata(COMMITTED, None, -1) for tp in tps})
+    consumer.close()
+
+
+def test_tools_on_one_broker(module_broker: Broker) -> None:
+    b = module_broker.bootstrap
+    topic, group = "tools-topic", "tools-group"
+    server = ["--bootstrap-server", b]
+    first = run_tools([
+        [TOPICS, *server, "--create", "--topic", topic, "--partitions", "2",
+         "--replication-factor", "1"],
+        [TOPICS, *server, "--alter", "--topic", topic, "--partitions", "3"],
+        [TOPICS, *server, "--list"],
+        [TOPICS, *server, "--describe", "--topic", topic],
+        [CONFIGS, *server, "--alter", "--entity-type", "topics", "--entity-name", topic,
+         "--add-config", "retention.ms=86400000,max.message.bytes=200000"],
+        [CONFIGS, *server, "--describe", "--entity-type", "topics", "--entity-name", topic],
+        [CONFIGS, *server, "--alter", "--entity-type", "topics", "--entity-name", topic,
+         "--delete-config", "max.message.bytes"],
+        [CONFIGS, *server, "--describe", "--entity-type", "topics", "--entity-name", topic],
+        [CONFIGS, *server, "--alter", "--entity-type", "users", "--entity-name", "alice",
+         "--add-config", "producer_byte_rate=1024,consumer_byte_rate=2048"],
+        [CONFIGS, *server, "--alter", "--entity-type", "clients", "--entity-default",
+         "--add-config", "request_percentage=50"],
+        [CONFIGS, *server, "--alter", "--entity-type", "users", "--entity-name", "alice",
+         "--delete-config", "consumer_byte_rate"],
+        [CONFIGS, *server, "--describe", "--entity-type", "users"],
+        [CONFIGS, *server, "--describe", "--entity-type", "clients"],
+        [CONFIGS, *server, "--alter", "--entity-type", "users", "--entity-name", "bob",
+         "--add-config", "producer_byte_rate=1.5"],
+        [METADATA_QUORUM, *server, "describe", "--status"],
+        [METADATA_QUORUM, *server, "describe", "--replication"],
+    ])
+    created, altered, listed, described = (_ok(r) for r in first[:4])
+    assert f"Created topic {topic}." in created
+    assert topic in listed.split()
+    rows = _describe_rows(described)
+    assert sorted(rows) == [0, 1, 2] and {r["Leader"] for r in rows.values()} == {"1"}
+    assert "retention.ms=86400000" in _ok(first[5]) and "max.message.bytes=200000" in first[5].stdout
+    after_delete = _ok(first[7])
+    assert "retention.ms=86400000" in after_delete and "max.message.bytes" not in after_delete
+    for run in first[8:11]:
+        _ok(run)
+    users, clients = _ok(first[11]), _ok(first[12])
+    assert "Quota configs for user-principal 'alice' are producer_byte_rate=1024.0" in users
+    assert "consumer_byte_rate" not in users
+    assert "Quota configs for the default client-id are request_percentage=50.0" in clients
+    refused = first[13]
+    assert refused.code != 0 and "producer_byte_rate cannot be a fractional value" in (
+        refused.stdout + refused.stderr), refused.explain()
+    status = dict(re.findall(r"^(\w+):\s+(.*)$", _ok(first[14]), re.M))
+    assert (status["LeaderId"], status["MaxFollowerLag"]) == ("1", "0")
+    assert int(status["HighWatermark"]) > 0 and status["CurrentObservers"] == "[]"
+    assert json.loads(status["CurrentVoters"])[0]["id"] == 1
+    replication = [ln.split() for ln in _ok(first[15]).splitlines()[1:] if ln.strip()]
+    assert [(r[0], r[3], r[-1]) for r in replication] == [("1", "0", "Leader")]
+    assert int(replication[0][2]) == int(status["HighWatermark"])
+
+    _produce(b, topic, 3)
+    _commit(b, group, topic, 3)
+    second = run_tools([
+        [LOG_DIRS, *server, "--describe", "--topic-list", topic],
+        [GROUPS, *server, "--list"],
+        [GROUPS, *server, "--describe", "--group", group],
+        [GROUPS, *server, "--reset-offsets", "--group", group, "--topic", topic,
+         "--to-earliest", "--execute"],
+        [GROUPS, *server, "--describe", "--group", group],
+        [GROUPS, *server, "--delete", "--group", group],
+        [GROUPS, *server, "--list"],
+        [TOPICS, *server, "--delete", "--topic", topic],
+        [TOPICS, *server, "--list"],
+    ])
+    dirs = _log_dirs(_ok(second[0]))
+    [broker_dirs] = dirs["brokers"]
+    [log_dir] = broker_dirs["logDirs"]
+    assert log_dir["error"] is None and Path(log_dir["logDir"]) == module_broker.data_dir.resolve()
+    sizes = {p["partition"]: (p["size"], p["offsetLag"]) for p in log_dir["partitions"]}
+    assert set(sizes) == {f"{topic}-{p}" for p in range(3)}
+    assert all(size > VALUE_BYTES and lag == 0 for size, lag in sizes.values()), sizes
+    assert group in _ok(second[1]).split()
+    lag = _group_rows(_ok(second[2]))
+    assert {p: (r["CURRENT-OFFSET"], r["LOG-END-OFFSET"], r["LAG"]) for p, r in lag.items()} == {
+        p: (str(COMMITTED), str(PER_PARTITION), str(PER_PARTITION - COMMITTED)) for p in range(3)}
+    reset = [ln.split() for ln in _ok(second[3]).splitlines() if ln.startswith(group)]
+    assert sorted((int(r[2]), r[3]) for r in reset) == [(p, "0") for p in range(3)], reset
+    lag = _group_rows(_ok(second[4]))
+    assert {p: (r["CURRENT-OFFSET"], r["LAG"]) for p, r in lag.items()} == {
+        p: ("0", str(PER_PARTITION)) for p in range(3)}
+    assert "Deletion of requested consumer groups ('tools-group') was successful." in _ok(second[5])
+    assert group not in _ok(second[6]).split()
+    _ok(second[7])
+    assert topic not in _ok(second[8]).split()
+
+
+def test_python_admin_clients(module_broker: Broker) -> None:
+    """kafka-python's describe_log_dirs / describe_metadata_quorum / elect_leaders /
+    list_config_resources and confluent-kafka's elect_leaders on one broker."""
+    b = module_broker.bootstrap
+    topic = "py-admin-topic"
+    admin = KafkaAdminClient(bootstrap_servers=b)
+    try:
+        admin.create_topics([NewTopic(topic, 2, 1)])
+        _produce(b, topic, 2)
+        [described] = admin.describe_log_dirs()
+        [log_dir] = described["log_dirs"]
+        assert (described["broker"], log_dir["error_code"]) == (1, 0)
+        assert log_dir["log_dir"] == str(module_broker.data_dir.resolve())
+        assert log_dir["total_bytes"] >= log_dir["usable_bytes"] > 0
+        sizes = {p["partition_index"]: (p["partition_size"], p["offset_lag"])
+                 for t in log_dir["topics"] if t["name"] == topic for p in t["partitions"]}
+        assert sorted(sizes) == [0, 1] and all(
+            size > VALUE_BYTES and lag == 0 for size, lag in sizes.values()), sizes
+        quorum = admin.describe_metadata_quorum()
+        [part] = quorum["topics"][0]["partitions"]
+        [voter] = part["current_voters"]
+        assert (part["leader_id"], part["error"], voter["replica_id"]) == (1, None, 1)
+        assert voter["log_end_offset"] == part["high_watermark"] > 0
+        resources = admin.list_config_resources()
+        assert resources["broker"] == ["1"] and topic in resources["topic"], resources
+    finally:
+        admin.close()
+    ck = AdminClient({"bootstrap.servers": b})
+    future = ck.elect_leaders(ElectionType.PREFERRED, [CkTopicPartition(topic, 0),
+                                                        CkTopicPartition(topic, 7)])
+    results = future.result(timeout=30)
+    errors = {(tp.topic, tp.partition): (err.name() if err is not None else None)
+              for tp, err in results.items()}
+    assert errors == {(topic, 0): "ELECTION_NOT_NEEDED", (topic, 7): "UNKNOWN_TOPIC_OR_PART"}
+
+
+# -- a 3-broker cluster -----------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    """Three brokers that never move leaders back by themselves."""
+    c = Cluster(tmp_path_factory.mktemp("admin-tools-cluster"),
+                extra_args=("--set", "auto.leader.rebalance.enable=false"))
+    c.start()
+    try:
+        yield c
+    finally:
+        c.kill()
+
+
+def _leaders(bootstrap: str, topic: str) -> dict[int, tuple[int, tuple[int, ...], tuple[int, ...]]]:
+    md = AdminClient({"bootstrap.servers": bootstrap}).list_topics(topic, timeout=10)
+    return {p: (m.leader, tuple(m.replicas), tuple(m.isrs))
+            for p, m in md.topics[topic].partitions.items()}
+
+
+def _wait(predicate, timeout_s: float, what: str) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.2)
+
+
+def _move_leaders_off(cluster: Cluster, topic: str, node: int) -> list[int]:
+    """Restart ``node``: the partitions it led get other leaders; wait until it is
+    back in every ISR. The partitions whose preferred leader it is."""
+    cluster.brokers[node].restart()
+    others = ",".join(b.bootstrap for n, b in cluster.brokers.items() if n != node)
+    moved: list[int] = []
+
+    def settled() -> bool:
+        view = _leaders(others, topic)
+        moved[:] = [p for p, (_, replicas, _) in view.items() if replicas[0] == node]
+        return all(node in isr and leader >= 0 for leader, _, isr in view.values())
+
+    _wait(settled, 30, f"broker {node} back in the ISRs of {topic}")
+    return moved
+
+
+def test_tools_on_three_brokers(cluster: Cluster) -> None:
+    topic = "tools-rf3"
+    cluster.create_topic(topic, 3, 3)
+    _wait(lambda: all(ldr >= 0 for ldr, _, _ in _leaders(cluster.bootstrap, topic).values()),
+          20, "leaders")
+    _produce(cluster.bootstrap, topic, 3)
+    preferred = _move_leaders_off(cluster, topic, 2)
+    before = _leaders(cluster.bootstrap, topic)
+    assert preferred and all(before[p][0] != 2 for p in preferred), before
+    one, two = (cluster.brokers[n].bootstrap for n in (1, 2))
+    runs = run_tools([
+        [CONFIGS, "--bootstrap-server", two, "--alter", "--entity-type", "users",
+         "--entity-name", "carol", "--add-config", "producer_byte_rate=4096"],
+        [LEADER_ELECTION, "--bootstrap-server", one, "--election-type", "preferred",
+         "--all-topic-partitions"],
+        [TOPICS, "--bootstrap-server", one, "--describe", "--topic", topic],
+        [METADATA_QUORUM, "--bootstrap-server", two, "describe", "--status"],
+        [METADATA_QUORUM, "--bootstrap-server", two, "describe", "--replication"],
+        [LOG_DIRS, "--bootstrap-server", one, "--describe", "--broker-list", "1,2,3",
+         "--topic-list", topic],
+    ])
+    _ok(runs[0])
+    elected = _ok(runs[1])
+    names = ", ".join(f"{topic}-{p}" for p in preferred)
+    assert "Successfully completed leader election (PREFERRED) for partitions" in elected
+    assert all(f"{topic}-{p}" in elected for p in preferred), (names, elected)
+    rows = _describe_rows(_ok(runs[2]))
+    assert all(r["Leader"] == r["Replicas"].split(",")[0] for r in rows.values()), rows
+    status = dict(re.findall(r"^(\w+):\s+(.*)$", _ok(runs[3]), re.M))
+    voters = json.loads(status["CurrentVoters"])
+    assert sorted(v["id"] for v in voters) == [1, 2, 3]
+    assert int(status["LeaderId"]) in (1, 2, 3) and int(status["HighWatermark"]) > 0
+    replication = [ln.split() for ln in _ok(runs[4]).splitlines()[1:] if ln.strip()]
+    assert sorted(r[0] for r in replication) == ["1", "2", "3"]
+    assert sorted(r[-1] for r in replication) == ["Follower", "Follower", "Leader"]
+    assert all(int(r[2]) > 0 for r in replication), replication
+    dirs = _log_dirs(_ok(runs[5]))
+    assert sorted(br["broker"] for br in dirs["brokers"]) == [1, 2, 3]
+    for br in dirs["brokers"]:
+        parts = {p["partition"]: p["size"] for d in br["logDirs"] for p in d["partitions"]}
+        assert set(parts) == {f"{topic}-{p}" for p in range(3)}, br
+        assert all(size > VALUE_BYTES for size in parts.values()), br
+    for node, broker in cluster.brokers.items():  # the quota set through broker 2
+        conn = Connection(broker.host, broker.port, 10)
+        r = conn.call(dcq.DescribeClientQuotasRequest(components=(
+            dcq.ComponentData(entity_type="user", match_type=i8(0), match="carol"),),
+            strict=True))
+        assert [(tuple((e.entity_type, e.entity_name) for e in x.entity),
+                 [(v.key, v.value) for v in x.values]) for x in r.entries] == [
+            ((("user", "carol"),), [("producer_byte_rate", 4096.0)])], node
