@@ -64,3 +64,42 @@ def test_install_snapshot_restarts_the_log(tmp_path: Path) -> None:
     assert s.epochs() == []
     s.append([_entry(10, 3, [b"b"])])
     assert s.snapshot_id().end == 10 and s.epochs() == [(3, 10)]
+
+
+def test_a_follower_copies_a_cleaned_leader_log_with_its_gaps(tmp_path: Path) -> None:
+    """Compaction leaves gaps below the high watermark: the leader's Raft log hands
+    out entries past a fetch offset inside one, and a follower appends them where
+    they are, so both logs hold the same batches at the same offsets."""
+    from kcompat.log import cleaner
+    from kcompat.raft.log import RaftLog
+
+    config = LogConfig(segment_bytes=200, compact=True, delete=False)
+    leader = PartitionLogStorage(PartitionLog.open(tmp_path / "l" / "t-0", config, 0), node_id=1)
+    for i in range(12):
+        data = encode_batch([(b"k%d" % (i % 2), b"v%d" % i, (), 1000)])
+        leader.append([Entry(i, 1 if i < 6 else 2, data, 1)])
+    leader.plog.roll(0)
+    plan = leader.plog.cleaner_plan(12, 10_000)
+    assert plan is not None
+    leader.plog.cleaner_done(cleaner.clean(plan), plan)
+    kept = [e.index for e in leader.entries(0, 12, 1 << 20)]
+    assert kept != list(range(12)) and kept[0] == 0 and 6 in kept  # gaps; epoch starts stay
+    raft = RaftLog(leader)
+    follower = PartitionLogStorage(PartitionLog.open(tmp_path / "f" / "t-0", config, 0),
+                                   node_id=2)
+    follower_raft = RaftLog(follower)
+    fetch_offset = 1  # the follower had copied offset 0 before the leader cleaned
+    follower.append([leader.entries(0, 1, 1 << 20)[0]])
+    follower_raft = RaftLog(follower)
+    while fetch_offset < raft.end:
+        entries = raft.entries_from(fetch_offset, 1 << 20)
+        assert entries and entries[0].index >= fetch_offset
+        for entry in entries:
+            follower_raft.append(entry)
+        follower.append(entries)
+        fetch_offset = follower_raft.end
+    assert [(e.index, e.term, e.data) for e in follower.entries(0, 12, 1 << 20)] == \
+        [(e.index, e.term, e.data) for e in leader.entries(0, 12, 1 << 20)]
+    assert follower.epochs() == leader.epochs()
+    reopened = PartitionLog.open(tmp_path / "f" / "t-0", config, 0)  # recovery keeps the gaps
+    assert reopened.log_end_offset == 12 and reopened.leader_epochs == leader.plog.leader_epochs
