@@ -24,9 +24,11 @@ separate JVM three times:
 
 Then, read with ``isolation.level=read_committed``: for every word the output holds
 exactly the counts 1, 2, ..., total in order (none lost, none counted twice, nothing
-of an aborted transaction visible), the changelog's last value per word is its total,
-the internal topics exist with Streams' configs and the deployment's replication
-factor, and the application's committed input offsets are the input's end offsets.
+of an aborted transaction visible, though read_uncommitted shows aborted output), the
+changelog's last value per word is its total, the internal topics exist with Streams'
+configs and the deployment's replication factor, Streams has deleted the consumed
+repartition records (DeleteRecords), and the application's committed offsets are the
+end offsets of the input and of the repartition topic.
 
 The same test runs against one kcompat broker, a 3-broker kcompat cluster (every
 topic at replication factor 3; the internal topics' partitions are led by other
@@ -49,7 +51,7 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import ConsumerGroupTopicPartitions, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
+from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, OffsetSpec
 
 from compat_tests._broker import Broker, unique_topic
 from compat_tests._deployment import Deployment
@@ -241,11 +243,17 @@ class WordCountRun:
                 f"{app.tail()}")
             time.sleep(0.3)
 
-    def read_committed(self, topic: str) -> dict[int, list[tuple[str, int]]]:
-        ends = list_offsets(self.bootstrap, topic, PARTITIONS, committed=True)
-        recs = read_confluent(self.bootstrap, topic, PARTITIONS, committed=True, ends=ends)
+    def read_counts(self, topic: str, committed: bool = True) -> dict[int, list[tuple[str, int]]]:
+        """(word, count) records of ``topic`` (read_committed, else read_uncommitted)."""
+        ends = list_offsets(self.bootstrap, topic, PARTITIONS, committed=committed)
+        recs = read_confluent(self.bootstrap, topic, PARTITIONS, committed=committed, ends=ends)
         return {p: [((r.key or b"").decode(), struct.unpack(">q", r.value)[0]) for r in rs]
                 for p, rs in recs.items()}
+
+    def log_start_offsets(self, topic: str) -> dict[int, int]:
+        futs = self.admin.list_offsets({TopicPartition(topic, p): OffsetSpec.earliest()
+                                        for p in range(PARTITIONS)}, request_timeout=30)
+        return {tp.partition: f.result(timeout=30).offset for tp, f in futs.items()}
 
     def topic_config(self, topic: str, key: str) -> str:
         res = ConfigResource(ConfigResource.Type.TOPIC, topic)
@@ -313,9 +321,13 @@ def test_wordcount_exactly_once_across_kill9(target: Deployment | KafkaReference
 
         # Every word's counts, one by one, exactly once.
         updates: dict[str, list[int]] = {}
-        for recs in wc.read_committed(wc.output).values():
+        for recs in wc.read_counts(wc.output).values():
             for word, count in recs:
                 updates.setdefault(word, []).append(count)
+        # The kills left aborted output behind, which read_committed does not show.
+        uncommitted = sum(len(r) for r in wc.read_counts(wc.output, committed=False).values())
+        assert uncommitted > sum(len(u) for u in updates.values()), \
+            "no aborted output: the kills did not interrupt a transaction"
         assert set(updates) == set(wc.expected), f"words {sorted(updates)}"
         wrong = {w: (n, updates[w][:3], updates[w][-3:], len(updates[w]))
                  for w, n in wc.expected.items() if updates[w] != list(range(1, n + 1))}
@@ -326,9 +338,13 @@ def test_wordcount_exactly_once_across_kill9(target: Deployment | KafkaReference
         assert wc.topic_config(changelog, "cleanup.policy") == "compact"
         assert wc.topic_config(repartition, "cleanup.policy") == "delete"
         last: dict[str, int] = {}
-        for recs in wc.read_committed(changelog).values():
+        for recs in wc.read_counts(changelog).values():
             last.update(recs)
         assert last == dict(wc.expected), "changelog's last value per word != its total"
+        # Streams deleted (DeleteRecords) the repartition records it had consumed.
+        starts = wc.log_start_offsets(repartition)
+        assert all(0 < starts[p] <= ends[repartition][p] for p in range(PARTITIONS)), \
+            f"repartition log start offsets {starts}, committed {ends[repartition]}"
         leaders: set[int] = set()
         for topic in (changelog, repartition):
             by_partition, rfs = wc.leaders_and_rf(topic)

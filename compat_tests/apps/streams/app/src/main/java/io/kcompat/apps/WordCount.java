@@ -45,6 +45,9 @@ public final class WordCount {
         props.put(StreamsConfig.PROCESSING_GUARANTEE_CONFIG, StreamsConfig.EXACTLY_ONCE_V2);
         props.put(StreamsConfig.NUM_STREAM_THREADS_CONFIG, 2);
         props.put(StreamsConfig.COMMIT_INTERVAL_MS_CONFIG, 200);
+        // Consumed repartition records are deleted (DeleteRecords) after commits
+        // at most every second, instead of every 30 s.
+        props.put(StreamsConfig.REPARTITION_PURGE_INTERVAL_MS_CONFIG, 1000);
         // Every update of the table goes downstream (no record cache), so the output
         // carries each word's counts one by one.
         props.put(StreamsConfig.STATESTORE_CACHE_MAX_BYTES_CONFIG, 0);
@@ -81,6 +84,9 @@ public final class WordCount {
         });
         Runtime.getRuntime().addShutdownHook(new Thread(() -> {
             streams.close();
+            // close() may return before the listener has printed NOT_RUNNING.
+            System.out.println("{\"state\": \"" + streams.state() + "\", \"from\": \"close\"}");
+            System.out.flush();
             done.countDown();
         }));
         streams.start();
