@@ -1,0 +1,168 @@
+"""KIP-848 consumer groups (``group.protocol=consumer``) with real clients.
+
+A group of three members in their own processes — Java ``KafkaConsumer`` 4.4
+(``GroupConsumer`` with ``group.protocol=consumer``) or confluent-kafka 2.16
+(``compat_tests/_consumer_protocol_member.py``) — consumes a 6-partition topic
+and commits after every poll; one member is killed with SIGKILL mid-stream.
+The survivors must take its partitions over once its session ends
+(``group.consumer.session.timeout.ms`` = 3 s in these brokers), every record
+must be consumed, and the group's committed offsets must reach the end of
+every partition. On a single node and on 3 brokers with replication factor 1
+(the partitions led by brokers other than the group coordinator).
+"""
+
+from __future__ import annotations
+
+import json
+import queue
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from confluent_kafka import ConsumerGroupTopicPartitions, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient
+
+from compat_tests._broker import REPO_ROOT, unique_topic
+from compat_tests._deployment import CONSUMER_PROTOCOL_ARGS, GROUP_KINDS, Deployment
+from compat_tests._groups import FAST_BROKER_ARGS, create_topic, unique_group, wait_for
+from compat_tests.conftest import _deployment
+from compat_tests.java.conftest import PKG, java_cmd
+
+pytestmark = pytest.mark.timeout(120)
+
+PARTITIONS = 6
+PER_ROUND = 30
+SESSION_S = 3.0
+
+
+@pytest.fixture(scope="module", params=GROUP_KINDS)
+def gbroker(request: pytest.FixtureRequest,
+            tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
+    """The group suites' deployments, with 3 s consumer-protocol sessions."""
+    yield from _deployment(request, tmp_path_factory, "kip848",
+                           (*FAST_BROKER_ARGS, *CONSUMER_PROTOCOL_ARGS))
+
+
+class Member:
+    """One member process; its JSON lines are read on a thread."""
+
+    def __init__(self, cmd: list[str], name: str) -> None:
+        self.name = name
+        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE, text=True, cwd=REPO_ROOT)
+        self.events: queue.Queue[dict[str, Any]] = queue.Queue()
+        self.assignment: list[int] = []
+        self.keys: set[str] = set()
+        self.errors: list[str] = []
+        self.stderr = ""
+        threading.Thread(target=self._pump, daemon=True).start()
+        threading.Thread(target=self._pump_err, daemon=True).start()
+
+    def _pump(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            if line.startswith("{"):
+                self.events.put(json.loads(line))
+
+    def _pump_err(self) -> None:
+        assert self.proc.stderr is not None
+        self.stderr = self.proc.stderr.read()
+
+    def drain(self) -> None:
+        while True:
+            try:
+                ev = self.events.get_nowait()
+            except queue.Empty:
+                return
+            if ev["event"] == "assigned":
+                self.assignment = list(ev["all"])
+            elif ev["event"] == "record":
+                self.keys.add(ev["key"])
+            elif ev["event"] == "error":
+                self.errors.append(ev["error"])
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            try:
+                assert self.proc.stdin is not None
+                self.proc.stdin.write("stop\n")
+                self.proc.stdin.close()
+                self.proc.wait(15)
+            except (OSError, subprocess.TimeoutExpired):
+                self.proc.kill()
+                self.proc.wait()
+
+
+def start_member(client: str, cp: str, bootstrap: str, topic: str, group: str,
+                 name: str) -> Member:
+    if client == "java":
+        cmd = java_cmd(cp, f"{PKG}.GroupConsumer", bootstrap, topic, group, name,
+                       "group.protocol=consumer", "fetch.max.wait.ms=100")
+    else:
+        cmd = [sys.executable, "-m", "compat_tests._consumer_protocol_member", bootstrap,
+               topic, group, name]
+    return Member(cmd, name)
+
+
+def produce(bootstrap: str, topic: str, keys: list[str]) -> None:
+    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+    for i, key in enumerate(keys):
+        p.produce(topic, key=key.encode(), value=b"v", partition=i % PARTITIONS)
+    assert p.flush(30) == 0
+
+
+def committed(bootstrap: str, group: str, topic: str) -> dict[int, int]:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    request = [ConsumerGroupTopicPartitions(
+        group, [TopicPartition(topic, p) for p in range(PARTITIONS)])]
+    found = admin.list_consumer_group_offsets(request)[group].result(timeout=30)
+    return {tp.partition: tp.offset for tp in found.topic_partitions}
+
+
+@pytest.mark.parametrize("client", ["java", "confluent"])
+def test_group_of_three_survives_a_member_killed(gbroker: Deployment, clients_cp: str,
+                                                 client: str) -> None:
+    bootstrap = gbroker.bootstrap
+    topic, group = unique_topic("kip848"), unique_group("kip848")
+    create_topic(bootstrap, topic, PARTITIONS, gbroker.replication)
+    produce(bootstrap, topic, [f"a{i}" for i in range(PER_ROUND)])
+    members = [start_member(client, clients_cp, bootstrap, topic, group, f"{client}-{i}")
+               for i in range(3)]
+    try:
+        def state() -> str:
+            return "; ".join(f"{m.name} {m.assignment} {len(m.keys)} keys {m.errors[:2]} "
+                             f"rc={m.proc.poll()} {m.stderr[-300:]}" for m in members)
+
+        def settled(live: list[Member], keys: set[str]) -> bool:
+            for m in members:
+                m.drain()
+            owned = [p for m in live for p in m.assignment]
+            got = set().union(*(m.keys for m in members))
+            return sorted(owned) == list(range(PARTITIONS)) and keys <= got and all(
+                m.assignment for m in live)
+
+        first = {f"a{i}" for i in range(PER_ROUND)}
+        wait_for(lambda: settled(members, first), 60, state)
+        victim, survivors = members[0], members[1:]
+        lost = list(victim.assignment)
+        victim.proc.kill()
+        victim.proc.wait()
+        killed_at = time.monotonic()
+        produce(bootstrap, topic, [f"b{i}" for i in range(PER_ROUND)])
+        every = first | {f"b{i}" for i in range(PER_ROUND)}
+        wait_for(lambda: settled(survivors, every), 30, state)
+        took_over_s = time.monotonic() - killed_at
+        assert set(lost) <= {p for m in survivors for p in m.assignment}
+        # the coordinator waited for the session to end, not for the fetch to fail
+        assert took_over_s >= SESSION_S - 0.5, (took_over_s, state())
+        ends = {p: PER_ROUND * 2 // PARTITIONS for p in range(PARTITIONS)}
+        wait_for(lambda: committed(bootstrap, group, topic) == ends, 15,
+                 lambda: f"committed {committed(bootstrap, group, topic)} != {ends}")
+        assert not [e for m in survivors for e in m.errors], state()
+    finally:
+        for m in members:
+            m.stop()
