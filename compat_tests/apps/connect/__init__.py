@@ -1,0 +1,1 @@
+"""Kafka Connect 4.4 distributed worker with the FileStream connectors (issue 18 item 4)."""
