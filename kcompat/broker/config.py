@@ -48,6 +48,7 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
         _D("log.cleanup.policy", "list", ["delete"], choices=("delete", "compact")),
         _D("log.cleaner.enable", "boolean", True),
         _D("log.cleaner.backoff.ms", "long", 15000, minimum=0),
+        _D("log.cleaner.dedupe.buffer.size", "long", 134217728, minimum=1024),
         _D("log.cleaner.min.cleanable.ratio", "double", 0.5, minimum=0, maximum=1),
         _D("log.cleaner.delete.retention.ms", "long", 86400000, minimum=0),
         _D("log.cleaner.min.compaction.lag.ms", "long", 0, minimum=0),

@@ -51,6 +51,7 @@ from __future__ import annotations
 import hashlib
 import json
 from bisect import bisect_right
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -134,6 +135,7 @@ class Plan:
     dirty_bytes: int
     total_bytes: int
     now_ms: int
+    max_keys: int = 1 << 20  # a pass maps at most about so many keys (then cleans less)
 
 
 @dataclass
@@ -146,6 +148,7 @@ class Rewrite:
 class Result:
     plan: Plan
     rewrites: list[Rewrite]
+    end: int = 0  # the pass cleaned below this offset (a segment boundary)
     bytes_read: int = 0
     bytes_written: int = 0
     records_removed: int = 0
@@ -209,9 +212,8 @@ def _is_aborted(plan: Plan, header: BatchHeader) -> bool:
                for first, last in plan.aborted.get(header.producer_id, ()))
 
 
-def _batches(reader: StoredFile, size: int) -> list[tuple[bytes, BatchHeader]]:
-    """Every whole batch of a segment file (read in chunks)."""
-    out: list[tuple[bytes, BatchHeader]] = []
+def _batches(reader: StoredFile, size: int) -> Iterator[tuple[bytes, BatchHeader]]:
+    """Every whole batch of a segment file, read a chunk at a time."""
     pos = 0
     while size - pos >= HEADER_SIZE:
         chunk = reader.pread(min(READ_CHUNK, size - pos), pos)
@@ -221,15 +223,14 @@ def _batches(reader: StoredFile, size: int) -> list[tuple[bytes, BatchHeader]]:
             if off + length > len(chunk):
                 break
             batch = chunk[off:off + length]
-            out.append((batch, parse_header(batch)))
+            yield batch, parse_header(batch)
             off += length
         if off == 0:  # one batch larger than a chunk
             length = batch_length_at(chunk, 0)
             batch = reader.pread(length, pos)
-            out.append((batch, parse_header(batch)))
+            yield batch, parse_header(batch)
             off = length
         pos += off
-    return out
 
 
 def _digest(key: bytes) -> bytes:
@@ -243,29 +244,42 @@ def _records(batch: bytes) -> list[RawRecord] | None:
         return None  # kept whole: the cleaner never destroys what it cannot read
 
 
-def clean(plan: Plan) -> Result:
-    """One pass (see the module); runs in a worker thread, touches no shared state
-    but the scratch directory."""
-    result = Result(plan, [])
+def _map_keys(plan: Plan, result: Result) -> tuple[dict[bytes, int], int]:
+    """Key digest -> last offset over the dirty segments, oldest first, whole
+    segments while the map holds fewer than ``max_keys``; returns the map and
+    how many segments the pass may clean (all up to the last one mapped)."""
     latest: dict[bytes, int] = {}
-    contents: list[list[tuple[bytes, BatchHeader]]] = []
+    cleaned_to = plan.checkpoint.cleaned_to
+    count = 0
     for segment, reader in zip(plan.segments, plan.readers, strict=True):
-        batches = _batches(reader, segment.size_bytes)
-        contents.append(batches)
-        result.bytes_read += segment.size_bytes
-        for batch, header in batches:
-            if header.is_control or _is_aborted(plan, header):
-                continue
-            for record in _records(batch) or ():
-                if record.key is not None:
-                    latest[_digest(record.key)] = header.base_offset + record.offset_delta
+        if segment.next_offset > cleaned_to:
+            if count and len(latest) >= plan.max_keys:
+                break
+            for batch, header in _batches(reader, segment.size_bytes):
+                if header.is_control or _is_aborted(plan, header):
+                    continue
+                for record in _records(batch) or ():
+                    if record.key is not None:
+                        latest[_digest(record.key)] = header.base_offset + record.offset_delta
+            result.bytes_read += segment.size_bytes
+        count += 1
+    return latest, count
+
+
+def clean(plan: Plan) -> Result:
+    """One pass (see the module); runs in a worker thread and touches nothing
+    shared but the scratch directory. Segments before the checkpoint's end
+    hold one record per key already, so only the dirty ones are mapped."""
+    result = Result(plan, [])
+    latest, count = _map_keys(plan, result)
+    result.end = plan.segments[count].base_offset if count < len(plan.segments) else plan.end
     horizon = plan.now_ms - plan.config.delete_retention_ms
     txn_left: dict[int, bool] = {}  # producer id -> records of its open transaction kept
     scratch = plan.directory / SCRATCH_DIR
-    for segment, batches in zip(plan.segments, contents, strict=True):
+    for segment, reader in zip(plan.segments[:count], plan.readers, strict=False):
         out: list[bytes] = []
         changed = False
-        for batch, header in batches:
+        for batch, header in _batches(reader, segment.size_bytes):
             seen = plan.checkpoint.first_seen_ms(header.base_offset)
             past_horizon = seen is not None and seen <= horizon
             must_stay = (header.base_offset in plan.epoch_starts
@@ -280,8 +294,9 @@ def clean(plan: Plan) -> Result:
                 result.keeps_deletes |= not removable
                 out.append(batch)
                 continue
-            records = None if _is_aborted(plan, header) else _records(batch)
-            if records is None and not _is_aborted(plan, header):
+            aborted = _is_aborted(plan, header)
+            records = None if aborted else _records(batch)
+            if records is None and not aborted:
                 out.append(batch)  # unreadable: kept as it is
                 continue
             kept = []
@@ -306,6 +321,8 @@ def clean(plan: Plan) -> Result:
             if kept or must_stay:
                 payload = scan(batch)[1] if kept else b""
                 out.append(splice(batch, header, payload, kept))
+        if segment.next_offset <= plan.checkpoint.cleaned_to:
+            result.bytes_read += segment.size_bytes  # mapped ones were counted then
         if changed:
             result.rewrites.append(Rewrite(segment, _write(plan, scratch, segment, out)))
             result.bytes_written += sum(len(b) for b in out)

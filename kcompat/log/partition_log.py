@@ -468,7 +468,8 @@ class PartitionLog:
 
     # -- compaction (``cleaner``) ---------------------------------------------
 
-    def cleaner_plan(self, high_watermark: int, now_ms: int) -> cleaner.Plan | None:
+    def cleaner_plan(self, high_watermark: int, now_ms: int,
+                     max_keys: int = 1 << 20) -> cleaner.Plan | None:
         """A cleaning pass that is due now, with its own read handles on the
         segments (so a worker thread can run it), or None."""
         if not self.config.compact or self._closed or self._cleaning:
@@ -476,6 +477,9 @@ class PartitionLog:
         end = cleaner.first_uncleanable(self._segments, self.config, high_watermark,
                                         self.first_unstable_offset(), now_ms)
         segments = cleaner.cleanable(self._segments, end)
+        if not segments:
+            return None
+        end = self._segments[len(segments)].base_offset  # cleaned below a segment boundary
         checkpoint = cleaner.Checkpoint.load(self.directory, self.store)
         is_due, dirty, total = cleaner.due(self.config, segments, checkpoint, now_ms)
         if not is_due:
@@ -487,7 +491,8 @@ class PartitionLog:
         return cleaner.Plan(
             self.directory, self.config, self.store, segments, readers, end, checkpoint,
             frozenset(start for _, start in self._epochs.entries), lasts,
-            cleaner.aborted_by_producer(self.aborted_transactions(0, end)), dirty, total, now_ms)
+            cleaner.aborted_by_producer(self.aborted_transactions(0, end)), dirty, total, now_ms,
+            max_keys)
 
     def cleaner_done(self, result: cleaner.Result | None, plan: cleaner.Plan) -> bool:
         """Swap a finished pass in (None: it failed); True if the log changed.
@@ -507,7 +512,7 @@ class PartitionLog:
             del self._txn_indexes[base]
         self._segments = segments
         checkpoint = plan.checkpoint
-        checkpoint.add(plan.end, plan.now_ms, self.config.delete_retention_ms)
+        checkpoint.add(result.end, plan.now_ms, self.config.delete_retention_ms)
         checkpoint.next_delete_ms = (plan.now_ms + self.config.delete_retention_ms
                                      if result.keeps_deletes else -1)
         checkpoint.save(self.directory, self.store)

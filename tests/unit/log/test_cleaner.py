@@ -28,7 +28,8 @@ def _batch(records: list[tuple[bytes | None, bytes | None]], ts: int = 1_000, pi
 
 
 def _open(path: Path, **config: object) -> PartitionLog:
-    cfg = {"segment_bytes": 300, "compact": True, "delete": False, **config}
+    cfg = {"segment_bytes": 300, "compact": True, "delete": False,
+           "min_cleanable_dirty_ratio": 0.01, **config}
     return PartitionLog.open(path, LogConfig(**cfg), 0)  # type: ignore[arg-type]
 
 
@@ -206,3 +207,35 @@ def test_delete_policy_alone_is_not_cleaned_and_compact_alone_keeps_old_segments
     compacted = _open(tmp_path / "c", retention_ms=1)
     _fill(compacted)
     assert compacted.enforce_retention(10 * DAY) == 0  # retention.ms does not apply to compact
+
+
+def test_a_small_key_map_cleans_in_several_passes(tmp_path: Path) -> None:
+    log = _open(tmp_path / "p")
+    latest = _fill(log, versions=6, keys=6)
+    ends = []
+    for _ in range(20):
+        plan = log.cleaner_plan(log.log_end_offset, 10_000, max_keys=2)
+        if plan is None:
+            break
+        result = cleaner.clean(plan)
+        log.cleaner_done(result, plan)
+        ends.append(result.end)
+    assert len(ends) > 1 and ends == sorted(ends)  # each pass stopped at a segment boundary
+    assert {k: v for _, k, v in _records(log)} == latest and len(_records(log)) == 6
+
+
+def test_a_later_pass_maps_only_the_dirty_part_and_cleans_the_clean_part_too(
+        tmp_path: Path) -> None:
+    log = _open(tmp_path / "p")
+    _fill(log, versions=3, keys=4)
+    _clean(log)
+    assert len(_records(log)) == 4
+    latest = {}
+    for k in range(2):  # newer versions of two keys: their old records in the clean part go
+        _append(log, _batch([(b"k%d" % k, b"newer")]))
+        latest[b"k%d" % k] = b"newer"
+    log.roll(0)
+    result = _clean(log)
+    assert result is not None and result.records_removed == 2
+    got = {k: v for _, k, v in _records(log)}
+    assert got == {**{b"k%d" % k: b"v%d-2" % k for k in range(4)}, **latest}
