@@ -4,14 +4,18 @@ Quirks: ``offset`` -1 means "up to the high watermark". An offset above the
 high watermark, or negative other than -1, is OFFSET_OUT_OF_RANGE; one at or
 below the log start changes nothing. Every partition answers its (new)
 low watermark, the log start offset; an unknown topic or partition answers
-UNKNOWN_TOPIC_OR_PARTITION with low watermark -1. Segment deletion runs without
-an await, so no append can interleave with it. Only the leader accepts it
+UNKNOWN_TOPIC_OR_PARTITION with low watermark -1. A topic whose
+cleanup.policy lacks ``delete`` (compact only) answers POLICY_VIOLATION, low
+watermark -1, and deletes nothing, as Kafka does (its message goes to the
+broker log: the response has no message field). Segment deletion runs
+without an await, so no append can interleave with it. Only the leader accepts it
 (else NOT_LEADER_OR_FOLLOWER); followers follow the leader's log start
 (``replication.log_starts``).
 """
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -22,6 +26,7 @@ from kcompat.broker.replication import log_starts
 from kcompat.broker.state import now_ms
 
 HIGH_WATERMARK = -1
+log = logging.getLogger("kcompat.broker")
 
 
 async def _partition(ctx: RequestContext, topic: str, req: Any) -> Any:
@@ -31,6 +36,11 @@ async def _partition(ctx: RequestContext, topic: str, req: Any) -> Any:
     if meta is not None and meta.view_of is not None:  # read-only: the source's records
         part, code = None, ErrorCode.invalid_topic_exception
     low = -1
+    if part is not None and not part.log.config.delete:
+        log.info("DeleteRecords: Records of partition %s-%d can not be deleted due to the "
+                 "configured policy", topic, req.partition_index)
+        return ctx.build("DeleteRecordsPartitionResult", partition_index=req.partition_index,
+                         low_watermark=-1, error_code=ErrorCode.policy_violation)
     if part is not None:
         offset = part.high_watermark if req.offset == HIGH_WATERMARK else req.offset
         if offset < 0 or offset > part.high_watermark:
