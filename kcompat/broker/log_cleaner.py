@@ -87,7 +87,10 @@ class LogCleaner:
         ratios[part.topic] = max(ratios.get(part.topic, 0.0), plan.dirty_bytes / plan.total_bytes)
         result: cleaner.Result | None = None
         try:
-            result = await trio.to_thread.run_sync(cleaner.clean, plan)
+            result = await trio.to_thread.run_sync(cleaner.clean, plan, abandon_on_cancel=True)
+        except trio.Cancelled:  # a drain does not wait for the pass; recovery drops its files
+            plan.stop = True
+            raise
         except Exception as exc:  # a deleted topic, a full disk: the log stays as it was
             log.warning("cleaner: pass over %s-%d abandoned: %s", part.topic, part.index, exc)
         try:

@@ -51,7 +51,7 @@ from __future__ import annotations
 import hashlib
 import json
 from bisect import bisect_right
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -136,6 +136,7 @@ class Plan:
     total_bytes: int
     now_ms: int
     max_keys: int = 1 << 20  # a pass maps at most about so many keys (then cleans less)
+    stop: bool = False  # set by the runtime: the broker is stopping, give up the pass
 
 
 @dataclass
@@ -212,10 +213,17 @@ def _is_aborted(plan: Plan, header: BatchHeader) -> bool:
                for first, last in plan.aborted.get(header.producer_id, ()))
 
 
-def _batches(reader: StoredFile, size: int) -> Iterator[tuple[bytes, BatchHeader]]:
+class PassStopped(Exception):
+    """The runtime asked a running pass to stop (``Plan.stop``)."""
+
+
+def _batches(reader: StoredFile, size: int,
+             stop: Callable[[], bool]) -> Iterator[tuple[bytes, BatchHeader]]:
     """Every whole batch of a segment file, read a chunk at a time."""
     pos = 0
     while size - pos >= HEADER_SIZE:
+        if stop():
+            raise PassStopped
         chunk = reader.pread(min(READ_CHUNK, size - pos), pos)
         off = 0
         while len(chunk) - off >= HEADER_SIZE:
@@ -255,7 +263,7 @@ def _map_keys(plan: Plan, result: Result) -> tuple[dict[bytes, int], int]:
         if segment.next_offset > cleaned_to:
             if count and len(latest) >= plan.max_keys:
                 break
-            for batch, header in _batches(reader, segment.size_bytes):
+            for batch, header in _batches(reader, segment.size_bytes, lambda: plan.stop):
                 if header.is_control or _is_aborted(plan, header):
                     continue
                 for record in _records(batch) or ():
@@ -279,7 +287,7 @@ def clean(plan: Plan) -> Result:
     for segment, reader in zip(plan.segments[:count], plan.readers, strict=False):
         out: list[bytes] = []
         changed = False
-        for batch, header in _batches(reader, segment.size_bytes):
+        for batch, header in _batches(reader, segment.size_bytes, lambda: plan.stop):
             seen = plan.checkpoint.first_seen_ms(header.base_offset)
             past_horizon = seen is not None and seen <= horizon
             must_stay = (header.base_offset in plan.epoch_starts
