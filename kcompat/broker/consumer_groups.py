@@ -160,11 +160,16 @@ class ConsumerGroupService:
 
     async def _claim_id(self, group_id: str, hb: Heartbeat) -> HeartbeatResult | None:
         """None when a consumer group may be created under ``group_id``."""
-        share = self.classic.store.share_groups.get(group_id) is not None
-        state = self.classic_group_state(group_id)
-        if share or (state is not None and state != GroupState.EMPTY):
+        if self.classic.store.share_groups.get(group_id) is not None:
             return HeartbeatResult(ErrorCode.group_id_not_found,
                                    error_message=f"Group {group_id} is not a consumer group.")
+        classic = self.classic.coordinator.groups.get(group_id)
+        state = None if classic is None else classic.state
+        if classic is not None and state != GroupState.EMPTY:
+            why = ("the online upgrade is disabled" if classic.protocol_type == "consumer"
+                   else "the group does not use the consumer embedded protocol")
+            return HeartbeatResult(ErrorCode.group_id_not_found, error_message=(
+                f"Cannot upgrade classic group {group_id} to consumer group because {why}."))
         if state is not None and hb.member_epoch == 0:  # an empty classic group: replaced
             self.classic.coordinator.groups.pop(group_id, None)
             if group_id in self.classic.store.groups:

@@ -111,8 +111,8 @@ class DescribedMember:
     client_id: str
     client_host: str
     subscribed_topic_names: tuple[str, ...]
-    subscribed_topic_regex: str | None
-    assignment: TopicPartitions
+    subscribed_topic_regex: str  # "" when none, as Kafka describes it
+    assignment: TopicPartitions  # what it owns: assigned and still to revoke, as Kafka
     target_assignment: TopicPartitions
 
 
@@ -162,6 +162,11 @@ def check_request(group_id: str, hb: Heartbeat, assignors: Sequence[str],
             f"ServerAssignor {hb.server_assignor} is not supported. Supported assignors: "
             f"{', '.join(assignors)}.")
     return None
+
+
+def _fenced_instance(hb: Heartbeat, owner: ConsumerMember) -> str:
+    return (f"Static member {hb.member_id} with instance id {hb.instance_id} was fenced by "
+            f"member {owner.member_id}.")
 
 
 class GroupError(Exception):
@@ -242,7 +247,7 @@ class ConsumerGroup:
     def describe(self) -> DescribedConsumerGroup:
         members = tuple(DescribedMember(
             m.member_id, m.instance_id, m.rack_id, m.member_epoch, m.client_id, m.client_host,
-            m.subscribed_topic_names or (), m.subscribed_topic_regex, m.assignment(),
+            m.subscribed_topic_names or (), m.subscribed_topic_regex or "", grouped(m.owned),
             self._target.get(m.member_id, ())) for m in self._sorted_members())
         return DescribedConsumerGroup(self.group_id, self.state, self._group_epoch,
                                       self._assignment_epoch, self.assignor_name(), members)
@@ -336,9 +341,7 @@ class ConsumerGroup:
         if existing is None:
             raise GroupError(ErrorCode.unknown_member_id, f"Instance id {hb.instance_id} is unknown.")
         if existing.member_id != hb.member_id:
-            raise GroupError(ErrorCode.fenced_instance_id, (
-                f"The static member {hb.member_id} with instance id {hb.instance_id} is fenced "
-                f"by existing member {existing.member_id}."))
+            raise GroupError(ErrorCode.fenced_instance_id, _fenced_instance(hb, existing))
         self._check_epoch(existing, hb)
         return existing
 
@@ -421,9 +424,8 @@ class ConsumerGroup:
                     raise GroupError(ErrorCode.unknown_member_id,
                                      f"Instance id {hb.instance_id} is unknown.")
                 if member.member_id != hb.member_id:
-                    raise GroupError(ErrorCode.fenced_instance_id, (
-                        f"The static member {hb.member_id} with instance id {hb.instance_id} is "
-                        f"fenced by existing member {member.member_id}."))
+                    raise GroupError(ErrorCode.fenced_instance_id,
+                                     _fenced_instance(hb, member))
         except GroupError as e:
             return HeartbeatResult(e.code, error_message=e.message)
         if hb.member_epoch == LEAVE_GROUP_STATIC_MEMBER_EPOCH:
@@ -436,6 +438,9 @@ class ConsumerGroup:
         del self._members[member_id]
         self._target.pop(member_id, None)
         self._bump()
+        if not self._members:  # nothing to assign: the target is current at once
+            self._target = {}
+            self._assignment_epoch = self._group_epoch
 
     # -- assignment --------------------------------------------------------------
 
