@@ -43,9 +43,8 @@ KNOWN_MISSING_TOPIC_CONFIGS: set[str] = set()
 # kcompat's own broker keys (not Kafka keys): allowed in its DescribeConfigs answer,
 # besides every "kcompat.*" key (FINDINGS.md D8).
 KCOMPAT_ONLY_BROKER_KEYS = {"admin.host", "admin.port", "advertised.host", "host", "port"}
-# (Kafka type, kcompat type) of broker keys whose ConfigType differs (FINDINGS.md D9).
-KNOWN_BROKER_TYPE_DIFFS = {"controller.quorum.voters": ("LIST", "STRING"),
-                           "log.dirs": ("LIST", "STRING")}  # LIST since Kafka 4.2
+# (Kafka type, kcompat type) of broker keys whose ConfigType differs (FINDINGS.md D9: none left).
+KNOWN_BROKER_TYPE_DIFFS: dict[str, tuple[str, str]] = {}
 # Broker keys whose default value both must report identically.
 SAME_BROKER_DEFAULTS = [
     "message.max.bytes", "log.segment.bytes", "log.retention.bytes", "num.partitions",
@@ -107,10 +106,6 @@ def test_topic_describe_configs_same_shape(java_obs: dict[str, dict[str, Any]]) 
     diffs = {}
     for name in sorted(set(kafka) & set(kc)):
         a, b = dict(kafka[name]), dict(kc[name])
-        if name == "min.insync.replicas":
-            # Kafka 4 KRaft stores a cluster-level dynamic default at format time (D4).
-            assert a.pop("source") == "DYNAMIC_DEFAULT_BROKER_CONFIG"
-            assert b.pop("source") == "DEFAULT_CONFIG"
         if a != b:
             diffs[name] = (a, b)
     assert not diffs, json.dumps(diffs, indent=1)
@@ -123,10 +118,12 @@ def test_broker_describe_configs_same_types_and_defaults(
     # kcompat's own keys: "kcompat.*" and the extensions' "kc.*" (EXTENSIONS.md)
     extra = {k for k in set(kc) - set(kafka) if not k.startswith(("kcompat.", "kc."))}
     assert extra <= KCOMPAT_ONLY_BROKER_KEYS, extra
+    assert set(kafka) - set(kc) == set(), "Kafka lists broker keys kcompat does not (D8)"
     common = set(kc) & set(kafka)
-    assert len(common) >= 25, sorted(common)
+    assert len(common) >= 300, len(common)
+    shape = ("type", "sensitive", "read_only")
     bad_types = {n: (kafka[n]["type"], kc[n]["type"]) for n in common
-                 if (kafka[n]["type"], kafka[n]["sensitive"]) != (kc[n]["type"], kc[n]["sensitive"])}
+                 if [kafka[n][f] for f in shape] != [kc[n][f] for f in shape]}
     assert bad_types == KNOWN_BROKER_TYPE_DIFFS, (
         "broker config types differ from Kafka's (or a known difference was fixed: "
         f"update KNOWN_BROKER_TYPE_DIFFS and FINDINGS.md): {bad_types}")

@@ -50,7 +50,7 @@ class Broker:
                  links: LinkFactory | None = None, rng: Random | None = None) -> None:
         self.config = config
         self.state = BrokerState(config, store)
-        voters = (config["controller.quorum.voters"]
+        voters = (",".join(config["controller.quorum.voters"])
                   or lone_voter(self.state.node_id, config["host"], config["port"]))
         self.cluster = ClusterRuntime(self.state, voters, links, rng)
         self.calls = PeerCalls(self.cluster)

@@ -22,6 +22,14 @@ import yaml
 
 from kcompat.broker.configdef import ConfigDef, ConfigError
 
+
+def _one_dir(value: list[str]) -> str | None:
+    """log.dirs is a LIST as in Kafka; kcompat keeps its data in one directory."""
+    if len(value) != 1:
+        return "kcompat keeps its data in one directory: give exactly one"
+    return None
+
+
 _D = ConfigDef
 BROKER_CONFIGS: dict[str, ConfigDef] = {
     d.name: d
@@ -30,7 +38,7 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
         _D("host", "string", "127.0.0.1"),
         _D("port", "int", 9092, minimum=0),
         _D("advertised.host", "string", ""),
-        _D("log.dirs", "string", "./data"),
+        _D("log.dirs", "list", ["./data"], check=_one_dir),
         _D("num.partitions", "int", 1, minimum=1),
         _D("default.replication.factor", "int", 1, minimum=1),
         _D("auto.create.topics.enable", "boolean", True),
@@ -144,7 +152,7 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
         _D("admin.port", "int", 9644, minimum=-1),  # 0 picks a free port, -1 disables
         _D("admin.host", "string", ""),  # empty: the same as host
         # Empty: a quorum of one (this broker alone); else every voter is a broker.
-        _D("controller.quorum.voters", "string", ""),  # "1@host:port,2@host:port,..."
+        _D("controller.quorum.voters", "list", []),  # "1@host:port,2@host:port,..."
         _D("kcompat.raft.tick.ms", "int", 50, minimum=1),
         _D("kcompat.raft.election.timeout.ms", "int", 1000, minimum=1),
         # Move leadership back to the preferred (first) replica.
@@ -166,16 +174,24 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
 class BrokerConfig:
     values: dict[str, Any]
     explicit: set[str] = field(default_factory=set)  # keys set by file, flag or env
+    # the dynamic broker configs that apply to this broker (``dynamic_config``):
+    # typed values over the static ones, and each one's source
+    dynamic: dict[str, Any] = field(default_factory=dict)
+    dynamic_sources: dict[str, str] = field(default_factory=dict)
 
     def __getitem__(self, key: str) -> Any:
+        if key in self.dynamic:
+            return self.dynamic[key]
         return self.values[key]
 
     @property
     def data_dir(self) -> Path:
-        return Path(self.values["log.dirs"])
+        return Path(self.values["log.dirs"][0])
 
     def explicit_values(self) -> dict[str, Any]:
-        return {k: self.values[k] for k in self.explicit}
+        """Values set by file, flag or env, and the dynamic ones over them:
+        the broker defaults of topic configs."""
+        return {**{k: self.values[k] for k in self.explicit}, **self.dynamic}
 
 
 def _apply(values: dict[str, Any], explicit: set[str], layer: Mapping[str, Any], origin: str) -> None:

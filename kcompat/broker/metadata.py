@@ -6,7 +6,9 @@ DESIGN.md §1.1: every log is a partition log of RecordBatch v2. The metadata
 lives in ``__cluster_metadata-0`` under the data directory: each change is one
 record whose value is a small JSON document (``create_topic``,
 ``delete_topic``, ``add_partitions``, ``alter_configs``, ``group_configs`` (a
-group's whole override set; empty removes the group), ``register_broker``,
+group's whole override set; empty removes the group), ``broker_configs``
+(a level of dynamic broker configs, "" or a node id, as a whole set of raw
+values; ``dynamic_config``), ``register_broker``,
 ``fence_broker``, ``unfence_broker``, ``client_quotas`` (an entity's whole
 quota value set, ``controller.client_quotas``); ``cluster`` and ``producer_ids`` only in
 logs written by single-node brokers before they ran as a quorum of one). The
@@ -67,6 +69,8 @@ class MetadataImage:
     brokers: dict[int, BrokerInfo] = field(default_factory=dict)
     # group id -> its group config overrides (group_config.py); a group need not exist
     group_configs: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # dynamic broker configs: "" (cluster default) or a node id -> key -> raw value
+    broker_configs: dict[str, dict[str, str]] = field(default_factory=dict)
     # client quota entity ((type, name or None), ...) -> its values (controller.client_quotas)
     client_quotas: dict[tuple[tuple[str, str | None], ...], dict[str, float]] = field(
         default_factory=dict)
@@ -104,6 +108,11 @@ class MetadataImage:
                 self.group_configs[rec["name"]] = dict(rec["configs"])
             else:
                 self.group_configs.pop(rec["name"], None)
+        elif kind == "broker_configs":
+            if rec["configs"]:
+                self.broker_configs[rec["name"]] = dict(rec["configs"])
+            else:
+                self.broker_configs.pop(rec["name"], None)
         elif kind == "register_broker":
             self.brokers[rec["id"]] = BrokerInfo(rec["id"], rec["host"], rec["port"],
                                                  rec.get("rack"), rec["incarnation"],

@@ -27,7 +27,7 @@ from typing import Any
 import trio
 from kio.schema.errors import ErrorCode
 
-from kcompat.broker import dedup_windows, views
+from kcompat.broker import dedup_windows, dynamic_config, views
 from kcompat.broker.config import BrokerConfig
 from kcompat.broker.configdef import ConfigError
 from kcompat.broker.flusher import Flusher
@@ -79,6 +79,11 @@ class BrokerState:
         self.flusher = Flusher(threaded=store.blocking)
         # the controller applies committed metadata records (controller.metadata_apply)
         self.metadata = MetadataStore(self.data_dir, now_ms(), store)
+        # the cluster-level min.insync.replicas Kafka 4 writes when it formats a
+        # cluster (ELR on); a committed broker_configs record for "" replaces it
+        self.metadata.image.broker_configs[dynamic_config.CLUSTER] = {
+            dynamic_config.MIN_ISR: str(config["min.insync.replicas"])}
+        self.apply_dynamic_configs()
         self.partitions: dict[tuple[str, int], Partition] = {}
         self._topic_ids: dict[uuid.UUID, str] = {}  # topic_by_id's map
         self.views = views.ViewReader()  # Fetch of filtered views
@@ -226,6 +231,32 @@ class BrokerState:
         except GroupConfigError as e:
             raise TopicError(ErrorCode.invalid_config, e.message) from None
         return {"op": "alter_group_configs", "name": group_id, "configs": parsed}
+
+    @property
+    def broker_configs(self) -> dict[str, dict[str, str]]:
+        """Dynamic broker configs: level ("" or a node id) -> key -> raw value."""
+        return self.metadata.image.broker_configs
+
+    def set_broker_configs(self, name: str, configs: dict[str, str],
+                           here: bool = True) -> dict[str, Any]:
+        """Validate a level's whole new set of dynamic broker configs (Alter /
+        IncrementalAlterConfigs of a BROKER resource); the change for the
+        controller. ``here``: the broker the request reached (name and value
+        checks); the controller checks the cluster-level min.insync.replicas."""
+        try:
+            if here:
+                dynamic_config.check_alter_name(name, self.node_id)
+                dynamic_config.validate(name, configs,
+                                        lambda key: dynamic_config.current(self.config, key))
+            dynamic_config.check_cluster_min_isr(name, self.broker_configs.get(name, {}), configs)
+        except dynamic_config.DynamicConfigError as e:
+            raise TopicError(e.code, e.message) from None
+        return {"op": "alter_broker_configs", "name": name, "configs": dict(configs)}
+
+    def apply_dynamic_configs(self) -> None:
+        """This broker's effective config after a dynamic level changed."""
+        self.config.dynamic, self.config.dynamic_sources = dynamic_config.overlay(
+            self.broker_configs, self.node_id)
 
     def _wake(self) -> None:
         self.data_arrived.set()

@@ -134,6 +134,10 @@ async def execute(ctl: Controller, intent: dict[str, Any]) -> None:
     elif op == "alter_group_configs":
         change = ctl.state.set_group_configs(name, dict(intent["configs"]))
         rec = {"type": "group_configs", "name": name, "configs": change["configs"]}
+    elif op == "alter_broker_configs":
+        configs = {str(k): str(v) for k, v in dict(intent["configs"]).items()}
+        ctl.state.set_broker_configs(name, configs, here=False)
+        rec = {"type": "broker_configs", "name": name, "configs": configs}
     elif op == "alter_client_quotas":
         entity = client_quotas.entity_of_record(intent)
         current = ctl.state.metadata.image.client_quotas.get(entity, {})

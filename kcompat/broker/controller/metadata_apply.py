@@ -10,7 +10,9 @@ committed log on every broker. Besides updating the image, a record changes
 this broker: ``create_topic`` / ``add_partitions`` open the partition logs and
 Raft groups of the replicas assigned here (and remember every assignment, for
 Metadata and routing), ``delete_topic`` closes them and renames their
-directories for deletion, ``alter_configs`` swaps the logs' configuration.
+directories for deletion, ``alter_configs`` swaps the logs' configuration,
+``broker_configs`` (dynamic broker configs) this broker's effective config and
+the configuration of every log whose topic follows a broker default.
 Broker registrations and fencing only change the image (``liveness``). A
 second ``create_topic`` for an existing name (two proposals racing) is
 ignored, identically everywhere. Checkpoints (``metadata_snapshot``) replace
@@ -130,11 +132,26 @@ def load_snapshot(rt: ClusterRuntime) -> None:
     image.group_configs = {g: dict(c) for g, c in doc.get("group_configs", {}).items()}
     image.client_quotas = {tuple((str(t), n) for t, n in entity): dict(values)
                            for entity, values in doc.get("client_quotas", [])}
+    if "broker_configs" in doc:  # checkpoints older than dynamic broker configs have none
+        image.broker_configs = {n: dict(c) for n, c in doc["broker_configs"].items()}
+        _apply_dynamic(rt)
     image.brokers.clear()
     for b in doc["brokers"]:
         image.apply({"type": "register_broker", **b})
     log.info("loaded the metadata snapshot at offset %d: %d topics, %d brokers",
              snapshot.id.end, len(image.topics), len(image.brokers))
+
+
+def _apply_dynamic(rt: ClusterRuntime) -> None:
+    """A level of dynamic broker configs changed: this broker's config follows,
+    and so does every local log (a topic without its own value takes the new
+    broker default at once)."""
+    state = rt.state
+    state.apply_dynamic_configs()
+    for (name, _), part in state.partitions.items():
+        meta = state.topics.get(name)
+        if meta is not None:
+            part.log.config = log_config(meta.configs, state.broker_defaults)
 
 
 def _single_node_assignments(rt: ClusterRuntime, offset: int, first: int, count: int
@@ -159,6 +176,8 @@ def _apply_record(rt: ClusterRuntime, rec: dict[str, Any], offset: int = 0) -> N
     if kind == "delete_topic":
         _drop_topic(rt, rec["name"])
     image.apply(rec)
+    if kind == "broker_configs":
+        _apply_dynamic(rt)
     if kind == "create_topic" and image.topics[rec["name"]].view_of is not None:
         _alias_view(rt, image.topics[rec["name"]])
         log.info("created view %s of %s", rec["name"], image.topics[rec["name"]].view_of)

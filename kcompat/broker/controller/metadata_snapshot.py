@@ -6,7 +6,8 @@ The metadata log only grows (topics, configs, broker registrations and
 fencing). Every broker therefore snapshots its own applied state once
 ``metadata.log.max.record.bytes.between.snapshots`` bytes of records were
 applied since the last one (``maybe_snapshot``): the whole image — cluster id,
-topics with their replica assignments and Raft group ids, brokers, the
+topics with their replica assignments and Raft group ids, brokers, dynamic
+broker configs, the
 producer-id limit, group config overrides, client quotas — as one JSON document at offset ``end`` (the next offset to
 apply, an entry boundary below the high watermark), in a file named like
 Kafka's, ``<end, 20 digits>-<term of the entry before end, 10 digits>.checkpoint``,
@@ -123,6 +124,7 @@ def encode(rt: ClusterRuntime) -> bytes:
                for b in image.brokers.values()]
     doc = {"cluster_id": image.cluster_id, "producer_id_limit": image.producer_id_limit,
            "topics": topics, "brokers": brokers, "group_configs": image.group_configs,
+           "broker_configs": image.broker_configs,
            "client_quotas": [[[list(p) for p in entity], values]
                              for entity, values in image.client_quotas.items()]}
     return json.dumps(doc, separators=(",", ":")).encode()

@@ -9,7 +9,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from kcompat.broker.config import BROKER_CONFIGS
+from kcompat.broker.broker_keys import KEYS
 from kcompat.broker.controller.admin import submit
 from kcompat.broker.state import BrokerState, TopicError
 from kcompat.broker.topic_config import TOPIC_CONFIGS, effective
@@ -57,11 +57,14 @@ def datetime_to_ms(value: datetime.datetime | int | None) -> int:
 
 # Kafka's DescribeConfigsResponse.ConfigSource ids.
 SOURCE_DYNAMIC_TOPIC = 1
+SOURCE_DYNAMIC_BROKER = 2
+SOURCE_DYNAMIC_DEFAULT = 3
 SOURCE_STATIC_BROKER = 4
 SOURCE_DEFAULT = 5
 SOURCE_DYNAMIC_GROUP = 8  # GROUP_CONFIG
 SOURCE_IDS = {"topic": SOURCE_DYNAMIC_TOPIC, "broker": SOURCE_STATIC_BROKER,
-              "default": SOURCE_DEFAULT, "group": SOURCE_DYNAMIC_GROUP}
+              "default": SOURCE_DEFAULT, "group": SOURCE_DYNAMIC_GROUP,
+              "dynamic_broker": SOURCE_DYNAMIC_BROKER, "dynamic_default": SOURCE_DYNAMIC_DEFAULT}
 
 # Kafka's DescribeConfigsResponse.ConfigType ids, by ConfigDef.type.
 CONFIG_TYPE_IDS = {"boolean": 1, "string": 2, "int": 3, "short": 4, "long": 5,
@@ -124,45 +127,49 @@ def null_config_check(configs: Iterable[Any]) -> dict[str, Any]:
 
 
 def topic_config(state: BrokerState, key: str, overrides: dict[str, Any]) -> tuple[str, int]:
-    """(rendered effective value, Kafka config source id) of one topic key."""
+    """(rendered effective value, Kafka config source id) of one topic key: a
+    broker default comes from this broker's dynamic level, the cluster's, or
+    the static config."""
     value, source = effective(key, overrides, state.broker_defaults)
+    broker_key = TOPIC_CONFIGS[key].broker_key
+    if source == "broker" and broker_key is not None:
+        source = state.config.dynamic_sources.get(broker_key, "broker")
     return TOPIC_CONFIGS[key].render(value), SOURCE_IDS[source]
 
 
 def topic_synonyms(
     state: BrokerState, key: str, overrides: dict[str, Any]
-) -> list[tuple[str, str, int]]:
-    """(name, value, source) from most to least specific, as Kafka lists synonyms."""
+) -> list[tuple[str, str | None, int]]:
+    """(name, value, source) from most to least specific, as Kafka lists synonyms:
+    the topic's override, then the broker key's levels (this broker's dynamic
+    value, the cluster's, the static config, Kafka's default) across the broker
+    key's Kafka synonyms, less the entries before the broker key itself (so
+    ``retention.ms`` with no broker value set has none). A key without a
+    broker synonym has only its override."""
     definition = TOPIC_CONFIGS[key]
-    out = []
+    out: list[tuple[str, str | None, int]] = []
     if key in overrides:
         out.append((key, definition.render(overrides[key]), SOURCE_DYNAMIC_TOPIC))
     broker_key = definition.broker_key
-    broker = state.broker_defaults
-    if broker_key and broker_key in broker:
-        out.append((broker_key, definition.render(broker[broker_key]), SOURCE_STATIC_BROKER))
-    out.append((broker_key or key, definition.render(definition.default), SOURCE_DEFAULT))
-    return out
-
-
-def broker_config(state: BrokerState, key: str) -> tuple[str, int]:
-    """(rendered value, source id) of one broker key."""
-    explicit = key in state.config.explicit
-    value = BROKER_CONFIGS[key].render(state.config[key])
-    return value, SOURCE_STATIC_BROKER if explicit else SOURCE_DEFAULT
-
-
-def broker_synonyms(state: BrokerState, key: str) -> list[tuple[str, str, int]]:
-    definition = BROKER_CONFIGS[key]
-    out = []
-    if key in state.config.explicit:
-        out.append((key, definition.render(state.config[key]), SOURCE_STATIC_BROKER))
-    out.append((key, definition.render(definition.default), SOURCE_DEFAULT))
-    return out
+    if not broker_key:
+        return out
+    kafka = KEYS.get(broker_key)
+    chain = kafka.synonyms if kafka is not None else (broker_key,)
+    static = {k: definition.render(state.config.values[k]) for k in chain
+              if k in state.config.explicit}
+    defaults = {k: KEYS[k].default for k in chain if k in KEYS and KEYS[k].default is not None}
+    levels: list[tuple[dict[str, Any], int]] = [
+        (state.broker_configs.get(str(state.node_id), {}), SOURCE_DYNAMIC_BROKER),
+        (state.broker_configs.get("", {}), SOURCE_DYNAMIC_DEFAULT),
+        (static, SOURCE_STATIC_BROKER), (defaults, SOURCE_DEFAULT)]
+    broker = [(n, values[n], source) for values, source in levels for n in chain if n in values]
+    while broker and broker[0][0] != broker_key:
+        broker.pop(0)
+    return out + broker
 
 
 def check_broker_name(state: BrokerState, name: str, allow_empty: bool) -> None:
-    """Kafka's checks of a BROKER resource name (INVALID_REQUEST)."""
+    """Kafka's checks of a BROKER resource name in DescribeConfigs (INVALID_REQUEST)."""
     if name == "" and allow_empty:
         return
     try:
@@ -174,20 +181,6 @@ def check_broker_name(state: BrokerState, name: str, allow_empty: bool) -> None:
         expected = f"{state.node_id} or empty string" if allow_empty else state.node_id
         raise TopicError(ErrorCode.invalid_request,
                          f"Unexpected broker id, expected {expected}, but received {name}")
-
-
-def refuse_broker_change(state: BrokerState, name: str, keys: Iterable[str]) -> None:
-    """Validate a BROKER resource of an alter request, then refuse any change:
-    kcompat has no dynamic broker configs (INVALID_REQUEST, Kafka's wording)."""
-    if name != "":
-        check_broker_name(state, name, allow_empty=False)
-    keys = sorted(keys)
-    if keys:
-        raise TopicError(
-            ErrorCode.invalid_request,
-            f"Invalid config value for resource ConfigResource(type=BROKER, name='{name}'): "
-            f"Cannot update these configs dynamically: {', '.join(keys)}",
-        )
 
 
 AlterOne = Callable[[Any, Any], dict[str, Any] | None]

@@ -3,9 +3,12 @@
 Quirks: for a TOPIC the request's configs *replace* the whole override set
 (keys left out fall back to their defaults), as in Kafka. A null value is
 INVALID_REQUEST ("Null value not supported for : k"); an unknown key or bad
-value INVALID_CONFIG. BROKER resources are checked like Kafka (id must be ours
-or "") and then refused with INVALID_REQUEST, since kcompat has no dynamic
-broker configs; an empty set of changes succeeds. A resource named twice is
+value INVALID_CONFIG. A BROKER resource ("" the cluster-wide default, or this
+broker's id) replaces that level's dynamic broker configs the same way,
+checked as Kafka's broker checks them (``dynamic_config``: keys Kafka cannot
+change at run time, types and bounds, per-broker keys at the cluster level are
+INVALID_REQUEST; dropping the cluster-level min.insync.replicas INVALID_CONFIG,
+as Kafka 4 with ELR answers). A resource named twice is
 INVALID_REQUEST. A GROUP resource (32) replaces the group's config overrides
 the same way (Kafka 4.4 accepts it here too). ``validate_only`` changes nothing.
 """
@@ -23,7 +26,6 @@ from kcompat.broker.handlers._common import (
     RESOURCE_GROUP,
     RESOURCE_TOPIC,
     alter_results,
-    refuse_broker_change,
 )
 from kcompat.broker.state import TopicError
 
@@ -39,8 +41,7 @@ def _alter(ctx: RequestContext, resource: Any) -> dict[str, Any] | None:
     if resource.resource_type == RESOURCE_GROUP:
         return ctx.state.set_group_configs(resource.resource_name, changes)
     if resource.resource_type == RESOURCE_BROKER:
-        refuse_broker_change(ctx.state, resource.resource_name, changes)
-        return None
+        return ctx.state.set_broker_configs(resource.resource_name, changes)
     raise TopicError(
         ErrorCode.invalid_request,
         "AlterConfigs is only supported for topics and brokers, but resource type is "

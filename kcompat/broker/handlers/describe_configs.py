@@ -1,16 +1,17 @@
 """DescribeConfigs (key 32), versions 1-4.
 
 Quirks: resource type 2 (TOPIC) lists every topic key with its effective value
-and Kafka's source id (1 topic override, 4 set in the broker's config, 5
-default); type 4 (BROKER) lists every broker key, read-only (no dynamic broker
-configs), for ``str(node.id)`` or "" (the cluster default). Kafka 4 answers
-only dynamic cluster defaults for "", i.e. nothing here; we list the static
-values instead, as the lead asked. A non-integer broker name or another id is
+and Kafka's source id (1 topic override, 2 / 3 this broker's / the cluster's
+dynamic broker default, 4 set in the broker's config, 5 default); type 4
+(BROKER) ``str(node.id)`` lists Kafka 4.4's broker keys and kcompat's own,
+with Kafka's read-only flags, sensitivity and sources, and "" (the cluster
+default) only the dynamic cluster-wide defaults, as Kafka 4 does
+(``broker_config_entries``). A non-integer broker name or another id is
 INVALID_REQUEST with Kafka's messages; an unknown topic UNKNOWN_TOPIC_OR_PARTITION;
 other resource types INVALID_REQUEST. Null or empty ``configuration_keys``
-means all keys. Synonyms (when asked) run from the topic override to the broker
-key to the default. v3+ carries config_type (Kafka's ConfigType ids);
-documentation is null for topics and brokers.
+means all keys. Synonyms (when asked) run from the topic override through the
+broker key's levels to the default. v3+ carries config_type (Kafka's
+ConfigType ids); documentation is null for topics and brokers.
 
 Type 32 (GROUP) lists Kafka 4.4's non-internal group keys (``group_config``)
 for any group name, existing or not: an override with source 8 (GROUP_CONFIG),
@@ -29,8 +30,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from kcompat.broker import group_config
-from kcompat.broker.config import BROKER_CONFIGS
+from kcompat.broker import broker_config_entries, group_config
 from kcompat.broker.context import RequestContext
 from kcompat.broker.handlers._common import (
     CONFIG_TYPE_IDS,
@@ -40,8 +40,6 @@ from kcompat.broker.handlers._common import (
     RESOURCE_GROUP,
     RESOURCE_TOPIC,
     SOURCE_IDS,
-    broker_config,
-    broker_synonyms,
     check_broker_name,
     topic_config,
     topic_synonyms,
@@ -51,14 +49,15 @@ from kcompat.broker.topic_config import TOPIC_CONFIGS, listed_keys
 
 
 def _entry(ctx: RequestContext, name: str, value: str | None, source: int, read_only: bool,
-           kind: str, synonyms: Sequence[tuple[str, str | None, int]] | None,
-           documentation: str | None = None) -> Any:
+           kind: str | int, synonyms: Sequence[tuple[str, str | None, int]] | None,
+           documentation: str | None = None, sensitive: bool = False) -> Any:
     syn = tuple(ctx.build("DescribeConfigsSynonym", name=n, value=v, source=s)
                 for n, v, s in synonyms or ())
+    type_id = kind if isinstance(kind, int) else CONFIG_TYPE_IDS.get(kind, 0)
     return ctx.build(
         "DescribeConfigsResourceResult", name=name, value=value, read_only=read_only,
-        config_source=source, is_sensitive=False, synonyms=syn,
-        config_type=CONFIG_TYPE_IDS.get(kind, 0), documentation=documentation,
+        config_source=source, is_sensitive=sensitive, synonyms=syn,
+        config_type=type_id, documentation=documentation,
     )
 
 
@@ -85,15 +84,17 @@ def _topic(ctx: RequestContext, resource: Any, synonyms: bool) -> list[Any]:
 
 
 def _broker(ctx: RequestContext, resource: Any, synonyms: bool) -> list[Any]:
-    check_broker_name(ctx.state, resource.resource_name, allow_empty=True)
-    out = []
-    listed = (k for k, d in BROKER_CONFIGS.items()
-              if not d.internal or k in (resource.configuration_keys or ()))
-    for key in _wanted(resource, listed):
-        value, source = broker_config(ctx.state, key)
-        syn = broker_synonyms(ctx.state, key) if synonyms else None
-        out.append(_entry(ctx, key, value, source, True, BROKER_CONFIGS[key].type, syn))
-    return out
+    state = ctx.state
+    check_broker_name(state, resource.resource_name, allow_empty=True)
+    asked = resource.configuration_keys or None
+    if resource.resource_name == "":
+        entries = broker_config_entries.describe_cluster_default(state.broker_configs, asked)
+    else:
+        entries = broker_config_entries.describe_broker(
+            state.config, state.broker_configs, state.node_id, state.advertised_port, asked)
+    return [_entry(ctx, e.name, e.value, e.source, e.read_only, e.type_id,
+                   e.synonyms if synonyms else None, sensitive=e.sensitive)
+            for e in entries]
 
 
 def _group(ctx: RequestContext, resource: Any, synonyms: bool, docs: bool) -> list[Any]:

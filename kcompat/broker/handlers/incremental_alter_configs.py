@@ -6,8 +6,13 @@ otherwise, Kafka's wording) and start from the key's effective value when the
 topic has no override. A key named twice in one resource, a null value for
 anything but DELETE, or an unknown operation is INVALID_REQUEST; an unknown key
 or bad value INVALID_CONFIG. confluent-kafka's ``incremental_alter_configs``
-uses this API, kafka-python's ``alter_configs`` does not. BROKER resources are
-checked like Kafka and then refused (no dynamic broker configs).
+uses this API, kafka-python's ``alter_configs`` does not. A BROKER resource
+("" the cluster-wide default, or this broker's id) changes that level's
+dynamic broker configs (``dynamic_config``), with Kafka's broker-side request
+checks and messages: duplicates, nulls, unknown operations INVALID_REQUEST;
+APPEND / SUBTRACT on a non-list key INVALID_CONFIG (a list starts from the
+level's value, else Kafka's default); then the whole new level is checked as
+AlterConfigs checks it.
 GROUP resources (32) change a group's config overrides (``group_config``),
 whether or not the group exists; "" is INVALID_REQUEST ("Default group
 resources are not allowed."); DELETE of an unknown key is a no-op; APPEND /
@@ -22,6 +27,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from kcompat.broker import dynamic_config
 from kcompat.broker.configdef import ConfigError
 from kcompat.broker.context import RequestContext
 from kcompat.broker.group_config import GROUP_CONFIGS, GroupConfigError, parse_value
@@ -33,7 +39,6 @@ from kcompat.broker.handlers._common import (
     RESOURCE_TOPIC,
     alter_results,
     duplicates,
-    refuse_broker_change,
 )
 from kcompat.broker.state import TopicError
 from kcompat.broker.topic_config import TOPIC_CONFIGS, effective
@@ -115,14 +120,24 @@ def _alter_group(ctx: RequestContext, resource: Any) -> dict[str, Any]:
     return ctx.state.set_group_configs(resource.resource_name, overrides)
 
 
+def _alter_broker(ctx: RequestContext, resource: Any) -> dict[str, Any]:
+    name = resource.resource_name
+    ops = [(c.name, c.config_operation, c.value) for c in resource.configs]
+    try:
+        dynamic_config.check_ops(ops)
+        dynamic_config.check_alter_name(name, ctx.state.node_id)
+        configs = dynamic_config.apply_ops(ctx.state.broker_configs.get(name, {}), ops)
+    except dynamic_config.DynamicConfigError as e:
+        raise TopicError(e.code, e.message) from None
+    return ctx.state.set_broker_configs(name, configs)
+
+
 def _alter(ctx: RequestContext, resource: Any) -> dict[str, Any] | None:
+    if resource.resource_type == RESOURCE_BROKER:
+        return _alter_broker(ctx, resource)
     _check_ops(resource.configs, group=resource.resource_type == RESOURCE_GROUP)
     if resource.resource_type == RESOURCE_GROUP:
         return _alter_group(ctx, resource)
-    if resource.resource_type == RESOURCE_BROKER:
-        refuse_broker_change(ctx.state, resource.resource_name,
-                             (c.name for c in resource.configs))
-        return None
     if resource.resource_type != RESOURCE_TOPIC:
         raise TopicError(ErrorCode.invalid_request,
                          f"Unsupported resource type: {resource.resource_type}")
