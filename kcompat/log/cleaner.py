@@ -55,7 +55,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kcompat.log.config import LogConfig
+from kcompat.log.config import INT32_MAX, LogConfig
 from kcompat.log.files import (
     INDEX_SUFFIX,
     LOG_SUFFIX,
@@ -73,6 +73,7 @@ from kcompat.wire.records import RecordError
 
 SCRATCH_DIR = "cleaner.tmp"
 CHECKPOINT_FILE = "cleaner-checkpoint"
+SWAP_FILE = "cleaner-swap"  # the groups of a swap in progress
 READ_CHUNK = 1 << 20
 
 
@@ -141,8 +142,8 @@ class Plan:
 
 @dataclass
 class Rewrite:
-    old: LogSegment
-    new: LogSegment | None  # None: every batch went and the segment is deleted
+    olds: list[LogSegment]  # consecutive segments cleaned into one
+    new: LogSegment | None  # None: every batch went and the segments are deleted
 
 
 @dataclass
@@ -274,6 +275,23 @@ def _map_keys(plan: Plan, result: Result) -> tuple[dict[bytes, int], int]:
     return latest, count
 
 
+def _groups(plan: Plan, count: int) -> list[list[LogSegment]]:
+    """The first ``count`` segments in runs that fit one segment together (by
+    their present size and offset span), as Kafka's cleaner groups them: a
+    compacted log does not keep one small file per segment it ever rolled."""
+    groups: list[list[LogSegment]] = []
+    size = 0
+    for segment in plan.segments[:count]:
+        if groups and size + segment.size_bytes <= plan.config.segment_bytes and \
+                segment.next_offset - 1 - groups[-1][0].base_offset <= INT32_MAX:
+            groups[-1].append(segment)
+            size += segment.size_bytes
+        else:
+            groups.append([segment])
+            size = segment.size_bytes
+    return groups
+
+
 def clean(plan: Plan) -> Result:
     """One pass (see the module); runs in a worker thread and touches nothing
     shared but the scratch directory. Segments before the checkpoint's end
@@ -281,67 +299,84 @@ def clean(plan: Plan) -> Result:
     result = Result(plan, [])
     latest, count = _map_keys(plan, result)
     result.end = plan.segments[count].base_offset if count < len(plan.segments) else plan.end
-    horizon = plan.now_ms - plan.config.delete_retention_ms
-    txn_left: dict[int, bool] = {}  # producer id -> records of its open transaction kept
-    scratch = plan.directory / SCRATCH_DIR
-    for segment, reader in zip(plan.segments[:count], plan.readers, strict=False):
+    readers = {id(s): r for s, r in zip(plan.segments, plan.readers, strict=True)}
+    filter_ = _Filter(plan, latest, result)
+    for group in _groups(plan, count):
         out: list[bytes] = []
-        changed = False
-        for batch, header in _batches(reader, segment.size_bytes, lambda: plan.stop):
-            seen = plan.checkpoint.first_seen_ms(header.base_offset)
-            past_horizon = seen is not None and seen <= horizon
-            must_stay = (header.base_offset in plan.epoch_starts
-                         or header.base_offset in plan.producer_lasts)
-            if header.is_control:
-                removable = past_horizon and not txn_left.get(header.producer_id, False)
-                txn_left[header.producer_id] = False
-                if removable and not must_stay:
-                    changed = True
-                    result.records_removed += header.records_count
-                    continue
-                result.keeps_deletes |= not removable
-                out.append(batch)
-                continue
-            aborted = _is_aborted(plan, header)
-            records = None if aborted else _records(batch)
-            if records is None and not aborted:
-                out.append(batch)  # unreadable: kept as it is
-                continue
-            kept = []
-            for record in records or ():
-                if record.key is None:
-                    continue  # a keyless record has no place in a compacted log
-                offset = header.base_offset + record.offset_delta
-                if latest.get(_digest(record.key), -1) > offset:
-                    continue
-                if record.tombstone:
-                    if past_horizon:
-                        continue
-                    result.keeps_deletes = True
-                kept.append(record)
-            if header.is_transactional and kept:
-                txn_left[header.producer_id] = True
-            if len(kept) == header.records_count:
-                out.append(batch)
-                continue
-            changed = True
-            result.records_removed += header.records_count - len(kept)
-            if kept or must_stay:
-                payload = scan(batch)[1] if kept else b""
-                out.append(splice(batch, header, payload, kept))
-        if segment.next_offset <= plan.checkpoint.cleaned_to:
-            result.bytes_read += segment.size_bytes  # mapped ones were counted then
+        changed = len(group) > 1
+        for segment in group:
+            if segment.next_offset <= plan.checkpoint.cleaned_to:
+                result.bytes_read += segment.size_bytes  # mapped ones were counted then
+            for batch, header in _batches(readers[id(segment)], segment.size_bytes,
+                                          lambda: plan.stop):
+                kept = filter_.batch(batch, header)
+                changed |= kept is not batch
+                if kept is not None:
+                    out.append(kept)
         if changed:
-            result.rewrites.append(Rewrite(segment, _write(plan, scratch, segment, out)))
+            result.rewrites.append(Rewrite(group, _write(plan, group, out)))
             result.bytes_written += sum(len(b) for b in out)
     return result
 
 
-def _write(plan: Plan, scratch: Path, old: LogSegment, batches: list[bytes]) -> LogSegment | None:
-    if not batches and old is not plan.segments[0]:
+class _Filter:
+    """What stays of each batch, in log order (the rules of the module)."""
+
+    def __init__(self, plan: Plan, latest: dict[bytes, int], result: Result) -> None:
+        self.plan = plan
+        self.latest = latest
+        self.result = result
+        self.horizon = plan.now_ms - plan.config.delete_retention_ms
+        self.txn_left: dict[int, bool] = {}  # producer id -> its open transaction kept records
+
+    def batch(self, batch: bytes, header: BatchHeader) -> bytes | None:
+        """``batch`` itself when it stays whole, a spliced copy, or None."""
+        plan, result = self.plan, self.result
+        seen = plan.checkpoint.first_seen_ms(header.base_offset)
+        past_horizon = seen is not None and seen <= self.horizon
+        must_stay = (header.base_offset in plan.epoch_starts
+                     or header.base_offset in plan.producer_lasts)
+        if header.is_control:
+            removable = past_horizon and not self.txn_left.get(header.producer_id, False)
+            self.txn_left[header.producer_id] = False
+            if removable and not must_stay:
+                result.records_removed += header.records_count
+                return None
+            result.keeps_deletes |= not removable
+            return batch
+        aborted = _is_aborted(plan, header)
+        records = None if aborted else _records(batch)
+        if records is None and not aborted:
+            return batch  # unreadable: kept as it is
+        kept = []
+        for record in records or ():
+            if record.key is None:
+                continue  # a keyless record has no place in a compacted log
+            offset = header.base_offset + record.offset_delta
+            if self.latest.get(_digest(record.key), -1) > offset:
+                continue
+            if record.tombstone:
+                if past_horizon:
+                    continue
+                result.keeps_deletes = True
+            kept.append(record)
+        if header.is_transactional and kept:
+            self.txn_left[header.producer_id] = True
+        if len(kept) == header.records_count:
+            return batch
+        result.records_removed += header.records_count - len(kept)
+        if not kept and not must_stay:
+            return None
+        return splice(batch, header, scan(batch)[1] if kept else b"", kept)
+
+
+def _write(plan: Plan, group: list[LogSegment], batches: list[bytes]) -> LogSegment | None:
+    first = group[0]
+    if not batches and first is not plan.segments[0]:
         return None
+    scratch = plan.directory / SCRATCH_DIR
     plan.store.make_dirs(scratch)
-    new = LogSegment.create(scratch, old.base_offset, plan.config, old.created_ms, plan.store)
+    new = LogSegment.create(scratch, first.base_offset, plan.config, first.created_ms, plan.store)
     for batch in batches:
         new.append([batch], parse_header(batch))
     new.fsync()
@@ -355,38 +390,71 @@ def install(directory: Path, segments: list[LogSegment], result: Result,
     or None (nothing changed) if the log moved on since ``plan``."""
     plan = result.plan
     position = {id(s): i for i, s in enumerate(segments)}
-    if any(id(r.old) not in position for r in result.rewrites) or \
-            any(position[id(r.old)] == len(segments) - 1 for r in result.rewrites):
-        discard(directory, store)
+    olds = [s for r in result.rewrites for s in r.olds]
+    if any(position.get(id(s), len(segments) - 1) == len(segments) - 1 for s in olds):
+        discard(directory, store)  # retention, truncation or a new leader's log: not ours now
         return None
+    merged = [(r.olds[0].base_offset, [s.base_offset for s in r.olds[1:]])
+              for r in result.rewrites if r.new is not None and len(r.olds) > 1]
+    if merged:
+        atomic_write(directory / SWAP_FILE, json.dumps(merged).encode(), store)
     scratch = directory / SCRATCH_DIR
-    out = list(segments)
-    gone: set[int] = set()
+    out: list[LogSegment | None] = list(segments)
     for rewrite in result.rewrites:
-        base = rewrite.old.base_offset
-        rewrite.old.close()
+        first = rewrite.olds[0]
+        for old in rewrite.olds:
+            old.close()
         if rewrite.new is None:
-            store.remove(offset_path(directory, base, LOG_SUFFIX))
-            for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX):
-                store.remove(offset_path(directory, base, suffix))
-            gone.add(id(rewrite.old))
+            for old in rewrite.olds:
+                _remove_segment(directory, old.base_offset, store)
+                out[position[id(old)]] = None
             continue
+        base = first.base_offset
         for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX):
             store.remove(offset_path(directory, base, suffix))
         store.rename(offset_path(scratch, base, LOG_SUFFIX), offset_path(directory, base, LOG_SUFFIX))
         store.sync_dir(directory)
+        for old in rewrite.olds[1:]:
+            _remove_segment(directory, old.base_offset, store)
+            out[position[id(old)]] = None
         for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX):
             store.rename(offset_path(scratch, base, suffix), offset_path(directory, base, suffix))
-        i = position[id(rewrite.old)]
-        next_base = segments[i + 1].base_offset
-        reopened, ready = LogSegment.open_existing(directory, base, plan.config, rewrite.old.created_ms,
+        last = position[id(rewrite.olds[-1])]
+        next_base = segments[last + 1].base_offset
+        reopened, ready = LogSegment.open_existing(directory, base, plan.config, first.created_ms,
                                                    next_base, trust_indexes=True, store=store)
         if not ready:
             reopened.recover(base, lambda _h: None, gaps=True)
-        out[i] = reopened
+        out[position[id(first)]] = reopened
     store.sync_dir(directory)
+    store.remove(directory / SWAP_FILE)
     discard(directory, store)
-    return [s for s in out if id(s) not in gone]
+    return [s for s in out if s is not None]
+
+
+def _remove_segment(directory: Path, base: int, store: FileStore) -> None:
+    """The ``.log`` first: index files without one are leftovers recovery removes."""
+    store.remove(offset_path(directory, base, LOG_SUFFIX))
+    for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX):
+        store.remove(offset_path(directory, base, suffix))
+
+
+def recover_swap(directory: Path, store: FileStore) -> None:
+    """Finish or forget an interrupted swap (recovery, before segments open):
+    a merged segment whose new ``.log`` left the scratch directory replaced
+    the first of its group, so the rest of the group goes; one still in the
+    scratch directory never did, so the old segments stand."""
+    try:
+        merged = json.loads(store.read(directory / SWAP_FILE))
+    except (OSError, ValueError):
+        merged = []
+    scratch = directory / SCRATCH_DIR
+    for base, others in merged:
+        if not store.exists(offset_path(scratch, int(base), LOG_SUFFIX)):
+            for other in others:
+                _remove_segment(directory, int(other), store)
+    store.remove(directory / SWAP_FILE)
+    discard(directory, store)
 
 
 def discard(directory: Path, store: FileStore) -> None:

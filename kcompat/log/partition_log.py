@@ -507,6 +507,12 @@ class PartitionLog:
         segments = cleaner.install(self.directory, self._segments, result, self.store)
         if segments is None:
             return False
+        for rewrite in result.rewrites:  # a merged segment's index holds its group's
+            if rewrite.new is not None and len(rewrite.olds) > 1:
+                bases = [s.base_offset for s in rewrite.olds]
+                entries = [e for b in bases if b in self._txn_indexes
+                           for e in self._txn_indexes[b].entries]
+                self._txn_index(bases[0]).rewrite(entries)
         kept = {s.base_offset for s in segments}
         for base in [b for b in self._txn_indexes if b not in kept]:
             del self._txn_indexes[base]

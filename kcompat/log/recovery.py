@@ -2,8 +2,9 @@
 
 Theory of operation
 -------------------
-1. Leftover ``*.tmp`` files (a crash during an atomic write), index files
-   without a ``.log`` and the log cleaner's scratch directory are deleted.
+1. A log cleaner swap cut short is finished or forgotten
+   (``cleaner.recover_swap``); leftover ``*.tmp`` files (a crash during an
+   atomic write) and index files without a ``.log`` are deleted.
 2. Segments are opened in base-offset order. A segment is *scanned* — every
    batch re-read, framing, magic and CRC32C checked, offsets required to be
    contiguous (to grow, in a log that is or was compacted: the cleaner leaves
@@ -31,7 +32,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from kcompat.log.cleaner import CHECKPOINT_FILE, discard
+from kcompat.log.cleaner import CHECKPOINT_FILE, recover_swap
 from kcompat.log.config import LogConfig
 from kcompat.log.epoch_cache import LeaderEpochCache
 from kcompat.log.files import (
@@ -126,7 +127,7 @@ def rebuild_transactions(
 
 
 def _remove_leftovers(directory: Path, store: FileStore) -> None:
-    discard(directory, store)  # a cleaner pass that had not swapped its segments in
+    recover_swap(directory, store)  # a cleaner pass cut short: finish or forget its swap
     names = set(store.names(directory))
     for name in sorted(names):
         if name.endswith(TMP_SUFFIX):

@@ -3,6 +3,7 @@ batches built and read back with kafka-python's RecordBatch v2 code."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -175,25 +176,56 @@ def test_nothing_above_the_high_watermark_or_in_the_active_segment(tmp_path: Pat
     assert values[-3:] == [b"active0", b"active1", b"active2"] and len(values) == 4
 
 
-@pytest.mark.parametrize("crash_after", ["written", "log_renamed"])
-def test_a_crash_mid_swap_loses_nothing(tmp_path: Path, crash_after: str) -> None:
+def test_cleaned_segments_merge_into_one(tmp_path: Path) -> None:
     log = _open(tmp_path / "p")
-    latest = _fill(log)
+    _fill(log, versions=6, keys=4)
+    _clean(log)
+    latest = _fill(log, versions=2, keys=4)
+    before = len(log.segment_base_offsets)
+    log.config = replace(log.config, segment_bytes=2000)  # segment.bytes raised: groups fit
+    result = _clean(log)
+    assert result is not None and any(len(r.olds) > 1 for r in result.rewrites)
+    assert len(log.segment_base_offsets) < before
+    assert {k: v for _, k, v in _records(log)} == latest and len(_records(log)) == 4
+    reopened = _open(tmp_path / "p")
+    assert reopened.segment_base_offsets == log.segment_base_offsets
+    assert _records(reopened) == _records(log)
+
+
+@pytest.mark.parametrize("crash_after", ["written", "log_renamed", "rest_removed"])
+def test_a_crash_mid_swap_loses_nothing(tmp_path: Path, crash_after: str) -> None:
+    """The swap's steps (``cleaner.install``) cut short at each point: recovery
+    finishes or forgets it, and the log reads the same."""
+    d = tmp_path / "p"
+    log = _open(d)
+    _fill(log, versions=6, keys=4)
+    _clean(log)
+    latest = _fill(log, versions=2, keys=4)
+    log.config = replace(log.config, segment_bytes=2000)
+    expected = {k: v for _, k, v in _records(log)}
+    assert expected == latest
     plan = log.cleaner_plan(log.log_end_offset, 10_000)
     assert plan is not None
     result = cleaner.clean(plan)
-    scratch = tmp_path / "p" / cleaner.SCRATCH_DIR
-    assert scratch.is_dir()
-    if crash_after == "log_renamed":  # the swap's atomic step done, the indexes not moved
-        base = result.rewrites[0].old.base_offset
-        offset_path(tmp_path / "p", base, INDEX_SUFFIX).unlink()
-        offset_path(scratch, base, LOG_SUFFIX).rename(offset_path(tmp_path / "p", base, LOG_SUFFIX))
+    scratch = d / cleaner.SCRATCH_DIR
+    group = next(r for r in result.rewrites if r.new is not None and len(r.olds) > 1)
+    base = group.olds[0].base_offset
+    if crash_after != "written":  # as install does it, up to the crash
+        (d / cleaner.SWAP_FILE).write_text(
+            f"[[{base}, {[s.base_offset for s in group.olds[1:]]}]]")
+        offset_path(d, base, INDEX_SUFFIX).unlink()
+        offset_path(scratch, base, LOG_SUFFIX).rename(offset_path(d, base, LOG_SUFFIX))
+    if crash_after == "rest_removed":
+        for s in group.olds[1:]:
+            offset_path(d, s.base_offset, LOG_SUFFIX).unlink()
     for reader in plan.readers:
         reader.close()
     log.close(clean=False)
-    reopened = _open(tmp_path / "p")
-    assert not scratch.exists()
+    reopened = _open(d)
+    assert not scratch.exists() and not (d / cleaner.SWAP_FILE).exists()
     assert {k: v for _, k, v in _records(reopened)} == latest
+    if crash_after != "written":
+        assert not set(s.base_offset for s in group.olds[1:]) & set(reopened.segment_base_offsets)
     _clean(reopened)
     assert {k: v for _, k, v in _records(reopened)} == latest
     assert len(_records(reopened)) == 4
