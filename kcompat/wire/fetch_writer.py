@@ -27,7 +27,6 @@ tells the caller to use kio instead.
 from __future__ import annotations
 
 import struct
-import uuid
 from typing import Any
 
 _I16 = struct.Struct(">h")
@@ -83,7 +82,7 @@ def encode_fetch_response(version: int, correlation_id: int, body: Any) -> list[
     _length(out, len(body.responses), flexible, wide=True)
     for topic in body.responses:
         if by_id:
-            topic_id: uuid.UUID | None = topic.topic_id
+            topic_id = topic.topic_id  # a uuid.UUID, or None
             out += _ZERO_ID if topic_id is None else topic_id.bytes
         else:
             name = topic.topic.encode()
