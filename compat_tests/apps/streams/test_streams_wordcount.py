@@ -180,18 +180,21 @@ class WordCountRun:
         self.runs.append(app)
         return app
 
-    def committed_output(self) -> int:
-        """Records and markers of the output below its last stable offset."""
-        return sum(list_offsets(self.bootstrap, self.output, PARTITIONS, committed=True).values())
+    def committed_input(self) -> int:
+        """Input lines the application has committed as consumed (0 while unknown)."""
+        with contextlib.suppress(Exception):  # no offsets yet, or the group rebalancing
+            return sum(max(o, 0) for o in self.group_offsets(self.input).values())
+        return 0
 
-    def wait_output_beyond(self, app: StreamsProcess, floor: int, timeout_s: float = 60.0) -> int:
+    def wait_committed_beyond(self, app: StreamsProcess, floor: int,
+                              timeout_s: float = 60.0) -> None:
+        """Until ``app`` has committed a transaction that consumed input past ``floor``."""
         deadline = time.monotonic() + timeout_s
-        while (n := self.committed_output()) <= floor:
+        while self.committed_input() <= floor:
             app.check_alive()
             assert time.monotonic() < deadline, \
-                f"no committed output beyond {floor} in {timeout_s:.0f} s\n{app.tail()}"
+                f"no input committed beyond {floor} in {timeout_s:.0f} s\n{app.tail()}"
             time.sleep(0.2)
-        return n
 
     def produce_while_running(self, app: StreamsProcess, part: list[str]) -> None:
         """Produce ``part`` at ``PART_RATE`` while ``app`` runs, kill -9 it
@@ -293,6 +296,12 @@ def test_wordcount_exactly_once_across_kill9(target: Deployment | KafkaReference
                                              tmp_path: Path) -> None:
     replication = target.replication if isinstance(target, Deployment) else 1
     wc = WordCountRun(target.bootstrap, replication, tmp_path)
+    t0 = time.monotonic()
+    phases: list[str] = []
+
+    def phase(name: str) -> None:
+        phases.append(f"{name} {time.monotonic() - t0:.1f}s")
+
     try:
         wc.create_topics()
         wc.produce(lines(1, LINES_PER_PART))
@@ -300,24 +309,34 @@ def test_wordcount_exactly_once_across_kill9(target: Deployment | KafkaReference
         # Run 1: count part 1, then kill -9 while part 2 streams in.
         app = wc.start_app()
         app.wait_running()
-        seen = wc.wait_output_beyond(app, 0)
+        phase("run 1 RUNNING")
+        wc.wait_committed_beyond(app, 0)
+        phase("committed")
         wc.produce_while_running(app, lines(2, LINES_PER_PART))
+        phase("killed")
 
         # Run 2: same state dir; kill -9 again while part 3 streams in.
+        floor = wc.committed_input()
         app = wc.start_app()
         app.wait_running()
-        wc.wait_output_beyond(app, seen)
+        phase("run 2 RUNNING")
+        wc.wait_committed_beyond(app, floor)
+        phase(f"committed {floor}->{wc.committed_input()}")
         wc.produce_while_running(app, lines(3, LINES_PER_PART))
+        phase("killed")
 
         # Run 3: wiped state dir; until the input is consumed, then SIGTERM.
         shutil.rmtree(wc.state_dir)
         app = wc.start_app()
         app.wait_running()
+        phase("run 3 RUNNING")
         ends = wc.wait_input_consumed(app)
+        phase("input consumed")
         rc = app.stop()  # the JVM exits 143 on SIGTERM once its shutdown hook is done
         assert rc in (0, 143) and app.states()[-1] == "NOT_RUNNING", \
             f"the Streams application did not close cleanly (exit {rc})\n{app.tail()}"
         assert {t: wc.group_offsets(t) for t in ends} == ends
+        phase("stopped")
 
         # Every word's counts, one by one, exactly once.
         updates: dict[str, list[int]] = {}
@@ -354,9 +373,11 @@ def test_wordcount_exactly_once_across_kill9(target: Deployment | KafkaReference
             group = wc.admin.describe_consumer_groups([wc.app_id])[wc.app_id].result(timeout=30)
             assert leaders - {group.coordinator.id}, \
                 f"every internal partition led by the coordinator {group.coordinator.id}"
+        phase("checked")
     except BaseException:
         for app in wc.runs:
             print(app.tail())
         raise
     finally:
+        print(f"[{target!r}] " + ", ".join(phases))
         wc.close()
