@@ -3,8 +3,9 @@
 Quirks: answered by the broker asked, about its own data directory (Admin
 clients ask every broker): one log dir, the absolute ``data.dir``, with each
 local replica's size (bytes of its segments), offset lag (Kafka's: how far
-the replica's log end is behind the high watermark it knows, so 0 on a
-leader and on a caught-up follower), ``is_future_key`` false (no
+the replica's log end is behind the partition's high watermark — 0 on a
+leader; a follower counts from the leader's high watermark as last heard, so
+a follower still fetching shows what it lacks), ``is_future_key`` false (no
 AlterReplicaLogDirs here). v4+ carry the volume's total and usable bytes
 (``statvfs``), v5 ``is_cordoned`` (false). Null topics means every replica;
 an unknown topic or partition is left out, as Kafka does. Filtered views
@@ -34,9 +35,13 @@ def _wanted(ctx: RequestContext, request: Any) -> list[tuple[str, int, Partition
 
 def _partition(ctx: RequestContext, part: Partition) -> Any:
     end = part.log.log_end_offset
+    high_watermark = part.high_watermark
+    group = ctx.cluster.group_of(part.topic, part.index)
+    if group is not None and not group.is_leader:  # the leader's, as last heard
+        high_watermark = max(high_watermark, group.raft.heard_high_watermark)
     return ctx.build("DescribeLogDirsPartition", partition_index=part.index,
                      partition_size=part.log.size_bytes,
-                     offset_lag=max(0, part.high_watermark - end), is_future_key=False)
+                     offset_lag=max(0, high_watermark - end), is_future_key=False)
 
 
 async def handle(ctx: RequestContext, request: Any) -> Any:
