@@ -5,7 +5,9 @@ One script (``run_script``) runs once against each broker: bad
 ConsumerGroupHeartbeat requests, a group of two members going through a
 rebalance (join, revocation, assignment), fencing, a static member leaving
 and coming back under a new member id, OffsetCommit / OffsetFetch from
-members, the classic APIs on the group (ListGroups, DescribeGroups,
+members, the Java Admin client's view (describeConsumerGroups, listGroups of
+type consumer, listConsumerGroupOffsets: ``DescribeConsumerGroup``), the
+classic APIs on the group (ListGroups, DescribeGroups,
 JoinGroup, DeleteGroups) and the shared group id namespace (a heartbeat to a
 live classic group and to a group with offsets only). Each step keeps the
 answer's error code and message and the epochs, states and assignment sizes
@@ -17,6 +19,7 @@ Kafka's. Requests are encoded and answers decoded with kio.
 from __future__ import annotations
 
 import datetime
+import json
 import time
 import uuid
 from collections.abc import Iterator
@@ -39,6 +42,7 @@ from kio.schema.sync_group.v5 import request as sync_req
 
 from compat_tests._broker import Broker
 from compat_tests._groups import FAST_BROKER_ARGS
+from compat_tests.java.conftest import PKG, run_java
 from compat_tests.java.kafka_reference import KafkaReference
 from kcompat.cli._kio import Connection
 
@@ -50,15 +54,18 @@ REBALANCE_MS = 10_000
 #: the assignment interval (group.consumer.assignment.interval.ms, 1 s on both)
 #: passed: the next heartbeat computes the new target assignment
 ASSIGNMENT_WAIT_S = 1.2
-TOPIC_SETTLE_S = 2.0
+#: Kafka's coordinator sees a new topic's metadata settle (its hash changes once
+#: more, bumping a group's epoch) in its first moments: the script waits that out
+KAFKA_TOPIC_SETTLE_S = 2.0
 
 Answer = tuple[Any, ...]
 
 
 class Script:
-    def __init__(self, conn: Connection, run: str) -> None:
+    def __init__(self, conn: Connection, run: str, settle_s: float) -> None:
         self.conn = conn
         self.run = run
+        self.settle_s = settle_s
         self.group = f"kip848-{run}"
         self.out: dict[str, Answer] = {}
         self.topic_id: uuid.UUID | None = None
@@ -142,9 +149,7 @@ class Script:
             timeout=datetime.timedelta(seconds=10), validate_only=False))
         assert answer.topics[0].error_code in (0, 36), answer  # 36: left from a rerun
         if answer.topics[0].error_code == 0:
-            # Kafka's coordinator sees a new topic's metadata settle (its hash changes
-            # once more, bumping a group's epoch) in the first moments: let it settle
-            time.sleep(TOPIC_SETTLE_S)
+            time.sleep(self.settle_s)
         found = self.conn.call(metadata.MetadataRequest(
             topics=(metadata.MetadataRequestTopic(topic_id=None, name=TOPIC),),
             allow_auto_topic_creation=False, include_topic_authorized_operations=False))
@@ -241,6 +246,13 @@ def offsets(s: Script, b_epoch: int) -> None:
     s.fetch("of-no-member", None, -1)
 
 
+def java_admin(s: Script, bootstrap: str, clients_cp: str) -> None:
+    run = run_java(clients_cp, f"{PKG}.DescribeConsumerGroup", bootstrap, s.group, timeout=60)
+    lines = run.json_lines()
+    assert run.returncode == 0 and lines, run.explain()
+    s.out["admin-describe"] = (json.dumps(lines[-1], sort_keys=True).replace(s.run, "<run>"),)
+
+
 def classic_apis(s: Script) -> None:
     listed = s.conn.call(ListGroupsRequest(states_filter=(), types_filter=())).groups
     s.out["lg-group"] = tuple((g.protocol_type, g.group_state, g.group_type)
@@ -288,16 +300,17 @@ def leave_and_delete(s: Script) -> None:
     s.describe("cgd-deleted")
 
 
-def run_script(bootstrap: str) -> dict[str, Answer]:
+def run_script(bootstrap: str, clients_cp: str, settle_s: float = 0.0) -> dict[str, Answer]:
     host, port = bootstrap.rsplit(":", 1)
     conn = Connection(host, int(port), 15.0)
     try:
-        s = Script(conn, uuid.uuid4().hex[:8])
+        s = Script(conn, uuid.uuid4().hex[:8], settle_s)
         s.setup()
         bad_requests(s)
         _, b = rebalance(s)
         static_member(s)
         offsets(s, b.member_epoch)
+        java_admin(s, bootstrap, clients_cp)
         classic_apis(s)
         namespace(s)
         leave_and_delete(s)
@@ -320,7 +333,7 @@ STEPS = (
     "hb-static-s2-as-s1", "hb-static-s1-leaves-for-now", "cgd-static-away",
     "hb-static-s2-takes-over", "cgd-static-back", "hb-static-s2-leaves",
     "oc-member", "oc-newer-epoch", "oc-older-epoch", "oc-unknown-member", "oc-no-member",
-    "of-member", "of-newer-epoch", "of-unknown-member", "of-no-member",
+    "of-member", "of-newer-epoch", "of-unknown-member", "of-no-member", "admin-describe",
     "lg-group", "lg-consumer-type", "dg-consumer-group", "jg-other-protocol", "dlg-non-empty",
     "hb-live-classic-group", "cgd-live-classic-group", "oc-offsets-only",
     "hb-offsets-only-group", "cgd-offsets-only-group", "of-offsets-kept",
@@ -334,8 +347,8 @@ STEPS = (
 
 
 @pytest.fixture(scope="module")
-def kafka_answers(kafka_reference: KafkaReference) -> dict[str, Answer]:
-    return run_script(kafka_reference.bootstrap)
+def kafka_answers(kafka_reference: KafkaReference, clients_cp: str) -> dict[str, Answer]:
+    return run_script(kafka_reference.bootstrap, clients_cp, KAFKA_TOPIC_SETTLE_S)
 
 
 @pytest.fixture(scope="module")
@@ -349,8 +362,8 @@ def kcompat_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]
 
 
 @pytest.fixture(scope="module")
-def kcompat_answers(kcompat_broker: Broker) -> dict[str, Answer]:
-    return run_script(kcompat_broker.bootstrap)
+def kcompat_answers(kcompat_broker: Broker, clients_cp: str) -> dict[str, Answer]:
+    return run_script(kcompat_broker.bootstrap, clients_cp)
 
 
 #: Where kcompat answers otherwise than Kafka 4.4 (strict: a fix shows as XPASS).
