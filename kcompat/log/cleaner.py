@@ -25,7 +25,8 @@ transaction (the aborted-transaction index) and is the latest for its key; a
 tombstone (null value) and a transaction marker are kept until
 ``delete.retention.ms`` after the first pass that saw them (KIP-534's delete
 horizon, kept here in the checkpoint rather than in the batch), and a marker
-while any record of its transaction is left. Kept records keep their bytes
+while any batch of its transaction is left (an empty one too: a replay of
+producer state would open the transaction again). Kept records keep their bytes
 (``record_scan.splice``): offsets, timestamps and the batch's producer
 fields stay, so a batch that loses records leaves holes. A batch that loses
 all of them goes, except the first batch of a leader epoch (so the epoch
@@ -360,14 +361,18 @@ class _Filter:
                     continue
                 result.keeps_deletes = True
             kept.append(record)
-        if header.is_transactional and kept:
-            self.txn_left[header.producer_id] = True
         if len(kept) == header.records_count:
-            return batch
+            out: bytes | None = batch
+        elif not kept and not must_stay:
+            out = None
+        else:
+            out = splice(batch, header, scan(batch)[1] if kept else b"", kept)
         result.records_removed += header.records_count - len(kept)
-        if not kept and not must_stay:
-            return None
-        return splice(batch, header, scan(batch)[1] if kept else b"", kept)
+        if header.is_transactional and out is not None:
+            # even empty, a transactional batch opens its transaction again when
+            # producer state is rebuilt from the log: its marker must stay
+            self.txn_left[header.producer_id] = True
+        return out
 
 
 def _write(plan: Plan, group: list[LogSegment], batches: list[bytes]) -> LogSegment | None:

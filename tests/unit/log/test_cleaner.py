@@ -132,6 +132,7 @@ def test_tombstones_go_after_delete_retention_of_their_first_clean(tmp_path: Pat
 def test_aborted_transactions_and_their_markers_go(tmp_path: Path) -> None:
     log = _open(tmp_path / "p", delete_retention_ms=1000)
     pid = 7
+    _append(log, _batch([(b"first", b"of the epoch")]))  # stays: the epoch's first batch
     _append(log, _batch([(b"x", b"aborted")], pid=pid, seq=0, transactional=True))
     abort = encode_batch([(b"\x00\x00\x00\x00", b"\x00\x00\x00\x00\x00\x00", (), 5)],
                          producer_id=pid, producer_epoch=0, transactional=True, control=True)
@@ -150,7 +151,7 @@ def test_aborted_transactions_and_their_markers_go(tmp_path: Path) -> None:
     markers = [h for h in headers if h.is_control and h.records_count]
     # the commit marker's transaction still has a record; the abort marker went,
     # its producer's last batch (the commit marker) stays
-    assert len(markers) == 1 and markers[0].base_offset == 4
+    assert len(markers) == 1 and markers[0].base_offset == 5
 
 
 def test_compressed_batches_lose_records_and_stay_compressed(tmp_path: Path) -> None:
@@ -271,3 +272,27 @@ def test_a_later_pass_maps_only_the_dirty_part_and_cleans_the_clean_part_too(
     assert result is not None and result.records_removed == 2
     got = {k: v for _, k, v in _records(log)}
     assert got == {**{b"k%d" % k: b"v%d-2" % k for k in range(4)}, **latest}
+
+
+def test_a_kept_empty_transactional_batch_keeps_its_marker(tmp_path: Path) -> None:
+    """A producer's last batch stays (empty) for its idempotence state; were its
+    commit marker removed, a producer-state replay would see its transaction
+    open forever and hold the last stable offset back."""
+    d = tmp_path / "p"
+    log = _open(d, delete_retention_ms=1000)
+    _append(log, _batch([(b"k", b"in-txn")], pid=9, seq=0, transactional=True))
+    commit = encode_batch([(b"\x00\x00\x00\x01", b"\x00\x00\x00\x00\x00\x00", (), 6)],
+                          producer_id=9, producer_epoch=0, transactional=True, control=True)
+    _append(log, memoryview(commit))
+    _append(log, _batch([(b"k", b"later")]))
+    log.roll(0)
+    _clean(log, now_ms=10)
+    _clean(log, now_ms=5_000)  # the marker is past its horizon, its transaction's batch stays
+    values = [v for _, _, v in _records(log)]
+    assert b"later" in values and b"in-txn" not in values
+    assert any(h.is_control for _, h in log.batches(0, log.log_end_offset))
+    log.close(clean=False)
+    for snapshot in d.glob("*.snapshot"):
+        snapshot.unlink()  # producer state rebuilt from the log alone
+    reopened = _open(d)
+    assert reopened.first_unstable_offset() is None
