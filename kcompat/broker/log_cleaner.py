@@ -46,12 +46,16 @@ class LogCleaner:
         self.bytes_written = 0
         self.records_removed = 0
         self.dirty_ratio: dict[str, float] = {}  # topic -> largest dirty ratio at the last check
-        # Kafka's map costs 24 bytes a key; a Python dict entry (16-byte digest, offset)
-        # about 128, so the same buffer maps fewer keys per pass (the rest waits a pass)
-        self.max_keys = max(1024, state.config["log.cleaner.dedupe.buffer.size"] // 128)
 
     def export(self, registry: CollectorRegistry) -> None:
         registry.register(_CleanerCollector(self))
+
+    @property
+    def max_keys(self) -> int:
+        """Kafka's map costs 24 bytes a key; a Python dict entry (16-byte digest,
+        offset) about 128, so the same buffer maps fewer keys per pass (the rest
+        waits for the next pass). Read each pass: the key is dynamic."""
+        return max(1024, self.state.config["log.cleaner.dedupe.buffer.size"] // 128)
 
     async def run(self) -> None:
         if not self.state.config["log.cleaner.enable"]:
