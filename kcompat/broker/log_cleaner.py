@@ -55,7 +55,7 @@ class LogCleaner:
         """Kafka's map costs 24 bytes a key; a Python dict entry (16-byte digest,
         offset) about 128, so the same buffer maps fewer keys per pass (the rest
         waits for the next pass). Read each pass: the key is dynamic."""
-        return max(1024, self.state.config["log.cleaner.dedupe.buffer.size"] // 128)
+        return max(1024, int(self.state.config["log.cleaner.dedupe.buffer.size"]) // 128)
 
     async def run(self) -> None:
         if not self.state.config["log.cleaner.enable"]:
