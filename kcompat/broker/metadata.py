@@ -9,8 +9,8 @@ record whose value is a small JSON document (``create_topic``,
 group's whole override set; empty removes the group), ``broker_configs``
 (a level of dynamic broker configs, "" or a node id, as a whole set of raw
 values; ``dynamic_config``), ``register_broker``,
-``fence_broker``, ``unfence_broker``, ``client_quotas`` (an entity's whole
-quota value set, ``controller.client_quotas``); ``cluster`` and ``producer_ids`` only in
+``fence_broker``, ``unfence_broker``, ``client_quotas`` (ops setting and
+removing an entity's quota values, ``controller.client_quotas``); ``cluster`` and ``producer_ids`` only in
 logs written by single-node brokers before they ran as a quorum of one). The
 log is the metadata quorum's Raft log; ``MetadataImage.apply`` is called for
 committed records only, in log order.
@@ -125,8 +125,14 @@ class MetadataImage:
             self.producer_id_limit = max(self.producer_id_limit, rec["limit"])
         elif kind == "client_quotas":
             entity = tuple((str(t), n) for t, n in rec["entity"])
-            if rec["values"]:
-                self.client_quotas[entity] = dict(rec["values"])
+            values = dict(self.client_quotas.get(entity, {}))
+            for key, value, remove in rec["ops"]:
+                if remove:
+                    values.pop(key, None)
+                else:
+                    values[key] = float(value)
+            if values:
+                self.client_quotas[entity] = values
             else:
                 self.client_quotas.pop(entity, None)
 

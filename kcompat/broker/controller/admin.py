@@ -139,9 +139,7 @@ async def execute(ctl: Controller, intent: dict[str, Any]) -> None:
         ctl.state.set_broker_configs(name, configs, here=False)
         rec = {"type": "broker_configs", "name": name, "configs": configs}
     elif op == "alter_client_quotas":
-        entity = client_quotas.entity_of_record(intent)
-        current = ctl.state.metadata.image.client_quotas.get(entity, {})
-        rec = client_quotas.record(entity, client_quotas.apply_ops(current, intent["ops"]))
+        rec = client_quotas.record(client_quotas.entity_of_record(intent), intent["ops"])
     elif op == "auto_create":
         created = await _auto_create_record(ctl, name)
         if created is None or name in ctl.creating:

@@ -10,12 +10,12 @@ values for a few keys: ``producer_byte_rate``, ``consumer_byte_rate``
 user/client-id entities, ``connection_creation_rate`` (an int) for ip ones.
 
 Quotas live in the replicated metadata log, like topic configs: one
-``client_quotas`` record per changed entity, ``{"entity": [[type, name],
-...], "values": {key: value}}``, holding the entity's *whole* value set after
-the change (empty: the entity is gone). The controller computes it from its
-image (``apply_ops``), so applying is idempotent and order is the log's;
-every broker's ``MetadataImage.client_quotas`` is the same, survives a
-restart and is part of the metadata checkpoint.
+``client_quotas`` record per altered entity, ``{"entity": [[type, name],
+...], "ops": [[key, value, remove], ...]}``, the validated ops themselves.
+Every broker applies them to its ``MetadataImage.client_quotas`` in log
+order (an entity left with no value is gone), so two alterations of one
+entity committed close together both count, the image is the same
+everywhere, survives a restart and is part of the metadata checkpoint.
 
 Validation follows Kafka 4.4's answers (INVALID_REQUEST with its messages,
 measured against the reference broker): entity first (``check_entity``),
@@ -137,22 +137,11 @@ def check_ops(entity: Entity, ops: Sequence[tuple[str, float, bool]]) -> None:
             check_value(entity, key, value)
 
 
-def apply_ops(current: Mapping[str, float], ops: Iterable[tuple[str, float, bool]]
-              ) -> dict[str, float]:
-    """The entity's values after the (validated) ops."""
-    values = dict(current)
-    for key, value, remove in ops:
-        if remove:
-            values.pop(key, None)
-        else:
-            values[key] = float(value)
-    return values
-
-
-def record(entity: Entity, values: Mapping[str, float]) -> dict[str, Any]:
-    """The metadata record setting ``entity``'s whole value set."""
+def record(entity: Entity, ops: Iterable[Sequence[Any]]) -> dict[str, Any]:
+    """The metadata record altering ``entity`` by validated (key, value, remove) ops
+    (``MetadataImage.apply`` carries them out)."""
     return {"type": "client_quotas", "entity": [list(p) for p in entity],
-            "values": dict(values)}
+            "ops": [[str(key), float(value), bool(remove)] for key, value, remove in ops]}
 
 
 def entity_of_record(rec: Mapping[str, Any]) -> Entity:
