@@ -2,12 +2,23 @@
 
 Theory of operation
 -------------------
-Ranges follow Apache Kafka 4.1's answers (kafka-python infers the broker version
-from the maxima, so they must look like a real release), capped where a client
-would otherwise switch to something we do not serve (PROTOCOL.md):
+Maxima follow Apache Kafka 4.4's answers (kafka-python infers the broker version
+from them — Produce v13 reads as 4.1, ListOffsets v11 as 4.2 — and Java 4.4
+clients then take their newest paths), capped only where a newer version means
+something kcompat does not do (PROTOCOL.md; the differential test
+compat_tests/java/test_newest_versions_differential.py holds the list):
 
-* Produce max 12: v13 makes Java 4.1+ send topic ids only.
-* Fetch max 12: v13+ needs real topic ids end to end.
+* Produce v13, Fetch v13-v18, OffsetCommit/OffsetFetch v10 name topics by id
+  (KIP-516): every topic has a stable id from its ``create_topic`` metadata
+  record, and an unknown id is UNKNOWN_TOPIC_ID as in Kafka.
+* AddPartitionsToTxn max 3: v4+ is the broker-to-broker batched form (many
+  transactions, verify-only) and v5 transactions V2; clients send v3 or less.
+* EndTxn max 4, TxnOffsetCommit max 4: v5 means transactions V2 (KIP-890 part
+  2: an epoch bump at every transaction end, implicit AddOffsetsToTxn), which
+  kcompat does not do and never advertises (``transaction.version`` stays 1);
+  TxnOffsetCommit v6 (topic ids) has no kio schema.
+* DeleteGroups max 2: v3 only adds an error message, but kio 0.6.5 has no v3
+  schema to parse it with.
 * Low minimums are advertised for librdkafka < 2.11, whose feature detection
   matches one exact version (e.g. FindCoordinator v0 enables LZ4); a request at a
   version below ``parse_min`` is answered with UNSUPPORTED_VERSION instead.
@@ -47,18 +58,18 @@ SHARE_GROUP_HEARTBEAT, SHARE_GROUP_DESCRIBE, SHARE_FETCH, SHARE_ACKNOWLEDGE = 76
 DESCRIBE_SHARE_GROUP_OFFSETS, ALTER_SHARE_GROUP_OFFSETS, DELETE_SHARE_GROUP_OFFSETS = 90, 91, 92
 
 _TABLE = (
-    ApiRange(PRODUCE, "Produce", 0, 12, 3),
-    ApiRange(FETCH, "Fetch", 4, 12, 4),
-    ApiRange(LIST_OFFSETS, "ListOffsets", 1, 10, 1),
-    ApiRange(METADATA, "Metadata", 0, 12, 0),
-    ApiRange(OFFSET_COMMIT, "OffsetCommit", 2, 9, 2),
-    ApiRange(OFFSET_FETCH, "OffsetFetch", 1, 9, 1),
+    ApiRange(PRODUCE, "Produce", 0, 13, 3),
+    ApiRange(FETCH, "Fetch", 4, 18, 4),
+    ApiRange(LIST_OFFSETS, "ListOffsets", 1, 11, 1),
+    ApiRange(METADATA, "Metadata", 0, 13, 0),
+    ApiRange(OFFSET_COMMIT, "OffsetCommit", 2, 10, 2),
+    ApiRange(OFFSET_FETCH, "OffsetFetch", 1, 10, 1),
     ApiRange(FIND_COORDINATOR, "FindCoordinator", 0, 6, 0),
     ApiRange(JOIN_GROUP, "JoinGroup", 0, 9, 0),
     ApiRange(HEARTBEAT, "Heartbeat", 0, 4, 0),
     ApiRange(LEAVE_GROUP, "LeaveGroup", 0, 5, 0),
     ApiRange(SYNC_GROUP, "SyncGroup", 0, 5, 0),
-    ApiRange(DESCRIBE_GROUPS, "DescribeGroups", 0, 5, 0),
+    ApiRange(DESCRIBE_GROUPS, "DescribeGroups", 0, 6, 0),
     ApiRange(LIST_GROUPS, "ListGroups", 0, 5, 0),
     ApiRange(API_VERSIONS, "ApiVersions", 0, 4, 0),
     ApiRange(CREATE_TOPICS, "CreateTopics", 2, 7, 2),
@@ -70,7 +81,7 @@ _TABLE = (
     ApiRange(ALTER_CONFIGS, "AlterConfigs", 0, 2, 0),
     ApiRange(CREATE_PARTITIONS, "CreatePartitions", 0, 3, 0),
     ApiRange(INCREMENTAL_ALTER_CONFIGS, "IncrementalAlterConfigs", 0, 1, 0),
-    ApiRange(DESCRIBE_CLUSTER, "DescribeCluster", 0, 1, 0),
+    ApiRange(DESCRIBE_CLUSTER, "DescribeCluster", 0, 2, 0),
     ApiRange(DESCRIBE_TOPIC_PARTITIONS, "DescribeTopicPartitions", 0, 0, 0),
     ApiRange(DESCRIBE_LOG_DIRS, "DescribeLogDirs", 1, 5, 1),
     ApiRange(ELECT_LEADERS, "ElectLeaders", 0, 2, 0),
@@ -87,7 +98,7 @@ _TABLE = (
     ApiRange(TXN_OFFSET_COMMIT, "TxnOffsetCommit", 0, 4, 0),
     ApiRange(DESCRIBE_PRODUCERS, "DescribeProducers", 0, 0, 0),
     ApiRange(DESCRIBE_TRANSACTIONS, "DescribeTransactions", 0, 0, 0),
-    ApiRange(LIST_TRANSACTIONS, "ListTransactions", 0, 1, 0),
+    ApiRange(LIST_TRANSACTIONS, "ListTransactions", 0, 2, 0),
     ApiRange(CONSUMER_GROUP_HEARTBEAT, "ConsumerGroupHeartbeat", 0, 1, 0),
     ApiRange(CONSUMER_GROUP_DESCRIBE, "ConsumerGroupDescribe", 0, 1, 0),
     ApiRange(SHARE_GROUP_HEARTBEAT, "ShareGroupHeartbeat", 1, 1, 1),

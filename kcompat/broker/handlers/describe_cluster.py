@@ -1,4 +1,4 @@
-"""DescribeCluster (key 60), versions 0-1.
+"""DescribeCluster (key 60), versions 0-2.
 
 Quirks: optional for clients (Java Admin falls back to Metadata; Spark's driver
 and confluent-kafka's ``describe_cluster`` use it). One broker, which is also
@@ -6,7 +6,9 @@ the controller (the live brokers). v1 carries ``endpoint_type``: 1 (brokers) is 
 (controllers, asked by ``--bootstrap-controller`` tools) answers
 UNSUPPORTED_ENDPOINT_TYPE like a Kafka broker listener does. Without an
 authorizer every cluster operation is allowed, so authorized operations (when
-asked) are the cluster's full set.
+asked) are the cluster's full set. v2 (KIP-1073) marks each broker ``is_fenced``
+and, when asked with ``include_fenced_brokers``, lists the registered brokers the
+controller fenced too.
 """
 
 from __future__ import annotations
@@ -37,8 +39,16 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
     # the live brokers; the metadata leader
     await ctx.controller.lifecycle.wait_serving(timeout_s=5.0)
     brokers = tuple(
-        ctx.build("DescribeClusterBroker", broker_id=node, rack=rack, host=host, port=port)
+        ctx.build("DescribeClusterBroker", broker_id=node, rack=rack, host=host, port=port,
+                  is_fenced=False)
         for node, host, port, rack in ctx.controller.lifecycle.broker_endpoints())
+    if getattr(request, "include_fenced_brokers", False):
+        listed = {b.broker_id for b in brokers}
+        brokers += tuple(
+            ctx.build("DescribeClusterBroker", broker_id=b.node_id, rack=b.rack, host=b.host,
+                      port=b.port, is_fenced=True)
+            for _n, b in sorted(ctx.cluster.image.brokers.items())
+            if b.fenced and b.node_id not in listed)
     controller_id = ctx.cluster.controller_id
     operations = (CLUSTER_OPERATIONS if request.include_cluster_authorized_operations
                   else OMITTED_OPERATIONS)

@@ -1,13 +1,16 @@
-"""DescribeGroups (key 15), versions 0-5.
+"""DescribeGroups (key 15), versions 0-6.
 
 An unknown group is described as state "Dead" with no error, as Kafka does up
 to v5; so is a KIP-848 consumer group (Kafka 4.4 describes only classic groups
-here; ConsumerGroupDescribe serves the others). Member metadata and assignment are the selected protocol's bytes.
+here; ConsumerGroupDescribe serves the others). From v6 (KIP-1043) both are
+GROUP_ID_NOT_FOUND with Kafka's message, still in state "Dead". Member metadata and assignment are the selected protocol's bytes.
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+from kio.schema.errors import ErrorCode
 
 from kcompat.broker.context import RequestContext
 from kcompat.broker.handlers._common import NO_THROTTLE, OK
@@ -21,8 +24,15 @@ def _describe(ctx: RequestContext, group_id: str) -> Any:
                          protocol_type="", protocol_data="", members=(),
                          authorized_operations=AUTHORIZED_OPERATIONS_OMITTED)
     group = ctx.groups.coordinator.groups.get(group_id)
-    if group is None or ctx.consumer_groups.group(group_id) is not None:
-        return ctx.build("DescribedGroup", error_code=OK, group_id=group_id, group_state="Dead",
+    consumer = ctx.consumer_groups.group(group_id) is not None
+    if group is None or consumer:
+        code, message = OK, None
+        if ctx.version >= 6:
+            code = ErrorCode.group_id_not_found
+            message = (f"Group {group_id} is not a classic group." if consumer
+                       else f"Group {group_id} not found.")
+        return ctx.build("DescribedGroup", error_code=code, error_message=message,
+                         group_id=group_id, group_state="Dead",
                          protocol_type="", protocol_data="", members=(),
                          authorized_operations=AUTHORIZED_OPERATIONS_OMITTED)
     protocol = group.protocol_name or ""

@@ -1,12 +1,18 @@
-"""ListTransactions (key 66), versions 0-1.
+"""ListTransactions (key 66), versions 0-2.
 
 Filters by state names (unknown names are echoed in unknown_state_filters),
-producer ids and (v1) a minimum running duration.
+producer ids, (v1) a minimum running duration and (v2, KIP-1152) a regular
+expression the whole transactional id must match (Java's ``Matcher.matches``;
+null or empty: no filter). A pattern that does not compile is
+INVALID_REGULAR_EXPRESSION.
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any
+
+from kio.schema.errors import ErrorCode
 
 from kcompat.broker.context import RequestContext
 from kcompat.broker.handlers._common import NO_THROTTLE, OK
@@ -20,6 +26,14 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
     states = set(request.state_filters)
     pids = set(request.producer_id_filters)
     min_duration_ms = int(getattr(request, "duration_filter", -1))
+    pattern_text = getattr(request, "transactional_id_pattern", None)
+    try:
+        pattern = re.compile(pattern_text) if pattern_text else None
+    except re.error as e:
+        return ctx.response(throttle_time=NO_THROTTLE,
+                            error_code=ErrorCode.invalid_regular_expression,
+                            unknown_state_filters=(), transaction_states=(),
+                            error_message=f"Invalid regular expression {pattern_text}: {e}")
     now = now_ms()
     listed = []
     for meta in list(ctx.txns.coordinator.txns.values()):
@@ -28,6 +42,8 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
         if states and meta.state.value not in states:
             continue
         if pids and meta.producer_id not in pids:
+            continue
+        if pattern is not None and pattern.fullmatch(meta.transactional_id) is None:
             continue
         if min_duration_ms >= 0 and (meta.start_ms < 0 or now - meta.start_ms < min_duration_ms):
             continue

@@ -2,8 +2,9 @@
 
 Java 4 commits with v2+ (caps at 9 for the classic consumer), kafka-python v8,
 librdkafka v7. v10 names topics by id only (KIP-848 consumers): an id this
-broker does not know is UNKNOWN_TOPIC_ID for each of its partitions, and offsets
-are kept by topic name as for every other version. A commit with generation -1 and no member id is a standalone
+broker does not know is UNKNOWN_TOPIC_ID for each of its partitions (those
+topics first in the answer, as Kafka lists them), and offsets are kept by topic
+name as for every other version. A commit with generation -1 and no member id is a standalone
 commit (``assign()`` consumers, Spark never commits) and is accepted while the
 group has no members. Offsets are written to ``__consumer_offsets`` and fsynced
 before the answer, and become visible to OffsetFetch only then.
@@ -55,6 +56,9 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
     accepted: dict[tuple[str, int], CommittedOffset] = {}
     named = [(t.name if ctx.version < 10 else topic_name(ctx, t.topic_id), t)
              for t in request.topics]
+    # as Kafka: topics whose id the broker does not know are answered first, then
+    # the coordinator's answer for the others
+    named.sort(key=lambda nt: nt[0] is not None)
     for name, t in named:
         for p in t.partitions:
             code = top_error or _partition_error(ctx, name, p, max_metadata)

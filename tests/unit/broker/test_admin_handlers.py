@@ -17,6 +17,7 @@ from kcompat.broker import config as broker_config
 from kcompat.broker.broker import Broker
 from kcompat.broker.context import RequestContext
 from kcompat.broker.handlers import HANDLERS
+from kcompat.broker.metadata import BrokerInfo
 from kcompat.testing import running
 from kcompat.wire import codec
 from kcompat.wire import versions as v
@@ -320,10 +321,24 @@ def test_incremental_alter_configs(broker: Broker, version: int) -> None:
 
 @pytest.mark.parametrize("version", versions(v.DESCRIBE_CLUSTER))
 def test_describe_cluster(broker: Broker, version: int) -> None:
-    r = call(broker, v.DESCRIBE_CLUSTER, version, lambda m: m.DescribeClusterRequest(
-        include_cluster_authorized_operations=False))
-    assert (r.error_code, r.cluster_id, r.controller_id) == (E.none, broker.state.cluster_id, 1)
-    assert [(b.broker_id, b.host, b.port) for b in r.brokers] == [(1, "127.0.0.1", 9092)]
+    """v2 (KIP-1073) lists a fenced broker, marked, only when asked to."""
+    image = broker.state.metadata.image
+    image.brokers[2] = BrokerInfo(2, "127.0.0.2", 9093, None, "inc", fenced=True)
+
+    def describe(fenced: bool) -> Any:
+        return call(broker, v.DESCRIBE_CLUSTER, version, lambda m: codec.build(
+            m.DescribeClusterRequest, include_cluster_authorized_operations=False,
+            include_fenced_brokers=fenced))
+
+    try:
+        r = describe(False)
+        assert (r.error_code, r.cluster_id, r.controller_id) == (
+            E.none, broker.state.cluster_id, 1)
+        assert [(b.broker_id, b.host, b.port) for b in r.brokers] == [(1, "127.0.0.1", 9092)]
+        listed = [(b.broker_id, getattr(b, "is_fenced", None)) for b in describe(True).brokers]
+        assert listed == ([(1, False), (2, True)] if version >= 2 else [(1, None)])
+    finally:
+        del image.brokers[2]
 
 
 @pytest.mark.parametrize("version", versions(v.FIND_COORDINATOR))
