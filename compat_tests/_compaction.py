@@ -160,3 +160,59 @@ def wait_for(check: Callable[[], Any], timeout_s: float, what: str,
             last = e
         time.sleep(interval_s)
     raise AssertionError(f"{what}: not within {timeout_s:.0f} s; last: {str(last)[:2000]}")
+
+
+def produce_fast(bootstrap: str, topic: str, pairs: Iterable[tuple[bytes, bytes | None]],
+                 partition: int = 0) -> list[Item]:
+    """``produce`` through confluent-kafka (librdkafka: bulk loads)."""
+    from confluent_kafka import Producer
+
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 20,
+                         "batch.size": 256 * 1024, "log_level": 0})
+    out: list[Item] = []
+    errors: list[Any] = []
+
+    def done(err: Any, msg: Any) -> None:
+        if err is not None:
+            errors.append(err)
+        else:
+            out.append((msg.offset(), msg.key(), msg.value()))
+
+    for k, v in pairs:
+        while True:
+            try:
+                producer.produce(topic, key=k, value=v, partition=partition, on_delivery=done)
+                break
+            except BufferError:
+                producer.poll(0.05)
+    assert producer.flush(60) == 0, "records left unsent"
+    assert not errors, errors[:3]
+    return sorted(out)
+
+
+def read_partition_fast(bootstrap: str, topic: str, partition: int = 0,
+                        timeout_s: float = 60.0) -> tuple[list[Item], int]:
+    """``read_partition`` through confluent-kafka."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "compaction-reader",
+                         "enable.auto.commit": False, "log_level": 0,
+                         "enable.partition.eof": True})
+    try:
+        _low, end = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)
+        consumer.assign([TopicPartition(topic, partition, -2)])  # OFFSET_BEGINNING
+        out: list[Item] = []
+        deadline = time.monotonic() + timeout_s
+        position = 0
+        while position < end:
+            assert time.monotonic() < deadline, f"read {len(out)} records of end {end}"
+            for msg in consumer.consume(10000, 0.5):
+                if msg.error() is None:
+                    out.append((msg.offset(), msg.key(), msg.value()))
+                    position = msg.offset() + 1
+                else:
+                    position = max(position, consumer.position(
+                        [TopicPartition(topic, partition)])[0].offset)
+        return out, end
+    finally:
+        consumer.close()

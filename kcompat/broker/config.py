@@ -134,11 +134,13 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
         _D("errors.deadletterqueue.topic.name.prefix", "string", "dlq."),
         _D("offsets.topic.num.partitions", "int", 50, minimum=1),
         _D("offsets.topic.replication.factor", "short", 3, minimum=1),
+        _D("offsets.topic.segment.bytes", "int", 104857600, minimum=1),
         _D("offsets.retention.minutes", "int", 10080, minimum=1),
         _D("offset.metadata.max.bytes", "int", 4096, minimum=0),
         _D("transaction.max.timeout.ms", "int", 900000, minimum=1),
         _D("transaction.state.log.num.partitions", "int", 50, minimum=1),
         _D("transaction.state.log.replication.factor", "short", 3, minimum=1),
+        _D("transaction.state.log.segment.bytes", "int", 104857600, minimum=1),
         _D("transaction.abort.timed.out.transaction.cleanup.interval.ms", "int", 10000,
            minimum=1),
         # __kc_schedule: the delayed records (EXTENSIONS.md), created on first use

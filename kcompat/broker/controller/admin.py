@@ -23,6 +23,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from kcompat.broker.config import BROKER_CONFIGS
 from kcompat.broker.controller import client_quotas
 from kcompat.broker.controller.internal_topics import INTERNAL_TOPICS
 from kcompat.broker.controller.quorum import Controller
@@ -266,4 +267,7 @@ async def _auto_create_record(ctl: Controller, name: str) -> dict[str, Any] | No
     live = len(ctl.lifecycle.live_broker_ids()) or 1
     replication = min(int(ctl.state.config[f"{prefix}.replication.factor"]), live)
     count = int(ctl.state.config[f"{prefix}.num.partitions"])
-    return _create_record(ctl, name, count, replication, dict(configs), internal=True)
+    configs = dict(configs)
+    if f"{prefix}.segment.bytes" in BROKER_CONFIGS:
+        configs["segment.bytes"] = str(ctl.state.config[f"{prefix}.segment.bytes"])
+    return _create_record(ctl, name, count, replication, configs, internal=True)

@@ -7,8 +7,10 @@ Theory of operation
 FindCoordinator that needs them, with these configs and the partition counts
 and replication factors of the broker config
 (``offsets.topic.num.partitions``, ``transaction.state.log.replication.factor``
-...). ``__kc_schedule`` (delayed records, ``ext.schedule_log``) is created
-the same way on the first produce of a delayed record, ``__share_group_state``
+...); both are compacted, with the segment size of
+``offsets.topic.segment.bytes`` / ``transaction.state.log.segment.bytes``.
+``__kc_schedule`` (delayed records, ``ext.schedule_log``) is created the same
+way on the first produce of a delayed record, ``__share_group_state``
 (share-partition state, ``group.share_state``) on a share group's first fetch. The coordinator of a
 group id or transactional id is the leader of partition
 ``abs(javaHash(id)) % partitions``, as in Kafka, so records land where Kafka
@@ -22,7 +24,7 @@ from kcompat.ext.schedule_log import SCHEDULE_TOPIC
 from kcompat.group.share_state import SHARE_STATE_TOPIC
 
 OFFSETS_TOPIC = "__consumer_offsets"
-OFFSETS_TOPIC_CONFIGS = {"cleanup.policy": "compact", "segment.bytes": "104857600"}
+OFFSETS_TOPIC_CONFIGS = {"cleanup.policy": "compact"}
 TXN_TOPIC = "__transaction_state"
 TXN_TOPIC_CONFIGS = {"cleanup.policy": "compact"}
 # delayed records wait here until delivered: never deleted by time or size
@@ -30,7 +32,8 @@ SCHEDULE_TOPIC_CONFIGS = {"retention.ms": "-1", "retention.bytes": "-1"}
 # share-partition state: its records are kept until compaction exists (issue 18)
 SHARE_STATE_TOPIC_CONFIGS = {"cleanup.policy": "delete", "retention.ms": "-1",
                              "retention.bytes": "-1"}
-# topic -> prefix of its broker config keys (``<prefix>.num.partitions`` ...), configs
+# topic -> prefix of its broker config keys (``<prefix>.num.partitions`` ...,
+# ``<prefix>.segment.bytes`` where the broker has one), configs
 INTERNAL_TOPICS = {OFFSETS_TOPIC: ("offsets.topic", OFFSETS_TOPIC_CONFIGS),
                    TXN_TOPIC: ("transaction.state.log", TXN_TOPIC_CONFIGS),
                    SCHEDULE_TOPIC: ("kc.schedule.topic", SCHEDULE_TOPIC_CONFIGS),
