@@ -45,14 +45,14 @@ RF3_ONLY = ("rf3",)
 #: lock expiry would wait that long) and 10 share-state partitions.
 SHARE_BROKER_ARGS = ("--set", "group.share.min.record.lock.duration.ms=1000",
                      "--set", "share.coordinator.state.topic.num.partitions=10")
-#: KIP-848 suites (``group.protocol=consumer``): a member's session ends 3 s after
+#: KIP-848 suites (``group.protocol=consumer``): a member's session ends 2 s after
 #: its last heartbeat (Kafka's default is 45 s, and its lower bound too), so a
 #: killed member's partitions move within a test's time; only consumer-protocol
 #: groups read these keys.
 CONSUMER_PROTOCOL_ARGS = ("--set", "group.consumer.min.session.timeout.ms=1000",
-                          "--set", "group.consumer.session.timeout.ms=3000",
+                          "--set", "group.consumer.session.timeout.ms=2000",
                           "--set", "group.consumer.min.heartbeat.interval.ms=100",
-                          "--set", "group.consumer.heartbeat.interval.ms=300")
+                          "--set", "group.consumer.heartbeat.interval.ms=250")
 CLUSTER_BROKER_ARGS = ("--set", "group.initial.rebalance.delay.ms=0",
                        "--set", "transaction.abort.timed.out.transaction.cleanup.interval.ms=500",
                        "--set", "offsets.topic.num.partitions=10",

@@ -5,7 +5,7 @@ A group of three members in their own processes — Java ``KafkaConsumer`` 4.4
 (``compat_tests/_consumer_protocol_member.py``) — consumes a 6-partition topic
 and commits after every poll; one member is killed with SIGKILL mid-stream.
 The survivors must take its partitions over once its session ends
-(``group.consumer.session.timeout.ms`` = 3 s in these brokers), every record
+(``group.consumer.session.timeout.ms`` = 2 s in these brokers), every record
 must be consumed, and the group's committed offsets must reach the end of
 every partition. On a single node and on 3 brokers with replication factor 1
 (the partitions led by brokers other than the group coordinator).
@@ -36,7 +36,7 @@ pytestmark = pytest.mark.timeout(120)
 
 PARTITIONS = 6
 PER_ROUND = 30
-SESSION_S = 3.0
+SESSION_S = 2.0
 
 
 @pytest.fixture(scope="module", params=GROUP_KINDS)
