@@ -81,6 +81,17 @@ def _api_versions(bootstrap: str) -> dict[int, tuple[int, int]]:
     return {k["api_key"]: (k["min_version"], k["max_version"]) for k in r["api_keys"]}
 
 
+def _inferred_version(bootstrap: str) -> tuple[int, ...]:
+    """The broker version kafka-python infers from the ApiVersions maxima."""
+    from kafka.net.compat import KafkaNetClient
+
+    client = KafkaNetClient(bootstrap_servers=bootstrap)
+    try:
+        return tuple(client.check_version())
+    finally:
+        client.close()
+
+
 def _plain(value: Any) -> Any:
     """A kio entity as JSON-like data (error codes as ints, ids as strings)."""
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
@@ -266,8 +277,9 @@ def newest_obs(kafka_reference: KafkaReference, module_broker: Broker) -> dict[s
     topic = unique_topic("newest-diff")
     got = _run_both(lambda b: _by_id_session(b, topic), kafka_reference.bootstrap,
                     module_broker.bootstrap)
-    got["kafka"]["api_versions"] = _api_versions(kafka_reference.bootstrap)
-    got["kcompat"]["api_versions"] = _api_versions(module_broker.bootstrap)
+    for name, broker in (("kafka", kafka_reference), ("kcompat", module_broker)):
+        got[name]["api_versions"] = _api_versions(broker.bootstrap)
+        got[name]["inferred_version"] = _inferred_version(broker.bootstrap)
     return got
 
 
@@ -279,6 +291,11 @@ def test_api_versions_maxima_are_kafka_44s(newest_obs: dict[str, Any]) -> None:
         f"difference that is gone must leave KNOWN_MAX_DIFFS and FINDINGS.md: {diffs}")
     # the versions clients infer the broker from and take their newest paths with
     assert {k: kc[k][1] for k in (0, 1, 2, 3, 8, 9)} == {0: 13, 1: 18, 2: 11, 3: 13, 8: 10, 9: 10}
+
+
+def test_kafka_python_infers_the_same_broker_version(newest_obs: dict[str, Any]) -> None:
+    kafka, kc = newest_obs["kafka"]["inferred_version"], newest_obs["kcompat"]["inferred_version"]
+    assert kc == kafka and kc >= (4, 1), (kafka, kc)
 
 
 DIFF_KEYS = ["metadata_v13", "metadata_v13_unknown_id", "produce_v13",
