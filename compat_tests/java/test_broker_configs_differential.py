@@ -1,0 +1,301 @@
+"""Differential: dynamic broker configs on Apache Kafka 4.4 and on kcompat.
+
+Both brokers are asked the same things through kafka-python's protocol classes
+(an independent codec): DescribeConfigs of the broker ("1") and of the
+cluster-wide default (""), every entry's value, source, read-only flag,
+sensitivity, ConfigType and synonyms; AlterConfigs and IncrementalAlterConfigs
+of BROKER resources, good and bad (dynamic, read-only, unknown and
+listener-only keys, bad values and bounds, per-broker keys at the cluster
+level, another broker's id, request errors, the reconfiguration checks), each
+answering the same error code and message; then real changes at both levels
+after which both describe the broker, the cluster default and a topic alike.
+Kafka's own ``kafka-configs`` (ConfigCommand, kafka-tools 4.4.0) alters and
+describes the cluster default of both and prints the same.
+
+The session's reference broker is shared: this module changes only harmless
+keys and puts both levels back as they were when it ends.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kafka.protocol.admin import (
+    AlterConfigsRequest,
+    AlterConfigsResponse,
+    CreateTopicsRequest,
+    CreateTopicsResponse,
+    DescribeConfigsRequest,
+    DescribeConfigsResponse,
+    IncrementalAlterConfigsRequest,
+    IncrementalAlterConfigsResponse,
+)
+
+from compat_tests._broker import Broker, unique_topic
+from compat_tests.java.conftest import run_java
+from compat_tests.java.kafka_reference import SHARE_TEST_OVERRIDES, KafkaReference
+from tests.integration._raw import RawConnection
+
+BROKER, TOPIC = 4, 2
+SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
+# keys the reference's server.properties sets that kcompat has too
+REFERENCE_STATIC = {"num.partitions": "1", "offsets.topic.replication.factor": "1",
+                    "transaction.state.log.replication.factor": "1",
+                    "share.coordinator.state.topic.replication.factor": "1",
+                    "group.initial.rebalance.delay.ms": "0", **SHARE_TEST_OVERRIDES}
+KCOMPAT_OWN = {"admin.host", "admin.port", "advertised.host", "host", "port"}
+Ops = list[tuple[str, int, str | None]]
+
+INCREMENTAL: list[tuple[str, Ops]] = [
+    ("", [("log.retention.ms", SET, "1000")]),
+    ("1", [("log.retention.ms", SET, "1000")]),
+    ("", [("num.partitions", SET, "3")]),
+    ("1", [("num.partitions", SET, "3")]),
+    ("", [("no.such.key", SET, "3")]),
+    ("", [("log.retention.ms", SET, "abc")]),
+    ("", [("message.max.bytes", SET, "-5")]),
+    ("", [("message.max.bytes", SET, "2147483648")]),
+    ("", [("sasl.kerberos.min.time.before.relogin", SET, "1000")]),
+    ("1", [("sasl.kerberos.min.time.before.relogin", SET, "1000")]),
+    ("", [("listeners", SET, "PLAINTEXT://:1")]),
+    ("1", [("advertised.listeners", SET, "PLAINTEXT://:1")]),
+    ("2", [("log.retention.ms", SET, "1000")]),
+    ("x", [("log.retention.ms", SET, "1000")]),
+    ("", [("log.cleanup.policy", SET, "bogus")]),
+    ("", [("log.cleanup.policy", APPEND, "compact")]),
+    ("", [("log.retention.ms", APPEND, "5")]),
+    ("", [("num.partitions", SUBTRACT, "1")]),
+    ("", [("log.retention.ms", DELETE, None)]),
+    ("", [("log.retention.ms", SET, None)]),
+    ("", [("log.segment.bytes", SET, "1000")]),
+    ("", [("num.io.threads", SET, "0")]),
+    ("", [("num.io.threads", SET, "100")]),
+    ("", [("num.io.threads", SET, "1")]),
+    ("", [("background.threads", SET, "4")]),
+    ("", [("log.cleaner.threads", SET, "2")]),
+    ("", [("log.cleaner.threads", SET, "0")]),
+    ("", [("log.cleaner.dedupe.buffer.size", SET, "1")]),
+    ("", [("max.connections", SET, "10")]),
+    ("", [("compression.type", SET, "GZIP")]),
+    ("", [("compression.gzip.level", SET, "10")]),
+    ("", [("log.cleaner.min.cleanable.ratio", SET, "1e20")]),
+    ("", [("unclean.leader.election.enable", SET, "maybe")]),
+    ("", [("log.preallocate", SET, "True")]),
+    ("", [("log.retention.hours", SET, "1")]),
+    ("", [("listener.name.plaintext.ssl.keystore.password", SET, "x")]),
+    ("1", [("listener.name.plaintext.ssl.keystore.password", SET, "x")]),
+    ("", [("ssl.keystore.password", SET, "x")]),
+    ("", [("group.consumer.assignor.offload.enable", SET, "false")]),
+    ("", [("min.insync.replicas", DELETE, None)]),
+    ("", [("num.partitions", SET, "3"), ("log.dirs", SET, "/x"), ("broker.id", SET, "3"),
+          ("auto.create.topics.enable", SET, "false")]),
+    ("", [("log.retention.ms", SET, "abc"), ("message.max.bytes", SET, "x")]),
+    ("", [("log.retention.ms", SET, "abc"), ("sasl.kerberos.min.time.before.relogin", SET, "3")]),
+    ("", [("ssl.keystore.password", SET, "x"), ("num.partitions", SET, "3")]),
+    ("", [("log.retention.ms", SET, "5"), ("log.retention.ms", SET, "3")]),
+    ("x", [("log.retention.ms", SET, None)]),
+    ("", [("log.retention.ms", SET, None), ("x", 9, "3")]),
+    ("", [("log.retention.ms", 9, "3")]),
+    ("2", []),
+]
+LEGACY: list[tuple[str, list[tuple[str, str | None]]]] = [
+    ("", [("log.retention.ms", "1000")]),  # drops the cluster-level min.insync.replicas
+    ("", [("min.insync.replicas", "1"), ("log.retention.ms", "1000")]),
+    ("1", [("log.retention.ms", "1000")]),
+    ("", [("num.partitions", "3")]),
+    ("", [("log.retention.ms", "abc")]),
+    ("", [("sasl.kerberos.min.time.before.relogin", "1000")]),
+    ("2", [("log.retention.ms", "1000")]),
+    ("x", [("log.retention.ms", "1000")]),
+    ("", [("log.retention.ms", None)]),
+    ("", []),
+    ("1", []),
+    ("", [("num.io.threads", "100")]),
+]
+
+
+@pytest.fixture(scope="module")
+def kcompat_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
+    args = tuple(a for k, v in REFERENCE_STATIC.items() for a in ("--set", f"{k}={v}"))
+    b = Broker(Path(tmp_path_factory.mktemp("broker-configs")), extra_args=args)
+    b.start()
+    try:
+        yield b
+    finally:
+        b.close()
+
+
+@pytest.fixture(scope="module")
+def both(kafka_reference: KafkaReference, kcompat_broker: Broker) -> Iterator[dict[str, str]]:
+    """Both bootstraps; at the end both levels are put back as they were."""
+    brokers = {"kafka": kafka_reference.bootstrap, "kcompat": kcompat_broker.bootstrap}
+    try:
+        yield brokers
+    finally:
+        for bootstrap in brokers.values():
+            _alter(bootstrap, "", [("min.insync.replicas", "1")])
+            _alter(bootstrap, "1", [])
+
+
+def _call(bootstrap: str, request: Any, response: Any) -> Any:
+    conn = RawConnection(bootstrap, timeout=20)
+    try:
+        return conn.request(request, response)
+    finally:
+        conn.close()
+
+
+def _describe(bootstrap: str, name: str, kind: int = BROKER, keys: list[str] | None = None,
+              synonyms: bool = True) -> dict[str, tuple[Any, ...]]:
+    R = DescribeConfigsRequest
+    req = R(version=4, include_synonyms=synonyms, include_documentation=False, resources=[
+        R.DescribeConfigsResource(resource_type=kind, resource_name=name,
+                                  configuration_keys=keys)])
+    result = _call(bootstrap, req, DescribeConfigsResponse[4]).results[0]
+    assert result.error_code == 0, result.error_message
+    return {c.name: (c.value, c.config_source, c.read_only, c.is_sensitive, c.config_type,
+                     [(s.name, s.value, s.source) for s in c.synonyms])
+            for c in result.configs}
+
+
+def _incremental(bootstrap: str, name: str, ops: Ops, validate_only: bool = False
+                 ) -> tuple[int, str | None]:
+    R = IncrementalAlterConfigsRequest
+    req = R(version=1, validate_only=validate_only, resources=[R.AlterConfigsResource(
+        resource_type=BROKER, resource_name=name, configs=[
+            R.AlterConfigsResource.AlterableConfig(name=k, config_operation=op, value=v)
+            for k, op, v in ops])])
+    r = _call(bootstrap, req, IncrementalAlterConfigsResponse[1]).responses[0]
+    return r.error_code, r.error_message
+
+
+def _alter(bootstrap: str, name: str, configs: list[tuple[str, str | None]],
+           validate_only: bool = False) -> tuple[int, str | None]:
+    R = AlterConfigsRequest
+    req = R(version=2, validate_only=validate_only, resources=[R.AlterConfigsResource(
+        resource_type=BROKER, resource_name=name, configs=[
+            R.AlterConfigsResource.AlterableConfig(name=k, value=v) for k, v in configs])])
+    r = _call(bootstrap, req, AlterConfigsResponse[2]).responses[0]
+    return r.error_code, r.error_message
+
+
+def _create_topic(bootstrap: str, topic: str) -> None:
+    R = CreateTopicsRequest
+    req = R(version=4, timeout_ms=10000, validate_only=False, topics=[R.CreatableTopic(
+        name=topic, num_partitions=1, replication_factor=1, assignments=[], configs=[])])
+    assert _call(bootstrap, req, CreateTopicsResponse[4]).topics[0].error_code == 0
+
+
+def _on_both(both: dict[str, str], fn: Any, *args: Any) -> dict[str, Any]:
+    with ThreadPoolExecutor(2) as pool:
+        futures = {b: pool.submit(fn, bootstrap, *args) for b, bootstrap in both.items()}
+        return {b: f.result() for b, f in futures.items()}
+
+
+def _until_applied(both: dict[str, str], name: str, expected: dict[str, int]) -> None:
+    """Kafka applies a committed change asynchronously: until both describe
+    every key of ``expected`` with that source."""
+    deadline = time.monotonic() + 15
+    while True:
+        seen = _on_both(both, _describe, name, BROKER, list(expected), False)
+        if all({k: v[1] for k, v in s.items()} == expected for s in seen.values()):
+            return
+        assert time.monotonic() < deadline, seen
+        time.sleep(0.2)
+
+
+def test_broker_describe_lists_kafkas_keys_alike(both: dict[str, str]) -> None:
+    seen = _on_both(both, _describe, "1")
+    kafka, kc = seen["kafka"], seen["kcompat"]
+    assert set(kafka) - set(kc) == set(), "Kafka lists keys kcompat does not"
+    extra = {k for k in set(kc) - set(kafka) if not k.startswith(("kcompat.", "kc."))}
+    assert extra <= KCOMPAT_OWN, extra
+    assert len(kafka) >= 340
+    shape = {k: (kafka[k][2:5], kc[k][2:5]) for k in kafka if kafka[k][2:5] != kc[k][2:5]}
+    assert not shape, f"(read_only, sensitive, type) differ: {shape}"
+    # values, sources and synonyms wherever neither broker's own setup decides them
+    compared = [k for k in kafka if kafka[k][1] != 4 and kc[k][1] != 4]
+    assert len(compared) >= 300, len(compared)
+    differ = {k: (kafka[k], kc[k]) for k in compared if kafka[k] != kc[k]}
+    assert not differ, differ
+
+
+@pytest.mark.parametrize("name,ops", INCREMENTAL, ids=[f"{n or 'default'}:{o}" for n, o in
+                                                        INCREMENTAL])
+def test_incremental_alter_answers_alike(both: dict[str, str], name: str, ops: Ops) -> None:
+    answers = _on_both(both, _incremental, name, ops, True)
+    assert answers["kcompat"] == answers["kafka"]
+
+
+def test_legacy_alter_answers_alike(both: dict[str, str]) -> None:
+    differ = {}
+    for name, configs in LEGACY:
+        answers = _on_both(both, _alter, name, configs, True)
+        if answers["kcompat"] != answers["kafka"]:
+            differ[(name, tuple(configs))] = answers
+    assert not differ, differ
+
+
+def test_dynamic_changes_describe_alike(both: dict[str, str]) -> None:
+    cluster_ops: Ops = [("log.retention.bytes", SET, "1099511627776"),
+                        ("log.cleanup.policy", APPEND, "compact"),
+                        ("kcompat.test.unknown.key", SET, "x"),
+                        ("log.cleaner.io.buffer.size", SET, "1048576")]
+    broker_ops: Ops = [("log.retention.bytes", SET, "2199023255552"),
+                       ("sasl.kerberos.min.time.before.relogin", SET, "1000"),
+                       ("listener.name.plaintext.ssl.keystore.password", SET, "secret"),
+                       ("another.unknown.key", SET, "y")]
+    assert set(_on_both(both, _incremental, "", cluster_ops).values()) == {(0, None)}
+    assert set(_on_both(both, _incremental, "1", broker_ops).values()) == {(0, None)}
+    touched = [k for k, _, _ in cluster_ops + broker_ops]
+    _until_applied(both, "1", {"log.retention.bytes": 2, "log.cleanup.policy": 3,
+                               "sasl.kerberos.min.time.before.relogin": 2,
+                               "log.cleaner.io.buffer.size": 3})
+    seen = _on_both(both, _describe, "1", BROKER, touched)
+    assert seen["kcompat"] == seen["kafka"]
+    assert seen["kafka"]["log.cleanup.policy"][0] == "delete,compact"
+    defaults = _on_both(both, _describe, "")
+    assert defaults["kcompat"] == defaults["kafka"]
+    assert len(defaults["kafka"]) == 5  # min.insync.replicas and the four set here
+
+    topic = unique_topic("dyn-defaults")
+    _on_both(both, _create_topic, topic)
+    topics = _on_both(both, _describe, topic, TOPIC,
+                      ["retention.bytes", "cleanup.policy", "min.insync.replicas",
+                       "max.message.bytes"])
+    assert topics["kcompat"] == topics["kafka"]
+    assert topics["kafka"]["retention.bytes"][:2] == ("2199023255552", 2)
+
+    # the per-broker value removed: the cluster default shows through
+    back = [("log.retention.bytes", DELETE, None)]
+    assert set(_on_both(both, _incremental, "1", back).values()) == {(0, None)}
+    _until_applied(both, "1", {"log.retention.bytes": 3})
+    topics = _on_both(both, _describe, topic, TOPIC, ["retention.bytes"])
+    assert topics["kcompat"] == topics["kafka"]
+    # a real (not validate-only) AlterConfigs that would drop min.insync.replicas
+    dropped = _on_both(both, _alter, "", [("log.retention.bytes", "1")])
+    assert dropped["kcompat"] == dropped["kafka"] == (
+        40, "Cluster-level min.insync.replicas cannot be removed while ELR is enabled.")
+
+
+def test_kafka_configs_tool_alters_and_describes_the_cluster_default(
+        both: dict[str, str], reference_cp: str) -> None:
+    def tool(bootstrap: str, *args: str) -> str:
+        run = run_java(reference_cp, "org.apache.kafka.tools.ConfigCommand",
+                       "--bootstrap-server", bootstrap, "--entity-type", "brokers", *args)
+        assert run.returncode == 0, run.explain()
+        return run.stdout
+
+    altered = _on_both(both, tool, "--entity-default", "--alter", "--add-config",
+                       "log.retention.ms=7200000,log.segment.delete.delay.ms=30000")
+    assert altered["kcompat"] == altered["kafka"]
+    assert "Completed updating default config for brokers in the cluster." in altered["kafka"]
+    _until_applied(both, "1", {"log.retention.ms": 3, "log.segment.delete.delay.ms": 3})
+    described = _on_both(both, tool, "--entity-default", "--describe")
+    assert described["kcompat"] == described["kafka"]
+    assert "log.retention.ms=7200000 sensitive=false" in described["kcompat"]

@@ -1,0 +1,152 @@
+"""Dynamic broker configs with real clients and real broker processes.
+
+An IncrementalAlterConfigs of BROKER "" written with kafka-python's protocol
+classes (its admin client and librdkafka's refuse an empty broker name; Java's
+kafka-configs is in the differential test) lowers ``message.max.bytes`` as a
+cluster-wide default; confluent-kafka's AdminClient sets per-broker values and
+describes. A kafka-python producer's next
+batch over the limit is refused with MESSAGE_TOO_LARGE at once, without a
+restart; topics describe ``max.message.bytes`` with source
+DYNAMIC_DEFAULT_BROKER_CONFIG; the value survives a broker restart (it is in
+the metadata log). On a 3-broker cluster (rf 3, leaders spread) a change sent
+to a broker that is not the controller reaches every broker: each describes
+itself with the new value and refuses the batch on the partitions it leads; a
+per-broker value on one broker lifts the limit on its partitions only.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    ConfigSource,
+)
+from kafka import KafkaProducer
+from kafka.errors import MessageSizeTooLargeError
+from kafka.protocol.admin import IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse
+
+from compat_tests._broker import Broker, unique_topic
+from compat_tests._deployment import RF3_ONLY, Deployment
+from tests.integration._raw import RawConnection
+
+TIMEOUT_S = 20
+BIG, SMALL = b"x" * 5000, b"y" * 500
+
+
+def _admin(bootstrap: str) -> AdminClient:
+    return AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
+
+
+def _alter(bootstrap: str, name: str, key: str, value: str | None) -> None:
+    if name == "":  # the cluster-wide default
+        R = IncrementalAlterConfigsRequest
+        req = R(version=1, validate_only=False, resources=[R.AlterConfigsResource(
+            resource_type=4, resource_name="", configs=[R.AlterConfigsResource.AlterableConfig(
+                name=key, config_operation=0 if value is not None else 1, value=value)])])
+        conn = RawConnection(bootstrap.split(",")[0], timeout=TIMEOUT_S)
+        try:
+            r = conn.request(req, IncrementalAlterConfigsResponse[1]).responses[0]
+        finally:
+            conn.close()
+        assert (r.error_code, r.error_message) == (0, None)
+        return
+    op = AlterConfigOpType.SET if value is not None else AlterConfigOpType.DELETE
+    res = ConfigResource(ConfigResource.Type.BROKER, name, incremental_configs=[
+        ConfigEntry(key, value, incremental_operation=op)])
+    admin = _admin(bootstrap)  # alive until the future resolves
+    for future in admin.incremental_alter_configs([res], request_timeout=TIMEOUT_S).values():
+        future.result(timeout=TIMEOUT_S)
+
+
+def _describe(bootstrap: str, kind: Any, name: str, key: str) -> ConfigEntry:
+    admin = _admin(bootstrap)  # alive until the future resolves
+    (future,) = admin.describe_configs([ConfigResource(kind, name)],
+                                       request_timeout=TIMEOUT_S).values()
+    entry: ConfigEntry = future.result(timeout=TIMEOUT_S)[key]
+    return entry
+
+
+def _until(check: Any, what: str, timeout_s: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.1)
+
+
+def _accepted(producer: KafkaProducer, topic: str, value: bytes, partition: int = 0) -> bool:
+    try:
+        producer.send(topic, value, partition=partition).get(timeout=TIMEOUT_S)
+    except MessageSizeTooLargeError:
+        return False
+    return True
+
+
+def _producer(bootstrap: str) -> KafkaProducer:
+    return KafkaProducer(bootstrap_servers=bootstrap, retries=0, linger_ms=0)
+
+
+def test_cluster_default_takes_effect_at_once_and_survives_restart(broker: Broker) -> None:
+    topic = unique_topic("dyn-max-bytes")
+    producer = _producer(broker.bootstrap)
+    try:
+        assert _accepted(producer, topic, BIG)  # auto-created with the broker defaults
+        _alter(broker.bootstrap, "", "message.max.bytes", "2000")
+        assert not _accepted(producer, topic, BIG)  # the same producer, no restart
+        assert _accepted(producer, topic, SMALL)
+    finally:
+        producer.close()
+    entry = _describe(broker.bootstrap, ConfigResource.Type.TOPIC, topic, "max.message.bytes")
+    assert (entry.value, entry.source) == (
+        "2000", ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG.value)
+
+    broker.restart()
+    entry = _describe(broker.bootstrap, ConfigResource.Type.BROKER, "1", "message.max.bytes")
+    assert (entry.value, entry.source, entry.is_read_only) == (
+        "2000", ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG.value, False)
+    producer = _producer(broker.bootstrap)
+    try:
+        assert not _accepted(producer, topic, BIG)
+        _alter(broker.bootstrap, "", "message.max.bytes", None)
+        assert _accepted(producer, topic, BIG)
+    finally:
+        producer.close()
+
+
+@pytest.mark.parametrize("tbroker", RF3_ONLY, indirect=True)
+def test_cluster_default_reaches_every_broker(tbroker: Deployment) -> None:
+    cluster = tbroker.cluster
+    assert cluster is not None
+    topic = unique_topic("dyn-cluster")
+    cluster.create_topic(topic, 3)
+    leaders = cluster.leaders(topic)
+    assert sorted(set(leaders.values())) == [1, 2, 3], leaders
+    controller = cluster.wait_for_controller()
+    other = next(b for i, b in cluster.brokers.items() if i != controller)
+    lifted = leaders[0]
+    producer = _producer(cluster.bootstrap)
+    try:
+        assert _accepted(producer, topic, BIG, 0)
+        _alter(other.bootstrap, "", "message.max.bytes", "2000")  # forwarded to the controller
+        for node_id, b in cluster.brokers.items():
+            _until(lambda b=b, node_id=node_id: _describe(  # type: ignore[misc]
+                b.bootstrap, ConfigResource.Type.BROKER, str(node_id), "message.max.bytes").source
+                   == ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG.value,
+                   f"broker {node_id} never applied the cluster default")
+        for partition in range(3):
+            assert not _accepted(producer, topic, BIG, partition), leaders[partition]
+            assert _accepted(producer, topic, SMALL, partition)
+
+        _alter(cluster.brokers[lifted].bootstrap, str(lifted), "message.max.bytes", "100000")
+        _until(lambda: _accepted(producer, topic, BIG, 0), "the per-broker value never applied")
+        for partition in (1, 2):
+            assert not _accepted(producer, topic, BIG, partition)
+    finally:
+        producer.close()
+        _alter(cluster.brokers[lifted].bootstrap, str(lifted), "message.max.bytes", None)
+        _alter(other.bootstrap, "", "message.max.bytes", None)
