@@ -8,10 +8,12 @@ configs, client quotas of users, clients and ips), ``kafka-metadata-quorum``
 (describe --status / --replication), ``kafka-log-dirs`` and
 ``kafka-consumer-groups`` (list, describe with lag, reset-offsets --to-earliest
 --execute, delete); on a 3-broker cluster whose automatic leader rebalance is off,
-``kafka-leader-election --election-type preferred --all-topic-partitions`` after a
-restart moved leaders off their preferred replicas, then ``kafka-topics
---describe``, ``kafka-metadata-quorum`` and ``kafka-log-dirs`` of every broker,
-and quotas set through one broker are described by all three. Each test asserts
+after a restart moved two leaders off their preferred replica, confluent-kafka's
+``elect_leaders`` for one and ``kafka-leader-election --election-type preferred
+--all-topic-partitions`` for the rest, then ``kafka-topics --describe``,
+``kafka-metadata-quorum`` (asked of a broker that is not the controller) and
+``kafka-log-dirs`` of every broker; quotas set through one broker, before and
+after the restart, are described alike by all three. Each test asserts
 what the tools printed: sizes, lags, offsets, leaders, voters, quota values.
 """
 
@@ -30,8 +32,9 @@ from confluent_kafka.admin import AdminClient
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import NewTopic
 from kafka.structs import OffsetAndMetadata
+from kio.schema.alter_client_quotas.v1 import request as acq
 from kio.schema.describe_client_quotas.v1 import request as dcq
-from kio.static.primitive import i8
+from kio.static.primitive import f64, i8
 
 from compat_tests._broker import Broker
 from compat_tests._cluster import Cluster
@@ -272,53 +275,88 @@ def _move_leaders_off(cluster: Cluster, topic: str, node: int) -> list[int]:
     return moved
 
 
+def _quotas_of(broker: Broker, user: str) -> list[tuple[str, float]]:
+    """A user's quota values as ``broker`` describes them (raw DescribeClientQuotas)."""
+    conn = Connection(broker.host, broker.port, 10)
+    r = conn.call(dcq.DescribeClientQuotasRequest(components=(
+        dcq.ComponentData(entity_type="user", match_type=i8(0), match=user),), strict=True))
+    return sorted((v.key, v.value) for x in r.entries for v in x.values)
+
+
+def _set_quota(broker: Broker, user: str, key: str, value: float) -> None:
+    conn = Connection(broker.host, broker.port, 10)
+    r = conn.call(acq.AlterClientQuotasRequest(validate_only=False, entries=(acq.EntryData(
+        entity=(acq.EntityData(entity_type="user", entity_name=user),),
+        ops=(acq.OpData(key=key, value=f64(value), remove=False),)),)))
+    assert [e.error_code.name for e in r.entries] == ["none"]
+
+
 def test_tools_on_three_brokers(cluster: Cluster) -> None:
+    """Leaders moved off their preferred replica by a restart go back with
+    confluent-kafka's elect_leaders (one partition) and kafka-leader-election
+    --all-topic-partitions (the rest); quotas set through one broker before the
+    restart and through kafka-configs after it are described alike by all three;
+    kafka-metadata-quorum asks a broker that is not the controller."""
     topic = "tools-rf3"
-    cluster.create_topic(topic, 3, 3)
+    cluster.create_topic(topic, 6, 3)
     _wait(lambda: all(ldr >= 0 for ldr, _, _ in _leaders(cluster.bootstrap, topic).values()),
           20, "leaders")
-    _produce(cluster.bootstrap, topic, 3)
+    _produce(cluster.bootstrap, topic, 6)
+    _set_quota(cluster.brokers[3], "dave", "consumer_byte_rate", 512.0)
     preferred = _move_leaders_off(cluster, topic, 2)
     before = _leaders(cluster.bootstrap, topic)
-    assert preferred and all(before[p][0] != 2 for p in preferred), before
-    one, two = (cluster.brokers[n].bootstrap for n in (1, 2))
+    assert len(preferred) == 2 and all(before[p][0] != 2 for p in preferred), before
+    assert _quotas_of(cluster.brokers[2], "dave") == [("consumer_byte_rate", 512.0)]
+
+    by_confluent, by_tool = preferred
+    ck = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    steady = next(p for p in range(6) if p not in preferred)  # led by its first replica
+    results = ck.elect_leaders(ElectionType.PREFERRED, [
+        CkTopicPartition(topic, by_confluent), CkTopicPartition(topic, steady)
+    ]).result(timeout=30)
+    errors = {tp.partition: (err.name() if err is not None else None)
+              for tp, err in results.items()}
+    assert errors == {by_confluent: None, steady: "ELECTION_NOT_NEEDED"}, (errors, preferred)
+    assert _leaders(cluster.bootstrap, topic)[by_confluent][0] == 2
+
+    controller = AdminClient({"bootstrap.servers": cluster.bootstrap}).list_topics(
+        timeout=10).controller_id
+    other = next(n for n in cluster.brokers if n != controller)
+    one, asked = cluster.brokers[1].bootstrap, cluster.brokers[other].bootstrap
     runs = run_tools([
-        [CONFIGS, "--bootstrap-server", two, "--alter", "--entity-type", "users",
+        [CONFIGS, "--bootstrap-server", asked, "--alter", "--entity-type", "users",
          "--entity-name", "carol", "--add-config", "producer_byte_rate=4096"],
         [LEADER_ELECTION, "--bootstrap-server", one, "--election-type", "preferred",
          "--all-topic-partitions"],
         [TOPICS, "--bootstrap-server", one, "--describe", "--topic", topic],
-        [METADATA_QUORUM, "--bootstrap-server", two, "describe", "--status"],
-        [METADATA_QUORUM, "--bootstrap-server", two, "describe", "--replication"],
+        [METADATA_QUORUM, "--bootstrap-server", asked, "describe", "--status"],
+        [METADATA_QUORUM, "--bootstrap-server", asked, "describe", "--replication"],
         [LOG_DIRS, "--bootstrap-server", one, "--describe", "--broker-list", "1,2,3",
          "--topic-list", topic],
     ])
     _ok(runs[0])
     elected = _ok(runs[1])
-    names = ", ".join(f"{topic}-{p}" for p in preferred)
-    assert "Successfully completed leader election (PREFERRED) for partitions" in elected
-    assert all(f"{topic}-{p}" in elected for p in preferred), (names, elected)
+    assert f"Successfully completed leader election (PREFERRED) for partitions {topic}-{by_tool}" \
+        in elected, elected
+    assert f"{topic}-{by_confluent}" not in elected, elected
     rows = _describe_rows(_ok(runs[2]))
+    assert sorted(rows) == list(range(6))
     assert all(r["Leader"] == r["Replicas"].split(",")[0] for r in rows.values()), rows
     status = dict(re.findall(r"^(\w+):\s+(.*)$", _ok(runs[3]), re.M))
     voters = json.loads(status["CurrentVoters"])
     assert sorted(v["id"] for v in voters) == [1, 2, 3]
-    assert int(status["LeaderId"]) in (1, 2, 3) and int(status["HighWatermark"]) > 0
+    assert int(status["LeaderId"]) == controller and int(status["HighWatermark"]) > 0
+    assert int(status["MaxFollowerLag"]) >= 0 and status["CurrentObservers"] == "[]"
     replication = [ln.split() for ln in _ok(runs[4]).splitlines()[1:] if ln.strip()]
     assert sorted(r[0] for r in replication) == ["1", "2", "3"]
     assert sorted(r[-1] for r in replication) == ["Follower", "Follower", "Leader"]
-    assert all(int(r[2]) > 0 for r in replication), replication
+    assert all(int(r[2]) > 0 and int(r[3]) >= 0 for r in replication), replication
     dirs = _log_dirs(_ok(runs[5]))
     assert sorted(br["broker"] for br in dirs["brokers"]) == [1, 2, 3]
     for br in dirs["brokers"]:
         parts = {p["partition"]: p["size"] for d in br["logDirs"] for p in d["partitions"]}
-        assert set(parts) == {f"{topic}-{p}" for p in range(3)}, br
+        assert set(parts) == {f"{topic}-{p}" for p in range(6)}, br
         assert all(size > VALUE_BYTES for size in parts.values()), br
-    for node, broker in cluster.brokers.items():  # the quota set through broker 2
-        conn = Connection(broker.host, broker.port, 10)
-        r = conn.call(dcq.DescribeClientQuotasRequest(components=(
-            dcq.ComponentData(entity_type="user", match_type=i8(0), match="carol"),),
-            strict=True))
-        assert [(tuple((e.entity_type, e.entity_name) for e in x.entity),
-                 [(v.key, v.value) for v in x.values]) for x in r.entries] == [
-            ((("user", "carol"),), [("producer_byte_rate", 4096.0)])], node
+    for node, broker in cluster.brokers.items():
+        assert _quotas_of(broker, "carol") == [("producer_byte_rate", 4096.0)], node
+        assert _quotas_of(broker, "dave") == [("consumer_byte_rate", 512.0)], node
