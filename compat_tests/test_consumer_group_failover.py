@@ -6,8 +6,8 @@ The broker coordinating the group (leader of its ``__consumer_offsets``
 partition) is killed with SIGKILL. Another broker becomes the coordinator and
 must rebuild the group from the committed snapshot records: the members'
 heartbeats at their old epochs are accepted with the same epochs and
-assignments, ConsumerGroupDescribe shows the same group epoch, and the
-member's committed offset is fetched at its epoch. The killed broker is
+assignments, ConsumerGroupDescribe shows the same group epoch, ListGroups
+lists it, and the member's committed offset is fetched at its epoch. The killed broker is
 started again afterwards (the session's cluster stays whole).
 """
 
@@ -21,6 +21,7 @@ import pytest
 from kio.schema.consumer_group_describe.v1.request import ConsumerGroupDescribeRequest
 from kio.schema.consumer_group_heartbeat.v1 import request as hb_req
 from kio.schema.find_coordinator.v4.request import FindCoordinatorRequest
+from kio.schema.list_groups.v5.request import ListGroupsRequest
 from kio.schema.metadata.v12 import request as metadata
 from kio.schema.offset_commit.v9 import request as oc_req
 from kio.schema.offset_fetch.v9 import request as of_req
@@ -143,6 +144,9 @@ def test_members_keep_their_epochs_on_the_new_coordinator(sbroker: Deployment) -
             before.group_state, before.group_epoch, before.assignment_epoch)
         assert sorted((m.member_id, m.member_epoch) for m in after.members) == sorted(
             (m.member_id, m.member_epoch) for m in before.members)
+        listed = conn.call(ListGroupsRequest(states_filter=(), types_filter=("consumer",)))
+        assert [(g.group_state, g.group_type) for g in listed.groups
+                if g.group_id == group] == [("Stable", "consumer")]
         fetched = conn.call(of_req.OffsetFetchRequest(groups=(of_req.OffsetFetchRequestGroup(
             group_id=group, member_id="a", member_epoch=a.epoch, topics=None),),
             require_stable=False)).groups[0]

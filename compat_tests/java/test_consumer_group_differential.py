@@ -38,6 +38,7 @@ from kio.schema.list_groups.v5.request import ListGroupsRequest
 from kio.schema.metadata.v12 import request as metadata
 from kio.schema.offset_commit.v9 import request as oc_req
 from kio.schema.offset_fetch.v9 import request as of_req
+from kio.schema.share_group_heartbeat.v1.request import ShareGroupHeartbeatRequest
 from kio.schema.sync_group.v5 import request as sync_req
 
 from compat_tests._broker import Broker
@@ -267,6 +268,10 @@ def classic_apis(s: Script) -> None:
     s.out["jg-other-protocol"] = (int(s.join_classic(s.group, "other").error_code),)
     deleted = s.conn.call(DeleteGroupsRequest(groups_names=(s.group,))).results[0]
     s.out["dlg-non-empty"] = (int(deleted.error_code),)
+    share = s.conn.call(ShareGroupHeartbeatRequest(
+        group_id=s.group, member_id=str(uuid.uuid4()), member_epoch=0, rack_id=None,
+        subscribed_topic_names=(TOPIC,)))
+    s.out["share-hb-consumer-group"] = (int(share.error_code), s.norm(share.error_message))
 
 
 def namespace(s: Script) -> None:
@@ -335,6 +340,7 @@ STEPS = (
     "oc-member", "oc-newer-epoch", "oc-older-epoch", "oc-unknown-member", "oc-no-member",
     "of-member", "of-newer-epoch", "of-unknown-member", "of-no-member", "admin-describe",
     "lg-group", "lg-consumer-type", "dg-consumer-group", "jg-other-protocol", "dlg-non-empty",
+    "share-hb-consumer-group",
     "hb-live-classic-group", "cgd-live-classic-group", "oc-offsets-only",
     "hb-offsets-only-group", "cgd-offsets-only-group", "of-offsets-kept",
     "hb-empty-group-member", "hb-empty-group-member-leaves", "cgd-empty-consumer-group",

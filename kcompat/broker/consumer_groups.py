@@ -252,12 +252,14 @@ class ConsumerGroupService:
     # -- time -------------------------------------------------------------------------------
 
     async def run(self) -> None:
-        """Expire members whose session (or revocation) ran out."""
+        """Expire members whose session (or revocation) ran out, in every group
+        this broker coordinates (those taken over are restored here too, so a
+        group whose members all died with the old coordinator still empties)."""
         while True:
             self._wake = trio.Event()
             now = now_ms()
             wait_s = IDLE_WAKE_S
-            for group_id in list(self.groups):
+            for group_id in list(self.classic.store.consumer_groups):
                 if self.coordinator_error(group_id) is not None:
                     continue  # another broker coordinates it now
                 group = self.group(group_id)

@@ -149,9 +149,11 @@ class ShareGroupService:
         return ErrorCode.none
 
     def is_classic(self, group_id: str) -> bool:
-        """A classic group (members or committed offsets) has this id."""
+        """A classic group (members or committed offsets) or a KIP-848 consumer
+        group has this id: it is not a share group's."""
         return (group_id in self.classic.coordinator.groups
-                or group_id in self.classic.store.offsets)
+                or group_id in self.classic.store.offsets
+                or group_id in self.classic.store.consumer_groups)
 
     def partition_counts(self) -> dict[str, int]:
         return {name: meta.partitions for name, meta in self.state.topics.items()

@@ -19,7 +19,7 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
     listed = []
     consumer = ctx.consumer_groups
     for group in list(ctx.groups.coordinator.groups.values()):
-        if group.group_id in consumer.groups:
+        if group.group_id in ctx.groups.store.consumer_groups:
             continue  # its offsets' placeholder: the id is a consumer group's
         if states and group.state.value.lower() not in states:
             continue
@@ -40,9 +40,11 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
             listed.append(ctx.build("ListedGroup", group_id=group_id, protocol_type="share",
                                     group_state=share.state, group_type="share"))
     if not types or "consumer" in types:
-        for group_id in sorted(consumer.groups):
+        for group_id in sorted(ctx.groups.store.consumer_groups):
+            if consumer.coordinator_error(group_id) is not None:
+                continue  # a group another broker coordinates now
             found = consumer.group(group_id)
-            if found is None or consumer.coordinator_error(group_id) is not None:
+            if found is None:
                 continue
             if states and found.state.lower() not in states:
                 continue
