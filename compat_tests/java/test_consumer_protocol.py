@@ -9,6 +9,11 @@ The survivors must take its partitions over once its session ends
 must be consumed, and the group's committed offsets must reach the end of
 every partition. On a single node and on 3 brokers with replication factor 1
 (the partitions led by brokers other than the group coordinator).
+
+A regex subscription (KIP-848's SubscribedTopicRegex, resolved by the
+coordinator): a confluent-kafka member subscribed to ``^<prefix>.*`` consumes
+the matching topic, not the other one, and is assigned a matching topic
+created while it runs.
 """
 
 from __future__ import annotations
@@ -23,11 +28,11 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from confluent_kafka import ConsumerGroupTopicPartitions, Producer, TopicPartition
+from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from compat_tests._broker import REPO_ROOT, unique_topic
-from compat_tests._deployment import CONSUMER_PROTOCOL_ARGS, GROUP_KINDS, Deployment
+from compat_tests._deployment import CONSUMER_PROTOCOL_ARGS, GROUP_KINDS, SINGLE_ONLY, Deployment
 from compat_tests._groups import FAST_BROKER_ARGS, create_topic, unique_group, wait_for
 from compat_tests.conftest import _deployment
 from compat_tests.java.conftest import PKG, java_cmd
@@ -108,10 +113,10 @@ def start_member(client: str, cp: str, bootstrap: str, topic: str, group: str,
     return Member(cmd, name)
 
 
-def produce(bootstrap: str, topic: str, keys: list[str]) -> None:
+def produce(bootstrap: str, topic: str, keys: list[str], partitions: int = PARTITIONS) -> None:
     p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
     for i, key in enumerate(keys):
-        p.produce(topic, key=key.encode(), value=b"v", partition=i % PARTITIONS)
+        p.produce(topic, key=key.encode(), value=b"v", partition=i % partitions)
     assert p.flush(30) == 0
 
 
@@ -166,3 +171,35 @@ def test_group_of_three_survives_a_member_killed(gbroker: Deployment, clients_cp
     finally:
         for m in members:
             m.stop()
+
+
+@pytest.mark.parametrize("gbroker", SINGLE_ONLY, indirect=True)
+def test_regex_subscription_follows_new_topics(gbroker: Deployment) -> None:
+    bootstrap = gbroker.bootstrap
+    prefix = unique_topic("kip848re")
+    first, later, other = f"{prefix}-one", f"{prefix}-two", unique_topic("kip848other")
+    for name in (first, other):
+        create_topic(bootstrap, name, 2, gbroker.replication)
+        produce(bootstrap, name, [f"{name}/{i}" for i in range(4)], partitions=2)
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": unique_group("kip848re"),
+                  "group.protocol": "consumer", "auto.offset.reset": "earliest"})
+    seen: set[str] = set()
+
+    def consumed(want: set[str]) -> bool:
+        m = c.poll(0.1)
+        if m is not None and m.error() is None:
+            seen.add(m.key().decode())
+        return want <= seen
+
+    try:
+        c.subscribe([f"^{prefix}-.*"])
+        wait_for(lambda: consumed({f"{first}/{i}" for i in range(4)}), 20,
+                 lambda: f"consumed {sorted(seen)}")
+        create_topic(bootstrap, later, 2, gbroker.replication)
+        produce(bootstrap, later, [f"{later}/{i}" for i in range(4)], partitions=2)
+        wait_for(lambda: consumed({f"{later}/{i}" for i in range(4)}), 20,
+                 lambda: f"consumed {sorted(seen)}")
+        assert not [k for k in seen if k.startswith(other)]
+        assert {tp.topic for tp in c.assignment()} == {first, later}
+    finally:
+        c.close()
