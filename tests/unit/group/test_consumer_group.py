@@ -236,3 +236,25 @@ def test_no_partition_owned_by_two_clients(seed: int, assignor: str) -> None:
         assert g.state == "Stable"
         sizes = [len(owned) for _, owned in clients.values()]
         assert sum(sizes) == 6 and max(sizes) - min(sizes) <= 1
+
+
+def test_member_that_does_not_revoke_is_removed_after_its_rebalance_timeout() -> None:
+    g = ConsumerGroup("g", CFG, {T: 2})
+    a = g.heartbeat(Heartbeat("a", 0, rebalance_timeout_ms=1000, subscribed_topic_names=(T,),
+                              owned=()), 0)
+    g.heartbeat(join("b"), 10)
+    g.heartbeat(beat("a", a.member_epoch, a.assignment), 20)  # asked to revoke one
+    assert g.state == "Reconciling"
+    g.heartbeat(beat("a", a.member_epoch, a.assignment), 500)  # still holds it
+    assert g.tick(1019) == []
+    assert g.tick(1020) == ["a"]
+
+
+def test_group_max_size_and_preferred_assignor() -> None:
+    g = ConsumerGroup("g", ConsumerGroupConfig(max_size=1, assignment_interval_ms=0), {T: 2})
+    assert g.heartbeat(join("a", server_assignor="range"), 0).error == ErrorCode.none
+    full = g.heartbeat(join("b"), 1)
+    assert (full.error, full.error_message) == (
+        ErrorCode.group_max_size_reached,
+        "The consumer group has reached its maximum capacity of 1 members.")
+    assert g.describe().assignor_name == "range"
