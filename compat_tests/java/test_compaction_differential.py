@@ -11,6 +11,9 @@ key below the active segment at its original offset, tombstones kept (a long
 ``delete.retention.ms``), every record of the active segment — and both logs
 end at the same offset. That list is also checked against the one the
 produced sequence implies, so the two brokers cannot agree on a wrong answer.
+
+DeleteRecords on a compact-only topic: both answer POLICY_VIOLATION with low
+watermark -1 and delete nothing; on ``compact,delete`` both delete.
 """
 
 from __future__ import annotations
@@ -22,7 +25,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kafka.protocol.admin import IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse
+from kafka.protocol.admin import (
+    DeleteRecordsRequest,
+    DeleteRecordsResponse,
+    IncrementalAlterConfigsRequest,
+    IncrementalAlterConfigsResponse,
+)
 from kafka.protocol.producer.produce import ProduceRequest, ProduceResponse
 from kafka.record.default_records import DefaultRecordBatchBuilder
 
@@ -142,3 +150,32 @@ def test_compacted_log_reads_the_same_as_kafka(kafka_reference: KafkaReference,
     assert ours == kafka_view
     assert len(ours) < BATCHES * PER_BATCH // 2
     assert any(v is None for _o, _k, v in ours), "no tombstone kept (delete.retention.ms)"
+
+
+def _delete_records(bootstrap: str, topic: str, offset: int) -> tuple[int, int]:
+    R = DeleteRecordsRequest
+    req = R(version=2, timeout_ms=10_000, topics=[R.DeleteRecordsTopic(
+        name=topic, partitions=[R.DeleteRecordsTopic.DeleteRecordsPartition(
+            partition_index=0, offset=offset)])])
+    conn = RawConnection(bootstrap, timeout=20)
+    try:
+        part = conn.request(req, DeleteRecordsResponse[2]).topics[0].partitions[0]
+    finally:
+        conn.close()
+    return part.error_code, part.low_watermark
+
+
+def test_delete_records_policy_as_kafka(kafka_reference: KafkaReference,
+                                        cleaning_broker: Broker) -> None:
+    answers: dict[str, list[tuple[int, int]]] = {}
+    for name, bootstrap in (("kafka", kafka_reference.bootstrap),
+                            ("kcompat", cleaning_broker.bootstrap)):
+        answers[name] = []
+        for policy in ("compact", "compact,delete"):
+            topic = unique_topic("compact-dr")
+            create_topic(bootstrap, topic, {"cleanup.policy": policy})
+            _produce(bootstrap, topic, [[(b"k%d" % i, b"v") for i in range(5)]])
+            answers[name] += [_delete_records(bootstrap, topic, 3),
+                              _delete_records(bootstrap, topic, -1)]
+    assert answers["kcompat"] == answers["kafka"]
+    assert answers["kafka"][0] == (44, -1)  # POLICY_VIOLATION
