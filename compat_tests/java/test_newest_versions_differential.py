@@ -7,7 +7,9 @@ requests go to a reference Apache Kafka 4.4.0 and to a kcompat broker, and the
 answers are compared field by field:
 
 * ApiVersions: every API key both serve has the same maximum, except the ones in
-  ``KNOWN_MAX_DIFFS`` (each a FINDINGS.md entry saying why kcompat stays lower);
+  ``KNOWN_MAX_DIFFS`` (each a FINDINGS.md entry saying why kcompat stays lower),
+  and ApiVersions v5 (KIP-1242) naming this or another cluster / node (raw frames:
+  neither kafka-python nor kio 0.6.5 has v5);
 * Produce v13 and Fetch v13/v16/v17/v18 by topic id (kafka-python's codec): data,
   a partition that does not exist, an id nobody knows (UNKNOWN_TOPIC_ID),
   an offset out of range; Metadata v13 by name and by an unknown id;
@@ -27,6 +29,8 @@ import dataclasses
 import datetime
 import enum
 import json
+import socket
+import struct
 import time
 import uuid
 from typing import Any
@@ -60,7 +64,6 @@ KNOWN_MAX_DIFFS: dict[int, tuple[int, int]] = {
     26: (5, 4),  # EndTxn v5: transactions V2 (an epoch bump per transaction)
     28: (6, 4),  # TxnOffsetCommit v5: transactions V2; v6: topic ids, unknown to kio
     42: (3, 2),  # DeleteGroups v3: an error message, unknown to kio 0.6.5
-    18: (5, 4),  # ApiVersions v5 (KIP-1242 cluster id check): no kio schema
 }
 GROUP = "newest-diff-group"
 PD = ProduceRequest.TopicProduceData
@@ -79,6 +82,55 @@ def _api_versions(bootstrap: str) -> dict[int, tuple[int, int]]:
         conn.close()
     assert r["error_code"] == 0
     return {k["api_key"]: (k["min_version"], k["max_version"]) for k in r["api_keys"]}
+
+
+def _compact_string(value: str | None) -> bytes:
+    if value is None:
+        return b"\x00"
+    data = value.encode()
+    assert len(data) < 127
+    return bytes([len(data) + 1]) + data
+
+
+def _api_versions_v5(bootstrap: str, cluster_id: str | None, node_id: int) -> list[int]:
+    """[error code, number of API keys] of an ApiVersions v5 naming a target."""
+    header = struct.pack(">hhih", 18, 5, 1, 4) + b"diff" + b"\x00"
+    body = (_compact_string("diff") + _compact_string("1") + _compact_string(cluster_id)
+            + struct.pack(">i", node_id) + b"\x00")
+    host, port = bootstrap.rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        sock.sendall(struct.pack(">i", len(header + body)) + header + body)
+        sock.settimeout(10)
+        data = b""
+        while len(data) < 4 or len(data) < 4 + struct.unpack(">i", data[:4])[0]:
+            chunk = sock.recv(65536)
+            assert chunk, "connection closed"
+            data += chunk
+    # size, correlation id (header v0), error code, compact array length + 1
+    error = struct.unpack(">h", data[8:10])[0]
+    n = 0  # the array length is an unsigned varint
+    for shift, byte in enumerate(data[10:15]):
+        n |= (byte & 0x7F) << (7 * shift)
+        if byte < 0x80:
+            break
+    return [error, n - 1]
+
+
+def _target_checks(bootstrap: str) -> dict[str, list[int]]:
+    conn = RawConnection(bootstrap)
+    try:
+        md = conn.request(MetadataRequest[12](topics=[], allow_auto_topic_creation=False,
+                                              include_topic_authorized_operations=False),
+                          MetadataResponse[12]).to_dict()
+    finally:
+        conn.close()
+    cluster, node = md["cluster_id"], md["brokers"][0]["node_id"]
+    cases = {"neither": (None, -1), "this_broker": (cluster, node),
+             "other_cluster": ("AAAAAAAAAAAAAAAAAAAAAA", node), "other_node": (cluster, node + 7),
+             "node_only": (None, node), "cluster_only": (cluster, -1)}
+    out = {name: _api_versions_v5(bootstrap, c, n) for name, (c, n) in cases.items()}
+    # the API list itself is compared at v3; here only whether there is one
+    return {name: [e, int(n > 0)] for name, (e, n) in out.items()}
 
 
 def _inferred_version(bootstrap: str) -> tuple[int, ...]:
@@ -280,6 +332,7 @@ def newest_obs(kafka_reference: KafkaReference, module_broker: Broker) -> dict[s
     for name, broker in (("kafka", kafka_reference), ("kcompat", module_broker)):
         got[name]["api_versions"] = _api_versions(broker.bootstrap)
         got[name]["inferred_version"] = _inferred_version(broker.bootstrap)
+        got[name]["api_versions_v5"] = _target_checks(broker.bootstrap)
     return got
 
 
@@ -291,6 +344,15 @@ def test_api_versions_maxima_are_kafka_44s(newest_obs: dict[str, Any]) -> None:
         f"difference that is gone must leave KNOWN_MAX_DIFFS and FINDINGS.md: {diffs}")
     # the versions clients infer the broker from and take their newest paths with
     assert {k: kc[k][1] for k in (0, 1, 2, 3, 8, 9)} == {0: 13, 1: 18, 2: 11, 3: 13, 8: 10, 9: 10}
+
+
+def test_api_versions_v5_checks_the_target_as_kafka(newest_obs: dict[str, Any]) -> None:
+    """KIP-1242: REBOOTSTRAP_REQUIRED (129) for another cluster or node, INVALID_REQUEST
+    (42) when only one of the two is named."""
+    kafka, kc = newest_obs["kafka"]["api_versions_v5"], newest_obs["kcompat"]["api_versions_v5"]
+    assert kc == kafka
+    assert kafka["other_cluster"] == kafka["other_node"] == [129, 0]
+    assert kafka["this_broker"] == kafka["neither"] == [0, 1]
 
 
 def test_kafka_python_infers_the_same_broker_version(newest_obs: dict[str, Any]) -> None:

@@ -8,6 +8,8 @@ This module finds the right classes (cached), reads a request body after the
 header, and writes a response with its header and size prefix. ``build``
 constructs a response entity from keyword arguments, dropping fields that the
 chosen version does not have, so handlers can be written once for all versions.
+A version kio does not ship (``kio_extra``) is read with a schema declared there
+and answered with the older response entity of the same shape.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from kio.index import load_payload_module
 from kio.serial import entity_reader, entity_writer
 from kio.static.constants import EntityType
 
+from kcompat.wire import kio_extra
 from kcompat.wire.headers import response_header
 from kcompat.wire.versions import API_VERSIONS
 
@@ -35,11 +38,14 @@ class BodyError(ValueError):
 
 @cache
 def request_module(api_key: int, version: int) -> ModuleType:
+    if (api_key, version) in kio_extra.SAME_RESPONSE_AS:  # a schema kio lacks
+        return kio_extra
     return load_payload_module(api_key, version, EntityType.request)
 
 
 @cache
 def response_module(api_key: int, version: int) -> ModuleType:
+    version = kio_extra.SAME_RESPONSE_AS.get((api_key, version), version)
     return load_payload_module(api_key, version, EntityType.response)
 
 

@@ -71,7 +71,7 @@ _TABLE = (
     ApiRange(SYNC_GROUP, "SyncGroup", 0, 5, 0),
     ApiRange(DESCRIBE_GROUPS, "DescribeGroups", 0, 6, 0),
     ApiRange(LIST_GROUPS, "ListGroups", 0, 5, 0),
-    ApiRange(API_VERSIONS, "ApiVersions", 0, 4, 0),
+    ApiRange(API_VERSIONS, "ApiVersions", 0, 5, 0),
     ApiRange(CREATE_TOPICS, "CreateTopics", 2, 7, 2),
     ApiRange(DELETE_TOPICS, "DeleteTopics", 1, 6, 1),
     ApiRange(DELETE_RECORDS, "DeleteRecords", 0, 2, 0),
