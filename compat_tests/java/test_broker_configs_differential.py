@@ -10,7 +10,9 @@ level, another broker's id, request errors, the reconfiguration checks), each
 answering the same error code and message; then real changes at both levels
 after which both describe the broker, the cluster default and a topic alike.
 Kafka's own ``kafka-configs`` (ConfigCommand, kafka-tools 4.4.0) alters and
-describes the cluster default of both and prints the same.
+describes the cluster default of both and prints the same. BROKER_LOGGER
+(type 8) answers alike wherever the logger names do not differ (``root`` and
+an unknown logger): describe and alter errors, a level set and read back.
 
 The session's reference broker is shared: this module changes only harmless
 keys and puts both levels back as they were when it ends.
@@ -41,7 +43,7 @@ from compat_tests.java.conftest import run_java
 from compat_tests.java.kafka_reference import SHARE_TEST_OVERRIDES, KafkaReference
 from tests.integration._raw import RawConnection
 
-BROKER, TOPIC = 4, 2
+BROKER, TOPIC, BROKER_LOGGER, UNKNOWN_TYPE = 4, 2, 8, 3
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 # keys the reference's server.properties sets that kcompat has too
 REFERENCE_STATIC = {"num.partitions": "1", "offsets.topic.replication.factor": "1",
@@ -150,24 +152,34 @@ def _call(bootstrap: str, request: Any, response: Any) -> Any:
         conn.close()
 
 
-def _describe(bootstrap: str, name: str, kind: int = BROKER, keys: list[str] | None = None,
-              synonyms: bool = True) -> dict[str, tuple[Any, ...]]:
+def _describe_result(bootstrap: str, name: str, kind: int, keys: list[str] | None,
+                     synonyms: bool) -> Any:
     R = DescribeConfigsRequest
     req = R(version=4, include_synonyms=synonyms, include_documentation=False, resources=[
         R.DescribeConfigsResource(resource_type=kind, resource_name=name,
                                   configuration_keys=keys)])
-    result = _call(bootstrap, req, DescribeConfigsResponse[4]).results[0]
+    return _call(bootstrap, req, DescribeConfigsResponse[4]).results[0]
+
+
+def _describe_error(bootstrap: str, name: str, kind: int) -> tuple[int, str | None]:
+    result = _describe_result(bootstrap, name, kind, None, False)
+    return result.error_code, result.error_message
+
+
+def _describe(bootstrap: str, name: str, kind: int = BROKER, keys: list[str] | None = None,
+              synonyms: bool = True) -> dict[str, tuple[Any, ...]]:
+    result = _describe_result(bootstrap, name, kind, keys, synonyms)
     assert result.error_code == 0, result.error_message
     return {c.name: (c.value, c.config_source, c.read_only, c.is_sensitive, c.config_type,
                      [(s.name, s.value, s.source) for s in c.synonyms])
             for c in result.configs}
 
 
-def _incremental(bootstrap: str, name: str, ops: Ops, validate_only: bool = False
-                 ) -> tuple[int, str | None]:
+def _incremental(bootstrap: str, name: str, ops: Ops, validate_only: bool = False,
+                 kind: int = BROKER) -> tuple[int, str | None]:
     R = IncrementalAlterConfigsRequest
     req = R(version=1, validate_only=validate_only, resources=[R.AlterConfigsResource(
-        resource_type=BROKER, resource_name=name, configs=[
+        resource_type=kind, resource_name=name, configs=[
             R.AlterConfigsResource.AlterableConfig(name=k, config_operation=op, value=v)
             for k, op, v in ops])])
     r = _call(bootstrap, req, IncrementalAlterConfigsResponse[1]).responses[0]
@@ -175,10 +187,10 @@ def _incremental(bootstrap: str, name: str, ops: Ops, validate_only: bool = Fals
 
 
 def _alter(bootstrap: str, name: str, configs: list[tuple[str, str | None]],
-           validate_only: bool = False) -> tuple[int, str | None]:
+           validate_only: bool = False, kind: int = BROKER) -> tuple[int, str | None]:
     R = AlterConfigsRequest
     req = R(version=2, validate_only=validate_only, resources=[R.AlterConfigsResource(
-        resource_type=BROKER, resource_name=name, configs=[
+        resource_type=kind, resource_name=name, configs=[
             R.AlterConfigsResource.AlterableConfig(name=k, value=v) for k, v in configs])])
     r = _call(bootstrap, req, AlterConfigsResponse[2]).responses[0]
     return r.error_code, r.error_message
@@ -299,3 +311,60 @@ def test_kafka_configs_tool_alters_and_describes_the_cluster_default(
     described = _on_both(both, tool, "--entity-default", "--describe")
     assert described["kcompat"] == described["kafka"]
     assert "log.retention.ms=7200000 sensitive=false" in described["kcompat"]
+
+
+LOGGER_CASES: list[tuple[str, Ops]] = [
+    ("1", [("root", SET, "INFO")]),
+    ("1", [("root", SET, "TRACE")]),
+    ("1", [("root", SET, "debug")]),
+    ("1", [("no.such.logger", SET, "DEBUG")]),
+    ("1", [("no.such.logger", SET, "BOGUS")]),
+    ("1", [("no.such.logger", DELETE, None)]),
+    ("1", [("root", DELETE, None)]),
+    ("1", [("root", APPEND, "DEBUG")]),
+    ("1", [("root", 9, "DEBUG")]),
+    ("1", [("root", SET, None)]),
+    ("1", [("root", SET, "INFO"), ("root", SET, "WARN")]),
+    ("", [("root", SET, "INFO")]),
+    ("2", [("root", 9, "INFO")]),
+    ("x", [("root", SET, "INFO")]),
+]
+
+
+def test_broker_logger_answers_alike(both: dict[str, str]) -> None:
+    differ = {}
+    for name, ops in LOGGER_CASES:
+        answers = _on_both(both, _incremental, name, ops, True, BROKER_LOGGER)
+        if answers["kcompat"] != answers["kafka"]:
+            differ[("incremental", name, tuple(ops))] = answers
+    for kind in (BROKER_LOGGER, UNKNOWN_TYPE):
+        answers = _on_both(both, _alter, "1", [("root", "INFO")], True, kind)
+        if answers["kcompat"] != answers["kafka"]:
+            differ[("legacy", kind)] = answers
+    answers = _on_both(both, _incremental, "1", [("a", SET, "1")], True, UNKNOWN_TYPE)
+    if answers["kcompat"] != answers["kafka"]:
+        differ[("incremental", UNKNOWN_TYPE)] = answers
+    for name, kind in (("", BROKER_LOGGER), ("2", BROKER_LOGGER), ("x", BROKER_LOGGER),
+                       ("1", UNKNOWN_TYPE)):
+        answers = _on_both(both, _describe_error, name, kind)
+        if answers["kcompat"] != answers["kafka"]:
+            differ[("describe", name, kind)] = answers
+    assert not differ, differ
+
+
+def test_broker_logger_level_set_and_read_back(both: dict[str, str]) -> None:
+    def root(bootstrap: str) -> tuple[Any, ...]:
+        return _describe(bootstrap, "1", BROKER_LOGGER, ["root", "no.such.logger"])["root"]
+
+    before = _on_both(both, root)
+    try:
+        assert set(_on_both(both, _incremental, "1", [("root", SET, "ERROR")], False,
+                            BROKER_LOGGER).values()) == {(0, None)}
+        after = _on_both(both, root)
+        assert after["kcompat"] == after["kafka"] == ("ERROR", 6, False, False, 0, [])
+        full = _on_both(both, _describe, "1", BROKER_LOGGER)
+        assert all(v[1:] == ("ERROR", 6, False, False, 0, [])[1:] for v in full["kcompat"].values())
+        assert full["kcompat"]["root"][0] == "ERROR" and len(full["kcompat"]) > 3
+    finally:
+        for broker, bootstrap in both.items():
+            _incremental(bootstrap, "1", [("root", SET, before[broker][0])], False, BROKER_LOGGER)

@@ -73,7 +73,12 @@ CONFIG_TYPE_IDS = {"boolean": 1, "string": 2, "int": 3, "short": 4, "long": 5,
 # ConfigResource.Type ids.
 RESOURCE_TOPIC = 2
 RESOURCE_BROKER = 4
+RESOURCE_BROKER_LOGGER = 8
 RESOURCE_GROUP = 32
+# what Kafka answers with INVALID_REQUEST when it gives no message of its own
+INVALID_REQUEST_MESSAGE = (
+    "This most likely occurs because of a request being malformed by the client library or "
+    "the message was sent to an incompatible broker. See the broker logs for more details.")
 
 
 def advertised_host(state: BrokerState) -> str:

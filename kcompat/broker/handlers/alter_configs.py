@@ -10,7 +10,9 @@ change at run time, types and bounds, per-broker keys at the cluster level are
 INVALID_REQUEST; dropping the cluster-level min.insync.replicas INVALID_CONFIG,
 as Kafka 4 with ELR answers). A resource named twice is
 INVALID_REQUEST. A GROUP resource (32) replaces the group's config overrides
-the same way (Kafka 4.4 accepts it here too). ``validate_only`` changes nothing.
+the same way (Kafka 4.4 accepts it here too). Other types, BROKER_LOGGER
+included, are INVALID_REQUEST ("Unknown resource type 8").
+``validate_only`` changes nothing.
 """
 
 from __future__ import annotations
@@ -42,11 +44,8 @@ def _alter(ctx: RequestContext, resource: Any) -> dict[str, Any] | None:
         return ctx.state.set_group_configs(resource.resource_name, changes)
     if resource.resource_type == RESOURCE_BROKER:
         return ctx.state.set_broker_configs(resource.resource_name, changes)
-    raise TopicError(
-        ErrorCode.invalid_request,
-        "AlterConfigs is only supported for topics and brokers, but resource type is "
-        f"{resource.resource_type}",
-    )
+    raise TopicError(ErrorCode.invalid_request,
+                     f"Unknown resource type {resource.resource_type}")
 
 
 async def handle(ctx: RequestContext, request: Any) -> Any:

@@ -11,7 +11,10 @@ INVALID_REQUEST with Kafka's messages; an unknown topic UNKNOWN_TOPIC_OR_PARTITI
 other resource types INVALID_REQUEST. Null or empty ``configuration_keys``
 means all keys. Synonyms (when asked) run from the topic override through the
 broker key's levels to the default. v3+ carries config_type (Kafka's
-ConfigType ids); documentation is null for topics and brokers.
+ConfigType ids); documentation is null for topics and brokers. Type 8 (BROKER_LOGGER, this
+broker's id) lists root and kcompat's loggers with their levels
+(``broker_loggers``); another type is INVALID_REQUEST with Kafka's generic
+message.
 
 Type 32 (GROUP) lists Kafka 4.4's non-internal group keys (``group_config``)
 for any group name, existing or not: an override with source 8 (GROUP_CONFIG),
@@ -30,13 +33,16 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from kcompat.broker import broker_config_entries, group_config
+from kcompat.broker import broker_config_entries, broker_loggers, group_config
 from kcompat.broker.context import RequestContext
+from kcompat.broker.dynamic_config import DynamicConfigError
 from kcompat.broker.handlers._common import (
     CONFIG_TYPE_IDS,
+    INVALID_REQUEST_MESSAGE,
     NO_THROTTLE,
     OK,
     RESOURCE_BROKER,
+    RESOURCE_BROKER_LOGGER,
     RESOURCE_GROUP,
     RESOURCE_TOPIC,
     SOURCE_IDS,
@@ -97,6 +103,15 @@ def _broker(ctx: RequestContext, resource: Any, synonyms: bool) -> list[Any]:
             for e in entries]
 
 
+def _broker_logger(ctx: RequestContext, resource: Any) -> list[Any]:
+    try:
+        broker_loggers.check_describe_name(resource.resource_name, ctx.state.node_id)
+    except DynamicConfigError as e:
+        raise TopicError(e.code, e.message) from None
+    return [_entry(ctx, name, level, broker_loggers.SOURCE_DYNAMIC_BROKER_LOGGER, False, 0, None)
+            for name, level in broker_loggers.describe(resource.configuration_keys or None)]
+
+
 def _group(ctx: RequestContext, resource: Any, synonyms: bool, docs: bool) -> list[Any]:
     if not resource.resource_name:
         raise TopicError(ErrorCode.invalid_request, "Group name must not be empty")
@@ -124,9 +139,10 @@ def _describe(ctx: RequestContext, resource: Any, synonyms: bool, docs: bool) ->
             configs = _group(ctx, resource, synonyms, docs)
         elif resource.resource_type == RESOURCE_BROKER:
             configs = _broker(ctx, resource, synonyms)
-        else:
-            raise TopicError(ErrorCode.invalid_request,
-                             f"Unsupported resource type: {resource.resource_type}")
+        elif resource.resource_type == RESOURCE_BROKER_LOGGER:
+            configs = _broker_logger(ctx, resource)
+        else:  # Kafka answers INVALID_REQUEST's own message
+            raise TopicError(ErrorCode.invalid_request, INVALID_REQUEST_MESSAGE)
     except TopicError as e:
         code, message, configs = e.code, e.message, []
     return ctx.build(

@@ -12,7 +12,10 @@ dynamic broker configs (``dynamic_config``), with Kafka's broker-side request
 checks and messages: duplicates, nulls, unknown operations INVALID_REQUEST;
 APPEND / SUBTRACT on a non-list key INVALID_CONFIG (a list starts from the
 level's value, else Kafka's default); then the whole new level is checked as
-AlterConfigs checks it.
+AlterConfigs checks it. A BROKER_LOGGER resource (8, this broker's id) sets
+(SET) or hands back to the parent (DELETE) a logger's level here only
+(``broker_loggers``); another type is INVALID_REQUEST ("Unknown resource
+type 3").
 GROUP resources (32) change a group's config overrides (``group_config``),
 whether or not the group exists; "" is INVALID_REQUEST ("Default group
 resources are not allowed."); DELETE of an unknown key is a no-op; APPEND /
@@ -27,7 +30,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from kcompat.broker import dynamic_config
+from kcompat.broker import broker_loggers, dynamic_config
 from kcompat.broker.configdef import ConfigError
 from kcompat.broker.context import RequestContext
 from kcompat.broker.group_config import GROUP_CONFIGS, GroupConfigError, parse_value
@@ -35,6 +38,7 @@ from kcompat.broker.group_config import effective as group_effective
 from kcompat.broker.handlers._common import (
     NO_THROTTLE,
     RESOURCE_BROKER,
+    RESOURCE_BROKER_LOGGER,
     RESOURCE_GROUP,
     RESOURCE_TOPIC,
     alter_results,
@@ -132,15 +136,26 @@ def _alter_broker(ctx: RequestContext, resource: Any) -> dict[str, Any]:
     return ctx.state.set_broker_configs(name, configs)
 
 
-def _alter(ctx: RequestContext, resource: Any) -> dict[str, Any] | None:
+def _alter_loggers(ctx: RequestContext, resource: Any, validate_only: bool) -> None:
+    ops = [(c.name, c.config_operation, c.value) for c in resource.configs]
+    try:
+        broker_loggers.alter(resource.resource_name, ctx.state.node_id, ops, validate_only)
+    except dynamic_config.DynamicConfigError as e:
+        raise TopicError(e.code, e.message) from None
+
+
+def _alter(ctx: RequestContext, resource: Any, validate_only: bool) -> dict[str, Any] | None:
     if resource.resource_type == RESOURCE_BROKER:
         return _alter_broker(ctx, resource)
+    if resource.resource_type == RESOURCE_BROKER_LOGGER:
+        _alter_loggers(ctx, resource, validate_only)  # this broker only, as in Kafka
+        return None
     _check_ops(resource.configs, group=resource.resource_type == RESOURCE_GROUP)
     if resource.resource_type == RESOURCE_GROUP:
         return _alter_group(ctx, resource)
     if resource.resource_type != RESOURCE_TOPIC:
         raise TopicError(ErrorCode.invalid_request,
-                         f"Unsupported resource type: {resource.resource_type}")
+                         f"Unknown resource type {resource.resource_type}")
     meta = ctx.state.topics.get(resource.resource_name)
     if meta is None:
         raise TopicError(ErrorCode.unknown_topic_or_partition,
@@ -152,5 +167,6 @@ def _alter(ctx: RequestContext, resource: Any) -> dict[str, Any] | None:
 
 
 async def handle(ctx: RequestContext, request: Any) -> Any:
-    results = await alter_results(ctx, request, _alter)
+    results = await alter_results(
+        ctx, request, lambda c, r: _alter(c, r, bool(request.validate_only)))
     return ctx.response(throttle_time=NO_THROTTLE, responses=results)

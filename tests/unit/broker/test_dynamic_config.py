@@ -7,12 +7,13 @@ both brokers); these tests pin the pure rules without a broker.
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import pytest
 from kio.schema.errors import ErrorCode
 
-from kcompat.broker import broker_config_entries, broker_keys, dynamic_config
+from kcompat.broker import broker_config_entries, broker_keys, broker_loggers, dynamic_config
 from kcompat.broker.config import load
 
 
@@ -146,3 +147,22 @@ def test_broker_entries_levels_and_synonyms() -> None:
     (default,) = broker_config_entries.describe_cluster_default(levels, ["log.retention.ms"])
     assert (default.value, default.source, default.synonyms) == (
         "2000", 3, (("log.retention.ms", "2000", 3),))
+
+
+def test_broker_logger_levels_in_log4j_names() -> None:
+    name = "kcompat.test.broker_loggers"
+    logger = logging.getLogger(name)
+    try:
+        broker_loggers.alter("1", 1, [(name, 0, "TRACE")], validate_only=False)
+        assert dict(broker_loggers.describe([name, "no.such"])) == {name: "TRACE"}
+        broker_loggers.alter("1", 1, [(name, 0, "FATAL")], validate_only=True)
+        assert logger.level == broker_loggers.TRACE  # validate-only changes nothing
+        broker_loggers.alter("1", 1, [(name, 1, None)], validate_only=False)
+        assert logger.level == logging.NOTSET
+        assert [broker_loggers.level_name(x) for x in (logging.WARNING, logging.CRITICAL)] == [
+            "WARN", "FATAL"]
+        assert _error(broker_loggers.alter, "1", 1, [(name, 0, "warn")], False) == (
+            ErrorCode.invalid_config, f"Cannot set the log level of {name} to warn as it is not "
+            "a supported log level. Valid log levels are DEBUG, ERROR, FATAL, INFO, TRACE, WARN")
+    finally:
+        logger.setLevel(logging.NOTSET)
