@@ -135,7 +135,8 @@ def test_group_of_three_survives_a_member_killed(gbroker: Deployment, clients_cp
     topic, group = unique_topic("kip848"), unique_group("kip848")
     create_topic(bootstrap, topic, PARTITIONS, gbroker.replication)
     produce(bootstrap, topic, [f"a{i}" for i in range(PER_ROUND)])
-    members = [start_member(client, clients_cp, bootstrap, topic, group, f"{client}-{i}")
+    prefix = "consumer" if client == "java" else "rdkafka"  # client.id: ledger_scan's families
+    members = [start_member(client, clients_cp, bootstrap, topic, group, f"{prefix}-kip848-{i}")
                for i in range(3)]
     try:
         def state() -> str:
