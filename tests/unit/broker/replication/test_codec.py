@@ -70,3 +70,20 @@ def test_round_trip_internal_requests() -> None:
     frame = codec.RaftFrame(2, (TimeoutNow(3, 1, 2, 9),), (), internal)
     raw = codec.encode(frame)
     assert codec.decode(raw[4:]) == frame
+
+
+def test_round_trip_admin_calls() -> None:
+    """ElectLeaders' leadership transfer and DescribeQuorum's status (quorum_admin)."""
+    internal = (
+        codec.AdminCallRequest(8, "transfer_leader", {"topic": "t", "index": 2, "target": 3}),
+        codec.AdminCallReply(8, 0, None),
+        codec.AdminCallRequest(9, "quorum_status", {}),
+        codec.AdminCallReply(9, 0, {"leader": 1, "epoch": 4, "high_watermark": 17,
+                                    "voters": [[1, 17, 5, 5], [2, 15, 3, -1]]}),
+    )
+    frame = codec.RaftFrame(1, (), (), internal)
+    decoded = codec.decode(codec.encode(frame)[4:])
+    assert decoded.markers[:3] == internal[:3]
+    reply = decoded.markers[3]
+    assert isinstance(reply, codec.AdminCallReply) and reply.result is not None
+    assert reply.result["voters"] == [[1, 17, 5, 5], [2, 15, 3, -1]]  # JSON lists stay lists
