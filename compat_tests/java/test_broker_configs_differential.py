@@ -8,7 +8,8 @@ of BROKER resources, good and bad (dynamic, read-only, unknown and
 listener-only keys, bad values and bounds, per-broker keys at the cluster
 level, another broker's id, request errors, the reconfiguration checks), each
 answering the same error code and message; then real changes at both levels
-after which both describe the broker, the cluster default and a topic alike.
+after which both describe the broker, the cluster default, a topic and a
+group alike.
 Kafka's own ``kafka-configs`` (ConfigCommand, kafka-tools 4.4.0) alters and
 describes the cluster default of both and prints the same. BROKER_LOGGER
 (type 8) answers alike wherever the logger names do not differ (``root`` and
@@ -43,7 +44,7 @@ from compat_tests.java.conftest import run_java
 from compat_tests.java.kafka_reference import SHARE_TEST_OVERRIDES, KafkaReference
 from tests.integration._raw import RawConnection
 
-BROKER, TOPIC, BROKER_LOGGER, UNKNOWN_TYPE = 4, 2, 8, 3
+BROKER, TOPIC, BROKER_LOGGER, UNKNOWN_TYPE, GROUP = 4, 2, 8, 3, 32
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 # keys the reference's server.properties sets that kcompat has too
 REFERENCE_STATIC = {"num.partitions": "1", "offsets.topic.replication.factor": "1",
@@ -289,6 +290,13 @@ def test_dynamic_changes_describe_alike(both: dict[str, str]) -> None:
     _until_applied(both, "1", {"log.retention.bytes": 3})
     topics = _on_both(both, _describe, topic, TOPIC, ["retention.bytes"])
     assert topics["kcompat"] == topics["kafka"]
+    # a group config follows its dynamic broker default
+    group_key = [("group.consumer.assignment.interval.ms", SET, "2000")]
+    assert set(_on_both(both, _incremental, "", group_key).values()) == {(0, None)}
+    _until_applied(both, "1", {"group.consumer.assignment.interval.ms": 3})
+    groups = _on_both(both, _describe, "some-group", GROUP, ["consumer.assignment.interval.ms"])
+    assert groups["kcompat"] == groups["kafka"]
+    assert groups["kafka"]["consumer.assignment.interval.ms"][:2] == ("2000", 3)
     # a real (not validate-only) AlterConfigs that would drop min.insync.replicas
     dropped = _on_both(both, _alter, "", [("log.retention.bytes", "1")])
     assert dropped["kcompat"] == dropped["kafka"] == (

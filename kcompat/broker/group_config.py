@@ -8,7 +8,8 @@ A group stores only the keys set on it (its overrides), in the metadata image
 (``MetadataImage.group_configs``, record ``group_configs``), so they are
 replicated, survive restart and need no group to exist. Every other key takes
 its value from its broker synonym (``group.share.record.lock.duration.ms`` for
-``share.record.lock.duration.ms``...) or its static default.
+``share.record.lock.duration.ms``...; a dynamic broker config when one is
+set, ``dynamic_config``) or its static default.
 
 ``validate_overrides`` checks a whole new override set as Kafka's
 ``GroupConfig.validate`` does: unknown names, then each value's type and
@@ -294,6 +295,8 @@ def _broker_value(key: str, config: BrokerConfig) -> tuple[Any, str]:
     value = config[d.broker_key]
     if key == "streams.assignor.name":  # the first registered assignor
         value = value[0] if value else None
+    if d.broker_key in config.dynamic_sources:  # a dynamic broker config
+        return value, config.dynamic_sources[d.broker_key]
     return value, "broker" if d.broker_key in config.explicit else "default"
 
 
@@ -352,7 +355,8 @@ def render(key: str, value: Any) -> str | None:
 def synonyms(key: str, overrides: Mapping[str, Any], config: BrokerConfig
              ) -> list[tuple[str, str | None, str]]:
     """(name, value, source) from most to least specific, as Kafka lists
-    them: the override, the broker key if set, the broker key's default."""
+    them: the override, the broker key's dynamic value, its static value if
+    set, its default."""
     d = GROUP_CONFIGS[key]
     out: list[tuple[str, str | None, str]] = []
     if key in overrides:
@@ -362,8 +366,11 @@ def synonyms(key: str, overrides: Mapping[str, Any], config: BrokerConfig
         out.append((key, render(key, d.default), "default"))
         return out
     broker_def = BROKER_CONFIGS[broker_key]
+    if broker_key in config.dynamic_sources:
+        out.append((broker_key, broker_def.render(config[broker_key]),
+                    config.dynamic_sources[broker_key]))
     if broker_key in config.explicit:
-        out.append((broker_key, broker_def.render(config[broker_key]), "broker"))
+        out.append((broker_key, broker_def.render(config.values[broker_key]), "broker"))
     out.append((broker_key, broker_def.render(broker_def.default), "default"))
     return out
 
