@@ -8,7 +8,8 @@ describes. A kafka-python producer's next
 batch over the limit is refused with MESSAGE_TOO_LARGE at once, without a
 restart; topics describe ``max.message.bytes`` with source
 DYNAMIC_DEFAULT_BROKER_CONFIG; the value survives a broker restart (it is in
-the metadata log). On a 3-broker cluster (rf 3, leaders spread) a change sent
+the metadata log; the broker here snapshots its metadata after every record,
+so the restart rebuilds it from a checkpoint). On a 3-broker cluster (rf 3, leaders spread) a change sent
 to a broker that is not the controller reaches every broker: each describes
 itself with the new value and refuses the batch on the partitions it leads; a
 per-broker value on one broker lifts the limit on its partitions only.
@@ -17,6 +18,8 @@ per-broker value on one broker lifts the limit on its partitions only.
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -91,7 +94,22 @@ def _producer(bootstrap: str) -> KafkaProducer:
     return KafkaProducer(bootstrap_servers=bootstrap, retries=0, linger_ms=0)
 
 
-def test_cluster_default_takes_effect_at_once_and_survives_restart(broker: Broker) -> None:
+@pytest.fixture
+def snapshotting_broker(tmp_path: Path) -> Iterator[Broker]:
+    """A broker that snapshots its metadata after every record, so a restart
+    rebuilds the dynamic configs from a checkpoint, not by replaying records."""
+    b = Broker(tmp_path, extra_args=(
+        "--set", "metadata.log.max.record.bytes.between.snapshots=1"))
+    b.start()
+    try:
+        yield b
+    finally:
+        b.close()
+
+
+def test_cluster_default_takes_effect_at_once_and_survives_restart(
+        snapshotting_broker: Broker) -> None:
+    broker = snapshotting_broker
     topic = unique_topic("dyn-max-bytes")
     producer = _producer(broker.bootstrap)
     try:
@@ -106,6 +124,8 @@ def test_cluster_default_takes_effect_at_once_and_survives_restart(broker: Broke
         "2000", ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG.value)
 
     broker.restart()
+    metadata_dir = broker.data_dir / "__cluster_metadata-0"
+    assert list(metadata_dir.glob("*.checkpoint")), "no metadata snapshot was taken"
     entry = _describe(broker.bootstrap, ConfigResource.Type.BROKER, "1", "message.max.bytes")
     assert (entry.value, entry.source, entry.is_read_only) == (
         "2000", ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG.value, False)
