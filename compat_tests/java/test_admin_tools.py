@@ -196,8 +196,9 @@ def test_tools_on_one_broker(module_broker: Broker) -> None:
 
 
 def test_python_admin_clients(module_broker: Broker) -> None:
-    """kafka-python's describe_log_dirs / describe_metadata_quorum / elect_leaders /
-    list_config_resources and confluent-kafka's elect_leaders on one broker."""
+    """kafka-python's describe_log_dirs / describe_metadata_quorum /
+    list_config_resources / elect_leaders and confluent-kafka's elect_leaders on one
+    broker (a lone replica leads already; the real elections are on 3 brokers)."""
     b = module_broker.bootstrap
     topic = "py-admin-topic"
     admin = KafkaAdminClient(bootstrap_servers=b)
@@ -220,6 +221,9 @@ def test_python_admin_clients(module_broker: Broker) -> None:
         assert voter["log_end_offset"] == part["high_watermark"] > 0
         resources = admin.list_config_resources()
         assert resources["broker"] == ["1"] and topic in resources["topic"], resources
+        elected = admin.elect_leaders(0, {topic: [0, 1]}, raise_errors=False)
+        codes = {(t[0], p[0]): p[1] for t in elected.replica_election_results for p in t[1]}
+        assert codes == {(topic, 0): 84, (topic, 1): 84}, elected  # ELECTION_NOT_NEEDED
     finally:
         admin.close()
     ck = AdminClient({"bootstrap.servers": b})
