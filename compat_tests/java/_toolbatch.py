@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import hashlib
 import re
+import shutil
 import subprocess
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -44,11 +46,16 @@ def classes_dir() -> Path:
     digest = hashlib.sha256(SOURCE.read_bytes() + KAFKA_VERSION.encode()).hexdigest()[:12]
     out = cache_root() / f"toolbatch-{digest}"
     if not (out / "ToolBatch.class").exists():
-        out.mkdir(parents=True, exist_ok=True)
+        # compiled beside it and renamed into place: parallel runs never see half a build
+        tmp = Path(tempfile.mkdtemp(prefix="toolbatch-", dir=cache_root()))
         javac = Path(java_bin()).resolve().parent / "javac"
         subprocess.run([str(javac), "--release", "17", "-cp", reference_classpath(),
-                        "-d", str(out), str(SOURCE)], check=True, capture_output=True,
+                        "-d", str(tmp), str(SOURCE)], check=True, capture_output=True,
                        timeout=120)
+        try:
+            tmp.rename(out)
+        except OSError:  # another run got there first
+            shutil.rmtree(tmp, ignore_errors=True)
     return out
 
 
