@@ -2,10 +2,10 @@
 ListClientMetricsResources).
 
 Quirks: v1 lists the config resources of the types asked for — none asked
-means all: BROKER_LOGGER (8) and BROKER (4) per registered broker, TOPIC (2)
-per topic (internal ones too), GROUP (32) per group with config overrides,
-CLIENT_METRICS (16) per client-metrics subscription (kcompat has none) — in
-that order, as Apache Kafka 4.4 answers. A type outside those is
+means all: GROUP (32) per group with config overrides, CLIENT_METRICS (16)
+per client-metrics subscription (kcompat has none), BROKER_LOGGER (8) and
+BROKER (4) per live (unfenced) broker, TOPIC (2) per topic (internal ones
+too) — in that order, as Apache Kafka 4.4's KafkaApis builds the list. A type outside those is
 UNSUPPORTED_VERSION with no resources (Kafka's answer). v0 asks for
 client-metrics resources only: none.
 """
@@ -27,14 +27,15 @@ from kcompat.broker.handlers._common import (
 
 RESOURCE_BROKER_LOGGER = 8
 RESOURCE_CLIENT_METRICS = 16
-LISTED = (RESOURCE_BROKER_LOGGER, RESOURCE_BROKER, RESOURCE_TOPIC, RESOURCE_GROUP,
-          RESOURCE_CLIENT_METRICS)
+LISTED = (RESOURCE_GROUP, RESOURCE_CLIENT_METRICS, RESOURCE_BROKER_LOGGER, RESOURCE_BROKER,
+          RESOURCE_TOPIC)
 
 
 def _names(ctx: RequestContext, resource_type: int) -> list[str]:
     image = ctx.state.metadata.image
     if resource_type in (RESOURCE_BROKER, RESOURCE_BROKER_LOGGER):
-        return [str(node) for node in sorted(image.brokers)] or [str(ctx.state.node_id)]
+        return ([str(b.node_id) for b in image.live_brokers()]
+                or [str(ctx.state.node_id)])
     if resource_type == RESOURCE_TOPIC:
         return list(image.topics)
     if resource_type == RESOURCE_GROUP:
