@@ -12,7 +12,9 @@ the metadata log; the broker here snapshots its metadata after every record,
 so the restart rebuilds it from a checkpoint). On a 3-broker cluster (rf 3, leaders spread) a change sent
 to a broker that is not the controller reaches every broker: each describes
 itself with the new value and refuses the batch on the partitions it leads; a
-per-broker value on one broker lifts the limit on its partitions only.
+per-broker value on one broker lifts the limit on its partitions only. A
+topic created before cluster defaults of log.roll.ms and log.retention.ms
+change rolls and deletes its segments by them at once.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from confluent_kafka.admin import (
     ConfigResource,
     ConfigSource,
 )
-from kafka import KafkaProducer
+from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.errors import MessageSizeTooLargeError
 from kafka.protocol.admin import IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse
 
@@ -99,7 +101,8 @@ def snapshotting_broker(tmp_path: Path) -> Iterator[Broker]:
     """A broker that snapshots its metadata after every record, so a restart
     rebuilds the dynamic configs from a checkpoint, not by replaying records."""
     b = Broker(tmp_path, extra_args=(
-        "--set", "metadata.log.max.record.bytes.between.snapshots=1"))
+        "--set", "metadata.log.max.record.bytes.between.snapshots=1",
+        "--set", "log.retention.check.interval.ms=200"))
     b.start()
     try:
         yield b
@@ -136,6 +139,38 @@ def test_cluster_default_takes_effect_at_once_and_survives_restart(
         assert _accepted(producer, topic, BIG)
     finally:
         producer.close()
+
+
+def _earliest(bootstrap: str, topic: str) -> int:
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap)
+    try:
+        tp = TopicPartition(topic, 0)
+        return int(consumer.beginning_offsets([tp])[tp])
+    finally:
+        consumer.close()
+
+
+def test_an_existing_topics_log_follows_new_defaults(snapshotting_broker: Broker) -> None:
+    """Segment roll and retention of a topic created before the change: the
+    cluster defaults log.roll.ms and log.retention.ms reach its log at once."""
+    bootstrap = snapshotting_broker.bootstrap
+    topic = unique_topic("dyn-retention")
+    producer = _producer(bootstrap)
+    try:
+        assert _accepted(producer, topic, SMALL)
+        assert _accepted(producer, topic, SMALL)
+        time.sleep(0.5)
+        assert _earliest(bootstrap, topic) == 0  # a week's retention: nothing goes
+        _alter(bootstrap, "", "log.roll.ms", "100")
+        _alter(bootstrap, "", "log.retention.ms", "1")
+        time.sleep(0.2)
+        assert _accepted(producer, topic, SMALL)  # rolls: the first segment closes
+        _until(lambda: _earliest(bootstrap, topic) == 2,
+               "the closed segment was never deleted under the new retention")
+    finally:
+        producer.close()
+    entry = _describe(bootstrap, ConfigResource.Type.TOPIC, topic, "retention.ms")
+    assert (entry.value, entry.source) == ("1", ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG.value)
 
 
 @pytest.mark.parametrize("tbroker", RF3_ONLY, indirect=True)

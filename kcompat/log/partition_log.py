@@ -99,7 +99,7 @@ class PartitionLog:
     ) -> None:
         self.directory = directory
         self.store = store
-        self.config = config
+        self._config = config
         self._segments = segments
         self._log_start_offset = log_start_offset
         self.producers = producers
@@ -121,6 +121,19 @@ class PartitionLog:
         return log
 
     # -- state ---------------------------------------------------------------
+
+    @property
+    def config(self) -> LogConfig:
+        return self._config
+
+    @config.setter
+    def config(self, config: LogConfig) -> None:
+        """A changed configuration (a topic's AlterConfigs, a new dynamic
+        broker default) reaches every segment at once: the active one rolls
+        by the new ``segment.ms`` / ``segment.bytes``."""
+        self._config = config
+        for segment in self._segments:
+            segment.config = config
 
     @property
     def log_start_offset(self) -> int:

@@ -111,6 +111,19 @@ def test_roll_by_time(tmp_path: Path) -> None:
     log.close()
 
 
+def test_a_new_config_reaches_the_active_segment(tmp_path: Path) -> None:
+    """A topic's AlterConfigs or a dynamic broker default replaces the log's
+    config: the active segment rolls by the new segment.ms at once."""
+    log = open_log(tmp_path / "t-0", segment_ms=604_800_000)
+    append(log, ts=5_000, now_ms=5_000)
+    append(log, ts=6_001, now_ms=6_001)
+    assert log.segment_base_offsets == [0]
+    log.config = LogConfig(segment_ms=100)
+    append(log, ts=6_200, now_ms=6_200)
+    assert log.segment_base_offsets == [0, 2]
+    log.close()
+
+
 def test_retention_by_time(tmp_path: Path) -> None:
     log = open_log(tmp_path / "t-0", retention_ms=10_000)
     for i in range(4):
