@@ -16,6 +16,7 @@ answers are compared field by field:
 * ListOffsets v11 with every special timestamp (-1 .. -6);
 * OffsetCommit v10 / OffsetFetch v10 by topic id (kio's codec: kafka-python's
   schemas lack v10's topic ids), with an unknown id;
+* DeleteGroups v3 (kio_extra's schema: kio 0.6.5 lacks it), a group named twice,
 * DescribeGroups v6 of an unknown group (GROUP_ID_NOT_FOUND), DescribeCluster v2,
   ListTransactions v2 with transactional id patterns (two open transactions).
 
@@ -56,6 +57,7 @@ from compat_tests._broker import Broker, unique_topic
 from compat_tests.java.kafka_reference import KafkaReference
 from compat_tests.java.test_differential import _batch, _normalize, _run_both
 from kcompat.cli._kio import Connection
+from kcompat.wire.kio_extra.delete_groups_v3 import DeleteGroupsRequest
 from tests.integration._raw import RawConnection
 
 # API key -> (Kafka 4.4 max, kcompat max), each explained in FINDINGS.md (D11).
@@ -63,7 +65,6 @@ KNOWN_MAX_DIFFS: dict[int, tuple[int, int]] = {
     24: (5, 3),  # AddPartitionsToTxn v4+: broker-to-broker batches, v5: transactions V2
     26: (5, 4),  # EndTxn v5: transactions V2 (an epoch bump per transaction)
     28: (6, 4),  # TxnOffsetCommit v5: transactions V2; v6: topic ids, unknown to kio
-    42: (3, 2),  # DeleteGroups v3: an error message, unknown to kio 0.6.5
 }
 GROUP = "newest-diff-group"
 PD = ProduceRequest.TopicProduceData
@@ -289,6 +290,10 @@ def _group_session(conn: RawConnection, bootstrap: str, tid: uuid.UUID) -> dict[
         fetch_all = fetch_req.OffsetFetchRequest(require_stable=False, groups=(
             fetch_req.OffsetFetchRequestGroup(group_id=GROUP, topics=None),))
         obs["offset_fetch_v10_all"] = _plain(kconn.call(fetch_all))
+        deleted = _plain(kconn.call(DeleteGroupsRequest(
+            groups_names=(GROUP, GROUP + "-none", GROUP))))
+        deleted["results"].sort(key=lambda r: r["group_id"])  # Kafka's order: by partition
+        obs["delete_groups_v3"] = deleted
     finally:
         kconn.close()
     return obs
@@ -364,7 +369,8 @@ DIFF_KEYS = ["metadata_v13", "metadata_v13_unknown_id", "produce_v13",
              "produce_v13_bad_partition", "produce_v13_unknown_id", "fetch_v13", "fetch_v16",
              "fetch_v17", "fetch_v18", "list_offsets_v11", "describe_groups_v6_unknown",
              "offset_commit_v10", "offset_fetch_v10", "offset_fetch_v10_all",
-             "describe_cluster_v2", "list_transactions_v2", "topic_id_echoed"]
+             "delete_groups_v3", "describe_cluster_v2", "list_transactions_v2",
+             "topic_id_echoed"]
 
 
 @pytest.mark.parametrize("key", DIFF_KEYS)
@@ -389,6 +395,7 @@ def test_the_comparison_hit_the_errors(newest_obs: dict[str, Any]) -> None:
                  "unknown_id": 100}
     assert k["metadata_v13_unknown_id"]["topics"][0]["error_code"] == 100
     assert k["describe_groups_v6_unknown"]["groups"][0]["error_code"] == 69
+    assert [r["error_code"] for r in k["delete_groups_v3"]["results"]] == [0, 69]
     commit = k["offset_commit_v10"]["topics"]
     assert [t["partitions"][0]["error_code"] for t in commit] == [100, 0]  # unknown id first
     fetched = k["offset_fetch_v10"]["groups"][0]["topics"]

@@ -38,15 +38,15 @@ class BodyError(ValueError):
 
 @cache
 def request_module(api_key: int, version: int) -> ModuleType:
-    if (api_key, version) in kio_extra.SAME_RESPONSE_AS:  # a schema kio lacks
-        return kio_extra
-    return load_payload_module(api_key, version, EntityType.request)
+    extra = kio_extra.module(api_key, version)  # a schema kio lacks
+    return extra or load_payload_module(api_key, version, EntityType.request)
 
 
 @cache
 def response_module(api_key: int, version: int) -> ModuleType:
     version = kio_extra.SAME_RESPONSE_AS.get((api_key, version), version)
-    return load_payload_module(api_key, version, EntityType.response)
+    extra = kio_extra.module(api_key, version)
+    return extra or load_payload_module(api_key, version, EntityType.response)
 
 
 def _entity_class(module: ModuleType, kind: object) -> type[Any]:

@@ -6,7 +6,11 @@ is always 0, so clients send full requests (and ``forgotten_topics_data`` has
 nothing to forget). aiokafka and old librdkafka use v11, kafka-python v12,
 librdkafka 2.x and Java 4.4 the newest both serve once every topic has an id.
 From v13 topics are named by id only (KIP-516): an id this broker does not know
-is UNKNOWN_TOPIC_ID for each partition asked, as Kafka answers; v14/v15 add
+is UNKNOWN_TOPIC_ID for each partition asked, as Kafka answers (Kafka's
+INCONSISTENT_TOPIC_ID — a local log of another incarnation of the topic —
+cannot arise: the partition is found through the same metadata image that
+resolved the id, and a re-created topic's partitions replace the old ones when
+its record is applied); v14/v15 add
 nothing a consumer sends (tiered storage, replica state of follower fetches),
 v16 the KIP-951 hints (a NOT_LEADER_OR_FOLLOWER or FENCED_LEADER_EPOCH
 partition carries its current leader, the response those leaders' endpoints),

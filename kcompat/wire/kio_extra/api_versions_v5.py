@@ -1,17 +1,5 @@
-"""Request schemas Apache Kafka 4.4 has and kio 0.6.5 lacks, in kio's form.
-
-Theory of operation
--------------------
-kio generates one frozen dataclass per (API, version) from Kafka's JSON schemas;
-its reader and writer work from the dataclass fields alone, so a schema kio does
-not ship yet can be declared here the way kio would generate it, and
-``kcompat.wire.codec`` finds it like any other. Only versions whose response
-has the shape of an older one kio knows are declared (the response is written
-with that older entity, byte for byte the same).
-
-* ApiVersions v5 (KIP-1242): the request adds the cluster id and node id the
-  client means to reach (both or neither); the response is v4's.
-"""
+"""ApiVersions v5 (KIP-1242): v3's request plus the cluster id and node id the
+client means to reach (both or neither); the response is v4's."""
 
 # no ``from __future__ import annotations``: kio reads the field types at runtime
 from dataclasses import dataclass, field
@@ -33,7 +21,3 @@ class ApiVersionsRequest:
     client_software_version: str = field(metadata={"kafka_type": "string"})
     cluster_id: str | None = field(metadata={"kafka_type": "string"}, default=None)
     node_id: i32 = field(metadata={"kafka_type": "int32"}, default=i32(-1))
-
-
-# (api key, version) -> the older version whose response entity is written instead
-SAME_RESPONSE_AS = {(18, 5): 4}

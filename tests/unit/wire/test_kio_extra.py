@@ -1,10 +1,14 @@
 """Schemas kio 0.6.5 lacks (``kcompat.wire.kio_extra``) are found and read by the
 codec like kio's own: an ApiVersions v5 request as Java 4.4 writes it (KIP-1242
-cluster id and node id after v3's fields), answered with v4's response entity."""
+cluster id and node id after v3's fields), answered with v4's response entity;
+DeleteGroups v3 with its error message, written byte by byte as the schema says."""
 
 from __future__ import annotations
 
+import datetime
 import struct
+
+from kio.schema.errors import ErrorCode
 
 from kcompat.wire import codec
 from kcompat.wire.headers import parse_request_header
@@ -32,3 +36,19 @@ def test_api_versions_v5_request_is_read() -> None:
 
 def test_api_versions_v5_answers_with_v4s_shape() -> None:
     assert codec.response_class(API_VERSIONS, 5) is codec.response_class(API_VERSIONS, 4)
+
+
+def test_delete_groups_v3_round_trip() -> None:
+    """v2's request read at v3; the answer carries the per-group error message."""
+    header = struct.pack(">hhih", 42, 3, 5, 1) + b"c" + b"\x00"
+    frame = header + b"\x03\x02g\x02h" + b"\x00"  # two group names, no tags
+    request = codec.read_request(42, 3, frame, parse_request_header(frame, True).size)
+    assert request.groups_names == ("g", "h")
+    module = codec.response_module(42, 3)
+    body = codec.build(codec.response_class(42, 3), throttle_time=datetime.timedelta(0),
+                       results=(module.DeletableGroupResult(group_id="g", error_code=ErrorCode(69),
+                                                            error_message="gone"),))
+    out = codec.encode_response(42, 3, 5, body)
+    # size, correlation id, header tags, throttle, 1 result: "g", error 69, "gone", tags x2
+    assert out[4:] == (struct.pack(">ib", 5, 0) + struct.pack(">i", 0) + b"\x02" + b"\x02g"
+                       + struct.pack(">h", 69) + b"\x05gone" + b"\x00" + b"\x00")
