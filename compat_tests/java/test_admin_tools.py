@@ -250,8 +250,13 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         c.kill()
 
 
+def _admin(bootstrap: str) -> AdminClient:
+    """A confluent-kafka admin client that stays quiet about a broker the test killed."""
+    return AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
+
+
 def _leaders(bootstrap: str, topic: str) -> dict[int, tuple[int, tuple[int, ...], tuple[int, ...]]]:
-    md = AdminClient({"bootstrap.servers": bootstrap}).list_topics(topic, timeout=10)
+    md = _admin(bootstrap).list_topics(topic, timeout=10)
     return {p: (m.leader, tuple(m.replicas), tuple(m.isrs))
             for p, m in md.topics[topic].partitions.items()}
 
@@ -300,7 +305,9 @@ def test_tools_on_three_brokers(cluster: Cluster) -> None:
     confluent-kafka's elect_leaders (one partition) and kafka-leader-election
     --all-topic-partitions (the rest); quotas set through one broker before the
     restart and through kafka-configs after it are described alike by all three;
-    kafka-metadata-quorum asks a broker that is not the controller."""
+    kafka-metadata-quorum asks a broker that is not the controller. Last, with a
+    preferred replica killed, kafka-python's elect_leaders gets
+    PREFERRED_LEADER_NOT_AVAILABLE for its partitions."""
     topic = "tools-rf3"
     cluster.create_topic(topic, 6, 3)
     _wait(lambda: all(ldr >= 0 for ldr, _, _ in _leaders(cluster.bootstrap, topic).values()),
@@ -313,7 +320,7 @@ def test_tools_on_three_brokers(cluster: Cluster) -> None:
     assert _quotas_of(cluster.brokers[2], "dave") == [("consumer_byte_rate", 512.0)]
 
     by_confluent, by_tool = preferred
-    ck = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    ck = _admin(cluster.bootstrap)
     steady = next(p for p in range(6) if p not in preferred)  # led by its first replica
     results = ck.elect_leaders(ElectionType.PREFERRED, [
         CkTopicPartition(topic, by_confluent), CkTopicPartition(topic, steady)
@@ -323,8 +330,7 @@ def test_tools_on_three_brokers(cluster: Cluster) -> None:
     assert errors == {by_confluent: None, steady: "ELECTION_NOT_NEEDED"}, (errors, preferred)
     assert _leaders(cluster.bootstrap, topic)[by_confluent][0] == 2
 
-    controller = AdminClient({"bootstrap.servers": cluster.bootstrap}).list_topics(
-        timeout=10).controller_id
+    controller = _admin(cluster.bootstrap).list_topics(timeout=10).controller_id
     other = next(n for n in cluster.brokers if n != controller)
     one, asked = cluster.brokers[1].bootstrap, cluster.brokers[other].bootstrap
     runs = run_tools([
@@ -364,3 +370,19 @@ def test_tools_on_three_brokers(cluster: Cluster) -> None:
     for node, broker in cluster.brokers.items():
         assert _quotas_of(broker, "carol") == [("producer_byte_rate", 4096.0)], node
         assert _quotas_of(broker, "dave") == [("consumer_byte_rate", 512.0)], node
+
+    # the preferred replica dead: its partitions lead elsewhere and cannot go back
+    cluster.brokers[3].kill()
+    survivors = ",".join(cluster.brokers[n].bootstrap for n in (1, 2))
+    orphans = [p for p, (_, replicas, _) in _leaders(survivors, topic).items()
+               if replicas[0] == 3]
+    _wait(lambda: all(_leaders(survivors, topic)[p][0] in (1, 2) for p in orphans)
+          and _admin(survivors).list_topics(timeout=10).controller_id in (1, 2), 20,
+          "new leaders and controller after broker 3 died")
+    admin = KafkaAdminClient(bootstrap_servers=survivors)
+    try:
+        response = admin.elect_leaders(0, {topic: orphans}, raise_errors=False)
+    finally:
+        admin.close()
+    codes = {p[0]: p[1] for t in response.replica_election_results for p in t[1]}
+    assert orphans and codes == dict.fromkeys(orphans, 80), response  # PREFERRED_LEADER_NOT_AVAILABLE
