@@ -166,3 +166,13 @@ def test_broker_logger_levels_in_log4j_names() -> None:
             "a supported log level. Valid log levels are DEBUG, ERROR, FATAL, INFO, TRACE, WARN")
     finally:
         logger.setLevel(logging.NOTSET)
+
+
+def test_keys_kcompat_shares_with_kafka_have_kafkas_types() -> None:
+    """A dynamic value is parsed by Kafka's type and stands in for the static
+    one, and DescribeConfigs reports Kafka's type (FINDINGS D9: log.dirs and
+    controller.quorum.voters were STRING)."""
+    from kcompat.broker.config import BROKER_CONFIGS
+    differ = {k: (broker_keys.KEYS[k].type, d.type) for k, d in BROKER_CONFIGS.items()
+              if k in broker_keys.KEYS and broker_keys.KEYS[k].type.lower() != d.type}
+    assert not differ
