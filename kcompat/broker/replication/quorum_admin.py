@@ -10,10 +10,11 @@ hold: ElectLeaders (a preferred-leader election, KIP-460) and DescribeQuorum
   leadership over, with the Raft leadership transfer (``Raft.
   transfer_leadership``: it stops proposals, waits until the target's log
   matches, sends TimeoutNow; the target campaigns at once). ``elect_preferred``
-  asks the leader — itself, or a peer through an ``AdminCallRequest`` — and
-  returns once the leader has stepped down in favour of the target, then waits
-  until this broker has heard of the new leader too (announcements), so a
-  client that asks it for Metadata next sees the election's result. A target
+  asks the leader — itself, or a peer through an ``AdminCallRequest``; asked
+  again a tick later if the broker it asked no longer leads — and returns once
+  the leader has stepped down in favour of the target, then waits until this
+  broker has heard of the new leader too (announcements), so a client that
+  asks it for Metadata next sees the election's result. A target
   outside the in-sync replicas cannot be elected (Raft elects only an
   up-to-date log): PREFERRED_LEADER_NOT_AVAILABLE.
 * **Quorum status.** Only the metadata leader knows each voter's log end and
@@ -63,9 +64,16 @@ class QuorumAdmin:
         replica) and wait until this broker knows it; Kafka's error otherwise."""
         rt = self.rt
         deadline = trio.current_time() + timeout_s
-        leader = rt.partition_view(topic, index)[0]
         args = {"topic": topic, "index": index, "target": target}
-        code, _ = await self._call(leader, TRANSFER, args, timeout_s)
+        while True:  # this broker's view of the leader may be a moment old
+            leader = rt.partition_view(topic, index)[0]
+            if leader == target:
+                return ErrorCode.none
+            left = deadline - trio.current_time()
+            code, _ = await self._call(leader, TRANSFER, args, max(left, 0.0))
+            if code != ErrorCode.not_leader_or_follower or left <= rt.tick_s:
+                break
+            await trio.sleep(rt.tick_s)
         if code != ErrorCode.none:
             return code
         with trio.move_on_at(deadline):
