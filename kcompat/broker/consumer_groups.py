@@ -171,7 +171,7 @@ class ConsumerGroupService:
             return HeartbeatResult(ErrorCode.group_id_not_found, error_message=(
                 f"Cannot upgrade classic group {group_id} to consumer group because {why}."))
         if state is not None and hb.member_epoch == 0:  # an empty classic group: replaced
-            self.classic.coordinator.groups.pop(group_id, None)
+            self.classic.coordinator.delete_group(group_id, now_ms())
             if group_id in self.classic.store.groups:
                 try:
                     await self.classic._append(group_id, [(group_key(group_id), None)])  # noqa: SLF001

@@ -31,7 +31,7 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
         elif error is None and ctx.consumer_groups.group(group_id) is not None:
             error = await ctx.consumer_groups.delete(group_id)
             if error == OK:  # the Empty classic placeholder of its offsets goes too
-                ctx.groups.coordinator.groups.pop(group_id, None)
+                ctx.groups.coordinator.delete_group(group_id, now_ms())
         elif error is None:
             error = groups.coordinator.delete_group(group_id, now_ms())
         if error == OK:
