@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: run test test-apps lint unit compat bench bench-share bench-ext bench-simple clean tools sim java-deps kafka-reference demo
+.PHONY: run test test-apps lint unit compat bench bench-share bench-ext bench-compaction bench-simple clean tools sim java-deps kafka-reference demo
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -78,6 +78,13 @@ bench-share: $(BENCH_STAMP) tools java-deps
 # ~3 min, BENCH_QUICK=1 for < 1 min. Appends to bench/RESULTS.md.
 bench-ext: $(STAMP)
 	$(PY) bench/ext15.py $(if $(BENCH_QUICK),--quick) $(BENCH_ARGS)
+
+# Log compaction (issue 18), bench/compaction.py: cleaner throughput (MiB/s of a 200 MiB
+# backlog over 10k keys) and produce p99 while the cleaner runs vs idle, kcompat and
+# Apache Kafka 4.4.0 in the same run; ~2 min, BENCH_QUICK=1 for < 1 min (40 MiB).
+# Appends to bench/RESULTS.md.
+bench-compaction: $(STAMP) tools java-deps
+	$(PY) bench/compaction.py $(if $(BENCH_QUICK),--quick) $(BENCH_ARGS)
 
 # The older single-broker confluent-kafka produce/consume benchmark.
 bench-simple: $(STAMP)
