@@ -92,8 +92,10 @@ def definition_order(names: Any) -> list[str]:
 
 def java_double(value: float) -> str:
     """``Double.toString``: 2.0, 0.5, 1.0E20."""
-    if value != value or value in (float("inf"), float("-inf")):
-        return {True: "Infinity", False: "-Infinity"}.get(value > 0, "NaN")
+    if value != value:
+        return "NaN"
+    if value in (float("inf"), float("-inf")):
+        return "Infinity" if value > 0 else "-Infinity"
     if value == 0 or 1e-3 <= abs(value) < 1e7:
         text = repr(float(value))
         return text if "e" not in text else f"{value:.1f}"
@@ -127,18 +129,14 @@ def _typed(key: KafkaKey, text: str) -> Any:
     return text
 
 
-def _number(text: str) -> float:
-    return float(text)
-
-
 def _check(key: KafkaKey, value: Any) -> None:
     if key.name == "compression.gzip.level":
         if not (1 <= value <= 9 or value == -1):
             raise InvalidValue("Value must be between 1 and 9 or equal to -1")
         return
-    if key.minimum is not None and value < _number(key.minimum):
+    if key.minimum is not None and value < float(key.minimum):
         raise InvalidValue(f"Value must be at least {key.minimum}")
-    if key.maximum is not None and value > _number(key.maximum):
+    if key.maximum is not None and value > float(key.maximum):
         raise InvalidValue(f"Value must be no more than {key.maximum}")
     if key.choices is not None:
         items = value if isinstance(value, list) else [value]
