@@ -251,6 +251,18 @@ class ConnectWorker:
         raise AssertionError(f"connector {name} not running in {timeout:.0f}s: {last}"
                              f"\n{self.tail()}")
 
+    def wait_state(self, name: str, state: str, timeout: float = 60.0) -> Any:
+        """Until the connector is in ``state`` (RUNNING, PAUSED, STOPPED...)."""
+        deadline = time.monotonic() + timeout
+        last: Any = None
+        while time.monotonic() < deadline:
+            with contextlib.suppress(ConnectError):
+                last = self.status(name)
+                if last["connector"]["state"] == state:
+                    return last
+            time.sleep(0.25)
+        raise AssertionError(f"connector {name} not {state} in {timeout:.0f}s: {last}")
+
     def tail(self, lines: int = 80) -> str:
         if not self.log_path.exists():
             return "(the worker wrote nothing)"

@@ -34,6 +34,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, TopicPartition
@@ -46,12 +47,14 @@ from compat_tests.apps.connect._worker import ConnectWorker
 from compat_tests.java.kafka_reference import KafkaReference
 
 WAIT_S = 60.0
+#: Every broker here looks for timed-out transactions each 0.5 s (the 3-broker
+#: cluster's CLUSTER_BROKER_ARGS already say so; Kafka's default is 10 s).
+TXN_CLEANUP = "transaction.abort.timed.out.transaction.cleanup.interval.ms"
 BURST = 60          # lines per burst
-KILL_BURST = 1000   # lines of the burst that a kill -9 interrupts
-# FileStreamSource keeps its default batch.size (2000): it reads 1 KiB of the file per
-# poll (about 50 of these lines), so a burst spans several polls and transactions. A
-# batch.size below the lines in that buffer would leave the rest of the buffer unsent
-# until the file grows again (the task only extracts lines after a read).
+KILL_BURST = 5000   # lines of the burst that a kill -9 interrupts (3 source polls)
+# FileStreamSource keeps its default batch.size (2000 lines a poll): a smaller one
+# leaves the lines it has buffered past a batch unsent until the file grows again
+# (the task extracts lines only after a read), which would stall the end of a burst.
 
 
 @dataclass
@@ -77,16 +80,20 @@ def _create_topic(bootstrap: str, replication: int) -> Callable[[str], None]:
     return create
 
 
-@pytest.fixture(params=["kcompat", "kcompat-3", "kafka-4.4.0"])
-def target(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Target]:
+@pytest.fixture(scope="module", params=["kcompat", "kcompat-3", "kafka-4.4.0"])
+def target(request: pytest.FixtureRequest,
+           tmp_path_factory: pytest.TempPathFactory) -> Iterator[Target]:
+    """The brokers, shared by the module's tests (each has its own topic and worker group)."""
     kind = request.param
+    tmp_path = tmp_path_factory.mktemp(kind)
     t: Target
     if kind == "kcompat":
         broker = Broker(tmp_path / "broker", extra_args=(
-            "--admin-port", "-1", "--set", "group.initial.rebalance.delay.ms=0"))
+            "--admin-port", "-1", "--set", "group.initial.rebalance.delay.ms=0",
+            "--set", f"{TXN_CLEANUP}=500"))
         broker.start()
         t = Target(kind, broker.bootstrap, 1, _create_topic(broker.bootstrap, 1),
-                   lambda: broker.tail(40), [broker.close])
+                   lambda: broker.tail(40), [broker.kill])
     elif kind == "kcompat-3":
         cluster = Cluster(tmp_path / "cluster",
                           extra_args=(*Deployment.cluster_args("rf3"), *CLUSTER_BROKER_ARGS))
@@ -102,9 +109,9 @@ def target(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Target]:
         def create(name: str) -> None:
             cluster.create_topic(name, 1, 3)
 
-        t = Target(kind, cluster.bootstrap, 3, create, tails, [cluster.close])
+        t = Target(kind, cluster.bootstrap, 3, create, tails, [cluster.kill])
     else:
-        ref = KafkaReference(tmp_path / "kafka")
+        ref = KafkaReference(tmp_path / "kafka", overrides={TXN_CLEANUP: "500"})
         ref.start()
         t = Target(kind, ref.bootstrap, 1, _create_topic(ref.bootstrap, 1),
                    lambda: ref.tail(40), [ref.close])
@@ -135,10 +142,11 @@ def _wait(what: str, cond: Callable[[], bool], timeout: float = WAIT_S,
         time.sleep(0.1)
 
 
-def read_topic(bootstrap: str, topic: str, timeout: float = 30.0
+def read_topic(bootstrap: str, topic: str, timeout: float = 30.0, want: int = 0
                ) -> dict[int, list[tuple[int, str | None, str | None]]]:
     """Every committed record of every partition of ``topic`` as (offset, key, value),
-    read ``read_committed`` from the start to the end each partition has now."""
+    read ``read_committed`` from the start to the end each partition has now — and
+    then on until ``want`` records in all (records still being written) and an end."""
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"reader-{uuid.uuid4()}",
                          "enable.auto.commit": False, "isolation.level": "read_committed",
                          "enable.partition.eof": True, "log_level": 0})
@@ -149,8 +157,10 @@ def read_topic(bootstrap: str, topic: str, timeout: float = 30.0
         out: dict[int, list[tuple[int, str | None, str | None]]] = {p: [] for p in parts}
         at_end: set[int] = set()
         deadline = time.monotonic() + timeout
-        while len(at_end) < len(parts):
-            assert time.monotonic() < deadline, f"{topic}: only {sorted(at_end)} read to the end"
+        while len(at_end) < len(parts) or sum(map(len, out.values())) < want:
+            assert time.monotonic() < deadline, (
+                f"{topic}: {sum(map(len, out.values()))} of {want} records, partitions "
+                f"{sorted(at_end)} of {len(parts)} read to the end")
             msg = consumer.poll(0.5)
             if msg is None:
                 continue
@@ -159,6 +169,7 @@ def read_topic(bootstrap: str, topic: str, timeout: float = 30.0
                 if err.code() == KafkaError._PARTITION_EOF:
                     at_end.add(msg.partition())
                 continue
+            at_end.discard(msg.partition())
             key, value = msg.key(), msg.value()
             out[msg.partition()].append((msg.offset(), key.decode() if key else None,
                                          value.decode() if value is not None else None))
@@ -213,6 +224,13 @@ def test_filestream_through_worker_restarts(target: Target, tmp_path: Path) -> N
                                "heartbeat.interval.ms": "1000",
                                "consumer.session.timeout.ms": "6000",
                                "consumer.heartbeat.interval.ms": "1000",
+                               # With exactly-once sources a worker reads its offsets
+                               # topic read_committed up to the end *including* open
+                               # transactions (Connect's KafkaBasedLog, by design), so
+                               # the worker restarted after a kill -9 mid-commit waits
+                               # until the dead task's transaction times out: 60 s by
+                               # default, on Kafka as on kcompat.
+                               "producer.transaction.timeout.ms": "5000",
                            })
     lines: list[str] = []
 
@@ -256,8 +274,9 @@ def test_filestream_through_worker_restarts(target: Target, tmp_path: Path) -> N
             f"in order\n{explain()}")
         marks["graceful checked"] = time.monotonic() - t0
 
-        # kill -9 while lines are in flight: a larger burst (some 20 source polls and
-        # transactions), killed once its first lines reach the output
+        # kill -9 while lines are in flight: a larger burst (FileStreamSource reads up
+        # to batch.size = 2000 lines a poll, one transaction each), killed once its
+        # first lines reach the output
         done_before = len(lines)
         burst(KILL_BURST)
         wait_output(done_before + 1, "before the kill")
@@ -268,7 +287,7 @@ def test_filestream_through_worker_restarts(target: Target, tmp_path: Path) -> N
         burst()
         worker.start()
         burst()
-        records = read_topic(target.bootstrap, topic)[0]
+        records = read_topic(target.bootstrap, topic, want=len(lines))[0]
         marks["topic read"] = time.monotonic() - t0
         assert [v for _o, _k, v in records] == lines, (
             f"[{target.name}] the topic (read_committed) is not every line once in order "
@@ -342,3 +361,110 @@ def _check_internal_topics(target: Target, worker: ConnectWorker, topic: str,
     sink_at = committed(target.bootstrap, "connect-file-sink", topic)
     assert sink_at > last, (f"[{target.name}] the sink committed {sink_at}, not past the "
                             f"topic's last record {last}")
+
+
+def test_offsets_api_and_lifecycle(target: Target, tmp_path: Path) -> None:
+    """The worker's default, at-least-once source (no transactions) and KIP-875's
+    offsets API: read both connectors' offsets, stop a connector, rewind its offsets
+    (a sink to a Kafka offset, a source to a byte position of its file), reset them,
+    resume: the output replays exactly from the offsets set. Deleting a connector
+    leaves a tombstone in the config topic."""
+    t0 = time.monotonic()
+    marks: dict[str, float] = {}
+    run = uuid.uuid4().hex[:8]
+    topic, group = f"lines-{run}", f"connect-{run}"
+    target.create_topic(topic)
+    src_file, out_file = tmp_path / "input.txt", tmp_path / "output.txt"
+    src_file.write_text("")
+    worker = ConnectWorker(tmp_path / "worker", target.bootstrap, group, target.replication,
+                           overrides={"offset.flush.interval.ms": "500"})
+    lines = [f"{run} line {i:05d}" for i in range(100)]
+    sink_partition = {"kafka_topic": topic, "kafka_partition": 0}
+    source_partition = {"filename": str(src_file)}
+    expected: list[str] = []
+
+    def explain() -> str:
+        return (f"[{target.name}] output has {len(_lines(out_file))} lines, expected "
+                f"{len(expected)}\n--- worker log\n{worker.tail(60)}\n"
+                f"--- broker\n{target.diagnostics()}")
+
+    def wait_output(why: str) -> None:
+        _wait(f"[{target.name}] {why}: {len(expected)} lines in the output",
+              lambda: len(_lines(out_file)) >= len(expected), explain=explain)
+        time.sleep(1.0)  # a duplicate would come after the last line
+        assert _lines(out_file) == expected, f"[{target.name}] {why}\n{explain()}"
+
+    def offsets(name: str) -> list[Any]:
+        return worker.request("GET", f"/connectors/{name}/offsets")[1]["offsets"]
+
+    def wait_offsets(name: str, want: list[Any]) -> None:
+        _wait(f"[{target.name}] offsets of {name} = {want}", lambda: offsets(name) == want,
+              timeout=30.0, explain=lambda: f"last: {offsets(name)}\n{worker.tail(30)}")
+
+    def rewind(name: str, new: list[Any] | None) -> None:
+        """Stop, alter (``new``) or reset (None) the offsets, resume."""
+        worker.request("PUT", f"/connectors/{name}/stop")
+        worker.wait_state(name, "STOPPED")
+        if new is None:
+            worker.request("DELETE", f"/connectors/{name}/offsets")
+            wait_offsets(name, [])
+        else:
+            worker.request("PATCH", f"/connectors/{name}/offsets", {"offsets": new})
+            wait_offsets(name, new)
+        worker.request("PUT", f"/connectors/{name}/resume")
+        worker.wait_running(name)
+
+    try:
+        worker.start()
+        worker.put_connector("rewind-source", {
+            "connector.class": "FileStreamSource", "tasks.max": "1", "topic": topic,
+            "file": str(src_file)})
+        worker.put_connector("rewind-sink", {
+            "connector.class": "FileStreamSink", "tasks.max": "1", "topics": topic,
+            "file": str(out_file)})
+        _append(src_file, lines)
+        expected += lines
+        wait_output("first run")
+        wait_offsets("rewind-source", [{"partition": source_partition,
+                                      "offset": {"position": src_file.stat().st_size}}])
+        wait_offsets("rewind-sink", [{"partition": sink_partition,
+                                    "offset": {"kafka_offset": 100}}])
+        marks["offsets read"] = time.monotonic() - t0
+
+        rewind("rewind-sink", [{"partition": sink_partition, "offset": {"kafka_offset": 40}}])
+        expected += lines[40:]
+        wait_output("the sink rewound to offset 40")
+        marks["sink rewound"] = time.monotonic() - t0
+
+        position = sum(len(line) + 1 for line in lines[:70])
+        rewind("rewind-source", [{"partition": source_partition,
+                                "offset": {"position": position}}])
+        expected += lines[70:]  # read again into the topic (offsets 100..129), then written
+        wait_output("the source rewound to line 70")
+        marks["source rewound"] = time.monotonic() - t0
+
+        rewind("rewind-sink", None)  # the sink group's offsets deleted: from the earliest
+        expected += lines + lines[70:]
+        wait_output("the sink's offsets reset")
+        marks["sink reset"] = time.monotonic() - t0
+
+        assert worker.request("GET", "/connectors/rewind-sink/topics")[1] == {
+            "rewind-sink": {"topics": [topic]}}
+        worker.request("DELETE", "/connectors/rewind-source")
+        _wait("rewind-source deleted",
+              lambda: worker.request("GET", "/connectors")[1] == ["rewind-sink"])
+        worker.stop()
+        configs = worker.properties()["config.storage.topic"]
+        latest = {k: v for recs in read_topic(target.bootstrap, configs).values()
+                  for _o, k, v in recs}
+        assert "connector-rewind-source" in latest, f"[{target.name}] {sorted(latest)}"
+        assert latest["connector-rewind-source"] is None, (
+            f"[{target.name}] no tombstone of the deleted connector in {configs}")
+        assert latest.get("connector-rewind-sink") is not None
+        marks["deleted"] = time.monotonic() - t0
+    except BaseException:
+        print(explain())
+        raise
+    finally:
+        worker.close()
+        print(f"[{target.name}] " + ", ".join(f"{k} {v:.1f}s" for k, v in marks.items()))
