@@ -42,12 +42,8 @@ from kcompat.broker.controller.internal_topics import OFFSETS_TOPIC, partition_f
 from kcompat.broker.group_config import effective_group_config
 from kcompat.broker.groups import NotCoordinatorError, write_committed
 from kcompat.broker.state import now_ms
-from kcompat.group.consumer_group import (
-    ConsumerGroup,
-    ConsumerGroupConfig,
-    Heartbeat,
-    HeartbeatResult,
-)
+from kcompat.group.consumer_group import ConsumerGroup, ConsumerGroupConfig
+from kcompat.group.consumer_messages import Heartbeat, HeartbeatResult
 from kcompat.group.group import GroupState
 from kcompat.group.offsets import consumer_group_key, group_key
 from kcompat.wire.records import encode_batch

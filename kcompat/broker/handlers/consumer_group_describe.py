@@ -19,7 +19,7 @@ from kio.schema.errors import ErrorCode
 
 from kcompat.broker.context import RequestContext
 from kcompat.broker.handlers._common import NO_THROTTLE, OK
-from kcompat.group.consumer_group import DescribedConsumerGroup
+from kcompat.group.consumer_messages import DescribedConsumerGroup
 
 NOT_REQUESTED = -(1 << 31)
 CONSUMER_MEMBER = 1

@@ -22,7 +22,7 @@ from typing import Any
 
 from kcompat.broker.context import RequestContext
 from kcompat.broker.handlers._common import NO_THROTTLE
-from kcompat.group.consumer_group import Heartbeat, HeartbeatResult, check_request
+from kcompat.group.consumer_messages import Heartbeat, HeartbeatResult, check_request
 
 
 def _owned(ctx: RequestContext, request: Any) -> tuple[tuple[str, tuple[int, ...]], ...] | None:

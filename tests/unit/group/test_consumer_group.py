@@ -12,12 +12,8 @@ from hypothesis import strategies as st
 from kio.schema.errors import ErrorCode
 
 from kcompat.group.assignors import flat, range_assign, uniform_assign
-from kcompat.group.consumer_group import (
-    ConsumerGroup,
-    ConsumerGroupConfig,
-    Heartbeat,
-    check_request,
-)
+from kcompat.group.consumer_group import ConsumerGroup, ConsumerGroupConfig
+from kcompat.group.consumer_messages import Heartbeat, check_request
 
 T = "t"
 CFG = ConsumerGroupConfig(session_timeout_ms=3000, heartbeat_interval_ms=500,
