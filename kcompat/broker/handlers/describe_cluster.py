@@ -38,17 +38,18 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
         )
     # the live brokers; the metadata leader
     await ctx.controller.lifecycle.wait_serving(timeout_s=5.0)
+    registered = ctx.cluster.image.brokers
+    fenced = {n for n, b in registered.items() if b.fenced}
     brokers = tuple(
         ctx.build("DescribeClusterBroker", broker_id=node, rack=rack, host=host, port=port,
-                  is_fenced=False)
+                  is_fenced=node in fenced)
         for node, host, port, rack in ctx.controller.lifecycle.broker_endpoints())
     if getattr(request, "include_fenced_brokers", False):
         listed = {b.broker_id for b in brokers}
         brokers += tuple(
             ctx.build("DescribeClusterBroker", broker_id=b.node_id, rack=b.rack, host=b.host,
                       port=b.port, is_fenced=True)
-            for _n, b in sorted(ctx.cluster.image.brokers.items())
-            if b.fenced and b.node_id not in listed)
+            for n, b in sorted(registered.items()) if n in fenced and n not in listed)
     controller_id = ctx.cluster.controller_id
     operations = (CLUSTER_OPERATIONS if request.include_cluster_authorized_operations
                   else OMITTED_OPERATIONS)
