@@ -23,7 +23,8 @@ import org.apache.kafka.streams.kstream.Produced;
  * state store. Streams itself creates the repartition topic (groupBy word) and the
  * store's changelog topic; processing.guarantee is exactly_once_v2.
  *
- * <p>Arguments: bootstrap application.id state.dir input output replication.factor.
+ * <p>Arguments: bootstrap application.id state.dir input output replication.factor,
+ * then any more Streams configs as key=value.
  * Every state change is printed as a JSON line on stdout (the test driver waits for
  * RUNNING); the process runs until killed or SIGTERM (then closes cleanly).
  */
@@ -34,8 +35,9 @@ public final class WordCount {
     private WordCount() {}
 
     public static void main(String[] args) throws Exception {
-        if (args.length != 6) {
-            System.err.println("usage: WordCount bootstrap application.id state.dir input output replication.factor");
+        if (args.length < 6) {
+            System.err.println("usage: WordCount bootstrap application.id state.dir input output"
+                               + " replication.factor [key=value ...]");
             System.exit(2);
         }
         Properties props = new Properties();
@@ -61,6 +63,10 @@ public final class WordCount {
         // A member killed -9 leaves the group after 6 s instead of 45 s.
         props.put(StreamsConfig.consumerPrefix(ConsumerConfig.SESSION_TIMEOUT_MS_CONFIG), 6000);
         props.put(StreamsConfig.consumerPrefix(ConsumerConfig.HEARTBEAT_INTERVAL_MS_CONFIG), 1000);
+        for (int i = 6; i < args.length; i++) {  // more Streams configs, key=value
+            String[] kv = args[i].split("=", 2);
+            props.put(kv[0], kv[1]);
+        }
 
         StreamsBuilder builder = new StreamsBuilder();
         KTable<String, Long> counts = builder
