@@ -1,14 +1,22 @@
 """KIP-848 consumer groups (``group.protocol=consumer``) with real clients.
 
-A group of three members in their own processes — Java ``KafkaConsumer`` 4.4
-(``GroupConsumer`` with ``group.protocol=consumer``) or confluent-kafka 2.16
-(``compat_tests/_consumer_protocol_member.py``) — consumes a 6-partition topic
-and commits after every poll; one member is killed with SIGKILL mid-stream.
+A group of three members in their own processes — two Java ``KafkaConsumer``
+4.4 (``GroupConsumer`` with ``group.protocol=consumer``) and one confluent-kafka
+2.16 (``compat_tests/_consumer_protocol_member.py``) — consumes a 6-partition
+topic and commits after every poll; one member is killed with SIGKILL
+mid-stream (the confluent one on the single node, a Java one on the cluster).
 The survivors must take its partitions over once its session ends
 (``group.consumer.session.timeout.ms`` = 2 s in these brokers), every record
 must be consumed, and the group's committed offsets must reach the end of
 every partition. On a single node and on 3 brokers with replication factor 1
 (the partitions led by brokers other than the group coordinator).
+
+Mixed groups (Kafka 4.4): a classic Java consumer (JoinGroup, eager range
+assignor) forms a classic group; a Java ``group.protocol=consumer`` member joins
+it, which converts the group online into a consumer group, and a second classic
+consumer then joins that consumer group as a classic member. All three share the
+partitions, consume every record and commit; ConsumerGroupDescribe lists two
+classic members (type 0) and one consumer member (type 1).
 
 A regex subscription (KIP-848's SubscribedTopicRegex, resolved by the
 coordinator): a confluent-kafka member subscribed to ``^<prefix>.*`` consumes
@@ -30,12 +38,14 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
+from kio.schema.consumer_group_describe.v1.request import ConsumerGroupDescribeRequest
 
 from compat_tests._broker import REPO_ROOT, unique_topic
 from compat_tests._deployment import CONSUMER_PROTOCOL_ARGS, GROUP_KINDS, SINGLE_ONLY, Deployment
 from compat_tests._groups import FAST_BROKER_ARGS, create_topic, unique_group, wait_for
 from compat_tests.conftest import _deployment
 from compat_tests.java.conftest import PKG, java_cmd
+from kcompat.cli._kio import Connection
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -90,16 +100,29 @@ class Member:
             elif ev["event"] == "error":
                 self.errors.append(ev["error"])
 
-    def stop(self) -> None:
+    def ask_to_stop(self) -> None:
         if self.proc.poll() is None:
             try:
                 assert self.proc.stdin is not None
                 self.proc.stdin.write("stop\n")
                 self.proc.stdin.close()
-                self.proc.wait(15)
-            except (OSError, subprocess.TimeoutExpired):
-                self.proc.kill()
-                self.proc.wait()
+            except OSError:
+                pass
+
+    def wait_stopped(self) -> None:
+        try:
+            self.proc.wait(15)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def stop_all(members: list[Member]) -> None:
+    """Close every member (each leaves the group) at once."""
+    for m in members:
+        m.ask_to_stop()
+    for m in members:
+        m.wait_stopped()
 
 
 def start_member(client: str, cp: str, bootstrap: str, topic: str, group: str,
@@ -128,16 +151,19 @@ def committed(bootstrap: str, group: str, topic: str) -> dict[int, int]:
     return {tp.partition: tp.offset for tp in found.topic_partitions}
 
 
-@pytest.mark.parametrize("client", ["java", "confluent"])
-def test_group_of_three_survives_a_member_killed(gbroker: Deployment, clients_cp: str,
-                                                 client: str) -> None:
+def test_group_of_three_survives_a_member_killed(gbroker: Deployment, clients_cp: str) -> None:
+    """Two Java members and a confluent one; the confluent member is killed on
+    the single node, a Java member on the cluster, so each client both dies
+    and takes partitions over."""
     bootstrap = gbroker.bootstrap
     topic, group = unique_topic("kip848"), unique_group("kip848")
     create_topic(bootstrap, topic, PARTITIONS, gbroker.replication)
     produce(bootstrap, topic, [f"a{i}" for i in range(PER_ROUND)])
-    prefix = "consumer" if client == "java" else "rdkafka"  # client.id: ledger_scan's families
-    members = [start_member(client, clients_cp, bootstrap, topic, group, f"{prefix}-kip848-{i}")
-               for i in range(3)]
+    # client.id prefixes name the family for ledger_scan
+    members = [start_member(client, clients_cp, bootstrap, topic, group, name)
+               for client, name in (("java", "consumer-kip848-0"),
+                                    ("confluent", "rdkafka-kip848-1"),
+                                    ("java", "consumer-kip848-2"))]
     try:
         def state() -> str:
             return "; ".join(f"{m.name} {m.assignment} {len(m.keys)} keys {m.errors[:2]} "
@@ -153,7 +179,8 @@ def test_group_of_three_survives_a_member_killed(gbroker: Deployment, clients_cp
 
         first = {f"a{i}" for i in range(PER_ROUND)}
         wait_for(lambda: settled(members, first), 60, state)
-        victim, survivors = members[0], members[1:]
+        victim = members[1] if gbroker.kind == "single" else members[0]
+        survivors = [m for m in members if m is not victim]
         lost = list(victim.assignment)
         victim.proc.kill()
         victim.proc.wait()
@@ -170,8 +197,7 @@ def test_group_of_three_survives_a_member_killed(gbroker: Deployment, clients_cp
                  lambda: f"committed {committed(bootstrap, group, topic)} != {ends}")
         assert not [e for m in survivors for e in m.errors], state()
     finally:
-        for m in members:
-            m.stop()
+        stop_all(members)
 
 
 @pytest.mark.parametrize("gbroker", SINGLE_ONLY, indirect=True)
@@ -204,3 +230,55 @@ def test_regex_subscription_follows_new_topics(gbroker: Deployment) -> None:
         assert {tp.topic for tp in c.assignment()} == {first, later}
     finally:
         c.close()
+
+
+@pytest.mark.parametrize("gbroker", SINGLE_ONLY, indirect=True)
+def test_classic_and_consumer_members_share_a_group(gbroker: Deployment,
+                                                     clients_cp: str) -> None:
+    bootstrap = gbroker.bootstrap
+    topic, group = unique_topic("kip848mix"), unique_group("kip848mix")
+    create_topic(bootstrap, topic, PARTITIONS, gbroker.replication)
+    produce(bootstrap, topic, [f"a{i}" for i in range(PER_ROUND)])
+
+    def member(name: str, protocol: str) -> Member:
+        extra = ["group.protocol=consumer"] if protocol == "consumer" else [
+            "session.timeout.ms=6000", "heartbeat.interval.ms=300"]
+        return Member(java_cmd(clients_cp, f"{PKG}.GroupConsumer", bootstrap, topic, group,
+                               name, "fetch.max.wait.ms=100", *extra), name)
+
+    members: list[Member] = []
+    try:
+        def state() -> str:
+            return "; ".join(f"{m.name} {m.assignment} {len(m.keys)} keys {m.errors[:2]} "
+                             f"rc={m.proc.poll()} {m.stderr[-300:]}" for m in members)
+
+        def settled(keys: set[str]) -> bool:
+            for m in members:
+                m.drain()
+            owned = sorted(p for m in members for p in m.assignment)
+            return owned == list(range(PARTITIONS)) and all(m.assignment for m in members) \
+                and keys <= set().union(*(m.keys for m in members))
+
+        first = {f"a{i}" for i in range(PER_ROUND)}
+        members.append(member("consumer-mix-classic-0", "classic"))
+        wait_for(lambda: settled(first), 60, state)  # a classic group
+        # the new member's first heartbeat converts it; the classic member that joins
+        # meanwhile joins the classic group or, once converted, the consumer group
+        members += [member("consumer-mix-new-1", "consumer"),
+                    member("consumer-mix-classic-2", "classic")]
+        wait_for(lambda: settled(first), 60, state)
+        produce(bootstrap, topic, [f"b{i}" for i in range(PER_ROUND)])
+        wait_for(lambda: settled(first | {f"b{i}" for i in range(PER_ROUND)}), 30, state)
+        ends = {p: PER_ROUND * 2 // PARTITIONS for p in range(PARTITIONS)}
+        wait_for(lambda: committed(bootstrap, group, topic) == ends, 15,
+                 lambda: f"committed {committed(bootstrap, group, topic)} != {ends}")
+        host, port = bootstrap.split(",")[0].rsplit(":", 1)
+        described = Connection(host, int(port), 10.0).call(ConsumerGroupDescribeRequest(
+            group_ids=(group,), include_authorized_operations=False)).groups[0]
+        assert described.error_code == 0, described
+        assert sorted((m.client_id, m.member_type) for m in described.members) == [
+            ("consumer-mix-classic-0", 0), ("consumer-mix-classic-2", 0),
+            ("consumer-mix-new-1", 1)]
+        assert not [e for m in members for e in m.errors], state()
+    finally:
+        stop_all(members)

@@ -33,7 +33,8 @@ consumer-protocol classic member into the group; kcompat does not mix them).
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import trio
 from kio.schema.errors import ErrorCode
@@ -42,9 +43,17 @@ from kcompat.broker.controller.internal_topics import OFFSETS_TOPIC, partition_f
 from kcompat.broker.group_config import effective_group_config
 from kcompat.broker.groups import NotCoordinatorError, write_committed
 from kcompat.broker.state import now_ms
-from kcompat.group.consumer_group import ConsumerGroup, ConsumerGroupConfig
+from kcompat.group.consumer_group import (
+    CONSUMER_PROTOCOL_TYPE,
+    ClassicJoin,
+    ClassicJoinResult,
+    ClassicMemberState,
+    ClassicSyncResult,
+    ConsumerGroup,
+    ConsumerGroupConfig,
+)
 from kcompat.group.consumer_messages import Heartbeat, HeartbeatResult
-from kcompat.group.group import GroupState
+from kcompat.group.group import Group, GroupState
 from kcompat.group.offsets import consumer_group_key, group_key
 from kcompat.wire.records import encode_batch
 
@@ -56,6 +65,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("kcompat.consumer_groups")
 
 IDLE_WAKE_S = 1.0
+_R = TypeVar("_R")
 
 
 class ConsumerGroupService:
@@ -133,11 +143,11 @@ class ConsumerGroupService:
     async def heartbeat(self, group_id: str, hb: Heartbeat) -> HeartbeatResult:
         group = self.group(group_id)
         if group is None:
-            refused = await self._claim_id(group_id, hb)
+            refused, converted = await self._claim_id(group_id, hb)
             if refused is not None:
                 return refused
-            group = ConsumerGroup(group_id, self._group_config(group_id),
-                                  self.partition_counts())
+            group = converted or ConsumerGroup(group_id, self._group_config(group_id),
+                                               self.partition_counts())
             before = None
         else:
             group.update_metadata(self.partition_counts())
@@ -154,26 +164,107 @@ class ConsumerGroupService:
                 return HeartbeatResult(code)
         return result
 
-    async def _claim_id(self, group_id: str, hb: Heartbeat) -> HeartbeatResult | None:
-        """None when a consumer group may be created under ``group_id``."""
+    async def _claim_id(self, group_id: str, hb: Heartbeat
+                        ) -> tuple[HeartbeatResult | None, ConsumerGroup | None]:
+        """(refusal, None) when no consumer group may take ``group_id``; else
+        (None, the live classic group converted, or None to start afresh)."""
         if self.classic.store.share_groups.get(group_id) is not None:
-            return HeartbeatResult(ErrorCode.group_id_not_found,
-                                   error_message=f"Group {group_id} is not a consumer group.")
-        classic = self.classic.coordinator.groups.get(group_id)
-        state = None if classic is None else classic.state
-        if classic is not None and state != GroupState.EMPTY:
-            why = ("the online upgrade is disabled" if classic.protocol_type == "consumer"
-                   else "the group does not use the consumer embedded protocol")
             return HeartbeatResult(ErrorCode.group_id_not_found, error_message=(
-                f"Cannot upgrade classic group {group_id} to consumer group because {why}."))
-        if state is not None and hb.member_epoch == 0:  # an empty classic group: replaced
-            self.classic.coordinator.delete_group(group_id, now_ms())
-            if group_id in self.classic.store.groups:
-                try:
-                    await self.classic._append(group_id, [(group_key(group_id), None)])  # noqa: SLF001
-                except NotCoordinatorError as e:
-                    return HeartbeatResult(e.code)
-        return None
+                f"Group {group_id} is not a consumer group.")), None
+        classic = self.classic.coordinator.groups.get(group_id)
+        if classic is None or hb.member_epoch != 0:
+            return None, None
+        if classic.state != GroupState.EMPTY:
+            return await self._upgrade(group_id, classic)
+        # an empty classic group (or offsets only) gives its id up, offsets kept
+        self.classic.coordinator.delete_group(group_id, now_ms())
+        code = await self._drop_classic_record(group_id)
+        return (None if code == ErrorCode.none else HeartbeatResult(code)), None
+
+    async def _upgrade(self, group_id: str, classic: Group
+                       ) -> tuple[HeartbeatResult | None, ConsumerGroup | None]:
+        """Kafka's online upgrade: a live classic group of consumers becomes a
+        consumer group whose members stay classic members (they learn it at
+        their next heartbeat: REBALANCE_IN_PROGRESS, then JoinGroup)."""
+        why = None
+        if classic.protocol_type != CONSUMER_PROTOCOL_TYPE:
+            why = "the group does not use the consumer embedded protocol"
+        elif len(classic.members) > int(self.state.config["group.consumer.max.size"]):
+            why = "the group size exceeds the consumer group maximum size"
+        converted = None if why else ConsumerGroup.from_classic(
+            group_id, self._group_config(group_id), self.partition_counts(),
+            classic.generation_id, [ClassicMemberState(
+                m.member_id, m.group_instance_id, m.client_id, m.client_host,
+                m.session_timeout_ms, m.rebalance_timeout_ms,
+                tuple(name for name, _ in m.protocols),
+                m.metadata_for(classic.protocol_name or ""), m.assignment)
+                for m in classic.members.values()], now_ms())
+        if converted is None:
+            why = why or "the group does not use the consumer embedded protocol"
+            return HeartbeatResult(ErrorCode.group_id_not_found, error_message=(
+                f"Cannot upgrade classic group {group_id} to consumer group because {why}.")), None
+        log.info("classic group %s (generation %d, %d members) converted to a consumer group",
+                 group_id, classic.generation_id, len(classic.members))
+        await self.classic.deliver(self.classic.coordinator.unload([group_id]))
+        code = await self._drop_classic_record(group_id)
+        return (None if code == ErrorCode.none else HeartbeatResult(code)), converted
+
+    async def _drop_classic_record(self, group_id: str) -> ErrorCode:
+        if group_id not in self.classic.store.groups:
+            return ErrorCode.none
+        try:
+            await self.classic._append(group_id, [(group_key(group_id), None)])  # noqa: SLF001
+        except NotCoordinatorError as e:
+            return e.code
+        return ErrorCode.none
+
+    # -- classic members of a consumer group (JoinGroup / SyncGroup / Heartbeat / LeaveGroup)
+
+    async def classic_join(self, group_id: str, join: ClassicJoin) -> ClassicJoinResult | None:
+        """A JoinGroup to a consumer group with members (None: not one, the
+        classic coordinator serves it)."""
+        group = self.group(group_id)
+        if group is None or not group.member_ids():
+            return None
+        group.update_metadata(self.partition_counts())
+        return await self._changing(group, lambda: group.classic_join(join, now_ms()))
+
+    async def classic_sync(self, group_id: str, member_id: str, instance_id: str | None,
+                           generation: int, protocol_type: str | None,
+                           protocol_name: str | None) -> ClassicSyncResult | None:
+        group = self.group(group_id)
+        if group is None:
+            return None
+        return group.classic_sync(member_id, instance_id, generation, protocol_type,
+                                  protocol_name, now_ms())
+
+    async def classic_heartbeat(self, group_id: str, member_id: str, instance_id: str | None,
+                                generation: int) -> ErrorCode | None:
+        group = self.group(group_id)
+        if group is None:
+            return None
+        group.update_metadata(self.partition_counts())
+        return await self._changing(group, lambda: group.classic_heartbeat(
+            member_id, instance_id, generation, now_ms()))
+
+    async def classic_leave(self, group_id: str, members: list[tuple[str, str | None]]
+                            ) -> list[ErrorCode] | None:
+        group = self.group(group_id)
+        if group is None:
+            return None
+        return await self._changing(group, lambda: [group.classic_leave(m, i)
+                                                    for m, i in members])
+
+    async def _changing(self, group: ConsumerGroup, call: Callable[[], _R]) -> _R:
+        """``call()`` on ``group``, persisted before it is answered if it
+        changed the group (a write that fails drops the copy in memory: the
+        next request restores the last durable state)."""
+        before = group.snapshot_json()
+        result = call()
+        self._wake.set()
+        if group.snapshot_json() != before and await self.persist(group) != ErrorCode.none:
+            self.groups.pop(group.group_id, None)
+        return result
 
     async def persist(self, group: ConsumerGroup) -> ErrorCode:
         """Write the group's snapshot to its ``__consumer_offsets`` partition
@@ -197,12 +288,14 @@ class ConsumerGroupService:
         """OffsetCommit to a consumer group, checked as Kafka 4.4's
         ``ConsumerGroup.validateOffsetCommit``: without an epoch only while it
         has no members; else a known member (UNKNOWN_MEMBER_ID) committing
-        with v9+ (UNSUPPORTED_VERSION) at its current epoch (STALE_MEMBER_EPOCH)."""
+        with v9+ (UNSUPPORTED_VERSION) at its current epoch (STALE_MEMBER_EPOCH;
+        a classic member: any version, ILLEGAL_GENERATION)."""
         if member_epoch < 0 and not group.member_ids():
             return None
-        if group.member(member_id) is None:
+        member = group.member(member_id)
+        if member is None:
             return ErrorCode.unknown_member_id
-        if version < 9:
+        if version < 9 and not member.is_classic:
             return ErrorCode.unsupported_version
         found = group.offsets_error(member_id, member_epoch)
         return None if found is None else found[0]

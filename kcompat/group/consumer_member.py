@@ -58,6 +58,14 @@ class ConsumerMember:
     revoking: set[Partition] = field(default_factory=set)
     session_deadline_ms: int = 0
     revoke_deadline_ms: int | None = None
+    # a classic member (JoinGroup/SyncGroup/Heartbeat): its session timeout and
+    # the names of the protocols it supports, in its order; None for KIP-848 members
+    classic_session_timeout_ms: int | None = None
+    classic_protocols: tuple[str, ...] = ()
+
+    @property
+    def is_classic(self) -> bool:
+        return self.classic_session_timeout_ms is not None
 
     @property
     def owned(self) -> set[Partition]:
@@ -77,17 +85,22 @@ class ConsumerMember:
                 None if self.subscribed_topic_names is None else list(self.subscribed_topic_names),
                 self.subscribed_topic_regex, self.server_assignor, self.member_epoch,
                 self.previous_member_epoch, self.state, sorted(map(list, self.assigned)),
-                sorted(map(list, self.revoking))]
+                sorted(map(list, self.revoking)), self.classic_session_timeout_ms,
+                list(self.classic_protocols)]
 
     @classmethod
     def from_json(cls, row: list[Any]) -> ConsumerMember:
         def parts(items: list[Any]) -> set[Partition]:
             return {(str(t), int(p)) for t, p in items}
         names = row[6]
-        return cls(str(row[0]), _opt(row[1]), _opt(row[2]), str(row[3]), str(row[4]),
-                   int(row[5]), None if names is None else tuple(str(n) for n in names),
-                   _opt(row[7]), _opt(row[8]), int(row[9]), int(row[10]), str(row[11]),
-                   parts(row[12]), parts(row[13]))
+        member = cls(str(row[0]), _opt(row[1]), _opt(row[2]), str(row[3]), str(row[4]),
+                     int(row[5]), None if names is None else tuple(str(n) for n in names),
+                     _opt(row[7]), _opt(row[8]), int(row[9]), int(row[10]), str(row[11]),
+                     parts(row[12]), parts(row[13]))
+        if len(row) > 15 and row[14] is not None:
+            member.classic_session_timeout_ms = int(row[14])
+            member.classic_protocols = tuple(str(n) for n in row[15])
+        return member
 
 
 def _opt(value: object) -> str | None:

@@ -63,6 +63,7 @@ class DescribedMember:
     subscribed_topic_regex: str  # "" when none, as Kafka describes it
     assignment: TopicPartitions  # what it owns: assigned and still to revoke, as Kafka
     target_assignment: TopicPartitions
+    classic: bool = False  # joined with JoinGroup (ConsumerGroupDescribe member type 0)
 
 
 @dataclass(frozen=True, slots=True)

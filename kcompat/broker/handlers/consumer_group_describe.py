@@ -3,7 +3,7 @@
 State, epochs, assignor and members of each consumer group this broker
 coordinates: each member's current assignment and target assignment (topic
 id and name), subscription (names and regex) and, from v1, its type (1: a
-consumer-protocol member). As Kafka 4.4: an empty group id is INVALID_GROUP_ID,
+consumer-protocol member, 0: a classic member of a mixed group). As Kafka 4.4: an empty group id is INVALID_GROUP_ID,
 another broker's group NOT_COORDINATOR, an unknown group GROUP_ID_NOT_FOUND
 "Group <id> not found.", a classic or share group GROUP_ID_NOT_FOUND "Group
 <id> is not a consumer group." (state "", epochs 0, as Kafka leaves them).
@@ -22,7 +22,7 @@ from kcompat.broker.handlers._common import NO_THROTTLE, OK
 from kcompat.group.consumer_messages import DescribedConsumerGroup
 
 NOT_REQUESTED = -(1 << 31)
-CONSUMER_MEMBER = 1
+CLASSIC_MEMBER, CONSUMER_MEMBER = 0, 1
 
 
 def _assignment(ctx: RequestContext, assigned: Any) -> Any:
@@ -42,14 +42,15 @@ def _missing(ctx: RequestContext, group_id: str, code: ErrorCode, message: str |
 
 
 def _described(ctx: RequestContext, d: DescribedConsumerGroup) -> Any:
-    extra = {"member_type": CONSUMER_MEMBER} if ctx.version >= 1 else {}
     members = tuple(ctx.build(
         "Member", member_id=m.member_id, instance_id=m.instance_id, rack_id=m.rack_id,
         member_epoch=m.member_epoch, client_id=m.client_id, client_host=m.client_host,
         subscribed_topic_names=tuple(m.subscribed_topic_names),
         subscribed_topic_regex=m.subscribed_topic_regex,
         assignment=_assignment(ctx, m.assignment),
-        target_assignment=_assignment(ctx, m.target_assignment), **extra)
+        target_assignment=_assignment(ctx, m.target_assignment),
+        **({"member_type": CLASSIC_MEMBER if m.classic else CONSUMER_MEMBER}
+           if ctx.version >= 1 else {}))
         for m in d.members)
     return ctx.build("DescribedGroup", error_code=OK, error_message=None, group_id=d.group_id,
                      group_state=d.group_state, group_epoch=d.group_epoch,

@@ -6,28 +6,48 @@ MEMBER_ID_REQUIRED with its new id (KIP-394) and must join again with it. v0
 has no rebalance timeout: the session timeout serves as one, as in Kafka.
 The response is parked until the rebalance completes (all members re-joined,
 the rebalance timeout passed, or — for a new group — the initial delay).
-An empty KIP-848 consumer group gives its id up to the joining classic member;
-one with members answers INCONSISTENT_GROUP_PROTOCOL (``consumer_groups``).
+A KIP-848 consumer group with members takes the joining consumer as a classic
+member of the group (Kafka 4.4's mixed groups, ``consumer_groups``): answered at
+once, its member epoch as generation, never as leader; an empty one gives its id
+up to the classic group.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from kio.schema.errors import ErrorCode
+
 from kcompat.broker.context import RequestContext
 from kcompat.broker.handlers._common import NO_THROTTLE, coordinator_error_response
 from kcompat.broker.state import now_ms
+from kcompat.group.consumer_group import CONSUMER_PROTOCOL_TYPE, ClassicJoin
 from kcompat.group.coordinator import JoinRequest, JoinResult
 
 
 async def handle(ctx: RequestContext, request: Any) -> Any:
     if (gate := ctx.groups.coordinator_error(request.group_id)) is not None:
         return coordinator_error_response(ctx, gate)
-    if (taken := await ctx.consumer_groups.drop_if_empty(request.group_id)) is not None:
-        return coordinator_error_response(ctx, taken)  # a live KIP-848 group has the id
     session_ms = int(request.session_timeout.total_seconds() * 1000)
     rebalance = getattr(request, "rebalance_timeout", None)
     rebalance_ms = int(rebalance.total_seconds() * 1000) if rebalance is not None else session_ms
+    mixed = await ctx.consumer_groups.classic_join(request.group_id, ClassicJoin(
+        member_id=request.member_id, new_member_id=ctx.groups.new_member_suffix(),
+        instance_id=getattr(request, "group_instance_id", None),
+        session_timeout_ms=session_ms, rebalance_timeout_ms=rebalance_ms,
+        protocol_type=request.protocol_type,
+        protocols=tuple((p.name, bytes(p.metadata)) for p in request.protocols),
+        require_known_member_id=ctx.version >= 4, client_id=ctx.client_id or "",
+        client_host=ctx.client_host))
+    if mixed is not None:  # a classic member of a KIP-848 group: answered at once
+        ok = mixed.error == ErrorCode.none
+        return ctx.response(
+            throttle_time=NO_THROTTLE, error_code=mixed.error, generation_id=mixed.generation_id,
+            protocol_type=CONSUMER_PROTOCOL_TYPE if ok else None,
+            protocol_name=mixed.protocol_name or "", leader="", skip_assignment=False,
+            member_id=mixed.member_id, members=())
+    if (taken := await ctx.consumer_groups.drop_if_empty(request.group_id)) is not None:
+        return coordinator_error_response(ctx, taken)
     join = JoinRequest(
         group_id=request.group_id, member_id=request.member_id,
         group_instance_id=getattr(request, "group_instance_id", None),

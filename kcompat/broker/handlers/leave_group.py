@@ -3,12 +3,15 @@
 v0-2 name one member; v3+ a batch of members, each by member id and/or group
 instance id (a static member may leave by instance id alone). A departure
 starts a rebalance at once, so the remaining members take over its partitions
-without waiting for a session timeout.
+without waiting for a session timeout. Classic members of a KIP-848 consumer
+group leave it the same way (``consumer_groups``).
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+from kio.schema.errors import ErrorCode
 
 from kcompat.broker.context import RequestContext
 from kcompat.broker.handlers._common import NO_THROTTLE, coordinator_error_response
@@ -23,9 +26,13 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
     else:
         members = [(request.member_id, None)]
     groups = ctx.groups
-    error, per_member, replies = groups.coordinator.leave_group(request.group_id, members,
-                                                                now_ms())
-    await groups.deliver(replies)
+    mixed = await ctx.consumer_groups.classic_leave(request.group_id, members)
+    if mixed is not None:  # classic members of a KIP-848 group
+        error, per_member = ErrorCode.none, mixed
+    else:
+        error, per_member, replies = groups.coordinator.leave_group(request.group_id, members,
+                                                                    now_ms())
+        await groups.deliver(replies)
     if ctx.version < 3 and per_member:
         error = per_member[0]
     responses = tuple(

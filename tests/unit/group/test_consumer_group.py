@@ -12,8 +12,20 @@ from hypothesis import strategies as st
 from kio.schema.errors import ErrorCode
 
 from kcompat.group.assignors import flat, range_assign, uniform_assign
-from kcompat.group.consumer_group import ConsumerGroup, ConsumerGroupConfig
+from kcompat.group.consumer_group import (
+    ClassicJoin,
+    ClassicMemberState,
+    ConsumerGroup,
+    ConsumerGroupConfig,
+)
 from kcompat.group.consumer_messages import Heartbeat, check_request
+from kcompat.group.consumer_protocol import (
+    Subscription,
+    decode_assignment,
+    decode_subscription,
+    encode_assignment,
+    encode_subscription,
+)
 
 T = "t"
 CFG = ConsumerGroupConfig(session_timeout_ms=3000, heartbeat_interval_ms=500,
@@ -254,3 +266,63 @@ def test_group_max_size_and_preferred_assignor() -> None:
         ErrorCode.group_max_size_reached,
         "The consumer group has reached its maximum capacity of 1 members.")
     assert g.describe().assignor_name == "range"
+
+
+# -- classic members (mixed groups, Kafka 4.4) ----------------------------------------------
+
+
+def classic_join(member: str, owned: tuple[tuple[str, tuple[int, ...]], ...] = (),
+                 new_id: str = "new", instance: str | None = None) -> ClassicJoin:
+    return ClassicJoin(member, new_id, instance, 6000, 10_000, "consumer",
+                       (("cooperative-sticky", encode_subscription((T,), owned)),))
+
+
+def test_consumer_protocol_bytes_round_trip() -> None:
+    raw = encode_subscription(("a", "b"), (("a", (0, 2)),))
+    assert decode_subscription(raw) == Subscription(("a", "b"), (("a", (0, 2)),))
+    assert decode_assignment(encode_assignment((("a", (1,)), ("b", (0, 3))))) == (
+        ("a", (1,)), ("b", (0, 3)))
+    assert decode_subscription(b"\x00") is None
+
+
+def test_classic_member_joins_a_consumer_group() -> None:
+    g = ConsumerGroup("g", CFG, {T: 4})
+    a = g.heartbeat(join("a"), 0)
+    first = g.classic_join(classic_join(""), 1)
+    assert (first.error, first.member_id) == (ErrorCode.member_id_required, "new")
+    bad = g.classic_join(ClassicJoin("new", "x", None, 6000, 10_000, "other", (("p", b""),)), 1)
+    assert bad.error == ErrorCode.inconsistent_group_protocol
+    joined = g.classic_join(classic_join("new"), 2)
+    assert joined.error == ErrorCode.none and joined.protocol_name == "cooperative-sticky"
+    synced = g.classic_sync("new", None, joined.generation_id, "consumer", "cooperative-sticky", 3)
+    assert synced.error == ErrorCode.none and synced.assignment == ()  # a still owns them
+    assert g.classic_sync("new", None, 99, None, None, 3).error == ErrorCode.illegal_generation
+    assert g.classic_heartbeat("zz", None, 1, 3) == ErrorCode.unknown_member_id
+    a2 = g.heartbeat(beat("a", a.member_epoch, a.assignment), 4)  # revokes two
+    g.heartbeat(beat("a", a.member_epoch, a2.assignment), 5)  # and releases them
+    assert g.classic_heartbeat("new", None, joined.generation_id, 6) \
+        == ErrorCode.rebalance_in_progress  # its partitions are free: rejoin
+    again = g.classic_join(classic_join("new"), 7)
+    synced = g.classic_sync("new", None, again.generation_id, None, None, 8)
+    assert len(flat(synced.assignment)) == 2 and g.state == "Stable"
+    assert g.classic_heartbeat("new", None, again.generation_id, 9) == ErrorCode.none
+    assert g.offsets_error("new", 1)[0] == ErrorCode.illegal_generation  # type: ignore[index]
+    assert [m.classic for m in g.describe().members] == [False, True]
+    assert g.classic_leave("new", None) == ErrorCode.none and g.member_ids() == ["a"]
+
+
+def test_classic_group_converted_keeps_assignments_and_generation() -> None:
+    members = [ClassicMemberState(
+        m, None, "c", "/h", 6000, 10_000, ("range",), encode_subscription((T,)),
+        encode_assignment(((T, parts),))) for m, parts in (("c1", (0, 1)), ("c2", (2, 3)))]
+    g = ConsumerGroup.from_classic("g", CFG, {T: 4}, 7, members, 0)
+    assert g is not None
+    assert (g.group_epoch, g.assignment_epoch, g.state) == (7, 7, "Stable")
+    assert g.classic_heartbeat("c1", None, 7, 1) == ErrorCode.none
+    n = g.heartbeat(join("n"), 2)  # a consumer-protocol member joins: the others rejoin
+    assert n.member_epoch == 8 and g.classic_heartbeat("c1", None, 7, 3) \
+        == ErrorCode.rebalance_in_progress
+    bad = [ClassicMemberState("c1", None, "c", "/h", 6000, 10_000, ("range",), b"\x00", b"")]
+    assert ConsumerGroup.from_classic("g", CFG, {T: 4}, 7, bad, 0) is None
+    back = ConsumerGroup.restore(g.snapshot_json(), 10, CFG, {T: 4})
+    assert back.member("c1") is not None and back.member("c1").is_classic  # type: ignore[union-attr]
