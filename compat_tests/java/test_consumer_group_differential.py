@@ -8,7 +8,8 @@ and coming back under a new member id, OffsetCommit / OffsetFetch from
 members, the Java Admin client's view (describeConsumerGroups, listGroups of
 type consumer, listConsumerGroupOffsets: ``DescribeConsumerGroup``), the
 classic APIs on the group (ListGroups, DescribeGroups,
-JoinGroup, DeleteGroups) and the shared group id namespace (a heartbeat to a
+JoinGroup, DeleteGroups), a classic consumer joining the consumer group (mixed
+groups) and the shared group id namespace (a heartbeat to a
 live classic group and to a group with offsets only). Each step keeps the
 answer's error code and message and the epochs, states and assignment sizes
 (ConsumerGroupDescribe normalized: members by id, partitions counted, the
@@ -34,6 +35,7 @@ from kio.schema.delete_groups.v2.request import DeleteGroupsRequest
 from kio.schema.describe_groups.v5.request import DescribeGroupsRequest
 from kio.schema.find_coordinator.v4.request import FindCoordinatorRequest
 from kio.schema.join_group.v9 import request as join_req
+from kio.schema.leave_group.v5 import request as leave_req
 from kio.schema.list_groups.v5.request import ListGroupsRequest
 from kio.schema.metadata.v12 import request as metadata
 from kio.schema.offset_commit.v9 import request as oc_req
@@ -46,6 +48,7 @@ from compat_tests._groups import FAST_BROKER_ARGS
 from compat_tests.java.conftest import PKG, run_java
 from compat_tests.java.kafka_reference import KafkaReference
 from kcompat.cli._kio import Connection
+from kcompat.group.consumer_protocol import encode_subscription
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -268,10 +271,38 @@ def classic_apis(s: Script) -> None:
     s.out["jg-other-protocol"] = (int(s.join_classic(s.group, "other").error_code),)
     deleted = s.conn.call(DeleteGroupsRequest(groups_names=(s.group,))).results[0]
     s.out["dlg-non-empty"] = (int(deleted.error_code),)
+    mixed_group(s)
     share = s.conn.call(ShareGroupHeartbeatRequest(
         group_id=s.group, member_id=str(uuid.uuid4()), member_epoch=0, rack_id=None,
         subscribed_topic_names=(TOPIC,)))
     s.out["share-hb-consumer-group"] = (int(share.error_code), s.norm(share.error_message))
+
+
+def mixed_group(s: Script) -> None:
+    """A classic consumer joins the consumer group (Kafka 4.4's mixed groups)."""
+    def join(member: str) -> Any:
+        return s.conn.call(join_req.JoinGroupRequest(
+            group_id=s.group, session_timeout=datetime.timedelta(seconds=30),
+            rebalance_timeout=datetime.timedelta(seconds=30), member_id=member,
+            group_instance_id=None, protocol_type="consumer",
+            protocols=(join_req.JoinGroupRequestProtocol(
+                name="range", metadata=encode_subscription((TOPIC,))),), reason=None))
+    first = join("")
+    s.out["jg-classic-member-id-required"] = (int(first.error_code), bool(first.member_id))
+    joined = join(first.member_id)
+    s.out["jg-classic-joins-consumer-group"] = (
+        int(joined.error_code), joined.protocol_type, joined.protocol_name,
+        joined.leader == joined.member_id, len(joined.members), joined.skip_assignment)
+    described = s.conn.call(ConsumerGroupDescribeRequest(
+        group_ids=(s.group,), include_authorized_operations=False)).groups[0]
+    s.out["cgd-with-classic-member"] = tuple(sorted(
+        ("<classic>" if m.member_id == first.member_id else m.member_id, m.member_type,
+         tuple(m.subscribed_topic_names)) for m in described.members))
+    left = s.conn.call(leave_req.LeaveGroupRequest(group_id=s.group, members=(
+        leave_req.MemberIdentity(member_id=first.member_id, group_instance_id=None,
+                                 reason=None),)))
+    s.out["lv-classic-member-leaves"] = (int(left.error_code),
+                                         tuple(int(m.error_code) for m in left.members))
 
 
 def namespace(s: Script) -> None:
@@ -340,7 +371,8 @@ STEPS = (
     "oc-member", "oc-newer-epoch", "oc-older-epoch", "oc-unknown-member", "oc-no-member",
     "of-member", "of-newer-epoch", "of-unknown-member", "of-no-member", "admin-describe",
     "lg-group", "lg-consumer-type", "dg-consumer-group", "jg-other-protocol", "dlg-non-empty",
-    "share-hb-consumer-group",
+    "jg-classic-member-id-required", "jg-classic-joins-consumer-group",
+    "cgd-with-classic-member", "lv-classic-member-leaves", "share-hb-consumer-group",
     "hb-live-classic-group", "cgd-live-classic-group", "oc-offsets-only",
     "hb-offsets-only-group", "cgd-offsets-only-group", "of-offsets-kept",
     "hb-empty-group-member", "hb-empty-group-member-leaves", "cgd-empty-consumer-group",
