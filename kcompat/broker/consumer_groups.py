@@ -21,13 +21,15 @@ their sessions restart. Offsets stay in the same store as classic groups'.
 
 Classic and consumer groups share the group id namespace (Kafka 4.4): a
 heartbeat that joins an id held by an *empty* classic group (or offsets only)
-turns it into a consumer group, its offsets kept; a non-empty classic group or
-a share group is GROUP_ID_NOT_FOUND ("... is not a consumer group.") — kcompat
-does not convert a live classic group (Kafka's online migration,
-``group.consumer.migration.policy``). The other way round, a JoinGroup to an
-empty consumer group deletes it first (``drop_if_empty``); to a group with
-consumer members it is INCONSISTENT_GROUP_PROTOCOL (Kafka 4.4 would admit a
-consumer-protocol classic member into the group; kcompat does not mix them).
+turns it into a consumer group, its offsets kept; one held by a live classic
+group of consumers converts it online (``_upgrade``: its members stay, as
+classic members); any other classic group or a share group is
+GROUP_ID_NOT_FOUND. The classic APIs reach a consumer group here
+(``classic_join`` / ``_sync`` / ``_heartbeat`` / ``_leave``): a classic consumer
+joins it as a classic member (mixed groups); a JoinGroup to an *empty*
+consumer group deletes it first (``drop_if_empty``) and a classic group starts.
+Not done: Kafka's downgrade of a consumer group whose last consumer-protocol
+member left back into a classic group (it stays a consumer group here).
 """
 
 from __future__ import annotations

@@ -35,6 +35,15 @@ Rules, as Kafka 4.4 answers them (checked against the reference broker):
 * Sessions end ``session_timeout_ms`` after the last heartbeat; a member that
   does not revoke within its rebalance timeout is removed too (``tick``).
 
+Classic members (Kafka 4.4's mixed groups): a consumer using JoinGroup /
+SyncGroup / Heartbeat is a member like the others, its subscription and owned
+partitions read from its protocol metadata (``consumer_protocol``). Its
+JoinGroup is answered at once with its member epoch as generation; SyncGroup
+gives its current assignment; its heartbeat says REBALANCE_IN_PROGRESS when it
+must rejoin to move on (a partition to give up — a classic consumer revokes
+only across a rejoin —, a newer target, or a partition it waits for now free).
+``from_classic`` converts a live classic group (Kafka's online upgrade).
+
 Persistence: ``snapshot_json()`` is the whole group as one value the host
 writes to ``__consumer_offsets``; ``ConsumerGroup.restore`` rebuilds it and,
 as Kafka's ``onLoaded``, gives every member a fresh session.
