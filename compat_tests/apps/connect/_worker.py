@@ -159,6 +159,11 @@ class ConnectWorker:
                 "org.apache.kafka.connect.cli.ConnectDistributed", str(self.config_path)]
 
     def start(self, timeout: float = START_TIMEOUT_S) -> ConnectWorker:
+        self.launch()
+        return self.wait_healthy(timeout)
+
+    def launch(self) -> None:
+        """Spawn the JVM without waiting (workers of one group start side by side)."""
         if self.running:
             raise ConnectError(f"worker on {self.url} is already running")
         self.config_path.write_text("".join(f"{k}={v}\n" for k, v in self.properties().items()))
@@ -170,6 +175,9 @@ class ConnectWorker:
             self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log,
                                          stderr=subprocess.STDOUT, start_new_session=True)
         self.starts += 1
+
+    def wait_healthy(self, timeout: float = START_TIMEOUT_S) -> ConnectWorker:
+        assert self.proc is not None, "launch() first"
         deadline = time.monotonic() + timeout
         while True:
             with contextlib.suppress(ConnectError):

@@ -43,7 +43,7 @@ from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 from compat_tests._broker import Broker
 from compat_tests._cluster import Cluster
 from compat_tests._deployment import CLUSTER_BROKER_ARGS, Deployment
-from compat_tests.apps.connect._worker import ConnectWorker
+from compat_tests.apps.connect._worker import ConnectError, ConnectWorker
 from compat_tests.java.kafka_reference import KafkaReference
 
 WAIT_S = 60.0
@@ -364,11 +364,13 @@ def _check_internal_topics(target: Target, worker: ConnectWorker, topic: str,
 
 
 def test_offsets_api_and_lifecycle(target: Target, tmp_path: Path) -> None:
-    """The worker's default, at-least-once source (no transactions) and KIP-875's
-    offsets API: read both connectors' offsets, stop a connector, rewind its offsets
-    (a sink to a Kafka offset, a source to a byte position of its file), reset them,
-    resume: the output replays exactly from the offsets set. Deleting a connector
-    leaves a tombstone in the config topic."""
+    """Two workers in one group, Connect's default at-least-once source (no
+    transactions) and KIP-875's offsets API. The connectors and tasks spread over
+    both workers; every request goes to the one that is not the group's leader,
+    which forwards what only the leader may do. Read both connectors' offsets, stop
+    a connector, rewind its offsets (a sink to a Kafka offset, a source to a byte
+    position of its file), reset them, resume: the output replays exactly from the
+    offsets set. Deleting a connector leaves a tombstone in the config topic."""
     t0 = time.monotonic()
     marks: dict[str, float] = {}
     run = uuid.uuid4().hex[:8]
@@ -376,8 +378,14 @@ def test_offsets_api_and_lifecycle(target: Target, tmp_path: Path) -> None:
     target.create_topic(topic)
     src_file, out_file = tmp_path / "input.txt", tmp_path / "output.txt"
     src_file.write_text("")
-    worker = ConnectWorker(tmp_path / "worker", target.bootstrap, group, target.replication,
-                           overrides={"offset.flush.interval.ms": "500"})
+    leader, worker = (ConnectWorker(tmp_path / name, target.bootstrap, group,
+                                    target.replication,
+                                    overrides={"offset.flush.interval.ms": "500",
+                                               "scheduled.rebalance.max.delay.ms": "0",
+                                               # the leader hears of a joining member
+                                               # at its next heartbeat (default 3 s)
+                                               "heartbeat.interval.ms": "1000"})
+                      for name in ("worker-1", "worker-2"))
     lines = [f"{run} line {i:05d}" for i in range(100)]
     sink_partition = {"kafka_topic": topic, "kafka_partition": 0}
     source_partition = {"filename": str(src_file)}
@@ -385,7 +393,8 @@ def test_offsets_api_and_lifecycle(target: Target, tmp_path: Path) -> None:
 
     def explain() -> str:
         return (f"[{target.name}] output has {len(_lines(out_file))} lines, expected "
-                f"{len(expected)}\n--- worker log\n{worker.tail(60)}\n"
+                f"{len(expected)}\n--- worker-1 log\n{leader.tail(40)}\n"
+                f"--- worker-2 log\n{worker.tail(40)}\n"
                 f"--- broker\n{target.diagnostics()}")
 
     def wait_output(why: str) -> None:
@@ -415,13 +424,37 @@ def test_offsets_api_and_lifecycle(target: Target, tmp_path: Path) -> None:
         worker.wait_running(name)
 
     try:
-        worker.start()
-        worker.put_connector("rewind-source", {
+        leader.start()  # the first member leads the group
+        worker.launch()  # its JVM starts while the connectors are created
+        leader.put_connector("rewind-source", {
             "connector.class": "FileStreamSource", "tasks.max": "1", "topic": topic,
             "file": str(src_file)})
+        worker.wait_healthy()
         worker.put_connector("rewind-sink", {
             "connector.class": "FileStreamSink", "tasks.max": "1", "topics": topic,
             "file": str(out_file)})
+        ids = {f"127.0.0.1:{w.rest_port}" for w in (leader, worker)}
+
+        def placed() -> set[str]:
+            try:  # 404 until the connector's status is written
+                return {unit["worker_id"] for name in ("rewind-source", "rewind-sink")
+                        for st in [worker.status(name)]
+                        for unit in [st["connector"], *st["tasks"]]}
+            except ConnectError:
+                return set()
+
+        _wait(f"[{target.name}] connectors and tasks on both workers",
+              lambda: placed() == ids, explain=lambda: f"{placed()} != {ids}")
+
+        def same_tasks() -> bool:  # 500 while "a rebalance is expected"
+            try:
+                return bool(leader.request("GET", "/connectors/rewind-source/tasks")[1]
+                            == worker.request("GET", "/connectors/rewind-source/tasks")[1])
+            except ConnectError:
+                return False
+
+        _wait(f"[{target.name}] both workers list the same tasks", same_tasks)
+        marks["spread over both workers"] = time.monotonic() - t0
         _append(src_file, lines)
         expected += lines
         wait_output("first run")
@@ -454,6 +487,7 @@ def test_offsets_api_and_lifecycle(target: Target, tmp_path: Path) -> None:
         _wait("rewind-source deleted",
               lambda: worker.request("GET", "/connectors")[1] == ["rewind-sink"])
         worker.stop()
+        leader.stop()
         configs = worker.properties()["config.storage.topic"]
         latest = {k: v for recs in read_topic(target.bootstrap, configs).values()
                   for _o, k, v in recs}
@@ -467,4 +501,5 @@ def test_offsets_api_and_lifecycle(target: Target, tmp_path: Path) -> None:
         raise
     finally:
         worker.close()
+        leader.close()
         print(f"[{target.name}] " + ", ".join(f"{k} {v:.1f}s" for k, v in marks.items()))
