@@ -8,6 +8,8 @@ For each broker (Kafka first: ``KafkaReference``, then a kcompat ``Broker`` with
 ``kcompat.flush.mode=never`` as in ``compare.py``; both with
 ``log.cleaner.backoff.ms=200``), one at a time on this machine:
 
+0. *warm-up*: a backlog of a tenth of the size is cleaned as in 2 (the
+   JVM's JIT compiles Kafka's cleaner), not counted.
 1. *idle*: after a 2-s warm-up, a latency probe — a confluent-kafka producer
    (acks=all, linger.ms=0) sending one 200-B record every 5 ms to a plain
    topic, latency from ``produce()`` to its delivery callback — runs
@@ -184,8 +186,11 @@ class Probe:
 
 
 def nonactive_bytes(pdir: Path) -> int:
-    bases = segment_bases(pdir)
-    return sum((pdir / f"{b:020d}.log").stat().st_size for b in bases[:-1])
+    """Bytes of the segment files but the active one's, Kafka's ``.cleaned`` and
+    ``.swap`` files of a pass in flight included (not its ``.deleted`` ones)."""
+    active = f"{segment_bases(pdir)[-1]:020d}.log"
+    return sum(p.stat().st_size for p in pdir.glob("*.log*")
+               if p.name != active and not p.name.endswith(".deleted"))
 
 
 def check_compacted(bootstrap: str, topic: str, pdir: Path) -> int:
@@ -216,7 +221,7 @@ def check_compacted(bootstrap: str, topic: str, pdir: Path) -> int:
 
 def clean_backlog(name: str, bootstrap: str, pid: int, data_dir: Path,
                   args: argparse.Namespace, probe: Probe | None,
-                  kc_metrics: Callable[[], dict[str, float]] | None) -> Clean:
+                  kc_metrics: Callable[[], dict[str, float]] | None, mib: int) -> Clean:
     """Load a held-back backlog, release it, time its cleaning (``probe``: producing
     meanwhile), check the result."""
     c = Clean()
@@ -225,10 +230,10 @@ def clean_backlog(name: str, bootstrap: str, pid: int, data_dir: Path,
                                     "min.cleanable.dirty.ratio": "0.01",
                                     "min.compaction.lag.ms": "3600000"})
     pdir = data_dir / f"{topic}-0"
-    c.backlog_records, c.load_s = load_backlog(bootstrap, topic, args.mib, args.keys)
+    c.backlog_records, c.load_s = load_backlog(bootstrap, topic, mib, args.keys)
     time.sleep(1.0)  # a last roll or flush settles
     c.backlog_bytes = nonactive_bytes(pdir)
-    target = int(latest_bytes(args.mib, args.keys) * 1.3)
+    target = int(latest_bytes(mib, args.keys) * 1.3)
     if target >= SEGMENT:
         raise SystemExit(f"{args.keys} keys compact to ~{target:,} B, not below one segment "
                          f"({SEGMENT:,} B): the end of a pass could not be told from outside")
@@ -286,13 +291,17 @@ def run(name: str, bootstrap: str, pid: int, data_dir: Path, args: argparse.Name
     create_topic(bootstrap, probe_topic, {})
     probe = Probe(bootstrap, probe_topic)
     probe.run(lambda: False, 2.0)  # warm-up (connections, the JVM's JIT), not counted
+    warm = clean_backlog(name, bootstrap, pid, data_dir, args, None, kc_metrics,
+                         max(10, args.mib // 10))  # the cleaner's code warm too
+    print(f"  {name}: (warm-up pass over {warm.backlog_bytes / 2**20:.0f} MiB, not counted)",
+          flush=True)
     fig.idle = probe.run(lambda: False, args.probe_s)
     print(f"  {name}: idle probe {args.probe_s:.0f} s, p99 {pct(fig.idle, 99):.1f} ms",
           flush=True)
     fig.loads.append(loadavg())
-    fig.alone = clean_backlog(name, bootstrap, pid, data_dir, args, None, kc_metrics)
+    fig.alone = clean_backlog(name, bootstrap, pid, data_dir, args, None, kc_metrics, args.mib)
     fig.loads.append(loadavg())
-    fig.busy = clean_backlog(name, bootstrap, pid, data_dir, args, probe, kc_metrics)
+    fig.busy = clean_backlog(name, bootstrap, pid, data_dir, args, probe, kc_metrics, args.mib)
     fig.loads.append(loadavg())
     return fig
 
@@ -374,7 +383,8 @@ def main() -> None:
         f"Per broker: a backlog of {args.mib} MiB (values 100 B..1 KiB uniform, "
         f"{args.keys:,} keys, 1 partition, segment.bytes {SEGMENT >> 20} MiB) held back by "
         "min.compaction.lag.ms = 1 h, released by IncrementalAlterConfigs and cleaned "
-        "*alone*; then a second such backlog cleaned *with the probe* producing. Cleaned = "
+        "*alone*; then a second such backlog cleaned *with the probe* producing (each broker "
+        "first cleaned a tenth-size backlog, not counted: the JVM's JIT). Cleaned = "
         "the non-active segment files hold at most 1.3 x the key+value bytes of the latest "
         "record per key, less than one dirty segment (seen from outside, polled every 50 ms; "
         "the cleaners wake every 200 ms). Probe: confluent-kafka, acks=all, linger.ms=0, one "

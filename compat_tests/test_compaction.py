@@ -120,7 +120,7 @@ def test_compacted_topic_keeps_latest_per_key(cbroker: AdminBroker) -> None:
     pdir = cbroker.data_dir / f"{topic}-0"
     passes0 = cbroker.metric("kcompat_cleaner_passes_total")
     written = produce(cbroker.bootstrap, topic, _versions(20, 8, "a"))
-    # a group commits an offset that compaction will remove (k000's first version)
+    # a group commits an offset that compaction will remove (an old version of k000)
     tp = TopicPartition(topic, 0)
     committer = KafkaConsumer(bootstrap_servers=cbroker.bootstrap, group_id=group,
                               enable_auto_commit=False)
