@@ -51,7 +51,12 @@ test: $(STAMP) tools java-deps lint
 # Unmodified applications in long runs (compat_tests/apps, marker `apps`): Kafka Streams,
 # Kafka Connect, Faust, Spark restarted as a new process; each against kcompat and
 # against Apache Kafka 4.4.0. Kept out of `make test` for its 20-minute budget.
-test-apps: $(STAMP) tools java-deps
+APPS_STAMP := $(VENV)/.apps-installed
+$(APPS_STAMP): $(STAMP)
+	$(PY) -m pip install -q -e '.[test,apps]'
+	touch $(APPS_STAMP)
+
+test-apps: $(APPS_STAMP) tools java-deps
 	$(PY) -m pytest -q -p no:cacheprovider -m apps compat_tests/apps $(PYTEST_ARGS)
 
 # Apache Kafka vs kcompat on this machine with Kafka's perf tools (bench/compare.py);
