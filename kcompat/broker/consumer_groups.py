@@ -45,16 +45,15 @@ from kcompat.broker.controller.internal_topics import OFFSETS_TOPIC, partition_f
 from kcompat.broker.group_config import effective_group_config
 from kcompat.broker.groups import NotCoordinatorError, write_committed
 from kcompat.broker.state import now_ms
-from kcompat.group.consumer_group import (
+from kcompat.group.consumer_classic import (
     CONSUMER_PROTOCOL_TYPE,
     ClassicJoin,
     ClassicJoinResult,
     ClassicMemberState,
     ClassicSyncResult,
-    ConsumerGroup,
-    ConsumerGroupConfig,
 )
-from kcompat.group.consumer_messages import Heartbeat, HeartbeatResult
+from kcompat.group.consumer_group import ConsumerGroup
+from kcompat.group.consumer_messages import ConsumerGroupConfig, Heartbeat, HeartbeatResult
 from kcompat.group.group import Group, GroupState
 from kcompat.group.offsets import consumer_group_key, group_key
 from kcompat.wire.records import encode_batch

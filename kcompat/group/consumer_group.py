@@ -56,24 +56,24 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from kio.schema.errors import ErrorCode
 
 from kcompat.group.assignors import ASSIGNORS, Partition, TopicPartitions, flat, grouped
+from kcompat.group.consumer_classic import ClassicMembers, ClassicMemberState
 from kcompat.group.consumer_member import (
     LEAVE_GROUP_MEMBER_EPOCH,
     LEAVE_GROUP_STATIC_MEMBER_EPOCH,
     STABLE,
-    UNRELEASED_PARTITIONS,
-    UNREVOKED_PARTITIONS,
     ConsumerMember,
     reconcile,
 )
 from kcompat.group.consumer_messages import (
+    ConsumerGroupConfig,
     DescribedConsumerGroup,
     DescribedMember,
+    GroupError,
     Heartbeat,
     HeartbeatResult,
 )
@@ -84,80 +84,12 @@ EMPTY, ASSIGNING, RECONCILING, STABLE_GROUP, DEAD = (
 NO_TIME = -(1 << 62)
 
 
-@dataclass(frozen=True, slots=True)
-class ConsumerGroupConfig:
-    session_timeout_ms: int = 45_000  # group.consumer.session.timeout.ms
-    heartbeat_interval_ms: int = 5_000  # group.consumer.heartbeat.interval.ms
-    max_size: int = 2_147_483_647  # group.consumer.max.size
-    assignors: tuple[str, ...] = ("uniform", "range")  # group.consumer.assignors
-    assignment_interval_ms: int = 1_000  # group.consumer.assignment.interval.ms
-
-
-CONSUMER_PROTOCOL_TYPE = "consumer"
-
-
-@dataclass(frozen=True, slots=True)
-class ClassicJoin:
-    """A JoinGroup of a classic member, as the machine needs it."""
-
-    member_id: str  # "" for a new member
-    new_member_id: str  # the id the host made for it
-    instance_id: str | None
-    session_timeout_ms: int
-    rebalance_timeout_ms: int
-    protocol_type: str
-    protocols: tuple[tuple[str, bytes], ...]
-    require_known_member_id: bool = True
-    client_id: str = ""
-    client_host: str = ""
-
-
-@dataclass(frozen=True, slots=True)
-class ClassicJoinResult:
-    error: ErrorCode
-    member_id: str = ""
-    generation_id: int = -1
-    protocol_name: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class ClassicMemberState:
-    """A member of a classic group being converted: its selected protocol's
-    subscription bytes and its assignment bytes."""
-
-    member_id: str
-    instance_id: str | None
-    client_id: str
-    client_host: str
-    session_timeout_ms: int
-    rebalance_timeout_ms: int
-    protocol_names: tuple[str, ...]
-    metadata: bytes
-    assignment: bytes
-
-
-@dataclass(frozen=True, slots=True)
-class ClassicSyncResult:
-    error: ErrorCode
-    assignment: TopicPartitions = ()
-    protocol_name: str | None = None
-
-
 def _fenced_instance(hb: Heartbeat, owner: ConsumerMember) -> str:
     return (f"Static member {hb.member_id} with instance id {hb.instance_id} was fenced by "
             f"member {owner.member_id}.")
 
 
-class GroupError(Exception):
-    """A heartbeat refused with a Kafka error code (data for the client)."""
-
-    def __init__(self, code: ErrorCode, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
-
-
-class ConsumerGroup:
+class ConsumerGroup(ClassicMembers):
     def __init__(self, group_id: str, config: ConsumerGroupConfig | None = None,
                  partition_counts: Mapping[str, int] | None = None) -> None:
         self.group_id = group_id
@@ -424,125 +356,6 @@ class ConsumerGroup:
         if not self._members:  # nothing to assign: the target is current at once
             self._target = {}
             self._assignment_epoch = self._group_epoch
-
-    # -- classic members (JoinGroup / SyncGroup / Heartbeat / LeaveGroup) ---------
-
-    def classic_join(self, join: ClassicJoin, now_ms: int) -> ClassicJoinResult:
-        """A classic member (re)joins: its subscription and owned partitions come
-        from its consumer-protocol metadata; it is reconciled as a KIP-848 member
-        and answered at once with its member epoch as generation. The host
-        names a member without id (``join.new_member_id``) and asks it to
-        rejoin with it first when ``join.require_known_member_id``."""
-        unknown = not join.member_id
-        member_id = join.new_member_id if unknown else join.member_id
-        if member_id not in self._members and len(self._members) >= self.config.max_size:
-            return ClassicJoinResult(ErrorCode.group_max_size_reached, member_id)
-        if join.protocol_type != CONSUMER_PROTOCOL_TYPE or not join.protocols \
-                or not self._supports(join.protocols):
-            return ClassicJoinResult(ErrorCode.inconsistent_group_protocol, member_id)
-        if unknown and join.require_known_member_id and join.instance_id is None:
-            return ClassicJoinResult(ErrorCode.member_id_required, member_id)
-        subscription = decode_subscription(join.protocols[0][1])
-        if subscription is None:
-            return ClassicJoinResult(ErrorCode.inconsistent_group_protocol, member_id)
-        try:
-            member = self._classic_member_for_join(member_id, join.instance_id, unknown)
-        except GroupError as e:
-            return ClassicJoinResult(e.code, member_id)
-        member.classic_session_timeout_ms = join.session_timeout_ms
-        member.classic_protocols = tuple(name for name, _ in join.protocols)
-        self._heartbeat(member, Heartbeat(
-            member.member_id, member.member_epoch, join.instance_id, subscription.rack_id,
-            join.rebalance_timeout_ms, subscription.topics, None, None, subscription.owned,
-            join.client_id, join.client_host), now_ms)
-        return ClassicJoinResult(ErrorCode.none, member.member_id, member.member_epoch,
-                                 member.classic_protocols[0])
-
-    def classic_sync(self, member_id: str, instance_id: str | None, generation: int,
-                     protocol_type: str | None, protocol_name: str | None,
-                     now_ms: int) -> ClassicSyncResult:
-        """Its current assignment for a classic member at its generation."""
-        try:
-            member = self._classic_member(member_id, instance_id, generation)
-        except GroupError as e:
-            return ClassicSyncResult(e.code)
-        if (protocol_type is not None and protocol_type != CONSUMER_PROTOCOL_TYPE) or (
-                protocol_name is not None and protocol_name != member.classic_protocols[0]):
-            return ClassicSyncResult(ErrorCode.inconsistent_group_protocol)
-        if member.state != UNREVOKED_PARTITIONS \
-                and member.member_epoch != self._assignment_epoch:
-            return ClassicSyncResult(ErrorCode.rebalance_in_progress)
-        member.session_deadline_ms = now_ms + self._session_ms(member)
-        return ClassicSyncResult(ErrorCode.none, member.assignment(), member.classic_protocols[0])
-
-    def classic_heartbeat(self, member_id: str, instance_id: str | None, generation: int,
-                          now_ms: int) -> ErrorCode:
-        """A classic member's heartbeat: REBALANCE_IN_PROGRESS when it must
-        rejoin to move on (a partition to give up, a new target, or a
-        partition it waited for now free)."""
-        try:
-            member = self._classic_member(member_id, instance_id, generation)
-        except GroupError as e:
-            return e.code
-        member.session_deadline_ms = now_ms + self._session_ms(member)
-        self._maybe_assign(now_ms)
-        if member.state == UNREVOKED_PARTITIONS or member.member_epoch != self._assignment_epoch:
-            return ErrorCode.rebalance_in_progress
-        if member.state == UNRELEASED_PARTITIONS and any(
-                self._owner_of(tp) is None
-                for tp in flat(self._target.get(member.member_id, ()))):
-            return ErrorCode.rebalance_in_progress
-        return ErrorCode.none
-
-    def classic_leave(self, member_id: str, instance_id: str | None) -> ErrorCode:
-        try:
-            member = self._classic_member(member_id, instance_id, None)
-        except GroupError as e:
-            return e.code
-        self._remove(member.member_id)
-        return ErrorCode.none
-
-    def _classic_member_for_join(self, member_id: str, instance_id: str | None,
-                                 unknown: bool) -> ConsumerMember:
-        if instance_id is None:
-            return self._members.get(member_id) or ConsumerMember(member_id)
-        existing = self._by_instance(instance_id)
-        if existing is None:
-            return self._members.get(member_id) or ConsumerMember(member_id)
-        if existing.member_id == member_id:
-            return existing
-        if unknown:  # a static member back after a restart takes its place
-            existing.previous_member_epoch = existing.member_epoch
-            return self._replace(existing, member_id)
-        raise GroupError(ErrorCode.fenced_instance_id, "")
-
-    def _classic_member(self, member_id: str, instance_id: str | None,
-                        generation: int | None) -> ConsumerMember:
-        if instance_id is not None:
-            member = self._by_instance(instance_id)
-            if member is not None and member.member_id != member_id:
-                raise GroupError(ErrorCode.fenced_instance_id, "")
-        else:
-            member = self._members.get(member_id)
-        if member is None or not member.is_classic:
-            raise GroupError(ErrorCode.unknown_member_id, "")
-        if generation is not None and generation != member.member_epoch:
-            raise GroupError(ErrorCode.illegal_generation, "")
-        return member
-
-    def _supports(self, protocols: Sequence[tuple[str, bytes]]) -> bool:
-        """Some protocol of the joining member is supported by every classic
-        member already in the group."""
-        names = {name for name, _ in protocols}
-        for m in self._members.values():
-            if m.is_classic:
-                names &= set(m.classic_protocols)
-        return bool(names)
-
-    def _session_ms(self, member: ConsumerMember) -> int:
-        if member.classic_session_timeout_ms is not None:
-            return member.classic_session_timeout_ms
-        return self.config.session_timeout_ms
 
     # -- assignment --------------------------------------------------------------
 

@@ -112,3 +112,21 @@ def check_request(group_id: str, hb: Heartbeat, assignors: Sequence[str],
             f"ServerAssignor {hb.server_assignor} is not supported. Supported assignors: "
             f"{', '.join(assignors)}.")
     return None
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerGroupConfig:
+    session_timeout_ms: int = 45_000  # group.consumer.session.timeout.ms
+    heartbeat_interval_ms: int = 5_000  # group.consumer.heartbeat.interval.ms
+    max_size: int = 2_147_483_647  # group.consumer.max.size
+    assignors: tuple[str, ...] = ("uniform", "range")  # group.consumer.assignors
+    assignment_interval_ms: int = 1_000  # group.consumer.assignment.interval.ms
+
+
+class GroupError(Exception):
+    """A heartbeat refused with a Kafka error code (data for the client)."""
+
+    def __init__(self, code: ErrorCode, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message

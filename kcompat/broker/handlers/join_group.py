@@ -21,7 +21,7 @@ from kio.schema.errors import ErrorCode
 from kcompat.broker.context import RequestContext
 from kcompat.broker.handlers._common import NO_THROTTLE, coordinator_error_response
 from kcompat.broker.state import now_ms
-from kcompat.group.consumer_group import CONSUMER_PROTOCOL_TYPE, ClassicJoin
+from kcompat.group.consumer_classic import CONSUMER_PROTOCOL_TYPE, ClassicJoin
 from kcompat.group.coordinator import JoinRequest, JoinResult
 
 

@@ -12,13 +12,9 @@ from hypothesis import strategies as st
 from kio.schema.errors import ErrorCode
 
 from kcompat.group.assignors import flat, range_assign, uniform_assign
-from kcompat.group.consumer_group import (
-    ClassicJoin,
-    ClassicMemberState,
-    ConsumerGroup,
-    ConsumerGroupConfig,
-)
-from kcompat.group.consumer_messages import Heartbeat, check_request
+from kcompat.group.consumer_classic import ClassicJoin, ClassicMemberState
+from kcompat.group.consumer_group import ConsumerGroup
+from kcompat.group.consumer_messages import ConsumerGroupConfig, Heartbeat, check_request
 from kcompat.group.consumer_protocol import (
     Subscription,
     decode_assignment,
