@@ -7,7 +7,8 @@ only topics that still exist (those have an id). A null topic list (v2+)
 means every partition the group has an offset for. A partition without a
 committed offset answers offset -1 and empty metadata with no error. With
 require_stable (v7+, read_committed consumers) a partition whose offset awaits a
-transaction's marker answers UNSTABLE_OFFSET_COMMIT, and the client retries.
+transaction's marker answers UNSTABLE_OFFSET_COMMIT with offset -1 (not its last
+stable offset), and the client retries.
 """
 
 from __future__ import annotations
@@ -56,6 +57,7 @@ def _topics(ctx: RequestContext, group_id: str, requested: Any, prefix: str,
                 code = ErrorCode.unknown_topic_id
             elif require_stable and ctx.groups.is_pending(group_id, topic, index):
                 code = ErrorCode.unstable_offset_commit
+                c = None  # as Kafka: no offset (-1) beside the error, not the stable one
             rows.append(ctx.build(
                 f"OffsetFetchResponsePartition{prefix}", partition_index=index,
                 committed_offset=c.offset if c else -1,
