@@ -51,6 +51,7 @@ BACKOFF = "log.cleaner.backoff.ms"
 CONFIGS = {"cleanup.policy": "compact", "segment.bytes": str(1 << 20),
            "min.cleanable.dirty.ratio": "0.01", "delete.retention.ms": "600000"}
 BATCHES, PER_BATCH, KEYS = 32, 100, 200
+RETRIABLE = (3, 6)  # UNKNOWN_TOPIC_OR_PARTITION, NOT_LEADER_OR_FOLLOWER
 
 
 @pytest.fixture(scope="module")
@@ -107,7 +108,13 @@ def _produce(bootstrap: str, topic: str, batches: list[list[tuple[bytes, bytes |
                                     topic_data=[PD(name=topic, partition_data=[
                                         PD.PartitionProduceData(index=0,
                                                                 records=bytes(builder.build()))])])
-            part: Any = conn.request(req, ProduceResponse[9]).responses[0].partition_responses[0]
+            deadline = time.monotonic() + 10
+            while True:  # a topic just created may not be in the broker's metadata yet
+                part: Any = conn.request(req, ProduceResponse[9]).responses[0] \
+                    .partition_responses[0]
+                if part.error_code not in RETRIABLE or time.monotonic() > deadline:
+                    break
+                time.sleep(0.1)
             assert part.error_code == 0, part
             written += [(part.base_offset + i, k, v) for i, (k, v) in enumerate(batch)]
     finally:
