@@ -35,7 +35,7 @@ member left back into a classic group (it stays a consumer group here).
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import trio
@@ -284,22 +284,25 @@ class ConsumerGroupService:
 
     # -- the classic APIs on a consumer group ---------------------------------------------
 
-    def commit_error(self, group: ConsumerGroup, member_id: str, member_epoch: int,
-                     version: int) -> ErrorCode | None:
-        """OffsetCommit to a consumer group, checked as Kafka 4.4's
-        ``ConsumerGroup.validateOffsetCommit``: without an epoch only while it
-        has no members; else a known member (UNKNOWN_MEMBER_ID) committing
-        with v9+ (UNSUPPORTED_VERSION) at its current epoch (STALE_MEMBER_EPOCH;
-        a classic member: any version, ILLEGAL_GENERATION)."""
+    def commit_errors(self, group: ConsumerGroup, member_id: str, member_epoch: int,
+                      version: int, partitions: Iterable[tuple[str, int]],
+                      transactional: bool = False
+                      ) -> tuple[ErrorCode | None, dict[tuple[str, int], ErrorCode]]:
+        """OffsetCommit / TxnOffsetCommit to a consumer group, checked as Kafka
+        4.4's ``ConsumerGroup.validateOffsetCommit``: without an epoch only while
+        it has no members; else a known member (UNKNOWN_MEMBER_ID) committing
+        with v9+ (UNSUPPORTED_VERSION; a classic member or a transaction: any
+        version), at its epoch or, for partitions it has owned since, an older
+        one (KIP-1251; ``ConsumerGroup.commit_errors``). (request error,
+        partition errors)."""
         if member_epoch < 0 and not group.member_ids():
-            return None
+            return None, {}
         member = group.member(member_id)
         if member is None:
-            return ErrorCode.unknown_member_id
-        if version < 9 and not member.is_classic:
-            return ErrorCode.unsupported_version
-        found = group.offsets_error(member_id, member_epoch)
-        return None if found is None else found[0]
+            return ErrorCode.unknown_member_id, {}
+        if version < 9 and not member.is_classic and not transactional:
+            return ErrorCode.unsupported_version, {}
+        return group.commit_errors(member_id, member_epoch, partitions, transactional)
 
     def fetch_error(self, group: ConsumerGroup, member_id: str | None,
                     member_epoch: int) -> ErrorCode | None:

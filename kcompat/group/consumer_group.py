@@ -55,7 +55,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -170,9 +170,8 @@ class ConsumerGroup(ClassicMembers):
 
     def offsets_error(self, member_id: str | None, member_epoch: int
                       ) -> tuple[ErrorCode, str] | None:
-        """OffsetCommit / OffsetFetch: a member must name its current epoch;
-        a request without member (epoch < 0) only while the group is empty
-        (OffsetCommit) — the caller decides that part."""
+        """OffsetFetch: a member must name its current epoch (a classic member
+        its generation)."""
         member = self._members.get(member_id or "")
         if member is None:
             return ErrorCode.unknown_member_id, (
@@ -187,6 +186,28 @@ class ConsumerGroup(ClassicMembers):
                 f"The received member epoch {member_epoch} is {older} than the expected "
                 f"member epoch {member.member_epoch}.")
         return None
+
+    def commit_errors(self, member_id: str, member_epoch: int, partitions: Iterable[Partition],
+                      transactional: bool = False
+                      ) -> tuple[ErrorCode | None, dict[Partition, ErrorCode]]:
+        """OffsetCommit / TxnOffsetCommit from a member: (the error of the whole
+        request, the errors of single partitions). The current epoch commits
+        anything; a newer one nothing; an older one (KIP-1251) the partitions
+        the member has owned since that epoch or before. A mismatch is
+        STALE_MEMBER_EPOCH, ILLEGAL_GENERATION for a classic member or a
+        transactional commit."""
+        member = self._members.get(member_id)
+        if member is None:
+            return ErrorCode.unknown_member_id, {}
+        stale = (ErrorCode.illegal_generation if member.is_classic or transactional
+                 else ErrorCode.stale_member_epoch)
+        if member_epoch == member.member_epoch:
+            return None, {}
+        if member.is_classic or member_epoch > member.member_epoch:
+            return stale, {}
+        held = member.assignment_epochs
+        return None, {tp: stale for tp in partitions
+                      if tp not in held or held[tp] > member_epoch}
 
     # -- transitions ---------------------------------------------------------
 
@@ -423,7 +444,8 @@ class ConsumerGroup(ClassicMembers):
                 previous_member_epoch=generation, assigned=flat(assigned),
                 session_deadline_ms=now_ms + c.session_timeout_ms,
                 classic_session_timeout_ms=c.session_timeout_ms,
-                classic_protocols=c.protocol_names)
+                classic_protocols=c.protocol_names,
+                assignment_epochs=dict.fromkeys(flat(assigned), generation))
             group._members[member.member_id] = member
             group._target[member.member_id] = assigned
         group._assigned_at_ms = now_ms

@@ -17,7 +17,9 @@ later heartbeat), and only then is it handed to B.
   when the member did not send them) still hold one being revoked; once
   released, step again from ``min(epoch + 1, target epoch)``.
 
-The next step keeps ``current ∩ target``; if anything of ``current`` is not in
+Each owned partition remembers the member epoch it was assigned at (KIP-1251,
+Kafka 4.3+): a commit at an older epoch is accepted for the partitions the
+member has held since then. The next step keeps ``current ∩ target``; if anything of ``current`` is not in
 the target the member stays at its epoch in UNREVOKED_PARTITIONS and is asked
 to revoke it (the response carries only the kept partitions). Otherwise it
 moves to the target epoch with every target partition no other member owns,
@@ -62,6 +64,8 @@ class ConsumerMember:
     # the names of the protocols it supports, in its order; None for KIP-848 members
     classic_session_timeout_ms: int | None = None
     classic_protocols: tuple[str, ...] = ()
+    # KIP-1251: the member epoch at which each owned partition was assigned to it
+    assignment_epochs: dict[Partition, int] = field(default_factory=dict)
 
     @property
     def is_classic(self) -> bool:
@@ -86,7 +90,8 @@ class ConsumerMember:
                 self.subscribed_topic_regex, self.server_assignor, self.member_epoch,
                 self.previous_member_epoch, self.state, sorted(map(list, self.assigned)),
                 sorted(map(list, self.revoking)), self.classic_session_timeout_ms,
-                list(self.classic_protocols)]
+                list(self.classic_protocols),
+                sorted([t, p, e] for (t, p), e in self.assignment_epochs.items())]
 
     @classmethod
     def from_json(cls, row: list[Any]) -> ConsumerMember:
@@ -100,6 +105,8 @@ class ConsumerMember:
         if len(row) > 15 and row[14] is not None:
             member.classic_session_timeout_ms = int(row[14])
             member.classic_protocols = tuple(str(n) for n in row[15])
+        if len(row) > 16:
+            member.assignment_epochs = {(str(t), int(p)): int(e) for t, p, e in row[16]}
         return member
 
 
@@ -150,3 +157,5 @@ def _next_step(member: ConsumerMember, target: TopicPartitions, epoch: int, targ
     member.assigned = kept | (pending - unreleased)
     member.revoking = set()
     member.state = UNRELEASED_PARTITIONS if unreleased else STABLE
+    member.assignment_epochs = {tp: member.assignment_epochs.get(tp, target_epoch)
+                                for tp in member.assigned}

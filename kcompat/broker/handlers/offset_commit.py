@@ -39,13 +39,18 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
     groups = ctx.groups
     group_id = request.group_id
     generation = request.generation_id_or_member_epoch
+    named = [(t.name if ctx.version < 10 else topic_name(ctx, t.topic_id), t)
+             for t in request.topics]
+    partition_errors: dict[tuple[str, int], ErrorCode] = {}
     if not group_id:
         top_error: ErrorCode | None = ErrorCode.invalid_group_id
     elif (gate := groups.coordinator_error(group_id)) is not None:
         top_error = gate  # not (yet) this group's coordinator
     elif (consumer := ctx.consumer_groups.group(group_id)) is not None:  # KIP-848
-        top_error = ctx.consumer_groups.commit_error(consumer, request.member_id, generation,
-                                                     ctx.version)
+        top_error, partition_errors = ctx.consumer_groups.commit_errors(
+            consumer, request.member_id, generation, ctx.version,
+            [(name, p.partition_index) for name, t in named if name is not None
+             for p in t.partitions])
     else:  # only now: coordinator_error loads the group on a new coordinator
         top_error = groups.coordinator.commit_error(
             group_id, generation, request.member_id,
@@ -54,14 +59,14 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
     now = now_ms()
     errors: dict[tuple[str | None, int], ErrorCode] = {}
     accepted: dict[tuple[str, int], CommittedOffset] = {}
-    named = [(t.name if ctx.version < 10 else topic_name(ctx, t.topic_id), t)
-             for t in request.topics]
     # as Kafka: topics whose id the broker does not know are answered first, then
     # the coordinator's answer for the others
     named.sort(key=lambda nt: nt[0] is not None)
     for name, t in named:
         for p in t.partitions:
             code = top_error or _partition_error(ctx, name, p, max_metadata)
+            if code == OK and name is not None:  # a KIP-848 member's older epoch
+                code = partition_errors.get((name, p.partition_index), OK)
             errors[(name, p.partition_index)] = code
             if code == OK:
                 assert name is not None

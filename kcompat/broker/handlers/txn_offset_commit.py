@@ -34,9 +34,7 @@ def _request_error(ctx: RequestContext, request: Any) -> ErrorCode | None:
         # The transaction coordinator may be another broker, whose
         # state is not visible here; only the group checks apply.
         if ctx.version >= 3 and request.generation_id >= 0:
-            return ctx.groups.coordinator.commit_error(
-                request.group_id, request.generation_id, request.member_id,
-                request.group_instance_id)
+            return _member_error(ctx, request)
         return None
     meta = txns.coordinator.txns.get(request.transactional_id)
     if meta is None or meta.producer_id != request.producer_id:
@@ -48,10 +46,23 @@ def _request_error(ctx: RequestContext, request: Any) -> ErrorCode | None:
                                            partition):
         return ErrorCode.invalid_txn_state
     if ctx.version >= 3 and request.generation_id >= 0:
+        return _member_error(ctx, request)
+    return None
+
+
+def _member_error(ctx: RequestContext, request: Any) -> ErrorCode | None:
+    """The member and generation check: a KIP-848 group's (ILLEGAL_GENERATION
+    for a member not at its epoch) or a classic group's."""
+    consumer = ctx.consumer_groups.group(request.group_id)
+    if consumer is None:
         return ctx.groups.coordinator.commit_error(
             request.group_id, request.generation_id, request.member_id,
             request.group_instance_id)
-    return None
+    top, partitions = ctx.consumer_groups.commit_errors(
+        consumer, request.member_id, request.generation_id, ctx.version,
+        [(t.name, p.partition_index) for t in request.topics for p in t.partitions],
+        transactional=True)
+    return top or next(iter(partitions.values()), None)
 
 
 async def handle(ctx: RequestContext, request: Any) -> Any:

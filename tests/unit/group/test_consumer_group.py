@@ -322,3 +322,24 @@ def test_classic_group_converted_keeps_assignments_and_generation() -> None:
     assert ConsumerGroup.from_classic("g", CFG, {T: 4}, 7, bad, 0) is None
     back = ConsumerGroup.restore(g.snapshot_json(), 10, CFG, {T: 4})
     assert back.member("c1") is not None and back.member("c1").is_classic  # type: ignore[union-attr]
+
+
+def test_commit_at_an_older_epoch_for_partitions_held_since_then() -> None:
+    """KIP-1251 (Kafka 4.3+): assignment epoch <= member epoch in the commit <= current."""
+    g = ConsumerGroup("g", CFG, {T: 4})
+    a = g.heartbeat(join("a"), 0)  # all four at epoch 2
+    assert a.member_epoch == 2
+    g.heartbeat(join("b"), 1)
+    a2 = g.heartbeat(beat("a", 2, a.assignment), 2)  # asked to revoke two
+    g.heartbeat(beat("a", 2, a2.assignment), 3)  # a moves to epoch 3 with 0, 1
+    assert g.member("a").member_epoch == 3  # type: ignore[union-attr]
+    assert g.commit_errors("a", 3, [(T, 0)]) == (None, {})
+    assert g.commit_errors("a", 2, [(T, 0), (T, 1)]) == (None, {})  # held since epoch 2
+    assert g.commit_errors("a", 2, [(T, 3)]) == (None, {(T, 3): ErrorCode.stale_member_epoch})
+    assert g.commit_errors("a", 4, [(T, 0)])[0] == ErrorCode.stale_member_epoch
+    assert g.commit_errors("a", 2, [(T, 3)], transactional=True)[1] == {
+        (T, 3): ErrorCode.illegal_generation}
+    b = g.heartbeat(beat("b", 3), 4)  # b gets 2, 3 at epoch 3
+    assert b.assignment == ((T, (2, 3)),)
+    assert g.commit_errors("b", 2, [(T, 2)])[1] == {(T, 2): ErrorCode.stale_member_epoch}
+    assert g.commit_errors("zz", 1, [(T, 2)])[0] == ErrorCode.unknown_member_id
