@@ -94,7 +94,7 @@ class StreamsProcess:
 
     def states(self) -> list[str]:
         return [line.split('"')[3] for line in self.out.read_text().splitlines()
-                if line.startswith('{"state"')]
+                if line.startswith('{"state"') and line.endswith("}")]  # whole lines
 
     def tail(self) -> str:
         return (f"--- {self.out.name} ---\n{self.out.read_text()[-1500:]}\n"
