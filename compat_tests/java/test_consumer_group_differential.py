@@ -242,6 +242,9 @@ def offsets(s: Script, b_epoch: int) -> None:
     s.commit("oc-member", "b", b_epoch)
     s.commit("oc-newer-epoch", "b", 99)
     s.commit("oc-older-epoch", "b", 1)
+    # KIP-1251 (Kafka 4.3+): a's first epoch (2, as hb-join-a shows) commits the
+    # partition 0 it has held since then
+    s.commit("oc-previous-epoch-partition-held-since", "a", 2)
     s.commit("oc-unknown-member", "nobody", b_epoch)
     s.commit("oc-no-member", "", -1)
     s.fetch("of-member", "b", b_epoch)
@@ -368,7 +371,8 @@ STEPS = (
     "hb-static-s1-joins", "hb-static-s2-same-instance", "hb-static-s1-wrong-instance",
     "hb-static-s2-as-s1", "hb-static-s1-leaves-for-now", "cgd-static-away",
     "hb-static-s2-takes-over", "cgd-static-back", "hb-static-s2-leaves",
-    "oc-member", "oc-newer-epoch", "oc-older-epoch", "oc-unknown-member", "oc-no-member",
+    "oc-member", "oc-newer-epoch", "oc-older-epoch",
+    "oc-previous-epoch-partition-held-since", "oc-unknown-member", "oc-no-member",
     "of-member", "of-newer-epoch", "of-unknown-member", "of-no-member", "admin-describe",
     "lg-group", "lg-consumer-type", "dg-consumer-group", "jg-other-protocol", "dlg-non-empty",
     "jg-classic-member-id-required", "jg-classic-joins-consumer-group",
