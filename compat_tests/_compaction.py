@@ -36,12 +36,15 @@ class StoredRecord:
 
 
 def create_topic(bootstrap: str, name: str, configs: dict[str, str], partitions: int = 1,
-                 replication: int = 1) -> None:
+                 replication: int = 1, assignment: list[list[int]] | None = None) -> None:
+    """CreateTopics (confluent-kafka); ``assignment``: the replicas of each
+    partition, the first one its preferred leader."""
     from confluent_kafka.admin import AdminClient, NewTopic
 
     admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
-    futures = admin.create_topics([NewTopic(name, partitions, replication, config=configs)],
-                                  operation_timeout=20, request_timeout=20)
+    new = NewTopic(name, partitions, replication, config=configs) if assignment is None \
+        else NewTopic(name, len(assignment), replica_assignment=assignment, config=configs)
+    futures = admin.create_topics([new], operation_timeout=20, request_timeout=20)
     futures[name].result(timeout=30)
 
 

@@ -274,15 +274,21 @@ def test_every_replica_holds_the_same_compacted_log(ccluster: Cluster) -> None:
             assert [i for i in got if i[0] < cleaned_to] == below[1]
 
 
-def _transactions(bootstrap: str, topic: str, txns: list[tuple[bool, list[tuple[bytes, bytes]]]],
-                  ) -> tuple[list[Item], list[Item]]:
-    """Each (commit?, pairs) as one transaction of a confluent-kafka transactional
-    producer; the (offset, key, value) of the committed and the aborted records."""
+def _txn_producer(bootstrap: str) -> Any:
+    """A confluent-kafka transactional producer, initialized (its coordinator's
+    ``__transaction_state`` exists afterwards)."""
     from confluent_kafka import Producer
 
     producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": unique_topic("tx"),
                          "linger.ms": 5, "log_level": 0})
     producer.init_transactions(30)
+    return producer
+
+
+def _transactions(producer: Any, topic: str, txns: list[tuple[bool, list[tuple[bytes, bytes]]]],
+                  ) -> tuple[list[Item], list[Item]]:
+    """Each (commit?, pairs) as one transaction of ``producer``; the (offset,
+    key, value) of the committed and the aborted records."""
     committed: list[Item] = []
     aborted: list[Item] = []
     acked: list[Item] = []
@@ -311,15 +317,23 @@ def test_transactions_compacted(kind: str, request: pytest.FixtureRequest) -> No
     """Committed and aborted transactions on a compacted topic: once cleaned,
     read_committed and read_uncommitted consumers both read the latest
     committed value of each key, and no replica's segments hold an aborted
-    record any more."""
+    record any more. On 3 brokers the topic is led by a broker other than the
+    transaction coordinator (its markers come over the network)."""
+    topic = unique_topic("compact-txn")
     if kind == "single":
         b: AdminBroker = request.getfixturevalue("cbroker")
         bootstrap, dirs = b.bootstrap, [b.data_dir]
+        producer = _txn_producer(bootstrap)
+        create_topic(bootstrap, topic, COMPACT)
     else:
         c: Cluster = request.getfixturevalue("ccluster")
         bootstrap, dirs = c.bootstrap, [x.data_dir for x in c.brokers.values()]
-    topic = unique_topic("compact-txn")
-    create_topic(bootstrap, topic, COMPACT, replication=len(dirs))
+        producer = _txn_producer(bootstrap)
+        coordinator = c.wait_for_leaders("__transaction_state", 1)[0]
+        leader = min(n for n in c.brokers if n != coordinator)
+        create_topic(bootstrap, topic, COMPACT,
+                     assignment=[[leader, *(n for n in c.brokers if n != leader)]])
+        assert c.wait_for_leaders(topic, 1)[0] == leader != coordinator
     keys = [b"k%03d" % k for k in range(10)]
     txns = [(True, [(k, b"c1-" + k) for k in keys]),
             (False, [(k, b"aborted-1-" + k) for k in keys]),
@@ -327,7 +341,7 @@ def test_transactions_compacted(kind: str, request: pytest.FixtureRequest) -> No
             (False, [(k, b"aborted-2-" + k) for k in keys[5:]] + [(b"only-aborted", b"aborted-3")]),
             (True, [(k, b"c3-" + k.ljust(100, b".")) for k in keys[:2]]),
             *[(True, [(b"tail%d" % j, b"t%d" % i * 100) for j in range(6)]) for i in range(4)]]
-    committed, aborted = _transactions(bootstrap, topic, txns)
+    committed, aborted = _transactions(producer, topic, txns)
     pdirs = [d / f"{topic}-0" for d in dirs]
 
     def cleaned() -> bool:
