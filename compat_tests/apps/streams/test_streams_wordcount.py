@@ -388,7 +388,11 @@ def test_wordcount_exactly_once_across_kill9(target: Deployment | KafkaReference
         # Streams' internal topics: created by it, with its configs and our replication.
         changelog, repartition = wc.changelog, wc.repartition
         assert wc.topic_config(changelog, "cleanup.policy") == "compact"
-        assert wc.topic_config(repartition, "cleanup.policy") == "delete"
+        # A repartition topic keeps records until Streams deletes them, in 50 MiB segments.
+        assert {key: wc.topic_config(repartition, key) for key in (
+            "cleanup.policy", "retention.ms", "segment.bytes", "message.timestamp.type")} == {
+            "cleanup.policy": "delete", "retention.ms": "-1", "segment.bytes": "52428800",
+            "message.timestamp.type": "CreateTime"}
         last: dict[str, int] = {}
         for recs in wc.read_counts(changelog).values():
             last.update(recs)
