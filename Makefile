@@ -86,7 +86,7 @@ bench-ext: $(STAMP)
 
 # Log compaction (issue 18), bench/compaction.py: cleaner throughput (MiB/s of a 200 MiB
 # backlog over 10k keys) and produce p99 while the cleaner runs vs idle, kcompat and
-# Apache Kafka 4.4.0 in the same run; ~2 min, BENCH_QUICK=1 for < 1 min (40 MiB).
+# Apache Kafka 4.4.0 in the same run; ~2.5 min, BENCH_QUICK=1 for < 2 min (40 MiB).
 # Appends to bench/RESULTS.md.
 bench-compaction: $(STAMP) tools java-deps
 	$(PY) bench/compaction.py $(if $(BENCH_QUICK),--quick) $(BENCH_ARGS)
