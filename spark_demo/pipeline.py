@@ -145,9 +145,13 @@ def _aggregates(spark: Any, bootstrap: str, source: dict[str, str]) -> Any:
                     "region", "orders", "revenue_cents"))
 
 
-def start_aggregation(spark: Any, bootstrap: str, topic: str, out_topic: str, work: Path) -> list[Any]:
-    """Start both streaming queries with trigger(availableNow): they process what is in
-    the topic, emit the windows the watermark closed, and stop. Returns the queries."""
+def start_aggregation(spark: Any, bootstrap: str, topic: str, out_topic: str, work: Path,
+                      trigger: dict[str, Any] | None = None) -> list[Any]:
+    """Start both streaming queries, by default with trigger(availableNow): they process
+    what is in the topic, emit the windows the watermark closed, and stop (``trigger``,
+    e.g. ``{"processingTime": "1 second"}``, keeps them running: ``spark_demo.stream``).
+    Returns the queries."""
+    trigger = trigger or {"availableNow": True}
     from pyspark.sql import functions as F
 
     to_kafka = (_aggregates(spark, bootstrap, {"subscribe": topic})
@@ -162,13 +166,13 @@ def start_aggregation(spark: Any, bootstrap: str, topic: str, out_topic: str, wo
                 .option("kafka.bootstrap.servers", bootstrap)
                 .option("topic", out_topic)
                 .option("checkpointLocation", str(work / "checkpoints" / "to-kafka"))
-                .trigger(availableNow=True).queryName("windows_to_kafka").start())
+                .trigger(**trigger).queryName("windows_to_kafka").start())
     pattern = topic.rsplit("-", 1)[0] + "-.*"
     to_parquet = (_aggregates(spark, bootstrap, {"subscribePattern": pattern})
                   .writeStream.format("parquet").outputMode("append")
                   .option("path", str(work / "parquet" / "windows"))
                   .option("checkpointLocation", str(work / "checkpoints" / "to-parquet"))
-                  .trigger(availableNow=True).queryName("windows_to_parquet").start())
+                  .trigger(**trigger).queryName("windows_to_parquet").start())
     return [to_kafka, to_parquet]
 
 
