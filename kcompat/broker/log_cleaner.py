@@ -18,9 +18,10 @@ disk) is logged and abandoned; its scratch files go, the log is unchanged.
 interpreter's forced switches; the loop thread, which gives the GIL up at
 every socket call, then waits a whole switch interval (5 ms by default) each
 time it wants it back, so a produce took ~0.1-1 s while a pass ran
-(bench/compaction.py: probe p50 80-600 ms against 2-4 ms). The cleaner
-lowers the interpreter's switch interval to ``SWITCH_INTERVAL_S`` when it
-starts: the loop waits at most that long per hand-over.
+(bench/compaction.py: probe p50 80-600 ms against 2-4 ms). While a pass runs
+the cleaner lowers the interpreter's switch interval to ``SWITCH_INTERVAL_S``
+(the loop waits at most that long per hand-over) and puts it back after, so
+the rest of the broker's threads (the flusher's fsyncs) keep the default.
 
 Metrics (``BrokerMetrics``): passes, bytes read and written, records removed,
 and per topic the largest dirty ratio seen (the cleaner's lag).
@@ -31,7 +32,8 @@ from __future__ import annotations
 import logging
 import sys
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 import trio
@@ -70,7 +72,6 @@ class LogCleaner:
     async def run(self) -> None:
         if not self.state.config["log.cleaner.enable"]:
             return
-        sys.setswitchinterval(min(sys.getswitchinterval(), SWITCH_INTERVAL_S))
         while True:
             await trio.sleep(self.state.config["log.cleaner.backoff.ms"] / 1000)
             await self.clean_all()
@@ -102,7 +103,9 @@ class LogCleaner:
         ratios[part.topic] = max(ratios.get(part.topic, 0.0), plan.dirty_bytes / plan.total_bytes)
         result: cleaner.Result | None = None
         try:
-            result = await trio.to_thread.run_sync(cleaner.clean, plan, abandon_on_cancel=True)
+            with short_switch_interval():
+                result = await trio.to_thread.run_sync(cleaner.clean, plan,
+                                                       abandon_on_cancel=True)
         except trio.Cancelled:  # a drain does not wait for the pass; recovery drops its files
             plan.stop = True
             raise
@@ -125,6 +128,17 @@ class LogCleaner:
                      part.topic, part.index, result.end, result.records_removed,
                      result.bytes_read, result.bytes_written)
         return int(done)
+
+
+@contextmanager
+def short_switch_interval() -> Iterator[None]:
+    """The interpreter's switch interval at most ``SWITCH_INTERVAL_S`` inside."""
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(min(old, SWITCH_INTERVAL_S))
+    try:
+        yield
+    finally:
+        sys.setswitchinterval(old)
 
 
 class _CleanerCollector(Collector):

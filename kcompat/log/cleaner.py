@@ -38,11 +38,14 @@ the first (it holds the log start).
 
 *Crash safety.* New segments are written and fsynced in a scratch directory
 (``cleaner.tmp``, deleted by recovery). ``install`` (on the broker's loop
-thread, after checking the segments are still the log's) removes the old
-segment's index files, renames the new ``.log`` over the old one — the one
-atomic step — then moves the new indexes in. A crash before the rename
-leaves the old segment; after it, the new one, with its indexes rebuilt by
-recovery if they had not arrived. The checkpoint (``cleaner-checkpoint``:
+thread, after checking the segments are still the log's) removes each group's
+first old segment's index files and renames the group's new ``.log`` over
+that segment's — the one atomic step — then, after one directory sync for
+the whole pass, removes the rest of the group and moves the new indexes in.
+A crash before a rename leaves the old segments; after it, the new one, with
+its indexes rebuilt by recovery if they had not arrived, and the rest of its
+group removed by ``recover_swap`` (the ``cleaner-swap`` manifest written
+before the first rename names the groups). The checkpoint (``cleaner-checkpoint``:
 the end offset and time of each pass) is written last; losing it only makes
 the next pass clean again and keep tombstones longer.
 """
@@ -405,33 +408,37 @@ def install(directory: Path, segments: list[LogSegment], result: Result,
         atomic_write(directory / SWAP_FILE, json.dumps(merged).encode(), store)
     scratch = directory / SCRATCH_DIR
     out: list[LogSegment | None] = list(segments)
+    swapped = [r for r in result.rewrites if r.new is not None]
     for rewrite in result.rewrites:
-        first = rewrite.olds[0]
         for old in rewrite.olds:
             old.close()
-        if rewrite.new is None:
+        if rewrite.new is None:  # all its batches went: nothing of it is needed
             for old in rewrite.olds:
                 _remove_segment(directory, old.base_offset, store)
                 out[position[id(old)]] = None
-            continue
-        base = first.base_offset
+    for rewrite in swapped:  # the atomic step of each group: its new log in place
+        base = rewrite.olds[0].base_offset
         for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX):
             store.remove(offset_path(directory, base, suffix))
         store.rename(offset_path(scratch, base, LOG_SUFFIX), offset_path(directory, base, LOG_SUFFIX))
-        store.sync_dir(directory)
+    store.sync_dir(directory)  # before the rest of any group goes (one sync for the pass)
+    for rewrite in swapped:
+        base = rewrite.olds[0].base_offset
         for old in rewrite.olds[1:]:
             _remove_segment(directory, old.base_offset, store)
             out[position[id(old)]] = None
         for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX):
             store.rename(offset_path(scratch, base, suffix), offset_path(directory, base, suffix))
-        last = position[id(rewrite.olds[-1])]
-        next_base = segments[last + 1].base_offset
-        reopened, ready = LogSegment.open_existing(directory, base, plan.config, first.created_ms,
-                                                   next_base, trust_indexes=True, store=store)
-        if not ready:
-            reopened.recover(base, lambda _h: None, gaps=True)
-        out[position[id(first)]] = reopened
     store.sync_dir(directory)
+    for rewrite in swapped:
+        first = rewrite.olds[0]
+        next_base = segments[position[id(rewrite.olds[-1])] + 1].base_offset
+        reopened, ready = LogSegment.open_existing(directory, first.base_offset, plan.config,
+                                                   first.created_ms, next_base,
+                                                   trust_indexes=True, store=store)
+        if not ready:
+            reopened.recover(first.base_offset, lambda _h: None, gaps=True)
+        out[position[id(first)]] = reopened
     store.remove(directory / SWAP_FILE)
     discard(directory, store)
     return [s for s in out if s is not None]
