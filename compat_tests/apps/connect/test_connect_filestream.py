@@ -43,7 +43,7 @@ from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 from compat_tests._broker import Broker
 from compat_tests._cluster import Cluster
 from compat_tests._deployment import CLUSTER_BROKER_ARGS, Deployment
-from compat_tests.apps.connect._worker import ConnectError, ConnectWorker
+from compat_tests.apps.connect._worker import ConnectError, ConnectWorker, connect_libs
 from compat_tests.java.kafka_reference import KafkaReference
 
 WAIT_S = 60.0
@@ -64,7 +64,7 @@ class Target:
     replication: int
     create_topic: Callable[[str], None]
     diagnostics: Callable[[], str]
-    closers: list[Callable[[], None]] = field(default_factory=list)
+    closers: list[Callable[[], object]] = field(default_factory=list)
 
 
 def _admin(bootstrap: str) -> AdminClient:
@@ -85,6 +85,7 @@ def target(request: pytest.FixtureRequest,
            tmp_path_factory: pytest.TempPathFactory) -> Iterator[Target]:
     """The brokers, shared by the module's tests (each has its own topic and worker group)."""
     kind = request.param
+    connect_libs()  # Maven resolution (once, cached) before any broker starts
     tmp_path = tmp_path_factory.mktemp(kind)
     t: Target
     if kind == "kcompat":
@@ -336,7 +337,7 @@ def _check_internal_topics(target: Target, worker: ConnectWorker, topic: str,
     latest = {k: json.loads(v) if v else None for k, v in config_log}
     for name, want in (("file-source", str(src_file)), ("file-sink", None)):
         stored = latest.get(f"connector-{name}")
-        assert stored is not None, f"[{target.name}] no config of {name} in {sorted(latest)}"
+        assert stored is not None, f"[{target.name}] no config of {name} in {sorted(map(str, latest))}"
         assert stored["properties"]["connector.class"].startswith("FileStream"), stored
         if want is not None:
             assert stored["properties"]["file"] == want, stored
@@ -491,7 +492,7 @@ def test_offsets_api_and_lifecycle(target: Target, tmp_path: Path) -> None:
         configs = worker.properties()["config.storage.topic"]
         latest = {k: v for recs in read_topic(target.bootstrap, configs).values()
                   for _o, k, v in recs}
-        assert "connector-rewind-source" in latest, f"[{target.name}] {sorted(latest)}"
+        assert "connector-rewind-source" in latest, f"[{target.name}] {sorted(map(str, latest))}"
         assert latest["connector-rewind-source"] is None, (
             f"[{target.name}] no tombstone of the deleted connector in {configs}")
         assert latest.get("connector-rewind-sink") is not None
