@@ -3,7 +3,9 @@ broker processes: one broker of the module (cleaner every 200 ms, admin port
 on for ``/metrics``) and a 3-broker cluster of the module at replication
 factor 3.
 
-* ``cleanup.policy=compact`` with small segments: kafka-python writes many
+* ``cleanup.policy=compact`` with small segments (Kafka's internal topic
+  config ``internal.segment.bytes``, as Kafka's own tests get them:
+  ``segment.bytes`` is at least 1 MiB since Kafka 4.0): kafka-python writes many
   versions of each key and tombstones; once the cleaner has run, a fresh
   consumer reads exactly the latest record of each key below the active
   segment, at the offset the producer was acknowledged for it, every record
@@ -20,9 +22,11 @@ factor 3.
 * transactions (confluent-kafka): after cleaning, read_committed and
   read_uncommitted consumers see only committed latest values, and the
   aborted records are gone from the segment files.
-* ``__consumer_offsets`` is compacted (``offsets.topic.segment.bytes``): a
-  group committed many times, cleaned, then a restart: the group's offsets
-  are the last ones committed.
+* ``__consumer_offsets`` is compacted (its segments made small by an
+  IncrementalAlterConfigs of ``internal.segment.bytes``: Kafka 4.4 refuses to
+  create it with an ``offsets.topic.segment.bytes`` below 1 MiB): a group
+  committed many times, cleaned, then a restart: the group's offsets are the
+  last ones committed.
 * DeleteRecords on a compact-only topic is POLICY_VIOLATION, as Kafka answers.
 """
 
@@ -56,12 +60,12 @@ from ._deployment import Deployment
 BACKOFF_ARGS = ("--set", "log.cleaner.backoff.ms=200")
 BROKER_ARGS = (*BACKOFF_ARGS, "--set", "group.initial.rebalance.delay.ms=0",
                "--set", "offsets.topic.num.partitions=1",
-               "--set", "offsets.topic.segment.bytes=4096",
                "--set", "transaction.state.log.num.partitions=1",
                "--set", "transaction.abort.timed.out.transaction.cleanup.interval.ms=500")
-#: a compacted topic whose segments roll every 2 KiB and which is cleaned as
-#: soon as any segment is dirty
-COMPACT = {"cleanup.policy": "compact", "segment.bytes": "2048",
+#: a compacted topic whose segments roll every 2 KiB (Kafka's internal key:
+#: segment.bytes is at least 1 MiB) and which is cleaned as soon as any
+#: segment is dirty
+COMPACT = {"cleanup.policy": "compact", "internal.segment.bytes": "2048",
            "min.cleanable.dirty.ratio": "0.01", "delete.retention.ms": "600000"}
 
 
@@ -205,7 +209,7 @@ def test_kill9_while_cleaning_loses_nothing(tmp_path: Path) -> None:
     b.start()
     try:
         topic = unique_topic("compact-kill9")
-        create_topic(b.bootstrap, topic, {**COMPACT, "segment.bytes": str(1 << 20),
+        create_topic(b.bootstrap, topic, {**COMPACT, "internal.segment.bytes": str(1 << 20),
                                           "min.compaction.lag.ms": "3600000"})
         pdir = b.data_dir / f"{topic}-0"
         # many small records: a pass long enough (~0.5 s) to be caught writing
@@ -366,7 +370,7 @@ def test_transactions_compacted(kind: str, request: pytest.FixtureRequest) -> No
 
 
 def test_consumer_offsets_compacted_then_restart(cbroker: AdminBroker) -> None:
-    """``__consumer_offsets`` (``offsets.topic.segment.bytes=4096``) is compacted:
+    """``__consumer_offsets`` (``internal.segment.bytes=4096`` set on it) is compacted:
     a group's hundreds of commits shrink to one record per partition below the
     cleaned point, and after a kill -9 and restart (replaying the compacted
     log) the group's committed offsets are the last ones it committed."""
@@ -379,6 +383,8 @@ def test_consumer_offsets_compacted_then_restart(cbroker: AdminBroker) -> None:
     consumer = KafkaConsumer(bootstrap_servers=cbroker.bootstrap, group_id=group,
                              enable_auto_commit=False)
     try:
+        consumer.commit({tp: OffsetAndMetadata(0, "", -1) for tp in tps})  # creates it
+        alter_topic(cbroker.bootstrap, "__consumer_offsets", {"internal.segment.bytes": "4096"})
         for i in range(200):
             consumer.commit({tp: OffsetAndMetadata(i * 10 + tp.partition, "m" * 60, -1)
                              for tp in tps})

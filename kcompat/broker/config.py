@@ -45,7 +45,7 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
         _D("delete.topic.enable", "boolean", True),
         _D("message.max.bytes", "int", 1048588, minimum=0),
         _D("socket.request.max.bytes", "int", 104857600, minimum=1),
-        _D("log.segment.bytes", "int", 1073741824, minimum=14),
+        _D("log.segment.bytes", "int", 1073741824, minimum=1 << 20, kafka_text=True),
         _D("log.roll.ms", "long", 604800000, minimum=1),
         _D("log.retention.ms", "long", 604800000, minimum=-1),
         _D("log.retention.bytes", "long", -1),

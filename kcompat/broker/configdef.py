@@ -6,8 +6,9 @@ A ``ConfigDef`` names one Kafka config key: its type, default, allowed values
 and (for topic keys) the broker key that supplies its default. ``parse`` turns
 a user's value (string from a file, flag, env var or an AlterConfigs request)
 into a typed value or raises ``ConfigError`` with a one-line message naming the
-key and what it accepts. Both the broker config and per-topic configs use it,
-so an operator and a Kafka admin client get the same validation.
+key and what it accepts (in Kafka's words, "Invalid value X for configuration
+K: ...", for a key marked ``kafka_text``). Both the broker config and per-topic
+configs use it, so an operator and a Kafka admin client get the same validation.
 """
 
 from __future__ import annotations
@@ -20,9 +21,14 @@ LONG_MAX = 9223372036854775807
 
 
 class ConfigError(ValueError):
-    def __init__(self, key: str, message: str) -> None:
-        super().__init__(f"{key}: {message}")
+    def __init__(self, key: str, message: str, *, text: str | None = None) -> None:
+        super().__init__(text if text is not None else f"{key}: {message}")
         self.key = key
+
+
+def _kafka_error(key: str, raw: Any, problem: str) -> ConfigError:
+    """A bad value as Kafka words it (its ConfigException)."""
+    return ConfigError(key, problem, text=f"Invalid value {raw} for configuration {key}: {problem}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,9 +43,12 @@ class ConfigDef:
     sensitive: bool = False
     internal: bool = False  # Kafka's internal keys: settable, listed only when asked by name
     check: Callable[[Any], str | None] | None = None
+    kafka_text: bool = False  # errors in Kafka's words (type and minimum)
 
     def parse(self, raw: Any) -> Any:
         value = self._coerce(raw)
+        if self.kafka_text and self.minimum is not None and value < self.minimum:
+            raise _kafka_error(self.name, value, f"Value must be at least {self.minimum:.0f}")
         if self.choices is not None:
             items = value if isinstance(value, list) else [value]
             bad = [v for v in items if v not in self.choices]
@@ -81,6 +90,8 @@ class ConfigDef:
                 return [x.strip() for x in str(raw).split(",") if x.strip()]
             return str(raw)
         except ValueError:
+            if self.kafka_text:
+                raise _kafka_error(self.name, raw, f"Not a number of type {t.upper()}") from None
             raise ConfigError(self.name, f"{raw!r} is not a valid {t}") from None
 
     def render(self, value: Any) -> str:

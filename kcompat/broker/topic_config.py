@@ -6,7 +6,9 @@ A topic stores only the keys set on it (``overrides``); every other key takes
 its value from the broker key named in its definition (``log.retention.ms`` for
 ``retention.ms``...), or the static default. DescribeConfigs reports each key
 with its source (topic, broker default, static default). ``log_config`` turns
-the effective values into the storage layer's ``LogConfig``.
+the effective values into the storage layer's ``LogConfig``; its segment size is
+Kafka's internal ``internal.segment.bytes`` where set (tests use it for small
+segments, since ``segment.bytes`` is at least 1 MiB), else ``segment.bytes``.
 """
 
 from __future__ import annotations
@@ -18,6 +20,9 @@ from kcompat.ext import dedup, retry, view_filter
 from kcompat.ext.delay import DELAY_MAX_MS_DEFAULT
 from kcompat.ext.retry import RetryPolicy
 from kcompat.log.config import LogConfig
+
+SEGMENT_BYTES_MIN = 1 << 20
+INTERNAL_SEGMENT_BYTES = "internal.segment.bytes"
 
 
 def _filter_problem(text: str) -> str | None:
@@ -108,11 +113,17 @@ TOPIC_CONFIGS: dict[str, ConfigDef] = {
         _D("retention.ms", "long", 604800000, minimum=-1, broker_key="log.retention.ms"),
         # KIP-1191: may share groups dead-letter into this topic
         _D("errors.deadletterqueue.group.enable", "boolean", False),
-        _D("segment.bytes", "int", 1073741824, minimum=14, broker_key="log.segment.bytes"),
+        # Kafka 4 (KAFKA-16368): at least 1 MiB; smaller segments only through
+        # the internal key below, meant for tests
+        _D("segment.bytes", "int", 1073741824, minimum=SEGMENT_BYTES_MIN,
+           broker_key="log.segment.bytes", kafka_text=True),
         _D("segment.index.bytes", "int", 10485760, minimum=4),
         _D("segment.jitter.ms", "long", 0, minimum=0),
         _D("segment.ms", "long", 604800000, minimum=1, broker_key="log.roll.ms"),
         _D("unclean.leader.election.enable", "boolean", False),
+        # Kafka's internal key: when set, the segment size instead of
+        # segment.bytes, with no lower bound; listed only where set
+        _D(INTERNAL_SEGMENT_BYTES, "int", None, internal=True, kafka_text=True),
         # extensions (EXTENSIONS.md): listed only where set, so plain topics
         # describe exactly as in Kafka
         _D("kc.delay.max.ms", "long", DELAY_MAX_MS_DEFAULT, minimum=0),
@@ -144,8 +155,18 @@ def view_source(overrides: dict[str, Any]) -> str | None:
 
 def listed_keys(overrides: dict[str, Any]) -> list[str]:
     """The keys DescribeConfigs / CreateTopics list for a topic: Kafka's, and
-    an extension key only where the topic sets it."""
-    return [k for k in TOPIC_CONFIGS if not k.startswith(EXTENSION_PREFIX) or k in overrides]
+    an internal or extension key only where the topic sets it."""
+    return [k for k, d in TOPIC_CONFIGS.items()
+            if k in overrides or not (d.internal or k.startswith(EXTENSION_PREFIX))]
+
+
+def segment_bytes(overrides: dict[str, Any], broker: dict[str, Any]) -> int:
+    """The segment size: ``internal.segment.bytes`` where the topic sets it (any
+    int, as in Kafka; below 1 a segment holds one batch), else ``segment.bytes``."""
+    internal = overrides.get(INTERNAL_SEGMENT_BYTES)
+    if internal is not None:
+        return max(1, int(internal))
+    return int(effective("segment.bytes", overrides, broker)[0])
 
 
 def retry_policy(overrides: dict[str, Any], broker: dict[str, Any]) -> RetryPolicy | None:
@@ -189,7 +210,7 @@ def log_config(overrides: dict[str, Any], broker: dict[str, Any]) -> LogConfig:
         return effective(key, overrides, broker)[0]
 
     return LogConfig(
-        segment_bytes=int(get("segment.bytes")),
+        segment_bytes=segment_bytes(overrides, broker),
         segment_ms=int(get("segment.ms")),
         retention_ms=int(get("retention.ms")),
         retention_bytes=int(get("retention.bytes")),
