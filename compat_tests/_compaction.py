@@ -68,11 +68,13 @@ def alter_topic(bootstrap: str, name: str, configs: dict[str, str]) -> None:
 
 def produce(bootstrap: str, topic: str, pairs: Iterable[tuple[bytes, bytes | None]],
             partition: int = 0, **config: Any) -> list[Item]:
-    """Send every pair (kafka-python, acks=all, batched); (offset, key, value) of each."""
+    """Send every pair (kafka-python, acks=all, batched); (offset, key, value) of each.
+    Batches of at most 2 KiB: a batch larger than the topic's segment size is
+    RECORD_LIST_TOO_LARGE, on Kafka as on kcompat."""
     from kafka import KafkaProducer
 
     producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=5,
-                             batch_size=4096, **config)
+                             batch_size=2048, **config)
     try:
         sent = [(producer.send(topic, key=k, value=v, partition=partition), k, v)
                 for k, v in pairs]

@@ -11,7 +11,10 @@ the way to disk. Nothing is stored unless every check passes. Only a topic with
 change). A client-sent control batch is refused: markers are written by the
 transaction coordinator only. A compacted topic (``cleanup.policy`` with
 ``compact``) refuses a batch with a record without a key, as Kafka's
-LogValidator does (INVALID_RECORD, each such record in ``record_errors``).
+LogValidator does (INVALID_RECORD, each such record in ``record_errors``). A
+batch larger than the topic's segment size (``internal.segment.bytes`` or
+``segment.bytes``) is RECORD_LIST_TOO_LARGE, as in Kafka: a segment holds
+whole batches.
 
 Extensions (EXTENSIONS.md): a batch whose records carry delayed-delivery
 headers is stored with those records taken out (``ext.holes``: same offsets,
@@ -34,7 +37,7 @@ from kio.schema.errors import ErrorCode
 from kcompat.broker import dedup_windows
 from kcompat.broker.configdef import LONG_MAX
 from kcompat.broker.partition import Partition
-from kcompat.broker.topic_config import effective, retry_policy
+from kcompat.broker.topic_config import effective, retry_policy, segment_bytes
 from kcompat.ext import holes
 from kcompat.ext.delay import HeaderError
 from kcompat.ext.holes import Split
@@ -139,6 +142,9 @@ def append_records(
         if split is not None:
             view = memoryview(split.hole)
             header = wbatch.parse_header(view)
+    segment_size = segment_bytes(topic_configs, broker_defaults)
+    if len(view) > segment_size:  # a batch never spans segments; no message, as Kafka's
+        return AppendResult(ErrorCode.record_list_too_large)
     dedup = dedup_windows.policy(topic_configs, broker_defaults)
     result = store(part, view, header, log_append, now_ms, write, dedup, strict=True)
     return result if split is None else dataclasses.replace(result, split=split)

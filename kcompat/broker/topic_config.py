@@ -161,11 +161,11 @@ def listed_keys(overrides: dict[str, Any]) -> list[str]:
 
 
 def segment_bytes(overrides: dict[str, Any], broker: dict[str, Any]) -> int:
-    """The segment size: ``internal.segment.bytes`` where the topic sets it (any
-    int, as in Kafka; below 1 a segment holds one batch), else ``segment.bytes``."""
+    """The segment size (Kafka's ``LogConfig.segmentSize``): ``internal.segment.bytes``
+    where the topic sets it (any int, as in Kafka), else ``segment.bytes``."""
     internal = overrides.get(INTERNAL_SEGMENT_BYTES)
     if internal is not None:
-        return max(1, int(internal))
+        return int(internal)
     return int(effective("segment.bytes", overrides, broker)[0])
 
 
@@ -210,7 +210,7 @@ def log_config(overrides: dict[str, Any], broker: dict[str, Any]) -> LogConfig:
         return effective(key, overrides, broker)[0]
 
     return LogConfig(
-        segment_bytes=segment_bytes(overrides, broker),
+        segment_bytes=max(1, segment_bytes(overrides, broker)),  # < 1: a batch a segment
         segment_ms=int(get("segment.ms")),
         retention_ms=int(get("retention.ms")),
         retention_bytes=int(get("retention.bytes")),

@@ -12,7 +12,8 @@ Append (the hot path) never copies the batch: it is written as four parts —
 the new baseOffset, the original batchLength, the new partitionLeaderEpoch, and
 the original bytes from ``magic`` on — both rewritten fields lying outside the
 CRC. A new segment is rolled first when the batch would push the active one
-past ``segment_bytes`` or the active one is older than ``segment_ms``; rolling
+past ``segment_bytes`` or its timestamp is more than ``segment_ms`` after the
+active segment's first batch (record time, as Kafka rolls); rolling
 fsyncs the old segment, so only the active segment can hold unsynced data.
 After the write, the producer state table and the leader epoch cache learn
 the batch.
@@ -178,7 +179,8 @@ class PartitionLog:
         active = self._segments[-1]
         at = active.next_offset if base_offset is None else base_offset
         assert at >= active.next_offset, f"append at {at} below the log end {active.next_offset}"
-        if active.would_overflow(replace(header, base_offset=at)) or active.roll_due(now_ms):
+        if active.would_overflow(replace(header, base_offset=at)) or \
+                active.roll_due(now_ms, header.max_timestamp):
             active = self._roll(now_ms)
         new_header = replace(header, base_offset=at, partition_leader_epoch=leader_epoch)
         parts: list[bytes | memoryview] = [

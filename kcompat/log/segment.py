@@ -216,12 +216,17 @@ class LogSegment:
         too_big = self.size_bytes + header.size > self.config.segment_bytes
         return too_big or header.last_offset - self.base_offset > INT32_MAX
 
-    def roll_due(self, now_ms: int) -> bool:
-        """True if the segment is non-empty and older than ``segment_ms``."""
+    def roll_due(self, now_ms: int, batch_timestamp: int) -> bool:
+        """True if the segment is non-empty and a batch of max timestamp
+        ``batch_timestamp`` comes more than ``segment_ms`` after its first
+        batch's (Kafka's rule: record time, so old timestamps replayed do not
+        roll a segment per batch); by the wall clock since the segment was
+        created only where its first batch has no timestamp."""
         if self.size_bytes == 0:
             return False
-        since = self.first_batch_timestamp if self.first_batch_timestamp >= 0 else self.created_ms
-        return now_ms - since > self.config.segment_ms
+        if self.first_batch_timestamp >= 0:
+            return batch_timestamp - self.first_batch_timestamp > self.config.segment_ms
+        return now_ms - self.created_ms > self.config.segment_ms
 
     def append(self, parts: Sequence[bytes | bytearray | memoryview], header: BatchHeader) -> int:
         """Write one batch given as ``parts`` (``header`` carries its assigned

@@ -111,6 +111,20 @@ def test_roll_by_time(tmp_path: Path) -> None:
     log.close()
 
 
+def test_roll_by_record_time_not_the_wall_clock(tmp_path: Path) -> None:
+    """Kafka rolls by the new batch's timestamp less the segment's first batch's:
+    records replayed with old timestamps (a day before the broker's clock) fill
+    one segment instead of rolling one per batch."""
+    log = open_log(tmp_path / "t-0", segment_ms=1000)
+    day = 86_400_000
+    for i in range(5):
+        append(log, ts=5_000 + 100 * i, now_ms=day + 5_000)
+    assert log.segment_base_offsets == [0]
+    append(log, ts=6_001, now_ms=day + 5_000)
+    assert log.segment_base_offsets == [0, 5]
+    log.close()
+
+
 def test_a_new_config_reaches_the_active_segment(tmp_path: Path) -> None:
     """A topic's AlterConfigs or a dynamic broker default replaces the log's
     config: the active segment rolls by the new segment.ms at once."""
