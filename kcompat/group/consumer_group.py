@@ -60,7 +60,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from kcompat.group.assignors import ASSIGNORS, Partition, TopicPartitions, flat, grouped
+from kcompat.group.assignors import ASSIGNORS, Partition, flat, grouped
 from kcompat.group.consumer_classic import ClassicMembers, ClassicMemberState
 from kcompat.group.consumer_member import (
     LEAVE_GROUP_MEMBER_EPOCH,
@@ -78,6 +78,7 @@ from kcompat.group.consumer_messages import (
     HeartbeatResult,
 )
 from kcompat.group.consumer_protocol import decode_assignment, decode_subscription
+from kcompat.group.epoch_group import EpochGroup
 
 EMPTY, ASSIGNING, RECONCILING, STABLE_GROUP, DEAD = (
     "Empty", "Assigning", "Reconciling", "Stable", "Dead")
@@ -89,32 +90,15 @@ def _fenced_instance(hb: Heartbeat, owner: ConsumerMember) -> str:
             f"member {owner.member_id}.")
 
 
-class ConsumerGroup(ClassicMembers):
+class ConsumerGroup(EpochGroup[ConsumerMember], ClassicMembers):
     def __init__(self, group_id: str, config: ConsumerGroupConfig | None = None,
                  partition_counts: Mapping[str, int] | None = None) -> None:
-        self.group_id = group_id
+        super().__init__(group_id, partition_counts)
         self.config = config or ConsumerGroupConfig()
-        self._topics: dict[str, int] = dict(partition_counts or {})
-        self._members: dict[str, ConsumerMember] = {}
-        self._target: dict[str, TopicPartitions] = {}
-        self._group_epoch = 0
-        self._assignment_epoch = 0
         self._assigned_at_ms = NO_TIME
         self._regex: dict[str, tuple[str, ...]] = {}  # regex -> the topics it matches
 
     # -- what the host reads -------------------------------------------------
-
-    @property
-    def group_epoch(self) -> int:
-        return self._group_epoch
-
-    @property
-    def assignment_epoch(self) -> int:
-        return self._assignment_epoch
-
-    @property
-    def exists(self) -> bool:
-        return self._group_epoch > 0 or bool(self._members)
 
     @property
     def state(self) -> str:
@@ -126,9 +110,6 @@ class ConsumerGroup(ClassicMembers):
                for m in self._members.values()):
             return RECONCILING
         return STABLE_GROUP
-
-    def member_ids(self) -> list[str]:
-        return sorted(self._members)
 
     def member(self, member_id: str) -> ConsumerMember | None:
         return self._members.get(member_id)
@@ -229,25 +210,15 @@ class ConsumerGroup(ClassicMembers):
             return HeartbeatResult(e.code, error_message=e.message)
         return self._heartbeat(member, hb, now_ms)
 
-    def update_metadata(self, partition_counts: Mapping[str, int]) -> bool:
-        """The cluster's topics changed; True if that bumped the group epoch."""
-        before = self._subscribed_counts()
-        self._topics = dict(partition_counts)
+    def _topics_changed(self) -> None:
+        """A regex subscription matches the topics there are now."""
         self._regex = {r: self._resolve(r) for r in self._regex}
-        if self._subscribed_counts() == before:
-            return False
-        self._bump()
-        return True
 
-    def tick(self, now_ms: int) -> list[str]:
-        """Remove the members whose session ended or who did not revoke within
-        their rebalance timeout; their ids."""
-        expired = sorted(m.member_id for m in self._members.values()
-                         if m.session_deadline_ms <= now_ms
-                         or (m.revoke_deadline_ms is not None and m.revoke_deadline_ms <= now_ms))
-        for member_id in expired:
-            self._remove(member_id)
-        return expired
+    def _expired(self, member: ConsumerMember, now_ms: int) -> bool:
+        """Its session ended or it did not revoke within its rebalance timeout
+        (``tick``)."""
+        return member.session_deadline_ms <= now_ms or (
+            member.revoke_deadline_ms is not None and member.revoke_deadline_ms <= now_ms)
 
     # -- members ---------------------------------------------------------------
 

@@ -4,7 +4,8 @@ Theory of operation
 -------------------
 Value types of ``consumer_group``: a ConsumerGroupHeartbeat as the machine
 sees it (``Heartbeat``; ``None`` fields did not change since the last one),
-its answer, and a described group. ``check_request`` is Kafka 4.4's
+its answer (``epoch_group.HeartbeatResult``, shared with share groups),
+and a described group. ``check_request`` is Kafka 4.4's
 validation of a heartbeat, done before the coordinator is looked up, with
 Kafka's error codes and messages. Pure: no clock, no I/O.
 """
@@ -22,6 +23,10 @@ from kcompat.group.consumer_member import (
     LEAVE_GROUP_MEMBER_EPOCH,
     LEAVE_GROUP_STATIC_MEMBER_EPOCH,
 )
+from kcompat.group.epoch_group import HeartbeatResult
+
+__all__ = ["ConsumerGroupConfig", "DescribedConsumerGroup", "DescribedMember", "GroupError",
+           "Heartbeat", "HeartbeatResult", "check_request"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,16 +44,6 @@ class Heartbeat:
     owned: TopicPartitions | None = None
     client_id: str = ""
     client_host: str = ""
-
-
-@dataclass(frozen=True, slots=True)
-class HeartbeatResult:
-    error: ErrorCode
-    member_id: str | None = None
-    member_epoch: int = 0
-    heartbeat_interval_ms: int = 0
-    assignment: TopicPartitions | None = None  # None: not sent
-    error_message: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -78,6 +78,8 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from kcompat.group.epoch_group import EpochGroup, HeartbeatResult
+
 LEAVE_GROUP_MEMBER_EPOCH = -1
 ASSIGNOR_NAME = "simple"
 EMPTY = "Empty"
@@ -92,16 +94,6 @@ class ShareGroupConfig:
     session_timeout_ms: int = 45_000  # group.share.session.timeout.ms
     heartbeat_interval_ms: int = 5_000  # group.share.heartbeat.interval.ms
     max_size: int = 200  # group.share.max.size
-
-
-@dataclass(frozen=True, slots=True)
-class HeartbeatResult:
-    error: ErrorCode
-    member_id: str | None = None
-    member_epoch: int = 0
-    heartbeat_interval_ms: int = 0
-    assignment: TopicPartitions | None = None  # None: not sent
-    error_message: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,38 +148,17 @@ class _Member:
                             self.client_host)
 
 
-class ShareGroup:
+class ShareGroup(EpochGroup[_Member]):
     def __init__(self, group_id: str, config: ShareGroupConfig | None = None,
                  partition_counts: Mapping[str, int] | None = None) -> None:
-        self.group_id = group_id
+        super().__init__(group_id, partition_counts)
         self.config = config or ShareGroupConfig()
-        self._topics: dict[str, int] = dict(partition_counts or {})
-        self._members: dict[str, _Member] = {}
-        self._target: dict[str, TopicPartitions] = {}
-        self._group_epoch = 0
-        self._assignment_epoch = 0
 
     # -- what the host reads -------------------------------------------------
 
     @property
-    def group_epoch(self) -> int:
-        return self._group_epoch
-
-    @property
-    def assignment_epoch(self) -> int:
-        return self._assignment_epoch
-
-    @property
-    def exists(self) -> bool:
-        """False until a first member joins (Kafka: GROUP_ID_NOT_FOUND)."""
-        return self._group_epoch > 0 or bool(self._members)
-
-    @property
     def state(self) -> str:
         return STABLE if self._members else EMPTY
-
-    def member_ids(self) -> list[str]:
-        return sorted(self._members)
 
     def member(self, member_id: str) -> MemberRecord | None:
         member = self._members.get(member_id)
@@ -235,23 +206,6 @@ class ShareGroup:
         return self._heartbeat(member or _Member(member_id), member_epoch, now_ms,
                                subscribed_topic_names, rack_id, client_id, client_host)
 
-    def update_metadata(self, partition_counts: Mapping[str, int]) -> bool:
-        """The cluster's topics changed; True if that bumped the group epoch."""
-        before = self._subscribed_counts()
-        self._topics = dict(partition_counts)
-        if self._subscribed_counts() == before:
-            return False
-        self._bump()
-        return True
-
-    def tick(self, now_ms: int) -> list[str]:
-        """Remove the members whose session expired by ``now_ms``; their ids."""
-        expired = sorted(m.member_id for m in self._members.values()
-                         if m.deadline_ms <= now_ms)
-        for member_id in expired:
-            self._remove(member_id)
-        return expired
-
     # -- persistence ---------------------------------------------------------
 
     def snapshot(self) -> ShareGroupSnapshot:
@@ -285,6 +239,10 @@ class ShareGroup:
         return group
 
     # -- internals -----------------------------------------------------------
+
+    def _expired(self, member: _Member, now_ms: int) -> bool:
+        """Its session ended (``tick``)."""
+        return member.deadline_ms <= now_ms
 
     def _heartbeat(self, member: _Member, member_epoch: int, now_ms: int,
                    subscribed_topic_names: Sequence[str] | None, rack_id: str | None,

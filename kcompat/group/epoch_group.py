@@ -1,0 +1,111 @@
+"""What a KIP-848 consumer group and a KIP-932 share group share, sans-IO.
+
+Theory of operation
+-------------------
+Both protocols keep, for one group id, a set of members with member epochs,
+a **group epoch** that goes up when the membership or the subscribed topics'
+partitions change, and a **target assignment** with its own epoch.
+``EpochGroup`` holds that state and what the host reads of it (the epochs,
+whether the group exists, its member ids), feeds it the cluster's topics
+(``update_metadata``: a change of what the members subscribe to bumps the
+group epoch) and expires members (``tick``). The subclasses
+(``consumer_group.ConsumerGroup``, ``share_group.ShareGroup``) own every rule
+that differs: who may join or heartbeat, what a bump does, when a member's
+time is up. ``HeartbeatResult`` is the answer both heartbeats give.
+
+Pure and deterministic: no clock, no I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+from kio.schema.errors import ErrorCode
+
+from kcompat.group.assignors import TopicPartitions
+
+M = TypeVar("M")
+
+
+@dataclass(frozen=True, slots=True)
+class HeartbeatResult:
+    """The answer to a ConsumerGroupHeartbeat or a ShareGroupHeartbeat."""
+
+    error: ErrorCode
+    member_id: str | None = None
+    member_epoch: int = 0
+    heartbeat_interval_ms: int = 0
+    assignment: TopicPartitions | None = None  # None: not sent
+    error_message: str | None = None
+
+
+class EpochGroup(Generic[M]):
+    """Members of type ``M`` keyed by member id, the group and assignment
+    epochs and the target assignment; see the module doc."""
+
+    def __init__(self, group_id: str, partition_counts: Mapping[str, int] | None) -> None:
+        self.group_id = group_id
+        self._topics: dict[str, int] = dict(partition_counts or {})
+        self._members: dict[str, M] = {}
+        self._target: dict[str, TopicPartitions] = {}
+        self._group_epoch = 0
+        self._assignment_epoch = 0
+
+    # -- what the host reads -------------------------------------------------
+
+    @property
+    def group_epoch(self) -> int:
+        return self._group_epoch
+
+    @property
+    def assignment_epoch(self) -> int:
+        return self._assignment_epoch
+
+    @property
+    def exists(self) -> bool:
+        """False until a first member joins (Kafka: GROUP_ID_NOT_FOUND)."""
+        return self._group_epoch > 0 or bool(self._members)
+
+    def member_ids(self) -> list[str]:
+        return sorted(self._members)
+
+    # -- transitions ---------------------------------------------------------
+
+    def update_metadata(self, partition_counts: Mapping[str, int]) -> bool:
+        """The cluster's topics changed; True if that bumped the group epoch."""
+        before = self._subscribed_counts()
+        self._topics = dict(partition_counts)
+        self._topics_changed()
+        if self._subscribed_counts() == before:
+            return False
+        self._bump()
+        return True
+
+    def tick(self, now_ms: int) -> list[str]:
+        """Remove the members whose time is up by ``now_ms`` (``_expired``);
+        their ids."""
+        expired = sorted(member_id for member_id, m in self._members.items()
+                         if self._expired(m, now_ms))
+        for member_id in expired:
+            self._remove(member_id)
+        return expired
+
+    # -- what the subclasses decide ----------------------------------------------
+
+    def _topics_changed(self) -> None:
+        """After ``_topics`` was replaced, before the subscriptions are compared."""
+
+    def _expired(self, member: M, now_ms: int) -> bool:
+        raise NotImplementedError
+
+    def _remove(self, member_id: str) -> None:
+        raise NotImplementedError
+
+    def _bump(self) -> None:
+        raise NotImplementedError
+
+    def _subscribed_counts(self) -> dict[str, int]:
+        """``{topic: partition count}`` of the topics the members subscribe to."""
+        raise NotImplementedError
