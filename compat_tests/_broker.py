@@ -16,7 +16,9 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
+from typing import TypeVar
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 READY_MARKER = b"kcompat broker ready"
@@ -270,3 +272,17 @@ class Broker:
     def __repr__(self) -> str:
         state = "running" if self.running else f"exited({self.last_returncode})"
         return f"<Broker {self.bootstrap} {state} data={self.data_dir}>"
+
+
+B = TypeVar("B", bound=Broker)
+
+
+def running(broker: B) -> Iterator[B]:
+    """Start ``broker``, yield it, close it (SIGTERM, then SIGKILL) afterwards:
+    the body of a fixture that owns one broker,
+    ``yield from running(Broker(tmp_path_factory.mktemp("name"), extra_args=...))``."""
+    broker.start()
+    try:
+        yield broker
+    finally:
+        broker.close()

@@ -35,7 +35,7 @@ from pathlib import Path
 
 import pytest
 
-from ._broker import Broker, unique_topic
+from ._broker import Broker, running, unique_topic
 from ._cluster import Cluster
 from ._deployment import (
     CLUSTER_BROKER_ARGS,
@@ -55,27 +55,12 @@ _LEDGER_MARKS: dict[int, int] = {}
 
 @pytest.fixture
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
-    b = Broker(tmp_path_factory.mktemp("broker"))
-    b.start()
-    try:
-        yield b
-    finally:
-        b.close()
-
-
-def _module_broker(tmp_path_factory: pytest.TempPathFactory, name: str,
-                   extra_args: tuple[str, ...] = ()) -> Iterator[Broker]:
-    b = Broker(tmp_path_factory.mktemp(name), extra_args=extra_args)
-    b.start()
-    try:
-        yield b
-    finally:
-        b.close()
+    yield from running(Broker(tmp_path_factory.mktemp("broker")))
 
 
 @pytest.fixture(scope="module")
 def module_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
-    yield from _module_broker(tmp_path_factory, "module-broker")
+    yield from running(Broker(tmp_path_factory.mktemp("module-broker")))
 
 
 class ClusterPool:

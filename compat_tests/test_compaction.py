@@ -39,7 +39,7 @@ from typing import Any
 
 import pytest
 
-from ._broker import unique_topic
+from ._broker import running, unique_topic
 from ._cluster import Cluster, diagnostics
 from ._compaction import (
     Item,
@@ -71,12 +71,7 @@ COMPACT = {"cleanup.policy": "compact", "internal.segment.bytes": "2048",
 
 @pytest.fixture(scope="module")
 def cbroker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AdminBroker]:
-    b = AdminBroker(tmp_path_factory.mktemp("compaction"), extra_args=BROKER_ARGS)
-    b.start()
-    try:
-        yield b
-    finally:
-        b.close()
+    yield from running(AdminBroker(tmp_path_factory.mktemp("compaction"), extra_args=BROKER_ARGS))
 
 
 @pytest.fixture(scope="module")

@@ -48,6 +48,7 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 
+from ._broker import running
 from ._dedup import (
     DEDUP_BY,
     DEDUP_ID,
@@ -82,12 +83,7 @@ ACKS_ALL = {KP: {"acks": "all"}, CF: {"acks": "all"}}
 
 @pytest.fixture(scope="module")
 def dbroker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AdminBroker]:
-    b = AdminBroker(tmp_path_factory.mktemp("dedup-broker"))
-    b.start()
-    try:
-        yield b
-    finally:
-        b.close()
+    yield from running(AdminBroker(tmp_path_factory.mktemp("dedup-broker")))
 
 
 @pytest.fixture(scope="module")

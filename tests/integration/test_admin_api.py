@@ -10,7 +10,6 @@ DeleteTopics and DescribeCluster.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -30,20 +29,15 @@ from kafka import errors as kerrors
 from kafka.admin import ConfigResource as KConfigResource
 from kafka.admin import KafkaAdminClient
 
-from compat_tests._broker import Broker, unique_topic
+from compat_tests._broker import Broker, running, unique_topic
 
 BROKER_RETENTION_MS = "86400000"  # set on the command line: STATIC_BROKER_CONFIG
 
 
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
-    workdir: Path = tmp_path_factory.mktemp("admin-broker")
-    b = Broker(workdir, extra_args=("--set", f"log.retention.ms={BROKER_RETENTION_MS}"))
-    b.start()
-    try:
-        yield b
-    finally:
-        b.close()
+    yield from running(Broker(tmp_path_factory.mktemp("admin-broker"),
+                              extra_args=("--set", f"log.retention.ms={BROKER_RETENTION_MS}")))
 
 
 @pytest.fixture(scope="module")
