@@ -10,7 +10,7 @@ and ConsumerGroupDescribe from it, feeds it the topics at every heartbeat (a
 new topic can match a regex subscription, a new partition changes the
 assignment) and expires members whose session or revocation ran out (``run``).
 
-Durability, as ``share_groups`` does for share groups: every change of a
+Durability, shared with share groups (``hosted_groups``): every change of a
 group (a member's epoch or assignment, the group epoch, the target) is
 written to the group's ``__consumer_offsets`` partition as one snapshot
 record (``offsets.consumer_group_key``) and committed before it is answered.
@@ -35,15 +35,14 @@ member left back into a classic group (it stays a consumer group here).
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
-import trio
 from kio.schema.errors import ErrorCode
 
-from kcompat.broker.controller.internal_topics import OFFSETS_TOPIC, partition_for
 from kcompat.broker.group_config import effective_group_config
-from kcompat.broker.groups import NotCoordinatorError, write_committed
+from kcompat.broker.groups import NotCoordinatorError
+from kcompat.broker.hosted_groups import HostedGroups
 from kcompat.broker.state import now_ms
 from kcompat.group.consumer_classic import (
     CONSUMER_PROTOCOL_TYPE,
@@ -56,28 +55,19 @@ from kcompat.group.consumer_group import ConsumerGroup
 from kcompat.group.consumer_messages import ConsumerGroupConfig, Heartbeat, HeartbeatResult
 from kcompat.group.group import Group, GroupState
 from kcompat.group.offsets import consumer_group_key, group_key
-from kcompat.wire.records import encode_batch
 
 if TYPE_CHECKING:
-    from kcompat.broker.groups import GroupService
-    from kcompat.broker.replication.runtime import ClusterRuntime
-    from kcompat.broker.state import BrokerState
+    pass
 
 log = logging.getLogger("kcompat.consumer_groups")
 
-IDLE_WAKE_S = 1.0
 _R = TypeVar("_R")
 
 
-class ConsumerGroupService:
-    def __init__(self, state: BrokerState, cluster: ClusterRuntime,
-                 groups: GroupService) -> None:
-        self.state = state
-        self.cluster = cluster
-        self.classic = groups
-        self.groups: dict[str, ConsumerGroup] = {}
-        self._terms: dict[str, int] = {}  # group -> offsets-partition term it was built in
-        self._wake = trio.Event()
+class ConsumerGroupService(HostedGroups[ConsumerGroup]):
+    log = log
+    kind = "consumer group"
+    expiry = "removed (session or rebalance timeout)"
 
     # -- configs ------------------------------------------------------------------------
 
@@ -94,42 +84,33 @@ class ConsumerGroupService:
             assignors=self.assignors,
             assignment_interval_ms=int(cfg["consumer.assignment.interval.ms"]))
 
-    # -- the coordinator ----------------------------------------------------------------
+    # -- the coordinator (``hosted_groups``) ----------------------------------------------
 
-    def coordinator_error(self, group_id: str) -> ErrorCode | None:
-        return self.classic.coordinator_error(group_id)
+    def _stored(self) -> Mapping[str, bytes]:
+        return self.classic.store.consumer_groups
 
-    def _term(self, group_id: str) -> int:
-        n = self.classic.num_partitions
-        group = self.cluster.group_of(OFFSETS_TOPIC, partition_for(group_id, n))
-        return -1 if group is None else group.raft.term
-
-    def group(self, group_id: str) -> ConsumerGroup | None:
-        """The live group, rebuilt from its stored snapshot when this broker
-        (again) coordinates it: a copy kept from an earlier term would answer
-        for members that moved on."""
-        term = self._term(group_id)
-        if self._terms.get(group_id, term) != term:
-            self.groups.pop(group_id, None)
-        found = self.groups.get(group_id)
-        if found is None and (raw := self.classic.store.consumer_groups.get(group_id)):
-            try:
-                found = ConsumerGroup.restore(raw, now_ms(), self._group_config(group_id),
-                                              self.partition_counts())
-            except ValueError as e:
-                log.warning("consumer group %s: stored snapshot unreadable (%s)", group_id, e)
-                return None
-            self.groups[group_id] = found
-            log.info("consumer group %s: %d members restored at epoch %d", group_id,
-                     len(found.member_ids()), found.group_epoch)
-            self._wake.set()
-        if found is not None:
-            self._terms[group_id] = term
+    def _restore(self, group_id: str, raw: bytes) -> ConsumerGroup:
+        found = ConsumerGroup.restore(raw, now_ms(), self._group_config(group_id),
+                                      self.partition_counts())
+        self._wake.set()  # its members' sessions run from now
         return found
 
-    def partition_counts(self) -> dict[str, int]:
-        return {name: meta.partitions for name, meta in self.state.topics.items()
-                if not meta.internal}
+    def _record_key(self, group_id: str) -> bytes:
+        return consumer_group_key(group_id)
+
+    def _snapshot(self, group: ConsumerGroup) -> bytes:
+        return group.snapshot_json()
+
+    def _ticking(self) -> Iterator[ConsumerGroup]:
+        """Every group this broker coordinates (those taken over are restored
+        here too, so a group whose members all died with the old coordinator
+        still empties)."""
+        for group_id in list(self.classic.store.consumer_groups):
+            if self.coordinator_error(group_id) is not None:
+                continue  # another broker coordinates it now
+            group = self.group(group_id)
+            if group is not None:
+                yield group
 
     def classic_group_state(self, group_id: str) -> GroupState | None:
         group = self.classic.coordinator.groups.get(group_id)
@@ -154,16 +135,7 @@ class ConsumerGroupService:
             group.update_metadata(self.partition_counts())
             before = group.snapshot_json()
         result = group.heartbeat(hb, now_ms())
-        if group.exists and group_id not in self.groups:
-            self.groups[group_id] = group
-            self._terms[group_id] = self._term(group_id)
-        self._wake.set()
-        if group.exists and group.snapshot_json() != before:
-            code = await self.persist(group)
-            if code != ErrorCode.none:  # not durable: the member retries elsewhere
-                self.groups.pop(group_id, None)
-                return HeartbeatResult(code)
-        return result
+        return await self._settle(group, result, group.snapshot_json() != before)
 
     async def _claim_id(self, group_id: str, hb: Heartbeat
                         ) -> tuple[HeartbeatResult | None, ConsumerGroup | None]:
@@ -267,21 +239,6 @@ class ConsumerGroupService:
             self.groups.pop(group.group_id, None)
         return result
 
-    async def persist(self, group: ConsumerGroup) -> ErrorCode:
-        """Write the group's snapshot to its ``__consumer_offsets`` partition
-        and wait for the commit (before the change is answered)."""
-        return await self._write(group.group_id, group.snapshot_json())
-
-    async def _write(self, group_id: str, value: bytes | None) -> ErrorCode:
-        now = now_ms()
-        try:
-            part = self.classic._offsets_partition(group_id)  # noqa: SLF001
-            batch = encode_batch([(consumer_group_key(group_id), value, (), now)])
-            await write_committed(self.cluster, part, memoryview(batch), now)
-        except NotCoordinatorError as e:
-            return e.code
-        return ErrorCode.none
-
     # -- the classic APIs on a consumer group ---------------------------------------------
 
     def commit_errors(self, group: ConsumerGroup, member_id: str, member_epoch: int,
@@ -323,8 +280,7 @@ class ConsumerGroupService:
             return ErrorCode.inconsistent_group_protocol
         code = await self._write(group_id, None)
         if code == ErrorCode.none:
-            self.groups.pop(group_id, None)
-            self._terms.pop(group_id, None)
+            self._forget(group_id)
             return None
         return code
 
@@ -338,34 +294,5 @@ class ConsumerGroupService:
             return ErrorCode.non_empty_group
         code = await self._write(group_id, None)
         if code == ErrorCode.none:
-            self.groups.pop(group_id, None)
-            self._terms.pop(group_id, None)
+            self._forget(group_id)
         return code
-
-    # -- time -------------------------------------------------------------------------------
-
-    async def run(self) -> None:
-        """Expire members whose session (or revocation) ran out, in every group
-        this broker coordinates (those taken over are restored here too, so a
-        group whose members all died with the old coordinator still empties)."""
-        while True:
-            self._wake = trio.Event()
-            now = now_ms()
-            wait_s = IDLE_WAKE_S
-            for group_id in list(self.classic.store.consumer_groups):
-                if self.coordinator_error(group_id) is not None:
-                    continue  # another broker coordinates it now
-                group = self.group(group_id)
-                if group is None:
-                    continue
-                expired = group.tick(now)
-                for member_id in expired:
-                    log.info("consumer group %s: member %s removed (session or rebalance "
-                             "timeout)", group_id, member_id)
-                if expired:
-                    self.cluster.spawn(self.persist, group)
-                deadline = group.next_deadline_ms()
-                if deadline is not None:
-                    wait_s = min(wait_s, max(deadline - now, 1) / 1000)
-            with trio.move_on_after(wait_s):
-                await self._wake.wait()

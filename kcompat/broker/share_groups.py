@@ -23,27 +23,24 @@ the partition side through ``settings``.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
-import trio
 from kio.schema.errors import ErrorCode
 
-from kcompat.broker.controller.internal_topics import OFFSETS_TOPIC, partition_for
 from kcompat.broker.group_config import effective_group_config
-from kcompat.broker.groups import NotCoordinatorError, write_committed
+from kcompat.broker.hosted_groups import HostedGroups
 from kcompat.broker.shares import ShareError, ShareSettings
 from kcompat.broker.state import now_ms
+from kcompat.group.epoch_group import HeartbeatResult
 from kcompat.group.offsets import share_group_key
 from kcompat.group.share_group import (
-    HeartbeatResult,
     ShareGroup,
     ShareGroupConfig,
     snapshot_from_json,
     snapshot_to_json,
 )
 from kcompat.group.share_partition import ShareConfig
-from kcompat.wire.records import encode_batch
 
 if TYPE_CHECKING:
     from kcompat.broker.groups import GroupService
@@ -53,20 +50,18 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("kcompat.share_groups")
 
-IDLE_WAKE_S = 1.0
 
 
-class ShareGroupService:
+class ShareGroupService(HostedGroups[ShareGroup]):
+    log = log
+    kind = "share group"
+    expiry = "expired"
+
     def __init__(self, state: BrokerState, cluster: ClusterRuntime, groups: GroupService,
                  shares: ShareService) -> None:
-        self.state = state
-        self.cluster = cluster
-        self.classic = groups
+        super().__init__(state, cluster, groups)
         self.shares = shares
-        self.groups: dict[str, ShareGroup] = {}
-        self._terms: dict[str, int] = {}  # group -> offsets-partition term it was built in
         self._topics: dict[str, set[str]] = {}  # group -> every topic it subscribed to
-        self._wake = trio.Event()
         shares.settings_of = self.settings
 
     # -- configs ------------------------------------------------------------------------
@@ -92,38 +87,31 @@ class ShareGroupService:
     def _configs(self, group_id: str) -> dict[str, Any]:
         return effective_group_config(self.state, group_id)
 
-    # -- the coordinator ----------------------------------------------------------------
+    # -- the coordinator (``hosted_groups``) ----------------------------------------------
 
-    def coordinator_error(self, group_id: str) -> ErrorCode | None:
-        return self.classic.coordinator_error(group_id)
+    def _stored(self) -> Mapping[str, bytes]:
+        return self.classic.store.share_groups
 
-    def _term(self, group_id: str) -> int:
-        n = self.classic.num_partitions
-        group = self.cluster.group_of(OFFSETS_TOPIC, partition_for(group_id, n))
-        return -1 if group is None else group.raft.term
-
-    def group(self, group_id: str) -> ShareGroup | None:
-        """The live group, rebuilt from its stored snapshot when this broker
-        (again) coordinates it: a copy kept from an earlier term would answer
-        for members that moved on."""
-        term = self._term(group_id)
-        if self._terms.get(group_id, term) != term:
-            self.groups.pop(group_id, None)
-        found = self.groups.get(group_id)
-        if found is None and (raw := self.classic.store.share_groups.get(group_id)):
-            try:
-                snapshot, seen = snapshot_from_json(raw)
-            except ValueError as e:
-                log.warning("share group %s: stored snapshot unreadable (%s)", group_id, e)
-                return None
-            found = self.groups[group_id] = ShareGroup.restore(
-                snapshot, now_ms(), self._group_config(group_id), self.partition_counts())
-            self._topics[group_id] = seen
-            log.info("share group %s: %d members restored at epoch %d", group_id,
-                     len(found.member_ids()), found.group_epoch)
-        if found is not None:
-            self._terms[group_id] = term
+    def _restore(self, group_id: str, raw: bytes) -> ShareGroup:
+        snapshot, seen = snapshot_from_json(raw)
+        found = ShareGroup.restore(snapshot, now_ms(), self._group_config(group_id),
+                                   self.partition_counts())
+        self._topics[group_id] = seen
         return found
+
+    def _record_key(self, group_id: str) -> bytes:
+        return share_group_key(group_id)
+
+    def _snapshot(self, group: ShareGroup) -> bytes:
+        return snapshot_to_json(group.snapshot(), self._topics.get(group.group_id, ()))
+
+    def _ticking(self) -> Iterator[ShareGroup]:
+        """The live groups (a share group's members rejoin a new coordinator)."""
+        return iter(list(self.groups.values()))
+
+    def _forget(self, group_id: str) -> None:
+        super()._forget(group_id)
+        self._topics.pop(group_id, None)
 
     def _group_config(self, group_id: str) -> ShareGroupConfig:
         cfg = self._configs(group_id)
@@ -132,32 +120,12 @@ class ShareGroupService:
             heartbeat_interval_ms=int(cfg["share.heartbeat.interval.ms"]),
             max_size=int(self.state.config["group.share.max.size"]))
 
-    async def persist(self, group: ShareGroup) -> ErrorCode:
-        """Write the group's snapshot to its ``__consumer_offsets`` partition
-        and wait for the commit (before the change is answered)."""
-        now = now_ms()
-        value = snapshot_to_json(group.snapshot(), self._topics.get(group.group_id, ()))
-        return await self._write(group.group_id, value, now)
-
-    async def _write(self, group_id: str, value: bytes | None, now: int) -> ErrorCode:
-        try:
-            part = self.classic._offsets_partition(group_id)  # noqa: SLF001
-            batch = encode_batch([(share_group_key(group_id), value, (), now)])
-            await write_committed(self.cluster, part, memoryview(batch), now)
-        except NotCoordinatorError as e:
-            return e.code
-        return ErrorCode.none
-
     def is_classic(self, group_id: str) -> bool:
         """A classic group (members or committed offsets) or a KIP-848 consumer
         group has this id: it is not a share group's."""
         return (group_id in self.classic.coordinator.groups
                 or group_id in self.classic.store.offsets
                 or group_id in self.classic.store.consumer_groups)
-
-    def partition_counts(self) -> dict[str, int]:
-        return {name: meta.partitions for name, meta in self.state.topics.items()
-                if not meta.internal}
 
     async def heartbeat(self, group_id: str, member_id: str, member_epoch: int,
                         subscribed: list[str] | None, rack_id: str | None, client_id: str,
@@ -178,16 +146,7 @@ class ShareGroupService:
         grown = bool(subscribed) and result.error == ErrorCode.none and not seen.issuperset(
             subscribed or ())
         seen.update(subscribed or () if result.error == ErrorCode.none else ())
-        if group.exists and group_id not in self.groups:
-            self.groups[group_id] = group
-            self._terms[group_id] = self._term(group_id)
-        self._wake.set()
-        if group.exists and (grown or group.snapshot() != before):
-            code = await self.persist(group)
-            if code != ErrorCode.none:  # not durable: the member retries elsewhere
-                self.groups.pop(group_id, None)
-                return HeartbeatResult(code)
-        return result
+        return await self._settle(group, result, grown or group.snapshot() != before)
 
     async def delete(self, group_id: str) -> ErrorCode:
         """DeleteGroups of a share group: only when empty; its share-partition
@@ -202,11 +161,9 @@ class ShareGroupService:
                 for index in range(meta.partitions)]
         code = await self.shares.delete_state(keys)
         if code == ErrorCode.none:
-            code = await self._write(group_id, None, now_ms())
+            code = await self._write(group_id, None)
         if code == ErrorCode.none:
-            self.groups.pop(group_id, None)
-            self._terms.pop(group_id, None)
-            self._topics.pop(group_id, None)
+            self._forget(group_id)
         return code
 
     # -- share-group offsets (DescribeShareGroupOffsets, Alter..., Delete...) ------------
@@ -225,9 +182,8 @@ class ShareGroupService:
             return ErrorCode.group_id_not_found, f"Group {group_id} is not a share group."
         group = self.group(group_id)
         if group is None and create:
-            group = self.groups[group_id] = ShareGroup(
-                group_id, self._group_config(group_id), self.partition_counts())
-            self._terms[group_id] = self._term(group_id)
+            group = ShareGroup(group_id, self._group_config(group_id), self.partition_counts())
+            self._adopt(group)
         if group is None:
             if altering:
                 return ErrorCode.group_id_not_found, f"Group {group_id} not found."
@@ -292,21 +248,3 @@ class ShareGroupService:
             if group is not None:
                 code = await self.persist(group)
         return code, None
-
-    async def run(self) -> None:
-        """Expire members whose session ran out."""
-        while True:
-            self._wake = trio.Event()
-            now = now_ms()
-            wait_s = IDLE_WAKE_S
-            for group in list(self.groups.values()):
-                expired = group.tick(now)
-                for member_id in expired:
-                    log.info("share group %s: member %s expired", group.group_id, member_id)
-                if expired:
-                    self.cluster.spawn(self.persist, group)
-                deadline = group.next_deadline_ms()
-                if deadline is not None:
-                    wait_s = min(wait_s, max(deadline - now, 1) / 1000)
-            with trio.move_on_after(wait_s):
-                await self._wake.wait()

@@ -71,6 +71,10 @@ class EpochGroup(Generic[M]):
     def member_ids(self) -> list[str]:
         return sorted(self._members)
 
+    def next_deadline_ms(self) -> int | None:
+        """When ``tick`` next has work (None: no member)."""
+        raise NotImplementedError
+
     # -- transitions ---------------------------------------------------------
 
     def update_metadata(self, partition_counts: Mapping[str, int]) -> bool:
