@@ -23,28 +23,29 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 from typing import Any
 
 import pytest
 from kafka.protocol.admin import (
-    AlterConfigsRequest,
-    AlterConfigsResponse,
     CreateTopicsRequest,
     CreateTopicsResponse,
     DescribeConfigsRequest,
     DescribeConfigsResponse,
-    IncrementalAlterConfigsRequest,
-    IncrementalAlterConfigsResponse,
 )
 
-from compat_tests._broker import Broker, unique_topic
+from compat_tests._broker import Broker, running, unique_topic
+from compat_tests.java._differential import (
+    BROKER,
+    TOPIC,
+    alter,
+    call,
+    incremental_alter,
+    on_both,
+)
 from compat_tests.java.conftest import run_java
 from compat_tests.java.kafka_reference import SHARE_TEST_OVERRIDES, KafkaReference
-from tests.integration._raw import RawConnection
 
-BROKER, TOPIC, BROKER_LOGGER, UNKNOWN_TYPE, GROUP = 4, 2, 8, 3, 32
+BROKER_LOGGER, UNKNOWN_TYPE, GROUP = 8, 3, 32
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 # keys the reference's server.properties sets that kcompat has too
 REFERENCE_STATIC = {"num.partitions": "1", "offsets.topic.replication.factor": "1",
@@ -125,12 +126,7 @@ LEGACY: list[tuple[str, list[tuple[str, str | None]]]] = [
 @pytest.fixture(scope="module")
 def kcompat_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
     args = tuple(a for k, v in REFERENCE_STATIC.items() for a in ("--set", f"{k}={v}"))
-    b = Broker(Path(tmp_path_factory.mktemp("broker-configs")), extra_args=args)
-    b.start()
-    try:
-        yield b
-    finally:
-        b.close()
+    yield from running(Broker(tmp_path_factory.mktemp("broker-configs"), extra_args=args))
 
 
 @pytest.fixture(scope="module")
@@ -145,21 +141,13 @@ def both(kafka_reference: KafkaReference, kcompat_broker: Broker) -> Iterator[di
             _alter(bootstrap, "1", [])
 
 
-def _call(bootstrap: str, request: Any, response: Any) -> Any:
-    conn = RawConnection(bootstrap, timeout=20)
-    try:
-        return conn.request(request, response)
-    finally:
-        conn.close()
-
-
 def _describe_result(bootstrap: str, name: str, kind: int, keys: list[str] | None,
                      synonyms: bool) -> Any:
     R = DescribeConfigsRequest
     req = R(version=4, include_synonyms=synonyms, include_documentation=False, resources=[
         R.DescribeConfigsResource(resource_type=kind, resource_name=name,
                                   configuration_keys=keys)])
-    return _call(bootstrap, req, DescribeConfigsResponse[4]).results[0]
+    return call(bootstrap, req, DescribeConfigsResponse[4]).results[0]
 
 
 def _describe_error(bootstrap: str, name: str, kind: int) -> tuple[int, str | None]:
@@ -178,36 +166,19 @@ def _describe(bootstrap: str, name: str, kind: int = BROKER, keys: list[str] | N
 
 def _incremental(bootstrap: str, name: str, ops: Ops, validate_only: bool = False,
                  kind: int = BROKER) -> tuple[int, str | None]:
-    R = IncrementalAlterConfigsRequest
-    req = R(version=1, validate_only=validate_only, resources=[R.AlterConfigsResource(
-        resource_type=kind, resource_name=name, configs=[
-            R.AlterConfigsResource.AlterableConfig(name=k, config_operation=op, value=v)
-            for k, op, v in ops])])
-    r = _call(bootstrap, req, IncrementalAlterConfigsResponse[1]).responses[0]
-    return r.error_code, r.error_message
+    return incremental_alter(bootstrap, name, ops, validate_only, kind)
 
 
 def _alter(bootstrap: str, name: str, configs: list[tuple[str, str | None]],
            validate_only: bool = False, kind: int = BROKER) -> tuple[int, str | None]:
-    R = AlterConfigsRequest
-    req = R(version=2, validate_only=validate_only, resources=[R.AlterConfigsResource(
-        resource_type=kind, resource_name=name, configs=[
-            R.AlterConfigsResource.AlterableConfig(name=k, value=v) for k, v in configs])])
-    r = _call(bootstrap, req, AlterConfigsResponse[2]).responses[0]
-    return r.error_code, r.error_message
+    return alter(bootstrap, name, configs, validate_only, kind)
 
 
 def _create_topic(bootstrap: str, topic: str) -> None:
     R = CreateTopicsRequest
     req = R(version=4, timeout_ms=10000, validate_only=False, topics=[R.CreatableTopic(
         name=topic, num_partitions=1, replication_factor=1, assignments=[], configs=[])])
-    assert _call(bootstrap, req, CreateTopicsResponse[4]).topics[0].error_code == 0
-
-
-def _on_both(both: dict[str, str], fn: Any, *args: Any) -> dict[str, Any]:
-    with ThreadPoolExecutor(2) as pool:
-        futures = {b: pool.submit(fn, bootstrap, *args) for b, bootstrap in both.items()}
-        return {b: f.result() for b, f in futures.items()}
+    assert call(bootstrap, req, CreateTopicsResponse[4]).topics[0].error_code == 0
 
 
 def _until_applied(both: dict[str, str], name: str, expected: dict[str, int]) -> None:
@@ -215,7 +186,7 @@ def _until_applied(both: dict[str, str], name: str, expected: dict[str, int]) ->
     every key of ``expected`` with that source."""
     deadline = time.monotonic() + 15
     while True:
-        seen = _on_both(both, _describe, name, BROKER, list(expected), False)
+        seen = on_both(both, _describe, name, BROKER, list(expected), False)
         if all({k: v[1] for k, v in s.items()} == expected for s in seen.values()):
             return
         assert time.monotonic() < deadline, seen
@@ -223,7 +194,7 @@ def _until_applied(both: dict[str, str], name: str, expected: dict[str, int]) ->
 
 
 def test_broker_describe_lists_kafkas_keys_alike(both: dict[str, str]) -> None:
-    seen = _on_both(both, _describe, "1")
+    seen = on_both(both, _describe, "1")
     kafka, kc = seen["kafka"], seen["kcompat"]
     assert set(kafka) - set(kc) == set(), "Kafka lists keys kcompat does not"
     extra = {k for k in set(kc) - set(kafka) if not k.startswith(("kcompat.", "kc."))}
@@ -241,14 +212,14 @@ def test_broker_describe_lists_kafkas_keys_alike(both: dict[str, str]) -> None:
 @pytest.mark.parametrize("name,ops", INCREMENTAL, ids=[f"{n or 'default'}:{o}" for n, o in
                                                         INCREMENTAL])
 def test_incremental_alter_answers_alike(both: dict[str, str], name: str, ops: Ops) -> None:
-    answers = _on_both(both, _incremental, name, ops, True)
+    answers = on_both(both, _incremental, name, ops, True)
     assert answers["kcompat"] == answers["kafka"]
 
 
 def test_legacy_alter_answers_alike(both: dict[str, str]) -> None:
     differ = {}
     for name, configs in LEGACY:
-        answers = _on_both(both, _alter, name, configs, True)
+        answers = on_both(both, _alter, name, configs, True)
         if answers["kcompat"] != answers["kafka"]:
             differ[(name, tuple(configs))] = answers
     assert not differ, differ
@@ -263,22 +234,22 @@ def test_dynamic_changes_describe_alike(both: dict[str, str]) -> None:
                        ("sasl.kerberos.min.time.before.relogin", SET, "1000"),
                        ("listener.name.plaintext.ssl.keystore.password", SET, "secret"),
                        ("another.unknown.key", SET, "y")]
-    assert set(_on_both(both, _incremental, "", cluster_ops).values()) == {(0, None)}
-    assert set(_on_both(both, _incremental, "1", broker_ops).values()) == {(0, None)}
+    assert set(on_both(both, _incremental, "", cluster_ops).values()) == {(0, None)}
+    assert set(on_both(both, _incremental, "1", broker_ops).values()) == {(0, None)}
     touched = [k for k, _, _ in cluster_ops + broker_ops]
     _until_applied(both, "1", {"log.retention.bytes": 2, "log.cleanup.policy": 3,
                                "sasl.kerberos.min.time.before.relogin": 2,
                                "log.cleaner.io.buffer.size": 3})
-    seen = _on_both(both, _describe, "1", BROKER, touched)
+    seen = on_both(both, _describe, "1", BROKER, touched)
     assert seen["kcompat"] == seen["kafka"]
     assert seen["kafka"]["log.cleanup.policy"][0] == "delete,compact"
-    defaults = _on_both(both, _describe, "")
+    defaults = on_both(both, _describe, "")
     assert defaults["kcompat"] == defaults["kafka"]
     assert len(defaults["kafka"]) == 5  # min.insync.replicas and the four set here
 
     topic = unique_topic("dyn-defaults")
-    _on_both(both, _create_topic, topic)
-    topics = _on_both(both, _describe, topic, TOPIC,
+    on_both(both, _create_topic, topic)
+    topics = on_both(both, _describe, topic, TOPIC,
                       ["retention.bytes", "cleanup.policy", "min.insync.replicas",
                        "max.message.bytes"])
     assert topics["kcompat"] == topics["kafka"]
@@ -286,19 +257,19 @@ def test_dynamic_changes_describe_alike(both: dict[str, str]) -> None:
 
     # the per-broker value removed: the cluster default shows through
     back = [("log.retention.bytes", DELETE, None)]
-    assert set(_on_both(both, _incremental, "1", back).values()) == {(0, None)}
+    assert set(on_both(both, _incremental, "1", back).values()) == {(0, None)}
     _until_applied(both, "1", {"log.retention.bytes": 3})
-    topics = _on_both(both, _describe, topic, TOPIC, ["retention.bytes"])
+    topics = on_both(both, _describe, topic, TOPIC, ["retention.bytes"])
     assert topics["kcompat"] == topics["kafka"]
     # a group config follows its dynamic broker default
     group_key = [("group.consumer.assignment.interval.ms", SET, "2000")]
-    assert set(_on_both(both, _incremental, "", group_key).values()) == {(0, None)}
+    assert set(on_both(both, _incremental, "", group_key).values()) == {(0, None)}
     _until_applied(both, "1", {"group.consumer.assignment.interval.ms": 3})
-    groups = _on_both(both, _describe, "some-group", GROUP, ["consumer.assignment.interval.ms"])
+    groups = on_both(both, _describe, "some-group", GROUP, ["consumer.assignment.interval.ms"])
     assert groups["kcompat"] == groups["kafka"]
     assert groups["kafka"]["consumer.assignment.interval.ms"][:2] == ("2000", 3)
     # a real (not validate-only) AlterConfigs that would drop min.insync.replicas
-    dropped = _on_both(both, _alter, "", [("log.retention.bytes", "1")])
+    dropped = on_both(both, _alter, "", [("log.retention.bytes", "1")])
     assert dropped["kcompat"] == dropped["kafka"] == (
         40, "Cluster-level min.insync.replicas cannot be removed while ELR is enabled.")
 
@@ -311,12 +282,12 @@ def test_kafka_configs_tool_alters_and_describes_the_cluster_default(
         assert run.returncode == 0, run.explain()
         return run.stdout
 
-    altered = _on_both(both, tool, "--entity-default", "--alter", "--add-config",
+    altered = on_both(both, tool, "--entity-default", "--alter", "--add-config",
                        "log.retention.ms=7200000,log.segment.delete.delay.ms=30000")
     assert altered["kcompat"] == altered["kafka"]
     assert "Completed updating default config for brokers in the cluster." in altered["kafka"]
     _until_applied(both, "1", {"log.retention.ms": 3, "log.segment.delete.delay.ms": 3})
-    described = _on_both(both, tool, "--entity-default", "--describe")
+    described = on_both(both, tool, "--entity-default", "--describe")
     assert described["kcompat"] == described["kafka"]
     assert "log.retention.ms=7200000 sensitive=false" in described["kcompat"]
 
@@ -342,19 +313,19 @@ LOGGER_CASES: list[tuple[str, Ops]] = [
 def test_broker_logger_answers_alike(both: dict[str, str]) -> None:
     differ = {}
     for name, ops in LOGGER_CASES:
-        answers = _on_both(both, _incremental, name, ops, True, BROKER_LOGGER)
+        answers = on_both(both, _incremental, name, ops, True, BROKER_LOGGER)
         if answers["kcompat"] != answers["kafka"]:
             differ[("incremental", name, tuple(ops))] = answers
     for kind in (BROKER_LOGGER, UNKNOWN_TYPE):
-        answers = _on_both(both, _alter, "1", [("root", "INFO")], True, kind)
+        answers = on_both(both, _alter, "1", [("root", "INFO")], True, kind)
         if answers["kcompat"] != answers["kafka"]:
             differ[("legacy", kind)] = answers
-    answers = _on_both(both, _incremental, "1", [("a", SET, "1")], True, UNKNOWN_TYPE)
+    answers = on_both(both, _incremental, "1", [("a", SET, "1")], True, UNKNOWN_TYPE)
     if answers["kcompat"] != answers["kafka"]:
         differ[("incremental", UNKNOWN_TYPE)] = answers
     for name, kind in (("", BROKER_LOGGER), ("2", BROKER_LOGGER), ("x", BROKER_LOGGER),
                        ("1", UNKNOWN_TYPE)):
-        answers = _on_both(both, _describe_error, name, kind)
+        answers = on_both(both, _describe_error, name, kind)
         if answers["kcompat"] != answers["kafka"]:
             differ[("describe", name, kind)] = answers
     assert not differ, differ
@@ -364,13 +335,13 @@ def test_broker_logger_level_set_and_read_back(both: dict[str, str]) -> None:
     def root(bootstrap: str) -> tuple[Any, ...]:
         return _describe(bootstrap, "1", BROKER_LOGGER, ["root", "no.such.logger"])["root"]
 
-    before = _on_both(both, root)
+    before = on_both(both, root)
     try:
-        assert set(_on_both(both, _incremental, "1", [("root", SET, "ERROR")], False,
+        assert set(on_both(both, _incremental, "1", [("root", SET, "ERROR")], False,
                             BROKER_LOGGER).values()) == {(0, None)}
-        after = _on_both(both, root)
+        after = on_both(both, root)
         assert after["kcompat"] == after["kafka"] == ("ERROR", 6, False, False, 0, [])
-        full = _on_both(both, _describe, "1", BROKER_LOGGER)
+        full = on_both(both, _describe, "1", BROKER_LOGGER)
         assert all(v[1:] == ("ERROR", 6, False, False, 0, [])[1:] for v in full["kcompat"].values())
         assert full["kcompat"]["root"][0] == "ERROR" and len(full["kcompat"]) > 3
     finally:

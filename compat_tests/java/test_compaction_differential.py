@@ -24,19 +24,14 @@ import random
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from kafka.protocol.admin import (
     DeleteRecordsRequest,
     DeleteRecordsResponse,
-    IncrementalAlterConfigsRequest,
-    IncrementalAlterConfigsResponse,
 )
-from kafka.protocol.producer.produce import ProduceRequest, ProduceResponse
-from kafka.record.default_records import DefaultRecordBatchBuilder
 
-from compat_tests._broker import Broker, unique_topic
+from compat_tests._broker import Broker, running, unique_topic
 from compat_tests._compaction import (
     Item,
     create_topic,
@@ -45,41 +40,28 @@ from compat_tests._compaction import (
     segment_bases,
     wait_for,
 )
+from compat_tests.java._differential import BROKER, incremental_alter, produce_batch, record_batch
 from compat_tests.java.kafka_reference import KafkaReference
 from tests.integration._raw import RawConnection
 
-PD = ProduceRequest.TopicProduceData
 BACKOFF = "log.cleaner.backoff.ms"
 SEGMENT = 256 << 10
 CONFIGS = {"cleanup.policy": "compact", "internal.segment.bytes": str(SEGMENT),
            "min.cleanable.dirty.ratio": "0.01", "delete.retention.ms": "600000"}
 BATCHES, PER_BATCH, KEYS = 10, 100, 200
-RETRIABLE = (3, 6)  # UNKNOWN_TOPIC_OR_PARTITION, NOT_LEADER_OR_FOLLOWER
 
 
 @pytest.fixture(scope="module")
 def cleaning_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
-    b = Broker(tmp_path_factory.mktemp("compaction-diff"),
-               extra_args=("--admin-port", "-1", "--set", f"{BACKOFF}=200"))
-    b.start()
-    try:
-        yield b
-    finally:
-        b.close()
+    yield from running(Broker(tmp_path_factory.mktemp("compaction-diff"),
+                              extra_args=("--admin-port", "-1", "--set", f"{BACKOFF}=200")))
 
 
 def _set_backoff(bootstrap: str, value: str | None) -> None:
     """The cluster-wide dynamic default of ``log.cleaner.backoff.ms`` (None: delete it)."""
-    R = IncrementalAlterConfigsRequest
-    req = R(version=1, validate_only=False, resources=[R.AlterConfigsResource(
-        resource_type=4, resource_name="", configs=[R.AlterConfigsResource.AlterableConfig(
-            name=BACKOFF, config_operation=0 if value is not None else 1, value=value)])])
-    conn = RawConnection(bootstrap, timeout=20)
-    try:
-        r = conn.request(req, IncrementalAlterConfigsResponse[1]).responses[0]
-    finally:
-        conn.close()
-    assert r.error_code == 0, r.error_message
+    op = 0 if value is not None else 1  # SET, DELETE
+    error, message = incremental_alter(bootstrap, "", [(BACKOFF, op, value)], False, BROKER)
+    assert error == 0, message
 
 
 def _batches() -> list[list[tuple[bytes, bytes | None]]]:
@@ -102,22 +84,7 @@ def _produce(bootstrap: str, topic: str, batches: list[list[tuple[bytes, bytes |
     now = int(time.time() * 1000)
     try:
         for batch in batches:
-            builder = DefaultRecordBatchBuilder(
-                magic=2, compression_type=0, is_transactional=False, producer_id=-1,
-                producer_epoch=-1, base_sequence=-1, batch_size=1 << 20)
-            for i, (k, v) in enumerate(batch):
-                builder.append(i, timestamp=now, key=k, value=v, headers=[])
-            req = ProduceRequest[9](transactional_id=None, acks=-1, timeout_ms=10_000,
-                                    topic_data=[PD(name=topic, partition_data=[
-                                        PD.PartitionProduceData(index=0,
-                                                                records=bytes(builder.build()))])])
-            deadline = time.monotonic() + 10
-            while True:  # a topic just created may not be in the broker's metadata yet
-                part: Any = conn.request(req, ProduceResponse[9]).responses[0] \
-                    .partition_responses[0]
-                if part.error_code not in RETRIABLE or time.monotonic() > deadline:
-                    break
-                time.sleep(0.1)
+            part = produce_batch(conn, topic, record_batch(batch, now))
             assert part.error_code == 0, part
             written += [(part.base_offset + i, k, v) for i, (k, v) in enumerate(batch)]
     finally:

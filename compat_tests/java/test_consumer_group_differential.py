@@ -24,7 +24,6 @@ import json
 import time
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -43,7 +42,7 @@ from kio.schema.offset_fetch.v9 import request as of_req
 from kio.schema.share_group_heartbeat.v1.request import ShareGroupHeartbeatRequest
 from kio.schema.sync_group.v5 import request as sync_req
 
-from compat_tests._broker import Broker
+from compat_tests._broker import Broker, running
 from compat_tests._groups import FAST_BROKER_ARGS
 from compat_tests.java.conftest import PKG, run_java
 from compat_tests.java.kafka_reference import KafkaReference
@@ -395,12 +394,7 @@ def kafka_answers(kafka_reference: KafkaReference, clients_cp: str) -> dict[str,
 
 @pytest.fixture(scope="module")
 def kcompat_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
-    b = Broker(Path(tmp_path_factory.mktemp("kip848-diff")), extra_args=FAST_BROKER_ARGS)
-    b.start()
-    try:
-        yield b
-    finally:
-        b.close()
+    yield from running(Broker(tmp_path_factory.mktemp("kip848-diff"), extra_args=FAST_BROKER_ARGS))
 
 
 @pytest.fixture(scope="module")

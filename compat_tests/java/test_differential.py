@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 import time
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
@@ -32,6 +31,7 @@ from kafka.protocol.producer.produce import ProduceRequest, ProduceResponse
 from kafka.record.default_records import DefaultRecordBatchBuilder
 
 from compat_tests._broker import Broker, unique_topic
+from compat_tests.java._differential import admin_create_topic, on_both, until_led
 from compat_tests.java.conftest import PKG, run_java
 from compat_tests.java.kafka_reference import KafkaReference
 from tests.integration._raw import RawConnection
@@ -56,9 +56,7 @@ SAME_BROKER_DEFAULTS = [
 
 
 def _run_both(fn: Any, kafka: str, kcompat: str) -> dict[str, Any]:
-    with ThreadPoolExecutor(2) as pool:
-        fk, fc = pool.submit(fn, kafka), pool.submit(fn, kcompat)
-        return {"kafka": fk.result(), "kcompat": fc.result()}
+    return on_both({"kafka": kafka, "kcompat": kcompat}, fn)
 
 
 @pytest.fixture(scope="module")
@@ -184,14 +182,8 @@ def _produce(conn: RawConnection, topic: str, partition: int, records: bytes) ->
 
 def _raw_session(bootstrap: str) -> dict[str, Any]:
     """Create a 2-partition topic, then send the same raw requests; return the answers."""
-    from kafka.admin import KafkaAdminClient, NewTopic
-
     topic = RAW_TOPIC
-    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
-    try:
-        admin.create_topics([NewTopic(topic, 2, 1)])
-    finally:
-        admin.close()
+    admin_create_topic(bootstrap, topic, 2)
     obs: dict[str, Any] = {}
     conn = RawConnection(bootstrap)
     try:
@@ -206,13 +198,7 @@ def _raw_session(bootstrap: str) -> dict[str, Any]:
                     all(p["leader_id"] >= 0 for p in parts):
                 break
             time.sleep(0.1)
-        # Kafka may still answer NOT_LEADER_OR_FOLLOWER (retriable) for a moment after
-        # its metadata shows the leader; retry it as every client would.
-        for _ in range(50):
-            obs["produce_p0"] = _produce(conn, topic, 0, _batch(3))
-            if obs["produce_p0"]["responses"][0]["partition_responses"][0]["error_code"] != 6:
-                break
-            time.sleep(0.1)
+        obs["produce_p0"] = until_led(lambda: _produce(conn, topic, 0, _batch(3)))
         obs["produce_p0_again"] = _produce(conn, topic, 0, _batch(2))
         obs["produce_bad_partition"] = _produce(conn, topic, 5, _batch(1))
         obs["produce_oversized"] = _produce(conn, topic, 1, _batch(1, value_size=1_100_000))

@@ -54,6 +54,7 @@ from kio.schema.offset_fetch.v10 import request as fetch_req
 from kio.static.primitive import i32, i64
 
 from compat_tests._broker import Broker, unique_topic
+from compat_tests.java._differential import admin_create_topic, until_led
 from compat_tests.java.kafka_reference import KafkaReference
 from compat_tests.java.test_differential import _batch, _normalize, _run_both
 from kcompat.cli._kio import Connection
@@ -184,13 +185,7 @@ def _wait_for_topic(conn: RawConnection, topic: str) -> dict[str, Any]:
 
 
 def _by_id_session(bootstrap: str, topic: str) -> dict[str, Any]:
-    from kafka.admin import KafkaAdminClient, NewTopic
-
-    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
-    try:
-        admin.create_topics([NewTopic(topic, 2, 1)])
-    finally:
-        admin.close()
+    admin_create_topic(bootstrap, topic, 2)
     obs: dict[str, Any] = {}
     conn = RawConnection(bootstrap)
     try:
@@ -204,11 +199,7 @@ def _by_id_session(bootstrap: str, topic: str) -> dict[str, Any]:
                     index=partition, records=_batch(3))])])
             return conn.request(req, ProduceResponse[13]).to_dict()
 
-        for _ in range(50):  # Kafka may answer NOT_LEADER_OR_FOLLOWER for a moment
-            obs["produce_v13"] = produce(tid, 0)
-            if obs["produce_v13"]["responses"][0]["partition_responses"][0]["error_code"] != 6:
-                break
-            time.sleep(0.1)
+        obs["produce_v13"] = until_led(lambda: produce(tid, 0))
         obs["produce_v13_bad_partition"] = produce(tid, 5)
         obs["produce_v13_unknown_id"] = produce(UNKNOWN_ID, 0)
         echoed = {str(tid)} == {t["topic_id"] for k in ("produce_v13", "produce_v13_bad_partition")

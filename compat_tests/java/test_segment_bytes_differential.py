@@ -27,44 +27,38 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 from typing import Any
 
 import pytest
 from kafka.protocol.admin import (
-    AlterConfigsRequest,
-    AlterConfigsResponse,
     CreateTopicsRequest,
     CreateTopicsResponse,
     DescribeConfigsRequest,
     DescribeConfigsResponse,
-    IncrementalAlterConfigsRequest,
-    IncrementalAlterConfigsResponse,
 )
-from kafka.protocol.producer.produce import ProduceRequest, ProduceResponse
-from kafka.record.default_records import DefaultRecordBatchBuilder
 
-from compat_tests._broker import Broker, unique_topic
+from compat_tests._broker import Broker, running, unique_topic
 from compat_tests._compaction import segment_bases
+from compat_tests.java._differential import (
+    BROKER,
+    TOPIC,
+    alter,
+    call,
+    incremental_alter,
+    on_both,
+    produce_batch,
+    record_batch,
+)
 from compat_tests.java.kafka_reference import KafkaReference
 from tests.integration._raw import RawConnection
 
-TOPIC, BROKER = 2, 4
 SET, DELETE = 0, 1
 INTERNAL = "internal.segment.bytes"
-PD = ProduceRequest.TopicProduceData
-RETRIABLE = (3, 6)  # UNKNOWN_TOPIC_OR_PARTITION, NOT_LEADER_OR_FOLLOWER
 
 
 @pytest.fixture(scope="module")
 def kcompat_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
-    b = Broker(Path(tmp_path_factory.mktemp("segment-bytes")))
-    b.start()
-    try:
-        yield b
-    finally:
-        b.close()
+    yield from running(Broker(tmp_path_factory.mktemp("segment-bytes")))
 
 
 @pytest.fixture(scope="module")
@@ -72,18 +66,8 @@ def both(kafka_reference: KafkaReference, kcompat_broker: Broker) -> dict[str, A
     return {"kafka": kafka_reference, "kcompat": kcompat_broker}
 
 
-def _call(bootstrap: str, request: Any, response: Any) -> Any:
-    conn = RawConnection(bootstrap, timeout=20)
-    try:
-        return conn.request(request, response)
-    finally:
-        conn.close()
-
-
 def _on_both(both: dict[str, Any], fn: Any, *args: Any) -> dict[str, Any]:
-    with ThreadPoolExecutor(2) as pool:
-        futures = {name: pool.submit(fn, b.bootstrap, *args) for name, b in both.items()}
-        return {name: f.result() for name, f in futures.items()}
+    return on_both({name: b.bootstrap for name, b in both.items()}, fn, *args)
 
 
 def _create(bootstrap: str, topic: str, configs: dict[str, str], validate_only: bool = False
@@ -94,7 +78,7 @@ def _create(bootstrap: str, topic: str, configs: dict[str, str], validate_only: 
         name=topic, num_partitions=1, replication_factor=1, assignments=[],
         configs=[R.CreatableTopic.CreatableTopicConfig(name=k, value=v)
                  for k, v in configs.items()])])
-    t = _call(bootstrap, req, CreateTopicsResponse[5]).topics[0]
+    t = call(bootstrap, req, CreateTopicsResponse[5]).topics[0]
     listed = {c.name: (c.value, c.config_source, c.read_only) for c in t.configs or ()
               if "segment" in c.name}
     return t.error_code, t.error_message, listed
@@ -108,7 +92,7 @@ def _describe(bootstrap: str, name: str, kind: int = TOPIC, keys: list[str] | No
     req = R(version=4, include_synonyms=True, include_documentation=False, resources=[
         R.DescribeConfigsResource(resource_type=kind, resource_name=name,
                                   configuration_keys=keys)])
-    result = _call(bootstrap, req, DescribeConfigsResponse[4]).results[0]
+    result = call(bootstrap, req, DescribeConfigsResponse[4]).results[0]
     assert result.error_code == 0, result.error_message
     return {c.name: (c.value, c.config_source, c.read_only, c.config_type,
                      [(s.name, s.value, s.source) for s in c.synonyms])
@@ -117,23 +101,12 @@ def _describe(bootstrap: str, name: str, kind: int = TOPIC, keys: list[str] | No
 
 def _incremental(bootstrap: str, name: str, ops: list[tuple[str, int, str | None]],
                  validate_only: bool = False, kind: int = TOPIC) -> tuple[int, str | None]:
-    R = IncrementalAlterConfigsRequest
-    req = R(version=1, validate_only=validate_only, resources=[R.AlterConfigsResource(
-        resource_type=kind, resource_name=name, configs=[
-            R.AlterConfigsResource.AlterableConfig(name=k, config_operation=op, value=v)
-            for k, op, v in ops])])
-    r = _call(bootstrap, req, IncrementalAlterConfigsResponse[1]).responses[0]
-    return r.error_code, r.error_message
+    return incremental_alter(bootstrap, name, ops, validate_only, kind)
 
 
 def _alter(bootstrap: str, name: str, configs: dict[str, str], validate_only: bool = False,
            kind: int = TOPIC) -> tuple[int, str | None]:
-    R = AlterConfigsRequest
-    req = R(version=2, validate_only=validate_only, resources=[R.AlterConfigsResource(
-        resource_type=kind, resource_name=name, configs=[
-            R.AlterConfigsResource.AlterableConfig(name=k, value=v) for k, v in configs.items()])])
-    r = _call(bootstrap, req, AlterConfigsResponse[2]).responses[0]
-    return r.error_code, r.error_message
+    return alter(bootstrap, name, configs.items(), validate_only, kind)
 
 
 def _described_alike(both: dict[str, Any], topic: str, keys: list[str] | None,
@@ -250,23 +223,10 @@ def _produce(bootstrap: str, topic: str, count: int, value_size: int = 300
     answers = []
     try:
         for i in range(count):
-            builder = DefaultRecordBatchBuilder(
-                magic=2, compression_type=0, is_transactional=False, producer_id=-1,
-                producer_epoch=-1, base_sequence=-1, batch_size=1 << 20)
             # a timestamp a day old: segments roll by record time, not the clock
-            builder.append(0, timestamp=int(time.time() * 1000) - 86_400_000,
-                           key=b"k%04d" % i, value=b"v" * value_size, headers=[])
-            req = ProduceRequest[9](transactional_id=None, acks=-1, timeout_ms=10_000,
-                                    topic_data=[PD(name=topic, partition_data=[
-                                        PD.PartitionProduceData(index=0,
-                                                                records=bytes(builder.build()))])])
-            deadline = time.monotonic() + 10
-            while True:  # a topic just created may not be in the broker's metadata yet
-                part: Any = conn.request(req, ProduceResponse[9]).responses[0] \
-                    .partition_responses[0]
-                if part.error_code not in RETRIABLE or time.monotonic() > deadline:
-                    break
-                time.sleep(0.1)
+            batch = record_batch([(b"k%04d" % i, b"v" * value_size)],
+                                 int(time.time() * 1000) - 86_400_000)
+            part = produce_batch(conn, topic, batch)
             answers.append((part.error_code, part.error_message, part.base_offset))
     finally:
         conn.close()
