@@ -25,7 +25,7 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -96,14 +96,18 @@ def _run_mvn(args: list[str], cwd: Path, log: Path) -> None:
     print(f"[kcompat] done in {time.monotonic() - t0:.1f}s", file=sys.stderr, flush=True)
 
 
-def reference_libs(version: str = KAFKA_VERSION) -> Path:
-    """Directory with every jar of Apache Kafka ``version`` + kafka-tools (resolved once)."""
-    key = _digest([REFERENCE_POM], version)
-    dest = cache_root() / f"kafka-{version}-{key}" / "libs"
+def copied_dependencies(name: str, version: str, key: str, project: Path,
+                        required: tuple[str, ...], lock: str,
+                        finish: Callable[[Path, Path], None] | None = None) -> Path:
+    """``$COMPAT_CACHE/{name}-{version}-{key}/libs``: every runtime jar of the Maven
+    project in ``project`` (``mvn dependency:copy-dependencies``), resolved once under
+    the lock ``lock``. Each glob of ``required`` must match a jar there;
+    ``finish(libs, build_dir)`` may add to the jars before they are published."""
+    dest = cache_root() / f"{name}-{version}-{key}" / "libs"
     stamp = dest.parent / ".complete"
     if stamp.exists():
         return dest
-    with _locked("reference"):
+    with _locked(lock):
         if stamp.exists():
             return dest
         tmp = dest.parent / "libs.partial"
@@ -112,14 +116,39 @@ def reference_libs(version: str = KAFKA_VERSION) -> Path:
         _run_mvn(
             ["dependency:copy-dependencies", f"-Dkafka.version={version}",
              "-DincludeScope=runtime", f"-DoutputDirectory={tmp}"],
-            REFERENCE_POM.parent, dest.parent / "mvn.log",
+            project, dest.parent / "mvn.log",
         )
-        if not list(tmp.glob(f"kafka_2.13-{version}.jar")):
-            raise JvmSetupError(f"kafka_2.13-{version}.jar missing from {tmp}")
+        for jar in required:
+            if not list(tmp.glob(jar)):
+                raise JvmSetupError(f"{jar} missing from {tmp}")
+        if finish is not None:
+            finish(tmp, dest.parent)
         shutil.rmtree(dest, ignore_errors=True)
         tmp.rename(dest)
         stamp.write_text(version)
     return dest
+
+
+def reference_libs(version: str = KAFKA_VERSION) -> Path:
+    """Directory with every jar of Apache Kafka ``version`` + kafka-tools (resolved once)."""
+    return copied_dependencies("kafka", version, _digest([REFERENCE_POM], version),
+                               REFERENCE_POM.parent, (f"kafka_2.13-{version}.jar",),
+                               lock="reference")
+
+
+def log4j2_properties(loggers: dict[str, str]) -> str:
+    """A log4j2 properties file for a Kafka JVM: WARN and up to stdout, and each
+    logger of ``loggers`` (name -> level) at its own level."""
+    lines = ["status = warn",
+             "appender.out.type = Console",
+             "appender.out.name = OUT",
+             "appender.out.layout.type = PatternLayout",
+             "appender.out.layout.pattern = [%d] %p %m (%c)%n",
+             "rootLogger.level = WARN",
+             "rootLogger.appenderRef.out.ref = OUT"]
+    for i, (name, level) in enumerate(loggers.items()):
+        lines += [f"logger.l{i}.name = {name}", f"logger.l{i}.level = {level}"]
+    return "\n".join(lines) + "\n"
 
 
 def reference_classpath(version: str = KAFKA_VERSION) -> str:

@@ -30,24 +30,13 @@ import uuid
 from pathlib import Path
 
 from compat_tests._broker import free_port, kill_process, terminate_process
-from compat_tests.java._jvm import KAFKA_VERSION, java_bin, reference_classpath
+from compat_tests.java._jvm import KAFKA_VERSION, java_bin, log4j2_properties, reference_classpath
 
 START_TIMEOUT_S = 90.0
 STOP_TIMEOUT_S = 30.0
 
-_LOG4J2 = """\
-status = warn
-appender.out.type = Console
-appender.out.name = OUT
-appender.out.layout.type = PatternLayout
-appender.out.layout.pattern = [%d] %p %m (%c)%n
-rootLogger.level = WARN
-rootLogger.appenderRef.out.ref = OUT
-logger.server.name = kafka.server
-logger.server.level = INFO
-logger.raftserver.name = kafka.server.KafkaRaftServer
-logger.raftserver.level = INFO
-"""
+_LOG4J2 = log4j2_properties({"kafka.server": "INFO",
+                              "kafka.server.KafkaRaftServer": "INFO"})
 
 
 #: Broker settings of the session's reference (``compat_tests/conftest.py``),

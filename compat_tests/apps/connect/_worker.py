@@ -32,10 +32,9 @@ from compat_tests._broker import free_port, kill_process, terminate_process
 from compat_tests.java._jvm import (
     KAFKA_VERSION,
     JvmSetupError,
-    _locked,
-    _run_mvn,
-    cache_root,
+    copied_dependencies,
     java_bin,
+    log4j2_properties,
 )
 
 HERE = Path(__file__).resolve().parent
@@ -44,52 +43,21 @@ BRIDGE = HERE / "bridge" / "org" / "apache" / "kafka" / "common" / "utils" / "Ap
 START_TIMEOUT_S = 120.0
 STOP_TIMEOUT_S = 60.0
 
-_LOG4J2 = """\
-status = warn
-appender.out.type = Console
-appender.out.name = OUT
-appender.out.layout.type = PatternLayout
-appender.out.layout.pattern = [%d] %p %m (%c)%n
-rootLogger.level = WARN
-rootLogger.appenderRef.out.ref = OUT
-logger.connect.name = org.apache.kafka.connect
-logger.connect.level = INFO
-logger.reflections.name = org.reflections
-logger.reflections.level = ERROR
-"""
+_LOG4J2 = log4j2_properties({"org.apache.kafka.connect": "INFO", "org.reflections": "ERROR"})
 
 
 def connect_libs(version: str = KAFKA_VERSION) -> Path:
     """Directory with every runtime jar of the worker and its connectors (resolved once)."""
     key = hashlib.sha256(version.encode() + POM.read_bytes()
                          + BRIDGE.read_bytes()).hexdigest()[:12]
-    dest = cache_root() / f"connect-{version}-{key}" / "libs"
-    stamp = dest.parent / ".complete"
-    if stamp.exists():
-        return dest
-    with _locked("connect"):
-        if stamp.exists():
-            return dest
-        tmp = dest.parent / "libs.partial"
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir(parents=True)
-        _run_mvn(
-            ["dependency:copy-dependencies", f"-Dkafka.version={version}",
-             "-DincludeScope=runtime", f"-DoutputDirectory={tmp}"],
-            HERE, dest.parent / "mvn.log",
-        )
-        for jar in (f"connect-runtime-{version}.jar", "connect-file-*.jar"):
-            if not list(tmp.glob(jar)):
-                raise JvmSetupError(f"{jar} missing from {tmp}")
-        _build_bridge(tmp, dest.parent / "bridge-classes")
-        shutil.rmtree(dest, ignore_errors=True)
-        tmp.rename(dest)
-        stamp.write_text(version)
-    return dest
+    return copied_dependencies("connect", version, key, HERE,
+                               (f"connect-runtime-{version}.jar", "connect-file-*.jar"),
+                               lock="connect", finish=_build_bridge)
 
 
-def _build_bridge(libs: Path, classes: Path) -> None:
-    """``bridge/``'s one class (see its comment) compiled into ``libs``."""
+def _build_bridge(libs: Path, build: Path) -> None:
+    """``bridge/``'s one class (see its comment) compiled (in ``build``) into ``libs``."""
+    classes = build / "bridge-classes"
     shutil.rmtree(classes, ignore_errors=True)
     javac = Path(java_bin()).resolve().parent / "javac"
     jar = javac.parent / "jar"
