@@ -44,6 +44,7 @@ from kafka.admin import KafkaAdminClient, NewTopic
 
 from compat_tests._broker import REPO_ROOT, Broker
 from compat_tests._cluster import Cluster
+from compat_tests.java.conftest import json_lines
 from compat_tests.java.kafka_reference import KafkaReference
 from spark_demo import pipeline as P
 
@@ -92,15 +93,7 @@ class Driver:
                 start_new_session=True)
 
     def events(self) -> list[dict[str, Any]]:
-        text = self.out.read_text(errors="replace") if self.out.exists() else ""
-        out = []
-        for line in text.splitlines():
-            if line.startswith("{"):
-                try:
-                    out.append(json.loads(line))
-                except json.JSONDecodeError:
-                    continue
-        return out
+        return json_lines(self.out.read_text(errors="replace") if self.out.exists() else "")
 
     def progress(self, query: str) -> list[dict[str, Any]]:
         return [e for e in self.events() if e["event"] == "progress" and e["query"] == query]

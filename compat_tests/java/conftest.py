@@ -19,6 +19,20 @@ from compat_tests.java._jvm import clients_classpath, java_bin, reference_classp
 PKG = "io.kcompat.compat"
 
 
+def json_lines(text: str) -> list[dict[str, Any]]:
+    """The JSON objects a program printed one a line (other lines, and a line cut
+    short by a kill, passed over)."""
+    out = []
+    for line in text.splitlines():
+        line = line.strip()
+        if line.startswith("{"):
+            try:
+                out.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue
+    return out
+
+
 @dataclass
 class JavaRun:
     cmd: list[str]
@@ -27,15 +41,7 @@ class JavaRun:
     stderr: str
 
     def json_lines(self) -> list[dict[str, Any]]:
-        out = []
-        for line in self.stdout.splitlines():
-            line = line.strip()
-            if line.startswith("{"):
-                try:
-                    out.append(json.loads(line))
-                except json.JSONDecodeError:
-                    continue
-        return out
+        return json_lines(self.stdout)
 
     def explain(self) -> str:
         return (f"$ {' '.join(self.cmd)}\nexit {self.returncode}\n--- stdout (tail) ---\n"
