@@ -324,19 +324,9 @@ def _account(run: Run, received: Tally, acked: Tally, i: int, line: str) -> None
 # -- workloads -------------------------------------------------------------------------
 
 def set_group_configs(bootstrap: str, group: str, configs: dict[str, str]) -> None:
-    from confluent_kafka.admin import (
-        AdminClient,
-        AlterConfigOpType,
-        ConfigEntry,
-        ConfigResource,
-        ResourceType,
-    )
+    from compat_tests._share import set_group_configs as set_configs
 
-    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
-    entries = [ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET)
-               for k, v in configs.items()]
-    res = ConfigResource(ResourceType.GROUP, group, incremental_configs=entries)
-    admin.incremental_alter_configs([res], request_timeout=30)[res].result(60)
+    set_configs(bootstrap, group, configs)
 
 
 @dataclass
