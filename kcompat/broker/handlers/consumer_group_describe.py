@@ -19,20 +19,10 @@ from kio.schema.errors import ErrorCode
 
 from kcompat.broker.context import RequestContext
 from kcompat.broker.handlers._common import NO_THROTTLE, OK
+from kcompat.broker.handlers._group_answers import NOT_REQUESTED, assignment
 from kcompat.group.consumer_messages import DescribedConsumerGroup
 
-NOT_REQUESTED = -(1 << 31)
 CLASSIC_MEMBER, CONSUMER_MEMBER = 0, 1
-
-
-def _assignment(ctx: RequestContext, assigned: Any) -> Any:
-    topics = []
-    for name, partitions in assigned:
-        meta = ctx.state.topics.get(name)
-        if meta is not None:
-            topics.append(ctx.build("TopicPartitions", topic_id=meta.topic_id, topic_name=name,
-                                    partitions=tuple(partitions)))
-    return ctx.build("Assignment", topic_partitions=tuple(topics))
 
 
 def _missing(ctx: RequestContext, group_id: str, code: ErrorCode, message: str | None) -> Any:
@@ -47,8 +37,8 @@ def _described(ctx: RequestContext, d: DescribedConsumerGroup) -> Any:
         member_epoch=m.member_epoch, client_id=m.client_id, client_host=m.client_host,
         subscribed_topic_names=tuple(m.subscribed_topic_names),
         subscribed_topic_regex=m.subscribed_topic_regex,
-        assignment=_assignment(ctx, m.assignment),
-        target_assignment=_assignment(ctx, m.target_assignment),
+        assignment=assignment(ctx, m.assignment, True),
+        target_assignment=assignment(ctx, m.target_assignment, True),
         **({"member_type": CLASSIC_MEMBER if m.classic else CONSUMER_MEMBER}
            if ctx.version >= 1 else {}))
         for m in d.members)

@@ -16,12 +16,11 @@ answered.
 from __future__ import annotations
 
 import dataclasses
-import datetime
 import uuid
 from typing import Any
 
 from kcompat.broker.context import RequestContext
-from kcompat.broker.handlers._common import NO_THROTTLE
+from kcompat.broker.handlers._group_answers import heartbeat_response
 from kcompat.group.consumer_messages import Heartbeat, HeartbeatResult, check_request
 
 
@@ -31,23 +30,6 @@ def _owned(ctx: RequestContext, request: Any) -> tuple[tuple[str, tuple[int, ...
     by_id = {meta.topic_id: name for name, meta in ctx.state.topics.items()}
     return tuple((by_id[t.topic_id], tuple(t.partitions)) for t in request.topic_partitions
                  if t.topic_id in by_id)
-
-
-def _answer(ctx: RequestContext, result: HeartbeatResult) -> Any:
-    assignment = None
-    if result.assignment is not None:
-        topics = []
-        for name, partitions in result.assignment:
-            meta = ctx.state.topics.get(name)
-            if meta is not None:
-                topics.append(ctx.build("TopicPartitions", topic_id=meta.topic_id,
-                                        partitions=tuple(partitions)))
-        assignment = ctx.build("Assignment", topic_partitions=tuple(topics))
-    return ctx.response(
-        throttle_time=NO_THROTTLE, error_code=result.error, error_message=result.error_message,
-        member_id=result.member_id, member_epoch=result.member_epoch,
-        heartbeat_interval=datetime.timedelta(milliseconds=result.heartbeat_interval_ms),
-        assignment=assignment)
 
 
 async def handle(ctx: RequestContext, request: Any) -> Any:
@@ -65,9 +47,9 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
     invalid = check_request(request.group_id, hb, service.assignors,
                             member_id_required=ctx.version >= 1)
     if invalid is not None:
-        return _answer(ctx, HeartbeatResult(invalid[0], error_message=invalid[1]))
+        return heartbeat_response(ctx, HeartbeatResult(invalid[0], error_message=invalid[1]))
     if (gate := service.coordinator_error(request.group_id)) is not None:
-        return _answer(ctx, HeartbeatResult(gate))
+        return heartbeat_response(ctx, HeartbeatResult(gate))
     if not hb.member_id and hb.member_epoch == 0:  # v0: the coordinator names it
         hb = dataclasses.replace(hb, member_id=str(uuid.uuid4()))
-    return _answer(ctx, await service.heartbeat(request.group_id, hb))
+    return heartbeat_response(ctx, await service.heartbeat(request.group_id, hb))

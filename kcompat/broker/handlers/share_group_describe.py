@@ -14,18 +14,7 @@ from kio.schema.errors import ErrorCode
 
 from kcompat.broker.context import RequestContext
 from kcompat.broker.handlers._common import NO_THROTTLE, OK
-
-NOT_REQUESTED = -(1 << 31)
-
-
-def _assignment(ctx: RequestContext, assigned: Any) -> Any:
-    topics = []
-    for name, partitions in assigned:
-        meta = ctx.state.topics.get(name)
-        if meta is not None:
-            topics.append(ctx.build("TopicPartitions", topic_id=meta.topic_id, topic_name=name,
-                                    partitions=tuple(partitions)))
-    return ctx.build("Assignment", topic_partitions=tuple(topics))
+from kcompat.broker.handlers._group_answers import NOT_REQUESTED, assignment
 
 
 def _missing(ctx: RequestContext, group_id: str, code: ErrorCode, message: str | None) -> Any:
@@ -60,7 +49,7 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
             "Member", member_id=m.member_id, rack_id=m.rack_id, member_epoch=m.member_epoch,
             client_id=m.client_id, client_host=m.client_host,
             subscribed_topic_names=tuple(m.subscribed_topic_names),
-            assignment=_assignment(ctx, m.assignment)) for m in d.members)
+            assignment=assignment(ctx, m.assignment, True)) for m in d.members)
         out.append(ctx.build(
             "DescribedGroup", error_code=OK, error_message=None, group_id=group_id,
             group_state=d.group_state, group_epoch=d.group_epoch,
