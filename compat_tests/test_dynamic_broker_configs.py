@@ -34,11 +34,10 @@ from confluent_kafka.admin import (
 )
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.errors import MessageSizeTooLargeError
-from kafka.protocol.admin import IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse
 
-from compat_tests._broker import Broker, unique_topic
+from compat_tests._broker import Broker, running, unique_topic
 from compat_tests._deployment import RF3_ONLY, Deployment
-from tests.integration._raw import RawConnection
+from compat_tests.java._differential import BROKER, incremental_alter
 
 TIMEOUT_S = 20
 BIG, SMALL = b"x" * 5000, b"y" * 500
@@ -50,16 +49,9 @@ def _admin(bootstrap: str) -> AdminClient:
 
 def _alter(bootstrap: str, name: str, key: str, value: str | None) -> None:
     if name == "":  # the cluster-wide default
-        R = IncrementalAlterConfigsRequest
-        req = R(version=1, validate_only=False, resources=[R.AlterConfigsResource(
-            resource_type=4, resource_name="", configs=[R.AlterConfigsResource.AlterableConfig(
-                name=key, config_operation=0 if value is not None else 1, value=value)])])
-        conn = RawConnection(bootstrap.split(",")[0], timeout=TIMEOUT_S)
-        try:
-            r = conn.request(req, IncrementalAlterConfigsResponse[1]).responses[0]
-        finally:
-            conn.close()
-        assert (r.error_code, r.error_message) == (0, None)
+        ops = [(key, 0 if value is not None else 1, value)]  # SET, DELETE
+        answer = incremental_alter(bootstrap.split(",")[0], "", ops, False, BROKER)
+        assert answer == (0, None)
         return
     op = AlterConfigOpType.SET if value is not None else AlterConfigOpType.DELETE
     res = ConfigResource(ConfigResource.Type.BROKER, name, incremental_configs=[
@@ -100,14 +92,9 @@ def _producer(bootstrap: str) -> KafkaProducer:
 def snapshotting_broker(tmp_path: Path) -> Iterator[Broker]:
     """A broker that snapshots its metadata after every record, so a restart
     rebuilds the dynamic configs from a checkpoint, not by replaying records."""
-    b = Broker(tmp_path, extra_args=(
+    yield from running(Broker(tmp_path, extra_args=(
         "--set", "metadata.log.max.record.bytes.between.snapshots=1",
-        "--set", "log.retention.check.interval.ms=200"))
-    b.start()
-    try:
-        yield b
-    finally:
-        b.close()
+        "--set", "log.retention.check.interval.ms=200")))
 
 
 def test_cluster_default_takes_effect_at_once_and_survives_restart(
