@@ -67,17 +67,25 @@ def describe(asked: Sequence[str] | None) -> list[tuple[str, str]]:
     return out
 
 
-def check_describe_name(name: str, node_id: int) -> None:
-    if name == "":
-        raise DynamicConfigError(ErrorCode.invalid_request, "Broker id must not be empty")
+def _check_node(name: str, node_id: int, not_integer: str, unexpected: str) -> None:
+    """``name`` must be this broker's id, else INVALID_REQUEST with Kafka's
+    message for the API (``not_integer`` / ``unexpected``, formatted with
+    ``name`` and ``node_id``)."""
     try:
         target = int(name)
     except ValueError:
         raise DynamicConfigError(ErrorCode.invalid_request,
-                                 f"Broker id must be an integer, but it is: {name}") from None
+                                 not_integer.format(name=name)) from None
     if target != node_id:
         raise DynamicConfigError(ErrorCode.invalid_request,
-                                 f"Unexpected broker id, expected {node_id} but received {name}")
+                                 unexpected.format(name=name, node_id=node_id))
+
+
+def check_describe_name(name: str, node_id: int) -> None:
+    if name == "":
+        raise DynamicConfigError(ErrorCode.invalid_request, "Broker id must not be empty")
+    _check_node(name, node_id, "Broker id must be an integer, but it is: {name}",
+                "Unexpected broker id, expected {node_id} but received {name}")
 
 
 def _check_alter(name: str, node_id: int, ops: list[tuple[str, int, str | None]]) -> None:
@@ -88,14 +96,8 @@ def _check_alter(name: str, node_id: int, ops: list[tuple[str, int, str | None]]
     if nulls:
         raise DynamicConfigError(ErrorCode.invalid_request,
                                  f"Null value not supported for : {','.join(nulls)}")
-    try:
-        target = int(name)
-    except ValueError:
-        raise DynamicConfigError(ErrorCode.invalid_request,
-                                 f"Node id must be an integer, but it is: {name}") from None
-    if target != node_id:
-        raise DynamicConfigError(ErrorCode.invalid_request,
-                                 f"Unexpected node id. Expected {node_id}, but received {name}")
+    _check_node(name, node_id, "Node id must be an integer, but it is: {name}",
+                "Unexpected node id. Expected {node_id}, but received {name}")
     for logger, op, value in ops:
         if op not in (SET, DELETE):
             what = (f"{_OP_NAMES[op]} operation" if op in _OP_NAMES
