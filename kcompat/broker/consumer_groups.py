@@ -278,11 +278,8 @@ class ConsumerGroupService(HostedGroups[ConsumerGroup]):
             return None
         if group.member_ids():
             return ErrorCode.inconsistent_group_protocol
-        code = await self._write(group_id, None)
-        if code == ErrorCode.none:
-            self._forget(group_id)
-            return None
-        return code
+        code = await self._delete(group_id)
+        return None if code == ErrorCode.none else code
 
     async def delete(self, group_id: str) -> ErrorCode:
         """DeleteGroups of a consumer group: only when empty (its offsets are
@@ -292,7 +289,4 @@ class ConsumerGroupService(HostedGroups[ConsumerGroup]):
             return ErrorCode.group_id_not_found
         if group.member_ids():
             return ErrorCode.non_empty_group
-        code = await self._write(group_id, None)
-        if code == ErrorCode.none:
-            self._forget(group_id)
-        return code
+        return await self._delete(group_id)

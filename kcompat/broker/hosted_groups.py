@@ -116,6 +116,14 @@ class HostedGroups(Generic[G]):
         self.groups[group.group_id] = group
         self._terms[group.group_id] = self._term(group.group_id)
 
+    async def _delete(self, group_id: str) -> ErrorCode:
+        """Remove the group: its snapshot's tombstone, committed, then no live
+        copy (kept when the write fails)."""
+        code = await self._write(group_id, None)
+        if code == ErrorCode.none:
+            self._forget(group_id)
+        return code
+
     def _forget(self, group_id: str) -> None:
         """The group is deleted (its snapshot record removed)."""
         self.groups.pop(group_id, None)

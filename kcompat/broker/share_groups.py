@@ -161,9 +161,7 @@ class ShareGroupService(HostedGroups[ShareGroup]):
                 for index in range(meta.partitions)]
         code = await self.shares.delete_state(keys)
         if code == ErrorCode.none:
-            code = await self._write(group_id, None)
-        if code == ErrorCode.none:
-            self._forget(group_id)
+            code = await self._delete(group_id)
         return code
 
     # -- share-group offsets (DescribeShareGroupOffsets, Alter..., Delete...) ------------
