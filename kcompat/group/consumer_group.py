@@ -78,7 +78,7 @@ from kcompat.group.consumer_messages import (
     HeartbeatResult,
 )
 from kcompat.group.consumer_protocol import decode_assignment, decode_subscription
-from kcompat.group.epoch_group import EpochGroup
+from kcompat.group.epoch_group import DescribedGroup, EpochGroup
 
 EMPTY, ASSIGNING, RECONCILING, STABLE_GROUP, DEAD = (
     "Empty", "Assigning", "Reconciling", "Stable", "Dead")
@@ -141,8 +141,8 @@ class ConsumerGroup(EpochGroup[ConsumerMember], ClassicMembers):
             m.member_id, m.instance_id, m.rack_id, m.member_epoch, m.client_id, m.client_host,
             m.subscribed_topic_names or (), m.subscribed_topic_regex or "", grouped(m.owned),
             self._target.get(m.member_id, ()), m.is_classic) for m in self._sorted_members())
-        return DescribedConsumerGroup(self.group_id, self.state, self._group_epoch,
-                                      self._assignment_epoch, self.assignor_name(), members)
+        return DescribedGroup(self.group_id, self.state, self._group_epoch,
+                              self._assignment_epoch, self.assignor_name(), members)
 
     def _sorted_members(self) -> list[ConsumerMember]:
         return [self._members[m] for m in sorted(self._members)]

@@ -23,7 +23,7 @@ from kcompat.group.consumer_member import (
     LEAVE_GROUP_MEMBER_EPOCH,
     LEAVE_GROUP_STATIC_MEMBER_EPOCH,
 )
-from kcompat.group.epoch_group import HeartbeatResult
+from kcompat.group.epoch_group import DescribedGroup, HeartbeatResult
 
 __all__ = ["ConsumerGroupConfig", "DescribedConsumerGroup", "DescribedMember", "GroupError",
            "Heartbeat", "HeartbeatResult", "check_request"]
@@ -61,14 +61,7 @@ class DescribedMember:
     classic: bool = False  # joined with JoinGroup (ConsumerGroupDescribe member type 0)
 
 
-@dataclass(frozen=True, slots=True)
-class DescribedConsumerGroup:
-    group_id: str
-    group_state: str
-    group_epoch: int
-    assignment_epoch: int
-    assignor_name: str
-    members: tuple[DescribedMember, ...]
+DescribedConsumerGroup = DescribedGroup[DescribedMember]
 
 
 def check_request(group_id: str, hb: Heartbeat, assignors: Sequence[str],

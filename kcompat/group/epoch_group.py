@@ -11,7 +11,8 @@ whether the group exists, its member ids), feeds it the cluster's topics
 group epoch) and expires members (``tick``). The subclasses
 (``consumer_group.ConsumerGroup``, ``share_group.ShareGroup``) own every rule
 that differs: who may join or heartbeat, what a bump does, when a member's
-time is up. ``HeartbeatResult`` is the answer both heartbeats give.
+time is up. ``HeartbeatResult`` is the answer both heartbeats give,
+``DescribedGroup`` what both describe APIs report.
 
 Pure and deterministic: no clock, no I/O.
 """
@@ -27,6 +28,7 @@ from kio.schema.errors import ErrorCode
 from kcompat.group.assignors import TopicPartitions
 
 M = TypeVar("M")
+D = TypeVar("D")
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +41,19 @@ class HeartbeatResult:
     heartbeat_interval_ms: int = 0
     assignment: TopicPartitions | None = None  # None: not sent
     error_message: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class DescribedGroup(Generic[D]):
+    """A group as ConsumerGroupDescribe or ShareGroupDescribe reports it
+    (``D``: how a member is described)."""
+
+    group_id: str
+    group_state: str
+    group_epoch: int
+    assignment_epoch: int
+    assignor_name: str
+    members: tuple[D, ...]
 
 
 class EpochGroup(Generic[M]):

@@ -78,7 +78,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from kcompat.group.epoch_group import EpochGroup, HeartbeatResult
+from kcompat.group.epoch_group import DescribedGroup, EpochGroup, HeartbeatResult
 
 LEAVE_GROUP_MEMBER_EPOCH = -1
 ASSIGNOR_NAME = "simple"
@@ -110,14 +110,7 @@ class MemberRecord:
     client_host: str = ""
 
 
-@dataclass(frozen=True, slots=True)
-class DescribedShareGroup:
-    group_id: str
-    group_state: str
-    group_epoch: int
-    assignment_epoch: int
-    assignor_name: str
-    members: tuple[MemberRecord, ...]
+DescribedShareGroup = DescribedGroup[MemberRecord]
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,8 +166,8 @@ class ShareGroup(EpochGroup[_Member]):
 
     def describe(self) -> DescribedShareGroup:
         members = tuple(self._members[m].record() for m in sorted(self._members))
-        return DescribedShareGroup(self.group_id, self.state, self._group_epoch,
-                                   self._assignment_epoch, ASSIGNOR_NAME, members)
+        return DescribedGroup(self.group_id, self.state, self._group_epoch,
+                              self._assignment_epoch, ASSIGNOR_NAME, members)
 
     # -- transitions ---------------------------------------------------------
 
