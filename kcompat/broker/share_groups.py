@@ -11,13 +11,16 @@ the group epoch and reassigns) and expires members whose session ran out
 (``run``). A group id is a classic group or a share group, never both:
 the other kind's requests are INCONSISTENT_GROUP_PROTOCOL, as in Kafka.
 
-Membership is kept in the coordinator's memory: when the coordinator moves
-(a new leader of the offsets partition) members are unknown there and
-rejoin (UNKNOWN_MEMBER_ID → epoch 0), which costs a reassignment, never a
-record: share-partition state lives with the partitions' leaders
-(``shares``). The group configs (``share.*``, ``kc.share.*``, KIP-1191's
-``errors.deadletterqueue.*``) come from the metadata image and are handed to
-the partition side through ``settings``.
+Membership is durable as a consumer group's (``hosted_groups``, the base
+shared with ``consumer_groups``): every change is one snapshot record in the
+group's ``__consumer_offsets`` partition, with every topic the group ever
+subscribed to (whose share state DeleteGroups deletes), committed before it
+is answered; the broker that takes the partition over restores the group
+from it, members keeping their epochs. Share-partition state (record locks,
+delivery counts) lives with the partitions' leaders (``shares``). The group
+configs (``share.*``, ``kc.share.*``, KIP-1191's ``errors.deadletterqueue.*``)
+come from the metadata image and are handed to the partition side through
+``settings``.
 """
 
 from __future__ import annotations
