@@ -28,6 +28,7 @@ The same test runs against one kcompat broker, a 3-broker kcompat cluster
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 import uuid
@@ -204,14 +205,37 @@ def replication_of(bootstrap: str, topic: str) -> set[int]:
 
 # -- the test -----------------------------------------------------------------------
 
-def test_filestream_through_worker_restarts(target: Target, tmp_path: Path) -> None:
-    t0 = time.monotonic()
-    marks: dict[str, float] = {}
+def _new_run(target: Target, tmp_path: Path) -> tuple[str, str, str, Path, Path]:
+    """A run id, a topic named after it (created) and a Connect group name, an
+    empty input file and the path of the output file."""
     run = uuid.uuid4().hex[:8]
     topic, group = f"lines-{run}", f"connect-{run}"
     target.create_topic(topic)
     src_file, out_file = tmp_path / "input.txt", tmp_path / "output.txt"
     src_file.write_text("")
+    return run, topic, group, src_file, out_file
+
+
+@contextlib.contextmanager
+def _reported(target: Target, marks: dict[str, float], explain: Callable[[], str],
+              *workers: ConnectWorker) -> Iterator[None]:
+    """Around a test's steps: on failure print ``explain()``; at the end close the
+    workers and print the time each step was reached (``marks``)."""
+    try:
+        yield
+    except BaseException:
+        print(explain())
+        raise
+    finally:
+        for worker in workers:
+            worker.close()
+        print(f"[{target.name}] " + ", ".join(f"{k} {v:.1f}s" for k, v in marks.items()))
+
+
+def test_filestream_through_worker_restarts(target: Target, tmp_path: Path) -> None:
+    t0 = time.monotonic()
+    marks: dict[str, float] = {}
+    run, topic, group, src_file, out_file = _new_run(target, tmp_path)
     worker = ConnectWorker(tmp_path / "worker", target.bootstrap, group, target.replication,
                            overrides={
                                "exactly.once.source.support": "enabled",
@@ -248,7 +272,7 @@ def test_filestream_through_worker_restarts(target: Target, tmp_path: Path) -> N
         _wait(f"[{target.name}] {why}: {n} lines in the output",
               lambda: len(_lines(out_file)) >= n, explain=explain)
 
-    try:
+    with _reported(target, marks, explain, worker):
         worker.start()
         marks["worker up"] = time.monotonic() - t0
         worker.put_connector("file-source", {
@@ -314,12 +338,6 @@ def test_filestream_through_worker_restarts(target: Target, tmp_path: Path) -> N
         marks["stopped"] = time.monotonic() - t0
         _check_internal_topics(target, worker, topic, src_file)
         marks["internal topics checked"] = time.monotonic() - t0
-    except BaseException:
-        print(explain())
-        raise
-    finally:
-        worker.close()
-        print(f"[{target.name}] " + ", ".join(f"{k} {v:.1f}s" for k, v in marks.items()))
 
 
 def _check_internal_topics(target: Target, worker: ConnectWorker, topic: str,
@@ -374,11 +392,7 @@ def test_offsets_api_and_lifecycle(target: Target, tmp_path: Path) -> None:
     offsets set. Deleting a connector leaves a tombstone in the config topic."""
     t0 = time.monotonic()
     marks: dict[str, float] = {}
-    run = uuid.uuid4().hex[:8]
-    topic, group = f"lines-{run}", f"connect-{run}"
-    target.create_topic(topic)
-    src_file, out_file = tmp_path / "input.txt", tmp_path / "output.txt"
-    src_file.write_text("")
+    run, topic, group, src_file, out_file = _new_run(target, tmp_path)
     leader, worker = (ConnectWorker(tmp_path / name, target.bootstrap, group,
                                     target.replication,
                                     overrides={"offset.flush.interval.ms": "500",
@@ -424,7 +438,7 @@ def test_offsets_api_and_lifecycle(target: Target, tmp_path: Path) -> None:
         worker.request("PUT", f"/connectors/{name}/resume")
         worker.wait_running(name)
 
-    try:
+    with _reported(target, marks, explain, worker, leader):
         leader.start()  # the first member leads the group
         worker.launch()  # its JVM starts while the connectors are created
         leader.put_connector("rewind-source", {
@@ -497,10 +511,3 @@ def test_offsets_api_and_lifecycle(target: Target, tmp_path: Path) -> None:
             f"[{target.name}] no tombstone of the deleted connector in {configs}")
         assert latest.get("connector-rewind-sink") is not None
         marks["deleted"] = time.monotonic() - t0
-    except BaseException:
-        print(explain())
-        raise
-    finally:
-        worker.close()
-        leader.close()
-        print(f"[{target.name}] " + ", ".join(f"{k} {v:.1f}s" for k, v in marks.items()))
