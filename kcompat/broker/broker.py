@@ -50,6 +50,8 @@ class Broker:
                  links: LinkFactory | None = None, rng: Random | None = None) -> None:
         self.config = config
         self.state = BrokerState(config, store)
+        self.draining = False  # SIGTERM: connections close once idle (``connection``)
+        self.idle_reads: set[trio.CancelScope] = set()
         voters = (",".join(config["controller.quorum.voters"])
                   or lone_voter(self.state.node_id, config["host"], config["port"]))
         self.cluster = ClusterRuntime(self.state, voters, links, rng)
@@ -68,6 +70,12 @@ class Broker:
         self.metrics = BrokerMetrics(self.state, self.groups.store)
         self.delays.export(self.metrics.registry)
         self.shares.export(self.metrics.registry)
+
+    def close_idle_connections(self) -> None:
+        """Drain: connections between requests close now, busy ones after their answer."""
+        self.draining = True
+        for scope in list(self.idle_reads):
+            scope.cancel()
 
     def start_services(self, nursery: trio.Nursery) -> None:
         """The services' own tasks: coordinator timers, delayed deliveries."""

@@ -10,6 +10,11 @@ we cannot serve — an unknown API key, an unsupported version, a malformed
 header or body, an oversized frame — closes only this connection, with one
 logged line saying why. An unexpected exception in a handler is logged with its
 traceback and also closes just this connection; the broker keeps running.
+
+On SIGTERM the broker drains: a connection waiting for its next request is
+closed at once (``Broker.close_idle_connections``), one serving a request
+answers it first (bounded by the server's drain deadline), as Kafka closes its
+connections after their in-flight requests.
 """
 
 from __future__ import annotations
@@ -47,10 +52,16 @@ async def serve_connection(stream: trio.SocketStream, broker: Broker) -> None:
     host = f"/{peer[0]}"
     reader = FrameReader(broker.config["socket.request.max.bytes"])
     broker.metrics.connections.inc()
+    idle = broker.idle_reads
     try:
-        while True:
-            data = await stream.receive_some(RECEIVE_BYTES)
-            if not data:
+        while not broker.draining:
+            with trio.CancelScope() as waiting:  # cancelled by a drain: nothing in flight
+                idle.add(waiting)
+                try:
+                    data = await stream.receive_some(RECEIVE_BYTES)
+                finally:
+                    idle.discard(waiting)
+            if waiting.cancelled_caught or not data:
                 return
             for frame in reader.feed(data):
                 with broker.metrics.request(frame):  # count, time, errors = CloseConnection

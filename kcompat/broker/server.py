@@ -87,6 +87,7 @@ async def run_broker(config: BrokerConfig, task_status: trio.TaskStatus[int] = t
                 broker.metrics.ready = False
                 for listener in listeners:
                     await listener.aclose()
+                broker.close_idle_connections()
                 connections.cancel_scope.deadline = trio.current_time() + DRAIN_SECONDS
             background.cancel_scope.cancel()
     finally:
