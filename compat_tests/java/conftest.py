@@ -8,7 +8,10 @@ or ``java`` is an error, not a skip: ``make tools`` installs both.
 from __future__ import annotations
 
 import json
+import queue
 import subprocess
+import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,6 +34,36 @@ def json_lines(text: str) -> list[dict[str, Any]]:
             except json.JSONDecodeError:
                 continue
     return out
+
+
+class JsonLineProcess:
+    """A client program in its own process whose JSON stdout lines (``{...}``)
+    a thread puts on a queue as they come; its stderr is kept for failures."""
+
+    def __init__(self, proc: subprocess.Popen[str]) -> None:
+        self.proc = proc
+        self.events: queue.Queue[dict[str, Any]] = queue.Queue()
+        self.stderr = ""
+        threading.Thread(target=self._pump, daemon=True).start()
+        threading.Thread(target=self._pump_err, daemon=True).start()
+
+    def _pump(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            if line.startswith("{"):
+                self.events.put(json.loads(line))
+
+    def _pump_err(self) -> None:
+        assert self.proc.stderr is not None
+        self.stderr = self.proc.stderr.read()
+
+    def new_events(self) -> Iterator[dict[str, Any]]:
+        """The events that arrived since the last call."""
+        while True:
+            try:
+                yield self.events.get_nowait()
+            except queue.Empty:
+                return
 
 
 @dataclass

@@ -26,14 +26,10 @@ created while it runs.
 
 from __future__ import annotations
 
-import json
-import queue
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, Producer, TopicPartition
@@ -44,7 +40,7 @@ from compat_tests._broker import REPO_ROOT, unique_topic
 from compat_tests._deployment import CONSUMER_PROTOCOL_ARGS, GROUP_KINDS, SINGLE_ONLY, Deployment
 from compat_tests._groups import FAST_BROKER_ARGS, create_topic, unique_group, wait_for
 from compat_tests.conftest import _deployment
-from compat_tests.java.conftest import PKG, java_cmd
+from compat_tests.java.conftest import PKG, JsonLineProcess, java_cmd
 from kcompat.cli._kio import Connection
 
 pytestmark = pytest.mark.timeout(120)
@@ -62,37 +58,19 @@ def gbroker(request: pytest.FixtureRequest,
                            (*FAST_BROKER_ARGS, *CONSUMER_PROTOCOL_ARGS))
 
 
-class Member:
+class Member(JsonLineProcess):
     """One member process; its JSON lines are read on a thread."""
 
     def __init__(self, cmd: list[str], name: str) -> None:
         self.name = name
-        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, text=True, cwd=REPO_ROOT)
-        self.events: queue.Queue[dict[str, Any]] = queue.Queue()
         self.assignment: list[int] = []
         self.keys: set[str] = set()
         self.errors: list[str] = []
-        self.stderr = ""
-        threading.Thread(target=self._pump, daemon=True).start()
-        threading.Thread(target=self._pump_err, daemon=True).start()
-
-    def _pump(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            if line.startswith("{"):
-                self.events.put(json.loads(line))
-
-    def _pump_err(self) -> None:
-        assert self.proc.stderr is not None
-        self.stderr = self.proc.stderr.read()
+        super().__init__(subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                          stderr=subprocess.PIPE, text=True, cwd=REPO_ROOT))
 
     def drain(self) -> None:
-        while True:
-            try:
-                ev = self.events.get_nowait()
-            except queue.Empty:
-                return
+        for ev in self.new_events():
             if ev["event"] == "assigned":
                 self.assignment = list(ev["all"])
             elif ev["event"] == "record":

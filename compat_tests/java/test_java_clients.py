@@ -11,11 +11,8 @@ Programs live in compat_tests/java/clients (built once by Maven, cached):
 
 from __future__ import annotations
 
-import json
-import queue
 import struct
 import subprocess
-import threading
 import time
 from typing import Any
 
@@ -25,7 +22,7 @@ from kafka.admin import KafkaAdminClient, NewTopic
 
 from compat_tests._broker import Broker
 from compat_tests._deployment import SINGLE_AND_RF3, Deployment
-from compat_tests.java.conftest import PKG, java_cmd, run_java
+from compat_tests.java.conftest import PKG, JsonLineProcess, java_cmd, run_java
 
 
 def create_topic(bootstrap: str, name: str, partitions: int, replication: int = 1) -> None:
@@ -101,38 +98,20 @@ def test_default_producer_is_idempotent_and_acks_every_record(
     assert got["k7"] == ("value-7", {"seq": b"7"})
 
 
-class _Member:
+class _Member(JsonLineProcess):
     """One GroupConsumer JVM; its JSON lines are read on a thread into a queue."""
 
     def __init__(self, cp: str, bootstrap: str, topic: str, group: str, client_id: str) -> None:
         self.client_id = client_id
-        self.proc = subprocess.Popen(
-            java_cmd(cp, f"{PKG}.GroupConsumer", bootstrap, topic, group, client_id),
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        self.events: queue.Queue[dict[str, Any]] = queue.Queue()
         self.assignment: list[int] = []
         self.records: list[tuple[int, int]] = []
         self.log: list[dict[str, Any]] = []
-        self.stderr = ""
-        threading.Thread(target=self._pump, daemon=True).start()
-        threading.Thread(target=self._pump_err, daemon=True).start()
-
-    def _pump(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            if line.startswith("{"):
-                self.events.put(json.loads(line))
-
-    def _pump_err(self) -> None:
-        assert self.proc.stderr is not None
-        self.stderr = self.proc.stderr.read()
+        super().__init__(subprocess.Popen(
+            java_cmd(cp, f"{PKG}.GroupConsumer", bootstrap, topic, group, client_id),
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
 
     def drain(self) -> None:
-        while True:
-            try:
-                ev = self.events.get_nowait()
-            except queue.Empty:
-                return
+        for ev in self.new_events():
             self.log.append(ev)
             if ev["event"] == "assigned":
                 self.assignment = ev["all"]
