@@ -1,5 +1,7 @@
 """Faust (faust-streaming) with a Table, stopped and restarted as a new worker process,
-against a single kcompat broker and against Apache Kafka 4.4.0 (same assertions).
+against a single kcompat broker, a 3-broker kcompat cluster (every topic, Faust's
+internal ones and ``__consumer_offsets`` at replication factor 3) and Apache Kafka
+4.4.0 (same assertions).
 
 The application is ``compat_tests/apps/faust_wordcount.py``, run unmodified as
 ``python -m compat_tests.apps.faust_wordcount worker``: lines -> words (a repartition
@@ -14,7 +16,10 @@ changelog and processes the rest. Asserted on both brokers:
 * worker 2 continues from the changelog: for every word its first count is the value
   worker 1 left in the changelog plus one, then one by one;
 * at least once from the words topic on: no word record uncounted;
-* the changelog's final values equal the last emitted counts; Faust created it compacted.
+* the changelog's final values equal the last emitted counts; Faust created it compacted;
+* Faust created its internal topics (words, changelog) at the deployment's replication
+  factor (``FAUST_WC_REPLICATION``); on the cluster the partitions are led by more than
+  one broker, not all by the group coordinator.
 
 What Faust 0.15.3 does not guarantee, seen alike on kcompat and on Kafka 4.4.0 (printed
 per run, written up in FINDINGS.md): after kill -9 it counts again what worker 1 had
@@ -44,10 +49,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from confluent_kafka.admin import AdminClient
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import ConfigResource, ConfigResourceType, KafkaAdminClient, NewTopic
 
 from compat_tests._broker import REPO_ROOT, Broker, kill_process, unique_topic
+from compat_tests._cluster import Cluster
+from compat_tests._deployment import Deployment
 from compat_tests.java.kafka_reference import KafkaReference
 
 PARTITIONS = 2
@@ -59,20 +67,30 @@ SETTLE_TIMEOUT_S = 90.0
 QUIET_S = 5.0
 
 
-@pytest.fixture(scope="module", params=["kcompat", "kafka-4.4.0"])
-def bootstrap(request: pytest.FixtureRequest,
-              tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+@pytest.fixture(scope="module", params=["kcompat", "kcompat-3-brokers", "kafka-4.4.0"])
+def deployment(request: pytest.FixtureRequest,
+               tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, int]]:
+    """(bootstrap, replication factor of every topic, Faust's internal ones included)."""
     # Here, not at import: `make test` collects this module and deselects it (marker apps).
     pytest.importorskip("faust", reason="faust-streaming is not installed (make test-apps"
                         " installs the extra 'apps')")
     if request.param == "kafka-4.4.0":
         ref: KafkaReference = request.getfixturevalue("kafka_reference")
-        yield ref.bootstrap
+        yield ref.bootstrap, 1
+        return
+    if request.param == "kcompat-3-brokers":
+        cluster = Cluster(tmp_path_factory.mktemp("faust-cluster"),
+                          extra_args=Deployment.cluster_args("rf3"))
+        try:
+            cluster.start()
+            yield cluster.bootstrap, 3
+        finally:
+            cluster.close()
         return
     broker = Broker(tmp_path_factory.mktemp("faust-kcompat"))
     broker.start()
     try:
-        yield broker.bootstrap
+        yield broker.bootstrap, 1
     finally:
         broker.close()
 
@@ -90,8 +108,11 @@ class Worker:
         self.log = log
         with open(log, "ab") as out:
             self.proc = subprocess.Popen(
+                # --without-web: `faust worker` starts its web server on port 6066 unless
+                # told not to (the app's web_enabled=False does not stop it), so two
+                # workers on one machine would collide.
                 [sys.executable, "-m", "compat_tests.apps.faust_wordcount", "worker",
-                 "-l", "info"],
+                 "-l", "info", "--without-web"],
                 cwd=str(REPO_ROOT), env=env, stdin=subprocess.DEVNULL, stdout=out,
                 stderr=subprocess.STDOUT, start_new_session=True)
 
@@ -180,10 +201,10 @@ def _produce_throttled(bootstrap: str, topic: str, lines: list[str],
         errors.append(exc)
 
 
-def _create_topics(bootstrap: str, *topics: str) -> None:
+def _create_topics(bootstrap: str, replication: int, *topics: str) -> None:
     admin = KafkaAdminClient(bootstrap_servers=bootstrap)
     try:
-        admin.create_topics([NewTopic(t, PARTITIONS, 1) for t in topics])
+        admin.create_topics([NewTopic(t, PARTITIONS, replication) for t in topics])
     finally:
         admin.close()
 
@@ -196,6 +217,21 @@ def _topic_config(bootstrap: str, topic: str, key: str) -> str:
     finally:
         admin.close()
     return str(res["topic"][topic][key]["value"])
+
+
+def _leaders_and_replication(bootstrap: str, group: str, topics: list[str]
+                             ) -> tuple[int, dict[str, set[int]], dict[str, set[int]]]:
+    """(group coordinator id, {topic: partition leaders}, {topic: replica counts})."""
+    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
+    coordinator = admin.describe_consumer_groups([group])[group].result(timeout=30).coordinator.id
+    leaders: dict[str, set[int]] = {}
+    replicas: dict[str, set[int]] = {}
+    for topic in topics:
+        md = admin.list_topics(topic, timeout=10).topics[topic]
+        assert md.error is None and len(md.partitions) == PARTITIONS, (topic, md.error)
+        leaders[topic] = {p.leader for p in md.partitions.values()}
+        replicas[topic] = {len(p.replicas) for p in md.partitions.values()}
+    return coordinator, leaders, replicas
 
 
 def _group_lag(bootstrap: str, group: str, topics: list[str]) -> dict[str, int]:
@@ -240,17 +276,20 @@ def _read(bootstrap: str, topic: str, json_keys: bool = False,
 
 
 @pytest.mark.parametrize("stop", SCENARIOS)
-def test_table_survives_worker_restart(bootstrap: str, tmp_path: Path, stop: str) -> None:
+def test_table_survives_worker_restart(deployment: tuple[str, int], tmp_path: Path,
+                                       stop: str) -> None:
+    bootstrap, replication = deployment
     app_id = unique_topic(f"faust-wc-{stop}")
     in_topic, out_topic = f"{app_id}-lines", f"{app_id}-counts"
     words_topic, changelog = f"{app_id}-words", f"{app_id}-word-counts-changelog"
-    _create_topics(bootstrap, in_topic, out_topic)
+    _create_topics(bootstrap, replication, in_topic, out_topic)
     lines = _lines(seed=zlib.crc32(stop.encode()))
     expected = Counter(w for line in lines for w in line.split())
     total = sum(expected.values())
     env = dict(os.environ, PYTHONUNBUFFERED="1", FAUST_WC_BROKER=bootstrap,
                FAUST_WC_APP_ID=app_id, FAUST_WC_INPUT=in_topic, FAUST_WC_OUTPUT=out_topic,
-               FAUST_WC_PARTITIONS=str(PARTITIONS), FAUST_WC_GUARANTEE="at_least_once",
+               FAUST_WC_PARTITIONS=str(PARTITIONS), FAUST_WC_REPLICATION=str(replication),
+               FAUST_WC_GUARANTEE="at_least_once",
                FAUST_WC_DATADIR=str(tmp_path / "faust-data"))
     errors: list[BaseException] = []
     producer = threading.Thread(target=_produce_throttled,
@@ -315,11 +354,14 @@ def test_table_survives_worker_restart(bootstrap: str, tmp_path: Path, stop: str
         if (p, o) not in out_before:
             by_w2.setdefault(k, []).append(int(v))
     split_diff = {w: words[w] - n for w, n in expected.items() if words[w] != n}
-    print(f"\n[{bootstrap} {stop}] {len(lines)} lines, {total} words; worker 1 ready at"
+    topics = [in_topic, words_topic, changelog, out_topic]
+    coordinator, leaders, replicas = _leaders_and_replication(bootstrap, app_id, topics)
+    print(f"\n[{bootstrap} rf {replication} {stop}] {len(lines)} lines, {total} words; worker 1 ready at"
           f" {t_ready1:.1f}s, stopped at {t_stop:.1f}s with {counted_by_w1} counted (input"
           f" still flowing: {still_producing}; uncommitted {lag_at_stop}); worker 2 ready at"
           f" {t_ready2:.1f}s, done at {elapsed:.1f}s; counts - expected:"
-          f" {sum(final.values()) - total}; words topic - words in lines: {split_diff}")
+          f" {sum(final.values()) - total}; words topic - words in lines: {split_diff};"
+          f" coordinator {coordinator}, leaders {leaders}")
 
     assert 0 < counted_by_w1 < total
     assert table_at_stop, "worker 1 left no table in the changelog"
@@ -337,3 +379,9 @@ def test_table_survives_worker_restart(bootstrap: str, tmp_path: Path, stop: str
     assert changelog_final == final
     # Faust created the changelog topic compacted.
     assert _topic_config(bootstrap, changelog, "cleanup.policy") == "compact"
+    # Faust created its internal topics at the replication factor it was given; on the
+    # cluster the partitions are led by several brokers, not all by the coordinator.
+    assert all(rfs == {replication} for rfs in replicas.values()), replicas
+    if replication > 1:
+        led_by = set().union(*leaders.values())
+        assert len(led_by) > 1 and led_by - {coordinator}, (coordinator, leaders)
