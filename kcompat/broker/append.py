@@ -37,7 +37,7 @@ from kio.schema.errors import ErrorCode
 from kcompat.broker import dedup_windows
 from kcompat.broker.configdef import LONG_MAX
 from kcompat.broker.partition import Partition
-from kcompat.broker.topic_config import effective, retry_policy, segment_bytes
+from kcompat.broker.topic_config import effective, retry_policy
 from kcompat.ext import holes
 from kcompat.ext.delay import HeaderError
 from kcompat.ext.holes import Split
@@ -142,8 +142,7 @@ def append_records(
         if split is not None:
             view = memoryview(split.hole)
             header = wbatch.parse_header(view)
-    segment_size = segment_bytes(topic_configs, broker_defaults)
-    if len(view) > segment_size:  # a batch never spans segments; no message, as Kafka's
+    if len(view) > part.log.config.segment_bytes:  # a batch never spans segments (Kafka: no message)
         return AppendResult(ErrorCode.record_list_too_large)
     dedup = dedup_windows.policy(topic_configs, broker_defaults)
     result = store(part, view, header, log_append, now_ms, write, dedup, strict=True)
