@@ -179,7 +179,7 @@ class PartitionLog:
         active = self._segments[-1]
         at = active.next_offset if base_offset is None else base_offset
         assert at >= active.next_offset, f"append at {at} below the log end {active.next_offset}"
-        if active.would_overflow(replace(header, base_offset=at)) or \
+        if active.would_overflow(header.size, at + header.last_offset_delta) or \
                 active.roll_due(now_ms, header.max_timestamp):
             active = self._roll(now_ms)
         new_header = replace(header, base_offset=at, partition_leader_epoch=leader_epoch)

@@ -209,12 +209,13 @@ class LogSegment:
 
     # -- writing -------------------------------------------------------------
 
-    def would_overflow(self, header: BatchHeader) -> bool:
-        """True if ``header``'s batch cannot go into this (non-empty) segment."""
+    def would_overflow(self, size: int, last_offset: int) -> bool:
+        """True if a batch of ``size`` bytes ending at ``last_offset`` cannot go
+        into this (non-empty) segment."""
         if self.size_bytes == 0:
             return False
-        too_big = self.size_bytes + header.size > self.config.segment_bytes
-        return too_big or header.last_offset - self.base_offset > INT32_MAX
+        too_big = self.size_bytes + size > self.config.segment_bytes
+        return too_big or last_offset - self.base_offset > INT32_MAX
 
     def roll_due(self, now_ms: int, batch_timestamp: int) -> bool:
         """True if the segment is non-empty and a batch of max timestamp
