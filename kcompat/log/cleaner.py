@@ -95,7 +95,7 @@ class Checkpoint:
 
     def first_seen_ms(self, offset: int) -> int | None:
         """When a pass first covered ``offset`` (None: no pass yet)."""
-        i = bisect_right([end for end, _ in self.passes], offset)
+        i = bisect_right(self.passes, offset, key=lambda p: p[0])  # per batch: no list built
         return self.passes[i][1] if i < len(self.passes) else None
 
     def add(self, end: int, now_ms: int, retention_ms: int) -> None:
