@@ -53,10 +53,9 @@ from confluent_kafka.admin import AdminClient
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import ConfigResource, ConfigResourceType, KafkaAdminClient, NewTopic
 
-from compat_tests._broker import REPO_ROOT, Broker, kill_process, unique_topic
-from compat_tests._cluster import Cluster
+from compat_tests._broker import REPO_ROOT, kill_process, unique_topic
 from compat_tests._deployment import Deployment
-from compat_tests.java.kafka_reference import KafkaReference
+from compat_tests.apps.conftest import DEPLOYMENTS, deployment_of
 
 PARTITIONS = 2
 VOCABULARY = [f"w{i:02d}" for i in range(24)]
@@ -67,32 +66,17 @@ SETTLE_TIMEOUT_S = 90.0
 QUIET_S = 5.0
 
 
-@pytest.fixture(scope="module", params=["kcompat", "kcompat-3-brokers", "kafka-4.4.0"])
+@pytest.fixture(scope="module", params=DEPLOYMENTS)
 def deployment(request: pytest.FixtureRequest,
                tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, int]]:
     """(bootstrap, replication factor of every topic, Faust's internal ones included)."""
     # Here, not at import: `make test` collects this module and deselects it (marker apps).
-    pytest.importorskip("faust", reason="faust-streaming is not installed (make test-apps"
-                        " installs the extra 'apps')")
-    if request.param == "kafka-4.4.0":
-        ref: KafkaReference = request.getfixturevalue("kafka_reference")
-        yield ref.bootstrap, 1
-        return
-    if request.param == "kcompat-3-brokers":
-        cluster = Cluster(tmp_path_factory.mktemp("faust-cluster"),
-                          extra_args=Deployment.cluster_args("rf3"))
-        try:
-            cluster.start()
-            yield cluster.bootstrap, 3
-        finally:
-            cluster.close()
-        return
-    broker = Broker(tmp_path_factory.mktemp("faust-kcompat"))
-    broker.start()
+    # A failure, not a skip: `make test-apps` installs the extra, a skip would hide that step.
     try:
-        yield broker.bootstrap, 1
-    finally:
-        broker.close()
+        import faust  # noqa: F401
+    except ImportError:
+        pytest.fail("faust-streaming is not installed: `make test-apps` installs the extra 'apps'")
+    yield from deployment_of(request, tmp_path_factory, "faust", Deployment.cluster_args("rf3"))
 
 
 def _lines(seed: int) -> list[str]:

@@ -42,10 +42,9 @@ import pytest
 from kafka import KafkaConsumer, TopicPartition
 from kafka.admin import KafkaAdminClient, NewTopic
 
-from compat_tests._broker import REPO_ROOT, Broker
-from compat_tests._cluster import Cluster
+from compat_tests._broker import REPO_ROOT
+from compat_tests.apps.conftest import DEPLOYMENTS, deployment_of
 from compat_tests.java.conftest import json_lines
-from compat_tests.java.kafka_reference import KafkaReference
 from spark_demo import pipeline as P
 
 IN_PARTITIONS, OUT_PARTITIONS = 3, 2
@@ -54,28 +53,11 @@ START_TIMEOUT_S = 150.0
 IDLE_S = 4.0  # no micro-batch for this long after the input's end: between batches
 
 
-@pytest.fixture(scope="module", params=["kcompat", "kcompat-3-brokers", "kafka-4.4.0"])
+@pytest.fixture(scope="module", params=DEPLOYMENTS)
 def deployment(request: pytest.FixtureRequest,
                tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, int]]:
     """(bootstrap, replication factor)."""
-    if request.param == "kafka-4.4.0":
-        ref: KafkaReference = request.getfixturevalue("kafka_reference")
-        yield ref.bootstrap, 1
-        return
-    if request.param == "kcompat-3-brokers":
-        cluster = Cluster(tmp_path_factory.mktemp("spark-cluster"))
-        try:
-            cluster.start()
-            yield cluster.bootstrap, 3
-        finally:
-            cluster.close()
-        return
-    broker = Broker(tmp_path_factory.mktemp("spark-kcompat"))
-    broker.start()
-    try:
-        yield broker.bootstrap, 1
-    finally:
-        broker.close()
+    yield from deployment_of(request, tmp_path_factory, "spark")
 
 
 class Driver:
