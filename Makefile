@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: run test test-apps lint unit compat bench bench-share bench-ext bench-compaction bench-simple clean tools sim java-deps kafka-reference demo
+.PHONY: run test test-apps lint unit compat bench bench-share bench-ext bench-compaction bench-scale bench-simple clean tools sim java-deps kafka-reference demo
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -90,6 +90,14 @@ bench-ext: $(STAMP)
 # Appends to bench/RESULTS.md.
 bench-compaction: $(STAMP) tools java-deps
 	$(PY) bench/compaction.py $(if $(BENCH_QUICK),--quick) $(BENCH_ARGS)
+
+# Multi-Raft scale (issue 16 item 2), bench/scale.py: idle CPU and RSS of 3 brokers (RF 3)
+# at 0 / 1,000 / 5,000 / 10,000 partitions, time to create 1,000, leader moves after a
+# kill -9 at 5,000, produce to 1,000 partitions; kcompat and a 3-node Apache Kafka 4.4.0 in
+# the same run (BENCH_ARGS=--side kcompat: one side). BENCH_QUICK=1: 0 / 500 / 1,000
+# (< 5 min). Appends to bench/RESULTS.md.
+bench-scale: $(STAMP) tools java-deps
+	$(PY) bench/scale.py $(if $(BENCH_QUICK),--quick) $(BENCH_ARGS)
 
 # The older single-broker confluent-kafka produce/consume benchmark.
 bench-simple: $(STAMP)
