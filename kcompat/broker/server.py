@@ -26,20 +26,21 @@ from kcompat.broker.broker import Broker
 from kcompat.broker.config import BrokerConfig
 from kcompat.broker.connection import serve_connection
 from kcompat.broker.log_cleaner import LogCleaner
-from kcompat.broker.state import BrokerState
 
 log = logging.getLogger("kcompat.broker")
 
 DRAIN_SECONDS = 1.0
 
 
-async def _retention_loop(state: BrokerState) -> None:
+async def _retention_loop(broker: Broker) -> None:
+    state = broker.state
     interval = state.config["log.retention.check.interval.ms"] / 1000
     while True:
         await trio.sleep(interval)
         deleted = state.enforce_retention()
         if deleted:
             log.info("retention deleted %d segments", deleted)
+            broker.cluster.log_starts_moved()
 
 
 async def _wait_for_signal(broker: Broker, cancel: trio.CancelScope,
@@ -65,7 +66,7 @@ async def run_broker(config: BrokerConfig, task_status: trio.TaskStatus[int] = t
         async with trio.open_nursery() as background:
             background.start_soon(run_admin_http, broker, admin_listeners)
             background.start_soon(state.flusher.run)
-            background.start_soon(_retention_loop, state)
+            background.start_soon(_retention_loop, broker)
             cleaner = LogCleaner(state)
             cleaner.export(broker.metrics.registry)
             background.start_soon(cleaner.run)

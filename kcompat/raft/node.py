@@ -44,11 +44,32 @@ Fetch timing: a leader parks a fetch that has nothing new for the follower
 (no entries, no new high watermark) for at most ``fetch_wait_ticks`` and
 answers it as soon as there is (Kafka's long poll); a follower re-sends a
 fetch that got no answer within ``fetch_wait_ticks + 2`` ticks.
+
+Quiescence (``RaftConfig.quiesce``; CockroachDB's quiesced ranges, TiKV's
+hibernate regions): a group without traffic stops costing anything. A leader
+whose log is entirely committed, known to every live follower and durable
+there (each has a fetch parked at the log end and has been told the high
+watermark) answers those fetches with ``quiesce`` and stops ticking; a
+follower that gets such an answer while its log matches re-sends its fetch
+marked ``quiet`` and stops ticking too — no fetch re-sends, no election timer.
+The leader parks a quiet fetch without waking, so the next proposal answers
+it at once, as a parked fetch always is. Anything else wakes a quiesced
+member: any other message, a proposal, a campaign or transfer. Liveness
+comes from outside (one heartbeat per broker pair, see the runtime): the
+runtime keeps ``down``, the peers it has not heard from for an election
+timeout, and calls ``suspect(node)`` when a peer goes down — a quiesced
+follower of it wakes with its lease expired, so it elects within half an
+election timeout — and ``revive(node)`` when one is heard again (or
+restarted) — a quiesced group it belongs to wakes, so a follower that missed
+entries, or a restarted leader that lost the parked fetches, catches up. A
+leader quiesces with down followers left out, as long as a quorum is live
+and caught up.
 """
 
 from __future__ import annotations
 
 import enum
+from collections.abc import Set
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -105,6 +126,8 @@ class RaftConfig:
     # have no such record, so partition groups skip it when it is not needed
     # and a new topic's first record is at offset 0, as clients expect.
     always_leader_change: bool = True
+    # Stop ticking while the group has no traffic (see "Quiescence" above).
+    quiesce: bool = False
 
     def __post_init__(self) -> None:
         assert self.node_id in self.voters, "observers are not supported yet"
@@ -141,7 +164,8 @@ class Status:
 
 class Raft:
     def __init__(
-        self, config: RaftConfig, storage: LogStorage, rng: RandomSource, high_watermark: int = 0
+        self, config: RaftConfig, storage: LogStorage, rng: RandomSource, high_watermark: int = 0,
+        down: Set[int] = frozenset(),
     ) -> None:
         self.config = config
         self.id = config.node_id
@@ -174,12 +198,17 @@ class Raft:
         self._timeout = 0
         self._fetch_ticks: int | None = None
         self._want_snapshot: SnapshotId | None = None
+        # the peers the runtime's liveness considers down (its live set, read here)
+        self._down = down
+        self.quiesced = False
         self._reset_timeout()
 
     # -- public API --------------------------------------------------------------
 
     def tick(self) -> None:
-        """Advance logical time by one tick."""
+        """Advance logical time by one tick (nothing happens while quiesced)."""
+        if self.quiesced:
+            return
         if self.role is Role.LEADER:
             self._tick_leader()
         else:
@@ -190,6 +219,10 @@ class Raft:
         assert m.group == self.group and m.dst == self.id, f"misrouted {m}"
         if m.src not in self.config.voters:
             return
+        if self.quiesced:
+            if self._park_quiet(m):
+                return
+            self._wake()
         if m.term > self.term and not self._on_higher_term(m):
             return
         if m.term < self.term:
@@ -208,6 +241,8 @@ class Raft:
         """Append one entry (a batch of ``count`` offsets) if leader."""
         if self.role is not Role.LEADER or self._transfer_to != NO_NODE:
             return NotLeader(self.leader if self.role is not Role.LEADER else NO_NODE, self.term)
+        if self.quiesced:
+            self._wake()
         entry = Entry(self.log.end, self.term, data, count)
         self.log.append(entry)
         self._answer_parked()
@@ -216,12 +251,15 @@ class Raft:
     def campaign(self) -> None:
         """Start an election now, as if the election timeout had elapsed."""
         if self.role is not Role.LEADER:
+            self.quiesced = False
             self._hup(transfer=False)
 
     def transfer_leadership(self, target: int) -> bool:
         """Begin handing leadership to ``target``; False if not possible."""
         if self.role is not Role.LEADER or target == self.id or target not in self.config.voters:
             return False
+        if self.quiesced:
+            self._wake()
         self._transfer_to = target
         self._transfer_ticks = 0
         self._maybe_send_timeout_now()
@@ -449,7 +487,7 @@ class Raft:
             self._send_fetch()
         self._election_elapsed = 0
 
-    def _send_fetch(self) -> None:
+    def _send_fetch(self, quiet: bool = False) -> None:
         self._fetch_ticks = 0
         if self._want_snapshot is not None:
             self._send(FetchSnapshotRequest(
@@ -457,7 +495,7 @@ class Raft:
             ))  # fmt: skip
             return
         self._send(FetchRequest(
-            self.group, self.id, self.leader, self.term, self.log.end, self.log.last_term,
+            self.group, self.id, self.leader, self.term, self.log.end, self.log.last_term, quiet,
         ))  # fmt: skip
 
     def _on_fetch_response(self, m: FetchResponse) -> None:
@@ -481,6 +519,11 @@ class Raft:
             for entry in m.entries:
                 log.append(entry)
             self._raise_hw(min(m.high_watermark, log.end))
+            if (m.quiesce and self.config.quiesce and not m.entries
+                    and self.high_watermark == log.end):
+                self._send_fetch(quiet=True)
+                self.quiesced = True
+                return
         self._send_fetch()
 
     def _on_snapshot(self, m: FetchSnapshotResponse) -> None:
@@ -591,6 +634,8 @@ class Raft:
                 self._send(BeginQuorumEpoch(self.group, self.id, peer, self.term))
         if self._election_elapsed >= self.config.election_timeout_ticks:
             self._check_quorum()
+        if self.role is Role.LEADER:
+            self._maybe_quiesce()
 
     def _check_quorum(self) -> None:
         self._election_elapsed = 0
@@ -599,6 +644,82 @@ class Raft:
             progress.active = False
         if self.config.check_quorum and active < self._quorum:
             self._become_follower(self.term, NO_NODE)
+
+    # -- quiescence --------------------------------------------------------------
+
+    def suspect(self, node: int) -> None:
+        """The runtime stopped hearing from ``node`` (it is in ``down`` now)."""
+        if not self.quiesced or node not in self.config.voters:
+            return
+        if self.role is not Role.LEADER and self.leader == node:
+            # Our leader is gone and nobody ticks: elect now, within half an
+            # election timeout (randomized, so the followers do not collide).
+            self._wake()
+            et = self.config.election_timeout_ticks
+            self._election_elapsed = et
+            self._timeout = et + self.rng.randint(0, max(0, et // 2 - 1))
+        elif self.role is Role.LEADER:
+            live = sum(1 for v in self.config.voters if v == self.id or v not in self._down)
+            if live < self._quorum:
+                self._wake()  # check quorum will depose us unless fetches come
+
+    def revive(self, node: int) -> None:
+        """``node`` is heard from again, or restarted."""
+        if self.quiesced and node in self.config.voters and node != self.id:
+            self._wake()
+
+    def _wake(self) -> None:
+        self.quiesced = False
+        if self.role is Role.LEADER:
+            # a fresh check-quorum period: nobody fetched while we slept
+            self._election_elapsed = 0
+            for progress in self._progress.values():
+                progress.active, progress.idle_ticks, progress.parked_ticks = True, 0, 0
+        elif self._fetch_ticks is not None:
+            # our quiet fetch may be lost: re-send it on the next tick unless
+            # what woke us gets it answered first
+            self._fetch_ticks = self.config.fetch_wait_ticks + 1
+
+    def _park_quiet(self, m: Message) -> bool:
+        """A quiesced leader keeps a quiet fetch at its log end without waking."""
+        log = self.log
+        if not (isinstance(m, FetchRequest) and m.quiet and self.role is Role.LEADER
+                and m.term == self.term and m.fetch_offset == log.end
+                and m.last_fetched_term == log.last_term):
+            return False
+        progress = self._progress[m.src]
+        progress.parked, progress.parked_ticks = m, 0
+        progress.match_end = max(progress.match_end, m.fetch_offset)
+        return True
+
+    def _maybe_quiesce(self) -> None:
+        """Quiesce when everything is committed and every live follower has
+        it, knows it and waits at the log end (a quorum of them at least)."""
+        log = self.log
+        end = log.end
+        if (not self.config.quiesce or self._transfer_to != NO_NODE
+                or self.high_watermark != end or log.stable_end != end):
+            return
+        caught_up = 1
+        for peer, progress in self._progress.items():
+            if peer in self._down:
+                continue
+            parked = progress.parked
+            if parked is None or parked.fetch_offset != end or progress.hw_sent != end:
+                return
+            caught_up += 1
+        if caught_up < self._quorum:
+            return
+        self.quiesced = True
+        for peer, progress in sorted(self._progress.items()):
+            parked = progress.parked
+            if parked is None or peer in self._down:
+                continue
+            progress.parked = None
+            self._send(FetchResponse(
+                self.group, self.id, peer, self.term, self.id, parked.fetch_offset,
+                parked.last_fetched_term, self.high_watermark, quiesce=True,
+            ))  # fmt: skip
 
     # -- output ------------------------------------------------------------------
 

@@ -142,6 +142,7 @@ class FetchRequest:
     term: int
     fetch_offset: int
     last_fetched_term: int
+    quiet: bool = False  # sent by a quiesced follower: park it without waking the group
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,6 +159,7 @@ class FetchResponse:
     diverging: EpochEnd | None = None
     snapshot_id: SnapshotId | None = None
     rejected: bool = False  # the responder is not the leader of this term
+    quiesce: bool = False  # the leader's group is quiet: stop ticking until woken
 
 
 @dataclass(frozen=True, slots=True)

@@ -116,7 +116,7 @@ class BrokerLifecycle:
             for group in [g for g in rt.groups.values() if g.is_leader and not g.removed]:
                 target = self._successor(group)
                 if target != NO_NODE:
-                    group.raft.transfer_leadership(target)
+                    rt.transfer_leadership(group, target)
                     handing += 1
             if not handing:  # nothing led, or no live caught-up replica to take it
                 return

@@ -22,7 +22,6 @@ from kio.schema.errors import ErrorCode
 
 from kcompat.broker.context import RequestContext
 from kcompat.broker.handlers._common import NO_THROTTLE
-from kcompat.broker.replication import log_starts
 from kcompat.broker.state import now_ms
 
 HIGH_WATERMARK = -1
@@ -47,7 +46,7 @@ async def _partition(ctx: RequestContext, topic: str, req: Any) -> Any:
             code = ErrorCode.offset_out_of_range
         else:
             part.log.delete_records_before(offset, now_ms())
-            log_starts.sync_all(cluster.groups.values())
+            cluster.log_starts_moved(topic, req.partition_index)
         low = part.log.log_start_offset
     return ctx.build("DeleteRecordsPartitionResult", partition_index=req.partition_index,
                      low_watermark=low, error_code=code)

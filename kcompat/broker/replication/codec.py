@@ -6,7 +6,8 @@ One frame carries every Raft message one broker has for one peer after a
 driver round — for any number of groups (the metadata log and every partition
 they share) — plus the sender's leadership announcements (see ``runtime``).
 That is the per-broker-pair batching of Multi-Raft: one frame, not one per
-partition.
+partition. A frame with nothing else in it is the pair's heartbeat (peer
+liveness, which quiesced groups rely on; ``incarnation`` tells a restart).
 
 Layout: a Kafka request header v1 (api key ``KCOMPAT_RAFT`` = 1000, version 0,
 correlation id 0, null client id) so the ordinary frame reader and
@@ -213,6 +214,7 @@ class RaftFrame:
     messages: tuple[Message, ...] = ()
     announcements: tuple[Announcement, ...] = ()
     markers: tuple[Internal, ...] = ()  # coordinator/forwarding requests, replies, heartbeats
+    incarnation: int = 0  # the sender's process (a new one on every start): peer liveness
 
 
 def _enc(value: Any, blobs: list[bytes]) -> Any:
@@ -288,7 +290,7 @@ def encode(frame: RaftFrame) -> bytes:
     for m in frame.messages:
         fields = {f.name: _enc(getattr(m, f.name), blobs) for f in dataclasses.fields(m)}
         msgs.append({"t": type(m).__name__, **fields})
-    doc = {"src": frame.src, "msgs": msgs,
+    doc = {"src": frame.src, "inc": frame.incarnation, "msgs": msgs,
            "ann": [[a.group, a.term, a.leader, list(a.isr), a.log_start]
                    for a in frame.announcements],
            "mk": [_enc_internal(m, blobs) for m in frame.markers],
@@ -358,6 +360,7 @@ def decode(frame: bytes) -> RaftFrame:
                 rack = None if item[5] is None else str(item[5])
                 markers.append(Heartbeat(int(item[1]), str(item[2]), str(item[3]),
                                          int(item[4]), rack, bool(item[6]), bool(item[7])))
-        return RaftFrame(int(doc["src"]), tuple(msgs), anns, tuple(markers))
+        return RaftFrame(int(doc["src"]), tuple(msgs), anns, tuple(markers),
+                         int(doc.get("inc", 0)))
     except (KeyError, TypeError, ValueError, struct.error) as e:
         raise CodecError(f"bad raft frame: {e!r}") from None

@@ -31,6 +31,7 @@ from kcompat.wire.batch import BatchHeader
 
 if TYPE_CHECKING:
     from kcompat.broker.partition import Partition
+    from kcompat.broker.replication.codec import Announcement
     from kcompat.broker.replication.storage import PartitionLogStorage
 
 METADATA_GROUP = 0
@@ -72,6 +73,7 @@ class Group:
     machine: StateMachine | None = None
     applied: int = -1  # the next offset to feed the machine (-1: from the log start)
     led_term: int | None = None  # the term the machine was told it leads in
+    announced: Announcement | None = None  # the last leadership announcement sent (runtime)
 
     @property
     def lone(self) -> bool:

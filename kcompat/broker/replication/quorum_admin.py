@@ -89,7 +89,7 @@ class QuorumAdmin:
         target = int(args["target"])
         if group is None or group.removed or not group.is_leader:
             return ErrorCode.not_leader_or_follower
-        if target not in rt.isr(group) or not group.raft.transfer_leadership(target):
+        if target not in rt.isr(group) or not rt.transfer_leadership(group, target):
             return ErrorCode.preferred_leader_not_available
         log.info("node %d hands %s to preferred leader %d (ElectLeaders)", rt.node_id,
                  group.name, target)

@@ -12,9 +12,10 @@ epoch, Raft high watermark = Kafka high watermark, Raft leader = partition
 leader. A group whose only voter is this broker elects itself at once.
 
 The driver (``run``) is the only place that moves the Raft Ready contract
-forward, for all groups at once: every ``tick_ms`` it ticks each group and
-runs the tick hooks of the layers above; on every wake-up (a tick, a received
-frame, a proposal) it collects the Ready of every group that has one, writes
+forward, for all groups at once: every ``tick_ms`` it ticks each group that
+is not quiesced (``_ticking``) and runs the tick hooks of the layers above; on
+every wake-up (a tick, a received frame, a proposal) it collects the Ready of
+every group touched since the last round (``_dirty``) that has one, writes
 them all (append, truncate, hard state; no fsync), makes them durable with
 **one** fsync pass (``_must_fsync`` says which logs need it), then sends the
 messages of all groups, batched into one frame per peer, then ``advance``s
@@ -35,6 +36,19 @@ campaigns as soon as the topic record is applied (``_start_first_campaigns``);
 every ``leader.imbalance.check.interval.seconds`` a leader whose partition's
 first replica is another, caught-up broker transfers the leadership to it
 (``_balance_leaders``). Log start offsets follow the leader (``log_starts``).
+
+Idle groups cost nothing (DESIGN §5): a partition group without traffic
+quiesces (``RaftConfig.quiesce``, see ``kcompat.raft.node``) and leaves
+``_ticking``; nothing visits it until a message, a proposal or a liveness
+change touches it. Liveness is one heartbeat per broker pair: every frame to
+a peer counts, and an empty frame goes out when nothing else did for
+``HEARTBEAT_TICKS``; a peer not heard from for an election timeout is
+``down`` (its quiesced groups' followers elect, ``Raft.suspect``), heard
+again or with a new ``incarnation`` (a restart) it wakes the groups it is in
+(``Raft.revive``). Announcements go out when a leader's (term, ISR, log
+start) changes — checked every ``ANNOUNCE_TICKS`` for ticking groups — and
+in full when a peer comes back or crosses ``replica.lag.time.max.ms`` of
+silence, and every ``FULL_ANNOUNCE_TICKS`` (lost frames heal).
 
 Nothing here knows the layers above: the controller, the coordinators and the
 KIP-890 verifier register what the runtime calls back — ``tick_hooks``,
@@ -95,6 +109,7 @@ log = logging.getLogger("kcompat.cluster")
 
 FETCH_WAIT_TICKS = 3
 ANNOUNCE_TICKS = 10
+FULL_ANNOUNCE_TICKS = 600
 FIRST_CAMPAIGN_TICKS = 2
 PRODUCER_ID_FILE = "cluster-producer-ids"
 PRODUCER_ID_BLOCK = 1000
@@ -141,6 +156,7 @@ class ClusterRuntime:
                                   config["kcompat.raft.election.timeout.ms"] // tick_ms)
         self.rng = rng or random.Random()  # election timeouts (seeded by the simulator)
         self.announce_ticks = ANNOUNCE_TICKS
+        self.heartbeat_ticks = max(1, self.election_ticks // 5)
         self.lag_ticks = max(self.election_ticks, config["replica.lag.time.max.ms"] // tick_ms)
         self.groups: dict[int, Group] = {}
         self.assignments: dict[tuple[str, int], tuple[int, tuple[int, ...]]] = {}
@@ -150,8 +166,22 @@ class ClusterRuntime:
                                        if n != self.node_id}
         self._wake = trio.Event()
         self._tick_due = False
-        self._announce_due = True
         self.ticks = 0
+        # this process among the peers' view of us (a restart is a new one)
+        self.incarnation = self.rng.getrandbits(31) | 1
+        # peer liveness: the tick each peer was last heard from / sent to, its
+        # incarnation, and ``down``: the peers silent for an election timeout
+        # (every Raft core reads this set)
+        self.down: set[int] = set()
+        self._heard: dict[int, int] = dict.fromkeys(self.peers, 0)
+        self._sent: dict[int, int] = dict.fromkeys(self.peers, 0)
+        self._incarnations: dict[int, int] = {}
+        # the groups that tick (not quiesced) and those touched since the last
+        # round (insertion-ordered: the simulator replays exactly)
+        self._ticking: dict[int, Group] = {}
+        self._dirty: dict[int, Group] = {}
+        self._announce: set[int] = set()  # led groups whose announcement is due
+        self._announce_all = True
         self._first_campaigns: dict[int, int] = {}  # group id -> tick to campaign at
         # partitions created while this broker was live whose first leader is
         # not known here yet (``first_leader_pending``), and the metadata offset
@@ -312,10 +342,13 @@ class ClusterRuntime:
     def isr(self, group: Group) -> tuple[int, ...]:
         """The leader and the followers caught up to the high watermark that
         fetched within ``replica.lag.time.max.ms`` (an idle partition's dead
-        follower leaves it too)."""
+        follower leaves it too: a quiesced group's followers do not fetch, so
+        their broker's silence counts)."""
         status = group.raft.status()
-        caught_up = [n for n, end in status.match_ends.items()
-                     if end >= group.hw and status.idle_ticks.get(n, 0) < self.lag_ticks]
+        ticks, heard, lag = self.ticks, self._heard, self.lag_ticks
+        caught_up = [n for n, end in status.match_ends.items()  # heard: a quiet group's too
+                     if end >= group.hw and status.idle_ticks.get(n, 0) < lag
+                     and ticks - heard.get(n, ticks) < lag]
         return tuple(sorted([self.node_id, *caught_up]))
 
     # -- producer ids -------------------------------------------------------------------
@@ -333,6 +366,23 @@ class ClusterRuntime:
         return pid
 
     # -- proposals ----------------------------------------------------------------------
+
+    def transfer_leadership(self, group: Group, target: int) -> bool:
+        """Begin handing ``group``'s leadership to ``target`` (Raft's transfer)."""
+        started = group.raft.transfer_leadership(target)
+        self._touch(group)
+        return started
+
+    def log_starts_moved(self, topic: str | None = None, index: int = 0) -> None:
+        """Log starts moved (DeleteRecords on ``topic``-``index``, or retention
+        anywhere): tell the Raft cores, and the followers through announcements."""
+        if topic is None:
+            log_starts.sync_all(self.groups.values())
+            self._announce_all = True
+        elif (group := self.group_of(topic, index)) is not None:
+            log_starts.sync_group(group)
+            self._announce.add(group.gid)
+        self.kick()
 
     def propose_batch(self, group: Group, view: memoryview, header: BatchHeader,
                       now_ms: int, durable: bool = True) -> BatchHeader:
@@ -352,6 +402,7 @@ class ClusterRuntime:
         entry = proposed
         group.storage.append_now(entry, view)
         group.sync_wanted |= durable
+        self._touch(group)
         self.kick()
         return dataclasses.replace(header, base_offset=entry.index,
                                    partition_leader_epoch=entry.term)
@@ -413,6 +464,7 @@ class ClusterRuntime:
         except codec.CodecError as e:
             log.warning("dropping raft frame: %s", e)
             return
+        self._hear(decoded.src, decoded.incarnation)
         for ann in decoded.announcements:
             old = self.announced.get(ann.group)
             if old is None or ann.term >= old.term:
@@ -422,7 +474,10 @@ class ClusterRuntime:
         for m in decoded.messages:
             group = self.groups.get(m.group)
             if group is not None and not group.removed and m.dst == self.node_id:
+                if group.raft.quiesced and group.part is not None:
+                    log_starts.sync_group(group)  # retention may have run meanwhile
                 group.raft.step(m)
+                self._touch(group)
         for mk in decoded.markers:
             handler = self.inbound.get(type(mk))
             if handler is not None:
@@ -435,7 +490,9 @@ class ClusterRuntime:
         """One request, reply or heartbeat to a peer, best effort."""
         peer = self.peers.get(node)
         if peer is not None:
-            peer.send(codec.encode(codec.RaftFrame(self.node_id, markers=(message,))))
+            self._sent[node] = self.ticks
+            peer.send(codec.encode(codec.RaftFrame(self.node_id, markers=(message,),
+                                                   incarnation=self.incarnation)))
 
     @property
     def image(self) -> MetadataImage:
@@ -485,16 +542,80 @@ class ClusterRuntime:
         self.ticks += 1
         if self._live_from is None and self.caught_up:
             self._live_from = self.meta.applied
-        for group in list(self.groups.values()):
+        self._check_peers()
+        for gid, group in list(self._ticking.items()):
+            if group.removed:
+                del self._ticking[gid]
+                continue
             group.raft.tick()
+            self._dirty[gid] = group
+            if group.raft.quiesced:
+                del self._ticking[gid]
         self._start_first_campaigns()
         for hook in self.tick_hooks:
             hook(self.ticks)
-        if self.ticks % self.announce_ticks == 0:
-            self._announce_due = True
+        if self.ticks % FULL_ANNOUNCE_TICKS == 0:
+            self._announce_all = True
             log_starts.sync_all(self.groups.values())  # after retention dropped segments
+        elif self.ticks % self.announce_ticks == 0:
+            ticking = list(self._ticking.values())
+            log_starts.sync_all(ticking)
+            for group in ticking:  # an ISR or log start that moved
+                if group.is_leader and group.announced != self._announcement(group):
+                    self._announce.add(group.gid)
         if self.balance_ticks and self.ticks % self.balance_ticks == 0:
             self._balance_leaders()
+
+    # -- peer liveness ------------------------------------------------------------------
+
+    def _hear(self, node: int, incarnation: int) -> None:
+        """A frame from ``node``: it is alive (and restarted if its incarnation changed)."""
+        if node not in self._heard:
+            return
+        self._heard[node] = self.ticks
+        before = self._incarnations.get(node)
+        self._incarnations[node] = incarnation
+        if before is not None and before != incarnation:
+            log.info("node %d: peer %d restarted", self.node_id, node)
+            self._for_member(node, Raft.suspect)  # it leads nothing now
+            self._revive(node)
+        elif node in self.down:
+            log.info("node %d: peer %d is back", self.node_id, node)
+            self._revive(node)
+
+    def _revive(self, node: int) -> None:
+        self.down.discard(node)
+        self._for_member(node, Raft.revive)
+        self._announce_all = True
+
+    def _check_peers(self) -> None:
+        """Mark silent peers down and send the pair heartbeats that are due."""
+        for node, peer in self.peers.items():
+            silent = self.ticks - self._heard[node]
+            if silent >= self.election_ticks and node not in self.down:
+                log.info("node %d: peer %d silent for %d ticks, down", self.node_id, node,
+                         silent)
+                self.down.add(node)
+                self._for_member(node, Raft.suspect)
+            if silent == self.lag_ticks:
+                self._announce_all = True  # it leaves the ISR of quiet groups too
+            if self.ticks - self._sent[node] >= self.heartbeat_ticks:
+                self._sent[node] = self.ticks
+                peer.send(codec.encode(codec.RaftFrame(self.node_id,
+                                                       incarnation=self.incarnation)))
+
+    def _for_member(self, node: int, action: Callable[[Raft, int], None]) -> None:
+        for group in list(self.groups.values()):
+            if not group.removed and node in group.replicas:
+                action(group.raft, node)
+                self._touch(group)
+
+    def _touch(self, group: Group) -> None:
+        """``group``'s core was fed something: collect its Ready next round,
+        and tick it from now on unless it is (still) quiesced."""
+        self._dirty[group.gid] = group
+        if not group.raft.quiesced and not group.removed:
+            self._ticking[group.gid] = group
 
     def _balance_leaders(self) -> None:
         """Preferred leaders (Kafka's auto.leader.rebalance): a leader of a
@@ -508,14 +629,15 @@ class ClusterRuntime:
             preferred = group.replicas[0]
             if preferred == self.node_id or preferred not in self.isr(group):
                 continue
-            if group.raft.transfer_leadership(preferred):
+            if self.transfer_leadership(group, preferred):
                 log.info("node %d hands %s to preferred leader %d", self.node_id,
                          group.name, preferred)
 
     async def _round(self) -> bool:
         """One Ready round over every group; False when nobody had anything."""
         batch: list[tuple[Group, Ready]] = []
-        for group in list(self.groups.values()):
+        dirty, self._dirty = self._dirty, {}
+        for group in dirty.values():
             if group.removed or not group.raft.has_ready():
                 continue
             ready = group.raft.ready()
@@ -537,6 +659,7 @@ class ClusterRuntime:
             group.raft.advance(ready)
             group.hw = ready.high_watermark
             self._publish(group)
+            self._touch(group)  # advance may have answered parked fetches
         return bool(batch)
 
     def _must_fsync(self, group: Group) -> bool:
@@ -558,15 +681,30 @@ class ClusterRuntime:
         for node, peer in self.peers.items():
             msgs = by_peer.get(node, [])
             if msgs or announce:
-                peer.send(codec.encode(codec.RaftFrame(self.node_id, tuple(msgs), announce)))
+                self._sent[node] = self.ticks
+                peer.send(codec.encode(codec.RaftFrame(self.node_id, tuple(msgs), announce,
+                                                       incarnation=self.incarnation)))
+
+    def _announcement(self, group: Group) -> codec.Announcement:
+        return codec.Announcement(group.gid, group.raft.term, self.node_id, self.isr(group),
+                                  group.storage.plog.log_start_offset)
 
     def _take_announcements(self) -> tuple[codec.Announcement, ...]:
-        if not self._announce_due:
+        if self._announce_all:
+            self._announce_all = False
+            self._announce.clear()
+            due = [g for g in self.groups.values() if g.gid != METADATA_GROUP]
+        elif self._announce:
+            due = [g for gid in sorted(self._announce) if (g := self.groups.get(gid)) is not None]
+            self._announce.clear()
+        else:
             return ()
-        self._announce_due = False
-        return tuple(codec.Announcement(g.gid, g.raft.term, self.node_id, self.isr(g),
-                                        g.storage.plog.log_start_offset)
-                     for g in self.groups.values() if g.is_leader and g.gid != METADATA_GROUP)
+        out = []
+        for group in due:
+            if group.is_leader and not group.removed:
+                group.announced = self._announcement(group)
+                out.append(group.announced)
+        return tuple(out)
 
     def _publish(self, group: Group) -> None:
         raft = group.raft
@@ -576,7 +714,7 @@ class ClusterRuntime:
         before = group.seen
         group.seen = seen
         if before is None or before[:3] != seen[:3]:
-            self._announce_due = True
+            self._announce.add(group.gid)
             if raft.role is Role.LEADER:  # a lone replica always leads: no news
                 log.log(logging.DEBUG if group.lone else logging.INFO,
                         "node %d leads group %d (%s) in term %d", self.node_id, group.gid,
@@ -595,8 +733,10 @@ class ClusterRuntime:
     def new_group(self, gid: int, replicas: tuple[int, ...], storage: PartitionLogStorage,
                    part: Partition | None = None) -> Group:
         config = RaftConfig(self.node_id, frozenset(replicas), gid, self.election_ticks,
-                            FETCH_WAIT_TICKS, always_leader_change=gid == METADATA_GROUP)
-        group = Group(gid, Raft(config, storage, self.rng), storage, replicas, part)
+                            FETCH_WAIT_TICKS, always_leader_change=gid == METADATA_GROUP,
+                            quiesce=gid != METADATA_GROUP)
+        group = Group(gid, Raft(config, storage, self.rng, down=self.down), storage, replicas,
+                      part)
         if part is not None:
             group.machine = self.machines.get(part.topic)
         self.groups[gid] = group
@@ -607,6 +747,7 @@ class ClusterRuntime:
             part.hw_source = lambda: part.log.log_end_offset
         elif part is not None:
             part.hw_source = lambda: group.hw
+        self._touch(group)
         if replicas == (self.node_id,):
             group.raft.campaign()  # a lone replica elects itself at once
         elif part is not None and replicas[0] == self.node_id and group.never_elected:
@@ -626,6 +767,7 @@ class ClusterRuntime:
             elif self.ticks >= due:
                 del self._first_campaigns[gid]
                 group.raft.campaign()
+                self._touch(group)
 
 
 def _cluster_id(voters_text: str) -> str:
