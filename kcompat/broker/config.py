@@ -151,6 +151,8 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
         _D("share.coordinator.state.topic.replication.factor", "short", 3, minimum=1),
         _D("kcompat.flush.mode", "string", "acks_all", choices=("acks_all", "always", "never")),
         _D("kcompat.cluster.id", "string", ""),
+        # Fetch sends record sets from the segment files with sendfile (zero_copy)
+        _D("kcompat.fetch.sendfile", "boolean", True),
         _D("admin.port", "int", 9644, minimum=-1),  # 0 picks a free port, -1 disables
         _D("admin.host", "string", ""),  # empty: the same as host
         # Empty: a quorum of one (this broker alone); else every voter is a broker.

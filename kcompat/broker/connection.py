@@ -5,7 +5,9 @@ Theory of operation
 Like Kafka's network layer, a connection handles one request at a time: the
 next frame is not read until the current response is written, so responses go
 back in request order without bookkeeping (clients pipeline, we queue in the
-socket). ``acks=0`` produces get no response. Anything a client can send that
+socket). A Fetch answer comes as chunks — framing bytes and the records'
+segment-file ranges, sent with ``sendfile`` (``zero_copy``) — written in
+order before the next frame is read. ``acks=0`` produces get no response. Anything a client can send that
 we cannot serve — an unknown API key, an unsupported version, a malformed
 header or body, an oversized frame — closes only this connection, with one
 logged line saying why. An unexpected exception in a handler is logged with its
@@ -20,6 +22,7 @@ connections after their in-flight requests.
 from __future__ import annotations
 
 import logging
+from collections.abc import Sized
 from typing import Any
 
 import trio
@@ -28,6 +31,7 @@ from kcompat.broker.broker import Broker
 from kcompat.broker.context import RequestContext
 from kcompat.broker.handlers import HANDLERS
 from kcompat.broker.handlers.api_versions import unsupported_version_response
+from kcompat.broker.zero_copy import send_response, with_bytes
 from kcompat.wire import codec
 from kcompat.wire.fetch_writer import encode_fetch_response
 from kcompat.wire.framing import FrameError, FrameReader
@@ -37,7 +41,6 @@ from kcompat.wire.versions import API_RANGES, API_VERSIONS, FETCH, KCOMPAT_RAFT,
 log = logging.getLogger("kcompat.conn")
 
 RECEIVE_BYTES = 256 * 1024
-LARGE_CHUNK_BYTES = 16 * 1024
 
 
 class CloseConnection(Exception):
@@ -66,8 +69,8 @@ async def serve_connection(stream: trio.SocketStream, broker: Broker) -> None:
             for frame in reader.feed(data):
                 with broker.metrics.request(frame):  # count, time, errors = CloseConnection
                     out = await handle_frame(frame, broker, host)
-                if isinstance(out, list):
-                    await send_chunks(stream, out)
+                if isinstance(out, list):  # a Fetch answer: bytes and file ranges
+                    await send_response(stream, out)
                 elif out is not None:
                     await stream.send_all(out)
     except FrameError as e:
@@ -83,24 +86,8 @@ async def serve_connection(stream: trio.SocketStream, broker: Broker) -> None:
             await stream.aclose()
 
 
-async def send_chunks(stream: trio.SocketStream, chunks: list[bytes]) -> None:
-    """Send a response given as chunks: small framing pieces are gathered, large
-    ones (record data) go out as they are, without being copied into a buffer."""
-    pending = bytearray()
-    for chunk in chunks:
-        if len(chunk) < LARGE_CHUNK_BYTES:
-            pending += chunk
-            continue
-        if pending:
-            await stream.send_all(pending)
-            pending = bytearray()
-        await stream.send_all(chunk)
-    if pending:
-        await stream.send_all(pending)
-
-
 async def handle_frame(frame: bytes, broker: Broker,
-                       client_host: str = "") -> bytes | list[bytes] | None:
+                       client_host: str = "") -> bytes | list[Sized] | None:
     try:
         api_key, version, cid = peek_api(frame)
     except HeaderError as e:
@@ -137,4 +124,5 @@ async def handle_frame(frame: bytes, broker: Broker,
         chunks = encode_fetch_response(version, cid, response)
         if chunks is not None:
             return chunks
+        response = with_bytes(response)  # kio's writer takes bytes only
     return codec.encode_response(api_key, version, cid, response)

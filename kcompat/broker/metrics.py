@@ -8,8 +8,11 @@ Two kinds of metrics, chosen so the request path only ever increments:
   latency per API (``kcompat_requests_total{api,version}``,
   ``kcompat_request_errors_total{api,version}``,
   ``kcompat_request_latency_seconds{api}``), bytes appended and fetched per
-  topic (``kcompat_topic_bytes_in_total``/``_out_total``) and open
-  connections. Labelled children are cached in plain dicts, so a request costs
+  topic (``kcompat_topic_bytes_in_total``/``_out_total``), open
+  connections, and long-polling fetches woken by news of a partition they
+  wait on (``kcompat_fetch_wakeups_total{api}``: per-partition wake-ups,
+  so an append wakes only the fetches of its partition) and the record bytes
+  answered as segment-file ranges (``kcompat_fetch_sendfile_bytes_total``). Labelled children are cached in plain dicts, so a request costs
   one dict lookup and one locked add per metric.
 * State gauges, computed only when ``/metrics`` is scraped by a custom
   collector that reads ``BrokerState``: log start/end offset, high watermark
@@ -66,6 +69,13 @@ class BrokerMetrics:
                                  ["topic"], registry=r)
         self.connections = Gauge("kcompat_open_connections", "Open client connections",
                                  registry=r)
+        self.sendfile_bytes = Counter(
+            "kcompat_fetch_sendfile_bytes",
+            "Record bytes of Fetch answers given as segment-file ranges (sent with sendfile)",
+            registry=r)
+        self.wakeups = Counter("kcompat_fetch_wakeups",
+                               "Long-polling fetches woken by news of a partition they wait on",
+                               ["api"], registry=r)
         self.ready = False  # set by the runtime: listening and not draining
         self._request_children: dict[tuple[int, int], tuple[Any, Any, Any]] = {}
         self._in_children: dict[str, Any] = {}
@@ -118,6 +128,10 @@ class BrokerMetrics:
             child = self._out_children[topic] = self.bytes_out.labels(topic)
         child.inc(size)
 
+    def woken(self, api: str) -> None:
+        """A waiting Fetch or ShareFetch was woken by one of its partitions."""
+        self.wakeups.labels(api).inc()
+
     def produced(self, topic: str, records: bytes | None, ok: bool) -> None:
         """Produce handler hook: count the bytes of a batch that was appended."""
         if ok and records:
@@ -126,10 +140,19 @@ class BrokerMetrics:
     def fetched(self, names: Iterable[str | None], topics: Iterable[Any]) -> None:
         """Fetch handler hook: count the record bytes of a built response
         (``names``: each response topic's name, as v13+ answers carry ids)."""
+        ranges = 0
         for name, topic in zip(names, topics, strict=True):
-            size = sum(len(p.records or b"") for p in topic.partitions)
+            size = 0
+            for p in topic.partitions:
+                records = p.records
+                if records:
+                    size += len(records)
+                    if not isinstance(records, bytes):  # a file range (``zero_copy``)
+                        ranges += len(records)
             if size and name is not None:
                 self.add_bytes_out(name, size)
+        if ranges:
+            self.sendfile_bytes.inc(ranges)
 
 
 class StateCollector(Collector):

@@ -24,7 +24,6 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-import trio
 from kio.schema.errors import ErrorCode
 
 from kcompat.broker import dedup_windows, dynamic_config, views
@@ -87,7 +86,6 @@ class BrokerState:
         self.partitions: dict[tuple[str, int], Partition] = {}
         self._topic_ids: dict[uuid.UUID, str] = {}  # topic_by_id's map
         self.views = views.ViewReader()  # Fetch of filtered views
-        self.data_arrived = trio.Event()
         # how many brokers (voters) the cluster has, set by the replication runtime;
         # controller.admin.check_replication then requires the replicas' to be live
         self.voter_count = 1
@@ -257,10 +255,6 @@ class BrokerState:
         """This broker's effective config after a dynamic level changed."""
         self.config.dynamic, self.config.dynamic_sources = dynamic_config.overlay(
             self.broker_configs, self.node_id)
-
-    def _wake(self) -> None:
-        self.data_arrived.set()
-        self.data_arrived = trio.Event()
 
     # -- housekeeping --------------------------------------------------------
     def enforce_retention(self) -> int:

@@ -7,7 +7,10 @@ copies the whole buffer out again; on the consume path those are the largest
 objects the broker handles. This writer walks the same kio entity but returns
 the response as a list of chunks — small framing pieces built in a bytearray,
 and each partition's records *as the same bytes object* — so the connection
-sends them one after another without joining them. DESIGN.md §3 allows a
+sends them one after another without joining them. A partition's records may
+also be any sized reference the caller knows how to send (the broker's file
+ranges, sent with ``sendfile``): the writer only needs their length and
+passes them through as chunks of their own. DESIGN.md §3 allows a
 hand-written writer for a hot response only if it is byte-identical to kio's:
 tests/unit/wire/test_fetch_writer.py checks that property over generated
 responses of every version.
@@ -27,6 +30,7 @@ tells the caller to use kio instead.
 from __future__ import annotations
 
 import struct
+from collections.abc import Sized
 from typing import Any
 
 _I16 = struct.Struct(">h")
@@ -64,14 +68,15 @@ def _has_tagged_fields(p: Any) -> bool:
     )
 
 
-def encode_fetch_response(version: int, correlation_id: int, body: Any) -> list[bytes] | None:
-    """Size prefix + header + body as chunks, or None if kio must write it."""
+def encode_fetch_response(version: int, correlation_id: int, body: Any) -> list[Sized] | None:
+    """Size prefix + header + body as chunks (bytes, and each partition's
+    records as given), or None if kio must write it."""
     if not FIRST_VERSION <= version <= LAST_VERSION:
         return None
     if getattr(body, "node_endpoints", None):
         return None
     flexible, by_id = version >= 12, version >= 13
-    chunks: list[bytes] = []
+    chunks: list[Sized] = []
     out = bytearray(_I32.pack(correlation_id))
     if flexible:
         out.append(0)  # response header v1: empty tagged fields
@@ -118,5 +123,7 @@ def encode_fetch_response(version: int, correlation_id: int, body: Any) -> list[
         out.append(0)
     chunks.append(bytes(out))
     size = sum(len(c) for c in chunks)
-    chunks[0] = _I32.pack(size) + chunks[0]
+    first = chunks[0]
+    assert isinstance(first, bytes)
+    chunks[0] = _I32.pack(size) + first
     return chunks

@@ -50,7 +50,7 @@ def _open_partition(rt: ClusterRuntime, meta: TopicMeta, index: int, gid: int,
     cfg = log_config(meta.configs, state.broker_defaults)
     plog = PartitionLog.open(state.data_dir / f"{meta.name}-{index}", cfg, now_ms(),
                              state.store)
-    part = Partition(meta.name, index, plog, state._wake)
+    part = Partition(meta.name, index, plog)
     state.partitions[(meta.name, index)] = part
     rt.new_group(gid, replicas, PartitionLogStorage(plog, rt.node_id, fresh_term=-1), part)
 

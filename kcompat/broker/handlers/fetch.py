@@ -22,10 +22,19 @@ read_committed reads stop at the last stable offset and carry the aborted
 transactions overlapping the returned range, so the consumer can drop their
 records; control batches are returned as they are (clients skip them).
 
-Long poll: if fewer than min_bytes are available, wait until an append to any
-partition wakes us (then re-read) or max_wait passes. A Fetch naming no
+Long poll: if fewer than min_bytes are available, wait until one of the
+partitions asked has news — an append, a moved high watermark (so a moved last
+stable offset), a leadership change, its deletion (``partition.wait_news``) —
+then re-read, or until max_wait passes; appends to other partitions never wake
+it (``kcompat_fetch_wakeups_total`` counts the wake-ups). A Fetch naming no
 partition (the one a consumer sends to close its fetch session, and waits for
 on close) is answered at once, as Kafka does.
+
+Records go out zero-copy: the answer carries each partition's located
+segment range and the connection sends it with ``sendfile``
+(``zero_copy``; ``kcompat.fetch.sendfile=false`` copies them as before),
+byte for byte what the copy would send. Nothing awaits between the read and
+the built answer, so the located ranges are still the log's.
 
 A filtered view (``views``) reads its source's partition and answers the
 batches with the non-matching records taken out (holes; offsets, watermarks
@@ -35,6 +44,7 @@ bounded (``views.WORK_RECORDS``).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import trio
@@ -43,9 +53,10 @@ from kio.schema.errors import ErrorCode
 from kcompat.broker.context import RequestContext
 from kcompat.broker.handlers._common import NO_THROTTLE, OK
 from kcompat.broker.handlers._leader_hints import LeaderHints, topic_name
-from kcompat.broker.partition import Partition
+from kcompat.broker.partition import Partition, wait_news
 from kcompat.broker.views import WORK_RECORDS
-from kcompat.log.partition_log import OffsetOutOfRange
+from kcompat.broker.zero_copy import take
+from kcompat.log.partition_log import FileSlice, OffsetOutOfRange
 
 READ_COMMITTED = 1
 _HINTED = (ErrorCode.not_leader_or_follower, ErrorCode.fenced_leader_epoch)
@@ -60,7 +71,7 @@ def _epoch_error(part: Partition, requested: int) -> ErrorCode | None:
 
 
 def _partition_data(ctx: RequestContext, part: Partition | None, index: int, code: ErrorCode,
-                    records: bytes, aborted: tuple[Any, ...] | None,
+                    records: Any, aborted: tuple[Any, ...] | None,
                     current_leader: Any = None) -> Any:
     # Like Kafka, an errored partition (offset out of range, fenced epoch, unknown
     # partition) carries -1 for high watermark, last stable and log start offset; an
@@ -97,21 +108,36 @@ def _requested(ctx: RequestContext, request: Any) -> list[tuple[str | None, Any]
     return [(topic_name(ctx, t.topic_id), t) for t in request.topics]
 
 
+@dataclass(slots=True)
+class _Read:
+    """One partition's answer before its entity is built: its records are
+    still a located slice of a segment (``zero_copy.take`` decides at the end)."""
+
+    part: Partition | None
+    index: int
+    code: ErrorCode
+    records: bytes | FileSlice
+    aborted: tuple[Any, ...] | None
+    leader: Any
+
+
 def _read_all(ctx: RequestContext, request: Any, named: list[tuple[str | None, Any]],
-              hints: LeaderHints | None) -> tuple[list[Any], int, bool]:
-    """One pass over every requested partition: (topics, bytes, any_error)."""
+              hints: LeaderHints | None) -> tuple[list[list[_Read]], int, bool, list[Partition]]:
+    """One pass over every requested partition: (reads per topic, bytes,
+    any_error, the partitions a long poll waits on)."""
     committed = getattr(request, "isolation_level", 0) == READ_COMMITTED
     budget = request.max_bytes if ctx.version >= 3 else 1 << 30
     total = 0
     errors = False
     topics = []
+    asked = []
     view_work = [WORK_RECORDS]
     for name, topic in named:
         parts = []
         meta = ctx.state.topics.get(name) if name is not None else None
         view_of = meta.view_of if meta is not None else None
         for fp in topic.partitions:
-            records = b""
+            records: bytes | FileSlice = b""
             aborted: tuple[Any, ...] | None = None
             if name is None:
                 part, code = None, ErrorCode.unknown_topic_id
@@ -120,18 +146,22 @@ def _read_all(ctx: RequestContext, request: Any, named: list[tuple[str | None, A
             if part is not None:
                 code = _epoch_error(part, getattr(fp, "current_leader_epoch", -1)) or OK
             remaining = budget - total
+            if part is not None and code == OK:
+                asked.append(part)
             if part is not None and code == OK and (total == 0 or remaining > 0):
                 upper = part.last_stable_offset if committed else part.high_watermark
                 try:
-                    records = part.log.read(fp.fetch_offset,
+                    where = part.log.locate(fp.fetch_offset,
                                             max(min(fp.partition_max_bytes, remaining), 1), upper)
                 except OffsetOutOfRange:
-                    code = ErrorCode.offset_out_of_range
-                if records and view_of is not None:
+                    code, where = ErrorCode.offset_out_of_range, None
+                if where is not None:
+                    records = where
+                if where is not None and view_of is not None:
                     assert meta is not None and name is not None
                     records = ctx.state.views.filter_records(
                         name, meta.configs["kc.view.filter"], view_of, fp.partition,
-                        records, view_work)
+                        where.read(), view_work)
                 if committed and records:
                     aborted = _aborted(ctx, part, fp.fetch_offset, upper)
             leader = None
@@ -139,15 +169,28 @@ def _read_all(ctx: RequestContext, request: Any, named: list[tuple[str | None, A
                 errors = True
                 if hints is not None and code in _HINTED:
                     leader = hints.current_leader(name, fp.partition)
-            total += len(records)
+            total += records.length if isinstance(records, FileSlice) else len(records)
             if committed and aborted is None:
                 aborted = ()
-            parts.append(_partition_data(ctx, part, fp.partition, code, records, aborted,
-                                         leader))
+            parts.append(_Read(part, fp.partition, code, records, aborted, leader))
+        topics.append(parts)
+    return topics, total, errors, asked
+
+
+def _built(ctx: RequestContext, named: list[tuple[str | None, Any]],
+           reads: list[list[_Read]]) -> list[Any]:
+    """The response topics; record slices become file ranges to send (or bytes)."""
+    sendfile = bool(ctx.state.config["kcompat.fetch.sendfile"])
+    topics = []
+    for (name, topic), parts in zip(named, reads, strict=True):
+        built = tuple(
+            _partition_data(ctx, r.part, r.index, r.code,
+                            take(r.records, sendfile) if isinstance(r.records, FileSlice)
+                            else r.records, r.aborted, r.leader)
+            for r in parts)
         topics.append(ctx.build("FetchableTopicResponse", topic=name,
-                                topic_id=getattr(topic, "topic_id", None),
-                                partitions=tuple(parts)))
-    return topics, total, errors
+                                topic_id=getattr(topic, "topic_id", None), partitions=built))
+    return topics
 
 
 async def handle(ctx: RequestContext, request: Any) -> Any:
@@ -158,14 +201,14 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
     asked = any(t.partitions for t in request.topics)
     named = _requested(ctx, request)
     while True:
-        arrived = ctx.state.data_arrived
         hints = LeaderHints(ctx) if ctx.version >= 16 else None
-        topics, total, errors = _read_all(ctx, request, named, hints)
+        reads, total, errors, parts = _read_all(ctx, request, named, hints)
         if (total >= max(request.min_bytes, 1) or errors or not asked
                 or trio.current_time() >= deadline):
             break
-        with trio.move_on_at(deadline):
-            await arrived.wait()
+        if await wait_news(parts, deadline):
+            ctx.metrics.woken("Fetch")
+    topics = _built(ctx, named, reads)  # no await from the read to here: the slices hold
     ctx.metrics.fetched([name for name, _t in named], topics)
     return ctx.response(
         throttle_time=NO_THROTTLE, error_code=OK, session_id=0, responses=tuple(topics),

@@ -33,6 +33,7 @@ from kcompat.broker.handlers._share import (
     release_session,
     topic_responses,
 )
+from kcompat.broker.partition import Partition, unwatch
 from kcompat.broker.share_sessions import FINAL_EPOCH, INITIAL_EPOCH, Session
 from kcompat.broker.shares import Held, ShareError
 from kcompat.broker.state import now_ms
@@ -97,8 +98,7 @@ async def _acquire(ctx: RequestContext, request: Any, session: Session,
     """Acquire for the member over the session's partitions, waiting up to
     ``max_wait`` while there is nothing to answer."""
     shares = ctx.shares
-    group_id, member_id = session.group_id, session.member_id
-    settings = shares.settings_of(group_id)
+    settings = shares.settings_of(session.group_id)
     deadline = trio.current_time() + max(request.max_wait.total_seconds(), 0.0)
     budget = request.max_records if request.max_records > 0 else 500
     order = list(session.partitions)
@@ -107,36 +107,58 @@ async def _acquire(ctx: RequestContext, request: Any, session: Session,
         session.turn = turn + 1
         order = order[turn:] + order[:turn]
     while True:
-        arrived, changed = ctx.state.data_arrived, shares.changed
-        remaining = budget
-        acquired = False
-        for topic, index in order:
-            if remaining <= 0:
-                break
-            try:
-                held = await shares.held_machine((group_id, topic, index))
-            except ShareError as e:
-                result = results.setdefault((topic, index), PartitionResult())
-                result.error, result.message = e.code, e.message
-                continue
-            part, code = ctx.cluster.led_partition(topic, index)
-            if part is None or code != OK:
-                results.setdefault((topic, index), PartitionResult()).error = code
-                continue
-            held.machine.config = settings.config
-            ranges, data = shares.acquire(held, part, member_id, remaining,
-                                          settings.read_committed)
-            touched[held.key] = held
-            if ranges:
-                result = results.setdefault((topic, index), PartitionResult())
-                result.acquired, result.records = ranges, data
-                remaining -= sum(r.last_offset - r.first_offset + 1 for r in ranges)
-                acquired = True
-        if acquired or answered or any(r.error != OK for r in results.values()):
-            return
-        if trio.current_time() >= deadline:
-            return
-        await _wait_any((arrived, changed), deadline)
+        news, changed = trio.Event(), shares.changed  # taken before the first await
+        watched: list[Partition] = []
+        try:
+            if await _acquire_once(ctx, session, settings, order, budget, results, touched,
+                                   news, watched) or answered:
+                return
+            if any(r.error != OK for r in results.values()) or trio.current_time() >= deadline:
+                return
+            await _wait_any((news, changed), deadline)
+            if news.is_set():
+                ctx.metrics.woken("ShareFetch")
+        finally:
+            unwatch(watched, news)
+
+
+async def _acquire_once(ctx: RequestContext, session: Session, settings: Any,
+                        order: list[tuple[str, int]], budget: int,
+                        results: dict[tuple[str, int], PartitionResult],
+                        touched: dict[tuple[str, str, int], Held], news: trio.Event,
+                        watched: list[Partition]) -> bool:
+    """One pass over the session's partitions; True if anything was acquired.
+    Each partition read is watched with ``news`` from then on (new data there
+    ends the wait that may follow)."""
+    shares = ctx.shares
+    group_id, member_id = session.group_id, session.member_id
+    remaining = budget
+    acquired = False
+    for topic, index in order:
+        if remaining <= 0:
+            break
+        try:
+            held = await shares.held_machine((group_id, topic, index))
+        except ShareError as e:
+            result = results.setdefault((topic, index), PartitionResult())
+            result.error, result.message = e.code, e.message
+            continue
+        part, code = ctx.cluster.led_partition(topic, index)
+        if part is None or code != OK:
+            results.setdefault((topic, index), PartitionResult()).error = code
+            continue
+        part.waiters.add(news)
+        watched.append(part)
+        held.machine.config = settings.config
+        ranges, data = shares.acquire(held, part, member_id, remaining,
+                                      settings.read_committed)
+        touched[held.key] = held
+        if ranges:
+            result = results.setdefault((topic, index), PartitionResult())
+            result.acquired, result.records = ranges, data
+            remaining -= sum(r.last_offset - r.first_offset + 1 for r in ranges)
+            acquired = True
+    return acquired
 
 
 async def _wait_any(events: tuple[trio.Event, ...], deadline: float) -> None:
