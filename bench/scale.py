@@ -22,8 +22,11 @@ counts, so partitions accumulate):
   requests of up to 1,000 partitions, one after the other) until the count is
   reached; the step's *creation time* runs from its first CreateTopics to the
   first Metadata (of all topics, from any broker) that names a leader for every
-  partition. "Time to create 1,000 partitions" is the sum over the steps from 0 to
-  the first count of at least 1,000 (the steps' idle measurements not included).
+  partition, its *writable time* on until one acks=all record of 1 KiB per new
+  partition has been acknowledged (Kafka's controller names the leaders before
+  the brokers have created the logs; the record also waits for that). "Time to
+  create 1,000 partitions" is the sum over the steps from 0 to the first count of
+  at least 1,000 (the steps' idle measurements not included).
 * idle cost at each count: after ``--settle-s`` (15 s; --quick 10 s) with no
   traffic, the brokers' utime+stime from /proc/<pid>/stat over ``--window-s``
   (20 s; --quick 10 s), summed over the 3 brokers, in % of one core; the whole
@@ -35,8 +38,8 @@ counts, so partitions accumulate):
   Kafka's figure is mostly that; RssAnon leaves out file-backed pages (Kafka's
   mmap'd index files).
 * produce, at the first count of at least ``--produce-partitions`` (1,000): one
-  confluent-kafka producer (acks=all, linger.ms=5, batch.size=65536, no
-  compression) writes ``--records`` records of 1 KiB round-robin over the first
+  confluent-kafka producer (acks=all, linger.ms=5 as in compare.py, ``--linger-ms``;
+  batch.size=65536, no compression) writes ``--records`` records of 1 KiB round-robin over the first
   1,000 partitions of the walk (several topics: one ``produce()`` per record with
   an explicit topic and partition), after a warm-up of a fifth as many (at least
   5,000; not counted). Time from the first ``produce()`` to the end of ``flush()``; MiB/s,
@@ -99,10 +102,27 @@ class PhaseTimeout(RuntimeError):
     """A phase ran out of its time limit; the side's walk ends there."""
 
 
+class BrokerDied(PhaseTimeout):
+    """A broker process exited on its own."""
+
+
+def last_lines(text: str, n: int = 6) -> str:
+    return " | ".join(" ".join(ln.split())[:300] for ln in text.splitlines()[-n:])
+
+
 # -- the two clusters behind one face --------------------------------------------------
 
 class Side:
     name = ""
+    killed: set[int]
+
+    def check(self) -> None:
+        """Raise if a broker exited that the benchmark did not kill."""
+        for node, running, tail in self.states():
+            if not running and node not in self.killed:
+                raise BrokerDied(f"{self.name} broker {node} exited: {tail}")
+
+    def states(self) -> list[tuple[int, bool, str]]: ...  # (node, running, last log lines)
 
     def start(self) -> None: ...
     def close(self) -> None: ...
@@ -118,7 +138,12 @@ class KafkaSide(Side):
 
     def __init__(self, workdir: Path, heap: str) -> None:
         self.heap = heap
+        self.killed = set()
         self.cluster = KafkaReferenceCluster(workdir / "kafka", size=SIZE, heap=heap)
+
+    def states(self) -> list[tuple[int, bool, str]]:
+        return [(n.node_id, n.running, "" if n.running else last_lines(n.tail()))
+                for n in self.cluster.nodes]
 
     def start(self) -> None:
         self.cluster.start()
@@ -134,10 +159,12 @@ class KafkaSide(Side):
         return ",".join(n.bootstrap for n in self.cluster.nodes if n.running)
 
     def kill(self, node: int) -> None:
+        self.killed.add(node)
         self.cluster.nodes[node - 1].kill()
 
     def restart(self, node: int, timeout: float) -> None:
         self.cluster.nodes[node - 1].start(timeout=timeout)
+        self.killed.discard(node)
 
     def describe(self) -> str:
         return (f"{SIZE} KRaft nodes, each combined broker+controller, -Xmx{self.heap} G1, "
@@ -149,7 +176,13 @@ class KcompatSide(Side):
     name = "kcompat"
 
     def __init__(self, workdir: Path) -> None:
+        self.killed = set()
         self.cluster = Cluster(workdir / "kcompat", size=SIZE, extra_args=KCOMPAT_ARGS)
+
+    def states(self) -> list[tuple[int, bool, str]]:
+        return [(i, b.running, "" if b.running else
+                 f"exit {b.proc.returncode if b.proc else '?'}: {last_lines(b.tail(30))}")
+                for i, b in self.cluster.brokers.items()]
 
     def start(self) -> None:
         self.cluster.start()
@@ -165,10 +198,12 @@ class KcompatSide(Side):
         return self.cluster.live_bootstrap()
 
     def kill(self, node: int) -> None:
+        self.killed.add(node)
         self.cluster.brokers[node].kill()
 
     def restart(self, node: int, timeout: float) -> None:
         self.cluster.brokers[node].start(timeout=timeout)
+        self.killed.discard(node)
 
     def describe(self) -> str:
         return (f"{SIZE} brokers (compat_tests._cluster.Cluster, Raft cluster mode, "
@@ -183,6 +218,7 @@ class Point:
     topics: int
     create_s: float | None        # the step that reached this count (None: nothing created)
     created: int                  # partitions created by that step
+    writable_s: float | None      # until one acks=all record per new partition was acknowledged
     window_s: float = 0.0
     cpu_s: dict[int, float] = field(default_factory=dict)      # per broker over the window
     machine_busy_pct: float = 0.0                                # all processes, of all cores
@@ -250,16 +286,19 @@ class Result:
     def point(self, count: int) -> Point | None:
         return next((p for p in self.points if p.partitions == count), None)
 
-    def create_first(self, at_least: int = 1000) -> tuple[int, float] | None:
-        """(N, seconds): the creation time of the partitions from 0 to the first
-        count >= ``at_least``, summed over the steps."""
+    def create_first(self, at_least: int = 1000, writable: bool = False
+                     ) -> tuple[int, float] | None:
+        """(N, seconds): the creation time (``writable``: until one record per
+        partition was acknowledged) of the partitions from 0 to the first count
+        >= ``at_least``, summed over the steps."""
         total = 0.0
         if not self.points or self.points[0].partitions != 0:
             return None
         for p in self.points[1:]:
-            if p.create_s is None:
+            took = p.writable_s if writable else p.create_s
+            if took is None:
                 return None
-            total += p.create_s
+            total += took
             if p.partitions >= at_least:
                 return p.partitions, total
         return None
@@ -329,7 +368,7 @@ def partition_view(adm: Any, prefix: str, timeout: float = 30.0
     return int(md.controller_id), out
 
 
-def wait_until(adm: Any, prefix: str, expected: dict[str, int], timeout: float,
+def wait_until(side: Side, adm: Any, prefix: str, expected: dict[str, int], timeout: float,
                ok: Callable[[int, int], bool], what: str) -> float:
     """Poll Metadata until every partition of ``expected`` ({topic: partitions})
     satisfies ``ok(leader, isr count)``; the seconds it took."""
@@ -337,6 +376,7 @@ def wait_until(adm: Any, prefix: str, expected: dict[str, int], timeout: float,
     want = sum(expected.values())
     last = "no Metadata answer"
     while True:
+        side.check()
         try:
             _, view = partition_view(adm, prefix)
             good = sum(1 for (t, _p), (ldr, isr) in view.items()
@@ -380,6 +420,7 @@ def create_topics(bootstrap: str, topics: list[tuple[str, int]], timeout: float)
 
 def measure_idle(side: Side, point: Point, prefix: str, settle_s: float, window_s: float) -> None:
     time.sleep(settle_s)
+    side.check()
     pids = side.pids()
     c0 = {n: proc_cpu_s(p) for n, p in pids.items()}
     m0 = machine_ticks()
@@ -402,7 +443,36 @@ def measure_idle(side: Side, point: Point, prefix: str, settle_s: float, window_
         pass
 
 
-def produce(side: Side, topics: list[tuple[str, int]], n: int, at_count: int) -> Produce:
+def write_one(side: Side, step: list[tuple[str, int]], timeout: float) -> None:
+    """One acks=all record of 1 KiB to every partition of ``step``, until all are
+    acknowledged: the partitions are usable, not only named in Metadata (Kafka's
+    controller names leaders before the brokers have created the logs)."""
+    from confluent_kafka import Producer
+
+    producer = Producer({"bootstrap.servers": side.live_bootstrap(), **PRODUCER,
+                         "message.timeout.ms": int(timeout * 1000)})
+    errors: list[Any] = []
+
+    def done(err: Any, _msg: Any) -> None:
+        if err is not None:
+            errors.append(err)
+
+    value = b"w" * RECORD_BYTES
+    for name, parts in step:
+        for p in range(parts):
+            producer.produce(name, value, partition=p, on_delivery=done)
+        producer.poll(0)
+    deadline = time.monotonic() + timeout + 5
+    while len(producer) and time.monotonic() < deadline:
+        side.check()
+        producer.flush(1.0)
+    if len(producer) or errors:
+        raise PhaseTimeout(f"writing one record to each new partition: {len(producer)} "
+                           f"unacknowledged, {len(errors)} failed {errors[:2]}")
+
+
+def produce(side: Side, topics: list[tuple[str, int]], n: int, at_count: int,
+            linger_ms: float) -> Produce:
     from confluent_kafka import Producer
 
     targets: list[tuple[str, int]] = []
@@ -413,7 +483,8 @@ def produce(side: Side, topics: list[tuple[str, int]], n: int, at_count: int) ->
     targets = targets[:1000]
     used = sorted({t for t, _ in targets})
     fig = Produce(len(targets), len(used), n, at_count=at_count)
-    producer = Producer({"bootstrap.servers": side.live_bootstrap(), **PRODUCER})
+    producer = Producer({"bootstrap.servers": side.live_bootstrap(), **PRODUCER,
+                         "linger.ms": linger_ms})
     for t in used:
         producer.list_topics(t, timeout=30)
     errors: list[Any] = []
@@ -499,7 +570,7 @@ def recover(side: Side, fo: Failover, prefix: str, expected: dict[str, int], tim
     t0 = time.monotonic()
     side.restart(fo.killed, timeout)
     live = set(side.pids())
-    wait_until(admin(side.live_bootstrap()), prefix, expected,
+    wait_until(side, admin(side.live_bootstrap()), prefix, expected,
                max(1.0, timeout - (time.monotonic() - t0)),
                lambda ldr, isr: ldr in live and isr >= RF, f"with a leader and {RF} in sync")
     fo.recover_s = time.monotonic() - t0
@@ -525,28 +596,32 @@ def walk(side: Side, args: argparse.Namespace) -> Result:
             n = min(args.topic_partitions, count - have)
             step.append((f"{prefix}{len(topics) + len(step):04d}", n))
             have += n
-        create_s = None
+        create_s = writable_s = None
         if step:
             t0 = time.monotonic()
             try:
                 create_topics(side.live_bootstrap(), step, args.create_timeout_s)
                 topics += step
                 left = max(1.0, args.create_timeout_s - (time.monotonic() - t0))
-                wait_until(admin(side.live_bootstrap()), prefix, dict(topics), left,
+                wait_until(side, admin(side.live_bootstrap()), prefix, dict(topics), left,
                            lambda ldr, _isr: ldr >= 0, "with a leader")
+                create_s = time.monotonic() - t0
+                left = max(1.0, args.create_timeout_s - (time.monotonic() - t0))
+                write_one(side, step, left)
             except PhaseTimeout as e:
                 res.errors.append(f"creating {count:,} partitions: {e}")
                 print(f"  {side.name}: {res.errors[-1]}", flush=True)
                 break
-            create_s = time.monotonic() - t0
+            writable_s = time.monotonic() - t0
         created = sum(n for _, n in step)
-        point = Point(count, len(topics), create_s, created)
+        point = Point(count, len(topics), create_s, created, writable_s)
         measure_idle(side, point, prefix, args.settle_s, args.window_s)
         res.points.append(point)
         base = res.point(0)
         per_1k = res.rss_per_1k(point) if base is not None else None
         print(f"  {side.name}: {count:6,} partitions"
-              + (f" (+{created:,} created in {create_s:.1f} s)" if create_s is not None else "")
+              + (f" (+{created:,}: leaders in {create_s:.1f} s, writable in {writable_s:.1f} s)"
+                 if create_s is not None and writable_s is not None else "")
               + f": idle {point.idle_pct:5.1f} % of a core (machine busy "
               f"{point.machine_busy_pct:.0f} %), RSS {point.rss_mib:.0f} MiB"
               + (f" ({per_1k:.1f} MiB per 1,000 replicas)" if per_1k is not None else "")
@@ -554,7 +629,7 @@ def walk(side: Side, args: argparse.Namespace) -> Result:
               flush=True)
         if res.produce is None and count >= args.produce_partitions and count > 0:
             try:
-                res.produce = produce(side, topics, args.records, count)
+                res.produce = produce(side, topics, args.records, count, args.linger_ms)
                 p = res.produce
                 print(f"  {side.name}: produce {p.records:,} x 1 KiB round-robin over "
                       f"{p.partitions:,} partitions ({p.topics} topics): {p.mib_s:.1f} MiB/s, "
@@ -612,8 +687,9 @@ def point_rows(r: Result) -> list[str]:
     out = []
     for p in r.points:
         per_1k = r.rss_per_1k(p)
-        created = (f"+{p.created:,} in {p.create_s:.1f} s ({p.created / p.create_s:,.0f}/s)"
-                   if p.create_s else "-")
+        created = (f"+{p.created:,}: leaders {p.create_s:.1f} s "
+                   f"({p.created / p.create_s:,.0f}/s), writable {p.writable_s:.1f} s"
+                   if p.create_s and p.writable_s else "-")
         out.append(
             f"| {r.name} | {p.partitions:,} ({p.topics}) | {created} | **{p.idle_pct:.1f} %** "
             f"| {per_broker(p.cpu_s, lambda c, w=p.window_s: f'{100 * c / w:.1f}')} "
@@ -639,7 +715,8 @@ def report(results: list[Result], args: argparse.Namespace, total_s: float,
         f"counts {', '.join(f'{c:,}' for c in args.counts)} partitions (RF {RF}, topics of "
         f"{args.topic_partitions}), settle {args.settle_s:.0f} s then an idle window of "
         f"{args.window_s:.0f} s per count; produce {args.records:,} x {RECORD_BYTES} B at "
-        f"{args.produce_partitions:,} partitions; kill -9 at {args.kill_at:,}.",
+        f"{args.produce_partitions:,} partitions (acks=all, linger.ms={args.linger_ms:g}, "
+        f"batch.size 65536, round-robin); kill -9 at {args.kill_at:,}.",
     ]
     for r in results:
         lines.append(f"{r.name}: {r.describe}; {SIZE} brokers ready in {r.startup_s:.1f} s; "
@@ -678,9 +755,12 @@ def report(results: list[Result], args: argparse.Namespace, total_s: float,
         row(f"RSS per 1,000 replicas at {c:,} (MiB)",
             lambda r, c=c: (r.rss_per_1k(p) if (p := r.point(c)) else None), ".1f")
     firsts = {r.name: r.create_first() for r in results}
+    writables = {r.name: r.create_first(writable=True) for r in results}
     n_first = next((f[0] for f in firsts.values() if f), 1000)
-    row(f"time to create {n_first:,} partitions (s)",
+    row(f"time to create {n_first:,} partitions: a leader each in Metadata (s)",
         lambda r: (f[1] if (f := firsts[r.name]) and f[0] == n_first else None), ".1f")
+    row(f"time to create {n_first:,} partitions: a record acknowledged by each (s)",
+        lambda r: (f[1] if (f := writables[r.name]) and f[0] == n_first else None), ".1f")
     row("failover: partitions the killed broker led",
         lambda r: float(r.failover.led) if r.failover else None, ".0f")
     row("failover: half of them moved (s)",
@@ -694,6 +774,9 @@ def report(results: list[Result], args: argparse.Namespace, total_s: float,
         lambda r: r.produce.rec_s if r.produce else None, ",.0f")
     row("produce: brokers' CPU (s)", lambda r: r.produce.broker_cpu_s if r.produce else None,
         ".1f")
+    row("produce: brokers' CPU per MiB (s)",
+        lambda r: r.produce.broker_cpu_s / (r.produce.records * RECORD_BYTES / 2**20)
+        if r.produce else None, ".2f")
     row("produce: client CPU (s)", lambda r: r.produce.client_cpu_s if r.produce else None,
         ".1f")
     lines.append("")
@@ -788,6 +871,8 @@ def main() -> None:
     ap.add_argument("--window-s", type=float, default=None, help="20 s; --quick 10 s")
     ap.add_argument("--records", type=int, default=None, help="200,000; --quick 30,000")
     ap.add_argument("--produce-partitions", type=int, default=1000)
+    ap.add_argument("--linger-ms", type=float, default=5.0,
+                    help="the producer's linger.ms (5, as compare.py)")
     ap.add_argument("--kill-at", type=int, default=None, help="5,000; --quick 1,000")
     ap.add_argument("--kafka-heap", default=KAFKA_HEAP)
     ap.add_argument("--create-timeout-s", type=float, default=None,
