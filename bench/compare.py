@@ -1,11 +1,15 @@
 """kcompat against Apache Kafka on this machine: same run, same client, ratios.
 
 Not a test: it prints a report, appends it to bench/RESULTS.md and ends with one
-line ``ratios: produce=X consume=Y p99=Z rss=W`` (kcompat divided by Kafka).
+line ``ratios: produce=X consume=Y p99=Z rss=W cpu_per_gib_produce=A
+cpu_per_gib_consume=B`` (kcompat divided by Kafka; for the cpu-per-GiB ratios
+lower is better, as for p99 and rss).
 
-    .venv/bin/python bench/compare.py            # full run (~20-30 min on 2 cores)
-    .venv/bin/python bench/compare.py --quick    # < 5 min: headline ratios, acks=1 and all
-    .venv/bin/python bench/compare.py --cluster-only   # only the 3-broker RF 3 part (~10 min)
+    .venv/bin/python bench/compare.py            # full steady-state run (~55 min on 2 cores)
+    .venv/bin/python bench/compare.py --quick    # < 5 min: short runs, acks=1 and all
+    .venv/bin/python bench/compare.py --cluster-only   # only the 3-broker RF 3 part (~25 min)
+    .venv/bin/python bench/compare.py --only produce-acks1-1p,consume-1p,latency-acks1
+                                                 # the headline workloads only (~10 min)
 
 How it works. Apache Kafka 4.4 (``compat_tests.java.kafka_reference.KafkaReference``,
 single-node KRaft, jars from Maven Central) is started first, measured, and
@@ -17,9 +21,32 @@ Neither broker fsyncs on acknowledgement: Kafka's default flush policy
 from ``kafka-tools`` (ProducerPerformance, ConsumerPerformance, EndToEndLatency)
 in a separate JVM, so it is identical for both brokers.
 
+Steady state (the full run, ``--only`` and ``--cluster-only``; not ``--quick``).
+Each side first does a warm-up that is not counted: it produces ``--records``
+(default 1,500,000 x 1 KiB, ~10-15 s) to a topic of one partition and reads it
+back once, so the broker JVM's JIT has compiled the produce and fetch paths, the
+page cache holds the log, and kcompat's lazily imported modules are loaded. The
+warm-up's 5-s progress windows after the first (or its overall rate) give the
+warmed produce rate; every measured produce run is then sized to last at least
+``--duration`` seconds (default 60): records = 1.15 x duration x the highest
+rate seen so far on that side (the warm-up's or an earlier measured run's). A
+measured consume run reads the topic its acks=1 produce run just wrote, from
+the earliest offset, with ConsumerPerformance, pass after pass (each pass a new
+group) until the passes' fetch time adds up to the duration. A run that still
+ended early (the broker got faster than the estimate) is flagged in the report.
+Each measured topic is deleted once used (Kafka with
+``log.segment.delete.delay.ms=0``), and the next run starts only when the files
+are gone, so the disk holds one run's data at a time (up to ~15 GiB).
+The broker's CPU (/proc utime+stime, summed over the brokers of a cluster) is
+read over each measured run; the report gives broker CPU-seconds per GiB
+produced and per GiB consumed (GiB of record values, 1 KiB each, in and out;
+RF 3 replication is inside the figure) next to throughput and latency.
+``--quick`` keeps its short fixed runs (300,000 records, a 200,000-record
+warm-up) and still reports cpu-per-GiB, from those short runs.
+
 Workloads (full run; ``--quick`` keeps 1 partition, acks=1 and acks=all):
 
-* produce: N records of 1 KiB, ``batch.size=65536 linger.ms=5``, unthrottled,
+* produce: 1 KiB records, ``batch.size=65536 linger.ms=5``, unthrottled,
   acks=1 / acks=all x 1 / 6 partitions (ProducerPerformance records/s);
 * consume: the acks=1 topics from earliest with ConsumerPerformance
   (``fetch.MB.sec``: time after the group join, so the join is not counted);
@@ -29,7 +56,7 @@ Workloads (full run; ``--quick`` keeps 1 partition, acks=1 and acks=all):
 * broker memory: peak RSS (VmHWM) and RSS at the end, from /proc/<pid>/status;
 * broker CPU seconds per workload from /proc/<pid>/stat (what bounds it);
 * replication (``--cluster``, on by default for the full run, off for ``--quick``):
-  the same workloads once more on a 3-broker cluster per side, every topic with
+  the same workloads once more, steady state as well, on a 3-broker cluster per side, every topic with
   replication factor 3 — Kafka as 3 KRaft nodes with combined broker+controller
   roles (``KafkaReferenceCluster``, -Xmx512m each, internal topics RF 3,
   min.insync.replicas=2), kcompat as ``compat_tests._cluster.Cluster`` (3 brokers
@@ -41,6 +68,21 @@ Workloads (full run; ``--quick`` keeps 1 partition, acks=1 and acks=all):
   the same wait: Kafka waits for every in-sync replica (all 3 when healthy),
   kcompat for the Raft commit (a majority, 2 of 3). A line
   ``cluster ratios: ...`` sums it up.
+
+``--only NAME[,NAME...]`` restricts the plan (and turns the profile, the fsync
+extra and the cluster part off unless asked for): ``produce-acks1-1p``,
+``produce-acksall-1p``, ``produce-acks1-6p``, ``produce-acksall-6p``,
+``consume-1p``, ``consume-6p``, ``latency-acks1``, ``latency-acksall``,
+``e2e-acks1``, ``e2e-acksall``. A consume run brings the acks=1 produce run of its
+partition count (it reads what that run wrote), a latency run the 1-partition
+produce run of its acks (it is throttled to half of Kafka's maximum there).
+
+Duration of the full run on this 2-core machine: per single-node side a
+warm-up (~30 s), 4 produce runs of >= 60 s (acks=all ones longer when they are
+slower), 2 consume runs of >= 60 s, 2 latency runs of 30 s and 2 end-to-end runs;
+~10-12 min per side, ~25 min for both; the fsync extra ~5 min, the profile
+~1 min, the cluster part ~25 min: ~55 min in all (``--duration 30`` halves the
+measured runs).
 
 ``--profile`` (on by default for the full run) starts one more kcompat broker
 and records it with py-spy during a produce run and a consume run, then prints
@@ -90,6 +132,13 @@ CLUSTER_KCOMPAT_ARGS = ("--set", "kcompat.flush.mode=never",
                         "--set", "group.initial.rebalance.delay.ms=0")  # + _cluster.Cluster's
 KCOMPAT_FSYNC_ARGS = ("--set", "group.initial.rebalance.delay.ms=0", "--set", "admin.port=-1")
 CLK_TCK = os.sysconf("SC_CLK_TCK")
+GIB = 1 << 30
+STEADY_S = 60.0          # default length of a measured steady-state produce / consume run
+STEADY_WARMUP = 1_500_000  # default records of the steady-state warm-up (~1.4 GiB)
+SIZING_MARGIN = 1.15     # measured produce runs get this much more than the estimate asks
+# Kafka deletes a deleted topic's files after file.delete.delay.ms (60 s by default);
+# the steady-state runs delete each measured topic and wait for its files to go.
+KAFKA_BENCH_OVERRIDES = {"log.segment.delete.delay.ms": "0"}
 
 
 # -- process figures from /proc ---------------------------------------------------
@@ -134,8 +183,16 @@ _PP = re.compile(
     r"([\d.]+) ms max latency, (\d+) ms 50th, (\d+) ms 95th, (\d+) ms 99th, (\d+) ms 99.9th")
 
 
+# ProducerPerformance's progress line every 5 s (no percentiles; the summary has them)
+_PP_WINDOW = re.compile(r"^(\d+) records sent, ([\d.]+) records/sec \(")
+
+
 def producer_perf(bootstrap: str, topic: str, n: int, acks: str, throughput: int = -1
                   ) -> dict[str, float]:
+    """One ProducerPerformance run; figures of its summary line, plus ``gib`` (record
+    values sent), ``secs`` (its length) and ``window_rec_s`` (the best of its 5-s
+    progress windows after the first, the warmed rate; the whole-run rate when it had
+    none — a window cut short by the end of the run can be lower)."""
     out = run_tool("ProducerPerformance", "--topic", topic, "--num-records", str(n),
                    "--record-size", str(RECORD_BYTES), "--throughput", str(throughput),
                    "--command-property", f"bootstrap.servers={bootstrap}", f"acks={acks}",
@@ -147,12 +204,19 @@ def producer_perf(bootstrap: str, topic: str, n: int, acks: str, throughput: int
     if int(m.group(1)) != n:
         raise ToolError(f"ProducerPerformance sent {m.group(1)} of {n}")
     keys = ("records", "rec_s", "mib_s", "avg_ms", "max_ms", "p50", "p95", "p99", "p999")
-    return dict(zip(keys, (float(g) for g in m.groups()), strict=True))
+    fig = dict(zip(keys, (float(g) for g in m.groups()), strict=True))
+    windows = [float(w.group(2)) for w in map(_PP_WINDOW.match, out.splitlines())
+               if w and "th," not in w.string]
+    fig["window_rec_s"] = max(windows[1:] or windows or [fig["rec_s"]])
+    fig["gib"] = n * RECORD_BYTES / GIB
+    fig["secs"] = n / fig["rec_s"] if fig["rec_s"] else 0.0
+    return fig
 
 
 def consumer_perf(bootstrap: str, topic: str, n: int) -> dict[str, float]:
     out = run_tool("ConsumerPerformance", "--bootstrap-server", bootstrap, "--topic", topic,
-                   "--num-records", str(n), "--timeout", "30000", "--group", f"perf-{topic}")
+                   "--num-records", str(n), "--timeout", "30000",
+                   "--group", unique_topic(f"perf-{topic}"))
     lines = [ln for ln in out.splitlines() if ln.strip()]
     head = next(i for i, ln in enumerate(lines) if ln.startswith("start.time"))
     names = [h.strip() for h in lines[head].split(",")]
@@ -162,7 +226,25 @@ def consumer_perf(bootstrap: str, topic: str, n: int) -> dict[str, float]:
         raise ToolError(f"ConsumerPerformance consumed {row['data.consumed.in.nMsg']} of {n}")
     return {"fetch_mib_s": float(row["fetch.MB.sec"]), "fetch_rec_s": float(row["fetch.nMsg.sec"]),
             "mib_s": float(row["MB.sec"]), "rebalance_ms": float(row["rebalance.time.ms"]),
-            "fetch_ms": float(row["fetch.time.ms"])}
+            "fetch_ms": float(row["fetch.time.ms"]), "gib": n * RECORD_BYTES / GIB,
+            "secs": float(row["fetch.time.ms"]) / 1000, "passes": 1.0}
+
+
+def consumer_passes(bootstrap: str, topic: str, n: int, min_s: float) -> dict[str, float]:
+    """ConsumerPerformance over the whole topic (``n`` records), pass after pass with a
+    new group each, until the passes' fetch time adds up to ``min_s`` (one pass when
+    ``min_s`` is 0). Rates are over the summed fetch time; joins are not counted."""
+    runs: list[dict[str, float]] = []
+    while not runs or sum(r["secs"] for r in runs) < min_s:
+        runs.append(consumer_perf(bootstrap, topic, n))
+    if len(runs) == 1:
+        return runs[0]
+    fetch_s = sum(r["secs"] for r in runs)
+    gib = sum(r["gib"] for r in runs)
+    return {"fetch_mib_s": gib * 1024 / fetch_s, "fetch_rec_s": n * len(runs) / fetch_s,
+            "mib_s": statistics.median(r["mib_s"] for r in runs),
+            "rebalance_ms": statistics.median(r["rebalance_ms"] for r in runs),
+            "fetch_ms": fetch_s * 1000, "gib": gib, "secs": fetch_s, "passes": float(len(runs))}
 
 
 _E2E_AVG = re.compile(r"Avg latency: ([\d.]+) ms")
@@ -196,25 +278,85 @@ def create_topic(bootstrap: str, topic: str, partitions: int, replication: int =
                     f"a leader each and {replication} in-sync replicas")
 
 
+def delete_topic(bootstrap: str, topic: str, root: Path, base_bytes: int) -> None:
+    """Delete ``topic`` and wait (up to 60 s) until the files under ``root`` (every data
+    dir of the side) are back near ``base_bytes``, their size before it was created."""
+    from confluent_kafka.admin import AdminClient
+    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
+    admin.delete_topics([topic], operation_timeout=30, request_timeout=30)[topic].result(60)
+    deadline = time.monotonic() + 60
+    while disk_bytes(root) > base_bytes + 256 * (1 << 20) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    time.sleep(1.0)  # the broker's own clean-up after the files are gone
+
+
+def disk_bytes(root: Path) -> int:
+    """Bytes allocated to the files under ``root`` (st_blocks; vanishing files skipped)."""
+    total = 0
+    for dirpath, _dirs, files in os.walk(root):
+        for name in files:
+            try:
+                total += os.lstat(os.path.join(dirpath, name)).st_blocks * 512
+            except FileNotFoundError:
+                pass
+    return total
+
+
 # -- the plan -----------------------------------------------------------------------
 
 @dataclass
 class Plan:
     quick: bool
-    records: int            # per unthrottled produce run
+    records: int            # per produce run (quick); the warm-up's records (steady state)
     latency_s: int          # seconds of the throttled produce run
     e2e_messages: int
     produce_cases: list[tuple[int, str]]   # (partitions, acks)
     latency_acks: list[str]
     e2e_acks: list[str]
+    consume_parts: list[int] = field(default_factory=list)  # reads the acks=1 topic of that count
+    steady_s: float = 0.0   # > 0: measured produce / consume runs last at least this long
+    only: list[str] = field(default_factory=list)  # --only as given (for the report)
+
+    @property
+    def warmup_records(self) -> int:
+        return self.records if self.steady_s else min(self.records, 200_000)
 
 
-def make_plan(quick: bool, records: int | None) -> Plan:
+#: ``--only`` names of the full plan's workloads.
+ONLY_NAMES = ("produce-acks1-1p", "produce-acksall-1p", "produce-acks1-6p", "produce-acksall-6p",
+              "consume-1p", "consume-6p", "latency-acks1", "latency-acksall",
+              "e2e-acks1", "e2e-acksall")
+
+
+def make_plan(quick: bool, records: int | None, steady_s: float = STEADY_S,
+              only: list[str] | None = None) -> Plan:
     if quick:
-        return Plan(True, records or 300_000, 10, 1000, [(1, "1"), (1, "all")], ["1", "all"],
-                    ["1", "all"])
-    return Plan(False, records or 1_000_000, 30, 5000,
-                [(1, "1"), (1, "all"), (6, "1"), (6, "all")], ["1", "all"], ["1", "all"])
+        plan = Plan(True, records or 300_000, 10, 1000, [(1, "1"), (1, "all")], ["1", "all"],
+                    ["1", "all"], [1])
+    else:
+        plan = Plan(False, records or STEADY_WARMUP, 30, 5000,
+                    [(1, "1"), (1, "all"), (6, "1"), (6, "all")], ["1", "all"], ["1", "all"],
+                    [1, 6], steady_s=steady_s)
+    if not only:
+        return plan
+    bad = [n for n in only if n not in ONLY_NAMES]
+    if bad:
+        raise SystemExit(f"--only: unknown {', '.join(bad)} (known: {', '.join(ONLY_NAMES)})")
+
+    def acks_of(name: str) -> str:
+        return "all" if "acksall" in name else "1"
+
+    cases = {(int(n.rsplit("-", 1)[1][:-1]), acks_of(n)) for n in only if n.startswith("produce-")}
+    consume = sorted({int(n.split("-")[1][:-1]) for n in only if n.startswith("consume-")})
+    cases |= {(parts, "1") for parts in consume}           # what the consume run reads
+    latency = [a for a in plan.latency_acks if f"latency-acks{a}" in only]
+    cases |= {(1, a) for a in latency}                     # the maximum it takes half of
+    plan.produce_cases = [c for c in plan.produce_cases if c in cases]
+    plan.consume_parts = [p for p in plan.consume_parts if p in consume]
+    plan.latency_acks = latency
+    plan.e2e_acks = [a for a in plan.e2e_acks if f"e2e-acks{a}" in only]
+    plan.only = list(only)
+    return plan
 
 
 @dataclass
@@ -227,63 +369,98 @@ class Target:
     load: list[str] = field(default_factory=list)
     startup_s: float = 0.0
     errors: dict[str, str] = field(default_factory=dict)  # key -> why it failed (tolerate)
+    warmup: dict[str, float] = field(default_factory=dict)  # the uncounted warm-up's figures
 
 
 def measure(target: Target, bootstrap: str, pid: int | list[int], plan: Plan,
             kafka: Target | None, only_produce: bool = False, replication: int = 1,
-            tolerate: bool = False) -> None:
+            tolerate: bool = False, root: Path | None = None) -> None:
     """Run ``plan`` against one broker (``pid``) or a cluster (a list: CPU is summed).
     ``tolerate``: a failing workload is recorded in ``target.errors`` and skipped
-    instead of ending the comparison (cluster mode, where kcompat is young)."""
+    instead of ending the comparison (cluster mode, where kcompat is young).
+    ``root``: the directory holding the side's data dirs; in steady state each
+    measured topic is deleted after use and its files waited for there."""
     pids = pid if isinstance(pid, list) else [pid]
+    steady = plan.steady_s > 0
 
     def cpu_now() -> float:
         return sum(proc_cpu_s(p) for p in pids)
 
-    def create(topic: str, parts: int) -> None:
+    def create(topic: str, parts: int) -> int:
+        base = disk_bytes(root) if root is not None else 0
         create_topic(bootstrap, topic, parts, replication)
+        return base
+
+    def drop(topic: str, base: int) -> None:
+        if steady and root is not None:
+            try:
+                delete_topic(bootstrap, topic, root, base)
+            except Exception as e:  # noqa: BLE001 - a leftover topic costs disk, not the run
+                print(f"  {target.name:8s} could not delete {topic}: {e}", flush=True)
 
     def timed(key: str, fn: Callable[[], dict[str, float]]) -> None:
         c0, t0 = cpu_now(), time.monotonic()
         try:
-            target.figures[key] = fn()
+            fig = fn()
         except (ToolError, subprocess.TimeoutExpired, KeyError, StopIteration, ValueError) as e:
             if not tolerate:
                 raise
             target.errors[key] = " ".join(str(e).split())[:300] or type(e).__name__
             print(f"  {target.name:8s} {key:24s} FAILED: {target.errors[key]}", flush=True)
             return
-        target.cpu[key] = (cpu_now() - c0, time.monotonic() - t0)
-        print(f"  {target.name:8s} {key:24s} {fmt_row(target.figures[key])}  "
-              f"broker cpu {target.cpu[key][0]:.1f}s/{target.cpu[key][1]:.1f}s", flush=True)
+        cpu, wall = cpu_now() - c0, time.monotonic() - t0
+        target.cpu[key] = (cpu, wall)
+        if fig.get("gib"):
+            fig["cpu_per_gib"] = cpu / fig["gib"]
+        target.figures[key] = fig
+        per_gib = f", {fig['cpu_per_gib']:.2f} cpu-s/GiB" if "cpu_per_gib" in fig else ""
+        print(f"  {target.name:8s} {key:24s} {fmt_row(fig)}  "
+              f"broker cpu {cpu:.1f}s/{wall:.1f}s{per_gib}", flush=True)
 
     target.load.append(loadavg())
+    # warm-up, not counted: the JVM's JIT, the page cache, kcompat's first imports
     warm = unique_topic("warmup")
-    create(warm, 1)
-    producer_perf(bootstrap, warm, min(plan.records, 200_000), "1")  # JIT / page cache warm-up
-    topics: dict[int, str] = {}
+    base = create(warm, 1)
+    c0, t0 = cpu_now(), time.monotonic()
+    wfig = producer_perf(bootstrap, warm, plan.warmup_records, "1")
+    target.warmup = {"records": float(plan.warmup_records), "rec_s": wfig["rec_s"],
+                     "window_rec_s": wfig["window_rec_s"]}
+    if steady and not only_produce:
+        cfig = consumer_perf(bootstrap, warm, plan.warmup_records)
+        target.warmup["consume_mib_s"] = cfig["fetch_mib_s"]
+    target.warmup["cpu_s"], target.warmup["wall_s"] = cpu_now() - c0, time.monotonic() - t0
+    print(f"  {target.name:8s} {'warm-up (not counted)':24s} {plan.warmup_records} records, "
+          f"{wfig['rec_s']:.0f} rec/s overall, {wfig['window_rec_s']:.0f} rec/s in its best "
+          f"later 5-s window; {target.warmup['wall_s']:.0f} s", flush=True)
+    drop(warm, base)
+    rate = max(wfig["rec_s"], wfig["window_rec_s"])  # the estimate sizing the steady runs
     for parts, acks in plan.produce_cases:
+        key = f"produce p{parts} acks={acks}"
+        n = int(SIZING_MARGIN * plan.steady_s * rate) if steady else plan.records
         topic = unique_topic(f"p{parts}-acks{acks}")
-        create(topic, parts)
-        timed(f"produce p{parts} acks={acks}",
-              lambda t=topic, a=acks: producer_perf(bootstrap, t, plan.records, a))
-        if acks == "1":
-            topics[parts] = topic
+        base = create(topic, parts)
+        timed(key, lambda t=topic, a=acks, n=n: producer_perf(bootstrap, t, n, a))
+        if key in target.figures:
+            rate = max(rate, target.figures[key]["rec_s"])
+            if acks == "1" and parts in plan.consume_parts and not only_produce:
+                timed(f"consume p{parts}",
+                      lambda t=topic, n=n: consumer_passes(bootstrap, t, n, plan.steady_s))
+        drop(topic, base)
     if only_produce:
+        target.load.append(loadavg())
         return
-    for parts, topic in topics.items():
-        timed(f"consume p{parts}", lambda t=topic: consumer_perf(bootstrap, t, plan.records))
     for acks in plan.latency_acks:
         ref_fig = (kafka or target).figures.get(f"produce p1 acks={acks}")
         if ref_fig is None:  # (tolerate) the maximum it is half of was not measured
             target.errors[f"latency p1 acks={acks}"] = "no maximum throughput to take half of"
             continue
-        rate = max(int(ref_fig["rec_s"] / 2), 100)
+        rate_l = max(int(ref_fig["rec_s"] / 2), 100)
         topic = unique_topic(f"lat-acks{acks}")
-        create(topic, 1)
+        base = create(topic, 1)
         timed(f"latency p1 acks={acks}",
-              lambda t=topic, a=acks, r=rate: dict(
+              lambda t=topic, a=acks, r=rate_l: dict(
                   producer_perf(bootstrap, t, r * plan.latency_s, a, r), rate=r))
+        drop(topic, base)
     for acks in plan.e2e_acks:
         topic = unique_topic(f"e2e-acks{acks}")
         create(topic, 1)
@@ -295,26 +472,28 @@ def measure(target: Target, bootstrap: str, pid: int | list[int], plan: Plan,
 def fmt_row(fig: dict[str, float]) -> str:
     if "fetch_mib_s" in fig:
         return (f"{fig['fetch_mib_s']:7.1f} MiB/s {fig['fetch_rec_s']:9.0f} rec/s "
-                f"(join {fig['rebalance_ms']:.0f} ms excluded)")
+                f"(join {fig['rebalance_ms']:.0f} ms excluded; {fig['gib']:.1f} GiB in "
+                f"{fig['secs']:.0f} s, {fig['passes']:.0f} pass(es))")
     if "rate" in fig:
         return (f"at {fig['rate']:.0f} rec/s: p50 {fig['p50']:.0f} p99 {fig['p99']:.0f} "
                 f"p99.9 {fig['p999']:.0f} avg {fig['avg_ms']:.1f} max {fig['max_ms']:.0f} ms")
     if "rec_s" in fig:
         return (f"{fig['mib_s']:7.1f} MiB/s {fig['rec_s']:9.0f} rec/s "
-                f"(p99 {fig['p99']:.0f} ms under saturation)")
+                f"(p99 {fig['p99']:.0f} ms under saturation; {fig['gib']:.1f} GiB in "
+                f"{fig['secs']:.0f} s)")
     return (f"p50 {fig['p50']:.0f} p99 {fig['p99']:.0f} p99.9 {fig['p999']:.0f} "
             f"avg {fig['avg_ms']:.2f} ms")
 
 
 def run_kafka(plan: Plan, workdir: Path) -> Target:
     target = Target("kafka")
-    ref = KafkaReference(workdir / "kafka", heap=KAFKA_HEAP)
+    ref = KafkaReference(workdir / "kafka", heap=KAFKA_HEAP, overrides=KAFKA_BENCH_OVERRIDES)
     t0 = time.monotonic()
     ref.start()
     target.startup_s = time.monotonic() - t0
     assert ref.proc is not None
     try:
-        measure(target, ref.bootstrap, ref.proc.pid, plan, None)
+        measure(target, ref.bootstrap, ref.proc.pid, plan, None, root=ref.workdir)
         target.peak_rss_kib = proc_status_kib(ref.proc.pid, "VmHWM")
         target.end_rss_kib = proc_status_kib(ref.proc.pid, "VmRSS")
     finally:
@@ -332,13 +511,112 @@ def run_kcompat(name: str, args: tuple[str, ...], plan: Plan, workdir: Path, kaf
     target.startup_s = time.monotonic() - t0
     assert broker.pid is not None
     try:
-        measure(target, broker.bootstrap, broker.pid, plan, kafka, only_produce)
+        measure(target, broker.bootstrap, broker.pid, plan, kafka, only_produce,
+                root=broker.workdir)
         target.peak_rss_kib = proc_status_kib(broker.pid, "VmHWM")
         target.end_rss_kib = proc_status_kib(broker.pid, "VmRSS")
     finally:
         broker.close()
         shutil.rmtree(workdir / name, ignore_errors=True)
     return target
+
+
+# -- report tables (single node and cluster) ------------------------------------------
+
+class Table:
+    """Rows of ``metric  kafka  kcompat  ratio  broker cpu`` for two measured sides;
+    a workload missing on a side shows FAILED (or n/a) and no ratio."""
+
+    def __init__(self, lines: list[str], kafka: Target, kc: Target) -> None:
+        self.lines, self.kafka, self.kc = lines, kafka, kc
+
+    @staticmethod
+    def cell(t: Target, key: str, metric: str, unit: str, prec: int) -> str:
+        if key in t.figures and metric in t.figures[key]:
+            return f"{t.figures[key][metric]:11.{prec}f}{unit:1s}"
+        return f"{'FAILED' if key in t.errors else 'n/a':>11s}{unit:1s}"
+
+    @staticmethod
+    def cpu(t: Target, key: str) -> str:
+        if key not in t.cpu:
+            return "  -"
+        c, w = t.cpu[key]
+        return f"{100 * c / w:3.0f}%"
+
+    def ratio_of(self, key: str, metric: str) -> float | None:
+        a, b = self.kc.figures.get(key, {}), self.kafka.figures.get(key, {})
+        return ratio(a[metric], b[metric]) if metric in a and metric in b else None
+
+    def row(self, label: str, key: str, metric: str, unit: str = "", prec: int = 1,
+            cpu: bool = True) -> float | None:
+        r = self.ratio_of(key, metric)
+        tail = f"   {self.cpu(self.kafka, key)} of a core | {self.cpu(self.kc, key)}" if cpu else ""
+        self.lines.append(f"{label:34s} {self.cell(self.kafka, key, metric, unit, prec)} "
+                          f"{self.cell(self.kc, key, metric, unit, prec)} {fr(r):>7s}{tail}")
+        return r
+
+    def volume(self, plan: Plan, key: str) -> None:
+        """The run's length and GiB on each side, flagged when shorter than planned."""
+        parts = []
+        for t in (self.kafka, self.kc):
+            fig = t.figures.get(key)
+            if fig is None or "gib" not in fig:
+                parts.append(f"{t.name} -")
+                continue
+            short = " (! shorter than planned)" if plan.steady_s and \
+                fig["secs"] < 0.97 * plan.steady_s else ""
+            passes = f", {fig['passes']:.0f} passes" if fig.get("passes", 1) > 1 else ""
+            parts.append(f"{t.name} {fig['secs']:.0f} s, {fig['gib']:.1f} GiB{passes}{short}")
+        self.lines.append(f"  {'measured run':32s} {'; '.join(parts)}")
+
+    def throughput(self, plan: Plan) -> dict[str, float | None]:
+        """Produce and consume rows with cpu-s per GiB; returns ratios by workload key
+        (``<key>`` throughput, ``<key> cpu`` cpu-s per GiB)."""
+        out: dict[str, float | None] = {}
+        for parts, acks in plan.produce_cases:
+            key = f"produce p{parts} acks={acks}"
+            out[key] = self.row(f"{key} (MiB/s)", key, "mib_s")
+            out[f"{key} cpu"] = self.row("  broker cpu-s per GiB produced", key, "cpu_per_gib",
+                                         prec=2, cpu=False)
+            self.volume(plan, key)
+        for parts in plan.consume_parts:
+            key = f"consume p{parts}"
+            out[key] = self.row(f"{key} (fetch MiB/s)", key, "fetch_mib_s")
+            out[f"{key} cpu"] = self.row("  broker cpu-s per GiB consumed", key, "cpu_per_gib",
+                                         prec=2, cpu=False)
+            self.volume(plan, key)
+        return out
+
+
+def steady_lines(plan: Plan, kafka: Target, kc: Target, max_of: str = "Kafka's") -> list[str]:
+    """The report's description of the runs: steady state or --quick's short ones."""
+    def warm(t: Target) -> str:
+        w = t.warmup
+        if not w:
+            return f"{t.name} -"
+        consume = f", read back at {w['consume_mib_s']:.0f} MiB/s" if "consume_mib_s" in w else ""
+        return (f"{t.name} {w['records']:.0f} records at {w['rec_s']:.0f} rec/s "
+                f"(best 5-s window after the first {w['window_rec_s']:.0f}){consume}, {w['wall_s']:.0f} s")
+
+    if plan.steady_s:
+        runs = (f"steady state: after an uncounted warm-up, every measured produce run was sized "
+                f"to last >= {plan.steady_s:.0f} s ({SIZING_MARGIN} x {plan.steady_s:.0f} s x the "
+                f"side's best rate so far) and every consume run reads the topic its acks=1 run "
+                f"wrote, pass after pass, for >= {plan.steady_s:.0f} s of fetch time; each topic "
+                "is deleted after use")
+    else:
+        runs = (f"short runs (--quick): {plan.records} x {RECORD_BYTES} B records per produce "
+                "run and one consume pass, after a short warm-up; Kafka's JIT is still warming, "
+                "so its cpu-s per GiB is high here — the steady-state run is the one to quote")
+    only = [f"plan restricted with --only {','.join(plan.only)}"] if plan.only else []
+    return [
+        runs, *only,
+        f"workload: {RECORD_BYTES} B records, producer {' '.join(PRODUCER_PROPS)} (no "
+        f"compression); latency runs {plan.latency_s} s throttled to half of {max_of} max; "
+        f"EndToEndLatency {plan.e2e_messages} messages; cpu-s per GiB = broker utime+stime "
+        "over the run / GiB of record values (1 KiB each) produced or consumed",
+        f"warm-up (not counted): {warm(kafka)}; {warm(kc)}",
+    ]
 
 
 # -- 3-broker clusters, replication factor 3 -----------------------------------------
@@ -350,13 +628,13 @@ def sum_status_kib(pids: list[int], key: str) -> int:
 def run_kafka_cluster(plan: Plan, workdir: Path) -> Target:
     target = Target("kafka-3")
     ref = KafkaReferenceCluster(workdir / "kafka-cluster", size=CLUSTER_SIZE,
-                                heap=CLUSTER_KAFKA_HEAP)
+                                heap=CLUSTER_KAFKA_HEAP, overrides=KAFKA_BENCH_OVERRIDES)
     t0 = time.monotonic()
     ref.start()
     target.startup_s = time.monotonic() - t0
     try:
         measure(target, ref.bootstrap, ref.pids, plan, None, replication=CLUSTER_SIZE,
-                tolerate=True)
+                tolerate=True, root=ref.workdir)
         target.peak_rss_kib = sum_status_kib(ref.pids, "VmHWM")
         target.end_rss_kib = sum_status_kib(ref.pids, "VmRSS")
     finally:
@@ -374,7 +652,7 @@ def run_kcompat_cluster(plan: Plan, workdir: Path, kafka: Target) -> Target:
         target.startup_s = time.monotonic() - t0
         pids = [b.pid for b in cluster.brokers.values() if b.pid is not None]
         measure(target, cluster.bootstrap, pids, plan, kafka, replication=CLUSTER_SIZE,
-                tolerate=True)
+                tolerate=True, root=workdir / "kc-cluster")
         target.peak_rss_kib = sum_status_kib(pids, "VmHWM")
         target.end_rss_kib = sum_status_kib(pids, "VmRSS")
     finally:
@@ -396,7 +674,9 @@ def cluster_report(plan: Plan, kafka: Target, kc: Target) -> tuple[list[str], st
         "for the Raft commit (leader + 1 follower of 3); min.insync.replicas is not used",
         "  flush policy: Kafka defaults (no fsync anywhere on the produce/replication path); "
         "kcompat kcompat.flush.mode=never: no fsync of partition Raft entries either (only the "
-        "metadata log and term/vote changes are synced, cluster/runtime.py _round)",
+        "metadata log and term/vote changes are synced, cluster/runtime.py _round); Kafka "
+        f"{' '.join(f'{k}={v}' for k, v in KAFKA_BENCH_OVERRIDES.items())}",
+        *(f"  {ln}" for ln in steady_lines(plan, kafka, kc, "Kafka-3's")),
         f"  load average before/after: kafka {' / '.join(kafka.load)}; kcompat "
         f"{' / '.join(kc.load)}",
         f"  startup (all {CLUSTER_SIZE} ready): kafka {kafka.startup_s:.1f}s, "
@@ -406,36 +686,15 @@ def cluster_report(plan: Plan, kafka: Target, kc: Target) -> tuple[list[str], st
         "cpu of all 3 brokers (kafka | kcompat)",
     ]
 
-    def cell(t: Target, key: str, metric: str, unit: str) -> str:
-        if key in t.figures:
-            return f"{t.figures[key][metric]:11.1f}{unit:1s}"
-        return f"{'FAILED' if key in t.errors else 'n/a':>11s}{unit:1s}"
-
-    def cpu(t: Target, key: str) -> str:
-        if key not in t.cpu:
-            return "  -"
-        c, w = t.cpu[key]
-        return f"{100 * c / w:3.0f}%"
-
-    def row(label: str, key: str, metric: str, unit: str = "") -> float | None:
-        r = None
-        if key in kc.figures and key in kafka.figures:
-            r = ratio(kc.figures[key][metric], kafka.figures[key][metric])
-        lines.append(f"{label:34s} {cell(kafka, key, metric, unit)} {cell(kc, key, metric, unit)} "
-                     f"{fr(r):>7s}   {cpu(kafka, key)} of a core | {cpu(kc, key)}")
-        return r
-
+    table = Table(lines, kafka, kc)
+    row = table.row
+    got = table.throughput(plan)
     headline: dict[str, float | None] = {}
-    for parts, acks in plan.produce_cases:
-        key = f"produce p{parts} acks={acks}"
-        r = row(f"{key} (MiB/s)", key, "mib_s")
-        if parts == 1:
-            headline[f"produce_acks{acks}"] = r
-    for parts in sorted({p for p, a in plan.produce_cases if a == "1"}):
-        key = f"consume p{parts}"
-        r = row(f"{key} (fetch MiB/s)", key, "fetch_mib_s")
-        if parts == 1:
-            headline["consume"] = r
+    for acks in ("1", "all"):
+        if (1, acks) in plan.produce_cases:
+            headline[f"produce_acks{acks}"] = got.get(f"produce p1 acks={acks}")
+    if 1 in plan.consume_parts:
+        headline["consume"] = got.get("consume p1")
     for acks in plan.latency_acks:
         key = f"latency p1 acks={acks}"
         if key not in kafka.figures:
@@ -453,10 +712,10 @@ def cluster_report(plan: Plan, kafka: Target, kc: Target) -> tuple[list[str], st
             lines.append(f"  {'achieved rec/s':32s} {kafka.figures[key]['rec_s']:11.0f}  "
                          f"{kc.figures[key]['rec_s']:11.0f}")
         for t in (kafka, kc):
-            got = t.figures.get(key, {}).get("rec_s", rate)
-            if got < 0.97 * rate:
+            achieved = t.figures.get(key, {}).get("rec_s", rate)
+            if achieved < 0.97 * rate:
                 lines.append(f"  ! {t.name} could not sustain {rate:.0f} rec/s (achieved "
-                             f"{got:.0f}): its figures are queueing delay of a saturated "
+                             f"{achieved:.0f}): its figures are queueing delay of a saturated "
                              "broker, not latency at equal load")
     for acks in plan.e2e_acks:
         key = f"e2e p1 acks={acks}"
@@ -475,6 +734,11 @@ def cluster_report(plan: Plan, kafka: Target, kc: Target) -> tuple[list[str], st
     for t in (kafka, kc):
         for key, why in t.errors.items():
             lines.append(f"FAILED {t.name} {key}: {why}")
+    for acks in ("1", "all"):
+        if (1, acks) in plan.produce_cases:
+            headline[f"cpu_per_gib_produce_acks{acks}"] = got.get(f"produce p1 acks={acks} cpu")
+    if 1 in plan.consume_parts:
+        headline["cpu_per_gib_consume"] = got.get("consume p1 cpu")
     final = "cluster ratios: " + " ".join(f"{k}={fr(v)}" for k, v in headline.items())
     return lines, final
 
@@ -613,58 +877,47 @@ def report(plan: Plan, kafka: Target, kc: Target, extra: Target | None,
     lines += [
         "flush policy: no fsync on acknowledgement on either side — Kafka defaults "
         "(log.flush.interval.messages=Long.MAX_VALUE), kcompat --set kcompat.flush.mode=never",
-        f"brokers: Kafka KRaft single node (combined broker+controller, -Xmx{KAFKA_HEAP} G1); "
+        f"brokers: Kafka KRaft single node (combined broker+controller, -Xmx{KAFKA_HEAP} G1, "
+        f"{' '.join(f'{k}={v}' for k, v in KAFKA_BENCH_OVERRIDES.items())}); "
         f"kcompat `{' '.join(KCOMPAT_ARGS)}` (a Raft quorum of one); both on loopback, "
         "one after the other",
         f"client: Kafka {KAFKA_VERSION} ProducerPerformance / ConsumerPerformance / "
         f"EndToEndLatency, JVM {' '.join(CLIENT_JVM)}",
-        f"workload: {plan.records} x {RECORD_BYTES} B records per produce run, "
-        f"producer {' '.join(PRODUCER_PROPS)} (no compression); latency runs {plan.latency_s} s "
-        f"throttled to half of Kafka's max; EndToEndLatency {plan.e2e_messages} messages",
+        *steady_lines(plan, kafka, kc),
         f"load average before/after: kafka {' / '.join(kafka.load)}; "
         f"kcompat {' / '.join(kc.load)}",
         f"startup: kafka {kafka.startup_s:.1f}s, kcompat {kc.startup_s:.1f}s",
         "",
         f"{'metric':34s} {'kafka':>12s} {'kcompat':>12s} {'ratio':>7s}   broker cpu (kafka | kcompat)",
     ]
-
-    def row(label: str, key: str, metric: str, unit: str = "") -> float | None:
-        a, b = kc.figures[key][metric], kafka.figures[key][metric]
-        r = ratio(a, b)
-        ck, cc = kafka.cpu[key], kc.cpu[key]
-        lines.append(f"{label:34s} {b:11.1f}{unit:1s} {a:11.1f}{unit:1s} {fr(r):>7s}   "
-                     f"{100 * ck[0] / ck[1]:3.0f}% of a core | {100 * cc[0] / cc[1]:3.0f}%")
-        return r
-
-    headline: dict[str, float | None] = {}
-    for parts, acks in plan.produce_cases:
-        key = f"produce p{parts} acks={acks}"
-        r = row(f"{key} (MiB/s)", key, "mib_s")
-        if (parts, acks) == (1, "1"):
-            headline["produce"] = r
-    for parts in sorted({p for p, a in plan.produce_cases if a == "1"}):
-        key = f"consume p{parts}"
-        r = row(f"{key} (fetch MiB/s)", key, "fetch_mib_s")
-        if parts == 1:
-            headline["consume"] = r
+    table = Table(lines, kafka, kc)
+    got = table.throughput(plan)
+    headline: dict[str, float | None] = {
+        "produce": got.get("produce p1 acks=1"), "consume": got.get("consume p1")}
     for acks in plan.latency_acks:
         key = f"latency p1 acks={acks}"
+        if key not in kafka.figures:
+            lines.append(f"produce latency acks={acks}: not measured "
+                         f"({kafka.errors.get(key) or kc.errors.get(key) or 'no Kafka figure'})")
+            continue
         rate = kafka.figures[key]["rate"]
         lines.append(f"produce latency acks={acks} at {rate:.0f} rec/s "
                      f"({rate * RECORD_BYTES / 1048576:.1f} MiB/s):")
         for metric, label in (("p50", "p50"), ("p99", "p99"), ("p999", "p99.9"), ("max_ms", "max")):
-            r = row(f"  {label} (ms)", key, metric)
+            r = table.row(f"  {label} (ms)", key, metric)
             if acks == "1" and metric == "p99":
                 headline["p99"] = r
         lines.append(f"  {'achieved rec/s':32s} {kafka.figures[key]['rec_s']:11.0f}  "
-                     f"{kc.figures[key]['rec_s']:11.0f}")
+                     f"{kc.figures.get(key, {}).get('rec_s', float('nan')):11.0f}")
     for acks in plan.e2e_acks:
         key = f"e2e p1 acks={acks}"
         lines.append(f"end-to-end latency acks={acks} (EndToEndLatency, one message at a time):")
         for metric, label in (("p50", "p50"), ("p99", "p99"), ("p999", "p99.9"), ("avg_ms", "avg")):
-            row(f"  {label} (ms)", key, metric)
+            table.row(f"  {label} (ms)", key, metric)
     rss = ratio(kc.peak_rss_kib, kafka.peak_rss_kib)
     headline["rss"] = rss
+    headline["cpu_per_gib_produce"] = got.get("produce p1 acks=1 cpu")
+    headline["cpu_per_gib_consume"] = got.get("consume p1 cpu")
     lines.append(f"{'broker peak RSS, VmHWM (MiB)':34s} {kafka.peak_rss_kib / 1024:11.1f}  "
                  f"{kc.peak_rss_kib / 1024:11.1f}  {fr(rss):>7s}")
     lines.append(f"{'broker RSS at the end (MiB)':34s} {kafka.end_rss_kib / 1024:11.1f}  "
@@ -677,27 +930,34 @@ def report(plan: Plan, kafka: Target, kc: Target, extra: Target | None,
         lines.append("extra: kcompat in its default flush mode (acks_all: acks=all waits for the "
                      "group-committed fsync; acks=1 does not fsync):")
         for key, fig in extra.figures.items():
-            base = kafka.figures[key]["mib_s"]
+            base = kafka.figures.get(key, {}).get("mib_s", 0.0)
             cpu = extra.cpu[key]
             lines.append(f"  {key:32s} {fig['mib_s']:7.1f} MiB/s  ratio to Kafka "
                          f"{fr(ratio(fig['mib_s'], base))}  (p99 {fig['p99']:.0f} ms under "
-                         f"saturation, broker cpu {100 * cpu[0] / cpu[1]:.0f}%)")
+                         f"saturation, broker cpu {100 * cpu[0] / cpu[1]:.0f}%, "
+                         f"{fig['cpu_per_gib']:.2f} cpu-s/GiB over {fig['secs']:.0f} s)")
     if prof:
         lines.append("")
         lines.append("py-spy profile of the kcompat broker (flush.mode=never):")
         for kind_lines in prof.values():
             lines += kind_lines
-    final = ("ratios: " + " ".join(f"{k}={fr(headline.get(k))}"
-                                   for k in ("produce", "consume", "p99", "rss")))
+    final = ("ratios: " + " ".join(f"{k}={fr(headline.get(k))}" for k in HEADLINE))
     return lines, final
+
+
+#: The keys of the headline ``ratios:`` line, in order (kcompat / Kafka).
+HEADLINE = ("produce", "consume", "p99", "rss", "cpu_per_gib_produce", "cpu_per_gib_consume")
 
 
 def median_target(runs: list[Target]) -> Target:
     """Per-figure median over rounds (a single round is returned as it is)."""
     if len(runs) == 1:
         return runs[0]
-    out = Target(runs[0].name, startup_s=statistics.median(r.startup_s for r in runs))
+    out = Target(runs[0].name, startup_s=statistics.median(r.startup_s for r in runs),
+                 warmup=runs[0].warmup)
     for key, fig in runs[0].figures.items():
+        if not all(key in r.figures for r in runs):
+            continue
         out.figures[key] = {m: statistics.median(r.figures[key][m] for r in runs) for m in fig}
         out.cpu[key] = (statistics.median(r.cpu[key][0] for r in runs),
                         statistics.median(r.cpu[key][1] for r in runs))
@@ -710,7 +970,16 @@ def median_target(runs: list[Target]) -> Target:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="headline ratios only, < 5 minutes")
-    ap.add_argument("--records", type=int, help="records per produce run")
+    ap.add_argument("--records", type=int,
+                    help="records per produce run (--quick); records of the warm-up (steady "
+                         f"state, default {STEADY_WARMUP})")
+    ap.add_argument("--duration", type=float, default=STEADY_S,
+                    help="seconds each measured produce / consume run lasts at least "
+                         f"(steady state; default {STEADY_S:.0f})")
+    ap.add_argument("--only", type=lambda v: [x.strip() for x in v.split(",") if x.strip()],
+                    default=None, metavar="NAME[,NAME...]",
+                    help=f"only these workloads: {', '.join(ONLY_NAMES)} (turns the profile, "
+                         "the fsync extra and the cluster part off unless asked for)")
     ap.add_argument("--rounds", type=int, default=None,
                     help="Kafka-then-kcompat rounds; figures are per-round medians "
                          "(default 2 for --quick, 1 for the full run)")
@@ -726,11 +995,12 @@ def main() -> None:
     ap.add_argument("--results", type=Path, default=ROOT / "bench" / "RESULTS.md")
     ap.add_argument("--no-results", action="store_true", help="do not append to RESULTS.md")
     args = ap.parse_args()
-    plan = make_plan(args.quick, args.records)
-    do_profile = (not args.quick) if args.profile is None else args.profile
+    plan = make_plan(args.quick, args.records, args.duration, args.only)
+    full = not (args.quick or args.only)
+    do_profile = full if args.profile is None else args.profile
     rounds = args.rounds or (2 if args.quick else 1)
-    do_extra = (not args.quick) if args.fsync_extra is None else args.fsync_extra
-    do_cluster = args.cluster_only or ((not args.quick) if args.cluster is None else args.cluster)
+    do_extra = full if args.fsync_extra is None else args.fsync_extra
+    do_cluster = args.cluster_only or (full if args.cluster is None else args.cluster)
     if args.cluster_only:
         run_cluster_only(plan, args)
         return
@@ -749,7 +1019,8 @@ def main() -> None:
         if do_extra:
             print("kcompat (default flush mode acks_all) ...", flush=True)
             fsync_plan = Plan(plan.quick, plan.records, 0, 0,
-                              [c for c in plan.produce_cases if c[1] == "all"], [], [])
+                              [c for c in plan.produce_cases if c[1] == "all"], [], [],
+                              steady_s=plan.steady_s)
             extra = run_kcompat("kc-fsync", KCOMPAT_FSYNC_ARGS, fsync_plan, workdir, kafka,
                                 only_produce=True)
         prof = None
@@ -775,7 +1046,8 @@ def main() -> None:
     if not args.no_results:
         stamp = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
         with open(args.results, "a") as f:
-            f.write(f"\n## bench/compare.py{' --quick' if plan.quick else ''} — {stamp}\n\n")
+            kind = " --quick" if plan.quick else " (steady state)"
+            f.write(f"\n## bench/compare.py{kind} — {stamp}\n\n")
             f.write(f"Command: `{' '.join([Path(sys.executable).name, *sys.argv])}`\n\n```\n")
             f.write("\n".join(lines) + "\n" + final + "\n```\n")
     print(final)
@@ -814,9 +1086,6 @@ def run_cluster_only(plan: Plan, args: argparse.Namespace) -> None:
     lines += [
         f"client: Kafka {KAFKA_VERSION} ProducerPerformance / ConsumerPerformance / "
         f"EndToEndLatency, JVM {' '.join(CLIENT_JVM)}",
-        f"workload: {plan.records} x {RECORD_BYTES} B records per produce run, "
-        f"producer {' '.join(PRODUCER_PROPS)} (no compression); latency runs {plan.latency_s} s "
-        f"throttled to half of Kafka-3's max; EndToEndLatency {plan.e2e_messages} messages",
         *body,
         f"wall time of the whole comparison: {time.monotonic() - started:.0f} s",
     ]
@@ -825,8 +1094,8 @@ def run_cluster_only(plan: Plan, args: argparse.Namespace) -> None:
     if not args.no_results:
         stamp = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
         with open(args.results, "a") as f:
-            f.write(f"\n## bench/compare.py --cluster-only{' --quick' if plan.quick else ''} "
-                    f"— {stamp}\n\n")
+            kind = " --quick" if plan.quick else " (steady state)"
+            f.write(f"\n## bench/compare.py --cluster-only{kind} — {stamp}\n\n")
             f.write(f"Command: `{' '.join([Path(sys.executable).name, *sys.argv])}`\n\n```\n")
             f.write("\n".join(lines) + "\n" + final + "\n```\n")
     print(final)
