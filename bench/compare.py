@@ -992,9 +992,16 @@ def main() -> None:
                          "(default: on for the full run, off for --quick)")
     ap.add_argument("--cluster-only", action="store_true",
                     help="only the 3-broker cluster comparison (skips the single-node one)")
+    ap.add_argument("--kcompat-set", action="append", default=[], metavar="KEY=VALUE",
+                    help="one more `--set KEY=VALUE` for every kcompat broker (repeatable; "
+                         "shown in the report's broker lines)")
     ap.add_argument("--results", type=Path, default=ROOT / "bench" / "RESULTS.md")
     ap.add_argument("--no-results", action="store_true", help="do not append to RESULTS.md")
     args = ap.parse_args()
+    global KCOMPAT_ARGS, CLUSTER_KCOMPAT_ARGS, KCOMPAT_FSYNC_ARGS
+    more = tuple(a for kv in args.kcompat_set for a in ("--set", kv))
+    KCOMPAT_ARGS, KCOMPAT_FSYNC_ARGS = KCOMPAT_ARGS + more, KCOMPAT_FSYNC_ARGS + more
+    CLUSTER_KCOMPAT_ARGS = CLUSTER_KCOMPAT_ARGS + more
     plan = make_plan(args.quick, args.records, args.duration, args.only)
     full = not (args.quick or args.only)
     do_profile = full if args.profile is None else args.profile
