@@ -219,6 +219,8 @@ class Point:
     create_s: float | None        # the step that reached this count (None: nothing created)
     created: int                  # partitions created by that step
     writable_s: float | None      # until one acks=all record per new partition was acknowledged
+    retried: list[str] = field(default_factory=list)          # CreateTopics retried: why
+    controller: int = -1                                        # Metadata's controller id
     window_s: float = 0.0
     cpu_s: dict[int, float] = field(default_factory=dict)      # per broker over the window
     machine_busy_pct: float = 0.0                                # all processes, of all cores
@@ -391,29 +393,57 @@ def wait_until(side: Side, adm: Any, prefix: str, expected: dict[str, int], time
         time.sleep(0.2)
 
 
-def create_topics(bootstrap: str, topics: list[tuple[str, int]], timeout: float) -> None:
+def create_topics(bootstrap: str, topics: list[tuple[str, int]], timeout: float) -> list[str]:
+    """CreateTopics in requests of up to ``CREATE_CHUNK`` partitions. A topic answered
+    with a retriable error (NOT_CONTROLLER, REQUEST_TIMED_OUT, ...) is sent again,
+    with a fresh client (fresh metadata), as Kafka's Java AdminClient retries it;
+    TOPIC_ALREADY_EXISTS on a retry is success (the first attempt committed). The
+    retried errors, one entry per topic and attempt."""
+    from confluent_kafka import KafkaError, KafkaException
     from confluent_kafka.admin import NewTopic
 
-    adm = admin(bootstrap)
     deadline = time.monotonic() + timeout
-    i = 0
-    while i < len(topics):
-        chunk, parts = [], 0
-        while i < len(topics) and (not chunk or parts + topics[i][1] <= CREATE_CHUNK):
-            chunk.append(topics[i])
-            parts += topics[i][1]
-            i += 1
-        left = max(1.0, deadline - time.monotonic())
-        futures = adm.create_topics([NewTopic(n, p, RF) for n, p in chunk],
-                                    operation_timeout=min(60, left), request_timeout=min(120, left))
-        for name, fut in futures.items():
-            try:
-                fut.result(timeout=left + 5)
-            except Exception as e:  # noqa: BLE001 - report which topic and why
-                raise PhaseTimeout(f"CreateTopics {name}: {e}") from e
+    retried: list[str] = []
+    pending = list(topics)
+    attempt = 0
+    while pending:
+        adm = admin(bootstrap)
+        again: list[tuple[str, int]] = []
+        i = 0
+        while i < len(pending):
+            chunk, parts = [], 0
+            while i < len(pending) and (not chunk or parts + pending[i][1] <= CREATE_CHUNK):
+                chunk.append(pending[i])
+                parts += pending[i][1]
+                i += 1
+            left = max(1.0, deadline - time.monotonic())
+            futures = adm.create_topics([NewTopic(n, p, RF) for n, p in chunk],
+                                        operation_timeout=min(60, left),
+                                        request_timeout=min(120, left))
+            for (name, parts_), fut in zip(chunk, (futures[n] for n, _ in chunk), strict=True):
+                try:
+                    fut.result(timeout=left + 5)
+                except KafkaException as e:
+                    err = e.args[0]
+                    if attempt and err.code() == KafkaError.TOPIC_ALREADY_EXISTS:
+                        continue
+                    if err.retriable() or err.code() in (KafkaError.NOT_CONTROLLER,
+                                                         KafkaError.REQUEST_TIMED_OUT):
+                        retried.append(f"{name}: {err.name()}")
+                        again.append((name, parts_))
+                        continue
+                    raise PhaseTimeout(f"CreateTopics {name}: {err}") from e
+                except Exception as e:  # noqa: BLE001 - report which topic and why
+                    raise PhaseTimeout(f"CreateTopics {name}: {e}") from e
         if time.monotonic() > deadline:
             raise PhaseTimeout(f"CreateTopics not answered within {timeout:.0f} s "
-                               f"({i} of {len(topics)} topics of the step sent)")
+                               f"({len(again)} topics of the step still failing: "
+                               f"{retried[-3:]})")
+        pending = again
+        attempt += 1
+        if pending:
+            time.sleep(0.5)
+    return retried
 
 
 # -- the phases --------------------------------------------------------------------------
@@ -436,7 +466,7 @@ def measure_idle(side: Side, point: Point, prefix: str, settle_s: float, window_
     point.fds = {n: fd_count(p) for n, p in pids.items()}
     point.load = loadavg()
     try:
-        _, view = partition_view(admin(side.live_bootstrap()), prefix)
+        point.controller, view = partition_view(admin(side.live_bootstrap()), prefix)
         for ldr, _isr in view.values():
             point.leaders[ldr] = point.leaders.get(ldr, 0) + 1
     except Exception:  # noqa: BLE001 - leaders per broker is a detail
@@ -597,10 +627,11 @@ def walk(side: Side, args: argparse.Namespace) -> Result:
             step.append((f"{prefix}{len(topics) + len(step):04d}", n))
             have += n
         create_s = writable_s = None
+        retried: list[str] = []
         if step:
             t0 = time.monotonic()
             try:
-                create_topics(side.live_bootstrap(), step, args.create_timeout_s)
+                retried = create_topics(side.live_bootstrap(), step, args.create_timeout_s)
                 topics += step
                 left = max(1.0, args.create_timeout_s - (time.monotonic() - t0))
                 wait_until(side, admin(side.live_bootstrap()), prefix, dict(topics), left,
@@ -614,13 +645,15 @@ def walk(side: Side, args: argparse.Namespace) -> Result:
                 break
             writable_s = time.monotonic() - t0
         created = sum(n for _, n in step)
-        point = Point(count, len(topics), create_s, created, writable_s)
+        point = Point(count, len(topics), create_s, created, writable_s, retried)
         measure_idle(side, point, prefix, args.settle_s, args.window_s)
         res.points.append(point)
         base = res.point(0)
         per_1k = res.rss_per_1k(point) if base is not None else None
         print(f"  {side.name}: {count:6,} partitions"
-              + (f" (+{created:,}: leaders in {create_s:.1f} s, writable in {writable_s:.1f} s)"
+              + (f" (+{created:,}: leaders in {create_s:.1f} s, writable in {writable_s:.1f} s"
+                 + (f"; {len(retried)} CreateTopics retried: {', '.join(retried[:3])}"
+                    if retried else "") + ")"
                  if create_s is not None and writable_s is not None else "")
               + f": idle {point.idle_pct:5.1f} % of a core (machine busy "
               f"{point.machine_busy_pct:.0f} %), RSS {point.rss_mib:.0f} MiB"
@@ -698,7 +731,8 @@ def point_rows(r: Result) -> list[str]:
             f"| {per_broker(p.anon_kib, lambda k: f'{k / 1024:.0f}')} "
             f"| {'-' if per_1k is None else f'{per_1k:.1f}'} "
             f"| {per_broker(p.fds, str)} "
-            f"| {' / '.join(f'{n}:{c}' for n, c in sorted(p.leaders.items()))} | {p.load} |")
+            f"| {' / '.join(f'{n}:{c}' for n, c in sorted(p.leaders.items()))} "
+            f"| {p.controller} | {p.load} |")
     return out
 
 
@@ -727,8 +761,8 @@ def report(results: list[Result], args: argparse.Namespace, total_s: float,
         "| side | partitions (topics) | created by the step | idle CPU, 3 brokers "
         "(% of a core) | per broker (%) | machine busy (all, of 2 cores) | RSS sum (MiB) "
         "| RSS per broker (MiB) | RssAnon per broker (MiB) | RSS per 1,000 replicas over 0 "
-        "(MiB) | open fds per broker | leaders per broker | load 1/5/15 |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "(MiB) | open fds per broker | leaders per broker | controller | load 1/5/15 |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in results:
         lines += point_rows(r)
@@ -791,6 +825,10 @@ def report(results: list[Result], args: argparse.Namespace, total_s: float,
             lines.append(f"{r.name} produce at {p.at_count:,} partitions: {p.records:,} records "
                          f"over {p.partitions:,} partitions of {p.topics} topics in "
                          f"{p.seconds:.1f} s, {p.errors} delivery errors")
+        for p in r.points:
+            if p.retried:
+                lines.append(f"{r.name} step to {p.partitions:,}: {len(p.retried)} CreateTopics "
+                             f"retried ({', '.join(p.retried[:5])})")
         for e in r.errors:
             lines.append(f"{r.name}: NOT COMPLETED: {e}")
     lines += ["", *targets(kafka, kc)]
@@ -869,7 +907,7 @@ def main() -> None:
     ap.add_argument("--topic-partitions", type=int, default=100)
     ap.add_argument("--settle-s", type=float, default=None, help="15 s; --quick 10 s")
     ap.add_argument("--window-s", type=float, default=None, help="20 s; --quick 10 s")
-    ap.add_argument("--records", type=int, default=None, help="200,000; --quick 30,000")
+    ap.add_argument("--records", type=int, default=None, help="200,000; --quick 20,000")
     ap.add_argument("--produce-partitions", type=int, default=1000)
     ap.add_argument("--linger-ms", type=float, default=5.0,
                     help="the producer's linger.ms (5, as compare.py)")
@@ -889,7 +927,7 @@ def main() -> None:
         if args.counts else ([0, 500, 1000] if q else [0, 1000, 5000, 10000])
     args.settle_s = args.settle_s if args.settle_s is not None else (10.0 if q else 15.0)
     args.window_s = args.window_s if args.window_s is not None else (10.0 if q else 20.0)
-    args.records = args.records or (30_000 if q else 200_000)
+    args.records = args.records or (20_000 if q else 200_000)
     args.kill_at = args.kill_at if args.kill_at is not None else (1000 if q else 5000)
     args.create_timeout_s = args.create_timeout_s or (240.0 if q else 900.0)
     args.recover_s = args.recover_s or (180.0 if q else 600.0)
