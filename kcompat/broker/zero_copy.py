@@ -23,11 +23,12 @@ simulator's), and everything when ``kcompat.fetch.sendfile`` is off; views
 
 ``send_response`` writes a response given as chunks — framing bytes and
 ``FileRange``\\ s interleaved, as ``wire.fetch_writer`` lays them out — in
-order on the connection's socket: the bytes before a range go with
-``MSG_MORE`` (the kernel packs them with the file data), each range with
-``os.sendfile`` looped over the non-blocking socket (``wait_writable`` on
-EAGAIN). The connection sends one response at a time, so nothing else writes
-the socket meanwhile and responses keep request order. A stream that is not a
+order on the connection's socket: the bytes between ranges gathered, each
+range with ``os.sendfile`` looped over the non-blocking socket
+(``wait_writable`` on EAGAIN, after pushing out anything the kernel holds
+back — see ``_push``: a loopback consumer crawled at 200 ms per stall). The
+connection sends one response at a time, so nothing else writes the socket
+meanwhile and responses keep request order. A stream that is not a
 plain socket (TLS, some day) gets the ranges read and sent as bytes. Every
 range is closed once sent or on any failure. A range whose file turns out
 shorter than located (only a truncation below the high watermark could do
@@ -36,6 +37,7 @@ that, which Raft never does) cannot be framed any more: the connection closes.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import socket
@@ -52,7 +54,6 @@ log = logging.getLogger("kcompat.conn")
 
 SENDFILE_MIN_BYTES = 16 * 1024  # smaller record sets are copied and gathered
 GATHER_MAX_BYTES = 16 * 1024  # framing and small records are gathered below this
-_MORE = getattr(socket, "MSG_MORE", 0)
 
 
 class ShortFile(ConnectionError):
@@ -129,31 +130,52 @@ async def send_response(stream: trio.abc.Stream, chunks: Sequence[Sized]) -> Non
 
 async def _send_to_socket(sock: trio.socket.SocketType, chunks: Sequence[Sized]) -> None:
     pending = bytearray()
+    last_was_file = False
     for chunk in chunks:
         if isinstance(chunk, FileRange):
             if pending:
-                await _send_bytes(sock, pending, _MORE)
+                await _send_bytes(sock, pending)
                 pending = bytearray()
             await _sendfile(sock, chunk)
-        elif not isinstance(chunk, bytes | bytearray | memoryview):
+            last_was_file = True
+            continue
+        if not isinstance(chunk, bytes | bytearray | memoryview):
             raise TypeError(f"cannot send a {type(chunk).__name__}")
-        elif len(chunk) < GATHER_MAX_BYTES:
+        if not chunk:
+            continue
+        last_was_file = False
+        if len(chunk) < GATHER_MAX_BYTES:
             pending += chunk
-        else:
-            if pending:
-                await _send_bytes(sock, pending, _MORE)
-                pending = bytearray()
-            await _send_bytes(sock, chunk, 0)
+            continue
+        if pending:
+            await _send_bytes(sock, pending)
+            pending = bytearray()
+        await _send_bytes(sock, chunk)
     if pending:
-        await _send_bytes(sock, pending, 0)
+        await _send_bytes(sock, pending)
+    elif last_was_file:
+        _push(sock)  # the answer ends with file data: nothing of it may stay queued
 
 
-async def _send_bytes(sock: trio.socket.SocketType, data: bytes | bytearray | memoryview,
-                      flags: int) -> None:
+async def _send_bytes(sock: trio.socket.SocketType, data: bytes | bytearray | memoryview) -> None:
     view = memoryview(data)
     while view:
-        sent = await sock.send(view, flags)
+        sent = await sock.send(view)
         view = view[sent:]
+
+
+def _push(sock: trio.socket.SocketType) -> None:
+    """Transmit what the kernel holds back in the socket before waiting on
+    it. Data queued as "more to come" (``MSG_MORE``, which a sendfile cut
+    short by a full socket may leave on its tail too) is held until more
+    arrives — on loopback, whose segment is 64 KiB, for good: with nothing in
+    flight no ACK makes the socket writable, and only the 200 ms
+    retransmission timer moves it (framing sent with ``MSG_MORE`` made 64
+    ranges of 1 MiB take 10 s instead of 0.05 s here). So the framing goes
+    without it, and setting TCP_NODELAY (again) pushes any pending frames."""
+    if sock.family in (socket.AF_INET, socket.AF_INET6):
+        with contextlib.suppress(OSError):
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
 
 async def _sendfile(sock: trio.socket.SocketType, r: FileRange) -> None:
@@ -164,6 +186,7 @@ async def _sendfile(sock: trio.socket.SocketType, r: FileRange) -> None:
         try:
             sent = os.sendfile(out, r.fd, position, end - position)
         except BlockingIOError:
+            _push(sock)  # before waiting: held-back data would wait for nothing
             await trio.lowlevel.wait_writable(sock)
             continue
         if sent == 0:
