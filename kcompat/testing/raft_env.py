@@ -10,6 +10,10 @@ command says so: ``process_ready`` runs one node's Ready through the contract
 written to a trace, which is what the datadriven tests
 (``tests/unit/raft/testdata``) compare. Messages between nodes on different
 sides of a ``partition`` are dropped when sent and when delivered.
+
+Liveness (for quiescent groups, ``quiesce=true``) is scripted too: each node
+has the ``down`` set its core reads, changed only by ``suspect`` and
+``revive`` (the runtime's liveness verdicts, given by hand here).
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ class RaftEnv:
         self.inbox: dict[int, list[Message]] = {}
         self.side: dict[int, int] = {}
         self.down: set[int] = set()
+        self.liveness: dict[int, set[int]] = {}  # node -> the peers it holds down
         self.out: list[str] = []
         self.hw_seen: dict[int, int] = {}
 
@@ -51,11 +56,16 @@ class RaftEnv:
             self.configs[node_id] = config
             self.storages[node_id] = MemoryStorage()
             self.inbox[node_id] = []
+            self.liveness[node_id] = set()
             self._start(node_id)
 
     def _start(self, node_id: int, high_watermark: int = 0) -> None:
         self.nodes[node_id] = Raft(
-            self.configs[node_id], self.storages[node_id], Random(node_id), high_watermark
+            self.configs[node_id],
+            self.storages[node_id],
+            Random(node_id),
+            high_watermark,
+            down=self.liveness[node_id],
         )
 
     # -- driving -----------------------------------------------------------------
@@ -103,6 +113,16 @@ class RaftEnv:
         for _ in range(count):
             self.nodes[node_id].tick()
 
+    def suspect(self, node_id: int, peer: int) -> None:
+        """``node_id``'s runtime stopped hearing from ``peer``."""
+        self.liveness[node_id].add(peer)
+        self.nodes[node_id].suspect(peer)
+
+    def revive(self, node_id: int, peer: int) -> None:
+        """``node_id``'s runtime hears ``peer`` again (or a new incarnation)."""
+        self.liveness[node_id].discard(peer)
+        self.nodes[node_id].revive(peer)
+
     def propose(self, node_id: int, data: str, count: int = 1) -> None:
         result = self.nodes[node_id].propose(data.encode(), count)
         if isinstance(result, NotLeader):
@@ -125,6 +145,7 @@ class RaftEnv:
 
     def restart(self, node_id: int) -> None:
         self.down.discard(node_id)
+        self.liveness[node_id].clear()  # a new runtime has heard nobody yet
         # the runtime's high-watermark checkpoint survives (Kafka checkpoints it)
         self._start(node_id, self.hw_seen.get(node_id, 0))
 
@@ -138,6 +159,7 @@ class RaftEnv:
         for node_id in sorted(self.nodes):
             s = self.nodes[node_id].status()
             down = " (down)" if node_id in self.down else ""
+            down += " quiesced" if self.nodes[node_id].quiesced else ""
             lines.append(
                 f"{node_id}: {s.role.value} term={s.term} vote={s.vote} leader={s.leader} "
                 f"log=[{s.log_start},{s.log_end}) last_term={s.last_term} "

@@ -31,7 +31,16 @@ import sys
 from dataclasses import dataclass
 from random import Random
 
-from kcompat.raft import NotLeader, Raft, RaftConfig, Role, Snapshot, SnapshotId, describe
+from kcompat.raft import (
+    Message,
+    NotLeader,
+    Raft,
+    RaftConfig,
+    Role,
+    Snapshot,
+    SnapshotId,
+    describe,
+)
 from kcompat.raft.storage import persist_ready, write_ready
 from kcompat.testing.invariants import InvariantChecker
 from kcompat.testing.memory_storage import MemoryStorage
@@ -43,8 +52,8 @@ class SimFailure(AssertionError):
     replay it (this module's and ``broker_sim``'s)."""
 
 
-def replay_command(seed: int) -> str:
-    return f".venv/bin/python -m kcompat.testing.simulator --seed {seed} --verbose"
+def replay_command(seed: int, module: str = "kcompat.testing.simulator") -> str:
+    return f".venv/bin/python -m {module} --seed {seed} --verbose"
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,13 +70,19 @@ class _Node:
         self.tick_ms = tick_ms
         self.rng = rng
         self.storage = MemoryStorage()
-        self.raft = Raft(config, self.storage, rng)
+        self.raft = self.new_raft()
         self.alive = True
         self.next_tick_ms = tick_ms
         self.applied = 0  # the high watermark of the last processed Ready
 
+    def new_raft(self) -> Raft:
+        """The core a (re)started node runs over its durable storage."""
+        return Raft(self.config, self.storage, self.rng)
+
 
 class Simulation:
+    replay_module = "kcompat.testing.simulator"
+
     def __init__(self, seed: int, options: SimOptions | None = None, verbose: bool = False) -> None:
         self.seed = seed
         self.options = options or SimOptions()
@@ -92,12 +107,15 @@ class Simulation:
                 always_leader_change=seed % 2 == 0,  # no draw: seeds keep their schedules
             )  # fmt: skip
             node_rng = Random(rng.getrandbits(64))
-            self.nodes[node_id] = _Node(config, rng.randint(80, 120), node_rng)
+            self.nodes[node_id] = self._new_node(config, rng.randint(80, 120), node_rng)
         self.checker = InvariantChecker()
         self.now_ms = 0
         self.next_action_ms = 0
         self.proposed = 0
         self.trace: list[str] = []
+
+    def _new_node(self, config: RaftConfig, tick_ms: int, rng: Random) -> _Node:
+        return _Node(config, tick_ms, rng)
 
     # -- the loop ----------------------------------------------------------------
 
@@ -116,7 +134,7 @@ class Simulation:
             tail = "\n".join(self.trace[-40:])
             raise SimFailure(
                 f"seed {self.seed} failed at {self.now_ms} ms: {e}\n"
-                f"replay: {replay_command(self.seed)}\n{tail}"
+                f"replay: {replay_command(self.seed, self.replay_module)}\n{tail}"
             ) from e
 
     def _run(self) -> None:
@@ -140,19 +158,31 @@ class Simulation:
             candidates.append(delivery)
         self.now_ms = max(self.now_ms, min(candidates))
         for m in self.network.due(self.now_ms):
-            node = self.nodes[m.dst]
-            if node.alive:
-                node.raft.step(m)
-        for node in self.nodes.values():
+            self._deliver(m)
+        for node_id, node in self.nodes.items():
             if node.next_tick_ms <= self.now_ms:
                 node.next_tick_ms += node.tick_ms
                 if node.alive:
-                    node.raft.tick()
+                    self._tick(node_id)
         if chaos and self.next_action_ms <= self.now_ms:
             self._random_action()
-            self.next_action_ms = self.now_ms + self.rng.randint(1, self.options.action_gap_ms_max)
+            self.next_action_ms = self.now_ms + self._action_gap_ms()
         for node_id in sorted(self.nodes):
             self._process_ready(node_id, chaos)
+
+    def _action_gap_ms(self) -> int:
+        return self.rng.randint(1, self.options.action_gap_ms_max)
+
+    def _deliver(self, m: Message) -> None:
+        node = self.nodes[m.dst]
+        if node.alive:
+            node.raft.step(m)
+
+    def _tick(self, node_id: int) -> None:
+        self.nodes[node_id].raft.tick()
+
+    def _send(self, node_id: int, m: Message) -> None:
+        self.network.send(self.now_ms, m)
 
     def _process_ready(self, node_id: int, chaos: bool) -> None:
         node = self.nodes[node_id]
@@ -168,7 +198,7 @@ class Simulation:
         for m in ready.messages:
             if self.verbose:
                 self._log(describe(m))
-            self.network.send(self.now_ms, m)
+            self._send(node_id, m)
         node.raft.advance(ready)
         node.applied = ready.high_watermark
 
@@ -269,7 +299,7 @@ class Simulation:
 
     def _restart(self, node_id: int) -> None:
         node = self.nodes[node_id]
-        node.raft = Raft(node.config, node.storage, node.rng)
+        node.raft = node.new_raft()
         node.applied = 0
         node.alive = True
         self._log(f"restart {node_id}")

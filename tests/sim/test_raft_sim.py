@@ -8,6 +8,14 @@ A failure names the seed and the one-line replay command.
 
 Long run: ``SEEDS=100000 SEED_BASE=0 .venv/bin/python -m pytest -q tests/sim``
 or ``.venv/bin/python -m kcompat.testing.simulator --seed 0 --seeds 100000``.
+
+The quiescence simulator (``kcompat.testing.quiet_simulator``) runs
+QUIET_SEEDS schedules (default 150) of quiescent groups with the runtime's
+liveness (heartbeats, suspect, revive, incarnations) and faults while the
+group is quiet, checking the same invariants plus bounded recovery: a leader,
+a commit on every live member, and every member quiesced again with no tick
+and no Raft message while idle. Long run:
+``.venv/bin/python -m kcompat.testing.quiet_simulator --seed 0 --seeds 10000``.
 """
 
 from __future__ import annotations
@@ -16,11 +24,27 @@ import os
 
 import pytest
 
+from kcompat.testing.quiet_simulator import QuietOptions, QuietSimulation
 from kcompat.testing.simulator import SimFailure, Simulation
 
 SEEDS = int(os.environ.get("SEEDS", "2000"))
 SEED_BASE = int(os.environ.get("SEED_BASE", "0"))
 CHUNK = 100
+QUIET_SEEDS = int(os.environ.get("QUIET_SEEDS", "150"))
+QUIET_CHUNK = 100
+
+# A leader answers each follower's expired parked fetch on its own tick phase
+# and checks ``_maybe_quiesce`` only at the end of a tick, after those answers:
+# once the followers' phases cover every residue of the fetch wait (two
+# followers with fetch_wait_ticks=2, three with the runtime's 3), no tick ever
+# ends with all of them parked and the group never quiesces. Seed 0 shows it
+# (and tests/unit/raft/test_quiescence.py::test_staggered_fetches_still_quiesce).
+QUIESCE_LIVELOCK = pytest.mark.xfail(
+    strict=True,
+    raises=SimFailure,
+    reason="kcompat/raft/node.py: a leader whose followers' parked fetches expire on "
+    "different ticks never quiesces (quiesce check only at tick end, after the answers)",
+)
 
 
 @pytest.mark.parametrize(
@@ -43,3 +67,38 @@ def test_replay_is_deterministic() -> None:
     assert [n.storage.all_entries() for n in a.nodes.values()] == [
         n.storage.all_entries() for n in b.nodes.values()
     ]
+
+
+@QUIESCE_LIVELOCK
+@pytest.mark.parametrize(
+    "first", range(SEED_BASE, SEED_BASE + QUIET_SEEDS, QUIET_CHUNK), ids=lambda s: f"seeds{s}"
+)
+def test_quiet_simulation(first: int) -> None:
+    """Quiescent groups under faults while quiet: safety, bounded recovery and
+    quiet again (idle cost zero) after every settle."""
+    for seed in range(first, min(first + QUIET_CHUNK, SEED_BASE + QUIET_SEEDS)):
+        QuietSimulation(seed).run()
+
+
+@pytest.mark.parametrize(
+    "first", range(SEED_BASE, SEED_BASE + QUIET_SEEDS // 3, QUIET_CHUNK), ids=lambda s: f"seeds{s}"
+)
+def test_quiet_simulation_recovers(first: int) -> None:
+    """The same schedules with a settle that fails to quiesce counted, not
+    failed: safety, a leader and a commit on every live member within bounds
+    (redundant once ``test_quiet_simulation`` passes)."""
+    options = QuietOptions(require_quiet=False)
+    for seed in range(first, min(first + QUIET_CHUNK, SEED_BASE + QUIET_SEEDS // 3)):
+        try:
+            QuietSimulation(seed, options).run()
+        except SimFailure as failure:
+            pytest.fail(str(failure), pytrace=False)
+
+
+def test_quiet_replay_is_deterministic() -> None:
+    """One seed, one schedule, with liveness and quiescence too."""
+    options = QuietOptions(require_quiet=False)
+    a, b = QuietSimulation(3, options), QuietSimulation(3, options)
+    a.run()
+    b.run()
+    assert a.trace == b.trace and a.summary() == b.summary()
