@@ -269,3 +269,28 @@ def test_staggered_fetches_still_quiesce(nodes: int, wait: int, holds: list[set[
     _tick_all(env, 10 * wait)
     assert all(_caught_up(env, i) for i in env.nodes)
     assert _quiesced(env) == [True] * nodes
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="kcompat/raft/node.py: suspect(leader) expires the lease only of a quiesced "
+    "follower; one woken a tick earlier by a peer's pre-vote keeps its lease for up to an ET",
+)
+def test_follower_woken_by_a_pre_vote_then_suspecting_the_leader_grants_at_once() -> None:
+    """Liveness verdicts land on different ticks: 2 suspects the crashed
+    leader first and pre-votes; 3, still quiesced, wakes on that request (in
+    its lease, it refuses) and suspects the leader a tick later. From then on
+    3 has no leader either, so it must not wait out a lease: a leader within
+    half an election timeout plus a round."""
+    env = _quiet_env()
+    env.crash(1)
+    env.suspect(2, 1)
+    for _ in range(ET // 2):
+        env.tick(2)
+        if env.nodes[2].role is not Role.FOLLOWER:
+            break
+    env.stabilize()  # 2's pre-vote wakes 3, which refuses it (lease)
+    assert not env.nodes[3].quiesced
+    env.suspect(3, 1)
+    _tick_all(env, ET // 2 + 2)
+    assert Role.LEADER in {env.nodes[2].role, env.nodes[3].role}
