@@ -136,8 +136,9 @@ class QuietSimulation(Simulation):
         self, seed: int, options: QuietOptions | None = None, verbose: bool = False
     ) -> None:
         knobs = Random(seed * 7919 + 17)  # its own stream: the base draws stay as they are
-        self.election_ticks = knobs.choice([5, 8, 10])
-        self.fetch_wait_ticks = knobs.choice([2, 3])
+        # the runtime's own: 1000 ms / 50 ms ticks = 20, FETCH_WAIT_TICKS = 3
+        self.election_ticks = knobs.choice([5, 8, 10, 20])
+        self.fetch_wait_ticks = knobs.choice([2, 3, 3])
         self.heartbeat_ticks = max(1, self.election_ticks // 5)
         self.quiet = options or QuietOptions()
         super().__init__(seed, SimOptions(), verbose)
@@ -519,11 +520,12 @@ class QuietSimulation(Simulation):
     def _mute(self, leader: int) -> None:
         """One node's frames are lost, while it still hears everyone."""
         node = self.rng.choice(sorted(self.nodes))
-        self.muted[node] = self.now_ms + self._hold_ms(2, 4)
-        self._log(f"mute {node} until {self.muted[node]}")
-        if node == leader:
+        self._log(f"mute {node}")
+        if node == leader:  # muted until the others elected (else it may come back first)
+            self.muted[node] = self.now_ms + 1000 * self.et_ms
             self._failover(leader, self._others(leader), "leader muted while quiet")
-        self._run_for(max(0, self.muted[node] - self.now_ms))
+        self.muted[node] = self.now_ms + self._hold_ms(0.5, 3)
+        self._run_for(self.muted[node] - self.now_ms)
 
     def _drop_then_propose(self, kind: str, leader: int) -> None:
         node = self.rng.choice(self._others(leader))
