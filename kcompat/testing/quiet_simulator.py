@@ -31,8 +31,10 @@ rounds of
    follower restarts or is partitioned; the quiet fetch, the quiesce answer,
    the wake-up or the re-announcement is dropped; the leader or a follower
    crashes mid-write right after a proposal woke the group; a transfer; an
-   idle spell on the lossy network. Where a quorum stays connected without
-   the leader, it must elect and commit while the fault lasts; then 2. again.
+   idle spell on the lossy network (sometimes with lost messages of one
+   kind armed too, or after compacting every log while quiet). Where a
+   quorum stays connected without the leader, it must elect and commit
+   while the fault lasts; then 2. again.
 
 Liveness checks (bounds in election timeouts ``ET`` of the slowest clock,
 generous but finite): (a) a leader exists within ``leader_ets``; (b) a
@@ -454,6 +456,9 @@ class QuietSimulation(Simulation):
             node = self.rng.choice(sorted(self.nodes))
             self.drops.append(_Drop(kind, node, self.rng.randint(1, 2)))
             self._log(f"arm drop of {kind} at {node}")
+        if self.rng.random() < 0.25:  # retention while quiet: log starts move, nobody wakes
+            for node_id in sorted(self.nodes):
+                self._compact(node_id)
         self._log(f"-- quiet fault: {name} (leader {leader})")
         QUIET_FAULTS[name](self, leader)
         self._settle(f"after {name}")
