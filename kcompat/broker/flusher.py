@@ -16,17 +16,18 @@ answer KAFKA_STORAGE_ERROR instead of acknowledging.
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from typing import Protocol
 
 import trio
 
-from kcompat.log.store import StoredFile
+from kcompat.log.store import Durable
 
 log = logging.getLogger("kcompat.flush")
 
 
 class Syncable(Protocol):
-    def dirty_files(self) -> list[StoredFile]: ...
+    def dirty_files(self) -> Sequence[Durable]: ...
 
 
 class _Round:
@@ -61,7 +62,7 @@ class Flusher:
             await self._sync(files)
         self.rounds += 1
 
-    async def _sync(self, files: list[StoredFile]) -> None:
+    async def _sync(self, files: list[Durable]) -> None:
         if self.threaded:
             await trio.to_thread.run_sync(_sync_all, files)
         else:
@@ -73,7 +74,7 @@ class Flusher:
             await self._wakeup.wait()
             self._wakeup = trio.Event()
             rnd, self._next = self._next, _Round()
-            files: list[StoredFile] = []
+            files: list[Durable] = []
             for target in dict.fromkeys(rnd.logs):  # unique, in order
                 files.extend(target.dirty_files())
             try:
@@ -85,6 +86,6 @@ class Flusher:
             rnd.done.set()
 
 
-def _sync_all(files: list[StoredFile]) -> None:
+def _sync_all(files: list[Durable]) -> None:
     for f in files:
         f.sync()  # a file closed meanwhile (topic deleted) is a no-op

@@ -48,17 +48,22 @@ def offsets_with_suffix(directory: Path, suffix: str, store: FileStore = OS_STOR
     return sorted(found)
 
 
-def atomic_write(path: Path, data: bytes, store: FileStore = OS_STORE) -> None:
-    """Replace ``path`` with ``data`` durably (tmp + sync + rename + directory sync)."""
+def atomic_write(path: Path, data: bytes, store: FileStore = OS_STORE,
+                 durable: bool = True) -> None:
+    """Replace ``path`` with ``data`` durably (tmp + sync + rename + directory
+    sync); without ``durable``, atomically only (it survives a process crash,
+    not a power loss)."""
     tmp = path.with_name(path.name + TMP_SUFFIX)
     f = store.open(tmp, truncate=True)
     try:
         f.append([data])
-        f.sync()
+        if durable:
+            f.sync()
     finally:
         f.close()
     store.rename(tmp, path)
-    store.sync_dir(path.parent)
+    if durable:
+        store.sync_dir(path.parent)
 
 
 def read_int_file(path: Path, store: FileStore = OS_STORE) -> int | None:

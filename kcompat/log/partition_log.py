@@ -55,7 +55,7 @@ from kcompat.log.files import (
 )
 from kcompat.log.recovery import prune_snapshots, rebuild_transactions, recover
 from kcompat.log.segment import LogSegment
-from kcompat.log.store import OS_STORE, FileStore, StoredFile
+from kcompat.log.store import OS_STORE, Durable, FileStore, StoredFile
 from kcompat.log.txn_index import AbortedTxn, TxnIndex
 from kcompat.txn.producer_state import ProducerStateTable
 from kcompat.wire.batch import BatchError, BatchHeader, epoch_field, iter_headers, offset_field
@@ -107,6 +107,7 @@ class PartitionLog:
         self._epochs = epochs
         self._txn_indexes = txn_indexes or {}
         self._dirty: dict[int, StoredFile] = {}  # by id: written since the last sync
+        self._unsynced_dirs: tuple[Path, ...] = ()  # a new log's directory entries
         self._closed = False
         self._cleaning = False  # a cleaner pass holds a plan (no second one)
         self.recovered_truncation = False  # open() cut off a torn or corrupt tail
@@ -119,6 +120,7 @@ class PartitionLog:
         log = cls(directory, config, r.segments, r.log_start_offset, r.producers, r.epochs,
                   r.txn_indexes, store)
         log.recovered_truncation = r.truncated
+        log._unsynced_dirs = r.unsynced_dirs
         return log
 
     # -- state ---------------------------------------------------------------
@@ -541,14 +543,28 @@ class PartitionLog:
 
     # -- durability and lifecycle --------------------------------------------
 
-    def dirty_files(self) -> list[StoredFile]:
-        """The files written since the last call (now considered clean); sync them."""
-        files = list(self._dirty.values())
+    def dirty_files(self) -> list[Durable]:
+        """The files written since the last call (now considered clean), and a
+        new log's directory entries (creating a partition syncs nothing on the
+        caller's thread); sync them."""
+        files = self.take_dir_syncs()
+        files.extend(self._dirty.values())
         self._dirty.clear()
         return files
 
+    def take_dir_syncs(self) -> list[Durable]:
+        """A new log's directory entries to sync (once), e.g. before a file
+        beside the log's must be durable."""
+        if not self._unsynced_dirs:
+            return []
+        dirs, self._unsynced_dirs = self._unsynced_dirs, ()
+        return [_DirSync(self.store, dirs)]
+
     def flush(self) -> None:
         """Sync the active segment (its indexes, its aborted-transaction index) now."""
+        if self._unsynced_dirs:
+            _DirSync(self.store, self._unsynced_dirs).sync()
+            self._unsynced_dirs = ()
         self._segments[-1].fsync()
         self._sync_txn_index(self._segments[-1].base_offset)
         self._dirty.clear()
@@ -571,3 +587,19 @@ class PartitionLog:
         """Remove the whole partition directory (topic deletion)."""
         self.close(clean=False)
         self.store.remove_tree(self.directory)
+
+
+class _DirSync:
+    """The directory syncs a new log's creation left to its first sync pass."""
+
+    __slots__ = ("store", "dirs")
+
+    def __init__(self, store: FileStore, dirs: tuple[Path, ...]) -> None:
+        self.store, self.dirs = store, dirs
+
+    def sync(self) -> None:
+        for directory in self.dirs:
+            try:
+                self.store.sync_dir(directory)
+            except FileNotFoundError:
+                pass  # deleted meanwhile (the topic was deleted)

@@ -65,12 +65,14 @@ class RecoveredLog:
     epochs: LeaderEpochCache
     truncated: bool  # a torn or corrupt tail was cut off
     txn_indexes: dict[int, TxnIndex]  # segment base offset -> aborted transactions
+    # a brand-new directory: its entry and its files' entries are synced by the
+    # log's first sync pass (off the event loop), not here
+    unsynced_dirs: tuple[Path, ...] = ()
 
 
 def recover(directory: Path, config: LogConfig, now_ms: int,
             store: FileStore = OS_STORE) -> RecoveredLog:
-    if store.make_dirs(directory):
-        store.sync_dir(directory.parent)  # the new directory's name survives a crash
+    new = store.make_dirs(directory)
     clean = store.exists(directory / CLEAN_SHUTDOWN_FILE)
     _remove_leftovers(directory, store)
     persisted_start = read_int_file(directory / LOG_START_OFFSET_FILE, store) or 0
@@ -88,12 +90,16 @@ def recover(directory: Path, config: LogConfig, now_ms: int,
     log_start = min(max(persisted_start, segments[0].base_offset), log_end)
     epochs.truncate_from_end(log_end)
     epochs.truncate_from_start(log_start)
-    atomic_write(directory / LEADER_EPOCH_FILE, epochs.to_text().encode(), store)
+    if not new:  # (a new log has no epochs to forget)
+        atomic_write(directory / LEADER_EPOCH_FILE, epochs.to_text().encode(), store)
     if log_start != persisted_start:
         atomic_write(directory / LOG_START_OFFSET_FILE, str(log_start).encode(), store)
     producers, txn_indexes = rebuild_transactions(directory, segments, log_end, store)
     prune_snapshots(directory, log_end, config.snapshots_kept, store)
     store.remove(directory / CLEAN_SHUTDOWN_FILE)
+    if new:  # the directory's name and its files survive a crash once synced
+        return RecoveredLog(segments, log_start, producers, epochs, truncated, txn_indexes,
+                            (directory.parent, directory))
     store.sync_dir(directory)
     return RecoveredLog(segments, log_start, producers, epochs, truncated, txn_indexes)
 

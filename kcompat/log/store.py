@@ -31,6 +31,12 @@ from typing import Protocol
 Buffer = bytes | bytearray | memoryview
 
 
+class Durable(Protocol):
+    """Something a sync pass makes durable: a file, a directory entry, a pending write."""
+
+    def sync(self) -> None: ...
+
+
 class StoredFile(Protocol):
     """An open file, written only at its end."""
 

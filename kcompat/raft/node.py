@@ -60,8 +60,8 @@ runtime keeps ``down``, the peers it has not heard from for an election
 timeout, and calls ``suspect(node)`` when a peer goes down — a quiesced
 follower of it wakes with its lease expired, so it elects within half an
 election timeout — and ``revive(node)`` when one is heard again (or
-restarted) — a quiesced group it belongs to wakes, so a follower that missed
-entries, or a restarted leader that lost the parked fetches, catches up. A
+restarted) — a quiesced leader wakes unless that follower's fetch is still
+parked at the log end, so a follower that missed entries catches up. A
 leader quiesces with down followers left out, as long as a quorum is live
 and caught up.
 """
@@ -664,8 +664,16 @@ class Raft:
                 self._wake()  # check quorum will depose us unless fetches come
 
     def revive(self, node: int) -> None:
-        """``node`` is heard from again, or restarted."""
-        if self.quiesced and node in self.config.voters and node != self.id:
+        """``node`` is heard from again, or restarted. A quiesced leader wakes if
+        that follower may lack entries (it was left out while down; a restart
+        also lost its parked fetch). A follower need not wake: a leader that
+        is back answers our parked fetch, or wakes on its next proposal and
+        re-sends BeginQuorumEpoch when our fetch is lost."""
+        if not self.quiesced or self.role is not Role.LEADER:
+            return
+        progress = self._progress.get(node)
+        if progress is not None and (progress.parked is None
+                                     or progress.parked.fetch_offset != self.log.end):
             self._wake()
 
     def _wake(self) -> None:

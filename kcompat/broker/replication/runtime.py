@@ -648,10 +648,18 @@ class ClusterRuntime:
         if not batch and not announce:
             return False
         logs = [g.storage.plog for g, r in batch if r.must_sync and self._must_fsync(g)]
-        for group, _ready in batch:
+        states: list[PartitionLogStorage] = []  # hard states to write durably, off the loop
+        for group, ready in batch:
             group.sync_wanted = False
-        if logs:
-            await self.state.flusher.sync_now(*logs)  # an fsync failure stops the broker
+            if ready.hard_state is None:
+                continue
+            if group.gid == METADATA_GROUP or not (group.lone or self._flush_never):
+                states.append(group.storage)
+            else:  # a lone replica's log carries its epochs; ``never`` trusts replication
+                group.storage.write_hard_state(durable=False)
+        if logs or states:
+            # an fsync failure stops the broker
+            await self.state.flusher.sync_now(*states, *logs)
         self._send([m for _g, r in batch for m in r.messages], announce)
         for group, ready in batch:
             if group.removed:
@@ -670,9 +678,13 @@ class ClusterRuntime:
         does not sync those either). The metadata log always syncs."""
         if group.gid == METADATA_GROUP:
             return True
-        if self.state.config["kcompat.flush.mode"] == "never":
+        if self._flush_never:
             return False
         return not group.lone or group.sync_wanted
+
+    @property
+    def _flush_never(self) -> bool:
+        return bool(self.state.config["kcompat.flush.mode"] == "never")
 
     def _send(self, messages: list[Message], announce: tuple[codec.Announcement, ...]) -> None:
         by_peer: dict[int, list[Message]] = {}

@@ -47,6 +47,7 @@ from pathlib import Path
 
 from kcompat.log.files import atomic_write
 from kcompat.log.partition_log import PartitionLog
+from kcompat.log.store import Durable
 from kcompat.raft.types import Entry, HardState, Snapshot, SnapshotId
 from kcompat.wire import batch as wbatch
 from kcompat.wire.records import encode_batch
@@ -74,6 +75,7 @@ class PartitionLogStorage:
         self._path = Path(plog.directory) / QUORUM_STATE_FILE
         self._store = plog.store
         self._hard_state = self._load_hard_state(fresh_term)
+        self._hard_state_unwritten = False
         self._start_id: SnapshotId | None = None
 
     def _load_hard_state(self, fresh_term: int) -> HardState:
@@ -177,9 +179,24 @@ class PartitionLogStorage:
             self.plog.truncate_to(end)
 
     def set_hard_state(self, hard_state: HardState) -> None:
-        doc = {"term": hard_state.term, "vote": hard_state.vote}
-        atomic_write(self._path, json.dumps(doc).encode(), self._store)
+        """Taken now, written by ``write_hard_state`` (the driver does it in
+        its sync pass, off the event loop, before it sends anything)."""
         self._hard_state = hard_state
+        self._hard_state_unwritten = True
+
+    def write_hard_state(self, durable: bool = True) -> None:
+        """Write the term and vote taken last, if not written yet."""
+        if self._hard_state_unwritten:
+            self._hard_state_unwritten = False
+            doc = {"term": self._hard_state.term, "vote": self._hard_state.vote}
+            atomic_write(self._path, json.dumps(doc).encode(), self._store, durable)
+
+    def dirty_files(self) -> list[Durable]:
+        """``Syncable`` for the flusher's pass: the hard state to write durably
+        (after a new partition's directory entries, so it survives with them)."""
+        if not self._hard_state_unwritten:
+            return []
+        return [*self.plog.take_dir_syncs(), _HardStateWrite(self)]
 
     def sync(self) -> None:
         self.plog.flush()
@@ -189,3 +206,15 @@ class PartitionLogStorage:
         epochs = self.plog.leader_epochs
         i = bisect_right(epochs, offset, key=lambda e: e[1])
         return epochs[i - 1][0] if i else -1
+
+
+class _HardStateWrite:
+    """A pending hard-state write, synced like a file by the flusher's pass."""
+
+    __slots__ = ("storage",)
+
+    def __init__(self, storage: PartitionLogStorage) -> None:
+        self.storage = storage
+
+    def sync(self) -> None:
+        self.storage.write_hard_state(durable=True)

@@ -286,7 +286,13 @@ def test_truncate_rebuilds_producer_state(tmp_path: Path) -> None:
 
 def test_dirty_files_and_flush(tmp_path: Path) -> None:
     log = open_log(tmp_path / "t-0")
+    created = log.dirty_files()  # a new log's directory entries, synced by the first pass
+    assert len(created) == 1
+    created[0].sync()
     assert log.dirty_files() == []
+    reopened = open_log(tmp_path / "t-0")  # an existing directory: synced while opening
+    assert reopened.dirty_files() == []
+    reopened.close()
     append(log)
     files = log.dirty_files()
     assert len(files) == 1

@@ -52,8 +52,21 @@ def test_prewritten_entry_is_skipped_and_stale_one_replaced(tmp_path: Path) -> N
 def test_hard_state_survives_reopen(tmp_path: Path) -> None:
     s = _open(tmp_path)
     s.set_hard_state(HardState(5, 2))
+    pending = s.dirty_files()  # taken, written by the driver's sync pass off the loop
+    assert pending and _open(tmp_path).hard_state() != HardState(5, 2)
+    for write in pending:
+        write.sync()
+    assert s.dirty_files() == []
     s.plog.close()
     assert _open(tmp_path).hard_state() == HardState(5, 2)
+
+
+def test_hard_state_written_without_sync(tmp_path: Path) -> None:
+    s = _open(tmp_path)
+    s.set_hard_state(HardState(7, 1))
+    s.write_hard_state(durable=False)  # a lone replica's: survives a process crash
+    assert s.dirty_files() == []
+    assert _open(tmp_path).hard_state() == HardState(7, 1)
 
 
 def test_install_snapshot_restarts_the_log(tmp_path: Path) -> None:
