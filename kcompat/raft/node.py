@@ -622,6 +622,12 @@ class Raft:
             progress.idle_ticks += 1
             if progress.parked is not None:
                 progress.parked_ticks += 1
+        # before the expired parked fetches are answered: a follower whose
+        # answer is in flight is not parked, and fetch waits that expire on
+        # different ticks would otherwise never leave every follower parked
+        self._maybe_quiesce()
+        if self.quiesced:
+            return
         self._answer_parked(expired_only=True)
         if self._transfer_to != NO_NODE:
             self._transfer_ticks += 1
@@ -634,8 +640,6 @@ class Raft:
                 self._send(BeginQuorumEpoch(self.group, self.id, peer, self.term))
         if self._election_elapsed >= self.config.election_timeout_ticks:
             self._check_quorum()
-        if self.role is Role.LEADER:
-            self._maybe_quiesce()
 
     def _check_quorum(self) -> None:
         self._election_elapsed = 0
@@ -649,16 +653,19 @@ class Raft:
 
     def suspect(self, node: int) -> None:
         """The runtime stopped hearing from ``node`` (it is in ``down`` now)."""
-        if not self.quiesced or node not in self.config.voters:
+        if node not in self.config.voters:
             return
         if self.role is not Role.LEADER and self.leader == node:
-            # Our leader is gone and nobody ticks: elect now, within half an
-            # election timeout (randomized, so the followers do not collide).
-            self._wake()
+            # Our leader is gone (a quiesced follower's timers are stopped; an
+            # awake one may hold a lease from a frozen count): no lease, and
+            # an election within half an election timeout (randomized, so the
+            # followers do not collide).
+            self.quiesced = False
             et = self.config.election_timeout_ticks
-            self._election_elapsed = et
-            self._timeout = et + self.rng.randint(0, max(0, et // 2 - 1))
-        elif self.role is Role.LEADER:
+            if self._election_elapsed < et:
+                self._election_elapsed = et
+                self._timeout = et + self.rng.randint(0, max(0, et // 2 - 1))
+        elif self.quiesced and self.role is Role.LEADER:
             live = sum(1 for v in self.config.voters if v == self.id or v not in self._down)
             if live < self._quorum:
                 self._wake()  # check quorum will depose us unless fetches come

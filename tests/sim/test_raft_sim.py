@@ -33,19 +33,6 @@ CHUNK = 100
 QUIET_SEEDS = int(os.environ.get("QUIET_SEEDS", "150"))
 QUIET_CHUNK = 100
 
-# A leader answers each follower's expired parked fetch on its own tick phase
-# and checks ``_maybe_quiesce`` only at the end of a tick, after those answers:
-# once the followers' phases cover every residue of the fetch wait (two
-# followers with fetch_wait_ticks=2, three with the runtime's 3), no tick ever
-# ends with all of them parked and the group never quiesces. Seed 0 shows it
-# (and tests/unit/raft/test_quiescence.py::test_staggered_fetches_still_quiesce).
-QUIESCE_LIVELOCK = pytest.mark.xfail(
-    strict=True,
-    raises=SimFailure,
-    reason="kcompat/raft/node.py: a leader whose followers' parked fetches expire on "
-    "different ticks never quiesces (quiesce check only at tick end, after the answers)",
-)
-
 
 @pytest.mark.parametrize(
     "first", range(SEED_BASE, SEED_BASE + SEEDS, CHUNK), ids=lambda s: f"seeds{s}"
@@ -69,7 +56,6 @@ def test_replay_is_deterministic() -> None:
     ]
 
 
-@QUIESCE_LIVELOCK
 @pytest.mark.parametrize(
     "first", range(SEED_BASE, SEED_BASE + QUIET_SEEDS, QUIET_CHUNK), ids=lambda s: f"seeds{s}"
 )

@@ -248,11 +248,6 @@ def test_revive_of_a_non_member_or_self_changes_nothing() -> None:
     assert _quiesced(env) == [True, True, True]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="kcompat/raft/node.py: _maybe_quiesce runs only at the end of a leader tick, "
-    "after _answer_parked(expired_only=True) unparked the followers whose wait expired",
-)
 @pytest.mark.parametrize(
     ("nodes", "wait", "holds"), [(3, 2, [{3}]), (5, 3, [{4, 5}, {5}])], ids=["3-nodes", "5-nodes"]
 )
@@ -271,11 +266,6 @@ def test_staggered_fetches_still_quiesce(nodes: int, wait: int, holds: list[set[
     assert _quiesced(env) == [True] * nodes
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="kcompat/raft/node.py: suspect(leader) expires the lease only of a quiesced "
-    "follower; one woken a tick earlier by a peer's pre-vote keeps its lease for up to an ET",
-)
 def test_follower_woken_by_a_pre_vote_then_suspecting_the_leader_grants_at_once() -> None:
     """Liveness verdicts land on different ticks: 2 suspects the crashed
     leader first and pre-votes; 3, still quiesced, wakes on that request (in
