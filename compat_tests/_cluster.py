@@ -3,7 +3,10 @@
 Each broker is a ``compat_tests._broker.Broker`` started with
 ``--node-id N --set controller.quorum.voters=...`` (cluster mode, issue 6) and
 its own data dir; the helpers ask a live broker for Metadata through
-librdkafka (confluent-kafka) to find controllers and partition leaders.
+librdkafka (confluent-kafka) to find partition leaders, and DescribeQuorum
+(kafka-python's codec over a socket, ``quorum_leader``) to find the active
+controller: as from Kafka 4, Metadata's ``controller_id`` is a random live
+broker, not the controller.
 
 ``start`` returns only once every broker is registered and unfenced, so a test
 may at once create a topic replicated on all of them: a broker prints its ready
@@ -15,6 +18,8 @@ the metadata log).
 from __future__ import annotations
 
 import contextlib
+import socket
+import struct
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -66,14 +71,20 @@ class Cluster:
                             "socket.timeout.ms": 2000, "log_level": 0})
 
     def wait_for_controller(self, timeout_s: float = 30.0) -> int:
+        """The active controller (the metadata quorum's leader) once a live
+        broker names one in DescribeQuorum."""
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            try:
-                md = self._admin().list_topics(timeout=2)
-                if md.controller_id >= 0:
-                    return int(md.controller_id)
-            except Exception:  # noqa: BLE001 - keep polling until the deadline
-                pass
+            for b in self.brokers.values():
+                if not b.running:
+                    continue
+                try:
+                    leader = quorum_leader(b.bootstrap)
+                except Exception:  # noqa: BLE001 - keep polling until the deadline
+                    continue
+                if leader >= 0 and self.brokers.get(leader) is not None \
+                        and self.brokers[leader].running:
+                    return leader
             time.sleep(0.2)
         raise AssertionError("no controller elected in time")
 
@@ -133,6 +144,36 @@ class Cluster:
                 return last
             time.sleep(0.05)
         raise AssertionError(f"partitions of {topic} have no live leader: {last}")
+
+
+def quorum_leader(bootstrap: str, timeout_s: float = 2.0) -> int:
+    """The metadata quorum's leader (the active controller) as the broker at
+    ``bootstrap`` reports it in DescribeQuorum v0, what ``kafka-metadata-quorum``
+    shows; -1 while it knows none."""
+    from kafka.protocol.admin import DescribeQuorumRequest, DescribeQuorumResponse
+
+    topic = DescribeQuorumRequest.TopicData
+    req = DescribeQuorumRequest(version=0, topics=[topic(
+        topic_name="__cluster_metadata", partitions=[topic.PartitionData(partition_index=0)])])
+    req.with_header(correlation_id=1, client_id="kcompat-cluster")
+    host, port = bootstrap.rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=timeout_s) as sock:
+        payload = bytes(req.encode(header=True))
+        sock.sendall(struct.pack(">i", len(payload)) + payload)
+        frame = _read_exact(sock, struct.unpack(">i", _read_exact(sock, 4))[0])
+    resp = DescribeQuorumResponse.decode(frame, version=0, header=True)
+    part = resp.topics[0].partitions[0]
+    return int(part.leader_id) if resp.error_code == 0 and part.error_code == 0 else -1
+
+
+def _read_exact(sock: socket.socket, n: int) -> bytes:
+    buf = bytearray()
+    while len(buf) < n:
+        chunk = sock.recv(n - len(buf))
+        if not chunk:
+            raise ConnectionError("closed by broker")
+        buf += chunk
+    return bytes(buf)
 
 
 def read_log(bootstrap: str, topic: str, partitions: int,

@@ -2,13 +2,20 @@
 
 Theory of operation
 -------------------
-A non-controller answers NOT_CONTROLLER to CreateTopics and DeleteTopics;
-Kafka clients then refresh metadata (whose ``controller_id`` names the
-metadata-quorum leader) and retry there. Other changes (CreatePartitions,
-AlterConfigs of topics and groups, auto-creation) are validated where they
-arrive and forwarded to the controller (``submit``), which validates again
-against its own image and config. A single broker is a quorum of one and its own
-controller. The controller validates (``BrokerState.validate_new_topic``,
+Any broker accepts a metadata change, as a Kafka 4 broker does (KIP-590):
+CreateTopics, DeleteTopics, CreatePartitions, AlterConfigs of topics and
+groups, client quotas and auto-creation are validated where they arrive and
+carried out on the controller (``submit``): here if this broker is the
+controller, else forwarded to it over the inter-broker transport, where the
+controller validates again against its own image and config. While no
+controller is known, or the one asked is replaced or goes silent, ``submit``
+asks again (after ``RETRY_BACKOFF_S``) until the request's timeout, then
+answers REQUEST_TIMED_OUT, as Kafka's forwarding manager does; clients never
+see NOT_CONTROLLER. A creation carries the topic id its first attempt chose,
+so an attempt repeated after the first one committed finds its own topic and
+succeeds. A forwarded creation or deletion answers once this broker's own
+image shows it (the answer carries the topic's id, partitions and configs).
+A single broker is a quorum of one and its own controller. The controller validates (``BrokerState.validate_new_topic``,
 ``add_partitions``, ``set_topic_configs``), plans the replica
 assignment and group ids (``ClusterRuntime.plan_assignments``), proposes one
 record and answers only after the record is committed and applied, so a
@@ -21,6 +28,7 @@ import logging
 import uuid
 from typing import Any
 
+import trio
 from kio.schema.errors import ErrorCode
 
 from kcompat.broker.config import BROKER_CONFIGS
@@ -37,6 +45,14 @@ from kcompat.ext.retry import DLQ_SUFFIX, RETRY_SUFFIX
 log = logging.getLogger("kcompat.cluster")
 
 NOT_CONTROLLER_MESSAGE = "This is not the correct controller for this cluster."
+
+#: how long a change waits for a controller when its request names no timeout
+#: (Kafka's broker ``request.timeout.ms`` bounds its forwarding the same way)
+FORWARD_TIMEOUT_S = 30.0
+#: the pause before asking again while no controller is known or it just changed
+RETRY_BACKOFF_S = 0.05
+#: how long the controller waits for a change's record to commit by default
+COMMIT_TIMEOUT_MS = 10_000
 
 
 def _create_record(ctl: Controller, name: str, partitions: int, replication: int,
@@ -85,25 +101,58 @@ def _controller(ctl: Controller) -> None:
 
 async def create_topic(ctl: Controller, name: str, partitions: int, replication: int,
                        configs: dict[str, Any], validate_only: bool = False,
-                       manual: list[tuple[int, ...]] | None = None) -> TopicMeta:
-    """CreateTopics on the controller: validate, plan, and (unless
-    ``validate_only``) commit; the topic as created (or as it would be), or
-    TopicError with Kafka's code."""
-    _controller(ctl)
-    if not validate_only:
-        await ctl.lifecycle.wait_first_registrations(timeout_s=3.0)
-    rec = _create_record(ctl, name, partitions, replication, configs, manual=manual)
+                       manual: list[tuple[int, ...]] | None = None,
+                       timeout_s: float = FORWARD_TIMEOUT_S) -> TopicMeta:
+    """CreateTopics on any broker: validate and plan (``validate_only``: here,
+    against this broker's image) or create through the controller (``submit``)
+    within ``timeout_s``; the topic as this broker's image has it once created
+    (or as it would be), or TopicError with Kafka's code."""
     if validate_only:
+        rec = _create_record(ctl, name, partitions, replication, configs, manual=manual)
         return TopicMeta(name, uuid.UUID(rec["id"]), rec["partitions"], rec["configs"])
-    await _commit_creation(ctl, rec)
-    return ctl.state.topics[name]
+    deadline = trio.current_time() + timeout_s
+    topic_id = str(uuid.uuid4())
+    intent = {"op": "create_topic", "name": name, "id": topic_id, "partitions": partitions,
+              "replication": replication, "configs": configs,
+              "manual": [list(r) for r in manual] if manual else None}
+    try:
+        await submit(ctl, intent, timeout_s)
+    except TopicError as e:
+        if e.code != ErrorCode.topic_already_exists:
+            raise
+        # an attempt repeated after the first one committed (or while it commits)
+        found = await _wait_topic(ctl, name, deadline)
+        if found is None or str(found.topic_id) != topic_id:
+            raise
+        return found
+    found = await _wait_topic(ctl, name, deadline)
+    if found is None or str(found.topic_id) != topic_id:
+        raise TopicError(ErrorCode.request_timed_out, f"Topic '{name}' was created, but this "
+                         "broker did not learn of it within the request's timeout.")
+    return found
 
 
-async def delete_topic(ctl: Controller, name: str) -> None:
-    _controller(ctl)
+async def _wait_topic(ctl: Controller, name: str, deadline: float) -> TopicMeta | None:
+    """The topic ``name`` once this broker's image has it (None at the deadline)."""
+    while (found := ctl.state.topics.get(name)) is None and trio.current_time() < deadline:
+        await trio.sleep(min(ctl.rt.tick_s, max(0.0, deadline - trio.current_time())))
+    return found
+
+
+async def delete_topic(ctl: Controller, name: str, timeout_s: float = FORWARD_TIMEOUT_S) -> None:
+    """DeleteTopics on any broker, through the controller (``submit``); returns
+    once this broker's image no longer has the topic (bounded by ``timeout_s``)."""
     if name not in ctl.state.topics:
         raise TopicError(ErrorCode.unknown_topic_or_partition, f"Topic {name} does not exist")
-    await _commit(ctl, {"type": "delete_topic", "name": name})
+    deadline = trio.current_time() + timeout_s
+    try:
+        await submit(ctl, {"op": "delete_topic", "name": name}, timeout_s)
+    except ForwardError as e:
+        # an attempt repeated after the first one committed finds no topic
+        if e.code != ErrorCode.unknown_topic_or_partition or e.attempts < 2:
+            raise
+    while name in ctl.state.topics and trio.current_time() < deadline:
+        await trio.sleep(min(ctl.rt.tick_s, max(0.0, deadline - trio.current_time())))
 
 
 async def execute(ctl: Controller, intent: dict[str, Any]) -> None:
@@ -141,6 +190,14 @@ async def execute(ctl: Controller, intent: dict[str, Any]) -> None:
         rec = {"type": "broker_configs", "name": name, "configs": configs}
     elif op == "alter_client_quotas":
         rec = client_quotas.record(client_quotas.entity_of_record(intent), intent["ops"])
+    elif op == "create_topic":
+        await _create_forwarded(ctl, intent)
+        return
+    elif op == "delete_topic":
+        if name not in ctl.state.topics:
+            raise TopicError(ErrorCode.unknown_topic_or_partition,
+                             f"Topic {name} does not exist")
+        rec = {"type": "delete_topic", "name": name}
     elif op == "auto_create":
         created = await _auto_create_record(ctl, name)
         if created is None or name in ctl.creating:
@@ -149,24 +206,78 @@ async def execute(ctl: Controller, intent: dict[str, Any]) -> None:
         return
     else:
         raise TopicError(ErrorCode.invalid_request, f"unknown metadata change {op!r}")
-    await _commit(ctl, rec)
+    await _commit(ctl, rec, _commit_timeout(intent))
 
 
-async def submit(ctl: Controller, intent: dict[str, Any]) -> None:
-    """Carry out a validated change (``Controller.add_partitions`` /
-    ``set_topic_configs``) on the controller — here, or forwarded to it over
-    the inter-broker transport — and return once it is committed and applied
-    there; TopicError with Kafka's code otherwise."""
-    cluster = ctl.rt
-    if cluster.is_controller:
-        await execute(ctl, intent)
+async def _create_forwarded(ctl: Controller, intent: dict[str, Any]) -> None:
+    """On the controller: a CreateTopics from any broker, with the topic id its
+    receiver chose; a repeated attempt whose topic is already committed succeeds."""
+    name = str(intent["name"])
+    await ctl.lifecycle.wait_first_registrations(timeout_s=3.0)
+    _controller(ctl)
+    existing = ctl.state.topics.get(name)
+    if existing is not None and str(existing.topic_id) == intent["id"]:
         return
-    code, message = await ctl.calls.forward_to_controller(intent)
-    if code != ErrorCode.none:
-        raise TopicError(code, message or code.name)
+    manual = intent.get("manual")
+    rec = _create_record(ctl, name, int(intent["partitions"]), int(intent["replication"]),
+                         dict(intent["configs"]),
+                         manual=[tuple(r) for r in manual] if manual else None)
+    rec["id"] = str(intent["id"])
+    await _commit_creation(ctl, rec, _commit_timeout(intent))
 
 
-async def _commit_creation(ctl: Controller, rec: dict[str, Any]) -> None:
+def _commit_timeout(intent: dict[str, Any]) -> float:
+    """How long the controller waits for a change's record to commit: what is
+    left of its requester's timeout (``submit``), at least a moment."""
+    return max(0.5, int(intent.get("timeout_ms", COMMIT_TIMEOUT_MS)) / 1000)
+
+
+class ForwardError(TopicError):
+    """TopicError of a change carried out through ``submit``, with the number
+    of attempts it took."""
+
+    def __init__(self, code: ErrorCode, message: str, attempts: int) -> None:
+        super().__init__(code, message)
+        self.attempts = attempts
+
+
+async def submit(ctl: Controller, intent: dict[str, Any],
+                 timeout_s: float = FORWARD_TIMEOUT_S) -> int:
+    """Carry out a validated change on the controller — here, or forwarded to
+    it over the inter-broker transport — and return once it is committed and
+    applied there (the number of attempts it took). While no controller is
+    known, or the one asked lost its place or went silent, ask again until
+    ``timeout_s``; then REQUEST_TIMED_OUT. Other errors: ForwardError with
+    Kafka's code."""
+    cluster = ctl.rt
+    deadline = trio.current_time() + timeout_s
+    attempts = 0
+    message: str | None
+    while True:
+        attempts += 1
+        left = max(0.0, deadline - trio.current_time())
+        intent = {**intent, "timeout_ms": int(left * 1000)}
+        if cluster.is_controller:
+            try:
+                await execute(ctl, intent)
+                return attempts
+            except TopicError as e:
+                code, message = e.code, e.message
+        else:
+            code, message = await ctl.calls.forward_to_controller(intent, left)
+            if code == ErrorCode.none:
+                return attempts
+        if code != ErrorCode.not_controller:
+            raise ForwardError(code, message or code.name, attempts)
+        if trio.current_time() >= deadline:
+            raise ForwardError(ErrorCode.request_timed_out,
+                               f"No controller took the request within {timeout_s:g} s "
+                               f"(last: {message}).", attempts)
+        await trio.sleep(min(RETRY_BACKOFF_S, max(0.0, deadline - trio.current_time())))
+
+
+async def _commit_creation(ctl: Controller, rec: dict[str, Any],
+                           timeout_s: float = 10.0) -> None:
     """Commit a ``create_topic`` record unless one for the name is in flight
     (the image knows a topic only once its record is applied)."""
     creating = ctl.creating
@@ -175,14 +286,14 @@ async def _commit_creation(ctl: Controller, rec: dict[str, Any]) -> None:
         raise TopicError(ErrorCode.topic_already_exists, f"Topic '{name}' already exists.")
     creating.add(name)
     try:
-        await _commit(ctl, rec)
+        await _commit(ctl, rec, timeout_s)
     finally:
         creating.discard(name)
 
 
-async def _commit(ctl: Controller, rec: dict[str, Any]) -> None:
+async def _commit(ctl: Controller, rec: dict[str, Any], timeout_s: float = 10.0) -> None:
     try:
-        await ctl.rt.propose_metadata(rec)
+        await ctl.rt.propose_metadata(rec, timeout_s)
     except NotLeaderError:
         raise TopicError(ErrorCode.not_controller, NOT_CONTROLLER_MESSAGE) from None
     except TimeoutError:

@@ -22,12 +22,16 @@ and silence produce; this module drives it inside the running broker:
   move on without an election timeout (when the last brokers of a cluster
   stop, there is nobody to hand to and it stops at once);
 * ``broker_endpoints`` and ``live_broker_ids`` answer where clients and new
-  replicas may go.
+  replicas may go; ``advertised_controller`` is the ``controller_id`` clients
+  are told: as from a Kafka 4 broker (KIP-590), a random live broker, not the
+  metadata leader (clients send admin requests there and every broker
+  forwards them to the controller), so it is never -1 while a broker lives.
 """
 
 from __future__ import annotations
 
 import logging
+import random
 import time
 import uuid
 from collections.abc import Iterable
@@ -182,6 +186,13 @@ class BrokerLifecycle:
     def live_broker_ids(self) -> list[int]:
         """Registered, unfenced brokers: where new replicas go."""
         return [b.node_id for b in self.rt.image.live_brokers()]
+
+    def advertised_controller(self, listed: Iterable[int]) -> int:
+        """A random registered, unfenced broker (Kafka's
+        ``getRandomAliveBrokerId``); before any registered, one of the
+        ``listed`` brokers; -1 with none."""
+        pool = self.live_broker_ids() or sorted(listed)
+        return random.choice(pool) if pool else NO_NODE
 
     def broker_endpoints(self, leaders: Iterable[int] = ()
                          ) -> list[tuple[int, str, int, str | None]]:

@@ -9,12 +9,15 @@ once. Manual assignments need num_partitions and replication_factor of -1,
 partitions 0..n-1, and registered brokers, each once per partition and as many
 for every partition, else INVALID_REQUEST / INVALID_REPLICA_ASSIGNMENT with
 Kafka's messages. Null config values and bad configs are INVALID_CONFIG.
-``validate_only`` creates nothing. Only the controller creates topics
-(NOT_CONTROLLER elsewhere; a single broker is its own controller); it answers
-once the topic's record is committed and applied (``controller.admin``) and
-the new partitions' first leaders are elected (bounded by ``LEADERS_WAIT_S``
-and the request's timeout), so a Metadata that follows names them, as Kafka's
-does (its creation record names the leaders).
+``validate_only`` creates nothing (checked against the receiving broker's
+image). Any broker creates topics, as a Kafka 4 broker does: through the
+controller, here or forwarded to it, asking again while none is known until
+the request's ``timeout_ms`` (Kafka's 30 s when it is 0), then
+REQUEST_TIMED_OUT (``controller.admin``); never NOT_CONTROLLER. It answers
+once the topic's record is committed and applied here too and the new
+partitions' first leaders are elected (bounded by ``LEADERS_WAIT_S`` and the
+request's timeout), so a Metadata that follows names them, as Kafka's does
+(its creation record names the leaders).
 """
 
 from __future__ import annotations
@@ -88,13 +91,13 @@ def _error(ctx: RequestContext, name: str, code: ErrorCode, message: str | None)
 
 
 async def _create(ctx: RequestContext, topic: Any, validate_only: bool,
-                  leaders_wait_s: float) -> Any:
+                  leaders_wait_s: float, timeout_s: float) -> Any:
     try:
         manual = _manual_assignment(ctx, topic) if topic.assignments else None
         configs = null_config_check(topic.configs)
         meta = await admin.create_topic(ctx.controller, topic.name, topic.num_partitions,
                                         topic.replication_factor, configs, validate_only,
-                                        manual)
+                                        manual, timeout_s)
     except TopicError as e:
         return _error(ctx, topic.name, e.code, e.message)
     if not validate_only:
@@ -121,11 +124,16 @@ async def _create(ctx: RequestContext, topic: Any, validate_only: bool,
 async def handle(ctx: RequestContext, request: Any) -> Any:
     dups = duplicates(t.name for t in request.topics)
     results, reported = [], set()
-    deadline = trio.current_time() + min(LEADERS_WAIT_S, request.timeout.total_seconds())
+    timeout_s = request.timeout.total_seconds()
+    now = trio.current_time()
+    deadline = now + min(LEADERS_WAIT_S, timeout_s)
+    # how long the creation may wait for a controller (Kafka's request.timeout.ms if none given)
+    forward_until = now + (timeout_s if timeout_s > 0 else admin.FORWARD_TIMEOUT_S)
     for topic in request.topics:
         if topic.name not in dups:
             wait_s = max(0.0, deadline - trio.current_time())
-            results.append(await _create(ctx, topic, request.validate_only, wait_s))
+            forward_s = max(0.0, forward_until - trio.current_time())
+            results.append(await _create(ctx, topic, request.validate_only, wait_s, forward_s))
         elif topic.name not in reported:
             reported.add(topic.name)
             results.append(_error(ctx, topic.name, ErrorCode.invalid_request,

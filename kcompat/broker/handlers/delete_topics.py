@@ -5,7 +5,10 @@ either a name or a topic id (Java Admin's ``deleteTopics(TopicCollection.ofTopic
 An unknown id is UNKNOWN_TOPIC_ID, an unknown name UNKNOWN_TOPIC_OR_PARTITION;
 naming both is INVALID_REQUEST. A name or id given twice is INVALID_REQUEST for
 that topic, as in Kafka 4. ``delete.topic.enable=false`` answers
-TOPIC_DELETION_DISABLED. v6 answers carry the deleted topic's id.
+TOPIC_DELETION_DISABLED. v6 answers carry the deleted topic's id. Any broker
+deletes through the controller (here or forwarded to it, asking again while
+none is known until ``timeout_ms``, ``controller.admin``) and answers once its
+own image has dropped the topic.
 """
 
 from __future__ import annotations
@@ -13,10 +16,11 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
+import trio
 from kio.schema.errors import ErrorCode
 
 from kcompat.broker.context import RequestContext
-from kcompat.broker.controller.admin import delete_topic
+from kcompat.broker.controller.admin import FORWARD_TIMEOUT_S, delete_topic
 from kcompat.broker.handlers._common import NO_THROTTLE, OK, duplicates
 from kcompat.broker.state import TopicError
 
@@ -74,18 +78,22 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
             continue
         results.append(_delete(ctx, name, topic_id, pending))
     if pending:
-        results = await _commit_deletions(ctx, results, pending)
+        results = await _commit_deletions(ctx, request, results, pending)
     return ctx.response(throttle_time=NO_THROTTLE, responses=tuple(results))
 
 
-async def _commit_deletions(ctx: RequestContext, results: list[Any],
+async def _commit_deletions(ctx: RequestContext, request: Any, results: list[Any],
                             pending: list[str]) -> list[Any]:
-    """Delete through the controller (NOT_CONTROLLER elsewhere), each answered
-    once its record is committed and applied."""
+    """Delete through the controller, each answered once its record is
+    committed and applied (here too), all within the request's timeout."""
     failed: dict[str, TopicError] = {}
+    timeout = getattr(request, "timeout", 0)  # a timedelta (decoded) or milliseconds
+    timeout_s = (timeout.total_seconds() if hasattr(timeout, "total_seconds")
+                 else float(timeout or 0) / 1000)
+    until = trio.current_time() + (timeout_s if timeout_s > 0 else FORWARD_TIMEOUT_S)
     for name in pending:
         try:
-            await delete_topic(ctx.controller, name)
+            await delete_topic(ctx.controller, name, max(0.0, until - trio.current_time()))
         except TopicError as e:
             failed[name] = e
     return [ctx.build("DeletableTopicResult", name=r.name, topic_id=getattr(r, "topic_id", None),

@@ -36,7 +36,7 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
             "an endpoint of type CONTROLLER",
             endpoint_type=endpoint, cluster_id=ctx.state.cluster_id, controller_id=-1, brokers=(),
         )
-    # the live brokers; the metadata leader
+    # the live brokers; a random live one as the controller
     await ctx.controller.lifecycle.wait_serving(timeout_s=5.0)
     registered = ctx.cluster.image.brokers
     fenced = {n for n, b in registered.items() if b.fenced}
@@ -50,7 +50,8 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
             ctx.build("DescribeClusterBroker", broker_id=b.node_id, rack=b.rack, host=b.host,
                       port=b.port, is_fenced=True)
             for n, b in sorted(registered.items()) if n in fenced and n not in listed)
-    controller_id = ctx.cluster.controller_id
+    # as from a Kafka 4 broker: a random live broker, which forwards admin requests
+    controller_id = ctx.controller.lifecycle.advertised_controller(b.broker_id for b in brokers)
     operations = (CLUSTER_OPERATIONS if request.include_cluster_authorized_operations
                   else OMITTED_OPERATIONS)
     return ctx.response(

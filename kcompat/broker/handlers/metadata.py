@@ -54,12 +54,12 @@ def _partitions(ctx: RequestContext, meta: TopicMeta) -> tuple[Any, ...]:
 
 def _brokers(ctx: RequestContext, topics: tuple[Any, ...]) -> tuple[tuple[Any, ...], int]:
     """(brokers, controller id): the live brokers and the leaders named in ``topics``."""
-    cluster = ctx.cluster
     leaders = {p.leader_id for t in topics for p in t.partitions if p.leader_id >= 0}
     brokers = tuple(
         ctx.build("MetadataResponseBroker", node_id=node, host=host, port=port, rack=rack)
         for node, host, port, rack in ctx.controller.lifecycle.broker_endpoints(leaders))
-    return brokers, cluster.controller_id
+    # as from a Kafka 4 broker: a random live broker, which forwards admin requests
+    return brokers, ctx.controller.lifecycle.advertised_controller(b.node_id for b in brokers)
 
 
 def _topic(ctx: RequestContext, meta: TopicMeta) -> Any:

@@ -17,12 +17,14 @@ The inter-broker frame (``codec``) is one-way; a few things need an answer:
   that partition's leader in an ``AppendRequest``; the leader appends it
   through the idempotence check (a re-sent batch is a duplicate) and sends an
   ``AppendReply`` with its offset once committed.
-* **Metadata changes forwarded to the controller.** AlterConfigs,
-  IncrementalAlterConfigs, CreatePartitions and auto-created topics may reach
-  any broker (Kafka brokers forward them to the controller); a non-controller
-  sends the change's intent in a ``ForwardRequest`` and the controller
-  validates it against its image, commits it and replies once applied
-  (the controller's side: ``controller.quorum``).
+* **Metadata changes forwarded to the controller.** CreateTopics,
+  DeleteTopics, AlterConfigs, IncrementalAlterConfigs, CreatePartitions and
+  auto-created topics may reach any broker (Kafka brokers forward them to the
+  controller); a non-controller sends the change's intent in a
+  ``ForwardRequest`` and the controller validates it against its image,
+  commits it and replies once applied (the controller's side:
+  ``controller.admin``). The wait ends early when the controller changes or
+  goes silent, and ``admin.submit`` asks the next one.
 
 A call numbers its request, parks an event under that number and waits for the
 reply with that number (``call``). A lost request or reply is a timeout, and
@@ -43,6 +45,7 @@ from kcompat.broker.append import append_internal
 from kcompat.broker.replication import codec
 from kcompat.broker.replication.group import NotLeaderError
 from kcompat.broker.replication.storage import now_ms
+from kcompat.raft import NO_NODE
 from kcompat.wire import batch as wbatch
 from kcompat.wire.records import encode_marker_batch
 
@@ -130,13 +133,34 @@ class PeerCalls:
 
     async def forward_to_controller(self, intent: dict[str, Any],
                                     timeout_s: float = 10.0) -> tuple[ErrorCode, str | None]:
-        controller = self.rt.controller_id
-        if controller not in self.rt.peers:
+        """Send a metadata change to the controller and wait (at most
+        ``timeout_s``) for its answer. NOT_CONTROLLER at once while no
+        controller is known, and as soon as another broker becomes the
+        controller or the one asked goes silent (the caller asks again,
+        ``admin.submit``); a controller not known for a moment (an election
+        starting) is still waited for, since it may answer yet."""
+        rt = self.rt
+        controller = rt.controller_id
+        if controller not in rt.peers:
             return ErrorCode.not_controller, "no controller is known"
-        slot = await self.call(controller, lambda rid: codec.ForwardRequest(rid, intent),
-                                timeout_s)
-        if len(slot) < 3:
-            return slot[1], "the controller did not answer in time"
+        self._seq += 1
+        rid = self._seq
+        slot: list[Any] = [trio.Event(), ErrorCode.request_timed_out]
+        self._waits[rid] = slot
+        deadline = trio.current_time() + timeout_s
+        try:
+            rt.send_internal(controller, codec.ForwardRequest(rid, intent))
+            while not slot[0].is_set():
+                now_controller = rt.controller_id
+                if now_controller not in (controller, NO_NODE) or controller in rt.down:
+                    return ErrorCode.not_controller, (
+                        f"controller {controller} was replaced or went silent")
+                if trio.current_time() >= deadline:
+                    return ErrorCode.request_timed_out, "the controller did not answer in time"
+                with trio.move_on_at(min(deadline, trio.current_time() + rt.tick_s)):
+                    await slot[0].wait()
+        finally:
+            self._waits.pop(rid, None)
         return slot[1], slot[2]
 
     # -- the callee's side ------------------------------------------------------------
