@@ -39,7 +39,8 @@ counts, so partitions accumulate):
   mmap'd index files).
 * produce, at the first count of at least ``--produce-partitions`` (1,000): one
   confluent-kafka producer (acks=all, linger.ms=5 as in compare.py, ``--linger-ms``;
-  batch.size=65536, no compression) writes ``--records`` records of 1 KiB round-robin over the first
+  batch.size=65536, max.in.flight.requests.per.connection=5 as Kafka's Java
+  producer, no compression) writes ``--records`` records of 1 KiB round-robin over the first
   1,000 partitions of the walk (several topics: one ``produce()`` per record with
   an explicit topic and partition), after a warm-up of a fifth as many (at least
   5,000; not counted). Time from the first ``produce()`` to the end of ``flush()``; MiB/s,
@@ -91,7 +92,10 @@ RECORD_BYTES = 1024
 KAFKA_HEAP = "512m"  # per JVM, as compare.py's cluster part: 3 of them share the machine
 KCOMPAT_ARGS = ("--set", "kcompat.flush.mode=never", "--set", "group.initial.rebalance.delay.ms=0")
 CREATE_CHUNK = 1000  # partitions per CreateTopics request
+# max.in.flight 5 as Kafka's Java producer (librdkafka's default, 1,000,000, sends a
+# request per linger.ms however many are outstanding: one record per partition each)
 PRODUCER = {"acks": "all", "linger.ms": 5, "batch.size": 65536, "compression.type": "none",
+            "max.in.flight.requests.per.connection": 5,
             "queue.buffering.max.kbytes": 256 << 10, "log_level": 0}
 TARGET_CPU_PCT = 10.0
 TARGET_CPU_COUNT = 10_000
@@ -750,7 +754,7 @@ def report(results: list[Result], args: argparse.Namespace, total_s: float,
         f"{args.topic_partitions}), settle {args.settle_s:.0f} s then an idle window of "
         f"{args.window_s:.0f} s per count; produce {args.records:,} x {RECORD_BYTES} B at "
         f"{args.produce_partitions:,} partitions (acks=all, linger.ms={args.linger_ms:g}, "
-        f"batch.size 65536, round-robin); kill -9 at {args.kill_at:,}.",
+        f"batch.size 65536, max.in.flight 5, round-robin); kill -9 at {args.kill_at:,}.",
     ]
     for r in results:
         lines.append(f"{r.name}: {r.describe}; {SIZE} brokers ready in {r.startup_s:.1f} s; "
