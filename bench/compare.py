@@ -505,10 +505,10 @@ def run_kafka(plan: Plan, workdir: Path) -> Target:
     target = Target("kafka")
     ref = KafkaReference(workdir / "kafka", heap=KAFKA_HEAP, overrides=KAFKA_BENCH_OVERRIDES)
     t0 = time.monotonic()
-    ref.start()
-    target.startup_s = time.monotonic() - t0
-    assert ref.proc is not None
-    try:
+    try:  # a start that fails or is interrupted still stops the JVM
+        ref.start()
+        target.startup_s = time.monotonic() - t0
+        assert ref.proc is not None
         measure(target, ref.bootstrap, ref.proc.pid, plan, None, root=ref.workdir)
         target.peak_rss_kib = proc_status_kib(ref.proc.pid, "VmHWM")
         target.end_rss_kib = proc_status_kib(ref.proc.pid, "VmRSS")
@@ -523,10 +523,10 @@ def run_kcompat(name: str, args: tuple[str, ...], plan: Plan, workdir: Path, kaf
     target = Target(name)
     broker = Broker(workdir / name, extra_args=args)
     t0 = time.monotonic()
-    broker.start()
-    target.startup_s = time.monotonic() - t0
-    assert broker.pid is not None
     try:
+        broker.start()
+        target.startup_s = time.monotonic() - t0
+        assert broker.pid is not None
         measure(target, broker.bootstrap, broker.pid, plan, kafka, only_produce,
                 root=broker.workdir)
         target.peak_rss_kib = proc_status_kib(broker.pid, "VmHWM")
@@ -649,9 +649,9 @@ def run_kafka_cluster(plan: Plan, workdir: Path) -> Target:
     ref = KafkaReferenceCluster(workdir / "kafka-cluster", size=CLUSTER_SIZE,
                                 heap=CLUSTER_KAFKA_HEAP, overrides=KAFKA_BENCH_OVERRIDES)
     t0 = time.monotonic()
-    ref.start()
-    target.startup_s = time.monotonic() - t0
     try:
+        ref.start()
+        target.startup_s = time.monotonic() - t0
         measure(target, ref.bootstrap, ref.pids, plan, None, replication=CLUSTER_SIZE,
                 tolerate=True, root=ref.workdir)
         target.peak_rss_kib = sum_status_kib(ref.pids, "VmHWM")
