@@ -835,6 +835,12 @@ def report(results: list[Result], args: argparse.Namespace, total_s: float,
                              f"retried ({', '.join(p.retried[:5])})")
         for e in r.errors:
             lines.append(f"{r.name}: NOT COMPLETED: {e}")
+    busy = [p.machine_busy_pct for r in results for p in r.points]
+    if busy and max(busy) >= 80:
+        lines.append(f"NOTE: the machine was {min(busy):.0f}-{max(busy):.0f} % busy (all processes, "
+                     "of all cores) during the idle windows: other work shared it. Idle CPU is "
+                     "each broker's own /proc time, but creation, produce and failover times "
+                     "are stretched by the wait for a core; compare them within this run only.")
     lines += ["", *targets(kafka, kc)]
     lines.append(f"load average (1/5/15 min) at start / end: {' / '.join(loads)}; "
                  f"whole run {total_s:.0f} s")
