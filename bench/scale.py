@@ -354,10 +354,10 @@ def fd_count(pid: int) -> int:
 
 # -- Kafka protocol via confluent-kafka --------------------------------------------------
 
-def admin(bootstrap: str) -> Any:
+def admin(bootstrap: str, socket_timeout_s: float = 30.0) -> Any:
     from confluent_kafka.admin import AdminClient
     return AdminClient({"bootstrap.servers": bootstrap, "log_level": 0,
-                        "socket.timeout.ms": 30000})
+                        "socket.timeout.ms": int(socket_timeout_s * 1000)})
 
 
 def partition_view(adm: Any, prefix: str, timeout: float = 30.0
@@ -411,7 +411,9 @@ def create_topics(bootstrap: str, topics: list[tuple[str, int]], timeout: float)
     pending = list(topics)
     attempt = 0
     while pending:
-        adm = admin(bootstrap)
+        # kcompat answers CreateTopics once the partitions have leaders, which may take
+        # longer than librdkafka's socket timeout: the request's own time limit rules
+        adm = admin(bootstrap, socket_timeout_s=max(60.0, min(300.0, timeout)))
         again: list[tuple[str, int]] = []
         i = 0
         while i < len(pending):
@@ -423,7 +425,7 @@ def create_topics(bootstrap: str, topics: list[tuple[str, int]], timeout: float)
             left = max(1.0, deadline - time.monotonic())
             futures = adm.create_topics([NewTopic(n, p, RF) for n, p in chunk],
                                         operation_timeout=min(60, left),
-                                        request_timeout=min(120, left))
+                                        request_timeout=min(300, left))
             for (name, parts_), fut in zip(chunk, (futures[n] for n, _ in chunk), strict=True):
                 try:
                     fut.result(timeout=left + 5)
@@ -432,7 +434,8 @@ def create_topics(bootstrap: str, topics: list[tuple[str, int]], timeout: float)
                     if attempt and err.code() == KafkaError.TOPIC_ALREADY_EXISTS:
                         continue
                     if err.retriable() or err.code() in (KafkaError.NOT_CONTROLLER,
-                                                         KafkaError.REQUEST_TIMED_OUT):
+                                                         KafkaError.REQUEST_TIMED_OUT,
+                                                         KafkaError._TIMED_OUT):
                         retried.append(f"{name}: {err.name()}")
                         again.append((name, parts_))
                         continue
