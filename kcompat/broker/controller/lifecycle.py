@@ -189,9 +189,13 @@ class BrokerLifecycle:
 
     def advertised_controller(self, listed: Iterable[int]) -> int:
         """A random registered, unfenced broker (Kafka's
-        ``getRandomAliveBrokerId``); before any registered, one of the
+        ``getRandomAliveBrokerId``), leaving out the peers this broker has not
+        heard from for an election timeout (a killed broker stays unfenced
+        until its session expires; Kafka would name it meanwhile and the
+        client's request would time out); before any registered, one of the
         ``listed`` brokers; -1 with none."""
-        pool = self.live_broker_ids() or sorted(listed)
+        live = self.live_broker_ids()
+        pool = [n for n in live if n not in self.rt.down] or live or sorted(listed)
         return random.choice(pool) if pool else NO_NODE
 
     def broker_endpoints(self, leaders: Iterable[int] = ()

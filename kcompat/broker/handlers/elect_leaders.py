@@ -15,7 +15,12 @@ UNKNOWN_TOPIC_OR_PARTITION with Kafka's messages; an unknown election type
 INVALID_REQUEST for every partition and at the top level. Null partitions
 means every partition of every topic, and then partitions whose election was
 not needed are left out of the answer (each topic is still listed), as Kafka
-4.4 does. The partitions asked are elected concurrently.
+4.4 does. The partitions asked are elected concurrently. Any broker answers
+(clients send ElectLeaders to Metadata's ``controller_id``, a random live
+broker): like Metadata it first waits until it is serving (caught up, its
+leaders learnt), and a partition it sees leaderless gets up to
+``LEADER_WAIT_S`` (within the timeout) for its leader to be known before
+the answer is decided.
 """
 
 from __future__ import annotations
@@ -32,6 +37,8 @@ from kcompat.broker.handlers._common import NO_THROTTLE, OK
 PREFERRED, UNCLEAN = 0, 1
 NO_LEADER = -1
 TIMEOUT_S_MAX = 30.0
+#: how long a partition seen leaderless here may take to show its leader
+LEADER_WAIT_S = 2.0
 NOT_NEEDED = "Leader election not needed for topic partition."
 UNCLEAN_REFUSED = ("No in-sync replica can lead now: a kcompat partition is a Raft group, "
                    "which never elects a replica whose log is behind (its in-sync replicas "
@@ -50,6 +57,10 @@ async def _elect(ctx: RequestContext, topic: str, index: int, kind: int,
     if kind not in (PREFERRED, UNCLEAN):
         return ErrorCode.invalid_request, f"Unknown election type {kind}"
     leader, _epoch, replicas, isr = ctx.cluster.partition_view(topic, index)
+    wait_until = trio.current_time() + min(LEADER_WAIT_S, timeout_s)
+    while leader == NO_LEADER and trio.current_time() < wait_until:
+        await trio.sleep(ctx.cluster.tick_s)  # an election running, or not heard of yet
+        leader, _epoch, replicas, isr = ctx.cluster.partition_view(topic, index)
     if kind == UNCLEAN:
         if leader != NO_LEADER:
             return ErrorCode.election_not_needed, NOT_NEEDED
@@ -80,6 +91,7 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
     timeout_s = min(TIMEOUT_S_MAX, max(0.1, (timeout.total_seconds()
                                              if isinstance(timeout, timedelta)
                                              else int(timeout) / 1000)))
+    await ctx.controller.lifecycle.wait_serving(timeout_s=min(5.0, timeout_s))
     asked, everything = _asked(ctx, request)
     results: dict[tuple[int, int], Result] = {}
 
