@@ -42,8 +42,9 @@ proposal to it commits and reaches every live member within ``commit_ets``
 (plus the round trips a member catching up entry by entry needs); (c) every
 member is quiesced again within ``quiet_ets``, consistently (one leader,
 every follower at its log end and high watermark), and then stays so: over
-``idle_ets`` no core ticks and no Raft message is sent (idle cost zero).
-Safety: the ``InvariantChecker`` after every Ready, as in ``simulator``.
+``idle_ets`` no core ticks and no Raft message is sent (idle cost zero);
+with a follower crashed or cut off after a write, the others quiesce too
+(the leader leaves a follower its liveness holds down out). Safety: the ``InvariantChecker`` after every Ready, as in ``simulator``.
 
 A failure raises ``SimFailure`` naming the seed and the replay command::
 
@@ -378,13 +379,15 @@ class QuietSimulation(Simulation):
         node = self.nodes[node_id]
         return node.raft.high_watermark >= e.end and node.storage.entry_at(e.index) == e
 
-    def _all_quiet(self) -> bool:
-        """(c): every member quiesced, one leader, every follower caught up."""
-        leader = self._leader(list(self.nodes))
+    def _all_quiet(self, members: list[int] | None = None) -> bool:
+        """(c): every member (of ``members``) quiesced, one leader, every
+        follower caught up."""
+        members = sorted(self.nodes) if members is None else members
+        leader = self._leader(members)
         if leader is None:
             return False
         lead = self.nodes[leader].raft
-        for node in self.nodes.values():
+        for node in (self.nodes[i] for i in members):
             r = node.raft
             if not (
                 node.alive
@@ -498,7 +501,8 @@ class QuietSimulation(Simulation):
         self._run_for(self._hold_ms(0, 1))
         if self.rng.random() < 0.5:
             self._propose()  # the leader quiesces without it once it is down
-        self._run_for(self._hold_ms(0, 4))
+            self._quiet_without(follower, "a follower crashed")
+        self._run_for(self._hold_ms(0, 2))
         self._restart(follower)
 
     def _partition_leader(self, leader: int) -> None:
@@ -520,7 +524,18 @@ class QuietSimulation(Simulation):
         self._run_for(self._hold_ms(0.5, 3))
         if self.rng.random() < 0.5:
             self._propose()
-            self._run_for(self._hold_ms(0, 1))
+            self._quiet_without(follower, "a follower partitioned")
+
+    def _quiet_without(self, node_id: int, why: str) -> None:
+        """(c) with one follower gone: the rest, a quorum, quiesces anyway
+        (once their liveness holds it down) and stays caught up."""
+        rest = self._others(node_id)
+        self._await(
+            lambda: self._all_quiet(rest),
+            self.quiet.quiet_ets * self.et_ms,
+            f"{rest} quiesced without {node_id} ({why})",
+        )
+        self._log(f"-- quiet without {node_id}")
 
     def _mute(self, leader: int) -> None:
         """One node's frames are lost, while it still hears everyone."""
