@@ -22,6 +22,10 @@ proposal is committed on every node within ``recovery_ms`` (liveness).
 A failure raises ``SimFailure`` naming the seed and the replay command::
 
     python -m kcompat.testing.simulator --seed N [--verbose]
+
+``quiet_simulator`` runs quiescent groups in this loop: it overrides the
+hooks ``_new_node``, ``_deliver``, ``_tick``, ``_send``, ``_restart`` and
+``_action_gap_ms`` (the runtime's frames, liveness and ticking set).
 """
 
 from __future__ import annotations
