@@ -5,8 +5,10 @@ A share consumer fetches from each partition leader in its share session
 are acquired for the member, up to ``max_records`` over all the session's
 partitions, and answered as whole log batches plus the acquired offset ranges
 with their delivery counts; the client keeps only acquired records. Nothing
-acquirable: the request waits up to ``max_wait`` for new data, a released
-record or an expired lock. Epoch -1 closes the session (acknowledgements
+acquirable: the request waits up to ``max_wait`` for news of one of the
+session's partitions (new data, a moved high watermark; appends to other
+partitions do not wake it: ``Partition.waiters``), a released record or an
+expired lock. Epoch -1 closes the session (acknowledgements
 only). Acknowledgements in an opening request (epoch 0) are INVALID_REQUEST,
 as in Kafka. Every change is written to ``__share_group_state`` before the
 answer (``shares``).
