@@ -84,6 +84,9 @@ class FileRange:
             os.close(self.fd)
             self.fd = -1
 
+    def __del__(self) -> None:  # a range dropped unsent (a bug) must not keep its file open
+        self.close()
+
 
 def take(where: FileSlice, sendfile: bool) -> bytes | FileRange:
     """What a response carries for ``where``: a range to send, or the bytes."""

@@ -169,3 +169,11 @@ def test_a_fast_tcp_reader_never_waits_for_held_back_data(segment: Path) -> None
         return elapsed
 
     assert trio.run(main) < 2.0
+
+
+def test_a_dropped_range_closes_its_descriptor(segment: Path) -> None:
+    fds = _open_fds()
+    ranges = _ranges(segment)
+    assert _open_fds() == fds + 2
+    del ranges
+    assert _open_fds() == fds
