@@ -397,12 +397,13 @@ def wait_until(side: Side, adm: Any, prefix: str, expected: dict[str, int], time
         time.sleep(0.2)
 
 
-def create_topics(bootstrap: str, topics: list[tuple[str, int]], timeout: float) -> list[str]:
+def create_topics(side: Side, topics: list[tuple[str, int]], timeout: float) -> list[str]:
     """CreateTopics in requests of up to ``CREATE_CHUNK`` partitions. A topic answered
     with a retriable error (NOT_CONTROLLER, REQUEST_TIMED_OUT, ...) is sent again,
     with a fresh client (fresh metadata), as Kafka's Java AdminClient retries it;
     TOPIC_ALREADY_EXISTS on a retry is success (the first attempt committed). The
-    retried errors, one entry per topic and attempt."""
+    retried errors, one entry per topic and attempt. A broker that exited on its own
+    ends the step (with its log's tail) rather than a retry."""
     from confluent_kafka import KafkaError, KafkaException
     from confluent_kafka.admin import NewTopic
 
@@ -413,7 +414,7 @@ def create_topics(bootstrap: str, topics: list[tuple[str, int]], timeout: float)
     while pending:
         # kcompat answers CreateTopics once the partitions have leaders, which may take
         # longer than librdkafka's socket timeout: the request's own time limit rules
-        adm = admin(bootstrap, socket_timeout_s=max(60.0, min(300.0, timeout)))
+        adm = admin(side.live_bootstrap(), socket_timeout_s=max(60.0, min(300.0, timeout)))
         again: list[tuple[str, int]] = []
         i = 0
         while i < len(pending):
@@ -430,17 +431,20 @@ def create_topics(bootstrap: str, topics: list[tuple[str, int]], timeout: float)
                 try:
                     fut.result(timeout=left + 5)
                 except KafkaException as e:
+                    side.check()
                     err = e.args[0]
                     if attempt and err.code() == KafkaError.TOPIC_ALREADY_EXISTS:
                         continue
                     if err.retriable() or err.code() in (KafkaError.NOT_CONTROLLER,
                                                          KafkaError.REQUEST_TIMED_OUT,
-                                                         KafkaError._TIMED_OUT):
+                                                         KafkaError._TIMED_OUT,
+                                                         KafkaError._TRANSPORT):
                         retried.append(f"{name}: {err.name()}")
                         again.append((name, parts_))
                         continue
                     raise PhaseTimeout(f"CreateTopics {name}: {err}") from e
                 except Exception as e:  # noqa: BLE001 - report which topic and why
+                    side.check()
                     raise PhaseTimeout(f"CreateTopics {name}: {e}") from e
         if time.monotonic() > deadline:
             raise PhaseTimeout(f"CreateTopics not answered within {timeout:.0f} s "
@@ -638,7 +642,7 @@ def walk(side: Side, args: argparse.Namespace) -> Result:
         if step:
             t0 = time.monotonic()
             try:
-                retried = create_topics(side.live_bootstrap(), step, args.create_timeout_s)
+                retried = create_topics(side, step, args.create_timeout_s)
                 topics += step
                 left = max(1.0, args.create_timeout_s - (time.monotonic() - t0))
                 wait_until(side, admin(side.live_bootstrap()), prefix, dict(topics), left,
