@@ -160,9 +160,15 @@ class QuietSimulation(Simulation):
         self.dropped: dict[str, int] = {}  # targeted drops that hit, by kind
 
     def _new_node(self, config: RaftConfig, tick_ms: int, rng: Random) -> _Node:
+        # a partition group's config in the runtime (``ClusterRuntime.new_group``):
+        # pre-vote and check quorum on (with pre-vote off on some nodes, one
+        # whose log is behind and whose clock is fastest can keep a group
+        # leaderless for many election timeouts by raising terms: Raft's
+        # disruptive server, not a quiescence matter; ``simulator`` mixes them)
         config = dataclasses.replace(
             config, quiesce=True, election_timeout_ticks=self.election_ticks,
-            fetch_wait_ticks=self.fetch_wait_ticks,
+            fetch_wait_ticks=self.fetch_wait_ticks, pre_vote=True, check_quorum=True,
+            always_leader_change=False,
         )  # fmt: skip
         return _QuietNode(config, tick_ms, rng)
 
