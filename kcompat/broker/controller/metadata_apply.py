@@ -52,7 +52,8 @@ def _open_partition(rt: ClusterRuntime, meta: TopicMeta, index: int, gid: int,
                              state.store)
     part = Partition(meta.name, index, plog)
     state.partitions[(meta.name, index)] = part
-    rt.new_group(gid, replicas, PartitionLogStorage(plog, rt.node_id, fresh_term=-1), part)
+    storage = PartitionLogStorage(plog, rt.node_id, fresh_term=-1, journal=rt.journal, gid=gid)
+    rt.new_group(gid, replicas, storage, part)
 
 
 def _alias_view(rt: ClusterRuntime, view: TopicMeta) -> None:

@@ -76,6 +76,7 @@ import trio
 from kio.schema.errors import ErrorCode
 
 from kcompat.broker.configdef import ConfigError
+from kcompat.broker.flusher import Syncable
 from kcompat.broker.metadata import MetadataImage
 from kcompat.broker.partition import Partition
 from kcompat.broker.replication import codec, log_starts
@@ -85,6 +86,7 @@ from kcompat.broker.replication.group import (
     NotLeaderError,
     StateMachine,
 )
+from kcompat.broker.replication.hard_states import HardStateJournal
 from kcompat.broker.replication.storage import PartitionLogStorage, now_ms
 from kcompat.broker.replication.transport import Link, LinkFactory, PeerLink
 from kcompat.log.files import atomic_write, read_int_file
@@ -203,6 +205,8 @@ class ClusterRuntime:
         self.balance_ticks = (max(1, config["leader.imbalance.check.interval.seconds"] * 1000
                                   // tick_ms)
                               if config["auto.leader.rebalance.enable"] else 0)
+        self.journal = HardStateJournal(Path(state.data_dir), state.store,
+                                        live=lambda: set(self.groups))
         self._pid_path = Path(state.data_dir) / PRODUCER_ID_FILE
         self._pid_next = read_int_file(self._pid_path, state.store) or 0
         self._pid_limit = self._pid_next
@@ -648,18 +652,17 @@ class ClusterRuntime:
         if not batch and not announce:
             return False
         logs = [g.storage.plog for g, r in batch if r.must_sync and self._must_fsync(g)]
-        states: list[PartitionLogStorage] = []  # hard states to write durably, off the loop
-        for group, ready in batch:
+        # hard states: the journal's records of the round (partition groups;
+        # made durable by one fsync) and the metadata log's own file
+        durable: list[Syncable] = [g.storage for g, r in batch
+                                   if r.hard_state is not None and g.storage.journal is None]
+        for group, _ready in batch:
             group.sync_wanted = False
-            if ready.hard_state is None:
-                continue
-            if group.gid == METADATA_GROUP or not (group.lone or self._flush_never):
-                states.append(group.storage)
-            else:  # a lone replica's log carries its epochs; ``never`` trusts replication
-                group.storage.write_hard_state(durable=False)
-        if logs or states:
-            # an fsync failure stops the broker
-            await self.state.flusher.sync_now(*states, *logs)
+        if self.journal.pending:
+            durable.append(self.journal)
+        if logs or durable:
+            # off the event loop; an fsync failure stops the broker
+            await self.state.flusher.sync_now(*durable, *logs)
         self._send([m for _g, r in batch for m in r.messages], announce)
         for group, ready in batch:
             if group.removed:
@@ -747,6 +750,9 @@ class ClusterRuntime:
         config = RaftConfig(self.node_id, frozenset(replicas), gid, self.election_ticks,
                             FETCH_WAIT_TICKS, always_leader_change=gid == METADATA_GROUP,
                             quiesce=gid != METADATA_GROUP)
+        # a lone replica's log carries its epochs; ``never`` trusts replication
+        storage.durable_hard_state = gid == METADATA_GROUP or not (
+            len(replicas) == 1 or self._flush_never)
         group = Group(gid, Raft(config, storage, self.rng, down=self.down), storage, replicas,
                       part)
         if part is not None:

@@ -45,6 +45,7 @@ from bisect import bisect_right
 from collections.abc import Sequence
 from pathlib import Path
 
+from kcompat.broker.replication.hard_states import HardStateJournal
 from kcompat.log.files import atomic_write
 from kcompat.log.partition_log import PartitionLog
 from kcompat.log.store import Durable
@@ -69,11 +70,17 @@ def now_ms() -> int:
 
 
 class PartitionLogStorage:
-    def __init__(self, plog: PartitionLog, node_id: int, fresh_term: int = 0) -> None:
+    def __init__(self, plog: PartitionLog, node_id: int, fresh_term: int = 0,
+                 journal: HardStateJournal | None = None, gid: int = 0) -> None:
         self.plog = plog
         self.node_id = node_id
         self._path = Path(plog.directory) / QUORUM_STATE_FILE
         self._store = plog.store
+        # partition groups keep term and vote in the broker's journal (one
+        # fsync per round for all groups); the metadata log in its own file
+        self.journal = journal
+        self.gid = gid
+        self.durable_hard_state = True  # False: a lone replica, flush.mode=never
         self._hard_state = self._load_hard_state(fresh_term)
         self._hard_state_unwritten = False
         self._start_id: SnapshotId | None = None
@@ -82,6 +89,8 @@ class PartitionLogStorage:
         """The stored term and vote; for a brand-new empty log ``fresh_term``
         (-1 for partitions: their first leader is elected in term 0, Kafka's
         first leader epoch)."""
+        if self.journal is not None and (journaled := self.journal.get(self.gid)) is not None:
+            return journaled
         try:
             doc = json.loads(self._store.read(self._path))
             return HardState(int(doc["term"]), int(doc["vote"]))
@@ -179,10 +188,13 @@ class PartitionLogStorage:
             self.plog.truncate_to(end)
 
     def set_hard_state(self, hard_state: HardState) -> None:
-        """Taken now, written by ``write_hard_state`` (the driver does it in
-        its sync pass, off the event loop, before it sends anything)."""
+        """Taken now; written by the journal's or by ``write_hard_state`` in
+        the driver's sync pass, before it sends anything."""
         self._hard_state = hard_state
-        self._hard_state_unwritten = True
+        if self.journal is not None:
+            self.journal.put(self.gid, hard_state, self.durable_hard_state)
+        else:
+            self._hard_state_unwritten = True
 
     def write_hard_state(self, durable: bool = True) -> None:
         """Write the term and vote taken last, if not written yet."""
