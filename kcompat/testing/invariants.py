@@ -23,11 +23,15 @@ keeps a little history; a violation raises ``InvariantViolation``. Precisely:
   watermark never goes down until it crashes (``on_crash`` forgets it).
 * **Snapshots are committed**: a snapshot a node installs ends on a committed
   entry boundary with that entry's term, if that offset is known committed.
+* **Quiet means settled** (``check_quiesced``, for quiescent groups): a
+  quiesced leader's whole log is committed and durable; a quiesced follower
+  knows its leader and its high watermark is its log end (it stopped only on
+  the leader's word that it has everything).
 """
 
 from __future__ import annotations
 
-from kcompat.raft import Entry, Raft, Ready, Role
+from kcompat.raft import NO_NODE, Entry, Raft, Ready, Role
 from kcompat.testing.memory_storage import MemoryStorage
 
 
@@ -56,6 +60,19 @@ class InvariantChecker:
         self._check_hw(node_id, storage, ready.high_watermark)
         if raft.role is Role.LEADER:
             self._check_leader(node_id, raft)
+
+    def check_quiesced(self, node_id: int, raft: Raft) -> None:
+        """Quiet means settled (see above); call after each processed Ready."""
+        if not raft.quiesced:
+            return
+        log = raft.log
+        if raft.role is Role.LEADER:
+            if not raft.high_watermark == log.end == log.stable_end:
+                what = f"hw {raft.high_watermark}, log end {log.end}, durable {log.stable_end}"
+                self._fail(node_id, f"quiesced leader with {what}")
+        elif raft.leader == NO_NODE or raft.high_watermark != log.end:
+            what = f"leader {raft.leader}, hw {raft.high_watermark}, log end {log.end}"
+            self._fail(node_id, f"quiesced {raft.role.value} with {what}")
 
     def _fail(self, node_id: int, what: str) -> None:
         raise InvariantViolation(f"node {node_id}: {what}")

@@ -44,7 +44,9 @@ member is quiesced again within ``quiet_ets``, consistently (one leader,
 every follower at its log end and high watermark), and then stays so: over
 ``idle_ets`` no core ticks and no Raft message is sent (idle cost zero);
 with a follower crashed or cut off after a write, the others quiesce too
-(the leader leaves a follower its liveness holds down out). Safety: the ``InvariantChecker`` after every Ready, as in ``simulator``.
+(the leader leaves a follower its liveness holds down out). Safety: the
+``InvariantChecker`` after every Ready, as in ``simulator``, and its
+``check_quiesced`` (a quiesced member is settled) after each step.
 
 A failure raises ``SimFailure`` naming the seed and the replay command::
 
@@ -268,6 +270,8 @@ class QuietSimulation(Simulation):
             self._crash(node_id, mid_write=True)
             return
         super()._process_ready(node_id, chaos)
+        if node.alive:
+            self.checker.check_quiesced(node_id, node.raft)
         if node.alive and node.raft.quiesced != node.quiet_seen:
             node.quiet_seen = node.raft.quiesced
             self._log(
