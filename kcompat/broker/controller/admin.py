@@ -125,18 +125,23 @@ async def create_topic(ctl: Controller, name: str, partitions: int, replication:
         if found is None or str(found.topic_id) != topic_id:
             raise
         return found
-    found = await _wait_topic(ctl, name, deadline)
+    found = await _wait_topic(ctl, name, deadline, topic_id)
     if found is None or str(found.topic_id) != topic_id:
         raise TopicError(ErrorCode.request_timed_out, f"Topic '{name}' was created, but this "
                          "broker did not learn of it within the request's timeout.")
     return found
 
 
-async def _wait_topic(ctl: Controller, name: str, deadline: float) -> TopicMeta | None:
-    """The topic ``name`` once this broker's image has it (None at the deadline)."""
-    while (found := ctl.state.topics.get(name)) is None and trio.current_time() < deadline:
+async def _wait_topic(ctl: Controller, name: str, deadline: float,
+                      topic_id: str | None = None) -> TopicMeta | None:
+    """The topic ``name`` (with ``topic_id`` if given: not a deleted namesake)
+    once this broker's image has it; what the image has at the deadline."""
+    while trio.current_time() < deadline:
+        found = ctl.state.topics.get(name)
+        if found is not None and (topic_id is None or str(found.topic_id) == topic_id):
+            return found
         await trio.sleep(min(ctl.rt.tick_s, max(0.0, deadline - trio.current_time())))
-    return found
+    return ctl.state.topics.get(name)
 
 
 async def delete_topic(ctl: Controller, name: str, timeout_s: float = FORWARD_TIMEOUT_S) -> None:
@@ -156,9 +161,9 @@ async def delete_topic(ctl: Controller, name: str, timeout_s: float = FORWARD_TI
 
 
 async def execute(ctl: Controller, intent: dict[str, Any]) -> None:
-    """On the controller: validate a change (CreatePartitions, AlterConfigs,
-    IncrementalAlterConfigs of a topic or group, AlterClientQuotas, auto-creation), here or
-    forwarded from another broker, against this image, plan it and commit its record; every broker
+    """On the controller: validate a change (CreateTopics, DeleteTopics,
+    CreatePartitions, AlterConfigs, IncrementalAlterConfigs of a topic or group,
+    AlterClientQuotas, auto-creation), here or forwarded from another broker, against this image, plan it and commit its record; every broker
     applies it (``metadata_apply``)."""
     cluster = ctl.rt
     _controller(ctl)
