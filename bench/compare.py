@@ -5,11 +5,11 @@ line ``ratios: produce=X consume=Y p99=Z rss=W cpu_per_gib_produce=A
 cpu_per_gib_consume=B`` (kcompat divided by Kafka; for the cpu-per-GiB ratios
 lower is better, as for p99 and rss).
 
-    .venv/bin/python bench/compare.py            # full steady-state run (~55 min on 2 cores)
-    .venv/bin/python bench/compare.py --quick    # < 5 min: short runs, acks=1 and all
-    .venv/bin/python bench/compare.py --cluster-only   # only the 3-broker RF 3 part (~25 min)
+    .venv/bin/python bench/compare.py            # full steady-state run (~60-70 min on 2 cores)
+    .venv/bin/python bench/compare.py --quick    # ~5 min: short runs, acks=1 and all
+    .venv/bin/python bench/compare.py --cluster-only   # only the 3-broker RF 3 part (~25-30 min)
     .venv/bin/python bench/compare.py --only produce-acks1-1p,consume-1p,latency-acks1
-                                                 # the headline workloads only (~10 min)
+                                                 # the headline workloads only (~13 min)
 
 How it works. Apache Kafka 4.4 (``compat_tests.java.kafka_reference.KafkaReference``,
 single-node KRaft, jars from Maven Central) is started first, measured, and
@@ -80,11 +80,15 @@ partition count (it reads what that run wrote), a latency run the 1-partition
 produce run of its acks (it is throttled to half of Kafka's maximum there).
 
 Duration of the full run on this 2-core machine: per single-node side a
-warm-up (~30 s), 4 produce runs of >= 60 s (acks=all ones longer when they are
-slower), 2 consume runs of >= 60 s, 2 latency runs of 30 s and 2 end-to-end runs;
-~10-12 min per side, ~25 min for both; the fsync extra ~5 min, the profile
-~1 min, the cluster part ~25 min: ~55 min in all (``--duration 30`` halves the
-measured runs).
+warm-up (30-50 s), 4 produce runs of >= 60 s (80-120 s in practice: the 1.15
+margin, slower acks=all runs, now and then a run repeated because it was too
+short), 2 consume runs of >= 60 s (70-100 s with the joins and the last pass),
+2 latency runs of 30 s and 2 end-to-end runs: ~12-15 min per side, ~25-30 min
+for both; the fsync extra ~5 min, the profile ~1 min, the cluster part
+~25-30 min: ~60-70 min in all (``--duration 30`` takes ~25 min off). Measured:
+``--only produce-acks1-1p,consume-1p,latency-acks1,produce-acksall-1p`` took
+13 min, ``--cluster-only --only produce-acks1-1p,consume-1p`` CLUSTER_MIN min,
+at a load average of 10-22 on the 2 cores.
 
 ``--profile`` (on by default for the full run) starts one more kcompat broker
 and records it with py-spy during a produce run and a consume run, then prints
@@ -221,10 +225,14 @@ def consumer_perf(bootstrap: str, topic: str, n: int) -> dict[str, float]:
                    "--num-records", str(n), "--timeout", "30000",
                    "--group", unique_topic(f"perf-{topic}"))
     lines = [ln for ln in out.splitlines() if ln.strip()]
-    head = next(i for i, ln in enumerate(lines) if ln.startswith("start.time"))
-    names = [h.strip() for h in lines[head].split(",")]
-    values = [v.strip() for v in lines[head + 1].split(",")]
-    row = dict(zip(names, values, strict=False))
+    try:
+        head = next(i for i, ln in enumerate(lines) if ln.startswith("start.time"))
+        names = [h.strip() for h in lines[head].split(",")]
+        values = [v.strip() for v in lines[head + 1].split(",")]
+        row = dict(zip(names, values, strict=False))
+        row["data.consumed.in.nMsg"]  # noqa: B018 - the summary row is there
+    except (StopIteration, IndexError, KeyError):
+        raise ToolError(f"no ConsumerPerformance summary in:\n{out[-3000:]}") from None
     if int(row["data.consumed.in.nMsg"]) != n:
         raise ToolError(f"ConsumerPerformance consumed {row['data.consumed.in.nMsg']} of {n}")
     return {"fetch_mib_s": float(row["fetch.MB.sec"]), "fetch_rec_s": float(row["fetch.nMsg.sec"]),
