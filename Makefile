@@ -121,7 +121,8 @@ cluster: $(STAMP)
 
 # Long real-process chaos run against a 3-broker cluster (CHAOS_SECONDS, default 600).
 chaos: $(STAMP)
-	CHAOS_SECONDS=$${CHAOS_SECONDS:-600} $(PY) -m pytest -q -s -p no:cacheprovider tests/chaos
+	CHAOS_SECONDS=$${CHAOS_SECONDS:-600} IDLE_PARTITIONS=$${IDLE_PARTITIONS:-2000} \
+	  $(PY) -m pytest -q -s -p no:cacheprovider tests/chaos
 
 clean:
 	rm -rf $(VENV) data

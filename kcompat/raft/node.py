@@ -57,13 +57,13 @@ it at once, as a parked fetch always is. Anything else wakes a quiesced
 member: any other message, a proposal, a campaign or transfer. Liveness
 comes from outside (one heartbeat per broker pair, see the runtime): the
 runtime keeps ``down``, the peers it has not heard from for an election
-timeout, and calls ``suspect(node)`` when a peer goes down — a quiesced
-follower of it wakes with its lease expired, so it elects within half an
-election timeout — and ``revive(node)`` when one is heard again (or
-restarted) — a quiesced leader wakes unless that follower's fetch is still
-parked at the log end, so a follower that missed entries catches up. A
-leader quiesces with down followers left out, as long as a quorum is live
-and caught up.
+timeout, and calls ``suspect(node)`` when a peer goes down — a follower of
+it (quiesced or not) drops its lease and campaigns in an order all members
+derive alike (``_succession_rank``), the first a couple of ticks later — and
+``revive(node)`` when one is heard again (or restarted) — a quiesced leader
+wakes unless that follower's fetch is still parked at the log end, so a
+follower that missed entries catches up. A leader quiesces with down
+followers left out, as long as a quorum is live and caught up.
 """
 
 from __future__ import annotations
@@ -94,6 +94,10 @@ from kcompat.raft.types import (
     VoteRequest,
     VoteResponse,
 )
+
+# ticks a member waits after it suspects its leader before it campaigns: the
+# other members notice the silence up to a heartbeat (a tick or two) later
+SUSPECT_SKEW_TICKS = 2
 
 
 class RandomSource(Protocol):
@@ -658,17 +662,28 @@ class Raft:
         if self.role is not Role.LEADER and self.leader == node:
             # Our leader is gone (a quiesced follower's timers are stopped; an
             # awake one may hold a lease from a frozen count): no lease, and
-            # an election within half an election timeout (randomized, so the
-            # followers do not collide).
+            # an election in an order every member derives alike — so they do
+            # not split the vote — after ``SUSPECT_SKEW_TICKS`` (the others
+            # notice the silence up to a heartbeat later and must be out of
+            # their lease to grant), then half an election timeout per rank.
             self.quiesced = False
             et = self.config.election_timeout_ticks
             if self._election_elapsed < et:
                 self._election_elapsed = et
-                self._timeout = et + self.rng.randint(0, max(0, et // 2 - 1))
+                self._timeout = et + SUSPECT_SKEW_TICKS + self._succession_rank(node) * (et // 2)
         elif self.quiesced and self.role is Role.LEADER:
             live = sum(1 for v in self.config.voters if v == self.id or v not in self._down)
             if live < self._quorum:
                 self._wake()  # check quorum will depose us unless fetches come
+
+    def _succession_rank(self, gone: int) -> int:
+        """0 for the live member that should campaign first when ``gone``
+        leads no more, 1 for the next...: a rotation by group id, so the
+        new leaders of many groups spread over the members."""
+        live = sorted(v for v in self.config.voters if v != gone and v not in self._down)
+        if self.id not in live:
+            return 0
+        return (live.index(self.id) - self.group % len(live)) % len(live)
 
     def revive(self, node: int) -> None:
         """``node`` is heard from again, or restarted. A quiesced leader wakes if

@@ -158,7 +158,9 @@ class ClusterRuntime:
                                   config["kcompat.raft.election.timeout.ms"] // tick_ms)
         self.rng = rng or random.Random()  # election timeouts (seeded by the simulator)
         self.announce_ticks = ANNOUNCE_TICKS
-        self.heartbeat_ticks = max(1, self.election_ticks // 5)
+        # every tick: members notice a silent peer at most a tick apart
+        # (``SUSPECT_SKEW_TICKS``); a frame of a few dozen bytes per pair
+        self.heartbeat_ticks = 1
         self.lag_ticks = max(self.election_ticks, config["replica.lag.time.max.ms"] // tick_ms)
         self.groups: dict[int, Group] = {}
         self.assignments: dict[tuple[str, int], tuple[int, tuple[int, ...]]] = {}
