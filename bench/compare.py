@@ -87,7 +87,7 @@ short), 2 consume runs of >= 60 s (70-100 s with the joins and the last pass),
 for both; the fsync extra ~5 min, the profile ~1 min, the cluster part
 ~25-30 min: ~60-70 min in all (``--duration 30`` takes ~25 min off). Measured:
 ``--only produce-acks1-1p,consume-1p,latency-acks1,produce-acksall-1p`` took
-13 min, ``--cluster-only --only produce-acks1-1p,consume-1p`` CLUSTER_MIN min,
+13 min, ``--cluster-only --only produce-acks1-1p,consume-1p`` 9 min,
 at a load average of 10-22 on the 2 cores.
 
 ``--profile`` (on by default for the full run) starts one more kcompat broker
