@@ -12,7 +12,8 @@ Per side (Apache Kafka first, then kcompat; one cluster per side walks through t
 counts, so partitions accumulate):
 
 * the cluster: Kafka as ``KafkaReferenceCluster`` (3 combined broker+controller
-  KRaft nodes, -Xmx512m each, min.insync.replicas 2, every other setting Kafka's
+  KRaft nodes, -Xmx1g each as kafka-server-start.sh, ``--kafka-heap``;
+  min.insync.replicas 2, every other setting Kafka's
   default, so ``log.flush.interval.messages`` leaves flushing to the OS); kcompat as
   ``compat_tests._cluster.Cluster`` (3 brokers, Raft cluster mode) with
   ``kcompat.flush.mode=never`` and ``group.initial.rebalance.delay.ms=0``, as in
@@ -43,7 +44,7 @@ counts, so partitions accumulate):
   producer, no compression) writes ``--records`` records of 1 KiB round-robin over the first
   1,000 partitions of the walk (several topics: one ``produce()`` per record with
   an explicit topic and partition), after a warm-up of a fifth as many (at least
-  5,000; not counted). Time from the first ``produce()`` to the end of ``flush()``; MiB/s,
+  20,000, as the JVM's JIT is slow to warm on 2 busy cores; not counted). Time from the first ``produce()`` to the end of ``flush()``; MiB/s,
   records/s, the brokers' CPU and this client process's CPU over that time.
 * failover, at the first count of at least ``--kill-at`` (5,000; --quick 1,000):
   the broker that is not the controller (Metadata's controller id) and leads the
@@ -89,7 +90,9 @@ from compat_tests.java.kafka_reference import KafkaReferenceCluster  # noqa: E40
 SIZE = 3
 RF = 3
 RECORD_BYTES = 1024
-KAFKA_HEAP = "512m"  # per JVM, as compare.py's cluster part: 3 of them share the machine
+# kafka-server-start.sh's default -Xmx1G per JVM: with compare.py's 512m a node ran out
+# of heap (OutOfMemoryError) while the cluster created 5,000 partitions at RF 3
+KAFKA_HEAP = "1g"
 KCOMPAT_ARGS = ("--set", "kcompat.flush.mode=never", "--set", "group.initial.rebalance.delay.ms=0")
 CREATE_CHUNK = 1000  # partitions per CreateTopics request
 # max.in.flight 5 as Kafka's Java producer (librdkafka's default, 1,000,000, sends a
@@ -554,7 +557,7 @@ def produce(side: Side, topics: list[tuple[str, int]], n: int, at_count: int,
             raise PhaseTimeout(f"produce: {left} records not acknowledged in 300 s")
         return time.perf_counter() - t0
 
-    run(max(5000, n // 5))  # warm-up: connections, every partition's leader, the JIT
+    run(max(20_000, n // 5))  # warm-up: connections, every partition's leader, the JIT
     warm_errors = len(errors)
     errors.clear()
     pids = side.pids()
