@@ -44,7 +44,8 @@ member is quiesced again within ``quiet_ets``, consistently (one leader,
 every follower at its log end and high watermark), and then stays so: over
 ``idle_ets`` no core ticks and no Raft message is sent (idle cost zero);
 with a follower crashed or cut off after a write, the others quiesce too
-(the leader leaves a follower its liveness holds down out). Safety: the
+(the leader leaves a follower its liveness holds down out), and once it is
+back it is caught up within an ET (``revive`` wakes the leader). Safety: the
 ``InvariantChecker`` after every Ready, as in ``simulator``, and its
 ``check_quiesced`` (a quiesced member is settled) after each step.
 
@@ -509,11 +510,33 @@ class QuietSimulation(Simulation):
         follower = self.rng.choice(self._others(leader))
         self._crash(follower, mid_write=False)
         self._run_for(self._hold_ms(0, 1))
-        if self.rng.random() < 0.5:
+        missed = self.rng.random() < 0.5
+        if missed:
             self._propose()  # the leader quiesces without it once it is down
             self._quiet_without(follower, "a follower crashed")
         self._run_for(self._hold_ms(0, 2))
         self._restart(follower)
+        if missed and self.election_ticks >= 8:
+            self._caught_up_by_revive(follower)
+
+    def _caught_up_by_revive(self, follower: int) -> None:
+        """A returning follower that missed entries is caught up sooner than
+        its own election timer would wake the group: its peers ``revive`` it
+        and the quiesced leader wakes (a heartbeat, the fetch wait and a few
+        round trips; measurable only when that is well below an ET)."""
+        leader = self._leader(self._others(follower))
+        assert leader is not None
+        lead = self.nodes[leader].raft
+        node = self.nodes[follower]
+        slowest_tick_ms = max(n.tick_ms for n in self.nodes.values())
+        lag = lead.log.end - node.raft.log.end
+        bound_ms = self.et_ms + lag * (2 * (self.stable.delay_ms_max + 1) + slowest_tick_ms)
+
+        def caught_up() -> bool:
+            r = node.raft
+            return r.log.end == lead.log.end and r.high_watermark == lead.high_watermark
+
+        self._await(caught_up, bound_ms, f"{follower} caught up after its restart (revive)")
 
     def _partition_leader(self, leader: int) -> None:
         others = self._others(leader)
