@@ -145,7 +145,9 @@ class QuietSimulation(Simulation):
         # the runtime's own: 1000 ms / 50 ms ticks = 20, FETCH_WAIT_TICKS = 3
         self.election_ticks = knobs.choice([5, 8, 10, 20])
         self.fetch_wait_ticks = knobs.choice([2, 3, 3])
-        self.heartbeat_ticks = max(1, self.election_ticks // 5)
+        # the runtime's pair heartbeat goes every tick; a slower one now and
+        # then spreads the peers' verdicts on a silence over more ticks
+        self.heartbeat_ticks = knobs.choice([1, 1, max(1, self.election_ticks // 5)])
         self.quiet = options or QuietOptions()
         super().__init__(seed, SimOptions(), verbose)
         self.chaos_faults = self.network.faults
