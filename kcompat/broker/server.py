@@ -16,6 +16,7 @@ recovery scan.
 from __future__ import annotations
 
 import logging
+import resource
 import signal
 from functools import partial
 
@@ -26,6 +27,7 @@ from kcompat.broker.broker import Broker
 from kcompat.broker.config import BrokerConfig
 from kcompat.broker.connection import serve_connection
 from kcompat.broker.log_cleaner import LogCleaner
+from kcompat.log.store import FD_CACHE
 
 log = logging.getLogger("kcompat.broker")
 
@@ -55,7 +57,23 @@ async def _wait_for_signal(broker: Broker, cancel: trio.CancelScope,
             return
 
 
+def _raise_fd_limit() -> None:
+    """Every partition keeps its segments' ``.log`` files open: take the hard
+    descriptor limit (as Kafka's start scripts advise), and give index files
+    a quarter of it (``store.FD_CACHE``)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+            soft = hard
+        except (OSError, ValueError) as e:
+            log.warning("could not raise the open-file limit to %s: %s", hard, e)
+    if soft != resource.RLIM_INFINITY:
+        FD_CACHE.limit = max(64, soft // 4)
+
+
 async def run_broker(config: BrokerConfig, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
+    _raise_fd_limit()
     broker = Broker(config)
     state = broker.state
     try:

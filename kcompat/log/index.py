@@ -27,10 +27,18 @@ from array import array
 from bisect import bisect_left, bisect_right
 from pathlib import Path
 
-from kcompat.log.store import OS_STORE, FileStore, StoredFile
+from kcompat.log.store import OS_STORE, CachedFile, FileStore, OsFileStore, StoredFile
 
 _OFFSET_ENTRY = struct.Struct(">ii")
 _TIME_ENTRY = struct.Struct(">qi")
+
+
+def open_index_file(path: Path, store: FileStore, truncate: bool = False) -> StoredFile:
+    """Index files on the real disk share ``FD_CACHE`` (at most so many
+    descriptors open); other stores (the simulator's) open them plainly."""
+    if isinstance(store, OsFileStore):
+        return CachedFile(path, store, truncate)
+    return store.open(path, truncate=truncate)
 
 
 class _IndexFile:
@@ -88,7 +96,7 @@ class OffsetIndex(_IndexFile):
     @classmethod
     def create(cls, path: Path, base_offset: int, store: FileStore = OS_STORE) -> OffsetIndex:
         """A new empty index, replacing any file at ``path``."""
-        return cls(path, base_offset, store.open(path, truncate=True))
+        return cls(path, base_offset, open_index_file(path, store, truncate=True))
 
     @classmethod
     def load(
@@ -102,7 +110,7 @@ class OffsetIndex(_IndexFile):
             return None
         if len(data) % cls.ENTRY_BYTES:
             return None
-        index = cls(path, base_offset, store.open(path), data)
+        index = cls(path, base_offset, open_index_file(path, store), data)
         if not index._sane(log_size, offset_limit):
             index.close()
             return None
@@ -167,7 +175,7 @@ class TimeIndex(_IndexFile):
 
     @classmethod
     def create(cls, path: Path, base_offset: int, store: FileStore = OS_STORE) -> TimeIndex:
-        return cls(path, base_offset, store.open(path, truncate=True))
+        return cls(path, base_offset, open_index_file(path, store, truncate=True))
 
     @classmethod
     def load(cls, path: Path, base_offset: int, offset_limit: int | None,
@@ -178,7 +186,7 @@ class TimeIndex(_IndexFile):
             return None
         if len(data) % cls.ENTRY_BYTES:
             return None
-        index = cls(path, base_offset, store.open(path), data)
+        index = cls(path, base_offset, open_index_file(path, store), data)
         if not index._sane(offset_limit):
             index.close()
             return None

@@ -23,7 +23,10 @@ the same rules and, when told to crash, keeps only what they promise.
 from __future__ import annotations
 
 import os
+import resource
 import shutil
+import threading
+from collections import OrderedDict
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Protocol
@@ -190,3 +193,104 @@ def _drop_prefix(views: list[memoryview], count: int) -> list[memoryview]:
         rest.append(v[count:])
         count = 0
     return rest
+
+
+class FdCache:
+    """Keeps at most ``limit`` of the files it manages open: the least recently
+    used one is closed, and reopened by path at its next use. Index files
+    need their descriptor only to append a few bytes now and then (their
+    entries live in memory), so thousands of partitions do not cost three
+    descriptors each (Kafka maps its indexes and keeps no descriptor either).
+    One lock covers every operation on a managed file and every eviction, so
+    a descriptor is never closed under a writer in another thread."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = max(2, limit)
+        self.lock = threading.Lock()
+        self._open: OrderedDict[int, CachedFile] = OrderedDict()
+
+    def use(self, f: CachedFile) -> None:
+        """``f`` is open and used now (call with the lock held)."""
+        self._open[id(f)] = f
+        self._open.move_to_end(id(f))
+        while len(self._open) > self.limit:
+            _key, oldest = self._open.popitem(last=False)
+            oldest.evict()
+
+    def forget(self, f: CachedFile) -> None:
+        self._open.pop(id(f), None)
+
+
+def _default_fd_limit() -> int:
+    """A quarter of the process's descriptor limit for index files (the
+    segments' ``.log`` files, sockets and the rest need the others)."""
+    soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    return 4096 if soft == resource.RLIM_INFINITY else max(64, soft // 4)
+
+
+FD_CACHE = FdCache(_default_fd_limit())
+
+
+class CachedFile:
+    """A ``StoredFile`` whose descriptor ``FD_CACHE`` may close between uses
+    (reopened by path; never renamed while open, which index files are not).
+    A sync after an eviction syncs through a new descriptor: on Linux fsync
+    makes the file's data durable whichever descriptor wrote it."""
+
+    __slots__ = ("path", "_store", "_cache", "_file", "_closed")
+
+    def __init__(self, path: Path, store: OsFileStore, truncate: bool = False,
+                 cache: FdCache | None = None) -> None:
+        self.path = path
+        self._store = store
+        self._cache = cache or FD_CACHE
+        self._closed = False
+        with self._cache.lock:
+            self._file: OsFile | None = store.open(path, truncate=truncate)
+            self._cache.use(self)
+
+    def _get(self) -> OsFile:
+        if self._closed:
+            raise ValueError(f"{self.path} is closed")
+        if self._file is None:
+            self._file = self._store.open(self.path)
+        self._cache.use(self)
+        return self._file
+
+    def evict(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+    def append(self, parts: Sequence[Buffer]) -> int:
+        with self._cache.lock:
+            return self._get().append(parts)
+
+    def pread(self, size: int, position: int) -> bytes:
+        with self._cache.lock:
+            return self._get().pread(size, position)
+
+    def size(self) -> int:
+        with self._cache.lock:
+            return self._get().size()
+
+    def truncate(self, size: int) -> None:
+        with self._cache.lock:
+            self._get().truncate(size)
+
+    def sync(self) -> None:
+        with self._cache.lock:
+            if self._file is not None:
+                self._file.sync()
+            elif not self._closed and os.path.exists(self.path):
+                self._get().sync()  # no-op once closed, as OsFile
+
+    def mtime_ms(self) -> int:
+        with self._cache.lock:
+            return self._get().mtime_ms()
+
+    def close(self) -> None:
+        with self._cache.lock:
+            self._closed = True
+            self._cache.forget(self)
+            self.evict()
