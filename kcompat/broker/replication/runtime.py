@@ -741,6 +741,11 @@ class ClusterRuntime:
             if raft.leader != NO_NODE:
                 part.leader_epoch = raft.term
                 self._awaiting_first_leader.discard(group.gid)
+            if before is not None and before[3] != seen[3] and \
+                    (ann := self.announced.get(group.gid)) is not None:
+                # a log start announced while our high watermark was below it:
+                # leaders announce on change only, so adopt it once past it
+                log_starts.follow_announced(group, ann)
             part.notify_append()
         group.feed()
         group.notify()
