@@ -1,5 +1,5 @@
 """Failover of quiet partitions (issue 16): 3 brokers, ``IDLE_PARTITIONS``
-(500 in ``make test``, 2,000 in ``make chaos``) RF 3 partitions that see no traffic — their Raft groups
+(300 in ``make test``, 2,000 in ``make chaos``) RF 3 partitions that see no traffic — their Raft groups
 quiesce: no ticks, no fetch round trips — beside a busy RF 3 topic with an
 idempotent acks=all producer. The broker that leads the most quiet
 partitions is killed -9: every partition it led must get a live leader
@@ -30,7 +30,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from compat_tests._broker import unique_topic
 from compat_tests._cluster import Cluster, consume_all
 
-IDLE_PARTITIONS = int(os.environ.get("IDLE_PARTITIONS", "500"))
+IDLE_PARTITIONS = int(os.environ.get("IDLE_PARTITIONS", "300"))
 PER_TOPIC = 500
 BUSY_PARTITIONS = 6
 

@@ -10,7 +10,7 @@ Long run: ``SEEDS=100000 SEED_BASE=0 .venv/bin/python -m pytest -q tests/sim``
 or ``.venv/bin/python -m kcompat.testing.simulator --seed 0 --seeds 100000``.
 
 The quiescence simulator (``kcompat.testing.quiet_simulator``) runs
-QUIET_SEEDS schedules (default 150) of quiescent groups with the runtime's
+QUIET_SEEDS schedules (default 100) of quiescent groups with the runtime's
 liveness (heartbeats, suspect, revive, incarnations) and faults while the
 group is quiet, checking the same invariants plus bounded recovery: a leader,
 a commit on every live member, and every member quiesced again with no tick
@@ -30,7 +30,7 @@ from kcompat.testing.simulator import SimFailure, Simulation
 SEEDS = int(os.environ.get("SEEDS", "2000"))
 SEED_BASE = int(os.environ.get("SEED_BASE", "0"))
 CHUNK = 100
-QUIET_SEEDS = int(os.environ.get("QUIET_SEEDS", "150"))
+QUIET_SEEDS = int(os.environ.get("QUIET_SEEDS", "100"))
 QUIET_CHUNK = 100
 
 
