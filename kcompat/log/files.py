@@ -48,22 +48,17 @@ def offsets_with_suffix(directory: Path, suffix: str, store: FileStore = OS_STOR
     return sorted(found)
 
 
-def atomic_write(path: Path, data: bytes, store: FileStore = OS_STORE,
-                 durable: bool = True) -> None:
-    """Replace ``path`` with ``data`` durably (tmp + sync + rename + directory
-    sync); without ``durable``, atomically only (it survives a process crash,
-    not a power loss)."""
+def atomic_write(path: Path, data: bytes, store: FileStore = OS_STORE) -> None:
+    """Replace ``path`` with ``data`` durably (tmp + sync + rename + directory sync)."""
     tmp = path.with_name(path.name + TMP_SUFFIX)
     f = store.open(tmp, truncate=True)
     try:
         f.append([data])
-        if durable:
-            f.sync()
+        f.sync()
     finally:
         f.close()
     store.rename(tmp, path)
-    if durable:
-        store.sync_dir(path.parent)
+    store.sync_dir(path.parent)
 
 
 def read_int_file(path: Path, store: FileStore = OS_STORE) -> int | None:

@@ -188,20 +188,21 @@ class PartitionLogStorage:
             self.plog.truncate_to(end)
 
     def set_hard_state(self, hard_state: HardState) -> None:
-        """Taken now; written by the journal's or by ``write_hard_state`` in
-        the driver's sync pass, before it sends anything."""
+        """Taken now; written durably by the journal (partition groups) or
+        by ``write_hard_state`` (the metadata log) in the driver's sync pass,
+        before it sends anything."""
         self._hard_state = hard_state
         if self.journal is not None:
             self.journal.put(self.gid, hard_state, self.durable_hard_state)
         else:
             self._hard_state_unwritten = True
 
-    def write_hard_state(self, durable: bool = True) -> None:
+    def write_hard_state(self) -> None:
         """Write the term and vote taken last, if not written yet."""
         if self._hard_state_unwritten:
             self._hard_state_unwritten = False
             doc = {"term": self._hard_state.term, "vote": self._hard_state.vote}
-            atomic_write(self._path, json.dumps(doc).encode(), self._store, durable)
+            atomic_write(self._path, json.dumps(doc).encode(), self._store)
 
     def dirty_files(self) -> list[Durable]:
         """``Syncable`` for the flusher's pass: the hard state to write durably
@@ -229,4 +230,4 @@ class _HardStateWrite:
         self.storage = storage
 
     def sync(self) -> None:
-        self.storage.write_hard_state(durable=True)
+        self.storage.write_hard_state()

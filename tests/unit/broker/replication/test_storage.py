@@ -61,14 +61,6 @@ def test_hard_state_survives_reopen(tmp_path: Path) -> None:
     assert _open(tmp_path).hard_state() == HardState(5, 2)
 
 
-def test_hard_state_written_without_sync(tmp_path: Path) -> None:
-    s = _open(tmp_path)
-    s.set_hard_state(HardState(7, 1))
-    s.write_hard_state(durable=False)  # a lone replica's: survives a process crash
-    assert s.dirty_files() == []
-    assert _open(tmp_path).hard_state() == HardState(7, 1)
-
-
 def test_install_snapshot_restarts_the_log(tmp_path: Path) -> None:
     s = _open(tmp_path)
     s.append([_entry(0, 1, [b"a"])])
