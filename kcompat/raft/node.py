@@ -60,9 +60,10 @@ runtime keeps ``down``, the peers it has not heard from for an election
 timeout, and calls ``suspect(node)`` when a peer goes down — a follower of
 it (quiesced or not) drops its lease and campaigns in an order all members
 derive alike (``_succession_rank``), the first a couple of ticks later — and
-``revive(node)`` when one is heard again (or restarted) — a quiesced leader
-wakes unless that follower's fetch is still parked at the log end, so a
-follower that missed entries catches up. A leader quiesces with down
+``revive(node)`` when one is heard again — a quiesced leader wakes unless
+that follower's fetch is still parked at the log end, so a follower that
+missed entries catches up — or restarted (then the leader also announces
+itself to it at once). A leader quiesces with down
 followers left out, as long as a quorum is live and caught up.
 """
 
@@ -685,17 +686,24 @@ class Raft:
             return 0
         return (live.index(self.id) - self.group % len(live)) % len(live)
 
-    def revive(self, node: int) -> None:
-        """``node`` is heard from again, or restarted. A quiesced leader wakes if
-        that follower may lack entries (it was left out while down; a restart
-        also lost its parked fetch). A follower need not wake: a leader that
-        is back answers our parked fetch, or wakes on its next proposal and
-        re-sends BeginQuorumEpoch when our fetch is lost."""
-        if not self.quiesced or self.role is not Role.LEADER:
+    def revive(self, node: int, restarted: bool = False) -> None:
+        """``node`` is heard from again, or ``restarted``. A quiesced leader
+        wakes if that follower may lack entries (it was left out while down).
+        A restart also lost the follower's parked fetch and its knowledge of
+        the leader: any leader forgets that fetch and announces itself at
+        once, so the follower names its leader within a round trip, not after
+        its own election timeout (a re-sent announcement follows while it
+        stays silent). A follower need not wake: a leader that is back answers
+        our parked fetch, or wakes on its next proposal and re-sends
+        BeginQuorumEpoch when our fetch is lost."""
+        progress = self._progress.get(node) if self.role is Role.LEADER else None
+        if progress is None:
             return
-        progress = self._progress.get(node)
-        if progress is not None and (progress.parked is None
-                                     or progress.parked.fetch_offset != self.log.end):
+        if restarted:
+            progress.parked, progress.hw_sent = None, -1
+            self._send(BeginQuorumEpoch(self.group, self.id, node, self.term))
+        if self.quiesced and (progress.parked is None
+                              or progress.parked.fetch_offset != self.log.end):
             self._wake()
 
     def _wake(self) -> None:

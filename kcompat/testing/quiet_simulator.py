@@ -212,15 +212,15 @@ class QuietSimulation(Simulation):
         if before is not None and before != incarnation:
             self._log(f"{node_id}: peer {peer} restarted (suspect, revive)")
             node.raft.suspect(peer)
-            self._revive(node_id, peer)
+            self._revive(node_id, peer, restarted=True)
         elif peer in node.down:
             self._log(f"{node_id}: peer {peer} is back (revive)")
             self._revive(node_id, peer)
 
-    def _revive(self, node_id: int, peer: int) -> None:
+    def _revive(self, node_id: int, peer: int, restarted: bool = False) -> None:
         node = self._qnode(node_id)
         node.down.discard(peer)
-        node.raft.revive(peer)
+        node.raft.revive(peer, restarted)
 
     def _tick(self, node_id: int) -> None:
         node = self._qnode(node_id)
@@ -518,8 +518,24 @@ class QuietSimulation(Simulation):
             self._quiet_without(follower, "a follower crashed")
         self._run_for(self._hold_ms(0, 2))
         self._restart(follower)
+        if self.election_ticks >= 8:
+            self._leader_known_by_revive(follower)
         if missed and self.election_ticks >= 8:
             self._caught_up_by_revive(follower)
+
+    def _leader_known_by_revive(self, follower: int) -> None:
+        """A restarted follower of a quiet group names its leader well before its
+        own election timeout (Metadata answers from it): the first frame it sends
+        tells the leader it restarted (a new incarnation) and the leader
+        announces itself — a heartbeat and a round trip or two."""
+        leader = self._leader(self._others(follower))
+        assert leader is not None
+        node = self.nodes[follower]
+        slowest_tick_ms = max(n.tick_ms for n in self.nodes.values())
+        bound_ms = 2 * (self.heartbeat_ticks + 1) * slowest_tick_ms + 3 * (
+            2 * (self.stable.delay_ms_max + 1))
+        self._await(lambda: node.raft.leader == leader, bound_ms,
+                    f"{follower} knows its leader {leader} after its restart")
 
     def _caught_up_by_revive(self, follower: int) -> None:
         """A returning follower that missed entries is caught up sooner than

@@ -118,10 +118,11 @@ class RaftEnv:
         self.liveness[node_id].add(peer)
         self.nodes[node_id].suspect(peer)
 
-    def revive(self, node_id: int, peer: int) -> None:
-        """``node_id``'s runtime hears ``peer`` again (or a new incarnation)."""
+    def revive(self, node_id: int, peer: int, restarted: bool = False) -> None:
+        """``node_id``'s runtime hears ``peer`` again (or a new incarnation:
+        ``restarted``)."""
         self.liveness[node_id].discard(peer)
-        self.nodes[node_id].revive(peer)
+        self.nodes[node_id].revive(peer, restarted)
 
     def propose(self, node_id: int, data: str, count: int = 1) -> None:
         result = self.nodes[node_id].propose(data.encode(), count)

@@ -584,14 +584,14 @@ class ClusterRuntime:
         if before is not None and before != incarnation:
             log.info("node %d: peer %d restarted", self.node_id, node)
             self._for_member(node, Raft.suspect)  # it leads nothing now
-            self._revive(node)
+            self._revive(node, restarted=True)
         elif node in self.down:
             log.info("node %d: peer %d is back", self.node_id, node)
             self._revive(node)
 
-    def _revive(self, node: int) -> None:
+    def _revive(self, node: int, restarted: bool = False) -> None:
         self.down.discard(node)
-        self._for_member(node, Raft.revive)
+        self._for_member(node, lambda raft, n: raft.revive(n, restarted))
         self._announce_all = True
 
     def _check_peers(self) -> None:

@@ -240,6 +240,25 @@ def test_revive_wakes_a_quiesced_leader_that_left_the_follower_out() -> None:
     assert _quiesced(env) == [True, True, True]
 
 
+def test_restarted_follower_of_a_quiet_group_learns_its_leader_at_once() -> None:
+    """A follower restarts while its group is quiesced and its parked fetch
+    looks current: ``revive(peer, restarted=True)`` makes the leader announce
+    itself, so the follower names its leader (Metadata answers from it) after
+    one delivery, not after its election timeout; then the group quiesces again."""
+    env = _quiet_env()
+    env.crash(3)
+    env.restart(3)
+    assert env.nodes[3].leader == -1
+    env.revive(1, 3, restarted=True)
+    env.revive(2, 3, restarted=True)
+    sent = [m for m in env.nodes[1]._msgs if m.dst == 3]
+    assert [type(m) for m in sent] == [BeginQuorumEpoch], sent
+    env.stabilize()
+    assert env.nodes[3].leader == 1
+    _tick_all(env, 3 * WAIT)
+    assert _caught_up(env, 3) and _quiesced(env) == [True, True, True]
+
+
 def test_revive_of_a_non_member_or_self_changes_nothing() -> None:
     env = _quiet_env()
     env.nodes[1].revive(1)
