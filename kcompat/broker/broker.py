@@ -36,6 +36,7 @@ from kcompat.broker.groups import GroupService
 from kcompat.broker.metrics import BrokerMetrics
 from kcompat.broker.replication.peer_calls import PeerCalls
 from kcompat.broker.replication.quorum_admin import QuorumAdmin
+from kcompat.broker.replication.read_replicas import ReadReplicas
 from kcompat.broker.replication.runtime import ClusterRuntime, lone_voter
 from kcompat.broker.replication.transport import LinkFactory
 from kcompat.broker.share_groups import ShareGroupService
@@ -57,6 +58,7 @@ class Broker:
         self.cluster = ClusterRuntime(self.state, voters, links, rng)
         self.calls = PeerCalls(self.cluster)
         self.quorum_admin = QuorumAdmin(self.cluster, self.calls)  # ElectLeaders, DescribeQuorum
+        self.read_replicas = ReadReplicas(self.cluster)  # Fetch: which replica serves a consumer
         self.controller = Controller(self.state, self.cluster, self.calls)
         admin.accept_forwarded(self.controller)
         self.groups = GroupService(self.state, self.cluster)

@@ -31,6 +31,7 @@ def _one_dir(value: list[str]) -> str | None:
 
 
 _D = ConfigDef
+RACK_AWARE_SELECTOR = "org.apache.kafka.common.replica.RackAwareReplicaSelector"
 BROKER_CONFIGS: dict[str, ConfigDef] = {
     d.name: d
     for d in (
@@ -166,6 +167,11 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
         _D("broker.heartbeat.interval.ms", "int", 2000, minimum=1),
         _D("broker.session.timeout.ms", "int", 9000, minimum=1),
         _D("broker.rack", "string", ""),  # empty: no rack
+        # consumers' reads from followers (KIP-392, ``read_replicas``): empty
+        # (Kafka's null) or Kafka's RackAwareReplicaSelector
+        _D("replica.selector.class", "string", "", check=lambda v: None if v in (
+            "", RACK_AWARE_SELECTOR) else f"{v!r} is not a replica selector kcompat has (it has "
+           f"{RACK_AWARE_SELECTOR}; unset, leaders serve every read)"),
         _D("controlled.shutdown.enable", "boolean", True),
         _D("replica.lag.time.max.ms", "long", 30000, minimum=1),
         # Snapshot the metadata log after this many applied bytes.

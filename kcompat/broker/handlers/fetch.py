@@ -54,6 +54,7 @@ from kcompat.broker.context import RequestContext
 from kcompat.broker.handlers._common import NO_THROTTLE, OK
 from kcompat.broker.handlers._leader_hints import LeaderHints, topic_name
 from kcompat.broker.partition import Partition, wait_news
+from kcompat.broker.replication.read_replicas import NO_REPLICA
 from kcompat.broker.views import WORK_RECORDS
 from kcompat.broker.zero_copy import take
 from kcompat.log.partition_log import FileSlice, OffsetOutOfRange
@@ -72,7 +73,7 @@ def _epoch_error(part: Partition, requested: int) -> ErrorCode | None:
 
 def _partition_data(ctx: RequestContext, part: Partition | None, index: int, code: ErrorCode,
                     records: Any, aborted: tuple[Any, ...] | None,
-                    current_leader: Any = None) -> Any:
+                    current_leader: Any = None, preferred: int = NO_REPLICA) -> Any:
     # Like Kafka, an errored partition (offset out of range, fenced epoch, unknown
     # partition) carries -1 for high watermark, last stable and log start offset; an
     # unknown partition also gets an empty (not null) aborted list, as Kafka's
@@ -89,7 +90,7 @@ def _partition_data(ctx: RequestContext, part: Partition | None, index: int, cod
         last_stable_offset=part.last_stable_offset if ok and part else -1,
         log_start_offset=part.log.log_start_offset if ok and part else -1,
         aborted_transactions=aborted,
-        preferred_read_replica=-1,
+        preferred_read_replica=preferred,
         records=records,
         **({"current_leader": current_leader} if current_leader is not None else {}),
     )
@@ -119,16 +120,20 @@ class _Read:
     records: bytes | FileSlice
     aborted: tuple[Any, ...] | None
     leader: Any
+    preferred: int = NO_REPLICA  # the leader sends this client to a follower (KIP-392)
 
 
 def _read_all(ctx: RequestContext, request: Any, named: list[tuple[str | None, Any]],
               hints: LeaderHints | None) -> tuple[list[list[_Read]], int, bool, list[Partition]]:
     """One pass over every requested partition: (reads per topic, bytes,
-    any_error, the partitions a long poll waits on)."""
+    answer now (an error, or a client sent to another replica), the
+    partitions a long poll waits on)."""
     committed = getattr(request, "isolation_level", 0) == READ_COMMITTED
     budget = request.max_bytes if ctx.version >= 3 else 1 << 30
+    rack = getattr(request, "rack_id", "") or ""
+    replicas = ctx.broker.read_replicas
     total = 0
-    errors = False
+    now = False
     topics = []
     asked = []
     view_work = [WORK_RECORDS]
@@ -139,22 +144,33 @@ def _read_all(ctx: RequestContext, request: Any, named: list[tuple[str | None, A
         for fp in topic.partitions:
             records: bytes | FileSlice = b""
             aborted: tuple[Any, ...] | None = None
+            preferred = NO_REPLICA
+            leads = False
             if name is None:
                 part, code = None, ErrorCode.unknown_topic_id
-            else:  # only the leader serves consumers
-                part, code = ctx.cluster.led_partition(name, fp.partition)
+            else:  # the leader, or from v11 any replica (read_replicas)
+                part, code, leads = replicas.partition(name, fp.partition, ctx.version)
+            epoch = getattr(fp, "current_leader_epoch", -1)
             if part is not None:
-                code = _epoch_error(part, getattr(fp, "current_leader_epoch", -1)) or OK
+                code = _epoch_error(part, epoch) or OK
+            if part is not None and code == OK and leads and rack:
+                assert name is not None
+                preferred = replicas.preferred(name, fp.partition, rack, fp.fetch_offset)
             remaining = budget - total
-            if part is not None and code == OK:
+            if part is not None and code == OK and preferred == NO_REPLICA:
                 asked.append(part)
-            if part is not None and code == OK and (total == 0 or remaining > 0):
+            if part is not None and code == OK and preferred == NO_REPLICA and (
+                    total == 0 or remaining > 0):
                 upper = part.last_stable_offset if committed else part.high_watermark
                 try:
                     where = part.log.locate(fp.fetch_offset,
                                             max(min(fp.partition_max_bytes, remaining), 1), upper)
                 except OffsetOutOfRange:
-                    code, where = ErrorCode.offset_out_of_range, None
+                    where = None
+                    # a follower reached through stale metadata, by a client that
+                    # sent no leader epoch, answers empty (it will ask again)
+                    if leads or epoch >= 0:
+                        code = ErrorCode.offset_out_of_range
                 if where is not None:
                     records = where
                 if where is not None and view_of is not None:
@@ -166,15 +182,17 @@ def _read_all(ctx: RequestContext, request: Any, named: list[tuple[str | None, A
                     aborted = _aborted(ctx, part, fp.fetch_offset, upper)
             leader = None
             if code != OK:
-                errors = True
+                now = True
                 if hints is not None and code in _HINTED:
                     leader = hints.current_leader(name, fp.partition)
+            if preferred != NO_REPLICA:
+                now = True  # Kafka answers at once: the client goes to that replica
             total += records.length if isinstance(records, FileSlice) else len(records)
             if committed and aborted is None:
                 aborted = ()
-            parts.append(_Read(part, fp.partition, code, records, aborted, leader))
+            parts.append(_Read(part, fp.partition, code, records, aborted, leader, preferred))
         topics.append(parts)
-    return topics, total, errors, asked
+    return topics, total, now, asked
 
 
 def _built(ctx: RequestContext, named: list[tuple[str | None, Any]],
@@ -186,7 +204,7 @@ def _built(ctx: RequestContext, named: list[tuple[str | None, Any]],
         built = tuple(
             _partition_data(ctx, r.part, r.index, r.code,
                             take(r.records, sendfile) if isinstance(r.records, FileSlice)
-                            else r.records, r.aborted, r.leader)
+                            else r.records, r.aborted, r.leader, r.preferred)
             for r in parts)
         topics.append(ctx.build("FetchableTopicResponse", topic=name,
                                 topic_id=getattr(topic, "topic_id", None), partitions=built))
@@ -202,8 +220,8 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
     named = _requested(ctx, request)
     while True:
         hints = LeaderHints(ctx) if ctx.version >= 16 else None
-        reads, total, errors, parts = _read_all(ctx, request, named, hints)
-        if (total >= max(request.min_bytes, 1) or errors or not asked
+        reads, total, now, parts = _read_all(ctx, request, named, hints)
+        if (total >= max(request.min_bytes, 1) or now or not asked
                 or trio.current_time() >= deadline):
             break
         if await wait_news(parts, deadline):
