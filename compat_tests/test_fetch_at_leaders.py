@@ -26,7 +26,9 @@ raw Fetch requests show the leader sending a client of a follower's rack
 there (no records, ``preferred_read_replica``, answered at once) and serving
 one of its own rack or an unknown one, the follower serving v11+ reads up to
 its high watermark with the leader's records and refusing v10, and an offset
-past its log (OFFSET_OUT_OF_RANGE with a leader epoch, empty without). Then
+past its log (OFFSET_OUT_OF_RANGE with a leader epoch, empty without); Kafka's
+console consumer (Java client 4.4) with ``client.rack`` reads from that
+follower. Then
 a confluent-kafka consumer with ``client.rack`` reads every record once and
 in order from the follower in its rack (the per-broker
 ``kcompat_topic_bytes_out_total``: all of it from the follower, none from
@@ -57,6 +59,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from compat_tests._broker import Broker, free_port, running, unique_topic
 from compat_tests._cluster import Cluster
+from compat_tests.java._toolbatch import run_tools
 from tests.integration._raw import RawConnection
 
 IDLE_FETCHES = 100
@@ -68,6 +71,7 @@ FT = FetchRequest.FetchTopic
 
 
 RACK_AWARE = "org.apache.kafka.common.replica.RackAwareReplicaSelector"
+CONSOLE_CONSUMER = "org.apache.kafka.tools.consumer.ConsoleConsumer"
 
 
 def _rack(node: int) -> tuple[str, ...]:
@@ -332,6 +336,16 @@ def test_leader_sends_a_rack_client_to_its_follower_which_serves_v11(
         assert part.error_code == 1, part  # OFFSET_OUT_OF_RANGE: it knows to ask the leader
         part, took = _fetch(at_follower, 11, topic, 1000, rack, -1, max_wait_ms=200)
         assert (part.error_code, part.records or b"") == (0, b""), part  # stale metadata: empty
+    # Kafka's own consumer (its console consumer) in the last follower's rack reads there
+    before = deployment.bytes_out(topic)
+    [run] = run_tools([[CONSOLE_CONSUMER, "--bootstrap-server", deployment.bootstrap,
+                        "--topic", topic, "--partition", "0", "--offset", "earliest",
+                        "--max-messages", str(len(sent)), "--timeout-ms", "20000",
+                        "--command-property", f"client.rack={rack}"]])
+    assert run.code == 0 and run.stdout.split() == [v.decode() for v in sent], run.explain()
+    served = {n: v - before[n] for n, v in deployment.bytes_out(topic).items()}
+    assert served[follower] >= sum(len(v) for v in sent), served
+    assert all(v == 0 for n, v in served.items() if n != follower), served
 
 
 def test_rack_consumer_reads_from_its_follower_then_the_leader_after_kill9(
