@@ -294,15 +294,22 @@ def _produce_values(bootstrap: str, topic: str, values: list[bytes]) -> None:
     assert producer.flush(TIMEOUT_S) == 0
 
 
-def test_leader_sends_a_rack_client_to_its_follower_which_serves_v11(
-        deployment: Deployment) -> None:
-    topic = unique_topic("rack-raw")
+def _topic_with(deployment: Deployment, prefix: str, values: list[bytes]) -> tuple[str, int, int]:
+    """A new one-partition topic on every broker holding ``values``: (name, its
+    leader's node id, leader epoch)."""
+    topic = unique_topic(prefix)
     admin = AdminClient({"bootstrap.servers": deployment.bootstrap})
     admin.create_topics([NewTopic(topic, 1, len(deployment.brokers))],
                         operation_timeout=20)[topic].result(TIMEOUT_S)
-    sent = [b"rack-%d" % i for i in range(20)]
-    _produce_values(deployment.bootstrap, topic, sent)
+    _produce_values(deployment.bootstrap, topic, values)
     [(leader, epoch)] = deployment.leader_nodes(topic, 1).values()
+    return topic, leader, epoch
+
+
+def test_leader_sends_a_rack_client_to_its_follower_which_serves_v11(
+        deployment: Deployment) -> None:
+    sent = [b"rack-%d" % i for i in range(20)]
+    topic, leader, epoch = _topic_with(deployment, "rack-raw", sent)
     at_leader = deployment.brokers[leader].bootstrap
     own_rack = "abc"[leader - 1]
     for rack in (own_rack, "", "zz"):  # its own rack, none, one without a replica
@@ -351,13 +358,8 @@ def test_leader_sends_a_rack_client_to_its_follower_which_serves_v11(
 def test_rack_consumer_reads_from_its_follower_then_the_leader_after_kill9(
         deployment: Deployment) -> None:
     """Last in the module: the cluster loses a broker."""
-    topic = unique_topic("rack-consumer")
-    admin = AdminClient({"bootstrap.servers": deployment.bootstrap})
-    admin.create_topics([NewTopic(topic, 1, len(deployment.brokers))],
-                        operation_timeout=20)[topic].result(TIMEOUT_S)
     first = [b"first-%03d" % i for i in range(300)]
-    _produce_values(deployment.bootstrap, topic, first)
-    [(leader, _epoch)] = deployment.leader_nodes(topic, 1).values()
+    topic, leader, _epoch = _topic_with(deployment, "rack-consumer", first)
     follower = next((n for n in deployment.brokers if n != leader), leader)
     rack = "abc"[follower - 1]
     before = deployment.bytes_out(topic)
