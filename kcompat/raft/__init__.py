@@ -1,16 +1,23 @@
 """Sans-IO Raft core (etcd-style tick/step/ready/advance over KRaft messages).
 
 Public surface: ``Raft``, ``RaftConfig``, ``Role``, ``Status``; the value types
-in ``kcompat.raft.types``; the storage protocols in ``kcompat.raft.storage``.
+in ``kcompat.raft.types``; the storage protocols in ``kcompat.raft.storage``. ``Raft.add_voter`` /
+``remove_voter`` change the voter set (``node``, "Membership").
 See ``node`` for the theory of operation, ``replication`` for the fetch and
 commit rules, ``log`` for how the core tracks the log it does not own.
 """
 
 from kcompat.raft.node import Raft, RaftConfig, Role, Status
-from kcompat.raft.storage import LogStorage, WritableLogStorage, persist_ready
+from kcompat.raft.storage import (
+    LogStorage,
+    MembershipStorage,
+    WritableLogStorage,
+    persist_ready,
+)
 from kcompat.raft.types import (
     NO_NODE,
     BeginQuorumEpoch,
+    ChangeRefused,
     Entry,
     EpochEnd,
     FetchRequest,
@@ -21,6 +28,7 @@ from kcompat.raft.types import (
     Message,
     NotLeader,
     Ready,
+    Refusal,
     Snapshot,
     SnapshotId,
     TimeoutNow,
@@ -32,6 +40,7 @@ from kcompat.raft.types import (
 __all__ = [
     "NO_NODE",
     "BeginQuorumEpoch",
+    "ChangeRefused",
     "Entry",
     "EpochEnd",
     "FetchRequest",
@@ -40,11 +49,13 @@ __all__ = [
     "FetchSnapshotResponse",
     "HardState",
     "LogStorage",
+    "MembershipStorage",
     "Message",
     "NotLeader",
     "Raft",
     "RaftConfig",
     "Ready",
+    "Refusal",
     "Role",
     "Snapshot",
     "SnapshotId",

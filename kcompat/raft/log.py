@@ -26,13 +26,21 @@ an epoch — see ``end_for_term``), so an entry is never split. Below the
 commit index the log may have gaps: a partition's log cleaner removes whole
 batches of committed entries (never the first of an epoch), so
 ``entries_from`` may start past ``lo`` and ``append`` may land past ``end``.
+
+Membership: ``configs`` lists (offset, voter set) for each configuration
+entry in ``[start, end)`` and ``base_voters`` is the voter set of the snapshot
+(``None``: the configured voters) — so ``voters``, the set in force, is the
+last configuration *in the log*, committed or not, and follows the log as it
+is appended, truncated, compacted and replaced by a snapshot. A restart reads
+both from storage (``storage.voter_history``, optional: a storage that never
+held a configuration entry need not have it).
 """
 
 from __future__ import annotations
 
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 
-from kcompat.raft.storage import LogStorage
+from kcompat.raft.storage import LogStorage, voter_history
 from kcompat.raft.types import Entry, EpochEnd, Snapshot, SnapshotId
 
 
@@ -47,6 +55,8 @@ class RaftLog:
         self.unstable: list[Entry] = []
         self.truncate_pending: int | None = None
         self.snapshot_pending: Snapshot | None = None
+        self.base_voters, configs = voter_history(storage)
+        self.configs: list[tuple[int, frozenset[int]]] = list(configs)
         assert self.end >= self.start, "log end below log start"
         assert not self.epochs or self.epochs[0][1] == self.start, "epochs must start at start"
 
@@ -60,6 +70,23 @@ class RaftLog:
     def last_term(self) -> int:
         """The term of the last entry (of the snapshot if the log is empty)."""
         return self.epochs[-1][0] if self.epochs else self.snapshot_id.term
+
+    @property
+    def voters(self) -> frozenset[int] | None:
+        """The voter set in force: the last configuration in the log (None:
+        the configured voters)."""
+        return self.configs[-1][1] if self.configs else self.base_voters
+
+    def voters_at(self, end: int) -> frozenset[int] | None:
+        """The voter set in force once the entries below ``end`` are applied
+        (what a snapshot ending at ``end`` records)."""
+        i = bisect_left(self.configs, end, key=lambda c: c[0])
+        return self.configs[i - 1][1] if i else self.base_voters
+
+    @property
+    def pending_config(self) -> int | None:
+        """The offset of the last configuration entry (None if the log has none)."""
+        return self.configs[-1][0] if self.configs else None
 
     def term_at(self, offset: int) -> int:
         """The term of the entry holding ``offset``; ``start - 1`` gives the
@@ -96,6 +123,8 @@ class RaftLog:
         assert entry.term >= self.last_term, "terms never go down along the log"
         if not self.epochs or entry.term > self.epochs[-1][0]:
             self.epochs.append((entry.term, entry.index))
+        if entry.voters is not None:
+            self.configs.append((entry.index, entry.voters))
         self.unstable.append(entry)
         self.end = entry.end
 
@@ -106,6 +135,8 @@ class RaftLog:
             return
         while self.epochs and self.epochs[-1][1] >= offset:
             self.epochs.pop()
+        while self.configs and self.configs[-1][0] >= offset:
+            self.configs.pop()  # an uncommitted voter change reverts with its entry
         self.end = offset
         self.stable_end = min(self.stable_end, offset)
         keep = bisect_right(self.unstable, offset - 1, key=lambda e: e.index)
@@ -121,6 +152,7 @@ class RaftLog:
         self.snapshot_id = snapshot.id
         self.end = self.stable_end = self.written_end = snapshot.id.end
         self.epochs = []
+        self.base_voters, self.configs = snapshot.voters, []
         self.unstable.clear()
         self.truncate_pending = None
         self.snapshot_pending = snapshot
@@ -137,6 +169,10 @@ class RaftLog:
             self.epochs[: below] = [(term, new_start)]
         else:
             del self.epochs[:below]
+        folded = bisect_left(self.configs, new_start, key=lambda c: c[0])
+        if folded:
+            self.base_voters = self.configs[folded - 1][1]
+            del self.configs[:folded]
         self.snapshot_id = snapshot_id
 
     def handed_out(self) -> None:

@@ -64,7 +64,49 @@ derive alike (``_succession_rank``), the first a couple of ticks later — and
 that follower's fetch is still parked at the log end, so a follower that
 missed entries catches up — or restarted (then the leader also announces
 itself to it at once). A leader quiesces with down
-followers left out, as long as a quorum is live and caught up.
+followers left out, as long as a quorum is live and caught up. Observers
+(below) are not needed for a leader to quiesce; those parked at the log end
+get the quiesce answer and stop ticking like followers.
+
+Membership (Raft thesis §4.1, single-server changes; KIP-853). The voter set
+in force is the last configuration entry *in the log* — committed or not,
+on leader and followers alike — else the snapshot's, else the configured
+``RaftConfig.voters`` (``RaftLog.voters``); appending such an entry switches
+at once, truncating it reverts. Everything that counts votes, commits,
+checks quorum, announces or ranks a succession reads that set (``voters``).
+A node outside it is an *observer* (a learner): it fetches from the leader
+like a follower, never campaigns and is never counted; when it knows no
+leader it sends its fetch to each voter in turn, and a non-leader's rejection
+names the leader (KRaft's observers fetching from the bootstrap servers). A
+leader answers anybody's fetch and keeps a ``Progress`` for each observer
+(``caught_up``), dropped after two election timeouts without a fetch.
+
+``add_voter(node)`` / ``remove_voter(node)`` append one configuration entry,
+the whole new set, and are refused (a ``ChangeRefused``, nothing appended)
+when not leader or transferring, while the last configuration entry is not
+committed (one change at a time, so any two sets in force overlap in a
+majority), before everything from earlier terms is known committed (the
+leader-change entry or, without one, the whole log at election: else an
+older leader's uncommitted change could race ours — the thesis' §4.1 bug fix
+and KIP-853's wait for the LeaderChangeMessage), for a duplicate or unknown
+voter, for the last voter, and for a node not caught up (its durable match
+within ``catch_up_max_lag`` offsets of the log end, a fetch within an
+election timeout; KIP-853 waits for this). A leader that removed itself
+keeps leading, not counting itself, until that entry commits, then resigns
+with TimeoutNow to its most caught-up voter and carries on as an observer.
+
+A removed voter cannot depose the leader: votes are granted to any
+candidate that asks, voter or not (a new voter may be needed before it knows
+it is one — KIP-853 accepts Vote from all replicas), but a leader never
+grants to, or takes the term of, a non-voter's vote request — it announces
+itself instead (BeginQuorumEpoch) when the requester's term is not above its
+own, so the stale voter fetches and learns from the log that it is an
+observer — and others ignore a non-voter's vote request while they hear
+from a leader (a lease, even without check quorum) or when their log is
+more up-to-date (without pre-vote its term rises at each timeout; taking it
+would keep voters' pre-votes failing); with pre-vote (the broker's setting)
+the removed node's term never rises at all. A node learns
+that it is a voter again from the log, the same way.
 """
 
 from __future__ import annotations
@@ -81,6 +123,7 @@ from kcompat.raft.types import (
     LEADER_MESSAGES,
     NO_NODE,
     BeginQuorumEpoch,
+    ChangeRefused,
     Entry,
     FetchRequest,
     FetchResponse,
@@ -90,6 +133,7 @@ from kcompat.raft.types import (
     Message,
     NotLeader,
     Ready,
+    Refusal,
     SnapshotId,
     TimeoutNow,
     VoteRequest,
@@ -133,9 +177,12 @@ class RaftConfig:
     always_leader_change: bool = True
     # Stop ticking while the group has no traffic (see "Quiescence" above).
     quiesce: bool = False
+    # ``add_voter``: how far (offsets) the new voter's durable log may end
+    # behind the leader's (see "Membership" above).
+    catch_up_max_lag: int = 1000
 
     def __post_init__(self) -> None:
-        assert self.node_id in self.voters, "observers are not supported yet"
+        assert self.voters, "no voters"
         assert 0 < self.fetch_wait_ticks < self.election_timeout_ticks
 
 
@@ -165,6 +212,8 @@ class Status:
     high_watermark: int
     match_ends: dict[int, int] = field(default_factory=dict)
     idle_ticks: dict[int, int] = field(default_factory=dict)  # leader: ticks since each fetched
+    voters: frozenset[int] = frozenset()  # the voter set in force
+    config_pending: bool = False  # its configuration entry is not committed yet
 
 
 class Raft:
@@ -183,7 +232,7 @@ class Raft:
         self.vote = hs.vote
         self.role = Role.FOLLOWER
         self.leader = NO_NODE
-        if config.voters == {self.id}:
+        if self.voters == {self.id}:
             # A lone voter: what its log holds is committed (no other member can
             # hold a different history), so a restart needs no leader-change entry.
             high_watermark = self.log.end
@@ -194,7 +243,6 @@ class Raft:
         self._reported_hw = -1
         self._msgs: list[Message] = []
         self._outstanding: Ready | None = None
-        self._quorum = len(config.voters) // 2 + 1
         self._votes: dict[int, bool] = {}
         self._progress: dict[int, Progress] = {}
         self._transfer_to = NO_NODE
@@ -203,12 +251,36 @@ class Raft:
         self._timeout = 0
         self._fetch_ticks: int | None = None
         self._want_snapshot: SnapshotId | None = None
+        # a leader may change voters once its log is committed up to here
+        self._term_floor = 0
+        self._contact = -1  # an observer without a leader: the voter asked last
         # the peers the runtime's liveness considers down (its live set, read here)
         self._down = down
         self.quiesced = False
         self._reset_timeout()
+        if not self.is_voter:
+            self._send_fetch()  # an observer looks for the leader at once
 
     # -- public API --------------------------------------------------------------
+
+    @property
+    def voters(self) -> frozenset[int]:
+        """The voter set in force (see "Membership" above)."""
+        voters = self.log.voters
+        return self.config.voters if voters is None else voters
+
+    @property
+    def is_voter(self) -> bool:
+        return self.id in self.voters
+
+    @property
+    def _quorum(self) -> int:
+        return len(self.voters) // 2 + 1
+
+    def voters_at(self, end: int) -> frozenset[int] | None:
+        """The voter set a snapshot ending at ``end`` must record
+        (``Snapshot.voters``; None while no configuration was ever written)."""
+        return self.log.voters_at(end)
 
     def tick(self) -> None:
         """Advance logical time by one tick (nothing happens while quiesced)."""
@@ -222,12 +294,12 @@ class Raft:
     def step(self, m: Message) -> None:
         """Feed one message addressed to this node."""
         assert m.group == self.group and m.dst == self.id, f"misrouted {m}"
-        if m.src not in self.config.voters:
-            return
         if self.quiesced:
             if self._park_quiet(m):
                 return
             self._wake()
+        if isinstance(m, VoteRequest) and m.src not in self.voters and self._ignore_vote(m):
+            return
         if m.term > self.term and not self._on_higher_term(m):
             return
         if m.term < self.term:
@@ -253,6 +325,40 @@ class Raft:
         self._answer_parked()
         return entry
 
+    def add_voter(self, node: int) -> Entry | ChangeRefused:
+        """Leader: append a configuration entry adding ``node`` (an observer
+        that has caught up); see "Membership" above."""
+        refusal = self._change_refusal()
+        if refusal is None and node in self.voters:
+            refusal = Refusal.ALREADY_VOTER
+        if refusal is None and not self.caught_up(node):
+            refusal = Refusal.NOT_CAUGHT_UP
+        if refusal is not None:
+            return self._refused(refusal)
+        return self._append_config(self.voters | {node})
+
+    def remove_voter(self, node: int) -> Entry | ChangeRefused:
+        """Leader: append a configuration entry removing ``node`` (may be
+        the leader itself: it resigns once the entry is committed)."""
+        refusal = self._change_refusal()
+        if refusal is None and node not in self.voters:
+            refusal = Refusal.NOT_A_VOTER
+        if refusal is None and self.voters == {node}:
+            refusal = Refusal.LAST_VOTER
+        if refusal is not None:
+            return self._refused(refusal)
+        return self._append_config(self.voters - {node})
+
+    def caught_up(self, node: int) -> bool:
+        """Leader: ``node`` fetched within an election timeout and its durable
+        log ends within ``catch_up_max_lag`` of ours."""
+        progress = self._progress.get(node) if self.role is Role.LEADER else None
+        return (
+            progress is not None
+            and progress.idle_ticks < self.config.election_timeout_ticks
+            and self.log.end - progress.match_end <= self.config.catch_up_max_lag
+        )
+
     def campaign(self) -> None:
         """Start an election now, as if the election timeout had elapsed."""
         if self.role is not Role.LEADER:
@@ -261,7 +367,7 @@ class Raft:
 
     def transfer_leadership(self, target: int) -> bool:
         """Begin handing leadership to ``target``; False if not possible."""
-        if self.role is not Role.LEADER or target == self.id or target not in self.config.voters:
+        if self.role is not Role.LEADER or target == self.id or target not in self.voters:
             return False
         if self.quiesced:
             self._wake()
@@ -320,9 +426,11 @@ class Raft:
         log = self.log
         matches = {i: p.match_end for i, p in self._progress.items()}
         idle = {i: p.idle_ticks for i, p in self._progress.items()}
+        pending = log.pending_config
         return Status(
             self.id, self.role, self.term, self.vote, self.leader, log.start, log.end,
-            log.stable_end, log.last_term, self.high_watermark, matches, idle,
+            log.stable_end, log.last_term, self.high_watermark, matches, idle, self.voters,
+            pending is not None and pending >= self.high_watermark,
         )  # fmt: skip
 
     # -- terms -------------------------------------------------------------------
@@ -351,6 +459,28 @@ class Raft:
             self._send(self._rejected_fetch(m.src))
         elif isinstance(m, VoteRequest) and m.pre_vote:
             self._send(VoteResponse(self.group, self.id, m.src, self.term, False, True))
+
+    def _ignore_vote(self, m: VoteRequest) -> bool:
+        """A vote request from a non-voter (a removed voter that does not
+        know it yet, or a new one we do not know of yet): a leader never
+        takes it up — it announces itself if the requester's term is not
+        above ours, so the requester fetches and learns its part from the
+        log. Nor does anyone whose log is more up-to-date (the vote would be
+        refused; its term, raised without pre-vote, is not taken either, so
+        it cannot hold off the election of a voter), or who hears from a
+        leader."""
+        if self.role is Role.LEADER:
+            own_term = m.term - 1 if m.pre_vote else m.term
+            if own_term <= self.term:
+                self._send(BeginQuorumEpoch(self.group, self.id, m.src, self.term))
+            return True
+        if not self.log.is_up_to_date(m.last_term, m.log_end):
+            return True
+        return (
+            not m.transfer
+            and self.leader != NO_NODE
+            and self._election_elapsed < self.config.election_timeout_ticks
+        )
 
     def _in_lease(self) -> bool:
         return (
@@ -396,6 +526,11 @@ class Raft:
             self._fetch_ticks = None
 
     def _hup(self, transfer: bool) -> None:
+        if not self.is_voter:
+            # an observer never campaigns: it looks for the leader instead
+            self._become_follower(self.term, NO_NODE)
+            self._send_fetch()
+            return
         if self.config.pre_vote and not transfer:
             self._become_pre_candidate()
         else:
@@ -420,7 +555,7 @@ class Raft:
     def _start_poll(self, pre_vote: bool, transfer: bool) -> None:
         self._votes = {self.id: True}
         term = self.term + 1 if pre_vote else self.term
-        for peer in sorted(self.config.voters - {self.id}):
+        for peer in sorted(self.voters - {self.id}):
             self._send(VoteRequest(
                 self.group, self.id, peer, term, self.log.last_term, self.log.end,
                 pre_vote, transfer,
@@ -428,8 +563,9 @@ class Raft:
         self._tally()
 
     def _tally(self) -> None:
-        granted = sum(1 for v in self._votes.values() if v)
-        rejected = len(self._votes) - granted
+        voters = self.voters
+        granted = sum(1 for n, v in self._votes.items() if v and n in voters)
+        rejected = sum(1 for n, v in self._votes.items() if not v and n in voters)
         if granted >= self._quorum:
             if self.role is Role.PRE_CANDIDATE:
                 self._become_candidate(transfer=False)
@@ -444,9 +580,10 @@ class Raft:
         self._election_elapsed = 0
         self._want_snapshot = None
         self._fetch_ticks = None
-        self._progress = {p: Progress() for p in self.config.voters - {self.id}}
+        self._progress = {p: Progress() for p in self.voters - {self.id}}
         if self.config.always_leader_change or self.log.end > self.high_watermark:
             self.log.append(Entry(self.log.end, self.term, b"", 1, control=True))
+        self._term_floor = self.log.end
         for peer in sorted(self._progress):
             self._send(BeginQuorumEpoch(self.group, self.id, peer, self.term))
 
@@ -494,13 +631,22 @@ class Raft:
 
     def _send_fetch(self, quiet: bool = False) -> None:
         self._fetch_ticks = 0
+        dst = self.leader
+        if dst == NO_NODE:
+            # an observer looking for the leader: each voter in turn
+            others = sorted(self.voters - {self.id})
+            if not others:
+                self._fetch_ticks = None
+                return
+            self._contact = (self._contact + 1) % len(others)
+            dst = others[self._contact]
         if self._want_snapshot is not None:
             self._send(FetchSnapshotRequest(
-                self.group, self.id, self.leader, self.term, self._want_snapshot,
+                self.group, self.id, dst, self.term, self._want_snapshot,
             ))  # fmt: skip
             return
         self._send(FetchRequest(
-            self.group, self.id, self.leader, self.term, self.log.end, self.log.last_term, quiet,
+            self.group, self.id, dst, self.term, self.log.end, self.log.last_term, quiet,
         ))  # fmt: skip
 
     def _on_fetch_response(self, m: FetchResponse) -> None:
@@ -553,20 +699,30 @@ class Raft:
         if isinstance(m, FetchRequest):
             self._on_fetch_request(m)
         elif isinstance(m, FetchSnapshotRequest):
-            progress = self._progress[m.src]
+            progress = self._peer(m.src)
             progress.active, progress.idle_ticks = True, 0
             snapshot = self.log.storage.snapshot()
             if snapshot.id.end >= self.log.start:
                 self._send(FetchSnapshotResponse(self.group, self.id, m.src, self.term, snapshot))
 
+    def _peer(self, node: int) -> Progress:
+        """The leader's progress of ``node``; a new one for an observer."""
+        progress = self._progress.get(node)
+        if progress is None:
+            progress = self._progress[node] = Progress()
+        return progress
+
     def _on_fetch_request(self, m: FetchRequest) -> None:
-        progress = self._progress[m.src]
+        progress = self._peer(m.src)
         progress.active, progress.idle_ticks = True, 0
         progress.parked = None
         check = replication.validate_fetch(self.log, m.fetch_offset, m.last_fetched_term)
         if check.match_end is not None and check.match_end > progress.match_end:
             progress.match_end = check.match_end
             self._maybe_commit()
+            if self.role is not Role.LEADER:  # resigned: that commit removed us
+                self._send(self._rejected_fetch(m.src))
+                return
             if m.src == self._transfer_to:
                 self._maybe_send_timeout_now()
         self._answer_fetch(m, check, force=False)
@@ -597,13 +753,56 @@ class Raft:
             self._answer_fetch(m, check, force=expired_only)
 
     def _maybe_commit(self) -> None:
-        ends = [p.match_end for p in self._progress.values()] + [self.log.stable_end]
-        match = replication.quorum_end(ends, self._quorum)
+        voters = self.voters
+        progress = self._progress
+        ends = [self.log.stable_end if v == self.id else progress[v].match_end for v in voters]
+        match = replication.quorum_end(ends, len(voters) // 2 + 1)
         hw = replication.next_high_watermark(self.log, self.term, self.high_watermark, match)
         if hw != self.high_watermark:
             self.high_watermark = hw
             self.heard_high_watermark = max(self.heard_high_watermark, hw)
             self._answer_parked()
+            if self.id not in voters:
+                self._maybe_resign()
+
+    # -- membership --------------------------------------------------------------
+
+    def _change_refusal(self) -> Refusal | None:
+        """What forbids any voter change now (see "Membership" above)."""
+        if self.role is not Role.LEADER or self._transfer_to != NO_NODE:
+            return Refusal.NOT_LEADER
+        pending = self.log.pending_config
+        if pending is not None and pending >= self.high_watermark:
+            return Refusal.CHANGE_PENDING
+        if self.high_watermark < self._term_floor:
+            return Refusal.TERM_NOT_COMMITTED
+        return None
+
+    def _refused(self, reason: Refusal) -> ChangeRefused:
+        leader = self.leader if self.role is not Role.LEADER else NO_NODE
+        return ChangeRefused(reason, leader, self.term)
+
+    def _append_config(self, voters: frozenset[int]) -> Entry:
+        if self.quiesced:
+            self._wake()
+        entry = Entry(self.log.end, self.term, b"", 1, control=True, voters=voters)
+        self.log.append(entry)  # in force from now on
+        for peer in voters - {self.id}:
+            self._peer(peer)
+        self._answer_parked()
+        self._maybe_commit()  # a smaller quorum may commit earlier entries now
+        return entry
+
+    def _maybe_resign(self) -> None:
+        """A leader outside the voter set leads until that configuration is
+        committed, then hands over to its most caught-up voter."""
+        pending = self.log.pending_config
+        if pending is None or pending >= self.high_watermark:
+            return
+        target = max(sorted(self.voters), key=lambda v: self._progress[v].match_end)
+        self._send(TimeoutNow(self.group, self.id, target, self.term))
+        self._become_follower(self.term, NO_NODE)
+        self._send_fetch()
 
     def _maybe_send_timeout_now(self) -> None:
         target = self._transfer_to
@@ -639,16 +838,25 @@ class Raft:
             if self._transfer_ticks >= self.config.election_timeout_ticks:
                 self._transfer_to = NO_NODE
         wait = self.config.fetch_wait_ticks
+        voters = self.voters
+        if len(self._progress) >= len(voters):  # observers too: forget those gone
+            gone = 2 * self.config.election_timeout_ticks
+            for peer in [p for p, pr in self._progress.items()
+                         if p not in voters and pr.idle_ticks >= gone]:
+                del self._progress[peer]
         for peer, progress in sorted(self._progress.items()):
             idle = progress.idle_ticks - wait - 2
-            if idle >= 0 and idle % wait == 0:
+            if idle >= 0 and idle % wait == 0 and peer in voters:
                 self._send(BeginQuorumEpoch(self.group, self.id, peer, self.term))
         if self._election_elapsed >= self.config.election_timeout_ticks:
             self._check_quorum()
 
     def _check_quorum(self) -> None:
         self._election_elapsed = 0
-        active = 1 + sum(1 for p in self._progress.values() if p.active)
+        voters = self.voters
+        active = (self.id in voters) + sum(
+            1 for peer, p in self._progress.items() if p.active and peer in voters
+        )
         for progress in self._progress.values():
             progress.active = False
         if self.config.check_quorum and active < self._quorum:
@@ -658,7 +866,7 @@ class Raft:
 
     def suspect(self, node: int) -> None:
         """The runtime stopped hearing from ``node`` (it is in ``down`` now)."""
-        if node not in self.config.voters:
+        if node not in self.voters:
             return
         if self.role is not Role.LEADER and self.leader == node:
             # Our leader is gone (a quiesced follower's timers are stopped; an
@@ -673,7 +881,7 @@ class Raft:
                 self._election_elapsed = et
                 self._timeout = et + SUSPECT_SKEW_TICKS + self._succession_rank(node) * (et // 2)
         elif self.quiesced and self.role is Role.LEADER:
-            live = sum(1 for v in self.config.voters if v == self.id or v not in self._down)
+            live = sum(1 for v in self.voters if v == self.id or v not in self._down)
             if live < self._quorum:
                 self._wake()  # check quorum will depose us unless fetches come
 
@@ -681,7 +889,7 @@ class Raft:
         """0 for the live member that should campaign first when ``gone``
         leads no more, 1 for the next...: a rotation by group id, so the
         new leaders of many groups spread over the members."""
-        live = sorted(v for v in self.config.voters if v != gone and v not in self._down)
+        live = sorted(v for v in self.voters if v != gone and v not in self._down)
         if self.id not in live:
             return 0
         return (live.index(self.id) - self.group % len(live)) % len(live)
@@ -725,7 +933,7 @@ class Raft:
                 and m.term == self.term and m.fetch_offset == log.end
                 and m.last_fetched_term == log.last_term):
             return False
-        progress = self._progress[m.src]
+        progress = self._peer(m.src)
         progress.parked, progress.parked_ticks = m, 0
         progress.match_end = max(progress.match_end, m.fetch_offset)
         return True
@@ -738,9 +946,10 @@ class Raft:
         if (not self.config.quiesce or self._transfer_to != NO_NODE
                 or self.high_watermark != end or log.stable_end != end):
             return
-        caught_up = 1
+        voters = self.voters
+        caught_up = int(self.id in voters)
         for peer, progress in self._progress.items():
-            if peer in self._down:
+            if peer in self._down or peer not in voters:  # observers are not waited for
                 continue
             parked = progress.parked
             if parked is None or parked.fetch_offset != end or progress.hw_sent != end:
@@ -751,7 +960,8 @@ class Raft:
         self.quiesced = True
         for peer, progress in sorted(self._progress.items()):
             parked = progress.parked
-            if parked is None or peer in self._down:
+            if (parked is None or peer in self._down or parked.fetch_offset != end
+                    or progress.hw_sent != end):
                 continue
             progress.parked = None
             self._send(FetchResponse(

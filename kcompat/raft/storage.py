@@ -26,7 +26,17 @@ truncate(offset)         truncate_to(offset)
 append(entries)          append(batch, header, leader_epoch=entry.term)
 compact / snapshots      delete_records_before / snapshot writer
 sync()                   flush (or the group-commit flusher)
+voter_history()          (optional) the snapshot's voter set and the
+                         VotersRecord control batches in the log
 =======================  ====================================================
+
+Membership (see ``node``): a configuration entry (``Entry.voters`` set) must
+be stored so that ``entries`` gives it back with its voter set, and a
+snapshot keeps the voter set in force at its end (``Snapshot.voters``; the
+runtime asks the core, ``Raft.voters_at``). A storage that holds either
+implements ``voter_history`` (:class:`MembershipStorage`) so a restart knows
+the current voters; one that never did — every partition log today — need
+not, and the core uses ``RaftConfig.voters``.
 """
 
 from __future__ import annotations
@@ -64,6 +74,28 @@ class LogStorage(Protocol):
     def snapshot(self) -> Snapshot:
         """The latest snapshot (its id equals ``snapshot_id()``)."""
         ...
+
+
+class MembershipStorage(Protocol):
+    """Optional read side for dynamic membership."""
+
+    def voter_history(self) -> tuple[frozenset[int] | None, list[tuple[int, frozenset[int]]]]:
+        """The snapshot's voter set (None: the configured voters) and, in
+        offset order, (offset, voter set) of each configuration entry in
+        ``[log_start, log_end)``."""
+        ...
+
+
+def voter_history(
+    storage: LogStorage,
+) -> tuple[frozenset[int] | None, list[tuple[int, frozenset[int]]]]:
+    """``storage.voter_history()``, or no configuration at all when the
+    storage does not implement it."""
+    history = getattr(storage, "voter_history", None)
+    if history is None:
+        return None, []
+    base, configs = history()
+    return base, list(configs)
 
 
 class WritableLogStorage(LogStorage, Protocol):

@@ -14,7 +14,11 @@ An :class:`Entry` is one RecordBatch: it covers ``count`` consecutive offsets
 splits an entry: fetch offsets, truncation points and snapshot boundaries are
 always entry boundaries. ``control`` marks the leader-change entry the core
 appends when it wins an election (Kafka's LeaderChangeMessage control batch);
-the storage turns it into the real control batch.
+the storage turns it into the real control batch. A *configuration entry* is
+a control entry whose ``voters`` is set: the whole voter set from that offset
+on (KIP-853's VotersRecord control batch; see ``node``, "Membership"). A
+:class:`Snapshot` carries the voter set in force at its end the same way
+(``None`` in both: the statically configured voters, ``RaftConfig.voters``).
 
 Messages are small frozen value objects carrying the ``group`` (partition or
 metadata log) they belong to, so a runtime can coalesce many groups' messages
@@ -38,6 +42,7 @@ a fetch for offset N only after everything below N is durable.
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass, field
 
 NO_NODE = -1
@@ -53,6 +58,7 @@ class Entry:
     data: bytes = b""
     count: int = 1
     control: bool = False
+    voters: frozenset[int] | None = None  # a configuration entry: the new voter set
 
     @property
     def end(self) -> int:
@@ -90,6 +96,9 @@ class Snapshot:
 
     id: SnapshotId
     data: bytes = b""
+    # the voter set in force at ``id.end`` (None: the configured voters, as
+    # long as no configuration entry was ever written)
+    voters: frozenset[int] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -212,6 +221,29 @@ class NotLeader:
     term: int
 
 
+class Refusal(enum.Enum):
+    """Why ``Raft.add_voter`` / ``remove_voter`` refused a change, with the
+    Kafka error an AddRaftVoter / RemoveRaftVoter answer maps it to (KIP-853)."""
+
+    NOT_LEADER = "not the leader"  # NOT_LEADER_OR_FOLLOWER
+    CHANGE_PENDING = "an earlier voter change is not committed yet"  # REQUEST_TIMED_OUT
+    TERM_NOT_COMMITTED = "the leader has not committed its own term yet"  # REQUEST_TIMED_OUT
+    NOT_CAUGHT_UP = "the new voter has not caught up with the leader"  # REQUEST_TIMED_OUT
+    ALREADY_VOTER = "already a voter"  # DUPLICATE_VOTER
+    NOT_A_VOTER = "not a voter"  # VOTER_NOT_FOUND
+    LAST_VOTER = "the last voter cannot be removed"  # INVALID_REQUEST
+
+
+@dataclass(frozen=True, slots=True)
+class ChangeRefused:
+    """A voter change was refused (nothing was appended); ``leader`` and
+    ``term`` as in :class:`NotLeader`."""
+
+    reason: Refusal
+    leader: int
+    term: int
+
+
 @dataclass(frozen=True, slots=True)
 class Ready:
     """Everything the runtime must do, in this order:
@@ -280,5 +312,8 @@ def _describe_fetch_response(m: FetchResponse) -> str:
 def describe_entry(e: Entry) -> str:
     """``index/term`` plus the payload (``index+count`` when count > 1)."""
     span = f"{e.index}" if e.count == 1 else f"{e.index}+{e.count}"
-    payload = "lc" if e.control else e.data.decode("utf-8", "replace")
+    if e.voters is not None:
+        payload = "voters=" + ",".join(str(v) for v in sorted(e.voters))
+    else:
+        payload = "lc" if e.control else e.data.decode("utf-8", "replace")
     return f"{span}/{e.term}:{payload}"

@@ -23,6 +23,14 @@ keeps a little history; a violation raises ``InvariantViolation``. Precisely:
   watermark never goes down until it crashes (``on_crash`` forgets it).
 * **Snapshots are committed**: a snapshot a node installs ends on a committed
   entry boundary with that entry's term, if that offset is known committed.
+* **One voter change at a time** (thesis §4.1): no log ever holds more than
+  one configuration entry at or past the cluster's committed prefix — a
+  leader appends a change only once the previous one is committed, and every
+  log is a prefix of some leader's log.
+* **The voter set follows the log**: after each Ready a node's voter set in
+  force is the one its stored log ends with (its last configuration entry,
+  else its snapshot's, else the configured) — so a change truncated away, or
+  lost in a crash, is reverted.
 * **Quiet means settled** (``check_quiesced``, for quiescent groups): a
   quiesced leader's whole log is committed and durable; a quiesced follower
   knows its leader and its high watermark is its log end (it stopped only on
@@ -58,6 +66,8 @@ class InvariantChecker:
         if ready.entries:
             self._check_written(node_id, storage, ready.entries)
         self._check_hw(node_id, storage, ready.high_watermark)
+        if ready.entries or ready.snapshot is not None or ready.truncate_from is not None:
+            self._check_config(node_id, raft, storage)
         if raft.role is Role.LEADER:
             self._check_leader(node_id, raft)
 
@@ -105,6 +115,17 @@ class InvariantChecker:
             self.committed_terms[e.end] = e.term
             offset = e.end
         self.committed_end = max(self.committed_end, hw)
+
+    def _check_config(self, node_id: int, raft: Raft, storage: MemoryStorage) -> None:
+        stored = storage.voters()
+        if raft.log.voters != stored:
+            self._fail(node_id, f"voters {raft.log.voters} in force, its log ends with {stored}")
+        pending = storage.configs_from(self.committed_end)
+        if pending > 1:
+            entries = [e for e in storage.all_entries()
+                       if e.voters is not None and e.index >= self.committed_end]
+            self._fail(node_id, f"{pending} uncommitted voter changes (committed "
+                       f"below {self.committed_end}): {entries}")
 
     def _check_leader(self, node_id: int, raft: Raft) -> None:
         term = raft.term

@@ -14,6 +14,11 @@ that sends a message before syncing what the message depends on is caught.
 
 ``compact`` is the application's side of snapshots: it records a snapshot of
 the committed prefix and drops the entries below it (it is journalled too).
+
+Membership: configuration entries are kept like any entry (``Entry.voters``)
+and indexed by offset, so ``voter_history`` (``raft.storage.MembershipStorage``)
+and ``voters`` answer without scanning the log; the snapshot keeps its
+``voters``.
 """
 
 from __future__ import annotations
@@ -31,9 +36,14 @@ class _State:
     hard_state: HardState = HardState()
     snapshot: Snapshot = Snapshot(SnapshotId(0, 0))
     entries: list[Entry] = field(default_factory=list)
+    configs: list[int] = field(default_factory=list)  # offsets of configuration entries
 
     def copy(self) -> _State:
-        return _State(self.hard_state, self.snapshot, list(self.entries))
+        return _State(self.hard_state, self.snapshot, list(self.entries), list(self.configs))
+
+    def drop_configs(self, lo: int, hi: int | None = None) -> None:
+        """Forget the configuration entries at offsets in ``[lo, hi)``."""
+        self.configs = [c for c in self.configs if not (lo <= c and (hi is None or c < hi))]
 
     @property
     def log_end(self) -> int:
@@ -60,17 +70,21 @@ def _apply(state: _State, op: _Op) -> None:
         assert isinstance(arg, Snapshot)
         state.snapshot = arg
         state.entries.clear()
+        state.configs.clear()
     elif kind == "compact":
         assert isinstance(arg, Snapshot)
         del state.entries[: state.position(arg.id.end)]
+        state.drop_configs(0, arg.id.end)
         state.snapshot = arg
     elif kind == "truncate":
         assert isinstance(arg, int)
         del state.entries[state.position(max(arg, state.snapshot.id.end)) :]
+        state.drop_configs(arg)
     elif kind == "append":
         assert isinstance(arg, tuple)
         assert not arg or arg[0].index == state.log_end, "append must start at the log end"
         state.entries.extend(arg)
+        state.configs.extend(e.index for e in arg if e.voters is not None)
     else:  # pragma: no cover - a bug in this module
         raise AssertionError(kind)
 
@@ -102,6 +116,26 @@ class MemoryStorage:
             if not out or e.term > out[-1][0]:
                 out.append((e.term, e.index))
         return out
+
+    def voter_history(self) -> tuple[frozenset[int] | None, list[tuple[int, frozenset[int]]]]:
+        state = self._current
+        out = []
+        for offset in state.configs:
+            voters = state.entries[state.position(offset)].voters
+            assert voters is not None
+            out.append((offset, voters))
+        return state.snapshot.voters, out
+
+    def voters(self) -> frozenset[int] | None:
+        """The voter set the stored log ends with (None: the configured)."""
+        state = self._current
+        if not state.configs:
+            return state.snapshot.voters
+        return state.entries[state.position(state.configs[-1])].voters
+
+    def configs_from(self, offset: int) -> int:
+        """How many configuration entries the log holds at or after ``offset``."""
+        return sum(1 for c in self._current.configs if c >= offset)
 
     def entries(self, lo: int, hi: int, max_bytes: int) -> list[Entry]:
         state = self._current

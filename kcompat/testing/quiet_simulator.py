@@ -149,7 +149,7 @@ class QuietSimulation(Simulation):
         # then spreads the peers' verdicts on a silence over more ticks
         self.heartbeat_ticks = knobs.choice([1, 1, max(1, self.election_ticks // 5)])
         self.quiet = options or QuietOptions()
-        super().__init__(seed, SimOptions(), verbose)
+        super().__init__(seed, SimOptions(membership=0.0), verbose)  # no voter changes here
         self.chaos_faults = self.network.faults
         f = self.chaos_faults
         self.stable = NetworkFaults(duplicate=f.duplicate, delay_ms_max=f.delay_ms_max)

@@ -14,6 +14,12 @@ sides of a ``partition`` are dropped when sent and when delivered.
 Liveness (for quiescent groups, ``quiesce=true``) is scripted too: each node
 has the ``down`` set its core reads, changed only by ``suspect`` and
 ``revive`` (the runtime's liveness verdicts, given by hand here).
+
+Membership: ``add_observer`` starts a node outside the voter set (configured
+with the first nodes' voters, as a learner is given the bootstrap voters);
+``add_voter`` / ``remove_voter`` ask a leader for a change; ``compact``
+records the voter set at the snapshot point (``Raft.voters_at``). A status
+line shows a node's voters when they are not the configured ones.
 """
 
 from __future__ import annotations
@@ -21,6 +27,8 @@ from __future__ import annotations
 from random import Random
 
 from kcompat.raft import (
+    ChangeRefused,
+    Entry,
     Message,
     NotLeader,
     Raft,
@@ -58,6 +66,16 @@ class RaftEnv:
             self.inbox[node_id] = []
             self.liveness[node_id] = set()
             self._start(node_id)
+
+    def add_observer(self, node_id: int, **options: int | bool) -> None:
+        """A node that is not a voter, told the voters of the cluster."""
+        voters = next(iter(self.configs.values())).voters
+        config = RaftConfig(node_id, voters, **options)  # type: ignore[arg-type]
+        self.configs[node_id] = config
+        self.storages[node_id] = MemoryStorage()
+        self.inbox[node_id] = []
+        self.liveness[node_id] = set()
+        self._start(node_id)
 
     def _start(self, node_id: int, high_watermark: int = 0) -> None:
         self.nodes[node_id] = Raft(
@@ -131,9 +149,24 @@ class RaftEnv:
         else:
             self.out.append(f"proposed {describe_entry(result)}")
 
+    def change(self, node_id: int, add: int | None = None, remove: int | None = None) -> None:
+        """Ask ``node_id`` to add or remove a voter; the result goes to the trace."""
+        raft = self.nodes[node_id]
+        result: Entry | ChangeRefused
+        if add is not None:
+            result = raft.add_voter(add)
+        else:
+            assert remove is not None
+            result = raft.remove_voter(remove)
+        if isinstance(result, ChangeRefused):
+            self.out.append(f"refused: {result.reason.name} (leader={result.leader})")
+        else:
+            self.out.append(f"proposed {describe_entry(result)}")
+
     def compact(self, node_id: int, end: int) -> None:
         raft = self.nodes[node_id]
-        snapshot = Snapshot(SnapshotId(end, raft.log.term_at(end - 1)), f"state@{end}".encode())
+        snapshot = Snapshot(SnapshotId(end, raft.log.term_at(end - 1)), f"state@{end}".encode(),
+                            raft.voters_at(end))
         self.storages[node_id].compact(snapshot)
         self.storages[node_id].sync()
         raft.compact(snapshot.id)
@@ -160,7 +193,11 @@ class RaftEnv:
         for node_id in sorted(self.nodes):
             s = self.nodes[node_id].status()
             down = " (down)" if node_id in self.down else ""
-            down += " quiesced" if self.nodes[node_id].quiesced else ""
+            raft = self.nodes[node_id]
+            down += " quiesced" if raft.quiesced else ""
+            if raft.voters != raft.config.voters or not raft.is_voter:
+                down += " voters=" + ",".join(str(v) for v in sorted(raft.voters))
+                down += "" if raft.is_voter else " (observer)"
             lines.append(
                 f"{node_id}: {s.role.value} term={s.term} vote={s.vote} leader={s.leader} "
                 f"log=[{s.log_start},{s.log_end}) last_term={s.last_term} "

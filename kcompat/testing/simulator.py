@@ -15,9 +15,24 @@ node crashes between writing and syncing (``MemoryStorage.crash`` keeps a
 random prefix of the unsynced writes and none of the messages go out). The
 ``InvariantChecker`` inspects every processed Ready.
 
+Membership (``SimOptions.membership``, the share of seeds; drawn from a
+stream of its own, so the other seeds keep their schedules): the cluster
+gets one or two spare nodes that start as observers (configured with the
+initial voters, as a learner is given the bootstrap voters), every node
+runs pre-vote (see ``__init__`` for why), and some chaos
+actions ask a leader to add a voter (a spare, or a removed one) or remove
+one — any voter, the leader itself included — while partitions, crashes and
+lossy links go on; refusals (pending change, not caught up, ...) are part
+of the schedule. The checker also holds that at most one configuration
+change is uncommitted in any log and that each node's voter set is the one
+its stored log ends with (so a truncated change reverted); compactions
+record the voter set at the snapshot point (``Raft.voters_at``).
+
 The *chaos* phase runs ``duration_ms``; then the network heals, faults stop,
 every node restarts, and the *recovery* phase must see one leader whose last
-proposal is committed on every node within ``recovery_ms`` (liveness).
+proposal is committed on every voter of its configuration within
+``recovery_ms`` (liveness; observers need not converge — a removed voter
+that raised its term without pre-vote is ignored for good).
 
 A failure raises ``SimFailure`` naming the seed and the replay command::
 
@@ -31,11 +46,13 @@ hooks ``_new_node``, ``_deliver``, ``_tick``, ``_send``, ``_restart`` and
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from dataclasses import dataclass
 from random import Random
 
 from kcompat.raft import (
+    ChangeRefused,
     Message,
     NotLeader,
     Raft,
@@ -66,6 +83,8 @@ class SimOptions:
     recovery_ms: int = 6_000
     action_gap_ms_max: int = 200
     crash_mid_write: float = 0.01
+    membership: float = 0.3  # the share of seeds with voter changes
+    membership_actions: float = 0.1  # the share of their chaos actions that are changes
 
 
 class _Node:
@@ -109,9 +128,31 @@ class Simulation:
                 max_fetch_bytes=rng.choice([4, 64, 1 << 20]),
                 pre_vote=rng.random() < 0.8, check_quorum=rng.random() < 0.8,
                 always_leader_change=seed % 2 == 0,  # no draw: seeds keep their schedules
+                catch_up_max_lag=8,
             )  # fmt: skip
             node_rng = Random(rng.getrandbits(64))
             self.nodes[node_id] = self._new_node(config, rng.randint(80, 120), node_rng)
+        # membership draws come from their own stream: other seeds keep their schedules
+        self.knobs = Random(seed * 104_729 + 3)
+        self.membership = self.knobs.random() < self.options.membership
+        self.changes: list[str] = []  # accepted voter changes
+        if self.membership:
+            # pre-vote everywhere (the broker's setting): without it a member
+            # whose log is behind and whose clock is fastest keeps resetting
+            # the others' election timers with its term bumps (Raft's
+            # disruptive server) — rare with 3-5 voters, common with the 2
+            # voters a change can leave. Removed voters without pre-vote are
+            # covered by tests/unit/raft/test_membership.py.
+            for node in self.nodes.values():
+                node.config = dataclasses.replace(node.config, pre_vote=True)
+                node.raft = node.new_raft()
+            first = next(iter(self.nodes.values())).config
+            for node_id in range(size + 1, size + 1 + self.knobs.choice([1, 1, 2])):
+                config = dataclasses.replace(first, node_id=node_id,
+                                             max_fetch_bytes=self.knobs.choice([4, 1 << 20]))
+                node_rng = Random(self.knobs.getrandbits(64))
+                self.nodes[node_id] = self._new_node(config, self.knobs.randint(80, 120),
+                                                     node_rng)
         self.checker = InvariantChecker()
         self.now_ms = 0
         self.next_action_ms = 0
@@ -125,10 +166,11 @@ class Simulation:
 
     def summary(self) -> str:
         c = self.checker
+        changes = f", voter changes {' '.join(self.changes)}" if self.membership else ""
         return (
             f"seed {self.seed}: {len(self.nodes)} nodes, {self.proposed} proposals, "
             f"{len(c.committed)} entries committed, {len(c.leaders)} terms with a leader, "
-            f"{self.network.sent} messages ({self.network.dropped} dropped)"
+            f"{self.network.sent} messages ({self.network.dropped} dropped){changes}"
         )
 
     def run(self) -> None:
@@ -217,13 +259,15 @@ class Simulation:
                 marker = f"final@{leaders[0].term}".encode()
                 if not isinstance(leaders[0].propose(marker), NotLeader):
                     marker_term = leaders[0].term
-            if marker_term >= 0 and self._all_committed(marker):
+            if marker_term >= 0 and len(leaders) == 1 and self._all_committed(
+                    marker, leaders[0].voters):
                 return
         status = "; ".join(str(n.raft.status()) for n in self.nodes.values())
         raise AssertionError(f"liveness: cluster did not converge after healing: {status}")
 
-    def _all_committed(self, marker: bytes) -> bool:
-        for node in self.nodes.values():
+    def _all_committed(self, marker: bytes, members: frozenset[int]) -> bool:
+        """Every voter of the final configuration has ``marker`` committed."""
+        for node in (self.nodes[i] for i in sorted(members)):
             hw = node.raft.high_watermark
             e = node.storage.entry_at(hw - 1) if hw else None
             if e is None or e.data != marker:
@@ -237,7 +281,9 @@ class Simulation:
         roll = rng.random()
         alive = [i for i, n in self.nodes.items() if n.alive]
         dead = [i for i, n in self.nodes.items() if not n.alive]
-        if roll < 0.70:
+        if self.membership and self.knobs.random() < self.options.membership_actions:
+            self._change_voters()
+        elif roll < 0.70:
             for _ in range(rng.randint(1, 3)):
                 self._propose()
         elif roll < 0.74 and alive:
@@ -268,10 +314,32 @@ class Simulation:
         result = self.nodes[node_id].raft.propose(f"p{self.proposed}".encode(), count)
         self._log(f"propose p{self.proposed} to {node_id}: {result}")
 
+    def _change_voters(self) -> None:
+        """Ask a leader to add or remove a voter (any, itself included)."""
+        knobs = self.knobs
+        leaders = [i for i, n in self.nodes.items() if n.alive and n.raft.role is Role.LEADER]
+        if not leaders:
+            return
+        node_id = knobs.choice(leaders)
+        raft = self.nodes[node_id].raft
+        voters = raft.voters
+        others = sorted(set(self.nodes) - voters)
+        add = bool(others) and (len(voters) <= 2 or (len(voters) < 5 and knobs.random() < 0.5))
+        target = knobs.choice(others if add else sorted(voters))
+        result = raft.add_voter(target) if add else raft.remove_voter(target)
+        what = f"{'add' if add else 'remove'} voter {target} at {node_id}"
+        if not isinstance(result, ChangeRefused):
+            leader = "(leader)" if target == node_id else ""
+            self.changes.append(f"{'+' if add else '-'}{target}{leader}")
+        self._log(f"{what}: {result}")
+
     def _transfer(self) -> None:
         for node_id, node in self.nodes.items():
             if node.alive and node.raft.role is Role.LEADER:
-                target = self.rng.choice(sorted(node.config.voters - {node_id}))
+                others = sorted(node.raft.voters - {node_id})
+                if not others:
+                    return
+                target = self.rng.choice(others)
                 ok = node.raft.transfer_leadership(target)
                 self._log(f"transfer {node_id} -> {target}: {ok}")
                 return
@@ -287,7 +355,8 @@ class Simulation:
         end = e.index if e.end > end else end  # a whole-entry boundary
         if end <= raft.log.start:
             return
-        snapshot = Snapshot(SnapshotId(end, raft.log.term_at(end - 1)), b"state")
+        snapshot = Snapshot(SnapshotId(end, raft.log.term_at(end - 1)), b"state",
+                            raft.voters_at(end))
         node.storage.compact(snapshot)
         node.storage.sync()
         raft.compact(snapshot.id)

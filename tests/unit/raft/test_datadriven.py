@@ -6,6 +6,7 @@ Commands (node ids are 1..n):
   process-ready <id>... | deliver <id>... | stabilize
   status | log <id> | partition <ids,..> <ids,..> | heal
   transfer-leadership <from> <to> | compact <id> <end> | crash <id> | restart <id>
+  add-observer <id> | add-voter <leader> <id> | remove-voter <leader> <id>
 """
 
 from __future__ import annotations
@@ -63,6 +64,13 @@ def _handler(env: RaftEnv):  # type: ignore[no-untyped-def]
             env.crash(ids[0])
         elif cmd == "restart":
             env.restart(ids[0])
+        elif cmd == "add-observer":
+            env.add_observer(ids[0], **{k: _value(v) for k, v in kwargs.items()})
+            env.out.extend(env.status_lines())
+        elif cmd == "add-voter":
+            env.change(ids[0], add=ids[1])
+        elif cmd == "remove-voter":
+            env.change(ids[0], remove=ids[1])
         else:
             raise AssertionError(f"unknown command {cmd}")
         return env.take_output()
