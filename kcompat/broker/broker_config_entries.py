@@ -69,7 +69,7 @@ def static_values(config: BrokerConfig, node_id: int, port: int) -> dict[str, st
         "log.dirs": ",".join(config.values["log.dirs"]),
         "listeners": f"PLAINTEXT://{host}:{port}",
         "advertised.listeners": f"PLAINTEXT://{advertised}:{port}",
-        "process.roles": "broker,controller",
+        "process.roles": ",".join(config.values["process.roles"]),
     })
     return out
 

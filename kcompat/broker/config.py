@@ -156,8 +156,16 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
         _D("kcompat.fetch.sendfile", "boolean", True),
         _D("admin.port", "int", 9644, minimum=-1),  # 0 picks a free port, -1 disables
         _D("admin.host", "string", ""),  # empty: the same as host
-        # Empty: a quorum of one (this broker alone); else every voter is a broker.
+        # Empty: a quorum of one (this broker alone); else the controllers, each
+        # also a broker unless process.roles says otherwise.
         _D("controller.quorum.voters", "list", []),  # "1@host:port,2@host:port,..."
+        # KRaft's roles: "broker,controller" (a voter that hosts partitions) or
+        # "broker" (hosts partitions, follows the metadata log as an observer,
+        # joins a running cluster); a controller-only node is not supported yet
+        _D("process.roles", "list", ["broker", "controller"], choices=("broker", "controller"),
+           check=lambda v: None if "broker" in v else (
+               "a controller-only node (process.roles=controller) is not supported yet: "
+               "use broker,controller (a voter that also hosts partitions) or broker")),
         _D("kcompat.raft.tick.ms", "int", 50, minimum=1),
         _D("kcompat.raft.election.timeout.ms", "int", 1000, minimum=1),
         # Move leadership back to the preferred (first) replica.

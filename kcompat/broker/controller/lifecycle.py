@@ -100,9 +100,9 @@ class BrokerLifecycle:
         if not force and key == self._sent_key and ticks % every:
             return
         self._sent_key = key
-        host = rt.voters[rt.node_id][0]
-        port = rt.state.advertised_port  # the bound port (``--port 0`` picks one)
         config = rt.state.config
+        host = rt.voters[rt.node_id][0] if rt.node_id in rt.voters else config["host"]
+        port = rt.state.advertised_port  # the bound port (``--port 0`` picks one)
         hb = Heartbeat(rt.node_id, self.incarnation, config["advertised.host"] or host, port,
                        config["broker.rack"] or None, caught_up, self.shutting_down)
         if controller == rt.node_id:

@@ -46,10 +46,10 @@ def _coordinator(ctx: RequestContext, key_type: int, key: str) -> dict[str, Any]
             if leader == state.node_id:
                 return {"error_code": OK, "error_message": None, "node_id": state.node_id,
                         "host": advertised_host(state), "port": state.advertised_port}
-            if leader in cluster.peers:
-                host, port = cluster.voters[leader]
+            where = cluster.endpoint(leader) if leader in cluster.peers else None
+            if where is not None:
                 return {"error_code": OK, "error_message": None, "node_id": leader,
-                        "host": host, "port": port}
+                        "host": where[0], "port": where[1]}
     return {"error_code": ErrorCode.coordinator_not_available,
             "error_message": "The coordinator is not available.",
             "node_id": -1, "host": "", "port": -1}

@@ -215,6 +215,9 @@ class RaftFrame:
     announcements: tuple[Announcement, ...] = ()
     markers: tuple[Internal, ...] = ()  # coordinator/forwarding requests, replies, heartbeats
     incarnation: int = 0  # the sender's process (a new one on every start): peer liveness
+    # a broker-only sender's listener (host, port): a voter links back to it
+    # before its registration names it (None: a voter, known from the config)
+    reply_to: tuple[str, int] | None = None
 
 
 def _enc(value: Any, blobs: list[bytes]) -> Any:
@@ -290,11 +293,13 @@ def encode(frame: RaftFrame) -> bytes:
     for m in frame.messages:
         fields = {f.name: _enc(getattr(m, f.name), blobs) for f in dataclasses.fields(m)}
         msgs.append({"t": type(m).__name__, **fields})
-    doc = {"src": frame.src, "inc": frame.incarnation, "msgs": msgs,
+    doc: dict[str, Any] = {"src": frame.src, "inc": frame.incarnation, "msgs": msgs,
            "ann": [[a.group, a.term, a.leader, list(a.isr), a.log_start]
                    for a in frame.announcements],
            "mk": [_enc_internal(m, blobs) for m in frame.markers],
            "blobs": [len(b) for b in blobs]}
+    if frame.reply_to is not None:
+        doc["at"] = list(frame.reply_to)
     body = json.dumps(doc, separators=(",", ":")).encode()
     payload = b"".join([_HEADER.pack(KCOMPAT_RAFT, 0, 0, -1), _U32.pack(len(body)), body,
                         *blobs])
@@ -360,7 +365,8 @@ def decode(frame: bytes) -> RaftFrame:
                 rack = None if item[5] is None else str(item[5])
                 markers.append(Heartbeat(int(item[1]), str(item[2]), str(item[3]),
                                          int(item[4]), rack, bool(item[6]), bool(item[7])))
+        at = doc.get("at")
         return RaftFrame(int(doc["src"]), tuple(msgs), anns, tuple(markers),
-                         int(doc.get("inc", 0)))
+                         int(doc.get("inc", 0)), None if at is None else (str(at[0]), int(at[1])))
     except (KeyError, TypeError, ValueError, struct.error) as e:
         raise CodecError(f"bad raft frame: {e!r}") from None

@@ -78,7 +78,7 @@ class Group:
     @property
     def lone(self) -> bool:
         """This broker is the only replica (a quorum of one for this group)."""
-        return len(self.replicas) == 1
+        return self.replicas == (self.raft.id,)
 
     @property
     def is_leader(self) -> bool:

@@ -2,9 +2,14 @@
 
 Theory of operation
 -------------------
-Every broker is a voter of the metadata quorum: those named in
+The metadata quorum's voters are the brokers named in
 ``controller.quorum.voters`` (``"1@host:port,..."``, each voter's Kafka
-listener), or the broker alone (a quorum of one, the same code). Group 0 is
+listener), or the broker alone (a quorum of one, the same code). A
+broker-only node (``process.roles=broker``) follows the metadata log as an
+observer of that quorum and joins a running cluster: its frames carry its
+listener (``reply_to``) so the voters can answer it before its registration
+commits; once registered, every broker links to it (``_link_new_brokers``)
+and it hosts partitions like any other. Group 0 is
 the metadata quorum over ``__cluster_metadata-0``, fed to the controller
 (``controller.quorum``). Every partition is a Raft group among its replicas
 over its own ``PartitionLog`` (``storage``): Raft term = partition leader
@@ -56,7 +61,8 @@ KIP-890 verifier register what the runtime calls back — ``tick_hooks``,
 internal topic, ``marker_listeners`` — and request/reply calls between brokers
 go through ``peer_calls``.
 
-Gaps (see the README): voters are static (no reconfiguration, no observers).
+Gaps (see the README): the voter set is fixed by the config (no
+reconfiguration of the metadata quorum, no replica moves yet).
 """
 
 from __future__ import annotations
@@ -147,11 +153,25 @@ class ClusterRuntime:
         self.node_id = state.node_id
         self.voters = parse_voters(voters_text)
         self.alone = set(self.voters) == {self.node_id}
-        state.voter_count = len(self.voters)
-        if self.node_id not in self.voters:
-            raise ConfigError("controller.quorum.voters",
-                              f"node.id {self.node_id} is not one of the voters")
         config = state.config
+        # a voter of the metadata quorum (a controller), or a broker-only node
+        # that follows the metadata log as an observer (KRaft's process.roles)
+        self.is_voter = "controller" in config["process.roles"]
+        if self.is_voter and self.node_id not in self.voters:
+            raise ConfigError("controller.quorum.voters",
+                              f"node.id {self.node_id} is not one of the voters (set "
+                              f"process.roles=broker for a broker-only node)")
+        if not self.is_voter and not config["controller.quorum.voters"]:
+            raise ConfigError("controller.quorum.voters",
+                              "a broker-only node (process.roles=broker) joins a cluster: name "
+                              "its controllers in controller.quorum.voters")
+        if not self.is_voter and self.node_id in self.voters:
+            raise ConfigError("process.roles",
+                              f"node.id {self.node_id} is one of controller.quorum.voters, so it "
+                              f"is a controller: process.roles must be broker,controller")
+        # how many replicas CreateTopics may ask for before the controller
+        # counts the registered brokers (a cluster may grow past its voters)
+        state.voter_count = 1 if self.alone else 1 << 15
         tick_ms = config["kcompat.raft.tick.ms"]
         self.tick_s = tick_ms / 1000
         self.election_ticks = max(FETCH_WAIT_TICKS + 2,
@@ -179,6 +199,8 @@ class ClusterRuntime:
         self.down: set[int] = set()
         self._heard: dict[int, int] = dict.fromkeys(self.peers, 0)
         self._sent: dict[int, int] = dict.fromkeys(self.peers, 0)
+        self._link = link
+        self._brokers_seen = 0  # registered brokers already given a peer link
         self._incarnations: dict[int, int] = {}
         # the groups that tick (not quiesced) and those touched since the last
         # round (insertion-ordered: the simulator replays exactly)
@@ -470,6 +492,9 @@ class ClusterRuntime:
         except codec.CodecError as e:
             log.warning("dropping raft frame: %s", e)
             return
+        if decoded.reply_to is not None and decoded.src not in self.peers \
+                and decoded.src != self.node_id and decoded.src not in self.voters:
+            self._add_peer(decoded.src, *decoded.reply_to)  # a broker-only node joining
         self._hear(decoded.src, decoded.incarnation)
         for ann in decoded.announcements:
             old = self.announced.get(ann.group)
@@ -497,8 +522,7 @@ class ClusterRuntime:
         peer = self.peers.get(node)
         if peer is not None:
             self._sent[node] = self.ticks
-            peer.send(codec.encode(codec.RaftFrame(self.node_id, markers=(message,),
-                                                   incarnation=self.incarnation)))
+            peer.send(self._frame(markers=(message,)))
 
     @property
     def image(self) -> MetadataImage:
@@ -546,6 +570,8 @@ class ClusterRuntime:
 
     def _tick(self) -> None:
         self.ticks += 1
+        if len(self.image.brokers) != self._brokers_seen:
+            self._link_new_brokers()
         if self._live_from is None and self.caught_up:
             self._live_from = self.meta.applied
         self._check_peers()
@@ -557,6 +583,10 @@ class ClusterRuntime:
             self._dirty[gid] = group
             if group.raft.quiesced:
                 del self._ticking[gid]
+                # announce the ISR it goes quiet with (a follower back since the
+                # last announcement check), or nobody else learns it while quiet
+                if group.is_leader and group.announced != self._announcement(group):
+                    self._announce.add(gid)
         self._start_first_campaigns()
         for hook in self.tick_hooks:
             hook(self.ticks)
@@ -589,6 +619,30 @@ class ClusterRuntime:
             log.info("node %d: peer %d is back", self.node_id, node)
             self._revive(node)
 
+    def _link_new_brokers(self) -> None:
+        """Peers beyond the voters: every registered broker (a broker-only
+        node that joined) gets a link, once its registration is applied."""
+        brokers = self.image.brokers
+        self._brokers_seen = len(brokers)
+        for node, info in sorted(brokers.items()):
+            if node != self.node_id and node not in self.peers:
+                self._add_peer(node, info.host, info.port)
+
+    def _add_peer(self, node: int, host: str, port: int) -> None:
+        log.info("node %d: links to broker %d at %s:%d", self.node_id, node, host, port)
+        peer = self.peers[node] = self._link(node, host, port)
+        self._heard[node] = self.ticks
+        self._sent[node] = 0
+        if self._nursery is not None:
+            self._nursery.start_soon(peer.run)
+
+    def endpoint(self, node: int) -> tuple[str, int] | None:
+        """Where clients reach ``node``: its registration, else its voter entry."""
+        info = self.image.brokers.get(node)
+        if info is not None:
+            return info.host, info.port
+        return self.voters.get(node)
+
     def _revive(self, node: int, restarted: bool = False) -> None:
         self.down.discard(node)
         self._for_member(node, lambda raft, n: raft.revive(n, restarted))
@@ -607,8 +661,7 @@ class ClusterRuntime:
                 self._announce_all = True  # it leaves the ISR of quiet groups too
             if self.ticks - self._sent[node] >= self.heartbeat_ticks:
                 self._sent[node] = self.ticks
-                peer.send(codec.encode(codec.RaftFrame(self.node_id,
-                                                       incarnation=self.incarnation)))
+                peer.send(self._frame())
 
     def _for_member(self, node: int, action: Callable[[Raft, int], None]) -> None:
         for group in list(self.groups.values()):
@@ -699,8 +752,23 @@ class ClusterRuntime:
             msgs = by_peer.get(node, [])
             if msgs or announce:
                 self._sent[node] = self.ticks
-                peer.send(codec.encode(codec.RaftFrame(self.node_id, tuple(msgs), announce,
-                                                       incarnation=self.incarnation)))
+                peer.send(self._frame(tuple(msgs), announce))
+
+    def _frame(self, messages: tuple[Message, ...] = (),
+               announce: tuple[codec.Announcement, ...] = (),
+               markers: tuple[codec.Internal, ...] = ()) -> bytes:
+        """One encoded frame from this broker: its incarnation, and, from a
+        broker-only node, where to answer it."""
+        return codec.encode(codec.RaftFrame(self.node_id, messages, announce, markers,
+                                            self.incarnation, self._reply_to()))
+
+    def _reply_to(self) -> tuple[str, int] | None:
+        """A broker-only node's listener, for peers that do not know it yet
+        (the bound port: ``--port 0`` picks one)."""
+        if self.is_voter:
+            return None
+        config = self.state.config
+        return config["advertised.host"] or config["host"], self.state.advertised_port
 
     def _announcement(self, group: Group) -> codec.Announcement:
         return codec.Announcement(group.gid, group.raft.term, self.node_id, self.isr(group),
