@@ -1,0 +1,146 @@
+"""Brokers beyond the voters (issue 19 item 1): a broker-only node
+(``process.roles=broker``, KRaft's role) joins a running 3-voter cluster at
+run time without a restart of the others — it follows the metadata log as an
+observer of the metadata quorum, registers with the controller, gets peer
+links from every broker, and hosts partitions like any broker.
+
+Real processes: 3 combined brokers (voters), then broker 4 started with only
+``controller.quorum.voters`` naming them. Broker 4 appears in Metadata;
+a topic of replication factor 4 (more than the voters) is placed on all four;
+a topic whose partitions are assigned to broker 4 first gets broker 4 as
+leader; confluent-kafka produces idempotently through broker 4 alone and reads
+every record back through broker 1. Broker 4 killed -9: its partitions fail
+over and take writes; restarted, it catches up and is back in every ISR as
+any broker describes it within the test's wait (a quiet partition announces
+the ISR it goes quiet with; before, the others learnt it only from the full
+announcement every 30 s).
+Bad configs exit with a clear error: a broker-only node without voters, a
+voter that calls itself broker-only, a controller-only node."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from compat_tests._broker import Broker, unique_topic
+from compat_tests._cluster import Cluster
+
+TIMEOUT_S = 30.0
+FAST_SESSIONS = ("--set", "broker.session.timeout.ms=3000",
+                 "--set", "broker.heartbeat.interval.ms=500")
+
+
+@pytest.fixture
+def grown(tmp_path: Path) -> Iterator[tuple[Cluster, Broker]]:
+    cluster = Cluster(tmp_path, extra_args=FAST_SESSIONS)
+    fourth = Broker(tmp_path / "broker-4", extra_args=(
+        "--node-id", "4", "--set", f"controller.quorum.voters={cluster.voters}",
+        "--set", "process.roles=broker", "--admin-port", "-1",
+        "--set", "default.replication.factor=3", *FAST_SESSIONS))
+    try:
+        cluster.start()
+        fourth.start()
+        yield cluster, fourth
+    finally:
+        if fourth.running:
+            fourth.kill()
+        cluster.kill()
+
+
+def _admin(bootstrap: str) -> AdminClient:
+    return AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
+
+
+def _wait(predicate, what: str, timeout_s: float = TIMEOUT_S) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.2)
+
+
+def _partitions(bootstrap: str, topic: str) -> dict[int, tuple[int, list[int], list[int]]]:
+    md = _admin(bootstrap).list_topics(topic, timeout=10)
+    t = md.topics.get(topic)
+    if t is None or t.error is not None:
+        return {}
+    return {p.id: (p.leader, list(p.replicas), list(p.isrs)) for p in t.partitions.values()}
+
+
+def _read_all(bootstrap: str, topic: str, partitions: int, count: int) -> list[bytes]:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": topic,
+                         "enable.auto.commit": False, "log_level": 0})
+    got: list[bytes] = []
+    try:
+        consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+        deadline = time.monotonic() + TIMEOUT_S
+        while len(got) < count and time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is not None and msg.error() is None:
+                got.append(msg.value())
+    finally:
+        consumer.close()
+    return got
+
+
+def test_broker_only_node_joins_hosts_leads_and_rejoins_after_kill9(
+        grown: tuple[Cluster, Broker]) -> None:
+    cluster, fourth = grown
+    one = cluster.brokers[1].bootstrap
+    _wait(lambda: 4 in _admin(one).list_topics(timeout=10).brokers, "broker 4 in Metadata")
+    admin = _admin(one)  # alive until its futures resolve
+    wide = unique_topic("four-wide")
+    admin.create_topics([NewTopic(wide, 2, 4)], operation_timeout=20)[wide].result(30)
+    _wait(lambda: all(sorted(r) == [1, 2, 3, 4] and ldr >= 0
+                      for ldr, r, _i in _partitions(one, wide).values())
+          and len(_partitions(one, wide)) == 2, "RF 4 over the four brokers")
+
+    topic = unique_topic("on-four")
+    assignment = [[4, 1, 2], [4, 2, 3], [1, 4, 3]]
+    admin.create_topics([NewTopic(topic, len(assignment), replica_assignment=assignment)],
+                        operation_timeout=20)[topic].result(30)
+    _wait(lambda: [v[0] for _p, v in sorted(_partitions(one, topic).items())][:2] == [4, 4],
+          "broker 4 leading the partitions it is first replica of")
+    producer = Producer({"bootstrap.servers": fourth.bootstrap, "enable.idempotence": True,
+                         "linger.ms": 5})
+    sent = [b"v-%04d" % i for i in range(600)]
+    for i, v in enumerate(sent):
+        producer.produce(topic, v, partition=i % 3)
+    assert producer.flush(TIMEOUT_S) == 0
+    assert sorted(_read_all(one, topic, 3, len(sent))) == sorted(sent)
+
+    fourth.kill()
+    _wait(lambda: all(ldr in (1, 2, 3) for ldr, _r, _i in _partitions(one, topic).values()),
+          "the partitions broker 4 led failing over")
+    more = [b"w-%04d" % i for i in range(300)]
+    producer = Producer({"bootstrap.servers": one, "enable.idempotence": True,
+                         "linger.ms": 5, "log_level": 0})
+    for i, v in enumerate(more):
+        producer.produce(topic, v, partition=i % 3)
+    assert producer.flush(TIMEOUT_S) == 0
+
+    fourth.restart()
+    _wait(lambda: all(4 in isr for _l, _r, isr in _partitions(one, topic).values()),
+          "broker 4 back in every ISR of its partitions (as any broker describes them)")
+    assert sorted(_read_all(fourth.bootstrap, topic, 3, len(sent) + len(more))) \
+        == sorted(sent + more)
+
+
+@pytest.mark.parametrize(("args", "says"), [
+    (("--set", "process.roles=broker"), "name its controllers in controller.quorum.voters"),
+    (("--node-id", "1", "--set", "controller.quorum.voters=1@127.0.0.1:1",
+      "--set", "process.roles=broker"), "process.roles must be broker,controller"),
+    (("--set", "process.roles=controller"), "controller-only node"),
+], ids=["broker-only-alone", "voter-as-broker-only", "controller-only"])
+def test_bad_roles_exit_with_a_clear_error(tmp_path: Path, args: tuple[str, ...],
+                                           says: str) -> None:
+    run = subprocess.run([sys.executable, "-m", "kcompat", "broker", "--port", "0",
+                          "--data-dir", str(tmp_path / "data"), "--admin-port", "-1", *args],
+                         capture_output=True, text=True, timeout=60)
+    assert run.returncode != 0 and says in run.stderr, (run.returncode, run.stderr[-2000:])
