@@ -126,8 +126,9 @@ def test_broker_only_node_joins_hosts_leads_and_rejoins_after_kill9(
     assert producer.flush(TIMEOUT_S) == 0
 
     fourth.restart()
+    # well within the 30 s full announcement: what the partitions went quiet with
     _wait(lambda: all(4 in isr for _l, _r, isr in _partitions(one, topic).values()),
-          "broker 4 back in every ISR of its partitions (as any broker describes them)")
+          "broker 4 back in every ISR of its partitions (as any broker describes them)", 8)
     assert sorted(_read_all(fourth.bootstrap, topic, 3, len(sent) + len(more))) \
         == sorted(sent + more)
 
