@@ -2,7 +2,8 @@
 (``process.roles=broker``, KRaft's role) joins a running 3-voter cluster at
 run time without a restart of the others — it follows the metadata log as an
 observer of the metadata quorum, registers with the controller, gets peer
-links from every broker, and hosts partitions like any broker.
+links from every broker, and hosts partitions like any broker; DescribeQuorum
+(kafka-python's admin client) lists it as an observer of the metadata quorum.
 
 Real processes: 3 combined brokers (voters), then broker 4 started with only
 ``controller.quorum.voters`` naming them. Broker 4 appears in Metadata;
@@ -24,10 +25,12 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
+from kafka.admin import KafkaAdminClient
 
 from compat_tests._broker import Broker, unique_topic
 from compat_tests._cluster import Cluster
@@ -73,6 +76,17 @@ def _partitions(bootstrap: str, topic: str) -> dict[int, tuple[int, list[int], l
     return {p.id: (p.leader, list(p.replicas), list(p.isrs)) for p in t.partitions.values()}
 
 
+def _quorum(bootstrap: str) -> dict[str, Any]:
+    """The metadata partition of kafka-python's DescribeQuorum answer."""
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    try:
+        answer: dict[str, Any] = admin.describe_metadata_quorum()
+        [part] = answer["topics"][0]["partitions"]
+        return part  # type: ignore[no-any-return]
+    finally:
+        admin.close()
+
+
 def _read_all(bootstrap: str, topic: str, partitions: int, count: int) -> list[bytes]:
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": topic,
                          "enable.auto.commit": False, "log_level": 0})
@@ -100,6 +114,11 @@ def test_broker_only_node_joins_hosts_leads_and_rejoins_after_kill9(
     _wait(lambda: all(sorted(r) == [1, 2, 3, 4] and ldr >= 0
                       for ldr, r, _i in _partitions(one, wide).values())
           and len(_partitions(one, wide)) == 2, "RF 4 over the four brokers")
+
+    quorum = _quorum(one)  # Kafka's DescribeQuorum: 1-3 vote, 4 observes
+    assert sorted(v["replica_id"] for v in quorum["current_voters"]) == [1, 2, 3], quorum
+    [observer] = quorum["observers"]
+    assert observer["replica_id"] == 4 and observer["log_end_offset"] > 0, quorum
 
     topic = unique_topic("on-four")
     assignment = [[4, 1, 2], [4, 2, 3], [1, 4, 3]]

@@ -1,8 +1,9 @@
 """DescribeQuorum (key 55), versions 0-2 (KIP-595, KIP-836, KIP-853).
 
 Quirks: describes the metadata quorum, ``__cluster_metadata`` partition 0:
-every broker is one of its voters (kcompat has no observers), its leader is
-the controller. Any broker answers: the status comes from the metadata leader
+its voters are the ``broker,controller`` nodes, its observers the
+broker-only nodes following the log (``process.roles=broker``), its leader
+is the controller. Any broker answers: the status comes from the metadata leader
 (``replication.quorum_admin``) — leader, epoch, high watermark, and per voter
 its log end offset, last fetch and last caught-up wall-clock times (v1+; the
 leader's own are now). v2 lists the voters as nodes with their listener (the
@@ -31,23 +32,34 @@ def _empty(ctx: RequestContext, index: int, code: ErrorCode, message: str) -> An
                      current_voters=(), observers=())
 
 
-def _quorum(ctx: RequestContext, status: dict[str, Any]) -> Any:
-    voters = tuple(
+def _replicas(ctx: RequestContext, rows: list[list[int]]) -> tuple[Any, ...]:
+    return tuple(
         ctx.build("ReplicaState", replica_id=node, replica_directory_id=None,
                   log_end_offset=end, last_fetch_timestamp=fetched,
                   last_caught_up_timestamp=caught_up)
-        for node, end, fetched, caught_up in status["voters"])
+        for node, end, fetched, caught_up in rows)
+
+
+def _quorum(ctx: RequestContext, status: dict[str, Any]) -> Any:
     return ctx.build("PartitionData", partition_index=METADATA_PARTITION, error_code=OK,
                      error_message="", leader_id=status["leader"],
                      leader_epoch=status["epoch"], high_watermark=status["high_watermark"],
-                     current_voters=voters, observers=())
+                     current_voters=_replicas(ctx, status["voters"]),
+                     observers=_replicas(ctx, status.get("observers", [])))
 
 
-def _nodes(ctx: RequestContext) -> tuple[Any, ...]:
+def _nodes(ctx: RequestContext, status: dict[str, Any] | None) -> tuple[Any, ...]:
+    """The voters' listeners, and the observers' (their registrations)."""
+    cluster = ctx.cluster
+    ends = dict(cluster.voters)
+    for row in (status or {}).get("observers", []):
+        where = cluster.endpoint(row[0])
+        if where is not None:
+            ends[row[0]] = where
     return tuple(
         ctx.build("Node", node_id=node, listeners=(
             ctx.build("Listener", name=LISTENER, host=host, port=port),))
-        for node, (host, port) in sorted(ctx.cluster.voters.items()))
+        for node, (host, port) in sorted(ends.items()))
 
 
 async def handle(ctx: RequestContext, request: Any) -> Any:
@@ -70,5 +82,5 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
             else:
                 parts.append(_quorum(ctx, status))
         topics.append(ctx.build("TopicData", topic_name=t.topic_name, partitions=tuple(parts)))
-    nodes = _nodes(ctx) if asked_metadata and ctx.version >= 2 else ()
+    nodes = _nodes(ctx, status) if asked_metadata and ctx.version >= 2 else ()
     return ctx.response(error_code=OK, error_message="", topics=tuple(topics), nodes=nodes)

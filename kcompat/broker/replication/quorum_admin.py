@@ -110,7 +110,8 @@ class QuorumAdmin:
 
     def status(self) -> dict[str, Any] | None:
         """At the metadata leader: leader, epoch, high watermark, and per voter
-        (id, log end offset, last fetch ms, last caught-up ms); None elsewhere."""
+        and per observer (id, log end offset, last fetch ms, last caught-up
+        ms); None elsewhere."""
         rt = self.rt
         meta = rt.meta
         if not meta.is_leader:
@@ -127,8 +128,14 @@ class QuorumAdmin:
             fetched = now - idle * tick_ms if idle is not None else -1
             voters.append([node, st.match_ends.get(node, -1), fetched,
                            self.caught_up_ms.get(node, -1)])
+        observers = []  # broker-only nodes following the metadata log
+        for node in sorted(set(st.match_ends) - set(rt.voters)):
+            idle = st.idle_ticks.get(node)
+            observers.append([node, st.match_ends[node],
+                              now - idle * tick_ms if idle is not None else -1,
+                              self.caught_up_ms.get(node, -1)])
         return {"leader": rt.node_id, "epoch": st.term, "high_watermark": meta.hw,
-                "voters": voters}
+                "voters": voters, "observers": observers}
 
     def _tick(self, _ticks: int) -> None:
         meta = self.rt.meta
