@@ -65,8 +65,9 @@ that follower's fetch is still parked at the log end, so a follower that
 missed entries catches up — or restarted (then the leader also announces
 itself to it at once). A leader quiesces with down
 followers left out, as long as a quorum is live and caught up. Observers
-(below) are not needed for a leader to quiesce; those parked at the log end
-get the quiesce answer and stop ticking like followers.
+(below) quiesce like followers: the leader waits for each it knows that is
+not down (they are not counted for the quorum), else one whose wake-up was
+lost would sleep behind for good.
 
 Membership (Raft thesis §4.1, single-server changes; KIP-853). The voter set
 in force is the last configuration entry *in the log* — committed or not,
@@ -79,7 +80,12 @@ like a follower, never campaigns and is never counted; when it knows no
 leader it sends its fetch to each voter in turn, and a non-leader's rejection
 names the leader (KRaft's observers fetching from the bootstrap servers). A
 leader answers anybody's fetch and keeps a ``Progress`` for each observer
-(``caught_up``), dropped after two election timeouts without a fetch.
+(``caught_up``), dropped after two election timeouts without a fetch; it
+re-announces itself to a silent one as to a voter, and when it steps down
+it tells each (a rejected fetch naming the leader if known, repeated while
+it ticks until the observer answers, for two election timeouts) — nobody
+else knows them, and a quiesced observer would sleep on under a leader that
+leads no more.
 
 ``add_voter(node)`` / ``remove_voter(node)`` append one configuration entry,
 the whole new set, and are refused (a ``ChangeRefused``, nothing appended)
@@ -101,7 +107,8 @@ it is one — KIP-853 accepts Vote from all replicas), but a leader never
 grants to, or takes the term of, a non-voter's vote request — it announces
 itself instead (BeginQuorumEpoch) when the requester's term is not above its
 own, so the stale voter fetches and learns from the log that it is an
-observer — and others ignore a non-voter's vote request while they hear
+observer, and it does not take the higher term of a non-voter's refusal of
+that announcement either — and others ignore a non-voter's vote request while they hear
 from a leader (a lease, even without check quorum) or when their log is
 more up-to-date (without pre-vote its term rises at each timeout; taking it
 would keep voters' pre-votes failing); with pre-vote (the broker's setting)
@@ -254,6 +261,7 @@ class Raft:
         # a leader may change voters once its log is committed up to here
         self._term_floor = 0
         self._contact = -1  # an observer without a leader: the voter asked last
+        self._orphans: dict[int, int] = {}  # observers of our last leadership -> ticks left
         # the peers the runtime's liveness considers down (its live set, read here)
         self._down = down
         self.quiesced = False
@@ -294,11 +302,18 @@ class Raft:
     def step(self, m: Message) -> None:
         """Feed one message addressed to this node."""
         assert m.group == self.group and m.dst == self.id, f"misrouted {m}"
+        if self._orphans:
+            self._orphans.pop(m.src, None)  # it heard us (or never needed to)
         if self.quiesced:
             if self._park_quiet(m):
                 return
             self._wake()
         if isinstance(m, VoteRequest) and m.src not in self.voters and self._ignore_vote(m):
+            return
+        if (m.term > self.term and self.role is Role.LEADER
+                and isinstance(m, FetchResponse) and m.src not in self.voters):
+            # a non-voter's refusal of our announcement: its term rose while
+            # it did not know it was removed (no pre-vote); it cannot depose us
             return
         if m.term > self.term and not self._on_higher_term(m):
             return
@@ -513,7 +528,10 @@ class Raft:
         if term > self.term:
             self.term = term
             self.vote = NO_NODE
+        observers: list[int] = []
         if self.role is Role.LEADER:
+            voters = self.voters
+            observers = sorted(p for p in self._progress if p not in voters)
             self._progress.clear()
             self._transfer_to = NO_NODE
         self.role = Role.FOLLOWER
@@ -524,6 +542,13 @@ class Raft:
             self._send_fetch()
         else:
             self._fetch_ticks = None
+        # nobody else knows our observers: tell each (again, while we tick,
+        # until it answers, for two election timeouts) or a quiesced one
+        # would sleep on under a leader that leads no more
+        if observers:
+            self._orphans = dict.fromkeys(observers, 2 * self.config.election_timeout_ticks)
+        for observer in observers:
+            self._send(self._rejected_fetch(observer))
 
     def _hup(self, transfer: bool) -> None:
         if not self.is_voter:
@@ -812,6 +837,8 @@ class Raft:
     # -- ticks -------------------------------------------------------------------
 
     def _tick_election(self) -> None:
+        if self._orphans:
+            self._tell_orphans()
         self._election_elapsed += 1
         if self._fetch_ticks is not None:
             self._fetch_ticks += 1
@@ -819,6 +846,16 @@ class Raft:
                 self._send_fetch()
         if self._election_elapsed >= self._timeout:
             self._hup(transfer=False)
+
+    def _tell_orphans(self) -> None:
+        resend = self._election_elapsed % (self.config.fetch_wait_ticks + 2) == 0
+        for observer, left in sorted(self._orphans.items()):
+            if left <= 1:
+                del self._orphans[observer]
+                continue
+            self._orphans[observer] = left - 1
+            if resend:
+                self._send(self._rejected_fetch(observer))
 
     def _tick_leader(self) -> None:
         self._election_elapsed += 1
@@ -846,7 +883,7 @@ class Raft:
                 del self._progress[peer]
         for peer, progress in sorted(self._progress.items()):
             idle = progress.idle_ticks - wait - 2
-            if idle >= 0 and idle % wait == 0 and peer in voters:
+            if idle >= 0 and idle % wait == 0:
                 self._send(BeginQuorumEpoch(self.group, self.id, peer, self.term))
         if self._election_elapsed >= self.config.election_timeout_ticks:
             self._check_quorum()
@@ -949,12 +986,12 @@ class Raft:
         voters = self.voters
         caught_up = int(self.id in voters)
         for peer, progress in self._progress.items():
-            if peer in self._down or peer not in voters:  # observers are not waited for
+            if peer in self._down:
                 continue
             parked = progress.parked
             if parked is None or parked.fetch_offset != end or progress.hw_sent != end:
-                return
-            caught_up += 1
+                return  # an observer is waited for too (once gone, it is down or dropped)
+            caught_up += peer in voters
         if caught_up < self._quorum:
             return
         self.quiesced = True

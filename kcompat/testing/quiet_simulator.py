@@ -49,9 +49,15 @@ back it is caught up within an ET (``revive`` wakes the leader). Safety: the
 ``InvariantChecker`` after every Ready, as in ``simulator``, and its
 ``check_quiesced`` (a quiesced member is settled) after each step.
 
+With ``QuietOptions.membership`` (``--membership SHARE``) a share of the
+seeds also get ``simulator``'s voter changes in their chaos (spare nodes as
+observers; removals stop at three voters, as the faults above assume the
+others can elect without one); the runtime's liveness covers every node, and
+a partitioned leader keeps fewer than half the voters with it.
+
 A failure raises ``SimFailure`` naming the seed and the replay command::
 
-    python -m kcompat.testing.quiet_simulator --seed N [--verbose]
+    python -m kcompat.testing.quiet_simulator --seed N [--verbose] [--membership 1]
 """
 
 from __future__ import annotations
@@ -102,6 +108,9 @@ class QuietOptions:
     # (c) as a failure; off, a settle that does not quiesce only counts in
     # ``unquiet`` and the schedule goes on (the faults then hit a busy group)
     require_quiet: bool = True
+    # the share of seeds with voter changes in their chaos (``simulator``'s
+    # membership: spare nodes as observers, voters added and removed)
+    membership: float = 0.0
 
 
 @dataclass(slots=True)
@@ -114,6 +123,8 @@ class _Drop:
 
 
 class _QuietNode(_Node):
+    cluster: frozenset[int]  # every node (set once all exist)
+
     def __init__(self, config: RaftConfig, tick_ms: int, rng: Random) -> None:
         self.down: set[int] = set()
         super().__init__(config, tick_ms, rng)
@@ -126,7 +137,8 @@ class _QuietNode(_Node):
 
     def reset_liveness(self) -> None:
         """A (re)started runtime: nothing heard yet, nobody down."""
-        peers = sorted(self.config.voters - {self.config.node_id})
+        # the runtime's liveness covers every broker, voter of this group or not
+        peers = sorted(getattr(self, "cluster", self.config.voters) - {self.config.node_id})
         self.down.clear()  # the set the core reads (a restart builds a new core)
         self.ticks = 0
         self.heard = dict.fromkeys(peers, 0)
@@ -149,7 +161,11 @@ class QuietSimulation(Simulation):
         # then spreads the peers' verdicts on a silence over more ticks
         self.heartbeat_ticks = knobs.choice([1, 1, max(1, self.election_ticks // 5)])
         self.quiet = options or QuietOptions()
-        super().__init__(seed, SimOptions(membership=0.0), verbose)  # no voter changes here
+        self.min_voters = 3  # the faults below assume the others can elect without one
+        super().__init__(seed, SimOptions(membership=self.quiet.membership), verbose)
+        for node in self.nodes.values():
+            cast(_QuietNode, node).cluster = frozenset(self.nodes)
+            cast(_QuietNode, node).reset_liveness()
         self.chaos_faults = self.network.faults
         f = self.chaos_faults
         self.stable = NetworkFaults(duplicate=f.duplicate, delay_ms_max=f.delay_ms_max)
@@ -557,9 +573,13 @@ class QuietSimulation(Simulation):
         self._await(caught_up, bound_ms, f"{follower} caught up after its restart (revive)")
 
     def _partition_leader(self, leader: int) -> None:
-        others = self._others(leader)
+        voters = self.nodes[leader].raft.voters
+        others = [i for i in self._others(leader) if i in voters]
         self.rng.shuffle(others)
-        minority = [leader] + others[: self.rng.randint(0, (len(self.nodes) - 1) // 2 - 1)]
+        minority = [leader] + others[: self.rng.randint(0, (len(voters) - 1) // 2 - 1)]
+        # observers on either side: the majority side needs a quorum of voters
+        minority += [i for i in self._others(leader)
+                     if i not in voters and self.rng.random() < 0.3]
         majority = sorted(set(self.nodes) - set(minority))
         self.network.partition([minority, majority])
         self._log(f"partition {sorted(minority)} | {majority}")
@@ -671,8 +691,11 @@ QUIET_FAULTS: dict[str, Callable[[QuietSimulation, int], None]] = {
 }
 
 
-def run_seed(seed: int, verbose: bool = False, require_quiet: bool = True) -> QuietSimulation:
-    sim = QuietSimulation(seed, QuietOptions(require_quiet=require_quiet), verbose)
+def run_seed(
+    seed: int, verbose: bool = False, require_quiet: bool = True, membership: float = 0.0
+) -> QuietSimulation:
+    options = QuietOptions(require_quiet=require_quiet, membership=membership)
+    sim = QuietSimulation(seed, options, verbose)
     sim.run()
     return sim
 
@@ -686,10 +709,14 @@ def main(argv: list[str] | None = None) -> int:
         "--tolerate-unquiet", action="store_true",
         help="count a settle that does not quiesce instead of failing (check the rest)",
     )  # fmt: skip
+    parser.add_argument(
+        "--membership", type=float, default=0.0, metavar="SHARE",
+        help="the share of seeds whose chaos changes voters (0 to 1)",
+    )  # fmt: skip
     args = parser.parse_args(argv)
     for seed in range(args.seed, args.seed + args.seeds):
         try:
-            sim = run_seed(seed, args.verbose, require_quiet=not args.tolerate_unquiet)
+            sim = run_seed(seed, args.verbose, not args.tolerate_unquiet, args.membership)
             if args.verbose or args.seeds == 1:
                 print(sim.summary(), f"unquiet settles: {sim.unquiet}")
         except SimFailure as e:

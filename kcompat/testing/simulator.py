@@ -136,6 +136,7 @@ class Simulation:
         self.knobs = Random(seed * 104_729 + 3)
         self.membership = self.knobs.random() < self.options.membership
         self.changes: list[str] = []  # accepted voter changes
+        self.min_voters = getattr(self, "min_voters", 1)  # removals stop here
         if self.membership:
             # pre-vote everywhere (the broker's setting): without it a member
             # whose log is behind and whose clock is fastest keeps resetting
@@ -324,7 +325,10 @@ class Simulation:
         raft = self.nodes[node_id].raft
         voters = raft.voters
         others = sorted(set(self.nodes) - voters)
-        add = bool(others) and (len(voters) <= 2 or (len(voters) < 5 and knobs.random() < 0.5))
+        add = bool(others) and (len(voters) <= max(2, self.min_voters)
+                                or (len(voters) < 5 and knobs.random() < 0.5))
+        if not add and len(voters) <= self.min_voters:
+            return
         target = knobs.choice(others if add else sorted(voters))
         result = raft.add_voter(target) if add else raft.remove_voter(target)
         what = f"{'add' if add else 'remove'} voter {target} at {node_id}"

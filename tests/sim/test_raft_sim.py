@@ -18,6 +18,9 @@ group is quiet, checking the same invariants plus bounded recovery: a leader,
 a commit on every live member, and every member quiesced again with no tick
 and no Raft message while idle. Long run:
 ``.venv/bin/python -m kcompat.testing.quiet_simulator --seed 0 --seeds 10000``.
+QUIET_MEMBER_SEEDS (default 20) more run with voter changes in their chaos
+(``--membership 1``): observers quiesce like followers and are told when
+their leader steps down.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ import os
 
 import pytest
 
-from kcompat.testing.quiet_simulator import QuietSimulation
+from kcompat.testing.quiet_simulator import QuietOptions, QuietSimulation
 from kcompat.testing.simulator import SimFailure, Simulation
 
 SEEDS = int(os.environ.get("SEEDS", "2000"))
@@ -34,6 +37,7 @@ SEED_BASE = int(os.environ.get("SEED_BASE", "0"))
 CHUNK = 100
 QUIET_SEEDS = int(os.environ.get("QUIET_SEEDS", "100"))
 QUIET_CHUNK = 100
+QUIET_MEMBER_SEEDS = int(os.environ.get("QUIET_MEMBER_SEEDS", "20"))
 
 
 @pytest.mark.parametrize(
@@ -81,6 +85,15 @@ def test_quiet_simulation(first: int) -> None:
     for seed in range(first, min(first + QUIET_CHUNK, SEED_BASE + QUIET_SEEDS)):
         try:
             QuietSimulation(seed).run()
+        except SimFailure as failure:
+            pytest.fail(str(failure), pytrace=False)
+
+
+def test_quiet_simulation_with_voter_changes() -> None:
+    """The quiescence simulator with spare nodes and voter changes."""
+    for seed in range(SEED_BASE, SEED_BASE + QUIET_MEMBER_SEEDS):
+        try:
+            QuietSimulation(seed, QuietOptions(membership=1.0)).run()
         except SimFailure as failure:
             pytest.fail(str(failure), pytrace=False)
 
