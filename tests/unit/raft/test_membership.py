@@ -274,10 +274,13 @@ def test_removed_voter_cannot_depose_the_leader() -> None:
     assert _voters(env, 3) == {1, 2} and env.nodes[3].leader == 1
 
 
-def test_removed_voter_without_prevote_cannot_depose_the_leader() -> None:
+@pytest.mark.parametrize("check_quorum", [True, False])
+def test_removed_voter_without_prevote_cannot_depose_the_leader(check_quorum: bool) -> None:
     """Without pre-vote its term rises; the leader still never takes up a
-    non-voter's vote request, nor does a follower that hears from it."""
-    env = _cluster(3, pre_vote=False)
+    non-voter's vote request (nor the higher term of its refusal of the
+    leader's announcement), nor does a follower that hears from the leader —
+    even without check quorum, whose lease would otherwise guard them."""
+    env = _cluster(3, pre_vote=False, check_quorum=check_quorum)
     leader = env.nodes[1]
     env.partition([[1, 2], [3]])
     _added(leader.remove_voter(3))
