@@ -13,7 +13,9 @@ Layout: a Kafka request header v1 (api key ``KCOMPAT_RAFT`` = 1000, version 0,
 correlation id 0, null client id) so the ordinary frame reader and
 ``peek_api`` accept it, then ``u32 json_length``, a UTF-8 JSON document, and
 the entry and snapshot payloads concatenated (the JSON refers to them by
-index), so record batches travel as raw bytes, never base64. Pure: no I/O.
+index), so record batches travel as raw bytes, never base64. A configuration
+entry and a snapshot carry their voter set (``Entry.voters``,
+``Snapshot.voters``) as a trailing id list. Pure: no I/O.
 """
 
 from __future__ import annotations
@@ -223,14 +225,20 @@ class RaftFrame:
 def _enc(value: Any, blobs: list[bytes]) -> Any:
     if isinstance(value, Entry):
         blobs.append(value.data)
-        return {"E": [value.index, value.term, value.count, value.control, len(blobs) - 1]}
+        fields: list[Any] = [value.index, value.term, value.count, value.control, len(blobs) - 1]
+        if value.voters is not None:  # a configuration entry
+            fields.append(sorted(value.voters))
+        return {"E": fields}
     if isinstance(value, EpochEnd):
         return {"EE": [value.term, value.end]}
     if isinstance(value, SnapshotId):
         return {"SI": [value.end, value.term]}
     if isinstance(value, Snapshot):
         blobs.append(value.data)
-        return {"S": [value.id.end, value.id.term, len(blobs) - 1]}
+        fields = [value.id.end, value.id.term, len(blobs) - 1]
+        if value.voters is not None:
+            fields.append(sorted(value.voters))
+        return {"S": fields}
     if isinstance(value, tuple):
         return [_enc(v, blobs) for v in value]
     return value
@@ -239,19 +247,24 @@ def _enc(value: Any, blobs: list[bytes]) -> Any:
 def _dec(value: Any, blobs: list[bytes]) -> Any:
     if isinstance(value, dict):
         if "E" in value:
-            index, term, count, control, blob = value["E"]
-            return Entry(index, term, blobs[blob], count, bool(control))
+            index, term, count, control, blob, *voters = value["E"]
+            return Entry(index, term, blobs[blob], count, bool(control), _voters(voters))
         if "EE" in value:
             return EpochEnd(*value["EE"])
         if "SI" in value:
             return SnapshotId(*value["SI"])
         if "S" in value:
-            end, term, blob = value["S"]
-            return Snapshot(SnapshotId(end, term), blobs[blob])
+            end, term, blob, *voters = value["S"]
+            return Snapshot(SnapshotId(end, term), blobs[blob], _voters(voters))
         raise CodecError(f"unknown value {sorted(value)}")
     if isinstance(value, list):
         return tuple(_dec(v, blobs) for v in value)
     return value
+
+
+def _voters(extra: list[Any]) -> frozenset[int] | None:
+    """The optional voter set trailing an entry or snapshot (membership)."""
+    return frozenset(int(v) for v in extra[0]) if extra else None
 
 
 def _enc_internal(m: Internal, blobs: list[bytes]) -> list[Any]:

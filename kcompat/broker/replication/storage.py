@@ -13,6 +13,12 @@ leader-change entry the core appends on winning an election (empty data,
 clients skip like any control batch. The metadata log has one per election;
 a partition only when its new leader holds entries not yet known committed
 (``RaftConfig.always_leader_change``), so a new topic starts at offset 0.
+A configuration entry (``Entry.voters``) becomes a KRaftVoters control batch
+(type 6, a ``VotersRecord``: ``voters_record``). Reading back, ``entries``
+looks at the control flag of each batch first: an ordinary batch costs what
+it always did, a control batch's first key is peeked at, and only a type-6
+batch is decoded, so the entries a leader sends and a restart replays carry
+their voters.
 
 Pre-writes. On the leader, a produce must pass the idempotence check against
 producer state that includes every earlier batch, and the offset it answers
@@ -35,6 +41,26 @@ installing one empties the log and restarts it there. Its term is the term
 of the entry below the log start as the Raft core knew it when the runtime
 moved the start (``remember_start``); after a restart, the first epoch of the
 log — exact unless the log start falls right at an epoch change.
+
+Membership. ``quorum-voters`` in the partition directory (replaced
+atomically) records the voter set of each snapshot installed or folded in
+(end, voters) and the offset and voter set of each configuration entry
+written; a partition that never had one has no file, and then nothing here
+costs anything, restarts included. The record is written *before* the log
+changes that need it: before a configuration entry's batch is appended, and
+before an installed snapshot resets the log; a truncation that drops a
+configuration entry is made durable (fsync) before the record forgets it. So
+the record never misses an entry the log holds; it may name one a crash
+lost, or an install that never happened, and ``voter_history`` (run when a
+Raft core starts over this storage) drops those after reading the batch at
+each recorded offset in the log — one read per configuration entry, no
+scan. The voter set at the log start (``Snapshot.voters``, ``snapshot``) is
+the latest of a recorded snapshot ending at or below it and a configuration
+entry below it: entries below the log start stay recorded until the next
+write folds them into one snapshot record, so retention and DeleteRecords,
+which move the log start without this class, need no write of their own and
+leave nothing to lose in a crash. The metadata log's storage is this class
+too (``MetadataLogStorage`` adds checkpoint files).
 """
 
 from __future__ import annotations
@@ -46,6 +72,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from kcompat.broker.replication.hard_states import HardStateJournal
+from kcompat.broker.replication.voters_record import batch_voters, voters_batch
 from kcompat.log.files import atomic_write
 from kcompat.log.partition_log import PartitionLog
 from kcompat.log.store import Durable
@@ -54,6 +81,7 @@ from kcompat.wire import batch as wbatch
 from kcompat.wire.records import encode_batch
 
 QUORUM_STATE_FILE = "quorum-state"
+VOTERS_FILE = "quorum-voters"
 CONTROL_LEADER_CHANGE = 2
 
 
@@ -84,6 +112,12 @@ class PartitionLogStorage:
         self._hard_state = self._load_hard_state(fresh_term)
         self._hard_state_unwritten = False
         self._start_id: SnapshotId | None = None
+        # membership (see "Membership" above): (end, voter set) of each
+        # snapshot recorded, (offset, voter set) of each configuration entry
+        self._voters_path = Path(plog.directory) / VOTERS_FILE
+        self._bases: list[tuple[int, frozenset[int] | None]] = []
+        self._configs: list[tuple[int, frozenset[int]]] = []
+        self._tracking = self._load_voters()
 
     def _load_hard_state(self, fresh_term: int) -> HardState:
         """The stored term and vote; for a brand-new empty log ``fresh_term``
@@ -135,9 +169,13 @@ class PartitionLogStorage:
             for at, h in wbatch.iter_headers(chunk):
                 if h.next_offset > hi or (out and max_bytes <= 0):
                     return out
-                out.append(Entry(h.base_offset, h.partition_leader_epoch,
-                                 bytes(chunk[at : at + h.size]), h.last_offset_delta + 1,
-                                 h.is_control))
+                data = bytes(chunk[at : at + h.size])
+                if h.is_control:  # a configuration entry is a KRaftVoters control batch
+                    out.append(Entry(h.base_offset, h.partition_leader_epoch, data,
+                                     h.last_offset_delta + 1, True, batch_voters(data)))
+                else:
+                    out.append(Entry(h.base_offset, h.partition_leader_epoch, data,
+                                     h.last_offset_delta + 1))
                 max_bytes -= h.size
                 pos = h.next_offset
             if max_bytes <= 0:
@@ -145,20 +183,123 @@ class PartitionLogStorage:
         return out
 
     def snapshot(self) -> Snapshot:
-        return Snapshot(self.snapshot_id())
+        return Snapshot(self.snapshot_id(), b"", self.start_voters())
+
+    def start_voters(self) -> frozenset[int] | None:
+        """The voter set in force at the log start (``Snapshot.voters``)."""
+        return self._voters_at(self.plog.log_start_offset) if self._tracking else None
+
+    # -- MembershipStorage ---------------------------------------------------------
+
+    def voter_history(self) -> tuple[frozenset[int] | None, list[tuple[int, frozenset[int]]]]:
+        """The voter set at the log start and the configuration entries in the
+        log. Free for a log that never had one; else the recorded ones are
+        checked against the log (a crash may have lost an entry recorded just
+        before its batch was written, or a truncation not yet recorded)."""
+        if not self._tracking:
+            return None, []
+        plog = self.plog
+        start, end = plog.log_start_offset, plog.log_end_offset
+        bases = [b for b in self._bases if b[0] <= start]  # an install that did not happen
+        configs = []
+        for offset, voters in self._configs:
+            if offset >= start:
+                found = self._config_at(offset) if offset < end else None
+                if found is None:
+                    continue
+                voters = found
+            configs.append((offset, voters))
+        if (bases, configs) != (self._bases, self._configs):
+            self._bases, self._configs = bases, configs
+            self._write_voters()
+        return self._voters_at(start), [c for c in configs if c[0] >= start]
+
+    def _config_at(self, offset: int) -> frozenset[int] | None:
+        """The voter set of the KRaftVoters batch at ``offset`` (None: none there)."""
+        for batch, header in self.plog.batches(offset, offset + 1):
+            if header.base_offset == offset and header.is_control:
+                return batch_voters(batch)
+            return None
+        return None
+
+    def _voters_at(self, end: int) -> frozenset[int] | None:
+        """The voter set in force once the entries below ``end`` are applied:
+        the latest recorded snapshot ending at or below ``end`` or configuration
+        entry below it (a snapshot wins a tie: it is the leader's word)."""
+        best_key, best = -1, None
+        for base_end, voters in self._bases:
+            if best_key <= base_end <= end:
+                best_key, best = base_end, voters
+        for offset, voters in self._configs:
+            if best_key < offset + 1 <= end:
+                best_key, best = offset + 1, voters
+        return best
+
+    def _load_voters(self) -> bool:
+        """Read the recorded membership; False when there is none (a log that
+        never held a configuration entry: nothing more to do, ever)."""
+        try:
+            doc = json.loads(self._store.read(self._voters_path))
+        except FileNotFoundError:
+            return False
+        except ValueError as e:
+            raise ValueError(f"{self._voters_path}: unreadable voter record: {e!r}") from None
+        try:
+            self._bases = [(int(end), None if v is None else frozenset(int(x) for x in v))
+                           for end, v in doc["bases"]]
+            self._configs = [(int(offset), frozenset(int(x) for x in v))
+                             for offset, v in doc["configs"]]
+        except (KeyError, TypeError, ValueError) as e:
+            raise ValueError(f"{self._voters_path}: unreadable voter record: {e!r}") from None
+        return True
+
+    def _write_voters(self) -> None:
+        """Record the membership durably (before the log changes that need it).
+        Whatever lies below the log start folds into one snapshot record there."""
+        start = self.plog.log_start_offset
+        bases = [(start, self._voters_at(start))] + [b for b in self._bases if b[0] > start]
+        configs = [c for c in self._configs if c[0] >= start]
+        self._bases, self._configs = bases, configs
+        doc = {"bases": [[end, None if v is None else sorted(v)] for end, v in bases],
+               "configs": [[offset, sorted(v)] for offset, v in configs]}
+        atomic_write(self._voters_path, json.dumps(doc).encode(), self._store)
+        self._tracking = True
 
     # -- WritableLogStorage --------------------------------------------------------
 
     def install_snapshot(self, snapshot: Snapshot) -> None:
-        self.plog.reset_to(snapshot.id.end)
+        end = snapshot.id.end
+        if self._tracking or snapshot.voters is not None:
+            # recorded first, beside the old records: a crash before the log is
+            # reset leaves a record past the log start, dropped on restart
+            self._bases.append((end, snapshot.voters))
+            self._write_voters()
+        self.plog.reset_to(end)
         self._start_id = snapshot.id
+        if self._tracking:
+            self._bases, self._configs = [(end, snapshot.voters)], []
 
     def compact(self, snapshot: Snapshot) -> None:
+        # the configuration entries below the new start stay recorded: the
+        # voter set there needs no write (``_voters_at``)
         self.plog.delete_records_before(snapshot.id.end)
         self._start_id = snapshot.id
 
     def truncate(self, offset: int) -> None:
+        self._truncate(offset)
+
+    def _truncate(self, offset: int) -> None:
+        """Drop the log from ``offset``; a configuration entry dropped with it
+        is forgotten once the truncation is durable (a record never misses an
+        entry the log holds)."""
+        configs = self._configs
+        if not configs or configs[-1][0] < offset:
+            self.plog.truncate_to(offset)
+            return
         self.plog.truncate_to(offset)
+        self.plog.flush()
+        self._configs = [c for c in configs if c[0] < offset]
+        self._write_voters()
 
     def append(self, entries: Sequence[Entry]) -> None:
         for entry in entries:
@@ -170,11 +311,18 @@ class PartitionLogStorage:
         if entry.index < plog.log_end_offset:
             if self.term_at(entry.index) == entry.term:
                 return
-            plog.truncate_to(entry.index)
+            self._truncate(entry.index)
         assert entry.index >= plog.log_end_offset, (
             f"{plog.directory.name}: entry at {entry.index}, log end {plog.log_end_offset}")
+        if entry.voters is not None:
+            # recorded before the batch is written: a record may name an entry
+            # the log lost in a crash (checked on restart), never miss one
+            self._configs.append((entry.index, entry.voters))
+            self._write_voters()
         if entry.control and not entry.data:
-            raw: bytes | memoryview = leader_change_batch(self.node_id, now_ms())
+            raw: bytes | memoryview = (
+                leader_change_batch(self.node_id, now_ms()) if entry.voters is None
+                else voters_batch(entry.voters, now_ms()))
         else:
             raw = entry.data if data is None else data
         view = memoryview(raw).toreadonly()
@@ -185,7 +333,7 @@ class PartitionLogStorage:
     def trim(self, end: int) -> None:
         """Drop a stale pre-written tail past ``end`` (the core's log end)."""
         if self.plog.log_end_offset > end:
-            self.plog.truncate_to(end)
+            self._truncate(end)
 
     def set_hard_state(self, hard_state: HardState) -> None:
         """Taken now; written durably by the journal (partition groups) or

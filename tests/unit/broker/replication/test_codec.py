@@ -87,3 +87,20 @@ def test_round_trip_admin_calls() -> None:
     reply = decoded.markers[3]
     assert isinstance(reply, codec.AdminCallReply) and reply.result is not None
     assert reply.result["voters"] == [[1, 17, 5, 5], [2, 15, 3, -1]]  # JSON lists stay lists
+
+
+def test_round_trip_membership() -> None:
+    """A configuration entry and a snapshot keep their voter set across the
+    frame (what a follower appends and installs must name the voters)."""
+    messages = (
+        FetchResponse(5, 1, 2, 4, 1, 11, 3, 12, (Entry(11, 4, b"\x00batch", 1),
+                                                 Entry(12, 4, b"", 1, True, frozenset({1, 2, 4})),
+                                                 Entry(13, 4, b"", 1, True))),
+        FetchSnapshotResponse(5, 1, 2, 4, Snapshot(SnapshotId(9, 2), b"", frozenset({3}))),
+        FetchSnapshotResponse(5, 1, 2, 4, Snapshot(SnapshotId(9, 2), b"")),
+    )
+    frame = codec.RaftFrame(1, messages)
+    decoded = codec.decode(codec.encode(frame)[4:])
+    assert decoded == frame
+    entries = decoded.messages[0].entries  # type: ignore[union-attr]
+    assert [e.voters for e in entries] == [None, {1, 2, 4}, None]
