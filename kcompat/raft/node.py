@@ -107,13 +107,14 @@ it is one — KIP-853 accepts Vote from all replicas), but a leader never
 grants to, or takes the term of, a non-voter's vote request — it announces
 itself instead (BeginQuorumEpoch) when the requester's term is not above its
 own, so the stale voter fetches and learns from the log that it is an
-observer, and it does not take the higher term of a non-voter's refusal of
-that announcement either — and others ignore a non-voter's vote request while they hear
-from a leader (a lease, even without check quorum) or when their log is
-more up-to-date (without pre-vote its term rises at each timeout; taking it
-would keep voters' pre-votes failing); with pre-vote (the broker's setting)
-the removed node's term never rises at all. A node learns
-that it is a voter again from the log, the same way.
+observer — nor the higher term of a non-voter's refusal of that
+announcement; others ignore a non-voter's vote request while they hear from
+a leader (a lease, even without check quorum) or when their log is more
+up-to-date (without pre-vote its term rises at each timeout; taking it would
+keep voters' pre-votes failing). With pre-vote (the broker's setting) the
+removed node's term never rises at all. A node learns that it is a voter
+again from the log, the same way. While no configuration entry was ever
+written and every node is a voter, none of this changes a message.
 """
 
 from __future__ import annotations
