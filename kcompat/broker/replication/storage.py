@@ -45,22 +45,23 @@ log — exact unless the log start falls right at an epoch change.
 Membership. ``quorum-voters`` in the partition directory (replaced
 atomically) records the voter set of each snapshot installed or folded in
 (end, voters) and the offset and voter set of each configuration entry
-written; a partition that never had one has no file, and then nothing here
-costs anything, restarts included. The record is written *before* the log
-changes that need it: before a configuration entry's batch is appended, and
-before an installed snapshot resets the log; a truncation that drops a
-configuration entry is made durable (fsync) before the record forgets it. So
-the record never misses an entry the log holds; it may name one a crash
-lost, or an install that never happened, and ``voter_history`` (run when a
-Raft core starts over this storage) drops those after reading the batch at
-each recorded offset in the log — one read per configuration entry, no
-scan. The voter set at the log start (``Snapshot.voters``, ``snapshot``) is
-the latest of a recorded snapshot ending at or below it and a configuration
-entry below it: entries below the log start stay recorded until the next
-write folds them into one snapshot record, so retention and DeleteRecords,
-which move the log start without this class, need no write of their own and
-leave nothing to lose in a crash. The metadata log's storage is this class
-too (``MetadataLogStorage`` adds checkpoint files).
+written; a partition that never had one has no file, and then membership
+costs nothing beyond looking for the file once on open. The record is
+written *before* the log changes that need it: before a configuration
+entry's batch is appended, and before an installed snapshot resets the log;
+a truncation that drops a configuration entry is durable (the log syncs
+it) before the record forgets it. So the record never misses an entry the log holds; it
+may name one a crash lost, or an install that never happened, and
+``voter_history`` (run on open and when a Raft core starts over this
+storage) drops those after reading the batch at each recorded offset in the
+log — one read per configuration entry, no scan. The voter set at the log
+start (``Snapshot.voters``, ``snapshot``) is the latest of a recorded
+snapshot ending at or below it and a configuration entry below it: entries
+below the log start stay recorded until the next write folds them into one
+snapshot record, so retention and DeleteRecords, which move the log start
+without this class, need no write of their own and leave nothing to lose in
+a crash. The metadata log's storage is this class too
+(``MetadataLogStorage`` adds checkpoint files).
 """
 
 from __future__ import annotations
@@ -118,6 +119,8 @@ class PartitionLogStorage:
         self._bases: list[tuple[int, frozenset[int] | None]] = []
         self._configs: list[tuple[int, frozenset[int]]] = []
         self._tracking = self._load_voters()
+        if self._tracking:
+            self.voter_history()  # drop what a crash left recorded but not logged
 
     def _load_hard_state(self, fresh_term: int) -> HardState:
         """The stored term and vote; for a brand-new empty log ``fresh_term``
@@ -296,8 +299,7 @@ class PartitionLogStorage:
         if not configs or configs[-1][0] < offset:
             self.plog.truncate_to(offset)
             return
-        self.plog.truncate_to(offset)
-        self.plog.flush()
+        self.plog.truncate_to(offset)  # durable once done (the log syncs a truncation)
         self._configs = [c for c in configs if c[0] < offset]
         self._write_voters()
 
@@ -317,6 +319,7 @@ class PartitionLogStorage:
         if entry.voters is not None:
             # recorded before the batch is written: a record may name an entry
             # the log lost in a crash (checked on restart), never miss one
+            self._configs = [c for c in self._configs if c[0] < entry.index]
             self._configs.append((entry.index, entry.voters))
             self._write_voters()
         if entry.control and not entry.data:

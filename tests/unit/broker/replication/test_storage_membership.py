@@ -372,3 +372,74 @@ def test_voters_batch_round_trips_through_the_log(tmp_path: Path) -> None:
     storage.append([Entry(0, 4, data, 1, control=True, voters=frozenset({2, 3}))])
     (entry,) = storage.entries(0, 1, 1 << 20)
     assert entry.voters == {2, 3} and entry.control and entry.data[16:] == data[16:]
+
+
+def test_metadata_log_storage_keeps_the_voters_through_checkpoints(tmp_path: Path) -> None:
+    """The metadata log (group 0) is this storage with checkpoint files: its
+    configuration entries, compacted into a checkpoint (and a crash between
+    the checkpoint and the prefix drop, finished on open), leave the voter set
+    in force at the log start for the restart."""
+    from kcompat.broker.controller.metadata_snapshot import MetadataLogStorage
+
+    def open_meta() -> MetadataLogStorage:
+        return MetadataLogStorage(PartitionLog.open(tmp_path / "__cluster_metadata-0",
+                                                    LogConfig(), 0), 1)
+
+    meta = open_meta()
+    meta.append([Entry(0, 1, b"", 1, control=True),
+                 Entry(1, 1, encode_batch([(None, b"rec", (), 5)]), 1),
+                 Entry(2, 1, b"", 1, control=True, voters=frozenset({1, 2})),
+                 Entry(3, 1, encode_batch([(None, b"rec", (), 5)]), 1),
+                 Entry(4, 1, b"", 1, control=True, voters=frozenset({1, 2, 5})),
+                 Entry(5, 1, encode_batch([(None, b"rec", (), 5)]), 1)])
+    meta.compact(Snapshot(SnapshotId(4, 1), b'{"topics": []}'))
+    assert meta.voter_history() == ({1, 2}, [(4, frozenset({1, 2, 5}))])
+    meta.plog.close(clean=False)
+    meta = open_meta()
+    assert meta.snapshot_id() == SnapshotId(4, 1)
+    assert meta.voter_history() == ({1, 2}, [(4, frozenset({1, 2, 5}))])
+    meta._write(Snapshot(SnapshotId(6, 1), b'{"topics": []}'))  # crash before the drop
+    meta.plog.close(clean=False)
+    meta = open_meta()
+    assert meta.plog.log_start_offset == 6
+    assert meta.voter_history() == ({1, 2, 5}, []) and meta.start_voters() == {1, 2, 5}
+
+
+def test_crashes_never_leave_an_entry_the_record_misses() -> None:
+    """Power cuts (``MemoryFileStore``: unsynced writes partly lost, torn)
+    around appends and truncations of configuration entries: after each, the
+    voter history a restart reads equals the KRaftVoters batches the log
+    really holds, and the voter set at the log start stays the committed one."""
+    from kcompat.testing.memory_store import MemoryFileStore
+
+    directory = Path("/data/t-0")
+
+    def reopen(store: MemoryFileStore) -> PartitionLogStorage:
+        return PartitionLogStorage(PartitionLog.open(directory, LogConfig(), 0, store), 1)
+
+    def data(i: int) -> bytes:
+        return encode_batch([(None, b"r%d" % i, (), 5)])
+
+    for seed in range(40):
+        rng = Random(seed)
+        store = MemoryFileStore("/data")
+        s = reopen(store)
+        s.append([Entry(0, 1, b"", 1, control=True), Entry(1, 1, data(1), 1),
+                  Entry(2, 1, b"", 1, control=True, voters=frozenset({1, 2})),
+                  Entry(3, 1, data(3), 1)])
+        s.sync()
+        s.plog.delete_records_before(3)  # committed: retention past the entry
+        s.append([Entry(4, 2, b"", 1, control=True, voters=frozenset({1, 2, 3})),
+                  Entry(5, 2, data(5), 1)])
+        if rng.random() < 0.5:
+            s.sync()
+        s.truncate(4)  # a new leader's log: the pending change goes
+        s.append([Entry(4, 3, data(4), 1)])
+        if rng.random() < 0.5:
+            s.append([Entry(5, 3, b"", 1, control=True, voters=frozenset({1, 2, 7}))])
+        store.crash(rng)
+        s = reopen(store)
+        on_disk = sorted(_configs_on_disk(s).items())
+        base, configs = s.voter_history()
+        assert (base, configs) == ({1, 2}, on_disk), seed
+
