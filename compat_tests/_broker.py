@@ -52,10 +52,20 @@ class BrokerError(RuntimeError):
     """The broker process did not start or stop as the CLI contract says."""
 
 
+_HANDED_OUT: set[int] = set()
+
+
 def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
+    """A port nothing listens on, never one this process handed out before: the
+    kernel may give the same free port to two binds in a row (two brokers of
+    one cluster were once given the same port, and one could not start)."""
+    while True:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind((host, 0))
+            port = int(s.getsockname()[1])
+        if port not in _HANDED_OUT:
+            _HANDED_OUT.add(port)
+            return port
 
 
 def unique_topic(prefix: str = "t") -> str:

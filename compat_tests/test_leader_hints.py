@@ -5,7 +5,11 @@ partition's leader is answered NOT_LEADER_OR_FOLLOWER carrying the current
 leader's id and epoch, and the response lists that leader's endpoint, so the
 client moves without a Metadata round trip; older versions carry no hint. The
 requests are written with kafka-python's codec (Produce v13 and Fetch v18 by
-topic id), sent to each follower of a partition of the session's rf3 cluster.
+topic id), sent to the two brokers of the session's rf3 cluster that do not
+hold the partition (a topic of replication factor 1): as in Kafka, a
+follower serves a consumer's Fetch v11+ itself (KIP-392,
+``test_fetch_at_leaders``), so only a broker without a replica answers a
+Fetch with the hint.
 """
 
 from __future__ import annotations
@@ -50,7 +54,7 @@ def _fetch(conn: RawConnection, version: int, topic: str, tid: uuid.UUID) -> Any
 def test_not_leader_answers_name_the_current_leader(sbroker: Deployment, topic: str) -> None:
     cluster = sbroker.cluster
     assert cluster is not None
-    cluster.create_topic(topic, 1, 3)
+    cluster.create_topic(topic, 1, 1)
     cluster.wait_for_leaders(topic, 1)
     leader = cluster.leaders(topic)[0]
     conn = RawConnection(cluster.brokers[leader].bootstrap)
