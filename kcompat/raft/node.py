@@ -91,11 +91,12 @@ leads no more.
 the whole new set, and are refused (a ``ChangeRefused``, nothing appended)
 when not leader or transferring, while the last configuration entry is not
 committed (one change at a time, so any two sets in force overlap in a
-majority), before everything from earlier terms is known committed (the
-leader-change entry or, without one, the whole log at election: else an
-older leader's uncommitted change could race ours — the thesis' §4.1 bug fix
-and KIP-853's wait for the LeaderChangeMessage), for a duplicate or unknown
-voter, for the last voter, and for a node not caught up (its durable match
+majority), before an entry of the leader's term is committed (else an
+older leader's uncommitted change, not in our log, could still commit and
+race ours — the thesis' §4.1 bug fix and KIP-853's wait for the
+LeaderChangeMessage; a partition leader, which writes no leader-change entry
+when its log is all committed, writes one on the first change request), for
+a duplicate or unknown voter, for the last voter, and for a node not caught up (its durable match
 within ``catch_up_max_lag`` offsets of the log end, a fetch within an
 election timeout; KIP-853 waits for this). A leader that removed itself
 keeps leading, not counting itself, until that entry commits, then resigns
@@ -259,8 +260,6 @@ class Raft:
         self._timeout = 0
         self._fetch_ticks: int | None = None
         self._want_snapshot: SnapshotId | None = None
-        # a leader may change voters once its log is committed up to here
-        self._term_floor = 0
         self._contact = -1  # an observer without a leader: the voter asked last
         self._orphans: dict[int, int] = {}  # observers of our last leadership -> ticks left
         # the peers the runtime's liveness considers down (its live set, read here)
@@ -344,9 +343,7 @@ class Raft:
     def add_voter(self, node: int) -> Entry | ChangeRefused:
         """Leader: append a configuration entry adding ``node`` (an observer
         that has caught up); see "Membership" above."""
-        refusal = self._change_refusal()
-        if refusal is None and node in self.voters:
-            refusal = Refusal.ALREADY_VOTER
+        refusal = self._change_refusal(node in self.voters and Refusal.ALREADY_VOTER)
         if refusal is None and not self.caught_up(node):
             refusal = Refusal.NOT_CAUGHT_UP
         if refusal is not None:
@@ -356,11 +353,9 @@ class Raft:
     def remove_voter(self, node: int) -> Entry | ChangeRefused:
         """Leader: append a configuration entry removing ``node`` (may be
         the leader itself: it resigns once the entry is committed)."""
-        refusal = self._change_refusal()
-        if refusal is None and node not in self.voters:
-            refusal = Refusal.NOT_A_VOTER
-        if refusal is None and self.voters == {node}:
-            refusal = Refusal.LAST_VOTER
+        invalid = (node not in self.voters and Refusal.NOT_A_VOTER
+                   or self.voters == {node} and Refusal.LAST_VOTER)
+        refusal = self._change_refusal(invalid)
         if refusal is not None:
             return self._refused(refusal)
         return self._append_config(self.voters - {node})
@@ -609,7 +604,6 @@ class Raft:
         self._progress = {p: Progress() for p in self.voters - {self.id}}
         if self.config.always_leader_change or self.log.end > self.high_watermark:
             self.log.append(Entry(self.log.end, self.term, b"", 1, control=True))
-        self._term_floor = self.log.end
         for peer in sorted(self._progress):
             self._send(BeginQuorumEpoch(self.group, self.id, peer, self.term))
 
@@ -793,14 +787,27 @@ class Raft:
 
     # -- membership --------------------------------------------------------------
 
-    def _change_refusal(self) -> Refusal | None:
-        """What forbids any voter change now (see "Membership" above)."""
+    def _change_refusal(self, invalid: Refusal | bool) -> Refusal | None:
+        """What forbids a voter change now (see "Membership" above); after
+        leadership, an ``invalid`` request is refused as such."""
         if self.role is not Role.LEADER or self._transfer_to != NO_NODE:
             return Refusal.NOT_LEADER
+        if isinstance(invalid, Refusal):
+            return invalid
         pending = self.log.pending_config
         if pending is not None and pending >= self.high_watermark:
             return Refusal.CHANGE_PENDING
-        if self.high_watermark < self._term_floor:
+        log = self.log
+        if self.high_watermark == 0 or log.term_at(self.high_watermark - 1) != self.term:
+            # nothing of our term committed yet: an older leader's uncommitted
+            # change, not in our log, could still commit and race ours. A
+            # leader without a leader-change entry (a partition whose log was
+            # all committed at election) writes one now, once.
+            if log.last_term != self.term:
+                if self.quiesced:
+                    self._wake()
+                log.append(Entry(log.end, self.term, b"", 1, control=True))
+                self._answer_parked()
             return Refusal.TERM_NOT_COMMITTED
         return None
 

@@ -389,6 +389,26 @@ def test_refused_before_the_term_is_committed() -> None:
     _added(new.remove_voter(3))
 
 
+def test_partition_leader_writes_its_leader_change_entry_on_a_change() -> None:
+    """A partition leader elected over a fully committed log writes no
+    leader-change entry (``always_leader_change`` off), so nothing of its
+    term is committed: the first change request is refused and appends one
+    (seed 17779 of the simulator deadlocked without: two leaders' changes,
+    each removing itself, left only the voter with the shortest log)."""
+    env = _cluster(3, always_leader_change=False, check_quorum=False, pre_vote=False)
+    env.nodes[2].campaign()
+    env.stabilize()
+    new = env.nodes[2]
+    assert new.role is Role.LEADER and new.log.last_term == 1  # no entry of term 2
+    end = new.log.end
+    assert _refusal(new.remove_voter(2)) is Refusal.TERM_NOT_COMMITTED
+    assert new.log.end == end + 1 and new.log.last_term == 2
+    assert _refusal(new.remove_voter(2)) is Refusal.TERM_NOT_COMMITTED  # one entry only
+    assert new.log.end == end + 1
+    env.stabilize()
+    _added(new.remove_voter(2))
+
+
 def test_refused_last_voter() -> None:
     env = RaftEnv()
     env.add_nodes(1)
