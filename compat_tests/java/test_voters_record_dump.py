@@ -1,7 +1,9 @@
 """Apache Kafka's own log dump tool (DumpLogSegments, kafka-tools 4.4) reads the
 KRaftVoters control batch kcompat writes for a Raft configuration entry
 (``kcompat.broker.replication.voters_record``) as a VotersRecord with the
-voter ids the entry named, between ordinary batches it prints as data."""
+voter ids the entry named, and the LeaderChange batch of a new leader's term
+as a LeaderChangeMessage naming the leader, between ordinary batches it
+prints as data."""
 
 from __future__ import annotations
 
@@ -24,6 +26,7 @@ def test_dump_log_segments_reads_the_voters_batch(tmp_path: Path, reference_cp: 
         Entry(0, 3, encode_batch([(None, b"before", (), now)]), 1),
         Entry(1, 3, b"", 1, control=True, voters=frozenset({1, 2, 4})),
         Entry(2, 3, encode_batch([(None, b"after", (), now)]), 1),
+        Entry(3, 4, b"", 1, control=True),  # node 1 leads term 4
     ])
     storage.plog.close()
     segments = sorted((tmp_path / "t-0").glob("*.log"))
@@ -40,5 +43,7 @@ def test_dump_log_segments_reads_the_voters_batch(tmp_path: Path, reference_cp: 
                for v in record["voters"])
     headers = [ln for ln in lines if ln.startswith("baseOffset:")]
     assert [("isControl: true" in h, h.split()[1]) for h in headers] == [
-        (False, "0"), (True, "1"), (False, "2")], run.stdout
+        (False, "0"), (True, "1"), (False, "2"), (True, "3")], run.stdout
+    [change] = [ln for ln in lines if "LeaderChange" in ln]
+    assert json.loads(change.split("LeaderChange: ", 1)[1])["leaderId"] == 1, change
     assert "payload: before" in run.stdout and "payload: after" in run.stdout

@@ -86,7 +86,8 @@ class MetadataLogStorage(PartitionLogStorage):
     def snapshot(self) -> Snapshot:
         newest = self._newest()
         if newest is not None and newest[0].end == self.plog.log_start_offset:
-            return Snapshot(newest[0], self.plog.store.read(newest[1]))
+            # the voter set in force there too (the storage tracks it)
+            return Snapshot(newest[0], self.plog.store.read(newest[1]), self.start_voters())
         return super().snapshot()
 
     def install_snapshot(self, snapshot: Snapshot) -> None:

@@ -87,10 +87,12 @@ CONTROL_LEADER_CHANGE = 2
 
 
 def leader_change_batch(leader_id: int, now_ms: int) -> bytes:
-    """A control batch with one LeaderChange record (key v0 type 2, value v0
-    LeaderId and empty voter lists)."""
+    """A control batch with one LeaderChange record (key v0 type 2, value
+    LeaderChangeMessage v0 — a flexible version: LeaderId, then Voters and
+    GrantingVoters as empty compact arrays (length + 1 = 1), no tagged fields;
+    Kafka's DumpLogSegments reads it)."""
     key = (0).to_bytes(2, "big") + CONTROL_LEADER_CHANGE.to_bytes(2, "big")
-    value = (0).to_bytes(2, "big") + leader_id.to_bytes(4, "big", signed=True) + bytes(8)
+    value = (0).to_bytes(2, "big") + leader_id.to_bytes(4, "big", signed=True) + b"\x01\x01\x00"
     return encode_batch([(key, value, (), now_ms)], control=True)
 
 

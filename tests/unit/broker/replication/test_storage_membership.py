@@ -403,6 +403,8 @@ def test_metadata_log_storage_keeps_the_voters_through_checkpoints(tmp_path: Pat
     meta = open_meta()
     assert meta.plog.log_start_offset == 6
     assert meta.voter_history() == ({1, 2, 5}, []) and meta.start_voters() == {1, 2, 5}
+    # the checkpoint a lagging follower installs carries them too
+    assert meta.snapshot().id == SnapshotId(6, 1) and meta.snapshot().voters == {1, 2, 5}
 
 
 def test_crashes_never_leave_an_entry_the_record_misses() -> None:
