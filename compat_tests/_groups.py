@@ -460,7 +460,7 @@ def kill_member_scenario(client: str, broker: Deployment, tmp: Path, count: int 
     assert not errs, f"{client}: survivors' synchronous commits failed: {errs[:5]}"
 
 
-def clean_leave_scenario(client: str, broker: Deployment, tmp: Path, count: int = 2000,
+def clean_leave_scenario(client: str, broker: Deployment, tmp: Path, count: int = 1200,
                          extra: Sequence[str] = ()) -> None:
     """Two members with session.timeout.ms=30000; one closes cleanly (LeaveGroup):
     the other owns everything long before the session timeout, nothing lost or doubled."""
