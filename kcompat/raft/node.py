@@ -80,8 +80,9 @@ like a follower, never campaigns and is never counted; when it knows no
 leader it sends its fetch to each voter in turn, and a non-leader's rejection
 names the leader (KRaft's observers fetching from the bootstrap servers). A
 leader answers anybody's fetch and keeps a ``Progress`` for each observer
-(``caught_up``), dropped after two election timeouts without a fetch; it
-re-announces itself to a silent one as to a voter, and when it steps down
+(``caught_up``), dropped once the runtime holds it down and it has not
+fetched for two election timeouts (a live one may be quiesced with its
+quiet fetch lost); it re-announces itself to a silent one as to a voter, and when it steps down
 it tells each (a rejected fetch naming the leader if known, repeated while
 it ticks until the observer answers, for two election timeouts) — nobody
 else knows them, and a quiesced observer would sleep on under a leader that
@@ -887,7 +888,7 @@ class Raft:
         if len(self._progress) >= len(voters):  # observers too: forget those gone
             gone = 2 * self.config.election_timeout_ticks
             for peer in [p for p, pr in self._progress.items()
-                         if p not in voters and pr.idle_ticks >= gone]:
+                         if p not in voters and pr.idle_ticks >= gone and p in self._down]:
                 del self._progress[peer]
         for peer, progress in sorted(self._progress.items()):
             idle = progress.idle_ticks - wait - 2
