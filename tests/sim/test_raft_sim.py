@@ -18,7 +18,7 @@ group is quiet, checking the same invariants plus bounded recovery: a leader,
 a commit on every live member, and every member quiesced again with no tick
 and no Raft message while idle. Long run:
 ``.venv/bin/python -m kcompat.testing.quiet_simulator --seed 0 --seeds 10000``.
-QUIET_MEMBER_SEEDS (default 20) more run with voter changes in their chaos
+QUIET_MEMBER_SEEDS (default 10) more run with voter changes in their chaos
 (``--membership 1``): observers quiesce like followers and are told when
 their leader steps down.
 """
@@ -37,7 +37,7 @@ SEED_BASE = int(os.environ.get("SEED_BASE", "0"))
 CHUNK = 100
 QUIET_SEEDS = int(os.environ.get("QUIET_SEEDS", "100"))
 QUIET_CHUNK = 100
-QUIET_MEMBER_SEEDS = int(os.environ.get("QUIET_MEMBER_SEEDS", "20"))
+QUIET_MEMBER_SEEDS = int(os.environ.get("QUIET_MEMBER_SEEDS", "10"))
 
 
 @pytest.mark.parametrize(
@@ -54,14 +54,14 @@ def test_raft_simulation(first: int) -> None:
 def test_membership_schedules_change_voters() -> None:
     """The membership seeds do change voters: additions, removals of
     followers and of the leader, all accepted under faults."""
-    sims = [Simulation(seed) for seed in range(40)]
+    sims = [Simulation(seed) for seed in range(30)]
     for sim in sims:
         sim.run()
     changes = [c for sim in sims if sim.membership for c in sim.changes]
-    assert sum(1 for sim in sims if sim.membership) >= 8
+    assert sum(1 for sim in sims if sim.membership) >= 6
     assert sum(c.startswith("+") for c in changes) >= 5
     assert sum(c.startswith("-") and not c.endswith("(leader)") for c in changes) >= 5
-    assert sum(c.endswith("(leader)") for c in changes) >= 3
+    assert sum(c.endswith("(leader)") for c in changes) >= 2
 
 
 def test_replay_is_deterministic() -> None:
