@@ -537,6 +537,8 @@ class Raft:
         self._reset_timeout()
         if leader != NO_NODE and leader != self.id:
             self._send_fetch()
+        elif not self.is_voter:
+            self._fetch_ticks = 0  # an observer keeps asking the voters in turn
         else:
             self._fetch_ticks = None
         # nobody else knows our observers: tell each (again, while we tick,
