@@ -60,18 +60,14 @@ class RaftEnv:
     def add_nodes(self, count: int, **options: int | bool) -> None:
         voters = frozenset(range(1, count + 1))
         for node_id in sorted(voters):
-            config = RaftConfig(node_id, voters, **options)  # type: ignore[arg-type]
-            self.configs[node_id] = config
-            self.storages[node_id] = MemoryStorage()
-            self.inbox[node_id] = []
-            self.liveness[node_id] = set()
-            self._start(node_id)
+            self._add(node_id, voters, options)
 
     def add_observer(self, node_id: int, **options: int | bool) -> None:
         """A node that is not a voter, told the voters of the cluster."""
-        voters = next(iter(self.configs.values())).voters
-        config = RaftConfig(node_id, voters, **options)  # type: ignore[arg-type]
-        self.configs[node_id] = config
+        self._add(node_id, next(iter(self.configs.values())).voters, options)
+
+    def _add(self, node_id: int, voters: frozenset[int], options: dict[str, int | bool]) -> None:
+        self.configs[node_id] = RaftConfig(node_id, voters, **options)  # type: ignore[arg-type]
         self.storages[node_id] = MemoryStorage()
         self.inbox[node_id] = []
         self.liveness[node_id] = set()

@@ -24,6 +24,7 @@ from __future__ import annotations
 import struct
 
 from kcompat.wire.batch import HEADER_SIZE, BatchError, parse_header
+from kcompat.wire.headers import read_uvarint  # raises HeaderError, a ValueError
 from kcompat.wire.records import decode_batch, decode_varint, encode_batch
 
 CONTROL_KRAFT_VOTERS = 6
@@ -43,24 +44,11 @@ def _uvarint(out: bytearray, value: int) -> None:
     out.append(value)
 
 
-def _read_uvarint(buf: bytes, pos: int) -> tuple[int, int]:
-    value = shift = 0
-    while True:
-        if pos >= len(buf) or shift > 28:
-            raise ValueError("truncated or overlong unsigned varint")
-        byte = buf[pos]
-        pos += 1
-        value |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return value, pos
-        shift += 7
-
-
 def _skip_tagged_fields(buf: bytes, pos: int) -> int:
-    count, pos = _read_uvarint(buf, pos)
+    count, pos = read_uvarint(buf, pos)
     for _ in range(count):
-        _tag, pos = _read_uvarint(buf, pos)
-        size, pos = _read_uvarint(buf, pos)
+        _tag, pos = read_uvarint(buf, pos)
+        size, pos = read_uvarint(buf, pos)
         pos += size
     if pos > len(buf):
         raise ValueError("tagged field overruns the record")
@@ -87,17 +75,17 @@ def decode_voters(value: bytes) -> frozenset[int]:
         (version,) = _I16.unpack_from(value, 0)
         if version != VOTERS_RECORD_VERSION:
             raise ValueError(f"VotersRecord version {version} is not supported")
-        count, pos = _read_uvarint(value, 2)
+        count, pos = read_uvarint(value, 2)
         if count == 0:
             raise ValueError("VotersRecord with a null voter array")
         voters = []
         for _ in range(count - 1):
             voter, _uuid = _VOTER.unpack_from(value, pos)
             pos += _VOTER.size
-            endpoints, pos = _read_uvarint(value, pos)
+            endpoints, pos = read_uvarint(value, pos)
             for _ in range(max(endpoints - 1, 0)):
                 for _string in range(2):  # Name, Host
-                    size, pos = _read_uvarint(value, pos)
+                    size, pos = read_uvarint(value, pos)
                     pos += max(size - 1, 0)
                 pos += 2  # Port
                 pos = _skip_tagged_fields(value, pos)
