@@ -14,7 +14,9 @@ every record back through broker 1. Broker 4 killed -9: its partitions fail
 over and take writes; restarted, it catches up and is back in every ISR as
 any broker describes it within the test's wait (a quiet partition announces
 the ISR it goes quiet with; before, the others learnt it only from the full
-announcement every 30 s).
+announcement every 30 s). Last, the controller is killed -9: broker 4, an
+observer, follows the new metadata leader and a CreateTopics sent to it is
+forwarded there and the topic appears with a leader.
 Bad configs exit with a clear error: a broker-only node without voters, a
 voter that calls itself broker-only, a controller-only node."""
 
@@ -87,6 +89,12 @@ def _quorum(bootstrap: str) -> dict[str, Any]:
         admin.close()
 
 
+def _produce_one(bootstrap: str, topic: str) -> None:
+    producer = Producer({"bootstrap.servers": bootstrap, "log_level": 0})
+    producer.produce(topic, b"one", partition=0)
+    assert producer.flush(TIMEOUT_S) == 0
+
+
 def _read_all(bootstrap: str, topic: str, partitions: int, count: int) -> list[bytes]:
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": topic,
                          "enable.auto.commit": False, "log_level": 0})
@@ -150,6 +158,18 @@ def test_broker_only_node_joins_hosts_leads_and_rejoins_after_kill9(
           "broker 4 back in every ISR of its partitions (as any broker describes them)", 8)
     assert sorted(_read_all(fourth.bootstrap, topic, 3, len(sent) + len(more))) \
         == sorted(sent + more)
+
+    # the controller killed: broker 4 (an observer) finds the new metadata leader,
+    # takes a CreateTopics (forwarded to it) and learns the new topic
+    controller = cluster.wait_for_controller()
+    cluster.brokers[controller].kill()
+    survivors = ",".join(b.bootstrap for b in cluster.brokers.values() if b.running)
+    late = unique_topic("after-controller")
+    admin4 = _admin(fourth.bootstrap)
+    admin4.create_topics([NewTopic(late, 1, 3)], operation_timeout=20)[late].result(30)
+    _wait(lambda: (view := _partitions(fourth.bootstrap, late)) != {}
+          and all(ldr >= 0 for ldr, _r, _i in view.values()), "the new topic led, seen by 4")
+    _produce_one(survivors, late)
 
 
 @pytest.mark.parametrize(("args", "says"), [
