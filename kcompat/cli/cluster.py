@@ -1,4 +1,6 @@
-"""``kcompat cluster info`` — cluster id, controller, brokers and topic/group counts."""
+"""``kcompat cluster info`` — cluster id, controller, brokers and topic/group counts,
+and each node's part in the metadata quorum (DescribeQuorum): ``controller`` (the
+quorum's leader), ``voter``, or ``observer`` (a broker-only node)."""
 
 from __future__ import annotations
 
@@ -21,17 +23,42 @@ def cmd_info(args: argparse.Namespace) -> int:
         cluster = admin.describe_cluster()
         topics = admin.describe_topics()
         groups = admin.list_groups()
+        quorum = _quorum(admin)
+    roles = _roles(quorum)
     brokers = [{"node_id": b["broker_id"], "host": b["host"], "port": b["port"],
-                "rack": b.get("rack")} for b in cluster["brokers"]]
+                "rack": b.get("rack"), "role": roles.get(b["broker_id"])}
+               for b in cluster["brokers"]]
     info = {"cluster_id": cluster["cluster_id"], "controller_id": cluster["controller_id"],
             "brokers": brokers, "topics": sum(1 for t in topics if not t["is_internal"]),
             "partitions": sum(len(t["partitions"]) for t in topics if not t["is_internal"]),
-            "groups": len(groups)}
+            "groups": len(groups), "quorum": quorum}
     if args.json:
         print_json(info)
         return 0
     print(f"Cluster: {info['cluster_id']}  Controller: {info['controller_id']}  "
           f"Topics: {info['topics']}  Partitions: {info['partitions']}  Groups: {info['groups']}")
-    print_table(["NODE", "HOST", "PORT", "RACK"],
-                [(b["node_id"], b["host"], b["port"], b["rack"]) for b in brokers])
+    print_table(["NODE", "HOST", "PORT", "RACK", "ROLE"],
+                [(b["node_id"], b["host"], b["port"], b["rack"], b["role"]) for b in brokers])
     return 0
+
+
+def _quorum(admin: Any) -> dict[str, Any] | None:
+    """The metadata quorum's leader, voters and observers; None while it has no leader."""
+    try:
+        part = admin.describe_metadata_quorum()["topics"][0]["partitions"][0]
+    except Exception:  # noqa: BLE001 - an election running: leave the roles out
+        return None
+    if part.get("error_code", 0) != 0:
+        return None
+    return {"leader": part["leader_id"],
+            "voters": sorted(v["replica_id"] for v in part["current_voters"]),
+            "observers": sorted(o["replica_id"] for o in part["observers"])}
+
+
+def _roles(quorum: dict[str, Any] | None) -> dict[int, str]:
+    if quorum is None:
+        return {}
+    roles = dict.fromkeys(quorum["observers"], "observer")
+    roles.update(dict.fromkeys(quorum["voters"], "voter"))
+    roles[quorum["leader"]] = "controller"
+    return roles

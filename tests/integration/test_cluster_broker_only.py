@@ -22,6 +22,7 @@ voter that calls itself broker-only, a controller-only node."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import time
@@ -127,6 +128,12 @@ def test_broker_only_node_joins_hosts_leads_and_rejoins_after_kill9(
     assert sorted(v["replica_id"] for v in quorum["current_voters"]) == [1, 2, 3], quorum
     [observer] = quorum["observers"]
     assert observer["replica_id"] == 4 and observer["log_end_offset"] > 0, quorum
+    info = json.loads(subprocess.run(
+        [sys.executable, "-m", "kcompat", "cluster", "info", "--json", "--bootstrap-server", one],
+        capture_output=True, text=True, timeout=60, check=True).stdout)
+    roles = {b["node_id"]: b["role"] for b in info["brokers"]}
+    assert roles[4] == "observer" and sorted(roles) == [1, 2, 3, 4], info
+    assert sorted(roles[n] for n in (1, 2, 3)) == ["controller", "voter", "voter"], info
 
     topic = unique_topic("on-four")
     assignment = [[4, 1, 2], [4, 2, 3], [1, 4, 3]]
