@@ -171,6 +171,11 @@ def test_broker_only_node_joins_hosts_leads_and_rejoins_after_kill9(
     controller = cluster.wait_for_controller()
     cluster.brokers[controller].kill()
     survivors = ",".join(b.bootstrap for b in cluster.brokers.values() if b.running)
+    # until its session expires a killed broker is still listed, and Metadata's
+    # controller_id (a random live broker, as Kafka 4's) may name it: a client
+    # would send the CreateTopics there and wait out its request timeout
+    _wait(lambda: controller not in _admin(fourth.bootstrap).list_topics(timeout=10).brokers,
+          "the killed controller fenced, as broker 4 describes the cluster")
     late = unique_topic("after-controller")
     admin4 = _admin(fourth.bootstrap)
     admin4.create_topics([NewTopic(late, 1, 3)], operation_timeout=20)[late].result(30)
