@@ -80,14 +80,21 @@ def parse_request_header(frame: bytes, flexible: bool) -> RequestHeader:
     elif n != -1:
         raise HeaderError(f"invalid client_id length {n}")
     if flexible:
-        count, pos = read_uvarint(frame, pos)
-        for _ in range(count):
-            _tag, pos = read_uvarint(frame, pos)
-            size, pos = read_uvarint(frame, pos)
-            pos += size
-            if pos > len(frame):
-                raise HeaderError("truncated tagged field")
+        pos = skip_tagged_fields(frame, pos)
     return RequestHeader(key, version, cid, client_id, pos)
+
+
+def skip_tagged_fields(buf: bytes, pos: int) -> int:
+    """The position after a tagged-field section (count, then tag, size, data
+    each) starting at ``pos``; HeaderError if it overruns ``buf``."""
+    count, pos = read_uvarint(buf, pos)
+    for _ in range(count):
+        _tag, pos = read_uvarint(buf, pos)
+        size, pos = read_uvarint(buf, pos)
+        pos += size
+        if pos > len(buf):
+            raise HeaderError("truncated tagged field")
+    return pos
 
 
 def response_header(correlation_id: int, flexible: bool) -> bytes:

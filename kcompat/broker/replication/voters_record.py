@@ -24,7 +24,7 @@ from __future__ import annotations
 import struct
 
 from kcompat.wire.batch import HEADER_SIZE, BatchError, parse_header
-from kcompat.wire.headers import read_uvarint  # raises HeaderError, a ValueError
+from kcompat.wire.headers import read_uvarint, skip_tagged_fields  # HeaderError: a ValueError
 from kcompat.wire.records import decode_batch, decode_varint, encode_batch
 
 CONTROL_KRAFT_VOTERS = 6
@@ -42,17 +42,6 @@ def _uvarint(out: bytearray, value: int) -> None:
         out.append((value & 0x7F) | 0x80)
         value >>= 7
     out.append(value)
-
-
-def _skip_tagged_fields(buf: bytes, pos: int) -> int:
-    count, pos = read_uvarint(buf, pos)
-    for _ in range(count):
-        _tag, pos = read_uvarint(buf, pos)
-        size, pos = read_uvarint(buf, pos)
-        pos += size
-    if pos > len(buf):
-        raise ValueError("tagged field overruns the record")
-    return pos
 
 
 def encode_voters(voters: frozenset[int]) -> bytes:
@@ -88,12 +77,12 @@ def decode_voters(value: bytes) -> frozenset[int]:
                     size, pos = read_uvarint(value, pos)
                     pos += max(size - 1, 0)
                 pos += 2  # Port
-                pos = _skip_tagged_fields(value, pos)
+                pos = skip_tagged_fields(value, pos)
             pos += _FEATURE.size
-            pos = _skip_tagged_fields(value, pos)  # KRaftVersionFeature
-            pos = _skip_tagged_fields(value, pos)  # Voter
+            pos = skip_tagged_fields(value, pos)  # KRaftVersionFeature
+            pos = skip_tagged_fields(value, pos)  # Voter
             voters.append(voter)
-        _skip_tagged_fields(value, pos)
+        skip_tagged_fields(value, pos)
     except struct.error as e:
         raise ValueError(f"truncated VotersRecord: {e}") from None
     if not voters:
