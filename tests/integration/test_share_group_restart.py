@@ -8,40 +8,16 @@ kio connection (``kcompat.cli._kio``), so the epochs are visible.
 
 from __future__ import annotations
 
-import time
 import uuid
 from pathlib import Path
 
 from confluent_kafka.admin import AdminClient, NewTopic
 from kio.schema.errors import ErrorCode
 from kio.schema.share_group_describe.v1.request import ShareGroupDescribeRequest
-from kio.schema.share_group_heartbeat.v1.request import ShareGroupHeartbeatRequest
 
 from compat_tests._broker import Broker, unique_topic
 from kcompat.cli._kio import Cluster
-
-
-def _heartbeat(bootstrap: str, group: str, member: str, epoch: int,
-               topics: tuple[str, ...] | None) -> object:
-    """One ShareGroupHeartbeat at the group's coordinator, retried while the
-    coordinator is loading or moving."""
-    deadline = time.monotonic() + 30
-    while True:
-        cluster = Cluster(bootstrap, 10.0)
-        try:
-            answer = cluster.coordinator(group).call(ShareGroupHeartbeatRequest(
-                group_id=group, member_id=member, member_epoch=epoch, rack_id=None,
-                subscribed_topic_names=topics))
-        except Exception:
-            answer = None
-        finally:
-            cluster.close()
-        retriable = (ErrorCode.not_coordinator, ErrorCode.coordinator_not_available,
-                     ErrorCode.coordinator_load_in_progress)
-        if answer is not None and answer.error_code not in retriable:
-            return answer
-        assert time.monotonic() < deadline, f"no coordinator answer: {answer}"
-        time.sleep(0.2)
+from tests.integration._share import share_heartbeat
 
 
 def test_members_and_epochs_survive_a_coordinator_kill(tmp_path: Path) -> None:
@@ -52,13 +28,13 @@ def test_members_and_epochs_survive_a_coordinator_kill(tmp_path: Path) -> None:
         admin = AdminClient({"bootstrap.servers": broker.bootstrap})
         admin.create_topics([NewTopic(topic, 2, 1)])[topic].result(30)
         member = uuid.uuid4().hex
-        joined = _heartbeat(broker.bootstrap, group, member, 0, (topic,))
+        joined = share_heartbeat(broker.bootstrap, group, member, 0, (topic,))
         assert joined.error_code == ErrorCode.none, joined  # type: ignore[attr-defined]
         epoch = joined.member_epoch  # type: ignore[attr-defined]
         assert epoch > 0 and joined.assignment is not None  # type: ignore[attr-defined]
         broker.kill()
         broker.start()
-        again = _heartbeat(broker.bootstrap, group, member, epoch, None)
+        again = share_heartbeat(broker.bootstrap, group, member, epoch, None)
         assert again.error_code == ErrorCode.none, again  # type: ignore[attr-defined]
         assert again.member_epoch == epoch  # type: ignore[attr-defined]
         cluster = Cluster(broker.bootstrap, 10.0)

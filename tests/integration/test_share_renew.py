@@ -25,10 +25,10 @@ from kio.schema.errors import ErrorCode
 from kio.schema.share_acknowledge.v1 import request as ack_v1
 from kio.schema.share_acknowledge.v2 import request as ack_v2
 from kio.schema.share_fetch.v2 import request as fetch_v2
-from kio.schema.share_group_heartbeat.v1.request import ShareGroupHeartbeatRequest
 
 from compat_tests._broker import Broker, unique_topic
 from kcompat.cli._kio import Cluster
+from tests.integration._share import share_heartbeat
 
 LOCK_MS = 2000
 RENEW = 4
@@ -69,9 +69,7 @@ def test_renew_keeps_the_lock_and_needs_version_2(tmp_path: Path) -> None:
         topic_id = cluster.topics([topic])[topic].topic_id
         holder, other = uuid.uuid4().hex, uuid.uuid4().hex
         for member in (holder, other):
-            joined = cluster.coordinator(group).call(ShareGroupHeartbeatRequest(
-                group_id=group, member_id=member, member_epoch=0, rack_id=None,
-                subscribed_topic_names=(topic,)))
+            joined = share_heartbeat(broker.bootstrap, group, member, 0, (topic,))
             assert joined.error_code == ErrorCode.none, joined
         assert _acquired(_fetch(cluster, group, holder, 0, topic_id)) == [(0, 0)]
         assert _acquired(_fetch(cluster, group, other, 0, topic_id)) == []  # locked
