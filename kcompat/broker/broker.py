@@ -31,6 +31,7 @@ from kcompat.broker.config import BrokerConfig
 from kcompat.broker.consumer_groups import ConsumerGroupService
 from kcompat.broker.controller import admin
 from kcompat.broker.controller.quorum import Controller
+from kcompat.broker.controller.reassignment import Mover
 from kcompat.broker.delays import DelayService
 from kcompat.broker.groups import GroupService
 from kcompat.broker.metrics import BrokerMetrics
@@ -61,6 +62,7 @@ class Broker:
         self.read_replicas = ReadReplicas(self.cluster)  # Fetch: which replica serves a consumer
         self.controller = Controller(self.state, self.cluster, self.calls)
         admin.accept_forwarded(self.controller)
+        self.mover = Mover(self.controller, admin.submit)  # partition reassignments
         self.groups = GroupService(self.state, self.cluster)
         self.consumer_groups = ConsumerGroupService(self.state, self.cluster, self.groups)
         self.txns = TxnService(self.state, self.cluster, self.calls, self.groups)

@@ -10,7 +10,9 @@ group's whole override set; empty removes the group), ``broker_configs``
 (a level of dynamic broker configs, "" or a node id, as a whole set of raw
 values; ``dynamic_config``), ``register_broker``,
 ``fence_broker``, ``unfence_broker``, ``client_quotas`` (ops setting and
-removing an entity's quota values, ``controller.client_quotas``); ``cluster`` and ``producer_ids`` only in
+removing an entity's quota values, ``controller.client_quotas``), ``reassign`` (a
+partition's replicas start moving: its target and original replicas) and
+``reassign_done`` (they moved, ``controller.reassignment``); ``cluster`` and ``producer_ids`` only in
 logs written by single-node brokers before they ran as a quorum of one). The
 log is the metadata quorum's Raft log; ``MetadataImage.apply`` is called for
 committed records only, in log order.
@@ -61,6 +63,30 @@ class BrokerInfo:
     fenced: bool = True
 
 
+@dataclass(frozen=True)
+class Reassignment:
+    """A partition's replicas on the move (KIP-455): to ``target`` from
+    ``original``, the replicas it had when the first of its reassignments
+    started (a cancellation moves back to them)."""
+
+    target: tuple[int, ...]
+    original: tuple[int, ...]
+
+    @property
+    def replicas(self) -> tuple[int, ...]:
+        """Kafka's replica list while it moves: the target, then the replicas
+        being removed."""
+        return self.target + tuple(n for n in self.original if n not in self.target)
+
+    @property
+    def adding(self) -> tuple[int, ...]:
+        return tuple(n for n in self.target if n not in self.original)
+
+    @property
+    def removing(self) -> tuple[int, ...]:
+        return tuple(n for n in self.original if n not in self.target)
+
+
 @dataclass
 class MetadataImage:
     cluster_id: str = ""
@@ -74,6 +100,8 @@ class MetadataImage:
     # client quota entity ((type, name or None), ...) -> its values (controller.client_quotas)
     client_quotas: dict[tuple[tuple[str, str | None], ...], dict[str, float]] = field(
         default_factory=dict)
+    # partition reassignments in progress: (topic, index) -> (target, original replicas)
+    reassignments: dict[tuple[str, int], Reassignment] = field(default_factory=dict)
 
     def views_of(self, source: str) -> list[TopicMeta]:
         """The filtered views of ``source``."""
@@ -96,6 +124,13 @@ class MetadataImage:
             for view in self.views_of(rec["name"]):
                 self.topics.pop(view.name, None)
             self.topics.pop(rec["name"], None)
+            for key in [k for k in self.reassignments if k[0] == rec["name"]]:
+                del self.reassignments[key]
+        elif kind == "reassign":
+            self.reassignments[(rec["name"], rec["index"])] = Reassignment(
+                tuple(rec["target"]), tuple(rec["original"]))
+        elif kind == "reassign_done":
+            self.reassignments.pop((rec["name"], rec["index"]), None)
         elif kind == "add_partitions":
             if self.topics[rec["name"]].view_of is None:  # a view follows its source
                 self.topics[rec["name"]].partitions = rec["partitions"]

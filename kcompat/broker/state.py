@@ -21,6 +21,7 @@ import logging
 import re
 import time
 import uuid
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -63,6 +64,37 @@ def check_topic_name(name: str) -> None:
         raise TopicError(
             ErrorCode.invalid_topic_exception,
             f"topic name {name!r} has characters other than ASCII alphanumerics, '.', '_', '-'",
+        )
+
+
+def check_replicas(broker_ids: Sequence[int], registered: Iterable[int],
+                   replication: int | None = None) -> None:
+    """A manual replica list: registered brokers, each once, as many as the
+    other partitions of the request have (Kafka's messages)."""
+    if not broker_ids:
+        raise TopicError(ErrorCode.invalid_replica_assignment,
+                         "The manual partition assignment includes an empty replica list.")
+    known = set(registered)
+    previous = None
+    for broker in sorted(broker_ids):
+        if broker not in known:
+            raise TopicError(
+                ErrorCode.invalid_replica_assignment,
+                f"The manual partition assignment includes broker {broker}, but no such "
+                "broker is registered.",
+            )
+        if broker == previous:
+            raise TopicError(
+                ErrorCode.invalid_replica_assignment,
+                f"The manual partition assignment includes the broker {broker} more than once.",
+            )
+        previous = broker
+    if replication is not None and len(broker_ids) != replication:
+        raise TopicError(
+            ErrorCode.invalid_replica_assignment,
+            f"The manual partition assignment includes a partition with {len(broker_ids)} "
+            f"replica(s), but this is not consistent with previous partitions, which have "
+            f"{replication} replica(s).",
         )
 
 

@@ -32,7 +32,7 @@ import trio
 from kio.schema.errors import ErrorCode
 
 from kcompat.broker.config import BROKER_CONFIGS
-from kcompat.broker.controller import client_quotas
+from kcompat.broker.controller import client_quotas, reassignment
 from kcompat.broker.controller.internal_topics import INTERNAL_TOPICS
 from kcompat.broker.controller.quorum import Controller
 from kcompat.broker.metadata import TopicMeta
@@ -195,6 +195,16 @@ async def execute(ctl: Controller, intent: dict[str, Any]) -> None:
         rec = {"type": "broker_configs", "name": name, "configs": configs}
     elif op == "alter_client_quotas":
         rec = client_quotas.record(client_quotas.entity_of_record(intent), intent["ops"])
+    elif op in ("reassign", "reassign_done"):
+        index = int(intent["index"])
+        if op == "reassign":
+            moved = reassignment.reassign_record(ctl, name, index, intent["replicas"],
+                                                 bool(intent.get("allow_rf_change", True)))
+        else:
+            moved = reassignment.done_record(ctl, name, index, list(intent["replicas"]))
+        if moved is None:
+            return  # nothing to change
+        rec = moved
     elif op == "create_topic":
         await _create_forwarded(ctl, intent)
         return

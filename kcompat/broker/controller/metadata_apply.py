@@ -41,7 +41,7 @@ log = logging.getLogger("kcompat.cluster")
 
 
 def _open_partition(rt: ClusterRuntime, meta: TopicMeta, index: int, gid: int,
-                    replicas: tuple[int, ...]) -> None:
+                    replicas: tuple[int, ...], voters: tuple[int, ...] | None = None) -> None:
     rt.assignments[(meta.name, index)] = (gid, replicas)
     rt.note_new_partition(gid)
     if rt.node_id not in replicas or gid in rt.groups:
@@ -53,7 +53,64 @@ def _open_partition(rt: ClusterRuntime, meta: TopicMeta, index: int, gid: int,
     part = Partition(meta.name, index, plog)
     state.partitions[(meta.name, index)] = part
     storage = PartitionLogStorage(plog, rt.node_id, fresh_term=-1, journal=rt.journal, gid=gid)
-    rt.new_group(gid, replicas, storage, part)
+    rt.new_group(gid, replicas, storage, part, voters)
+
+
+def settle_replicas(rt: ClusterRuntime, name: str, index: int, replicas: tuple[int, ...],
+                    voters: tuple[int, ...]) -> None:
+    """A partition's replicas are now ``replicas`` (a reassignment started,
+    was cancelled or finished): a broker newly among them opens its replica
+    — a Raft observer while it is not among ``voters`` (the voters when no
+    configuration entry says otherwise) — one still among them follows the
+    change, one no longer among them closes its replica and deletes it."""
+    meta = rt.state.topics.get(name)
+    found = rt.assignments.get((name, index))
+    if meta is None or found is None:
+        return
+    gid = found[0]
+    group = rt.groups.get(gid)
+    if rt.node_id not in replicas:
+        rt.assignments[(name, index)] = (gid, replicas)
+        if group is not None:
+            _drop_replica(rt, meta, index, gid)
+            rt.state._remove_deleted_dirs()
+            log.info("moved %s-%d away from this broker (replicas %s)", name, index,
+                     list(replicas))
+    elif group is None:
+        _open_partition(rt, meta, index, gid, replicas, voters)
+        rt.forget_partition(gid)  # not a new partition: it has a leader already
+        log.info("opened a replica of %s-%d to catch up (replicas %s)", name, index,
+                 list(replicas))
+    else:
+        rt.assignments[(name, index)] = (gid, replicas)
+        rt.set_replicas(group, replicas)
+    for view in rt.image.views_of(name):
+        _alias_view(rt, view)
+
+
+def _drop_replica(rt: ClusterRuntime, meta: TopicMeta, index: int, gid: int | None) -> None:
+    """Close this broker's replica of a partition and rename its directory for
+    deletion (its topic deleted, or the replica moved elsewhere)."""
+    group = rt.groups.pop(gid, None) if gid is not None else None
+    if group is not None:
+        group.removed = True
+        group.notify()
+    name = meta.name
+    part = rt.state.partitions.pop((name, index), None)
+    if part is not None:
+        part.log.close(clean=True)
+        part.notify_append()
+        store, data_dir = rt.state.store, rt.state.data_dir
+        directory = data_dir / f"{name}-{index}"
+        if store.exists(directory):
+            store.rename(directory, data_dir / f"{name}-{index}.{meta.topic_id.hex}-delete")
+
+
+def _voters(rt: ClusterRuntime, name: str, index: int) -> tuple[int, ...] | None:
+    """The voters of a partition opened from a checkpoint while it moves:
+    its original replicas (None: its replicas)."""
+    moving = rt.image.reassignments.get((name, index))
+    return moving.original if moving is not None else None
 
 
 def _alias_view(rt: ClusterRuntime, view: TopicMeta) -> None:
@@ -80,18 +137,7 @@ def _drop_topic(rt: ClusterRuntime, name: str) -> None:
         found = rt.assignments.pop((name, index), None)
         if found is not None:
             rt.forget_partition(found[0])
-        group = rt.groups.pop(found[0], None) if found else None
-        if group is not None:
-            group.removed = True
-            group.notify()
-        part = rt.state.partitions.pop((name, index), None)
-        if part is not None:
-            part.log.close(clean=True)
-            part.notify_append()
-            store, data_dir = rt.state.store, rt.state.data_dir
-            directory = data_dir / f"{name}-{index}"
-            if store.exists(directory):
-                store.rename(directory, data_dir / f"{name}-{index}.{meta.topic_id.hex}-delete")
+        _drop_replica(rt, meta, index, found[0] if found is not None else None)
     rt.state._remove_deleted_dirs()
 
 
@@ -113,6 +159,7 @@ def load_snapshot(rt: ClusterRuntime) -> None:
     snapshot = storage.snapshot()
     doc = metadata_snapshot.decode(snapshot.data)
     image = rt.image
+    image.reassignments = metadata_snapshot.reassignments(doc)
     wanted = {t["name"]: t for t in doc["topics"]}
     for name, meta in list(image.topics.items()):
         if name not in wanted or wanted[name]["id"] != str(meta.topic_id):
@@ -128,6 +175,10 @@ def load_snapshot(rt: ClusterRuntime) -> None:
                                "assignments": t["assignments"][meta.partitions:]})
         if t["configs"] != meta.configs:
             _apply_record(rt, {"type": "alter_configs", "name": name, "configs": t["configs"]})
+        for index, (_gid, replicas) in enumerate(t["assignments"][:meta.partitions]):
+            if meta.view_of is None and tuple(replicas) != rt.assignments[(name, index)][1]:
+                settle_replicas(rt, name, index, tuple(replicas),
+                                _voters(rt, name, index) or tuple(replicas))
     image.cluster_id = doc["cluster_id"] or image.cluster_id
     image.producer_id_limit = max(image.producer_id_limit, int(doc["producer_id_limit"]))
     image.group_configs = {g: dict(c) for g, c in doc.get("group_configs", {}).items()}
@@ -185,15 +236,26 @@ def _apply_record(rt: ClusterRuntime, rec: dict[str, Any], offset: int = 0) -> N
     elif kind == "create_topic":
         meta = image.topics[rec["name"]]
         for index, (gid, replicas) in enumerate(rec["assignments"]):
-            _open_partition(rt, meta, index, gid, tuple(replicas))
+            _open_partition(rt, meta, index, gid, tuple(replicas),
+                            _voters(rt, meta.name, index))
         log.info("created topic %s: %d partitions", meta.name, meta.partitions)
     elif kind == "add_partitions" and image.topics[rec["name"]].view_of is None:
         meta = image.topics[rec["name"]]
         for gid, replicas in rec["assignments"]:
             index = gid & 0xFFFF
-            _open_partition(rt, meta, index, gid, tuple(replicas))
+            _open_partition(rt, meta, index, gid, tuple(replicas),
+                            _voters(rt, meta.name, index))
         for view in image.views_of(meta.name):
             _alias_view(rt, view)
+    elif kind == "reassign":
+        moving = image.reassignments[(rec["name"], rec["index"])]
+        settle_replicas(rt, rec["name"], rec["index"], moving.replicas, moving.original)
+        log.info("reassigning %s-%d to %s (from %s)", rec["name"], rec["index"],
+                 list(moving.target), list(moving.original))
+    elif kind == "reassign_done":
+        replicas = tuple(rec["replicas"])
+        settle_replicas(rt, rec["name"], rec["index"], replicas, replicas)
+        log.info("reassigned %s-%d to %s", rec["name"], rec["index"], list(replicas))
     elif kind == "alter_configs" and image.topics[rec["name"]].view_of is None:
         meta = image.topics[rec["name"]]
         cfg = log_config(meta.configs, rt.state.broker_defaults)

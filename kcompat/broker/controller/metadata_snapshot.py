@@ -33,6 +33,7 @@ import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from kcompat.broker.metadata import Reassignment
 from kcompat.broker.replication.storage import PartitionLogStorage
 from kcompat.log.files import atomic_write
 from kcompat.log.store import FileStore
@@ -127,7 +128,9 @@ def encode(rt: ClusterRuntime) -> bytes:
            "topics": topics, "brokers": brokers, "group_configs": image.group_configs,
            "broker_configs": image.broker_configs,
            "client_quotas": [[[list(p) for p in entity], values]
-                             for entity, values in image.client_quotas.items()]}
+                             for entity, values in image.client_quotas.items()],
+           "reassignments": [[name, index, list(r.target), list(r.original)]
+                             for (name, index), r in image.reassignments.items()]}
     return json.dumps(doc, separators=(",", ":")).encode()
 
 
@@ -136,6 +139,12 @@ def decode(data: bytes) -> dict[str, Any]:
     if not isinstance(doc, dict) or "topics" not in doc:
         raise ValueError("not a metadata checkpoint")
     return doc
+
+
+def reassignments(doc: dict[str, Any]) -> dict[tuple[str, int], Reassignment]:
+    """The reassignments in progress a checkpoint holds (older ones: none)."""
+    return {(name, index): Reassignment(tuple(target), tuple(original))
+            for name, index, target, original in doc.get("reassignments", [])}
 
 
 def maybe_snapshot(rt: ClusterRuntime, applied_bytes: int) -> bool:

@@ -36,6 +36,8 @@ _MODULES = {
     v.DESCRIBE_TOPIC_PARTITIONS: "describe_topic_partitions",
     v.DESCRIBE_LOG_DIRS: "describe_log_dirs",
     v.ELECT_LEADERS: "elect_leaders",
+    v.ALTER_PARTITION_REASSIGNMENTS: "alter_partition_reassignments",
+    v.LIST_PARTITION_REASSIGNMENTS: "list_partition_reassignments",
     v.DESCRIBE_QUORUM: "describe_quorum",
     v.LIST_CONFIG_RESOURCES: "list_config_resources",
     v.DESCRIBE_CLIENT_QUOTAS: "describe_client_quotas",

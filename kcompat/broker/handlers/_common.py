@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import datetime
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -89,37 +89,6 @@ def duplicates(names: Iterable[Any]) -> set[Any]:
     """The names that occur more than once."""
     counts = Counter(names)
     return {name for name, n in counts.items() if n > 1}
-
-
-def check_replicas(broker_ids: Sequence[int], registered: Iterable[int],
-                   replication: int | None = None) -> None:
-    """A manual replica list: registered brokers, each once, as many as the
-    other partitions of the request have (Kafka's messages)."""
-    if not broker_ids:
-        raise TopicError(ErrorCode.invalid_replica_assignment,
-                         "The manual partition assignment includes an empty replica list.")
-    known = set(registered)
-    previous = None
-    for broker in sorted(broker_ids):
-        if broker not in known:
-            raise TopicError(
-                ErrorCode.invalid_replica_assignment,
-                f"The manual partition assignment includes broker {broker}, but no such "
-                "broker is registered.",
-            )
-        if broker == previous:
-            raise TopicError(
-                ErrorCode.invalid_replica_assignment,
-                f"The manual partition assignment includes the broker {broker} more than once.",
-            )
-        previous = broker
-    if replication is not None and len(broker_ids) != replication:
-        raise TopicError(
-            ErrorCode.invalid_replica_assignment,
-            f"The manual partition assignment includes a partition with {len(broker_ids)} "
-            f"replica(s), but this is not consistent with previous partitions, which have "
-            f"{replication} replica(s).",
-        )
 
 
 def null_config_check(configs: Iterable[Any]) -> dict[str, Any]:

@@ -17,8 +17,8 @@ from kio.schema.errors import ErrorCode
 
 from kcompat.broker.context import RequestContext
 from kcompat.broker.controller.admin import submit
-from kcompat.broker.handlers._common import NO_THROTTLE, OK, check_replicas, duplicates
-from kcompat.broker.state import TopicError
+from kcompat.broker.handlers._common import NO_THROTTLE, OK, duplicates
+from kcompat.broker.state import TopicError, check_replicas
 
 
 def _manual_assignment(ctx: RequestContext, topic: Any) -> list[list[int]] | None:

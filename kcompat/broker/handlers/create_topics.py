@@ -32,13 +32,12 @@ from kcompat.broker.controller import admin
 from kcompat.broker.handlers._common import (
     NO_THROTTLE,
     OK,
-    check_replicas,
     duplicates,
     null_config_check,
     topic_config,
 )
 from kcompat.broker.metadata import TopicMeta
-from kcompat.broker.state import TopicError
+from kcompat.broker.state import TopicError, check_replicas
 from kcompat.broker.topic_config import listed_keys
 
 #: how long (at most, and within the request's timeout) CreateTopics waits for

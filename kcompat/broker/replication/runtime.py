@@ -98,6 +98,8 @@ from kcompat.broker.replication.transport import Link, LinkFactory, PeerLink
 from kcompat.log.files import atomic_write, read_int_file
 from kcompat.raft import (
     NO_NODE,
+    ChangeRefused,
+    Entry,
     Message,
     NotLeader,
     Raft,
@@ -821,8 +823,14 @@ class ClusterRuntime:
     # -- groups and partitions ------------------------------------------------------------
 
     def new_group(self, gid: int, replicas: tuple[int, ...], storage: PartitionLogStorage,
-                   part: Partition | None = None) -> Group:
-        config = RaftConfig(self.node_id, frozenset(replicas), gid, self.election_ticks,
+                  part: Partition | None = None, voters: tuple[int, ...] | None = None
+                  ) -> Group:
+        """The Raft group ``gid`` of ``replicas`` here. ``voters``: its voter set
+        when it differs (a partition being reassigned: this broker joins as an
+        observer and catches up before it votes; a configuration entry in the
+        log overrides either)."""
+        members = replicas if voters is None else voters
+        config = RaftConfig(self.node_id, frozenset(members), gid, self.election_ticks,
                             FETCH_WAIT_TICKS, always_leader_change=gid == METADATA_GROUP,
                             quiesce=gid != METADATA_GROUP)
         # a lone replica's log carries its epochs; ``never`` trusts replication
@@ -833,17 +841,12 @@ class ClusterRuntime:
         if part is not None:
             group.machine = self.machines.get(part.topic)
         self.groups[gid] = group
-        if part is not None and group.lone:
-            # Kafka's high watermark with the leader alone in the ISR: its log
-            # end. Waiters for durability (acks=all, coordinators) still wait
-            # for the Raft commit after the fsync (``wait_committed``).
-            part.hw_source = lambda: part.log.log_end_offset
-        elif part is not None:
-            part.hw_source = lambda: group.hw
+        self._set_hw_source(group)
         self._touch(group)
         if replicas == (self.node_id,):
             group.raft.campaign()  # a lone replica elects itself at once
-        elif part is not None and replicas[0] == self.node_id and group.never_elected:
+        elif part is not None and replicas[0] == self.node_id and group.never_elected \
+                and group.raft.is_voter:
             # A brand-new partition: its preferred replica campaigns as soon as
             # the other replicas have applied the record too, instead of
             # everyone waiting out a randomized election timeout (Kafka names
@@ -851,6 +854,38 @@ class ClusterRuntime:
             self._first_campaigns[gid] = self.ticks + FIRST_CAMPAIGN_TICKS
         self.kick()
         return group
+
+    def set_replicas(self, group: Group, replicas: tuple[int, ...]) -> None:
+        """A hosted partition's replicas changed (a reassignment started,
+        moved or finished; its Raft voters change through its own log)."""
+        group.replicas = replicas
+        if len(replicas) > 1 and not self._flush_never:
+            group.storage.durable_hard_state = True  # no longer alone: votes count
+        self._set_hw_source(group)
+        self._touch(group)
+        self.kick()
+
+    def change_voters(self, group: Group, add: int | None = None, remove: int | None = None
+                      ) -> Entry | ChangeRefused:
+        """Add or remove one voter of a group this broker leads (a partition
+        reassignment, ``controller.reassignment``)."""
+        raft = group.raft
+        result = raft.add_voter(add) if add is not None else raft.remove_voter(
+            remove if remove is not None else NO_NODE)
+        self._touch(group)
+        self.kick()
+        return result
+
+    @staticmethod
+    def _set_hw_source(group: Group) -> None:
+        part = group.part
+        if part is not None and group.lone:
+            # Kafka's high watermark with the leader alone in the ISR: its log
+            # end. Waiters for durability (acks=all, coordinators) still wait
+            # for the Raft commit after the fsync (``wait_committed``).
+            part.hw_source = lambda: part.log.log_end_offset
+        elif part is not None:
+            part.hw_source = lambda: group.hw
 
     def _start_first_campaigns(self) -> None:
         for gid, due in list(self._first_campaigns.items()):

@@ -1,0 +1,59 @@
+"""AlterPartitionReassignments (key 45), versions 0-1 (KIP-455, KIP-860).
+
+Quirks: each partition's target is checked and committed on the controller
+(``controller.admin.submit`` -> ``controller.reassignment``), concurrently;
+the answer comes once each reassignment has *started* (its record is
+committed), as in Kafka — ListPartitionReassignments shows it until it is
+done. Null replicas cancel a reassignment in progress (NO_REASSIGNMENT_IN_PROGRESS
+without one); a target equal to the replicas changes nothing; an unknown topic
+or partition is UNKNOWN_TOPIC_OR_PARTITION, a bad target INVALID_REPLICA_ASSIGNMENT,
+a replication factor change with ``allow_replication_factor_change`` false
+(v1) INVALID_REPLICATION_FACTOR — each with Kafka's message.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import trio
+
+from kcompat.broker.context import RequestContext
+from kcompat.broker.controller.admin import submit
+from kcompat.broker.handlers._common import NO_THROTTLE, OK
+from kcompat.broker.state import TopicError
+
+TIMEOUT_S_MAX = 60.0
+
+
+async def handle(ctx: RequestContext, request: Any) -> Any:
+    timeout = request.timeout
+    timeout_s = min(TIMEOUT_S_MAX, max(0.5, (timeout.total_seconds()
+                                             if isinstance(timeout, timedelta)
+                                             else int(timeout) / 1000)))
+    allow = bool(getattr(request, "allow_replication_factor_change", True))
+    results: dict[tuple[int, int], Any] = {}
+
+    async def one(slot: tuple[int, int], name: str, index: int,
+                  replicas: tuple[int, ...] | None) -> None:
+        code, message = OK, None
+        intent = {"op": "reassign", "name": name, "index": index, "allow_rf_change": allow,
+                  "replicas": None if replicas is None else [int(n) for n in replicas]}
+        try:
+            await submit(ctx.controller, intent, timeout_s)
+        except TopicError as e:
+            code, message = e.code, e.message
+        results[slot] = ctx.build("ReassignablePartitionResponse", partition_index=index,
+                                  error_code=code, error_message=message)
+
+    async with trio.open_nursery() as nursery:
+        for ti, topic in enumerate(request.topics):
+            for pi, part in enumerate(topic.partitions):
+                nursery.start_soon(one, (ti, pi), topic.name, int(part.partition_index),
+                                   part.replicas)
+    topics = tuple(ctx.build("ReassignableTopicResponse", name=topic.name, partitions=tuple(
+        results[(ti, pi)] for pi in range(len(topic.partitions))))
+        for ti, topic in enumerate(request.topics))
+    extra = {"allow_replication_factor_change": allow} if request.__version__ >= 1 else {}
+    return ctx.response(throttle_time=NO_THROTTLE, error_code=OK, error_message=None,
+                        responses=topics, **extra)
