@@ -9,9 +9,15 @@ still carries out), then DescribeClientQuotas filters (exact, default, any, stri
 and the bad ones), DescribeLogDirs (null / named topics, unknown names left out,
 sizes zero or not, lags, volume bytes), ElectLeaders (not needed, unknown topic and
 partition, unknown election type, null = all), DescribeQuorum's answers for a
-partition that is not the metadata log's, and ListConfigResources per type. Each
-step is a test: kcompat's observation must equal Kafka's. Quota entity names carry
-a per-run suffix, so the script can run against a long-lived broker too.
+partition that is not the metadata log's, ListConfigResources per type, and
+AlterPartitionReassignments v0/v1 input a single broker refuses or has nothing to
+do for (unknown topic or partition, unregistered, repeated or no replicas, a
+cancellation with nothing in progress, the current replicas, a replication factor
+change with ``allow_replication_factor_change`` false, a topic or partition named
+twice; no topics, no partitions) with ListPartitionReassignments after it: nothing
+in progress. Each step is a test: kcompat's observation must equal Kafka's. Quota
+entity names carry a per-run suffix, so the script can run against a long-lived
+broker too.
 """
 
 from __future__ import annotations
@@ -27,11 +33,15 @@ import pytest
 from kafka import KafkaAdminClient, KafkaProducer
 from kafka.admin import NewTopic
 from kio.schema.alter_client_quotas.v1 import request as acq
+from kio.schema.alter_partition_reassignments.v0 import request as apr0
+from kio.schema.alter_partition_reassignments.v1 import request as apr1
 from kio.schema.describe_client_quotas.v1 import request as dcq
 from kio.schema.describe_log_dirs.v4 import request as dld
 from kio.schema.describe_quorum.v2 import request as dq
 from kio.schema.elect_leaders.v2 import request as el
 from kio.schema.list_config_resources.v1.request import ListConfigResourcesRequest
+from kio.schema.list_partition_reassignments.v0 import request as lpr
+from kio.schema.metadata.v12 import request as metadata
 from kio.static.primitive import f64, i8, i32
 
 from compat_tests._broker import Broker
@@ -156,6 +166,93 @@ def _list_resources(conn: Connection, *types: int) -> Obs:
                                       if c.resource_type != 2 or c.resource_name.startswith(TOPIC)))
 
 
+#: a broker id no broker of the script's cluster has
+NO_BROKER = 77
+Reassign = tuple[tuple[str, tuple[tuple[int, tuple[int, ...] | None], ...]], ...]
+
+
+def _replicas(conn: Connection, topic: str) -> tuple[int, ...]:
+    """The replicas of ``topic``'s partition 0 (the broker's own id on one node)."""
+    found = conn.call(metadata.MetadataRequest(
+        topics=(metadata.MetadataRequestTopic(topic_id=None, name=topic),),
+        allow_auto_topic_creation=False, include_topic_authorized_operations=False))
+    [t] = found.topics
+    [p] = [p for p in t.partitions if p.partition_index == 0]
+    return tuple(int(n) for n in p.replica_nodes)
+
+
+def _reassign(conn: Connection, tps: Reassign, allow_rf_change: bool | None = None) -> Obs:
+    """AlterPartitionReassignments v0 (``allow_rf_change`` None) or v1: the
+    top-level answer and each partition's, in the request's order."""
+    m: Any = apr0 if allow_rf_change is None else apr1
+    extra = {} if allow_rf_change is None else {
+        "allow_replication_factor_change": allow_rf_change}
+    r = conn.call(m.AlterPartitionReassignmentsRequest(
+        timeout=datetime.timedelta(seconds=10), **extra, topics=tuple(
+            m.ReassignableTopic(name=t, partitions=tuple(
+                m.ReassignablePartition(
+                    partition_index=i32(i),
+                    replicas=None if rs is None else tuple(i32(n) for n in rs))
+                for i, rs in ps)) for t, ps in tps)))
+    return (r.error_code.name, r.error_message,
+            getattr(r, "allow_replication_factor_change", None),
+            [(t.name, [(p.partition_index, p.error_code.name, p.error_message)
+                       for p in t.partitions]) for t in r.responses])
+
+
+def _list_reassignments(conn: Connection,
+                        topics: tuple[tuple[str, tuple[int, ...]], ...] | None) -> Obs:
+    r = conn.call(lpr.ListPartitionReassignmentsRequest(
+        timeout=datetime.timedelta(seconds=10), topics=None if topics is None else tuple(
+            lpr.ListPartitionReassignmentsTopics(
+                name=t, partition_indexes=tuple(i32(i) for i in ps)) for t, ps in topics)))
+    return (r.error_code.name, r.error_message, sorted(
+        (t.name, sorted((p.partition_index, p.replicas, p.adding_replicas, p.removing_replicas)
+                        for p in t.partitions))
+        for t in r.topics if t.name.startswith(TOPIC)))
+
+
+def reassign_steps(me: int) -> dict[str, tuple[Reassign, bool | None]]:
+    """AlterPartitionReassignments input a single broker ``me`` (the replica of
+    every partition) refuses or has nothing to do for, by step."""
+    other = f"{TOPIC}-other"
+    return {
+        "reassign_empty_request": ((), None),
+        "reassign_v1_empty_request": ((), False),
+        "reassign_no_partitions": (((TOPIC, ()), (f"{TOPIC}-none", ())), False),
+        "reassign_unknown_topic": (((f"{TOPIC}-none", ((0, (me,)),)),), None),
+        "reassign_unknown_partition": (((TOPIC, ((9, (me,)), (-1, (me,)))),), None),
+        "reassign_unknown_broker": (((TOPIC, ((0, (NO_BROKER,)), (1, (me, NO_BROKER)))),
+                                     (other, ((0, (-1,)),))), None),
+        "reassign_duplicate_broker": (((TOPIC, ((0, (me, me)), (1, (NO_BROKER, me, me)))),),
+                                      None),
+        "reassign_no_replicas": (((TOPIC, ((0, ()),)),), None),
+        "reassign_cancel_none": (((TOPIC, ((0, None), (1, None))),), None),
+        "reassign_same_replicas": (((TOPIC, ((0, (me,)), (1, (me,)))),), None),
+        "reassign_v1_same_replicas": (((TOPIC, ((0, (me,)),)),), False),
+        # one broker: a length change needs an unregistered or a repeated broker,
+        # and Kafka checks the replicas before the replication factor
+        "reassign_v1_rf_change_unknown": (((TOPIC, ((0, (me, NO_BROKER)),)),), False),
+        "reassign_v1_rf_change_duplicate": (((TOPIC, ((0, (me, me)),)),), False),
+        "reassign_v1_cancel_none": (((TOPIC, ((0, None),)),), False),
+        "reassign_v1_allowed_unknown": (((TOPIC, ((0, (me, NO_BROKER)),)),), True),
+        "reassign_topic_twice": (((TOPIC, ((0, (me,)),)), (TOPIC, ((0, None), (9, (me,)))),
+                                  (f"{TOPIC}-none", ((0, None),)),
+                                  (f"{TOPIC}-none", ((0, None),))), None),
+        "reassign_partition_twice": (((TOPIC, ((1, (me,)), (1, (NO_BROKER,)), (1, None))),),
+                                     None),
+    }
+
+
+LIST_STEPS: dict[str, tuple[tuple[str, tuple[int, ...]], ...] | None] = {
+    "reassignments_all": None,
+    "reassignments_named": ((TOPIC, (0, 1)), (f"{TOPIC}-other", (0,))),
+    "reassignments_unknown": ((f"{TOPIC}-none", (0,)), (TOPIC, (9, -1))),
+    "reassignments_no_partitions": ((TOPIC, ()),),
+    "reassignments_empty": (),
+}
+
+
 def _setup(bootstrap: str) -> None:
     admin = KafkaAdminClient(bootstrap_servers=bootstrap)
     try:
@@ -225,6 +322,11 @@ def run_script(bootstrap: str) -> dict[str, Obs]:
                         "resources_topics": (2,), "resources_client_metrics": (16,),
                         "resources_groups": (32,), "resources_bad_type": (3,)}.items():
         obs[step] = _list_resources(conn, *types)
+
+    for step, (tps, allow) in reassign_steps(_replicas(conn, TOPIC)[0]).items():
+        obs[step] = _reassign(conn, tps, allow)
+    for step, topics in LIST_STEPS.items():
+        obs[step] = _list_reassignments(conn, topics)
     return obs
 
 
@@ -239,7 +341,8 @@ STEPS = ["alter_validate_only", "describe_after_validate_only",
          "elect_preferred", "elect_unclean", "elect_unknown", "elect_bad_type", "elect_all",
          "quorum_metadata", "quorum_other_partition", "quorum_other_topic",
          "resources_brokers", "resources_loggers", "resources_topics",
-         "resources_client_metrics", "resources_groups", "resources_bad_type"]
+         "resources_client_metrics", "resources_groups", "resources_bad_type",
+         *reassign_steps(1), *LIST_STEPS]
 
 
 def _normalized(obs: dict[str, Obs], suffix_of: Callable[[str], str]) -> dict[str, Obs]:

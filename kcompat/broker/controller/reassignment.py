@@ -62,11 +62,12 @@ def reassign_record(ctl: Controller, name: str, index: int, target: list[int] | 
     rt = ctl.rt
     meta = ctl.state.topics.get(name)
     if meta is None:
-        raise TopicError(ErrorCode.unknown_topic_or_partition, f"Unable to find topic {name}")
+        raise TopicError(ErrorCode.unknown_topic_or_partition,
+                         f"Unable to find a topic named {name}.")
     found = rt.assignments.get((name, index))
     if not 0 <= index < meta.partitions or found is None:
         raise TopicError(ErrorCode.unknown_topic_or_partition,
-                         f"Unable to find partition {name}:{index}")
+                         f"Unable to find partition {name}:{index}.")
     if meta.view_of is not None:
         raise TopicError(ErrorCode.invalid_request,
                          f"Topic '{name}' is a view of '{meta.view_of}': it has the replicas "

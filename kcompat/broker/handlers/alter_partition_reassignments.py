@@ -8,7 +8,10 @@ done. Null replicas cancel a reassignment in progress (NO_REASSIGNMENT_IN_PROGRE
 without one); a target equal to the replicas changes nothing; an unknown topic
 or partition is UNKNOWN_TOPIC_OR_PARTITION, a bad target INVALID_REPLICA_ASSIGNMENT,
 a replication factor change with ``allow_replication_factor_change`` false
-(v1) INVALID_REPLICATION_FACTOR — each with Kafka's message.
+(v1) INVALID_REPLICATION_FACTOR — each with Kafka's message, except that Kafka
+leaves out a message that is its error code's generic one (NO_REASSIGNMENT_IN_PROGRESS
+has none). No topics at all: Kafka answers the response's defaults — error message
+"" instead of null, and ``allow_replication_factor_change`` true whatever was asked.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from datetime import timedelta
 from typing import Any
 
 import trio
+from kio.schema.errors import ErrorCode
 
 from kcompat.broker.context import RequestContext
 from kcompat.broker.controller.admin import submit
@@ -24,6 +28,10 @@ from kcompat.broker.handlers._common import NO_THROTTLE, OK
 from kcompat.broker.state import TopicError
 
 TIMEOUT_S_MAX = 60.0
+#: Kafka answers no message where the one it raised is its error code's generic one
+GENERIC_MESSAGES = {
+    ErrorCode.no_reassignment_in_progress: "No partition reassignment is in progress.",
+}
 
 
 async def handle(ctx: RequestContext, request: Any) -> Any:
@@ -32,6 +40,10 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
                                              if isinstance(timeout, timedelta)
                                              else int(timeout) / 1000)))
     allow = bool(getattr(request, "allow_replication_factor_change", True))
+    if not request.topics:  # Kafka answers a response with its defaults
+        return ctx.response(throttle_time=NO_THROTTLE, error_code=OK, error_message="",
+                            responses=(), **({"allow_replication_factor_change": True}
+                                             if request.__version__ >= 1 else {}))
     results: dict[tuple[int, int], Any] = {}
 
     async def one(slot: tuple[int, int], name: str, index: int,
@@ -42,7 +54,8 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
         try:
             await submit(ctx.controller, intent, timeout_s)
         except TopicError as e:
-            code, message = e.code, e.message
+            code = e.code
+            message = None if GENERIC_MESSAGES.get(code) == e.message else e.message
         results[slot] = ctx.build("ReassignablePartitionResponse", partition_index=index,
                                   error_code=code, error_message=message)
 
