@@ -806,7 +806,7 @@ class Raft:
             # change, not in our log, could still commit and race ours. A
             # leader without a leader-change entry (a partition whose log was
             # all committed at election) writes one now, once.
-            if log.last_term != self.term:
+            if not log.epochs or log.last_term != self.term:  # (an empty log: term 0 too)
                 if self.quiesced:
                     self._wake()
                 log.append(Entry(log.end, self.term, b"", 1, control=True))

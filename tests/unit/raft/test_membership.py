@@ -10,10 +10,12 @@ from random import Random
 import pytest
 
 from kcompat.raft import (
+    NO_NODE,
     BeginQuorumEpoch,
     ChangeRefused,
     Entry,
     FetchRequest,
+    HardState,
     Raft,
     RaftConfig,
     Refusal,
@@ -407,6 +409,35 @@ def test_partition_leader_writes_its_leader_change_entry_on_a_change() -> None:
     assert new.log.end == end + 1
     env.stabilize()
     _added(new.remove_voter(2))
+
+
+def test_new_partition_leader_of_an_empty_log_in_term_0_can_change_voters() -> None:
+    """A brand-new partition's first leader is elected in term 0 (Kafka's
+    first leader epoch: its hard state starts at term -1) over an empty log,
+    whose last term reads 0 too: "an entry of my term" must not be read from
+    that, or the first change request would be refused for ever without
+    writing the leader-change entry (a reassignment of an empty partition
+    hung so)."""
+    env = RaftEnv()
+    env.add_nodes(3, always_leader_change=False)
+    env.add_observer(4, always_leader_change=False)
+    for node in env.nodes:
+        env.storages[node]._current.hard_state = HardState(-1, NO_NODE)
+        env._start(node)
+    env.nodes[1].campaign()
+    env.stabilize()
+    leader = env.nodes[1]
+    assert leader.role is Role.LEADER and leader.term == 0 and leader.log.end == 0
+    assert _refusal(leader.add_voter(4)) is Refusal.TERM_NOT_COMMITTED
+    assert leader.log.end == 1  # the leader-change entry of term 0
+    for _ in range(50):
+        _tick_all(env, 1)
+        result = leader.add_voter(4)
+        if isinstance(result, Entry):
+            break
+    _added(result)
+    env.stabilize()
+    assert _voters(env, 4) == {1, 2, 3, 4}
 
 
 def test_refused_last_voter() -> None:
