@@ -1,12 +1,14 @@
 """``kcompat cluster info`` — cluster id, controller, brokers and topic/group counts,
 and each node's part in the metadata quorum (DescribeQuorum): ``controller`` (the
-quorum's leader), ``voter``, or ``observer`` (a broker-only node)."""
+quorum's leader), ``voter``, or ``observer`` (a broker-only node).
+``cluster rebalance|decommission``: ``reassign``."""
 
 from __future__ import annotations
 
 import argparse
 from typing import Any
 
+from kcompat.cli import reassign
 from kcompat.cli._common import add_client_args, admin_client, print_json, print_table
 
 
@@ -16,6 +18,7 @@ def register(sub: Any) -> None:
     p = csub.add_parser("info", help="cluster id, controller, brokers, topic and group counts")
     add_client_args(p)
     p.set_defaults(func=cmd_info)
+    reassign.register_cluster(csub)
 
 
 def cmd_info(args: argparse.Namespace) -> int:

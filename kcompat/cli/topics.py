@@ -1,4 +1,5 @@
-"""``kcompat topics create|list|describe|alter|delete`` — kafka-topics.sh in small.
+"""``kcompat topics create|list|describe|alter|delete`` — kafka-topics.sh in small
+(``topics reassign``: ``reassign``).
 
 Each subcommand is one admin request (CreateTopics, Metadata, DescribeConfigs +
 ListOffsets, CreatePartitions / IncrementalAlterConfigs, DeleteTopics); per-topic
@@ -10,6 +11,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from kcompat.cli import reassign
 from kcompat.cli._common import (
     CliError,
     add_client_args,
@@ -67,6 +69,8 @@ def register(sub: Any) -> None:
     p.add_argument("--if-exists", action="store_true", help="succeed if a topic is missing")
     add_client_args(p)
     p.set_defaults(func=cmd_delete)
+
+    reassign.register_topics(tsub)
 
 
 def cmd_create(args: argparse.Namespace) -> int:

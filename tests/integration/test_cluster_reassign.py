@@ -1,0 +1,224 @@
+"""Partition reassignment and decommissioning (issue 19 item 3), real processes.
+
+Three combined brokers (voters) and broker 4, a broker-only node that joined
+at run time. An idempotent acks=all producer writes to two partitions the
+whole time: one of replication factor 3 on [1, 2, 3], one of replication
+factor 1 on [1] (two topics: Kafka wants one replication factor per topic). ``kcompat topics reassign --plan`` (Kafka's reassignment
+JSON) moves them to [2, 3, 4] and [4] — broker 4 catches up as a Raft
+observer, is added as a voter, broker 1 is removed (it led both: it resigns
+once its removal commits) — and returns once ListPartitionReassignments shows
+nothing moving; Metadata then lists the targets, broker 1 no longer has the
+partitions' directories and broker 4 has them. Bad input through the CLI gets
+Kafka's errors and changes nothing: a broker that is not registered
+(INVALID_REPLICA_ASSIGNMENT), a cancellation with nothing in progress
+(NO_REASSIGNMENT_IN_PROGRESS). ``kcompat cluster rebalance`` is a dry run
+that moves nothing; ``kcompat cluster decommission 2`` moves every replica
+off broker 2 — the internal topics' too: a group's committed offset stays —
+and reports the spread. Broker 2,
+killed -9 and restarted, replays the metadata log and deletes nothing it
+should keep and keeps nothing it should not. Every acknowledged record is
+then read exactly once, in order, from each partition.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from compat_tests._broker import Broker, unique_topic
+from compat_tests._cluster import Cluster
+
+TIMEOUT_S = 30.0
+FAST_SESSIONS = ("--set", "broker.session.timeout.ms=3000",
+                 "--set", "broker.heartbeat.interval.ms=500",
+                 "--set", "offsets.topic.num.partitions=4")
+
+
+@pytest.fixture
+def grown(tmp_path: Path) -> Iterator[tuple[Cluster, Broker]]:
+    cluster = Cluster(tmp_path, extra_args=FAST_SESSIONS)
+    fourth = Broker(tmp_path / "broker-4", extra_args=(
+        "--node-id", "4", "--set", f"controller.quorum.voters={cluster.voters}",
+        "--set", "process.roles=broker", "--admin-port", "-1", *FAST_SESSIONS))
+    try:
+        cluster.start()
+        fourth.start()
+        yield cluster, fourth
+    finally:
+        if fourth.running:
+            fourth.kill()
+        cluster.kill()
+
+
+def _wait(predicate, what: str, timeout_s: float = TIMEOUT_S) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.2)
+
+
+def _replicas(bootstrap: str) -> dict[tuple[str, int], list[int]]:
+    md = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0}).list_topics(timeout=10)
+    return {(t, p.id): list(p.replicas) for t, meta in md.topics.items()
+            for p in meta.partitions.values()}
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "kcompat", *args], capture_output=True,
+                          text=True, timeout=120)
+
+
+class _Writer:
+    """An idempotent acks=all producer writing to partition 0 of both topics
+    until stopped; ``acked`` holds what each acknowledged, in order."""
+
+    def __init__(self, bootstrap: str, topics: tuple[str, str]) -> None:
+        self.topics = topics
+        self.producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True,
+                                  "linger.ms": 5, "log_level": 0})
+        self.acked: dict[str, list[bytes]] = {t: [] for t in topics}
+        self.failed: list[str] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _done(self, err, msg) -> None:  # type: ignore[no-untyped-def]
+        if err is not None:
+            self.failed.append(str(err))
+        else:
+            self.acked[msg.topic()].append(msg.value())
+
+    def _run(self) -> None:
+        i = 0
+        while not self._stop.is_set():
+            self.producer.produce(self.topics[i % 2], b"r-%06d" % i, partition=0,
+                                  on_delivery=self._done)
+            i += 1
+            self.producer.poll(0.002 if i % 20 == 0 else 0)
+        self.producer.flush(TIMEOUT_S)
+
+    def __enter__(self) -> _Writer:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(TIMEOUT_S + 5)
+
+
+def _read(bootstrap: str, topic: str, count: int) -> list[bytes]:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": topic,
+                         "enable.auto.commit": False, "log_level": 0})
+    got: list[bytes] = []
+    try:
+        consumer.assign([TopicPartition(topic, 0, 0)])
+        deadline = time.monotonic() + TIMEOUT_S
+        while len(got) < count and time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is not None and msg.error() is None:
+                got.append(msg.value())
+    finally:
+        consumer.close()
+    return got
+
+
+def test_replicas_move_while_a_producer_writes_and_a_broker_is_decommissioned(
+        grown: tuple[Cluster, Broker], tmp_path: Path) -> None:
+    cluster, fourth = grown
+    one = cluster.brokers[1].bootstrap
+    admin = AdminClient({"bootstrap.servers": one, "log_level": 0})
+    _wait(lambda: 4 in admin.list_topics(timeout=10).brokers, "broker 4 in Metadata")
+    wide, lone = unique_topic("moving-rf3"), unique_topic("moving-rf1")
+    for name, replicas in ((wide, [1, 2, 3]), (lone, [1])):
+        admin.create_topics([NewTopic(name, 1, replica_assignment=[replicas])],
+                            operation_timeout=20)[name].result(30)
+    _wait(lambda: {(wide, 0), (lone, 0)} <= set(_replicas(one)), "the topics' partitions")
+
+    bad = _cli("topics", "reassign", wide, "--partition", "0", "--replicas", "2,9",
+               "--bootstrap-server", one)
+    assert bad.returncode == 1 and "INVALID_REPLICA_ASSIGNMENT" in bad.stderr \
+        and "broker 9" in bad.stderr, bad
+    idle = _cli("topics", "reassign", lone, "--partition", "0", "--cancel",
+                "--bootstrap-server", one)
+    assert idle.returncode == 1 and "NO_REASSIGNMENT_IN_PROGRESS" in idle.stderr, idle
+    assert _replicas(one)[(wide, 0)] == [1, 2, 3] and _replicas(one)[(lone, 0)] == [1]
+
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps({"version": 1, "partitions": [
+        {"topic": wide, "partition": 0, "replicas": [2, 3, 4]},
+        {"topic": lone, "partition": 0, "replicas": [4]}]}))
+    with _Writer(one, (wide, lone)) as writer:
+        _wait(lambda: min(map(len, writer.acked.values())) >= 200, "records before the move")
+        moved = _cli("topics", "reassign", "--plan", str(plan), "--wait",
+                     "--bootstrap-server", one)
+        assert moved.returncode == 0, moved.stderr
+        listed = json.loads(_cli("topics", "reassign", "--list", "--json",
+                                 "--bootstrap-server", one).stdout)
+        assert listed == [], listed
+        after = _replicas(one)
+        assert after[(wide, 0)] == [2, 3, 4] and after[(lone, 0)] == [4], after
+        _wait(lambda: not list(cluster.brokers[1].data_dir.glob("moving-*")),
+              "broker 1 deleting the replicas it no longer holds")
+        assert sorted(p.name for p in fourth.data_dir.glob("moving-*")) == sorted(
+            [f"{wide}-0", f"{lone}-0"])
+        counts = {t: len(v) for t, v in writer.acked.items()}
+        _wait(lambda: all(len(writer.acked[t]) > counts[t] + 100 for t in counts),
+              "records acknowledged after the move")
+
+        group = unique_topic("moving-group")
+        _committed(one, group, wide, 150)  # __consumer_offsets now exists, RF 3
+        dry = _cli("cluster", "rebalance", "--json", "--bootstrap-server", one)
+        assert dry.returncode == 0 and json.loads(dry.stdout)["executed"] is False, dry
+        assert _replicas(one)[(wide, 0)] == [2, 3, 4]  # a dry run moves nothing
+        drained = _cli("cluster", "decommission", "2", "--json", "--bootstrap-server", one)
+        assert drained.returncode == 0, drained.stderr
+        report = json.loads(drained.stdout)
+        spread, before = report["after"]["replicas"], report["before"]["replicas"]
+        assert spread["2"] == 0 and before["2"] > 0, report
+        assert sum(spread.values()) == sum(before.values()), report
+        assert max(spread.values()) - min(v for k, v in spread.items() if k != "2") <= 1, report
+        _wait(lambda: all(2 not in r for r in _replicas(one).values()),
+              "no replica left on broker 2")
+        _wait(lambda: not _partition_dirs(cluster.brokers[2]),
+              "broker 2 deleting every partition directory")
+    assert writer.failed == []
+    final = _replicas(one)
+
+    cluster.brokers[2].kill()
+    cluster.brokers[2].restart()
+    _wait(lambda: _replicas(cluster.brokers[2].bootstrap) == final,
+          "the restarted broker 2 describing the same replicas")
+    assert _partition_dirs(cluster.brokers[2]) == []
+    assert sorted(p.name for p in fourth.data_dir.glob("moving-*")) == sorted(
+        [f"{wide}-0", f"{lone}-0"])
+    assert _committed(cluster.brokers[2].bootstrap, group, wide) == 150
+    for name in (wide, lone):
+        acked = writer.acked[name]
+        assert _read(fourth.bootstrap, name, len(acked)) == acked
+
+
+def _committed(bootstrap: str, group: str, topic: str, offset: int | None = None) -> int:
+    """Commit ``offset`` for partition 0 of ``topic`` in ``group`` (if given),
+    then read the group's committed offset back."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group,
+                         "enable.auto.commit": False, "log_level": 0})
+    try:
+        if offset is not None:
+            consumer.commit(offsets=[TopicPartition(topic, 0, offset)], asynchronous=False)
+        [found] = consumer.committed([TopicPartition(topic, 0)], timeout=TIMEOUT_S)
+        return int(found.offset)
+    finally:
+        consumer.close()
+
+
+def _partition_dirs(broker: Broker) -> list[str]:
+    return [p.name for p in broker.data_dir.iterdir()
+            if p.is_dir() and not p.name.startswith("__cluster_metadata")]
