@@ -85,7 +85,7 @@ from kcompat.broker.configdef import ConfigError
 from kcompat.broker.flusher import Syncable
 from kcompat.broker.metadata import MetadataImage
 from kcompat.broker.partition import Partition
-from kcompat.broker.replication import codec, log_starts
+from kcompat.broker.replication import codec, log_starts, throttle
 from kcompat.broker.replication.group import (
     METADATA_GROUP,
     Group,
@@ -94,12 +94,15 @@ from kcompat.broker.replication.group import (
 )
 from kcompat.broker.replication.hard_states import HardStateJournal
 from kcompat.broker.replication.storage import PartitionLogStorage, now_ms
+from kcompat.broker.replication.throttle import CatchUpThrottle
 from kcompat.broker.replication.transport import Link, LinkFactory, PeerLink
 from kcompat.log.files import atomic_write, read_int_file
 from kcompat.raft import (
     NO_NODE,
     ChangeRefused,
     Entry,
+    FetchRequest,
+    FetchResponse,
     Message,
     NotLeader,
     Raft,
@@ -231,6 +234,10 @@ class ClusterRuntime:
         self.balance_ticks = (max(1, config["leader.imbalance.check.interval.seconds"] * 1000
                                   // tick_ms)
                               if config["auto.leader.rebalance.enable"] else 0)
+        # what the leader sends replicas catching up (``throttle``)
+        self.throttle = CatchUpThrottle(
+            lambda: throttle.configured_rate(self.image.broker_configs, self.node_id),
+            trio.current_time)
         self.journal = HardStateJournal(Path(state.data_dir), state.store,
                                         live=lambda: set(self.groups))
         self._pid_path = Path(state.data_dir) / PRODUCER_ID_FILE
@@ -507,10 +514,10 @@ class ClusterRuntime:
         for m in decoded.messages:
             group = self.groups.get(m.group)
             if group is not None and not group.removed and m.dst == self.node_id:
-                if group.raft.quiesced and group.part is not None:
-                    log_starts.sync_group(group)  # retention may have run meanwhile
-                group.raft.step(m)
-                self._touch(group)
+                if self._catching_up(group, m.src) and isinstance(m, FetchRequest) \
+                        and not self.throttle.admit(m):
+                    continue  # throttled: stepped once the bucket refills (``_tick``)
+                self._step(group, m)
         for mk in decoded.markers:
             handler = self.inbound.get(type(mk))
             if handler is not None:
@@ -518,6 +525,18 @@ class ClusterRuntime:
             else:
                 log.debug("no handler for %s from node %d", type(mk).__name__, decoded.src)
         self.kick()
+
+    def _step(self, group: Group, m: Message) -> None:
+        if group.raft.quiesced and group.part is not None:
+            log_starts.sync_group(group)  # retention may have run meanwhile
+        group.raft.step(m)
+        self._touch(group)
+
+    @staticmethod
+    def _catching_up(group: Group, node: int) -> bool:
+        """``node`` is an observer of this partition group (a replica being
+        added): what the replication throttle applies to."""
+        return group.gid != METADATA_GROUP and node not in group.raft.voters
 
     def send_internal(self, node: int, message: codec.Internal) -> None:
         """One request, reply or heartbeat to a peer, best effort."""
@@ -590,6 +609,10 @@ class ClusterRuntime:
                 if group.is_leader and group.announced != self._announcement(group):
                     self._announce.add(gid)
         self._start_first_campaigns()
+        for m in self.throttle.release():
+            held = self.groups.get(m.group)
+            if held is not None and not held.removed:
+                self._step(held, m)
         for hook in self.tick_hooks:
             hook(self.ticks)
         if self.ticks % FULL_ANNOUNCE_TICKS == 0:
@@ -750,6 +773,10 @@ class ClusterRuntime:
         by_peer: dict[int, list[Message]] = {}
         for m in messages:
             by_peer.setdefault(m.dst, []).append(m)
+            if isinstance(m, FetchResponse) and m.entries:
+                group = self.groups.get(m.group)
+                if group is not None and self._catching_up(group, m.dst):
+                    self.throttle.spend(sum(len(e.data) for e in m.entries))
         for node, peer in self.peers.items():
             msgs = by_peer.get(node, [])
             if msgs or announce:
