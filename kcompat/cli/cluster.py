@@ -1,15 +1,20 @@
 """``kcompat cluster info`` — cluster id, controller, brokers and topic/group counts,
 and each node's part in the metadata quorum (DescribeQuorum): ``controller`` (the
 quorum's leader), ``voter``, or ``observer`` (a broker-only node).
-``cluster rebalance|decommission``: ``reassign``."""
+``cluster rebalance|decommission``: ``reassign``. ``cluster add-voter|remove-voter
+NODE``: AddRaftVoter / RemoveRaftVoter (KIP-853) through any broker."""
 
 from __future__ import annotations
 
 import argparse
+from datetime import timedelta
 from typing import Any
 
 from kcompat.cli import reassign
-from kcompat.cli._common import add_client_args, admin_client, print_json, print_table
+from kcompat.cli._common import CliError, add_client_args, admin_client, print_json, print_table
+from kcompat.cli._kio import Cluster, error_name
+
+VOTER_TIMEOUT_MS = 30_000
 
 
 def register(sub: Any) -> None:
@@ -19,6 +24,14 @@ def register(sub: Any) -> None:
     add_client_args(p)
     p.set_defaults(func=cmd_info)
     reassign.register_cluster(csub)
+    for verb, what in (("add-voter", "make a broker that follows the metadata log (a broker-only "
+                        "node) a voter of the metadata quorum"),
+                       ("remove-voter", "remove a voter from the metadata quorum (replace a "
+                        "dead controller)")):
+        p = csub.add_parser(verb, help=what)
+        p.add_argument("node", type=int, metavar="NODE")
+        add_client_args(p)
+        p.set_defaults(func=cmd_voter, add=verb == "add-voter")
 
 
 def cmd_info(args: argparse.Namespace) -> int:
@@ -42,6 +55,36 @@ def cmd_info(args: argparse.Namespace) -> int:
           f"Topics: {info['topics']}  Partitions: {info['partitions']}  Groups: {info['groups']}")
     print_table(["NODE", "HOST", "PORT", "RACK", "ROLE"],
                 [(b["node_id"], b["host"], b["port"], b["rack"], b["role"]) for b in brokers])
+    return 0
+
+
+def cmd_voter(args: argparse.Namespace) -> int:
+    """AddRaftVoter / RemoveRaftVoter (KIP-853) through any broker."""
+    from kio.schema.add_raft_voter.v1 import request as add_req
+    from kio.schema.remove_raft_voter.v0 import request as remove_req
+    from kio.static.primitive import i32, i32Timedelta
+
+    timeout_ms = max(args.timeout_ms, VOTER_TIMEOUT_MS)  # a new voter may need to catch up
+    kio = Cluster(args.bootstrap_server, timeout_ms / 1000 + 5)
+    try:
+        if args.add:
+            answer = kio.bootstrap.call(add_req.AddRaftVoterRequest(
+                cluster_id=None, timeout=i32Timedelta.parse(timedelta(milliseconds=timeout_ms)),
+                voter_id=i32(args.node), voter_directory_id=None, listeners=()))
+        else:
+            answer = kio.bootstrap.call(remove_req.RemoveRaftVoterRequest(
+                cluster_id=None, voter_id=i32(args.node), voter_directory_id=None))
+    finally:
+        kio.close()
+    verb = "add" if args.add else "remove"
+    if answer.error_code != 0:
+        raise CliError(f"cannot {verb} voter {args.node}: {error_name(answer.error_code)}: "
+                       f"{answer.error_message or ''}")
+    if args.json:
+        print_json({"node": args.node, "voter": args.add})
+    else:
+        print(f"node {args.node} {'is now a voter' if args.add else 'is no longer a voter'} "
+              f"of the metadata quorum")
     return 0
 
 

@@ -1,4 +1,5 @@
-"""Partition reassignment and decommissioning (issue 19 item 3), real processes.
+"""Partition reassignment and decommissioning (issue 19 item 3), and the
+replacement of a dead controller (item 2, KIP-853), real processes.
 
 Three combined brokers (voters) and broker 4, a broker-only node that joined
 at run time. An idempotent acks=all producer writes to two partitions the
@@ -33,6 +34,7 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
+from kafka.admin import KafkaAdminClient
 
 from compat_tests._broker import Broker, unique_topic
 from compat_tests._cluster import Cluster
@@ -222,3 +224,60 @@ def _committed(bootstrap: str, group: str, topic: str, offset: int | None = None
 def _partition_dirs(broker: Broker) -> list[str]:
     return [p.name for p in broker.data_dir.iterdir()
             if p.is_dir() and not p.name.startswith("__cluster_metadata")]
+
+
+def _quorum(bootstrap: str) -> tuple[list[int], list[int]]:
+    """(voters, observers) of the metadata quorum, as DescribeQuorum
+    (kafka-python's admin client) answers."""
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    try:
+        [part] = admin.describe_metadata_quorum()["topics"][0]["partitions"]
+        return (sorted(v["replica_id"] for v in part["current_voters"]),
+                sorted(o["replica_id"] for o in part["observers"]))
+    finally:
+        admin.close()
+
+
+def test_a_dead_controller_is_replaced_by_a_broker_only_node(
+        grown: tuple[Cluster, Broker]) -> None:
+    """KIP-853: voter 3 killed -9, broker 4 (an observer of the metadata log)
+    added as a voter and 3 removed through the CLI (AddRaftVoter /
+    RemoveRaftVoter); then the controller is killed too and the quorum {1, 2,
+    4} less it still elects and commits a new topic. Broker 3 restarted
+    follows as an observer (the voter set lives in the log, not in its
+    ``controller.quorum.voters``). Bad input: an unknown voter, a duplicate."""
+    cluster, fourth = grown
+    one = cluster.brokers[1].bootstrap
+    admin = AdminClient({"bootstrap.servers": one, "log_level": 0})
+    _wait(lambda: 4 in admin.list_topics(timeout=10).brokers, "broker 4 in Metadata")
+    _wait(lambda: 4 in _quorum(one)[1], "broker 4 observing the metadata quorum")
+    cluster.brokers[3].kill()
+    live = cluster.brokers[2].bootstrap
+
+    added = _cli("cluster", "add-voter", "4", "--bootstrap-server", live)
+    assert added.returncode == 0, added.stderr
+    removed = _cli("cluster", "remove-voter", "3", "--bootstrap-server", live)
+    assert removed.returncode == 0, removed.stderr
+    assert _quorum(live)[0] == [1, 2, 4]
+    unknown = _cli("cluster", "remove-voter", "9", "--bootstrap-server", live)
+    assert unknown.returncode == 1 and "VOTER_NOT_FOUND" in unknown.stderr, unknown
+    twice = _cli("cluster", "add-voter", "1", "--bootstrap-server", live)
+    assert twice.returncode == 1 and "DUPLICATE_VOTER" in twice.stderr, twice
+
+    controller = cluster.wait_for_controller()
+    cluster.brokers[controller].kill()
+    _wait(lambda: controller not in AdminClient(
+        {"bootstrap.servers": fourth.bootstrap, "log_level": 0}).list_topics(timeout=10).brokers,
+        "the killed controller fenced, as broker 4 describes the cluster")
+    topic = unique_topic("after-replace")
+    admin4 = AdminClient({"bootstrap.servers": fourth.bootstrap, "log_level": 0})
+    admin4.create_topics([NewTopic(topic, 1, 2)], operation_timeout=20)[topic].result(30)
+    producer = Producer({"bootstrap.servers": fourth.bootstrap, "log_level": 0})
+    producer.produce(topic, b"still here", partition=0)
+    assert producer.flush(TIMEOUT_S) == 0
+    assert _read(fourth.bootstrap, topic, 1) == [b"still here"]
+
+    cluster.brokers[3].restart()
+    survivor = fourth.bootstrap
+    _wait(lambda: 3 in _quorum(survivor)[1], "broker 3 back, as an observer")
+    assert _quorum(survivor)[0] == [1, 2, 4]

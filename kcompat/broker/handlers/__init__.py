@@ -39,6 +39,8 @@ _MODULES = {
     v.ALTER_PARTITION_REASSIGNMENTS: "alter_partition_reassignments",
     v.LIST_PARTITION_REASSIGNMENTS: "list_partition_reassignments",
     v.DESCRIBE_QUORUM: "describe_quorum",
+    v.ADD_RAFT_VOTER: "add_raft_voter",
+    v.REMOVE_RAFT_VOTER: "remove_raft_voter",
     v.LIST_CONFIG_RESOURCES: "list_config_resources",
     v.DESCRIBE_CLIENT_QUOTAS: "describe_client_quotas",
     v.ALTER_CLIENT_QUOTAS: "alter_client_quotas",

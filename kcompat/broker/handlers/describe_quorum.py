@@ -1,9 +1,10 @@
 """DescribeQuorum (key 55), versions 0-2 (KIP-595, KIP-836, KIP-853).
 
 Quirks: describes the metadata quorum, ``__cluster_metadata`` partition 0:
-its voters are the ``broker,controller`` nodes, its observers the
-broker-only nodes following the log (``process.roles=broker``), its leader
-is the controller. Any broker answers: the status comes from the metadata leader
+its voters are the ``broker,controller`` nodes (as changed since by
+AddRaftVoter / RemoveRaftVoter), its observers the other nodes following the
+log (broker-only nodes, ``process.roles=broker``, and removed voters), its
+leader is the controller. Any broker answers: the status comes from the metadata leader
 (``replication.quorum_admin``) — leader, epoch, high watermark, and per voter
 its log end offset, last fetch and last caught-up wall-clock times (v1+; the
 leader's own are now). v2 lists the voters as nodes with their listener (the
@@ -51,8 +52,8 @@ def _quorum(ctx: RequestContext, status: dict[str, Any]) -> Any:
 def _nodes(ctx: RequestContext, status: dict[str, Any] | None) -> tuple[Any, ...]:
     """The voters' listeners, and the observers' (their registrations)."""
     cluster = ctx.cluster
-    ends = dict(cluster.voters)
-    for row in (status or {}).get("observers", []):
+    ends = {} if status is not None else dict(cluster.voters)
+    for row in [*(status or {}).get("voters", []), *(status or {}).get("observers", [])]:
         where = cluster.endpoint(row[0])
         if where is not None:
             ends[row[0]] = where

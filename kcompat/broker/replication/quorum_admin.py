@@ -2,9 +2,10 @@
 
 Theory of operation
 -------------------
-Two admin APIs act on a Raft group that the broker a client asked need not
-hold: ElectLeaders (a preferred-leader election, KIP-460) and DescribeQuorum
-(the metadata quorum's replication state, KIP-595/KIP-853).
+Admin APIs that act on a Raft group the broker a client asked need not
+hold: ElectLeaders (a preferred-leader election, KIP-460), DescribeQuorum
+(the metadata quorum's replication state, KIP-595/KIP-853) and
+AddRaftVoter / RemoveRaftVoter (KIP-853).
 
 * **Preferred leader.** Only a partition's current leader can hand its
   leadership over, with the Raft leadership transfer (``Raft.
@@ -23,7 +24,16 @@ hold: ElectLeaders (a preferred-leader election, KIP-460) and DescribeQuorum
   voter was last caught up to the high watermark (Kafka's
   ``lastCaughtUpTimestamp``).
 
-Every broker serves both for its peers (``_serve``). Replies travel as
+* **Metadata quorum voters.** ``change_voter`` asks the metadata leader for
+  one Raft membership change (``Raft.add_voter`` / ``remove_voter``: one at a
+  time; a new voter must have caught up as an observer — a broker-only node
+  is one) and answers once it is committed; refusals that may pass (not
+  caught up, a change pending) are retried until the request's timeout, the
+  others are KIP-853's errors (DUPLICATE_VOTER, VOTER_NOT_FOUND; the last
+  voter INVALID_REQUEST). The voter set lives in the metadata log, so a
+  restart keeps it whatever ``controller.quorum.voters`` says.
+
+Every broker serves them for its peers (``_serve``). Replies travel as
 ``AdminCallReply`` through ``PeerCalls``; a lost one is a timeout.
 """
 
@@ -37,7 +47,7 @@ from kio.schema.errors import ErrorCode
 
 from kcompat.broker.replication import codec
 from kcompat.broker.replication.storage import now_ms
-from kcompat.raft import NO_NODE
+from kcompat.raft import NO_NODE, ChangeRefused, Refusal
 
 if TYPE_CHECKING:
     from kcompat.broker.replication.peer_calls import PeerCalls
@@ -45,7 +55,18 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("kcompat.cluster")
 
-TRANSFER, STATUS = "transfer_leader", "quorum_status"
+TRANSFER, STATUS, VOTER = "transfer_leader", "quorum_status", "change_voter"
+#: Raft's refusals of a voter change that are final, as KIP-853's errors; the
+#: others (not caught up, a change pending, nothing of the term committed yet)
+#: are retried until the request's timeout
+FINAL_REFUSALS = {
+    Refusal.ALREADY_VOTER: (ErrorCode.duplicate_voter, "The voter {node} is already part of "
+                            "the set of voters."),
+    Refusal.NOT_A_VOTER: (ErrorCode.voter_not_found, "The voter {node} is not part of the set "
+                          "of voters."),
+    Refusal.LAST_VOTER: (ErrorCode.invalid_request, "Cannot remove the voter {node}: it is the "
+                         "last one."),
+}
 
 
 class QuorumAdmin:
@@ -120,7 +141,7 @@ class QuorumAdmin:
         now = now_ms()
         tick_ms = int(rt.tick_s * 1000)
         voters = []
-        for node in sorted(rt.voters):
+        for node in sorted(st.voters):
             if node == rt.node_id:
                 voters.append([node, st.log_end, now, now])
                 continue
@@ -129,7 +150,7 @@ class QuorumAdmin:
             voters.append([node, st.match_ends.get(node, -1), fetched,
                            self.caught_up_ms.get(node, -1)])
         observers = []  # broker-only nodes following the metadata log
-        for node in sorted(set(st.match_ends) - set(rt.voters)):
+        for node in sorted(set(st.match_ends) - st.voters):
             idle = st.idle_ticks.get(node)
             observers.append([node, st.match_ends[node],
                               now - idle * tick_ms if idle is not None else -1,
@@ -149,6 +170,75 @@ class QuorumAdmin:
             if end >= st.high_watermark:
                 self.caught_up_ms[node] = now
 
+    # -- metadata quorum voters (KIP-853) ----------------------------------------------
+
+    async def change_voter(self, node: int, add: bool, timeout_s: float
+                           ) -> tuple[ErrorCode, str | None]:
+        """AddRaftVoter / RemoveRaftVoter: at the metadata leader — here, or
+        asked again while it moves — one voter change of the metadata quorum,
+        answered once it is committed."""
+        rt = self.rt
+        deadline = trio.current_time() + timeout_s
+        args = {"node": node, "add": add}
+        while True:
+            left = max(0.0, deadline - trio.current_time())
+            code, found = await self._ask_controller(VOTER, args, left)
+            if code != ErrorCode.not_leader_or_follower or left <= rt.tick_s:
+                break
+            await trio.sleep(rt.tick_s)
+        return code, (found or {}).get("message")
+
+    async def _ask_controller(self, op: str, args: dict[str, Any], timeout_s: float
+                              ) -> tuple[ErrorCode, dict[str, Any] | None]:
+        """``_call`` at the metadata leader, given up (NOT_LEADER_OR_FOLLOWER:
+        ask again) as soon as that leader is replaced or goes silent."""
+        rt = self.rt
+        leader = rt.controller_id
+        out: tuple[ErrorCode, dict[str, Any] | None] = (ErrorCode.not_leader_or_follower, None)
+        if leader == NO_NODE:
+            return out
+        async with trio.open_nursery() as nursery:
+            async def ask() -> None:
+                nonlocal out
+                out = await self._call(leader, op, args, timeout_s)
+                nursery.cancel_scope.cancel()
+
+            async def watch() -> None:
+                while rt.controller_id == leader and leader not in rt.down:
+                    await trio.sleep(rt.tick_s)
+                nursery.cancel_scope.cancel()
+
+            nursery.start_soon(ask)
+            nursery.start_soon(watch)
+        return out
+
+    async def _change_voter(self, args: dict[str, Any], timeout_s: float
+                            ) -> tuple[ErrorCode, dict[str, Any] | None]:
+        rt, node, add = self.rt, int(args["node"]), bool(args["add"])
+        meta = rt.meta
+        with trio.move_on_after(timeout_s):
+            while True:
+                if not meta.is_leader:
+                    return ErrorCode.not_leader_or_follower, None
+                result = rt.change_voters(meta, add=node) if add else rt.change_voters(
+                    meta, remove=node)
+                if not isinstance(result, ChangeRefused):
+                    break
+                if result.reason in FINAL_REFUSALS:
+                    code, text = FINAL_REFUSALS[result.reason]
+                    return code, {"message": text.format(node=node)}
+                await trio.sleep(rt.tick_s)  # not caught up, or a change pending
+            log.info("node %d %s voter %d of the metadata quorum (KIP-853)", rt.node_id,
+                     "adds" if add else "removes", node)
+            while meta.hw <= result.index:  # committed
+                if meta.raft.term != result.term:
+                    return ErrorCode.not_leader_or_follower, None
+                await meta.changed.wait()
+            return ErrorCode.none, None
+        return ErrorCode.request_timed_out, {
+            "message": f"The voter change of node {node} did not complete within "
+                       f"{timeout_s:g} s (a new voter must first catch up as an observer)"}
+
     # -- calls --------------------------------------------------------------------------
 
     async def _call(self, node: int, op: str, args: dict[str, Any],
@@ -166,6 +256,8 @@ class QuorumAdmin:
                      ) -> tuple[ErrorCode, dict[str, Any] | None]:
         if op == TRANSFER:
             return await self._transfer(args, timeout_s), None
+        if op == VOTER:
+            return await self._change_voter(args, timeout_s)
         if op == STATUS:
             result = self.status()
             code = ErrorCode.none if result is not None else ErrorCode.not_leader_or_follower

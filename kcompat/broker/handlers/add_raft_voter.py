@@ -1,0 +1,48 @@
+"""AddRaftVoter (key 80), versions 0-1 (KIP-853).
+
+Quirks: adds a voter to the metadata quorum (``__cluster_metadata``): the
+node must follow the metadata log as an observer and have caught up — a
+broker-only node (``process.roles=broker``) is one; it is then a controller
+candidate like the others. Any broker takes the request and has the metadata
+leader carry it out (``replication.quorum_admin.change_voter``, one change at
+a time), answering once the change is committed. The listeners and directory
+id are not checked: a kcompat voter is reached on its registered Kafka
+listener. DUPLICATE_VOTER for a voter; REQUEST_TIMED_OUT when the node has
+not caught up (or another change is pending) within the timeout; a
+``cluster_id`` other than this cluster's is INCONSISTENT_CLUSTER_ID.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from kcompat.broker.context import RequestContext
+from kcompat.broker.handlers._common import NO_THROTTLE
+
+TIMEOUT_S_MAX = 60.0
+
+
+def timeout_s(request: Any, default_s: float = 30.0) -> float:
+    timeout = getattr(request, "timeout", None)
+    if timeout is None:
+        return default_s
+    seconds = timeout.total_seconds() if isinstance(timeout, timedelta) else int(timeout) / 1000
+    return min(TIMEOUT_S_MAX, max(0.5, seconds))
+
+
+async def change(ctx: RequestContext, request: Any, add: bool) -> Any:
+    cluster_id = request.cluster_id
+    if cluster_id is not None and cluster_id != ctx.state.cluster_id:
+        return ctx.response(throttle_time=NO_THROTTLE,
+                            error_code=ErrorCode.inconsistent_cluster_id,
+                            error_message=f"The cluster id {cluster_id} is not this cluster's.")
+    code, message = await ctx.broker.quorum_admin.change_voter(
+        int(request.voter_id), add, timeout_s(request))
+    return ctx.response(throttle_time=NO_THROTTLE, error_code=code, error_message=message)
+
+
+async def handle(ctx: RequestContext, request: Any) -> Any:
+    return await change(ctx, request, add=True)
