@@ -3,8 +3,11 @@
 ``run_tools(steps)`` runs the unmodified main classes of the kafka-tools jar of the
 reference classpath (TopicCommand, ConsumerGroupCommand, ConfigCommand, ...) one
 after the other in one JVM and returns each one's exit code, stdout and stderr: a
-JVM start costs 1-2 s here, a tool run a fraction of that. ToolBatch is compiled
-once with ``javac`` into the cache (keyed by its source and the Kafka version).
+JVM start costs 1-2 s here, a tool run a fraction of that. ``until(text, seconds,
+step)`` makes a step wait for a condition with the tool itself (``--verify`` until it
+reports a reassignment complete): it runs again while it exits 0 without printing
+``text``. ToolBatch is compiled once with ``javac`` into the cache (keyed by its source
+and the Kafka version).
 """
 
 from __future__ import annotations
@@ -28,6 +31,8 @@ CONFIGS = f"{TOOLS}.ConfigCommand"
 LOG_DIRS = f"{TOOLS}.LogDirsCommand"
 LEADER_ELECTION = f"{TOOLS}.LeaderElectionCommand"
 METADATA_QUORUM = f"{TOOLS}.MetadataQuorumCommand"
+REASSIGN = f"{TOOLS}.reassign.ReassignPartitionsCommand"
+UNTIL = "--until--"
 
 
 @dataclass
@@ -36,9 +41,11 @@ class ToolRun:
     code: int
     stdout: str
     stderr: str
+    runs: int = 1  #: how often an ``until`` step ran
 
     def explain(self) -> str:
-        return (f"$ {' '.join(self.args)}\nexit {self.code}\n--- stdout ---\n"
+        return (f"$ {' '.join(self.args)}\nexit {self.code} after {self.runs} run(s)\n"
+                f"--- stdout ---\n"
                 f"{self.stdout[-3000:]}\n--- stderr ---\n{self.stderr[-3000:]}")
 
 
@@ -59,6 +66,12 @@ def classes_dir() -> Path:
     return out
 
 
+def until(text: str, timeout_s: float, step: list[str]) -> list[str]:
+    """``step`` run again (200 ms apart) while it exits 0 and its stdout lacks
+    ``text``, for at most ``timeout_s``; the last run is the step's result."""
+    return [UNTIL, text, str(timeout_s), *step]
+
+
 def run_tools(steps: list[list[str]], timeout: float = 120.0) -> list[ToolRun]:
     """Run each step (main class, then its arguments) in one JVM, in order."""
     args: list[str] = []
@@ -67,10 +80,12 @@ def run_tools(steps: list[list[str]], timeout: float = 120.0) -> list[ToolRun]:
     cp = f"{classes_dir()}:{reference_classpath()}"
     p = subprocess.run(java_cmd(cp, "ToolBatch", *args, heap="384m"), capture_output=True,
                        text=True, timeout=timeout, stdin=subprocess.DEVNULL)
-    found = {int(m.group(1)): (int(m.group(2)), m.group(3), m.group(4))
-             for m in re.finditer(r"^@@STEP (\d+) (-?\d+)\n(.*?)\n@@ERR\n(.*?)\n@@END \1$",
-                                  p.stdout, re.S | re.M)}
+    found = {int(m.group(1)): (int(m.group(2)), m.group(4), m.group(5), int(m.group(3)))
+             for m in re.finditer(
+                 r"^@@STEP (\d+) (-?\d+) (\d+)\n(.*?)\n@@ERR\n(.*?)\n@@END \1$",
+                 p.stdout, re.S | re.M)}
     if len(found) != len(steps):
         raise AssertionError(f"ToolBatch ran {len(found)} of {len(steps)} steps (exit "
                              f"{p.returncode})\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}")
-    return [ToolRun(step, *found[i]) for i, step in enumerate(steps)]
+    return [ToolRun(step[3:] if step[0] == UNTIL else step, *found[i])
+            for i, step in enumerate(steps)]

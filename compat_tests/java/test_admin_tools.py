@@ -11,10 +11,12 @@ configs, client quotas of users, clients and ips), ``kafka-metadata-quorum``
 after a restart moved two leaders off their preferred replica, confluent-kafka's
 ``elect_leaders`` for one and ``kafka-leader-election --election-type preferred
 --all-topic-partitions`` for the rest, then ``kafka-topics --describe``,
-``kafka-metadata-quorum`` (asked of a broker that is not the controller) and
-``kafka-log-dirs`` of every broker; quotas set through one broker, before and
-after the restart, are described alike by all three. Each test asserts
-what the tools printed: sizes, lags, offsets, leaders, voters, quota values.
+``kafka-metadata-quorum`` (asked of a broker that is not the controller),
+``kafka-log-dirs`` of every broker and ``kafka-reassign-partitions`` (--generate,
+--execute of an RF-2 and an RF-1 partition onto other brokers, --list, --verify until
+complete, which clears the throttles); quotas set through one broker, before and after
+the restart, are described alike by all three. Each test asserts what the tools
+printed: sizes, lags, offsets, leaders, voters, quota values, replica assignments.
 """
 
 from __future__ import annotations
@@ -26,9 +28,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from confluent_kafka import ElectionType
+from confluent_kafka import Consumer, ElectionType
 from confluent_kafka import TopicPartition as CkTopicPartition
 from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin import NewTopic as CkNewTopic
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import NewTopic
 from kafka.structs import OffsetAndMetadata
@@ -44,9 +47,11 @@ from compat_tests.java._toolbatch import (
     LEADER_ELECTION,
     LOG_DIRS,
     METADATA_QUORUM,
+    REASSIGN,
     TOPICS,
     ToolRun,
     run_tools,
+    until,
 )
 from kcompat.cli._kio import Connection
 
@@ -300,14 +305,135 @@ def _set_quota(broker: Broker, user: str, key: str, value: float) -> None:
     assert [e.error_code.name for e in r.entries] == ["none"]
 
 
-def test_tools_on_three_brokers(cluster: Cluster) -> None:
+# -- partition reassignment (kafka-reassign-partitions) ---------------------------------
+
+MOVED_RF2, MOVED_RF1 = "reassign-rf2", "reassign-rf1"
+#: replicas at creation; partition 0 of each moves: [1, 2] -> [2, 3] and [1] -> [3]
+PINNED = {MOVED_RF2: [[1, 2], [2, 3]], MOVED_RF1: [[1], [2]]}
+MOVES = {(MOVED_RF2, 0): [2, 3], (MOVED_RF1, 0): [3]}
+
+
+def _assignment(text: str, title: str) -> dict[tuple[str, int], list[int]]:
+    """The reassignment JSON that the tool printed after the line ``title``."""
+    lines = text.splitlines()
+    doc = next(ln for ln in lines[lines.index(title) + 1:] if ln.startswith("{"))
+    return {(p["topic"], p["partition"]): p["replicas"] for p in json.loads(doc)["partitions"]}
+
+
+def _prepare_moves(cluster: Cluster, workdir: Path, server: list[str]
+                   ) -> tuple[list[list[str]], list[str]]:
+    """Create the PINNED topics, wait until their first replicas lead (so the
+    preferred election of the batch leaves them alone) and write PER_PARTITION
+    records to each partition. The kafka-reassign-partitions steps: --generate of
+    both topics onto brokers 2,3, --execute of MOVES and --list; then --verify,
+    run again until it finds no reassignment in progress (it then clears the
+    throttles)."""
+    admin = _admin(cluster.bootstrap)  # kept alive until its futures resolve
+    for future in admin.create_topics([CkNewTopic(t, len(a), replica_assignment=a)
+                                       for t, a in PINNED.items()]).values():
+        future.result(timeout=30)
+    _wait(lambda: all(ldr == replicas[0] for t in PINNED
+                      for ldr, replicas, _ in _leaders(cluster.bootstrap, t).values()),
+          20, "the preferred leaders of the pinned topics")
+    for t, a in PINNED.items():
+        _produce(cluster.bootstrap, t, len(a))
+    to_move, plan = workdir / "topics-to-move.json", workdir / "reassignment.json"
+    to_move.write_text(json.dumps({"version": 1, "topics": [{"topic": t} for t in PINNED]}))
+    plan.write_text(json.dumps({"version": 1, "partitions": [
+        {"topic": t, "partition": p, "replicas": r} for (t, p), r in MOVES.items()]}))
+    return [
+        [REASSIGN, *server, "--generate", "--topics-to-move-json-file", str(to_move),
+         "--broker-list", "2,3"],
+        [REASSIGN, *server, "--execute", "--reassignment-json-file", str(plan)],
+        [REASSIGN, *server, "--list"],
+    ], until("Clearing broker-level throttles", 30,
+             [REASSIGN, *server, "--verify", "--reassignment-json-file", str(plan)])
+
+
+def _read_back(bootstrap: str) -> dict[tuple[str, int], list[tuple[int, bytes]]]:
+    """The first PER_PARTITION records (offset, value) of every partition of the
+    PINNED topics. (A moved partition's log goes on with the control batches of
+    its replicas' Raft group, which consumers skip: no waiting for the high
+    watermark.)"""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "reassign-reader",
+                         "enable.auto.commit": False, "log_level": 0})
+    consumer.assign([CkTopicPartition(t, p, 0) for t, a in PINNED.items()
+                     for p in range(len(a))])
+    out: dict[tuple[str, int], list[tuple[int, bytes]]] = {
+        (t, p): [] for t, a in PINNED.items() for p in range(len(a))}
+    deadline = time.monotonic() + 20
+    try:
+        while any(len(records) < PER_PARTITION for records in out.values()):
+            assert time.monotonic() < deadline, {k: len(v) for k, v in out.items()}
+            msg = consumer.poll(0.5)
+            if msg is not None and msg.error() is None:
+                out[(msg.topic(), msg.partition())].append((msg.offset(), msg.value()))
+    finally:
+        consumer.close()
+    return out
+
+
+def _metadata_views(cluster: Cluster) -> dict[int, dict[tuple[str, int], tuple[int, list[int]]]]:
+    """Each broker's Metadata for the PINNED topics: {node: {(topic, partition):
+    (leader, replicas)}}."""
+    return {node: {(t, p): (ldr, list(replicas)) for t in PINNED
+                   for p, (ldr, replicas, _) in _leaders(broker.bootstrap, t).items()}
+            for node, broker in cluster.brokers.items()}
+
+
+def _check_moves(cluster: Cluster, runs: list[ToolRun]) -> None:
+    """What --generate, --execute, --list and --verify printed; then every broker's
+    Metadata lists the targets as the replicas, and every record is read back."""
+    generate, execute, listed, verify = runs
+    before = {(t, p): r for t, a in PINNED.items() for p, r in enumerate(a)}
+    assert _assignment(_ok(generate), "Current partition replica assignment") == before
+    proposed = _assignment(generate.stdout, "Proposed partition reassignment configuration")
+    assert sorted(proposed) == sorted(before), generate.explain()
+    assert all(len(r) == len(set(r)) == len(before[k]) and set(r) <= {2, 3}
+               for k, r in proposed.items()), generate.explain()
+    moved = ",".join(f"{t}-{p}" for t, p in sorted(MOVES))
+    assert f"Successfully started partition reassignments for {moved}" in _ok(execute)
+    assert _assignment(execute.stdout, "Current partition replica assignment") == {
+        k: before[k] for k in MOVES}, execute.explain()
+    ongoing = {f"{t}-{p}: replicas: {','.join(map(str, r + [1]))}. adding: 3. removing: 1."
+               for (t, p), r in MOVES.items()}
+    shown = [ln for ln in _ok(listed).splitlines()[1:] if ln.strip()]
+    assert listed.stdout.startswith("No partition reassignments found.") or (
+        listed.stdout.startswith("Current partition reassignments:")
+        and set(shown) <= ongoing), listed.explain()
+    status = _ok(verify)
+    assert all(f"Reassignment of partition {t}-{p} is completed." in status
+               for t, p in MOVES), verify.explain()
+    assert "Clearing broker-level throttles on brokers 1,2,3" in status, verify.explain()
+    cleared = re.search(r"^Clearing topic-level throttles on topics (\S+)$", status, re.M)
+    assert cleared and set(cleared.group(1).split(",")) == set(PINNED), verify.explain()
+
+    after = {**before, **MOVES}
+
+    def settled(view: dict[tuple[str, int], tuple[int, list[int]]]) -> bool:
+        return {k: r for k, (_, r) in view.items()} == after and all(
+            ldr in r for ldr, r in view.values())
+
+    views = _metadata_views(cluster)
+    deadline = time.monotonic() + 10  # a broker may apply the last change a moment later
+    while not all(settled(v) for v in views.values()) and time.monotonic() < deadline:
+        time.sleep(0.2)
+        views = _metadata_views(cluster)
+    assert all(settled(v) for v in views.values()), views
+    assert _read_back(cluster.bootstrap) == {
+        (t, p): [(i, f"p{p}-{i}".encode() * 20) for i in range(PER_PARTITION)]
+        for t, a in PINNED.items() for p in range(len(a))}
+
+
+def test_tools_on_three_brokers(cluster: Cluster, tmp_path: Path) -> None:
     """Leaders moved off their preferred replica by a restart go back with
     confluent-kafka's elect_leaders (one partition) and kafka-leader-election
     --all-topic-partitions (the rest); quotas set through one broker before the
     restart and through kafka-configs after it are described alike by all three;
-    kafka-metadata-quorum asks a broker that is not the controller. Last, with a
-    preferred replica killed, elect_leaders gets PREFERRED_LEADER_NOT_AVAILABLE for
-    its partitions."""
+    kafka-metadata-quorum asks a broker that is not the controller;
+    kafka-reassign-partitions moves an RF-2 and an RF-1 partition (``_prepare_moves``).
+    Last, with a preferred replica killed, elect_leaders gets
+    PREFERRED_LEADER_NOT_AVAILABLE for its partitions."""
     topic = "tools-rf3"
     cluster.create_topic(topic, 6, 3)
     _wait(lambda: all(ldr >= 0 for ldr, _, _ in _leaders(cluster.bootstrap, topic).values()),
@@ -333,17 +459,22 @@ def test_tools_on_three_brokers(cluster: Cluster) -> None:
     controller = cluster.wait_for_controller()  # Metadata names a random live broker
     other = next(n for n in cluster.brokers if n != controller)
     one, asked = cluster.brokers[1].bootstrap, cluster.brokers[other].bootstrap
+    start_moves, verify_moves = _prepare_moves(cluster, tmp_path, ["--bootstrap-server", one])
     runs = run_tools([
         [CONFIGS, "--bootstrap-server", asked, "--alter", "--entity-type", "users",
          "--entity-name", "carol", "--add-config", "producer_byte_rate=4096"],
         [LEADER_ELECTION, "--bootstrap-server", one, "--election-type", "preferred",
          "--all-topic-partitions"],
+        # after the election, which would hand a moving partition to its target's first
+        *start_moves,
         [TOPICS, "--bootstrap-server", one, "--describe", "--topic", topic],
         [METADATA_QUORUM, "--bootstrap-server", asked, "describe", "--status"],
         [METADATA_QUORUM, "--bootstrap-server", asked, "describe", "--replication"],
         [LOG_DIRS, "--bootstrap-server", one, "--describe", "--broker-list", "1,2,3",
          "--topic-list", topic],
+        verify_moves,  # the moves went on while the tools above ran
     ])
+    runs, moves = runs[:2] + runs[5:-1], runs[2:5] + runs[-1:]
     _ok(runs[0])
     elected = _ok(runs[1])
     assert f"Successfully completed leader election (PREFERRED) for partitions {topic}-{by_tool}" \
@@ -370,6 +501,7 @@ def test_tools_on_three_brokers(cluster: Cluster) -> None:
     for node, broker in cluster.brokers.items():
         assert _quotas_of(broker, "carol") == [("producer_byte_rate", 4096.0)], node
         assert _quotas_of(broker, "dave") == [("consumer_byte_rate", 512.0)], node
+    _check_moves(cluster, moves)
 
     # the preferred replica dead: its partitions lead elsewhere and cannot go back
     cluster.brokers[3].kill()
