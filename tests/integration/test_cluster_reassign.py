@@ -69,7 +69,12 @@ def _wait(predicate, what: str, timeout_s: float = TIMEOUT_S) -> None:  # type: 
 
 
 def _replicas(bootstrap: str) -> dict[tuple[str, int], list[int]]:
+    """Each partition's replicas in Metadata; its ISR must be among them (a
+    replica a reassignment removed leaves the ISR with it)."""
     md = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0}).list_topics(timeout=10)
+    for t, meta in md.topics.items():
+        for p in meta.partitions.values():
+            assert set(p.isrs) <= set(p.replicas), (t, p.id, p.replicas, p.isrs)
     return {(t, p.id): list(p.replicas) for t, meta in md.topics.items()
             for p in meta.partitions.values()}
 

@@ -383,9 +383,10 @@ class ClusterRuntime:
         their broker's silence counts)."""
         status = group.raft.status()
         ticks, heard, lag = self.ticks, self._heard, self.lag_ticks
+        replicas = group.replicas  # not a replica a reassignment removed (still observing)
         caught_up = [n for n, end in status.match_ends.items()  # heard: a quiet group's too
                      if end >= group.hw and status.idle_ticks.get(n, 0) < lag
-                     and ticks - heard.get(n, ticks) < lag]
+                     and ticks - heard.get(n, ticks) < lag and n in replicas]
         return tuple(sorted([self.node_id, *caught_up]))
 
     # -- producer ids -------------------------------------------------------------------
@@ -889,6 +890,8 @@ class ClusterRuntime:
         if len(replicas) > 1 and not self._flush_never:
             group.storage.durable_hard_state = True  # no longer alone: votes count
         self._set_hw_source(group)
+        if group.is_leader:
+            self._announce.add(group.gid)  # its ISR (within the replicas) may change
         self._touch(group)
         self.kick()
 
