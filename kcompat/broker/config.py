@@ -159,13 +159,11 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
         # Empty: a quorum of one (this broker alone); else the controllers, each
         # also a broker unless process.roles says otherwise.
         _D("controller.quorum.voters", "list", []),  # "1@host:port,2@host:port,..."
-        # KRaft's roles: "broker,controller" (a voter that hosts partitions) or
+        # KRaft's roles: "broker,controller" (a voter that hosts partitions),
         # "broker" (hosts partitions, follows the metadata log as an observer,
-        # joins a running cluster); a controller-only node is not supported yet
+        # joins a running cluster) or "controller" (a voter that hosts none)
         _D("process.roles", "list", ["broker", "controller"], choices=("broker", "controller"),
-           check=lambda v: None if "broker" in v else (
-               "a controller-only node (process.roles=controller) is not supported yet: "
-               "use broker,controller (a voter that also hosts partitions) or broker")),
+           check=lambda v: None if v else "name broker, controller or both"),
         _D("kcompat.raft.tick.ms", "int", 50, minimum=1),
         _D("kcompat.raft.election.timeout.ms", "int", 1000, minimum=1),
         # Move leadership back to the preferred (first) replica.

@@ -61,6 +61,7 @@ class BrokerInfo:
     rack: str | None
     incarnation: str
     fenced: bool = True
+    controller_only: bool = False  # a controller (process.roles=controller): no partitions
 
 
 @dataclass(frozen=True)
@@ -108,8 +109,13 @@ class MetadataImage:
         return [t for t in self.topics.values() if t.view_of == source]
 
     def live_brokers(self) -> list[BrokerInfo]:
-        """Registered, unfenced brokers, by node id."""
-        return [b for _, b in sorted(self.brokers.items()) if not b.fenced]
+        """Registered, unfenced brokers (controller-only nodes left out), by node id."""
+        return [b for _, b in sorted(self.brokers.items())
+                if not b.fenced and not b.controller_only]
+
+    def broker_ids(self) -> set[int]:
+        """Registered brokers, fenced or not: where replicas may be placed."""
+        return {n for n, b in self.brokers.items() if not b.controller_only}
 
     def apply(self, rec: dict[str, Any]) -> None:
         kind = rec["type"]
@@ -151,7 +157,8 @@ class MetadataImage:
         elif kind == "register_broker":
             self.brokers[rec["id"]] = BrokerInfo(rec["id"], rec["host"], rec["port"],
                                                  rec.get("rack"), rec["incarnation"],
-                                                 bool(rec["fenced"]))
+                                                 bool(rec["fenced"]),
+                                                 bool(rec.get("controller_only", False)))
         elif kind in ("fence_broker", "unfence_broker"):
             broker = self.brokers.get(rec["id"])
             if broker is not None and broker.incarnation == rec["incarnation"]:

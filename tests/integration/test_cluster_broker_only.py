@@ -18,7 +18,9 @@ announcement every 30 s). Last, the controller is killed -9: broker 4, an
 observer, follows the new metadata leader and a CreateTopics sent to it is
 forwarded there and the topic appears with a leader.
 Bad configs exit with a clear error: a broker-only node without voters, a
-voter that calls itself broker-only, a controller-only node."""
+voter that calls itself broker-only, a controller that is not a voter.
+A controller-only node (``process.roles=controller``) votes in the metadata
+quorum and hosts no partition."""
 
 from __future__ import annotations
 
@@ -188,11 +190,60 @@ def test_broker_only_node_joins_hosts_leads_and_rejoins_after_kill9(
     (("--set", "process.roles=broker"), "name its controllers in controller.quorum.voters"),
     (("--node-id", "1", "--set", "controller.quorum.voters=1@127.0.0.1:1",
       "--set", "process.roles=broker"), "process.roles must be broker,controller"),
-    (("--set", "process.roles=controller"), "controller-only node"),
-], ids=["broker-only-alone", "voter-as-broker-only", "controller-only"])
+    (("--node-id", "1", "--set", "controller.quorum.voters=2@127.0.0.1:1",
+      "--set", "process.roles=controller"), "is not one of the voters"),
+], ids=["broker-only-alone", "voter-as-broker-only", "controller-not-a-voter"])
 def test_bad_roles_exit_with_a_clear_error(tmp_path: Path, args: tuple[str, ...],
                                            says: str) -> None:
     run = subprocess.run([sys.executable, "-m", "kcompat", "broker", "--port", "0",
                           "--data-dir", str(tmp_path / "data"), "--admin-port", "-1", *args],
                          capture_output=True, text=True, timeout=60)
     assert run.returncode != 0 and says in run.stderr, (run.returncode, run.stderr[-2000:])
+
+
+def test_controller_only_node_votes_and_hosts_nothing(tmp_path: Path) -> None:
+    """Voters 1 and 2 are brokers too, voter 3 is a controller only; broker 4
+    is a broker only. Topics land on 1, 2 and 4 only (a replica named on 3 is
+    INVALID_REPLICA_ASSIGNMENT, as for an unknown broker), Metadata never
+    lists 3, DescribeQuorum counts it a voter — and with broker 1 killed -9,
+    the quorum {2, 3} still commits a new topic."""
+    cluster = Cluster(tmp_path, extra_args=FAST_SESSIONS)
+    controller_only = cluster.brokers[3]
+    controller_only.extra_args += ("--set", "process.roles=controller")
+    fourth = Broker(tmp_path / "broker-4", extra_args=(
+        "--node-id", "4", "--set", f"controller.quorum.voters={cluster.voters}",
+        "--set", "process.roles=broker", "--admin-port", "-1", *FAST_SESSIONS))
+    try:
+        for broker in cluster.brokers.values():
+            broker.start(wait=False)
+        for broker in cluster.brokers.values():
+            broker.wait_ready()
+        fourth.start()
+        two = cluster.brokers[2].bootstrap
+        _wait(lambda: sorted(_admin(two).list_topics(timeout=10).brokers) == [1, 2, 4],
+              "brokers 1, 2 and 4 (not the controller-only 3) in Metadata")
+        assert sorted(v["replica_id"] for v in _quorum(two)["current_voters"]) == [1, 2, 3]
+        admin = _admin(two)  # alive until its futures resolve
+        topic = unique_topic("no-controller-replicas")
+        admin.create_topics([NewTopic(topic, 6, 3)], operation_timeout=20)[topic].result(30)
+        _wait(lambda: len(_partitions(two, topic)) == 6, "the topic's partitions")
+        assert all(sorted(r) == [1, 2, 4] for _l, r, _i in _partitions(two, topic).values())
+        bad = unique_topic("on-controller")
+        with pytest.raises(Exception, match="INVALID_REPLICA_ASSIGNMENT"):
+            admin.create_topics([NewTopic(bad, 1, replica_assignment=[[3, 1]])],
+                                operation_timeout=20)[bad].result(30)
+        assert not [p for p in controller_only.data_dir.iterdir()
+                    if p.is_dir() and not p.name.startswith("__cluster_metadata")]
+
+        cluster.brokers[1].kill()
+        _wait(lambda: 1 not in _admin(two).list_topics(timeout=10).brokers,
+              "broker 1 fenced (its replicas are not placed on a dead broker)")
+        late = unique_topic("quorum-2-3")
+        admin = _admin(two)  # a fresh client: the old one may still name broker 1 controller
+        admin.create_topics([NewTopic(late, 1, 2)], operation_timeout=20)[late].result(30)
+        _wait(lambda: (view := _partitions(two, late)) != {}
+              and all(ldr in (2, 4) for ldr, _r, _i in view.values()), "the new topic led")
+        _produce_one(two, late)
+    finally:
+        fourth.kill()
+        cluster.kill()

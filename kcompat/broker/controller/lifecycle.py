@@ -104,7 +104,8 @@ class BrokerLifecycle:
         host = rt.voters[rt.node_id][0] if rt.node_id in rt.voters else config["host"]
         port = rt.state.advertised_port  # the bound port (``--port 0`` picks one)
         hb = Heartbeat(rt.node_id, self.incarnation, config["advertised.host"] or host, port,
-                       config["broker.rack"] or None, caught_up, self.shutting_down)
+                       config["broker.rack"] or None, caught_up, self.shutting_down,
+                       "broker" not in config["process.roles"])
         if controller == rt.node_id:
             self.on_heartbeat(hb)
         else:
@@ -209,10 +210,12 @@ class BrokerLifecycle:
         rt = self.rt
         known = {b.node_id: (b.host, b.port, b.rack) for b in rt.image.brokers.values()}
         live = {b.node_id: (b.host, b.port, b.rack) for b in rt.image.live_brokers()}
+        controllers_only = {n for n, b in rt.image.brokers.items() if b.controller_only}
         if not live:
-            live = {n: (h, p, None) for n, (h, p) in rt.voters.items()}
+            live = {n: (h, p, None) for n, (h, p) in rt.voters.items()
+                    if n not in controllers_only}
         for node in (rt.controller_id, *leaders):
-            if node not in live and node in rt.voters:
+            if node not in live and node in rt.voters and node not in controllers_only:
                 h, p = rt.voters[node]
                 live[node] = known.get(node, (h, p, None))
         return [(n, *live[n]) for n in sorted(live)]

@@ -64,14 +64,19 @@ class Membership:
                 return self._set_fenced(current, True, "controlled shutdown")
             return []
         if (current is None or current.incarnation != hb.incarnation
-                or (current.host, current.port, current.rack) != (hb.host, hb.port, hb.rack)):
+                or (current.host, current.port, current.rack, current.controller_only)
+                != (hb.host, hb.port, hb.rack, hb.controller_only)):
             fenced = not hb.caught_up
-            want = ("register", hb.incarnation, hb.host, hb.port, hb.rack, fenced)
+            want = ("register", hb.incarnation, hb.host, hb.port, hb.rack, fenced,
+                    hb.controller_only)
             if self._proposed.get(hb.node_id) == want:
                 return []
             self._proposed[hb.node_id] = want
-            return [{"type": "register_broker", "id": hb.node_id, "incarnation": hb.incarnation,
-                     "host": hb.host, "port": hb.port, "rack": hb.rack, "fenced": fenced}]
+            rec = {"type": "register_broker", "id": hb.node_id, "incarnation": hb.incarnation,
+                   "host": hb.host, "port": hb.port, "rack": hb.rack, "fenced": fenced}
+            if hb.controller_only:
+                rec["controller_only"] = True
+            return [rec]
         if current.fenced and hb.caught_up:
             return self._set_fenced(current, False, "caught up")
         return []

@@ -122,7 +122,8 @@ def encode(rt: ClusterRuntime) -> bytes:
                             (rt.assignments[(meta.name, i)] for i in range(meta.partitions))],
         })
     brokers = [{"id": b.node_id, "host": b.host, "port": b.port, "rack": b.rack,
-                "incarnation": b.incarnation, "fenced": b.fenced}
+                "incarnation": b.incarnation, "fenced": b.fenced,
+                **({"controller_only": True} if b.controller_only else {})}
                for b in image.brokers.values()]
     doc = {"cluster_id": image.cluster_id, "producer_id_limit": image.producer_id_limit,
            "topics": topics, "brokers": brokers, "group_configs": image.group_configs,

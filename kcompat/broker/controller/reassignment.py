@@ -80,7 +80,7 @@ def reassign_record(ctl: Controller, name: str, index: int, target: list[int] | 
                              "No partition reassignment is in progress.")
         target = list(moving.original)
     else:
-        check_replicas(target, rt.image.brokers)
+        check_replicas(target, rt.image.broker_ids())
         if not allow_rf_change and len(target) != len(current):
             raise TopicError(ErrorCode.invalid_replication_factor,
                              f"The replication factor is changed from {len(current)} to "

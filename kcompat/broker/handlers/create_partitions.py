@@ -36,7 +36,7 @@ def _manual_assignment(ctx: RequestContext, topic: Any) -> list[list[int]] | Non
     found = ctx.cluster.assignments.get((topic.name, 0))
     replication = len(found[1]) if found else None
     for assignment in topic.assignments:
-        check_replicas(assignment.broker_ids, ctx.cluster.image.brokers, replication)
+        check_replicas(assignment.broker_ids, ctx.cluster.image.broker_ids(), replication)
     return [list(a.broker_ids) for a in topic.assignments]
 
 

@@ -54,7 +54,7 @@ def _manual_assignment(ctx: RequestContext, topic: Any) -> list[tuple[int, ...]]
         raise TopicError(ErrorCode.invalid_request, "A manual partition assignment was "
                          "specified, but numPartitions was not set to -1.")
     seen: dict[int, tuple[int, ...]] = {}
-    registered = ctx.cluster.image.brokers
+    registered = ctx.cluster.image.broker_ids()
     for a in topic.assignments:
         if a.partition_index in seen:
             raise TopicError(

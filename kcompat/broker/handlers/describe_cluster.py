@@ -45,7 +45,8 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
                   is_fenced=node in fenced)
         for node, host, port, rack in ctx.controller.lifecycle.broker_endpoints())
     if getattr(request, "include_fenced_brokers", False):
-        listed = {b.broker_id for b in brokers}
+        listed = {b.broker_id for b in brokers} | {
+            n for n, b in registered.items() if b.controller_only}
         brokers += tuple(
             ctx.build("DescribeClusterBroker", broker_id=b.node_id, rack=b.rack, host=b.host,
                       port=b.port, is_fenced=True)

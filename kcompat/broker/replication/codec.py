@@ -69,6 +69,7 @@ class Heartbeat:
     rack: str | None
     caught_up: bool
     shutting_down: bool = False
+    controller_only: bool = False  # process.roles=controller: never hosts partitions
 
 
 @dataclass(frozen=True, slots=True)
@@ -295,7 +296,7 @@ def _enc_internal(m: Internal, blobs: list[bytes]) -> list[Any]:
         return ["xr", m.request_id, m.error_code, m.result]
     if isinstance(m, Heartbeat):
         return ["hb", m.node_id, m.incarnation, m.host, m.port, m.rack, int(m.caught_up),
-                int(m.shutting_down)]
+                int(m.shutting_down), int(m.controller_only)]
     return ["fr", m.request_id, m.error_code, m.message]
 
 
@@ -377,7 +378,8 @@ def decode(frame: bytes) -> RaftFrame:
             elif item[0] == "hb":
                 rack = None if item[5] is None else str(item[5])
                 markers.append(Heartbeat(int(item[1]), str(item[2]), str(item[3]),
-                                         int(item[4]), rack, bool(item[6]), bool(item[7])))
+                                         int(item[4]), rack, bool(item[6]), bool(item[7]),
+                                         len(item) > 8 and bool(item[8])))
         at = doc.get("at")
         return RaftFrame(int(doc["src"]), tuple(msgs), anns, tuple(markers),
                          int(doc.get("inc", 0)), None if at is None else (str(at[0]), int(at[1])))
