@@ -61,8 +61,13 @@ KIP-890 verifier register what the runtime calls back — ``tick_hooks``,
 internal topic, ``marker_listeners`` — and request/reply calls between brokers
 go through ``peer_calls``.
 
-Gaps (see the README): the voter set is fixed by the config (no
-reconfiguration of the metadata quorum, no replica moves yet).
+Membership changes: ``controller.quorum.voters`` only seeds the metadata
+quorum — AddRaftVoter / RemoveRaftVoter change it through its log
+(``quorum_admin``) — and a partition's replicas move by changes of its
+group's voters (``new_group(voters=...)`` opens a replica catching up as an
+observer, ``set_replicas`` follows a reassignment, ``change_voters`` is the
+leader's step; ``controller.reassignment`` drives them). What leaders send
+their observers is throttled (``throttle``).
 """
 
 from __future__ import annotations
