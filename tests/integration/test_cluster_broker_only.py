@@ -27,69 +27,31 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
-from kafka.admin import KafkaAdminClient
+from confluent_kafka import Producer
+from confluent_kafka.admin import NewTopic
 
 from compat_tests._broker import Broker, unique_topic
 from compat_tests._cluster import Cluster
-
-TIMEOUT_S = 30.0
-FAST_SESSIONS = ("--set", "broker.session.timeout.ms=3000",
-                 "--set", "broker.heartbeat.interval.ms=500")
+from tests.integration import _elastic as el
+from tests.integration._elastic import FAST_SESSIONS, TIMEOUT_S, broker_only, grown_cluster
 
 
 @pytest.fixture
 def grown(tmp_path: Path) -> Iterator[tuple[Cluster, Broker]]:
-    cluster = Cluster(tmp_path, extra_args=FAST_SESSIONS)
-    fourth = Broker(tmp_path / "broker-4", extra_args=(
-        "--node-id", "4", "--set", f"controller.quorum.voters={cluster.voters}",
-        "--set", "process.roles=broker", "--admin-port", "-1",
-        "--set", "default.replication.factor=3", *FAST_SESSIONS))
-    try:
-        cluster.start()
-        fourth.start()
-        yield cluster, fourth
-    finally:
-        if fourth.running:
-            fourth.kill()
-        cluster.kill()
-
-
-def _admin(bootstrap: str) -> AdminClient:
-    return AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
-
-
-def _wait(predicate, what: str, timeout_s: float = TIMEOUT_S) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.2)
+    with grown_cluster(tmp_path) as both:
+        yield both
 
 
 def _partitions(bootstrap: str, topic: str) -> dict[int, tuple[int, list[int], list[int]]]:
-    md = _admin(bootstrap).list_topics(topic, timeout=10)
+    md = el.admin(bootstrap).list_topics(topic, timeout=10)
     t = md.topics.get(topic)
     if t is None or t.error is not None:
         return {}
     return {p.id: (p.leader, list(p.replicas), list(p.isrs)) for p in t.partitions.values()}
-
-
-def _quorum(bootstrap: str) -> dict[str, Any]:
-    """The metadata partition of kafka-python's DescribeQuorum answer."""
-    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
-    try:
-        answer: dict[str, Any] = admin.describe_metadata_quorum()
-        [part] = answer["topics"][0]["partitions"]
-        return part  # type: ignore[no-any-return]
-    finally:
-        admin.close()
 
 
 def _produce_one(bootstrap: str, topic: str) -> None:
@@ -98,35 +60,19 @@ def _produce_one(bootstrap: str, topic: str) -> None:
     assert producer.flush(TIMEOUT_S) == 0
 
 
-def _read_all(bootstrap: str, topic: str, partitions: int, count: int) -> list[bytes]:
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": topic,
-                         "enable.auto.commit": False, "log_level": 0})
-    got: list[bytes] = []
-    try:
-        consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
-        deadline = time.monotonic() + TIMEOUT_S
-        while len(got) < count and time.monotonic() < deadline:
-            msg = consumer.poll(0.5)
-            if msg is not None and msg.error() is None:
-                got.append(msg.value())
-    finally:
-        consumer.close()
-    return got
-
-
 def test_broker_only_node_joins_hosts_leads_and_rejoins_after_kill9(
         grown: tuple[Cluster, Broker]) -> None:
     cluster, fourth = grown
     one = cluster.brokers[1].bootstrap
-    _wait(lambda: 4 in _admin(one).list_topics(timeout=10).brokers, "broker 4 in Metadata")
-    admin = _admin(one)  # alive until its futures resolve
+    el.wait(lambda: 4 in el.admin(one).list_topics(timeout=10).brokers, "broker 4 in Metadata")
+    admin = el.admin(one)  # alive until its futures resolve
     wide = unique_topic("four-wide")
     admin.create_topics([NewTopic(wide, 2, 4)], operation_timeout=20)[wide].result(30)
-    _wait(lambda: all(sorted(r) == [1, 2, 3, 4] and ldr >= 0
+    el.wait(lambda: all(sorted(r) == [1, 2, 3, 4] and ldr >= 0
                       for ldr, r, _i in _partitions(one, wide).values())
           and len(_partitions(one, wide)) == 2, "RF 4 over the four brokers")
 
-    quorum = _quorum(one)  # Kafka's DescribeQuorum: 1-3 vote, 4 observes
+    quorum = el.quorum(one)  # Kafka's DescribeQuorum: 1-3 vote, 4 observes
     assert sorted(v["replica_id"] for v in quorum["current_voters"]) == [1, 2, 3], quorum
     [observer] = quorum["observers"]
     assert observer["replica_id"] == 4 and observer["log_end_offset"] > 0, quorum
@@ -141,7 +87,7 @@ def test_broker_only_node_joins_hosts_leads_and_rejoins_after_kill9(
     assignment = [[4, 1, 2], [4, 2, 3], [1, 4, 3]]
     admin.create_topics([NewTopic(topic, len(assignment), replica_assignment=assignment)],
                         operation_timeout=20)[topic].result(30)
-    _wait(lambda: [v[0] for _p, v in sorted(_partitions(one, topic).items())][:2] == [4, 4],
+    el.wait(lambda: [v[0] for _p, v in sorted(_partitions(one, topic).items())][:2] == [4, 4],
           "broker 4 leading the partitions it is first replica of")
     producer = Producer({"bootstrap.servers": fourth.bootstrap, "enable.idempotence": True,
                          "linger.ms": 5})
@@ -149,10 +95,10 @@ def test_broker_only_node_joins_hosts_leads_and_rejoins_after_kill9(
     for i, v in enumerate(sent):
         producer.produce(topic, v, partition=i % 3)
     assert producer.flush(TIMEOUT_S) == 0
-    assert sorted(_read_all(one, topic, 3, len(sent))) == sorted(sent)
+    assert sorted(el.read_all(one, topic, 3, len(sent))) == sorted(sent)
 
     fourth.kill()
-    _wait(lambda: all(ldr in (1, 2, 3) for ldr, _r, _i in _partitions(one, topic).values()),
+    el.wait(lambda: all(ldr in (1, 2, 3) for ldr, _r, _i in _partitions(one, topic).values()),
           "the partitions broker 4 led failing over")
     more = [b"w-%04d" % i for i in range(300)]
     producer = Producer({"bootstrap.servers": one, "enable.idempotence": True,
@@ -163,9 +109,9 @@ def test_broker_only_node_joins_hosts_leads_and_rejoins_after_kill9(
 
     fourth.restart()
     # well within the 30 s full announcement: what the partitions went quiet with
-    _wait(lambda: all(4 in isr for _l, _r, isr in _partitions(one, topic).values()),
+    el.wait(lambda: all(4 in isr for _l, _r, isr in _partitions(one, topic).values()),
           "broker 4 back in every ISR of its partitions (as any broker describes them)", 8)
-    assert sorted(_read_all(fourth.bootstrap, topic, 3, len(sent) + len(more))) \
+    assert sorted(el.read_all(fourth.bootstrap, topic, 3, len(sent) + len(more))) \
         == sorted(sent + more)
 
     # the controller killed: broker 4 (an observer) finds the new metadata leader,
@@ -176,12 +122,12 @@ def test_broker_only_node_joins_hosts_leads_and_rejoins_after_kill9(
     # until its session expires a killed broker is still listed, and Metadata's
     # controller_id (a random live broker, as Kafka 4's) may name it: a client
     # would send the CreateTopics there and wait out its request timeout
-    _wait(lambda: controller not in _admin(fourth.bootstrap).list_topics(timeout=10).brokers,
+    el.wait(lambda: controller not in el.admin(fourth.bootstrap).list_topics(timeout=10).brokers,
           "the killed controller fenced, as broker 4 describes the cluster")
     late = unique_topic("after-controller")
-    admin4 = _admin(fourth.bootstrap)
+    admin4 = el.admin(fourth.bootstrap)
     admin4.create_topics([NewTopic(late, 1, 3)], operation_timeout=20)[late].result(30)
-    _wait(lambda: (view := _partitions(fourth.bootstrap, late)) != {}
+    el.wait(lambda: (view := _partitions(fourth.bootstrap, late)) != {}
           and all(ldr >= 0 for ldr, _r, _i in view.values()), "the new topic led, seen by 4")
     _produce_one(survivors, late)
 
@@ -210,9 +156,7 @@ def test_controller_only_node_votes_and_hosts_nothing(tmp_path: Path) -> None:
     cluster = Cluster(tmp_path, extra_args=FAST_SESSIONS)
     controller_only = cluster.brokers[3]
     controller_only.extra_args += ("--set", "process.roles=controller")
-    fourth = Broker(tmp_path / "broker-4", extra_args=(
-        "--node-id", "4", "--set", f"controller.quorum.voters={cluster.voters}",
-        "--set", "process.roles=broker", "--admin-port", "-1", *FAST_SESSIONS))
+    fourth = broker_only(cluster, tmp_path / "broker-4")
     try:
         for broker in cluster.brokers.values():
             broker.start(wait=False)
@@ -220,13 +164,13 @@ def test_controller_only_node_votes_and_hosts_nothing(tmp_path: Path) -> None:
             broker.wait_ready()
         fourth.start()
         two = cluster.brokers[2].bootstrap
-        _wait(lambda: sorted(_admin(two).list_topics(timeout=10).brokers) == [1, 2, 4],
+        el.wait(lambda: sorted(el.admin(two).list_topics(timeout=10).brokers) == [1, 2, 4],
               "brokers 1, 2 and 4 (not the controller-only 3) in Metadata")
-        assert sorted(v["replica_id"] for v in _quorum(two)["current_voters"]) == [1, 2, 3]
-        admin = _admin(two)  # alive until its futures resolve
+        assert sorted(v["replica_id"] for v in el.quorum(two)["current_voters"]) == [1, 2, 3]
+        admin = el.admin(two)  # alive until its futures resolve
         topic = unique_topic("no-controller-replicas")
         admin.create_topics([NewTopic(topic, 6, 3)], operation_timeout=20)[topic].result(30)
-        _wait(lambda: len(_partitions(two, topic)) == 6, "the topic's partitions")
+        el.wait(lambda: len(_partitions(two, topic)) == 6, "the topic's partitions")
         assert all(sorted(r) == [1, 2, 4] for _l, r, _i in _partitions(two, topic).values())
         bad = unique_topic("on-controller")
         with pytest.raises(Exception, match="INVALID_REPLICA_ASSIGNMENT"):
@@ -236,12 +180,12 @@ def test_controller_only_node_votes_and_hosts_nothing(tmp_path: Path) -> None:
                     if p.is_dir() and not p.name.startswith("__cluster_metadata")]
 
         cluster.brokers[1].kill()
-        _wait(lambda: 1 not in _admin(two).list_topics(timeout=10).brokers,
+        el.wait(lambda: 1 not in el.admin(two).list_topics(timeout=10).brokers,
               "broker 1 fenced (its replicas are not placed on a dead broker)")
         late = unique_topic("quorum-2-3")
-        admin = _admin(two)  # a fresh client: the old one may still name broker 1 controller
+        admin = el.admin(two)  # a fresh client: the old one may still name broker 1 controller
         admin.create_topics([NewTopic(late, 1, 2)], operation_timeout=20)[late].result(30)
-        _wait(lambda: (view := _partitions(two, late)) != {}
+        el.wait(lambda: (view := _partitions(two, late)) != {}
               and all(ldr in (2, 4) for ldr, _r, _i in view.values()), "the new topic led")
         _produce_one(two, late)
     finally:

@@ -27,45 +27,24 @@ import json
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
-from kafka.admin import KafkaAdminClient
 
 from compat_tests._broker import Broker, unique_topic
 from compat_tests._cluster import Cluster
-
-TIMEOUT_S = 30.0
-FAST_SESSIONS = ("--set", "broker.session.timeout.ms=3000",
-                 "--set", "broker.heartbeat.interval.ms=500",
-                 "--set", "offsets.topic.num.partitions=4")
+from tests.integration import _elastic as el
+from tests.integration._elastic import FAST_SESSIONS, TIMEOUT_S, grown_cluster
 
 
 @pytest.fixture
 def grown(tmp_path: Path) -> Iterator[tuple[Cluster, Broker]]:
-    cluster = Cluster(tmp_path, extra_args=FAST_SESSIONS)
-    fourth = Broker(tmp_path / "broker-4", extra_args=(
-        "--node-id", "4", "--set", f"controller.quorum.voters={cluster.voters}",
-        "--set", "process.roles=broker", "--admin-port", "-1", *FAST_SESSIONS))
-    try:
-        cluster.start()
-        fourth.start()
-        yield cluster, fourth
-    finally:
-        if fourth.running:
-            fourth.kill()
-        cluster.kill()
-
-
-def _wait(predicate, what: str, timeout_s: float = TIMEOUT_S) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.2)
+    with grown_cluster(tmp_path, FAST_SESSIONS + ("--set", "offsets.topic.num.partitions=4")
+                       ) as both:
+        yield both
 
 
 def _replicas(bootstrap: str) -> dict[tuple[str, int], list[int]]:
@@ -121,33 +100,17 @@ class _Writer:
         self._thread.join(TIMEOUT_S + 5)
 
 
-def _read(bootstrap: str, topic: str, count: int) -> list[bytes]:
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": topic,
-                         "enable.auto.commit": False, "log_level": 0})
-    got: list[bytes] = []
-    try:
-        consumer.assign([TopicPartition(topic, 0, 0)])
-        deadline = time.monotonic() + TIMEOUT_S
-        while len(got) < count and time.monotonic() < deadline:
-            msg = consumer.poll(0.5)
-            if msg is not None and msg.error() is None:
-                got.append(msg.value())
-    finally:
-        consumer.close()
-    return got
-
-
 def test_replicas_move_while_a_producer_writes_and_a_broker_is_decommissioned(
         grown: tuple[Cluster, Broker], tmp_path: Path) -> None:
     cluster, fourth = grown
     one = cluster.brokers[1].bootstrap
     admin = AdminClient({"bootstrap.servers": one, "log_level": 0})
-    _wait(lambda: 4 in admin.list_topics(timeout=10).brokers, "broker 4 in Metadata")
+    el.wait(lambda: 4 in admin.list_topics(timeout=10).brokers, "broker 4 in Metadata")
     wide, lone = unique_topic("moving-rf3"), unique_topic("moving-rf1")
     for name, replicas in ((wide, [1, 2, 3]), (lone, [1])):
         admin.create_topics([NewTopic(name, 1, replica_assignment=[replicas])],
                             operation_timeout=20)[name].result(30)
-    _wait(lambda: {(wide, 0), (lone, 0)} <= set(_replicas(one)), "the topics' partitions")
+    el.wait(lambda: {(wide, 0), (lone, 0)} <= set(_replicas(one)), "the topics' partitions")
 
     bad = _cli("topics", "reassign", wide, "--partition", "0", "--replicas", "2,9",
                "--bootstrap-server", one)
@@ -163,7 +126,7 @@ def test_replicas_move_while_a_producer_writes_and_a_broker_is_decommissioned(
         {"topic": wide, "partition": 0, "replicas": [2, 3, 4]},
         {"topic": lone, "partition": 0, "replicas": [4]}]}))
     with _Writer(one, (wide, lone)) as writer:
-        _wait(lambda: min(map(len, writer.acked.values())) >= 200, "records before the move")
+        el.wait(lambda: min(map(len, writer.acked.values())) >= 200, "records before the move")
         moved = _cli("topics", "reassign", "--plan", str(plan), "--wait",
                      "--bootstrap-server", one)
         assert moved.returncode == 0, moved.stderr
@@ -172,12 +135,12 @@ def test_replicas_move_while_a_producer_writes_and_a_broker_is_decommissioned(
         assert listed == [], listed
         after = _replicas(one)
         assert after[(wide, 0)] == [2, 3, 4] and after[(lone, 0)] == [4], after
-        _wait(lambda: not list(cluster.brokers[1].data_dir.glob("moving-*")),
+        el.wait(lambda: not list(cluster.brokers[1].data_dir.glob("moving-*")),
               "broker 1 deleting the replicas it no longer holds")
         assert sorted(p.name for p in fourth.data_dir.glob("moving-*")) == sorted(
             [f"{wide}-0", f"{lone}-0"])
         counts = {t: len(v) for t, v in writer.acked.items()}
-        _wait(lambda: all(len(writer.acked[t]) > counts[t] + 100 for t in counts),
+        el.wait(lambda: all(len(writer.acked[t]) > counts[t] + 100 for t in counts),
               "records acknowledged after the move")
 
         group = unique_topic("moving-group")
@@ -192,16 +155,16 @@ def test_replicas_move_while_a_producer_writes_and_a_broker_is_decommissioned(
         assert spread["2"] == 0 and before["2"] > 0, report
         assert sum(spread.values()) == sum(before.values()), report
         assert max(spread.values()) - min(v for k, v in spread.items() if k != "2") <= 1, report
-        _wait(lambda: all(2 not in r for r in _replicas(one).values()),
+        el.wait(lambda: all(2 not in r for r in _replicas(one).values()),
               "no replica left on broker 2")
-        _wait(lambda: not _partition_dirs(cluster.brokers[2]),
+        el.wait(lambda: not _partition_dirs(cluster.brokers[2]),
               "broker 2 deleting every partition directory")
     assert writer.failed == []
     final = _replicas(one)
 
     cluster.brokers[2].kill()
     cluster.brokers[2].restart()
-    _wait(lambda: _replicas(cluster.brokers[2].bootstrap) == final,
+    el.wait(lambda: _replicas(cluster.brokers[2].bootstrap) == final,
           "the restarted broker 2 describing the same replicas")
     assert _partition_dirs(cluster.brokers[2]) == []
     assert sorted(p.name for p in fourth.data_dir.glob("moving-*")) == sorted(
@@ -209,7 +172,7 @@ def test_replicas_move_while_a_producer_writes_and_a_broker_is_decommissioned(
     assert _committed(cluster.brokers[2].bootstrap, group, wide) == 150
     for name in (wide, lone):
         acked = writer.acked[name]
-        assert _read(fourth.bootstrap, name, len(acked)) == acked
+        assert el.read_all(fourth.bootstrap, name, 1, len(acked)) == acked
 
 
 def _committed(bootstrap: str, group: str, topic: str, offset: int | None = None) -> int:
@@ -232,15 +195,10 @@ def _partition_dirs(broker: Broker) -> list[str]:
 
 
 def _quorum(bootstrap: str) -> tuple[list[int], list[int]]:
-    """(voters, observers) of the metadata quorum, as DescribeQuorum
-    (kafka-python's admin client) answers."""
-    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
-    try:
-        [part] = admin.describe_metadata_quorum()["topics"][0]["partitions"]
-        return (sorted(v["replica_id"] for v in part["current_voters"]),
-                sorted(o["replica_id"] for o in part["observers"]))
-    finally:
-        admin.close()
+    """(voters, observers) of the metadata quorum (DescribeQuorum)."""
+    part = el.quorum(bootstrap)
+    return (sorted(v["replica_id"] for v in part["current_voters"]),
+            sorted(o["replica_id"] for o in part["observers"]))
 
 
 def test_a_dead_controller_is_replaced_by_a_broker_only_node(
@@ -254,8 +212,8 @@ def test_a_dead_controller_is_replaced_by_a_broker_only_node(
     cluster, fourth = grown
     one = cluster.brokers[1].bootstrap
     admin = AdminClient({"bootstrap.servers": one, "log_level": 0})
-    _wait(lambda: 4 in admin.list_topics(timeout=10).brokers, "broker 4 in Metadata")
-    _wait(lambda: 4 in _quorum(one)[1], "broker 4 observing the metadata quorum")
+    el.wait(lambda: 4 in admin.list_topics(timeout=10).brokers, "broker 4 in Metadata")
+    el.wait(lambda: 4 in _quorum(one)[1], "broker 4 observing the metadata quorum")
     cluster.brokers[3].kill()
     live = cluster.brokers[2].bootstrap
 
@@ -271,7 +229,7 @@ def test_a_dead_controller_is_replaced_by_a_broker_only_node(
 
     controller = cluster.wait_for_controller()
     cluster.brokers[controller].kill()
-    _wait(lambda: controller not in AdminClient(
+    el.wait(lambda: controller not in AdminClient(
         {"bootstrap.servers": fourth.bootstrap, "log_level": 0}).list_topics(timeout=10).brokers,
         "the killed controller fenced, as broker 4 describes the cluster")
     topic = unique_topic("after-replace")
@@ -280,9 +238,9 @@ def test_a_dead_controller_is_replaced_by_a_broker_only_node(
     producer = Producer({"bootstrap.servers": fourth.bootstrap, "log_level": 0})
     producer.produce(topic, b"still here", partition=0)
     assert producer.flush(TIMEOUT_S) == 0
-    assert _read(fourth.bootstrap, topic, 1) == [b"still here"]
+    assert el.read_all(fourth.bootstrap, topic, 1, 1) == [b"still here"]
 
     cluster.brokers[3].restart()
     survivor = fourth.bootstrap
-    _wait(lambda: 3 in _quorum(survivor)[1], "broker 3 back, as an observer")
+    el.wait(lambda: 3 in _quorum(survivor)[1], "broker 3 back, as an observer")
     assert _quorum(survivor)[0] == [1, 2, 4]
