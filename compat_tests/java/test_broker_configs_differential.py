@@ -6,10 +6,12 @@ cluster-wide default (""), every entry's value, source, read-only flag,
 sensitivity, ConfigType and synonyms; AlterConfigs and IncrementalAlterConfigs
 of BROKER resources, good and bad (dynamic, read-only, unknown and
 listener-only keys, bad values and bounds, per-broker keys at the cluster
-level, another broker's id, request errors, the reconfiguration checks), each
+level, another broker's id, request errors, the reconfiguration checks, Kafka's
+broker quota keys such as ``leader.replication.throttled.rate``), each
 answering the same error code and message; then real changes at both levels
 after which both describe the broker, the cluster default, a topic and a
-group alike.
+group alike; the quota keys set at both levels describe alike (also through
+``kafka-configs --describe`` of broker 1 and of the default).
 Kafka's own ``kafka-configs`` (ConfigCommand, kafka-tools 4.4.0) alters and
 describes the cluster default of both and prints the same. BROKER_LOGGER
 (type 8) answers alike wherever the logger names do not differ (``root`` and
@@ -42,6 +44,7 @@ from compat_tests.java._differential import (
     incremental_alter,
     on_both,
 )
+from compat_tests.java._toolbatch import CONFIGS, run_tools
 from compat_tests.java.conftest import run_java
 from compat_tests.java.kafka_reference import SHARE_TEST_OVERRIDES, KafkaReference
 
@@ -54,6 +57,12 @@ REFERENCE_STATIC = {"num.partitions": "1", "offsets.topic.replication.factor": "
                     "group.initial.rebalance.delay.ms": "0", **SHARE_TEST_OVERRIDES}
 KCOMPAT_OWN = {"admin.host", "admin.port", "advertised.host", "host", "port"}
 Ops = list[tuple[str, int, str | None]]
+# Kafka's broker quota keys (QuotaConfig, not KafkaConfig): kafka-reassign-partitions
+# --throttle sets the first two on brokers, --verify deletes all three
+THROTTLE = "leader.replication.throttled.rate"
+FOLLOWER = "follower.replication.throttled.rate"
+ALTER_DIRS = "replica.alter.log.dirs.io.max.bytes.per.second"
+PREFIXED = "listener.name.plaintext."
 
 INCREMENTAL: list[tuple[str, Ops]] = [
     ("", [("log.retention.ms", SET, "1000")]),
@@ -106,6 +115,23 @@ INCREMENTAL: list[tuple[str, Ops]] = [
     ("", [("log.retention.ms", SET, None), ("x", 9, "3")]),
     ("", [("log.retention.ms", 9, "3")]),
     ("2", []),
+    ("", [(THROTTLE, SET, "abc")]),
+    ("1", [(THROTTLE, SET, "-1")]),
+    ("", [(FOLLOWER, SET, "-1")]),
+    ("1", [(ALTER_DIRS, SET, "1.5")]),
+    ("", [(THROTTLE, SET, "9223372036854775808")]),
+    ("", [(THROTTLE, SET, " abc ")]),
+    ("", [(THROTTLE, SET, "1_000")]),
+    ("", [("log.retention.ms", SET, "1_000")]),
+    ("", [(THROTTLE, SET, "0"), (FOLLOWER, SET, " 5 "), (ALTER_DIRS, SET, "+7")]),
+    ("", [("log.retention.ms", SET, "abc"), (ALTER_DIRS, SET, "-1")]),  # quota keys first
+    ("", [(FOLLOWER, SET, "x"), (THROTTLE, SET, "y")]),
+    ("", [(THROTTLE, SET, "-1"), ("listeners", SET, "PLAINTEXT://:1")]),
+    ("", [(PREFIXED + THROTTLE, SET, "abc")]),  # checked as its base key
+    ("1", [(PREFIXED + "log.retention.ms", SET, "abc")]),
+    ("1", [(THROTTLE, SET, "abc"), (PREFIXED + THROTTLE, SET, "5")]),  # only one is checked
+    ("", [(THROTTLE, APPEND, "5")]),
+    ("1", [(PREFIXED + "sasl.enabled.mechanisms", APPEND, "PLAIN")]),
 ]
 LEGACY: list[tuple[str, list[tuple[str, str | None]]]] = [
     ("", [("log.retention.ms", "1000")]),  # drops the cluster-level min.insync.replicas
@@ -120,6 +146,9 @@ LEGACY: list[tuple[str, list[tuple[str, str | None]]]] = [
     ("", []),
     ("1", []),
     ("", [("num.io.threads", "100")]),
+    ("", [(THROTTLE, "abc")]),  # refused before the controller's min.insync.replicas check
+    ("1", [(FOLLOWER, "-1")]),
+    ("1", [(THROTTLE, "10"), (ALTER_DIRS, "0")]),
 ]
 
 
@@ -158,7 +187,7 @@ def _describe_error(bootstrap: str, name: str, kind: int) -> tuple[int, str | No
 def _describe(bootstrap: str, name: str, kind: int = BROKER, keys: list[str] | None = None,
               synonyms: bool = True) -> dict[str, tuple[Any, ...]]:
     result = _describe_result(bootstrap, name, kind, keys, synonyms)
-    assert result.error_code == 0, result.error_message
+    assert result.error_code == 0, (bootstrap, result.error_message)
     return {c.name: (c.value, c.config_source, c.read_only, c.is_sensitive, c.config_type,
                      [(s.name, s.value, s.source) for s in c.synonyms])
             for c in result.configs}
@@ -179,6 +208,16 @@ def _create_topic(bootstrap: str, topic: str) -> None:
     req = R(version=4, timeout_ms=10000, validate_only=False, topics=[R.CreatableTopic(
         name=topic, num_partitions=1, replication_factor=1, assignments=[], configs=[])])
     assert call(bootstrap, req, CreateTopicsResponse[4]).topics[0].error_code == 0
+
+
+def _until_topic_known(bootstrap: str, topic: str) -> None:
+    """Kafka answers CreateTopics before its broker's metadata has the topic (a
+    DescribeConfigs right after may answer UNKNOWN_TOPIC_OR_PARTITION): until
+    it describes ``topic``."""
+    deadline = time.monotonic() + 15
+    while _describe_result(bootstrap, topic, TOPIC, [], False).error_code != 0:
+        assert time.monotonic() < deadline, f"{topic} still unknown at {bootstrap}"
+        time.sleep(0.1)
 
 
 def _until_applied(both: dict[str, str], name: str, expected: dict[str, int]) -> None:
@@ -249,6 +288,7 @@ def test_dynamic_changes_describe_alike(both: dict[str, str]) -> None:
 
     topic = unique_topic("dyn-defaults")
     on_both(both, _create_topic, topic)
+    _until_topic_known(both["kafka"], topic)  # kcompat knows it at once
     topics = on_both(both, _describe, topic, TOPIC,
                       ["retention.bytes", "cleanup.policy", "min.insync.replicas",
                        "max.message.bytes"])
@@ -272,6 +312,53 @@ def test_dynamic_changes_describe_alike(both: dict[str, str]) -> None:
     dropped = on_both(both, _alter, "", [("log.retention.bytes", "1")])
     assert dropped["kcompat"] == dropped["kafka"] == (
         40, "Cluster-level min.insync.replicas cannot be removed while ELR is enabled.")
+
+
+def test_throttle_keys_describe_alike(both: dict[str, str]) -> None:
+    """Kafka's broker quota keys: listed only while a level sets them (no
+    default shown), LONG, not sensitive, raw values; a listener-prefixed one
+    is a key Kafka's describe cannot type (sensitive), with its base key as a
+    synonym (as a KafkaConfig key prefixed shows its base's default)."""
+    mechanisms = PREFIXED + "sasl.enabled.mechanisms"
+    keys = [THROTTLE, FOLLOWER, ALTER_DIRS, PREFIXED + THROTTLE, mechanisms]
+
+    def quota(bootstrap: str, name: str, asked: list[str] | None, synonyms: bool
+              ) -> dict[str, tuple[Any, ...]]:
+        return {k: v for k, v in _describe(bootstrap, name, BROKER, asked, synonyms).items()
+                if k in keys}
+
+    def alike(asked: list[str] | None, synonyms: bool) -> list[dict[str, tuple[Any, ...]]]:
+        seen = [on_both(both, quota, name, asked, synonyms) for name in ("1", "")]
+        assert [s["kcompat"] for s in seen] == [s["kafka"] for s in seen]
+        return [s["kafka"] for s in seen]
+
+    assert alike(None, True) == alike(keys, True) == [{}, {}]
+    cluster: Ops = [(THROTTLE, SET, " 7 "), (FOLLOWER, SET, "+8")]
+    broker: Ops = [(THROTTLE, SET, "100"), (ALTER_DIRS, SET, "00"),
+                   (PREFIXED + THROTTLE, SET, "3"), (mechanisms, SET, "PLAIN")]
+    try:
+        assert set(on_both(both, _incremental, "", cluster).values()) == {(0, None)}
+        assert set(on_both(both, _incremental, "1", broker).values()) == {(0, None)}
+        _until_applied(both, "1", {THROTTLE: 2, FOLLOWER: 3, ALTER_DIRS: 2})
+        own, default = alike(None, True)
+        assert alike(keys, True) == [own, default]
+        assert own[THROTTLE] == ("100", 2, False, False, 5, [(THROTTLE, "100", 2),
+                                                             (THROTTLE, " 7 ", 3)])
+        assert default[FOLLOWER] == ("+8", 3, False, False, 5, [(FOLLOWER, "+8", 3)])
+        assert own[PREFIXED + THROTTLE] == (None, 2, True, True, 0, [
+            (PREFIXED + THROTTLE, None, 2), (THROTTLE, None, 2), (THROTTLE, None, 3)])
+        assert own[mechanisms][5] == [(mechanisms, "PLAIN", 2),
+                                      ("sasl.enabled.mechanisms", "GSSAPI", 5)]
+        assert alike([THROTTLE], False)[0][THROTTLE] == ("100", 2, False, False, 5, [])
+        described = on_both(both, lambda b: [r.stdout for r in run_tools([
+            [CONFIGS, "--bootstrap-server", b, "--entity-type", "brokers", *entity,
+             "--describe"] for entity in (["--entity-name", "1"], ["--entity-default"])])])
+        assert described["kcompat"] == described["kafka"]
+        assert f"{THROTTLE}=100 sensitive=false" in described["kafka"][0]
+    finally:
+        for bootstrap in both.values():
+            _incremental(bootstrap, "", [(k, DELETE, None) for k, _, _ in cluster])
+            _incremental(bootstrap, "1", [(k, DELETE, None) for k, _, _ in broker])
 
 
 def test_kafka_configs_tool_alters_and_describes_the_cluster_default(

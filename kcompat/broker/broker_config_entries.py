@@ -12,12 +12,15 @@ as Kafka orders them: level by level — this broker's dynamic value
 the static config (STATIC_BROKER_CONFIG: set in kcompat's file, flags or env,
 or derived by kcompat: ``listeners`` from host and port, ``node.id``,
 ``log.dirs``...), Kafka's default (DEFAULT_CONFIG) — and within a level the
-key's Kafka synonyms (``log.retention.ms``, ``.minutes``, ``.hours``), less
+key's Kafka synonyms (``log.retention.ms``, ``.minutes``, ``.hours``; for a
+listener-prefixed key, its base key and that less its first part), less
 the entries before the first one of the key itself (so ``log.retention.ms``
 with no value of its own has none, as in Kafka). The entry's source is its
 first synonym's (else DEFAULT_CONFIG); its value the key's own effective value. A kcompat key left at a default
 equal to Kafka's shows Kafka's rendering. Sensitive values (passwords, keys
-Kafka does not know) are null. The cluster default ("") lists only its stored
+Kafka does not know) are null. Kafka's broker quota keys
+(``leader.replication.throttled.rate``...) are listed only while a level sets
+them; a listener-prefixed one is a key Kafka does not know here. The cluster default ("") lists only its stored
 keys, each with its one synonym.
 """
 
@@ -26,7 +29,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from kcompat.broker.broker_keys import KEYS, TYPE_IDS, base_key
+from kcompat.broker.broker_keys import KEYS, TYPE_IDS, described_key, synonyms
 from kcompat.broker.config import BROKER_CONFIGS, BrokerConfig
 from kcompat.broker.dynamic_config import CLUSTER
 
@@ -75,18 +78,18 @@ def static_values(config: BrokerConfig, node_id: int, port: int) -> dict[str, st
 
 
 def _kafka_entry(name: str, levels: Sequence[tuple[Mapping[str, str], int]]) -> Entry:
-    key = KEYS.get(name) or base_key(name)
+    key = described_key(name)
     sensitive = key is None or key.sensitive
-    names = KEYS[name].synonyms if name in KEYS else (name,)
-    synonyms = [(n, None if sensitive else values[n], source)
-                for values, source in levels for n in names if n in values]
-    while synonyms and synonyms[0][0] != name:  # Kafka drops what precedes the key itself
-        synonyms.pop(0)
+    names = synonyms(name)
+    found = [(n, None if sensitive else values[n], source)
+             for values, source in levels for n in names if n in values]
+    while found and found[0][0] != name:  # Kafka drops what precedes the key itself
+        found.pop(0)
     value = next((values[name] for values, _ in levels if name in values), None)
     return Entry(name, None if sensitive else value,
-                 synonyms[0][2] if synonyms else SOURCE_DEFAULT,
+                 found[0][2] if found else SOURCE_DEFAULT,
                  not (name in KEYS and KEYS[name].dynamic), sensitive,
-                 key.type_id if key is not None else 0, tuple(synonyms))
+                 key.type_id if key is not None else 0, tuple(found))
 
 
 def _kcompat_entry(name: str, config: BrokerConfig) -> Entry:

@@ -11,7 +11,19 @@ type, then held to its Range or its allowed strings, and a failure is Kafka's
 log.retention.ms: Not a number of type LONG"). Typed values use kcompat's
 shapes (``int``, ``float``, ``bool``, ``list[str]``, ``str``), so a dynamic
 value can stand in for a static one. ``java_set`` prints a set of names in the
-order Java's ``HashSet.toString`` does, as Kafka's messages list them.
+order Java's ``HashSet.toString`` does, as Kafka's messages list them
+(``java_order``: that order).
+
+Three dynamic keys are not KafkaConfig's: the broker quota keys of Kafka's
+``QuotaConfig`` (``leader.replication.throttled.rate``,
+``follower.replication.throttled.rate``,
+``replica.alter.log.dirs.io.max.bytes.per.second``; LONG, at least 0, Kafka's
+default ``Long.MAX_VALUE``: unlimited), which Kafka's ``DynamicConfig.Broker``
+defines ahead of KafkaConfig's dynamic keys — so they are checked first. A
+broker lists one only while a dynamic level sets it, with no DEFAULT_CONFIG
+synonym (its default is not KafkaConfig's); ``CONFIG_DEF`` is KafkaConfig's
+keys alone, what Kafka looks a key up in to APPEND to it or to type a
+listener-prefixed key it describes.
 """
 
 from __future__ import annotations
@@ -68,19 +80,53 @@ def _key(row: tuple[Any, ...]) -> KafkaKey:
                     low, high, tuple(choices) if choices else None, non_empty, listener_only)
 
 
-KEYS: dict[str, KafkaKey] = {row[0]: _key(row) for row in ROWS}  # type: ignore[misc]
+CONFIG_DEF: dict[str, KafkaKey] = {row[0]: _key(row) for row in ROWS}  # type: ignore[misc]
+# Kafka's broker quota keys (QuotaConfig's broker quota configs; see the header):
+# dynamic at both levels, LONG, Range atLeast(0); no default shown (None)
+QUOTA_KEYS = ("leader.replication.throttled.rate", "follower.replication.throttled.rate",
+              "replica.alter.log.dirs.io.max.bytes.per.second")
+KEYS: dict[str, KafkaKey] = {
+    **{name: KafkaKey(name, "LONG", None, CLUSTER_WIDE, False, False, (name,), "0", None,
+                      None, False, False) for name in QUOTA_KEYS},
+    **CONFIG_DEF,
+}
 _ORDER = {name: i for i, name in enumerate(KEYS)}
 
 
+def _listener_key(name: str) -> str | None:
+    if not name.startswith(LISTENER_PREFIX):
+        return None
+    _, _, key = name[len(LISTENER_PREFIX):].partition(".")
+    return key
+
+
 def base_key(name: str) -> KafkaKey | None:
-    """The key itself, or for ``listener.name.<l>.<key>`` the listener's key."""
+    """The key itself, or for ``listener.name.<l>.<key>`` the listener's key
+    (as Kafka's type check of a dynamic change reads it)."""
     if name in KEYS:
         return KEYS[name]
-    if name.startswith(LISTENER_PREFIX):
-        rest = name[len(LISTENER_PREFIX):]
-        _, _, key = rest.partition(".")
-        return KEYS.get(key)
-    return None
+    key = _listener_key(name)
+    return KEYS.get(key) if key is not None else None
+
+
+def synonyms(name: str) -> tuple[str, ...]:
+    """The names Kafka's broker looks ``name`` up by, most specific first: a
+    key's synonyms; for ``listener.name.<l>.<key>`` itself, ``<key>``, and
+    ``<key>`` less its first part (a SASL mechanism's: ``plain.sasl.jaas.config``
+    -> ``sasl.jaas.config``) if it has one."""
+    key = _listener_key(name)
+    if name in KEYS or key is None:
+        return KEYS[name].synonyms if name in KEYS else (name,)
+    mechanism = key[key.find(".") + 1:]
+    return (name, key) if mechanism == key else (name, key, mechanism)
+
+
+def described_key(name: str) -> KafkaKey | None:
+    """The key whose type a broker's DescribeConfigs gives ``name``: the key
+    itself, else the first of its synonyms KafkaConfig defines."""
+    if name in KEYS:
+        return KEYS[name]
+    return next((CONFIG_DEF[n] for n in synonyms(name) if n in CONFIG_DEF), None)
 
 
 def definition_order(names: Any) -> list[str]:
@@ -113,6 +159,8 @@ def _typed(key: KafkaKey, text: str) -> Any:
         return text.lower() == "true"
     if t == "LIST":
         return [x.strip() for x in text.split(",")] if text else []
+    if "_" in text and t in ("SHORT", "INT", "LONG", "DOUBLE"):  # Python reads 1_000, Java not
+        raise InvalidValue(f"Not a number of type {t}")
     if t in _LIMITS:
         try:
             value = int(text)
@@ -163,7 +211,7 @@ def parse(name: str, raw: str) -> Any:
     try:
         value = _typed(key, text)
     except InvalidValue as e:
-        raise InvalidValue(f"Invalid value {text} for configuration {name}: {e.message}") from None
+        raise InvalidValue(f"Invalid value {raw} for configuration {name}: {e.message}") from None
     try:
         _check(key, value)
     except InvalidValue as e:
@@ -183,6 +231,11 @@ def _java_hash(text: str) -> int:
 
 def java_set(names: Any) -> str:
     """``[a, b]`` in the iteration order of a ``java.util.HashSet`` of ``names``."""
+    return "[" + ", ".join(java_order(names)) + "]"
+
+
+def java_order(names: Any) -> list[str]:
+    """``names`` in the iteration order of a ``java.util.HashSet`` of them."""
     items = sorted(set(names))
     capacity = 16
     while len(items) > capacity * 0.75:
@@ -192,4 +245,4 @@ def java_set(names: Any) -> str:
         h = _java_hash(name)
         return (h ^ (h >> 16)) & (capacity - 1)
 
-    return "[" + ", ".join(sorted(items, key=bucket)) + "]"
+    return sorted(items, key=bucket)

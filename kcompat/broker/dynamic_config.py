@@ -16,7 +16,9 @@ dynamic levels that apply to one broker.
 forwards a change to its controller, in Kafka's order: keys Kafka cannot
 change at run time ("Cannot update these configs dynamically"), security keys
 settable per listener only, each known key's type and bounds (in Kafka's
-definition order), per-broker keys at the cluster level, then the
+definition order; a listener-prefixed key as its base key; Kafka's broker
+quota keys such as ``leader.replication.throttled.rate`` first), per-broker
+keys at the cluster level, then the
 reconfiguration checks Kafka runs against the current value (thread counts may
 at most double or halve; the cleaner's dedupe buffer per thread). Every
 failure is INVALID_REQUEST with Kafka's message; keys Kafka does not know are
@@ -34,12 +36,14 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from kcompat.broker.broker_keys import (
+    CONFIG_DEF,
     KEYS,
     LISTENER_PREFIX,
     PER_BROKER,
     InvalidValue,
     base_key,
     definition_order,
+    java_order,
     java_set,
     parse,
 )
@@ -103,8 +107,10 @@ def apply_ops(stored: Mapping[str, str], ops: Iterable[tuple[str, int, str | Non
         elif op == DELETE:
             out.pop(name, None)
         else:
-            key = base_key(name)
-            if key is None or key.type != "LIST":
+            key = CONFIG_DEF.get(name)  # Kafka looks it up in KafkaConfig's keys
+            if key is None:
+                raise _refuse(f"Unknown config name: {name}", ErrorCode.invalid_config)
+            if key.type != "LIST":
                 verb = "append" if op == APPEND else "subtract"
                 raise _refuse(f"Config value {verb} is not allowed for config key: {name}",
                               ErrorCode.invalid_config)
@@ -135,18 +141,32 @@ def validate(name: str, configs: Mapping[str, str], current: Callable[[str], Any
     if bare:
         raise _refuse("These security configs can be dynamically updated only per-listener "
                       f"using the listener prefix: {java_set(bare)}")
-    typed = {}
-    for key in definition_order(configs):
-        try:
-            typed[key] = parse(key, configs[key])
-        except InvalidValue as e:
-            raise _refuse(e.message) from None
+    typed = _typed(configs)
     if name == CLUSTER:
         per_broker = [k for k in configs if _per_broker_only(k)]
         if per_broker:
             raise _refuse("Cannot update these configs at default cluster level, broker id "
                           f"must be specified: {java_set(per_broker)}")
     _check_reconfiguration(typed, current)
+
+
+def _typed(configs: Mapping[str, str]) -> dict[str, Any]:
+    """Kafka's type check, then the typed values of the unprefixed keys. Kafka
+    checks each dynamic key in its definition order, a listener-prefixed one
+    as its base key (of the two, the value later in Java's hash order of the
+    names is the one checked)."""
+    checked: dict[str, str] = {}
+    for name in java_order(configs):
+        base = base_key(name)
+        if base is not None and base.dynamic:
+            checked[base.name] = configs[name]
+    try:
+        for key in definition_order(checked):
+            parse(key, checked[key])
+        return {key: parse(key, configs[key]) for key in definition_order(configs)
+                if checked[key] == configs[key]}
+    except InvalidValue as e:
+        raise _refuse(e.message) from None
 
 
 def _check_reconfiguration(typed: Mapping[str, Any], current: Callable[[str], Any]) -> None:
