@@ -480,12 +480,18 @@ class Raft:
         log. Nor does anyone whose log is more up-to-date (the vote would be
         refused; its term, raised without pre-vote, is not taken either, so
         it cannot hold off the election of a voter), or who hears from a
-        leader."""
+        leader — a follower that knows the leader names it (a rejected fetch),
+        as the leader itself is not among the voters a stale node asks when
+        it missed the change that made the leader a voter."""
+        own_term = m.term - 1 if m.pre_vote else m.term
         if self.role is Role.LEADER:
-            own_term = m.term - 1 if m.pre_vote else m.term
             if own_term <= self.term:
                 self._send(BeginQuorumEpoch(self.group, self.id, m.src, self.term))
             return True
+        if self.leader not in (NO_NODE, self.id) and own_term <= self.term:
+            # name the leader: a removed voter back with a stale voter set may
+            # not count it among the voters it asks, and would never hear it
+            self._send(self._rejected_fetch(m.src))
         if not self.log.is_up_to_date(m.last_term, m.log_end):
             return True
         return (

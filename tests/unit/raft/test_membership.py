@@ -276,6 +276,38 @@ def test_removed_voter_cannot_depose_the_leader() -> None:
     assert _voters(env, 3) == {1, 2} and env.nodes[3].leader == 1
 
 
+def test_removed_voter_back_with_a_stale_voter_set_finds_a_leader_it_does_not_know() -> None:
+    """Voter 3 is down while 4 is added and 3 removed; the leadership moves to
+    4 and 1 goes down. Restarted, 3 still takes {1, 2, 3} for the voters:
+    its pre-votes reach only 2, a follower of 4 that ignores them — and 4,
+    the only one that would announce itself, is not asked. 2 names the leader
+    in its refusal, so 3 follows 4 and learns from the log that it is an
+    observer (the replacement of a dead controller left it lost for good)."""
+    env = _cluster(3, observers=(4,))
+    leader = env.nodes[1]
+    env.crash(3)
+    for change in ({"add": 4}, {"remove": 3}):
+        for _ in range(50):
+            env.change(1, **change)
+            _tick_all(env, 1)
+            if env.take_output().startswith("proposed"):
+                break
+        env.stabilize()
+    assert _voters(env, 1) == {1, 2, 4} and not leader.status().config_pending
+    assert leader.transfer_leadership(4)
+    _tick_all(env, 3)
+    assert env.nodes[4].role is Role.LEADER
+    env.crash(1)
+    env.restart(3)
+    assert _voters(env, 3) == {1, 2, 3}  # its log never saw the changes
+    for _ in range(20 * leader.config.election_timeout_ticks):
+        _tick_all(env, 1)
+        if env.nodes[3].leader == 4 and _voters(env, 3) == {1, 2, 4}:
+            break
+    assert env.nodes[3].leader == 4 and _voters(env, 3) == {1, 2, 4}
+    assert env.nodes[4].role is Role.LEADER
+
+
 @pytest.mark.parametrize("check_quorum", [True, False])
 def test_removed_voter_without_prevote_cannot_depose_the_leader(check_quorum: bool) -> None:
     """Without pre-vote its term rises; the leader still never takes up a
