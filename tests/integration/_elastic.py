@@ -13,6 +13,7 @@ from typing import Any
 from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient
 from kafka.admin import KafkaAdminClient
+from kafka.errors import KafkaConnectionError
 
 from compat_tests._broker import Broker
 from compat_tests._cluster import Cluster
@@ -59,14 +60,22 @@ def wait(predicate: Callable[[], Any], what: str, timeout_s: float = TIMEOUT_S) 
 
 
 def quorum(bootstrap: str) -> dict[str, Any]:
-    """The metadata partition of kafka-python's DescribeQuorum answer."""
-    client = KafkaAdminClient(bootstrap_servers=bootstrap)
-    try:
-        answer: dict[str, Any] = client.describe_metadata_quorum()
-        [part] = answer["topics"][0]["partitions"]
-        return part  # type: ignore[no-any-return]
-    finally:
-        client.close()
+    """The metadata partition of kafka-python's DescribeQuorum answer. The
+    client sends it to Metadata's controller id, a random live broker: one
+    killed a moment ago is listed until its session expires (as in Kafka)
+    and refuses the connection — asked again then."""
+    deadline = time.monotonic() + TIMEOUT_S
+    while True:
+        client = KafkaAdminClient(bootstrap_servers=bootstrap)
+        try:
+            answer: dict[str, Any] = client.describe_metadata_quorum()
+            [part] = answer["topics"][0]["partitions"]
+            return part  # type: ignore[no-any-return]
+        except KafkaConnectionError:
+            assert time.monotonic() < deadline, "DescribeQuorum: no live broker answered"
+            time.sleep(0.2)
+        finally:
+            client.close()
 
 
 def read_all(bootstrap: str, topic: str, partitions: int, count: int) -> list[bytes]:

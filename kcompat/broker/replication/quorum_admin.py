@@ -55,7 +55,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("kcompat.cluster")
 
-TRANSFER, STATUS, VOTER = "transfer_leader", "quorum_status", "change_voter"
+TRANSFER, STATUS, VOTER, MOVING = ("transfer_leader", "quorum_status", "change_voter",
+                                   "reassignments")
 #: Raft's refusals of a voter change that are final, as KIP-853's errors; the
 #: others (not caught up, a change pending, nothing of the term committed yet)
 #: are retried until the request's timeout
@@ -170,6 +171,31 @@ class QuorumAdmin:
             if end >= st.high_watermark:
                 self.caught_up_ms[node] = now
 
+    # -- partition reassignments in progress (ListPartitionReassignments) -------------
+
+    async def reassignments(self, timeout_s: float
+                            ) -> dict[tuple[str, int], tuple[list[int], list[int]]] | None:
+        """(target, original) of every reassignment in progress as the
+        controller knows it — it has applied every change it acknowledged, so
+        a reassignment a client just started through any broker is listed
+        (this broker's image may lag a moment); None without a controller."""
+        deadline = trio.current_time() + timeout_s
+        while True:
+            left = max(0.0, deadline - trio.current_time())
+            code, found = await self._ask_controller(MOVING, {}, left)
+            if code == ErrorCode.none and found is not None:
+                return {(str(n), int(i)): (list(t), list(o)) for n, i, t, o in found["moving"]}
+            if left <= self.rt.tick_s:
+                return None
+            await trio.sleep(self.rt.tick_s)
+
+    def _moving(self) -> tuple[ErrorCode, dict[str, Any] | None]:
+        if not self.rt.is_controller:
+            return ErrorCode.not_leader_or_follower, None
+        return ErrorCode.none, {"moving": [
+            [name, index, list(r.target), list(r.original)]
+            for (name, index), r in self.rt.image.reassignments.items()]}
+
     # -- metadata quorum voters (KIP-853) ----------------------------------------------
 
     async def change_voter(self, node: int, add: bool, timeout_s: float
@@ -258,6 +284,8 @@ class QuorumAdmin:
             return await self._transfer(args, timeout_s), None
         if op == VOTER:
             return await self._change_voter(args, timeout_s)
+        if op == MOVING:
+            return self._moving()
         if op == STATUS:
             result = self.status()
             code = ErrorCode.none if result is not None else ErrorCode.not_leader_or_follower
