@@ -133,8 +133,9 @@ def test_replicas_move_while_a_producer_writes_and_a_broker_is_decommissioned(
         listed = json.loads(_cli("topics", "reassign", "--list", "--json",
                                  "--bootstrap-server", one).stdout)
         assert listed == [], listed
-        after = _replicas(one)
-        assert after[(wide, 0)] == [2, 3, 4] and after[(lone, 0)] == [4], after
+        # the controller said done; broker 1 describes it once it applied that too
+        el.wait(lambda: (r := _replicas(one))[(wide, 0)] == [2, 3, 4] and r[(lone, 0)] == [4],
+                "Metadata listing the targets")
         el.wait(lambda: not list(cluster.brokers[1].data_dir.glob("moving-*")),
               "broker 1 deleting the replicas it no longer holds")
         assert sorted(p.name for p in fourth.data_dir.glob("moving-*")) == sorted(
