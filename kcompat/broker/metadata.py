@@ -68,16 +68,25 @@ class BrokerInfo:
 class Reassignment:
     """A partition's replicas on the move (KIP-455): to ``target`` from
     ``original``, the replicas it had when the first of its reassignments
-    started (a cancellation moves back to them)."""
+    started (a cancellation moves back to them). ``leaving``: every other
+    replica that may still be a voter of its Raft group — the original ones
+    outside the target, and those an earlier target of a reassignment this
+    one replaced (or cancelled) added — which keep their copy until done."""
 
     target: tuple[int, ...]
     original: tuple[int, ...]
+    leaving: tuple[int, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not self.leaving:  # records written before ``leaving``
+            object.__setattr__(self, "leaving", tuple(
+                n for n in self.original if n not in self.target))
 
     @property
     def replicas(self) -> tuple[int, ...]:
         """Kafka's replica list while it moves: the target, then the replicas
         being removed."""
-        return self.target + tuple(n for n in self.original if n not in self.target)
+        return self.target + self.leaving
 
     @property
     def adding(self) -> tuple[int, ...]:
@@ -85,7 +94,7 @@ class Reassignment:
 
     @property
     def removing(self) -> tuple[int, ...]:
-        return tuple(n for n in self.original if n not in self.target)
+        return self.leaving
 
 
 @dataclass
@@ -134,7 +143,7 @@ class MetadataImage:
                 del self.reassignments[key]
         elif kind == "reassign":
             self.reassignments[(rec["name"], rec["index"])] = Reassignment(
-                tuple(rec["target"]), tuple(rec["original"]))
+                tuple(rec["target"]), tuple(rec["original"]), tuple(rec.get("leaving", ())))
         elif kind == "reassign_done":
             self.reassignments.pop((rec["name"], rec["index"]), None)
         elif kind == "add_partitions":

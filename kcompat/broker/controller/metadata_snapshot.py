@@ -130,7 +130,7 @@ def encode(rt: ClusterRuntime) -> bytes:
            "broker_configs": image.broker_configs,
            "client_quotas": [[[list(p) for p in entity], values]
                              for entity, values in image.client_quotas.items()],
-           "reassignments": [[name, index, list(r.target), list(r.original)]
+           "reassignments": [[name, index, list(r.target), list(r.original), list(r.leaving)]
                              for (name, index), r in image.reassignments.items()]}
     return json.dumps(doc, separators=(",", ":")).encode()
 
@@ -144,8 +144,9 @@ def decode(data: bytes) -> dict[str, Any]:
 
 def reassignments(doc: dict[str, Any]) -> dict[tuple[str, int], Reassignment]:
     """The reassignments in progress a checkpoint holds (older ones: none)."""
-    return {(name, index): Reassignment(tuple(target), tuple(original))
-            for name, index, target, original in doc.get("reassignments", [])}
+    return {(row[0], row[1]): Reassignment(tuple(row[2]), tuple(row[3]),
+                                           tuple(row[4]) if len(row) > 4 else ())
+            for row in doc.get("reassignments", [])}
 
 
 def maybe_snapshot(rt: ClusterRuntime, applied_bytes: int) -> bool:

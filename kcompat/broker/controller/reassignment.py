@@ -10,7 +10,8 @@ changing the group's voters — one voter at a time (``Raft.add_voter`` /
    which checks the target as Kafka does (``reassign_record``) and commits a
    ``reassign`` record: the target and the original replicas (those of the
    first reassignment still in progress; a cancellation is a reassignment back
-   to them). Every broker applies it (``metadata_apply.settle_replicas``):
+   to them) and the replicas leaving — those of an earlier target too, which
+   may be voters by now and keep their copy until the end. Every broker applies it (``metadata_apply.settle_replicas``):
    Metadata lists the target then the replicas being removed, as Kafka does,
    and a broker of the target that holds no replica opens one as a Raft
    *observer* of the current voters: it fetches the whole log from the
@@ -89,8 +90,11 @@ def reassign_record(ctl: Controller, name: str, index: int, target: list[int] | 
         return None
     if moving is None and set(target) == set(found[1]):  # an order change only
         return {"type": "reassign_done", "name": name, "index": index, "replicas": target}
+    # every replica that may be a voter now stays until the move is done: the
+    # current ones, and those an earlier target added (a cancellation included)
+    present = moving.replicas if moving is not None else found[1]
     return {"type": "reassign", "name": name, "index": index, "target": list(target),
-            "original": list(current)}
+            "original": list(current), "leaving": [n for n in present if n not in target]}
 
 
 def done_record(ctl: Controller, name: str, index: int, replicas: list[int]

@@ -23,8 +23,8 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
     await ctx.controller.lifecycle.wait_serving(timeout_s=5.0)
     found = await ctx.broker.quorum_admin.reassignments(timeout_s=5.0)
     moving = ctx.cluster.image.reassignments if found is None else {
-        key: Reassignment(tuple(target), tuple(original))
-        for key, (target, original) in found.items()}
+        key: Reassignment(tuple(target), tuple(original), tuple(leaving))
+        for key, (target, original, leaving) in found.items()}
     if request.topics is None:
         asked = sorted(moving)
     else:

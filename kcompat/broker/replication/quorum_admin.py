@@ -173,9 +173,9 @@ class QuorumAdmin:
 
     # -- partition reassignments in progress (ListPartitionReassignments) -------------
 
-    async def reassignments(self, timeout_s: float
-                            ) -> dict[tuple[str, int], tuple[list[int], list[int]]] | None:
-        """(target, original) of every reassignment in progress as the
+    async def reassignments(self, timeout_s: float) -> dict[
+            tuple[str, int], tuple[list[int], list[int], list[int]]] | None:
+        """(target, original, leaving) of every reassignment in progress as the
         controller knows it — it has applied every change it acknowledged, so
         a reassignment a client just started through any broker is listed
         (this broker's image may lag a moment); None without a controller."""
@@ -184,7 +184,8 @@ class QuorumAdmin:
             left = max(0.0, deadline - trio.current_time())
             code, found = await self._ask_controller(MOVING, {}, left)
             if code == ErrorCode.none and found is not None:
-                return {(str(n), int(i)): (list(t), list(o)) for n, i, t, o in found["moving"]}
+                return {(str(row[0]), int(row[1])): (list(row[2]), list(row[3]), list(row[4]))
+                        for row in found["moving"]}
             if left <= self.rt.tick_s:
                 return None
             await trio.sleep(self.rt.tick_s)
@@ -193,7 +194,7 @@ class QuorumAdmin:
         if not self.rt.is_controller:
             return ErrorCode.not_leader_or_follower, None
         return ErrorCode.none, {"moving": [
-            [name, index, list(r.target), list(r.original)]
+            [name, index, list(r.target), list(r.original), list(r.leaving)]
             for (name, index), r in self.rt.image.reassignments.items()]}
 
     # -- metadata quorum voters (KIP-853) ----------------------------------------------
