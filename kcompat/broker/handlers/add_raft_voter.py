@@ -5,7 +5,8 @@ node must follow the metadata log as an observer and have caught up — a
 broker-only node (``process.roles=broker``) is one; it is then a controller
 candidate like the others. Any broker takes the request and has the metadata
 leader carry it out (``replication.quorum_admin.change_voter``, one change at
-a time), answering once the change is committed. The listeners and directory
+a time), answering once the change is committed (v1 with
+``ack_when_committed`` false: once the leader wrote it). The listeners and directory
 id are not checked: a kcompat voter is reached on its registered Kafka
 listener. DUPLICATE_VOTER for a voter; REQUEST_TIMED_OUT when the node has
 not caught up (or another change is pending) within the timeout; a
@@ -40,7 +41,8 @@ async def change(ctx: RequestContext, request: Any, add: bool) -> Any:
                             error_code=ErrorCode.inconsistent_cluster_id,
                             error_message=f"The cluster id {cluster_id} is not this cluster's.")
     code, message = await ctx.broker.quorum_admin.change_voter(
-        int(request.voter_id), add, timeout_s(request))
+        int(request.voter_id), add, timeout_s(request),
+        committed=bool(getattr(request, "ack_when_committed", True)))
     return ctx.response(throttle_time=NO_THROTTLE, error_code=code, error_message=message)
 
 

@@ -199,14 +199,15 @@ class QuorumAdmin:
 
     # -- metadata quorum voters (KIP-853) ----------------------------------------------
 
-    async def change_voter(self, node: int, add: bool, timeout_s: float
-                           ) -> tuple[ErrorCode, str | None]:
+    async def change_voter(self, node: int, add: bool, timeout_s: float,
+                           committed: bool = True) -> tuple[ErrorCode, str | None]:
         """AddRaftVoter / RemoveRaftVoter: at the metadata leader — here, or
         asked again while it moves — one voter change of the metadata quorum,
-        answered once it is committed."""
+        answered once it is committed (``committed``, AddRaftVoter v1's
+        AckWhenCommitted; else once the leader wrote it)."""
         rt = self.rt
         deadline = trio.current_time() + timeout_s
-        args = {"node": node, "add": add}
+        args = {"node": node, "add": add, "committed": committed}
         while True:
             left = max(0.0, deadline - trio.current_time())
             code, found = await self._ask_controller(VOTER, args, left)
@@ -257,7 +258,7 @@ class QuorumAdmin:
                 await trio.sleep(rt.tick_s)  # not caught up, or a change pending
             log.info("node %d %s voter %d of the metadata quorum (KIP-853)", rt.node_id,
                      "adds" if add else "removes", node)
-            while meta.hw <= result.index:  # committed
+            while args.get("committed", True) and meta.hw <= result.index:
                 if meta.raft.term != result.term:
                     return ErrorCode.not_leader_or_follower, None
                 await meta.changed.wait()
