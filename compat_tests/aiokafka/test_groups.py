@@ -124,7 +124,7 @@ def test_three_members_consume_exactly_once(gbroker: Deployment) -> None:
     bs = gbroker.bootstrap
     topic, group = unique_topic("aio-group3"), unique_group("aio-group3")
     create_topic(bs, topic, 6, gbroker.replication)
-    prod = BackgroundProducer(bs, topic, 6, 3000, rate=500)
+    prod = BackgroundProducer(bs, topic, 6, 2200, rate=500)  # 4.4 s: past the 3 joins
     ledger = Ledger()
 
     def describe(members: list[Member]) -> str:

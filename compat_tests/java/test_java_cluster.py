@@ -138,7 +138,7 @@ def test_verifiable_producer_across_leader_kill(tmp_path: Path, reference_cp: st
     get every send acknowledged (a producer_send_error is a final, non-retried failure),
     and the log must hold exactly the acknowledged values at their acknowledged
     offsets: no loss, no duplicate, per-partition send order."""
-    n, rate = 4000, 400
+    n, rate = 3000, 400
     cluster = Cluster(tmp_path / "cluster")
     try:
         cluster.start()

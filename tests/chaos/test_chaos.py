@@ -4,7 +4,7 @@ partition leaders and SIGSTOPs/SIGCONTs brokers. At the end every acknowledged
 record must be readable exactly once, in per-partition order. Leader failover
 times (kill -9 until Metadata names a live new leader) are printed.
 
-``CHAOS_SECONDS`` sets the length (default 15 s, the short run collected by
+``CHAOS_SECONDS`` sets the length (default 10 s, the short run collected by
 ``make test``); ``make chaos`` runs a long one.
 """
 
@@ -24,7 +24,7 @@ from confluent_kafka import Producer
 from compat_tests._broker import unique_topic
 from compat_tests._cluster import Cluster, consume_all
 
-CHAOS_SECONDS = float(os.environ.get("CHAOS_SECONDS", "15"))
+CHAOS_SECONDS = float(os.environ.get("CHAOS_SECONDS", "10"))
 PARTITIONS = 6
 SEED = int(os.environ.get("CHAOS_SEED", str(random.randrange(1 << 30))))
 
