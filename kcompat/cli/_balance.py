@@ -11,11 +11,10 @@ down, the cheapest replica — the smallest partition by bytes — moves from
 the most loaded broker to the least loaded one that does not hold that
 partition yet (fewest replicas, then fewest bytes); no move makes the
 spread worse, so the plan moves as little data as it can while counts end
-within one of each other. Last, leaders spread too: each partition's
-preferred leader (its first replica, which kcompat's leader balancing
-elects) is chosen, in partition order, as the replica leading the fewest
-partitions so far, keeping the current first replica on ties — a reorder,
-no data moves. Only partitions whose replica list changed are in the plan.
+within one of each other. Last, leaders spread too: a partition's preferred leader (its first
+replica, which kcompat's leader balancing elects) moves to another of its
+replicas while that brings the most-led and least-led brokers closer — a
+reorder, no data moves. Only partitions whose replica list changed are in the plan.
 """
 
 from __future__ import annotations
@@ -113,9 +112,22 @@ def plan(layout: Mapping[Key, list[int]], brokers: Iterable[int], sizes: Mapping
 
 
 def _spread_leaders(new: dict[Key, list[int]]) -> None:
+    """Move a partition's preferred leadership to another of its replicas
+    while that makes the most-led and least-led brokers closer (each swap
+    lowers the sum of squares, so it ends), starting from the current first
+    replicas: no reorder that does not help."""
     leads: dict[int, int] = {}
     for replicas in new.values():
-        first = min(replicas, key=lambda b: (leads.get(b, 0), b != replicas[0]))
-        replicas.remove(first)
-        replicas.insert(0, first)
-        leads[first] = leads.get(first, 0) + 1
+        leads[replicas[0]] = leads.get(replicas[0], 0) + 1
+    improved = True
+    while improved:
+        improved = False
+        for replicas in new.values():
+            first = replicas[0]
+            alt = min(replicas[1:], key=lambda b: (leads.get(b, 0), b), default=None)
+            if alt is not None and leads.get(alt, 0) + 1 < leads[first]:
+                replicas.remove(alt)
+                replicas.insert(0, alt)
+                leads[first] -= 1
+                leads[alt] = leads.get(alt, 0) + 1
+                improved = True

@@ -17,7 +17,9 @@ rebalance`` reads the layout (Metadata) and the partition sizes
 and prints it with the spread before and after — a dry run unless
 ``--execute``. ``cluster decommission NODE`` is the same plan with NODE
 drained, executed at once; ``--wait`` (the default for decommission) blocks
-until nothing is moving, so the node can then be stopped.
+until nothing is moving, so the node can then be stopped, and then elects
+the plan's preferred leaders (ElectLeaders) rather than leave them to the
+next leader balance check.
 """
 
 from __future__ import annotations
@@ -25,15 +27,17 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 from kio.schema.alter_partition_reassignments.v1 import request as alter
 from kio.schema.describe_log_dirs.v4 import request as log_dirs
+from kio.schema.elect_leaders.v2 import request as elect
 from kio.schema.list_partition_reassignments.v0 import request as listing
 from kio.schema.metadata.v12 import request as metadata
 from kio.schema.types import BrokerId, TopicName
-from kio.static.primitive import i32
+from kio.static.primitive import i8, i32, i32Timedelta
 
 from kcompat.cli import _balance
 from kcompat.cli._common import CliError, add_client_args, print_json, print_table
@@ -150,6 +154,22 @@ def wait_done(kio: Cluster, keys: set[Key], timeout_s: float) -> None:
         time.sleep(WAIT_POLL_S)
 
 
+def elect_preferred(kio: Cluster, keys: set[Key], timeout_s: float) -> int:
+    """ElectLeaders (PREFERRED) for ``keys``, so the leaders follow the plan's
+    first replicas now rather than at the next leader balance check; the
+    number of partitions whose leadership moved."""
+    by_topic: dict[str, list[int]] = {}
+    for topic, index in sorted(keys):
+        by_topic.setdefault(topic, []).append(index)
+    answer = kio.bootstrap.call(elect.ElectLeadersRequest(
+        election_type=i8(0), timeout=i32Timedelta.parse(timedelta(seconds=timeout_s)),
+        topic_partitions=tuple(elect.TopicPartitions(
+            topic=TopicName(t), partitions=tuple(i32(i) for i in ps))
+            for t, ps in by_topic.items())), timeout_s=timeout_s + 5)
+    return sum(1 for t in answer.replica_election_results for p in t.partition_result
+               if p.error_code == 0)
+
+
 # -- commands ---------------------------------------------------------------------------
 
 
@@ -258,6 +278,7 @@ def cmd_rebalance(args: argparse.Namespace) -> int:
             start(kio, dict(moves))
             if args.wait:
                 wait_done(kio, set(moves), max(120.0, args.timeout_ms / 1000))
+                elect_preferred(kio, set(moves), 30.0)
         _report(args, parts, moves, brokers, found, args.execute)
     finally:
         kio.close()
@@ -272,6 +293,7 @@ def cmd_decommission(args: argparse.Namespace) -> int:
             start(kio, dict(moves))
             if not args.no_wait:
                 wait_done(kio, set(moves), max(300.0, args.timeout_ms / 1000))
+                elect_preferred(kio, set(moves), 30.0)
         _report(args, parts, moves, brokers, found, True)
     finally:
         kio.close()

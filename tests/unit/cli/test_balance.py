@@ -38,6 +38,15 @@ def test_a_drained_broker_is_emptied_and_the_rest_stay_even() -> None:
     assert all(2 not in r and len(set(r)) == 2 for r in after.values())
 
 
+def test_leaders_spread_where_only_some_partitions_reach_the_new_brokers() -> None:
+    """50 partitions on 1-3 spread over 1-5: only the 30 partitions that
+    moved hold 4 or 5, and leaders still end 10 each (a greedy pass in
+    partition order left 4 and 5 six each)."""
+    layout = {("t", i): [1 + (i + k) % 3 for k in range(3)] for i in range(50)}
+    after = _apply(layout, plan(layout, [1, 2, 3, 4, 5], {}))
+    assert spread(after, [1, 2, 3, 4, 5], {}).leaders == dict.fromkeys(range(1, 6), 10)
+
+
 def test_the_smallest_partitions_move_first() -> None:
     layout = {("big", 0): [1], ("small", 0): [1], ("mid", 0): [1], ("x", 0): [2]}
     sizes = {("big", 0): 10**9, ("small", 0): 10, ("mid", 0): 10**6, ("x", 0): 5}
