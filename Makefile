@@ -45,8 +45,13 @@ lint: $(STAMP)
 	$(VENV)/bin/lint-imports --no-cache
 	$(PY) tools/import_cycles.py kcompat
 
+# The simulators (tests/sim: pure CPU, about a minute) run beside the rest of the
+# suite, which mostly waits on broker and client processes; both runs must pass.
 test: $(STAMP) tools java-deps lint
-	$(PY) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
+	@$(PY) -m pytest -q -p no:cacheprovider tests/sim > .sim-tests.log 2>&1 & sim=$$!; \
+	$(PY) -m pytest -q -p no:cacheprovider --ignore=tests/sim $(PYTEST_ARGS); rest=$$?; \
+	wait $$sim; sim_rc=$$?; echo "--- tests/sim (run beside the rest, exit $$sim_rc) ---"; \
+	cat .sim-tests.log; test $$rest -eq 0 -a $$sim_rc -eq 0
 
 # Unmodified applications in long runs (compat_tests/apps, marker `apps`): Kafka Streams,
 # Kafka Connect, Faust, Spark restarted as a new process; each against kcompat and

@@ -520,7 +520,7 @@ class ClusterRuntime:
         for m in decoded.messages:
             group = self.groups.get(m.group)
             if group is not None and not group.removed and m.dst == self.node_id:
-                if self._catching_up(group, m.src) and isinstance(m, FetchRequest) \
+                if isinstance(m, FetchRequest) and self._catching_up(group, m.src) \
                         and not self.throttle.admit(m):
                     continue  # throttled: stepped once the bucket refills (``_tick``)
                 self._step(group, m)
