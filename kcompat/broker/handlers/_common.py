@@ -81,6 +81,18 @@ INVALID_REQUEST_MESSAGE = (
     "the message was sent to an incompatible broker. See the broker logs for more details.")
 
 
+def request_timeout_s(request: Any, lowest: float, highest: float,
+                      default_s: float = 30.0) -> float:
+    """A request's ``timeout`` (kio: a timedelta; raw: ms) in seconds, within
+    [``lowest``, ``highest``]; ``default_s`` when it has none."""
+    timeout = getattr(request, "timeout", None)
+    if timeout is None:
+        return default_s
+    seconds = (timeout.total_seconds() if isinstance(timeout, datetime.timedelta)
+               else int(timeout) / 1000)
+    return min(highest, max(lowest, seconds))
+
+
 def advertised_host(state: BrokerState) -> str:
     return str(state.config["advertised.host"] or state.config["host"])
 

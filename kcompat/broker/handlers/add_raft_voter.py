@@ -15,23 +15,14 @@ not caught up (or another change is pending) within the timeout; a
 
 from __future__ import annotations
 
-from datetime import timedelta
 from typing import Any
 
 from kio.schema.errors import ErrorCode
 
 from kcompat.broker.context import RequestContext
-from kcompat.broker.handlers._common import NO_THROTTLE
+from kcompat.broker.handlers._common import NO_THROTTLE, request_timeout_s
 
 TIMEOUT_S_MAX = 60.0
-
-
-def timeout_s(request: Any, default_s: float = 30.0) -> float:
-    timeout = getattr(request, "timeout", None)
-    if timeout is None:
-        return default_s
-    seconds = timeout.total_seconds() if isinstance(timeout, timedelta) else int(timeout) / 1000
-    return min(TIMEOUT_S_MAX, max(0.5, seconds))
 
 
 async def change(ctx: RequestContext, request: Any, add: bool) -> Any:
@@ -41,7 +32,7 @@ async def change(ctx: RequestContext, request: Any, add: bool) -> Any:
                             error_code=ErrorCode.inconsistent_cluster_id,
                             error_message=f"The cluster id {cluster_id} is not this cluster's.")
     code, message = await ctx.broker.quorum_admin.change_voter(
-        int(request.voter_id), add, timeout_s(request),
+        int(request.voter_id), add, request_timeout_s(request, 0.5, TIMEOUT_S_MAX),
         committed=bool(getattr(request, "ack_when_committed", True)))
     return ctx.response(throttle_time=NO_THROTTLE, error_code=code, error_message=message)
 

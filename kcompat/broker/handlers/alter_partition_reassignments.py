@@ -16,7 +16,6 @@ has none). No topics at all: Kafka answers the response's defaults — error mes
 
 from __future__ import annotations
 
-from datetime import timedelta
 from typing import Any
 
 import trio
@@ -24,7 +23,7 @@ from kio.schema.errors import ErrorCode
 
 from kcompat.broker.context import RequestContext
 from kcompat.broker.controller.admin import submit
-from kcompat.broker.handlers._common import NO_THROTTLE, OK
+from kcompat.broker.handlers._common import NO_THROTTLE, OK, request_timeout_s
 from kcompat.broker.state import TopicError
 
 TIMEOUT_S_MAX = 60.0
@@ -35,10 +34,7 @@ GENERIC_MESSAGES = {
 
 
 async def handle(ctx: RequestContext, request: Any) -> Any:
-    timeout = request.timeout
-    timeout_s = min(TIMEOUT_S_MAX, max(0.5, (timeout.total_seconds()
-                                             if isinstance(timeout, timedelta)
-                                             else int(timeout) / 1000)))
+    timeout_s = request_timeout_s(request, 0.5, TIMEOUT_S_MAX)
     allow = bool(getattr(request, "allow_replication_factor_change", True))
     if not request.topics:  # Kafka answers a response with its defaults
         return ctx.response(throttle_time=NO_THROTTLE, error_code=OK, error_message="",

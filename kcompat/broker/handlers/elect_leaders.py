@@ -25,14 +25,13 @@ the answer is decided.
 
 from __future__ import annotations
 
-from datetime import timedelta
 from typing import Any
 
 import trio
 from kio.schema.errors import ErrorCode
 
 from kcompat.broker.context import RequestContext
-from kcompat.broker.handlers._common import NO_THROTTLE, OK
+from kcompat.broker.handlers._common import NO_THROTTLE, OK, request_timeout_s
 
 PREFERRED, UNCLEAN = 0, 1
 NO_LEADER = -1
@@ -87,10 +86,7 @@ def _asked(ctx: RequestContext, request: Any) -> tuple[list[tuple[str, list[int]
 
 async def handle(ctx: RequestContext, request: Any) -> Any:
     kind = int(getattr(request, "election_type", PREFERRED))
-    timeout = request.timeout
-    timeout_s = min(TIMEOUT_S_MAX, max(0.1, (timeout.total_seconds()
-                                             if isinstance(timeout, timedelta)
-                                             else int(timeout) / 1000)))
+    timeout_s = request_timeout_s(request, 0.1, TIMEOUT_S_MAX)
     await ctx.controller.lifecycle.wait_serving(timeout_s=min(5.0, timeout_s))
     asked, everything = _asked(ctx, request)
     results: dict[tuple[int, int], Result] = {}
