@@ -75,12 +75,7 @@ class Reassignment:
 
     target: tuple[int, ...]
     original: tuple[int, ...]
-    leaving: tuple[int, ...] = ()
-
-    def __post_init__(self) -> None:
-        if not self.leaving:  # records written before ``leaving``
-            object.__setattr__(self, "leaving", tuple(
-                n for n in self.original if n not in self.target))
+    leaving: tuple[int, ...]
 
     @property
     def replicas(self) -> tuple[int, ...]:
@@ -143,7 +138,7 @@ class MetadataImage:
                 del self.reassignments[key]
         elif kind == "reassign":
             self.reassignments[(rec["name"], rec["index"])] = Reassignment(
-                tuple(rec["target"]), tuple(rec["original"]), tuple(rec.get("leaving", ())))
+                tuple(rec["target"]), tuple(rec["original"]), tuple(rec["leaving"]))
         elif kind == "reassign_done":
             self.reassignments.pop((rec["name"], rec["index"]), None)
         elif kind == "add_partitions":

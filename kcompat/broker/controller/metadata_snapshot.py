@@ -144,9 +144,8 @@ def decode(data: bytes) -> dict[str, Any]:
 
 def reassignments(doc: dict[str, Any]) -> dict[tuple[str, int], Reassignment]:
     """The reassignments in progress a checkpoint holds (older ones: none)."""
-    return {(row[0], row[1]): Reassignment(tuple(row[2]), tuple(row[3]),
-                                           tuple(row[4]) if len(row) > 4 else ())
-            for row in doc.get("reassignments", [])}
+    return {(name, index): Reassignment(tuple(target), tuple(original), tuple(leaving))
+            for name, index, target, original, leaving in doc.get("reassignments", [])}
 
 
 def maybe_snapshot(rt: ClusterRuntime, applied_bytes: int) -> bool:

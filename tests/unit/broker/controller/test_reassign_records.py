@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from kcompat.broker.controller.reassignment import done_record, reassign_record
-from kcompat.broker.metadata import BrokerInfo, MetadataImage, Reassignment, TopicMeta
+from kcompat.broker.metadata import BrokerInfo, MetadataImage, TopicMeta
 from kcompat.broker.state import TopicError
 
 
@@ -70,6 +70,3 @@ def test_order_only_and_no_change() -> None:
     with pytest.raises(TopicError):
         reassign_record(ctl, "t", 0, None)  # nothing to cancel
 
-
-def test_records_without_leaving_read_as_before() -> None:
-    assert Reassignment((2, 3), (1, 2)).replicas == (2, 3, 1)
