@@ -149,6 +149,13 @@ def test_group_configs_through_a_non_controller(tbroker: Deployment) -> None:
                                     "inclusive.")
     admin = _admin(tbroker.bootstrap)
     _alter(admin, group, kc_share_redelivery_backoff_ms=(SET, "250"))
-    got = _describe(admin, group)
+    # committed by the controller before the answer; the broker the describe
+    # reaches serves it from its own image, which may apply it a moment later
+    # (as a Kafka broker does): wait for it as above
+    for _ in range(50):
+        got = _describe(admin, group)
+        if "kc.share.redelivery.backoff.ms" in got:
+            break
+        time.sleep(0.1)
     assert got["kc.share.redelivery.backoff.ms"].value == "250"
     assert got["share.delivery.count.limit"].value == "7"
