@@ -9,7 +9,9 @@ record whose value is a small JSON document (``create_topic``,
 group's whole override set; empty removes the group), ``broker_configs``
 (a level of dynamic broker configs, "" or a node id, as a whole set of raw
 values; ``dynamic_config``), ``register_broker``,
-``fence_broker``, ``unfence_broker``, ``client_quotas`` (ops setting and
+``fence_broker``, ``unfence_broker``, ``unregister_broker`` (UnregisterBroker: the
+registration stays, fenced and ``retired``, so the same process cannot
+register again — a restart does), ``client_quotas`` (ops setting and
 removing an entity's quota values, ``controller.client_quotas``), ``reassign`` (a
 partition's replicas start moving: its target and original replicas) and
 ``reassign_done`` (they moved, ``controller.reassignment``); ``cluster`` and ``producer_ids`` only in
@@ -62,6 +64,9 @@ class BrokerInfo:
     incarnation: str
     fenced: bool = True
     controller_only: bool = False  # a controller (process.roles=controller): no partitions
+    # unregistered (UnregisterBroker, ``kcompat cluster decommission``): fenced, left out
+    # of every listing and placement; this incarnation never registers again
+    retired: bool = False
 
 
 @dataclass(frozen=True)
@@ -119,7 +124,7 @@ class MetadataImage:
 
     def broker_ids(self) -> set[int]:
         """Registered brokers, fenced or not: where replicas may be placed."""
-        return {n for n, b in self.brokers.items() if not b.controller_only}
+        return {n for n, b in self.brokers.items() if not b.controller_only and not b.retired}
 
     def apply(self, rec: dict[str, Any]) -> None:
         kind = rec["type"]
@@ -162,11 +167,16 @@ class MetadataImage:
             self.brokers[rec["id"]] = BrokerInfo(rec["id"], rec["host"], rec["port"],
                                                  rec.get("rack"), rec["incarnation"],
                                                  bool(rec["fenced"]),
-                                                 bool(rec.get("controller_only", False)))
+                                                 bool(rec.get("controller_only", False)),
+                                                 bool(rec.get("retired", False)))
         elif kind in ("fence_broker", "unfence_broker"):
             broker = self.brokers.get(rec["id"])
             if broker is not None and broker.incarnation == rec["incarnation"]:
                 broker.fenced = kind == "fence_broker"
+        elif kind == "unregister_broker":
+            broker = self.brokers.get(rec["id"])
+            if broker is not None and broker.incarnation == rec["incarnation"]:
+                broker.fenced = broker.retired = True
         elif kind == "producer_ids":
             self.producer_id_limit = max(self.producer_id_limit, rec["limit"])
         elif kind == "client_quotas":

@@ -1,7 +1,7 @@
 """``kcompat cluster info`` — cluster id, controller, brokers and topic/group counts,
 and each node's part in the metadata quorum (DescribeQuorum): ``controller`` (the
 quorum's leader), ``voter``, or ``observer`` (a broker-only node).
-``cluster rebalance|decommission``: ``reassign``. ``cluster add-voter|remove-voter
+``cluster rebalance|decommission|unregister``: ``reassign``. ``cluster add-voter|remove-voter
 NODE``: AddRaftVoter / RemoveRaftVoter (KIP-853) through any broker."""
 
 from __future__ import annotations

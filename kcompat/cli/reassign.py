@@ -16,10 +16,12 @@ rebalance`` reads the layout (Metadata) and the partition sizes
 (DescribeLogDirs of every broker), computes a balanced plan (``_balance``)
 and prints it with the spread before and after — a dry run unless
 ``--execute``. ``cluster decommission NODE`` is the same plan with NODE
-drained, executed at once; ``--wait`` (the default for decommission) blocks
-until nothing is moving, so the node can then be stopped, and then elects
-the plan's preferred leaders (ElectLeaders) rather than leave them to the
-next leader balance check.
+drained, executed at once; it waits (unless ``--no-wait``) until nothing is
+moving, elects the plan's preferred leaders (ElectLeaders) rather than leave
+them to the next leader balance check, and then fences the node for good
+(UnregisterBroker, as ``cluster unregister NODE`` and ``kafka-cluster.sh
+unregister`` do): no new replica goes there, and the process can be stopped —
+restarted, it registers again.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from kio.schema.elect_leaders.v2 import request as elect
 from kio.schema.list_partition_reassignments.v0 import request as listing
 from kio.schema.metadata.v12 import request as metadata
 from kio.schema.types import BrokerId, TopicName
+from kio.schema.unregister_broker.v0 import request as unregister_req
 from kio.static.primitive import i8, i32, i32Timedelta
 
 from kcompat.cli import _balance
@@ -72,12 +75,19 @@ def register_cluster(csub: Any) -> None:
     add_client_args(p)
     p.set_defaults(func=cmd_rebalance)
 
-    p = csub.add_parser("decommission", help="move every replica off a broker, then it can be "
-                        "stopped")
+    p = csub.add_parser("decommission", help="move every replica off a broker, then fence it "
+                        "for good (unregister); it can then be stopped")
     p.add_argument("node", type=int, metavar="NODE")
-    p.add_argument("--no-wait", action="store_true", help="start the moves and return")
+    p.add_argument("--no-wait", action="store_true", help="start the moves and return "
+                   "(the broker stays registered)")
     add_client_args(p)
     p.set_defaults(func=cmd_decommission)
+
+    p = csub.add_parser("unregister", help="fence a broker for good (UnregisterBroker): no new "
+                        "replicas there; its replicas stay (decommission moves them first)")
+    p.add_argument("node", type=int, metavar="NODE")
+    add_client_args(p)
+    p.set_defaults(func=cmd_unregister)
 
 
 # -- requests ---------------------------------------------------------------------------
@@ -285,6 +295,26 @@ def cmd_rebalance(args: argparse.Namespace) -> int:
     return 0
 
 
+def unregister(kio: Cluster, node: int) -> None:
+    answer = kio.bootstrap.call(unregister_req.UnregisterBrokerRequest(broker_id=BrokerId(node)))
+    if answer.error_code != 0:
+        raise CliError(f"cannot unregister broker {node}: {error_name(answer.error_code)}: "
+                       f"{answer.error_message or ''}")
+
+
+def cmd_unregister(args: argparse.Namespace) -> int:
+    kio = _connect(args)
+    try:
+        unregister(kio, args.node)
+    finally:
+        kio.close()
+    if args.json:
+        print_json({"node": args.node, "unregistered": True})
+    else:
+        print(f"broker {args.node} is unregistered (fenced until it restarts)")
+    return 0
+
+
 def cmd_decommission(args: argparse.Namespace) -> int:
     kio = _connect(args)
     try:
@@ -295,9 +325,14 @@ def cmd_decommission(args: argparse.Namespace) -> int:
                 wait_done(kio, set(moves), max(300.0, args.timeout_ms / 1000))
                 elect_preferred(kio, set(moves), 30.0)
         _report(args, parts, moves, brokers, found, True)
+        if not args.no_wait:
+            unregister(kio, args.node)
     finally:
         kio.close()
     if not args.json:
-        state = "holds no replicas now" if not args.no_wait else "is being drained"
-        print(f"broker {args.node} {state}: stop it when nothing is moving")
+        if args.no_wait:
+            print(f"broker {args.node} is being drained: run decommission again (without "
+                  "--no-wait) to fence it once nothing is moving")
+        else:
+            print(f"broker {args.node} holds no replicas and is unregistered (fenced): stop it")
     return 0

@@ -15,8 +15,11 @@ Kafka's errors and changes nothing: a broker that is not registered
 (NO_REASSIGNMENT_IN_PROGRESS). ``kcompat cluster rebalance`` is a dry run
 that moves nothing; ``kcompat cluster decommission 2`` moves every replica
 off broker 2 — the internal topics' too: a group's committed offset stays —
-and reports the spread. Broker 2,
-killed -9 and restarted, replays the metadata log and deletes nothing it
+and reports the spread, then unregisters it: while that process runs it
+stays out of Metadata and a replica assignment naming it is refused
+(INVALID_REPLICA_ASSIGNMENT), a second unregistration is
+BROKER_ID_NOT_REGISTERED. Broker 2,
+killed -9 and restarted, registers again, replays the metadata log and deletes nothing it
 should keep and keeps nothing it should not. Every acknowledged record is
 then read exactly once, in order, from each partition.
 """
@@ -160,11 +163,22 @@ def test_replicas_move_while_a_producer_writes_and_a_broker_is_decommissioned(
               "no replica left on broker 2")
         el.wait(lambda: not _partition_dirs(cluster.brokers[2]),
               "broker 2 deleting every partition directory")
+        # decommission unregistered broker 2: fenced for good while this process
+        # runs (its heartbeats re-register nothing), refused as a replica
+        assert 2 not in admin.list_topics(timeout=10).brokers
+        again = _cli("cluster", "unregister", "2", "--bootstrap-server", one)
+        assert again.returncode == 1 and "BROKER_ID_NOT_REGISTERED" in again.stderr, again
+        placed = unique_topic("on-retired")
+        with pytest.raises(Exception, match="INVALID_REPLICA_ASSIGNMENT"):
+            admin.create_topics([NewTopic(placed, 1, replica_assignment=[[2, 3]])],
+                                operation_timeout=20)[placed].result(30)
     assert writer.failed == []
     final = _replicas(one)
 
     cluster.brokers[2].kill()
     cluster.brokers[2].restart()
+    el.wait(lambda: 2 in admin.list_topics(timeout=10).brokers,
+            "the restarted broker 2 registering again")
     el.wait(lambda: _replicas(cluster.brokers[2].bootstrap) == final,
           "the restarted broker 2 describing the same replicas")
     assert _partition_dirs(cluster.brokers[2]) == []

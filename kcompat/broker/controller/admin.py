@@ -163,7 +163,7 @@ async def delete_topic(ctl: Controller, name: str, timeout_s: float = FORWARD_TI
 async def execute(ctl: Controller, intent: dict[str, Any]) -> None:
     """On the controller: validate a change (CreateTopics, DeleteTopics,
     CreatePartitions, AlterConfigs, IncrementalAlterConfigs of a topic or group,
-    AlterClientQuotas, auto-creation), here or forwarded from another broker, against this image, plan it and commit its record; every broker
+    AlterClientQuotas, UnregisterBroker, auto-creation), here or forwarded from another broker, against this image, plan it and commit its record; every broker
     applies it (``metadata_apply``)."""
     cluster = ctl.rt
     _controller(ctl)
@@ -205,6 +205,8 @@ async def execute(ctl: Controller, intent: dict[str, Any]) -> None:
         if moved is None:
             return  # nothing to change
         rec = moved
+    elif op == "unregister_broker":
+        rec = _unregister_record(ctl, int(intent["id"]))
     elif op == "create_topic":
         await _create_forwarded(ctl, intent)
         return
@@ -222,6 +224,16 @@ async def execute(ctl: Controller, intent: dict[str, Any]) -> None:
     else:
         raise TopicError(ErrorCode.invalid_request, f"unknown metadata change {op!r}")
     await _commit(ctl, rec, _commit_timeout(intent))
+
+
+def _unregister_record(ctl: Controller, node: int) -> dict[str, Any]:
+    """UnregisterBroker: the registration in force goes (fenced for good:
+    this incarnation never registers again, a restart does)."""
+    broker = ctl.rt.image.brokers.get(node)
+    if broker is None or broker.retired:
+        raise TopicError(ErrorCode.broker_id_not_registered,
+                         f"Broker ID {node} is not currently registered")
+    return {"type": "unregister_broker", "id": node, "incarnation": broker.incarnation}
 
 
 async def _create_forwarded(ctl: Controller, intent: dict[str, Any]) -> None:

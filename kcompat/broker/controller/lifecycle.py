@@ -21,6 +21,10 @@ and silence produce; this module drives it inside the running broker:
   replica that is still fetching, with a Raft leadership transfer, so clients
   move on without an election timeout (when the last brokers of a cluster
   stop, there is nobody to hand to and it stops at once);
+* unregistered (UnregisterBroker, ``kcompat cluster decommission``): this
+  process stays fenced until it restarts, and hands each partition
+  leadership it holds (or wins later) to a caught-up replica, as in a
+  controlled shutdown — clients are not told of a fenced leader;
 * ``broker_endpoints`` and ``live_broker_ids`` answer where clients and new
   replicas may go; ``advertised_controller`` is the ``controller_id`` clients
   are told: as from a Kafka 4 broker (KIP-590), a random live broker, not the
@@ -88,8 +92,16 @@ class BrokerLifecycle:
                 with trio.move_on_after(rt.tick_s * 2):
                     await rt.meta.changed.wait()
 
+    @property
+    def unregistered(self) -> bool:
+        """The controller unregistered this process (``unregister_broker``)."""
+        me = self.rt.image.brokers.get(self.rt.node_id)
+        return me is not None and me.retired and me.incarnation == self.incarnation
+
     def heartbeat(self, ticks: int, force: bool = False) -> None:
         rt = self.rt
+        if ticks % self.heartbeat_ticks == 0 and self.unregistered:
+            self._hand_off_leaderships()
         controller = rt.controller_id
         if controller == NO_NODE:
             return
@@ -117,17 +129,26 @@ class BrokerLifecycle:
         deadline = trio.current_time() + timeout_s
         while trio.current_time() < deadline:
             self.heartbeat(0, force=True)
-            handing = 0
-            for group in [g for g in rt.groups.values() if g.is_leader and not g.removed]:
-                target = self._successor(group)
-                if target != NO_NODE:
-                    rt.transfer_leadership(group, target)
-                    handing += 1
-            if not handing:  # nothing led, or no live caught-up replica to take it
-                return
-            rt.kick()
+            if not self._hand_off_leaderships(metadata=True):
+                return  # nothing led, or no live caught-up replica to take it
             await trio.sleep(rt.tick_s * 2)
         log.info("controlled shutdown: still leading some groups after %.1f s", timeout_s)
+
+    def _hand_off_leaderships(self, metadata: bool = False) -> int:
+        """Begin handing every group this broker leads (the metadata quorum's
+        only if ``metadata``) to a caught-up live replica; how many."""
+        rt = self.rt
+        handing = 0
+        for group in [g for g in rt.groups.values() if g.is_leader and not g.removed]:
+            if group is rt.meta and not metadata:
+                continue
+            target = self._successor(group)
+            if target != NO_NODE:
+                rt.transfer_leadership(group, target)
+                handing += 1
+        if handing:
+            rt.kick()
+        return handing
 
     def _successor(self, group: Group) -> int:
         """A caught-up replica that fetched within the last election timeout."""
@@ -175,7 +196,8 @@ class BrokerLifecycle:
             broker = rt.image.brokers.get(node)
             if broker is None:  # only while this broker has been up for less than a session
                 return young
-            return broker.fenced and self.membership.alive(node, _clock_ms())
+            return (broker.fenced and not broker.retired
+                    and self.membership.alive(node, _clock_ms()))
 
         with trio.move_on_after(timeout_s):
             while any(pending(n) for n in rt.voters):
@@ -210,12 +232,12 @@ class BrokerLifecycle:
         rt = self.rt
         known = {b.node_id: (b.host, b.port, b.rack) for b in rt.image.brokers.values()}
         live = {b.node_id: (b.host, b.port, b.rack) for b in rt.image.live_brokers()}
-        controllers_only = {n for n, b in rt.image.brokers.items() if b.controller_only}
+        unlisted = {n for n, b in rt.image.brokers.items() if b.controller_only or b.retired}
         if not live:
             live = {n: (h, p, None) for n, (h, p) in rt.voters.items()
-                    if n not in controllers_only}
+                    if n not in unlisted}
         for node in (rt.controller_id, *leaders):
-            if node not in live and node in rt.voters and node not in controllers_only:
+            if node not in live and node in rt.voters and node not in unlisted:
                 h, p = rt.voters[node]
                 live[node] = known.get(node, (h, p, None))
         return [(n, *live[n]) for n in sorted(live)]

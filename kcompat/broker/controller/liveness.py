@@ -16,6 +16,11 @@ broker learns the same membership from the log:
 * ``fence_broker`` — a broker that asked to shut down (controlled shutdown),
   or whose last heartbeat is older than ``broker.session.timeout.ms``.
 
+An unregistered broker (UnregisterBroker, ``unregister_broker``) stays
+fenced: its heartbeats change nothing until it restarts as a new incarnation,
+which registers afresh — as a Kafka broker keeps failing its heartbeats after
+an unregistration until it is restarted.
+
 Only unfenced brokers are *live*: Metadata and DescribeCluster list them, and
 new replicas (CreateTopics, CreatePartitions) are placed on them, so a
 replication factor above the live count is INVALID_REPLICATION_FACTOR.
@@ -57,6 +62,8 @@ class Membership:
                   now: float) -> list[dict[str, Any]]:
         self._last_seen[hb.node_id] = now
         current = brokers.get(hb.node_id)
+        if current is not None and current.retired and current.incarnation == hb.incarnation:
+            return []
         if hb.shutting_down:
             self._shutting_down.add(hb.incarnation)
         if hb.incarnation in self._shutting_down:

@@ -33,7 +33,7 @@ import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from kcompat.broker.metadata import Reassignment
+from kcompat.broker.metadata import MetadataImage, Reassignment
 from kcompat.broker.replication.storage import PartitionLogStorage
 from kcompat.log.files import atomic_write
 from kcompat.log.store import FileStore
@@ -110,6 +110,16 @@ class MetadataLogStorage(PartitionLogStorage):
                 store.remove(path)
 
 
+def broker_entries(image: MetadataImage) -> list[dict[str, Any]]:
+    """The registrations, each a ``register_broker`` record's fields (the
+    loader applies them as such)."""
+    return [{"id": b.node_id, "host": b.host, "port": b.port, "rack": b.rack,
+             "incarnation": b.incarnation, "fenced": b.fenced,
+             **({"controller_only": True} if b.controller_only else {}),
+             **({"retired": True} if b.retired else {})}
+            for b in image.brokers.values()]
+
+
 def encode(rt: ClusterRuntime) -> bytes:
     """The applied metadata image (with every replica assignment) as JSON."""
     image = rt.image
@@ -121,10 +131,7 @@ def encode(rt: ClusterRuntime) -> bytes:
             "assignments": [[gid, list(replicas)] for gid, replicas in
                             (rt.assignments[(meta.name, i)] for i in range(meta.partitions))],
         })
-    brokers = [{"id": b.node_id, "host": b.host, "port": b.port, "rack": b.rack,
-                "incarnation": b.incarnation, "fenced": b.fenced,
-                **({"controller_only": True} if b.controller_only else {})}
-               for b in image.brokers.values()]
+    brokers = broker_entries(image)
     doc = {"cluster_id": image.cluster_id, "producer_id_limit": image.producer_id_limit,
            "topics": topics, "brokers": brokers, "group_configs": image.group_configs,
            "broker_configs": image.broker_configs,

@@ -41,6 +41,7 @@ _MODULES = {
     v.DESCRIBE_QUORUM: "describe_quorum",
     v.ADD_RAFT_VOTER: "add_raft_voter",
     v.REMOVE_RAFT_VOTER: "remove_raft_voter",
+    v.UNREGISTER_BROKER: "unregister_broker",
     v.LIST_CONFIG_RESOURCES: "list_config_resources",
     v.DESCRIBE_CLIENT_QUOTAS: "describe_client_quotas",
     v.ALTER_CLIENT_QUOTAS: "alter_client_quotas",

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from kcompat.broker.controller.liveness import Membership
+from kcompat.broker.controller.metadata_snapshot import broker_entries
 from kcompat.broker.metadata import MetadataImage
 from kcompat.broker.replication.codec import Heartbeat
 
@@ -99,3 +100,38 @@ def test_changed_endpoint_or_rack_re_registers() -> None:
     commit(image, m.heartbeat(hb(1), image.brokers, 0))
     assert commit(image, m.heartbeat(hb(1, rack="r1"), image.brokers, 10)) == ["register_broker"]
     assert image.brokers[1].rack == "r1"
+
+
+def test_an_unregistered_process_stays_fenced_until_it_restarts() -> None:
+    image, m = MetadataImage(), Membership(TIMEOUT_MS)
+    for node in (1, 2):
+        commit(image, m.heartbeat(hb(node), image.brokers, 0))
+    commit(image, [{"type": "unregister_broker", "id": 2, "incarnation": "i1"}])
+    assert image.brokers[2].fenced and image.brokers[2].retired
+    assert [b.node_id for b in image.live_brokers()] == [1] and image.broker_ids() == {1}
+    # the same process keeps heartbeating: nothing is proposed, it never unfences
+    assert m.heartbeat(hb(2), image.brokers, 100) == []
+    assert m.expire(image.brokers, TIMEOUT_MS * 3) == [{"type": "fence_broker", "id": 1,
+                                                       "incarnation": "i1",
+                                                       "reason": "session expired"}]
+    # an unregistration naming an older process changes nothing
+    commit(image, [{"type": "unregister_broker", "id": 1, "incarnation": "i0"}])
+    assert not image.brokers[1].retired
+    # restarted (a new incarnation): registers afresh
+    assert commit(image, m.heartbeat(hb(2, "i2"), image.brokers, 200)) == ["register_broker"]
+    assert not image.brokers[2].retired and not image.brokers[2].fenced
+    assert image.broker_ids() == {1, 2}
+
+
+def test_checkpoints_keep_unregistered_and_controller_only_registrations() -> None:
+    image = MetadataImage()
+    for node in (1, 2, 3):
+        image.apply({"type": "register_broker", "id": node, "incarnation": f"i{node}",
+                     "host": "h", "port": node, "rack": None, "fenced": False,
+                     **({"controller_only": True} if node == 3 else {})})
+    image.apply({"type": "unregister_broker", "id": 2, "incarnation": "i2"})
+    loaded = MetadataImage()
+    for entry in broker_entries(image):
+        loaded.apply({"type": "register_broker", **entry})
+    assert loaded.brokers == image.brokers
+    assert loaded.brokers[2].retired and loaded.brokers[3].controller_only

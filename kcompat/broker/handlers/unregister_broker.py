@@ -1,0 +1,31 @@
+"""UnregisterBroker (key 64), version 0 (``kafka-cluster.sh unregister``).
+
+Quirks: any broker takes it and the controller carries it out
+(``controller.admin``): the broker's registration in force is fenced for good
+(``unregister_broker``) — left out of Metadata, DescribeCluster (fenced ones
+included) and new replica placements, and a manual assignment naming it is
+refused as for an unknown broker. A running process that was unregistered
+stays fenced and hands its partition leaderships on; it registers again only
+when restarted, as in Kafka. The replicas it holds are not moved: ``kcompat
+cluster decommission`` moves them first. An id with no registration is
+BROKER_ID_NOT_REGISTERED.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kcompat.broker.context import RequestContext
+from kcompat.broker.controller.admin import submit
+from kcompat.broker.handlers._common import NO_THROTTLE, OK
+from kcompat.broker.state import TopicError
+
+
+async def handle(ctx: RequestContext, request: Any) -> Any:
+    code, message = OK, None
+    try:
+        await submit(ctx.controller, {"op": "unregister_broker", "name": "",
+                                      "id": int(request.broker_id)})
+    except TopicError as e:
+        code, message = e.code, e.message
+    return ctx.response(throttle_time=NO_THROTTLE, error_code=code, error_message=message)
