@@ -15,7 +15,7 @@ do for (unknown topic or partition, unregistered, repeated or no replicas, a
 cancellation with nothing in progress, the current replicas, a replication factor
 change with ``allow_replication_factor_change`` false, a topic or partition named
 twice; no topics, no partitions) with ListPartitionReassignments after it: nothing
-in progress. Each step is a test: kcompat's observation must equal Kafka's. Quota
+in progress; UnregisterBroker of an id nobody registered. Each step is a test: kcompat's observation must equal Kafka's. Quota
 entity names carry a per-run suffix, so the script can run against a long-lived
 broker too.
 """
@@ -42,6 +42,7 @@ from kio.schema.elect_leaders.v2 import request as el
 from kio.schema.list_config_resources.v1.request import ListConfigResourcesRequest
 from kio.schema.list_partition_reassignments.v0 import request as lpr
 from kio.schema.metadata.v12 import request as metadata
+from kio.schema.unregister_broker.v0 import request as ub
 from kio.static.primitive import f64, i8, i32
 
 from compat_tests._broker import Broker
@@ -327,6 +328,8 @@ def run_script(bootstrap: str) -> dict[str, Obs]:
         obs[step] = _reassign(conn, tps, allow)
     for step, topics in LIST_STEPS.items():
         obs[step] = _list_reassignments(conn, topics)
+    r = conn.call(ub.UnregisterBrokerRequest(broker_id=i32(NO_BROKER)))
+    obs["unregister_unknown_broker"] = (r.error_code.name, r.error_message)
     return obs
 
 
@@ -342,7 +345,7 @@ STEPS = ["alter_validate_only", "describe_after_validate_only",
          "quorum_metadata", "quorum_other_partition", "quorum_other_topic",
          "resources_brokers", "resources_loggers", "resources_topics",
          "resources_client_metrics", "resources_groups", "resources_bad_type",
-         *reassign_steps(1), *LIST_STEPS]
+         *reassign_steps(1), *LIST_STEPS, "unregister_unknown_broker"]
 
 
 def _normalized(obs: dict[str, Obs], suffix_of: Callable[[str], str]) -> dict[str, Obs]:

@@ -315,6 +315,12 @@ def test_cluster_info(broker: Broker) -> None:
     assert info["controller_id"] == 1 and info["cluster_id"]  # type: ignore[index]
     assert info["quorum"] == {"leader": 1, "voters": [1], "observers": []}  # type: ignore[index]
     assert "Cluster:" in kc(broker, "cluster", "info").stdout
+    # the last voter cannot go (Kafka 4.4: VOTER_NOT_FOUND), nor a broker nobody registered
+    last = kc(broker, "cluster", "remove-voter", "1", expect=1).stderr
+    assert "VOTER_NOT_FOUND: Cannot remove voter 1 from the set of voters [1]" in last, last
+    assert "BROKER_ID_NOT_REGISTERED" in kc(broker, "cluster", "unregister", "9",
+                                            expect=1).stderr
+    assert kc_json(broker, "cluster", "info")["quorum"]["voters"] == [1]  # type: ignore[index]
 
 
 def test_clear_errors(broker: Broker) -> None:

@@ -6,7 +6,8 @@ out and it is answered once committed. The removed node keeps following the
 metadata log as an observer (a broker still, if it hosts partitions) — it can
 be stopped, or added back. A leader removing itself hands the leadership to
 the most caught-up voter once the change commits. VOTER_NOT_FOUND for a node
-that is no voter, INVALID_REQUEST for the last voter.
+that is no voter and for the last voter (as Kafka 4.4 answers, with its
+message less the directory ids).
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ refused as for an unknown broker. A running process that was unregistered
 stays fenced and hands its partition leaderships on; it registers again only
 when restarted, as in Kafka. The replicas it holds are not moved: ``kcompat
 cluster decommission`` moves them first. An id with no registration is
-BROKER_ID_NOT_REGISTERED.
+BROKER_ID_NOT_REGISTERED, as a second unregistration is.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from kcompat.broker.state import TopicError
 
 
 async def handle(ctx: RequestContext, request: Any) -> Any:
-    code, message = OK, None
+    code, message = OK, ""  # Kafka 4.4 answers an empty message, not null
     try:
         await submit(ctx.controller, {"op": "unregister_broker", "name": "",
                                       "id": int(request.broker_id)})

@@ -57,16 +57,18 @@ log = logging.getLogger("kcompat.cluster")
 
 TRANSFER, STATUS, VOTER, MOVING = ("transfer_leader", "quorum_status", "change_voter",
                                    "reassignments")
-#: Raft's refusals of a voter change that are final, as KIP-853's errors; the
-#: others (not caught up, a change pending, nothing of the term committed yet)
-#: are retried until the request's timeout
+#: Raft's refusals of a voter change that are final, as KIP-853's errors (Kafka
+#: 4.4's codes and wording, less its directory ids: removing the last voter is
+#: VOTER_NOT_FOUND as removing a node that is none); the others (not caught up,
+#: a change pending, nothing of the term committed yet) are retried until the
+#: request's timeout
 FINAL_REFUSALS = {
-    Refusal.ALREADY_VOTER: (ErrorCode.duplicate_voter, "The voter {node} is already part of "
-                            "the set of voters."),
-    Refusal.NOT_A_VOTER: (ErrorCode.voter_not_found, "The voter {node} is not part of the set "
-                          "of voters."),
-    Refusal.LAST_VOTER: (ErrorCode.invalid_request, "Cannot remove the voter {node}: it is the "
-                         "last one."),
+    Refusal.ALREADY_VOTER: (ErrorCode.duplicate_voter, "The voter id for {node} is already "
+                            "part of the set of voters {voters}."),
+    Refusal.NOT_A_VOTER: (ErrorCode.voter_not_found, "Cannot remove voter {node} from the set "
+                          "of voters {voters}"),
+    Refusal.LAST_VOTER: (ErrorCode.voter_not_found, "Cannot remove voter {node} from the set "
+                         "of voters {voters}"),
 }
 
 
@@ -254,7 +256,8 @@ class QuorumAdmin:
                     break
                 if result.reason in FINAL_REFUSALS:
                     code, text = FINAL_REFUSALS[result.reason]
-                    return code, {"message": text.format(node=node)}
+                    voters = sorted(meta.raft.voters)
+                    return code, {"message": text.format(node=node, voters=voters)}
                 await trio.sleep(rt.tick_s)  # not caught up, or a change pending
             log.info("node %d %s voter %d of the metadata quorum (KIP-853)", rt.node_id,
                      "adds" if add else "removes", node)
