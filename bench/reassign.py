@@ -96,7 +96,13 @@ class Probe:
         self._value = os.urandom(RECORD)
 
     def _run(self) -> None:
+        due = time.monotonic()
         while not self._stop.is_set():
+            # open loop: one record every PROBE_EVERY_S whatever the latency (serving
+            # delivery reports meanwhile), not one as soon as the last is acknowledged
+            while (left := due - time.monotonic()) > 0:
+                self.producer.poll(left)
+            due = max(due + PROBE_EVERY_S, time.monotonic())
             sent = time.monotonic()
 
             def done(err: Any, _msg: Any, sent: float = sent) -> None:
@@ -106,7 +112,7 @@ class Probe:
                     self.failed += 1
 
             self.producer.produce("probe", self._value, partition=0, on_delivery=done)
-            self.producer.poll(PROBE_EVERY_S)
+            self.producer.poll(0)
         self.producer.flush(30)
 
     def start(self) -> Probe:

@@ -760,7 +760,8 @@ class Raft:
         progress = self._progress[m.src]
         entries: tuple[Entry, ...] = ()
         if check.match_end is not None:
-            entries = tuple(self.log.entries_from(m.fetch_offset, self.config.max_fetch_bytes))
+            entries = tuple(self.log.entries_from(
+                m.fetch_offset, m.max_bytes or self.config.max_fetch_bytes))
             if not entries and progress.hw_sent == self.high_watermark and not force:
                 progress.parked = m
                 progress.parked_ticks = 0

@@ -152,6 +152,7 @@ class FetchRequest:
     fetch_offset: int
     last_fetched_term: int
     quiet: bool = False  # sent by a quiesced follower: park it without waking the group
+    max_bytes: int = 0  # entries' bytes to answer at most (0: the leader's max_fetch_bytes)
 
 
 @dataclass(frozen=True, slots=True)

@@ -315,9 +315,9 @@ def encode(frame: RaftFrame) -> bytes:
     if frame.reply_to is not None:
         doc["at"] = list(frame.reply_to)
     body = json.dumps(doc, separators=(",", ":")).encode()
-    payload = b"".join([_HEADER.pack(KCOMPAT_RAFT, 0, 0, -1), _U32.pack(len(body)), body,
-                        *blobs])
-    return _U32.pack(len(payload)) + payload
+    size = HEADER_SIZE + 4 + len(body) + sum(map(len, blobs))
+    return b"".join([_U32.pack(size), _HEADER.pack(KCOMPAT_RAFT, 0, 0, -1),
+                     _U32.pack(len(body)), body, *blobs])  # one copy of the entries' bytes
 
 
 def decode(frame: bytes) -> RaftFrame:

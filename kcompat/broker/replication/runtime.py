@@ -520,9 +520,11 @@ class ClusterRuntime:
         for m in decoded.messages:
             group = self.groups.get(m.group)
             if group is not None and not group.removed and m.dst == self.node_id:
-                if isinstance(m, FetchRequest) and self._catching_up(group, m.src) \
-                        and not self.throttle.admit(m):
-                    continue  # throttled: stepped once the bucket refills (``_tick``)
+                if isinstance(m, FetchRequest) and self._catching_up(group, m.src):
+                    admitted = self.throttle.admit(m)
+                    if admitted is None:
+                        continue  # throttled: stepped once the bucket refills (``_tick``)
+                    m = admitted
                 self._step(group, m)
         for mk in decoded.markers:
             handler = self.inbound.get(type(mk))

@@ -11,7 +11,7 @@
 
 from __future__ import annotations
 
-from kcompat.raft import Role
+from kcompat.raft import FetchRequest, FetchResponse, Role
 from kcompat.testing.raft_env import RaftEnv
 
 
@@ -88,3 +88,23 @@ def test_heard_high_watermark_runs_ahead_of_a_lagging_follower() -> None:
     assert env.nodes[3].high_watermark < 5
     env.stabilize()
     assert env.nodes[3].high_watermark == env.nodes[3].heard_high_watermark == 5
+
+
+def test_a_fetch_names_its_own_byte_limit() -> None:
+    """``FetchRequest.max_bytes`` (the replication throttle sizes observers'
+    fetches with it) caps the answer below the leader's max_fetch_bytes — at
+    least one entry still goes; 0 leaves the leader's limit."""
+    env = RaftEnv()
+    env.add_nodes(3, always_leader_change=False)
+    _elect(env, 1)
+    for i in range(4):
+        env.propose(1, f"r{i}")
+    env.stabilize()
+    leader = env.nodes[1]
+    answers = []
+    for limit in (1, 0):
+        leader.step(FetchRequest(leader.group, 2, 1, leader.term, 0, 0, max_bytes=limit))
+        ready = leader.ready()
+        answers += [m for m in ready.messages if isinstance(m, FetchResponse) and m.dst == 2]
+        leader.advance(ready)
+    assert [len(a.entries) for a in answers] == [1, leader.log.end]
