@@ -20,6 +20,11 @@ is best effort, as Raft assumes: when a peer is down, slow or stopped
 (SIGSTOP), frames are dropped rather than queued without bound, and the
 connection is re-dialled; the Raft core re-sends what matters (fetch retries,
 BeginQuorumEpoch, votes on the next timeout).
+
+A large frame (a catching-up replica's entries) goes out ``SEND_SLICE`` bytes
+per send: on loopback the kernel does the receiver's work inside the sender's
+send call, and one call of a few hundred KiB holds the event loop — and the
+requests it serves — for a millisecond or more; trio yields between slices.
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ QUEUE_FRAMES_MAX = 256
 CONNECT_TIMEOUT_S = 1.0
 SEND_TIMEOUT_S = 3.0
 RETRY_S = 0.2
+SEND_SLICE = 64 << 10
 
 
 class Link(Protocol):
@@ -93,7 +99,12 @@ class PeerLink:
                     while True:
                         frame = await self._receive.receive()
                         with trio.fail_after(SEND_TIMEOUT_S):
-                            await stream.send_all(frame)
+                            if len(frame) <= SEND_SLICE:
+                                await stream.send_all(frame)
+                                continue
+                            with memoryview(frame) as view:
+                                for at in range(0, len(frame), SEND_SLICE):
+                                    await stream.send_all(view[at:at + SEND_SLICE])
             except (OSError, trio.BrokenResourceError, trio.ClosedResourceError,
                     trio.TooSlowError):
                 log.info("lost connection to peer %d", self.node_id)
