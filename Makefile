@@ -45,11 +45,15 @@ lint: $(STAMP)
 	$(VENV)/bin/lint-imports --no-cache
 	$(PY) tools/import_cycles.py kcompat
 
-# The simulators (tests/sim: pure CPU, about a minute) run beside the rest of the
-# suite, which mostly waits on broker and client processes; both runs must pass.
+# The rest of the suite mostly waits on broker and client processes: two pytest-xdist
+# workers take a test file each at a time (each has its own port slice,
+# compat_tests._broker.free_port). The simulators (tests/sim: pure CPU, about a
+# minute) run beside them at a lower priority; both runs must pass.
+TEST_WORKERS ?= 2
 test: $(STAMP) tools java-deps lint
-	@$(PY) -m pytest -q -p no:cacheprovider tests/sim > .sim-tests.log 2>&1 & sim=$$!; \
-	$(PY) -m pytest -q -p no:cacheprovider --ignore=tests/sim $(PYTEST_ARGS); rest=$$?; \
+	@nice -n 10 $(PY) -m pytest -q -p no:cacheprovider tests/sim > .sim-tests.log 2>&1 & sim=$$!; \
+	$(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile --ignore=tests/sim \
+	  $(PYTEST_ARGS); rest=$$?; \
 	wait $$sim; sim_rc=$$?; echo "--- tests/sim (run beside the rest, exit $$sim_rc) ---"; \
 	cat .sim-tests.log; test $$rest -eq 0 -a $$sim_rc -eq 0
 

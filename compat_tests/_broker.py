@@ -52,20 +52,38 @@ class BrokerError(RuntimeError):
     """The broker process did not start or stop as the CLI contract says."""
 
 
-_HANDED_OUT: set[int] = set()
+#: ports tests hand out: below the kernel's ephemeral range (32768-60999 by default),
+#: so no client connection's local port takes one between free_port() and the
+#: broker's bind; each pytest-xdist worker has its own slice, so two workers never
+#: hand out the same port
+PORT_BASE, PORT_SLICE = 20000, 3000
+_next_port: list[int] = []
+
+
+def _slice() -> int:
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
+    index = int(worker[2:]) if worker[2:].isdigit() else 0
+    return PORT_BASE + (index % 4) * PORT_SLICE
 
 
 def free_port(host: str = "127.0.0.1") -> int:
-    """A port nothing listens on, never one this process handed out before: the
-    kernel may give the same free port to two binds in a row (two brokers of
-    one cluster were once given the same port, and one could not start)."""
-    while True:
+    """A port nothing listens on, from this process's slice, handed out in turn
+    (not again until the slice wraps): the kernel's own pick (bind to 0) may give
+    the same free port to two binds in a row, or to a client connection, and two
+    brokers of one cluster were once given the same port."""
+    base = _slice()
+    if not _next_port:
+        _next_port.append(base + (os.getpid() * 7919) % PORT_SLICE)
+    for _ in range(PORT_SLICE):
+        port = _next_port[0]
+        _next_port[0] = base + (port + 1 - base) % PORT_SLICE
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            s.bind((host, 0))
-            port = int(s.getsockname()[1])
-        if port not in _HANDED_OUT:
-            _HANDED_OUT.add(port)
-            return port
+            try:
+                s.bind((host, port))
+            except OSError:
+                continue  # in use (or lingering): the next one
+        return port
+    raise RuntimeError(f"no free port in {base}..{base + PORT_SLICE - 1}")
 
 
 def unique_topic(prefix: str = "t") -> str:
