@@ -12,7 +12,8 @@ nothing moving; Metadata then lists the targets, broker 1 no longer has the
 partitions' directories and broker 4 has them. Bad input through the CLI gets
 Kafka's errors and changes nothing: a broker that is not registered
 (INVALID_REPLICA_ASSIGNMENT), a cancellation with nothing in progress
-(NO_REASSIGNMENT_IN_PROGRESS). ``kcompat cluster rebalance`` is a dry run
+(NO_REASSIGNMENT_IN_PROGRESS); as in Kafka 4.4, a replication factor (and
+a reassignment target) below ``min.insync.replicas`` is accepted. ``kcompat cluster rebalance`` is a dry run
 that moves nothing; ``kcompat cluster decommission 2`` moves every replica
 off broker 2 — the internal topics' too: a group's committed offset stays —
 and reports the spread, then unregisters it: while that process runs it
@@ -110,8 +111,12 @@ def test_replicas_move_while_a_producer_writes_and_a_broker_is_decommissioned(
     admin = AdminClient({"bootstrap.servers": one, "log_level": 0})
     el.wait(lambda: 4 in admin.list_topics(timeout=10).brokers, "broker 4 in Metadata")
     wide, lone = unique_topic("moving-rf3"), unique_topic("moving-rf1")
+    # min.insync.replicas 2 on every topic: Kafka 4.4 neither refuses a replication
+    # factor below it (CreateTopics) nor a reassignment to fewer replicas, and an
+    # acks=all producer writes to such a partition (probed on 3 Kafka brokers)
     for name, replicas in ((wide, [1, 2, 3]), (lone, [1])):
-        admin.create_topics([NewTopic(name, 1, replica_assignment=[replicas])],
+        admin.create_topics([NewTopic(name, 1, replica_assignment=[replicas],
+                                      config={"min.insync.replicas": "2"})],
                             operation_timeout=20)[name].result(30)
     el.wait(lambda: {(wide, 0), (lone, 0)} <= set(_replicas(one)), "the topics' partitions")
 
