@@ -68,6 +68,12 @@ class BrokerInfo:
     # of every listing and placement; this incarnation never registers again
     retired: bool = False
 
+    @property
+    def hidden(self) -> bool:
+        """Never listed to clients nor given replicas: a controller-only node
+        or an unregistered broker."""
+        return self.controller_only or self.retired
+
 
 @dataclass(frozen=True)
 class Reassignment:
@@ -124,7 +130,7 @@ class MetadataImage:
 
     def broker_ids(self) -> set[int]:
         """Registered brokers, fenced or not: where replicas may be placed."""
-        return {n for n, b in self.brokers.items() if not b.controller_only and not b.retired}
+        return {n for n, b in self.brokers.items() if not b.hidden}
 
     def apply(self, rec: dict[str, Any]) -> None:
         kind = rec["type"]

@@ -164,20 +164,18 @@ def wait_done(kio: Cluster, keys: set[Key], timeout_s: float) -> None:
         time.sleep(WAIT_POLL_S)
 
 
-def elect_preferred(kio: Cluster, keys: set[Key], timeout_s: float) -> int:
+def elect_preferred(kio: Cluster, keys: set[Key], timeout_s: float) -> None:
     """ElectLeaders (PREFERRED) for ``keys``, so the leaders follow the plan's
-    first replicas now rather than at the next leader balance check; the
-    number of partitions whose leadership moved."""
+    first replicas now rather than at the next leader balance check (a
+    partition it could not move yet is left to that check)."""
     by_topic: dict[str, list[int]] = {}
     for topic, index in sorted(keys):
         by_topic.setdefault(topic, []).append(index)
-    answer = kio.bootstrap.call(elect.ElectLeadersRequest(
+    kio.bootstrap.call(elect.ElectLeadersRequest(
         election_type=i8(0), timeout=i32Timedelta.parse(timedelta(seconds=timeout_s)),
         topic_partitions=tuple(elect.TopicPartitions(
             topic=TopicName(t), partitions=tuple(i32(i) for i in ps))
             for t, ps in by_topic.items())), timeout_s=timeout_s + 5)
-    return sum(1 for t in answer.replica_election_results for p in t.partition_result
-               if p.error_code == 0)
 
 
 # -- commands ---------------------------------------------------------------------------

@@ -74,14 +74,16 @@ class BrokerLifecycle:
 
     @property
     def serving(self) -> bool:
-        """Caught up and registered unfenced (or stopping), and running long
-        enough to have heard every peer's leadership announcements (partitions
-        this broker does not replicate have no other source of leaders)."""
+        """Caught up and registered unfenced (or stopping, or unregistered: it
+        still answers clients, as Kafka's does), and running long enough to
+        have heard every peer's leadership announcements (partitions this
+        broker does not replicate have no other source of leaders)."""
         rt = self.rt
         me = rt.image.brokers.get(rt.node_id)
         registered = me is not None and me.incarnation == self.incarnation and not me.fenced
         heard = not rt.peers or rt.ticks >= ANNOUNCE_ROUNDS * rt.announce_ticks
-        return rt.caught_up and heard and (registered or self.shutting_down)
+        return rt.caught_up and heard and (registered or self.shutting_down
+                                           or self.unregistered)
 
     async def wait_serving(self, timeout_s: float) -> None:
         """Like a Kafka broker that has not replayed the metadata log yet, hold
@@ -232,7 +234,7 @@ class BrokerLifecycle:
         rt = self.rt
         known = {b.node_id: (b.host, b.port, b.rack) for b in rt.image.brokers.values()}
         live = {b.node_id: (b.host, b.port, b.rack) for b in rt.image.live_brokers()}
-        unlisted = {n for n, b in rt.image.brokers.items() if b.controller_only or b.retired}
+        unlisted = {n for n, b in rt.image.brokers.items() if b.hidden}
         if not live:
             live = {n: (h, p, None) for n, (h, p) in rt.voters.items()
                     if n not in unlisted}

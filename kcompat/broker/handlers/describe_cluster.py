@@ -46,7 +46,7 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
         for node, host, port, rack in ctx.controller.lifecycle.broker_endpoints())
     if getattr(request, "include_fenced_brokers", False):
         listed = {b.broker_id for b in brokers} | {
-            n for n, b in registered.items() if b.controller_only or b.retired}
+            n for n, b in registered.items() if b.hidden}
         brokers += tuple(
             ctx.build("DescribeClusterBroker", broker_id=b.node_id, rack=b.rack, host=b.host,
                       port=b.port, is_fenced=True)
