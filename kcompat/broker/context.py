@@ -17,6 +17,7 @@ from kcompat.broker.share_groups import ShareGroupService
 from kcompat.broker.shares import ShareService
 from kcompat.broker.state import BrokerState
 from kcompat.broker.transactions import TxnService
+from kcompat.security.principal import ANONYMOUS
 from kcompat.wire import codec
 
 
@@ -28,6 +29,10 @@ class RequestContext:
     correlation_id: int
     client_id: str | None
     client_host: str = ""
+    # who sent it (``kcompat.security.principal``): authenticated by SASL or a client
+    # certificate on this connection, else ``User:ANONYMOUS``; and the listener's name
+    principal: str = ANONYMOUS
+    listener: str = ""
 
     @property
     def state(self) -> BrokerState:
