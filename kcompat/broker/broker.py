@@ -45,6 +45,7 @@ from kcompat.broker.shares import ShareService
 from kcompat.broker.state import BrokerState
 from kcompat.broker.transactions import TxnService
 from kcompat.log.store import OS_STORE, FileStore
+from kcompat.security.acl import AclStore, Authorizer, parse_super_users
 
 
 class Broker:
@@ -52,6 +53,8 @@ class Broker:
                  links: LinkFactory | None = None, rng: Random | None = None) -> None:
         self.config = config
         self.state = BrokerState(config, store)
+        # None without ``authorizer.class.name``: every request allowed (RequestContext.authorize)
+        self.authorizer = authorizer_of(config, self.state.metadata.image.acls)
         self.draining = False  # SIGTERM: connections close once idle (``connection``)
         self.idle_reads: set[trio.CancelScope] = set()
         voters = (",".join(config["controller.quorum.voters"])
@@ -92,3 +95,12 @@ class Broker:
 
     def close(self) -> None:
         self.state.close()
+
+
+def authorizer_of(config: BrokerConfig, acls: AclStore) -> Authorizer | None:
+    """The authorizer ``authorizer.class.name`` names, reading the ACLs of the
+    metadata image (applied in log order on every broker), or None."""
+    if not config["authorizer.class.name"]:
+        return None
+    return Authorizer(acls, parse_super_users(config["super.users"]),
+                      config["allow.everyone.if.no.acl.found"])

@@ -21,6 +21,7 @@ from typing import Any
 import yaml
 
 from kcompat.broker.configdef import ConfigDef, ConfigError
+from kcompat.security.acl import STANDARD_AUTHORIZER
 
 
 def _one_dir(value: list[str]) -> str | None:
@@ -178,6 +179,15 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
         _D("replica.selector.class", "string", "", check=lambda v: None if v in (
             "", RACK_AWARE_SELECTOR) else f"{v!r} is not a replica selector kcompat has (it has "
            f"{RACK_AWARE_SELECTOR}; unset, leaders serve every read)"),
+        # ACLs (``kcompat.security.acl``): Kafka's StandardAuthorizer, or none ("": every
+        # request allowed, the ACL APIs answer SECURITY_DISABLED). super.users and
+        # allow.everyone.if.no.acl.found are the authorizer's keys, not KafkaConfig's:
+        # DescribeConfigs does not list them (internal), as Kafka does not
+        _D("authorizer.class.name", "string", "", check=lambda v: None if v in (
+            "", STANDARD_AUTHORIZER) else f"{v!r} is not an authorizer kcompat has (it has "
+           f"{STANDARD_AUTHORIZER}; unset, no authorizer)"),
+        _D("super.users", "string", "", internal=True),  # "User:admin;User:bob"
+        _D("allow.everyone.if.no.acl.found", "boolean", False, internal=True),
         _D("controlled.shutdown.enable", "boolean", True),
         _D("replica.lag.time.max.ms", "long", 30000, minimum=1),
         # Snapshot the metadata log after this many applied bytes.

@@ -17,6 +17,8 @@ from kcompat.broker.share_groups import ShareGroupService
 from kcompat.broker.shares import ShareService
 from kcompat.broker.state import BrokerState
 from kcompat.broker.transactions import TxnService
+from kcompat.security import acl
+from kcompat.security.acl import Operation, ResourceType
 from kcompat.security.principal import ANONYMOUS
 from kcompat.wire import codec
 
@@ -90,3 +92,23 @@ class RequestContext:
 
     def response(self, **fields: Any) -> Any:
         return codec.build(self.response_class, **fields)
+
+    # -- authorization (``kcompat.security.acl``; Kafka's AuthHelper) --------------------
+
+    def authorize(self, operation: Operation, resource_type: ResourceType, name: str) -> bool:
+        """May this request's principal, from its host, do ``operation`` on
+        resource ``name`` of ``resource_type``? (The cluster is
+        ``acl.CLUSTER_NAME``.) True when no authorizer is configured."""
+        authorizer = self.broker.authorizer
+        return authorizer is None or authorizer.authorize(
+            self.principal, self.client_host, operation, resource_type, name)
+
+    def authorized_operations(self, resource_type: ResourceType, name: str) -> int:
+        """The 32-bit field of operations on the resource this principal may do
+        (Metadata, DescribeGroups, DescribeCluster): without an authorizer, every
+        operation the resource type has."""
+        authorizer = self.broker.authorizer
+        if authorizer is None:
+            return acl.bitfield(acl.SUPPORTED_OPERATIONS.get(resource_type, ()))
+        return authorizer.authorized_operations(self.principal, self.client_host,
+                                                resource_type, name)

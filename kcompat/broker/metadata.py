@@ -12,7 +12,9 @@ values; ``dynamic_config``), ``register_broker``,
 ``fence_broker``, ``unfence_broker``, ``unregister_broker`` (UnregisterBroker: the
 registration stays, fenced and ``retired``, so the same process cannot
 register again — a restart does), ``client_quotas`` (ops setting and
-removing an entity's quota values, ``controller.client_quotas``), ``reassign`` (a
+removing an entity's quota values, ``controller.client_quotas``), ``acls`` (the ACL bindings one CreateAcls
+or DeleteAcls adds and removes, ``kcompat.security.acl``; the authorizer reads
+``MetadataImage.acls``), ``reassign`` (a
 partition's replicas start moving: its target and original replicas) and
 ``reassign_done`` (they moved, ``controller.reassignment``); ``cluster`` and ``producer_ids`` only in
 logs written by single-node brokers before they ran as a quorum of one). The
@@ -34,6 +36,7 @@ from typing import Any
 from kcompat.log.config import LogConfig
 from kcompat.log.partition_log import PartitionLog
 from kcompat.log.store import OS_STORE, FileStore
+from kcompat.security.acl import AclBinding, AclStore
 
 METADATA_DIR = "__cluster_metadata-0"
 
@@ -116,6 +119,8 @@ class MetadataImage:
     # client quota entity ((type, name or None), ...) -> its values (controller.client_quotas)
     client_quotas: dict[tuple[tuple[str, str | None], ...], dict[str, float]] = field(
         default_factory=dict)
+    # the ACLs in force (CreateAcls / DeleteAcls), indexed for the authorizer
+    acls: AclStore = field(default_factory=AclStore)
     # partition reassignments in progress: (topic, index) -> (target, original replicas)
     reassignments: dict[tuple[str, int], Reassignment] = field(default_factory=dict)
 
@@ -197,6 +202,11 @@ class MetadataImage:
                 self.client_quotas[entity] = values
             else:
                 self.client_quotas.pop(entity, None)
+        elif kind == "acls":
+            for fields in rec.get("delete", ()):
+                self.acls.remove(AclBinding.from_list(fields))
+            for fields in rec.get("create", ()):
+                self.acls.add(AclBinding.from_list(fields))
 
 
 class MetadataStore:

@@ -32,7 +32,7 @@ import trio
 from kio.schema.errors import ErrorCode
 
 from kcompat.broker.config import BROKER_CONFIGS
-from kcompat.broker.controller import client_quotas, reassignment
+from kcompat.broker.controller import acls, client_quotas, reassignment
 from kcompat.broker.controller.internal_topics import INTERNAL_TOPICS
 from kcompat.broker.controller.quorum import Controller
 from kcompat.broker.metadata import TopicMeta
@@ -163,7 +163,7 @@ async def delete_topic(ctl: Controller, name: str, timeout_s: float = FORWARD_TI
 async def execute(ctl: Controller, intent: dict[str, Any]) -> None:
     """On the controller: validate a change (CreateTopics, DeleteTopics,
     CreatePartitions, AlterConfigs, IncrementalAlterConfigs of a topic or group,
-    AlterClientQuotas, UnregisterBroker, auto-creation), here or forwarded from another broker, against this image, plan it and commit its record; every broker
+    AlterClientQuotas, Create/DeleteAcls, UnregisterBroker, auto-creation), here or forwarded from another broker, against this image, plan it and commit its record; every broker
     applies it (``metadata_apply``)."""
     cluster = ctl.rt
     _controller(ctl)
@@ -195,6 +195,11 @@ async def execute(ctl: Controller, intent: dict[str, Any]) -> None:
         rec = {"type": "broker_configs", "name": name, "configs": configs}
     elif op == "alter_client_quotas":
         rec = client_quotas.record(client_quotas.entity_of_record(intent), intent["ops"])
+    elif op == "acls":
+        changed = acls.record(ctl.rt.image.acls, intent)
+        if changed is None:
+            return  # nothing to change
+        rec = changed
     elif op in ("reassign", "reassign_done"):
         index = int(intent["index"])
         if op == "reassign":

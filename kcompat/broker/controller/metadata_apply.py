@@ -30,6 +30,7 @@ from kcompat.broker.partition import Partition
 from kcompat.broker.replication.storage import PartitionLogStorage, now_ms
 from kcompat.broker.topic_config import log_config
 from kcompat.log.partition_log import PartitionLog
+from kcompat.security.acl import AclBinding
 from kcompat.wire.batch import BatchHeader
 from kcompat.wire.records import decode_batch
 
@@ -184,6 +185,7 @@ def load_snapshot(rt: ClusterRuntime) -> None:
     image.group_configs = {g: dict(c) for g, c in doc.get("group_configs", {}).items()}
     image.client_quotas = {tuple((str(t), n) for t, n in entity): dict(values)
                            for entity, values in doc.get("client_quotas", [])}
+    image.acls.replace(AclBinding.from_list(b) for b in doc.get("acls", []))
     if "broker_configs" in doc:  # checkpoints older than dynamic broker configs have none
         image.broker_configs = {n: dict(c) for n, c in doc["broker_configs"].items()}
         _apply_dynamic(rt)
