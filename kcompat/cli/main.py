@@ -17,7 +17,17 @@ from typing import Any
 
 from kcompat.broker import config as broker_config
 from kcompat.broker.configdef import ConfigError
-from kcompat.cli import _logging, cluster, consume, dlq, groups, produce, scheduled, topics
+from kcompat.cli import (
+    _logging,
+    acls,
+    cluster,
+    consume,
+    dlq,
+    groups,
+    produce,
+    scheduled,
+    topics,
+)
 from kcompat.cli._common import CliError, Parser, friendly
 
 
@@ -81,7 +91,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = Parser(prog="kcompat", description="A Kafka-compatible broker and its tools")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _broker_parser(sub)
-    for module in (topics, produce, consume, groups, cluster, scheduled, dlq):
+    for module in (topics, produce, consume, groups, cluster, scheduled, dlq, acls):
         module.register(sub)
     return parser
 
