@@ -46,6 +46,7 @@ from kcompat.broker.state import BrokerState
 from kcompat.broker.transactions import TxnService
 from kcompat.log.store import OS_STORE, FileStore
 from kcompat.security.acl import AclStore, Authorizer, parse_super_users
+from kcompat.security.scram import ScramCredential
 
 
 class Broker:
@@ -77,6 +78,12 @@ class Broker:
         self.metrics = BrokerMetrics(self.state, self.groups.store)
         self.delays.export(self.metrics.registry)
         self.shares.export(self.metrics.registry)
+
+    def scram_credential(self, mechanism: str, user: str) -> ScramCredential | None:
+        """``user``'s SCRAM credential for ``mechanism`` (``SCRAM-SHA-256`` or
+        ``SCRAM-SHA-512``) in this broker's metadata image, None without one
+        (``controller.scram_credentials``: AlterUserScramCredentials)."""
+        return self.state.metadata.image.scram_credentials.get(mechanism, {}).get(user)
 
     def close_idle_connections(self) -> None:
         """Drain: connections between requests close now, busy ones after their answer."""

@@ -14,7 +14,8 @@ registration stays, fenced and ``retired``, so the same process cannot
 register again — a restart does), ``client_quotas`` (ops setting and
 removing an entity's quota values, ``controller.client_quotas``), ``acls`` (the ACL bindings one CreateAcls
 or DeleteAcls adds and removes, ``kcompat.security.acl``; the authorizer reads
-``MetadataImage.acls``), ``reassign`` (a
+``MetadataImage.acls``), ``scram_credentials`` (SCRAM credentials upserted
+and deleted, ``controller.scram_credentials``), ``reassign`` (a
 partition's replicas start moving: its target and original replicas) and
 ``reassign_done`` (they moved, ``controller.reassignment``); ``cluster`` and ``producer_ids`` only in
 logs written by single-node brokers before they ran as a quorum of one). The
@@ -37,6 +38,7 @@ from kcompat.log.config import LogConfig
 from kcompat.log.partition_log import PartitionLog
 from kcompat.log.store import OS_STORE, FileStore
 from kcompat.security.acl import AclBinding, AclStore
+from kcompat.security.scram import ScramCredential
 
 METADATA_DIR = "__cluster_metadata-0"
 
@@ -121,6 +123,8 @@ class MetadataImage:
         default_factory=dict)
     # the ACLs in force (CreateAcls / DeleteAcls), indexed for the authorizer
     acls: AclStore = field(default_factory=AclStore)
+    # SCRAM credentials: mechanism -> user -> credential (controller.scram_credentials)
+    scram_credentials: dict[str, dict[str, ScramCredential]] = field(default_factory=dict)
     # partition reassignments in progress: (topic, index) -> (target, original replicas)
     reassignments: dict[tuple[str, int], Reassignment] = field(default_factory=dict)
 
@@ -202,6 +206,15 @@ class MetadataImage:
                 self.client_quotas[entity] = values
             else:
                 self.client_quotas.pop(entity, None)
+        elif kind == "scram_credentials":
+            for user, mechanism, credential in rec["ops"]:  # null deletes
+                users = self.scram_credentials.setdefault(mechanism, {})
+                if credential is None:
+                    users.pop(user, None)
+                else:
+                    users[user] = ScramCredential.from_json(credential)
+                if not users:
+                    del self.scram_credentials[mechanism]
         elif kind == "acls":
             for fields in rec.get("delete", ()):
                 self.acls.remove(AclBinding.from_list(fields))

@@ -55,8 +55,9 @@ import binascii
 import hashlib
 import hmac
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from kcompat.security.sasl import SCRAM_SHA_256, SCRAM_SHA_512, SaslError
 
@@ -76,6 +77,18 @@ class ScramCredential:
     stored_key: bytes = field(repr=False)
     server_key: bytes = field(repr=False)
     iterations: int
+
+    def to_json(self) -> dict[str, Any]:
+        """As the metadata log and its checkpoints keep it (keys in base64)."""
+        return {"salt": base64.b64encode(self.salt).decode(),
+                "stored_key": base64.b64encode(self.stored_key).decode(),
+                "server_key": base64.b64encode(self.server_key).decode(),
+                "iterations": self.iterations}
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any]) -> ScramCredential:
+        return cls(base64.b64decode(doc["salt"]), base64.b64decode(doc["stored_key"]),
+                   base64.b64decode(doc["server_key"]), int(doc["iterations"]))
 
 
 def mechanism_of_type(mechanism_type: int) -> str | None:

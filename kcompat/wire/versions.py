@@ -100,6 +100,7 @@ _TABLE = (
     ApiRange(DESCRIBE_CLIENT_QUOTAS, "DescribeClientQuotas", 0, 1, 0),
     ApiRange(ALTER_CLIENT_QUOTAS, "AlterClientQuotas", 0, 1, 0),
     ApiRange(DESCRIBE_USER_SCRAM_CREDENTIALS, "DescribeUserScramCredentials", 0, 0, 0),
+    ApiRange(ALTER_USER_SCRAM_CREDENTIALS, "AlterUserScramCredentials", 0, 0, 0),
     ApiRange(DESCRIBE_ACLS, "DescribeAcls", 1, 3, 1),
     ApiRange(CREATE_ACLS, "CreateAcls", 1, 3, 1),
     ApiRange(DELETE_ACLS, "DeleteAcls", 1, 3, 1),

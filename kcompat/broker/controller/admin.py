@@ -4,7 +4,7 @@ Theory of operation
 -------------------
 Any broker accepts a metadata change, as a Kafka 4 broker does (KIP-590):
 CreateTopics, DeleteTopics, CreatePartitions, AlterConfigs of topics and
-groups, client quotas and auto-creation are validated where they arrive and
+groups, client quotas, SCRAM credentials and auto-creation are validated where they arrive and
 carried out on the controller (``submit``): here if this broker is the
 controller, else forwarded to it over the inter-broker transport, where the
 controller validates again against its own image and config. While no
@@ -32,7 +32,7 @@ import trio
 from kio.schema.errors import ErrorCode
 
 from kcompat.broker.config import BROKER_CONFIGS
-from kcompat.broker.controller import acls, client_quotas, reassignment
+from kcompat.broker.controller import acls, client_quotas, reassignment, scram_credentials
 from kcompat.broker.controller.internal_topics import INTERNAL_TOPICS
 from kcompat.broker.controller.quorum import Controller
 from kcompat.broker.metadata import TopicMeta
@@ -163,7 +163,8 @@ async def delete_topic(ctl: Controller, name: str, timeout_s: float = FORWARD_TI
 async def execute(ctl: Controller, intent: dict[str, Any]) -> None:
     """On the controller: validate a change (CreateTopics, DeleteTopics,
     CreatePartitions, AlterConfigs, IncrementalAlterConfigs of a topic or group,
-    AlterClientQuotas, Create/DeleteAcls, UnregisterBroker, auto-creation), here or forwarded from another broker, against this image, plan it and commit its record; every broker
+    AlterClientQuotas, Create/DeleteAcls, AlterUserScramCredentials, UnregisterBroker,
+    auto-creation), here or forwarded from another broker, against this image, plan it and commit its record; every broker
     applies it (``metadata_apply``)."""
     cluster = ctl.rt
     _controller(ctl)
@@ -195,6 +196,8 @@ async def execute(ctl: Controller, intent: dict[str, Any]) -> None:
         rec = {"type": "broker_configs", "name": name, "configs": configs}
     elif op == "alter_client_quotas":
         rec = client_quotas.record(client_quotas.entity_of_record(intent), intent["ops"])
+    elif op == "alter_scram_credentials":
+        rec = _scram_record(ctl, intent)
     elif op == "acls":
         changed = acls.record(ctl.rt.image.acls, intent)
         if changed is None:
@@ -229,6 +232,17 @@ async def execute(ctl: Controller, intent: dict[str, Any]) -> None:
     else:
         raise TopicError(ErrorCode.invalid_request, f"unknown metadata change {op!r}")
     await _commit(ctl, rec, _commit_timeout(intent))
+
+
+def _scram_record(ctl: Controller, intent: dict[str, Any]) -> dict[str, Any]:
+    """AlterUserScramCredentials: the changes its receiver validated, unless a
+    credential to delete is gone meanwhile (the whole request fails, as
+    Kafka's controller commits a request's changes together)."""
+    ops = scram_credentials.decode_ops(intent["ops"])
+    gone = scram_credentials.missing_deletions(ctl.rt.image.scram_credentials, ops)
+    if gone:
+        raise TopicError(ErrorCode.resource_not_found, scram_credentials.DELETE_MISSING)
+    return scram_credentials.record(ops)
 
 
 def _unregister_record(ctl: Controller, node: int) -> dict[str, Any]:

@@ -155,7 +155,8 @@ def load_snapshot(rt: ClusterRuntime) -> None:
     start, through the same record handlers as the log: topics missing from it
     (or re-created under a new id) are deleted, new ones created, changed
     partition counts and configs applied; brokers, ids and group configs
-    replaced (checkpoints older than group configs or client quotas have none)."""
+    replaced (checkpoints older than group configs, client quotas or SCRAM
+    credentials have none)."""
     storage = rt.meta.storage
     snapshot = storage.snapshot()
     doc = metadata_snapshot.decode(snapshot.data)
@@ -185,6 +186,10 @@ def load_snapshot(rt: ClusterRuntime) -> None:
     image.group_configs = {g: dict(c) for g, c in doc.get("group_configs", {}).items()}
     image.client_quotas = {tuple((str(t), n) for t, n in entity): dict(values)
                            for entity, values in doc.get("client_quotas", [])}
+    image.scram_credentials = {}
+    image.apply({"type": "scram_credentials",
+                 "ops": [[user, mechanism, credential]
+                         for mechanism, user, credential in doc.get("scram_credentials", [])]})
     image.acls.replace(AclBinding.from_list(b) for b in doc.get("acls", []))
     if "broker_configs" in doc:  # checkpoints older than dynamic broker configs have none
         image.broker_configs = {n: dict(c) for n, c in doc["broker_configs"].items()}

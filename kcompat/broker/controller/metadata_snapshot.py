@@ -8,7 +8,7 @@ fencing). Every broker therefore snapshots its own applied state once
 applied since the last one (``maybe_snapshot``): the whole image — cluster id,
 topics with their replica assignments and Raft group ids, brokers, dynamic
 broker configs, the
-producer-id limit, group config overrides, client quotas — as one JSON document at offset ``end`` (the next offset to
+producer-id limit, group config overrides, client quotas, SCRAM credentials — as one JSON document at offset ``end`` (the next offset to
 apply, an entry boundary below the high watermark), in a file named like
 Kafka's, ``<end, 20 digits>-<term of the entry before end, 10 digits>.checkpoint``,
 written atomically in the metadata log directory. Then the log prefix below
@@ -137,6 +137,9 @@ def encode(rt: ClusterRuntime) -> bytes:
            "broker_configs": image.broker_configs,
            "client_quotas": [[[list(p) for p in entity], values]
                              for entity, values in image.client_quotas.items()],
+           "scram_credentials": [[mechanism, user, credential.to_json()]
+                                 for mechanism, users in image.scram_credentials.items()
+                                 for user, credential in users.items()],
            "acls": [b.to_list() for b in image.acls.bindings()],
            "reassignments": [[name, index, list(r.target), list(r.original), list(r.leaving)]
                              for (name, index), r in image.reassignments.items()]}

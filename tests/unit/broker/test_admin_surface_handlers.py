@@ -308,7 +308,7 @@ def test_quota_checks() -> None:
 
 @pytest.mark.parametrize("version", versions(v.DESCRIBE_USER_SCRAM_CREDENTIALS))
 def test_describe_user_scram_credentials(broker: Broker, version: int) -> None:
-    """No SCRAM here yet: nobody has credentials, in Kafka 4.4's words."""
+    """Nobody has credentials yet, in Kafka 4.4's words (users in its hash order)."""
     def make(names: tuple[str, ...] | None) -> Any:
         return lambda m: m.DescribeUserScramCredentialsRequest(
             users=None if names is None else tuple(m.UserName(name=n) for n in names))
@@ -318,10 +318,10 @@ def test_describe_user_scram_credentials(broker: Broker, version: int) -> None:
         assert (r.error_code, r.results) == (E.none, ())
     r = call(broker, v.DESCRIBE_USER_SCRAM_CREDENTIALS, version, make(("alice", "bob", "alice")))
     assert [(x.user, x.error_code, x.error_message) for x in r.results] == [
-        ("alice", E.duplicate_resource, "Cannot describe SCRAM credentials for the same user "
-                                        "twice in a single request: alice"),
         ("bob", E.resource_not_found, "Attempt to describe a user credential that does not "
-                                      "exist: bob")]
+                                      "exist: bob"),
+        ("alice", E.duplicate_resource, "Cannot describe SCRAM credentials for the same user "
+                                        "twice in a single request: alice")]
 
 
 def test_concurrent_quota_alterations_of_one_entity_both_count(broker: Broker) -> None:
