@@ -23,10 +23,13 @@ simulator replaces (``kcompat.testing.broker_sim``).
 
 from __future__ import annotations
 
+import secrets
+from functools import partial
 from random import Random
 
 import trio
 
+from kcompat.broker import listeners
 from kcompat.broker.config import BrokerConfig
 from kcompat.broker.consumer_groups import ConsumerGroupService
 from kcompat.broker.controller import admin
@@ -45,6 +48,7 @@ from kcompat.broker.shares import ShareService
 from kcompat.broker.state import BrokerState
 from kcompat.broker.transactions import TxnService
 from kcompat.log.store import OS_STORE, FileStore
+from kcompat.security import sasl
 from kcompat.security.acl import AclStore, Authorizer, parse_super_users
 from kcompat.security.scram import ScramCredential
 
@@ -53,6 +57,16 @@ class Broker:
     def __init__(self, config: BrokerConfig, store: FileStore = OS_STORE,
                  links: LinkFactory | None = None, rng: Random | None = None) -> None:
         self.config = config
+        # the listeners, the inter-broker one first; host and port are its own
+        self.listeners = listeners.parse(config)
+        if "listeners" in config.explicit:
+            config.values["host"] = self.listeners[0].host
+            config.values["port"] = self.listeners[0].port
+        self.tls_contexts = {item.name: listeners.server_context(config, item)
+                             for item in self.listeners if item.tls}
+        self.bound_ports: dict[str, int] = {}  # listener -> its port, once bound (server)
+        self.principal_rules = {item.name: listeners.principal_rules(config, item)
+                                for item in self.listeners if item.tls}
         self.state = BrokerState(config, store)
         # None without ``authorizer.class.name``: every request allowed (RequestContext.authorize)
         self.authorizer = authorizer_of(config, self.state.metadata.image.acls)
@@ -78,6 +92,18 @@ class Broker:
         self.metrics = BrokerMetrics(self.state, self.groups.store)
         self.delays.export(self.metrics.registry)
         self.shares.export(self.metrics.registry)
+
+    def sasl_mechanisms(self, listener: listeners.Listener) -> list[str]:
+        return listeners.mechanisms(self.config, listener) if listener.sasl else []
+
+    def sasl_server(self, listener: listeners.Listener, mechanism: str) -> sasl.SaslServer:
+        """A fresh server side of ``mechanism`` for one authentication on ``listener``."""
+        if mechanism == sasl.PLAIN:
+            return sasl.PlainServer(listeners.plain_users(self.config, listener).get)
+        from kcompat.security.scram import ScramServer
+
+        return ScramServer(mechanism, partial(self.scram_credential, mechanism),
+                           secrets.token_urlsafe(18))
 
     def scram_credential(self, mechanism: str, user: str) -> ScramCredential | None:
         """``user``'s SCRAM credential for ``mechanism`` (``SCRAM-SHA-256`` or

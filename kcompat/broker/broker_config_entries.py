@@ -38,7 +38,7 @@ SOURCE_DYNAMIC_DEFAULT = 3
 SOURCE_STATIC = 4
 SOURCE_DEFAULT = 5
 _KCOMPAT_TYPES = {"boolean": "BOOLEAN", "string": "STRING", "int": "INT", "short": "SHORT",
-                  "long": "LONG", "double": "DOUBLE", "list": "LIST"}
+                  "long": "LONG", "double": "DOUBLE", "list": "LIST", "password": "PASSWORD"}
 _DEFAULTS = {name: key.default for name, key in KEYS.items() if key.default is not None}
 
 Synonym = tuple[str, str | None, int]
@@ -70,8 +70,10 @@ def static_values(config: BrokerConfig, node_id: int, port: int) -> dict[str, st
     out.update({
         "node.id": str(node_id), "broker.id": str(node_id),
         "log.dirs": ",".join(config.values["log.dirs"]),
-        "listeners": f"PLAINTEXT://{host}:{port}",
-        "advertised.listeners": f"PLAINTEXT://{advertised}:{port}",
+        "listeners": ",".join(config.values["listeners"]) or f"PLAINTEXT://{host}:{port}",
+        "advertised.listeners": (",".join(config.values["advertised.listeners"])
+                                 or ",".join(config.values["listeners"])
+                                 or f"PLAINTEXT://{advertised}:{port}"),
         "process.roles": ",".join(config.values["process.roles"]),
     })
     return out

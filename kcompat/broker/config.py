@@ -192,6 +192,38 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
         _D("replica.lag.time.max.ms", "long", 30000, minimum=1),
         # Snapshot the metadata log after this many applied bytes.
         _D("metadata.log.max.record.bytes.between.snapshots", "long", 20971520, minimum=1),
+        # Listeners and security (``listeners``): Kafka's keys and defaults. Unset
+        # ``listeners`` is one PLAINTEXT listener on host:port.
+        _D("listeners", "list", []),
+        _D("advertised.listeners", "list", []),
+        _D("listener.security.protocol.map", "string",
+           "SASL_SSL:SASL_SSL,PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT"),
+        _D("inter.broker.listener.name", "string", ""),
+        _D("security.inter.broker.protocol", "string", "PLAINTEXT",
+           choices=("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")),
+        _D("sasl.enabled.mechanisms", "list", ["GSSAPI"]),
+        _D("sasl.mechanism.inter.broker.protocol", "string", "GSSAPI"),
+        _D("sasl.jaas.config", "password", ""),
+        _D("sasl.server.max.receive.size", "int", 524288, minimum=1),
+        _D("connections.max.reauth.ms", "long", 0, minimum=0),
+        _D("connection.failed.authentication.delay.ms", "int", 100, minimum=0),
+        _D("ssl.keystore.type", "string", "JKS"),
+        _D("ssl.keystore.location", "string", ""),
+        _D("ssl.keystore.password", "password", ""),
+        _D("ssl.key.password", "password", ""),
+        _D("ssl.keystore.key", "password", ""),
+        _D("ssl.keystore.certificate.chain", "password", ""),
+        _D("ssl.truststore.type", "string", "JKS"),
+        _D("ssl.truststore.location", "string", ""),
+        _D("ssl.truststore.password", "password", ""),
+        _D("ssl.truststore.certificates", "password", ""),
+        _D("ssl.client.auth", "string", "none", choices=("none", "requested", "required")),
+        _D("ssl.enabled.protocols", "list", ["TLSv1.2", "TLSv1.3"],
+           choices=("TLSv1.2", "TLSv1.3")),
+        _D("ssl.protocol", "string", "TLSv1.3"),
+        _D("ssl.cipher.suites", "list", []),
+        _D("ssl.principal.mapping.rules", "string", "DEFAULT"),
+        _D("ssl.endpoint.identification.algorithm", "string", "https"),
     )
 }
 
@@ -214,15 +246,46 @@ class BrokerConfig:
     def data_dir(self) -> Path:
         return Path(self.values["log.dirs"][0])
 
+    def for_listener(self, listener: str, key: str) -> Any:
+        """``key`` as the listener sees it: its ``listener.name.<listener>.<key>``
+        value if set, else the broker's."""
+        own = self.values.get(f"{LISTENER_PREFIX}{listener.lower()}.{key}")
+        return self[key] if own is None else own
+
     def explicit_values(self) -> dict[str, Any]:
         """Values set by file, flag or env, and the dynamic ones over them:
         the broker defaults of topic configs."""
         return {**{k: self.values[k] for k in self.explicit}, **self.dynamic}
 
 
+LISTENER_PREFIX = "listener.name."
+_JAAS_SUFFIX = "sasl.jaas.config"
+
+
+def definition_of(key: str) -> ConfigDef | None:
+    """The definition of ``key``, also of a listener's own value of a key
+    (``listener.name.<listener>.<key>``, and ``<mechanism>.sasl.jaas.config``
+    under it, as Kafka's brokers take a JAAS config per listener and
+    mechanism)."""
+    definition = BROKER_CONFIGS.get(key)
+    if definition is not None or not key.startswith(LISTENER_PREFIX):
+        return definition
+    listener, _, rest = key[len(LISTENER_PREFIX):].partition(".")
+    if not listener or not rest:
+        return None
+    base = BROKER_CONFIGS.get(rest)
+    if base is None and rest.endswith("." + _JAAS_SUFFIX):
+        base = BROKER_CONFIGS[_JAAS_SUFFIX]
+    if base is None or not (rest.startswith(("ssl.", "sasl.", "connections.max.reauth"))
+                            or rest.endswith(_JAAS_SUFFIX)):
+        return None
+    return ConfigDef(key, base.type, base.default, base.choices, base.minimum, base.maximum,
+                     sensitive=base.secret, check=base.check)
+
+
 def _apply(values: dict[str, Any], explicit: set[str], layer: Mapping[str, Any], origin: str) -> None:
     for key, raw in layer.items():
-        definition = BROKER_CONFIGS.get(key)
+        definition = definition_of(key)
         if definition is None:
             raise ConfigError(key, f"unknown broker config (from {origin})")
         values[key] = definition.parse(raw)

@@ -34,7 +34,7 @@ def _kafka_error(key: str, raw: Any, problem: str) -> ConfigError:
 @dataclass(frozen=True, slots=True)
 class ConfigDef:
     name: str
-    type: str  # "short" | "int" | "long" | "string" | "boolean" | "double" | "list"
+    type: str  # "short" | "int" | "long" | "string" | "password" | "boolean" | "double" | "list"
     default: Any
     choices: Sequence[str] | None = None
     minimum: float | None = None
@@ -44,6 +44,11 @@ class ConfigDef:
     internal: bool = False  # Kafka's internal keys: settable, listed only when asked by name
     check: Callable[[Any], str | None] | None = None
     kafka_text: bool = False  # errors in Kafka's words (type and minimum)
+
+    @property
+    def secret(self) -> bool:
+        """Never shown: a password (Kafka's PASSWORD type) or a sensitive key."""
+        return self.sensitive or self.type == "password"
 
     def parse(self, raw: Any) -> Any:
         value = self._coerce(raw)

@@ -22,6 +22,7 @@ connections after their in-flight requests.
 from __future__ import annotations
 
 import logging
+import struct
 from collections.abc import Sized
 from typing import Any
 
@@ -31,68 +32,157 @@ from kcompat.broker.broker import Broker
 from kcompat.broker.context import RequestContext
 from kcompat.broker.handlers import HANDLERS
 from kcompat.broker.handlers.api_versions import unsupported_version_response
+from kcompat.broker.listeners import Listener
+from kcompat.broker.session import Session
 from kcompat.broker.zero_copy import send_response, with_bytes
+from kcompat.security import principal, ssl_principal
 from kcompat.wire import codec
 from kcompat.wire.fetch_writer import encode_fetch_response
 from kcompat.wire.framing import FrameError, FrameReader
 from kcompat.wire.headers import HeaderError, parse_request_header, peek_api
-from kcompat.wire.versions import API_RANGES, API_VERSIONS, FETCH, KCOMPAT_RAFT, api_name
+from kcompat.wire.versions import (
+    API_RANGES,
+    API_VERSIONS,
+    FETCH,
+    KCOMPAT_RAFT,
+    SASL_AUTHENTICATE,
+    SASL_HANDSHAKE,
+    api_name,
+)
 
 log = logging.getLogger("kcompat.conn")
 
 RECEIVE_BYTES = 256 * 1024
+TLS_HANDSHAKE_S = 10.0
 
 
 class CloseConnection(Exception):
     pass
 
 
-async def serve_connection(stream: trio.SocketStream, broker: Broker) -> None:
+async def serve_connection(stream: trio.SocketStream, broker: Broker,
+                           listener: Listener | None = None) -> None:
     try:
         peer = stream.socket.getpeername()
     except OSError:
         peer = ("?", 0)
-    host = f"/{peer[0]}"
+    session = Session.open(listener or broker.listeners[0], f"/{peer[0]}")
     reader = FrameReader(broker.config["socket.request.max.bytes"])
     broker.metrics.connections.inc()
     idle = broker.idle_reads
+    conn: trio.abc.Stream = stream
     try:
+        if session.listener.tls:
+            conn = await _tls_handshake(stream, broker, session)
         while not broker.draining:
+            if session.mute_until > trio.current_time():  # throttled (quotas)
+                await trio.sleep_until(session.mute_until)
             with trio.CancelScope() as waiting:  # cancelled by a drain: nothing in flight
                 idle.add(waiting)
                 try:
-                    data = await stream.receive_some(RECEIVE_BYTES)
+                    data = await conn.receive_some(RECEIVE_BYTES)
                 finally:
                     idle.discard(waiting)
             if waiting.cancelled_caught or not data:
                 return
+            _limit_frames(reader, broker, session)
             for frame in reader.feed(data):
                 with broker.metrics.request(frame):  # count, time, errors = CloseConnection
-                    out = await handle_frame(frame, broker, host)
+                    out = await handle_frame(frame, broker, session)
+                if session.failed:  # answered late, then closed (failed-login delay)
+                    await trio.sleep(
+                        broker.config["connection.failed.authentication.delay.ms"] / 1000)
                 if isinstance(out, list):  # a Fetch answer: bytes and file ranges
-                    await send_response(stream, out)
+                    await send_response(conn, out)
                 elif out is not None:
-                    await stream.send_all(out)
+                    await conn.send_all(out)
+                if session.failed:
+                    raise CloseConnection(f"authentication failed: {session.failed}")
     except FrameError as e:
         log.warning("closing connection from %s: %s", peer, e)
     except CloseConnection as e:
-        log.warning("closing connection from %s: %s", peer, e)
+        log.warning("closing connection from %s (%s, %s): %s", peer, session.listener.name,
+                    session.principal, e)
     except (trio.BrokenResourceError, trio.ClosedResourceError, ConnectionError):
         pass
     finally:
         broker.metrics.connections.dec()
         with trio.move_on_after(1) as scope:
             scope.shield = True
-            await stream.aclose()
+            await conn.aclose()
+
+
+def _limit_frames(reader: FrameReader, broker: Broker, session: Session) -> None:
+    """Before authentication, frames are SASL tokens: ``sasl.server.max.receive.size``."""
+    key = "socket.request.max.bytes" if session.authenticated else "sasl.server.max.receive.size"
+    reader.max_frame_bytes, reader.limit_key = broker.config[key], key
+
+
+async def _tls_handshake(stream: trio.SocketStream, broker: Broker,
+                         session: Session) -> trio.SSLStream[trio.SocketStream]:
+    """TLS first; a verified client certificate names the principal."""
+    tls = trio.SSLStream(stream, broker.tls_contexts[session.listener.name], server_side=True)
+    with trio.move_on_after(TLS_HANDSHAKE_S) as scope:
+        try:
+            await tls.do_handshake()
+        except trio.BrokenResourceError as e:
+            raise CloseConnection(f"TLS handshake failed: {e.__cause__ or e}") from None
+    if scope.cancelled_caught:
+        raise CloseConnection(f"no TLS handshake in {TLS_HANDSHAKE_S:.0f} s")
+    cert = tls.getpeercert()
+    if cert:
+        dn = ssl_principal.subject_dn(cert.get("subject", ()))
+        try:
+            session.principal = principal.user(
+                ssl_principal.map_dn(broker.principal_rules[session.listener.name], dn))
+        except ssl_principal.MappingError as e:
+            raise CloseConnection(str(e)) from None
+    return tls
+
+
+#: requests a SASL listener serves before authentication (Kafka's SaslServerAuthenticator)
+_BEFORE_AUTH = frozenset({API_VERSIONS, SASL_HANDSHAKE, SASL_AUTHENTICATE})
+
+
+def _gate(session: Session, api_key: int, broker: Broker) -> None:
+    """Refuse what this connection may not ask yet (closing it)."""
+    if not session.authenticated and api_key not in _BEFORE_AUTH:
+        raise CloseConnection(f"Unexpected Kafka request of type {api_name(api_key)} during "
+                              "SASL handshake")
+    deadline = session.reauth_deadline
+    if (deadline is not None and api_key not in _BEFORE_AUTH
+            and trio.current_time() >= deadline):
+        raise CloseConnection("the authentication expired (connections.max.reauth.ms) and the "
+                              "client did not authenticate again")
+
+
+async def _raw_token(frame: bytes, broker: Broker, session: Session) -> bytes:
+    """SaslHandshake v0: the next frames are bare SASL tokens, answered bare."""
+    from kcompat.broker.handlers.sasl_authenticate import step
+
+    reply, error = step(broker, session, frame)
+    if error is not None:
+        await trio.sleep(broker.config["connection.failed.authentication.delay.ms"] / 1000)
+        raise CloseConnection(f"authentication failed: {error}")
+    session.raw_tokens = not session.authenticated
+    return struct.pack(">i", len(reply)) + reply
 
 
 async def handle_frame(frame: bytes, broker: Broker,
-                       client_host: str = "") -> bytes | list[Sized] | None:
+                       session: Session | None = None) -> bytes | list[Sized] | None:
+    if session is None:
+        session = Session.open(broker.listeners[0])
+    if session.raw_tokens:
+        return await _raw_token(frame, broker, session)
     try:
         api_key, version, cid = peek_api(frame)
     except HeaderError as e:
         raise CloseConnection(str(e)) from None
+    _gate(session, api_key, broker)
     if api_key == KCOMPAT_RAFT:  # a one-way Raft frame from a peer broker
+        if session.listener is not broker.listeners[0]:
+            raise CloseConnection("inter-broker frame on a listener that is not "
+                                  f"{broker.listeners[0].name} (inter.broker.listener.name)")
         if not broker.cluster.peers:
             raise CloseConnection("inter-broker frame, but this broker has no peers")
         broker.cluster.receive(frame)
@@ -112,7 +202,8 @@ async def handle_frame(frame: bytes, broker: Broker,
     except (HeaderError, codec.BodyError) as e:
         raise CloseConnection(f"malformed {api_name(api_key)} v{version} request: {e}") from None
     log.debug("request %s v%d cid=%d client=%s", rng.name, version, cid, header.client_id)
-    ctx = RequestContext(broker, api_key, version, cid, header.client_id, client_host)
+    ctx = RequestContext(broker, api_key, version, cid, header.client_id, session.client_host,
+                         session.principal, session.listener.name, session)
     try:
         response: Any = await HANDLERS[api_key](ctx, request)
     except Exception as e:

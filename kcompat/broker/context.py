@@ -13,6 +13,7 @@ from kcompat.broker.delays import DelayService
 from kcompat.broker.groups import GroupService
 from kcompat.broker.metrics import BrokerMetrics
 from kcompat.broker.replication.runtime import ClusterRuntime
+from kcompat.broker.session import Session
 from kcompat.broker.share_groups import ShareGroupService
 from kcompat.broker.shares import ShareService
 from kcompat.broker.state import BrokerState
@@ -35,6 +36,7 @@ class RequestContext:
     # certificate on this connection, else ``User:ANONYMOUS``; and the listener's name
     principal: str = ANONYMOUS
     listener: str = ""
+    session: Session | None = None  # the connection's (None: an internal call)
 
     @property
     def state(self) -> BrokerState:

@@ -26,6 +26,7 @@ from kcompat.broker.admin_http import open_admin_listeners, run_admin_http
 from kcompat.broker.broker import Broker
 from kcompat.broker.config import BrokerConfig
 from kcompat.broker.connection import serve_connection
+from kcompat.broker.listeners import Listener
 from kcompat.broker.log_cleaner import LogCleaner
 from kcompat.log.store import FD_CACHE
 
@@ -72,14 +73,27 @@ def _raise_fd_limit() -> None:
         FD_CACHE.limit = max(64, soft // 4)
 
 
+async def _bind_listeners(broker: Broker) -> list[tuple[Listener, list[trio.SocketListener]]]:
+    """Bind every listener (port 0: a free one, recorded in ``broker.bound_ports``)."""
+    bound = []
+    for listener in broker.listeners:
+        sockets = await trio.open_tcp_listeners(listener.port, host=listener.host or None)
+        broker.bound_ports[listener.name] = sockets[0].socket.getsockname()[1]
+        bound.append((listener, sockets))
+    return bound
+
+
 async def run_broker(config: BrokerConfig, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
     _raise_fd_limit()
     broker = Broker(config)
     state = broker.state
     try:
-        listeners = await trio.open_tcp_listeners(config["port"], host=config["host"])
-        port = listeners[0].socket.getsockname()[1]
+        bound = await _bind_listeners(broker)
+        port = broker.bound_ports[broker.listeners[0].name]
         state.advertised_port = port
+        state.endpoints = tuple(
+            (item.name, item.advertised_host, item.advertised_port or broker.bound_ports[item.name])
+            for item in broker.listeners)
         admin_listeners = await open_admin_listeners(broker)
         async with trio.open_nursery() as background:
             background.start_soon(run_admin_http, broker, admin_listeners)
@@ -95,17 +109,23 @@ async def run_broker(config: BrokerConfig, task_status: trio.TaskStatus[int] = t
             await background.start(_wait_for_signal, broker, serve_scope)
             log.info("kcompat broker ready on %s:%d (data in %s)", config["host"], port,
                      config.data_dir)
+            for item in broker.listeners:
+                log.info("listener %s (%s) on %s:%d", item.name, item.protocol,
+                         item.host or "*", broker.bound_ports[item.name])
             broker.metrics.ready = True
             task_status.started(port)
             async with trio.open_nursery() as connections:
                 with serve_scope:
-                    await trio.serve_listeners(
-                        partial(serve_connection, broker=broker), listeners,
-                        handler_nursery=connections,
-                    )
+                    async with trio.open_nursery() as serving:
+                        for listener, sockets in bound:
+                            serving.start_soon(partial(
+                                trio.serve_listeners,
+                                partial(serve_connection, broker=broker, listener=listener),
+                                sockets, handler_nursery=connections))
                 broker.metrics.ready = False
-                for listener in listeners:
-                    await listener.aclose()
+                for _, sockets in bound:
+                    for socket_listener in sockets:
+                        await socket_listener.aclose()
                 broker.close_idle_connections()
                 connections.cancel_scope.deadline = trio.current_time() + DRAIN_SECONDS
             background.cancel_scope.cancel()

@@ -103,6 +103,8 @@ class BrokerState:
         self.config = config
         self.node_id: int = config["node.id"]
         self.advertised_port: int = config["port"]
+        # every listener's advertised (name, host, port) once bound (``server``)
+        self.endpoints: tuple[tuple[str, str, int], ...] = ()
         self.data_dir = config.data_dir
         self.store = store  # every file of the data directory goes through it
         store.make_dirs(self.data_dir)

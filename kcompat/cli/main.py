@@ -73,8 +73,11 @@ def cmd_broker(args: argparse.Namespace) -> int:
     level, log_format = _logging.resolve(args.log_level, args.log_format)
     if args.print_config:
         for key in sorted(cfg.values):
-            definition = broker_config.BROKER_CONFIGS[key]
-            print(f"{key}={definition.render(cfg.values[key])}")
+            definition = broker_config.definition_of(key)
+            assert definition is not None  # load() took only keys it knows
+            value = cfg.values[key]
+            shown = "[hidden]" if definition.secret and value else definition.render(value)
+            print(f"{key}={shown}")
         return 0
     _logging.setup(level, log_format)
     try:

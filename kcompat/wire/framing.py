@@ -30,12 +30,13 @@ class MalformedFrame(FrameError):
 
 
 class FrameReader:
-    def __init__(self, max_frame_bytes: int) -> None:
+    def __init__(self, max_frame_bytes: int, limit_key: str = "socket.request.max.bytes") -> None:
         self.max_frame_bytes = max_frame_bytes
+        self.limit_key = limit_key  # the config that set the limit, named when refused
         self._buf = bytearray()
         self._need = -1  # size of the frame being assembled, -1 while reading a size
 
-    def feed(self, data: bytes) -> list[bytes]:
+    def feed(self, data: bytes | bytearray) -> list[bytes]:
         """Add received bytes; return every frame completed by them.
 
         Each frame is copied exactly once. When nothing is buffered (the usual
@@ -62,7 +63,7 @@ class FrameReader:
                         raise MalformedFrame(f"negative frame size {size}")
                     if size > self.max_frame_bytes:
                         raise FrameTooLarge(
-                            f"frame of {size} bytes exceeds socket.request.max.bytes "
+                            f"frame of {size} bytes exceeds {self.limit_key} "
                             f"{self.max_frame_bytes}"
                         )
                     pos += 4

@@ -119,7 +119,7 @@ class BrokerLifecycle:
         port = rt.state.advertised_port  # the bound port (``--port 0`` picks one)
         hb = Heartbeat(rt.node_id, self.incarnation, config["advertised.host"] or host, port,
                        config["broker.rack"] or None, caught_up, self.shutting_down,
-                       "broker" not in config["process.roles"])
+                       "broker" not in config["process.roles"], rt.state.endpoints)
         if controller == rt.node_id:
             self.on_heartbeat(hb)
         else:
@@ -223,17 +223,21 @@ class BrokerLifecycle:
         pool = [n for n in live if n not in self.rt.down] or live or sorted(listed)
         return random.choice(pool) if pool else NO_NODE
 
-    def broker_endpoints(self, leaders: Iterable[int] = ()
+    def broker_endpoints(self, leaders: Iterable[int] = (), listener: str = ""
                          ) -> list[tuple[int, str, int, str | None]]:
         """(node, host, port, rack) of the live brokers for Metadata and
         DescribeCluster, plus the controller and any partition leader named in
         the same answer, so clients can reach every node they are told to use
         (the controller before its registration commits, a leader the
         controller fenced while its followers still hear it). Before any broker
-        registered (a brand-new cluster), every voter."""
+        registered (a brand-new cluster), every voter. With ``listener``, the
+        endpoints of that listener (the one the client came in on), leaving
+        out brokers that have none."""
         rt = self.rt
-        known = {b.node_id: (b.host, b.port, b.rack) for b in rt.image.brokers.values()}
-        live = {b.node_id: (b.host, b.port, b.rack) for b in rt.image.live_brokers()}
+        known = {b.node_id: (*where, b.rack) for b in rt.image.brokers.values()
+                 if (where := b.address(listener)) is not None}
+        live = {b.node_id: (*where, b.rack) for b in rt.image.live_brokers()
+                if (where := b.address(listener)) is not None}
         unlisted = {n for n, b in rt.image.brokers.items() if b.hidden}
         if not live:
             live = {n: (h, p, None) for n, (h, p) in rt.voters.items()

@@ -71,11 +71,12 @@ class Membership:
                 return self._set_fenced(current, True, "controlled shutdown")
             return []
         if (current is None or current.incarnation != hb.incarnation
-                or (current.host, current.port, current.rack, current.controller_only)
-                != (hb.host, hb.port, hb.rack, hb.controller_only)):
+                or (current.host, current.port, current.rack, current.controller_only,
+                    current.endpoints)
+                != (hb.host, hb.port, hb.rack, hb.controller_only, hb.endpoints)):
             fenced = not hb.caught_up
             want = ("register", hb.incarnation, hb.host, hb.port, hb.rack, fenced,
-                    hb.controller_only)
+                    hb.controller_only, hb.endpoints)
             if self._proposed.get(hb.node_id) == want:
                 return []
             self._proposed[hb.node_id] = want
@@ -83,6 +84,8 @@ class Membership:
                    "host": hb.host, "port": hb.port, "rack": hb.rack, "fenced": fenced}
             if hb.controller_only:
                 rec["controller_only"] = True
+            if hb.endpoints:
+                rec["endpoints"] = [list(e) for e in hb.endpoints]
             return [rec]
         if current.fenced and hb.caught_up:
             return self._set_fenced(current, False, "caught up")

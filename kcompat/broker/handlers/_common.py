@@ -10,6 +10,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from kcompat.broker.broker_keys import KEYS
+from kcompat.broker.context import RequestContext
 from kcompat.broker.controller.admin import submit
 from kcompat.broker.state import BrokerState, TopicError
 from kcompat.broker.topic_config import TOPIC_CONFIGS, effective
@@ -91,6 +92,14 @@ def request_timeout_s(request: Any, lowest: float, highest: float,
     seconds = (timeout.total_seconds() if isinstance(timeout, datetime.timedelta)
                else int(timeout) / 1000)
     return min(highest, max(lowest, seconds))
+
+
+def own_endpoint(ctx: RequestContext) -> tuple[str, int]:
+    """This broker's advertised host and port on the listener of ``ctx`` (a RequestContext)."""
+    for name, host, port in ctx.state.endpoints:
+        if name == ctx.listener:
+            return host, port
+    return advertised_host(ctx.state), ctx.state.advertised_port
 
 
 def advertised_host(state: BrokerState) -> str:

@@ -52,5 +52,5 @@ class LeaderHints:
         return tuple(
             self.ctx.build("NodeEndpoint", node_id=node, host=host, port=port, rack=rack)
             for node, host, port, rack
-            in self.ctx.controller.lifecycle.broker_endpoints(self.leaders)
+            in self.ctx.controller.lifecycle.broker_endpoints(self.leaders, self.ctx.listener)
             if node in self.leaders)

@@ -194,7 +194,7 @@ def topic_responses(ctx: RequestContext, results: dict[Key, PartitionResult],
                       for tid, parts in by_topic.items())
     endpoints = tuple(
         ctx.build("NodeEndpoint", node_id=node, host=host, port=port, rack=rack)
-        for node, host, port, rack in ctx.controller.lifecycle.broker_endpoints(leaders)
+        for node, host, port, rack in ctx.controller.lifecycle.broker_endpoints(leaders, ctx.listener)
         if node in leaders)
     return responses, endpoints
 

@@ -43,7 +43,7 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
     brokers = tuple(
         ctx.build("DescribeClusterBroker", broker_id=node, rack=rack, host=host, port=port,
                   is_fenced=node in fenced)
-        for node, host, port, rack in ctx.controller.lifecycle.broker_endpoints())
+        for node, host, port, rack in ctx.controller.lifecycle.broker_endpoints((), ctx.listener))
     if getattr(request, "include_fenced_brokers", False):
         listed = {b.broker_id for b in brokers} | {
             n for n, b in registered.items() if b.hidden}

@@ -20,7 +20,7 @@ from kio.schema.errors import ErrorCode
 from kcompat.broker.context import RequestContext
 from kcompat.broker.controller.admin import auto_create
 from kcompat.broker.controller.internal_topics import OFFSETS_TOPIC, TXN_TOPIC, partition_for
-from kcompat.broker.handlers._common import NO_THROTTLE, OK, advertised_host
+from kcompat.broker.handlers._common import NO_THROTTLE, OK, own_endpoint
 
 GROUP, TRANSACTION = 0, 1
 CREATION_WAIT_S = 2.0
@@ -44,9 +44,10 @@ def _coordinator(ctx: RequestContext, key_type: int, key: str) -> dict[str, Any]
         if (topic, index) in cluster.assignments:
             leader = cluster.partition_view(topic, index)[0]
             if leader == state.node_id:
+                host, port = own_endpoint(ctx)
                 return {"error_code": OK, "error_message": None, "node_id": state.node_id,
-                        "host": advertised_host(state), "port": state.advertised_port}
-            where = cluster.endpoint(leader) if leader in cluster.peers else None
+                        "host": host, "port": port}
+            where = cluster.endpoint(leader, ctx.listener) if leader in cluster.peers else None
             if where is not None:
                 return {"error_code": OK, "error_message": None, "node_id": leader,
                         "host": where[0], "port": where[1]}

@@ -57,7 +57,7 @@ def _brokers(ctx: RequestContext, topics: tuple[Any, ...]) -> tuple[tuple[Any, .
     leaders = {p.leader_id for t in topics for p in t.partitions if p.leader_id >= 0}
     brokers = tuple(
         ctx.build("MetadataResponseBroker", node_id=node, host=host, port=port, rack=rack)
-        for node, host, port, rack in ctx.controller.lifecycle.broker_endpoints(leaders))
+        for node, host, port, rack in ctx.controller.lifecycle.broker_endpoints(leaders, ctx.listener))
     # as from a Kafka 4 broker: a random live broker, which forwards admin requests
     return brokers, ctx.controller.lifecycle.advertised_controller(b.node_id for b in brokers)
 

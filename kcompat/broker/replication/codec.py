@@ -70,6 +70,8 @@ class Heartbeat:
     caught_up: bool
     shutting_down: bool = False
     controller_only: bool = False  # process.roles=controller: never hosts partitions
+    # every listener's advertised (name, host, port), the inter-broker one first
+    endpoints: tuple[tuple[str, str, int], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -296,8 +298,13 @@ def _enc_internal(m: Internal, blobs: list[bytes]) -> list[Any]:
         return ["xr", m.request_id, m.error_code, m.result]
     if isinstance(m, Heartbeat):
         return ["hb", m.node_id, m.incarnation, m.host, m.port, m.rack, int(m.caught_up),
-                int(m.shutting_down), int(m.controller_only)]
+                int(m.shutting_down), int(m.controller_only), [list(e) for e in m.endpoints]]
     return ["fr", m.request_id, m.error_code, m.message]
+
+
+def endpoints_of(items: Any) -> tuple[tuple[str, str, int], ...]:
+    """Listener endpoints as a heartbeat or a registration record carries them."""
+    return tuple((str(name), str(host), int(port)) for name, host, port in items or ())
 
 
 def encode(frame: RaftFrame) -> bytes:
@@ -379,7 +386,8 @@ def decode(frame: bytes) -> RaftFrame:
                 rack = None if item[5] is None else str(item[5])
                 markers.append(Heartbeat(int(item[1]), str(item[2]), str(item[3]),
                                          int(item[4]), rack, bool(item[6]), bool(item[7]),
-                                         len(item) > 8 and bool(item[8])))
+                                         len(item) > 8 and bool(item[8]),
+                                         endpoints_of(item[9] if len(item) > 9 else ())))
         at = doc.get("at")
         return RaftFrame(int(doc["src"]), tuple(msgs), anns, tuple(markers),
                          int(doc.get("inc", 0)), None if at is None else (str(at[0]), int(at[1])))

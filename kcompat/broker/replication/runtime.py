@@ -669,11 +669,12 @@ class ClusterRuntime:
         if self._nursery is not None:
             self._nursery.start_soon(peer.run)
 
-    def endpoint(self, node: int) -> tuple[str, int] | None:
-        """Where clients reach ``node``: its registration, else its voter entry."""
+    def endpoint(self, node: int, listener: str = "") -> tuple[str, int] | None:
+        """Where clients (on ``listener``) reach ``node``: its registration,
+        else its voter entry."""
         info = self.image.brokers.get(node)
         if info is not None:
-            return info.host, info.port
+            return info.address(listener)
         return self.voters.get(node)
 
     def _revive(self, node: int, restarted: bool = False) -> None:
