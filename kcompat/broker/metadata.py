@@ -14,8 +14,8 @@ registration stays, fenced and ``retired``, so the same process cannot
 register again — a restart does), ``client_quotas`` (ops setting and
 removing an entity's quota values, ``controller.client_quotas``), ``acls`` (the ACL bindings one CreateAcls
 or DeleteAcls adds and removes, ``kcompat.security.acl``; the authorizer reads
-``MetadataImage.acls``), ``scram_credentials``
-(SCRAM credentials upserted and deleted, ``controller.scram_credentials``), ``reassign`` (a
+``MetadataImage.acls``), ``scram_credentials`` (SCRAM credentials upserted
+and deleted, ``controller.scram_credentials``), ``reassign`` (a
 partition's replicas start moving: its target and original replicas) and
 ``reassign_done`` (they moved, ``controller.reassignment``); ``cluster`` and ``producer_ids`` only in
 logs written by single-node brokers before they ran as a quorum of one). The
@@ -133,10 +133,10 @@ class MetadataImage:
     # client quota entity ((type, name or None), ...) -> its values (controller.client_quotas)
     client_quotas: dict[tuple[tuple[str, str | None], ...], dict[str, float]] = field(
         default_factory=dict)
-    # SCRAM credentials: mechanism -> user -> credential (controller.scram_credentials)
-    scram_credentials: dict[str, dict[str, ScramCredential]] = field(default_factory=dict)
     # the ACLs in force (CreateAcls / DeleteAcls), indexed for the authorizer
     acls: AclStore = field(default_factory=AclStore)
+    # SCRAM credentials: mechanism -> user -> credential (controller.scram_credentials)
+    scram_credentials: dict[str, dict[str, ScramCredential]] = field(default_factory=dict)
     # partition reassignments in progress: (topic, index) -> (target, original replicas)
     reassignments: dict[tuple[str, int], Reassignment] = field(default_factory=dict)
 
@@ -220,11 +220,6 @@ class MetadataImage:
                 self.client_quotas[entity] = values
             else:
                 self.client_quotas.pop(entity, None)
-        elif kind == "acls":
-            for fields in rec.get("delete", ()):
-                self.acls.remove(AclBinding.from_list(fields))
-            for fields in rec.get("create", ()):
-                self.acls.add(AclBinding.from_list(fields))
         elif kind == "scram_credentials":
             for user, mechanism, credential in rec["ops"]:  # null deletes
                 users = self.scram_credentials.setdefault(mechanism, {})
@@ -234,6 +229,11 @@ class MetadataImage:
                     users[user] = ScramCredential.from_json(credential)
                 if not users:
                     del self.scram_credentials[mechanism]
+        elif kind == "acls":
+            for fields in rec.get("delete", ()):
+                self.acls.remove(AclBinding.from_list(fields))
+            for fields in rec.get("create", ()):
+                self.acls.add(AclBinding.from_list(fields))
 
 
 class MetadataStore:

@@ -138,10 +138,10 @@ def encode(rt: ClusterRuntime) -> bytes:
            "broker_configs": image.broker_configs,
            "client_quotas": [[[list(p) for p in entity], values]
                              for entity, values in image.client_quotas.items()],
-           "acls": [b.to_list() for b in image.acls.bindings()],
            "scram_credentials": [[mechanism, user, credential.to_json()]
                                  for mechanism, users in image.scram_credentials.items()
                                  for user, credential in users.items()],
+           "acls": [b.to_list() for b in image.acls.bindings()],
            "reassignments": [[name, index, list(r.target), list(r.original), list(r.leaving)]
                              for (name, index), r in image.reassignments.items()]}
     return json.dumps(doc, separators=(",", ":")).encode()

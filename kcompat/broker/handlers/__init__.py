@@ -48,6 +48,7 @@ _MODULES = {
     v.DESCRIBE_CLIENT_QUOTAS: "describe_client_quotas",
     v.ALTER_CLIENT_QUOTAS: "alter_client_quotas",
     v.DESCRIBE_USER_SCRAM_CREDENTIALS: "describe_user_scram_credentials",
+    v.ALTER_USER_SCRAM_CREDENTIALS: "alter_user_scram_credentials",
     v.DESCRIBE_ACLS: "describe_acls",
     v.CREATE_ACLS: "create_acls",
     v.DELETE_ACLS: "delete_acls",
