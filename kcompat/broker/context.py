@@ -95,6 +95,12 @@ class RequestContext:
     def response(self, **fields: Any) -> Any:
         return codec.build(self.response_class, **fields)
 
+    @property
+    def client_address(self) -> str:
+        """The client's address as ACL hosts name it (``client_host`` is Kafka's
+        ``/127.0.0.1`` form, as DescribeGroups shows it)."""
+        return self.client_host.removeprefix("/")
+
     # -- authorization (``kcompat.security.acl``; Kafka's AuthHelper) --------------------
 
     def authorize(self, operation: Operation, resource_type: ResourceType, name: str) -> bool:
@@ -103,7 +109,7 @@ class RequestContext:
         ``acl.CLUSTER_NAME``.) True when no authorizer is configured."""
         authorizer = self.broker.authorizer
         return authorizer is None or authorizer.authorize(
-            self.principal, self.client_host, operation, resource_type, name)
+            self.principal, self.client_address, operation, resource_type, name)
 
     def authorized_operations(self, resource_type: ResourceType, name: str) -> int:
         """The 32-bit field of operations on the resource this principal may do
@@ -112,5 +118,5 @@ class RequestContext:
         authorizer = self.broker.authorizer
         if authorizer is None:
             return acl.bitfield(acl.SUPPORTED_OPERATIONS.get(resource_type, ()))
-        return authorizer.authorized_operations(self.principal, self.client_host,
+        return authorizer.authorized_operations(self.principal, self.client_address,
                                                 resource_type, name)

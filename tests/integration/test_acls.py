@@ -173,20 +173,24 @@ def test_without_an_authorizer_security_is_disabled(broker: Broker) -> None:
 
 def test_cluster_permissions_are_needed(tmp_path: Path) -> None:
     """No super user: while no ACL covers the cluster anyone may manage ACLs
-    (allow.everyone.if.no.acl.found); a DENY of ALTER on it stops creating and
-    deleting (Kafka 4.4's answer: UNKNOWN_SERVER_ERROR), and describing needs an
-    ALLOW of DESCRIBE once an ACL covers the cluster."""
+    (allow.everyone.if.no.acl.found). Then DENYs for the client's own address
+    (not ``*``): one of DESCRIBE refuses describing, one of ALTER creating and
+    deleting (Kafka 4.4's answer to those: UNKNOWN_SERVER_ERROR)."""
     b = Broker(tmp_path / "broker", extra_args=(
         *AUTHORIZER, "--set", "allow.everyone.if.no.acl.found=true")).start()
     try:
         conn = connect(b)
-        deny_alter = (CLUSTER, "kafka-cluster", LITERAL, "User:ANONYMOUS", "*", ALTER, DENY)
-        assert create(conn, deny_alter) == [("none", "")]
-        assert create(conn, ALICE_READS) == [("unknown_server_error", None)]
-        assert delete(conn, {}) == [("unknown_server_error", None, [])]
+        me = ("User:ANONYMOUS", "127.0.0.1")
+        allow_all = (CLUSTER, "kafka-cluster", LITERAL, "User:ANONYMOUS", "*", ALL, ALLOW)
+        deny_describe = (CLUSTER, "kafka-cluster", LITERAL, *me, DESCRIBE, DENY)
+        deny_alter = (CLUSTER, "kafka-cluster", LITERAL, *me, ALTER, DENY)
+        assert create(conn, allow_all, deny_describe) == [("none", "")] * 2
         code, message, rows = describe(conn)
         assert code == "cluster_authorization_failed" and rows == []
         assert message is not None and message.endswith("needs DESCRIBE permission.")
+        assert create(conn, deny_alter) == [("none", "")]
+        assert create(conn, ALICE_READS) == [("unknown_server_error", None)]
+        assert delete(conn, {}) == [("unknown_server_error", None, [])]
     finally:
         b.close()
 
