@@ -29,7 +29,7 @@ from random import Random
 
 import trio
 
-from kcompat.broker import listeners
+from kcompat.broker import listeners, peer_security
 from kcompat.broker.config import BrokerConfig
 from kcompat.broker.consumer_groups import ConsumerGroupService
 from kcompat.broker.controller import admin
@@ -42,7 +42,7 @@ from kcompat.broker.replication.peer_calls import PeerCalls
 from kcompat.broker.replication.quorum_admin import QuorumAdmin
 from kcompat.broker.replication.read_replicas import ReadReplicas
 from kcompat.broker.replication.runtime import ClusterRuntime, lone_voter
-from kcompat.broker.replication.transport import LinkFactory
+from kcompat.broker.replication.transport import LinkFactory, PeerLink
 from kcompat.broker.share_groups import ShareGroupService
 from kcompat.broker.shares import ShareService
 from kcompat.broker.state import BrokerState
@@ -74,6 +74,10 @@ class Broker:
         self.idle_reads: set[trio.CancelScope] = set()
         voters = (",".join(config["controller.quorum.voters"])
                   or lone_voter(self.state.node_id, config["host"], config["port"]))
+        secure = peer_security.dialer(config, self.listeners[0], strict=bool(
+            config["controller.quorum.voters"])) if links is None else None
+        if secure is not None:
+            links = partial(PeerLink, secure=secure)
         self.cluster = ClusterRuntime(self.state, voters, links, rng)
         self.calls = PeerCalls(self.cluster)
         self.quorum_admin = QuorumAdmin(self.cluster, self.calls)  # ElectLeaders, DescribeQuorum

@@ -35,7 +35,7 @@ from kcompat.broker.handlers.api_versions import unsupported_version_response
 from kcompat.broker.listeners import Listener
 from kcompat.broker.session import Session
 from kcompat.broker.zero_copy import send_response, with_bytes
-from kcompat.security import principal, ssl_principal
+from kcompat.security import acl, principal, ssl_principal
 from kcompat.wire import codec
 from kcompat.wire.fetch_writer import encode_fetch_response
 from kcompat.wire.framing import FrameError, FrameReader
@@ -185,6 +185,14 @@ async def handle_frame(frame: bytes, broker: Broker,
                                   f"{broker.listeners[0].name} (inter.broker.listener.name)")
         if not broker.cluster.peers:
             raise CloseConnection("inter-broker frame, but this broker has no peers")
+        if not session.cluster_action_checked:  # once per connection: frames are hot
+            authorizer = broker.authorizer
+            if authorizer is not None and not authorizer.authorize(
+                    session.principal, session.client_host.removeprefix("/"),
+                    acl.Operation.CLUSTER_ACTION, acl.ResourceType.CLUSTER, acl.CLUSTER_NAME):
+                raise CloseConnection(f"inter-broker frame from {session.principal}, who may "
+                                      "not CLUSTER_ACTION on the cluster")
+            session.cluster_action_checked = True
         broker.cluster.receive(frame)
         return None
     rng = API_RANGES.get(api_key)

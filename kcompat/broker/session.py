@@ -39,6 +39,7 @@ class Session:
     reauth_deadline: float | None = None  # trio time after which it must re-authenticate
     failed: str = ""  # why authentication failed: close after the delay
     mute_until: float = 0.0  # trio time: read nothing before (quota throttling)
+    cluster_action_checked: bool = False  # a peer broker's Raft frames were authorized
 
     @classmethod
     def open(cls, listener: Listener, client_host: str = "") -> Session:

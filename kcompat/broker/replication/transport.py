@@ -30,7 +30,7 @@ requests it serves — for a millisecond or more; trio yields between slices.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Protocol
 
 import trio
@@ -58,11 +58,19 @@ class Link(Protocol):
 LinkFactory = Callable[[int, str, int], Link]
 
 
+# the inter-broker listener's security, spoken first on a new connection
+# (``kcompat.broker.peer_security``): TLS and/or SASL; None on PLAINTEXT
+Secure = Callable[[trio.SocketStream, str], Awaitable[trio.abc.Stream]]
+AUTH_RETRY_S = 1.0
+
+
 class PeerLink:
-    def __init__(self, node_id: int, host: str, port: int) -> None:
+    def __init__(self, node_id: int, host: str, port: int, secure: Secure | None = None
+                 ) -> None:
         self.node_id = node_id
         self.host = host
         self.port = port
+        self.secure = secure
         self._send, self._receive = trio.open_memory_channel[bytes](QUEUE_FRAMES_MAX)
         self.dropped = 0
         self.connected = False
@@ -86,11 +94,23 @@ class PeerLink:
         while True:
             try:
                 with trio.fail_after(CONNECT_TIMEOUT_S):
-                    stream = await trio.open_tcp_stream(self.host, self.port)
+                    stream: trio.abc.Stream = await trio.open_tcp_stream(self.host, self.port)
             except (OSError, trio.TooSlowError):
                 self._drain()
                 await trio.sleep(RETRY_S)
                 continue
+            if self.secure is not None:
+                try:
+                    assert isinstance(stream, trio.SocketStream)
+                    stream = await self.secure(stream, self.host)
+                except Exception as e:  # TLS or SASL refused: say why, try again later
+                    log.warning("cannot secure the link to peer %d at %s:%d: %s", self.node_id,
+                                self.host, self.port, e)
+                    with trio.move_on_after(1):
+                        await stream.aclose()
+                    self._drain()
+                    await trio.sleep(AUTH_RETRY_S)
+                    continue
             if not self.connected:
                 log.info("connected to peer %d at %s:%d", self.node_id, self.host, self.port)
             self.connected = True
