@@ -27,6 +27,7 @@ from kcompat.cli import (
     produce,
     scheduled,
     topics,
+    users,
 )
 from kcompat.cli._common import CliError, Parser, friendly
 
@@ -94,7 +95,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = Parser(prog="kcompat", description="A Kafka-compatible broker and its tools")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _broker_parser(sub)
-    for module in (topics, produce, consume, groups, cluster, scheduled, dlq, acls):
+    for module in (topics, produce, consume, groups, cluster, scheduled, dlq, acls, users):
         module.register(sub)
     return parser
 
