@@ -1,6 +1,6 @@
 """Differential: CreateAcls, DescribeAcls and DeleteAcls at the wire level, Apache
 Kafka 4.4 (StandardAuthorizer) against kcompat, one broker each with the same
-settings: ``authorizer.class.name`` set, no super user and
+settings: ``authorizer.class.name`` set, no super user but ``User:admin`` and
 ``allow.everyone.if.no.acl.found=true``, so the unauthenticated client may
 manage ACLs while no ACL covers the cluster.
 
@@ -11,8 +11,9 @@ bindings of every resource type (a duplicate among them), each invalid one
 request, v1 and v2 requests, DescribeAcls filters (ANY, MATCH, LITERAL,
 PREFIXED, principal, host, operation, permission, unknown codes), DeleteAcls
 filters overlapping and unknown, and at the end a DENY of ALTER on the cluster
-for the client: what creating, deleting and describing answer then. Each step
-is a test: kcompat's observation must equal Kafka's.
+for the client: what creating, deleting and describing answer then; and how
+DescribeConfigs lists the authorizer's keys. Each step is a test: kcompat's
+observation must equal Kafka's.
 
 Left out: a code 0 (UNKNOWN) in a field, which makes Kafka close the connection
 while parsing and kcompat answer it as an unknown code (the handlers' docstrings).
@@ -32,6 +33,7 @@ from kio.schema.create_acls.v3 import request as ca
 from kio.schema.delete_acls.v3 import request as dl
 from kio.schema.describe_acls.v2 import request as da2
 from kio.schema.describe_acls.v3 import request as da
+from kio.schema.describe_configs.v4 import request as dc
 from kio.static.primitive import i8
 
 from compat_tests._broker import Broker, running
@@ -42,7 +44,7 @@ from kcompat.security.acl import STANDARD_AUTHORIZER
 pytestmark = pytest.mark.timeout(180)
 
 SETTINGS = {"authorizer.class.name": STANDARD_AUTHORIZER,
-            "allow.everyone.if.no.acl.found": "true"}
+            "allow.everyone.if.no.acl.found": "true", "super.users": "User:admin"}
 ANY, MATCH, LITERAL, PREFIXED = 1, 2, 3, 4
 T, G, C, TX, TOKEN, USER = 2, 3, 4, 5, 6, 7
 Row = tuple[int, str, int, str, str, int, int]
@@ -175,6 +177,17 @@ def _deletes(conn: Connection, obs: dict[str, Obs]) -> None:
     obs["describe_after_delete"] = _describe(conn)
 
 
+def _configs(conn: Connection, names: tuple[str, ...] | None) -> Obs:
+    """The authorizer's keys as DescribeConfigs lists them for broker 1 (all
+    keys, or those ``names``)."""
+    r = conn.call(dc.DescribeConfigsRequest(resources=(dc.DescribeConfigsResource(
+        resource_type=i8(4), resource_name="1", configuration_keys=names),),
+        include_synonyms=True, include_documentation=False))
+    return sorted((c.name, c.value, c.config_source, c.is_sensitive, c.read_only,
+                   c.config_type, [(x.name, x.value, x.source) for x in c.synonyms])
+                  for res in r.results for c in res.configs if c.name in SETTINGS)
+
+
 def _lockout(conn: Connection, obs: dict[str, Obs]) -> None:
     """A DENY of ALTER on the cluster for the client (no super user)."""
     obs["create_deny_alter"] = _create(conn, (C, "kafka-cluster", LITERAL, "User:ANONYMOUS",
@@ -200,6 +213,8 @@ def run_script(bootstrap: str) -> dict[str, Obs]:
         obs[f"describe_{step}"] = _describe(conn, **f)
     obs["describe_v2"] = _describe(conn, m=da2)
     _deletes(conn, obs)
+    obs["describe_configs_all"] = _configs(conn, None)
+    obs["describe_configs_named"] = _configs(conn, tuple(SETTINGS))
     _lockout(conn, obs)
     conn.close()
     return obs
@@ -208,6 +223,7 @@ def run_script(bootstrap: str) -> dict[str, Obs]:
 STEPS = ["create_valid", "create_invalid", *[f"create_whole_{s}" for s in WHOLE],
          "create_empty", "create_v1", *[f"describe_{s}" for s in DESCRIBE], "describe_v2",
          "delete_overlapping", "delete_unknown", "delete_empty", "describe_after_delete",
+         "describe_configs_all", "describe_configs_named",
          "create_deny_alter", "locked_create", "locked_delete", "locked_describe"]
 
 

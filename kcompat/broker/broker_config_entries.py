@@ -20,7 +20,10 @@ first synonym's (else DEFAULT_CONFIG); its value the key's own effective value. 
 equal to Kafka's shows Kafka's rendering. Sensitive values (passwords, keys
 Kafka does not know) are null. Kafka's broker quota keys
 (``leader.replication.throttled.rate``...) are listed only while a level sets
-them; a listener-prefixed one is a key Kafka does not know here. The cluster default ("") lists only its stored
+them; a listener-prefixed one is a key Kafka does not know here. The authorizer's
+keys (``super.users``, ``allow.everyone.if.no.acl.found``), which KafkaConfig does
+not define, are listed only when set, as Kafka lists a key of its properties it
+cannot type: sensitive, null, STATIC_BROKER_CONFIG. The cluster default ("") lists only its stored
 keys, each with its one synonym.
 """
 
@@ -42,6 +45,9 @@ _KCOMPAT_TYPES = {"boolean": "BOOLEAN", "string": "STRING", "int": "INT", "short
 _DEFAULTS = {name: key.default for name, key in KEYS.items() if key.default is not None}
 
 Synonym = tuple[str, str | None, int]
+#: StandardAuthorizer's keys: Kafka's broker takes them from its properties
+#: without defining them, so it describes them as keys it does not know
+AUTHORIZER_KEYS = ("super.users", "allow.everyone.if.no.acl.found")
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +71,8 @@ def static_values(config: BrokerConfig, node_id: int, port: int) -> dict[str, st
         text = definition.render(config.values[key])
         if key in config.explicit or (key in _DEFAULTS and text != _DEFAULTS[key]):
             out[key] = text
+    out.update({k: BROKER_CONFIGS[k].render(config.values[k]) for k in AUTHORIZER_KEYS
+                if k in config.explicit})
     host = config.values["host"]
     advertised = config.values["advertised.host"] or host
     out.update({
@@ -114,12 +122,14 @@ def describe_broker(config: BrokerConfig, levels: Mapping[str, Mapping[str, str]
     ordered = [(own, SOURCE_DYNAMIC_BROKER), (cluster, SOURCE_DYNAMIC_DEFAULT),
                (static, SOURCE_STATIC), (_DEFAULTS, SOURCE_DEFAULT)]
     extra = [k for k in {**own, **cluster} if not (k in KEYS and KEYS[k].listed)]
+    extra += [k for k in AUTHORIZER_KEYS if k in config.explicit and k not in extra]
     names = extra + [k for k, key in KEYS.items() if key.listed]
     mine = [k for k, d in BROKER_CONFIGS.items() if k not in KEYS and not d.internal]
     if asked:
         wanted = set(asked)
         names = [k for k in names if k in wanted]
-        mine = [k for k, d in BROKER_CONFIGS.items() if k not in KEYS and k in wanted]
+        mine = [k for k, d in BROKER_CONFIGS.items()
+                if k not in KEYS and k in wanted and k not in AUTHORIZER_KEYS]
     return ([_kafka_entry(k, ordered) for k in names]
             + [_kcompat_entry(k, config) for k in mine])
 
