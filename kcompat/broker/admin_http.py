@@ -17,10 +17,19 @@ Config: ``admin.port`` (default 9644; 0 picks a free port; -1 disables) and
 ``admin.host`` (empty = the broker's ``host``). A default port that is taken
 only logs a warning — the Kafka listener matters more; an explicitly
 configured one that cannot be bound stops the broker with a one-line error.
+
+Security: ``admin.token`` set, every request must carry ``Authorization:
+Bearer <token>`` (401 otherwise). When any Kafka listener is secured (SSL or
+SASL), an unset ``admin.host`` means 127.0.0.1 — the port answers this
+machine only — and binding anything but a loopback address without
+``admin.token`` stops the broker naming the key: a secured broker never
+serves its metrics to the network unauthenticated by accident.
 """
 
 from __future__ import annotations
 
+import hmac
+import ipaddress
 import json
 import logging
 from functools import partial
@@ -30,13 +39,14 @@ import trio
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from kcompat.broker.broker import Broker
+from kcompat.broker.configdef import ConfigError
 
 log = logging.getLogger("kcompat.admin")
 
 HEAD_BYTES_MAX = 8192
 READ_TIMEOUT_S = 5.0
-_REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed",
-            503: "Service Unavailable"}
+_REASONS = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 404: "Not Found",
+            405: "Method Not Allowed", 503: "Service Unavailable"}
 
 
 def health(broker: Broker) -> dict[str, Any]:
@@ -59,10 +69,24 @@ def route(broker: Broker, method: str, path: str) -> tuple[int, str, bytes]:
     return 404, "text/plain; charset=utf-8", b"not found: try /metrics or /health\n"
 
 
-def _response(status: int, content_type: str, body: bytes, head_only: bool) -> bytes:
+def _authorized(broker: Broker, head: bytes) -> bool:
+    """Without ``admin.token`` every request; else one bearing it."""
+    token = broker.config["admin.token"]
+    if not token:
+        return True
+    for line in head.decode("latin-1").splitlines()[1:]:
+        name, _, value = line.partition(":")
+        if name.strip().lower() == "authorization":
+            scheme, _, given = value.strip().partition(" ")
+            return scheme.lower() == "bearer" and hmac.compare_digest(given.strip(), token)
+    return False
+
+
+def _response(status: int, content_type: str, body: bytes, head_only: bool,
+              extra: str = "") -> bytes:
     head = (f"HTTP/1.1 {status} {_REASONS.get(status, 'OK')}\r\n"
             f"Content-Type: {content_type}\r\nContent-Length: {len(body)}\r\n"
-            "Connection: close\r\n\r\n")
+            f"{extra}Connection: close\r\n\r\n")
     return head.encode("latin-1") + (b"" if head_only else body)
 
 
@@ -86,6 +110,9 @@ async def serve_http(stream: trio.SocketStream, broker: Broker) -> None:
         parts = head.split(b"\r\n", 1)[0].split(b"\n", 1)[0].decode("latin-1").split()
         if len(parts) != 3 or not parts[2].startswith("HTTP/"):
             out = _response(400, "text/plain; charset=utf-8", b"bad request line\n", False)
+        elif not _authorized(broker, head):
+            out = _response(401, "text/plain; charset=utf-8", b"admin.token required\n", False,
+                            'WWW-Authenticate: Bearer realm="kcompat"\r\n')
         else:
             method, path = parts[0], parts[1]
             status, ctype, body = route(broker, method, path)
@@ -105,7 +132,12 @@ async def open_admin_listeners(broker: Broker) -> list[trio.SocketListener]:
     port = config["admin.port"]
     if port < 0:
         return []
-    host = config["admin.host"] or config["host"]
+    secured = any(item.protocol != "PLAINTEXT" for item in broker.listeners)
+    host = config["admin.host"] or ("127.0.0.1" if secured else config["host"])
+    if secured and not config["admin.token"] and not _loopback(host):
+        raise ConfigError("admin.token", f"the Kafka listeners are secured but the admin HTTP "
+                          f"port would serve {host} to anyone: set admin.token (a bearer "
+                          "token) or bind admin.host to a loopback address")
     try:
         listeners = await trio.open_tcp_listeners(port, host=host)
     except OSError as e:
@@ -117,6 +149,13 @@ async def open_admin_listeners(broker: Broker) -> list[trio.SocketListener]:
     bound = listeners[0].socket.getsockname()
     log.info("admin HTTP on http://%s:%d (/metrics, /health)", bound[0], bound[1])
     return listeners
+
+
+def _loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"
 
 
 async def run_admin_http(broker: Broker, listeners: list[trio.SocketListener]) -> None:

@@ -157,6 +157,7 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
         _D("kcompat.fetch.sendfile", "boolean", True),
         _D("admin.port", "int", 9644, minimum=-1),  # 0 picks a free port, -1 disables
         _D("admin.host", "string", ""),  # empty: the same as host
+        _D("admin.token", "password", ""),  # a bearer token every admin HTTP request must carry
         # Empty: a quorum of one (this broker alone); else the controllers, each
         # also a broker unless process.roles says otherwise.
         _D("controller.quorum.voters", "list", []),  # "1@host:port,2@host:port,..."
@@ -188,6 +189,9 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
            f"{STANDARD_AUTHORIZER}; unset, no authorizer)"),
         _D("super.users", "string", "", internal=True),  # "User:admin;User:bob"
         _D("allow.everyone.if.no.acl.found", "boolean", False, internal=True),
+        # client byte-rate quotas (``quotas``): the samples of a rate and their length
+        _D("quota.window.num", "int", 11, minimum=1),
+        _D("quota.window.size.seconds", "int", 1, minimum=1),
         _D("controlled.shutdown.enable", "boolean", True),
         _D("replica.lag.time.max.ms", "long", 30000, minimum=1),
         # Snapshot the metadata log after this many applied bytes.

@@ -331,3 +331,46 @@ def test_nothing_unauthenticated_is_stored(secured: Secured) -> None:
     finally:
         plain.close()
     assert "unauthenticated" not in [t.name for t in topics]
+
+
+def _get(url: str, token: str | None = None) -> int:
+    import urllib.error
+    import urllib.request
+
+    request = urllib.request.Request(url)
+    if token is not None:
+        request.add_header("Authorization", f"Bearer {token}")
+    try:
+        with urllib.request.urlopen(request, timeout=5) as answer:
+            return int(answer.status)
+    except urllib.error.HTTPError as e:
+        return int(e.code)
+
+
+def test_the_admin_port_of_a_secured_broker(secured: Secured, tmp_path: Path) -> None:
+    """Secured listeners: the admin HTTP port serves loopback only unless a
+    bearer token guards it; with admin.token every request must bear it."""
+    fresh = {name: free_port("127.0.0.1") for name in secured.ports}
+    base = broker_config(fresh, secured.pki, tmp_path / "a")
+    open_config = tmp_path / "open.yaml"
+    open_config.write_text(yaml.safe_dump({**base, "admin.port": 0, "admin.host": "0.0.0.0"}))
+    run = subprocess.run([sys.executable, "-m", "kcompat", "broker", "--config",
+                          str(open_config)], capture_output=True, text=True, cwd=REPO_ROOT,
+                         timeout=60)
+    assert run.returncode != 0
+    assert "admin.token: the Kafka listeners are secured" in run.stderr
+    admin_port = free_port("127.0.0.1")
+    ports = {name: free_port("127.0.0.1") for name in secured.ports}
+    guarded = tmp_path / "guarded.yaml"
+    guarded.write_text(yaml.safe_dump({**broker_config(ports, secured.pki, tmp_path / "b"),
+                                       "admin.port": admin_port, "admin.host": "0.0.0.0",
+                                       "admin.token": "s3cret"}))
+    broker = Broker(tmp_path / "guarded", port=ports["PLAINTEXT"],
+                    extra_args=("--config", str(guarded))).start()
+    try:
+        url = f"http://127.0.0.1:{admin_port}/health"
+        assert _get(url) == 401
+        assert _get(url, "wrong") == 401
+        assert _get(url, "s3cret") == 200
+    finally:
+        broker.stop()
