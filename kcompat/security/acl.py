@@ -28,7 +28,7 @@ DescribeCluster answer: bit ``op`` set for each operation the resource type
 supports (Kafka's ``AclEntry.supportedOperations``) that ``authorize`` allows.
 
 The ACLs are kept in ``AclStore``, indexed by (resource type, pattern type,
-name) so a check costs a dict lookup per prefix of the name; the metadata
+name) so a check costs a dict lookup per length of PREFIXED name in use; the metadata
 image owns the store and changes it in log order (``kcompat.broker.metadata``),
 the authorizer only reads it. ``AclBindingFilter`` is DescribeAcls' and
 DeleteAcls' filter: null fields and ANY match anything, pattern type MATCH
@@ -268,6 +268,9 @@ class AclStore:
     def __init__(self, bindings: Iterable[AclBinding] = ()) -> None:
         self._all: dict[AclBinding, None] = {}
         self._by_pattern: dict[tuple[ResourceType, PatternType, str], dict[AclBinding, None]] = {}
+        # resource type -> length of a PREFIXED name -> how many patterns have it:
+        # a check looks up only the prefixes of those lengths
+        self._prefix_lengths: dict[ResourceType, dict[int, int]] = {}
         self.replace(bindings)
 
     def __len__(self) -> int:
@@ -283,7 +286,11 @@ class AclStore:
         if b in self._all:
             return
         self._all[b] = None
-        self._by_pattern.setdefault((b.resource_type, b.pattern_type, b.name), {})[b] = None
+        found = self._by_pattern.setdefault((b.resource_type, b.pattern_type, b.name), {})
+        if not found and b.pattern_type == PatternType.PREFIXED:
+            lengths = self._prefix_lengths.setdefault(b.resource_type, {})
+            lengths[len(b.name)] = lengths.get(len(b.name), 0) + 1
+        found[b] = None
 
     def remove(self, b: AclBinding) -> None:
         if self._all.pop(b, 0) is None:
@@ -292,25 +299,33 @@ class AclStore:
             del found[b]
             if not found:
                 del self._by_pattern[key]
+                if b.pattern_type == PatternType.PREFIXED:
+                    lengths = self._prefix_lengths[b.resource_type]
+                    lengths[len(b.name)] -= 1
+                    if not lengths[len(b.name)]:
+                        del lengths[len(b.name)]
 
     def replace(self, bindings: Iterable[AclBinding]) -> None:
         """Hold exactly ``bindings`` (a checkpoint loaded), in place."""
         self._all.clear()
         self._by_pattern.clear()
+        self._prefix_lengths.clear()
         for b in bindings:
             self.add(b)
 
     def find(self, f: AclBindingFilter) -> list[AclBinding]:
         return [b for b in self._all if f.matches(b)]
 
-    def covering(self, rt: ResourceType, name: str) -> Iterator[AclBinding]:
+    def covering(self, rt: ResourceType, name: str) -> list[AclBinding]:
         """Every ACL whose pattern covers resource ``name`` of type ``rt``."""
         get = self._by_pattern.get
-        yield from get((rt, PatternType.LITERAL, name), ())
+        out = list(get((rt, PatternType.LITERAL, name), ()))
         if name != WILDCARD:
-            yield from get((rt, PatternType.LITERAL, WILDCARD), ())
-        for end in range(1, len(name) + 1):
-            yield from get((rt, PatternType.PREFIXED, name[:end]), ())
+            out += get((rt, PatternType.LITERAL, WILDCARD), ())
+        for end in self._prefix_lengths.get(rt, ()):
+            if end <= len(name):
+                out += get((rt, PatternType.PREFIXED, name[:end]), ())
+        return out
 
 
 def _result(b: AclBinding, principal: str, host: str, op: Operation) -> Permission | None:
@@ -356,17 +371,23 @@ class Authorizer:
         resource ``name`` of type ``rt``?"""
         if principal in self.super_users:
             return True
-        covered = allowed = False
-        for b in self.store.covering(rt, name):
-            covered = True
+        return self._decide(self.store.covering(rt, name), principal, host, op)
+
+    def _decide(self, covering: list[AclBinding], principal: str, host: str,
+                op: Operation) -> bool:
+        allowed = False
+        for b in covering:
             found = _result(b, principal, host, op)
             if found == Permission.DENY:
                 return False
             allowed = allowed or found == Permission.ALLOW
-        return allowed or (not covered and self.allow_if_no_acl)
+        return allowed or (not covering and self.allow_if_no_acl)
 
     def authorized_operations(self, principal: str, host: str, rt: ResourceType,
                               name: str) -> int:
         """The 32-bit field of the operations on the resource ``authorize`` allows."""
-        return bitfield(op for op in SUPPORTED_OPERATIONS.get(rt, ())
-                        if self.authorize(principal, host, op, rt, name))
+        supported = SUPPORTED_OPERATIONS.get(rt, ())
+        if principal in self.super_users:
+            return bitfield(supported)
+        covering = self.store.covering(rt, name)
+        return bitfield(op for op in supported if self._decide(covering, principal, host, op))

@@ -279,3 +279,25 @@ def test_check_filter_refuses_unknown_fields() -> None:
     with pytest.raises(AclError, match="entryFilter"):
         check_filter(flt(perm=Permission.UNKNOWN))
     check_filter(flt())
+
+
+def test_prefixed_index_follows_adds_and_removes() -> None:
+    ab, cd, abc = (acl("ab", pt=PRE), acl("cd", pt=PRE), acl("abc", pt=PRE, principal=BOB))
+    store = AclStore([ab, cd, abc])
+    a = Authorizer(store, allow_if_no_acl=True)
+    store.remove(cd)  # "ab" has the same length: still found
+    assert can(a, Op.READ, "ab-1") and not can(a, Op.READ, "ab-1", principal=BOB)
+    assert can(a, Op.READ, "cd-1", principal=BOB)  # nothing covers it: allow.everyone
+    store.remove(ab)
+    assert not can(a, Op.READ, "abc-1")  # covered by "abc" (Bob's) only
+    assert can(a, Op.READ, "ab-1")  # nothing covers it any more: allow.everyone
+    store.remove(abc)
+    assert can(a, Op.WRITE, "abc-1") and len(store) == 0
+
+
+def test_every_prefix_length_is_looked_at() -> None:
+    a = authorizer(acl("o", pt=PRE), acl("ord", Op.READ, DENY, pt=PRE),
+                   acl("orders-eu-", Op.WRITE, pt=PRE))
+    assert not can(a, Op.READ, "orders-eu-1")  # the 3-character prefix denies
+    assert can(a, Op.WRITE, "orders-eu-1")  # the 10-character one allows
+    assert can(a, Op.READ, "other")
