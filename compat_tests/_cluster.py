@@ -18,6 +18,7 @@ the metadata log).
 from __future__ import annotations
 
 import contextlib
+import os
 import socket
 import struct
 import time
@@ -28,15 +29,33 @@ from confluent_kafka.admin import AdminClient
 
 from compat_tests._broker import Broker, free_port
 
+#: COMPAT_TEST_LINK=SSL or SASL_SSL: every Cluster's brokers talk to each other over
+#: a secured inter-broker listener (make test-secured-link runs the cluster suite so)
+LINK = os.environ.get("COMPAT_TEST_LINK", "PLAINTEXT").upper()
+
 
 class Cluster:
-    def __init__(self, root: Path, size: int = 3, extra_args: tuple[str, ...] = ()) -> None:
+    """``link``: the inter-broker listener's protocol. PLAINTEXT: one listener per
+    broker, clients and peers alike. SSL (mutual TLS) or SASL_SSL (PLAIN): the
+    brokers talk over their own INTERNAL listener, with certificates of a test CA
+    made under ``root``, while the harness and the clients keep the PLAINTEXT one
+    (``bootstrap``) — so every cluster scenario runs unchanged over a secured link."""
+
+    def __init__(self, root: Path, size: int = 3, extra_args: tuple[str, ...] = (),
+                 link: str = LINK) -> None:
         ports = [free_port() for _ in range(size)]
-        self.voters = ",".join(f"{i + 1}@127.0.0.1:{p}" for i, p in enumerate(ports))
+        self.link = link
+        inner = ports if link == "PLAINTEXT" else [free_port() for _ in range(size)]
+        self.voters = ",".join(f"{i + 1}@127.0.0.1:{p}" for i, p in enumerate(inner))
+        secured = () if link == "PLAINTEXT" else ("--config", str(_link_config(root, link)))
         self.brokers: dict[int, Broker] = {
             i + 1: Broker(root / f"broker-{i + 1}", port=ports[i], extra_args=(
                 "--node-id", str(i + 1), "--set", f"controller.quorum.voters={self.voters}",
-                "--admin-port", "-1", "--set", "default.replication.factor=3", *extra_args))
+                "--admin-port", "-1", "--set", "default.replication.factor=3", *secured,
+                *(() if link == "PLAINTEXT" else (
+                    "--set", f"listeners=INTERNAL://127.0.0.1:{inner[i]},"
+                             f"PLAINTEXT://127.0.0.1:{ports[i]}")),
+                *extra_args))
             for i in range(size)
         }
 
@@ -144,6 +163,33 @@ class Cluster:
                 return last
             time.sleep(0.05)
         raise AssertionError(f"partitions of {topic} have no live leader: {last}")
+
+
+def _link_config(root: Path, link: str) -> Path:
+    """The brokers' shared settings of a secured INTERNAL inter-broker listener."""
+    from compat_tests._tls import TestPki
+
+    if link not in ("SSL", "SASL_SSL"):
+        raise ValueError(f"COMPAT_TEST_LINK={link}: use PLAINTEXT, SSL or SASL_SSL")
+    root.mkdir(parents=True, exist_ok=True)
+    pki = TestPki.create(root / "pki")
+    lines = [
+        f"listener.security.protocol.map: INTERNAL:{link},PLAINTEXT:PLAINTEXT",
+        "inter.broker.listener.name: INTERNAL",
+        "listener.name.internal.ssl.client.auth: required",
+        "ssl.keystore.type: PEM",
+        f"ssl.keystore.location: {pki.server.keystore}",
+        "ssl.truststore.type: PEM",
+        f"ssl.truststore.location: {pki.ca}",
+        "sasl.enabled.mechanisms: PLAIN",
+        "sasl.mechanism.inter.broker.protocol: PLAIN",
+        "listener.name.internal.plain.sasl.jaas.config: 'org.apache.kafka.common.security."
+        "plain.PlainLoginModule required username=\"broker\" password=\"broker-secret\" "
+        "user_broker=\"broker-secret\";'",
+    ]
+    path = root / "inter-broker-link.yaml"
+    path.write_text("\n".join(lines) + "\n")
+    return path
 
 
 def quorum_leader(bootstrap: str, timeout_s: float = 2.0) -> int:
