@@ -12,6 +12,9 @@ upserted twice, deleted three times), both mechanisms for one user, twenty users
 at once (past the hash map's first resize), then describes: named users (found,
 missing, twice, non-ASCII and ``,`` in names), all users (null and empty list;
 compared as a set, since other users the reference may hold change the order).
+A user's mechanisms are compared as a set: Kafka keeps them in a hash map keyed
+by an enum, whose order changes from one JVM to the next (kcompat lists them
+by type).
 User names carry a suffix chosen once per session, the same for both brokers,
 so the hash order is comparable and a long-lived reference never sees a name
 twice.
@@ -91,7 +94,7 @@ def _describe(conn: Connection, users: list[str] | None) -> Obs:
     r = conn.call(describe.DescribeUserScramCredentialsRequest(users=named))
     return (r.error_code.name, r.error_message,
             [(x.user, x.error_code.name, x.error_message,
-              [(int(i.mechanism), int(i.iterations)) for i in x.credential_infos])
+              sorted((int(i.mechanism), int(i.iterations)) for i in x.credential_infos))
              for x in r.results])
 
 
