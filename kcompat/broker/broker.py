@@ -24,6 +24,7 @@ simulator replaces (``kcompat.testing.broker_sim``).
 from __future__ import annotations
 
 import secrets
+import time
 from functools import partial
 from random import Random
 
@@ -50,6 +51,7 @@ from kcompat.broker.transactions import TxnService
 from kcompat.log.store import OS_STORE, FileStore
 from kcompat.security import sasl
 from kcompat.security.acl import AclStore, Authorizer, parse_super_users
+from kcompat.security.oauthbearer import OAuthBearerServer
 from kcompat.security.scram import ScramCredential
 
 
@@ -104,6 +106,9 @@ class Broker:
         """A fresh server side of ``mechanism`` for one authentication on ``listener``."""
         if mechanism == sasl.PLAIN:
             return sasl.PlainServer(listeners.plain_users(self.config, listener).get)
+        if mechanism == sasl.OAUTHBEARER:
+            return OAuthBearerServer(lambda: time.time() * 1000,
+                                     **listeners.oauthbearer_options(self.config, listener))
         from kcompat.security.scram import ScramServer
 
         return ScramServer(mechanism, partial(self.scram_credential, mechanism),

@@ -39,7 +39,7 @@ from kcompat.security.ssl_principal import MappingError, Rule, parse_rules
 
 PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 #: the SASL mechanisms kcompat serves
-MECHANISMS = (sasl.PLAIN, sasl.SCRAM_SHA_256, sasl.SCRAM_SHA_512)
+MECHANISMS = (sasl.PLAIN, sasl.SCRAM_SHA_256, sasl.SCRAM_SHA_512, sasl.OAUTHBEARER)
 
 
 @dataclass(frozen=True)
@@ -160,6 +160,22 @@ def plain_users(config: BrokerConfig, listener: Listener) -> dict[str, str]:
     return entry.users() if entry is not None else {}
 
 
+def oauthbearer_options(config: BrokerConfig, listener: Listener) -> dict[str, Any]:
+    """The unsecured validator's options from the listener's OAUTHBEARER JAAS
+    config (Kafka's OAuthBearerLoginModule option names)."""
+    entry = jaas_entry(config, listener, sasl.OAUTHBEARER)
+    options = entry.options if entry is not None else {}
+    key = f"listener.name.{listener.prefix}.oauthbearer.sasl.jaas.config"
+    try:
+        skew = int(options.get("unsecuredValidatorAllowableClockSkewMs", "0"))
+    except ValueError:
+        raise ConfigError(key, "unsecuredValidatorAllowableClockSkewMs must be a number") from None
+    scope = options.get("unsecuredValidatorRequiredScope", "")
+    return {"required_scope": [s for s in scope.replace(",", " ").split() if s],
+            "clock_skew_ms": skew,
+            "principal_claim": options.get("unsecuredValidatorPrincipalClaimName", "sub")}
+
+
 def principal_rules(config: BrokerConfig, listener: Listener) -> tuple[Rule, ...]:
     text = config.for_listener(listener.prefix, "ssl.principal.mapping.rules")
     try:
@@ -184,6 +200,8 @@ def check(config: BrokerConfig, listener: Listener) -> None:
                     f"listener.name.{listener.prefix}.plain.sasl.jaas.config",
                     f"listener {listener.name} enables PLAIN: give its users as "
                     f"{jaas.PLAIN_LOGIN_MODULE} required user_<name>=\"<password>\" ...;")
+        if sasl.OAUTHBEARER in enabled:
+            oauthbearer_options(config, listener)
     if listener.tls:
         server_context(config, listener)
         principal_rules(config, listener)

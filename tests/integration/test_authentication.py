@@ -60,7 +60,7 @@ class Secured:
 def broker_config(ports: dict[str, int], pki: TestPki, data: Path) -> dict[str, Any]:
     return {
         "listeners": ",".join(f"{name}://127.0.0.1:{port}" for name, port in ports.items()),
-        "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-512",
+        "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-512,OAUTHBEARER",
         "listener.name.sasl_plaintext.plain.sasl.jaas.config": JAAS,
         "listener.name.sasl_ssl.plain.sasl.jaas.config": JAAS,
         "listener.name.sasl_plaintext.connections.max.reauth.ms": REAUTH_MS,
@@ -148,7 +148,7 @@ def test_an_unknown_mechanism_is_refused_with_the_enabled_ones(secured: Secured)
     try:
         hs = conn.request(SaslHandshakeRequest[1](mechanism="GSSAPI"), SaslHandshakeResponse[1])
         assert (hs.error_code, list(hs.mechanisms)) == (
-            UNSUPPORTED_SASL_MECHANISM, ["PLAIN", "SCRAM-SHA-512"])
+            UNSUPPORTED_SASL_MECHANISM, ["PLAIN", "SCRAM-SHA-512", "OAUTHBEARER"])
         assert conn.closed_by_peer()
     finally:
         conn.close()
@@ -296,7 +296,7 @@ def test_print_config_hides_secrets(secured: Secured, tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("change,message", [
     ({"sasl.enabled.mechanisms": "GSSAPI"}, "sasl.enabled.mechanisms: listener SASL_PLAINTEXT: "
-     "kcompat serves PLAIN, SCRAM-SHA-256, SCRAM-SHA-512; not GSSAPI"),
+     "kcompat serves PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER; not GSSAPI"),
     ({"ssl.keystore.type": "JKS"}, "ssl.keystore.type: kcompat reads PEM stores only"),
     ({"listener.name.sasl_plaintext.plain.sasl.jaas.config": "nonsense"},
      "listener.name.sasl_plaintext.plain.sasl.jaas.config: expected"),
@@ -374,3 +374,52 @@ def test_the_admin_port_of_a_secured_broker(secured: Secured, tmp_path: Path) ->
         assert _get(url, "s3cret") == 200
     finally:
         broker.stop()
+
+
+def test_oauthbearer_unsecured_tokens_from_librdkafka(secured: Secured) -> None:
+    """confluent-kafka makes its own unsecured JWS (``sasl.oauthbearer.config``):
+    its principal produces and reads back; an expired token is refused."""
+    from confluent_kafka import Consumer, Producer
+
+    common = {"bootstrap.servers": f"127.0.0.1:{secured.ports['SASL_PLAINTEXT']}",
+              "security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "OAUTHBEARER",
+              "enable.sasl.oauthbearer.unsecure.jwt": True,
+              "sasl.oauthbearer.config": "principal=carol scope=kafka lifeSeconds=600"}
+    producer = Producer(common)
+    producer.produce("oauth", b"by-carol")
+    assert producer.flush(30) == 0
+    consumer = Consumer({**common, "group.id": "oauth", "auto.offset.reset": "earliest"})
+    try:
+        consumer.subscribe(["oauth"])
+        deadline = time.monotonic() + 30
+        got = None
+        while got is None and time.monotonic() < deadline:
+            message = consumer.poll(1.0)
+            if message is not None and message.error() is None:
+                got = message.value()
+    finally:
+        consumer.close()
+    assert got == b"by-carol"
+    conn = secured.raw("SASL_PLAINTEXT")
+    try:
+        hs = conn.request(SaslHandshakeRequest[1](mechanism="OAUTHBEARER"),
+                          SaslHandshakeResponse[1])
+        assert hs.error_code == 0
+        import base64
+        import json
+
+        def part(obj: Any) -> str:
+            return base64.urlsafe_b64encode(json.dumps(obj).encode()).decode().rstrip("=")
+
+        expired = f"{part({'alg': 'none'})}.{part({'sub': 'carol', 'exp': 1})}."
+        first = conn.request(SaslAuthenticateRequest[1](
+            auth_bytes=f"n,,\x01auth=Bearer {expired}\x01\x01".encode()),
+            SaslAuthenticateResponse[1])
+        assert (first.error_code, json.loads(first.auth_bytes)) == (0, {"status": "invalid_token"})
+        final = conn.request(SaslAuthenticateRequest[1](auth_bytes=b"\x01"),
+                             SaslAuthenticateResponse[1])
+        assert (final.error_code, final.error_message) == (
+            SASL_AUTHENTICATION_FAILED, "Authentication failed: the token expired")
+        assert conn.closed_by_peer()
+    finally:
+        conn.close()

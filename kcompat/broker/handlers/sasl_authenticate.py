@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import datetime
 import logging
+import time
 from typing import Any
 
 import trio
@@ -53,6 +54,9 @@ def step(broker: Broker, session: Session, token: bytes) -> tuple[bytes, str | N
         session.principal, session.authenticated = who, True
         lifetime = broker.config.for_listener(session.listener.prefix,
                                               "connections.max.reauth.ms")
+        expires = getattr(mechanism, "expires_at_ms", None)  # a token's own expiry
+        if lifetime and expires is not None:
+            lifetime = max(0.0, min(lifetime, expires - time.time() * 1000))
         session.reauth_deadline = trio.current_time() + lifetime / 1000 if lifetime else None
         session.mechanism = mechanism if lifetime else None  # kept to check a re-authentication
     return reply, None
