@@ -423,3 +423,12 @@ def test_oauthbearer_unsecured_tokens_from_librdkafka(secured: Secured) -> None:
         assert conn.closed_by_peer()
     finally:
         conn.close()
+
+
+def test_the_annotated_secured_config_parses() -> None:
+    run = subprocess.run([sys.executable, "-m", "kcompat", "broker", "--config",
+                          str(REPO_ROOT / "config" / "secured.yaml"), "--print-config"],
+                         capture_output=True, text=True, cwd=REPO_ROOT, timeout=60)
+    assert run.returncode == 0, run.stderr
+    assert "listener.name.sasl_ssl.plain.sasl.jaas.config=[hidden]" in run.stdout
+    assert "change-me" not in run.stdout
