@@ -96,6 +96,7 @@ class KafkaReference:
         controller_port: int | None = None,
         voters: str | None = None,
         cluster_id: str | None = None,
+        format_args: tuple[str, ...] = (),
     ) -> None:
         self.workdir = Path(workdir)
         self.workdir.mkdir(parents=True, exist_ok=True)
@@ -114,6 +115,10 @@ class KafkaReference:
         # ``id@host:port`` of every controller; a single node is its own quorum.
         self.voters = voters or f"{node_id}@{host}:{self.controller_port}"
         self.last_returncode: int | None = None
+        # more ``kafka-storage format`` options, e.g. ``("--add-scram",
+        # "SCRAM-SHA-512=[name=alice,password=alice-secret]")``: SCRAM users
+        # bootstrapped into the metadata log before the first start
+        self.format_args = tuple(format_args)
 
     @property
     def bootstrap(self) -> str:
@@ -161,7 +166,8 @@ class KafkaReference:
             return
         out = subprocess.run(
             self._java("kafka.tools.StorageTool", "format", "-t", self.cluster_id,
-                       "-c", str(self.config_path), "--ignore-formatted"),
+                       "-c", str(self.config_path), "--ignore-formatted",
+                       *self.format_args),
             capture_output=True, text=True, timeout=120,
         )
         if out.returncode != 0:
