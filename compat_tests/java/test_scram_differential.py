@@ -1,5 +1,7 @@
 """Differential: AlterUserScramCredentials and DescribeUserScramCredentials (KIP-554)
-at the wire level, Apache Kafka 4.4 against kcompat (one broker each).
+at the wire level, Apache Kafka 4.4 against kcompat, one broker each with the same
+settings: StandardAuthorizer and ``allow.everyone.if.no.acl.found=true`` (the
+unauthenticated client may do anything while no ACL covers the cluster).
 
 One script (``run_script``) sends the same raw requests (kio entities) to a broker
 and keeps every answer whole — users in the order the broker lists them (Kafka's
@@ -14,30 +16,44 @@ missing, twice, non-ASCII and ``,`` in names), all users (null and empty list;
 compared as a set, since other users the reference may hold change the order).
 A user's mechanisms are compared as a set: Kafka keeps them in a hash map keyed
 by an enum, whose order changes from one JVM to the next (kcompat lists them
-by type).
+by type). At the end a DENY of ALTER on the cluster for the client: what an
+alteration (nothing done) and describes answer then.
 User names carry a suffix chosen once per session, the same for both brokers,
 so the hash order is comparable and a long-lived reference never sees a name
 twice.
+
+Left out: a describe of every user (a null list) without permission, which
+Kafka never answers (building its refusal fails on the null list); kcompat
+answers CLUSTER_AUTHORIZATION_FAILED with no results.
 """
 
 from __future__ import annotations
 
 import hashlib
+import time
 import uuid
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 from kio.schema.alter_user_scram_credentials.v0 import request as alter
+from kio.schema.create_acls.v3 import request as create_acls
 from kio.schema.describe_user_scram_credentials.v0 import request as describe
 from kio.static.primitive import i8, i32
 
-from compat_tests._broker import Broker
+from compat_tests._broker import Broker, running
 from compat_tests.java.kafka_reference import KafkaReference
 from kcompat.cli._kio import Connection
+from kcompat.security.acl import STANDARD_AUTHORIZER
 
 pytestmark = pytest.mark.timeout(120)
 
 SUFFIX = uuid.uuid4().hex[:8]  # the same for both brokers: names decide Kafka's order
+SETTINGS = {"authorizer.class.name": STANDARD_AUTHORIZER,
+            "allow.everyone.if.no.acl.found": "true", "super.users": "User:admin"}
+#: how long the DENY may take to reach the broker's authorizer after CreateAcls
+DENY_WAIT_S = 15.0
 Obs = Any
 
 
@@ -80,7 +96,9 @@ DESCRIBES: dict[str, list[str] | None] = {
     "describe_twenty": [f"user-{i}" for i in range(20)] + ["zz", "a,b=c", "\u00e9l\u00e8ve"],
     "describe_removed": ["u1", "u2"],
 }
-STEPS = [*ALTERS, *DESCRIBES, "describe_all_null", "describe_all_empty"]
+DENIED_ALTER = ((_del("u9"),), (_up("denied"), _up("u1", 1), _up("")))
+STEPS = [*ALTERS, *DESCRIBES, "describe_all_null", "describe_all_empty", "deny_alter",
+         "alter_denied", "describe_denied_named", "describe_denied_empty"]
 
 
 def _alter(conn: Connection, deletions: tuple[Any, ...], upsertions: tuple[Any, ...]) -> Obs:
@@ -104,6 +122,19 @@ def _ours(described: Obs) -> Obs:
     return code, message, sorted(r for r in results if r[0].endswith(SUFFIX))
 
 
+def _deny_alter(conn: Connection) -> Obs:
+    """DENY ALTER on the cluster for the client, then wait (bounded) until the
+    broker's authorizer has it: a describe is refused once an ACL covers the
+    cluster (nothing allows the client DESCRIBE then)."""
+    r = conn.call(create_acls.CreateAclsRequest(creations=(create_acls.AclCreation(
+        resource_type=i8(4), resource_name="kafka-cluster", resource_pattern_type=i8(3),
+        principal="User:ANONYMOUS", host="*", operation=i8(7), permission_type=i8(2)),)))
+    deadline = time.monotonic() + DENY_WAIT_S
+    while _describe(conn, [_name("u1")])[0] == "none" and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return [(x.error_code.name, x.error_message) for x in r.results]
+
+
 def run_script(bootstrap: str) -> dict[str, Obs]:
     host, port = bootstrap.rsplit(":", 1)
     conn = Connection(host, int(port), 10.0)
@@ -115,19 +146,36 @@ def run_script(bootstrap: str) -> dict[str, Obs]:
             out[step] = _describe(conn, [_name(u) for u in users] if users else users)
         out["describe_all_null"] = _ours(_describe(conn, None))
         out["describe_all_empty"] = _ours(_describe(conn, []))
+        out["deny_alter"] = _deny_alter(conn)
+        out["alter_denied"] = _alter(conn, *DENIED_ALTER)
+        out["describe_denied_named"] = _describe(conn, [_name("u1"), _name("x"), _name("u1")])
+        out["describe_denied_empty"] = _describe(conn, [])
     finally:
         conn.close()
     return out
 
 
 @pytest.fixture(scope="module")
-def kafka_answers(kafka_reference: KafkaReference) -> dict[str, Obs]:
-    return run_script(kafka_reference.bootstrap)
+def kafka_answers(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Obs]:
+    ref = KafkaReference(Path(tmp_path_factory.mktemp("scram-reference")), overrides=SETTINGS)
+    ref.start()
+    try:
+        return run_script(ref.bootstrap)
+    finally:
+        ref.close()
 
 
 @pytest.fixture(scope="module")
-def kcompat_answers(module_broker: Broker) -> dict[str, Obs]:
-    return run_script(module_broker.bootstrap)
+def kcompat_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
+    args = ["--admin-port", "-1"]
+    for key, value in SETTINGS.items():
+        args += ["--set", f"{key}={value}"]
+    yield from running(Broker(tmp_path_factory.mktemp("scram-kcompat"), extra_args=tuple(args)))
+
+
+@pytest.fixture(scope="module")
+def kcompat_answers(kcompat_broker: Broker) -> dict[str, Obs]:
+    return run_script(kcompat_broker.bootstrap)
 
 
 @pytest.mark.parametrize("step", STEPS)
@@ -139,3 +187,6 @@ def test_step_matches_kafka(kafka_answers: dict[str, Obs], kcompat_answers: dict
 def test_every_step_ran(kafka_answers: dict[str, Obs]) -> None:
     assert sorted(kafka_answers) == sorted(STEPS)
     assert len(kafka_answers["describe_all_null"][2]) > 20  # the script created users
+    # the DENY took effect (else the denial steps would compare two successes)
+    assert kafka_answers["describe_denied_empty"][0] == "cluster_authorization_failed"
+    assert {code for _, code, _ in kafka_answers["alter_denied"]} == {"unknown_server_error"}

@@ -17,10 +17,11 @@ image shows them. If the change fails (the controller found a credential to
 delete gone, or none answered in time), every user whose change was valid
 gets that error.
 
-Without ALTER on the cluster (an authorizer configured) every user named is
-CLUSTER_AUTHORIZATION_FAILED, users sorted, as Kafka's
-``AlterUserScramCredentialsRequest.getErrorResponse`` answers the controller's
-refusal (its message in the shape of the ACL handlers', not probed here).
+Without ALTER on the cluster (an authorizer configured) nothing is done and
+every user named is UNKNOWN_SERVER_ERROR without a message, users sorted:
+what Kafka 4.4 answers (measured: its controller, which the request is
+forwarded to, refuses it; the answer is built by
+``AlterUserScramCredentialsRequest.getErrorResponse``).
 """
 
 from __future__ import annotations
@@ -41,12 +42,9 @@ from kcompat.security import acl
 APPLY_WAIT_S = 5.0
 
 
-def _denied(ctx: RequestContext, request: Any) -> list[tuple[str, sc.Error]]:
-    message = (f"Request Request(api=AlterUserScramCredentials v{ctx.version}, "
-               f"listener={ctx.listener}, principal={ctx.principal}, host={ctx.client_host}) "
-               "needs ALTER permission.")
+def _denied(request: Any) -> list[tuple[str, sc.Error]]:
     users = {x.name for x in (*request.deletions, *request.upsertions)}
-    return [(user, (ErrorCode.cluster_authorization_failed, message)) for user in sorted(users)]
+    return [(user, (ErrorCode.unknown_server_error, None)) for user in sorted(users)]
 
 
 def _applied(ctx: RequestContext, ops: list[sc.Op]) -> bool:
@@ -81,7 +79,7 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
     if ctx.authorize(acl.Operation.ALTER, acl.ResourceType.CLUSTER, acl.CLUSTER_NAME):
         results = await _alter(ctx, request)
     else:
-        results = _denied(ctx, request)
+        results = _denied(request)
     return ctx.response(throttle_time=NO_THROTTLE, results=tuple(
         ctx.build("AlterUserScramCredentialsResult", user=user, error_code=code,
                   error_message=message)

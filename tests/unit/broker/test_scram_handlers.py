@@ -146,10 +146,9 @@ def test_an_authorizer_guards_both_apis(tmp_path: Path) -> None:
                 **{"authorizer.class.name":
                    "org.apache.kafka.metadata.authorizer.StandardAuthorizer"})
     try:
-        results = _alter(b, [("zed", 2)], [("alice", 2, b"pw", 4096), ("alice", 1, b"x", 4096)])
-        assert [(u, c) for u, c, _ in results] == [
-            ("alice", E.cluster_authorization_failed), ("zed", E.cluster_authorization_failed)]
-        assert all(m is not None and m.endswith("needs ALTER permission.") for *_, m in results)
+        # measured on Kafka 4.4: its controller refuses, the answer is an unknown error
+        assert _alter(b, [("zed", 2)], [("alice", 2, b"pw", 4096), ("alice", 1, b"x", 4096)]) \
+            == [("alice", E.unknown_server_error, None), ("zed", E.unknown_server_error, None)]
         assert b.state.metadata.image.scram_credentials == {}
         r = call(b, v.DESCRIBE_USER_SCRAM_CREDENTIALS, 0,
                  lambda m: m.DescribeUserScramCredentialsRequest(
