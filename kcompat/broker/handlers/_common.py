@@ -12,8 +12,10 @@ from kio.schema.errors import ErrorCode
 from kcompat.broker.broker_keys import KEYS
 from kcompat.broker.context import RequestContext
 from kcompat.broker.controller.admin import submit
+from kcompat.broker.handlers._authz import config_resource_denied
 from kcompat.broker.state import BrokerState, TopicError
 from kcompat.broker.topic_config import TOPIC_CONFIGS, effective
+from kcompat.security.acl import Operation
 
 NO_THROTTLE = datetime.timedelta(0)
 OK = ErrorCode.none
@@ -183,7 +185,9 @@ AlterOne = Callable[[Any, Any], dict[str, Any] | None]
 
 async def alter_results(ctx: Any, request: Any, alter: AlterOne) -> tuple[Any, ...]:
     """Run ``alter(ctx, resource)`` per resource of an (Incremental)
-    AlterConfigs request; TopicError becomes that resource's error. The
+    AlterConfigs request the principal may ALTER_CONFIGS (else Kafka's
+    TOPIC_ / GROUP_ / CLUSTER_AUTHORIZATION_FAILED, ``_authz``); TopicError
+    becomes that resource's error. The
     validated change ``alter`` returns is then committed through the
     controller (``controller.admin.submit``) unless the request only validates."""
     dups = duplicates((r.resource_type, r.resource_name) for r in request.resources)
@@ -196,6 +200,10 @@ async def alter_results(ctx: Any, request: Any, alter: AlterOne) -> tuple[Any, .
                 continue
             reported.add(key)
             code, message = ErrorCode.invalid_request, "Duplicate resource."
+        elif (denied := config_resource_denied(ctx, Operation.ALTER_CONFIGS,
+                                               resource.resource_type,
+                                               resource.resource_name)) is not None:
+            code = denied  # Kafka's broker answers a null message
         else:
             try:
                 change = alter(ctx, resource)

@@ -5,7 +5,9 @@ Acknowledgements are applied per partition all or nothing
 how it went. A partition this broker does not lead is NOT_LEADER_OR_FOLLOWER
 with the current leader and its endpoint, so the consumer moves there.
 RENEW (type 4) needs version 2 and ``share.renew.acknowledge.enable`` (true by
-default), as in Kafka.
+default), as in Kafka. Authorization (Kafka's): READ on the group, else the
+whole answer is GROUP_AUTHORIZATION_FAILED; a topic without READ is
+TOPIC_AUTHORIZATION_FAILED for each of its partitions, which are left alone.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from kcompat.broker.context import RequestContext
+from kcompat.broker.handlers import _authz
 from kcompat.broker.handlers._common import NO_THROTTLE, OK
 from kcompat.broker.share_sessions import Session
 from kcompat.broker.shares import RETRIABLE, Held, ShareError
@@ -76,11 +79,18 @@ class Parsed:
 def parse_request(ctx: RequestContext, request: Any) -> Parsed | Any:
     """The request's ids and acknowledgements, or the error answer for it."""
     group_id, member_id = request.group_id or "", request.member_id or ""
+    if not _authz.group(ctx, _authz.Op.READ, group_id):
+        return error_answer(ctx, ErrorCode.group_authorization_failed)
     if not group_id:
         return error_answer(ctx, ErrorCode.invalid_group_id, "The group id is empty.")
     if not member_id:
         return error_answer(ctx, ErrorCode.invalid_request, "The member id is empty.")
     entries, names, unknown = named_partitions(ctx, request.topics, "partitions")
+    allowed = _authz.topics(ctx, _authz.Op.READ, names.values())
+    ids = {name: tid for tid, name in names.items()}
+    for tp in [tp for tp in entries if tp[0] not in allowed]:
+        acked = bool(getattr(entries.pop(tp), "acknowledgement_batches", ()))
+        unknown.append((ids[tp[0]], tp[1], ErrorCode.topic_authorization_failed, acked))
     acks: dict[Key, list[AckBatch]] = {}
     for tp, entry in entries.items():
         batches, problem = ack_batches(ctx, entry)

@@ -2,14 +2,20 @@
 
 Adds the group's ``__consumer_offsets`` partition to the transaction, so that
 the following TxnOffsetCommit is covered by its commit or abort marker.
+Authorization (Kafka's): WRITE on the transactional id, else
+TRANSACTIONAL_ID_AUTHORIZATION_FAILED; then READ on the group, else
+GROUP_AUTHORIZATION_FAILED.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from kio.schema.errors import ErrorCode
+
 from kcompat.broker.context import RequestContext
 from kcompat.broker.groups import NotCoordinatorError
+from kcompat.broker.handlers import _authz
 from kcompat.broker.handlers._common import NO_THROTTLE, fenced_for_version
 from kcompat.broker.state import now_ms
 
@@ -17,6 +23,11 @@ from kcompat.broker.state import now_ms
 async def handle(ctx: RequestContext, request: Any) -> Any:
     txns = ctx.txns
     tid = request.transactional_id
+    if not _authz.txn_id(ctx, _authz.Op.WRITE, tid):
+        return ctx.response(throttle_time=NO_THROTTLE, error_code=ErrorCode.transactional_id_authorization_failed)
+    if not _authz.group(ctx, _authz.Op.READ, request.group_id):
+        return ctx.response(throttle_time=NO_THROTTLE,
+                            error_code=ErrorCode.group_authorization_failed)
     if (gate := txns.coordinator_error(tid)) is not None:
         return ctx.response(throttle_time=NO_THROTTLE, error_code=gate)
     async with txns.lock(tid):

@@ -4,6 +4,9 @@ batched form of Transactions V2, not advertised).
 Unknown partitions answer UNKNOWN_TOPIC_OR_PARTITION and the rest of the
 request OPERATION_NOT_ATTEMPTED, as in Kafka. Only partitions added here may
 receive this producer's transactional batches (KIP-890 part 1).
+Authorization (Kafka's): without WRITE on the transactional id every partition is
+TRANSACTIONAL_ID_AUTHORIZATION_FAILED; a topic without WRITE (an internal one
+always) is TOPIC_AUTHORIZATION_FAILED and the others OPERATION_NOT_ATTEMPTED.
 """
 
 from __future__ import annotations
@@ -14,25 +17,40 @@ from kio.schema.errors import ErrorCode
 
 from kcompat.broker.context import RequestContext
 from kcompat.broker.groups import NotCoordinatorError
+from kcompat.broker.handlers import _authz
 from kcompat.broker.handlers._common import (
     NO_THROTTLE,
     OK,
     fenced_for_version,
     unknown_partition_error,
 )
+from kcompat.broker.metadata import TopicMeta
 from kcompat.broker.state import now_ms
+
+
+def _internal(meta: TopicMeta | None) -> bool:
+    return meta is not None and meta.internal
 
 
 async def handle(ctx: RequestContext, request: Any) -> Any:
     tid = request.v3_and_below_transactional_id
     wanted = [(t.name, p) for t in request.v3_and_below_topics for p in t.partitions]
-    unknown = {tp for tp in wanted if unknown_partition_error(ctx.state, *tp) != OK}
+    # Kafka: WRITE on the id, then on each topic (never an internal one)
+    allowed = _authz.topics(ctx, _authz.Op.WRITE, (name for name, _p in wanted
+                                                   if not _internal(ctx.state.topics.get(name))))
+    failed = {tp: ErrorCode.topic_authorization_failed if tp[0] not in allowed
+              else ErrorCode.unknown_topic_or_partition for tp in wanted
+              if tp[0] not in allowed or unknown_partition_error(ctx.state, *tp) != OK}
     gate = ctx.txns.coordinator_error(tid)
-    if gate is not None:  # not (yet) this id's coordinator
+    if not _authz.txn_id(ctx, _authz.Op.WRITE, tid):
+        errors = dict.fromkeys(wanted, ErrorCode.transactional_id_authorization_failed)
+    elif failed and any(code == ErrorCode.topic_authorization_failed
+                        for code in failed.values()):
+        errors = {tp: failed.get(tp, ErrorCode.operation_not_attempted) for tp in wanted}
+    elif gate is not None:  # not (yet) this id's coordinator
         errors = dict.fromkeys(wanted, gate)
-    elif unknown:
-        errors = {tp: ErrorCode.unknown_topic_or_partition if tp in unknown
-                  else ErrorCode.operation_not_attempted for tp in wanted}
+    elif failed:
+        errors = {tp: failed.get(tp, ErrorCode.operation_not_attempted) for tp in wanted}
     else:
         txns = ctx.txns
         async with txns.lock(tid):

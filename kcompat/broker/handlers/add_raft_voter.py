@@ -11,6 +11,8 @@ id are not checked: a kcompat voter is reached on its registered Kafka
 listener. DUPLICATE_VOTER for a voter; REQUEST_TIMED_OUT when the node has
 not caught up (or another change is pending) within the timeout; a
 ``cluster_id`` other than this cluster's is INCONSISTENT_CLUSTER_ID.
+Authorization (Kafka's controller): ALTER on the cluster, else
+CLUSTER_AUTHORIZATION_FAILED (RemoveRaftVoter too: the same change).
 """
 
 from __future__ import annotations
@@ -20,12 +22,17 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from kcompat.broker.context import RequestContext
+from kcompat.broker.handlers import _authz
 from kcompat.broker.handlers._common import NO_THROTTLE, request_timeout_s
 
 TIMEOUT_S_MAX = 60.0
 
 
 async def change(ctx: RequestContext, request: Any, add: bool) -> Any:
+    if not _authz.cluster(ctx, _authz.Op.ALTER):
+        code = ErrorCode.cluster_authorization_failed
+        return ctx.response(throttle_time=NO_THROTTLE, error_code=code,
+                            error_message=_authz.MESSAGES[code])
     cluster_id = request.cluster_id
     if cluster_id is not None and cluster_id != ctx.state.cluster_id:
         return ctx.response(throttle_time=NO_THROTTLE,

@@ -14,6 +14,8 @@ entity's types in Kafka's order (client-id, user, ip).
 
 The quotas are stored and described; enforcing them (throttling) belongs to
 the quota-enforcement issue, not this handler.
+Authorization (Kafka's controller): ALTER_CONFIGS on the cluster, else every
+entry is CLUSTER_AUTHORIZATION_FAILED.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from kio.schema.errors import ErrorCode
 from kcompat.broker.context import RequestContext
 from kcompat.broker.controller import client_quotas as cq
 from kcompat.broker.controller.admin import submit
+from kcompat.broker.handlers import _authz
 from kcompat.broker.handlers._common import NO_THROTTLE, OK
 from kcompat.broker.state import TopicError
 
@@ -57,6 +60,13 @@ async def _alter(ctx: RequestContext, entity: cq.Entity, ops: list[tuple[str, fl
 
 
 async def handle(ctx: RequestContext, request: Any) -> Any:
+    if not _authz.cluster(ctx, _authz.Op.ALTER_CONFIGS):  # every entry answers it
+        code = ErrorCode.cluster_authorization_failed
+        return ctx.response(throttle_time=NO_THROTTLE, entries=tuple(
+            ctx.build("EntryData", error_code=code, error_message=_authz.MESSAGES[code],
+                      entity=tuple(ctx.build("EntityData", entity_type=e.entity_type,
+                                             entity_name=e.entity_name) for e in entry.entity))
+            for entry in request.entries))
     results: dict[cq.Entity, tuple[ErrorCode, str | None]] = {}  # first-seen order
     for entry in request.entries:
         entity = cq.canonical((e.entity_type, e.entity_name) for e in entry.entity)

@@ -12,6 +12,8 @@ a replication factor change with ``allow_replication_factor_change`` false
 leaves out a message that is its error code's generic one (NO_REASSIGNMENT_IN_PROGRESS
 has none). No topics at all: Kafka answers the response's defaults — error message
 "" instead of null, and ``allow_replication_factor_change`` true whatever was asked.
+Authorization (Kafka's controller): ALTER on the cluster, else
+CLUSTER_AUTHORIZATION_FAILED at the top and for every partition named.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from kio.schema.errors import ErrorCode
 
 from kcompat.broker.context import RequestContext
 from kcompat.broker.controller.admin import submit
+from kcompat.broker.handlers import _authz
 from kcompat.broker.handlers._common import NO_THROTTLE, OK, request_timeout_s
 from kcompat.broker.state import TopicError
 
@@ -33,7 +36,23 @@ GENERIC_MESSAGES = {
 }
 
 
+def _denied(ctx: RequestContext, request: Any) -> Any:
+    """Kafka's error answer without ALTER on the cluster: every partition named too."""
+    code = ErrorCode.cluster_authorization_failed
+    message = _authz.MESSAGES[code]
+    topics = tuple(ctx.build("ReassignableTopicResponse", name=t.name, partitions=tuple(
+        ctx.build("ReassignablePartitionResponse", partition_index=p.partition_index,
+                  error_code=code, error_message=message) for p in t.partitions))
+        for t in request.topics)
+    extra = ({"allow_replication_factor_change": bool(request.allow_replication_factor_change)}
+             if request.__version__ >= 1 else {})
+    return ctx.response(throttle_time=NO_THROTTLE, error_code=code, error_message=message,
+                        responses=topics, **extra)
+
+
 async def handle(ctx: RequestContext, request: Any) -> Any:
+    if not _authz.cluster(ctx, _authz.Op.ALTER):
+        return _denied(ctx, request)
     timeout_s = request_timeout_s(request, 0.5, TIMEOUT_S_MAX)
     allow = bool(getattr(request, "allow_replication_factor_change", True))
     if not request.topics:  # Kafka answers a response with its defaults

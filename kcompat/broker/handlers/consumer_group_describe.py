@@ -9,6 +9,9 @@ another broker's group NOT_COORDINATOR, an unknown group GROUP_ID_NOT_FOUND
 <id> is not a consumer group." (state "", epochs 0, as Kafka leaves them).
 Authorized operations are not computed (kcompat has no ACLs yet):
 -2147483648, Kafka's "not requested" value.
+Authorization (Kafka's): a group the principal may not DESCRIBE is
+GROUP_AUTHORIZATION_FAILED, after the others; include_authorized_operations fills
+each described group's operations.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from kcompat.broker.context import RequestContext
+from kcompat.broker.handlers import _authz
 from kcompat.broker.handlers._common import NO_THROTTLE, OK
 from kcompat.broker.handlers._group_answers import NOT_REQUESTED, assignment
 from kcompat.group.consumer_messages import DescribedConsumerGroup
@@ -31,7 +35,7 @@ def _missing(ctx: RequestContext, group_id: str, code: ErrorCode, message: str |
                      assignor_name="", members=(), authorized_operations=NOT_REQUESTED)
 
 
-def _described(ctx: RequestContext, d: DescribedConsumerGroup) -> Any:
+def _described(ctx: RequestContext, d: DescribedConsumerGroup, asked: bool) -> Any:
     members = tuple(ctx.build(
         "Member", member_id=m.member_id, instance_id=m.instance_id, rack_id=m.rack_id,
         member_epoch=m.member_epoch, client_id=m.client_id, client_host=m.client_host,
@@ -45,19 +49,23 @@ def _described(ctx: RequestContext, d: DescribedConsumerGroup) -> Any:
     return ctx.build("DescribedGroup", error_code=OK, error_message=None, group_id=d.group_id,
                      group_state=d.group_state, group_epoch=d.group_epoch,
                      assignment_epoch=d.assignment_epoch, assignor_name=d.assignor_name,
-                     members=members, authorized_operations=NOT_REQUESTED)
+                     members=members,
+                     authorized_operations=_authz.operations(ctx, _authz.GROUP, d.group_id, asked))
 
 
 async def handle(ctx: RequestContext, request: Any) -> Any:
     service = ctx.consumer_groups
-    out = []
+    out, denied = [], []
+    asked = bool(request.include_authorized_operations)
     for group_id in request.group_ids:
-        if not group_id:
+        if not _authz.group(ctx, _authz.Op.DESCRIBE, group_id):
+            denied.append(_missing(ctx, group_id, ErrorCode.group_authorization_failed, None))
+        elif not group_id:
             out.append(_missing(ctx, group_id, ErrorCode.invalid_group_id, None))
         elif (gate := service.coordinator_error(group_id)) is not None:
             out.append(_missing(ctx, group_id, gate, None))
         elif (group := service.group(group_id)) is not None:
-            out.append(_described(ctx, group.describe()))
+            out.append(_described(ctx, group.describe(), asked))
         elif service.classic_group_state(group_id) is not None \
                 or service.classic.store.share_groups.get(group_id) is not None:
             out.append(_missing(ctx, group_id, ErrorCode.group_id_not_found,
@@ -65,4 +73,5 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
         else:
             out.append(_missing(ctx, group_id, ErrorCode.group_id_not_found,
                                 f"Group {group_id} not found."))
-    return ctx.response(throttle_time=NO_THROTTLE, groups=tuple(out))
+    # Kafka answers the groups denied after the others
+    return ctx.response(throttle_time=NO_THROTTLE, groups=tuple(out + denied))

@@ -11,6 +11,9 @@ one. Request checks, errors and messages as Kafka 4.4
 looked up, as Kafka's GroupCoordinatorService validates first. A change of
 membership or assignment is written to ``__consumer_offsets`` before it is
 answered.
+Authorization (Kafka's): READ on the group, else GROUP_AUTHORIZATION_FAILED;
+subscribed topic names the principal may not all DESCRIBE are
+TOPIC_AUTHORIZATION_FAILED (a regex subscription is not filtered by ACLs here).
 """
 
 from __future__ import annotations
@@ -19,7 +22,10 @@ import dataclasses
 import uuid
 from typing import Any
 
+from kio.schema.errors import ErrorCode
+
 from kcompat.broker.context import RequestContext
+from kcompat.broker.handlers import _authz
 from kcompat.broker.handlers._group_answers import heartbeat_response
 from kcompat.group.consumer_messages import Heartbeat, HeartbeatResult, check_request
 
@@ -30,6 +36,16 @@ def _owned(ctx: RequestContext, request: Any) -> tuple[tuple[str, tuple[int, ...
     by_id = {meta.topic_id: name for name, meta in ctx.state.topics.items()}
     return tuple((by_id[t.topic_id], tuple(t.partitions)) for t in request.topic_partitions
                  if t.topic_id in by_id)
+
+
+def _denied(ctx: RequestContext, group_id: str, names: Any) -> ErrorCode | None:
+    """Kafka's rule: READ on the group; every subscribed topic named (a regex
+    subscription aside) DESCRIBE, so a client learns of no topic it may not see."""
+    if not _authz.group(ctx, _authz.Op.READ, group_id):
+        return ErrorCode.group_authorization_failed
+    if names and len(_authz.topics(ctx, _authz.Op.DESCRIBE, names)) < len(set(names)):
+        return ErrorCode.topic_authorization_failed
+    return None
 
 
 async def handle(ctx: RequestContext, request: Any) -> Any:
@@ -44,6 +60,8 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
         subscribed_topic_regex=request.subscribed_topic_regex,
         server_assignor=request.server_assignor, owned=_owned(ctx, request),
         client_id=ctx.client_id or "", client_host=ctx.client_host)
+    if (denied := _denied(ctx, request.group_id, names)) is not None:
+        return heartbeat_response(ctx, HeartbeatResult(denied))
     invalid = check_request(request.group_id, hb, service.assignors,
                             member_id_required=ctx.version >= 1)
     if invalid is not None:

@@ -7,6 +7,8 @@ Kafka's message. Committed through the controller (``controller.admin.submit``).
 INVALID_REQUEST ("Duplicate topic name."); an unknown topic
 UNKNOWN_TOPIC_OR_PARTITION; a count that is not an increase INVALID_PARTITIONS.
 ``validate_only`` changes nothing.
+Authorization (Kafka's controller): ALTER on each topic, else
+TOPIC_AUTHORIZATION_FAILED, answered after the others.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from kio.schema.errors import ErrorCode
 
 from kcompat.broker.context import RequestContext
 from kcompat.broker.controller.admin import submit
+from kcompat.broker.handlers import _authz
 from kcompat.broker.handlers._common import NO_THROTTLE, OK, duplicates
 from kcompat.broker.state import TopicError, check_replicas
 
@@ -57,9 +60,14 @@ async def _create(ctx: RequestContext, topic: Any, validate_only: bool) -> Any:
 
 async def handle(ctx: RequestContext, request: Any) -> Any:
     dups = duplicates(t.name for t in request.topics)
-    results, reported = [], set()
+    results, reported, denied = [], set(), []
+    allowed = _authz.topics(ctx, _authz.Op.ALTER, (t.name for t in request.topics))
     for topic in request.topics:
-        if topic.name not in dups:
+        if topic.name not in dups and topic.name not in allowed:
+            code = ErrorCode.topic_authorization_failed
+            denied.append(ctx.build("CreatePartitionsTopicResult", name=topic.name,
+                                    error_code=code, error_message=_authz.MESSAGES[code]))
+        elif topic.name not in dups:
             results.append(await _create(ctx, topic, request.validate_only))
         elif topic.name not in reported:
             reported.add(topic.name)
@@ -67,4 +75,4 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
                 "CreatePartitionsTopicResult", name=topic.name,
                 error_code=ErrorCode.invalid_request, error_message="Duplicate topic name.",
             ))
-    return ctx.response(throttle_time=NO_THROTTLE, results=tuple(results))
+    return ctx.response(throttle_time=NO_THROTTLE, results=tuple(results + denied))

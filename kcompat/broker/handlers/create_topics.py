@@ -18,6 +18,10 @@ once the topic's record is committed and applied here too and the new
 partitions' first leaders are elected (bounded by ``LEADERS_WAIT_S`` and the
 request's timeout), so a Metadata that follows names them, as Kafka's does
 (its creation record names the leaders).
+Authorization (Kafka's controller): CREATE on the cluster, else on each topic;
+a topic denied is TOPIC_AUTHORIZATION_FAILED "Authorization failed.", answered
+after the others; a created topic's configs only with DESCRIBE_CONFIGS on it, else
+its topic_config_error_code is TOPIC_AUTHORIZATION_FAILED.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from kio.schema.errors import ErrorCode
 
 from kcompat.broker.context import RequestContext
 from kcompat.broker.controller import admin
+from kcompat.broker.handlers import _authz
 from kcompat.broker.handlers._common import (
     NO_THROTTLE,
     OK,
@@ -113,23 +118,31 @@ async def _create(ctx: RequestContext, topic: Any, validate_only: bool,
         replication = ctx.state.config["default.replication.factor"]
     else:
         replication = topic.replication_factor
+    # configs only to a principal that may DESCRIBE_CONFIGS the topic (Kafka's controller)
+    describable = _authz.topic(ctx, _authz.Op.DESCRIBE_CONFIGS, topic.name)
     return ctx.build(
         "CreatableTopicResult", name=topic.name, topic_id=meta.topic_id, error_code=OK,
-        error_message=None, topic_config_error_code=0, num_partitions=meta.partitions,
-        replication_factor=replication, configs=_configs(ctx, meta),
+        error_message=None, num_partitions=meta.partitions, replication_factor=replication,
+        topic_config_error_code=0 if describable else ErrorCode.topic_authorization_failed,
+        configs=_configs(ctx, meta) if describable else (),
     )
 
 
 async def handle(ctx: RequestContext, request: Any) -> Any:
     dups = duplicates(t.name for t in request.topics)
-    results, reported = [], set()
+    results, reported, denied = [], set(), []
+    anywhere = _authz.cluster(ctx, _authz.Op.CREATE)  # else CREATE on each topic
     timeout_s = request.timeout.total_seconds()
     now = trio.current_time()
     deadline = now + min(LEADERS_WAIT_S, timeout_s)
     # how long the creation may wait for a controller (Kafka's request.timeout.ms if none given)
     forward_until = now + (timeout_s if timeout_s > 0 else admin.FORWARD_TIMEOUT_S)
     for topic in request.topics:
-        if topic.name not in dups:
+        if topic.name not in dups and not (anywhere or _authz.topic(ctx, _authz.Op.CREATE,
+                                                                   topic.name)):
+            denied.append(_error(ctx, topic.name, ErrorCode.topic_authorization_failed,
+                                 "Authorization failed."))
+        elif topic.name not in dups:
             wait_s = max(0.0, deadline - trio.current_time())
             forward_s = max(0.0, forward_until - trio.current_time())
             results.append(await _create(ctx, topic, request.validate_only, wait_s, forward_s))
@@ -137,4 +150,5 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
             reported.add(topic.name)
             results.append(_error(ctx, topic.name, ErrorCode.invalid_request,
                                   "Duplicate topic name."))
-    return ctx.response(throttle_time=NO_THROTTLE, topics=tuple(results))
+    # Kafka's controller answers the topics denied after the others
+    return ctx.response(throttle_time=NO_THROTTLE, topics=tuple(results + denied))

@@ -9,14 +9,19 @@ created again with that id starts at ``share.auto.offset.reset``).
 v3 adds a per-group error message, which Kafka 4.4 leaves null for these
 errors too (its schema: ``kcompat.wire.kio_extra``). A group named twice is
 answered once.
+Authorization (Kafka's): a group the principal may not DELETE is
+GROUP_AUTHORIZATION_FAILED.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from kio.schema.errors import ErrorCode
+
 from kcompat.broker.context import RequestContext
 from kcompat.broker.groups import NotCoordinatorError
+from kcompat.broker.handlers import _authz
 from kcompat.broker.handlers._common import NO_THROTTLE, OK
 from kcompat.broker.state import now_ms
 
@@ -26,7 +31,9 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
     results = []
     for group_id in dict.fromkeys(request.groups_names):  # each group once, as Kafka
         error = groups.coordinator_error(group_id)  # coordinator only
-        if error is None and ctx.share_groups.group(group_id) is not None:
+        if not _authz.group(ctx, _authz.Op.DELETE, group_id):
+            error = ErrorCode.group_authorization_failed
+        elif error is None and ctx.share_groups.group(group_id) is not None:
             error = await ctx.share_groups.delete(group_id)
         elif error is None and ctx.consumer_groups.group(group_id) is not None:
             error = await ctx.consumer_groups.delete(group_id)

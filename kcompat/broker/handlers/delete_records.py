@@ -11,6 +11,8 @@ broker log: the response has no message field). Segment deletion runs
 without an await, so no append can interleave with it. Only the leader accepts it
 (else NOT_LEADER_OR_FOLLOWER); followers follow the leader's log start
 (``replication.log_starts``).
+Authorization (Kafka's): DELETE on each topic, else TOPIC_AUTHORIZATION_FAILED
+for its partitions (low watermark -1).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from kcompat.broker.context import RequestContext
+from kcompat.broker.handlers import _authz
 from kcompat.broker.handlers._common import NO_THROTTLE
 from kcompat.broker.state import now_ms
 
@@ -54,8 +57,11 @@ async def _partition(ctx: RequestContext, topic: str, req: Any) -> Any:
 
 async def handle(ctx: RequestContext, request: Any) -> Any:
     topics = []
+    allowed = _authz.topics(ctx, _authz.Op.DELETE, (t.name for t in request.topics))
     for t in request.topics:
-        partitions = [await _partition(ctx, t.name, p) for p in t.partitions]
+        partitions = [await _partition(ctx, t.name, p) if t.name in allowed else ctx.build(
+            "DeleteRecordsPartitionResult", partition_index=p.partition_index, low_watermark=-1,
+            error_code=ErrorCode.topic_authorization_failed) for p in t.partitions]
         topics.append(ctx.build("DeleteRecordsTopicResult", name=t.name,
                                 partitions=tuple(partitions)))
     return ctx.response(throttle_time=NO_THROTTLE, topics=tuple(topics))

@@ -9,6 +9,9 @@ TOPIC_DELETION_DISABLED. v6 answers carry the deleted topic's id. Any broker
 deletes through the controller (here or forwarded to it, asking again while
 none is known until ``timeout_ms``, ``controller.admin``) and answers once its
 own image has dropped the topic.
+Authorization (Kafka's controller): DELETE on the cluster, else DESCRIBE and
+DELETE on each topic, else TOPIC_AUTHORIZATION_FAILED — by name with the zero id,
+by id with the id and, to a principal that may not DESCRIBE it, no name.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from kio.schema.errors import ErrorCode
 
 from kcompat.broker.context import RequestContext
 from kcompat.broker.controller.admin import FORWARD_TIMEOUT_S, delete_topic
+from kcompat.broker.handlers import _authz
 from kcompat.broker.handlers._common import NO_THROTTLE, OK, duplicates
 from kcompat.broker.state import TopicError
 
@@ -34,10 +38,26 @@ def _requested(request: Any) -> list[tuple[str | None, uuid.UUID | None]]:
             for t in request.topics]
 
 
+def _denied(ctx: RequestContext, name: str, by_id: bool
+            ) -> tuple[str | None, uuid.UUID | None] | None:
+    """Kafka's controller: DELETE on the cluster, else DESCRIBE and DELETE on the
+    topic; denied, the (name, id) to answer with — a topic asked by id keeps its
+    id and shows its name only to who may DESCRIBE it, one asked by name gets the
+    zero id. None when allowed."""
+    if _authz.cluster(ctx, _authz.Op.DELETE) or _authz.topic(ctx, _authz.Op.DELETE, name):
+        return None
+    describable = _authz.topic(ctx, _authz.Op.DESCRIBE, name)
+    meta = ctx.state.topics.get(name)
+    if by_id:
+        return (name if describable else None), (meta.topic_id if meta else None)
+    return name, _ZERO
+
+
 def _delete(ctx: RequestContext, name: str | None, topic_id: uuid.UUID | None,
             pending: list[str]) -> Any:
     state = ctx.state
     code, message = OK, None
+    by_id = name is None
     try:
         if name is not None and topic_id is not None:
             raise TopicError(ErrorCode.invalid_request,
@@ -52,6 +72,10 @@ def _delete(ctx: RequestContext, name: str | None, topic_id: uuid.UUID | None,
         topic_id = meta.topic_id if meta is not None else topic_id
         if not state.config["delete.topic.enable"]:
             raise TopicError(ErrorCode.topic_deletion_disabled, "Topic deletion is disabled.")
+        if (denied := _denied(ctx, name, by_id)) is not None:
+            name, topic_id = denied
+            raise TopicError(ErrorCode.topic_authorization_failed,
+                             _authz.MESSAGES[ErrorCode.topic_authorization_failed])
         pending.append(name)  # committed through the controller below
     except TopicError as e:
         code, message = e.code, e.message

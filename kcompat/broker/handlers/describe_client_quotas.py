@@ -9,18 +9,27 @@ match type, ip combined with user or client-id (INVALID_REQUEST), an unknown
 entity type (UNSUPPORTED_VERSION, as Kafka answers). Entities come from this
 broker's metadata image (``controller.client_quotas``), identical on every
 broker; types and keys in Kafka's order.
+Authorization (Kafka's): DESCRIBE_CONFIGS on the cluster, else
+CLUSTER_AUTHORIZATION_FAILED and null entries.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from kio.schema.errors import ErrorCode
+
 from kcompat.broker.context import RequestContext
 from kcompat.broker.controller import client_quotas as cq
+from kcompat.broker.handlers import _authz
 from kcompat.broker.handlers._common import NO_THROTTLE, OK
 
 
 async def handle(ctx: RequestContext, request: Any) -> Any:
+    if not _authz.cluster(ctx, _authz.Op.DESCRIBE_CONFIGS):
+        code = ErrorCode.cluster_authorization_failed
+        return ctx.response(throttle_time=NO_THROTTLE, error_code=code,
+                            error_message=_authz.MESSAGES[code], entries=None)
     components = [cq.Component(c.entity_type, int(c.match_type), c.match)
                   for c in request.components]
     try:

@@ -9,6 +9,9 @@ authorizer every cluster operation is allowed, so authorized operations (when
 asked) are the cluster's full set. v2 (KIP-1073) marks each broker ``is_fenced``
 and, when asked with ``include_fenced_brokers``, lists the registered brokers the
 controller fenced too.
+Authorization (Kafka's AuthHelper): anyone may describe the cluster;
+include_cluster_authorized_operations answers the cluster's operations to a
+principal that may DESCRIBE it, else 0.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from kcompat.broker.context import RequestContext
+from kcompat.broker.handlers import _authz
 from kcompat.broker.handlers._common import NO_THROTTLE, OK
 
 BROKERS_ENDPOINT, CONTROLLERS_ENDPOINT = 1, 2
@@ -53,8 +57,10 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
             for n, b in sorted(registered.items()) if n in fenced and n not in listed)
     # as from a Kafka 4 broker: a random live broker, which forwards admin requests
     controller_id = ctx.controller.lifecycle.advertised_controller(b.broker_id for b in brokers)
-    operations = (CLUSTER_OPERATIONS if request.include_cluster_authorized_operations
-                  else OMITTED_OPERATIONS)
+    operations = OMITTED_OPERATIONS
+    if request.include_cluster_authorized_operations:  # 0 without DESCRIBE, as Kafka
+        operations = (ctx.authorized_operations(_authz.CLUSTER, _authz.CLUSTER_NAME)
+                      if _authz.cluster(ctx, _authz.Op.DESCRIBE) else 0)
     return ctx.response(
         throttle_time=NO_THROTTLE, error_code=OK, error_message=None,
         endpoint_type=BROKERS_ENDPOINT, cluster_id=ctx.state.cluster_id,

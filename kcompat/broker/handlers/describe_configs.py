@@ -24,6 +24,11 @@ synonyms run from the override to the broker key (named as in Kafka:
 itself. A ``kc.share.*`` key is listed where set or asked for by name. An
 empty name is INVALID_REQUEST ("Group name must not be empty"). v3+ asked for
 documentation gets the keys' descriptions.
+
+Authorization (Kafka's): DESCRIBE_CONFIGS on the topic (a group: the group; a
+broker or its loggers: the cluster), else TOPIC_ / GROUP_ /
+CLUSTER_AUTHORIZATION_FAILED with Kafka's message and no configs, answered after
+the others.
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ from kio.schema.errors import ErrorCode
 from kcompat.broker import broker_config_entries, broker_loggers, group_config
 from kcompat.broker.context import RequestContext
 from kcompat.broker.dynamic_config import DynamicConfigError
+from kcompat.broker.handlers import _authz
 from kcompat.broker.handlers._common import (
     CONFIG_TYPE_IDS,
     INVALID_REQUEST_MESSAGE,
@@ -132,7 +138,11 @@ def _group(ctx: RequestContext, resource: Any, synonyms: bool, docs: bool) -> li
 
 def _describe(ctx: RequestContext, resource: Any, synonyms: bool, docs: bool) -> Any:
     code, message, configs = OK, None, []
+    denied = _authz.config_resource_denied(ctx, _authz.Op.DESCRIBE_CONFIGS,
+                                           resource.resource_type, resource.resource_name)
     try:
+        if denied is not None:
+            raise TopicError(denied, _authz.MESSAGES[denied])
         if resource.resource_type == RESOURCE_TOPIC:
             configs = _topic(ctx, resource, synonyms)
         elif resource.resource_type == RESOURCE_GROUP:
@@ -155,5 +165,7 @@ def _describe(ctx: RequestContext, resource: Any, synonyms: bool, docs: bool) ->
 async def handle(ctx: RequestContext, request: Any) -> Any:
     synonyms = bool(request.include_synonyms)
     docs = bool(getattr(request, "include_documentation", False))
-    results = tuple(_describe(ctx, r, synonyms, docs) for r in request.resources)
+    found = [_describe(ctx, r, synonyms, docs) for r in request.resources]
+    # Kafka answers the resources denied after the others
+    results = tuple(sorted(found, key=lambda r: r.error_code in _authz.MESSAGES))
     return ctx.response(throttle_time=NO_THROTTLE, results=results)

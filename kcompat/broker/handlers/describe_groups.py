@@ -4,15 +4,20 @@ An unknown group is described as state "Dead" with no error, as Kafka does up
 to v5; so is a KIP-848 consumer group (Kafka 4.4 describes only classic groups
 here; ConsumerGroupDescribe serves the others). From v6 (KIP-1043) both are
 GROUP_ID_NOT_FOUND with Kafka's message, still in state "Dead". Member metadata and assignment are the selected protocol's bytes.
+Authorization (Kafka's): a group the principal may not DESCRIBE is answered
+GROUP_AUTHORIZATION_FAILED, after the others; include_authorized_operations
+fills each described group's operations (its group ACLs allow).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from kio.schema.errors import ErrorCode
 
 from kcompat.broker.context import RequestContext
+from kcompat.broker.handlers import _authz
 from kcompat.broker.handlers._common import NO_THROTTLE, OK
 
 AUTHORIZED_OPERATIONS_OMITTED = -2147483648
@@ -49,6 +54,23 @@ def _describe(ctx: RequestContext, group_id: str) -> Any:
                      authorized_operations=AUTHORIZED_OPERATIONS_OMITTED)
 
 
+def _denied(ctx: RequestContext, group_id: str) -> Any:
+    return ctx.build("DescribedGroup", error_code=ErrorCode.group_authorization_failed,
+                     group_id=group_id, group_state="", protocol_type="", protocol_data="",
+                     members=(), authorized_operations=AUTHORIZED_OPERATIONS_OMITTED)
+
+
 async def handle(ctx: RequestContext, request: Any) -> Any:
-    return ctx.response(throttle_time=NO_THROTTLE,
-                        groups=tuple(_describe(ctx, g) for g in request.groups))
+    asked = bool(getattr(request, "include_authorized_operations", False))
+    described, denied = [], []
+    for group_id in request.groups:
+        if not _authz.group(ctx, _authz.Op.DESCRIBE, group_id):
+            denied.append(_denied(ctx, group_id))
+            continue
+        found = _describe(ctx, group_id)
+        if asked:  # without an authorizer every group operation, as Kafka answers
+            found = dataclasses.replace(found, authorized_operations=ctx.authorized_operations(
+                _authz.GROUP, group_id))
+        described.append(found)
+    # Kafka answers the groups denied after the others
+    return ctx.response(throttle_time=NO_THROTTLE, groups=tuple(described + denied))

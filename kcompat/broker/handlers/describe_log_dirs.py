@@ -10,6 +10,8 @@ AlterReplicaLogDirs here). v4+ carry the volume's total and usable bytes
 (``statvfs``), v5 ``is_cordoned`` (false). Null topics means every replica;
 an unknown topic or partition is left out, as Kafka does. Filtered views
 have no replicas of their own and the metadata log is not a topic.
+Authorization (Kafka's): DESCRIBE on the cluster, else no result and (v3+)
+CLUSTER_AUTHORIZATION_FAILED.
 """
 
 from __future__ import annotations
@@ -17,7 +19,10 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from kio.schema.errors import ErrorCode
+
 from kcompat.broker.context import RequestContext
+from kcompat.broker.handlers import _authz
 from kcompat.broker.handlers._common import NO_THROTTLE, OK
 from kcompat.broker.partition import Partition
 
@@ -45,6 +50,9 @@ def _partition(ctx: RequestContext, part: Partition) -> Any:
 
 
 async def handle(ctx: RequestContext, request: Any) -> Any:
+    if not _authz.cluster(ctx, _authz.Op.DESCRIBE):  # Kafka: no result, the error (v3+)
+        top = {"error_code": ErrorCode.cluster_authorization_failed} if ctx.version >= 3 else {}
+        return ctx.response(throttle_time=NO_THROTTLE, results=(), **top)
     by_topic: dict[str, list[Any]] = {}
     for topic, _index, part in _wanted(ctx, request):
         by_topic.setdefault(topic, []).append(_partition(ctx, part))

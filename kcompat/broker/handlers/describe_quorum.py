@@ -12,6 +12,8 @@ broker's own, named PLAINTEXT: a kcompat voter is reached on its Kafka port).
 Any other topic-partition answers UNKNOWN_TOPIC_OR_PARTITION with Kafka's
 message and zeros; with no leader known (an election running) the partition
 answers NOT_LEADER_OR_FOLLOWER.
+Authorization (Kafka's controller): DESCRIBE on the cluster, else
+CLUSTER_AUTHORIZATION_FAILED.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from kcompat.broker.context import RequestContext
+from kcompat.broker.handlers import _authz
 from kcompat.broker.handlers._common import OK
 
 METADATA_TOPIC, METADATA_PARTITION = "__cluster_metadata", 0
@@ -64,6 +67,10 @@ def _nodes(ctx: RequestContext, status: dict[str, Any] | None) -> tuple[Any, ...
 
 
 async def handle(ctx: RequestContext, request: Any) -> Any:
+    if not _authz.cluster(ctx, _authz.Op.DESCRIBE):
+        code = ErrorCode.cluster_authorization_failed
+        return ctx.response(error_code=code, error_message=_authz.MESSAGES[code], topics=(),
+                            nodes=())
     topics, asked_metadata = [], False
     status: dict[str, Any] | None = None
     for t in request.topics:

@@ -6,19 +6,26 @@ another broker); -1 where the group has no state for it yet. Null topics: every
 topic the group has read. Lag: records neither acknowledged nor archived, -1
 where this broker has no replica of the partition. A missing group has no
 offsets; a classic group's id is GROUP_ID_NOT_FOUND, as in Kafka.
+Authorization (Kafka's): DESCRIBE on the group, else GROUP_AUTHORIZATION_FAILED;
+topics the principal may not DESCRIBE are left out.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from kio.schema.errors import ErrorCode
+
 from kcompat.broker.context import RequestContext
+from kcompat.broker.handlers import _authz
 from kcompat.broker.handlers._common import NO_THROTTLE, OK
 
 
 async def _group(ctx: RequestContext, g: Any) -> Any:
     service = ctx.share_groups
     code, message = service.offsets_error(g.group_id, altering=False)
+    if not _authz.group(ctx, _authz.Op.DESCRIBE, g.group_id):
+        code, message = ErrorCode.group_authorization_failed, None
     if code != OK:
         return ctx.build("DescribeShareGroupOffsetsResponseGroup", group_id=g.group_id,
                          topics=(), error_code=code, error_message=message)
@@ -28,7 +35,10 @@ async def _group(ctx: RequestContext, g: Any) -> Any:
     else:
         wanted = [(t.topic_name, tuple(t.partitions)) for t in g.topics]
     topics = []
+    allowed = _authz.topics(ctx, _authz.Op.DESCRIBE, (name for name, _a in wanted))
     for name, asked in wanted:
+        if name not in allowed:  # Kafka leaves out the topics it may not DESCRIBE
+            continue
         meta = ctx.state.topics.get(name)
         indexes = asked if asked is not None else tuple(range(meta.partitions if meta else 0))
         parts = []

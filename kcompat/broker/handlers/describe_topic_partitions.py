@@ -23,8 +23,11 @@ Metadata without brokers, plus the KIP-966 fields and a cursor:
   know yet, where Metadata answers LEADER_NOT_AVAILABLE). Eligible leader
   replicas and the last known ELR are empty lists, never null: kcompat keeps
   no ELR, and Kafka's are empty too while the ISR has min.insync.replicas.
-* Without an authorizer every topic answered (errors included) carries every
-  topic operation; there is no request flag for it, unlike Metadata.
+* Every topic answered (errors included) carries its authorized operations
+  (without an authorizer every topic operation); there is no request flag for
+  it, unlike Metadata. A topic the principal may not DESCRIBE is left out of
+  the all-topics form, else answered TOPIC_AUTHORIZATION_FAILED after the
+  others, without operations (Kafka's DescribeTopicPartitionsRequestHandler).
 
 Filtered views (``kc.view.of``) appear as in Metadata: their partitions are
 their source's (``cluster.assignments`` aliases).
@@ -39,8 +42,8 @@ from kio.schema.errors import ErrorCode
 
 from kcompat.broker.context import RequestContext
 from kcompat.broker.controller.internal_topics import OFFSETS_TOPIC, TXN_TOPIC
+from kcompat.broker.handlers import _authz
 from kcompat.broker.handlers._common import NO_THROTTLE, OK
-from kcompat.broker.handlers.metadata import TOPIC_OPERATIONS
 from kcompat.broker.metadata import TopicMeta
 from kcompat.broker.state import TopicError, check_topic_name
 from kcompat.group.share_state import SHARE_STATE_TOPIC
@@ -67,7 +70,7 @@ def _topic(ctx: RequestContext, meta: TopicMeta, indexes: Iterable[int]) -> Any:
     return ctx.build(
         "DescribeTopicPartitionsResponseTopic", error_code=OK, name=meta.name,
         topic_id=meta.topic_id, is_internal=meta.internal, partitions=partitions,
-        topic_authorized_operations=TOPIC_OPERATIONS,
+        topic_authorized_operations=ctx.authorized_operations(_authz.TOPIC, meta.name),
     )
 
 
@@ -81,7 +84,7 @@ def _unknown_topic(ctx: RequestContext, name: str) -> Any:
         "DescribeTopicPartitionsResponseTopic", error_code=code, name=name,
         topic_id=None,  # kio writes the zero uuid
         is_internal=name in KAFKA_INTERNAL_TOPICS, partitions=(),
-        topic_authorized_operations=TOPIC_OPERATIONS,
+        topic_authorized_operations=ctx.authorized_operations(_authz.TOPIC, name),
     )
 
 
@@ -117,8 +120,16 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
     cursor, every_topic = request.cursor, not request.topics
     remaining = max(min(PARTITION_LIMIT_MAX, request.response_partition_limit), 1)
     topics: list[Any] = []
+    denied: list[Any] = []  # answered after the others, as Kafka does
     next_cursor = None
     for name in names:
+        if not _authz.topic(ctx, _authz.Op.DESCRIBE, name):
+            if not every_topic:
+                denied.append(ctx.build(
+                    "DescribeTopicPartitionsResponseTopic",
+                    error_code=ErrorCode.topic_authorization_failed, name=name, topic_id=None,
+                    is_internal=False, partitions=()))
+            continue
         if remaining == 0:  # the limit ran out at the previous topic's end
             next_cursor = ctx.build("Cursor", topic_name=name, partition_index=0)
             break
@@ -135,4 +146,5 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
             next_cursor = ctx.build("Cursor", topic_name=name, partition_index=end)
             break
         remaining -= len(topic.partitions)
-    return ctx.response(throttle_time=NO_THROTTLE, topics=tuple(topics), next_cursor=next_cursor)
+    return ctx.response(throttle_time=NO_THROTTLE, topics=tuple(topics + denied),
+                        next_cursor=next_cursor)

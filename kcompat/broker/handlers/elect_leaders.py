@@ -21,6 +21,9 @@ broker): like Metadata it first waits until it is serving (caught up, its
 leaders learnt), and a partition it sees leaderless gets up to
 ``LEADER_WAIT_S`` (within the timeout) for its leader to be known before
 the answer is decided.
+Authorization (Kafka's controller): ALTER on the cluster, else
+CLUSTER_AUTHORIZATION_FAILED at the top and for every partition named (Kafka's
+message names the request: here the error's own message).
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ import trio
 from kio.schema.errors import ErrorCode
 
 from kcompat.broker.context import RequestContext
+from kcompat.broker.handlers import _authz
 from kcompat.broker.handlers._common import NO_THROTTLE, OK, request_timeout_s
 
 PREFERRED, UNCLEAN = 0, 1
@@ -84,7 +88,20 @@ def _asked(ctx: RequestContext, request: Any) -> tuple[list[tuple[str, list[int]
     return [(t.topic, [int(p) for p in t.partitions]) for t in request.topic_partitions], False
 
 
+def _denied(ctx: RequestContext, request: Any) -> Any:
+    """Kafka's error answer without ALTER on the cluster: every partition named too."""
+    code = ErrorCode.cluster_authorization_failed
+    results = tuple(ctx.build("ReplicaElectionResult", topic=t.topic, partition_result=tuple(
+        ctx.build("PartitionResult", partition_id=i, error_code=code,
+                  error_message=_authz.MESSAGES[code]) for i in t.partitions))
+        for t in request.topic_partitions or ())
+    return ctx.response(throttle_time=NO_THROTTLE, error_code=code,
+                        replica_election_results=results)
+
+
 async def handle(ctx: RequestContext, request: Any) -> Any:
+    if not _authz.cluster(ctx, _authz.Op.ALTER):
+        return _denied(ctx, request)
     kind = int(getattr(request, "election_type", PREFERRED))
     timeout_s = request_timeout_s(request, 0.1, TIMEOUT_S_MAX)
     await ctx.controller.lifecycle.wait_serving(timeout_s=min(5.0, timeout_s))

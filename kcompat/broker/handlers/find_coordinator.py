@@ -8,7 +8,11 @@ name) are INVALID_REQUEST: kcompat has no share groups. The coordinator of a
 group (key_type 0) or transactional id (1) is the leader of the key's ``__consumer_offsets`` /
 ``__transaction_state`` partition, COORDINATOR_NOT_AVAILABLE while it has none
 or the topic is still being created (on the first FindCoordinator, which waits
-up to ``CREATION_WAIT_S`` for the new topic's leaders first).
+up to ``CREATION_WAIT_S`` for the new topic's leaders first). A group's
+coordinator is told only to a principal that may DESCRIBE the group, a
+transactional id's to one that may DESCRIBE the id (else
+GROUP_AUTHORIZATION_FAILED / TRANSACTIONAL_ID_AUTHORIZATION_FAILED with Kafka's
+message, and no internal topic is created for it).
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from kio.schema.errors import ErrorCode
 from kcompat.broker.context import RequestContext
 from kcompat.broker.controller.admin import auto_create
 from kcompat.broker.controller.internal_topics import OFFSETS_TOPIC, TXN_TOPIC, partition_for
+from kcompat.broker.handlers import _authz
 from kcompat.broker.handlers._common import NO_THROTTLE, OK, own_endpoint
 
 GROUP, TRANSACTION = 0, 1
@@ -56,7 +61,18 @@ def _coordinator(ctx: RequestContext, key_type: int, key: str) -> dict[str, Any]
             "node_id": -1, "host": "", "port": -1}
 
 
+def _denied(ctx: RequestContext, key_type: int, key: str) -> ErrorCode | None:
+    if key_type == GROUP and not _authz.group(ctx, _authz.Op.DESCRIBE, key):
+        return ErrorCode.group_authorization_failed
+    if key_type == TRANSACTION and not _authz.txn_id(ctx, _authz.Op.DESCRIBE, key):
+        return ErrorCode.transactional_id_authorization_failed
+    return None
+
+
 def _answer(ctx: RequestContext, key_type: int, key: str = "") -> dict[str, Any]:
+    if (denied := _denied(ctx, key_type, key)) is not None:
+        return {"error_code": denied, "error_message": _authz.MESSAGES[denied],
+                "node_id": -1, "host": "", "port": -1}
     if key_type in (GROUP, TRANSACTION):
         return _coordinator(ctx, key_type, key)
     return {"error_code": ErrorCode.invalid_request,
@@ -78,7 +94,10 @@ async def _create_internal_topic(ctx: RequestContext, key_type: int) -> None:
 
 async def handle(ctx: RequestContext, request: Any) -> Any:
     key_type = getattr(request, "key_type", GROUP)
-    if key_type in (GROUP, TRANSACTION):
+    keys = request.coordinator_keys if hasattr(request, "coordinator_keys") else (
+        getattr(request, "key", ""),)
+    if key_type in (GROUP, TRANSACTION) and (not _authz.enabled(ctx) or any(
+            _denied(ctx, key_type, key) is None for key in keys)):
         await _create_internal_topic(ctx, key_type)
     if not hasattr(request, "coordinator_keys"):
         return ctx.response(throttle_time=NO_THROTTLE,

@@ -8,20 +8,39 @@ same id); an ongoing transaction of that id is first aborted and the caller
 told CONCURRENT_TRANSACTIONS, so it retries. PRODUCER_FENCED is answered as
 INVALID_PRODUCER_EPOCH below v4. Producer ids come from durable blocks in the
 metadata log, so no id is ever handed out twice.
+Authorization (Kafka's): a transactional id needs WRITE on it, else
+TRANSACTIONAL_ID_AUTHORIZATION_FAILED; an idempotent producer IDEMPOTENT_WRITE on
+the cluster or WRITE on some topic (KIP-679), else CLUSTER_AUTHORIZATION_FAILED.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from kio.schema.errors import ErrorCode
+
 from kcompat.broker.context import RequestContext
 from kcompat.broker.groups import NotCoordinatorError
+from kcompat.broker.handlers import _authz
 from kcompat.broker.handlers._common import NO_THROTTLE, OK, fenced_for_version
 from kcompat.broker.state import now_ms
 
 
+def _denied(ctx: RequestContext, tid: str | None) -> ErrorCode | None:
+    """Kafka's rule: WRITE on the transactional id; an idempotent producer needs
+    IDEMPOTENT_WRITE on the cluster or WRITE on some topic (KIP-679)."""
+    if tid is not None:
+        return None if _authz.txn_id(ctx, _authz.Op.WRITE, tid) else ErrorCode.transactional_id_authorization_failed
+    if _authz.cluster(ctx, _authz.Op.IDEMPOTENT_WRITE) or _authz.any_topic_write(ctx):
+        return None
+    return ErrorCode.cluster_authorization_failed
+
+
 async def handle(ctx: RequestContext, request: Any) -> Any:
     tid = request.transactional_id
+    if (denied := _denied(ctx, tid)) is not None:
+        return ctx.response(throttle_time=NO_THROTTLE, producer_id=-1, producer_epoch=-1,
+                            error_code=denied)
     if tid is None:
         return ctx.response(throttle_time=NO_THROTTLE, error_code=OK,
                             producer_id=ctx.cluster.allocate_producer_id(), producer_epoch=0)

@@ -10,6 +10,8 @@ A KIP-848 consumer group with members takes the joining consumer as a classic
 member of the group (Kafka 4.4's mixed groups, ``consumer_groups``): answered at
 once, its member epoch as generation, never as leader; an empty one gives its id
 up to the classic group.
+Without READ on the group the answer is GROUP_AUTHORIZATION_FAILED (Kafka's
+check, made before the coordinator is asked).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from kcompat.broker.context import RequestContext
+from kcompat.broker.handlers import _authz
 from kcompat.broker.handlers._common import NO_THROTTLE, coordinator_error_response
 from kcompat.broker.state import now_ms
 from kcompat.group.consumer_classic import CONSUMER_PROTOCOL_TYPE, ClassicJoin
@@ -26,6 +29,11 @@ from kcompat.group.coordinator import JoinRequest, JoinResult
 
 
 async def handle(ctx: RequestContext, request: Any) -> Any:
+    if not _authz.group(ctx, _authz.Op.READ, request.group_id):  # Kafka's error response
+        return ctx.response(throttle_time=NO_THROTTLE, error_code=ErrorCode.group_authorization_failed,
+                            generation_id=-1, protocol_type=None,
+                            protocol_name=None if ctx.version >= 7 else "", leader="",
+                            skip_assignment=False, member_id="", members=())
     if (gate := ctx.groups.coordinator_error(request.group_id)) is not None:
         return coordinator_error_response(ctx, gate)
     session_ms = int(request.session_timeout.total_seconds() * 1000)

@@ -5,6 +5,8 @@ instance id (a static member may leave by instance id alone). A departure
 starts a rebalance at once, so the remaining members take over its partitions
 without waiting for a session timeout. Classic members of a KIP-848 consumer
 group leave it the same way (``consumer_groups``).
+Without READ on the group the answer is GROUP_AUTHORIZATION_FAILED (Kafka's
+check, made before the coordinator is asked).
 """
 
 from __future__ import annotations
@@ -14,11 +16,14 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from kcompat.broker.context import RequestContext
+from kcompat.broker.handlers import _authz
 from kcompat.broker.handlers._common import NO_THROTTLE, coordinator_error_response
 from kcompat.broker.state import now_ms
 
 
 async def handle(ctx: RequestContext, request: Any) -> Any:
+    if not _authz.group(ctx, _authz.Op.READ, request.group_id):
+        return ctx.response(throttle_time=NO_THROTTLE, error_code=ErrorCode.group_authorization_failed, members=())
     if (gate := ctx.groups.coordinator_error(request.group_id)) is not None:
         return coordinator_error_response(ctx, gate)
     if ctx.version >= 3:

@@ -8,6 +8,8 @@ BROKER (4) per live (unfenced) broker, TOPIC (2) per topic (internal ones
 too) — in that order, as Apache Kafka 4.4's KafkaApis builds the list. A type outside those is
 UNSUPPORTED_VERSION with no resources (Kafka's answer). v0 asks for
 client-metrics resources only: none.
+Authorization (Kafka's): DESCRIBE_CONFIGS on the cluster, else
+CLUSTER_AUTHORIZATION_FAILED.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from kcompat.broker.context import RequestContext
+from kcompat.broker.handlers import _authz
 from kcompat.broker.handlers._common import (
     NO_THROTTLE,
     OK,
@@ -44,6 +47,10 @@ def _names(ctx: RequestContext, resource_type: int) -> list[str]:
 
 
 async def handle(ctx: RequestContext, request: Any) -> Any:
+    if not _authz.cluster(ctx, _authz.Op.DESCRIBE_CONFIGS):
+        return ctx.response(throttle_time=NO_THROTTLE,
+                            error_code=ErrorCode.cluster_authorization_failed,
+                            config_resources=())
     if ctx.version == 0:
         return ctx.response(throttle_time=NO_THROTTLE, error_code=OK, config_resources=())
     asked = {int(t) for t in request.resource_types} or set(LISTED)

@@ -3,6 +3,8 @@
 v4 adds a state filter (case-insensitive, as in Kafka), v5 a type filter:
 "classic" groups, "consumer" groups (KIP-848, protocol type "consumer") and
 "share" groups (KIP-932, protocol type "share").
+Authorization (Kafka's): with DESCRIBE on the cluster every group is listed,
+else only the groups the principal may DESCRIBE.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from kcompat.broker.context import RequestContext
+from kcompat.broker.handlers import _authz
 from kcompat.broker.handlers._common import NO_THROTTLE, OK
 
 
@@ -50,4 +53,6 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
                 continue
             listed.append(ctx.build("ListedGroup", group_id=group_id, protocol_type="consumer",
                                     group_state=found.state, group_type="consumer"))
+    if not _authz.cluster(ctx, _authz.Op.DESCRIBE):  # else only the groups it may DESCRIBE
+        listed = [g for g in listed if _authz.group(ctx, _authz.Op.DESCRIBE, g.group_id)]
     return ctx.response(throttle_time=NO_THROTTLE, error_code=OK, groups=tuple(listed))

@@ -9,6 +9,8 @@ often, so those stay O(1).
 A timestamp with no record at or after it answers offset -1, timestamp -1,
 leader epoch -1 (as Kafka does).
 read_committed (v2+) answers LATEST with the last stable offset.
+A topic the principal may not DESCRIBE is TOPIC_AUTHORIZATION_FAILED for each
+of its partitions (offset and timestamp -1), as Kafka answers.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from kcompat.broker.context import RequestContext
+from kcompat.broker.handlers import _authz
 from kcompat.broker.handlers._common import NO_THROTTLE
 from kcompat.broker.list_offsets_lookup import offset_for_time
 from kcompat.wire.records import RecordError
@@ -47,11 +50,19 @@ def _partition(ctx: RequestContext, topic: str, req: Any, committed: bool) -> An
                      error_code=code, timestamp=ts, offset=offset, leader_epoch=epoch)
 
 
+def _denied(ctx: RequestContext, req: Any) -> Any:
+    return ctx.build("ListOffsetsPartitionResponse", partition_index=req.partition_index,
+                     error_code=ErrorCode.topic_authorization_failed, timestamp=-1, offset=-1,
+                     leader_epoch=-1)
+
+
 async def handle(ctx: RequestContext, request: Any) -> Any:
     committed = getattr(request, "isolation_level", 0) == 1
+    allowed = _authz.topics(ctx, _authz.Op.DESCRIBE, (t.name for t in request.topics))
     topics = tuple(
         ctx.build("ListOffsetsTopicResponse", name=t.name,
-                  partitions=tuple(_partition(ctx, t.name, p, committed) for p in t.partitions))
+                  partitions=tuple(_partition(ctx, t.name, p, committed) if t.name in allowed
+                                   else _denied(ctx, p) for p in t.partitions))
         for t in request.topics
     )
     return ctx.response(throttle_time=NO_THROTTLE, topics=topics)

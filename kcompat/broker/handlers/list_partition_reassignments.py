@@ -8,18 +8,27 @@ partition being reassigned with Kafka's replica list while it moves — the
 target, then the replicas being removed — and the adding and removing
 replicas. Null topics lists every reassignment; topics
 or partitions that are unknown or not moving are left out, as Kafka does.
+Authorization (Kafka's controller): DESCRIBE on the cluster, else
+CLUSTER_AUTHORIZATION_FAILED.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from kio.schema.errors import ErrorCode
+
 from kcompat.broker.context import RequestContext
+from kcompat.broker.handlers import _authz
 from kcompat.broker.handlers._common import NO_THROTTLE, OK
 from kcompat.broker.metadata import Reassignment
 
 
 async def handle(ctx: RequestContext, request: Any) -> Any:
+    if not _authz.cluster(ctx, _authz.Op.DESCRIBE):
+        code = ErrorCode.cluster_authorization_failed
+        return ctx.response(throttle_time=NO_THROTTLE, error_code=code,
+                            error_message=_authz.MESSAGES[code], topics=())
     await ctx.controller.lifecycle.wait_serving(timeout_s=5.0)
     found = await ctx.broker.quorum_admin.reassignments(timeout_s=5.0)
     moving = ctx.cluster.image.reassignments if found is None else {

@@ -5,6 +5,8 @@ producer ids, (v1) a minimum running duration and (v2, KIP-1152) a regular
 expression the whole transactional id must match (Java's ``Matcher.matches``;
 null or empty: no filter). A pattern that does not compile is
 INVALID_REGULAR_EXPRESSION.
+Authorization (Kafka's): only the transactional ids the principal may DESCRIBE
+are listed.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from kcompat.broker.context import RequestContext
+from kcompat.broker.handlers import _authz
 from kcompat.broker.handlers._common import NO_THROTTLE, OK
 from kcompat.broker.state import now_ms
 from kcompat.txn.coordinator import TxnState
@@ -47,6 +50,8 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
             continue
         if min_duration_ms >= 0 and (meta.start_ms < 0 or now - meta.start_ms < min_duration_ms):
             continue
+        if not _authz.txn_id(ctx, _authz.Op.DESCRIBE, meta.transactional_id):
+            continue  # Kafka lists only the ids the principal may DESCRIBE
         listed.append(ctx.build("TransactionState", transactional_id=meta.transactional_id,
                                 producer_id=meta.producer_id,
                                 transaction_state=meta.state.value))

@@ -13,6 +13,14 @@ leader for each of its partitions (``ClusterRuntime.first_leader_pending``).
 v13 adds a top-level error code (KIP-1102: REBOOTSTRAP_REQUIRED when a broker
 wants the client to start over from its bootstrap servers), always NONE here,
 as from a Kafka broker that is serving.
+
+Authorization, as Kafka's KafkaApis: an all-topics request leaves out the
+topics the principal may not DESCRIBE; a named one answers them
+TOPIC_AUTHORIZATION_FAILED (by id: the id with a null name), after the others.
+A topic to auto-create needs CREATE on the cluster or on the topic, else it is
+TOPIC_AUTHORIZATION_FAILED too, between the two. The authorized-operations
+fields are filled when asked for: each described topic's (not the denied
+ones'), and the cluster's for v8-v10 (0 without DESCRIBE on the cluster).
 """
 
 from __future__ import annotations
@@ -25,6 +33,7 @@ from kio.schema.errors import ErrorCode
 
 from kcompat.broker.context import RequestContext
 from kcompat.broker.controller import admin
+from kcompat.broker.handlers import _authz
 from kcompat.broker.handlers._common import NO_THROTTLE, OK
 from kcompat.broker.metadata import TopicMeta
 from kcompat.broker.state import TopicError, check_topic_name
@@ -82,13 +91,15 @@ def _error_topic(ctx: RequestContext, name: str | None, code: ErrorCode, tid: An
     )
 
 
-def _lookup(ctx: RequestContext, name: str, auto_create: bool) -> Any:
+def _lookup(ctx: RequestContext, name: str, auto_create: bool) -> Any | None:
     state = ctx.state
     meta = state.topics.get(name)
     if meta is not None:
         return _topic(ctx, meta)
     if not auto_create or not state.config["auto.create.topics.enable"]:
         return _error_topic(ctx, name, ErrorCode.unknown_topic_or_partition)
+    if not (_authz.cluster(ctx, _authz.Op.CREATE) or _authz.topic(ctx, _authz.Op.CREATE, name)):
+        return None  # TOPIC_AUTHORIZATION_FAILED (``_named``)
     try:
         check_topic_name(name)
     except TopicError as e:
@@ -99,32 +110,73 @@ def _lookup(ctx: RequestContext, name: str, auto_create: bool) -> Any:
     return _error_topic(ctx, name, ErrorCode.leader_not_available)
 
 
+def _denied(ctx: RequestContext, name: str | None, tid: Any = None) -> Any:
+    """TOPIC_AUTHORIZATION_FAILED: no partitions, the id only when asked by id
+    (else the zero id, which kio writes for None)."""
+    return ctx.build("MetadataResponseTopic", error_code=ErrorCode.topic_authorization_failed,
+                     name=name, topic_id=tid, is_internal=False, partitions=())
+
+
+def _named(ctx: RequestContext, request: Any) -> tuple[list[Any], list[Any]]:
+    """(answers of the topics described, the denied ones' in Kafka's order)."""
+    state = ctx.state
+    auto = bool(getattr(request, "allow_auto_topic_creation", True))
+    out, not_creatable, not_describable = [], [], []
+    for t in request.topics:
+        name = t.name
+        if name is None:
+            meta = state.topic_by_id(t.topic_id)
+            if meta is None:
+                out.append(_error_topic(ctx, None, ErrorCode.unknown_topic_id, t.topic_id))
+            elif not _authz.topic(ctx, _authz.Op.DESCRIBE, meta.name):
+                not_describable.append(_denied(ctx, None, meta.topic_id))
+            else:
+                out.append(_topic(ctx, meta))
+        elif not _authz.topic(ctx, _authz.Op.DESCRIBE, name):
+            not_describable.append(_denied(ctx, name))
+        elif (found := _lookup(ctx, name, auto)) is None:
+            not_creatable.append(_denied(ctx, name))
+        else:
+            out.append(found)
+    return out, not_creatable + not_describable
+
+
+def _with_operations(ctx: RequestContext, request: Any, topics: tuple[Any, ...]
+                     ) -> tuple[Any, ...]:
+    if not getattr(request, "include_topic_authorized_operations", False):
+        return topics
+    # Kafka without an authorizer answers every topic operation (READ, WRITE, CREATE,
+    # DELETE, ALTER, DESCRIBE, DESCRIBE_CONFIGS, ALTER_CONFIGS), also for errored
+    # topics, instead of the "omitted" sentinel (FINDINGS.md, D7); with one, what the
+    # topic's ACLs allow.
+    return tuple(dataclasses.replace(t, topic_authorized_operations=ctx.authorized_operations(
+        _authz.TOPIC, t.name or "")) for t in topics)
+
+
+def _cluster_operations(ctx: RequestContext, request: Any) -> int:
+    if not 8 <= ctx.version <= 10 or not request.include_cluster_authorized_operations:
+        return _authz.NOT_REQUESTED
+    if not _authz.cluster(ctx, _authz.Op.DESCRIBE):
+        return 0
+    return ctx.authorized_operations(_authz.CLUSTER, _authz.CLUSTER_NAME)
+
+
 async def handle(ctx: RequestContext, request: Any) -> Any:
     state = ctx.state
     await ctx.controller.lifecycle.wait_serving(timeout_s=5.0)  # a caught-up image
     requested = request.topics
+    denied: list[Any] = []
     if requested is None or (ctx.version == 0 and not requested):
-        topics = tuple(_topic(ctx, meta) for meta in list(state.topics.values()))
+        metas = list(state.topics.values())
+        allowed = _authz.topics(ctx, _authz.Op.DESCRIBE, (m.name for m in metas))
+        topics = tuple(_topic(ctx, meta) for meta in metas if meta.name in allowed)
     else:
-        auto = bool(getattr(request, "allow_auto_topic_creation", True))
-        out = []
-        for t in requested:
-            name = t.name
-            if name is None:
-                meta = state.topic_by_id(t.topic_id)
-                out.append(_topic(ctx, meta) if meta else
-                           _error_topic(ctx, None, ErrorCode.unknown_topic_id, t.topic_id))
-            else:
-                out.append(_lookup(ctx, name, auto))
+        out, denied = _named(ctx, request)
         topics = tuple(out)
-    if getattr(request, "include_topic_authorized_operations", False):
-        # Kafka without an authorizer answers every topic operation (READ, WRITE, CREATE,
-        # DELETE, ALTER, DESCRIBE, DESCRIBE_CONFIGS, ALTER_CONFIGS), also for errored
-        # topics, instead of the "omitted" sentinel (FINDINGS.md, D7).
-        topics = tuple(dataclasses.replace(t, topic_authorized_operations=TOPIC_OPERATIONS)
-                       for t in topics)
+    topics = _with_operations(ctx, request, topics) + tuple(denied)
     brokers, controller_id = _brokers(ctx, topics)
     return ctx.response(
         throttle_time=NO_THROTTLE, brokers=brokers, cluster_id=ctx.state.cluster_id,
         controller_id=controller_id, topics=topics, error_code=OK,
+        cluster_authorized_operations=_cluster_operations(ctx, request),
     )

@@ -8,6 +8,9 @@ name as for every other version. A commit with generation -1 and no member id is
 commit (``assign()`` consumers, Spark never commits) and is accepted while the
 group has no members. Offsets are written to ``__consumer_offsets`` and fsynced
 before the answer, and become visible to OffsetFetch only then.
+Authorization (Kafka's): without READ on the group every partition is
+GROUP_AUTHORIZATION_FAILED; a topic without READ is TOPIC_AUTHORIZATION_FAILED
+(answered first, with the unknown ids, as Kafka's response builder orders them).
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from kio.schema.errors import ErrorCode
 
 from kcompat.broker.context import RequestContext
 from kcompat.broker.groups import NotCoordinatorError
+from kcompat.broker.handlers import _authz
 from kcompat.broker.handlers._common import NO_THROTTLE, OK, unknown_partition_error
 from kcompat.broker.handlers._leader_hints import topic_name
 from kcompat.broker.state import now_ms
@@ -42,14 +46,17 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
     named = [(t.name if ctx.version < 10 else topic_name(ctx, t.topic_id), t)
              for t in request.topics]
     partition_errors: dict[tuple[str, int], ErrorCode] = {}
-    if not group_id:
-        top_error: ErrorCode | None = ErrorCode.invalid_group_id
+    allowed = _authz.topics(ctx, _authz.Op.READ, (name for name, _t in named))
+    if not _authz.group(ctx, _authz.Op.READ, group_id):
+        top_error: ErrorCode | None = ErrorCode.group_authorization_failed
+    elif not group_id:
+        top_error = ErrorCode.invalid_group_id
     elif (gate := groups.coordinator_error(group_id)) is not None:
         top_error = gate  # not (yet) this group's coordinator
     elif (consumer := ctx.consumer_groups.group(group_id)) is not None:  # KIP-848
         top_error, partition_errors = ctx.consumer_groups.commit_errors(
             consumer, request.member_id, generation, ctx.version,
-            [(name, p.partition_index) for name, t in named if name is not None
+            [(name, p.partition_index) for name, t in named if name in allowed
              for p in t.partitions])
     else:  # only now: coordinator_error loads the group on a new coordinator
         top_error = groups.coordinator.commit_error(
@@ -59,12 +66,15 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
     now = now_ms()
     errors: dict[tuple[str | None, int], ErrorCode] = {}
     accepted: dict[tuple[str, int], CommittedOffset] = {}
-    # as Kafka: topics whose id the broker does not know are answered first, then
-    # the coordinator's answer for the others
-    named.sort(key=lambda nt: nt[0] is not None)
+    # as Kafka: topics whose id the broker does not know (or the principal may not
+    # READ) are answered first, then the coordinator's answer for the others
+    named.sort(key=lambda nt: nt[0] in allowed)
     for name, t in named:
+        denied = (ErrorCode.topic_authorization_failed if name is not None
+                  and name not in allowed and top_error != ErrorCode.group_authorization_failed
+                  else None)
         for p in t.partitions:
-            code = top_error or _partition_error(ctx, name, p, max_metadata)
+            code = denied or top_error or _partition_error(ctx, name, p, max_metadata)
             if code == OK and name is not None:  # a KIP-848 member's older epoch
                 code = partition_errors.get((name, p.partition_index), OK)
             errors[(name, p.partition_index)] = code

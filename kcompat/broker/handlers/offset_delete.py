@@ -3,6 +3,9 @@
 Deletes committed offsets of a group for some partitions. Refused per partition
 with GROUP_SUBSCRIBED_TO_TOPIC while an active consumer group subscribes to
 the topic; an unknown group answers GROUP_ID_NOT_FOUND.
+Authorization (Kafka's): without DELETE on the group the answer is
+GROUP_AUTHORIZATION_FAILED; a topic without READ is TOPIC_AUTHORIZATION_FAILED
+for each of its partitions.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from kio.schema.errors import ErrorCode
 
 from kcompat.broker.context import RequestContext
 from kcompat.broker.groups import NotCoordinatorError
+from kcompat.broker.handlers import _authz
 from kcompat.broker.handlers._common import (
     NO_THROTTLE,
     OK,
@@ -23,6 +27,9 @@ from kcompat.group.group import GroupState
 
 
 async def handle(ctx: RequestContext, request: Any) -> Any:
+    if not _authz.group(ctx, _authz.Op.DELETE, request.group_id):
+        return ctx.response(throttle_time=NO_THROTTLE,
+                            error_code=ErrorCode.group_authorization_failed, topics=())
     if (gate := ctx.groups.coordinator_error(request.group_id)) is not None:
         return coordinator_error_response(ctx, gate)
     groups = ctx.groups
@@ -32,10 +39,12 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
                             topics=())
     subscribed = set() if group.is_(GroupState.EMPTY) else (group.subscribed_topics() or set())
     errors: dict[tuple[str, int], ErrorCode] = {}
+    allowed = _authz.topics(ctx, _authz.Op.READ, (t.name for t in request.topics))
     for t in request.topics:
         for p in t.partitions:
             errors[(t.name, p.partition_index)] = (
-                ErrorCode.group_subscribed_to_topic if t.name in subscribed
+                ErrorCode.topic_authorization_failed if t.name not in allowed
+                else ErrorCode.group_subscribed_to_topic if t.name in subscribed
                 else unknown_partition_error(ctx.state, t.name, p.partition_index))
     try:
         await groups.delete_offsets(request.group_id, [tp for tp, e in errors.items() if e == OK])

@@ -9,6 +9,9 @@ committed offset answers offset -1 and empty metadata with no error. With
 require_stable (v7+, read_committed consumers) a partition whose offset awaits a
 transaction's marker answers UNSTABLE_OFFSET_COMMIT with offset -1 (not its last
 stable offset), and the client retries.
+Authorization (Kafka's): a group the principal may not DESCRIBE is
+GROUP_AUTHORIZATION_FAILED; of the topics asked, those it may not DESCRIBE are
+TOPIC_AUTHORIZATION_FAILED (after the others); all offsets asked leaves them out.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from kcompat.broker.context import RequestContext
+from kcompat.broker.handlers import _authz
 from kcompat.broker.handlers._common import NO_THROTTLE, OK
 from kcompat.broker.handlers._leader_hints import topic_name
 
@@ -47,8 +51,14 @@ def _wanted(ctx: RequestContext, committed: dict[tuple[str, int], Any], requeste
 def _topics(ctx: RequestContext, group_id: str, requested: Any, prefix: str,
             require_stable: bool) -> tuple[Any, ...]:
     committed = ctx.groups.store.committed(group_id)
-    out = []
-    for topic, topic_id, partitions in _wanted(ctx, committed, requested):
+    out, denied = [], []
+    wanted = _wanted(ctx, committed, requested)
+    allowed = _authz.topics(ctx, _authz.Op.DESCRIBE, (topic for topic, _i, _p in wanted))
+    for topic, topic_id, partitions in wanted:
+        if topic is not None and topic not in allowed:
+            if requested is not None:  # all offsets asked: left out, as Kafka does
+                denied.append(_denied(ctx, topic, topic_id, partitions, prefix))
+            continue
         rows = []
         for index in partitions:
             c = committed.get((topic, index)) if topic is not None else None
@@ -65,11 +75,23 @@ def _topics(ctx: RequestContext, group_id: str, requested: Any, prefix: str,
                 metadata=c.metadata if c else "", error_code=code))
         out.append(ctx.build(f"OffsetFetchResponseTopic{prefix}", name=topic, topic_id=topic_id,
                              partitions=tuple(rows)))
-    return tuple(out)
+    return tuple(out + denied)  # Kafka answers the topics denied after the others
+
+
+def _denied(ctx: RequestContext, topic: str, topic_id: Any, partitions: list[int],
+            prefix: str) -> Any:
+    rows = tuple(ctx.build(f"OffsetFetchResponsePartition{prefix}", partition_index=index,
+                           committed_offset=-1, committed_leader_epoch=-1, metadata="",
+                           error_code=ErrorCode.topic_authorization_failed)
+                 for index in partitions)
+    return ctx.build(f"OffsetFetchResponseTopic{prefix}", name=topic, topic_id=topic_id,
+                     partitions=rows)
 
 
 def _group_error(ctx: RequestContext, g: Any) -> ErrorCode | None:
     """Only the coordinator answers; a KIP-848 group checks the member (v9+)."""
+    if not _authz.group(ctx, _authz.Op.DESCRIBE, g.group_id):
+        return ErrorCode.group_authorization_failed
     if (code := ctx.groups.coordinator_error(g.group_id)) is not None:
         return code
     consumer = ctx.consumer_groups.group(g.group_id)
@@ -92,6 +114,9 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
             for g in request.groups
         )
         return ctx.response(throttle_time=NO_THROTTLE, groups=groups)
+    if not _authz.group(ctx, _authz.Op.DESCRIBE, request.group_id):
+        return ctx.response(throttle_time=NO_THROTTLE,
+                            error_code=ErrorCode.group_authorization_failed, topics=())
     if (code := gate(request.group_id)) is not None:
         return ctx.response(throttle_time=NO_THROTTLE, error_code=code, topics=())
     return ctx.response(throttle_time=NO_THROTTLE, error_code=OK,

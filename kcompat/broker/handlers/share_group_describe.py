@@ -4,6 +4,9 @@ Members, epochs, assignments (topic id and name) and state of each share
 group this broker coordinates; another broker's group is NOT_COORDINATOR, an
 unknown one or a classic group GROUP_ID_NOT_FOUND, as in Kafka. Authorized operations are not computed (kcompat has no ACLs yet):
 -2147483648, Kafka's "not requested" value.
+Authorization (Kafka's): a group the principal may not DESCRIBE is
+GROUP_AUTHORIZATION_FAILED, after the others; include_authorized_operations fills
+each described group's operations.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from kcompat.broker.context import RequestContext
+from kcompat.broker.handlers import _authz
 from kcompat.broker.handlers._common import NO_THROTTLE, OK
 from kcompat.broker.handlers._group_answers import NOT_REQUESTED, assignment
 
@@ -26,8 +30,12 @@ def _missing(ctx: RequestContext, group_id: str, code: ErrorCode, message: str |
 
 async def handle(ctx: RequestContext, request: Any) -> Any:
     service = ctx.share_groups
-    out = []
+    out, denied = [], []
+    asked = bool(request.include_authorized_operations)
     for group_id in request.group_ids:
+        if not _authz.group(ctx, _authz.Op.DESCRIBE, group_id):
+            denied.append(_missing(ctx, group_id, ErrorCode.group_authorization_failed, None))
+            continue
         if not group_id:
             out.append(_missing(ctx, group_id, ErrorCode.invalid_group_id,
                                 "The group id is empty."))
@@ -54,5 +62,7 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
             "DescribedGroup", error_code=OK, error_message=None, group_id=group_id,
             group_state=d.group_state, group_epoch=d.group_epoch,
             assignment_epoch=d.assignment_epoch, assignor_name=d.assignor_name,
-            members=members, authorized_operations=NOT_REQUESTED))
-    return ctx.response(throttle_time=NO_THROTTLE, groups=tuple(out))
+            members=members,
+            authorized_operations=_authz.operations(ctx, _authz.GROUP, group_id, asked)))
+    # Kafka answers the groups denied after the others
+    return ctx.response(throttle_time=NO_THROTTLE, groups=tuple(out + denied))

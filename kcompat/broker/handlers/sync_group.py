@@ -4,6 +4,8 @@ The leader sends every member's assignment; each member's response is parked
 until the leader's arrives. v5 checks protocol type and name
 (INCONSISTENT_GROUP_PROTOCOL on mismatch). A classic member of a KIP-848
 consumer group gets its current assignment at once (``consumer_groups``).
+Without READ on the group the answer is GROUP_AUTHORIZATION_FAILED (Kafka's
+check, made before the coordinator is asked).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from kcompat.broker.context import RequestContext
+from kcompat.broker.handlers import _authz
 from kcompat.broker.handlers._common import NO_THROTTLE, coordinator_error_response
 from kcompat.broker.state import now_ms
 from kcompat.group.consumer_classic import CONSUMER_PROTOCOL_TYPE
@@ -21,6 +24,9 @@ from kcompat.group.coordinator import SyncResult
 
 
 async def handle(ctx: RequestContext, request: Any) -> Any:
+    if not _authz.group(ctx, _authz.Op.READ, request.group_id):
+        return ctx.response(throttle_time=NO_THROTTLE, error_code=ErrorCode.group_authorization_failed,
+                            protocol_type=None, protocol_name=None, assignment=b"")
     if (gate := ctx.groups.coordinator_error(request.group_id)) is not None:
         return coordinator_error_response(ctx, gate)
     mixed = await ctx.consumer_groups.classic_sync(

@@ -6,6 +6,9 @@ transaction's COMMIT marker reaches that partition (dropped on ABORT). The
 producer must have added the group's offsets partition with AddOffsetsToTxn
 (INVALID_TXN_STATE otherwise). From v3 the group generation and member are
 checked like an OffsetCommit's.
+Authorization (Kafka's): WRITE on the transactional id, else every partition is
+TRANSACTIONAL_ID_AUTHORIZATION_FAILED; READ on the group, else
+GROUP_AUTHORIZATION_FAILED; READ on each topic, else TOPIC_AUTHORIZATION_FAILED.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from kio.schema.errors import ErrorCode
 
 from kcompat.broker.context import RequestContext
 from kcompat.broker.groups import NotCoordinatorError
+from kcompat.broker.handlers import _authz
 from kcompat.broker.handlers._common import (
     NO_THROTTLE,
     OK,
@@ -65,14 +69,27 @@ def _member_error(ctx: RequestContext, request: Any) -> ErrorCode | None:
     return top or next(iter(partitions.values()), None)
 
 
+def _denied(ctx: RequestContext, request: Any) -> ErrorCode | None:
+    """Kafka's rule: WRITE on the transactional id, READ on the group."""
+    if not _authz.txn_id(ctx, _authz.Op.WRITE, request.transactional_id):
+        return ErrorCode.transactional_id_authorization_failed
+    if not _authz.group(ctx, _authz.Op.READ, request.group_id):
+        return ErrorCode.group_authorization_failed
+    return None
+
+
 async def handle(ctx: RequestContext, request: Any) -> Any:
-    error = _request_error(ctx, request)
+    denied = _denied(ctx, request)
+    error = denied or _request_error(ctx, request)
+    allowed = _authz.topics(ctx, _authz.Op.READ, (t.name for t in request.topics))
     now = now_ms()
     offsets: dict[tuple[str, int], CommittedOffset] = {}
     codes: dict[tuple[str, int], ErrorCode] = {}
     for t in request.topics:
         for p in t.partitions:
-            code = error or unknown_partition_error(ctx.state, t.name, p.partition_index)
+            code = (denied or (ErrorCode.topic_authorization_failed if t.name not in allowed
+                               else None)
+                    or error or unknown_partition_error(ctx.state, t.name, p.partition_index))
             codes[(t.name, p.partition_index)] = code
             if code == OK:
                 offsets[(t.name, p.partition_index)] = CommittedOffset(
@@ -87,7 +104,8 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
         if written == ErrorCode.invalid_producer_epoch:  # fenced (the offsets log knows)
             written = fenced_for_version(ErrorCode.producer_fenced, ctx.version, 3)
         if written != OK:
-            codes = dict.fromkeys(codes, written)
+            codes = {tp: code if code == ErrorCode.topic_authorization_failed else written
+                     for tp, code in codes.items()}
     topics = tuple(
         ctx.build("TxnOffsetCommitResponseTopic", name=t.name, partitions=tuple(
             ctx.build("TxnOffsetCommitResponsePartition", partition_index=p.partition_index,
