@@ -43,8 +43,7 @@ SECURED = ("SASL_SSL", "SSL", "SASL_PLAINTEXT")
 COUNT = 5
 TARGETS = (
     pytest.param("kafka", id="kafka"),
-    pytest.param("kcompat", id="kcompat", marks=pytest.mark.skip(
-        reason="kcompat secured listeners land with issue 17's connection work")),
+    pytest.param("kcompat", id="kcompat"),
 )
 
 #: How each client reports a login the broker refused, by kind: "sasl" (wrong

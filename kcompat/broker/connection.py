@@ -21,6 +21,7 @@ connections after their in-flight requests.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import struct
 from collections.abc import Sized
@@ -126,6 +127,7 @@ async def _tls_handshake(stream: trio.SocketStream, broker: Broker,
         try:
             await tls.do_handshake()
         except trio.BrokenResourceError as e:
+            await _send_alert(stream, tls)
             raise CloseConnection(f"TLS handshake failed: {e.__cause__ or e}") from None
     if scope.cancelled_caught:
         raise CloseConnection(f"no TLS handshake in {TLS_HANDSHAKE_S:.0f} s")
@@ -138,6 +140,19 @@ async def _tls_handshake(stream: trio.SocketStream, broker: Broker,
         except ssl_principal.MappingError as e:
             raise CloseConnection(str(e)) from None
     return tls
+
+
+async def _send_alert(stream: trio.SocketStream, tls: trio.SSLStream[trio.SocketStream]) -> None:
+    """A refused handshake leaves OpenSSL's alert (bad_certificate, unknown_ca...)
+    in the TLS object's outgoing buffer, which trio does not send once broken:
+    send it, so the client learns why (as Kafka's clients expect) rather than
+    seeing the connection drop."""
+    outgoing = getattr(tls, "_outgoing", None)
+    delayed = getattr(tls, "_delayed_outgoing", None) or b""
+    pending = delayed + (outgoing.read() if outgoing is not None else b"")
+    if pending:
+        with trio.move_on_after(1), contextlib.suppress(trio.BrokenResourceError, OSError):
+            await stream.send_all(pending)
 
 
 #: requests a SASL listener serves before authentication (Kafka's SaslServerAuthenticator)
