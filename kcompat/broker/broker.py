@@ -102,8 +102,10 @@ class Broker:
     def sasl_mechanisms(self, listener: listeners.Listener) -> list[str]:
         return listeners.mechanisms(self.config, listener) if listener.sasl else []
 
-    def sasl_server(self, listener: listeners.Listener, mechanism: str) -> sasl.SaslServer:
-        """A fresh server side of ``mechanism`` for one authentication on ``listener``."""
+    def sasl_server(self, listener: listeners.Listener, mechanism: str,
+                    reauthentication: bool = False) -> sasl.SaslServer:
+        """A fresh server side of ``mechanism`` for one authentication on
+        ``listener`` (``reauthentication``: KIP-368's, worded so when refused)."""
         if mechanism == sasl.PLAIN:
             return sasl.PlainServer(listeners.plain_users(self.config, listener).get)
         if mechanism == sasl.OAUTHBEARER:
@@ -112,7 +114,7 @@ class Broker:
         from kcompat.security.scram import ScramServer
 
         return ScramServer(mechanism, partial(self.scram_credential, mechanism),
-                           secrets.token_urlsafe(18))
+                           secrets.token_urlsafe(18), reauthentication=reauthentication)
 
     def scram_credential(self, mechanism: str, user: str) -> ScramCredential | None:
         """``user``'s SCRAM credential for ``mechanism`` (``SCRAM-SHA-256`` or

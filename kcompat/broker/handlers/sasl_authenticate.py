@@ -43,7 +43,7 @@ def step(broker: Broker, session: Session, token: bytes) -> tuple[bytes, str | N
     except SaslError as e:
         session.failed = str(e)
         log.info("authentication of %s on %s with %s failed: %s", session.client_host,
-                 session.listener.name, mechanism.mechanism, e)
+                 session.listener.name, mechanism.mechanism, getattr(e, "reason", None) or e)
         return b"", session.failed
     if mechanism.complete:
         who = principal.user(mechanism.authorization_id)

@@ -36,6 +36,6 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
                           "a re-authentication must use the mechanism of the first one")
         return ctx.response(error_code=ErrorCode.unsupported_sasl_mechanism,
                             mechanisms=tuple(enabled))
-    session.mechanism = ctx.broker.sasl_server(session.listener, mechanism)
+    session.mechanism = ctx.broker.sasl_server(session.listener, mechanism, reauthenticating)
     session.raw_tokens = ctx.version == 0
     return ctx.response(error_code=OK, mechanisms=tuple(enabled))
