@@ -18,6 +18,14 @@ v17/v18 only follower fields (directory id, high watermark). The first
 partition with data gets at least one whole batch even beyond max_bytes /
 partition_max_bytes.
 
+Quotas (``quotas``, Kafka's KafkaApis): a consumer's Fetch reads at most what
+its ``consumer_byte_rate`` allows in one quota window
+(``max_value_in_quota_window``; min_bytes no more than that); once read,
+the answer's size (Kafka's ``FetchResponse.sizeOf``) counts against the rate.
+Over quota, those bytes are taken back and the answer is empty — no topic, no
+error — carrying the throttle time, and the connection is muted for it
+(KIP-219).
+
 read_committed reads stop at the last stable offset and carry the aborted
 transactions overlapping the returned range, so the consumer can drop their
 records; control batches are returned as they are (clients skip them).
@@ -51,6 +59,7 @@ import trio
 from kio.schema.errors import ErrorCode
 
 from kcompat.broker.context import RequestContext
+from kcompat.broker.handlers import _quota
 from kcompat.broker.handlers._common import NO_THROTTLE, OK
 from kcompat.broker.handlers._leader_hints import LeaderHints, topic_name
 from kcompat.broker.partition import Partition, wait_news
@@ -123,13 +132,54 @@ class _Read:
     preferred: int = NO_REPLICA  # the leader sends this client to a follower (KIP-392)
 
 
+def _from_follower(request: Any) -> bool:
+    state = getattr(request, "replica_state", None)
+    replica_id = state.replica_id if state is not None else getattr(request, "replica_id", -1)
+    return bool(replica_id >= 0)
+
+
+def _max_bytes(ctx: RequestContext, request: Any) -> int:
+    """max_bytes, for a consumer no more than its quota allows in one window."""
+    if _from_follower(request):
+        return int(request.max_bytes)
+    cap = _quota.managers(ctx).fetch.max_value_in_quota_window(
+        _quota.image_quotas(ctx), ctx.principal, ctx.client_id)
+    return int(min(request.max_bytes, cap, _quota.INT_MAX))
+
+
+def response_bytes(ctx: RequestContext, named: list[tuple[str | None, Any]],
+                   reads: list[list[_Read]]) -> int:
+    """The answer's size as Kafka counts it for quotas (``FetchResponse.sizeOf``),
+    to within the bytes of compact lengths."""
+    size = 4 + 4 + 2 + 4 + 4
+    for (name, _t), parts in zip(named, reads, strict=True):
+        size += (16 if ctx.version >= 13 else 2 + len((name or "").encode())) + 4
+        for r in parts:
+            records = r.records.length if isinstance(r.records, FileSlice) else len(r.records)
+            size += 4 + 2 + 8 + 8 + 8 + 4 + 16 * len(r.aborted or ()) + 4 + 4 + records
+    return size
+
+
+def _throttle_ms(ctx: RequestContext, request: Any, named: list[tuple[str | None, Any]],
+                 reads: list[list[_Read]]) -> int:
+    """Count the answer against the consumer's rate; over quota, take it back."""
+    if _from_follower(request):
+        return 0
+    manager = _quota.managers(ctx).fetch
+    size = response_bytes(ctx, named, reads)
+    throttle_ms = _quota.record(ctx, manager, size)
+    if throttle_ms > 0:  # answered empty: its bytes are not taken (unrecordQuotaSensor)
+        manager.unrecord(_quota.image_quotas(ctx), ctx.principal, ctx.client_id, size)
+    return throttle_ms
+
+
 def _read_all(ctx: RequestContext, request: Any, named: list[tuple[str | None, Any]],
               hints: LeaderHints | None) -> tuple[list[list[_Read]], int, bool, list[Partition]]:
     """One pass over every requested partition: (reads per topic, bytes,
     answer now (an error, or a client sent to another replica), the
     partitions a long poll waits on)."""
     committed = getattr(request, "isolation_level", 0) == READ_COMMITTED
-    budget = request.max_bytes if ctx.version >= 3 else 1 << 30
+    budget = _max_bytes(ctx, request)
     rack = getattr(request, "rack_id", "") or ""
     replicas = ctx.broker.read_replicas
     total = 0
@@ -218,17 +268,21 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
     # session sends such a Fetch and waits for it) is answered at once
     asked = any(t.partitions for t in request.topics)
     named = _requested(ctx, request)
+    min_bytes = max(min(request.min_bytes, _max_bytes(ctx, request)), 1)
     while True:
         hints = LeaderHints(ctx) if ctx.version >= 16 else None
         reads, total, now, parts = _read_all(ctx, request, named, hints)
-        if (total >= max(request.min_bytes, 1) or now or not asked
+        if (total >= min_bytes or now or not asked
                 or trio.current_time() >= deadline):
             break
         if await wait_news(parts, deadline):
             ctx.metrics.woken("Fetch")
+    endpoints = hints.node_endpoints() if hints is not None else ()
+    throttle_ms = _throttle_ms(ctx, request, named, reads)
+    if throttle_ms > 0:  # Kafka's throttled answer: nothing read, the throttle time
+        return ctx.response(throttle_time=_quota.throttle(ctx, throttle_ms), error_code=OK,
+                            session_id=0, responses=(), node_endpoints=endpoints)
     topics = _built(ctx, named, reads)  # no await from the read to here: the slices hold
     ctx.metrics.fetched([name for name, _t in named], topics)
-    return ctx.response(
-        throttle_time=NO_THROTTLE, error_code=OK, session_id=0, responses=tuple(topics),
-        node_endpoints=hints.node_endpoints() if hints is not None else (),
-    )
+    return ctx.response(throttle_time=NO_THROTTLE, error_code=OK, session_id=0,
+                        responses=tuple(topics), node_endpoints=endpoints)

@@ -26,6 +26,11 @@ producer state from the replicated log. ``acks=1`` answers after the leader's
 own append (made durable first under ``kcompat.flush.mode=always``), as in
 Kafka. A duplicate batch with acks=all waits for the commit of the original.
 
+Quotas: once served, the request's bytes count against its client's
+``producer_byte_rate`` (``quotas``, as Kafka records ``request.sizeInBytes``
+after the append); over quota, the answer carries the throttle time and the
+connection is muted for it — with acks=0 too, which has no answer (KIP-219).
+
 Delayed delivery (EXTENSIONS.md): a batch stored with delayed records taken
 out is answered, whatever ``acks``, only once it is committed and its delayed
 records are in the schedule log (``_schedule``); a retry the partition finds
@@ -43,7 +48,8 @@ from kio.schema.errors import ErrorCode
 from kcompat.broker import views
 from kcompat.broker.append import AppendResult, append_records
 from kcompat.broker.context import RequestContext
-from kcompat.broker.handlers._common import NO_THROTTLE, ms_to_datetime
+from kcompat.broker.handlers import _quota
+from kcompat.broker.handlers._common import ms_to_datetime
 from kcompat.broker.handlers._leader_hints import LeaderHints, topic_name
 from kcompat.broker.partition import Partition
 from kcompat.broker.replication.group import Group, NotLeaderError
@@ -192,8 +198,22 @@ def _rows(ctx: RequestContext, named: list[tuple[str | None, Any]], acks: int,
     return out
 
 
+def request_bytes(ctx: RequestContext, request: Any) -> int:
+    """The request's size as Kafka counts it (``request.sizeInBytes``: header and
+    body, not the length prefix), to within the bytes of compact lengths."""
+    flexible = 1 if ctx.version >= 9 else 0
+    size = 8 + 2 + len((ctx.client_id or "").encode()) + flexible  # header
+    size += 2 + len((request.transactional_id or "").encode()) + 2 + 4 + 4 + flexible
+    for t in request.topic_data:
+        size += (16 if ctx.version >= 13 else 2 + len(t.name.encode())) + 4 + flexible
+        for p in t.partition_data:
+            size += 4 + 4 + (len(p.records) if p.records else 0) + flexible
+    return size
+
+
 def _response(ctx: RequestContext, named: list[tuple[str | None, Any]],
-              results: list[list[_Row]], errors: dict[int, AppendResult]) -> Any:
+              results: list[list[_Row]], errors: dict[int, AppendResult],
+              throttle_ms: int = 0) -> Any:
     hints = LeaderHints(ctx) if ctx.version >= 10 else None
     topics = []
     for (name, t), rows in zip(named, results, strict=True):
@@ -210,7 +230,7 @@ def _response(ctx: RequestContext, named: list[tuple[str | None, Any]],
                                 topic_id=getattr(t, "topic_id", None),
                                 partition_responses=tuple(parts)))
     endpoints = hints.node_endpoints() if hints is not None else ()
-    return ctx.response(responses=tuple(topics), throttle_time=NO_THROTTLE,
+    return ctx.response(responses=tuple(topics), throttle_time=_quota.throttle(ctx, throttle_ms),
                         node_endpoints=endpoints)
 
 
@@ -243,6 +263,8 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
             failed = await _schedule(ctx, row, acks, deadline, request.transactional_id)
             if failed is not None:
                 errors[id(row)] = failed
+    throttle_ms = _quota.record(ctx, _quota.managers(ctx).produce, request_bytes(ctx, request))
     if acks == 0:
+        _quota.throttle(ctx, throttle_ms)  # no answer, but muted all the same
         return None
-    return _response(ctx, named, results, errors)
+    return _response(ctx, named, results, errors, throttle_ms)
