@@ -8,6 +8,14 @@ would. Every one takes ``--bootstrap-server HOST:PORT`` (default
 reaching the broker) and ``--json``. A failure the user can act on becomes a
 ``CliError``: one line on stderr, exit code 1 (2 for bad arguments) — never a
 traceback. ``friendly`` turns kafka-python's exceptions into such lines.
+
+Every client command also takes Kafka's client security (``_security``):
+``--command-config FILE`` (a Kafka client properties file) and the flags
+``--security-protocol``, ``--sasl-*``, ``--ssl-*`` over it. On a secured
+listener ``client_config`` first logs in once over ``_kio``: kafka-python
+retries a refused login or a failed TLS handshake until its bootstrap timeout
+and then reports only the timeout, while this check names the cause (the
+broker's SASL message, the TLS alert) at once.
 """
 
 from __future__ import annotations
@@ -21,17 +29,14 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
+from kcompat.cli import _security
+from kcompat.cli._base import CLIENT_ID as CLIENT_ID  # commands import these from here
+from kcompat.cli._base import CliError as CliError
+from kcompat.cli._base import parse_bootstrap
+from kcompat.cli._security import ClientSecurity
+
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 DEFAULT_TIMEOUT_MS = 5000
-CLIENT_ID = "kcompat-cli"
-
-
-class CliError(Exception):
-    """A one-line, user-facing failure; ``exit_code`` 1 (runtime) or 2 (usage)."""
-
-    def __init__(self, message: str, exit_code: int = 1) -> None:
-        super().__init__(message)
-        self.exit_code = exit_code
 
 
 class Parser(argparse.ArgumentParser):
@@ -48,6 +53,7 @@ def add_client_args(p: argparse.ArgumentParser, json_flag: bool = True) -> None:
                    help=f"give up reaching the broker after MS (default {DEFAULT_TIMEOUT_MS})")
     if json_flag:
         p.add_argument("--json", action="store_true", help="machine-readable JSON output")
+    _security.add_args(p)
 
 
 def parse_pairs(items: Sequence[str], flag: str) -> list[tuple[str, str]]:
@@ -61,15 +67,30 @@ def parse_pairs(items: Sequence[str], flag: str) -> list[tuple[str, str]]:
     return out
 
 
+def client_security(args: argparse.Namespace) -> ClientSecurity:
+    """``--command-config`` with the security flags over it."""
+    return _security.of_args(args)
+
+
 def client_config(args: argparse.Namespace) -> dict[str, Any]:
+    """kafka-python's arguments; on a secured listener, after one login check."""
     server = args.bootstrap_server
-    host, sep, port = server.rpartition(":")
-    if not sep or not host or not port.isdigit():
-        raise CliError(f"--bootstrap-server takes HOST:PORT, got {server!r}", 2)
+    host, port = parse_bootstrap(server)
+    security = client_security(args)
+    if security.protocol != "PLAINTEXT" and not getattr(args, "_login_checked", False):
+        from kcompat.cli._kio import Connection
+
+        conn = Connection(host, port, args.timeout_ms / 1000, security)
+        try:
+            conn.check()
+        finally:
+            conn.close()
+        args._login_checked = True
     quiet_client_logs()
     return {"bootstrap_servers": server, "client_id": CLIENT_ID,
             "bootstrap_timeout_ms": args.timeout_ms,
-            "request_timeout_ms": max(args.timeout_ms, 10_000)}
+            "request_timeout_ms": max(args.timeout_ms, 10_000),
+            **security.kafka_python_config()}
 
 
 def quiet_client_logs() -> None:

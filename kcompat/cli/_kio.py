@@ -13,50 +13,123 @@ the socket and the next call connects afresh. ``Cluster`` keeps one connection p
 broker and finds group coordinators (FindCoordinator v4) and topic metadata
 (Metadata v12, which carries topic ids). A socket failure or a timeout is a
 ``CliError``; an error code in an answer is data for the caller.
+
+On a secured listener (``ClientSecurity`` from ``_security``) each connection
+is wrapped in TLS, then logs in before its first request: SaslHandshake v1,
+then SaslAuthenticate v2 until the mechanism is done. A refused login or a
+failed TLS handshake is a one-line ``CliError`` naming the cause (the broker's
+message for a login). A session lifetime the broker grants (KIP-368) is kept
+by connecting afresh once 85 % of it has passed, before the broker would close
+the connection.
 """
 
 from __future__ import annotations
 
+import argparse
 import io
 import socket
+import ssl
 import struct
 import time
 from dataclasses import dataclass
 from typing import Any
 
+from kio.schema.api_versions.v3 import request as api_versions
 from kio.schema.find_coordinator.v4 import request as find_coordinator
 from kio.schema.metadata.v12 import request as metadata
 from kio.schema.request_header.v1.header import RequestHeader as RequestHeaderV1
 from kio.schema.request_header.v2.header import RequestHeader as RequestHeaderV2
+from kio.schema.sasl_authenticate.v2 import request as sasl_authenticate
+from kio.schema.sasl_handshake.v1 import request as sasl_handshake
 from kio.schema.types import TopicName
 from kio.serial import entity_reader, entity_writer
 from kio.static.primitive import i8, i32
 
-from kcompat.cli._common import CLIENT_ID, CliError
+from kcompat.cli import _security
+from kcompat.cli._base import CLIENT_ID, CliError, parse_bootstrap
+from kcompat.cli._security import PLAINTEXT, ClientSecurity
 
 _SIZE = struct.Struct(">i")
 COORDINATOR_RETRIES = 20  # FindCoordinator/heartbeat retries while a coordinator loads
+REAUTH_FRACTION = 0.85  # of a granted session lifetime, then connect afresh
 
 
 class Connection:
-    def __init__(self, host: str, port: int, timeout_s: float) -> None:
+    def __init__(self, host: str, port: int, timeout_s: float,
+                 security: ClientSecurity = PLAINTEXT) -> None:
         self.address = f"{host}:{port}"
         self._target = (host, port)
         self.timeout_s = timeout_s
+        self.security = security
         self.sock: socket.socket | None = None
         self._correlation_id = 0
+        self._session_ends: float | None = None  # monotonic; None: no lifetime granted
+        self._answered = False  # has the current socket answered anything yet?
         self._connect()
 
+    @classmethod
+    def for_args(cls, args: argparse.Namespace, timeout_s: float) -> Connection:
+        """A connection to ``--bootstrap-server`` with the command line's security."""
+        host, port = parse_bootstrap(args.bootstrap_server)
+        return cls(host, port, timeout_s, security=_security.of_args(args))
+
     def _connect(self) -> socket.socket:
+        context = self.security.ssl_context if self.security.tls else None  # stores load first
         try:
             sock = socket.create_connection(self._target, timeout=self.timeout_s)
         except OSError as e:
             raise CliError(f"cannot reach a broker at {self.address}: {e}") from e
-        self.sock = sock
+        self.sock, self._answered = sock, False
+        if context is not None:
+            sock = self.sock = self._tls_handshake(context, sock)
+        if self.security.sasl:
+            self._login(sock)
         return sock
+
+    def _tls_handshake(self, context: ssl.SSLContext, sock: socket.socket) -> socket.socket:
+        try:
+            return context.wrap_socket(sock, server_hostname=self._target[0])
+        except (OSError, ValueError) as e:
+            sock.close()
+            self.sock = None
+            raise CliError(f"TLS handshake with {self.address} failed: {_tls_reason(e)}") from e
+
+    def _login(self, sock: socket.socket) -> None:
+        """SaslHandshake v1 + SaslAuthenticate v2 until the mechanism is done."""
+        mechanism = self.security.sasl_client()
+        shake = self._exchange(sock, sasl_handshake.SaslHandshakeRequest(
+            mechanism=mechanism.mechanism))
+        if shake.error_code:
+            self.close()
+            offered = ", ".join(shake.mechanisms)
+            why = (f"this listener does not take {mechanism.mechanism} (it takes {offered})"
+                   if offered else "this listener takes no SASL (is it PLAINTEXT or SSL?)")
+            raise CliError(f"{self.address}: {error_name(shake.error_code)}: {why}")
+        token: bytes | None = mechanism.first()
+        while token is not None:
+            started = time.monotonic()
+            answer = self._exchange(sock, sasl_authenticate.SaslAuthenticateRequest(
+                auth_bytes=token))
+            if answer.error_code:
+                self.close()
+                raise CliError(f"{self.address}: {error_name(answer.error_code)}: "
+                               f"{answer.error_message or 'authentication failed'}")
+            try:
+                token = mechanism.respond(answer.auth_bytes)
+            except CliError:  # the broker failed the client's check (SCRAM's signature)
+                self.close()
+                raise
+        lifetime_s = answer.session_lifetime.total_seconds()
+        self._session_ends = started + lifetime_s * REAUTH_FRACTION if lifetime_s > 0 else None
 
     def call(self, request: Any, timeout_s: float | None = None) -> Any:
         """Send ``request`` (a kio request entity); return its kio response."""
+        if self._session_ends is not None and time.monotonic() >= self._session_ends:
+            self.close()  # the broker would close it at the session's end: log in afresh
+        sock = self.sock or self._connect()
+        return self._exchange(sock, request, timeout_s)
+
+    def _exchange(self, sock: socket.socket, request: Any, timeout_s: float | None = None) -> Any:
         self._correlation_id += 1
         header_cls = RequestHeaderV2 if request.__flexible__ else RequestHeaderV1
         header = header_cls(request_api_key=request.__api_key__,
@@ -68,20 +141,46 @@ class Connection:
         entity_writer(type(request))(buf, request)
         frame = buf.getbuffer()
         _SIZE.pack_into(frame, 0, len(frame) - 4)
-        sock = self.sock or self._connect()
         try:
             sock.settimeout(self.timeout_s if timeout_s is None else timeout_s)
             sock.sendall(frame)
             answer = self._read_frame(sock)
-        except OSError as e:  # socket.timeout included
+        except ssl.SSLError as e:  # e.g. the broker's alert: it refused the client's certificate
+            hint = "" if self._answered or self._has_certificate else self._NO_CERTIFICATE
             self.close()
-            raise CliError(f"lost the connection to {self.address}: {e}") from e
+            raise CliError(f"TLS failure with {self.address}: {_tls_reason(e)}{hint}") from e
+        except OSError as e:  # socket.timeout included
+            hint = "" if self._answered else self._first_answer_hint()
+            self.close()
+            raise CliError(f"lost the connection to {self.address}: {e}{hint}") from e
         except BaseException:  # ^C mid-call: an answer may still come; start afresh
             self.close()
             raise
         finally:
             del frame
+        self._answered = True
         return self._parse(request, answer)
+
+    _NO_CERTIFICATE = " (no client certificate was given: ssl.keystore.location or --ssl-certfile)"
+
+    @property
+    def _has_certificate(self) -> bool:
+        return bool(self.security.cert_file or self.security.cert_pem)
+
+    def _first_answer_hint(self) -> str:
+        """Why a listener may close a new connection before its first answer (a
+        broker that refuses a certificate without sending TLS's alert)."""
+        if not self.security.tls:
+            return " (is it a TLS listener? see --security-protocol)"
+        if not self._has_certificate:
+            return (" right after the TLS handshake (does the listener require a client "
+                    "certificate? none was given: ssl.keystore.location or --ssl-certfile)")
+        return " right after the TLS handshake (was the client certificate refused?)"
+
+    def check(self) -> None:
+        """One ApiVersions round trip: proves the connection, TLS and login work."""
+        self.call(api_versions.ApiVersionsRequest(client_software_name=CLIENT_ID,
+                                                  client_software_version="1"))
 
     def _parse(self, request: Any, answer: bytes) -> Any:
         response_cls = _response_class(request)
@@ -112,6 +211,20 @@ class Connection:
         if self.sock is not None:
             self.sock.close()
             self.sock = None
+        self._session_ends = None
+
+
+def _tls_reason(e: BaseException) -> str:
+    """What went wrong in a TLS handshake, in one line."""
+    if isinstance(e, ssl.SSLCertVerificationError):
+        return f"certificate verify failed: {e.verify_message}"
+    if isinstance(e, ssl.SSLError):
+        text = e.reason.replace("_", " ").lower() if e.reason else str(e)
+        if e.reason in ("WRONG_VERSION_NUMBER", "UNEXPECTED_EOF_WHILE_READING",
+                        "RECORD_LAYER_FAILURE"):
+            text += " (is it a TLS listener?)"
+        return text
+    return str(e) or type(e).__name__
 
 
 def _response_class(request: Any) -> type[Any]:
@@ -130,12 +243,20 @@ class TopicInfo:
 class Cluster:
     """Connections by node id, starting from the bootstrap server."""
 
-    def __init__(self, bootstrap: str, timeout_s: float) -> None:
-        host, _, port = bootstrap.rpartition(":")
+    def __init__(self, bootstrap: str, timeout_s: float,
+                 security: ClientSecurity = PLAINTEXT) -> None:
+        host, port = parse_bootstrap(bootstrap)
         self.timeout_s = timeout_s
-        self.bootstrap = Connection(host, int(port), timeout_s)
+        self.security = security
+        self.bootstrap = Connection(host, port, timeout_s, security)
         self.addresses: dict[int, tuple[str, int]] = {}
         self._by_node: dict[int, Connection] = {}
+
+    @classmethod
+    def for_args(cls, args: argparse.Namespace, timeout_s: float) -> Cluster:
+        """``--bootstrap-server`` and the command line's security; every broker
+        it reaches is dialled with that security."""
+        return cls(args.bootstrap_server, timeout_s, security=_security.of_args(args))
 
     def node(self, node_id: int) -> Connection:
         conn = self._by_node.get(node_id)
@@ -143,7 +264,8 @@ class Cluster:
             if node_id not in self.addresses:
                 raise CliError(f"broker {node_id} is not in the cluster metadata")
             host, port = self.addresses[node_id]
-            conn = self._by_node[node_id] = Connection(host, port, self.timeout_s)
+            conn = self._by_node[node_id] = Connection(host, port, self.timeout_s,
+                                                        self.security)
         return conn
 
     def topics(self, names: list[str]) -> dict[str, TopicInfo]:

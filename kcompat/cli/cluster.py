@@ -65,7 +65,7 @@ def cmd_voter(args: argparse.Namespace) -> int:
     from kio.static.primitive import i32, i32Timedelta
 
     timeout_ms = max(args.timeout_ms, VOTER_TIMEOUT_MS)  # a new voter may need to catch up
-    kio = Cluster(args.bootstrap_server, timeout_ms / 1000 + 5)
+    kio = Cluster.for_args(args, timeout_ms / 1000 + 5)
     try:
         if args.add:
             answer = kio.bootstrap.call(add_req.AddRaftVoterRequest(

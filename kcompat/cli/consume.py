@@ -217,7 +217,7 @@ def _cmd_share(args: argparse.Namespace) -> int:
             raise CliError(f"--share-group takes no {flag} (the share group assigns partitions; "
                            "its config share.auto.offset.reset says where it starts)", 2)
     client_config(args)  # validates --bootstrap-server
-    cluster = Cluster(args.bootstrap_server, args.timeout_ms / 1000)
+    cluster = Cluster.for_args(args, args.timeout_ms / 1000)
     try:
         consumer = ShareConsumer(cluster, args.share_group, args.topic, args.ack or "accept")
         try:

@@ -132,7 +132,7 @@ def _describe_share(args: argparse.Namespace, group_id: str) -> dict[str, Any] |
     from kcompat.cli._kio import Cluster, error_name
 
     client_config(args)  # validates --bootstrap-server
-    cluster = Cluster(args.bootstrap_server, args.timeout_ms / 1000)
+    cluster = Cluster.for_args(args, args.timeout_ms / 1000)
     try:
         coordinator = cluster.coordinator(group_id)
         (g,) = coordinator.call(ShareGroupDescribeRequest(

@@ -94,7 +94,7 @@ def register_cluster(csub: Any) -> None:
 
 
 def _connect(args: argparse.Namespace) -> Cluster:
-    return Cluster(args.bootstrap_server, args.timeout_ms / 1000)
+    return Cluster.for_args(args, args.timeout_ms / 1000)
 
 
 def layout(kio: Cluster) -> tuple[dict[Key, list[int]], dict[int, str | None]]:
