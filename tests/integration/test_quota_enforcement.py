@@ -28,8 +28,12 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from kafka.protocol.admin import AlterClientQuotasRequest, AlterClientQuotasResponse
+from kafka.protocol.consumer.fetch import FetchRequest, FetchResponse
+from kafka.protocol.producer.produce import ProduceRequest, ProduceResponse
 
 from compat_tests._broker import Broker, running
+from tests.integration._raw import RawConnection
+from tests.integration.test_produce_paths import make_batch
 
 MiB = 1 << 20
 RECORD_BYTES = 10_000  # _quota_client's records
@@ -167,3 +171,42 @@ def test_a_consumer_quota_holds_while_an_unlimited_consumer_reads_everything(
           f"{free1 * RECORD_BYTES / MiB:.1f} MiB")
     assert 0.25 * MiB < slow_rate < 1.1 * MiB
     assert slow1 < free1 // 2 and free1 == 30 * MiB // RECORD_BYTES
+
+
+def test_an_answer_over_quota_carries_kafkas_throttle_and_a_fetch_answers_empty(
+        broker: Broker) -> None:
+    """Raw requests (kafka-python's codec, client id ``raw-test``) under 1000 B/s
+    quotas. A ~20 kB Produce: over W = 1 s (one window padded, 2 windows) the
+    rate is ~20 000 B/s, so X = (O − T)/T × W ≈ 19 000 ms, in the answer.
+    A Fetch then reads at most 1000 B (the quota's window) but the first batch
+    whole, goes over, and is answered as Kafka answers it: no topics, error
+    NONE, the throttle."""
+    bootstrap = broker.bootstrap
+    create_topics(bootstrap, "quota-raw")
+    set_quota(bootstrap, "raw-test", "producer_byte_rate", 1000.0)
+    set_quota(bootstrap, "raw-test", "consumer_byte_rate", 1000.0)
+    records = make_batch(n=2, value_size=10_000)
+    pd = ProduceRequest.TopicProduceData
+    produce = ProduceRequest[9](transactional_id=None, acks=-1, timeout_ms=5000, topic_data=[
+        pd(name="quota-raw", partition_data=[pd.PartitionProduceData(index=0, records=records)])])
+    conn = RawConnection(bootstrap)
+    try:  # muted for the throttle afterwards: one request per connection
+        produced = conn.request(produce, ProduceResponse[9])
+    finally:
+        conn.close()
+    assert produced.responses[0].partition_responses[0].error_code == 0
+    assert produced.throttle_time_ms == pytest.approx((len(records) / 1000 - 1) * 1000, abs=300)
+    ft = FetchRequest.FetchTopic
+    fetch = FetchRequest[11](
+        replica_id=-1, max_wait_ms=0, min_bytes=1, max_bytes=1 << 20, isolation_level=0,
+        session_id=0, session_epoch=-1, rack_id="", forgotten_topics_data=[],
+        topics=[ft(topic="quota-raw", partitions=[ft.FetchPartition(
+            partition=0, current_leader_epoch=-1, fetch_offset=0, log_start_offset=-1,
+            partition_max_bytes=1 << 20)])])
+    conn = RawConnection(bootstrap)
+    try:
+        fetched = conn.request(fetch, FetchResponse[11])
+    finally:
+        conn.close()
+    assert (fetched.error_code, list(fetched.responses)) == (0, [])
+    assert fetched.throttle_time_ms == pytest.approx((len(records) / 1000 - 1) * 1000, abs=300)
