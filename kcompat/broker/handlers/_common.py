@@ -181,6 +181,8 @@ def check_broker_name(state: BrokerState, name: str, allow_empty: bool) -> None:
 
 
 AlterOne = Callable[[Any, Any], dict[str, Any] | None]
+_ALTER_DENIED_MESSAGES = {ErrorCode.topic_authorization_failed: "Topic authorization failed.",
+                          ErrorCode.group_authorization_failed: "Group authorization failed."}
 
 
 async def alter_results(ctx: Any, request: Any, alter: AlterOne) -> tuple[Any, ...]:
@@ -203,7 +205,9 @@ async def alter_results(ctx: Any, request: Any, alter: AlterOne) -> tuple[Any, .
         elif (denied := config_resource_denied(ctx, Operation.ALTER_CONFIGS,
                                                resource.resource_type,
                                                resource.resource_name)) is not None:
-            code = denied  # Kafka's broker answers a null message
+            # Kafka 4.4: its controller's message for a topic or group, none for a broker
+            code = denied
+            message = _ALTER_DENIED_MESSAGES.get(denied)
         else:
             try:
                 change = alter(ctx, resource)

@@ -57,7 +57,7 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
         instance_id=request.instance_id, rack_id=request.rack_id,
         rebalance_timeout_ms=rebalance_timeout_ms,
         subscribed_topic_names=None if names is None else tuple(names),
-        subscribed_topic_regex=request.subscribed_topic_regex,
+        subscribed_topic_regex=getattr(request, "subscribed_topic_regex", None),  # v1+
         server_assignor=request.server_assignor, owned=_owned(ctx, request),
         client_id=ctx.client_id or "", client_host=ctx.client_host)
     if (denied := _denied(ctx, request.group_id, names)) is not None:

@@ -8,7 +8,7 @@ INVALID_REQUEST ("Duplicate topic name."); an unknown topic
 UNKNOWN_TOPIC_OR_PARTITION; a count that is not an increase INVALID_PARTITIONS.
 ``validate_only`` changes nothing.
 Authorization (Kafka's controller): ALTER on each topic, else
-TOPIC_AUTHORIZATION_FAILED, answered after the others.
+TOPIC_AUTHORIZATION_FAILED without a message, answered after the others.
 """
 
 from __future__ import annotations
@@ -64,9 +64,9 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
     allowed = _authz.topics(ctx, _authz.Op.ALTER, (t.name for t in request.topics))
     for topic in request.topics:
         if topic.name not in dups and topic.name not in allowed:
-            code = ErrorCode.topic_authorization_failed
             denied.append(ctx.build("CreatePartitionsTopicResult", name=topic.name,
-                                    error_code=code, error_message=_authz.MESSAGES[code]))
+                                    error_code=ErrorCode.topic_authorization_failed,
+                                    error_message=None))  # Kafka 4.4's: no message
         elif topic.name not in dups:
             results.append(await _create(ctx, topic, request.validate_only))
         elif topic.name not in reported:

@@ -10,7 +10,7 @@ entity type (UNSUPPORTED_VERSION, as Kafka answers). Entities come from this
 broker's metadata image (``controller.client_quotas``), identical on every
 broker; types and keys in Kafka's order.
 Authorization (Kafka's): DESCRIBE_CONFIGS on the cluster, else
-CLUSTER_AUTHORIZATION_FAILED and null entries.
+CLUSTER_AUTHORIZATION_FAILED, no message and null entries.
 """
 
 from __future__ import annotations
@@ -27,9 +27,9 @@ from kcompat.broker.handlers._common import NO_THROTTLE, OK
 
 async def handle(ctx: RequestContext, request: Any) -> Any:
     if not _authz.cluster(ctx, _authz.Op.DESCRIBE_CONFIGS):
-        code = ErrorCode.cluster_authorization_failed
-        return ctx.response(throttle_time=NO_THROTTLE, error_code=code,
-                            error_message=_authz.MESSAGES[code], entries=None)
+        return ctx.response(throttle_time=NO_THROTTLE,
+                            error_code=ErrorCode.cluster_authorization_failed,
+                            error_message=None, entries=None)  # Kafka 4.4's: no message
     components = [cq.Component(c.entity_type, int(c.match_type), c.match)
                   for c in request.components]
     try:

@@ -18,6 +18,11 @@ v17/v18 only follower fields (directory id, high watermark). The first
 partition with data gets at least one whole batch even beyond max_bytes /
 partition_max_bytes.
 
+Authorization: a consumer needs READ on each topic it fetches, else its
+partitions are TOPIC_AUTHORIZATION_FAILED (Kafka's check of a consumer fetch;
+replicas do not fetch through this API here, so Kafka's CLUSTER_ACTION check
+of follower fetches has no counterpart).
+
 Quotas (``quotas``, Kafka's KafkaApis): a consumer's Fetch reads at most what
 its ``consumer_byte_rate`` allows in one quota window
 (``max_value_in_quota_window``; min_bytes no more than that); once read,
@@ -59,7 +64,7 @@ import trio
 from kio.schema.errors import ErrorCode
 
 from kcompat.broker.context import RequestContext
-from kcompat.broker.handlers import _quota
+from kcompat.broker.handlers import _authz, _quota
 from kcompat.broker.handlers._common import NO_THROTTLE, OK
 from kcompat.broker.handlers._leader_hints import LeaderHints, topic_name
 from kcompat.broker.partition import Partition, wait_news
@@ -174,7 +179,8 @@ def _throttle_ms(ctx: RequestContext, request: Any, named: list[tuple[str | None
 
 
 def _read_all(ctx: RequestContext, request: Any, named: list[tuple[str | None, Any]],
-              hints: LeaderHints | None) -> tuple[list[list[_Read]], int, bool, list[Partition]]:
+              hints: LeaderHints | None, allowed: set[str]
+              ) -> tuple[list[list[_Read]], int, bool, list[Partition]]:
     """One pass over every requested partition: (reads per topic, bytes,
     answer now (an error, or a client sent to another replica), the
     partitions a long poll waits on)."""
@@ -198,6 +204,8 @@ def _read_all(ctx: RequestContext, request: Any, named: list[tuple[str | None, A
             leads = False
             if name is None:
                 part, code = None, ErrorCode.unknown_topic_id
+            elif name not in allowed:  # READ on the topic, as Kafka checks a consumer
+                part, code = None, ErrorCode.topic_authorization_failed
             else:  # the leader, or from v11 any replica (read_replicas)
                 part, code, leads = replicas.partition(name, fp.partition, ctx.version)
             epoch = getattr(fp, "current_leader_epoch", -1)
@@ -269,9 +277,10 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
     asked = any(t.partitions for t in request.topics)
     named = _requested(ctx, request)
     min_bytes = max(min(request.min_bytes, _max_bytes(ctx, request)), 1)
+    allowed = _authz.topics(ctx, _authz.Op.READ, (name for name, _t in named))
     while True:
         hints = LeaderHints(ctx) if ctx.version >= 16 else None
-        reads, total, now, parts = _read_all(ctx, request, named, hints)
+        reads, total, now, parts = _read_all(ctx, request, named, hints, allowed)
         if (total >= min_bytes or now or not asked
                 or trio.current_time() >= deadline):
             break

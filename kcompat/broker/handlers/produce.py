@@ -26,6 +26,12 @@ producer state from the replicated log. ``acks=1`` answers after the leader's
 own append (made durable first under ``kcompat.flush.mode=always``), as in
 Kafka. A duplicate batch with acks=all waits for the commit of the original.
 
+Authorization (Kafka's KafkaApis): transactional batches need WRITE on the
+transactional id, else every partition is TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+(an idempotent producer was checked when it got its id, InitProducerId);
+each topic needs WRITE, else its partitions are TOPIC_AUTHORIZATION_FAILED and
+nothing of them is looked at further.
+
 Quotas: once served, the request's bytes count against its client's
 ``producer_byte_rate`` (``quotas``, as Kafka records ``request.sizeInBytes``
 after the append); over quota, the answer carries the throttle time and the
@@ -48,7 +54,7 @@ from kio.schema.errors import ErrorCode
 from kcompat.broker import views
 from kcompat.broker.append import AppendResult, append_records
 from kcompat.broker.context import RequestContext
-from kcompat.broker.handlers import _quota
+from kcompat.broker.handlers import _authz, _quota
 from kcompat.broker.handlers._common import ms_to_datetime
 from kcompat.broker.handlers._leader_hints import LeaderHints, topic_name
 from kcompat.broker.partition import Partition
@@ -173,6 +179,10 @@ def _refused(index: int, code: ErrorCode) -> _Row:
     return index, AppendResult(code, message=message), None, None, -1
 
 
+def _denied(index: int, code: ErrorCode) -> _Row:
+    return index, AppendResult(code), None, None, -1
+
+
 def _unknown_id(index: int) -> _Row:
     return index, AppendResult(ErrorCode.unknown_topic_id), None, None, -1
 
@@ -186,12 +196,16 @@ def _named_topics(ctx: RequestContext, request: Any) -> list[tuple[str | None, A
 
 
 def _rows(ctx: RequestContext, named: list[tuple[str | None, Any]], acks: int,
-          refused: dict[tuple[str, int], ErrorCode]) -> list[list[_Row]]:
+          refused: dict[tuple[str, int], ErrorCode], allowed: set[str]) -> list[list[_Row]]:
     now = now_ms()
     out: list[list[_Row]] = []
     for name, t in named:
         if name is None:
             out.append([_unknown_id(p.index) for p in t.partition_data])
+            continue
+        if name not in allowed:
+            out.append([_denied(p.index, ErrorCode.topic_authorization_failed)
+                        for p in t.partition_data])
             continue
         out.append([_refused(p.index, refused[(name, p.index)]) if (name, p.index) in refused
                     else _append(ctx, name, p, acks, now) for p in t.partition_data])
@@ -238,11 +252,17 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
     state = ctx.state
     cluster = ctx.cluster
     named = _named_topics(ctx, request)
-    refused = await ctx.txns.verifier.verify_request(  # KIP-890
-        request.transactional_id,
-        [(name, t.partition_data) for name, t in named if name is not None])
     acks = request.acks
-    results = _rows(ctx, named, acks, refused)
+    tid = request.transactional_id
+    if _authz.enabled(ctx) and _authz.transactional_records(request.topic_data) and (
+            tid is None or not _authz.txn_id(ctx, _authz.Op.WRITE, tid)):
+        code = ErrorCode.transactional_id_authorization_failed
+        denied = [[_denied(p.index, code) for p in t.partition_data] for _n, t in named]
+        return None if acks == 0 else _response(ctx, named, denied, {})
+    allowed = _authz.topics(ctx, _authz.Op.WRITE, (name for name, _t in named))
+    refused = await ctx.txns.verifier.verify_request(  # KIP-890
+        tid, [(name, t.partition_data) for name, t in named if name in allowed])
+    results = _rows(ctx, named, acks, refused, allowed)
     ok = [row for rows in results for row in rows if row[1].error == ErrorCode.none]
     errors: dict[int, AppendResult] = {}
     deadline = trio.current_time() + request.timeout.total_seconds()

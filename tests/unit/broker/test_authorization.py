@@ -166,6 +166,13 @@ def test_group_apis(broker: Broker) -> None:
                 (v.LEAVE_GROUP, 5, {"members": ()})):
             r = await call(broker, BOB, key, version, group_id="g", **fields)
             assert r.error_code == E.group_authorization_failed, key
+        for who, code in ((BOB, E.group_authorization_failed),
+                          (ALICE, E.topic_authorization_failed)):  # secret: no DESCRIBE
+            r = await call(broker, who, v.CONSUMER_GROUP_HEARTBEAT, 0, group_id="g",
+                           member_id="m-1", member_epoch=0, rebalance_timeout=S10,
+                           server_assignor=None, subscribed_topic_names=("t", "secret"),
+                           topic_partitions=())
+            assert r.error_code == code, who
         await offsets(broker)
         await describe_list_delete(broker)
     scenario(broker, body)
