@@ -39,6 +39,7 @@ from kcompat.broker.controller.reassignment import Mover
 from kcompat.broker.delays import DelayService
 from kcompat.broker.groups import GroupService
 from kcompat.broker.metrics import BrokerMetrics
+from kcompat.broker.quotas import ClientQuotas, QuotaConfig
 from kcompat.broker.replication.peer_calls import PeerCalls
 from kcompat.broker.replication.quorum_admin import QuorumAdmin
 from kcompat.broker.replication.read_replicas import ReadReplicas
@@ -94,6 +95,8 @@ class Broker:
         self.shares = ShareService(self.state, self.cluster, self.calls, self.controller)
         self.share_groups = ShareGroupService(self.state, self.cluster, self.groups,
                                               self.shares)
+        # produce and fetch byte-rate quotas (the values in the metadata image)
+        self.quotas = ClientQuotas.of_config(QuotaConfig.of(config))
         # counters and gauges for /metrics (admin_http)
         self.metrics = BrokerMetrics(self.state, self.groups.store)
         self.delays.export(self.metrics.registry)

@@ -76,8 +76,6 @@ async def serve_connection(stream: trio.SocketStream, broker: Broker,
         if session.listener.tls:
             conn = await _tls_handshake(stream, broker, session)
         while not broker.draining:
-            if session.mute_until > trio.current_time():  # throttled (quotas)
-                await trio.sleep_until(session.mute_until)
             with trio.CancelScope() as waiting:  # cancelled by a drain: nothing in flight
                 idle.add(waiting)
                 try:
@@ -88,6 +86,8 @@ async def serve_connection(stream: trio.SocketStream, broker: Broker,
                 return
             _limit_frames(reader, broker, session)
             for frame in reader.feed(data):
+                if session.mute_until > trio.current_time():  # throttled (quotas, KIP-219)
+                    await trio.sleep_until(session.mute_until)
                 with broker.metrics.request(frame):  # count, time, errors = CloseConnection
                     out = await handle_frame(frame, broker, session)
                 if session.failed:  # answered late, then closed (failed-login delay)

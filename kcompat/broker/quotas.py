@@ -56,7 +56,6 @@ from __future__ import annotations
 
 import math
 import time
-import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -309,13 +308,3 @@ class ClientQuotas:
         return cls(ClientQuotaManager(PRODUCE, config, clock_ms),
                    ClientQuotaManager(FETCH, config, clock_ms))
 
-
-_BY_BROKER: weakref.WeakKeyDictionary[Any, ClientQuotas] = weakref.WeakKeyDictionary()
-
-
-def of(broker: Any) -> ClientQuotas:
-    """The quota managers of ``broker`` (made on first use from its config)."""
-    found = _BY_BROKER.get(broker)
-    if found is None:
-        found = _BY_BROKER[broker] = ClientQuotas.of_config(QuotaConfig.of(broker.config))
-    return found

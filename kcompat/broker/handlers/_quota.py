@@ -38,4 +38,4 @@ def throttle(ctx: RequestContext, throttle_ms: int) -> datetime.timedelta:
 
 
 def managers(ctx: RequestContext) -> quotas.ClientQuotas:
-    return quotas.of(ctx.broker)
+    return ctx.broker.quotas
