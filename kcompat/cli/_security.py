@@ -245,8 +245,8 @@ class Flags:
 def resolve(props: Mapping[str, str], flags: Flags, source: str = "--command-config"
             ) -> ClientSecurity:
     """The security of ``props`` (a client properties file) with ``flags`` over it."""
-    for key in props:
-        if key not in KEYS:
+    for key in props:  # other client keys (client.id, timeouts...) are not security's
+        if key not in KEYS and key.startswith(("ssl.", "sasl.", "security.")):
             raise CliError(f"{source}: {key}: {_why_not(key)}", 2)
     protocol = _choice(flags.protocol, props.get("security.protocol"), PROTOCOLS,
                        "--security-protocol", f"{source}: security.protocol") or "PLAINTEXT"
@@ -260,11 +260,8 @@ def resolve(props: Mapping[str, str], flags: Flags, source: str = "--command-con
 
 
 def _why_not(key: str) -> str:
-    if key.startswith(("ssl.", "sasl.")):
-        return ("not supported by kcompat's CLI (it reads security.protocol, sasl.mechanism, "
-                "sasl.jaas.config and the PEM ssl.keystore.* / ssl.truststore.* keys)")
-    return ("not a client security key: --command-config takes security.protocol, "
-            "sasl.* and ssl.* keys only")
+    return ("not supported by kcompat's CLI (it reads security.protocol, sasl.mechanism, "
+            "sasl.jaas.config and the PEM ssl.keystore.* / ssl.truststore.* keys)")
 
 
 def _choice(flag: str | None, value: str | None, choices: tuple[str, ...], flag_name: str,

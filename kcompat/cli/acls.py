@@ -107,10 +107,7 @@ def _entries(args: argparse.Namespace, default_op: acl.Operation
 def _connection(args: argparse.Namespace) -> Any:
     from kcompat.cli._kio import Connection
 
-    host, sep, port = args.bootstrap_server.rpartition(":")
-    if not sep or not host or not port.isdigit():
-        raise CliError(f"--bootstrap-server takes HOST:PORT, got {args.bootstrap_server!r}", 2)
-    return Connection(host, int(port), args.timeout_ms / 1000 + 5)
+    return Connection.for_args(args, args.timeout_ms / 1000 + 5)
 
 
 def _pattern(args: argparse.Namespace) -> acl.PatternType:

@@ -25,6 +25,7 @@ from kcompat.cli import (
     dlq,
     groups,
     produce,
+    quotas,
     scheduled,
     topics,
     users,
@@ -95,7 +96,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = Parser(prog="kcompat", description="A Kafka-compatible broker and its tools")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _broker_parser(sub)
-    for module in (topics, produce, consume, groups, cluster, scheduled, dlq, acls, users):
+    for module in (topics, produce, consume, groups, cluster, scheduled, dlq, acls, users,
+                   quotas):
         module.register(sub)
     return parser
 

@@ -75,10 +75,7 @@ def random_salt() -> bytes:
 def _connection(args: argparse.Namespace) -> Any:
     from kcompat.cli._kio import Connection
 
-    host, sep, port = args.bootstrap_server.rpartition(":")
-    if not sep or not host or not port.isdigit():
-        raise CliError(f"--bootstrap-server takes HOST:PORT, got {args.bootstrap_server!r}", 2)
-    return Connection(host, int(port), args.timeout_ms / 1000 + 5)
+    return Connection.for_args(args, args.timeout_ms / 1000 + 5)
 
 
 def _alter(args: argparse.Namespace, deletions: tuple[Any, ...],

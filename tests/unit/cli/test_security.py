@@ -133,6 +133,12 @@ def test_the_endpoint_identification_algorithm() -> None:
         {**ssl_only, "ssl.endpoint.identification.algorithm": "ldaps"})
 
 
+def test_client_keys_that_are_not_security_are_ignored() -> None:
+    """A Kafka command-config file often carries client.id or timeouts too."""
+    s = resolve({**SASL_SSL, "client.id": "ops", "request.timeout.ms": "30000"}, Flags())
+    assert s == resolve(SASL_SSL, Flags())
+
+
 def test_keys_of_another_protocol_are_ignored_as_kafka_ignores_them() -> None:
     s = resolve({"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN",
                  "sasl.jaas.config": PLAIN_JAAS, "ssl.truststore.type": "JKS",
@@ -141,7 +147,7 @@ def test_keys_of_another_protocol_are_ignored_as_kafka_ignores_them() -> None:
 
 
 @pytest.mark.parametrize("props,named", [
-    ({"client.id": "x"}, "client.id: not a client security key"),
+    ({"security.providers": "x"}, "security.providers: not supported"),
     ({"sasl.kerberos.service.name": "kafka"}, "sasl.kerberos.service.name: not supported"),
     ({"ssl.cipher.suites": "X"}, "ssl.cipher.suites: not supported"),
     ({"security.protocol": "SASL_SSL", "sasl.mechanism": "GSSAPI"},
