@@ -53,7 +53,8 @@ LITERAL, PREFIXED = 3, 4
 READ, WRITE, CREATE, DESCRIBE, ALLOW = 3, 4, 5, 8, 3
 ACLS = [(T, "orders", LITERAL, "User:alice", WRITE), (T, "orders", LITERAL, "User:alice", READ),
         (G, "g", LITERAL, "User:alice", READ), (TX, "tx", LITERAL, "User:alice", WRITE),
-        (T, "a-", PREFIXED, "User:alice", CREATE), (T, "orders", LITERAL, "User:bob", DESCRIBE)]
+        (T, "a-", PREFIXED, "User:alice", CREATE), (T, "a-", PREFIXED, "User:alice", DESCRIBE),
+        (T, "orders", LITERAL, "User:bob", DESCRIBE), (T, "m-", PREFIXED, "User:bob", DESCRIBE)]
 Obs = Any
 
 
@@ -186,6 +187,17 @@ def find_coordinator(conn: Connection, key_type: int, key: str) -> Obs:
     # quirk, not authorization's): messages compared on errors only
     return [(code, message if code != "NONE" else "") for code, message in
             [*found, (name(old.error_code), old.error_message)]]
+
+
+def auto_create(conn: Connection, topic: str) -> Obs:
+    """Metadata asking to auto-create ``topic``: its code once settled (a topic
+    being created is LEADER_NOT_AVAILABLE a moment)."""
+    m = mod(v.METADATA, 12)
+    r = until(lambda: conn.call(req(v.METADATA, 12, topics=(m.MetadataRequestTopic(
+        name=topic, topic_id=None),), allow_auto_topic_creation=True,
+        include_topic_authorized_operations=False)),
+        lambda r: name(r.topics[0].error_code) not in TRANSIENT, "auto-creation")
+    return [(t.name, name(t.error_code), len(t.partitions)) for t in r.topics]
 
 
 def group(conn: Connection) -> Obs:
@@ -336,8 +348,9 @@ def more_groups(conn: Connection) -> Obs:
     obs["offset_delete"] = name(r.error_code)
     r = conn.call(req(v.DELETE_GROUPS, 2, groups_names=("g",)))
     obs["delete_groups"] = codes(r, "results")
-    r = conn.call(req(v.DESCRIBE_GROUPS, 5, groups=("nope",), include_authorized_operations=True))
-    obs["describe_other"] = [(name(g.error_code), g.authorized_operations) for g in r.groups]
+    r = conn.call(req(v.DESCRIBE_GROUPS, 6, groups=("nope",), include_authorized_operations=True))
+    obs["describe_other"] = [(name(g.error_code), g.error_message, g.authorized_operations)
+                             for g in r.groups]
     r = conn.call(req(v.CONSUMER_GROUP_HEARTBEAT, 0, group_id="g", member_id="m-1",
                       member_epoch=0, rebalance_timeout=S10, server_assignor=None,
                       subscribed_topic_names=("orders", "secret"), topic_partitions=()))
@@ -381,6 +394,8 @@ def run_script(bootstrap: str, sasl_bootstrap: str) -> dict[str, Obs]:
         obs[f"{user}_list_offsets"] = list_offsets(conn)
         obs[f"{user}_metadata_named"] = metadata(conn, ("orders", "secret", "nope"))
         obs[f"{user}_metadata_all"] = metadata(conn, None)
+        obs[f"{user}_metadata_auto_create"] = auto_create(
+            conn, "a-auto" if user == "alice" else "m-auto")
         for step, seen in group(conn).items():
             obs[f"{user}_group_{step}"] = seen
         for step, seen in transactions(conn).items():
@@ -397,6 +412,7 @@ def run_script(bootstrap: str, sasl_bootstrap: str) -> dict[str, Obs]:
 
 STEPS = [f"{user}_{step}" for user in ("alice", "bob") for step in (
     "produce", "fetch", "list_offsets", "metadata_named", "metadata_all",
+    "metadata_auto_create",
     *[f"group_{s}" for s in ("find", "join", "commit", "fetch_offsets", "describe", "list")],
     *[f"txn_{s}" for s in ("init_idempotent", "find", "init", "add_partitions", "produce",
                            "end")],
