@@ -21,6 +21,7 @@ from typing import Any
 import yaml
 
 from kcompat.broker.configdef import ConfigDef, ConfigError
+from kcompat.security import properties
 from kcompat.security.acl import STANDARD_AUTHORIZER
 
 
@@ -309,6 +310,15 @@ def _flatten(doc: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
 
 
 def load_yaml(path: Path) -> dict[str, Any]:
+    """A YAML mapping of keys — or, named ``*.properties``, a Kafka
+    ``server.properties`` file as it is."""
+    if path.suffix == ".properties":
+        try:
+            return properties.parse(path.read_text(encoding="utf-8"), str(path))
+        except OSError as e:
+            raise ConfigError("--config", f"cannot read {path}: {e.strerror}") from None
+        except (UnicodeDecodeError, ValueError) as e:
+            raise ConfigError("--config", str(e)) from None
     try:
         doc = yaml.safe_load(path.read_text()) or {}
     except OSError as e:

@@ -37,7 +37,7 @@ from functools import cached_property
 from typing import Any
 
 from kcompat.cli._base import CliError
-from kcompat.security import jaas
+from kcompat.security import jaas, properties
 
 PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
@@ -174,58 +174,12 @@ def _wire_username(mechanism: str, username: str) -> str:
 
 
 # -- Java properties -------------------------------------------------------------------
-_ESCAPE = re.compile(r"\\(?:u([0-9a-fA-F]{4})|(u)|(.))", re.S)
-_SIMPLE_ESCAPES = {"t": "\t", "n": "\n", "r": "\r", "f": "\f"}
-
-
 def parse_properties(text: str, source: str = "properties") -> dict[str, str]:
-    """``key=value`` / ``key: value`` / ``key value`` lines, ``#`` and ``!``
-    comments, backslash continuations and escapes, as ``java.util.Properties``
-    reads them (the last of a repeated key wins)."""
-    props: dict[str, str] = {}
-    for line in _logical_lines(text):
-        key, value = _split(line)
-        props[_unescape(key, source)] = _unescape(value, source)
-    return props
-
-
-def _logical_lines(text: str) -> list[str]:
-    out: list[str] = []
-    pending: str | None = None
-    for natural in re.split(r"\r\n|\r|\n", text):
-        line = natural.lstrip(" \t\f")
-        if pending is None and (not line or line[0] in "#!"):
-            continue
-        trailing = len(line) - len(line.rstrip("\\"))
-        if trailing % 2:  # an odd count: the last backslash joins the next line
-            pending = (pending or "") + line[:-1]
-            continue
-        out.append((pending or "") + line)
-        pending = None
-    if pending is not None:
-        out.append(pending)
-    return out
-
-
-def _split(line: str) -> tuple[str, str]:
-    i = 0
-    while i < len(line) and line[i] not in "=: \t\f":
-        i += 2 if line[i] == "\\" else 1
-    key, rest = line[:i], line[i:].lstrip(" \t\f")
-    if rest[:1] in ("=", ":"):
-        rest = rest[1:].lstrip(" \t\f")
-    return key, rest
-
-
-def _unescape(text: str, source: str) -> str:
-    def one(m: re.Match[str]) -> str:
-        if m.group(1):
-            return chr(int(m.group(1), 16))
-        if m.group(2):
-            raise CliError(f"{source}: malformed \\uxxxx escape in {text!r}", 2)
-        return _SIMPLE_ESCAPES.get(m.group(3), m.group(3))
-
-    return _ESCAPE.sub(one, text)
+    """A ``--command-config`` file's keys (``kcompat.security.properties``)."""
+    try:
+        return properties.parse(text, source)
+    except ValueError as e:
+        raise CliError(str(e), 2) from None
 
 
 # -- properties and flags -> ClientSecurity -----------------------------------------------

@@ -432,3 +432,33 @@ def test_the_annotated_secured_config_parses() -> None:
     assert run.returncode == 0, run.stderr
     assert "listener.name.sasl_ssl.plain.sasl.jaas.config=[hidden]" in run.stdout
     assert "change-me" not in run.stdout
+
+
+def test_a_kafka_server_properties_file_configures_the_broker(
+        secured: Secured, tmp_path: Path) -> None:
+    """``--config server.properties``: Kafka's own file format, continuation lines
+    and all, sets up the same listeners; an unknown key is still named."""
+    ports = {"PLAINTEXT": free_port("127.0.0.1"), "SASL_PLAINTEXT": free_port("127.0.0.1")}
+    text = (f"listeners=PLAINTEXT://127.0.0.1:{ports['PLAINTEXT']},"
+            f"SASL_PLAINTEXT://127.0.0.1:{ports['SASL_PLAINTEXT']}\n"
+            "sasl.enabled.mechanisms=PLAIN\n"
+            "listener.name.sasl_plaintext.plain.sasl.jaas.config=org.apache.kafka.common."
+            "security.plain.PlainLoginModule required \\\n"
+            "    user_alice=\"alice-secret\";\n"
+            f"log.dirs={tmp_path / 'data'}\nadmin.port=-1\n")
+    (tmp_path / "server.properties").write_text(text)
+    broker = Broker(tmp_path / "props", port=ports["PLAINTEXT"],
+                    extra_args=("--config", str(tmp_path / "server.properties"))).start()
+    try:
+        conn = RawConnection(f"127.0.0.1:{ports['SASL_PLAINTEXT']}")
+        try:
+            assert _authenticate(conn, "alice", "alice-secret").error_code == 0
+        finally:
+            conn.close()
+    finally:
+        broker.stop()
+    (tmp_path / "bad.properties").write_text(text + "no.such.key=1\n")
+    run = subprocess.run([sys.executable, "-m", "kcompat", "broker", "--config",
+                          str(tmp_path / "bad.properties")], capture_output=True, text=True,
+                         cwd=REPO_ROOT, timeout=60)
+    assert run.returncode == 2 and "no.such.key: unknown broker config" in run.stderr
