@@ -240,7 +240,7 @@ def server_context(config: BrokerConfig, listener: Listener) -> ssl.SSLContext:
         if location:
             ctx.load_cert_chain(location, password=password)
         elif key_pem and chain_pem:
-            _load_inline_chain(ctx, chain_pem, key_pem, password)
+            load_inline_chain(ctx, chain_pem, key_pem, password)
         else:
             raise ConfigError("ssl.keystore.location",
                               f"listener {listener.name} ({listener.protocol}) needs a keystore: "
@@ -260,9 +260,10 @@ def server_context(config: BrokerConfig, listener: Listener) -> ssl.SSLContext:
     return ctx
 
 
-def _load_inline_chain(ctx: ssl.SSLContext, chain: str, key: str, password: str | None) -> None:
+def load_inline_chain(ctx: ssl.SSLContext, chain: str, key: str, password: str | None) -> None:
     """``ssl.keystore.key`` and ``ssl.keystore.certificate.chain`` hold PEM text;
-    ``ssl`` loads files only: a private temporary file, removed at once."""
+    ``ssl`` loads files only: a private temporary file, removed at once (the
+    broker's listeners and the CLI's client stores alike)."""
     fd, path = tempfile.mkstemp(prefix="kcompat-keystore-", suffix=".pem")
     try:
         with os.fdopen(fd, "w") as f:

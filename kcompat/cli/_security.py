@@ -27,15 +27,14 @@ effect under the protocol chosen is an error.
 from __future__ import annotations
 
 import argparse
-import os
 import re
 import ssl
-import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any
 
+from kcompat.broker.listeners import load_inline_chain
 from kcompat.cli._base import CliError
 from kcompat.security import jaas, properties
 
@@ -100,7 +99,7 @@ class ClientSecurity:
             if self.cert_file:
                 ctx.load_cert_chain(self.cert_file, self.key_file, password=self._key_password)
             elif self.cert_pem and self.key_pem:
-                _load_inline_chain(ctx, self.cert_pem, self.key_pem, self._key_password)
+                load_inline_chain(ctx, self.cert_pem, self.key_pem, self._key_password)
         except (OSError, ValueError) as e:
             raise CliError(f"cannot load the key store ({self.key_origin}): "
                            f"{_key_reason(e, self.key_password)}", 2) from None
@@ -351,17 +350,6 @@ def _keystore(get: Any, source: str) -> dict[str, Any]:
     if location:  # key and chain in one PEM file
         return {"cert_file": location, "key_origin": f"ssl.keystore.location {location}"}
     return {"cert_pem": chain, "key_pem": key, "key_origin": "ssl.keystore.key"}
-
-
-def _load_inline_chain(ctx: ssl.SSLContext, chain: str, key: str, password: str) -> None:
-    """``ssl`` loads key stores from files only: a private temporary file, removed at once."""
-    fd, path = tempfile.mkstemp(prefix="kcompat-cli-keystore-", suffix=".pem")
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(key.strip() + "\n" + chain.strip() + "\n")
-        ctx.load_cert_chain(path, password=password)
-    finally:
-        os.unlink(path)
 
 
 def _reason(e: BaseException) -> str:
