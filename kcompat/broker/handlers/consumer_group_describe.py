@@ -10,8 +10,10 @@ another broker's group NOT_COORDINATOR, an unknown group GROUP_ID_NOT_FOUND
 Authorized operations are not computed (kcompat has no ACLs yet):
 -2147483648, Kafka's "not requested" value.
 Authorization (Kafka's): a group the principal may not DESCRIBE is
-GROUP_AUTHORIZATION_FAILED, after the others; include_authorized_operations fills
-each described group's operations.
+GROUP_AUTHORIZATION_FAILED, before the others; one whose members subscribe to,
+own or are to own a topic it may not DESCRIBE is TOPIC_AUTHORIZATION_FAILED with
+Kafka's message (measured on 4.4); include_authorized_operations fills each
+described group's operations.
 """
 
 from __future__ import annotations
@@ -26,6 +28,10 @@ from kcompat.broker.handlers._common import NO_THROTTLE, OK
 from kcompat.broker.handlers._group_answers import NOT_REQUESTED, assignment
 from kcompat.group.consumer_messages import DescribedConsumerGroup
 
+#: Kafka 4.4's message for a group whose topics the principal may not all DESCRIBE
+HIDDEN_TOPICS = ("The group has described topic(s) that the client is not authorized to "
+                 "describe.")
+
 CLASSIC_MEMBER, CONSUMER_MEMBER = 0, 1
 
 
@@ -33,6 +39,14 @@ def _missing(ctx: RequestContext, group_id: str, code: ErrorCode, message: str |
     return ctx.build("DescribedGroup", error_code=code, error_message=message,
                      group_id=group_id, group_state="", group_epoch=0, assignment_epoch=0,
                      assignor_name="", members=(), authorized_operations=NOT_REQUESTED)
+
+
+def _topics_describable(ctx: RequestContext, d: DescribedConsumerGroup) -> bool:
+    """May the principal DESCRIBE every topic the group's members subscribe to,
+    own or are to own? (Kafka 4.4 describes the group only then.)"""
+    names = {t for m in d.members for t in m.subscribed_topic_names}
+    names |= {t for m in d.members for t, _p in (*m.assignment, *m.target_assignment)}
+    return len(_authz.topics(ctx, _authz.Op.DESCRIBE, names)) == len(names)
 
 
 def _described(ctx: RequestContext, d: DescribedConsumerGroup, asked: bool) -> Any:
@@ -65,7 +79,9 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
         elif (gate := service.coordinator_error(group_id)) is not None:
             out.append(_missing(ctx, group_id, gate, None))
         elif (group := service.group(group_id)) is not None:
-            out.append(_described(ctx, group.describe(), asked))
+            d = group.describe()
+            out.append(_described(ctx, d, asked) if _topics_describable(ctx, d) else _missing(
+                ctx, group_id, ErrorCode.topic_authorization_failed, HIDDEN_TOPICS))
         elif service.classic_group_state(group_id) is not None \
                 or service.classic.store.share_groups.get(group_id) is not None:
             out.append(_missing(ctx, group_id, ErrorCode.group_id_not_found,
@@ -73,5 +89,5 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
         else:
             out.append(_missing(ctx, group_id, ErrorCode.group_id_not_found,
                                 f"Group {group_id} not found."))
-    # Kafka answers the groups denied after the others
-    return ctx.response(throttle_time=NO_THROTTLE, groups=tuple(out + denied))
+    # Kafka 4.4 answers the groups denied first (measured)
+    return ctx.response(throttle_time=NO_THROTTLE, groups=tuple(denied + out))

@@ -5,7 +5,7 @@ to v5; so is a KIP-848 consumer group (Kafka 4.4 describes only classic groups
 here; ConsumerGroupDescribe serves the others). From v6 (KIP-1043) both are
 GROUP_ID_NOT_FOUND with Kafka's message, still in state "Dead". Member metadata and assignment are the selected protocol's bytes.
 Authorization (Kafka's): a group the principal may not DESCRIBE is answered
-GROUP_AUTHORIZATION_FAILED, after the others; include_authorized_operations
+GROUP_AUTHORIZATION_FAILED, before the others; include_authorized_operations
 fills each described group's operations (its group ACLs allow).
 """
 
@@ -72,5 +72,5 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
             found = dataclasses.replace(found, authorized_operations=ctx.authorized_operations(
                 _authz.GROUP, group_id))
         described.append(found)
-    # Kafka answers the groups denied after the others
-    return ctx.response(throttle_time=NO_THROTTLE, groups=tuple(described + denied))
+    # Kafka 4.4 answers the groups denied first (measured)
+    return ctx.response(throttle_time=NO_THROTTLE, groups=tuple(denied + described))

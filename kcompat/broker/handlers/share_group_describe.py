@@ -5,7 +5,7 @@ group this broker coordinates; another broker's group is NOT_COORDINATOR, an
 unknown one or a classic group GROUP_ID_NOT_FOUND, as in Kafka. Authorized operations are not computed (kcompat has no ACLs yet):
 -2147483648, Kafka's "not requested" value.
 Authorization (Kafka's): a group the principal may not DESCRIBE is
-GROUP_AUTHORIZATION_FAILED, after the others; include_authorized_operations fills
+GROUP_AUTHORIZATION_FAILED, before the others; include_authorized_operations fills
 each described group's operations.
 """
 
@@ -64,5 +64,5 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
             assignment_epoch=d.assignment_epoch, assignor_name=d.assignor_name,
             members=members,
             authorized_operations=_authz.operations(ctx, _authz.GROUP, group_id, asked)))
-    # Kafka answers the groups denied after the others
-    return ctx.response(throttle_time=NO_THROTTLE, groups=tuple(out + denied))
+    # Kafka 4.4 answers the groups denied first (as ConsumerGroupDescribe, measured)
+    return ctx.response(throttle_time=NO_THROTTLE, groups=tuple(denied + out))

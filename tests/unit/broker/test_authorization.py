@@ -218,8 +218,8 @@ async def describe_list_delete(broker: Broker) -> None:
     r = await call(broker, ALICE, v.DESCRIBE_GROUPS, 5, groups=("h", "g"),
                    include_authorized_operations=True)
     assert [(x.group_id, x.error_code) for x in r.groups] == [
-        ("g", E.none), ("h", E.group_authorization_failed)]  # denied last, as Kafka
-    assert r.groups[0].authorized_operations == acl.bitfield([Op.READ, Op.DESCRIBE])
+        ("h", E.group_authorization_failed), ("g", E.none)]  # denied first, as Kafka
+    assert r.groups[1].authorized_operations == acl.bitfield([Op.READ, Op.DESCRIBE])
     for who, listed in ((ALICE, ["g"]), (BOB, ["g"]), ("User:carol", []), (ADMIN, ["g"])):
         r = await call(broker, who, v.LIST_GROUPS, 4, states_filter=())
         assert [x.group_id for x in r.groups] == listed, who
@@ -412,4 +412,31 @@ def test_an_idempotent_producer_id_needs_write_somewhere(
         r = await call(broker, BOB, v.INIT_PRODUCER_ID, 4, transactional_id=None,
                        transaction_timeout=S5, producer_id=-1, producer_epoch=-1)
         assert r.error_code == (E.none if allowed else E.cluster_authorization_failed)
+    scenario(broker, body)
+
+
+def test_consumer_group_describe_hides_groups_with_hidden_topics(broker: Broker) -> None:
+    """Kafka 4.4 describes a KIP-848 group only to a principal that may DESCRIBE
+    every topic its members subscribe to or own."""
+    async def body() -> None:
+        carol = "User:carol"
+        await grant(broker, lit(R.GROUP, "cg", ALICE, Op.READ), lit(R.TOPIC, "t", ALICE, Op.READ),
+                    lit(R.GROUP, "cg", carol, Op.DESCRIBE))
+        r = await call(broker, ALICE, v.CONSUMER_GROUP_HEARTBEAT, 1, group_id="cg",
+                       member_id="m-1", member_epoch=0, rebalance_timeout=S10,
+                       server_assignor=None, subscribed_topic_names=("t",),
+                       subscribed_topic_regex=None, topic_partitions=())
+        assert r.error_code == E.none
+        for who, code in ((ALICE, E.none), (carol, E.topic_authorization_failed),
+                          (BOB, E.group_authorization_failed)):
+            r = await call(broker, who, v.CONSUMER_GROUP_DESCRIBE, 1, group_ids=("cg",),
+                           include_authorized_operations=True)
+            g = r.groups[0]
+            assert g.error_code == code, who
+            assert len(g.members) == (1 if code == E.none else 0)
+        assert g.error_message is None
+        r = await call(broker, carol, v.CONSUMER_GROUP_DESCRIBE, 1, group_ids=("cg",),
+                       include_authorized_operations=False)
+        assert r.groups[0].error_message == ("The group has described topic(s) that the client "
+                                             "is not authorized to describe.")
     scenario(broker, body)
