@@ -265,6 +265,18 @@ def transactions(conn: Connection) -> Obs:
     batch = encode_batch([(None, b"t", (), int(time.time() * 1000))], producer_id=pid,
                          producer_epoch=epoch, base_sequence=0, transactional=True)
     obs["produce"] = produce(conn, ("orders",), tid="tx", records=batch)
+    r = conn.call(req(v.ADD_OFFSETS_TO_TXN, 4, transactional_id="tx", producer_id=pid,
+                      producer_epoch=epoch, group_id="other"))
+    obs["add_offsets"] = name(r.error_code)
+    t = mod(v.TXN_OFFSET_COMMIT, 3)
+    r = conn.call(req(v.TXN_OFFSET_COMMIT, 3, transactional_id="tx", group_id="g",
+                      producer_id=pid, producer_epoch=epoch, generation_id=-1, member_id="",
+                      group_instance_id=None, topics=tuple(t.TxnOffsetCommitRequestTopic(
+                          name=n, partitions=(t.TxnOffsetCommitRequestPartition(
+                              partition_index=0, committed_offset=0, committed_leader_epoch=-1,
+                              committed_metadata=""),)) for n in ("orders", "secret"))))
+    obs["txn_offset_commit"] = sorted((x.name, name(p.error_code))
+                                      for x in r.topics for p in x.partitions)
     r = conn.call(req(v.END_TXN, 4, transactional_id="tx", producer_id=pid,
                       producer_epoch=epoch, committed=False))
     obs["end"] = name(r.error_code)
@@ -349,6 +361,39 @@ def more_admin(conn: Connection) -> Obs:
     obs["describe_log_dirs"] = (name(r.error_code), len(r.results))
     r = conn.call(req(v.DESCRIBE_CLIENT_QUOTAS, 1, components=(), strict=False))
     obs["describe_client_quotas"] = (name(r.error_code), r.error_message, r.entries is None)
+    return obs
+
+
+def cluster_admin(conn: Connection) -> Obs:
+    """The cluster's own APIs (ALTER / DESCRIBE / ALTER_CONFIGS / DESCRIBE_CONFIGS
+    on the cluster): codes, and messages where Kafka's does not name the request."""
+    obs: dict[str, Obs] = {}
+    a = mod(v.ALTER_PARTITION_REASSIGNMENTS, 0)
+    r = conn.call(req(v.ALTER_PARTITION_REASSIGNMENTS, 0, timeout=S10, topics=(
+        a.ReassignableTopic(name="orders", partitions=(a.ReassignablePartition(
+            partition_index=0, replicas=(1,)),)),)))
+    obs["alter_reassignments"] = (name(r.error_code), [c for c, _m in codes(
+        r, "responses", "partitions")])
+    q = mod(v.DESCRIBE_QUORUM, 2)
+    r = conn.call(req(v.DESCRIBE_QUORUM, 2, topics=(q.TopicData(
+        topic_name="__cluster_metadata", partitions=(q.PartitionData(partition_index=0),)),)))
+    obs["describe_quorum"] = name(r.error_code)
+    r = conn.call(req(v.UNREGISTER_BROKER, 0, broker_id=9))
+    obs["unregister_broker"] = name(r.error_code)
+    c = mod(v.ALTER_CLIENT_QUOTAS, 1)
+    r = conn.call(req(v.ALTER_CLIENT_QUOTAS, 1, validate_only=True, entries=(c.EntryData(
+        entity=(c.EntityData(entity_type="user", entity_name="alice"),),
+        ops=(c.OpData(key="producer_byte_rate", value=1024.0, remove=False),)),)))
+    obs["alter_client_quotas"] = [c for c, _m in codes(r, "entries")]
+    r = conn.call(req(v.LIST_CONFIG_RESOURCES, 1, resource_types=()))
+    obs["list_config_resources"] = name(r.error_code)
+    ac = mod(v.ALTER_CONFIGS, 2)
+    r = conn.call(req(v.ALTER_CONFIGS, 2, validate_only=True, resources=tuple(
+        ac.AlterConfigsResource(resource_type=rt, resource_name=n, configs=(
+            ac.AlterableConfig(name=k, value=val),))
+        for rt, n, k, val in ((2, "orders", "retention.ms", "5000"),
+                              (4, "1", "log.cleaner.threads", "2")))))
+    obs["alter_configs"] = sorted(codes(r, "responses"))
     return obs
 
 
@@ -454,6 +499,8 @@ def run_script(bootstrap: str, sasl_bootstrap: str) -> dict[str, Obs]:
             obs[f"{user}_admin_{step}"] = seen
         for step, seen in more_groups(conn).items():
             obs[f"{user}_more_{step}"] = seen
+        for step, seen in cluster_admin(conn).items():
+            obs[f"{user}_cluster_{step}"] = seen
         conn.close()
     obs.update(consumer_group_describe(sasl_bootstrap))
     return obs
@@ -464,7 +511,7 @@ STEPS = [f"{user}_{step}" for user in ("alice", "bob") for step in (
     "metadata_auto_create",
     *[f"group_{s}" for s in ("find", "join", "commit", "fetch_offsets", "describe", "list")],
     *[f"txn_{s}" for s in ("init_idempotent", "find", "init", "add_partitions", "produce",
-                           "end")],
+                           "add_offsets", "txn_offset_commit", "end")],
     *[f"topics_{s}" for s in ("create", "delete", "describe_configs_2_orders",
                               "describe_configs_2_a-auto", "describe_configs_4_1",
                               "describe_configs_32_g", "describe_configs_mixed")],
@@ -475,7 +522,10 @@ STEPS = [f"{user}_{step}" for user in ("alice", "bob") for step in (
     *[f"more_{s}" for s in ("offset_delete", "delete_groups", "describe_other",
                             "consumer_heartbeat", "describe_topic_partitions",
                             "offset_for_leader_epoch", "describe_producers",
-                            "list_transactions")])] + [
+                            "list_transactions")],
+    *[f"cluster_{s}" for s in ("alter_reassignments", "describe_quorum", "unregister_broker",
+                               "alter_client_quotas", "list_config_resources",
+                               "alter_configs")])] + [
     "alice_consumer_group_describe", "carol_consumer_group_describe"]
 
 
