@@ -27,6 +27,7 @@ from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 
+from ._group_member import kafka_python_learn_topics
 from ._records import TIMEOUT_S
 
 #: header values as read (UTF-8 text, None for a null value)
@@ -270,6 +271,8 @@ def read_kafka_python(bootstrap: str, group: str, topics: Sequence[str], expecte
                       auto_offset_reset="earliest", enable_auto_commit=False,
                       client_id=f"views-{group}")
     try:
+        kafka_python_learn_topics(c, list(topics))  # kafka_python/FINDINGS.md
+
         def poll() -> None:
             for tp, recs in c.poll(timeout_ms=100).items():
                 for r in recs:
