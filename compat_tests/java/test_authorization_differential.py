@@ -234,6 +234,14 @@ def group(conn: Connection) -> Obs:
     obs["fetch_offsets"] = [(name(g.error_code), [
         (t.name, name(p.error_code), p.committed_offset) for t in g.topics for p in t.partitions])
         for g in r.groups]
+    for version in (1, 7):  # one group, before v8: the group's error per partition / on top
+        o = mod(v.OFFSET_FETCH, version)
+        r = conn.call(req(v.OFFSET_FETCH, version, group_id="g", require_stable=False,
+                          topics=(o.OffsetFetchRequestTopic(name="orders",
+                                                            partition_indexes=(0,)),)))
+        obs[f"fetch_offsets_v{version}"] = (name(getattr(r, "error_code", 0)), [
+            (t.name, name(p.error_code), p.committed_offset) for t in r.topics
+            for p in t.partitions])
     r = conn.call(req(v.DESCRIBE_GROUPS, 5, groups=("g",), include_authorized_operations=True))
     obs["describe"] = [(g.group_id, name(g.error_code), g.authorized_operations)
                        for g in r.groups]
@@ -509,7 +517,8 @@ def run_script(bootstrap: str, sasl_bootstrap: str) -> dict[str, Obs]:
 STEPS = [f"{user}_{step}" for user in ("alice", "bob") for step in (
     "produce", "fetch", "list_offsets", "metadata_named", "metadata_all",
     "metadata_auto_create",
-    *[f"group_{s}" for s in ("find", "join", "commit", "fetch_offsets", "describe", "list")],
+    *[f"group_{s}" for s in ("find", "join", "commit", "fetch_offsets", "fetch_offsets_v1",
+                             "fetch_offsets_v7", "describe", "list")],
     *[f"txn_{s}" for s in ("init_idempotent", "find", "init", "add_partitions", "produce",
                            "add_offsets", "txn_offset_commit", "end")],
     *[f"topics_{s}" for s in ("create", "delete", "describe_configs_2_orders",

@@ -10,7 +10,7 @@ require_stable (v7+, read_committed consumers) a partition whose offset awaits a
 transaction's marker answers UNSTABLE_OFFSET_COMMIT with offset -1 (not its last
 stable offset), and the client retries.
 Authorization (Kafka's): a group the principal may not DESCRIBE is
-GROUP_AUTHORIZATION_FAILED; of the topics asked, those it may not DESCRIBE are
+GROUP_AUTHORIZATION_FAILED (v1: on each partition asked); of the topics asked, those it may not DESCRIBE are
 TOPIC_AUTHORIZATION_FAILED (after the others); all offsets asked leaves them out.
 """
 
@@ -115,8 +115,14 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
         )
         return ctx.response(throttle_time=NO_THROTTLE, groups=groups)
     if not _authz.group(ctx, _authz.Op.DESCRIBE, request.group_id):
-        return ctx.response(throttle_time=NO_THROTTLE,
-                            error_code=ErrorCode.group_authorization_failed, topics=())
+        # v1 has no top-level error: Kafka answers it on every partition asked
+        denied = ErrorCode.group_authorization_failed
+        topics = tuple(ctx.build("OffsetFetchResponseTopic", name=t.name, partitions=tuple(
+            ctx.build("OffsetFetchResponsePartition", partition_index=i, committed_offset=-1,
+                      committed_leader_epoch=-1, metadata="", error_code=denied)
+            for i in t.partition_indexes)) for t in request.topics or ()
+        ) if ctx.version < 2 else ()
+        return ctx.response(throttle_time=NO_THROTTLE, error_code=denied, topics=topics)
     if (code := gate(request.group_id)) is not None:
         return ctx.response(throttle_time=NO_THROTTLE, error_code=code, topics=())
     return ctx.response(throttle_time=NO_THROTTLE, error_code=OK,

@@ -206,6 +206,11 @@ async def offsets(broker: Broker) -> None:
             for t in g.topics] == [("t", E.none, 1), ("secret", E.topic_authorization_failed, -1)]
     assert h.error_code == E.group_authorization_failed
     assert [t.name for t in every.topics] == ["t"]  # all offsets: secret's left out
+    f1 = codec.request_module(v.OFFSET_FETCH, 1)
+    r = await call(broker, BOB, v.OFFSET_FETCH, 1, group_id="g", topics=(
+        f1.OffsetFetchRequestTopic(name="t", partition_indexes=(0,)),))
+    assert [(p.error_code, p.committed_offset) for t in r.topics for p in t.partitions] == [
+        (E.group_authorization_failed, -1)]  # v1: no top-level error field
     d = codec.request_module(v.OFFSET_DELETE, 0)
     r = await call(broker, ALICE, v.OFFSET_DELETE, 0, group_id="g", topics=(
         d.OffsetDeleteRequestTopic(name="t", partitions=(
