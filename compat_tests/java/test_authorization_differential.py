@@ -56,7 +56,8 @@ ACLS = [(T, "orders", LITERAL, "User:alice", WRITE), (T, "orders", LITERAL, "Use
         (T, "a-", PREFIXED, "User:alice", CREATE), (T, "a-", PREFIXED, "User:alice", DESCRIBE),
         (T, "a-auto", LITERAL, "User:alice", 10),  # DESCRIBE_CONFIGS
         (T, "orders", LITERAL, "User:bob", DESCRIBE), (T, "m-", PREFIXED, "User:bob", DESCRIBE),
-        (G, "cg", LITERAL, "User:alice", READ), (G, "cg", LITERAL, "User:carol", DESCRIBE)]
+        (G, "cg", LITERAL, "User:alice", READ), (G, "cg", LITERAL, "User:carol", DESCRIBE),
+        (G, "sg", LITERAL, "User:alice", READ)]
 Obs = Any
 
 
@@ -405,6 +406,22 @@ def cluster_admin(conn: Connection) -> Obs:
     return obs
 
 
+def share_groups(conn: Connection) -> Obs:
+    """A share group's heartbeat (READ on it, DESCRIBE on the topics subscribed)
+    and description (DESCRIBE on it), once its coordinator is set up."""
+    obs: dict[str, Obs] = {}
+    r = until(lambda: conn.call(req(v.SHARE_GROUP_HEARTBEAT, 1, group_id="sg",
+                                    member_id=str(uuid.UUID(int=7)), member_epoch=0,
+                                    rack_id=None, subscribed_topic_names=("orders", "secret"))),
+              lambda r: name(r.error_code) not in TRANSIENT, "share heartbeat")
+    obs["share_heartbeat"] = (name(r.error_code), r.error_message)
+    r = conn.call(req(v.SHARE_GROUP_DESCRIBE, 1, group_ids=("sg", "g"),
+                      include_authorized_operations=True))
+    obs["share_describe"] = [(g.group_id, name(g.error_code), g.authorized_operations)
+                             for g in r.groups]
+    return obs
+
+
 def more_groups(conn: Connection) -> Obs:
     obs: dict[str, Obs] = {}
     o = mod(v.OFFSET_DELETE, 0)
@@ -509,6 +526,8 @@ def run_script(bootstrap: str, sasl_bootstrap: str) -> dict[str, Obs]:
             obs[f"{user}_more_{step}"] = seen
         for step, seen in cluster_admin(conn).items():
             obs[f"{user}_cluster_{step}"] = seen
+        for step, seen in share_groups(conn).items():
+            obs[f"{user}_{step}"] = seen
         conn.close()
     obs.update(consumer_group_describe(sasl_bootstrap))
     return obs
@@ -534,7 +553,8 @@ STEPS = [f"{user}_{step}" for user in ("alice", "bob") for step in (
                             "list_transactions")],
     *[f"cluster_{s}" for s in ("alter_reassignments", "describe_quorum", "unregister_broker",
                                "alter_client_quotas", "list_config_resources",
-                               "alter_configs")])] + [
+                               "alter_configs")],
+    "share_heartbeat", "share_describe")] + [
     "alice_consumer_group_describe", "carol_consumer_group_describe"]
 
 
