@@ -47,12 +47,13 @@ lint: $(STAMP)
 
 # The simulators (tests/sim: pure CPU, about a minute) run beside the rest of the
 # suite, which mostly waits on broker and client processes, at a lower priority;
-# both runs must pass. TEST_WORKERS=2 runs the rest in two pytest-xdist workers, a
-# test file each at a time (each with its own port slice, compat_tests._broker.
-# free_port): about 12 minutes instead of 20 on 2 cores, but not yet the default —
-# its first full runs found races that a serial run hides (see the closing notes).
-TEST_WORKERS ?= 1
-XDIST = $(if $(filter-out 1,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadfile)
+# both runs must pass. The rest runs in TEST_WORKERS pytest-xdist workers (2: about
+# 12 minutes instead of 20 on 2 cores; TEST_WORKERS=1 runs it serially), a test
+# module each at a time, each worker with its own port slice
+# (compat_tests._broker.free_port); the modules that use the reference Apache
+# Kafka, and the Spark suites, are one unit each (conftest.py, --dist loadgroup).
+TEST_WORKERS ?= 2
+XDIST = $(if $(filter-out 1,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadgroup)
 test: $(STAMP) tools java-deps lint
 	@nice -n 10 $(PY) -m pytest -q -p no:cacheprovider tests/sim > .sim-tests.log 2>&1 & sim=$$!; \
 	$(PY) -m pytest -q -p no:cacheprovider $(XDIST) --ignore=tests/sim $(PYTEST_ARGS); rest=$$?; \

@@ -7,15 +7,30 @@ non-interactive shell starts background jobs so (``make test &``, a CI
 wrapper), and the full run under pytest-xdist found a worker with SIGINT
 ignored by the time it reached ``test_cli`` (a share-group consumer never
 stopped). Before each test, an ignored SIGINT is made ^C again.
+
+Under ``--dist loadgroup`` (``make test``'s two pytest-xdist workers) a module
+is one unit of work, as under ``--dist loadfile`` (its module fixtures start
+once; ``pytest_xdist_make_scheduler``), except that the modules sharing a costly
+resource a worker would start for itself are one unit together (``SHARED``):
+the session's reference Apache Kafka (a JVM of 768 MiB, started on first use)
+runs on one worker only, and the Spark suites (a Spark JVM each, one Ivy
+cache) run one after the other.
 """
 
 from __future__ import annotations
 
+import re
 import signal
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
+
+#: (fixture name or directory, unit): the modules that ask for the fixture (a
+#: parameter of that name, or getfixturevalue, in their source) or live in the
+#: directory are one unit
+SHARED = (("kafka_reference", "kafka-reference"), ("compat_tests/spark/", "spark"))
 
 
 @pytest.fixture(autouse=True)
@@ -24,3 +39,35 @@ def _sigint_interrupts() -> Iterator[None]:
             and signal.getsignal(signal.SIGINT) is signal.SIG_IGN):
         signal.signal(signal.SIGINT, signal.default_int_handler)
     yield
+
+
+def _unit_of(rootpath: Path, module: str, cache: dict[str, str]) -> str:
+    """The unit of work of a test module: its group in ``SHARED``, else itself."""
+    if module not in cache:
+        cache[module] = module
+        try:
+            source = (rootpath / module).read_text(encoding="utf-8")
+        except OSError:
+            source = ""
+        for key, group in SHARED:
+            if module.startswith(key) or re.search(rf"(?<![.\w]){key}[\"']?\s*[:,)]", source):
+                cache[module] = group
+                break
+    return cache[module]
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:
+    """``--dist loadgroup``: a module is one unit, or its ``SHARED`` group. The
+    groups are found here, in the controller, which sees node ids only (xdist
+    3.8 moves ``xdist_group`` marks into node ids, which pytest 9.2 ignores)."""
+    if config.getoption("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadGroupScheduling
+
+    units: dict[str, str] = {}
+
+    class ModulesAndGroups(LoadGroupScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return _unit_of(config.rootpath, nodeid.split("::", 1)[0], units)
+
+    return ModulesAndGroups(config, log)
