@@ -56,6 +56,7 @@ def _unit_of(rootpath: Path, module: str, cache: dict[str, str]) -> str:
     return cache[module]
 
 
+@pytest.hookimpl(optionalhook=True)  # xdist's hook: unknown when xdist is not loaded
 def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:
     """``--dist loadgroup``: a module is one unit, or its ``SHARED`` group. The
     groups are found here, in the controller, which sees node ids only (xdist
