@@ -104,12 +104,14 @@ def _kafka_entry(name: str, levels: Sequence[tuple[Mapping[str, str], int]]) -> 
 
 def _kcompat_entry(name: str, config: BrokerConfig) -> Entry:
     definition = BROKER_CONFIGS[name]
-    value = definition.render(config.values[name])
+    # a secret (admin.token) is described as Kafka describes a password: no value
+    value = None if definition.secret else definition.render(config.values[name])
     synonyms: list[Synonym] = []
     if name in config.explicit:
         synonyms.append((name, value, SOURCE_STATIC))
-    synonyms.append((name, definition.render(definition.default), SOURCE_DEFAULT))
-    return Entry(name, value, synonyms[0][2], True, definition.sensitive,
+    default = None if definition.secret else definition.render(definition.default)
+    synonyms.append((name, default, SOURCE_DEFAULT))
+    return Entry(name, value, synonyms[0][2], True, definition.secret,
                  TYPE_IDS[_KCOMPAT_TYPES[definition.type]], tuple(synonyms))
 
 

@@ -53,3 +53,15 @@ def test_describe_configs_lists_the_authorizer_keys_as_kafka_does() -> None:
     unset = _entries({}, ["super.users", "allow.everyone.if.no.acl.found"])
     assert unset == {}
     assert "super.users" not in _entries({})
+
+
+def test_secrets_are_described_without_their_values() -> None:
+    """admin.token (kcompat's) and the listener passwords (Kafka's PASSWORD keys)
+    are described as sensitive with no value, wherever they were set."""
+    flags = {"admin.token": "t0ken-x1", "ssl.keystore.password": "pw-x2", "ssl.key.password": "kp-x3"}
+    entries = _entries(flags)
+    for key in flags:
+        e = entries[key]
+        assert (e.value, e.sensitive) == (None, True), key
+        assert all(value is None for _, value, _ in e.synonyms), key
+    assert not any(secret in repr(entries) for secret in flags.values())
