@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: run test test-apps lint unit compat bench bench-share bench-ext bench-compaction bench-scale bench-simple clean tools sim java-deps kafka-reference demo
+.PHONY: run test test-secured-link test-apps lint unit compat bench bench-share bench-ext bench-compaction bench-scale bench-simple clean tools sim java-deps kafka-reference demo
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -47,7 +47,7 @@ lint: $(STAMP)
 
 # The simulators (tests/sim: pure CPU, about a minute) run beside the rest of the
 # suite, which mostly waits on broker and client processes, at a lower priority;
-# both runs must pass. The rest runs in TEST_WORKERS pytest-xdist workers (2: about
+# both runs must pass, and the cluster suite again over a secured link (test-secured-link). The rest runs in TEST_WORKERS pytest-xdist workers (2: about
 # 12 minutes instead of 20 on 2 cores; TEST_WORKERS=1 runs it serially), a test
 # module each at a time, each worker with its own port slice
 # (compat_tests._broker.free_port); the modules that use the reference Apache
@@ -57,8 +57,17 @@ XDIST = $(if $(filter-out 1,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadgroup
 test: $(STAMP) tools java-deps lint
 	@nice -n 10 $(PY) -m pytest -q -p no:cacheprovider tests/sim > .sim-tests.log 2>&1 & sim=$$!; \
 	$(PY) -m pytest -q -p no:cacheprovider $(XDIST) --ignore=tests/sim $(PYTEST_ARGS); rest=$$?; \
+	echo "--- the cluster suite again, its brokers linked over SASL_SSL ---"; \
+	$(MAKE) --no-print-directory test-secured-link; link=$$?; \
 	wait $$sim; sim_rc=$$?; echo "--- tests/sim (run beside the rest, exit $$sim_rc) ---"; \
-	cat .sim-tests.log; test $$rest -eq 0 -a $$sim_rc -eq 0
+	cat .sim-tests.log; test $$rest -eq 0 -a $$link -eq 0 -a $$sim_rc -eq 0
+
+# The 3-broker cluster suite with every cluster's inter-broker listener secured
+# (SASL PLAIN over TLS, a test CA: compat_tests/_cluster.py COMPAT_TEST_LINK) while the
+# harness and clients keep PLAINTEXT; part of `make test`.
+test-secured-link: $(STAMP)
+	COMPAT_TEST_LINK=SASL_SSL $(PY) -m pytest -q -p no:cacheprovider $(XDIST) \
+	  tests/integration/test_cluster*.py $(PYTEST_ARGS)
 
 # Unmodified applications in long runs (compat_tests/apps, marker `apps`): Kafka Streams,
 # Kafka Connect, Faust, Spark restarted as a new process; each against kcompat and

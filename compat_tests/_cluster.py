@@ -45,19 +45,33 @@ class Cluster:
                  link: str = LINK) -> None:
         ports = [free_port() for _ in range(size)]
         self.link = link
+        self._link_config = None if link == "PLAINTEXT" else _link_config(root, link)
         inner = ports if link == "PLAINTEXT" else [free_port() for _ in range(size)]
         self.voters = ",".join(f"{i + 1}@127.0.0.1:{p}" for i, p in enumerate(inner))
-        secured = () if link == "PLAINTEXT" else ("--config", str(_link_config(root, link)))
         self.brokers: dict[int, Broker] = {
             i + 1: Broker(root / f"broker-{i + 1}", port=ports[i], extra_args=(
                 "--node-id", str(i + 1), "--set", f"controller.quorum.voters={self.voters}",
-                "--admin-port", "-1", "--set", "default.replication.factor=3", *secured,
-                *(() if link == "PLAINTEXT" else (
-                    "--set", f"listeners=INTERNAL://127.0.0.1:{inner[i]},"
-                             f"PLAINTEXT://127.0.0.1:{ports[i]}")),
-                *extra_args))
+                "--admin-port", "-1", "--set", "default.replication.factor=3",
+                *self.link_args(ports[i], inner[i]), *self._with_link(extra_args)))
             for i in range(size)
         }
+
+    def link_args(self, port: int, inner: int | None = None) -> tuple[str, ...]:
+        """What a broker of this cluster (one joining it later too) listening on
+        ``port`` needs for the inter-broker link: nothing on PLAINTEXT, else the
+        link's settings and its INTERNAL listener (on ``inner``, default a free port)."""
+        if self._link_config is None:
+            return ()
+        inner = inner if inner is not None else free_port()
+        return ("--config", str(self._link_config), "--set",
+                f"listeners=INTERNAL://127.0.0.1:{inner},PLAINTEXT://127.0.0.1:{port}")
+
+    def _with_link(self, args: tuple[str, ...]) -> tuple[str, ...]:
+        """A test's own ``super.users`` keeps the brokers' link principal in it:
+        Raft frames need CLUSTER_ACTION."""
+        if self._link_config is None:
+            return args
+        return tuple(f"{a};User:broker" if a.startswith("super.users=") else a for a in args)
 
     @property
     def bootstrap(self) -> str:
@@ -177,6 +191,9 @@ def _link_config(root: Path, link: str) -> Path:
         f"listener.security.protocol.map: INTERNAL:{link},PLAINTEXT:PLAINTEXT",
         "inter.broker.listener.name: INTERNAL",
         "listener.name.internal.ssl.client.auth: required",
+        # the brokers' certificate (OU=broker) is User:broker, as their SASL login is
+        "ssl.principal.mapping.rules: 'RULE:^.*OU=broker.*$/broker/,DEFAULT'",
+        "super.users: 'User:broker'",
         "ssl.keystore.type: PEM",
         f"ssl.keystore.location: {pki.server.keystore}",
         "ssl.truststore.type: PEM",

@@ -15,7 +15,7 @@ from confluent_kafka.admin import AdminClient
 from kafka.admin import KafkaAdminClient
 from kafka.errors import KafkaConnectionError
 
-from compat_tests._broker import Broker
+from compat_tests._broker import Broker, free_port
 from compat_tests._cluster import Cluster
 
 TIMEOUT_S = 30.0
@@ -26,9 +26,11 @@ FAST_SESSIONS = ("--set", "broker.session.timeout.ms=3000",
 def broker_only(cluster: Cluster, workdir: Path, node_id: int = 4,
                 extra_args: tuple[str, ...] = FAST_SESSIONS) -> Broker:
     """A broker-only node (``process.roles=broker``) that joins ``cluster``."""
-    return Broker(workdir, extra_args=(
+    port = free_port()
+    return Broker(workdir, port=port, extra_args=(
         "--node-id", str(node_id), "--set", f"controller.quorum.voters={cluster.voters}",
-        "--set", "process.roles=broker", "--admin-port", "-1", *extra_args))
+        "--set", "process.roles=broker", "--admin-port", "-1", *cluster.link_args(port),
+        *extra_args))
 
 
 @contextmanager
