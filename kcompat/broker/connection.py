@@ -21,7 +21,6 @@ connections after their in-flight requests.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import struct
 from collections.abc import Sized
@@ -35,6 +34,7 @@ from kcompat.broker.handlers import HANDLERS
 from kcompat.broker.handlers.api_versions import unsupported_version_response
 from kcompat.broker.listeners import Listener
 from kcompat.broker.session import Session
+from kcompat.broker.tls_stream import TlsStream
 from kcompat.broker.zero_copy import send_response, with_bytes
 from kcompat.security import acl, principal, ssl_principal
 from kcompat.wire import codec
@@ -120,15 +120,14 @@ def _limit_frames(reader: FrameReader, broker: Broker, session: Session) -> None
 
 
 async def _tls_handshake(stream: trio.SocketStream, broker: Broker,
-                         session: Session) -> trio.SSLStream[trio.SocketStream]:
+                         session: Session) -> TlsStream:
     """TLS first; a verified client certificate names the principal."""
-    tls = trio.SSLStream(stream, broker.tls_contexts[session.listener.name], server_side=True)
+    tls = TlsStream(stream, broker.tls_contexts[session.listener.name])
     with trio.move_on_after(TLS_HANDSHAKE_S) as scope:
         try:
             await tls.do_handshake()
         except trio.BrokenResourceError as e:
-            await _send_alert(stream, tls)
-            raise CloseConnection(f"TLS handshake failed: {e.__cause__ or e}") from None
+            raise CloseConnection(f"TLS handshake failed: {e}") from None
     if scope.cancelled_caught:
         raise CloseConnection(f"no TLS handshake in {TLS_HANDSHAKE_S:.0f} s")
     cert = tls.getpeercert()
@@ -140,19 +139,6 @@ async def _tls_handshake(stream: trio.SocketStream, broker: Broker,
         except ssl_principal.MappingError as e:
             raise CloseConnection(str(e)) from None
     return tls
-
-
-async def _send_alert(stream: trio.SocketStream, tls: trio.SSLStream[trio.SocketStream]) -> None:
-    """A refused handshake leaves OpenSSL's alert (bad_certificate, unknown_ca...)
-    in the TLS object's outgoing buffer, which trio does not send once broken:
-    send it, so the client learns why (as Kafka's clients expect) rather than
-    seeing the connection drop."""
-    outgoing = getattr(tls, "_outgoing", None)
-    delayed = getattr(tls, "_delayed_outgoing", None) or b""
-    pending = delayed + (outgoing.read() if outgoing is not None else b"")
-    if pending:
-        with trio.move_on_after(1), contextlib.suppress(trio.BrokenResourceError, OSError):
-            await stream.send_all(pending)
 
 
 #: requests a SASL listener serves before authentication (Kafka's SaslServerAuthenticator)
