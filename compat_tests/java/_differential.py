@@ -17,9 +17,10 @@ the same bytes:
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from pathlib import Path
+from typing import Any, TypeVar
 
 from kafka.protocol.admin import (
     AlterConfigsRequest,
@@ -30,6 +31,8 @@ from kafka.protocol.admin import (
 from kafka.protocol.producer.produce import ProduceRequest, ProduceResponse
 from kafka.record.default_records import DefaultRecordBatchBuilder
 
+from compat_tests._broker import Broker, running
+from compat_tests.java.kafka_reference import KafkaReference
 from tests.integration._raw import RawConnection
 
 TOPIC, BROKER = 2, 4  # ConfigResource types
@@ -122,3 +125,27 @@ def until_led(send: Callable[[], dict[str, Any]]) -> dict[str, Any]:
             break
         time.sleep(0.1)
     return answer
+
+
+T = TypeVar("T")
+
+
+def reference_answers(workdir: Path, settings: Mapping[str, str],
+                      script: Callable[[str], T]) -> T:
+    """What ``script`` observes (given the bootstrap) on an Apache Kafka of its own,
+    started with ``settings`` and closed after."""
+    ref = KafkaReference(workdir, overrides=dict(settings))
+    ref.start()
+    try:
+        return script(ref.bootstrap)
+    finally:
+        ref.close()
+
+
+def kcompat_with(workdir: Path, settings: Mapping[str, str]) -> Iterator[Broker]:
+    """A kcompat broker given the same ``settings`` (``--set`` each), for a module
+    fixture to ``yield from``."""
+    args = ["--admin-port", "-1"]
+    for key, value in settings.items():
+        args += ["--set", f"{key}={value}"]
+    yield from running(Broker(workdir, extra_args=tuple(args)))

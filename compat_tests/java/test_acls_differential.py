@@ -24,7 +24,6 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -36,8 +35,8 @@ from kio.schema.describe_acls.v3 import request as da
 from kio.schema.describe_configs.v4 import request as dc
 from kio.static.primitive import i8
 
-from compat_tests._broker import Broker, running
-from compat_tests.java.kafka_reference import KafkaReference
+from compat_tests._broker import Broker
+from compat_tests.java._differential import kcompat_with, reference_answers
 from kcompat.cli._kio import Connection
 from kcompat.security.acl import STANDARD_AUTHORIZER
 
@@ -229,20 +228,12 @@ STEPS = ["create_valid", "create_invalid", *[f"create_whole_{s}" for s in WHOLE]
 
 @pytest.fixture(scope="module")
 def kafka_answers(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Obs]:
-    ref = KafkaReference(Path(tmp_path_factory.mktemp("acls-reference")), overrides=SETTINGS)
-    ref.start()
-    try:
-        return run_script(ref.bootstrap)
-    finally:
-        ref.close()
+    return reference_answers(tmp_path_factory.mktemp("acls-reference"), SETTINGS, run_script)
 
 
 @pytest.fixture(scope="module")
 def kcompat_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
-    args = ["--admin-port", "-1"]
-    for key, value in SETTINGS.items():
-        args += ["--set", f"{key}={value}"]
-    yield from running(Broker(tmp_path_factory.mktemp("acls-kcompat"), extra_args=tuple(args)))
+    yield from kcompat_with(tmp_path_factory.mktemp("acls-kcompat"), SETTINGS)
 
 
 @pytest.fixture(scope="module")

@@ -33,7 +33,6 @@ import hashlib
 import time
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -42,8 +41,8 @@ from kio.schema.create_acls.v3 import request as create_acls
 from kio.schema.describe_user_scram_credentials.v0 import request as describe
 from kio.static.primitive import i8, i32
 
-from compat_tests._broker import Broker, running
-from compat_tests.java.kafka_reference import KafkaReference
+from compat_tests._broker import Broker
+from compat_tests.java._differential import kcompat_with, reference_answers
 from kcompat.cli._kio import Connection
 from kcompat.security.acl import STANDARD_AUTHORIZER
 
@@ -157,20 +156,12 @@ def run_script(bootstrap: str) -> dict[str, Obs]:
 
 @pytest.fixture(scope="module")
 def kafka_answers(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Obs]:
-    ref = KafkaReference(Path(tmp_path_factory.mktemp("scram-reference")), overrides=SETTINGS)
-    ref.start()
-    try:
-        return run_script(ref.bootstrap)
-    finally:
-        ref.close()
+    return reference_answers(tmp_path_factory.mktemp("scram-reference"), SETTINGS, run_script)
 
 
 @pytest.fixture(scope="module")
 def kcompat_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
-    args = ["--admin-port", "-1"]
-    for key, value in SETTINGS.items():
-        args += ["--set", f"{key}={value}"]
-    yield from running(Broker(tmp_path_factory.mktemp("scram-kcompat"), extra_args=tuple(args)))
+    yield from kcompat_with(tmp_path_factory.mktemp("scram-kcompat"), SETTINGS)
 
 
 @pytest.fixture(scope="module")
