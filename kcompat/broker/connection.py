@@ -212,7 +212,7 @@ async def handle_frame(frame: bytes, broker: Broker,
         raise CloseConnection(f"malformed {api_name(api_key)} v{version} request: {e}") from None
     log.debug("request %s v%d cid=%d client=%s", rng.name, version, cid, header.client_id)
     ctx = RequestContext(broker, api_key, version, cid, header.client_id, session.client_host,
-                         session.principal, session.listener.name, session)
+                         session.principal, session.listener.name, session, len(frame))
     try:
         response: Any = await HANDLERS[api_key](ctx, request)
     except Exception as e:

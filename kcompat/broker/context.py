@@ -37,6 +37,7 @@ class RequestContext:
     principal: str = ANONYMOUS
     listener: str = ""
     session: Session | None = None  # the connection's (None: an internal call)
+    request_size: int = 0  # the frame's bytes, header and body (Kafka's request.sizeInBytes)
 
     @property
     def state(self) -> BrokerState:

@@ -63,6 +63,7 @@ from typing import Any
 import trio
 from kio.schema.errors import ErrorCode
 
+from kcompat.broker import quotas
 from kcompat.broker.context import RequestContext
 from kcompat.broker.handlers import _authz, _quota
 from kcompat.broker.handlers._common import NO_THROTTLE, OK
@@ -168,9 +169,9 @@ def response_bytes(ctx: RequestContext, named: list[tuple[str | None, Any]],
 def _throttle_ms(ctx: RequestContext, request: Any, named: list[tuple[str | None, Any]],
                  reads: list[list[_Read]]) -> int:
     """Count the answer against the consumer's rate; over quota, take it back."""
-    if _from_follower(request):
-        return 0
     manager = _quota.managers(ctx).fetch
+    if _from_follower(request) or not quotas.enabled(_quota.image_quotas(ctx), manager.key):
+        return 0  # no quota set: the answer need not be measured
     size = response_bytes(ctx, named, reads)
     throttle_ms = _quota.record(ctx, manager, size)
     if throttle_ms > 0:  # answered empty: its bytes are not taken (unrecordQuotaSensor)
@@ -179,13 +180,12 @@ def _throttle_ms(ctx: RequestContext, request: Any, named: list[tuple[str | None
 
 
 def _read_all(ctx: RequestContext, request: Any, named: list[tuple[str | None, Any]],
-              hints: LeaderHints | None, allowed: set[str]
+              hints: LeaderHints | None, allowed: set[str], budget: int
               ) -> tuple[list[list[_Read]], int, bool, list[Partition]]:
     """One pass over every requested partition: (reads per topic, bytes,
     answer now (an error, or a client sent to another replica), the
     partitions a long poll waits on)."""
     committed = getattr(request, "isolation_level", 0) == READ_COMMITTED
-    budget = _max_bytes(ctx, request)
     rack = getattr(request, "rack_id", "") or ""
     replicas = ctx.broker.read_replicas
     total = 0
@@ -276,11 +276,12 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
     # session sends such a Fetch and waits for it) is answered at once
     asked = any(t.partitions for t in request.topics)
     named = _requested(ctx, request)
-    min_bytes = max(min(request.min_bytes, _max_bytes(ctx, request)), 1)
+    max_bytes = _max_bytes(ctx, request)  # the quota's cap, once per request
+    min_bytes = max(min(request.min_bytes, max_bytes), 1)
     allowed = _authz.topics(ctx, _authz.Op.READ, (name for name, _t in named))
     while True:
         hints = LeaderHints(ctx) if ctx.version >= 16 else None
-        reads, total, now, parts = _read_all(ctx, request, named, hints, allowed)
+        reads, total, now, parts = _read_all(ctx, request, named, hints, allowed, max_bytes)
         if (total >= min_bytes or now or not asked
                 or trio.current_time() >= deadline):
             break

@@ -180,11 +180,8 @@ def _refused(index: int, code: ErrorCode) -> _Row:
 
 
 def _denied(index: int, code: ErrorCode) -> _Row:
+    """A partition answered ``code`` without a message, nothing looked at."""
     return index, AppendResult(code), None, None, -1
-
-
-def _unknown_id(index: int) -> _Row:
-    return index, AppendResult(ErrorCode.unknown_topic_id), None, None, -1
 
 
 def _named_topics(ctx: RequestContext, request: Any) -> list[tuple[str | None, Any]]:
@@ -201,7 +198,7 @@ def _rows(ctx: RequestContext, named: list[tuple[str | None, Any]], acks: int,
     out: list[list[_Row]] = []
     for name, t in named:
         if name is None:
-            out.append([_unknown_id(p.index) for p in t.partition_data])
+            out.append([_denied(p.index, ErrorCode.unknown_topic_id) for p in t.partition_data])
             continue
         if name not in allowed:
             out.append([_denied(p.index, ErrorCode.topic_authorization_failed)
@@ -210,19 +207,6 @@ def _rows(ctx: RequestContext, named: list[tuple[str | None, Any]], acks: int,
         out.append([_refused(p.index, refused[(name, p.index)]) if (name, p.index) in refused
                     else _append(ctx, name, p, acks, now) for p in t.partition_data])
     return out
-
-
-def request_bytes(ctx: RequestContext, request: Any) -> int:
-    """The request's size as Kafka counts it (``request.sizeInBytes``: header and
-    body, not the length prefix), to within the bytes of compact lengths."""
-    flexible = 1 if ctx.version >= 9 else 0
-    size = 8 + 2 + len((ctx.client_id or "").encode()) + flexible  # header
-    size += 2 + len((request.transactional_id or "").encode()) + 2 + 4 + 4 + flexible
-    for t in request.topic_data:
-        size += (16 if ctx.version >= 13 else 2 + len(t.name.encode())) + 4 + flexible
-        for p in t.partition_data:
-            size += 4 + 4 + (len(p.records) if p.records else 0) + flexible
-    return size
 
 
 def _response(ctx: RequestContext, named: list[tuple[str | None, Any]],
@@ -283,7 +267,7 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
             failed = await _schedule(ctx, row, acks, deadline, request.transactional_id)
             if failed is not None:
                 errors[id(row)] = failed
-    throttle_ms = _quota.record(ctx, _quota.managers(ctx).produce, request_bytes(ctx, request))
+    throttle_ms = _quota.record(ctx, _quota.managers(ctx).produce, ctx.request_size)
     if acks == 0:
         _quota.throttle(ctx, throttle_ms)  # no answer, but muted all the same
         return None
