@@ -53,7 +53,7 @@ from kcompat.log.store import OS_STORE, FileStore
 from kcompat.security import sasl
 from kcompat.security.acl import AclStore, Authorizer, parse_super_users
 from kcompat.security.oauthbearer import OAuthBearerServer
-from kcompat.security.scram import ScramCredential
+from kcompat.security.scram import ScramCredential, ScramServer
 
 
 class Broker:
@@ -114,8 +114,6 @@ class Broker:
         if mechanism == sasl.OAUTHBEARER:
             return OAuthBearerServer(lambda: time.time() * 1000,
                                      **listeners.oauthbearer_options(self.config, listener))
-        from kcompat.security.scram import ScramServer
-
         return ScramServer(mechanism, partial(self.scram_credential, mechanism),
                            secrets.token_urlsafe(18), reauthentication=reauthentication)
 

@@ -32,6 +32,7 @@ from kcompat.broker.broker import Broker
 from kcompat.broker.context import RequestContext
 from kcompat.broker.handlers import HANDLERS
 from kcompat.broker.handlers.api_versions import unsupported_version_response
+from kcompat.broker.handlers.sasl_authenticate import step
 from kcompat.broker.listeners import Listener
 from kcompat.broker.session import Session
 from kcompat.broker.tls_stream import TlsStream
@@ -159,8 +160,6 @@ def _gate(session: Session, api_key: int, broker: Broker) -> None:
 
 async def _raw_token(frame: bytes, broker: Broker, session: Session) -> bytes:
     """SaslHandshake v0: the next frames are bare SASL tokens, answered bare."""
-    from kcompat.broker.handlers.sasl_authenticate import step
-
     reply, error = step(broker, session, frame)
     if error is not None:
         await trio.sleep(broker.config["connection.failed.authentication.delay.ms"] / 1000)

@@ -16,8 +16,6 @@ the 300 s average is the quota) — and over 0.95-1.02 MiB/s with 2.
 
 from __future__ import annotations
 
-import socket
-import struct
 import subprocess
 import sys
 import time
@@ -53,24 +51,12 @@ def set_quota(bootstrap: str, client_id: str, key: str, value: float) -> None:
     req = AlterClientQuotasRequest(version=0, validate_only=False, entries=[entry(
         entity=[entry.EntityData(entity_type="client-id", entity_name=client_id)],
         ops=[entry.OpData(key=key, value=value, remove=False)])])
-    req.with_header(correlation_id=1, client_id="quota-test")
-    host, port = bootstrap.rsplit(":", 1)
-    with socket.create_connection((host, int(port)), timeout=10) as sock:
-        payload = bytes(req.encode(header=True))
-        sock.sendall(struct.pack(">i", len(payload)) + payload)
-        frame = _exact(sock, struct.unpack(">i", _exact(sock, 4))[0])
-    response = AlterClientQuotasResponse.decode(frame, version=0, header=True)
+    conn = RawConnection(bootstrap)
+    try:
+        response = conn.request(req, AlterClientQuotasResponse[0])
+    finally:
+        conn.close()
     assert [e.error_code for e in response.entries] == [0]
-
-
-def _exact(sock: socket.socket, n: int) -> bytes:
-    buf = bytearray()
-    while len(buf) < n:
-        chunk = sock.recv(n - len(buf))
-        if not chunk:
-            raise ConnectionError("closed by broker")
-        buf += chunk
-    return bytes(buf)
 
 
 def create_topics(bootstrap: str, *names: str) -> None:
