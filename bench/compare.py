@@ -194,14 +194,16 @@ _PP = re.compile(
 _PP_WINDOW = re.compile(r"^(\d+) records sent, ([\d.]+) records/sec \(")
 
 
-def producer_perf(bootstrap: str, topic: str, n: int, acks: str, throughput: int = -1
-                  ) -> dict[str, float]:
+def producer_perf(bootstrap: str, topic: str, n: int, acks: str, throughput: int = -1,
+                  config: Path | None = None) -> dict[str, float]:
     """One ProducerPerformance run; figures of its summary line, plus ``gib`` (record
     values sent), ``secs`` (its length) and ``window_rec_s`` (the best of its 5-s
     progress windows after the first, the warmed rate; the whole-run rate when it had
-    none — a window cut short by the end of the run can be lower)."""
+    none — a window cut short by the end of the run can be lower). ``config``: a
+    client properties file (``--command-config``: a secured listener's settings)."""
     out = run_tool("ProducerPerformance", "--topic", topic, "--num-records", str(n),
                    "--record-size", str(RECORD_BYTES), "--throughput", str(throughput),
+                   *_command_config(config),
                    "--command-property", f"bootstrap.servers={bootstrap}", f"acks={acks}",
                    *PRODUCER_PROPS)
     found = [m for m in map(_PP.search, out.splitlines()) if m]
@@ -220,9 +222,14 @@ def producer_perf(bootstrap: str, topic: str, n: int, acks: str, throughput: int
     return fig
 
 
-def consumer_perf(bootstrap: str, topic: str, n: int) -> dict[str, float]:
+def _command_config(config: Path | None) -> tuple[str, ...]:
+    return ("--command-config", str(config)) if config is not None else ()
+
+
+def consumer_perf(bootstrap: str, topic: str, n: int, config: Path | None = None
+                  ) -> dict[str, float]:
     out = run_tool("ConsumerPerformance", "--bootstrap-server", bootstrap, "--topic", topic,
-                   "--num-records", str(n), "--timeout", "30000",
+                   "--num-records", str(n), "--timeout", "30000", *_command_config(config),
                    "--group", unique_topic(f"perf-{topic}"))
     lines = [ln for ln in out.splitlines() if ln.strip()]
     try:
@@ -241,13 +248,14 @@ def consumer_perf(bootstrap: str, topic: str, n: int) -> dict[str, float]:
             "secs": float(row["fetch.time.ms"]) / 1000, "passes": 1.0}
 
 
-def consumer_passes(bootstrap: str, topic: str, n: int, min_s: float) -> dict[str, float]:
+def consumer_passes(bootstrap: str, topic: str, n: int, min_s: float,
+                    config: Path | None = None) -> dict[str, float]:
     """ConsumerPerformance over the whole topic (``n`` records), pass after pass with a
     new group each, until the passes' fetch time adds up to ``min_s`` (one pass when
     ``min_s`` is 0). Rates are over the summed fetch time; joins are not counted."""
     runs: list[dict[str, float]] = []
     while not runs or sum(r["secs"] for r in runs) < min_s:
-        runs.append(consumer_perf(bootstrap, topic, n))
+        runs.append(consumer_perf(bootstrap, topic, n, config))
     if len(runs) == 1:
         return runs[0]
     fetch_s = sum(r["secs"] for r in runs)

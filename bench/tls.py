@@ -64,18 +64,18 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.compare import (  # noqa: E402
-    _PP,
-    GIB,
     KAFKA_BENCH_OVERRIDES,
     KAFKA_HEAP,
     KCOMPAT_ARGS,
     PRODUCER_PROPS,
     RECORD_BYTES,
     ToolError,
+    consumer_passes,
+    consumer_perf,
     create_topic,
     machine,
     proc_cpu_s,
-    run_tool,
+    producer_perf,
 )
 from compat_tests._broker import Broker, free_port, unique_topic  # noqa: E402
 from compat_tests._tls import TestPki  # noqa: E402
@@ -88,7 +88,6 @@ RECORDS = 2_000_000        # ~1.9 GiB: ~15-20 s per PLAINTEXT produce run at 100
 WARMUP_RECORDS = 300_000
 CONSUME_S = 20.0
 QUICK_RECORDS, QUICK_WARMUP = 100_000, 30_000
-PASSES_MAX = 30            # consume passes of one run, whatever their length
 ALERT = re.compile(r"\b(ERROR|WARN|WARNING|CRITICAL|Traceback)\b")
 
 
@@ -133,51 +132,17 @@ def tls_probe(port: int, pki: TestPki) -> str:
 # -- the perf tools over one listener --------------------------------------------------
 
 def produce(bootstrap: str, config: Path, topic: str, n: int) -> dict[str, float]:
-    """ProducerPerformance, acks=1, compare.py's batching; its summary line's figures."""
-    out = run_tool("ProducerPerformance", "--topic", topic, "--num-records", str(n),
-                   "--record-size", str(RECORD_BYTES), "--throughput", "-1",
-                   "--command-config", str(config),
-                   "--command-property", f"bootstrap.servers={bootstrap}", "acks=1",
-                   *PRODUCER_PROPS)
-    found = [m for m in map(_PP.search, out.splitlines()) if m]
-    if not found:
-        raise ToolError(f"no ProducerPerformance summary in:\n{out[-3000:]}")
-    sent, rec_s, mib_s = int(found[-1].group(1)), float(found[-1].group(2)), \
-        float(found[-1].group(3))
-    if sent != n:
-        raise ToolError(f"ProducerPerformance sent {sent} of {n}")
-    return {"mib_s": mib_s, "rec_s": rec_s, "p99_ms": float(found[-1].group(8)),
-            "secs": n / rec_s if rec_s else 0.0, "gib": n * RECORD_BYTES / GIB}
-
-
-def consume_pass(bootstrap: str, config: Path, topic: str, n: int) -> tuple[float, float]:
-    """One ConsumerPerformance pass over ``n`` records: (MiB fetched, fetch seconds)."""
-    out = run_tool("ConsumerPerformance", "--bootstrap-server", bootstrap, "--topic", topic,
-                   "--num-records", str(n), "--timeout", "30000",
-                   "--command-config", str(config), "--group", unique_topic(f"perf-{topic}"))
-    lines = [ln for ln in out.splitlines() if ln.strip()]
-    try:
-        head = next(i for i, ln in enumerate(lines) if ln.startswith("start.time"))
-        names = [h.strip() for h in lines[head].split(",")]
-        row = dict(zip(names, (v.strip() for v in lines[head + 1].split(",")), strict=False))
-        got, mib, fetch_ms = (int(row["data.consumed.in.nMsg"]),
-                              float(row["data.consumed.in.MB"]), float(row["fetch.time.ms"]))
-    except (StopIteration, IndexError, KeyError, ValueError):
-        raise ToolError(f"no ConsumerPerformance summary in:\n{out[-3000:]}") from None
-    if got != n:
-        raise ToolError(f"ConsumerPerformance consumed {got} of {n}")
-    return mib, fetch_ms / 1000
+    """ProducerPerformance (compare.py's), acks=1, over the listener ``config`` names."""
+    fig = producer_perf(bootstrap, topic, n, "1", config=config)
+    return {**fig, "p99_ms": fig["p99"]}
 
 
 def consume(bootstrap: str, config: Path, topic: str, n: int, min_s: float
             ) -> dict[str, float]:
-    """Passes until their fetch time adds up to ``min_s`` (one pass when it is 0)."""
-    passes: list[tuple[float, float]] = []
-    while not passes or (sum(s for _, s in passes) < min_s and len(passes) < PASSES_MAX):
-        passes.append(consume_pass(bootstrap, config, topic, n))
-    mib, secs = sum(m for m, _ in passes), sum(s for _, s in passes)
-    return {"mib_s": mib / secs if secs else 0.0, "secs": secs, "passes": float(len(passes)),
-            "gib": len(passes) * n * RECORD_BYTES / GIB}
+    """ConsumerPerformance passes (compare.py's) until their fetch time adds up to
+    ``min_s``; the rate is over the fetch time (the group joins are not counted)."""
+    fig = consumer_passes(bootstrap, topic, n, min_s, config)
+    return {**fig, "mib_s": fig["fetch_mib_s"]}
 
 
 # -- one broker ---------------------------------------------------------------------
@@ -243,7 +208,7 @@ def measure(side: Side, pid: int, ports: dict[str, int], configs: dict[str, Path
         create_topic(boot["PLAINTEXT"], warm, 1)
         try:
             produce(boot[listener], configs[listener], warm, plan.warmup_records)
-            consume_pass(boot[listener], configs[listener], warm, plan.warmup_records)
+            consumer_perf(boot[listener], warm, plan.warmup_records, configs[listener])
         except (ToolError, subprocess.TimeoutExpired) as e:
             side.errors[("warm-up", listener)] = " ".join(str(e).split())[:600]
             print(f"  {side.name:8s} warm-up over {listener} FAILED: "
