@@ -186,7 +186,9 @@ public final class AdminScenario {
                     c.assign(tps);
                     c.seekToBeginning(tps);
                     List<Object> got = new ArrayList<>();
-                    long deadline = System.currentTimeMillis() + 15000;
+                    // 30 s: on a loaded machine (other Kafka JVMs starting beside it) the
+                    // reference once took over 15 s to hand back partition 1's records
+                    long deadline = System.currentTimeMillis() + 30000;
                     while (got.size() < 8 && System.currentTimeMillis() < deadline) {
                         for (ConsumerRecord<byte[], byte[]> r : c.poll(Duration.ofMillis(200))) {
                             List<Object> hs = new ArrayList<>();
