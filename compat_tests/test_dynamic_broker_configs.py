@@ -14,7 +14,8 @@ to a broker that is not the controller reaches every broker: each describes
 itself with the new value and refuses the batch on the partitions it leads; a
 per-broker value on one broker lifts the limit on its partitions only. A
 topic created before cluster defaults of log.roll.ms and log.retention.ms
-change rolls and deletes its segments by them at once.
+change rolls and deletes its segments by them at once (every expired one, the
+active segment too, as Kafka does).
 """
 
 from __future__ import annotations
@@ -149,11 +150,14 @@ def test_an_existing_topics_log_follows_new_defaults(snapshotting_broker: Broker
         time.sleep(0.5)
         assert _earliest(bootstrap, topic) == 0  # a week's retention: nothing goes
         _alter(bootstrap, "", "log.roll.ms", "100")
-        _alter(bootstrap, "", "log.retention.ms", "1")
         time.sleep(0.2)
         assert _accepted(producer, topic, SMALL)  # rolls: the first segment closes
-        _until(lambda: _earliest(bootstrap, topic) == 2,
-               "the closed segment was never deleted under the new retention")
+        segments = sorted(p.name for p in (snapshotting_broker.data_dir / f"{topic}-0").glob("*.log"))
+        assert segments == ["00000000000000000000.log", "00000000000000000002.log"]
+        _alter(bootstrap, "", "log.retention.ms", "1")
+        # every record expired: the closed segment goes, and the active one too (as in Kafka)
+        _until(lambda: _earliest(bootstrap, topic) == 3,
+               "the expired segments were never deleted under the new retention")
     finally:
         producer.close()
     entry = _describe(bootstrap, ConfigResource.Type.TOPIC, topic, "retention.ms")

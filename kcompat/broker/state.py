@@ -297,7 +297,7 @@ class BrokerState:
         parts = list(self.partitions.values())
         for part in parts:
             dedup_windows.expire_idle(part, now)
-        return sum(p.log.enforce_retention(now) for p in parts)
+        return sum(p.log.enforce_retention(now, p.high_watermark) for p in parts)
 
     def close(self) -> None:
         for part in self.partitions.values():

@@ -376,26 +376,40 @@ class PartitionLog:
         self._set_log_start_offset(offset)
         self._delete_oldest(self._below_start_count())
 
-    def enforce_retention(self, now_ms: int) -> int:
-        """Delete whole non-active segments by retention.ms, retention.bytes (when
+    def enforce_retention(self, now_ms: int, high_watermark: int | None = None) -> int:
+        """Delete whole segments by retention.ms, retention.bytes (when
         cleanup.policy has ``delete``) and log start offset; returns how many
-        were deleted."""
+        were deleted. As in Kafka, a segment goes only once the high watermark
+        (default: the log end) has passed all of it, so the active segment goes
+        too when it holds data and the high watermark is the log end — a new
+        empty segment is rolled at the log end first, which becomes the log
+        start. A quiet topic's expired records do not outlive retention.ms."""
         count = self._below_start_count()
         if not self.config.delete:  # cleanup.policy=compact alone: no time or size limit
             self._delete_oldest(count)
             return count
+        segments = self._segments
+        hw = self.log_end_offset if high_watermark is None else high_watermark
+
+        def deletable(i: int) -> bool:
+            if i + 1 < len(segments):
+                return segments[i + 1].base_offset <= hw
+            return segments[i].size_bytes > 0 and hw >= self.log_end_offset
+
         if self.config.retention_ms >= 0:
-            while count < len(self._segments) - 1 and (
-                now_ms - self._segments[count].largest_timestamp_ms() > self.config.retention_ms
+            while count < len(segments) and deletable(count) and (
+                now_ms - segments[count].largest_timestamp_ms() > self.config.retention_ms
             ):
                 count += 1
         if self.config.retention_bytes >= 0:
-            rest = sum(s.size_bytes for s in self._segments[count:])
-            while count < len(self._segments) - 1 and (
-                rest - self._segments[count].size_bytes >= self.config.retention_bytes
+            rest = sum(s.size_bytes for s in segments[count:])
+            while count < len(segments) and deletable(count) and (
+                rest - segments[count].size_bytes >= self.config.retention_bytes
             ):
-                rest -= self._segments[count].size_bytes
+                rest -= segments[count].size_bytes
                 count += 1
+        if count == len(segments):
+            self._roll(now_ms)
         self._delete_oldest(count)
         return count
 

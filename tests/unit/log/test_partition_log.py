@@ -149,13 +149,40 @@ def test_retention_by_time(tmp_path: Path) -> None:
     assert log.segment_base_offsets == [2, 3, 4]
     assert log.log_start_offset == 2
     assert not (tmp_path / "t-0" / "00000000000000000000.log").exists()
-    assert log.enforce_retention(now_ms=100_000) == 2  # never the active segment
+    assert log.enforce_retention(now_ms=18_500) == 2  # the active one's max ts is 9000
     assert log.segment_base_offsets == [4] and log.log_start_offset == 4
     with pytest.raises(OffsetOutOfRange):
         log.read(3, 100, 100)
     log.close()
     reopened = open_log(tmp_path / "t-0")
     assert reopened.log_start_offset == 4 and reopened.log_end_offset == 5
+    reopened.close()
+
+
+def test_retention_deletes_an_expired_active_segment(tmp_path: Path) -> None:
+    """As Kafka: an active segment whose records all expired goes too (a quiet
+    topic keeps nothing past retention.ms), once the high watermark is the
+    log end; an empty segment is rolled at the log end and becomes the start."""
+    log = open_log(tmp_path / "t-0", retention_ms=10_000)
+    append(log, ts=1_000)
+    log.roll(now_ms=0)
+    append(log, ts=2_000)
+    append(log, ts=3_000)
+    assert log.segment_base_offsets == [0, 1]
+    # the high watermark at 2: the first segment may go, the active one not
+    assert log.enforce_retention(now_ms=50_000, high_watermark=2) == 1
+    assert log.segment_base_offsets == [1] and log.log_start_offset == 1
+    # a high watermark inside the only segment keeps it whole
+    assert log.enforce_retention(now_ms=50_000, high_watermark=1) == 0
+    assert log.enforce_retention(now_ms=12_999) == 0  # max ts 3000: not yet expired
+    assert log.enforce_retention(now_ms=13_001) == 1
+    assert log.segment_base_offsets == [3]
+    assert log.log_start_offset == log.log_end_offset == 3 and log.size_bytes == 0
+    assert log.enforce_retention(now_ms=100_000) == 0  # an empty active segment stays
+    assert append(log, ts=99_000).base_offset == 3
+    log.close()
+    reopened = open_log(tmp_path / "t-0")
+    assert (reopened.log_start_offset, reopened.log_end_offset) == (3, 4)
     reopened.close()
 
 
