@@ -425,8 +425,10 @@ def test_seek_and_time_lookup_inside_a_compressed_batch(pbroker: Deployment, top
     base = base_timestamp()
     recs = [Rec(0, f"k{i}".encode(), f"v{i}".encode() + b"x" * 200, (), base + i * 1000)
             for i in range(10)]
-    produce_recs(Producer({"bootstrap.servers": bs, "compression.type": "zstd", "linger.ms": 200}),
-                 topic, recs)
+    # one batch: librdkafka holds the records for linger.ms, and flush() (after all ten
+    # are queued) sends them at once; 200 ms ran out mid-loop on a loaded machine
+    produce_recs(Producer({"bootstrap.servers": bs, "compression.type": "zstd",
+                           "linger.ms": 30000}), topic, recs)
     assert pbroker.stored_codecs(topic, 0) == [4], "test set-up: expected one zstd batch"
     c = consumer(bs)
     try:
