@@ -14,6 +14,7 @@ Fetch with the hint.
 
 from __future__ import annotations
 
+import time
 import uuid
 from typing import Any
 
@@ -29,6 +30,27 @@ from tests.integration._raw import RawConnection
 PD = ProduceRequest.TopicProduceData
 FT = FetchRequest.FetchTopic
 NOT_LEADER = 6
+
+
+def _metadata(conn: RawConnection, topic: str) -> Any:
+    return conn.request(MetadataRequest[12](
+        topics=[MetadataRequest[12].MetadataRequestTopic(topic_id=None, name=topic)],
+        allow_auto_topic_creation=False, include_topic_authorized_operations=False),
+        MetadataResponse[12]).to_dict()
+
+
+def _until_known(conn: RawConnection, topic: str, leader: int) -> None:
+    """A broker learns a new topic when it applies the metadata record, a moment
+    after the one that answered wait_for_leaders (before, it answers
+    UNKNOWN_TOPIC_OR_PARTITION, as Kafka's brokers do): until its Metadata
+    names ``leader``."""
+    deadline = time.monotonic() + 15
+    while True:
+        parts = _metadata(conn, topic)["topics"][0]["partitions"]
+        if parts and parts[0]["leader_id"] == leader:
+            return
+        assert time.monotonic() < deadline, f"{topic} never known with leader {leader}"
+        time.sleep(0.05)
 
 
 def _produce(conn: RawConnection, version: int, topic: str, tid: uuid.UUID) -> Any:
@@ -59,10 +81,8 @@ def test_not_leader_answers_name_the_current_leader(sbroker: Deployment, topic: 
     leader = cluster.leaders(topic)[0]
     conn = RawConnection(cluster.brokers[leader].bootstrap)
     try:
-        md = conn.request(MetadataRequest[12](
-            topics=[MetadataRequest[12].MetadataRequestTopic(topic_id=None, name=topic)],
-            allow_auto_topic_creation=False, include_topic_authorized_operations=False),
-            MetadataResponse[12]).to_dict()
+        _until_known(conn, topic, leader)
+        md = _metadata(conn, topic)
     finally:
         conn.close()
     part = md["topics"][0]["partitions"][0]
@@ -77,6 +97,7 @@ def test_not_leader_answers_name_the_current_leader(sbroker: Deployment, topic: 
             continue
         conn = RawConnection(follower.bootstrap)
         try:
+            _until_known(conn, topic, leader)
             for version in (10, 13):
                 p, endpoints = _produce(conn, version, topic, tid)
                 assert (p["error_code"], p["current_leader"], endpoints) == (
