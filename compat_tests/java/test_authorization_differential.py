@@ -57,7 +57,7 @@ ACLS = [(T, "orders", LITERAL, "User:alice", WRITE), (T, "orders", LITERAL, "Use
         (T, "a-auto", LITERAL, "User:alice", 10),  # DESCRIBE_CONFIGS
         (T, "orders", LITERAL, "User:bob", DESCRIBE), (T, "m-", PREFIXED, "User:bob", DESCRIBE),
         (G, "cg", LITERAL, "User:alice", READ), (G, "cg", LITERAL, "User:carol", DESCRIBE),
-        (G, "sg", LITERAL, "User:alice", READ)]
+        (G, "sg", LITERAL, "User:alice", READ), (G, "rg", LITERAL, "User:alice", READ)]
 Obs = Any
 
 
@@ -75,6 +75,8 @@ def settings(ports: dict[str, int]) -> dict[str, str]:
         "group.initial.rebalance.delay.ms": "0",
         "offsets.topic.num.partitions": "1",
         "transaction.state.log.num.partitions": "1",
+        # the least Kafka allows: an ACL change reaches a regex subscription within 10 s
+        "group.consumer.regex.refresh.interval.ms": "10000",
     }
 
 
@@ -497,6 +499,57 @@ def consumer_group_describe(sasl_bootstrap: str) -> Obs:
     return obs
 
 
+def regex_subscription(bootstrap: str, sasl_bootstrap: str) -> Obs:
+    """alice subscribes the KIP-848 group rg to the regex ``orders|secret``: she
+    may describe orders, not secret, so only orders is assigned to her (Kafka's
+    filterTopicDescribeAuthorizedTopics); once she may describe secret too, the
+    next refresh of the regex assigns it as well."""
+    host, port = bootstrap.rsplit(":", 1)
+    admin = Connection(host, int(port), 15)
+    m = mod(v.METADATA, 12)
+    r = admin.call(req(v.METADATA, 12, topics=tuple(m.MetadataRequestTopic(name=t, topic_id=None)
+                                                    for t in ("orders", "secret")),
+                       allow_auto_topic_creation=False, include_topic_authorized_operations=False))
+    names = {t.topic_id: t.name for t in r.topics}
+    alice = sasl(sasl_bootstrap, "alice")
+    find_coordinator(alice, 0, "rg")
+    epoch, owned = 0, ()
+
+    def beat() -> Any:
+        h = mod(v.CONSUMER_GROUP_HEARTBEAT, 1)
+        return alice.call(req(v.CONSUMER_GROUP_HEARTBEAT, 1, group_id="rg", member_id="m-r",
+                              member_epoch=epoch, rebalance_timeout=S10, server_assignor=None,
+                              subscribed_topic_names=None, subscribed_topic_regex="orders|secret",
+                              topic_partitions=tuple(h.TopicPartitions(topic_id=t, partitions=p)
+                                                     for t, p in owned)))
+
+    def assigned(r: Any) -> list[tuple[str, list[int]]]:
+        return sorted((names.get(t.topic_id, "?"), sorted(t.partitions))
+                      for t in r.assignment.topic_partitions)
+
+    def settled(r: Any, want: int) -> bool:
+        nonlocal epoch, owned
+        if name(r.error_code) in TRANSIENT:
+            return False
+        epoch = r.member_epoch
+        if r.assignment is not None:
+            owned = tuple((t.topic_id, tuple(t.partitions)) for t in r.assignment.topic_partitions)
+        return r.assignment is not None and len(r.assignment.topic_partitions) == want
+    obs: dict[str, Obs] = {}
+    r = until(beat, lambda r: settled(r, 1) or bool(owned), "the regex resolved")
+    obs["alice_regex_assignment"] = (name(r.error_code), assigned(r))
+    a = mod(v.CREATE_ACLS, 3)
+    r = admin.call(req(v.CREATE_ACLS, 3, creations=(a.AclCreation(
+        resource_type=T, resource_name="secret", resource_pattern_type=LITERAL,
+        principal="User:alice", host="*", operation=DESCRIBE, permission_type=ALLOW),)))
+    assert {name(x.error_code) for x in r.results} == {"NONE"}
+    r = until(beat, lambda r: settled(r, 2), "the regex refreshed after the ACL change")
+    obs["alice_regex_assignment_after_acl"] = (name(r.error_code), assigned(r))
+    alice.close()
+    admin.close()
+    return obs
+
+
 def run_script(bootstrap: str, sasl_bootstrap: str) -> dict[str, Obs]:
     host, port = bootstrap.rsplit(":", 1)
     admin = Connection(host, int(port), 15)
@@ -530,6 +583,7 @@ def run_script(bootstrap: str, sasl_bootstrap: str) -> dict[str, Obs]:
             obs[f"{user}_{step}"] = seen
         conn.close()
     obs.update(consumer_group_describe(sasl_bootstrap))
+    obs.update(regex_subscription(bootstrap, sasl_bootstrap))
     return obs
 
 
@@ -555,7 +609,8 @@ STEPS = [f"{user}_{step}" for user in ("alice", "bob") for step in (
                                "alter_client_quotas", "list_config_resources",
                                "alter_configs")],
     "share_heartbeat", "share_describe")] + [
-    "alice_consumer_group_describe", "carol_consumer_group_describe"]
+    "alice_consumer_group_describe", "carol_consumer_group_describe",
+    "alice_regex_assignment", "alice_regex_assignment_after_acl"]
 
 
 def _ports() -> dict[str, int]:

@@ -90,6 +90,7 @@ class Broker:
         self.mover = Mover(self.controller, admin.submit)  # partition reassignments
         self.groups = GroupService(self.state, self.cluster)
         self.consumer_groups = ConsumerGroupService(self.state, self.cluster, self.groups)
+        self.consumer_groups.authorizer = self.authorizer
         self.txns = TxnService(self.state, self.cluster, self.calls, self.groups)
         self.delays = DelayService(self.state, self.cluster, self.calls, self.controller)
         self.shares = ShareService(self.state, self.cluster, self.calls, self.controller)

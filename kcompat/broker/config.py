@@ -85,6 +85,7 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
         _D("group.consumer.max.assignment.interval.ms", "int", 15000, minimum=0),
         _D("group.consumer.assignor.offload.enable", "boolean", True, internal=True),
         _D("group.consumer.max.size", "int", 2147483647, minimum=1),
+        _D("group.consumer.regex.refresh.interval.ms", "int", 600000, minimum=10000),
         _D("group.consumer.assignors", "list", ["uniform", "range"],
            choices=("uniform", "range")),
         _D("group.share.session.timeout.ms", "int", 45000, minimum=1),

@@ -55,6 +55,7 @@ from kcompat.group.consumer_group import ConsumerGroup
 from kcompat.group.consumer_messages import ConsumerGroupConfig, Heartbeat, HeartbeatResult
 from kcompat.group.group import Group, GroupState
 from kcompat.group.offsets import consumer_group_key, group_key
+from kcompat.security.acl import Authorizer, Operation, ResourceType
 
 if TYPE_CHECKING:
     pass
@@ -68,6 +69,22 @@ class ConsumerGroupService(HostedGroups[ConsumerGroup]):
     log = log
     kind = "consumer group"
     expiry = "removed (session or rebalance timeout)"
+    #: the broker's (``authorizer.class.name``); None: a regex resolves to every match
+    authorizer: Authorizer | None = None
+
+    def _hosted(self, group: ConsumerGroup) -> ConsumerGroup:
+        """A group this service answers for: its regex subscriptions resolve to
+        the topics each member's principal may describe."""
+        group.topic_filter = None if self.authorizer is None else self._describable
+        return group
+
+    def _describable(self, principal: str, client_host: str,
+                     topics: tuple[str, ...]) -> list[str]:
+        authorizer, host = self.authorizer, client_host.removeprefix("/")
+        if authorizer is None:
+            return list(topics)
+        return [t for t in topics
+                if authorizer.authorize(principal, host, Operation.DESCRIBE, ResourceType.TOPIC, t)]
 
     # -- configs ------------------------------------------------------------------------
 
@@ -82,7 +99,9 @@ class ConsumerGroupService(HostedGroups[ConsumerGroup]):
             heartbeat_interval_ms=int(cfg["consumer.heartbeat.interval.ms"]),
             max_size=int(self.state.config["group.consumer.max.size"]),
             assignors=self.assignors,
-            assignment_interval_ms=int(cfg["consumer.assignment.interval.ms"]))
+            assignment_interval_ms=int(cfg["consumer.assignment.interval.ms"]),
+            regex_refresh_interval_ms=int(
+                self.state.config["group.consumer.regex.refresh.interval.ms"]))
 
     # -- the coordinator (``hosted_groups``) ----------------------------------------------
 
@@ -90,8 +109,8 @@ class ConsumerGroupService(HostedGroups[ConsumerGroup]):
         return self.classic.store.consumer_groups
 
     def _restore(self, group_id: str, raw: bytes) -> ConsumerGroup:
-        found = ConsumerGroup.restore(raw, now_ms(), self._group_config(group_id),
-                                      self.partition_counts())
+        found = self._hosted(ConsumerGroup.restore(raw, now_ms(), self._group_config(group_id),
+                                                   self.partition_counts()))
         self._wake.set()  # its members' sessions run from now
         return found
 
@@ -128,8 +147,8 @@ class ConsumerGroupService(HostedGroups[ConsumerGroup]):
             refused, converted = await self._claim_id(group_id, hb)
             if refused is not None:
                 return refused
-            group = converted or ConsumerGroup(group_id, self._group_config(group_id),
-                                               self.partition_counts())
+            group = self._hosted(converted or ConsumerGroup(
+                group_id, self._group_config(group_id), self.partition_counts()))
             before = None
         else:
             group.update_metadata(self.partition_counts())

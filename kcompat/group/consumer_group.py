@@ -31,7 +31,15 @@ Rules, as Kafka 4.4 answers them (checked against the reference broker):
   1000) has passed since the last computation; meanwhile the group is
   "Assigning". Each heartbeat then reconciles its member (``reconcile``).
 * Regex subscriptions are resolved here against the topic names (full match),
-  again whenever the topics change.
+  again whenever the topics change. With an authorizer (the host's
+  ``topic_filter``) a member's regex yields only the topics its principal may
+  DESCRIBE from its host (Kafka's ``filterTopicDescribeAuthorizedTopics``), so
+  a consumer is never assigned a topic it could not read or learn of; ACL
+  changes reach the resolutions ``regex_refresh_interval_ms``
+  (``group.consumer.regex.refresh.interval.ms``) after they were made, as
+  Kafka refreshes them. Resolutions are per principal and host, not one per
+  group as Kafka's (whose is filtered by whichever member's heartbeat
+  refreshed it).
 * Sessions end ``session_timeout_ms`` after the last heartbeat; a member that
   does not revoke within its rebalance timeout is removed too (``tick``).
 
@@ -55,7 +63,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -90,6 +98,10 @@ def _fenced_instance(hb: Heartbeat, owner: ConsumerMember) -> str:
             f"member {owner.member_id}.")
 
 
+#: (principal, client host, topics) -> those of the topics the principal may DESCRIBE
+TopicFilter = Callable[[str, str, tuple[str, ...]], Iterable[str]]
+
+
 class ConsumerGroup(EpochGroup[ConsumerMember], ClassicMembers):
     def __init__(self, group_id: str, config: ConsumerGroupConfig | None = None,
                  partition_counts: Mapping[str, int] | None = None) -> None:
@@ -97,6 +109,10 @@ class ConsumerGroup(EpochGroup[ConsumerMember], ClassicMembers):
         self.config = config or ConsumerGroupConfig()
         self._assigned_at_ms = NO_TIME
         self._regex: dict[str, tuple[str, ...]] = {}  # regex -> the topics it matches
+        self.topic_filter: TopicFilter | None = None  # the host's authorizer; None: all
+        # (regex, principal, host) -> the topics it matches that the principal may describe
+        self._allowed: dict[tuple[str, str, str], tuple[str, ...]] = {}
+        self._allowed_since_ms = NO_TIME
 
     # -- what the host reads -------------------------------------------------
 
@@ -117,8 +133,19 @@ class ConsumerGroup(EpochGroup[ConsumerMember], ClassicMembers):
     def subscribed_topics(self, member: ConsumerMember) -> tuple[str, ...]:
         names = set(member.subscribed_topic_names or ())
         if member.subscribed_topic_regex is not None:
-            names.update(self._regex.get(member.subscribed_topic_regex, ()))
+            names.update(self._regex_topics(member.subscribed_topic_regex, member))
         return tuple(sorted(names))
+
+    def _regex_topics(self, regex: str, member: ConsumerMember) -> tuple[str, ...]:
+        matched = self._regex.get(regex, ())
+        if self.topic_filter is None or not matched:
+            return matched
+        key = (regex, member.principal, member.client_host)
+        found = self._allowed.get(key)
+        if found is None:
+            allowed = set(self.topic_filter(member.principal, member.client_host, matched))
+            found = self._allowed[key] = tuple(t for t in matched if t in allowed)
+        return found
 
     def assignor_name(self) -> str:
         """The assignor most members asked for, else the broker's first."""
@@ -194,6 +221,7 @@ class ConsumerGroup(EpochGroup[ConsumerMember], ClassicMembers):
 
     def heartbeat(self, hb: Heartbeat, now_ms: int) -> HeartbeatResult:
         """One well-formed ConsumerGroupHeartbeat (``check_request`` passed)."""
+        self._refresh_authorized(now_ms)
         try:
             if hb.member_epoch in (LEAVE_GROUP_MEMBER_EPOCH, LEAVE_GROUP_STATIC_MEMBER_EPOCH):
                 return self._leave(hb)
@@ -212,7 +240,31 @@ class ConsumerGroup(EpochGroup[ConsumerMember], ClassicMembers):
 
     def _topics_changed(self) -> None:
         """A regex subscription matches the topics there are now."""
-        self._regex = {r: self._resolve(r) for r in self._regex}
+        resolved = {r: self._resolve(r) for r in self._regex}
+        moved = {r for r, topics in resolved.items() if self._regex.get(r) != topics}
+        self._regex = resolved
+        if moved:
+            self._allowed = {k: v for k, v in self._allowed.items() if k[0] not in moved}
+
+    def _subscriptions(self) -> object:
+        """Each member's subscribed topics too: one member's may change (a
+        topic it may now describe) while the group's union stays the same."""
+        return (self._subscribed_counts(),
+                {m.member_id: self.subscribed_topics(m) for m in self._members.values()})
+
+    def _refresh_authorized(self, now_ms: int) -> None:
+        """The ACL-filtered resolutions are made again
+        ``regex_refresh_interval_ms`` after the last time (an ACL change
+        reaches the assignment then); a change bumps the group epoch."""
+        if now_ms < self._allowed_since_ms + self.config.regex_refresh_interval_ms:
+            return
+        self._allowed_since_ms = now_ms
+        if not self._allowed:
+            return
+        before = self._subscriptions()
+        self._allowed = {}
+        if self._subscriptions() != before:
+            self._bump()
 
     def _expired(self, member: ConsumerMember, now_ms: int) -> bool:
         """Its session ended or it did not revoke within its rebalance timeout
@@ -294,7 +346,11 @@ class ConsumerGroup(EpochGroup[ConsumerMember], ClassicMembers):
             if value is not None and value != getattr(member, attr):
                 setattr(member, attr, value)
                 changed = True
+        if (hb.principal, hb.client_host) != (member.principal, member.client_host) \
+                and member.subscribed_topic_regex is not None and self.topic_filter is not None:
+            changed = True  # its regex may resolve to other topics now
         member.client_id, member.client_host = hb.client_id, hb.client_host
+        member.principal = hb.principal
         member.session_deadline_ms = now_ms + self._session_ms(member)
         self._members[member.member_id] = member
         if member.subscribed_topic_regex is not None and member.subscribed_topic_regex \

@@ -66,6 +66,8 @@ class ConsumerMember:
     classic_protocols: tuple[str, ...] = ()
     # KIP-1251: the member epoch at which each owned partition was assigned to it
     assignment_epochs: dict[Partition, int] = field(default_factory=dict)
+    # its last heartbeat's principal (a regex resolves to the topics it may describe)
+    principal: str = ""
 
     @property
     def is_classic(self) -> bool:
@@ -91,7 +93,8 @@ class ConsumerMember:
                 self.previous_member_epoch, self.state, sorted(map(list, self.assigned)),
                 sorted(map(list, self.revoking)), self.classic_session_timeout_ms,
                 list(self.classic_protocols),
-                sorted([t, p, e] for (t, p), e in self.assignment_epochs.items())]
+                sorted([t, p, e] for (t, p), e in self.assignment_epochs.items()),
+                self.principal]
 
     @classmethod
     def from_json(cls, row: list[Any]) -> ConsumerMember:
@@ -107,6 +110,8 @@ class ConsumerMember:
             member.classic_protocols = tuple(str(n) for n in row[15])
         if len(row) > 16:
             member.assignment_epochs = {(str(t), int(p)): int(e) for t, p, e in row[16]}
+        if len(row) > 17:
+            member.principal = str(row[17])
         return member
 
 

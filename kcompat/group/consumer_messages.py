@@ -44,6 +44,9 @@ class Heartbeat:
     owned: TopicPartitions | None = None
     client_id: str = ""
     client_host: str = ""
+    # who sent it (not on the wire): a regex subscription is resolved to the
+    # topics this principal may describe from ``client_host`` (``ConsumerGroup.topic_filter``)
+    principal: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,6 +112,7 @@ class ConsumerGroupConfig:
     max_size: int = 2_147_483_647  # group.consumer.max.size
     assignors: tuple[str, ...] = ("uniform", "range")  # group.consumer.assignors
     assignment_interval_ms: int = 1_000  # group.consumer.assignment.interval.ms
+    regex_refresh_interval_ms: int = 600_000  # group.consumer.regex.refresh.interval.ms
 
 
 class GroupError(Exception):

@@ -94,10 +94,10 @@ class EpochGroup(Generic[M]):
 
     def update_metadata(self, partition_counts: Mapping[str, int]) -> bool:
         """The cluster's topics changed; True if that bumped the group epoch."""
-        before = self._subscribed_counts()
+        before = self._subscriptions()
         self._topics = dict(partition_counts)
         self._topics_changed()
-        if self._subscribed_counts() == before:
+        if self._subscriptions() == before:
             return False
         self._bump()
         return True
@@ -115,6 +115,10 @@ class EpochGroup(Generic[M]):
 
     def _topics_changed(self) -> None:
         """After ``_topics`` was replaced, before the subscriptions are compared."""
+
+    def _subscriptions(self) -> object:
+        """What ``update_metadata`` compares: a change bumps the group epoch."""
+        return self._subscribed_counts()
 
     def _expired(self, member: M, now_ms: int) -> bool:
         raise NotImplementedError

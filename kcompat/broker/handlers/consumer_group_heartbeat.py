@@ -13,7 +13,8 @@ membership or assignment is written to ``__consumer_offsets`` before it is
 answered.
 Authorization (Kafka's): READ on the group, else GROUP_AUTHORIZATION_FAILED;
 subscribed topic names the principal may not all DESCRIBE are
-TOPIC_AUTHORIZATION_FAILED (a regex subscription is not filtered by ACLs here).
+TOPIC_AUTHORIZATION_FAILED; a regex subscription resolves to the topics the
+principal may DESCRIBE (``group.consumer_group``).
 """
 
 from __future__ import annotations
@@ -59,7 +60,7 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
         subscribed_topic_names=None if names is None else tuple(names),
         subscribed_topic_regex=getattr(request, "subscribed_topic_regex", None),  # v1+
         server_assignor=request.server_assignor, owned=_owned(ctx, request),
-        client_id=ctx.client_id or "", client_host=ctx.client_host)
+        client_id=ctx.client_id or "", client_host=ctx.client_host, principal=ctx.principal)
     if (denied := _denied(ctx, request.group_id, names)) is not None:
         return heartbeat_response(ctx, HeartbeatResult(denied))
     invalid = check_request(request.group_id, hb, service.assignors,

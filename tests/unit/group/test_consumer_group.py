@@ -142,6 +142,69 @@ def test_regex_subscription_follows_new_topics() -> None:
     assert not g.update_metadata({"orders-1": 2, "orders-2": 1, "other": 5})
 
 
+def test_regex_resolves_to_the_topics_the_principal_may_describe() -> None:
+    """Kafka's filterTopicDescribeAuthorizedTopics: a regex never brings a
+    member a topic its principal may not DESCRIBE (from its host); each member
+    is filtered by its own principal; an ACL change reaches the resolution
+    group.consumer.regex.refresh.interval.ms later, and bumps the group epoch."""
+    cfg = ConsumerGroupConfig(session_timeout_ms=10**9, heartbeat_interval_ms=500,
+                              assignment_interval_ms=0, regex_refresh_interval_ms=10_000)
+    g = ConsumerGroup("g", cfg, {"orders-eu": 2, "orders-us": 1, "other": 1})
+    may = {("User:alice", "/10.0.0.1"): {"orders-eu"},
+           ("User:bob", "/10.0.0.2"): {"orders-eu", "orders-us"}}
+    asked: list[tuple[str, ...]] = []
+
+    def describable(principal: str, host: str, topics: tuple[str, ...]) -> set[str]:
+        asked.append(topics)
+        return may.get((principal, host), set()) & set(topics)
+    g.topic_filter = describable
+
+    def regex_join(member: str, principal: str, host: str, now: int) -> object:
+        return g.heartbeat(Heartbeat(member, 0, rebalance_timeout_ms=1, owned=(),
+                                     subscribed_topic_regex="orders-.*", principal=principal,
+                                     client_host=host), now)
+    def alice_beat(now: int) -> None:
+        g.heartbeat(beat("a", a.member_epoch, a.assignment,  # type: ignore[attr-defined]
+                         principal="User:alice", client_host="/10.0.0.1"), now)
+    a = regex_join("a", "User:alice", "/10.0.0.1", 0)
+    assert a.assignment == (("orders-eu", (0, 1)),)  # type: ignore[attr-defined]
+    assert asked == [("orders-eu", "orders-us")]  # matches only are asked about
+    member = g.member("a")
+    assert member is not None
+    assert g.subscribed_topics(member) == ("orders-eu",)
+    regex_join("b", "User:bob", "/10.0.0.2", 1)
+    b = g.member("b")
+    assert b is not None and g.subscribed_topics(b) == ("orders-eu", "orders-us")
+    regex_join("c", "User:alice", "/10.9.9.9", 2)  # alice from another host: nothing
+    c = g.member("c")
+    assert c is not None and g.subscribed_topics(c) == ()
+    calls = len(asked)
+    alice_beat(3)
+    assert len(asked) == calls  # resolutions are kept between heartbeats
+
+    may[("User:alice", "/10.0.0.1")].add("orders-us")  # an ACL added
+    epoch = g.group_epoch
+    alice_beat(9_999)
+    assert g.subscribed_topics(member) == ("orders-eu",) and g.group_epoch == epoch
+    alice_beat(10_000)
+    assert g.subscribed_topics(member) == ("orders-eu", "orders-us")
+    assert g.group_epoch == epoch + 1
+
+    # a new matching topic is resolved for each principal at once: bob may describe it
+    may[("User:bob", "/10.0.0.2")].add("orders-jp")
+    assert g.update_metadata({"orders-eu": 2, "orders-us": 1, "orders-jp": 1, "other": 1})
+    assert g.subscribed_topics(b) == ("orders-eu", "orders-jp", "orders-us")
+    assert g.subscribed_topics(member) == ("orders-eu", "orders-us")
+    # one nobody may describe changes no subscription: no new group epoch
+    assert not g.update_metadata({"orders-eu": 2, "orders-us": 1, "orders-jp": 1,
+                                  "orders-x": 1, "other": 1})
+    back = ConsumerGroup.restore(g.snapshot_json(), 20_000, cfg, None)
+    back.topic_filter = describable
+    restored = back.member("b")
+    assert restored is not None and restored.principal == "User:bob"
+    assert back.subscribed_topics(restored) == ("orders-eu", "orders-jp", "orders-us")
+
+
 def test_offsets_checks() -> None:
     g = ConsumerGroup("g", CFG, {T: 1})
     r = g.heartbeat(join("a"), 0)
