@@ -97,7 +97,8 @@ class Broker:
         self.share_groups = ShareGroupService(self.state, self.cluster, self.groups,
                                               self.shares)
         # produce and fetch byte-rate quotas (the values in the metadata image)
-        self.quotas = ClientQuotas.of_config(QuotaConfig.of(config))
+        self.quotas = ClientQuotas.of_config(QuotaConfig.of(config),
+                                             mutations=QuotaConfig.of(config, "controller."))
         # counters and gauges for /metrics (admin_http)
         self.metrics = BrokerMetrics(self.state, self.groups.store)
         self.delays.export(self.metrics.registry)

@@ -194,6 +194,8 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
         # client byte-rate quotas (``quotas``): the samples of a rate and their length
         _D("quota.window.num", "int", 11, minimum=1),
         _D("quota.window.size.seconds", "int", 1, minimum=1),
+        _D("controller.quota.window.num", "int", 11, minimum=1),
+        _D("controller.quota.window.size.seconds", "int", 1, minimum=1),
         _D("controlled.shutdown.enable", "boolean", True),
         _D("replica.lag.time.max.ms", "long", 30000, minimum=1),
         # Snapshot the metadata log after this many applied bytes.

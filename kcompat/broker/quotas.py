@@ -1,6 +1,8 @@
-"""Client byte-rate quotas enforced: ``producer_byte_rate`` on Produce,
+"""Client quotas enforced: ``producer_byte_rate`` on Produce,
 ``consumer_byte_rate`` on Fetch, per user / client-id, as Kafka 4.4's
-``ClientQuotaManager`` enforces them.
+``ClientQuotaManager`` enforces them; and ``controller_mutation_rate`` on the
+partitions CreateTopics, CreatePartitions and DeleteTopics create or delete,
+as its ``ControllerMutationQuotaManager`` does (KIP-599, end of this module).
 
 Theory of operation
 -------------------
@@ -64,6 +66,8 @@ from kcompat.broker.controller.client_quotas import CLIENT_ID, USER, Entity
 
 PRODUCE = "producer_byte_rate"
 FETCH = "consumer_byte_rate"
+MUTATION = "controller_mutation_rate"
+THROTTLING_QUOTA_EXCEEDED = "The throttling quota has been exceeded."
 INT_MAX = 2**31 - 1
 SENSOR_EXPIRY_MS = 3600 * 1000
 _SWEEP_EVERY_MS = 60 * 1000
@@ -234,8 +238,10 @@ class QuotaConfig:
     window_size_s: int = 1  # quota.window.size.seconds
 
     @classmethod
-    def of(cls, config: Any) -> QuotaConfig:
-        return cls(int(config["quota.window.num"]), int(config["quota.window.size.seconds"]))
+    def of(cls, config: Any, prefix: str = "") -> QuotaConfig:
+        """From ``quota.window.*`` (``prefix="controller."``: the mutation quota's)."""
+        return cls(int(config[f"{prefix}quota.window.num"]),
+                   int(config[f"{prefix}quota.window.size.seconds"]))
 
 
 class ClientQuotaManager:
@@ -295,16 +301,124 @@ class ClientQuotaManager:
         return bound * (self.config.window_num - 1) * self.config.window_size_s
 
 
+# -- controller mutations (KIP-599) ---------------------------------------------------------
+#
+# A mutation is a partition created or deleted: CreateTopics counts each topic's
+# partitions, CreatePartitions the ones added, DeleteTopics the deleted topic's.
+# The rate is a token bucket (Kafka's ``TokenBucket``): it starts full at
+# quota × ``controller.quota.window.num`` × ``controller.quota.window.size.seconds``
+# tokens, refills at the quota per second up to that, and each mutation takes
+# one. *Strict* (CreateTopics v6+, CreatePartitions v3+, DeleteTopics v5+): a
+# topic is refused with THROTTLING_QUOTA_EXCEEDED while the bucket is below
+# zero, and may take it below zero when it is not (the request that empties it
+# goes through whole); the answer's throttle time is the time until the bucket
+# is back at zero. *Permissive* (older versions): everything goes through and
+# the answer carries that throttle. Kafka keeps one bucket per metric tags at
+# its active controller; kcompat keeps them at the broker that received the
+# request, as it checks the request's ACLs there.
+
+
+@dataclass(slots=True)
+class TokenBucket:
+    """Tokens refilled at a rate per second up to a burst; full at first use."""
+
+    tokens: float = 0.0
+    last_ms: int | None = None
+
+    def level(self, rate: float, burst: float, now_ms: int) -> float:
+        if self.last_ms is None:
+            self.tokens = burst
+        else:
+            self.tokens = min(burst, self.tokens + rate * (now_ms - self.last_ms) / 1000)
+        self.last_ms = now_ms
+        return self.tokens
+
+    def take(self, value: float, rate: float, burst: float, now_ms: int) -> None:
+        self.tokens = min(burst, self.level(rate, burst, now_ms) - value)
+
+
+class MutationQuota:
+    """One request's mutation quota (Kafka's Strict- and
+    PermissiveControllerMutationQuota): ``record`` the partitions of one topic."""
+
+    def __init__(self, bucket: TokenBucket, rate: float, burst: float, strict: bool,
+                 clock_ms: Callable[[], int]) -> None:
+        self.bucket, self.rate, self.burst = bucket, rate, burst
+        self.strict = strict
+        self.clock_ms = clock_ms
+        self._throttle_ms = 0
+        self._throttled_at_ms = 0
+
+    def _violated(self, now_ms: int) -> bool:
+        tokens = self.bucket.level(self.rate, self.burst, now_ms)
+        if tokens >= 0:
+            return False
+        self._throttle_ms = min(math.floor(-tokens / self.rate * 1000 + 0.5), INT_MAX)
+        self._throttled_at_ms = now_ms
+        return True
+
+    def record(self, permits: int) -> bool:
+        """Take ``permits``; False (nothing taken) if strict and the bucket is
+        already below zero."""
+        now_ms = self.clock_ms()
+        if self.strict and self._violated(now_ms):
+            return False
+        self.bucket.take(permits, self.rate, self.burst, now_ms)
+        if not self.strict:
+            self._violated(now_ms)
+        return True
+
+    def throttle_time_ms(self) -> int:
+        """The throttle last found, less the time since (the answer's throttle)."""
+        return max(0, self._throttle_ms - (self.clock_ms() - self._throttled_at_ms))
+
+
+class ControllerMutationQuotaManager:
+    """The token buckets of ``controller_mutation_rate`` per metric tags."""
+
+    def __init__(self, config: QuotaConfig = QuotaConfig(),
+                 clock_ms: Callable[[], int] = monotonic_ms) -> None:
+        self.config = config
+        self.clock_ms = clock_ms
+        self.buckets: dict[Tags, tuple[TokenBucket, int]] = {}  # tags -> (bucket, last use)
+        self._swept_ms = clock_ms()
+
+    def quota_for(self, quotas: Quotas, principal: str, client_id: str | None,
+                  strict: bool) -> MutationQuota | None:
+        """This (principal, client id)'s quota for one request; None: no quota."""
+        if not enabled(quotas, MUTATION):
+            return None
+        tags = metric_tags(quotas, MUTATION, user_of(principal), client_id or "")
+        rate = quota_limit(quotas, MUTATION, tags)
+        if rate is None or rate <= 0:
+            return None
+        now_ms = self.clock_ms()
+        if now_ms - self._swept_ms >= _SWEEP_EVERY_MS:
+            self._swept_ms = now_ms
+            self.buckets = {t: (b, at) for t, (b, at) in self.buckets.items()
+                            if now_ms - at < SENSOR_EXPIRY_MS}
+        found = self.buckets.get(tags)
+        bucket = found[0] if found else TokenBucket()
+        self.buckets[tags] = (bucket, now_ms)
+        burst = rate * self.config.window_num * self.config.window_size_s
+        return MutationQuota(bucket, rate, burst, strict, self.clock_ms)
+
+
 @dataclass(slots=True)
 class ClientQuotas:
-    """A broker's Produce and Fetch byte-rate quota managers."""
+    """A broker's Produce and Fetch byte-rate quota managers and its controller
+    mutation quota manager."""
 
     produce: ClientQuotaManager
     fetch: ClientQuotaManager
+    mutations: ControllerMutationQuotaManager = field(
+        default_factory=ControllerMutationQuotaManager)
 
     @classmethod
     def of_config(cls, config: QuotaConfig,
-                  clock_ms: Callable[[], int] = monotonic_ms) -> ClientQuotas:
+                  clock_ms: Callable[[], int] = monotonic_ms,
+                  mutations: QuotaConfig = QuotaConfig()) -> ClientQuotas:
         return cls(ClientQuotaManager(PRODUCE, config, clock_ms),
-                   ClientQuotaManager(FETCH, config, clock_ms))
+                   ClientQuotaManager(FETCH, config, clock_ms),
+                   ControllerMutationQuotaManager(mutations, clock_ms))
 

@@ -45,7 +45,7 @@ MAX_TOPIC_NAME = 249
 
 
 class TopicError(Exception):
-    def __init__(self, code: ErrorCode, message: str) -> None:
+    def __init__(self, code: ErrorCode, message: str | None) -> None:
         super().__init__(message)
         self.code = code
         self.message = message

@@ -16,10 +16,11 @@ from kafka.protocol.producer.produce import ProduceRequest, ProduceResponse  # n
 
 
 class RawConnection:
-    def __init__(self, bootstrap: str, timeout: float = 10.0) -> None:
+    def __init__(self, bootstrap: str, timeout: float = 10.0, client_id: str = "raw-test") -> None:
         host, port = bootstrap.rsplit(":", 1)
         self.sock = socket.create_connection((host, int(port)), timeout=timeout)
         self.cid = 0
+        self.client_id = client_id
 
     def close(self) -> None:
         self.sock.close()
@@ -29,7 +30,7 @@ class RawConnection:
 
     def send(self, request: Any) -> int:
         self.cid += 1
-        request.with_header(correlation_id=self.cid, client_id="raw-test")
+        request.with_header(correlation_id=self.cid, client_id=self.client_id)
         self.send_bytes(bytes(request.encode(header=True)))
         return self.cid
 

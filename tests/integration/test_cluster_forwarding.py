@@ -27,12 +27,15 @@ from kafka.protocol.admin import (
     CreateTopicsResponse,
     DeleteTopicsRequest,
     DeleteTopicsResponse,
+    DescribeClientQuotasRequest,
+    DescribeClientQuotasResponse,
 )
 from kafka.protocol.metadata import MetadataRequest, MetadataResponse
 
 from compat_tests._broker import unique_topic
 from compat_tests._cluster import Cluster, consume_all, diagnostics
 from tests.integration._raw import RawConnection
+from tests.integration.test_quota_enforcement import set_quota
 
 OK, UNKNOWN_TOPIC, NOT_CONTROLLER = 0, 3, 41
 PARTITIONS = 3
@@ -126,6 +129,59 @@ def test_create_and_delete_topics_on_every_non_controller(cluster: Cluster) -> N
                 conn.close()
             assert (deleted.error_code, deleted.topic_id) == (OK, r.topic_id), deleted
             assert _metadata(bootstrap, topic)[0] == UNKNOWN_TOPIC
+
+
+def _until_quota_known(bootstrap: str, client_id: str) -> None:
+    """Until the broker at ``bootstrap`` describes a quota of ``client_id`` (it
+    applies the committed record a moment after the controller)."""
+    R = DescribeClientQuotasRequest
+    req = R[1](components=[R.ComponentData(entity_type="client-id", match_type=0,
+                                           match=client_id)], strict=False)
+    deadline = time.monotonic() + 15
+    while True:
+        conn = RawConnection(bootstrap)
+        try:
+            entries = conn.request(req, DescribeClientQuotasResponse[1]).entries
+        finally:
+            conn.close()
+        if entries:
+            return
+        assert time.monotonic() < deadline, f"{bootstrap} never learnt {client_id}'s quota"
+        time.sleep(0.05)
+
+
+def test_mutation_quota_on_a_non_controller(cluster: Cluster) -> None:
+    """KIP-599 at a broker that forwards its creations: a client id with
+    controller_mutation_rate=1 (a bucket of 11 partitions) creates 12 at once,
+    then is refused THROTTLING_QUOTA_EXCEEDED (89) with a throttle; the topic
+    that went through exists on every broker; another client id is not refused."""
+    with diagnostics(cluster):
+        controller = cluster.wait_for_controller()
+        node = next(n for n in cluster.brokers if n != controller)
+        bootstrap = cluster.brokers[node].bootstrap
+        client = f"mutq-{uuid.uuid4().hex[:8]}"
+        set_quota(cluster.brokers[controller].bootstrap, client, "controller_mutation_rate", 1.0)
+        t = CreateTopicsRequest[7].CreatableTopic
+
+        def create(topic: str, partitions: int, client_id: str) -> CreateTopicsResponse:
+            conn = RawConnection(bootstrap, timeout=40, client_id=client_id)
+            try:
+                return conn.request(CreateTopicsRequest[7](
+                    topics=[t(name=topic, num_partitions=partitions, replication_factor=3,
+                              assignments=[], configs=[])], timeout_ms=20_000,
+                    validate_only=False), CreateTopicsResponse[7])
+            finally:
+                conn.close()
+        _until_quota_known(bootstrap, client)
+        big, refused, other = (unique_topic(f"mutq-{k}") for k in ("big", "refused", "other"))
+        r = create(big, 12, client)  # a full bucket: taken below zero, not refused
+        assert (r.topics[0].error_code, r.throttle_time_ms) == (OK, 0), r
+        r = create(refused, 1, client)
+        assert r.topics[0].error_code == 89 and r.throttle_time_ms > 0, r
+        assert _metadata(bootstrap, refused)[0] == UNKNOWN_TOPIC
+        for b in cluster.brokers.values():
+            assert _metadata(b.bootstrap, big)[:2] == (OK, 12)
+        assert create(other, 1, "some-other-client").topics[0].error_code == OK
 
 
 def test_metadata_names_a_random_live_broker_as_controller(cluster: Cluster) -> None:

@@ -45,12 +45,13 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
                               extra_args=("--set", "quota.window.num=2")))
 
 
-def set_quota(bootstrap: str, client_id: str, key: str, value: float) -> None:
-    """AlterClientQuotas v0 for /clients/<client_id> (kafka-python's codec)."""
+def set_quota(bootstrap: str, client_id: str, key: str, value: float | None) -> None:
+    """AlterClientQuotas v0 for /clients/<client_id> (kafka-python's codec);
+    None removes the key."""
     entry = AlterClientQuotasRequest.EntryData
     req = AlterClientQuotasRequest(version=0, validate_only=False, entries=[entry(
         entity=[entry.EntityData(entity_type="client-id", entity_name=client_id)],
-        ops=[entry.OpData(key=key, value=value, remove=False)])])
+        ops=[entry.OpData(key=key, value=value or 0.0, remove=value is None)])])
     conn = RawConnection(bootstrap)
     try:
         response = conn.request(req, AlterClientQuotasResponse[0])

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import logging
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 import trio
@@ -102,14 +103,20 @@ def _controller(ctl: Controller) -> None:
 async def create_topic(ctl: Controller, name: str, partitions: int, replication: int,
                        configs: dict[str, Any], validate_only: bool = False,
                        manual: list[tuple[int, ...]] | None = None,
-                       timeout_s: float = FORWARD_TIMEOUT_S) -> TopicMeta:
+                       timeout_s: float = FORWARD_TIMEOUT_S,
+                       quota: Callable[[int], None] | None = None) -> TopicMeta:
     """CreateTopics on any broker: validate and plan (``validate_only``: here,
     against this broker's image) or create through the controller (``submit``)
     within ``timeout_s``; the topic as this broker's image has it once created
-    (or as it would be), or TopicError with Kafka's code."""
-    if validate_only:
+    (or as it would be), or TopicError with Kafka's code. ``quota`` takes the
+    topic's partition count once it is valid (a controller mutation quota,
+    which may refuse it), as Kafka's controller does before it creates."""
+    if validate_only or quota is not None:
         rec = _create_record(ctl, name, partitions, replication, configs, manual=manual)
-        return TopicMeta(name, uuid.UUID(rec["id"]), rec["partitions"], rec["configs"])
+        if quota is not None:
+            quota(rec["partitions"])
+        if validate_only:
+            return TopicMeta(name, uuid.UUID(rec["id"]), rec["partitions"], rec["configs"])
     deadline = trio.current_time() + timeout_s
     topic_id = str(uuid.uuid4())
     intent = {"op": "create_topic", "name": name, "id": topic_id, "partitions": partitions,

@@ -7,6 +7,9 @@ Kafka's message. Committed through the controller (``controller.admin.submit``).
 INVALID_REQUEST ("Duplicate topic name."); an unknown topic
 UNKNOWN_TOPIC_OR_PARTITION; a count that is not an increase INVALID_PARTITIONS.
 ``validate_only`` changes nothing.
+Controller mutation quota (KIP-599): a valid increase takes the partitions it
+adds; from v3 a topic met with the bucket already empty is
+THROTTLING_QUOTA_EXCEEDED, earlier versions are only throttled.
 Authorization (Kafka's controller): ALTER on each topic, else
 TOPIC_AUTHORIZATION_FAILED without a message, answered after the others.
 """
@@ -19,8 +22,8 @@ from kio.schema.errors import ErrorCode
 
 from kcompat.broker.context import RequestContext
 from kcompat.broker.controller.admin import submit
-from kcompat.broker.handlers import _authz
-from kcompat.broker.handlers._common import NO_THROTTLE, OK, duplicates
+from kcompat.broker.handlers import _authz, _quota
+from kcompat.broker.handlers._common import OK, duplicates
 from kcompat.broker.state import TopicError, check_replicas
 
 
@@ -43,11 +46,13 @@ def _manual_assignment(ctx: RequestContext, topic: Any) -> list[list[int]] | Non
     return [list(a.broker_ids) for a in topic.assignments]
 
 
-async def _create(ctx: RequestContext, topic: Any, validate_only: bool) -> Any:
+async def _create(ctx: RequestContext, topic: Any, validate_only: bool,
+                  quota: _quota.MutationQuota | None) -> Any:
     code, message = OK, None
     try:
         manual = _manual_assignment(ctx, topic)
         intent = ctx.state.add_partitions(topic.name, topic.count)
+        _quota.take(quota, topic.count - ctx.state.topics[topic.name].partitions)
         if manual:
             intent["assignments"] = manual
         if not validate_only:
@@ -62,17 +67,19 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
     dups = duplicates(t.name for t in request.topics)
     results, reported, denied = [], set(), []
     allowed = _authz.topics(ctx, _authz.Op.ALTER, (t.name for t in request.topics))
+    quota = _quota.mutations(ctx, strict_since=3)
     for topic in request.topics:
         if topic.name not in dups and topic.name not in allowed:
             denied.append(ctx.build("CreatePartitionsTopicResult", name=topic.name,
                                     error_code=ErrorCode.topic_authorization_failed,
                                     error_message=None))  # Kafka 4.4's: no message
         elif topic.name not in dups:
-            results.append(await _create(ctx, topic, request.validate_only))
+            results.append(await _create(ctx, topic, request.validate_only, quota))
         elif topic.name not in reported:
             reported.add(topic.name)
             results.append(ctx.build(
                 "CreatePartitionsTopicResult", name=topic.name,
                 error_code=ErrorCode.invalid_request, error_message="Duplicate topic name.",
             ))
-    return ctx.response(throttle_time=NO_THROTTLE, results=tuple(results + denied))
+    return ctx.response(throttle_time=_quota.mutation_throttle(ctx, quota),
+                        results=tuple(results + denied))

@@ -18,6 +18,9 @@ once the topic's record is committed and applied here too and the new
 partitions' first leaders are elected (bounded by ``LEADERS_WAIT_S`` and the
 request's timeout), so a Metadata that follows names them, as Kafka's does
 (its creation record names the leaders).
+Controller mutation quota (KIP-599, ``broker.quotas``): a valid topic takes its
+partition count; from v6 a topic met with the bucket already empty is
+THROTTLING_QUOTA_EXCEEDED, earlier versions are only throttled.
 Authorization (Kafka's controller): CREATE on the cluster, else on each topic;
 a topic denied is TOPIC_AUTHORIZATION_FAILED "Authorization failed.", answered
 after the others; a created topic's configs only with DESCRIBE_CONFIGS on it, else
@@ -33,9 +36,8 @@ from kio.schema.errors import ErrorCode
 
 from kcompat.broker.context import RequestContext
 from kcompat.broker.controller import admin
-from kcompat.broker.handlers import _authz
+from kcompat.broker.handlers import _authz, _quota
 from kcompat.broker.handlers._common import (
-    NO_THROTTLE,
     OK,
     duplicates,
     null_config_check,
@@ -95,13 +97,15 @@ def _error(ctx: RequestContext, name: str, code: ErrorCode, message: str | None)
 
 
 async def _create(ctx: RequestContext, topic: Any, validate_only: bool,
-                  leaders_wait_s: float, timeout_s: float) -> Any:
+                  leaders_wait_s: float, timeout_s: float,
+                  quota: _quota.MutationQuota | None) -> Any:
     try:
         manual = _manual_assignment(ctx, topic) if topic.assignments else None
         configs = null_config_check(topic.configs)
-        meta = await admin.create_topic(ctx.controller, topic.name, topic.num_partitions,
-                                        topic.replication_factor, configs, validate_only,
-                                        manual, timeout_s)
+        meta = await admin.create_topic(
+            ctx.controller, topic.name, topic.num_partitions, topic.replication_factor,
+            configs, validate_only, manual, timeout_s,
+            None if quota is None else lambda permits: _quota.take(quota, permits))
     except TopicError as e:
         return _error(ctx, topic.name, e.code, e.message)
     if not validate_only:
@@ -137,6 +141,7 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
     deadline = now + min(LEADERS_WAIT_S, timeout_s)
     # how long the creation may wait for a controller (Kafka's request.timeout.ms if none given)
     forward_until = now + (timeout_s if timeout_s > 0 else admin.FORWARD_TIMEOUT_S)
+    quota = _quota.mutations(ctx, strict_since=6)
     for topic in request.topics:
         if topic.name not in dups and not (anywhere or _authz.topic(ctx, _authz.Op.CREATE,
                                                                    topic.name)):
@@ -145,10 +150,12 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
         elif topic.name not in dups:
             wait_s = max(0.0, deadline - trio.current_time())
             forward_s = max(0.0, forward_until - trio.current_time())
-            results.append(await _create(ctx, topic, request.validate_only, wait_s, forward_s))
+            results.append(await _create(ctx, topic, request.validate_only, wait_s, forward_s,
+                                         quota))
         elif topic.name not in reported:
             reported.add(topic.name)
             results.append(_error(ctx, topic.name, ErrorCode.invalid_request,
                                   "Duplicate topic name."))
     # Kafka's controller answers the topics denied after the others
-    return ctx.response(throttle_time=NO_THROTTLE, topics=tuple(results + denied))
+    return ctx.response(throttle_time=_quota.mutation_throttle(ctx, quota),
+                        topics=tuple(results + denied))

@@ -9,6 +9,9 @@ TOPIC_DELETION_DISABLED. v6 answers carry the deleted topic's id. Any broker
 deletes through the controller (here or forwarded to it, asking again while
 none is known until ``timeout_ms``, ``controller.admin``) and answers once its
 own image has dropped the topic.
+Controller mutation quota (KIP-599): a topic to delete takes its partition
+count; from v5 a topic met with the bucket already empty is
+THROTTLING_QUOTA_EXCEEDED, earlier versions are only throttled.
 Authorization (Kafka's controller): DELETE on the cluster, else DESCRIBE and
 DELETE on each topic, else TOPIC_AUTHORIZATION_FAILED — by name with the zero id,
 by id with the id and, to a principal that may not DESCRIBE it, no name.
@@ -24,8 +27,8 @@ from kio.schema.errors import ErrorCode
 
 from kcompat.broker.context import RequestContext
 from kcompat.broker.controller.admin import FORWARD_TIMEOUT_S, delete_topic
-from kcompat.broker.handlers import _authz
-from kcompat.broker.handlers._common import NO_THROTTLE, OK, duplicates
+from kcompat.broker.handlers import _authz, _quota
+from kcompat.broker.handlers._common import OK, duplicates
 from kcompat.broker.state import TopicError
 
 _ZERO = uuid.UUID(int=0)
@@ -54,7 +57,7 @@ def _denied(ctx: RequestContext, name: str, by_id: bool
 
 
 def _delete(ctx: RequestContext, name: str | None, topic_id: uuid.UUID | None,
-            pending: list[str]) -> Any:
+            pending: list[str], quota: _quota.MutationQuota | None) -> Any:
     state = ctx.state
     code, message = OK, None
     by_id = name is None
@@ -76,6 +79,8 @@ def _delete(ctx: RequestContext, name: str | None, topic_id: uuid.UUID | None,
             name, topic_id = denied
             raise TopicError(ErrorCode.topic_authorization_failed,
                              _authz.MESSAGES[ErrorCode.topic_authorization_failed])
+        if meta is not None:
+            _quota.take(quota, meta.partitions)
         pending.append(name)  # committed through the controller below
     except TopicError as e:
         code, message = e.code, e.message
@@ -89,6 +94,7 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
     dup_ids = duplicates(i for _, i in wanted if i is not None)
     results, reported = [], set()
     pending: list[str] = []
+    quota = _quota.mutations(ctx, strict_since=5)
     for name, topic_id in wanted:
         if name in dup_names or topic_id in dup_ids:
             key = name if name in dup_names else topic_id
@@ -100,10 +106,11 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
                     error_code=ErrorCode.invalid_request, error_message=f"Duplicate topic {what}.",
                 ))
             continue
-        results.append(_delete(ctx, name, topic_id, pending))
+        results.append(_delete(ctx, name, topic_id, pending, quota))
     if pending:
         results = await _commit_deletions(ctx, request, results, pending)
-    return ctx.response(throttle_time=NO_THROTTLE, responses=tuple(results))
+    return ctx.response(throttle_time=_quota.mutation_throttle(ctx, quota),
+                        responses=tuple(results))
 
 
 async def _commit_deletions(ctx: RequestContext, request: Any, results: list[Any],

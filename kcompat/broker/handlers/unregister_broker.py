@@ -31,7 +31,8 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
         code = ErrorCode.cluster_authorization_failed
         return ctx.response(throttle_time=NO_THROTTLE, error_code=code,
                             error_message=_authz.MESSAGES[code])
-    code, message = OK, ""  # Kafka 4.4 answers an empty message, not null
+    code = OK
+    message: str | None = ""  # Kafka 4.4 answers an empty message, not null
     try:
         await submit(ctx.controller, {"op": "unregister_broker", "name": "",
                                       "id": int(request.broker_id)})

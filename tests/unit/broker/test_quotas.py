@@ -21,8 +21,10 @@ import pytest
 
 from kcompat.broker.quotas import (
     FETCH,
+    MUTATION,
     PRODUCE,
     ClientQuotaManager,
+    ControllerMutationQuotaManager,
     QuotaConfig,
     Quotas,
     Rate,
@@ -237,3 +239,52 @@ def test_the_user_is_the_principals_name() -> None:
     assert user_of("User:alice") == "alice"
     assert user_of("User:CN=a:b") == "CN=a:b"
     assert user_of("ANONYMOUS") == "ANONYMOUS"
+
+
+# -- controller mutations (KIP-599) ------------------------------------------------------------
+# Kafka's StrictControllerMutationQuotaTest and PermissiveControllerMutationQuotaTest
+# walk through the same numbers: quota 10 a second, 10 windows of 1 s (burst 100).
+
+MUTATING: Quotas = {((CLIENT, "admin"),): {MUTATION: 10.0}}
+
+
+def mutations() -> tuple[ControllerMutationQuotaManager, Clock]:
+    clock = Clock()
+    clock.now_ms = 1_000_000
+    return ControllerMutationQuotaManager(QuotaConfig(10, 1), clock), clock
+
+
+def test_a_strict_quota_refuses_only_once_the_bucket_is_below_zero() -> None:
+    manager, clock = mutations()
+    quota = manager.quota_for(MUTATING, "User:ANONYMOUS", "admin", strict=True)
+    assert quota is not None
+    assert quota.record(90) and quota.throttle_time_ms() == 0  # 100 -> 10
+    assert quota.record(90) and quota.throttle_time_ms() == 0  # 10 -> -80: still accepted
+    assert not quota.record(30)  # below zero: refused, nothing taken
+    assert quota.throttle_time_ms() == 8000  # -80 tokens at 10 a second
+    clock.now_ms += 3000
+    assert quota.throttle_time_ms() == 5000  # the throttle found, less the time since
+    again = manager.quota_for(MUTATING, "User:ANONYMOUS", "admin", strict=True)
+    assert again is not None and not again.record(1)  # -50: the same bucket, refused
+    assert again.throttle_time_ms() == 5000
+    clock.now_ms += 5000
+    assert again.record(1)  # back at zero
+
+
+def test_a_permissive_quota_accepts_everything_and_throttles() -> None:
+    manager, clock = mutations()
+    quota = manager.quota_for(MUTATING, "User:ANONYMOUS", "admin", strict=False)
+    assert quota is not None
+    assert quota.record(90) and quota.throttle_time_ms() == 0
+    assert quota.record(90) and quota.throttle_time_ms() == 8000
+    assert quota.record(30) and quota.throttle_time_ms() == 11000
+    clock.now_ms += 10_000
+    assert quota.throttle_time_ms() == 1000
+
+
+def test_no_mutation_quota_without_one_for_this_client() -> None:
+    manager, _ = mutations()
+    assert manager.quota_for({}, "User:ANONYMOUS", "admin", strict=True) is None
+    assert manager.quota_for(MUTATING, "User:ANONYMOUS", "other", strict=True) is None
+    bytes_only: Quotas = {((CLIENT, "admin"),): {PRODUCE: 1.0}}
+    assert manager.quota_for(bytes_only, "User:ANONYMOUS", "admin", strict=True) is None
