@@ -196,3 +196,35 @@ def test_cluster_default_reaches_every_broker(tbroker: Deployment) -> None:
         producer.close()
         _alter(cluster.brokers[lifted].bootstrap, str(lifted), "message.max.bytes", None)
         _alter(other.bootstrap, "", "message.max.bytes", None)
+
+
+def _second_connection_served(bootstrap: str, source: str) -> bool:
+    """Two connections from ``source`` held open: is the second one served?"""
+    from compat_tests.java.test_connection_limits_differential import _open, _served
+    first, second = _open(bootstrap, source), _open(bootstrap, source)
+    try:
+        return _served(first) and _served(second)
+    finally:
+        first.close()
+        second.close()
+
+
+@pytest.mark.parametrize("tbroker", RF3_ONLY, indirect=True)
+def test_a_per_ip_connection_limit_reaches_every_broker(tbroker: Deployment) -> None:
+    """max.connections.per.ip.overrides set as the cluster default through one
+    broker: every broker then refuses a second connection from that address
+    (127.0.0.2, which no other test uses), and serves it again once removed."""
+    cluster = tbroker.cluster
+    assert cluster is not None
+    key, source = "max.connections.per.ip.overrides", "127.0.0.2"
+    brokers = list(cluster.brokers.values())
+    _alter(brokers[1].bootstrap, "", key, f"{source}:1")
+    try:
+        for b in brokers:
+            _until(lambda b=b: not _second_connection_served(  # type: ignore[misc]
+                b.bootstrap, source), f"{b.bootstrap} never applied {key}")
+    finally:
+        _alter(brokers[1].bootstrap, "", key, None)
+    for b in brokers:
+        _until(lambda b=b: _second_connection_served(b.bootstrap, source),  # type: ignore[misc]
+               f"{b.bootstrap} still refuses after {key} was removed")

@@ -32,6 +32,7 @@ import trio
 
 from kcompat.broker import listeners, peer_security
 from kcompat.broker.config import BrokerConfig
+from kcompat.broker.connection_quotas import ConnectionQuotas
 from kcompat.broker.consumer_groups import ConsumerGroupService
 from kcompat.broker.controller import admin
 from kcompat.broker.controller.quorum import Controller
@@ -99,6 +100,10 @@ class Broker:
         # produce and fetch byte-rate quotas (the values in the metadata image)
         self.quotas = ClientQuotas.of_config(QuotaConfig.of(config),
                                              mutations=QuotaConfig.of(config, "controller."))
+        # connections per IP, listener and broker, and each IP's creation rate
+        self.connection_quotas = ConnectionQuotas(
+            config, self.listeners[0].name, lambda: self.state.metadata.image.client_quotas,
+            len(self.listeners))
         # counters and gauges for /metrics (admin_http)
         self.metrics = BrokerMetrics(self.state, self.groups.store)
         self.delays.export(self.metrics.registry)

@@ -25,6 +25,15 @@ from kcompat.security import properties
 from kcompat.security.acl import STANDARD_AUTHORIZER
 
 
+def _host_counts(value: str) -> str | None:
+    """``max.connections.per.ip.overrides``: ``host:count`` pairs, comma-separated."""
+    for item in (p.strip() for p in value.split(",")):
+        host, sep, count = item.rpartition(":")
+        if item and not (sep and host and count.strip().isdigit()):
+            return f"{item!r} is not host:count"
+    return None
+
+
 def _one_dir(value: list[str]) -> str | None:
     """log.dirs is a LIST as in Kafka; kcompat keeps its data in one directory."""
     if len(value) != 1:
@@ -195,6 +204,10 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
         _D("quota.window.num", "int", 11, minimum=1),
         _D("quota.window.size.seconds", "int", 1, minimum=1),
         _D("controller.quota.window.num", "int", 11, minimum=1),
+        # connection limits (``connection_quotas``)
+        _D("max.connections", "int", 2147483647, minimum=0),
+        _D("max.connections.per.ip", "int", 2147483647, minimum=0),
+        _D("max.connections.per.ip.overrides", "string", "", check=_host_counts),
         _D("controller.quota.window.size.seconds", "int", 1, minimum=1),
         _D("controlled.shutdown.enable", "boolean", True),
         _D("replica.lag.time.max.ms", "long", 30000, minimum=1),
@@ -285,7 +298,7 @@ def definition_of(key: str) -> ConfigDef | None:
     if base is None and rest.endswith("." + _JAAS_SUFFIX):
         base = BROKER_CONFIGS[_JAAS_SUFFIX]
     if base is None or not (rest.startswith(("ssl.", "sasl.", "connections.max.reauth"))
-                            or rest.endswith(_JAAS_SUFFIX)):
+                            or rest.endswith(_JAAS_SUFFIX) or rest == "max.connections"):
         return None
     return ConfigDef(key, base.type, base.default, base.choices, base.minimum, base.maximum,
                      sensitive=base.secret, check=base.check)

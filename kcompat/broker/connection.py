@@ -29,6 +29,7 @@ from typing import Any
 import trio
 
 from kcompat.broker.broker import Broker
+from kcompat.broker.connection_quotas import ConnectionRefused
 from kcompat.broker.context import RequestContext
 from kcompat.broker.handlers import HANDLERS
 from kcompat.broker.handlers.api_versions import unsupported_version_response
@@ -69,6 +70,24 @@ async def serve_connection(stream: trio.SocketStream, broker: Broker,
     except OSError:
         peer = ("?", 0)
     session = Session.open(listener or broker.listeners[0], f"/{peer[0]}")
+    limits = broker.connection_quotas
+    try:
+        await limits.admit(session.listener.name, peer[0])
+    except ConnectionRefused as e:  # Kafka's acceptor: closed (after a throttle), unread
+        log.info("closing connection from %s (%s): %s", peer, session.listener.name, e)
+        await trio.sleep(e.close_after_s)
+        with trio.move_on_after(1) as scope:
+            scope.shield = True
+            await stream.aclose()
+        return
+    try:
+        await _serve(stream, broker, session, peer)
+    finally:
+        limits.release(session.listener.name, peer[0])
+
+
+async def _serve(stream: trio.SocketStream, broker: Broker, session: Session,
+                 peer: Any) -> None:
     reader = FrameReader(broker.config["socket.request.max.bytes"])
     broker.metrics.connections.inc()
     idle = broker.idle_reads

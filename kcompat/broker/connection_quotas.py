@@ -1,0 +1,164 @@
+"""Connection limits, as Kafka's ``ConnectionQuotas`` applies them.
+
+Theory of operation
+-------------------
+Every accepted connection is admitted here before its first byte is read
+(``admit``) and let go when it closes (``release``); the limits are read at
+each admission, so a dynamic change (AlterConfigs on the cluster default or a
+broker) applies to the next connection.
+
+* ``max.connections`` (broker-wide) and ``listener.name.<l>.max.connections``:
+  a connection beyond them waits, unread, until another closes — Kafka's
+  acceptor blocks the same way. While other listeners exist the inter-broker
+  listener is exempt from the broker-wide limit (its listener limit holds).
+* ``connection_creation_rate`` of an ``ip`` quota entity (AlterClientQuotas;
+  the ``<default>`` ip entity for the others): a connection that takes its IP
+  over the rate is refused and closed after the throttle time, capped at one
+  ``quota.window.size.seconds`` window, and not counted
+  (``ConnectionThrottledException``). The rate is the byte quotas' ``Rate``.
+* ``max.connections.per.ip`` and ``max.connections.per.ip.overrides``
+  (``host:count`` pairs): a connection from an IP already holding its limit is
+  closed at once (``TooManyConnectionsException``).
+
+Not done: Kafka's broker- and listener-wide ``max.connection.creation.rate``
+(an acceptor delay) and its closing of the least recently used connection
+when ``max.connections`` is lowered below the connections open.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+import socket
+from collections.abc import Callable
+from typing import Any
+
+import trio
+
+from kcompat.broker.controller.client_quotas import IP
+from kcompat.broker.quotas import QuotaConfig, Quotas, Rate, monotonic_ms, throttle_time_ms
+
+log = logging.getLogger("kcompat.conn")
+
+RATE = "connection_creation_rate"
+_IDLE_MS = 3600 * 1000
+_SWEEP_ABOVE = 10_000
+
+
+class ConnectionRefused(Exception):
+    """Close this connection (after ``close_after_s``): the reason is logged."""
+
+    def __init__(self, reason: str, close_after_s: float = 0.0) -> None:
+        super().__init__(reason)
+        self.close_after_s = close_after_s
+
+
+def _address(host: str) -> str:
+    """An IP in one spelling; a host name resolved (Kafka's InetAddress.getByName)."""
+    try:
+        return str(ipaddress.ip_address(host))
+    except ValueError:
+        return socket.gethostbyname(host)
+
+
+def parse_overrides(text: str) -> dict[str, int]:
+    """``max.connections.per.ip.overrides``: ``host:count`` pairs, comma-separated."""
+    out: dict[str, int] = {}
+    for item in (p.strip() for p in text.split(",")):
+        if not item:
+            continue
+        host, sep, count = item.rpartition(":")
+        if not sep or not host or not count.strip().isdigit():
+            raise ValueError(f"{item!r} is not host:count")
+        out[_address(host.strip().strip("[]"))] = int(count)
+    return out
+
+
+class ConnectionQuotas:
+    """The connections open per IP, per listener and in all, and each IP's rate."""
+
+    def __init__(self, config: Any, inter_broker: str, quotas: Callable[[], Quotas],
+                 listeners: int = 1, clock_ms: Callable[[], int] = monotonic_ms) -> None:
+        self.config = config
+        self.inter_broker = inter_broker
+        self.quotas = quotas
+        self.listeners = listeners
+        self.clock_ms = clock_ms
+        self.per_ip: dict[str, int] = {}
+        self.per_listener: dict[str, int] = {}
+        self.total = 0
+        self.rates: dict[str, tuple[Rate, int]] = {}  # ip -> (rate, last record ms)
+        self._freed = trio.Event()
+        self._overrides: tuple[str, dict[str, int]] = ("", {})
+
+    # -- the limits as configured now -------------------------------------------------
+
+    def _max_for(self, ip: str) -> int:
+        text = str(self.config["max.connections.per.ip.overrides"])
+        if text != self._overrides[0]:
+            self._overrides = (text, parse_overrides(text))
+        return self._overrides[1].get(ip, int(self.config["max.connections.per.ip"]))
+
+    def _slot(self, listener: str) -> bool:
+        own = int(self.config.for_listener(listener, "max.connections"))
+        if self.per_listener.get(listener, 0) >= own:
+            return False
+        if listener == self.inter_broker and self.listeners > 1:
+            return True  # protected from the broker-wide limit
+        return self.total < int(self.config["max.connections"])
+
+    def _rate_limit(self, ip: str) -> float | None:
+        quotas = self.quotas()
+        for entity in (((IP, ip),), ((IP, None),)):
+            found = quotas.get(entity, {}).get(RATE)
+            if found is not None:
+                return float(found)
+        return None
+
+    # -- admission ----------------------------------------------------------------------
+
+    async def admit(self, listener: str, ip: str) -> None:
+        """Count a new connection from ``ip`` on ``listener``, once there is
+        room for it; ConnectionRefused if it must be closed instead."""
+        while not self._slot(listener):
+            await self._freed.wait()
+        self._record_rate(ip)
+        count = self.per_ip.get(ip, 0)
+        limit = self._max_for(ip)
+        if count >= limit:
+            raise ConnectionRefused(f"too many connections from {ip} (maximum = {limit})")
+        self.per_ip[ip] = count + 1
+        self.per_listener[listener] = self.per_listener.get(listener, 0) + 1
+        self.total += 1
+
+    def release(self, listener: str, ip: str) -> None:
+        left = self.per_ip.get(ip, 0) - 1
+        if left > 0:
+            self.per_ip[ip] = left
+        else:
+            self.per_ip.pop(ip, None)
+        self.per_listener[listener] = max(0, self.per_listener.get(listener, 0) - 1)
+        self.total = max(0, self.total - 1)
+        self._freed.set()
+        self._freed = trio.Event()
+
+    def _record_rate(self, ip: str) -> None:
+        bound = self._rate_limit(ip)
+        if bound is None:
+            return
+        now_ms = self.clock_ms()
+        if len(self.rates) > _SWEEP_ABOVE:  # IPs quiet for an hour are forgotten, as Kafka's
+            self.rates = {k: v for k, v in self.rates.items() if now_ms - v[1] < _IDLE_MS}
+        found = self.rates.get(ip)
+        qc = QuotaConfig.of(self.config)
+        rate = found[0] if found else Rate(qc.window_num, qc.window_size_s * 1000)
+        self.rates[ip] = (rate, now_ms)
+        rate.record(1.0, now_ms)
+        observed = rate.measure(now_ms)
+        if observed <= bound:
+            return
+        rate.record(-1.0, now_ms)  # not accepted: not counted
+        throttle_ms = min(throttle_time_ms(observed, bound, rate.window_size_ms(now_ms)),
+                          qc.window_size_s * 1000) if bound > 0 else qc.window_size_s * 1000
+        raise ConnectionRefused(f"{ip} throttled for {throttle_ms} ms "
+                                f"({RATE} {bound:g})", throttle_ms / 1000)
