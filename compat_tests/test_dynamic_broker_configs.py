@@ -95,7 +95,8 @@ def snapshotting_broker(tmp_path: Path) -> Iterator[Broker]:
     rebuilds the dynamic configs from a checkpoint, not by replaying records."""
     yield from running(Broker(tmp_path, extra_args=(
         "--set", "metadata.log.max.record.bytes.between.snapshots=1",
-        "--set", "log.retention.check.interval.ms=200")))
+        "--set", "log.retention.check.interval.ms=200",
+        "--set", "log.initial.task.delay.ms=0")))
 
 
 def test_cluster_default_takes_effect_at_once_and_survives_restart(

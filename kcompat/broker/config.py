@@ -62,6 +62,8 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
         _D("log.retention.ms", "long", 604800000, minimum=-1),
         _D("log.retention.bytes", "long", -1),
         _D("log.retention.check.interval.ms", "long", 300000, minimum=1),
+        # the first retention check, after start (Kafka's LogManager: 30 s)
+        _D("log.initial.task.delay.ms", "long", 30000, minimum=0),
         _D("log.index.interval.bytes", "int", 4096, minimum=0),
         _D("log.message.timestamp.type", "string", "CreateTime",
            choices=("CreateTime", "LogAppendTime")),

@@ -36,14 +36,17 @@ DRAIN_SECONDS = 1.0
 
 
 async def _retention_loop(broker: Broker) -> None:
+    """Retention checks ``log.initial.task.delay.ms`` after start, then every
+    ``log.retention.check.interval.ms``, as Kafka's LogManager schedules them."""
     state = broker.state
     interval = state.config["log.retention.check.interval.ms"] / 1000
+    await trio.sleep(state.config["log.initial.task.delay.ms"] / 1000)
     while True:
-        await trio.sleep(interval)
         deleted = state.enforce_retention()
         if deleted:
             log.info("retention deleted %d segments", deleted)
             broker.cluster.log_starts_moved()
+        await trio.sleep(interval)
 
 
 async def _wait_for_signal(broker: Broker, cancel: trio.CancelScope,
