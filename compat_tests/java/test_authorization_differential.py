@@ -188,10 +188,7 @@ def find_coordinator(conn: Connection, key_type: int, key: str) -> Obs:
               lambda r: name(r.coordinators[0].error_code) not in TRANSIENT, "coordinator")
     found = [(name(c.error_code), c.error_message) for c in r.coordinators]
     old = conn.call(req(v.FIND_COORDINATOR, 3, key_type=key_type, key=key))
-    # kcompat answers a null message where Kafka 4.4 an empty one when found (its own
-    # quirk, not authorization's): messages compared on errors only
-    return [(code, message if code != "NONE" else "") for code, message in
-            [*found, (name(old.error_code), old.error_message)]]
+    return [*found, (name(old.error_code), old.error_message)]
 
 
 def auto_create(conn: Connection, topic: str) -> Obs:
@@ -311,11 +308,9 @@ def topic_admin(conn: Connection, new: tuple[str, ...]) -> Obs:
         r = conn.call(req(v.DESCRIBE_CONFIGS, 4, include_synonyms=False,
                           include_documentation=False, resources=(c.DescribeConfigsResource(
                               resource_type=rt, resource_name=n, configuration_keys=None),)))
-        # messages on refusals only: kcompat answers null where Kafka 4.4 an empty
-        # message when described (not authorization's)
         obs[f"describe_configs_{rt}_{n}"] = [
-            (x.resource_type, x.resource_name, name(x.error_code),
-             x.error_message if x.error_code else "", len(x.configs) > 0) for x in r.results]
+            (x.resource_type, x.resource_name, name(x.error_code), x.error_message,
+             len(x.configs) > 0) for x in r.results]
     r = conn.call(req(v.DESCRIBE_CONFIGS, 4, include_synonyms=False, include_documentation=False,
                       resources=tuple(c.DescribeConfigsResource(
                           resource_type=T, resource_name=n, configuration_keys=("retention.ms",))

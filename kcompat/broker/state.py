@@ -56,15 +56,19 @@ def now_ms() -> int:
 
 
 def check_topic_name(name: str) -> None:
-    if not name or name in (".", ".."):
-        raise TopicError(ErrorCode.invalid_topic_exception, f"topic name {name!r} is illegal")
-    if len(name) > MAX_TOPIC_NAME:
-        raise TopicError(ErrorCode.invalid_topic_exception, "topic name is longer than 249 chars")
-    if not _LEGAL_TOPIC.match(name):
-        raise TopicError(
-            ErrorCode.invalid_topic_exception,
-            f"topic name {name!r} has characters other than ASCII alphanumerics, '.', '_', '-'",
-        )
+    """INVALID_TOPIC_EXCEPTION with Kafka's messages (``Topic.validate``)."""
+    problem = None
+    if not name:
+        problem = "the empty string is not allowed"
+    elif name in (".", ".."):
+        problem = f"'{name}' is not allowed"
+    elif len(name) > MAX_TOPIC_NAME:
+        problem = f"the length of '{name}' is longer than the max allowed length {MAX_TOPIC_NAME}"
+    elif not _LEGAL_TOPIC.match(name):
+        problem = (f"'{name}' contains one or more characters other than ASCII alphanumerics, "
+                   "'.', '_' and '-'")
+    if problem is not None:
+        raise TopicError(ErrorCode.invalid_topic_exception, f"Topic name is invalid: {problem}")
 
 
 def check_replicas(broker_ids: Sequence[int], registered: Iterable[int],

@@ -84,9 +84,8 @@ def _topic(ctx: RequestContext, resource: Any, synonyms: bool) -> list[Any]:
     name = resource.resource_name
     check_topic_name(name)
     meta = ctx.state.topics.get(name)
-    if meta is None:
-        raise TopicError(ErrorCode.unknown_topic_or_partition,
-                         f"The topic '{name}' does not exist.")
+    if meta is None:  # Kafka 4.4 answers an empty message
+        raise TopicError(ErrorCode.unknown_topic_or_partition, "")
     out = []
     for key in _wanted(resource, listed_keys(meta.configs)):
         value, source = topic_config(ctx.state, key, meta.configs)
@@ -137,7 +136,9 @@ def _group(ctx: RequestContext, resource: Any, synonyms: bool, docs: bool) -> li
 
 
 def _describe(ctx: RequestContext, resource: Any, synonyms: bool, docs: bool) -> Any:
-    code, message, configs = OK, None, []
+    code: ErrorCode = OK
+    message: str | None = ""  # Kafka 4.4's message of a resource described: empty, not null
+    configs: list[Any] = []
     denied = _authz.config_resource_denied(ctx, _authz.Op.DESCRIBE_CONFIGS,
                                            resource.resource_type, resource.resource_name)
     try:

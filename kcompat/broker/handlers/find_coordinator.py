@@ -13,6 +13,8 @@ coordinator is told only to a principal that may DESCRIBE the group, a
 transactional id's to one that may DESCRIBE the id (else
 GROUP_AUTHORIZATION_FAILED / TRANSACTIONAL_ID_AUTHORIZATION_FAILED with Kafka's
 message in v0-3, an empty one in v4+, and no internal topic is created for it).
+Messages as Kafka 4.4's: v1-3 say "NONE" for a coordinator found and the
+error's text otherwise, v4+ an empty one.
 """
 
 from __future__ import annotations
@@ -40,6 +42,8 @@ def _coordinator(ctx: RequestContext, key_type: int, key: str) -> dict[str, Any]
 
     state = ctx.state
     cluster = ctx.cluster
+    # Kafka 4.4's messages (measured): v1-3 "NONE" when found, v4+ always empty
+    found = "NONE" if ctx.version < 4 else ""
     topic = OFFSETS_TOPIC if key_type == GROUP else TXN_TOPIC
     meta = state.topics.get(topic)
     if meta is None:
@@ -50,14 +54,14 @@ def _coordinator(ctx: RequestContext, key_type: int, key: str) -> dict[str, Any]
             leader = cluster.partition_view(topic, index)[0]
             if leader == state.node_id:
                 host, port = own_endpoint(ctx)
-                return {"error_code": OK, "error_message": None, "node_id": state.node_id,
+                return {"error_code": OK, "error_message": found, "node_id": state.node_id,
                         "host": host, "port": port}
             where = cluster.endpoint(leader, ctx.listener) if leader in cluster.peers else None
             if where is not None:
-                return {"error_code": OK, "error_message": None, "node_id": leader,
+                return {"error_code": OK, "error_message": found, "node_id": leader,
                         "host": where[0], "port": where[1]}
     return {"error_code": ErrorCode.coordinator_not_available,
-            "error_message": "The coordinator is not available.",
+            "error_message": "The coordinator is not available." if ctx.version < 4 else "",
             "node_id": -1, "host": "", "port": -1}
 
 
