@@ -35,7 +35,7 @@ from kcompat.broker.handlers import HANDLERS
 from kcompat.broker.handlers.api_versions import unsupported_version_response
 from kcompat.broker.handlers.sasl_authenticate import step
 from kcompat.broker.listeners import Listener
-from kcompat.broker.session import Session
+from kcompat.broker.session import Session, host_address
 from kcompat.broker.tls_stream import TlsStream
 from kcompat.broker.zero_copy import send_response, with_bytes
 from kcompat.security import acl, principal, ssl_principal
@@ -69,10 +69,11 @@ async def serve_connection(stream: trio.SocketStream, broker: Broker,
         peer = stream.socket.getpeername()
     except OSError:
         peer = ("?", 0)
-    session = Session.open(listener or broker.listeners[0], f"/{peer[0]}")
+    ip = host_address(str(peer[0]))
+    session = Session.open(listener or broker.listeners[0], f"/{ip}")
     limits = broker.connection_quotas
     try:
-        await limits.admit(session.listener.name, peer[0])
+        await limits.admit(session.listener.name, ip)
     except ConnectionRefused as e:  # Kafka's acceptor: closed (after a throttle), unread
         log.info("closing connection from %s (%s): %s", peer, session.listener.name, e)
         await trio.sleep(e.close_after_s)
@@ -83,7 +84,7 @@ async def serve_connection(stream: trio.SocketStream, broker: Broker,
     try:
         await _serve(stream, broker, session, peer)
     finally:
-        limits.release(session.listener.name, peer[0])
+        limits.release(session.listener.name, ip)
 
 
 async def _serve(stream: trio.SocketStream, broker: Broker, session: Session,

@@ -37,6 +37,7 @@ import trio
 
 from kcompat.broker.controller.client_quotas import IP
 from kcompat.broker.quotas import QuotaConfig, Quotas, Rate, monotonic_ms, throttle_time_ms
+from kcompat.broker.session import host_address
 
 log = logging.getLogger("kcompat.conn")
 
@@ -54,11 +55,13 @@ class ConnectionRefused(Exception):
 
 
 def _address(host: str) -> str:
-    """An IP in one spelling; a host name resolved (Kafka's InetAddress.getByName)."""
+    """An IP as connections name it (``session.host_address``); a host name
+    resolved (Kafka's InetAddress.getByName)."""
     try:
-        return str(ipaddress.ip_address(host))
+        ipaddress.ip_address(host.partition("%")[0])
     except ValueError:
-        return socket.gethostbyname(host)
+        host = socket.gethostbyname(host)
+    return host_address(host)
 
 
 def parse_overrides(text: str) -> dict[str, int]:
@@ -108,12 +111,18 @@ class ConnectionQuotas:
         return self.total < int(self.config["max.connections"])
 
     def _rate_limit(self, ip: str) -> float | None:
-        quotas = self.quotas()
-        for entity in (((IP, ip),), ((IP, None),)):
-            found = quotas.get(entity, {}).get(RATE)
-            if found is not None:
-                return float(found)
-        return None
+        """The ip entity's rate (its name in any spelling of the address), else
+        the ``<default>`` ip entity's."""
+        default = None
+        for entity, values in self.quotas().items():
+            if len(entity) != 1 or entity[0][0] != IP or RATE not in values:
+                continue
+            name = entity[0][1]
+            if name is None:
+                default = float(values[RATE])
+            elif host_address(name) == ip:
+                return float(values[RATE])
+        return default
 
     # -- admission ----------------------------------------------------------------------
 

@@ -18,6 +18,7 @@ import trio.testing
 from kcompat.broker.connection_quotas import ConnectionQuotas, ConnectionRefused, parse_overrides
 from kcompat.broker.controller.client_quotas import IP
 from kcompat.broker.quotas import Quotas
+from kcompat.broker.session import host_address
 
 MAX = 2147483647
 
@@ -134,6 +135,26 @@ async def test_an_ip_over_its_creation_rate_is_refused_for_at_most_a_window() ->
 
 def test_overrides_are_host_count_pairs() -> None:
     assert parse_overrides("") == {}
-    assert parse_overrides("10.0.0.1:5,[::1]:2") == {"10.0.0.1": 5, "::1": 2}
+    # IPv6 as Java writes it, as connections are named (``session.host_address``)
+    assert parse_overrides("10.0.0.1:5,[::1]:2") == {"10.0.0.1": 5, "0:0:0:0:0:0:0:1": 2}
+
+
+def test_peer_addresses_are_written_as_java_writes_them() -> None:
+    assert host_address("127.0.0.1") == "127.0.0.1"
+    assert host_address("::1") == "0:0:0:0:0:0:0:1"
+    assert host_address("::ffff:10.1.2.3") == "10.1.2.3"  # a dual-stack socket's IPv4 peer
+    assert host_address("2001:db8::ab:1") == "2001:db8:0:0:0:0:ab:1"
+    assert host_address("fe80::1%eth0") == "fe80:0:0:0:0:0:0:1%eth0"
+
+
+async def _ipv6_quota_by_any_spelling() -> None:
+    quotas: Quotas = {((IP, "::1"),): {"connection_creation_rate": 0.0}}
+    q = limits(config(), quotas)
+    with pytest.raises(ConnectionRefused):
+        await q.admit("PLAINTEXT", "0:0:0:0:0:0:0:1")
+
+
+def test_an_ip_quota_names_an_ipv6_address_in_any_spelling() -> None:
+    trio.run(_ipv6_quota_by_any_spelling)
     with pytest.raises(ValueError):
         parse_overrides("10.0.0.1")
