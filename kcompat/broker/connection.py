@@ -35,10 +35,11 @@ from kcompat.broker.handlers import HANDLERS
 from kcompat.broker.handlers.api_versions import unsupported_version_response
 from kcompat.broker.handlers.sasl_authenticate import step
 from kcompat.broker.listeners import Listener
-from kcompat.broker.session import Session, host_address
+from kcompat.broker.session import Session
 from kcompat.broker.tls_stream import TlsStream
 from kcompat.broker.zero_copy import send_response, with_bytes
 from kcompat.security import acl, principal, ssl_principal
+from kcompat.security.hosts import host_address
 from kcompat.wire import codec
 from kcompat.wire.fetch_writer import encode_fetch_response
 from kcompat.wire.framing import FrameError, FrameReader

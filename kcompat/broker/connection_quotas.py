@@ -37,7 +37,7 @@ import trio
 
 from kcompat.broker.controller.client_quotas import IP
 from kcompat.broker.quotas import QuotaConfig, Quotas, Rate, monotonic_ms, throttle_time_ms
-from kcompat.broker.session import host_address
+from kcompat.security.hosts import host_address
 
 log = logging.getLogger("kcompat.conn")
 

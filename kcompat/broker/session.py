@@ -21,31 +21,11 @@ authentication answers with the reason and closes the connection after
 
 from __future__ import annotations
 
-import ipaddress
 from dataclasses import dataclass
 
 from kcompat.broker.listeners import Listener
 from kcompat.security.principal import ANONYMOUS
 from kcompat.security.sasl import SaslServer
-
-
-def host_address(ip: str) -> str:
-    """A peer's address as Kafka (Java's ``InetAddress.getHostAddress``) writes
-    it — what ACL hosts, client hosts and per-IP limits name: an IPv4-mapped
-    IPv6 address as IPv4, IPv6 as eight groups without ``::`` compression
-    (``0:0:0:0:0:0:0:1``), a zone kept after ``%``."""
-    address, sep, zone = ip.partition("%")
-    try:
-        parsed = ipaddress.ip_address(address)
-    except ValueError:
-        return ip
-    if isinstance(parsed, ipaddress.IPv6Address):
-        if parsed.ipv4_mapped is not None:
-            return str(parsed.ipv4_mapped)
-        groups = parsed.packed
-        text = ":".join(f"{int.from_bytes(groups[i:i + 2], 'big'):x}" for i in range(0, 16, 2))
-        return text + sep + zone
-    return str(parsed)
 
 
 @dataclass

@@ -18,7 +18,7 @@ import trio.testing
 from kcompat.broker.connection_quotas import ConnectionQuotas, ConnectionRefused, parse_overrides
 from kcompat.broker.controller.client_quotas import IP
 from kcompat.broker.quotas import Quotas
-from kcompat.broker.session import host_address
+from kcompat.security.hosts import host_address
 
 MAX = 2147483647
 
