@@ -93,6 +93,7 @@ async def _serve(stream: trio.SocketStream, broker: Broker, session: Session,
     reader = FrameReader(broker.config["socket.request.max.bytes"])
     broker.metrics.connections.inc()
     idle = broker.idle_reads
+    idle_s = broker.config.for_listener(session.listener.name, "connections.max.idle.ms") / 1000
     conn: trio.abc.Stream = stream
     try:
         if session.listener.tls:
@@ -101,9 +102,14 @@ async def _serve(stream: trio.SocketStream, broker: Broker, session: Session,
             with trio.CancelScope() as waiting:  # cancelled by a drain: nothing in flight
                 idle.add(waiting)
                 try:
-                    data = await conn.receive_some(RECEIVE_BYTES)
+                    with trio.move_on_after(idle_s) as quiet:
+                        data = await conn.receive_some(RECEIVE_BYTES)
                 finally:
                     idle.discard(waiting)
+            if quiet.cancelled_caught:  # Kafka's connections.max.idle.ms
+                log.info("closing connection from %s (%s): idle for %.0f ms", peer,
+                         session.listener.name, idle_s * 1000)
+                return
             if waiting.cancelled_caught or not data:
                 return
             _limit_frames(reader, broker, session)
