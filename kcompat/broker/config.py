@@ -208,6 +208,7 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
         _D("controller.quota.window.num", "int", 11, minimum=1),
         # connection limits (``connection_quotas``)
         _D("max.connections", "int", 2147483647, minimum=0),
+        _D("max.connection.creation.rate", "int", 2147483647, minimum=0),
         # a connection that sends nothing for this long is closed (per listener too)
         _D("connections.max.idle.ms", "long", 600000, minimum=1),
         _D("max.connections.per.ip", "int", 2147483647, minimum=0),
@@ -303,7 +304,8 @@ def definition_of(key: str) -> ConfigDef | None:
         base = BROKER_CONFIGS[_JAAS_SUFFIX]
     if base is None or not (rest.startswith(("ssl.", "sasl.", "connections.max.reauth"))
                             or rest.endswith(_JAAS_SUFFIX)
-                            or rest in ("max.connections", "connections.max.idle.ms")):
+                            or rest in ("max.connections", "max.connection.creation.rate",
+                                        "connections.max.idle.ms")):
         return None
     return ConfigDef(key, base.type, base.default, base.choices, base.minimum, base.maximum,
                      sensitive=base.secret, check=base.check)

@@ -7,10 +7,15 @@ Every accepted connection is admitted here before its first byte is read
 each admission, so a dynamic change (AlterConfigs on the cluster default or a
 broker) applies to the next connection.
 
+* ``max.connection.creation.rate`` (broker-wide) and its
+  ``listener.name.<l>.`` value (which defaults to it): a connection that takes
+  the rate of new connections over it is counted and then held, unread, for
+  the throttle time, at most one ``quota.window.size.seconds`` window — Kafka's
+  acceptor delays the same way.
 * ``max.connections`` (broker-wide) and ``listener.name.<l>.max.connections``:
   a connection beyond them waits, unread, until another closes — Kafka's
   acceptor blocks the same way. While other listeners exist the inter-broker
-  listener is exempt from the broker-wide limit (its listener limit holds).
+  listener is exempt from both broker-wide limits (its listener's hold).
 * ``connection_creation_rate`` of an ``ip`` quota entity (AlterClientQuotas;
   the ``<default>`` ip entity for the others): a connection that takes its IP
   over the rate is refused and closed after the throttle time, capped at one
@@ -20,9 +25,8 @@ broker) applies to the next connection.
   (``host:count`` pairs): a connection from an IP already holding its limit is
   closed at once (``TooManyConnectionsException``).
 
-Not done: Kafka's broker- and listener-wide ``max.connection.creation.rate``
-(an acceptor delay) and its closing of the least recently used connection
-when ``max.connections`` is lowered below the connections open.
+Not done: Kafka's closing of the least recently used connection when
+``max.connections`` is lowered below the connections open.
 """
 
 from __future__ import annotations
@@ -43,6 +47,7 @@ log = logging.getLogger("kcompat.conn")
 
 RATE = "connection_creation_rate"
 _IDLE_MS = 3600 * 1000
+_UNLIMITED = 2147483647
 _SWEEP_ABOVE = 10_000
 
 
@@ -91,6 +96,7 @@ class ConnectionQuotas:
         self.per_listener: dict[str, int] = {}
         self.total = 0
         self.rates: dict[str, tuple[Rate, int]] = {}  # ip -> (rate, last record ms)
+        self.creations: dict[str, Rate] = {}  # "" (the broker) or a listener -> its rate
         self._freed = trio.Event()
         self._overrides: tuple[str, dict[str, int]] = ("", {})
 
@@ -102,13 +108,52 @@ class ConnectionQuotas:
             self._overrides = (text, parse_overrides(text))
         return self._overrides[1].get(ip, int(self.config["max.connections.per.ip"]))
 
+    def _protected(self, listener: str) -> bool:
+        """The inter-broker listener, while there are others: exempt from the
+        broker-wide limits."""
+        return listener == self.inter_broker and self.listeners > 1
+
     def _slot(self, listener: str) -> bool:
         own = int(self.config.for_listener(listener, "max.connections"))
         if self.per_listener.get(listener, 0) >= own:
             return False
-        if listener == self.inter_broker and self.listeners > 1:
-            return True  # protected from the broker-wide limit
+        if self._protected(listener):
+            return True
         return self.total < int(self.config["max.connections"])
+
+    def _creation_throttle_ms(self, listener: str) -> int:
+        """Record a new connection in the broker's and the listener's rates;
+        how long it must wait (Kafka's ``recordConnectionAndGetThrottleTimeMs``)."""
+        now_ms = self.clock_ms()
+        key = "max.connection.creation.rate"
+        throttle = 0
+        if not self._protected(listener):
+            throttle = self._creation(self.creations.setdefault("", self._rate()),
+                                      int(self.config[key]), now_ms)
+        own = self.creations.setdefault(f"listener:{listener}", self._rate())
+        return max(throttle, self._creation(own, int(self.config.for_listener(listener, key)),
+                                            now_ms))
+
+    def _rate(self) -> Rate:
+        qc = QuotaConfig.of(self.config)
+        return Rate(qc.window_num, qc.window_size_s * 1000)
+
+    def _creation(self, rate: Rate, bound: int, now_ms: int) -> int:
+        if bound >= _UNLIMITED:
+            return 0
+        rate.record(1.0, now_ms)
+        observed = rate.measure(now_ms)
+        if observed <= bound:
+            return 0
+        return self._bounded_throttle_ms(rate, observed, bound, now_ms)
+
+    def _bounded_throttle_ms(self, rate: Rate, observed: float, bound: float,
+                             now_ms: int) -> int:
+        """Kafka's ``QuotaUtils.boundedThrottleTime``: at most one window."""
+        window_ms = QuotaConfig.of(self.config).window_size_s * 1000
+        if bound <= 0:
+            return window_ms
+        return min(throttle_time_ms(observed, bound, rate.window_size_ms(now_ms)), window_ms)
 
     def _rate_limit(self, ip: str) -> float | None:
         """The ip entity's rate (its name in any spelling of the address), else
@@ -129,6 +174,9 @@ class ConnectionQuotas:
     async def admit(self, listener: str, ip: str) -> None:
         """Count a new connection from ``ip`` on ``listener``, once there is
         room for it; ConnectionRefused if it must be closed instead."""
+        throttle_ms = self._creation_throttle_ms(listener)
+        if throttle_ms > 0:
+            await trio.sleep(throttle_ms / 1000)
         while not self._slot(listener):
             await self._freed.wait()
         self._record_rate(ip)
@@ -159,15 +207,13 @@ class ConnectionQuotas:
         if len(self.rates) > _SWEEP_ABOVE:  # IPs quiet for an hour are forgotten, as Kafka's
             self.rates = {k: v for k, v in self.rates.items() if now_ms - v[1] < _IDLE_MS}
         found = self.rates.get(ip)
-        qc = QuotaConfig.of(self.config)
-        rate = found[0] if found else Rate(qc.window_num, qc.window_size_s * 1000)
+        rate = found[0] if found else self._rate()
         self.rates[ip] = (rate, now_ms)
         rate.record(1.0, now_ms)
         observed = rate.measure(now_ms)
         if observed <= bound:
             return
         rate.record(-1.0, now_ms)  # not accepted: not counted
-        throttle_ms = min(throttle_time_ms(observed, bound, rate.window_size_ms(now_ms)),
-                          qc.window_size_s * 1000) if bound > 0 else qc.window_size_s * 1000
+        throttle_ms = self._bounded_throttle_ms(rate, observed, bound, now_ms)
         raise ConnectionRefused(f"{ip} throttled for {throttle_ms} ms "
                                 f"({RATE} {bound:g})", throttle_ms / 1000)

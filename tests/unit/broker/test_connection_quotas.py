@@ -30,6 +30,7 @@ class Config(dict[str, Any]):
 
 def config(**overrides: Any) -> Config:
     c = Config({"max.connections": MAX, "max.connections.per.ip": MAX,
+                "max.connection.creation.rate": MAX,
                 "max.connections.per.ip.overrides": "", "quota.window.num": 11,
                 "quota.window.size.seconds": 1})
     c.update({k.replace("_", "."): v for k, v in overrides.items()})
@@ -158,3 +159,42 @@ def test_an_ip_quota_names_an_ipv6_address_in_any_spelling() -> None:
     trio.run(_ipv6_quota_by_any_spelling)
     with pytest.raises(ValueError):
         parse_overrides("10.0.0.1")
+
+
+def test_the_broker_creation_rate_holds_a_connection_for_its_throttle() -> None:
+    """max.connection.creation.rate 2: twenty new connections over a new rate's
+    padded 10 s go at once; the 21st is counted, then held for its throttle
+    (at most a window); the inter-broker listener is exempt."""
+    clock = Clock()
+
+    async def main() -> None:
+        q = limits(config(max_connection_creation_rate=2), clock=clock)
+        for i in range(20):
+            await q.admit("PLAINTEXT", f"10.0.0.{i}")
+        start = trio.current_time()
+        await q.admit("PLAINTEXT", "10.0.1.1")
+        held = trio.current_time() - start
+        assert 0 < held <= 1.0, held
+        assert q.total == 21  # held, not refused
+        start = trio.current_time()
+        await q.admit("INTERNAL", "10.0.2.1")  # the inter-broker listener: not held
+        assert trio.current_time() == start
+    trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+
+
+def test_a_listener_creation_rate_holds_its_own_listener_only() -> None:
+    clock = Clock()
+
+    async def main() -> None:
+        cfg = config()
+        cfg["listener.name.plaintext.max.connection.creation.rate"] = 1
+        q = limits(cfg, listeners=1, clock=clock)
+        for i in range(10):
+            await q.admit("PLAINTEXT", f"10.0.0.{i}")
+        start = trio.current_time()
+        for i in range(30):
+            await q.admit("SSL", f"10.0.3.{i}")
+        assert trio.current_time() == start  # SSL has no rate of its own
+        await q.admit("PLAINTEXT", "10.0.4.1")
+        assert trio.current_time() > start
+    trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
