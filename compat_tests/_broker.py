@@ -212,6 +212,7 @@ class Broker:
                     return
             except OSError as exc:
                 if time.monotonic() > connect_deadline:
+                    self._force_kill()  # not left running: it holds its ports
                     raise BrokerError(
                         f"broker printed the ready line but {self.bootstrap} refuses TCP: {exc}"
                         f"\n--- stderr tail ---\n{self.tail()}"

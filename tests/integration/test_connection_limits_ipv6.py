@@ -26,11 +26,25 @@ def _ipv6_loopback() -> bool:
         return False
 
 
+def _free_ipv6_port() -> int:
+    """A port from this worker's slice (``free_port`` checks it on IPv4) that is
+    free on ::1 too: something else here once held one there (EADDRINUSE)."""
+    for _ in range(100):
+        port = free_port()
+        with socket.socket(socket.AF_INET6) as s:
+            try:
+                s.bind(("::1", port))
+            except OSError:
+                continue
+        return port
+    raise AssertionError("no port of this worker's slice is free on ::1")
+
+
 @pytest.fixture
 def broker(tmp_path: Path) -> Iterator[Broker]:
     if not _ipv6_loopback():
         pytest.skip("this machine has no IPv6 loopback (::1) to listen on")
-    yield from running(Broker(tmp_path, host="::1", port=free_port(), extra_args=(
+    yield from running(Broker(tmp_path, host="::1", port=_free_ipv6_port(), extra_args=(
         "--set", "max.connections.per.ip.overrides=::1:1")))
 
 
