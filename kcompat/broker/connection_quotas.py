@@ -102,10 +102,10 @@ class ConnectionQuotas:
 
     # -- the limits as configured now -------------------------------------------------
 
-    def _max_for(self, ip: str) -> int:
+    async def _max_for(self, ip: str) -> int:
         text = str(self.config["max.connections.per.ip.overrides"])
-        if text != self._overrides[0]:
-            self._overrides = (text, parse_overrides(text))
+        if text != self._overrides[0]:  # parsed once per value; a host name is a DNS lookup
+            self._overrides = (text, await trio.to_thread.run_sync(parse_overrides, text))
         return self._overrides[1].get(ip, int(self.config["max.connections.per.ip"]))
 
     def _protected(self, listener: str) -> bool:
@@ -128,19 +128,21 @@ class ConnectionQuotas:
         key = "max.connection.creation.rate"
         throttle = 0
         if not self._protected(listener):
-            throttle = self._creation(self.creations.setdefault("", self._rate()),
-                                      int(self.config[key]), now_ms)
-        own = self.creations.setdefault(f"listener:{listener}", self._rate())
-        return max(throttle, self._creation(own, int(self.config.for_listener(listener, key)),
-                                            now_ms))
+            throttle = self._creation("", int(self.config[key]), now_ms)
+        return max(throttle, self._creation(f"listener:{listener}",
+                                            int(self.config.for_listener(listener, key)), now_ms))
 
     def _rate(self) -> Rate:
         qc = QuotaConfig.of(self.config)
         return Rate(qc.window_num, qc.window_size_s * 1000)
 
-    def _creation(self, rate: Rate, bound: int, now_ms: int) -> int:
+    def _creation(self, name: str, bound: int, now_ms: int) -> int:
+        """Record a connection in the rate ``name`` (made on first use); its throttle."""
         if bound >= _UNLIMITED:
             return 0
+        rate = self.creations.get(name)
+        if rate is None:
+            rate = self.creations[name] = self._rate()
         rate.record(1.0, now_ms)
         observed = rate.measure(now_ms)
         if observed <= bound:
@@ -177,11 +179,11 @@ class ConnectionQuotas:
         throttle_ms = self._creation_throttle_ms(listener)
         if throttle_ms > 0:
             await trio.sleep(throttle_ms / 1000)
+        limit = await self._max_for(ip)  # may await: before anything is counted
         while not self._slot(listener):
             await self._freed.wait()
         self._record_rate(ip)
         count = self.per_ip.get(ip, 0)
-        limit = self._max_for(ip)
         if count >= limit:
             raise ConnectionRefused(f"too many connections from {ip} (maximum = {limit})")
         self.per_ip[ip] = count + 1
