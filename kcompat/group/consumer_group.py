@@ -249,8 +249,9 @@ class ConsumerGroup(EpochGroup[ConsumerMember], ClassicMembers):
     def _subscriptions(self) -> object:
         """Each member's subscribed topics too: one member's may change (a
         topic it may now describe) while the group's union stays the same."""
-        return (self._subscribed_counts(),
-                {m.member_id: self.subscribed_topics(m) for m in self._members.values()})
+        each = {m.member_id: self.subscribed_topics(m) for m in self._members.values()}
+        union = {t for topics in each.values() for t in topics}
+        return {t: self._topics[t] for t in union if t in self._topics}, each
 
     def _refresh_authorized(self, now_ms: int) -> None:
         """The ACL-filtered resolutions are made again
