@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: run test test-secured-link test-apps lint unit compat bench bench-share bench-ext bench-compaction bench-scale bench-simple clean tools sim java-deps kafka-reference demo
+.PHONY: run test test-secured-link test-apps lint unit compat bench bench-share bench-ext bench-compaction bench-scale bench-simple soak clean tools sim java-deps kafka-reference demo
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -119,6 +119,15 @@ bench-compaction: $(STAMP) tools java-deps
 # (< 5 min). Appends to bench/RESULTS.md.
 bench-scale: $(STAMP) tools java-deps
 	$(PY) bench/scale.py $(if $(BENCH_QUICK),--quick) $(BENCH_ARGS)
+
+# Soak at volume (issue 31), bench/soak.py: 1M delayed records (kc-delay-ms 5-60 s, 1 %
+# cancelled) on one node and on 3 brokers at RF 3 (SOAK_ARGS=--side single|cluster), with a
+# control-plane probe every second (Metadata, CreateTopics, a new group's join, an acks=all
+# produce), /metrics loop lag, then kill -9 and restart of the busiest broker with the
+# backlog pending; bounded by --max-seconds (default 1 h). SOAK_QUICK=1: 50k records, 2-15 s
+# delays, ~3 min. Not part of `make test`. Appends to bench/RESULTS.md.
+soak: $(STAMP)
+	$(PY) bench/soak.py $(if $(SOAK_QUICK),--quick) $(SOAK_ARGS)
 
 # The older single-broker confluent-kafka produce/consume benchmark.
 bench-simple: $(STAMP)
