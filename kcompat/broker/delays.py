@@ -45,7 +45,6 @@ topic and dead letters per dead-letter topic.
 from __future__ import annotations
 
 import logging
-from collections import OrderedDict
 from typing import TYPE_CHECKING, Any
 
 import trio
@@ -59,21 +58,23 @@ from kcompat.broker.controller.internal_topics import partition_for
 from kcompat.broker.replication.storage import now_ms
 from kcompat.ext.delay import SCHEDULED_OFFSET
 from kcompat.ext.holes import Split
-from kcompat.ext.schedule import Pending, Target
+from kcompat.ext.schedule import Target
 from kcompat.ext.schedule_log import (
     SCHEDULE_TOPIC,
     Delivery,
+    RecordInput,
     ScheduleLog,
+    StoredRecords,
     add_record,
     cancel_record,
-    delivered_form,
     done_record,
     drop_record,
     internal_producer_id,
     out_record,
+    take_within,
 )
 from kcompat.wire import batch as wbatch
-from kcompat.wire.records import Record, decode_batch, encode_batch, marker_aborts
+from kcompat.wire.records import Record, encode_batch, marker_aborts
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -87,8 +88,6 @@ log = logging.getLogger("kcompat.delays")
 
 DELIVERY_BATCH = 500  # records per delivery batch, at most
 DELIVERY_BYTES = 1 << 20  # and about this many bytes (one record at least)
-RECORD_OVERHEAD = 24
-DECODED_RECORDS = 5000  # decoded schedule records kept per schedule partition
 IDLE_WAKE_S = 1.0
 RETRY_S = 0.2
 CREATE_WAIT_S = 5.0
@@ -115,9 +114,7 @@ class DelayService:
         self.leading: set[int] = set()
         self._busy: set[tuple[int, Target]] = set()
         self._missing_since: dict[Target, float] = {}  # targets not (yet) in the metadata
-        # schedule partition -> its recently read batches (base offset -> records):
-        # consecutive deliveries mostly take records of the same few batches
-        self._decoded: dict[int, OrderedDict[int, dict[int, Record]]] = {}
+        self._stored: dict[int, StoredRecords] = {}  # schedule partition -> its reader
         self._wake = trio.Event()
         self.lateness: Histogram | None = None
         self.delivered: Counter | None = None
@@ -132,13 +129,14 @@ class DelayService:
             if header.producer_id >= 0:  # a transaction marker (else a Raft record)
                 self._log(index).end_txn(header.producer_id, not marker_aborts(batch))
         elif header.is_transactional:
-            self._log(index).hold(header.producer_id, decode_batch(batch))
+            self._log(index).hold_stored(header.producer_id, batch)
         elif header.records_count:
-            self._log(index).apply_batch(decode_batch(batch))
+            self._log(index).apply_stored(batch)
         if index in self.leading:
             self._wake.set()
 
     def on_role(self, index: int, leading: bool) -> None:
+        self._stored.pop(index, None)  # a new leadership reads its log afresh
         if leading:
             self.leading.add(index)
             log.log(logging.INFO if len(self._log(index)) else logging.DEBUG,
@@ -264,30 +262,36 @@ class DelayService:
         longer leads ``index``."""
         slog = self._log(index)
         records: list[Any] = []
+        planned: dict[int, RecordInput] = {}  # entry -> its record, read to plan the batch
         while True:
             if target not in slog.inflight:
-                entries = self._within_bytes(index, slog.schedule.due(now_ms(), DELIVERY_BATCH,
-                                                                      target))
+                entries = slog.schedule.due(now_ms(), DELIVERY_BATCH, target)
                 if entries:
-                    records.append(out_record(target, (p.entry for p in entries), now_ms()))
+                    stored = self._records(index).delivered(entries)
+                    n = take_within(stored, DELIVERY_BYTES)
+                    planned = {p.entry: r for p, r in zip(entries[:n], stored, strict=False)}
+                    records.append(out_record(target, planned, now_ms()))
             if records:
                 code, _ = await self.calls.append_locally(
                     SCHEDULE_TOPIC, index, encode_batch(records), WRITE_TIMEOUT_S)
                 if code != ErrorCode.none:
                     return
             delivery = slog.inflight.get(target)
-            if delivery is None or not await self._send(index, delivery):
+            if delivery is None or not await self._send(index, delivery, planned):
                 return
             now = now_ms()
             self._observe(delivery, now)
             records = [done_record(target, delivery.seq, now)]
 
-    async def _send(self, index: int, delivery: Delivery) -> bool:
+    async def _send(self, index: int, delivery: Delivery,
+                    planned: dict[int, RecordInput]) -> bool:
         """Append the delivery's batch to its target until it is stored (True);
         False when this broker stops leading ``index`` first or the target is
-        gone (dropped)."""
+        gone (dropped). ``planned``: records already read for it."""
         topic, partition = delivery.target
-        batch = encode_batch(self._records(index, delivery.entries),
+        stored = self._records(index)
+        records = [planned.get(p.entry) or stored.delivered((p,))[0] for p in delivery.entries]
+        batch = encode_batch(records,
                              producer_id=internal_producer_id(index), producer_epoch=0,
                              base_sequence=delivery.seq)
         attempt = 0
@@ -323,37 +327,14 @@ class DelayService:
         since = self._missing_since.setdefault(target, now)
         return self.cluster.caught_up and now - since >= TARGET_GONE_S
 
-    def _within_bytes(self, index: int, entries: list[Pending]) -> list[Pending]:
-        """The first of ``entries`` whose records fit ``DELIVERY_BYTES`` (at
-        least one): a delivery batch stays an ordinary batch in size."""
-        total = 0
-        for n, pending in enumerate(entries):
-            key, value, headers, _ts = self._records(index, (pending,))[0]
-            total += (len(key or b"") + len(value or b"") + RECORD_OVERHEAD
-                      + sum(len(k) + len(v or b"") for k, v in headers))
-            if total > DELIVERY_BYTES and n > 0:
-                return entries[:n]
-        return entries
-
-    def _records(self, index: int, entries: Iterable[Pending]
-                 ) -> list[tuple[bytes | None, bytes | None, tuple[tuple[str, bytes | None], ...],
-                                 int]]:
-        """The stored records of ``entries``, as they are delivered."""
-        group = self.cluster.group_of(SCHEDULE_TOPIC, index)
-        assert group is not None
-        plog = group.storage.plog
-        cache = self._decoded.setdefault(index, OrderedDict())
-        out = []
-        for pending in entries:
-            found = next((b for b in reversed(cache.values()) if pending.entry in b), None)
-            if found is None:
-                batch = plog.read_batch_at(pending.entry)
-                found = {r.offset: r for r in decode_batch(batch)}
-                cache[wbatch.parse_header(batch).base_offset] = found
-                while len(cache) > 1 and sum(map(len, cache.values())) > DECODED_RECORDS:
-                    cache.popitem(last=False)
-            out.append(delivered_form(found[pending.entry]))
-        return out
+    def _records(self, index: int) -> StoredRecords:
+        """The reader of the stored records of schedule partition ``index``."""
+        found = self._stored.get(index)
+        if found is None:
+            group = self.cluster.group_of(SCHEDULE_TOPIC, index)
+            assert group is not None
+            found = self._stored[index] = StoredRecords(group.storage.plog.batch_slice)
+        return found
 
     # -- metrics ---------------------------------------------------------------------------
 

@@ -27,8 +27,12 @@ nothing — both stay, and a cancellation takes the earlier one (first come,
 first cancelled), as a queue user would expect from ids reused after
 delivery.
 
+Each entry also knows *where* its record's bytes are (``locate``: the
+schedule-log batch holding it and the record's position in it), so the leader
+decodes just the records it moves, never a whole stored batch per record.
+
 Memory (the far future stays compact): an entry due in a time slot
-(``SLOT_MS``) not reached yet is four int64 in its slot's array — 32 bytes;
+(``SLOT_MS``) not reached yet is five int64 in its slot's array — 40 bytes;
 a schedule id, if any, is kept beside it. A slot is *promoted* when a
 ``due`` call reaches it or ``next_due_ms`` needs it: its entries become
 ``Pending`` values in a heap per target, the fast form for the records about
@@ -46,6 +50,7 @@ from dataclasses import dataclass
 
 Target = tuple[str, int]  # topic, partition
 SLOT_MS = 10_000
+CELLS = 5  # int64 per far entry: due, entry, offset, target id, where
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,13 +60,27 @@ class Pending:
     schedule_id: str | None
     target: Target | None = None
     offset: int = -1  # where the record was produced (its hole), -1 if unknown
+    # where its bytes are in the schedule log (``locate``), -1 if unknown
+    where: int = -1
+
+
+def locate(entry: int, base_offset: int, position: int) -> int:
+    """``Pending.where`` of the record at ``entry``, the record that starts
+    at ``position`` of the records of the schedule-log batch at ``base_offset``."""
+    return (entry - base_offset) << 32 | position
+
+
+def located(pending: Pending) -> tuple[int, int]:
+    """(base offset of its batch, position in the batch's records) of a
+    located entry."""
+    return pending.entry - (pending.where >> 32), pending.where & 0xFFFF_FFFF
 
 
 class Schedule:
     def __init__(self) -> None:
         self._near: dict[Target | None, list[tuple[int, int]]] = {}  # heaps of (due, entry)
         self._pending: dict[int, Pending] = {}  # promoted entries
-        self._far: dict[int, array[int]] = {}  # slot -> (due, entry, offset, target id)*
+        self._far: dict[int, array[int]] = {}  # slot -> (due, entry, offset, tid, where)*
         self._far_min: dict[int, int] = {}  # slot -> its smallest due
         self._slots: list[int] = []  # heap of the far slots
         self._far_ids: dict[int, str] = {}  # far entry -> its schedule id
@@ -77,7 +96,7 @@ class Schedule:
         return self._count
 
     def add(self, entry: int, due_ms: int, schedule_id: str | None = None,
-            target: Target | None = None, offset: int = -1) -> bool:
+            target: Target | None = None, offset: int = -1, where: int = -1) -> bool:
         """False for a replayed entry (already known)."""
         if entry <= self._last:
             return False
@@ -87,7 +106,7 @@ class Schedule:
             self._by_id.setdefault((target, schedule_id), deque()).append(entry)
         slot = due_ms // SLOT_MS
         if slot <= self._promoted_until:
-            self._to_near(Pending(entry, due_ms, schedule_id, target, offset))
+            self._to_near(Pending(entry, due_ms, schedule_id, target, offset, where))
             return True
         tid = self._target_ids.get(target)
         if tid is None:
@@ -100,7 +119,7 @@ class Schedule:
             heapq.heappush(self._slots, slot)
         elif due_ms < self._far_min[slot]:
             self._far_min[slot] = due_ms
-        cells.extend((due_ms, entry, offset, tid))
+        cells.extend((due_ms, entry, offset, tid, where))
         if schedule_id is not None:
             self._far_ids[entry] = schedule_id
         return True
@@ -115,13 +134,13 @@ class Schedule:
         self._promoted_until = max(self._promoted_until, slot)
         cells = self._far.pop(slot)
         del self._far_min[slot]
-        for i in range(0, len(cells), 4):
-            due_ms, entry, offset, tid = cells[i:i + 4]
+        for i in range(0, len(cells), CELLS):
+            due_ms, entry, offset, tid, where = cells[i:i + CELLS]
             if entry in self._cancelled:
                 self._cancelled.discard(entry)
                 continue
             self._to_near(Pending(entry, due_ms, self._far_ids.pop(entry, None),
-                                  self._targets[tid], offset))
+                                  self._targets[tid], offset, where))
 
     def promote(self, now_ms: int) -> None:
         """Every far slot that has begun by ``now_ms`` becomes near: what is
@@ -201,7 +220,7 @@ class Schedule:
         tid = self._target_ids.get(target)
         if tid is not None:
             for cells in self._far.values():
-                for i in range(0, len(cells), 4):
+                for i in range(0, len(cells), CELLS):
                     entry = cells[i + 1]
                     if cells[i + 3] == tid and entry not in self._cancelled:
                         self._cancelled.add(entry)
@@ -242,9 +261,9 @@ class Schedule:
         """Every pending record, earliest due first (``kcompat scheduled list``)."""
         out = list(self._pending.values())
         for cells in self._far.values():
-            for i in range(0, len(cells), 4):
-                due_ms, entry, offset, tid = cells[i:i + 4]
+            for i in range(0, len(cells), CELLS):
+                due_ms, entry, offset, tid, where = cells[i:i + CELLS]
                 if entry not in self._cancelled:
                     out.append(Pending(entry, due_ms, self._far_ids.get(entry),
-                                       self._targets[tid], offset))
+                                       self._targets[tid], offset, where))
         return sorted(out, key=lambda p: (p.due_ms, p.entry))

@@ -49,12 +49,20 @@ from __future__ import annotations
 
 import json
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
-from kcompat.ext.schedule import Pending, Schedule, Target
-from kcompat.wire.records import Record
+from kcompat.ext.schedule import Pending, Schedule, Target, locate, located
+from kcompat.wire.batch import HEADER_SIZE, BatchHeader, parse_header
+from kcompat.wire.records import (
+    Record,
+    RecordError,
+    batch_payload,
+    decode_batch,
+    decode_record_at,
+    decode_varint,
+)
 
 SCHEDULE_TOPIC = "__kc_schedule"
 OP_HEADER = "kc-internal"
@@ -62,6 +70,7 @@ PRODUCER_BATCHES = 5
 MAX_TRACKED_PRODUCERS = 100_000
 INTERNAL_PRODUCER_BASE = 1 << 62  # never handed to clients (ids grow from 0)
 SEQ_MODULUS = 1 << 31
+RECORD_OVERHEAD = 24  # bytes a record takes beyond its key, value and headers (about)
 
 Header = tuple[str, bytes | None]
 RecordInput = tuple[bytes | None, bytes | None, tuple[Header, ...], int]
@@ -144,7 +153,8 @@ class ScheduleLog:
         self.next_seq: dict[Target, int] = {}
         self.pending_by_target: dict[Target, int] = {}
         # (target, producer id) -> its last batches: (epoch, base sequence) -> holes seen
-        self.held: dict[int, list[Record]] = {}  # producer id -> its open transaction's
+        # producer id -> its open transaction's records (and where each is)
+        self.held: dict[int, list[tuple[Record, int]]] = {}
         self._seen: OrderedDict[tuple[Target, int], OrderedDict[tuple[int, int], set[int]]] = (
             OrderedDict())
 
@@ -153,22 +163,33 @@ class ScheduleLog:
 
     # -- replay: every replica, in log order -------------------------------------------------
 
+    def apply_stored(self, batch: bytes | memoryview) -> None:
+        """One committed batch of the schedule log, as stored: each entry
+        learns where its record is (``StoredRecords`` reads it from there)."""
+        for record, where in located_records(batch):
+            self.apply(record, where)
+
+    def hold_stored(self, producer_id: int, batch: bytes | memoryview) -> None:
+        """A transactional batch: applied if its transaction commits."""
+        self.held.setdefault(producer_id, []).extend(located_records(batch))
+
     def apply_batch(self, records: Iterable[Record]) -> None:
-        """The records of one committed batch of the schedule log."""
+        """Decoded records of one committed batch (their place unknown)."""
         for record in records:
             self.apply(record)
 
     def hold(self, producer_id: int, records: Iterable[Record]) -> None:
-        """Records of a transactional batch: applied if its transaction commits."""
-        self.held.setdefault(producer_id, []).extend(records)
+        """Decoded records of a transactional batch (``hold_stored``)."""
+        self.held.setdefault(producer_id, []).extend((r, -1) for r in records)
 
     def end_txn(self, producer_id: int, commit: bool) -> None:
         """A transaction marker of ``producer_id`` in the schedule log."""
-        records = self.held.pop(producer_id, [])
+        held = self.held.pop(producer_id, [])
         if commit:
-            self.apply_batch(records)
+            for record, where in held:
+                self.apply(record, where)
 
-    def apply(self, record: Record) -> None:
+    def apply(self, record: Record, where: int = -1) -> None:
         """One committed record of the schedule log (any other is ignored)."""
         doc = read_op(record)
         if doc is None:
@@ -176,7 +197,7 @@ class ScheduleLog:
         try:
             if doc["op"] in ("add", "cancel") and self._repeated(doc):
                 return  # a retried produce the partition answered as a duplicate
-            self._apply(record.offset, doc)
+            self._apply(record.offset, doc, where)
         except (KeyError, TypeError, ValueError, IndexError):
             return  # not a record the broker wrote: the log holds it, the schedule ignores it
 
@@ -204,11 +225,12 @@ class ScheduleLog:
         holes.add(hole)
         return False
 
-    def _apply(self, offset: int, doc: dict[str, Any]) -> None:
+    def _apply(self, offset: int, doc: dict[str, Any], where: int) -> None:
         op = doc["op"]
         target: Target = (str(doc["t"]), int(doc["p"]))
         if op == "add":
-            if self.schedule.add(offset, int(doc["due"]), doc.get("id"), target, int(doc["o"])):
+            if self.schedule.add(offset, int(doc["due"]), doc.get("id"), target, int(doc["o"]),
+                                 where):
                 self._count(target, 1)
         elif op == "cancel":
             if self.schedule.cancel(str(doc["id"]), target) is not None:
@@ -256,3 +278,131 @@ class ScheduleLog:
         rows += [(p, False) for p in self.schedule.pending()]
         return sorted(rows, key=lambda r: (r[0].due_ms, r[0].entry))
 
+
+
+def located_records(batch: bytes | memoryview) -> list[tuple[Record, int]]:
+    """The records of a stored schedule-log batch, each with where it is
+    (``schedule.locate``)."""
+    starts: list[int] = []
+    records = decode_batch(batch, starts)
+    base = parse_header(batch).base_offset
+    return [(r, locate(r.offset, base, at)) for r, at in zip(records, starts, strict=True)]
+
+
+class BatchFile(Protocol):
+    def pread(self, size: int, position: int) -> bytes: ...
+
+
+class BatchSlice(Protocol):
+    """Where a stored batch is: ``length`` bytes at ``position`` of ``file``."""
+
+    @property
+    def file(self) -> BatchFile: ...
+    @property
+    def position(self) -> int: ...
+    @property
+    def length(self) -> int: ...
+
+
+class StoredRecords:
+    """The records of pending entries, as they are delivered, read from the
+    schedule log. Due order has nothing to do with log order (records
+    produced together are due at unrelated times), so each located entry is
+    read on its own: the header of its stored batch (kept for the last
+    ``HEADERS_KEPT`` batches), then its record's bytes alone, and only that
+    record is decoded — the cost of a delivery follows the records it moves,
+    never the size of the batches they sit in. A compressed batch (the broker
+    writes none, but a log may hold one) is read and decompressed whole and
+    kept in a small cache. ``reads``, ``bytes_read`` and ``decoded`` count
+    the work done."""
+
+    HEADERS_KEPT = 4096
+    READ_AHEAD = 4096  # bytes read for a record whose length is not known yet
+
+    def __init__(self, slice_at: Callable[[int], BatchSlice],
+                 cache_bytes: int = 16 << 20) -> None:
+        self._slice_at = slice_at  # where the stored batch holding an offset is
+        self._headers: OrderedDict[int, tuple[BatchHeader, BatchSlice]] = OrderedDict()
+        self._payloads: OrderedDict[int, bytes] = OrderedDict()  # compressed batches
+        self._payload_bytes = 0
+        self.cache_bytes_max = cache_bytes
+        self.reads = 0  # reads of the stored log
+        self.bytes_read = 0
+        self.decoded = 0  # records decoded
+
+    def delivered(self, entries: Iterable[Pending]) -> list[RecordInput]:
+        return [delivered_form(self.record(p)) for p in entries]
+
+    def record(self, pending: Pending) -> Record:
+        """The stored record of ``pending``."""
+        if pending.where < 0:  # not located (not applied from its stored batch)
+            where = self._slice_at(pending.entry)
+            records = decode_batch(self._pread(where.file, where.length, where.position))
+            self.decoded += len(records)
+            return next(r for r in records if r.offset == pending.entry)
+        base, position = located(pending)
+        header, where = self._header(base)
+        if header.compression:
+            payload = self._payload(base, where)
+        else:
+            payload = self._record_bytes(where, HEADER_SIZE + position)
+            position = 0
+        self.decoded += 1
+        return decode_record_at(
+            payload, position, base_offset=base, base_timestamp=header.base_timestamp,
+            log_append_time=header.max_timestamp if header.is_log_append_time else None)
+
+    def _pread(self, file: BatchFile, size: int, position: int) -> bytes:
+        self.reads += 1
+        self.bytes_read += size
+        return file.pread(size, position)
+
+    def _header(self, base: int) -> tuple[BatchHeader, BatchSlice]:
+        found = self._headers.get(base)
+        if found is not None:
+            self._headers.move_to_end(base)
+            return found
+        where = self._slice_at(base)
+        found = parse_header(self._pread(where.file, HEADER_SIZE, where.position)), where
+        self._headers[base] = found
+        if len(self._headers) > self.HEADERS_KEPT:
+            self._headers.popitem(last=False)
+        return found
+
+    def _record_bytes(self, where: BatchSlice, start: int) -> bytes:
+        """The bytes of the record at ``start`` of an uncompressed batch."""
+        left = where.length - start
+        if left <= 0:
+            raise RecordError("a located record lies past its batch")
+        data = self._pread(where.file, min(self.READ_AHEAD, left), where.position + start)
+        length, body = decode_varint(data, 0)
+        size = body + length
+        if size > left:
+            raise RecordError(f"record length {length} overruns the batch")
+        if size > len(data):
+            data += self._pread(where.file, size - len(data), where.position + start + len(data))
+        return data[:size]
+
+    def _payload(self, base: int, where: BatchSlice) -> bytes:
+        found = self._payloads.get(base)
+        if found is not None:
+            self._payloads.move_to_end(base)
+            return found
+        _header, found = batch_payload(self._pread(where.file, where.length, where.position))
+        self._payloads[base] = found
+        self._payload_bytes += len(found)
+        while self._payload_bytes > self.cache_bytes_max and len(self._payloads) > 1:
+            self._payload_bytes -= len(self._payloads.popitem(last=False)[1])
+        return found
+
+
+def take_within(records: Sequence[RecordInput], bytes_max: int) -> int:
+    """How many of ``records`` (at least one) fit ``bytes_max``: a delivery
+    batch stays an ordinary batch in size."""
+    total = 0
+    for n, (key, value, headers, _ts) in enumerate(records):
+        total += (len(key or b"") + len(value or b"") + RECORD_OVERHEAD
+                  + sum(len(k) + len(v or b"") for k, v in headers))
+        if total > bytes_max and n > 0:
+            return n
+    return len(records)

@@ -314,11 +314,15 @@ class PartitionLog:
 
     def read_batch_at(self, offset: int) -> bytes:
         """The whole batch containing ``offset`` (< log_end_offset)."""
+        return self.batch_slice(offset).read()
+
+    def batch_slice(self, offset: int) -> FileSlice:
+        """Where the whole batch containing ``offset`` (< log_end_offset) is."""
         if offset == self.log_end_offset:
             raise OffsetOutOfRange(offset, self._log_start_offset, self.log_end_offset)
         where = self.locate(offset, 0, self.log_end_offset)
         assert where is not None, f"no batch holds offset {offset}"
-        return where.read()
+        return where
 
     def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
         """(base offset, max timestamp) of the first batch whose max timestamp

@@ -129,6 +129,10 @@ def decode_varint(buf: bytes | memoryview, pos: int, max_bytes: int = 5) -> tupl
 
     ``max_bytes`` is 5 for Kafka's varint (int32) and 10 for its varlong.
     """
+    if pos < len(buf):
+        first = buf[pos]
+        if first < 0x80:  # one byte: most lengths, deltas and counts
+            return (first >> 1) ^ -(first & 1), pos + 1
     result = 0
     shift = 0
     end = len(buf)
@@ -199,8 +203,11 @@ def decode_records(
     base_offset: int = 0,
     base_timestamp: int = 0,
     log_append_time: int | None = None,
+    starts: list[int] | None = None,
 ) -> list[Record]:
-    """Decode ``count`` records that make up all of ``data`` (uncompressed)."""
+    """Decode ``count`` records that make up all of ``data`` (uncompressed);
+    ``starts``, if given, receives each record's position in ``data`` (for
+    ``decode_record_at`` later)."""
     if count < 0:
         raise RecordError(f"negative record count {count}")
     buf = memoryview(data)
@@ -208,59 +215,88 @@ def decode_records(
     out: list[Record] = []
     pos = 0
     for _ in range(count):
-        length, pos = decode_varint(buf, pos)
-        end = pos + length
-        if length < 1 or end > total:
-            raise RecordError(f"record length {length} overruns the batch")
-        pos += 1  # attributes: unused
-        ts_delta, pos = decode_varint(buf, pos, 10)
-        offset_delta, pos = decode_varint(buf, pos)
-        key, pos = _get_bytes(buf, pos, end)
-        value, pos = _get_bytes(buf, pos, end)
-        n_headers, pos = decode_varint(buf, pos)
-        if n_headers < 0:
-            raise RecordError(f"negative header count {n_headers}")
-        headers: list[tuple[str, bytes | None]] = []
-        for _h in range(n_headers):
-            h_key, pos = _get_bytes(buf, pos, end)
-            if h_key is None:
-                raise RecordError("null header key")
-            h_value, pos = _get_bytes(buf, pos, end)
-            try:
-                headers.append((h_key.decode("utf-8"), h_value))
-            except UnicodeDecodeError as exc:
-                raise RecordError(f"header key is not UTF-8: {exc}") from exc
-        if pos != end:
-            raise RecordError(f"record declared {length} bytes but used {length + pos - end}")
-        timestamp = base_timestamp + ts_delta if log_append_time is None else log_append_time
-        out.append(Record(base_offset + offset_delta, timestamp, key, value, tuple(headers)))
+        if starts is not None:
+            starts.append(pos)
+        record, pos = _decode_one(buf, pos, total, base_offset, base_timestamp, log_append_time)
+        out.append(record)
     if pos != total:
         raise RecordError(f"{total - pos} bytes left after {count} records")
     return out
 
 
+def decode_record_at(
+    data: bytes | memoryview,
+    pos: int,
+    *,
+    base_offset: int = 0,
+    base_timestamp: int = 0,
+    log_append_time: int | None = None,
+) -> Record:
+    """The one record that starts at ``pos`` of the uncompressed records
+    ``data`` (a position ``decode_records`` gave in ``starts``)."""
+    buf = memoryview(data)
+    return _decode_one(buf, pos, len(buf), base_offset, base_timestamp, log_append_time)[0]
+
+
+def _decode_one(buf: memoryview, pos: int, total: int, base_offset: int, base_timestamp: int,
+                log_append_time: int | None) -> tuple[Record, int]:
+    length, pos = decode_varint(buf, pos)
+    end = pos + length
+    if length < 1 or end > total:
+        raise RecordError(f"record length {length} overruns the batch")
+    pos += 1  # attributes: unused
+    ts_delta, pos = decode_varint(buf, pos, 10)
+    offset_delta, pos = decode_varint(buf, pos)
+    key, pos = _get_bytes(buf, pos, end)
+    value, pos = _get_bytes(buf, pos, end)
+    n_headers, pos = decode_varint(buf, pos)
+    if n_headers < 0:
+        raise RecordError(f"negative header count {n_headers}")
+    headers: list[tuple[str, bytes | None]] = []
+    for _h in range(n_headers):
+        h_key, pos = _get_bytes(buf, pos, end)
+        if h_key is None:
+            raise RecordError("null header key")
+        h_value, pos = _get_bytes(buf, pos, end)
+        try:
+            headers.append((h_key.decode("utf-8"), h_value))
+        except UnicodeDecodeError as exc:
+            raise RecordError(f"header key is not UTF-8: {exc}") from exc
+    if pos != end:
+        raise RecordError(f"record declared {length} bytes but used {length + pos - end}")
+    timestamp = base_timestamp + ts_delta if log_append_time is None else log_append_time
+    return Record(base_offset + offset_delta, timestamp, key, value, tuple(headers)), end
+
+
 # --------------------------------------------------------------------- batches
 
 
-def decode_batch(batch: bytes | memoryview) -> list[Record]:
-    """All records of one complete RecordBatch v2, with absolute offsets/timestamps.
+def decode_batch(batch: bytes | memoryview, starts: list[int] | None = None) -> list[Record]:
+    """All records of one complete RecordBatch v2, with absolute offsets/timestamps
+    (``starts``: see ``decode_records``; positions in ``batch_payload``).
 
     Checks the header (magic, length, CRC) first. Raises ``BatchError`` (and its
     subclass ``RecordError``) on anything malformed, including bad compression.
     """
-    header = validate(batch)
-    body = memoryview(batch)[HEADER_SIZE:]
-    try:
-        data = decompress(header.compression, body)
-    except CompressionError as exc:
-        raise RecordError(str(exc)) from exc
+    header, data = batch_payload(batch)
     return decode_records(
         data,
         header.records_count,
         base_offset=header.base_offset,
         base_timestamp=header.base_timestamp,
         log_append_time=header.max_timestamp if header.is_log_append_time else None,
+        starts=starts,
     )
+
+
+def batch_payload(batch: bytes | memoryview) -> tuple[BatchHeader, bytes]:
+    """A checked batch's header and its records, uncompressed."""
+    header = validate(batch)
+    body = memoryview(batch)[HEADER_SIZE:]
+    try:
+        return header, decompress(header.compression, body)
+    except CompressionError as exc:
+        raise RecordError(str(exc)) from exc
 
 
 def encode_batch(
