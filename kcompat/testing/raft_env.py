@@ -6,7 +6,8 @@ Theory of operation
 own seeded ``Random``) and one FIFO inbox per node. Nothing happens unless a
 command says so: ``process_ready`` runs one node's Ready through the contract
 (persist, sync, queue messages, advance), ``deliver`` steps a node's inbox,
-``stabilize`` alternates both until the cluster is quiet. Every effect is
+``stabilize`` alternates both until the cluster is quiet, ``run`` ticks
+every live node and stabilizes, round after round. Every effect is
 written to a trace, which is what the datadriven tests
 (``tests/unit/raft/testdata``) compare. Messages between nodes on different
 sides of a ``partition`` are dropped when sent and when delivered.
@@ -126,6 +127,15 @@ class RaftEnv:
     def tick(self, node_id: int, count: int = 1) -> None:
         for _ in range(count):
             self.nodes[node_id].tick()
+
+    def run(self, ticks: int) -> None:
+        """``ticks`` rounds of: every live node ticks once, then the cluster
+        stabilizes (one clock, at one rate, on every node)."""
+        for _ in range(ticks):
+            for node_id in sorted(self.nodes):
+                if node_id not in self.down:
+                    self.nodes[node_id].tick()
+            self.stabilize()
 
     def suspect(self, node_id: int, peer: int) -> None:
         """``node_id``'s runtime stopped hearing from ``peer``."""

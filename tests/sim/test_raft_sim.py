@@ -51,6 +51,20 @@ def test_raft_simulation(first: int) -> None:
             pytest.fail(str(failure), pytrace=False)
 
 
+def test_seed_13553_converges_once_every_node_pre_votes() -> None:
+    """Seed 13553 drew node 4 without pre-vote: the fastest clock, its log 13
+    offsets behind. After healing it raised everyone's term at each of its
+    timeouts (resetting their election timers, taking the vote of node 1,
+    further behind) and held off an election past the recovery deadline —
+    Raft's disruptive server, not a safety bug. Liveness is checked with
+    pre-vote everywhere, as the broker runs it: node 4 restarts with it."""
+    sim = Simulation(13553)
+    assert [n.config.pre_vote for n in sim.nodes.values()] == [True, True, True, False]
+    sim.run()
+    assert any(line.endswith("pre-vote on 4") for line in sim.trace)
+    assert all(n.config.pre_vote for n in sim.nodes.values())
+
+
 def test_membership_schedules_change_voters() -> None:
     """The membership seeds do change voters: additions, removals of
     followers and of the leader, all accepted under faults."""

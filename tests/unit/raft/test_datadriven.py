@@ -3,6 +3,7 @@
 Commands (node ids are 1..n):
   add-nodes <n> [pre_vote=bool] [check_quorum=bool] [election_timeout_ticks=int]
   campaign <id> | tick <id> [count] | propose <id> <data> [count=n]
+  run <ticks> [trace=false]  (every live node ticks, then stabilize, per tick)
   process-ready <id>... | deliver <id>... | stabilize
   status | log <id> | partition <ids,..> <ids,..> | heal
   transfer-leadership <from> <to> | compact <id> <end> | crash <id> | restart <id>
@@ -39,6 +40,11 @@ def _handler(env: RaftEnv):  # type: ignore[no-untyped-def]
             env.tick(ids[0], ids[1] if len(ids) > 1 else 1)
         elif cmd == "propose":
             env.propose(ids[0], args[1], int(kwargs.get("count", "1")))
+        elif cmd == "run":
+            mark = len(env.out)
+            env.run(ids[0])
+            if kwargs.get("trace") == "false":
+                del env.out[mark:]
         elif cmd == "process-ready":
             for i in ids:
                 env.process_ready(i)

@@ -103,6 +103,32 @@ def test_lease_ignores_votes_unless_transfer() -> None:
     assert follower.term == 2 and follower.vote == 3
 
 
+@pytest.mark.parametrize("pre_vote", [True, False])
+def test_rejoining_node_does_not_depose_a_healthy_leader(pre_vote: bool) -> None:
+    """Reference: Raft thesis section 9.6, KIP-996 — a node cut off for many
+    election timeouts, all clocks running, never raises its term with
+    pre-vote (its pre-vote rounds fail), and once back its pre-vote is
+    ignored by voters in their lease: the leader keeps its leadership and
+    term. Without pre-vote (the False case) its raised term deposes it."""
+    env = _leader_env(pre_vote=pre_vote)
+    env.run(20)
+    env.partition([[1, 2], [3]])
+    env.out.clear()
+    env.run(300)
+    rounds = sum(line.startswith("  3->1 VoteRequest") for line in env.out)
+    assert rounds >= 15  # one per election timeout (10-19 ticks)
+    assert (env.nodes[1].role, env.nodes[1].term) == (Role.LEADER, 1)
+    env.partition([])
+    env.nodes[3].campaign()  # back, before it hears the leader
+    env.run(60)
+    one, three = env.nodes[1], env.nodes[3]
+    if pre_vote:
+        assert (one.role, one.term) == (Role.LEADER, 1)
+        assert (three.role, three.term, three.leader) == (Role.FOLLOWER, 1, 1)
+    else:
+        assert one.term > rounds  # deposed: elections at and above 3's raised term
+
+
 def test_check_quorum_steps_down() -> None:
     """Reference: Raft thesis section 6.2 — a leader steps down if an election
     timeout passes without hearing from a majority."""
