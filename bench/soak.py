@@ -65,7 +65,7 @@ import tempfile
 import threading
 import time
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -166,11 +166,12 @@ def start_side(name: str, root: Path, extra: tuple[str, ...]) -> Side:
     return Side(name, dict(c.brokers), ports, 3, c)
 
 
-def create_topic(bootstrap: str, topic: str, partitions: int, replication: int) -> None:
+def create_topic(bootstrap: str, topic: str, partitions: int, replication: int,
+                 configs: dict[str, str] | None = None) -> None:
     from confluent_kafka.admin import AdminClient, NewTopic
 
     admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
-    admin.create_topics([NewTopic(topic, partitions, replication)],
+    admin.create_topics([NewTopic(topic, partitions, replication, config=configs or {})],
                         operation_timeout=30, request_timeout=30)[topic].result(60)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
@@ -188,17 +189,6 @@ def leaders(bootstrap: str, topic: str) -> dict[int, int]:
     admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
     md = admin.list_topics(topic, timeout=10).topics.get(topic)
     return {p.id: p.leader for p in md.partitions.values()} if md is not None else {}
-
-
-def sched_bytes(broker: Broker) -> int:
-    """Bytes allocated to the broker's ``__kc_schedule-*`` directories."""
-    total = 0
-    for d in broker.data_dir.glob(SCHED_PREFIX + "*"):
-        for dirpath, _dirs, files in os.walk(d):
-            for f in files:
-                with contextlib.suppress(FileNotFoundError):
-                    total += os.lstat(os.path.join(dirpath, f)).st_blocks * 512
-    return total
 
 
 class LoadWatch:
@@ -239,6 +229,8 @@ def child_main(kind: str, spec_path: str) -> None:
         probe_child(spec)
     elif kind == "consumer":
         consumer_child(spec)
+    elif kind == "retrier":
+        retrier_child(spec)
     else:
         raise SystemExit(f"unknown child {kind}")
 
@@ -351,16 +343,18 @@ def probe_child(spec: dict[str, Any]) -> None:
 
 
 def consumer_child(spec: dict[str, Any]) -> None:
-    """Read the delayed topic from the start; when each record index first arrived (and
-    on which partition), duplicates, unknown and cancelled deliveries."""
+    """Read a topic from its start (assigned, no group); when each record index (the
+    value's first field) first arrived and on which partition, duplicates, unknown
+    records, cancelled ones delivered, records without ``spec['header']``, errors."""
     from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
     n = spec["records"]
     cancelled = set(spec["cancelled"])
+    header = spec.get("header")
     recv = array.array("d", bytes(8 * n))
     part = array.array("b", bytes(n))
-    stats = {"received": 0, "received_ok": 0, "dupes": 0, "unknown": 0, "cancelled_delivered": 0,
-             "no_scheduled_offset": 0, "first_error": ""}
+    stats: dict[str, Any] = {"received": 0, "received_ok": 0, "dupes": 0, "unknown": 0,
+                             "cancelled_delivered": 0, "missing_header": 0, "errors": {}}
     c = Consumer({"bootstrap.servers": spec["bootstrap"], "group.id": spec["group"],
                   "enable.auto.commit": False, "fetch.wait.max.ms": 50, **CLIENT_QUIET})
     c.assign([TopicPartition(spec["topic"], p, OFFSET_BEGINNING)
@@ -372,8 +366,8 @@ def consumer_child(spec: dict[str, Any]) -> None:
             break
         for m in c.consume(num_messages=5000, timeout=0.05):
             if m.error():
-                if not stats["first_error"]:
-                    stats["first_error"] = str(m.error())
+                e = str(m.error())[:160]
+                stats["errors"][e] = stats["errors"].get(e, 0) + 1
                 continue
             now = time.time()
             try:
@@ -394,8 +388,8 @@ def consumer_child(spec: dict[str, Any]) -> None:
                 stats["cancelled_delivered"] += 1
             else:
                 stats["received_ok"] += 1
-            if not any(k == "kc-scheduled-offset" for k, _v in (m.headers() or [])):
-                stats["no_scheduled_offset"] += 1
+            if header is not None and not any(k == header for k, _v in (m.headers() or [])):
+                stats["missing_header"] += 1
         now = time.time()
         if now - last_progress >= 0.5:
             last_progress = now
@@ -409,10 +403,11 @@ def consumer_child(spec: dict[str, Any]) -> None:
     Path(spec["out"]).write_text(json.dumps(stats))
 
 
-def spawn_child(kind: str, spec: dict[str, Any], workdir: Path) -> subprocess.Popen[bytes]:
-    path = workdir / f"{kind}.spec.json"
+def spawn_child(kind: str, tag: str, spec: dict[str, Any], workdir: Path
+                ) -> subprocess.Popen[bytes]:
+    path = workdir / f"{tag}.spec.json"
     path.write_text(json.dumps(spec))
-    log = open(workdir / f"{kind}.log", "ab")  # noqa: SIM115 - the child owns it
+    log = open(workdir / f"{tag}.log", "ab")  # noqa: SIM115 - the child owns it
     return subprocess.Popen([sys.executable, __file__, "--child", kind, "--spec", str(path)],
                             stdin=subprocess.DEVNULL, stdout=log, stderr=log, cwd=str(ROOT))
 
@@ -442,13 +437,16 @@ class Produced:
         return self.acked / self.seconds if self.seconds > 0 else 0.0
 
 
-def produce(bootstrap: str, topic: str, n: int, deadline: float,
+def produce(bootstrap: str, topic: str, n: int, deadline: float, *,
+            order: list[int] | None = None,
             headers_of: Callable[[int], list[tuple[str, bytes]] | None] | None = None,
             send: array.array | None = None, ack: array.array | None = None,
             delays: list[int] | None = None,
             cancel_after: Callable[[int], bytes | None] | None = None) -> Produced:
-    """Records 0..n-1 (partition i % PARTITIONS) acks=all; stops handing out records at
-    ``deadline`` (epoch s). ``send``/``ack``: the times of each (the cancels' are not kept)."""
+    """n records acks=all, record ``order[pos]`` (default ``pos``) at position pos, to
+    partition index % PARTITIONS, value ``index:send ms:delay ms:`` padded; stops handing
+    out records at ``deadline`` (epoch s). ``send``/``ack``: each index's times (the
+    last send, the first ack; a cancel's are not kept)."""
     from confluent_kafka import Producer
 
     p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "batch.num.messages": 10_000,
@@ -468,39 +466,37 @@ def produce(bootstrap: str, topic: str, n: int, deadline: float,
             return  # a cancel
         res.acked += 1
         if ack is not None:
-            ack[int(key)] = time.time()
+            i = int(key)
+            if not ack[i]:
+                ack[i] = time.time()
+
+    def put(**kw: Any) -> None:
+        for _ in range(100_000):
+            try:
+                p.produce(topic, on_delivery=on_delivery, **kw)
+                return
+            except BufferError:
+                p.poll(0.05)
 
     pad = b"x" * VALUE_BYTES
     start = time.perf_counter()
-    for i in range(n):
-        if i % 1000 == 0 and time.time() > deadline:
+    for pos in range(n):
+        if pos % 1000 == 0 and time.time() > deadline:
             break
-        headers = headers_of(i) if headers_of is not None else None
-        for _ in range(100_000):
-            now = time.time()
-            delay = delays[i] if delays is not None else 0
-            value = (b"%d:%d:%d:" % (i, int(now * 1000), delay) + pad)[:VALUE_BYTES]
-            try:
-                p.produce(topic, key=b"%d" % i, value=value, headers=headers,
-                          partition=i % PARTITIONS, on_delivery=on_delivery)
-                break
-            except BufferError:
-                p.poll(0.05)
+        i = order[pos] if order is not None else pos
+        now = time.time()
+        delay = delays[i] if delays is not None else 0
+        put(key=b"%d" % i, value=(b"%d:%d:%d:" % (i, int(now * 1000), delay) + pad)[:VALUE_BYTES],
+            headers=headers_of(i) if headers_of is not None else None,
+            partition=i % PARTITIONS)
         if send is not None:
             send[i] = now
-        res.n = i + 1
-        if cancel_after is not None:
-            sid = cancel_after(i)
-            if sid is not None:
-                for _ in range(100_000):
-                    try:
-                        p.produce(topic, key=b"c%d" % i, value=b"cancel",
-                                  headers=[("kc-cancel-schedule", sid)],
-                                  partition=i % PARTITIONS, on_delivery=on_delivery)
-                        break
-                    except BufferError:
-                        p.poll(0.05)
-        if i % 5000 == 0:
+        res.n = pos + 1
+        sid = cancel_after(i) if cancel_after is not None else None
+        if sid is not None:
+            put(key=b"c%d" % i, value=b"cancel", headers=[("kc-cancel-schedule", sid)],
+                partition=i % PARTITIONS)
+        if pos % 5000 == 0:
             p.poll(0)
     left = p.flush(max(5.0, deadline - time.time() + 30))
     res.seconds = time.perf_counter() - start
@@ -509,12 +505,14 @@ def produce(bootstrap: str, topic: str, n: int, deadline: float,
     return res
 
 
-# -- one side of the delayed scenario ----------------------------------------------------
+# -- a run: one scenario on one side ---------------------------------------------------
 
 
-@dataclass
 class Marks:
-    t: dict[str, float] = field(default_factory=dict)
+    """Phase marks (epoch s), printed as they are set."""
+
+    def __init__(self) -> None:
+        self.t: dict[str, float] = {}
 
     def __call__(self, name: str) -> float:
         self.t[name] = time.time()
@@ -527,13 +525,15 @@ def log_offsets(side: Side) -> dict[int, int]:
 
 
 LEADS = re.compile(r"leads group \d+ \((.*?)\) in term (\d+)")
+REPLAY = re.compile(r"delivering (\d+) scheduled records")
 
 
 def scan_logs(side: Side, start: dict[int, int], end: dict[int, int] | None = None
               ) -> dict[str, Any]:
-    """fence_broker / leads group / errors in each broker's log between two offsets."""
+    """Self-fencing, elections, schedule replays, errors and warnings in each broker's
+    log between two offsets (a controlled shutdown's fence_broker is not counted)."""
     out: dict[str, Any] = {"fence": 0, "leads": 0, "re_elections": 0, "errors": 0,
-                           "warnings": 0, "excerpts": []}
+                           "warnings": 0, "replayed": 0, "replays": 0, "excerpts": []}
     for node, b in side.brokers.items():
         if not b.log_path.exists():
             continue
@@ -543,7 +543,8 @@ def scan_logs(side: Side, start: dict[int, int], end: dict[int, int] | None = No
             text = f.read(size - start.get(node, 0) if size is not None else -1)
         for line in text.decode("utf-8", "replace").splitlines():
             keep = False
-            if "fence_broker" in line and "unfence_broker" not in line:
+            if "fence_broker" in line and "unfence_broker" not in line \
+                    and "controlled shutdown" not in line:
                 out["fence"] += 1
                 keep = True
             m = LEADS.search(line)
@@ -552,6 +553,11 @@ def scan_logs(side: Side, start: dict[int, int], end: dict[int, int] | None = No
                 if int(m.group(2)) >= 2:
                     out["re_elections"] += 1
                     keep = True
+            m = REPLAY.search(line)
+            if m:
+                out["replays"] += 1
+                out["replayed"] += int(m.group(1))
+                keep = out["replays"] <= 2
             if " ERROR " in line or "Traceback" in line or "CRITICAL" in line:
                 out["errors"] += 1
                 keep = True
@@ -573,9 +579,184 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
     return out
 
 
+def scrape(port: int) -> dict[str, float]:
+    """``name{labels}`` -> value from a broker's /metrics ({} if it does not answer)."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+            text = r.read().decode()
+    except Exception:  # noqa: BLE001 - a busy or down broker
+        return {}
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            name, _, value = line.rpartition(" ")
+            with contextlib.suppress(ValueError):
+                out[name] = float(value)
+    return out
+
+
+def metric_sum(m: dict[str, float], name: str) -> float | None:
+    vals = [v for k, v in m.items() if k == name or k.startswith(name + "{")]
+    return sum(vals) if vals else None
+
+
+def dir_bytes(broker: Broker, prefix: str) -> int:
+    """Bytes allocated to the broker's ``<prefix>*`` directories under its data dir."""
+    total = 0
+    for d in broker.data_dir.glob(prefix + "*"):
+        for dirpath, _dirs, files in os.walk(d):
+            for f in files:
+                with contextlib.suppress(FileNotFoundError):
+                    total += os.lstat(os.path.join(dirpath, f)).st_blocks * 512
+    return total
+
+
+class Run:
+    """One scenario on one side: the probe child, readers, phase marks, the kill -9,
+    the logs; ``r`` collects what the report prints (``rows``: the scenario's own)."""
+
+    def __init__(self, side: Side, sz: Sizes, work: Path, deadline: float, scenario: str,
+                 seed: int) -> None:
+        self.side, self.sz, self.work, self.deadline = side, sz, work, deadline
+        self.rng = random.Random(seed)
+        self.marks = Marks()
+        self.r: dict[str, Any] = {"side": side.name, "scenario": scenario,
+                                  "marks": self.marks.t, "rows": [], "errors": []}
+        self.children: dict[str, tuple[subprocess.Popen[bytes], Path]] = {}
+        self.log0: dict[int, int] = {}
+        self.log_kill: dict[int, int] | None = None
+        self.cpu0: dict[int, float] = {}
+
+    def row(self, figure: str, value: str) -> None:
+        self.r["rows"].append((figure, value))
+
+    def left(self) -> float:
+        return max(0.0, self.deadline - time.time())
+
+    def topic(self, name: str, partitions: int = PARTITIONS,
+              configs: dict[str, str] | None = None) -> None:
+        create_topic(self.side.bootstrap, name, partitions, self.side.replication, configs)
+
+    # -- children ---------------------------------------------------------------------
+
+    def spawn(self, kind: str, tag: str, spec: dict[str, Any]) -> None:
+        stop = self.work / f"{tag}.stop"
+        spec = {**spec, "stop_file": str(stop), "deadline": self.deadline + 30}
+        self.children[tag] = (spawn_child(kind, tag, spec, self.work), stop)
+
+    def stop(self, tag: str) -> None:
+        proc, stop = self.children.pop(tag)
+        stop_child(proc, stop)
+
+    def reader(self, tag: str, topic: str, n: int, cancelled: Iterable[int] = (),
+               header: str | None = None) -> None:
+        """A consumer child noting when each record index first arrives in ``topic``."""
+        self.spawn("consumer", tag, {
+            "bootstrap": self.side.bootstrap, "topic": topic, "partitions": PARTITIONS,
+            "records": n, "cancelled": sorted(cancelled), "header": header,
+            "group": f"soak-{self.side.name}-{tag}", "out": str(self.work / f"{tag}.json"),
+            "progress": str(self.work / f"{tag}.progress.json")})
+
+    def progress(self, tag: str) -> dict[str, Any]:
+        with contextlib.suppress(FileNotFoundError, json.JSONDecodeError):
+            return json.loads((self.work / f"{tag}.progress.json").read_text())
+        return {}
+
+    def wait_progress(self, tag: str, done: Callable[[dict[str, Any]], bool],
+                      until: float) -> dict[str, Any]:
+        got: dict[str, Any] = {}
+        for _ in range(1_000_000):
+            if time.time() > min(until, self.deadline):
+                break
+            got = self.progress(tag)
+            if done(got):
+                break
+            time.sleep(0.5)
+        return got
+
+    def collect(self, tag: str) -> tuple[dict[str, Any], array.array, array.array]:
+        """Stop a reader; its counts, arrival time and partition per index."""
+        self.stop(tag)
+        stats = json.loads((self.work / f"{tag}.json").read_text())
+        recv, part = array.array("d"), array.array("b")
+        recv.frombytes((self.work / f"{tag}.json.recv").read_bytes())
+        part.frombytes((self.work / f"{tag}.json.part").read_bytes())
+        if stats.get("errors"):
+            self.r["errors"].append(f"{tag}: " + "; ".join(
+                f"{k} x{v}" for k, v in list(stats["errors"].items())[:4]))
+        return stats, recv, part
+
+    # -- phases -------------------------------------------------------------------------
+
+    def begin(self) -> None:
+        """The probe topic and the probe; an idle baseline."""
+        self.topic("soak-probe", 1)
+        self.topic("soak-plain")
+        self.log0 = log_offsets(self.side)
+        self.spawn("probe", "probe", {
+            "bootstrap": self.side.bootstrap, "out": str(self.work / "probe.jsonl"),
+            "admin_ports": {str(k): v for k, v in self.side.admin_ports.items()},
+            "prefix": f"soak-{self.side.name}-{self.r['scenario']}",
+            "replication": self.side.replication, "topic": "soak-probe",
+            "max_rounds": int(self.left()) + 60})
+        self.marks("idle")
+        time.sleep(min(self.sz.idle_s, self.left()))
+
+    def plain(self, n: int) -> Produced:
+        self.marks("plain")
+        res = produce(self.side.bootstrap, "soak-plain", n, self.deadline)
+        self.r["plain"] = res
+        return res
+
+    def cpu_start(self) -> None:
+        self.cpu0 = {k: proc_cpu_s(b.pid) for k, b in self.side.brokers.items()
+                     if b.pid and b.running}
+
+    def kill_busiest(self, topic: str, state: tuple[str, ...] = (SCHED_PREFIX,)) -> None:
+        """kill -9 of the broker that used the most CPU since ``cpu_start`` and a restart
+        on its data dir; restart-to-ready, ``state`` directories' bytes, metrics at the kill."""
+        side = self.side
+        cpu = {k: proc_cpu_s(b.pid) - self.cpu0.get(k, 0.0) for k, b in side.brokers.items()
+               if b.pid and b.running}
+        victim = max(cpu, key=lambda k: cpu[k])
+        vb = side.brokers[victim]
+        k: dict[str, Any] = {"victim": victim, "cpu": cpu, "state": state,
+                             "rss_mib": {n: proc_status_kib(b.pid, "VmRSS") / 1024
+                                         for n, b in side.brokers.items()
+                                         if b.pid and b.running}}
+        try:
+            led = leaders(side.bootstrap, topic)
+        except Exception:  # noqa: BLE001
+            led = {}
+        k["partitions"] = sorted(p for p, ldr in led.items() if ldr == victim) \
+            if len(side.brokers) > 1 else list(range(PARTITIONS))
+        k["metrics"] = scrape(side.admin_ports[victim])
+        k["bytes_before"] = {p: dir_bytes(vb, p) for p in state}
+        self.log_kill = log_offsets(side)
+        k["t_kill"] = self.marks("kill -9")
+        vb.kill()
+        self.r["kill"] = k
+        time.sleep(0.2)
+        k["restart"] = wait_restart(side, victim, self.deadline)
+        self.marks("restarted")
+        k["bytes_after"] = {p: dir_bytes(vb, p) for p in state}
+
+    def finish(self) -> None:
+        """Stop every child, read the probe's lines and the logs."""
+        for tag in list(self.children):
+            self.stop(tag)
+        self.r["log_before_kill"] = scan_logs(self.side, self.log0, self.log_kill)
+        self.r["log_after_kill"] = scan_logs(self.side, self.log_kill) \
+            if self.log_kill is not None else {}
+        self.r["probe"] = read_jsonl(self.work / "probe.jsonl")
+        if "kill" in self.r:
+            vb = self.side.brokers[self.r["kill"]["victim"]]
+            self.r["kill"]["bytes_end"] = {p: dir_bytes(vb, p) for p in self.r["kill"]["state"]}
+
+
 def wait_restart(side: Side, victim: int, deadline: float) -> dict[str, float]:
     """Start the killed broker again; the times (epoch) of its ready line, its first
-    Metadata answer and its first acknowledged acks=all produce."""
+    Metadata answer naming itself and its first acknowledged acks=all produce."""
     from confluent_kafka import Producer
     from confluent_kafka.admin import AdminClient
 
@@ -611,10 +792,32 @@ def wait_restart(side: Side, victim: int, deadline: float) -> dict[str, float]:
     return t
 
 
-def delayed_side(side: Side, sz: Sizes, workdir: Path, side_deadline: float,
-                 seed: int) -> dict[str, Any]:
+def quantiles_row(xs: list[float]) -> str:
+    return (f"{fmt_s(pct(xs, .5))} / {fmt_s(pct(xs, .99))} / "
+            f"{fmt_s(max(xs) if xs else float('nan'))}")
+
+
+def resumed(run: Run, recv: array.array, part: array.array) -> None:
+    """When arrivals on the killed broker's partitions resumed (after the kill, after the
+    restart), from a reader's arrival times."""
+    k = run.r.get("kill")
+    if not k:
+        return
+    vparts = set(k["partitions"])
+    t_kill, spawn = k["t_kill"], k["restart"]["spawn"]
+    after = [x for x, p in zip(recv, part, strict=True) if x > t_kill and p in vparts]
+    k["resume_after_kill"] = min(after) - t_kill if after and len(run.side.brokers) > 1 else None
+    later = [x for x in after if x > spawn]
+    k["resume_after_restart"] = min(later) - spawn if later else None
+
+
+# -- scenarios -----------------------------------------------------------------------------
+
+
+def delayed_scenario(run: Run) -> None:
+    """kc-delay-ms records with a backlog, ~1 % cancelled; lateness and exactly-once."""
+    sz, bootstrap, rng = run.sz, run.side.bootstrap, run.rng
     n = sz.records
-    rng = random.Random(seed)
     delays = [rng.randint(sz.delay_lo_ms, sz.delay_hi_ms) for _ in range(n)]
     ids: dict[int, bytes] = {}
     cancelled: set[int] = set()
@@ -623,167 +826,321 @@ def delayed_side(side: Side, sz: Sizes, workdir: Path, side_deadline: float,
             ids[i] = b"s%d" % i
             if rng.random() < 0.2:
                 cancelled.add(i)
-    marks = Marks()
-    r: dict[str, Any] = {"side": side.name, "records": n, "marks": marks.t,
-                         "with_id": len(ids), "cancelled": len(cancelled)}
-    bootstrap = side.bootstrap
-    for topic in ("soak-plain", "soak-delayed"):
-        create_topic(bootstrap, topic, PARTITIONS, side.replication)
-    create_topic(bootstrap, "soak-probe", 1, side.replication)
-    log0 = log_offsets(side)
-    stop_probe, stop_cons = workdir / "probe.stop", workdir / "consumer.stop"
-    probe = spawn_child("probe", {
-        "bootstrap": bootstrap, "admin_ports": {str(k): v for k, v in side.admin_ports.items()},
-        "out": str(workdir / "probe.jsonl"), "deadline": side_deadline + 30,
-        "stop_file": str(stop_probe), "prefix": f"soak-{side.name}",
-        "replication": side.replication, "topic": "soak-probe",
-        "max_rounds": int(side_deadline - time.time()) + 60}, workdir)
-    cons: subprocess.Popen[bytes] | None = None
-    log_kill: dict[int, int] | None = None
-    try:
-        marks("idle")
-        time.sleep(min(sz.idle_s, max(0.0, side_deadline - time.time())))
-        marks("plain")
-        plain = produce(bootstrap, "soak-plain", n, side_deadline)
-        r["plain"] = plain
-        cons = spawn_child("consumer", {
-            "bootstrap": bootstrap, "topic": "soak-delayed", "partitions": PARTITIONS,
-            "records": n, "cancelled": sorted(cancelled), "group": f"soak-{side.name}-reader",
-            "out": str(workdir / "consumer.json"), "progress": str(workdir / "progress.json"),
-            "deadline": side_deadline + 30, "stop_file": str(stop_cons)}, workdir)
-        send = array.array("d", bytes(8 * n))
-        ack = array.array("d", bytes(8 * n))
-        cpu0 = {k: proc_cpu_s(b.pid) for k, b in side.brokers.items() if b.pid}
-        marks("delayed produce")
-        dly = produce(bootstrap, "soak-delayed", n, side_deadline,
-                      headers_of=lambda i: [("kc-delay-ms", b"%d" % delays[i])]
-                      + ([("kc-schedule-id", ids[i])] if i in ids else []),
-                      send=send, ack=ack, delays=delays,
-                      cancel_after=lambda i: ids[i] if i in cancelled else None)
-        r["delayed"] = dly
-        marks("delivery")
-        # -- kill -9 of the busiest broker with the backlog pending ----------------------
-        time.sleep(max(0.0, min(sz.kill_after_s, side_deadline - time.time())))
-        cpu = {k: proc_cpu_s(b.pid) - cpu0.get(k, 0.0) for k, b in side.brokers.items()
-               if b.pid and b.running}
-        victim = max(cpu, key=lambda k: cpu[k])
-        r["cpu_since_delayed"] = cpu
-        r["victim"] = victim
-        vb = side.brokers[victim]
-        r["rss_mib_before_kill"] = {k: proc_status_kib(b.pid, "VmRSS") / 1024
-                                    for k, b in side.brokers.items() if b.pid and b.running}
-        try:
-            led = leaders(bootstrap, "soak-delayed")
-        except Exception:  # noqa: BLE001
-            led = {}
-        r["victim_partitions"] = sorted(p for p, ldr in led.items() if ldr == victim) \
-            if side.name != "single" else list(range(PARTITIONS))
-        r["sched_bytes_before"] = sched_bytes(vb)
-        r["sched_bytes_all_before"] = sum(sched_bytes(b) for b in side.brokers.values())
-        log_kill = log_offsets(side)
-        t_kill = marks("kill -9")
-        r["pending_at_kill"] = sum(
-            1 for i in range(dly.n) if i not in cancelled and send[i] * 1000 + delays[i]
-            > t_kill * 1000)
-        vb.kill()
-        time.sleep(0.2)
-        restart = wait_restart(side, victim, side_deadline)
-        r["restart"] = restart
-        marks("restarted")
-        r["sched_bytes_after_restart"] = sched_bytes(vb)
-        # -- drain ------------------------------------------------------------------------
-        expected = dly.n - sum(1 for i in cancelled if i < dly.n)
-        last_due = max((send[i] + delays[i] / 1000 for i in range(dly.n)), default=time.time())
-        drain_until = min(side_deadline, last_due + sz.late_allowance_s)
-        progress = workdir / "progress.json"
-        got: dict[str, Any] = {}
-        for _ in range(1_000_000):
-            now = time.time()
-            if now > drain_until:
-                break
-            with contextlib.suppress(FileNotFoundError, json.JSONDecodeError):
-                got = json.loads(progress.read_text())
-            if got.get("received_ok", 0) >= expected and now > last_due + 2.0:
-                break
-            time.sleep(0.5)
-        marks("end")
-        r["sched_bytes_end"] = sched_bytes(vb)
-        r["sched_bytes_all_end"] = sum(sched_bytes(b) for b in side.brokers.values())
-    finally:
-        if cons is not None:
-            stop_child(cons, stop_cons)
-        stop_child(probe, stop_probe)
-    r["log_before_kill"] = scan_logs(side, log0, log_kill)
-    r["log_after_kill"] = scan_logs(side, log_kill) if log_kill is not None else {}
-    # -- what the consumer saw -----------------------------------------------------------
-    cstats = json.loads((workdir / "consumer.json").read_text())
-    recv = array.array("d")
-    recv.frombytes((workdir / "consumer.json.recv").read_bytes())
-    part = array.array("b")
-    part.frombytes((workdir / "consumer.json.part").read_bytes())
-    r["consumer"] = cstats
-    late_send, late_ack, early = [], [], 0
-    late_unaffected: list[float] = []
-    t_kill = marks.t["kill -9"]
-    t_back = restart.get("produce", restart.get("ready_line", t_kill)) + 5.0
-    missing = 0
+    run.topic("soak-delayed")
+    run.begin()
+    plain = run.plain(n)
+    run.reader("delivered", "soak-delayed", n, cancelled, header="kc-scheduled-offset")
+    send, ack = array.array("d", bytes(8 * n)), array.array("d", bytes(8 * n))
+    run.cpu_start()
+    run.marks("delayed produce")
+    dly = produce(bootstrap, "soak-delayed", n, run.deadline,
+                  headers_of=lambda i: [("kc-delay-ms", b"%d" % delays[i])]
+                  + ([("kc-schedule-id", ids[i])] if i in ids else []),
+                  send=send, ack=ack, delays=delays,
+                  cancel_after=lambda i: ids[i] if i in cancelled else None)
+    run.marks("delivery")
+    time.sleep(min(sz.kill_after_s, run.left()))
+    t_kill = time.time()
+    pending_at_kill = sum(1 for i in range(dly.n) if i not in cancelled and ack[i]
+                          and ack[i] + delays[i] / 1000 > t_kill)
+    run.kill_busiest("soak-delayed")
+    expected = sum(1 for i in range(dly.n) if i not in cancelled)
+    last_due = max((ack[i] or send[i]) + delays[i] / 1000 for i in range(dly.n)) \
+        if dly.n else time.time()
+    run.marks("drain")
+    run.wait_progress("delivered", lambda g: g.get("received_ok", 0) >= expected
+                      and time.time() > last_due + 2.0, last_due + sz.late_allowance_s)
+    run.marks("end")
+    c, recv, part = run.collect("delivered")
+    resumed(run, recv, part)
+    late_send, late_ack, late_calm = [], [], []
+    early = missing = 0
+    k = run.r["kill"]
+    calm_from = k["t_kill"] - 1.0
+    calm_to = k["restart"].get("produce", k["t_kill"]) + 5.0
     for i in range(dly.n):
         if i in cancelled:
             continue
         if not recv[i]:
             missing += 1
             continue
-        due_s = send[i] + delays[i] / 1000
-        ls = recv[i] - due_s
-        late_send.append(ls)
-        if ack[i]:
-            late_ack.append(recv[i] - (ack[i] + delays[i] / 1000))
-        if ls < -0.001:
+        due_send = send[i] + delays[i] / 1000
+        if recv[i] < due_send - 0.001:
             early += 1
-        if not t_kill - 1.0 <= due_s <= t_back:
-            late_unaffected.append(ls)
-    r["missing"] = missing
-    r["early"] = early
-    r["late_send"] = late_send
-    r["late_ack"] = late_ack
-    r["late_unaffected"] = late_unaffected
-    vparts = set(r["victim_partitions"])
-    after_kill = [recv[i] for i in range(dly.n) if recv[i] > t_kill and part[i] in vparts]
-    after_spawn = [x for x in after_kill if x > restart["spawn"]]
-    r["resume_after_kill"] = min(after_kill) - t_kill if after_kill else None
-    r["resume_after_restart"] = min(after_spawn) - restart["spawn"] if after_spawn else None
-    r["delivered_between_kill_and_ready"] = sum(
-        1 for i in range(dly.n) if t_kill < recv[i] <= restart.get("produce", t_kill))
-    r["probe"] = read_jsonl(workdir / "probe.jsonl")
-    return r
+        late_send.append(recv[i] - due_send)
+        if ack[i]:
+            due_ack = ack[i] + delays[i] / 1000
+            late_ack.append(recv[i] - due_ack)
+            if not calm_from <= due_ack <= calm_to:
+                late_calm.append(recv[i] - due_ack)
+    ratio = dly.rate / plain.rate if plain.rate else float("nan")
+    pend = metric_sum(k["metrics"], PENDING_METRIC)
+    run.r["delayed"] = dly
+    run.row(f"delayed produce (kc-delay-ms {sz.delay_lo_ms}..{sz.delay_hi_ms}, "
+            f"{len(ids):,} with kc-schedule-id, {len(cancelled):,} cancelled)",
+            f"{dly.rate:,.0f} rec/s ({dly.acked:,} of {dly.n:,} acked, {dly.failed} failed)")
+    run.row("delayed / plain produce rate", f"{ratio:.2f}")
+    run.row("lateness (arrival - ack - delay; a lower bound) p50 / p99 / max",
+            quantiles_row(late_ack))
+    run.row(f"the same, records not due from the kill to 5 s after ready ({len(late_calm):,})",
+            quantiles_row(late_calm))
+    run.row("lateness (arrival - send - delay; an upper bound: includes the time queued "
+            "in the producer) p50 / p99 / max", quantiles_row(late_send))
+    run.row("delivered / missing / duplicates / early (before send + delay)",
+            f"{c['received_ok']:,} of {expected:,} / {missing:,} / {c['dupes']} / {early}")
+    run.row(f"cancelled ({len(cancelled)}) but delivered", str(c["cancelled_delivered"]))
+    run.row("delivered without kc-scheduled-offset / unknown",
+            f"{c['missing_header']} / {c['unknown']}")
+    run.row("pending at the kill (acked, due after it; broker's "
+            f"{PENDING_METRIC})", f"{pending_at_kill:,}; "
+            + (f"{pend:,.0f}" if pend is not None else "not scraped"))
+
+
+def dedup_scenario(run: Run) -> None:
+    """kc-dedup-id on every record, 10 % of them repeating an earlier id; after the
+    kill -9 and restart, 10 % of the ids sent again: every id stored exactly once."""
+    sz, bootstrap, rng = run.sz, run.side.bootstrap, run.rng
+    n = sz.records
+    order: list[int] = []
+    unique = 0
+    for _ in range(n):
+        if unique and rng.random() < 0.10:
+            order.append(rng.randrange(unique))
+        else:
+            order.append(unique)
+            unique += 1
+    run.topic("soak-dedup", configs={"kc.dedup.window.ms": "3600000", "kc.dedup.by": "header",
+                                     "kc.dedup.max.entries": str(max(n, 1000))})
+    run.begin()
+    plain = run.plain(n)
+    run.reader("stored", "soak-dedup", unique)
+    run.cpu_start()
+    run.marks("dedup produce")
+
+    def hdr(i: int) -> list[tuple[str, bytes]]:
+        return [("kc-dedup-id", b"d%d" % i)]
+
+    res = produce(bootstrap, "soak-dedup", n, run.deadline, order=order, headers_of=hdr)
+    run.marks("settle")
+    time.sleep(min(sz.kill_after_s, run.left()))
+    run.kill_busiest("soak-dedup", state=("soak-dedup-",))
+    again = [rng.randrange(unique) for _ in range(max(1, n // 10))] if unique else []
+    run.marks("duplicates after restart")
+    res2 = produce(bootstrap, "soak-dedup", len(again), run.deadline, order=again,
+                   headers_of=hdr)
+    run.marks("drain")
+    until = time.time() + sz.late_allowance_s
+    run.wait_progress("stored", lambda g: g.get("received_ok", 0) >= unique, until)
+    time.sleep(min(3.0, run.left()))  # room for a stored duplicate to show up
+    run.marks("end")
+    c, recv, part = run.collect("stored")
+    resumed(run, recv, part)
+    dups = n - unique
+    m = run.r["kill"]["metrics"]
+    dropped = metric_sum(m, "kcompat_dedup_duplicates_total")
+    evicted = metric_sum(m, "kcompat_dedup_evictions_total")
+    run.row(f"dedup produce ({n:,} records: {unique:,} ids, {dups:,} repeats)",
+            f"{res.rate:,.0f} rec/s ({res.acked:,} acked, {res.failed} failed)")
+    run.row("dedup / plain produce rate",
+            f"{res.rate / plain.rate:.2f}" if plain.rate else "-")
+    run.row(f"ids sent again after the restart ({len(again):,})",
+            f"{res2.acked:,} acked, {res2.failed} failed")
+    run.row("ids stored / missing / stored twice or more", f"{c['received']:,} of {unique:,} / "
+            f"{unique - c['received']:,} / {c['dupes']:,}")
+    run.row("broker counters at the kill: duplicates dropped / ids evicted",
+            f"{dropped:,.0f} / {evicted:,.0f}" if dropped is not None and evicted is not None
+            else "not scraped")
+
+
+def retrier_child(spec: dict[str, Any]) -> None:
+    """A consumer group on ``topic`` and ``topic.retry`` that fails every record: each
+    is handed to the retry topic (``kcompat.ext.nack``), flushed, then committed."""
+    from confluent_kafka import Consumer, Producer
+
+    from kcompat.ext.nack import nack
+
+    topic = spec["topic"]
+    c = Consumer({"bootstrap.servers": spec["bootstrap"], "group.id": spec["group"],
+                  "auto.offset.reset": "earliest", "enable.auto.commit": False,
+                  "topic.metadata.refresh.interval.ms": 1000, **CLIENT_QUIET})
+    p = Producer({"bootstrap.servers": spec["bootstrap"], "linger.ms": 5, **CLIENT_QUIET})
+    stats: dict[str, Any] = {"nacked": 0, "by_attempt": {}, "errors": {}}
+    c.subscribe([topic, topic + ".retry"])
+    progress = Path(spec["progress"])
+    last = 0.0
+    for _ in range(100_000_000):
+        if _stopped(spec):
+            break
+        msgs = c.consume(num_messages=2000, timeout=0.1)
+        for m in msgs:
+            if m.error():
+                e = str(m.error().name())
+                stats["errors"][e] = stats["errors"].get(e, 0) + 1
+                continue
+            attempt = next((v.decode() for k, v in (m.headers() or []) if k == "kc-attempt"),
+                           "0")
+            stats["by_attempt"][attempt] = stats["by_attempt"].get(attempt, 0) + 1
+            for _i in range(10_000):
+                try:
+                    nack(p, m, "soak")
+                    break
+                except BufferError:
+                    p.poll(0.05)
+            stats["nacked"] += 1
+        if msgs:
+            p.flush(30)
+            with contextlib.suppress(Exception):
+                c.commit(asynchronous=False)
+        if time.time() - last >= 0.5:
+            last = time.time()
+            progress.with_suffix(".tmp").write_text(json.dumps(stats))
+            progress.with_suffix(".tmp").replace(progress)
+    p.flush(10)
+    with contextlib.suppress(Exception):
+        c.close()
+    progress.write_text(json.dumps(stats))
+
+
+def retry_scenario(run: Run) -> None:
+    """Every record failed by a consumer group (kcompat.ext.nack) until the broker moves
+    it to the dead-letter topic after kc.retry.max.attempts: each there exactly once."""
+    sz, bootstrap = run.sz, run.side.bootstrap
+    n = sz.records
+    run.topic("soak-retry")
+    run.topic("soak-retry.dlq")
+    run.begin()
+    plain = run.plain(n)
+    run.reader("dead", "soak-retry.dlq", n)
+    run.spawn("retrier", "retrier", {"bootstrap": bootstrap, "topic": "soak-retry",
+                                     "group": f"soak-{run.side.name}-retrier",
+                                     "progress": str(run.work / "retrier.progress.json")})
+    send = array.array("d", bytes(8 * n))
+    run.cpu_start()
+    run.marks("retry produce")
+    res = produce(bootstrap, "soak-retry", n, run.deadline, send=send)
+    run.marks("retrying")
+    time.sleep(min(max(sz.kill_after_s, 4.0), run.left()))  # past the first backoff
+    run.kill_busiest("soak-retry.dlq", state=("soak-retry.retry-", SCHED_PREFIX))
+    run.marks("drain")
+    # three backoffs (2 + 4 + 8 s by default) after the last record, and the allowance
+    until = time.time() + 14.0 + sz.late_allowance_s
+    run.wait_progress("dead", lambda g: g.get("received_ok", 0) >= res.n, until)
+    time.sleep(min(2.0, run.left()))
+    run.marks("end")
+    c, recv, part = run.collect("dead")
+    resumed(run, recv, part)
+    nacks = run.progress("retrier")
+    run.stop("retrier")
+    nacks = json.loads((run.work / "retrier.progress.json").read_text()) or nacks
+    took = [recv[i] - send[i] for i in range(res.n) if recv[i] and send[i]]
+    run.row(f"produce to the topic ({n:,} records)",
+            f"{res.rate:,.0f} rec/s ({res.acked:,} acked; plain {plain.rate:,.0f} rec/s)")
+    run.row("consumer nacks by the kc-attempt it saw (0: first delivery)",
+            ", ".join(f"{k}: {v:,}" for k, v in sorted(nacks.get("by_attempt", {}).items())))
+    run.row("time from send to the dead-letter topic p50 / p99 / max (backoffs alone: 14 s)",
+            quantiles_row(took))
+    run.row("dead-lettered / missing / duplicates", f"{c['received']:,} of {res.n:,} / "
+            f"{res.n - c['received']:,} / {c['dupes']:,}")
+    if nacks.get("errors"):
+        run.r["errors"].append("retrier: " + "; ".join(
+            f"{k} x{v}" for k, v in nacks["errors"].items()))
+
+
+def share_scenario(run: Run) -> None:
+    """A share group of 4 members (compat_tests._share_member, confluent-kafka's
+    ShareConsumer) acknowledging every record, 5 % released once or twice first."""
+    from compat_tests._share import (
+        Ledger,
+        ShareMember,
+        require_share_apis,
+        set_group_configs,
+        stop_all,
+    )
+
+    sz, bootstrap = run.sz, run.side.bootstrap
+    n = sz.records
+    run.topic("soak-share")
+    run.begin()
+    require_share_apis(bootstrap)
+    group = f"soak-{run.side.name}-share"
+    set_group_configs(bootstrap, group, {"share.auto.offset.reset": "earliest"})
+    plain = run.plain(n)
+    run.cpu_start()
+    run.marks("share produce")
+    res = produce(bootstrap, "soak-share", n, run.deadline)
+    members = [ShareMember(bootstrap, "soak-share", group,
+                           run.work / f"member-{j}.out", f"m{j}", "--policy", "random",
+                           "--release-rate", "0.05", "--seed", str(j)) for j in range(4)]
+    wanted = {f"{i}:" for i in range(res.n)}  # a value starts with its index
+
+    def settled() -> int:
+        accepted = {d.value.split(":", 1)[0] + ":" for rows in Ledger(members)
+                    .settled_final().values() for d in rows[:1]}
+        return len(accepted & wanted)
+
+    try:
+        run.marks("sharing")
+        time.sleep(min(sz.kill_after_s + 2.0, run.left()))
+        run.kill_busiest("soak-share", state=("__share_group_state-",))
+        run.marks("drain")
+        until = time.time() + sz.late_allowance_s + n / 2000
+        done = 0
+        for _ in range(100_000):
+            if time.time() > min(until, run.deadline):
+                break
+            done = settled()
+            if done >= res.n:
+                break
+            time.sleep(max(2.0, n / 50_000))
+        run.marks("end")
+    finally:
+        stop_all(members)
+    ledger = Ledger(members)
+    final = ledger.settled_final()
+    k = run.r.get("kill")
+    if k:
+        after = [d.ts_ms / 1000 for d in ledger.rows if d.ts_ms / 1000 > k["restart"]["spawn"]]
+        k["resume_after_restart"] = min(after) - k["restart"]["spawn"] if after else None
+    twice = sum(1 for rows in final.values() if len(rows) > 1)
+    released = sum(1 for d in ledger.rows if d.decision == "R")
+    first = {}
+    for d in ledger.rows:
+        first.setdefault(d.value.split(":", 1)[0], d.ts_ms / 1000)
+    run.row(f"produce ({n:,} records)", f"{res.rate:,.0f} rec/s (plain {plain.rate:,.0f})")
+    run.row("records settled (accepted) / never / accepted twice or more",
+            f"{done:,} of {res.n:,} / {res.n - done:,} / {twice:,}")
+    run.row("deliveries / releases / per member", f"{len(ledger.rows):,} / {released:,} / "
+            + ", ".join(f"{k}: {v:,}" for k, v in sorted(ledger.per_member().items())))
+    span = max(first.values()) - min(first.values()) if first else 0.0
+    run.row("share consume rate (first deliveries / their span)",
+            f"{len(first) / span:,.0f} rec/s" if span > 0 else "-")
 
 
 # -- the report --------------------------------------------------------------------------
 
 
+def phases(marks: dict[str, float]) -> list[tuple[str, float]]:
+    return sorted(((k, v) for k, v in marks.items() if k != "end"), key=lambda kv: kv[1])
+
+
 def phase_of(t: float, marks: dict[str, float]) -> str:
-    kill = marks.get("kill -9", float("inf"))
-    back = marks.get("restarted", float("inf"))
-    if t < marks.get("plain", 0):
-        return "idle"
-    if t < marks.get("delayed produce", kill):
-        return "plain"
-    if t < kill:
-        return "delayed"
-    if t < back:
-        return "outage"
-    return "after"
+    name = "idle"
+    for k, v in phases(marks):
+        if t >= v:
+            name = k
+    return name
 
 
-PHASES = ("idle", "plain", "delayed", "outage", "after")
+def task_of(sample: str) -> str:
+    m = re.search(r'task="([^"]*)"', sample)
+    return m.group(1) if m else sample
 
 
 def lag_summary(scrapes: list[dict[str, Any]]) -> list[str]:
     """Per node: the loop-lag histogram's count over the run (counter resets at the
-    restart handled), its p99 bucket bound, the share above 50 ms; pending max."""
+    restart handled), its p99 bucket bound, the samples above 50 ms; pending max."""
     lines = []
-    nodes = sorted({s["scrape"] for s in scrapes})
-    for node in nodes:
+    for node in sorted({s["scrape"] for s in scrapes}):
         snaps = [s for s in scrapes if s["scrape"] == node and "m" in s]
         errors = sum(1 for s in scrapes if s["scrape"] == node and "error" in s)
         pend = [sum(v for k, v in s["m"].items() if k.startswith(PENDING_METRIC)) for s in snaps]
@@ -798,7 +1155,7 @@ def lag_summary(scrapes: list[dict[str, Any]]) -> list[str]:
                     if m:
                         le = float("inf") if m.group(1) == "+Inf" else float(m.group(1))
                         cur[le] = cur.get(le, 0.0) + v
-                elif not k.startswith((LAG_METRIC, PENDING_METRIC)):
+                elif not k.startswith((LAG_METRIC, PENDING_METRIC)) and "_bucket" not in k:
                     others[k] = max(others.get(k, float("-inf")), v)
             if cur:
                 reset = sum(cur.values()) < sum(prev.values())
@@ -818,110 +1175,125 @@ def lag_summary(scrapes: list[dict[str, Any]]) -> list[str]:
                      f"{over:,.0f} above 50 ms, all <= {top:g} s")
         else:
             line += f"; {LAG_METRIC} not exported"
-        for k, v in sorted(others.items())[:8]:
+        longest = sorted(((v, k) for k, v in others.items()
+                          if k.startswith("kcompat_event_loop_longest_step_seconds")), reverse=True)
+        if longest:
+            line += "; longest single step: " + ", ".join(
+                f"{fmt_s(v)} ({task_of(k)})" for v, k in longest[:4])
+        rest = {k: v for k, v in others.items() if "_created" not in k
+                and not k.startswith("kcompat_event_loop_longest_step_seconds")}
+        for k, v in sorted(rest.items())[:6]:
             line += f"; {k} max {v:g}"
         lines.append(line)
     return lines
 
 
-def report(r: dict[str, Any], sz: Sizes) -> list[str]:
-    plain, dly = r["plain"], r["delayed"]
+def kill_rows(r: dict[str, Any]) -> list[tuple[str, str]]:
+    k = r.get("kill")
+    if not k:
+        return []
+    rs = k["restart"]
+    rows = [
+        ("killed (kill -9), then started again",
+         f"broker {k['victim']} (broker CPU s since the scenario's produce: "
+         + ", ".join(f"{n}: {v:.0f}" for n, v in sorted(k["cpu"].items())) + "; RSS "
+         + ", ".join(f"{n}: {v:.0f} MiB" for n, v in sorted(k["rss_mib"].items())) + ")"),
+        ("restart: ready line / Metadata / acks=all produce acked (s after start)",
+         " / ".join(f"{rs[x] - rs['spawn']:.1f}" if x in rs else "never"
+                    for x in ("ready_line", "metadata", "produce"))),
+        ("arrivals on its partitions resumed (s after the kill / after the restart)",
+         " / ".join(f"{x:.1f}" if x is not None else "-"
+                    for x in (k.get("resume_after_kill"), k.get("resume_after_restart")))),
+    ]
+    for p in k["state"]:
+        rows.append((f"`{p}*` on broker {k['victim']}: before the kill / after the restart / "
+                     "at the end",
+                     " / ".join(f"{k[w].get(p, 0) / 2**20:.1f}" for w in
+                                ("bytes_before", "bytes_after", "bytes_end") if w in k)
+                     + " MiB"))
+    return rows
+
+
+def report(r: dict[str, Any]) -> list[str]:
     m = r["marks"]
-    rs = r["restart"]
-    lines = [f"### {r['side']} ({'1 broker' if r['side'] == 'single' else '3 brokers, RF 3'})",
-             ""]
-    ratio = dly.rate / plain.rate if plain.rate else float("nan")
-    lines += [
-        "| figure | value |", "|---|---|",
-        f"| plain produce (confluent-kafka, acks=all, {PARTITIONS} partitions, "
-        f"{VALUE_BYTES} B) | {plain.rate:,.0f} rec/s ({plain.acked:,} acked, "
-        f"{plain.failed} failed) |",
-        f"| delayed produce (kc-delay-ms {sz.delay_lo_ms}..{sz.delay_hi_ms}) | "
-        f"{dly.rate:,.0f} rec/s ({dly.acked:,} of {dly.n:,} acked, {dly.failed} failed) |",
-        f"| delayed / plain produce rate | {ratio:.2f} |",
-    ]
-    ls, la, lu = r["late_send"], r["late_ack"], r["late_unaffected"]
-    c = r["consumer"]
-    lines += [
-        f"| lateness (arrival - send - delay) p50 / p99 / max | {fmt_s(pct(ls, .5))} / "
-        f"{fmt_s(pct(ls, .99))} / {fmt_s(max(ls) if ls else float('nan'))} |",
-        f"| lateness, ack-based (lower bound) p99 | {fmt_s(pct(la, .99))} |",
-        f"| lateness p99 of records not due around the kill ({len(lu):,}) | "
-        f"{fmt_s(pct(lu, .99))} |",
-        f"| delivered / missing / duplicates / early | {c['received']:,} / {r['missing']:,} / "
-        f"{c['dupes']} / {r['early']} |",
-        f"| cancelled (of {r['cancelled']} with kc-cancel-schedule) delivered anyway | "
-        f"{c['cancelled_delivered']} |",
-        f"| delivered without kc-scheduled-offset / unknown | {c['no_scheduled_offset']} / "
-        f"{c['unknown']} |",
-        f"| killed (kill -9) | broker {r['victim']} (broker CPU s since the delayed produce: "
-        + ", ".join(f"{k}: {v:.0f}" for k, v in sorted(r["cpu_since_delayed"].items()))
-        + f"), {r['pending_at_kill']:,} records due after the kill |",
-        "| restart: ready line / Metadata / produce acked (s after start) | "
-        + " / ".join(f"{rs[k] - rs['spawn']:.1f}" if k in rs else "never"
-                     for k in ("ready_line", "metadata", "produce")) + " |",
-        "| delivery on its partitions resumed (s after kill / after restart) | "
-        + " / ".join(f"{x:.1f}" if x is not None else "never"
-                     for x in (r["resume_after_kill"], r["resume_after_restart"])) + " |",
-        f"| `__kc_schedule-*` on broker {r['victim']}: before kill / after restart / end | "
-        f"{r['sched_bytes_before'] / 2**20:.1f} / {r['sched_bytes_after_restart'] / 2**20:.1f}"
-        f" / {r['sched_bytes_end'] / 2**20:.1f} MiB |",
-        "| broker RSS before the kill | "
-        + ", ".join(f"{k}: {v:.0f} MiB" for k, v in sorted(r["rss_mib_before_kill"].items()))
-        + " |",
-    ]
+    lines = [f"### {r['scenario']} on {r['side']} "
+             f"({'1 broker' if r['side'] == 'single' else '3 brokers, RF 3'})", "",
+             "| figure | value |", "|---|---|"]
+    rows: list[tuple[str, str]] = []
+    plain = r.get("plain")
+    if plain is not None:
+        rows.append((f"plain produce (confluent-kafka, acks=all, {PARTITIONS} partitions, "
+                     f"{VALUE_BYTES} B)", f"{plain.rate:,.0f} rec/s ({plain.acked:,} acked, "
+                                          f"{plain.failed} failed)"))
+    rows += r["rows"] + kill_rows(r)
     for when in ("before", "after"):
-        lg = r[f"log_{when}_kill"]
+        lg = r.get(f"log_{when}_kill")
         if lg:
-            lines.append(f"| log {when} the kill: fence_broker / leads group (term >= 2) / "
-                         f"errors / warnings | {lg['fence']} / {lg['leads']} "
-                         f"({lg['re_elections']}) / {lg['errors']} / {lg['warnings']} |")
-    lines.append(f"| wall time of the side | {m['end'] - m['idle']:.0f} s |")
-    # probe table
-    probes = [p for p in r["probe"] if "probe" in p]
-    lines += ["", "Control-plane probe (latency p50 / p99 / max, failures of n), by phase:", "",
-              "| probe | " + " | ".join(PHASES) + " |", "|---|" + "---|" * len(PHASES)]
+            rows.append((f"broker logs {when} the kill: fence_broker / leads group (term >= 2) "
+                         "/ errors / warnings / schedule replays (records)",
+                         f"{lg['fence']} / {lg['leads']} ({lg['re_elections']}) / {lg['errors']}"
+                         f" / {lg['warnings']} / {lg['replays']} ({lg['replayed']:,})"))
+    if "end" in m and "idle" in m:
+        rows.append(("wall time", f"{m['end'] - m['idle']:.0f} s"))
+    lines += [f"| {a} | {b} |" for a, b in rows]
+    probes = [p for p in r.get("probe", []) if "probe" in p]
+    cols = [k for k, _v in phases(m)]
+    lines += ["", "Control-plane probe, latency p50 / p99 / max and failures, by phase:", "",
+              "| probe | " + " | ".join(cols) + " |", "|---|" + "---|" * len(cols)]
     for kind in ("metadata", "create_topics", "group_join", "produce"):
         cells = []
-        for ph in PHASES:
+        for ph in cols:
             sel = [p for p in probes if p["probe"] == kind and phase_of(p["t"], m) == ph]
             ok = [p["s"] for p in sel if p["ok"]]
-            if not sel:
-                cells.append("-")
-                continue
-            cells.append(f"{fmt_s(pct(ok, .5))} / {fmt_s(pct(ok, .99))} / "
-                         f"{fmt_s(max(ok) if ok else float('nan'))}, "
-                         f"{len(sel) - len(ok)} of {len(sel)} failed")
+            cells.append(f"{quantiles_row(ok)}, {len(sel) - len(ok)}/{len(sel)} failed"
+                         if sel else "-")
         lines.append(f"| {kind} | " + " | ".join(cells) + " |")
     idle = [p["s"] for p in probes if p["probe"] == "produce" and p["ok"]
             and phase_of(p["t"], m) == "idle"]
     loaded = [p["s"] for p in probes if p["probe"] == "produce" and p["ok"]
-              and phase_of(p["t"], m) in ("plain", "delayed")]
+              and phase_of(p["t"], m) not in ("idle", "kill -9", "restarted")]
+    cp = [p["s"] for p in probes if p["ok"] and p["probe"] != "produce"
+          and phase_of(p["t"], m) not in ("idle", "kill -9", "restarted")]
+    summary = []
+    if cp:
+        summary.append(f"control-plane probes outside the idle and kill phases: p99 "
+                       f"{fmt_s(pct(cp, .99))}, max {fmt_s(max(cp))}")
     if idle and loaded:
-        lines.append(f"\nplain producer p99 under load / idle: {pct(loaded, .99) / pct(idle, .99):.1f}x")
-    fails = [p for p in probes if not p["ok"]][:4]
+        summary.append(f"plain producer p99 under load / idle: "
+                       f"{pct(loaded, .99) / pct(idle, .99):.1f}x "
+                       f"({fmt_s(pct(loaded, .99))} / {fmt_s(pct(idle, .99))})")
+    if summary:
+        lines += ["", "; ".join(summary)]
+    fails = [p for p in probes if not p["ok"]]
     if fails:
-        lines.append("\nfirst probe failures: " + "; ".join(
-            f"{p['probe']} at +{p['t'] - m['idle']:.0f} s ({phase_of(p['t'], m)}): {p['err']}"
-            for p in fails))
-    scrapes = [p for p in r["probe"] if "scrape" in p]
-    lines += ["", "Metrics scraped from /metrics:", ""]
+        lines.append("\nprobe failures (first 4): " + "; ".join(
+            f"{p['probe']} at +{p['t'] - m.get('idle', p['t']):.0f} s "
+            f"({phase_of(p['t'], m)}): {p.get('err', '')}" for p in fails[:4]))
+    scrapes = [p for p in r.get("probe", []) if "scrape" in p]
+    lines += ["", "Scraped from /metrics every few seconds:", ""]
     lines += [f"* {x}" for x in lag_summary(scrapes)]
-    excerpts = r["log_before_kill"].get("excerpts", []) + r["log_after_kill"].get("excerpts", [])
+    excerpts = (r.get("log_before_kill") or {}).get("excerpts", []) \
+        + (r.get("log_after_kill") or {}).get("excerpts", [])
     if excerpts:
-        lines += ["", "Log excerpts (fence_broker, re-elections, errors, warnings):", "", "```"]
-        lines += excerpts[:16] + ["```"]
-    if plain.errors or dly.errors or c.get("first_error"):
-        lines.append("\nclient errors: " + "; ".join(plain.errors[:2] + dly.errors[:3]
-                                                     + [c.get("first_error", "")]))
+        lines += ["", "Log excerpts (fence_broker, re-elections, schedule replays, errors, "
+                      "warnings):", "", "```", *excerpts[:16], "```"]
+    errors = list(r.get("errors", []))
+    for x in ("plain", "delayed"):
+        if r.get(x) is not None and r[x].errors:
+            errors.append(f"{x} producer: " + "; ".join(r[x].errors[:3]))
+    if errors:
+        lines += ["", "client errors: " + " | ".join(errors)]
     return lines
 
 
 # -- main --------------------------------------------------------------------------------
 
 
-SCENARIOS: dict[str, Callable[[Side, Sizes, Path, float, int], dict[str, Any]]] = {
-    "delayed": delayed_side,
+SCENARIOS: dict[str, Callable[[Run], None]] = {
+    "delayed": delayed_scenario,
+    "dedup": dedup_scenario,
+    "retry": retry_scenario,
+    "share": share_scenario,
 }
 
 
@@ -943,7 +1315,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="50k records, 2-15 s delays, ~3 min")
     ap.add_argument("--side", choices=("single", "cluster", "both"), default="both")
-    ap.add_argument("--scenario", choices=(*SCENARIOS, "all"), default="all")
+    ap.add_argument("--scenario", choices=(*SCENARIOS, "all"),
+                    help="default: all (quick: delayed)")
     ap.add_argument("--records", type=int, default=0, help="records per scenario")
     ap.add_argument("--max-seconds", type=float, default=0.0,
                     help="the whole run's budget (default 3600; quick 180)")
@@ -961,7 +1334,8 @@ def main() -> None:
     run_start = time.time()
     deadline = run_start + sz.max_seconds
     sides = ["single", "cluster"] if args.side == "both" else [args.side]
-    scenarios = list(SCENARIOS) if args.scenario == "all" else [args.scenario]
+    scenario = args.scenario or ("delayed" if args.quick else "all")
+    scenarios = list(SCENARIOS) if scenario == "all" else [scenario]
     extra = tuple(x for kv in args.broker_set for x in ("--set", kv))
     load0 = loadavg()
     lines: list[str] = []
@@ -979,9 +1353,18 @@ def main() -> None:
             work.mkdir(parents=True)
             print(f"== {scenario} on {side_name} (until +{job_deadline - run_start:.0f} s)",
                   flush=True)
-            side = start_side(side_name, work / "brokers", extra)
             try:
-                res = SCENARIOS[scenario](side, sz, work, job_deadline, args.seed)
+                side = start_side(side_name, work / "brokers", extra)
+            except Exception as e:  # noqa: BLE001 - reported, the next job still runs
+                lines += [f"### {scenario} on {side_name}: the brokers did not start: {e!r}", ""]
+                continue
+            run = Run(side, sz, work, job_deadline, scenario, args.seed)
+            try:
+                try:
+                    SCENARIOS[scenario](run)
+                finally:
+                    run.finish()
+                res: dict[str, Any] | None = run.r
             except Exception as e:  # noqa: BLE001 - reported, the next side still runs
                 import traceback
 
@@ -994,7 +1377,7 @@ def main() -> None:
             finally:
                 side.close()
             if res is not None:
-                section = report(res, sz)
+                section = report(res)
                 lines += section
                 print("\n".join(section), flush=True)
             lines.append("")
