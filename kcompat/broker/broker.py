@@ -108,6 +108,7 @@ class Broker:
         self.metrics = BrokerMetrics(self.state, self.groups.store)
         self.delays.export(self.metrics.registry)
         self.shares.export(self.metrics.registry)
+        self.cluster.faults.export(self.metrics.registry)  # kcompat_storage_errors_total
 
     def sasl_mechanisms(self, listener: listeners.Listener) -> list[str]:
         return listeners.mechanisms(self.config, listener) if listener.sasl else []

@@ -11,6 +11,12 @@ and releases all waiters at once. While one round's fsync
 is in flight, new requests gather for the next, so under load many requests
 share one fsync. An fsync failure is delivered to that round's waiters, who
 answer KAFKA_STORAGE_ERROR instead of acknowledging.
+
+The Raft driver runs its own pass (``sync_each``): one worker-thread trip for
+every target of its round, each target's files synced in turn and a failure
+(``OSError``: EIO, ENOSPC on a filesystem that allocates late) reported per
+target, so one partition's bad write does not fail the others' round
+(``kcompat.broker.replication.disk_faults``).
 """
 
 from __future__ import annotations
@@ -62,6 +68,26 @@ class Flusher:
             await self._sync(files)
         self.rounds += 1
 
+    async def sync_each(self, *targets: Syncable) -> dict[int, OSError]:
+        """Sync every target's files in one pass (shielded, as ``sync_now``);
+        the targets that failed, by ``id``, with their error. A target whose
+        ``dirty_files`` fails (a write it makes first) fails alone too."""
+        failed: dict[int, OSError] = {}
+        work: list[tuple[int, list[Durable]]] = []
+        for target in dict.fromkeys(targets):
+            try:
+                work.append((id(target), list(target.dirty_files())))
+            except OSError as e:
+                failed[id(target)] = e
+        with trio.CancelScope(shield=True):
+            if self.threaded:
+                failed.update(await trio.to_thread.run_sync(_sync_each, work))
+            else:
+                failed.update(_sync_each(work))
+                await trio.lowlevel.checkpoint()
+        self.rounds += 1
+        return failed
+
     async def _sync(self, files: list[Durable]) -> None:
         if self.threaded:
             await trio.to_thread.run_sync(_sync_all, files)
@@ -89,3 +115,13 @@ class Flusher:
 def _sync_all(files: list[Durable]) -> None:
     for f in files:
         f.sync()  # a file closed meanwhile (topic deleted) is a no-op
+
+
+def _sync_each(work: list[tuple[int, list[Durable]]]) -> dict[int, OSError]:
+    failed: dict[int, OSError] = {}
+    for key, files in work:
+        try:
+            _sync_all(files)
+        except OSError as e:
+            failed[key] = e
+    return failed

@@ -16,11 +16,14 @@ closed). An index file is only trusted for segments that were rolled or closed
 cleanly; recovery rebuilds the active segment's indexes from a log scan, and
 ``load`` refuses (returns None) a file that fails the sanity checks:
 size a multiple of the entry size, keys and values monotonic, positions inside
-the log, offsets below the next segment's base offset.
+the log, offsets below the next segment's base offset. A write that fails
+(a full disk, EIO) cuts whatever part of it reached the file and leaves the
+entries pending for the next sync: the file never holds a torn entry.
 """
 
 from __future__ import annotations
 
+import contextlib
 import struct
 import sys
 from array import array
@@ -58,7 +61,14 @@ class _IndexFile:
         """Append the entries not yet on disk to the file (no fsync)."""
         pending = self._entries(self._persisted)
         if pending and self._file is not None:
-            self._file.append([b"".join(self._entry.pack(k, v) for k, v in pending)])
+            try:
+                self._file.append([b"".join(self._entry.pack(k, v) for k, v in pending)])
+            except OSError:
+                # a full disk or EIO: cut a torn entry off (the entries stay in
+                # memory and are written by the next sync) and report it
+                with contextlib.suppress(OSError):
+                    self._file.truncate(self._persisted * self._entry.size)
+                raise
             self._persisted += len(pending)
 
     def _truncate_file(self, count: int) -> None:

@@ -20,6 +20,12 @@ maximum timestamp grew since its last entry. To find the batch that contains
 an offset, look up the greatest index entry <= offset, then walk batch headers
 forward with small preads.
 
+A write that fails (``OSError``: a full disk, EIO, a short write followed by
+an error) changes nothing the segment tracks, and the bytes it may have left
+at the end of the file are cut off before the error goes on
+(``_cut_torn_tail``): a failed append leaves the segment as it was, so a
+later one, once the disk has room again, continues a whole log.
+
 ``recover`` rebuilds the state and both indexes by scanning every batch and
 checking framing, magic, CRC32C and that offsets are contiguous (only
 growing in a compacted log: the cleaner leaves gaps); it truncates
@@ -233,11 +239,27 @@ class LogSegment:
         """Write one batch given as ``parts`` (``header`` carries its assigned
         base offset); returns its file position."""
         position = self.size_bytes
-        written = self._f.append(parts)
+        try:
+            written = self._f.append(parts)
+        except OSError:
+            self._cut_torn_tail()
+            raise
         assert written == header.size, f"batch parts are {written} bytes, header says {header.size}"
         self._track(position, header)
         self.size_bytes += written
         return position
+
+    def _cut_torn_tail(self) -> None:
+        """A failed write (a full disk, EIO) may have left part of its batch at
+        the end of the file: cut the file back to the last whole batch, so the
+        next append lands where the segment's state says and the log is never
+        corrupt. Best effort: if even the truncation fails (a dead disk), the
+        tail stays, and recovery cuts it (a torn batch fails its CRC)."""
+        try:
+            if self._f.size() > self.size_bytes:
+                self._f.truncate(self.size_bytes)
+        except OSError:
+            pass
 
     def _track(self, position: int, header: BatchHeader) -> None:
         if position == 0:

@@ -28,7 +28,13 @@ and the client sees a lost connection):
 
 The nemesis crashes brokers (their task tree is cancelled and their store
 ``crash``es: unsynced writes lost, torn or garbled), restarts them, and cuts
-and heals network links. Then every broker restarts, the network heals, and
+and heals network links. With ``disk_faults`` it also breaks and heals
+brokers' disks (``MemoryFileStore.faults``): a full disk (ENOSPC, short
+writes), EIO on every write (half of it written first) or on every fsync —
+of the whole disk or of one partition's directory. A broker restarted by the
+nemesis gets a healed disk. Before the final restart every disk heals and the
+cluster must converge with the same processes: a broker recovers from a disk
+fault without a restart, and the checks below run then too. Then every broker restarts, the network heals, and
 all replicas must converge (liveness). The checks:
 
 * no acknowledged produce is lost: the answered offset holds the value on
@@ -59,12 +65,15 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import errno
 import logging
 import sys
 import time
 import traceback
 import uuid
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from functools import partial
 from random import Random
 from typing import Any
 
@@ -79,7 +88,7 @@ from kcompat.broker.controller import admin
 from kcompat.broker.handlers import HANDLERS
 from kcompat.broker.replication.transport import Link
 from kcompat.raft import NO_NODE
-from kcompat.testing.memory_store import MemoryFileStore
+from kcompat.testing.memory_store import DiskFaults, MemoryFileStore
 from kcompat.testing.simulator import SimFailure
 from kcompat.wire import codec
 from kcompat.wire import versions as v
@@ -98,14 +107,16 @@ REQUEST_TIMEOUT_S = 3.0
 WALL_BASE_S = 1_790_000_000.0  # the simulated wall clock at the start of every run
 
 
-def replay_command(seed: int) -> str:
-    return f".venv/bin/python -m kcompat.testing.broker_sim --seed {seed} --verbose"
+def replay_command(seed: int, disk_faults: bool = False) -> str:
+    return (f".venv/bin/python -m kcompat.testing.broker_sim --seed {seed} --verbose"
+            + (" --disk-faults" if disk_faults else ""))
 
 
 @dataclass(frozen=True, slots=True)
 class BrokerSimOptions:
     chaos_s: float = 3.0
     recovery_s: float = 30.0
+    disk_faults: bool = False  # the nemesis also fills and breaks disks
 
 
 @dataclass(eq=False)
@@ -163,7 +174,10 @@ class BrokerSimulation:
 
     # -- the run ------------------------------------------------------------------
 
-    def run(self) -> None:
+    def run(self, scenario: Callable[[BrokerSimulation], Awaitable[None]] | None = None
+            ) -> None:
+        """One seeded run; with ``scenario``, instead of the clients, the
+        nemesis and the checks: boot, create the topics, await ``scenario``."""
         trio_rng = trio._core._run._r  # trio's scheduling choices, made replayable
         state = trio_rng.getstate()
         trio_rng.seed(self.seed)
@@ -175,7 +189,8 @@ class BrokerSimulation:
         time.time_ns = lambda: int((WALL_BASE_S + trio.current_time()) * 1e9)
         time.monotonic = trio.current_time
         try:
-            trio.run(self._main, clock=trio.testing.MockClock(autojump_threshold=0))
+            main = self._main if scenario is None else partial(self._scenario, scenario)
+            trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
         except SimFailure:
             raise
         except BaseException as e:  # a broker task failed: report it with the seed
@@ -190,12 +205,24 @@ class BrokerSimulation:
     def _fail(self, what: str) -> None:
         tail = "\n".join(self.trace[-30:]) if self.verbose else ""
         raise SimFailure(f"broker sim seed {self.seed} (size {self.size}): {what}\n"
-                         f"replay: {replay_command(self.seed)}\n{tail}")
+                         f"replay: {replay_command(self.seed, self.options.disk_faults)}\n{tail}")
 
     def log(self, what: str) -> None:
         self.trace.append(f"{trio.current_time():9.3f} {what}")
         if self.verbose:
             print(self.trace[-1], file=sys.stderr)
+
+    async def _scenario(self, scenario: Callable[[BrokerSimulation], Awaitable[None]]
+                        ) -> None:
+        async with trio.open_nursery() as root:
+            self._root = root
+            for node in self.nodes.values():
+                await self.boot(node)
+            if not await self._create_topic():
+                self.failures.append("could not create the topic")
+            else:
+                await scenario(self)
+            root.cancel_scope.cancel()
 
     async def _main(self) -> None:
         async with trio.open_nursery() as root:
@@ -216,6 +243,9 @@ class BrokerSimulation:
                 clients.start_soon(self._nemesis)
                 await trio.sleep(self.options.chaos_s)
                 clients.cancel_scope.cancel()
+            if self.options.disk_faults and not await self._recover_in_place():
+                root.cancel_scope.cancel()
+                return
             self.cut.clear()
             self.log("heal: every broker restarts")
             for node in self.nodes.values():
@@ -227,6 +257,22 @@ class BrokerSimulation:
                 self._check_moves()
                 await self._check_final_offset()
             root.cancel_scope.cancel()
+
+    async def _recover_in_place(self) -> bool:
+        """Disks and network heal, crashed brokers come back; the brokers that
+        lived through disk faults must converge without a restart."""
+        for node in self.nodes.values():
+            node.store.faults = DiskFaults()
+        self.cut.clear()
+        self.log("disks and network healed")
+        for node in self.nodes.values():
+            if not node.alive:
+                await self.boot(node)
+        if not (await self._settle() and await self._delivered() and await self._settle()):
+            return False
+        self._check_logs()
+        self._check_moves()
+        return not self.failures
 
     # -- brokers ------------------------------------------------------------------
 
@@ -244,6 +290,7 @@ class BrokerSimulation:
             "kcompat.raft.tick.ms": 100,
         }, {})
         node.store.now_ms = int(trio.current_time() * 1000)
+        node.store.faults = DiskFaults()  # a restarted broker's disk is healed
         broker = Broker(cfg, store=node.store,
                         links=lambda n, _h, _p: self._link(node.node_id, n),
                         rng=Random(self.rng.random()))
@@ -580,6 +627,30 @@ class BrokerSimulation:
             elif roll < 0.75 and self.cut:
                 self.cut.clear()
                 self.log("network healed")
+            elif self.options.disk_faults and roll < 0.85:
+                self._break_disk(rng.choice(list(self.nodes.values())))
+            elif self.options.disk_faults and roll < 0.95:
+                node = rng.choice(list(self.nodes.values()))
+                if node.store.faults != DiskFaults():
+                    node.store.faults = DiskFaults()
+                    self.log(f"node {node.node_id}: disk healed")
+
+    def _break_disk(self, node: SimNode) -> None:
+        """A full disk, or EIO on writes or fsyncs: the whole disk or one
+        partition's directory of the produced topic."""
+        rng = self.rng
+        where = rng.choice(["", f"/{TOPIC}-{rng.randrange(PARTITIONS)}/"])
+        kind = rng.choice(["full", "eio-write", "eio-sync"])
+        faults = DiskFaults(paths=f"/sim/n{node.node_id}{where}" if where else "",
+                            short=rng.random() < 0.7)
+        if kind == "full":
+            faults.capacity = node.store.used_bytes() + rng.randrange(0, 4096)
+        elif kind == "eio-write":
+            faults.write_errno = errno.EIO
+        else:
+            faults.sync_errno = errno.EIO
+        node.store.faults = faults
+        self.log(f"node {node.node_id}: disk fault {kind} on {faults.paths or 'the whole disk'}")
 
     # -- the checks ---------------------------------------------------------------
 
@@ -775,11 +846,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--seeds", type=int, default=1)
     parser.add_argument("--verbose", action="store_true")
+    parser.add_argument("--disk-faults", action="store_true",
+                        help="the nemesis also fills and breaks disks")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
     for seed in range(args.seed, args.seed + args.seeds):
         try:
-            BrokerSimulation(seed, verbose=args.verbose).run()
+            BrokerSimulation(seed, BrokerSimOptions(disk_faults=args.disk_faults),
+                             verbose=args.verbose).run()
         except SimFailure as failure:
             print(failure, file=sys.stderr)
             return 1

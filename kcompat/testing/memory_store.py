@@ -18,11 +18,24 @@ and each surviving file keeps its durable bytes plus a random prefix of its
 unsynced writes — the last write kept may be torn, and with ``garble`` its
 torn tail holds garbage instead. Handles opened before the crash are dead:
 writing through one raises ``OSError``, as the process that held them is gone.
+
+Disk faults (``DiskFaults``, set on ``faults``): a ``capacity`` in bytes of
+file data — an append that does not fit writes what does (a short write) and
+fails with ENOSPC, as ``writev`` on a full filesystem; ``write_errno`` — every
+append fails (EIO), with ``short`` first writing half its bytes; and
+``sync_errno`` — ``sync`` and ``sync_dir`` fail and make nothing durable.
+``paths`` limits the faults to paths containing it (one partition's
+directory). Clearing a field ends that fault: space returned, disk healed.
+A failed sync here keeps its writes pending (a later sync may still make them
+durable): kinder than Linux, whose failed fsync may drop dirty pages it then
+reports clean, which is why the broker rewrites what a failed round wrote
+rather than syncing again (``kcompat.broker.replication.disk_faults``).
 """
 
 from __future__ import annotations
 
 import errno
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
@@ -40,6 +53,22 @@ class _Inode:
     mtime_ms: int = 0
 
 
+@dataclass
+class DiskFaults:
+    """What the disk does wrong now (see the module docstring)."""
+
+    capacity: int | None = None  # bytes of file data the disk holds (ENOSPC past it)
+    write_errno: int | None = None  # every append fails with this errno
+    sync_errno: int | None = None  # every sync fails with this errno
+    short: bool = True  # a failing append first writes half its bytes
+    paths: str = ""  # only paths containing this
+    failed_writes: int = 0
+    failed_syncs: int = 0
+
+    def applies(self, key: str) -> bool:
+        return not self.paths or self.paths in key
+
+
 def _key(path: Path | str) -> str:
     return str(path)  # Path objects are already normal
 
@@ -50,8 +79,9 @@ def _parent(key: str) -> str:
 
 
 class MemoryFile:
-    def __init__(self, store: MemoryFileStore, inode: _Inode) -> None:
+    def __init__(self, store: MemoryFileStore, inode: _Inode, key: str = "") -> None:
         self._store = store
+        self._key = key
         self._inode: _Inode | None = inode
         self._generation = store.generation
 
@@ -65,6 +95,14 @@ class MemoryFile:
     def append(self, parts: Sequence[Buffer]) -> int:
         inode = self._live()
         data = b"".join(bytes(memoryview(p).cast("B")) for p in parts)
+        room = self._store.room(self._key, len(data))
+        if room is not None:
+            fits, code = room
+            if fits:
+                inode.data += data[:fits]
+                inode.pending.append(("append", data[:fits]))
+            self._store.faults.failed_writes += 1
+            raise OSError(code, os.strerror(code))
         inode.data += data
         inode.pending.append(("append", data))
         inode.mtime_ms = self._store.now_ms
@@ -84,6 +122,7 @@ class MemoryFile:
     def sync(self) -> None:
         if self._inode is None or self._generation != self._store.generation:
             return
+        self._store.check_sync(self._key)
         inode = self._inode
         inode.durable = bytes(inode.data)
         inode.pending.clear()
@@ -106,6 +145,7 @@ class MemoryFileStore:
         self.generation = 0
         self.now_ms = 0
         self.crashes = 0
+        self.faults = DiskFaults()
         for root in roots:  # directories that exist, durably, from the start
             self.make_dirs(Path(root))
             self.durable_dirs |= self.dirs
@@ -136,6 +176,30 @@ class MemoryFileStore:
             inode.durable = bytes(data)
             inode.pending.clear()
 
+    def used_bytes(self) -> int:
+        """Bytes of file data held (each inode once)."""
+        return sum(len(i.data) for i in {id(i): i for i in self.files.values()}.values())
+
+    def room(self, key: str, size: int) -> tuple[int, int] | None:
+        """None: an append of ``size`` bytes to ``key`` succeeds; else how many
+        of its bytes reach the file before it fails, and its errno."""
+        faults = self.faults
+        if not faults.applies(key):
+            return None
+        if faults.write_errno is not None:
+            return (size // 2 if faults.short else 0), faults.write_errno
+        if faults.capacity is not None:
+            free = max(0, faults.capacity - self.used_bytes())
+            if size > free:
+                return (free if faults.short else 0), errno.ENOSPC
+        return None
+
+    def check_sync(self, key: str) -> None:
+        faults = self.faults
+        if faults.sync_errno is not None and faults.applies(key):
+            faults.failed_syncs += 1
+            raise OSError(faults.sync_errno, os.strerror(faults.sync_errno))
+
     # -- FileStore ----------------------------------------------------------------
 
     def open(self, path: Path, truncate: bool = False) -> MemoryFile:
@@ -150,7 +214,7 @@ class MemoryFileStore:
         elif truncate and inode.data:
             del inode.data[:]
             inode.pending.append(("truncate", 0))
-        return MemoryFile(self, inode)
+        return MemoryFile(self, inode, key)
 
     def read(self, path: Path) -> bytes:
         key = _key(path)
@@ -212,6 +276,7 @@ class MemoryFileStore:
         key = _key(directory)
         if key not in self.dirs:
             raise FileNotFoundError(errno.ENOENT, "no such directory", str(directory))
+        self.check_sync(key)
         for k in [k for k in self.durable_files if _parent(k) == key]:
             if k not in self.files:
                 del self.durable_files[k]

@@ -26,6 +26,11 @@ producer state from the replicated log. ``acks=1`` answers after the leader's
 own append (made durable first under ``kcompat.flush.mode=always``), as in
 Kafka. A duplicate batch with acks=all waits for the commit of the original.
 
+A partition whose log cannot be written (a full disk, EIO on a write or an
+fsync) answers KAFKA_STORAGE_ERROR until a retry of the write succeeds, and
+so do the acks=all produces waiting on a round that failed
+(``replication.disk_faults``); the client retries after refreshing metadata.
+
 Authorization (Kafka's KafkaApis): transactional batches need WRITE on the
 transactional id, else every partition is TRANSACTIONAL_ID_AUTHORIZATION_FAILED
 (an idempotent producer was checked when it got its id, InitProducerId);
@@ -58,6 +63,7 @@ from kcompat.broker.handlers import _authz, _quota
 from kcompat.broker.handlers._common import ms_to_datetime
 from kcompat.broker.handlers._leader_hints import LeaderHints, topic_name
 from kcompat.broker.partition import Partition
+from kcompat.broker.replication.disk_faults import StorageError
 from kcompat.broker.replication.group import Group, NotLeaderError
 from kcompat.broker.state import now_ms
 from kcompat.ext.schedule_log import SCHEDULE_TOPIC
@@ -133,6 +139,8 @@ def _append(ctx: RequestContext, topic: str, pdata: Any, acks: int, now: int) ->
     try:
         result = append_records(part, pdata.records, meta.configs, state.broker_defaults, now,
                                 _txn_check(ctx, topic, pdata.index), write)
+    except StorageError as e:  # a full disk, EIO: the partition is offline for writes
+        result = AppendResult(ErrorCode.kafka_storage_error, message=str(e))
     except NotLeaderError:
         result = AppendResult(ErrorCode.not_leader_or_follower)
     if result.split is not None and acks != -1:

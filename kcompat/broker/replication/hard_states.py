@@ -21,6 +21,13 @@ tail was never relied on). When the journal holds several times more records
 than groups it is rewritten with one record per live group (atomically:
 temporary file, sync, rename, directory sync).
 
+A write or sync of the journal that fails (a full disk, EIO) leaves no torn
+record behind: a failed append is cut off and its records wait in memory for
+the next round; after a failed sync the driver calls ``rewind``, which cuts
+the file back to what the last good sync covered, so the records are written
+again rather than trusted to pages a failed fsync may have dropped (the
+driver holds back the groups whose votes they carry meanwhile, ``disk_faults``).
+
 A partition directory from before the journal still has its ``quorum-state``
 file: ``PartitionLogStorage`` reads it when the journal has no record of the
 group.
@@ -59,6 +66,7 @@ class HardStateJournal:
         self._pending: dict[int, HardState] = {}
         self._must_sync = False
         self._file: StoredFile = self._load()
+        self._synced = self._records  # records the last good sync covered
 
     def _load(self) -> StoredFile:
         store = self._store
@@ -104,24 +112,58 @@ class HardStateJournal:
         if not self._pending:
             return []
         pending, self._pending = self._pending, {}
-        self._file.append([b"".join(_record(gid, hs) for gid, hs in pending.items())])
+        try:
+            self._file.append([b"".join(_record(gid, hs) for gid, hs in pending.items())])
+        except OSError:
+            self._pending = {**pending, **self._pending}  # written by a later round
+            self._must_sync = True
+            self._cut(self._records)
+            raise
         self.states.update(pending)
         self._records += len(pending)
         durable, self._must_sync = self._must_sync, False
         if self._records > max(COMPACT_MIN_RECORDS, 4 * len(self.states)):
             self.compact()
             return []  # the rewrite is durable already
-        return [self._file] if durable else []
+        return [_Sync(self, self._records)] if durable else []
+
+    def _cut(self, records: int) -> None:
+        """Cut the file back to ``records`` whole records (best effort: a torn
+        tail left by a dead disk is cut by the next load)."""
+        try:
+            self._file.truncate(records * _RECORD.size)
+        except OSError:
+            return
+        self._records = records
+
+    def rewind(self) -> None:
+        """A sync of the journal failed: cut it back to the last good sync
+        (the groups whose records were lost write them again on retry)."""
+        self._cut(self._synced)
 
     def compact(self) -> None:
         """Rewrite the journal with the last record of each live group."""
         live = self._live() if self._live is not None else set(self.states)
         self.states = {gid: hs for gid, hs in self.states.items() if gid in live}
         data = b"".join(_record(gid, hs) for gid, hs in sorted(self.states.items()))
+        atomic_write(self.path, data, self._store)  # on failure the old file stays in use
         self._file.close()
-        atomic_write(self.path, data, self._store)
         self._file = self._store.open(self.path)
-        self._records = len(self.states)
+        self._records = self._synced = len(self.states)
 
     def close(self) -> None:
         self._file.close()
+
+
+class _Sync:
+    """The journal's file synced by the driver's pass; notes how far it holds."""
+
+    __slots__ = ("journal", "records")
+
+    def __init__(self, journal: HardStateJournal, records: int) -> None:
+        self.journal = journal
+        self.records = records
+
+    def sync(self) -> None:
+        self.journal._file.sync()
+        self.journal._synced = max(self.journal._synced, self.records)

@@ -22,7 +22,9 @@ is not quiesced (``_ticking``) and runs the tick hooks of the layers above; on
 every wake-up (a tick, a received frame, a proposal) it collects the Ready of
 every group touched since the last round (``_dirty``) that has one, writes
 them all (append, truncate, hard state; no fsync), makes them durable with
-**one** fsync pass (``_must_fsync`` says which logs need it), then sends the
+**one** fsync pass (``_must_fsync`` says which logs need it; a group whose
+write or fsync fails is held back, offline for writes, and retried:
+``disk_faults``), then sends the
 messages of all groups, batched into one frame per peer, then ``advance``s
 each group and publishes its new state (high watermark, leader epoch) to
 waiting produce requests and fetches, and feeds its state machine, if any
@@ -80,6 +82,7 @@ import logging
 import random
 import zlib
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -91,6 +94,7 @@ from kcompat.broker.flusher import Syncable
 from kcompat.broker.metadata import MetadataImage
 from kcompat.broker.partition import Partition
 from kcompat.broker.replication import codec, log_starts, throttle
+from kcompat.broker.replication.disk_faults import DiskFaults
 from kcompat.broker.replication.group import (
     METADATA_GROUP,
     Group,
@@ -115,7 +119,6 @@ from kcompat.raft import (
     Ready,
     Role,
 )
-from kcompat.raft.storage import write_ready
 from kcompat.wire import batch as wbatch
 from kcompat.wire.batch import BatchHeader
 from kcompat.wire.records import encode_batch
@@ -245,6 +248,7 @@ class ClusterRuntime:
             trio.current_time)
         self.journal = HardStateJournal(Path(state.data_dir), state.store,
                                         live=lambda: set(self.groups))
+        self.faults = DiskFaults(self.node_id, self._touch)  # failed writes and fsyncs
         self._pid_path = Path(state.data_dir) / PRODUCER_ID_FILE
         self._pid_next = read_int_file(self._pid_path, state.store) or 0
         self._pid_limit = self._pid_next
@@ -437,13 +441,15 @@ class ClusterRuntime:
         raft = group.raft
         if group.removed or raft.role is not Role.LEADER:
             raise NotLeaderError(raft.leader)
+        faults = self.faults  # a failed write: StorageError, the group offline (disk_faults)
+        faults.check(group)
         for entry in list(raft.log.unstable):  # e.g. the leader-change entry
-            group.storage.append_now(entry)
+            faults.write_now(group, partial(group.storage.append_now, entry))
         proposed = raft.propose(bytes(view), header.last_offset_delta + 1)
         if isinstance(proposed, NotLeader):
             raise NotLeaderError(proposed.leader)
         entry = proposed
-        group.storage.append_now(entry, view)
+        faults.write_now(group, partial(group.storage.append_now, entry, view))
         group.sync_wanted |= durable
         self._touch(group)
         self.kick()
@@ -459,6 +465,8 @@ class ClusterRuntime:
                 return ErrorCode.unknown_topic_or_partition
             if group.hw > offset and group.raft.term == term:
                 return ErrorCode.none
+            if self.faults.is_offline(group):
+                return ErrorCode.kafka_storage_error
             if group.raft.term != term or not group.is_leader:
                 return ErrorCode.not_leader_or_follower
             if trio.current_time() >= deadline:
@@ -730,13 +738,15 @@ class ClusterRuntime:
         """One Ready round over every group; False when nobody had anything."""
         batch: list[tuple[Group, Ready]] = []
         dirty, self._dirty = self._dirty, {}
+        faults = self.faults  # a failed write or fsync holds its group's Ready back
         for group in dirty.values():
-            if group.removed or not group.raft.has_ready():
+            if group.removed or faults.is_offline(group) or not group.raft.has_ready():
                 continue
             ready = group.raft.ready()
-            write_ready(group.storage, ready)
-            group.storage.trim(group.raft.log.written_end)
-            batch.append((group, ready))
+            if faults.write(group, ready):
+                batch.append((group, ready))
+        if faults.offline:
+            batch += faults.due()  # held Readies written again after their backoff
         announce = self._take_announcements()
         if not batch and not announce:
             return False
@@ -750,13 +760,15 @@ class ClusterRuntime:
         if self.journal.pending:
             durable.append(self.journal)
         if logs or durable:
-            # off the event loop; an fsync failure stops the broker
-            await self.state.flusher.sync_now(*durable, *logs)
+            # off the event loop; a group whose fsync failed is held back
+            failed = await self.state.flusher.sync_each(*durable, *logs)
+            batch = faults.after_sync(batch, failed, self.journal)
         self._send([m for _g, r in batch for m in r.messages], announce)
         for group, ready in batch:
             if group.removed:
                 continue
             group.raft.advance(ready)
+            faults.advanced(group)
             group.hw = ready.high_watermark
             self._publish(group)
             self._touch(group)  # advance may have answered parked fetches

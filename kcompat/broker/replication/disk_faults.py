@@ -1,0 +1,243 @@
+"""Disk faults the broker survives: a full disk, EIO on a write or an fsync.
+
+Theory of operation
+-------------------
+DESIGN §1.10: a full disk (ENOSPC) or a failed write or fsync (EIO) of a
+partition's log takes *that partition* offline for writes — Produce answers
+KAFKA_STORAGE_ERROR (56), as Kafka answers for a partition in an offline log
+directory — while the broker stays up: reads of what is stored, Metadata,
+heartbeats and the partitions whose writes succeed carry on. The partition
+comes back by itself: after a backoff the failed write is tried again, and
+once it and its fsync succeed the partition takes writes again. One line is
+logged when a partition goes offline and one when it is back, and every
+failure counts in ``kcompat_storage_errors_total{kind,op}`` (kind: enospc,
+eio or other; op: write or fsync).
+
+Where the fault is caught. Every write of a partition log happens in one of
+two places of the replication runtime, and both catch ``OSError`` here; the
+cores (``kcompat.raft``, the pure parts of ``kcompat.log``) never see one:
+
+* the leader's pre-write of a proposal (``propose_batch``, ``write_now``):
+  the record is refused before anyone is answered — a ``StorageError``, which
+  Produce answers KAFKA_STORAGE_ERROR and which the coordinators and the
+  broker's own writers take as the ``NotLeaderError`` it subclasses (retry,
+  re-discover), so none of their tasks dies of a full disk;
+* the Raft driver's Ready round (``runtime._round``): the write of a Ready
+  (``write``) and the round's fsync pass (``Flusher.sync_each``, which
+  reports failures per target, so one partition's bad disk does not fail the
+  others' round).
+
+What the Raft core is told. Raft may count an entry towards the commit, send
+it or acknowledge it only once it is durable, and the core learns that only
+through ``advance``. A Ready whose write or fsync failed is therefore *not*
+advanced: it is held here (``_Offline.ready``), its messages are not sent, its
+group gets no new Ready and takes no proposal until the retry. Waiters for a
+commit of that group (``wait_committed``) answer KAFKA_STORAGE_ERROR at once
+instead of waiting for their timeout. Nothing acknowledged is lost: what an
+acknowledgement promised was made durable by an fsync that succeeded before
+it; what a failed round wrote was never acknowledged. An append answered
+KAFKA_STORAGE_ERROR may still be stored by the retry (its entry is in the
+Raft log already), exactly as one answered REQUEST_TIMED_OUT may: an
+idempotent producer's retry finds it as a duplicate.
+
+The retry (``due``): after the backoff (``BACKOFF_MIN_S`` doubling to
+``BACKOFF_MAX_S``) the held Ready is written again *from the start*: the
+partition log is cut back to the end the core knows durable
+(``raft.log.stable_end``; ``storage.trim``) and the Ready's entries, truncation
+and hard state are written anew, then fsynced in the round. Writing again
+rather than only syncing again matters: after a failed fsync Linux may have
+dropped the dirty pages and marked them clean, so a second fsync can succeed
+without the data (PostgreSQL's "fsyncgate"); rewritten pages are dirty again.
+For the same reason a failed sync of the hard-state journal cuts it back to
+its last good sync (``HardStateJournal.rewind``) and every group whose term
+or vote was in the round is held back with it. A torn tail cannot stay
+behind: a failed append cuts what it wrote (``LogSegment.append``, the index
+and journal writes likewise), and a crash's torn tail is cut by recovery.
+A pre-write that failed holds no Ready: the group is offline until its
+backoff passes, then takes proposals again, and its next Ready writes the
+entries still missing from storage.
+
+Not done here: a leader of a replicated partition that stays offline does not
+hand its leadership to a healthy replica (Kafka moves leaders off an offline
+log directory); its followers keep it while the broker heartbeats, so such a
+partition waits for the disk, as a lone replica does. The metadata log is
+handled the same way: a controller whose metadata writes fail stalls the
+controller until its disk recovers.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import trio
+from prometheus_client import CollectorRegistry, Counter
+
+from kcompat.broker.replication.group import Group, NotLeaderError
+from kcompat.raft import Ready
+from kcompat.raft.storage import write_ready
+
+if TYPE_CHECKING:
+    from kcompat.broker.replication.hard_states import HardStateJournal
+
+log = logging.getLogger("kcompat.storage")
+
+BACKOFF_MIN_S = 0.25
+BACKOFF_MAX_S = 4.0
+
+
+class StorageError(NotLeaderError, OSError):
+    """This partition's log cannot be written now (KAFKA_STORAGE_ERROR). A
+    ``NotLeaderError`` for the broker's own writers: they retry or re-discover."""
+
+
+def error_kind(error: OSError) -> str:
+    if error.errno == errno.ENOSPC:
+        return "enospc"
+    if error.errno == errno.EIO:
+        return "eio"
+    return "other"
+
+
+@dataclass(eq=False)
+class _Offline:
+    group: Group
+    since: float
+    retry_at: float
+    backoff: float
+    ready: Ready | None = None  # the Ready whose write or fsync failed, not advanced
+    failures: int = 1
+
+
+class DiskFaults:
+    def __init__(self, node_id: int, touch: Callable[[Group], None],
+                 clock: Callable[[], float] = trio.current_time) -> None:
+        self.node_id = node_id
+        self.touch = touch  # the runtime collects the group's Ready next round
+        self.clock = clock
+        self.offline: dict[int, _Offline] = {}
+        self.counts: dict[tuple[str, str], int] = {}  # (kind, op) -> failures
+        self._counter: Any = None
+
+    def export(self, registry: CollectorRegistry) -> None:
+        self._counter = Counter(
+            "kcompat_storage_errors", "Failed writes and fsyncs of partition logs (the "
+            "partition answers KAFKA_STORAGE_ERROR until a retry succeeds), per errno kind "
+            "and operation", ["kind", "op"], registry=registry)
+
+    def is_offline(self, group: Group) -> bool:
+        return group.gid in self.offline
+
+    def check(self, group: Group) -> None:
+        """Raise ``StorageError`` if ``group`` takes no writes now."""
+        entry = self.offline.get(group.gid)
+        if entry is not None:
+            raise StorageError(errno.EIO, f"{group.name} is offline for writes after a disk "
+                                          f"error (retrying)")
+
+    def fail(self, group: Group, error: OSError, op: str, ready: Ready | None = None) -> None:
+        """A write or fsync of ``group`` failed: count and log it, hold ``ready``
+        back and take the group offline until its backoff passes."""
+        kind = error_kind(error)
+        self.counts[(kind, op)] = self.counts.get((kind, op), 0) + 1
+        if self._counter is not None:
+            self._counter.labels(kind, op).inc()
+        now = self.clock()
+        entry = self.offline.get(group.gid)
+        if entry is None:
+            entry = self.offline[group.gid] = _Offline(group, now, now, BACKOFF_MIN_S)
+            log.error("node %d: %s of %s failed: %s; the partition answers "
+                      "KAFKA_STORAGE_ERROR to writes until a retry succeeds", self.node_id, op,
+                      group.name, error)
+        else:
+            entry.backoff = min(entry.backoff * 2, BACKOFF_MAX_S)
+            entry.failures += 1
+            log.debug("node %d: %s of %s failed again: %s", self.node_id, op, group.name, error)
+        entry.retry_at = now + entry.backoff
+        if ready is not None:
+            entry.ready = ready
+        group.notify()  # its commit waiters answer KAFKA_STORAGE_ERROR
+
+    def write_now(self, group: Group, write: Callable[[], None]) -> None:
+        """A leader's pre-write; ``StorageError`` (the group offline) if it fails."""
+        try:
+            write()
+        except OSError as e:
+            self.fail(group, e, "write")
+            raise StorageError(e.errno, f"{group.name}: {e.strerror or e}") from e
+
+    def write(self, group: Group, ready: Ready) -> bool:
+        """Steps 1-4 of the Ready contract; False (held back) if they fail."""
+        try:
+            write_ready(group.storage, ready)
+            group.storage.trim(group.raft.log.written_end)
+        except OSError as e:
+            self.fail(group, e, "write", ready)
+            return False
+        return True
+
+    def due(self) -> list[tuple[Group, Ready]]:
+        """The held Readies whose backoff passed, written again from the durable
+        end (see the module docstring): they join this round and its fsync. A
+        group offline after a failed pre-write takes writes again."""
+        now = self.clock()
+        out: list[tuple[Group, Ready]] = []
+        for gid, entry in list(self.offline.items()):
+            group = entry.group
+            if group.removed:
+                del self.offline[gid]
+                continue
+            if entry.retry_at > now or (entry.ready is None and entry.retry_at < 0):
+                continue
+            ready = entry.ready
+            if ready is None:
+                self.back(group)
+                continue
+            try:
+                group.storage.trim(group.raft.log.stable_end)
+                write_ready(group.storage, ready)
+                group.storage.trim(group.raft.log.written_end)
+            except OSError as e:
+                self.fail(group, e, "write")
+                continue
+            entry.ready = None
+            entry.retry_at = -1.0  # in this round's fsync
+            group.sync_wanted = True  # its entries are fsynced whoever waits
+            out.append((group, ready))
+        return out
+
+    def after_sync(self, batch: list[tuple[Group, Ready]], failed: dict[int, OSError],
+                   journal: HardStateJournal) -> list[tuple[Group, Ready]]:
+        """The groups of the round whose fsync pass succeeded; the others are
+        held back (``failed``: by id of the target, ``Flusher.sync_each``)."""
+        if not failed:
+            return batch
+        journal_error = failed.get(id(journal))
+        if journal_error is not None:
+            journal.rewind()
+        kept = []
+        for group, ready in batch:
+            storage = group.storage
+            error = failed.get(id(storage.plog)) or failed.get(id(storage))
+            if error is None and ready.hard_state is not None and storage.journal is not None:
+                error = journal_error
+            if error is None:
+                kept.append((group, ready))
+            else:
+                self.fail(group, error, "fsync", ready)
+        return kept
+
+    def advanced(self, group: Group) -> None:
+        """``group``'s Ready was made durable and advanced."""
+        if group.gid in self.offline:
+            self.back(group)
+
+    def back(self, group: Group) -> None:
+        entry = self.offline.pop(group.gid, None)
+        self.touch(group)
+        if entry is not None:
+            log.warning("node %d: %s takes writes again after %.1f s (%d failed attempts)",
+                        self.node_id, group.name, self.clock() - entry.since, entry.failures)
