@@ -5,8 +5,9 @@ Theory of operation
 ``run_broker`` opens the state (which recovers every log), binds the listener
 and then logs exactly one ``kcompat broker ready on HOST:PORT`` line. Each
 accepted socket gets its own task (``serve_connection``). Background tasks run
-the group-commit flusher, retention and the Multi-Raft driver (a single
-broker is a quorum of one; it is ready once it has replayed its logs).
+the group-commit flusher, retention, the Multi-Raft driver (a single
+broker is a quorum of one; it is ready once it has replayed its logs) and
+the event-loop monitor (``loop_monitor``: lag and the longest task steps).
 SIGTERM or SIGINT drains: first a controlled shutdown (leaderships handed over, see
 ``BrokerLifecycle.controlled_shutdown``), then stop accepting, give in-flight requests a moment to finish, then close every log
 cleanly (snapshots and the clean-shutdown marker), so the next start needs no
@@ -28,6 +29,8 @@ from kcompat.broker.config import BrokerConfig
 from kcompat.broker.connection import serve_connection
 from kcompat.broker.listeners import Listener
 from kcompat.broker.log_cleaner import LogCleaner
+from kcompat.broker.loop_monitor import LoopMonitor
+from kcompat.broker.replication.group import OfflineMachines
 from kcompat.log.store import FD_CACHE
 
 log = logging.getLogger("kcompat.broker")
@@ -99,6 +102,9 @@ async def run_broker(config: BrokerConfig, task_status: trio.TaskStatus[int] = t
             for item in broker.listeners)
         admin_listeners = await open_admin_listeners(broker)
         async with trio.open_nursery() as background:
+            registry = broker.metrics.registry
+            background.start_soon(LoopMonitor(registry).run)  # loop lag, longest steps
+            registry.register(OfflineMachines(broker.cluster.groups))
             background.start_soon(run_admin_http, broker, admin_listeners)
             background.start_soon(state.flusher.run)
             background.start_soon(_retention_loop, broker)

@@ -33,6 +33,14 @@ new data goes, never which acknowledged data survives.
 so a heartbeat arriving before the record commits does not propose it twice;
 a new controller starts afresh with every registered broker's session just
 begun (it cannot know when they last heartbeated), as Kafka's does.
+
+A session counts only the time the controller was there to hear: when two
+``expire`` checks (one a tick apart normally) lie further apart than
+``STALL_GRACE_MS``, the controller itself was not running — its process was
+stopped or its event loop held — and heartbeats sent in that time may be
+waiting unread; that time is added to every session before any is judged.
+So a controller that stalls never fences the brokers it could not hear,
+itself included (issue 31: a broker fenced itself five times under load).
 """
 
 from __future__ import annotations
@@ -41,6 +49,8 @@ from typing import Any
 
 from kcompat.broker.metadata import BrokerInfo
 from kcompat.broker.replication.codec import Heartbeat
+
+STALL_GRACE_MS = 1000.0  # a gap between expire checks beyond this: the controller stalled
 
 
 class Membership:
@@ -51,12 +61,15 @@ class Membership:
         self._last_seen: dict[int, float] = {}  # node id -> ms of its last heartbeat
         self._shutting_down: set[str] = set()  # incarnations that asked to stop
         self._proposed: dict[int, tuple[Any, ...]] = {}  # node -> the last change proposed
+        self._checked: float | None = None  # ms of the last expire check
+        self.stalled_ms = 0.0  # controller stall time credited to sessions, in all
 
     def restart_sessions(self, brokers: dict[int, BrokerInfo], now: float) -> None:
         """This node just became controller: every live broker's session
         starts now (a fenced one needs a heartbeat anyway)."""
         self._last_seen = {node: now for node, b in brokers.items() if not b.fenced}
         self._proposed.clear()
+        self._checked = now
 
     def heartbeat(self, hb: Heartbeat, brokers: dict[int, BrokerInfo],
                   now: float) -> list[dict[str, Any]]:
@@ -98,6 +111,7 @@ class Membership:
 
     def expire(self, brokers: dict[int, BrokerInfo], now: float) -> list[dict[str, Any]]:
         """Fence every unfenced broker whose session has run out."""
+        self._credit_stall(now)
         records: list[dict[str, Any]] = []
         for node, broker in sorted(brokers.items()):
             if broker.fenced:
@@ -106,6 +120,17 @@ class Membership:
             if now - seen > self.session_timeout_ms:
                 records += self._set_fenced(broker, True, "session expired")
         return records
+
+    def _credit_stall(self, now: float) -> None:
+        """Time the controller could not hear (see the module) is added to
+        every session."""
+        before, self._checked = self._checked, now
+        if before is None or now - before <= STALL_GRACE_MS:
+            return
+        stalled = now - before - STALL_GRACE_MS
+        self.stalled_ms += stalled
+        for node, seen in self._last_seen.items():
+            self._last_seen[node] = seen + stalled
 
     def _set_fenced(self, broker: BrokerInfo, fenced: bool, reason: str) -> list[dict[str, Any]]:
         want = ("fenced", broker.incarnation, fenced)

@@ -17,24 +17,43 @@ machine that takes over starts from the whole state, without a replay. When
 the log starts past what was applied (a snapshot replaced the prefix), the
 machine first rebuilds itself from the snapshot at the log start
 (``restore``).
+
+A replay is cut into turns: ``feed`` applies batches for at most
+``FEED_BUDGET_S`` and says whether it is done; the driver feeds the rest
+after the other tasks of the loop had their turn (DESIGN §1.8: a restart
+with a long internal log must not starve heartbeats and votes). A machine
+whose ``apply`` raises is a bug in that machine: its group goes offline —
+no longer ``serving``, so its coordinator or service answers as a broker
+that does not host it, with one error line naming the partition, the
+offset and the exception, counted in ``broken`` — and the broker with
+every other group goes on (DESIGN §1.10).
 """
 
 from __future__ import annotations
 
+import logging
+import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
 import trio
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 from kcompat.raft import NO_NODE, Raft, Role
 from kcompat.wire.batch import BatchHeader
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable
+
     from kcompat.broker.partition import Partition
     from kcompat.broker.replication.codec import Announcement
     from kcompat.broker.replication.storage import PartitionLogStorage
 
+log = logging.getLogger("kcompat.cluster")
+
 METADATA_GROUP = 0
+FEED_BUDGET_S = 0.02  # of committed batches applied in one go (the loop's turn)
 
 
 class NotLeaderError(Exception):
@@ -74,6 +93,7 @@ class Group:
     applied: int = -1  # the next offset to feed the machine (-1: from the log start)
     led_term: int | None = None  # the term the machine was told it leads in
     announced: Announcement | None = None  # the last leadership announcement sent (runtime)
+    broken: str | None = None  # why its machine failed (then it is offline: ``serving``)
 
     @property
     def lone(self) -> bool:
@@ -92,19 +112,46 @@ class Group:
         self.changed.set()
         self.changed = trio.Event()
 
-    def feed(self) -> None:
-        """Hand the machine every committed batch not fed yet, then its role."""
+    def feed(self, budget_s: float = FEED_BUDGET_S) -> bool:
+        """Hand the machine the committed batches not fed yet, then its role;
+        False when ``budget_s`` ran out first (the driver feeds the rest after
+        other tasks had their turn: a long replay never holds the loop)."""
         machine = self.machine
-        if machine is None:
-            return
+        if machine is None or self.broken is not None:
+            return True
         plog = self.storage.plog
         if self.applied < plog.log_start_offset:
             if self.applied >= 0 or plog.log_start_offset > 0:
                 machine.restore(self.index, plog.log_start_offset)
             self.applied = plog.log_start_offset
-        for batch, header in plog.batches(self.applied, min(self.hw, plog.log_end_offset)):
-            machine.apply(self.index, batch, header)
+        deadline = time.perf_counter() + budget_s
+        end = min(self.hw, plog.log_end_offset)
+        for batch, header in plog.batches(self.applied, end):
+            try:
+                machine.apply(self.index, batch, header)
+            except Exception as exc:  # a bug in that machine: this group only goes offline
+                self._break(exc, header)
+                return True
             self.applied = header.next_offset
+            if time.perf_counter() >= deadline:
+                break
+        self._roles()
+        return self.applied >= end
+
+    def _break(self, exc: Exception, header: BatchHeader) -> None:
+        self.broken = f"{type(exc).__name__}: {exc}"
+        log.error("%s offline: its state machine failed to apply the batch at offset %d "
+                  "(%s); the broker and its other partitions go on", self.name,
+                  header.base_offset, self.broken, exc_info=exc)
+        if self.led_term is not None and self.machine is not None:
+            self.led_term = None
+            self.machine.on_role(self.index, leading=False)
+
+    def _roles(self) -> None:
+        """Tell the machine when this replica starts or stops leading."""
+        machine = self.machine
+        assert machine is not None
+        plog = self.storage.plog
         raft = self.raft
         if self.led_term is not None and (not self.is_leader or raft.term != self.led_term):
             self.led_term = None
@@ -116,7 +163,8 @@ class Group:
     @property
     def serving(self) -> bool:
         """Leading, with every earlier entry applied by its machine."""
-        return not self.removed and self.is_leader and self.led_term == self.raft.term
+        return (not self.removed and self.broken is None and self.is_leader
+                and self.led_term == self.raft.term)
 
     @property
     def never_elected(self) -> bool:
@@ -128,3 +176,23 @@ class Group:
         if self.part is None:
             return "__cluster_metadata-0"
         return f"{self.part.topic}-{self.part.index}"
+
+
+class OfflineMachines(Collector):
+    """``kcompat_state_machine_offline{partition}``: 1 for each group whose
+    machine failed (``Group.feed``), with the failure in ``error``."""
+
+    def __init__(self, groups: dict[int, Group]) -> None:
+        self.groups = groups
+
+    def describe(self) -> list[Metric]:
+        return []
+
+    def collect(self) -> Iterable[Metric]:
+        gauge = GaugeMetricFamily("kcompat_state_machine_offline",
+                                  "Partitions offline because their state machine failed to "
+                                  "apply a committed batch", labels=["partition", "error"])
+        for group in list(self.groups.values()):
+            if group.broken is not None and not group.removed:
+                gauge.add_metric((group.name, group.broken[:200]), 1)
+        yield gauge

@@ -29,7 +29,11 @@ messages of all groups, batched into one frame per peer, then ``advance``s
 each group and publishes its new state (high watermark, leader epoch) to
 waiting produce requests and fetches, and feeds its state machine, if any
 (``Group.feed``: the metadata image, ``__consumer_offsets``,
-``__transaction_state``).
+``__transaction_state``, ``__kc_schedule``...). Feeding shares one budget per
+round (``FEED_BUDGET_S``); a replay longer than that goes on in later turns of
+the driver (``_feeding``), each after a checkpoint, so a restart with a long
+internal log or a burst of commits never holds the loop past the budget, and
+``wait_committed`` answers once the entry is applied as well as committed.
 
 Replica management: ``assignments`` maps each topic-partition to its group id
 and replicas (applied from the metadata log by the controller);
@@ -80,6 +84,7 @@ import hashlib
 import json
 import logging
 import random
+import time
 import zlib
 from collections.abc import Callable
 from functools import partial
@@ -96,6 +101,7 @@ from kcompat.broker.partition import Partition
 from kcompat.broker.replication import codec, log_starts, throttle
 from kcompat.broker.replication.disk_faults import DiskFaults
 from kcompat.broker.replication.group import (
+    FEED_BUDGET_S,
     METADATA_GROUP,
     Group,
     NotLeaderError,
@@ -219,6 +225,9 @@ class ClusterRuntime:
         # round (insertion-ordered: the simulator replays exactly)
         self._ticking: dict[int, Group] = {}
         self._dirty: dict[int, Group] = {}
+        # groups whose machine has committed batches left to apply (``_feed``)
+        self._feeding: dict[int, Group] = {}
+        self._feed_deadline = 0.0
         self._announce: set[int] = set()  # led groups whose announcement is due
         self._announce_all = True
         self._first_campaigns: dict[int, int] = {}  # group id -> tick to campaign at
@@ -299,7 +308,7 @@ class ClusterRuntime:
         state machine has caught up in this term; COORDINATOR_LOAD_IN_PROGRESS
         while a new leader still applies earlier entries; NOT_COORDINATOR else."""
         group = self.group_of(topic, index)
-        if group is None or group.removed or not group.is_leader:
+        if group is None or group.removed or not group.is_leader or group.broken is not None:
             return ErrorCode.not_coordinator
         return None if group.serving else ErrorCode.coordinator_load_in_progress
 
@@ -463,7 +472,10 @@ class ClusterRuntime:
             changed = group.changed
             if group.removed:
                 return ErrorCode.unknown_topic_or_partition
-            if group.hw > offset and group.raft.term == term:
+            if group.broken is not None:  # its machine failed: offline (``Group.feed``)
+                return ErrorCode.not_coordinator
+            if group.hw > offset and group.raft.term == term and (
+                    group.machine is None or group.applied > offset):
                 return ErrorCode.none
             if self.faults.is_offline(group):
                 return ErrorCode.kafka_storage_error
@@ -592,6 +604,7 @@ class ClusterRuntime:
         while True:
             await self._wake.wait()
             self._wake = trio.Event()
+            self._feed_more()
             if self._tick_due:
                 self._tick_due = False
                 self._tick()
@@ -738,6 +751,7 @@ class ClusterRuntime:
         """One Ready round over every group; False when nobody had anything."""
         batch: list[tuple[Group, Ready]] = []
         dirty, self._dirty = self._dirty, {}
+        self._feed_deadline = time.perf_counter() + FEED_BUDGET_S
         faults = self.faults  # a failed write or fsync holds its group's Ready back
         for group in dirty.values():
             if group.removed or faults.is_offline(group) or not group.raft.has_ready():
@@ -865,8 +879,32 @@ class ClusterRuntime:
                 # leaders announce on change only, so adopt it once past it
                 log_starts.follow_announced(group, ann)
             part.notify_append()
-        group.feed()
+        self._feed(group)
         group.notify()
+
+    def _feed(self, group: Group) -> None:
+        """Feed ``group``'s machine within this turn's budget (``Group.feed``);
+        what is left waits in ``_feeding`` for the next turns of the driver."""
+        if group.machine is None:
+            return
+        left = self._feed_deadline - time.perf_counter()
+        if group.gid in self._feeding or left <= 0 or not group.feed(left):
+            self._feeding[group.gid] = group
+            self.kick()
+
+    def _feed_more(self) -> None:
+        """A turn of the replays left over (after every other task's turn:
+        the driver's wake-up checkpoints), then their waiters."""
+        self._feed_deadline = time.perf_counter() + FEED_BUDGET_S
+        for gid, group in list(self._feeding.items()):
+            left = self._feed_deadline - time.perf_counter()
+            if left <= 0:
+                break
+            if group.removed or group.feed(left):
+                del self._feeding[gid]
+                group.notify()
+        if self._feeding:
+            self.kick()
 
     # -- groups and partitions ------------------------------------------------------------
 

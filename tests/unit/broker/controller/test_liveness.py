@@ -91,7 +91,8 @@ def test_new_controller_restarts_every_session() -> None:
         commit(image, m.heartbeat(hb(node), image.brokers, 0))
     successor = Membership(TIMEOUT_MS)
     successor.restart_sessions(image.brokers, 50_000)
-    assert successor.expire(image.brokers, 50_000 + TIMEOUT_MS) == []
+    for now in range(50_000, 50_000 + TIMEOUT_MS + 1, 100):  # checked every tick
+        assert successor.expire(image.brokers, now) == []
     assert len(successor.expire(image.brokers, 50_000 + TIMEOUT_MS + 1)) == 2
 
 
@@ -135,3 +136,23 @@ def test_checkpoints_keep_unregistered_and_controller_only_registrations() -> No
         loaded.apply({"type": "register_broker", **entry})
     assert loaded.brokers == image.brokers
     assert loaded.brokers[2].retired and loaded.brokers[3].controller_only
+
+
+def test_a_stalled_controller_does_not_fence_the_brokers_it_could_not_hear() -> None:
+    """The controller's checks run a tick apart; one 20 s apart means the
+    controller itself was not running (issue 31: its own heartbeat starved
+    behind a busy event loop, and it fenced itself): the time is credited."""
+    image, m = MetadataImage(), Membership(TIMEOUT_MS)
+    commit(image, m.heartbeat(hb(1), image.brokers, 0))
+    commit(image, m.heartbeat(hb(2), image.brokers, 0))
+    for now in range(0, 2001, 100):
+        assert m.expire(image.brokers, now) == []
+    assert m.expire(image.brokers, 22_000) == []  # stalled for 20 s
+    assert m.heartbeat(hb(1), image.brokers, 22_050) == []  # read once the loop runs again
+    # the silent broker's session goes on from where the stall began (2 s
+    # silent before it, 1 s of grace counted): 6 s more
+    for now in range(22_100, 28_001, 100):
+        assert m.expire(image.brokers, now) == []
+    assert commit(image, m.expire(image.brokers, 28_100)) == ["fence_broker"]
+    assert m.stalled_ms == 19_000
+    assert [b.node_id for b in image.live_brokers()] == [1]

@@ -1,0 +1,132 @@
+"""A state machine that fails takes its partition offline, not the broker;
+a long replay is fed in turns that leave the loop to the other tasks."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import trio
+from kio.schema.errors import ErrorCode as E
+from prometheus_client import CollectorRegistry, generate_latest
+
+from kcompat.broker import config as broker_config
+from kcompat.broker.broker import Broker
+from kcompat.broker.replication.group import OfflineMachines
+from kcompat.testing import running
+from kcompat.wire.batch import BatchHeader
+from kcompat.wire.records import encode_batch
+
+
+class Poisoned:
+    """A machine over the topic ``poisoned`` whose partition 0 fails on the
+    record ``b"boom"``; it counts what it applied per partition."""
+
+    def __init__(self) -> None:
+        self.applied: dict[int, int] = {0: 0, 1: 0}
+        self.leading: set[int] = set()
+
+    def apply(self, index: int, batch: memoryview, header: BatchHeader) -> None:
+        if index == 0 and b"boom" in bytes(batch):
+            raise ValueError("a bug in this machine")
+        self.applied[index] += header.records_count
+
+    def on_role(self, index: int, leading: bool) -> None:
+        (self.leading.add if leading else self.leading.discard)(index)
+
+    def restore(self, index: int, start: int) -> None:
+        """Nothing to restore."""
+
+
+@pytest.fixture
+def broker(tmp_path: Path) -> Iterator[Broker]:
+    cfg = broker_config.load(None, {"log.dirs": str(tmp_path)}, {})
+    b = Broker(cfg)
+    yield b
+    b.close()
+
+
+def test_a_failing_machine_takes_its_partition_offline_not_the_broker(broker: Broker) -> None:
+    machine = Poisoned()
+    broker.cluster.machines["poisoned"] = machine
+    registry = CollectorRegistry()
+    registry.register(OfflineMachines(broker.cluster.groups))
+
+    async def body() -> None:
+        await running.create_topic(broker, "poisoned", 2)
+        await running.create_topic(broker, "plain", 1)
+        await broker.cluster.wait_leaders("poisoned", 5.0)
+        append = broker.calls.append_locally
+        for index in (0, 1):
+            assert (await append("poisoned", index, encode_batch([(None, b"ok", (), 1)]),
+                                 5.0))[0] == E.none
+        assert machine.leading == {0, 1}
+        code, _ = await append("poisoned", 0, encode_batch([(None, b"boom", (), 1)]), 5.0)
+        assert code == E.not_coordinator  # committed, but its machine is offline
+        assert broker.cluster.serving_machine("poisoned", 0) == E.not_coordinator
+        assert machine.leading == {1}
+        # the broker goes on: the other partition of the machine, plain topics, metadata
+        for _ in range(3):
+            assert (await append("poisoned", 1, encode_batch([(None, b"ok", (), 1)]),
+                                 5.0))[0] == E.none
+        assert (await append("plain", 0, encode_batch([(None, b"x", (), 1)]), 5.0))[0] == E.none
+        await running.create_topic(broker, "after", 1)
+        assert broker.cluster.serving_machine("poisoned", 1) is None
+
+    running.run(broker, body)
+    assert machine.applied == {0: 1, 1: 4}
+    text = generate_latest(registry).decode()
+    assert ('kcompat_state_machine_offline{error="ValueError: a bug in this machine",'
+            'partition="poisoned-0"} 1.0') in text
+
+
+def test_a_long_replay_is_fed_in_turns(broker: Broker) -> None:
+    """500 committed batches, replayed to a machine that takes 1 ms a batch:
+    other tasks run between the turns, each well under the 50 ms budget."""
+    machine = Poisoned()
+    broker.cluster.machines["poisoned"] = machine
+
+    async def write() -> None:
+        await running.create_topic(broker, "poisoned", 2)
+        await broker.cluster.wait_leaders("poisoned", 5.0)
+        for _ in range(500):
+            await broker.calls.append_locally("poisoned", 1, encode_batch([(None, b"v", (), 1)]),
+                                              5.0)
+
+    running.run(broker, write)
+    broker.close()
+    again = Broker(broker.config)  # a restart: every batch is replayed to a new machine
+    slow = Poisoned()
+    apply = slow.apply
+
+    def slow_apply(index: int, batch: memoryview, header: BatchHeader) -> None:
+        import time
+        time.sleep(0.001)
+        apply(index, batch, header)
+
+    slow.apply = slow_apply  # type: ignore[method-assign]
+    again.cluster.machines["poisoned"] = slow
+    turns: list[int] = []
+
+    async def watch() -> None:
+        while 1 not in slow.leading:
+            turns.append(slow.applied[1])
+            await trio.sleep(0)
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(watch)  # from before the broker's first turn
+            async with running.running(again):
+                with trio.fail_after(60):
+                    while 1 not in slow.leading:
+                        await trio.sleep(0.01)
+
+    try:
+        trio.run(main)
+    finally:
+        again.close()
+    assert slow.applied[1] == 500
+    fed = [b - a for a, b in zip(turns, turns[1:], strict=False) if b > a]
+    assert len(fed) >= 10  # the watcher ran between turns of the replay
+    assert max(fed) <= 40  # about 20 batches (20 ms) a turn

@@ -1,0 +1,47 @@
+"""The event-loop monitor names a task that holds the loop and measures the
+lag it causes (lower bounds only: a blocking step of 250 ms took at least
+that long, and a timer due during it fired at least 150 ms late)."""
+
+from __future__ import annotations
+
+import time
+
+import trio
+from prometheus_client import CollectorRegistry, generate_latest
+
+from kcompat.broker.loop_monitor import LoopMonitor
+
+
+async def _holds_the_loop() -> None:
+    await trio.sleep(0.05)
+    time.sleep(0.25)  # a step that never checkpoints
+
+
+async def _polite() -> None:
+    for _ in range(20):
+        await trio.sleep(0.01)
+
+
+def test_a_long_step_is_named_and_its_lag_measured() -> None:
+    registry = CollectorRegistry()
+    monitor = LoopMonitor(registry)
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(monitor.run)
+            nursery.start_soon(_polite)
+            await trio.sleep(0.02)
+            await _holds_the_loop()
+            await trio.sleep(0.25)
+            nursery.cancel_scope.cancel()
+
+    trio.run(main)
+    longest = monitor.steps.longest
+    assert longest["test_a_long_step_is_named_and_its_lag_measured.main"] >= 0.25
+    assert longest["_polite"] < 0.25
+    assert monitor.lag_max_s >= 0.15
+    text = generate_latest(registry).decode()
+    assert ('kcompat_event_loop_long_steps_total{task="test_a_long_step_is_named_and_its_lag_'
+            'measured.main"} 1.0') in text
+    assert "kcompat_event_loop_lag_seconds_bucket" in text
+    assert 'kcompat_event_loop_longest_step_seconds{task="_polite"}' in text
