@@ -40,7 +40,10 @@ bytes of its state directories before the kill, after the restart and at the end
   ShareConsumer, ``share.auto.offset.reset=earliest``) accepting every record after
   releasing 5 % (``--policy random``); every record settled, none accepted twice.
 
-(A filtered view over 10M records, the issue's last scenario, is not in the harness yet.)
+* ``view``: a filtered view (``kc.view.of`` / ``kc.view.filter`` ``n < 1``) over a
+  source of 10 x ``--records`` records (the issue's 10M by default), 10 % matching,
+  read from its start by a reader, killed during the read: only and every matching
+  record, once; the read rate.
 
 The control-plane probe (its own process, the whole run): every second a Metadata
 request, a CreateTopics of a new 1-partition topic, a consumer-group join with a new
@@ -1129,6 +1132,46 @@ def share_scenario(run: Run) -> None:
             f"{len(first) / span:,.0f} rec/s" if span > 0 else "-")
 
 
+def view_scenario(run: Run) -> None:
+    """A filtered view (``kc.view.filter``) matching 10 % of a source of 10 x --records
+    records: the view read from its start by a reader, only and every matching record
+    once, with the kill -9 during the read."""
+    sz, bootstrap = run.sz, run.side.bootstrap
+    n = sz.records * 10
+    run.topic("soak-view-src")
+    run.begin()
+    run.cpu_start()
+    run.marks("source produce")
+    res = produce(bootstrap, "soak-view-src", n, run.deadline,
+                  headers_of=lambda i: [("n", b"%d" % (i % 10))])
+    run.topic("soak-view", configs={"kc.view.of": "soak-view-src", "kc.view.filter": "n < 1"})
+    matching = sum(1 for i in range(res.n) if i % 10 == 0)
+    run.marks("view read")
+    t0 = time.time()
+    run.reader("view", "soak-view", n)
+    time.sleep(min(sz.kill_after_s, run.left()))
+    run.kill_busiest("soak-view", state=("soak-view-src-",))
+    run.marks("drain")
+    run.wait_progress("view", lambda g: g.get("received", 0) >= matching,
+                      time.time() + sz.late_allowance_s + n / 20_000)
+    time.sleep(min(1.0, run.left()))
+    run.marks("end")
+    c, recv, part = run.collect("view")
+    resumed(run, recv, part)
+    got = [i for i in range(res.n) if recv[i]]
+    wrong = sum(1 for i in got if i % 10 != 0)
+    last = max((recv[i] for i in got), default=t0)
+    run.row(f"source produce ({n:,} records, header n = index % 10)",
+            f"{res.rate:,.0f} rec/s ({res.acked:,} acked, {res.failed} failed)")
+    run.row("view `n < 1`: matching records read / missing / not matching / duplicates",
+            f"{len(got) - wrong:,} of {matching:,} / {matching - (len(got) - wrong):,} / "
+            f"{wrong:,} / {c['dupes']:,}")
+    t_kill = run.r["kill"]["t_kill"]
+    run.row(f"view read from its start (the kill at +{t_kill - t0:.1f} s)",
+            f"{last - t0:.1f} s, {(len(got) / (last - t0)) if last > t0 else 0:,.0f} "
+            f"matching rec/s ({n / (last - t0) if last > t0 else 0:,.0f} source rec/s)")
+
+
 # -- the report --------------------------------------------------------------------------
 
 
@@ -1308,6 +1351,7 @@ SCENARIOS: dict[str, Callable[[Run], None]] = {
     "dedup": dedup_scenario,
     "retry": retry_scenario,
     "share": share_scenario,
+    "view": view_scenario,
 }
 
 
