@@ -333,7 +333,7 @@ def probe_child(spec: dict[str, Any]) -> None:
     probes: list[tuple[str, Callable[[int], None]]] = [
         ("metadata", metadata), ("create_topics", create), ("group_join", join),
         ("produce", produce)]
-    start = time.monotonic()
+    next_round = time.monotonic()
     for i in range(int(spec["max_rounds"])):
         if _stopped(spec):
             break
@@ -345,10 +345,9 @@ def probe_child(spec: dict[str, Any]) -> None:
             except Exception as e:  # noqa: BLE001 - counted as a failure
                 emit({"probe": kind, "t": t0, "s": time.monotonic() - m0, "ok": False,
                       "err": str(e)[:200]})
-        # the next round on the next whole second of the schedule
-        wait = start + i + 1 - time.monotonic()
-        if wait > 0:
-            time.sleep(wait)
+        # a round a second; after a slow round the next starts at once (no catching up)
+        next_round = max(next_round + 1.0, time.monotonic())
+        time.sleep(max(0.0, next_round - time.monotonic()))
     producer.flush(2)
     out.close()
 
