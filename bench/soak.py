@@ -1354,6 +1354,20 @@ SCENARIOS: dict[str, Callable[[Run], None]] = {
 }
 
 
+def tree_line() -> str:
+    """The commit under test and whether kcompat/ had uncommitted changes (others edit the
+    broker in this working tree while a soak runs)."""
+    def git(*a: str) -> str:
+        r = subprocess.run(["git", *a], cwd=ROOT, capture_output=True, text=True, timeout=30)
+        return r.stdout.strip()
+
+    with contextlib.suppress(Exception):
+        dirty = git("status", "--porcelain", "--", "kcompat").splitlines()
+        return (f"broker tree: {git('rev-parse', '--short', 'HEAD')}"
+                + (f" with {len(dirty)} uncommitted file(s) under kcompat/" if dirty else ""))
+    return "broker tree: ?"
+
+
 def machine_line() -> str:
     model = "?"
     with open("/proc/cpuinfo") as f:
@@ -1394,7 +1408,7 @@ def main() -> None:
     scenario = args.scenario or ("delayed" if args.quick else "all")
     scenarios = list(SCENARIOS) if scenario == "all" else [scenario]
     extra = tuple(x for kv in args.broker_set for x in ("--set", kv))
-    load0 = loadavg()
+    load0, tree0 = loadavg(), tree_line()
     lines: list[str] = []
     tmp = Path(tempfile.mkdtemp(prefix="kcompat-soak-"))
     print(f"soak: work dir {tmp}; sides {sides}; scenarios {scenarios}; {sz}", flush=True)
@@ -1446,6 +1460,7 @@ def main() -> None:
             f"{sz.delay_lo_ms}..{sz.delay_hi_ms} ms, budget {sz.max_seconds:.0f} s, "
             f"wall time {time.time() - run_start:.0f} s", "",
             f"machine: {machine_line()}", "",
+            f"{tree0} at the start, {tree_line()} at the end", "",
             f"load average before: {load0}; during: {load}", "",
             "brokers: `" + " ".join(BROKER_FLAGS + extra) + " --set admin.port=<free>`"
             " (otherwise defaults: flush mode acks_all)", ""]
