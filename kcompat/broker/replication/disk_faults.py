@@ -54,8 +54,10 @@ or vote was in the round is held back with it. A torn tail cannot stay
 behind: a failed append cuts what it wrote (``LogSegment.append``, the index
 and journal writes likewise), and a crash's torn tail is cut by recovery.
 A pre-write that failed holds no Ready: the group is offline until its
-backoff passes, then takes proposals again, and its next Ready writes the
-entries still missing from storage.
+backoff passes, then takes proposals again on trial (``probing``), and its
+next Ready writes the entries still missing from storage; the partition is
+back (one log line) once a Ready of it is made durable and advanced, and a
+failure meanwhile continues the same episode with a longer backoff.
 
 Not done here: a leader of a replicated partition that stays offline does not
 hand its leadership to a healthy replica (Kafka moves leaders off an offline
@@ -110,6 +112,7 @@ class _Offline:
     backoff: float
     ready: Ready | None = None  # the Ready whose write or fsync failed, not advanced
     failures: int = 1
+    probing: bool = False  # taking writes again on trial: back once a Ready advances
 
 
 class DiskFaults:
@@ -129,12 +132,12 @@ class DiskFaults:
             "and operation", ["kind", "op"], registry=registry)
 
     def is_offline(self, group: Group) -> bool:
-        return group.gid in self.offline
+        entry = self.offline.get(group.gid)
+        return entry is not None and not entry.probing
 
     def check(self, group: Group) -> None:
         """Raise ``StorageError`` if ``group`` takes no writes now."""
-        entry = self.offline.get(group.gid)
-        if entry is not None:
+        if self.is_offline(group):
             raise StorageError(errno.EIO, f"{group.name} is offline for writes after a disk "
                                           f"error (retrying)")
 
@@ -157,6 +160,7 @@ class DiskFaults:
             entry.failures += 1
             log.debug("node %d: %s of %s failed again: %s", self.node_id, op, group.name, error)
         entry.retry_at = now + entry.backoff
+        entry.probing = False
         if ready is not None:
             entry.ready = ready
         group.notify()  # its commit waiters answer KAFKA_STORAGE_ERROR
@@ -190,11 +194,12 @@ class DiskFaults:
             if group.removed:
                 del self.offline[gid]
                 continue
-            if entry.retry_at > now or (entry.ready is None and entry.retry_at < 0):
+            if entry.probing or entry.retry_at < 0 or entry.retry_at > now:
                 continue
             ready = entry.ready
-            if ready is None:
-                self.back(group)
+            if ready is None:  # a failed pre-write: proposals may try again
+                entry.probing = True
+                self.touch(group)
                 continue
             try:
                 group.storage.trim(group.raft.log.stable_end)
@@ -237,7 +242,6 @@ class DiskFaults:
 
     def back(self, group: Group) -> None:
         entry = self.offline.pop(group.gid, None)
-        self.touch(group)
         if entry is not None:
             log.warning("node %d: %s takes writes again after %.1f s (%d failed attempts)",
                         self.node_id, group.name, self.clock() - entry.since, entry.failures)

@@ -1,0 +1,231 @@
+"""Disk faults a broker survives (``kcompat.broker.replication.disk_faults``).
+
+Real brokers on the broker simulator's in-memory disk (``MemoryFileStore``
+with ``DiskFaults``): a full disk (ENOSPC after a short write), EIO on every
+write and EIO on every fsync, of the whole disk or of one partition's
+directory. Each must leave the broker running, answer KAFKA_STORAGE_ERROR to
+produces of the affected partitions (and only those), keep Metadata and reads
+of what is stored, count the failures, and take writes again once the disk
+heals — with every acknowledged record readable, before and after a power
+cut, and the log never torn. Before the fix the first failed write or fsync
+stopped the broker (a simulator failure) or, in the pre-write, failed the
+request with an exception.
+
+The simulator's nemesis breaks disks too (``BrokerSimOptions(disk_faults=True)``):
+``test_broker_simulation_with_disk_faults``.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+from pathlib import Path
+
+import pytest
+import trio
+from kio.schema.errors import ErrorCode as E
+
+from kcompat.broker.replication import disk_faults
+from kcompat.log import LogConfig, PartitionLog
+from kcompat.testing.broker_sim import (
+    PARTITIONS,
+    TOPIC,
+    BrokerSimulation,
+    SimNode,
+)
+from kcompat.testing.memory_store import DiskFaults, MemoryFileStore
+from kcompat.wire import codec
+from kcompat.wire import versions as v
+from kcompat.wire.batch import compute_crc, iter_headers, parse_header
+from kcompat.wire.records import decode_batch, encode_batch
+
+SEEDS = int(os.environ.get("DISK_FAULT_SEEDS", "6"))
+
+
+def _lone_sim(seed: int = 1) -> BrokerSimulation:
+    """One broker, a perfect network: only the disk misbehaves."""
+    sim = BrokerSimulation(seed)
+    sim.size = 1
+    sim.nodes = {1: SimNode(1, MemoryFileStore("/sim/n1"))}
+    sim.loss = sim.lost_replies = sim.crash_rate = 0.0
+    return sim
+
+
+def _node(sim: BrokerSimulation) -> SimNode:
+    return sim.nodes[1]
+
+
+def _stored(node: SimNode, index: int) -> list[bytes | None]:
+    """The values of ``TOPIC``-``index`` below the high watermark (what a consumer reads)."""
+    assert node.broker is not None
+    part = node.broker.state.partition(TOPIC, index)
+    assert part is not None
+    plog = part.log
+    return [r.value for raw, _h in plog.batches(plog.log_start_offset, part.high_watermark)
+            for r in decode_batch(raw)]
+
+
+async def _metadata_ok(sim: BrokerSimulation) -> None:
+    m = codec.request_module(v.METADATA, 12)
+    r = await sim.request(_node(sim), v.METADATA, 12, topics=(m.MetadataRequestTopic(
+        topic_id=None, name=TOPIC),), allow_auto_topic_creation=False,
+        include_topic_authorized_operations=False)
+    assert r is not None, "Metadata did not answer"
+    (topic,) = r.topics
+    assert topic.error_code == E.none
+    assert all(p.leader_id == 1 for p in topic.partitions)
+
+
+def _errors(sim: BrokerSimulation, kind: str, op: str) -> float:
+    broker = _node(sim).broker
+    assert broker is not None
+    value = broker.metrics.registry.get_sample_value(
+        "kcompat_storage_errors_total", {"kind": kind, "op": op})
+    return value or 0.0
+
+
+def _log_whole(store: MemoryFileStore, index: int) -> list[bytes | None]:
+    """Every batch of the partition's segment files is whole and CRC-clean
+    (no torn tail: the file ends where its last batch does); its values."""
+    directory = f"/sim/n1/{TOPIC}-{index}"
+    values: list[bytes | None] = []
+    for name in store.names(Path(directory)):
+        if not name.endswith(".log"):
+            continue
+        data = store.read(Path(f"{directory}/{name}"))
+        end = 0
+        for pos, h in iter_headers(data):
+            raw = memoryview(data)[pos:pos + h.size]
+            assert compute_crc(raw) == h.crc, f"{name}: corrupt batch at {pos}"
+            values += [r.value for r in decode_batch(raw)]
+            end = pos + h.size
+        assert end == len(data), f"{name}: {len(data) - end} bytes of torn tail"
+    return values
+
+
+@pytest.mark.parametrize("fault", ["full", "eio-write", "eio-sync"])
+def test_a_partition_with_a_failing_disk_answers_storage_error_and_recovers(
+        fault: str) -> None:
+    sim = _lone_sim()
+    acked: dict[int, list[bytes]] = {0: [], 1: []}
+    seen: dict[str, object] = {}
+
+    async def produce(index: int, value: bytes) -> E:
+        error, _offset = await sim.produce(_node(sim), index, value)
+        if error == E.none:
+            acked[index].append(value)
+        return error
+
+    async def scenario(sim: BrokerSimulation) -> None:
+        node = _node(sim)
+        for i in range(5):
+            for index in range(PARTITIONS):
+                assert await produce(index, b"before-%d-%d" % (index, i)) == E.none
+        # the fault, on partition 0's directory only
+        faults = DiskFaults(paths=f"/sim/n1/{TOPIC}-0/")
+        if fault == "full":
+            faults.capacity = node.store.used_bytes() + 10  # a short write, then ENOSPC
+        elif fault == "eio-write":
+            faults.write_errno = errno.EIO
+        else:
+            faults.sync_errno = errno.EIO
+        node.store.faults = faults
+        refused = [await produce(0, b"refused-%d" % i) for i in range(3)]
+        seen["refused"] = refused
+        # the other partition and the control plane carry on; reads are served
+        for i in range(3):
+            assert await produce(1, b"during-%d" % i) == E.none
+        await _metadata_ok(sim)
+        assert [x for x in _stored(node, 0) if x is not None and x.startswith(b"before")] \
+            == acked[0]
+        assert node.broker is not None, "the broker stopped"
+        kind, op = {"full": ("enospc", "write"), "eio-write": ("eio", "write"),
+                    "eio-sync": ("eio", "fsync")}[fault]
+        seen["counted"] = _errors(sim, kind, op)
+        # the disk heals: after the backoff, writes succeed again
+        node.store.faults = DiskFaults()
+        await trio.sleep(disk_faults.BACKOFF_MAX_S + 1)
+        for i in range(3):
+            assert await produce(0, b"after-%d" % i) == E.none
+        assert node.broker.cluster.faults.offline == {}
+        for index in range(PARTITIONS):
+            stored = _stored(node, index)
+            assert all(value in stored for value in acked[index]), (index, stored, acked)
+            whole = _log_whole(node.store, index)
+            assert all(value in whole for value in acked[index])
+        # and a power cut loses nothing acknowledged either
+        await sim.crash(node)
+        await sim.boot(node)
+        for _ in range(50):
+            if node.broker is not None and node.broker.cluster.leads(TOPIC, 0) and \
+                    node.broker.cluster.leads(TOPIC, 1):
+                break
+            await trio.sleep(0.2)
+        for index in range(PARTITIONS):
+            stored = _stored(node, index)
+            assert all(value in stored for value in acked[index]), (index, stored, acked)
+
+    sim.run(scenario)
+    assert seen["refused"] == [E.kafka_storage_error] * 3
+    assert seen["counted"] >= 1
+
+
+def test_a_full_disk_everywhere_keeps_the_broker_up_and_reads_served() -> None:
+    """The whole disk full (the metadata log and the Raft journal included):
+    produces are refused, Metadata and reads go on, and all recovers."""
+    sim = _lone_sim(2)
+    acked: list[bytes] = []
+    seen: dict[str, object] = {}
+
+    async def scenario(sim: BrokerSimulation) -> None:
+        node = _node(sim)
+        for i in range(5):
+            error, _ = await sim.produce(node, 0, b"a%d" % i)
+            assert error == E.none
+            acked.append(b"a%d" % i)
+        node.store.faults = DiskFaults(capacity=node.store.used_bytes() + 10)
+        codes = [(await sim.produce(node, i % 2, b"x%d" % i))[0] for i in range(4)]
+        seen["codes"] = codes
+        await _metadata_ok(sim)
+        await trio.sleep(3)  # heartbeats and ticks go on; nothing stops the broker
+        await _metadata_ok(sim)
+        assert node.broker is not None
+        assert _stored(node, 0)[:5] == acked
+        node.store.faults = DiskFaults()
+        await trio.sleep(disk_faults.BACKOFF_MAX_S + 1)
+        error, _ = await sim.produce(node, 0, b"b0")
+        seen["after"] = error
+        if error == E.none:
+            acked.append(b"b0")
+        assert all(x in _stored(node, 0) for x in acked)
+
+    sim.run(scenario)
+    assert seen["codes"] == [E.kafka_storage_error] * 4
+    assert seen["after"] == E.none
+
+
+def test_a_failed_write_leaves_no_torn_tail() -> None:
+    """A short write followed by ENOSPC is cut back to the last whole batch,
+    so the next append, once there is room, continues a whole log."""
+    store = MemoryFileStore("/d")
+    plog = PartitionLog.open(Path("/d/t-0"), LogConfig(), 0, store)
+    def batch(value: bytes) -> memoryview:
+        return memoryview(encode_batch([(None, value, (), 1)])).toreadonly()
+
+    first = batch(b"one")
+    plog.append(first, parse_header(first), 0, 1)
+    store.faults = DiskFaults(capacity=store.used_bytes() + 10)  # 10 bytes reach the file
+    second = batch(b"two" * 20)
+    with pytest.raises(OSError) as raised:
+        plog.append(second, parse_header(second), 0, 1)
+    assert raised.value.errno == errno.ENOSPC
+    assert store.faults.failed_writes == 1
+    assert plog.log_end_offset == 1
+    store.faults = DiskFaults()
+    plog.append(second, parse_header(second), 0, 1)
+    plog.flush()
+    segment = store.read(Path("/d/t-0/00000000000000000000.log"))
+    values = [r.value for _p, h in iter_headers(segment)
+              for r in decode_batch(memoryview(segment)[_p:_p + h.size])]
+    assert values == [b"one", b"two" * 20]
+    assert sum(h.size for _p, h in iter_headers(segment)) == len(segment)
