@@ -28,6 +28,13 @@ time (a segment's max timestamp, or its file mtime when it has none, older
 than ``retention_ms``), by size (oldest first while the rest still reaches
 ``retention_bytes``), and everything wholly below ``log_start_offset``.
 
+Disk errors (``OSError`` from the store: a full disk, EIO) never leave the
+state in memory half changed: an append that fails changes nothing (the
+segment cuts what reached the file), and a truncation or reset completes its
+state in memory — segments, epochs, producer state — before it raises the
+first failure of its I/O (``_Deferred``); the caller (the broker's
+``disk_faults``) retries the writes.
+
 Reads return bytes of a single segment starting at the batch that holds the
 requested offset: Kafka's fetch semantics, including min-one-batch and a cut
 trailing batch. Opening runs ``recovery.recover``; see that module.
@@ -36,7 +43,7 @@ trailing batch. Opening runs ``recovery.recover``; see that module.
 from __future__ import annotations
 
 from bisect import bisect_right
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -439,11 +446,15 @@ class PartitionLog:
         if self._segments[0].base_offset > self._log_start_offset:
             self._set_log_start_offset(self._segments[0].base_offset)
 
-    def _set_log_start_offset(self, offset: int) -> None:
+    def _set_log_start_offset(self, offset: int, io: _Deferred | None = None) -> None:
         self._log_start_offset = offset
-        atomic_write(self.directory / LOG_START_OFFSET_FILE, str(offset).encode(), self.store)
-        if self._epochs.truncate_from_start(offset):
-            self._write_epochs()
+        epochs_changed = self._epochs.truncate_from_start(offset)
+        io = io or _Deferred()
+        io.run(atomic_write, self.directory / LOG_START_OFFSET_FILE, str(offset).encode(),
+               self.store)
+        if epochs_changed:
+            io.run(self._write_epochs)
+        io.raise_first()
 
     def truncate_to(self, offset: int) -> None:
         """Drop every batch at or after ``offset``. A batch containing ``offset``
@@ -452,32 +463,37 @@ class PartitionLog:
         min(offset, log_start_offset)."""
         if offset >= self.log_end_offset:
             return
+        io = _Deferred()
         if offset <= self._log_start_offset or self._batch_base(offset) <= self._log_start_offset:
-            self._truncate_fully(min(offset, self._log_start_offset))
+            self._truncate_fully(min(offset, self._log_start_offset), io)
         else:
             keep = bisect_right(self._segments, offset, key=lambda s: s.base_offset)
             for segment in self._segments[keep:]:
                 self._forget(segment)
-                segment.delete()
+                io.run(segment.delete)
             del self._segments[keep:]
-            self._segments[-1].truncate_to(offset)
-            self.store.sync_dir(self.directory)
-        log_end = self.log_end_offset
-        if self._epochs.truncate_from_end(log_end):
-            self._write_epochs()
-        prune_snapshots(self.directory, log_end, self.config.snapshots_kept, self.store)
-        self.producers, self._txn_indexes = rebuild_transactions(
-            self.directory, self._segments, log_end, self.store)
+            io.run(self._segments[-1].truncate_to, offset)
+            io.run(self.store.sync_dir, self.directory)
+        self._truncated(self.log_end_offset, io)
 
     def reset_to(self, offset: int) -> None:
         """Drop every batch and restart the empty log at ``offset`` (a Raft
         follower installing a leader's snapshot that ends past this log)."""
-        self._truncate_fully(offset)
-        if self._epochs.truncate_from_end(offset):
-            self._write_epochs()
-        prune_snapshots(self.directory, offset, self.config.snapshots_kept, self.store)
+        io = _Deferred()
+        self._truncate_fully(offset, io)
+        self._truncated(offset, io)
+
+    def _truncated(self, log_end: int, io: _Deferred) -> None:
+        """The state in memory follows a truncation to ``log_end``, whatever
+        of its I/O failed (``io``: raised last)."""
+        epochs_changed = self._epochs.truncate_from_end(log_end)
+        io.run(prune_snapshots, self.directory, log_end, self.config.snapshots_kept,
+               self.store)
         self.producers, self._txn_indexes = rebuild_transactions(
-            self.directory, self._segments, offset, self.store)
+            self.directory, self._segments, log_end, self.store)
+        if epochs_changed:
+            io.run(self._write_epochs)
+        io.raise_first()
 
     def _batch_base(self, offset: int) -> int:
         """Base offset of the batch holding ``offset`` (in [start, end))."""
@@ -487,15 +503,15 @@ class PartitionLog:
         segment = self._segments[i]
         return segment.header_at(segment.position_of(offset)).base_offset
 
-    def _truncate_fully(self, offset: int) -> None:
+    def _truncate_fully(self, offset: int, io: _Deferred) -> None:
         created_ms = self._segments[-1].created_ms
         for segment in self._segments:
             self._forget(segment)
-            segment.delete()
+            io.run(segment.delete)
         self._segments = [LogSegment.create(self.directory, offset, self.config, created_ms,
                                             self.store)]
-        self.store.sync_dir(self.directory)
-        self._set_log_start_offset(offset)
+        io.run(self.store.sync_dir, self.directory)
+        io.run(self._set_log_start_offset, offset)  # its state first, then its files
 
     def _write_epochs(self) -> None:
         atomic_write(self.directory / LEADER_EPOCH_FILE, self._epochs.to_text().encode(),
@@ -605,6 +621,27 @@ class PartitionLog:
         """Remove the whole partition directory (topic deletion)."""
         self.close(clean=False)
         self.store.remove_tree(self.directory)
+
+
+class _Deferred:
+    """I/O steps of a change whose state in memory must be complete even when
+    one fails (a full disk, EIO): each failure is kept, the first raised by
+    ``raise_first`` once the state is whole."""
+
+    __slots__ = ("error",)
+
+    def __init__(self) -> None:
+        self.error: OSError | None = None
+
+    def run(self, step: Callable[..., object], *args: object) -> None:
+        try:
+            step(*args)
+        except OSError as e:
+            self.error = self.error or e
+
+    def raise_first(self) -> None:
+        if self.error is not None:
+            raise self.error
 
 
 class _DirSync:

@@ -282,12 +282,12 @@ class LogSegment:
             return
         cut_base = self.header_at(position).base_offset
         self._f.truncate(position)
-        self._f.sync()
         self.size_bytes = position
         self.offset_index.truncate_to_position(position)
         self.time_index.truncate_to_offset(cut_base)
         ok = self._restore_tail_state()
         assert ok, "segment state inconsistent after truncation"
+        self._f.sync()  # last: a failed sync (EIO) leaves the state matching the file
 
     # -- reading -------------------------------------------------------------
 

@@ -310,6 +310,8 @@ class ClusterRuntime:
         group = self.group_of(topic, index)
         if group is None or group.removed or not group.is_leader or group.broken is not None:
             return ErrorCode.not_coordinator
+        if self.faults.is_offline(group):  # its log cannot be written now (disk_faults)
+            return ErrorCode.coordinator_not_available
         return None if group.serving else ErrorCode.coordinator_load_in_progress
 
     def led_partition(self, topic: str, index: int) -> tuple[Partition | None, ErrorCode]:
