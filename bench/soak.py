@@ -1038,7 +1038,7 @@ def retry_scenario(run: Run) -> None:
     run.kill_busiest("soak-retry.dlq", state=("soak-retry.retry-", SCHED_PREFIX))
     run.marks("drain")
     # three backoffs (2 + 4 + 8 s by default) after the last record, and the allowance
-    until = time.time() + 14.0 + sz.late_allowance_s
+    until = time.time() + 14.0 + 2 * sz.late_allowance_s
     run.wait_progress("dead", lambda g: g.get("received_ok", 0) >= res.n, until)
     time.sleep(min(2.0, run.left()))
     run.marks("end")
