@@ -632,6 +632,9 @@ class Run:
     def __init__(self, side: Side, sz: Sizes, work: Path, deadline: float, scenario: str,
                  seed: int) -> None:
         self.side, self.sz, self.work, self.deadline = side, sz, work, deadline
+        #: producers stop handing out records here: the kill, the restart and the drain
+        #: keep at least 30 % of the job's time (45 s at least)
+        self.produce_until = deadline - max(45.0, 0.3 * (deadline - time.time()))
         self.rng = random.Random(seed)
         self.marks = Marks()
         self.r: dict[str, Any] = {"side": side.name, "scenario": scenario,
@@ -719,7 +722,7 @@ class Run:
 
     def plain(self, n: int) -> Produced:
         self.marks("plain")
-        res = produce(self.side.bootstrap, "soak-plain", n, self.deadline)
+        res = produce(self.side.bootstrap, "soak-plain", n, self.produce_until)
         self.r["plain"] = res
         return res
 
@@ -848,7 +851,7 @@ def delayed_scenario(run: Run) -> None:
     send, ack = array.array("d", bytes(8 * n)), array.array("d", bytes(8 * n))
     run.cpu_start()
     run.marks("delayed produce")
-    dly = produce(bootstrap, "soak-delayed", n, run.deadline,
+    dly = produce(bootstrap, "soak-delayed", n, run.produce_until,
                   headers_of=lambda i: [("kc-delay-ms", b"%d" % delays[i])]
                   + ([("kc-schedule-id", ids[i])] if i in ids else []),
                   send=send, ack=ack, delays=delays,
@@ -935,7 +938,7 @@ def dedup_scenario(run: Run) -> None:
     def hdr(i: int) -> list[tuple[str, bytes]]:
         return [("kc-dedup-id", b"d%d" % i)]
 
-    res = produce(bootstrap, "soak-dedup", n, run.deadline, order=order, headers_of=hdr)
+    res = produce(bootstrap, "soak-dedup", n, run.produce_until, order=order, headers_of=hdr)
     run.marks("settle")
     time.sleep(min(sz.kill_after_s, run.left()))
     run.kill_busiest("soak-dedup", state=("soak-dedup-",))
@@ -1032,13 +1035,13 @@ def retry_scenario(run: Run) -> None:
     send = array.array("d", bytes(8 * n))
     run.cpu_start()
     run.marks("retry produce")
-    res = produce(bootstrap, "soak-retry", n, run.deadline, send=send)
+    res = produce(bootstrap, "soak-retry", n, run.produce_until, send=send)
     run.marks("retrying")
     time.sleep(min(max(sz.kill_after_s, 4.0), run.left()))  # past the first backoff
     run.kill_busiest("soak-retry.dlq", state=("soak-retry.retry-", SCHED_PREFIX))
     run.marks("drain")
     # three backoffs (2 + 4 + 8 s by default) after the last record, and the allowance
-    until = time.time() + 14.0 + 2 * sz.late_allowance_s
+    until = time.time() + 14.0 + 2 * sz.late_allowance_s + n / 2000
     run.wait_progress("dead", lambda g: g.get("received_ok", 0) >= res.n, until)
     time.sleep(min(2.0, run.left()))
     run.marks("end")
@@ -1082,7 +1085,7 @@ def share_scenario(run: Run) -> None:
     plain = run.plain(n)
     run.cpu_start()
     run.marks("share produce")
-    res = produce(bootstrap, "soak-share", n, run.deadline)
+    res = produce(bootstrap, "soak-share", n, run.produce_until)
     members = [ShareMember(bootstrap, "soak-share", group,
                            run.work / f"member-{j}.out", f"m{j}", "--policy", "random",
                            "--release-rate", "0.05", "--seed", str(j)) for j in range(4)]
@@ -1141,7 +1144,7 @@ def view_scenario(run: Run) -> None:
     run.begin()
     run.cpu_start()
     run.marks("source produce")
-    res = produce(bootstrap, "soak-view-src", n, run.deadline,
+    res = produce(bootstrap, "soak-view-src", n, run.produce_until,
                   headers_of=lambda i: [("n", b"%d" % (i % 10))])
     run.topic("soak-view", configs={"kc.view.of": "soak-view-src", "kc.view.filter": "n < 1"})
     matching = sum(1 for i in range(res.n) if i % 10 == 0)
