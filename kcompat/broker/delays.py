@@ -37,9 +37,21 @@ stored: each record lands once (rule 3). A target that no longer exists —
 missing from caught-up metadata for ``TARGET_GONE_S``, not merely created a
 moment ago on another broker — is dropped from the schedule.
 
+**Backpressure.** A leader that falls behind (the earliest record not yet
+delivered is more than ``BACKPRESSURE_FROM_S`` overdue) slows the producers
+of what it schedules: the produce that scheduled records carries a throttle
+(``throttle_ms``) as a quota's does, muting the connection, so the CPU goes
+to delivery and lateness stays bounded instead of growing with the backlog.
+
+**Turns.** Every step of delivery is bounded: a delivery batch reads its
+records one by one from where they are (``StoredRecords``), and the schedule
+promotes a slot of far-future records ``PROMOTE_CHUNK`` at a time, the loop
+coming back at once (``_start_due``) until it is done.
+
 Metrics: pending records per target partition (on the schedule partition's
-leader), delivery lateness, records delivered per topic, retries per retry
-topic and dead letters per dead-letter topic.
+leader), how late each schedule partition is, the throttle given, delivery
+lateness, records delivered per topic, retries per retry topic and dead
+letters per dead-letter topic.
 """
 
 from __future__ import annotations
@@ -96,6 +108,10 @@ WRITE_TIMEOUT_S = 5.0
 # (a re-send that was stored after all is a duplicate for the target)
 SEND_TIMEOUT_S = 1.0
 TARGET_GONE_S = 30.0  # a target missing this long (metadata caught up) was deleted
+# backpressure: a schedule partition this late with its due records slows the
+# producers of records to schedule there, by as much again (capped)
+BACKPRESSURE_FROM_S = 0.5
+THROTTLE_MAX_MS = 1000
 RETRY_MAX_S = 5.0
 # a delivery refused for itself (not for a passing leader change): worth a warning
 _REFUSED = (ErrorCode.out_of_order_sequence_number, ErrorCode.invalid_producer_epoch,
@@ -120,6 +136,7 @@ class DelayService:
         self.delivered: Counter | None = None
         self.retries: Counter | None = None
         self.dead_letters: Counter | None = None
+        self.throttled: Counter | None = None
         cluster.machines[SCHEDULE_TOPIC] = self  # fed by the replication host
 
     # -- the replicated state machine over __kc_schedule ----------------------------------
@@ -232,7 +249,9 @@ class DelayService:
             for target in [*slog.inflight, *slog.due_targets(now)]:
                 self._spawn(nursery, index, target)
             due = slog.next_due_ms()
-            if due is not None and due > now:  # what is due but busy wakes us when done
+            if slog.schedule.promoting(now):
+                wait_s = 0.0  # a slot promoted in turns: the next turn at once
+            elif due is not None and due > now:  # what is due but busy wakes us when done
                 wait_s = min(wait_s, (due - now) / 1000)
         return wait_s
 
@@ -270,7 +289,7 @@ class DelayService:
                     stored = self._records(index).delivered(entries)
                     n = take_within(stored, DELIVERY_BYTES)
                     planned = {p.entry: r for p, r in zip(entries[:n], stored, strict=False)}
-                    records.append(out_record(target, planned, now_ms()))
+                    records.append(out_record(target, entries[:n], now_ms()))
             if records:
                 code, _ = await self.calls.append_locally(
                     SCHEDULE_TOPIC, index, encode_batch(records), WRITE_TIMEOUT_S)
@@ -336,6 +355,38 @@ class DelayService:
             found = self._stored[index] = StoredRecords(group.storage.plog.batch_slice)
         return found
 
+    # -- backpressure ----------------------------------------------------------------------
+
+    def overdue_s(self, index: int) -> float:
+        """How late schedule partition ``index``, if led here, is with what is
+        due: now minus the earliest due time not yet delivered (0 when on time)."""
+        slog = self.logs.get(index)
+        if slog is None or index not in self.leading:
+            return 0.0
+        earliest = [d.entries[0].due_ms for d in slog.inflight.values() if d.entries]
+        due = slog.next_due_ms()
+        if due is not None:
+            earliest.append(due)
+        return max(now_ms() - min(earliest), 0) / 1000 if earliest else 0.0
+
+    def throttle_ms(self, topic: str, index: int) -> int:
+        """The throttle for a produce that scheduled records of ``topic``-``index``:
+        while their schedule partition is more than ``BACKPRESSURE_FROM_S``
+        late, the producer waits as much again (``THROTTLE_MAX_MS`` at most) —
+        Kafka's quota throttle (``throttle_time_ms``, the connection muted), so
+        delivery catches up instead of the broker falling further behind.
+        Known only where the schedule partition is led (here); elsewhere 0."""
+        meta = self.state.topics.get(SCHEDULE_TOPIC)
+        if meta is None:
+            return 0
+        late_s = self.overdue_s(partition_for(f"{topic}-{index}", meta.partitions))
+        if late_s <= BACKPRESSURE_FROM_S:
+            return 0
+        throttle = min(int((late_s - BACKPRESSURE_FROM_S) * 1000), THROTTLE_MAX_MS)
+        if self.throttled is not None:
+            self.throttled.inc(throttle / 1000)
+        return throttle
+
     # -- metrics ---------------------------------------------------------------------------
 
     def export(self, registry: CollectorRegistry) -> None:
@@ -352,6 +403,9 @@ class DelayService:
         self.dead_letters = Counter("kcompat_dlq_appends", "Records moved to a dead-letter "
                                     "topic after their last attempt, per dead-letter topic",
                                     ["topic"], registry=registry)
+        self.throttled = Counter("kcompat_delayed_backpressure_throttle_seconds",
+                                 "Throttle given to producers of delayed records (and retries) "
+                                 "while their schedule partition is late", registry=registry)
         registry.register(_PendingCollector(self))
 
     def _count_moves(self, topic: str, split: Split) -> None:
@@ -392,3 +446,9 @@ class _PendingCollector(Collector):
             for (topic, partition), count in sorted(counts.items()):
                 gauge.add_metric((topic, str(partition)), count)
         yield gauge
+        late = GaugeMetricFamily("kcompat_delayed_delivery_overdue_seconds",
+                                 "How late each schedule partition led here is with its due "
+                                 "records (0: on time)", labels=["partition"])
+        for index in sorted(self.service.leading):
+            late.add_metric((str(index),), self.service.overdue_s(index))
+        yield late

@@ -74,6 +74,8 @@ class StepTimer(trio.abc.Instrument):
         self._started = time.perf_counter()
 
     def after_task_step(self, task: trio.lowlevel.Task) -> None:
+        if not self._started:
+            return  # the step that added this instrument: its start was not seen
         took = time.perf_counter() - self._started
         if took < LONG_STEP_S:  # the common case: one comparison
             kind = task_kind(task, self._names)

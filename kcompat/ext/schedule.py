@@ -34,9 +34,14 @@ decodes just the records it moves, never a whole stored batch per record.
 Memory (the far future stays compact): an entry due in a time slot
 (``SLOT_MS``) not reached yet is five int64 in its slot's array — 40 bytes;
 a schedule id, if any, is kept beside it. A slot is *promoted* when a
-``due`` call reaches it or ``next_due_ms`` needs it: its entries become
-``Pending`` values in a heap per target, the fast form for the records about
-to move. A follower, which never asks what is due, keeps everything compact.
+``due`` call comes within ``PROMOTE_AHEAD_MS`` of its start: its entries become ``Pending`` values in a heap per
+target, the fast form for the records about to move — ``PROMOTE_CHUNK`` at
+most per call, so a slot holding a million records (all due the same second)
+is promoted over many turns of the loop, never in one step. A follower,
+which never asks what is due, keeps everything compact: ``take`` finds an
+entry its leader delivered in the far form too (a slot's entries are in log
+order, so by binary search) — promotion is the leader's private business and
+replicas agree on what is pending however much each promoted.
 
 Pure and deterministic: no clock, no I/O.
 """
@@ -45,11 +50,13 @@ from __future__ import annotations
 
 import heapq
 from array import array
-from collections import deque
+from collections import OrderedDict
 from dataclasses import dataclass
 
 Target = tuple[str, int]  # topic, partition
 SLOT_MS = 10_000
+PROMOTE_CHUNK = 4_000  # entries promoted per call at most (a turn of the loop: ~10 ms)
+PROMOTE_AHEAD_MS = 2_000  # a slot is promoted from this long before it begins
 CELLS = 5  # int64 per far entry: due, entry, offset, target id, where
 
 
@@ -87,10 +94,12 @@ class Schedule:
         self._cancelled: set[int] = set()  # far entries cancelled before promotion
         self._targets: list[Target | None] = []
         self._target_ids: dict[Target | None, int] = {}
-        self._by_id: dict[tuple[Target | None, str], deque[int]] = {}
+        # (target, id) -> its pending entries in schedule order (O(1) removal)
+        self._by_id: dict[tuple[Target | None, str], OrderedDict[int, None]] = {}
         self._count = 0
         self._last = -1
         self._promoted_until = -(1 << 62)  # slots up to this one are near
+        self._far_pos: dict[int, int] = {}  # slot -> cells promoted so far (partly promoted)
 
     def __len__(self) -> int:
         return self._count
@@ -103,7 +112,7 @@ class Schedule:
         self._last = entry
         self._count += 1
         if schedule_id is not None:
-            self._by_id.setdefault((target, schedule_id), deque()).append(entry)
+            self._by_id.setdefault((target, schedule_id), OrderedDict())[entry] = None
         slot = due_ms // SLOT_MS
         if slot <= self._promoted_until:
             self._to_near(Pending(entry, due_ms, schedule_id, target, offset, where))
@@ -129,25 +138,76 @@ class Schedule:
         heapq.heappush(self._near.setdefault(pending.target, []),
                        (pending.due_ms, pending.entry))
 
-    def _promote_first(self) -> None:
-        slot = heapq.heappop(self._slots)
-        self._promoted_until = max(self._promoted_until, slot)
-        cells = self._far.pop(slot)
-        del self._far_min[slot]
-        for i in range(0, len(cells), CELLS):
+    def _promote_first(self, limit: int | None) -> int:
+        """Promote the first far slot's entries, ``limit`` at most; how many
+        were looked at."""
+        slot = self._slots[0]
+        cells = self._far[slot]
+        start = self._far_pos.get(slot, 0)
+        end = len(cells) if limit is None else min(len(cells), start + limit * CELLS)
+        for i in range(start, end, CELLS):
             due_ms, entry, offset, tid, where = cells[i:i + CELLS]
             if entry in self._cancelled:
                 self._cancelled.discard(entry)
                 continue
             self._to_near(Pending(entry, due_ms, self._far_ids.pop(entry, None),
                                   self._targets[tid], offset, where))
+        if end < len(cells):
+            self._far_pos[slot] = end
+        else:
+            heapq.heappop(self._slots)
+            self._promoted_until = max(self._promoted_until, slot)
+            del self._far[slot], self._far_min[slot]
+            self._far_pos.pop(slot, None)
+        return (end - start) // CELLS
 
-    def promote(self, now_ms: int) -> None:
-        """Every far slot that has begun by ``now_ms`` becomes near: what is
-        due then is at hand for ``due`` and ``delivered`` (the logical content
-        does not change)."""
-        while self._slots and self._slots[0] * SLOT_MS <= now_ms:
-            self._promote_first()
+    def promote(self, now_ms: int, limit: int | None = PROMOTE_CHUNK) -> bool:
+        """Far slots that have begun by ``now_ms`` become near: what is due
+        then is at hand for ``due`` (the logical content does not change) —
+        ``limit`` entries per call at most, so a slot of a million records is
+        promoted over many turns; True once none is left."""
+        left = limit
+        while self._slots and self._slots[0] * SLOT_MS <= now_ms + PROMOTE_AHEAD_MS:
+            if left is not None and left <= 0:
+                return False
+            done = self._promote_first(left)
+            if left is not None:
+                left -= max(done, 1)
+        return True
+
+    def promoting(self, now_ms: int) -> bool:
+        """A slot that begins by ``now_ms`` (or soon after) is not promoted
+        whole yet: call ``due`` again."""
+        return bool(self._slots) and self._slots[0] * SLOT_MS <= now_ms + PROMOTE_AHEAD_MS
+
+    def take(self, entry: int, due_ms: int) -> Pending | None:
+        """Take ``entry`` (due at ``due_ms``) out, promoted or not: a
+        replica applying a delivery that its leader planned need not promote
+        what the leader did. None if it is not pending."""
+        if entry in self._pending:
+            return self.delivered(entry)
+        slot = due_ms // SLOT_MS
+        cells = self._far.get(slot)
+        if cells is None or entry in self._cancelled:
+            return None
+        # a slot's entries are in log order: binary search past the promoted ones
+        lo, hi = self._far_pos.get(slot, 0) // CELLS, len(cells) // CELLS
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if cells[mid * CELLS + 1] < entry:
+                lo = mid + 1
+            else:
+                hi = mid
+        at = lo * CELLS
+        if at >= len(cells) or cells[at + 1] != entry:
+            return None
+        due, _entry, offset, tid, where = cells[at:at + CELLS]
+        target = self._targets[tid]
+        found = Pending(entry, due, self._far_ids.pop(entry, None), target, offset, where)
+        self._cancelled.add(entry)  # forgotten when its slot is promoted
+        self._count -= 1
+        self._forget_id(found)
+        return found
 
     def cancel(self, schedule_id: str, target: Target | None = None) -> Pending | None:
         """Drop the earliest pending record of ``target`` named ``schedule_id``;
@@ -157,7 +217,7 @@ class Schedule:
         entries = self._by_id.get(key)
         found: Pending | None = None
         if entries:
-            entry = entries.popleft()
+            entry, _ = entries.popitem(last=False)
             found = self._pending.pop(entry, None)
             if found is None:  # still far: forgotten when its slot is promoted
                 self._cancelled.add(entry)
@@ -174,14 +234,16 @@ class Schedule:
         if found is None:
             return None
         self._count -= 1
+        self._forget_id(found)
+        return found
+
+    def _forget_id(self, found: Pending) -> None:
         if found.schedule_id is not None:
             key = (found.target, found.schedule_id)
             entries = self._by_id.get(key)
-            if entries is not None and entry in entries:
-                entries.remove(entry)
+            if entries is not None and entries.pop(found.entry, 0) is None:
                 if not entries:
                     del self._by_id[key]
-        return found
 
     def due(self, now_ms: int, limit: int = 1000, target: object = ...) -> list[Pending]:
         """Up to ``limit`` pending records due at ``now_ms`` (of ``target``
@@ -219,8 +281,8 @@ class Schedule:
             self.delivered(entry)
         tid = self._target_ids.get(target)
         if tid is not None:
-            for cells in self._far.values():
-                for i in range(0, len(cells), CELLS):
+            for slot, cells in self._far.items():
+                for i in range(self._far_pos.get(slot, 0), len(cells), CELLS):
                     entry = cells[i + 1]
                     if cells[i + 3] == tid and entry not in self._cancelled:
                         self._cancelled.add(entry)
@@ -242,7 +304,8 @@ class Schedule:
         return out
 
     def next_due_ms(self) -> int | None:
-        """When the earliest pending record is due (the host's timer)."""
+        """When the earliest pending record is due, or a little before (a far
+        slot's earliest, which may have been cancelled): the host's timer."""
         while True:
             near = None
             for heap in self._near.values():
@@ -253,15 +316,19 @@ class Schedule:
             if not self._slots:
                 return near
             first = self._slots[0]
-            if near is not None and near < self._far_min[first]:
+            far = self._far_min[first]
+            if near is not None and near < far:
                 return near
-            self._promote_first()  # it may hold the earliest (or only cancelled ones)
+            left = (len(self._far[first]) - self._far_pos.get(first, 0)) // CELLS
+            if left > PROMOTE_CHUNK:  # a large slot: its earliest, maybe cancelled
+                return far if near is None else min(near, far)
+            self._promote_first(None)  # it may hold the earliest (or only cancelled ones)
 
     def pending(self) -> list[Pending]:
         """Every pending record, earliest due first (``kcompat scheduled list``)."""
         out = list(self._pending.values())
-        for cells in self._far.values():
-            for i in range(0, len(cells), CELLS):
+        for slot, cells in self._far.items():
+            for i in range(self._far_pos.get(slot, 0), len(cells), CELLS):
                 due_ms, entry, offset, tid, where = cells[i:i + CELLS]
                 if entry not in self._cancelled:
                     out.append(Pending(entry, due_ms, self._far_ids.get(entry),

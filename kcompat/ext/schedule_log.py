@@ -21,8 +21,9 @@ by the host with the coordinators' key hash). Every record of the log carries on
   partition keeps for its duplicate check);
 * ``cancel`` — ``kc-cancel-schedule`` for the target's earliest pending
   record with that id (with its own hole and ``src``, skipped alike);
-* ``out`` — the leader starts delivering these due entries to the target:
-  applying it fixes which entries (those still pending) and their producer
+* ``out`` — the leader starts delivering these due entries (with their due
+  times) to the target: applying it fixes which entries (those still pending)
+  and their producer
   sequence (``next_seq`` per target), so a leader that fails halfway is
   replaced by one that re-sends exactly the same batch;
 * ``done`` — that delivery is committed in the target partition;
@@ -104,10 +105,16 @@ def cancel_record(topic: str, partition: int, hole: int, schedule_id: str,
     return None, None, (_op(doc),), now_ms
 
 
-def out_record(target: Target, entries: Iterable[int], now_ms: int) -> RecordInput:
-    """Entries due by ``now_ms`` start moving to ``target``."""
-    return None, None, (_op({"op": "out", "t": target[0], "p": target[1], "at": now_ms,
-                             "e": list(entries)}),), now_ms
+def out_record(target: Target, entries: Iterable[Pending | int], now_ms: int) -> RecordInput:
+    """Entries due by ``now_ms`` start moving to ``target`` (with their due
+    times, ``u``, when given as ``Pending``: replicas take them as they are,
+    without promoting what the leader did)."""
+    doc: dict[str, Any] = {"op": "out", "t": target[0], "p": target[1], "at": now_ms}
+    listed = list(entries)
+    doc["e"] = [p.entry if isinstance(p, Pending) else p for p in listed]
+    if listed and all(isinstance(p, Pending) for p in listed):
+        doc["u"] = [p.due_ms for p in listed if isinstance(p, Pending)]
+    return None, None, (_op(doc),), now_ms
 
 
 def done_record(target: Target, seq: int, now_ms: int) -> RecordInput:
@@ -238,8 +245,14 @@ class ScheduleLog:
         elif op == "out":
             if target in self.inflight:
                 return  # one delivery per target at a time (a stale leader's)
-            self.schedule.promote(int(doc["at"]))  # due entries in their fast form, everywhere
-            taken = [p for p in (self.schedule.delivered(e) for e in doc["e"]) if p is not None]
+            due = doc.get("u")
+            if isinstance(due, list) and len(due) == len(doc["e"]):
+                taking = (self.schedule.take(int(e), int(u)) for e, u in zip(doc["e"], due,
+                                                                               strict=True))
+            else:  # an out record of an older broker: promote what is due, then take
+                self.schedule.promote(int(doc["at"]), limit=None)
+                taking = (self.schedule.delivered(e) for e in doc["e"])
+            taken = [p for p in taking if p is not None]
             if taken:
                 seq = self.next_seq.get(target, 0)
                 self.inflight[target] = Delivery(target, seq, tuple(taken))

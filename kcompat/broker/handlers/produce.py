@@ -41,6 +41,8 @@ Quotas: once served, the request's bytes count against its client's
 ``producer_byte_rate`` (``quotas``, as Kafka records ``request.sizeInBytes``
 after the append); over quota, the answer carries the throttle time and the
 connection is muted for it — with acks=0 too, which has no answer (KIP-219).
+A produce that scheduled records whose schedule partition is late is
+throttled the same way (``DelayService.throttle_ms``: backpressure).
 
 Delayed delivery (EXTENSIONS.md): a batch stored with delayed records taken
 out is answered, whatever ``acks``, only once it is committed and its delayed
@@ -276,6 +278,9 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
             if failed is not None:
                 errors[id(row)] = failed
     throttle_ms = _quota.record(ctx, _quota.managers(ctx).produce, ctx.request_size)
+    for index, result, part, _g, _t in ok:  # a late schedule slows its producers
+        if result.split is not None and part is not None:
+            throttle_ms = max(throttle_ms, ctx.delays.throttle_ms(part.topic, index))
     if acks == 0:
         _quota.throttle(ctx, throttle_ms)  # no answer, but muted all the same
         return None
