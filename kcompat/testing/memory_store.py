@@ -26,10 +26,13 @@ append fails (EIO), with ``short`` first writing half its bytes; and
 ``sync_errno`` — ``sync`` and ``sync_dir`` fail and make nothing durable.
 ``paths`` limits the faults to paths containing it (one partition's
 directory). Clearing a field ends that fault: space returned, disk healed.
-A failed sync here keeps its writes pending (a later sync may still make them
-durable): kinder than Linux, whose failed fsync may drop dirty pages it then
-reports clean, which is why the broker rewrites what a failed round wrote
-rather than syncing again (``kcompat.broker.replication.disk_faults``).
+A failed sync behaves as Linux's fsync after a write-back error: the file's
+dirty pages are dropped and reported clean — readers still see the bytes
+(the page cache), but the disk holds zeros there (``_Inode.lost``), and a
+later successful sync does not bring them back: only writing those bytes
+again does. So a broker that merely syncs again after a failure loses data
+at the next power cut; it must rewrite what the failed round wrote
+(``kcompat.broker.replication.disk_faults``).
 """
 
 from __future__ import annotations
@@ -51,6 +54,45 @@ class _Inode:
     # unsynced writes, in order: ("append", bytes) or ("truncate", size)
     pending: list[tuple[str, bytes | int]] = field(default_factory=list)
     mtime_ms: int = 0
+    # byte ranges a failed sync dropped: zeros on the disk until written again
+    lost: list[tuple[int, int]] = field(default_factory=list)
+
+    def on_disk(self) -> bytes:
+        """What a sync makes durable: the data, with the dropped ranges as zeros."""
+        data = bytearray(self.data)
+        for start, end in self.lost:
+            end = min(end, len(data))
+            if start < end:
+                data[start:end] = bytes(end - start)
+        return bytes(data)
+
+    def unsynced_ranges(self) -> list[tuple[int, int]]:
+        """The byte ranges the pending appends wrote (clipped by later truncations)."""
+        ranges: list[tuple[int, int]] = []
+        size = len(self.durable)
+        for kind, arg in self.pending:
+            if kind == "truncate":
+                assert isinstance(arg, int)
+                size = arg
+                ranges = [(a, min(b, size)) for a, b in ranges if a < size]
+            else:
+                assert isinstance(arg, bytes)
+                ranges.append((size, size + len(arg)))
+                size += len(arg)
+        return ranges
+
+    def rewritten(self, start: int, end: int) -> None:
+        """[start, end) written again: no longer lost."""
+        kept: list[tuple[int, int]] = []
+        for a, b in self.lost:
+            if b <= start or a >= end:
+                kept.append((a, b))
+                continue
+            if a < start:
+                kept.append((a, start))
+            if b > end:
+                kept.append((end, b))
+        self.lost = kept
 
 
 @dataclass
@@ -99,10 +141,13 @@ class MemoryFile:
         if room is not None:
             fits, code = room
             if fits:
+                inode.rewritten(len(inode.data), len(inode.data) + fits)
                 inode.data += data[:fits]
                 inode.pending.append(("append", data[:fits]))
             self._store.faults.failed_writes += 1
             raise OSError(code, os.strerror(code))
+        if inode.lost:
+            inode.rewritten(len(inode.data), len(inode.data) + len(data))
         inode.data += data
         inode.pending.append(("append", data))
         inode.mtime_ms = self._store.now_ms
@@ -118,13 +163,21 @@ class MemoryFile:
         inode = self._live()
         del inode.data[size:]
         inode.pending.append(("truncate", size))
+        inode.lost = [(a, min(b, size)) for a, b in inode.lost if a < size]
 
     def sync(self) -> None:
         if self._inode is None or self._generation != self._store.generation:
             return
-        self._store.check_sync(self._key)
         inode = self._inode
-        inode.durable = bytes(inode.data)
+        try:
+            self._store.check_sync(self._key)
+        except OSError:
+            # write-back failed: the pending writes' pages are dropped, reported clean
+            inode.lost += inode.unsynced_ranges()
+            inode.durable = inode.on_disk()
+            inode.pending.clear()
+            raise
+        inode.durable = inode.on_disk()
         inode.pending.clear()
 
     def mtime_ms(self) -> int:
@@ -175,6 +228,7 @@ class MemoryFileStore:
             inode.data = data
             inode.durable = bytes(data)
             inode.pending.clear()
+            inode.lost.clear()  # the zeros are the data now
 
     def used_bytes(self) -> int:
         """Bytes of file data held (each inode once)."""
@@ -214,6 +268,7 @@ class MemoryFileStore:
         elif truncate and inode.data:
             del inode.data[:]
             inode.pending.append(("truncate", 0))
+            inode.lost.clear()
         return MemoryFile(self, inode, key)
 
     def read(self, path: Path) -> bytes:

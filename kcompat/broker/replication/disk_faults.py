@@ -41,13 +41,23 @@ Raft log already), exactly as one answered REQUEST_TIMED_OUT may: an
 idempotent producer's retry finds it as a duplicate.
 
 The retry (``due``): after the backoff (``BACKOFF_MIN_S`` doubling to
-``BACKOFF_MAX_S``) the held Ready is written again *from the start*: the
-partition log is cut back to the end the core knows durable
-(``raft.log.stable_end``; ``storage.trim``) and the Ready's entries, truncation
-and hard state are written anew, then fsynced in the round. Writing again
-rather than only syncing again matters: after a failed fsync Linux may have
-dropped the dirty pages and marked them clean, so a second fsync can succeed
-without the data (PostgreSQL's "fsyncgate"); rewritten pages are dirty again.
+``BACKOFF_MAX_S``) the log is written again *from its synced end*: the end
+the last good fsync of that partition log covered (``synced``, noted when
+the round's pass began). What lies between it and the end the core holds
+stable (``raft.log.stable_end``: a lone replica's Readies without a waiter
+are advanced unsynced) is read back, the log is cut to the synced end
+(``storage.trim``) and that stretch appended again, then the held Ready's
+entries, truncation and hard state are written anew and fsynced in the
+round. Writing again rather than only syncing again matters: after a failed
+fsync Linux may have dropped the dirty pages and marked them clean, so a
+second fsync succeeds without the data (PostgreSQL's "fsyncgate"), and a
+power cut then finds zeros in the middle of the log — recovery would cut
+every later batch, acknowledged ones included. Rewritten pages are dirty
+again. The simulator's disk fails syncs that way (``memory_store``), and
+the simulator catches a retry that only syncs again. A group that failed
+fsyncs whatever it writes next (``sync_wanted``), even as a lone replica
+with no waiter: an idempotent producer's retry of a refused append finds
+the entry as a duplicate and is answered once it is committed.
 For the same reason a failed sync of the hard-state journal cuts it back to
 its last good sync (``HardStateJournal.rewind``) and every group whose term
 or vote was in the round is held back with it. A torn tail cannot stay
@@ -83,7 +93,9 @@ from kcompat.raft import Ready
 from kcompat.raft.storage import write_ready
 
 if TYPE_CHECKING:
+    from kcompat.broker.flusher import Flusher, Syncable
     from kcompat.broker.replication.hard_states import HardStateJournal
+    from kcompat.log.partition_log import PartitionLog
 
 log = logging.getLogger("kcompat.storage")
 
@@ -123,6 +135,8 @@ class DiskFaults:
         self.clock = clock
         self.offline: dict[int, _Offline] = {}
         self.counts: dict[tuple[str, str], int] = {}  # (kind, op) -> failures
+        # group id -> the log end the last good fsync of its partition log covered
+        self.synced: dict[int, int] = {}
         self._counter: Any = None
 
     def export(self, registry: CollectorRegistry) -> None:
@@ -161,12 +175,27 @@ class DiskFaults:
             log.debug("node %d: %s of %s failed again: %s", self.node_id, op, group.name, error)
         entry.retry_at = now + entry.backoff
         entry.probing = False
+        # whatever it writes next is fsynced, even a lone replica's without a
+        # waiter: an idempotent retry of a refused append finds its entry as a
+        # duplicate and is answered once it is committed
+        group.sync_wanted = True
         if ready is not None:
             entry.ready = ready
         group.notify()  # its commit waiters answer KAFKA_STORAGE_ERROR
 
+    def _track(self, group: Group) -> None:
+        """Start tracking ``group``'s synced end: what its log held before this
+        process wrote to it counts as synced."""
+        if group.gid not in self.synced:
+            self.synced[group.gid] = group.raft.log.stable_end
+
+    def _lower_synced(self, group: Group, end: int) -> None:
+        if self.synced.get(group.gid, end) > end:
+            self.synced[group.gid] = end
+
     def write_now(self, group: Group, write: Callable[[], None]) -> None:
         """A leader's pre-write; ``StorageError`` (the group offline) if it fails."""
+        self._track(group)
         try:
             write()
         except OSError as e:
@@ -175,9 +204,9 @@ class DiskFaults:
 
     def write(self, group: Group, ready: Ready) -> bool:
         """Steps 1-4 of the Ready contract; False (held back) if they fail."""
+        self._track(group)
         try:
-            write_ready(group.storage, ready)
-            group.storage.trim(group.raft.log.written_end)
+            self._write(group, ready)
         except OSError as e:
             self.fail(group, e, "write", ready)
             return False
@@ -202,9 +231,8 @@ class DiskFaults:
                 self.touch(group)
                 continue
             try:
-                group.storage.trim(group.raft.log.stable_end)
-                write_ready(group.storage, ready)
-                group.storage.trim(group.raft.log.written_end)
+                self._rewrite(group)
+                self._write(group, ready)
             except OSError as e:
                 self.fail(group, e, "write")
                 continue
@@ -213,6 +241,46 @@ class DiskFaults:
             group.sync_wanted = True  # its entries are fsynced whoever waits
             out.append((group, ready))
         return out
+
+    def _write(self, group: Group, ready: Ready) -> None:
+        storage = group.storage
+        if ready.snapshot is not None:
+            self._lower_synced(group, ready.snapshot.id.end)
+        if ready.truncate_from is not None:
+            self._lower_synced(group, ready.truncate_from)
+        write_ready(storage, ready)
+        end = group.raft.log.written_end
+        storage.trim(end)
+        self._lower_synced(group, end)
+
+    def _rewrite(self, group: Group) -> None:
+        """Cut the log back to its synced end and write again what lies between
+        it and the end the core holds stable (read back from the page cache:
+        a failed fsync may have dropped those pages from the disk)."""
+        storage = group.storage
+        stable = group.raft.log.stable_end
+        start = max(min(stable, self.synced.get(group.gid, stable)),
+                    storage.plog.log_start_offset)
+        again = storage.entries(start, stable, 1 << 62) if start < stable else []
+        storage.trim(start)
+        self._lower_synced(group, start)
+        storage.append(again)
+
+    async def sync(self, flusher: Flusher, batch: list[tuple[Group, Ready]],
+                   durable: list[Syncable], logs: list[PartitionLog],
+                   journal: HardStateJournal) -> list[tuple[Group, Ready]]:
+        """The round's fsync pass; the groups whose part of it succeeded (the
+        others are held back). A partition log synced whole moves its synced
+        end to where it ended when the pass began."""
+        ends = {id(plog): plog.log_end_offset for plog in logs}
+        failed = await flusher.sync_each(*durable, *logs)
+        for group, _ready in batch:
+            plog = group.storage.plog
+            end = ends.get(id(plog))
+            if end is not None and id(plog) not in failed:
+                # (a stale pre-write cut meanwhile: no further than the log now ends)
+                self.synced[group.gid] = min(end, plog.log_end_offset)
+        return self.after_sync(batch, failed, journal)
 
     def after_sync(self, batch: list[tuple[Group, Ready]], failed: dict[int, OSError],
                    journal: HardStateJournal) -> list[tuple[Group, Ready]]:

@@ -777,8 +777,7 @@ class ClusterRuntime:
             durable.append(self.journal)
         if logs or durable:
             # off the event loop; a group whose fsync failed is held back
-            failed = await self.state.flusher.sync_each(*durable, *logs)
-            batch = faults.after_sync(batch, failed, self.journal)
+            batch = await faults.sync(self.state.flusher, batch, durable, logs, self.journal)
         self._send([m for _g, r in batch for m in r.messages], announce)
         for group, ready in batch:
             if group.removed:
