@@ -37,7 +37,11 @@ log) takes them out again, so the producer's next attempt is stored.
 Followers keep nothing (``expire_idle``, run with the retention checks,
 drops the index of a leadership that ended, and expires the ids of an idle
 leader's window, which otherwise only an append would); a replay costs one
-scan of the records written within the window (once per leadership). ``kc.dedup.max.entries`` bounds the
+scan of the records written within the window (once per leadership), done
+by ``ready`` in turns of ``REPLAY_TURN_S`` before the appends that need it
+(a produce, a due delayed record) enter their no-await section: other tasks,
+heartbeats and votes among them, run between the turns, and the appends of
+that partition wait for the index (about 1 s per 200k ids here). ``kc.dedup.max.entries`` bounds the
 index; ids evicted inside their window are counted (``evictions``) and
 logged as a warning.
 """
@@ -45,9 +49,13 @@ logged as a warning.
 from __future__ import annotations
 
 import logging
+import time
 from bisect import bisect_right
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
+
+import trio
 
 from kcompat.broker.partition import Partition
 from kcompat.broker.topic_config import effective
@@ -60,6 +68,7 @@ from kcompat.wire.records import marker_aborts
 
 log = logging.getLogger("kcompat.dedup")
 OpenIds = dict[int, list[bytes]]  # producer id -> ids its open transaction stored
+REPLAY_TURN_S = 0.02  # of a replay between two checkpoints (``ready``)
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +89,7 @@ class PartitionDedup:
     duplicates: int = 0  # records dropped as duplicates (kept across rebuilds)
     rebuilds: int = 0
     open_txns: OpenIds = field(default_factory=dict)
+    building: trio.Event | None = None  # a replay in turns under way (``ready``)
     _evicted_before: int = field(default=0)
 
     @property
@@ -104,42 +114,102 @@ def policy(topic_configs: dict[str, Any], broker_defaults: dict[str, Any]) -> Po
 
 
 def _index(part: Partition, pol: Policy, now_ms: int) -> DedupIndex:
+    state = _state(part)
+    if not _current(state, pol, part):
+        _install(state, pol, part, *replay(part, pol, now_ms))
+    assert state.index is not None
+    return state.index
+
+
+def _state(part: Partition) -> PartitionDedup:
     state: PartitionDedup | None = part.dedup
     if state is None:
         state = part.dedup = PartitionDedup()
-    if state.index is None or state.policy != pol or state.epoch != part.leader_epoch:
-        if state.index is not None:
-            state._evicted_before += state.index.evictions
-        state.index, state.open_txns = replay(part, pol, now_ms)
-        state.policy, state.epoch = pol, part.leader_epoch
-        state.rebuilds += 1
-    return state.index
+    return state
+
+
+def _current(state: PartitionDedup, pol: Policy, part: Partition) -> bool:
+    return state.index is not None and state.policy == pol and state.epoch == part.leader_epoch
+
+
+def _install(state: PartitionDedup, pol: Policy, part: Partition, index: DedupIndex,
+             open_txns: OpenIds) -> None:
+    if state.index is not None:
+        state._evicted_before += state.index.evictions
+    state.index, state.open_txns = index, open_txns
+    state.policy, state.epoch = pol, part.leader_epoch
+    state.rebuilds += 1
+
+
+async def ready(part: Partition, topic_configs: dict[str, Any],
+                broker_defaults: dict[str, Any], now_ms: int) -> None:
+    """Build the leader's index before an append needs it, the replay cut
+    into turns of ``REPLAY_TURN_S`` (other tasks run between them); appends
+    of the partition wait for it here, before their no-await section."""
+    pol = policy(topic_configs, broker_defaults)
+    if pol is None:
+        return
+    state = _state(part)
+    while not _current(state, pol, part) and state.building is not None:
+        await state.building.wait()  # another append is building it
+    if _current(state, pol, part):
+        return
+    state.building = building = trio.Event()
+    try:
+        epoch = part.leader_epoch
+        rebuild = _Replay(part, pol, now_ms)
+        deadline = time.perf_counter() + REPLAY_TURN_S
+        for _ in rebuild.steps():
+            if time.perf_counter() >= deadline:
+                await trio.sleep(0)
+                deadline = time.perf_counter() + REPLAY_TURN_S
+        # installed unless the leadership moved on, or an append built it meanwhile
+        if part.leader_epoch == epoch and not _current(state, pol, part):
+            _install(state, pol, part, rebuild.index, rebuild.open_txns)
+    finally:
+        state.building = None
+        building.set()
 
 
 def replay(part: Partition, pol: Policy, now_ms: int) -> tuple[DedupIndex, OpenIds]:
     """The index of ``part``'s log as its leader needs it, and the ids of the
-    transactions still open in it (see the module)."""
-    index, open_txns = DedupIndex(pol.window_ms, pol.max_entries), OpenIds()
-    plog = part.log
-    segments = [(base, min(written, now_ms)) for base, written in plog.segment_written_ms()]
-    horizon = now_ms - pol.window_ms
-    live = [i for i, (_base, written) in enumerate(segments) if written > horizon]
-    if not live:
-        return index, open_txns
-    bases = [base for base, _ in segments]
-    start = max(segments[live[0]][0], plog.log_start_offset)
-    for batch, header in plog.batches(start, plog.log_end_offset):
-        if header.is_control:
-            _ended(index, open_txns, header.producer_id, not marker_aborts(batch))
-            continue
-        written = segments[bisect_right(bases, header.base_offset) - 1][1]
-        if pol.log_append_time and 0 <= header.max_timestamp < written:
-            written = header.max_timestamp
-        ids = _ids(pol, batch, strict=False)[2]
-        index.add(ids, written, header.base_offset)
-        if header.is_transactional:
-            open_txns.setdefault(header.producer_id, []).extend(i for i in ids if i)
-    return index, open_txns
+    transactions still open in it (see the module), in one go."""
+    rebuild = _Replay(part, pol, now_ms)
+    for _ in rebuild.steps():
+        pass
+    return rebuild.index, rebuild.open_txns
+
+
+class _Replay:
+    """A replay of the log into a new index, a batch a step."""
+
+    def __init__(self, part: Partition, pol: Policy, now_ms: int) -> None:
+        self.part, self.pol, self.now_ms = part, pol, now_ms
+        self.index, self.open_txns = DedupIndex(pol.window_ms, pol.max_entries), OpenIds()
+
+    def steps(self) -> Iterator[None]:
+        pol, index, open_txns = self.pol, self.index, self.open_txns
+        plog = self.part.log
+        segments = [(base, min(written, self.now_ms))
+                    for base, written in plog.segment_written_ms()]
+        horizon = self.now_ms - pol.window_ms
+        live = [i for i, (_base, written) in enumerate(segments) if written > horizon]
+        if not live:
+            return
+        bases = [base for base, _ in segments]
+        start = max(segments[live[0]][0], plog.log_start_offset)
+        for batch, header in plog.batches(start, plog.log_end_offset):
+            if header.is_control:
+                _ended(index, open_txns, header.producer_id, not marker_aborts(batch))
+                continue
+            written = segments[bisect_right(bases, header.base_offset) - 1][1]
+            if pol.log_append_time and 0 <= header.max_timestamp < written:
+                written = header.max_timestamp
+            ids = _ids(pol, batch, strict=False)[2]
+            index.add(ids, written, header.base_offset)
+            if header.is_transactional:
+                open_txns.setdefault(header.producer_id, []).extend(i for i in ids if i)
+            yield
 
 
 def _ended(index: DedupIndex, open_txns: OpenIds, producer_id: int, committed: bool) -> None:

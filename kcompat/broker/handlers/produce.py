@@ -58,7 +58,7 @@ from typing import Any
 import trio
 from kio.schema.errors import ErrorCode
 
-from kcompat.broker import views
+from kcompat.broker import dedup_windows, views
 from kcompat.broker.append import AppendResult, append_records
 from kcompat.broker.context import RequestContext
 from kcompat.broker.handlers import _authz, _quota
@@ -181,6 +181,20 @@ async def _schedule(ctx: RequestContext, row: _Row, acks: int, deadline: float,
     return None if code == ErrorCode.none else AppendResult(code, message=message)
 
 
+async def _dedup_ready(ctx: RequestContext, named: list[tuple[str | None, Any]],
+                       allowed: set[str]) -> None:
+    """The dedup index of each partition led here that has a window, built
+    (in turns) before the appends, which have no await until their write."""
+    for name, t in named:
+        meta = ctx.state.topics.get(name) if name is not None and name in allowed else None
+        if name is None or meta is None or not meta.configs.get("kc.dedup.window.ms"):
+            continue
+        for p in t.partition_data:
+            part = ctx.state.partition(name, p.index)
+            if part is not None and ctx.cluster.leads(name, p.index):
+                await dedup_windows.ready(part, meta.configs, ctx.state.broker_defaults, now_ms())
+
+
 def _refused(index: int, code: ErrorCode) -> _Row:
     message = ("the transaction coordinator could not be asked whether this partition is in "
                "the producer's transaction; retry" if code == ErrorCode.not_enough_replicas
@@ -256,6 +270,7 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
     allowed = _authz.topics(ctx, _authz.Op.WRITE, (name for name, _t in named))
     refused = await ctx.txns.verifier.verify_request(  # KIP-890
         tid, [(name, t.partition_data) for name, t in named if name in allowed])
+    await _dedup_ready(ctx, named, allowed)
     results = _rows(ctx, named, acks, refused, allowed)
     ok = [row for rows in results for row in rows if row[1].error == ErrorCode.none]
     errors: dict[int, AppendResult] = {}

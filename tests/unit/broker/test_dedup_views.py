@@ -287,3 +287,37 @@ def test_idle_windows_expire_and_ended_leaderships_free_their_index() -> None:
     dedup_windows.expire_idle(part, 1000 + WINDOW + 2)
     assert part.dedup.index is None and part.dedup.ids == 0
     assert _produce(part, fs, [b"a", b"c"], 1000 + WINDOW + 3) == []  # rebuilt from the log
+
+
+def test_a_long_replay_is_built_in_turns_before_the_append() -> None:
+    """A new leadership's index over 2,000 batches of 100 ids: ``ready``
+    builds it while another task keeps running between its turns, and then
+    the append finds its duplicates without replaying again."""
+    import trio
+
+    part, fs = _partition(segment_bytes=1 << 24)
+    policy = dedup_windows.Policy(10 * WINDOW, "header", 1 << 20, log_append_time=False)
+    configs = {"kc.dedup.window.ms": 10 * WINDOW, "kc.dedup.by": "header",
+               "kc.dedup.max.entries": 1 << 20}
+    for n in range(2000):
+        _produce(part, fs, [b"%d-%d" % (n, i) for i in range(100)], 1000, policy)
+    part.leader_epoch += 1  # a new leadership: the index is rebuilt from the log
+    ticks: list[bool] = []
+
+    async def other() -> None:
+        while True:
+            ticks.append(part.dedup.building is not None)
+            await trio.sleep(0)
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(other)
+            await trio.sleep(0)
+            await dedup_windows.ready(part, configs, {}, 2000)
+            nursery.cancel_scope.cancel()
+
+    trio.run(main)
+    assert sum(ticks) >= 5  # the other task ran between turns of the replay
+    assert part.dedup.ids == 200_000 and part.dedup.rebuilds == 2
+    assert _produce(part, fs, [b"7-7", b"new"], 2000, policy) == [b"v-new"]
+    assert part.dedup.rebuilds == 2
