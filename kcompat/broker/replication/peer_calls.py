@@ -177,6 +177,10 @@ class PeerCalls:
     async def append_locally(self, topic: str, index: int, batch: bytes,
                              timeout_s: float) -> tuple[ErrorCode, int]:
         rt = self.rt
+        part, meta = rt.state.partition(topic, index), rt.state.topics.get(topic)
+        if part is not None and meta is not None and rt.leads(topic, index):
+            # a leader's dedup index is built in turns before the append needs it
+            await dedup_windows.ready(part, meta.configs, rt.state.broker_defaults, now_ms())
         group = rt.group_of(topic, index)
         meta = rt.state.topics.get(topic)
         if group is None or group.part is None or meta is None or not group.is_leader:
