@@ -23,7 +23,8 @@ Disk faults (``DiskFaults``, set on ``faults``): a ``capacity`` in bytes of
 file data — an append that does not fit writes what does (a short write) and
 fails with ENOSPC, as ``writev`` on a full filesystem; ``write_errno`` — every
 append fails (EIO), with ``short`` first writing half its bytes; and
-``sync_errno`` — ``sync`` and ``sync_dir`` fail and make nothing durable.
+``sync_errno`` — ``sync`` and ``sync_dir`` fail (see below); ``read_errno``
+— positional reads fail (an unreadable sector).
 ``paths`` limits the faults to paths containing it (one partition's
 directory). Clearing a field ends that fault: space returned, disk healed.
 A failed sync behaves as Linux's fsync after a write-back error: the file's
@@ -59,6 +60,8 @@ class _Inode:
 
     def on_disk(self) -> bytes:
         """What a sync makes durable: the data, with the dropped ranges as zeros."""
+        if not self.lost:
+            return bytes(self.data)
         data = bytearray(self.data)
         for start, end in self.lost:
             end = min(end, len(data))
@@ -102,6 +105,7 @@ class DiskFaults:
     capacity: int | None = None  # bytes of file data the disk holds (ENOSPC past it)
     write_errno: int | None = None  # every append fails with this errno
     sync_errno: int | None = None  # every sync fails with this errno
+    read_errno: int | None = None  # every positional read fails with this errno
     short: bool = True  # a failing append first writes half its bytes
     paths: str = ""  # only paths containing this
     failed_writes: int = 0
@@ -154,7 +158,11 @@ class MemoryFile:
         return len(data)
 
     def pread(self, size: int, position: int) -> bytes:
-        return bytes(self._live().data[position : position + size])
+        inode = self._live()
+        faults = self._store.faults
+        if faults.read_errno is not None and faults.applies(self._key):
+            raise OSError(faults.read_errno, os.strerror(faults.read_errno))
+        return bytes(inode.data[position : position + size])
 
     def size(self) -> int:
         return len(self._live().data)

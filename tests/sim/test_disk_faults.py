@@ -17,6 +17,7 @@ The simulator's nemesis breaks disks too (``BrokerSimOptions(disk_faults=True)``
 
 from __future__ import annotations
 
+import datetime
 import errno
 import os
 from pathlib import Path
@@ -80,6 +81,21 @@ async def _metadata_ok(sim: BrokerSimulation) -> None:
     (topic,) = r.topics
     assert topic.error_code == E.none
     assert all(p.leader_id == 1 for p in topic.partitions)
+
+
+async def _fetch(sim: BrokerSimulation) -> dict[int, tuple[E, int]]:
+    """A consumer's Fetch of every partition from offset 0: partition ->
+    (error, record bytes)."""
+    m = codec.request_module(v.FETCH, 12)
+    r = await sim.request(_node(sim), v.FETCH, 12, max_wait=datetime.timedelta(0), min_bytes=1,
+                          max_bytes=1 << 20, isolation_level=0, session_id=0, session_epoch=-1,
+                          topics=(m.FetchTopic(topic=TOPIC, partitions=tuple(m.FetchPartition(
+                              partition=i, fetch_offset=0, partition_max_bytes=1 << 20)
+                              for i in range(PARTITIONS))),),
+                          forgotten_topics_data=(), rack_id="")
+    assert r is not None, "Fetch did not answer"
+    return {p.partition_index: (p.error_code, len(bytes(p.records or b"")))
+            for t in r.responses for p in t.partitions}
 
 
 def _errors(sim: BrokerSimulation, kind: str, op: str) -> float:
@@ -305,3 +321,29 @@ def test_a_retry_that_only_syncs_again_is_caught(monkeypatch: pytest.MonkeyPatch
     synced end, loses acknowledged records at the next power cut."""
     monkeypatch.setattr(disk_faults.DiskFaults, "_rewrite", lambda self, group: None)
     assert _caught()
+
+
+def test_an_unreadable_partition_answers_fetch_storage_error() -> None:
+    """Fetch answers KAFKA_STORAGE_ERROR only where the data cannot be read
+    (EIO on reads of one partition); a full disk does not stop reads."""
+    sim = _lone_sim(3)
+    seen: dict[str, object] = {}
+
+    async def scenario(sim: BrokerSimulation) -> None:
+        node = _node(sim)
+        for index in range(PARTITIONS):
+            assert (await sim.produce(node, index, b"v%d" % index))[0] == E.none
+        node.store.faults = DiskFaults(capacity=node.store.used_bytes())
+        seen["full"] = await _fetch(sim)
+        node.store.faults = DiskFaults(read_errno=errno.EIO, paths=f"/sim/n1/{TOPIC}-0/")
+        seen["unreadable"] = await _fetch(sim)
+        node.store.faults = DiskFaults()
+        seen["healed"] = await _fetch(sim)
+
+    sim.run(scenario)
+    full, unreadable, healed = seen["full"], seen["unreadable"], seen["healed"]
+    assert isinstance(full, dict) and isinstance(unreadable, dict) and isinstance(healed, dict)
+    assert all(code == E.none and size > 0 for code, size in full.values())
+    assert unreadable[0][0] == E.kafka_storage_error
+    assert unreadable[1][0] == E.none and unreadable[1][1] > 0
+    assert healed == full

@@ -31,6 +31,11 @@ Over quota, those bytes are taken back and the answer is empty — no topic, no
 error — carrying the throttle time, and the connection is muted for it
 (KIP-219).
 
+A partition whose log cannot be read (EIO locating the offset) answers
+KAFKA_STORAGE_ERROR, as Kafka does for an offline log directory; a partition
+that only cannot be written (a full disk) is read as usual
+(``replication.disk_faults``).
+
 read_committed reads stop at the last stable offset and carry the aborted
 transactions overlapping the returned range, so the consumer can drop their
 records; control batches are returned as they are (clients skip them).
@@ -229,6 +234,9 @@ def _read_all(ctx: RequestContext, request: Any, named: list[tuple[str | None, A
                     # sent no leader epoch, answers empty (it will ask again)
                     if leads or epoch >= 0:
                         code = ErrorCode.offset_out_of_range
+                except OSError:  # the disk cannot be read there (EIO), as Kafka answers
+                    where = None
+                    code = ErrorCode.kafka_storage_error
                 if where is not None:
                     records = where
                 if where is not None and view_of is not None:
