@@ -23,9 +23,15 @@ randomized timeout (``[election_timeout, 2*election_timeout)`` ticks) first
 runs a pre-vote round at ``term + 1`` without changing its term; only with a
 quorum of pre-votes does it become a candidate, raise its term and ask for
 real votes (§5.4.1 up-to-date check in both rounds). A voter that has heard
-from a live leader within the election timeout (its *lease*) ignores both
-kinds of vote request unless they carry ``transfer`` — so a node rejoining
-from a partition cannot depose a healthy leader. The winner appends a
+from a live leader within the election timeout (its *lease*, held with
+``check_quorum``) ignores both kinds of vote request unless they carry
+``transfer`` — so a node rejoining from a partition cannot depose a healthy
+leader: its pre-votes fail while it is cut off, so its term never rises,
+and are ignored once it is back, even when its log is as up-to-date as
+theirs (``testdata/rejoin.txt``). This is KIP-996's rule (a voter that has
+fetched from its leader refuses pre-votes) with pre-vote and check quorum
+both on, as the broker runs every group; with pre-vote alone the lease is
+off, as in etcd-io/raft, and only the log check refuses. The winner appends a
 leader-change entry (unless ``always_leader_change`` is off and its whole log
 is already known committed: then there is no earlier-term entry to commit
 through it) and sends BeginQuorumEpoch to all voters, and again to any
