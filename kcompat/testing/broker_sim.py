@@ -49,7 +49,9 @@ all replicas must converge (liveness). The checks:
   batch (its hole) is stored; no delayed record is delivered twice;
 * every acknowledged retry lands once in the retry topic (``kc-attempt: 1``)
   and every acknowledged second failure once in the dead-letter topic.
-* no broker task fails with an exception.
+* no broker task fails with an exception;
+* with disk faults, once the disks heal and before any restart: every
+  segment file holds whole CRC-clean batches to its end (no torn tail).
 
 A failure raises ``SimFailure`` (the Raft simulator's) naming the seed and the replay command::
 
@@ -87,12 +89,13 @@ from kcompat.broker.context import RequestContext
 from kcompat.broker.controller import admin
 from kcompat.broker.handlers import HANDLERS
 from kcompat.broker.replication.transport import Link
+from kcompat.log.files import LOG_SUFFIX, offset_path
 from kcompat.raft import NO_NODE
 from kcompat.testing.memory_store import DiskFaults, MemoryFileStore
 from kcompat.testing.simulator import SimFailure
 from kcompat.wire import codec
 from kcompat.wire import versions as v
-from kcompat.wire.batch import iter_headers
+from kcompat.wire.batch import compute_crc, iter_headers
 from kcompat.wire.records import decode_batch, encode_batch, marker_aborts
 
 TOPIC = "t"
@@ -272,7 +275,28 @@ class BrokerSimulation:
             return False
         self._check_logs()
         self._check_moves()
+        self._check_whole_logs()
         return not self.failures
+
+    def _check_whole_logs(self) -> None:
+        """Every segment file of every hosted partition holds whole, CRC-clean
+        batches to its last byte: no failed write left a torn tail behind."""
+        for node in self.nodes.values():
+            if node.broker is None:
+                continue
+            for group in node.broker.cluster.groups.values():
+                plog = group.storage.plog
+                for base in plog.segment_base_offsets:
+                    path = offset_path(plog.directory, base, LOG_SUFFIX)
+                    data = node.store.read(path)
+                    end = 0
+                    for pos, h in iter_headers(data):
+                        if compute_crc(memoryview(data)[pos:pos + h.size]) != h.crc:
+                            break
+                        end = pos + h.size
+                    if end != len(data):
+                        self.failures.append(f"node {node.node_id}: {path} is torn at {end} "
+                                             f"of {len(data)} bytes")
 
     # -- brokers ------------------------------------------------------------------
 

@@ -28,7 +28,7 @@ import trio
 from kio.schema.errors import ErrorCode as E
 
 from kcompat.broker.replication import disk_faults
-from kcompat.log import LogConfig, PartitionLog
+from kcompat.log import LogConfig, PartitionLog, segment
 from kcompat.testing.broker_sim import (
     PARTITIONS,
     TOPIC,
@@ -297,12 +297,12 @@ def test_broker_simulation_with_disk_faults(first: int) -> None:
             pytest.fail(str(failure), pytrace=False)
 
 
-def _caught(seeds: int = 8) -> bool:
+def _caught(seeds: int = 8, phrases: tuple[str, ...] = LOST) -> bool:
     for seed in range(seeds):
         try:
             BrokerSimulation(seed, BrokerSimOptions(disk_faults=True)).run()
         except SimFailure as failure:
-            if any(p in str(failure) for p in LOST):
+            if any(p in str(failure) for p in phrases):
                 return True
     return False
 
@@ -321,6 +321,14 @@ def test_a_retry_that_only_syncs_again_is_caught(monkeypatch: pytest.MonkeyPatch
     synced end, loses acknowledged records at the next power cut."""
     monkeypatch.setattr(disk_faults.DiskFaults, "_rewrite", lambda self, group: None)
     assert _caught()
+
+
+def test_a_torn_tail_left_behind_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A failed short write whose bytes stay at the end of the segment puts
+    every later batch at the wrong place: the simulator's brokers stop
+    converging (or find the segment torn)."""
+    monkeypatch.setattr(segment.LogSegment, "_cut_torn_tail", lambda self: None)
+    assert _caught(phrases=("no convergence", "is torn", "unexpected"))
 
 
 def test_an_unreadable_partition_answers_fetch_storage_error() -> None:
