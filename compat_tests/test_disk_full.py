@@ -6,7 +6,8 @@ once the disk is full, produce answers KAFKA_STORAGE_ERROR (librdkafka
 reports ``KafkaError.KAFKA_STORAGE_ERROR``, code 56, with retries off), the
 broker process stays up, Metadata still answers with the partition's leader,
 a consumer still reads every acknowledged record, and
-``kcompat_storage_errors_total{kind="enospc"}`` counts the failures; when a
+``kcompat_storage_errors_total{kind="enospc"}`` counts the failures
+(``kcompat_storage_offline_partitions`` the partition); when a
 filler file is deleted, produce succeeds again after the backoff, and every
 acknowledged record — before and after — is read back. Before the fix the
 first failed write took the broker down.
@@ -142,6 +143,7 @@ def test_a_full_disk_refuses_writes_serves_reads_and_recovers(
         assert md.topics[topic].error is None and md.topics[topic].partitions[0].leader >= 0
         assert set(acked) <= _read_all(b.bootstrap, topic)
         assert b.metric("kcompat_storage_errors_total", kind="enospc", op="write") >= 1
+        assert b.metric("kcompat_storage_offline_partitions") >= 1
         # still full: still refused, still running
         _ok, again = _produce(producer, topic, [b"still-full" + b"x" * VALUE_BYTES])
         assert [e.code() for e in again] == [KafkaError.KAFKA_STORAGE_ERROR]
@@ -152,6 +154,7 @@ def test_a_full_disk_refuses_writes_serves_reads_and_recovers(
         assert not failed and len(after) == 20, failed
         acked += after
         assert b.running
+        assert b.metric("kcompat_storage_offline_partitions") == 0
         assert set(acked) <= _read_all(b.bootstrap, topic)
         # and after a restart, from the disk
         b.restart()

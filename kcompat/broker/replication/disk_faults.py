@@ -11,7 +11,8 @@ comes back by itself: after a backoff the failed write is tried again, and
 once it and its fsync succeed the partition takes writes again. One line is
 logged when a partition goes offline and one when it is back, and every
 failure counts in ``kcompat_storage_errors_total{kind,op}`` (kind: enospc,
-eio or other; op: write or fsync).
+eio or other; op: write or fsync); ``kcompat_storage_offline_partitions`` is
+how many are offline now.
 
 Where the fault is caught. Every write of a partition log happens in one of
 two places of the replication runtime, and both catch ``OSError`` here; the
@@ -86,7 +87,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import trio
-from prometheus_client import CollectorRegistry, Counter
+from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from kcompat.broker.replication.group import Group, NotLeaderError
 from kcompat.raft import Ready
@@ -144,6 +145,9 @@ class DiskFaults:
             "kcompat_storage_errors", "Failed writes and fsyncs of partition logs (the "
             "partition answers KAFKA_STORAGE_ERROR until a retry succeeds), per errno kind "
             "and operation", ["kind", "op"], registry=registry)
+        Gauge("kcompat_storage_offline_partitions", "Partitions (Raft groups) offline for "
+              "writes after a failed write or fsync, until a retry succeeds",
+              registry=registry).set_function(lambda: len(self.offline))
 
     def is_offline(self, group: Group) -> bool:
         entry = self.offline.get(group.gid)
