@@ -231,8 +231,11 @@ class DiskFaults:
                 continue
             ready = entry.ready
             if ready is None:  # a failed pre-write: proposals may try again
-                entry.probing = True
-                self.touch(group)
+                if group.raft.has_ready():
+                    entry.probing = True
+                    self.touch(group)
+                else:
+                    self.back(group)  # nothing of it is waiting to be written
                 continue
             try:
                 self._rewrite(group)
@@ -263,8 +266,10 @@ class DiskFaults:
         a failed fsync may have dropped those pages from the disk)."""
         storage = group.storage
         stable = group.raft.log.stable_end
+        # a segment is fsynced when the next one is rolled (a failed fsync
+        # fails the append that rolls): only the active one may need it
         start = max(min(stable, self.synced.get(group.gid, stable)),
-                    storage.plog.log_start_offset)
+                    storage.plog.log_start_offset, storage.plog.segment_base_offsets[-1])
         again = storage.entries(start, stable, 1 << 62) if start < stable else []
         storage.trim(start)
         self._lower_synced(group, start)
