@@ -83,9 +83,11 @@ class _IndexFile:
 
     def close(self) -> None:
         if self._file is not None:
-            self.write_pending()
-            self._file.close()
-            self._file = None
+            try:
+                self.write_pending()
+            finally:  # a failed write (a full disk) still closes the file
+                self._file.close()
+                self._file = None
 
 
 class OffsetIndex(_IndexFile):

@@ -609,13 +609,18 @@ class PartitionLog:
         if self._closed:
             return
         self._closed = True
+        io = _Deferred()  # a full disk or EIO: the files are closed all the same
         if clean:
-            self.flush()
-            snapshot = offset_path(self.directory, self.log_end_offset, SNAPSHOT_SUFFIX)
-            atomic_write(snapshot, self.producers.to_snapshot(), self.store)
-            atomic_write(self.directory / CLEAN_SHUTDOWN_FILE, b"", self.store)
+            io.run(self._close_cleanly)
         for segment in self._segments:
-            segment.close()
+            io.run(segment.close)
+        io.raise_first()
+
+    def _close_cleanly(self) -> None:
+        self.flush()
+        snapshot = offset_path(self.directory, self.log_end_offset, SNAPSHOT_SUFFIX)
+        atomic_write(snapshot, self.producers.to_snapshot(), self.store)
+        atomic_write(self.directory / CLEAN_SHUTDOWN_FILE, b"", self.store)
 
     def delete(self) -> None:
         """Remove the whole partition directory (topic deletion)."""

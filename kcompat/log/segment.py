@@ -364,8 +364,10 @@ class LogSegment:
         if self.file is not None:
             self.file.close()
             self.file = None
-        self.offset_index.close()
-        self.time_index.close()
+        try:
+            self.offset_index.close()
+        finally:  # an index whose last entries cannot be written is rebuilt on open
+            self.time_index.close()
 
     def delete(self) -> None:
         self.close()

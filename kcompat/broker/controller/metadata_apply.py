@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import logging
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from kcompat.broker.controller import metadata_snapshot
@@ -47,10 +48,29 @@ def _open_partition(rt: ClusterRuntime, meta: TopicMeta, index: int, gid: int,
     rt.note_new_partition(gid)
     if rt.node_id not in replicas or gid in rt.groups:
         return
+    _open_replica(rt, meta.name, index, gid, voters)
+
+
+def _open_replica(rt: ClusterRuntime, name: str, index: int, gid: int,
+                  voters: tuple[int, ...] | None) -> None:
+    """Open this broker's replica of partition ``index`` of ``name``, unless it
+    was deleted or moved away meanwhile; a log that cannot be opened (a full
+    disk, EIO) is tried again later (``disk_faults``), not a failed apply."""
     state = rt.state
+    meta = state.topics.get(name)
+    found = rt.assignments.get((name, index))
+    if meta is None or found is None or found[0] != gid or rt.node_id not in found[1] \
+            or gid in rt.groups:
+        return
+    replicas = found[1]
     cfg = log_config(meta.configs, state.broker_defaults)
-    plog = PartitionLog.open(state.data_dir / f"{meta.name}-{index}", cfg, now_ms(),
-                             state.store)
+    try:
+        plog = PartitionLog.open(state.data_dir / f"{name}-{index}", cfg, now_ms(),
+                                 state.store)
+    except OSError as e:
+        rt.faults.open_failed(f"{name}-{index}", e,
+                              partial(_open_replica, rt, name, index, gid, voters))
+        return
     part = Partition(meta.name, index, plog)
     state.partitions[(meta.name, index)] = part
     storage = PartitionLogStorage(plog, rt.node_id, fresh_term=-1, journal=rt.journal, gid=gid)
@@ -99,7 +119,10 @@ def _drop_replica(rt: ClusterRuntime, meta: TopicMeta, index: int, gid: int | No
     name = meta.name
     part = rt.state.partitions.pop((name, index), None)
     if part is not None:
-        part.log.close(clean=True)
+        try:
+            part.log.close(clean=True)
+        except OSError as e:  # a full disk or EIO: its directory goes away all the same
+            log.warning("closing %s-%d for deletion: %s", meta.name, index, e)
         part.notify_append()
         store, data_dir = rt.state.store, rt.state.data_dir
         directory = data_dir / f"{name}-{index}"

@@ -11,8 +11,14 @@ comes back by itself: after a backoff the failed write is tried again, and
 once it and its fsync succeed the partition takes writes again. One line is
 logged when a partition goes offline and one when it is back, and every
 failure counts in ``kcompat_storage_errors_total{kind,op}`` (kind: enospc,
-eio or other; op: write or fsync); ``kcompat_storage_offline_partitions`` is
-how many are offline now.
+eio or other; op: write, fsync or open); ``kcompat_storage_offline_partitions``
+is how many are offline now.
+
+A partition whose log cannot even be opened here — the metadata record that
+creates it (or moves a replica here) applied while the disk is full — has no
+replica on this broker until a retry after the backoff opens it
+(``open_failed``, called by ``controller.metadata_apply``): the metadata log
+goes on, and so does everything else.
 
 Where the fault is caught. Every write of a partition log happens in one of
 two places of the replication runtime, and both catch ``OSError`` here; the
@@ -128,6 +134,14 @@ class _Offline:
     probing: bool = False  # taking writes again on trial: back once a Ready advances
 
 
+@dataclass(eq=False)
+class _Reopen:
+    retry: Callable[[], None]
+    since: float
+    retry_at: float
+    backoff: float
+
+
 class DiskFaults:
     def __init__(self, node_id: int, touch: Callable[[Group], None],
                  clock: Callable[[], float] = trio.current_time) -> None:
@@ -138,6 +152,8 @@ class DiskFaults:
         self.counts: dict[tuple[str, str], int] = {}  # (kind, op) -> failures
         # group id -> the log end the last good fsync of its partition log covered
         self.synced: dict[int, int] = {}
+        # partitions whose log could not be opened here: name -> the retry
+        self.reopens: dict[str, _Reopen] = {}
         self._counter: Any = None
 
     def export(self, registry: CollectorRegistry) -> None:
@@ -147,7 +163,46 @@ class DiskFaults:
             "and operation", ["kind", "op"], registry=registry)
         Gauge("kcompat_storage_offline_partitions", "Partitions (Raft groups) offline for "
               "writes after a failed write or fsync, until a retry succeeds",
-              registry=registry).set_function(lambda: len(self.offline))
+              registry=registry).set_function(lambda: len(self.offline) + len(self.reopens))
+
+    @property
+    def pending(self) -> bool:
+        """A group held back or a partition to open again: ``due`` has work."""
+        return bool(self.offline or self.reopens)
+
+    def open_failed(self, name: str, error: OSError, retry: Callable[[], None]) -> None:
+        """Opening partition ``name``'s log here failed (a full disk, EIO,
+        e.g. applying the record that creates it): it has no replica here
+        until ``retry``, called after a backoff, opens it."""
+        self._count(error, "open")
+        now = self.clock()
+        entry = self.reopens.get(name)
+        if entry is None:
+            entry = self.reopens[name] = _Reopen(retry, now, now, BACKOFF_MIN_S)
+            log.error("node %d: opening %s failed: %s; retrying", self.node_id, name, error)
+        else:
+            entry.backoff = min(entry.backoff * 2, BACKOFF_MAX_S)
+            entry.retry = retry
+        entry.retry_at = now + entry.backoff
+
+    def _reopen(self, now: float) -> None:
+        for name, entry in list(self.reopens.items()):
+            if entry.retry_at > now:
+                continue
+            try:
+                entry.retry()  # calls ``open_failed`` again if it fails
+            except OSError as e:
+                self.open_failed(name, e, entry.retry)
+            if entry.retry_at <= now:
+                del self.reopens[name]
+                log.warning("node %d: %s opened after %.1f s", self.node_id, name,
+                            now - entry.since)
+
+    def _count(self, error: OSError, op: str) -> None:
+        kind = error_kind(error)
+        self.counts[(kind, op)] = self.counts.get((kind, op), 0) + 1
+        if self._counter is not None:
+            self._counter.labels(kind, op).inc()
 
     def is_offline(self, group: Group) -> bool:
         entry = self.offline.get(group.gid)
@@ -162,10 +217,7 @@ class DiskFaults:
     def fail(self, group: Group, error: OSError, op: str, ready: Ready | None = None) -> None:
         """A write or fsync of ``group`` failed: count and log it, hold ``ready``
         back and take the group offline until its backoff passes."""
-        kind = error_kind(error)
-        self.counts[(kind, op)] = self.counts.get((kind, op), 0) + 1
-        if self._counter is not None:
-            self._counter.labels(kind, op).inc()
+        self._count(error, op)
         now = self.clock()
         entry = self.offline.get(group.gid)
         if entry is None:
@@ -221,6 +273,8 @@ class DiskFaults:
         end (see the module docstring): they join this round and its fsync. A
         group offline after a failed pre-write takes writes again."""
         now = self.clock()
+        if self.reopens:
+            self._reopen(now)
         out: list[tuple[Group, Ready]] = []
         for gid, entry in list(self.offline.items()):
             group = entry.group

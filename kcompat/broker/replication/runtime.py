@@ -761,7 +761,7 @@ class ClusterRuntime:
             ready = group.raft.ready()
             if faults.write(group, ready):
                 batch.append((group, ready))
-        if faults.offline:
+        if faults.pending:
             batch += faults.due()  # held Readies written again after their backoff
         announce = self._take_announcements()
         if not batch and not announce:
