@@ -364,7 +364,8 @@ def consumer_child(spec: dict[str, Any]) -> None:
     recv = array.array("d", bytes(8 * n))
     part = array.array("b", bytes(n))
     stats: dict[str, Any] = {"received": 0, "received_ok": 0, "dupes": 0, "unknown": 0,
-                             "cancelled_delivered": 0, "missing_header": 0, "errors": {}}
+                             "cancelled_delivered": 0, "missing_header": 0, "errors": {},
+                             "dupe_samples": []}
     c = Consumer({"bootstrap.servers": spec["bootstrap"], "group.id": spec["group"],
                   "enable.auto.commit": False, "fetch.wait.max.ms": 50, **CLIENT_QUIET})
     c.assign([TopicPartition(spec["topic"], p, OFFSET_BEGINNING)
@@ -391,6 +392,8 @@ def consumer_child(spec: dict[str, Any]) -> None:
                 continue
             if recv[i]:
                 stats["dupes"] += 1
+                if len(stats["dupe_samples"]) < 200:  # index, partition, offset, first, again
+                    stats["dupe_samples"].append((i, m.partition(), m.offset(), recv[i], now))
                 continue
             recv[i] = now
             part[i] = m.partition()
@@ -906,6 +909,12 @@ def delayed_scenario(run: Run) -> None:
             "in the producer) p50 / p99 / max", quantiles_row(late_send))
     run.row("delivered / missing / duplicates / early (before send + delay)",
             f"{c['received_ok']:,} of {expected:,} / {missing:,} / {c['dupes']} / {early}")
+    if c.get("dupe_samples"):
+        ds = c["dupe_samples"]
+        run.row(f"duplicates (first {len(ds)}): partitions / first seen / seen again, s from "
+                "the kill", f"{sorted({d[1] for d in ds})} / "
+                f"{min(d[3] for d in ds) - k['t_kill']:+.0f}..{max(d[3] for d in ds) - k['t_kill']:+.0f}"
+                f" / {min(d[4] for d in ds) - k['t_kill']:+.0f}..{max(d[4] for d in ds) - k['t_kill']:+.0f}")
     run.row(f"cancelled ({len(cancelled)}) but delivered", str(c["cancelled_delivered"]))
     run.row("delivered without kc-scheduled-offset / unknown",
             f"{c['missing_header']} / {c['unknown']}")
