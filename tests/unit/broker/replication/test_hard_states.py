@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import errno
 from pathlib import Path
+from random import Random
 
 from kcompat.broker.replication import hard_states
 from kcompat.broker.replication.hard_states import FILE_NAME, HardStateJournal
 from kcompat.log.store import OS_STORE
 from kcompat.raft import HardState
+from kcompat.testing.memory_store import DiskFaults, MemoryFileStore
 
 
 def _sync(journal: HardStateJournal) -> int:
@@ -76,3 +79,39 @@ def test_compaction_keeps_live_groups_only(tmp_path: Path, monkeypatch) -> None:
     again = HardStateJournal(tmp_path, OS_STORE)
     assert again.get(1) == HardState(19, 1) and again.get(2) == HardState(19, 2)
     assert again.get(3) is None
+
+
+def test_a_failed_write_or_sync_leaves_no_torn_record_and_is_written_again() -> None:
+    """A full disk: the append that did not fit is cut off and its records
+    wait for the next round. A failed sync: ``rewind`` cuts the file back to
+    the last good sync (its pages may be gone), and the records put again are
+    what a restart reads — after a power cut too."""
+    store = MemoryFileStore("/data")
+    j = HardStateJournal(Path("/data"), store)
+    j.put(1, HardState(1, 1), durable=True)
+    _sync(j)
+    size = len(store.read(Path("/data") / FILE_NAME))
+    store.faults = DiskFaults(capacity=store.used_bytes() + 7)  # 7 of 20 bytes fit
+    j.put(2, HardState(2, 2), durable=True)
+    try:
+        j.dirty_files()
+        raise AssertionError("the append should have failed")
+    except OSError as e:
+        assert e.errno == errno.ENOSPC
+    assert len(store.read(Path("/data") / FILE_NAME)) == size  # no torn record
+    assert j.pending
+    store.faults = DiskFaults(sync_errno=errno.EIO)
+    files = j.dirty_files()
+    try:
+        for f in files:
+            f.sync()
+        raise AssertionError("the sync should have failed")
+    except OSError:
+        j.rewind()
+    assert len(store.read(Path("/data") / FILE_NAME)) == size
+    store.faults = DiskFaults()
+    j.put(2, HardState(2, 2), durable=True)  # the held-back group's vote, again
+    _sync(j)
+    store.crash(Random(1))
+    again = HardStateJournal(Path("/data"), store)
+    assert again.get(1) == HardState(1, 1) and again.get(2) == HardState(2, 2)
