@@ -55,6 +55,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from kcompat.ext.schedule import Pending, Schedule, Target, locate, located
+from kcompat.wire import record_scan
 from kcompat.wire.batch import HEADER_SIZE, BatchHeader, parse_header
 from kcompat.wire.records import (
     Record,
@@ -71,6 +72,7 @@ PRODUCER_BATCHES = 5
 MAX_TRACKED_PRODUCERS = 100_000
 INTERNAL_PRODUCER_BASE = 1 << 62  # never handed to clients (ids grow from 0)
 SEQ_MODULUS = 1 << 31
+_OP_ONLY = frozenset({OP_HEADER})
 RECORD_OVERHEAD = 24  # bytes a record takes beyond its key, value and headers (about)
 
 Header = tuple[str, bytes | None]
@@ -129,7 +131,11 @@ def read_op(record: Record) -> dict[str, Any] | None:
     """The op of a schedule-log record (None: not one of ours)."""
     if not record.headers or record.headers[-1][0] != OP_HEADER:
         return None
-    value = record.headers[-1][1]
+    return parse_op(record.headers[-1][1])
+
+
+def parse_op(value: bytes | None) -> dict[str, Any] | None:
+    """The op in a ``kc-internal`` header's value (None: not one)."""
     try:
         doc = json.loads(value) if value is not None else None
     except ValueError:
@@ -160,8 +166,8 @@ class ScheduleLog:
         self.next_seq: dict[Target, int] = {}
         self.pending_by_target: dict[Target, int] = {}
         # (target, producer id) -> its last batches: (epoch, base sequence) -> holes seen
-        # producer id -> its open transaction's records (and where each is)
-        self.held: dict[int, list[tuple[Record, int]]] = {}
+        # producer id -> its open transaction's ops: (offset, op, where)
+        self.held: dict[int, list[StoredOp]] = {}
         self._seen: OrderedDict[tuple[Target, int], OrderedDict[tuple[int, int], set[int]]] = (
             OrderedDict())
 
@@ -173,12 +179,12 @@ class ScheduleLog:
     def apply_stored(self, batch: bytes | memoryview) -> None:
         """One committed batch of the schedule log, as stored: each entry
         learns where its record is (``StoredRecords`` reads it from there)."""
-        for record, where in located_records(batch):
-            self.apply(record, where)
+        for offset, op, where in located_ops(batch):
+            self.apply_op(offset, op, where)
 
     def hold_stored(self, producer_id: int, batch: bytes | memoryview) -> None:
         """A transactional batch: applied if its transaction commits."""
-        self.held.setdefault(producer_id, []).extend(located_records(batch))
+        self.held.setdefault(producer_id, []).extend(located_ops(batch))
 
     def apply_batch(self, records: Iterable[Record]) -> None:
         """Decoded records of one committed batch (their place unknown)."""
@@ -187,24 +193,29 @@ class ScheduleLog:
 
     def hold(self, producer_id: int, records: Iterable[Record]) -> None:
         """Decoded records of a transactional batch (``hold_stored``)."""
-        self.held.setdefault(producer_id, []).extend((r, -1) for r in records)
+        self.held.setdefault(producer_id, []).extend(
+            (r.offset, _op_value(r), -1) for r in records)
 
     def end_txn(self, producer_id: int, commit: bool) -> None:
         """A transaction marker of ``producer_id`` in the schedule log."""
         held = self.held.pop(producer_id, [])
         if commit:
-            for record, where in held:
-                self.apply(record, where)
+            for offset, op, where in held:
+                self.apply_op(offset, op, where)
 
     def apply(self, record: Record, where: int = -1) -> None:
         """One committed record of the schedule log (any other is ignored)."""
-        doc = read_op(record)
+        self.apply_op(record.offset, _op_value(record), where)
+
+    def apply_op(self, offset: int, op: bytes | None, where: int = -1) -> None:
+        """The op (``kc-internal`` value) of the record at ``offset``."""
+        doc = parse_op(op)
         if doc is None:
             return
         try:
             if doc["op"] in ("add", "cancel") and self._repeated(doc):
                 return  # a retried produce the partition answered as a duplicate
-            self._apply(record.offset, doc, where)
+            self._apply(offset, doc, where)
         except (KeyError, TypeError, ValueError, IndexError):
             return  # not a record the broker wrote: the log holds it, the schedule ignores it
 
@@ -293,13 +304,24 @@ class ScheduleLog:
 
 
 
-def located_records(batch: bytes | memoryview) -> list[tuple[Record, int]]:
-    """The records of a stored schedule-log batch, each with where it is
-    (``schedule.locate``)."""
-    starts: list[int] = []
-    records = decode_batch(batch, starts)
-    base = parse_header(batch).base_offset
-    return [(r, locate(r.offset, base, at)) for r, at in zip(records, starts, strict=True)]
+StoredOp = tuple[int, bytes | None, int]  # offset, op (kc-internal value), where
+
+
+def located_ops(batch: bytes | memoryview) -> list[StoredOp]:
+    """The op of each record of a stored schedule-log batch, with its offset
+    and where the record is (``schedule.locate``): a scan that copies only
+    the ``kc-internal`` header, not the records' keys and values."""
+    header, _payload, raws = record_scan.scan(batch, _OP_ONLY)
+    base = header.base_offset
+    return [(base + r.offset_delta, r.headers[-1][1] if r.headers else None,
+             locate(base + r.offset_delta, base, r.start)) for r in raws]
+
+
+def _op_value(record: Record) -> bytes | None:
+    """The value of a record's own ``kc-internal`` header (the last one)."""
+    if not record.headers or record.headers[-1][0] != OP_HEADER:
+        return None
+    return record.headers[-1][1]
 
 
 class BatchFile(Protocol):

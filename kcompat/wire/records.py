@@ -203,11 +203,8 @@ def decode_records(
     base_offset: int = 0,
     base_timestamp: int = 0,
     log_append_time: int | None = None,
-    starts: list[int] | None = None,
 ) -> list[Record]:
-    """Decode ``count`` records that make up all of ``data`` (uncompressed);
-    ``starts``, if given, receives each record's position in ``data`` (for
-    ``decode_record_at`` later)."""
+    """Decode ``count`` records that make up all of ``data`` (uncompressed)."""
     if count < 0:
         raise RecordError(f"negative record count {count}")
     buf = memoryview(data)
@@ -215,8 +212,6 @@ def decode_records(
     out: list[Record] = []
     pos = 0
     for _ in range(count):
-        if starts is not None:
-            starts.append(pos)
         record, pos = _decode_one(buf, pos, total, base_offset, base_timestamp, log_append_time)
         out.append(record)
     if pos != total:
@@ -233,7 +228,7 @@ def decode_record_at(
     log_append_time: int | None = None,
 ) -> Record:
     """The one record that starts at ``pos`` of the uncompressed records
-    ``data`` (a position ``decode_records`` gave in ``starts``)."""
+    ``data`` (a position ``record_scan.scan`` gave: ``RawRecord.start``)."""
     buf = memoryview(data)
     return _decode_one(buf, pos, len(buf), base_offset, base_timestamp, log_append_time)[0]
 
@@ -271,9 +266,8 @@ def _decode_one(buf: memoryview, pos: int, total: int, base_offset: int, base_ti
 # --------------------------------------------------------------------- batches
 
 
-def decode_batch(batch: bytes | memoryview, starts: list[int] | None = None) -> list[Record]:
-    """All records of one complete RecordBatch v2, with absolute offsets/timestamps
-    (``starts``: see ``decode_records``; positions in ``batch_payload``).
+def decode_batch(batch: bytes | memoryview) -> list[Record]:
+    """All records of one complete RecordBatch v2, with absolute offsets/timestamps.
 
     Checks the header (magic, length, CRC) first. Raises ``BatchError`` (and its
     subclass ``RecordError``) on anything malformed, including bad compression.
@@ -285,7 +279,6 @@ def decode_batch(batch: bytes | memoryview, starts: list[int] | None = None) -> 
         base_offset=header.base_offset,
         base_timestamp=header.base_timestamp,
         log_append_time=header.max_timestamp if header.is_log_append_time else None,
-        starts=starts,
     )
 
 

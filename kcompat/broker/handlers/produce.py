@@ -59,7 +59,7 @@ import trio
 from kio.schema.errors import ErrorCode
 
 from kcompat.broker import dedup_windows, views
-from kcompat.broker.append import AppendResult, append_records
+from kcompat.broker.append import AppendResult, Presplit, append_records, split_ahead
 from kcompat.broker.context import RequestContext
 from kcompat.broker.handlers import _authz, _quota
 from kcompat.broker.handlers._common import ms_to_datetime
@@ -68,10 +68,12 @@ from kcompat.broker.partition import Partition
 from kcompat.broker.replication.disk_faults import StorageError
 from kcompat.broker.replication.group import Group, NotLeaderError
 from kcompat.broker.state import now_ms
+from kcompat.broker.topic_config import retry_policy
 from kcompat.ext.schedule_log import SCHEDULE_TOPIC
-from kcompat.wire.batch import BatchHeader, parse_header
+from kcompat.wire.batch import BatchError, BatchHeader, parse_header
 
 _Row = tuple[int, AppendResult, Partition | None, Group | None, int]
+SPLIT_AHEAD_BYTES = 64 << 10  # a batch this large is split in a worker thread
 
 
 def _partition_response(ctx: RequestContext, index: int, result: AppendResult,
@@ -114,7 +116,8 @@ def _needs_sync(ctx: RequestContext) -> bool:
     """acks=0/1 made durable before the answer (``kcompat.flush.mode=always``)."""
     return bool(ctx.state.config["kcompat.flush.mode"] == "always")
 
-def _append(ctx: RequestContext, topic: str, pdata: Any, acks: int, now: int) -> _Row:
+def _append(ctx: RequestContext, topic: str, pdata: Any, acks: int, now: int,
+            presplit: Presplit | None = None) -> _Row:
     state, cluster = ctx.state, ctx.cluster
     meta = state.topics.get(topic)
     if acks not in (-1, 0, 1):
@@ -140,7 +143,7 @@ def _append(ctx: RequestContext, topic: str, pdata: Any, acks: int, now: int) ->
 
     try:
         result = append_records(part, pdata.records, meta.configs, state.broker_defaults, now,
-                                _txn_check(ctx, topic, pdata.index), write)
+                                _txn_check(ctx, topic, pdata.index), write, presplit)
     except StorageError as e:  # a full disk, EIO: the partition is offline for writes
         result = AppendResult(ErrorCode.kafka_storage_error, message=str(e))
     except NotLeaderError:
@@ -195,6 +198,47 @@ async def _dedup_ready(ctx: RequestContext, named: list[tuple[str | None, Any]],
                 await dedup_windows.ready(part, meta.configs, ctx.state.broker_defaults, now_ms())
 
 
+async def _split_ahead(ctx: RequestContext, named: list[tuple[str | None, Any]],
+                       allowed: set[str], now: int) -> dict[int, Presplit]:
+    """The delayed records of large batches, split in a worker thread
+    (``append.split_ahead``) before the no-await appends; by id of the
+    partition's data."""
+    out: dict[int, Presplit] = {}
+    for name, t in named:
+        meta = ctx.state.topics.get(name) if name is not None and name in allowed else None
+        if meta is None:
+            continue
+        retry = retry_policy(meta.configs, ctx.state.broker_defaults) is not None
+        for p in t.partition_data:
+            if not _may_split(p.records, retry):
+                continue
+            found = await trio.to_thread.run_sync(split_ahead, p.records, meta.configs,
+                                                  ctx.state.broker_defaults, now)
+            if found is not None:
+                out[id(p)] = found
+    return out
+
+
+def _may_split(records: bytes | None, retry: bool) -> bool:
+    """A large batch of a retry topic, or an uncompressed one naming ``kc-``
+    (a compressed one is looked into in place, as before: a plain batch must
+    not pay a second decompression)."""
+    if records is None or len(records) < SPLIT_AHEAD_BYTES:
+        return False
+    try:
+        compressed = parse_header(records).compression != 0
+    except BatchError:
+        return False
+    return retry or (not compressed and b"kc-" in records)
+
+
+async def _schedule_row(ctx: RequestContext, row: _Row, acks: int, deadline: float,
+                        tid: str | None, errors: dict[int, AppendResult]) -> None:
+    failed = await _schedule(ctx, row, acks, deadline, tid)
+    if failed is not None:
+        errors[id(row)] = failed
+
+
 def _refused(index: int, code: ErrorCode) -> _Row:
     message = ("the transaction coordinator could not be asked whether this partition is in "
                "the producer's transaction; retry" if code == ErrorCode.not_enough_replicas
@@ -217,8 +261,8 @@ def _named_topics(ctx: RequestContext, request: Any) -> list[tuple[str | None, A
 
 
 def _rows(ctx: RequestContext, named: list[tuple[str | None, Any]], acks: int,
-          refused: dict[tuple[str, int], ErrorCode], allowed: set[str]) -> list[list[_Row]]:
-    now = now_ms()
+          refused: dict[tuple[str, int], ErrorCode], allowed: set[str], now: int,
+          presplits: dict[int, Presplit]) -> list[list[_Row]]:
     out: list[list[_Row]] = []
     for name, t in named:
         if name is None:
@@ -229,7 +273,8 @@ def _rows(ctx: RequestContext, named: list[tuple[str | None, Any]], acks: int,
                         for p in t.partition_data])
             continue
         out.append([_refused(p.index, refused[(name, p.index)]) if (name, p.index) in refused
-                    else _append(ctx, name, p, acks, now) for p in t.partition_data])
+                    else _append(ctx, name, p, acks, now, presplits.get(id(p)))
+                    for p in t.partition_data])
     return out
 
 
@@ -271,7 +316,9 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
     refused = await ctx.txns.verifier.verify_request(  # KIP-890
         tid, [(name, t.partition_data) for name, t in named if name in allowed])
     await _dedup_ready(ctx, named, allowed)
-    results = _rows(ctx, named, acks, refused, allowed)
+    now = now_ms()
+    presplits = await _split_ahead(ctx, named, allowed, now)
+    results = _rows(ctx, named, acks, refused, allowed, now, presplits)
     ok = [row for rows in results for row in rows if row[1].error == ErrorCode.none]
     errors: dict[int, AppendResult] = {}
     deadline = trio.current_time() + request.timeout.total_seconds()
@@ -287,11 +334,12 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
             await state.flusher.sync(*[p.log for _i, _r, p, _g, _t in ok if p is not None])
         except OSError:
             errors.update({id(row): AppendResult(ErrorCode.kafka_storage_error) for row in ok})
-    for row in ok:
-        if row[1].split is not None and id(row) not in errors:
-            failed = await _schedule(ctx, row, acks, deadline, request.transactional_id)
-            if failed is not None:
-                errors[id(row)] = failed
+    moving = [row for row in ok if row[1].split is not None and id(row) not in errors]
+    if moving:  # each partition's records scheduled at once, not one partition after another
+        async with trio.open_nursery() as nursery:
+            for row in moving:
+                nursery.start_soon(_schedule_row, ctx, row, acks, deadline,
+                                   request.transactional_id, errors)
     throttle_ms = _quota.record(ctx, _quota.managers(ctx).produce, ctx.request_size)
     for index, result, part, _g, _t in ok:  # a late schedule slows its producers
         if result.split is not None and part is not None:

@@ -1,0 +1,80 @@
+"""A large produce of delayed records: split in a worker thread ahead of the
+append, its records scheduled in several schedule-log batches (each a short
+apply), every one of them pending once; a bad header in such a batch is
+refused whole as in a small one."""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+from kio.schema.errors import ErrorCode as E
+
+from kcompat.broker import config as broker_config
+from kcompat.broker.broker import Broker
+from kcompat.broker.context import RequestContext
+from kcompat.broker.delays import SCHEDULE_BATCH
+from kcompat.broker.handlers import HANDLERS
+from kcompat.broker.handlers.produce import SPLIT_AHEAD_BYTES
+from kcompat.ext.schedule_log import SCHEDULE_TOPIC
+from kcompat.testing import running
+from kcompat.wire import codec
+from kcompat.wire import versions as v
+from kcompat.wire.records import encode_batch
+
+RECORDS = 1200
+
+
+@pytest.fixture
+def broker(tmp_path: Path) -> Iterator[Broker]:
+    b = Broker(broker_config.load(None, {"log.dirs": str(tmp_path),
+                                         "kc.schedule.topic.num.partitions": "1"}, {}))
+    yield b
+    b.close()
+
+
+async def produce(broker: Broker, batch: bytes) -> Any:
+    m = codec.request_module(v.PRODUCE, 9)
+    request = m.ProduceRequest(transactional_id=None, acks=-1,
+                               timeout=datetime.timedelta(seconds=10), topic_data=(
+        m.TopicProduceData(name="t", partition_data=(m.PartitionProduceData(
+            index=0, records=batch),)),))
+    r = await HANDLERS[v.PRODUCE](RequestContext(broker, v.PRODUCE, 9, 1, "p", "/h"), request)
+    return r.responses[0].partition_responses[0]
+
+
+def test_a_large_delayed_batch_is_split_ahead_and_scheduled_in_parts(broker: Broker) -> None:
+    delayed = [(b"k%d" % i, b"v" * 100, (("kc-delay-ms", b"60000"),), 1000)
+               for i in range(RECORDS)]
+    batch = encode_batch(delayed)
+    assert len(batch) >= SPLIT_AHEAD_BYTES
+    bad = encode_batch([*delayed[:-1], (b"x", b"v" * 100, (("kc-delay-ms", b"soon"),), 1000)])
+
+    async def body() -> None:
+        await running.create_topic(broker, "t", 1)
+        await broker.cluster.wait_leaders("t", 5.0)
+        refused = await produce(broker, bad)
+        assert refused.error_code == E.invalid_record and "kc-delay-ms" in refused.error_message
+        answer = await produce(broker, batch)
+        assert (answer.error_code, answer.base_offset) == (E.none, 0)
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            await running.start(nursery, broker, internal_topics=False)
+            await body()
+            nursery.cancel_scope.cancel()
+
+    trio.run(main)
+    slog = broker.delays.logs[0]
+    assert len(slog) == RECORDS  # each once
+    part = broker.state.partition(SCHEDULE_TOPIC, 0)
+    assert part is not None
+    adds = [h.records_count for _b, h in part.log.batches(0, part.log.log_end_offset)
+            if h.records_count]
+    assert sum(adds) == RECORDS and max(adds) <= SCHEDULE_BATCH and len(adds) >= 3
+    hole = broker.state.partition("t", 0)
+    assert hole is not None and hole.log.log_end_offset == RECORDS  # offsets kept: holes
