@@ -613,6 +613,7 @@ class ClusterRuntime:
             for _ in range(8):
                 if not await self._round():
                     break
+                await trio.lowlevel.checkpoint()  # each round is a turn of its own
 
     async def _ticker(self) -> None:
         while True:
