@@ -445,6 +445,7 @@ class Produced:
     acked: int = 0
     failed: int = 0
     errors: list[str] = field(default_factory=list)
+    cancel_acks: dict[int, float] = field(default_factory=dict)  # index -> its cancel's ack
 
     @property
     def rate(self) -> float:
@@ -476,8 +477,9 @@ def produce(bootstrap: str, topic: str, n: int, deadline: float, *,
                 res.errors.append(str(err))
             return
         key = msg.key()
-        if key[:1] == b"c":
-            return  # a cancel
+        if key[:1] == b"c":  # a cancel
+            res.cancel_acks[int(key[1:])] = time.time()
+            return
         res.acked += 1
         if ack is not None:
             i = int(key)
@@ -915,7 +917,13 @@ def delayed_scenario(run: Run) -> None:
                 "the kill", f"{sorted({d[1] for d in ds})} / "
                 f"{min(d[3] for d in ds) - k['t_kill']:+.0f}..{max(d[3] for d in ds) - k['t_kill']:+.0f}"
                 f" / {min(d[4] for d in ds) - k['t_kill']:+.0f}..{max(d[4] for d in ds) - k['t_kill']:+.0f}")
-    run.row(f"cancelled ({len(cancelled)}) but delivered", str(c["cancelled_delivered"]))
+    wrong = [i for i in cancelled if i < dly.n and recv[i] and i in dly.cancel_acks
+             and ack[i] and dly.cancel_acks[i] < ack[i] + delays[i] / 1000]
+    run.row(f"cancelled ({len(cancelled)}; {len(dly.cancel_acks)} cancels acked) but delivered "
+            "/ of those, the cancel acked before the record was due",
+            f"{c['cancelled_delivered']} / {len(wrong)}"
+            + (f" (e.g. index {wrong[0]}: cancel acked {dly.cancel_acks[wrong[0]] - ack[wrong[0]]:.1f}"
+               f" s after the record, due {delays[wrong[0]] / 1000:.1f} s after it)" if wrong else ""))
     run.row("delivered without kc-scheduled-offset / unknown",
             f"{c['missing_header']} / {c['unknown']}")
     run.row("pending at the kill (acked, due after it; broker's "
