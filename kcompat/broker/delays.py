@@ -283,6 +283,7 @@ class DelayService:
                     n = take_within(stored, DELIVERY_BYTES)
                     planned = {p.entry: r for p, r in zip(entries[:n], stored, strict=False)}
                     records.append(out_record(target, entries[:n], now_ms()))
+                    await trio.lowlevel.checkpoint()  # planning and writing: two turns
             if records:
                 code, _ = await self.calls.append_locally(
                     SCHEDULE_TOPIC, index, encode_batch(records), WRITE_TIMEOUT_S)
