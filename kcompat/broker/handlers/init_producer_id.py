@@ -7,7 +7,9 @@ transaction coordinator bumps the epoch (fencing any older producer with the
 same id); an ongoing transaction of that id is first aborted and the caller
 told CONCURRENT_TRANSACTIONS, so it retries. PRODUCER_FENCED is answered as
 INVALID_PRODUCER_EPOCH below v4. Producer ids come from durable blocks in the
-metadata log, so no id is ever handed out twice.
+metadata log, so no id is ever handed out twice; when a new block cannot be
+written (a full disk, EIO) the answer is COORDINATOR_NOT_AVAILABLE, which
+clients retry, and nothing is handed out.
 Authorization (Kafka's): a transactional id needs WRITE on it, else
 TRANSACTIONAL_ID_AUTHORIZATION_FAILED; an idempotent producer IDEMPOTENT_WRITE on
 the cluster or WRITE on some topic (KIP-679), else CLUSTER_AUTHORIZATION_FAILED.
@@ -41,6 +43,11 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
     if (denied := _denied(ctx, tid)) is not None:
         return ctx.response(throttle_time=NO_THROTTLE, producer_id=-1, producer_epoch=-1,
                             error_code=denied)
+    try:  # a new block of ids is written first: a full disk or EIO refuses it
+        ctx.cluster.reserve_producer_ids()
+    except OSError:
+        return ctx.response(throttle_time=NO_THROTTLE, producer_id=-1, producer_epoch=-1,
+                            error_code=ErrorCode.coordinator_not_available)
     if tid is None:
         return ctx.response(throttle_time=NO_THROTTLE, error_code=OK,
                             producer_id=ctx.cluster.allocate_producer_id(), producer_epoch=0)

@@ -70,9 +70,11 @@ its last good sync (``HardStateJournal.rewind``) and every group whose term
 or vote was in the round is held back with it. A torn tail cannot stay
 behind: a failed append cuts what it wrote (``LogSegment.append``, the index
 and journal writes likewise), and a crash's torn tail is cut by recovery.
-A pre-write that failed holds no Ready: the group is offline until its
-backoff passes, then takes proposals again on trial (``probing``), and its
-next Ready writes the entries still missing from storage; the partition is
+A pre-write that failed holds no Ready, but its entry is in the core's log
+already: the group is offline until its backoff passes, then first writes
+the entries missing from storage (``_catch_up``: the producer state must
+know the refused append, or an idempotent retry of it would be written a
+second time), then takes proposals again on trial (``probing``); the partition is
 back (one log line) once a Ready of it is made durable and advanced, and a
 failure meanwhile continues the same episode with a longer backoff.
 
@@ -285,6 +287,8 @@ class DiskFaults:
                 continue
             ready = entry.ready
             if ready is None:  # a failed pre-write: proposals may try again
+                if not self._catch_up(group):
+                    continue
                 if group.raft.has_ready():
                     entry.probing = True
                     self.touch(group)
@@ -366,9 +370,26 @@ class DiskFaults:
                 self.fail(group, error, "fsync", ready)
         return kept
 
+    def _catch_up(self, group: Group) -> bool:
+        """Write the entries of the core's log that a failed pre-write left out
+        of storage, before the group takes proposals again: a retry must find
+        its first attempt in the producer state (a duplicate), not be
+        written a second time. False (offline again) if that fails."""
+        try:
+            for entry in list(group.raft.log.unstable):
+                group.storage.append_now(entry)
+        except OSError as e:
+            self.fail(group, e, "write")
+            return False
+        return True
+
     def advanced(self, group: Group) -> None:
-        """``group``'s Ready was made durable and advanced."""
-        if group.gid in self.offline:
+        """``group``'s Ready was made durable and advanced: a group on trial or
+        retried in this round is back (a Ready of a round already under way
+        when the group went offline does not end its backoff)."""
+        entry = self.offline.get(group.gid)
+        if entry is not None and (entry.probing or entry.retry_at < 0) and \
+                self._catch_up(group):
             self.back(group)
 
     def back(self, group: Group) -> None:

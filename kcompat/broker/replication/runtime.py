@@ -411,14 +411,20 @@ class ClusterRuntime:
 
     # -- producer ids -------------------------------------------------------------------
 
-    def allocate_producer_id(self) -> int:
-        """Ids ``node_id << 40 | n`` from durable local blocks: unique cluster-wide
-        without a controller round trip, never reused after a restart."""
+    def reserve_producer_ids(self) -> None:
+        """Make sure the next id is in a durable block (OSError if the block
+        cannot be written: a full disk; nothing is handed out then)."""
         # ids a data directory of an older single-node broker handed out stay unused
         self._pid_next = max(self._pid_next, self.image.producer_id_limit)
         if self._pid_next >= self._pid_limit:
-            self._pid_limit = self._pid_next + PRODUCER_ID_BLOCK
-            atomic_write(self._pid_path, str(self._pid_limit).encode(), self.state.store)
+            limit = self._pid_next + PRODUCER_ID_BLOCK
+            atomic_write(self._pid_path, str(limit).encode(), self.state.store)
+            self._pid_limit = limit
+
+    def allocate_producer_id(self) -> int:
+        """Ids ``node_id << 40 | n`` from durable local blocks: unique cluster-wide
+        without a controller round trip, never reused after a restart."""
+        self.reserve_producer_ids()
         pid = (self.node_id << PRODUCER_ID_NODE_SHIFT) | self._pid_next
         self._pid_next += 1
         return pid
