@@ -206,18 +206,11 @@ class DelayService:
         # a large split is built in a worker thread, the loop going on meanwhile
         batches = (await trio.to_thread.run_sync(build) if len(split.moves) > SCHEDULE_BATCH
                    else build())
-        codes: list[ErrorCode] = []
-
-        async def append(batch: bytes) -> None:
-            codes.append((await self.calls.append(SCHEDULE_TOPIC, schedule_index, batch,
-                                                  timeout_s))[0])
-
-        async with trio.open_nursery() as nursery:
-            for batch in batches:
-                nursery.start_soon(append, batch)
-        failed = next((c for c in codes if c != ErrorCode.none), None)
-        if failed is not None:  # a retry schedules again; the schedule log drops repeats
-            return failed, f"the records to move could not be scheduled ({failed.name}); retry"
+        for batch in batches:  # in order: a cancellation follows what it cancels
+            code, _offset = await self.calls.append(SCHEDULE_TOPIC, schedule_index, batch,
+                                                    timeout_s)
+            if code != ErrorCode.none:  # a retry schedules again; the log drops repeats
+                return code, f"the records to move could not be scheduled ({code.name}); retry"
         self._count_moves(topic, split)
         return ErrorCode.none, None
 

@@ -50,6 +50,11 @@ async def produce(broker: Broker, batch: bytes) -> Any:
 def test_a_large_delayed_batch_is_split_ahead_and_scheduled_in_parts(broker: Broker) -> None:
     delayed = [(b"k%d" % i, b"v" * 100, (("kc-delay-ms", b"60000"),), 1000)
                for i in range(RECORDS)]
+    # the first record named, the last one cancelling it: a cancellation follows
+    # what it cancels into the schedule, several schedule batches later
+    delayed[0] = (b"k0", b"v" * 100, (("kc-delay-ms", b"60000"), ("kc-schedule-id", b"x")),
+                  1000)
+    delayed[-1] = (b"c", b"", (("kc-cancel-schedule", b"x"),), 1000)
     batch = encode_batch(delayed)
     assert len(batch) >= SPLIT_AHEAD_BYTES
     bad = encode_batch([*delayed[:-1], (b"x", b"v" * 100, (("kc-delay-ms", b"soon"),), 1000)])
@@ -70,11 +75,12 @@ def test_a_large_delayed_batch_is_split_ahead_and_scheduled_in_parts(broker: Bro
 
     trio.run(main)
     slog = broker.delays.logs[0]
-    assert len(slog) == RECORDS  # each once
+    assert len(slog) == RECORDS - 2  # each once, the named one cancelled
+    assert all(p.schedule_id is None for p, _inflight in slog.listing())
     part = broker.state.partition(SCHEDULE_TOPIC, 0)
     assert part is not None
     adds = [h.records_count for _b, h in part.log.batches(0, part.log.log_end_offset)
             if h.records_count]
-    assert sum(adds) == RECORDS and max(adds) <= SCHEDULE_BATCH and len(adds) >= 3
+    assert sum(adds) == RECORDS and max(adds) <= SCHEDULE_BATCH and len(adds) >= 3  # + cancel
     hole = broker.state.partition("t", 0)
     assert hole is not None and hole.log.log_end_offset == RECORDS  # offsets kept: holes
