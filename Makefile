@@ -121,11 +121,13 @@ bench-scale: $(STAMP) tools java-deps
 	$(PY) bench/scale.py $(if $(BENCH_QUICK),--quick) $(BENCH_ARGS)
 
 # Soak at volume (issue 31), bench/soak.py: 1M delayed records (kc-delay-ms 5-60 s, 1 %
-# cancelled) on one node and on 3 brokers at RF 3 (SOAK_ARGS=--side single|cluster), with a
-# control-plane probe every second (Metadata, CreateTopics, a new group's join, an acks=all
-# produce), /metrics loop lag, then kill -9 and restart of the busiest broker with the
-# backlog pending; bounded by --max-seconds (default 1 h). SOAK_QUICK=1: 50k records, 2-15 s
-# delays, ~3 min. Not part of `make test`. Appends to bench/RESULTS.md.
+# cancelled), then dedup (10 % repeated ids), retry to dead letter, a share group of 4 and a
+# filtered view, each on one node and on 3 brokers at RF 3 (SOAK_ARGS="--side single|cluster
+# --scenario delayed|dedup|retry|share|view"), with a control-plane probe every second
+# (Metadata, CreateTopics, a new group's join, an acks=all produce), /metrics loop lag, then
+# kill -9 and restart of the busiest broker with the backlog pending; bounded by
+# --max-seconds (default 1 h for all). SOAK_QUICK=1: delayed only, 50k records, 2-15 s
+# delays, ~2.5 min. Not part of `make test`. Appends to bench/RESULTS.md.
 soak: $(STAMP)
 	$(PY) bench/soak.py $(if $(SOAK_QUICK),--quick) $(SOAK_ARGS)
 

@@ -922,6 +922,8 @@ def delayed_scenario(run: Run) -> None:
     run.row(f"cancelled ({len(cancelled)}; {len(dly.cancel_acks)} cancels acked) but delivered "
             "/ of those, the cancel acked before the record was due",
             f"{c['cancelled_delivered']} / {len(wrong)}"
+            + (f", {sum(1 for i in wrong if recv[i] > k['t_kill'])} of them after the kill"
+               if wrong else "")
             + (f" (e.g. index {wrong[0]}: cancel acked {dly.cancel_acks[wrong[0]] - ack[wrong[0]]:.1f}"
                f" s after the record, due {delays[wrong[0]] / 1000:.1f} s after it)" if wrong else ""))
     run.row("delivered without kc-scheduled-offset / unknown",
