@@ -892,8 +892,18 @@ class ClusterRuntime:
 
     def _feed(self, group: Group) -> None:
         """Feed ``group``'s machine within this turn's budget (``Group.feed``);
-        what is left waits in ``_feeding`` for the next turns of the driver."""
+        what is left waits in ``_feeding`` for the next turns of the driver.
+        The metadata log goes first, always with a budget of its own: the
+        control plane (registrations, heartbeats, fencing, topics) never waits
+        behind the replay of a service's log."""
         if group.machine is None:
+            return
+        if group.gid == METADATA_GROUP:
+            if group.feed(FEED_BUDGET_S):
+                self._feeding.pop(group.gid, None)
+            else:
+                self._feeding[group.gid] = group
+                self.kick()
             return
         left = self._feed_deadline - time.perf_counter()
         if group.gid in self._feeding or left <= 0 or not group.feed(left):
@@ -902,15 +912,25 @@ class ClusterRuntime:
 
     def _feed_more(self) -> None:
         """A turn of the replays left over (after every other task's turn:
-        the driver's wake-up checkpoints), then their waiters."""
+        the driver's wake-up checkpoints), then their waiters: the metadata
+        log first, then the others in turn — one fed in part goes to the back,
+        so every replay moves on however many there are."""
         self._feed_deadline = time.perf_counter() + FEED_BUDGET_S
+        meta = self._feeding.get(METADATA_GROUP)
+        if meta is not None and (meta.removed or meta.feed(FEED_BUDGET_S)):
+            del self._feeding[METADATA_GROUP]
+            meta.notify()
         for gid, group in list(self._feeding.items()):
             left = self._feed_deadline - time.perf_counter()
             if left <= 0:
                 break
+            if gid == METADATA_GROUP:
+                continue
+            del self._feeding[gid]
             if group.removed or group.feed(left):
-                del self._feeding[gid]
                 group.notify()
+            else:
+                self._feeding[gid] = group  # to the back of the line
         if self._feeding:
             self.kick()
 

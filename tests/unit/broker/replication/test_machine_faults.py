@@ -83,7 +83,8 @@ def test_a_failing_machine_takes_its_partition_offline_not_the_broker(broker: Br
 
 def test_a_long_replay_is_fed_in_turns(broker: Broker) -> None:
     """500 committed batches, replayed to a machine that takes 1 ms a batch:
-    other tasks run between the turns, each well under the 50 ms budget."""
+    other tasks run between the turns, each well under the 50 ms budget, and
+    the broker is ready (its metadata applied) before the replay ends."""
     machine = Poisoned()
     broker.cluster.machines["poisoned"] = machine
 
@@ -108,6 +109,7 @@ def test_a_long_replay_is_fed_in_turns(broker: Broker) -> None:
     slow.apply = slow_apply  # type: ignore[method-assign]
     again.cluster.machines["poisoned"] = slow
     turns: list[int] = []
+    ready_at: list[int] = []
 
     async def watch() -> None:
         while 1 not in slow.leading:
@@ -118,6 +120,7 @@ def test_a_long_replay_is_fed_in_turns(broker: Broker) -> None:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(watch)  # from before the broker's first turn
             async with running.running(again):
+                ready_at.append(slow.applied[1])  # the controller started: the broker serves
                 with trio.fail_after(60):
                     while 1 not in slow.leading:
                         await trio.sleep(0.01)
@@ -130,3 +133,4 @@ def test_a_long_replay_is_fed_in_turns(broker: Broker) -> None:
     fed = [b - a for a, b in zip(turns, turns[1:], strict=False) if b > a]
     assert len(fed) >= 10  # the watcher ran between turns of the replay
     assert max(fed) <= 40  # about 20 batches (20 ms) a turn
+    assert ready_at[0] < 500  # ready while the replay went on: the metadata log went first
