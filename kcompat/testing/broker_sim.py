@@ -120,6 +120,7 @@ class BrokerSimOptions:
     chaos_s: float = 3.0
     recovery_s: float = 30.0
     disk_faults: bool = False  # the nemesis also fills and breaks disks
+    configs: tuple[tuple[str, object], ...] = ()  # more broker configs (scenarios)
 
 
 @dataclass(eq=False)
@@ -311,7 +312,7 @@ class BrokerSimulation:
             "transaction.state.log.replication.factor": self.size,
             "kc.schedule.topic.replication.factor": self.size,
             "default.replication.factor": self.size, "auto.create.topics.enable": False,
-            "kcompat.raft.tick.ms": 100,
+            "kcompat.raft.tick.ms": 100, **dict(self.options.configs),
         }, {})
         node.store.now_ms = int(trio.current_time() * 1000)
         node.store.faults = DiskFaults()  # a restarted broker's disk is healed
@@ -427,8 +428,9 @@ class BrokerSimulation:
                       producer: tuple[int, int, int] | None = None,
                       transactional: bool = False,
                       headers: tuple[tuple[str, bytes], ...] = (),
-                      topic: str = TOPIC) -> tuple[E, int]:
-        """One acks=all batch of one record; ``producer`` is (id, epoch, sequence)."""
+                      topic: str = TOPIC, acks: int = -1) -> tuple[E, int]:
+        """One batch of one record (acks=all unless told); ``producer`` is
+        (id, epoch, sequence)."""
         pid, epoch, seq = producer if producer is not None else (-1, -1, -1)
         now = time.time_ns() // 1_000_000
         records = encode_batch([(None, value, headers, now)], producer_id=pid,
@@ -436,7 +438,7 @@ class BrokerSimulation:
                                base_sequence=seq, transactional=transactional)
         m = codec.request_module(v.PRODUCE, 9)
         r = await self.request(
-            node, v.PRODUCE, 9, transactional_id=TXN_ID if transactional else None, acks=-1,
+            node, v.PRODUCE, 9, transactional_id=TXN_ID if transactional else None, acks=acks,
             timeout=datetime.timedelta(seconds=2), topic_data=(m.TopicProduceData(
                 name=topic, partition_data=(m.PartitionProduceData(
                     index=index, records=records),)),))

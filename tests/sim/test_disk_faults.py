@@ -49,9 +49,9 @@ LOST = ("acknowledged produce lost", "acknowledged delayed records never deliver
         "written 2 times")
 
 
-def _lone_sim(seed: int = 1) -> BrokerSimulation:
+def _lone_sim(seed: int = 1, options: BrokerSimOptions | None = None) -> BrokerSimulation:
     """One broker, a perfect network: only the disk misbehaves."""
-    sim = BrokerSimulation(seed)
+    sim = BrokerSimulation(seed, options)
     sim.size = 1
     sim.nodes = {1: SimNode(1, MemoryFileStore("/sim/n1"))}
     sim.loss = sim.lost_replies = sim.crash_rate = 0.0
@@ -355,3 +355,45 @@ def test_an_unreadable_partition_answers_fetch_storage_error() -> None:
     assert unreadable[0][0] == E.kafka_storage_error
     assert unreadable[1][0] == E.none and unreadable[1][1] > 0
     assert healed == full
+
+
+def test_an_acks_1_group_commit_whose_fsync_failed_is_written_again() -> None:
+    """``kcompat.flush.mode=always``: acks=1 is answered after the produce
+    path's own group-commit fsync. When it fails the record is refused, and
+    the pages it dropped must be written again: else the refused record's
+    bytes are zeros on the disk, in front of records acknowledged later, and
+    recovery after a power cut cuts those too."""
+    sim = _lone_sim(4, BrokerSimOptions(configs=(("kcompat.flush.mode", "always"),)))
+    acked: list[bytes] = []
+    seen: dict[str, object] = {}
+
+    async def scenario(sim: BrokerSimulation) -> None:
+        node = _node(sim)
+
+        async def produce(value: bytes) -> E:
+            error, _ = await sim.produce(node, 0, value, acks=1)
+            if error == E.none:
+                acked.append(value)
+            return error
+
+        for i in range(3):
+            assert await produce(b"a%d" % i) == E.none
+        node.store.faults = DiskFaults(sync_errno=errno.EIO, paths=f"/sim/n1/{TOPIC}-0/")
+        seen["refused"] = await produce(b"refused")
+        node.store.faults = DiskFaults()
+        await trio.sleep(disk_faults.BACKOFF_MAX_S + 1)
+        for i in range(3):
+            assert await produce(b"b%d" % i) == E.none
+        await sim.crash(node)
+        await sim.boot(node)
+        for _ in range(50):
+            if node.broker is not None and node.broker.cluster.leads(TOPIC, 0):
+                break
+            await trio.sleep(0.2)
+        seen["stored"] = _stored(node, 0)
+
+    sim.run(scenario)
+    assert seen["refused"] == E.kafka_storage_error
+    stored = seen["stored"]
+    assert isinstance(stored, list)
+    assert [v for v in stored if v in acked] == acked, stored

@@ -332,8 +332,11 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
     elif ok and _needs_sync(ctx):
         try:
             await state.flusher.sync(*[p.log for _i, _r, p, _g, _t in ok if p is not None])
-        except OSError:
+        except OSError as e:
             errors.update({id(row): AppendResult(ErrorCode.kafka_storage_error) for row in ok})
+            for _i, _r, _p, group, _t in ok:  # offline, written again (``disk_faults``)
+                if group is not None:
+                    cluster.faults.fail(group, e, "fsync")
     moving = [row for row in ok if row[1].split is not None and id(row) not in errors]
     if moving:  # each partition's records scheduled at once, not one partition after another
         async with trio.open_nursery() as nursery:

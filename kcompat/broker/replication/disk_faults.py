@@ -287,7 +287,7 @@ class DiskFaults:
                 continue
             ready = entry.ready
             if ready is None:  # a failed pre-write: proposals may try again
-                if not self._catch_up(group):
+                if not self._catch_up(group, rewrite=True):
                     continue
                 if group.raft.has_ready():
                     entry.probing = True
@@ -370,12 +370,16 @@ class DiskFaults:
                 self.fail(group, error, "fsync", ready)
         return kept
 
-    def _catch_up(self, group: Group) -> bool:
+    def _catch_up(self, group: Group, rewrite: bool = False) -> bool:
         """Write the entries of the core's log that a failed pre-write left out
         of storage, before the group takes proposals again: a retry must find
         its first attempt in the producer state (a duplicate), not be
-        written a second time. False (offline again) if that fails."""
+        written a second time. ``rewrite``: the log from its synced end first
+        (an fsync may have failed: the produce path's group commit). False
+        (offline again) if that fails."""
         try:
+            if rewrite:
+                self._rewrite(group)  # what a failed fsync may have dropped
             for entry in list(group.raft.log.unstable):
                 group.storage.append_now(entry)
         except OSError as e:
