@@ -21,8 +21,9 @@ replica on this broker until a retry after the backoff opens it
 goes on, and so does everything else.
 
 Where the fault is caught. Every write of a partition log happens in one of
-two places of the replication runtime, and both catch ``OSError`` here; the
-cores (``kcompat.raft``, the pure parts of ``kcompat.log``) never see one:
+two places of the replication runtime, and both catch ``OSError`` here (the
+cores — ``kcompat.raft``, the pure parts of ``kcompat.log`` — never see one);
+a third place syncs:
 
 * the leader's pre-write of a proposal (``propose_batch``, ``write_now``):
   the record is refused before anyone is answered — a ``StorageError``, which
@@ -32,7 +33,11 @@ cores (``kcompat.raft``, the pure parts of ``kcompat.log``) never see one:
 * the Raft driver's Ready round (``runtime._round``): the write of a Ready
   (``write``) and the round's fsync pass (``Flusher.sync_each``, which
   reports failures per target, so one partition's bad disk does not fail the
-  others' round).
+  others' round);
+* and, under ``kcompat.flush.mode=always``, the produce path's own group
+  commit for acks=0/1 (``Flusher.sync``): the produce answers
+  KAFKA_STORAGE_ERROR and the handler reports the failure here (``fail``), so
+  the partition is written again from its synced end like any other.
 
 What the Raft core is told. Raft may count an entry towards the commit, send
 it or acknowledge it only once it is durable, and the core learns that only
