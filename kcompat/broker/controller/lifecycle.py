@@ -6,10 +6,12 @@ Theory of operation
 and silence produce; this module drives it inside the running broker:
 
 * every tick ``heartbeat`` sends the controller a ``Heartbeat`` when the
-  interval is due, at once when the controller, its term or our catch-up
-  state changes, and every few ticks until our registration is live (a first
-  heartbeat can be dropped while the connection is dialled); the controller
-  delivers its own heartbeat locally;
+  interval is due by the clock (a busy loop ticks late: counted in ticks, the
+  interval stretched past the session and a broker fenced itself), at once
+  when the controller, its term or our catch-up state changes, and every few
+  ticks' worth of time until our registration is live (a first heartbeat can
+  be dropped while the connection is dialled); the controller delivers its
+  own heartbeat locally;
 * on the controller, ``on_heartbeat`` and ``expire_sessions`` propose the
   records ``Membership`` returns (a new controller restarts every session);
 * ``serving`` is what Kafka waits for before a broker answers clients: its
@@ -66,8 +68,11 @@ class BrokerLifecycle:
         self.membership = Membership(config["broker.session.timeout.ms"])
         self.heartbeat_ticks = max(1, config["broker.heartbeat.interval.ms"]
                                    // config["kcompat.raft.tick.ms"])
+        self.heartbeat_ms = config["broker.heartbeat.interval.ms"]
+        self.retry_ms = UNREGISTERED_RETRY_TICKS * config["kcompat.raft.tick.ms"]
         self.shutting_down = False
         self._sent_key: tuple[int, int, bool] | None = None
+        self._sent_ms = 0.0  # when the last heartbeat went (monotonic ms)
         self._was_controller = False
 
     # -- this broker ------------------------------------------------------------------
@@ -109,11 +114,13 @@ class BrokerLifecycle:
             return
         caught_up = rt.caught_up
         key = (controller, rt.meta.raft.term, caught_up)
-        every = (self.heartbeat_ticks if self.serving
-                 else min(self.heartbeat_ticks, UNREGISTERED_RETRY_TICKS))
-        if not force and key == self._sent_key and ticks % every:
+        # by the clock, not by ticks: a busy loop ticks late, and a heartbeat
+        # every so many ticks could come later than the session allows
+        every_ms = self.heartbeat_ms if self.serving else min(self.heartbeat_ms, self.retry_ms)
+        now = _clock_ms()
+        if not force and key == self._sent_key and now - self._sent_ms < every_ms:
             return
-        self._sent_key = key
+        self._sent_key, self._sent_ms = key, now
         config = rt.state.config
         host = rt.voters[rt.node_id][0] if rt.node_id in rt.voters else config["host"]
         port = rt.state.advertised_port  # the bound port (``--port 0`` picks one)

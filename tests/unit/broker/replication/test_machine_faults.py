@@ -134,3 +134,28 @@ def test_a_long_replay_is_fed_in_turns(broker: Broker) -> None:
     assert len(fed) >= 10  # the watcher ran between turns of the replay
     assert max(fed) <= 40  # about 20 batches (20 ms) a turn
     assert ready_at[0] < 500  # ready while the replay went on: the metadata log went first
+
+
+def test_heartbeats_go_by_the_clock_not_by_ticks(broker: Broker,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """A busy loop ticks late: here the driver's ticks (100 ms asked) come
+    700 ms apart. A heartbeat every 20 ticks (2 s asked) then came every 14 s,
+    past the 9 s session, and the broker fenced itself (issue 31); by the
+    clock it comes every 2.1 s."""
+    from kcompat.broker.controller import lifecycle as lifecycle_module
+
+    async def body() -> None:
+        lc = broker.controller.lifecycle
+        heard: list[float] = []
+        hear = lc.membership.heartbeat
+        monkeypatch.setattr(lc.membership, "heartbeat",
+                            lambda hb, brokers, now: heard.append(now) or hear(hb, brokers, now))
+        clock = [lifecycle_module._clock_ms()]
+        monkeypatch.setattr(lifecycle_module, "_clock_ms", lambda: clock[0])
+        for tick in range(1, 41):  # no await: the driver's own ticks do not interleave
+            clock[0] += 700
+            lc.heartbeat(tick)
+        gaps = [b - a for a, b in zip(heard, heard[1:], strict=False)]
+        assert len(heard) >= 12 and max(gaps) <= 2100
+
+    running.run(broker, body)
