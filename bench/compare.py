@@ -880,13 +880,17 @@ def fr(x: float | None) -> str:
     return "n/a" if x is None else f"{x:.2f}"
 
 
-def machine() -> list[str]:
-    model = "?"
+def cpu_model() -> str:
+    """The processor's model name (/proc/cpuinfo), '?' if not given."""
     with open("/proc/cpuinfo") as f:
         for line in f:
             if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
+                return line.split(":", 1)[1].strip()
+    return "?"
+
+
+def machine() -> list[str]:
+    model = cpu_model()
     mem_kib = proc_status_kib_meminfo()
     java = subprocess.run([java_bin(), "-version"], capture_output=True, text=True).stderr
     import confluent_kafka  # noqa: F401 (version only)

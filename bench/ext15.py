@@ -75,7 +75,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.compare import proc_cpu_s, proc_status_kib  # noqa: E402
+from bench.compare import cpu_model, proc_cpu_s, proc_status_kib  # noqa: E402
 from compat_tests._broker import Broker, free_port  # noqa: E402
 from kcompat.ext.dedup import DedupIndex, content_id  # noqa: E402
 
@@ -104,12 +104,7 @@ def machine() -> str:
 
     import confluent_kafka
 
-    model = "?"
-    with open("/proc/cpuinfo") as f:
-        for line in f:
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
+    model = cpu_model()
     return (f"machine: nproc {os.cpu_count()}, CPU {model}, {platform.system()} "
             f"{platform.release()}; Python {platform.python_version()}, confluent-kafka "
             f"{confluent_kafka.version()} (librdkafka {confluent_kafka.libversion()[0]})")

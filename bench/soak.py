@@ -84,7 +84,13 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.compare import loadavg, proc_cpu_s, proc_status_kib, proc_status_kib_meminfo  # noqa: E402
+from bench.compare import (  # noqa: E402
+    cpu_model,
+    loadavg,
+    proc_cpu_s,
+    proc_status_kib,
+    proc_status_kib_meminfo,
+)
 from compat_tests._broker import Broker, free_port  # noqa: E402
 
 VALUE_BYTES = 100
@@ -1391,12 +1397,7 @@ def tree_line() -> str:
 
 
 def machine_line() -> str:
-    model = "?"
-    with open("/proc/cpuinfo") as f:
-        for line in f:
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
+    model = cpu_model()
     import confluent_kafka
 
     return (f"{os.cpu_count()} cores, {proc_status_kib_meminfo() / 1048576:.1f} GiB RAM, "
