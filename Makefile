@@ -45,8 +45,11 @@ lint: $(STAMP)
 	$(VENV)/bin/lint-imports --no-cache
 	$(PY) tools/import_cycles.py kcompat
 
-# The simulators (tests/sim: pure CPU, about a minute) run beside the rest of the
-# suite, which mostly waits on broker and client processes, at a lower priority;
+# The simulators (tests/sim: pure CPU, a few minutes) run beside the rest of the
+# suite, which mostly waits on broker and client processes, at a lower priority
+# and with PYTHONHASHSEED=0 (a set of strings iterates in the order of the
+# process's hash seed: a seed replays exactly only under the same one, as the
+# broker simulator's replay command says);
 # both runs must pass, and the cluster suite again over a secured link (test-secured-link). The rest runs in TEST_WORKERS pytest-xdist workers (2: about
 # 12 minutes instead of 20 on 2 cores; TEST_WORKERS=1 runs it serially), a test
 # module each at a time, each worker with its own port slice
@@ -55,7 +58,7 @@ lint: $(STAMP)
 TEST_WORKERS ?= 2
 XDIST = $(if $(filter-out 1,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadgroup)
 test: $(STAMP) tools java-deps lint
-	@nice -n 10 $(PY) -m pytest -q -p no:cacheprovider tests/sim > .sim-tests.log 2>&1 & sim=$$!; \
+	@PYTHONHASHSEED=0 nice -n 10 $(PY) -m pytest -q -p no:cacheprovider tests/sim > .sim-tests.log 2>&1 & sim=$$!; \
 	$(PY) -m pytest -q -p no:cacheprovider $(XDIST) --ignore=tests/sim $(PYTEST_ARGS); rest=$$?; \
 	echo "--- the cluster suite again, its brokers linked over SASL_SSL ---"; \
 	$(MAKE) --no-print-directory test-secured-link; link=$$?; \
@@ -139,7 +142,7 @@ bench-simple: $(STAMP)
 # broker-level ones (default 5000) and LOG_SEEDS partition-log crash schedules (20000).
 sim: $(STAMP)
 	SEEDS=$${SEEDS:-50000} BROKER_SEEDS=$${BROKER_SEEDS:-5000} \
-	  $(PY) -m pytest -q -p no:cacheprovider tests/sim
+	  PYTHONHASHSEED=0 $(PY) -m pytest -q -p no:cacheprovider tests/sim
 	LOG_SEEDS=$${LOG_SEEDS:-20000} $(PY) -m pytest -q -p no:cacheprovider \
 	  tests/unit/log/test_log_crash_sim.py
 

