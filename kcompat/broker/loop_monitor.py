@@ -14,8 +14,9 @@ service's batches) and this module makes it visible:
   time a timer of the control plane (a heartbeat, a Raft tick) waits for the
   loop at that moment;
 * ``kcompat_event_loop_longest_step_seconds{task}`` (gauge): per kind of task
-  (its coroutine function), the longest single step it ran between two
-  checkpoints since the broker started; ``kcompat_event_loop_long_steps_total
+  (its coroutine function, or what it is labelled as doing: a connection's
+  task is ``"<API> request"`` while it serves one), the longest single step it
+  ran between two checkpoints since the broker started; ``kcompat_event_loop_long_steps_total
   {task}`` counts steps over ``LONG_STEP_S`` (50 ms, the budget of issue 31),
   and a step over ``WARN_STEP_S`` is logged with its task kind (once per kind
   and minute), so the culprit of a stall is named, not guessed.
@@ -31,6 +32,7 @@ import logging
 import time
 from types import CodeType
 from typing import TYPE_CHECKING
+from weakref import WeakKeyDictionary
 
 import trio
 from prometheus_client import CollectorRegistry, Counter, Histogram
@@ -47,10 +49,39 @@ LONG_STEP_S = 0.05
 WARN_STEP_S = 0.5
 WARN_EVERY_S = 60.0
 LAG_BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+# a task's kind while it does one thing that says more than its coroutine
+# (a connection's task serving one request: ``labelled``)
+_LABELS: WeakKeyDictionary[trio.lowlevel.Task, str] = WeakKeyDictionary()
+
+
+class labelled:
+    """``with labelled("Fetch request"):`` — the current task's steps count
+    under that kind until the block ends (outside trio: nothing)."""
+
+    __slots__ = ("kind", "task")
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+        self.task: trio.lowlevel.Task | None = None
+
+    def __enter__(self) -> None:
+        try:
+            self.task = trio.lowlevel.current_task()
+        except RuntimeError:
+            return
+        _LABELS[self.task] = self.kind
+
+    def __exit__(self, *exc: object) -> None:
+        if self.task is not None:
+            _LABELS.pop(self.task, None)
 
 
 def task_kind(task: trio.lowlevel.Task, names: dict[CodeType, str]) -> str:
-    """The coroutine function a task runs (``DelayService._serve_target``...)."""
+    """What a task is doing (``labelled``), or the coroutine function it runs
+    (``DelayService._serve_target``...)."""
+    label = _LABELS.get(task)
+    if label is not None:
+        return label
     code = getattr(task.coro, "cr_code", None)
     if code is None:
         return task.name

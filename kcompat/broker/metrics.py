@@ -39,6 +39,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from kcompat.broker.loop_monitor import labelled
 from kcompat.wire.headers import HeaderError, peek_api
 from kcompat.wire.versions import API_RANGES, api_name
 
@@ -78,6 +79,7 @@ class BrokerMetrics:
                                ["api"], registry=r)
         self.ready = False  # set by the runtime: listening and not draining
         self._request_children: dict[tuple[int, int], tuple[Any, Any, Any]] = {}
+        self._request_kinds: dict[int, str] = {}  # API key -> "<API> request" (loop monitor)
         self._in_children: dict[str, Any] = {}
         self._out_children: dict[str, Any] = {}
         if state is not None:
@@ -101,12 +103,18 @@ class BrokerMetrics:
         count.inc()
         started = time.perf_counter()
         try:
-            yield
+            with labelled(self._request_kinds.get(api_key) or self._kind(api_key)):
+                yield  # the loop monitor names the request a long step served
         except Exception:  # trio.Cancelled (a BaseException) is a drain, not an error
             errors.inc()
             raise
         finally:
             latency.observe(time.perf_counter() - started)
+
+    def _kind(self, api_key: int) -> str:
+        kind = self._request_kinds[api_key] = (
+            f"{api_name(api_key) if api_key >= 0 else 'Unknown'} request")
+        return kind
 
     def _children_for(self, api_key: int, version: int) -> tuple[Any, Any, Any]:
         name = api_name(api_key) if api_key >= 0 else "Unknown"

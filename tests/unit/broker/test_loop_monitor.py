@@ -9,12 +9,21 @@ import time
 import trio
 from prometheus_client import CollectorRegistry, generate_latest
 
-from kcompat.broker.loop_monitor import LoopMonitor
+from kcompat.broker.loop_monitor import LoopMonitor, labelled
 
 
 async def _holds_the_loop() -> None:
     await trio.sleep(0.05)
     time.sleep(0.25)  # a step that never checkpoints
+
+
+async def _serving() -> None:
+    await trio.sleep(0.01)  # once the monitor runs
+    with labelled("Fetch request"):  # as a connection's task serving one request
+        time.sleep(0.06)
+        await trio.sleep(0)
+    time.sleep(0.001)  # after the request: the task's own kind again
+    await trio.sleep(0)
 
 
 async def _polite() -> None:
@@ -30,6 +39,7 @@ def test_a_long_step_is_named_and_its_lag_measured() -> None:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(monitor.run)
             nursery.start_soon(_polite)
+            nursery.start_soon(_serving)
             await trio.sleep(0.02)
             await _holds_the_loop()
             await trio.sleep(0.25)
@@ -39,6 +49,7 @@ def test_a_long_step_is_named_and_its_lag_measured() -> None:
     longest = monitor.steps.longest
     assert longest["test_a_long_step_is_named_and_its_lag_measured.main"] >= 0.25
     assert longest["_polite"] < 0.25
+    assert longest["Fetch request"] >= 0.06 and longest["_serving"] < 0.06
     assert longest["LoopMonitor.run"] < 0.25  # its own first step is not counted from 0
     assert monitor.lag_max_s >= 0.15
     text = generate_latest(registry).decode()
