@@ -48,12 +48,12 @@ def test_a_long_step_is_named_and_its_lag_measured() -> None:
     trio.run(main)
     longest = monitor.steps.longest
     assert longest["test_a_long_step_is_named_and_its_lag_measured.main"] >= 0.25
-    assert longest["_polite"] < 0.25
-    assert longest["Fetch request"] >= 0.06 and longest["_serving"] < 0.06
-    assert longest["LoopMonitor.run"] < 0.25  # its own first step is not counted from 0
+    assert longest.get("_polite", 0.0) < 0.25
+    assert longest["Fetch request"] >= 0.06 and longest.get("_serving", 0.0) < 0.06
+    assert longest.get("LoopMonitor.run", 0.0) < 0.25  # its own first step is not counted from 0
     assert monitor.lag_max_s >= 0.15
     text = generate_latest(registry).decode()
     assert ('kcompat_event_loop_long_steps_total{task="test_a_long_step_is_named_and_its_lag_'
             'measured.main"} 1.0') in text
     assert "kcompat_event_loop_lag_seconds_bucket" in text
-    assert 'kcompat_event_loop_longest_step_seconds{task="_polite"}' in text
+    assert 'kcompat_event_loop_longest_step_seconds{task="Fetch request"}' in text
