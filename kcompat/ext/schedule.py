@@ -51,7 +51,7 @@ from __future__ import annotations
 import heapq
 from array import array
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 Target = tuple[str, int]  # topic, partition
 SLOT_MS = 10_000
@@ -70,10 +70,17 @@ class Pending:
     # where its bytes are in the schedule log (``locate``), -1 if unknown
     where: int = -1
 
+    @property
+    def base(self) -> int:
+        """The offset of the schedule-log batch holding its record (its own
+        entry when not located): the log must keep it."""
+        return self.entry if self.where == -1 else self.entry - (self.where >> 32)
+
 
 def locate(entry: int, base_offset: int, position: int) -> int:
-    """``Pending.where`` of the record at ``entry``, the record that starts
-    at ``position`` of the records of the schedule-log batch at ``base_offset``."""
+    """``Pending.where`` of the record of ``entry``, the record that starts
+    at ``position`` of the records of the schedule-log batch at ``base_offset``
+    (a record copied forward lies past its entry: then negative, never -1)."""
     return (entry - base_offset) << 32 | position
 
 
@@ -186,21 +193,10 @@ class Schedule:
         what the leader did. None if it is not pending."""
         if entry in self._pending:
             return self.delivered(entry)
-        slot = due_ms // SLOT_MS
-        cells = self._far.get(slot)
-        if cells is None or entry in self._cancelled:
+        at = self._far_index(entry, due_ms)
+        if at < 0:
             return None
-        # a slot's entries are in log order: binary search past the promoted ones
-        lo, hi = self._far_pos.get(slot, 0) // CELLS, len(cells) // CELLS
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if cells[mid * CELLS + 1] < entry:
-                lo = mid + 1
-            else:
-                hi = mid
-        at = lo * CELLS
-        if at >= len(cells) or cells[at + 1] != entry:
-            return None
+        cells = self._far[due_ms // SLOT_MS]
         due, _entry, offset, tid, where = cells[at:at + CELLS]
         target = self._targets[tid]
         found = Pending(entry, due, self._far_ids.pop(entry, None), target, offset, where)
@@ -324,6 +320,85 @@ class Schedule:
                 return far if near is None else min(near, far)
             self._promote_first(None)  # it may hold the earliest (or only cancelled ones)
 
+    def relocate(self, entry: int, due_ms: int, where: int) -> bool:
+        """``entry`` (due at ``due_ms``) is now read from ``where``: its record
+        was copied forward (the schedule log compacts, ``schedule_log``).
+        False when it is no longer pending (taken, cancelled or dropped)."""
+        found = self._pending.get(entry)
+        if found is not None:
+            self._pending[entry] = replace(found, where=where)
+            return True
+        at = self._far_index(entry, due_ms)
+        if at < 0:
+            return False
+        self._far[due_ms // SLOT_MS][at + 4] = where
+        return True
+
+    def _far_index(self, entry: int, due_ms: int) -> int:
+        """The cell index of a far ``entry`` not yet promoted, -1 if none."""
+        slot = due_ms // SLOT_MS
+        cells = self._far.get(slot)
+        if cells is None or entry in self._cancelled:
+            return -1
+        # a slot's entries are in log order: binary search past the promoted ones
+        lo, hi = self._far_pos.get(slot, 0) // CELLS, len(cells) // CELLS
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if cells[mid * CELLS + 1] < entry:
+                lo = mid + 1
+            else:
+                hi = mid
+        at = lo * CELLS
+        return at if at < len(cells) and cells[at + 1] == entry else -1
+
+    @property
+    def last_entry(self) -> int:
+        """The highest entry ever added (a replay adds nothing up to it)."""
+        return self._last
+
+    def export(self) -> ScheduleImage:
+        """A copy of what is pending, to write a snapshot from (``image_cells``
+        orders it, off the loop): copies of arrays and dicts only, C speed."""
+        far = [(slot, cells[self._far_pos.get(slot, 0):]) for slot, cells in self._far.items()]
+        return ScheduleImage(far, list(self._pending.values()), dict(self._far_ids),
+                             set(self._cancelled), list(self._targets))
+
+    def load(self, cells: array[int], ids: dict[int, str],
+             targets: list[Target | None]) -> None:
+        """Add snapshot entries (``image_cells`` order: by slot, then entry;
+        a target id indexes ``targets``) without replay checks."""
+        local = []
+        for target in targets:
+            tid = self._target_ids.get(target)
+            if tid is None:
+                tid = self._target_ids[target] = len(self._targets)
+                self._targets.append(target)
+            local.append(tid)
+        for i in range(0, len(cells), CELLS):
+            due_ms, entry, offset, tid, where = cells[i:i + CELLS]
+            slot = due_ms // SLOT_MS
+            found = self._far.get(slot)
+            if found is None:
+                found = self._far[slot] = array("q")
+                self._far_min[slot] = due_ms
+                heapq.heappush(self._slots, slot)
+            elif due_ms < self._far_min[slot]:
+                self._far_min[slot] = due_ms
+            found.extend((due_ms, entry, offset, local[tid], where))
+            schedule_id = ids.get(entry)
+            if schedule_id is not None:
+                self._far_ids[entry] = schedule_id
+                self._by_id.setdefault((targets[tid], schedule_id), OrderedDict())[entry] = None
+            self._count += 1
+
+    def loaded(self, last: int) -> None:
+        """Snapshot entries are all loaded: a schedule id names its entries in
+        entry order again, and nothing up to ``last`` is added twice."""
+        self._last = max(self._last, last)
+        for key, entries in self._by_id.items():
+            if list(entries) != sorted(entries):
+                self._by_id[key] = OrderedDict((e, None) for e in sorted(entries))
+
     def pending(self) -> list[Pending]:
         """Every pending record, earliest due first (``kcompat scheduled list``)."""
         out = list(self._pending.values())
@@ -334,3 +409,48 @@ class Schedule:
                     out.append(Pending(entry, due_ms, self._far_ids.get(entry),
                                        self._targets[tid], offset, where))
         return sorted(out, key=lambda p: (p.due_ms, p.entry))
+
+
+@dataclass(slots=True)
+class ScheduleImage:
+    """A copy of a schedule's pending entries (``Schedule.export``)."""
+
+    far: list[tuple[int, array[int]]]  # slot -> its cells not promoted yet (some cancelled)
+    near: list[Pending]
+    far_ids: dict[int, str]
+    cancelled: set[int]
+    targets: list[Target | None]
+
+
+def image_cells(image: ScheduleImage) -> tuple[array[int], dict[int, str]]:
+    """Every pending entry of ``image`` as far cells ordered by slot, then
+    entry (how ``Schedule.load`` keeps each slot searchable), with target
+    ids into ``image.targets``, and the schedule ids. Pure: a worker thread
+    runs it."""
+    tids = {t: i for i, t in enumerate(image.targets)}
+    targets = image.targets
+    by_slot: dict[int, list[tuple[int, ...]]] = {}
+    for pending in image.near:
+        tid = tids.get(pending.target)
+        if tid is None:
+            tid = tids[pending.target] = len(targets)
+            targets.append(pending.target)
+        by_slot.setdefault(pending.due_ms // SLOT_MS, []).append(
+            (pending.due_ms, pending.entry, pending.offset, tid, pending.where))
+    ids = dict(image.far_ids)
+    ids.update((p.entry, p.schedule_id) for p in image.near if p.schedule_id is not None)
+    far = dict(image.far)
+    out = array("q")
+    for slot in sorted({*far, *by_slot}):
+        cells = far.get(slot, array("q"))
+        if slot not in by_slot and not image.cancelled:
+            out.extend(cells)  # in entry order already
+            continue
+        rows = [tuple(cells[i:i + CELLS]) for i in range(0, len(cells), CELLS)
+                if cells[i + 1] not in image.cancelled]
+        rows += by_slot.get(slot, [])
+        rows.sort(key=lambda r: r[1])
+        for row in rows:
+            out.extend(row)
+    return out, {e: i for e, i in ids.items() if e not in image.cancelled}
+
