@@ -164,6 +164,12 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
         # __share_group_state: share-partition state (KIP-932), created on first use
         _D("share.coordinator.state.topic.num.partitions", "int", 50, minimum=1),
         _D("share.coordinator.state.topic.replication.factor", "short", 3, minimum=1),
+        _D("share.coordinator.state.topic.segment.bytes", "int", 104857600, minimum=1),
+        # a key's snapshot after this many updates, and the log prefix no key
+        # needs dropped this often (broker.share_compaction)
+        _D("share.coordinator.snapshot.update.records.per.snapshot", "int", 500, minimum=0,
+           maximum=500),
+        _D("share.coordinator.state.topic.prune.interval.ms", "int", 300000, minimum=1),
         _D("kcompat.flush.mode", "string", "acks_all", choices=("acks_all", "always", "never")),
         _D("kcompat.cluster.id", "string", ""),
         # Fetch sends record sets from the segment files with sendfile (zero_copy)

@@ -31,6 +31,21 @@ A write that fails drops the machine: the next request claims the key again
 and continues from the last committed state (records acquired in between come
 back AVAILABLE with their delivery counted — at least once).
 
+**Bounded state.** The state log does not grow with history: the leader of
+each state partition writes a ``snapshot`` of a key every
+``share.coordinator.snapshot.update.records.per.snapshot`` changes (and of
+keys idle for a prune interval while the log is large), and drops the
+prefix no key needs any more every
+``share.coordinator.state.topic.prune.interval.ms`` (``share_compaction``).
+Why a replay from there gives the same state is in ``group.share_state``:
+a claim's generation is its own offset plus one, a delete removes the
+entry, and a snapshot copies a key's whole entry. So ``restore`` — this
+replica's log starts past what it applied (after a restart, or as a
+follower handed the leader's log start) — starts the machine empty and the
+records from the log start rebuild it. A key's generation is fenced against
+deposed holders by that offset: a later claim always has a larger one, and
+a deleted key has none, so no older holder's write matches.
+
 **Time.** ``run`` ticks the machines at their next lock expiry or backoff end,
 writes what changed and wakes parked fetches; a fetch that acquired nothing
 waits (``max_wait``) for new data or such a wake.
@@ -56,6 +71,7 @@ from kcompat.broker.controller.internal_topics import partition_for
 from kcompat.broker.group_config import duration_ms
 from kcompat.broker.replication import codec
 from kcompat.broker.replication.storage import now_ms
+from kcompat.broker.share_compaction import ShareCompaction
 from kcompat.broker.share_sessions import ShareSessions
 from kcompat.broker.topic_config import effective
 from kcompat.ext.view_filter import Filter
@@ -79,9 +95,9 @@ from kcompat.group.share_state import (
     claim_value,
     delete_value,
     encode_key,
+    read_record,
     share_key_string,
     state_from_json,
-    state_generation,
     state_to_json,
     state_value,
 )
@@ -184,6 +200,11 @@ class ShareService:
         # a share group's configs (the group side replaces it)
         self.settings_of: Callable[[str], ShareSettings] = lambda _group: ShareSettings()
         self._claiming: dict[tuple[int, ShareKey], int] = {}  # claims proposed here
+        self._updates_per_snapshot = int(
+            state.config["share.coordinator.snapshot.update.records.per.snapshot"])
+        self.compaction = ShareCompaction(
+            cluster, calls, self._log,
+            int(state.config["share.coordinator.state.topic.prune.interval.ms"]))
         cluster.machines[SHARE_STATE_TOPIC] = self  # fed by the replication host
         cluster.append_checks[SHARE_STATE_TOPIC] = self.check_write
         cluster.inbound[codec.ShareClaimRequest] = (
@@ -197,7 +218,7 @@ class ShareService:
         slog = self._log(index)
         for record in decode_batch(batch):
             try:
-                key = slog.apply(record.key, record.value)
+                key = slog.apply(record.key, record.value, record.offset)
             except ShareStateError as e:
                 log.warning("skipping a record of %s-%d at %d: %s", SHARE_STATE_TOPIC, index,
                             record.offset, e)
@@ -205,38 +226,53 @@ class ShareService:
             held = self.held.get(key)
             if held is not None and slog.generation(key) != held.generation:
                 del self.held[key]  # fenced (deleted, or claimed by another leader)
+        if slog.has_due and index in self.compaction.leading:
+            self.compaction.wake()
 
     def check_write(self, index: int, batch: memoryview) -> ErrorCode:
         """At the state partition's leader, before a batch is proposed:
         FENCED_STATE_EPOCH (Kafka's answer to a deposed share-partition
         leader) when a state record is of an older generation, or its key is
         being claimed here — so a deposed holder learns it at once and does
-        not answer its consumers as if its write counted."""
+        not answer its consumers as if its write counted. A batch of
+        snapshots is the compaction's to check (``ShareCompaction.check``)."""
         slog = self._log(index)
         try:
             records = decode_batch(batch)
         except wbatch.BatchError:
             return ErrorCode.corrupt_message
+        snapshots: set[ShareKey] = set()
         for record in records:
             try:
-                key, generation = state_generation(record.key, record.value)
+                key, value = read_record(record.key, record.value)
             except ShareStateError:
-                continue  # not a state record (a claim, a delete) or junk: apply skips it
+                continue  # junk: apply skips it
+            if value["op"] == "snapshot":
+                snapshots.add(key)
+            generation = value.get("gen") if value["op"] == "state" else None
+            if not isinstance(generation, int):
+                continue  # not a state record (a claim, a delete): nothing to fence
             if generation != slog.generation(key) or (index, key) in self._claiming:
                 return ErrorCode.fenced_state_epoch
-        return ErrorCode.none
+        return self.compaction.check(index, snapshots) if snapshots else ErrorCode.none
 
     def on_role(self, index: int, leading: bool) -> None:
-        """Nothing to take over: a share key is claimed by its data partition's
-        leader when it serves it."""
+        """Nothing to take over (a share key is claimed by its data
+        partition's leader when it serves it) but the compaction."""
+        self.compaction.on_role(index, leading)
 
     def restore(self, index: int, start: int) -> None:
-        """The state log is never cut by retention; the applied state stays."""
+        """The log now starts at ``start``, past what was applied (this
+        replica restarted, or is a follower handed the leader's log start):
+        start empty; the records from there rebuild the state
+        (``group.share_state``)."""
+        self.logs[index] = ShareStateLog(self._updates_per_snapshot)
+        self.compaction.restore(index)
 
     def _log(self, index: int) -> ShareStateLog:
         found = self.logs.get(index)
         if found is None:
-            found = self.logs[index] = ShareStateLog()
+            found = self.logs[index] = ShareStateLog(self._updates_per_snapshot)
         return found
 
     def state_index(self, key: ShareKey) -> int:
@@ -733,6 +769,11 @@ class ShareService:
     # -- time ---------------------------------------------------------------------------------
 
     async def run(self) -> None:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self.compaction.run)
+            await self._run_timers()
+
+    async def _run_timers(self) -> None:
         while True:
             self._timer = trio.Event()
             now = now_ms()

@@ -60,7 +60,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
 
 from compat_tests._broker import unique_topic
 from compat_tests._cluster import Cluster, diagnostics
@@ -189,7 +189,8 @@ def committed_share_state(bootstrap: str, keys: dict[int, tuple[str, str, int]]
     try:
         ends = {i: consumer.get_watermark_offsets(TopicPartition(SHARE_STATE_TOPIC, i),
                                                   timeout=5)[1] for i in indexes}
-        consumer.assign([TopicPartition(SHARE_STATE_TOPIC, i, 0) for i in indexes])
+        consumer.assign([TopicPartition(SHARE_STATE_TOPIC, i, OFFSET_BEGINNING)
+                         for i in indexes])  # the log start: its leaders prune it
         done = {i for i, end in ends.items() if end <= 0}
         deadline = time.monotonic() + 10
         while done != indexes and time.monotonic() < deadline:
@@ -202,7 +203,7 @@ def committed_share_state(bootstrap: str, keys: dict[int, tuple[str, str, int]]
                     done.add(i)
                 continue
             if msg.offset() < ends[i]:
-                logs[i].apply(msg.key(), msg.value())
+                logs[i].apply(msg.key(), msg.value(), msg.offset())
         assert done == indexes, f"{SHARE_STATE_TOPIC} {sorted(indexes)} not read to {ends}"
     finally:
         consumer.close()

@@ -11,7 +11,9 @@ and replication factors of the broker config
 ``offsets.topic.segment.bytes`` / ``transaction.state.log.segment.bytes``.
 ``__kc_schedule`` (delayed records, ``ext.schedule_log``) is created the same
 way on the first produce of a delayed record, ``__share_group_state``
-(share-partition state, ``group.share_state``) on a share group's first fetch. The coordinator of a
+(share-partition state, ``group.share_state``; segments of
+``share.coordinator.state.topic.segment.bytes``, its prefix dropped by its
+leaders as its keys are snapshotted) on a share group's first fetch. The coordinator of a
 group id or transactional id is the leader of partition
 ``abs(javaHash(id)) % partitions``, as in Kafka, so records land where Kafka
 puts them; a topic-partition's delayed records go to the schedule partition
@@ -29,7 +31,9 @@ TXN_TOPIC = "__transaction_state"
 TXN_TOPIC_CONFIGS = {"cleanup.policy": "compact"}
 # delayed records wait here until delivered: never deleted by time or size
 SCHEDULE_TOPIC_CONFIGS = {"retention.ms": "-1", "retention.bytes": "-1"}
-# share-partition state: its records are kept until compaction exists (issue 18)
+# share-partition state: never deleted by time or size; its leaders drop the
+# prefix no live key needs (broker.share_compaction), in segments of
+# share.coordinator.state.topic.segment.bytes, as Kafka's share coordinator does
 SHARE_STATE_TOPIC_CONFIGS = {"cleanup.policy": "delete", "retention.ms": "-1",
                              "retention.bytes": "-1"}
 # topic -> prefix of its broker config keys (``<prefix>.num.partitions`` ...,
