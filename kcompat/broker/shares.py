@@ -266,6 +266,8 @@ class ShareService:
         replica restarted, or is a follower handed the leader's log start):
         start empty; the records from there rebuild the state
         (``group.share_state``)."""
+        log.info("rebuilding the share state of %s-%d from offset %d", SHARE_STATE_TOPIC, index,
+                 start)
         self.logs[index] = ShareStateLog(self._updates_per_snapshot)
         self.compaction.restore(index)
 
