@@ -70,7 +70,7 @@ log = logging.getLogger("kcompat.shares")
 SNAPSHOT_BATCH_KEYS = 128  # a batch costs ~5 ms to build and to apply
 SNAPSHOT_BATCH_BYTES = 128 * 1024
 BATCHES_PER_TURN = 8  # of one partition before the others get theirs
-COLD_SLACK_RECORDS = 1000
+COLD_SLACK_RECORDS = 100
 WRITE_TIMEOUT_S = 5.0
 
 # (offset, key, raw key, raw value) of a record in the log's unapplied tail
@@ -90,7 +90,6 @@ class ShareCompaction:
         self._marks: dict[int, int] = {}  # the applied offset at the previous prune
         self._cold: dict[int, int] = {}  # snapshot the keys whose since is below this
         self._folded: dict[int, tuple[int, frozenset[ShareKey]]] = {}  # see ``check``
-        self.records_pruned = 0
 
     def on_role(self, index: int, leading: bool) -> None:
         self._next_prune.pop(index, None)
@@ -169,7 +168,6 @@ class ShareCompaction:
         if cut > start:
             plog.delete_records_before(cut, now_ms())
             self.cluster.log_starts_moved(SHARE_STATE_TOPIC, index)
-            self.records_pruned += cut - start
             log.debug("%s-%d: dropped the records below %d (%d keys live)", SHARE_STATE_TOPIC,
                       index, cut, slog.entry_count)
         mark = self._marks.get(index)
@@ -243,7 +241,7 @@ def _tail(group: Group, start: int, end: int) -> list[TailRecord]:
 
 
 def snapshot_records(slog: ShareStateLog, keys: list[ShareKey], tail: list[TailRecord]
-               ) -> list[tuple[ShareKey, bytes]]:
+                     ) -> list[tuple[ShareKey, bytes]]:
     """The snapshot record of each key as it will be after ``tail``: keys
     without a record there as applied; the others folded through it in a
     scratch log (a key deleted there gets none)."""

@@ -266,8 +266,10 @@ class ShareService:
         replica restarted, or is a follower handed the leader's log start):
         start empty; the records from there rebuild the state
         (``group.share_state``)."""
-        log.info("rebuilding the share state of %s-%d from offset %d", SHARE_STATE_TOPIC, index,
-                 start)
+        had = self.logs.get(index)
+        log.log(logging.INFO if had is not None and had.entry_count else logging.DEBUG,
+                "rebuilding the share state of %s-%d from offset %d", SHARE_STATE_TOPIC, index,
+                start)
         self.logs[index] = ShareStateLog(self._updates_per_snapshot)
         self.compaction.restore(index)
 

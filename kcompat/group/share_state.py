@@ -56,8 +56,8 @@ not a count of the history. Hence the host may drop the log prefix below
 handed the new log start (``restore``), starts empty and replays from there.
 
 A ``snapshot`` record is a copy of what the entry already is where it lands
-(the leader writes it only when no record of its key is in flight between
-what it applied and the log end, checked again just before the append), so
+(the leader folds the records of its key still in flight between what it
+applied and the log end into it, and appends it with nothing in between), so
 it changes no outcome; it only moves ``since`` to the log end. The leader
 writes one for a key after ``updates_per_snapshot`` records changed it
 (``due``; Kafka's ``share.coordinator.snapshot.update.records.per.snapshot``)

@@ -3,9 +3,11 @@ group acknowledges records one ShareAcknowledge at a time (a state update
 each), the state partition's leader snapshots the key every few updates
 (``share.coordinator.snapshot.update.records.per.snapshot``) and drops the
 prefix no key needs (``share.coordinator.state.topic.prune.interval.ms``), so
-the topic's log start moves; the broker is then killed -9 and restarted, its
-state machine replays from that log start, and the group goes on where it
-was: the records not acknowledged come, none acknowledged comes again.
+the topic's log start moves — past all another group wrote before it went
+idle too (its key, cold, is snapshotted once the log is large); the broker is
+then killed -9 and restarted, its state machine replays from that log start,
+and both groups go on where they were: the records not acknowledged come,
+none acknowledged comes again.
 
 In a 3-broker cluster the preferred replica of the state partition is killed,
 the group acknowledges on until the new leader has dropped more than the
@@ -115,21 +117,26 @@ def test_state_log_start_moves_and_a_restart_resumes_the_group(tmp_path: Path) -
     try:
         bootstrap = broker.bootstrap
         require_share_apis(bootstrap)
-        topic, group = unique_topic("ssc"), unique_topic("ssc-g")
+        topic, group, idle = unique_topic("ssc"), unique_topic("ssc-g"), unique_topic("ssc-i")
         admin = AdminClient({"bootstrap.servers": bootstrap})
         admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(30)
-        set_group_configs(bootstrap, group, {"share.auto.offset.reset": "earliest"})
+        for g in (group, idle):
+            set_group_configs(bootstrap, g, {"share.auto.offset.reset": "earliest"})
         produce(bootstrap, topic, [(0, None, str(i)) for i in range(RECORDS)])
 
+        idle_acknowledged: set[int] = set()
+        acknowledge_one_by_one(bootstrap, idle, topic, idle_acknowledged, 20)
+        _start, idle_end = state_offsets(bootstrap)
         acknowledged: set[int] = set()
         acknowledge_one_by_one(bootstrap, group, topic, acknowledged, ACKNOWLEDGED)
-        start = wait_state_log_start(bootstrap, 0)
+        start = wait_state_log_start(bootstrap, idle_end)  # the idle key was snapshotted
 
         broker.kill()
         broker.start()
         assert state_log_start(bootstrap) >= start  # the restart replayed from there
 
         consume_the_rest(bootstrap, group, topic, acknowledged, 1)
+        consume_the_rest(bootstrap, idle, topic, idle_acknowledged, 1)
     finally:
         broker.close()
 
