@@ -161,6 +161,10 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
         # __kc_schedule: the delayed records (EXTENSIONS.md), created on first use
         _D("kc.schedule.topic.num.partitions", "int", 10, minimum=1),
         _D("kc.schedule.topic.replication.factor", "short", 3, minimum=1),
+        _D("kc.schedule.topic.segment.bytes", "int", 64 << 20, minimum=1 << 20),
+        # a schedule partition snapshots its state (and drops what it no longer
+        # needs) once this many records, or half its pending count, came after the last
+        _D("kc.schedule.snapshot.min.records", "int", 100_000, minimum=1),
         # __share_group_state: share-partition state (KIP-932), created on first use
         _D("share.coordinator.state.topic.num.partitions", "int", 50, minimum=1),
         _D("share.coordinator.state.topic.replication.factor", "short", 3, minimum=1),

@@ -71,7 +71,7 @@ from kcompat.broker.controller.internal_topics import partition_for
 from kcompat.broker.replication.storage import now_ms
 from kcompat.ext.delay import SCHEDULED_OFFSET
 from kcompat.ext.holes import Split
-from kcompat.ext.schedule import Target
+from kcompat.ext.schedule import CELLS, Pending, ScheduleImage, Target, image_cells
 from kcompat.ext.schedule_log import (
     SCHEDULE_TOPIC,
     Delivery,
@@ -83,11 +83,13 @@ from kcompat.ext.schedule_log import (
     done_record,
     drop_record,
     internal_producer_id,
+    move_record,
     out_record,
+    snapshot_batches,
     take_within,
 )
 from kcompat.wire import batch as wbatch
-from kcompat.wire.records import Record, encode_batch, marker_aborts
+from kcompat.wire.records import Record, encode_batch
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -115,6 +117,7 @@ TARGET_GONE_S = 30.0  # a target missing this long (metadata caught up) was dele
 BACKPRESSURE_FROM_S = 0.5
 THROTTLE_MAX_MS = 1000
 RETRY_MAX_S = 5.0
+COMPACT_CHECK_S = 2.0  # how often a leader looks whether a snapshot is due
 # a delivery refused for itself (not for a passing leader change): worth a warning
 _REFUSED = (ErrorCode.out_of_order_sequence_number, ErrorCode.invalid_producer_epoch,
             ErrorCode.corrupt_message, ErrorCode.invalid_record)
@@ -133,6 +136,8 @@ class DelayService:
         self._busy: set[tuple[int, Target]] = set()
         self._missing_since: dict[Target, float] = {}  # targets not (yet) in the metadata
         self._stored: dict[int, StoredRecords] = {}  # schedule partition -> its reader
+        # schedule partition -> where its last snapshots written here were taken
+        self._snapshots: dict[int, list[int]] = {}
         self._wake = trio.Event()
         self.lateness: Histogram | None = None
         self.delivered: Counter | None = None
@@ -144,13 +149,7 @@ class DelayService:
     # -- the replicated state machine over __kc_schedule ----------------------------------
 
     def apply(self, index: int, batch: memoryview, header: wbatch.BatchHeader) -> None:
-        if header.is_control:
-            if header.producer_id >= 0:  # a transaction marker (else a Raft record)
-                self._log(index).end_txn(header.producer_id, not marker_aborts(batch))
-        elif header.is_transactional:
-            self._log(index).hold_stored(header.producer_id, batch)
-        elif header.records_count:
-            self._log(index).apply_stored(batch)
+        self._log(index).feed(batch, header)
         if index in self.leading:
             self._wake.set()
 
@@ -166,13 +165,22 @@ class DelayService:
         self._wake.set()
 
     def restore(self, index: int, start: int) -> None:
-        """The schedule log is never cut by retention; DeleteRecords on it
-        keeps the applied state."""
+        """The log starts at ``start``, past what was applied (a restart after
+        the log start moved, or a follower sent its leader's log start): the
+        machine starts again from the snapshot the log holds there."""
+        self.logs[index] = ScheduleLog(fresh_from=start, reread=partial(self._reread, index))
+        self._stored.pop(index, None)
+
+    def _reread(self, index: int, machine: ScheduleLog, start: int, end: int) -> None:
+        group = self.cluster.group_of(SCHEDULE_TOPIC, index)
+        if group is not None:
+            for batch, header in group.storage.plog.batches(start, end):
+                machine.feed(batch, header)
 
     def _log(self, index: int) -> ScheduleLog:
         found = self.logs.get(index)
         if found is None:
-            found = self.logs[index] = ScheduleLog()
+            found = self.logs[index] = ScheduleLog(reread=partial(self._reread, index))
         return found
 
     # -- produce: schedule what a stored batch took out ----------------------------------
@@ -218,6 +226,7 @@ class DelayService:
 
     async def run(self) -> None:
         async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._compact_loop)
             while True:
                 self._wake = trio.Event()
                 wait_s = self._start_due(nursery, now_ms())
@@ -320,6 +329,84 @@ class DelayService:
             await trio.sleep(min(RETRY_S * 2 ** min(attempt, 5), RETRY_MAX_S))
             attempt += 1
         return False  # the next leader finishes it
+
+    # -- bounded state: snapshots and the log start ------------------------------------------
+
+    async def _compact_loop(self) -> None:
+        while True:
+            await trio.sleep(COMPACT_CHECK_S)
+            for index in sorted(self.leading):
+                if self._snapshot_due(index):
+                    try:
+                        await self._compact(index)
+                    except Exception:
+                        log.exception("compacting %s-%d failed", SCHEDULE_TOPIC, index)
+
+    def _snapshot_due(self, index: int) -> bool:
+        """Enough came after the last snapshot: ``kc.schedule.snapshot.min.records``,
+        or half the pending records if more (restart replays at most that
+        much after the snapshot; a snapshot costs about 40 bytes per pending
+        record, so their cost per record scheduled stays flat)."""
+        group = self.cluster.group_of(SCHEDULE_TOPIC, index)
+        slog = self.logs.get(index)
+        if group is None or slog is None or slog.fresh_from is not None or \
+                self.cluster.serving_machine(SCHEDULE_TOPIC, index) is not None:
+            return False
+        plog = group.storage.plog
+        since = plog.log_end_offset - max(slog.snapshot_at, plog.log_start_offset)
+        least = int(self.state.config["kc.schedule.snapshot.min.records"])
+        return since >= max(least, len(slog) // 2)
+
+    async def _compact(self, index: int) -> None:
+        """Copy forward the pending records older than the snapshot before the
+        last one (few: they outlived two snapshots), snapshot the state, then
+        move the log start to the lowest offset still needed — below the
+        snapshot, only batches holding a pending record — and delete the
+        segments wholly below it: disk follows what is pending, and a
+        replica that restarts reads the snapshot, not the history."""
+        slog = self._log(index)
+        older = self._snapshots.get(index, [])
+        if len(older) >= 2:
+            await self._move_older(index, older[-2])
+        group = self.cluster.group_of(SCHEDULE_TOPIC, index)
+        if group is None or not group.is_leader or self._log(index) is not slog:
+            return
+        at = group.applied
+        capture = slog.capture(at)
+        batches, low = await trio.to_thread.run_sync(snapshot_batches, capture, now_ms())
+        for batch in batches:
+            code, _offset = await self.calls.append_locally(SCHEDULE_TOPIC, index, batch,
+                                                            WRITE_TIMEOUT_S)
+            if code != ErrorCode.none:
+                log.debug("snapshot of %s-%d not written: %s", SCHEDULE_TOPIC, index, code.name)
+                return
+        self._snapshots[index] = [*older[-2:], at]
+        plog = group.storage.plog
+        if group.is_leader and plog.log_start_offset < low <= group.hw:
+            plog.delete_records_before(low, now_ms())
+            self.cluster.log_starts_moved(SCHEDULE_TOPIC, index)
+        log.info("%s-%d: snapshot of %d pending records at offset %d (%d batches); the log "
+                 "starts at %d", SCHEDULE_TOPIC, index, len(slog), at, len(batches),
+                 plog.log_start_offset)
+
+    async def _move_older(self, index: int, below: int) -> None:
+        """Copy the pending records held in batches below ``below`` to the log
+        end, ``SCHEDULE_BATCH`` per batch (a record delivered or cancelled
+        meanwhile is left: the copy is ignored)."""
+        slog = self._log(index)
+        image = slog.schedule.export()
+        found = await trio.to_thread.run_sync(_below, image, below)
+        stored = self._records(index)
+        for start in range(0, len(found), SCHEDULE_BATCH):
+            chunk = found[start:start + SCHEDULE_BATCH]
+            records = [move_record(stored.record(p), p, now_ms()) for p in chunk]
+            code, _offset = await self.calls.append_locally(
+                SCHEDULE_TOPIC, index, encode_batch(records), WRITE_TIMEOUT_S)
+            if code != ErrorCode.none:
+                return
+        if found:
+            log.info("%s-%d: %d pending records copied forward", SCHEDULE_TOPIC, index,
+                     len(found))
 
     def _gone(self, target: Target) -> bool:
         """The target partition does not exist — for long enough, with this
@@ -439,6 +526,20 @@ class _PendingCollector(Collector):
         for index in sorted(self.service.leading):
             late.add_metric((str(index),), self.service.overdue_s(index))
         yield late
+
+
+def _below(image: ScheduleImage, below: int) -> list[Pending]:
+    """The pending entries of ``image`` whose records lie in batches below
+    ``below``. Pure: a worker thread runs it."""
+    cells, ids = image_cells(image)
+    targets = image.targets
+    found = []
+    for i in range(0, len(cells), CELLS):
+        due_ms, entry, offset, tid, where = cells[i:i + CELLS]
+        pending = Pending(entry, due_ms, ids.get(entry), targets[tid], offset, where)
+        if pending.base < below:
+            found.append(pending)
+    return found
 
 
 def schedule_batches(topic: str, index: int, split: Split, base_offset: int,

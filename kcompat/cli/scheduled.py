@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+from functools import partial
 from typing import Any
 
 from kcompat.cli._common import (
@@ -27,7 +28,7 @@ from kcompat.cli._common import (
 )
 from kcompat.ext.delay import CANCEL_SCHEDULE
 from kcompat.ext.schedule import Pending
-from kcompat.ext.schedule_log import SCHEDULE_TOPIC, ScheduleLog
+from kcompat.ext.schedule_log import SCHEDULE_TOPIC, ScheduleLog, read_op
 from kcompat.wire.records import Record
 
 
@@ -50,24 +51,38 @@ Row = tuple[Pending, bool, bytes | None]  # entry, delivery started?, key
 
 def read_schedule(args: argparse.Namespace) -> list[Row]:
     """Every scheduled record of ``args.topic``, earliest due first."""
-    from kafka import KafkaConsumer
+    from kafka import KafkaConsumer, TopicPartition
 
     consumer = KafkaConsumer(**client_config(args), group_id=None)
     try:
         if not consumer.partitions_for_topic(args.topic):
             raise CliError(f"unknown topic {args.topic!r}")
+        schedule = consumer.partitions_for_topic(SCHEDULE_TOPIC) or set()
+        tps = [TopicPartition(SCHEDULE_TOPIC, p) for p in sorted(schedule)]
+        starts = {tp.partition: int(o) for tp, o in consumer.beginning_offsets(tps).items()}
     finally:
         consumer.close(autocommit=False)
     logs: dict[int, ScheduleLog] = {}
+    read: dict[int, list[Record]] = {}  # what a log that starts at a snapshot rereads
     keys: dict[tuple[int, int], bytes | None] = {}
+
+    def reread(index: int, machine: ScheduleLog, start: int, end: int) -> None:
+        for record in read.get(index, []):
+            if start <= record.offset < end:
+                machine.apply(record)
 
     def replay(r: Any) -> None:
         slog = logs.get(r.partition)
-        if slog is None:
-            slog = logs[r.partition] = ScheduleLog()
-        slog.apply(Record(r.offset, r.timestamp, r.key, r.value, tuple(r.headers or ())))
-        if r.key is not None:
-            keys[(r.partition, r.offset)] = r.key
+        if slog is None:  # a log that starts past 0 starts at a snapshot
+            slog = logs[r.partition] = ScheduleLog(fresh_from=starts.get(r.partition) or None,
+                                                   reread=partial(reread, r.partition))
+        record = Record(r.offset, r.timestamp, r.key, r.value, tuple(r.headers or ()))
+        if slog.fresh_from is not None:
+            read.setdefault(r.partition, []).append(record)
+        slog.apply(record)
+        op = read_op(record)
+        if op is not None and op.get("op") in ("add", "move"):  # a copy names its entry
+            keys[(r.partition, int(op.get("e", r.offset)))] = r.key
 
     read_to_end(args, SCHEDULE_TOPIC, replay, missing_ok=True)
     rows = [(p, moving, keys.get((index, p.entry))) for index, slog in logs.items()

@@ -309,7 +309,7 @@ class BrokerSimulation:
             "node.id": node.node_id, "log.dirs": f"/sim/n{node.node_id}", "host": "sim",
             "port": 9000 + node.node_id, "controller.quorum.voters": voters,
             "offsets.topic.num.partitions": 2, "transaction.state.log.num.partitions": 2,
-            "kc.schedule.topic.num.partitions": 2,
+            "kc.schedule.topic.num.partitions": 2, "kc.schedule.snapshot.min.records": 20,
             "offsets.topic.replication.factor": self.size,
             "transaction.state.log.replication.factor": self.size,
             "kc.schedule.topic.replication.factor": self.size,

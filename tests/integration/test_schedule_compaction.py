@@ -1,0 +1,90 @@
+"""The schedule log keeps what is pending, not what happened: after many
+delayed records were delivered, ``__kc_schedule`` starts past them (its
+snapshots, and the long-delayed records copied forward), its disk holds a
+few segments, ``kcompat scheduled list`` still lists what is pending — and
+a broker killed then (kill -9) still delivers every pending record exactly
+once, rebuilt from the snapshot."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+
+from compat_tests._broker import Broker, unique_topic
+from compat_tests._compaction import alter_topic
+from tests.integration.test_cli import kc_json
+
+SHORT = 3000  # delivered at once
+LONG = 40  # pending across the restart
+SEGMENT_BYTES = 20_000
+
+
+def _schedule_bytes(data_dir: Path) -> int:
+    return sum(f.stat().st_size for f in data_dir.glob("__kc_schedule-0/*.log"))
+
+
+def _schedule_start(bootstrap: str) -> int:
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap)
+    try:
+        tp = TopicPartition("__kc_schedule", 0)
+        return int(consumer.beginning_offsets([tp])[tp])
+    finally:
+        consumer.close()
+
+
+def test_the_schedule_log_drops_delivered_history_and_restarts_from_its_snapshot(
+        tmp_path: Path) -> None:
+    broker = Broker(tmp_path / "broker", extra_args=(
+        "--set", "admin.port=-1", "--set", "kc.schedule.topic.num.partitions=1",
+        "--set", "kc.schedule.snapshot.min.records=300")).start()
+    try:
+        topic = unique_topic("compact")
+        producer = KafkaProducer(bootstrap_servers=broker.bootstrap, linger_ms=5)
+        producer.send(topic, b"first", key=b"first", partition=0,
+                      headers=[("kc-delay-ms", b"1")]).get(timeout=30)  # creates __kc_schedule
+        # small segments (Kafka's key for tests: segment.bytes is at least 1 MiB)
+        alter_topic(broker.bootstrap, "__kc_schedule", {"internal.segment.bytes": str(SEGMENT_BYTES)})
+        due_long = time.time() * 1000 + 30_000
+        for i in range(LONG):
+            producer.send(topic, b"x" * 100, key=b"long%d" % i, partition=0,
+                          headers=[("kc-deliver-at", b"%d" % due_long)])
+        for i in range(SHORT):
+            producer.send(topic, b"y" * 100, key=b"short%d" % i, partition=0,
+                          headers=[("kc-delay-ms", b"200")])
+            if i % 300 == 299:
+                producer.flush()
+                time.sleep(2.2)  # a snapshot check passes between rounds
+        producer.flush()
+        producer.close()
+        deadline = time.monotonic() + 60
+        while _schedule_start(broker.bootstrap) == 0 and time.monotonic() < deadline:
+            time.sleep(0.5)
+        start = _schedule_start(broker.bootstrap)
+        # past the long-delayed records' first copies and most of the history
+        assert start > SHORT // 2, "the log start passed the delivered records"
+        written = start * 200  # at least: every record is over 100 bytes, twice (add, out)
+        assert _schedule_bytes(broker.data_dir) < written / 2, "segments were deleted"
+        # ``kcompat scheduled list`` reads the log from its snapshot too
+        rows = kc_json(broker, "scheduled", "list", topic)
+        assert sorted(r["key"] for r in rows) == sorted(  # type: ignore[attr-defined]
+            f"long{i}" for i in range(LONG))
+        broker.kill()
+        broker.start()
+        consumer = KafkaConsumer(topic, bootstrap_servers=broker.bootstrap,
+                                 auto_offset_reset="earliest")
+        keys: list[bytes] = []
+        deadline = time.monotonic() + 60
+        while len(keys) < 1 + SHORT + LONG and time.monotonic() < deadline:
+            for records in consumer.poll(timeout_ms=500).values():
+                keys += [r.key for r in records]
+        # nothing more comes (a second copy would come at once with the first)
+        for records in consumer.poll(timeout_ms=2000).values():
+            keys += [r.key for r in records]
+        consumer.close()
+        expected = sorted([b"first"] + [b"long%d" % i for i in range(LONG)] +
+                          [b"short%d" % i for i in range(SHORT)])
+        assert sorted(keys) == expected
+    finally:
+        broker.close()
