@@ -7,8 +7,9 @@ low watermark, the log start offset; an unknown topic or partition answers
 UNKNOWN_TOPIC_OR_PARTITION with low watermark -1. A topic whose
 cleanup.policy lacks ``delete`` (compact only) answers POLICY_VIOLATION, low
 watermark -1, and deletes nothing, as Kafka does (its message goes to the
-broker log: the response has no message field); so does ``__kc_schedule``,
-whose log start moves with its snapshots (``broker.delays``). Segment deletion runs
+broker log: the response has no message field); so do ``__kc_schedule`` and
+``__share_group_state``, whose log starts move with their snapshots
+(``broker.delays``, ``broker.share_compaction``). Segment deletion runs
 without an await, so no append can interleave with it. Only the leader accepts it
 (else NOT_LEADER_OR_FOLLOWER); followers follow the leader's log start
 (``replication.log_starts``).
@@ -28,8 +29,11 @@ from kcompat.broker.handlers import _authz
 from kcompat.broker.handlers._common import NO_THROTTLE
 from kcompat.broker.state import now_ms
 from kcompat.ext.schedule_log import SCHEDULE_TOPIC
+from kcompat.group.share_state import SHARE_STATE_TOPIC
 
 HIGH_WATERMARK = -1
+# internal logs whose leader moves the log start past what no state needs
+SELF_PRUNED = frozenset({SCHEDULE_TOPIC, SHARE_STATE_TOPIC})
 log = logging.getLogger("kcompat.broker")
 
 
@@ -40,9 +44,9 @@ async def _partition(ctx: RequestContext, topic: str, req: Any) -> Any:
     if meta is not None and meta.view_of is not None:  # read-only: the source's records
         part, code = None, ErrorCode.invalid_topic_exception
     low = -1
-    if part is not None and topic == SCHEDULE_TOPIC:  # its log start follows its snapshots
-        log.info("DeleteRecords: the records of %s-%d can not be deleted: the schedule log "
-                 "drops what it no longer needs itself", topic, req.partition_index)
+    if part is not None and topic in SELF_PRUNED:  # its log start follows its snapshots
+        log.info("DeleteRecords: the records of %s-%d can not be deleted: the log drops "
+                 "what it no longer needs itself", topic, req.partition_index)
         return ctx.build("DeleteRecordsPartitionResult", partition_index=req.partition_index,
                          low_watermark=-1, error_code=ErrorCode.policy_violation)
     if part is not None and not part.log.config.delete:

@@ -213,6 +213,21 @@ def test_delete_records(broker: Broker, version: int) -> None:
     ]
 
 
+@pytest.mark.parametrize("topic", ["__kc_schedule", "__share_group_state"])
+def test_delete_records_refuses_the_logs_that_prune_themselves(broker: Broker,
+                                                              topic: str) -> None:
+    """Their leader moves the log start past what no state needs; a prefix
+    cut elsewhere would lose pending state on the replicas that rebuild."""
+    create(broker, topic, 1)
+
+    def make(m: ModuleType) -> Any:
+        return m.DeleteRecordsRequest(timeout=0, topics=(m.DeleteRecordsTopic(
+            name=topic, partitions=(m.DeleteRecordsPartition(partition_index=0, offset=-1),)),))
+    r = call(broker, v.DELETE_RECORDS, 2, make)
+    got = [(p.error_code, p.low_watermark) for t in r.topics for p in t.partitions]
+    assert got == [(E.policy_violation, -1)]
+
+
 # -- DescribeConfigs ---------------------------------------------------------
 
 def _describe(m: ModuleType, resources: list[tuple[int, str, tuple[str, ...] | None]],
