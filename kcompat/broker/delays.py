@@ -43,6 +43,20 @@ of what it schedules: the produce that scheduled records carries a throttle
 (``throttle_ms``) as a quota's does, muting the connection, so the CPU goes
 to delivery and lateness stays bounded instead of growing with the backlog.
 
+**Bounded state.** Delivered records leave the log. Every
+``COMPACT_CHECK_S`` the leader of a schedule partition looks whether
+``kc.schedule.snapshot.min.records`` records (or half its pending count, if
+more) came after its last snapshot; then (``_compact``) it copies forward
+the pending records that outlived the snapshot before the last (few: most
+records are due long before), writes a snapshot (``ScheduleLog.capture``,
+encoded in a worker thread) and, once it is committed, moves the log start
+to the lowest offset still needed, deleting the segments below it. Disk
+follows what is pending, plus about two snapshot intervals; a restart reads
+the last snapshot and what came after it (``restore``: a machine whose log
+starts past what it applied), about half the pending count at most. Records
+copied forward and snapshots cost about one more write of each long-lived
+record per two intervals and 40 bytes per pending record per interval.
+
 **Turns.** Every step of delivery is bounded: a delivery batch reads its
 records one by one from where they are (``StoredRecords``), and the schedule
 promotes a slot of far-future records ``PROMOTE_CHUNK`` at a time, the loop

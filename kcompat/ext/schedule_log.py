@@ -27,7 +27,27 @@ by the host with the coordinators' key hash). Every record of the log carries on
   sequence (``next_seq`` per target), so a leader that fails halfway is
   replaced by one that re-sends exactly the same batch;
 * ``done`` — that delivery is committed in the target partition;
-* ``drop`` — the target no longer exists; its entries are discarded.
+* ``drop`` — the target no longer exists; its entries are discarded;
+* ``move`` — a pending record copied forward whole, naming its entry ``e``
+  and due time: the entry (its identity unchanged) is read from the copy
+  from then on — if it is still pending; else the copy is ignored;
+* ``snap`` — one part of a snapshot (below).
+
+Snapshots bound the log (the host decides when). ``capture(at)`` copies the
+state after the records below ``at``; ``snapshot_batches`` writes it as
+batches marked in their header (``SNAPSHOT_EPOCH``): first the small state
+(producer sequences, deliveries in flight, open transactions' ops, the
+producers' last batches), then the pending entries as int64 cells, 10,000
+per record. A machine that applied everything ignores them. The log may
+then start at the lowest offset still needed (``snapshot_batches`` says
+which: ``at``, or the batch of an older pending record). A machine whose log
+starts past what it applied (``fresh_from``: a restart, a follower sent the
+leader's log start) skips every batch by its header until a whole snapshot
+taken at or after its log start, installs it, and asks the host to
+``reread`` the batches from ``at`` up to that snapshot's end — written while
+it went out, they are not in it. Every replica then holds what one that
+applied the whole history holds: the snapshot is that state at ``at``, and
+the rest is the same records applied in the same order.
 
 A transactional produce writes its adds in a transactional batch of the
 producer (the schedule partition joins its transaction): they are ``held``
