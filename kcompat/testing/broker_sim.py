@@ -91,6 +91,7 @@ from kcompat.broker.handlers import HANDLERS
 from kcompat.broker.replication.transport import Link
 from kcompat.log.files import LOG_SUFFIX, offset_path
 from kcompat.raft import NO_NODE
+from kcompat.testing.group_workload import GROUP_CONFIGS, GroupWorkload
 from kcompat.testing.memory_store import DiskFaults, MemoryFileStore
 from kcompat.testing.simulator import SimFailure
 from kcompat.wire import codec
@@ -176,6 +177,7 @@ class BrokerSimulation:
         self.txn_outcome: dict[int, bool] = {}  # txn number -> acked commit / abort
         self.delayed: list[tuple[int, int, bytes]] = []  # partition, hole offset, value
         self.moved: list[tuple[str, bytes]] = []  # where an acknowledged retry must land
+        self.group = GroupWorkload(self, TOPIC, PARTITIONS)  # consumer-group members
         self._root: trio.Nursery | None = None
 
     # -- the run ------------------------------------------------------------------
@@ -246,6 +248,7 @@ class BrokerSimulation:
                 clients.start_soon(self._transactor)
                 clients.start_soon(self._delayer)
                 clients.start_soon(self._retrier)
+                clients.start_soon(self.group.run)
                 clients.start_soon(self._nemesis)
                 await trio.sleep(self.options.chaos_s)
                 clients.cancel_scope.cancel()
@@ -262,6 +265,7 @@ class BrokerSimulation:
                 self._check_logs()
                 self._check_moves()
                 await self._check_final_offset()
+                await self.group.settle()
             root.cancel_scope.cancel()
 
     async def _recover_in_place(self) -> bool:
@@ -314,7 +318,7 @@ class BrokerSimulation:
             "transaction.state.log.replication.factor": self.size,
             "kc.schedule.topic.replication.factor": self.size,
             "default.replication.factor": self.size, "auto.create.topics.enable": False,
-            "kcompat.raft.tick.ms": 100, **dict(self.options.configs),
+            "kcompat.raft.tick.ms": 100, **dict(GROUP_CONFIGS), **dict(self.options.configs),
         }, {})
         node.store.now_ms = int(trio.current_time() * 1000)
         node.store.faults = DiskFaults()  # a restarted broker's disk is healed
@@ -375,8 +379,10 @@ class BrokerSimulation:
 
     # -- requests -----------------------------------------------------------------
 
-    async def request(self, node: SimNode, key: int, version: int, **fields: Any) -> Any:
-        """One request handled by ``node``; None if it crashed or did not answer."""
+    async def request(self, node: SimNode, key: int, version: int, rng: Random | None = None,
+                      **fields: Any) -> Any:
+        """One request handled by ``node``; None if it crashed or did not answer
+        (a lost answer drawn from ``rng``, the simulation's unless told)."""
         broker, nursery, scope = node.broker, node.nursery, node.scope
         if broker is None or nursery is None or scope is None or scope.cancel_called:
             return None  # crashed, or crashing: the connection is gone
@@ -394,7 +400,7 @@ class BrokerSimulation:
         nursery.start_soon(handle)
         with trio.move_on_after(REQUEST_TIMEOUT_S):
             await done.wait()
-        if answer and self.rng.random() < self.lost_replies:
+        if answer and (rng or self.rng).random() < self.lost_replies:
             return None  # handled, but the connection dropped before the answer came
         return answer[0] if answer else None
 
