@@ -84,16 +84,15 @@ from kcompat.broker.controller.admin import auto_create
 from kcompat.broker.controller.internal_topics import partition_for
 from kcompat.broker.replication.storage import now_ms
 from kcompat.ext.delay import SCHEDULED_OFFSET
-from kcompat.ext.holes import Split
+from kcompat.ext.holes import Move, Split
 from kcompat.ext.schedule import CELLS, Pending, ScheduleImage, Target, image_cells
+from kcompat.ext.schedule_adds import AddParts, adds_batch
 from kcompat.ext.schedule_log import (
     SCHEDULE_TOPIC,
     Delivery,
     RecordInput,
     ScheduleLog,
     StoredRecords,
-    add_record,
-    cancel_record,
     done_record,
     drop_record,
     internal_producer_id,
@@ -103,10 +102,10 @@ from kcompat.ext.schedule_log import (
     take_within,
 )
 from kcompat.wire import batch as wbatch
-from kcompat.wire.records import Record, encode_batch
+from kcompat.wire.records import encode_batch, encode_headers, varint_bytes
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import Iterable, Sequence
 
     from kcompat.broker.controller.quorum import Controller
     from kcompat.broker.replication.peer_calls import PeerCalls
@@ -135,6 +134,7 @@ COMPACT_CHECK_S = 2.0  # how often a leader looks whether a snapshot is due
 # a delivery refused for itself (not for a passing leader change): worth a warning
 _REFUSED = (ErrorCode.out_of_order_sequence_number, ErrorCode.invalid_producer_epoch,
             ErrorCode.corrupt_message, ErrorCode.invalid_record)
+_SCHEDULED_NAME = encode_headers(((SCHEDULED_OFFSET, b""),))[:-1]  # its name, encoded
 LATENESS_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 
 
@@ -204,7 +204,7 @@ class DelayService:
         """Create what ``split`` needs (the schedule topic, a dead-letter
         topic); (error, message, the schedule partition of ``topic``-``index``)."""
         wait_s = min(timeout_s, CREATE_WAIT_S)
-        for needed in {SCHEDULE_TOPIC, *(m.topic for m in split.moves if m.topic)}:
+        for needed in {SCHEDULE_TOPIC, *split.topics}:
             if needed not in self.state.topics:
                 auto_create(self.controller, needed)
                 await self.cluster.wait_leaders(needed, wait_s)
@@ -222,8 +222,7 @@ class DelayService:
         code, message, schedule_index = await self.prepare(topic, index, split, timeout_s)
         if code != ErrorCode.none:
             return code, message
-        partitions = {m.topic: self.state.topics[m.topic].partitions
-                      for m in split.moves if m.topic is not None}
+        partitions = {topic: self.state.topics[topic].partitions for topic in split.topics}
         build = partial(schedule_batches, topic, index, split, base_offset, partitions, now_ms())
         # a large split is built in a worker thread, the loop going on meanwhile
         batches = (await trio.to_thread.run_sync(build) if len(split.moves) > SCHEDULE_BATCH
@@ -560,31 +559,65 @@ def schedule_batches(topic: str, index: int, split: Split, base_offset: int,
                      partitions: dict[str, int], now: int) -> list[bytes]:
     """The schedule-log batches of ``split`` (stored at ``base_offset`` in
     ``topic``-``index``): ``SCHEDULE_BATCH`` records each, so that applying
-    one stays a short step on every replica. Pure (a worker thread builds
-    them: ten thousand records take about 0.1 s)."""
+    one stays a short step on every replica, each led by its ``adds`` op
+    (``ext.schedule_adds``), the split's cancellations in the last one. The
+    records keep the bytes their producer encoded, with their own headers
+    and ``kc-scheduled-offset`` (a retry: the headers its route gives; a dead
+    letter: those alone). Pure (a worker thread builds them: ten thousand
+    records take about 20 ms)."""
     hole = wbatch.parse_header(split.hole)
     src = (hole.producer_id, hole.producer_epoch, hole.base_sequence)
     shift = base_offset - hole.base_offset
     source = (topic, index)
-    records = []
-    for move in split.moves:
-        r = move.record
-        placed = Record(r.offset + shift, r.timestamp, r.key, r.value, r.headers)
-        headers = r.headers if move.headers is None else move.headers
-        if move.topic is None:
-            target = source
-            headers = (*headers, (SCHEDULED_OFFSET, str(placed.offset).encode()))
+    txn = hole.is_transactional  # written in the producer's transaction
+    cancels = [(offset + shift, c.schedule_id) for offset, c in split.cancels]
+    moves = split.moves
+    out = []
+    for start in range(0, max(len(moves), 1), SCHEDULE_BATCH):
+        chunk = moves[start:start + SCHEDULE_BATCH]
+        last = start + SCHEDULE_BATCH >= len(moves)
+        if not chunk and not cancels:
+            break
+        parts, targets, target_of = _parts(chunk, shift, index, partitions)
+        out.append(adds_batch(
+            source, src, parts, [m.offset + shift for m in chunk], [m.due_ms for m in chunk],
+            ids=[(i, m.schedule_id) for i, m in enumerate(chunk) if m.schedule_id is not None],
+            cancels=cancels if last else (), targets=targets, target_of=target_of,
+            timestamp=now, producer_id=hole.producer_id if txn else -1,
+            producer_epoch=hole.producer_epoch if txn else -1, transactional=txn))
+    return out
+
+
+def _parts(moves: Sequence[Move], shift: int, index: int, partitions: dict[str, int]
+           ) -> tuple[list[AddParts], list[Target], list[int]]:
+    """The encoded parts of ``moves`` as scheduled, and the targets other
+    than their source (with each move's index into [source, *targets]; both
+    empty when every move stays in its partition)."""
+    parts: list[AddParts] = []
+    targets: list[Target] = []
+    target_of: list[int] = []
+    for m in moves:
+        if m.topic is None:  # its own partition: kc-scheduled-offset names its hole
+            tid = 0
+            if m.headers is None:
+                count, headers = m.header_count + 1, m.header_bytes + _scheduled(m.offset + shift)
+            else:
+                count = len(m.headers) + 1
+                headers = encode_headers(m.headers) + _scheduled(m.offset + shift)
         else:
-            count = partitions[move.topic]
-            target = (move.topic, move.partition if 0 <= move.partition < count
-                      else index % count)
-        records.append(add_record(placed, target, move.due_ms, move.schedule_id, src,
-                                  headers, source))
-    records += [cancel_record(topic, index, offset + shift, c.schedule_id, src, now)
-                for offset, c in split.cancels]
-    chunks = [records[i:i + SCHEDULE_BATCH] for i in range(0, len(records), SCHEDULE_BATCH)]
-    if hole.is_transactional:
-        return [encode_batch(chunk, producer_id=hole.producer_id,
-                             producer_epoch=hole.producer_epoch, transactional=True)
-                for chunk in chunks]
-    return [encode_batch(chunk) for chunk in chunks]
+            count_p = partitions[m.topic]
+            target = (m.topic, m.partition if 0 <= m.partition < count_p else index % count_p)
+            if target not in targets:
+                targets.append(target)
+            tid = targets.index(target) + 1
+            headers = m.header_bytes if m.headers is None else encode_headers(m.headers)
+            count = m.header_count if m.headers is None else len(m.headers)
+        parts.append((m.timestamp, m.body, count, headers))
+        target_of.append(tid)
+    return parts, targets, target_of if targets else []
+
+
+def _scheduled(offset: int) -> bytes:
+    """The ``kc-scheduled-offset`` header naming ``offset``, encoded."""
+    digits = b"%d" % offset
+    return _SCHEDULED_NAME + varint_bytes(len(digits)) + digits

@@ -81,7 +81,9 @@ def read_schedule(args: argparse.Namespace) -> list[Row]:
             read.setdefault(r.partition, []).append(record)
         slog.apply(record)
         op = read_op(record)
-        if op is not None and op.get("op") in ("add", "move"):  # a copy names its entry
+        if op is None:  # a record an adds op names (its entry: its own offset)
+            keys[(r.partition, r.offset)] = r.key
+        elif op.get("op") in ("add", "move"):  # a copy names its entry
             keys[(r.partition, int(op.get("e", r.offset)))] = r.key
 
     read_to_end(args, SCHEDULE_TOPIC, replay, missing_ok=True)

@@ -19,7 +19,13 @@ topic (``ext.retry.route``), so its batch is always empty — delay headers
 are ignored there.
 
 Each record taken out becomes a ``Move``: when (``due_ms``), where (its own
-partition, or ``topic``), with which headers.
+partition, or ``topic``), with which headers — and its key, value and headers
+as the producer encoded them, so that the schedule log stores it without
+decoding and encoding it again. Records are not decoded at all: their
+layout (``record_scan.layouts``) gives their headers and where their parts
+are; the batch with holes joins the kept records' bytes
+(``record_scan.splice_spans``). A record with ``kc-delay-ms`` alone, the
+common case, is classified without ``delay.classify``'s general checks.
 
 Rule 5: one bad header value raises ``HeaderError`` and nothing of the batch
 is stored (the caller answers INVALID_RECORD with the message).
@@ -31,19 +37,36 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import NamedTuple
 
-from kcompat.ext.delay import DELAY_MAX_MS_DEFAULT, Cancel, Deliver, classify
+from kcompat.ext.delay import DELAY_MAX_MS_DEFAULT, DELAY_MS, Cancel, Deliver, classify
 from kcompat.ext.retry import Headers, Retry, RetryPolicy, route
 from kcompat.wire.batch import HEADER_SIZE, BatchHeader
 from kcompat.wire.compression import CompressionError, decompress
-from kcompat.wire.records import Record, decode_batch, rebuild_batch
+from kcompat.wire.record_scan import layouts, splice_spans
+from kcompat.wire.records import (
+    Record,
+    RecordError,
+    decode_batch,
+    decode_record_at,
+    encode_headers,
+    encode_key_value,
+    encode_raw_record,
+    rebuild_batch,
+)
 
 _MARK = re.compile(b"kc-")  # searches a memoryview in place (``in`` would not)
+_FAST_DIGITS = 18  # a kc-delay-ms this short is an int64 whatever its digits
 
 
-@dataclass(frozen=True, slots=True)
-class Move:
-    record: Record  # as produced; its offset is its hole in the produced batch
+class Move(NamedTuple):
+    """A record taken out (a tuple: one is made per delayed record)."""
+
+    offset: int  # its hole: its offset in the produced batch
+    timestamp: int
+    body: bytes  # its key and value as produced, each with its length varint
+    header_count: int
+    header_bytes: bytes  # its headers as produced, without their count
     due_ms: int
     schedule_id: str | None = None
     headers: Headers | None = None  # delivered with these; None: its own
@@ -51,12 +74,29 @@ class Move:
     partition: int = -1  # with ``topic``: this partition if it has it
     retry: bool = False  # a retry (counted as such)
 
+    @classmethod
+    def of(cls, record: Record, due_ms: int, schedule_id: str | None = None,
+           headers: Headers | None = None, topic: str | None = None, partition: int = -1,
+           retry: bool = False) -> Move:
+        """The move of a decoded ``record``."""
+        return cls(record.offset, record.timestamp, encode_key_value(record.key, record.value),
+                   len(record.headers), encode_headers(record.headers), due_ms, schedule_id,
+                   headers, topic, partition, retry)
+
+    @property
+    def record(self) -> Record:
+        """The record as produced (decoded: for tests and slow paths)."""
+        raw = encode_raw_record(0, 0, self.body, self.header_count, self.header_bytes)
+        decoded = decode_record_at(raw, 0)
+        return Record(self.offset, self.timestamp, decoded.key, decoded.value, decoded.headers)
+
 
 @dataclass(frozen=True, slots=True)
 class Split:
     hole: bytes  # the batch to store in the partition, with holes
     moves: tuple[Move, ...]
     cancels: tuple[tuple[int, Cancel], ...]  # (offset: its hole, the cancellation)
+    topics: frozenset[str] = frozenset()  # the other topics moves go to
 
 
 def may_carry_headers(view: memoryview | bytes, header: BatchHeader) -> bool:
@@ -79,20 +119,41 @@ def split(view: memoryview | bytes, header: BatchHeader, now_ms: int,
     ``BatchError``."""
     if retry is not None:
         return _retries(view, header, now_ms, retry)
-    kept: list[Record] = []
+    try:
+        payload = bytes(decompress(header.compression, memoryview(view)[HEADER_SIZE:]))
+    except CompressionError as exc:
+        raise RecordError(str(exc)) from exc
+    base_offset, base_ts = header.base_offset, header.base_timestamp
+    append_time = header.max_timestamp if header.is_log_append_time else None
+    kept: list[tuple[int, int]] = []
     moves: list[Move] = []
     cancels: list[tuple[int, Cancel]] = []
-    for record in decode_batch(view):
-        asked = classify(record.headers, now_ms, max_delay_ms)
-        if asked is None:
-            kept.append(record)
-        elif isinstance(asked, Deliver):
-            moves.append(Move(record, asked.due_ms, asked.schedule_id))
+    for start, end, ts, delta, kv, hc, hs, found in layouts(payload, header.records_count):
+        if not found:
+            kept.append((start, end))
+            continue
+        name, value = found[0]
+        if (len(found) == 1 and name == DELAY_MS and value and len(value) <= _FAST_DIGITS
+                and value.isdigit() and int(value) <= max_delay_ms):
+            due_ms, schedule_id = now_ms + int(value), None  # the common case
+            if due_ms <= now_ms:
+                kept.append((start, end))
+                continue
         else:
-            cancels.append((record.offset, asked))
+            asked = classify(found, now_ms, max_delay_ms)
+            if asked is None:
+                kept.append((start, end))
+                continue
+            if not isinstance(asked, Deliver):
+                cancels.append((base_offset + delta, asked))
+                continue
+            due_ms, schedule_id = asked.due_ms, asked.schedule_id
+        moves.append(Move(base_offset + delta, base_ts + ts if append_time is None
+                          else append_time, payload[kv:hc], len(found), payload[hs:end],
+                          due_ms, schedule_id))
     if not moves and not cancels:
         return None
-    return Split(rebuild_batch(header, kept), tuple(moves), tuple(cancels))
+    return Split(splice_spans(view, header, payload, kept), tuple(moves), tuple(cancels))
 
 
 def _retries(view: memoryview | bytes, header: BatchHeader, now_ms: int,
@@ -101,8 +162,9 @@ def _retries(view: memoryview | bytes, header: BatchHeader, now_ms: int,
     for record in decode_batch(view):
         where = route(record, policy, now_ms)
         if isinstance(where, Retry):
-            moves.append(Move(record, where.due_ms, None, where.headers, retry=True))
+            moves.append(Move.of(record, where.due_ms, None, where.headers, retry=True))
         else:
-            moves.append(Move(record, now_ms, None, where.headers, where.topic,
-                              where.partition))
-    return Split(rebuild_batch(header, []), tuple(moves), ())
+            moves.append(Move.of(record, now_ms, None, where.headers, where.topic,
+                                 where.partition))
+    return Split(rebuild_batch(header, []), tuple(moves), (),
+                 frozenset(m.topic for m in moves if m.topic is not None))

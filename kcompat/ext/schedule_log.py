@@ -68,6 +68,7 @@ Pure: no clock, no I/O.
 
 from __future__ import annotations
 
+import base64
 import json
 import sys
 from array import array
@@ -86,6 +87,7 @@ from kcompat.ext.schedule import (
     locate,
     located,
 )
+from kcompat.ext.schedule_adds import OP_HEADER, is_adds, parse_adds
 from kcompat.wire import record_scan
 from kcompat.wire.batch import HEADER_SIZE, BatchHeader, parse_header
 from kcompat.wire.records import (
@@ -100,7 +102,6 @@ from kcompat.wire.records import (
 )
 
 SCHEDULE_TOPIC = "__kc_schedule"
-OP_HEADER = "kc-internal"
 PRODUCER_BATCHES = 5
 MAX_TRACKED_PRODUCERS = 100_000
 INTERNAL_PRODUCER_BASE = 1 << 62  # never handed to clients (ids grow from 0)
@@ -187,6 +188,9 @@ def read_op(record: Record) -> dict[str, Any] | None:
 
 def parse_op(value: bytes | None) -> dict[str, Any] | None:
     """The op in a ``kc-internal`` header's value (None: not one)."""
+    if is_adds(value):
+        assert value is not None
+        return parse_adds(value)
     try:
         doc = json.loads(value) if value is not None else None
     except ValueError:
@@ -298,6 +302,9 @@ class ScheduleLog:
                 self.snapshot_at = max(self.snapshot_at, doc["a"])
             return
         try:
+            if doc["op"] == "adds":
+                self._apply_adds(offset, doc, where)
+                return
             if doc["op"] in ("add", "cancel") and self._repeated(doc):
                 return  # a retried produce the partition answered as a duplicate
             self._apply(offset, doc, where)
@@ -305,10 +312,22 @@ class ScheduleLog:
             return  # not a record the broker wrote: the log holds it, the schedule ignores it
 
     def _repeated(self, doc: dict[str, Any]) -> bool:
-        pid, epoch, seq = doc.get("src") or (-1, -1, -1)
-        if pid < 0 or seq < 0:
+        holes = self._holes_seen(doc.get("s") or (doc["t"], doc["p"]), doc.get("src"))
+        if holes is None:
             return False  # not idempotent: a retry is a new record, as in Kafka
-        source = doc.get("s") or (doc["t"], doc["p"])
+        hole = int(doc.get("o", -1))
+        if hole in holes:
+            return True
+        holes.add(hole)
+        return False
+
+    def _holes_seen(self, source: Sequence[Any], src: Sequence[int] | None) -> set[int] | None:
+        """The holes already scheduled from the produced batch ``src`` (producer
+        id, epoch, base sequence) of ``source``; None for a producer that is
+        not idempotent."""
+        pid, epoch, seq = src or (-1, -1, -1)
+        if pid < 0 or seq < 0:
+            return None
         key = ((str(source[0]), int(source[1])), int(pid))
         batches = self._seen.get(key)
         if batches is None:
@@ -322,11 +341,41 @@ class ScheduleLog:
             holes = batches[(epoch, seq)] = set()
             if len(batches) > PRODUCER_BATCHES:
                 batches.popitem(last=False)
-        hole = int(doc.get("o", -1))
-        if hole in holes:
-            return True
-        holes.add(hole)
-        return False
+        return holes
+
+    def _apply_adds(self, offset: int, doc: dict[str, Any], where: int) -> None:
+        """An ``adds`` op at ``offset`` (``ext.schedule_adds``): the records
+        after it in its batch, then the batch's cancellations; a hole seen
+        before (a retried produce) is skipped, as ``_repeated`` does."""
+        source: Target = (str(doc["t"]), int(doc["p"]))
+        holes, dues, positions = doc["o"], doc["due"], doc["pos"]
+        targets = [source, *((str(t), int(p)) for t, p in doc.get("ts", ()))]
+        target_of = doc.get("ti")
+        ids = {int(i): str(sid) for i, sid in doc.get("ids", ())}
+        seen = self._holes_seen(source, doc.get("src"))
+        base = offset if where == -1 else offset - (where >> 32)
+        add = self.schedule.add
+        added: dict[Target, int] = {}
+        for i in range(len(holes)):
+            hole = holes[i]
+            if seen is not None:
+                if hole in seen:
+                    continue
+                seen.add(hole)
+            entry = offset + 1 + i
+            target = source if target_of is None else targets[target_of[i]]
+            if add(entry, dues[i], ids.get(i), target, hole,
+                   -1 if where == -1 else (entry - base) << 32 | positions[i]):
+                added[target] = added.get(target, 0) + 1
+        for target, count in added.items():
+            self._count(target, count)
+        for hole, sid in doc.get("c", ()):
+            if seen is not None:
+                if hole in seen:
+                    continue
+                seen.add(hole)
+            if self.schedule.cancel(str(sid), source) is not None:
+                self._count(source, -1)
 
     def _apply(self, offset: int, doc: dict[str, Any], where: int) -> None:
         op = doc["op"]
@@ -398,8 +447,8 @@ class ScheduleLog:
             "next_seq": [[t, p, seq] for (t, p), seq in self.next_seq.items()],
             "inflight": [[t, p, d.seq, [_pending_row(e) for e in d.entries]]
                          for (t, p), d in self.inflight.items()],
-            "held": [[pid, [[o, None if op is None else bytes(op).decode("utf-8", "replace"), w]
-                            for o, op, w in ops]] for pid, ops in self.held.items()],
+            "held": [[pid, [[o, _op_text(op), w] for o, op, w in ops]]
+                     for pid, ops in self.held.items()],
             "seen": [[t, p, pid, [[e, q, sorted(holes)] for (e, q), holes in batches.items()]]
                      for ((t, p), pid), batches in self._seen.items()],
         }
@@ -455,6 +504,22 @@ StoredOp = tuple[int, bytes | None, int]  # offset, op (kc-internal value), wher
 def _pending_row(p: Pending) -> list[Any]:
     target = p.target or ("", -1)
     return [p.entry, p.due_ms, p.schedule_id, target[0], target[1], p.offset, p.where]
+
+
+def _op_text(op: bytes | None) -> str | list[str] | None:
+    """A held op as a snapshot keeps it: JSON as text, an ``adds`` op in base64."""
+    if op is None:
+        return None
+    if is_adds(op):
+        return ["b64", base64.b64encode(op).decode()]
+    return bytes(op).decode("utf-8", "replace")
+
+
+def _op_value_of(text: str | list[str] | None) -> bytes | None:
+    """``_op_text`` read back (a snapshot of an older broker holds text only)."""
+    if isinstance(text, list):
+        return base64.b64decode(text[1])
+    return None if text is None else text.encode()
 
 
 def _held_base(offset: int, where: int) -> int:
@@ -544,8 +609,8 @@ class _Staging:
             machine.inflight[target] = Delivery(target, int(seq), tuple(
                 Pending(int(e), int(u), i, (str(tt), int(pp)), int(o), int(w))
                 for e, u, i, tt, pp, o, w in rows))
-        machine.held = {int(pid): [(int(o), None if op is None else op.encode(), int(w))
-                                   for o, op, w in ops] for pid, ops in meta["held"]}
+        machine.held = {int(pid): [(int(o), _op_value_of(op), int(w)) for o, op, w in ops]
+                        for pid, ops in meta["held"]}
         for t, p, pid, batches in meta["seen"]:
             machine._seen[((str(t), int(p)), int(pid))] = OrderedDict(
                 ((int(e), int(q)), {int(h) for h in holes}) for e, q, holes in batches)
@@ -555,11 +620,33 @@ class _Staging:
 def located_ops(batch: bytes | memoryview) -> list[StoredOp]:
     """The op of each record of a stored schedule-log batch, with its offset
     and where the record is (``schedule.locate``): a scan that copies only
-    the ``kc-internal`` header, not the records' keys and values."""
+    the ``kc-internal`` header, not the records' keys and values — or, in a
+    batch that starts with an ``adds`` op, that op alone (its records have
+    none: the op says where they are)."""
+    first = _adds_first(batch)
+    if first is not None:
+        return [first]
     header, _payload, raws = record_scan.scan(batch, _OP_ONLY)
     base = header.base_offset
     return [(base + r.offset_delta, r.headers[-1][1] if r.headers else None,
              locate(base + r.offset_delta, base, r.start)) for r in raws]
+
+
+def _adds_first(batch: bytes | memoryview) -> StoredOp | None:
+    """The ``adds`` op of a batch's first record, if it has one (uncompressed:
+    the broker writes its batches so)."""
+    header = parse_header(batch)
+    if header.compression or header.records_count < 1:
+        return None
+    payload = memoryview(batch)[HEADER_SIZE:]
+    try:
+        first = decode_record_at(payload, 0, base_offset=header.base_offset)
+    except RecordError:
+        return None
+    op = _op_value(first)
+    if not is_adds(op):
+        return None
+    return first.offset, op, locate(first.offset, header.base_offset, 0)
 
 
 def _op_value(record: Record) -> bytes | None:

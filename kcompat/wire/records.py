@@ -124,6 +124,20 @@ def encode_varint(value: int) -> bytes:
     return bytes(out)
 
 
+_ONE_BYTE = [bytes((z,)) for z in range(0x80)]
+
+
+def varint_bytes(value: int) -> bytes:
+    """``encode_varint`` with the one- and two-byte forms (every length,
+    delta and count of an ordinary record) made at once."""
+    z = (value << 1) ^ (value >> 63)
+    if 0 <= z < 0x80:
+        return _ONE_BYTE[z]
+    if 0 <= z < 0x4000:
+        return bytes((z & 0x7F | 0x80, z >> 7))
+    return encode_varint(value)
+
+
 def decode_varint(buf: bytes | memoryview, pos: int, max_bytes: int = 5) -> tuple[int, int]:
     """Read a zig-zag varint at ``pos``; returns ``(value, next_pos)``.
 
@@ -175,6 +189,33 @@ def encode_record(
         _put_bytes(body, h_key.encode("utf-8"))
         _put_bytes(body, h_value)
     return encode_varint(len(body)) + bytes(body)
+
+
+def encode_raw_record(offset_delta: int, timestamp_delta: int, body: bytes,
+                      header_count: int, headers: bytes) -> bytes:
+    """One record, including its leading length varint, from parts already
+    encoded: ``body`` its key and value (each with its length varint) and
+    ``headers`` its ``header_count`` headers (without their count)."""
+    rest = b"".join((b"\x00", varint_bytes(timestamp_delta), varint_bytes(offset_delta), body,
+                     varint_bytes(header_count), headers))
+    return varint_bytes(len(rest)) + rest
+
+
+def encode_headers(headers: Sequence[tuple[str, bytes | None]]) -> bytes:
+    """Headers as a record holds them, without their count."""
+    out = bytearray()
+    for h_key, h_value in headers:
+        _put_bytes(out, h_key.encode("utf-8"))
+        _put_bytes(out, h_value)
+    return bytes(out)
+
+
+def encode_key_value(key: bytes | None, value: bytes | None) -> bytes:
+    """A record's key and value, each with its length varint."""
+    out = bytearray()
+    _put_bytes(out, key)
+    _put_bytes(out, value)
+    return bytes(out)
 
 
 def _put_bytes(out: bytearray, data: bytes | None) -> None:
@@ -326,6 +367,30 @@ def encode_batch(
         | (ATTR_TRANSACTIONAL if transactional else 0)
         | (ATTR_CONTROL if control else 0)
     )
+    return _framed(payload, len(records), base_timestamp, max_timestamp, base_offset=base_offset,
+                   attributes=attributes, producer_id=producer_id,
+                   producer_epoch=producer_epoch, base_sequence=base_sequence,
+                   partition_leader_epoch=partition_leader_epoch)
+
+
+def frame_records(records: Sequence[bytes], base_timestamp: int, max_timestamp: int, *,
+                  producer_id: int = NO_PRODUCER_ID, producer_epoch: int = -1,
+                  transactional: bool = False) -> bytes:
+    """A complete, CRC-valid, uncompressed RecordBatch v2 (CreateTime) of
+    ``records`` already encoded (``encode_raw_record``: offset deltas
+    0..n-1, timestamp deltas from ``base_timestamp``): ``encode_batch``
+    for records whose parts are bytes already."""
+    if not records:
+        raise ValueError("a batch needs at least one record")
+    return _framed(b"".join(records), len(records), base_timestamp, max_timestamp,
+                   attributes=ATTR_TRANSACTIONAL if transactional else 0,
+                   producer_id=producer_id, producer_epoch=producer_epoch)
+
+
+def _framed(payload: bytes, count: int, base_timestamp: int, max_timestamp: int, *,
+            base_offset: int = 0, attributes: int = 0, producer_id: int = NO_PRODUCER_ID,
+            producer_epoch: int = -1, base_sequence: int = NO_SEQUENCE,
+            partition_leader_epoch: int = 0) -> bytes:
     out = bytearray(HEADER_SIZE + len(payload))
     _HEADER.pack_into(
         out,
@@ -336,13 +401,13 @@ def encode_batch(
         MAGIC_V2,
         0,  # crc, filled below
         attributes,
-        len(records) - 1,
+        count - 1,
         base_timestamp,
         max_timestamp,
         producer_id,
         producer_epoch,
         base_sequence,
-        len(records),
+        count,
     )
     out[HEADER_SIZE:] = payload
     _U32.pack_into(out, 17, compute_crc(memoryview(out)))
