@@ -548,10 +548,10 @@ def _below(image: ScheduleImage, below: int) -> list[Pending]:
     targets = image.targets
     found = []
     for i in range(0, len(cells), CELLS):
-        due_ms, entry, offset, tid, where = cells[i:i + CELLS]
-        pending = Pending(entry, due_ms, ids.get(entry), targets[tid], offset, where)
-        if pending.base < below:
-            found.append(pending)
+        entry, where = cells[i + 1], cells[i + 4]
+        if (entry if where == -1 else entry - (where >> 32)) < below:
+            due_ms, _entry, offset, tid, _where = cells[i:i + CELLS]
+            found.append(Pending(entry, due_ms, ids.get(entry), targets[tid], offset, where))
     return found
 
 

@@ -443,7 +443,7 @@ def image_cells(image: ScheduleImage) -> tuple[array[int], dict[int, str]]:
     out = array("q")
     for slot in sorted({*far, *by_slot}):
         cells = far.get(slot, array("q"))
-        if slot not in by_slot and not image.cancelled:
+        if slot not in by_slot and image.cancelled.isdisjoint(cells[1::CELLS]):
             out.extend(cells)  # in entry order already
             continue
         rows = [tuple(cells[i:i + CELLS]) for i in range(0, len(cells), CELLS)
