@@ -10,6 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from kcompat.ext.schedule_adds import AddParts, adds_batch
 from kcompat.ext.schedule_log import (
     SCHEDULE_TOPIC,
     ScheduleLog,
@@ -25,7 +26,14 @@ from kcompat.ext.schedule_log import (
     snapshot_batches,
 )
 from kcompat.wire.batch import BatchHeader, parse_header
-from kcompat.wire.records import Record, RecordInput, encode_batch, encode_marker_batch
+from kcompat.wire.records import (
+    Record,
+    RecordInput,
+    encode_batch,
+    encode_headers,
+    encode_key_value,
+    encode_marker_batch,
+)
 
 TARGETS = [("orders", 0), ("orders", 1), ("audit", 0)]
 
@@ -102,25 +110,44 @@ class World:
         assert base >= 0
 
     def add(self, n: int, transactional: bool = False) -> None:
+        """``n`` records produced together, written as one ``adds`` op (or,
+        half the time, one JSON ``add`` op each, as older brokers wrote them)."""
         rng = self.rng
         pid = rng.choice([-1, 7, 8, 9]) if not transactional else 50 + rng.randrange(3)
+        source = rng.choice(TARGETS)
         records: list[RecordInput] = []
-        for _ in range(n):
+        parts: list[AddParts] = []
+        dues, ids, tids = [], [], []
+        for i in range(n):
             self.hole += 1
             target = rng.choice(TARGETS)
             due = self.now + rng.choice([0, 500, 20_000, 90_000, 3_000_000])
             sid = rng.choice([None, None, "a", "b", "c"])
             rec = Record(self.hole, self.now, b"k%d" % self.hole, b"v%d" % self.hole,
                          (("h", b"x"),))
-            records.append(add_record(rec, target, due, sid, (pid, 0, self.hole), rec.headers))
-        if rng.random() < 0.1 and records and pid >= 0:  # a retried produce
-            self.put(encode_batch(records))
+            records.append(add_record(rec, target, due, sid, (pid, 0, self.hole - i),
+                                      rec.headers, source))
+            parts.append((rec.timestamp, encode_key_value(rec.key, rec.value), 1,
+                          encode_headers(rec.headers)))
+            dues.append(due)
+            ids += [(i, sid)] if sid is not None else []
+            tids.append(TARGETS.index(target))
+        holes = list(range(self.hole - n + 1, self.hole + 1))
+        txn = {"producer_id": pid, "producer_epoch": 0, "transactional": True}
+        if rng.random() < 0.5:
+            others = [t for t in TARGETS if t != source]
+            batch = adds_batch(source, (pid, 0, self.hole - n + 1), parts, holes, dues, ids=ids,
+                               targets=others, target_of=[
+                                   0 if TARGETS[t] == source else others.index(TARGETS[t]) + 1
+                                   for t in tids], timestamp=self.now,
+                               **(txn if transactional else {}))  # type: ignore[arg-type]
+        else:
+            batch = encode_batch(records, **(txn if transactional else {}))  # type: ignore[arg-type]
+        if rng.random() < 0.1 and records and pid >= 0 and not transactional:  # a retry
+            self.put(batch)
         if transactional:
             self.open_txn.add(pid)
-            self.put(encode_batch(records, producer_id=pid, producer_epoch=0,
-                                  transactional=True))
-        else:
-            self.put(encode_batch(records))
+        self.put(batch)
 
     def step(self) -> None:
         rng, m = self.rng, self.full
