@@ -102,7 +102,13 @@ from kcompat.ext.schedule_log import (
     take_within,
 )
 from kcompat.wire import batch as wbatch
-from kcompat.wire.records import encode_batch, encode_headers, varint_bytes
+from kcompat.wire.records import (
+    SMALL_VARINTS,
+    encode_batch,
+    encode_headers,
+    record_tail,
+    varint_bytes,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence
@@ -182,6 +188,10 @@ class DelayService:
         """The log starts at ``start``, past what was applied (a restart after
         the log start moved, or a follower sent its leader's log start): the
         machine starts again from the snapshot the log holds there."""
+        had = self.logs.get(index)
+        log.log(logging.INFO if had is not None and len(had) else logging.DEBUG,
+                "%s-%d: the log starts at %d, past what was applied: rebuilding from the "
+                "snapshot there", SCHEDULE_TOPIC, index, start)
         self.logs[index] = ScheduleLog(fresh_from=start, reread=partial(self._reread, index))
         self._stored.pop(index, None)
 
@@ -596,28 +606,25 @@ def _parts(moves: Sequence[Move], shift: int, index: int, partitions: dict[str, 
     parts: list[AddParts] = []
     targets: list[Target] = []
     target_of: list[int] = []
+    small = SMALL_VARINTS
     for m in moves:
-        if m.topic is None:  # its own partition: kc-scheduled-offset names its hole
+        if m.topic is None and m.headers is None:  # delayed: its own headers, and
+            digits = b"%d" % (m.offset + shift)  # kc-scheduled-offset naming its hole
+            parts.append((m.timestamp, b"".join((
+                m.body, varint_bytes(m.header_count + 1), m.header_bytes, _SCHEDULED_NAME,
+                small[len(digits)], digits))))
+            target_of.append(0)
+            continue
+        headers = m.headers if m.headers is not None else m.record.headers
+        if m.topic is None:  # a retry: the headers its route gives, and its hole
             tid = 0
-            if m.headers is None:
-                count, headers = m.header_count + 1, m.header_bytes + _scheduled(m.offset + shift)
-            else:
-                count = len(m.headers) + 1
-                headers = encode_headers(m.headers) + _scheduled(m.offset + shift)
-        else:
+            headers = (*headers, (SCHEDULED_OFFSET, b"%d" % (m.offset + shift)))
+        else:  # a dead letter: the headers its route gives
             count_p = partitions[m.topic]
             target = (m.topic, m.partition if 0 <= m.partition < count_p else index % count_p)
             if target not in targets:
                 targets.append(target)
             tid = targets.index(target) + 1
-            headers = m.header_bytes if m.headers is None else encode_headers(m.headers)
-            count = m.header_count if m.headers is None else len(m.headers)
-        parts.append((m.timestamp, m.body, count, headers))
+        parts.append((m.timestamp, record_tail(m.body, len(headers), encode_headers(headers))))
         target_of.append(tid)
     return parts, targets, target_of if targets else []
-
-
-def _scheduled(offset: int) -> bytes:
-    """The ``kc-scheduled-offset`` header naming ``offset``, encoded."""
-    digits = b"%d" % offset
-    return _SCHEDULED_NAME + varint_bytes(len(digits)) + digits
