@@ -43,7 +43,7 @@ from kcompat.ext.delay import DELAY_MAX_MS_DEFAULT, DELAY_MS, Cancel, Deliver, c
 from kcompat.ext.retry import Headers, Retry, RetryPolicy, route
 from kcompat.wire.batch import HEADER_SIZE, BatchHeader
 from kcompat.wire.compression import CompressionError, decompress
-from kcompat.wire.record_scan import layouts, splice_spans
+from kcompat.wire.record_scan import headers_at, layouts, splice_spans
 from kcompat.wire.records import (
     Record,
     RecordError,
@@ -57,6 +57,8 @@ from kcompat.wire.records import (
 
 _MARK = re.compile(b"kc-")  # searches a memoryview in place (``in`` would not)
 _FAST_DIGITS = 18  # a kc-delay-ms this short is an int64 whatever its digits
+# a header block of kc-delay-ms alone, up to its value's length: one header, its name
+_DELAY_ALONE = b"\x02" + encode_headers(((DELAY_MS, b""),))[:-1]
 
 
 class Move(NamedTuple):
@@ -128,29 +130,38 @@ def split(view: memoryview | bytes, header: BatchHeader, now_ms: int,
     kept: list[tuple[int, int]] = []
     moves: list[Move] = []
     cancels: list[tuple[int, Cancel]] = []
-    for start, end, ts, delta, kv, hc, hs, found in layouts(payload, header.records_count):
-        if not found:
+    new = tuple.__new__  # a Move without its Python __new__: one per delayed record
+    for start, end, ts, delta, kv, hc in layouts(payload, header.records_count):
+        if payload[hc] == 0 and hc + 1 == end:  # no header
             kept.append((start, end))
             continue
-        name, value = found[0]
-        if (len(found) == 1 and name == DELAY_MS and value and len(value) <= _FAST_DIGITS
-                and value.isdigit() and int(value) <= max_delay_ms):
-            due_ms, schedule_id = now_ms + int(value), None  # the common case
-            if due_ms <= now_ms:
-                kept.append((start, end))
+        if payload.startswith(_DELAY_ALONE, hc):  # the common case: kc-delay-ms alone
+            at = hc + len(_DELAY_ALONE)
+            size = payload[at]  # the value's length, zig-zag: one byte up to 63
+            value = payload[at + 1:end]
+            if size == 2 * len(value) and 0 < len(value) <= _FAST_DIGITS and value.isdigit():
+                delay_ms = int(value)
+                if delay_ms > max_delay_ms:
+                    classify(((DELAY_MS, value),), now_ms, max_delay_ms)  # raises HeaderError
+                if delay_ms == 0:
+                    kept.append((start, end))
+                    continue
+                moves.append(new(Move, (
+                    base_offset + delta, base_ts + ts if append_time is None else append_time,
+                    payload[kv:hc], 1, payload[hc + 1:end], now_ms + delay_ms, None, None,
+                    None, -1, False)))
                 continue
+        found, first = headers_at(payload, hc, end)
+        asked = classify(found, now_ms, max_delay_ms)
+        if asked is None:
+            kept.append((start, end))
+        elif isinstance(asked, Deliver):
+            moves.append(new(Move, (
+                base_offset + delta, base_ts + ts if append_time is None else append_time,
+                payload[kv:hc], len(found), payload[first:end], asked.due_ms,
+                asked.schedule_id, None, None, -1, False)))
         else:
-            asked = classify(found, now_ms, max_delay_ms)
-            if asked is None:
-                kept.append((start, end))
-                continue
-            if not isinstance(asked, Deliver):
-                cancels.append((base_offset + delta, asked))
-                continue
-            due_ms, schedule_id = asked.due_ms, asked.schedule_id
-        moves.append(Move(base_offset + delta, base_ts + ts if append_time is None
-                          else append_time, payload[kv:hc], len(found), payload[hs:end],
-                          due_ms, schedule_id))
+            cancels.append((base_offset + delta, asked))
     if not moves and not cancels:
         return None
     return Split(splice_spans(view, header, payload, kept), tuple(moves), tuple(cancels))

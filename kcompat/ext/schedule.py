@@ -51,6 +51,7 @@ from __future__ import annotations
 import heapq
 from array import array
 from collections import OrderedDict
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 Target = tuple[str, int]  # topic, partition
@@ -139,6 +140,46 @@ class Schedule:
         if schedule_id is not None:
             self._far_ids[entry] = schedule_id
         return True
+
+    def add_run(self, first_entry: int, dues: Sequence[int], target: Target | None,
+                offsets: Sequence[int], wheres: Sequence[int],
+                ids: dict[int, str]) -> int:
+        """``add`` of the consecutive entries from ``first_entry`` (the i-th:
+        ``dues[i]``, ``offsets[i]``, ``wheres[i]``, schedule id ``ids.get(i)``)
+        of one ``target``, as many calls of ``add`` would; how many were added."""
+        if first_entry <= self._last:  # a replay, in part at least
+            return sum(self.add(first_entry + i, due, ids.get(i), target, offsets[i],
+                                wheres[i]) for i, due in enumerate(dues))
+        tid = self._target_ids.get(target)
+        if tid is None:
+            tid = self._target_ids[target] = len(self._targets)
+            self._targets.append(target)
+        far, far_min, far_ids, promoted = self._far, self._far_min, self._far_ids, \
+            self._promoted_until
+        entry = first_entry
+        for i, due_ms in enumerate(dues):
+            entry = first_entry + i
+            schedule_id = ids.get(i) if ids else None
+            if schedule_id is not None:
+                self._by_id.setdefault((target, schedule_id), OrderedDict())[entry] = None
+            slot = due_ms // SLOT_MS
+            if slot <= promoted:
+                self._to_near(Pending(entry, due_ms, schedule_id, target, offsets[i], wheres[i]))
+                continue
+            cells = far.get(slot)
+            if cells is None:
+                cells = far[slot] = array("q")
+                far_min[slot] = due_ms
+                heapq.heappush(self._slots, slot)
+            elif due_ms < far_min[slot]:
+                far_min[slot] = due_ms
+            cells.extend((due_ms, entry, offsets[i], tid, wheres[i]))
+            if schedule_id is not None:
+                far_ids[entry] = schedule_id
+        if dues:
+            self._last = entry
+            self._count += len(dues)
+        return len(dues)
 
     def _to_near(self, pending: Pending) -> None:
         self._pending[pending.entry] = pending

@@ -39,7 +39,12 @@ from collections.abc import Sequence
 from itertools import accumulate
 from typing import Any
 
-from kcompat.wire.records import encode_headers, encode_raw_record, frame_records
+from kcompat.wire.records import (
+    encode_headers,
+    encode_raw_record,
+    encode_raw_records,
+    frame_records,
+)
 
 OP_HEADER = "kc-internal"
 ADDS_FORMAT = 1
@@ -47,9 +52,9 @@ _HEAD = struct.Struct("<BII")
 _NULL_KEY_VALUE = b"\x01\x01"  # zig-zag -1 twice
 
 Target = tuple[str, int]
-# a record to schedule, already encoded: timestamp, key and value (each with
-# its length varint), header count, headers (without their count)
-AddParts = tuple[int, bytes, int, bytes]
+# a record to schedule, already encoded: its timestamp and what follows its
+# offset delta (``records.record_tail``: key, value, header count, headers)
+AddParts = tuple[int, bytes]
 
 
 def adds_batch(source: Target, src: Sequence[int], parts: Sequence[AddParts],
@@ -73,8 +78,7 @@ def adds_batch(source: Target, src: Sequence[int], parts: Sequence[AddParts],
     meta = json.dumps(doc, separators=(",", ":")).encode()
     n = len(parts)
     base_ts = parts[0][0] if parts else timestamp
-    records = [encode_raw_record(i, ts - base_ts, body, count, headers)
-               for i, (ts, body, count, headers) in enumerate(parts, 1)]
+    records = encode_raw_records(parts, 1, base_ts)
     # the op's size does not depend on the positions it holds
     first_size = len(_op_record(bytes(_HEAD.size + len(meta) + 24 * n)))
     positions = list(accumulate(map(len, records[:-1]), initial=first_size))

@@ -349,26 +349,37 @@ class ScheduleLog:
         before (a retried produce) is skipped, as ``_repeated`` does."""
         source: Target = (str(doc["t"]), int(doc["p"]))
         holes, dues, positions = doc["o"], doc["due"], doc["pos"]
+        n = len(holes)
+        if len(dues) != n or len(positions) != n:
+            raise ValueError("adds op arrays of different lengths")
         targets = [source, *((str(t), int(p)) for t, p in doc.get("ts", ()))]
         target_of = doc.get("ti")
         ids = {int(i): str(sid) for i, sid in doc.get("ids", ())}
         seen = self._holes_seen(source, doc.get("src"))
-        base = offset if where == -1 else offset - (where >> 32)
-        add = self.schedule.add
-        added: dict[Target, int] = {}
-        for i in range(len(holes)):
-            hole = holes[i]
+        if where == -1:
+            wheres: Sequence[int] = [-1] * n
+        else:  # the i-th record: entry offset + 1 + i, in the op's batch
+            first = offset + 1 - (offset - (where >> 32))
+            wheres = [(first + i) << 32 | position for i, position in enumerate(positions)]
+        if target_of is None and (seen is None or seen.isdisjoint(holes)):
             if seen is not None:
-                if hole in seen:
-                    continue
-                seen.add(hole)
-            entry = offset + 1 + i
-            target = source if target_of is None else targets[target_of[i]]
-            if add(entry, dues[i], ids.get(i), target, hole,
-                   -1 if where == -1 else (entry - base) << 32 | positions[i]):
-                added[target] = added.get(target, 0) + 1
-        for target, count in added.items():
-            self._count(target, count)
+                seen.update(holes)
+            self._count(source, self.schedule.add_run(offset + 1, dues, source, holes, wheres,
+                                                      ids))
+        else:
+            added: dict[Target, int] = {}
+            for i in range(n):
+                hole = holes[i]
+                if seen is not None:
+                    if hole in seen:
+                        continue
+                    seen.add(hole)
+                target = source if target_of is None else targets[target_of[i]]
+                if self.schedule.add(offset + 1 + i, dues[i], ids.get(i), target, hole,
+                                     wheres[i]):
+                    added[target] = added.get(target, 0) + 1
+            for target, count in added.items():
+                self._count(target, count)
         for hole, sid in doc.get("c", ()):
             if seen is not None:
                 if hole in seen:

@@ -133,19 +133,19 @@ def _records(buf: bytes, count: int, wanted: frozenset[str] | None,
 
 
 # a record's layout (``layouts``): start, end, timestamp delta, offset delta,
-# where its key begins, where its header count is, where its headers begin,
-# and its headers (name, value)
-Layout = tuple[int, int, int, int, int, int, int, list[tuple[str, bytes | None]]]
+# where its key begins and where its header count is
+Layout = tuple[int, int, int, int, int, int]
 
 
 def layouts(buf: bytes, count: int) -> list[Layout]:
     """Where the parts of each of the ``count`` records of ``buf`` (a batch's
-    uncompressed payload) are, with their headers: what a caller needs to
-    take some records out (``splice_spans``) and copy the others' key, value
-    and headers as they are, without decoding keys and values. Checked like
-    ``scan``; a header name that is not UTF-8 raises ``RecordError``. The
-    hot loop of a produce of delayed records: one-byte varints are read in
-    line, and so are the two-byte ones of record and value lengths."""
+    uncompressed payload) are: what a caller needs to take some records out
+    (``splice_spans``) and copy the others' key, value and headers as they
+    are, without decoding them. Record and field lengths are checked
+    against the batch; the headers are not read (``headers_at`` reads and
+    checks them). The hot loop of a produce of delayed records: one-byte
+    varints are read in line, and so are the two-byte ones of record and
+    value lengths."""
     out: list[Layout] = []
     pos, total = 0, len(buf)
     varint = _varint
@@ -195,47 +195,42 @@ def layouts(buf: bytes, count: int) -> list[Layout]:
                 p += size
             elif size < -1:
                 raise RecordError(f"invalid length {size}")
-            hc = p
-            b = buf[p]
-            if b < 0x80:
-                count_h, p = (b >> 1) ^ -(b & 1), p + 1
-            else:
-                count_h, p = varint(buf, p)
-            hs = p
-            headers: list[tuple[str, bytes | None]] = []
-            for _h in range(count_h):
-                b = buf[p]
-                if b < 0x80:
-                    size, p = (b >> 1) ^ -(b & 1), p + 1
-                else:
-                    size, p = varint(buf, p)
-                if size < 0:
-                    raise RecordError("null header key")
-                name = buf[p:p + size].decode("utf-8")
-                p += size
-                b = buf[p]
-                if b < 0x80:
-                    size, p = (b >> 1) ^ -(b & 1), p + 1
-                else:
-                    size, p = varint(buf, p)
-                if size >= 0:
-                    headers.append((name, buf[p:p + size]))
-                    p += size
-                elif size == -1:
-                    headers.append((name, None))
-                else:
-                    raise RecordError(f"invalid length {size}")
-            if p != end:
-                raise RecordError(f"record declared {length} bytes but used {length + p - end}")
-            out.append((pos, end, ts, delta, kv, hc, hs, headers))
+            if p >= end:
+                raise RecordError("a record's key and value overrun it")
+            out.append((pos, end, ts, delta, kv, p))
             pos = end
     except IndexError:
         raise RecordError("a record overruns the batch") from None
-    except UnicodeDecodeError as exc:
-        raise RecordError(f"header key is not UTF-8: {exc}") from exc
     if pos != total:
         raise RecordError(f"{total - pos} bytes left after {count} records")
     return out
+
+
+def headers_at(buf: bytes, pos: int, end: int) -> tuple[list[tuple[str, bytes | None]], int]:
+    """The headers of the record whose header count is at ``pos`` and which
+    ends at ``end`` (``layouts``), and where the first one begins; checked
+    to fill the record exactly, names UTF-8."""
+    try:
+        count, p = _varint(buf, pos)
+        first = p
+        headers: list[tuple[str, bytes | None]] = []
+        for _h in range(count):
+            size, p = _varint(buf, p)
+            if size < 0:
+                raise RecordError("null header key")
+            name = buf[p:p + size].decode("utf-8")
+            size, p = _varint(buf, p + size)
+            if size < -1:
+                raise RecordError(f"invalid length {size}")
+            headers.append((name, buf[p:p + size] if size >= 0 else None))
+            p += max(size, 0)
+    except IndexError:
+        raise RecordError("a header overruns its record") from None
+    except UnicodeDecodeError as exc:
+        raise RecordError(f"header key is not UTF-8: {exc}") from exc
+    if p != end or count < 0:
+        raise RecordError(f"a record's headers end at {p}, the record at {end}")
+    return headers, first
 
 
 def splice(batch: bytes | memoryview, header: BatchHeader, payload: bytes,

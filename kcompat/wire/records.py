@@ -124,17 +124,17 @@ def encode_varint(value: int) -> bytes:
     return bytes(out)
 
 
-_ONE_BYTE = [bytes((z,)) for z in range(0x80)]
+SMALL_VARINTS_END = 1 << 13
+# the varints of 0 .. SMALL_VARINTS_END - 1 (one or two bytes: the lengths,
+# deltas and counts of ordinary records), looked up instead of encoded
+SMALL_VARINTS = [bytes((v << 1,)) if v < 0x40 else bytes((v << 1 & 0x7F | 0x80, v >> 6))
+                 for v in range(SMALL_VARINTS_END)]
 
 
 def varint_bytes(value: int) -> bytes:
-    """``encode_varint`` with the one- and two-byte forms (every length,
-    delta and count of an ordinary record) made at once."""
-    z = (value << 1) ^ (value >> 63)
-    if 0 <= z < 0x80:
-        return _ONE_BYTE[z]
-    if 0 <= z < 0x4000:
-        return bytes((z & 0x7F | 0x80, z >> 7))
+    """``encode_varint``, looked up for small non-negative values."""
+    if 0 <= value < SMALL_VARINTS_END:
+        return SMALL_VARINTS[value]
     return encode_varint(value)
 
 
@@ -196,9 +196,31 @@ def encode_raw_record(offset_delta: int, timestamp_delta: int, body: bytes,
     """One record, including its leading length varint, from parts already
     encoded: ``body`` its key and value (each with its length varint) and
     ``headers`` its ``header_count`` headers (without their count)."""
-    rest = b"".join((b"\x00", varint_bytes(timestamp_delta), varint_bytes(offset_delta), body,
-                     varint_bytes(header_count), headers))
-    return varint_bytes(len(rest)) + rest
+    return encode_raw_records([(timestamp_delta, record_tail(body, header_count, headers))],
+                              offset_delta)[0]
+
+
+def record_tail(body: bytes, header_count: int, headers: bytes) -> bytes:
+    """What follows a record's offset delta: its key and value (``body``,
+    each with its length varint), its header count and its ``headers``."""
+    return b"".join((body, varint_bytes(header_count), headers))
+
+
+def encode_raw_records(records: Sequence[tuple[int, bytes]], first_offset_delta: int,
+                       base_timestamp: int = 0) -> list[bytes]:
+    """Records (each with its leading length varint) from their timestamp
+    and ``record_tail``, with offset deltas from ``first_offset_delta`` on
+    and timestamp deltas from ``base_timestamp``: the loop of a batch whose
+    records' keys, values and headers are bytes already."""
+    small, end = SMALL_VARINTS, SMALL_VARINTS_END
+    out = []
+    for delta, (timestamp, tail) in enumerate(records, first_offset_delta):
+        ts = timestamp - base_timestamp
+        rest = b"".join((b"\x00", small[ts] if 0 <= ts < end else encode_varint(ts),
+                         small[delta] if delta < end else encode_varint(delta), tail))
+        size = len(rest)
+        out.append((small[size] if size < end else encode_varint(size)) + rest)
+    return out
 
 
 def encode_headers(headers: Sequence[tuple[str, bytes | None]]) -> bytes:

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from kcompat.ext.delay import Cancel, HeaderError
+from kcompat.ext.delay import Cancel, HeaderError, classify
 from kcompat.ext.holes import may_carry_headers, split
 from kcompat.wire.batch import CODEC_LZ4, CODEC_NONE, validate
-from kcompat.wire.records import decode_batch, encode_batch
+from kcompat.wire.records import decode_batch, encode_batch, rebuild_batch
 
 NOW = 1_700_000_000_000
 
@@ -77,3 +79,59 @@ def test_a_bad_header_refuses_the_whole_batch(headers: list[tuple[str, bytes]]) 
 def test_a_zero_delay_is_an_ordinary_record() -> None:
     raw = _batch([(b"a", [("kc-delay-ms", b"0")])])
     assert split(raw, validate(raw), NOW) is None
+
+
+def _reference(raw: bytes, now: int, max_delay_ms: int) -> object:
+    """What ``split`` gives, by decoding every record (as it once did)."""
+    header = validate(raw)
+    kept, moves, cancels = [], [], []
+    for record in decode_batch(raw):
+        asked = classify(record.headers, now, max_delay_ms)
+        if asked is None:
+            kept.append(record)
+        elif isinstance(asked, Cancel):
+            cancels.append((record.offset, asked))
+        else:
+            moves.append((record, asked.due_ms, asked.schedule_id))
+    if not moves and not cancels:
+        return None
+    return rebuild_batch(header, kept), moves, cancels
+
+
+_HEADER_NAMES = st.sampled_from(["kc-delay-ms", "kc-delay-ms", "kc-deliver-at", "kc-schedule-id",
+                                 "kc-cancel-schedule", "trace", "kc-other", "ключ"])
+_HEADER_VALUES = st.one_of(
+    st.none(), st.sampled_from([b"0", b"5000", b"60000", b" 70 ", b"-3", b"x", b"", b"12" * 10,
+                                b"99999999999", str(NOW + 500).encode()]),
+    st.binary(max_size=8))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.none() | st.binary(max_size=12), st.none() | st.binary(max_size=90),
+                          st.lists(st.tuples(_HEADER_NAMES, _HEADER_VALUES), max_size=3)
+                          | st.sampled_from([b"0", b"1", b"5000", b"100001"]).map(
+                              lambda v: [("kc-delay-ms", v)]),
+                          st.integers(-5, 5_000)),
+                min_size=1, max_size=12),
+       st.sampled_from([CODEC_NONE, CODEC_LZ4]), st.integers(0, 100_000))
+def test_split_reads_records_as_decoding_them_does(
+        records: list[tuple[bytes | None, bytes | None, list[tuple[str, bytes | None]], int]],
+        codec: int, max_delay_ms: int) -> None:
+    raw = encode_batch([(k, v, h, NOW + t) for k, v, h, t in records], codec=codec,
+                       producer_id=3, producer_epoch=0, base_sequence=9)
+    try:
+        expected = _reference(raw, NOW, max_delay_ms)
+    except HeaderError as e:
+        with pytest.raises(HeaderError) as got:
+            split(raw, validate(raw), NOW, max_delay_ms)
+        assert str(got.value) == str(e)
+        return
+    out = split(raw, validate(raw), NOW, max_delay_ms)
+    if expected is None:
+        assert out is None
+        return
+    assert out is not None and isinstance(expected, tuple)
+    hole, moves, cancels = expected
+    assert out.hole == hole
+    assert [(m.record, m.due_ms, m.schedule_id) for m in out.moves] == moves
+    assert list(out.cancels) == cancels

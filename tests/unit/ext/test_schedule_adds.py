@@ -34,6 +34,7 @@ from kcompat.wire.records import (
     encode_headers,
     encode_key_value,
     encode_marker_batch,
+    record_tail,
 )
 
 SOURCE = ("orders", 2)
@@ -76,7 +77,7 @@ Row = tuple[int, int, bytes | None, bytes | None, tuple[tuple[str, bytes | None]
 
 
 def _parts(rows: list[Row]) -> list[AddParts]:
-    return [(ts, encode_key_value(k, v), len(h), encode_headers(h))
+    return [(ts, record_tail(encode_key_value(k, v), len(h), encode_headers(h)))
             for _hole, ts, k, v, h, _due, _sid, _t in rows]
 
 

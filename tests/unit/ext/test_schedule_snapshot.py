@@ -33,6 +33,7 @@ from kcompat.wire.records import (
     encode_headers,
     encode_key_value,
     encode_marker_batch,
+    record_tail,
 )
 
 TARGETS = [("orders", 0), ("orders", 1), ("audit", 0)]
@@ -127,8 +128,8 @@ class World:
                          (("h", b"x"),))
             records.append(add_record(rec, target, due, sid, (pid, 0, self.hole - i),
                                       rec.headers, source))
-            parts.append((rec.timestamp, encode_key_value(rec.key, rec.value), 1,
-                          encode_headers(rec.headers)))
+            parts.append((rec.timestamp, record_tail(encode_key_value(rec.key, rec.value), 1,
+                                                     encode_headers(rec.headers))))
             dues.append(due)
             ids += [(i, sid)] if sid is not None else []
             tids.append(TARGETS.index(target))
