@@ -24,7 +24,11 @@ and the client sees a lost connection):
 * a delaying producer: idempotent batches of one record with ``kc-delay-ms``,
   retried until acknowledged (delayed delivery, ``delays``);
 * a failing consumer's producer: idempotent batches of one record to the retry
-  topic, as a first failure (retried there) or a second one (a dead letter).
+  topic, as a first failure (retried there) or a second one (a dead letter);
+* three members of a consumer group (``group_workload``): JoinGroup,
+  SyncGroup, Heartbeat, OffsetCommit, OffsetFetch and LeaveGroup of the
+  classic protocol, one of them static; they are cut off from the cluster
+  past their sessions, leave, restart, and commit as their fenced old selves.
 
 The nemesis crashes brokers (their task tree is cancelled and their store
 ``crash``es: unsynced writes lost, torn or garbled), restarts them, and cuts
@@ -48,7 +52,12 @@ all replicas must converge (liveness). The checks:
   ``kc-scheduled-offset`` naming its acknowledged offset, where only an empty
   batch (its hole) is stored; no delayed record is delivered twice;
 * every acknowledged retry lands once in the retry topic (``kc-attempt: 1``)
-  and every acknowledged second failure once in the dead-letter topic.
+  and every acknowledged second failure once in the dead-letter topic;
+* consumer-group membership (``group_workload.GroupLedger``): no partition
+  handed to two members in one generation; a commit of a fenced member
+  (older generation, replaced static member) refused, and a refused one never
+  read back; no acknowledged commit lost or overtaken by an older one; once
+  healed, the group stable with every partition assigned.
 * no broker task fails with an exception;
 * with disk faults, once the disks heal and before any restart: every
   segment file holds whole CRC-clean batches to its end (no torn tail).
@@ -60,7 +69,9 @@ A failure raises ``SimFailure`` (the Raft simulator's) naming the seed and the r
 Time: the brokers read ``time.time``/``time_ns``/``monotonic``; during a run
 these follow the simulated clock, so timeouts (sessions, transactions, broker
 liveness) expire in simulated time; ``uuid4`` draws from the seed. A seed
-replays the same schedule (``test_replay_is_deterministic``).
+replays the same schedule in any process, alone or after others
+(``deterministic_trio``: trio's scheduling choices seeded, its ties no longer
+broken by memory addresses, threads run inline; ``test_replay_is_deterministic``).
 """
 
 from __future__ import annotations
@@ -91,6 +102,7 @@ from kcompat.broker.handlers import HANDLERS
 from kcompat.broker.replication.transport import Link
 from kcompat.log.files import LOG_SUFFIX, offset_path
 from kcompat.raft import NO_NODE
+from kcompat.testing.deterministic_trio import replayable
 from kcompat.testing.group_workload import GROUP_CONFIGS, GroupWorkload
 from kcompat.testing.memory_store import DiskFaults, MemoryFileStore
 from kcompat.testing.simulator import SimFailure
@@ -186,9 +198,6 @@ class BrokerSimulation:
             ) -> None:
         """One seeded run; with ``scenario``, instead of the clients, the
         nemesis and the checks: boot, create the topics, await ``scenario``."""
-        trio_rng = trio._core._run._r  # trio's scheduling choices, made replayable
-        state = trio_rng.getstate()
-        trio_rng.seed(self.seed)
         clocks = time.time, time.time_ns, time.monotonic, uuid.uuid4
         ids = Random(self.seed)
         uuid.uuid4 = lambda: uuid.UUID(int=ids.getrandbits(128), version=4)
@@ -198,14 +207,14 @@ class BrokerSimulation:
         time.monotonic = trio.current_time
         try:
             main = self._main if scenario is None else partial(self._scenario, scenario)
-            trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+            with replayable(self.seed):  # trio's scheduling choices, made replayable
+                trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
         except SimFailure:
             raise
         except BaseException as e:  # a broker task failed: report it with the seed
             detail = "".join(traceback.format_exception(e))
             self._fail(f"unexpected {type(e).__name__}: {e}\n{detail[-3000:]}")
         finally:
-            trio_rng.setstate(state)
             time.time, time.time_ns, time.monotonic, uuid.uuid4 = clocks
         if self.failures:
             self._fail("; ".join(self.failures[:3]))
@@ -371,7 +380,9 @@ class BrokerSimulation:
 
         async def later() -> None:
             await trio.sleep(delay)
-            if target.broker is not None and target.incarnation == incarnation:
+            scope = target.scope  # a crashing broker's tasks take no frame (its nursery is closing)
+            if target.broker is not None and target.incarnation == incarnation and (
+                    scope is not None and not scope.cancel_called):
                 target.broker.cluster.receive(frame[4:])  # as the frame reader hands it on
 
         assert self._root is not None
