@@ -90,17 +90,15 @@ from kcompat.ext.schedule_adds import AddParts, adds_batch
 from kcompat.ext.schedule_log import (
     SCHEDULE_TOPIC,
     Delivery,
-    RecordInput,
     ScheduleLog,
-    StoredRecords,
     done_record,
     drop_record,
     internal_producer_id,
     move_record,
     out_record,
     snapshot_batches,
-    take_within,
 )
+from kcompat.ext.schedule_stored import StoredRecords, Tail, delivery_batch, take_tails_within
 from kcompat.wire import batch as wbatch
 from kcompat.wire.records import (
     SMALL_VARINTS,
@@ -299,13 +297,13 @@ class DelayService:
         longer leads ``index``."""
         slog = self._log(index)
         records: list[Any] = []
-        planned: dict[int, RecordInput] = {}  # entry -> its record, read to plan the batch
+        planned: dict[int, Tail] = {}  # entry -> its record, read to plan the batch
         while True:
             if target not in slog.inflight:
                 entries = slog.schedule.due(now_ms(), DELIVERY_BATCH, target)
                 if entries:
-                    stored = self._records(index).delivered(entries)
-                    n = take_within(stored, DELIVERY_BYTES)
+                    stored = self._records(index).tails(entries)
+                    n = take_tails_within(stored, DELIVERY_BYTES)
                     planned = {p.entry: r for p, r in zip(entries[:n], stored, strict=False)}
                     records.append(out_record(target, entries[:n], now_ms()))
                     await trio.lowlevel.checkpoint()  # planning and writing: two turns
@@ -322,16 +320,14 @@ class DelayService:
             records = [done_record(target, delivery.seq, now)]
 
     async def _send(self, index: int, delivery: Delivery,
-                    planned: dict[int, RecordInput]) -> bool:
+                    planned: dict[int, Tail]) -> bool:
         """Append the delivery's batch to its target until it is stored (True);
         False when this broker stops leading ``index`` first or the target is
         gone (dropped). ``planned``: records already read for it."""
         topic, partition = delivery.target
         stored = self._records(index)
-        records = [planned.get(p.entry) or stored.delivered((p,))[0] for p in delivery.entries]
-        batch = encode_batch(records,
-                             producer_id=internal_producer_id(index), producer_epoch=0,
-                             base_sequence=delivery.seq)
+        records = [planned.get(p.entry) or stored.tails((p,))[0] for p in delivery.entries]
+        batch = delivery_batch(records, internal_producer_id(index), delivery.seq)
         attempt = 0
         while self.cluster.serving_machine(SCHEDULE_TOPIC, index) is None:
             if self._gone(delivery.target):

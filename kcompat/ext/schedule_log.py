@@ -75,7 +75,7 @@ from array import array
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 from kcompat.ext.schedule import (
     CELLS,
@@ -85,18 +85,20 @@ from kcompat.ext.schedule import (
     Target,
     image_cells,
     locate,
-    located,
 )
 from kcompat.ext.schedule_adds import OP_HEADER, is_adds, parse_adds
+from kcompat.ext.schedule_stored import Header, RecordInput, delivered_form
+
+# the delivery side of this log (``schedule_stored``), where callers found it
+from kcompat.ext.schedule_stored import StoredRecords as StoredRecords
+from kcompat.ext.schedule_stored import take_within as take_within
 from kcompat.wire import record_scan
 from kcompat.wire.batch import HEADER_SIZE, BatchHeader, parse_header
 from kcompat.wire.records import (
     Record,
     RecordError,
-    batch_payload,
     decode_batch,
     decode_record_at,
-    decode_varint,
     encode_batch,
     marker_aborts,
 )
@@ -107,14 +109,11 @@ MAX_TRACKED_PRODUCERS = 100_000
 INTERNAL_PRODUCER_BASE = 1 << 62  # never handed to clients (ids grow from 0)
 SEQ_MODULUS = 1 << 31
 _OP_ONLY = frozenset({OP_HEADER})
-RECORD_OVERHEAD = 24  # bytes a record takes beyond its key, value and headers (about)
 # a snapshot batch: no producer id, this producer epoch (skipped by its header
 # alone by a replica rebuilding from a snapshot)
 SNAPSHOT_EPOCH = 32_000
 SNAPSHOT_CHUNK = 10_000  # entries per snapshot record (a batch each: ~0.5 MB)
 
-Header = tuple[str, bytes | None]
-RecordInput = tuple[bytes | None, bytes | None, tuple[Header, ...], int]
 
 
 def internal_producer_id(schedule_partition: int) -> int:
@@ -196,13 +195,6 @@ def parse_op(value: bytes | None) -> dict[str, Any] | None:
     except ValueError:
         return None
     return doc if isinstance(doc, dict) and "op" in doc else None
-
-
-def delivered_form(record: Record) -> RecordInput:
-    """The record as it is appended to its target when due: key, value,
-    timestamp and the headers it was scheduled with."""
-    headers = tuple(h for h in record.headers if h[0] != OP_HEADER)
-    return record.key, record.value, headers, record.timestamp
 
 
 @dataclass(frozen=True, slots=True)
@@ -665,122 +657,3 @@ def _op_value(record: Record) -> bytes | None:
     if not record.headers or record.headers[-1][0] != OP_HEADER:
         return None
     return record.headers[-1][1]
-
-
-class BatchFile(Protocol):
-    def pread(self, size: int, position: int) -> bytes: ...
-
-
-class BatchSlice(Protocol):
-    """Where a stored batch is: ``length`` bytes at ``position`` of ``file``."""
-
-    @property
-    def file(self) -> BatchFile: ...
-    @property
-    def position(self) -> int: ...
-    @property
-    def length(self) -> int: ...
-
-
-class StoredRecords:
-    """The records of pending entries, as they are delivered, read from the
-    schedule log. Due order has nothing to do with log order (records
-    produced together are due at unrelated times), so each located entry is
-    read on its own: the header of its stored batch (kept for the last
-    ``HEADERS_KEPT`` batches), then its record's bytes alone, and only that
-    record is decoded — the cost of a delivery follows the records it moves,
-    never the size of the batches they sit in. A compressed batch (the broker
-    writes none, but a log may hold one) is read and decompressed whole and
-    kept in a small cache. ``reads``, ``bytes_read`` and ``decoded`` count
-    the work done."""
-
-    HEADERS_KEPT = 4096
-    READ_AHEAD = 4096  # bytes read for a record whose length is not known yet
-
-    def __init__(self, slice_at: Callable[[int], BatchSlice],
-                 cache_bytes: int = 16 << 20) -> None:
-        self._slice_at = slice_at  # where the stored batch holding an offset is
-        self._headers: OrderedDict[int, tuple[BatchHeader, BatchSlice]] = OrderedDict()
-        self._payloads: OrderedDict[int, bytes] = OrderedDict()  # compressed batches
-        self._payload_bytes = 0
-        self.cache_bytes_max = cache_bytes
-        self.reads = 0  # reads of the stored log
-        self.bytes_read = 0
-        self.decoded = 0  # records decoded
-
-    def delivered(self, entries: Iterable[Pending]) -> list[RecordInput]:
-        return [delivered_form(self.record(p)) for p in entries]
-
-    def record(self, pending: Pending) -> Record:
-        """The stored record of ``pending``."""
-        if pending.where == -1:  # not located (not applied from its stored batch)
-            where = self._slice_at(pending.entry)
-            records = decode_batch(self._pread(where.file, where.length, where.position))
-            self.decoded += len(records)
-            return next(r for r in records if r.offset == pending.entry)
-        base, position = located(pending)
-        header, where = self._header(base)
-        if header.compression:
-            payload = self._payload(base, where)
-        else:
-            payload = self._record_bytes(where, HEADER_SIZE + position)
-            position = 0
-        self.decoded += 1
-        return decode_record_at(
-            payload, position, base_offset=base, base_timestamp=header.base_timestamp,
-            log_append_time=header.max_timestamp if header.is_log_append_time else None)
-
-    def _pread(self, file: BatchFile, size: int, position: int) -> bytes:
-        self.reads += 1
-        self.bytes_read += size
-        return file.pread(size, position)
-
-    def _header(self, base: int) -> tuple[BatchHeader, BatchSlice]:
-        found = self._headers.get(base)
-        if found is not None:
-            self._headers.move_to_end(base)
-            return found
-        where = self._slice_at(base)
-        found = parse_header(self._pread(where.file, HEADER_SIZE, where.position)), where
-        self._headers[base] = found
-        if len(self._headers) > self.HEADERS_KEPT:
-            self._headers.popitem(last=False)
-        return found
-
-    def _record_bytes(self, where: BatchSlice, start: int) -> bytes:
-        """The bytes of the record at ``start`` of an uncompressed batch."""
-        left = where.length - start
-        if left <= 0:
-            raise RecordError("a located record lies past its batch")
-        data = self._pread(where.file, min(self.READ_AHEAD, left), where.position + start)
-        length, body = decode_varint(data, 0)
-        size = body + length
-        if size > left:
-            raise RecordError(f"record length {length} overruns the batch")
-        if size > len(data):
-            data += self._pread(where.file, size - len(data), where.position + start + len(data))
-        return data[:size]
-
-    def _payload(self, base: int, where: BatchSlice) -> bytes:
-        found = self._payloads.get(base)
-        if found is not None:
-            self._payloads.move_to_end(base)
-            return found
-        _header, found = batch_payload(self._pread(where.file, where.length, where.position))
-        self._payloads[base] = found
-        self._payload_bytes += len(found)
-        while self._payload_bytes > self.cache_bytes_max and len(self._payloads) > 1:
-            self._payload_bytes -= len(self._payloads.popitem(last=False)[1])
-        return found
-
-
-def take_within(records: Sequence[RecordInput], bytes_max: int) -> int:
-    """How many of ``records`` (at least one) fit ``bytes_max``: a delivery
-    batch stays an ordinary batch in size."""
-    total = 0
-    for n, (key, value, headers, _ts) in enumerate(records):
-        total += (len(key or b"") + len(value or b"") + RECORD_OVERHEAD
-                  + sum(len(k) + len(v or b"") for k, v in headers))
-        if total > bytes_max and n > 0:
-            return n
-    return len(records)

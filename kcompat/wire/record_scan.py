@@ -233,6 +233,24 @@ def headers_at(buf: bytes, pos: int, end: int) -> tuple[list[tuple[str, bytes | 
     return headers, first
 
 
+def tail_at(buf: bytes, pos: int) -> tuple[int, bytes]:
+    """The timestamp delta of the record that starts at ``pos`` of ``buf``
+    and its tail: what follows its offset delta (key, value, header count,
+    headers; ``records.record_tail``), copied as it is."""
+    try:
+        length, body = _varint(buf, pos)
+        end = body + length
+        if length < 1 or end > len(buf):
+            raise RecordError(f"record length {length} overruns the batch")
+        ts, p = _varint(buf, body + 1)
+        _delta, p = _varint(buf, p)
+    except IndexError:
+        raise RecordError("a record overruns the batch") from None
+    if p >= end:
+        raise RecordError("a record without key, value or headers")
+    return ts, buf[p:end]
+
+
 def splice(batch: bytes | memoryview, header: BatchHeader, payload: bytes,
            kept: Sequence[RawRecord]) -> bytes:
     """``batch`` holding only the ``kept`` records of its scanned ``payload``."""

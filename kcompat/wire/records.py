@@ -397,7 +397,7 @@ def encode_batch(
 
 def frame_records(records: Sequence[bytes], base_timestamp: int, max_timestamp: int, *,
                   producer_id: int = NO_PRODUCER_ID, producer_epoch: int = -1,
-                  transactional: bool = False) -> bytes:
+                  base_sequence: int = NO_SEQUENCE, transactional: bool = False) -> bytes:
     """A complete, CRC-valid, uncompressed RecordBatch v2 (CreateTime) of
     ``records`` already encoded (``encode_raw_record``: offset deltas
     0..n-1, timestamp deltas from ``base_timestamp``): ``encode_batch``
@@ -406,7 +406,8 @@ def frame_records(records: Sequence[bytes], base_timestamp: int, max_timestamp: 
         raise ValueError("a batch needs at least one record")
     return _framed(b"".join(records), len(records), base_timestamp, max_timestamp,
                    attributes=ATTR_TRANSACTIONAL if transactional else 0,
-                   producer_id=producer_id, producer_epoch=producer_epoch)
+                   producer_id=producer_id, producer_epoch=producer_epoch,
+                   base_sequence=base_sequence)
 
 
 def _framed(payload: bytes, count: int, base_timestamp: int, max_timestamp: int, *,

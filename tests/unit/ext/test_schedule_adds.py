@@ -25,6 +25,7 @@ from kcompat.ext.schedule_log import (
     parse_op,
     snapshot_batches,
 )
+from kcompat.ext.schedule_stored import delivery_batch, take_tails_within
 from kcompat.wire.batch import CODEC_LZ4, parse_header, validate
 from kcompat.wire.records import (
     Record,
@@ -231,3 +232,23 @@ def test_a_malformed_adds_op_is_ignored() -> None:
     m = ScheduleLog()
     m.apply_op(0, value[:-3])
     assert len(m) == 0
+
+
+def test_records_are_delivered_from_their_stored_bytes_as_decoding_them_gives() -> None:
+    """``tails``: an adds op's records are delivered from their bytes, never
+    decoded; a record with an op of its own (the JSON form) has it taken off.
+    Either way the delivery batch is the one the decoded records make."""
+    for json_form in (False, True):
+        log, m = StoredLog(), ScheduleLog()
+        batch = (encode_batch(_json_form(ROWS, (7, 0, 10))) if json_form
+                 else _adds(ROWS, (7, 0, 10)))
+        m.feed(*log.write(batch))  # type: ignore[arg-type]
+        entries = [p for p, _ in m.listing()]
+        stored = StoredRecords(log.slice_at)  # type: ignore[arg-type]
+        decoded = [delivered_form(stored.record(p)) for p in entries]
+        stored.decoded = 0
+        tails = stored.tails(entries)
+        assert stored.decoded == (len(entries) if json_form else 0)
+        assert delivery_batch(tails, 9, 40) == encode_batch(
+            decoded, producer_id=9, producer_epoch=0, base_sequence=40)
+        assert take_tails_within(tails, 1) == 1 and take_tails_within(tails, 1 << 20) == 4
