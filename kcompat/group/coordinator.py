@@ -18,8 +18,11 @@ generation checks (ILLEGAL_GENERATION / UNKNOWN_MEMBER_ID /
 REBALANCE_IN_PROGRESS). Cooperative rebalancing is client-driven and needs
 nothing special: a member that revokes partitions simply joins again.
 
-After a rebalance completes, ``pop_group_changes`` lists groups whose
-membership record should be persisted; offsets live in ``offsets.py``.
+``pop_group_changes`` lists the groups whose record must be written before
+the replies go out, as Kafka writes them: at the leader's SyncGroup (the
+generation with its assignments), when a static member is replaced, and when
+a rebalance leaves the group Empty — never a generation still waiting for its
+assignments. Offsets live in ``offsets.py``.
 """
 
 from __future__ import annotations
@@ -264,12 +267,16 @@ class GroupCoordinator:
             replies += self._remove_member(group, mid)  # did not rejoin in time
         group.generation_id += 1
         group.initial_delay_deadline_ms = 0
-        self.changed.add(group.group_id)
         if not group.members:
             group.protocol_name = None  # the protocol type stays, as in Kafka
             group.leader_id = None
             group.transition(GroupState.EMPTY, now_ms)
+            self.changed.add(group.group_id)
             return replies
+        # Not written yet, as in Kafka: the generation is written with its
+        # assignments, at the leader's SyncGroup. A record of it without them
+        # would come back, on the next coordinator, as a Stable group with
+        # nothing assigned that no rebalance ever leaves.
         group.protocol_name = group.select_protocol()
         if group.leader_id not in group.members:
             group.leader_id = next(iter(group.members))

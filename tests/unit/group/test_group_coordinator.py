@@ -92,7 +92,7 @@ def test_member_id_required_handshake_then_join_completes() -> None:
     r = d.result(t2)
     assert r.error == E.none and r.generation_id == 1 and r.leader == first.member_id
     assert r.members == ((first.member_id, None, b"m"),)
-    assert d.group.state is S.COMPLETING_REBALANCE
+    assert d.group.is_(S.COMPLETING_REBALANCE)
 
 
 def test_join_v3_needs_no_handshake() -> None:
@@ -126,7 +126,7 @@ def test_followers_sync_waits_for_leader_then_stable() -> None:
     tf = d.sync(follower, gen)
     assert d.result(tf) is None and d.group.state is S.COMPLETING_REBALANCE
     tl = d.sync(leader, gen, assignments={a: b"A", b: b"B"})
-    assert d.group.state is S.STABLE
+    assert d.group.is_(S.STABLE)
     assert d.result(tl).error == E.none
     assert {d.result(tf).assignment, d.result(tl).assignment} == {b"A", b"B"}
     assert d.result(tb) is not None
@@ -173,7 +173,7 @@ def test_leave_rebalances_and_last_leave_empties_group() -> None:
     assert d.result(t).generation_id == gen + 1 and d.result(t).leader == b
     _, per, _ = d.c.leave_group("g", [(b, None), ("ghost", None)], 0)
     assert per == [E.none, E.unknown_member_id]
-    assert d.group.state is S.EMPTY and d.group.protocol_type == "consumer"
+    assert d.group.is_(S.EMPTY) and d.group.protocol_type == "consumer"
 
 
 def test_session_expiry_removes_member_and_rebalances() -> None:
@@ -183,7 +183,7 @@ def test_session_expiry_removes_member_and_rebalances() -> None:
     d.tick(SESSION + 1)  # b never heartbeated: expired; a is still alive
     assert list(d.group.members) == [a] and d.group.state is S.PREPARING_REBALANCE
     t = d.join(a, now=SESSION + 2)
-    assert d.result(t).error == E.none and d.group.state is S.COMPLETING_REBALANCE
+    assert d.result(t).error == E.none and d.group.is_(S.COMPLETING_REBALANCE)
 
 
 def test_rebalance_timeout_drops_members_that_do_not_rejoin() -> None:
@@ -315,6 +315,34 @@ def test_group_record_round_trip_restores_stable_group(members: int) -> None:
     assert set(g.members) == set(ids) and g.leader_id == d.group.leader_id
     assert all(m.assignment == mid.encode() for mid, m in g.members.items())
     assert restored.heartbeat("g", g.generation_id, ids[0], None, 1_100) == E.none
+
+
+def test_a_generation_is_written_with_its_assignments_not_before() -> None:
+    """As Kafka: a completed join writes nothing (the leader's SyncGroup
+    writes the generation with its assignments), only a rebalance that leaves
+    the group Empty does. A record of the joined generation without
+    assignments came back, on the coordinator that took over before the
+    leader synced, as a Stable group whose members were all handed nothing,
+    with no rebalance ever to come (broker simulator, seed 10 with disk
+    faults). From the last record written, the members learn they must rejoin."""
+    d = Driver()
+    a, b = d.stable_group(2)
+    assert d.c.pop_group_changes() == {"g"}  # the leader's SyncGroup
+    store = OffsetStore()
+    store.apply(group_key("g"), group_value(d.group))
+    gen = d.group.generation_id
+    d.join(a, now=100, protocols=[("range", b"other-metadata")])
+    tb = d.join(b, now=100)
+    assert d.result(tb).generation_id == gen + 1
+    assert d.group.state is S.COMPLETING_REBALANCE and d.c.pop_group_changes() == set()
+    taken_over = GroupCoordinator()
+    taken_over.restore("g", store.groups["g"], 200)
+    assert taken_over.heartbeat("g", gen + 1, b, None, 200) == E.illegal_generation
+    token = 1
+    synced = taken_over.sync_group(token, "g", gen + 1, b, None, None, None, {}, 200)
+    assert [r.result.error for r in synced] == [E.illegal_generation]
+    d.c.leave_group("g", [(a, None), (b, None)], 300)
+    assert d.group.is_(S.EMPTY) and d.c.pop_group_changes() == {"g"}
 
 
 def test_sync_result_types() -> None:
