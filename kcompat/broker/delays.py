@@ -504,6 +504,8 @@ class DelayService:
     def _count_moves(self, topic: str, split: Split) -> None:
         if self.retries is None or self.dead_letters is None:
             return
+        if not split.topics and not (split.moves and split.moves[0].retry):
+            return  # delayed records only (a retry topic's: a dead-letter topic, or retries)
         for move in split.moves:
             if move.retry:
                 self.retries.labels(topic).inc()

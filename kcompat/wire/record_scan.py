@@ -144,8 +144,7 @@ def layouts(buf: bytes, count: int) -> list[Layout]:
     are, without decoding them. Record and field lengths are checked
     against the batch; the headers are not read (``headers_at`` reads and
     checks them). The hot loop of a produce of delayed records: one-byte
-    varints are read in line, and so are the two-byte ones of record and
-    value lengths."""
+    and two-byte varints are read in line."""
     out: list[Layout] = []
     pos, total = 0, len(buf)
     varint = _varint
@@ -166,11 +165,17 @@ def layouts(buf: bytes, count: int) -> list[Layout]:
             b = buf[p]
             if b < 0x80:
                 ts, p = (b >> 1) ^ -(b & 1), p + 1
+            elif buf[p + 1] < 0x80:
+                z = (b & 0x7F) | buf[p + 1] << 7
+                ts, p = (z >> 1) ^ -(z & 1), p + 2
             else:
                 ts, p = varint(buf, p)
             b = buf[p]
             if b < 0x80:
                 delta, p = (b >> 1) ^ -(b & 1), p + 1
+            elif buf[p + 1] < 0x80:
+                z = (b & 0x7F) | buf[p + 1] << 7
+                delta, p = (z >> 1) ^ -(z & 1), p + 2
             else:
                 delta, p = varint(buf, p)
             kv = p
