@@ -6,8 +6,9 @@ The pure ``GroupCoordinator`` answers with ``Reply(token, result)`` values; this
 service maps tokens to waiting handler tasks (a trio Event and a result slot
 each), runs a ticker that calls ``tick`` at the coordinator's next deadline,
 and persists what must survive a restart into ``__consumer_offsets``: offset
-commits (before they are acknowledged) and group metadata after each
-completed rebalance. The coordinator of a group is the leader of partition
+commits (before they are acknowledged) and group metadata (before the joins
+and syncs that depend on it are answered, and instead of them when the write
+fails: ``deliver``). The coordinator of a group is the leader of partition
 ``abs(javaHash(group)) % offsets.topic.num.partitions``, as in Kafka.
 
 The offsets topic is replicated like any partition (a single broker is a
@@ -37,7 +38,13 @@ from kcompat.broker.partition import Partition
 from kcompat.broker.replication.group import NotLeaderError
 from kcompat.broker.replication.runtime import ClusterRuntime
 from kcompat.broker.state import BrokerState, now_ms
-from kcompat.group.coordinator import CoordinatorConfig, GroupCoordinator, Reply
+from kcompat.group.coordinator import (
+    CoordinatorConfig,
+    GroupCoordinator,
+    JoinResult,
+    Reply,
+    SyncResult,
+)
 from kcompat.group.offsets import (
     CommittedOffset,
     OffsetStore,
@@ -80,6 +87,15 @@ async def write_committed(cluster: ClusterRuntime, part: Partition, view: memory
         raise NotCoordinatorError(ErrorCode.not_coordinator
                                   if code == ErrorCode.not_leader_or_follower else
                                   ErrorCode.coordinator_not_available)
+
+
+def _refused(result: Any, code: ErrorCode) -> Any:
+    """A successful JoinGroup or SyncGroup answer turned into ``code``."""
+    if isinstance(result, JoinResult) and result.error == ErrorCode.none:
+        return JoinResult(code, member_id=result.member_id)
+    if isinstance(result, SyncResult) and result.error == ErrorCode.none:
+        return SyncResult(code)
+    return result
 
 
 class NotCoordinatorError(Exception):
@@ -273,14 +289,27 @@ class GroupService:
             self._waiters.pop(token, None)
 
     async def deliver(self, replies: list[Reply]) -> None:
-        """Persist changed groups, then release the waiting requests."""
+        """Persist changed groups, then release the waiting requests. As in
+        Kafka, what a group's record holds (a generation's assignments, a
+        static member's new id) is answered only once written: when the write
+        fails (a new leader took over, or it timed out) the joins and syncs
+        answered here get that error instead, and a group this broker still
+        coordinates rebalances (``GroupCoordinator.write_failed``). Answered
+        anyway, a SyncGroup handed out an assignment the next coordinator
+        never saw, and the same generation was formed again there with other
+        owners (broker simulator, seed 13)."""
+        refused: ErrorCode | None = None
         for group_id in self.coordinator.pop_group_changes():
             group = self.coordinator.groups.get(group_id)
             if group is not None:
                 try:
                     await self._append(group_id, [(group_key(group_id), group_value(group))])
-                except NotCoordinatorError as e:  # a new leader took over
+                except NotCoordinatorError as e:
                     log.info("group %s metadata not written: %s", group_id, e)
+                    refused = e.code
+                    replies = replies + self.coordinator.write_failed(group_id, now_ms())
+        if refused is not None:  # one group's replies at a time, but for the ticker's
+            replies = [Reply(r.token, _refused(r.result, refused)) for r in replies]
         self._release(replies)
         self._wake.set()
 

@@ -550,6 +550,16 @@ class GroupCoordinator:
             return ErrorCode.rebalance_in_progress
         return None
 
+    def write_failed(self, group_id: str, now_ms: int) -> list[Reply]:
+        """The record of ``group_id`` was not written (its answers are refused
+        by the caller): a group with members rebalances, so that no member
+        goes on with a generation or an assignment the log does not hold
+        (Kafka's ``resetAndPropagateAssignmentWithError``)."""
+        group = self.groups.get(group_id)
+        if group is None or not group.is_(GroupState.STABLE, GroupState.COMPLETING_REBALANCE):
+            return []
+        return self._prepare_rebalance(group, now_ms) + self._try_complete_join(group, now_ms)
+
     def pop_group_changes(self) -> set[str]:
         changed, self.changed = self.changed, set()
         return changed

@@ -18,6 +18,7 @@ from kio.serial import entity_reader
 from kcompat.broker import config as broker_config
 from kcompat.broker.broker import Broker
 from kcompat.broker.context import RequestContext
+from kcompat.broker.groups import NotCoordinatorError
 from kcompat.broker.handlers import HANDLERS
 from kcompat.testing import running
 from kcompat.wire import codec
@@ -111,6 +112,51 @@ def test_group_lifecycle_at_every_version(broker: Broker, jv: int) -> None:
     trio.run(scenario)
     assert broker.groups is not None
     assert broker.groups.coordinator.groups["g"].state.value == "Empty"
+
+
+def test_an_assignment_not_written_is_not_handed_out(broker: Broker,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """As in Kafka, the leader's SyncGroup is answered once the generation and
+    its assignments are written to ``__consumer_offsets``: a failed write
+    (the partition's leadership moved, or it timed out) answers the error, not
+    the assignment, and the group rebalances; the next generation is handed
+    out once written. Answered anyway, the next coordinator formed the same
+    generation again with other owners (broker simulator, seed 13)."""
+    groups = broker.groups
+    assert groups is not None
+    append = groups._append
+
+    async def failing(group_id: str, records: list[tuple[bytes, bytes | None]]) -> None:
+        raise NotCoordinatorError(E.coordinator_not_available)
+
+    async def join_and_sync(member: str) -> tuple[str, int, Any]:
+        r = await call(broker, v.JOIN_GROUP, 5, lambda m: join_request(m, member))
+        if r.error_code == E.member_id_required:
+            member = r.member_id
+            r = await call(broker, v.JOIN_GROUP, 5, lambda m: join_request(m, member))
+        assert r.error_code == E.none
+        member, gen = r.member_id, r.generation_id
+        s = await call(broker, v.SYNC_GROUP, 3, lambda m: codec.build(
+            m.SyncGroupRequest, group_id="g", generation_id=gen, member_id=member,
+            group_instance_id=None,
+            assignments=(m.SyncGroupRequestAssignment(member_id=member, assignment=b"A"),)))
+        return member, gen, s
+
+    async def scenario() -> None:
+        async with trio.open_nursery() as nursery:
+            await running.start(nursery, broker)
+            nursery.start_soon(groups.run)
+            monkeypatch.setattr(groups, "_append", failing)
+            member, gen, s = await join_and_sync("")
+            assert (s.error_code, s.assignment) == (E.coordinator_not_available, b"")
+            assert groups.coordinator.groups["g"].state.value == "PreparingRebalance"
+            monkeypatch.setattr(groups, "_append", append)
+            member, again, s = await join_and_sync(member)
+            assert (s.error_code, s.assignment, again) == (E.none, b"A", gen + 1)
+            assert groups.store.groups["g"].generation_id == gen + 1
+            nursery.cancel_scope.cancel()
+
+    trio.run(scenario)
 
 
 async def commit_and_fetch(broker: Broker, cv: int, fv: int, gen: int, member: str) -> None:
