@@ -6,8 +6,10 @@ Theory of operation
 its delayed records and cancellations taken out. Once that batch is
 committed, the produce handler calls ``schedule``: the records go, whole,
 into the ``__kc_schedule`` partition of their topic-partition (created on
-first use, like the coordinators' topics) in one batch naming the produced
-batch's producer and sequence, through the schedule partition's leader —
+first use, like the coordinators' topics) in batches of ``SCHEDULE_BATCH``
+led by an ``adds`` op naming the produced batch's producer and sequence
+(``schedule_batches``: the records keep the bytes their producer encoded,
+``kc-scheduled-offset`` appended), through the schedule partition's leader —
 here or on another broker (``PeerCalls.append``). Only then is the produce
 answered. A crash in between leaves the producer unanswered; its retry is
 a duplicate for the partition, which answers the original offset, and is
@@ -58,7 +60,8 @@ copied forward and snapshots cost about one more write of each long-lived
 record per two intervals and 40 bytes per pending record per interval.
 
 **Turns.** Every step of delivery is bounded: a delivery batch reads its
-records one by one from where they are (``StoredRecords``), and the schedule
+records one by one from where they are (``StoredRecords.tails``: their
+stored bytes, framed again without being decoded), and the schedule
 promotes a slot of far-future records ``PROMOTE_CHUNK`` at a time, the loop
 coming back at once (``_start_due``) until it is done.
 
@@ -134,7 +137,7 @@ TARGET_GONE_S = 30.0  # a target missing this long (metadata caught up) was dele
 BACKPRESSURE_FROM_S = 0.5
 THROTTLE_MAX_MS = 1000
 RETRY_MAX_S = 5.0
-COMPACT_CHECK_S = 2.0  # how often a leader looks whether a snapshot is due
+COMPACT_CHECK_S = 0.5  # how often a leader looks whether a snapshot is due (cheap)
 # a delivery refused for itself (not for a passing leader change): worth a warning
 _REFUSED = (ErrorCode.out_of_order_sequence_number, ErrorCode.invalid_producer_epoch,
             ErrorCode.corrupt_message, ErrorCode.invalid_record)

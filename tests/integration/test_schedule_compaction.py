@@ -17,7 +17,6 @@ from compat_tests._cluster import Cluster, diagnostics
 from compat_tests._compaction import alter_topic
 from tests.integration.test_cli import kc_json
 
-SHORT = 3000  # delivered at once
 LONG = 40  # pending across the restart
 SEGMENT_BYTES = 20_000
 
@@ -39,7 +38,7 @@ def test_the_schedule_log_drops_delivered_history_and_restarts_from_its_snapshot
         tmp_path: Path) -> None:
     broker = Broker(tmp_path / "broker", extra_args=(
         "--set", "admin.port=-1", "--set", "kc.schedule.topic.num.partitions=1",
-        "--set", "kc.schedule.snapshot.min.records=300")).start()
+        "--set", "kc.schedule.snapshot.min.records=150")).start()
     try:
         topic = unique_topic("compact")
         producer = KafkaProducer(bootstrap_servers=broker.bootstrap, linger_ms=5)
@@ -47,24 +46,32 @@ def test_the_schedule_log_drops_delivered_history_and_restarts_from_its_snapshot
                       headers=[("kc-delay-ms", b"1")]).get(timeout=30)  # creates __kc_schedule
         # small segments (Kafka's key for tests: segment.bytes is at least 1 MiB)
         alter_topic(broker.bootstrap, "__kc_schedule", {"internal.segment.bytes": str(SEGMENT_BYTES)})
-        due_long = time.time() * 1000 + 30_000
+        short = 0
+
+        def round_of_short() -> None:  # delivered at once; a snapshot check passes after
+            nonlocal short
+            for _ in range(200):
+                producer.send(topic, b"y" * 100, key=b"short%d" % short, partition=0,
+                              headers=[("kc-delay-ms", b"100")])
+                short += 1
+            producer.flush()
+            time.sleep(0.7)
+
+        for _ in range(6):  # the history
+            round_of_short()
+        due_long = time.time() * 1000 + 10_000
         for i in range(LONG):
             producer.send(topic, b"x" * 100, key=b"long%d" % i, partition=0,
                           headers=[("kc-deliver-at", b"%d" % due_long)])
-        for i in range(SHORT):
-            producer.send(topic, b"y" * 100, key=b"short%d" % i, partition=0,
-                          headers=[("kc-delay-ms", b"200")])
-            if i % 300 == 299:
-                producer.flush()
-                time.sleep(2.2)  # a snapshot check passes between rounds
-        producer.flush()
+        round_of_short()  # a snapshot holds the long ones
+        round_of_short()
         producer.close()
         deadline = time.monotonic() + 60
         while _schedule_start(broker.bootstrap) == 0 and time.monotonic() < deadline:
             time.sleep(0.5)
         start = _schedule_start(broker.bootstrap)
-        # past the long-delayed records' first copies and most of the history
-        assert start > SHORT // 2, "the log start passed the delivered records"
+        # past most of the history
+        assert start > short // 2, "the log start passed the delivered records"
         written = start * 200  # at least: every record is over 100 bytes, twice (add, out)
         assert _schedule_bytes(broker.data_dir) < written / 2, "segments were deleted"
         # ``kcompat scheduled list`` reads the log from its snapshot too
@@ -77,7 +84,7 @@ def test_the_schedule_log_drops_delivered_history_and_restarts_from_its_snapshot
                                  auto_offset_reset="earliest")
         keys: list[bytes] = []
         deadline = time.monotonic() + 60
-        while len(keys) < 1 + SHORT + LONG and time.monotonic() < deadline:
+        while len(keys) < 1 + short + LONG and time.monotonic() < deadline:
             for records in consumer.poll(timeout_ms=500).values():
                 keys += [r.key for r in records]
         # nothing more comes (a second copy would come at once with the first)
@@ -85,7 +92,7 @@ def test_the_schedule_log_drops_delivered_history_and_restarts_from_its_snapshot
             keys += [r.key for r in records]
         consumer.close()
         expected = sorted([b"first"] + [b"long%d" % i for i in range(LONG)] +
-                          [b"short%d" % i for i in range(SHORT)])
+                          [b"short%d" % i for i in range(short)])
         assert sorted(keys) == expected
     finally:
         broker.close()
@@ -133,7 +140,7 @@ def test_a_schedule_replica_back_after_the_cut_rebuilds_from_the_snapshot_and_le
             producer.send(topic, b"first", key=b"first", partition=0,
                           headers=[("kc-delay-ms", b"1")]).get(timeout=30)
             alter_topic(bootstrap, "__kc_schedule", {"internal.segment.bytes": "20000"})
-            due_long = time.time() * 1000 + 35_000
+            due_long = time.time() * 1000 + 30_000
             for i in range(LONG):
                 producer.send(topic, b"x" * 100, key=b"long%d" % i, partition=0,
                               headers=[("kc-deliver-at", b"%d" % due_long)])
@@ -155,7 +162,7 @@ def test_a_schedule_replica_back_after_the_cut_rebuilds_from_the_snapshot_and_le
                                   headers=[("kc-delay-ms", b"100")])
                     short += 1
                 producer.flush()
-                time.sleep(1.0)
+                time.sleep(0.7)
             producer.close()
             cluster.brokers[preferred].start()
             deadline = time.monotonic() + 60
