@@ -16,6 +16,7 @@ bench/RESULTS.md: copy the figures by hand.
 from __future__ import annotations
 
 import argparse
+import os
 import random
 import statistics
 import subprocess
@@ -91,7 +92,7 @@ def main() -> None:
                     spy = subprocess.Popen(
                         [str(Path(sys.executable).parent / "py-spy"), "record", "-p",
                          str(broker.pid), "-o", f"{args.profile}.{r}" if r else args.profile,
-                         "-f", fmt, "-r", "200", "--nonblocking"],
+                         "-f", fmt, "-r", "200", "--nonblocking", *(["--gil"] if os.environ.get("SPY_GIL") else [])],
                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
                     time.sleep(1.0)
                 cpu0 = proc_cpu_s(broker.pid)

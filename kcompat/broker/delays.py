@@ -122,7 +122,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("kcompat.delays")
 
 DELIVERY_BATCH = 500  # records per delivery batch, at most
-SCHEDULE_BATCH = 500  # records per schedule-log batch a produce writes, at most
+SCHEDULE_BATCH = 2000  # records per schedule-log batch a produce writes, at most (~4 ms to build)
+MOVE_BATCH = 500  # records copied forward per batch (a JSON op each: ~5 us to apply)
 DELIVERY_BYTES = 1 << 20  # and about this many bytes (one record at least)
 IDLE_WAKE_S = 1.0
 RETRY_S = 0.2
@@ -413,14 +414,14 @@ class DelayService:
 
     async def _move_older(self, index: int, below: int) -> None:
         """Copy the pending records held in batches below ``below`` to the log
-        end, ``SCHEDULE_BATCH`` per batch (a record delivered or cancelled
+        end, ``MOVE_BATCH`` per batch (a record delivered or cancelled
         meanwhile is left: the copy is ignored)."""
         slog = self._log(index)
         image = slog.schedule.export()
         found = await trio.to_thread.run_sync(_below, image, below)
         stored = self._records(index)
-        for start in range(0, len(found), SCHEDULE_BATCH):
-            chunk = found[start:start + SCHEDULE_BATCH]
+        for start in range(0, len(found), MOVE_BATCH):
+            chunk = found[start:start + MOVE_BATCH]
             records = [move_record(stored.record(p), p, now_ms()) for p in chunk]
             code, _offset = await self.calls.append_locally(
                 SCHEDULE_TOPIC, index, encode_batch(records), WRITE_TIMEOUT_S)

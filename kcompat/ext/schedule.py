@@ -156,15 +156,15 @@ class Schedule:
             self._targets.append(target)
         far, far_min, far_ids, promoted = self._far, self._far_min, self._far_ids, \
             self._promoted_until
-        entry = first_entry
-        for i, due_ms in enumerate(dues):
-            entry = first_entry + i
-            schedule_id = ids.get(i) if ids else None
+        n = len(dues)
+        for entry, due_ms, offset, where in zip(range(first_entry, first_entry + n), dues,
+                                                offsets, wheres, strict=True):
+            schedule_id = ids.get(entry - first_entry) if ids else None
             if schedule_id is not None:
                 self._by_id.setdefault((target, schedule_id), OrderedDict())[entry] = None
             slot = due_ms // SLOT_MS
             if slot <= promoted:
-                self._to_near(Pending(entry, due_ms, schedule_id, target, offsets[i], wheres[i]))
+                self._to_near(Pending(entry, due_ms, schedule_id, target, offset, where))
                 continue
             cells = far.get(slot)
             if cells is None:
@@ -173,13 +173,13 @@ class Schedule:
                 heapq.heappush(self._slots, slot)
             elif due_ms < far_min[slot]:
                 far_min[slot] = due_ms
-            cells.extend((due_ms, entry, offsets[i], tid, wheres[i]))
+            cells.extend((due_ms, entry, offset, tid, where))
             if schedule_id is not None:
                 far_ids[entry] = schedule_id
-        if dues:
-            self._last = entry
-            self._count += len(dues)
-        return len(dues)
+        if n:
+            self._last = first_entry + n - 1
+            self._count += n
+        return n
 
     def _to_near(self, pending: Pending) -> None:
         self._pending[pending.entry] = pending

@@ -26,7 +26,7 @@ from kcompat.wire import codec
 from kcompat.wire import versions as v
 from kcompat.wire.records import encode_batch
 
-RECORDS = 1200
+RECORDS = 2 * SCHEDULE_BATCH + 200
 
 
 @pytest.fixture
