@@ -69,6 +69,14 @@ class _Waiter:
     result: Any = None
 
 
+@dataclass(eq=False)
+class _GroupWrite:
+    """A group record on its way to ``__consumer_offsets``."""
+
+    done: trio.Event
+    error: ErrorCode | None = None
+
+
 async def write_committed(cluster: ClusterRuntime, part: Partition, view: memoryview,
                           now: int, timeout_s: float = 10.0) -> None:
     """Propose one coordinator batch to ``part``'s Raft group as its leader and
@@ -123,6 +131,7 @@ class GroupService:
         self.pending: dict[int, dict[tuple[str, str, int], CommittedOffset]] = {}
         self._held_partition: dict[int, int] = {}  # pid -> offsets partition of its batch
         self._waiters: dict[int, _Waiter] = {}
+        self._group_writes: dict[str, _GroupWrite] = {}  # group id -> its write in flight
         self._next_token = 0
         self._wake = trio.Event()
         cluster.machines[OFFSETS_TOPIC] = self  # fed by the replication host
@@ -280,38 +289,57 @@ class GroupService:
         self._waiters[self._next_token] = waiter
         return self._next_token, waiter
 
-    async def wait(self, token: int, waiter: _Waiter, replies: list[Reply]) -> Any:
+    async def wait(self, token: int, waiter: _Waiter, replies: list[Reply],
+                   group_id: str | None = None) -> Any:
         try:
-            await self.deliver(replies)
+            await self.deliver(replies, group_id)
             await waiter.event.wait()
             return waiter.result
         finally:
             self._waiters.pop(token, None)
 
-    async def deliver(self, replies: list[Reply]) -> None:
+    async def deliver(self, replies: list[Reply], group_id: str | None = None) -> None:
         """Persist changed groups, then release the waiting requests. As in
         Kafka, what a group's record holds (a generation's assignments, a
         static member's new id) is answered only once written: when the write
         fails (a new leader took over, or it timed out) the joins and syncs
         answered here get that error instead, and a group this broker still
-        coordinates rebalances (``GroupCoordinator.write_failed``). Answered
-        anyway, a SyncGroup handed out an assignment the next coordinator
-        never saw, and the same generation was formed again there with other
-        owners (broker simulator, seed 13)."""
+        coordinates rebalances (``GroupCoordinator.write_failed``). Replies
+        about ``group_id`` read from its state (a SyncGroup of a Stable
+        group) wait for a write of it another request started, and share its
+        fate. Answered anyway, a SyncGroup handed out an assignment the next
+        coordinator never saw, and the same generation was formed again there
+        with other owners (broker simulator, seeds 13 and 75)."""
         refused: ErrorCode | None = None
-        for group_id in self.coordinator.pop_group_changes():
-            group = self.coordinator.groups.get(group_id)
-            if group is not None:
-                try:
-                    await self._append(group_id, [(group_key(group_id), group_value(group))])
-                except NotCoordinatorError as e:
-                    log.info("group %s metadata not written: %s", group_id, e)
-                    refused = e.code
-                    replies = replies + self.coordinator.write_failed(group_id, now_ms())
+        for changed in self.coordinator.pop_group_changes():
+            if (code := await self._write_group(changed)) is not None:
+                refused = code
+                replies = replies + self.coordinator.write_failed(changed, now_ms())
+        pending = self._group_writes.get(group_id) if group_id is not None else None
+        if refused is None and pending is not None:
+            await pending.done.wait()
+            refused = pending.error
         if refused is not None:  # one group's replies at a time, but for the ticker's
             replies = [Reply(r.token, _refused(r.result, refused)) for r in replies]
         self._release(replies)
         self._wake.set()
+
+    async def _write_group(self, group_id: str) -> ErrorCode | None:
+        """Write the record of ``group_id`` as it is now; the error if it failed."""
+        group = self.coordinator.groups.get(group_id)
+        if group is None:
+            return None
+        write = self._group_writes[group_id] = _GroupWrite(trio.Event())
+        try:
+            await self._append(group_id, [(group_key(group_id), group_value(group))])
+        except NotCoordinatorError as e:
+            log.info("group %s metadata not written: %s", group_id, e)
+            write.error = e.code
+        finally:
+            write.done.set()
+            if self._group_writes.get(group_id) is write:
+                del self._group_writes[group_id]
+        return write.error
 
     def _release(self, replies: list[Reply]) -> None:
         for reply in replies:

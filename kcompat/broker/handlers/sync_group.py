@@ -1,7 +1,10 @@
 """SyncGroup (key 14), versions 0-5.
 
 The leader sends every member's assignment; each member's response is parked
-until the leader's arrives. v5 checks protocol type and name
+until the leader's arrives, and answered once the generation and its
+assignments are written to ``__consumer_offsets`` (a member syncing while that
+write is on its way waits for it; a failed write answers its error, and the
+group rebalances: ``GroupService.deliver``). v5 checks protocol type and name
 (INCONSISTENT_GROUP_PROTOCOL on mismatch). A classic member of a KIP-848
 consumer group gets its current assignment at once (``consumer_groups``).
 Without READ on the group the answer is GROUP_AUTHORIZATION_FAILED (Kafka's
@@ -47,7 +50,7 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
         getattr(request, "protocol_name", None),
         {a.member_id: bytes(a.assignment) for a in request.assignments}, now_ms(),
     )
-    result: SyncResult = await groups.wait(token, waiter, replies)
+    result: SyncResult = await groups.wait(token, waiter, replies, request.group_id)
     return ctx.response(throttle_time=NO_THROTTLE, error_code=result.error,
                         protocol_type=result.protocol_type, protocol_name=result.protocol_name,
                         assignment=result.assignment)

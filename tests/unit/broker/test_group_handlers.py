@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 import trio
+import trio.testing
 from kio.schema.errors import ErrorCode as E
 from kio.serial import entity_reader
 
@@ -20,6 +21,7 @@ from kcompat.broker.broker import Broker
 from kcompat.broker.context import RequestContext
 from kcompat.broker.groups import NotCoordinatorError
 from kcompat.broker.handlers import HANDLERS
+from kcompat.group.coordinator import Reply, SyncResult
 from kcompat.testing import running
 from kcompat.wire import codec
 from kcompat.wire import versions as v
@@ -154,6 +156,42 @@ def test_an_assignment_not_written_is_not_handed_out(broker: Broker,
             member, again, s = await join_and_sync(member)
             assert (s.error_code, s.assignment, again) == (E.none, b"A", gen + 1)
             assert groups.store.groups["g"].generation_id == gen + 1
+            nursery.cancel_scope.cancel()
+
+    trio.run(scenario)
+
+
+def test_a_sync_of_a_stable_group_waits_for_its_write(broker: Broker,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """A member whose SyncGroup comes after the leader's, while the leader's
+    write of the assignments is still on its way, gets its assignment once
+    the write is done, and the write's error if it failed (broker simulator,
+    seed 75: the late member kept an assignment no record held)."""
+    groups = broker.groups
+    assert groups is not None
+    gate = trio.Event()
+
+    async def slow_then_failing(group_id: str, records: list[tuple[bytes, bytes | None]]) -> None:
+        await gate.wait()
+        raise NotCoordinatorError(E.not_coordinator)
+
+    async def scenario() -> None:
+        async with trio.open_nursery() as nursery:
+            await running.start(nursery, broker)
+            r = await call(broker, v.JOIN_GROUP, 3, lambda m: join_request(m, ""))
+            assert r.error_code == E.none
+            groups.coordinator.changed.add("g")  # as after the leader's SyncGroup
+            monkeypatch.setattr(groups, "_append", slow_then_failing)
+            nursery.start_soon(groups.deliver, [])  # the leader's write, on its way
+            await trio.testing.wait_all_tasks_blocked()
+            token, waiter = groups.new_token()  # the late member's SyncGroup
+            answer = Reply(token, SyncResult(E.none, "consumer", "range", b"A"))
+            nursery.start_soon(groups.wait, token, waiter, [answer], "g")
+            await trio.testing.wait_all_tasks_blocked()
+            assert not waiter.event.is_set()
+            gate.set()
+            await waiter.event.wait()
+            assert waiter.result == SyncResult(E.not_coordinator)
             nursery.cancel_scope.cancel()
 
     trio.run(scenario)
