@@ -3,10 +3,13 @@
 Runs BROKER_SEEDS schedules (default 50) of 1 or 3 real brokers on
 simulated disks and a simulated network, with crashes that lose unsynced
 writes, checking that no acknowledged produce is lost, committed group
-offsets never go backwards, no transaction is both committed and aborted and
-every acknowledged delayed record, retry and dead letter is moved exactly once
-(``kcompat.testing.broker_sim``). A failure names the seed and the replay
-command.
+offsets never go backwards, no transaction is both committed and aborted,
+every acknowledged delayed record, retry and dead letter is moved exactly once,
+and a consumer group's members (joining, leaving, cut off, restarted) never
+share a partition in a generation, are fenced once superseded, lose no
+acknowledged commit and settle once the cluster healed
+(``kcompat.testing.broker_sim``, ``group_workload``). A failure names the seed
+and the replay command, which replays it exactly (alone or not).
 
 Long run: ``make sim`` (BROKER_SEEDS=5000 by default) or
 ``.venv/bin/python -m kcompat.testing.broker_sim --seed 0 --seeds 5000``.
@@ -18,12 +21,18 @@ import itertools
 import os
 
 import pytest
+from kio.schema.errors import ErrorCode
 
-from kcompat.broker import delays
+from kcompat.broker import delays, groups
+from kcompat.broker.partition import Partition
 from kcompat.broker.replication import runtime
+from kcompat.broker.replication.group import NotLeaderError
 from kcompat.ext import schedule_log
-from kcompat.testing.broker_sim import BrokerSimulation, SimFailure
+from kcompat.group import coordinator
+from kcompat.testing.broker_sim import BrokerSimulation
+from kcompat.testing.simulator import SimFailure
 from kcompat.txn import producer_state
+from kcompat.wire import batch as wbatch
 
 SEEDS = int(os.environ.get("BROKER_SEEDS", "50"))
 SEED_BASE = int(os.environ.get("SEED_BASE", "0"))
@@ -86,14 +95,54 @@ def test_a_delivery_without_its_producer_sequence_is_caught(
 
 def test_a_schedule_without_retry_dedup_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
     """A retried produce whose answer was lost is a duplicate for the partition
-    and is scheduled again: without the schedule log's check, twice."""
-    monkeypatch.setattr(schedule_log.ScheduleLog, "_repeated", lambda self, doc: False)
+    and is scheduled again: without the schedule log's check, twice. The check
+    is the holes seen per producer batch (``_holes_seen``), which both an
+    ``adds`` op and the older per-record ops consult (first caught: seed 3)."""
+    monkeypatch.setattr(schedule_log.ScheduleLog, "_holes_seen",
+                        lambda self, source, src: None)
     assert _caught("delayed record", seeds=30) >= 1
+
+
+def test_a_commit_of_an_old_generation_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With the group coordinator blind to generations (ILLEGAL_GENERATION
+    turned into an acceptance), a member's commit of before its rebalance,
+    arriving after the next generation was handed out, is acknowledged and
+    the group ledger says so (first caught: seed 3)."""
+    check = coordinator.GroupCoordinator.commit_error
+
+    def blind(self: coordinator.GroupCoordinator, group_id: str, generation_id: int,
+              member_id: str, instance_id: str | None) -> ErrorCode | None:
+        code = check(self, group_id, generation_id, member_id, instance_id)
+        return None if code == ErrorCode.illegal_generation else code
+
+    monkeypatch.setattr(coordinator.GroupCoordinator, "commit_error", blind)
+    assert _caught("was handed out") >= 1
+
+
+def test_a_commit_acknowledged_before_it_is_written_is_caught(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """With ``__consumer_offsets`` writes answered once proposed, not once
+    committed, a member that resumes from the committed offset reads less than
+    a commit acknowledged before (first caught: seed 5)."""
+
+    async def unawaited(self: groups.GroupService, part: Partition, raw: bytes,
+                        now: int) -> None:
+        group = self.cluster.group_of(part.topic, part.index)
+        assert group is not None
+        try:
+            self.cluster.propose_batch(group, memoryview(raw), wbatch.validate(memoryview(raw)),
+                                       now)
+        except NotLeaderError:
+            raise groups.NotCoordinatorError(ErrorCode.not_coordinator) from None
+
+    monkeypatch.setattr(groups.GroupService, "_write", unawaited)
+    assert _caught("an acknowledged commit was lost") >= 1
 
 
 def test_replay_is_deterministic() -> None:
     """One seed, one run: two runs leave the same trace (what was acknowledged
-    where and when, crashes, restarts, cuts)."""
+    where and when, crashes, restarts, cuts, group generations), the second
+    after the first in the same process."""
     a, b = BrokerSimulation(11), BrokerSimulation(11)
     a.run()
     b.run()
