@@ -5,22 +5,27 @@ Theory of operation
 Delayed records wait in the internal topic ``__kc_schedule`` (RecordBatch v2,
 replicated like ``__consumer_offsets``; DESIGN §1.1, EXTENSIONS rule 2). A
 topic-partition's records always go to the same schedule partition (chosen
-by the host with the coordinators' key hash). Every record of the log carries one internal header
-``kc-internal`` whose JSON value says what it is:
+by the host with the coordinators' key hash). A record of the log carries an
+internal header ``kc-internal`` whose value says what it is — or none, when
+the ``adds`` op ahead of it in its batch names it:
 
-* ``add`` — a record to move, stored whole (key, value, timestamp and the
-  headers it is delivered with: ``kc-scheduled-offset`` added for a delayed
-  record, the DLQ context for a dead letter) with its target ``t``/``p``, the
-  offset ``o`` of its hole in the partition it was produced to (``s``, when
-  not the target), its due time and optional schedule id, and the producer
-  of the batch it came in (``src``:
-  id, epoch, base sequence). A retried produce, which the partition answers
-  as a duplicate, is written again with the same holes: a record whose
-  producer batch and hole were seen is skipped (the last
-  ``PRODUCER_BATCHES`` batches per target and producer are kept, as the
-  partition keeps for its duplicate check);
-* ``cancel`` — ``kc-cancel-schedule`` for the target's earliest pending
-  record with that id (with its own hole and ``src``, skipped alike);
+* ``adds`` (binary, ``ext.schedule_adds``: how a produce schedules) — the
+  records after it in its batch, each a record to move stored whole (key,
+  value, timestamp and the headers it is delivered with:
+  ``kc-scheduled-offset`` added for a delayed record, the DLQ context for a
+  dead letter) and each an entry, with its target, the offset of its hole
+  in the partition it was produced to, its due time, optional schedule id
+  and where it is in the batch; then the batch's cancellations. It names the
+  producer of the batch they came in (``src``: id, epoch, base sequence). A
+  retried produce, which the partition answers as a duplicate, is written
+  again with the same holes: a record whose producer batch and hole were
+  seen is skipped (the last ``PRODUCER_BATCHES`` batches per source and
+  producer are kept, as the partition keeps for its duplicate check);
+* ``add`` and ``cancel`` (JSON, one record each: as older brokers wrote
+  them, still applied alike) — a record to move with its target ``t``/``p``,
+  hole ``o`` (in ``s``, when not the target), due time, schedule id and
+  ``src``; ``kc-cancel-schedule`` for the target's earliest pending record
+  with that id (with its own hole and ``src``, skipped alike);
 * ``out`` — the leader starts delivering these due entries (with their due
   times) to the target: applying it fixes which entries (those still pending)
   and their producer
@@ -52,7 +57,12 @@ the rest is the same records applied in the same order.
 A transactional produce writes its adds in a transactional batch of the
 producer (the schedule partition joins its transaction): they are ``held``
 until the transaction's marker reaches the schedule log, applied on commit
-and dropped on abort (``end_txn``).
+and dropped on abort (``end_txn``); a snapshot keeps a held ``adds`` op in
+base64, JSON ones as text.
+
+A stored batch is applied from its ops alone (``located_ops``): the first
+record's, when it is an ``adds`` op (its records are not scanned), else each
+record's ``kc-internal`` header, with where the record is.
 
 Exactly-once movement (rule 3): the delivery batch carries the schedule
 partition's internal producer id (``internal_producer_id``, epoch 0) and
