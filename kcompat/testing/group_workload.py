@@ -120,7 +120,6 @@ class GroupLedger:
     """What the members were told; the checks over it (failures named in ``failures``)."""
 
     failures: list[str]
-    partitions: int
     assigned: dict[int, dict[str, frozenset[int]]] = field(default_factory=dict)
     generation_handed_out: int = -1  # the highest generation a SyncGroup answered
     static_owner: dict[str, str] = field(default_factory=dict)  # instance -> synced member id
@@ -190,7 +189,7 @@ class GroupWorkload:
         self.topic = topic
         self.partitions = partitions
         self.rng = Random(f"group members {sim.seed}")
-        self.ledger = GroupLedger(sim.failures, partitions)
+        self.ledger = GroupLedger(sim.failures)
         self.members = [Member(i, STATIC_INSTANCE if i == 0 else None) for i in range(MEMBERS)]
         self.subscription = encode_subscription((topic,), version=0)
 
@@ -270,11 +269,11 @@ class GroupWorkload:
             self.sim.log(f"member {m.index} ({m.member_id}) cut off for {pause_s:.2f} s")
             await trio.sleep(pause_s)
             m.zombie = m.identity()
-        elif roll < 0.7 and m.instance_id is not None:  # the static member restarts
+        elif m.instance_id is not None:  # the static member restarts
             self.sim.log(f"member {m.index} ({m.member_id}) restarts")
             m.zombie = m.identity()
             m.rejoin(forget_id=True)
-        elif roll < 0.7 or m.instance_id is None:
+        else:
             old = m.identity()
             await self._leave(node, m)
             if self.rng.random() < 0.5:
