@@ -89,7 +89,7 @@ from kcompat.broker.replication.storage import now_ms
 from kcompat.ext.delay import SCHEDULED_OFFSET
 from kcompat.ext.holes import Move, Split
 from kcompat.ext.schedule import CELLS, Pending, ScheduleImage, Target, image_cells
-from kcompat.ext.schedule_adds import AddParts, adds_batch
+from kcompat.ext.schedule_adds import AddParts, adds_batch_of, delayed_records, encode_adds
 from kcompat.ext.schedule_log import (
     SCHEDULE_TOPIC,
     Delivery,
@@ -104,11 +104,9 @@ from kcompat.ext.schedule_log import (
 from kcompat.ext.schedule_stored import StoredRecords, Tail, delivery_batch, take_tails_within
 from kcompat.wire import batch as wbatch
 from kcompat.wire.records import (
-    SMALL_VARINTS,
     encode_batch,
     encode_headers,
     record_tail,
-    varint_bytes,
 )
 
 if TYPE_CHECKING:
@@ -142,7 +140,6 @@ COMPACT_CHECK_S = 0.5  # how often a leader looks whether a snapshot is due (che
 # a delivery refused for itself (not for a passing leader change): worth a warning
 _REFUSED = (ErrorCode.out_of_order_sequence_number, ErrorCode.invalid_producer_epoch,
             ErrorCode.corrupt_message, ErrorCode.invalid_record)
-_SCHEDULED_NAME = encode_headers(((SCHEDULED_OFFSET, b""),))[:-1]  # its name, encoded
 LATENESS_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 
 
@@ -590,12 +587,18 @@ def schedule_batches(topic: str, index: int, split: Split, base_offset: int,
         last = start + SCHEDULE_BATCH >= len(moves)
         if not chunk and not cancels:
             break
-        parts, targets, target_of = _parts(chunk, shift, index, partitions)
-        out.append(adds_batch(
-            source, src, parts, [m.offset + shift for m in chunk], [m.due_ms for m in chunk],
+        targets: list[Target] = []
+        target_of: list[int] = []
+        if not split.topics and chunk and chunk[0].headers is None:
+            records = delayed_records(chunk, shift)  # delayed (not a retry topic's)
+        else:
+            parts, targets, target_of = _parts(chunk, shift, index, partitions)
+            records = encode_adds(parts, now)
+        out.append(adds_batch_of(
+            source, src, records, [m.offset + shift for m in chunk], [m.due_ms for m in chunk],
             ids=[(i, m.schedule_id) for i, m in enumerate(chunk) if m.schedule_id is not None],
             cancels=cancels if last else (), targets=targets, target_of=target_of,
-            timestamp=now, producer_id=hole.producer_id if txn else -1,
+            producer_id=hole.producer_id if txn else -1,
             producer_epoch=hole.producer_epoch if txn else -1, transactional=txn))
     return out
 
@@ -608,15 +611,7 @@ def _parts(moves: Sequence[Move], shift: int, index: int, partitions: dict[str, 
     parts: list[AddParts] = []
     targets: list[Target] = []
     target_of: list[int] = []
-    small = SMALL_VARINTS
     for m in moves:
-        if m.topic is None and m.headers is None:  # delayed: its own headers, and
-            digits = b"%d" % (m.offset + shift)  # kc-scheduled-offset naming its hole
-            parts.append((m.timestamp, b"".join((
-                m.body, varint_bytes(m.header_count + 1), m.header_bytes, _SCHEDULED_NAME,
-                small[len(digits)], digits))))
-            target_of.append(0)
-            continue
         headers = m.headers if m.headers is not None else m.record.headers
         if m.topic is None:  # a retry: the headers its route gives, and its hole
             tid = 0

@@ -39,11 +39,16 @@ from collections.abc import Sequence
 from itertools import accumulate
 from typing import Any
 
+from kcompat.ext.delay import SCHEDULED_OFFSET
+from kcompat.ext.holes import Move
 from kcompat.wire.records import (
+    SMALL_VARINTS,
+    SMALL_VARINTS_END,
     encode_headers,
     encode_raw_record,
     encode_raw_records,
     frame_records,
+    varint_bytes,
 )
 
 OP_HEADER = "kc-internal"
@@ -55,18 +60,64 @@ Target = tuple[str, int]
 # a record to schedule, already encoded: its timestamp and what follows its
 # offset delta (``records.record_tail``: key, value, header count, headers)
 AddParts = tuple[int, bytes]
+# records encoded with offset deltas 1..n, their base and max timestamps
+Encoded = tuple[list[bytes], int, int]
+_SCHEDULED_NAME = encode_headers(((SCHEDULED_OFFSET, b""),))[:-1]  # its name, encoded
 
 
 def adds_batch(source: Target, src: Sequence[int], parts: Sequence[AddParts],
-               holes: Sequence[int], dues: Sequence[int], *,
-               ids: Sequence[tuple[int, str]] = (), cancels: Sequence[tuple[int, str]] = (),
-               targets: Sequence[Target] = (), target_of: Sequence[int] = (),
-               timestamp: int = 0, producer_id: int = -1, producer_epoch: int = -1,
-               transactional: bool = False) -> bytes:
+               holes: Sequence[int], dues: Sequence[int], *, timestamp: int = 0,
+               **kw: Any) -> bytes:
     """The schedule-log batch of ``parts`` (the records, in order, with their
-    ``holes`` and ``dues``) produced to ``source`` by ``src``, and of
-    ``cancels`` (see the module); ``timestamp``: the op's, when there is no
-    record (else the first record's)."""
+    ``holes`` and ``dues``) produced to ``source`` by ``src`` (see the
+    module; ``kw``: those of ``adds_batch_of``); ``timestamp``: the op's,
+    when there is no record (else the first record's)."""
+    return adds_batch_of(source, src, encode_adds(parts, timestamp), holes, dues, **kw)
+
+
+def encode_adds(parts: Sequence[AddParts], timestamp: int = 0) -> Encoded:
+    """``parts`` as ``adds_batch_of`` takes them (``timestamp``: the base
+    when there is none)."""
+    base_ts = parts[0][0] if parts else timestamp
+    return (encode_raw_records(parts, 1, base_ts), base_ts,
+            max([base_ts, *(p[0] for p in parts)]))
+
+
+def delayed_records(moves: Sequence[Move], shift: int) -> Encoded:
+    """The records of delayed ``moves`` as ``adds_batch_of`` takes them: each
+    with its own headers and ``kc-scheduled-offset`` naming its hole (its
+    offset in the produced batch plus ``shift``), its key, value and headers
+    the bytes its producer encoded. The loop of a produce of delayed records:
+    one join per record."""
+    if not moves:
+        return [], 0, 0
+    small, end = SMALL_VARINTS, SMALL_VARINTS_END
+    base_ts = max_ts = moves[0].timestamp
+    out = []
+    for delta, m in enumerate(moves, 1):
+        digits = b"%d" % (m.offset + shift)
+        ts = m.timestamp - base_ts
+        if ts > 0 and m.timestamp > max_ts:
+            max_ts = m.timestamp
+        count = m.header_count + 1
+        rest = b"".join((b"\x00", small[ts] if 0 <= ts < end else varint_bytes(ts),
+                         small[delta] if delta < end else varint_bytes(delta), m.body,
+                         small[count] if count < end else varint_bytes(count), m.header_bytes,
+                         _SCHEDULED_NAME, small[len(digits)], digits))
+        size = len(rest)
+        out.append((small[size] if size < end else varint_bytes(size)) + rest)
+    return out, base_ts, max_ts
+
+
+def adds_batch_of(source: Target, src: Sequence[int], records: Encoded, holes: Sequence[int],
+                  dues: Sequence[int], *, ids: Sequence[tuple[int, str]] = (),
+                  cancels: Sequence[tuple[int, str]] = (), targets: Sequence[Target] = (),
+                  target_of: Sequence[int] = (), producer_id: int = -1,
+                  producer_epoch: int = -1, transactional: bool = False) -> bytes:
+    """The schedule-log batch of ``records`` (encoded with offset deltas
+    1..n from their base timestamp: ``adds_batch``, ``delayed_records``),
+    with their ``holes`` and ``dues``, and of ``cancels`` (see the module)."""
+    encoded, base_ts, max_ts = records
     doc: dict[str, Any] = {"op": "adds", "t": source[0], "p": source[1], "src": list(src)}
     if ids:
         doc["ids"] = [[i, sid] for i, sid in ids]
@@ -76,18 +127,15 @@ def adds_batch(source: Target, src: Sequence[int], parts: Sequence[AddParts],
         doc["ts"] = [[t, p] for t, p in targets]
         doc["ti"] = list(target_of)
     meta = json.dumps(doc, separators=(",", ":")).encode()
-    n = len(parts)
-    base_ts = parts[0][0] if parts else timestamp
-    records = encode_raw_records(parts, 1, base_ts)
+    n = len(encoded)
     # the op's size does not depend on the positions it holds
     first_size = len(_op_record(bytes(_HEAD.size + len(meta) + 24 * n)))
-    positions = list(accumulate(map(len, records[:-1]), initial=first_size))
+    positions = list(accumulate(map(len, encoded[:-1]), initial=first_size))
     op = b"".join((_HEAD.pack(ADDS_FORMAT, n, len(meta)), meta, _int64s(holes),
                    _int64s(dues), _int64s(positions if n else [])))
     first = _op_record(op)
     assert len(first) == first_size
-    max_ts = max([base_ts, *(p[0] for p in parts)])
-    return frame_records([first, *records], base_ts, max_ts, producer_id=producer_id,
+    return frame_records([first, *encoded], base_ts, max_ts, producer_id=producer_id,
                          producer_epoch=producer_epoch, transactional=transactional)
 
 

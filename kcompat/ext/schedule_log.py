@@ -97,11 +97,22 @@ from kcompat.ext.schedule import (
     locate,
 )
 from kcompat.ext.schedule_adds import OP_HEADER, is_adds, parse_adds
-from kcompat.ext.schedule_stored import Header, RecordInput, delivered_form
 
-# the delivery side of this log (``schedule_stored``), where callers found it
-from kcompat.ext.schedule_stored import StoredRecords as StoredRecords
-from kcompat.ext.schedule_stored import take_within as take_within
+# StoredRecords, delivered_form and take_within (the delivery side of this
+# log) live in ``schedule_stored``; callers found them here
+from kcompat.ext.schedule_stored import (
+    Header,
+    RecordInput,
+)
+from kcompat.ext.schedule_stored import (
+    StoredRecords as StoredRecords,
+)
+from kcompat.ext.schedule_stored import (
+    delivered_form as delivered_form,
+)
+from kcompat.ext.schedule_stored import (
+    take_within as take_within,
+)
 from kcompat.wire import record_scan
 from kcompat.wire.batch import HEADER_SIZE, BatchHeader, parse_header
 from kcompat.wire.records import (

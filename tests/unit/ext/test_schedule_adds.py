@@ -14,7 +14,17 @@ from collections.abc import Sequence
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kcompat.ext.schedule_adds import AddParts, adds_batch, is_adds, parse_adds
+from kcompat.ext.delay import SCHEDULED_OFFSET
+from kcompat.ext.holes import split
+from kcompat.ext.schedule_adds import (
+    AddParts,
+    adds_batch,
+    adds_batch_of,
+    delayed_records,
+    encode_adds,
+    is_adds,
+    parse_adds,
+)
 from kcompat.ext.schedule_log import (
     ScheduleLog,
     StoredRecords,
@@ -89,7 +99,7 @@ def _adds(rows: list[Row], src: tuple[int, int, int], cancels: Sequence[tuple[in
                       ids=[(i, r[6]) for i, r in enumerate(rows) if r[6] is not None],
                       cancels=cancels, targets=targets,
                       target_of=[r[7] for r in rows] if targets else [],
-                      timestamp=77, **kw)  # type: ignore[arg-type]
+                      timestamp=77, **kw)
 
 
 def _json_form(rows: list[Row], src: tuple[int, int, int],
@@ -252,3 +262,28 @@ def test_records_are_delivered_from_their_stored_bytes_as_decoding_them_gives() 
         assert delivery_batch(tails, 9, 40) == encode_batch(
             decoded, producer_id=9, producer_epoch=0, base_sequence=40)
         assert take_tails_within(tails, 1) == 1 and take_tails_within(tails, 1 << 20) == 4
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.tuples(st.none() | st.binary(max_size=20), st.none() | st.binary(max_size=200),
+                          st.integers(-100, 100_000), st.booleans()), min_size=1, max_size=40),
+       st.integers(0, 1 << 40))
+def test_delayed_records_are_the_records_with_their_hole_named(
+        rows: list[tuple[bytes | None, bytes | None, int, bool]], shift: int) -> None:
+    """``delayed_records`` (the loop of a produce) encodes what the general
+    path does: each record's own headers, then kc-scheduled-offset."""
+    now = 1_700_000_000_000
+    raw = encode_batch([(k, v, [("kc-delay-ms", b"5000")] + ([("x", b"y")] if extra else []),
+                         now + t) for k, v, t, extra in rows])
+    out = split(raw, validate(raw), now)
+    assert out is not None
+    moves = out.moves
+    expected = encode_adds([(m.timestamp, record_tail(
+        m.body, m.header_count + 1, m.header_bytes + encode_headers(
+            ((SCHEDULED_OFFSET, b"%d" % (m.offset + shift)),)))) for m in moves])
+    assert delayed_records(moves, shift) == expected
+    records = decode_batch(adds_batch_of(SOURCE, (1, 0, 0), expected,
+                                         [m.offset + shift for m in moves],
+                                         [m.due_ms for m in moves]))[1:]
+    assert [r.headers for r in records] == [
+        (*m.record.headers, (SCHEDULED_OFFSET, b"%d" % (m.offset + shift))) for m in moves]

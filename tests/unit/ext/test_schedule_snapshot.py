@@ -141,7 +141,7 @@ class World:
                                targets=others, target_of=[
                                    0 if TARGETS[t] == source else others.index(TARGETS[t]) + 1
                                    for t in tids], timestamp=self.now,
-                               **(txn if transactional else {}))  # type: ignore[arg-type]
+                               **(txn if transactional else {}))
         else:
             batch = encode_batch(records, **(txn if transactional else {}))  # type: ignore[arg-type]
         if rng.random() < 0.1 and records and pid >= 0 and not transactional:  # a retry
