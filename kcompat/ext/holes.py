@@ -39,7 +39,14 @@ import re
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from kcompat.ext.delay import DELAY_MAX_MS_DEFAULT, DELAY_MS, Cancel, Deliver, classify
+from kcompat.ext.delay import (
+    DELAY_MAX_MS_DEFAULT,
+    DELAY_MS,
+    SCHEDULE_ID,
+    Cancel,
+    Deliver,
+    classify,
+)
 from kcompat.ext.retry import Headers, Retry, RetryPolicy, route
 from kcompat.wire.batch import HEADER_SIZE, BatchHeader
 from kcompat.wire.compression import CompressionError, decompress
@@ -57,8 +64,13 @@ from kcompat.wire.records import (
 
 _MARK = re.compile(b"kc-")  # searches a memoryview in place (``in`` would not)
 _FAST_DIGITS = 18  # a kc-delay-ms this short is an int64 whatever its digits
-# a header block of kc-delay-ms alone, up to its value's length: one header, its name
-_DELAY_ALONE = b"\x02" + encode_headers(((DELAY_MS, b""),))[:-1]
+# a header block of kc-delay-ms alone, up to its value's length: one header, its name;
+# and one of kc-delay-ms then kc-schedule-id (two headers)
+_DELAY_NAME = encode_headers(((DELAY_MS, b""),))[:-1]
+_DELAY_ALONE = b"\x02" + _DELAY_NAME
+_DELAY_FIRST = b"\x04" + _DELAY_NAME
+_VALUE_AT = len(_DELAY_ALONE)  # where the value's length is, from the header count
+_ID_NAME = encode_headers(((SCHEDULE_ID, b""),))[:-1]
 
 
 class Move(NamedTuple):
@@ -136,21 +148,23 @@ def split(view: memoryview | bytes, header: BatchHeader, now_ms: int,
             kept.append((start, end))
             continue
         if payload.startswith(_DELAY_ALONE, hc):  # the common case: kc-delay-ms alone
-            at = hc + len(_DELAY_ALONE)
-            size = payload[at]  # the value's length, zig-zag: one byte up to 63
-            value = payload[at + 1:end]
-            if size == 2 * len(value) and 0 < len(value) <= _FAST_DIGITS and value.isdigit():
-                delay_ms = int(value)
-                if delay_ms > max_delay_ms:
-                    classify(((DELAY_MS, value),), now_ms, max_delay_ms)  # raises HeaderError
-                if delay_ms == 0:
-                    kept.append((start, end))
-                    continue
-                moves.append(new(Move, (
-                    base_offset + delta, base_ts + ts if append_time is None else append_time,
-                    payload[kv:hc], 1, payload[hc + 1:end], now_ms + delay_ms, None, None,
-                    None, -1, False)))
+            value, schedule_id = payload[hc + _VALUE_AT + 1:end], None
+            if payload[hc + _VALUE_AT] != 2 * len(value):  # its length, zig-zag
+                value = b""
+        else:
+            value, schedule_id = _delay_and_id(payload, hc, end)
+        if value and len(value) <= _FAST_DIGITS and value.isdigit():
+            delay_ms = int(value)
+            if delay_ms > max_delay_ms:
+                classify(((DELAY_MS, value),), now_ms, max_delay_ms)  # raises HeaderError
+            if delay_ms == 0:
+                kept.append((start, end))
                 continue
+            moves.append(new(Move, (
+                base_offset + delta, base_ts + ts if append_time is None else append_time,
+                payload[kv:hc], 1 if schedule_id is None else 2, payload[hc + 1:end],
+                now_ms + delay_ms, schedule_id, None, None, -1, False)))
+            continue
         found, first = headers_at(payload, hc, end)
         asked = classify(found, now_ms, max_delay_ms)
         if asked is None:
@@ -165,6 +179,28 @@ def split(view: memoryview | bytes, header: BatchHeader, now_ms: int,
     if not moves and not cancels:
         return None
     return Split(splice_spans(view, header, payload, kept), tuple(moves), tuple(cancels))
+
+
+def _delay_and_id(payload: bytes, hc: int, end: int) -> tuple[bytes, str | None]:
+    """The ``kc-delay-ms`` value and ``kc-schedule-id`` of a record whose
+    header block (its count at ``hc``) is exactly those two headers, in that
+    order, recognised by their bytes (an id of up to 63 bytes, UTF-8, not
+    empty); (b"", None) for any other."""
+    if not payload.startswith(_DELAY_FIRST, hc):
+        return b"", None
+    at = hc + _VALUE_AT
+    size = payload[at]
+    stop = at + 1 + (size >> 1)
+    if size & 1 or not payload.startswith(_ID_NAME, stop):
+        return b"", None
+    at = stop + len(_ID_NAME)
+    schedule_id = payload[at + 1:end]
+    if not schedule_id or payload[at] != 2 * len(schedule_id):
+        return b"", None
+    try:
+        return payload[hc + _VALUE_AT + 1:stop], schedule_id.decode("utf-8")
+    except UnicodeDecodeError:
+        return b"", None
 
 
 def _retries(view: memoryview | bytes, header: BatchHeader, now_ms: int,

@@ -110,13 +110,22 @@ _HEADER_VALUES = st.one_of(
 @given(st.lists(st.tuples(st.none() | st.binary(max_size=12), st.none() | st.binary(max_size=90),
                           st.lists(st.tuples(_HEADER_NAMES, _HEADER_VALUES), max_size=3)
                           | st.sampled_from([b"0", b"1", b"5000", b"100001"]).map(
-                              lambda v: [("kc-delay-ms", v)]),
+                              lambda v: [("kc-delay-ms", v)])
+                          | st.tuples(st.sampled_from([b"0", b"5000", b"x", b""]),
+                                      st.sampled_from([b"job", b"", "é".encode(), b"\xff",
+                                                       b"i" * 70])).map(
+                              lambda v: [("kc-delay-ms", v[0]), ("kc-schedule-id", v[1])]),
                           st.integers(-5, 5_000)),
                 min_size=1, max_size=12),
        st.sampled_from([CODEC_NONE, CODEC_LZ4]), st.integers(0, 100_000))
 def test_split_reads_records_as_decoding_them_does(
         records: list[tuple[bytes | None, bytes | None, list[tuple[str, bytes | None]], int]],
         codec: int, max_delay_ms: int) -> None:
+    _same_split(records, codec, max_delay_ms)
+
+
+def _same_split(records: list[tuple[bytes | None, bytes | None, list[tuple[str, bytes | None]],
+                                    int]], codec: int, max_delay_ms: int) -> None:
     raw = encode_batch([(k, v, h, NOW + t) for k, v, h, t in records], codec=codec,
                        producer_id=3, producer_epoch=0, base_sequence=9)
     try:
@@ -135,3 +144,26 @@ def test_split_reads_records_as_decoding_them_does(
     assert out.hole == hole
     assert [(m.record, m.due_ms, m.schedule_id) for m in out.moves] == moves
     assert list(out.cancels) == cancels
+
+
+_VALID_HEADERS = st.sampled_from([
+    [], [("trace", b"x")], [("kc-delay-ms", b"5000")], [("kc-delay-ms", b"0")],
+    [("kc-delay-ms", b"70000")], [("kc-delay-ms", b"00042")],
+    [("kc-delay-ms", b"5000"), ("kc-schedule-id", b"job")],
+    [("kc-delay-ms", b"7"), ("kc-schedule-id", "é".encode())],
+    [("kc-delay-ms", b"7"), ("kc-schedule-id", b"i" * 70)],
+    [("kc-schedule-id", b"job"), ("kc-delay-ms", b"7")], [("kc-delay-ms", b" 9 ")],
+    [("kc-delay-ms", b"9"), ("trace", None)], [("kc-cancel-schedule", b"job")],
+    [("kc-deliver-at", str(NOW + 800).encode())]])
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.none() | st.binary(max_size=12), st.none() | st.binary(max_size=90),
+                          _VALID_HEADERS, st.integers(-5, 5_000)), min_size=1, max_size=12),
+       st.sampled_from([CODEC_NONE, CODEC_LZ4]))
+def test_split_of_accepted_headers_is_the_decoding_one(
+        records: list[tuple[bytes | None, bytes | None, list[tuple[str, bytes | None]], int]],
+        codec: int) -> None:
+    """The same, with headers a producer may send (none refused): what the
+    byte-level recognition of the common header blocks must get right."""
+    _same_split(records, codec, 100_000)
