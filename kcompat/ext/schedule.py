@@ -146,40 +146,63 @@ class Schedule:
                 ids: dict[int, str]) -> int:
         """``add`` of the consecutive entries from ``first_entry`` (the i-th:
         ``dues[i]``, ``offsets[i]``, ``wheres[i]``, schedule id ``ids.get(i)``)
-        of one ``target``, as many calls of ``add`` would; how many were added."""
+        of one ``target``, as many calls of ``add`` would; how many were added.
+        Far entries are appended a slot at a time, their cells interleaved by
+        array slices (C speed)."""
+        n = len(dues)
         if first_entry <= self._last:  # a replay, in part at least
             return sum(self.add(first_entry + i, due, ids.get(i), target, offsets[i],
                                 wheres[i]) for i, due in enumerate(dues))
+        if not n:
+            return 0
         tid = self._target_ids.get(target)
         if tid is None:
             tid = self._target_ids[target] = len(self._targets)
             self._targets.append(target)
-        far, far_min, far_ids, promoted = self._far, self._far_min, self._far_ids, \
-            self._promoted_until
-        n = len(dues)
-        for entry, due_ms, offset, where in zip(range(first_entry, first_entry + n), dues,
-                                                offsets, wheres, strict=True):
-            schedule_id = ids.get(entry - first_entry) if ids else None
-            if schedule_id is not None:
-                self._by_id.setdefault((target, schedule_id), OrderedDict())[entry] = None
-            slot = due_ms // SLOT_MS
-            if slot <= promoted:
-                self._to_near(Pending(entry, due_ms, schedule_id, target, offset, where))
-                continue
-            cells = far.get(slot)
-            if cells is None:
-                cells = far[slot] = array("q")
-                far_min[slot] = due_ms
-                heapq.heappush(self._slots, slot)
-            elif due_ms < far_min[slot]:
-                far_min[slot] = due_ms
-            cells.extend((due_ms, entry, offset, tid, where))
-            if schedule_id is not None:
-                far_ids[entry] = schedule_id
-        if n:
-            self._last = first_entry + n - 1
-            self._count += n
+        by_slot: dict[int, list[int]] = {}
+        for i, due_ms in enumerate(dues):
+            found = by_slot.get(due_ms // SLOT_MS)
+            if found is None:
+                by_slot[due_ms // SLOT_MS] = [i]
+            else:
+                found.append(i)
+        self._last = first_entry + n - 1
+        self._count += n
+        for i, schedule_id in ids.items():  # in entry order, as ``add`` keeps them
+            self._by_id.setdefault((target, schedule_id), OrderedDict())[first_entry + i] = None
+        for slot, rows in by_slot.items():
+            if slot <= self._promoted_until:
+                for i in rows:
+                    self._to_near(Pending(first_entry + i, dues[i], ids.get(i), target,
+                                          offsets[i], wheres[i]))
+            else:
+                self._add_far(slot, first_entry, rows, dues, offsets, wheres, tid)
+                for i in rows:
+                    if i in ids:
+                        self._far_ids[first_entry + i] = ids[i]
         return n
+
+    def _add_far(self, slot: int, first_entry: int, rows: list[int], dues: Sequence[int],
+                 offsets: Sequence[int], wheres: Sequence[int], tid: int) -> None:
+        """Append the far entries ``first_entry + i`` for ``i`` in ``rows`` to ``slot``."""
+        k = len(rows)
+        block = array("q", bytes(8 * CELLS * k))
+        slot_dues = array("q", [dues[i] for i in rows])
+        block[0::CELLS] = slot_dues
+        block[1::CELLS] = array("q", [first_entry + i for i in rows])
+        block[2::CELLS] = array("q", [offsets[i] for i in rows])
+        block[3::CELLS] = array("q", [tid]) * k
+        block[4::CELLS] = array("q", [wheres[i] for i in rows])
+        least = min(slot_dues)
+        cells = self._far.get(slot)
+        if cells is None:
+            self._far[slot] = block
+            self._far_min[slot] = least
+            heapq.heappush(self._slots, slot)
+        else:
+            cells.extend(block)
+            if least < self._far_min[slot]:
+                self._far_min[slot] = least
 
     def _to_near(self, pending: Pending) -> None:
         self._pending[pending.entry] = pending

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from random import Random
 
-from kcompat.ext.schedule import Pending, Schedule
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from kcompat.ext.schedule import SLOT_MS, Pending, Schedule
 
 
 def test_due_in_time_order_and_stays_until_delivered() -> None:
@@ -75,3 +78,32 @@ def test_random_operations_match_a_plain_model() -> None:
                     del model[p.entry]
             assert len(s) == len(model)
             assert s.next_due_ms() == (min(d for d, _i in model.values()) if model else None)
+
+
+def _image(s: Schedule) -> object:
+    return ({slot: list(cells) for slot, cells in s._far.items()}, dict(s._far_min),
+            sorted(s._slots), dict(s._far_ids), {k: list(v) for k, v in s._by_id.items()},
+            dict(s._pending), len(s), s.last_entry, s.pending())
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 6 * SLOT_MS), st.none() | st.sampled_from("ab")),
+                max_size=40),
+       st.integers(0, 3 * SLOT_MS), st.booleans())
+def test_a_run_of_adds_is_as_many_adds(rows: list[tuple[int, str | None]], now: int,
+                                       replayed: bool) -> None:
+    """``add_run`` (how a replica applies an ``adds`` op) leaves the schedule
+    exactly as one ``add`` per entry does, promoted slots and ids included."""
+    one, run = Schedule(), Schedule()
+    for s in (one, run):
+        s.add(5, 2 * SLOT_MS, "a", ("t", 0), 1, 7)  # something there already, a slot begun
+        s.promote(now)
+    first = 5 if replayed else 6
+    dues = [d for d, _ in rows]
+    ids = {i: sid for i, (_, sid) in enumerate(rows) if sid is not None}
+    offsets = [100 + i for i in range(len(rows))]
+    wheres = [(i + 1) << 32 | 61 * i for i in range(len(rows))]
+    added = sum(one.add(first + i, d, ids.get(i), ("t", 0), offsets[i], wheres[i])
+                for i, d in enumerate(dues))
+    assert run.add_run(first, dues, ("t", 0), offsets, wheres, ids) == added
+    assert _image(run) == _image(one)
