@@ -49,7 +49,7 @@ from __future__ import annotations
 import datetime
 from dataclasses import dataclass, field
 from random import Random
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import trio
 from kio.schema.errors import ErrorCode as E
@@ -62,8 +62,23 @@ from kcompat.group.consumer_protocol import (
 from kcompat.wire import codec
 from kcompat.wire import versions as v
 
-if TYPE_CHECKING:
-    from kcompat.testing.broker_sim import BrokerSimulation, SimNode
+SimNode = Any  # a broker of the simulation (``broker_sim.SimNode``)
+
+
+class BrokerSimulation(Protocol):
+    """What the members use of ``broker_sim.BrokerSimulation`` (named
+    structurally: the simulator imports this module)."""
+
+    seed: int
+    nodes: dict[int, SimNode]
+    failures: list[str]
+
+    def log(self, what: str) -> None: ...
+
+    def live(self) -> list[SimNode]: ...
+
+    async def request(self, node: SimNode, key: int, version: int, rng: Random | None = None,
+                      **fields: Any) -> Any: ...
 
 GROUP_ID = "cg"  # __consumer_offsets-0 (the committer's group is on partition 1)
 MEMBERS = 3
