@@ -34,6 +34,17 @@ def _schedule_start(bootstrap: str) -> int:
         consumer.close()
 
 
+def _round_of_short(producer: KafkaProducer, topic: str, first: int) -> int:
+    """200 records delivered at once (keys ``short<n>`` from ``first``), then a
+    pause for a snapshot check to pass; the next key number."""
+    for n in range(first, first + 200):
+        producer.send(topic, b"y" * 100, key=b"short%d" % n, partition=0,
+                      headers=[("kc-delay-ms", b"100")])
+    producer.flush()
+    time.sleep(0.7)
+    return first + 200
+
+
 def test_the_schedule_log_drops_delivered_history_and_restarts_from_its_snapshot(
         tmp_path: Path) -> None:
     broker = Broker(tmp_path / "broker", extra_args=(
@@ -47,24 +58,14 @@ def test_the_schedule_log_drops_delivered_history_and_restarts_from_its_snapshot
         # small segments (Kafka's key for tests: segment.bytes is at least 1 MiB)
         alter_topic(broker.bootstrap, "__kc_schedule", {"internal.segment.bytes": str(SEGMENT_BYTES)})
         short = 0
-
-        def round_of_short() -> None:  # delivered at once; a snapshot check passes after
-            nonlocal short
-            for _ in range(200):
-                producer.send(topic, b"y" * 100, key=b"short%d" % short, partition=0,
-                              headers=[("kc-delay-ms", b"100")])
-                short += 1
-            producer.flush()
-            time.sleep(0.7)
-
         for _ in range(6):  # the history
-            round_of_short()
+            short = _round_of_short(producer, topic, short)
         due_long = time.time() * 1000 + 10_000
         for i in range(LONG):
             producer.send(topic, b"x" * 100, key=b"long%d" % i, partition=0,
                           headers=[("kc-deliver-at", b"%d" % due_long)])
-        round_of_short()  # a snapshot holds the long ones
-        round_of_short()
+        short = _round_of_short(producer, topic, short)  # a snapshot holds the long ones
+        short = _round_of_short(producer, topic, short)
         producer.close()
         deadline = time.monotonic() + 60
         while _schedule_start(broker.bootstrap) == 0 and time.monotonic() < deadline:
@@ -157,12 +158,7 @@ def test_a_schedule_replica_back_after_the_cut_rebuilds_from_the_snapshot_and_le
             deadline = time.monotonic() + 60
             while _log_start(live)[0] <= end:
                 assert time.monotonic() < deadline, f"the log start stayed at {_log_start(live)}"
-                for _ in range(200):
-                    producer.send(topic, b"y" * 100, key=b"short%d" % short, partition=0,
-                                  headers=[("kc-delay-ms", b"100")])
-                    short += 1
-                producer.flush()
-                time.sleep(0.7)
+                short = _round_of_short(producer, topic, short)
             producer.close()
             cluster.brokers[preferred].start()
             deadline = time.monotonic() + 60
