@@ -125,10 +125,22 @@ class Schedule:
         if slot <= self._promoted_until:
             self._to_near(Pending(entry, due_ms, schedule_id, target, offset, where))
             return True
+        self._far_slot(due_ms).extend((due_ms, entry, offset, self._tid(target), where))
+        if schedule_id is not None:
+            self._far_ids[entry] = schedule_id
+        return True
+
+    def _tid(self, target: Target | None) -> int:
         tid = self._target_ids.get(target)
         if tid is None:
             tid = self._target_ids[target] = len(self._targets)
             self._targets.append(target)
+        return tid
+
+    def _far_slot(self, due_ms: int) -> array[int]:
+        """The cells of the far slot of ``due_ms`` (made if new), its earliest
+        due time kept."""
+        slot = due_ms // SLOT_MS
         cells = self._far.get(slot)
         if cells is None:
             cells = self._far[slot] = array("q")
@@ -136,10 +148,7 @@ class Schedule:
             heapq.heappush(self._slots, slot)
         elif due_ms < self._far_min[slot]:
             self._far_min[slot] = due_ms
-        cells.extend((due_ms, entry, offset, tid, where))
-        if schedule_id is not None:
-            self._far_ids[entry] = schedule_id
-        return True
+        return cells
 
     def add_run(self, first_entry: int, dues: Sequence[int], target: Target | None,
                 offsets: Sequence[int], wheres: Sequence[int],
@@ -431,24 +440,10 @@ class Schedule:
              targets: list[Target | None]) -> None:
         """Add snapshot entries (``image_cells`` order: by slot, then entry;
         a target id indexes ``targets``) without replay checks."""
-        local = []
-        for target in targets:
-            tid = self._target_ids.get(target)
-            if tid is None:
-                tid = self._target_ids[target] = len(self._targets)
-                self._targets.append(target)
-            local.append(tid)
+        local = [self._tid(target) for target in targets]
         for i in range(0, len(cells), CELLS):
             due_ms, entry, offset, tid, where = cells[i:i + CELLS]
-            slot = due_ms // SLOT_MS
-            found = self._far.get(slot)
-            if found is None:
-                found = self._far[slot] = array("q")
-                self._far_min[slot] = due_ms
-                heapq.heappush(self._slots, slot)
-            elif due_ms < self._far_min[slot]:
-                self._far_min[slot] = due_ms
-            found.extend((due_ms, entry, offset, local[tid], where))
+            self._far_slot(due_ms).extend((due_ms, entry, offset, local[tid], where))
             schedule_id = ids.get(entry)
             if schedule_id is not None:
                 self._far_ids[entry] = schedule_id

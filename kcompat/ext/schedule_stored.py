@@ -114,13 +114,7 @@ class StoredRecords:
     def _tail(self, pending: Pending) -> Tail:
         if pending.where == -1:
             return tail_of(delivered_form(self.record(pending)))
-        base, position = located(pending)
-        header, where = self._header(base)
-        if header.compression:
-            payload = self._payload(base, where)
-        else:
-            payload = self._record_bytes(where, HEADER_SIZE + position)
-            position = 0
+        base, header, payload, position = self._located(pending)
         ts, tail = tail_at(payload, position)
         if _OP_NAME in tail:  # maybe an op header: decoded, and the op taken off
             self.decoded += 1
@@ -130,6 +124,16 @@ class StoredRecords:
         return (header.max_timestamp if header.is_log_append_time
                 else header.base_timestamp + ts), tail
 
+    def _located(self, pending: Pending) -> tuple[int, BatchHeader, bytes, int]:
+        """(base offset, header of its batch, bytes holding its record, where
+        the record starts in them) of a located entry: the record's own bytes,
+        or a compressed batch's records whole."""
+        base, position = located(pending)
+        header, where = self._header(base)
+        if header.compression:
+            return base, header, self._payload(base, where), position
+        return base, header, self._record_bytes(where, HEADER_SIZE + position), 0
+
     def record(self, pending: Pending) -> Record:
         """The stored record of ``pending``."""
         if pending.where == -1:  # not located (not applied from its stored batch)
@@ -137,13 +141,7 @@ class StoredRecords:
             records = decode_batch(self._pread(where.file, where.length, where.position))
             self.decoded += len(records)
             return next(r for r in records if r.offset == pending.entry)
-        base, position = located(pending)
-        header, where = self._header(base)
-        if header.compression:
-            payload = self._payload(base, where)
-        else:
-            payload = self._record_bytes(where, HEADER_SIZE + position)
-            position = 0
+        base, header, payload, position = self._located(pending)
         self.decoded += 1
         return decode_record_at(
             payload, position, base_offset=base, base_timestamp=header.base_timestamp,
