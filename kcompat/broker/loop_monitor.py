@@ -19,7 +19,15 @@ service's batches) and this module makes it visible:
   ran between two checkpoints since the broker started; ``kcompat_event_loop_long_steps_total
   {task}`` counts steps over ``LONG_STEP_S`` (50 ms, the budget of issue 31),
   and a step over ``WARN_STEP_S`` is logged with its task kind (once per kind
-  and minute), so the culprit of a stall is named, not guessed.
+  and minute), so the culprit of a stall is named, not guessed;
+* where a long step was: a watch thread wakes every ``WATCH_EVERY_S`` and, when
+  the step under way has run ``LONG_STEP_S`` or more, takes the loop thread's
+  stack (``sys._current_frames``) — a sample, as a sampling profiler takes one,
+  of where the step spends its time. When that step ends over ``LONG_STEP_S``
+  it is logged with its sampled frames (the innermost of kcompat and what they
+  called), at INFO, or WARNING over ``WARN_STEP_S`` (once per kind and minute
+  each). The thread reads two attributes twenty times a second and walks a
+  stack only during a step already over budget: steps within it cost nothing.
 
 The step timing is a trio ``Instrument``: two clock reads per task step, and
 the kind of a task looked up only for a step of 1 ms or more
@@ -30,8 +38,11 @@ observation: nothing here changes the order in which tasks run.
 from __future__ import annotations
 
 import logging
+import sys
+import threading
 import time
-from types import CodeType
+import traceback
+from types import CodeType, FrameType
 from typing import TYPE_CHECKING
 from weakref import WeakKeyDictionary
 
@@ -50,6 +61,8 @@ SHORT_STEP_S = 0.001  # steps shorter than this are not looked at (kind, longest
 LONG_STEP_S = 0.05
 WARN_STEP_S = 0.5
 WARN_EVERY_S = 60.0
+WATCH_EVERY_S = 0.05  # the watch thread's period: a step over ~100 ms is always sampled
+WHERE_FRAMES = 6  # frames of kcompat named in a long step's report, innermost last
 LAG_BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 # a task's kind while it does one thing that says more than its coroutine
 # (a connection's task serving one request: ``labelled``)
@@ -101,7 +114,10 @@ class StepTimer(trio.abc.Instrument):
         self._names: dict[CodeType, str] = {}
         self._started = 0.0
         self._warned: dict[str, float] = {}
+        self._told: dict[str, float] = {}
         self._long_steps = long_steps
+        # the step a sample was taken of (its start) and where the loop thread was
+        self._where: tuple[float, str] = (0.0, "")
 
     def before_task_step(self, task: trio.lowlevel.Task) -> None:
         self._started = time.perf_counter()
@@ -117,17 +133,55 @@ class StepTimer(trio.abc.Instrument):
             if took > self.longest.get(kind, 0.0):
                 self.longest[kind] = took
             return
-        self._long(task_kind(task, self._names), took)
+        started, where = self._where
+        self._long(task_kind(task, self._names), took, where if started == self._started else "")
 
-    def _long(self, kind: str, took: float) -> None:
+    def _long(self, kind: str, took: float, where: str = "") -> None:
         if took > self.longest.get(kind, 0.0):
             self.longest[kind] = took
         if self._long_steps is not None:
             self._long_steps.labels(kind).inc()
         now = time.monotonic()
-        if took >= WARN_STEP_S and now - self._warned.get(kind, -WARN_EVERY_S) >= WARN_EVERY_S:
-            self._warned[kind] = now
-            log.warning("the event loop was held %.0f ms by one step of %s", took * 1000, kind)
+        at = f" at {where}" if where else ""
+        if took >= WARN_STEP_S:
+            if now - self._warned.get(kind, -WARN_EVERY_S) >= WARN_EVERY_S:
+                self._warned[kind] = now
+                log.warning("the event loop was held %.0f ms by one step of %s%s",
+                            took * 1000, kind, at)
+        elif where and now - self._told.get(kind, -WARN_EVERY_S) >= WARN_EVERY_S:
+            self._told[kind] = now
+            log.info("the event loop was held %.0f ms by one step of %s%s", took * 1000, kind, at)
+
+    def sample(self, loop_thread: int) -> None:
+        """From the watch thread: if the step under way has run ``LONG_STEP_S``
+        or more, note where the loop thread is (once per step)."""
+        started = self._started
+        if not started or time.perf_counter() - started < LONG_STEP_S or self._where[0] == started:
+            return
+        frame = sys._current_frames().get(loop_thread)
+        if frame is None or self._started != started:
+            return  # the step ended meanwhile
+        self._where = (started, where_of(frame))
+
+
+def where_of(frame: FrameType) -> str:
+    """The innermost ``WHERE_FRAMES`` frames of kcompat under ``frame``, outermost
+    first, and the frame they called into if it is not kcompat's own
+    (``json/decoder.py:353 raw_decode``)."""
+    frames = traceback.extract_stack(frame)
+    ours = [at for at in frames if "/kcompat/" in at.filename]
+    named = [f"{_short(at.filename)}:{at.lineno} {at.name}" for at in ours[-WHERE_FRAMES:]]
+    if frames and "/kcompat/" not in frames[-1].filename:
+        named.append(f"{_short(frames[-1].filename)}:{frames[-1].lineno} {frames[-1].name}")
+    return " > ".join(named)
+
+
+def _short(filename: str) -> str:
+    cut = filename.rfind("/kcompat/")
+    if cut >= 0:
+        return filename[cut + 1:]
+    parts = filename.rsplit("/", 2)
+    return "/".join(parts[-2:])
 
 
 class LoopMonitor:
@@ -148,6 +202,10 @@ class LoopMonitor:
     async def run(self) -> None:
         """Probe the lag; time the steps of every task while it runs."""
         trio.lowlevel.add_instrument(self.steps)
+        stop = threading.Event()
+        watch = threading.Thread(target=_watch, args=(self.steps, threading.get_ident(), stop),
+                                 name="kcompat-loop-watch", daemon=True)
+        watch.start()
         try:
             while True:
                 asked = trio.current_time() + PROBE_INTERVAL_S
@@ -156,7 +214,13 @@ class LoopMonitor:
                 self.lag.observe(lag)
                 self.lag_max_s = max(self.lag_max_s, lag)
         finally:
+            stop.set()
             trio.lowlevel.remove_instrument(self.steps)
+
+
+def _watch(steps: StepTimer, loop_thread: int, stop: threading.Event) -> None:
+    while not stop.wait(WATCH_EVERY_S):
+        steps.sample(loop_thread)
 
 
 class _LongestSteps(Collector):

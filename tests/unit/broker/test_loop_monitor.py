@@ -4,6 +4,7 @@ that long, and a timer due during it fired at least 150 ms late)."""
 
 from __future__ import annotations
 
+import logging
 import time
 
 import trio
@@ -57,3 +58,23 @@ def test_a_long_step_is_named_and_its_lag_measured() -> None:
             'measured.main"} 1.0') in text
     assert "kcompat_event_loop_lag_seconds_bucket" in text
     assert 'kcompat_event_loop_longest_step_seconds{task="Fetch request"}' in text
+
+
+def test_a_long_step_is_reported_with_where_it_was(caplog) -> None:  # type: ignore[no-untyped-def]
+    """The watch thread samples the loop thread's stack during a step over
+    budget; the step's report names the function it was in."""
+    monitor = LoopMonitor(CollectorRegistry())
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(monitor.run)
+            await trio.sleep(0.02)
+            await _holds_the_loop()
+            await _serving()  # a step of 60 ms
+            nursery.cancel_scope.cancel()
+
+    with caplog.at_level(logging.INFO, logger="kcompat.loop"):
+        trio.run(main)
+    held = [record.getMessage() for record in caplog.records if "was held" in record.getMessage()]
+    assert any("of test_a_long_step_is_reported_with_where_it_was.main at " in line
+               and "_holds_the_loop" in line for line in held), held
