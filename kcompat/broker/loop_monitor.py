@@ -38,6 +38,7 @@ observation: nothing here changes the order in which tasks run.
 from __future__ import annotations
 
 import logging
+import os
 import sys
 import threading
 import time
@@ -60,7 +61,8 @@ PROBE_INTERVAL_S = 0.1
 SHORT_STEP_S = 0.001  # steps shorter than this are not looked at (kind, longest)
 LONG_STEP_S = 0.05
 WARN_STEP_S = 0.5
-WARN_EVERY_S = 60.0
+# once per kind and this many seconds (KCOMPAT_LOOP_REPORT_EVERY_S=0: every long step, to debug)
+WARN_EVERY_S = float(os.environ.get("KCOMPAT_LOOP_REPORT_EVERY_S", "60"))
 WATCH_EVERY_S = 0.05  # the watch thread's period: a step over ~100 ms is always sampled
 WHERE_FRAMES = 6  # frames of kcompat named in a long step's report, innermost last
 LAG_BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
