@@ -49,7 +49,10 @@ The control-plane probe (its own process, the whole run): every second a Metadat
 request, a CreateTopics of a new 1-partition topic, a consumer-group join with a new
 group.id (subscribe until the first assignment) and a produce of one record with a
 plain producer (acks=all) until acknowledged; each latency, p50/p99/max per kind and
-phase, and failures (10 s timeout each). Beside it every 3 s it scrapes each broker's
+phase, and failures (10 s timeout each). Beside it a steady plain producer (its own
+connection) sends one acks=all record every 100 ms and waits for its ack: its latency
+p50/p99 per phase against the idle phase's p99 (the first 5 samples, connecting, left
+out), the issue's "plain producer p99 under extension load". Beside it every 3 s it scrapes each broker's
 ``/metrics`` for ``kcompat_event_loop_lag_seconds`` (histogram; its absence is
 reported) and ``kcompat_delayed_records_pending``. The brokers' logs are searched for
 ``fence_broker`` (self-fencing) and ``leads group`` (elections; term >= 2 counted
@@ -97,6 +100,10 @@ VALUE_BYTES = 100
 PARTITIONS = 6
 BROKER_FLAGS = ("--set", "group.initial.rebalance.delay.ms=0")
 PROBE_TIMEOUT_S = 10.0
+#: the steady plain producer's period, and its first samples left out (connecting)
+PLAIN_EVERY_S = 0.1
+PLAIN_WARMUP = 5
+CONTROL_PROBES = ("metadata", "create_topics", "group_join")
 SCRAPE_EVERY_S = 3.0
 SCHED_PREFIX = "__kc_schedule-"
 LAG_METRIC = "kcompat_event_loop_lag_seconds"
@@ -336,6 +343,29 @@ def probe_child(spec: dict[str, Any]) -> None:
         if acked[0] is not None:
             raise RuntimeError(str(acked[0]))
 
+    def steady_produce() -> None:
+        """The plain producer's latency, PLAIN_EVERY_S apart (enough samples for a p99
+        per phase): its own producer and connection, one record at a time until acked."""
+        own = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 0,
+                        "message.timeout.ms": int(PROBE_TIMEOUT_S * 1000), **CLIENT_QUIET})
+        got: list[Any] = []
+        for i in range(10_000_000):
+            if _stopped(spec):
+                break
+            got.clear()
+            t0, m0 = time.time(), time.monotonic()
+            own.produce(spec["topic"], value=b"steady %d" % i,
+                        on_delivery=lambda err, _m: got.append(err))
+            end = m0 + PROBE_TIMEOUT_S + 1
+            while not got and time.monotonic() < end:
+                own.poll(0.002)
+            ok = bool(got) and got[0] is None
+            emit({"probe": "plain_latency", "t": t0, "s": time.monotonic() - m0, "ok": ok,
+                  "i": i})
+            time.sleep(max(0.0, PLAIN_EVERY_S - (time.monotonic() - m0)))
+        own.flush(2)
+
+    threading.Thread(target=steady_produce, daemon=True).start()
     probes: list[tuple[str, Callable[[int], None]]] = [
         ("metadata", metadata), ("create_topics", create), ("group_join", join),
         ("produce", produce)]
@@ -1332,18 +1362,29 @@ def report(r: dict[str, Any]) -> list[str]:
             cells.append(f"{quantiles_row(ok)}, {len(sel) - len(ok)}/{len(sel)} failed"
                          if sel else "-")
         lines.append(f"| {kind} | " + " | ".join(cells) + " |")
-    idle = [p["s"] for p in probes if p["probe"] == "produce" and p["ok"]
-            and phase_of(p["t"], m) == "idle"]
-    loaded = [p["s"] for p in probes if p["probe"] == "produce" and p["ok"]
-              and phase_of(p["t"], m) not in ("idle", "kill -9")]
-    cp = [p["s"] for p in probes if p["ok"] and p["probe"] != "produce"
+    steady = [p for p in probes if p["probe"] == "plain_latency" and p["ok"]
+              and p.get("i", 0) >= PLAIN_WARMUP]
+    idle = [p["s"] for p in steady if phase_of(p["t"], m) == "idle"]
+    loaded = [p["s"] for p in steady if phase_of(p["t"], m) not in ("idle", "kill -9")]
+    if idle:
+        lines += ["", f"Plain producer latency (one acks=all record every "
+                      f"{PLAIN_EVERY_S * 1000:.0f} ms, its own connection; p99 against "
+                      f"idle's {fmt_s(pct(idle, .99))}), by phase:", "",
+                  "| phase | samples | p50 | p99 | max | p99 / idle p99 |", "|---|---|---|---|---|---|"]
+        for ph in cols:
+            xs = [p["s"] for p in steady if phase_of(p["t"], m) == ph]
+            if xs:
+                lines.append(f"| {ph} | {len(xs)} | {fmt_s(pct(xs, .5))} | "
+                             f"{fmt_s(pct(xs, .99))} | {fmt_s(max(xs))} | "
+                             f"{pct(xs, .99) / pct(idle, .99):.1f}x |")
+    cp = [p["s"] for p in probes if p["ok"] and p["probe"] in CONTROL_PROBES
           and phase_of(p["t"], m) not in ("idle", "kill -9")]
     summary = []
     if cp:
         summary.append(f"control-plane probes outside the idle and kill phases: p99 "
                        f"{fmt_s(pct(cp, .99))}, max {fmt_s(max(cp))}")
     if idle and loaded:
-        summary.append(f"plain producer p99 under load / idle: "
+        summary.append(f"plain producer p99 outside the idle and kill phases / idle: "
                        f"{pct(loaded, .99) / pct(idle, .99):.1f}x "
                        f"({fmt_s(pct(loaded, .99))} / {fmt_s(pct(idle, .99))})")
     if summary:
