@@ -7,8 +7,9 @@ Keys are Kafka's own names wherever Kafka has one (``num.partitions``,
 is validated through the same ``ConfigDef``s, so a bad value anywhere fails with
 one line naming the key. An environment variable maps to a key by lower-casing
 and turning ``_`` into ``.`` after the ``KCOMPAT_`` prefix
-(``KCOMPAT_NUM_PARTITIONS=3`` -> ``num.partitions``); ``KCOMPAT_LOG_LEVEL`` and
-``KCOMPAT_LOG_FORMAT`` set up logging and are not config keys.
+(``KCOMPAT_NUM_PARTITIONS=3`` -> ``num.partitions``); ``KCOMPAT_LOG_LEVEL``,
+``KCOMPAT_LOG_FORMAT`` and ``KCOMPAT_LOOP_REPORT_EVERY_S`` (``loop_monitor``) set
+up logging and are not config keys.
 """
 
 from __future__ import annotations
@@ -363,7 +364,8 @@ def load_yaml(path: Path) -> dict[str, Any]:
     return _flatten(doc)
 
 
-NOT_CONFIG_ENV = frozenset({"KCOMPAT_LOG_LEVEL", "KCOMPAT_LOG_FORMAT"})
+NOT_CONFIG_ENV = frozenset({"KCOMPAT_LOG_LEVEL", "KCOMPAT_LOG_FORMAT",
+                            "KCOMPAT_LOOP_REPORT_EVERY_S"})
 
 
 def from_env(environ: Mapping[str, str]) -> dict[str, str]:
