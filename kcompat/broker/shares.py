@@ -22,11 +22,12 @@ claims again whenever its Raft term of the data partition changed (it lost
 and regained the lead) or a write failed.
 
 **Durable before answered.** Every ShareFetch and ShareAcknowledge changes the
-machines it touches in memory, then writes each one's ``take_update`` to its
+machines it touches in memory, then has each one's changes written to its
 state partition and answers only once those writes are committed — so a
 delivery count a consumer saw is never lost, and an acknowledgement that was
 answered is never undone by a failover. The writes of one state partition go
-out one batch at a time, in order (``_Writer``), gathering what waits.
+out one batch at a time, in order, one record per key per batch however many
+requests changed it meanwhile (``share_writes``).
 A write that fails drops the machine: the next request claims the key again
 and continues from the last committed state (records acquired in between come
 back AVAILABLE with their delivery counted — at least once).
@@ -73,6 +74,8 @@ from kcompat.broker.replication import codec
 from kcompat.broker.replication.storage import now_ms
 from kcompat.broker.share_compaction import ShareCompaction
 from kcompat.broker.share_sessions import ShareSessions
+from kcompat.broker.share_writes import Held as Held  # handlers import it from here
+from kcompat.broker.share_writes import ShareWriter
 from kcompat.broker.topic_config import effective
 from kcompat.ext.view_filter import Filter
 from kcompat.group.share_partition import (
@@ -81,7 +84,6 @@ from kcompat.group.share_partition import (
     TERMINAL,
     AckBatch,
     AcquiredRecords,
-    DeadLetter,
     ShareConfig,
     SharePartition,
     ShareState,
@@ -99,7 +101,6 @@ from kcompat.group.share_state import (
     share_key_string,
     state_from_json,
     state_to_json,
-    state_value,
 )
 from kcompat.log.partition_log import OffsetOutOfRange
 from kcompat.wire import batch as wbatch
@@ -156,29 +157,6 @@ class ShareSettings:
     renew_enabled: bool = True  # share.renew.acknowledge.enable (KIP-1222)
 
 
-@dataclass(eq=False)
-class Held:
-    """A share key this broker serves: its machine, the generation it writes
-    with and the Raft term of the data partition it was claimed in."""
-
-    key: ShareKey
-    machine: SharePartition
-    generation: int
-    term: int
-    state_index: int
-    dead: list[DeadLetter] = field(default_factory=list)  # not in the DLQ topic yet
-    seq: int = 0  # of the last state record sent
-    # a write of it failed: its later records are not sent (they are deltas on
-    # the lost one), their requests fail, and the key is claimed again
-    broken: bool = False
-
-
-@dataclass(eq=False)
-class _Writer:
-    pending: list[tuple[bytes, bytes, list[Any]]] = field(default_factory=list)
-    running: bool = False
-
-
 class ShareService:
     def __init__(self, state: BrokerState, cluster: ClusterRuntime, calls: PeerCalls,
                  controller: Controller) -> None:
@@ -192,7 +170,7 @@ class ShareService:
                                   list[tuple[int, bytes | None]]] = (
             OrderedDict())
         self._loading: dict[ShareKey, trio.Event] = {}
-        self._writers: dict[int, _Writer] = {}
+        self.writer = ShareWriter(self._append_state, cluster.spawn, now_ms)
         self.sessions = ShareSessions(state.config["group.share.max.share.sessions"])
         self.changed = trio.Event()  # a lock expired or records were released
         self.dead_lettered: Counter | None = None
@@ -473,66 +451,22 @@ class ShareService:
 
     async def write(self, changed: list[tuple[Held, bool]], initial: bool = False
                     ) -> set[ShareKey]:
-        """Write each machine's update (or full snapshot) to its state
-        partition and wait for all of them; the keys whose write failed
-        (dropped, to be claimed again)."""
-        slots = []
-        for held, full in changed:
-            if not full and not held.machine.has_update:
-                continue
-            state = held.machine.snapshot() if full else held.machine.take_update()
-            if full:
-                held.machine.take_update()
-            held.seq += 1
-            slot: list[Any] = [trio.Event(), ErrorCode.request_timed_out, held]
-            slots.append(slot)
-            writer = self._writers.setdefault(held.state_index, _Writer())
-            writer.pending.append((encode_key(held.key),
-                                   state_value(held.generation, held.seq, state, full,
-                                               initial), slot))
-            if not writer.running:
-                writer.running = True
-                if not self.cluster.spawn(self._flush, held.state_index, writer):
-                    writer.running = False
-                    slot[0].set()
+        """Make each machine's changes (or, ``full``, its whole state) durable
+        in its state partition and wait for all of them (``share_writes``);
+        the keys whose write failed (dropped, to be claimed again)."""
         failed: set[ShareKey] = set()
-        for slot in slots:
-            await slot[0].wait()
-            if slot[1] != ErrorCode.none:
-                held = slot[2]
-                failed.add(held.key)
-                if self.held.get(held.key) is held:
-                    del self.held[held.key]
-                    log.info("share state of %s not written (%s): claiming it again",
-                             held.key, slot[1].name)
+        for held, code in await self.writer.write(changed, initial):
+            failed.add(held.key)
+            if self.held.get(held.key) is held:
+                del self.held[held.key]
+                log.info("share state of %s not written (%s): claiming it again",
+                         held.key, code.name)
         return failed
 
-    async def _flush(self, index: int, writer: _Writer) -> None:
-        try:
-            while writer.pending:
-                taken, writer.pending = writer.pending, []
-                for _k, _v, slot in taken:
-                    if slot[2].broken:
-                        slot[1] = ErrorCode.unknown_server_error
-                        slot[0].set()
-                taken = [t for t in taken if not t[2][0].is_set()]
-                if not taken:
-                    continue
-                now = now_ms()
-                batch = encode_batch([(k, v, (), now) for k, v, _ in taken])
-                try:
-                    code, _ = await self.calls.append(SHARE_STATE_TOPIC, index, batch,
-                                                      WRITE_TIMEOUT_S)
-                except Exception:
-                    log.exception("writing share state to %s-%d", SHARE_STATE_TOPIC, index)
-                    code = ErrorCode.unknown_server_error
-                for _k, _v, slot in taken:
-                    slot[1] = code
-                    slot[0].set()
-                    if code != ErrorCode.none:
-                        slot[2].broken = True
-        finally:
-            writer.running = False
+    async def _append_state(self, index: int, batch: bytes) -> ErrorCode:
+        code, _offset = await self.calls.append(SHARE_STATE_TOPIC, index, batch,
+                                                WRITE_TIMEOUT_S)
+        return code
 
     async def delete_state(self, keys: list[ShareKey]) -> ErrorCode:
         """Delete the share-partition state of ``keys`` (DeleteGroups)."""
