@@ -60,8 +60,9 @@ copied forward and snapshots cost about one more write of each long-lived
 record per two intervals and 40 bytes per pending record per interval.
 
 **Turns.** Every step of delivery is bounded: a delivery batch reads its
-records one by one from where they are (``StoredRecords.tails``: their
-stored bytes, framed again without being decoded), and the schedule
+records from where they are, neighbours in a stored batch together
+(``StoredRecords.tails``: their stored bytes, framed again without being
+decoded), its lateness is observed per batch (``BatchLateness``), and the schedule
 promotes a slot of far-future records ``PROMOTE_CHUNK`` at a time, the loop
 coming back at once (``_start_due``) until it is done.
 
@@ -79,12 +80,13 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 from kio.schema.errors import ErrorCode
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from kcompat.broker.controller.admin import auto_create
 from kcompat.broker.controller.internal_topics import partition_for
+from kcompat.broker.lateness import BatchLateness
 from kcompat.broker.replication.storage import now_ms
 from kcompat.ext.delay import SCHEDULED_OFFSET
 from kcompat.ext.holes import Move, Split
@@ -158,7 +160,7 @@ class DelayService:
         # schedule partition -> where its last snapshots written here were taken
         self._snapshots: dict[int, list[int]] = {}
         self._wake = trio.Event()
-        self.lateness: Histogram | None = None
+        self.lateness: BatchLateness | None = None
         self.delivered: Counter | None = None
         self.retries: Counter | None = None
         self.dead_letters: Counter | None = None
@@ -484,10 +486,11 @@ class DelayService:
     # -- metrics ---------------------------------------------------------------------------
 
     def export(self, registry: CollectorRegistry) -> None:
-        self.lateness = Histogram(
+        self.lateness = BatchLateness(
             "kcompat_delayed_delivery_lateness_seconds",
             "Time from a delayed record's due time to its delivery (committed)",
-            buckets=LATENESS_BUCKETS_S, registry=registry)
+            LATENESS_BUCKETS_S)
+        registry.register(self.lateness)
         self.delivered = Counter("kcompat_delayed_records_delivered",
                                  "Delayed records delivered, per topic", ["topic"],
                                  registry=registry)
@@ -515,8 +518,7 @@ class DelayService:
 
     def _observe(self, delivery: Delivery, now: int) -> None:
         if self.lateness is not None and self.delivered is not None:
-            for pending in delivery.entries:
-                self.lateness.observe(max(now - pending.due_ms, 0) / 1000)
+            self.lateness.observe_dues(now, [p.due_ms for p in delivery.entries])
             self.delivered.labels(delivery.target[0]).inc(len(delivery.entries))
 
 
