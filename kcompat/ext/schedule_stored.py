@@ -5,10 +5,14 @@ Theory of operation
 A pending entry knows where its record's bytes are (``schedule.locate``:
 its stored batch, its position there). Due order has nothing to do with log
 order (records produced together are due at unrelated times), so
-``StoredRecords`` reads each record on its own: the header of its stored
-batch (kept for the last ``HEADERS_KEPT`` batches), then the record's bytes
-alone — the cost of a delivery follows the records it moves, never the size
-of the batches they sit in. A compressed batch (the broker writes none, but
+``StoredRecords`` reads a delivery's records by stored batch: the header of
+the batch (kept for the last ``HEADERS_KEPT`` batches), then its wanted
+records in position order, those less than ``READ_AHEAD`` bytes apart with
+one read (a run of neighbours due together: a burst with one delay, a
+backlog), one alone otherwise — the cost of a delivery follows the records
+it moves, never the size of the batches they sit in, and the bytes read stay
+within ``READ_AHEAD`` per record (one longer than what its run read is read
+again, alone). A compressed batch (the broker writes none, but
 a log may hold one) is read and decompressed whole and kept in a small
 cache.
 
@@ -108,13 +112,47 @@ class StoredRecords:
         """The records of ``entries`` as they are delivered, as (timestamp,
         ``records.record_tail``): the stored bytes of their key, value and
         headers, not decoded — unless a record carries an op of its own
-        (written by an older broker, or copied forward), which is taken off."""
-        return [self._tail(p) for p in entries]
+        (written by an older broker, or copied forward), which is taken off.
+        The records of one stored batch are read together: those less than
+        ``READ_AHEAD`` bytes apart with one read (``_spans``)."""
+        listed = list(entries)
+        out: list[Tail | None] = [None] * len(listed)
+        by_batch: dict[int, list[tuple[int, int]]] = {}  # base -> (position, index)
+        for i, pending in enumerate(listed):
+            if pending.where == -1:
+                out[i] = tail_of(delivered_form(self.record(pending)))
+            else:
+                base, position = located(pending)
+                found = by_batch.get(base)
+                if found is None:
+                    by_batch[base] = [(position, i)]
+                else:
+                    found.append((position, i))
+        for base, wanted in by_batch.items():
+            header, where = self._header(base)
+            if header.compression:
+                payload = self._payload(base, where)
+                for position, i in wanted:
+                    out[i] = self._tail_in(base, header, payload, position)
+                continue
+            wanted.sort()
+            for span in _spans(wanted, self.READ_AHEAD):
+                first = HEADER_SIZE + span[0][0]
+                size = min(HEADER_SIZE + span[-1][0] + self.READ_AHEAD, where.length) - first
+                if size <= 0:
+                    raise RecordError("a located record lies past its batch")
+                data = self._pread(where.file, size, where.position + first)
+                for position, i in span:
+                    try:
+                        out[i] = self._tail_in(base, header, data, HEADER_SIZE + position - first)
+                    except RecordError:  # longer than what was read: read it alone
+                        out[i] = self._tail_in(
+                            base, header, self._record_bytes(where, HEADER_SIZE + position), 0)
+        return out  # type: ignore[return-value]  # every index was filled
 
-    def _tail(self, pending: Pending) -> Tail:
-        if pending.where == -1:
-            return tail_of(delivered_form(self.record(pending)))
-        base, header, payload, position = self._located(pending)
+    def _tail_in(self, base: int, header: BatchHeader, payload: bytes, position: int) -> Tail:
+        """The tail of the record at ``position`` of ``payload`` (bytes of the
+        batch at ``base``), its op taken off if it may carry one."""
         ts, tail = tail_at(payload, position)
         if _OP_NAME in tail:  # maybe an op header: decoded, and the op taken off
             self.decoded += 1
@@ -189,6 +227,18 @@ class StoredRecords:
         while self._payload_bytes > self.cache_bytes_max and len(self._payloads) > 1:
             self._payload_bytes -= len(self._payloads.popitem(last=False)[1])
         return found
+
+
+def _spans(wanted: list[tuple[int, int]], gap_max: int) -> list[list[tuple[int, int]]]:
+    """Sorted (position, index) pairs cut where the next position is more
+    than ``gap_max`` bytes on: each part is read at once."""
+    spans = [[wanted[0]]]
+    for item in wanted[1:]:
+        if item[0] - spans[-1][-1][0] > gap_max:
+            spans.append([item])
+        else:
+            spans[-1].append(item)
+    return spans
 
 
 def take_tails_within(tails: Sequence[Tail], bytes_max: int) -> int:
