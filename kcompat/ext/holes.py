@@ -15,8 +15,9 @@ therefore stay exactly what they would have been.
 
 A retry topic (``retry``: its policy) takes every record out: each is either
 retried in the same partition after its backoff or moved to the dead-letter
-topic (``ext.retry.route``), so its batch is always empty — delay headers
-are ignored there.
+topic (``ext.retry.route_headers``), so its batch is always empty — delay
+headers are ignored there. Its records are read like delayed ones (their
+layout and headers; key and value kept as produced, never decoded).
 
 Each record taken out becomes a ``Move``: when (``due_ms``), where (its own
 partition, or ``topic``), with which headers — and its key, value and headers
@@ -47,14 +48,13 @@ from kcompat.ext.delay import (
     Deliver,
     classify,
 )
-from kcompat.ext.retry import Headers, Retry, RetryPolicy, route
+from kcompat.ext.retry import Headers, Retry, RetryPolicy, route_headers
 from kcompat.wire.batch import HEADER_SIZE, BatchHeader
 from kcompat.wire.compression import CompressionError, decompress
 from kcompat.wire.record_scan import headers_at, layouts, splice_spans
 from kcompat.wire.records import (
     Record,
     RecordError,
-    decode_batch,
     decode_record_at,
     encode_headers,
     encode_key_value,
@@ -205,13 +205,26 @@ def _delay_and_id(payload: bytes, hc: int, end: int) -> tuple[bytes, str | None]
 
 def _retries(view: memoryview | bytes, header: BatchHeader, now_ms: int,
              policy: RetryPolicy) -> Split:
+    """Every record of a retry topic's batch moved: routed from its headers
+    (``route_headers``), its key and value kept as produced — nothing is
+    decoded but the headers (a per-record cost on the nack path)."""
+    try:
+        payload = bytes(decompress(header.compression, memoryview(view)[HEADER_SIZE:]))
+    except CompressionError as exc:
+        raise RecordError(str(exc)) from exc
+    base_offset, base_ts = header.base_offset, header.base_timestamp
+    append_time = header.max_timestamp if header.is_log_append_time else None
     moves = []
-    for record in decode_batch(view):
-        where = route(record, policy, now_ms)
-        if isinstance(where, Retry):
-            moves.append(Move.of(record, where.due_ms, None, where.headers, retry=True))
-        else:
-            moves.append(Move.of(record, now_ms, None, where.headers, where.topic,
-                                 where.partition))
+    new = tuple.__new__
+    for _start, end, ts, delta, kv, hc in layouts(payload, header.records_count):
+        found, first = headers_at(payload, hc, end)
+        timestamp = base_ts + ts if append_time is None else append_time
+        where = route_headers(found, timestamp, policy, now_ms)
+        retry = isinstance(where, Retry)
+        moves.append(new(Move, (
+            base_offset + delta, timestamp, payload[kv:hc], len(found), payload[first:end],
+            where.due_ms if isinstance(where, Retry) else now_ms, None, where.headers,
+            None if isinstance(where, Retry) else where.topic,
+            -1 if isinstance(where, Retry) else where.partition, retry)))
     return Split(rebuild_batch(header, []), tuple(moves), (),
                  frozenset(m.topic for m in moves if m.topic is not None))

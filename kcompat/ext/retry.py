@@ -34,6 +34,7 @@ that is not a decimal number raises ``HeaderError``.
 from __future__ import annotations
 
 import struct
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from kcompat.ext.delay import HeaderError
@@ -105,10 +106,17 @@ class DeadLetter:
 
 def route(record: Record, policy: RetryPolicy, now_ms: int) -> Retry | DeadLetter:
     """Where a record produced to the retry topic goes (see the module)."""
-    found = dict(record.headers)
+    return route_headers(record.headers, record.timestamp, policy, now_ms)
+
+
+def route_headers(headers: Sequence[tuple[str, bytes | None]], timestamp: int,
+                  policy: RetryPolicy, now_ms: int) -> Retry | DeadLetter:
+    """``route`` from a record's headers and timestamp alone (its key and
+    value are not needed: a produce to a retry topic does not decode them)."""
+    found = dict(headers)
     previous = _number(ATTEMPT, found[ATTEMPT]) if ATTEMPT in found else 0
     attempt = previous + 1
-    kept = tuple(h for h in record.headers if h[0] not in BOOKKEEPING)
+    kept = tuple(h for h in headers if h[0] not in BOOKKEEPING)
     if attempt <= policy.max_attempts:
         return Retry(now_ms + policy.backoff(attempt),
                      (*kept, (ATTEMPT, str(attempt).encode())))
@@ -121,11 +129,11 @@ def route(record: Record, policy: RetryPolicy, now_ms: int) -> Retry | DeadLette
     context: Headers = (
         (DLQ_ORIGINAL_TOPIC, topic), (DLQ_ORIGINAL_PARTITION, str(partition).encode()),
         (DLQ_ORIGINAL_OFFSET, str(offset).encode()),
-        (DLQ_ORIGINAL_TIMESTAMP, str(record.timestamp).encode()),
+        (DLQ_ORIGINAL_TIMESTAMP, str(timestamp).encode()),
         (DLQ_ATTEMPTS, str(previous).encode()), (DLQ_ERROR, error),
         (SPRING_TOPIC, topic), (SPRING_PARTITION, struct.pack(">i", partition)),
         (SPRING_OFFSET, struct.pack(">q", offset)),
-        (SPRING_TIMESTAMP, struct.pack(">q", record.timestamp)), (SPRING_MESSAGE, error))
+        (SPRING_TIMESTAMP, struct.pack(">q", timestamp)), (SPRING_MESSAGE, error))
     kept = tuple(h for h in kept if h[0] not in DLQ_HEADERS)
     return DeadLetter(policy.dead_letter_topic, (*kept, *context), partition)
 
