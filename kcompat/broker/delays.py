@@ -40,10 +40,13 @@ missing from caught-up metadata for ``TARGET_GONE_S``, not merely created a
 moment ago on another broker — is dropped from the schedule.
 
 **Backpressure.** A leader that falls behind (the earliest record not yet
-delivered is more than ``BACKPRESSURE_FROM_S`` overdue) slows the producers
+delivered is more than ``delay_pressure.FROM_S`` overdue) slows the producers
 of what it schedules: the produce that scheduled records carries a throttle
-(``throttle_ms``) as a quota's does, muting the connection, so the CPU goes
-to delivery and lateness stays bounded instead of growing with the backlog.
+(``throttle_ms``) as a quota's does, muting the connection — Kafka's quota
+formula with the records scheduled there as the rate and what the partition
+delivers meanwhile as the quota (``delay_pressure.Backpressure``), at least
+the lateness itself — so the CPU goes to delivery and lateness stays bounded
+instead of growing with the backlog.
 
 **Bounded state.** Delivered records leave the log. Every
 ``COMPACT_CHECK_S`` the leader of a schedule partition looks whether
@@ -86,6 +89,7 @@ from prometheus_client.registry import Collector
 
 from kcompat.broker.controller.admin import auto_create
 from kcompat.broker.controller.internal_topics import partition_for
+from kcompat.broker.delay_pressure import Backpressure
 from kcompat.broker.lateness import BatchLateness
 from kcompat.broker.replication.storage import now_ms
 from kcompat.ext.delay import SCHEDULED_OFFSET
@@ -133,10 +137,6 @@ WRITE_TIMEOUT_S = 5.0
 # (a re-send that was stored after all is a duplicate for the target)
 SEND_TIMEOUT_S = 1.0
 TARGET_GONE_S = 30.0  # a target missing this long (metadata caught up) was deleted
-# backpressure: a schedule partition this late with its due records slows the
-# producers of records to schedule there, by as much again (capped)
-BACKPRESSURE_FROM_S = 0.5
-THROTTLE_MAX_MS = 1000
 RETRY_MAX_S = 5.0
 COMPACT_CHECK_S = 0.5  # how often a leader looks whether a snapshot is due (cheap)
 # a delivery refused for itself (not for a passing leader change): worth a warning
@@ -165,6 +165,7 @@ class DelayService:
         self.retries: Counter | None = None
         self.dead_letters: Counter | None = None
         self.throttled: Counter | None = None
+        self.pressure = Backpressure()  # what goes in and out of each schedule partition
         cluster.machines[SCHEDULE_TOPIC] = self  # fed by the replication host
 
     # -- the replicated state machine over __kc_schedule ----------------------------------
@@ -243,6 +244,7 @@ class DelayService:
                                                     timeout_s)
             if code != ErrorCode.none:  # a retry schedules again; the log drops repeats
                 return code, f"the records to move could not be scheduled ({code.name}); retry"
+        self.pressure.scheduled(schedule_index, len(split.moves), trio.current_time())
         self._count_moves(topic, split)
         return ErrorCode.none, None
 
@@ -320,6 +322,7 @@ class DelayService:
                 return
             now = now_ms()
             self._observe(delivery, now)
+            self.pressure.delivered(index, len(delivery.entries), trio.current_time())
             records = [done_record(target, delivery.seq, now)]
 
     async def _send(self, index: int, delivery: Delivery,
@@ -467,19 +470,20 @@ class DelayService:
 
     def throttle_ms(self, topic: str, index: int) -> int:
         """The throttle for a produce that scheduled records of ``topic``-``index``:
-        while their schedule partition is more than ``BACKPRESSURE_FROM_S``
-        late, the producer waits as much again (``THROTTLE_MAX_MS`` at most) —
-        Kafka's quota throttle (``throttle_time_ms``, the connection muted), so
-        delivery catches up instead of the broker falling further behind.
-        Known only where the schedule partition is led (here); elsewhere 0."""
+        while their schedule partition is more than ``delay_pressure.FROM_S``
+        late, the producer waits until what it is scheduled there does not
+        outpace what it delivers, and at least as long as it is late beyond
+        that — Kafka's quota throttle (``throttle_time_ms``, the connection
+        muted), so delivery catches up instead of the broker falling further
+        behind. Known only where the schedule partition is led (here);
+        elsewhere 0."""
         meta = self.state.topics.get(SCHEDULE_TOPIC)
         if meta is None:
             return 0
-        late_s = self.overdue_s(partition_for(f"{topic}-{index}", meta.partitions))
-        if late_s <= BACKPRESSURE_FROM_S:
-            return 0
-        throttle = min(int((late_s - BACKPRESSURE_FROM_S) * 1000), THROTTLE_MAX_MS)
-        if self.throttled is not None:
+        schedule_index = partition_for(f"{topic}-{index}", meta.partitions)
+        throttle = self.pressure.throttle_ms(schedule_index, self.overdue_s(schedule_index),
+                                             trio.current_time())
+        if throttle and self.throttled is not None:
             self.throttled.inc(throttle / 1000)
         return throttle
 
