@@ -30,7 +30,8 @@ from random import Random
 
 import trio
 
-from kcompat.broker import listeners, peer_security
+from kcompat.broker import lag_sources, listeners, peer_security
+from kcompat.broker.backpressure import Backpressure
 from kcompat.broker.config import BrokerConfig
 from kcompat.broker.connection_quotas import ConnectionQuotas
 from kcompat.broker.consumer_groups import ConsumerGroupService
@@ -107,6 +108,11 @@ class Broker:
         # counters and gauges for /metrics (admin_http)
         self.metrics = BrokerMetrics(self.state, self.groups.store)
         self.delays.export(self.metrics.registry)
+        # services behind on what clients feed them slow those clients
+        self.backpressure = Backpressure()
+        lag_sources.register_all(self.backpressure, self.state, self.cluster, self.delays,
+                                 self.shares)
+        self.backpressure.export(self.metrics.registry)
         self.shares.export(self.metrics.registry)
         self.cluster.faults.export(self.metrics.registry)  # kcompat_storage_errors_total
 

@@ -20,6 +20,11 @@ a record that holds its changes. Sequence numbers are given as the records
 are made, in the order they are appended, so replicas fold them in order
 (``group.share_state``).
 
+**Behind.** Each queue notes when its oldest write waiting, and the one in
+the batch in flight, was asked: ``behind_s`` is how long the oldest write of
+a state partition has waited — a lag source of ``backpressure``: over its
+bound, ShareFetch and ShareAcknowledge answers carry a throttle.
+
 **Failure.** A batch that is not committed marks the keys in it ``broken``:
 their later records are deltas on the lost one, so they are not sent; their
 writes fail and the owner claims the key again (``shares``).
@@ -76,6 +81,10 @@ class _Wait:
 class _Queue:
     waiting: dict[Held, _Wait] = field(default_factory=dict)  # in the order first asked
     running: bool = False
+    # when the oldest write waiting for the next batch, and the one in the
+    # batch in flight, was asked (ms; None: none) — how far behind it is
+    queued_ms: int | None = None
+    flushing_ms: int | None = None
 
 
 class ShareWriter:
@@ -94,6 +103,19 @@ class ShareWriter:
         partitions (what a backpressure hook may read)."""
         return sum(len(q.waiting) for q in self._queues.values())
 
+    def behind_s(self, index: int) -> float:
+        """How long the oldest write of state partition ``index`` still not
+        committed has waited (0: none waits): a lag source of
+        ``backpressure`` (``share_state``)."""
+        queue = self._queues.get(index)
+        asked = [] if queue is None else [t for t in (queue.flushing_ms, queue.queued_ms)
+                                          if t is not None]
+        return max(self._now_ms() - min(asked), 0) / 1000 if asked else 0.0
+
+    def behind(self) -> list[tuple[int, float]]:
+        """(state partition, ``behind_s``) of every queue (``/metrics``)."""
+        return [(index, self.behind_s(index)) for index in sorted(self._queues)]
+
     async def write(self, changed: list[tuple[Held, bool]], initial: bool = False
                     ) -> list[tuple[Held, ErrorCode]]:
         """Make each machine's changes (or, ``full``, its whole state) durable
@@ -105,6 +127,8 @@ class ShareWriter:
             if wait is None:
                 if not full and not held.machine.has_update:
                     continue  # nothing of it to make durable
+                if not queue.waiting:
+                    queue.queued_ms = self._now_ms()
                 wait = queue.waiting[held] = _Wait(held, full, initial)
             else:  # joins the record the key already waits for
                 wait.full = wait.full or full
@@ -128,6 +152,7 @@ class ShareWriter:
         try:
             while queue.waiting:
                 taken, queue.waiting = list(queue.waiting.values()), {}
+                queue.flushing_ms, queue.queued_ms = queue.queued_ms, None
                 for wait in taken:
                     if wait.held.broken:
                         wait.code = ErrorCode.unknown_server_error
@@ -141,6 +166,7 @@ class ShareWriter:
                 self.records_written += len(taken)
                 self.batches_written += 1
                 code = await self._append_logged(index, batch)
+                queue.flushing_ms = None
                 for wait in taken:
                     wait.code = code
                     wait.done.set()
@@ -148,6 +174,7 @@ class ShareWriter:
                         wait.held.broken = True
         finally:
             queue.running = False
+            queue.flushing_ms = None
 
     @staticmethod
     def _record(wait: _Wait) -> bytes:

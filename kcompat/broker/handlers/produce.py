@@ -41,8 +41,10 @@ Quotas: once served, the request's bytes count against its client's
 ``producer_byte_rate`` (``quotas``, as Kafka records ``request.sizeInBytes``
 after the append); over quota, the answer carries the throttle time and the
 connection is muted for it — with acks=0 too, which has no answer (KIP-219).
-A produce that scheduled records whose schedule partition is late is
-throttled the same way (``DelayService.throttle_ms``: backpressure).
+A produce that fed a service which is behind is throttled the same way
+(``backpressure``): records scheduled to a late schedule partition (delayed
+records, a retry topic's retries and dead letters), or appended to a
+partition whose oldest unreplicated record is too old.
 
 Delayed delivery (EXTENSIONS.md): a batch stored with delayed records taken
 out is answered, whatever ``acks``, only once it is committed and its delayed
@@ -301,6 +303,27 @@ def _response(ctx: RequestContext, named: list[tuple[str | None, Any]],
                         node_endpoints=endpoints)
 
 
+def _backpressure_ms(ctx: RequestContext, rows: list[_Row]) -> int:
+    """A service behind on what this produce fed slows its producer
+    (``backpressure``): the schedule of its delayed records (``delayed``) or
+    of a retry topic's retries and dead letters (``retry``), and the
+    replication of the partitions it appended to (``replication``)."""
+    fed: dict[str, set[tuple[str, int]]] = {"delayed": set(), "retry": set(),
+                                            "replication": set()}
+    for index, result, part, _g, _t in rows:
+        if part is None:
+            continue
+        fed["replication"].add((part.topic, index))
+        if result.split is not None:
+            meta = ctx.state.topics.get(part.topic)
+            retry = meta is not None and retry_policy(
+                meta.configs, ctx.state.broker_defaults) is not None
+            fed["retry" if retry else "delayed"].add((part.topic, index))
+    pressure = ctx.broker.backpressure
+    return max((pressure.throttle_ms(name, keys) for name, keys in fed.items() if keys),
+               default=0)
+
+
 async def handle(ctx: RequestContext, request: Any) -> Any:
     state = ctx.state
     cluster = ctx.cluster
@@ -344,9 +367,7 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
                 nursery.start_soon(_schedule_row, ctx, row, acks, deadline,
                                    request.transactional_id, errors)
     throttle_ms = _quota.record(ctx, _quota.managers(ctx).produce, ctx.request_size)
-    for index, result, part, _g, _t in ok:  # a late schedule slows its producers
-        if result.split is not None and part is not None:
-            throttle_ms = max(throttle_ms, ctx.delays.throttle_ms(part.topic, index))
+    throttle_ms = max(throttle_ms, _backpressure_ms(ctx, ok))
     if acks == 0:
         _quota.throttle(ctx, throttle_ms)  # no answer, but muted all the same
         return None

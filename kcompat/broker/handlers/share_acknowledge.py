@@ -5,7 +5,9 @@ must be the session's next one, or -1 to close it (its remaining acquired
 records are released). Epoch 0 is INVALID_SHARE_SESSION_EPOCH: a session is
 opened by ShareFetch only. Each partition's ``error_code`` is the result of
 its acknowledgements (all or nothing), written to ``__share_group_state``
-before the answer.
+before the answer. While a state partition the request wrote to is behind
+(its oldest write waiting longer than ``lag_sources.SHARE_STATE_FROM_S``:
+``backpressure``), the answer carries a throttle and the connection is muted.
 """
 
 from __future__ import annotations
@@ -16,7 +18,8 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from kcompat.broker.context import RequestContext
-from kcompat.broker.handlers._common import NO_THROTTLE, OK
+from kcompat.broker.handlers import _quota
+from kcompat.broker.handlers._common import OK
 from kcompat.broker.handlers._share import (
     Parsed,
     PartitionResult,
@@ -50,10 +53,14 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
     await apply_acks(ctx, group_id, member_id, acks, results, touched)
     if epoch == FINAL_EPOCH:
         release_session(ctx, session, touched)
+    state_keys = {held.state_index for held in touched.values()}
+    seen_s = ctx.broker.backpressure.lag_s("share_state", state_keys)
     await persist(ctx, touched, results)
+    throttle = _quota.throttle(ctx, ctx.broker.backpressure.throttle_ms(
+        "share_state", state_keys, seen_s))  # its state writes behind: slowed
     ids = {name: tid for tid, name in names.items()}
     responses, endpoints = topic_responses(ctx, results, ids, unknown, fetch=False)
     lock_ms = ctx.shares.settings_of(group_id).config.record_lock_duration_ms
-    return ctx.response(throttle_time=NO_THROTTLE, error_code=OK, error_message=None,
+    return ctx.response(throttle_time=throttle, error_code=OK, error_message=None,
                         acquisition_lock_timeout=datetime.timedelta(milliseconds=lock_ms),
                         responses=responses, node_endpoints=endpoints)

@@ -11,7 +11,9 @@ partitions do not wake it: ``Partition.waiters``), a released record or an
 expired lock. Epoch -1 closes the session (acknowledgements
 only). Acknowledgements in an opening request (epoch 0) are INVALID_REQUEST,
 as in Kafka. Every change is written to ``__share_group_state`` before the
-answer (``shares``).
+answer (``shares``); while a state partition it wrote to is behind
+(``backpressure``, ``share_state``), the answer carries a throttle and the
+connection is muted.
 """
 
 from __future__ import annotations
@@ -23,7 +25,8 @@ import trio
 from kio.schema.errors import ErrorCode
 
 from kcompat.broker.context import RequestContext
-from kcompat.broker.handlers._common import NO_THROTTLE, OK
+from kcompat.broker.handlers import _quota
+from kcompat.broker.handlers._common import OK
 from kcompat.broker.handlers._share import (
     Parsed,
     PartitionResult,
@@ -86,10 +89,14 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
             meta = ctx.state.topics.get(topic)
             if meta is not None:
                 ids[topic] = meta.topic_id
+    state_keys = {held.state_index for held in touched.values()}
+    seen_s = ctx.broker.backpressure.lag_s("share_state", state_keys)
     await persist(ctx, touched, results)
+    throttle = _quota.throttle(ctx, ctx.broker.backpressure.throttle_ms(
+        "share_state", state_keys, seen_s))  # its state writes behind: slowed
     responses, endpoints = topic_responses(ctx, results, ids, unknown, fetch=True)
     lock_ms = ctx.shares.settings_of(group_id).config.record_lock_duration_ms
-    return ctx.response(throttle_time=NO_THROTTLE, error_code=OK, error_message=None,
+    return ctx.response(throttle_time=throttle, error_code=OK, error_message=None,
                         acquisition_lock_timeout=datetime.timedelta(milliseconds=lock_ms),
                         responses=responses, node_endpoints=endpoints)
 
