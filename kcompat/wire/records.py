@@ -226,9 +226,18 @@ def encode_raw_records(records: Sequence[tuple[int, bytes]], first_offset_delta:
 def encode_headers(headers: Sequence[tuple[str, bytes | None]]) -> bytes:
     """Headers as a record holds them, without their count."""
     out = bytearray()
+    small, end = SMALL_VARINTS, SMALL_VARINTS_END  # in line: a DLQ move encodes 14 headers
     for h_key, h_value in headers:
-        _put_bytes(out, h_key.encode("utf-8"))
-        _put_bytes(out, h_value)
+        name = h_key.encode("utf-8")
+        size = len(name)
+        out += small[size] if size < end else encode_varint(size)
+        out += name
+        if h_value is None:
+            out += b"\x01"  # zig-zag -1
+        else:
+            size = len(h_value)
+            out += small[size] if size < end else encode_varint(size)
+            out += h_value
     return bytes(out)
 
 
@@ -244,7 +253,8 @@ def _put_bytes(out: bytearray, data: bytes | None) -> None:
     if data is None:
         out += b"\x01"  # zig-zag -1
     else:
-        out += encode_varint(len(data))
+        size = len(data)
+        out += SMALL_VARINTS[size] if size < SMALL_VARINTS_END else encode_varint(size)
         out += data
 
 

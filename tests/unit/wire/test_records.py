@@ -45,6 +45,7 @@ from kcompat.wire.records import (
     decode_varint,
     encode_batch,
     encode_control_record,
+    encode_headers,
     encode_marker_batch,
     encode_varint,
 )
@@ -413,3 +414,15 @@ def test_decode_batch_with_raw_snappy_body() -> None:
     struct.pack_into(">i", batch, 8, len(batch) - 12)
     struct.pack_into(">h", batch, 21, 2)  # attributes: snappy
     assert decode_batch(_recrc(batch)) == as_records(SAMPLE)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.text(max_size=300), st.one_of(st.none(), st.binary(max_size=9000))),
+                max_size=6))
+def test_headers_encode_with_looked_up_lengths_as_with_encoded_ones(headers: list) -> None:
+    """``encode_headers`` looks small lengths up (a DLQ move encodes 14
+    headers per record): the bytes are those of the general varint."""
+    expected = b"".join(
+        encode_varint(len(k.encode())) + k.encode()
+        + (b"\x01" if v is None else encode_varint(len(v)) + v) for k, v in headers)
+    assert encode_headers(headers) == expected
