@@ -34,8 +34,11 @@ decodes just the records it moves, never a whole stored batch per record.
 Memory (the far future stays compact): an entry due in a time slot
 (``SLOT_MS``) not reached yet is five int64 in its slot's array — 40 bytes;
 a schedule id, if any, is kept beside it. A slot is *promoted* when a
-``due`` call comes within ``PROMOTE_AHEAD_MS`` of its start: its entries become ``Pending`` values in a heap per
-target, the fast form for the records about to move — ``PROMOTE_CHUNK`` at
+``due`` call comes within ``PROMOTE_AHEAD_MS`` of its start: its entries become
+rows (plain tuples of ``Pending``'s fields, which the garbage collector stops
+tracking, so a large near future adds nothing to a full collection) and a
+heap of (due, entry) per target, the fast form for the records about to move,
+made ``Pending`` only when handed out — ``PROMOTE_CHUNK`` at
 most per call, so a slot holding a million records (all due the same second)
 is promoted over many turns of the loop, never in one step. A follower,
 which never asks what is due, keeps everything compact: ``take`` finds an
@@ -52,17 +55,19 @@ import heapq
 from array import array
 from collections import OrderedDict
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
+from typing import NamedTuple
 
 Target = tuple[str, int]  # topic, partition
+# a promoted entry: ``Pending``'s fields in order, a plain tuple
+Row = tuple[int, int, "str | None", "Target | None", int, int]
 SLOT_MS = 10_000
 PROMOTE_CHUNK = 2_000  # entries promoted per call at most (a part of a turn: ~5 ms)
 PROMOTE_AHEAD_MS = 2_000  # a slot is promoted from this long before it begins
 CELLS = 5  # int64 per far entry: due, entry, offset, target id, where
 
 
-@dataclass(frozen=True, slots=True)
-class Pending:
+class Pending(NamedTuple):
     entry: int
     due_ms: int
     schedule_id: str | None
@@ -94,7 +99,11 @@ def located(pending: Pending) -> tuple[int, int]:
 class Schedule:
     def __init__(self) -> None:
         self._near: dict[Target | None, list[tuple[int, int]]] = {}  # heaps of (due, entry)
-        self._pending: dict[int, Pending] = {}  # promoted entries
+        # promoted entries, as rows: plain tuples of ``Pending``'s fields (tuples of
+        # atoms, which the garbage collector stops tracking: a million promoted
+        # entries add nothing to a full collection), made ``Pending`` on the way out
+        self._pending: dict[int, Row] = {}
+        self._heap_of: list[list[tuple[int, int]] | None] = []  # target id -> its near heap
         self._far: dict[int, array[int]] = {}  # slot -> (due, entry, offset, tid, where)*
         self._far_min: dict[int, int] = {}  # slot -> its smallest due
         self._slots: list[int] = []  # heap of the far slots
@@ -123,7 +132,7 @@ class Schedule:
             self._by_id.setdefault((target, schedule_id), OrderedDict())[entry] = None
         slot = due_ms // SLOT_MS
         if slot <= self._promoted_until:
-            self._to_near(Pending(entry, due_ms, schedule_id, target, offset, where))
+            self._to_near((entry, due_ms, schedule_id, target, offset, where))
             return True
         self._far_slot(due_ms).extend((due_ms, entry, offset, self._tid(target), where))
         if schedule_id is not None:
@@ -182,8 +191,8 @@ class Schedule:
         for slot, rows in by_slot.items():
             if slot <= self._promoted_until:
                 for i in rows:
-                    self._to_near(Pending(first_entry + i, dues[i], ids.get(i), target,
-                                          offsets[i], wheres[i]))
+                    self._to_near((first_entry + i, dues[i], ids.get(i), target,
+                                   offsets[i], wheres[i]))
             else:
                 self._add_far(slot, first_entry, rows, dues, offsets, wheres, tid)
                 for i in rows:
@@ -213,25 +222,41 @@ class Schedule:
             if least < self._far_min[slot]:
                 self._far_min[slot] = least
 
-    def _to_near(self, pending: Pending) -> None:
-        self._pending[pending.entry] = pending
-        heapq.heappush(self._near.setdefault(pending.target, []),
-                       (pending.due_ms, pending.entry))
+    def _to_near(self, row: Row) -> None:
+        self._pending[row[0]] = row
+        heapq.heappush(self._near.setdefault(row[3], []), (row[1], row[0]))
+
+    def _heap(self, tid: int) -> list[tuple[int, int]]:
+        """The near heap of target id ``tid``."""
+        while len(self._heap_of) <= tid:
+            self._heap_of.append(None)
+        heap = self._heap_of[tid]
+        if heap is None:
+            heap = self._heap_of[tid] = self._near.setdefault(self._targets[tid], [])
+        return heap
 
     def _promote_first(self, limit: int | None) -> int:
         """Promote the first far slot's entries, ``limit`` at most; how many
-        were looked at."""
+        were looked at. Columns are taken by array slices (C speed); each
+        entry then costs a row, a dict entry and a heap push."""
         slot = self._slots[0]
         cells = self._far[slot]
         start = self._far_pos.get(slot, 0)
         end = len(cells) if limit is None else min(len(cells), start + limit * CELLS)
-        for i in range(start, end, CELLS):
-            due_ms, entry, offset, tid, where = cells[i:i + CELLS]
-            if entry in self._cancelled:
-                self._cancelled.discard(entry)
+        chunk = cells[start:end]
+        pending, targets, cancelled, ids = self._pending, self._targets, self._cancelled, \
+            self._far_ids
+        push, heaps = heapq.heappush, self._heap_of
+        for due_ms, entry, offset, tid, where in zip(chunk[0::CELLS], chunk[1::CELLS],
+                                                     chunk[2::CELLS], chunk[3::CELLS],
+                                                     chunk[4::CELLS], strict=True):
+            if cancelled and entry in cancelled:
+                cancelled.discard(entry)
                 continue
-            self._to_near(Pending(entry, due_ms, self._far_ids.pop(entry, None),
-                                  self._targets[tid], offset, where))
+            pending[entry] = (entry, due_ms, ids.pop(entry, None) if ids else None,
+                              targets[tid], offset, where)
+            heap = heaps[tid] if tid < len(heaps) else None
+            push(heap if heap is not None else self._heap(tid), (due_ms, entry))
         if end < len(cells):
             self._far_pos[slot] = end
         else:
@@ -287,7 +312,8 @@ class Schedule:
         found: Pending | None = None
         if entries:
             entry, _ = entries.popitem(last=False)
-            found = self._pending.pop(entry, None)
+            row = self._pending.pop(entry, None)
+            found = None if row is None else Pending._make(row)
             if found is None:  # still far: forgotten when its slot is promoted
                 self._cancelled.add(entry)
                 self._far_ids.pop(entry, None)
@@ -299,9 +325,10 @@ class Schedule:
 
     def delivered(self, entry: int) -> Pending | None:
         """Take a due (promoted) ``entry`` out: its delivery started."""
-        found = self._pending.pop(entry, None)
-        if found is None:
+        row = self._pending.pop(entry, None)
+        if row is None:
             return None
+        found = Pending._make(row)
         self._count -= 1
         self._forget_id(found)
         return found
@@ -335,9 +362,9 @@ class Schedule:
             (due_ms, entry), i = heapq.heappop(frontier)
             if due_ms > now_ms:
                 break
-            pending = self._pending.get(entry)
-            if pending is not None:
-                out.append(pending)
+            row = self._pending.get(entry)
+            if row is not None:
+                out.append(Pending._make(row))
             for child in (2 * i + 1, 2 * i + 2):
                 if child < len(heap):
                     heapq.heappush(frontier, (heap[child], child))
@@ -345,7 +372,7 @@ class Schedule:
 
     def drop_target(self, target: Target | None) -> int:
         """Forget every pending record of ``target`` (it was deleted); how many."""
-        dropped = [p.entry for p in self._pending.values() if p.target == target]
+        dropped = [row[0] for row in self._pending.values() if row[3] == target]
         for entry in dropped:
             self.delivered(entry)
         tid = self._target_ids.get(target)
@@ -397,9 +424,9 @@ class Schedule:
         """``entry`` (due at ``due_ms``) is now read from ``where``: its record
         was copied forward (the schedule log compacts, ``schedule_log``).
         False when it is no longer pending (taken, cancelled or dropped)."""
-        found = self._pending.get(entry)
-        if found is not None:
-            self._pending[entry] = replace(found, where=where)
+        row = self._pending.get(entry)
+        if row is not None:
+            self._pending[entry] = (*row[:5], where)
             return True
         at = self._far_index(entry, due_ms)
         if at < 0:
@@ -460,7 +487,7 @@ class Schedule:
 
     def pending(self) -> list[Pending]:
         """Every pending record, earliest due first (``kcompat scheduled list``)."""
-        out = list(self._pending.values())
+        out = list(map(Pending._make, self._pending.values()))
         for slot, cells in self._far.items():
             for i in range(self._far_pos.get(slot, 0), len(cells), CELLS):
                 due_ms, entry, offset, tid, where = cells[i:i + CELLS]
@@ -475,7 +502,7 @@ class ScheduleImage:
     """A copy of a schedule's pending entries (``Schedule.export``)."""
 
     far: list[tuple[int, array[int]]]  # slot -> its cells not promoted yet (some cancelled)
-    near: list[Pending]
+    near: list[Row]  # promoted entries: ``Pending``'s fields
     far_ids: dict[int, str]
     cancelled: set[int]
     targets: list[Target | None]
@@ -489,7 +516,7 @@ def image_cells(image: ScheduleImage) -> tuple[array[int], dict[int, str]]:
     tids = {t: i for i, t in enumerate(image.targets)}
     targets = image.targets
     by_slot: dict[int, list[tuple[int, ...]]] = {}
-    for pending in image.near:
+    for pending in map(Pending._make, image.near):
         tid = tids.get(pending.target)
         if tid is None:
             tid = tids[pending.target] = len(targets)
@@ -497,7 +524,7 @@ def image_cells(image: ScheduleImage) -> tuple[array[int], dict[int, str]]:
         by_slot.setdefault(pending.due_ms // SLOT_MS, []).append(
             (pending.due_ms, pending.entry, pending.offset, tid, pending.where))
     ids = dict(image.far_ids)
-    ids.update((p.entry, p.schedule_id) for p in image.near if p.schedule_id is not None)
+    ids.update((p[0], p[2]) for p in image.near if p[2] is not None)
     far = dict(image.far)
     out = array("q")
     for slot in sorted({*far, *by_slot}):
