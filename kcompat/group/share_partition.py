@@ -73,7 +73,16 @@ made it, so a delivery count is never lost below what a consumer saw.
 Not here (yet): Kafka's progressive throttling of batches whose delivery
 count passes half the limit, and KIP-1191's transient ARCHIVING state that holds
 the SPSO until a dead letter is written (the host takes ``take_dead_letters``
-after each call). An acquisition scans the window, O(``max_record_locks``).
+after each call).
+
+Cost: the window is stored as runs of records that share their state
+(``group.share_runs``), as Kafka keeps in-flight batches whole until an
+acknowledgement cuts one. An operation costs the runs it touches: acquiring
+500 new records grows one run (a few operations per record read), an
+acknowledgement of one type over a fetch changes one run, and its update is
+one ``StateBatch``; acquiring known records scans the runs, not the records.
+Per-record work is left where the input is per record (a ShareAcknowledge
+with one type per offset, the log's records offered one by one, dead letters).
 
 Pure and deterministic: no clock, no I/O.
 """
@@ -88,12 +97,9 @@ from enum import IntEnum
 
 from kio.schema.errors import ErrorCode
 
-
-class RecordState(IntEnum):
-    AVAILABLE = 0
-    ACQUIRED = 1
-    ACKNOWLEDGED = 2
-    ARCHIVED = 4
+from kcompat.group.share_runs import TERMINAL as TERMINAL  # importers take them from here
+from kcompat.group.share_runs import RecordState as RecordState
+from kcompat.group.share_runs import Run, Runs, grown_by, type_runs
 
 
 class AckType(IntEnum):
@@ -104,7 +110,6 @@ class AckType(IntEnum):
     RENEW = 4
 
 
-TERMINAL = (RecordState.ACKNOWLEDGED, RecordState.ARCHIVED)
 _ACK_TYPES = frozenset(int(t) for t in AckType)
 REJECTED = "rejected"
 DELIVERY_LIMIT = "delivery-limit"
@@ -179,29 +184,11 @@ def start_offset_for_reset(strategy: str, log_start_offset: int, high_watermark:
     raise ValueError(f"unknown share.auto.offset.reset {strategy!r}")
 
 
-@dataclass(slots=True)
-class _Slot:
-    state: RecordState
-    delivery_count: int = 0
-    key: bytes | None = None
-    member_id: str | None = None
-    deadline_ms: int = -1
-    not_before_ms: int = -1
-
-    def batch_fields(self) -> tuple[RecordState, int, str | None, int, int]:
-        return (self.state, self.delivery_count, self.member_id, self.deadline_ms,
-                self.not_before_ms)
-
-
 class SharePartition:
     def __init__(self, start_offset: int, config: ShareConfig | None = None) -> None:
         self.config = config or ShareConfig()  # group configs may change: replace it
-        self._start = start_offset
-        self._slots: deque[_Slot] = deque()  # offsets start .. read_offset - 1
-        self._locks: list[tuple[int, int]] = []  # heap of (deadline, offset), lazy
-        self._backoffs: list[tuple[int, int]] = []  # heap of (not before, offset), lazy
+        self._w = Runs(start_offset)  # the window, as runs (``share_runs``)
         self._groups: dict[bytes, deque[int]] = {}  # key -> unfinished offsets, ascending
-        self._dirty: set[int] = set()
         self._dead: list[DeadLetter] = []
         self._reported = (start_offset, start_offset)  # start, read of the last update
 
@@ -209,30 +196,35 @@ class SharePartition:
 
     @property
     def start_offset(self) -> int:
-        return self._start
+        return self._w.start
 
     @property
     def read_offset(self) -> int:
         """The first offset not read yet: the host reads the log from here."""
-        return self._start + len(self._slots)
+        return self._w.read_offset
 
     @property
     def end_offset(self) -> int:
         """Kafka's share-partition end offset: the last offset in flight."""
-        return self.read_offset - 1 if self._slots else self._start
+        return self.read_offset - 1 if self._w.runs else self._w.start
+
+    @property
+    def run_count(self) -> int:
+        """Runs the window is kept as (what its operations cost)."""
+        return len(self._w.runs)
 
     def read_limit_offset(self) -> int:
         """Records at or past this offset are not taken now (the window is full)."""
-        return self._start + self.config.max_record_locks
+        return self._w.start + self.config.max_record_locks
 
     def record(self, offset: int) -> StateBatch | None:
-        slot = self._slot(offset)
-        return None if slot is None else StateBatch(offset, offset, *slot.batch_fields())
+        run = self._w.at(offset)
+        return None if run is None else StateBatch(offset, offset, *run.fields())
 
     def counts(self) -> dict[RecordState, int]:
         out = dict.fromkeys(RecordState, 0)
-        for slot in self._slots:
-            out[slot.state] += 1
+        for run in self._w.runs:
+            out[run.state] += run.size
         return out
 
     def take_dead_letters(self) -> list[DeadLetter]:
@@ -241,11 +233,12 @@ class SharePartition:
 
     def next_deadline_ms(self) -> int | None:
         """When ``tick`` next has work: a lock expires or a backoff ends."""
-        while self._locks and not self._lock_live(*self._locks[0]):
-            heapq.heappop(self._locks)
-        while self._backoffs and not self._backoff_live(*self._backoffs[0]):
-            heapq.heappop(self._backoffs)
-        tops = [heap[0][0] for heap in (self._locks, self._backoffs) if heap]
+        w = self._w
+        while w.locks and w.lock_live(*w.locks[0]) is None:
+            heapq.heappop(w.locks)
+        while w.backoffs and w.backoff_live(*w.backoffs[0]) is None:
+            heapq.heappop(w.backoffs)
+        tops = [heap[0][0] for heap in (w.locks, w.backoffs) if heap]
         return min(tops) if tops else None
 
     # -- transitions ---------------------------------------------------------
@@ -253,21 +246,23 @@ class SharePartition:
     def tick(self, now_ms: int) -> bool:
         """Expire locks and backoffs due by ``now_ms``; True if any did, so a
         record may be acquirable again (the host retries its parked fetches)."""
+        w = self._w
         woke = False
-        while self._locks and self._locks[0][0] <= now_ms:
-            deadline_ms, offset = heapq.heappop(self._locks)
-            slot = self._slot(offset)
-            if slot is not None and self._lock_live(deadline_ms, offset):
-                self._release(offset, slot, deadline_ms)  # archived, it may free its group
+        while w.locks and w.locks[0][0] <= now_ms:
+            deadline_ms, offset = heapq.heappop(w.locks)
+            run = w.lock_live(deadline_ms, offset)
+            if run is not None:  # archived, it may free its group
+                self._release(run.first, run.last, deadline_ms)
                 woke = True
-        while self._backoffs and self._backoffs[0][0] <= now_ms:
-            not_before_ms, offset = heapq.heappop(self._backoffs)
-            slot = self._slot(offset)
-            if slot is not None and self._backoff_live(not_before_ms, offset):
-                slot.not_before_ms = -1
-                self._dirty.add(offset)
+        while w.backoffs and w.backoffs[0][0] <= now_ms:
+            not_before_ms, offset = heapq.heappop(w.backoffs)
+            run = w.backoff_live(not_before_ms, offset)
+            if run is not None:
+                run.not_before = -1
+                w.touch(run.first, run.last)
+                w.mend(w.index(run.first), w.index(run.first) + 1)
                 woke = True
-        self._advance()
+        w.drop_terminal_prefix()
         return woke
 
     def acquire(self, member_id: str, max_records: int, now_ms: int,
@@ -276,11 +271,11 @@ class SharePartition:
         """Acquire up to ``max_records`` for ``member_id``; ``records`` and
         ``read_end_offset`` describe what the host read from ``read_offset``."""
         self.tick(now_ms)
-        taken: list[tuple[int, int]] = []
+        taken: list[list[int]] = []  # [first, last, delivery count]
         if max_records > 0 and self._acquire_known(member_id, max_records, now_ms, taken):
             self._acquire_new(member_id, max_records, now_ms, records, read_end_offset, taken)
-        self._advance()
-        return _ranges(taken)
+        self._w.drop_terminal_prefix()
+        return [AcquiredRecords(f, last, c) for f, last, c in taken]
 
     def acknowledge(self, member_id: str, batches: Sequence[AckBatch],
                     now_ms: int) -> ErrorCode:
@@ -289,245 +284,321 @@ class SharePartition:
         error = _check_shape(batches)
         if error is not ErrorCode.none:
             return error
-        plan: list[tuple[int, _Slot, int]] = []
+        plan: list[tuple[int, int, int]] = []  # first, last, ack type
         for first, last, types in batches:
-            for offset in range(max(first, self._start), last + 1):
-                ack = types[0] if len(types) == 1 else types[offset - first]
-                slot = self._slot(offset)
-                if slot is None:
-                    return ErrorCode.invalid_request  # past the records handed out
-                if slot.state is RecordState.ARCHIVED and not slot.delivery_count \
-                        and ack == AckType.GAP:
-                    continue  # a gap acknowledged as one
-                if slot.state is not RecordState.ACQUIRED or slot.member_id != member_id:
-                    return ErrorCode.invalid_record_state
-                plan.append((offset, slot, ack))
-        for offset, slot, ack in plan:
-            self._apply_ack(offset, slot, AckType(ack), now_ms)
-        self._advance()
+            for a, b, ack in type_runs(max(first, self._w.start), last, first, types):
+                error = self._check_ack(member_id, a, b, ack, plan)
+                if error is not ErrorCode.none:
+                    return error
+        for a, b, ack in plan:
+            self._apply_ack(a, b, AckType(ack), now_ms)
+        self._w.drop_terminal_prefix()
         return ErrorCode.none
 
     def release_member(self, member_id: str, now_ms: int) -> int:
         """The member is gone: its records are AVAILABLE again, their last
         delivery not counted. How many."""
         self.tick(now_ms)
+        w = self._w
         released = 0
-        for i, slot in enumerate(self._slots):
-            if slot.state is RecordState.ACQUIRED and slot.member_id == member_id:
-                slot.delivery_count = max(0, slot.delivery_count - 1)
-                self._make_available(self._start + i, slot, 0)
-                released += 1
+        for run in w.runs:
+            if run.state is RecordState.ACQUIRED and run.member == member_id:
+                run.count = max(0, run.count - 1)
+                run.state, run.member, run.deadline, run.not_before = (
+                    RecordState.AVAILABLE, None, -1, 0)
+                w.time(run)
+                w.touch(run.first, run.last)
+                released += run.size
+        if released:
+            w.mend(0, len(w.runs))
         return released
 
     def advance_log_start(self, log_start_offset: int) -> None:
         """Retention or DeleteRecords moved the log start: forget what is below."""
-        while self._start < log_start_offset and self._slots:
-            slot = self._slots.popleft()
-            if slot.state not in TERMINAL:
-                self._ungroup(self._start, slot)
-            self._start += 1
-        self._start = max(self._start, log_start_offset)
+        w = self._w
+        if log_start_offset <= w.start:
+            return
+        k = 0
+        for run in w.runs:
+            if run.first >= log_start_offset:
+                break
+            if run.last >= log_start_offset:  # trimmed: its timer moves to its new first
+                run.first = log_start_offset
+                w.time(run)
+                break
+            if run.key is not None and run.state not in TERMINAL:
+                self._ungroup(run.first, run.key)
+            k += 1
+        del w.runs[:k]
+        w.start = log_start_offset if not w.runs else w.runs[0].first
 
     # -- persistence ---------------------------------------------------------
 
     def snapshot(self) -> ShareState:
-        return self._state(range(self._start, self.read_offset))
+        return self._state([(self._w.start, self.read_offset - 1)])
 
     @property
     def has_update(self) -> bool:
         """Whether ``take_update`` has anything to replicate: a changed
         offset, or a start or read offset that moved (an acknowledgement of
         the first records in flight changes no offset left in the window)."""
-        return bool(self._dirty) or (self._start, self.read_offset) != self._reported
+        return bool(self._w.dirty) or (self._w.start, self.read_offset) != self._reported
 
     def take_update(self) -> ShareState:
         """What changed since the last call (or the snapshot), to replicate."""
-        changed = sorted(o for o in self._dirty if o >= self._start)
-        self._dirty.clear()
-        self._reported = (self._start, self.read_offset)
-        return self._state(changed)
+        spans = self._w.take_dirty()
+        self._reported = (self._w.start, self.read_offset)
+        return self._state(spans)
 
     @classmethod
     def restore(cls, state: ShareState, config: ShareConfig | None = None) -> SharePartition:
         machine = cls(state.start_offset, config)
         machine.apply(state)
-        machine._reported = (machine._start, machine.read_offset)
+        machine._reported = (machine._w.start, machine.read_offset)
         return machine
 
     def apply(self, update: ShareState) -> None:
         """Replay a snapshot or update taken from the leader's machine."""
+        w = self._w
         self.advance_log_start(update.start_offset)
-        while self.read_offset < update.read_offset:
-            self._slots.append(_Slot(RecordState.ARCHIVED))
-        keys = dict(update.group_keys)
+        if w.read_offset < update.read_offset:
+            w.append(Run(w.read_offset, update.read_offset - 1, RecordState.ARCHIVED))
         for batch in update.batches:
-            for offset in range(max(batch.first_offset, self._start), batch.last_offset + 1):
-                slot = self._slots[offset - self._start]
-                slot.state, slot.delivery_count = batch.state, batch.delivery_count
-                slot.member_id, slot.deadline_ms = batch.member_id, batch.lock_deadline_ms
-                slot.not_before_ms = batch.not_before_ms
-                slot.key = keys.get(offset, slot.key)
+            first = max(batch.first_offset, w.start)
+            if first > batch.last_offset:
+                continue
+            i, j = w.span(first, batch.last_offset)
+            for run in w.runs[i:j]:
+                run.state, run.count = batch.state, batch.delivery_count
+                run.member, run.deadline = batch.member_id, batch.lock_deadline_ms
+                run.not_before = batch.not_before_ms
+            w.mend(i, j)
+        for offset, key in update.group_keys:
+            if w.start <= offset < w.read_offset:
+                i, _j = w.span(offset, offset)
+                w.runs[i].key = key
         self._rebuild()
 
     # -- internals -----------------------------------------------------------
 
-    def _slot(self, offset: int) -> _Slot | None:
-        i = offset - self._start
-        return self._slots[i] if 0 <= i < len(self._slots) else None
-
-    def _lock_live(self, deadline_ms: int, offset: int) -> bool:
-        slot = self._slot(offset)
-        return (slot is not None and slot.state is RecordState.ACQUIRED
-                and slot.deadline_ms == deadline_ms)
-
-    def _backoff_live(self, not_before_ms: int, offset: int) -> bool:
-        slot = self._slot(offset)
-        return (slot is not None and slot.state is RecordState.AVAILABLE
-                and slot.not_before_ms == not_before_ms)
-
-    def _acquirable(self, offset: int, slot: _Slot, now_ms: int) -> bool:
-        if slot.state is not RecordState.AVAILABLE or slot.not_before_ms > now_ms:
+    def _acquirable(self, run: Run, now_ms: int) -> bool:
+        if run.state is not RecordState.AVAILABLE or run.not_before > now_ms:
             return False
-        if self.config.ordering_message_group and slot.key is not None:
-            return self._groups[slot.key][0] == offset
+        if self.config.ordering_message_group and run.key is not None:
+            return self._groups[run.key][0] == run.first
         return True
 
-    def _offer(self, offset: int, slot: _Slot, member_id: str, now_ms: int,
-               taken: list[tuple[int, int]], max_records: int) -> bool:
-        """Acquire ``slot`` if it may be; False when the acquisition is complete."""
-        if not self._acquirable(offset, slot, now_ms):
+    def _take(self, first: int, last: int, count: int, member_id: str, now_ms: int,
+              taken: list[list[int]]) -> None:
+        """Offsets ``first`` .. ``last``, AVAILABLE with ``count`` deliveries,
+        acquired by ``member_id``."""
+        w = self._w
+        i, j = w.span(first, last)
+        deadline = now_ms + self.config.record_lock_duration_ms
+        for run in w.runs[i:j]:
+            run.state, run.member, run.count = RecordState.ACQUIRED, member_id, count + 1
+            run.deadline, run.not_before = deadline, -1
+        w.mend(i, j)
+        heapq.heappush(w.locks, (deadline, first))
+        w.touch(first, last)
+        if taken and taken[-1][1] == first - 1 and taken[-1][2] == count + 1:
+            taken[-1][1] = last
+        else:
+            taken.append([first, last, count + 1])
+
+    def _offer(self, run: Run, member_id: str, now_ms: int, taken: list[list[int]],
+               max_records: int, got: list[int]) -> bool:
+        """Acquire what ``max_records`` (``got``: taken so far) leaves of
+        ``run`` if it may be; False when the acquisition is complete."""
+        if not self._acquirable(run, now_ms):
             return True
         limit = self.config.delivery_count_limit
-        last_attempt = limit > 2 and slot.delivery_count + 1 >= limit
-        if last_attempt and taken:
+        last_attempt = limit > 2 and run.count + 1 >= limit
+        if last_attempt and got[0]:
             return False  # delivered alone, in a later fetch
-        slot.state, slot.member_id = RecordState.ACQUIRED, member_id
-        slot.delivery_count += 1
-        slot.deadline_ms = now_ms + self.config.record_lock_duration_ms
-        slot.not_before_ms = -1
-        heapq.heappush(self._locks, (slot.deadline_ms, offset))
-        self._dirty.add(offset)
-        taken.append((offset, slot.delivery_count))
-        return not last_attempt and len(taken) < max_records
+        size = 1 if last_attempt else min(run.size, max_records - got[0])
+        self._take(run.first, run.first + size - 1, run.count, member_id, now_ms, taken)
+        got[0] += size
+        return not last_attempt and got[0] < max_records
 
     def _acquire_known(self, member_id: str, max_records: int, now_ms: int,
-                       taken: list[tuple[int, int]]) -> bool:
-        for i, slot in enumerate(self._slots):
-            if not self._offer(self._start + i, slot, member_id, now_ms, taken, max_records):
+                       taken: list[list[int]]) -> bool:
+        w = self._w
+        got = [0]
+        i = 0
+        while i < len(w.runs):
+            run = w.runs[i]
+            if not self._acquirable(run, now_ms):
+                i += 1
+                continue
+            after = run.last + 1
+            if not self._offer(run, member_id, now_ms, taken, max_records, got):
                 return False
+            i = w.index(after) if after < w.read_offset else len(w.runs)
         return True
 
     def _acquire_new(self, member_id: str, max_records: int, now_ms: int,
                      records: Iterable[tuple[int, bytes | None]], read_end_offset: int | None,
-                     taken: list[tuple[int, int]]) -> None:
+                     taken: list[list[int]]) -> None:
+        """Learn and offer the records read; a record without a group key is
+        always acquirable (acquired at once), so a stretch of them only moves
+        the end of one run (``tail``): a few operations per record."""
+        w = self._w
+        got = [sum(last - first + 1 for first, last, _c in taken)]
+        deadline = now_ms + self.config.record_lock_duration_ms
+        tail: Run | None = None  # the run the records join, acquired in this call
+        grown = -1  # the first offset it grew by
+        limit = self.read_limit_offset()
+        complete = False
         for offset, key in records:
-            if offset < self.read_offset:
+            if tail is not None:
+                if key is None and offset == tail.last + 1 and offset < limit:
+                    tail.last = offset
+                    got[0] += 1
+                    if got[0] >= max_records:
+                        complete = True
+                        break
+                    continue
+                grown_by(w, tail, grown, taken)
+                tail = None
+            if offset < w.read_offset:
                 continue
-            while self.read_offset < offset and self.read_offset < self.read_limit_offset():
-                self._learn_gap()
-            if offset >= self.read_limit_offset():
+            self._learn_gaps(offset)
+            limit = self.read_limit_offset()
+            if offset >= limit:
                 return
-            slot = _Slot(RecordState.AVAILABLE, key=key)
-            self._slots.append(slot)
-            self._dirty.add(offset)
-            if key is not None:
-                self._groups.setdefault(key, deque()).append(offset)
-            if not self._offer(offset, slot, member_id, now_ms, taken, max_records):
+            if key is None:
+                w.append(Run(offset, offset, RecordState.ACQUIRED, 1, member_id, deadline))
+                tail, grown = w.runs[-1], offset
+                got[0] += 1
+                if got[0] >= max_records:
+                    complete = True
+                    break
+                continue
+            run = Run(offset, offset, RecordState.AVAILABLE, key=key)
+            w.runs.append(run)
+            w.touch(offset, offset)
+            self._groups.setdefault(key, deque()).append(offset)
+            if not self._offer(run, member_id, now_ms, taken, max_records, got):
                 return
-        end = self.read_offset if read_end_offset is None else read_end_offset
-        while self.read_offset < min(end, self.read_limit_offset()):
-            self._learn_gap()
+        if tail is not None:
+            grown_by(w, tail, grown, taken)
+        if not complete:
+            self._learn_gaps(w.read_offset if read_end_offset is None else read_end_offset)
 
-    def _learn_gap(self) -> None:
-        self._dirty.add(self.read_offset)
-        self._slots.append(_Slot(RecordState.ARCHIVED))
-        self._advance()
+    def _learn_gaps(self, end: int) -> None:
+        """The offsets from the read offset to ``end`` (within the window's
+        limit) hold no record: archived unseen."""
+        w = self._w
+        while w.read_offset < end and w.read_offset < self.read_limit_offset():
+            if not w.runs:  # all of it would be archived and left behind at once
+                w.start = end
+                return
+            last = min(end, self.read_limit_offset()) - 1
+            w.touch(w.read_offset, last)
+            w.append(Run(w.read_offset, last, RecordState.ARCHIVED))
+            w.drop_terminal_prefix()
 
-    def _apply_ack(self, offset: int, slot: _Slot, ack: AckType, now_ms: int) -> None:
+    def _check_ack(self, member_id: str, first: int, last: int, ack: int,
+                   plan: list[tuple[int, int, int]]) -> ErrorCode:
+        """Add ``first`` .. ``last`` acknowledged as ``ack`` to ``plan`` (gaps
+        acknowledged as gaps left out), or the error that refuses it all."""
+        if first > last:
+            return ErrorCode.none
+        for a, b, run in self._w.pieces(first, last):
+            if run.state is RecordState.ARCHIVED and not run.count and ack == AckType.GAP:
+                continue  # a gap acknowledged as one
+            if run.state is not RecordState.ACQUIRED or run.member != member_id:
+                return ErrorCode.invalid_record_state
+            if plan and plan[-1][1] == a - 1 and plan[-1][2] == ack:
+                plan[-1] = (plan[-1][0], b, ack)
+            else:
+                plan.append((a, b, ack))
+        if last >= self._w.read_offset:
+            return ErrorCode.invalid_request  # past the records handed out
+        return ErrorCode.none
+
+    def _apply_ack(self, first: int, last: int, ack: AckType, now_ms: int) -> None:
         if ack is AckType.RENEW:
-            slot.deadline_ms = now_ms + self.config.record_lock_duration_ms
-            heapq.heappush(self._locks, (slot.deadline_ms, offset))
-            self._dirty.add(offset)
+            w = self._w
+            i, j = w.span(first, last)
+            for run in w.runs[i:j]:
+                run.deadline = now_ms + self.config.record_lock_duration_ms
+            w.mend(i, j)
+            for _a, _b, run in w.pieces(first, last):
+                w.time(run)
+            w.touch(first, last)
         elif ack is AckType.RELEASE:
-            self._release(offset, slot, now_ms)
+            self._release(first, last, now_ms)
         elif ack is AckType.ACCEPT:
-            self._finish(offset, slot, RecordState.ACKNOWLEDGED)
+            self._finish(first, last, RecordState.ACKNOWLEDGED)
         else:
-            self._finish(offset, slot, RecordState.ARCHIVED)
             if ack is AckType.REJECT:
-                self._dead.append(DeadLetter(offset, slot.delivery_count, REJECTED))
+                for _a, _b, run in self._w.pieces(first, last):
+                    self._dead.extend(DeadLetter(o, run.count, REJECTED)
+                                      for o in range(max(_a, first), _b + 1))
+            self._finish(first, last, RecordState.ARCHIVED)
 
-    def _release(self, offset: int, slot: _Slot, now_ms: int) -> None:
+    def _release(self, first: int, last: int, now_ms: int) -> None:
         """RELEASE or lock expiry (``now_ms`` is then the deadline, so the
-        backoff does not depend on the timer's lateness): available again, or
-        archived at the limit."""
-        if slot.delivery_count >= self.config.delivery_count_limit:
-            self._finish(offset, slot, RecordState.ARCHIVED)
-            self._dead.append(DeadLetter(offset, slot.delivery_count, DELIVERY_LIMIT))
-        else:
-            backoff_ms = self.config.backoff_ms(slot.delivery_count)
-            self._make_available(offset, slot, now_ms + backoff_ms if backoff_ms else -1)
+        backoff does not depend on the timer's lateness) of ACQUIRED records:
+        available again, or archived at the limit."""
+        limit = self.config.delivery_count_limit
+        for a, b, run in list(self._w.pieces(first, last)):
+            count = run.count
+            if count >= limit:
+                self._finish(a, b, RecordState.ARCHIVED)
+                self._dead.extend(DeadLetter(o, count, DELIVERY_LIMIT)
+                                  for o in range(a, b + 1))
+            else:
+                backoff_ms = self.config.backoff_ms(count)
+                self._make_available(a, b, now_ms + backoff_ms if backoff_ms else -1)
 
-    def _make_available(self, offset: int, slot: _Slot, not_before_ms: int) -> None:
-        slot.state, slot.member_id, slot.deadline_ms = RecordState.AVAILABLE, None, -1
-        slot.not_before_ms = not_before_ms
+    def _make_available(self, first: int, last: int, not_before_ms: int) -> None:
+        w = self._w
+        i, j = w.span(first, last)
+        for run in w.runs[i:j]:
+            run.state, run.member, run.deadline = RecordState.AVAILABLE, None, -1
+            run.not_before = not_before_ms
+        w.mend(i, j)
         if not_before_ms >= 0:
-            heapq.heappush(self._backoffs, (not_before_ms, offset))
-        self._dirty.add(offset)
+            for _a, _b, run in w.pieces(first, last):
+                w.time(run)
+        w.touch(first, last)
 
-    def _finish(self, offset: int, slot: _Slot, state: RecordState) -> None:
-        slot.state, slot.member_id, slot.deadline_ms, slot.not_before_ms = state, None, -1, -1
-        self._ungroup(offset, slot)
-        self._dirty.add(offset)
+    def _finish(self, first: int, last: int, state: RecordState) -> None:
+        w = self._w
+        i, j = w.span(first, last)
+        for run in w.runs[i:j]:
+            run.state, run.member, run.deadline, run.not_before = state, None, -1, -1
+            if run.key is not None:
+                self._ungroup(run.first, run.key)
+        w.mend(i, j)
+        w.touch(first, last)
 
-    def _ungroup(self, offset: int, slot: _Slot) -> None:
-        if slot.key is None:
-            return
-        offsets = self._groups[slot.key]
+    def _ungroup(self, offset: int, key: bytes) -> None:
+        offsets = self._groups[key]
         if offsets[0] == offset:
             offsets.popleft()
         else:
             offsets.remove(offset)
         if not offsets:
-            del self._groups[slot.key]
-
-    def _advance(self) -> None:
-        while self._slots and self._slots[0].state in TERMINAL:
-            self._slots.popleft()
-            self._start += 1
+            del self._groups[key]
 
     def _rebuild(self) -> None:
-        self._groups, self._locks, self._backoffs = {}, [], []
-        for i, slot in enumerate(self._slots):
-            offset = self._start + i
-            if slot.state in TERMINAL:
-                continue
-            if slot.key is not None:
-                self._groups.setdefault(slot.key, deque()).append(offset)
-            if slot.state is RecordState.ACQUIRED:
-                self._locks.append((slot.deadline_ms, offset))
-            elif slot.not_before_ms >= 0:
-                self._backoffs.append((slot.not_before_ms, offset))
-        heapq.heapify(self._locks)
-        heapq.heapify(self._backoffs)
-        self._advance()
+        w = self._w
+        self._groups = {}
+        for run in w.runs:
+            if run.key is not None and run.state not in TERMINAL:
+                self._groups.setdefault(run.key, deque()).append(run.first)
+        w.rebuild_timers()
+        w.drop_terminal_prefix()
 
-    def _state(self, offsets: Iterable[int]) -> ShareState:
-        batches: list[StateBatch] = []
-        keys: list[tuple[int, bytes]] = []
-        for offset in offsets:
-            slot = self._slots[offset - self._start]
-            if slot.key is not None and slot.state not in TERMINAL:
-                keys.append((offset, slot.key))
-            fields = slot.batch_fields()
-            last = batches[-1] if batches else None
-            if last is not None and last.last_offset == offset - 1 and (
-                    last.state, last.delivery_count, last.member_id, last.lock_deadline_ms,
-                    last.not_before_ms) == fields:
-                batches[-1] = StateBatch(last.first_offset, offset, *fields)
-            else:
-                batches.append(StateBatch(offset, offset, *fields))
-        return ShareState(self._start, self.read_offset, tuple(batches), tuple(keys))
+    def _state(self, spans: list[tuple[int, int]]) -> ShareState:
+        batches, keys = self._w.batches(spans)
+        return ShareState(self._w.start, self.read_offset,
+                          tuple(StateBatch(a, b, *fields) for a, b, fields in batches),
+                          tuple(keys))
 
 
 def _check_shape(batches: Sequence[AckBatch]) -> ErrorCode:
@@ -540,14 +611,3 @@ def _check_shape(batches: Sequence[AckBatch]) -> ErrorCode:
             return ErrorCode.invalid_request
         previous_last = last
     return ErrorCode.none
-
-
-def _ranges(taken: list[tuple[int, int]]) -> list[AcquiredRecords]:
-    out: list[AcquiredRecords] = []
-    for offset, count in taken:
-        last = out[-1] if out else None
-        if last is not None and last.last_offset == offset - 1 and last.delivery_count == count:
-            out[-1] = AcquiredRecords(last.first_offset, offset, count)
-        else:
-            out.append(AcquiredRecords(offset, offset, count))
-    return out
