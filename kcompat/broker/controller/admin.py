@@ -142,10 +142,12 @@ async def create_topic(ctl: Controller, name: str, partitions: int, replication:
 async def _wait_topic(ctl: Controller, name: str, deadline: float,
                       topic_id: str | None = None) -> TopicMeta | None:
     """The topic ``name`` (with ``topic_id`` if given: not a deleted namesake)
-    once this broker's image has it; what the image has at the deadline."""
+    once this broker's image has it and its replicas here are open (they open
+    in a worker thread: ``metadata_apply``); what the image has at the deadline."""
     while trio.current_time() < deadline:
         found = ctl.state.topics.get(name)
-        if found is not None and (topic_id is None or str(found.topic_id) == topic_id):
+        if found is not None and (topic_id is None or str(found.topic_id) == topic_id) \
+                and name not in (topic for topic, _voters in ctl.rt.opening.values()):
             return found
         await trio.sleep(min(ctl.rt.tick_s, max(0.0, deadline - trio.current_time())))
     return ctl.state.topics.get(name)
@@ -329,6 +331,14 @@ async def submit(ctl: Controller, intent: dict[str, Any],
         await trio.sleep(min(RETRY_BACKOFF_S, max(0.0, deadline - trio.current_time())))
 
 
+async def _opened(ctl: Controller, deadline: float) -> None:
+    """Once the replicas this broker was asked to open are open (they open in
+    a worker thread: ``metadata_apply``), or at the deadline: the change a
+    controller answers for is in force here, partitions included."""
+    while ctl.rt.opening and trio.current_time() < deadline:
+        await trio.sleep(min(ctl.rt.tick_s, max(0.0, deadline - trio.current_time())))
+
+
 async def _commit_creation(ctl: Controller, rec: dict[str, Any],
                            timeout_s: float = 10.0) -> None:
     """Commit a ``create_topic`` record unless one for the name is in flight
@@ -352,6 +362,7 @@ async def _commit(ctl: Controller, rec: dict[str, Any], timeout_s: float = 10.0)
     except TimeoutError:
         raise TopicError(ErrorCode.request_timed_out,
                          "the metadata change was not committed in time") from None
+    await _opened(ctl, trio.current_time() + timeout_s)
 
 
 def accept_forwarded(ctl: Controller) -> None:

@@ -17,6 +17,22 @@ Broker registrations and fencing only change the image (``liveness``). A
 second ``create_topic`` for an existing name (two proposals racing) is
 ignored, identically everywhere. Checkpoints (``metadata_snapshot``) replace
 the prefix of the log: ``load_snapshot`` turns one into the same changes.
+
+Opening a replica's log is blocking disk work — recovery lists, reads and
+checks its files, rewrites its epoch checkpoint and syncs files and
+directories; after a crash it scans the tail of its segments — and a broker
+applies a record per topic the probe of a soak creates, every one of them
+again at a restart. On the event loop one such open held it 150–600 ms when
+the disk was busy (issue 31: no step over 50 ms). So the apply only records
+the assignment and asks for the open (``rt.opening``); a worker thread opens
+the log, one at a time in the order asked, and back on the loop the replica
+is installed (its ``Partition`` and Raft group) if it is still wanted — a
+topic deleted or a replica moved away meanwhile has its new log closed and
+deleted instead. Until then this broker has no replica of the partition, as
+when an open failed (``disk_faults`` retries those on the loop). A broker
+answers CreateTopics once its own replicas are open (``admin._wait_topic``),
+as before. A store whose I/O does not block (the simulator's) opens in the
+apply itself, deterministic as the simulator needs.
 """
 
 from __future__ import annotations
@@ -25,6 +41,8 @@ import json
 import logging
 from functools import partial
 from typing import TYPE_CHECKING, Any
+
+import trio
 
 from kcompat.broker.controller import metadata_snapshot
 from kcompat.broker.partition import Partition
@@ -53,28 +71,95 @@ def _open_partition(rt: ClusterRuntime, meta: TopicMeta, index: int, gid: int,
 
 def _open_replica(rt: ClusterRuntime, name: str, index: int, gid: int,
                   voters: tuple[int, ...] | None) -> None:
-    """Open this broker's replica of partition ``index`` of ``name``, unless it
-    was deleted or moved away meanwhile; a log that cannot be opened (a full
+    """Open this broker's replica of partition ``index`` of ``name`` — in a
+    worker thread on a store whose I/O blocks (``_open_off_loop``), here
+    otherwise (the simulator's) — unless it was deleted or moved away."""
+    if not _wanted(rt, name, index, gid):
+        return
+    pending = rt.opening.get(gid)
+    if pending is not None:  # asked again while it opens (a reassignment): its latest voters
+        rt.opening[gid] = (name, voters)
+        return
+    if rt.state.flusher.threaded:
+        rt.opening[gid] = (name, voters)
+        if rt.spawn(_open_off_loop, rt, name, index, gid, rt.state.topics[name]):
+            return
+        del rt.opening[gid]  # the driver does not run yet
+    _open_replica_now(rt, name, index, gid, voters)
+
+
+def _wanted(rt: ClusterRuntime, name: str, index: int, gid: int) -> bool:
+    """Partition ``index`` of ``name`` is still group ``gid`` with a replica
+    here that is not open yet."""
+    found = rt.assignments.get((name, index))
+    return name in rt.state.topics and found is not None and found[0] == gid \
+        and rt.node_id in found[1] and gid not in rt.groups
+
+
+def _open_replica_now(rt: ClusterRuntime, name: str, index: int, gid: int,
+                      voters: tuple[int, ...] | None) -> None:
+    """``_open_replica`` on the event loop; a log that cannot be opened (a full
     disk, EIO) is tried again later (``disk_faults``), not a failed apply."""
     state = rt.state
-    meta = state.topics.get(name)
-    found = rt.assignments.get((name, index))
-    if meta is None or found is None or found[0] != gid or rt.node_id not in found[1] \
-            or gid in rt.groups:
+    if not _wanted(rt, name, index, gid):
         return
-    replicas = found[1]
-    cfg = log_config(meta.configs, state.broker_defaults)
+    meta = state.topics[name]
     try:
-        plog = PartitionLog.open(state.data_dir / f"{name}-{index}", cfg, now_ms(),
+        plog = PartitionLog.open(state.data_dir / f"{name}-{index}",
+                                 log_config(meta.configs, state.broker_defaults), now_ms(),
                                  state.store)
     except OSError as e:
         rt.faults.open_failed(f"{name}-{index}", e,
-                              partial(_open_replica, rt, name, index, gid, voters))
+                              partial(_open_replica_now, rt, name, index, gid, voters))
         return
+    _install(rt, meta, index, gid, plog, voters)
+
+
+async def _open_off_loop(rt: ClusterRuntime, name: str, index: int, gid: int,
+                         meta: TopicMeta) -> None:
+    """Open a replica's log in a worker thread: recovery reads, checks and
+    rewrites files and syncs them (a slow fsync, or a CRC scan of a segment
+    after a crash, held the loop for hundreds of ms), none of it touching
+    the broker's state. One open at a time, in the order asked (a lock fair
+    to its waiters), so a discarded log's directory is gone before a
+    namesake opens its own. Back on the loop, the replica is installed if
+    it is still wanted, else closed and deleted."""
+    state = rt.state
+    async with rt.opening_lock:
+        if not _wanted(rt, name, index, gid) or state.topics.get(name) is not meta:
+            rt.opening.pop(gid, None)  # deleted or moved away before its turn
+            return
+        directory = state.data_dir / f"{name}-{index}"
+        try:
+            plog = await trio.to_thread.run_sync(
+                PartitionLog.open, directory, log_config(meta.configs, state.broker_defaults),
+                now_ms(), state.store)
+        except OSError as e:
+            _name, voters = rt.opening.pop(gid, (name, None))
+            rt.faults.open_failed(f"{name}-{index}", e,
+                                  partial(_open_replica_now, rt, name, index, gid, voters))
+            return
+        _name, voters = rt.opening.pop(gid, (name, None))
+        if _wanted(rt, name, index, gid) and state.topics.get(name) is meta:
+            plog.config = log_config(meta.configs, state.broker_defaults)  # altered meanwhile
+            _install(rt, meta, index, gid, plog, voters)
+            return
+        try:
+            plog.close(clean=True)
+        except OSError as e:
+            log.warning("closing %s-%d, deleted while it opened: %s", name, index, e)
+        if state.store.exists(directory):
+            state.store.rename(directory, state.data_dir / f"{name}-{index}.{meta.topic_id.hex}-delete")
+        state._remove_deleted_dirs()
+
+
+def _install(rt: ClusterRuntime, meta: TopicMeta, index: int, gid: int, plog: PartitionLog,
+             voters: tuple[int, ...] | None) -> None:
+    """The opened log becomes this broker's replica: its partition and Raft group."""
     part = Partition(meta.name, index, plog)
-    state.partitions[(meta.name, index)] = part
+    rt.state.partitions[(meta.name, index)] = part
     storage = PartitionLogStorage(plog, rt.node_id, fresh_term=-1, journal=rt.journal, gid=gid)
-    rt.new_group(gid, replicas, storage, part, voters)
+    rt.new_group(gid, rt.assignments[(meta.name, index)][1], storage, part, voters)
 
 
 def settle_replicas(rt: ClusterRuntime, name: str, index: int, replicas: tuple[int, ...],

@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import logging
 
+import trio
+
 from kcompat.broker.controller import metadata_apply, metadata_snapshot
 from kcompat.broker.controller.lifecycle import BrokerLifecycle
 from kcompat.broker.controller.metadata_snapshot import MetadataLogStorage
@@ -65,9 +67,14 @@ class Controller:
             self.applied_bytes = 0
 
     async def wait_started(self, timeout_s: float) -> None:
-        """A quorum of one serves once it has replayed its log and registered
-        (bounded); a cluster's broker answers at once (its peers may not be up
-        yet) and holds Metadata answers until it has caught up."""
+        """A quorum of one serves once it has replayed its log, registered and
+        opened the logs of its replicas (bounded; they open in a worker thread:
+        ``metadata_apply``), as a Kafka broker loads its logs before it serves;
+        a cluster's broker answers at once (its peers may not be up yet) and
+        holds Metadata answers until it has caught up."""
         if self.rt.alone:
+            deadline = trio.current_time() + timeout_s
             self.lifecycle.heartbeat(self.rt.ticks)
             await self.lifecycle.wait_serving(timeout_s)
+            while self.rt.opening and trio.current_time() < deadline:
+                await trio.sleep(self.rt.tick_s)

@@ -248,6 +248,10 @@ class ClusterRuntime:
         self.inbound: dict[type, Callable[[int, Any], object]] = {}
         self.marker_listeners: list[Callable[[str, int, int], None]] = []
         self._nursery: trio.Nursery | None = None
+        # replicas whose logs open in a worker thread (``metadata_apply``):
+        # group id -> (topic, voters), and the lock that opens them one at a time
+        self.opening: dict[int, tuple[str, tuple[int, ...] | None]] = {}
+        self.opening_lock = trio.Lock()
         self.balance_ticks = (max(1, config["leader.imbalance.check.interval.seconds"] * 1000
                                   // tick_ms)
                               if config["auto.leader.rebalance.enable"] else 0)
