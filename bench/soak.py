@@ -54,7 +54,9 @@ connection) sends one acks=all record every 100 ms and waits for its ack: its la
 p50/p99 per phase against the idle phase's p99 (the first 5 samples, connecting, left
 out), the issue's "plain producer p99 under extension load". Beside it every 3 s it scrapes each broker's
 ``/metrics`` for ``kcompat_event_loop_lag_seconds`` (histogram; its absence is
-reported) and ``kcompat_delayed_records_pending``. The brokers' logs are searched for
+reported), ``kcompat_delayed_records_pending``, the backpressure metrics (the largest
+lag per source, the throttle given per source) and the delayed-delivery lateness
+(its mean: what the broker adds to a delay, a retry's backoff or a dead letter's move). The brokers' logs are searched for
 ``fence_broker`` (self-fencing) and ``leads group`` (elections; term >= 2 counted
 apart) before and after the kill.
 
@@ -109,7 +111,10 @@ SCHED_PREFIX = "__kc_schedule-"
 LAG_METRIC = "kcompat_event_loop_lag_seconds"
 PENDING_METRIC = "kcompat_delayed_records_pending"
 #: what the scraper keeps: the lag histogram, pending records, any loop / task step metric
-KEEP_METRICS = ("kcompat_event_loop", "kcompat_loop", "kcompat_task", PENDING_METRIC)
+BACKPRESSURE_PREFIX = "kcompat_backpressure_"  # lag per source and key, throttle per source
+LATENESS_METRIC = "kcompat_delayed_delivery_lateness_seconds"
+KEEP_METRICS = ("kcompat_event_loop", "kcompat_loop", "kcompat_task", PENDING_METRIC,
+                BACKPRESSURE_PREFIX, LATENESS_METRIC + "_sum", LATENESS_METRIC + "_count")
 CLIENT_QUIET = {"log_level": 0, "reconnect.backoff.ms": 50, "reconnect.backoff.max.ms": 500}
 
 
@@ -1112,6 +1117,12 @@ def retry_scenario(run: Run) -> None:
             ", ".join(f"{k}: {v:,}" for k, v in sorted(nacks.get("by_attempt", {}).items())))
     run.row("time from send to the dead-letter topic p50 / p99 / max (backoffs alone: 14 s)",
             quantiles_row(took))
+    sent = [send[i] for i in range(res.n) if send[i]]
+    last = max((recv[i] for i in range(res.n) if recv[i]), default=0.0)
+    if sent and last > min(sent):
+        run.row("the retrier's pace: nacks / (last dead letter - first send); it flushes "
+                "its nacks and commits after each poll",
+                f"{nacks.get('nacked', 0) / (last - min(sent)):,.0f} nacks/s")
     run.row("dead-lettered / missing / duplicates", f"{c['received']:,} of {res.n:,} / "
             f"{res.n - c['received']:,} / {c['dupes']:,}")
     if nacks.get("errors"):
@@ -1249,6 +1260,30 @@ def task_of(sample: str) -> str:
     return m.group(1) if m else sample
 
 
+def pressure_summary(maxima: dict[str, float]) -> str:
+    """Backpressure seen (the largest lag per source, the throttle given per
+    source) and the mean delivery lateness of delayed records, retries and dead
+    letters, from the maxima of the scraped metrics; empty if none."""
+    lags: dict[str, float] = {}
+    throttled: dict[str, float] = {}
+    for k, v in maxima.items():
+        m = re.search(r'source="([^"]*)"', k)
+        if m and k.startswith(BACKPRESSURE_PREFIX + "lag_seconds"):
+            lags[m.group(1)] = max(lags.get(m.group(1), 0.0), v)
+        elif m and k.startswith(BACKPRESSURE_PREFIX + "throttle_seconds_total"):
+            throttled[m.group(1)] = max(throttled.get(m.group(1), 0.0), v)
+    out = ""
+    if lags or throttled:
+        out += "; backpressure lag max / throttle given: " + ", ".join(
+            f"{name} {lags.get(name, 0.0):.2f} s / {throttled.get(name, 0.0):.1f} s"
+            for name in sorted({*lags, *throttled}))
+    count = maxima.get(LATENESS_METRIC + "_count")
+    if count:
+        out += (f"; delivery lateness mean {maxima.get(LATENESS_METRIC + '_sum', 0.0) / count:.3f}"
+                f" s over {count:,.0f} records")
+    return out
+
+
 def lag_summary(scrapes: list[dict[str, Any]]) -> list[str]:
     """Per node: the loop-lag histogram's count over the run (counter resets at the
     restart handled), its p99 bucket bound, the samples above 50 ms; pending max."""
@@ -1293,8 +1328,10 @@ def lag_summary(scrapes: list[dict[str, Any]]) -> list[str]:
         if longest:
             line += "; longest single step: " + ", ".join(
                 f"{fmt_s(v)} ({task_of(k)})" for v, k in longest[:4])
+        line += pressure_summary(others)
         rest = {k: v for k, v in others.items() if "_created" not in k
-                and not k.startswith("kcompat_event_loop_longest_step_seconds")}
+                and not k.startswith(("kcompat_event_loop_longest_step_seconds",
+                                      BACKPRESSURE_PREFIX, LATENESS_METRIC))}
         for k, v in sorted(rest.items())[:6]:
             line += f"; {k} max {v:g}"
         lines.append(line)
