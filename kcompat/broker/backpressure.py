@@ -25,6 +25,13 @@ Each source's lags are exported (``kcompat_backpressure_lag_seconds``, by
 source and key) and so is the throttle given
 (``kcompat_backpressure_throttle_seconds_total``, by source).
 
+Not a source: a dedup index being rebuilt (``dedup_windows``) — an append
+that needs it waits for it, so its producer is slowed by the wait itself.
+Replication is one mostly for ``acks=0/1`` producers (an ``acks=all`` one
+waits for its replicas anyway), and below ``min.insync.replicas`` an
+``acks=all`` batch is refused as Kafka refuses it (NOT_ENOUGH_REPLICAS,
+``handlers.produce``).
+
 Known limit: a source knows its lag where its work is done (a schedule
 partition's leader, a state partition's writer); a client whose request
 lands on another broker is slowed only by what that broker sees.

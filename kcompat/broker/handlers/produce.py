@@ -17,6 +17,11 @@ with its coordinator, ``txn_verify``) ends in a Raft proposal written
 to the log at once (``ClusterRuntime.propose_batch``), so the offset and the
 producer state are final before any await.
 
+An ``acks=all`` batch to a partition with fewer in-sync replicas than its
+``min.insync.replicas`` (at most its replica count, as Kafka's effective
+minimum) is refused before the append with NOT_ENOUGH_REPLICAS (retriable),
+as Kafka refuses it.
+
 Acknowledgement: ``acks=all`` answers once the high watermark (the Raft commit
 index, reached only by entries durable on a quorum, the leader included — on a
 single broker, its own fsync) is past the batch, in the term that wrote it; if
@@ -70,7 +75,7 @@ from kcompat.broker.partition import Partition
 from kcompat.broker.replication.disk_faults import StorageError
 from kcompat.broker.replication.group import Group, NotLeaderError
 from kcompat.broker.state import now_ms
-from kcompat.broker.topic_config import retry_policy
+from kcompat.broker.topic_config import effective, retry_policy
 from kcompat.ext.schedule_log import SCHEDULE_TOPIC
 from kcompat.wire.batch import BatchError, BatchHeader, parse_header
 
@@ -138,6 +143,12 @@ def _append(ctx: RequestContext, topic: str, pdata: Any, acks: int, now: int,
     part = state.partition(topic, pdata.index)
     if group is None or part is None or not group.is_leader:
         return pdata.index, AppendResult(ErrorCode.not_leader_or_follower), None, None, -1
+    if acks == -1:
+        short = _under_min_isr(ctx, meta.configs, group)
+        if short is not None:
+            return pdata.index, AppendResult(ErrorCode.not_enough_replicas, message=(
+                f"{topic}-{pdata.index} has {short[0]} in-sync replicas, fewer than its "
+                f"min.insync.replicas {short[1]}")), None, None, -1
     term = group.raft.term
 
     def write(view: memoryview, header: BatchHeader, now_ms: int) -> BatchHeader:
@@ -154,6 +165,20 @@ def _append(ctx: RequestContext, topic: str, pdata: Any, acks: int, now: int,
         group.sync_wanted = True  # waited for like acks=all (``_schedule``)
     ctx.metrics.produced(topic, pdata.records, result.error == ErrorCode.none)
     return pdata.index, result, part, group, term
+
+
+def _under_min_isr(ctx: RequestContext, configs: dict[str, Any], group: Group
+                   ) -> tuple[int, int] | None:
+    """(in-sync replicas, min.insync.replicas) when an ``acks=all`` batch
+    cannot be accepted (Kafka refuses it before the append: the leader would
+    hold what no quorum can commit); None when it can. As in Kafka the bound is
+    at most the replica count (a topic may set more). Free at the default 1."""
+    least = min(int(effective("min.insync.replicas", configs, ctx.state.broker_defaults)[0]),
+                len(group.replicas))
+    if least <= 1:
+        return None
+    isr = len(ctx.cluster.isr(group))
+    return (isr, least) if isr < least else None
 
 
 async def _schedule(ctx: RequestContext, row: _Row, acks: int, deadline: float,

@@ -237,3 +237,39 @@ def test_a_produce_to_a_retry_topic_asks_the_retry_source(tmp_path: Path) -> Non
         trio.run(main)
     finally:
         b.close()
+
+
+def test_acks_all_to_a_partition_short_of_min_insync_replicas_is_refused(
+        broker: Broker) -> None:
+    """Kafka's answer when replication cannot keep up at all: an acks=all batch
+    to a partition with fewer in-sync replicas than min.insync.replicas (at
+    most its replica count) is refused before the append (NOT_ENOUGH_REPLICAS,
+    retriable); acks=1 is taken. Here t-0's group is made to look like 3
+    replicas of which only the leader is in sync."""
+    async def body() -> None:
+        await running.create_topic(broker, "t", 1, **{"min.insync.replicas": "2"})
+        await broker.cluster.wait_leaders("t", 5.0)
+        assert await produce(broker, "t", 0) == (E.none, 0)  # 1 replica: the bound is 1
+        group = broker.cluster.group_of("t", 0)
+        assert group is not None
+        real_isr, replicas = broker.cluster.isr, group.replicas
+        try:
+            group.replicas = (1, 2, 3)
+            broker.cluster.isr = lambda _g: (1,)  # type: ignore[method-assign]
+            part = broker.state.partition("t", 0)
+            assert part is not None
+            end = part.log.log_end_offset
+            assert await produce(broker, "t", 0) == (E.not_enough_replicas, 0)
+            assert part.log.log_end_offset == end  # nothing appended
+            broker.cluster.isr = lambda _g: (1, 3)  # type: ignore[method-assign]
+            assert await produce(broker, "t", 0, acks=1) == (E.none, 0)
+        finally:
+            group.replicas, broker.cluster.isr = replicas, real_isr  # type: ignore[method-assign]
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            await running.start(nursery, broker, internal_topics=False)
+            await body()
+            nursery.cancel_scope.cancel()
+
+    trio.run(main)
