@@ -19,9 +19,18 @@ offsets. Decisions:
   (the client would drop it). Batches are filtered by scanning their records
   for the headers the filter names and splicing the kept ones
   (``wire.record_scan``), at most ``WORK_RECORDS`` source records per Fetch
-  (the answer ends early; the client fetches on from there), and cached (LRU,
-  by filter, source partition, offset and CRC; ``CACHE_BYTES`` in all), so
-  several groups reading one view filter once.
+  on the event loop (the answer ends early; the client fetches on from
+  there), and cached (LRU, by filter, source partition, offset and CRC;
+  ``CACHE_BYTES`` in all), so several groups reading one view filter once.
+  A batch of more than ``INLINE_RECORDS`` records (a producer's batch of 1
+  MB holds ~10,000 small records: ~100 ms of filtering) is never filtered on
+  the loop: the Fetch's answer stops before it, ``warm`` filters such batches
+  in a worker thread into the cache, and the Fetch reads again. A partition
+  whose answer was cut short (budget or such a batch) before any record or
+  control batch is answered empty rather than as empty batches only — the
+  work is cached, the client asks again from the same offset — since
+  librdkafka takes a set of empty batches for a message too large to fetch
+  (it doubles its fetch size, then reports MSG_SIZE_TOO_LARGE).
 * Read-only: Produce and DeleteRecords answer INVALID_TOPIC_EXCEPTION,
   CreatePartitions INVALID_REQUEST (a view follows its source's additions).
 * ``kc.view.filter`` may be altered (validated like at creation);
@@ -43,6 +52,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
+import trio
 from kio.schema.errors import ErrorCode
 
 from kcompat.broker.topic_config import VIEW_FILTER, VIEW_KEYS, VIEW_OF
@@ -55,6 +65,9 @@ CACHE_BYTES = 64 << 20  # rebuilt batches kept (by source partition, offset, CRC
 #: filtering runs on the event loop, so a cold read of a large view answers in
 #: parts of a few milliseconds instead of stalling every other client
 WORK_RECORDS = 4000
+#: a batch not cached with more records than this is filtered in a worker
+#: thread (``ViewReader.warm``), not on the loop
+INLINE_RECORDS = 500
 
 Problem = tuple[ErrorCode, str]
 
@@ -139,32 +152,39 @@ class ViewReader:
         return found
 
     def filter_records(self, view: str, text: str, source: str, index: int,
-                       data: bytes, budget: list[int] | None = None) -> bytes:
+                       data: bytes, budget: list[int] | None = None,
+                       cold: list[Cold] | None = None) -> bytes:
         """The bytes a view's consumer gets for ``data`` read from the source;
         ``budget`` ([records]) is the filtering work left in this Fetch,
-        spent here: once it is gone the answer ends (after one batch)."""
+        spent here: once it is gone the answer ends (after one batch). With
+        ``cold``, a batch not cached of more than ``INLINE_RECORDS`` records
+        ends the answer too and is added there, for ``warm``."""
         if not data:
             return data
         flt = self.compiled(text)
         out: list[bytes] = []
         matched = filtered = 0
+        cut = controls = False
         buf = memoryview(data)
         for pos, header in iter_headers(data):  # a cut trailing batch is left out
             whole = buf[pos:pos + header.size]
             if header.is_control:
                 out.append(bytes(whole))
+                controls = True
                 continue
             key = (text, source, index, header.base_offset, header.crc)
             rebuilt = self._cache.get(key)
             if rebuilt is None:
+                if cold is not None and header.records_count > INLINE_RECORDS:
+                    cold.append((key, flt, bytes(whole)))
+                    cut = True
+                    break
                 if budget is not None:
                     if budget[0] <= 0 and out:
+                        cut = True
                         break
                     budget[0] -= header.records_count
-                rebuilt = self._cache[key] = _rebuild(flt, whole)
-                self.cached_bytes += len(rebuilt[0])
-                while self.cached_bytes > self.capacity_bytes:
-                    self.cached_bytes -= len(self._cache.popitem(last=False)[1][0])
+                rebuilt = self._store(key, _rebuild(flt, whole))
             else:
                 self._cache.move_to_end(key)
             out.append(rebuilt[0])
@@ -172,10 +192,29 @@ class ViewReader:
             filtered += rebuilt[2]
         self.matched[view] = self.matched.get(view, 0) + matched
         self.filtered[view] = self.filtered.get(view, 0) + filtered
+        if cut and not matched and not controls:
+            return b""  # empty batches only: asked again, from cached work
         return b"".join(out)
+
+    def _store(self, key: tuple[str, str, int, int, int], rebuilt: _Rebuilt) -> _Rebuilt:
+        self._cache[key] = rebuilt
+        self.cached_bytes += len(rebuilt[0])
+        while self.cached_bytes > self.capacity_bytes:
+            self.cached_bytes -= len(self._cache.popitem(last=False)[1][0])
+        return rebuilt
+
+    async def warm(self, cold: list[Cold]) -> None:
+        """Filter the ``cold`` batches in a worker thread, into the cache."""
+        rebuilt = await trio.to_thread.run_sync(
+            lambda: [_rebuild(flt, memoryview(data)) for _key, flt, data in cold])
+        for (key, _flt, _data), done in zip(cold, rebuilt, strict=True):
+            if key not in self._cache:
+                self._store(key, done)
 
 
 _Rebuilt = tuple[bytes, int, int]  # the batch, records kept, records taken out
+# a batch left for ``warm``: its cache key, the filter, its bytes
+Cold = tuple[tuple[str, str, int, int, int], view_filter.Filter, bytes]
 
 
 def _rebuild(flt: view_filter.Filter, whole: memoryview) -> _Rebuilt:

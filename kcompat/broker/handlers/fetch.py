@@ -57,7 +57,8 @@ the built answer, so the located ranges are still the log's.
 A filtered view (``views``) reads its source's partition and answers the
 batches with the non-matching records taken out (holes; offsets, watermarks
 and aborted transactions are the source's); the filtering one Fetch does is
-bounded (``views.WORK_RECORDS``).
+bounded (``views.WORK_RECORDS``), and a large batch not filtered yet is
+filtered in a worker thread (``ViewReader.warm``) before the Fetch reads again.
 """
 
 from __future__ import annotations
@@ -75,7 +76,7 @@ from kcompat.broker.handlers._common import NO_THROTTLE, OK
 from kcompat.broker.handlers._leader_hints import LeaderHints, topic_name
 from kcompat.broker.partition import Partition, wait_news
 from kcompat.broker.replication.read_replicas import NO_REPLICA
-from kcompat.broker.views import WORK_RECORDS
+from kcompat.broker.views import WORK_RECORDS, Cold
 from kcompat.broker.zero_copy import take
 from kcompat.log.partition_log import FileSlice, OffsetOutOfRange
 
@@ -185,11 +186,13 @@ def _throttle_ms(ctx: RequestContext, request: Any, named: list[tuple[str | None
 
 
 def _read_all(ctx: RequestContext, request: Any, named: list[tuple[str | None, Any]],
-              hints: LeaderHints | None, allowed: set[str], budget: int
+              hints: LeaderHints | None, allowed: set[str], budget: int,
+              cold: list[Cold] | None = None
               ) -> tuple[list[list[_Read]], int, bool, list[Partition]]:
     """One pass over every requested partition: (reads per topic, bytes,
     answer now (an error, or a client sent to another replica), the
-    partitions a long poll waits on)."""
+    partitions a long poll waits on); the view batches left for a worker
+    thread are added to ``cold``."""
     committed = getattr(request, "isolation_level", 0) == READ_COMMITTED
     rack = getattr(request, "rack_id", "") or ""
     replicas = ctx.broker.read_replicas
@@ -243,7 +246,7 @@ def _read_all(ctx: RequestContext, request: Any, named: list[tuple[str | None, A
                     assert meta is not None and name is not None
                     records = ctx.state.views.filter_records(
                         name, meta.configs["kc.view.filter"], view_of, fp.partition,
-                        where.read(), view_work)
+                        where.read(), view_work, cold)
                 if committed and records:
                     aborted = _aborted(ctx, part, fp.fetch_offset, upper)
             leader = None
@@ -287,9 +290,16 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
     max_bytes = _max_bytes(ctx, request)  # the quota's cap, once per request
     min_bytes = max(min(request.min_bytes, max_bytes), 1)
     allowed = _authz.topics(ctx, _authz.Op.READ, (name for name, _t in named))
+    warmed = False
     while True:
         hints = LeaderHints(ctx) if ctx.version >= 16 else None
-        reads, total, now, parts = _read_all(ctx, request, named, hints, allowed, max_bytes)
+        cold: list[Cold] = []
+        reads, total, now, parts = _read_all(ctx, request, named, hints, allowed, max_bytes,
+                                             cold)
+        if cold and (not warmed or (total == 0 and trio.current_time() < deadline)):
+            warmed = True  # large view batches: filtered off the loop, then read again
+            await ctx.state.views.warm(cold)
+            continue
         if (total >= min_bytes or now or not asked
                 or trio.current_time() >= deadline):
             break
