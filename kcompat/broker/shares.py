@@ -104,6 +104,7 @@ from kcompat.group.share_state import (
 )
 from kcompat.log.partition_log import OffsetOutOfRange
 from kcompat.wire import batch as wbatch
+from kcompat.wire import record_scan
 from kcompat.wire.records import Record, decode_batch, encode_batch
 
 if TYPE_CHECKING:
@@ -116,6 +117,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("kcompat.shares")
 
 GROUP_HEADER = "kc-group"  # the message group of kc.share.ordering=message-group
+_GROUP_NAMES = frozenset((GROUP_HEADER,))
 WRITE_TIMEOUT_S = 5.0
 CLAIM_TIMEOUT_S = 5.0
 CLAIM_RETRY_S = 0.2
@@ -613,14 +615,19 @@ class ShareService:
             self._decoded.move_to_end(cache_key)
             return found
         found = []
-        for record in decode_batch(view):
+        # only the headers the filter and the message group need, no Record objects
+        wanted = (flt.header_names if flt is not None else frozenset()) | (
+            _GROUP_NAMES if keyed else frozenset())
+        _header, _payload, records = record_scan.scan(view, wanted, with_key=keyed)
+        base = header.base_offset
+        for record in records:
             if flt is not None and not flt.matches(record.headers):
                 continue
             group = None
             if keyed:
                 group = next((v for k, v in record.headers if k == GROUP_HEADER),
                              None) or record.key
-            found.append((record.offset, group))
+            found.append((base + record.offset_delta, group))
         self._decoded[cache_key] = found
         while len(self._decoded) > DECODED_BATCHES:
             self._decoded.popitem(last=False)
