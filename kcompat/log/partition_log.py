@@ -18,6 +18,18 @@ fsyncs the old segment, so only the active segment can hold unsynced data.
 After the write, the producer state table and the leader epoch cache learn
 the batch.
 
+The epoch checkpoint (``leader-epoch-checkpoint``) is not rewritten when an
+append starts a new epoch — the first append of every leadership, which on
+the broker's event loop cost two fsyncs (75–90 ms on a busy disk, issue 31).
+It only has to be right where recovery trusts it, and recovery trusts it
+only below the segment of the last clean close's producer snapshot: after a
+crash every segment from there is scanned and its epochs rebuilt from the
+batches themselves (``recovery``). So the new epoch stays in memory
+(``_epochs_unwritten``) until the next rewrite that happens anyway (a
+truncation, a new log start) or the clean close, which writes it before its
+snapshot and marker. (Kafka writes it at each new epoch: its recovery trusts
+the checkpoint up to the recovery point, ours up to the last clean close.)
+
 Durability is the caller's choice: ``dirty_files`` hands out the files written
 since the last call (the broker syncs them in a worker thread, one fsync
 serving many produce requests), ``flush`` syncs synchronously. All file access
@@ -112,6 +124,7 @@ class PartitionLog:
         self._log_start_offset = log_start_offset
         self.producers = producers
         self._epochs = epochs
+        self._epochs_unwritten = False  # an append's new epoch is not in the checkpoint yet
         self._txn_indexes = txn_indexes or {}
         self._dirty: dict[int, StoredFile] = {}  # by id: written since the last sync
         self._unsynced_dirs: tuple[Path, ...] = ()  # a new log's directory entries
@@ -205,7 +218,7 @@ class PartitionLog:
         else:
             self.producers.apply(new_header)
         if self._epochs.assign(leader_epoch, new_header.base_offset):
-            self._write_epochs()
+            self._epochs_unwritten = True  # written at the clean close (see the module)
         return new_header
 
     def _apply_marker(self, batch: memoryview, header: BatchHeader, segment_base: int) -> None:
@@ -514,6 +527,7 @@ class PartitionLog:
         io.run(self._set_log_start_offset, offset)  # its state first, then its files
 
     def _write_epochs(self) -> None:
+        self._epochs_unwritten = False
         atomic_write(self.directory / LEADER_EPOCH_FILE, self._epochs.to_text().encode(),
                      self.store)
 
@@ -618,6 +632,8 @@ class PartitionLog:
 
     def _close_cleanly(self) -> None:
         self.flush()
+        if self._epochs_unwritten:
+            self._write_epochs()
         snapshot = offset_path(self.directory, self.log_end_offset, SNAPSHOT_SUFFIX)
         atomic_write(snapshot, self.producers.to_snapshot(), self.store)
         atomic_write(self.directory / CLEAN_SHUTDOWN_FILE, b"", self.store)

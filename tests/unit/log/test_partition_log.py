@@ -271,9 +271,34 @@ def test_leader_epoch_cache_rebuilt_from_log(tmp_path: Path) -> None:
     append(log, 2, epoch=1)
     append(log, 2, epoch=4)
     log.close(clean=False)
-    (tmp_path / "t-0" / "leader-epoch-checkpoint").unlink()
+    (tmp_path / "t-0" / "leader-epoch-checkpoint").unlink(missing_ok=True)
     reopened = open_log(tmp_path / "t-0")
     assert reopened.leader_epochs == [(1, 0), (4, 2)]
+    reopened.close()
+
+
+def test_a_new_epoch_is_checkpointed_at_the_clean_close_not_at_the_append(
+        tmp_path: Path) -> None:
+    """An append that starts an epoch writes no file and syncs nothing (on the
+    broker it runs on the event loop); the clean close writes the checkpoint,
+    and after a crash the epochs since the last clean close are rebuilt from
+    the batches."""
+    checkpoint = tmp_path / "t-0" / "leader-epoch-checkpoint"
+    log = open_log(tmp_path / "t-0")
+    append(log, 2, epoch=1)
+    log.close()
+    written = checkpoint.read_bytes()
+    log = open_log(tmp_path / "t-0")
+    append(log, 2, epoch=3)
+    append(log, 1, epoch=4)
+    assert checkpoint.read_bytes() == written  # nothing written on the append path
+    log.close(clean=False)  # a crash: the checkpoint lacks epochs 3 and 4
+    log = open_log(tmp_path / "t-0")
+    assert log.leader_epochs == [(1, 0), (3, 2), (4, 4)]  # rebuilt from the batches
+    append(log, 1, epoch=6)
+    log.close()
+    reopened = open_log(tmp_path / "t-0")
+    assert reopened.leader_epochs == [(1, 0), (3, 2), (4, 4), (6, 5)]
     reopened.close()
 
 
