@@ -16,6 +16,9 @@ Theory of operation
    every later segment is deleted: what follows a hole cannot be trusted.
 3. The leader epoch cache is loaded from its checkpoint and, from the first
    scanned segment on, rebuilt from the batches' ``partitionLeaderEpoch``.
+   The checkpoint may lack the epochs begun since the last clean close (an
+   append does not rewrite it: ``partition_log``); they all lie in scanned
+   segments, at or after the newest snapshot.
 4. Producer state comes from the newest snapshot at or below the log end
    offset, then the batch headers after it are replayed through
    ``ProducerStateTable.apply`` (without a snapshot, the whole log is
