@@ -47,6 +47,11 @@ records from the log start rebuild it. A key's generation is fenced against
 deposed holders by that offset: a later claim always has a larger one, and
 a deleted key has none, so no older holder's write matches.
 
+**Rooms.** Reading the log for a machine and serving the acquired batches
+is ``share_reads``; copying dead letters to a group's DLQ topic,
+``share_dead_letters``; the write queues of the state partitions,
+``share_writes``; the machine itself, ``group.share_partition``.
+
 **Time.** ``run`` ticks the machines at their next lock expiry or backoff end,
 writes what changed and wakes parked fetches; a fetch that acquired nothing
 waits (``max_wait``) for new data or such a wake.
@@ -56,7 +61,6 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -73,14 +77,12 @@ from kcompat.broker.group_config import duration_ms
 from kcompat.broker.replication import codec
 from kcompat.broker.replication.storage import now_ms
 from kcompat.broker.share_compaction import ShareCompaction
+from kcompat.broker.share_dead_letters import ShareDeadLetters
+from kcompat.broker.share_reads import ShareReads
 from kcompat.broker.share_sessions import ShareSessions
 from kcompat.broker.share_writes import Held as Held  # handlers import it from here
 from kcompat.broker.share_writes import ShareWriter
-from kcompat.broker.topic_config import effective
-from kcompat.ext.view_filter import Filter
 from kcompat.group.share_partition import (
-    DELIVERY_LIMIT,
-    REJECTED,
     TERMINAL,
     AckBatch,
     AcquiredRecords,
@@ -102,10 +104,8 @@ from kcompat.group.share_state import (
     state_from_json,
     state_to_json,
 )
-from kcompat.log.partition_log import OffsetOutOfRange
 from kcompat.wire import batch as wbatch
-from kcompat.wire import record_scan
-from kcompat.wire.records import Record, decode_batch, encode_batch
+from kcompat.wire.records import decode_batch, encode_batch
 
 if TYPE_CHECKING:
     from kcompat.broker.controller.quorum import Controller
@@ -116,8 +116,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("kcompat.shares")
 
-GROUP_HEADER = "kc-group"  # the message group of kc.share.ordering=message-group
-_GROUP_NAMES = frozenset((GROUP_HEADER,))
 WRITE_TIMEOUT_S = 5.0
 CLAIM_TIMEOUT_S = 5.0
 CLAIM_RETRY_S = 0.2
@@ -126,18 +124,6 @@ CLAIM_RETRY_S = 0.2
 RETRIABLE = ErrorCode.not_leader_or_follower
 CREATE_WAIT_S = 5.0
 IDLE_WAKE_S = 1.0
-DECODED_BATCHES = 64  # batches whose records' offsets and groups are kept decoded
-# KIP-1191's context headers on a dead letter
-DLQ_TOPIC = "__dlq.errors.topic"
-DLQ_PARTITION = "__dlq.errors.partition"
-DLQ_OFFSET = "__dlq.errors.offset"
-DLQ_GROUP = "__dlq.errors.group"
-DLQ_DELIVERY_COUNT = "__dlq.errors.delivery.count"
-DLQ_MESSAGE = "__dlq.errors.message"
-_REASONS = {REJECTED: "Offset rejected by client.",  # Kafka 4.4's words
-            DELIVERY_LIMIT: "Offset delivery count exceeded the threshold."}
-
-
 class ShareError(Exception):
     """A share key cannot be served now (its partition's error code)."""
 
@@ -168,14 +154,12 @@ class ShareService:
         self.controller = controller
         self.logs: dict[int, ShareStateLog] = {}
         self.held: dict[ShareKey, Held] = {}
-        self._decoded: OrderedDict[tuple[str, int, int, int, bool, str | None],
-                                  list[tuple[int, bytes | None]]] = (
-            OrderedDict())
+        self.reads = ShareReads(state.views)
         self._loading: dict[ShareKey, trio.Event] = {}
         self.writer = ShareWriter(self._append_state, cluster.spawn, now_ms)
         self.sessions = ShareSessions(state.config["group.share.max.share.sessions"])
         self.changed = trio.Event()  # a lock expired or records were released
-        self.dead_lettered: Counter | None = None
+        self.dead_letters = ShareDeadLetters(state, calls, controller)
         self._timer = trio.Event()
         # a share group's configs (the group side replaces it)
         self.settings_of: Callable[[str], ShareSettings] = lambda _group: ShareSettings()
@@ -490,173 +474,13 @@ class ShareService:
     # -- dead letters (KIP-1191) ----------------------------------------------------------
 
     async def send_dead_letters(self, helds: list[Held]) -> None:
-        """Copy the records the machines archived as dead letters (REJECTed,
-        or released at the delivery limit) to their group's DLQ topic, before
-        the archive is made durable: a crash in between dead-letters them
-        again (at least once, never lost). A DLQ that is missing or not
-        enabled for groups (``errors.deadletterqueue.group.enable``) leaves
-        them archived, with a warning, as Kafka does."""
+        """Copy the records the machines archived as dead letters to their
+        group's DLQ topic before the archive is made durable (``share_dead_letters``)."""
         for held in helds:
             held.dead.extend(held.machine.take_dead_letters())
-            if not held.dead:
-                continue
-            settings = self.settings_of(held.key[0])
-            if not settings.dlq_topic:
-                held.dead.clear()
-                continue
-            problem = self._dlq_problem(settings.dlq_topic)
-            if problem is not None:
-                log.warning("share group %s: %d dead letters of %s-%d stay archived: %s",
-                            held.key[0], len(held.dead), held.key[1], held.key[2], problem)
-                held.dead.clear()
-                continue
-            await self._send_dead(held, settings)
-
-    def _dlq_problem(self, topic: str) -> str | None:
-        meta = self.state.topics.get(topic)
-        if meta is None:
-            if self.state.config["errors.deadletterqueue.auto.create.topics.enable"]:
-                auto_create(self.controller, topic)
-                return f"the DLQ topic {topic} is being created"
-            return f"the DLQ topic {topic} does not exist"
-        if not effective("errors.deadletterqueue.group.enable", meta.configs,
-                         self.state.broker_defaults)[0]:
-            return f"the DLQ topic {topic} has errors.deadletterqueue.group.enable=false"
-        return None
-
-    async def _send_dead(self, held: Held, settings: ShareSettings) -> None:
-        group, topic, index = held.key
-        part = self.state.source_partition(topic, index)
-        meta = self.state.topics[settings.dlq_topic]
-        dead, held.dead = held.dead, []
-        records = []
-        for letter in dead:
-            original = self._record_at(part, letter.offset) if part is not None else None
-            headers: list[tuple[str, bytes | None]] = []
-            key = value = None
-            timestamp = now_ms()
-            if original is not None:
-                timestamp = original.timestamp
-                if settings.dlq_copy_record:
-                    key, value = original.key, original.value
-                    headers.extend(original.headers)
-            headers += [(DLQ_TOPIC, topic.encode()), (DLQ_PARTITION, str(index).encode()),
-                        (DLQ_OFFSET, str(letter.offset).encode()), (DLQ_GROUP, group.encode()),
-                        (DLQ_DELIVERY_COUNT, str(letter.delivery_count).encode()),
-                        (DLQ_MESSAGE, (_REASONS.get(letter.reason, letter.reason)).encode())]
-            records.append((key, value, tuple(headers), timestamp))
-        code, _ = await self.calls.append(settings.dlq_topic, index % meta.partitions,
-                                          encode_batch(records), WRITE_TIMEOUT_S)
-        if code != ErrorCode.none:
-            held.dead[:0] = dead  # sent again with the next change
-            log.warning("share group %s: dead letters of %s-%d not written to %s (%s); "
-                        "retrying", group, topic, index, settings.dlq_topic, code.name)
-        elif self.dead_lettered is not None:
-            self.dead_lettered.labels(settings.dlq_topic).inc(len(dead))
-
-    @staticmethod
-    def _record_at(part: Partition, offset: int) -> Record | None:
-        try:
-            chunk = part.log.read(offset, 1, part.log.log_end_offset)
-        except OffsetOutOfRange:
-            return None
-        if not chunk:
-            return None
-        header = wbatch.parse_header(chunk)
-        return next((r for r in decode_batch(memoryview(chunk)[:header.size])
-                     if r.offset == offset), None)
-
-    # -- reading the log for a machine --------------------------------------------------------
-
-    def records_from(self, part: Partition, start: int, end: int, upper: int, keyed: bool,
-                     committed: bool = False, flt: Filter | None = None
-                     ) -> Iterator[tuple[int, bytes | None]]:
-        """(offset, message group) of every record in [start, end) — read
-        from whole batches below ``upper`` (a batch boundary: the high
-        watermark or last stable offset), so none in that range is missed;
-        the group is header ``kc-group``, else the key, when ``keyed``. With
-        ``committed`` (``share.isolation.level=read_committed``) the records
-        of aborted transactions are left out: gaps, archived unseen; so are
-        the records a filtered view's ``flt`` does not match."""
-        aborted = part.log.aborted_transactions(start, upper) if committed else []
-        for view, header in part.log.batches(start, upper):
-            if header.is_control:
-                continue
-            if aborted and header.is_transactional and any(
-                    a.producer_id == header.producer_id
-                    and a.first_offset <= header.base_offset <= a.last_offset
-                    for a in aborted):
-                continue
-            if flt is None and not keyed and (
-                    header.records_count == header.last_offset_delta + 1):
-                # every offset of the batch holds a record: no need to decode it
-                for offset in range(max(start, header.base_offset),
-                                    min(end, header.next_offset)):
-                    yield offset, None
-                if header.next_offset >= end:
-                    return
-                continue
-            for offset, group in self._batch_records(part, view, header, keyed, flt):
-                if offset >= end:
-                    return
-                if offset >= start:
-                    yield offset, group
-
-    def _batch_records(self, part: Partition, view: memoryview, header: wbatch.BatchHeader,
-                       keyed: bool, flt: Filter | None = None) -> list[tuple[int, bytes | None]]:
-        """(offset, message group) of a batch's records (those ``flt``
-        matches), decoded once while the batch is among the last few read
-        (consecutive acquisitions take records of the same batches)."""
-        # the CRC tells a batch from another one at its offset after a truncation
-        cache_key = (part.topic, part.index, header.base_offset, header.crc, keyed,
-                     flt.text if flt is not None else None)
-        found = self._decoded.get(cache_key)
-        if found is not None:
-            self._decoded.move_to_end(cache_key)
-            return found
-        found = []
-        # only the headers the filter and the message group need, no Record objects
-        wanted = (flt.header_names if flt is not None else frozenset()) | (
-            _GROUP_NAMES if keyed else frozenset())
-        _header, _payload, records = record_scan.scan(view, wanted, with_key=keyed)
-        base = header.base_offset
-        for record in records:
-            if flt is not None and not flt.matches(record.headers):
-                continue
-            group = None
-            if keyed:
-                group = next((v for k, v in record.headers if k == GROUP_HEADER),
-                             None) or record.key
-            found.append((base + record.offset_delta, group))
-        self._decoded[cache_key] = found
-        while len(self._decoded) > DECODED_BATCHES:
-            self._decoded.popitem(last=False)
-        return found
-
-    def batches_for(self, part: Partition, ranges: list[AcquiredRecords],
-                    view: tuple[str, str] | None = None) -> bytes:
-        """The whole log batches holding the acquired offsets, in offset
-        order; for a filtered ``view`` (name, filter) with the records it
-        does not match taken out (``views``)."""
-        out: list[bytes] = []
-        seen: set[int] = set()
-        upper = part.high_watermark
-        for r in sorted(ranges, key=lambda a: a.first_offset):
-            offset = r.first_offset
-            while offset <= r.last_offset:
-                chunk = part.log.read(offset, 1, upper)  # the batch holding offset
-                if not chunk:
-                    break
-                header = wbatch.parse_header(chunk)
-                if header.base_offset not in seen:
-                    seen.add(header.base_offset)
-                    whole = chunk[:header.size]
-                    if view is not None:
-                        whole = self.state.views.filter_records(view[0], view[1], part.topic,
-                                                                part.index, whole)
-                    out.append(whole)
-                offset = header.next_offset
-        return b"".join(out)
+            if held.dead:
+                settings = self.settings_of(held.key[0])
+                await self.dead_letters.send(held, settings.dlq_topic, settings.dlq_copy_record)
 
     def acquire(self, held: Held, part: Partition, member_id: str, max_records: int,
                 isolation_committed: bool) -> tuple[list[AcquiredRecords], bytes]:
@@ -670,14 +494,14 @@ class ShareService:
             meta is not None and meta.view_of is not None) else None
         records: Iterator[tuple[int, bytes | None]] = iter(())
         if start < end:
-            records = self.records_from(
+            records = self.reads.records_from(
                 part, start, end, upper, machine.config.ordering_message_group,
                 isolation_committed, self.state.views.compiled(view[1]) if view else None)
         ranges = machine.acquire(member_id, max_records, now_ms(), records,
                                  end if start < end else None)
         if ranges:
             self._timer.set()
-        return ranges, (self.batches_for(part, ranges, view) if ranges else b"")
+        return ranges, (self.reads.batches_for(part, ranges, view) if ranges else b"")
 
     def acknowledge(self, held: Held, member_id: str, batches: list[AckBatch]) -> ErrorCode:
         code = held.machine.acknowledge(member_id, batches, now_ms())
@@ -706,7 +530,7 @@ class ShareService:
     # -- metrics ----------------------------------------------------------------------------
 
     def export(self, registry: CollectorRegistry) -> None:
-        self.dead_lettered = Counter(
+        self.dead_letters.counter = Counter(
             "kcompat_share_dead_letters", "Records a share group moved to its dead-letter "
             "topic (KIP-1191), per dead-letter topic", ["topic"], registry=registry)
         registry.register(_ShareCollector(self))
