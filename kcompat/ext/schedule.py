@@ -18,7 +18,10 @@ every replica, so a replica that takes over holds the same index (DESIGN §5):
 
 ``due(now_ms, limit, target)`` lists entries whose time has come, earliest
 first (ties by entry, i.e. schedule order): the leader moves them and then
-records their delivery. An entry stays pending until then.
+records their delivery. An entry stays pending until then; its key leaves
+its target's heap when handed out (what is delivered leaves nothing behind
+to walk past) and goes back at the next ``due`` of that target if its
+delivery did not start.
 
 A schedule id is scoped by the record's target (its topic-partition; one
 schedule log serves several). It names at most one pending record there:
@@ -62,7 +65,9 @@ Target = tuple[str, int]  # topic, partition
 # a promoted entry: ``Pending``'s fields in order, a plain tuple
 Row = tuple[int, int, "str | None", "Target | None", int, int]
 SLOT_MS = 10_000
-PROMOTE_CHUNK = 2_000  # entries promoted per call at most (a part of a turn: ~5 ms)
+# entries promoted per call at most (a part of a turn, ~1 ms; the leader of ten
+# schedule partitions promotes in each of them in one turn)
+PROMOTE_CHUNK = 1_000
 PROMOTE_AHEAD_MS = 2_000  # a slot is promoted from this long before it begins
 CELLS = 5  # int64 per far entry: due, entry, offset, target id, where
 
@@ -104,6 +109,9 @@ class Schedule:
         # entries add nothing to a full collection), made ``Pending`` on the way out
         self._pending: dict[int, Row] = {}
         self._heap_of: list[list[tuple[int, int]] | None] = []  # target id -> its near heap
+        # target -> the (due, entry) keys ``due`` took off its heap last: a pending one
+        # (its delivery not started) goes back at the next ``due`` of that target
+        self._handed: dict[Target | None, list[tuple[int, int]]] = {}
         self._far: dict[int, array[int]] = {}  # slot -> (due, entry, offset, tid, where)*
         self._far_min: dict[int, int] = {}  # slot -> its smallest due
         self._slots: list[int] = []  # heap of the far slots
@@ -343,32 +351,55 @@ class Schedule:
 
     def due(self, now_ms: int, limit: int = 1000, target: object = ...) -> list[Pending]:
         """Up to ``limit`` pending records due at ``now_ms`` (of ``target``
-        only, if given), earliest first. They stay pending until ``delivered``."""
+        only, if given), earliest first. They stay pending until ``delivered``;
+        their keys leave the heap (a pop each: what was delivered leaves no
+        trace to walk past) and those still pending go back at the next call."""
         self.promote(now_ms)
-        heaps = ([self._near.get(target, [])] if target is not ...  # type: ignore[call-overload]
-                 else list(self._near.values()))
+        targets = [target] if target is not ... else list(self._near)
         out: list[Pending] = []
-        for heap in heaps:
-            out += self._due_in(heap, now_ms, limit)
+        for t in targets:
+            heap = self._near.get(t)  # type: ignore[call-overload]
+            if heap is None:
+                continue
+            self._give_back(t, heap)  # type: ignore[arg-type]
+            keys = self._pop_due(heap, now_ms, limit)
+            if keys:
+                self._handed[t] = keys  # type: ignore[index]
+                out += [Pending._make(self._pending[entry]) for _due, entry in keys]
         out.sort(key=lambda p: (p.due_ms, p.entry))
         return out[:limit]
 
-    def _due_in(self, heap: list[tuple[int, int]], now_ms: int, limit: int) -> list[Pending]:
-        while heap and heap[0][1] not in self._pending:
-            heapq.heappop(heap)  # delivered or cancelled
-        out: list[Pending] = []
-        frontier = [(heap[0], 0)] if heap else []  # walk the heap in order, not popping
-        while frontier and len(out) < limit:
-            (due_ms, entry), i = heapq.heappop(frontier)
-            if due_ms > now_ms:
-                break
-            row = self._pending.get(entry)
-            if row is not None:
-                out.append(Pending._make(row))
-            for child in (2 * i + 1, 2 * i + 2):
-                if child < len(heap):
-                    heapq.heappush(frontier, (heap[child], child))
-        return out
+    def _give_back(self, target: Target | None, heap: list[tuple[int, int]]) -> None:
+        """Put back on ``heap`` the keys last handed out for ``target`` that
+        are still pending (their delivery did not start)."""
+        keys = self._handed.pop(target, None)
+        if keys:
+            pending = self._pending
+            for key in keys:
+                if key[1] in pending:
+                    heapq.heappush(heap, key)
+
+    def _pop_due(self, heap: list[tuple[int, int]], now_ms: int, limit: int
+                 ) -> list[tuple[int, int]]:
+        pending, pop = self._pending, heapq.heappop
+        keys: list[tuple[int, int]] = []
+        while heap and heap[0][0] <= now_ms and len(keys) < limit:
+            key = pop(heap)
+            if key[1] in pending:  # else delivered or cancelled
+                keys.append(key)
+        return keys
+
+    def _handed_due(self, target: Target | None) -> int | None:
+        """The earliest due time of the keys handed out for ``target`` that
+        are still pending (None, and forgotten, when none is)."""
+        keys = self._handed.get(target)
+        if not keys:
+            return None
+        live = [key[0] for key in keys if key[1] in self._pending]
+        if not live:
+            del self._handed[target]
+            return None
+        return min(live)
 
     def drop_target(self, target: Target | None) -> int:
         """Forget every pending record of ``target`` (it was deleted); how many."""
@@ -395,7 +426,8 @@ class Schedule:
         for target, heap in self._near.items():
             while heap and heap[0][1] not in self._pending:
                 heapq.heappop(heap)  # delivered or cancelled
-            if heap and heap[0][0] <= now_ms:
+            handed = self._handed_due(target)
+            if (heap and heap[0][0] <= now_ms) or (handed is not None and handed <= now_ms):
                 out.append(target)
         return out
 
@@ -404,11 +436,14 @@ class Schedule:
         slot's earliest, which may have been cancelled): the host's timer."""
         while True:
             near = None
-            for heap in self._near.values():
+            for target, heap in self._near.items():
                 while heap and heap[0][1] not in self._pending:
                     heapq.heappop(heap)
                 if heap and (near is None or heap[0][0] < near):
                     near = heap[0][0]
+                handed = self._handed_due(target)
+                if handed is not None and (near is None or handed < near):
+                    near = handed
             if not self._slots:
                 return near
             first = self._slots[0]

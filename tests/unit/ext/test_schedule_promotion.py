@@ -9,7 +9,13 @@ They are kept as plain tuples of atoms instead, which it stops tracking.
 from __future__ import annotations
 
 import gc
+import heapq
+import random
+from typing import Any
 
+import pytest
+
+from kcompat.ext import schedule as schedule_module
 from kcompat.ext.schedule import Pending, Schedule
 
 T = ("orders", 0)
@@ -32,3 +38,46 @@ def test_promoted_entries_are_not_tracked_by_the_collector() -> None:
                    Pending(10_000, 50_000, None, T, 10_000, 10_000 << 32)]
     assert schedule.cancel("id-7", T) == Pending(7, 50_007, "id-7", T, 7, 7 << 32)
     assert len(schedule) == n - 1
+
+
+class _CountingHeapq:
+    """``heapq`` as the schedule module uses it, counting pops and pushes."""
+
+    def __init__(self) -> None:
+        self.ops = 0
+
+    def heappush(self, heap: list[Any], item: Any) -> None:
+        self.ops += 1
+        heapq.heappush(heap, item)
+
+    def heappop(self, heap: list[Any]) -> Any:
+        self.ops += 1
+        return heapq.heappop(heap)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(heapq, name)
+
+
+def test_a_backlog_promoted_in_turns_costs_a_few_heap_operations_per_record(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Everything overdue, one slot promoted a chunk at a time while deliveries
+    of 2,000 take what is promoted: each chunk spans the whole slot's due times,
+    so what was delivered lies all through the heap. Walking past it (instead of
+    taking due keys off the heap) cost some ten heap operations per record, more
+    the larger the backlog."""
+    counting = _CountingHeapq()
+    monkeypatch.setattr(schedule_module, "heapq", counting)
+    n = 40_000
+    rng = random.Random(5)
+    schedule = Schedule()
+    schedule.add_run(0, [50_000 + rng.randrange(10_000) for _ in range(n)], T, list(range(n)),
+                     [i << 32 for i in range(n)], {})
+    now, moved, seen = 10 ** 9, 0, set()
+    while schedule.promoting(now) or schedule.due_targets(now):
+        for p in schedule.due(now, 2_000, T):
+            assert p.entry not in seen
+            seen.add(p.entry)
+            schedule.delivered(p.entry)
+            moved += 1
+    assert moved == n and len(schedule) == 0
+    assert counting.ops <= 3 * n
