@@ -62,8 +62,10 @@ starts past what it applied), about half the pending count at most. Records
 copied forward and snapshots cost about one more write of each long-lived
 record per two intervals and 40 bytes per pending record per interval.
 
-**Turns.** Every step of delivery is bounded: a delivery batch reads its
-records from where they are, neighbours in a stored batch together
+**Turns.** Every step of delivery is bounded: a delivery batch (what is
+due, ``DELIVERY_BATCH`` at most: large only while catching up, when each
+batch's two Raft rounds must carry many records) reads its records
+``READ_CHUNK`` at a time, a turn each, from where they are, neighbours in a stored batch together
 (``StoredRecords.tails``: their stored bytes, framed again without being
 decoded), its lateness is observed per batch (``BatchLateness``), and the schedule
 promotes a slot of far-future records ``PROMOTE_CHUNK`` at a time, the loop
@@ -125,7 +127,11 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("kcompat.delays")
 
-DELIVERY_BATCH = 500  # records per delivery batch, at most
+# records per delivery batch, at most: what is due, so a few while on time, and up to
+# this many while late — each delivery costs two Raft rounds and an append to the
+# target, so only large batches catch up (read READ_CHUNK at a time, a turn each)
+DELIVERY_BATCH = 2000
+READ_CHUNK = 500
 SCHEDULE_BATCH = 2000  # records per schedule-log batch a produce writes, at most (~4 ms to build)
 MOVE_BATCH = 500  # records copied forward per batch (a JSON op each: ~5 us to apply)
 DELIVERY_BYTES = 1 << 20  # and about this many bytes (one record at least)
@@ -307,10 +313,8 @@ class DelayService:
             if target not in slog.inflight:
                 entries = slog.schedule.due(now_ms(), DELIVERY_BATCH, target)
                 if entries:
-                    stored = self._records(index).tails(entries)
-                    n = take_tails_within(stored, DELIVERY_BYTES)
-                    planned = {p.entry: r for p, r in zip(entries[:n], stored, strict=False)}
-                    records.append(out_record(target, entries[:n], now_ms()))
+                    entries, planned = await self._plan(index, entries)
+                    records.append(out_record(target, entries, now_ms()))
                     await trio.lowlevel.checkpoint()  # planning and writing: two turns
             if records:
                 code, _ = await self.calls.append_locally(
@@ -324,6 +328,21 @@ class DelayService:
             self._observe(delivery, now)
             self.pressure.delivered(index, len(delivery.entries), trio.current_time())
             records = [done_record(target, delivery.seq, now)]
+
+    async def _plan(self, index: int, entries: list[Pending]
+                    ) -> tuple[list[Pending], dict[int, Tail]]:
+        """The first of the due ``entries`` that fit a delivery batch
+        (``DELIVERY_BYTES``, one at least) and their records, read
+        ``READ_CHUNK`` at a time, a turn of the loop each."""
+        tails: list[Tail] = []
+        for start in range(0, len(entries), READ_CHUNK):
+            if start:
+                await trio.lowlevel.checkpoint()
+            tails += self._records(index).tails(entries[start:start + READ_CHUNK])
+            if take_tails_within(tails, DELIVERY_BYTES) < len(tails):
+                break
+        n = take_tails_within(tails, DELIVERY_BYTES)
+        return entries[:n], {p.entry: r for p, r in zip(entries[:n], tails, strict=False)}
 
     async def _send(self, index: int, delivery: Delivery,
                     planned: dict[int, Tail]) -> bool:
