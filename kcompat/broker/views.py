@@ -19,13 +19,14 @@ offsets. Decisions:
   (the client would drop it). Batches are filtered by scanning their records
   for the headers the filter names and splicing the kept ones
   (``wire.record_scan``), at most ``WORK_RECORDS`` source records per Fetch
-  on the event loop (the answer ends early; the client fetches on from
-  there), and cached (LRU, by filter, source partition, offset and CRC;
+  on the event loop (the answer ends early; the rest is filtered in a worker
+  thread, below), and cached (LRU, by filter, source partition, offset and CRC;
   ``CACHE_BYTES`` in all), so several groups reading one view filter once.
   A batch of more than ``INLINE_RECORDS`` records (a producer's batch of 1
   MB holds ~10,000 small records: ~100 ms of filtering) is never filtered on
-  the loop: the Fetch's answer stops before it, ``warm`` filters such batches
-  in a worker thread into the cache, and the Fetch reads again. A partition
+  the loop: the Fetch's answer stops before it, ``warm`` filters it and the
+  batches read after it in a worker thread into the cache, and the Fetch
+  reads again (the GIL is handed back to the loop every few milliseconds). A partition
   whose answer was cut short (budget or such a batch) before any record or
   control batch is answered empty rather than as empty batches only — the
   work is cached, the client asks again from the same offset — since
@@ -64,7 +65,7 @@ CACHE_BYTES = 64 << 20  # rebuilt batches kept (by source partition, offset, CRC
 #: source records one Fetch filters at most (beyond its first batch): the
 #: filtering runs on the event loop, so a cold read of a large view answers in
 #: parts of a few milliseconds instead of stalling every other client
-WORK_RECORDS = 4000
+WORK_RECORDS = 1000
 #: a batch not cached with more records than this is filtered in a worker
 #: thread (``ViewReader.warm``), not on the loop
 INLINE_RECORDS = 500
@@ -157,8 +158,9 @@ class ViewReader:
         """The bytes a view's consumer gets for ``data`` read from the source;
         ``budget`` ([records]) is the filtering work left in this Fetch,
         spent here: once it is gone the answer ends (after one batch). With
-        ``cold``, a batch not cached of more than ``INLINE_RECORDS`` records
-        ends the answer too and is added there, for ``warm``."""
+        ``cold``, a batch not cached of more than ``INLINE_RECORDS`` records,
+        or any once the budget is gone, ends the answer instead, and it and
+        the batches not cached after it are added there, for ``warm``."""
         if not data:
             return data
         flt = self.compiled(text)
@@ -169,16 +171,22 @@ class ViewReader:
         for pos, header in iter_headers(data):  # a cut trailing batch is left out
             whole = buf[pos:pos + header.size]
             if header.is_control:
-                out.append(bytes(whole))
-                controls = True
+                if not cut:
+                    out.append(bytes(whole))
+                    controls = True
                 continue
             key = (text, source, index, header.base_offset, header.crc)
             rebuilt = self._cache.get(key)
-            if rebuilt is None:
-                if cold is not None and header.records_count > INLINE_RECORDS:
+            if cut:  # past a batch left cold: only gathering the others for the thread
+                if rebuilt is None and cold is not None:
                     cold.append((key, flt, bytes(whole)))
+                continue
+            if rebuilt is None:
+                if cold is not None and (header.records_count > INLINE_RECORDS or (
+                        budget is not None and budget[0] <= 0)):
+                    cold.append((key, flt, bytes(whole)))  # for a worker thread
                     cut = True
-                    break
+                    continue  # the answer ends before it; the rest may be cold too
                 if budget is not None:
                     if budget[0] <= 0 and out:
                         cut = True
