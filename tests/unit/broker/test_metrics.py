@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import json
 import struct
+import threading
 from pathlib import Path
 
 import pytest
+import trio
+from prometheus_client import generate_latest
 
-from kcompat.broker import config
-from kcompat.broker.admin_http import route
+from kcompat.broker import admin_http, config
+from kcompat.broker.admin_http import answer, route
 from kcompat.broker.broker import Broker
 from kcompat.broker.metrics import BrokerMetrics
 from kcompat.testing import running
@@ -55,5 +58,39 @@ def test_routes(tmp_path: Path) -> None:
         assert b'kcompat_partition_log_end_offset{partition="1",topic="t"} 0.0' in body
         assert route(broker, "POST", "/metrics")[0] == 405
         assert route(broker, "GET", "/")[0] == 404
+    finally:
+        broker.close()
+
+
+def test_the_metrics_text_is_formatted_off_the_event_loop(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A scrape collects on the loop and formats in a worker thread (~100 ms
+    with a few hundred topics); the text is what the registry gives."""
+    broker = Broker(config.load(None, {"log.dirs": str(tmp_path)}, {}))
+    formatted_in: list[int] = []
+
+    def spy(registry: object) -> bytes:
+        formatted_in.append(threading.get_ident())
+        return generate_latest(registry)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(admin_http, "generate_latest", spy)
+    try:
+        running.run(broker, lambda: running.create_topic(broker, "t", 2))
+
+        async def scrape() -> tuple[int, bytes, bytes]:
+            status, _ctype, body = await answer(broker, "GET", "/metrics")
+            return status, body, generate_latest(broker.metrics.registry)
+
+        status, body, direct = trio.run(scrape)
+        assert status == 200
+        assert formatted_in and threading.get_ident() not in formatted_in
+        assert b'kcompat_partition_log_end_offset{partition="1",topic="t"} 0.0' in body
+
+        def names(text: bytes) -> list[bytes]:
+            return [line.split(b" ")[0] for line in text.splitlines()
+                    if not line.startswith(b"#")]
+        assert names(body) == names(direct)  # the series of a scrape made in one go
+        assert trio.run(answer, broker, "GET", "/health/live") == route(broker, "GET",
+                                                                        "/health/live")
     finally:
         broker.close()
