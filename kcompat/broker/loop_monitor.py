@@ -15,7 +15,7 @@ service's batches) and this module makes it visible:
   loop at that moment;
 * ``kcompat_event_loop_longest_step_seconds{task}`` (gauge): per kind of task
   (its coroutine function, or what it is labelled as doing: a connection's
-  task is ``"<API> request"`` while it serves one), the longest single step it
+  task is ``"<API> request"`` in a step that served one), the longest single step it
   ran between two checkpoints since the broker started; ``kcompat_event_loop_long_steps_total
   {task}`` counts steps over ``LONG_STEP_S`` (50 ms, the budget of issue 31),
   and a step over ``WARN_STEP_S`` is logged with its task kind (once per kind
@@ -69,11 +69,14 @@ LAG_BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2
 # a task's kind while it does one thing that says more than its coroutine
 # (a connection's task serving one request: ``labelled``)
 _LABELS: WeakKeyDictionary[trio.lowlevel.Task, str] = WeakKeyDictionary()
+# the label a task left last and when (a step that served a request and went
+# on to send its answer counts as that request, not as the connection's task)
+_LEFT: WeakKeyDictionary[trio.lowlevel.Task, tuple[str, float]] = WeakKeyDictionary()
 
 
 class labelled:
-    """``with labelled("Fetch request"):`` — the current task's steps count
-    under that kind until the block ends (outside trio: nothing)."""
+    """``with labelled("Fetch request"):`` — the current task's steps that run
+    any of the block count under that kind (outside trio: nothing)."""
 
     __slots__ = ("kind", "task")
 
@@ -91,14 +94,20 @@ class labelled:
     def __exit__(self, *exc: object) -> None:
         if self.task is not None:
             _LABELS.pop(self.task, None)
+            _LEFT[self.task] = (self.kind, time.perf_counter())
 
 
-def task_kind(task: trio.lowlevel.Task, names: dict[CodeType, str]) -> str:
-    """What a task is doing (``labelled``), or the coroutine function it runs
+def task_kind(task: trio.lowlevel.Task, names: dict[CodeType, str],
+              step_started: float = 0.0) -> str:
+    """What a task is doing (``labelled``) or did during the step that began at
+    ``step_started``, else the coroutine function it runs
     (``DelayService._serve_target``...)."""
     label = _LABELS.get(task)
     if label is not None:
         return label
+    left = _LEFT.get(task)
+    if left is not None and left[1] >= step_started:
+        return left[0]
     code = getattr(task.coro, "cr_code", None)
     if code is None:
         return task.name
@@ -131,12 +140,13 @@ class StepTimer(trio.abc.Instrument):
         if took < SHORT_STEP_S:  # most steps: no lookup at all
             return
         if took < LONG_STEP_S:
-            kind = task_kind(task, self._names)
+            kind = task_kind(task, self._names, self._started)
             if took > self.longest.get(kind, 0.0):
                 self.longest[kind] = took
             return
         started, where = self._where
-        self._long(task_kind(task, self._names), took, where if started == self._started else "")
+        self._long(task_kind(task, self._names, self._started), took,
+                   where if started == self._started else "")
 
     def _long(self, kind: str, took: float, where: str = "") -> None:
         if took > self.longest.get(kind, 0.0):

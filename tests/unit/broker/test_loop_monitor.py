@@ -78,3 +78,31 @@ def test_a_long_step_is_reported_with_where_it_was(caplog) -> None:  # type: ign
     held = [record.getMessage() for record in caplog.records if "was held" in record.getMessage()]
     assert any("of test_a_long_step_is_reported_with_where_it_was.main at " in line
                and "_holds_the_loop" in line for line in held), held
+
+
+def test_a_step_that_served_a_request_counts_as_that_request() -> None:
+    """A connection's step that leaves the request's block and goes on (to
+    send the answer) without a checkpoint is the request's, not the
+    connection task's."""
+    monitor = LoopMonitor(CollectorRegistry())
+
+    async def connection() -> None:
+        await trio.sleep(0.01)
+        with labelled("Produce request"):
+            time.sleep(0.03)
+        time.sleep(0.03)  # the answer sent in the same step
+        await trio.sleep(0)
+        time.sleep(0.002)  # a later step of its own
+        await trio.sleep(0)
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(monitor.run)
+            await connection()
+            nursery.cancel_scope.cancel()
+
+    trio.run(main)
+    longest = monitor.steps.longest
+    assert longest["Produce request"] >= 0.06
+    own = longest["test_a_step_that_served_a_request_counts_as_that_request.main"]
+    assert 0.002 <= own < 0.06
