@@ -8,7 +8,7 @@ committed, the produce handler calls ``schedule``: the records go, whole,
 into the ``__kc_schedule`` partition of their topic-partition (created on
 first use, like the coordinators' topics) in batches of ``SCHEDULE_BATCH``
 led by an ``adds`` op naming the produced batch's producer and sequence
-(``schedule_batches``: the records keep the bytes their producer encoded,
+(``delay_batches.schedule_batches``: the records keep the bytes their producer encoded,
 ``kc-scheduled-offset`` appended), through the schedule partition's leader —
 here or on another broker (``PeerCalls.append``). Only then is the produce
 answered. A crash in between leaves the producer unanswered; its retry is
@@ -91,13 +91,12 @@ from prometheus_client.registry import Collector
 
 from kcompat.broker.controller.admin import auto_create
 from kcompat.broker.controller.internal_topics import partition_for
+from kcompat.broker.delay_batches import SCHEDULE_BATCH, below, schedule_batches
 from kcompat.broker.delay_pressure import Backpressure
 from kcompat.broker.lateness import BatchLateness
 from kcompat.broker.replication.storage import now_ms
-from kcompat.ext.delay import SCHEDULED_OFFSET
-from kcompat.ext.holes import Move, Split
-from kcompat.ext.schedule import CELLS, Pending, ScheduleImage, Target, image_cells
-from kcompat.ext.schedule_adds import AddParts, adds_batch_of, delayed_records, encode_adds
+from kcompat.ext.holes import Split
+from kcompat.ext.schedule import Pending, Target
 from kcompat.ext.schedule_log import (
     SCHEDULE_TOPIC,
     Delivery,
@@ -113,12 +112,10 @@ from kcompat.ext.schedule_stored import StoredRecords, Tail, delivery_batch, tak
 from kcompat.wire import batch as wbatch
 from kcompat.wire.records import (
     encode_batch,
-    encode_headers,
-    record_tail,
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Sequence
+    from collections.abc import Iterable
 
     from kcompat.broker.controller.quorum import Controller
     from kcompat.broker.replication.peer_calls import PeerCalls
@@ -132,7 +129,6 @@ log = logging.getLogger("kcompat.delays")
 # target, so only large batches catch up (read READ_CHUNK at a time, a turn each)
 DELIVERY_BATCH = 2000
 READ_CHUNK = 500
-SCHEDULE_BATCH = 2000  # records per schedule-log batch a produce writes, at most (~4 ms to build)
 MOVE_BATCH = 500  # records copied forward per batch (a JSON op each: ~5 us to apply)
 DELIVERY_BYTES = 1 << 20  # and about this many bytes (one record at least)
 IDLE_WAKE_S = 1.0
@@ -433,13 +429,13 @@ class DelayService:
                  "starts at %d", SCHEDULE_TOPIC, index, len(slog), at, len(batches),
                  plog.log_start_offset)
 
-    async def _move_older(self, index: int, below: int) -> None:
-        """Copy the pending records held in batches below ``below`` to the log
+    async def _move_older(self, index: int, before: int) -> None:
+        """Copy the pending records held in batches below ``before`` to the log
         end, ``MOVE_BATCH`` per batch (a record delivered or cancelled
         meanwhile is left: the copy is ignored)."""
         slog = self._log(index)
         image = slog.schedule.export()
-        found = await trio.to_thread.run_sync(_below, image, below)
+        found = await trio.to_thread.run_sync(below, image, before)
         stored = self._records(index)
         for start in range(0, len(found), MOVE_BATCH):
             chunk = found[start:start + MOVE_BATCH]
@@ -573,80 +569,3 @@ class _PendingCollector(Collector):
         for index in sorted(self.service.leading):
             late.add_metric((str(index),), self.service.overdue_s(index))
         yield late
-
-
-def _below(image: ScheduleImage, below: int) -> list[Pending]:
-    """The pending entries of ``image`` whose records lie in batches below
-    ``below``. Pure: a worker thread runs it."""
-    cells, ids = image_cells(image)
-    targets = image.targets
-    found = []
-    for i in range(0, len(cells), CELLS):
-        entry, where = cells[i + 1], cells[i + 4]
-        if (entry if where == -1 else entry - (where >> 32)) < below:
-            due_ms, _entry, offset, tid, _where = cells[i:i + CELLS]
-            found.append(Pending(entry, due_ms, ids.get(entry), targets[tid], offset, where))
-    return found
-
-
-def schedule_batches(topic: str, index: int, split: Split, base_offset: int,
-                     partitions: dict[str, int], now: int) -> list[bytes]:
-    """The schedule-log batches of ``split`` (stored at ``base_offset`` in
-    ``topic``-``index``): ``SCHEDULE_BATCH`` records each, so that applying
-    one stays a short step on every replica, each led by its ``adds`` op
-    (``ext.schedule_adds``), the split's cancellations in the last one. The
-    records keep the bytes their producer encoded, with their own headers
-    and ``kc-scheduled-offset`` (a retry: the headers its route gives; a dead
-    letter: those alone). Pure (a worker thread builds them: ten thousand
-    records take about 20 ms)."""
-    hole = wbatch.parse_header(split.hole)
-    src = (hole.producer_id, hole.producer_epoch, hole.base_sequence)
-    shift = base_offset - hole.base_offset
-    source = (topic, index)
-    txn = hole.is_transactional  # written in the producer's transaction
-    cancels = [(offset + shift, c.schedule_id) for offset, c in split.cancels]
-    moves = split.moves
-    out = []
-    for start in range(0, max(len(moves), 1), SCHEDULE_BATCH):
-        chunk = moves[start:start + SCHEDULE_BATCH]
-        last = start + SCHEDULE_BATCH >= len(moves)
-        if not chunk and not cancels:
-            break
-        targets: list[Target] = []
-        target_of: list[int] = []
-        if not split.topics and chunk and chunk[0].headers is None:
-            records = delayed_records(chunk, shift)  # delayed (not a retry topic's)
-        else:
-            parts, targets, target_of = _parts(chunk, shift, index, partitions)
-            records = encode_adds(parts, now)
-        out.append(adds_batch_of(
-            source, src, records, [m.offset + shift for m in chunk], [m.due_ms for m in chunk],
-            ids=[(i, m.schedule_id) for i, m in enumerate(chunk) if m.schedule_id is not None],
-            cancels=cancels if last else (), targets=targets, target_of=target_of,
-            producer_id=hole.producer_id if txn else -1,
-            producer_epoch=hole.producer_epoch if txn else -1, transactional=txn))
-    return out
-
-
-def _parts(moves: Sequence[Move], shift: int, index: int, partitions: dict[str, int]
-           ) -> tuple[list[AddParts], list[Target], list[int]]:
-    """The encoded parts of ``moves`` as scheduled, and the targets other
-    than their source (with each move's index into [source, *targets]; both
-    empty when every move stays in its partition)."""
-    parts: list[AddParts] = []
-    targets: list[Target] = []
-    target_of: list[int] = []
-    for m in moves:
-        headers = m.headers if m.headers is not None else m.record.headers
-        if m.topic is None:  # a retry: the headers its route gives, and its hole
-            tid = 0
-            headers = (*headers, (SCHEDULED_OFFSET, b"%d" % (m.offset + shift)))
-        else:  # a dead letter: the headers its route gives
-            count_p = partitions[m.topic]
-            target = (m.topic, m.partition if 0 <= m.partition < count_p else index % count_p)
-            if target not in targets:
-                targets.append(target)
-            tid = targets.index(target) + 1
-        parts.append((m.timestamp, record_tail(m.body, len(headers), encode_headers(headers))))
-        target_of.append(tid)
-    return parts, targets, target_of if targets else []
