@@ -59,7 +59,8 @@ from kio.schema.errors import ErrorCode
 from kcompat.broker.topic_config import VIEW_FILTER, VIEW_KEYS, VIEW_OF
 from kcompat.ext import view_filter
 from kcompat.wire import record_scan
-from kcompat.wire.batch import BatchError, iter_headers
+from kcompat.wire.batch import HEADER_SIZE, BatchError, iter_headers, parse_header
+from kcompat.wire.compression import CompressionError, decompress
 
 CACHE_BYTES = 64 << 20  # rebuilt batches kept (by source partition, offset, CRC)
 #: source records one Fetch filters at most (beyond its first batch): the
@@ -226,12 +227,19 @@ Cold = tuple[tuple[str, str, int, int, int], view_filter.Filter, bytes]
 
 
 def _rebuild(flt: view_filter.Filter, whole: memoryview) -> _Rebuilt:
+    """``whole`` with the records ``flt`` does not match taken out: each
+    record's layout read with in-line varints (``record_scan.layouts``), its
+    headers read only to be matched, the kept records' bytes joined."""
     try:
-        header, payload, records = record_scan.scan(whole, flt.header_names)
-    except BatchError:  # never stored so; pass it on as the source has it
+        header = parse_header(whole)
+        payload = bytes(decompress(header.compression, whole[HEADER_SIZE:]))
+        layouts = record_scan.layouts(payload, header.records_count)
+        headers_at, matches = record_scan.headers_at, flt.matches
+        kept = [(lay[0], lay[1]) for lay in layouts
+                if matches(headers_at(payload, lay[5], lay[1])[0])]
+    except (BatchError, CompressionError):  # never stored so; pass it on as it is
         return bytes(whole), 0, 0
-    kept = [r for r in records if flt.matches(r.headers)]
-    if len(kept) == len(records):
+    if len(kept) == len(layouts):
         return bytes(whole), len(kept), 0
-    return (record_scan.splice(whole, header, payload, kept), len(kept),
-            len(records) - len(kept))
+    return (record_scan.splice_spans(whole, header, payload, kept), len(kept),
+            len(layouts) - len(kept))

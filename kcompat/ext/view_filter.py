@@ -62,6 +62,7 @@ Pure: no I/O.
 
 from __future__ import annotations
 
+import functools
 import operator
 import re
 from collections.abc import Callable, Iterable
@@ -222,6 +223,7 @@ def _expected(what: str, token: _Token) -> FilterError:
     return FilterError(f"expected {what}, found {token.describe()}", token.position)
 
 
+@functools.lru_cache(maxsize=4096)  # header values repeat: read each once
 def _to_number(text: str) -> Number | None:
     """A header value or literal as a number, or None when it is not one."""
     if len(text) > NUMBER_CHARS_MAX or _NUMBER.fullmatch(text) is None:

@@ -8,9 +8,13 @@ from typing import Any
 
 import pytest
 import trio
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from kcompat.broker import views
-from kcompat.wire.batch import iter_headers
+from kcompat.ext import view_filter
+from kcompat.wire import record_scan
+from kcompat.wire.batch import CODEC_LZ4, CODEC_NONE, iter_headers
 from kcompat.wire.records import decode_batch, encode_batch
 
 EU = "region = 'eu'"
@@ -84,3 +88,27 @@ def test_an_answer_cut_before_any_record_is_empty_not_empty_batches() -> None:
     whole = reader.filter_records("v", EU, "src", 0, data, [views.WORK_RECORDS], [])
     # read to its end, not cut: the empty batches go out, so the position moves on
     assert [h.records_count for _p, h in iter_headers(whole)] == [0, 0, 0]
+
+
+_HEADER = st.tuples(st.sampled_from(["n", "region", "x"]),
+                    st.one_of(st.none(), st.sampled_from([b"0", b"1", b"12", b"eu", b"\xff"])))
+_RECORD = st.tuples(st.one_of(st.none(), st.binary(max_size=4)),
+                    st.one_of(st.none(), st.binary(max_size=30)),
+                    st.lists(_HEADER, max_size=3))
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(_RECORD, min_size=1, max_size=40), st.sampled_from([CODEC_NONE, CODEC_LZ4]),
+       st.sampled_from(["n < 1", "region = 'eu' OR n IS NULL", "x IS NOT NULL AND n >= 1"]))
+def test_a_rebuilt_batch_is_the_scanned_records_it_keeps(records: list[Any], codec: int,
+                                                         text: str) -> None:
+    """The batch ``_rebuild`` makes from record layouts equals the splice of
+    the records a full scan keeps (the form it replaced)."""
+    whole = memoryview(encode_batch([(k, v, h, 5) for k, v, h in records], codec=codec,
+                                    base_offset=7))
+    flt = view_filter.parse(text)
+    header, payload, scanned = record_scan.scan(whole, flt.header_names)
+    kept = [r for r in scanned if flt.matches(r.headers)]
+    expected = bytes(whole) if len(kept) == len(scanned) else record_scan.splice(
+        whole, header, payload, kept)
+    assert views._rebuild(flt, whole) == (expected, len(kept), len(scanned) - len(kept))
