@@ -16,7 +16,11 @@ The inter-broker frame (``codec``) is one-way; a few things need an answer:
   schedule-log write and, when due, its delivery into its partition go to
   that partition's leader in an ``AppendRequest``; the leader appends it
   through the idempotence check (a re-sent batch is a duplicate) and sends an
-  ``AppendReply`` with its offset once committed.
+  ``AppendReply`` with its offset once committed. The caller does not wait
+  out its timeout on a leader that was replaced or went silent (a kill -9
+  of a schedule partition's leader held every delayed or retry produce on
+  the other brokers for the request's 30 s): it looks every tick and sends
+  the batch to the next leader.
 * **Metadata changes forwarded to the controller.** CreateTopics,
   DeleteTopics, AlterConfigs, IncrementalAlterConfigs, CreatePartitions and
   auto-created topics may reach any broker (Kafka brokers forward them to the
@@ -118,18 +122,50 @@ class PeerCalls:
                      timeout_s: float = 5.0) -> tuple[ErrorCode, int]:
         """Append a batch this broker wrote (``append_internal``) to
         ``topic``-``index`` at its leader, here or remote; (error, base offset)
-        once committed."""
+        once committed. A remote leader that is replaced or goes silent
+        meanwhile is not waited for: the batch goes to the next leader (a
+        batch it already has is a duplicate there), until ``timeout_s``."""
         rt = self.rt
-        if (topic, index) not in rt.assignments:
-            return ErrorCode.unknown_topic_or_partition, -1
-        if rt.leads(topic, index):
-            return await self.append_locally(topic, index, batch, timeout_s)
-        leader = rt.partition_view(topic, index)[0]
-        if leader not in rt.peers:
-            return ErrorCode.not_leader_or_follower, -1
-        slot = await self.call(leader, lambda rid: codec.AppendRequest(
-            rid, topic, index, batch), timeout_s)
-        return slot[1], (slot[2] if len(slot) > 2 else -1)
+        deadline = trio.current_time() + timeout_s
+        while True:
+            if (topic, index) not in rt.assignments:
+                return ErrorCode.unknown_topic_or_partition, -1
+            if rt.leads(topic, index):
+                return await self.append_locally(topic, index, batch,
+                                                 max(deadline - trio.current_time(), 0.0))
+            leader = rt.partition_view(topic, index)[0]
+            if leader not in rt.peers or leader in rt.down:
+                if trio.current_time() + rt.tick_s >= deadline:
+                    return ErrorCode.not_leader_or_follower, -1
+                await trio.sleep(rt.tick_s)  # an election: ask the next leader
+                continue
+            slot = await self._call_leader(topic, index, leader, codec.AppendRequest,
+                                           (topic, index, batch), deadline)
+            if slot is not None:
+                return slot[1], (slot[2] if len(slot) > 2 else -1)
+
+    async def _call_leader(self, topic: str, index: int, leader: int, kind: Any,
+                           args: tuple[Any, ...], deadline: float) -> list[Any] | None:
+        """``call`` the leader of ``topic``-``index``, looking every tick
+        whether it still is and is heard from; None when it is not (ask the
+        next one), else the slot (REQUEST_TIMED_OUT at ``deadline``)."""
+        rt = self.rt
+        self._seq += 1
+        rid = self._seq
+        slot: list[Any] = [trio.Event(), ErrorCode.request_timed_out]
+        self._waits[rid] = slot
+        try:
+            rt.send_internal(leader, kind(rid, *args))
+            while not slot[0].is_set():
+                if leader in rt.down or rt.partition_view(topic, index)[0] != leader:
+                    return None
+                if trio.current_time() >= deadline:
+                    return slot
+                with trio.move_on_at(min(deadline, trio.current_time() + rt.tick_s)):
+                    await slot[0].wait()
+            return slot
+        finally:
+            self._waits.pop(rid, None)
 
     async def forward_to_controller(self, intent: dict[str, Any],
                                     timeout_s: float = 10.0) -> tuple[ErrorCode, str | None]:
