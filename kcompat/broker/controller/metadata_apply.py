@@ -25,7 +25,8 @@ applies a record per topic the probe of a soak creates, every one of them
 again at a restart. On the event loop one such open held it 150–600 ms when
 the disk was busy (issue 31: no step over 50 ms). So the apply only records
 the assignment and asks for the open (``rt.opening``); a worker thread opens
-the log, one at a time in the order asked, and back on the loop the replica
+the log (a few at once; one directory at a time, in the order asked: a
+namesake deleted and created again), and back on the loop the replica
 is installed (its ``Partition`` and Raft group) if it is still wanted — a
 topic deleted or a replica moved away meanwhile has its new log closed and
 deleted instead. Until then this broker has no replica of the partition, as
@@ -120,37 +121,50 @@ async def _open_off_loop(rt: ClusterRuntime, name: str, index: int, gid: int,
     """Open a replica's log in a worker thread: recovery reads, checks and
     rewrites files and syncs them (a slow fsync, or a CRC scan of a segment
     after a crash, held the loop for hundreds of ms), none of it touching
-    the broker's state. One open at a time, in the order asked (a lock fair
+    the broker's state. ``OPENS_AT_ONCE`` open together (their syncs
+    overlap); one directory opens at a time, in the order asked (a lock fair
     to its waiters), so a discarded log's directory is gone before a
     namesake opens its own. Back on the loop, the replica is installed if
     it is still wanted, else closed and deleted."""
+    key = f"{name}-{index}"
+    lock = rt.opening_dirs.setdefault(key, trio.Lock())
+    try:
+        async with lock:
+            await _open_in_turn(rt, name, index, gid, meta)
+    finally:
+        if not lock.locked() and not lock.statistics().tasks_waiting \
+                and rt.opening_dirs.get(key) is lock:
+            del rt.opening_dirs[key]
+
+
+async def _open_in_turn(rt: ClusterRuntime, name: str, index: int, gid: int,
+                        meta: TopicMeta) -> None:
     state = rt.state
-    async with rt.opening_lock:
-        if not _wanted(rt, name, index, gid) or state.topics.get(name) is not meta:
-            rt.opening.pop(gid, None)  # deleted or moved away before its turn
-            return
-        directory = state.data_dir / f"{name}-{index}"
-        try:
-            plog = await trio.to_thread.run_sync(
-                PartitionLog.open, directory, log_config(meta.configs, state.broker_defaults),
-                now_ms(), state.store)
-        except OSError as e:
-            _name, voters = rt.opening.pop(gid, (name, None))
-            rt.faults.open_failed(f"{name}-{index}", e,
-                                  partial(_open_replica_now, rt, name, index, gid, voters))
-            return
+    if not _wanted(rt, name, index, gid) or state.topics.get(name) is not meta:
+        rt.opening.pop(gid, None)  # deleted or moved away before its turn
+        return
+    directory = state.data_dir / f"{name}-{index}"
+    try:
+        plog = await trio.to_thread.run_sync(
+            PartitionLog.open, directory, log_config(meta.configs, state.broker_defaults),
+            now_ms(), state.store, limiter=rt.opening_limit)
+    except OSError as e:
         _name, voters = rt.opening.pop(gid, (name, None))
-        if _wanted(rt, name, index, gid) and state.topics.get(name) is meta:
-            plog.config = log_config(meta.configs, state.broker_defaults)  # altered meanwhile
-            _install(rt, meta, index, gid, plog, voters)
-            return
-        try:
-            plog.close(clean=True)
-        except OSError as e:
-            log.warning("closing %s-%d, deleted while it opened: %s", name, index, e)
-        if state.store.exists(directory):
-            state.store.rename(directory, state.data_dir / f"{name}-{index}.{meta.topic_id.hex}-delete")
-        state._remove_deleted_dirs()
+        rt.faults.open_failed(f"{name}-{index}", e,
+                              partial(_open_replica_now, rt, name, index, gid, voters))
+        return
+    _name, voters = rt.opening.pop(gid, (name, None))
+    if _wanted(rt, name, index, gid) and state.topics.get(name) is meta:
+        plog.config = log_config(meta.configs, state.broker_defaults)  # altered meanwhile
+        _install(rt, meta, index, gid, plog, voters)
+        return
+    try:
+        plog.close(clean=True)
+    except OSError as e:
+        log.warning("closing %s-%d, deleted while it opened: %s", name, index, e)
+    if state.store.exists(directory):
+        state.store.rename(directory, state.data_dir / f"{name}-{index}.{meta.topic_id.hex}-delete")
+    state._remove_deleted_dirs()
 
 
 def _install(rt: ClusterRuntime, meta: TopicMeta, index: int, gid: int, plog: PartitionLog,

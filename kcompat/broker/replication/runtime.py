@@ -141,6 +141,7 @@ FIRST_CAMPAIGN_TICKS = 2
 PRODUCER_ID_FILE = "cluster-producer-ids"
 PRODUCER_ID_BLOCK = 1000
 PRODUCER_ID_NODE_SHIFT = 40
+OPENS_AT_ONCE = 4  # replica logs opening in worker threads at once (a restart opens them all)
 
 
 def parse_voters(text: str) -> dict[int, tuple[str, int]]:
@@ -248,10 +249,12 @@ class ClusterRuntime:
         self.inbound: dict[type, Callable[[int, Any], object]] = {}
         self.marker_listeners: list[Callable[[str, int, int], None]] = []
         self._nursery: trio.Nursery | None = None
-        # replicas whose logs open in a worker thread (``metadata_apply``):
-        # group id -> (topic, voters), and the lock that opens them one at a time
+        # replicas whose logs open in worker threads (``metadata_apply``): group
+        # id -> (topic, voters); a lock per directory being opened (one open of
+        # a directory at a time, in the order asked) and how many open at once
         self.opening: dict[int, tuple[str, tuple[int, ...] | None]] = {}
-        self.opening_lock = trio.Lock()
+        self.opening_dirs: dict[str, trio.Lock] = {}
+        self.opening_limit = trio.CapacityLimiter(OPENS_AT_ONCE)
         self.balance_ticks = (max(1, config["leader.imbalance.check.interval.seconds"] * 1000
                                   // tick_ms)
                               if config["auto.leader.rebalance.enable"] else 0)

@@ -91,3 +91,34 @@ def test_a_replica_deleted_while_its_log_opens_is_not_installed(
 
     running.run(broker, body)
     assert not [p.name for p in tmp_path.iterdir() if p.name.startswith("slow")]
+
+
+def test_a_slow_open_does_not_hold_up_the_others(broker: Broker,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """Logs open a few at once (a restart opens every replica): one stuck on a
+    slow disk leaves the others to open."""
+    gate = threading.Event()
+    _spy_opens(monkeypatch, gate)
+    rt = broker.cluster
+
+    async def body() -> None:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(running.create_topic, broker, "slow", 1)
+            with trio.fail_after(10):
+                while not rt.opening:
+                    await trio.sleep(0.01)
+            nursery.start_soon(running.create_topic, broker, "fast", 2)
+            with trio.fail_after(10):
+                while {("fast", 0), ("fast", 1)} - set(broker.state.partitions):
+                    await trio.sleep(0.01)
+            assert ("slow", 0) not in broker.state.partitions  # still opening
+            gate.set()
+            with trio.fail_after(10):
+                while ("slow", 0) not in broker.state.partitions:
+                    await trio.sleep(0.01)
+            nursery.cancel_scope.cancel()
+
+    try:
+        running.run(broker, body)
+    finally:
+        gate.set()
