@@ -180,12 +180,12 @@ class ViewReader:
             rebuilt = self._cache.get(key)
             if cut:  # past a batch left cold: only gathering the others for the thread
                 if rebuilt is None and cold is not None:
-                    cold.append((key, flt, bytes(whole)))
+                    cold.append((key, flt, whole))
                 continue
             if rebuilt is None:
                 if cold is not None and (header.records_count > INLINE_RECORDS or (
                         budget is not None and budget[0] <= 0)):
-                    cold.append((key, flt, bytes(whole)))  # for a worker thread
+                    cold.append((key, flt, whole))  # for a worker thread (no copy)
                     cut = True
                     continue  # the answer ends before it; the rest may be cold too
                 if budget is not None:
@@ -222,8 +222,9 @@ class ViewReader:
 
 
 _Rebuilt = tuple[bytes, int, int]  # the batch, records kept, records taken out
-# a batch left for ``warm``: its cache key, the filter, its bytes
-Cold = tuple[tuple[str, str, int, int, int], view_filter.Filter, bytes]
+# a batch left for ``warm``: its cache key, the filter, its bytes (a view of the
+# immutable bytes read)
+Cold = tuple[tuple[str, str, int, int, int], view_filter.Filter, memoryview]
 
 
 def _rebuild(flt: view_filter.Filter, whole: memoryview) -> _Rebuilt:
