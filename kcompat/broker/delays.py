@@ -68,7 +68,8 @@ batch's two Raft rounds must carry many records) reads its records
 ``READ_CHUNK`` at a time, a turn each, from where they are, neighbours in a stored batch together
 (``StoredRecords.tails``: their stored bytes, framed again without being
 decoded), its lateness is observed per batch (``BatchLateness``), and the schedule
-promotes a slot of far-future records ``PROMOTE_CHUNK`` at a time, the loop
+promotes a slot of far-future records ``PROMOTE_CHUNK`` a turn at most, shared by
+the partitions led here, the loop
 coming back at once (``_start_due``) until it is done.
 
 Metrics: pending records per target partition (on the schedule partition's
@@ -96,7 +97,7 @@ from kcompat.broker.delay_pressure import Backpressure
 from kcompat.broker.lateness import BatchLateness
 from kcompat.broker.replication.storage import now_ms
 from kcompat.ext.holes import Split
-from kcompat.ext.schedule import Pending, Target
+from kcompat.ext.schedule import PROMOTE_CHUNK, Pending, Target
 from kcompat.ext.schedule_log import (
     SCHEDULE_TOPIC,
     Delivery,
@@ -265,11 +266,13 @@ class DelayService:
         """Start a delivery task per target with due records (or one in
         flight); how long to sleep before looking again."""
         wait_s = IDLE_WAKE_S
+        # one turn promotes PROMOTE_CHUNK entries at most, shared by the partitions led
+        share = max(PROMOTE_CHUNK // max(len(self.leading), 1), 1)
         for index in sorted(self.leading):
             if self.cluster.serving_machine(SCHEDULE_TOPIC, index) is not None:
                 continue
             slog = self._log(index)
-            for target in [*slog.inflight, *slog.due_targets(now)]:
+            for target in [*slog.inflight, *slog.due_targets(now, share)]:
                 self._spawn(nursery, index, target)
             due = slog.next_due_ms()
             if slog.schedule.promoting(now):

@@ -419,9 +419,11 @@ class Schedule:
         self._by_id = {k: v for k, v in self._by_id.items() if k[0] != target}
         return len(dropped)
 
-    def due_targets(self, now_ms: int) -> list[Target | None]:
-        """Targets with a record due at ``now_ms`` (then ``due`` by target)."""
-        self.promote(now_ms)
+    def due_targets(self, now_ms: int, promote_limit: int = PROMOTE_CHUNK
+                    ) -> list[Target | None]:
+        """Targets with a record due at ``now_ms`` (then ``due`` by target),
+        ``promote_limit`` entries promoted first at most."""
+        self.promote(now_ms, promote_limit)
         out = []
         for target, heap in self._near.items():
             while heap and heap[0][1] not in self._pending:

@@ -89,6 +89,7 @@ from typing import Any
 
 from kcompat.ext.schedule import (
     CELLS,
+    PROMOTE_CHUNK,
     Pending,
     Schedule,
     ScheduleImage,
@@ -450,10 +451,11 @@ class ScheduleLog:
 
     # -- the leader -----------------------------------------------------------------------
 
-    def due_targets(self, now_ms: int) -> list[Target]:
+    def due_targets(self, now_ms: int, promote_limit: int = PROMOTE_CHUNK) -> list[Target]:
         """Targets with records due at ``now_ms`` and no delivery in flight
-        (``inflight`` is finished first); ``schedule.due`` lists them."""
-        return [t for t in self.schedule.due_targets(now_ms)
+        (``inflight`` is finished first); ``schedule.due`` lists them.
+        ``promote_limit``: as ``Schedule.due_targets``."""
+        return [t for t in self.schedule.due_targets(now_ms, promote_limit)
                 if t is not None and t not in self.inflight]
 
     def next_due_ms(self) -> int | None:
