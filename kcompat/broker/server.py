@@ -7,7 +7,9 @@ and then logs exactly one ``kcompat broker ready on HOST:PORT`` line. Each
 accepted socket gets its own task (``serve_connection``). Background tasks run
 the group-commit flusher, retention, the Multi-Raft driver (a single
 broker is a quorum of one; it is ready once it has replayed its logs) and
-the event-loop monitor (``loop_monitor``: lag and the longest task steps).
+the event-loop monitor (``loop_monitor``: lag and the longest task steps),
+and, once, the codec's warm-up in a worker thread (``codec.warm``: the schema
+imports the first requests after a start would make on the loop).
 SIGTERM or SIGINT drains: first a controlled shutdown (leaderships handed over, see
 ``BrokerLifecycle.controlled_shutdown``), then stop accepting, give in-flight requests a moment to finish, then close every log
 cleanly (snapshots and the clean-shutdown marker), so the next start needs no
@@ -19,6 +21,7 @@ from __future__ import annotations
 import logging
 import resource
 import signal
+import time
 from functools import partial
 
 import trio
@@ -32,10 +35,13 @@ from kcompat.broker.log_cleaner import LogCleaner
 from kcompat.broker.loop_monitor import LoopMonitor
 from kcompat.broker.replication.group import OfflineMachines
 from kcompat.log.store import FD_CACHE
+from kcompat.wire import codec
+from kcompat.wire.versions import API_RANGES
 
 log = logging.getLogger("kcompat.broker")
 
 DRAIN_SECONDS = 1.0
+WARM_PAUSE_S = 0.002  # after each version warmed: the GIL back to the loop
 
 
 async def _retention_loop(broker: Broker) -> None:
@@ -89,6 +95,15 @@ async def _bind_listeners(broker: Broker) -> list[tuple[Listener, list[trio.Sock
     return bound
 
 
+async def _warm_codec() -> None:
+    """Every served version's classes, readers and writers made in a worker
+    thread (``codec.warm``; 1-2 s of imports that the first requests after a
+    start made on the loop, 60-150 ms steps of Fetch and Produce)."""
+    ranges = {key: (r.parse_min, r.max_version) for key, r in API_RANGES.items()}
+    await trio.to_thread.run_sync(partial(codec.warm, ranges, partial(time.sleep, WARM_PAUSE_S)),
+                                  abandon_on_cancel=True)
+
+
 async def run_broker(config: BrokerConfig, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
     _raise_fd_limit()
     broker = Broker(config)
@@ -104,6 +119,7 @@ async def run_broker(config: BrokerConfig, task_status: trio.TaskStatus[int] = t
         async with trio.open_nursery() as background:
             registry = broker.metrics.registry
             background.start_soon(LoopMonitor(registry).run)  # loop lag, longest steps
+            background.start_soon(_warm_codec)  # schemas imported ahead, not on the loop
             registry.register(OfflineMachines(broker.cluster.groups))
             background.start_soon(run_admin_http, broker, admin_listeners)
             background.start_soon(state.flusher.run)

@@ -10,6 +10,13 @@ constructs a response entity from keyword arguments, dropping fields that the
 chosen version does not have, so handlers can be written once for all versions.
 A version kio does not ship (``kio_extra``) is read with a schema declared there
 and answered with the older response entity of the same shape.
+
+Finding a class imports its schema module, and its reader and writer are made
+on first use: 5-10 ms per (API, version) on a quiet machine, 1.3 s for every
+version served, and 60-150 ms steps of the first Fetch or Produce after a
+broker restart on a loaded one. ``warm`` does all of it ahead, newest
+versions first (what clients ask for), for the broker to run in a worker
+thread as it starts.
 """
 
 from __future__ import annotations
@@ -88,6 +95,24 @@ def _writer(cls: type[Any]) -> Callable[[io.BytesIO, Any], None]:
     if writer is None:
         writer = _WRITERS[cls] = entity_writer(cls)
     return writer
+
+
+def warm(ranges: dict[int, tuple[int, int]], after_each: Callable[[], object] | None = None
+         ) -> int:
+    """Load the request and response classes, readers and writers of every
+    version in ``ranges`` (api key -> (min, max)), the newest versions of
+    every API first, calling ``after_each`` after each (in a worker thread: a
+    short sleep, the GIL back to the loop); how many versions. Safe beside
+    the loop: ``cache`` and the dicts may at worst make one twice."""
+    versions = sorted(((key, version) for key, (low, high) in ranges.items()
+                       for version in range(low, high + 1)),
+                      key=lambda kv: (ranges[kv[0]][1] - kv[1], kv[0]))
+    for key, version in versions:
+        _reader(request_class(key, version))
+        _writer(response_class(key, version))
+        if after_each is not None:
+            after_each()
+    return len(versions)
 
 
 def read_request(api_key: int, version: int, frame: bytes, offset: int) -> Any:
