@@ -273,3 +273,39 @@ def test_acks_all_to_a_partition_short_of_min_insync_replicas_is_refused(
             nursery.cancel_scope.cancel()
 
     trio.run(main)
+
+
+def test_a_retry_topic_whose_moves_are_late_slows_its_producers(tmp_path: Path) -> None:
+    """The real retry source: nobody delivers (the delay service is not
+    started), so the schedule partition of a retry topic falls behind with its
+    due retries; the next nack produce there is throttled, the lag is on
+    /metrics, a plain produce is not slowed."""
+    b = Broker(broker_config.load(None, {"log.dirs": str(tmp_path),
+                                         "kc.schedule.topic.num.partitions": "2"}, {}))
+
+    async def body() -> None:
+        await running.create_topic(b, "t", 1)
+        await running.create_topic(b, "t.retry", 1, **{"kc.retry.of": "t",
+                                                      "kc.retry.backoff.ms": "1"})
+        await b.cluster.wait_leaders("t.retry", 5.0)
+        assert await produce(b, "t.retry", 0) == (E.none, 0)  # due in 1 ms
+        await trio.sleep(0.5 + 0.4)  # not moved: 0.9 s late
+        code, throttle_ms = await produce(b, "t.retry", 0)
+        assert code == E.none and throttle_ms >= 300
+        assert await produce(b, "t", 0) == (E.none, 0)
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            await running.start(nursery, b, internal_topics=False)  # no services
+            await body()
+            nursery.cancel_scope.cancel()
+
+    try:
+        trio.run(main)
+        text = generate_latest(b.metrics.registry).decode()
+    finally:
+        b.close()
+    lags = [line for line in text.splitlines()
+            if line.startswith('kcompat_backpressure_lag_seconds{key="t.retry-0",source="retry"}')]
+    assert lags and float(lags[0].split()[-1]) >= 0.9
+    assert 'kcompat_backpressure_throttle_seconds_total{source="retry"}' in text
