@@ -68,8 +68,10 @@ batch's two Raft rounds must carry many records) reads its records
 ``READ_CHUNK`` at a time, a turn each, from where they are, neighbours in a stored batch together
 (``StoredRecords.tails``: their stored bytes, framed again without being
 decoded), its lateness is observed per batch (``BatchLateness``), and the schedule
-promotes a slot of far-future records ``PROMOTE_CHUNK`` a turn at most, shared by
-the partitions led here, the loop
+promotes a slot of far-future records ``PROMOTE_TURN`` a turn at most, shared by
+the partitions led here (from ``schedule.PROMOTE_AHEAD_MS`` before the slot
+begins: a slot is promoted in log order, so its earliest records may be
+among its last promoted), the loop
 coming back at once (``_start_due``) until it is done.
 
 Metrics: pending records per target partition (on the schedule partition's
@@ -97,7 +99,7 @@ from kcompat.broker.delay_pressure import Backpressure
 from kcompat.broker.lateness import BatchLateness
 from kcompat.broker.replication.storage import now_ms
 from kcompat.ext.holes import Split
-from kcompat.ext.schedule import PROMOTE_CHUNK, Pending, Target
+from kcompat.ext.schedule import Pending, Target
 from kcompat.ext.schedule_log import (
     SCHEDULE_TOPIC,
     Delivery,
@@ -130,6 +132,9 @@ log = logging.getLogger("kcompat.delays")
 # target, so only large batches catch up (read READ_CHUNK at a time, a turn each)
 DELIVERY_BATCH = 2000
 READ_CHUNK = 500
+# entries promoted per turn of the delivery loop at most, shared by the schedule
+# partitions led here (~5 ms)
+PROMOTE_TURN = 4000
 MOVE_BATCH = 500  # records copied forward per batch (a JSON op each: ~5 us to apply)
 DELIVERY_BYTES = 1 << 20  # and about this many bytes (one record at least)
 IDLE_WAKE_S = 1.0
@@ -266,8 +271,7 @@ class DelayService:
         """Start a delivery task per target with due records (or one in
         flight); how long to sleep before looking again."""
         wait_s = IDLE_WAKE_S
-        # one turn promotes PROMOTE_CHUNK entries at most, shared by the partitions led
-        share = max(PROMOTE_CHUNK // max(len(self.leading), 1), 1)
+        share = max(PROMOTE_TURN // max(len(self.leading), 1), 1)
         for index in sorted(self.leading):
             if self.cluster.serving_machine(SCHEDULE_TOPIC, index) is not None:
                 continue

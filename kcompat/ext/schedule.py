@@ -68,7 +68,10 @@ SLOT_MS = 10_000
 # entries promoted per call at most (a part of a turn, ~1 ms; the leader of ten
 # schedule partitions promotes in each of them in one turn)
 PROMOTE_CHUNK = 1_000
-PROMOTE_AHEAD_MS = 2_000  # a slot is promoted from this long before it begins
+# a slot is promoted from this long before it begins: in log order, so all of it
+# must be by then (its earliest records may be among its last); the near form
+# costs little (rows the garbage collector does not track)
+PROMOTE_AHEAD_MS = 8_000
 CELLS = 5  # int64 per far entry: due, entry, offset, target id, where
 
 

@@ -1,14 +1,13 @@
-"""One turn of the delivery loop promotes ``PROMOTE_CHUNK`` entries at most,
+"""One turn of the delivery loop promotes ``PROMOTE_TURN`` entries at most,
 however many schedule partitions this broker leads: a leader of ten
 partitions, each with a slot of overdue records to promote, promoted
-``PROMOTE_CHUNK`` in each of them per turn — ten times the bound of a step."""
+``PROMOTE_CHUNK`` in each of them per turn."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from kcompat.broker.delays import DelayService
-from kcompat.ext.schedule import PROMOTE_CHUNK
+from kcompat.broker.delays import PROMOTE_TURN, DelayService
 from kcompat.ext.schedule_log import ScheduleLog
 
 T = ("orders", 0)
@@ -33,6 +32,6 @@ def test_a_turn_promotes_a_chunk_in_all_the_partitions_it_leads() -> None:
                               [i << 32 for i in range(n)], {})
     wait_s = service._start_due(None, 100_000)  # type: ignore[arg-type]
     promoted = sum(len(s.schedule._pending) for s in service.logs.values())
-    assert 0 < promoted <= PROMOTE_CHUNK
+    assert 0 < promoted <= PROMOTE_TURN
     assert wait_s == 0.0  # more to promote: the next turn at once
     assert {index for index, _t in spawned} <= service.leading
