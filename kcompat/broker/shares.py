@@ -78,7 +78,7 @@ from kcompat.broker.replication import codec
 from kcompat.broker.replication.storage import now_ms
 from kcompat.broker.share_compaction import ShareCompaction
 from kcompat.broker.share_dead_letters import ShareDeadLetters
-from kcompat.broker.share_reads import ShareReads
+from kcompat.broker.share_reads import ColdBatch, ShareReads
 from kcompat.broker.share_sessions import ShareSessions
 from kcompat.broker.share_writes import Held as Held  # handlers import it from here
 from kcompat.broker.share_writes import ShareWriter
@@ -482,21 +482,25 @@ class ShareService:
                 settings = self.settings_of(held.key[0])
                 await self.dead_letters.send(held, settings.dlq_topic, settings.dlq_copy_record)
 
+    async def warm(self, held: Held, part: Partition, isolation_committed: bool) -> None:
+        """Before an acquisition: the large batches it would look at (a
+        view's, a keyed read's) are read and looked at in a worker thread."""
+        cold: list[ColdBatch] = []
+        self.reads.plan(held.machine, part, self.state.topics.get(held.key[1]),
+                        isolation_committed, cold)
+        if cold:
+            await self.reads.warm(cold)
+
     def acquire(self, held: Held, part: Partition, member_id: str, max_records: int,
                 isolation_committed: bool) -> tuple[list[AcquiredRecords], bytes]:
         machine = held.machine
-        upper = part.last_stable_offset if isolation_committed else part.high_watermark
-        machine.advance_log_start(part.log.log_start_offset)
-        end = min(upper, machine.read_limit_offset())
-        start = machine.read_offset
-        meta = self.state.topics.get(held.key[1])
-        view = (meta.name, str(meta.configs["kc.view.filter"])) if (
-            meta is not None and meta.view_of is not None) else None
+        start, end, upper, flt, view = self.reads.plan(
+            machine, part, self.state.topics.get(held.key[1]), isolation_committed, [])
         records: Iterator[tuple[int, bytes | None]] = iter(())
         if start < end:
             records = self.reads.records_from(
                 part, start, end, upper, machine.config.ordering_message_group,
-                isolation_committed, self.state.views.compiled(view[1]) if view else None)
+                isolation_committed, flt)
         ranges = machine.acquire(member_id, max_records, now_ms(), records,
                                  end if start < end else None)
         if ranges:

@@ -22,11 +22,20 @@ offsets. Decisions:
   on the event loop (the answer ends early; the rest is filtered in a worker
   thread, below), and cached (LRU, by filter, source partition, offset and CRC;
   ``CACHE_BYTES`` in all), so several groups reading one view filter once.
-  A batch of more than ``INLINE_RECORDS`` records (a producer's batch of 1
-  MB holds ~10,000 small records: ~100 ms of filtering) is never filtered on
-  the loop: the Fetch's answer stops before it, ``warm`` filters it and the
-  batches read after it in a worker thread into the cache, and the Fetch
-  reads again (the GIL is handed back to the loop every few milliseconds). A partition
+  A batch of more than ``INLINE_RECORDS`` records or ``INLINE_BYTES`` bytes
+  (a producer's batch of 1 MB holds ~10,000 small records: ~100 ms of
+  filtering) is never read or filtered on the loop: the Fetch's answer stops
+  before it, ``warm`` reads and filters it and the batches not cached after
+  it in a worker thread into the cache, and the Fetch reads again (the GIL is
+  handed back to the loop every few milliseconds). The Fetch itself reads
+  only the source's batch headers (``log.header_walk``): a batch whose
+  rebuilt form is cached is answered from the cache without reading its
+  bytes (a cold read of a view used to ``pread`` each partition's whole
+  megabyte on the loop, again at every re-read). The thread checks that
+  what it reads is still the batch seen (base offset, CRC, size: the log may
+  have been truncated, cleaned or deleted meanwhile) and drops it otherwise;
+  what is served is always located again after the thread, below the high
+  watermark. A partition
   whose answer was cut short (budget or such a batch) before any record or
   control batch is answered empty rather than as empty batches only — the
   work is cached, the client asks again from the same offset — since
@@ -44,13 +53,15 @@ offsets. Decisions:
 * Share groups read views too (``shares``): a share-partition of a view
   acquires only the matching records of its source partition (the others are
   gaps, archived unseen, as KIP-932 treats the offsets a compacted topic no
-  longer has) and sends the batches through ``filter_records``.
+  longer has), learnt from the kept offsets the cache keeps with each rebuilt
+  batch, and serves the rebuilt batches (``share_reads``).
 """
 
 from __future__ import annotations
 
+from array import array
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import trio
@@ -58,8 +69,11 @@ from kio.schema.errors import ErrorCode
 
 from kcompat.broker.topic_config import VIEW_FILTER, VIEW_KEYS, VIEW_OF
 from kcompat.ext import view_filter
+from kcompat.log import header_walk
+from kcompat.log.partition_log import FileSlice
+from kcompat.log.store import StoredFile
 from kcompat.wire import record_scan
-from kcompat.wire.batch import HEADER_SIZE, BatchError, iter_headers, parse_header
+from kcompat.wire.batch import HEADER_SIZE, BatchError, BatchHeader, iter_headers, parse_header
 from kcompat.wire.compression import CompressionError, decompress
 
 CACHE_BYTES = 64 << 20  # rebuilt batches kept (by source partition, offset, CRC)
@@ -70,6 +84,10 @@ WORK_RECORDS = 1000
 #: a batch not cached with more records than this is filtered in a worker
 #: thread (``ViewReader.warm``), not on the loop
 INLINE_RECORDS = 500
+#: nor one of more bytes than this (read on the loop to be filtered there)
+INLINE_BYTES = 256 << 10
+#: source bytes one Fetch reads on the loop at most to filter them there
+WORK_BYTES = 256 << 10
 
 Problem = tuple[ErrorCode, str]
 
@@ -139,7 +157,7 @@ class ViewReader:
 
     def __init__(self, capacity_bytes: int = CACHE_BYTES) -> None:
         self._filters: dict[str, view_filter.Filter] = {}
-        self._cache: OrderedDict[tuple[str, str, int, int, int], _Rebuilt] = OrderedDict()
+        self._cache: OrderedDict[CacheKey, Rebuilt] = OrderedDict()
         self.capacity_bytes = capacity_bytes
         self.cached_bytes = 0
         self.matched: dict[str, int] = {}  # per view: records delivered
@@ -156,36 +174,57 @@ class ViewReader:
     def filter_records(self, view: str, text: str, source: str, index: int,
                        data: bytes, budget: list[int] | None = None,
                        cold: list[Cold] | None = None) -> bytes:
-        """The bytes a view's consumer gets for ``data`` read from the source;
-        ``budget`` ([records]) is the filtering work left in this Fetch,
-        spent here: once it is gone the answer ends (after one batch). With
-        ``cold``, a batch not cached of more than ``INLINE_RECORDS`` records,
-        or any once the budget is gone, ends the answer instead, and it and
-        the batches not cached after it are added there, for ``warm``."""
+        """The bytes a view's consumer gets for ``data`` read from the source
+        (as ``answer``, the batches already in memory)."""
         if not data:
             return data
+        buf = memoryview(data)
+        batches = ((header, _bytes_reader(buf, pos, header.size))
+                   for pos, header in iter_headers(data))  # a cut trailing batch is left out
+        return self._answer(view, text, source, index, batches, budget, cold)
+
+    def answer(self, view: str, text: str, source: str, index: int, where: FileSlice,
+               budget: list[int], cold: list[Cold]) -> bytes:
+        """The bytes a view's consumer gets for the source range ``where``
+        (located by Fetch below the high watermark): only the batches'
+        headers are read (``log.header_walk``); a cached batch's rebuilt
+        bytes are taken as they are, a control batch and a small batch not
+        cached yet are read on the loop (within ``budget``: [records,
+        bytes]), and the others are left in ``cold`` for ``warm``, which
+        reads them in the worker thread."""
+        f = where.file
+        batches = ((header, file_reader(f, pos, header.size))
+                   for pos, header in header_walk.headers(f, where.position, where.length))
+        return self._answer(view, text, source, index, batches, budget, cold)
+
+    def _answer(self, view: str, text: str, source: str, index: int,
+                batches: Iterable[tuple[BatchHeader, Reader]], budget: list[int] | None,
+                cold: list[Cold] | None) -> bytes:
+        """``budget`` ([records] or [records, bytes]) is the filtering work
+        left in this Fetch, spent here: once it is gone the answer ends
+        (after one batch). With ``cold``, a batch not cached of more than
+        ``INLINE_RECORDS`` records or ``INLINE_BYTES`` bytes, or any once the
+        budget is gone, ends the answer instead, and it and the batches not
+        cached after it are added there, for ``warm``."""
         flt = self.compiled(text)
         out: list[bytes] = []
         matched = filtered = 0
         cut = controls = False
-        buf = memoryview(data)
-        for pos, header in iter_headers(data):  # a cut trailing batch is left out
-            whole = buf[pos:pos + header.size]
+        for header, read in batches:
             if header.is_control:
                 if not cut:
-                    out.append(bytes(whole))
+                    out.append(bytes(read()))
                     controls = True
                 continue
             key = (text, source, index, header.base_offset, header.crc)
             rebuilt = self._cache.get(key)
             if cut:  # past a batch left cold: only gathering the others for the thread
                 if rebuilt is None and cold is not None:
-                    cold.append((key, flt, whole))
+                    cold.append((key, flt, read))
                 continue
             if rebuilt is None:
-                if cold is not None and (header.records_count > INLINE_RECORDS or (
-                        budget is not None and budget[0] <= 0)):
-                    cold.append((key, flt, whole))  # for a worker thread (no copy)
+                if cold is not None and goes_cold(header, budget):
+                    cold.append((key, flt, read))  # for a worker thread
                     cut = True
                     continue  # the answer ends before it; the rest may be cold too
                 if budget is not None:
@@ -193,7 +232,9 @@ class ViewReader:
                         cut = True
                         break
                     budget[0] -= header.records_count
-                rebuilt = self._store(key, _rebuild(flt, whole))
+                    if len(budget) > 1:
+                        budget[1] -= header.size
+                rebuilt = self._store(key, _rebuild(flt, memoryview(read())))
             else:
                 self._cache.move_to_end(key)
             out.append(rebuilt[0])
@@ -205,42 +246,112 @@ class ViewReader:
             return b""  # empty batches only: asked again, from cached work
         return b"".join(out)
 
-    def _store(self, key: tuple[str, str, int, int, int], rebuilt: _Rebuilt) -> _Rebuilt:
+    def cached(self, key: CacheKey) -> Rebuilt | None:
+        """The rebuilt batch of ``key`` if it is in the cache."""
+        found = self._cache.get(key)
+        if found is not None:
+            self._cache.move_to_end(key)
+        return found
+
+    def rebuild(self, key: CacheKey, flt: view_filter.Filter, whole: memoryview) -> Rebuilt:
+        """Filter ``whole`` here (a small batch) into the cache."""
+        return self._store(key, _rebuild(flt, whole))
+
+    def count(self, view: str, rebuilt: Rebuilt) -> None:
+        """A rebuilt batch served to a view's share group (the view's counters)."""
+        self.matched[view] = self.matched.get(view, 0) + rebuilt[1]
+        self.filtered[view] = self.filtered.get(view, 0) + rebuilt[2]
+
+    def store(self, key: CacheKey, rebuilt: Rebuilt) -> Rebuilt:
+        """Keep ``rebuilt`` (made off the loop) unless it is there already."""
+        found = self._cache.get(key)
+        return found if found is not None else self._store(key, rebuilt)
+
+    def _store(self, key: CacheKey, rebuilt: Rebuilt) -> Rebuilt:
         self._cache[key] = rebuilt
-        self.cached_bytes += len(rebuilt[0])
+        self.cached_bytes += _cost(rebuilt)
         while self.cached_bytes > self.capacity_bytes:
-            self.cached_bytes -= len(self._cache.popitem(last=False)[1][0])
+            self.cached_bytes -= _cost(self._cache.popitem(last=False)[1])
         return rebuilt
 
     async def warm(self, cold: list[Cold]) -> None:
-        """Filter the ``cold`` batches in a worker thread, into the cache."""
+        """Read and filter the ``cold`` batches in a worker thread, into the
+        cache; a batch no longer there as it was seen (the log truncated,
+        cleaned or deleted meanwhile) is left out."""
         rebuilt = await trio.to_thread.run_sync(
-            lambda: [_rebuild(flt, memoryview(data)) for _key, flt, data in cold])
-        for (key, _flt, _data), done in zip(cold, rebuilt, strict=True):
-            if key not in self._cache:
+            lambda: [_read_and_rebuild(key, flt, read) for key, flt, read in cold])
+        for (key, _flt, _read), done in zip(cold, rebuilt, strict=True):
+            if done is not None and key not in self._cache:
                 self._store(key, done)
 
 
-_Rebuilt = tuple[bytes, int, int]  # the batch, records kept, records taken out
-# a batch left for ``warm``: its cache key, the filter, its bytes (a view of the
-# immutable bytes read)
-Cold = tuple[tuple[str, str, int, int, int], view_filter.Filter, memoryview]
+CacheKey = tuple[str, str, int, int, int]  # filter, source, partition, base offset, CRC
+# the batch, records kept, records taken out, the kept records' offset deltas
+# (None: every record kept)
+Rebuilt = tuple[bytes, int, int, "array[int] | None"]
+Reader = Callable[[], "bytes | memoryview"]  # the bytes of one whole batch
+# a batch left for ``warm``: its cache key, the filter, what reads its bytes
+# (a view of immutable bytes read, or a positional read of the log file)
+Cold = tuple[CacheKey, view_filter.Filter, Reader]
 
 
-def _rebuild(flt: view_filter.Filter, whole: memoryview) -> _Rebuilt:
+def _bytes_reader(buf: memoryview, pos: int, size: int) -> Reader:
+    return lambda: buf[pos:pos + size]
+
+
+def file_reader(f: StoredFile, pos: int, size: int) -> Reader:
+    return lambda: f.pread(size, pos)
+
+
+def goes_cold(header: BatchHeader, budget: list[int] | None) -> bool:
+    """A batch not cached that the loop leaves to the worker thread."""
+    if header.records_count > INLINE_RECORDS or header.size > INLINE_BYTES:
+        return True
+    return budget is not None and (budget[0] <= 0 or (len(budget) > 1 and budget[1] <= 0))
+
+
+def _cost(rebuilt: Rebuilt) -> int:
+    deltas = rebuilt[3]
+    return len(rebuilt[0]) + (4 * len(deltas) if deltas is not None else 0)
+
+
+def rebuild_batch(flt: view_filter.Filter, whole: memoryview) -> Rebuilt:
+    """``whole`` filtered by ``flt`` (any thread)."""
+    return _rebuild(flt, whole)
+
+
+def _read_and_rebuild(key: CacheKey, flt: view_filter.Filter, read: Reader) -> Rebuilt | None:
+    """In the worker thread: the batch read and filtered, or None if what is
+    read is not the batch ``key`` names any more (or cannot be read)."""
+    try:
+        whole = memoryview(read())
+        if len(whole) < HEADER_SIZE:
+            return None
+        header = parse_header(whole)
+        if (header.base_offset, header.crc) != key[3:] or header.size != len(whole):
+            return None
+    except (OSError, ValueError, BatchError):
+        return None
+    return _rebuild(flt, whole)
+
+
+def _rebuild(flt: view_filter.Filter, whole: memoryview) -> Rebuilt:
     """``whole`` with the records ``flt`` does not match taken out: each
     record's layout read with in-line varints (``record_scan.layouts``), its
-    headers read only to be matched, the kept records' bytes joined."""
+    headers read only to be matched, the kept records' bytes joined; the kept
+    records' offset deltas go with it (share groups learn a view's records
+    from them)."""
     try:
         header = parse_header(whole)
         payload = bytes(decompress(header.compression, whole[HEADER_SIZE:]))
         layouts = record_scan.layouts(payload, header.records_count)
         headers_at, matches = record_scan.headers_at, flt.matches
-        kept = [(lay[0], lay[1]) for lay in layouts
-                if matches(headers_at(payload, lay[5], lay[1])[0])]
+        kept = [lay for lay in layouts if matches(headers_at(payload, lay[5], lay[1])[0])]
     except (BatchError, CompressionError):  # never stored so; pass it on as it is
-        return bytes(whole), 0, 0
+        return bytes(whole), 0, 0, array("i")
     if len(kept) == len(layouts):
-        return bytes(whole), len(kept), 0
-    return (record_scan.splice_spans(whole, header, payload, kept), len(kept),
-            len(layouts) - len(kept))
+        deltas = None if header.records_count == header.last_offset_delta + 1 else array(
+            "i", [lay[3] for lay in kept])
+        return bytes(whole), len(kept), 0, deltas
+    return (record_scan.splice_spans(whole, header, payload, [(lay[0], lay[1]) for lay in kept]),
+            len(kept), len(layouts) - len(kept), array("i", [lay[3] for lay in kept]))

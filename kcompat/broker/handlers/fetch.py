@@ -57,8 +57,10 @@ the built answer, so the located ranges are still the log's.
 A filtered view (``views``) reads its source's partition and answers the
 batches with the non-matching records taken out (holes; offsets, watermarks
 and aborted transactions are the source's); the filtering one Fetch does is
-bounded (``views.WORK_RECORDS``), and a large batch not filtered yet is
-filtered in a worker thread (``ViewReader.warm``) before the Fetch reads again.
+bounded (``views.WORK_RECORDS``, ``WORK_BYTES``); only the headers of the
+source's batches are read on the loop where their filtered form is cached,
+and a large batch not filtered yet is read and filtered in a worker thread
+(``ViewReader.warm``) before the Fetch reads again.
 """
 
 from __future__ import annotations
@@ -76,7 +78,7 @@ from kcompat.broker.handlers._common import NO_THROTTLE, OK
 from kcompat.broker.handlers._leader_hints import LeaderHints, topic_name
 from kcompat.broker.partition import Partition, wait_news
 from kcompat.broker.replication.read_replicas import NO_REPLICA
-from kcompat.broker.views import WORK_RECORDS, Cold
+from kcompat.broker.views import WORK_BYTES, WORK_RECORDS, Cold
 from kcompat.broker.zero_copy import take
 from kcompat.log.partition_log import FileSlice, OffsetOutOfRange
 
@@ -200,7 +202,7 @@ def _read_all(ctx: RequestContext, request: Any, named: list[tuple[str | None, A
     now = False
     topics = []
     asked = []
-    view_work = [WORK_RECORDS]
+    view_work = [WORK_RECORDS, WORK_BYTES]
     for name, topic in named:
         parts = []
         meta = ctx.state.topics.get(name) if name is not None else None
@@ -244,9 +246,9 @@ def _read_all(ctx: RequestContext, request: Any, named: list[tuple[str | None, A
                     records = where
                 if where is not None and view_of is not None:
                     assert meta is not None and name is not None
-                    records = ctx.state.views.filter_records(
+                    records = ctx.state.views.answer(
                         name, meta.configs["kc.view.filter"], view_of, fp.partition,
-                        where.read(), view_work, cold)
+                        where, view_work, cold if cold is not None else [])
                 if committed and records:
                     aborted = _aborted(ctx, part, fp.fetch_offset, upper)
             leader = None

@@ -159,6 +159,7 @@ async def _acquire_once(ctx: RequestContext, session: Session, settings: Any,
         part.waiters.add(news)
         watched.append(part)
         held.machine.config = settings.config
+        await shares.warm(held, part, settings.read_committed)  # large batches: a thread
         ranges, data = shares.acquire(held, part, member_id, remaining,
                                       settings.read_committed)
         touched[held.key] = held
