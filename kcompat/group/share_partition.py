@@ -84,6 +84,9 @@ one ``StateBatch``; acquiring known records scans the runs, not the records.
 Per-record work is left where the input is per record (a ShareAcknowledge
 with one type per offset, the log's records offered one by one, dead letters).
 
+Its value types (the configuration, ``AcquiredRecords``, ``ShareState`` and
+the rest) live in ``share_types`` and are re-exported here.
+
 Pure and deterministic: no clock, no I/O.
 """
 
@@ -92,96 +95,23 @@ from __future__ import annotations
 import heapq
 from collections import deque
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
-from enum import IntEnum
 
 from kio.schema.errors import ErrorCode
 
 from kcompat.group.share_runs import TERMINAL as TERMINAL  # importers take them from here
 from kcompat.group.share_runs import RecordState as RecordState
 from kcompat.group.share_runs import Run, Runs, grown_by, type_runs
-
-
-class AckType(IntEnum):
-    GAP = 0
-    ACCEPT = 1
-    RELEASE = 2
-    REJECT = 3
-    RENEW = 4
-
-
-_ACK_TYPES = frozenset(int(t) for t in AckType)
-REJECTED = "rejected"
-DELIVERY_LIMIT = "delivery-limit"
-
-
-@dataclass(frozen=True, slots=True)
-class ShareConfig:
-    record_lock_duration_ms: int = 30_000  # share.record.lock.duration.ms
-    delivery_count_limit: int = 5  # share.delivery.count.limit
-    max_record_locks: int = 2000  # share.partition.max.record.locks
-    ordering_message_group: bool = False  # kc.share.ordering=message-group
-    redelivery_backoff_ms: int = 0  # kc.share.redelivery.backoff.ms
-    redelivery_backoff_multiplier: float = 2.0
-    redelivery_backoff_max_ms: int = 30_000
-
-    def backoff_ms(self, delivery_count: int) -> int:
-        if self.redelivery_backoff_ms <= 0 or delivery_count < 1:
-            return 0
-        wait = self.redelivery_backoff_ms * self.redelivery_backoff_multiplier ** (
-            delivery_count - 1)
-        return int(min(wait, self.redelivery_backoff_max_ms))
-
-
-@dataclass(frozen=True, slots=True)
-class AcquiredRecords:
-    first_offset: int
-    last_offset: int
-    delivery_count: int
-
-
-@dataclass(frozen=True, slots=True)
-class DeadLetter:
-    offset: int
-    delivery_count: int
-    reason: str  # REJECTED or DELIVERY_LIMIT
-
-
-@dataclass(frozen=True, slots=True)
-class StateBatch:
-    first_offset: int
-    last_offset: int
-    state: RecordState
-    delivery_count: int
-    member_id: str | None = None  # ACQUIRED only
-    lock_deadline_ms: int = -1  # ACQUIRED only
-    not_before_ms: int = -1  # AVAILABLE waiting out its redelivery backoff
-
-
-@dataclass(frozen=True, slots=True)
-class ShareState:
-    start_offset: int
-    read_offset: int
-    batches: tuple[StateBatch, ...] = ()
-    group_keys: tuple[tuple[int, bytes], ...] = ()  # unfinished records only
-
-
-AckBatch = tuple[int, int, Sequence[int]]  # first offset, last offset, ack types
-
-
-def start_offset_for_reset(strategy: str, log_start_offset: int, high_watermark: int,
-                           offset_for_duration: int | None = None) -> int:
-    """The initial SPSO for ``share.auto.offset.reset``: ``earliest``,
-    ``latest`` (the default) or ``by_duration:<ISO8601>``, whose offset the host
-    looks up by timestamp (None: no record that recent, so the high watermark)."""
-    if strategy == "earliest":
-        return log_start_offset
-    if strategy == "latest":
-        return high_watermark
-    if strategy.startswith("by_duration:"):
-        found = high_watermark if offset_for_duration is None else offset_for_duration
-        return max(log_start_offset, min(found, high_watermark))
-    raise ValueError(f"unknown share.auto.offset.reset {strategy!r}")
+from kcompat.group.share_types import ACK_TYPES
+from kcompat.group.share_types import DELIVERY_LIMIT as DELIVERY_LIMIT
+from kcompat.group.share_types import REJECTED as REJECTED
+from kcompat.group.share_types import AckBatch as AckBatch
+from kcompat.group.share_types import AckType as AckType
+from kcompat.group.share_types import AcquiredRecords as AcquiredRecords
+from kcompat.group.share_types import DeadLetter as DeadLetter
+from kcompat.group.share_types import ShareConfig as ShareConfig
+from kcompat.group.share_types import ShareState as ShareState
+from kcompat.group.share_types import StateBatch as StateBatch
+from kcompat.group.share_types import start_offset_for_reset as start_offset_for_reset
 
 
 class SharePartition:
@@ -607,7 +537,7 @@ def _check_shape(batches: Sequence[AckBatch]) -> ErrorCode:
         count = last - first + 1
         if first < 0 or count < 1 or len(types) not in (1, count) or first <= previous_last:
             return ErrorCode.invalid_request
-        if not _ACK_TYPES.issuperset(types):
+        if not ACK_TYPES.issuperset(types):
             return ErrorCode.invalid_request
         previous_last = last
     return ErrorCode.none
