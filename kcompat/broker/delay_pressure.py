@@ -18,7 +18,7 @@ muted; ``ClientQuotaManager``'s ``(O - T) / T * W``):
   so a producer that batches more while muted does not outrun it;
 * and at least as much as the partition is late beyond ``FROM_S``
   (whatever the rates: a partition that delivers nothing still slows its
-  producers).
+  producers), ``LATENESS_MAX_MS`` at most.
 
 Capped at ``THROTTLE_MAX_MS``. Rates are counts in ``SAMPLES`` samples of
 ``SAMPLE_S`` each (the current one partial), as Kafka's quota samples.
@@ -31,6 +31,9 @@ from collections import deque
 
 FROM_S = 0.5  # overdue beyond this: producers of what is scheduled there are slowed
 THROTTLE_MAX_MS = 5_000
+# the lateness alone earns this much at most (the rates say more: a lateness read
+# while a slot is still being promoted can overstate it)
+LATENESS_MAX_MS = 1_000
 INTAKE_SHARE = 1.0  # while late, intake may not outpace delivery
 FLOOR_PER_S = 1_000.0  # the quota never drops below this many records per second
 SAMPLE_S = 0.5
@@ -83,7 +86,7 @@ class Backpressure:
         partition ``index``, ``late_s`` overdue (see the module)."""
         if late_s <= FROM_S:
             return 0
-        by_lateness = (late_s - FROM_S) * 1000
+        by_lateness = min((late_s - FROM_S) * 1000, LATENESS_MAX_MS)
         intake = self._scheduled.get(index)
         by_rate = 0.0
         if intake is not None:

@@ -32,3 +32,9 @@ def test_the_throttle_is_capped_and_old_samples_leave_the_window() -> None:
     bp.scheduled(0, 10_000_000, 10.0)
     assert bp.throttle_ms(0, 30.0, 10.0) == THROTTLE_MAX_MS
     assert bp.throttle_ms(0, 0.7, 20.0) == 200  # the burst is 10 s old: forgotten
+
+
+def test_lateness_alone_earns_at_most_a_second() -> None:
+    bp = Backpressure()
+    bp.scheduled(0, 10, 10.0)  # a trickle: the rates ask for nothing
+    assert bp.throttle_ms(0, 100.0, 10.0) == 1_000
