@@ -396,7 +396,12 @@ def probe_child(spec: dict[str, Any]) -> None:
 def consumer_child(spec: dict[str, Any]) -> None:
     """Read a topic from its start (assigned, no group); when each record index (the
     value's first field) first arrived and on which partition, duplicates, unknown
-    records, cancelled ones delivered, records without ``spec['header']``, errors."""
+    records, cancelled ones delivered, records without ``spec['header']``, errors. A
+    duplicate is told apart by that header (delayed records: ``kc-scheduled-offset``,
+    where the record was stored in its partition): the same value is the same stored
+    record delivered twice (``dupes_same``, a broker fault); another value is a record
+    stored twice (``dupes_stored_twice``: a producer that is not idempotent re-sent a
+    batch that was stored — at least once, as in Kafka)."""
     from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
     n = spec["records"]
@@ -404,7 +409,9 @@ def consumer_child(spec: dict[str, Any]) -> None:
     header = spec.get("header")
     recv = array.array("d", bytes(8 * n))
     part = array.array("b", bytes(n))
+    first_tag = array.array("q", [-1]) * n  # the header's value on the first copy
     stats: dict[str, Any] = {"received": 0, "received_ok": 0, "dupes": 0, "unknown": 0,
+                             "dupes_same": 0, "dupes_stored_twice": 0,
                              "cancelled_delivered": 0, "missing_header": 0, "errors": {},
                              "dupe_samples": []}
     c = Consumer({"bootstrap.servers": spec["bootstrap"], "group.id": spec["group"],
@@ -431,13 +438,17 @@ def consumer_child(spec: dict[str, Any]) -> None:
             if not 0 <= i < n:
                 stats["unknown"] += 1
                 continue
+            tag = _header_int(m.headers(), header)
             if recv[i]:
                 stats["dupes"] += 1
+                if header is not None:
+                    stats["dupes_same" if tag == first_tag[i] else "dupes_stored_twice"] += 1
                 if len(stats["dupe_samples"]) < 200:  # index, partition, offset, first, again
                     stats["dupe_samples"].append((i, m.partition(), m.offset(), recv[i], now))
                 continue
             recv[i] = now
             part[i] = m.partition()
+            first_tag[i] = tag
             stats["received"] += 1
             if i in cancelled:
                 stats["cancelled_delivered"] += 1
@@ -456,6 +467,17 @@ def consumer_child(spec: dict[str, Any]) -> None:
     Path(spec["out"] + ".recv").write_bytes(recv.tobytes())
     Path(spec["out"] + ".part").write_bytes(part.tobytes())
     Path(spec["out"]).write_text(json.dumps(stats))
+
+
+def _header_int(headers: Any, name: str | None) -> int:
+    """The value of header ``name`` as an integer; -1 if absent or not one."""
+    for k, v in headers or ():
+        if k == name:
+            try:
+                return int(v)
+            except (TypeError, ValueError):
+                return -1
+    return -1
 
 
 def spawn_child(kind: str, tag: str, spec: dict[str, Any], workdir: Path
@@ -487,6 +509,9 @@ class Produced:
     failed: int = 0
     errors: list[str] = field(default_factory=list)
     cancel_acks: dict[int, float] = field(default_factory=dict)  # index -> its cancel's ack
+    # requests the client gave up waiting for (librdkafka's req_timeouts): each is
+    # re-sent, stored twice if the broker had stored it (the producer is not idempotent)
+    request_timeouts: int = 0
 
     @property
     def rate(self) -> float:
@@ -508,8 +533,14 @@ def produce(bootstrap: str, topic: str, n: int, deadline: float, *,
     p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "batch.num.messages": 10_000,
                   "queue.buffering.max.messages": 500_000,
                   "message.timeout.ms": int(max(30.0, deadline - time.time() + 60) * 1000),
+                  "statistics.interval.ms": 1000, "stats_cb": lambda doc: on_stats(doc),
                   **CLIENT_QUIET})
     res = Produced(0, 0.0)
+
+    def on_stats(doc: str) -> None:
+        brokers = json.loads(doc).get("brokers", {}).values()
+        res.request_timeouts = max(res.request_timeouts,
+                                   sum(int(b.get("req_timeouts", 0)) for b in brokers))
 
     def on_delivery(err: Any, msg: Any) -> None:
         if err is not None:
@@ -557,6 +588,7 @@ def produce(bootstrap: str, topic: str, n: int, deadline: float, *,
             p.poll(0)
     left = p.flush(max(5.0, deadline - time.time() + 30))
     res.seconds = time.perf_counter() - start
+    p.poll(0)  # the last statistics
     if left:
         res.errors.append(f"{left} records not answered at the flush timeout")
     return res
@@ -952,6 +984,12 @@ def delayed_scenario(run: Run) -> None:
             "in the producer) p50 / p99 / max", quantiles_row(late_send))
     run.row("delivered / missing / duplicates / early (before send + delay)",
             f"{c['received_ok']:,} of {expected:,} / {missing:,} / {c['dupes']} / {early}")
+    if c["dupes"]:
+        run.row("duplicates: the same stored record delivered again (kc-scheduled-offset equal) "
+                "/ a record stored twice (another kc-scheduled-offset: the producer, not "
+                "idempotent, re-sent a stored batch — at least once, as in Kafka)",
+                f"{c.get('dupes_same', '?')} / {c.get('dupes_stored_twice', '?')} (delayed "
+                f"producer: {dly.request_timeouts} requests timed out and re-sent)")
     if c.get("dupe_samples"):
         ds = c["dupe_samples"]
         run.row(f"duplicates (first {len(ds)}): partitions / first seen / seen again, s from "
