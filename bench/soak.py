@@ -10,7 +10,7 @@ each; ``--broker-set KEY=VALUE`` adds settings). Traffic goes to 127.0.0.1 only.
 Scenarios (``--scenario``, default all; quick: delayed), each preceded by an *idle*
 phase (the probe alone: its unloaded baseline) and a *plain* phase: ``--records``
 records of 100 B (default 1,000,000; quick 50,000) produced with confluent-kafka
-(acks=all, linger 5 ms) without headers to a 6-partition topic, the plain produce rate.
+(idempotent, acks=all, linger 5 ms) without headers to a 6-partition topic, the plain produce rate.
 Each ends with a *kill*: with a backlog pending, the busiest broker (single node: the
 broker; cluster: the one that used the most CPU since the scenario's produce began) is
 killed with SIGKILL and started again on the same data dir: restart-to-ready (start
@@ -530,7 +530,11 @@ def produce(bootstrap: str, topic: str, n: int, deadline: float, *,
     last send, the first ack; a cancel's are not kept)."""
     from confluent_kafka import Producer
 
+    # idempotent, as Kafka's Java producer is by default: a non-idempotent one resends a
+    # request that waited past its timeout (deep pipelines under load do), and the records
+    # it had already stored are stored twice — at least once, as on Kafka
     p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "batch.num.messages": 10_000,
+                  "enable.idempotence": True,
                   "queue.buffering.max.messages": 500_000,
                   "message.timeout.ms": int(max(30.0, deadline - time.time() + 60) * 1000),
                   "statistics.interval.ms": 1000, "stats_cb": lambda doc: on_stats(doc),
