@@ -275,3 +275,31 @@ def test_a_share_group_on_a_view_leaves_large_batches_to_the_thread(
     assert all(r.first_offset % 2 == 0 and r.first_offset >= 10 for r in ranges)
     assert [h.base_offset for _p, h in iter_headers(data)] == [10]
     assert [r.offset for r in decode_batch(memoryview(data))] == list(range(10, 10_010, 2))
+
+
+def test_a_keyed_share_read_scans_large_batches_in_the_thread(loop_work: dict[str, int]) -> None:
+    """Message groups (kc.share.ordering=message-group) on a plain topic: a
+    large batch's records are scanned for their group in the worker thread
+    (``ShareService.warm``), not by the acquisition on the loop."""
+    from types import SimpleNamespace
+
+    from kcompat.broker.share_reads import ShareReads
+    from kcompat.broker.share_writes import Held
+    from kcompat.broker.shares import ShareService
+    from kcompat.group.share_partition import ShareConfig, SharePartition
+
+    part = _source([batch(0, 10), batch(10, 10_000)])
+    reader = views.ViewReader()
+    svc = object.__new__(ShareService)
+    meta = SimpleNamespace(name="src", view_of=None, configs={})
+    svc.state = SimpleNamespace(topics={"src": meta}, views=reader)  # type: ignore[assignment]
+    svc.reads = ShareReads(reader)
+    svc._timer = trio.Event()
+    machine = SharePartition(0, ShareConfig(ordering_message_group=True))
+    held = Held(("g", "src", 0), machine, generation=1, term=1, state_index=0)
+    ranges, _data = svc.acquire(held, part, "m", 500, False)
+    assert loop_work["records"] <= 10 and machine.read_offset <= 10
+    trio.run(svc.warm, held, part, False)
+    loop_work["records"] = 0
+    ranges, _data = svc.acquire(held, part, "m", 500, False)
+    assert loop_work["records"] == 0 and machine.read_offset > 10
