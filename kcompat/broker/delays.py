@@ -481,15 +481,13 @@ class DelayService:
 
     def overdue_s(self, index: int) -> float:
         """How late schedule partition ``index``, if led here, is with what is
-        due: now minus the earliest due time not yet delivered (0 when on time)."""
+        due: now minus the earliest due time not yet delivered (0 when on time;
+        ``ScheduleLog.earliest_due_ms``: at most one slot early)."""
         slog = self.logs.get(index)
         if slog is None or index not in self.leading:
             return 0.0
-        earliest = [d.entries[0].due_ms for d in slog.inflight.values() if d.entries]
-        due = slog.next_due_ms()
-        if due is not None:
-            earliest.append(due)
-        return max(now_ms() - min(earliest), 0) / 1000 if earliest else 0.0
+        earliest = slog.earliest_due_ms()
+        return 0.0 if earliest is None else max(now_ms() - earliest, 0) / 1000
 
     def throttle_ms(self, topic: str, index: int) -> int:
         """The throttle for a produce that scheduled records of ``topic``-``index``:

@@ -49,6 +49,18 @@ entry its leader delivered in the far form too (a slot's entries are in log
 order, so by binary search) — promotion is the leader's private business and
 replicas agree on what is pending however much each promoted.
 
+The earliest due time (``next_due_ms``: the leader's timer, and the overdue
+gauge and backpressure count from it) is exact over promoted entries (the
+heaps, and the keys handed out whose delivery has not started). A far slot
+keeps the least due time of each ``BLOCK`` entries in log order, so for a
+large slot partly promoted when it begins, the earliest of what is left of
+it costs ~``BLOCK`` + entries / ``BLOCK`` compares (C speed), never a walk of the
+slot — not the whole slot's least, which was promoted and delivered long
+before. An entry cancelled or taken while far still counts there until
+promoted, so the answer is a lower bound: at most ``SLOT_MS`` below the true
+earliest while its slot holds a live entry (both lie in that slot). A small
+first slot (``PROMOTE_CHUNK`` entries at most) is promoted whole to answer.
+
 Pure and deterministic: no clock, no I/O.
 """
 
@@ -71,6 +83,9 @@ PROMOTE_CHUNK = 2_000  # entries promoted per call at most (a part of a turn: ~2
 # costs little (rows the garbage collector does not track)
 PROMOTE_AHEAD_MS = 8_000
 CELLS = 5  # int64 per far entry: due, entry, offset, target id, where
+# a far slot keeps the least due time of each run of this many entries (in log order):
+# what is left of a slot partly promoted is known by ~BLOCK + entries / BLOCK compares
+BLOCK = 1_024
 
 
 class Pending(NamedTuple):
@@ -115,6 +130,7 @@ class Schedule:
         self._handed: dict[Target | None, list[tuple[int, int]]] = {}
         self._far: dict[int, array[int]] = {}  # slot -> (due, entry, offset, tid, where)*
         self._far_min: dict[int, int] = {}  # slot -> its smallest due
+        self._far_blocks: dict[int, array[int]] = {}  # slot -> smallest due per BLOCK entries
         self._slots: list[int] = []  # heap of the far slots
         self._far_ids: dict[int, str] = {}  # far entry -> its schedule id
         self._cancelled: set[int] = set()  # far entries cancelled before promotion
@@ -162,10 +178,15 @@ class Schedule:
         cells = self._far.get(slot)
         if cells is None:
             cells = self._far[slot] = array("q")
-            self._far_min[slot] = due_ms
+            self._far_min[slot], self._far_blocks[slot] = due_ms, array("q")
             heapq.heappush(self._slots, slot)
         elif due_ms < self._far_min[slot]:
             self._far_min[slot] = due_ms
+        blocks = self._far_blocks[slot]
+        if len(cells) // CELLS == len(blocks) * BLOCK:  # the next entry starts a block
+            blocks.append(due_ms)
+        elif due_ms < blocks[-1]:
+            blocks[-1] = due_ms
         return cells
 
     def add_run(self, first_entry: int, dues: Sequence[int], target: Target | None,
@@ -223,13 +244,41 @@ class Schedule:
         least = min(slot_dues)
         cells = self._far.get(slot)
         if cells is None:
-            self._far[slot] = block
-            self._far_min[slot] = least
+            cells = self._far[slot] = block
+            self._far_min[slot], self._far_blocks[slot] = least, array("q")
             heapq.heappush(self._slots, slot)
         else:
             cells.extend(block)
             if least < self._far_min[slot]:
                 self._far_min[slot] = least
+        self._note_blocks(slot, cells, len(cells) // CELLS - k)
+
+    def _note_blocks(self, slot: int, cells: array[int], first: int) -> None:
+        """Entries ``first`` and on were appended to far ``slot``: their blocks'
+        least due times (array slices: C speed)."""
+        blocks = self._far_blocks[slot]
+        n = len(cells) // CELLS
+        b = first // BLOCK
+        while b * BLOCK < n:
+            start, end = max(b * BLOCK, first), min((b + 1) * BLOCK, n)
+            least = min(cells[start * CELLS:end * CELLS:CELLS])
+            if b < len(blocks):
+                blocks[b] = min(blocks[b], least)
+            else:
+                blocks.append(least)
+            b += 1
+
+    def _rest_min(self, slot: int) -> int:
+        """The least due time of the entries of far ``slot`` not promoted yet
+        (cancelled or taken ones included: a lower bound): the rest of the block
+        promotion is in, then the blocks after it — ~``BLOCK`` + entries /
+        ``BLOCK`` compares at C speed, however large the slot."""
+        pos = self._far_pos.get(slot, 0) // CELLS
+        if not pos:
+            return self._far_min[slot]
+        cells, b = self._far[slot], pos // BLOCK  # pos < entries: else the slot is gone
+        end = min(len(cells) // CELLS, (b + 1) * BLOCK)
+        return min(cells[pos * CELLS:end * CELLS:CELLS] + self._far_blocks[slot][b + 1:])
 
     def _to_near(self, row: Row) -> None:
         self._pending[row[0]] = row
@@ -271,7 +320,7 @@ class Schedule:
         else:
             heapq.heappop(self._slots)
             self._promoted_until = max(self._promoted_until, slot)
-            del self._far[slot], self._far_min[slot]
+            del self._far[slot], self._far_min[slot], self._far_blocks[slot]
             self._far_pos.pop(slot, None)
         return (end - start) // CELLS
 
@@ -435,8 +484,12 @@ class Schedule:
         return out
 
     def next_due_ms(self) -> int | None:
-        """When the earliest pending record is due, or a little before (a far
-        slot's earliest, which may have been cancelled): the host's timer."""
+        """When the earliest pending record is due, or a little before: the
+        host's timer, and what ``overdue`` gauges count from. Exact over the
+        promoted entries; for a large first slot not promoted whole, the least
+        due time of what is left of it (``_rest_min``), which may be an entry
+        cancelled or taken while far — so at most one slot (``SLOT_MS``) early
+        while that slot holds a live entry (see the module)."""
         while True:
             near = None
             for target, heap in self._near.items():
@@ -450,7 +503,7 @@ class Schedule:
             if not self._slots:
                 return near
             first = self._slots[0]
-            far = self._far_min[first]
+            far = self._rest_min(first)  # of what is left of it, if partly promoted
             if near is not None and near < far:
                 return near
             left = (len(self._far[first]) - self._far_pos.get(first, 0)) // CELLS

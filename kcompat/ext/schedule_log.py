@@ -461,6 +461,17 @@ class ScheduleLog:
     def next_due_ms(self) -> int | None:
         return self.schedule.next_due_ms()
 
+    def earliest_due_ms(self) -> int | None:
+        """The earliest due time of what is not delivered yet — in flight (a
+        delivery's entries are earliest first) or pending, as
+        ``Schedule.next_due_ms`` knows it: exact, or at most one slot early
+        while a large slot is promoted (None: nothing)."""
+        earliest = [d.entries[0].due_ms for d in self.inflight.values() if d.entries]
+        due = self.schedule.next_due_ms()
+        if due is not None:
+            earliest.append(due)
+        return min(earliest, default=None)
+
     # -- snapshots -------------------------------------------------------------------------
 
     def capture(self, at: int) -> Capture:
