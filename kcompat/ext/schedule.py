@@ -56,9 +56,13 @@ keeps the least due time of each ``BLOCK`` entries in log order, so for a
 large slot partly promoted when it begins, the earliest of what is left of
 it costs ~``BLOCK`` + entries / ``BLOCK`` compares (C speed), never a walk of the
 slot — not the whole slot's least, which was promoted and delivered long
-before. An entry cancelled or taken while far still counts there until
-promoted, so the answer is a lower bound: at most ``SLOT_MS`` below the true
-earliest while its slot holds a live entry (both lie in that slot). A small
+before. Each far slot counts its entries cancelled or taken (``take``: a
+replica, or a restarted leader re-applying the deliveries written after its
+snapshot) while far; a slot left with none alive is dropped at once (its
+entries leave the cancelled set at C speed), so it never answers a due time
+long past — the restart's overdue gauge read minutes. A dead entry in a slot
+with live ones still counts in its block, so the answer is a lower bound: at
+most ``SLOT_MS`` below the true earliest (both lie in that slot). A small
 first slot (``PROMOTE_CHUNK`` entries at most) is promoted whole to answer.
 
 Pure and deterministic: no clock, no I/O.
@@ -134,10 +138,12 @@ class Schedule:
         self._slots: list[int] = []  # heap of the far slots
         self._far_ids: dict[int, str] = {}  # far entry -> its schedule id
         self._cancelled: set[int] = set()  # far entries cancelled before promotion
+        self._far_dead: dict[int, int] = {}  # slot -> its cancelled entries not promoted yet
         self._targets: list[Target | None] = []
         self._target_ids: dict[Target | None, int] = {}
-        # (target, id) -> its pending entries in schedule order (O(1) removal)
-        self._by_id: dict[tuple[Target | None, str], OrderedDict[int, None]] = {}
+        # (target, id) -> its pending entries in schedule order (O(1) removal), each
+        # with its slot (a far one's cancellation is counted there)
+        self._by_id: dict[tuple[Target | None, str], OrderedDict[int, int]] = {}
         self._count = 0
         self._last = -1
         self._promoted_until = -(1 << 62)  # slots up to this one are near
@@ -154,7 +160,8 @@ class Schedule:
         self._last = entry
         self._count += 1
         if schedule_id is not None:
-            self._by_id.setdefault((target, schedule_id), OrderedDict())[entry] = None
+            self._by_id.setdefault((target, schedule_id), OrderedDict())[entry] = (
+                due_ms // SLOT_MS)
         slot = due_ms // SLOT_MS
         if slot <= self._promoted_until:
             self._to_near((entry, due_ms, schedule_id, target, offset, where))
@@ -217,7 +224,8 @@ class Schedule:
         self._last = first_entry + n - 1
         self._count += n
         for i, schedule_id in ids.items():  # in entry order, as ``add`` keeps them
-            self._by_id.setdefault((target, schedule_id), OrderedDict())[first_entry + i] = None
+            self._by_id.setdefault((target, schedule_id), OrderedDict())[first_entry + i] = (
+                dues[i] // SLOT_MS)
         for slot, rows in by_slot.items():
             if slot <= self._promoted_until:
                 for i in rows:
@@ -310,6 +318,7 @@ class Schedule:
                                                      chunk[4::CELLS], strict=True):
             if cancelled and entry in cancelled:
                 cancelled.discard(entry)
+                self._far_dead[slot] = self._far_dead.get(slot, 1) - 1
                 continue
             pending[entry] = (entry, due_ms, ids.pop(entry, None) if ids else None,
                               targets[tid], offset, where)
@@ -318,11 +327,25 @@ class Schedule:
         if end < len(cells):
             self._far_pos[slot] = end
         else:
-            heapq.heappop(self._slots)
-            self._promoted_until = max(self._promoted_until, slot)
-            del self._far[slot], self._far_min[slot], self._far_blocks[slot]
-            self._far_pos.pop(slot, None)
+            self._retire_first()
         return (end - start) // CELLS
+
+    def _retire_first(self) -> None:
+        """The first far slot is done with: promoted, or what is left of it
+        all cancelled (then forgotten at C speed)."""
+        slot = heapq.heappop(self._slots)
+        self._promoted_until = max(self._promoted_until, slot)
+        if self._far_dead.pop(slot, 0):
+            cells = self._far[slot]
+            self._cancelled.difference_update(cells[self._far_pos.get(slot, 0) + 1::CELLS])
+        del self._far[slot], self._far_min[slot], self._far_blocks[slot]
+        self._far_pos.pop(slot, None)
+
+    def _kill_far(self, entry: int, slot: int) -> None:
+        """Far ``entry`` of ``slot`` is cancelled (or taken): forgotten when
+        its slot is promoted, and counted until then."""
+        self._cancelled.add(entry)
+        self._far_dead[slot] = self._far_dead.get(slot, 0) + 1
 
     def promote(self, now_ms: int, limit: int | None = PROMOTE_CHUNK) -> bool:
         """Far slots that have begun by ``now_ms`` become near: what is due
@@ -333,6 +356,12 @@ class Schedule:
         while self._slots and self._slots[0] * SLOT_MS <= now_ms + PROMOTE_AHEAD_MS:
             if left is not None and left <= 0:
                 return False
+            first = self._slots[0]
+            if len(self._far[first]) - self._far_pos.get(first, 0) <= \
+                    CELLS * self._far_dead.get(first, 0):  # all cancelled or taken
+                self._retire_first()
+                left = None if left is None else left - 1
+                continue
             done = self._promote_first(left)
             if left is not None:
                 left -= max(done, 1)
@@ -356,7 +385,7 @@ class Schedule:
         due, _entry, offset, tid, where = cells[at:at + CELLS]
         target = self._targets[tid]
         found = Pending(entry, due, self._far_ids.pop(entry, None), target, offset, where)
-        self._cancelled.add(entry)  # forgotten when its slot is promoted
+        self._kill_far(entry, due_ms // SLOT_MS)
         self._count -= 1
         self._forget_id(found)
         return found
@@ -369,11 +398,11 @@ class Schedule:
         entries = self._by_id.get(key)
         found: Pending | None = None
         if entries:
-            entry, _ = entries.popitem(last=False)
+            entry, slot = entries.popitem(last=False)
             row = self._pending.pop(entry, None)
             found = None if row is None else Pending._make(row)
-            if found is None:  # still far: forgotten when its slot is promoted
-                self._cancelled.add(entry)
+            if found is None:  # still far
+                self._kill_far(entry, slot)
                 self._far_ids.pop(entry, None)
                 found = Pending(entry, -1, schedule_id, target)
             self._count -= 1
@@ -395,7 +424,7 @@ class Schedule:
         if found.schedule_id is not None:
             key = (found.target, found.schedule_id)
             entries = self._by_id.get(key)
-            if entries is not None and entries.pop(found.entry, 0) is None:
+            if entries is not None and entries.pop(found.entry, None) is not None:
                 if not entries:
                     del self._by_id[key]
 
@@ -462,7 +491,7 @@ class Schedule:
                 for i in range(self._far_pos.get(slot, 0), len(cells), CELLS):
                     entry = cells[i + 1]
                     if cells[i + 3] == tid and entry not in self._cancelled:
-                        self._cancelled.add(entry)
+                        self._kill_far(entry, slot)
                         self._far_ids.pop(entry, None)
                         dropped.append(entry)
                         self._count -= 1
@@ -503,10 +532,13 @@ class Schedule:
             if not self._slots:
                 return near
             first = self._slots[0]
+            left = (len(self._far[first]) - self._far_pos.get(first, 0)) // CELLS
+            if left <= self._far_dead.get(first, 0):  # all of it cancelled or taken
+                self._retire_first()
+                continue
             far = self._rest_min(first)  # of what is left of it, if partly promoted
             if near is not None and near < far:
                 return near
-            left = (len(self._far[first]) - self._far_pos.get(first, 0)) // CELLS
             if left > PROMOTE_CHUNK:  # a large slot: its earliest, maybe cancelled
                 return far if near is None else min(near, far)
             self._promote_first(None)  # it may hold the earliest (or only cancelled ones)
@@ -565,7 +597,8 @@ class Schedule:
             schedule_id = ids.get(entry)
             if schedule_id is not None:
                 self._far_ids[entry] = schedule_id
-                self._by_id.setdefault((targets[tid], schedule_id), OrderedDict())[entry] = None
+                self._by_id.setdefault((targets[tid], schedule_id), OrderedDict())[entry] = (
+                    due_ms // SLOT_MS)
             self._count += 1
 
     def loaded(self, last: int) -> None:
@@ -574,7 +607,7 @@ class Schedule:
         self._last = max(self._last, last)
         for key, entries in self._by_id.items():
             if list(entries) != sorted(entries):
-                self._by_id[key] = OrderedDict((e, None) for e in sorted(entries))
+                self._by_id[key] = OrderedDict((e, entries[e]) for e in sorted(entries))
 
     def pending(self) -> list[Pending]:
         """Every pending record, earliest due first (``kcompat scheduled list``)."""

@@ -229,3 +229,28 @@ def test_block_minima_follow_runs_and_single_adds() -> None:
             assert schedule.delivered(promoted) is not None
         done += step
         assert schedule.next_due_ms() == min(dues[done:]), done
+
+
+def test_far_entries_taken_or_cancelled_leave_no_old_due_time_behind() -> None:
+    """A restarted leader (or a replica) holds its snapshot's entries far and
+    re-applies the deliveries written after it: ``take`` finds them in the
+    far form. A slot whose every entry was delivered so, or cancelled, must
+    not answer its old least due time (it read minutes early: the restart's
+    overdue gauge), nor one whose rest was."""
+    schedule = Schedule()
+    first, second, third = 100 * SLOT_MS, 101 * SLOT_MS, 102 * SLOT_MS
+    n = 2 * PROMOTE_CHUNK
+    dues = [first + i for i in range(n)] + [second + 5 + i for i in range(n)]
+    schedule.add_run(0, dues, T0, list(range(2 * n)), [-1] * (2 * n),
+                     {i: f"id-{i}" for i in range(n, 2 * n, 2)})
+    schedule.add_run(2 * n, [third + 7] * n, T0, [-1] * n, [-1] * n, {})
+    assert schedule.next_due_ms() == first
+    for i in range(n):  # the first slot, delivered after the snapshot
+        assert schedule.take(i, dues[i]) is not None
+    assert schedule.next_due_ms() == second + 5
+    for i in range(n, 2 * n, 2):  # half the second slot cancelled, half taken
+        assert schedule.cancel(f"id-{i}", T0) is not None
+        assert schedule.take(i + 1, dues[i + 1]) is not None
+    assert schedule.next_due_ms() == third + 7
+    assert len(schedule) == n
+    assert [p.due_ms for p in schedule.due(third + 7, 3, T0)] == [third + 7] * 3
