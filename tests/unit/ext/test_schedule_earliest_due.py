@@ -25,7 +25,16 @@ import json
 import random
 
 from kcompat.ext.schedule import BLOCK, PROMOTE_CHUNK, SLOT_MS, Pending, Schedule
-from kcompat.ext.schedule_log import ScheduleLog
+from kcompat.ext.schedule_log import (
+    ScheduleLog,
+    add_record,
+    done_record,
+    out_record,
+    snapshot_batches,
+)
+from kcompat.wire.batch import parse_header
+from kcompat.wire.records import Record, encode_batch
+from tests.unit.ext.test_schedule_snapshot import StoredLog
 
 TARGETS = [("soak-delayed", p) for p in range(6)]
 T0 = TARGETS[0]
@@ -254,3 +263,37 @@ def test_far_entries_taken_or_cancelled_leave_no_old_due_time_behind() -> None:
     assert schedule.next_due_ms() == third + 7
     assert len(schedule) == n
     assert [p.due_ms for p in schedule.due(third + 7, 3, T0)] == [third + 7] * 3
+
+
+def test_a_leader_rebuilt_from_a_snapshot_reports_the_earliest_still_pending() -> None:
+    """The restart path whole: 6,000 records over two slots, a snapshot, then
+    the first slot delivered (``out`` and ``done``); a machine rebuilt from
+    the snapshot re-applies those deliveries to entries it holds far, and
+    must report the second slot's earliest, as the machine that lived
+    through it does (it reported the first slot's, delivered long before)."""
+    log, full = StoredLog(), ScheduleLog()
+
+    def put(batch: bytes) -> None:
+        log.write(batch)
+        view = memoryview(log.batches[-1])
+        full.feed(view, parse_header(view))
+
+    first, second = 100 * SLOT_MS, 101 * SLOT_MS
+    n = 3_000
+    dues = [first + i % SLOT_MS for i in range(n)] + [second + 9 + i for i in range(n)]
+    for start in range(0, 2 * n, 500):
+        put(encode_batch([add_record(Record(o, 0, b"k%d" % o, b"v", ()), T0, dues[o], None,
+                                     (-1, -1, -1), ()) for o in range(start, start + 500)]))
+    low = log.end
+    for batch in snapshot_batches(full.capture(log.end), second)[0]:
+        put(batch)
+    now = first + SLOT_MS
+    while (due := full.schedule.due(now, 1_000, T0)):
+        put(encode_batch([out_record(T0, due, now)]))
+        put(encode_batch([done_record(T0, full.inflight[T0].seq, now)]))
+    assert full.earliest_due_ms() == second + 9
+    rebuilt = ScheduleLog(fresh_from=low, reread=log.reread)
+    for view, header in log.from_(low):
+        rebuilt.feed(view, header)
+    assert rebuilt.fresh_from is None and len(rebuilt) == n
+    assert rebuilt.earliest_due_ms() == second + 9
