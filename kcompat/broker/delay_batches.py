@@ -25,15 +25,15 @@ from kcompat.wire.records import encode_headers, record_tail
 SCHEDULE_BATCH = 2000  # records per schedule-log batch a produce writes, at most (~4 ms to build)
 
 
-def below(image: ScheduleImage, offset: int) -> list[Pending]:
+def below(image: ScheduleImage, before: int) -> list[Pending]:
     """The pending entries of ``image`` whose records lie in batches below
-    ``offset``. Pure: a worker thread runs it."""
+    ``before``. Pure: a worker thread runs it."""
     cells, ids = image_cells(image)
     targets = image.targets
     found = []
     for i in range(0, len(cells), CELLS):
         entry, where = cells[i + 1], cells[i + 4]
-        if (entry if where == -1 else entry - (where >> 32)) < offset:
+        if (entry if where == -1 else entry - (where >> 32)) < before:
             due_ms, _entry, offset, tid, _where = cells[i:i + CELLS]
             found.append(Pending(entry, due_ms, ids.get(entry), targets[tid], offset, where))
     return found
