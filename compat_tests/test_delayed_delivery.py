@@ -108,6 +108,7 @@ def test_delayed_records_in_mixed_batches(pbroker: Deployment, topic: str, clien
 #: most batches have holes, some at their end and some none
 IDEMPOTENT_RECORDS = 240
 DELAY_EVERY = 4
+IDEMPOTENT_DELAY_MS = 5000
 IDEMPOTENT_CONFIG: dict[str, dict[str, Any]] = {
     # small batches, several in flight per partition (the idempotent maximum, 5)
     "kafka-python": {"enable_idempotence": True, "acks": "all", "linger_ms": 2,
@@ -122,7 +123,7 @@ IDEMPOTENT_CONFIG: dict[str, dict[str, Any]] = {
 def test_idempotent_producer_many_batches_with_holes(pbroker: Deployment, topic: str,
                                                      client: str) -> None:
     """An idempotent producer sends 240 records over 2 partitions in small
-    batches, several in flight, a quarter of them delayed 1.5 s: every send
+    batches, several in flight, a quarter of them delayed 5 s: every send
     succeeds (no OUT_OF_ORDER_SEQUENCE_NUMBER, no duplicate), at consecutive
     offsets, and every record is read exactly once."""
     bs = pbroker.bootstrap
@@ -132,7 +133,9 @@ def test_idempotent_producer_many_batches_with_holes(pbroker: Deployment, topic:
     for i in range(IDEMPOTENT_RECORDS):
         value = f"{client}-idem-{i:04d}".encode()
         if i % DELAY_EVERY == DELAY_EVERY - 1:
-            specs.append(delayed(i % 2, b"k%d" % i, value, ts + i, 1500))
+            # due well after the last send: a record delivered meanwhile takes the next
+            # offset of its partition (a load that slowed the sends past 1.5 s did that)
+            specs.append(delayed(i % 2, b"k%d" % i, value, ts + i, IDEMPOTENT_DELAY_MS))
         else:
             specs.append(plain(i % 2, b"k%d" % i, value, ts + i))
     with reader("confluent-kafka", bs, topic, [0, 1]) as rd:

@@ -350,7 +350,8 @@ def test_scheduled_list_and_cancel(broker: Broker) -> None:
     kc(broker, "produce", topic, "--partition", "0", "--key", "a", *later, stdin="x\ny\n")
     kc(broker, "produce", topic, "--partition", "1", "--header", "kc-delay-ms=600000",
        "--header", "kc-schedule-id=other", stdin="z\n")
-    kc(broker, "produce", topic, "--partition", "1", "--header", "kc-delay-ms=1500",
+    # "soon" must still be pending when listed: a CLI process under load took 1.5 s
+    kc(broker, "produce", topic, "--partition", "1", "--header", "kc-delay-ms=5000",
        "--header", "kc-schedule-id=soon", stdin="s\n")
     rows = kc_json(broker, "scheduled", "list", topic)
     assert isinstance(rows, list)
