@@ -133,12 +133,7 @@ def split(view: memoryview | bytes, header: BatchHeader, now_ms: int,
     ``BatchError``."""
     if retry is not None:
         return _retries(view, header, now_ms, retry)
-    try:
-        payload = bytes(decompress(header.compression, memoryview(view)[HEADER_SIZE:]))
-    except CompressionError as exc:
-        raise RecordError(str(exc)) from exc
-    base_offset, base_ts = header.base_offset, header.base_timestamp
-    append_time = header.max_timestamp if header.is_log_append_time else None
+    payload, base_offset, base_ts, append_time = _opened(view, header)
     kept: list[tuple[int, int]] = []
     moves: list[Move] = []
     cancels: list[tuple[int, Cancel]] = []
@@ -203,17 +198,24 @@ def _delay_and_id(payload: bytes, hc: int, end: int) -> tuple[bytes, str | None]
         return b"", None
 
 
+
+def _opened(view: memoryview | bytes, header: BatchHeader
+            ) -> tuple[bytes, int, int, int | None]:
+    """A batch's records section decompressed, its base offset and timestamp,
+    and the log-append time its records take (None: their own)."""
+    try:
+        payload = bytes(decompress(header.compression, memoryview(view)[HEADER_SIZE:]))
+    except CompressionError as exc:
+        raise RecordError(str(exc)) from exc
+    append_time = header.max_timestamp if header.is_log_append_time else None
+    return payload, header.base_offset, header.base_timestamp, append_time
+
 def _retries(view: memoryview | bytes, header: BatchHeader, now_ms: int,
              policy: RetryPolicy) -> Split:
     """Every record of a retry topic's batch moved: routed from its headers
     (``route_headers``), its key and value kept as produced — nothing is
     decoded but the headers (a per-record cost on the nack path)."""
-    try:
-        payload = bytes(decompress(header.compression, memoryview(view)[HEADER_SIZE:]))
-    except CompressionError as exc:
-        raise RecordError(str(exc)) from exc
-    base_offset, base_ts = header.base_offset, header.base_timestamp
-    append_time = header.max_timestamp if header.is_log_append_time else None
+    payload, base_offset, base_ts, append_time = _opened(view, header)
     moves = []
     new = tuple.__new__
     for _start, end, ts, delta, kv, hc in layouts(payload, header.records_count):
