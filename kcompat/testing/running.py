@@ -31,10 +31,13 @@ T = TypeVar("T")
 
 
 @asynccontextmanager
-async def running(broker: Broker) -> AsyncIterator[None]:
+async def running(broker: Broker, services: bool = True) -> AsyncIterator[None]:
+    """The broker's driver and flusher (and its services, unless told not to)
+    running for the block, stopped after it."""
     async with trio.open_nursery() as nursery:
         await start(nursery, broker, internal_topics=False)
-        broker.start_services(nursery)
+        if services:
+            broker.start_services(nursery)
         yield
         nursery.cancel_scope.cancel()
 
@@ -49,9 +52,10 @@ async def start(nursery: trio.Nursery, broker: Broker, internal_topics: bool = T
         await create_internal_topics(broker)
 
 
-def run(broker: Broker, fn: Callable[..., Awaitable[T]], *args: Any) -> T:
+def run(broker: Broker, fn: Callable[..., Awaitable[T]], *args: Any,
+        services: bool = True) -> T:
     async def scenario() -> T:
-        async with running(broker):
+        async with running(broker, services):
             return await fn(*args)
     return trio.run(scenario)
 

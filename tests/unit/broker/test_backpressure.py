@@ -194,13 +194,7 @@ def test_a_produce_to_a_partition_whose_replication_is_behind_is_throttled(
         assert await produce(broker, "t", 1) == (E.none, 1000)  # 2.5 s behind: capped
         assert await produce(broker, "t", 1, acks=1) == (E.none, 1000)
 
-    async def main() -> None:
-        async with trio.open_nursery() as nursery:
-            await running.start(nursery, broker, internal_topics=False)
-            await body()
-            nursery.cancel_scope.cancel()
-
-    trio.run(main)
+    running.run(broker, body, services=False)
     text = generate_latest(broker.metrics.registry).decode()
     assert 'kcompat_backpressure_throttle_seconds_total{source="replication"} 2.0' in text
 
@@ -266,13 +260,7 @@ def test_acks_all_to_a_partition_short_of_min_insync_replicas_is_refused(
         finally:
             group.replicas, broker.cluster.isr = replicas, real_isr  # type: ignore[method-assign]
 
-    async def main() -> None:
-        async with trio.open_nursery() as nursery:
-            await running.start(nursery, broker, internal_topics=False)
-            await body()
-            nursery.cancel_scope.cancel()
-
-    trio.run(main)
+    running.run(broker, body, services=False)
 
 
 def test_a_retry_topic_whose_moves_are_late_slows_its_producers(tmp_path: Path) -> None:

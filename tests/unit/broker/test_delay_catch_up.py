@@ -5,48 +5,25 @@ and an append to the target), not ten, and is read in parts of
 
 from __future__ import annotations
 
-import datetime
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 import trio
 from kio.schema.errors import ErrorCode as E
 
-from kcompat.broker import config as broker_config
 from kcompat.broker.broker import Broker
-from kcompat.broker.context import RequestContext
 from kcompat.broker.delays import READ_CHUNK
-from kcompat.broker.handlers import HANDLERS
 from kcompat.ext.schedule_stored import StoredRecords
 from kcompat.testing import running
-from kcompat.wire import codec
-from kcompat.wire import versions as v
 from kcompat.wire.records import encode_batch
+from tests.unit.broker.test_delayed_produce import broker, produce  # noqa: F401 - a fixture
 
 RECORDS = 5_000
 
 
-@pytest.fixture
-def broker(tmp_path: Path) -> Iterator[Broker]:
-    b = Broker(broker_config.load(None, {"log.dirs": str(tmp_path),
-                                         "kc.schedule.topic.num.partitions": "1"}, {}))
-    yield b
-    b.close()
 
 
-async def produce(broker: Broker, batch: bytes) -> Any:
-    m = codec.request_module(v.PRODUCE, 9)
-    request = m.ProduceRequest(transactional_id=None, acks=-1,
-                               timeout=datetime.timedelta(seconds=10), topic_data=(
-        m.TopicProduceData(name="t", partition_data=(m.PartitionProduceData(
-            index=0, records=batch),)),))
-    r = await HANDLERS[v.PRODUCE](RequestContext(broker, v.PRODUCE, 9, 1, "p", "/h"), request)
-    return r.responses[0].partition_responses[0]
-
-
-def test_a_backlog_goes_out_in_few_large_deliveries(broker: Broker,
+def test_a_backlog_goes_out_in_few_large_deliveries(broker: Broker,  # noqa: F811
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     sends: list[int] = []
     reads: list[int] = []

@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import trio
 from kio.schema.errors import ErrorCode as E
 
 from kcompat.broker import config as broker_config
@@ -67,13 +66,7 @@ def test_a_large_delayed_batch_is_split_ahead_and_scheduled_in_parts(broker: Bro
         answer = await produce(broker, batch)
         assert (answer.error_code, answer.base_offset) == (E.none, 0)
 
-    async def main() -> None:
-        async with trio.open_nursery() as nursery:
-            await running.start(nursery, broker, internal_topics=False)
-            await body()
-            nursery.cancel_scope.cancel()
-
-    trio.run(main)
+    running.run(broker, body, services=False)
     slog = broker.delays.logs[0]
     assert len(slog) == RECORDS - 2  # each once, the named one cancelled
     assert all(p.schedule_id is None for p, _inflight in slog.listing())
