@@ -5,6 +5,7 @@ compaction: a replay from ``needed_offset`` ends where the whole history does.""
 from __future__ import annotations
 
 import random
+import weakref
 from typing import Any
 
 import pytest
@@ -45,13 +46,15 @@ def acquired_machine() -> SharePartition:
     return sp
 
 
-_NEXT_OFFSET: dict[int, int] = {}
+# keyed by the log itself, weakly: an ``id`` is reused once a finished test's log is
+# freed, and a new log would then count on from the old one's offsets
+_NEXT_OFFSET: weakref.WeakKeyDictionary[ShareStateLog, int] = weakref.WeakKeyDictionary()
 
 
 def next_offset(log: ShareStateLog) -> int:
     """The offset of the log's next record (the logs of a test count from 0)."""
-    offset = _NEXT_OFFSET.get(id(log), 0)
-    _NEXT_OFFSET[id(log)] = offset + 1
+    offset = _NEXT_OFFSET.get(log, 0)
+    _NEXT_OFFSET[log] = offset + 1
     return offset
 
 
