@@ -5,6 +5,7 @@ that long, and a timer due during it fired at least 150 ms late)."""
 from __future__ import annotations
 
 import logging
+import re
 import time
 
 import trio
@@ -78,6 +79,11 @@ def test_a_long_step_is_reported_with_where_it_was(caplog) -> None:  # type: ign
     held = [record.getMessage() for record in caplog.records if "was held" in record.getMessage()]
     assert any("of test_a_long_step_is_reported_with_where_it_was.main at " in line
                and "_holds_the_loop" in line for line in held), held
+    # and how much of it the loop thread ran on a CPU: a step that sleeps waited
+    shares = [re.search(r"on a CPU (\d+)% of its last ([\d.]+) s", line) for line in held
+              if "_holds_the_loop" in line]
+    assert shares and all(m is not None and int(m[1]) <= 20 and float(m[2]) > 0.05
+                          for m in shares), held
 
 
 def test_a_step_that_served_a_request_counts_as_that_request() -> None:
