@@ -63,7 +63,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--delay-lo-ms", type=int, default=5_000)
     ap.add_argument("--delay-hi-ms", type=int, default=60_000)
-    ap.add_argument("--profile", help="py-spy output file (speedscope json or .svg)")
+    ap.add_argument("--profile", help="py-spy output file (speedscope json, .svg, or .txt: collapsed stacks)")
     ap.add_argument("--broker-set", action="append", default=[], metavar="KEY=VALUE")
     args = ap.parse_args()
     n = args.records
@@ -88,7 +88,8 @@ def main() -> None:
                                                          args.delay_hi_ms, r)
                 spy = None
                 if args.profile:
-                    fmt = "flamegraph" if args.profile.endswith(".svg") else "speedscope"
+                    fmt = ("flamegraph" if args.profile.endswith(".svg") else
+                           "raw" if args.profile.endswith(".txt") else "speedscope")
                     spy = subprocess.Popen(
                         [str(Path(sys.executable).parent / "py-spy"), "record", "-p",
                          str(broker.pid), "-o", f"{args.profile}.{r}" if r else args.profile,
