@@ -28,8 +28,9 @@ service's batches) and this module makes it visible:
   called), at INFO, or WARNING over ``WARN_STEP_S`` (once per kind and minute
   each). The thread reads two attributes twenty times a second and walks a
   stack only during a step already over budget: steps within it cost nothing.
-  With the stack it reads the loop thread's CPU clock, and the report says
-  how much of the step after that the loop thread spent on a CPU: a step
+  At its first look at each step it reads the loop thread's CPU clock, and
+  the report of a long step says how much of it from then on the loop
+  thread spent on a CPU (all of it but the first ``WATCH_EVERY_S`` at most): a step
   that held the loop 150 ms on 20 % of a CPU waited — for the GIL, held by a
   worker thread, or for a core taken by other processes — and is not what its
   code costs.
@@ -132,10 +133,12 @@ class StepTimer(trio.abc.Instrument):
         self._warned: dict[str, float] = {}
         self._told: dict[str, float] = {}
         self._long_steps = long_steps
-        # the step a sample was taken of (its start), where the loop thread was, and
-        # when (wall clock, the loop thread's CPU clock) the sample was taken
-        self._where: tuple[float, str, float, float] = (0.0, "", 0.0, 0.0)
-        self._cpu_clock: int | None = None  # the loop thread's CPU clock (``sample``)
+        # the step a sample was taken of (its start) and where the loop thread was
+        self._where: tuple[float, str] = (0.0, "")
+        # the step the watch thread first saw under way (its start), and then the wall
+        # clock and the loop thread's CPU clock (``sample``)
+        self._seen: tuple[float, float, float] = (0.0, 0.0, 0.0)
+        self._cpu_clock: int | None = None
 
     def before_task_step(self, task: trio.lowlevel.Task) -> None:
         self._started = time.perf_counter()
@@ -151,12 +154,14 @@ class StepTimer(trio.abc.Instrument):
             if took > self.longest.get(kind, 0.0):
                 self.longest[kind] = took
             return
-        started, where, wall, cpu = self._where
+        started, where = self._where
         if started != self._started:
             where = ""
-        elif wall:  # how much of the step after the sample the loop thread ran on a CPU
+        seen, wall, cpu = self._seen
+        if where and seen == started and wall:  # the loop thread's CPU share since seen
             share = (time.thread_time() - cpu) / max(time.perf_counter() - wall, 1e-6)
-            where += f" (on a CPU {min(share, 1.0):.0%} of its last {took - (wall - started):.3f} s)"
+            where += (f" (on a CPU {min(share, 1.0):.0%} of its last "
+                      f"{took - (wall - started):.3f} s)")
         self._long(task_kind(task, self._names, self._started), took, where)
 
     def _long(self, kind: str, took: float, where: str = "") -> None:
@@ -179,15 +184,16 @@ class StepTimer(trio.abc.Instrument):
         """From the watch thread: if the step under way has run ``LONG_STEP_S``
         or more, note where the loop thread is (once per step)."""
         started = self._started
+        if started and self._seen[0] != started:  # the first look at this step
+            cpu = self._cpu_time(loop_thread)
+            if cpu is not None:
+                self._seen = (started, time.perf_counter(), cpu)
         if not started or time.perf_counter() - started < LONG_STEP_S or self._where[0] == started:
             return
         frame = sys._current_frames().get(loop_thread)
         if frame is None or self._started != started:
             return  # the step ended meanwhile
-        where = where_of(frame)
-        wall, cpu = time.perf_counter(), self._cpu_time(loop_thread)
-        if self._started == started:
-            self._where = (started, where, wall if cpu is not None else 0.0, cpu or 0.0)
+        self._where = (started, where_of(frame))
 
     def _cpu_time(self, loop_thread: int) -> float | None:
         """The loop thread's CPU time so far (None where the platform has no
