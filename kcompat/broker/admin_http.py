@@ -46,6 +46,7 @@ from prometheus_client.core import Metric
 from kcompat.broker.broker import Broker
 from kcompat.broker.configdef import ConfigError
 from kcompat.broker.loop_monitor import labelled
+from kcompat.broker.offload import run_cpu
 
 log = logging.getLogger("kcompat.admin")
 
@@ -87,7 +88,7 @@ async def exposition(registry: CollectorRegistry) -> bytes:
     collectors read state the loop changes), their text made in a worker
     thread from what was collected (a frozen copy: pure formatting)."""
     collected = _Collected(list(registry.collect()))
-    return await trio.to_thread.run_sync(generate_latest, collected)
+    return await run_cpu(generate_latest, collected)
 
 
 class _Collected:

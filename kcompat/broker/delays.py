@@ -97,6 +97,7 @@ from kcompat.broker.controller.internal_topics import partition_for
 from kcompat.broker.delay_batches import SCHEDULE_BATCH, below, schedule_batches
 from kcompat.broker.delay_pressure import Backpressure
 from kcompat.broker.lateness import BatchLateness
+from kcompat.broker.offload import run_cpu
 from kcompat.broker.replication.storage import now_ms
 from kcompat.ext.holes import Split
 from kcompat.ext.schedule import Pending, Target
@@ -246,7 +247,7 @@ class DelayService:
         partitions = {topic: self.state.topics[topic].partitions for topic in split.topics}
         build = partial(schedule_batches, topic, index, split, base_offset, partitions, now_ms())
         # a large split is built in a worker thread, the loop going on meanwhile
-        batches = (await trio.to_thread.run_sync(build) if len(split.moves) > SCHEDULE_BATCH
+        batches = (await run_cpu(build) if len(split.moves) > SCHEDULE_BATCH
                    else build())
         for batch in batches:  # in order: a cancellation follows what it cancels
             code, _offset = await self.calls.append(SCHEDULE_TOPIC, schedule_index, batch,
@@ -421,7 +422,7 @@ class DelayService:
             return
         at = group.applied
         capture = slog.capture(at)
-        batches, low = await trio.to_thread.run_sync(snapshot_batches, capture, now_ms())
+        batches, low = await run_cpu(snapshot_batches, capture, now_ms())
         for batch in batches:
             code, _offset = await self.calls.append_locally(SCHEDULE_TOPIC, index, batch,
                                                             WRITE_TIMEOUT_S)
@@ -443,7 +444,7 @@ class DelayService:
         meanwhile is left: the copy is ignored)."""
         slog = self._log(index)
         image = slog.schedule.export()
-        found = await trio.to_thread.run_sync(below, image, before)
+        found = await run_cpu(below, image, before)
         stored = self._records(index)
         for start in range(0, len(found), MOVE_BATCH):
             chunk = found[start:start + MOVE_BATCH]

@@ -39,8 +39,7 @@ from collections import OrderedDict
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-import trio
-
+from kcompat.broker.offload import run_cpu
 from kcompat.broker.views import (
     WORK_BYTES,
     WORK_RECORDS,
@@ -155,7 +154,7 @@ class ShareReads:
     async def warm(self, cold: list[ColdBatch]) -> None:
         """Read and look at the ``cold`` batches in a worker thread, into
         the caches (a batch no longer there as it was seen is left out)."""
-        done = await trio.to_thread.run_sync(lambda: [_look(*c) for c in cold])
+        done = await run_cpu(lambda: [_look(*c) for c in cold])
         for (topic, index, header, keyed, flt, _read), result in zip(cold, done, strict=True):
             if result is None:
                 continue

@@ -64,9 +64,9 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from typing import Any
 
-import trio
 from kio.schema.errors import ErrorCode
 
+from kcompat.broker.offload import run_cpu
 from kcompat.broker.topic_config import VIEW_FILTER, VIEW_KEYS, VIEW_OF
 from kcompat.ext import view_filter
 from kcompat.log import header_walk
@@ -278,7 +278,7 @@ class ViewReader:
         """Read and filter the ``cold`` batches in a worker thread, into the
         cache; a batch no longer there as it was seen (the log truncated,
         cleaned or deleted meanwhile) is left out."""
-        rebuilt = await trio.to_thread.run_sync(
+        rebuilt = await run_cpu(
             lambda: [_read_and_rebuild(key, flt, read) for key, flt, read in cold])
         for (key, _flt, _read), done in zip(cold, rebuilt, strict=True):
             if done is not None and key not in self._cache:

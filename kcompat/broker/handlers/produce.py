@@ -71,6 +71,7 @@ from kcompat.broker.context import RequestContext
 from kcompat.broker.handlers import _authz, _quota
 from kcompat.broker.handlers._common import ms_to_datetime
 from kcompat.broker.handlers._leader_hints import LeaderHints, topic_name
+from kcompat.broker.offload import run_cpu
 from kcompat.broker.partition import Partition
 from kcompat.broker.replication.disk_faults import StorageError
 from kcompat.broker.replication.group import Group, NotLeaderError
@@ -239,8 +240,8 @@ async def _split_ahead(ctx: RequestContext, named: list[tuple[str | None, Any]],
         for p in t.partition_data:
             if not _may_split(p.records, retry):
                 continue
-            found = await trio.to_thread.run_sync(split_ahead, p.records, meta.configs,
-                                                  ctx.state.broker_defaults, now)
+            found = await run_cpu(split_ahead, p.records, meta.configs,
+                                  ctx.state.broker_defaults, now)
             if found is not None:
                 out[id(p)] = found
     return out

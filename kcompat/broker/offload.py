@@ -1,0 +1,53 @@
+"""CPU-bound work taken off the event loop: to worker threads, a few at a time.
+
+Theory of operation
+-------------------
+Work that would hold the event loop for long — splitting a large produced
+batch of delayed records, building the schedule log's batches, encoding a
+snapshot, filtering a view's batch, formatting ``/metrics`` — runs in a
+worker thread (``run_cpu``), so the loop goes on serving meanwhile. But a
+worker thread running Python holds the GIL, and the loop thread gives the
+GIL up at each system call it makes (every send, receive, read and write)
+and must take it back: with one busy worker that costs it up to a switch
+interval (``server.GIL_SWITCH_INTERVAL_S``) per call, and with k busy
+workers about k of them, since a released GIL goes to any waiting thread.
+trio's default limit is 40 threads, so a burst of produce requests could
+put many splits beside the loop and starve it: a Raft round or a fetch
+that makes a hundred calls then waits a hundred times as long.
+
+So every CPU-bound trip takes a token of one process-wide limiter of
+``CPU_WORKERS``: however many requests ask at once, at most that many
+threads compete with the loop for the GIL; the others wait their turn
+without holding anything (the total work is the same — the GIL lets only
+one thread run Python at a time anyway). I/O-bound trips (fsyncs, log
+opens) keep their own limits and take no token: a thread blocked in the
+kernel does not hold the GIL.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TypeVar
+
+import trio
+from trio.lowlevel import RunVar
+
+T = TypeVar("T")
+
+CPU_WORKERS = 1  # worker threads running Python beside the loop, at most
+_LIMITER: RunVar[trio.CapacityLimiter] = RunVar("kcompat_cpu_limiter")
+
+
+def cpu_limiter() -> trio.CapacityLimiter:
+    """The limiter of this trio run's CPU-bound worker threads."""
+    try:
+        return _LIMITER.get()
+    except LookupError:
+        limiter = trio.CapacityLimiter(CPU_WORKERS)
+        _LIMITER.set(limiter)
+        return limiter
+
+
+async def run_cpu(fn: Callable[..., T], *args: object) -> T:
+    """``fn(*args)`` in a worker thread, holding a token of ``cpu_limiter``."""
+    return await trio.to_thread.run_sync(fn, *args, limiter=cpu_limiter())

@@ -1,0 +1,46 @@
+"""CPU-bound trips off the loop share one limiter: at most ``CPU_WORKERS``
+worker threads run Python beside the event loop however many ask at once."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import trio
+
+from kcompat.broker.offload import CPU_WORKERS, run_cpu
+
+
+def test_cpu_bound_trips_run_at_most_cpu_workers_at_once() -> None:
+    lock = threading.Lock()
+    running = [0]
+    most = [0]
+
+    def work(i: int) -> int:
+        with lock:
+            running[0] += 1
+            most[0] = max(most[0], running[0])
+        time.sleep(0.01)  # long enough for the others to have started, were they let
+        with lock:
+            running[0] -= 1
+        return i * i
+
+    results: dict[int, int] = {}
+
+    async def one(i: int) -> None:
+        results[i] = await run_cpu(work, i)
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            for i in range(6):
+                nursery.start_soon(one, i)
+
+    trio.run(main)
+    assert results == {i: i * i for i in range(6)}
+    assert most[0] == CPU_WORKERS == 1
+
+
+def test_each_trio_run_has_its_own_limiter() -> None:
+    """A limiter belongs to one trio run (a broker embedded twice, the tests)."""
+    for _ in range(2):
+        assert trio.run(run_cpu, sum, [1, 2, 3]) == 6
