@@ -27,7 +27,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from kcompat.broker import dedup_windows, dynamic_config, views
+from kcompat.broker import dedup_windows, dynamic_config, hole_reads, views
 from kcompat.broker.config import BrokerConfig
 from kcompat.broker.configdef import ConfigError
 from kcompat.broker.flusher import Flusher
@@ -124,6 +124,7 @@ class BrokerState:
         self.partitions: dict[tuple[str, int], Partition] = {}
         self._topic_ids: dict[uuid.UUID, str] = {}  # topic_by_id's map
         self.views = views.ViewReader()  # Fetch of filtered views
+        self.hole_reads = hole_reads.HoleReads()  # Fetch answers over record-less batches
         # how many brokers (voters) the cluster has, set by the replication runtime;
         # controller.admin.check_replication then requires the replicas' to be live
         self.voter_count = 1

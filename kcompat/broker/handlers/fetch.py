@@ -54,6 +54,13 @@ segment range and the connection sends it with ``sendfile``
 byte for byte what the copy would send. Nothing awaits between the read and
 the built answer, so the located ranges are still the log's.
 
+A partition answer never starts with batches that hold no record (delayed,
+retried or deduplicated records taken out) when a batch with records follows
+below the read's limit: it starts at that batch (``hole_reads``), as a log
+whose cleaner removed them would answer; a record-less tail is answered empty
+for a while, then as stored. librdkafka takes an answer without any record or
+control batch for a message too large to fetch (MSG_SIZE_TOO_LARGE).
+
 A filtered view (``views``) reads its source's partition and answers the
 batches with the non-matching records taken out (holes; offsets, watermarks
 and aborted transactions are the source's); the filtering one Fetch does is
@@ -230,9 +237,12 @@ def _read_all(ctx: RequestContext, request: Any, named: list[tuple[str | None, A
             if part is not None and code == OK and preferred == NO_REPLICA and (
                     total == 0 or remaining > 0):
                 upper = part.last_stable_offset if committed else part.high_watermark
+                limit = max(min(fp.partition_max_bytes, remaining), 1)
                 try:
-                    where = part.log.locate(fp.fetch_offset,
-                                            max(min(fp.partition_max_bytes, remaining), 1), upper)
+                    where = part.log.locate(fp.fetch_offset, limit, upper)
+                    if where is not None:  # record-less batches first: start past them
+                        where = ctx.state.hole_reads.lead(part.log, where, limit, upper,
+                                                          trio.current_time)
                 except OffsetOutOfRange:
                     where = None
                     # a follower reached through stale metadata, by a client that

@@ -180,6 +180,7 @@ def test_a_view_fetch_reads_only_batch_headers_on_the_loop(loop_work: dict[str, 
     from types import SimpleNamespace
 
     from kcompat.broker.handlers import fetch
+    from kcompat.broker.hole_reads import HoleReads
 
     part = _source([batch(n * 10_000, 10_000) for n in range(3)])
     source_bytes = part.log.size_bytes
@@ -187,7 +188,8 @@ def test_a_view_fetch_reads_only_batch_headers_on_the_loop(loop_work: dict[str, 
     reader = views.ViewReader()
     replicas = SimpleNamespace(partition=lambda _name, _index, _version: (part, 0, True))
     ctx = SimpleNamespace(broker=SimpleNamespace(read_replicas=replicas), version=12,
-                          state=SimpleNamespace(topics={"v": meta}, views=reader))
+                          state=SimpleNamespace(topics={"v": meta}, views=reader,
+                                                hole_reads=HoleReads()))
     asked = SimpleNamespace(partition=0, fetch_offset=0, partition_max_bytes=1 << 20,
                             current_leader_epoch=-1)
     named: list[Any] = [("v", SimpleNamespace(partitions=[asked]))]

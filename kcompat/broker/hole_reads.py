@@ -1,0 +1,152 @@
+"""Fetch answers over batches that hold no record: every client keeps moving.
+
+Theory of operation
+-------------------
+Delayed records, retried records and deduplicated copies are taken out of
+their produced batch, which is stored with holes (``ext.holes``): a batch
+whose records all went is stored holding none, with its offsets, producer id
+and sequence range. Apache Kafka's log holds such batches only after
+compaction (the cleaner keeps a producer's last batch, emptied), a few at a
+time; clients step over one by its last offset delta (the Java consumer's
+``batch.nextOffset()``, librdkafka's ``LastOffset + 1``, KAFKA-5443). Here they
+come in runs, and librdkafka takes a partition answer that gives it no
+message and no control batch — record-less batches only, or those followed
+by a batch cut at the size limit — for a message too large to fetch: it
+doubles its partition fetch size, up to 1 GiB, then reports
+MSG_SIZE_TOO_LARGE for every such answer (``rdkafka_msgset_reader.c``,
+``rd_kafka_msgset_reader_run``). An empty answer (no bytes) it passes over.
+
+So ``HoleReads.lead`` looks at where a partition's located answer starts:
+
+* The first batch holds records, or is a control batch: the answer stays as
+  located (one header read; zero-copy as before).
+* Otherwise the following headers are walked (fields read straight from
+  windows of ``WINDOW_BYTES``, no object per batch), at most
+  ``WALK_HEADERS`` of them, across segments, below the read's limit (high
+  watermark or last stable offset). The answer starts at the first batch
+  with records (or control batch), whole (at least that batch, else the
+  partition's byte limit): what Kafka answers from a log whose cleaner had
+  removed the empty batches — a gap in offsets, which every client steps
+  over (compacted topics have them).
+* Record-less batches up to the limit (the tail of a topic whose recent
+  records were all delayed): answered empty — the consumer stays where it is
+  and its long poll waits for news — until ``TAIL_HOLD_S`` after the first
+  read that found that run (keyed by the run's first offset; a delivery
+  usually lands after it meanwhile). Then the batches are answered as
+  stored, so every consumer's position gets past them (the Java consumer
+  and Spark expect reads up to the high watermark to end there); librdkafka
+  doubles its fetch size once for that, far from the ten doublings its
+  1 MiB default allows before it reports an error.
+* More than ``WALK_HEADERS`` record-less batches in a row: answered as stored
+  (the client passes them; at most one doubling per such run).
+
+Bounded work: the walk reads ``WALK_HEADERS`` headers at most per partition
+read (~2 ms); nothing is kept per batch, the tail notes are a few per log.
+"""
+
+from __future__ import annotations
+
+import struct
+import weakref
+from collections.abc import Callable
+
+from kcompat.log.partition_log import FileSlice, OffsetOutOfRange, PartitionLog
+from kcompat.wire.batch import ATTR_CONTROL, HEADER_SIZE, LOG_OVERHEAD
+
+#: record-less batches looked at, at most, past the start of one partition's answer
+WALK_HEADERS = 4096
+#: how long a run of record-less batches at the end of what may be read is held back
+TAIL_HOLD_S = 5.0
+WINDOW_BYTES = 64 << 10  # bytes read at once while walking (~1,000 empty batches)
+NOTES_MAX = 16  # tail runs remembered per log (one per reading position, roughly)
+_WHOLE = 1 << 62  # a byte limit no segment reaches: the located range to its end
+# of a batch header: base offset, batch length, attributes, last offset delta, records
+_FIELDS = struct.Struct(">qi9xhi30xi")
+assert _FIELDS.size == HEADER_SIZE
+
+
+def _moves(fields: tuple[int, ...]) -> bool:
+    """A batch a client reads something from: records, or a control batch."""
+    return bool(fields[4] or fields[2] & ATTR_CONTROL)
+
+
+class HoleReads:
+    """Where each partition answer of a Fetch starts (module docstring)."""
+
+    def __init__(self) -> None:
+        # per log: first offset of a record-less tail run -> when it was first read
+        self._notes: weakref.WeakKeyDictionary[PartitionLog, dict[int, float]] = (
+            weakref.WeakKeyDictionary())
+        self.held = 0  # answers held back at a record-less tail
+        self.skipped_batches = 0  # record-less batches an answer started past
+
+    def lead(self, log: PartitionLog, where: FileSlice, max_bytes: int, upper: int,
+             clock: Callable[[], float]) -> FileSlice | None:
+        """The range to answer instead of ``where`` (located below ``upper``
+        with ``max_bytes``), or None for an empty answer; ``clock`` (seconds)
+        is read only at a record-less tail."""
+        try:
+            head = where.file.pread(HEADER_SIZE, where.position)
+        except OSError:
+            return where
+        if len(head) < HEADER_SIZE:
+            return where
+        first = _FIELDS.unpack_from(head)
+        if _moves(first):
+            return where  # the common path: one header read
+        start = offset = first[0]
+        walked = 0
+        while walked < WALK_HEADERS:
+            try:
+                span = log.locate(offset, _WHOLE, upper)
+            except (OSError, OffsetOutOfRange):
+                return where
+            if span is None:
+                return self._tail(log, where, start, clock())
+            found, offset, walked = _walk(span, offset, walked)
+            if found is not None:
+                self.skipped_batches += walked
+                position, size = found
+                end = span.position + span.length
+                return FileSlice(span.file, position, min(end - position, max(max_bytes, size)))
+        return where  # a longer run: answered as stored, the client passes it
+
+    def _tail(self, log: PartitionLog, where: FileSlice, start: int,
+              now_s: float) -> FileSlice | None:
+        notes = self._notes.setdefault(log, {})
+        seen = notes.get(start)
+        if seen is None:
+            notes[start] = now_s
+            while len(notes) > NOTES_MAX:
+                del notes[next(iter(notes))]
+        elif now_s - seen >= TAIL_HOLD_S:
+            del notes[start]
+            return where
+        self.held += 1
+        return None
+
+
+def _walk(span: FileSlice, offset: int,
+          walked: int) -> tuple[tuple[int, int] | None, int, int]:
+    """Walk ``span`` (whole batches) from its start: ((position, size) of the
+    first batch a client reads something from, or None), the offset after the
+    record-less batches passed, the count walked so far."""
+    position, end = span.position, span.position + span.length
+    unpack = _FIELDS.unpack_from
+    while end - position >= HEADER_SIZE and walked < WALK_HEADERS:
+        buf = span.file.pread(min(WINDOW_BYTES, end - position), position)
+        at = 0
+        while len(buf) - at >= HEADER_SIZE and walked < WALK_HEADERS:
+            fields = unpack(buf, at)
+            size = fields[1] + LOG_OVERHEAD
+            if size < HEADER_SIZE:
+                return None, offset, WALK_HEADERS  # not a batch: stop walking
+            if _moves(fields):
+                return (position + at, size), offset, walked
+            offset = fields[0] + fields[3] + 1
+            walked += 1
+            at += size
+        if at == 0:
+            return None, offset, WALK_HEADERS  # shorter than the range: truncated meanwhile
+        position += at
+    return None, offset, walked

@@ -1,0 +1,54 @@
+"""librdkafka reading a topic whose recent records are all delayed sees no
+error event: Fetch answers never give it record-less batches only
+(``kcompat.broker.hole_reads``). Before, each such answer doubled the
+consumer's partition fetch size and, from the eleventh, it reported
+MSG_SIZE_TOO_LARGE ("Message at offset N might be too large to fetch"), as the
+1M delayed soak showed (76 on the delayed topic's consumer)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from confluent_kafka import Producer
+
+from compat_tests._broker import REPO_ROOT, Broker, unique_topic
+from compat_tests.confluent._helpers import create_topic
+
+BATCHES = 24  # each one delayed record: a batch stored holding no record
+DELAY_MS = 8_000  # all of them delivered after the last was produced
+
+
+def test_librdkafka_reads_a_tail_of_hole_batches_without_an_error(
+        broker: Broker, tmp_path: Path) -> None:
+    topic = unique_topic("holes")
+    create_topic(broker.bootstrap, topic, partitions=1)
+    out = str(tmp_path / "reader.json")
+    want = BATCHES + 1
+    reader = subprocess.Popen(
+        [sys.executable, "-m", "tests.integration._hole_reader", broker.bootstrap, topic,
+         str(want), out, "60"], cwd=str(REPO_ROOT))
+    try:
+        deadline = time.monotonic() + 30
+        while not Path(out + ".ready").exists():
+            assert reader.poll() is None and time.monotonic() < deadline, "reader never fetched"
+            time.sleep(0.05)
+        time.sleep(0.5)  # at the log end, long-polling
+        p = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 0, "log_level": 0})
+        for i in range(BATCHES):  # each read at the tail as a batch without records
+            p.produce(topic, b"delayed-%d" % i, partition=0,
+                      headers=[("kc-delay-ms", b"%d" % DELAY_MS)])
+            p.flush(10)
+            time.sleep(0.1)
+        p.produce(topic, b"plain", partition=0)
+        assert p.flush(10) == 0
+        assert reader.wait(90) == 0
+    finally:
+        if reader.poll() is None:
+            reader.kill()
+    got = json.loads(Path(out).read_text())
+    assert got["errors"] == [], f"{len(got['errors'])} error events: {got['errors'][:3]}"
+    assert sorted(got["values"]) == sorted(["plain"] + [f"delayed-{i}" for i in range(BATCHES)])
