@@ -20,7 +20,7 @@ def test_cpu_bound_trips_run_at_most_cpu_workers_at_once() -> None:
         with lock:
             running[0] += 1
             most[0] = max(most[0], running[0])
-        time.sleep(0.01)  # long enough for the others to have started, were they let
+        time.sleep(0.05)  # long enough for the others to have started, were they let
         with lock:
             running[0] -= 1
         return i * i
@@ -37,7 +37,7 @@ def test_cpu_bound_trips_run_at_most_cpu_workers_at_once() -> None:
 
     trio.run(main)
     assert results == {i: i * i for i in range(6)}
-    assert most[0] == CPU_WORKERS == 2
+    assert 1 <= most[0] <= CPU_WORKERS == 2  # trio's default would let all six run
 
 
 def test_each_trio_run_has_its_own_limiter() -> None:
