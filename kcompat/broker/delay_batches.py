@@ -17,8 +17,9 @@ from collections.abc import Sequence
 
 from kcompat.ext.delay import SCHEDULED_OFFSET
 from kcompat.ext.holes import Move, Split
-from kcompat.ext.schedule import CELLS, Pending, ScheduleImage, Target, image_cells
+from kcompat.ext.schedule import CELLS, Pending, ScheduleImage, Target
 from kcompat.ext.schedule_adds import AddParts, adds_batch_of, delayed_records, encode_adds
+from kcompat.ext.schedule_image import image_cells
 from kcompat.wire import batch as wbatch
 from kcompat.wire.records import encode_headers, record_tail
 

@@ -65,6 +65,14 @@ with live ones still counts in its block, so the answer is a lower bound: at
 most ``SLOT_MS`` below the true earliest (both lie in that slot). A small
 first slot (``PROMOTE_CHUNK`` entries at most) is promoted whole to answer.
 
+A restart fills the far form in bulk, a slot's run at a time: ``load``
+takes a snapshot's cells (ordered by slot, then entry: ``schedule_image``)
+as array slices, each slot's run found by binary search on the due column,
+and ``add_run`` appends a batch of records due in one slot (one delay) by
+slices too — C speed, Python work per slot, per ``BLOCK`` and per schedule
+id, not per entry (a batch spread over many slots is grouped an entry at a
+time).
+
 Pure and deterministic: no clock, no I/O.
 """
 
@@ -72,21 +80,25 @@ from __future__ import annotations
 
 import heapq
 from array import array
+from bisect import bisect_left
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
+# the far form's layout lives in ``schedule_cells``; callers find it here too
+from kcompat.ext.schedule_cells import CELLS as CELLS
+from kcompat.ext.schedule_cells import SLOT_MS as SLOT_MS
+from kcompat.ext.schedule_cells import run_cells, slot_runs
+
 Target = tuple[str, int]  # topic, partition
 # a promoted entry: ``Pending``'s fields in order, a plain tuple
 Row = tuple[int, int, "str | None", "Target | None", int, int]
-SLOT_MS = 10_000
 PROMOTE_CHUNK = 2_000  # entries promoted per call at most (a part of a turn: ~2.5 ms)
 # a slot is promoted from this long before it begins: in log order, so all of it
 # must be by then (its earliest records may be among its last); the near form
 # costs little (rows the garbage collector does not track)
 PROMOTE_AHEAD_MS = 8_000
-CELLS = 5  # int64 per far entry: due, entry, offset, target id, where
 # a far slot keeps the least due time of each run of this many entries (in log order):
 # what is left of a slot partly promoted is known by ~BLOCK + entries / BLOCK compares
 BLOCK = 1_024
@@ -202,54 +214,41 @@ class Schedule:
         """``add`` of the consecutive entries from ``first_entry`` (the i-th:
         ``dues[i]``, ``offsets[i]``, ``wheres[i]``, schedule id ``ids.get(i)``)
         of one ``target``, as many calls of ``add`` would; how many were added.
-        Far entries are appended a slot at a time, their cells interleaved by
-        array slices (C speed)."""
+        Far entries are appended a slot at a time (``slot_runs``), their
+        cells interleaved by array slices: when they share a slot, as a
+        batch of records with one delay does, no Python step per entry."""
         n = len(dues)
         if first_entry <= self._last:  # a replay, in part at least
             return sum(self.add(first_entry + i, due, ids.get(i), target, offsets[i],
                                 wheres[i]) for i, due in enumerate(dues))
         if not n:
             return 0
-        tid = self._target_ids.get(target)
-        if tid is None:
-            tid = self._target_ids[target] = len(self._targets)
-            self._targets.append(target)
-        by_slot: dict[int, list[int]] = {}
-        for i, due_ms in enumerate(dues):
-            found = by_slot.get(due_ms // SLOT_MS)
-            if found is None:
-                by_slot[due_ms // SLOT_MS] = [i]
-            else:
-                found.append(i)
+        tid = self._tid(target)
         self._last = first_entry + n - 1
         self._count += n
         for i, schedule_id in ids.items():  # in entry order, as ``add`` keeps them
             self._by_id.setdefault((target, schedule_id), OrderedDict())[first_entry + i] = (
                 dues[i] // SLOT_MS)
-        for slot, rows in by_slot.items():
+        for slot, rows in slot_runs(dues):
             if slot <= self._promoted_until:
                 for i in rows:
                     self._to_near((first_entry + i, dues[i], ids.get(i), target,
                                    offsets[i], wheres[i]))
             else:
-                self._add_far(slot, first_entry, rows, dues, offsets, wheres, tid)
-                for i in rows:
-                    if i in ids:
-                        self._far_ids[first_entry + i] = ids[i]
+                self._extend_far(slot, run_cells(first_entry, rows, dues, offsets, wheres,
+                                                  tid))
+        for i, schedule_id in ids.items():
+            if dues[i] // SLOT_MS > self._promoted_until:
+                self._far_ids[first_entry + i] = schedule_id
         return n
 
-    def _add_far(self, slot: int, first_entry: int, rows: list[int], dues: Sequence[int],
-                 offsets: Sequence[int], wheres: Sequence[int], tid: int) -> None:
-        """Append the far entries ``first_entry + i`` for ``i`` in ``rows`` to ``slot``."""
-        k = len(rows)
-        block = array("q", bytes(8 * CELLS * k))
-        slot_dues = array("q", [dues[i] for i in rows])
-        block[0::CELLS] = slot_dues
-        block[1::CELLS] = array("q", [first_entry + i for i in rows])
-        block[2::CELLS] = array("q", [offsets[i] for i in rows])
-        block[3::CELLS] = array("q", [tid]) * k
-        block[4::CELLS] = array("q", [wheres[i] for i in rows])
-        least = min(slot_dues)
+    def _extend_far(self, slot: int, block: array[int], least: int | None = None) -> None:
+        """Append the cells ``block`` (entries of ``slot`` after those it
+        holds, in log order; an array this schedule may keep; ``least``: their
+        least due time, if known) to far ``slot``, made if new: its least due
+        time and blocks kept (C speed)."""
+        if least is None:
+            least = min(block[0::CELLS])
         cells = self._far.get(slot)
         if cells is None:
             cells = self._far[slot] = block
@@ -259,7 +258,14 @@ class Schedule:
             cells.extend(block)
             if least < self._far_min[slot]:
                 self._far_min[slot] = least
-        self._note_blocks(slot, cells, len(cells) // CELLS - k)
+        first, n = (len(cells) - len(block)) // CELLS, len(cells) // CELLS
+        b, blocks = first // BLOCK, self._far_blocks[slot]
+        if b < (n - 1) // BLOCK:  # over a block's end
+            self._note_blocks(slot, cells, first)
+        elif b < len(blocks):  # within the last block
+            blocks[b] = min(blocks[b], least)
+        else:  # the first entries of a block
+            blocks.append(least)
 
     def _note_blocks(self, slot: int, cells: array[int], first: int) -> None:
         """Entries ``first`` and on were appended to far ``slot``: their blocks'
@@ -589,17 +595,37 @@ class Schedule:
     def load(self, cells: array[int], ids: dict[int, str],
              targets: list[Target | None]) -> None:
         """Add snapshot entries (``image_cells`` order: by slot, then entry;
-        a target id indexes ``targets``) without replay checks."""
+        a target id indexes ``targets``) without replay checks: a slot's run
+        of cells at a time, found by binary search on the due column (slots
+        ascend) and appended as an array slice — C speed; Python work per
+        entry only for one with a schedule id, and target ids are remapped
+        (``map``) only when this schedule numbers the targets otherwise."""
+        if len(cells) % CELLS:
+            raise ValueError(f"{len(cells)} snapshot cells: not whole entries")
         local = [self._tid(target) for target in targets]
-        for i in range(0, len(cells), CELLS):
-            due_ms, entry, offset, tid, where = cells[i:i + CELLS]
-            self._far_slot(due_ms).extend((due_ms, entry, offset, local[tid], where))
-            schedule_id = ids.get(entry)
-            if schedule_id is not None:
-                self._far_ids[entry] = schedule_id
-                self._by_id.setdefault((targets[tid], schedule_id), OrderedDict())[entry] = (
-                    due_ms // SLOT_MS)
-            self._count += 1
+        if local != list(range(len(local))):
+            cells = array("q", cells)
+            cells[3::CELLS] = array("q", list(map(local.__getitem__, cells[3::CELLS])))
+        dues = cells[0::CELLS]
+        n, start = len(dues), 0
+        while start < n:
+            slot = dues[start] // SLOT_MS
+            end = max(bisect_left(dues, (slot + 1) * SLOT_MS, start), start + 1)
+            run = dues[start:end]
+            least = min(run)
+            if not slot * SLOT_MS <= least <= max(run) < (slot + 1) * SLOT_MS:
+                end, least = start + 1, dues[start]  # not ordered by slot: one at a time
+            self._extend_far(slot, cells[start * CELLS:end * CELLS], least)
+            start = end
+        self._count += n
+        if ids:
+            at = dict(zip(cells[1::CELLS], range(n), strict=True))
+            for entry, schedule_id in ids.items():
+                i = at.get(entry)
+                if i is not None:
+                    self._far_ids[entry] = schedule_id
+                    key = (self._targets[cells[i * CELLS + 3]], schedule_id)
+                    self._by_id.setdefault(key, OrderedDict())[entry] = dues[i] // SLOT_MS
 
     def loaded(self, last: int) -> None:
         """Snapshot entries are all loaded: a schedule id names its entries in
@@ -630,37 +656,3 @@ class ScheduleImage:
     far_ids: dict[int, str]
     cancelled: set[int]
     targets: list[Target | None]
-
-
-def image_cells(image: ScheduleImage) -> tuple[array[int], dict[int, str]]:
-    """Every pending entry of ``image`` as far cells ordered by slot, then
-    entry (how ``Schedule.load`` keeps each slot searchable), with target
-    ids into ``image.targets``, and the schedule ids. Pure: a worker thread
-    runs it."""
-    tids = {t: i for i, t in enumerate(image.targets)}
-    targets = image.targets
-    by_slot: dict[int, list[tuple[int, ...]]] = {}
-    for pending in map(Pending._make, image.near):
-        tid = tids.get(pending.target)
-        if tid is None:
-            tid = tids[pending.target] = len(targets)
-            targets.append(pending.target)
-        by_slot.setdefault(pending.due_ms // SLOT_MS, []).append(
-            (pending.due_ms, pending.entry, pending.offset, tid, pending.where))
-    ids = dict(image.far_ids)
-    ids.update((p[0], p[2]) for p in image.near if p[2] is not None)
-    far = dict(image.far)
-    out = array("q")
-    for slot in sorted({*far, *by_slot}):
-        cells = far.get(slot, array("q"))
-        if slot not in by_slot and image.cancelled.isdisjoint(cells[1::CELLS]):
-            out.extend(cells)  # in entry order already
-            continue
-        rows = [tuple(cells[i:i + CELLS]) for i in range(0, len(cells), CELLS)
-                if cells[i + 1] not in image.cancelled]
-        rows += by_slot.get(slot, [])
-        rows.sort(key=lambda r: r[1])
-        for row in rows:
-            out.extend(row)
-    return out, {e: i for e, i in ids.items() if e not in image.cancelled}
-

@@ -82,9 +82,10 @@ import base64
 import json
 import sys
 from array import array
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from operator import or_
 from typing import Any
 
 from kcompat.ext.schedule import (
@@ -94,10 +95,10 @@ from kcompat.ext.schedule import (
     Schedule,
     ScheduleImage,
     Target,
-    image_cells,
     locate,
 )
 from kcompat.ext.schedule_adds import OP_HEADER, is_adds, parse_adds
+from kcompat.ext.schedule_image import image_cells
 
 # StoredRecords, delivered_form and take_within (the delivery side of this
 # log) live in ``schedule_stored``; callers found them here
@@ -372,9 +373,9 @@ class ScheduleLog:
         seen = self._holes_seen(source, doc.get("src"))
         if where == -1:
             wheres: Sequence[int] = [-1] * n
-        else:  # the i-th record: entry offset + 1 + i, in the op's batch
+        else:  # the i-th record: entry offset + 1 + i, in the op's batch (C speed)
             first = offset + 1 - (offset - (where >> 32))
-            wheres = [(first + i) << 32 | position for i, position in enumerate(positions)]
+            wheres = list(map(or_, range(first << 32, (first + n) << 32, 1 << 32), positions))
         if target_of is None and (seen is None or seen.isdisjoint(holes)):
             if seen is not None:
                 seen.update(holes)
@@ -629,10 +630,10 @@ class _Staging:
                                          for t in value["targets"]]
         ids = {int(e): str(i) for e, i in value["ids"]}
         self.schedule.load(cells, ids, targets)
-        for tid in cells[3::CELLS]:
+        for tid, count in Counter(cells[3::CELLS]).items():  # counted at C speed
             target = targets[tid]
             if target is not None:
-                self.pending[target] = self.pending.get(target, 0) + 1
+                self.pending[target] = self.pending.get(target, 0) + count
 
     def build(self) -> ScheduleLog:
         meta = self.meta
