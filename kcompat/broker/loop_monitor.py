@@ -35,6 +35,12 @@ service's batches) and this module makes it visible:
   worker thread, or for a core taken by other processes — and is not what its
   code costs.
 
+* ``kcompat_gc_pause_seconds{generation}`` (histogram): each collection of
+  the garbage collector, whichever thread it ran in — it holds the GIL, so
+  the loop waits it out. A long step found at an allocation, not at its own
+  work, is most often one of these (``server``: why the broker freezes what
+  it starts with).
+
 The step timing is a trio ``Instrument``: two clock reads per task step, and
 the kind of a task looked up only for a step of 1 ms or more
 (``SHORT_STEP_S``; the gauge lists the kinds that ever took that long). Pure
@@ -43,6 +49,7 @@ observation: nothing here changes the order in which tasks run.
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 import sys
@@ -240,12 +247,18 @@ class LoopMonitor:
                              ["task"], registry=registry)
         self.steps = StepTimer(long_steps)
         self.lag_max_s = 0.0
+        self.gc_pauses = Histogram("kcompat_gc_pause", "How long each collection of the garbage "
+                                   "collector held the GIL, per generation",
+                                   ["generation"], unit="seconds", buckets=LAG_BUCKETS_S,
+                                   registry=registry)
+        self._gc_started = 0.0
         if registry is not None:
             registry.register(_LongestSteps(self.steps))
 
     async def run(self) -> None:
         """Probe the lag; time the steps of every task while it runs."""
         trio.lowlevel.add_instrument(self.steps)
+        gc.callbacks.append(self._gc_pause)
         stop = threading.Event()
         watch = threading.Thread(target=_watch, args=(self.steps, threading.get_ident(), stop),
                                  name="kcompat-loop-watch", daemon=True)
@@ -259,7 +272,17 @@ class LoopMonitor:
                 self.lag_max_s = max(self.lag_max_s, lag)
         finally:
             stop.set()
+            gc.callbacks.remove(self._gc_pause)
             trio.lowlevel.remove_instrument(self.steps)
+
+    def _gc_pause(self, phase: str, info: dict[str, int]) -> None:
+        """A ``gc.callbacks`` hook: the time from a collection's start to its stop."""
+        if phase == "start":
+            self._gc_started = time.perf_counter()
+        elif self._gc_started:
+            self.gc_pauses.labels(str(info["generation"])).observe(
+                time.perf_counter() - self._gc_started)
+            self._gc_started = 0.0
 
 
 def _watch(steps: StepTimer, loop_thread: int, stop: threading.Event) -> None:
@@ -281,3 +304,6 @@ class _LongestSteps(Collector):
         for kind, took in sorted(self.steps.longest.items()):
             gauge.add_metric((kind,), took)
         yield gauge
+        yield GaugeMetricFamily("kcompat_gc_frozen_objects", "Objects moved to the garbage "
+                                "collector's permanent generation at start (never walked)",
+                                value=gc.get_freeze_count())

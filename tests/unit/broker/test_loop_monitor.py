@@ -4,6 +4,7 @@ that long, and a timer due during it fired at least 150 ms late)."""
 
 from __future__ import annotations
 
+import gc
 import logging
 import re
 import time
@@ -112,3 +113,41 @@ def test_a_step_that_served_a_request_counts_as_that_request() -> None:
     assert longest["Produce request"] >= 0.06
     own = longest["test_a_step_that_served_a_request_counts_as_that_request.main"]
     assert 0.002 <= own < 0.06
+
+
+def test_garbage_collections_are_timed_per_generation() -> None:
+    """A collection holds the GIL, whichever thread runs it: each is observed."""
+    registry = CollectorRegistry()
+    monitor = LoopMonitor(registry)
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(monitor.run)
+            await trio.sleep(0.01)
+            gc.collect()  # a full one, from a task
+            await trio.to_thread.run_sync(gc.collect, 0)  # a young one, from a worker
+            nursery.cancel_scope.cancel()
+
+    trio.run(main)
+    text = generate_latest(registry).decode()
+    counts = dict(re.findall(r'kcompat_gc_pause_seconds_count\{generation="(\d)"\} ([\d.]+)', text))
+    assert float(counts.get("2", 0)) >= 1 and float(counts.get("0", 0)) >= 1, counts
+    assert monitor._gc_pause not in gc.callbacks  # removed with the monitor
+
+
+def test_the_broker_freezes_what_it_starts_with_once_the_codec_is_warm() -> None:
+    """After the warm-up the objects of the start (modules, schemas) sit in the
+    collector's permanent generation, which full collections do not walk."""
+    from kcompat.broker import server
+
+    gc.unfreeze()
+    try:
+        assert gc.get_freeze_count() == 0
+        trio.run(server._warm_codec)
+        frozen = gc.get_freeze_count()
+        assert frozen > 10_000
+        registry = CollectorRegistry()
+        LoopMonitor(registry)
+        assert f"kcompat_gc_frozen_objects {float(frozen)}" in generate_latest(registry).decode()
+    finally:
+        gc.unfreeze()
