@@ -246,41 +246,33 @@ class Schedule:
         """Append the cells ``block`` (entries of ``slot`` after those it
         holds, in log order; an array this schedule may keep; ``least``: their
         least due time, if known) to far ``slot``, made if new: its least due
-        time and blocks kept (C speed)."""
-        if least is None:
-            least = min(block[0::CELLS])
+        time and its blocks' kept — one pass over the new due times at most
+        (array slices: C speed)."""
         cells = self._far.get(slot)
-        if cells is None:
-            cells = self._far[slot] = block
-            self._far_min[slot], self._far_blocks[slot] = least, array("q")
-            heapq.heappush(self._slots, slot)
-        else:
-            cells.extend(block)
-            if least < self._far_min[slot]:
-                self._far_min[slot] = least
-        first, n = (len(cells) - len(block)) // CELLS, len(cells) // CELLS
-        b, blocks = first // BLOCK, self._far_blocks[slot]
-        if b < (n - 1) // BLOCK:  # over a block's end
-            self._note_blocks(slot, cells, first)
-        elif b < len(blocks):  # within the last block
-            blocks[b] = min(blocks[b], least)
-        else:  # the first entries of a block
-            blocks.append(least)
-
-    def _note_blocks(self, slot: int, cells: array[int], first: int) -> None:
-        """Entries ``first`` and on were appended to far ``slot``: their blocks'
-        least due times (array slices: C speed)."""
-        blocks = self._far_blocks[slot]
-        n = len(cells) // CELLS
+        first = 0 if cells is None else len(cells) // CELLS
+        end = first + len(block) // CELLS
         b = first // BLOCK
-        while b * BLOCK < n:
-            start, end = max(b * BLOCK, first), min((b + 1) * BLOCK, n)
-            least = min(cells[start * CELLS:end * CELLS:CELLS])
-            if b < len(blocks):
-                blocks[b] = min(blocks[b], least)
-            else:
-                blocks.append(least)
-            b += 1
+        if b == (end - 1) // BLOCK:  # within one block
+            least = min(block[0::CELLS]) if least is None else least
+            mins = [least]
+        else:  # the least of the new entries in each block they reach
+            mins = [min(block[(max(at, first) - first) * CELLS:
+                              (min(at + BLOCK, end) - first) * CELLS:CELLS])
+                    for at in range(b * BLOCK, end, BLOCK)]
+            least = min(mins)
+        if cells is None:
+            self._far[slot], self._far_min[slot] = block, least
+            self._far_blocks[slot] = array("q", mins)
+            heapq.heappush(self._slots, slot)
+            return
+        cells.extend(block)
+        if least < self._far_min[slot]:
+            self._far_min[slot] = least
+        blocks = self._far_blocks[slot]
+        if b < len(blocks):  # the last block goes on
+            blocks[b] = min(blocks[b], mins[0])
+            mins = mins[1:]
+        blocks.extend(mins)
 
     def _rest_min(self, slot: int) -> int:
         """The least due time of the entries of far ``slot`` not promoted yet
