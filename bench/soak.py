@@ -109,6 +109,7 @@ CONTROL_PROBES = ("metadata", "create_topics", "group_join")
 SCRAPE_EVERY_S = 3.0
 SCHED_PREFIX = "__kc_schedule-"
 LAG_METRIC = "kcompat_event_loop_lag_seconds"
+GC_METRIC = "kcompat_gc_pause_seconds"
 PENDING_METRIC = "kcompat_delayed_records_pending"
 #: what the scraper keeps: the lag histogram, pending records, any loop / task step metric
 BACKPRESSURE_PREFIX = "kcompat_backpressure_"  # lag per source and key, throttle per source
@@ -1326,6 +1327,19 @@ def pressure_summary(maxima: dict[str, float]) -> str:
     return out
 
 
+def gc_summary(maxima: dict[str, float]) -> str:
+    """The garbage collector's pauses per generation (``kcompat_gc_pause_seconds``:
+    count and mean, from the maxima scraped — the longer of the broker's runs
+    around the kill); empty if not exported."""
+    parts = []
+    for gen in ("0", "1", "2"):
+        count = maxima.get(f'{GC_METRIC}_count{{generation="{gen}"}}')
+        total = maxima.get(f'{GC_METRIC}_sum{{generation="{gen}"}}')
+        if count:
+            parts.append(f"gen {gen} {count:,.0f} x {1000 * (total or 0.0) / count:.1f} ms")
+    return "; gc pauses (count x mean): " + ", ".join(parts) if parts else ""
+
+
 def lag_summary(scrapes: list[dict[str, Any]]) -> list[str]:
     """Per node: the loop-lag histogram's count over the run (counter resets at the
     restart handled), its p99 bucket bound, the samples above 50 ms; pending max."""
@@ -1371,9 +1385,10 @@ def lag_summary(scrapes: list[dict[str, Any]]) -> list[str]:
             line += "; longest single step: " + ", ".join(
                 f"{fmt_s(v)} ({task_of(k)})" for v, k in longest[:4])
         line += pressure_summary(others)
+        line += gc_summary(others)
         rest = {k: v for k, v in others.items() if "_created" not in k
                 and not k.startswith(("kcompat_event_loop_longest_step_seconds",
-                                      BACKPRESSURE_PREFIX, LATENESS_METRIC))}
+                                      BACKPRESSURE_PREFIX, LATENESS_METRIC, GC_METRIC))}
         for k, v in sorted(rest.items())[:6]:
             line += f"; {k} max {v:g}"
         lines.append(line)
