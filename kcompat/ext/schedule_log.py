@@ -85,7 +85,8 @@ from array import array
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from operator import or_
+from itertools import repeat
+from operator import or_, rshift, sub
 from typing import Any
 
 from kcompat.ext.schedule import (
@@ -588,9 +589,12 @@ def snapshot_batches(capture: Capture, now_ms: int) -> tuple[list[bytes], int]:
     chunks = [cells[i:i + per] for i in range(0, len(cells), per)]
     count = 1 + len(chunks)
     low = capture.low
-    for i in range(1, len(cells), CELLS):
-        where = cells[i + 3]
-        low = min(low, cells[i] if where == -1 else cells[i] - (where >> 32))
+    entries, wheres = cells[1::CELLS], cells[4::CELLS]
+    if -1 not in wheres:  # each record's batch: its entry less the distance to it (C speed)
+        low = min(low, min(map(sub, entries, map(rshift, wheres, repeat(32))), default=low))
+    else:  # some not located (an older broker's records): their entry
+        for entry, where in zip(entries, wheres, strict=True):
+            low = min(low, entry if where == -1 else entry - (where >> 32))
 
     def record(n: int, key: bytes | None, value: dict[str, Any]) -> bytes:
         doc = {"op": "snap", "a": capture.at, "n": n, "of": count}
@@ -600,7 +604,7 @@ def snapshot_batches(capture: Capture, now_ms: int) -> tuple[list[bytes], int]:
     out = [record(0, None, capture.meta)]
     for n, chunk in enumerate(chunks, 1):
         entries = chunk[1::CELLS]
-        chunk_ids = [[e, ids[e]] for e in entries if e in ids]
+        chunk_ids = [[e, ids[e]] for e in entries if e in ids] if ids else []
         out.append(record(n, _little(chunk).tobytes(), {"ids": chunk_ids, "targets": targets}))
     return out, low
 
