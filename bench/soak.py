@@ -115,7 +115,8 @@ PENDING_METRIC = "kcompat_delayed_records_pending"
 BACKPRESSURE_PREFIX = "kcompat_backpressure_"  # lag per source and key, throttle per source
 LATENESS_METRIC = "kcompat_delayed_delivery_lateness_seconds"
 KEEP_METRICS = ("kcompat_event_loop", "kcompat_loop", "kcompat_task", PENDING_METRIC,
-                BACKPRESSURE_PREFIX, LATENESS_METRIC + "_sum", LATENESS_METRIC + "_count")
+                BACKPRESSURE_PREFIX, LATENESS_METRIC + "_sum", LATENESS_METRIC + "_count",
+                GC_METRIC + "_sum", GC_METRIC + "_count")
 CLIENT_QUIET = {"log_level": 0, "reconnect.backoff.ms": 50, "reconnect.backoff.max.ms": 500}
 
 
