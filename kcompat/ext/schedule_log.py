@@ -377,7 +377,7 @@ class ScheduleLog:
         else:  # the i-th record: entry offset + 1 + i, in the op's batch (C speed)
             first = offset + 1 - (offset - (where >> 32))
             wheres = list(map(or_, range(first << 32, (first + n) << 32, 1 << 32), positions))
-        if target_of is None and (seen is None or seen.isdisjoint(holes)):
+        if target_of is None and (not seen or seen.isdisjoint(holes)):  # a new batch: empty
             if seen is not None:
                 seen.update(holes)
             self._count(source, self.schedule.add_run(offset + 1, dues, source, holes, wheres,
