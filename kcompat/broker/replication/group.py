@@ -23,8 +23,7 @@ A replay is cut into turns: ``feed`` applies batches for at most
 drives: there a budget never runs out, and a seed replays exactly whatever
 the machine's speed) and says whether it is done; the driver feeds the rest
 after the other tasks of the loop had their turn (DESIGN §1.8: a restart
-with a long internal log must not starve heartbeats and votes), the
-shortest replays first (``left``). A machine
+with a long internal log must not starve heartbeats and votes). A machine
 whose ``apply`` raises is a bug in that machine: its group goes offline —
 no longer ``serving``, so its coordinator or service answers as a broker
 that does not host it, with one error line naming the partition, the
@@ -110,13 +109,6 @@ class Group:
     @property
     def index(self) -> int:
         return self.part.index if self.part is not None else 0
-
-    @property
-    def left(self) -> int:
-        """Committed offsets its machine has not been fed yet (how long its
-        replay still is, about)."""
-        plog = self.storage.plog
-        return min(self.hw, plog.log_end_offset) - max(self.applied, plog.log_start_offset)
 
     def notify(self) -> None:
         self.changed.set()

@@ -34,11 +34,6 @@ round (``FEED_BUDGET_S``); a replay longer than that goes on in later turns of
 the driver (``_feeding``), each after a checkpoint, so a restart with a long
 internal log or a burst of commits never holds the loop past the budget, and
 ``wait_committed`` answers once the entry is applied as well as committed.
-The replays left over go shortest first (the fewest offsets left to apply):
-a restart's machines start serving one after the other instead of all at
-the end of a round-robin, none later than round-robin would have them (the
-same work, the smaller first), and a small replay never waits behind a long
-one.
 
 Replica management: ``assignments`` maps each topic-partition to its group id
 and replicas (applied from the metadata log by the controller);
@@ -925,24 +920,24 @@ class ClusterRuntime:
     def _feed_more(self) -> None:
         """A turn of the replays left over (after every other task's turn:
         the driver's wake-up checkpoints), then their waiters: the metadata
-        log first, then the others shortest first (``Group.left``: the
-        fewest offsets left), each until done or the budget runs out — a
-        restart's machines serve one after the other, none later than in
-        turns, and a short replay never waits behind a long one."""
+        log first, then the others in turn — one fed in part goes to the back,
+        so every replay moves on however many there are."""
         self._feed_deadline = time.monotonic() + FEED_BUDGET_S
         meta = self._feeding.get(METADATA_GROUP)
         if meta is not None and (meta.removed or meta.feed(FEED_BUDGET_S)):
             del self._feeding[METADATA_GROUP]
             meta.notify()
-        for group in sorted(self._feeding.values(), key=lambda g: g.left):
+        for gid, group in list(self._feeding.items()):
             left = self._feed_deadline - time.monotonic()
             if left <= 0:
                 break
-            if group.gid == METADATA_GROUP:
+            if gid == METADATA_GROUP:
                 continue
+            del self._feeding[gid]
             if group.removed or group.feed(left):
-                del self._feeding[group.gid]
                 group.notify()
+            else:
+                self._feeding[gid] = group  # to the back of the line
         if self._feeding:
             self.kick()
 
