@@ -16,6 +16,7 @@ from pathlib import Path
 from confluent_kafka import Producer
 
 from compat_tests._broker import REPO_ROOT, Broker, unique_topic
+from compat_tests._cluster import Cluster
 from compat_tests.confluent._helpers import create_topic
 
 BATCHES = 24  # each one delayed record: a batch stored holding no record
@@ -26,10 +27,28 @@ def test_librdkafka_reads_a_tail_of_hole_batches_without_an_error(
         broker: Broker, tmp_path: Path) -> None:
     topic = unique_topic("holes")
     create_topic(broker.bootstrap, topic, partitions=1)
+    _read_a_tail_of_holes(broker.bootstrap, topic, tmp_path)
+
+
+def test_librdkafka_reads_a_tail_of_hole_batches_at_rf3_without_an_error(
+        tmp_path: Path) -> None:
+    cluster = Cluster(tmp_path / "cluster")
+    try:
+        cluster.start()
+        topic = unique_topic("holes3")
+        cluster.create_topic(topic, 1, 3)
+        _read_a_tail_of_holes(cluster.bootstrap, topic, tmp_path)
+    finally:
+        cluster.close()
+
+
+def _read_a_tail_of_holes(bootstrap: str, topic: str, tmp_path: Path) -> None:
+    """A reader at the log end while BATCHES batches of one delayed record
+    each are stored holding no record, then a plain record and the deliveries."""
     out = str(tmp_path / "reader.json")
     want = BATCHES + 1
     reader = subprocess.Popen(
-        [sys.executable, "-m", "tests.integration._hole_reader", broker.bootstrap, topic,
+        [sys.executable, "-m", "tests.integration._hole_reader", bootstrap, topic,
          str(want), out, "60"], cwd=str(REPO_ROOT))
     try:
         deadline = time.monotonic() + 30
@@ -37,7 +56,7 @@ def test_librdkafka_reads_a_tail_of_hole_batches_without_an_error(
             assert reader.poll() is None and time.monotonic() < deadline, "reader never fetched"
             time.sleep(0.05)
         time.sleep(0.5)  # at the log end, long-polling
-        p = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 0, "log_level": 0})
+        p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0, "log_level": 0})
         for i in range(BATCHES):  # each read at the tail as a batch without records
             p.produce(topic, b"delayed-%d" % i, partition=0,
                       headers=[("kc-delay-ms", b"%d" % DELAY_MS)])
