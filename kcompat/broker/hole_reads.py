@@ -40,8 +40,17 @@ So ``HoleReads.lead`` looks at where a partition's located answer starts:
 * More than ``WALK_HEADERS`` record-less batches in a row: answered as stored
   (the client passes them; at most one doubling per such run).
 
-Bounded work: the walk reads ``WALK_HEADERS`` headers at most per partition
-read (~2 ms); nothing is kept per batch, the tail notes are a few per log.
+librdkafka sets its partition fetch size once per partition and never resets
+it, so these doublings add up over a consumer's life: a partition that only
+gets record-less batches for long stretches (delays much longer than
+``TAIL_HOLD_S`` and nothing else produced) still reaches the error after ten
+released tails (~50 s of them). Kafka 4.4 itself answers the stored bytes
+from the batch holding the fetch offset, empty batches included.
+
+Bounded work: the common path adds one 61-byte read (~2 us beside locate's
+~190 us); the walk reads ``WALK_HEADERS`` headers at most per partition read
+(4,096 record-less batches: ~4 ms on a loaded 2-core machine); nothing is
+kept per batch, the tail notes are a few per log.
 """
 
 from __future__ import annotations
