@@ -71,3 +71,34 @@ def _read_a_tail_of_holes(bootstrap: str, topic: str, tmp_path: Path) -> None:
     got = json.loads(Path(out).read_text())
     assert got["errors"] == [], f"{len(got['errors'])} error events: {got['errors'][:3]}"
     assert sorted(got["values"]) == sorted(["plain"] + [f"delayed-{i}" for i in range(BATCHES)])
+
+
+def test_a_consumer_gets_past_a_tail_of_hole_batches(broker: Broker) -> None:
+    """Record-less batches nothing follows (records delayed for an hour) are
+    held back a while (``hole_reads.TAIL_HOLD_S``), then answered: a consumer
+    reading from them reaches the high watermark, as a read up to it expects
+    (Spark, read-to-end loops)."""
+    from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+
+    topic = unique_topic("tailholes")
+    create_topic(broker.bootstrap, topic, partitions=1)
+    producer = KafkaProducer(bootstrap_servers=broker.bootstrap, linger_ms=0)
+    for i in range(3):
+        producer.send(topic, b"later-%d" % i, partition=0,
+                      headers=[("kc-delay-ms", b"3600000")]).get(timeout=10)
+    producer.close()
+    consumer = KafkaConsumer(bootstrap_servers=broker.bootstrap, auto_offset_reset="earliest")
+    tp = TopicPartition(topic, 0)
+    consumer.assign([tp])
+    try:
+        end = consumer.end_offsets([tp])[tp]
+        assert end == 3
+        seen = []
+        deadline = time.monotonic() + 30
+        while consumer.position(tp) < end:
+            assert time.monotonic() < deadline, f"position {consumer.position(tp)} of {end}"
+            for records in consumer.poll(timeout_ms=200).values():
+                seen += [r.value for r in records]
+        assert seen == []
+    finally:
+        consumer.close()
