@@ -129,8 +129,7 @@ class HoleReads:
             while len(notes) > NOTES_MAX:
                 del notes[next(iter(notes))]
         elif now_s - seen >= TAIL_HOLD_S:
-            del notes[start]
-            return where
+            return where  # kept: another reader at this run passes it at once too
         self.held += 1
         return None
 

@@ -92,6 +92,9 @@ def test_a_record_less_tail_is_held_then_answered(log: PartitionLog) -> None:
     passed = answer(log, reads, 2, 1 << 20, now_s=100.0 + hole_reads.TAIL_HOLD_S)
     assert passed == [(2 + 3 * i, 0) for i in range(6)]  # as stored: the client passes
     assert reads.held == 3
+    # another reader of the same run (another group) is not held again
+    assert answer(log, reads, 2, 1 << 20, now_s=100.0 + hole_reads.TAIL_HOLD_S + 1) == passed
+    assert reads.held == 3
 
 
 def test_a_record_less_tail_is_below_the_read_limit_only(log: PartitionLog) -> None:
