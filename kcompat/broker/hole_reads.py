@@ -21,24 +21,29 @@ So ``HoleReads.lead`` looks at where a partition's located answer starts:
 * The first batch holds records, or is a control batch: the answer stays as
   located (one header read; zero-copy as before).
 * Otherwise the following headers are walked (fields read straight from
-  windows of ``WINDOW_BYTES``, no object per batch), at most
-  ``WALK_HEADERS`` of them, across segments, below the read's limit (high
-  watermark or last stable offset). The answer starts at the first batch
-  with records (or control batch), whole (at least that batch, else the
-  partition's byte limit): what Kafka answers from a log whose cleaner had
-  removed the empty batches — a gap in offsets, which every client steps
-  over (compacted topics have them).
-* Record-less batches up to the limit (the tail of a topic whose recent
-  records were all delayed): answered empty — the consumer stays where it is
-  and its long poll waits for news — until ``TAIL_HOLD_S`` after the first
-  read that found that run (keyed by the run's first offset; a delivery
-  usually lands after it meanwhile). Then the batches are answered as
-  stored, so every consumer's position gets past them (the Java consumer
-  and Spark expect reads up to the high watermark to end there); librdkafka
-  doubles its fetch size once for that, far from the ten doublings its
-  1 MiB default allows before it reports an error.
-* More than ``WALK_HEADERS`` record-less batches in a row: answered as stored
-  (the client passes them; at most one doubling per such run).
+  windows of ``WINDOW_BYTES``, no object per batch), across segments, below
+  the read's limit (high watermark or last stable offset). The answer starts
+  at the first batch with records (or control batch), whole (at least that
+  batch, else the partition's byte limit): what Kafka answers from a log
+  whose cleaner had removed the empty batches — a gap in offsets, which
+  every client steps over (compacted topics have them).
+* No such batch within ``WALK_HEADERS`` headers, or record-less batches up to
+  the limit (the tail of a topic whose recent records were all delayed):
+  the answer is empty — the consumer stays where it is, its long poll waits
+  for news — and a note for that run (per log, keyed by the run's first
+  offset) keeps when it was first read and how far it has been walked, so
+  the next read resumes there: a tail read woken by every append walks only
+  what was appended, a long run is walked ``WALK_HEADERS`` a read. Once the
+  run was first read ``TAIL_HOLD_S`` ago (a delivery usually lands after it
+  meanwhile), it is answered as stored, to every reader at it, so every
+  consumer's position gets past it (the Java consumer and Spark expect reads
+  up to the high watermark to end there); librdkafka doubles its fetch size
+  once for that, far from the ten doublings its 1 MiB default allows before
+  it reports an error.
+
+Resuming is safe: the walked batches lie below the high watermark, which no
+truncation goes under, and a log start moved past them makes ``locate``
+refuse (the answer is then as located).
 
 librdkafka sets its partition fetch size once per partition and never resets
 it, so these doublings add up over a consumer's life: a partition that only
@@ -50,7 +55,7 @@ from the batch holding the fetch offset, empty batches included.
 Bounded work: the common path adds one 61-byte read (~2 us beside locate's
 ~190 us); the walk reads ``WALK_HEADERS`` headers at most per partition read
 (4,096 record-less batches: ~4 ms on a loaded 2-core machine); nothing is
-kept per batch, the tail notes are a few per log.
+kept per batch, at most ``NOTES_MAX`` notes per log (the oldest go first).
 """
 
 from __future__ import annotations
@@ -67,7 +72,7 @@ WALK_HEADERS = 4096
 #: how long a run of record-less batches at the end of what may be read is held back
 TAIL_HOLD_S = 5.0
 WINDOW_BYTES = 64 << 10  # bytes read at once while walking (~1,000 empty batches)
-NOTES_MAX = 16  # tail runs remembered per log (one per reading position, roughly)
+NOTES_MAX = 64  # runs remembered per log (one per reading position, roughly)
 _WHOLE = 1 << 62  # a byte limit no segment reaches: the located range to its end
 # of a batch header: base offset, batch length, attributes, last offset delta, records
 _FIELDS = struct.Struct(">qi9xhi30xi")
@@ -83,17 +88,18 @@ class HoleReads:
     """Where each partition answer of a Fetch starts (module docstring)."""
 
     def __init__(self) -> None:
-        # per log: first offset of a record-less tail run -> when it was first read
-        self._notes: weakref.WeakKeyDictionary[PartitionLog, dict[int, float]] = (
+        # per log: first offset of a record-less run not passed yet -> [when it was
+        # first read, the offset its walk has reached (all record-less below it)]
+        self._notes: weakref.WeakKeyDictionary[PartitionLog, dict[int, list[float]]] = (
             weakref.WeakKeyDictionary())
-        self.held = 0  # answers held back at a record-less tail
+        self.held = 0  # answers held back at a record-less run
         self.skipped_batches = 0  # record-less batches an answer started past
 
     def lead(self, log: PartitionLog, where: FileSlice, max_bytes: int, upper: int,
              clock: Callable[[], float]) -> FileSlice | None:
         """The range to answer instead of ``where`` (located below ``upper``
         with ``max_bytes``), or None for an empty answer; ``clock`` (seconds)
-        is read only at a record-less tail."""
+        is read only when no batch with records was found."""
         try:
             head = where.file.pread(HEADER_SIZE, where.position)
         except OSError:
@@ -103,7 +109,10 @@ class HoleReads:
         first = _FIELDS.unpack_from(head)
         if _moves(first):
             return where  # the common path: one header read
-        start = offset = first[0]
+        start = first[0]
+        notes = self._notes.setdefault(log, {})
+        note = notes.get(start)
+        offset = int(note[1]) if note is not None else start  # walked before: resume
         walked = 0
         while walked < WALK_HEADERS:
             try:
@@ -111,25 +120,21 @@ class HoleReads:
             except (OSError, OffsetOutOfRange):
                 return where
             if span is None:
-                return self._tail(log, where, start, clock())
+                break  # record-less up to the limit: the tail
             found, offset, walked = _walk(span, offset, walked)
             if found is not None:
                 self.skipped_batches += walked
                 position, size = found
                 end = span.position + span.length
                 return FileSlice(span.file, position, min(end - position, max(max_bytes, size)))
-        return where  # a longer run: answered as stored, the client passes it
-
-    def _tail(self, log: PartitionLog, where: FileSlice, start: int,
-              now_s: float) -> FileSlice | None:
-        notes = self._notes.setdefault(log, {})
-        seen = notes.get(start)
-        if seen is None:
-            notes[start] = now_s
+        now_s = clock()
+        if note is None:
+            note = notes[start] = [now_s, offset]
             while len(notes) > NOTES_MAX:
                 del notes[next(iter(notes))]
-        elif now_s - seen >= TAIL_HOLD_S:
-            return where  # kept: another reader at this run passes it at once too
+        note[1] = offset
+        if now_s - note[0] >= TAIL_HOLD_S:
+            return where  # as stored: every reader at this run passes it from now on
         self.held += 1
         return None
 

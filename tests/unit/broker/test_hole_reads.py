@@ -115,24 +115,37 @@ def test_a_delivery_after_the_tail_is_answered_at_once(log: PartitionLog) -> Non
     assert answer(log, reads, 0, 1 << 20) == [(3, 1)]
 
 
-def test_the_walk_is_bounded(log: PartitionLog, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_walk_is_bounded_and_resumes(log: PartitionLog,
+                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run longer than one walk is walked a bound at a time across reads,
+    each resuming where the last stopped: the work per read is the bound, not
+    the run, and tail reads that wake on every append do not walk it again."""
     monkeypatch.setattr(hole_reads, "WALK_HEADERS", 50)
     for _ in range(120):
         add(log, 1, empty=True)
-    add(log, 1)
     walked: list[int] = []
     real = hole_reads._walk
 
     def counting(span: FileSlice, offset: int, done: int) -> tuple[object, int, int]:
         out = real(span, offset, done)
-        walked.append(out[2])
+        walked.append(out[2] - done)
         return out
 
     monkeypatch.setattr(hole_reads, "_walk", counting)
     reads = hole_reads.HoleReads()
-    where = log.locate(0, 1 << 20, log.log_end_offset)
-    assert where is not None
-    assert reads.lead(log, where, 1 << 20, log.log_end_offset, float) is where  # as stored
-    assert walked == [50]  # headers looked at: the bound, not the run
-    assert reads.held == 0
-    assert answer(log, reads, 100, 1 << 20) == [(120, 1)]  # past it, from the records
+    assert answer(log, reads, 0, 1 << 20) is None  # 50 walked: not found yet, held
+    assert answer(log, reads, 0, 1 << 20) is None  # 50 more
+    assert answer(log, reads, 0, 1 << 20) is None  # the last 20: the tail, held
+    assert sum(walked) == 120 and max(walked) <= 50
+    add(log, 1, empty=True)
+    add(log, 1)
+    walked.clear()
+    assert answer(log, reads, 0, 1 << 20) == [(121, 1)]  # from the records
+    assert sum(walked) == 1  # only what was appended since
+    # a run still not passed after the hold is answered as stored
+    for _ in range(200):
+        add(log, 1, empty=True)
+    add(log, 1)
+    assert answer(log, reads, 122, 1 << 20, now_s=50.0) is None
+    got = answer(log, reads, 122, 1 << 20, now_s=50.0 + hole_reads.TAIL_HOLD_S)
+    assert got is not None and got[0] == (122, 0)
