@@ -151,7 +151,9 @@ def append_records(
     if len(view) > part.log.config.segment_bytes:  # a batch never spans segments (Kafka: no message)
         return AppendResult(ErrorCode.record_list_too_large)
     dedup = dedup_windows.policy(topic_configs, broker_defaults)
-    result = store(part, view, header, log_append, now_ms, write, dedup, strict=True)
+    ahead = presplit.ids if presplit is not None and split is None else None
+    result = store(part, view, header, log_append, now_ms, write, dedup, strict=True,
+                   ids_ahead=ahead)
     return result if split is None else dataclasses.replace(result, split=split)
 
 
@@ -163,6 +165,9 @@ class Presplit:
     made_for: tuple[int, int, object]  # now_ms, kc.delay.max.ms, retry policy
     split: Split | None = None
     error: Exception | None = None
+    # the dedup ids of the batch as stored when nothing was split out of it
+    # (``dedup_windows.scan_ids``), for the ``kc.dedup.by`` they were read by
+    ids: dedup_windows.ScannedIds | None = None
 
     def take(self) -> Split | None:
         if self.error is not None:
@@ -173,10 +178,13 @@ class Presplit:
 def split_ahead(records: bytes | None, topic_configs: dict[str, object],
                 broker_defaults: dict[str, object], now_ms: int) -> Presplit | None:
     """The split ``append_records`` would make of ``records`` at ``now_ms``,
-    or None where it would make none (a plain batch) or the batch is bad
-    (``append_records`` says why). Pure: run in a worker thread, so that
-    a batch of ten thousand delayed records (about 0.1 s of decoding) does not
-    hold the event loop."""
+    and, on a topic with a dedup window, the ids of the records of a batch
+    nothing is split out of; or None where it would make neither (a plain
+    batch) or the batch is bad (``append_records`` says why). Pure: run in a
+    worker thread, so that a batch of ten thousand delayed records (about
+    0.1 s of decoding) or of ids (about 20 us each) does not hold the event
+    loop — the ids' check against the index, a dict lookup each, stays with
+    the append."""
     try:
         batches = wbatch.split_batches(records) if records else []
         if len(batches) != 1:
@@ -185,15 +193,27 @@ def split_ahead(records: bytes | None, topic_configs: dict[str, object],
         header = wbatch.validate(view)
     except BatchError:
         return None
-    retry = retry_policy(topic_configs, broker_defaults)
-    if header.is_control or not (retry is not None or holes.may_carry_headers(view, header)):
+    if header.is_control:
         return None
+    retry = retry_policy(topic_configs, broker_defaults)
     max_delay = int(effective("kc.delay.max.ms", topic_configs, broker_defaults)[0])
     made_for = (now_ms, max_delay, retry)
-    try:
-        return Presplit(made_for, holes.split(view, header, now_ms, max_delay, retry))
-    except (HeaderError, BatchError) as e:
-        return Presplit(made_for, error=e)
+    split = None
+    if retry is not None or holes.may_carry_headers(view, header):
+        try:
+            split = holes.split(view, header, now_ms, max_delay, retry)
+        except (HeaderError, BatchError) as e:
+            return Presplit(made_for, error=e)
+    dedup = dedup_windows.policy(topic_configs, broker_defaults)
+    ids = None
+    if dedup is not None and split is None:
+        try:
+            ids = dedup_windows.scan_ids(dedup, view)
+        except (HeaderError, BatchError) as e:  # answered by the append, as it would find it
+            ids = dedup_windows.ScannedIds(dedup.by, error=e)
+    if split is None and ids is None:
+        return None
+    return Presplit(made_for, split, ids=ids)
 
 
 def _keyless(part: Partition, view: memoryview) -> AppendResult | None:
@@ -217,13 +237,16 @@ def _keyless(part: Partition, view: memoryview) -> AppendResult | None:
 
 def store(part: Partition, view: memoryview, header: BatchHeader, log_append: bool,
           now_ms: int, write: Callable[[memoryview, BatchHeader, int], BatchHeader],
-          dedup: dedup_windows.Policy | None = None, strict: bool = False) -> AppendResult:
+          dedup: dedup_windows.Policy | None = None, strict: bool = False,
+          ids_ahead: dedup_windows.ScannedIds | None = None) -> AppendResult:
     """The idempotence check and the write of a validated batch; a duplicate
     answers the original's offset and writes nothing. With a ``dedup``
     policy, records whose id is in the window are taken out first
     (``dedup_windows``): the producer still gets success. ``strict``: a
     producer's batch, refused for a bad ``kc-dedup-id`` (a batch the broker
-    moves — a due delayed record — is stored, its bad id ignored)."""
+    moves — a due delayed record — is stored, its bad id ignored).
+    ``ids_ahead``: the ids of ``view``'s records, read in a worker thread
+    (``split_ahead``; strict)."""
     try:
         duplicate = part.log.producers.check(header)
     except SequenceError as e:
@@ -235,7 +258,7 @@ def store(part: Partition, view: memoryview, header: BatchHeader, log_append: bo
     if dedup is not None:
         try:
             view, header, ids = dedup_windows.take_duplicates(part, view, header, dedup, now_ms,
-                                                              strict)
+                                                              strict, ids_ahead)
         except HeaderError as e:
             return _fail(ErrorCode.invalid_record, str(e))
         except wbatch.BatchError as e:

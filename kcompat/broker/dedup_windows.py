@@ -244,14 +244,38 @@ def _lenient_id(by: str, key: bytes | None, value: bytes | None,
         return None
 
 
+@dataclass(frozen=True, slots=True)
+class ScannedIds:
+    """``_ids`` of a batch read ahead, in a worker thread (``scan_ids``): for
+    ``kc.dedup.by`` ``by``, the scan, or what it raised (raised again where
+    ``take_duplicates`` would have)."""
+
+    by: str
+    scanned: tuple[bytes, list[RawRecord], list[bytes | None]] | None = None
+    error: Exception | None = None
+
+
+def scan_ids(pol: Policy, batch: memoryview | bytes) -> ScannedIds:
+    """The ids of a producer's batch (strict), read ahead of its append: the
+    per-record part of the dedup check, which needs no index. Pure."""
+    return ScannedIds(pol.by, _ids(pol, batch, strict=True))
+
+
 def take_duplicates(part: Partition, view: memoryview, header: BatchHeader, pol: Policy,
-                    now_ms: int, strict: bool = True
+                    now_ms: int, strict: bool = True, ahead: ScannedIds | None = None
                     ) -> tuple[memoryview, BatchHeader, list[bytes | None]]:
     """The batch to store (duplicates taken out as holes) and the ids of its
     records. Raises ``HeaderError`` for a bad ``kc-dedup-id`` when ``strict``
-    (nothing stored)."""
+    (nothing stored). ``ahead``: ``scan_ids`` of ``view`` (strict), used if
+    read by the same ``kc.dedup.by``."""
     index = _index(part, pol, now_ms)
-    payload, records, ids = _ids(pol, view, strict)
+    if ahead is not None and ahead.by == pol.by and strict:
+        if ahead.error is not None:
+            raise ahead.error
+        assert ahead.scanned is not None
+        payload, records, ids = ahead.scanned
+    else:
+        payload, records, ids = _ids(pol, view, strict)
     duplicate = index.check(ids, now_ms)
     dropped = sum(duplicate)
     if not dropped:

@@ -237,8 +237,9 @@ async def _split_ahead(ctx: RequestContext, named: list[tuple[str | None, Any]],
         if meta is None:
             continue
         retry = retry_policy(meta.configs, ctx.state.broker_defaults) is not None
+        dedup = dedup_windows.policy(meta.configs, ctx.state.broker_defaults) is not None
         for p in t.partition_data:
-            if not _may_split(p.records, retry):
+            if not _may_split(p.records, retry, dedup):
                 continue
             found = await run_cpu(split_ahead, p.records, meta.configs,
                                   ctx.state.broker_defaults, now)
@@ -247,9 +248,10 @@ async def _split_ahead(ctx: RequestContext, named: list[tuple[str | None, Any]],
     return out
 
 
-def _may_split(records: bytes | None, retry: bool) -> bool:
-    """A large batch of a retry topic, or an uncompressed one naming ``kc-``
-    (a compressed one is looked into in place, as before: a plain batch must
+def _may_split(records: bytes | None, retry: bool, dedup: bool = False) -> bool:
+    """A large batch of a retry topic or of a topic with a dedup window (its
+    records' ids read ahead), or an uncompressed one naming ``kc-`` (a
+    compressed one is looked into in place, as before: a plain batch must
     not pay a second decompression)."""
     if records is None or len(records) < SPLIT_AHEAD_BYTES:
         return False
@@ -257,7 +259,7 @@ def _may_split(records: bytes | None, retry: bool) -> bool:
         compressed = parse_header(records).compression != 0
     except BatchError:
         return False
-    return retry or (not compressed and b"kc-" in records)
+    return retry or dedup or (not compressed and b"kc-" in records)
 
 
 async def _schedule_row(ctx: RequestContext, row: _Row, acks: int, deadline: float,
