@@ -52,8 +52,8 @@ gets record-less batches for long stretches (delays much longer than
 released tails (~50 s of them). Kafka 4.4 itself answers the stored bytes
 from the batch holding the fetch offset, empty batches included.
 
-Bounded work: the common path adds one 61-byte read (~2 us beside locate's
-~190 us); the walk reads ``WALK_HEADERS`` headers at most per partition read
+Bounded work: the common path reads nothing more (the first header is the one
+``PartitionLog.locate`` read to find the batch: ``FileSlice.first``); the walk reads ``WALK_HEADERS`` headers at most per partition read
 (4,096 record-less batches: ~4 ms on a loaded 2-core machine); nothing is
 kept per batch, at most ``NOTES_MAX`` notes per log (the oldest go first).
 """
@@ -100,6 +100,8 @@ class HoleReads:
         """The range to answer instead of ``where`` (located below ``upper``
         with ``max_bytes``), or None for an empty answer; ``clock`` (seconds)
         is read only when no batch with records was found."""
+        if where.first is not None and (where.first.records_count or where.first.is_control):
+            return where  # the common path: the header ``locate`` read on its way
         try:
             head = where.file.pread(HEADER_SIZE, where.position)
         except OSError:
@@ -108,7 +110,7 @@ class HoleReads:
             return where
         first = _FIELDS.unpack_from(head)
         if _moves(first):
-            return where  # the common path: one header read
+            return where  # the common path: the header ``locate`` read
         start = first[0]
         notes = self._notes.setdefault(log, {})
         note = notes.get(start)

@@ -100,6 +100,7 @@ class FileSlice:
     file: StoredFile
     position: int
     length: int
+    first: BatchHeader | None = None  # the header of the batch at ``position``, if read
 
     def read(self) -> bytes:
         return self.file.pread(self.length, self.position)
@@ -299,14 +300,14 @@ class PartitionLog:
         if i == len(self._segments):
             return None
         segment = self._segments[i]
-        start = segment.position_of(offset)
+        start, first = segment.batch_of(offset)
         end = segment.size_bytes
         if max_offset < segment.next_offset:
             end = segment.position_of(max_offset)
         if end <= start:
             return None
-        length = min(end - start, max(max_bytes, segment.batch_size_at(start)))
-        return FileSlice(segment._f, start, length)
+        size = first.size if first is not None else segment.batch_size_at(start)
+        return FileSlice(segment._f, start, min(end - start, max(max_bytes, size)), first)
 
     def read(self, offset: int, max_bytes: int, max_offset: int) -> bytes:
         """Bytes of one segment from the batch containing ``offset``: whole batches

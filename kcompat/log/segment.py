@@ -320,15 +320,20 @@ class LogSegment:
     def position_of(self, offset: int) -> int:
         """Position of the first batch whose last offset >= ``offset`` (the batch
         containing it), or the segment size if there is none."""
+        return self.batch_of(offset)[0]
+
+    def batch_of(self, offset: int) -> tuple[int, BatchHeader | None]:
+        """``position_of``, with the header of the batch there, read on the way
+        (None at the segment's end): a reader needs no second read of it."""
         if offset >= self.next_offset:
-            return self.size_bytes
+            return self.size_bytes, None
         _, position = self.offset_index.lookup(offset)
         while position < self.size_bytes:
             header = self.header_at(position)
             if header.last_offset >= offset:
-                return position
+                return position, header
             position += header.size
-        return self.size_bytes
+        return self.size_bytes, None
 
     def find_timestamp(self, timestamp: int) -> tuple[int, int] | None:
         """(base offset, max timestamp) of the first batch whose max timestamp

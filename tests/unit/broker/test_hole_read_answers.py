@@ -53,6 +53,24 @@ def test_an_answer_starting_with_records_is_left_as_located(log: PartitionLog) -
     assert hole_reads.HoleReads().lead(log, where, 1 << 20, log.log_end_offset, float) is where
 
 
+class _Unread:
+    """A file that must not be read (the answer's common path reads nothing)."""
+
+    def pread(self, size: int, position: int) -> bytes:
+        raise AssertionError(f"read {size} bytes at {position}")
+
+
+def test_the_common_path_reads_nothing_more_than_locate(log: PartitionLog) -> None:
+    """Every Fetch of every partition goes through ``lead``: the header of the
+    first batch is the one ``locate`` read to find it (``FileSlice.first``)."""
+    add(log, 3)
+    add(log, 2)
+    where = log.locate(3, 1 << 20, log.log_end_offset)
+    assert where is not None and where.first is not None and where.first.base_offset == 3
+    blind = FileSlice(_Unread(), where.position, where.length, where.first)  # type: ignore[arg-type]
+    assert hole_reads.HoleReads().lead(log, blind, 1 << 20, log.log_end_offset, float) is blind
+
+
 def test_record_less_batches_cut_by_the_size_limit_start_the_answer_at_the_records(
         log: PartitionLog) -> None:
     for _ in range(40):
