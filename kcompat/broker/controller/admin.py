@@ -105,23 +105,31 @@ async def create_topic(ctl: Controller, name: str, partitions: int, replication:
                        manual: list[tuple[int, ...]] | None = None,
                        timeout_s: float = FORWARD_TIMEOUT_S,
                        quota: Callable[[int], None] | None = None) -> TopicMeta:
-    """CreateTopics on any broker: validate and plan (``validate_only``: here,
-    against this broker's image) or create through the controller (``submit``)
-    within ``timeout_s``; the topic as this broker's image has it once created
-    (or as it would be), or TopicError with Kafka's code. ``quota`` takes the
+    """CreateTopics on any broker: validate and plan, or create, through the
+    controller (``submit``) within ``timeout_s``; the topic as this broker's
+    image has it once created (or as it would be), or TopicError with Kafka's
+    code. ``validate_only`` is judged by the controller too, as Kafka's
+    forwarding does: which brokers are live (the replication factor's bound)
+    is the controller's knowledge, and this broker's image may not yet have
+    applied a registration the controller already counts. ``quota`` takes the
     topic's partition count once it is valid (a controller mutation quota,
     which may refuse it), as Kafka's controller does before it creates."""
-    if validate_only or quota is not None:
-        rec = _create_record(ctl, name, partitions, replication, configs, manual=manual)
-        if quota is not None:
-            quota(rec["partitions"])
-        if validate_only:
-            return TopicMeta(name, uuid.UUID(rec["id"]), rec["partitions"], rec["configs"])
-    deadline = trio.current_time() + timeout_s
     topic_id = str(uuid.uuid4())
     intent = {"op": "create_topic", "name": name, "id": topic_id, "partitions": partitions,
               "replication": replication, "configs": configs,
               "manual": [list(r) for r in manual] if manual else None}
+    if validate_only:
+        await submit(ctl, {**intent, "validate_only": True}, timeout_s)
+        if manual:
+            partitions, replication = len(manual), len(manual[0])
+        meta = ctl.state.validate_new_topic(name, partitions, replication, configs)
+        if quota is not None:
+            quota(meta.partitions)
+        return meta
+    if quota is not None:
+        quota(_create_record(ctl, name, partitions, replication, configs,
+                             manual=manual)["partitions"])
+    deadline = trio.current_time() + timeout_s
     try:
         await submit(ctl, intent, timeout_s)
     except TopicError as e:
@@ -266,7 +274,8 @@ def _unregister_record(ctl: Controller, node: int) -> dict[str, Any]:
 
 async def _create_forwarded(ctl: Controller, intent: dict[str, Any]) -> None:
     """On the controller: a CreateTopics from any broker, with the topic id its
-    receiver chose; a repeated attempt whose topic is already committed succeeds."""
+    receiver chose; a repeated attempt whose topic is already committed
+    succeeds; ``validate_only`` checks and plans it, and commits nothing."""
     name = str(intent["name"])
     await ctl.lifecycle.wait_first_registrations(timeout_s=3.0)
     _controller(ctl)
@@ -277,6 +286,8 @@ async def _create_forwarded(ctl: Controller, intent: dict[str, Any]) -> None:
     rec = _create_record(ctl, name, int(intent["partitions"]), int(intent["replication"]),
                          dict(intent["configs"]),
                          manual=[tuple(r) for r in manual] if manual else None)
+    if intent.get("validate_only"):
+        return
     rec["id"] = str(intent["id"])
     await _commit_creation(ctl, rec, _commit_timeout(intent))
 

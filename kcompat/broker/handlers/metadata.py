@@ -7,7 +7,12 @@ librdkafka 2.0.2 from v4. Topic ids appear from v10; a request may name topics
 by id only (v10+). Leaders, epochs, replicas and ISR come from the Raft
 groups (and leaders' announcements for partitions this broker does not
 replicate); the brokers are the live ones. A starting broker holds its answer
-(bounded) until its metadata image has caught up. A new topic is
+(bounded: 5 s) until its metadata image has caught up, as a Kafka broker serves
+no client before it has; answering before then, it cannot tell that a topic
+missing from its image does not exist (a restarted broker learns what was
+committed only from the quorum's leader), so such a topic is
+LEADER_NOT_AVAILABLE, which clients retry, never UNKNOWN_TOPIC_OR_PARTITION,
+which librdkafka caches as final, nor auto-created. A new topic is
 LEADER_NOT_AVAILABLE, as while Kafka creates it, until this broker knows a
 leader for each of its partitions (``ClusterRuntime.first_leader_pending``).
 v13 adds a top-level error code (KIP-1102: REBOOTSTRAP_REQUIRED when a broker
@@ -96,6 +101,8 @@ def _lookup(ctx: RequestContext, name: str, auto_create: bool) -> Any | None:
     meta = state.topics.get(name)
     if meta is not None:
         return _topic(ctx, meta)
+    if not ctx.cluster.caught_up:
+        return _error_topic(ctx, name, ErrorCode.leader_not_available)  # see the module
     if not auto_create or not state.config["auto.create.topics.enable"]:
         return _error_topic(ctx, name, ErrorCode.unknown_topic_or_partition)
     if not (_authz.cluster(ctx, _authz.Op.CREATE) or _authz.topic(ctx, _authz.Op.CREATE, name)):
@@ -127,7 +134,9 @@ def _named(ctx: RequestContext, request: Any) -> tuple[list[Any], list[Any]]:
         if name is None:
             meta = state.topic_by_id(t.topic_id)
             if meta is None:
-                out.append(_error_topic(ctx, None, ErrorCode.unknown_topic_id, t.topic_id))
+                code = (ErrorCode.unknown_topic_id if ctx.cluster.caught_up
+                        else ErrorCode.leader_not_available)  # see the module
+                out.append(_error_topic(ctx, None, code, t.topic_id))
             elif not _authz.topic(ctx, _authz.Op.DESCRIBE, meta.name):
                 not_describable.append(_denied(ctx, None, meta.topic_id))
             else:
