@@ -59,7 +59,7 @@ TEST_WORKERS ?= 2
 XDIST = $(if $(filter-out 1,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadgroup)
 test: $(STAMP) tools java-deps lint
 	@PYTHONHASHSEED=0 nice -n 10 $(PY) -m pytest -q -p no:cacheprovider tests/sim > .sim-tests.log 2>&1 & sim=$$!; \
-	$(PY) -m pytest -q -p no:cacheprovider $(XDIST) --ignore=tests/sim $(PYTEST_ARGS); rest=$$?; \
+	$(PY) -m pytest -q -p no:cacheprovider $(XDIST) --durations=25 --ignore=tests/sim $(PYTEST_ARGS); rest=$$?; \
 	echo "--- the cluster suite again, its brokers linked over SASL_SSL ---"; \
 	$(MAKE) --no-print-directory test-secured-link; link=$$?; \
 	wait $$sim; sim_rc=$$?; echo "--- tests/sim (run beside the rest, exit $$sim_rc) ---"; \
