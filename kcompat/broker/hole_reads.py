@@ -41,6 +41,10 @@ So ``HoleReads.lead`` looks at where a partition's located answer starts:
   once for that, far from the ten doublings its 1 MiB default allows before
   it reports an error.
 
+Filtered views (``views``) walk their own rebuilt batches (empty where the
+filter kept nothing) and keep their runs in the same notes, keyed by filter
+and fetch offset, with the same hold (``HoleReads.walked``).
+
 Resuming is safe: the walked batches lie below the high watermark, which no
 truncation goes under, and a log start moved past them makes ``locate``
 refuse (the answer is then as located).
@@ -62,7 +66,8 @@ from __future__ import annotations
 
 import struct
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
+from typing import Any
 
 from kcompat.log.partition_log import FileSlice, OffsetOutOfRange, PartitionLog
 from kcompat.wire.batch import ATTR_CONTROL, HEADER_SIZE, LOG_OVERHEAD
@@ -73,10 +78,13 @@ WALK_HEADERS = 4096
 TAIL_HOLD_S = 5.0
 WINDOW_BYTES = 64 << 10  # bytes read at once while walking (~1,000 empty batches)
 NOTES_MAX = 64  # runs remembered per log (one per reading position, roughly)
-_WHOLE = 1 << 62  # a byte limit no segment reaches: the located range to its end
+WHOLE = 1 << 62  # a byte limit no segment reaches: the located range to its end
 # of a batch header: base offset, batch length, attributes, last offset delta, records
 _FIELDS = struct.Struct(">qi9xhi30xi")
 assert _FIELDS.size == HEADER_SIZE
+# a run's note: [when a read first reached an end of it (None: not yet), the
+# offset its walk has reached (all record-less below it), its last batch's bytes]
+Note = list[Any]
 
 
 def _moves(fields: tuple[int, ...]) -> bool:
@@ -88,9 +96,8 @@ class HoleReads:
     """Where each partition answer of a Fetch starts (module docstring)."""
 
     def __init__(self) -> None:
-        # per log: first offset of a record-less run not passed yet -> [when it was
-        # first read, the offset its walk has reached (all record-less below it)]
-        self._notes: weakref.WeakKeyDictionary[PartitionLog, dict[int, list[float]]] = (
+        # per log: where a record-less run not passed yet was read from -> its note
+        self._notes: weakref.WeakKeyDictionary[PartitionLog, dict[Hashable, Note]] = (
             weakref.WeakKeyDictionary())
         self.held = 0  # answers held back at a record-less run
         self.skipped_batches = 0  # record-less batches an answer started past
@@ -112,13 +119,12 @@ class HoleReads:
         if _moves(first):
             return where  # the common path: the header ``locate`` read
         start = first[0]
-        notes = self._notes.setdefault(log, {})
-        note = notes.get(start)
+        note = self.note(log, start)
         offset = int(note[1]) if note is not None else start  # walked before: resume
         walked = 0
         while walked < WALK_HEADERS:
             try:
-                span = log.locate(offset, _WHOLE, upper)
+                span = log.locate(offset, WHOLE, upper)
             except (OSError, OffsetOutOfRange):
                 return where
             if span is None:
@@ -129,16 +135,39 @@ class HoleReads:
                 position, size = found
                 end = span.position + span.length
                 return FileSlice(span.file, position, min(end - position, max(max_bytes, size)))
-        now_s = clock()
+        return None if self.walked(log, start, offset, clock) else where
+
+    def note(self, log: PartitionLog, key: Hashable) -> Note | None:
+        """The note of the record-less run read from ``key`` (its first
+        offset; for a view, the filter and the offset: ``views``)."""
+        notes = self._notes.get(log)
+        return notes.get(key) if notes is not None else None
+
+    def walked(self, log: PartitionLog, key: Hashable, offset: int,
+               clock: Callable[[], float] | None = None, last: bytes = b"") -> bool:
+        """Note that the run read from ``key`` is record-less up to ``offset``
+        (``last``: the bytes of its last batch, for a reader that answers
+        them). With ``clock`` the walk reached an end (the read's limit, or
+        its bound): True while the run is held back, less than
+        ``TAIL_HOLD_S`` after a read first reached an end of it."""
+        notes = self._notes.setdefault(log, {})
+        note = notes.get(key)
         if note is None:
-            note = notes[start] = [now_s, offset]
+            note = notes[key] = [None, offset, last]
             while len(notes) > NOTES_MAX:
                 del notes[next(iter(notes))]
         note[1] = offset
+        if last:
+            note[2] = last
+        if clock is None:
+            return False
+        now_s = clock()
+        if note[0] is None:
+            note[0] = now_s
         if now_s - note[0] >= TAIL_HOLD_S:
-            return where  # as stored: every reader at this run passes it from now on
+            return False  # as stored: every reader at this run passes it from now on
         self.held += 1
-        return None
+        return True
 
 
 def _walk(span: FileSlice, offset: int,

@@ -10,37 +10,59 @@ partitions to the source's (same Raft groups, leaders and replicas;
 consumer-group offsets and leadership all work as on the source, at the same
 offsets. Decisions:
 
-* Fetch reads the source's bytes and ``filter_records`` rebuilds every data
-  batch with the non-matching records taken out: same base offset,
-  ``lastOffsetDelta``, producer id, epoch and sequence, fewer records (rule 4,
-  what Kafka's cleaner leaves; a batch with no match stays, empty, so the
-  consumer's position moves past it). Control batches and the aborted
-  transactions pass unchanged; a batch cut at the end of the read is dropped
-  (the client would drop it). Batches are filtered by scanning their records
-  for the headers the filter names and splicing the kept ones
-  (``wire.record_scan``), at most ``WORK_RECORDS`` source records per Fetch
-  on the event loop (the answer ends early; the rest is filtered in a worker
-  thread, below), and cached (LRU, by filter, source partition, offset and CRC;
-  ``CACHE_BYTES`` in all), so several groups reading one view filter once.
-  A batch of more than ``INLINE_RECORDS`` records or ``INLINE_BYTES`` bytes
-  (a producer's batch of 1 MB holds ~10,000 small records: ~100 ms of
-  filtering) is never read or filtered on the loop: the Fetch's answer stops
-  before it, ``warm`` reads and filters it and the batches not cached after
-  it in a worker thread into the cache, and the Fetch reads again (the GIL is
-  handed back to the loop every few milliseconds). The Fetch itself reads
-  only the source's batch headers (``log.header_walk``): a batch whose
+* Fetch reads the source's bytes and rebuilds every data batch with the
+  non-matching records taken out: same base offset, ``lastOffsetDelta``,
+  producer id, epoch and sequence, fewer records (rule 4, what Kafka's
+  cleaner leaves; a batch with no match stays, empty, so the consumer's
+  position can move past it). Control batches and the aborted transactions
+  pass unchanged; a batch cut at the end of the read is dropped (the client
+  would drop it). Batches are filtered by scanning their records for the
+  headers the filter names and splicing the kept ones (``wire.record_scan``),
+  at most ``WORK_RECORDS`` source records per Fetch on the event loop (the
+  answer ends early; the rest is filtered in a worker thread, below), and
+  cached (LRU, by filter, source partition, offset and CRC; ``CACHE_BYTES`` in
+  all), so several groups reading one view filter once. A batch of more than
+  ``INLINE_RECORDS`` records or ``INLINE_BYTES`` bytes (a producer's batch of
+  1 MB holds ~10,000 small records: ~100 ms of filtering) is never read or
+  filtered on the loop: the walk stops before it, ``warm`` reads and filters
+  it and the batches not cached after it (``WARM_BYTES`` or the partition's
+  limit) in a worker thread into the cache, and the Fetch reads again (the
+  GIL is handed back to the loop every few milliseconds). The Fetch itself
+  reads only the source's batch headers (``log.header_walk``): a batch whose
   rebuilt form is cached is answered from the cache without reading its
-  bytes (a cold read of a view used to ``pread`` each partition's whole
-  megabyte on the loop, again at every re-read). The thread checks that
-  what it reads is still the batch seen (base offset, CRC, size: the log may
-  have been truncated, cleaned or deleted meanwhile) and drops it otherwise;
-  what is served is always located again after the thread, below the high
-  watermark. A partition
-  whose answer was cut short (budget or such a batch) before any record or
-  control batch is answered empty rather than as empty batches only — the
-  work is cached, the client asks again from the same offset — since
-  librdkafka takes a set of empty batches for a message too large to fetch
-  (it doubles its fetch size, then reports MSG_SIZE_TOO_LARGE).
+  bytes. The thread checks that what it reads is still the batch seen (base
+  offset, CRC, size: the log may have been truncated, cleaned or deleted
+  meanwhile) and drops it otherwise; what is served is always located again
+  after the thread, below the high watermark.
+* An answer never consists of empty rebuilt batches only, short of a held
+  tail. librdkafka takes a partition answer that gives it no message and no
+  control batch for a message too large: it doubles its partition fetch size,
+  never resetting it, then reports MSG_SIZE_TOO_LARGE for each (``hole_reads``
+  has the details); with a selective filter (one match in 10,000) most
+  answers were such. So ``answer`` walks the rebuilt batches (``_walk``) and
+  starts the answer at the first that keeps a record at or past the fetch
+  offset (the client drops those below it), or a control batch: the empty
+  ones before it are an offset gap, which every client steps over as on a
+  compacted topic. When the located range holds none, the walk goes on in the
+  source, segment by segment below the read's limit (high watermark or last
+  stable offset): the partition's byte limit applies to the bytes answered,
+  and the walk is bounded by ``hole_reads.WALK_HEADERS`` headers and by the
+  same work budget (cold batches end it: the answer is empty, ``warm``, read
+  again). Where a walk without a record stops is noted with ``hole_reads``'
+  notes (per source log, keyed by filter and fetch offset: the run is
+  record-less below the noted offset, so the next read of it resumes there).
+  A walk that reaches the read's limit or its bound without a record is an end
+  of the run: answered empty (the consumer waits where it is, woken by
+  appends) until ``hole_reads.TAIL_HOLD_S`` after a read first reached an end
+  of it, then as stored — its last empty batches walked, within the byte
+  limit (a gap before them; the noted last batch if the read walked none), so
+  the consumer's position goes to where the run was walked to, at the cost of
+  one doubling; a released run stays released for every reader. Answers cut
+  by the work budget before any record are empty too (the work is cached,
+  the client asks again from the same offset). Bounded work: one read looks
+  at ``WALK_HEADERS`` headers at most (or fills the byte limit), filters
+  ``WORK_RECORDS`` records on the loop at most; notes are ``hole_reads``'
+  (``NOTES_MAX`` per log).
 * Read-only: Produce and DeleteRecords answer INVALID_TOPIC_EXCEPTION,
   CreatePartitions INVALID_REQUEST (a view follows its source's additions).
 * ``kc.view.filter`` may be altered (validated like at creation);
@@ -61,16 +83,18 @@ from __future__ import annotations
 
 from array import array
 from collections import OrderedDict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from kcompat.broker.hole_reads import WALK_HEADERS, WHOLE, HoleReads
 from kcompat.broker.offload import run_cpu
 from kcompat.broker.topic_config import VIEW_FILTER, VIEW_KEYS, VIEW_OF
 from kcompat.ext import view_filter
 from kcompat.log import header_walk
-from kcompat.log.partition_log import FileSlice
+from kcompat.log.partition_log import FileSlice, OffsetOutOfRange, PartitionLog
 from kcompat.log.store import StoredFile
 from kcompat.wire import record_scan
 from kcompat.wire.batch import HEADER_SIZE, BatchError, BatchHeader, iter_headers, parse_header
@@ -88,6 +112,9 @@ INLINE_RECORDS = 500
 INLINE_BYTES = 256 << 10
 #: source bytes one Fetch reads on the loop at most to filter them there
 WORK_BYTES = 256 << 10
+#: source bytes of batches not cached left at once for the worker thread, at
+#: least (the partition's byte limit if larger)
+WARM_BYTES = 1 << 20
 
 Problem = tuple[ErrorCode, str]
 
@@ -174,77 +201,117 @@ class ViewReader:
     def filter_records(self, view: str, text: str, source: str, index: int,
                        data: bytes, budget: list[int] | None = None,
                        cold: list[Cold] | None = None) -> bytes:
-        """The bytes a view's consumer gets for ``data`` read from the source
-        (as ``answer``, the batches already in memory)."""
+        """Every batch of ``data`` read from the source, rebuilt (the empty
+        ones too), or nothing if the work ends (``_walk``) before any batch
+        with a record or a control batch."""
         if not data:
             return data
         buf = memoryview(data)
         batches = ((header, _bytes_reader(buf, pos, header.size))
                    for pos, header in iter_headers(data))  # a cut trailing batch is left out
-        return self._answer(view, text, source, index, batches, budget, cold)
-
-    def answer(self, view: str, text: str, source: str, index: int, where: FileSlice,
-               budget: list[int], cold: list[Cold]) -> bytes:
-        """The bytes a view's consumer gets for the source range ``where``
-        (located by Fetch below the high watermark): only the batches'
-        headers are read (``log.header_walk``); a cached batch's rebuilt
-        bytes are taken as they are, a control batch and a small batch not
-        cached yet are read on the loop (within ``budget``: [records,
-        bytes]), and the others are left in ``cold`` for ``warm``, which
-        reads them in the worker thread."""
-        f = where.file
-        batches = ((header, file_reader(f, pos, header.size))
-                   for pos, header in header_walk.headers(f, where.position, where.length))
-        return self._answer(view, text, source, index, batches, budget, cold)
-
-    def _answer(self, view: str, text: str, source: str, index: int,
-                batches: Iterable[tuple[BatchHeader, Reader]], budget: list[int] | None,
-                cold: list[Cold] | None) -> bytes:
-        """``budget`` ([records] or [records, bytes]) is the filtering work
-        left in this Fetch, spent here: once it is gone the answer ends
-        (after one batch). With ``cold``, a batch not cached of more than
-        ``INLINE_RECORDS`` records or ``INLINE_BYTES`` bytes, or any once the
-        budget is gone, ends the answer instead, and it and the batches not
-        cached after it are added there, for ``warm``."""
-        flt = self.compiled(text)
-        out: list[bytes] = []
-        matched = filtered = 0
-        cut = controls = False
-        for header, read in batches:
-            if header.is_control:
-                if not cut:
-                    out.append(bytes(read()))
-                    controls = True
-                continue
-            key = (text, source, index, header.base_offset, header.crc)
-            rebuilt = self._cache.get(key)
-            if cut:  # past a batch left cold: only gathering the others for the thread
-                if rebuilt is None and cold is not None:
-                    cold.append((key, flt, read))
-                continue
-            if rebuilt is None:
-                if cold is not None and goes_cold(header, budget):
-                    cold.append((key, flt, read))  # for a worker thread
-                    cut = True
-                    continue  # the answer ends before it; the rest may be cold too
-                if budget is not None:
-                    if budget[0] <= 0 and out:
-                        cut = True
-                        break
-                    budget[0] -= header.records_count
-                    if len(budget) > 1:
-                        budget[1] -= header.size
-                rebuilt = self._store(key, _rebuild(flt, memoryview(read())))
-            else:
-                self._cache.move_to_end(key)
-            out.append(rebuilt[0])
-            matched += rebuilt[1]
-            filtered += rebuilt[2]
-        self.matched[view] = self.matched.get(view, 0) + matched
-        self.filtered[view] = self.filtered.get(view, 0) + filtered
-        if cut and not matched and not controls:
+        walk = self._walk(view, text, source, index, batches, budget, cold)
+        if walk.cut and not walk.out:
             return b""  # empty batches only: asked again, from cached work
-        return b"".join(out)
+        return b"".join(walk.empties + walk.out)
+
+    def answer(self, asked: Asked, log: PartitionLog, where: FileSlice, budget: list[int],
+               cold: list[Cold], holes: HoleReads, clock: Callable[[], float]) -> bytes:
+        """The bytes a view's consumer gets for ``asked``, ``where`` the source
+        range Fetch located from its offset (module docstring): only the
+        batches' headers are read (``log.header_walk``); a cached batch's
+        rebuilt bytes are taken as they are, a control batch and a small batch
+        not cached yet are read on the loop (within ``budget``: [records,
+        bytes]), and the others are left in ``cold`` for ``warm``, which reads
+        them in the worker thread. The answer starts at the first batch that
+        kept a record (or a control batch): the source is read past ``where``
+        for it, within ``hole_reads.WALK_HEADERS`` headers, resuming where the
+        last read of the same run stopped (``holes``); a run with no record up
+        to ``asked.upper`` or that bound is held back, then answered."""
+        key = (asked.text, asked.offset)
+        note = holes.note(log, key)
+        span: FileSlice | None = where
+        start = asked.offset
+        if note is not None:  # record-less below note[1] for this filter: resume there
+            span, start = None, int(note[1])
+        walk = self._walk(asked.view, asked.text, asked.source, asked.index,
+                          _source_batches(log, span, start, asked.upper), budget, cold,
+                          asked.offset, asked.limit, WALK_HEADERS)
+        if walk.out:
+            return b"".join(walk.out)
+        if walk.offset < 0 and note is None:
+            return b""  # nothing rebuilt: all left for the worker thread, or the log changed
+        last = walk.empties[-1] if walk.empties else bytes(note[2] if note else b"")
+        offset = walk.offset if walk.offset >= 0 else start
+        if walk.cut:  # left for the worker thread: asked again, from where this stopped
+            holes.walked(log, key, offset, None, last)
+            return b""
+        if holes.walked(log, key, offset, clock, last):
+            return b""  # held at an end of the run: the consumer waits where it is
+        # as stored: the run's last batches (a gap before them), the consumer passes it
+        return b"".join(_last_within(walk.empties, asked.limit)) or last
+
+    def _walk(self, view: str, text: str, source: str, index: int,
+              batches: Iterable[tuple[BatchHeader, Reader]], budget: list[int] | None,
+              cold: list[Cold] | None, since: int = -1, limit: int = 1 << 62,
+              bound: int = 1 << 62) -> Walk:
+        """Rebuild ``batches`` in order until ``limit`` bytes are answered
+        (at least one batch past the empty ones), ``bound`` headers are looked
+        at or the work ends; a batch whose kept records all lie below
+        ``since`` (the fetch offset: the client drops them) counts as empty.
+        ``budget`` ([records] or [records, bytes]) is the
+        filtering work left in this Fetch, spent here: once it is gone the
+        walk ends (after one batch). With ``cold``, a batch not cached of more
+        than ``INLINE_RECORDS`` records or ``INLINE_BYTES`` bytes, or any once
+        the budget is gone, ends it instead, and it and the batches not cached
+        after it (``max(limit, WARM_BYTES)`` bytes at most) are added there,
+        for ``warm``."""
+        flt = self.compiled(text)
+        walk = Walk([], [])
+        gathered = 0
+        for header, read in batches:
+            walk.visited += 1
+            if walk.cut:  # past a batch left cold: only gathering the others for the thread
+                key = (text, source, index, header.base_offset, header.crc)
+                if not header.is_control and key not in self._cache and cold is not None:
+                    cold.append((key, flt, read))
+                    gathered += header.size
+                if gathered >= max(limit, WARM_BYTES) or walk.visited >= bound:
+                    break
+                continue
+            if header.is_control:
+                data, moves = bytes(read()), True
+            else:
+                key = (text, source, index, header.base_offset, header.crc)
+                rebuilt = self._cache.get(key)
+                if rebuilt is None:
+                    if cold is not None and goes_cold(header, budget):
+                        cold.append((key, flt, read))  # for a worker thread
+                        walk.cut, gathered = True, header.size
+                        continue  # the walk ends before it; the rest may be cold too
+                    if budget is not None:
+                        if budget[0] <= 0 and (walk.out or walk.empties):
+                            walk.cut = True
+                            break
+                        budget[0] -= header.records_count
+                        if len(budget) > 1:
+                            budget[1] -= header.size
+                    rebuilt = self._store(key, _rebuild(flt, memoryview(read())))
+                else:
+                    self._cache.move_to_end(key)
+                data, moves = rebuilt[0], _reaches(header, rebuilt, since)
+                self.matched[view] = self.matched.get(view, 0) + rebuilt[1]
+                self.filtered[view] = self.filtered.get(view, 0) + rebuilt[2]
+            if walk.out and walk.size + len(data) > limit:
+                break  # the answer is full
+            if walk.out or moves:
+                walk.out.append(data)
+                walk.size += len(data)
+            else:
+                walk.empties.append(data)
+            walk.offset = header.base_offset + header.last_offset_delta + 1
+            if walk.visited >= bound:
+                break
+        return walk
 
     def cached(self, key: CacheKey) -> Rebuilt | None:
         """The rebuilt batch of ``key`` if it is in the cache."""
@@ -285,6 +352,34 @@ class ViewReader:
                 self._store(key, done)
 
 
+@dataclass(frozen=True, slots=True)
+class Asked:
+    """What a Fetch asks of one partition of a view: its name and filter,
+    the source partition, the fetch offset, the partition's byte limit and
+    the offset reads stop at (high watermark or last stable offset)."""
+
+    view: str
+    text: str
+    source: str
+    index: int
+    offset: int
+    limit: int
+    upper: int
+
+
+@dataclass(slots=True)
+class Walk:
+    """What ``ViewReader._walk`` rebuilt: the batches without a record before
+    the first with one (or a control batch), and those from it on."""
+
+    empties: list[bytes]
+    out: list[bytes]
+    size: int = 0  # bytes in out
+    cut: bool = False  # ended by a batch left for the worker thread, or the budget
+    visited: int = 0  # headers looked at
+    offset: int = -1  # the offset after the last batch rebuilt (-1: none)
+
+
 CacheKey = tuple[str, str, int, int, int]  # filter, source, partition, base offset, CRC
 # the batch, records kept, records taken out, the kept records' offset deltas
 # (None: every record kept)
@@ -301,6 +396,50 @@ def _bytes_reader(buf: memoryview, pos: int, size: int) -> Reader:
 
 def file_reader(f: StoredFile, pos: int, size: int) -> Reader:
     return lambda: f.pread(size, pos)
+
+
+def _reaches(header: BatchHeader, rebuilt: Rebuilt, since: int) -> bool:
+    """Whether ``rebuilt`` kept a record at ``since`` or past it."""
+    if not rebuilt[1]:
+        return False
+    if header.base_offset + header.last_offset_delta < since:
+        return False
+    deltas = rebuilt[3]
+    last = deltas[-1] if deltas is not None else header.last_offset_delta
+    return header.base_offset + last >= since
+
+
+def _source_batches(log: PartitionLog, where: FileSlice | None, offset: int,
+                    upper: int) -> Iterator[tuple[BatchHeader, Reader]]:
+    """The source's batches from ``where`` (or from ``offset`` if None), then
+    on below ``upper`` segment by segment, their headers only read."""
+    while True:
+        if where is None:
+            try:
+                where = log.locate(offset, WHOLE, upper)
+            except (OSError, OffsetOutOfRange):
+                return
+            if where is None:
+                return  # the read's limit
+        before = offset
+        f = where.file
+        for pos, header in header_walk.headers(f, where.position, where.length):
+            yield header, file_reader(f, pos, header.size)
+            offset = header.base_offset + header.last_offset_delta + 1
+        if offset <= before:
+            return  # nothing whole there (truncated meanwhile)
+        where = None
+
+
+def _last_within(batches: list[bytes], limit: int) -> list[bytes]:
+    """The last of ``batches`` whose bytes add up to ``limit`` at most (the
+    last one at least)."""
+    size = 0
+    for i in range(len(batches) - 1, -1, -1):
+        size += len(batches[i])
+        if size > limit and i < len(batches) - 1:
+            return batches[i + 1:]
+    return batches
 
 
 def goes_cold(header: BatchHeader, budget: list[int] | None) -> bool:

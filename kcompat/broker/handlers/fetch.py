@@ -67,7 +67,9 @@ and aborted transactions are the source's); the filtering one Fetch does is
 bounded (``views.WORK_RECORDS``, ``WORK_BYTES``); only the headers of the
 source's batches are read on the loop where their filtered form is cached,
 and a large batch not filtered yet is read and filtered in a worker thread
-(``ViewReader.warm``) before the Fetch reads again.
+(``ViewReader.warm``) before the Fetch reads again. A view's answer starts at
+its first batch that kept a record, read past the located range if need be,
+and its record-less runs are held as ``hole_reads`` holds them (``views``).
 """
 
 from __future__ import annotations
@@ -85,7 +87,7 @@ from kcompat.broker.handlers._common import NO_THROTTLE, OK
 from kcompat.broker.handlers._leader_hints import LeaderHints, topic_name
 from kcompat.broker.partition import Partition, wait_news
 from kcompat.broker.replication.read_replicas import NO_REPLICA
-from kcompat.broker.views import WORK_BYTES, WORK_RECORDS, Cold
+from kcompat.broker.views import WORK_BYTES, WORK_RECORDS, Asked, Cold
 from kcompat.broker.zero_copy import take
 from kcompat.log.partition_log import FileSlice, OffsetOutOfRange
 
@@ -240,7 +242,7 @@ def _read_all(ctx: RequestContext, request: Any, named: list[tuple[str | None, A
                 limit = max(min(fp.partition_max_bytes, remaining), 1)
                 try:
                     where = part.log.locate(fp.fetch_offset, limit, upper)
-                    if where is not None:  # record-less batches first: start past them
+                    if where is not None and view_of is None:  # record-less batches first
                         where = ctx.state.hole_reads.lead(part.log, where, limit, upper,
                                                           trio.current_time)
                 except OffsetOutOfRange:
@@ -254,11 +256,13 @@ def _read_all(ctx: RequestContext, request: Any, named: list[tuple[str | None, A
                     code = ErrorCode.kafka_storage_error
                 if where is not None:
                     records = where
-                if where is not None and view_of is not None:
+                if where is not None and view_of is not None:  # views walk their own holes
                     assert meta is not None and name is not None
+                    of_view = Asked(name, meta.configs["kc.view.filter"], view_of,
+                                    fp.partition, fp.fetch_offset, limit, upper)
                     records = ctx.state.views.answer(
-                        name, meta.configs["kc.view.filter"], view_of, fp.partition,
-                        where, view_work, cold if cold is not None else [])
+                        of_view, part.log, where, view_work, cold if cold is not None else [],
+                        ctx.state.hole_reads, trio.current_time)
                 if committed and records:
                     aborted = _aborted(ctx, part, fp.fetch_offset, upper)
             leader = None

@@ -226,12 +226,16 @@ def test_a_cold_batch_changed_before_the_thread_reads_it_is_not_cached() -> None
     """The log truncated (or cleaned) between the Fetch's walk and the
     thread's read: what the thread reads is not the batch seen, and nothing
     is cached for it."""
+    from kcompat.broker.hole_reads import HoleReads
+
     part = _source([batch(0, 10), batch(10, 1_000)])
     reader = views.ViewReader()
     where = part.log.locate(0, 1 << 20, part.log.log_end_offset)
     assert where is not None
     cold: list[views.Cold] = []
-    reader.answer("v", EU, "src", 0, where, [views.WORK_RECORDS, views.WORK_BYTES], cold)
+    reader.answer(views.Asked("v", EU, "src", 0, 0, 1 << 20, part.log.log_end_offset),
+                  part.log, where, [views.WORK_RECORDS, views.WORK_BYTES], cold, HoleReads(),
+                  float)
     assert len(cold) == 1 and cold[0][0][3] == 10
     part.log.truncate_to(10)
     part.log.append(memoryview(other := batch(10, 1_000, eu_every=3)),
