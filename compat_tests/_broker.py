@@ -22,6 +22,8 @@ from typing import TypeVar
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 READY_MARKER = b"kcompat broker ready"
+#: logged once a broker of a cluster first serves clients (``lifecycle.heartbeat``)
+SERVING_MARKER = b"serving clients"
 START_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 20.0
 
@@ -182,25 +184,36 @@ class Broker:
         self._wait_ready(self._ready_offset, timeout)
         return self
 
-    def _wait_ready(self, start_offset: int, timeout: float) -> None:
+    def wait_serving(self, timeout: float = START_TIMEOUT_S) -> Broker:
+        """Until the process started last serves clients: its listener opens
+        first, and a broker of a cluster then holds its answers until it has
+        caught up and registered (as a Kafka broker processes no request
+        before it is unfenced). A client that bootstraps from it meanwhile
+        waits; librdkafka 2.16 can then fail a ``get_watermark_offsets``
+        with "Unknown partition" as it swaps its bootstrap connection."""
+        self._wait_ready(self._ready_offset, timeout, SERVING_MARKER)
+        return self
+
+    def _wait_ready(self, start_offset: int, timeout: float,
+                    marker: bytes = READY_MARKER) -> None:
         assert self.proc is not None
         deadline = time.monotonic() + timeout
         while True:
             with open(self.log_path, "rb") as f:
                 f.seek(start_offset)
-                if READY_MARKER in f.read():
+                if marker in f.read():
                     break
             rc = self.proc.poll()
             if rc is not None:
                 self.last_returncode = rc
                 raise BrokerError(
-                    f"broker exited with code {rc} before printing {READY_MARKER.decode()!r}"
+                    f"broker exited with code {rc} before printing {marker.decode()!r}"
                     f"\n--- stderr tail ---\n{self.tail()}"
                 )
             if time.monotonic() > deadline:
                 self._force_kill()
                 raise BrokerError(
-                    f"broker did not print {READY_MARKER.decode()!r} within {timeout:.0f}s"
+                    f"broker did not print {marker.decode()!r} within {timeout:.0f}s"
                     f"\n--- stderr tail ---\n{self.tail()}"
                 )
             time.sleep(0.05)

@@ -144,7 +144,7 @@ def test_quiet_partitions_fail_over(tmp_path: Path) -> None:
             probe.poll(0)
         assert probe.flush(120) == 0 and not errors, f"quiet partitions refused: {errors[:3]}"
 
-        cluster.brokers[victim].start()
+        cluster.brokers[victim].start().wait_serving()  # then a reader may bootstrap from it
         stop.set()
         writer.join(180)
         assert not writer.is_alive(), "the busy producer did not finish"

@@ -71,6 +71,7 @@ class BrokerLifecycle:
         self.heartbeat_ms = config["broker.heartbeat.interval.ms"]
         self.retry_ms = UNREGISTERED_RETRY_TICKS * config["kcompat.raft.tick.ms"]
         self.shutting_down = False
+        self.served = False  # ``serving`` was once true (logged then, once)
         self._sent_key: tuple[int, int, bool] | None = None
         self._sent_ms = 0.0  # when the last heartbeat went (monotonic ms)
         self._was_controller = False
@@ -107,6 +108,10 @@ class BrokerLifecycle:
 
     def heartbeat(self, ticks: int, force: bool = False) -> None:
         rt = self.rt
+        if not self.served and self.serving:
+            self.served = True
+            log.info("broker %d serving clients: metadata caught up, registered, "
+                     "leaders heard", rt.node_id)
         if ticks % self.heartbeat_ticks == 0 and self.unregistered:
             self._hand_off_leaderships()
         controller = rt.controller_id
