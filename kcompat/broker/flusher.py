@@ -17,6 +17,16 @@ every target of its round, each target's files synced in turn and a failure
 (``OSError``: EIO, ENOSPC on a filesystem that allocates late) reported per
 target, so one partition's bad write does not fail the others' round
 (``kcompat.broker.replication.disk_faults``).
+
+Deferred file work. A partition log changes its state in memory at once when
+segments are deleted (DeleteRecords, retention, a trimmed internal log) and
+leaves the file work — the new ``log-start-offset``, the unlinks, a directory
+sync — to ``defer`` (its ``defer_io``): a second background task runs it in
+rounds as the syncs are, in a worker thread, apart from the sync rounds (an
+unlink of a large file is slow, and no produce waits for it). A failure is
+logged; the files left behind are found by recovery (``.deleted``) or by
+the next deletion. ``settle`` waits for a log's work so far (DeleteRecords
+answers after its new start is on disk), raising that log's failure.
 """
 
 from __future__ import annotations
@@ -36,11 +46,22 @@ class Syncable(Protocol):
     def dirty_files(self) -> Sequence[Durable]: ...
 
 
+class Deferring(Protocol):
+    def take_deferred_io(self) -> Durable | None: ...
+
+
 class _Round:
     def __init__(self) -> None:
         self.logs: list[Syncable] = []
         self.done = trio.Event()
         self.error: OSError | None = None
+
+
+class _DeferredRound:
+    def __init__(self) -> None:
+        self.logs: list[Deferring] = []
+        self.done = trio.Event()
+        self.errors: dict[int, OSError] = {}  # by id of the log
 
 
 class Flusher:
@@ -49,6 +70,27 @@ class Flusher:
         self._next = _Round()
         self._wakeup = trio.Event()
         self.rounds = 0
+        self._next_deferred = _DeferredRound()
+        self._deferred_wakeup = trio.Event()
+        self.deferred_rounds = 0
+
+    def defer(self, target: Deferring) -> None:
+        """``target`` has file work to do (``take_deferred_io``): the next
+        deferred round does it. Never blocks (a log's ``defer_io``)."""
+        self._next_deferred.logs.append(target)
+        self._deferred_wakeup.set()
+
+    async def settle(self, *targets: Deferring) -> None:
+        """Return once the file work the targets left so far is done; raise
+        the first failure of it."""
+        rnd = self._next_deferred
+        rnd.logs.extend(targets)
+        self._deferred_wakeup.set()
+        await rnd.done.wait()
+        for target in targets:
+            error = rnd.errors.get(id(target))
+            if error is not None:
+                raise error
 
     async def sync(self, *targets: Syncable) -> None:
         """Return once everything the targets wrote so far is on disk."""
@@ -96,6 +138,33 @@ class Flusher:
             await trio.lowlevel.checkpoint()
 
     async def run(self) -> None:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._run_deferred)
+            await self._run_syncs()
+
+    async def _run_deferred(self) -> None:
+        while True:
+            await self._deferred_wakeup.wait()
+            self._deferred_wakeup = trio.Event()
+            rnd, self._next_deferred = self._next_deferred, _DeferredRound()
+            work: list[tuple[int, list[Durable]]] = []
+            for target in dict.fromkeys(rnd.logs):
+                item = target.take_deferred_io()
+                if item is not None:
+                    work.append((id(target), [item]))
+            if work:
+                with trio.CancelScope(shield=True):  # never left half done
+                    if self.threaded:
+                        rnd.errors = await trio.to_thread.run_sync(_sync_each, work)
+                    else:
+                        rnd.errors = _sync_each(work)
+            for error in rnd.errors.values():
+                log.error("deleting segment files failed: %s", error)
+            self.deferred_rounds += 1
+            rnd.done.set()
+            await trio.lowlevel.checkpoint()
+
+    async def _run_syncs(self) -> None:
         while True:
             await self._wakeup.wait()
             self._wakeup = trio.Event()

@@ -116,6 +116,7 @@ class BrokerState:
         self.flusher = Flusher(threaded=store.blocking)
         # the controller applies committed metadata records (controller.metadata_apply)
         self.metadata = MetadataStore(self.data_dir, now_ms(), store)
+        self.metadata.log.defer_io = self.flusher.defer  # its deletions' file work: off the loop
         # the cluster-level min.insync.replicas Kafka 4 writes when it formats a
         # cluster (ELR on); a committed broker_configs record for "" replaces it
         self.metadata.image.broker_configs[dynamic_config.CLUSTER] = {

@@ -11,7 +11,8 @@ the ``clean-shutdown`` marker.
 Small metadata files are replaced atomically: write ``<name>.tmp``, sync it,
 rename over the old file, sync the directory (through the ``store``). A reader therefore sees either
 the old or the new content, never a torn one; stray ``.tmp`` files left by a
-crash are deleted by recovery.
+crash are deleted by recovery, as are ``<name>.deleted`` files: a deleted
+segment's, renamed at once and unlinked later off the event loop.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ TIME_INDEX_SUFFIX = ".timeindex"
 TXN_INDEX_SUFFIX = ".txnindex"
 SNAPSHOT_SUFFIX = ".snapshot"
 TMP_SUFFIX = ".tmp"
+DELETED_SUFFIX = ".deleted"  # a deleted segment's file, until unlinked (``deferred_io``)
 CLEAN_SHUTDOWN_FILE = "clean-shutdown"
 LOG_START_OFFSET_FILE = "log-start-offset"
 LEADER_EPOCH_FILE = "leader-epoch-checkpoint"

@@ -12,9 +12,10 @@ lookup is a ``bisect`` over an in-memory ``array``.
 
 Persistence is append-only and lazy: entries live in memory and are written to
 the file by ``write_pending`` (called when the segment is fsynced, rolled or
-closed). An index file is only trusted for segments that were rolled or closed
-cleanly; recovery rebuilds the active segment's indexes from a log scan, and
-``load`` refuses (returns None) a file that fails the sanity checks:
+closed; a rolled segment's files are synced by the log's next sync pass, off
+the event loop). An index file is only trusted where recovery trusts the
+segment (synced by a clean close); recovery rebuilds the others' indexes from
+a log scan, and ``load`` refuses (returns None) a file that fails the sanity checks:
 size a multiple of the entry size, keys and values monotonic, positions inside
 the log, offsets below the next segment's base offset. A write that fails
 (a full disk, EIO) cuts whatever part of it reached the file and leaves the
@@ -78,8 +79,14 @@ class _IndexFile:
 
     def fsync(self) -> None:
         self.write_pending()
-        if self._file is not None:
-            self._file.sync()
+        self.sync_file()
+
+    def sync_file(self) -> None:
+        """Sync what was written, writing nothing (safe beside the writer's
+        thread; a file closed meanwhile is a no-op)."""
+        f = self._file
+        if f is not None:
+            f.sync()
 
     def close(self) -> None:
         if self._file is not None:

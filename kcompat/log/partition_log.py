@@ -13,10 +13,19 @@ the new baseOffset, the original batchLength, the new partitionLeaderEpoch, and
 the original bytes from ``magic`` on — both rewritten fields lying outside the
 CRC. A new segment is rolled first when the batch would push the active one
 past ``segment_bytes`` or its timestamp is more than ``segment_ms`` after the
-active segment's first batch (record time, as Kafka rolls); rolling
-fsyncs the old segment, so only the active segment can hold unsynced data.
-After the write, the producer state table and the leader epoch cache learn
-the batch.
+active segment's first batch (record time, as Kafka rolls). Rolling syncs
+nothing (an fsync and a directory sync on the broker's event loop held it
+up to 93 ms, issue 31): the old segment's index entries are written, and
+its files and the new segment's directory entry join what the next sync pass
+makes durable (``dirty_files``, below). So any segment rolled since the last
+sync pass may hold unsynced data — all of them written since the last clean
+close, which syncs every one before it writes the producer snapshot that
+recovery trusts the segments below (``recovery``). Recovery finds a rolled
+segment that lost its tail by its end: a new segment starts where the old
+one ended. Not in a log that is or was compacted, whose segments may end
+short of the next (the cleaner drops batches); there a roll still fsyncs the
+old segment first, and only the directory sync is deferred. After the
+write, the producer state table and the leader epoch cache learn the batch.
 
 The epoch checkpoint (``leader-epoch-checkpoint``) is not rewritten when an
 append starts a new epoch — the first append of every leadership, which on
@@ -30,21 +39,34 @@ truncation, a new log start) or the clean close, which writes it before its
 snapshot and marker. (Kafka writes it at each new epoch: its recovery trusts
 the checkpoint up to the recovery point, ours up to the last clean close.)
 
-Durability is the caller's choice: ``dirty_files`` hands out the files written
-since the last call (the broker syncs them in a worker thread, one fsync
-serving many produce requests), ``flush`` syncs synchronously. All file access
-goes through the ``FileStore`` the log was opened with (``store``).
+Durability is the caller's choice: ``dirty_files`` hands out what was
+written since the last call — the active segment's file, every segment rolled
+out since (``deferred_io.RolledSegment``), the directory entries not synced
+yet — and the broker syncs them in a worker thread, one fsync serving many
+produce requests; an acknowledgement that waits for that pass covers a batch
+whose segment was rolled out before the pass ran. ``flush`` syncs all of it
+synchronously. All file access goes through the ``FileStore`` the log was
+opened with (``store``).
 
-Deletion is by whole segments and never touches the active one: retention by
-time (a segment's max timestamp, or its file mtime when it has none, older
-than ``retention_ms``), by size (oldest first while the rest still reaches
-``retention_bytes``), and everything wholly below ``log_start_offset``.
+Deletion is by whole segments: retention by time (a segment's max timestamp,
+or its file mtime when it has none, older than ``retention_ms``), by size
+(oldest first while the rest still reaches ``retention_bytes``), and
+everything wholly below ``log_start_offset`` (DeleteRecords). The segments
+leave the list, the log start moves and the files are closed and renamed
+``.deleted`` at once, so no reader finds a deleted segment; writing
+``log-start-offset``, the unlinks and the directory sync are file work left
+to ``defer_io`` (the broker's flusher runs it in a worker thread;
+``take_deferred_io``), or done at once when the log has none. A clean close
+does what is left. A crash before that work finds the old start (and maybe
+the segments, or their ``.deleted`` files, which recovery removes): never a
+start past a record that was kept. (``deferred_io.StartOffsetFile``: a
+truncation writes the start on the log's thread meanwhile.)
 
 Disk errors (``OSError`` from the store: a full disk, EIO) never leave the
 state in memory half changed: an append that fails changes nothing (the
 segment cuts what reached the file), and a truncation or reset completes its
 state in memory — segments, epochs, producer state — before it raises the
-first failure of its I/O (``_Deferred``); the caller (the broker's
+first failure of its I/O (``deferred_io.Steps``); the caller (the broker's
 ``disk_faults``) retries the writes.
 
 Reads return bytes of a single segment starting at the batch that holds the
@@ -61,6 +83,14 @@ from pathlib import Path
 
 from kcompat.log import cleaner
 from kcompat.log.config import LogConfig
+from kcompat.log.deferred_io import (
+    DirSync,
+    Removal,
+    RolledSegment,
+    StartOffsetFile,
+    Steps,
+    retire,
+)
 from kcompat.log.epoch_cache import LeaderEpochCache
 from kcompat.log.files import (
     CLEAN_SHUTDOWN_FILE,
@@ -73,6 +103,7 @@ from kcompat.log.files import (
     offset_path,
 )
 from kcompat.log.recovery import prune_snapshots, rebuild_transactions, recover
+from kcompat.log.retention import below_start_count, expired_count
 from kcompat.log.segment import LogSegment
 from kcompat.log.store import OS_STORE, Durable, FileStore, StoredFile
 from kcompat.log.txn_index import AbortedTxn, TxnIndex
@@ -127,11 +158,21 @@ class PartitionLog:
         self._epochs = epochs
         self._epochs_unwritten = False  # an append's new epoch is not in the checkpoint yet
         self._txn_indexes = txn_indexes or {}
-        self._dirty: dict[int, StoredFile] = {}  # by id: written since the last sync
-        self._unsynced_dirs: tuple[Path, ...] = ()  # a new log's directory entries
+        # by id of the file: written since the last sync pass (a rolled
+        # segment's as its ``RolledSegment``)
+        self._dirty: dict[int, Durable] = {}
+        self._unsynced_dirs: tuple[Path, ...] = ()  # directory entries not synced yet
+        self._rolled: list[RolledSegment] = []  # rolled out, maybe not synced yet
+        self._removals: list[Path] = []  # deleted segments' renamed files, to unlink
+        self._start_file = StartOffsetFile(directory / LOG_START_OFFSET_FILE, store,
+                                           lambda: self._log_start_offset, log_start_offset)
+        # runs the deferred file work later, off this thread (the broker's
+        # ``Flusher.defer``); None: at once, here
+        self.defer_io: Callable[[PartitionLog], None] | None = None
         self._closed = False
         self._cleaning = False  # a cleaner pass holds a plan (no second one)
         self.recovered_truncation = False  # open() cut off a torn or corrupt tail
+        self._gaps = config.compact  # is or was compacted: a roll syncs (see the module)
 
     @classmethod
     def open(cls, directory: Path, config: LogConfig, now_ms: int,
@@ -142,6 +183,7 @@ class PartitionLog:
                   r.txn_indexes, store)
         log.recovered_truncation = r.truncated
         log._unsynced_dirs = r.unsynced_dirs
+        log._gaps = r.gaps
         return log
 
     # -- state ---------------------------------------------------------------
@@ -158,6 +200,11 @@ class PartitionLog:
         self._config = config
         for segment in self._segments:
             segment.config = config
+        if config.compact and not self._gaps:  # recovery will accept gaps from now on
+            self._gaps = True
+            for rolled in self._rolled:
+                if not rolled.done:
+                    rolled.sync()
 
     @property
     def log_start_offset(self) -> int:
@@ -266,15 +313,33 @@ class PartitionLog:
             self._roll(now_ms)
 
     def _roll(self, now_ms: int) -> LogSegment:
+        """A new active segment. The old segment's files (unless the log is or
+        was compacted: then here) and the new one's directory entry are
+        synced by the next sync pass (see the module). A failure (a full
+        disk) changes nothing."""
         old = self._segments[-1]
-        old.fsync()
-        self._sync_txn_index(old.base_offset)
-        self._forget(old)
+        if self._gaps:  # (a compacted log: see the module)
+            old.fsync()
+            self._sync_txn_index(old.base_offset)
+            self._forget(old)
+        else:
+            old.write_indexes()
         segment = LogSegment.create(self.directory, old.next_offset, self.config, now_ms,
                                     self.store)
         self._segments.append(segment)
-        self.store.sync_dir(self.directory)
+        if not self._gaps:
+            rolled = RolledSegment(old)
+            self._rolled = [r for r in self._rolled
+                            if not r.done and r.segment.file is not None]
+            self._rolled.append(rolled)
+            if old.file is not None:
+                self._dirty[id(old.file)] = rolled
+        self._dir_unsynced(self.directory)
         return segment
+
+    def _dir_unsynced(self, directory: Path) -> None:
+        if directory not in self._unsynced_dirs:
+            self._unsynced_dirs += (directory,)
 
     def _mark_dirty(self, segment: LogSegment) -> None:
         if segment.file is not None:
@@ -391,84 +456,84 @@ class PartitionLog:
     def delete_records_before(self, offset: int, now_ms: int | None = None) -> None:
         """DeleteRecords: raise log_start_offset to ``offset`` and delete the
         segments wholly below it. ``now_ms`` dates the empty segment rolled when
-        ``offset`` is the log end (default: the active segment's creation time)."""
+        ``offset`` is the log end (default: the active segment's creation time).
+        The new start and the unlinks reach the disk later (``defer_io``)."""
         if offset > self.log_end_offset:
             raise OffsetOutOfRange(offset, self._log_start_offset, self.log_end_offset)
         if offset <= self._log_start_offset:
             return
         if offset == self.log_end_offset and self._segments[-1].size_bytes:
             self._roll(self._segments[-1].created_ms if now_ms is None else now_ms)
-        self._set_log_start_offset(offset)
-        self._delete_oldest(self._below_start_count())
+        self._move_log_start(offset)
+        io = Steps()
+        self._delete_oldest(below_start_count(self._segments, offset), io)
+        self._defer()
+        io.raise_first()
 
     def enforce_retention(self, now_ms: int, high_watermark: int | None = None) -> int:
         """Delete whole segments by retention.ms, retention.bytes (when
-        cleanup.policy has ``delete``) and log start offset; returns how many
-        were deleted. As in Kafka, a segment goes only once the high watermark
-        (default: the log end) has passed all of it, so the active segment goes
-        too when it holds data and the high watermark is the log end — a new
-        empty segment is rolled at the log end first, which becomes the log
-        start. A quiet topic's expired records do not outlive retention.ms."""
-        count = self._below_start_count()
-        if not self.config.delete:  # cleanup.policy=compact alone: no time or size limit
-            self._delete_oldest(count)
-            return count
-        segments = self._segments
-        hw = self.log_end_offset if high_watermark is None else high_watermark
-
-        def deletable(i: int) -> bool:
-            if i + 1 < len(segments):
-                return segments[i + 1].base_offset <= hw
-            return segments[i].size_bytes > 0 and hw >= self.log_end_offset
-
-        if self.config.retention_ms >= 0:
-            while count < len(segments) and deletable(count) and (
-                now_ms - segments[count].largest_timestamp_ms() > self.config.retention_ms
-            ):
-                count += 1
-        if self.config.retention_bytes >= 0:
-            rest = sum(s.size_bytes for s in segments[count:])
-            while count < len(segments) and deletable(count) and (
-                rest - segments[count].size_bytes >= self.config.retention_bytes
-            ):
-                rest -= segments[count].size_bytes
-                count += 1
-        if count == len(segments):
-            self._roll(now_ms)
-        self._delete_oldest(count)
+        cleanup.policy has ``delete``) and log start offset (``retention``);
+        returns how many were deleted. When the active segment goes too, a
+        new empty one is rolled at the log end first, which becomes the log
+        start: a quiet topic's expired records do not outlive retention.ms.
+        Their files go later, as DeleteRecords' (``delete_records_before``)."""
+        count = below_start_count(self._segments, self._log_start_offset)
+        if self.config.delete:  # (cleanup.policy=compact alone: no time or size limit)
+            hw = self.log_end_offset if high_watermark is None else high_watermark
+            count = expired_count(self._segments, self.config, now_ms, count, hw,
+                                  self.log_end_offset)
+            if count == len(self._segments):
+                self._roll(now_ms)
+        if count > 0:
+            io = Steps()
+            self._delete_oldest(count, io)
+            self._defer()
+            io.raise_first()
         return count
 
-    def _below_start_count(self) -> int:
-        """How many leading segments lie wholly below log_start_offset."""
-        count = 0
-        while (
-            count < len(self._segments) - 1
-            and self._segments[count + 1].base_offset <= self._log_start_offset
-        ):
-            count += 1
-        return count
-
-    def _delete_oldest(self, count: int) -> None:
-        if count <= 0:
-            return
-        for segment in self._segments[:count]:
+    def _delete_oldest(self, count: int, io: Steps) -> None:
+        """Drop the ``count`` oldest segments now: closed, their files renamed
+        ``.deleted``; the unlinks are left to ``take_deferred_io``."""
+        gone = self._segments[:count]
+        del self._segments[:count]
+        for segment in gone:
             self._forget(segment)
             self._txn_indexes.pop(segment.base_offset, None)
-            segment.delete()
-        del self._segments[:count]
-        self.store.sync_dir(self.directory)
+            self._removals += retire(segment, self.store, io)
         if self._segments[0].base_offset > self._log_start_offset:
-            self._set_log_start_offset(self._segments[0].base_offset)
+            self._move_log_start(self._segments[0].base_offset)
 
-    def _set_log_start_offset(self, offset: int, io: _Deferred | None = None) -> None:
+    def _move_log_start(self, offset: int) -> None:
+        """The log start in memory; ``log-start-offset`` is written later
+        (``take_deferred_io``), the epoch checkpoint at its next rewrite:
+        recovery cuts a stale one's entries below the start itself."""
+        self._log_start_offset = offset
+        if self._epochs.truncate_from_start(offset):
+            self._epochs_unwritten = True
+
+    def _set_log_start_offset(self, offset: int, io: Steps) -> None:
+        """The log start in memory and on disk now (a truncation's)."""
         self._log_start_offset = offset
         epochs_changed = self._epochs.truncate_from_start(offset)
-        io = io or _Deferred()
-        io.run(atomic_write, self.directory / LOG_START_OFFSET_FILE, str(offset).encode(),
-               self.store)
+        io.run(self._start_file.write)
         if epochs_changed:
             io.run(self._write_epochs)
-        io.raise_first()
+
+    def take_deferred_io(self) -> Durable | None:
+        """The file work of the deletions so far, to run off this thread (None:
+        none): its ``sync`` writes the log start, unlinks, syncs the directory."""
+        if self._closed or not (self._removals or self._start_file.behind):
+            return None
+        paths, self._removals = self._removals, []
+        return Removal(self.store, self.directory, paths, self._start_file.write_deferred)
+
+    def _defer(self) -> None:
+        if self.defer_io is not None:
+            self.defer_io(self)
+            return
+        work = self.take_deferred_io()
+        if work is not None:
+            work.sync()
 
     def truncate_to(self, offset: int) -> None:
         """Drop every batch at or after ``offset``. A batch containing ``offset``
@@ -477,7 +542,7 @@ class PartitionLog:
         min(offset, log_start_offset)."""
         if offset >= self.log_end_offset:
             return
-        io = _Deferred()
+        io = Steps()
         if offset <= self._log_start_offset or self._batch_base(offset) <= self._log_start_offset:
             self._truncate_fully(min(offset, self._log_start_offset), io)
         else:
@@ -493,11 +558,11 @@ class PartitionLog:
     def reset_to(self, offset: int) -> None:
         """Drop every batch and restart the empty log at ``offset`` (a Raft
         follower installing a leader's snapshot that ends past this log)."""
-        io = _Deferred()
+        io = Steps()
         self._truncate_fully(offset, io)
         self._truncated(offset, io)
 
-    def _truncated(self, log_end: int, io: _Deferred) -> None:
+    def _truncated(self, log_end: int, io: Steps) -> None:
         """The state in memory follows a truncation to ``log_end``, whatever
         of its I/O failed (``io``: raised last)."""
         epochs_changed = self._epochs.truncate_from_end(log_end)
@@ -517,7 +582,7 @@ class PartitionLog:
         segment = self._segments[i]
         return segment.header_at(segment.position_of(offset)).base_offset
 
-    def _truncate_fully(self, offset: int, io: _Deferred) -> None:
+    def _truncate_fully(self, offset: int, io: Steps) -> None:
         created_ms = self._segments[-1].created_ms
         for segment in self._segments:
             self._forget(segment)
@@ -525,7 +590,7 @@ class PartitionLog:
         self._segments = [LogSegment.create(self.directory, offset, self.config, created_ms,
                                             self.store)]
         io.run(self.store.sync_dir, self.directory)
-        io.run(self._set_log_start_offset, offset)  # its state first, then its files
+        self._set_log_start_offset(offset, io)  # its state first, then its files
 
     def _write_epochs(self) -> None:
         self._epochs_unwritten = False
@@ -593,27 +658,33 @@ class PartitionLog:
     # -- durability and lifecycle --------------------------------------------
 
     def dirty_files(self) -> list[Durable]:
-        """The files written since the last call (now considered clean), and a
-        new log's directory entries (creating a partition syncs nothing on the
-        caller's thread); sync them."""
+        """What was written since the last call (now considered clean): the
+        files appended to, the segments rolled out since (their indexes too),
+        and the directory entries not synced yet (a new log's, a rolled log's
+        new segment) — nothing of it synced on the caller's thread; sync them."""
         files = self.take_dir_syncs()
         files.extend(self._dirty.values())
         self._dirty.clear()
         return files
 
     def take_dir_syncs(self) -> list[Durable]:
-        """A new log's directory entries to sync (once), e.g. before a file
+        """The directory entries not synced yet (once), e.g. before a file
         beside the log's must be durable."""
         if not self._unsynced_dirs:
             return []
         dirs, self._unsynced_dirs = self._unsynced_dirs, ()
-        return [_DirSync(self.store, dirs)]
+        return [DirSync(self.store, dirs)]
 
     def flush(self) -> None:
-        """Sync the active segment (its indexes, its aborted-transaction index) now."""
-        if self._unsynced_dirs:
-            _DirSync(self.store, self._unsynced_dirs).sync()
-            self._unsynced_dirs = ()
+        """Sync now everything written: the directory entries, the segments
+        rolled out that no pass has synced yet (one may be under way), the
+        active segment (its indexes, its aborted-transaction index)."""
+        DirSync(self.store, self._unsynced_dirs).sync()
+        self._unsynced_dirs = ()
+        for rolled in self._rolled:
+            if not rolled.done:
+                rolled.sync()
+        self._rolled.clear()
         self._segments[-1].fsync()
         self._sync_txn_index(self._segments[-1].base_offset)
         self._dirty.clear()
@@ -624,7 +695,8 @@ class PartitionLog:
         if self._closed:
             return
         self._closed = True
-        io = _Deferred()  # a full disk or EIO: the files are closed all the same
+        self._start_file.close()
+        io = Steps()  # a full disk or EIO: the files are closed all the same
         if clean:
             io.run(self._close_cleanly)
         for segment in self._segments:
@@ -632,7 +704,16 @@ class PartitionLog:
         io.raise_first()
 
     def _close_cleanly(self) -> None:
+        """Everything recovery will trust is synced before the snapshot and
+        the marker: every segment (``flush``), every aborted-transaction
+        index, the log start (then the deleted segments' files go)."""
         self.flush()
+        for index in self._txn_indexes.values():
+            index.sync()  # (only one with unsynced entries costs an fsync)
+        self._start_file.write()
+        removals, self._removals = self._removals, []
+        for path in removals:
+            self.store.remove(path)
         if self._epochs_unwritten:
             self._write_epochs()
         snapshot = offset_path(self.directory, self.log_end_offset, SNAPSHOT_SUFFIX)
@@ -643,40 +724,3 @@ class PartitionLog:
         """Remove the whole partition directory (topic deletion)."""
         self.close(clean=False)
         self.store.remove_tree(self.directory)
-
-
-class _Deferred:
-    """I/O steps of a change whose state in memory must be complete even when
-    one fails (a full disk, EIO): each failure is kept, the first raised by
-    ``raise_first`` once the state is whole."""
-
-    __slots__ = ("error",)
-
-    def __init__(self) -> None:
-        self.error: OSError | None = None
-
-    def run(self, step: Callable[..., object], *args: object) -> None:
-        try:
-            step(*args)
-        except OSError as e:
-            self.error = self.error or e
-
-    def raise_first(self) -> None:
-        if self.error is not None:
-            raise self.error
-
-
-class _DirSync:
-    """The directory syncs a new log's creation left to its first sync pass."""
-
-    __slots__ = ("store", "dirs")
-
-    def __init__(self, store: FileStore, dirs: tuple[Path, ...]) -> None:
-        self.store, self.dirs = store, dirs
-
-    def sync(self) -> None:
-        for directory in self.dirs:
-            try:
-                self.store.sync_dir(directory)
-            except FileNotFoundError:
-                pass  # deleted meanwhile (the topic was deleted)

@@ -4,16 +4,29 @@ Theory of operation
 -------------------
 1. A log cleaner swap cut short is finished or forgotten
    (``cleaner.recover_swap``); leftover ``*.tmp`` files (a crash during an
-   atomic write) and index files without a ``.log`` are deleted.
+   atomic write), ``*.deleted`` files (a deleted segment's, whose unlink was
+   left to a later pass: ``deferred_io``) and index files without a ``.log``
+   are deleted.
 2. Segments are opened in base-offset order. A segment is *scanned* — every
    batch re-read, framing, magic and CRC32C checked, offsets required to be
    contiguous (to grow, in a log that is or was compacted: the cleaner leaves
-   gaps) — if it is the active (last) one, or if the shutdown was not
+   gaps), and in a log never compacted, to end at the next segment's base
+   (the new segment of a roll starts where the old one ended: a shorter one
+   lost a tail a crash took before its deferred sync, while the next
+   segment's name survived) — if it is the active (last) one, or if the shutdown was not
    clean and it lies at or after the segment holding the newest producer
-   snapshot (everything older was fsynced when it was rolled), or if its index
-   files are missing or fail their sanity checks. Other segments trust their
+   snapshot, or if its index files are missing or fail their sanity checks.
+   Snapshots are written only by a clean close, after it synced every segment
+   and index (rolling a segment of a log never compacted syncs nothing:
+   ``partition_log``), and every
+   batch written since lies at or past the snapshot's offset; so any segment
+   that may hold unsynced data is scanned. (A snapshot a truncation removed
+   cannot come back with newer segments trusted below it: their names become
+   durable only with a directory sync, which makes the removal durable too.) Other segments trust their
    indexes. At the first torn or corrupt batch the file is truncated there and
-   every later segment is deleted: what follows a hole cannot be trusted.
+   every later segment is deleted: what follows a hole cannot be trusted
+   (and was never acknowledged: an acknowledgement waits for a sync pass
+   that covers every segment rolled out before it).
 3. The leader epoch cache is loaded from its checkpoint and, from the first
    scanned segment on, rebuilt from the batches' ``partitionLeaderEpoch``.
    The checkpoint may lack the epochs begun since the last clean close (an
@@ -40,6 +53,7 @@ from kcompat.log.config import LogConfig
 from kcompat.log.epoch_cache import LeaderEpochCache
 from kcompat.log.files import (
     CLEAN_SHUTDOWN_FILE,
+    DELETED_SUFFIX,
     LEADER_EPOCH_FILE,
     LOG_START_OFFSET_FILE,
     LOG_SUFFIX,
@@ -71,6 +85,7 @@ class RecoveredLog:
     # a brand-new directory: its entry and its files' entries are synced by the
     # log's first sync pass (off the event loop), not here
     unsynced_dirs: tuple[Path, ...] = ()
+    gaps: bool = False  # the log is or was compacted: offsets may skip (``_open_segments``)
 
 
 def recover(directory: Path, config: LogConfig, now_ms: int,
@@ -81,6 +96,7 @@ def recover(directory: Path, config: LogConfig, now_ms: int,
     persisted_start = read_int_file(directory / LOG_START_OFFSET_FILE, store) or 0
     epochs = load_epoch_cache(directory, store)
     bases = offsets_with_suffix(directory, LOG_SUFFIX, store)
+    gaps = config.compact or store.exists(directory / CHECKPOINT_FILE)  # ever compacted
     if not bases:
         segment = LogSegment.create(directory, persisted_start, config, now_ms, store)
         segments, truncated = [segment], False
@@ -88,7 +104,7 @@ def recover(directory: Path, config: LogConfig, now_ms: int,
         snapshots = offsets_with_suffix(directory, SNAPSHOT_SUFFIX, store)
         scan_from = _first_scanned(bases, snapshots[-1] if snapshots else None, clean)
         segments, truncated = _open_segments(directory, config, now_ms, bases, scan_from, epochs,
-                                             store)
+                                             store, gaps)
     log_end = segments[-1].next_offset
     log_start = min(max(persisted_start, segments[0].base_offset), log_end)
     epochs.truncate_from_end(log_end)
@@ -102,9 +118,10 @@ def recover(directory: Path, config: LogConfig, now_ms: int,
     store.remove(directory / CLEAN_SHUTDOWN_FILE)
     if new:  # the directory's name and its files survive a crash once synced
         return RecoveredLog(segments, log_start, producers, epochs, truncated, txn_indexes,
-                            (directory.parent, directory))
+                            (directory.parent, directory), gaps)
     store.sync_dir(directory)
-    return RecoveredLog(segments, log_start, producers, epochs, truncated, txn_indexes)
+    return RecoveredLog(segments, log_start, producers, epochs, truncated, txn_indexes,
+                        gaps=gaps)
 
 
 def rebuild_transactions(
@@ -139,7 +156,7 @@ def _remove_leftovers(directory: Path, store: FileStore) -> None:
     recover_swap(directory, store)  # a cleaner pass cut short: finish or forget its swap
     names = set(store.names(directory))
     for name in sorted(names):
-        if name.endswith(TMP_SUFFIX):
+        if name.endswith(TMP_SUFFIX) or name.endswith(DELETED_SUFFIX):
             store.remove(directory / name)
             continue
         for suffix in SEGMENT_SUFFIXES[1:]:
@@ -165,10 +182,10 @@ def _open_segments(
     scan_from: int,
     epochs: LeaderEpochCache,
     store: FileStore,
+    gaps: bool,
 ) -> tuple[list[LogSegment], bool]:
     segments: list[LogSegment] = []
     rebuilding_epochs = False
-    gaps = config.compact or store.exists(directory / CHECKPOINT_FILE)  # ever compacted
 
     def on_batch(header: BatchHeader) -> None:
         epochs.assign(header.partition_leader_epoch, header.base_offset)
@@ -185,7 +202,8 @@ def _open_segments(
             epochs.truncate_from_end(base)
             rebuilding_epochs = True
         previous_end = segments[-2].next_offset if len(segments) > 1 else base
-        if segment.recover(max(base, previous_end), on_batch, gaps):
+        cut = segment.recover(max(base, previous_end), on_batch, gaps)
+        if cut or (not gaps and next_base is not None and segment.next_offset != next_base):
             for later in bases[i + 1 :]:
                 for suffix in SEGMENT_SUFFIXES:
                     store.remove(offset_path(directory, later, suffix))

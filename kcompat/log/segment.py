@@ -365,6 +365,20 @@ class LogSegment:
         self.offset_index.fsync()
         self.time_index.fsync()
 
+    def write_indexes(self) -> None:
+        """Write the indexes' pending entries to their files (no sync)."""
+        self.offset_index.write_pending()
+        self.time_index.write_pending()
+
+    def sync_written(self) -> None:
+        """Sync what was written to the log and index files, writing nothing:
+        safe in a thread beside the log's (a file closed meanwhile: a no-op)."""
+        f = self.file
+        if f is not None:
+            f.sync()
+        self.offset_index.sync_file()
+        self.time_index.sync_file()
+
     def close(self) -> None:
         if self.file is not None:
             self.file.close()

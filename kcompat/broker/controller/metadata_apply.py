@@ -170,6 +170,7 @@ async def _open_in_turn(rt: ClusterRuntime, name: str, index: int, gid: int,
 def _install(rt: ClusterRuntime, meta: TopicMeta, index: int, gid: int, plog: PartitionLog,
              voters: tuple[int, ...] | None) -> None:
     """The opened log becomes this broker's replica: its partition and Raft group."""
+    plog.defer_io = rt.state.flusher.defer  # its deletions' file work: off the loop
     part = Partition(meta.name, index, plog)
     rt.state.partitions[(meta.name, index)] = part
     storage = PartitionLogStorage(plog, rt.node_id, fresh_term=-1, journal=rt.journal, gid=gid)

@@ -10,7 +10,10 @@ watermark -1, and deletes nothing, as Kafka does (its message goes to the
 broker log: the response has no message field); so do ``__kc_schedule`` and
 ``__share_group_state``, whose log starts move with their snapshots
 (``broker.delays``, ``broker.share_compaction``). Segment deletion runs
-without an await, so no append can interleave with it. Only the leader accepts it
+without an await, so no append can interleave with it; its file work (the new
+log start on disk, the unlinks) runs in the flusher's worker thread
+(``Flusher.settle``), and the answer waits for it: a failure there answers
+KAFKA_STORAGE_ERROR. Only the leader accepts it
 (else NOT_LEADER_OR_FOLLOWER); followers follow the leader's log start
 (``replication.log_starts``).
 Authorization (Kafka's): DELETE on each topic, else TOPIC_AUTHORIZATION_FAILED
@@ -59,8 +62,13 @@ async def _partition(ctx: RequestContext, topic: str, req: Any) -> Any:
         if offset < 0 or offset > part.high_watermark:
             code = ErrorCode.offset_out_of_range
         else:
-            part.log.delete_records_before(offset, now_ms())
-            cluster.log_starts_moved(topic, req.partition_index)
+            try:
+                part.log.delete_records_before(offset, now_ms())
+                cluster.log_starts_moved(topic, req.partition_index)
+                await ctx.state.flusher.settle(part.log)  # the new start is on disk
+            except OSError as e:
+                log.warning("DeleteRecords on %s-%d: %s", topic, req.partition_index, e)
+                code = ErrorCode.kafka_storage_error
         low = part.log.log_start_offset
     return ctx.build("DeleteRecordsPartitionResult", partition_index=req.partition_index,
                      low_watermark=low, error_code=code)

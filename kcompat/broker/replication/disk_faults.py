@@ -329,10 +329,10 @@ class DiskFaults:
         a failed fsync may have dropped those pages from the disk)."""
         storage = group.storage
         stable = group.raft.log.stable_end
-        # a segment is fsynced when the next one is rolled (a failed fsync
-        # fails the append that rolls): only the active one may need it
+        # (from a segment rolled out before the failed pass too: a roll syncs
+        # nothing, the pass synced it — ``partition_log``)
         start = max(min(stable, self.synced.get(group.gid, stable)),
-                    storage.plog.log_start_offset, storage.plog.segment_base_offsets[-1])
+                    storage.plog.log_start_offset)
         again = storage.entries(start, stable, 1 << 62) if start < stable else []
         storage.trim(start)
         self._lower_synced(group, start)

@@ -2,8 +2,10 @@
 
 Each seed runs a random schedule of appends (plain, idempotent and
 transactional with markers), syncs (``flush`` and the group-commit path
-``dirty_files``), rolls, truncations, DeleteRecords, clean reopens and power
-cuts (``MemoryFileStore.crash``: unsynced writes lost, torn or garbled).
+``dirty_files``), rolls (which sync nothing), truncations, DeleteRecords,
+clean reopens and power cuts (``MemoryFileStore.crash``: unsynced writes
+lost, torn or garbled). Half the opened logs leave a deletion's file work to a
+later step (``defer_io``, as the broker does) that may not come before a cut.
 After every reopen: every batch that was synced is still there, byte for byte
 (its offsets, epoch and records); the log reads back as contiguous CRC-valid
 batches; the epoch cache holds no epoch past the last batch's; the log start never moves back past what was synced.
@@ -58,7 +60,10 @@ class LogModel:
         self.pid = 7
 
     def _open(self) -> PartitionLog:
-        return PartitionLog.open(DIR, self.config, 0, self.store)
+        log = PartitionLog.open(DIR, self.config, 0, self.store)
+        if self.rng.random() < 0.5:  # (set per open: a reopen is a new process)
+            log.defer_io = lambda _log: None
+        return log
 
     def append(self, view: memoryview) -> None:
         header = self.log.append(view, parse_header(view), self.epoch, 0)
@@ -94,8 +99,7 @@ class LogModel:
                 f.sync()
             self.durable_end = log.log_end_offset
         elif roll < 0.68:
-            log.roll(0)
-            self.durable_end = max(self.durable_end, log.segment_base_offsets[-1])
+            log.roll(0)  # syncs nothing: what it rolled out is synced by the next pass
         elif roll < 0.72 and log.log_end_offset > log.log_start_offset:
             cut = rng.randint(log.log_start_offset, log.log_end_offset)
             log.truncate_to(cut)
@@ -108,8 +112,15 @@ class LogModel:
         elif roll < 0.74 and log.log_end_offset > log.log_start_offset:
             start = rng.randint(log.log_start_offset, log.log_end_offset)
             log.delete_records_before(start)
+            if log.defer_io is None:
+                self.durable_start = log.log_start_offset
+        elif roll < 0.76:
+            work = log.take_deferred_io()  # what the broker's flusher runs off the loop
+            if work is not None:
+                work.sync()
             self.durable_start = log.log_start_offset
-        elif roll < 0.78:
+        elif roll < 0.79:
+            self.durable_start = log.log_start_offset  # (written by the clean close)
             log.close(clean=True)
             self.log = self._open()
             self.durable_end = self.log.log_end_offset
