@@ -51,10 +51,12 @@ offsets. Decisions:
   again). Where a walk without a record stops is noted with ``hole_reads``'
   notes (per source log, keyed by filter and fetch offset: the run is
   record-less below the noted offset, so the next read of it resumes there).
-  A walk that reaches the read's limit or its bound without a record is an end
-  of the run: answered empty (the consumer waits where it is, woken by
-  appends) until ``hole_reads.TAIL_HOLD_S`` after a read first reached an end
-  of it, then as stored — its last empty batches walked, within the byte
+  A walk stopped by its bound is answered empty and the Fetch reads on at once
+  from the note (``paused``; a loop checkpoint between reads), until its wait
+  ends: a long run costs the consumer empty answers, never a doubling. A walk
+  that reaches the read's limit without a record is at the run's end (a tail):
+  answered empty (the consumer waits where it is, woken by appends) until
+  ``hole_reads.TAIL_HOLD_S`` after a read first reached it, then as stored — its last empty batches walked, within the byte
   limit (a gap before them; the noted last batch if the read walked none), so
   the consumer's position goes to where the run was walked to, at the cost of
   one doubling; a released run stays released for every reader. Answers cut
@@ -189,6 +191,7 @@ class ViewReader:
         self.cached_bytes = 0
         self.matched: dict[str, int] = {}  # per view: records delivered
         self.filtered: dict[str, int] = {}  # per view: records taken out
+        self.paused = 0  # reads stopped at the walk's bound before any record (read on)
 
     def compiled(self, text: str) -> view_filter.Filter:
         found = self._filters.get(text)
@@ -226,7 +229,7 @@ class ViewReader:
         kept a record (or a control batch): the source is read past ``where``
         for it, within ``hole_reads.WALK_HEADERS`` headers, resuming where the
         last read of the same run stopped (``holes``); a run with no record up
-        to ``asked.upper`` or that bound is held back, then answered."""
+        to ``asked.upper`` is held back, then answered."""
         key = (asked.text, asked.offset)
         note = holes.note(log, key)
         span: FileSlice | None = where
@@ -242,11 +245,13 @@ class ViewReader:
             return b""  # nothing rebuilt: all left for the worker thread, or the log changed
         last = walk.empties[-1] if walk.empties else bytes(note[2] if note else b"")
         offset = walk.offset if walk.offset >= 0 else start
-        if walk.cut:  # left for the worker thread: asked again, from where this stopped
+        if walk.cut or walk.visited >= WALK_HEADERS:  # work left: read again from here on
             holes.walked(log, key, offset, None, last)
+            if not walk.cut:
+                self.paused += 1  # at the walk's bound: the Fetch reads on at once
             return b""
         if holes.walked(log, key, offset, clock, last):
-            return b""  # held at an end of the run: the consumer waits where it is
+            return b""  # held at the end of the run: the consumer waits where it is
         # as stored: the run's last batches (a gap before them), the consumer passes it
         return b"".join(_last_within(walk.empties, asked.limit)) or last
 

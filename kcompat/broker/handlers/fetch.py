@@ -310,11 +310,16 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
     while True:
         hints = LeaderHints(ctx) if ctx.version >= 16 else None
         cold: list[Cold] = []
+        paused = ctx.state.views.paused
         reads, total, now, parts = _read_all(ctx, request, named, hints, allowed, max_bytes,
                                              cold)
         if cold and (not warmed or (total == 0 and trio.current_time() < deadline)):
             warmed = True  # large view batches: filtered off the loop, then read again
             await ctx.state.views.warm(cold)
+            continue
+        if ctx.state.views.paused > paused and total == 0 and not now and (
+                trio.current_time() < deadline):
+            await trio.sleep(0)  # a view's walk stopped at its bound: on from where it stopped
             continue
         if (total >= min_bytes or now or not asked
                 or trio.current_time() >= deadline):

@@ -158,7 +158,8 @@ def walked(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 def test_the_walk_is_bounded_and_resumes(log: PartitionLog, walked: list[int],
                                          monkeypatch: pytest.MonkeyPatch) -> None:
     """A run longer than one walk is walked a bound a read, each read
-    resuming where the last stopped (not from the fetch offset again)."""
+    resuming where the last stopped (not from the fetch offset again), and
+    not held back at the bound: only the end of what may be read is a tail."""
     monkeypatch.setattr(views, "WALK_HEADERS", 50)
     for _ in range(120):
         add(log, 1)
@@ -170,6 +171,8 @@ def test_the_walk_is_bounded_and_resumes(log: PartitionLog, walked: list[int],
         answers.append(reads.answer(0))
     assert answers == [[], [], [(120, 120, [120])]]
     assert max(walked) <= 50 and sum(walked) <= 121 + 1
+    # not held: the Fetch reads on at once (``paused``), the consumer's fetch size stays
+    assert reads.holes.held == 0 and reads.views.paused == 2
     walked.append(0)
     assert reads.answer(0) == [(120, 120, [120])]  # another reader: resumes at the note
     assert walked[-1] == 21  # only past the 100 batches the note holds
@@ -207,3 +210,55 @@ def test_work_on_the_loop_stays_within_the_budget(log: PartitionLog) -> None:
     trio.run(reads.views.warm, reads.cold)
     assert reads.answer(0, budget=[100, views.WORK_BYTES]) == [(2000, 2000, [2000])]
 
+
+
+def test_a_fetch_reads_on_past_the_walk_bound_at_once(tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """A Fetch of a view over a run longer than one walk answers the record
+    after it: the handler reads on from the note while its wait lasts (it
+    waited out its wait and answered nothing)."""
+    import datetime
+
+    from kcompat.broker import config as broker_config
+    from kcompat.broker.broker import Broker
+    from kcompat.broker.context import RequestContext
+    from kcompat.broker.handlers import HANDLERS
+    from kcompat.testing import running
+    from kcompat.wire import codec
+    from kcompat.wire import versions as v
+
+    monkeypatch.setattr(views, "WALK_HEADERS", 20)
+    broker = Broker(broker_config.load(None, {"log.dirs": str(tmp_path)}, {}))
+    produce, fetch = codec.request_module(v.PRODUCE, 9), codec.request_module(v.FETCH, 12)
+
+    async def send(api: int, version: int, request: Any) -> Any:
+        return await HANDLERS[api](RequestContext(broker, api, version, 1, "c", "/h"), request)
+
+    async def body() -> Any:
+        await running.create_topic(broker, "src", 1)
+        await running.create_topic(broker, "v", 1, **{"kc.view.of": "src",
+                                                      "kc.view.filter": EU})
+        await broker.cluster.wait_leaders("src", 5.0)
+        for n in range(101):  # 100 batches the view keeps nothing of, then one it keeps
+            raw = encode_batch([(b"k", b"%d" % n, [("region", b"eu" if n == 100 else b"us")],
+                                 1)])
+            await send(v.PRODUCE, 9, produce.ProduceRequest(
+                transactional_id=None, acks=-1, timeout=datetime.timedelta(seconds=10),
+                topic_data=(produce.TopicProduceData(name="src", partition_data=(
+                    produce.PartitionProduceData(index=0, records=raw),)),)))
+        return await send(v.FETCH, 12, fetch.FetchRequest(
+            replica_id=-1, max_wait=datetime.timedelta(seconds=2), min_bytes=1,
+            max_bytes=1 << 20, isolation_level=0, session_id=0, session_epoch=-1,
+            topics=(fetch.FetchTopic(topic="v", partitions=(fetch.FetchPartition(
+                partition=0, current_leader_epoch=-1, fetch_offset=0, last_fetched_epoch=-1,
+                log_start_offset=-1, partition_max_bytes=1 << 20),)),),
+            forgotten_topics_data=(), rack_id=""))
+
+    try:
+        answer = running.run(broker, body, services=False)
+    finally:
+        broker.close()
+    records = bytes(answer.responses[0].partitions[0].records)
+    assert [(h.base_offset, h.records_count) for _p, h in iter_headers(records)] == [(100, 1)]
+    assert broker.state.views.paused == 100 // 20
+    assert broker.state.hole_reads.held == 0
