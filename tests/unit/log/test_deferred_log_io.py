@@ -121,6 +121,24 @@ def test_a_crash_before_the_rolled_segment_is_synced_cuts_the_log_there() -> Non
     assert log.segment_base_offsets == [0]
 
 
+def test_segments_rolled_since_the_last_clean_close_are_scanned() -> None:
+    """Recovery trusts the segments below the last clean close's snapshot:
+    every one rolled later, unsynced, is scanned and cut at its lost tail."""
+    store = MemoryFileStore("/data")
+    log = open_log(store)
+    append(log)
+    log.close()  # the snapshot at offset 1, in segment 0
+    log = open_log(store)
+    for _ in range(6):  # segments 0 (now full), 2 and 4, none synced
+        append(log)
+    store.sync_dir(DIR)  # their names made durable by some other pass
+    store.crash(KeepNothing())
+    log = open_log(store)
+    assert log.recovered_truncation
+    assert log.log_end_offset == 1
+    assert log.segment_base_offsets == [0]
+
+
 def test_a_clean_close_syncs_the_rolled_segments() -> None:
     store = MemoryFileStore("/data")
     log = open_log(store)
