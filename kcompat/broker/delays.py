@@ -84,6 +84,7 @@ from __future__ import annotations
 
 import logging
 from functools import partial
+from operator import attrgetter
 from typing import TYPE_CHECKING, Any
 
 import trio
@@ -347,7 +348,7 @@ class DelayService:
             if take_tails_within(tails, DELIVERY_BYTES) < len(tails):
                 break
         n = take_tails_within(tails, DELIVERY_BYTES)
-        return entries[:n], {p.entry: r for p, r in zip(entries[:n], tails, strict=False)}
+        return entries[:n], dict(zip(map(attrgetter("entry"), entries[:n]), tails, strict=False))
 
     async def _send(self, index: int, delivery: Delivery,
                     planned: dict[int, Tail]) -> bool:
@@ -356,8 +357,13 @@ class DelayService:
         gone (dropped). ``planned``: records already read for it."""
         topic, partition = delivery.target
         stored = self._records(index)
-        records = [planned.get(p.entry) or stored.tails((p,))[0] for p in delivery.entries]
-        batch = delivery_batch(records, internal_producer_id(index), delivery.seq)
+        records = list(map(planned.get, map(attrgetter("entry"), delivery.entries)))
+        if None in records:  # not planned here (a delivery in flight when leadership came)
+            read = iter(stored.tails([p for p, r in zip(delivery.entries, records,
+                                                          strict=True) if r is None]))
+            records = [r if r is not None else next(read) for r in records]
+        batch = delivery_batch(records, internal_producer_id(index),  # type: ignore[arg-type]
+                               delivery.seq)
         attempt = 0
         while self.cluster.serving_machine(SCHEDULE_TOPIC, index) is None:
             if self._gone(delivery.target):

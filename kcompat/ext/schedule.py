@@ -19,9 +19,11 @@ every replica, so a replica that takes over holds the same index (DESIGN §5):
 ``due(now_ms, limit, target)`` lists entries whose time has come, earliest
 first (ties by entry, i.e. schedule order): the leader moves them and then
 records their delivery. An entry stays pending until then; its key leaves
-its target's heap when handed out (what is delivered leaves nothing behind
-to walk past) and goes back at the next ``due`` of that target if its
-delivery did not start.
+its target's sorted runs when handed out — a slice of each run, never a pop
+per key (``schedule_near``; what is delivered leaves nothing behind to walk
+past) — and goes back at the next ``due`` of that target if its delivery
+did not start. The leader's ``out`` record takes its entries back out with
+``take_all``: a dict pop per entry at C speed, no Python step per entry.
 
 A schedule id is scoped by the record's target (its topic-partition; one
 schedule log serves several). It names at most one pending record there:
@@ -40,9 +42,11 @@ a schedule id, if any, is kept beside it. A slot is *promoted* when a
 ``due`` call comes within ``PROMOTE_AHEAD_MS`` of its start: its entries become
 rows (plain tuples of ``Pending``'s fields, which the garbage collector stops
 tracking, so a large near future adds nothing to a full collection) and a
-heap of (due, entry) per target, the fast form for the records about to move,
-made ``Pending`` only when handed out — ``PROMOTE_CHUNK`` at
-most per call, so a slot holding a million records (all due the same second)
+sorted run of due keys per target (``schedule_near``), the fast form for the
+records about to move, made ``Pending`` only when handed out — rows, keys
+and their sort made from the slot's array slices at C speed, no Python step
+per entry but for one cancelled while far or with a schedule id —
+``PROMOTE_CHUNK`` at most per call, so a slot holding a million records (all due the same second)
 is promoted over many turns of the loop, never in one step. A follower,
 which never asks what is due, keeps everything compact: ``take`` finds an
 entry its leader delivered in the far form too (a slot's entries are in log
@@ -51,7 +55,7 @@ replicas agree on what is pending however much each promoted.
 
 The earliest due time (``next_due_ms``: the leader's timer, and the overdue
 gauge and backpressure count from it) is exact over promoted entries (the
-heaps, and the keys handed out whose delivery has not started). A far slot
+runs, and the keys handed out whose delivery has not started). A far slot
 keeps the least due time of each ``BLOCK`` entries in log order, so for a
 large slot partly promoted when it begins, the earliest of what is left of
 it costs ~``BLOCK`` + entries / ``BLOCK`` compares (C speed), never a walk of the
@@ -82,14 +86,18 @@ import heapq
 from array import array
 from bisect import bisect_left
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from functools import partial
+from itertools import compress, repeat
+from operator import and_, itemgetter, lshift, or_
 from typing import NamedTuple
 
 # the far form's layout lives in ``schedule_cells``; callers find it here too
 from kcompat.ext.schedule_cells import CELLS as CELLS
 from kcompat.ext.schedule_cells import SLOT_MS as SLOT_MS
 from kcompat.ext.schedule_cells import run_cells, slot_runs
+from kcompat.ext.schedule_near import ENTRY_MASK, KEY_SHIFT, NearKeys, key_of, live_keys
 
 Target = tuple[str, int]  # topic, partition
 # a promoted entry: ``Pending``'s fields in order, a plain tuple
@@ -133,17 +141,21 @@ def located(pending: Pending) -> tuple[int, int]:
     return pending.entry - (pending.where >> 32), pending.where & 0xFFFF_FFFF
 
 
+# a row made ``Pending`` at C speed (``Pending._make`` is a Python call)
+_pending_of: Callable[[Row | None], Pending] = partial(tuple.__new__, Pending)
+
+
 class Schedule:
     def __init__(self) -> None:
-        self._near: dict[Target | None, list[tuple[int, int]]] = {}  # heaps of (due, entry)
+        # target -> its promoted entries' due keys, in sorted runs (``schedule_near``)
+        self._near = NearKeys()
         # promoted entries, as rows: plain tuples of ``Pending``'s fields (tuples of
         # atoms, which the garbage collector stops tracking: a million promoted
         # entries add nothing to a full collection), made ``Pending`` on the way out
         self._pending: dict[int, Row] = {}
-        self._heap_of: list[list[tuple[int, int]] | None] = []  # target id -> its near heap
-        # target -> the (due, entry) keys ``due`` took off its heap last: a pending one
-        # (its delivery not started) goes back at the next ``due`` of that target
-        self._handed: dict[Target | None, list[tuple[int, int]]] = {}
+        # target -> the keys ``due`` took out last (sorted): a pending one (its
+        # delivery not started) goes back at the next ``due`` of that target
+        self._handed: dict[Target | None, list[int]] = {}
         self._far: dict[int, array[int]] = {}  # slot -> (due, entry, offset, tid, where)*
         self._far_min: dict[int, int] = {}  # slot -> its smallest due
         self._far_blocks: dict[int, array[int]] = {}  # slot -> smallest due per BLOCK entries
@@ -231,9 +243,8 @@ class Schedule:
                 dues[i] // SLOT_MS)
         for slot, rows in slot_runs(dues):
             if slot <= self._promoted_until:
-                for i in rows:
-                    self._to_near((first_entry + i, dues[i], ids.get(i), target,
-                                   offsets[i], wheres[i]))
+                self._near_rows([(first_entry + i, dues[i], ids.get(i), target, offsets[i],
+                                  wheres[i]) for i in rows])
             else:
                 self._extend_far(slot, run_cells(first_entry, rows, dues, offsets, wheres,
                                                   tid))
@@ -288,45 +299,64 @@ class Schedule:
 
     def _to_near(self, row: Row) -> None:
         self._pending[row[0]] = row
-        heapq.heappush(self._near.setdefault(row[3], []), (row[1], row[0]))
-
-    def _heap(self, tid: int) -> list[tuple[int, int]]:
-        """The near heap of target id ``tid``."""
-        while len(self._heap_of) <= tid:
-            self._heap_of.append(None)
-        heap = self._heap_of[tid]
-        if heap is None:
-            heap = self._heap_of[tid] = self._near.setdefault(self._targets[tid], [])
-        return heap
+        self._near.add(row[3], [key_of(row[1], row[0])])
 
     def _promote_first(self, limit: int | None) -> int:
         """Promote the first far slot's entries, ``limit`` at most; how many
-        were looked at. Columns are taken by array slices (C speed); each
-        entry then costs a row, a dict entry and a heap push."""
+        were looked at. Columns are taken by array slices and the rows and
+        keys made from them at C speed (``_near_rows``); Python work per
+        entry only for one cancelled while far or with a schedule id."""
         slot = self._slots[0]
         cells = self._far[slot]
         start = self._far_pos.get(slot, 0)
         end = len(cells) if limit is None else min(len(cells), start + limit * CELLS)
         chunk = cells[start:end]
-        pending, targets, cancelled, ids = self._pending, self._targets, self._cancelled, \
-            self._far_ids
-        push, heaps = heapq.heappush, self._heap_of
-        for due_ms, entry, offset, tid, where in zip(chunk[0::CELLS], chunk[1::CELLS],
-                                                     chunk[2::CELLS], chunk[3::CELLS],
-                                                     chunk[4::CELLS], strict=True):
-            if cancelled and entry in cancelled:
-                cancelled.discard(entry)
-                self._far_dead[slot] = self._far_dead.get(slot, 1) - 1
-                continue
-            pending[entry] = (entry, due_ms, ids.pop(entry, None) if ids else None,
-                              targets[tid], offset, where)
-            heap = heaps[tid] if tid < len(heaps) else None
-            push(heap if heap is not None else self._heap(tid), (due_ms, entry))
+        entries = chunk[1::CELLS]
+        columns = [chunk[0::CELLS], chunk[2::CELLS], chunk[3::CELLS], chunk[4::CELLS]]
+        cancelled = self._cancelled
+        if cancelled and not cancelled.isdisjoint(entries):  # leave those out
+            keep = [i for i, entry in enumerate(entries) if entry not in cancelled]
+            dead = len(entries) - len(keep)
+            cancelled.difference_update(entries)
+            self._far_dead[slot] = self._far_dead.get(slot, dead) - dead
+            entries = array("q", [entries[i] for i in keep])
+            columns = [array("q", [column[i] for i in keep]) for column in columns]
+        dues, offsets, tids, wheres = columns
+        ids = self._far_ids
+        if ids and not ids.keys().isdisjoint(entries):
+            schedule_ids: Iterable[str | None] = [ids.pop(entry, None) for entry in entries]
+        else:
+            schedule_ids = repeat(None)
+        targets = self._targets
+        self._near_rows(list(zip(entries, dues, schedule_ids, map(targets.__getitem__, tids),
+                                 offsets, wheres, strict=False)), tids)
         if end < len(cells):
             self._far_pos[slot] = end
         else:
             self._retire_first()
         return (end - start) // CELLS
+
+    def _near_rows(self, rows: list[Row], tids: Sequence[int] | None = None) -> None:
+        """``rows`` become near: pending, and their keys a run per target
+        (``tids``: their target ids, if at hand) — sorted at C speed."""
+        if not rows:
+            return
+        self._pending.update(zip(map(itemgetter(0), rows), rows, strict=True))
+        keys = list(map(or_, map(lshift, map(itemgetter(1), rows), repeat(KEY_SHIFT)),
+                        map(itemgetter(0), rows)))  # ``key_of`` at C speed
+        if tids is not None and min(tids) == max(tids):
+            by_target = {rows[0][3]: keys}
+        else:
+            by_target = {}
+            for row, key in zip(rows, keys, strict=True):
+                found = by_target.get(row[3])
+                if found is None:
+                    by_target[row[3]] = [key]
+                else:
+                    found.append(key)
+        for target, run in by_target.items():
+            run.sort()
+            self._near.add(target, run)
 
     def _retire_first(self) -> None:
         """The first far slot is done with: promoted, or what is left of it
@@ -388,6 +418,28 @@ class Schedule:
         self._forget_id(found)
         return found
 
+    def take_all(self, entries: Sequence[int], dues: Sequence[int]) -> list[Pending]:
+        """``take`` of each of ``entries`` (due at ``dues``), those pending
+        only, in order: the promoted ones (a leader's, all of them) at C
+        speed — a dict pop and a row made ``Pending`` —, the others one by one."""
+        rows = list(map(self._pending.pop, entries, repeat(None)))
+        if None in rows:  # some not promoted (a follower), or not pending
+            out: list[Pending] = []
+            for entry, due_ms, row in zip(entries, dues, rows, strict=True):
+                if row is not None:
+                    self._pending[entry] = row
+                one = self.take(int(entry), int(due_ms))
+                if one is not None:
+                    out.append(one)
+            return out
+        taken: list[Pending] = list(map(_pending_of, rows))
+        self._count -= len(taken)
+        if self._by_id:
+            for p in taken:
+                if p.schedule_id is not None:
+                    self._forget_id(p)
+        return taken
+
     def cancel(self, schedule_id: str, target: Target | None = None) -> Pending | None:
         """Drop the earliest pending record of ``target`` named ``schedule_id``;
         None if none (a record still in the compact form comes back with due
@@ -429,42 +481,29 @@ class Schedule:
     def due(self, now_ms: int, limit: int = 1000, target: object = ...) -> list[Pending]:
         """Up to ``limit`` pending records due at ``now_ms`` (of ``target``
         only, if given), earliest first. They stay pending until ``delivered``;
-        their keys leave the heap (a pop each: what was delivered leaves no
-        trace to walk past) and those still pending go back at the next call."""
+        their keys are taken out of the target's runs (a slice of each:
+        ``NearKeys.pop_due``) and those still pending go back at the next call."""
         self.promote(now_ms)
-        targets = [target] if target is not ... else list(self._near)
+        targets = [target] if target is not ... else list(self._near_targets())
         out: list[Pending] = []
+        pending = self._pending
         for t in targets:
-            heap = self._near.get(t)  # type: ignore[call-overload]
-            if heap is None:
-                continue
-            self._give_back(t, heap)  # type: ignore[arg-type]
-            keys = self._pop_due(heap, now_ms, limit)
+            self._give_back(t)  # type: ignore[arg-type]
+            keys = self._near.pop_due(t, now_ms, limit, pending)
             if keys:
                 self._handed[t] = keys  # type: ignore[index]
-                out += [Pending._make(self._pending[entry]) for _due, entry in keys]
-        out.sort(key=lambda p: (p.due_ms, p.entry))
+                out += map(_pending_of, map(pending.__getitem__,
+                                            map(and_, keys, repeat(ENTRY_MASK))))
+        if len(targets) > 1:
+            out.sort(key=lambda p: (p.due_ms, p.entry))
         return out[:limit]
 
-    def _give_back(self, target: Target | None, heap: list[tuple[int, int]]) -> None:
-        """Put back on ``heap`` the keys last handed out for ``target`` that
-        are still pending (their delivery did not start)."""
+    def _give_back(self, target: Target | None) -> None:
+        """Put back the keys last handed out for ``target`` that are still
+        pending (their delivery did not start): a run of their own."""
         keys = self._handed.pop(target, None)
         if keys:
-            pending = self._pending
-            for key in keys:
-                if key[1] in pending:
-                    heapq.heappush(heap, key)
-
-    def _pop_due(self, heap: list[tuple[int, int]], now_ms: int, limit: int
-                 ) -> list[tuple[int, int]]:
-        pending, pop = self._pending, heapq.heappop
-        keys: list[tuple[int, int]] = []
-        while heap and heap[0][0] <= now_ms and len(keys) < limit:
-            key = pop(heap)
-            if key[1] in pending:  # else delivered or cancelled
-                keys.append(key)
-        return keys
+            self._near.add(target, live_keys(keys, self._pending))
 
     def _handed_due(self, target: Target | None) -> int | None:
         """The earliest due time of the keys handed out for ``target`` that
@@ -472,11 +511,29 @@ class Schedule:
         keys = self._handed.get(target)
         if not keys:
             return None
-        live = [key[0] for key in keys if key[1] in self._pending]
-        if not live:
+        first = next(compress(keys, map(self._pending.__contains__,
+                                        map(and_, keys, repeat(ENTRY_MASK)))), None)
+        if first is None:
             del self._handed[target]
             return None
-        return min(live)
+        return first >> KEY_SHIFT  # sorted: the first one pending is the earliest
+
+    def _near_targets(self) -> dict[Target | None, None]:
+        """The targets with promoted entries (handed out or not), in order."""
+        return dict.fromkeys([*self._near.targets(), *self._handed])  # type: ignore[list-item]
+
+    def _near_due(self) -> dict[Target | None, int]:
+        """The earliest due time of each target's promoted entries (handed
+        out or not)."""
+        out = {}
+        for target in self._near_targets():
+            least = self._near.earliest(target, self._pending)
+            handed = self._handed_due(target)
+            if handed is not None and (least is None or handed < least):
+                least = handed
+            if least is not None:
+                out[target] = least
+        return out
 
     def drop_target(self, target: Target | None) -> int:
         """Forget every pending record of ``target`` (it was deleted); how many."""
@@ -494,6 +551,8 @@ class Schedule:
                         dropped.append(entry)
                         self._count -= 1
         self._by_id = {k: v for k, v in self._by_id.items() if k[0] != target}
+        self._near.drop(target)
+        self._handed.pop(target, None)
         return len(dropped)
 
     def due_targets(self, now_ms: int, promote_limit: int = PROMOTE_CHUNK
@@ -501,14 +560,7 @@ class Schedule:
         """Targets with a record due at ``now_ms`` (then ``due`` by target),
         ``promote_limit`` entries promoted first at most."""
         self.promote(now_ms, promote_limit)
-        out = []
-        for target, heap in self._near.items():
-            while heap and heap[0][1] not in self._pending:
-                heapq.heappop(heap)  # delivered or cancelled
-            handed = self._handed_due(target)
-            if (heap and heap[0][0] <= now_ms) or (handed is not None and handed <= now_ms):
-                out.append(target)
-        return out
+        return [target for target, due in self._near_due().items() if due <= now_ms]
 
     def next_due_ms(self) -> int | None:
         """When the earliest pending record is due, or a little before: the
@@ -518,15 +570,7 @@ class Schedule:
         cancelled or taken while far — so at most one slot (``SLOT_MS``) early
         while that slot holds a live entry (see the module)."""
         while True:
-            near = None
-            for target, heap in self._near.items():
-                while heap and heap[0][1] not in self._pending:
-                    heapq.heappop(heap)
-                if heap and (near is None or heap[0][0] < near):
-                    near = heap[0][0]
-                handed = self._handed_due(target)
-                if handed is not None and (near is None or handed < near):
-                    near = handed
+            near = min(self._near_due().values(), default=None)
             if not self._slots:
                 return near
             first = self._slots[0]

@@ -86,7 +86,7 @@ from collections import Counter, OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from itertools import repeat
-from operator import or_, rshift, sub
+from operator import itemgetter, or_, rshift, sub
 from typing import Any
 
 from kcompat.ext.schedule import (
@@ -174,9 +174,11 @@ def out_record(target: Target, entries: Iterable[Pending | int], now_ms: int) ->
     without promoting what the leader did)."""
     doc: dict[str, Any] = {"op": "out", "t": target[0], "p": target[1], "at": now_ms}
     listed = list(entries)
-    doc["e"] = [p.entry if isinstance(p, Pending) else p for p in listed]
-    if listed and all(isinstance(p, Pending) for p in listed):
-        doc["u"] = [p.due_ms for p in listed if isinstance(p, Pending)]
+    if listed and all(map(isinstance, listed, repeat(Pending))):  # C speed, as below
+        doc["e"] = list(map(itemgetter(0), listed))  # type: ignore[arg-type]
+        doc["u"] = list(map(itemgetter(1), listed))  # type: ignore[arg-type]
+    else:
+        doc["e"] = [p.entry if isinstance(p, Pending) else p for p in listed]
     return None, None, (_op(doc),), now_ms
 
 
@@ -419,12 +421,10 @@ class ScheduleLog:
                 return  # one delivery per target at a time (a stale leader's)
             due = doc.get("u")
             if isinstance(due, list) and len(due) == len(doc["e"]):
-                taking = (self.schedule.take(int(e), int(u)) for e, u in zip(doc["e"], due,
-                                                                               strict=True))
+                taken = self.schedule.take_all(doc["e"], due)
             else:  # an out record of an older broker: promote what is due, then take
                 self.schedule.promote(int(doc["at"]), limit=None)
-                taking = (self.schedule.delivered(e) for e in doc["e"])
-            taken = [p for p in taking if p is not None]
+                taken = [p for p in map(self.schedule.delivered, doc["e"]) if p is not None]
             if taken:
                 seq = self.next_seq.get(target, 0)
                 self.inflight[target] = Delivery(target, seq, tuple(taken))

@@ -5,14 +5,16 @@ Theory of operation
 A pending entry knows where its record's bytes are (``schedule.locate``:
 its stored batch, its position there). Due order has nothing to do with log
 order (records produced together are due at unrelated times), so
-``StoredRecords`` reads a delivery's records by stored batch: the header of
-the batch (kept for the last ``HEADERS_KEPT`` batches), then its wanted
-records in position order, those less than ``READ_AHEAD`` bytes apart with
-one read (a run of neighbours due together: a burst with one delay, a
-backlog), one alone otherwise — the cost of a delivery follows the records
-it moves, never the size of the batches they sit in, and the bytes read stay
-within ``READ_AHEAD`` per record (one longer than what its run read is read
-again, alone). A compressed batch (the broker writes none, but
+``StoredRecords`` reads a delivery's records by stored batch: its wanted
+records sorted by (batch, position) at C speed and cut into *spans* where
+the next one is in another batch or more than ``READ_AHEAD`` bytes on — a
+run of neighbours due together (a burst with one delay, a backlog) is one
+read, a lone record one read of about its own size (twice the longest record
+seen, ``READ_AHEAD`` at most; one longer is read again alone). The spans'
+bytes are scanned in one loop (``record_scan.tails_at``), so the Python work
+of a delivery is a few statements per read and a short loop per record —
+the cost follows the records it moves, never the size of the batches they
+sit in. A compressed batch (the broker writes none, but
 a log may hold one) is read and decompressed whole and kept in a small
 cache.
 
@@ -28,14 +30,17 @@ Pure but for the reads it is handed (``BatchSlice.file.pread``).
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
-from typing import Protocol
+from itertools import accumulate, chain, compress, repeat
+from operator import add, and_, gt, itemgetter, lshift, or_, rshift, sub
+from typing import NamedTuple, Protocol
 
 from kcompat.ext.schedule import Pending, located
 from kcompat.ext.schedule_adds import OP_HEADER
 from kcompat.wire.batch import HEADER_SIZE, BatchHeader, parse_header
-from kcompat.wire.record_scan import tail_at
+from kcompat.wire.record_scan import tail_at, tails_at
 from kcompat.wire.records import (
     Record,
     RecordError,
@@ -79,6 +84,15 @@ class BatchSlice(Protocol):
     def length(self) -> int: ...
 
 
+class _Span(NamedTuple):
+    """How a stored batch's records are read (``StoredRecords.tails``)."""
+
+    pread: Callable[[int, int], bytes]  # its file's
+    position: int  # where its records start in the file
+    size: int  # their bytes
+    stamp: int  # its base timestamp; -1: compressed or log append time (read alone)
+
+
 class StoredRecords:
     """The records of pending entries, as they are delivered, read from the
     schedule log. Due order has nothing to do with log order (records
@@ -98,6 +112,9 @@ class StoredRecords:
                  cache_bytes: int = 16 << 20) -> None:
         self._slice_at = slice_at  # where the stored batch holding an offset is
         self._headers: OrderedDict[int, tuple[BatchHeader, BatchSlice]] = OrderedDict()
+        self._spans: dict[int, _Span] = {}  # base offset -> how to read its records
+        self._past = self.READ_AHEAD  # bytes read past the start of a span's last record
+        self._longest = 0  # bytes of the longest record read (about)
         self._payloads: OrderedDict[int, bytes] = OrderedDict()  # compressed batches
         self._payload_bytes = 0
         self.cache_bytes_max = cache_bytes
@@ -114,41 +131,93 @@ class StoredRecords:
         headers, not decoded — unless a record carries an op of its own
         (written by an older broker, or copied forward), which is taken off.
         The records of one stored batch are read together: those less than
-        ``READ_AHEAD`` bytes apart with one read (``_spans``)."""
+        ``READ_AHEAD`` bytes apart with one read (see the module)."""
         listed = list(entries)
         out: list[Tail | None] = [None] * len(listed)
-        by_batch: dict[int, list[tuple[int, int]]] = {}  # base -> (position, index)
-        for i, pending in enumerate(listed):
-            if pending.where == -1:
-                out[i] = tail_of(delivered_form(self.record(pending)))
+        mask = 0xFFFF_FFFF
+        # where each record is, as one int: its batch's base offset, then its position
+        # (records of one batch sort together; a gap of more than READ_AHEAD cuts a span)
+        wheres = list(map(itemgetter(5), listed))
+        locs = list(map(or_, map(lshift, map(sub, map(itemgetter(0), listed),
+                                             map(rshift, wheres, repeat(32))), repeat(32)),
+                        map(and_, wheres, repeat(mask))))  # at C speed
+        located: Sequence[int] = range(len(listed))
+        if -1 in wheres:
+            located = [i for i, where in enumerate(wheres) if where != -1]
+            for i, where in enumerate(wheres):
+                if where == -1:  # not located (an older broker's record)
+                    out[i] = tail_of(delivered_form(self.record(listed[i])))
+            if not located:
+                return out  # type: ignore[return-value]
+        order = sorted(located, key=locs.__getitem__)
+        at = [locs[i] for i in order]
+        ahead = self.READ_AHEAD
+        ends = [*compress(range(1, len(at)), map(gt, map(sub, at[1:], at), repeat(ahead))),
+                len(at)]
+        starts = [0, *ends[:-1]]
+        firsts = [at[k] for k in starts]
+        parts: list[bytes] = []  # what each span read, joined to be scanned at once
+        stamps: list[int] = []  # each span's base timestamp (-1: its records read alone)
+        spans, past = self._spans, self._past
+        for first, end in zip(firsts, ends, strict=True):  # a read per span
+            span = spans.get(first >> 32) or self._span(first >> 32)
+            if span.stamp < 0:  # compressed, or log append time: read alone below
+                parts.append(b"")
             else:
-                base, position = located(pending)
-                found = by_batch.get(base)
-                if found is None:
-                    by_batch[base] = [(position, i)]
-                else:
-                    found.append((position, i))
-        for base, wanted in by_batch.items():
-            header, where = self._header(base)
-            if header.compression:
-                payload = self._payload(base, where)
-                for position, i in wanted:
-                    out[i] = self._tail_in(base, header, payload, position)
-                continue
-            wanted.sort()
-            for span in _spans(wanted, self.READ_AHEAD):
-                first = HEADER_SIZE + span[0][0]
-                size = min(HEADER_SIZE + span[-1][0] + self.READ_AHEAD, where.length) - first
-                if size <= 0:
-                    raise RecordError("a located record lies past its batch")
-                data = self._pread(where.file, size, where.position + first)
-                for position, i in span:
-                    try:
-                        out[i] = self._tail_in(base, header, data, HEADER_SIZE + position - first)
-                    except RecordError:  # longer than what was read: read it alone
-                        out[i] = self._tail_in(
-                            base, header, self._record_bytes(where, HEADER_SIZE + position), 0)
+                data = span.pread(min((at[end - 1] & mask) + past, span.size) - (first & mask),
+                                  span.position + (first & mask))
+                parts.append(data)
+            stamps.append(span.stamp)
+        self.reads += len(parts)
+        sizes = list(map(len, parts))
+        self.bytes_read += sum(sizes)
+        counts = list(map(sub, ends, starts))
+        tops = list(accumulate(sizes, initial=0))  # where each span's bytes start, joined
+        shifts = chain.from_iterable(map(repeat, map(sub, tops, map(and_, firsts, repeat(mask))),
+                                         counts))
+        positions = list(map(add, map(and_, at, repeat(mask)), shifts))
+        limits = chain.from_iterable(map(repeat, tops[1:], counts))
+        joined = b"".join(parts)
+        deltas, tails = tails_at(joined, positions, list(limits))
+        found: list[Tail] = list(zip(
+            map(add, chain.from_iterable(map(repeat, stamps, counts)), deltas),
+            tails,  # type: ignore[arg-type]  # a None one is read alone below
+            strict=True))
+        # read past a span's last start from now on: twice the longest record seen, so a
+        # lone record costs its own bytes, not READ_AHEAD (one longer is read again alone)
+        longest = max(map(len, filter(None, tails)), default=0) + RECORD_OVERHEAD
+        self._longest = max(self._longest, longest)
+        self._past = min(max(2 * self._longest, 256), ahead)
+        if -1 in stamps or None in tails or _OP_NAME in b"\0".join(filter(None, tails)):
+            for k, tail in enumerate(tails):
+                if tail is None:  # past what its span read (or not read): read alone
+                    found[k] = self._tail_alone(at[k] >> 32, at[k] & mask)
+                elif _OP_NAME in tail:  # maybe an op header: decoded, and the op taken off
+                    found[k] = self._tail_in(at[k] >> 32, self._header(at[k] >> 32)[0],
+                                             joined, positions[k])
+        if isinstance(located, range):  # all of them: ``found`` put back in order at C speed
+            return [found[k] for k in sorted(located, key=order.__getitem__)]
+        for i, one in zip(order, found, strict=True):
+            out[i] = one
         return out  # type: ignore[return-value]  # every index was filled
+
+    def _span(self, base: int) -> _Span:
+        header, where = self._header(base)
+        stamp = -1 if header.compression or header.is_log_append_time else header.base_timestamp
+        span = self._spans[base] = _Span(where.file.pread, where.position + HEADER_SIZE,
+                                         where.length - HEADER_SIZE, stamp)
+        if len(self._spans) > self.HEADERS_KEPT:
+            del self._spans[next(iter(self._spans))]
+        return span
+
+    def _tail_alone(self, base: int, position: int) -> Tail:
+        """The tail of the record at ``position`` of the batch at ``base``:
+        read alone (longer than what its span read, or in a compressed
+        batch) and its op taken off if it may carry one."""
+        header, where = self._header(base)
+        if header.compression:
+            return self._tail_in(base, header, self._payload(base, where), position)
+        return self._tail_in(base, header, self._record_bytes(where, HEADER_SIZE + position), 0)
 
     def _tail_in(self, base: int, header: BatchHeader, payload: bytes, position: int) -> Tail:
         """The tail of the record at ``position`` of ``payload`` (bytes of the
@@ -229,26 +298,12 @@ class StoredRecords:
         return found
 
 
-def _spans(wanted: list[tuple[int, int]], gap_max: int) -> list[list[tuple[int, int]]]:
-    """Sorted (position, index) pairs cut where the next position is more
-    than ``gap_max`` bytes on: each part is read at once."""
-    spans = [[wanted[0]]]
-    for item in wanted[1:]:
-        if item[0] - spans[-1][-1][0] > gap_max:
-            spans.append([item])
-        else:
-            spans[-1].append(item)
-    return spans
-
-
 def take_tails_within(tails: Sequence[Tail], bytes_max: int) -> int:
-    """``take_within`` of records read as tails."""
-    total = 0
-    for n, (_ts, tail) in enumerate(tails):
-        total += len(tail) + RECORD_OVERHEAD
-        if total > bytes_max and n > 0:
-            return n
-    return len(tails)
+    """``take_within`` of records read as tails (their running total summed
+    and searched at C speed)."""
+    totals = list(accumulate(map(add, map(len, map(itemgetter(1), tails)),
+                                 repeat(RECORD_OVERHEAD))))
+    return min(max(bisect_right(totals, bytes_max), 1), len(tails))
 
 
 def tail_of(record: RecordInput) -> Tail:
@@ -261,7 +316,7 @@ def tail_of(record: RecordInput) -> Tail:
 def delivery_batch(tails: Sequence[Tail], producer_id: int, base_sequence: int) -> bytes:
     """The batch that delivers ``tails`` (``encode_batch`` of their records)."""
     base = tails[0][0]
-    return frame_records(encode_raw_records(tails, 0, base), base, max(t for t, _ in tails),
+    return frame_records(encode_raw_records(tails, 0, base), base, max(map(itemgetter(0), tails)),
                          producer_id=producer_id, producer_epoch=0,
                          base_sequence=base_sequence)
 

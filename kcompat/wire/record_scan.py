@@ -256,6 +256,56 @@ def tail_at(buf: bytes, pos: int) -> tuple[int, bytes]:
     return ts, buf[p:end]
 
 
+def tails_at(buf: bytes, positions: Sequence[int], limits: Sequence[int]
+             ) -> tuple[list[int], list[bytes | None]]:
+    """``tail_at`` of the records that start at each of ``positions`` of
+    ``buf`` and end by the matching one of ``limits`` (where what was read
+    of their part of ``buf`` ends), as their timestamp deltas and their
+    tails — a tail None for a record that runs past its limit (read in
+    part). One loop; varints of one and two bytes read in line."""
+    stamps: list[int] = []
+    tails: list[bytes | None] = []
+    try:
+        for pos, limit in zip(positions, limits, strict=True):
+            b = buf[pos]  # the record's length
+            if b < 0x80:
+                length, p = (b >> 1) ^ -(b & 1), pos + 1
+            elif buf[pos + 1] < 0x80:
+                b = b & 0x7F | buf[pos + 1] << 7
+                length, p = (b >> 1) ^ -(b & 1), pos + 2
+            else:
+                length, p = _varint(buf, pos)
+            end = p + length
+            if length < 1:
+                raise RecordError(f"record length {length} overruns the batch")
+            if end > limit:
+                stamps.append(0)
+                tails.append(None)
+                continue
+            b = buf[p + 1]  # after the attributes: the timestamp delta
+            if b < 0x80:
+                ts, p = (b >> 1) ^ -(b & 1), p + 2
+            elif buf[p + 2] < 0x80:
+                b = b & 0x7F | buf[p + 2] << 7
+                ts, p = (b >> 1) ^ -(b & 1), p + 3
+            else:
+                ts, p = _varint(buf, p + 1)
+            b = buf[p]  # the offset delta, skipped
+            if b < 0x80:
+                p += 1
+            elif buf[p + 1] < 0x80:
+                p += 2
+            else:
+                _delta, p = _varint(buf, p)
+            if p >= end:
+                raise RecordError("a record without key, value or headers")
+            stamps.append(ts)
+            tails.append(buf[p:end])
+    except IndexError:
+        raise RecordError("a record overruns the batch") from None
+    return stamps, tails
+
+
 def splice(batch: bytes | memoryview, header: BatchHeader, payload: bytes,
            kept: Sequence[RawRecord]) -> bytes:
     """``batch`` holding only the ``kept`` records of its scanned ``payload``."""

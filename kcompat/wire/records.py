@@ -131,6 +131,9 @@ SMALL_VARINTS = [bytes((v << 1,)) if v < 0x40 else bytes((v << 1 & 0x7F | 0x80, 
                  for v in range(SMALL_VARINTS_END)]
 
 
+_MID = 1 << 20  # a zig-zag varint of -_MID .. _MID - 1 takes three bytes at most
+
+
 def varint_bytes(value: int) -> bytes:
     """``encode_varint``, looked up for small non-negative values."""
     if 0 <= value < SMALL_VARINTS_END:
@@ -216,8 +219,16 @@ def encode_raw_records(records: Sequence[tuple[int, bytes]], first_offset_delta:
     out = []
     for delta, (timestamp, tail) in enumerate(records, first_offset_delta):
         ts = timestamp - base_timestamp
-        rest = b"".join((b"\x00", small[ts] if 0 <= ts < end else encode_varint(ts),
-                         small[delta] if delta < end else encode_varint(delta), tail))
+        if 0 <= ts < end:
+            stamp = small[ts]
+        elif -_MID <= ts < _MID:  # three bytes (a minute or so either way), in line
+            z = (ts << 1) ^ (ts >> 63)
+            stamp = (bytes((z & 0x7F | 0x80, z >> 7 & 0x7F | 0x80, z >> 14)) if z >> 14
+                     else bytes((z & 0x7F | 0x80, z >> 7)) if z >> 7 else bytes((z,)))
+        else:
+            stamp = encode_varint(ts)
+        rest = b"".join((b"\x00", stamp, small[delta] if delta < end else encode_varint(delta),
+                         tail))
         size = len(rest)
         out.append((small[size] if size < end else encode_varint(size)) + rest)
     return out

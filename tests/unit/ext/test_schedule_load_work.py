@@ -60,7 +60,7 @@ def _state(schedule: Schedule) -> dict[str, Any]:
         "count": len(schedule),
         "last": schedule.last_entry,
         "pending": dict(schedule._pending),
-        "near": {t: sorted(heap) for t, heap in schedule._near.items()},
+        "near": schedule._near.listing(),
         "listing": schedule.pending(),
     }
 
