@@ -24,8 +24,8 @@ leaves the file work — the new ``log-start-offset``, the unlinks, a directory
 sync — to ``defer`` (its ``defer_io``): a second background task runs it in
 rounds as the syncs are, in a worker thread, apart from the sync rounds (an
 unlink of a large file is slow, and no produce waits for it). A failure is
-logged; the files left behind are found by recovery (``.deleted``) or by
-the next deletion. ``settle`` waits for a log's work so far (DeleteRecords
+logged: the log start is written again with the log's next work, and
+``.deleted`` files left behind go at the next recovery. ``settle`` waits for a log's work so far (DeleteRecords
 answers after its new start is on disk), raising that log's failure.
 """
 
@@ -159,7 +159,7 @@ class Flusher:
                     else:
                         rnd.errors = _sync_each(work)
             for error in rnd.errors.values():
-                log.error("deleting segment files failed: %s", error)
+                log.error("deferred file work of a log failed: %s", error)
             self.deferred_rounds += 1
             rnd.done.set()
             await trio.lowlevel.checkpoint()
