@@ -90,14 +90,14 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from functools import partial
 from itertools import compress, repeat
-from operator import and_, itemgetter, lshift, or_
+from operator import itemgetter, lshift, or_
 from typing import NamedTuple
 
 # the far form's layout lives in ``schedule_cells``; callers find it here too
 from kcompat.ext.schedule_cells import CELLS as CELLS
 from kcompat.ext.schedule_cells import SLOT_MS as SLOT_MS
 from kcompat.ext.schedule_cells import run_cells, slot_runs
-from kcompat.ext.schedule_near import ENTRY_MASK, KEY_SHIFT, NearKeys, key_of, live_keys
+from kcompat.ext.schedule_near import KEY_SHIFT, NearKeys, key_of
 
 Target = tuple[str, int]  # topic, partition
 # a promoted entry: ``Pending``'s fields in order, a plain tuple
@@ -153,9 +153,9 @@ class Schedule:
         # atoms, which the garbage collector stops tracking: a million promoted
         # entries add nothing to a full collection), made ``Pending`` on the way out
         self._pending: dict[int, Row] = {}
-        # target -> the keys ``due`` took out last (sorted): a pending one (its
-        # delivery not started) goes back at the next ``due`` of that target
-        self._handed: dict[Target | None, list[int]] = {}
+        # target -> the keys ``due`` took out last (sorted), and their entries: a
+        # pending one (its delivery not started) goes back at the next ``due`` of it
+        self._handed: dict[Target | None, tuple[list[int], list[int]]] = {}
         self._far: dict[int, array[int]] = {}  # slot -> (due, entry, offset, tid, where)*
         self._far_min: dict[int, int] = {}  # slot -> its smallest due
         self._far_blocks: dict[int, array[int]] = {}  # slot -> smallest due per BLOCK entries
@@ -489,11 +489,10 @@ class Schedule:
         pending = self._pending
         for t in targets:
             self._give_back(t)  # type: ignore[arg-type]
-            keys = self._near.pop_due(t, now_ms, limit, pending)
+            keys, entries = self._near.pop_due(t, now_ms, limit, pending)
             if keys:
-                self._handed[t] = keys  # type: ignore[index]
-                out += map(_pending_of, map(pending.__getitem__,
-                                            map(and_, keys, repeat(ENTRY_MASK))))
+                self._handed[t] = keys, entries  # type: ignore[index]
+                out += map(_pending_of, map(pending.__getitem__, entries))
         if len(targets) > 1:
             out.sort(key=lambda p: (p.due_ms, p.entry))
         return out[:limit]
@@ -501,18 +500,20 @@ class Schedule:
     def _give_back(self, target: Target | None) -> None:
         """Put back the keys last handed out for ``target`` that are still
         pending (their delivery did not start): a run of their own."""
-        keys = self._handed.pop(target, None)
-        if keys:
-            self._near.add(target, live_keys(keys, self._pending))
+        handed = self._handed.pop(target, None)
+        if handed:
+            keys, entries = handed
+            self._near.add(target, list(compress(keys, map(self._pending.__contains__,
+                                                           entries))))
 
     def _handed_due(self, target: Target | None) -> int | None:
         """The earliest due time of the keys handed out for ``target`` that
         are still pending (None, and forgotten, when none is)."""
-        keys = self._handed.get(target)
-        if not keys:
+        handed = self._handed.get(target)
+        if not handed:
             return None
-        first = next(compress(keys, map(self._pending.__contains__,
-                                        map(and_, keys, repeat(ENTRY_MASK)))), None)
+        keys, entries = handed
+        first = next(compress(keys, map(self._pending.__contains__, entries)), None)
         if first is None:
             del self._handed[target]
             return None

@@ -46,9 +46,6 @@ def key_of(due_ms: int, entry: int) -> int:
     return due_ms << KEY_SHIFT | entry
 
 
-def live_keys(keys: list[int], live: Container[int]) -> list[int]:
-    """Those of ``keys`` whose entry is in ``live``, at C speed."""
-    return list(compress(keys, map(live.__contains__, map(and_, keys, repeat(ENTRY_MASK)))))
 
 
 class _Run:
@@ -90,11 +87,13 @@ class NearKeys:
         runs.append(_Run(keys))
 
     def pop_due(self, target: Hashable, now_ms: int, limit: int,
-                live: Container[int]) -> list[int]:
+                live: Container[int]) -> tuple[list[int], list[int]]:
         """Up to ``limit`` keys of ``target`` due by ``now_ms`` whose entry is
-        in ``live``, earliest first, taken out (dead ones dropped)."""
+        in ``live``, earliest first, taken out (dead ones dropped); and
+        their entries."""
         runs = self._runs.get(target)
         out: list[int] = []
+        entries: list[int] = []
         bound = ((now_ms + 1) << KEY_SHIFT) - 1  # the greatest key due
         while runs and len(out) < limit:
             want = limit - len(out)
@@ -120,10 +119,13 @@ class NearKeys:
             if len(keys) > want:
                 self.add(target, keys[want:])
                 del keys[want:]
-            out += live_keys(keys, live)
+            found = list(map(and_, keys, repeat(ENTRY_MASK)))
+            alive = list(map(live.__contains__, found))
+            out += compress(keys, alive)
+            entries += compress(found, alive)
         if runs is not None and not runs:
             del self._runs[target]
-        return out
+        return out, entries
 
     def earliest(self, target: Hashable, live: Container[int]) -> int | None:
         """The due time of ``target``'s earliest key whose entry is ``live``

@@ -152,7 +152,8 @@ def test_sorted_runs_hand_out_what_a_sorted_model_does() -> None:
             for e in rng.sample(sorted(live), min(len(live), rng.randrange(20))):
                 live.discard(e)  # taken or cancelled meanwhile
             now, limit = rng.randrange(1_000), rng.choice([1, 10, 500])
-            got = near.pop_due(T, now, limit, live)
+            got, entries = near.pop_due(T, now, limit, live)
+            assert entries == [k & ENTRY_MASK for k in got]
             model = sorted(k for k in model if k & ENTRY_MASK in live)
             want = [k for k in model if k >> KEY_SHIFT <= now][:limit]
             assert got == want
