@@ -238,7 +238,7 @@ class ViewReader:
             span, start = None, int(note[1])
         walk = self._walk(asked.view, asked.text, asked.source, asked.index,
                           _source_batches(log, span, start, asked.upper), budget, cold,
-                          asked.offset, asked.limit, WALK_HEADERS)
+                          asked.offset, asked.limit, WALK_HEADERS, eager=False)
         if walk.out:
             return b"".join(walk.out)
         if walk.offset < 0 and note is None:
@@ -258,7 +258,7 @@ class ViewReader:
     def _walk(self, view: str, text: str, source: str, index: int,
               batches: Iterable[tuple[BatchHeader, Reader]], budget: list[int] | None,
               cold: list[Cold] | None, since: int = -1, limit: int = 1 << 62,
-              bound: int = 1 << 62) -> Walk:
+              bound: int = 1 << 62, eager: bool = True) -> Walk:
         """Rebuild ``batches`` in order until ``limit`` bytes are answered
         (at least one batch past the empty ones), ``bound`` headers are looked
         at or the work ends; a batch whose kept records all lie below
@@ -269,7 +269,8 @@ class ViewReader:
         than ``INLINE_RECORDS`` records or ``INLINE_BYTES`` bytes, or any once
         the budget is gone, ends it instead, and it and the batches not cached
         after it (``max(limit, WARM_BYTES)`` bytes at most) are added there,
-        for ``warm``."""
+        for ``warm`` — unless a batch was answered already and not ``eager``:
+        a Fetch's answer does not wait for work it does not answer."""
         flt = self.compiled(text)
         walk = Walk([], [])
         gathered = 0
@@ -283,6 +284,7 @@ class ViewReader:
                 if gathered >= max(limit, WARM_BYTES) or walk.visited >= bound:
                     break
                 continue
+            rebuilt = None
             if header.is_control:
                 data, moves = bytes(read()), True
             else:
@@ -290,6 +292,8 @@ class ViewReader:
                 rebuilt = self._cache.get(key)
                 if rebuilt is None:
                     if cold is not None and goes_cold(header, budget):
+                        if walk.out and not eager:
+                            break  # answered without it: the next Fetch has it warmed
                         cold.append((key, flt, read))  # for a worker thread
                         walk.cut, gathered = True, header.size
                         continue  # the walk ends before it; the rest may be cold too
@@ -304,10 +308,10 @@ class ViewReader:
                 else:
                     self._cache.move_to_end(key)
                 data, moves = rebuilt[0], _reaches(header, rebuilt, since)
-                self.matched[view] = self.matched.get(view, 0) + rebuilt[1]
-                self.filtered[view] = self.filtered.get(view, 0) + rebuilt[2]
             if walk.out and walk.size + len(data) > limit:
                 break  # the answer is full
+            if rebuilt is not None:
+                self.count(view, rebuilt)
             if walk.out or moves:
                 walk.out.append(data)
                 walk.size += len(data)
@@ -330,7 +334,8 @@ class ViewReader:
         return self._store(key, _rebuild(flt, whole))
 
     def count(self, view: str, rebuilt: Rebuilt) -> None:
-        """A rebuilt batch served to a view's share group (the view's counters)."""
+        """A rebuilt batch served to a view's consumer or share group (the
+        view's counters)."""
         self.matched[view] = self.matched.get(view, 0) + rebuilt[1]
         self.filtered[view] = self.filtered.get(view, 0) + rebuilt[2]
 

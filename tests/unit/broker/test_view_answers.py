@@ -262,3 +262,15 @@ def test_a_fetch_reads_on_past_the_walk_bound_at_once(tmp_path: Path,
     assert [(h.base_offset, h.records_count) for _p, h in iter_headers(records)] == [(100, 1)]
     assert broker.state.views.paused == 100 // 20
     assert broker.state.hole_reads.held == 0
+
+
+def test_an_answer_with_records_does_not_wait_for_cold_batches_after_them(
+        log: PartitionLog) -> None:
+    """A batch to filter in the worker thread after records already answered
+    ends the answer and is left for the next Fetch (which warms it): the
+    answer is not delayed by work it does not carry."""
+    add(log, 10, eu=(3,))
+    add(log, views.INLINE_RECORDS + 1, eu=(20,))
+    reads = Reads(log)
+    assert reads.answer(0) == [(0, 9, [3])] and reads.cold == []
+    assert reads.answer(10) == [] and [c[0][3] for c in reads.cold] == [10]

@@ -230,10 +230,10 @@ def test_a_cold_batch_changed_before_the_thread_reads_it_is_not_cached() -> None
 
     part = _source([batch(0, 10), batch(10, 1_000)])
     reader = views.ViewReader()
-    where = part.log.locate(0, 1 << 20, part.log.log_end_offset)
+    where = part.log.locate(10, 1 << 20, part.log.log_end_offset)
     assert where is not None
     cold: list[views.Cold] = []
-    reader.answer(views.Asked("v", EU, "src", 0, 0, 1 << 20, part.log.log_end_offset),
+    reader.answer(views.Asked("v", EU, "src", 0, 10, 1 << 20, part.log.log_end_offset),
                   part.log, where, [views.WORK_RECORDS, views.WORK_BYTES], cold, HoleReads(),
                   float)
     assert len(cold) == 1 and cold[0][0][3] == 10
