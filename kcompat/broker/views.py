@@ -104,6 +104,7 @@ from kcompat.log.store import StoredFile
 from kcompat.wire import record_scan
 from kcompat.wire.batch import HEADER_SIZE, BatchError, BatchHeader, iter_headers, parse_header
 from kcompat.wire.compression import CompressionError, decompress
+from kcompat.wire.records import rebuild_batch as record_less_batch
 
 CACHE_BYTES = 64 << 20  # rebuilt batches kept (by source partition, offset, CRC)
 #: source records one Fetch filters at most (beyond its first batch): the
@@ -246,7 +247,8 @@ class ViewReader:
             return b"".join(walk.out)
         if walk.offset < 0 and note is None:
             return b""  # nothing rebuilt: all left for the worker thread, or the log changed
-        last = walk.empties[-1] if walk.empties else bytes(note[2] if note else b"")
+        last = _record_less(walk.empties[-1]) if walk.empties else bytes(
+            note[2] if note else b"")
         offset = walk.offset if walk.offset >= 0 else start
         if walk.cut or walk.visited >= WALK_HEADERS:  # work left: read again from here on
             holes.walked(log, key, offset, None, last)
@@ -442,6 +444,13 @@ def _source_batches(log: PartitionLog, where: FileSlice | None, offset: int,
         if offset <= before:
             return  # nothing whole there (truncated meanwhile)
         where = None
+
+
+def _record_less(batch: bytes) -> bytes:
+    """``batch`` without its records (all below the fetch offset if any: a
+    note keeps a header's worth, whatever the batch held)."""
+    header = parse_header(batch)
+    return batch if not header.records_count else record_less_batch(header, [])
 
 
 def _last_within(batches: list[bytes], limit: int) -> list[bytes]:

@@ -274,3 +274,16 @@ def test_an_answer_with_records_does_not_wait_for_cold_batches_after_them(
     reads = Reads(log)
     assert reads.answer(0) == [(0, 9, [3])] and reads.cold == []
     assert reads.answer(10) == [] and [c[0][3] for c in reads.cold] == [10]
+
+
+def test_a_held_run_from_inside_a_kept_batch_notes_a_header_and_releases_it(
+        log: PartitionLog) -> None:
+    """From past the last record kept of a batch (the consumer's position
+    after it): the batch counts as empty; the run's note keeps that batch
+    without its records, which the release answers."""
+    add(log, 400, eu=tuple(range(0, 398)))  # a view keeping nearly all of a large batch
+    reads = Reads(log)
+    assert reads.answer(398, now_s=10.0) == []
+    note = reads.holes.note(log, (EU, 398))
+    assert note is not None and len(note[2]) == HEADER_SIZE
+    assert reads.answer(398, now_s=10.0 + hole_reads.TAIL_HOLD_S) == [(0, 399, [])]
