@@ -30,9 +30,9 @@ offsets. Decisions:
   cache, and the Fetch reads again (the GIL is handed back to the loop every
   few milliseconds); an answer with records goes out at once (its wait for
   work it does not carry made the 90 % view of ``bench/ext15.py`` 2.5x
-  slower), the next Fetch warms the batch. The Fetch itself
-  reads only the source's batch headers (``log.header_walk``): a batch whose
-  rebuilt form is cached is answered from the cache without reading its
+  slower), the next Fetch warms the batch. The Fetch itself reads only the
+  source's batch headers (``log.header_walk``): a batch whose rebuilt form
+  is cached is answered from the cache without reading its
   bytes. The thread checks that what it reads is still the batch seen (base
   offset, CRC, size: the log may have been truncated, cleaned or deleted
   meanwhile) and drops it otherwise; what is served is always located again
@@ -59,15 +59,19 @@ offsets. Decisions:
   ends: a long run costs the consumer empty answers, never a doubling. A walk
   that reaches the read's limit without a record is at the run's end (a tail):
   answered empty (the consumer waits where it is, woken by appends) until
-  ``hole_reads.TAIL_HOLD_S`` after a read first reached it, then as stored — its last empty batches walked, within the byte
-  limit (a gap before them; the noted last batch if the read walked none), so
-  the consumer's position goes to where the run was walked to, at the cost of
-  one doubling; a released run stays released for every reader. Answers cut
-  by the work budget before any record are empty too (the work is cached,
-  the client asks again from the same offset). Bounded work: one read looks
-  at ``WALK_HEADERS`` headers at most (or fills the byte limit), filters
-  ``WORK_RECORDS`` records on the loop at most; notes are ``hole_reads``'
-  (``NOTES_MAX`` per log).
+  ``hole_reads.TAIL_HOLD_S`` after a read first reached it, then as stored:
+  the run's last batches walked by that read, within the byte limit (a gap
+  before them), or if it walked none the run's last batch the note keeps
+  (without its records: a header's worth), so the consumer's position goes
+  to where the run was walked to, at the cost of one doubling; a released
+  run stays released for every reader. So a consumer at the tail of a
+  selective view whose source gets no match for longer than the hold still
+  spends a doubling per released tail (``hole_reads``' limit, more frequent
+  here). Answers cut by the work budget before any record are empty too
+  (the work is cached, the client asks again from the same offset). Bounded
+  work: one read looks at ``WALK_HEADERS`` headers at most (or fills the
+  byte limit), filters ``WORK_RECORDS`` records on the loop at most; notes
+  are ``hole_reads``' (``NOTES_MAX`` per log).
 * Read-only: Produce and DeleteRecords answer INVALID_TOPIC_EXCEPTION,
   CreatePartitions INVALID_REQUEST (a view follows its source's additions).
 * ``kc.view.filter`` may be altered (validated like at creation);
