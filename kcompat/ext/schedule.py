@@ -329,21 +329,25 @@ class Schedule:
             schedule_ids = repeat(None)
         targets = self._targets
         self._near_rows(list(zip(entries, dues, schedule_ids, map(targets.__getitem__, tids),
-                                 offsets, wheres, strict=False)), tids)
+                                 offsets, wheres, strict=False)), tids, entries, dues)
         if end < len(cells):
             self._far_pos[slot] = end
         else:
             self._retire_first()
         return (end - start) // CELLS
 
-    def _near_rows(self, rows: list[Row], tids: Sequence[int] | None = None) -> None:
+    def _near_rows(self, rows: list[Row], tids: Sequence[int] | None = None,
+                   entries: Sequence[int] | None = None, dues: Sequence[int] | None = None
+                   ) -> None:
         """``rows`` become near: pending, and their keys a run per target
-        (``tids``: their target ids, if at hand) — sorted at C speed."""
+        (``tids``, ``entries``, ``dues``: their target ids, entries and due
+        times, when at hand) — sorted at C speed."""
         if not rows:
             return
-        self._pending.update(zip(map(itemgetter(0), rows), rows, strict=True))
-        keys = list(map(or_, map(lshift, map(itemgetter(1), rows), repeat(KEY_SHIFT)),
-                        map(itemgetter(0), rows)))  # ``key_of`` at C speed
+        if entries is None or dues is None:
+            entries, dues = list(map(itemgetter(0), rows)), list(map(itemgetter(1), rows))
+        self._pending.update(zip(entries, rows, strict=True))
+        keys = list(map(or_, map(lshift, dues, repeat(KEY_SHIFT)), entries))  # ``key_of``
         if tids is not None and min(tids) == max(tids):
             by_target = {rows[0][3]: keys}
         else:
