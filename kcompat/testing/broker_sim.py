@@ -391,9 +391,10 @@ class BrokerSimulation:
     # -- requests -----------------------------------------------------------------
 
     async def request(self, node: SimNode, key: int, version: int, rng: Random | None = None,
-                      **fields: Any) -> Any:
+                      timeout_s: float = REQUEST_TIMEOUT_S, **fields: Any) -> Any:
         """One request handled by ``node``; None if it crashed or did not answer
-        (a lost answer drawn from ``rng``, the simulation's unless told)."""
+        within ``timeout_s`` (or its answer was lost, drawn from ``rng``, the
+        simulation's unless told)."""
         broker, nursery, scope = node.broker, node.nursery, node.scope
         if broker is None or nursery is None or scope is None or scope.cancel_called:
             return None  # crashed, or crashing: the connection is gone
@@ -409,7 +410,7 @@ class BrokerSimulation:
                 done.set()
 
         nursery.start_soon(handle)
-        with trio.move_on_after(REQUEST_TIMEOUT_S):
+        with trio.move_on_after(timeout_s):
             await done.wait()
         if answer and (rng or self.rng).random() < self.lost_replies:
             return None  # handled, but the connection dropped before the answer came

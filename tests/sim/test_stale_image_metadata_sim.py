@@ -22,37 +22,20 @@ import pytest
 import trio
 from kio.schema.errors import ErrorCode as E
 
-from kcompat.broker.context import RequestContext
-from kcompat.broker.handlers import HANDLERS
 from kcompat.testing.broker_sim import TOPIC, BrokerSimulation, SimNode
 from kcompat.testing.memory_store import MemoryFileStore
 from kcompat.wire import codec
 from kcompat.wire import versions as v
 
 
-async def _describe(node: SimNode) -> Any:
-    """Metadata v12 of TOPIC from ``node``, waited for longer than its 5 s hold
-    (the simulator's own requests give up after 3 s)."""
-    broker, nursery = node.broker, node.nursery
-    assert broker is not None and nursery is not None
-    request = codec.build(md.MetadataRequest, topics=(
-        codec.build(md.MetadataRequestTopic, topic_id=None, name=TOPIC),),
+async def _describe(sim: BrokerSimulation, node: SimNode) -> Any:
+    """Metadata v12 of TOPIC from ``node``, waited for longer than its 5 s hold."""
+    answer = await sim.request(
+        node, v.METADATA, 12, timeout_s=10,
+        topics=(codec.build(md.MetadataRequestTopic, topic_id=None, name=TOPIC),),
         allow_auto_topic_creation=True, include_topic_authorized_operations=False)
-    ctx = RequestContext(broker, v.METADATA, 12, 1, "sim", "sim")
-    answer: list[Any] = []
-    done = trio.Event()
-
-    async def handle() -> None:
-        try:
-            answer.append(await HANDLERS[v.METADATA](ctx, request))
-        finally:
-            done.set()
-
-    nursery.start_soon(handle)
-    with trio.move_on_after(10):
-        await done.wait()
-    assert answer, "no Metadata answer within 10 s"
-    (topic,) = answer[0].topics
+    assert answer is not None, "no Metadata answer within 10 s"
+    (topic,) = answer.topics
     return topic
 
 
@@ -68,12 +51,12 @@ def test_a_restarted_broker_cut_off_from_the_quorum_never_says_unknown_topic(see
         sim.cut |= {frozenset((victim.node_id, n)) for n in others}
         await sim.boot(victim)
         assert victim.broker is not None and not victim.broker.cluster.caught_up
-        stale = await _describe(victim)
+        stale = await _describe(sim, victim)
         seen.append((stale.error_code, len(stale.partitions)))
         sim.cut.clear()
         with trio.move_on_after(30):
             while True:
-                fresh = await _describe(victim)
+                fresh = await _describe(sim, victim)
                 if fresh.error_code == E.none:
                     break
                 await trio.sleep(0.2)
