@@ -71,7 +71,7 @@ def test_kill_leader_loses_no_acknowledged_record(cluster: Cluster) -> None:
     _produce(producer, topic, [f"b-{i}".encode() for i in range(600)], acked, failed)
     assert len(acked) == 1200, f"{len(failed)} failed: {failed[:3]}"
 
-    cluster.brokers[victim].start()
+    cluster.brokers[victim].start().wait_serving()  # then a reader may bootstrap from it
     got = consume_all(cluster.live_bootstrap(), topic, PARTITIONS)
     values = [v for vs in got.values() for v in vs]
     assert len(values) == len(set(values)), "a record was stored twice"
