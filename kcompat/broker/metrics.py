@@ -231,7 +231,22 @@ class StateCollector(Collector):
         for view in sorted(set(reader.matched) | set(reader.filtered)):
             records.add_metric([view, "matched"], reader.matched.get(view, 0))
             records.add_metric([view, "filtered"], reader.filtered.get(view, 0))
-        return [records]
+        return [records, *self._holes()]
+
+    def _holes(self) -> list[Metric]:
+        """Fetch answers over record-less batches (``hole_reads``): the batches
+        answers started past, and the answers held back at a record-less tail."""
+        holes = self.state.hole_reads
+        skipped = CounterMetricFamily(
+            "kcompat_fetch_hole_batches_skipped",
+            "Record-less batches (all their records delayed, retried or deduplicated) "
+            "a Fetch answer started past")
+        skipped.add_metric([], holes.skipped_batches)
+        held = CounterMetricFamily(
+            "kcompat_fetch_hole_answers_held",
+            "Partition answers of Fetch held empty at a record-less tail (up to 5 s)")
+        held.add_metric([], holes.held)
+        return [skipped, held]
 
     def _groups(self) -> list[Metric]:
         labels = ["group", "topic", "partition"]

@@ -172,8 +172,9 @@ def test_group_lag_gauge(admin_broker: tuple[Broker, Admin]) -> None:
 def test_extension_metrics_pending_lateness_retries_dead_letters(
         admin_broker: tuple[Broker, Admin]) -> None:
     """EXTENSIONS.md rule 6: pending delayed records per partition, the
-    delivery lateness histogram, retries and DLQ appends per topic."""
-    from kafka import KafkaProducer
+    delivery lateness histogram, retries and DLQ appends per topic; the
+    record-less batches Fetch answers started past."""
+    from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
     broker, admin = admin_broker
     topic = unique_topic("extm")
@@ -198,6 +199,15 @@ def test_extension_metrics_pending_lateness_retries_dead_letters(
         assert value(samples, "kcompat_delayed_records_delivered_total", topic=topic) == 2
         assert value(samples, "kcompat_delayed_delivery_lateness_seconds_count") == 2
         assert value(samples, "kcompat_delayed_delivery_lateness_seconds_bucket", le="5.0") == 2
+        assert value(samples, "kcompat_fetch_hole_batches_skipped_total") == 0
+        # the produced batch is stored holding none of its records (all delayed):
+        # a read from its offset starts past it, at the delivered records
+        consumer = KafkaConsumer(bootstrap_servers=broker.bootstrap, consumer_timeout_ms=3000,
+                                 auto_offset_reset="earliest")
+        consumer.assign([TopicPartition(topic, 0)])
+        assert sorted(m.value for m in consumer) == [b"soon0", b"soon1"]
+        consumer.close()
+        assert value(admin.samples(), "kcompat_fetch_hole_batches_skipped_total") >= 1
         # a record failing three times is retried three times, then dead-lettered
         attempt = None
         for n in range(4):
