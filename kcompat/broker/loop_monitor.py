@@ -22,7 +22,11 @@ service's batches) and this module makes it visible:
   and minute), so the culprit of a stall is named, not guessed;
 * where a long step was: a watch thread wakes every ``WATCH_EVERY_S`` and, when
   the step under way has run ``LONG_STEP_S`` or more, takes the loop thread's
-  stack (``sys._current_frames``) — a sample, as a sampling profiler takes one,
+  stack (``stack_of``: ``faulthandler`` writes every thread's frames in one C
+  walk that keeps the GIL — a walk in Python, ``f_back`` after ``f_back``,
+  lets the loop thread run between two steps and pop the frames being
+  walked, and CPython 3.11 then reads a freed code object: a broker of a CI
+  run died of that, a segfault in ``PyCode_Addr2Line``) — a sample, as a sampling profiler takes one,
   of where the step spends its time. When that step ends over ``LONG_STEP_S``
   it is logged with its sampled frames (the innermost of kcompat and what they
   called), at INFO, or WARNING over ``WARN_STEP_S`` (once per kind and minute
@@ -49,14 +53,15 @@ observation: nothing here changes the order in which tasks run.
 
 from __future__ import annotations
 
+import faulthandler
 import gc
 import logging
 import os
-import sys
+import re
+import tempfile
 import threading
 import time
-import traceback
-from types import CodeType, FrameType
+from types import CodeType
 from typing import TYPE_CHECKING
 from weakref import WeakKeyDictionary
 
@@ -197,10 +202,10 @@ class StepTimer(trio.abc.Instrument):
                 self._seen = (started, time.perf_counter(), cpu)
         if not started or time.perf_counter() - started < LONG_STEP_S or self._where[0] == started:
             return
-        frame = sys._current_frames().get(loop_thread)
-        if frame is None or self._started != started:
+        frames = stack_of(loop_thread)
+        if not frames or self._started != started:
             return  # the step ended meanwhile
-        self._where = (started, where_of(frame))
+        self._where = (started, where_of(frames))
 
     def _cpu_time(self, loop_thread: int) -> float | None:
         """The loop thread's CPU time so far (None where the platform has no
@@ -215,15 +220,44 @@ class StepTimer(trio.abc.Instrument):
             return None
 
 
-def where_of(frame: FrameType) -> str:
-    """The innermost ``WHERE_FRAMES`` frames of kcompat under ``frame``, outermost
-    first, and the frame they called into if it is not kcompat's own
-    (``json/decoder.py:353 raw_decode``)."""
-    frames = traceback.extract_stack(frame)
-    ours = [at for at in frames if "/kcompat/" in at.filename]
-    named = [f"{_short(at.filename)}:{at.lineno} {at.name}" for at in ours[-WHERE_FRAMES:]]
-    if frames and "/kcompat/" not in frames[-1].filename:
-        named.append(f"{_short(frames[-1].filename)}:{frames[-1].lineno} {frames[-1].name}")
+Frame = tuple[str, int, str]  # file name, line, function
+_FRAME_LINE = re.compile(r'^  File "(.*)", line (\d+) in (.*)$')
+_DUMP = threading.local()  # each thread's file for faulthandler to write to
+
+
+def stack_of(thread: int) -> list[Frame]:
+    """The frames of the thread whose ident is ``thread``, outermost first
+    (the innermost 100 at most), as ``faulthandler`` writes them — one C walk
+    of every thread's frames that never lets the GIL go (see the module);
+    empty if the thread is not found."""
+    dump = getattr(_DUMP, "file", None)
+    if dump is None:
+        dump = _DUMP.file = tempfile.TemporaryFile()
+    dump.seek(0)
+    dump.truncate()
+    faulthandler.dump_traceback(dump, all_threads=True)
+    dump.seek(0)
+    text = dump.read().decode("utf-8", "replace")
+    frames: list[Frame] = []
+    mine = False
+    for line in text.splitlines():
+        if line.startswith(("Thread 0x", "Current thread 0x")):
+            mine = int(line.split("0x", 1)[1].split()[0], 16) == thread
+        elif mine and (found := _FRAME_LINE.match(line)):
+            frames.append((found[1], int(found[2]), found[3]))
+    frames.reverse()
+    return frames
+
+
+def where_of(frames: list[Frame]) -> str:
+    """The innermost ``WHERE_FRAMES`` frames of kcompat of ``frames``
+    (outermost first), and the frame they called into if it is not kcompat's
+    own (``json/decoder.py:353 raw_decode``)."""
+    ours = [at for at in frames if "/kcompat/" in at[0]]
+    named = [f"{_short(name)}:{line} {func}" for name, line, func in ours[-WHERE_FRAMES:]]
+    if frames and "/kcompat/" not in frames[-1][0]:
+        name, line, func = frames[-1]
+        named.append(f"{_short(name)}:{line} {func}")
     return " > ".join(named)
 
 

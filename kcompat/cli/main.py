@@ -10,6 +10,7 @@ on stderr and an exit code: 0 ok, 1 failed (unknown topic, broker unreachable),
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import os
 import sys
 from pathlib import Path
@@ -82,6 +83,9 @@ def cmd_broker(args: argparse.Namespace) -> int:
             print(f"{key}={shown}")
         return 0
     _logging.setup(level, log_format)
+    # a crash of the interpreter itself (a segfault) leaves every thread's
+    # Python frames on stderr, not a silent exit
+    faulthandler.enable()
     try:
         trio.run(run_broker, cfg)
     except KeyboardInterrupt:

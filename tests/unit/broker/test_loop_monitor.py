@@ -151,3 +151,37 @@ def test_the_broker_freezes_what_it_starts_with_once_the_codec_is_warm() -> None
         assert f"kcompat_gc_frozen_objects {float(frozen)}" in generate_latest(registry).decode()
     finally:
         gc.unfreeze()
+
+
+def test_a_threads_stack_is_read_in_one_walk_of_faulthandler() -> None:
+    """``stack_of`` reads another thread's frames as faulthandler writes them
+    (one C walk holding the GIL), outermost first, with file, line and
+    function; an unknown thread has none."""
+    import threading
+
+    from kcompat.broker.loop_monitor import stack_of, where_of
+
+    started, release = threading.Event(), threading.Event()
+    idents: list[int] = []
+
+    def parked_here() -> None:
+        idents.append(threading.get_ident())
+        started.set()
+        release.wait(10)
+
+    t = threading.Thread(target=parked_here)
+    t.start()
+    try:
+        assert started.wait(10)
+        frames = stack_of(idents[0])
+        names = [func for _file, _line, func in frames]
+        assert "parked_here" in names and names.index("run") < names.index("parked_here")
+        file, line, _ = frames[names.index("parked_here")]
+        assert file == __file__ and line > 0
+        # none of kcompat's own: where it waits is its innermost frame
+        assert where_of(frames).startswith("python3.11/threading.py:") or \
+            where_of(frames).endswith(" wait"), where_of(frames)
+        assert stack_of(1) == []
+    finally:
+        release.set()
+        t.join()
