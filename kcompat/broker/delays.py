@@ -97,6 +97,7 @@ from kcompat.broker.controller.admin import auto_create
 from kcompat.broker.controller.internal_topics import partition_for
 from kcompat.broker.delay_batches import SCHEDULE_BATCH, below, schedule_batches
 from kcompat.broker.delay_pressure import Backpressure
+from kcompat.broker.lane import background_turn
 from kcompat.broker.lateness import BatchLateness
 from kcompat.broker.offload import run_cpu
 from kcompat.broker.replication.storage import now_ms
@@ -266,7 +267,8 @@ class DelayService:
             nursery.start_soon(self._compact_loop)
             while True:
                 self._wake = trio.Event()
-                wait_s = self._start_due(nursery, now_ms())
+                async with background_turn():  # promotions: a chunk of the lane
+                    wait_s = self._start_due(nursery, now_ms())
                 with trio.move_on_after(wait_s):
                     await self._wake.wait()
 
@@ -317,11 +319,12 @@ class DelayService:
         planned: dict[int, Tail] = {}  # entry -> its record, read to plan the batch
         while True:
             if target not in slog.inflight:
-                entries = slog.schedule.due(now_ms(), DELIVERY_BATCH, target)
+                async with background_turn():
+                    entries = slog.schedule.due(now_ms(), DELIVERY_BATCH, target)
                 if entries:
                     entries, planned = await self._plan(index, entries)
-                    records.append(out_record(target, entries, now_ms()))
-                    await trio.lowlevel.checkpoint()  # planning and writing: two turns
+                    async with background_turn():  # planning and writing: turns apart
+                        records.append(out_record(target, entries, now_ms()))
             if records:
                 code, _ = await self.calls.append_locally(
                     SCHEDULE_TOPIC, index, encode_batch(records), WRITE_TIMEOUT_S)
@@ -342,9 +345,8 @@ class DelayService:
         ``READ_CHUNK`` at a time, a turn of the loop each."""
         tails: list[Tail] = []
         for start in range(0, len(entries), READ_CHUNK):
-            if start:
-                await trio.lowlevel.checkpoint()
-            tails += self._records(index).tails(entries[start:start + READ_CHUNK])
+            async with background_turn():
+                tails += self._records(index).tails(entries[start:start + READ_CHUNK])
             if take_tails_within(tails, DELIVERY_BYTES) < len(tails):
                 break
         n = take_tails_within(tails, DELIVERY_BYTES)
@@ -362,8 +364,9 @@ class DelayService:
             read = iter(stored.tails([p for p, r in zip(delivery.entries, records,
                                                           strict=True) if r is None]))
             records = [r if r is not None else next(read) for r in records]
-        batch = delivery_batch(records, internal_producer_id(index),  # type: ignore[arg-type]
-                               delivery.seq)
+        async with background_turn():
+            batch = delivery_batch(records, internal_producer_id(index),  # type: ignore[arg-type]
+                                   delivery.seq)
         attempt = 0
         while self.cluster.serving_machine(SCHEDULE_TOPIC, index) is None:
             if self._gone(delivery.target):
