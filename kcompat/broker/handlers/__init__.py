@@ -36,6 +36,7 @@ _MODULES = {
     v.INCREMENTAL_ALTER_CONFIGS: "incremental_alter_configs",
     v.DESCRIBE_CLUSTER: "describe_cluster",
     v.DESCRIBE_TOPIC_PARTITIONS: "describe_topic_partitions",
+    v.ALTER_REPLICA_LOG_DIRS: "alter_replica_log_dirs",
     v.DESCRIBE_LOG_DIRS: "describe_log_dirs",
     v.ELECT_LEADERS: "elect_leaders",
     v.ALTER_PARTITION_REASSIGNMENTS: "alter_partition_reassignments",

@@ -5,8 +5,8 @@ clients ask every broker): one log dir, the absolute ``data.dir``, with each
 local replica's size (bytes of its segments), offset lag (Kafka's: how far
 the replica's log end is behind the partition's high watermark — 0 on a
 leader; a follower counts from the leader's high watermark as last heard, so
-a follower still fetching shows what it lacks), ``is_future_key`` false (no
-AlterReplicaLogDirs here). v4+ carry the volume's total and usable bytes
+a follower still fetching shows what it lacks), ``is_future_key`` false (one log dir:
+AlterReplicaLogDirs moves nothing). v4+ carry the volume's total and usable bytes
 (``statvfs``), v5 ``is_cordoned`` (false). Null topics means every replica;
 an unknown topic or partition is left out, as Kafka does. Filtered views
 have no replicas of their own and the metadata log is not a topic.
