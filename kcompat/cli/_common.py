@@ -3,8 +3,9 @@
 Theory of operation
 -------------------
 Client commands talk to a broker through kafka-python, as any Kafka client
-would. Every one takes ``--bootstrap-server HOST:PORT`` (default
-127.0.0.1:9092, as Kafka's own tools), ``--timeout-ms`` (how long to try
+would. Every one takes ``--bootstrap-server HOST:PORT[,HOST:PORT...]``
+(default 127.0.0.1:9092; a list as Kafka's own tools take, whichever broker
+answers serves: kafka-python and ``_kio.connect_first`` both try the others), ``--timeout-ms`` (how long to try
 reaching the broker) and ``--json``. A failure the user can act on becomes a
 ``CliError``: one line on stderr, exit code 1 (2 for bad arguments) — never a
 traceback. ``friendly`` turns kafka-python's exceptions into such lines.
@@ -32,7 +33,7 @@ from typing import Any
 from kcompat.cli import _security
 from kcompat.cli._base import CLIENT_ID as CLIENT_ID  # commands import these from here
 from kcompat.cli._base import CliError as CliError
-from kcompat.cli._base import parse_bootstrap
+from kcompat.cli._base import parse_bootstrap, unreachable
 from kcompat.cli._security import ClientSecurity
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
@@ -47,8 +48,9 @@ class Parser(argparse.ArgumentParser):
 
 
 def add_client_args(p: argparse.ArgumentParser, json_flag: bool = True) -> None:
-    p.add_argument("--bootstrap-server", default=DEFAULT_BOOTSTRAP, metavar="HOST:PORT",
-                   help=f"broker to connect to (default {DEFAULT_BOOTSTRAP})")
+    p.add_argument("--bootstrap-server", default=DEFAULT_BOOTSTRAP, metavar="HOST:PORT[,...]",
+                   help="brokers to connect to, comma-separated: whichever answers "
+                   f"(default {DEFAULT_BOOTSTRAP})")
     p.add_argument("--timeout-ms", type=int, default=DEFAULT_TIMEOUT_MS, metavar="MS",
                    help=f"give up reaching the broker after MS (default {DEFAULT_TIMEOUT_MS})")
     if json_flag:
@@ -75,12 +77,12 @@ def client_security(args: argparse.Namespace) -> ClientSecurity:
 def client_config(args: argparse.Namespace) -> dict[str, Any]:
     """kafka-python's arguments; on a secured listener, after one login check."""
     server = args.bootstrap_server
-    host, port = parse_bootstrap(server)
+    parse_bootstrap(server)  # a usage error before any connection
     security = client_security(args)
     if security.protocol != "PLAINTEXT" and not getattr(args, "_login_checked", False):
-        from kcompat.cli._kio import Connection
+        from kcompat.cli._kio import connect_first
 
-        conn = Connection(host, port, args.timeout_ms / 1000, security)
+        conn = connect_first(server, args.timeout_ms / 1000, security)
         try:
             conn.check()
         finally:
@@ -121,7 +123,7 @@ def friendly(exc: BaseException, args: argparse.Namespace | None) -> CliError | 
     if isinstance(exc, no_brokers) or (
         isinstance(exc, ke.KafkaTimeoutError) and "bootstrap" in str(exc)
     ):
-        return CliError(f"cannot reach a broker at {server}")
+        return unreachable([(f"{host}:{port}", "") for host, port in parse_bootstrap(server)])
     if isinstance(exc, ke.KafkaConnectionError):
         return CliError(f"lost the connection to {server}: {exc}")
     if isinstance(exc, ke.BrokerResponseError):

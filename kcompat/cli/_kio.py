@@ -9,7 +9,9 @@ versions, v1 otherwise) and the body with kio's writers, reads one
 length-prefixed answer and parses its header and body with kio's readers.
 One request is in flight per connection, so the correlation id only checks
 that the answer is the one asked for; a call cut short (a timeout, ^C) closes
-the socket and the next call connects afresh. ``Cluster`` keeps one connection per
+the socket and the next call connects afresh. ``--bootstrap-server`` may name
+several brokers (``HOST:PORT,HOST:PORT``): ``connect_first`` tries them in the
+order given and keeps the first that answers. ``Cluster`` keeps one connection per
 broker and finds group coordinators (FindCoordinator v4) and topic metadata
 (Metadata v12, which carries topic ids). A socket failure or a timeout is a
 ``CliError``; an error code in an answer is data for the caller.
@@ -46,12 +48,21 @@ from kio.serial import entity_reader, entity_writer
 from kio.static.primitive import i8, i32
 
 from kcompat.cli import _security
-from kcompat.cli._base import CLIENT_ID, CliError, parse_bootstrap
+from kcompat.cli._base import CLIENT_ID, CliError, parse_bootstrap, unreachable
 from kcompat.cli._security import PLAINTEXT, ClientSecurity
 
 _SIZE = struct.Struct(">i")
 COORDINATOR_RETRIES = 20  # FindCoordinator/heartbeat retries while a coordinator loads
 REAUTH_FRACTION = 0.85  # of a granted session lifetime, then connect afresh
+
+
+class Unreachable(CliError):
+    """No TCP connection to an address (``why``: the socket's error); the
+    next address of ``--bootstrap-server`` may answer."""
+
+    def __init__(self, address: str, why: str) -> None:
+        super().__init__(f"cannot reach a broker at {address}: {why}")
+        self.address, self.why = address, why
 
 
 class Connection:
@@ -69,16 +80,16 @@ class Connection:
 
     @classmethod
     def for_args(cls, args: argparse.Namespace, timeout_s: float) -> Connection:
-        """A connection to ``--bootstrap-server`` with the command line's security."""
-        host, port = parse_bootstrap(args.bootstrap_server)
-        return cls(host, port, timeout_s, security=_security.of_args(args))
+        """A connection to ``--bootstrap-server`` (the first of its addresses
+        that answers) with the command line's security."""
+        return connect_first(args.bootstrap_server, timeout_s, _security.of_args(args))
 
     def _connect(self) -> socket.socket:
         context = self.security.ssl_context if self.security.tls else None  # stores load first
         try:
             sock = socket.create_connection(self._target, timeout=self.timeout_s)
         except OSError as e:
-            raise CliError(f"cannot reach a broker at {self.address}: {e}") from e
+            raise Unreachable(self.address, str(e)) from e
         self.sock, self._answered = sock, False
         if context is not None:
             sock = self.sock = self._tls_handshake(context, sock)
@@ -214,6 +225,23 @@ class Connection:
         self._session_ends = None
 
 
+def connect_first(server: str, timeout_s: float,
+                  security: ClientSecurity = PLAINTEXT) -> Connection:
+    """A connection to the first address of ``server`` (``--bootstrap-server``:
+    ``HOST:PORT[,HOST:PORT...]``) that accepts one, tried in the order given,
+    as Kafka's tools use whichever bootstrap broker answers. Only an address
+    that cannot be reached passes the turn on: a refused login or TLS
+    handshake is the answer (another broker of the cluster would refuse the
+    same credentials). None reached: one error naming each address and why."""
+    failures: list[tuple[str, str]] = []
+    for host, port in parse_bootstrap(server):
+        try:
+            return Connection(host, port, timeout_s, security)
+        except Unreachable as e:
+            failures.append((e.address, e.why))
+    raise unreachable(failures)
+
+
 def _tls_reason(e: BaseException) -> str:
     """What went wrong in a TLS handshake, in one line."""
     if isinstance(e, ssl.SSLCertVerificationError):
@@ -241,14 +269,14 @@ class TopicInfo:
 
 
 class Cluster:
-    """Connections by node id, starting from the bootstrap server."""
+    """Connections by node id, starting from the bootstrap server (the first
+    of ``bootstrap``'s addresses that answers, ``connect_first``)."""
 
     def __init__(self, bootstrap: str, timeout_s: float,
                  security: ClientSecurity = PLAINTEXT) -> None:
-        host, port = parse_bootstrap(bootstrap)
         self.timeout_s = timeout_s
         self.security = security
-        self.bootstrap = Connection(host, port, timeout_s, security)
+        self.bootstrap = connect_first(bootstrap, timeout_s, security)
         self.addresses: dict[int, tuple[str, int]] = {}
         self._by_node: dict[int, Connection] = {}
 

@@ -341,6 +341,24 @@ def test_clear_errors(broker: Broker) -> None:
                                       stdin="x\n", expect=1).stderr
 
 
+def test_bootstrap_server_lists(broker: Broker) -> None:
+    """``--bootstrap-server`` takes a comma-separated list (issue 32): a verb of
+    each path — kafka-python (``topics list``), one kio connection (``quotas
+    describe``), kio connections by node (``topics reassign --list``) — is
+    served by the listed broker that answers; none answering is one line
+    naming every address."""
+    dead, other = f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"
+    for command in (["topics", "list"], ["quotas", "describe"], ["topics", "reassign", "--list"]):
+        proc = subprocess.run([sys.executable, "-m", "kcompat", *command, "--bootstrap-server",
+                               f"{dead},{broker.bootstrap}"],
+                              capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 0, (command, proc.stderr)
+        err = kc(None, *command, "--bootstrap-server", f"{dead},{other}", "--timeout-ms", "500",
+                 expect=1).stderr
+        assert err.startswith("kcompat: error: cannot reach a broker at any of 2 addresses ("), err
+        assert dead in err and other in err, err
+
+
 def test_scheduled_list_and_cancel(broker: Broker) -> None:
     """``kcompat scheduled``: delayed records are listed earliest first until
     delivered; a cancelled one is never delivered."""
