@@ -16,7 +16,9 @@ inbound messages, state machines), so no lower layer knows an upper one.
 Handlers receive it in their ``RequestContext``.
 
 Without ``controller.quorum.voters`` the broker is a quorum of one: itself the
-only voter, running the same code as a cluster (DESIGN.md §5). The store (its
+only voter, running the same code as a cluster (DESIGN.md §5) — unless
+``controller.quorum.bootstrap.servers`` names a running cluster, whose voters
+the server learnt from it (``quorum_bootstrap``) and passes in as ``voters``. The store (its
 disk), the peer links and the randomness are the seams the broker-level
 simulator replaces (``kcompat.testing.broker_sim``).
 """
@@ -60,7 +62,8 @@ from kcompat.security.scram import ScramCredential, ScramServer
 
 class Broker:
     def __init__(self, config: BrokerConfig, store: FileStore = OS_STORE,
-                 links: LinkFactory | None = None, rng: Random | None = None) -> None:
+                 links: LinkFactory | None = None, rng: Random | None = None,
+                 voters: str | None = None) -> None:
         self.config = config
         # the listeners, the inter-broker one first; host and port are its own
         self.listeners = listeners.parse(config)
@@ -77,10 +80,12 @@ class Broker:
         self.authorizer = authorizer_of(config, self.state.metadata.image.acls)
         self.draining = False  # SIGTERM: connections close once idle (``connection``)
         self.idle_reads: set[trio.CancelScope] = set()
-        voters = (",".join(config["controller.quorum.voters"])
+        in_cluster = bool(config["controller.quorum.voters"]
+                          or config["controller.quorum.bootstrap.servers"])
+        voters = (voters or ",".join(config["controller.quorum.voters"])
                   or lone_voter(self.state.node_id, config["host"], config["port"]))
-        secure = peer_security.dialer(config, self.listeners[0], strict=bool(
-            config["controller.quorum.voters"])) if links is None else None
+        secure = peer_security.dialer(config, self.listeners[0],
+                                      strict=in_cluster) if links is None else None
         if secure is not None:
             links = partial(PeerLink, secure=secure)
         self.cluster = ClusterRuntime(self.state, voters, links, rng)

@@ -14,6 +14,7 @@ up logging and are not config keys.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,6 +33,34 @@ def _host_counts(value: str) -> str | None:
         host, sep, count = item.rpartition(":")
         if item and not (sep and host and count.strip().isdigit()):
             return f"{item!r} is not host:count"
+    return None
+
+
+QUORUM_BOOTSTRAP_SERVERS = "controller.quorum.bootstrap.servers"
+
+
+_HOST = re.compile(r"[0-9A-Za-z._-]+|\[[0-9A-Fa-f:.%A-Za-z]+\]")
+
+
+def parse_host_port(entry: str) -> tuple[str, int] | None:
+    """``host:port`` (``[v6]:port`` too) -> (host, port); None if it is not one."""
+    host, sep, port = entry.strip().rpartition(":")
+    if not sep or not _HOST.fullmatch(host) or not port.isdigit() or not 0 < int(port) < 65536:
+        return None
+    return host, int(port)
+
+
+def _bootstrap_servers(value: list[str]) -> str | None:
+    """``controller.quorum.bootstrap.servers``: ``host:port`` entries (KIP-853),
+    refused entry by entry as Kafka's QuorumConfig words it (a host with other
+    characters, ``1@host:port`` pasted from the voters, is refused as a host
+    name)."""
+    for entry in value:
+        host = entry.rpartition(":")[0]
+        if parse_host_port(entry) is None:
+            part = "host name" if not _HOST.fullmatch(host) else "host port"
+            return (f"Failed to parse {part} from {entry} for the configuration "
+                    f'{QUORUM_BOOTSTRAP_SERVERS}. Each entry should be in the form "{{host}}:{{port}}"')
     return None
 
 
@@ -185,6 +214,10 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
         # Empty: a quorum of one (this broker alone); else the controllers, each
         # also a broker unless process.roles says otherwise.
         _D("controller.quorum.voters", "list", []),  # "1@host:port,2@host:port,..."
+        # KIP-853: where a node finds the metadata quorum ("host:port,..." of
+        # running nodes, no ids); a node started with it and without the
+        # voters asks them for the voters (``quorum_bootstrap``)
+        _D(QUORUM_BOOTSTRAP_SERVERS, "list", [], check=_bootstrap_servers),
         # KRaft's roles: "broker,controller" (a voter that hosts partitions),
         # "broker" (hosts partitions, follows the metadata log as an observer,
         # joins a running cluster) or "controller" (a voter that hosts none)

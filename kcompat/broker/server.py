@@ -2,7 +2,10 @@
 
 Theory of operation
 -------------------
-``run_broker`` opens the state (which recovers every log), binds the listener
+``run_broker`` learns the metadata quorum's voters from
+``controller.quorum.bootstrap.servers`` when the config names no voters
+(``quorum_bootstrap``: it waits until a node answers), opens the state (which
+recovers every log), binds the listener
 and then logs exactly one ``kcompat broker ready on HOST:PORT`` line. Each
 accepted socket gets its own task (``serve_connection``). Background tasks run
 the group-commit flusher, retention, the Multi-Raft driver (a single
@@ -53,6 +56,7 @@ from functools import partial
 
 import trio
 
+from kcompat.broker import quorum_bootstrap
 from kcompat.broker.admin_http import open_admin_listeners, run_admin_http
 from kcompat.broker.broker import Broker
 from kcompat.broker.config import BrokerConfig
@@ -140,7 +144,8 @@ async def run_broker(config: BrokerConfig, task_status: trio.TaskStatus[int] = t
     _raise_fd_limit()
     sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
     gc.set_threshold(*GC_THRESHOLDS)
-    broker = Broker(config)
+    # KIP-853: the voters from controller.quorum.bootstrap.servers, before anything opens
+    broker = Broker(config, voters=await quorum_bootstrap.find_voters(config))
     state = broker.state
     try:
         bound = await _bind_listeners(broker)

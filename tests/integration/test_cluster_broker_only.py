@@ -133,7 +133,9 @@ def test_broker_only_node_joins_hosts_leads_and_rejoins_after_kill9(
 
 
 @pytest.mark.parametrize(("args", "says"), [
-    (("--set", "process.roles=broker"), "name its controllers in controller.quorum.voters"),
+    (("--set", "process.roles=broker"),
+     "name its controllers in controller.quorum.bootstrap.servers (host:port,...) or "
+     "controller.quorum.voters"),
     (("--node-id", "1", "--set", "controller.quorum.voters=1@127.0.0.1:1",
       "--set", "process.roles=broker"), "process.roles must be broker,controller"),
     (("--node-id", "1", "--set", "controller.quorum.voters=2@127.0.0.1:1",

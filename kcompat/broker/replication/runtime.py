@@ -180,11 +180,14 @@ class ClusterRuntime:
         if self.is_voter and self.node_id not in self.voters:
             raise ConfigError("controller.quorum.voters",
                               f"node.id {self.node_id} is not one of the voters (set "
-                              f"process.roles=broker for a broker-only node)")
-        if not self.is_voter and not config["controller.quorum.voters"]:
+                              f"process.roles=broker for a broker-only node; it may become "
+                              f"a voter later: kcompat cluster add-voter)")
+        if not self.is_voter and not (config["controller.quorum.voters"]
+                                      or config["controller.quorum.bootstrap.servers"]):
             raise ConfigError("controller.quorum.voters",
                               "a broker-only node (process.roles=broker) joins a cluster: name "
-                              "its controllers in controller.quorum.voters")
+                              "its controllers in controller.quorum.bootstrap.servers (host:port,"
+                              "...) or controller.quorum.voters (id@host:port,...)")
         if not self.is_voter and self.node_id in self.voters:
             raise ConfigError("process.roles",
                               f"node.id {self.node_id} is one of controller.quorum.voters, so it "
