@@ -228,20 +228,24 @@ class BrokerState:
         return TopicMeta(name, uuid.uuid4(), count, overrides)
 
     def add_partitions(self, name: str, total: int) -> dict[str, Any]:
-        """Validate a CreatePartitions; the change for the controller."""
+        """Validate a CreatePartitions; the change for the controller. Kafka 4.4's
+        answers: an unknown topic without a message, a count equal to the
+        topic's (a client's retry of an increase that was carried out sees it
+        too) or below it INVALID_PARTITIONS with its two messages."""
         meta = self.topics.get(name)
         if meta is None:
-            raise TopicError(ErrorCode.unknown_topic_or_partition, f"Topic {name} does not exist")
+            raise TopicError(ErrorCode.unknown_topic_or_partition, None)
         if meta.view_of is not None:
             raise TopicError(ErrorCode.invalid_request,
                              f"Topic '{name}' is a view of '{meta.view_of}': it has the "
                              f"partitions of its source; add partitions to '{meta.view_of}'")
-        if total <= meta.partitions:
-            raise TopicError(
-                ErrorCode.invalid_partitions,
-                f"Topic currently has {meta.partitions} partitions, which is higher than or "
-                f"equal to the requested {total}.",
-            )
+        if total == meta.partitions:  # a retry of a change that was carried out, too
+            raise TopicError(ErrorCode.invalid_partitions,
+                             f"Topic already has {total} partition(s).")
+        if total < meta.partitions:
+            raise TopicError(ErrorCode.invalid_partitions,
+                             f"The topic {name} currently has {meta.partitions} partition(s); "
+                             f"{total} would not be an increase.")
         return {"op": "add_partitions", "name": name, "total": total}
 
     def set_topic_configs(self, name: str, overrides: dict[str, Any]) -> dict[str, Any]:

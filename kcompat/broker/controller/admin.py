@@ -20,6 +20,9 @@ A single broker is a quorum of one and its own controller. The controller valida
 assignment and group ids (``ClusterRuntime.plan_assignments``), proposes one
 record and answers only after the record is committed and applied, so a
 topic a client was told exists survives the loss of any minority of voters.
+Increases of one topic's partitions are decided one at a time (``adding``):
+a second one, a client's retry of the first among them, is validated once
+the first is committed or failed, against the image it left.
 """
 
 from __future__ import annotations
@@ -187,6 +190,7 @@ async def execute(ctl: Controller, intent: dict[str, Any]) -> None:
     _controller(ctl)
     op, name = intent.get("op"), str(intent.get("name"))
     if op == "add_partitions":
+        await increase_settled(ctl, name)  # one increase of a topic in flight at a time
         total = int(intent["total"])
         ctl.state.add_partitions(name, total)
         old = ctl.state.topics[name].partitions
@@ -201,6 +205,8 @@ async def execute(ctl: Controller, intent: dict[str, Any]) -> None:
             assignments = cluster.plan_assignments(name, old, total - old, replication)
         rec: dict[str, Any] = {"type": "add_partitions", "name": name, "partitions": total,
                                "assignments": assignments}
+        await _commit_increase(ctl, rec, _commit_timeout(intent))
+        return
     elif op == "alter_configs":
         change = ctl.state.set_topic_configs(name, dict(intent["configs"]))
         rec = {"type": "alter_configs", "name": name, "configs": change["configs"]}
@@ -363,6 +369,28 @@ async def _commit_creation(ctl: Controller, rec: dict[str, Any],
         await _commit(ctl, rec, timeout_s)
     finally:
         creating.discard(name)
+
+
+async def increase_settled(ctl: Controller, name: str) -> None:
+    """Once no increase of ``name``'s partitions is in flight on this controller
+    (each waits for its commit within its own timeout)."""
+    while name in ctl.adding:
+        await ctl.adding[name].wait()
+
+
+async def _commit_increase(ctl: Controller, rec: dict[str, Any], timeout_s: float) -> None:
+    """Commit an ``add_partitions`` record; another increase of the topic waits
+    until this one is decided and is then validated against the image it left
+    (a retry of a committed increase: "Topic already has N partition(s).", as
+    Kafka's controller answers from its uncommitted state). Without the wait
+    both were planned from the same count and opened the same partitions twice."""
+    name = rec["name"]
+    done = ctl.adding[name] = trio.Event()
+    try:
+        await _commit(ctl, rec, timeout_s)
+    finally:
+        del ctl.adding[name]
+        done.set()
 
 
 async def _commit(ctl: Controller, rec: dict[str, Any], timeout_s: float = 10.0) -> None:

@@ -15,7 +15,8 @@ directories for deletion, ``alter_configs`` swaps the logs' configuration,
 the configuration of every log whose topic follows a broker default.
 Broker registrations and fencing only change the image (``liveness``). A
 second ``create_topic`` for an existing name (two proposals racing) is
-ignored, identically everywhere. Checkpoints (``metadata_snapshot``) replace
+ignored, identically everywhere, and so is an ``add_partitions`` that is no
+increase of the count the image has. Checkpoints (``metadata_snapshot``) replace
 the prefix of the log: ``load_snapshot`` turns one into the same changes.
 
 Opening a replica's log is blocking disk work — recovery lists, reads and
@@ -355,6 +356,10 @@ def _apply_record(rt: ClusterRuntime, rec: dict[str, Any], offset: int = 0) -> N
     if kind == "create_topic" and rec["name"] in image.topics:
         log.warning("ignoring a second create_topic record for %s", rec["name"])
         return
+    if kind == "add_partitions" and rec["partitions"] <= image.topics[rec["name"]].partitions:
+        log.warning("ignoring an add_partitions record for %s to %d partitions: it has %d",
+                    rec["name"], rec["partitions"], image.topics[rec["name"]].partitions)
+        return  # planned from a count an earlier increase had passed already
     if kind == "delete_topic":
         _drop_topic(rt, rec["name"])
     image.apply(rec)

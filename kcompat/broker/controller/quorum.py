@@ -13,7 +13,7 @@ checkpoints the image once enough was applied (``metadata_snapshot``).
 
 Topic changes are carried out on the controller only (``admin``, which also
 serves the changes other brokers forward); ``creating`` and ``auto_creating``
-keep one creation per topic name in flight.
+keep one creation per topic name in flight, ``adding`` one partition increase.
 """
 
 from __future__ import annotations
@@ -42,6 +42,8 @@ class Controller:
         self.lifecycle = BrokerLifecycle(rt)
         self.creating: set[str] = set()  # create_topic records in flight (controller)
         self.auto_creating: set[str] = set()  # topics this broker is asking to create
+        # add_partitions records in flight (controller): set once decided
+        self.adding: dict[str, trio.Event] = {}
         self.applied_bytes = 0  # metadata applied since the last checkpoint
         rt.tick_hooks.append(self._tick)
         rt.inbound[codec.Heartbeat] = lambda _src, hb: self.lifecycle.on_heartbeat(hb)

@@ -5,7 +5,14 @@ partition) name registered brokers, once each, as many as the topic's
 replication factor; a wrong number of them is INVALID_REPLICA_ASSIGNMENT with
 Kafka's message. Committed through the controller (``controller.admin.submit``). A topic named twice is
 INVALID_REQUEST ("Duplicate topic name."); an unknown topic
-UNKNOWN_TOPIC_OR_PARTITION; a count that is not an increase INVALID_PARTITIONS.
+UNKNOWN_TOPIC_OR_PARTITION without a message; a count that is not an increase
+INVALID_PARTITIONS with Kafka 4.4's messages: "Topic already has N
+partition(s)." for the topic's own count — what a client retrying an increase
+that was carried out (its first answer lost to a timeout) sees, ``validate_only``
+too — and "The topic T currently has N partition(s); M would not be an
+increase." below it. On the controller an increase of a topic in flight is
+waited for before the next one is validated (``controller.admin``), so a retry
+racing its first attempt gets the same answer, never a second set of partitions.
 ``validate_only`` changes nothing.
 Controller mutation quota (KIP-599): a valid increase takes the partitions it
 adds; from v3 a topic met with the bucket already empty is
@@ -21,7 +28,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from kcompat.broker.context import RequestContext
-from kcompat.broker.controller.admin import submit
+from kcompat.broker.controller.admin import increase_settled, submit
 from kcompat.broker.handlers import _authz, _quota
 from kcompat.broker.handlers._common import OK, duplicates
 from kcompat.broker.state import TopicError, check_replicas
@@ -50,6 +57,7 @@ async def _create(ctx: RequestContext, topic: Any, validate_only: bool,
                   quota: _quota.MutationQuota | None) -> Any:
     code, message = OK, None
     try:
+        await increase_settled(ctx.controller, topic.name)  # a retry sees the first's count
         manual = _manual_assignment(ctx, topic)
         intent = ctx.state.add_partitions(topic.name, topic.count)
         _quota.take(quota, topic.count - ctx.state.topics[topic.name].partitions)
