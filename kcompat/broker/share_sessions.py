@@ -14,6 +14,11 @@ INVALID_SHARE_SESSION_EPOCH, a missing session SHARE_SESSION_NOT_FOUND
 (the consumer opens a new one). ShareAcknowledge uses the session without
 changing its partitions: its epoch must be the next one, or -1 to close.
 
+A session keeps the topic id each partition was named with: a topic deleted
+(or deleted and re-created: a new id under the same name) while the session
+names it is UNKNOWN_TOPIC_OR_PARTITION for that partition in every answer,
+as in Kafka, until the consumer forgets it or names the new topic's id.
+
 Sessions live in the broker's memory only, as in Kafka: after a restart or a
 leader change a consumer's next request finds none and starts again at 0. A
 full cache (``group.share.max.share.sessions``) first evicts the sessions
@@ -23,6 +28,7 @@ them (their records come back when their locks expire).
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass, field
 
 from kio.schema.errors import ErrorCode
@@ -40,7 +46,8 @@ class Session:
     group_id: str
     member_id: str
     next_epoch: int = 1
-    partitions: dict[Partition, None] = field(default_factory=dict)  # ordered set
+    # ordered: each partition -> the id of the topic it was named with
+    partitions: dict[Partition, uuid.UUID | None] = field(default_factory=dict)
     turn: int = 0  # which partition the next fetch starts with (each in turn)
     used_ms: int = 0  # when a request last used it
 

@@ -35,6 +35,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import trio
 from kio.schema.errors import ErrorCode
@@ -64,6 +65,7 @@ class Held:
     # a write of it failed: its later records are not sent (they are deltas on
     # the lost one), their requests fail, and the key is claimed again
     broken: bool = False
+    topic_id: Any = None  # of the topic it was claimed for (re-created: claimed again)
 
 
 @dataclass(eq=False)

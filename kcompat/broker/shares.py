@@ -124,6 +124,14 @@ CLAIM_RETRY_S = 0.2
 RETRIABLE = ErrorCode.not_leader_or_follower
 CREATE_WAIT_S = 5.0
 IDLE_WAKE_S = 1.0
+def claim_nonce(topic_id: Any = None) -> str:
+    """A fresh claim nonce; with the data topic's id after an ``@``: a claim
+    naming another id than the key's previous claim (the topic was deleted and
+    re-created under its name) starts the key with no state (``share_state``)."""
+    nonce = uuid.uuid4().hex
+    return nonce if topic_id is None else f"{nonce}@{topic_id}"
+
+
 class ShareError(Exception):
     """A share key cannot be served now (its partition's error code)."""
 
@@ -257,9 +265,11 @@ class ShareService:
         if part is None or code != ErrorCode.none:
             raise ShareError(code)
         term = self._term(topic, index)
+        meta = self.state.topics.get(topic)
+        topic_id = None if meta is None else meta.topic_id
         while True:
             held = self.held.get(key)
-            if held is not None and held.term == term:
+            if held is not None and held.term == term and held.topic_id == topic_id:
                 return held
             loading = self._loading.get(key)
             if loading is None:
@@ -268,6 +278,7 @@ class ShareService:
         self._loading[key] = done = trio.Event()
         try:
             held = await self._claim_retrying(key, part, term)
+            held.topic_id = topic_id
             self.held[key] = held
             return held
         finally:
@@ -297,7 +308,9 @@ class ShareService:
 
     async def _claim(self, key: ShareKey, part: Partition, term: int) -> Held:
         index = await self._state_partition(key)
-        generation, raw = await self.at_state_leader(index, key, uuid.uuid4().hex)
+        meta = self.state.topics.get(key[1])
+        generation, raw = await self.at_state_leader(
+            index, key, claim_nonce(None if meta is None else meta.topic_id))
         settings = self.settings_of(key[0])
         config = settings.config
         if raw is None:

@@ -14,7 +14,10 @@ partition) — a *share key* — and come in four kinds (JSON values):
   it sets the key's **generation** to the claim's own offset plus one (a
   claim of the old format, without ``"v": 2``, raised it by one) and names
   the nonce as its owner; the leader reads the state back (``claimed``) once
-  its claim is applied, and from then on writes with that generation.
+  its claim is applied, and from then on writes with that generation. A
+  nonce may end in ``@<topic id>``: a claim naming another topic id than the
+  previous one (the topic was deleted and re-created under its name: Kafka
+  keys share-partitions by topic id) drops the key's state.
 * ``state``: a full snapshot (``full``) or an update (``SharePartition.
   take_update``) written by the owner, with its generation and a sequence
   number (1, 2, ... after each claim). A record of another generation — a
@@ -282,8 +285,12 @@ class ShareStateLog:
             entry = self._entries[key] = _Entry(since=offset)
         else:
             self._changed(key, entry)
+        nonce = str(value.get("nonce"))
+        was, now = _topic_of(entry.owner), _topic_of(nonce)
+        if was and now and was != now:  # the topic was deleted and re-created
+            entry.machine, entry.initial_start, entry.settled = None, -1, True
         entry.generation = offset + 1 if value.get("v") == 2 else entry.generation + 1
-        entry.owner = str(value.get("nonce"))
+        entry.owner = nonce
         entry.seq = 0
 
     def _state(self, key: ShareKey, value: dict[str, Any]) -> None:
@@ -375,6 +382,10 @@ class ShareStateLog:
                       "initial": entry.initial_start,
                       "state": None if entry.machine is None else state_to_json(
                           entry.machine.snapshot())})
+
+
+def _topic_of(owner: str | None) -> str:
+    return "" if owner is None else owner.partition("@")[2]
 
 
 def _settles(state: ShareState, initial_start: int) -> bool:

@@ -171,6 +171,12 @@ def topic_responses(ctx: RequestContext, results: dict[Key, PartitionResult],
     by_topic: dict[Any, list[Any]] = {}
     leaders: set[int] = set()
     for (topic, index), r in results.items():
+        topic_id = ids.get(topic)
+        if topic_id is None:  # not named by the request or the session: by its name now
+            meta = ctx.state.topics.get(topic)
+            if meta is None:
+                continue  # no id to answer under: nothing the consumer asked about
+            topic_id = meta.topic_id
         leader, epoch = -1, -1
         if (topic, index) in ctx.cluster.assignments:
             leader, epoch = ctx.cluster.partition_view(topic, index)[:2]
@@ -190,7 +196,7 @@ def topic_responses(ctx: RequestContext, results: dict[Key, PartitionResult],
                               for a in r.acquired))
         elif r.ack_error is not None and r.error == OK:
             fields.update(error_code=r.ack_error, error_message=r.ack_message)
-        by_topic.setdefault(ids[topic], []).append(ctx.build("PartitionData", **fields))
+        by_topic.setdefault(topic_id, []).append(ctx.build("PartitionData", **fields))
     for topic_id, index, code, acked in unknown:
         fields = dict(partition_index=index, error_code=code, error_message=None,
                       current_leader=ctx.build("LeaderIdAndEpoch", leader_id=-1,

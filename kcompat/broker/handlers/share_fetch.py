@@ -30,9 +30,9 @@ from kcompat.broker.handlers._common import OK
 from kcompat.broker.handlers._share import (
     Parsed,
     PartitionResult,
+    Unknown,
     apply_acks,
     error_answer,
-    named_partitions,
     parse_request,
     persist,
     release_session,
@@ -70,25 +70,21 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
         if found is None:
             return error_answer(ctx, code)
         session = found
-    forgotten, f_names, _ = named_partitions(ctx, request.forgotten_topics_data, "partitions")
-    for tp in forgotten:
-        session.partitions.pop(tp, None)
+    _forget(session, request.forgotten_topics_data)
     for tp in entries:
-        session.partitions[tp] = None
-    for name, tid in ((n, t) for t, n in f_names.items()):
-        ids.setdefault(name, tid)
+        session.partitions[tp] = ids.get(tp[0])
+    unknown, acked_gone = _in_session(session, unknown)
 
     results: dict[tuple[str, int], PartitionResult] = {}
     await apply_acks(ctx, group_id, member_id, acks, results, touched)
+    gone = _gone(ctx, session, results, acked_gone)
     if epoch == FINAL_EPOCH:
         release_session(ctx, session, touched)
     elif not getattr(request, "is_renew_ack", False):
-        await _acquire(ctx, request, session, results, touched, bool(acks))
-    for (topic, _index) in results:
-        if topic not in ids:
-            meta = ctx.state.topics.get(topic)
-            if meta is not None:
-                ids[topic] = meta.topic_id
+        await _acquire(ctx, request, session, results, touched, bool(acks), gone)
+    for (topic, _index), tid in session.partitions.items():
+        if tid is not None:
+            ids.setdefault(topic, tid)
     state_keys = {held.state_index for held in touched.values()}
     seen_s = ctx.broker.backpressure.lag_s("share_state", state_keys)
     await persist(ctx, touched, results)
@@ -101,16 +97,57 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
                         responses=responses, node_endpoints=endpoints)
 
 
+def _forget(session: Session, forgotten: Any) -> None:
+    """Drop the forgotten partitions, matched by topic id: a deleted
+    topic's id no longer names it."""
+    drop = {(t.topic_id, index) for t in forgotten for index in t.partitions}
+    for tp, tid in list(session.partitions.items()):
+        if (tid, tp[1]) in drop:
+            del session.partitions[tp]
+
+
+def _in_session(session: Session, unknown: list[Unknown]
+                ) -> tuple[list[Unknown], set[tuple[Any, int]]]:
+    """The unknown partitions the session does not hold, and the (topic id,
+    partition) of those it holds (its topic was deleted) that carried
+    acknowledgements: the session answers for those (``_gone``)."""
+    held = {(tid, tp[1]) for tp, tid in session.partitions.items()}
+    rest = [u for u in unknown if (u[0], u[1]) not in held]
+    acked = {(u[0], u[1]) for u in unknown if (u[0], u[1]) in held and u[3]}
+    return rest, acked
+
+
+def _gone(ctx: RequestContext, session: Session,
+          results: dict[tuple[str, int], PartitionResult],
+          acked: set[tuple[Any, int]]) -> set[tuple[str, int]]:
+    """The session's partitions whose topic is no longer the one named
+    (deleted, or re-created with a new id): UNKNOWN_TOPIC_OR_PARTITION (their
+    acknowledgements UNKNOWN_TOPIC_ID), as Kafka answers; nothing is fetched
+    from them."""
+    gone: set[tuple[str, int]] = set()
+    for (topic, index), tid in session.partitions.items():
+        meta = ctx.state.topics.get(topic)
+        if meta is None or (tid is not None and meta.topic_id != tid) or (
+                index >= meta.partitions):
+            gone.add((topic, index))
+            result = results.setdefault((topic, index), PartitionResult())
+            result.error = ErrorCode.unknown_topic_or_partition
+            if (tid, index) in acked:
+                result.ack_error = ErrorCode.unknown_topic_id
+    return gone
+
+
 async def _acquire(ctx: RequestContext, request: Any, session: Session,
                    results: dict[tuple[str, int], PartitionResult],
-                   touched: dict[tuple[str, str, int], Held], answered: bool) -> None:
+                   touched: dict[tuple[str, str, int], Held], answered: bool,
+                   gone: set[tuple[str, int]]) -> None:
     """Acquire for the member over the session's partitions, waiting up to
     ``max_wait`` while there is nothing to answer."""
     shares = ctx.shares
     settings = shares.settings_of(session.group_id)
     deadline = trio.current_time() + max(request.max_wait.total_seconds(), 0.0)
     budget = request.max_records if request.max_records > 0 else 500
-    order = list(session.partitions)
+    order = [tp for tp in session.partitions if tp not in gone]
     if order:  # every partition gets its turn first, so none starves
         turn = session.turn % len(order)
         session.turn = turn + 1
@@ -122,7 +159,8 @@ async def _acquire(ctx: RequestContext, request: Any, session: Session,
             if await _acquire_once(ctx, session, settings, order, budget, results, touched,
                                    news, watched) or answered:
                 return
-            if any(r.error != OK for r in results.values()) or trio.current_time() >= deadline:
+            if any(r.error != OK for tp, r in results.items() if tp not in gone) or (
+                    trio.current_time() >= deadline):
                 return
             await _wait_any((news, changed), deadline)
             if news.is_set():

@@ -90,6 +90,25 @@ def test_a_claim_raises_the_generation_and_reads_back_the_state() -> None:
     assert log.claimed(KEY, "n2") == (3, snap)
 
 
+def test_a_claim_for_another_topic_id_drops_the_state() -> None:
+    """The topic was deleted and re-created under its name: the claim names
+    the new id (``n@id``) and the old topic's state is not carried over; a
+    claim naming the same id, or none, keeps it."""
+    log = ShareStateLog()
+    generation = claim(log, KEY, "n1@old")
+    snap = acquired_machine().snapshot()
+    record(log, KEY, state_value(generation, 1, snap, full=True))
+    assert log.claimed(KEY, "n1@old") == (generation, snap)
+    kept = claim(log, KEY, "n2@old")
+    assert log.claimed(KEY, "n2@old") == (kept, snap)
+    kept = claim(log, KEY, "n3")  # AlterShareGroupOffsets claims without an id
+    assert log.claimed(KEY, "n3") == (kept, snap)
+    kept = claim(log, KEY, "n4@old")
+    assert log.claimed(KEY, "n4@old") == (kept, snap)
+    fresh = claim(log, KEY, "n5@new")
+    assert log.claimed(KEY, "n5@new") == (fresh, None)
+
+
 def test_a_claim_of_the_old_format_raises_the_generation_by_one() -> None:
     log = ShareStateLog()
     old = b'{"op":"claim","nonce":"a"}'

@@ -1,0 +1,129 @@
+"""A share session whose topic is deleted, then re-created under its name, at
+the wire (ShareFetch / ShareAcknowledge v1 through the CLI's kio connection).
+
+What Apache Kafka 4.4.0 answers (seen with the same sequence against it):
+the session's partition of the deleted topic is UNKNOWN_TOPIC_OR_PARTITION in
+every ShareFetch answer, its acknowledgements UNKNOWN_TOPIC_ID; a
+ShareAcknowledge naming the deleted topic's id is UNKNOWN_TOPIC_ID; the
+connection stays open. Before the fix the broker raised ``KeyError`` in
+``topic_responses`` and closed the connection. The re-created topic (a new
+id) is served from its own offset 0: the deleted topic's share-partition
+state (start offset 5 here) is not carried over to it.
+"""
+
+from __future__ import annotations
+
+import datetime
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import Producer
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    NewTopic,
+)
+from kio.schema.errors import ErrorCode
+from kio.schema.share_acknowledge.v1 import request as share_ack
+from kio.schema.share_fetch.v1 import request as share_fetch
+
+from compat_tests._broker import Broker, unique_topic
+from kcompat.cli._kio import Cluster
+from tests.integration._share import share_heartbeat
+
+ACCEPT = 1
+UNKNOWN_PART = ErrorCode.unknown_topic_or_partition
+UNKNOWN_ID = ErrorCode.unknown_topic_id
+
+
+class _Member:
+    def __init__(self, cluster: Cluster, group: str) -> None:
+        self.cluster, self.group = cluster, group
+        self.member_id, self.epoch = uuid.uuid4().hex, 0
+
+    def fetch(self, topic_id: Any = None, acks: tuple[tuple[int, int], ...] = ()) -> Any:
+        batches = tuple(share_fetch.AcknowledgementBatch(
+            first_offset=f, last_offset=last, acknowledge_types=(ACCEPT,)) for f, last in acks)
+        topics = () if topic_id is None else (share_fetch.FetchTopic(
+            topic_id=topic_id, partitions=(share_fetch.FetchPartition(
+                partition_index=0, acknowledgement_batches=batches),)),)
+        answer = self.cluster.node(1).call(share_fetch.ShareFetchRequest(
+            group_id=self.group, member_id=self.member_id, share_session_epoch=self.epoch,
+            max_wait=datetime.timedelta(milliseconds=200), min_bytes=1, max_bytes=1 << 20,
+            max_records=100, batch_size=100, topics=topics, forgotten_topics_data=()))
+        assert answer.error_code == ErrorCode.none, answer
+        self.epoch += 1
+        return answer
+
+    def acknowledge(self, topic_id: Any, first: int, last: int) -> Any:
+        answer = self.cluster.node(1).call(share_ack.ShareAcknowledgeRequest(
+            group_id=self.group, member_id=self.member_id, share_session_epoch=self.epoch,
+            topics=(share_ack.AcknowledgeTopic(topic_id=topic_id, partitions=(
+                share_ack.AcknowledgePartition(partition_index=0, acknowledgement_batches=(
+                    share_ack.AcknowledgementBatch(first_offset=first, last_offset=last,
+                                                   acknowledge_types=(ACCEPT,)),)),)),)))
+        assert answer.error_code == ErrorCode.none, answer
+        self.epoch += 1
+        return answer
+
+
+def _parts(answer: Any) -> list[tuple[Any, int, int, Any, list[tuple[int, int, int]]]]:
+    """(topic id, partition, error, acknowledge error, acquired) per partition."""
+    return [(t.topic_id, p.partition_index, p.error_code,
+             getattr(p, "acknowledge_error_code", None),
+             [(a.first_offset, a.last_offset, a.delivery_count)
+              for a in getattr(p, "acquired_records", ())])
+            for t in answer.responses for p in t.partitions]
+
+
+def _wait_gone(cluster: Cluster, topic: str) -> None:
+    deadline = time.monotonic() + 30
+    while topic in cluster.topics([topic]):
+        assert time.monotonic() < deadline, f"{topic} still listed"
+        time.sleep(0.1)
+
+
+def test_share_session_over_a_deleted_and_recreated_topic(tmp_path: Path) -> None:
+    broker = Broker(tmp_path)
+    broker.start()
+    cluster = Cluster(broker.bootstrap, 10.0)
+    try:
+        topic, group = unique_topic("share-del"), unique_topic("share-del-g")
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+        admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(30)
+        resource = ConfigResource("GROUP", group, incremental_configs=[ConfigEntry(
+            "share.auto.offset.reset", "earliest",
+            incremental_operation=AlterConfigOpType.SET)])
+        admin.incremental_alter_configs([resource])[resource].result(30)
+        producer = Producer({"bootstrap.servers": broker.bootstrap})
+        for i in range(5):
+            producer.produce(topic, b"old-%d" % i, partition=0)
+        assert producer.flush(30) == 0
+        old_id = cluster.topics([topic])[topic].topic_id
+        joined = share_heartbeat(broker.bootstrap, group, uuid.uuid4().hex, 0, (topic,))
+        assert joined.error_code == ErrorCode.none, joined
+        member = _Member(cluster, group)
+        assert _parts(member.fetch(old_id)) == [(old_id, 0, ErrorCode.none, 0, [(0, 4, 1)])]
+
+        admin.delete_topics([topic])[topic].result(30)
+        _wait_gone(cluster, topic)
+        assert _parts(member.fetch()) == [(old_id, 0, UNKNOWN_PART, 0, [])]
+        assert _parts(member.fetch(old_id, acks=((0, 0),))) == [
+            (old_id, 0, UNKNOWN_PART, UNKNOWN_ID, [])]
+        assert _parts(member.acknowledge(old_id, 1, 1)) == [(old_id, 0, UNKNOWN_ID, None, [])]
+
+        admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(30)
+        new_id = cluster.topics([topic])[topic].topic_id
+        assert new_id != old_id
+        producer.produce(topic, b"new-0", partition=0)
+        assert producer.flush(30) == 0
+        assert _parts(member.fetch()) == [(old_id, 0, UNKNOWN_PART, 0, [])]
+        # the new topic starts with no share state: its offset 0 is served
+        assert _parts(member.fetch(new_id)) == [(new_id, 0, ErrorCode.none, 0, [(0, 0, 1)])]
+    finally:
+        cluster.close()
+        broker.close()
