@@ -6,7 +6,7 @@ cluster-wide default (""), every entry's value, source, read-only flag,
 sensitivity, ConfigType and synonyms; AlterConfigs and IncrementalAlterConfigs
 of BROKER resources, good and bad (dynamic, read-only, unknown and
 listener-only keys, bad values and bounds, per-broker keys at the cluster
-level, another broker's id, request errors, the reconfiguration checks, Kafka's
+level, listener-prefixed keys at both levels, another broker's id, request errors, the reconfiguration checks, Kafka's
 broker quota keys such as ``leader.replication.throttled.rate``), each
 answering the same error code and message; then real changes at both levels
 after which both describe the broker, the cluster default, a topic and a
@@ -132,6 +132,21 @@ INCREMENTAL: list[tuple[str, Ops]] = [
     ("1", [(THROTTLE, SET, "abc"), (PREFIXED + THROTTLE, SET, "5")]),  # only one is checked
     ("", [(THROTTLE, APPEND, "5")]),
     ("1", [(PREFIXED + "sasl.enabled.mechanisms", APPEND, "PLAIN")]),
+    # listener-prefixed keys (issue 32): per broker any, at the cluster level only
+    # Kafka's three cluster-level listener keys, whatever the listener's name
+    ("1", [(PREFIXED + "broker.id", SET, "5")]),
+    ("", [(PREFIXED + "broker.id", SET, "5")]),
+    ("1", [(PREFIXED + "foo.bar", SET, "1")]),
+    ("", [(PREFIXED + "log.retention.ms", SET, "1000")]),
+    ("", [(PREFIXED + "connections.max.idle.ms", SET, "50000")]),
+    ("", [(PREFIXED + "max.connections", SET, "100")]),
+    ("", [(PREFIXED + "max.connection.creation.rate", SET, "7")]),
+    ("", [(PREFIXED + "num.network.threads", SET, "3")]),
+    ("", [(PREFIXED + "max.connections", SET, "abc")]),
+    ("", [("listener.name.nosuch.max.connections", SET, "10")]),
+    ("", [("listener.name.PLAINTEXT.max.connections", SET, "10")]),
+    ("", [("listener.name..max.connections", SET, "10")]),
+    ("", [("listener.name.plaintext", SET, "3")]),
 ]
 LEGACY: list[tuple[str, list[tuple[str, str | None]]]] = [
     ("", [("log.retention.ms", "1000")]),  # drops the cluster-level min.insync.replicas
@@ -149,6 +164,9 @@ LEGACY: list[tuple[str, list[tuple[str, str | None]]]] = [
     ("", [(THROTTLE, "abc")]),  # refused before the controller's min.insync.replicas check
     ("1", [(FOLLOWER, "-1")]),
     ("1", [(THROTTLE, "10"), (ALTER_DIRS, "0")]),
+    ("", [("min.insync.replicas", "1"), (PREFIXED + "max.connections", "10")]),
+    ("", [("min.insync.replicas", "1"), (PREFIXED + "broker.id", "5")]),
+    ("1", [(PREFIXED + "broker.id", "5")]),
 ]
 
 

@@ -318,8 +318,9 @@ class BrokerConfig:
 
     def for_listener(self, listener: str, key: str) -> Any:
         """``key`` as the listener sees it: its ``listener.name.<listener>.<key>``
-        value if set, else the broker's."""
-        own = self.values.get(f"{LISTENER_PREFIX}{listener.lower()}.{key}")
+        value if set (dynamic, else static), else the broker's."""
+        name = f"{LISTENER_PREFIX}{listener.lower()}.{key}"
+        own = self.dynamic.get(name, self.values.get(name))
         return self[key] if own is None else own
 
     def explicit_values(self) -> dict[str, Any]:
@@ -330,6 +331,10 @@ class BrokerConfig:
 
 LISTENER_PREFIX = "listener.name."
 _JAAS_SUFFIX = "sasl.jaas.config"
+#: what a static listener.name.<listener>.<key> may set (``definition_of``)
+LISTENER_KEYS = ("the ssl.* and sasl.* keys, <mechanism>.sasl.jaas.config, "
+                 "connections.max.reauth.ms, max.connections, max.connection.creation.rate "
+                 "and connections.max.idle.ms")
 
 
 def definition_of(key: str) -> ConfigDef | None:
@@ -358,6 +363,11 @@ def definition_of(key: str) -> ConfigDef | None:
 def _apply(values: dict[str, Any], explicit: set[str], layer: Mapping[str, Any], origin: str) -> None:
     for key, raw in layer.items():
         definition = definition_of(key)
+        if definition is None and key.startswith(LISTENER_PREFIX) and key.count(".") > 2:
+            base = key[len(LISTENER_PREFIX):].partition(".")[2]
+            raise ConfigError(key, f"{base} cannot be set per listener: a "
+                              f"{LISTENER_PREFIX}<listener>. prefix takes {LISTENER_KEYS} "
+                              f"(from {origin})")
         if definition is None:
             raise ConfigError(key, f"unknown broker config (from {origin})")
         values[key] = definition.parse(raw)

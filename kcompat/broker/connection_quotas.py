@@ -5,7 +5,8 @@ Theory of operation
 Every accepted connection is admitted here before its first byte is read
 (``admit``) and let go when it closes (``release``); the limits are read at
 each admission, so a dynamic change (AlterConfigs on the cluster default or a
-broker) applies to the next connection.
+broker, of a key or of a listener's ``listener.name.<l>.`` value of it) applies
+to the next connection.
 
 * ``max.connection.creation.rate`` (broker-wide) and its
   ``listener.name.<l>.`` value (which defaults to it): a connection that takes

@@ -10,7 +10,8 @@ raw strings in the metadata image (``MetadataImage.broker_configs``, record
 survives restart and reaches every broker in log order. A broker's effective
 value of a key is its own level's, else the cluster default's, else its
 static config (``BrokerConfig``); ``overlay`` computes the typed values of the
-dynamic levels that apply to one broker.
+dynamic levels that apply to one broker, a listener's own values
+(``listener.name.<l>.<key>``, read by ``BrokerConfig.for_listener``) among them.
 
 ``validate`` checks a level's whole new set as Kafka's broker does before it
 forwards a change to its controller, in Kafka's order: keys Kafka cannot
@@ -18,7 +19,9 @@ change at run time ("Cannot update these configs dynamically"), security keys
 settable per listener only, each known key's type and bounds (in Kafka's
 definition order; a listener-prefixed key as its base key; Kafka's broker
 quota keys such as ``leader.replication.throttled.rate`` first), per-broker
-keys at the cluster level, then the
+keys at the cluster level (a listener-prefixed key is one, except Kafka's
+three cluster-level listener keys: ``max.connections``,
+``max.connection.creation.rate``, ``num.network.threads``), then the
 reconfiguration checks Kafka runs against the current value (thread counts may
 at most double or halve; the cleaner's dedupe buffer per thread). Every
 failure is INVALID_REQUEST with Kafka's message; keys Kafka does not know are
@@ -125,9 +128,27 @@ def apply_ops(stored: Mapping[str, str], ops: Iterable[tuple[str, int, str | Non
     return out
 
 
+#: listener-prefixed keys Kafka takes at the cluster level too (DynamicBrokerConfig's
+#: cluster-level listener configs); every other ``listener.name.<l>.<key>`` is per broker
+CLUSTER_LEVEL_LISTENER_KEYS = ("max.connections", "max.connection.creation.rate",
+                               "num.network.threads")
+
+
+def listener_key(name: str) -> str | None:
+    """``<key>`` of ``listener.name.<l>.<key>`` (``<l>`` without a dot, maybe
+    empty, as Kafka's pattern reads it); None for any other name."""
+    if not name.startswith(LISTENER_PREFIX):
+        return None
+    listener, dot, key = name[len(LISTENER_PREFIX):].partition(".")
+    return key if dot else None
+
+
 def _per_broker_only(name: str) -> bool:
+    prefixed = listener_key(name)
+    if prefixed is not None:
+        return prefixed not in CLUSTER_LEVEL_LISTENER_KEYS
     key = KEYS.get(name)
-    return name.startswith(LISTENER_PREFIX) or (key is not None and key.mode == PER_BROKER)
+    return key is not None and key.mode == PER_BROKER
 
 
 def validate(name: str, configs: Mapping[str, str], current: Callable[[str], Any]) -> None:
@@ -205,16 +226,19 @@ def overlay(levels: Mapping[str, Mapping[str, str]], node_id: int
             ) -> tuple[dict[str, Any], dict[str, str]]:
     """(typed values, source) of the dynamic keys that apply to ``node_id``:
     its own level over the cluster default; source "dynamic_broker" or
-    "dynamic_default". Keys Kafka does not know, and values that no longer
-    parse, do not apply."""
+    "dynamic_default". A listener's own value of a key
+    (``listener.name.<l>.<key>``) is typed as its key. Keys Kafka does not
+    know, and values that no longer parse, do not apply."""
     values: dict[str, Any] = {}
     sources: dict[str, str] = {}
     for level, source in ((CLUSTER, "dynamic_default"), (str(node_id), "dynamic_broker")):
         for key, raw in levels.get(level, {}).items():
-            if key not in KEYS:
+            base = KEYS.get(key) or (KEYS.get(listener_key(key) or "")
+                                     if key.startswith(LISTENER_PREFIX) else None)
+            if base is None:
                 continue
             try:
-                values[key] = parse(key, raw)
+                values[key] = parse(base.name, raw)
             except InvalidValue:
                 continue
             sources[key] = source

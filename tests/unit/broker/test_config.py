@@ -104,6 +104,11 @@ def test_cli_flag_and_env_precedence(tmp_path: Path) -> None:
         ((), {"KCOMPAT_LOG_LEVEL": "LOUD"}, "--log-level: 'LOUD' is not one of DEBUG"),
         (("--admin-port", "http"), {}, "admin.port: 'http' is not a valid int"),
         (("--set", "admin.prot=1"), {}, "admin.prot: unknown broker config"),
+        (("--set", "listener.name.plaintext.broker.id=5"), {},
+         "listener.name.plaintext.broker.id: broker.id cannot be set per listener"),
+        (("--set", "listener.name.plaintext.log.retention.ms=5"), {},
+         "log.retention.ms cannot be set per listener: a listener.name.<listener>. prefix "
+         "takes the ssl.* and sasl.* keys"),
     ],
 )
 def test_cli_bad_settings_are_one_line(args: tuple[str, ...], env: dict[str, str],

@@ -176,3 +176,39 @@ def test_keys_kcompat_shares_with_kafka_have_kafkas_types() -> None:
     differ = {k: (broker_keys.KEYS[k].type, d.type) for k, d in BROKER_CONFIGS.items()
               if k in broker_keys.KEYS and broker_keys.KEYS[k].type.lower() != d.type}
     assert not differ
+
+
+def test_listener_prefixed_keys_at_each_level_as_kafka() -> None:
+    """Issue 32: Kafka 4.4 takes a listener-prefixed key at the cluster level only
+    for max.connections, max.connection.creation.rate and num.network.threads
+    (the prefix's listener need not exist; a name without a key after the
+    listener is no listener key); per broker it takes any, known key or not
+    (``listener.name.plaintext.broker.id`` too: a broker stores and describes it,
+    never reads it). Before, kcompat refused all of them at the cluster level."""
+    validate = dynamic_config.validate
+    for key in ("listener.name.plaintext.max.connections",
+                "listener.name.plaintext.max.connection.creation.rate",
+                "listener.name.nosuch.num.network.threads",
+                "listener.name.PLAINTEXT.max.connections", "listener.name..max.connections",
+                "listener.name.plaintext"):
+        validate("", {key: "3"}, _current)
+    for key in ("listener.name.plaintext.broker.id", "listener.name.plaintext.foo.bar",
+                "listener.name.plaintext.connections.max.idle.ms",
+                "listener.name.plaintext.max.connections.per.ip"):
+        assert _error(validate, "", {key: "5"}, _current) == (
+            ErrorCode.invalid_request, "Cannot update these configs at default cluster level, "
+            f"broker id must be specified: [{key}]")
+        validate("1", {key: "5"}, _current)
+
+
+def test_a_listeners_dynamic_value_is_what_the_listener_reads() -> None:
+    config = load(None, {"max.connections": "50",
+                         "listener.name.plaintext.connections.max.idle.ms": "7000"}, {})
+    config.dynamic, _ = dynamic_config.overlay({
+        "": {"listener.name.plaintext.max.connections": "3", "listener.name.x.max.connections": "a"},
+        "1": {"listener.name.plaintext.connections.max.idle.ms": "9000"}}, 1)
+    assert config.for_listener("PLAINTEXT", "max.connections") == 3
+    assert config.for_listener("PLAINTEXT", "connections.max.idle.ms") == 9000
+    assert config.for_listener("OTHER", "max.connections") == 50
+    config.dynamic = {}
+    assert config.for_listener("PLAINTEXT", "connections.max.idle.ms") == 7000
