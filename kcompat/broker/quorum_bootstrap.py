@@ -24,6 +24,12 @@ it). Each attempt is bounded (``ATTEMPT_S``). The connection speaks the
 inter-broker listener's protocol (``peer_security.dialer``): the bootstrap
 servers are the nodes' inter-broker listeners, as the voters' addresses are.
 
+The key finds a running quorum; it cannot start one: kcompat has no format
+step to name a new cluster's first controllers (Kafka's
+``--initial-controllers``), so those name each other in
+``controller.quorum.voters``, and a combined node the answer does not list as
+a voter is refused (start it broker-only, then ``kcompat cluster add-voter``).
+
 How the two keys combine, as Kafka's KafkaConfig answers: both set, the
 voters rule (a static quorum; the bootstrap servers are checked, not asked);
 neither set, a broker-only node is refused (``ClusterRuntime``) — while a
@@ -60,6 +66,10 @@ LOG_EVERY = 10  # rounds between two warnings while none answers
 FRAME_BYTES_MAX = 1 << 20
 
 _SIZE = struct.Struct(">i")
+# kcompat has no format step (Kafka's --initial-controllers): a new cluster's
+# first nodes name each other in controller.quorum.voters
+FIRST_HINT = (" (the nodes of a new cluster name each other in controller.quorum.voters; "
+              "the bootstrap servers are for joining a running one)")
 
 
 class NoAnswer(Exception):
@@ -184,5 +194,5 @@ async def find_voters(config: BrokerConfig) -> str | None:
         rounds += 1
         if rounds % LOG_EVERY == 1:
             log.warning("no node of %s gave the metadata quorum's voters yet (%s); "
-                        "trying again", QUORUM_BOOTSTRAP_SERVERS, "; ".join(said))
+                        "trying again%s", QUORUM_BOOTSTRAP_SERVERS, "; ".join(said), FIRST_HINT)
         await trio.sleep(RETRY_S)

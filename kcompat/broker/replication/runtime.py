@@ -4,7 +4,9 @@ Theory of operation
 -------------------
 The metadata quorum's voters are the brokers named in
 ``controller.quorum.voters`` (``"1@host:port,..."``, each voter's Kafka
-listener), or the broker alone (a quorum of one, the same code). A
+listener) or learnt from ``controller.quorum.bootstrap.servers`` at the start
+(``broker.quorum_bootstrap``, KIP-853), or the broker alone (a quorum of one,
+the same code). A
 broker-only node (``process.roles=broker``) follows the metadata log as an
 observer of that quorum and joins a running cluster: its frames carry its
 listener (``reply_to``) so the voters can answer it before its registration
