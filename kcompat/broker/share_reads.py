@@ -124,6 +124,28 @@ class ShareReads:
                                     machine.config.ordering_message_group, committed, flt, cold)
         return start, end, upper, flt, view
 
+    def byte_end(self, part: Partition, first: int, committed: bool, limit_bytes: int,
+                 min_one: bool, cap_records: int) -> int | None:
+        """Where a fetch starting at ``first`` whose byte limit is
+        ``limit_bytes`` stops: after the last whole batch within the limit
+        (at least one with ``min_one``, Kafka's soft limit); None when the
+        limit does not bind before the log's end or ``cap_records`` records
+        (what the acquisition can take at most). Batch headers only."""
+        upper = part.last_stable_offset if committed else part.high_watermark
+        if first >= upper:
+            return None
+        used = records = 0
+        end = first
+        for _f, _pos, header in self._looked_at(part, first, upper, upper, committed):
+            if used + header.size > limit_bytes and not (min_one and end == first):
+                return end
+            used += header.size
+            records += header.records_count
+            end = header.next_offset
+            if records >= cap_records:
+                return None
+        return None
+
     def readable_end(self, part: Partition, start: int, end: int, upper: int, keyed: bool,
                      committed: bool, flt: Filter | None, cold: list[ColdBatch]) -> int:
         """How far ``records_from`` may read now: the base offset of the

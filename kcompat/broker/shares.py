@@ -505,17 +505,28 @@ class ShareService:
             await self.reads.warm(cold)
 
     def acquire(self, held: Held, part: Partition, member_id: str, max_records: int,
-                isolation_committed: bool) -> tuple[list[AcquiredRecords], bytes]:
+                isolation_committed: bool, max_bytes: int | None = None,
+                min_one: bool = True) -> tuple[list[AcquiredRecords], bytes]:
+        """Acquire up to ``max_records`` for the member, from the whole
+        batches that ``max_bytes`` lets a fetch hand out (at least one with
+        ``min_one``: Kafka's soft limit); (the ranges, their batches)."""
         machine = held.machine
         start, end, upper, flt, view = self.reads.plan(
             machine, part, self.state.topics.get(held.key[1]), isolation_committed, [])
+        fetch_end = None
+        if max_bytes is not None:
+            first = machine.next_fetch_offset(now_ms())
+            fetch_end = self.reads.byte_end(part, first, isolation_committed, max_bytes, min_one,
+                                            max_records + max(0, machine.read_offset - first))
+            if fetch_end is not None:
+                end = min(end, max(fetch_end, start))
         records: Iterator[tuple[int, bytes | None]] = iter(())
         if start < end:
             records = self.reads.records_from(
                 part, start, end, upper, machine.config.ordering_message_group,
                 isolation_committed, flt)
         ranges = machine.acquire(member_id, max_records, now_ms(), records,
-                                 end if start < end else None)
+                                 end if start < end else None, fetch_end)
         if ranges:
             self._timer.set()
         return ranges, (self.reads.batches_for(part, ranges, view) if ranges else b"")
@@ -526,6 +537,27 @@ class ShareService:
             self._wake()
             self._timer.set()  # a release may have started a redelivery backoff
         return code
+
+    def is_held(self, key: ShareKey) -> bool:
+        """``held_machine`` would answer at once (no claim to wait for)."""
+        held = self.held.get(key)
+        meta = self.state.topics.get(key[1])
+        return held is not None and held.term == self._term(key[1], key[2]) and (
+            held.topic_id == (None if meta is None else meta.topic_id))
+
+    def claim_soon(self, key: ShareKey) -> None:
+        """Claim ``key`` in the background: a fetch that has records to answer
+        does not wait for it (Kafka answers with the share-partitions that
+        are initialized and loads the others meanwhile)."""
+        if key in self._loading:
+            return
+
+        async def claim() -> None:
+            try:
+                await self.held_machine(key)
+            except ShareError as e:
+                log.debug("claiming %s in the background: %s", key, e.message)
+        self.cluster.spawn(claim)
 
     def release_member(self, key: ShareKey, member_id: str) -> Held | None:
         held = self.held.get(key)

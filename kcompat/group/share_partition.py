@@ -195,14 +195,26 @@ class SharePartition:
         w.drop_terminal_prefix()
         return woke
 
+    def next_fetch_offset(self, now_ms: int) -> int:
+        """The first offset an acquisition would take now (Kafka's next fetch
+        offset): the first acquirable record in flight, else the read offset."""
+        for run in self._w.runs:
+            if self._acquirable(run, now_ms):
+                return run.first
+        return self.read_offset
+
     def acquire(self, member_id: str, max_records: int, now_ms: int,
                 records: Iterable[tuple[int, bytes | None]] = (),
-                read_end_offset: int | None = None) -> list[AcquiredRecords]:
+                read_end_offset: int | None = None,
+                fetch_end: int | None = None) -> list[AcquiredRecords]:
         """Acquire up to ``max_records`` for ``member_id``; ``records`` and
-        ``read_end_offset`` describe what the host read from ``read_offset``."""
+        ``read_end_offset`` describe what the host read from ``read_offset``.
+        ``fetch_end``: nothing at or past it is taken (the batches a fetch's
+        byte limit lets it hand out end there; ``records`` stop there too)."""
         self.tick(now_ms)
         taken: list[list[int]] = []  # [first, last, delivery count]
-        if max_records > 0 and self._acquire_known(member_id, max_records, now_ms, taken):
+        if max_records > 0 and self._acquire_known(member_id, max_records, now_ms, taken,
+                                                   fetch_end):
             self._acquire_new(member_id, max_records, now_ms, records, read_end_offset, taken)
         self._w.drop_terminal_prefix()
         return [AcquiredRecords(f, last, c) for f, last, c in taken]
@@ -337,9 +349,10 @@ class SharePartition:
             taken.append([first, last, count + 1])
 
     def _offer(self, run: Run, member_id: str, now_ms: int, taken: list[list[int]],
-               max_records: int, got: list[int]) -> bool:
+               max_records: int, got: list[int], fetch_end: int | None = None) -> bool:
         """Acquire what ``max_records`` (``got``: taken so far) leaves of
-        ``run`` if it may be; False when the acquisition is complete."""
+        ``run`` (below ``fetch_end``) if it may be; False when the acquisition
+        is complete."""
         if not self._acquirable(run, now_ms):
             return True
         limit = self.config.delivery_count_limit
@@ -347,22 +360,26 @@ class SharePartition:
         if last_attempt and got[0]:
             return False  # delivered alone, in a later fetch
         size = 1 if last_attempt else min(run.size, max_records - got[0])
+        if fetch_end is not None:
+            size = min(size, fetch_end - run.first)
         self._take(run.first, run.first + size - 1, run.count, member_id, now_ms, taken)
         got[0] += size
         return not last_attempt and got[0] < max_records
 
     def _acquire_known(self, member_id: str, max_records: int, now_ms: int,
-                       taken: list[list[int]]) -> bool:
+                       taken: list[list[int]], fetch_end: int | None = None) -> bool:
         w = self._w
         got = [0]
         i = 0
         while i < len(w.runs):
             run = w.runs[i]
+            if fetch_end is not None and run.first >= fetch_end:
+                return False
             if not self._acquirable(run, now_ms):
                 i += 1
                 continue
             after = run.last + 1
-            if not self._offer(run, member_id, now_ms, taken, max_records, got):
+            if not self._offer(run, member_id, now_ms, taken, max_records, got, fetch_end):
                 return False
             i = w.index(after) if after < w.read_offset else len(w.runs)
         return True

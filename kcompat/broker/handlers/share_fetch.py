@@ -147,6 +147,7 @@ async def _acquire(ctx: RequestContext, request: Any, session: Session,
     settings = shares.settings_of(session.group_id)
     deadline = trio.current_time() + max(request.max_wait.total_seconds(), 0.0)
     budget = request.max_records if request.max_records > 0 else 500
+    max_bytes = request.max_bytes if request.max_bytes > 0 else None
     order = [tp for tp in session.partitions if tp not in gone]
     if order:  # every partition gets its turn first, so none starves
         turn = session.turn % len(order)
@@ -156,8 +157,8 @@ async def _acquire(ctx: RequestContext, request: Any, session: Session,
         news, changed = trio.Event(), shares.changed  # taken before the first await
         watched: list[Partition] = []
         try:
-            if await _acquire_once(ctx, session, settings, order, budget, results, touched,
-                                   news, watched) or answered:
+            if await _acquire_once(ctx, session, settings, order, (budget, max_bytes), results,
+                                   touched, news, watched) or answered:
                 return
             if any(r.error != OK for tp, r in results.items() if tp not in gone) or (
                     trio.current_time() >= deadline):
@@ -170,20 +171,31 @@ async def _acquire(ctx: RequestContext, request: Any, session: Session,
 
 
 async def _acquire_once(ctx: RequestContext, session: Session, settings: Any,
-                        order: list[tuple[str, int]], budget: int,
+                        order: list[tuple[str, int]], budget: tuple[int, int | None],
                         results: dict[tuple[str, int], PartitionResult],
                         touched: dict[tuple[str, str, int], Held], news: trio.Event,
                         watched: list[Partition]) -> bool:
     """One pass over the session's partitions; True if anything was acquired.
     Each partition read is watched with ``news`` from then on (new data there
-    ends the wait that may follow)."""
+    ends the wait that may follow).
+
+    ``budget``: (max_records, max_bytes). As in Kafka, the bytes are shared
+    evenly among the partitions, and the answer's first batch goes out
+    whatever its size (the limit is soft); a partition whose share-partition
+    is not loaded yet is claimed in the background once records were
+    acquired from another one (Kafka answers with the share-partitions that
+    are initialized and loads the others meanwhile)."""
     shares = ctx.shares
     group_id, member_id = session.group_id, session.member_id
-    remaining = budget
+    remaining, bytes_left = budget
+    per_partition = None if bytes_left is None else bytes_left // max(len(order), 1)
     acquired = False
     for topic, index in order:
         if remaining <= 0:
             break
+        if acquired and not shares.is_held((group_id, topic, index)):
+            shares.claim_soon((group_id, topic, index))
+            continue
         try:
             held = await shares.held_machine((group_id, topic, index))
         except ShareError as e:
@@ -198,9 +210,13 @@ async def _acquire_once(ctx: RequestContext, session: Session, settings: Any,
         watched.append(part)
         held.machine.config = settings.config
         await shares.warm(held, part, settings.read_committed)  # large batches: a thread
+        limit = None if bytes_left is None or per_partition is None else max(
+            0, min(per_partition, bytes_left))
         ranges, data = shares.acquire(held, part, member_id, remaining,
-                                      settings.read_committed)
+                                      settings.read_committed, limit, not acquired)
         touched[held.key] = held
+        if bytes_left is not None:
+            bytes_left -= len(data)
         if ranges:
             result = results.setdefault((topic, index), PartitionResult())
             result.acquired, result.records = ranges, data

@@ -457,3 +457,19 @@ def test_has_update_counts_a_moved_start_offset_with_nothing_left_in_flight() ->
     assert update.batches == () and (update.start_offset, update.read_offset) == (2, 2)
     assert not sp.has_update
     assert not SharePartition.restore(update).has_update
+
+
+def test_fetch_end_bounds_redeliveries_and_new_records() -> None:
+    """``fetch_end`` (where a fetch's byte limit stops its batches): nothing
+    at or past it is taken, released records included; the first acquirable
+    offset is what the host measures the batches from."""
+    sp = SharePartition(0)
+    assert sp.acquire("a", 10, 0, recs(0, 9), read_end_offset=10) == [
+        AcquiredRecords(0, 9, 1)]
+    assert sp.acknowledge("a", [(2, 7, [RELEASE])], 1) == OK
+    assert sp.next_fetch_offset(1) == 2
+    assert sp.acquire("b", 10, 1, (), fetch_end=5) == [AcquiredRecords(2, 4, 2)]
+    assert sp.next_fetch_offset(1) == 5
+    assert sp.acquire("b", 10, 1, (), fetch_end=5) == []
+    assert sp.acquire("b", 10, 1, (), fetch_end=8) == [AcquiredRecords(5, 7, 2)]
+    assert sp.next_fetch_offset(1) == 10  # nothing acquirable in flight: the read offset

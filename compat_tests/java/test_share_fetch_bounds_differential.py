@@ -1,0 +1,186 @@
+"""Differential: what one ShareFetch hands a share consumer (confluent-kafka's
+``ShareConsumer``, librdkafka 2.16) on Apache Kafka 4.4.0 and on kcompat, in
+the same test, per poll; and a share session whose topic is deleted and
+re-created under it.
+
+- ``fetch.max.bytes=1``, 10 single-record batches: one batch per ShareFetch,
+  so 10 polls of one record (Kafka's byte limit is soft: at least one batch,
+  nothing past the limit). Before, kcompat handed out all 10 at once.
+- ``fetch.max.bytes=1``, 3 batches of 10 records: one batch (10 records) per
+  poll.
+- 2 partitions of 50 records, explicit acknowledgement: each non-empty poll
+  holds one partition's 50 records. Kafka answers a ShareFetch as soon as one
+  of its share-partitions is initialized and loads the others meanwhile (a
+  warm group gets both partitions in one answer, on both brokers); which
+  partition comes first is Kafka's race, so the polls are compared as
+  (partitions, record count) without the partition's number.
+- The topic deleted while the consumer reads it, then re-created: no
+  connection is closed (before, kcompat's ShareFetch raised ``KeyError`` and
+  closed it, and the consumer's error callback fired).
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Any
+
+import pytest
+from confluent_kafka import AcknowledgeType, KafkaError, Producer, ShareConsumer
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from compat_tests._deployment import SINGLE_AND_RF3, SINGLE_ONLY, Deployment
+from compat_tests._share import require_share_apis, set_group_configs
+from compat_tests.java.kafka_reference import KafkaReference
+
+pytestmark = pytest.mark.timeout(240)
+
+Poll = list[tuple[int, int]]  # (partition, offset) of each record of one poll
+
+
+def _topic(bootstrap: str, name: str, partitions: int, replication: int) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(name, partitions, replication)])[name].result(30)
+    deadline = time.monotonic() + 30
+    while True:  # every partition has a leader before the producer sends
+        meta = admin.list_topics(name, timeout=10).topics.get(name)
+        if meta is not None and meta.error is None and len(meta.partitions) == partitions \
+                and all(p.leader >= 0 for p in meta.partitions.values()):
+            return
+        assert time.monotonic() < deadline, f"{name} has no leaders"
+        time.sleep(0.2)
+
+
+def _produce(bootstrap: str, topic: str, batches: list[tuple[int, int]]) -> None:
+    """(partition, records) per batch: each batch is queued whole (a long
+    linger) and flushed alone, so it is one record batch in the log."""
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5000, "acks": "all"})
+    for n, (partition, count) in enumerate(batches):
+        for i in range(count):
+            producer.produce(topic, value=b"b%d-%d" % (n, i), partition=partition)
+        assert producer.flush(30) == 0
+
+
+def _polls(bootstrap: str, topic: str, group: str, total: int,
+           extra: dict[str, Any]) -> tuple[list[Poll], list[str]]:
+    """Every non-empty poll of one explicit-mode share consumer until it has
+    ``total`` records (each acknowledged ACCEPT and committed), and the
+    errors its error callback saw."""
+    errors: list[str] = []
+    consumer = ShareConsumer({"bootstrap.servers": bootstrap, "group.id": group,
+                              "share.acknowledgement.mode": "explicit",
+                              "error_cb": lambda e: errors.append(str(e)), **extra})
+    consumer.subscribe([topic])
+    polls: list[Poll] = []
+    deadline = time.monotonic() + 60
+    try:
+        while sum(map(len, polls)) < total and time.monotonic() < deadline:
+            msgs = consumer.poll(1.0)
+            got = [m for m in msgs if m.error() is None]
+            if not got:
+                continue
+            polls.append([(m.partition(), m.offset()) for m in got])
+            for m in got:
+                consumer.acknowledge(m, AcknowledgeType.ACCEPT)
+            consumer.commit_sync(30)
+    finally:
+        consumer.close()
+    return polls, errors
+
+
+def _scenario(bootstrap: str, name: str, replication: int) -> tuple[list[Poll], list[str]]:
+    require_share_apis(bootstrap)
+    topic, group = f"bounds-{name}-{uuid.uuid4().hex[:8]}", f"bounds-{uuid.uuid4().hex[:8]}"
+    if name == "two-partitions":
+        _topic(bootstrap, topic, 2, replication)
+        _produce(bootstrap, topic, [(0, 50), (1, 50)])
+        extra: dict[str, Any] = {}
+    else:
+        _topic(bootstrap, topic, 1, replication)
+        per_batch = 1 if name == "max-bytes-single-record-batches" else 10
+        _produce(bootstrap, topic, [(0, per_batch)] * (10 if per_batch == 1 else 3))
+        extra = {"fetch.max.bytes": 1}
+    set_group_configs(bootstrap, group, {"share.auto.offset.reset": "earliest"})
+    total = 100 if name == "two-partitions" else (10 if "single" in name else 30)
+    return _polls(bootstrap, topic, group, total, extra)
+
+
+def _shape(name: str, polls: list[Poll]) -> Any:
+    """What must match: the exact (partition, offset) lists per poll; for two
+    partitions, how many partitions and records each poll held, and that
+    each partition came in one poll."""
+    if name != "two-partitions":
+        return polls
+    return ([(len({p for p, _ in poll}), len(poll)) for poll in polls],
+            sorted(p for poll in polls for p in {p for p, _ in poll}))
+
+
+SCENARIOS = ("max-bytes-single-record-batches", "max-bytes-ten-record-batches",
+             "two-partitions")
+
+
+@pytest.mark.parametrize("sbroker", SINGLE_ONLY, indirect=True)
+@pytest.mark.parametrize("name", SCENARIOS)
+def test_polls_match_kafka(kafka_reference: KafkaReference, sbroker: Deployment,
+                           name: str) -> None:
+    kafka, kafka_errors = _scenario(kafka_reference.bootstrap, name, 1)
+    ours, our_errors = _scenario(sbroker.bootstrap, name, sbroker.replication)
+    assert not kafka_errors and not our_errors, (kafka_errors, our_errors)
+    assert _shape(name, ours) == _shape(name, kafka), f"kcompat {ours}\nKafka {kafka}"
+
+
+def _deleted_and_recreated(bootstrap: str, replication: int) -> tuple[list[str], int, int]:
+    """A consumer reads 5 records; its topic is deleted and re-created with 5
+    new records while it keeps polling. (errors seen, records before, records
+    of the new topic seen)."""
+    require_share_apis(bootstrap)
+    topic, group = f"deleted-{uuid.uuid4().hex[:8]}", f"deleted-{uuid.uuid4().hex[:8]}"
+    _topic(bootstrap, topic, 1, replication)
+    _produce(bootstrap, topic, [(0, 5)])
+    set_group_configs(bootstrap, group, {"share.auto.offset.reset": "earliest"})
+    errors: list[str] = []
+
+    def on_error(e: KafkaError) -> None:
+        errors.append(f"{e.name()}: {e.str()}")
+
+    consumer = ShareConsumer({"bootstrap.servers": bootstrap, "group.id": group,
+                              "share.acknowledgement.mode": "explicit", "error_cb": on_error})
+    consumer.subscribe([topic])
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    seen: list[bytes] = []
+
+    def poll_for(seconds: float, want: int) -> None:
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline and len(seen) < want:
+            for m in consumer.poll(0.5):
+                if m.error() is None:
+                    seen.append(m.value() or b"")
+                    consumer.acknowledge(m, AcknowledgeType.ACCEPT)
+
+    try:
+        poll_for(30, 5)
+        before = len(seen)
+        admin.delete_topics([topic])[topic].result(30)
+        poll_for(5, 10**6)  # fetches of the deleted topic's partition
+        _topic(bootstrap, topic, 1, replication)
+        _produce(bootstrap, topic, [(0, 5)])
+        poll_for(20, before + 5)
+    finally:
+        consumer.close()
+    return errors, before, len(seen) - before
+
+
+@pytest.mark.parametrize("sbroker", SINGLE_AND_RF3, indirect=True)
+def test_topic_deleted_and_recreated_under_a_share_consumer(
+        kafka_reference: KafkaReference, sbroker: Deployment) -> None:
+    kafka_errors, kafka_before, kafka_after = _deleted_and_recreated(
+        kafka_reference.bootstrap, 1)
+    errors, before, after = _deleted_and_recreated(sbroker.bootstrap, sbroker.replication)
+    assert (before, kafka_before) == (5, 5)
+    closed = [e for e in errors if "_TRANSPORT" in e or "isconnect" in e]
+    assert not closed, f"kcompat closed the consumer's connection: {errors}"
+    assert not [e for e in kafka_errors if "_TRANSPORT" in e or "isconnect" in e], kafka_errors
+    # the new topic's records reach the consumer on kcompat at least as on Kafka
+    assert after >= kafka_after, (after, kafka_after, errors, kafka_errors)
+    for broker in sbroker.brokers:
+        assert b"handler failed" not in broker.log_path.read_bytes()
