@@ -4,7 +4,15 @@ A share consumer fetches from each partition leader in its share session
 (``share_sessions``): acknowledgements ride along (applied first), then records
 are acquired for the member, up to ``max_records`` over all the session's
 partitions, and answered as whole log batches plus the acquired offset ranges
-with their delivery counts; the client keeps only acquired records. Nothing
+with their delivery counts; the client keeps only acquired records. As in
+Kafka 4.4, ``max_bytes`` is shared evenly among the partitions and is soft:
+the answer's first batch goes out whatever its size, nothing past a
+partition's share after it (``ShareReads.byte_end``); and a partition whose
+share-partition is not loaded yet is claimed in the background once another
+one gave records (Kafka answers with its initialized share-partitions), so a
+new member's first answers hold one partition each. A session partition
+whose topic is gone (deleted, or re-created with a new id) is
+UNKNOWN_TOPIC_OR_PARTITION and fetched from no more. Nothing
 acquirable: the request waits up to ``max_wait`` for news of one of the
 session's partitions (new data, a moved high watermark; appends to other
 partitions do not wake it: ``Partition.waiters``), a released record or an
