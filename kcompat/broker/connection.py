@@ -9,8 +9,9 @@ socket). A Fetch answer comes as chunks — framing bytes and the records'
 segment-file ranges, sent with ``sendfile`` (``zero_copy``) — written in
 order before the next frame is read. ``acks=0`` produces get no response. Anything a client can send that
 we cannot serve — an unknown API key, an unsupported version, a malformed
-header or body, an oversized frame — closes only this connection, with one
-logged line saying why. An unexpected exception in a handler is logged with its
+header or body, an oversized frame, on a controller-only node an API Kafka's
+controller listener does not serve (``versions.CONTROLLER_APIS``) — closes
+only this connection, with one logged line saying why. An unexpected exception in a handler is logged with its
 traceback and also closes just this connection; the broker keeps running.
 
 On SIGTERM the broker drains: a connection waiting for its next request is
@@ -52,6 +53,7 @@ from kcompat.wire.versions import (
     SASL_AUTHENTICATE,
     SASL_HANDSHAKE,
     api_name,
+    served,
 )
 
 log = logging.getLogger("kcompat.conn")
@@ -222,11 +224,14 @@ async def handle_frame(frame: bytes, broker: Broker,
             session.cluster_action_checked = True
         broker.cluster.receive(frame)
         return None
-    rng = API_RANGES.get(api_key)
+    rng = served(broker.state.controller_only).get(api_key)
+    if rng is None and api_key in API_RANGES:  # Kafka: "... which is not enabled"
+        raise CloseConnection(f"{api_name(api_key)} v{version} is not served by a "
+                              "controller-only node (process.roles=controller)")
     if rng is None:
         raise CloseConnection(f"unknown API key {api_key} (version {version})")
     if api_key == API_VERSIONS and version > rng.max_version:
-        return unsupported_version_response(cid)
+        return unsupported_version_response(cid, broker.state.controller_only)
     if not rng.parse_min <= version <= rng.max_version:
         raise CloseConnection(
             f"{rng.name} v{version} is not supported (serving {rng.parse_min}-{rng.max_version})"

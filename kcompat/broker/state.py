@@ -106,6 +106,8 @@ class BrokerState:
     def __init__(self, config: BrokerConfig, store: FileStore = OS_STORE) -> None:
         self.config = config
         self.node_id: int = config["node.id"]
+        # process.roles=controller: serves only the controller's APIs (wire.versions)
+        self.controller_only = "broker" not in config["process.roles"]
         self.advertised_port: int = config["port"]
         # every listener's advertised (name, host, port) once bound (``server``)
         self.endpoints: tuple[tuple[str, str, int], ...] = ()
@@ -183,7 +185,8 @@ class BrokerState:
         internal: bool = False,
     ) -> TopicMeta:
         """The topic a CreateTopics would make (defaults filled in), or
-        TopicError with Kafka's code; nothing is created here."""
+        TopicError with Kafka's code; nothing is created here. Kafka 4.4's
+        order: the name, whether it exists, the configs, then the counts."""
         check_topic_name(name)
         if name in self.topics:
             raise TopicError(ErrorCode.topic_already_exists, f"Topic '{name}' already exists.")
@@ -194,6 +197,10 @@ class BrokerState:
                                  f"Topic '{name}' collides with existing topic: {existing}")
         if VIEW_OF in configs or VIEW_FILTER in configs:
             return self._new_view(name, partitions, configs)
+        try:  # before the counts, as Kafka 4.4's controller checks them
+            overrides = validate_overrides(configs)
+        except ConfigError as e:
+            raise TopicError(ErrorCode.invalid_config, str(e)) from None
         if partitions == -1:
             partitions = self.config["num.partitions"]
         if replication_factor == -1:
@@ -210,10 +217,6 @@ class BrokerState:
                 f"Replication factor: {replication_factor} larger than available brokers: "
                 f"{self.voter_count}.",
             )
-        try:
-            overrides = validate_overrides(configs)
-        except ConfigError as e:
-            raise TopicError(ErrorCode.invalid_config, str(e)) from None
         return TopicMeta(name, uuid.uuid4(), partitions, overrides, internal)
 
     def _new_view(self, name: str, partitions: int, configs: dict[str, Any]) -> TopicMeta:
@@ -250,13 +253,13 @@ class BrokerState:
 
     def set_topic_configs(self, name: str, overrides: dict[str, Any]) -> dict[str, Any]:
         """Validate an AlterConfigs of a topic; the change for the controller."""
-        meta = self.topics.get(name)
-        if meta is None:
-            raise TopicError(ErrorCode.unknown_topic_or_partition, f"Topic {name} does not exist")
-        try:
+        try:  # the configs first, then the topic, as Kafka 4.4's controller checks them
             parsed = validate_overrides(overrides)
         except ConfigError as e:
             raise TopicError(ErrorCode.invalid_config, str(e)) from None
+        meta = self.topics.get(name)
+        if meta is None:
+            raise TopicError(ErrorCode.unknown_topic_or_partition, f"Topic {name} does not exist")
         problem = views.check_altered(meta.configs, parsed, self.topics.get)
         if problem is not None:
             raise TopicError(*problem)

@@ -23,7 +23,9 @@ compat_tests/java/test_newest_versions_differential.py holds the list):
   matches one exact version (e.g. FindCoordinator v0 enables LZ4); a request at a
   version below ``parse_min`` is answered with UNSUPPORTED_VERSION instead.
 
-Only APIs that have a handler appear here; later issues add theirs.
+Only APIs that have a handler appear here; later issues add theirs. A
+controller-only node serves the subset Kafka's controller listener has
+(``CONTROLLER_APIS``).
 """
 
 from __future__ import annotations
@@ -129,6 +131,28 @@ _TABLE = (
 )
 
 API_RANGES: dict[int, ApiRange] = {r.api_key: r for r in _TABLE}
+
+#: What a controller-only node (``process.roles=controller``) serves: the APIs of
+#: Kafka 4.4's controller listener (``ApiKeys.apisForListener(CONTROLLER)``) that
+#: kcompat has, at the same versions. Kafka's Raft, registration and heartbeat
+#: APIs are kcompat's own inter-broker frames (``KCOMPAT_RAFT``); a client Fetch
+#: is answered INVALID_REQUEST there, as Kafka's controller answers it. Any other
+#: API closes the connection (Kafka: "... which is not enabled").
+CONTROLLER_APIS = frozenset({
+    FETCH, SASL_HANDSHAKE, API_VERSIONS, CREATE_TOPICS, DELETE_TOPICS, DESCRIBE_ACLS,
+    CREATE_ACLS, DELETE_ACLS, DESCRIBE_CONFIGS, ALTER_CONFIGS, SASL_AUTHENTICATE,
+    CREATE_PARTITIONS, ELECT_LEADERS, INCREMENTAL_ALTER_CONFIGS, ALTER_PARTITION_REASSIGNMENTS,
+    LIST_PARTITION_REASSIGNMENTS, ALTER_CLIENT_QUOTAS, DESCRIBE_USER_SCRAM_CREDENTIALS,
+    ALTER_USER_SCRAM_CREDENTIALS, DESCRIBE_QUORUM, DESCRIBE_CLUSTER, UNREGISTER_BROKER,
+    ADD_RAFT_VOTER, REMOVE_RAFT_VOTER,
+})
+CONTROLLER_RANGES: dict[int, ApiRange] = {k: r for k, r in API_RANGES.items()
+                                          if k in CONTROLLER_APIS}
+
+
+def served(controller_only: bool) -> dict[int, ApiRange]:
+    """The APIs a node serves: all, or a controller-only node's."""
+    return CONTROLLER_RANGES if controller_only else API_RANGES
 
 # Internal, never advertised: inter-broker Raft frames in cluster mode
 # (kcompat.broker.replication.codec / transport explain why a private key).

@@ -3,7 +3,9 @@
 Quirks: the response header is always v0. A client newer than us gets a
 v0-format body with UNSUPPORTED_VERSION and our table, then retries at our
 maximum. No finalized features are advertised — in particular not
-``transaction.version`` (Transactions V2 stays off in Java clients).
+``transaction.version`` (Transactions V2 stays off in Java clients). A
+controller-only node (``process.roles=controller``) lists only the APIs Kafka's
+controller listener serves (``versions.CONTROLLER_APIS``), as Kafka's does.
 
 v5 (KIP-1242, Java 4.4): a client that knows which cluster and node it means
 to reach names both; if either is not this broker's, the answer is
@@ -21,13 +23,13 @@ from kio.schema.errors import ErrorCode
 from kcompat.broker.context import RequestContext
 from kcompat.broker.handlers._common import NO_THROTTLE
 from kcompat.wire import codec
-from kcompat.wire.versions import API_RANGES, API_VERSIONS
+from kcompat.wire.versions import API_VERSIONS, served
 
 
-def _api_keys(module: Any) -> tuple[Any, ...]:
+def _api_keys(module: Any, controller_only: bool) -> tuple[Any, ...]:
     return tuple(
         module.ApiVersion(api_key=r.api_key, min_version=r.min_version, max_version=r.max_version)
-        for r in API_RANGES.values()
+        for r in served(controller_only).values()
     )
 
 
@@ -49,17 +51,17 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
         return ctx.response(error_code=code, api_keys=(), throttle_time=NO_THROTTLE)
     return ctx.response(
         error_code=ErrorCode.none,
-        api_keys=_api_keys(ctx.resp),
+        api_keys=_api_keys(ctx.resp, ctx.state.controller_only),
         throttle_time=NO_THROTTLE,
     )
 
 
-def unsupported_version_response(correlation_id: int) -> bytes:
+def unsupported_version_response(correlation_id: int, controller_only: bool = False) -> bytes:
     module = codec.response_module(API_VERSIONS, 0)
     body = codec.build(
         codec.response_class(API_VERSIONS, 0),
         error_code=ErrorCode.unsupported_version,
-        api_keys=_api_keys(module),
+        api_keys=_api_keys(module, controller_only),
     )
     return codec.encode_response(API_VERSIONS, 0, correlation_id, body)
 

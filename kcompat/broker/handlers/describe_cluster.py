@@ -4,7 +4,10 @@ Quirks: optional for clients (Java Admin falls back to Metadata; Spark's driver
 and confluent-kafka's ``describe_cluster`` use it). One broker, which is also
 the controller (the live brokers). v1 carries ``endpoint_type``: 1 (brokers) is served; 2
 (controllers, asked by ``--bootstrap-controller`` tools) answers
-UNSUPPORTED_ENDPOINT_TYPE like a Kafka broker listener does. Without an
+UNSUPPORTED_ENDPOINT_TYPE like a Kafka broker listener does. A controller-only
+node answers as Kafka's controller listener: endpoint 2 lists the controllers
+(the metadata quorum's voters, at their ``controller.quorum.voters`` addresses)
+and the active one, endpoint 1 (and v0) is MISMATCHED_ENDPOINT_TYPE. Without an
 authorizer every cluster operation is allowed, so authorized operations (when
 asked) are the cluster's full set. v2 (KIP-1073) marks each broker ``is_fenced``
 and, when asked with ``include_fenced_brokers``, lists the registered brokers the
@@ -31,8 +34,38 @@ OMITTED_OPERATIONS = -(2**31)
 CLUSTER_OPERATIONS = sum(1 << op for op in (5, 7, 8, 9, 10, 11, 12))
 
 
+def _controller_answer(ctx: RequestContext, request: Any, endpoint: int) -> Any:
+    """A controller-only node, as Kafka's controller listener: the controllers
+    (the metadata quorum's voters) and the active one, or MISMATCHED_ENDPOINT_TYPE
+    when brokers are asked for (v0 asks for them)."""
+    if endpoint != CONTROLLERS_ENDPOINT:
+        return ctx.response(
+            throttle_time=NO_THROTTLE, error_code=ErrorCode.mismatched_endpoint_type,
+            error_message="The request was sent to an endpoint of type CONTROLLER, but we "
+            "wanted an endpoint of type BROKER", endpoint_type=endpoint, cluster_id="",
+            controller_id=-1, brokers=())
+    cluster = ctx.cluster
+    controllers = []
+    for node in sorted(cluster.meta.raft.voters):
+        where = cluster.voters.get(node) or cluster.endpoint(node)
+        if where is not None:
+            controllers.append(ctx.build("DescribeClusterBroker", broker_id=node, rack=None,
+                                         host=where[0], port=where[1], is_fenced=False))
+    operations = OMITTED_OPERATIONS
+    if request.include_cluster_authorized_operations:
+        operations = (ctx.authorized_operations(_authz.CLUSTER, _authz.CLUSTER_NAME)
+                      if _authz.cluster(ctx, _authz.Op.DESCRIBE) else 0)
+    return ctx.response(
+        throttle_time=NO_THROTTLE, error_code=OK, error_message=None,
+        endpoint_type=CONTROLLERS_ENDPOINT, cluster_id=ctx.state.cluster_id,
+        controller_id=cluster.controller_id, brokers=tuple(controllers),
+        cluster_authorized_operations=operations)
+
+
 async def handle(ctx: RequestContext, request: Any) -> Any:
     endpoint = getattr(request, "endpoint_type", BROKERS_ENDPOINT)
+    if ctx.state.controller_only:
+        return _controller_answer(ctx, request, endpoint)
     if endpoint != BROKERS_ENDPOINT:
         return ctx.response(
             throttle_time=NO_THROTTLE, error_code=ErrorCode.unsupported_endpoint_type,

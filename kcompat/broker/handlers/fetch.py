@@ -16,7 +16,8 @@ v16 the KIP-951 hints (a NOT_LEADER_OR_FOLLOWER or FENCED_LEADER_EPOCH
 partition carries its current leader, the response those leaders' endpoints),
 v17/v18 only follower fields (directory id, high watermark). The first
 partition with data gets at least one whole batch even beyond max_bytes /
-partition_max_bytes.
+partition_max_bytes. A controller-only node answers INVALID_REQUEST with no
+topics, as Kafka's controller answers a Fetch that is not a Raft replica's.
 
 Authorization: a consumer needs READ on each topic it fetches, else its
 partitions are TOPIC_AUTHORIZATION_FAILED (Kafka's check of a consumer fetch;
@@ -297,6 +298,9 @@ def _built(ctx: RequestContext, named: list[tuple[str | None, Any]],
 
 
 async def handle(ctx: RequestContext, request: Any) -> Any:
+    if ctx.state.controller_only:  # Kafka's controller: only its Raft fetches
+        return ctx.response(throttle_time=NO_THROTTLE, error_code=ErrorCode.invalid_request,
+                            session_id=0, responses=(), node_endpoints=())
     wait_s = max(request.max_wait.total_seconds(), 0.0)
     deadline = trio.current_time() + wait_s
     # as Kafka's ReplicaManager: no partition asked (a consumer closing its fetch
