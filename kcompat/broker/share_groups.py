@@ -203,7 +203,9 @@ class ShareGroupService(HostedGroups[ShareGroup]):
         record was ever acknowledged, as Kafka reports it); lag -1 where this
         broker holds no replica of the partition or the start is past its end."""
         meta = self.state.topics.get(topic)
-        if meta is None or not 0 <= index < meta.partitions:
+        if meta is None:  # Kafka 4.4: no offsets, no error (a deleted topic too)
+            return -1, -1, 0, ErrorCode.none, None
+        if not 0 <= index < meta.partitions:
             return -1, -1, -1, ErrorCode.unknown_topic_or_partition, None
         epoch = self.cluster.partition_view(topic, index)[1]
         try:

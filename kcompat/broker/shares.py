@@ -366,6 +366,10 @@ class ShareService:
         if SHARE_STATE_TOPIC not in self.state.topics:
             return None
         _generation, raw = await self.at_state_leader(self.state_index(key), key, "")
+        meta = self.state.topics.get(key[1])
+        if raw is not None and raw.get("topic") and (
+                meta is None or raw["topic"] != str(meta.topic_id)):
+            return None  # the state of a deleted topic of that name
         return None if raw is None or raw.get("unsettled") else state_from_json(raw)
 
     def lag(self, found: ShareState, topic: str, index: int) -> int:
@@ -403,6 +407,8 @@ class ShareService:
             raw = None if found is None else state_to_json(found)
             if raw is not None and not slog.settled(key):
                 raw["unsettled"] = True
+            if raw is not None and slog.topic_of(key):
+                raw["topic"] = slog.topic_of(key)  # the topic id it was claimed for
             return ErrorCode.none, slog.generation(key), raw
         batch = encode_batch([(encode_key(key), claim_value(nonce), (), now_ms())])
         claiming = (index, key)
@@ -598,6 +604,11 @@ class ShareService:
             due = []
             wait_ms = IDLE_WAKE_S * 1000
             for held in list(self.held.values()):
+                meta = self.state.topics.get(held.key[1])
+                if meta is None or meta.topic_id != held.topic_id:
+                    if held.topic_id is not None and self.held.get(held.key) is held:
+                        del self.held[held.key]  # its topic was deleted: nothing to serve
+                    continue
                 deadline = held.machine.next_deadline_ms()
                 if deadline is None:
                     continue

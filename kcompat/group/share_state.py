@@ -337,6 +337,11 @@ class ShareStateLog:
         entry = self._entries.get(key)
         return entry is None or entry.settled
 
+    def topic_of(self, key: ShareKey) -> str:
+        """The topic id the key's latest claim named ("" if none did)."""
+        entry = self._entries.get(key)
+        return "" if entry is None else _topic_of(entry.owner)
+
     def state(self, key: ShareKey) -> ShareState | None:
         entry = self._entries.get(key)
         return None if entry is None or entry.machine is None else entry.machine.snapshot()

@@ -8,7 +8,9 @@ ShareAcknowledge naming the deleted topic's id is UNKNOWN_TOPIC_ID; the
 connection stays open. Before the fix the broker raised ``KeyError`` in
 ``topic_responses`` and closed the connection. The re-created topic (a new
 id) is served from its own offset 0: the deleted topic's share-partition
-state (start offset 5 here) is not carried over to it.
+state (start offset 5 here) is not carried over to it, nor reported by
+DescribeShareGroupOffsets, which names no error for the deleted topic (Kafka's
+answer: start offset -1, error NONE).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from confluent_kafka.admin import (
     ConfigResource,
     NewTopic,
 )
+from kio.schema.describe_share_group_offsets.v1 import request as describe_offsets
 from kio.schema.errors import ErrorCode
 from kio.schema.share_acknowledge.v1 import request as share_ack
 from kio.schema.share_fetch.v1 import request as share_fetch
@@ -80,6 +83,16 @@ def _parts(answer: Any) -> list[tuple[Any, int, int, Any, list[tuple[int, int, i
             for t in answer.responses for p in t.partitions]
 
 
+def _start_offsets(cluster: Cluster, group: str, topic: str) -> list[tuple[int, int, int]]:
+    """DescribeShareGroupOffsets of partition 0: (error, start offset, lag)."""
+    answer = cluster.coordinator(group).call(describe_offsets.DescribeShareGroupOffsetsRequest(
+        groups=(describe_offsets.DescribeShareGroupOffsetsRequestGroup(
+            group_id=group, topics=(describe_offsets.DescribeShareGroupOffsetsRequestTopic(
+                topic_name=topic, partitions=(0,)),)),)))
+    return [(p.error_code, p.start_offset, p.lag) for t in answer.groups[0].topics
+            for p in t.partitions]
+
+
 def _wait_gone(cluster: Cluster, topic: str) -> None:
     deadline = time.monotonic() + 30
     while topic in cluster.topics([topic]):
@@ -108,6 +121,8 @@ def test_share_session_over_a_deleted_and_recreated_topic(tmp_path: Path) -> Non
         assert joined.error_code == ErrorCode.none, joined
         member = _Member(cluster, group)
         assert _parts(member.fetch(old_id)) == [(old_id, 0, ErrorCode.none, 0, [(0, 4, 1)])]
+        assert _parts(member.acknowledge(old_id, 0, 4)) == [(old_id, 0, ErrorCode.none, None, [])]
+        assert _start_offsets(cluster, group, topic) == [(ErrorCode.none, 5, 0)]
 
         admin.delete_topics([topic])[topic].result(30)
         _wait_gone(cluster, topic)
@@ -115,6 +130,8 @@ def test_share_session_over_a_deleted_and_recreated_topic(tmp_path: Path) -> Non
         assert _parts(member.fetch(old_id, acks=((0, 0),))) == [
             (old_id, 0, UNKNOWN_PART, UNKNOWN_ID, [])]
         assert _parts(member.acknowledge(old_id, 1, 1)) == [(old_id, 0, UNKNOWN_ID, None, [])]
+        # Kafka 4.4.0 names no error for a topic it does not know: no offsets
+        assert _start_offsets(cluster, group, topic) == [(ErrorCode.none, -1, -1)]
 
         admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(30)
         new_id = cluster.topics([topic])[topic].topic_id
@@ -122,6 +139,8 @@ def test_share_session_over_a_deleted_and_recreated_topic(tmp_path: Path) -> Non
         producer.produce(topic, b"new-0", partition=0)
         assert producer.flush(30) == 0
         assert _parts(member.fetch()) == [(old_id, 0, UNKNOWN_PART, 0, [])]
+        # the deleted topic's state is not the new one's (it had start offset 5)
+        assert _start_offsets(cluster, group, topic) == [(ErrorCode.none, -1, -1)]
         # the new topic starts with no share state: its offset 0 is served
         assert _parts(member.fetch(new_id)) == [(new_id, 0, ErrorCode.none, 0, [(0, 0, 1)])]
     finally:

@@ -105,8 +105,10 @@ def test_a_claim_for_another_topic_id_drops_the_state() -> None:
     assert log.claimed(KEY, "n3") == (kept, snap)
     kept = claim(log, KEY, "n4@old")
     assert log.claimed(KEY, "n4@old") == (kept, snap)
+    assert log.topic_of(KEY) == "old"  # what a read reports with the state
     fresh = claim(log, KEY, "n5@new")
     assert log.claimed(KEY, "n5@new") == (fresh, None)
+    assert log.topic_of(KEY) == "new" and log.topic_of(OTHER) == ""
 
 
 def test_a_claim_of_the_old_format_raises_the_generation_by_one() -> None:
