@@ -68,8 +68,6 @@ from typing import TYPE_CHECKING, Any
 import trio
 from kio.schema.errors import ErrorCode
 from prometheus_client import CollectorRegistry, Counter
-from prometheus_client.core import GaugeMetricFamily, Metric
-from prometheus_client.registry import Collector
 
 from kcompat.broker.controller.admin import auto_create
 from kcompat.broker.controller.internal_topics import partition_for
@@ -78,6 +76,7 @@ from kcompat.broker.replication import codec
 from kcompat.broker.replication.storage import now_ms
 from kcompat.broker.share_compaction import ShareCompaction
 from kcompat.broker.share_dead_letters import ShareDeadLetters
+from kcompat.broker.share_metrics import ShareCollector
 from kcompat.broker.share_reads import ColdBatch, ShareReads
 from kcompat.broker.share_sessions import ShareSessions
 from kcompat.broker.share_writes import Held as Held  # handlers import it from here
@@ -588,7 +587,7 @@ class ShareService:
         self.dead_letters.counter = Counter(
             "kcompat_share_dead_letters", "Records a share group moved to its dead-letter "
             "topic (KIP-1191), per dead-letter topic", ["topic"], registry=registry)
-        registry.register(_ShareCollector(self))
+        registry.register(ShareCollector(lambda: self.held))
 
     # -- time ---------------------------------------------------------------------------------
 
@@ -623,26 +622,3 @@ class ShareService:
                 self.cluster.spawn(self._expired, due)
             with trio.move_on_after(wait_ms / 1000):
                 await self._timer.wait()
-
-
-class _ShareCollector(Collector):
-    """In-flight records of the share-partitions this broker leads, by state
-    (Kafka's ``ShareGroupMetrics`` count acquired and archived records too)."""
-
-    def __init__(self, service: ShareService) -> None:
-        self.service = service
-
-    def collect(self) -> Iterator[Metric]:
-        family = GaugeMetricFamily(
-            "kcompat_share_records", "Records in flight in the share-partitions this broker "
-            "leads, by state", labels=["group", "topic", "partition", "state"])
-        start = GaugeMetricFamily(
-            "kcompat_share_start_offset", "Share-partition start offset (SPSO)",
-            labels=["group", "topic", "partition"])
-        for (group, topic, index), held in sorted(self.service.held.items()):
-            labels = [group, topic, str(index)]
-            start.add_metric(labels, held.machine.start_offset)
-            for state, count in held.machine.counts().items():
-                family.add_metric([*labels, state.name.lower()], count)
-        yield family
-        yield start
