@@ -60,3 +60,16 @@ def test_answers_per_partition_as_kafka_with_one_log_dir(broker: Broker, version
     # a future log's directory name would pass 255 bytes
     assert _alter(broker, version, [(here, [("t" * 215, [0])])]) == [
         ("t" * 215, 0, "invalid_topic_exception")]
+
+
+def test_a_partition_held_by_other_brokers_is_replica_not_available(broker: Broker) -> None:
+    """Kafka's NOT_LEADER_OR_FOLLOWER (the cluster knows the partition, this broker
+    holds no replica), answered as REPLICA_NOT_AVAILABLE for this API."""
+    create(broker, "ld", 2)
+    here = str(broker.state.data_dir.resolve())
+    held = broker.state.partitions.pop(("ld", 1))  # as if assigned to another broker
+    try:
+        assert _alter(broker, 2, [(here, [("ld", [0, 1])])]) == [
+            ("ld", 0, "none"), ("ld", 1, "replica_not_available")]
+    finally:
+        broker.state.partitions[("ld", 1)] = held
