@@ -20,6 +20,14 @@ the replicated state machine of ``__consumer_offsets`` (``StateMachine``):
 every replica applies each committed batch to its ``OffsetStore`` as it
 commits, the leader's own writes included, so a broker that takes over a
 partition only rebuilds the live groups from the store (``on_role``).
+
+A deleted topic takes its committed offsets with it, as in Kafka: each
+broker applying the deletion hands the name to ``topic_deleted``, and the
+coordinator of each group that committed to it writes their tombstones (an
+offset committed again since, to a topic created again under the name, is
+kept). OffsetFetch answers none for a topic the metadata no longer holds
+meanwhile, and the periodic offset expiry deletes any a coordinator did not
+see go (a deletion while it was down).
 """
 
 from __future__ import annotations
@@ -134,7 +142,10 @@ class GroupService:
         self._group_writes: dict[str, _GroupWrite] = {}  # group id -> its write in flight
         self._next_token = 0
         self._wake = trio.Event()
+        # committed offsets of deleted topics to delete: group -> tp -> the offset seen
+        self._doomed: dict[str, dict[tuple[str, int], CommittedOffset]] = {}
         cluster.machines[OFFSETS_TOPIC] = self  # fed by the replication host
+        cluster.topic_deleted_hooks.append(self.topic_deleted)
 
     # -- the offsets topic ----------------------------------------------------
     @property
@@ -352,6 +363,44 @@ class GroupService:
     def new_member_suffix() -> str:
         return str(uuid.uuid4())
 
+    # -- deleted topics ---------------------------------------------------------
+    def topic_deleted(self, topic: str) -> None:
+        """``topic`` was deleted: the groups coordinated here lose their
+        committed offsets of it, as in Kafka (a topic created again under the
+        name starts with none). Tombstones are written by ``run`` (every
+        replica applies them); OffsetFetch meanwhile answers no offset for a
+        topic the metadata does not hold."""
+        for group_id, committed in self.store.offsets.items():
+            gone = {tp: c for tp, c in committed.items() if tp[0] == topic}
+            if gone and self.coordinator_error(group_id) is None:
+                self._doomed.setdefault(group_id, {}).update(gone)
+        if self._doomed:
+            self._wake.set()
+
+    async def _delete_doomed(self) -> None:
+        """Tombstones for the offsets ``topic_deleted`` found, but not for one
+        committed again since (to a topic created again under the name)."""
+        doomed, self._doomed = self._doomed, {}
+        for group_id, offsets in doomed.items():
+            committed = self.store.committed(group_id)
+            tps = [tp for tp, c in offsets.items() if committed.get(tp) is c]
+            if not tps or self.coordinator_error(group_id) is not None:
+                continue
+            log.info("deleting %d committed offsets of group %s: their topic was deleted",
+                     len(tps), group_id)
+            try:
+                await self.delete_offsets(group_id, tps)
+            except NotCoordinatorError:
+                pass
+
+    def _of_deleted_topics(self, group_id: str) -> list[tuple[str, int]]:
+        """The group's committed offsets whose topic the caught-up metadata
+        does not hold (deleted while no coordinator here saw it go)."""
+        if not self.cluster.caught_up:
+            return []
+        topics = self.state.topics
+        return [tp for tp in self.store.committed(group_id) if tp[0] not in topics]
+
     # -- time -----------------------------------------------------------------
     async def run(self) -> None:
         last_expiry = 0
@@ -364,6 +413,8 @@ class GroupService:
             with trio.move_on_after(wait_s):
                 await self._wake.wait()
             now = now_ms()
+            if self._doomed:
+                await self._delete_doomed()
             await self.deliver(self.coordinator.tick(now))
             if now - last_expiry >= EXPIRY_CHECK_MS:
                 last_expiry = now
@@ -374,6 +425,7 @@ class GroupService:
         for group_id in list(self.store.offsets):
             group = self.coordinator.groups.get(group_id)
             expired = self.store.expired(group, group_id, now, retention_ms)
+            expired += [tp for tp in self._of_deleted_topics(group_id) if tp not in expired]
             if expired and self.coordinator_error(group_id) is None:
                 log.info("expiring %d offsets of group %s", len(expired), group_id)
                 try:

@@ -264,6 +264,8 @@ def _drop_topic(rt: ClusterRuntime, name: str) -> None:
             rt.forget_partition(found[0])
         _drop_replica(rt, meta, index, found[0] if found is not None else None)
     rt.state._remove_deleted_dirs()
+    for hook in rt.topic_deleted_hooks:
+        hook(name)
 
 
 def apply_batch(rt: ClusterRuntime, batch: memoryview, header: BatchHeader) -> None:

@@ -1,9 +1,12 @@
 """IncrementalAlterConfigs (key 44), versions 0-1.
 
 Quirks: operations are SET=0, DELETE=1, APPEND=2, SUBTRACT=3 on a TOPIC's
-override set; APPEND/SUBTRACT apply to list keys only (INVALID_REQUEST
-otherwise, Kafka's wording) and start from the key's effective value when the
-topic has no override. A key named twice in one resource, a null value for
+override set; APPEND/SUBTRACT apply to list keys only (INVALID_CONFIG
+otherwise, as Kafka 4.4 answers) and start from the key's effective value when
+the topic has no override. DELETE of a key the topic does not set, known or
+not, changes nothing. The configs are checked before the topic: an unknown
+key or bad value is INVALID_CONFIG even for a topic that does not exist
+(then UNKNOWN_TOPIC_OR_PARTITION), as Kafka 4.4's controller answers. A key named twice in one resource, a null value for
 anything but DELETE, or an unknown operation is INVALID_REQUEST; an unknown key
 or bad value INVALID_CONFIG. confluent-kafka's ``incremental_alter_configs``
 uses this API, kafka-python's ``alter_configs`` does not. A BROKER resource
@@ -70,17 +73,18 @@ def _check_ops(configs: Any, group: bool = False) -> None:
 
 def _apply(ctx: RequestContext, overrides: dict[str, Any], op: Any) -> None:
     name, kind = op.name, op.config_operation
+    if kind == DELETE:  # of a key the topic does not set, or no topic key: nothing to do
+        overrides.pop(name, None)
+        return
     definition = TOPIC_CONFIGS.get(name)
     if definition is None:
         raise TopicError(ErrorCode.invalid_config, f"Unknown topic config name: {name}")
     if kind == SET:
         overrides[name] = op.value
-    elif kind == DELETE:
-        overrides.pop(name, None)
     else:
         verb = "append" if kind == APPEND else "subtract"
         if definition.type != "list":
-            raise TopicError(ErrorCode.invalid_request,
+            raise TopicError(ErrorCode.invalid_config,
                              f"Config value {verb} is not allowed for config key: {name}")
         try:
             current = definition.parse(effective(name, overrides, ctx.state.broker_defaults)[0])
@@ -157,12 +161,13 @@ def _alter(ctx: RequestContext, resource: Any, validate_only: bool) -> dict[str,
         raise TopicError(ErrorCode.invalid_request,
                          f"Unknown resource type {resource.resource_type}")
     meta = ctx.state.topics.get(resource.resource_name)
+    overrides = dict(meta.configs) if meta is not None else {}
+    for op in resource.configs:  # the configs are checked before the topic, as in Kafka
+        _apply(ctx, overrides, op)
     if meta is None:
+        ctx.state.set_topic_configs(resource.resource_name, overrides)  # INVALID_CONFIG first
         raise TopicError(ErrorCode.unknown_topic_or_partition,
                          f"The topic '{resource.resource_name}' does not exist.")
-    overrides = dict(meta.configs)
-    for op in resource.configs:
-        _apply(ctx, overrides, op)
     return ctx.state.set_topic_configs(meta.name, overrides)
 
 

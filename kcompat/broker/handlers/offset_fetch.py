@@ -50,7 +50,11 @@ def _wanted(ctx: RequestContext, committed: dict[tuple[str, int], Any], requeste
 
 def _topics(ctx: RequestContext, group_id: str, requested: Any, prefix: str,
             require_stable: bool) -> tuple[Any, ...]:
-    committed = ctx.groups.store.committed(group_id)
+    # a deleted topic's offsets are deleted with it (``GroupService.topic_deleted``):
+    # none is answered for a topic the metadata no longer holds meanwhile
+    topics = ctx.state.topics
+    committed = {tp: c for tp, c in ctx.groups.store.committed(group_id).items()
+                 if tp[0] in topics}
     out, denied = [], []
     wanted = _wanted(ctx, committed, requested)
     allowed = _authz.topics(ctx, _authz.Op.DESCRIBE, (topic for topic, _i, _p in wanted))

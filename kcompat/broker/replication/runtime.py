@@ -244,6 +244,9 @@ class ClusterRuntime:
         self._live_from: int | None = None
         # topic -> the replicated state machine of each of its partitions (Group.feed)
         self.machines: dict[str, StateMachine] = {}
+        # what a deleted topic's name is given to, as each broker applies the deletion
+        # (the group coordinator deletes the committed offsets of its partitions)
+        self.topic_deleted_hooks: list[Callable[[str], None]] = []
         # topic -> a check a batch the broker writes itself must pass at the
         # partition's leader before it is proposed (index, batch) -> error
         self.append_checks: dict[str, Callable[[int, memoryview], ErrorCode]] = {}

@@ -322,11 +322,20 @@ def test_incremental_alter_configs(broker: Broker, version: int) -> None:
                                            "cleanup.policy": ["delete", "compact"]}
     assert run(False, ("cleanup.policy", 3, "delete")) == E.none
     assert broker.state.topics["inc"].configs["cleanup.policy"] == ["compact"]
-    assert run(False, ("segment.ms", 2, "1")) == E.invalid_request
+    # APPEND to a non-list key: INVALID_CONFIG, as Kafka 4.4.0 answers (the fuzzer's finding)
+    assert run(False, ("segment.ms", 2, "1")) == E.invalid_config
+    # DELETE of a key the topic does not set, even an unknown one, changes nothing
+    assert run(False, ("nope.key", 1, None)) == E.none
+    assert broker.state.topics["inc"].configs["cleanup.policy"] == ["compact"]
     assert run(False, ("segment.ms", 0, None)) == E.invalid_request
     assert run(False, ("segment.ms", 0, "1"), ("segment.ms", 1, None)) == E.invalid_request
     assert run(False, ("segment.ms", 0, "-5")) == E.invalid_config
     assert run(False, ("nope.key", 0, "1")) == E.invalid_config
+    # a topic that does not exist: its configs are checked first, as Kafka 4.4.0 does
+    assert run(False, ("nope.key", 0, "1"), name="gone") == E.invalid_config
+    assert run(True, ("segment.ms", 0, "-5"), name="gone") == E.invalid_config
+    assert run(False, ("segment.ms", 0, "5"), name="gone") == E.unknown_topic_or_partition
+    assert run(False, ("nope.key", 1, None), name="gone") == E.unknown_topic_or_partition
     assert run(False, ("segment.ms", 9, "1")) == E.invalid_request
     assert run(False, ("segment.ms", 0, "1"), name="nope") == E.unknown_topic_or_partition
     assert broker.state.topics["inc"].configs["segment.ms"] == 200
