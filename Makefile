@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: run test test-secured-link test-apps lint unit compat bench bench-share bench-ext bench-compaction bench-scale bench-simple soak clean tools sim java-deps kafka-reference demo
+.PHONY: run test test-secured-link test-apps lint unit compat bench bench-share bench-ext bench-compaction bench-scale bench-simple soak fuzz clean tools sim java-deps kafka-reference demo
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -133,6 +133,14 @@ bench-scale: $(STAMP) tools java-deps
 # delays, ~2.5 min. Not part of `make test`. Appends to bench/RESULTS.md.
 soak: $(STAMP)
 	$(PY) bench/soak.py $(if $(SOAK_QUICK),--quick) $(SOAK_ARGS)
+
+# The differential fuzzer against Apache Kafka 4.4.0 (issue 32, compat_tests/fuzz): random
+# sequences of client operations done to both, for FUZZ_SECONDS per side (default 1800) on
+# one node and on 3 brokers (FUZZ_SIDE=single|cluster|both); a difference fails with its
+# shrunk sequence. make test runs a short derandomized pass on one node.
+fuzz: $(STAMP) tools java-deps
+	FUZZ_SECONDS=$${FUZZ_SECONDS:-1800} FUZZ_SIDE=$${FUZZ_SIDE:-both} $(PY) -m pytest -q -s \
+		-p no:cacheprovider compat_tests/fuzz/test_fuzz_differential.py
 
 # The older single-broker confluent-kafka produce/consume benchmark.
 bench-simple: $(STAMP)

@@ -1,0 +1,213 @@
+"""The differential fuzzer's state machine: one random sequence, two brokers.
+
+Theory of operation
+-------------------
+``machine_for(peers)`` makes a Hypothesis ``RuleBasedStateMachine`` whose
+every rule is one client operation (``_ops``) done to each broker in turn —
+Apache Kafka first, kcompat second — with the same arguments; the two
+observations must be the same, or a difference ``_allowed`` documents. A
+difference fails the rule, and Hypothesis shrinks the sequence to a minimal
+one, printed as the rules to call: a regression test to write.
+
+The machine's names are its own (a random prefix per sequence), from a small
+pool so that sequences meet: three topics, two groups, and names no broker
+may accept. It keeps a model only to settle: after a change both brokers
+accepted (a topic created or deleted, partitions added) it waits until each
+shows it, as a client would retry, so that what is compared is outcomes, not
+timing. Records carry timestamps near now (retention sees them as new), the
+same on both brokers.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, rule
+
+from compat_tests.fuzz import _ops as ops
+from compat_tests.fuzz._allowed import allowed
+from compat_tests.fuzz._wire import Peer
+
+#: a file to write differences to instead of failing (exploring: FUZZ_COLLECT)
+COLLECT = os.environ.get("FUZZ_COLLECT")
+BAD_TOPIC_NAMES = ("bad name!", "x" * 250, ".", "..")
+# (key, values): valid and invalid values of topic configs both brokers know
+CONFIGS: dict[str, tuple[str, ...]] = {
+    "cleanup.policy": ("delete", "compact", "compact,delete", "bogus"),
+    "retention.ms": ("3600000", "-1", "abc", "-5"),
+    "max.message.bytes": ("1000", "1048588", "-5"),
+    "min.insync.replicas": ("1", "2", "0"),
+    "segment.bytes": ("1048576", "16777216", "1"),
+    "bogus.config.key": ("1",),
+}
+SET, DELETE = 0, 1  # IncrementalAlterConfigs operations
+LATEST, EARLIEST = -1, -2  # ListOffsets timestamps
+
+small_records = st.lists(
+    st.tuples(st.one_of(st.none(), st.binary(max_size=8)),
+              st.one_of(st.none(), st.binary(max_size=64))),
+    min_size=1, max_size=5)
+config_pairs = st.sampled_from(sorted(CONFIGS)).flatmap(
+    lambda key: st.tuples(st.just(key), st.sampled_from(CONFIGS[key])))
+
+
+def machine_for(peers: Sequence[Peer], replication: Sequence[int] = (1, 2, -1),
+                log: Callable[[str], None] | None = None) -> type[RuleBasedStateMachine]:
+    """A state machine class comparing ``peers`` (Kafka first); ``replication``:
+    the replication factors a CreateTopics may ask for."""
+
+    class Differential(RuleBasedStateMachine):
+        def __init__(self) -> None:
+            super().__init__()
+            prefix = f"fz{uuid.uuid4().hex[:8]}"
+            self.topics = [f"{prefix}-{c}" for c in "abc"]
+            self.groups = [f"{prefix}-g{i}" for i in (1, 2)]
+            self.partitions: dict[str, int] = {}  # the model: topics both created
+            self.timestamps: list[int] = []
+
+        @initialize()
+        def fresh_connections(self) -> None:
+            """New connections, and the groups' coordinators found, as a
+            client finds them before its first group request."""
+            for peer in peers:
+                peer.close()
+                for group in self.groups:
+                    ops.settle_group(peer, group)
+
+        # -- the comparison ---------------------------------------------------------------
+
+        def both(self, op: str, *args: Any) -> Any:
+            fn = getattr(ops, op)
+            seen = [fn(peer, *args) for peer in peers]
+            first, *others = seen
+            for peer, other in zip(peers[1:], others, strict=True):
+                if other != first and allowed(op, args, first, other) is None:
+                    if COLLECT:  # exploring: every difference written down, none raised
+                        with open(COLLECT, "a") as out:
+                            out.write(f"{op}{args!r}: {peers[0].name} {first!r}, "
+                                      f"{peer.name} {other!r}\n")
+                        continue
+                    raise AssertionError(
+                        f"{op}{args!r}: {peers[0].name} observed {first!r}, "
+                        f"{peer.name} observed {other!r}")
+            if log is not None:
+                log(f"{op}{args!r} -> {first!r}")
+            return first
+
+        def settle(self, topic: str, partitions: int | None) -> None:
+            for peer in peers:
+                ops.settle_topic(peer, topic, partitions)
+
+        # -- topics -----------------------------------------------------------------------
+
+        def topic(self, data: st.DataObject) -> str:
+            return data.draw(st.sampled_from(self.topics), label="topic")
+
+        @rule(data=st.data(), partitions=st.sampled_from((1, 2, 3, 0, -1, -2)),
+              replication=st.sampled_from(replication),
+              configs=st.dictionaries(st.sampled_from(sorted(CONFIGS)), st.just(""),
+                                      max_size=2),
+              validate_only=st.booleans())
+        def create_topic(self, data: st.DataObject, partitions: int, replication: int,
+                         configs: dict[str, str], validate_only: bool) -> None:
+            topic = self.topic(data)
+            chosen = {k: data.draw(st.sampled_from(CONFIGS[k]), label=k) for k in configs}
+            seen = self.both("create_topic", topic, partitions, replication, chosen,
+                             validate_only)
+            if seen[0] == "ok" and not validate_only:
+                self.partitions[topic] = seen[1]
+                self.settle(topic, seen[1])
+
+        @rule(name=st.sampled_from(BAD_TOPIC_NAMES), partitions=st.sampled_from((1, 2)))
+        def create_bad_topic(self, name: str, partitions: int) -> None:
+            self.both("create_topic", name, partitions, 1, {}, False)
+
+        @rule(data=st.data())
+        def delete_topic(self, data: st.DataObject) -> None:
+            topic = self.topic(data)
+            if self.both("delete_topic", topic) == 0:
+                self.partitions.pop(topic, None)
+                self.settle(topic, None)
+                for peer in peers:
+                    ops.settle_offsets_gone(peer, self.groups, topic)
+
+        @rule(data=st.data(), add=st.sampled_from((1, 2, 0, -1)), validate_only=st.booleans())
+        def create_partitions(self, data: st.DataObject, add: int, validate_only: bool) -> None:
+            topic = self.topic(data)
+            count = self.partitions.get(topic, 1) + add
+            if self.both("create_partitions", topic, count, validate_only) == 0 \
+                    and not validate_only:
+                self.partitions[topic] = count
+                self.settle(topic, count)
+
+        @rule(data=st.data())
+        def metadata(self, data: st.DataObject) -> None:
+            self.both("metadata", self.topic(data))
+
+        @rule(data=st.data(), pair=config_pairs, op=st.sampled_from((SET, DELETE)),
+              validate_only=st.booleans())
+        def alter_config(self, data: st.DataObject, pair: tuple[str, str], op: int,
+                         validate_only: bool) -> None:
+            key, value = pair
+            self.both("alter_config", self.topic(data), key, op,
+                      value if op == SET else None, validate_only)
+
+        @rule(data=st.data())
+        def topic_overrides(self, data: st.DataObject) -> None:
+            self.both("topic_overrides", self.topic(data))
+
+        # -- records ----------------------------------------------------------------------
+
+        @rule(data=st.data(), partition=st.integers(0, 3), records=small_records,
+              compression=st.sampled_from((0, 1)), acks=st.sampled_from((-1, 1)))
+        def produce(self, data: st.DataObject, partition: int,
+                    records: list[tuple[bytes | None, bytes | None]], compression: int,
+                    acks: int) -> None:
+            timestamp = int(time.time() * 1000) - 60_000 + len(self.timestamps)
+            self.timestamps.append(timestamp)
+            self.both("produce", self.topic(data), partition, records, timestamp,
+                      compression, acks)
+
+        @rule(data=st.data(), partition=st.integers(0, 3), offset=st.integers(-1, 12))
+        def fetch(self, data: st.DataObject, partition: int, offset: int) -> None:
+            self.both("fetch", self.topic(data), partition, offset)
+
+        @rule(data=st.data(), partition=st.integers(0, 3),
+              which=st.sampled_from(("latest", "earliest", "a timestamp", "past the last")))
+        def list_offsets(self, data: st.DataObject, partition: int, which: str) -> None:
+            if which == "a timestamp" and self.timestamps:
+                timestamp = data.draw(st.sampled_from(self.timestamps), label="timestamp")
+            elif which == "past the last":
+                timestamp = (self.timestamps[-1] if self.timestamps else 0) + 1
+            else:
+                timestamp = EARLIEST if which == "earliest" else LATEST
+            self.both("list_offsets", self.topic(data), partition, timestamp)
+
+        @rule(data=st.data(), partition=st.integers(0, 3), offset=st.integers(-1, 12))
+        def delete_records(self, data: st.DataObject, partition: int, offset: int) -> None:
+            self.both("delete_records", self.topic(data), partition, offset)
+
+        # -- committed offsets ------------------------------------------------------------
+
+        @rule(data=st.data(), partition=st.integers(0, 2), offset=st.integers(-1, 20),
+              meta=st.sampled_from(("", "m", "x" * 100)))
+        def commit_offset(self, data: st.DataObject, partition: int, offset: int,
+                          meta: str) -> None:
+            group = data.draw(st.sampled_from(self.groups), label="group")
+            self.both("commit_offset", group, self.topic(data), partition, offset, meta)
+
+        @rule(data=st.data(), partition=st.integers(0, 2))
+        def fetch_offset(self, data: st.DataObject, partition: int) -> None:
+            group = data.draw(st.sampled_from(self.groups), label="group")
+            self.both("fetch_offset", group, self.topic(data), partition)
+
+        @rule(data=st.data())
+        def delete_group(self, data: st.DataObject) -> None:
+            self.both("delete_group", data.draw(st.sampled_from(self.groups), label="group"))
+
+    return Differential

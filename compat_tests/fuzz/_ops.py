@@ -1,0 +1,281 @@
+"""What the differential fuzzer does to a broker, and what it observes.
+
+Each operation sends one request (``_wire.Peer.call``) and reduces the
+answer to what a client acts on: error codes, offsets, records and their
+order, committed offsets, explicitly set configs. Error messages, throttle
+times, topic ids, leaders and epochs are left out: they may differ and be
+right (``_allowed``). ``settle_*`` wait until a change a broker makes after
+answering (a topic created or deleted, partitions added) is visible, as a
+client retries until it is: the fuzzer compares outcomes, not timing.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from kafka.protocol.admin.configs import (
+    DescribeConfigsRequest,
+    DescribeConfigsResponse,
+    IncrementalAlterConfigsRequest,
+    IncrementalAlterConfigsResponse,
+)
+from kafka.protocol.admin.groups import DeleteGroupsRequest, DeleteGroupsResponse
+from kafka.protocol.admin.topics import (
+    CreatePartitionsRequest,
+    CreatePartitionsResponse,
+    CreateTopicsRequest,
+    CreateTopicsResponse,
+    DeleteRecordsRequest,
+    DeleteRecordsResponse,
+    DeleteTopicsRequest,
+    DeleteTopicsResponse,
+)
+from kafka.protocol.consumer.fetch import FetchRequest, FetchResponse
+from kafka.protocol.consumer.group import (
+    OffsetCommitRequest,
+    OffsetCommitResponse,
+    OffsetFetchRequest,
+    OffsetFetchResponse,
+)
+from kafka.protocol.consumer.offsets import ListOffsetsRequest, ListOffsetsResponse
+from kafka.protocol.metadata.find_coordinator import (
+    FindCoordinatorRequest,
+    FindCoordinatorResponse,
+)
+from kafka.protocol.metadata.metadata import MetadataRequest, MetadataResponse
+from kafka.protocol.producer.produce import ProduceRequest, ProduceResponse
+
+from compat_tests.fuzz._wire import CLOSED, Peer, fetched_records, record_batch
+
+Observation = Any
+TOPIC_RESOURCE = 2
+DYNAMIC_TOPIC_CONFIG = 1  # DescribeConfigs config_source of a topic's own setting
+SETTLE_S = 15.0
+# retriable answers of a partition that a client retries while a topic is new
+# or a leader moves: UNKNOWN_TOPIC_OR_PARTITION, LEADER_NOT_AVAILABLE,
+# NOT_LEADER_OR_FOLLOWER
+RETRIABLE = {3, 5, 6}
+# a group request's answers while its coordinator loads or moves
+COORDINATOR_ERRORS = {("error", 14), ("error", 15), ("error", 16)}
+
+
+def _first(answer: dict[str, Any] | str, *path: str | int) -> Any:
+    node: Any = answer
+    for step in path:
+        node = node[step]
+    return node
+
+
+def create_topic(peer: Peer, name: str, partitions: int, replication: int,
+                 configs: dict[str, str], validate_only: bool) -> Observation:
+    answer = peer.call(CreateTopicsRequest, CreateTopicsResponse, 7, {
+        "topics": [{"name": name, "num_partitions": partitions,
+                    "replication_factor": replication, "assignments": [],
+                    "configs": [{"name": k, "value": v} for k, v in configs.items()]}],
+        "timeout_ms": 10_000, "validate_only": validate_only})
+    if answer == CLOSED:
+        return CLOSED
+    topic = _first(answer, "topics", 0)
+    if topic["error_code"]:
+        return ("error", topic["error_code"])
+    return ("ok", topic["num_partitions"], topic["replication_factor"])
+
+
+def delete_topic(peer: Peer, name: str) -> Observation:
+    answer = peer.call(DeleteTopicsRequest, DeleteTopicsResponse, 6, {
+        "topics": [{"name": name, "topic_id": None}], "timeout_ms": 10_000})
+    return answer if answer == CLOSED else _first(answer, "responses", 0, "error_code")
+
+
+def create_partitions(peer: Peer, name: str, count: int, validate_only: bool) -> Observation:
+    answer = peer.call(CreatePartitionsRequest, CreatePartitionsResponse, 3, {
+        "topics": [{"name": name, "count": count, "assignments": None}],
+        "timeout_ms": 10_000, "validate_only": validate_only})
+    return answer if answer == CLOSED else _first(answer, "results", 0, "error_code")
+
+
+def metadata(peer: Peer, name: str) -> Observation:
+    """The topic's error code and its partitions' error codes, in order."""
+    answer = peer.call(MetadataRequest, MetadataResponse, 12, {
+        "topics": [{"topic_id": None, "name": name}], "allow_auto_topic_creation": False,
+        "include_topic_authorized_operations": False})
+    if answer == CLOSED:
+        return CLOSED
+    topic = _first(answer, "topics", 0)
+    parts = sorted((p["partition_index"], p["error_code"]) for p in topic["partitions"])
+    return (topic["error_code"], tuple(parts))
+
+
+def produce(peer: Peer, name: str, partition: int, records: list[tuple[bytes | None, bytes | None]],
+            timestamp: int, compression: int, acks: int) -> Observation:
+    batch = record_batch(records, timestamp, compression)
+    answer = peer.call(ProduceRequest, ProduceResponse, 9, {
+        "transactional_id": None, "acks": acks, "timeout_ms": 10_000, "topic_data": [
+            {"name": name, "partition_data": [{"index": partition, "records": batch}]}]})
+    if answer == CLOSED or acks == 0:
+        return answer if answer == CLOSED else "no answer asked"
+    part = _first(answer, "responses", 0, "partition_responses", 0)
+    if part["error_code"]:
+        return ("error", part["error_code"])
+    return ("ok", part["base_offset"], part["log_start_offset"])
+
+
+def fetch(peer: Peer, name: str, partition: int, offset: int) -> Observation:
+    answer = peer.call(FetchRequest, FetchResponse, 12, {
+        "replica_id": -1, "max_wait_ms": 0, "min_bytes": 0, "max_bytes": 1 << 20,
+        "isolation_level": 0, "session_id": 0, "session_epoch": -1, "topics": [
+            {"topic": name, "partitions": [
+                {"partition": partition, "current_leader_epoch": -1, "fetch_offset": offset,
+                 "last_fetched_epoch": -1, "log_start_offset": -1,
+                 "partition_max_bytes": 1 << 20}]}],
+        "forgotten_topics_data": [], "rack_id": ""})
+    if answer == CLOSED:
+        return CLOSED
+    if answer["error_code"]:
+        return ("error", answer["error_code"])
+    part = _first(answer, "responses", 0, "partitions", 0)
+    if part["error_code"]:
+        return ("error", part["error_code"], part["high_watermark"], part["log_start_offset"])
+    return ("ok", part["high_watermark"], part["log_start_offset"],
+            tuple(fetched_records(part["records"], offset)))
+
+
+def list_offsets(peer: Peer, name: str, partition: int, timestamp: int) -> Observation:
+    answer = peer.call(ListOffsetsRequest, ListOffsetsResponse, 7, {
+        "replica_id": -1, "isolation_level": 0, "topics": [
+            {"name": name, "partitions": [
+                {"partition_index": partition, "current_leader_epoch": -1,
+                 "timestamp": timestamp}]}]})
+    if answer == CLOSED:
+        return CLOSED
+    part = _first(answer, "topics", 0, "partitions", 0)
+    if part["error_code"]:
+        return ("error", part["error_code"])
+    return ("ok", part["offset"], part["timestamp"])
+
+
+def delete_records(peer: Peer, name: str, partition: int, offset: int) -> Observation:
+    answer = peer.call(DeleteRecordsRequest, DeleteRecordsResponse, 2, {
+        "topics": [{"name": name, "partitions": [{"partition_index": partition,
+                                                  "offset": offset}]}],
+        "timeout_ms": 10_000})
+    if answer == CLOSED:
+        return CLOSED
+    part = _first(answer, "topics", 0, "partitions", 0)
+    if part["error_code"]:
+        return ("error", part["error_code"])
+    return ("ok", part["low_watermark"])
+
+
+def alter_config(peer: Peer, name: str, key: str, op: int, value: str | None,
+                 validate_only: bool) -> Observation:
+    answer = peer.call(IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse, 1, {
+        "resources": [{"resource_type": TOPIC_RESOURCE, "resource_name": name, "configs": [
+            {"name": key, "config_operation": op, "value": value}]}],
+        "validate_only": validate_only})
+    return answer if answer == CLOSED else _first(answer, "responses", 0, "error_code")
+
+
+def topic_overrides(peer: Peer, name: str) -> Observation:
+    """The topic's own settings (what was set on it, not defaults)."""
+    answer = peer.call(DescribeConfigsRequest, DescribeConfigsResponse, 4, {
+        "resources": [{"resource_type": TOPIC_RESOURCE, "resource_name": name,
+                       "configuration_keys": None}],
+        "include_synonyms": False, "include_documentation": False})
+    if answer == CLOSED:
+        return CLOSED
+    result = _first(answer, "results", 0)
+    if result["error_code"]:
+        return ("error", result["error_code"])
+    return ("ok", tuple(sorted((c["name"], c["value"]) for c in result["configs"]
+                               if c["config_source"] == DYNAMIC_TOPIC_CONFIG)))
+
+
+def commit_offset(peer: Peer, group: str, name: str, partition: int, offset: int,
+                  meta: str) -> Observation:
+    """A commit outside any generation (as a standalone consumer commits)."""
+    answer = peer.call(OffsetCommitRequest, OffsetCommitResponse, 8, {
+        "group_id": group, "generation_id_or_member_epoch": -1, "member_id": "",
+        "group_instance_id": None, "topics": [
+            {"name": name, "partitions": [
+                {"partition_index": partition, "committed_offset": offset,
+                 "committed_leader_epoch": -1, "committed_metadata": meta}]}]})
+    return answer if answer == CLOSED else _first(
+        answer, "topics", 0, "partitions", 0, "error_code")
+
+
+def fetch_offset(peer: Peer, group: str, name: str, partition: int) -> Observation:
+    answer = peer.call(OffsetFetchRequest, OffsetFetchResponse, 8, {
+        "groups": [{"group_id": group, "topics": [
+            {"name": name, "partition_indexes": [partition]}]}],
+        "require_stable": False})
+    if answer == CLOSED:
+        return CLOSED
+    group_answer = _first(answer, "groups", 0)
+    if group_answer["error_code"]:
+        return ("error", group_answer["error_code"])
+    part = _first(group_answer, "topics", 0, "partitions", 0)
+    return (part["error_code"], part["committed_offset"], part["metadata"])
+
+
+def find_coordinator(peer: Peer, group: str) -> Observation:
+    answer = peer.call(FindCoordinatorRequest, FindCoordinatorResponse, 4, {
+        "key_type": 0, "coordinator_keys": [group]})
+    return answer if answer == CLOSED else _first(answer, "coordinators", 0, "error_code")
+
+
+def delete_group(peer: Peer, group: str) -> Observation:
+    answer = peer.call(DeleteGroupsRequest, DeleteGroupsResponse, 2, {"groups_names": [group]})
+    return answer if answer == CLOSED else _first(answer, "results", 0, "error_code")
+
+
+# -- settling: what a client waits for after a change ----------------------------------------
+
+def settle_topic(peer: Peer, name: str, partitions: int | None) -> None:
+    """Until Metadata shows ``name`` with every partition led (``partitions``
+    of them, when given), or gone (``partitions`` None), and a partition
+    answers a ListOffsets without a retriable error; raises on timeout."""
+    deadline = time.monotonic() + SETTLE_S
+    while True:
+        seen = metadata(peer, name)
+        if partitions is None:
+            if seen != CLOSED and seen[0] == 3:
+                return
+        elif (seen != CLOSED and seen[0] == 0 and len(seen[1]) == partitions
+              and all(code == 0 for _, code in seen[1])
+              and all(_answered(list_offsets(peer, name, p, -1)) for p in range(partitions))):
+            return
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{peer.name}: {name} not settled ({partitions} partitions): {seen}")
+        time.sleep(0.05)
+
+
+def settle_offsets_gone(peer: Peer, groups: list[str], topic: str, partitions: int = 4) -> None:
+    """Until no group of ``groups`` answers a committed offset of deleted
+    ``topic``: Kafka deletes them after the topic, not with it."""
+    deadline = time.monotonic() + SETTLE_S
+    for group in groups:
+        for partition in range(partitions):
+            while (seen := fetch_offset(peer, group, topic, partition)) != CLOSED \
+                    and seen[0] == 0 and seen[1] != -1:
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"{peer.name}: {group} keeps {topic}-{partition}: {seen}")
+                time.sleep(0.05)
+
+
+def settle_group(peer: Peer, group: str) -> None:
+    """Until ``group``'s coordinator is found and answers for it (the offsets
+    topic is created on a group's first use, and a coordinator loading its
+    partition answers NOT_COORDINATOR meanwhile: a client finds it again and
+    retries)."""
+    deadline = time.monotonic() + SETTLE_S
+    while (seen := find_coordinator(peer, group)) != 0 or \
+            (seen := fetch_offset(peer, group, "-", 0)) in COORDINATOR_ERRORS:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{peer.name}: no coordinator for {group}: {seen}")
+        time.sleep(0.1)
+
+
+def _answered(observed: Observation) -> bool:
+    return observed != CLOSED and not (observed[0] == "error" and observed[1] in RETRIABLE)

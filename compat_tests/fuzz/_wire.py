@@ -1,0 +1,116 @@
+"""Requests of the differential fuzzer, built and decoded by kafka-python.
+
+The fuzzer sends the same bytes to Apache Kafka and to kcompat, built with
+kafka-python's generated protocol classes (a codec independent of ours):
+``build`` turns nested dicts into a request of one version, ``Peer.call``
+sends it on the peer's connection and returns the answer as nested dicts. A
+connection the broker closes is an observation (``CLOSED``), not an error
+of the fuzzer: the peer reconnects for the next call.
+"""
+
+from __future__ import annotations
+
+import socket
+import struct
+from typing import Any
+
+from kafka.record.default_records import DefaultRecordBatchBuilder
+from kafka.record.memory_records import MemoryRecords
+
+#: what a call observes when the broker closed the connection or did not answer
+CLOSED = "connection closed"
+TIMEOUT_S = 30.0
+
+
+def build(cls: Any, data: dict[str, Any]) -> Any:
+    """``cls`` (a request class of one version, or a nested struct) from
+    ``data``, its nested structs given as dicts."""
+    kwargs = {}
+    for name, value in data.items():
+        field = cls.fields[name]
+        if value is None:
+            pass
+        elif field.is_struct_array():
+            value = [build(field.data_class, v) if isinstance(v, dict) else v for v in value]
+        elif field.is_struct() and isinstance(value, dict):
+            value = build(field.data_class, value)
+        kwargs[name] = value
+    return cls(**kwargs)
+
+
+class Peer:
+    """One broker under test: a name, its bootstrap address, one connection."""
+
+    def __init__(self, name: str, bootstrap: str) -> None:
+        self.name = name
+        self.bootstrap = bootstrap
+        self._sock: socket.socket | None = None
+        self._cid = 0
+
+    def _connect(self) -> socket.socket:
+        if self._sock is None:
+            host, port = self.bootstrap.rsplit(":", 1)
+            self._sock = socket.create_connection((host, int(port)), timeout=TIMEOUT_S)
+        return self._sock
+
+    def close(self) -> None:
+        if self._sock is not None:
+            self._sock.close()
+            self._sock = None
+
+    def call(self, request_class: Any, response_class: Any, version: int,
+             data: dict[str, Any]) -> dict[str, Any] | str:
+        """The answer to ``request_class[version]`` built from ``data``, as
+        nested dicts; ``CLOSED`` when the broker closed the connection."""
+        request = build(request_class[version], data)
+        self._cid += 1
+        request.with_header(correlation_id=self._cid, client_id="kcompat-fuzz")
+        payload = bytes(request.encode(header=True))
+        try:
+            sock = self._connect()
+            sock.sendall(struct.pack(">i", len(payload)) + payload)
+            size = struct.unpack(">i", self._exact(sock, 4))[0]
+            frame = self._exact(sock, size)
+        except OSError:
+            self.close()
+            return CLOSED
+        answer = response_class[version].decode(frame, header=True)
+        return answer.to_dict()  # type: ignore[no-any-return]
+
+    def _exact(self, sock: socket.socket, n: int) -> bytes:
+        out = bytearray()
+        while len(out) < n:
+            chunk = sock.recv(n - len(out))
+            if not chunk:
+                raise ConnectionResetError("closed")
+            out += chunk
+        return bytes(out)
+
+
+def record_batch(records: list[tuple[bytes | None, bytes | None]], timestamp: int,
+                 compression: int = 0) -> bytes:
+    """One RecordBatch v2 (not idempotent) of ``(key, value)`` records, all
+    stamped ``timestamp``; ``compression``: 0 none, 1 gzip."""
+    builder = DefaultRecordBatchBuilder(
+        magic=2, compression_type=compression, is_transactional=False, producer_id=-1,
+        producer_epoch=-1, base_sequence=-1, batch_size=1 << 20)
+    for i, (key, value) in enumerate(records):
+        builder.append(i, timestamp=timestamp, key=key, value=value, headers=[])
+    return bytes(builder.build())
+
+
+def fetched_records(raw: bytes | None, start: int) -> list[tuple[int, int, bytes | None, bytes | None]]:
+    """``(offset, timestamp, key, value)`` of the fetched records at or past
+    ``start`` (a broker answers whole batches, which may begin before it)."""
+    out: list[tuple[int, int, bytes | None, bytes | None]] = []
+    if not raw:
+        return out
+    records = MemoryRecords(bytes(raw))
+    while records.has_next():
+        batch = records.next_batch()
+        if batch is None:
+            break
+        for record in batch:
+            if record.offset >= start:
+                out.append((record.offset, record.timestamp, record.key, record.value))
+    return out

@@ -1,0 +1,92 @@
+"""The differential fuzzer against Apache Kafka (``_machine``): random sequences
+of client operations done to Kafka 4.4.0 and to kcompat, whose observations
+must agree.
+
+In ``make test``: a short, derandomized run on one node (the same sequences
+every run, so a failure is a regression, not luck). ``make fuzz`` runs it for
+``FUZZ_SECONDS`` (default 1800) per side with fresh random sequences
+(``FUZZ_SIDE``: single, cluster or both; the cluster side compares three
+kcompat brokers at RF 3 with three Kafka brokers). A difference shrinks to a
+minimal sequence of rules, printed; write it down in compat_tests/FINDINGS.md
+and make it a regression test.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, settings
+from hypothesis.stateful import run_state_machine_as_test
+
+from compat_tests._broker import Broker
+from compat_tests._cluster import Cluster
+from compat_tests.fuzz._machine import machine_for
+from compat_tests.fuzz._wire import Peer
+from compat_tests.java.kafka_reference import KafkaReference, KafkaReferenceCluster
+
+LONG = os.environ.get("FUZZ_SECONDS")
+SIDES = os.environ.get("FUZZ_SIDE", "both")
+
+
+def _run(peers: list[Peer], replication: tuple[int, ...], *, examples: int, steps: int,
+         derandomize: bool) -> None:
+    machine = machine_for(peers, replication)
+    run_state_machine_as_test(machine, settings=settings(
+        max_examples=examples, stateful_step_count=steps, deadline=None,
+        derandomize=derandomize, database=None, print_blob=True,
+        suppress_health_check=list(HealthCheck)))
+
+
+def _fuzz(peers: list[Peer], replication: tuple[int, ...]) -> None:
+    if LONG is None:
+        _run(peers, replication, examples=10, steps=40, derandomize=True)
+        return
+    deadline = time.monotonic() + float(LONG or 1800)
+    rounds = 0
+    while time.monotonic() < deadline:
+        _run(peers, replication, examples=20, steps=50, derandomize=False)
+        rounds += 1
+    print(f"fuzz: {rounds * 20} sequences of up to 50 operations without a difference")
+
+
+def test_fuzz_one_node(kafka_reference: KafkaReference, module_broker: Broker) -> None:
+    if LONG is not None and SIDES == "cluster":
+        pytest.skip("FUZZ_SIDE=cluster")
+    peers = [Peer("kafka", kafka_reference.bootstrap), Peer("kcompat", module_broker.bootstrap)]
+    try:
+        _fuzz(peers, (1, 2, -1))
+    finally:
+        for peer in peers:
+            peer.close()
+
+
+@pytest.fixture(scope="module")
+def clusters(tmp_path_factory: pytest.TempPathFactory
+             ) -> Iterator[tuple[KafkaReferenceCluster, Cluster]]:
+    kafka = KafkaReferenceCluster(Path(tmp_path_factory.mktemp("fuzz-kafka-cluster")))
+    kcompat = Cluster(Path(tmp_path_factory.mktemp("fuzz-kcompat-cluster")))
+    kafka.start()
+    try:
+        kcompat.start()
+        try:
+            yield kafka, kcompat
+        finally:
+            kcompat.close()
+    finally:
+        kafka.close()
+
+
+@pytest.mark.skipif(LONG is None or SIDES == "single",
+                    reason="the 3-broker fuzz runs in make fuzz (FUZZ_SECONDS), not make test")
+def test_fuzz_three_brokers(clusters: tuple[KafkaReferenceCluster, Cluster]) -> None:
+    kafka, kcompat = clusters
+    peers = [Peer("kafka", kafka.bootstrap), Peer("kcompat", kcompat.bootstrap)]
+    try:
+        _fuzz(peers, (1, 3, 4, -1))
+    finally:
+        for peer in peers:
+            peer.close()
