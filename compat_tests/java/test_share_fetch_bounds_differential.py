@@ -17,6 +17,9 @@ poll; and a share session whose topic is deleted and re-created under it.
 - The topic deleted while the consumer reads it, then re-created: no
   connection is closed (before, kcompat's ShareFetch raised ``KeyError`` and
   closed it, and the consumer's error callback fired).
+
+Each runs on one kcompat node and on 3 brokers at replication factor 3 (the
+topic's partitions led by one broker, as on the one-node reference).
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ import pytest
 from confluent_kafka import AcknowledgeType, KafkaError, Producer, ShareConsumer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from compat_tests._deployment import SINGLE_AND_RF3, SINGLE_ONLY, Deployment
+from compat_tests._deployment import SINGLE_AND_RF3, Deployment
 from compat_tests._share import require_share_apis, set_group_configs
 from compat_tests.java.conftest import PKG, run_java
 from compat_tests.java.kafka_reference import KafkaReference
@@ -40,8 +43,16 @@ Poll = list[tuple[int, int]]  # (partition, offset) of each record of one poll
 
 
 def _topic(bootstrap: str, name: str, partitions: int, replication: int) -> None:
+    """On a cluster every partition gets the same replicas in the same order:
+    one leader serves them all, as the one-node reference does (a consumer
+    fetching from two leaders gets their answers in one poll)."""
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    admin.create_topics([NewTopic(name, partitions, replication)])[name].result(30)
+    if replication > 1:
+        nodes = sorted(admin.list_topics(timeout=10).brokers)[:replication]
+        topic = NewTopic(name, partitions, replica_assignment=[nodes] * partitions)
+    else:
+        topic = NewTopic(name, partitions, replication)
+    admin.create_topics([topic])[name].result(30)
     deadline = time.monotonic() + 30
     while True:  # every partition has a leader before the producer sends
         meta = admin.list_topics(name, timeout=10).topics.get(name)
@@ -142,7 +153,7 @@ SCENARIOS = ("max-bytes-single-record-batches", "max-bytes-ten-record-batches",
              "two-partitions")
 
 
-@pytest.mark.parametrize("sbroker", SINGLE_ONLY, indirect=True)
+@pytest.mark.parametrize("sbroker", SINGLE_AND_RF3, indirect=True)
 @pytest.mark.parametrize("name", SCENARIOS)
 def test_polls_match_kafka(kafka_reference: KafkaReference, sbroker: Deployment,
                            name: str) -> None:
@@ -152,7 +163,7 @@ def test_polls_match_kafka(kafka_reference: KafkaReference, sbroker: Deployment,
     assert _shape(name, ours) == _shape(name, kafka), f"kcompat {ours}\nKafka {kafka}"
 
 
-@pytest.mark.parametrize("sbroker", SINGLE_ONLY, indirect=True)
+@pytest.mark.parametrize("sbroker", SINGLE_AND_RF3, indirect=True)
 @pytest.mark.parametrize("name", SCENARIOS)
 def test_java_polls_match_kafka(kafka_reference: KafkaReference, sbroker: Deployment,
                                 clients_cp: str, name: str) -> None:
