@@ -170,8 +170,11 @@ def machine_for(peers: Sequence[Peer], replication: Sequence[int] = (1, 2, -1),
                     acks: int) -> None:
             timestamp = int(time.time() * 1000) - 60_000 + len(self.timestamps)
             self.timestamps.append(timestamp)
-            self.both("produce", self.topic(data), partition, records, timestamp,
-                      compression, acks)
+            topic = self.topic(data)
+            seen = self.both("produce", topic, partition, records, timestamp, compression, acks)
+            if acks == 1 and seen[0] == "ok":  # acknowledged before its replicas have it
+                for peer in peers:
+                    ops.settle_high_watermark(peer, topic, partition, seen[1] + len(records))
 
         @rule(data=st.data(), partition=st.integers(0, 3), offset=st.integers(-1, 12))
         def fetch(self, data: st.DataObject, partition: int, offset: int) -> None:

@@ -12,6 +12,7 @@ client retries until it is: the fuzzer compares outcomes, not timing.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 from kafka.protocol.admin.configs import (
@@ -56,6 +57,7 @@ SETTLE_S = 15.0
 # or a leader moves: UNKNOWN_TOPIC_OR_PARTITION, LEADER_NOT_AVAILABLE,
 # NOT_LEADER_OR_FOLLOWER
 RETRIABLE = {3, 5, 6}
+ROUTE_ATTEMPTS = 50  # a client's retries of a request routed to a moved leader or coordinator
 # a group request's answers while its coordinator loads or moves
 COORDINATOR_ERRORS = {("error", 14), ("error", 15), ("error", 16)}
 
@@ -65,6 +67,68 @@ def _first(answer: dict[str, Any] | str, *path: str | int) -> Any:
     for step in path:
         node = node[step]
     return node
+
+
+# -- routing: what a client does in a cluster --------------------------------------------
+
+def _leader(peer: Peer, topic: str, partition: int) -> str | None:
+    """The address of ``topic``-``partition``'s leader by Metadata; None: the
+    first address (a single node, or no leader known: its error is observed)."""
+    if len(peer.addresses) == 1:
+        return None
+    answer = peer.call(MetadataRequest, MetadataResponse, 12, {
+        "topics": [{"topic_id": None, "name": topic}], "allow_auto_topic_creation": False,
+        "include_topic_authorized_operations": False})
+    if answer == CLOSED:
+        return None
+    assert isinstance(answer, dict)
+    brokers = {b["node_id"]: f"{b['host']}:{b['port']}" for b in answer["brokers"]}
+    for found in answer["topics"]:
+        for part in found["partitions"]:
+            if part["partition_index"] == partition:
+                return brokers.get(part["leader_id"])
+    return None
+
+
+def _coordinator(peer: Peer, group: str) -> str | None:
+    """The address of ``group``'s coordinator; None as for ``_leader``."""
+    if len(peer.addresses) == 1:
+        return None
+    answer = peer.call(FindCoordinatorRequest, FindCoordinatorResponse, 4, {
+        "key_type": 0, "coordinator_keys": [group]})
+    if answer == CLOSED:
+        return None
+    assert isinstance(answer, dict)
+    found = answer["coordinators"][0]
+    return None if found["error_code"] else f"{found['host']}:{found['port']}"
+
+
+def _routed(peer: Peer, route: Callable[[], str | None],
+            send: Callable[[str | None], dict[str, Any] | str],
+            error_of: Callable[[dict[str, Any]], int], retriable: set[int]) -> Any:
+    """``send`` to where ``route`` says; in a cluster, again (routed afresh)
+    while the answer is one a client retries (a leader or coordinator moved)."""
+    for _ in range(ROUTE_ATTEMPTS):
+        answer = send(route())
+        if len(peer.addresses) == 1 or answer == CLOSED or error_of(answer) not in retriable:
+            return answer
+        time.sleep(0.1)
+    return answer
+
+
+def _to_leader(peer: Peer, topic: str, partition: int, request: Any, response: Any,
+               version: int, data: dict[str, Any],
+               error_of: Callable[[dict[str, Any]], int]) -> Any:
+    return _routed(peer, lambda: _leader(peer, topic, partition),
+                   lambda to: peer.call(request, response, version, data, to),
+                   error_of, {5, 6})
+
+
+def _to_coordinator(peer: Peer, group: str, request: Any, response: Any, version: int,
+                    data: dict[str, Any], error_of: Callable[[dict[str, Any]], int]) -> Any:
+    return _routed(peer, lambda: _coordinator(peer, group),
+                   lambda to: peer.call(request, response, version, data, to),
+                   error_of, {14, 15, 16})
 
 
 def create_topic(peer: Peer, name: str, partitions: int, replication: int,
@@ -110,9 +174,10 @@ def metadata(peer: Peer, name: str) -> Observation:
 def produce(peer: Peer, name: str, partition: int, records: list[tuple[bytes | None, bytes | None]],
             timestamp: int, compression: int, acks: int) -> Observation:
     batch = record_batch(records, timestamp, compression)
-    answer = peer.call(ProduceRequest, ProduceResponse, 9, {
+    answer = _to_leader(peer, name, partition, ProduceRequest, ProduceResponse, 9, {
         "transactional_id": None, "acks": acks, "timeout_ms": 10_000, "topic_data": [
-            {"name": name, "partition_data": [{"index": partition, "records": batch}]}]})
+            {"name": name, "partition_data": [{"index": partition, "records": batch}]}]},
+        lambda a: a["responses"][0]["partition_responses"][0]["error_code"])
     if answer == CLOSED or acks == 0:
         return answer if answer == CLOSED else "no answer asked"
     part = _first(answer, "responses", 0, "partition_responses", 0)
@@ -122,14 +187,15 @@ def produce(peer: Peer, name: str, partition: int, records: list[tuple[bytes | N
 
 
 def fetch(peer: Peer, name: str, partition: int, offset: int) -> Observation:
-    answer = peer.call(FetchRequest, FetchResponse, 12, {
+    answer = _to_leader(peer, name, partition, FetchRequest, FetchResponse, 12, {
         "replica_id": -1, "max_wait_ms": 0, "min_bytes": 0, "max_bytes": 1 << 20,
         "isolation_level": 0, "session_id": 0, "session_epoch": -1, "topics": [
             {"topic": name, "partitions": [
                 {"partition": partition, "current_leader_epoch": -1, "fetch_offset": offset,
                  "last_fetched_epoch": -1, "log_start_offset": -1,
                  "partition_max_bytes": 1 << 20}]}],
-        "forgotten_topics_data": [], "rack_id": ""})
+        "forgotten_topics_data": [], "rack_id": ""},
+        lambda a: a["error_code"] or a["responses"][0]["partitions"][0]["error_code"])
     if answer == CLOSED:
         return CLOSED
     if answer["error_code"]:
@@ -142,11 +208,12 @@ def fetch(peer: Peer, name: str, partition: int, offset: int) -> Observation:
 
 
 def list_offsets(peer: Peer, name: str, partition: int, timestamp: int) -> Observation:
-    answer = peer.call(ListOffsetsRequest, ListOffsetsResponse, 7, {
+    answer = _to_leader(peer, name, partition, ListOffsetsRequest, ListOffsetsResponse, 7, {
         "replica_id": -1, "isolation_level": 0, "topics": [
             {"name": name, "partitions": [
                 {"partition_index": partition, "current_leader_epoch": -1,
-                 "timestamp": timestamp}]}]})
+                 "timestamp": timestamp}]}]},
+        lambda a: a["topics"][0]["partitions"][0]["error_code"])
     if answer == CLOSED:
         return CLOSED
     part = _first(answer, "topics", 0, "partitions", 0)
@@ -156,10 +223,11 @@ def list_offsets(peer: Peer, name: str, partition: int, timestamp: int) -> Obser
 
 
 def delete_records(peer: Peer, name: str, partition: int, offset: int) -> Observation:
-    answer = peer.call(DeleteRecordsRequest, DeleteRecordsResponse, 2, {
+    answer = _to_leader(peer, name, partition, DeleteRecordsRequest, DeleteRecordsResponse, 2, {
         "topics": [{"name": name, "partitions": [{"partition_index": partition,
                                                   "offset": offset}]}],
-        "timeout_ms": 10_000})
+        "timeout_ms": 10_000},
+        lambda a: a["topics"][0]["partitions"][0]["error_code"])
     if answer == CLOSED:
         return CLOSED
     part = _first(answer, "topics", 0, "partitions", 0)
@@ -195,21 +263,22 @@ def topic_overrides(peer: Peer, name: str) -> Observation:
 def commit_offset(peer: Peer, group: str, name: str, partition: int, offset: int,
                   meta: str) -> Observation:
     """A commit outside any generation (as a standalone consumer commits)."""
-    answer = peer.call(OffsetCommitRequest, OffsetCommitResponse, 8, {
+    answer = _to_coordinator(peer, group, OffsetCommitRequest, OffsetCommitResponse, 8, {
         "group_id": group, "generation_id_or_member_epoch": -1, "member_id": "",
         "group_instance_id": None, "topics": [
             {"name": name, "partitions": [
                 {"partition_index": partition, "committed_offset": offset,
-                 "committed_leader_epoch": -1, "committed_metadata": meta}]}]})
+                 "committed_leader_epoch": -1, "committed_metadata": meta}]}]},
+        lambda a: a["topics"][0]["partitions"][0]["error_code"])
     return answer if answer == CLOSED else _first(
         answer, "topics", 0, "partitions", 0, "error_code")
 
 
 def fetch_offset(peer: Peer, group: str, name: str, partition: int) -> Observation:
-    answer = peer.call(OffsetFetchRequest, OffsetFetchResponse, 8, {
+    answer = _to_coordinator(peer, group, OffsetFetchRequest, OffsetFetchResponse, 8, {
         "groups": [{"group_id": group, "topics": [
             {"name": name, "partition_indexes": [partition]}]}],
-        "require_stable": False})
+        "require_stable": False}, lambda a: a["groups"][0]["error_code"])
     if answer == CLOSED:
         return CLOSED
     group_answer = _first(answer, "groups", 0)
@@ -226,7 +295,8 @@ def find_coordinator(peer: Peer, group: str) -> Observation:
 
 
 def delete_group(peer: Peer, group: str) -> Observation:
-    answer = peer.call(DeleteGroupsRequest, DeleteGroupsResponse, 2, {"groups_names": [group]})
+    answer = _to_coordinator(peer, group, DeleteGroupsRequest, DeleteGroupsResponse, 2,
+                             {"groups_names": [group]}, lambda a: a["results"][0]["error_code"])
     return answer if answer == CLOSED else _first(answer, "results", 0, "error_code")
 
 
@@ -248,6 +318,17 @@ def settle_topic(peer: Peer, name: str, partitions: int | None) -> None:
             return
         if time.monotonic() > deadline:
             raise TimeoutError(f"{peer.name}: {name} not settled ({partitions} partitions): {seen}")
+        time.sleep(0.05)
+
+
+def settle_high_watermark(peer: Peer, topic: str, partition: int, end: int) -> None:
+    """Until the partition's high watermark reaches ``end`` (an acks=1
+    produce is answered before its followers have it), as a consumer waits."""
+    deadline = time.monotonic() + SETTLE_S
+    while (seen := list_offsets(peer, topic, partition, -1)) != CLOSED \
+            and seen[0] == "ok" and seen[1] < end:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{peer.name}: {topic}-{partition} high watermark {seen}")
         time.sleep(0.05)
 
 

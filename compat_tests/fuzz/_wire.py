@@ -39,40 +39,50 @@ def build(cls: Any, data: dict[str, Any]) -> Any:
 
 
 class Peer:
-    """One broker under test: a name, its bootstrap address, one connection."""
+    """One broker under test, or a cluster: a name, its bootstrap addresses
+    (comma-separated), a connection per address. A request goes to the first
+    address unless routed (``to``): a partition's requests to its leader and a
+    group's to its coordinator, as a client sends them (``_ops``)."""
 
     def __init__(self, name: str, bootstrap: str) -> None:
         self.name = name
-        self.bootstrap = bootstrap
-        self._sock: socket.socket | None = None
+        self.addresses = bootstrap.split(",")
+        self.bootstrap = self.addresses[0]
+        self._socks: dict[str, socket.socket] = {}
         self._cid = 0
 
-    def _connect(self) -> socket.socket:
-        if self._sock is None:
-            host, port = self.bootstrap.rsplit(":", 1)
-            self._sock = socket.create_connection((host, int(port)), timeout=TIMEOUT_S)
-        return self._sock
+    def _connect(self, address: str) -> socket.socket:
+        sock = self._socks.get(address)
+        if sock is None:
+            host, port = address.rsplit(":", 1)
+            sock = self._socks[address] = socket.create_connection((host, int(port)),
+                                                                   timeout=TIMEOUT_S)
+        return sock
 
     def close(self) -> None:
-        if self._sock is not None:
-            self._sock.close()
-            self._sock = None
+        for sock in self._socks.values():
+            sock.close()
+        self._socks.clear()
 
     def call(self, request_class: Any, response_class: Any, version: int,
-             data: dict[str, Any]) -> dict[str, Any] | str:
+             data: dict[str, Any], to: str | None = None) -> dict[str, Any] | str:
         """The answer to ``request_class[version]`` built from ``data``, as
-        nested dicts; ``CLOSED`` when the broker closed the connection."""
+        nested dicts, from address ``to`` (default: the first);
+        ``CLOSED`` when the broker closed the connection."""
+        address = to or self.bootstrap
         request = build(request_class[version], data)
         self._cid += 1
         request.with_header(correlation_id=self._cid, client_id="kcompat-fuzz")
         payload = bytes(request.encode(header=True))
         try:
-            sock = self._connect()
+            sock = self._connect(address)
             sock.sendall(struct.pack(">i", len(payload)) + payload)
             size = struct.unpack(">i", self._exact(sock, 4))[0]
             frame = self._exact(sock, size)
         except OSError:
-            self.close()
+            dropped = self._socks.pop(address, None)
+            if dropped is not None:
+                dropped.close()
             return CLOSED
         answer = response_class[version].decode(frame, header=True)
         return answer.to_dict()  # type: ignore[no-any-return]
