@@ -30,6 +30,8 @@ from compat_tests.java.kafka_reference import KafkaReference, KafkaReferenceClus
 
 LONG = os.environ.get("FUZZ_SECONDS")
 SIDES = os.environ.get("FUZZ_SIDE", "both")
+# a long run outlasts the suite's per-test timeout (pyproject.toml): its own, then
+pytestmark = pytest.mark.timeout(float(LONG) + 900 if LONG else 300)
 
 
 def _run(peers: list[Peer], replication: tuple[int, ...], *, examples: int, steps: int,
@@ -45,7 +47,7 @@ def _fuzz(peers: list[Peer], replication: tuple[int, ...]) -> None:
     if LONG is None:
         _run(peers, replication, examples=10, steps=40, derandomize=True)
         return
-    deadline = time.monotonic() + float(LONG or 1800)
+    deadline = time.monotonic() + float(LONG)
     rounds = 0
     while time.monotonic() < deadline:
         _run(peers, replication, examples=20, steps=50, derandomize=False)
