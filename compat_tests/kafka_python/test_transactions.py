@@ -10,6 +10,7 @@ Tests on ``tbroker`` also run in a 3-broker cluster at replication factor 3
 
 from __future__ import annotations
 
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -18,6 +19,7 @@ from typing import Any
 import kafka.errors as Errors
 import pytest
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
+from kafka.structs import OffsetAndMetadata
 
 from .._broker import Broker, unique_topic
 from .._deployment import RF3_ONLY, Deployment
@@ -105,6 +107,54 @@ def test_exactly_once_copy_across_broker_kill(tmp_path: Path) -> None:
               + ", ".join(f"{k}={v:.1f}" for k, v in timings.items()))
     finally:
         b.close()
+
+
+def test_send_offsets_for_a_group_never_looked_up(tmp_path: Path) -> None:
+    """A fresh broker, and a producer sending offsets for a group no client has
+    looked up: no ``__consumer_offsets`` yet. AddOffsetsToTxn answered
+    COORDINATOR_NOT_AVAILABLE for it, kafka-python then looks up the transaction
+    coordinator (which creates nothing) and retries, and send_offsets_to_transaction
+    never returned. Kafka adds the group's partition regardless; the TxnOffsetCommit
+    that follows looks the group up, which creates the topic."""
+    b = Broker(tmp_path / "broker", extra_args=TXN_BROKER_ARGS)
+    b.start()
+    topic = unique_topic("fresh-kp")
+    group = f"never-{uuid.uuid4().hex[:8]}"
+    p = None
+    try:
+        create_topic(b.bootstrap, topic, 1)
+        p = txn_producer(b.bootstrap, f"fresh-{uuid.uuid4().hex[:8]}")
+        p.init_transactions()
+        p.begin_transaction()
+        p.send(topic, value=b"x", partition=0)
+        done: list[BaseException | None] = []
+        sender = threading.Thread(target=lambda: done.append(_call(
+            lambda: p.send_offsets_to_transaction(
+                {TopicPartition(topic, 0): OffsetAndMetadata(1, "", -1)}, group))),
+            daemon=True)
+        sender.start()
+        sender.join(60)  # a bound for a call that never returned, not a timing check
+        assert done == [None], (f"{CLIENT}: send_offsets_to_transaction for a group never "
+                                f"looked up: {done or 'still waiting'}\n{b.tail(20)}")
+        p.commit_transaction()
+        c = KafkaConsumer(bootstrap_servers=b.bootstrap, group_id=group,
+                          enable_auto_commit=False)
+        try:
+            assert c.committed(TopicPartition(topic, 0)) == 1
+        finally:
+            c.close()
+    finally:
+        if p is not None:
+            p.close(timeout=5)
+        b.close()
+
+
+def _call(fn: Any) -> BaseException | None:
+    try:
+        fn()
+    except BaseException as exc:  # noqa: BLE001 - reported by the test
+        return exc
+    return None
 
 
 @pytest.mark.parametrize("tbroker", RF3_ONLY, indirect=True)

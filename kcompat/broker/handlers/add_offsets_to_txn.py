@@ -1,7 +1,13 @@
 """AddOffsetsToTxn (key 25), versions 0-4.
 
 Adds the group's ``__consumer_offsets`` partition to the transaction, so that
-the following TxnOffsetCommit is covered by its commit or abort marker.
+the following TxnOffsetCommit is covered by its commit or abort marker. As in
+Kafka the partition is the group's by ``offsets.topic.num.partitions`` whether
+or not the offsets topic exists yet: the TxnOffsetCommit that follows finds
+the group coordinator first, which creates it (FindCoordinator). Refusing with
+COORDINATOR_NOT_AVAILABLE instead left a producer whose group was never looked
+up retrying forever (clients then look up the transaction coordinator, which
+creates nothing).
 Authorization (Kafka's): WRITE on the transactional id, else
 TRANSACTIONAL_ID_AUTHORIZATION_FAILED; then READ on the group, else
 GROUP_AUTHORIZATION_FAILED.
@@ -32,7 +38,6 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
         return ctx.response(throttle_time=NO_THROTTLE, error_code=gate)
     async with txns.lock(tid):
         try:
-            txns.groups.ensure_offsets_topic()
             partition = txns.offsets_partition(request.group_id)
             decision = txns.coordinator.add_partitions(
                 tid, request.producer_id, request.producer_epoch, {partition}, now_ms())

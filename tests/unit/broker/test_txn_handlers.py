@@ -17,6 +17,8 @@ from kio.serial import entity_reader
 from kcompat.broker import config as broker_config
 from kcompat.broker.broker import Broker
 from kcompat.broker.context import RequestContext
+from kcompat.broker.controller import admin
+from kcompat.broker.controller.internal_topics import OFFSETS_TOPIC, TXN_TOPIC, partition_for
 from kcompat.broker.handlers import HANDLERS
 from kcompat.testing import running
 from kcompat.txn.coordinator import TxnState
@@ -170,6 +172,56 @@ def test_txn_offsets_visible_only_after_commit_and_recovery(tmp_path: Path) -> N
     assert again.txns.coordinator.txns["app"].state is TxnState.COMPLETE_COMMIT
     assert again.groups.store.committed("grp")[("t", 0)].offset == 42
     again.close()
+
+
+def test_add_offsets_before_the_offsets_topic_exists(tmp_path: Path) -> None:
+    """A producer whose group nobody looked up yet: AddOffsetsToTxn adds the
+    group's partition of the offsets topic by its configured count, as Kafka
+    does (it answered COORDINATOR_NOT_AVAILABLE, and kafka-python then looks up
+    the transaction coordinator and retries forever: send_offsets_to_transaction
+    never returned). The TxnOffsetCommit after the group's FindCoordinator
+    (which creates the topic) and the commit marker land in that partition."""
+    broker = make_state(tmp_path)
+
+    async def scenario() -> None:
+        async with trio.open_nursery() as nursery:
+            await running.start(nursery, broker, internal_topics=False)
+            await running.create_topic(broker, "t", 1)
+            await admin.execute(broker.controller, {"op": "auto_create", "name": TXN_TOPIC})
+            init = await call(broker, v.INIT_PRODUCER_ID, 4, transactional_id="app",
+                              transaction_timeout=datetime.timedelta(seconds=30),
+                              producer_id=-1, producer_epoch=-1)
+            pid, epoch = init.producer_id, init.producer_epoch
+            assert init.error_code == E.none and OFFSETS_TOPIC not in broker.state.topics
+            r = await call(broker, v.ADD_OFFSETS_TO_TXN, 3, transactional_id="app",
+                           producer_id=pid, producer_epoch=epoch, group_id="grp")
+            assert r.error_code == E.none
+            assert broker.txns is not None and broker.groups is not None
+            added = broker.txns.coordinator.txns["app"].partitions
+            assert added == {(OFFSETS_TOPIC, partition_for("grp", 2))}
+            f = await call(broker, v.FIND_COORDINATOR, 4, key_type=0, coordinator_keys=("grp",))
+            assert f.coordinators[0].error_code in (E.none, E.coordinator_not_available)
+            assert OFFSETS_TOPIC in broker.state.topics  # created by the group's lookup
+            with trio.fail_after(10):
+                while broker.groups.coordinator_error("grp") is not None:
+                    await trio.sleep(0.01)
+            m = codec.request_module(v.TXN_OFFSET_COMMIT, 3)
+            c = await call(broker, v.TXN_OFFSET_COMMIT, 3, transactional_id="app", group_id="grp",
+                           producer_id=pid, producer_epoch=epoch, generation_id=-1, member_id="",
+                           group_instance_id=None, topics=(m.TxnOffsetCommitRequestTopic(
+                               name="t", partitions=(codec.build(
+                                   m.TxnOffsetCommitRequestPartition, partition_index=0,
+                                   committed_offset=42, committed_leader_epoch=-1,
+                                   committed_metadata=""),)),))
+            assert c.topics[0].partitions[0].error_code == E.none
+            end = await call(broker, v.END_TXN, 3, transactional_id="app", producer_id=pid,
+                             producer_epoch=epoch, committed=True)
+            assert end.error_code == E.none
+            assert broker.groups.store.committed("grp")[("t", 0)].offset == 42
+            nursery.cancel_scope.cancel()
+
+    trio.run(scenario)
+    broker.close()
 
 
 def test_describe_and_list_transactions(broker: Broker) -> None:
