@@ -16,6 +16,17 @@ accepted (a topic created or deleted, partitions added) it waits until each
 shows it, as a client would retry, so that what is compared is outcomes, not
 timing. Records carry timestamps near now (retention sees them as new), the
 same on both brokers.
+
+Producers (``_producers``): an idempotent and a transactional one per
+sequence, initialized, producing in order, again (a duplicate) and past a
+gap, fenced by a re-initialization, adding partitions to a transaction,
+committing or aborting it, and READ_COMMITTED fetches. Their ids and epochs
+are each broker's own, kept per peer (``Peer.state``); after an EndTxn the
+machine waits for the markers, as a READ_COMMITTED consumer does.
+
+Classic group members (``_members``): one per group, joining, syncing as its
+leader with the partitions the machine chose, heartbeating, committing in its
+generation or a stale one, and leaving.
 """
 
 from __future__ import annotations
@@ -29,12 +40,15 @@ from typing import Any
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, rule
 
+from compat_tests.fuzz import _members as members
 from compat_tests.fuzz import _ops as ops
+from compat_tests.fuzz import _producers as producers
 from compat_tests.fuzz._allowed import allowed
 from compat_tests.fuzz._wire import Peer
 
 #: a file to write differences to instead of failing (exploring: FUZZ_COLLECT)
 COLLECT = os.environ.get("FUZZ_COLLECT")
+SLOW_S = 1.0  # an operation pair slower than this is written down too when collecting
 BAD_TOPIC_NAMES = ("bad name!", "x" * 250, ".", "..")
 # (key, values): valid and invalid values of topic configs both brokers know
 CONFIGS: dict[str, tuple[str, ...]] = {
@@ -56,6 +70,11 @@ config_pairs = st.sampled_from(sorted(CONFIGS)).flatmap(
     lambda key: st.tuples(st.just(key), st.sampled_from(CONFIGS[key])))
 
 
+def operation(name: str) -> Callable[..., Any]:
+    """The operation ``name`` of ``_ops``, ``_producers`` or ``_members``."""
+    return next(getattr(m, name) for m in (ops, producers, members) if hasattr(m, name))
+
+
 def machine_for(peers: Sequence[Peer], replication: Sequence[int] = (1, 2, -1),
                 log: Callable[[str], None] | None = None) -> type[RuleBasedStateMachine]:
     """A state machine class comparing ``peers`` (Kafka first); ``replication``:
@@ -67,6 +86,7 @@ def machine_for(peers: Sequence[Peer], replication: Sequence[int] = (1, 2, -1),
             prefix = f"fz{uuid.uuid4().hex[:8]}"
             self.topics = [f"{prefix}-{c}" for c in "abc"]
             self.groups = [f"{prefix}-g{i}" for i in (1, 2)]
+            self.transactional_id = f"{prefix}-tx"
             self.partitions: dict[str, int] = {}  # the model: topics both created
             self.timestamps: list[int] = []
 
@@ -75,15 +95,19 @@ def machine_for(peers: Sequence[Peer], replication: Sequence[int] = (1, 2, -1),
             """New connections, and the groups' coordinators found, as a
             client finds them before its first group request."""
             for peer in peers:
-                peer.close()
+                peer.reset()
                 for group in self.groups:
                     ops.settle_group(peer, group)
 
         # -- the comparison ---------------------------------------------------------------
 
         def both(self, op: str, *args: Any) -> Any:
-            fn = getattr(ops, op)
+            fn = operation(op)
+            started = time.monotonic()
             seen = [fn(peer, *args) for peer in peers]
+            if COLLECT and time.monotonic() - started > SLOW_S:  # where a run's time goes
+                with open(COLLECT, "a") as out:
+                    out.write(f"slow {time.monotonic() - started:.1f} s: {op}{args!r}\n")
             first, *others = seen
             for peer, other in zip(peers[1:], others, strict=True):
                 if other != first and allowed(op, args, first, other) is None:
@@ -168,13 +192,17 @@ def machine_for(peers: Sequence[Peer], replication: Sequence[int] = (1, 2, -1),
         def produce(self, data: st.DataObject, partition: int,
                     records: list[tuple[bytes | None, bytes | None]], compression: int,
                     acks: int) -> None:
-            timestamp = int(time.time() * 1000) - 60_000 + len(self.timestamps)
-            self.timestamps.append(timestamp)
+            timestamp = self.timestamp()
             topic = self.topic(data)
             seen = self.both("produce", topic, partition, records, timestamp, compression, acks)
             if acks == 1 and seen[0] == "ok":  # acknowledged before its replicas have it
                 for peer in peers:
                     ops.settle_high_watermark(peer, topic, partition, seen[1] + len(records))
+
+        def timestamp(self) -> int:
+            timestamp = int(time.time() * 1000) - 60_000 + len(self.timestamps)
+            self.timestamps.append(timestamp)
+            return timestamp
 
         @rule(data=st.data(), partition=st.integers(0, 3), offset=st.integers(-1, 12))
         def fetch(self, data: st.DataObject, partition: int, offset: int) -> None:
@@ -212,5 +240,71 @@ def machine_for(peers: Sequence[Peer], replication: Sequence[int] = (1, 2, -1),
         @rule(data=st.data())
         def delete_group(self, data: st.DataObject) -> None:
             self.both("delete_group", data.draw(st.sampled_from(self.groups), label="group"))
+
+        # -- idempotent and transactional producers -------------------------------------
+
+        @rule(transactional=st.booleans())
+        def init_producer(self, transactional: bool) -> None:
+            slot = "transactional" if transactional else "idempotent"
+            seen = self.both("init_producer", slot,
+                             self.transactional_id if transactional else None)
+            if transactional and seen != ops.CLOSED and seen[0] == "ok":
+                for peer in peers:  # an open transaction it ended is aborted
+                    producers.settle_transaction(peer, "fenced")
+
+        @rule(data=st.data(), slot=st.sampled_from(("idempotent", "transactional", "fenced")),
+              mode=st.sampled_from((producers.NEXT, producers.NEXT, producers.DUPLICATE,
+                                    producers.GAP)),
+              partition=st.integers(0, 2), records=small_records)
+        def produce_as(self, data: st.DataObject, slot: str, mode: str, partition: int,
+                       records: list[tuple[bytes | None, bytes | None]]) -> None:
+            self.both("produce_as", slot, mode, self.topic(data), partition, records,
+                      self.timestamp())
+
+        @rule(data=st.data(), partition=st.integers(0, 2))
+        def add_partition(self, data: st.DataObject, partition: int) -> None:
+            self.both("add_partition", self.topic(data), partition)
+
+        @rule(commit=st.booleans())
+        def end_txn(self, commit: bool) -> None:
+            if self.both("end_txn", commit) == 0:
+                for peer in peers:
+                    producers.settle_transaction(peer)
+
+        @rule(data=st.data(), partition=st.integers(0, 2), offset=st.integers(-1, 12))
+        def fetch_committed(self, data: st.DataObject, partition: int, offset: int) -> None:
+            self.both("fetch_committed", self.topic(data), partition, offset)
+
+        # -- classic group members ------------------------------------------------------
+
+        def group(self, data: st.DataObject) -> str:
+            return data.draw(st.sampled_from(self.groups), label="group")
+
+        @rule(data=st.data())
+        def join_group(self, data: st.DataObject) -> None:
+            self.both("join_group", self.group(data), self.topics)
+
+        @rule(data=st.data(), chosen=st.sets(st.tuples(st.integers(0, 2), st.integers(0, 2)),
+                                             max_size=3))
+        def sync_group(self, data: st.DataObject, chosen: set[tuple[int, int]]) -> None:
+            partitions: dict[str, list[int]] = {}
+            for topic, partition in sorted(chosen):
+                partitions.setdefault(self.topics[topic], []).append(partition)
+            self.both("sync_group", self.group(data), partitions)
+
+        @rule(data=st.data())
+        def heartbeat(self, data: st.DataObject) -> None:
+            self.both("heartbeat", self.group(data))
+
+        @rule(data=st.data())
+        def leave_group(self, data: st.DataObject) -> None:
+            self.both("leave_group", self.group(data))
+
+        @rule(data=st.data(), stale=st.booleans(), partition=st.integers(0, 2),
+              offset=st.integers(0, 20))
+        def commit_in_generation(self, data: st.DataObject, stale: bool, partition: int,
+                                 offset: int) -> None:
+            self.both("commit_in_generation", self.group(data), stale, self.topic(data),
+                      partition, offset)
 
     return Differential

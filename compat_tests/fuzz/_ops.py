@@ -90,12 +90,13 @@ def _leader(peer: Peer, topic: str, partition: int) -> str | None:
     return None
 
 
-def _coordinator(peer: Peer, group: str) -> str | None:
-    """The address of ``group``'s coordinator; None as for ``_leader``."""
+def _coordinator(peer: Peer, group: str, key_type: int = 0) -> str | None:
+    """The address of ``group``'s coordinator (``key_type`` 1: a transactional
+    id's); None as for ``_leader``."""
     if len(peer.addresses) == 1:
         return None
     answer = peer.call(FindCoordinatorRequest, FindCoordinatorResponse, 4, {
-        "key_type": 0, "coordinator_keys": [group]})
+        "key_type": key_type, "coordinator_keys": [group]})
     if answer == CLOSED:
         return None
     assert isinstance(answer, dict)
@@ -116,7 +117,7 @@ def _routed(peer: Peer, route: Callable[[], str | None],
     return answer
 
 
-def _to_leader(peer: Peer, topic: str, partition: int, request: Any, response: Any,
+def to_leader(peer: Peer, topic: str, partition: int, request: Any, response: Any,
                version: int, data: dict[str, Any],
                error_of: Callable[[dict[str, Any]], int]) -> Any:
     return _routed(peer, lambda: _leader(peer, topic, partition),
@@ -124,9 +125,10 @@ def _to_leader(peer: Peer, topic: str, partition: int, request: Any, response: A
                    error_of, {5, 6})
 
 
-def _to_coordinator(peer: Peer, group: str, request: Any, response: Any, version: int,
-                    data: dict[str, Any], error_of: Callable[[dict[str, Any]], int]) -> Any:
-    return _routed(peer, lambda: _coordinator(peer, group),
+def to_coordinator(peer: Peer, group: str, request: Any, response: Any, version: int,
+                   data: dict[str, Any], error_of: Callable[[dict[str, Any]], int],
+                   key_type: int = 0) -> Any:
+    return _routed(peer, lambda: _coordinator(peer, group, key_type),
                    lambda to: peer.call(request, response, version, data, to),
                    error_of, {14, 15, 16})
 
@@ -174,7 +176,7 @@ def metadata(peer: Peer, name: str) -> Observation:
 def produce(peer: Peer, name: str, partition: int, records: list[tuple[bytes | None, bytes | None]],
             timestamp: int, compression: int, acks: int) -> Observation:
     batch = record_batch(records, timestamp, compression)
-    answer = _to_leader(peer, name, partition, ProduceRequest, ProduceResponse, 9, {
+    answer = to_leader(peer, name, partition, ProduceRequest, ProduceResponse, 9, {
         "transactional_id": None, "acks": acks, "timeout_ms": 10_000, "topic_data": [
             {"name": name, "partition_data": [{"index": partition, "records": batch}]}]},
         lambda a: a["responses"][0]["partition_responses"][0]["error_code"])
@@ -187,7 +189,7 @@ def produce(peer: Peer, name: str, partition: int, records: list[tuple[bytes | N
 
 
 def fetch(peer: Peer, name: str, partition: int, offset: int) -> Observation:
-    answer = _to_leader(peer, name, partition, FetchRequest, FetchResponse, 12, {
+    answer = to_leader(peer, name, partition, FetchRequest, FetchResponse, 12, {
         "replica_id": -1, "max_wait_ms": 0, "min_bytes": 0, "max_bytes": 1 << 20,
         "isolation_level": 0, "session_id": 0, "session_epoch": -1, "topics": [
             {"topic": name, "partitions": [
@@ -208,7 +210,7 @@ def fetch(peer: Peer, name: str, partition: int, offset: int) -> Observation:
 
 
 def list_offsets(peer: Peer, name: str, partition: int, timestamp: int) -> Observation:
-    answer = _to_leader(peer, name, partition, ListOffsetsRequest, ListOffsetsResponse, 7, {
+    answer = to_leader(peer, name, partition, ListOffsetsRequest, ListOffsetsResponse, 7, {
         "replica_id": -1, "isolation_level": 0, "topics": [
             {"name": name, "partitions": [
                 {"partition_index": partition, "current_leader_epoch": -1,
@@ -223,7 +225,7 @@ def list_offsets(peer: Peer, name: str, partition: int, timestamp: int) -> Obser
 
 
 def delete_records(peer: Peer, name: str, partition: int, offset: int) -> Observation:
-    answer = _to_leader(peer, name, partition, DeleteRecordsRequest, DeleteRecordsResponse, 2, {
+    answer = to_leader(peer, name, partition, DeleteRecordsRequest, DeleteRecordsResponse, 2, {
         "topics": [{"name": name, "partitions": [{"partition_index": partition,
                                                   "offset": offset}]}],
         "timeout_ms": 10_000},
@@ -263,7 +265,7 @@ def topic_overrides(peer: Peer, name: str) -> Observation:
 def commit_offset(peer: Peer, group: str, name: str, partition: int, offset: int,
                   meta: str) -> Observation:
     """A commit outside any generation (as a standalone consumer commits)."""
-    answer = _to_coordinator(peer, group, OffsetCommitRequest, OffsetCommitResponse, 8, {
+    answer = to_coordinator(peer, group, OffsetCommitRequest, OffsetCommitResponse, 8, {
         "group_id": group, "generation_id_or_member_epoch": -1, "member_id": "",
         "group_instance_id": None, "topics": [
             {"name": name, "partitions": [
@@ -275,7 +277,7 @@ def commit_offset(peer: Peer, group: str, name: str, partition: int, offset: int
 
 
 def fetch_offset(peer: Peer, group: str, name: str, partition: int) -> Observation:
-    answer = _to_coordinator(peer, group, OffsetFetchRequest, OffsetFetchResponse, 8, {
+    answer = to_coordinator(peer, group, OffsetFetchRequest, OffsetFetchResponse, 8, {
         "groups": [{"group_id": group, "topics": [
             {"name": name, "partition_indexes": [partition]}]}],
         "require_stable": False}, lambda a: a["groups"][0]["error_code"])
@@ -288,14 +290,14 @@ def fetch_offset(peer: Peer, group: str, name: str, partition: int) -> Observati
     return (part["error_code"], part["committed_offset"], part["metadata"])
 
 
-def find_coordinator(peer: Peer, group: str) -> Observation:
+def find_coordinator(peer: Peer, group: str, key_type: int = 0) -> Observation:
     answer = peer.call(FindCoordinatorRequest, FindCoordinatorResponse, 4, {
-        "key_type": 0, "coordinator_keys": [group]})
+        "key_type": key_type, "coordinator_keys": [group]})
     return answer if answer == CLOSED else _first(answer, "coordinators", 0, "error_code")
 
 
 def delete_group(peer: Peer, group: str) -> Observation:
-    answer = _to_coordinator(peer, group, DeleteGroupsRequest, DeleteGroupsResponse, 2,
+    answer = to_coordinator(peer, group, DeleteGroupsRequest, DeleteGroupsResponse, 2,
                              {"groups_names": [group]}, lambda a: a["results"][0]["error_code"])
     return answer if answer == CLOSED else _first(answer, "results", 0, "error_code")
 

@@ -5,7 +5,10 @@ kafka-python's generated protocol classes (a codec independent of ours):
 ``build`` turns nested dicts into a request of one version, ``Peer.call``
 sends it on the peer's connection and returns the answer as nested dicts. A
 connection the broker closes is an observation (``CLOSED``), not an error
-of the fuzzer: the peer reconnects for the next call.
+of the fuzzer: the peer reconnects for the next call. ``Peer.state`` holds
+what a client keeps between requests and each broker chooses (producer ids
+and epochs, member ids): the ops read and write it, the machine never
+compares it, and ``reset`` drops it with the connections.
 """
 
 from __future__ import annotations
@@ -50,6 +53,8 @@ class Peer:
         self.bootstrap = self.addresses[0]
         self._socks: dict[str, socket.socket] = {}
         self._cid = 0
+        #: a sequence's client state on this broker (``_producers``, ``_members``)
+        self.state: dict[str, Any] = {}
 
     def _connect(self, address: str) -> socket.socket:
         sock = self._socks.get(address)
@@ -63,6 +68,11 @@ class Peer:
         for sock in self._socks.values():
             sock.close()
         self._socks.clear()
+
+    def reset(self) -> None:
+        """New connections and no client state: a new sequence's clients."""
+        self.close()
+        self.state.clear()
 
     def call(self, request_class: Any, response_class: Any, version: int,
              data: dict[str, Any], to: str | None = None) -> dict[str, Any] | str:
@@ -85,7 +95,7 @@ class Peer:
                 dropped.close()
             return CLOSED
         answer = response_class[version].decode(frame, header=True)
-        return answer.to_dict()  # type: ignore[no-any-return]
+        return answer.to_dict(json=False)  # type: ignore[no-any-return]  # raw bytes, not JSON text
 
     def _exact(self, sock: socket.socket, n: int) -> bytes:
         out = bytearray()
@@ -98,28 +108,49 @@ class Peer:
 
 
 def record_batch(records: list[tuple[bytes | None, bytes | None]], timestamp: int,
-                 compression: int = 0) -> bytes:
-    """One RecordBatch v2 (not idempotent) of ``(key, value)`` records, all
-    stamped ``timestamp``; ``compression``: 0 none, 1 gzip."""
+                 compression: int = 0, producer: tuple[int, int, int] = (-1, -1, -1),
+                 transactional: bool = False) -> bytes:
+    """One RecordBatch v2 of ``(key, value)`` records, all stamped
+    ``timestamp``; ``compression``: 0 none, 1 gzip; ``producer``: its id,
+    epoch and the batch's base sequence (-1s: not idempotent)."""
+    producer_id, epoch, sequence = producer
     builder = DefaultRecordBatchBuilder(
-        magic=2, compression_type=compression, is_transactional=False, producer_id=-1,
-        producer_epoch=-1, base_sequence=-1, batch_size=1 << 20)
+        magic=2, compression_type=compression, is_transactional=transactional,
+        producer_id=producer_id, producer_epoch=epoch, base_sequence=sequence,
+        batch_size=1 << 20)
     for i, (key, value) in enumerate(records):
         builder.append(i, timestamp=timestamp, key=key, value=value, headers=[])
     return bytes(builder.build())
 
 
-def fetched_records(raw: bytes | None, start: int) -> list[tuple[int, int, bytes | None, bytes | None]]:
+def fetched_records(raw: bytes | None, start: int,
+                    aborted: list[tuple[int, int]] | None = None
+                    ) -> list[tuple[int, int, bytes | None, bytes | None]]:
     """``(offset, timestamp, key, value)`` of the fetched records at or past
-    ``start`` (a broker answers whole batches, which may begin before it)."""
+    ``start`` (a broker answers whole batches, which may begin before it),
+    as a consumer hands them out: no control batch (transaction markers);
+    ``aborted``, a READ_COMMITTED answer's ``(producer id, first offset)``
+    list: none of an aborted transaction's records either — from its first
+    offset a producer's transactional batches are dropped until its abort
+    marker."""
     out: list[tuple[int, int, bytes | None, bytes | None]] = []
     if not raw:
         return out
+    pending = sorted(aborted or [], key=lambda a: a[1])
+    aborting: set[int] = set()
     records = MemoryRecords(bytes(raw))
     while records.has_next():
         batch = records.next_batch()
         if batch is None:
             break
+        while pending and pending[0][1] <= batch.last_offset:
+            aborting.add(pending.pop(0)[0])
+        if batch.is_control_batch:
+            if batch.is_transactional:  # a marker ends the producer's transaction
+                aborting.discard(batch.producer_id)
+            continue
+        if aborted is not None and batch.is_transactional and batch.producer_id in aborting:
+            continue
         for record in batch:
             if record.offset >= start:
                 out.append((record.offset, record.timestamp, record.key, record.value))

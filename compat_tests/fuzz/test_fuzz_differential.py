@@ -19,17 +19,20 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, Phase, settings
 from hypothesis.stateful import run_state_machine_as_test
 
 from compat_tests._broker import Broker
 from compat_tests._cluster import Cluster
 from compat_tests.fuzz._machine import machine_for
 from compat_tests.fuzz._wire import Peer
+from compat_tests.fuzz.conftest import AS_THE_REFERENCE
 from compat_tests.java.kafka_reference import KafkaReference, KafkaReferenceCluster
 
 LONG = os.environ.get("FUZZ_SECONDS")
 SIDES = os.environ.get("FUZZ_SIDE", "both")
+#: exploring: the first failure as it happened, not shrunk (FUZZ_NO_SHRINK=1)
+PHASES = tuple(Phase)[:-2] if os.environ.get("FUZZ_NO_SHRINK") else tuple(Phase)
 # a long run outlasts the suite's per-test timeout (pyproject.toml): its own, then
 pytestmark = pytest.mark.timeout(float(LONG) + 900 if LONG else 300)
 
@@ -39,7 +42,7 @@ def _run(peers: list[Peer], replication: tuple[int, ...], *, examples: int, step
     machine = machine_for(peers, replication)
     run_state_machine_as_test(machine, settings=settings(
         max_examples=examples, stateful_step_count=steps, deadline=None,
-        derandomize=derandomize, database=None, print_blob=True,
+        derandomize=derandomize, database=None, print_blob=True, phases=PHASES,
         suppress_health_check=list(HealthCheck)))
 
 
@@ -55,10 +58,10 @@ def _fuzz(peers: list[Peer], replication: tuple[int, ...]) -> None:
     print(f"fuzz: {rounds * 20} sequences of up to 50 operations without a difference")
 
 
-def test_fuzz_one_node(kafka_reference: KafkaReference, module_broker: Broker) -> None:
+def test_fuzz_one_node(kafka_reference: KafkaReference, fuzz_broker: Broker) -> None:
     if LONG is not None and SIDES == "cluster":
         pytest.skip("FUZZ_SIDE=cluster")
-    peers = [Peer("kafka", kafka_reference.bootstrap), Peer("kcompat", module_broker.bootstrap)]
+    peers = [Peer("kafka", kafka_reference.bootstrap), Peer("kcompat", fuzz_broker.bootstrap)]
     try:
         _fuzz(peers, (1, 2, -1))
     finally:
@@ -70,7 +73,8 @@ def test_fuzz_one_node(kafka_reference: KafkaReference, module_broker: Broker) -
 def clusters(tmp_path_factory: pytest.TempPathFactory
              ) -> Iterator[tuple[KafkaReferenceCluster, Cluster]]:
     kafka = KafkaReferenceCluster(Path(tmp_path_factory.mktemp("fuzz-kafka-cluster")))
-    kcompat = Cluster(Path(tmp_path_factory.mktemp("fuzz-kcompat-cluster")))
+    kcompat = Cluster(Path(tmp_path_factory.mktemp("fuzz-kcompat-cluster")),
+                      extra_args=AS_THE_REFERENCE)
     kafka.start()
     try:
         kcompat.start()

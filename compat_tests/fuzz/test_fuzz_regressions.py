@@ -12,23 +12,25 @@ import pytest
 
 from compat_tests._broker import Broker
 from compat_tests.fuzz import _ops as ops
+from compat_tests.fuzz._machine import operation
 from compat_tests.fuzz._wire import Peer
 from compat_tests.java.kafka_reference import KafkaReference
 
 SET, DELETE, APPEND = 0, 1, 2
 INVALID_CONFIG, UNKNOWN_TOPIC = 40, 3
+UNKNOWN_MEMBER, ILLEGAL_GENERATION = 25, 22
 
 
 @pytest.fixture
-def peers(kafka_reference: KafkaReference, module_broker: Broker) -> Iterator[list[Peer]]:
-    found = [Peer("kafka", kafka_reference.bootstrap), Peer("kcompat", module_broker.bootstrap)]
+def peers(kafka_reference: KafkaReference, fuzz_broker: Broker) -> Iterator[list[Peer]]:
+    found = [Peer("kafka", kafka_reference.bootstrap), Peer("kcompat", fuzz_broker.bootstrap)]
     yield found
     for peer in found:
         peer.close()
 
 
 def both(peers: list[Peer], op: str, *args: Any) -> Any:
-    kafka, kcompat = (getattr(ops, op)(peer, *args) for peer in peers)
+    kafka, kcompat = (operation(op)(peer, *args) for peer in peers)
     assert kcompat == kafka, f"{op}{args!r}: Kafka {kafka!r}, kcompat {kcompat!r}"
     return kafka
 
@@ -95,3 +97,31 @@ def test_create_topics_checks_configs_before_counts(peers: list[Peer]) -> None:
     assert both(peers, "create_topic", topic, 1, 2, {"retention.ms": "abc"}, False) \
         == ("error", INVALID_CONFIG)
     assert both(peers, "create_topic", topic, 0, 1, {}, True) == ("error", 37)
+
+
+def test_leave_group_of_an_unknown_group(peers: list[Peer]) -> None:
+    # F5: the request succeeds and names each member unknown
+    group = name()
+    for peer in peers:
+        ops.settle_group(peer, group)
+    assert both(peers, "leave_group", group) == (0, (UNKNOWN_MEMBER,))
+
+
+def test_commit_of_a_missing_partition_before_the_member_is_checked(peers: list[Peer]) -> None:
+    # F6: a partition the metadata lacks is UNKNOWN_TOPIC_OR_PARTITION whatever
+    # the committing member's generation or the group's members
+    topic, group = name(), name()
+    for peer in peers:
+        ops.settle_group(peer, group)
+    assert both(peers, "create_topic", topic, 1, 1, {}, False) == ("ok", 1, 1)
+    settle(peers, topic, 1)
+    joined = both(peers, "join_group", group, [topic])
+    assert joined[:3] == ("ok", True, 1)
+    assert both(peers, "sync_group", group, {topic: [0]}) == ("ok", ((topic, 0),))
+    assert both(peers, "commit_in_generation", group, False, name(), 0, 5) == UNKNOWN_TOPIC
+    assert both(peers, "commit_in_generation", group, True, topic, 1, 5) == UNKNOWN_TOPIC
+    assert both(peers, "commit_in_generation", group, True, topic, 0, 5) == ILLEGAL_GENERATION
+    assert both(peers, "commit_offset", group, name(), 0, 5, "") == UNKNOWN_TOPIC
+    assert both(peers, "commit_offset", group, topic, 0, 5, "") == UNKNOWN_MEMBER
+    assert both(peers, "commit_in_generation", group, False, topic, 0, 5) == 0
+    assert both(peers, "leave_group", group) == (0, (0,))

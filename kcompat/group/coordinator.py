@@ -381,8 +381,8 @@ class GroupCoordinator:
                     now_ms: int) -> tuple[ErrorCode, list[ErrorCode], list[Reply]]:
         """Members are (member_id, instance_id); returns top error, per-member errors."""
         group = self.groups.get(group_id)
-        if group is None or group.is_(GroupState.DEAD):
-            return ErrorCode.unknown_member_id, [], []
+        if group is None or group.is_(GroupState.DEAD):  # Kafka: each member unknown
+            return ErrorCode.none, [ErrorCode.unknown_member_id] * len(members), []
         errors: list[ErrorCode] = []
         replies: list[Reply] = []
         left = False

@@ -11,6 +11,9 @@ before the answer, and become visible to OffsetFetch only then.
 Authorization (Kafka's): without READ on the group every partition is
 GROUP_AUTHORIZATION_FAILED; a topic without READ is TOPIC_AUTHORIZATION_FAILED
 (answered first, with the unknown ids, as Kafka's response builder orders them).
+A partition the metadata lacks is UNKNOWN_TOPIC_OR_PARTITION (UNKNOWN_TOPIC_ID
+by id) before any group error — a member's stale generation, an unknown member,
+NOT_COORDINATOR — as Kafka filters such topics out before it asks the group.
 """
 
 from __future__ import annotations
@@ -26,6 +29,12 @@ from kcompat.broker.handlers._common import NO_THROTTLE, OK, unknown_partition_e
 from kcompat.broker.handlers._leader_hints import topic_name
 from kcompat.broker.state import now_ms
 from kcompat.group.offsets import CommittedOffset
+
+
+def _unknown(ctx: RequestContext, topic: str | None, partition: int) -> ErrorCode:
+    if topic is None:
+        return ErrorCode.unknown_topic_id
+    return unknown_partition_error(ctx.state, topic, partition)
 
 
 def _partition_error(ctx: RequestContext, topic: str | None, p: Any,
@@ -74,7 +83,12 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
                   and name not in allowed and top_error != ErrorCode.group_authorization_failed
                   else None)
         for p in t.partitions:
-            code = denied or top_error or _partition_error(ctx, name, p, max_metadata)
+            # a partition the metadata lacks is answered before the group is asked
+            # (Kafka filters it out first), whatever the member's generation
+            unknown = (_unknown(ctx, name, p.partition_index)
+                       if top_error != ErrorCode.group_authorization_failed else OK)
+            code = (denied or unknown or top_error
+                    or _partition_error(ctx, name, p, max_metadata))
             if code == OK and name is not None:  # a KIP-848 member's older epoch
                 code = partition_errors.get((name, p.partition_index), OK)
             errors[(name, p.partition_index)] = code

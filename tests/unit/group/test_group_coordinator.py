@@ -176,6 +176,14 @@ def test_leave_rebalances_and_last_leave_empties_group() -> None:
     assert d.group.is_(S.EMPTY) and d.group.protocol_type == "consumer"
 
 
+def test_leave_of_an_unknown_group_names_each_member_unknown() -> None:
+    # Kafka 4.4: the request succeeds, each member is UNKNOWN_MEMBER_ID (the
+    # handler answers v0-2 with the first member's error)
+    d = Driver()
+    assert d.c.leave_group("nogroup", [("", None), ("m", "i")], 0) == (
+        E.none, [E.unknown_member_id, E.unknown_member_id], [])
+
+
 def test_session_expiry_removes_member_and_rebalances() -> None:
     d = Driver()
     a, b = d.stable_group(2)
