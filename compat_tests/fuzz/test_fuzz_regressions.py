@@ -12,6 +12,7 @@ import pytest
 
 from compat_tests._broker import Broker
 from compat_tests.fuzz import _ops as ops
+from compat_tests.fuzz import _producers as producers
 from compat_tests.fuzz._machine import operation
 from compat_tests.fuzz._wire import Peer
 from compat_tests.java.kafka_reference import KafkaReference
@@ -125,3 +126,31 @@ def test_commit_of_a_missing_partition_before_the_member_is_checked(peers: list[
     assert both(peers, "commit_offset", group, topic, 0, 5, "") == UNKNOWN_MEMBER
     assert both(peers, "commit_in_generation", group, False, topic, 0, 5) == 0
     assert both(peers, "leave_group", group) == (0, (0,))
+
+
+def test_transactions_as_the_fuzzer_drives_them(peers: list[Peer]) -> None:
+    # not a finding: the producer rules' path through both brokers, end to end
+    topic, txn = name(), name()
+    assert both(peers, "create_topic", topic, 1, 1, {}, False) == ("ok", 1, 1)
+    settle(peers, topic, 1)
+    records = [(b"k", b"v")]
+    assert both(peers, "init_producer", "idempotent", None) == ("ok",)
+    assert both(peers, "produce_as", "idempotent", "next", topic, 0, records, 1) == ("ok", 0, 0)
+    assert both(peers, "produce_as", "idempotent", "duplicate", topic, 0, records, 1) \
+        == ("ok", 0, 0)
+    assert both(peers, "produce_as", "idempotent", "gap", topic, 0, records, 1) \
+        == ("error", 45)  # OUT_OF_ORDER_SEQUENCE_NUMBER
+    assert both(peers, "init_producer", "transactional", txn) == ("ok",)
+    assert both(peers, "add_partition", topic, 0) == 0
+    assert both(peers, "produce_as", "transactional", "next", topic, 0, records, 2) \
+        == ("ok", 1, 0)
+    assert both(peers, "fetch_committed", topic, 0, 0)[:3] == ("ok", 2, 1)
+    assert both(peers, "end_txn", False) == 0
+    for peer in peers:
+        producers.settle_transaction(peer)
+    # the aborted record and both markers are not handed out
+    assert both(peers, "fetch_committed", topic, 0, 0) == (
+        "ok", 3, 3, 0, ((0, 1, b"k", b"v"),))
+    assert both(peers, "init_producer", "transactional", txn) == (
+        "ok", "same producer id", "epoch advanced")
+    assert both(peers, "produce_as", "fenced", "next", topic, 0, records, 3)[0] == "error"
