@@ -774,7 +774,15 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(stream=sys.stderr, level=logging.WARNING,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("kafka.producer.transaction_manager").setLevel(logging.DEBUG)
-    logging.getLogger("kafka.conn").setLevel(logging.INFO)
+    logging.getLogger("kafka.conn").setLevel(logging.INFO)  # kafka-python 2.x
+    logging.getLogger("kafka.net.connection").setLevel(logging.INFO)  # 3.x
+    logging.getLogger("kafka.net.manager").setLevel(logging.INFO)
+    if os.environ.get("EOS_KP_DEBUG"):  # all of kafka-python's own DEBUG log (large)
+        logging.getLogger("kafka").setLevel(logging.DEBUG)
+        for noisy in ("kafka.producer.kafka", "kafka.record", "kafka.protocol.parser",
+                      "kafka.net.transport", "kafka.consumer.fetcher",
+                      "kafka.producer.record_accumulator", "kafka.producer.producer_batch"):
+            logging.getLogger(noisy).setLevel(logging.INFO)  # one line per record or I/O
     cls = KafkaPythonCopier if a.client == "kafka-python" else ConfluentCopier
     try:
         return cls(a, status).run()
