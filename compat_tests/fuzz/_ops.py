@@ -188,10 +188,13 @@ def produce(peer: Peer, name: str, partition: int, records: list[tuple[bytes | N
     return ("ok", part["base_offset"], part["log_start_offset"])
 
 
-def fetch(peer: Peer, name: str, partition: int, offset: int) -> Observation:
+def fetch_partition(peer: Peer, name: str, partition: int, offset: int,
+                    isolation: int = 0) -> Any:
+    """The partition's answer to a one-partition Fetch v12 at ``offset`` (a
+    dict), or what a failed one observes (``CLOSED``, an error tuple)."""
     answer = to_leader(peer, name, partition, FetchRequest, FetchResponse, 12, {
         "replica_id": -1, "max_wait_ms": 0, "min_bytes": 0, "max_bytes": 1 << 20,
-        "isolation_level": 0, "session_id": 0, "session_epoch": -1, "topics": [
+        "isolation_level": isolation, "session_id": 0, "session_epoch": -1, "topics": [
             {"topic": name, "partitions": [
                 {"partition": partition, "current_leader_epoch": -1, "fetch_offset": offset,
                  "last_fetched_epoch": -1, "log_start_offset": -1,
@@ -205,6 +208,13 @@ def fetch(peer: Peer, name: str, partition: int, offset: int) -> Observation:
     part = _first(answer, "responses", 0, "partitions", 0)
     if part["error_code"]:
         return ("error", part["error_code"], part["high_watermark"], part["log_start_offset"])
+    return part
+
+
+def fetch(peer: Peer, name: str, partition: int, offset: int) -> Observation:
+    part = fetch_partition(peer, name, partition, offset)
+    if not isinstance(part, dict):
+        return part
     return ("ok", part["high_watermark"], part["log_start_offset"],
             tuple(fetched_records(part["records"], offset)))
 

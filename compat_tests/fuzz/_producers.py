@@ -25,7 +25,6 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from kafka.protocol.consumer.fetch import FetchRequest, FetchResponse
 from kafka.protocol.producer.produce import ProduceRequest, ProduceResponse
 from kafka.protocol.producer.transaction import (
     AddPartitionsToTxnRequest,
@@ -173,22 +172,9 @@ def end_txn(peer: Peer, commit: bool) -> Observation:
 def fetch_committed(peer: Peer, topic: str, partition: int, offset: int) -> Observation:
     """A READ_COMMITTED Fetch: the watermarks, the last stable offset and the
     records a consumer hands out (no aborted ones, no markers)."""
-    answer = ops.to_leader(peer, topic, partition, FetchRequest, FetchResponse, 12, {
-        "replica_id": -1, "max_wait_ms": 0, "min_bytes": 0, "max_bytes": 1 << 20,
-        "isolation_level": READ_COMMITTED, "session_id": 0, "session_epoch": -1, "topics": [
-            {"topic": topic, "partitions": [
-                {"partition": partition, "current_leader_epoch": -1, "fetch_offset": offset,
-                 "last_fetched_epoch": -1, "log_start_offset": -1,
-                 "partition_max_bytes": 1 << 20}]}],
-        "forgotten_topics_data": [], "rack_id": ""},
-        lambda a: a["error_code"] or a["responses"][0]["partitions"][0]["error_code"])
-    if answer == CLOSED:
-        return CLOSED
-    if answer["error_code"]:
-        return ("error", answer["error_code"])
-    part = answer["responses"][0]["partitions"][0]
-    if part["error_code"]:
-        return ("error", part["error_code"], part["high_watermark"], part["log_start_offset"])
+    part = ops.fetch_partition(peer, topic, partition, offset, READ_COMMITTED)
+    if not isinstance(part, dict):
+        return part
     aborted = [(a["producer_id"], a["first_offset"])
                for a in part["aborted_transactions"] or []]
     return ("ok", part["high_watermark"], part["last_stable_offset"], part["log_start_offset"],
