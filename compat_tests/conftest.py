@@ -80,6 +80,11 @@ class ClusterPool:
     def get(self, kind: str) -> Cluster:
         cluster = self.clusters.get(kind)
         if cluster is not None and all(b.running for b in cluster.brokers.values()):
+            # a test that restarted a broker may hand the cluster on before the broker
+            # registered again (INVALID_REPLICATION_FACTOR "only 2 broker(s) are
+            # registered" for the next test's RF 3 topic): every test starts from three
+            # registered, unfenced brokers, or fails here saying which is missing
+            cluster.wait_for_brokers()
             return cluster
         if cluster is not None:
             cluster.kill()

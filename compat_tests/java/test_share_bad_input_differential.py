@@ -107,9 +107,17 @@ def create_topic(conn: Connection) -> uuid.UUID:
                                              configs=()),),
         timeout=datetime.timedelta(seconds=10), validate_only=False))
     assert answer.topics[0].error_code == 0, answer
-    found = conn.call(metadata.MetadataRequest(
-        topics=(metadata.MetadataRequestTopic(topic_id=None, name=TOPIC),),
-        allow_auto_topic_creation=False, include_topic_authorized_operations=False))
+    # Kafka answers CreateTopics once its controller committed the topic; its broker's
+    # metadata may learn of it a moment later (UNKNOWN_TOPIC_OR_PARTITION meanwhile),
+    # and a client asks again, as here
+    deadline = time.monotonic() + 15
+    while True:
+        found = conn.call(metadata.MetadataRequest(
+            topics=(metadata.MetadataRequestTopic(topic_id=None, name=TOPIC),),
+            allow_auto_topic_creation=False, include_topic_authorized_operations=False))
+        if found.topics[0].error_code == 0 or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
     assert found.topics[0].error_code == 0 and found.topics[0].topic_id is not None
     return found.topics[0].topic_id  # type: ignore[no-any-return]
 
