@@ -69,6 +69,7 @@ log = logging.getLogger("kcompat.groups")
 
 TICK_MAX_S = 1.0
 EXPIRY_CHECK_MS = 60_000
+SWEEP_SLICE = 20_000  # committed offsets the expiry sweep looks at between two yields
 
 
 @dataclass(eq=False)
@@ -370,9 +371,8 @@ class GroupService:
         name starts with none). Tombstones are written by ``run`` (every
         replica applies them); OffsetFetch meanwhile answers no offset for a
         topic the metadata does not hold."""
-        for group_id, committed in self.store.offsets.items():
-            gone = {tp: c for tp, c in committed.items() if tp[0] == topic}
-            if gone and self.coordinator_error(group_id) is None:
+        for group_id, gone in self.store.committed_of_topic(topic).items():
+            if self.coordinator_error(group_id) is None:
                 self._doomed.setdefault(group_id, {}).update(gone)
         if self._doomed:
             self._wake.set()
@@ -422,10 +422,16 @@ class GroupService:
 
     async def expire_offsets(self, now: int) -> None:
         retention_ms = int(self.state.config["offsets.retention.minutes"]) * 60_000
+        swept = 0
         for group_id in list(self.store.offsets):
+            swept += len(self.store.committed(group_id))
+            if swept >= SWEEP_SLICE:  # many groups: the sweep yields the loop in slices
+                swept = 0
+                await trio.lowlevel.checkpoint()
             group = self.coordinator.groups.get(group_id)
             expired = self.store.expired(group, group_id, now, retention_ms)
-            expired += [tp for tp in self._of_deleted_topics(group_id) if tp not in expired]
+            seen = set(expired)
+            expired += [tp for tp in self._of_deleted_topics(group_id) if tp not in seen]
             if expired and self.coordinator_error(group_id) is None:
                 log.info("expiring %d offsets of group %s", len(expired), group_id)
                 try:

@@ -195,6 +195,9 @@ class OffsetStore:
     groups: dict[str, StoredGroup] = field(default_factory=dict)
     share_groups: dict[str, bytes] = field(default_factory=dict)  # raw snapshots
     consumer_groups: dict[str, bytes] = field(default_factory=dict)  # raw snapshots
+    # topic -> group -> how many of the group's committed offsets are of the
+    # topic, so a deleted topic finds its groups without a walk over all
+    by_topic: dict[str, dict[str, int]] = field(default_factory=dict)
 
     def apply(self, key: bytes, value: bytes | None) -> None:
         """Apply one committed record of ``__consumer_offsets``."""
@@ -205,12 +208,17 @@ class OffsetStore:
             if value is None:
                 self._drop(group, (topic, partition))
                 return
-            self.offsets.setdefault(group, {})[(topic, partition)] = _decode_offset_value(value)
+            committed = self.offsets.setdefault(group, {})
+            if (topic, partition) not in committed:
+                counts = self.by_topic.setdefault(topic, {})
+                counts[group] = counts.get(group, 0) + 1
+            committed[(topic, partition)] = _decode_offset_value(value)
         elif version == GROUP_KEY_VERSION:
             group = r.string() or ""
             if value is None:
                 self.groups.pop(group, None)
-                self.offsets.pop(group, None)
+                for topic, _ in self.offsets.pop(group, {}):
+                    self._unindex(topic, group)
             else:
                 self.groups[group] = _decode_group_value(value)
         elif version == SHARE_GROUP_KEY_VERSION:
@@ -228,10 +236,33 @@ class OffsetStore:
 
     def _drop(self, group: str, tp: tuple[str, int]) -> None:
         committed = self.offsets.get(group)
-        if committed is not None:
-            committed.pop(tp, None)
-            if not committed:
-                del self.offsets[group]
+        if committed is None or committed.pop(tp, None) is None:
+            return
+        if not committed:
+            del self.offsets[group]
+        self._unindex(tp[0], group)
+
+    def _unindex(self, topic: str, group: str) -> None:
+        """One committed offset of ``group`` of ``topic`` fewer."""
+        counts = self.by_topic.get(topic)
+        if counts is None or group not in counts:
+            return
+        counts[group] -= 1
+        if counts[group] <= 0:
+            del counts[group]
+            if not counts:
+                del self.by_topic[topic]
+
+    def committed_of_topic(self, topic: str) -> dict[str, dict[tuple[str, int], CommittedOffset]]:
+        """Per group, its committed offsets of ``topic`` (the groups from the
+        index, so the cost follows the groups of that topic, not all)."""
+        found = {}
+        for group in self.by_topic.get(topic, ()):
+            committed = self.offsets.get(group, {})
+            gone = {tp: c for tp, c in committed.items() if tp[0] == topic}
+            if gone:
+                found[group] = gone
+        return found
 
     def committed(self, group: str) -> dict[tuple[str, int], CommittedOffset]:
         return self.offsets.get(group, {})
