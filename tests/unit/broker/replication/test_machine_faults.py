@@ -159,3 +159,55 @@ def test_heartbeats_go_by_the_clock_not_by_ticks(broker: Broker,
         assert len(heard) >= 12 and max(gaps) <= 2100
 
     running.run(broker, body)
+
+
+def test_the_shortest_replay_goes_first(broker: Broker) -> None:
+    """A restart with two replays, 600 and 200 batches, at 1 ms a batch: the
+    short one is fed first and its partition serves (leads) while the long one
+    has had a few turns at most — in turns around a circle both would advance
+    alike and the short one would serve only with 200 of the long one's fed.
+    The long one then ends too."""
+    machine = Poisoned()
+    broker.cluster.machines["poisoned"] = machine
+
+    async def write() -> None:
+        await running.create_topic(broker, "poisoned", 2)
+        await broker.cluster.wait_leaders("poisoned", 5.0)
+        for index, count in ((0, 600), (1, 200)):
+            for _ in range(count):
+                await broker.calls.append_locally(
+                    "poisoned", index, encode_batch([(None, b"v", (), 1)]), 5.0)
+
+    running.run(broker, write)
+    broker.close()
+    again = Broker(broker.config)
+    slow = Poisoned()
+    apply, on_role = slow.apply, slow.on_role
+    long_fed_when_short_served: list[int] = []
+
+    def slow_apply(index: int, batch: memoryview, header: BatchHeader) -> None:
+        import time
+        time.sleep(0.001)
+        apply(index, batch, header)
+
+    def watch_role(index: int, leading: bool) -> None:
+        if index == 1 and leading:
+            long_fed_when_short_served.append(slow.applied[0])
+        on_role(index, leading)
+
+    slow.apply = slow_apply  # type: ignore[method-assign]
+    slow.on_role = watch_role  # type: ignore[method-assign]
+    again.cluster.machines["poisoned"] = slow
+
+    async def main() -> None:
+        async with running.running(again):
+            with trio.fail_after(60):
+                while slow.leading != {0, 1}:
+                    await trio.sleep(0.01)
+
+    try:
+        trio.run(main)
+    finally:
+        again.close()
+    assert slow.applied == {0: 600, 1: 200}
+    assert long_fed_when_short_served[0] < 100, long_fed_when_short_served
