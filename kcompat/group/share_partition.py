@@ -43,8 +43,11 @@ Rules (Kafka 4.4 unless marked kcompat):
 * A record about to get its last delivery (limit > 2) is delivered alone, as
   Kafka isolates a possible poison record.
 * ``release_member`` (the member left or its share session closed) makes its
-  records AVAILABLE and takes back their last delivery (Kafka's
-  ``DeliveryCountOps.DECREASE``: fetched, not processed), without the limit.
+  records AVAILABLE at once (no backoff) and keeps their delivery count, so
+  the next member gets them one delivery later; a record at the limit is
+  ARCHIVED, a dead letter. Kafka 4.4.0 does so (a consumer closed holding
+  records: the next one sees delivery count 2; at limit 2, nobody sees them
+  a third time), so a record that kills its consumers reaches the limit.
 * ``tick(now_ms)`` expires locks; every entry point ticks first, so a late
   timer never lets a member acknowledge after its deadline.
 * The SPSO moves over the ACKNOWLEDGED/ARCHIVED prefix, and to the log start
@@ -238,22 +241,22 @@ class SharePartition:
         return ErrorCode.none
 
     def release_member(self, member_id: str, now_ms: int) -> int:
-        """The member is gone: its records are AVAILABLE again, their last
-        delivery not counted. How many."""
+        """The member is gone: its records are AVAILABLE again (ARCHIVED at
+        the delivery limit), their delivery counted. How many."""
         self.tick(now_ms)
-        w = self._w
-        released = 0
-        for run in w.runs:
-            if run.state is RecordState.ACQUIRED and run.member == member_id:
-                run.count = max(0, run.count - 1)
-                run.state, run.member, run.deadline, run.not_before = (
-                    RecordState.AVAILABLE, None, -1, 0)
-                w.time(run)
-                w.touch(run.first, run.last)
-                released += run.size
-        if released:
-            w.mend(0, len(w.runs))
-        return released
+        held = [(run.first, run.last) for run in self._w.runs
+                if run.state is RecordState.ACQUIRED and run.member == member_id]
+        limit = self.config.delivery_count_limit
+        for first, last in held:
+            for a, b, run in list(self._w.pieces(first, last)):
+                if run.count >= limit:
+                    self._finish(a, b, RecordState.ARCHIVED)
+                    self._dead.extend(DeadLetter(o, run.count, DELIVERY_LIMIT)
+                                      for o in range(a, b + 1))
+                else:
+                    self._make_available(a, b, -1)
+        self._w.drop_terminal_prefix()
+        return sum(last - first + 1 for first, last in held)
 
     def advance_log_start(self, log_start_offset: int) -> None:
         """Retention or DeleteRecords moved the log start: forget what is below."""

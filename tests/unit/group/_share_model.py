@@ -158,15 +158,20 @@ class SharePartition:
         return ErrorCode.none
 
     def release_member(self, member_id: str, now_ms: int) -> int:
-        """The member is gone: its records are AVAILABLE again, their last
-        delivery not counted. How many."""
+        """The member is gone: its records are AVAILABLE again (ARCHIVED at
+        the delivery limit), their delivery counted. How many."""
         self.tick(now_ms)
         released = 0
         for i, slot in enumerate(self._slots):
             if slot.state is RecordState.ACQUIRED and slot.member_id == member_id:
-                slot.delivery_count = max(0, slot.delivery_count - 1)
-                self._make_available(self._start + i, slot, 0)
+                if slot.delivery_count >= self.config.delivery_count_limit:
+                    self._finish(self._start + i, slot, RecordState.ARCHIVED)
+                    self._dead.append(DeadLetter(self._start + i, slot.delivery_count,
+                                                 DELIVERY_LIMIT))
+                else:
+                    self._make_available(self._start + i, slot, -1)
                 released += 1
+        self._advance()
         return released
 
     def advance_log_start(self, log_start_offset: int) -> None:

@@ -159,13 +159,27 @@ def test_in_flight_window_is_capped_by_max_record_locks() -> None:
     assert sp.acquire("b", 10, 2, recs(3, 9)) == [AcquiredRecords(3, 3, 1)]
 
 
-def test_member_loss_releases_without_counting_the_delivery() -> None:
+def test_member_loss_releases_and_counts_the_delivery() -> None:
+    """As Kafka 4.4.0: a consumer closed holding records, the next one gets
+    them with delivery count 2 (test_share_ack_differential close-unacked)."""
     sp = SharePartition(0)
     sp.acquire("a", 2, 0, recs(0, 1))
     sp.acquire("b", 2, 0, recs(2, 2))
     assert sp.release_member("a", 5) == 2
-    assert state(sp, 0) == (RecordState.AVAILABLE, 0) and state(sp, 2) == (RecordState.ACQUIRED, 1)
-    assert sp.acquire("c", 5, 6) == [AcquiredRecords(0, 1, 1)]
+    assert state(sp, 0) == (RecordState.AVAILABLE, 1) and state(sp, 2) == (RecordState.ACQUIRED, 1)
+    assert sp.acquire("c", 5, 6) == [AcquiredRecords(0, 1, 2)]
+
+
+def test_member_loss_at_the_delivery_limit_archives() -> None:
+    """Kafka 4.4.0 with share.delivery.count.limit=2: two consumers closed
+    holding the records, a third one never gets them."""
+    sp = SharePartition(0, ShareConfig(delivery_count_limit=2))
+    sp.acquire("a", 3, 0, recs(0, 2))
+    sp.release_member("a", 1)
+    assert sp.acquire("b", 3, 2) == [AcquiredRecords(0, 2, 2)]
+    assert sp.release_member("b", 3) == 3
+    assert sp.acquire("c", 3, 4) == [] and sp.start_offset == 3
+    assert [d.offset for d in sp.take_dead_letters()] == [0, 1, 2]
 
 
 def test_log_start_moving_past_the_start_offset_forgets_what_is_below() -> None:
@@ -267,7 +281,7 @@ def test_backoff_does_not_apply_to_member_loss() -> None:
     sp = SharePartition(0, ShareConfig(redelivery_backoff_ms=100))
     sp.acquire("a", 1, 0, recs(0, 0))
     sp.release_member("a", 5)
-    assert sp.acquire("b", 1, 5) == [AcquiredRecords(0, 0, 1)]
+    assert sp.acquire("b", 1, 5) == [AcquiredRecords(0, 0, 2)]
 
 
 # -- persistence ---------------------------------------------------------------
@@ -309,7 +323,6 @@ class Model:
         self.owner: dict[int, tuple[str, int]] = {}  # offset -> member, deadline
         self.settled: set[int] = set()
         self.seen: dict[int, int] = {}  # offset -> last delivery count handed out
-        self.undone: set[int] = set()  # released by member loss since last delivery
         self.free_at: dict[int, int] = {}  # offset -> earliest redelivery time
 
     def expire(self, now_ms: int) -> None:
@@ -333,9 +346,8 @@ class Model:
                 assert offset not in self.settled
                 assert now_ms >= self.free_at.get(offset, 0)  # backoff waited out
                 last = self.seen.get(offset, 0)
-                assert r.delivery_count == (last if offset in self.undone else last + 1)
+                assert r.delivery_count == last + 1  # member loss counts a delivery too
                 assert r.delivery_count <= self.cfg.delivery_count_limit
-                self.undone.discard(offset)
                 self.seen[offset] = r.delivery_count
                 self.owner[offset] = (member, now_ms + self.cfg.record_lock_duration_ms)
                 key = self.log[offset]
@@ -353,7 +365,7 @@ def check(sp: SharePartition, model: Model, follower: SharePartition,
     for o, count in model.seen.items():  # a count in the state is never below one seen
         got = sp.record(o)
         if got is not None:
-            assert got.delivery_count >= count - (o in model.undone)
+            assert got.delivery_count >= count
     assert follower.snapshot() == sp.snapshot()  # restore + updates = the leader
     assert twin is None or twin.snapshot() == sp.snapshot()
 
@@ -419,8 +431,7 @@ def run_seed(seed: int) -> None:
             for o, (m, _d) in list(model.owner.items()):
                 if m == member:
                     del model.owner[o]
-                    model.undone.add(o)
-                    model.free_at.pop(o, None)
+                    model.free_at.pop(o, None)  # no backoff
         else:
             sp.tick(now)
             if twin is not None:
