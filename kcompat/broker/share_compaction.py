@@ -38,6 +38,12 @@ what is committed — with ``delete_records_before``, and tells the cluster
 prefix once their high watermark is past it, and a follower whose machine
 had not applied that far gets ``restore`` and replays from the new log
 start. Finding the offset costs one look at the oldest entry.
+
+**Deleted topics.** At each prune, the keys whose topic the caught-up
+metadata no longer holds (or holds under another id than the key's claim
+named) are noted; those noted at two prunes in a row get a ``delete`` naming
+that id (``_sweep_gone``), so a deleted topic's share state leaves the log
+within two intervals instead of being snapshotted forever.
 """
 
 from __future__ import annotations
@@ -56,6 +62,7 @@ from kcompat.group.share_state import (
     ShareStateError,
     ShareStateLog,
     decode_key,
+    delete_value,
     encode_key,
 )
 from kcompat.wire.records import decode_batch, encode_batch
@@ -71,6 +78,7 @@ SNAPSHOT_BATCH_KEYS = 128  # a batch costs ~5 ms to build and to apply
 SNAPSHOT_BATCH_BYTES = 128 * 1024
 BATCHES_PER_TURN = 8  # of one partition before the others get theirs
 COLD_SLACK_RECORDS = 100
+SWEEP_SLICE = 10_000  # keys looked at between two yields of the deleted-topic sweep
 WRITE_TIMEOUT_S = 5.0
 
 # (offset, key, raw key, raw value) of a record in the log's unapplied tail
@@ -90,9 +98,11 @@ class ShareCompaction:
         self._marks: dict[int, int] = {}  # the applied offset at the previous prune
         self._cold: dict[int, int] = {}  # snapshot the keys whose since is below this
         self._folded: dict[int, tuple[int, frozenset[ShareKey]]] = {}  # see ``check``
+        self._gone: dict[int, dict[ShareKey, str]] = {}  # see ``_sweep_gone``
 
     def on_role(self, index: int, leading: bool) -> None:
         self._next_prune.pop(index, None)
+        self._gone.pop(index, None)
         self._marks.pop(index, None)
         self._cold.pop(index, None)
         if leading:
@@ -153,6 +163,7 @@ class ShareCompaction:
         if now >= due_at:
             due_at = self._next_prune[index] = now + self.prune_interval_s
             self._prune(index, group)
+            await self._sweep_gone(index)
         for _ in range(BATCHES_PER_TURN):
             found = self._group(index)
             if found is None or not await self._write_snapshots(index, found):
@@ -175,6 +186,39 @@ class ShareCompaction:
         if mark is not None and applied - max(cut, start) > (
                 2 * slog.entry_count + COLD_SLACK_RECORDS):
             self._cold[index] = mark
+
+    async def _sweep_gone(self, index: int) -> None:
+        """Delete the state of keys whose topic is gone: not in the caught-up
+        metadata, or there under another topic id than the key's latest claim
+        named (deleted, then re-created and never claimed since). Seen gone at
+        two prune turns in a row, so a key claimed for a topic this broker's
+        metadata has not applied yet is not taken for one. The ``delete``
+        names the id seen, so a claim for a newer topic of the name, landing
+        first, keeps its key."""
+        if not self.cluster.caught_up:
+            return
+        slog = self.log_of(index)
+        topics = self.cluster.state.topics
+        gone: dict[ShareKey, str] = {}
+        for n, key in enumerate(slog.entry_keys()):
+            if n % SWEEP_SLICE == SWEEP_SLICE - 1:
+                await trio.lowlevel.checkpoint()
+            tid, meta = slog.topic_of(key), topics.get(key[1])
+            if meta is None or (tid and tid != str(meta.topic_id)):
+                gone[key] = tid
+        before = self._gone.get(index, {})
+        doomed = sorted(k for k, tid in gone.items() if before.get(k) == tid)
+        self._gone[index] = gone
+        for at in range(0, len(doomed), SNAPSHOT_BATCH_KEYS):
+            keys = doomed[at:at + SNAPSHOT_BATCH_KEYS]
+            batch = encode_batch([(encode_key(k), delete_value(gone[k] or None), (), now_ms())
+                                  for k in keys])
+            code, _offset = await self.calls.append_locally(SHARE_STATE_TOPIC, index, batch,
+                                                            WRITE_TIMEOUT_S)
+            if code != ErrorCode.none:
+                return  # the next turn finds them again
+            log.info("%s-%d: deleted the share state of %d partition(s) of deleted topics",
+                     SHARE_STATE_TOPIC, index, len(keys))
 
     async def _write_snapshots(self, index: int, group: Group) -> bool:
         """One batch of snapshots of due or cold keys; False when none is left."""

@@ -27,7 +27,9 @@ partition) — a *share key* — and come in four kinds (JSON values):
   timeout across a leader change) the key keeps the last consistent state,
   and its owner, told of the failure, claims again from there.
 * ``delete``: the share group's state for the partition is gone (the group
-  or its offsets were deleted): the key's entry goes, generation and all, so
+  or its offsets were deleted; with ``tid``, its topic was: then only an
+  entry whose latest claim named that topic id, or none, goes, not one a claim
+  for a topic re-created under the name came to meanwhile): the key's entry goes, generation and all, so
   the leader that held it (generation >= 1, never 0) is fenced — it drops its
   machine when it applies this record as a replica, or claims again after
   its next failed write.
@@ -134,8 +136,11 @@ def state_value(generation: int, seq: int, state: ShareState, full: bool,
     return _dump(value)
 
 
-def delete_value() -> bytes:
-    return _dump({"op": "delete"})
+def delete_value(topic_id: str | None = None) -> bytes:
+    """A ``delete``; with ``topic_id``, it deletes only an entry whose latest
+    claim named that id (or none): a key of a deleted topic, not of the topic
+    re-created under its name meanwhile."""
+    return _dump({"op": "delete"} if topic_id is None else {"op": "delete", "tid": topic_id})
 
 
 def state_generation(raw_key: bytes | None, raw_value: bytes | None) -> tuple[ShareKey, int]:
@@ -268,6 +273,10 @@ class ShareStateLog:
         elif op == "state":
             self._state(key, value)
         elif op == "delete":
+            entry = self._entries.get(key)
+            tid = value.get("tid")
+            if entry is not None and tid is not None and _topic_of(entry.owner) not in ("", tid):
+                return key  # the key was claimed for a newer topic of the name: kept
             self._entries.pop(key, None)
             self._due.pop(key, None)
         elif op == "snapshot":
@@ -336,6 +345,10 @@ class ShareStateLog:
         acquisitions: Kafka reports no start offset for it yet."""
         entry = self._entries.get(key)
         return entry is None or entry.settled
+
+    def entry_keys(self) -> list[ShareKey]:
+        """Every key with an entry (a copy, at C speed), oldest first."""
+        return list(self._entries)
 
     def topic_of(self, key: ShareKey) -> str:
         """The topic id the key's latest claim named ("" if none did)."""

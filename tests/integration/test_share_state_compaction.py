@@ -18,10 +18,19 @@ PREFERRED) and serves the rest, again without a redelivery.
 
 from __future__ import annotations
 
+import base64
 import time
+import uuid
 from pathlib import Path
 
-from confluent_kafka import AcknowledgeType, Consumer, ElectionType, ShareConsumer, TopicPartition
+from confluent_kafka import (
+    AcknowledgeType,
+    Consumer,
+    ElectionType,
+    ShareConsumer,
+    TopicCollection,
+    TopicPartition,
+)
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from compat_tests._broker import Broker, unique_topic
@@ -177,3 +186,67 @@ def test_a_replica_back_after_the_cut_rebuilds_from_it_and_leads(tmp_path: Path)
         consume_the_rest(cluster.live_bootstrap(), group, topic, acknowledged, 2)
     finally:
         cluster.close()
+
+
+def last_records(bootstrap: str) -> dict[tuple[str, str, int], dict]:
+    """Per share key, the value of its last record in the state partition's log."""
+    import json
+
+    from confluent_kafka import OFFSET_BEGINNING
+
+    from kcompat.group.share_state import decode_key
+
+    low, high = state_offsets(bootstrap)
+    last: dict[tuple[str, str, int], dict] = {}
+    if high <= low:
+        return last
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": unique_topic("rd"),
+                         "enable.auto.commit": False})
+    consumer.assign([TopicPartition(SHARE_STATE_TOPIC, 0, OFFSET_BEGINNING)])
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            assert time.monotonic() < deadline, "the state log was not read to its end"
+            m = consumer.poll(0.5)
+            if m is None or m.error() is not None:
+                continue
+            last[decode_key(m.key())] = json.loads(m.value())
+            if m.offset() >= high - 1:
+                return last
+    finally:
+        consumer.close()
+
+
+def test_a_deleted_topics_share_state_leaves_the_log(tmp_path: Path) -> None:
+    """A share group's state of a topic that is then deleted: within two
+    prune intervals its key gets a ``delete`` naming the topic's id (the
+    key's last record, until the prefix it pinned is dropped with it), so it
+    is no longer snapshotted forever; the state of a topic that lives on
+    (the same group's) stays."""
+    broker = Broker(tmp_path, extra_args=BROKER_ARGS)
+    broker.start()
+    try:
+        bootstrap = broker.bootstrap
+        require_share_apis(bootstrap)
+        gone, kept, group = unique_topic("ssd"), unique_topic("ssk"), unique_topic("ssd-g")
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        for t in (gone, kept):
+            admin.create_topics([NewTopic(t, 1, 1)])[t].result(30)
+            produce(bootstrap, t, [(0, None, str(i)) for i in range(10)])
+        set_group_configs(bootstrap, group, {"share.auto.offset.reset": "earliest"})
+        for t in (gone, kept):
+            acknowledge_one_by_one(bootstrap, group, t, set(), 3)
+        described = admin.describe_topics(TopicCollection([gone]))[gone].result(30)
+        topic_id = str(uuid.UUID(bytes=base64.urlsafe_b64decode(str(described.topic_id) + "==")))
+        assert {(group, gone, 0), (group, kept, 0)} <= set(last_records(bootstrap))
+        admin.delete_topics([gone])[gone].result(30)
+        deadline = time.monotonic() + 30
+        while (last := last_records(bootstrap)).get((group, gone, 0), {}).get("op") not in (
+                None, "delete"):
+            assert time.monotonic() < deadline, f"the deleted topic's state stayed: {last}"
+            time.sleep(0.3)
+        if (group, gone, 0) in last:
+            assert last[(group, gone, 0)] == {"op": "delete", "tid": topic_id}
+        assert last[(group, kept, 0)]["op"] != "delete"
+    finally:
+        broker.close()

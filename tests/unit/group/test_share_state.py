@@ -183,6 +183,22 @@ def test_delete_forgets_the_state_and_fences_its_owner() -> None:
     assert log.claimed(KEY, "n2") == (log.generation(KEY), None)
 
 
+def test_a_delete_naming_a_topic_id_spares_a_key_claimed_for_a_newer_topic() -> None:
+    """The deleted-topic sweep's ``delete`` names the id it saw: it deletes a
+    key whose latest claim named that id, or none; a key a claim for a topic
+    re-created under the name reached first is kept."""
+    log = ShareStateLog()
+    gen = claim(log, KEY, "n1@old")
+    record(log, KEY, state_value(gen, 1, acquired_machine().snapshot(), full=True))
+    claim(log, OTHER, "m1")  # a claim naming no id
+    third: ShareKey = ("g", "t", 5)
+    claim(log, third, "p1@new")
+    for key in (KEY, OTHER, third):
+        record(log, key, delete_value("old"))
+    assert log.entry_keys() == [third] and log.topic_of(third) == "new"
+    assert log.generation(KEY) == 0 and log.claimed(KEY, "n1@old") is None
+
+
 @pytest.mark.parametrize("raw_key,raw_value", [
     (None, claim_value("x")),
     (b"not json", claim_value("x")),
