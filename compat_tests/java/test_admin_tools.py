@@ -138,6 +138,9 @@ def test_tools_on_one_broker(module_broker: Broker) -> None:
          "--add-config", "producer_byte_rate=1.5"],
         [METADATA_QUORUM, *server, "describe", "--status"],
         [METADATA_QUORUM, *server, "describe", "--replication"],
+        # KIP-919: the combined node's one listener is its controller endpoint too
+        [METADATA_QUORUM, "--bootstrap-controller", b, "describe", "--status"],
+        [METADATA_QUORUM, "--bootstrap-controller", b, "describe", "--replication"],
     ])
     created, altered, listed, described = (_ok(r) for r in first[:4])
     assert f"Created topic {topic}." in created
@@ -163,6 +166,12 @@ def test_tools_on_one_broker(module_broker: Broker) -> None:
     replication = [ln.split() for ln in _ok(first[15]).splitlines()[1:] if ln.strip()]
     assert [(r[0], r[3], r[-1]) for r in replication] == [("1", "0", "Leader")]
     assert int(replication[0][2]) == int(status["HighWatermark"])
+    by_controller = dict(re.findall(r"^(\w+):\s+(.*)$", _ok(first[16]), re.M))
+    assert (by_controller["ClusterId"], by_controller["LeaderId"]) == (
+        status["ClusterId"], "1"), first[16].explain()
+    assert json.loads(by_controller["CurrentVoters"]) == json.loads(status["CurrentVoters"])
+    assert [r[0] for r in (ln.split() for ln in _ok(first[17]).splitlines()[1:]
+                            if ln.strip())] == ["1"]
 
     _produce(b, topic, 3)
     _commit(b, group, topic, 3)
@@ -430,7 +439,8 @@ def test_tools_on_three_brokers(cluster: Cluster, tmp_path: Path) -> None:
     confluent-kafka's elect_leaders (one partition) and kafka-leader-election
     --all-topic-partitions (the rest); quotas set through one broker before the
     restart and through kafka-configs after it are described alike by all three;
-    kafka-metadata-quorum asks a broker that is not the controller;
+    kafka-metadata-quorum asks a broker that is not the controller, with
+    --bootstrap-server and with --bootstrap-controller;
     kafka-reassign-partitions moves an RF-2 and an RF-1 partition (``_prepare_moves``).
     Last, with a preferred replica killed, elect_leaders gets
     PREFERRED_LEADER_NOT_AVAILABLE for its partitions."""
@@ -472,6 +482,8 @@ def test_tools_on_three_brokers(cluster: Cluster, tmp_path: Path) -> None:
         [METADATA_QUORUM, "--bootstrap-server", asked, "describe", "--replication"],
         [LOG_DIRS, "--bootstrap-server", one, "--describe", "--broker-list", "1,2,3",
          "--topic-list", topic],
+        # a combined node that is not the active controller, as a controller endpoint
+        [METADATA_QUORUM, "--bootstrap-controller", asked, "describe", "--replication"],
         verify_moves,  # the moves went on while the tools above ran
     ])
     runs, moves = runs[:2] + runs[5:-1], runs[2:5] + runs[-1:]
@@ -498,6 +510,9 @@ def test_tools_on_three_brokers(cluster: Cluster, tmp_path: Path) -> None:
         parts = {p["partition"]: p["size"] for d in br["logDirs"] for p in d["partitions"]}
         assert set(parts) == {f"{topic}-{p}" for p in range(6)}, br
         assert all(size > VALUE_BYTES for size in parts.values()), br
+    by_controller = [ln.split() for ln in _ok(runs[6]).splitlines()[1:] if ln.strip()]
+    assert sorted((r[0], r[-1]) for r in by_controller) == sorted(
+        (r[0], r[-1]) for r in replication), runs[6].explain()
     for node, broker in cluster.brokers.items():
         assert _quotas_of(broker, "carol") == [("producer_byte_rate", 4096.0)], node
         assert _quotas_of(broker, "dave") == [("consumer_byte_rate", 512.0)], node

@@ -4,7 +4,12 @@ Quirks: optional for clients (Java Admin falls back to Metadata; Spark's driver
 and confluent-kafka's ``describe_cluster`` use it). One broker, which is also
 the controller (the live brokers). v1 carries ``endpoint_type``: 1 (brokers) is served; 2
 (controllers, asked by ``--bootstrap-controller`` tools) answers
-UNSUPPORTED_ENDPOINT_TYPE like a Kafka broker listener does. A controller-only
+UNSUPPORTED_ENDPOINT_TYPE on a broker-only node, like a Kafka broker listener.
+A combined node has one listener, which is also its controller endpoint (the
+address its quorum names it by): endpoint 2 there is answered as by a
+controller, so Kafka's tools with ``--bootstrap-controller`` work against it
+(against Kafka's combined nodes they are pointed at the separate controller
+listener). A controller-only
 node answers as Kafka's controller listener: endpoint 2 lists the controllers
 (the metadata quorum's voters, at their ``controller.quorum.voters`` addresses)
 and the active one, endpoint 1 (and v0) is MISMATCHED_ENDPOINT_TYPE. Without an
@@ -64,7 +69,8 @@ def _controller_answer(ctx: RequestContext, request: Any, endpoint: int) -> Any:
 
 async def handle(ctx: RequestContext, request: Any) -> Any:
     endpoint = getattr(request, "endpoint_type", BROKERS_ENDPOINT)
-    if ctx.state.controller_only:
+    if ctx.state.controller_only or (endpoint == CONTROLLERS_ENDPOINT
+                                     and "controller" in ctx.state.config["process.roles"]):
         return _controller_answer(ctx, request, endpoint)
     if endpoint != BROKERS_ENDPOINT:
         return ctx.response(

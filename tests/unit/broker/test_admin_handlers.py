@@ -384,7 +384,9 @@ def test_find_coordinator(broker: Broker, version: int) -> None:
 def test_describe_cluster_controller_endpoint(broker: Broker) -> None:
     r = call(broker, v.DESCRIBE_CLUSTER, 1, lambda m: m.DescribeClusterRequest(
         include_cluster_authorized_operations=True, endpoint_type=2))
-    assert (r.error_code, r.brokers) == (E.unsupported_endpoint_type, ())
+    # a combined node: its one listener is its controller endpoint too (KIP-919 tools)
+    assert (r.error_code, r.endpoint_type, r.controller_id) == (E.none, 2, 1)
+    assert [(b.broker_id, b.port) for b in r.brokers] == [(1, 9092)]
     r = call(broker, v.DESCRIBE_CLUSTER, 1, lambda m: m.DescribeClusterRequest(
         include_cluster_authorized_operations=True, endpoint_type=1))
     assert r.cluster_authorized_operations > 0
