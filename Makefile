@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: run test test-secured-link test-apps lint unit compat bench bench-share bench-ext bench-compaction bench-scale bench-simple soak fuzz clean tools sim java-deps kafka-reference demo
+.PHONY: run test test-secured-link test-apps lint unit compat bench bench-share bench-ext bench-compaction bench-scale bench-simple soak fuzz rdkafka-suite clean tools sim java-deps kafka-reference demo
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -141,6 +141,17 @@ soak: $(STAMP)
 fuzz: $(STAMP) tools java-deps
 	FUZZ_SECONDS=$${FUZZ_SECONDS:-1800} FUZZ_SIDE=$${FUZZ_SIDE:-both} $(PY) -m pytest -q -s \
 		-p no:cacheprovider compat_tests/fuzz/test_fuzz_differential.py
+
+# librdkafka 2.15.1's own test suite (tests/0nnn, quick mode, one test at a time) against
+# one kcompat broker, 3 kcompat brokers at RF 3 and Apache Kafka 4.4.0, one side after the
+# other (compat_tests/rdkafka_suite/run.py). The first run fetches
+# @confluentinc/kafka-javascript@1.10.1 with npm (sha512 pinned) and builds its
+# deps/librdkafka into $COMPAT_CACHE (~/.cache/kcompat, beside the Java jars; a built tree
+# of your own: RDKAFKA_SUITE_TREE=dir). RDKAFKA_ARGS="--sides single --tests 0001,0012"
+# narrows it; results merge into build/rdkafka-suite/results.json and the table into
+# compat_tests/FINDINGS.md. Not part of `make test` (about an hour per side).
+rdkafka-suite: $(STAMP) java-deps
+	$(PY) -m compat_tests.rdkafka_suite.run --findings $(RDKAFKA_ARGS)
 
 # The older single-broker confluent-kafka produce/consume benchmark.
 bench-simple: $(STAMP)
