@@ -114,13 +114,6 @@ class Group:
         self.changed.set()
         self.changed = trio.Event()
 
-    @property
-    def backlog(self) -> int:
-        """Offsets committed but not fed to the machine yet (what its replay
-        has left)."""
-        plog = self.storage.plog
-        return max(min(self.hw, plog.log_end_offset) - max(self.applied, plog.log_start_offset), 0)
-
     def feed(self, budget_s: float = FEED_BUDGET_S) -> bool:
         """Hand the machine the committed batches not fed yet, then its role;
         False when ``budget_s`` ran out first (the driver feeds the rest after

@@ -33,7 +33,7 @@ waiting produce requests and fetches, and feeds its state machine, if any
 (``Group.feed``: the metadata image, ``__consumer_offsets``,
 ``__transaction_state``, ``__kc_schedule``...). Feeding shares one budget per
 round (``FEED_BUDGET_S``); a replay longer than that goes on in later turns of
-the driver (``_feeding``, the shortest replay first), each after a checkpoint, so a restart with a long
+the driver (``_feeding``), each after a checkpoint, so a restart with a long
 internal log or a burst of commits never holds the loop past the budget, and
 ``wait_committed`` answers once the entry is applied as well as committed.
 
@@ -144,7 +144,6 @@ PRODUCER_ID_FILE = "cluster-producer-ids"
 PRODUCER_ID_BLOCK = 1000
 PRODUCER_ID_NODE_SHIFT = 40
 OPENS_AT_ONCE = 4  # replica logs opening in worker threads at once (a restart opens them all)
-OLDEST_FIRST_EVERY = 8  # turns of the replays: one in eight to the one waiting longest
 
 
 def parse_voters(text: str) -> dict[int, tuple[str, int]]:
@@ -233,8 +232,7 @@ class ClusterRuntime:
         self._ticking: dict[int, Group] = {}
         self._dirty: dict[int, Group] = {}
         # groups whose machine has committed batches left to apply (``_feed``)
-        self._feeding: dict[int, Group] = {}  # in the order they began to wait
-        self._feed_turns = 0
+        self._feeding: dict[int, Group] = {}
         self._feed_deadline = 0.0
         self._announce: set[int] = set()  # led groups whose announcement is due
         self._announce_all = True
@@ -930,34 +928,24 @@ class ClusterRuntime:
     def _feed_more(self) -> None:
         """A turn of the replays left over (after every other task's turn:
         the driver's wake-up checkpoints), then their waiters: the metadata
-        log first, then the others shortest first — the replay with the least
-        left goes on until it is done, so its partition serves (its delayed
-        records flow again, its coordinator answers) as early as it can,
-        rather than every partition waiting for the end of them all, as turns
-        in a circle would have it. The longest replay still ends when they
-        all would; a new short one (a leadership moved here) goes ahead. One
-        turn in ``OLDEST_FIRST_EVERY`` goes to the one waiting longest, so
-        short replays coming on and on (a busy log's commits falling behind)
-        never stop a long one."""
+        log first, then the others in turn — one fed in part goes to the back,
+        so every replay moves on however many there are."""
         self._feed_deadline = time.monotonic() + FEED_BUDGET_S
-        self._feed_turns += 1
-        meta = self._feeding.pop(METADATA_GROUP, None)
-        if meta is not None and not meta.removed and not meta.feed(FEED_BUDGET_S):
-            self._feeding[METADATA_GROUP] = meta
-        elif meta is not None:
+        meta = self._feeding.get(METADATA_GROUP)
+        if meta is not None and (meta.removed or meta.feed(FEED_BUDGET_S)):
+            del self._feeding[METADATA_GROUP]
             meta.notify()
-        waiting = list(self._feeding.values())  # the longest waiting first
-        if self._feed_turns % OLDEST_FIRST_EVERY:
-            waiting.sort(key=lambda g: g.backlog)
-        for group in waiting:
+        for gid, group in list(self._feeding.items()):
             left = self._feed_deadline - time.monotonic()
             if left <= 0:
                 break
-            if group.gid == METADATA_GROUP:
+            if gid == METADATA_GROUP:
                 continue
+            del self._feeding[gid]
             if group.removed or group.feed(left):
-                del self._feeding[group.gid]
                 group.notify()
+            else:
+                self._feeding[gid] = group  # to the back of the line
         if self._feeding:
             self.kick()
 
