@@ -18,7 +18,10 @@ generation checks (ILLEGAL_GENERATION / UNKNOWN_MEMBER_ID /
 REBALANCE_IN_PROGRESS). Cooperative rebalancing is client-driven and needs
 nothing special: a member that revokes partitions simply joins again.
 
-``pop_group_changes`` lists the groups whose record must be written before
+A member's assignment is the last one its group's leader handed out: kept
+through a rebalance until the next generation's leader syncs, and reset when
+a rebalance starts again before it did (as Kafka does; DescribeGroups shows
+it). ``pop_group_changes`` lists the groups whose record must be written before
 the replies go out, as Kafka writes them: at the leader's SyncGroup (the
 generation with its assignments), when a static member is replaced, and when
 a rebalance leaves the group Empty — never a generation still waiting for its
@@ -242,7 +245,11 @@ class GroupCoordinator:
         if group.is_(GroupState.PREPARING_REBALANCE):
             return []
         replies = []
+        # a generation whose assignments never came leaves none (Kafka resets them)
+        aborted = group.is_(GroupState.COMPLETING_REBALANCE)
         for m in group.members.values():
+            if aborted:
+                m.assignment = b""
             if m.sync_token is not None:
                 replies.append(Reply(m.sync_token, SyncResult(ErrorCode.rebalance_in_progress)))
                 m.sync_token = None
@@ -286,8 +293,7 @@ class GroupCoordinator:
             assert member.join_token is not None
             replies.append(Reply(member.join_token, self._join_result(group, member)))
             member.join_token = None
-            member.synced = False
-            member.assignment = b""
+            member.synced = False  # its assignment stays the last one until the sync
             member.last_heartbeat_ms = now_ms
         return replies
 

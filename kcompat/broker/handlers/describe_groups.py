@@ -3,7 +3,10 @@
 An unknown group is described as state "Dead" with no error, as Kafka does up
 to v5; so is a KIP-848 consumer group (Kafka 4.4 describes only classic groups
 here; ConsumerGroupDescribe serves the others). From v6 (KIP-1043) both are
-GROUP_ID_NOT_FOUND with Kafka's message, still in state "Dead". Member metadata and assignment are the selected protocol's bytes.
+GROUP_ID_NOT_FOUND with Kafka's message, still in state "Dead". A Stable
+group shows its protocol and each member's metadata for it; in any other
+state, as Kafka does, no protocol and no member metadata, while each member's
+assignment is still the last one handed out.
 Authorization (Kafka's): a group the principal may not DESCRIBE is answered
 GROUP_AUTHORIZATION_FAILED, before the others; include_authorized_operations
 fills each described group's operations (its group ACLs allow).
@@ -19,6 +22,7 @@ from kio.schema.errors import ErrorCode
 from kcompat.broker.context import RequestContext
 from kcompat.broker.handlers import _authz
 from kcompat.broker.handlers._common import NO_THROTTLE, OK
+from kcompat.group.group import GroupState
 
 AUTHORIZED_OPERATIONS_OMITTED = -2147483648
 
@@ -40,11 +44,13 @@ def _describe(ctx: RequestContext, group_id: str) -> Any:
                          group_id=group_id, group_state="Dead",
                          protocol_type="", protocol_data="", members=(),
                          authorized_operations=AUTHORIZED_OPERATIONS_OMITTED)
-    protocol = group.protocol_name or ""
+    stable = group.state is GroupState.STABLE
+    protocol = (group.protocol_name or "") if stable else ""
     members = tuple(
         ctx.build("DescribedGroupMember", member_id=m.member_id,
                   group_instance_id=m.group_instance_id, client_id=m.client_id,
-                  client_host=m.client_host, member_metadata=m.metadata_for(protocol),
+                  client_host=m.client_host,
+                  member_metadata=m.metadata_for(protocol) if stable else b"",
                   member_assignment=m.assignment)
         for m in group.members.values()
     )

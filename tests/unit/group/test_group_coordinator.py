@@ -358,3 +358,18 @@ def test_sync_result_types() -> None:
     (a,) = d.stable_group(1)
     r = d.result(d.sync(a, d.group.generation_id))
     assert isinstance(r, SyncResult) and r.assignment == a.encode()
+
+
+def test_assignments_stay_until_the_next_sync_and_reset_when_it_never_comes() -> None:
+    # Kafka keeps each member's last assignment through a rebalance (DescribeGroups
+    # shows it) and resets them all when a rebalance starts again before the sync
+    d = Driver()
+    a, b = d.stable_group(2)
+    assert {m.assignment for m in d.group.members.values()} == {a.encode(), b.encode()}
+    d.join(a), d.join(b)
+    assert d.group.is_(S.COMPLETING_REBALANCE)
+    assert d.group.members[a].assignment == a.encode()
+    assert d.group.members[b].assignment == b.encode()
+    d.c.leave_group("g", [(b, None)], 0)  # the rebalance starts again: none synced
+    assert d.group.is_(S.PREPARING_REBALANCE)
+    assert d.group.members[a].assignment == b""
