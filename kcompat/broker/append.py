@@ -3,13 +3,16 @@
 Theory of operation
 -------------------
 DESIGN.md §1.3: the records field of a produce request is validated at batch
-level only — size, magic, CRC32C, and the idempotence check on the header's
+level only — size, magic, CRC32C, codec, a record count that matches the
+offset range and is not zero, and the idempotence check on the header's
 producer id/epoch/sequence — and then written as the client sent it, with
 ``baseOffset`` and ``partitionLeaderEpoch`` (both outside the CRC) replaced on
 the way to disk. Nothing is stored unless every check passes. Only a topic with
 ``message.timestamp.type=LogAppendTime`` pays for a copy (its timestamp and CRC
-change). A client-sent control batch is refused: markers are written by the
-transaction coordinator only. A compacted topic (``cleanup.policy`` with
+change); such a topic refuses a batch whose producer set the LogAppendTime
+bit (INVALID_TIMESTAMP), a CreateTime topic stores it as CreateTime (a copy,
+its bit cleared), as Kafka does. A client-sent control batch is refused:
+markers are written by the transaction coordinator only. A compacted topic (``cleanup.policy`` with
 ``compact``) refuses a batch with a record without a key, as Kafka's
 LogValidator does (INVALID_RECORD, each such record in ``record_errors``). A
 batch larger than the topic's segment size (``internal.segment.bytes`` or
@@ -58,6 +61,11 @@ class AppendResult:
     message: str | None = None
     split: Split | None = None  # delayed records taken out (stored with holes)
     record_errors: tuple[tuple[int, str], ...] = ()  # (index in the batch, message)
+
+
+# a producer's bad batch (wire.batch.BatchError kind) as Kafka answers it
+_BATCH_ERRORS = {"corrupt": ErrorCode.corrupt_message, "invalid": ErrorCode.invalid_record,
+                 "unknown": ErrorCode.unknown_server_error}
 
 
 def _fail(code: ErrorCode, message: str) -> AppendResult:
@@ -114,10 +122,22 @@ def append_records(
                          f"batch of {len(view)} bytes exceeds max.message.bytes {max_bytes}")
         header = wbatch.validate(view)
     except wbatch.BatchError as e:
-        code = ErrorCode.corrupt_message if e.kind == "corrupt" else ErrorCode.invalid_record
-        return _fail(code, str(e))
+        return _fail(_BATCH_ERRORS.get(e.kind, ErrorCode.invalid_record), str(e))
     if header.is_control:
         return _fail(ErrorCode.invalid_record, "clients may not write control batches")
+    if header.records_count <= 0 or header.records_count != header.last_offset_delta + 1:
+        return _fail(ErrorCode.invalid_record, (
+            f"record count {header.records_count} disagrees with the batch's offset range "
+            f"(lastOffsetDelta {header.last_offset_delta})"))
+    log_append = effective("message.timestamp.type", topic_configs, broker_defaults)[0] == (
+        "LogAppendTime")
+    if header.is_log_append_time:  # set by the producer
+        if log_append:
+            return _fail(ErrorCode.invalid_timestamp,
+                         "producers may not set the timestamp type to LogAppendTime")
+        view = memoryview(wbatch.with_create_time(view))
+        header = wbatch.parse_header(view)
+        presplit = None  # made of the batch as sent
     if "compact" in effective("cleanup.policy", topic_configs, broker_defaults)[0]:
         refused = _keyless(part, view)
         if refused is not None:
@@ -127,8 +147,6 @@ def append_records(
         if txn_error is not None:
             return _fail(txn_error, "transactional batch outside an ongoing transaction "
                                   "that includes this partition")
-    log_append = effective("message.timestamp.type", topic_configs, broker_defaults)[0] == (
-        "LogAppendTime")
     if not log_append:
         problem = _timestamp_problem(view, header, topic_configs, broker_defaults, now_ms)
         if problem is not None:

@@ -144,6 +144,8 @@ def validate(batch: bytes | memoryview) -> BatchHeader:
     if len(batch) < HEADER_SIZE:
         raise BatchError("corrupt", f"batch of {len(batch)} bytes is shorter than a header")
     header = parse_header(batch)
+    if header.magic > MAGIC_V2:  # a magic no format has (Kafka: CORRUPT_MESSAGE)
+        raise BatchError("corrupt", f"unknown magic {header.magic}")
     if header.magic != MAGIC_V2:
         raise BatchError("invalid", f"magic {header.magic} is not supported (only v2)")
     if header.size != len(batch):
@@ -151,9 +153,9 @@ def validate(batch: bytes | memoryview) -> BatchHeader:
     if compute_crc(batch) != header.crc:
         raise BatchError("corrupt", "CRC32C mismatch")
     if header.last_offset_delta < 0 or header.records_count < 0:
-        raise BatchError("corrupt", "negative lastOffsetDelta or record count")
-    if header.compression > CODEC_ZSTD:
-        raise BatchError("invalid", f"unknown compression codec {header.compression}")
+        raise BatchError("invalid", "negative lastOffsetDelta or record count")
+    if header.compression > CODEC_ZSTD:  # Kafka fails on it: UNKNOWN_SERVER_ERROR
+        raise BatchError("unknown", f"unknown compression type id: {header.compression}")
     return header
 
 
@@ -190,6 +192,16 @@ def offset_field(base_offset: int) -> bytes:
 
 def epoch_field(leader_epoch: int) -> bytes:
     return _I32.pack(leader_epoch)
+
+
+def with_create_time(batch: bytes | memoryview) -> bytearray:
+    """Copy of ``batch`` with the timestamp type bit cleared (CreateTime), CRC
+    recomputed: a producer's batch on a CreateTime topic is stored as that."""
+    out = bytearray(batch)
+    attrs = struct.unpack_from(">h", out, 21)[0] & ~ATTR_TIMESTAMP_TYPE
+    struct.pack_into(">h", out, 21, attrs)
+    _U32.pack_into(out, 17, compute_crc(out))
+    return out
 
 
 def with_log_append_time(batch: bytes | memoryview, now_ms: int) -> bytearray:

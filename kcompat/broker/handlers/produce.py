@@ -8,6 +8,10 @@ partitions, as Kafka answers. acks=0 gets no response at all. From v10 a
 partition answered NOT_LEADER_OR_FOLLOWER carries its current leader and the
 response that leader's endpoint (KIP-951, ``_leader_hints``).
 
+A batch with a magic no format has (above 2) fails the whole request before
+anything else is looked at, every partition CORRUPT_MESSAGE whether its topic
+exists or not, as Kafka fails it while reading the batches' flags.
+
 Only the Raft leader of a partition accepts a batch; anyone else answers
 NOT_LEADER_OR_FOLLOWER (also a replica-less broker for a topic that exists),
 and the client refreshes metadata and retries at the leader. On the leader the
@@ -78,9 +82,10 @@ from kcompat.broker.replication.group import Group, NotLeaderError
 from kcompat.broker.state import now_ms
 from kcompat.broker.topic_config import effective, retry_policy
 from kcompat.ext.schedule_log import SCHEDULE_TOPIC
-from kcompat.wire.batch import BatchError, BatchHeader, parse_header
+from kcompat.wire.batch import LOG_OVERHEAD, MAGIC_V2, BatchError, BatchHeader, parse_header
 
 _Row = tuple[int, AppendResult, Partition | None, Group | None, int]
+MAGIC_AT = 16  # a batch's magic byte, the same place in every format
 SPLIT_AHEAD_BYTES = 256 << 10  # a batch this large is split in a worker thread (~6 ms of work)
 
 
@@ -352,11 +357,34 @@ def _backpressure_ms(ctx: RequestContext, rows: list[_Row]) -> int:
                default=0)
 
 
+def _unknown_magic(topic_data: Any) -> bool:
+    """Whether a batch of the request has a magic no format has: Kafka fails
+    the whole request on it (CORRUPT_MESSAGE for every partition, whether its
+    topic exists or not) as it reads the batches' flags, before anything else.
+    A look at each batch's header, not its records."""
+    for t in topic_data:
+        for p in t.partition_data:
+            records = p.records or b""
+            pos = 0
+            while pos + MAGIC_AT < len(records):
+                if records[pos + MAGIC_AT] > MAGIC_V2:  # unsigned: a negative one too
+                    return True
+                length = int.from_bytes(records[pos + 8:pos + 12], "big", signed=True)
+                if length <= 0:
+                    break  # a framing fault: the batch's own checks answer it
+                pos += LOG_OVERHEAD + length
+    return False
+
+
 async def handle(ctx: RequestContext, request: Any) -> Any:
     state = ctx.state
     cluster = ctx.cluster
     named = _named_topics(ctx, request)
     acks = request.acks
+    if _unknown_magic(request.topic_data):
+        corrupt = [[_denied(p.index, ErrorCode.corrupt_message) for p in t.partition_data]
+                   for _n, t in named]
+        return None if acks == 0 else _response(ctx, named, corrupt, {})
     tid = request.transactional_id
     if _authz.enabled(ctx) and _authz.transactional_records(request.topic_data) and (
             tid is None or not _authz.txn_id(ctx, _authz.Op.WRITE, tid)):
