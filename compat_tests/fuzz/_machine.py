@@ -20,13 +20,25 @@ same on both brokers.
 Producers (``_producers``): an idempotent and a transactional one per
 sequence, initialized, producing in order, again (a duplicate) and past a
 gap, fenced by a re-initialization, adding partitions to a transaction,
-committing or aborting it, and READ_COMMITTED fetches. Their ids and epochs
+committing or aborting it, offsets committed in it (AddOffsetsToTxn,
+TxnOffsetCommit) read with and without require_stable, and READ_COMMITTED
+fetches. Their ids and epochs
 are each broker's own, kept per peer (``Peer.state``); after an EndTxn the
 machine waits for the markers, as a READ_COMMITTED consumer does.
 
-Classic group members (``_members``): one per group, joining, syncing as its
-leader with the partitions the machine chose, heartbeating, committing in its
-generation or a stale one, and leaving.
+Malformed Produce batches (``_bad_produce``): a wrong CRC, an unknown magic,
+a record count that disagrees with the records, a codec id no codec has, no
+records, the LogAppendTime bit set by the producer (also to a topic of the
+sequence created with LogAppendTime); the partition's error is compared, and
+what a Fetch reads after.
+
+Classic group members (``_members``): two per group, each on its own
+connection, joining, syncing (the leader with the partitions the machine
+chose for each), heartbeating, committing in their generation or a stale
+one, and leaving, so that rebalances happen; and DescribeGroups. A broker
+holds a member's JoinGroup or SyncGroup until the others act: such a request
+is pending (``_members.WAITING``), and when one broker answered it and the
+other did not, the latter is awaited longer before the two are compared.
 """
 
 from __future__ import annotations
@@ -40,6 +52,7 @@ from typing import Any
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, rule
 
+from compat_tests.fuzz import _bad_produce as bad
 from compat_tests.fuzz import _members as members
 from compat_tests.fuzz import _ops as ops
 from compat_tests.fuzz import _producers as producers
@@ -71,8 +84,9 @@ config_pairs = st.sampled_from(sorted(CONFIGS)).flatmap(
 
 
 def operation(name: str) -> Callable[..., Any]:
-    """The operation ``name`` of ``_ops``, ``_producers`` or ``_members``."""
-    return next(getattr(m, name) for m in (ops, producers, members) if hasattr(m, name))
+    """The operation ``name`` of ``_ops``, ``_producers``, ``_members`` or
+    ``_bad_produce``."""
+    return next(getattr(m, name) for m in (ops, producers, members, bad) if hasattr(m, name))
 
 
 def machine_for(peers: Sequence[Peer], replication: Sequence[int] = (1, 2, -1),
@@ -87,6 +101,8 @@ def machine_for(peers: Sequence[Peer], replication: Sequence[int] = (1, 2, -1),
             self.topics = [f"{prefix}-{c}" for c in "abc"]
             self.groups = [f"{prefix}-g{i}" for i in (1, 2)]
             self.transactional_id = f"{prefix}-tx"
+            self.append_time_topic = f"{prefix}-lat"  # LogAppendTime, made on first use
+            self.append_time_topic_made = False
             self.partitions: dict[str, int] = {}  # the model: topics both created
             self.timestamps: list[int] = []
 
@@ -101,10 +117,16 @@ def machine_for(peers: Sequence[Peer], replication: Sequence[int] = (1, 2, -1),
 
         # -- the comparison ---------------------------------------------------------------
 
-        def both(self, op: str, *args: Any) -> Any:
+        def both(self, op: str, *args: Any, member: tuple[str, int] | None = None) -> Any:
+            """``op`` done to each peer, their observations compared;
+            ``member``: the (group, member) whose request it is, awaited
+            longer where one broker answered it and another held it."""
             fn = operation(op)
             started = time.monotonic()
             seen = [fn(peer, *args) for peer in peers]
+            if member is not None and members.WAITING in seen and len(set(map(repr, seen))) > 1:
+                seen = [members.collect(peer, *member) if s == members.WAITING else s
+                        for peer, s in zip(peers, seen, strict=True)]
             if COLLECT and time.monotonic() - started > SLOW_S:  # where a run's time goes
                 with open(COLLECT, "a") as out:
                     out.write(f"slow {time.monotonic() - started:.1f} s: {op}{args!r}\n")
@@ -204,6 +226,22 @@ def machine_for(peers: Sequence[Peer], replication: Sequence[int] = (1, 2, -1),
             self.timestamps.append(timestamp)
             return timestamp
 
+        @rule(data=st.data(), partition=st.integers(0, 2), kind=st.sampled_from(bad.KINDS),
+              records=small_records, to_append_time_topic=st.booleans())
+        def produce_bad(self, data: st.DataObject, partition: int, kind: str,
+                        records: list[tuple[bytes | None, bytes | None]],
+                        to_append_time_topic: bool) -> None:
+            if to_append_time_topic:
+                topic, partition = self.append_time_topic, 0
+                if not self.append_time_topic_made:
+                    self.both("create_topic", topic, 1, -1,
+                              {"message.timestamp.type": "LogAppendTime"}, False)
+                    self.settle(topic, 1)
+                    self.append_time_topic_made = True
+            else:
+                topic = self.topic(data)
+            self.both("produce_bad", topic, partition, kind, records, self.timestamp())
+
         @rule(data=st.data(), partition=st.integers(0, 3), offset=st.integers(-1, 12))
         def fetch(self, data: st.DataObject, partition: int, offset: int) -> None:
             self.both("fetch", self.topic(data), partition, offset)
@@ -232,10 +270,10 @@ def machine_for(peers: Sequence[Peer], replication: Sequence[int] = (1, 2, -1),
             group = data.draw(st.sampled_from(self.groups), label="group")
             self.both("commit_offset", group, self.topic(data), partition, offset, meta)
 
-        @rule(data=st.data(), partition=st.integers(0, 2))
-        def fetch_offset(self, data: st.DataObject, partition: int) -> None:
+        @rule(data=st.data(), partition=st.integers(0, 2), stable=st.booleans())
+        def fetch_offset(self, data: st.DataObject, partition: int, stable: bool) -> None:
             group = data.draw(st.sampled_from(self.groups), label="group")
-            self.both("fetch_offset", group, self.topic(data), partition)
+            self.both("fetch_offset", group, self.topic(data), partition, stable)
 
         @rule(data=st.data())
         def delete_group(self, data: st.DataObject) -> None:
@@ -265,6 +303,17 @@ def machine_for(peers: Sequence[Peer], replication: Sequence[int] = (1, 2, -1),
         def add_partition(self, data: st.DataObject, partition: int) -> None:
             self.both("add_partition", self.topic(data), partition)
 
+        @rule(data=st.data())
+        def add_offsets(self, data: st.DataObject) -> None:
+            self.both("add_offsets", self.group(data))
+
+        @rule(data=st.data(), partition=st.integers(0, 2), offset=st.integers(-1, 20),
+              as_member=st.booleans())
+        def txn_offset_commit(self, data: st.DataObject, partition: int, offset: int,
+                              as_member: bool) -> None:
+            self.both("txn_offset_commit", self.group(data), self.topic(data), partition,
+                      offset, as_member)
+
         @rule(commit=st.booleans())
         def end_txn(self, commit: bool) -> None:
             if self.both("end_txn", commit) == 0:
@@ -280,31 +329,46 @@ def machine_for(peers: Sequence[Peer], replication: Sequence[int] = (1, 2, -1),
         def group(self, data: st.DataObject) -> str:
             return data.draw(st.sampled_from(self.groups), label="group")
 
-        @rule(data=st.data())
-        def join_group(self, data: st.DataObject) -> None:
-            self.both("join_group", self.group(data), self.topics)
+        @rule(data=st.data(), who=st.sampled_from((0, 1)))
+        def join_group(self, data: st.DataObject, who: int) -> None:
+            group = self.group(data)
+            self.both("join_group", group, self.topics, who, member=(group, who))
 
-        @rule(data=st.data(), chosen=st.sets(st.tuples(st.integers(0, 2), st.integers(0, 2)),
-                                             max_size=3))
-        def sync_group(self, data: st.DataObject, chosen: set[tuple[int, int]]) -> None:
+        @rule(data=st.data(), who=st.sampled_from((0, 1)),
+              chosen=st.sets(st.tuples(st.integers(0, 2), st.integers(0, 2)), max_size=3),
+              theirs=st.sets(st.tuples(st.integers(0, 2), st.integers(0, 2)), max_size=2))
+        def sync_group(self, data: st.DataObject, who: int, chosen: set[tuple[int, int]],
+                       theirs: set[tuple[int, int]]) -> None:
+            group = self.group(data)
+            self.both("sync_group", group, self.assignment(chosen), self.assignment(theirs),
+                      who, member=(group, who))
+
+        def assignment(self, chosen: set[tuple[int, int]]) -> dict[str, list[int]]:
             partitions: dict[str, list[int]] = {}
             for topic, partition in sorted(chosen):
                 partitions.setdefault(self.topics[topic], []).append(partition)
-            self.both("sync_group", self.group(data), partitions)
+            return partitions
+
+        @rule(data=st.data(), who=st.sampled_from((0, 1)))
+        def heartbeat(self, data: st.DataObject, who: int) -> None:
+            group = self.group(data)
+            self.both("heartbeat", group, who, member=(group, who))
+
+        @rule(data=st.data(), who=st.sampled_from((0, 1)))
+        def leave_group(self, data: st.DataObject, who: int) -> None:
+            group = self.group(data)
+            self.both("leave_group", group, who, member=(group, who))
+
+        @rule(data=st.data(), who=st.sampled_from((0, 1)), stale=st.booleans(),
+              partition=st.integers(0, 2), offset=st.integers(0, 20))
+        def commit_in_generation(self, data: st.DataObject, who: int, stale: bool,
+                                 partition: int, offset: int) -> None:
+            group = self.group(data)
+            self.both("commit_in_generation", group, stale, self.topic(data), partition,
+                      offset, who, member=(group, who))
 
         @rule(data=st.data())
-        def heartbeat(self, data: st.DataObject) -> None:
-            self.both("heartbeat", self.group(data))
-
-        @rule(data=st.data())
-        def leave_group(self, data: st.DataObject) -> None:
-            self.both("leave_group", self.group(data))
-
-        @rule(data=st.data(), stale=st.booleans(), partition=st.integers(0, 2),
-              offset=st.integers(0, 20))
-        def commit_in_generation(self, data: st.DataObject, stale: bool, partition: int,
-                                 offset: int) -> None:
-            self.both("commit_in_generation", self.group(data), stale, self.topic(data),
-                      partition, offset)
+        def describe_group(self, data: st.DataObject) -> None:
+            self.both("describe_group", self.group(data))
 
     return Differential

@@ -90,7 +90,7 @@ def _leader(peer: Peer, topic: str, partition: int) -> str | None:
     return None
 
 
-def _coordinator(peer: Peer, group: str, key_type: int = 0) -> str | None:
+def coordinator(peer: Peer, group: str, key_type: int = 0) -> str | None:
     """The address of ``group``'s coordinator (``key_type`` 1: a transactional
     id's); None as for ``_leader``."""
     if len(peer.addresses) == 1:
@@ -128,7 +128,7 @@ def to_leader(peer: Peer, topic: str, partition: int, request: Any, response: An
 def to_coordinator(peer: Peer, group: str, request: Any, response: Any, version: int,
                    data: dict[str, Any], error_of: Callable[[dict[str, Any]], int],
                    key_type: int = 0) -> Any:
-    return _routed(peer, lambda: _coordinator(peer, group, key_type),
+    return _routed(peer, lambda: coordinator(peer, group, key_type),
                    lambda to: peer.call(request, response, version, data, to),
                    error_of, {14, 15, 16})
 
@@ -286,11 +286,14 @@ def commit_offset(peer: Peer, group: str, name: str, partition: int, offset: int
         answer, "topics", 0, "partitions", 0, "error_code")
 
 
-def fetch_offset(peer: Peer, group: str, name: str, partition: int) -> Observation:
+def fetch_offset(peer: Peer, group: str, name: str, partition: int,
+                 stable: bool = False) -> Observation:
+    """OffsetFetch (v8); ``stable``: require_stable (a partition with offsets
+    of an open transaction is UNSTABLE_OFFSET_COMMIT, not the offset before)."""
     answer = to_coordinator(peer, group, OffsetFetchRequest, OffsetFetchResponse, 8, {
         "groups": [{"group_id": group, "topics": [
             {"name": name, "partition_indexes": [partition]}]}],
-        "require_stable": False}, lambda a: a["groups"][0]["error_code"])
+        "require_stable": stable}, lambda a: a["groups"][0]["error_code"])
     if answer == CLOSED:
         return CLOSED
     group_answer = _first(answer, "groups", 0)

@@ -17,6 +17,12 @@ coordinator and are retried while it answers what a producer retries
 transaction's markers are written). ``settle_transaction`` waits after an
 EndTxn until the markers are in (the last stable offset reaches the high
 watermark), as a READ_COMMITTED consumer waits for them.
+
+Offsets in a transaction: AddOffsetsToTxn of a group, then TxnOffsetCommit
+to the group's coordinator (outside a generation, or as the group's first
+member), observed by OffsetFetch with and without require_stable (pending:
+UNSTABLE_OFFSET_COMMIT, or the offset before the transaction); after the
+EndTxn ``settle_transaction`` also waits until none is pending.
 """
 
 from __future__ import annotations
@@ -27,14 +33,19 @@ from typing import Any
 
 from kafka.protocol.producer.produce import ProduceRequest, ProduceResponse
 from kafka.protocol.producer.transaction import (
+    AddOffsetsToTxnRequest,
+    AddOffsetsToTxnResponse,
     AddPartitionsToTxnRequest,
     AddPartitionsToTxnResponse,
     EndTxnRequest,
     EndTxnResponse,
     InitProducerIdRequest,
     InitProducerIdResponse,
+    TxnOffsetCommitRequest,
+    TxnOffsetCommitResponse,
 )
 
+from compat_tests.fuzz import _members as members
 from compat_tests.fuzz import _ops as ops
 from compat_tests.fuzz._wire import CLOSED, Peer, fetched_records, record_batch
 
@@ -46,6 +57,7 @@ TXN_RETRIABLE = {14, 15, 16, 51}
 TXN_ATTEMPTS = 100
 READ_COMMITTED = 1
 NEXT, DUPLICATE, GAP = "next", "duplicate", "gap"
+UNSTABLE_OFFSET_COMMIT = 88
 
 
 @dataclass
@@ -57,6 +69,8 @@ class Producer:
     # the last acknowledged batch per partition: its base sequence and records
     last_batch: dict[tuple[str, int], tuple[int, list[Any]]] = field(default_factory=dict)
     in_transaction: set[tuple[str, int]] = field(default_factory=set)
+    # (group, topic, partition) of offsets committed in the transaction
+    offsets: set[tuple[str, str, int]] = field(default_factory=set)
 
 
 def _txn_call(peer: Peer, txn_id: str | None, request: Any, response: Any, version: int,
@@ -156,6 +170,55 @@ def add_partition(peer: Peer, topic: str, partition: int) -> Observation:
     return error
 
 
+def add_offsets(peer: Peer, group: str) -> Observation:
+    """AddOffsetsToTxn (v3) of ``group`` to the transactional slot's
+    transaction: its error."""
+    producer = peer.state.get("transactional")
+    if producer is None:
+        return "no producer"
+    answer = _txn_call(peer, producer.transactional_id, AddOffsetsToTxnRequest,
+                       AddOffsetsToTxnResponse, 3, {
+                           "transactional_id": producer.transactional_id,
+                           "producer_id": producer.producer_id,
+                           "producer_epoch": producer.epoch, "group_id": group},
+                       lambda a: a["error_code"])
+    return answer if answer == CLOSED else answer["error_code"]
+
+
+def txn_offset_commit(peer: Peer, group: str, topic: str, partition: int, offset: int,
+                      as_member: bool) -> Observation:
+    """TxnOffsetCommit (v3) of the transactional slot, to the group's
+    coordinator, outside any generation or as the group's first member (its
+    id and generation): the partition's error."""
+    producer = peer.state.get("transactional")
+    if producer is None:
+        return "no producer"
+    member = members.member_of(peer, group, 0) if as_member else None
+
+    def error_of(answer: dict[str, Any]) -> int:
+        return int(answer["topics"][0]["partitions"][0]["error_code"])
+
+    for _ in range(TXN_ATTEMPTS):
+        answer = ops.to_coordinator(peer, group, TxnOffsetCommitRequest,
+                                    TxnOffsetCommitResponse, 3, {
+            "transactional_id": producer.transactional_id, "group_id": group,
+            "producer_id": producer.producer_id, "producer_epoch": producer.epoch,
+            "generation_id": member.generation if member else -1,
+            "member_id": member.member_id if member else "", "group_instance_id": None,
+            "topics": [{"name": topic, "partitions": [
+                {"partition_index": partition, "committed_offset": offset,
+                 "committed_leader_epoch": -1, "committed_metadata": "t"}]}]},
+            error_of)
+        if answer == CLOSED or error_of(answer) not in TXN_RETRIABLE:
+            break
+        time.sleep(0.1)
+    if answer == CLOSED:
+        return CLOSED
+    if not error_of(answer):
+        producer.offsets.add((group, topic, partition))
+    return error_of(answer)
+
+
 def end_txn(peer: Peer, commit: bool) -> Observation:
     """EndTxn (v3) of the transactional slot: its error."""
     producer = peer.state.get("transactional")
@@ -184,7 +247,9 @@ def fetch_committed(peer: Peer, topic: str, partition: int, offset: int) -> Obse
 def settle_transaction(peer: Peer, slot: str = "transactional") -> None:
     """After an EndTxn (or a re-initialization, ``slot`` "fenced"): until each
     partition of the slot's transaction shows its marker (last stable offset
-    at the high watermark); the transaction's partitions are then forgotten."""
+    at the high watermark) and each offset it committed is no longer pending
+    (an OffsetFetch requiring stable offsets is answered, as a consumer
+    retries); the transaction's partitions are then forgotten."""
     producer = peer.state.get(slot)
     if producer is None:
         return
@@ -195,4 +260,11 @@ def settle_transaction(peer: Peer, slot: str = "transactional") -> None:
             if time.monotonic() > deadline:
                 raise TimeoutError(f"{peer.name}: {topic}-{partition} keeps its LSO: {seen}")
             time.sleep(0.05)
+    for group, topic, partition in sorted(producer.offsets):
+        while (seen := ops.fetch_offset(peer, group, topic, partition, True)) != CLOSED \
+                and seen[0] == UNSTABLE_OFFSET_COMMIT:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{peer.name}: {group} keeps {topic}-{partition} pending")
+            time.sleep(0.05)
     producer.in_transaction.clear()
+    producer.offsets.clear()

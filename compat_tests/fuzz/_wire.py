@@ -8,20 +8,30 @@ connection the broker closes is an observation (``CLOSED``), not an error
 of the fuzzer: the peer reconnects for the next call. ``Peer.state`` holds
 what a client keeps between requests and each broker chooses (producer ids
 and epochs, member ids): the ops read and write it, the machine never
-compares it, and ``reset`` drops it with the connections.
+compares it, and ``reset`` drops it with the connections (and closes the
+connections a state value owns: a group member's). ``send`` and ``receive``
+split a call in two for a request a broker may hold (a JoinGroup waiting for
+the other members): its answer is awaited a bounded time, and again later.
 """
 
 from __future__ import annotations
 
+import select
 import socket
 import struct
 from typing import Any
 
+from kafka.errors import CorruptRecordError
 from kafka.record.default_records import DefaultRecordBatchBuilder
 from kafka.record.memory_records import MemoryRecords
 
 #: what a call observes when the broker closed the connection or did not answer
 CLOSED = "connection closed"
+#: a fetched record's timestamp in a LogAppendTime batch (the broker's clock)
+APPEND_TIME = "log append time"
+LOG_APPEND_TIME = 1  # a batch's timestamp type
+#: what a fetched batch a consumer cannot read is observed as (from its base offset)
+UNREADABLE = "unreadable batch"
 TIMEOUT_S = 30.0
 
 
@@ -72,6 +82,10 @@ class Peer:
     def reset(self) -> None:
         """New connections and no client state: a new sequence's clients."""
         self.close()
+        for value in self.state.values():
+            close = getattr(value, "close", None)
+            if callable(close):
+                close()
         self.state.clear()
 
     def call(self, request_class: Any, response_class: Any, version: int,
@@ -79,23 +93,52 @@ class Peer:
         """The answer to ``request_class[version]`` built from ``data``, as
         nested dicts, from address ``to`` (default: the first);
         ``CLOSED`` when the broker closed the connection."""
+        sent = self.send(request_class, response_class, version, data, to)
+        answer = self.receive(sent, None)
+        assert answer is not None
+        return answer
+
+    def send(self, request_class: Any, response_class: Any, version: int,
+             data: dict[str, Any], to: str | None = None) -> tuple[str, Any, int] | str:
+        """Sends the request without awaiting its answer: what ``receive``
+        takes, or ``CLOSED``."""
         address = to or self.bootstrap
         request = build(request_class[version], data)
         self._cid += 1
         request.with_header(correlation_id=self._cid, client_id="kcompat-fuzz")
         payload = bytes(request.encode(header=True))
         try:
-            sock = self._connect(address)
-            sock.sendall(struct.pack(">i", len(payload)) + payload)
+            self._connect(address).sendall(struct.pack(">i", len(payload)) + payload)
+        except OSError:
+            self._drop(address)
+            return CLOSED
+        return (address, response_class[version], self._cid)
+
+    def receive(self, sent: tuple[str, Any, int] | str,
+                wait_s: float | None) -> dict[str, Any] | str | None:
+        """The answer to a request ``send`` sent, as nested dicts; None when
+        none came within ``wait_s`` (None: wait as long as a call does)."""
+        if sent == CLOSED:
+            return CLOSED
+        address, response, _ = sent
+        sock = self._socks.get(address)
+        if sock is None:
+            return CLOSED
+        try:
+            if wait_s is not None and not select.select([sock], [], [], wait_s)[0]:
+                return None
             size = struct.unpack(">i", self._exact(sock, 4))[0]
             frame = self._exact(sock, size)
         except OSError:
-            dropped = self._socks.pop(address, None)
-            if dropped is not None:
-                dropped.close()
+            self._drop(address)
             return CLOSED
-        answer = response_class[version].decode(frame, header=True)
+        answer = response.decode(frame, header=True)
         return answer.to_dict(json=False)  # type: ignore[no-any-return]  # raw bytes, not JSON text
+
+    def _drop(self, address: str) -> None:
+        dropped = self._socks.pop(address, None)
+        if dropped is not None:
+            dropped.close()
 
     def _exact(self, sock: socket.socket, n: int) -> bytes:
         out = bytearray()
@@ -125,15 +168,16 @@ def record_batch(records: list[tuple[bytes | None, bytes | None]], timestamp: in
 
 def fetched_records(raw: bytes | None, start: int,
                     aborted: list[tuple[int, int]] | None = None
-                    ) -> list[tuple[int, int, bytes | None, bytes | None]]:
+                    ) -> list[tuple[int, int | str, bytes | None, bytes | None]]:
     """``(offset, timestamp, key, value)`` of the fetched records at or past
-    ``start`` (a broker answers whole batches, which may begin before it),
+    ``start`` (a broker answers whole batches, which may begin before it;
+    ``APPEND_TIME`` is the timestamp of a LogAppendTime batch's records),
     as a consumer hands them out: no control batch (transaction markers);
     ``aborted``, a READ_COMMITTED answer's ``(producer id, first offset)``
     list: none of an aborted transaction's records either — from its first
     offset a producer's transactional batches are dropped until its abort
     marker."""
-    out: list[tuple[int, int, bytes | None, bytes | None]] = []
+    out: list[tuple[int, int | str, bytes | None, bytes | None]] = []
     if not raw:
         return out
     pending = sorted(aborted or [], key=lambda a: a[1])
@@ -151,7 +195,12 @@ def fetched_records(raw: bytes | None, start: int,
             continue
         if aborted is not None and batch.is_transactional and batch.producer_id in aborting:
             continue
-        for record in batch:
-            if record.offset >= start:
-                out.append((record.offset, record.timestamp, record.key, record.value))
+        append_time = batch.timestamp_type == LOG_APPEND_TIME
+        try:
+            for record in batch:
+                if record.offset >= start:
+                    out.append((record.offset, APPEND_TIME if append_time else
+                                record.timestamp, record.key, record.value))
+        except CorruptRecordError:  # a consumer fails on it: so does the observation
+            out.append((batch.base_offset, UNREADABLE, None, None))
     return out

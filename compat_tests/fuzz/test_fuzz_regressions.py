@@ -4,6 +4,7 @@ when it was found (compat_tests/FINDINGS.md, "Differential fuzzer")."""
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -11,6 +12,7 @@ from typing import Any
 import pytest
 
 from compat_tests._broker import Broker
+from compat_tests.fuzz import _members as members
 from compat_tests.fuzz import _ops as ops
 from compat_tests.fuzz import _producers as producers
 from compat_tests.fuzz._machine import operation
@@ -19,7 +21,8 @@ from compat_tests.java.kafka_reference import KafkaReference
 
 SET, DELETE, APPEND = 0, 1, 2
 INVALID_CONFIG, UNKNOWN_TOPIC = 40, 3
-UNKNOWN_MEMBER, ILLEGAL_GENERATION = 25, 22
+UNKNOWN_MEMBER, ILLEGAL_GENERATION, REBALANCE_IN_PROGRESS = 25, 22, 27
+INVALID_TXN_STATE, UNSTABLE_OFFSET_COMMIT = 48, 88
 
 
 @pytest.fixture
@@ -154,3 +157,130 @@ def test_transactions_as_the_fuzzer_drives_them(peers: list[Peer]) -> None:
     assert both(peers, "init_producer", "transactional", txn) == (
         "ok", "same producer id", "epoch advanced")
     assert both(peers, "produce_as", "fenced", "next", topic, 0, records, 3)[0] == "error"
+
+
+
+def test_two_members_rebalance(peers: list[Peer]) -> None:
+    # F7: DescribeGroups of a group not Stable names no protocol (kcompat named
+    # it); F8: a member's assignment stays the last one handed out until the
+    # next generation's leader syncs (kcompat emptied it when the join completed).
+    # The rest is the two-member rules' path through both brokers.
+    topic, group = name(), name()
+    for peer in peers:
+        ops.settle_group(peer, group)
+    assert both(peers, "create_topic", topic, 3, 1, {}, False) == ("ok", 3, 1)
+    settle(peers, topic, 3)
+    every = ((topic, 0), (topic, 1), (topic, 2))
+    assert both(peers, "join_group", group, [topic], 0) == (
+        "ok", True, 1, "generation advanced", "range")
+    assert both(peers, "describe_group", group) == (
+        0, "CompletingRebalance", "consumer", "", ((),))
+    assert both(peers, "sync_group", group, {topic: [0, 1, 2]}, None, 0) == ("ok", every)
+    assert both(peers, "describe_group", group) == (0, "Stable", "consumer", "range", (every,))
+    # a second member: held until the first joins again
+    assert both(peers, "join_group", group, [topic], 1) == members.WAITING
+    assert both(peers, "describe_group", group) == (
+        0, "PreparingRebalance", "consumer", "", ((), every))
+    assert both(peers, "heartbeat", group, 0) == REBALANCE_IN_PROGRESS
+    assert both(peers, "commit_in_generation", group, False, topic, 0, 5, 0) == 0
+    assert both(peers, "join_group", group, [topic], 0) == (
+        "ok", True, 2, "generation advanced", "range")
+    assert both(peers, "heartbeat", group, 1) == (
+        members.EARLIER, ("ok", False, 0, "generation advanced", "range"))
+    assert both(peers, "describe_group", group) == (
+        0, "CompletingRebalance", "consumer", "", ((), every))
+    # the follower's sync is held until the leader's
+    assert both(peers, "sync_group", group, {}, None, 1) == members.WAITING
+    assert both(peers, "commit_in_generation", group, False, topic, 0, 5, 1) == members.WAITING
+    assert both(peers, "commit_in_generation", group, False, topic, 0, 5, 0) \
+        == REBALANCE_IN_PROGRESS
+    assert both(peers, "sync_group", group, {topic: [0]}, {topic: [1, 2]}, 0) == (
+        "ok", every[:1])
+    assert both(peers, "heartbeat", group, 1) == (members.EARLIER, ("ok", every[1:]))
+    assert both(peers, "describe_group", group) == (
+        0, "Stable", "consumer", "range", (every[:1], every[1:]))
+    assert both(peers, "commit_in_generation", group, True, topic, 0, 5, 1) == ILLEGAL_GENERATION
+    # the leader leaves: the follower joins again and leads
+    assert both(peers, "leave_group", group, 0) == (0, (0,))
+    assert both(peers, "heartbeat", group, 1) == REBALANCE_IN_PROGRESS
+    assert both(peers, "join_group", group, [topic], 1) == (
+        "ok", True, 1, "generation advanced", "range")
+    assert both(peers, "describe_group", group) == (
+        0, "CompletingRebalance", "consumer", "", (every[1:],))
+    # a rebalance that starts again before the sync leaves no assignment
+    assert both(peers, "join_group", group, [topic], 0) == members.WAITING
+    assert both(peers, "describe_group", group) == (
+        0, "PreparingRebalance", "consumer", "", ((), ()))
+
+
+def test_offsets_in_a_transaction_as_the_fuzzer_drives_them(peers: list[Peer]) -> None:
+    # not a finding: AddOffsetsToTxn, TxnOffsetCommit and EndTxn through both
+    # brokers, read with and without require_stable
+    topic, group, txn = name(), name(), name()
+    for peer in peers:
+        ops.settle_group(peer, group)
+    assert both(peers, "create_topic", topic, 1, 1, {}, False) == ("ok", 1, 1)
+    settle(peers, topic, 1)
+    assert both(peers, "commit_offset", group, topic, 0, 2, "") == 0
+    assert both(peers, "init_producer", "transactional", txn) == ("ok",)
+    assert both(peers, "txn_offset_commit", group, topic, 0, 7, False) == INVALID_TXN_STATE
+    assert both(peers, "add_offsets", group) == 0
+    assert both(peers, "txn_offset_commit", group, topic, 0, 7, False) == 0
+    assert both(peers, "fetch_offset", group, topic, 0, True) == (UNSTABLE_OFFSET_COMMIT, -1, "")
+    assert both(peers, "fetch_offset", group, topic, 0, False) == (0, 2, "")
+    assert both(peers, "commit_offset", group, topic, 0, 3, "") == 0
+    assert both(peers, "end_txn", False) == 0
+    for peer in peers:
+        producers.settle_transaction(peer)
+    assert both(peers, "fetch_offset", group, topic, 0, True) == (0, 3, "")
+    assert both(peers, "add_offsets", group) == 0
+    assert both(peers, "txn_offset_commit", group, topic, 0, 9, True) == 0
+    assert both(peers, "txn_offset_commit", group, topic, 5, 9, False) == UNKNOWN_TOPIC
+    assert both(peers, "end_txn", True) == 0
+    for peer in peers:
+        producers.settle_transaction(peer)
+    assert both(peers, "fetch_offset", group, topic, 0, True) == (0, 9, "t")
+
+
+@pytest.mark.parametrize(("kind", "error"), [
+    ("bad crc", 2), ("magic 3", 2), ("magic 1", 87), ("count +1", 87), ("count -1", 87),
+    ("codec 5", -1), ("codec 7", -1), ("empty", 87)])
+def test_malformed_batches(peers: list[Peer], kind: str, error: int) -> None:
+    # F9-F11: an unknown magic is CORRUPT_MESSAGE (kcompat: INVALID_RECORD); a
+    # record count off the offset range, or none, is INVALID_RECORD (kcompat
+    # stored the batch: a consumer could not read it); a codec id no codec has
+    # is Kafka's UNKNOWN_SERVER_ERROR (kcompat: INVALID_RECORD). Nothing stored
+    topic = name()
+    assert both(peers, "create_topic", topic, 1, 1, {}, False) == ("ok", 1, 1)
+    settle(peers, topic, 1)
+    assert both(peers, "produce_bad", topic, 0, kind, [(b"k", b"v"), (None, b"w")],
+                int(time.time() * 1000)) == (("error", error), ("ok", 0, 0, ()))
+
+
+def test_the_log_append_time_bit_from_a_producer(peers: list[Peer]) -> None:
+    # F12: a CreateTime topic stores the batch as CreateTime (kcompat kept the
+    # bit: consumers read the producer's timestamps as append times); a
+    # LogAppendTime topic refuses it with INVALID_TIMESTAMP (kcompat took it)
+    topic, lat = name(), name()
+    assert both(peers, "create_topic", topic, 1, 1, {}, False) == ("ok", 1, 1)
+    assert both(peers, "create_topic", lat, 1, 1,
+                {"message.timestamp.type": "LogAppendTime"}, False) == ("ok", 1, 1)
+    settle(peers, topic, 1)
+    settle(peers, lat, 1)
+    now = int(time.time() * 1000)
+    assert both(peers, "produce_bad", topic, 0, "append time", [(b"k", b"v")], now) == (
+        ("ok", 0), ("ok", 1, 0, ((0, now, b"k", b"v"),)))
+    assert both(peers, "produce_bad", lat, 0, "append time", [(b"k", b"v")], now) == (
+        ("error", 32), ("ok", 0, 0, ()))
+
+
+def test_an_unknown_magic_fails_the_request_before_the_topic_is_looked_up(
+        peers: list[Peer]) -> None:
+    # F9 (second half): Kafka reads every batch's flags first, and a magic no
+    # format has fails the request: CORRUPT_MESSAGE even for a missing topic
+    # (kcompat: UNKNOWN_TOPIC_OR_PARTITION); an old magic is looked at later
+    missing, now = name(), int(time.time() * 1000)
+    assert both(peers, "produce_bad", missing, 0, "magic 3", [(None, None)], now) \
+        == ("error", 2)
+    assert both(peers, "produce_bad", missing, 0, "magic 1", [(None, None)], now) \
+        == ("error", UNKNOWN_TOPIC)
