@@ -5,7 +5,9 @@ as a transactional batch and become visible to OffsetFetch only when the
 transaction's COMMIT marker reaches that partition (dropped on ABORT). The
 producer must have added the group's offsets partition with AddOffsetsToTxn
 (INVALID_TXN_STATE otherwise). From v3 the group generation and member are
-checked like an OffsetCommit's.
+checked like an OffsetCommit's. A partition the metadata lacks is
+UNKNOWN_TOPIC_OR_PARTITION before any of these (Kafka filters such
+partitions out first), after the authorization checks.
 Authorization (Kafka's): WRITE on the transactional id, else every partition is
 TRANSACTIONAL_ID_AUTHORIZATION_FAILED; READ on the group, else
 GROUP_AUTHORIZATION_FAILED; READ on each topic, else TOPIC_AUTHORIZATION_FAILED.
@@ -87,9 +89,12 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
     codes: dict[tuple[str, int], ErrorCode] = {}
     for t in request.topics:
         for p in t.partitions:
+            # a partition the metadata lacks is filtered out before the
+            # transaction and the group are asked, as Kafka does
+            missing = unknown_partition_error(ctx.state, t.name, p.partition_index)
             code = (denied or (ErrorCode.topic_authorization_failed if t.name not in allowed
                                else None)
-                    or error or unknown_partition_error(ctx.state, t.name, p.partition_index))
+                    or (missing if missing != OK else None) or error or OK)
             codes[(t.name, p.partition_index)] = code
             if code == OK:
                 offsets[(t.name, p.partition_index)] = CommittedOffset(
@@ -104,8 +109,7 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
         if written == ErrorCode.invalid_producer_epoch:  # fenced (the offsets log knows)
             written = fenced_for_version(ErrorCode.producer_fenced, ctx.version, 3)
         if written != OK:
-            codes = {tp: code if code == ErrorCode.topic_authorization_failed else written
-                     for tp, code in codes.items()}
+            codes = {tp: written if tp in offsets else code for tp, code in codes.items()}
     topics = tuple(
         ctx.build("TxnOffsetCommitResponseTopic", name=t.name, partitions=tuple(
             ctx.build("TxnOffsetCommitResponsePartition", partition_index=p.partition_index,

@@ -344,3 +344,36 @@ def test_fenced_txn_offset_commit_is_refused_by_a_group_coordinator_elsewhere(
             nursery.cancel_scope.cancel()
 
     trio.run(scenario)
+
+
+def test_txn_offset_commit_of_a_missing_partition_is_unknown_before_the_txn_state(
+        tmp_path: Path) -> None:
+    # Kafka filters partitions its metadata lacks out first: UNKNOWN_TOPIC_OR_PARTITION
+    # for them, even with no AddOffsetsToTxn (INVALID_TXN_STATE for the others)
+    broker = make_state(tmp_path)
+    running.run(broker, lambda: running.create_topic(broker, "t", 1))
+
+    async def scenario() -> list[tuple[str, int, int]]:
+        async with trio.open_nursery() as nursery:
+            await running.start(nursery, broker)
+            init = await call(broker, v.INIT_PRODUCER_ID, 4, transactional_id="app",
+                              transaction_timeout=datetime.timedelta(seconds=30),
+                              producer_id=-1, producer_epoch=-1)
+            m = codec.request_module(v.TXN_OFFSET_COMMIT, 3)
+            c = await call(broker, v.TXN_OFFSET_COMMIT, 3, transactional_id="app",
+                           group_id="grp", producer_id=init.producer_id,
+                           producer_epoch=init.producer_epoch, generation_id=-1, member_id="",
+                           group_instance_id=None, topics=tuple(
+                               m.TxnOffsetCommitRequestTopic(name=name, partitions=(codec.build(
+                                   m.TxnOffsetCommitRequestPartition, partition_index=index,
+                                   committed_offset=7, committed_leader_epoch=-1,
+                                   committed_metadata=""),))
+                               for name, index in (("t", 0), ("t", 1), ("missing", 0))))
+            nursery.cancel_scope.cancel()
+        return [(t.name, p.partition_index, p.error_code) for t in c.topics
+                for p in t.partitions]
+
+    assert trio.run(scenario) == [("t", 0, E.invalid_txn_state),
+                                  ("t", 1, E.unknown_topic_or_partition),
+                                  ("missing", 0, E.unknown_topic_or_partition)]
+    broker.close()
