@@ -6,11 +6,12 @@ The ``split`` agent sends a line's words in order, each keyed by the word, so ea
 lands in one words partition (the same one every time) and every processed line leaves,
 in each words partition, its own words of that partition as a contiguous run. Reading
 both words partitions from the start, ``align`` explains them as a sequence of whole
-lines: the next line of a lines partition costs nothing, a jump ahead costs the lines
-jumped over (never split, unless met later), a jump back costs the lines processed again
-(a restarted worker resumes from its committed offset), and a word no line explains
-costs ``UNEXPLAINED_WORD_COST`` (a line cut short by kill -9, or a record the broker lost
-or invented). A cheapest explanation is found with Dijkstra over (position in each words
+lines: the next line of a lines partition costs nothing, a jump ahead (lines never
+split, unless met later) or back (a restarted worker resumes from its committed offset)
+costs ``JUMP_COST`` however far it goes, and a word no line explains costs
+``UNEXPLAINED_WORD_COST`` (a line cut short by kill -9, or a record the broker lost or
+invented), more than a jump: a far jump must not cost more than dropping words, or the
+search would try every way of dropping them first. A cheapest explanation is found with Dijkstra over (position in each words
 partition, next line in each lines partition); the branching is small because a whole
 line (3 to 7 words, split over the two partitions in its order) rarely equals another.
 
@@ -24,7 +25,8 @@ import heapq
 from collections import Counter
 from dataclasses import dataclass
 
-UNEXPLAINED_WORD_COST = 10
+JUMP_COST = 1
+UNEXPLAINED_WORD_COST = 2
 STATES_MAX = 400_000
 
 Piece = tuple[tuple[str, ...], tuple[str, ...]]  # a line's words in words partition 0, 1
@@ -82,7 +84,7 @@ def align(lines: dict[int, list[str]], words: dict[int, list[str]]) -> Alignment
                     continue
                 for p, j in by_piece.get((w0[k0:k0 + la], w1[k1:k1 + lb]), ()):
                     i = nexts[parts.index(p)]
-                    step = abs(j - i)
+                    step = 0 if j == i else JUMP_COST
                     after = tuple(j + 1 if q == p else n for q, n in zip(parts, nexts, strict=True))
                     moves.append((step, (k0 + la, k1 + lb, after), (p, j)))
         if k0 < len(w0):
