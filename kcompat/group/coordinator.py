@@ -526,12 +526,15 @@ class GroupCoordinator:
         return group
 
     def commit_error(self, group_id: str, generation_id: int, member_id: str,
-                     instance_id: str | None) -> ErrorCode | None:
+                     instance_id: str | None, transactional: bool = False
+                     ) -> ErrorCode | None:
         """Kafka's checks before an OffsetCommit is accepted (None = accept), in
         Kafka 4's order: the member and its generation first, so a member of
         an old generation gets ILLEGAL_GENERATION even while the group
         rebalances; REBALANCE_IN_PROGRESS only for a current member that
-        commits before its SyncGroup."""
+        commits before its SyncGroup, and never for a TxnOffsetCommit
+        (``transactional``: a producer's commit is fenced by its generation
+        alone)."""
         group = self.groups.get(group_id)
         if group is None:
             return None if generation_id < 0 else ErrorCode.illegal_generation
@@ -552,7 +555,7 @@ class GroupCoordinator:
                 return ErrorCode.illegal_generation
         elif not group.is_(GroupState.EMPTY):
             return ErrorCode.unknown_member_id
-        if group.is_(GroupState.COMPLETING_REBALANCE):
+        if group.is_(GroupState.COMPLETING_REBALANCE) and not transactional:
             return ErrorCode.rebalance_in_progress
         return None
 

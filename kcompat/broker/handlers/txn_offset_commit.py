@@ -5,7 +5,9 @@ as a transactional batch and become visible to OffsetFetch only when the
 transaction's COMMIT marker reaches that partition (dropped on ABORT). The
 producer must have added the group's offsets partition with AddOffsetsToTxn
 (INVALID_TXN_STATE otherwise). From v3 the group generation and member are
-checked like an OffsetCommit's. A partition the metadata lacks is
+checked like an OffsetCommit's, but for REBALANCE_IN_PROGRESS: a member
+of the current generation commits in a transaction while its group awaits
+the leader's SyncGroup, as Kafka lets it. A partition the metadata lacks is
 UNKNOWN_TOPIC_OR_PARTITION before any of these (Kafka filters such
 partitions out first), after the authorization checks.
 Authorization (Kafka's): WRITE on the transactional id, else every partition is
@@ -63,7 +65,7 @@ def _member_error(ctx: RequestContext, request: Any) -> ErrorCode | None:
     if consumer is None:
         return ctx.groups.coordinator.commit_error(
             request.group_id, request.generation_id, request.member_id,
-            request.group_instance_id)
+            request.group_instance_id, transactional=True)
     top, partitions = ctx.consumer_groups.commit_errors(
         consumer, request.member_id, request.generation_id, ctx.version,
         [(t.name, p.partition_index) for t in request.topics for p in t.partitions],

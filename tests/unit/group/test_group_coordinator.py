@@ -295,6 +295,10 @@ def test_commit_checks() -> None:
     assert new == gen + 1 and d.group.state is S.COMPLETING_REBALANCE
     assert d.c.commit_error("g", gen, a, None) == E.illegal_generation
     assert d.c.commit_error("g", new, a, None) == E.rebalance_in_progress
+    # a transactional commit of the new generation is taken (Kafka: only the
+    # generation fences a producer's TxnOffsetCommit)
+    assert d.c.commit_error("g", new, a, None, transactional=True) is None
+    assert d.c.commit_error("g", gen, a, None, transactional=True) == E.illegal_generation
     assert d.c.commit_error("g", new, "x", None) == E.unknown_member_id
     assert d.c.commit_error("g", new, a, "not-a-static-member") == E.unknown_member_id
     assert d.result(tb).generation_id == new
