@@ -146,6 +146,22 @@ class ShareReads:
                 return None
         return None
 
+    def soft_end(self, part: Partition, first: int, max_records: int, committed: bool
+                 ) -> int | None:
+        """ShareAcquireMode batch_optimized (ShareFetch v1's only mode, v2's
+        default; KIP-1206): an acquisition from ``first`` whose record limit
+        is ``max_records`` runs to the end of the log batch holding offset
+        ``first + max_records - 1``, as Kafka's does (batches of 10, limit 7:
+        10). That end, or None when it adds nothing. Headers only."""
+        if max_records <= 0:
+            return None
+        offset = first + max_records - 1
+        upper = part.last_stable_offset if committed else part.high_watermark
+        for _f, _pos, header in self._looked_at(part, offset, offset + 1, upper, committed):
+            if header.base_offset <= offset < header.next_offset:
+                return header.next_offset if header.next_offset - first > max_records else None
+        return None
+
     def readable_end(self, part: Partition, start: int, end: int, upper: int, keyed: bool,
                      committed: bool, flt: Filter | None, cold: list[ColdBatch]) -> int:
         """How far ``records_from`` may read now: the base offset of the

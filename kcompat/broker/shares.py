@@ -511,20 +511,26 @@ class ShareService:
 
     def acquire(self, held: Held, part: Partition, member_id: str, max_records: int,
                 isolation_committed: bool, max_bytes: int | None = None,
-                min_one: bool = True) -> tuple[list[AcquiredRecords], bytes]:
+                min_one: bool = True, whole_batches: bool = False
+                ) -> tuple[list[AcquiredRecords], bytes]:
         """Acquire up to ``max_records`` for the member, from the whole
         batches that ``max_bytes`` lets a fetch hand out (at least one with
-        ``min_one``: Kafka's soft limit); (the ranges, their batches)."""
+        ``min_one``: Kafka's soft limit); (the ranges, their batches).
+        ``whole_batches`` (batch_optimized): ``ShareReads.soft_end``."""
         machine = held.machine
         start, end, upper, flt, view = self.reads.plan(
             machine, part, self.state.topics.get(held.key[1]), isolation_committed, [])
-        fetch_end = None
+        first = machine.next_fetch_offset(now_ms())
+        fetch_end = self.reads.soft_end(part, first, max_records, isolation_committed
+                                        ) if whole_batches else None
+        max_records = max_records if fetch_end is None else fetch_end - first
         if max_bytes is not None:
-            first = machine.next_fetch_offset(now_ms())
-            fetch_end = self.reads.byte_end(part, first, isolation_committed, max_bytes, min_one,
-                                            max_records + max(0, machine.read_offset - first))
-            if fetch_end is not None:
-                end = min(end, max(fetch_end, start))
+            byte_end = self.reads.byte_end(part, first, isolation_committed, max_bytes, min_one,
+                                           max_records + max(0, machine.read_offset - first))
+            if byte_end is not None:
+                fetch_end = byte_end if fetch_end is None else min(fetch_end, byte_end)
+        if fetch_end is not None:
+            end = min(end, max(fetch_end, start))
         records: Iterator[tuple[int, bytes | None]] = iter(())
         if start < end:
             records = self.reads.records_from(

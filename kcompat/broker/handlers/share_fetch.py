@@ -4,7 +4,11 @@ A share consumer fetches from each partition leader in its share session
 (``share_sessions``): acknowledgements ride along (applied first), then records
 are acquired for the member, up to ``max_records`` over all the session's
 partitions, and answered as whole log batches plus the acquired offset ranges
-with their delivery counts; the client keeps only acquired records. As in
+with their delivery counts; the client keeps only acquired records. In
+ShareAcquireMode batch_optimized (v1, and v2's default) ``max_records`` is
+soft as in Kafka: a partition's acquisition runs to the end of the log batch
+holding its last offset (10-record batches, max_records 7: 10 per fetch);
+record_limit (v2, KIP-1206) stops at ``max_records`` exactly. As in
 Kafka 4.4, ``max_bytes`` is shared evenly among the partitions and is soft:
 the answer's first batch goes out whatever its size, nothing past a
 partition's share after it (``ShareReads.byte_end``); and a partition whose
@@ -156,6 +160,8 @@ async def _acquire(ctx: RequestContext, request: Any, session: Session,
     deadline = trio.current_time() + max(request.max_wait.total_seconds(), 0.0)
     budget = request.max_records if request.max_records > 0 else 500
     max_bytes = request.max_bytes if request.max_bytes > 0 else None
+    # ShareAcquireMode (v2, KIP-1206): 0 batch_optimized (v1's only mode), 1 record_limit
+    whole_batches = getattr(request, "share_acquire_mode", 0) == 0
     order = [tp for tp in session.partitions if tp not in gone]
     if order:  # every partition gets its turn first, so none starves
         turn = session.turn % len(order)
@@ -166,7 +172,7 @@ async def _acquire(ctx: RequestContext, request: Any, session: Session,
         watched: list[Partition] = []
         try:
             if await _acquire_once(ctx, session, settings, order, (budget, max_bytes), results,
-                                   touched, news, watched) or answered:
+                                   touched, news, watched, whole_batches) or answered:
                 return
             if any(r.error != OK for tp, r in results.items() if tp not in gone) or (
                     trio.current_time() >= deadline):
@@ -182,7 +188,7 @@ async def _acquire_once(ctx: RequestContext, session: Session, settings: Any,
                         order: list[tuple[str, int]], budget: tuple[int, int | None],
                         results: dict[tuple[str, int], PartitionResult],
                         touched: dict[tuple[str, str, int], Held], news: trio.Event,
-                        watched: list[Partition]) -> bool:
+                        watched: list[Partition], whole_batches: bool = False) -> bool:
     """One pass over the session's partitions; True if anything was acquired.
     Each partition read is watched with ``news`` from then on (new data there
     ends the wait that may follow).
@@ -221,7 +227,8 @@ async def _acquire_once(ctx: RequestContext, session: Session, settings: Any,
         limit = None if bytes_left is None or per_partition is None else max(
             0, min(per_partition, bytes_left))
         ranges, data = shares.acquire(held, part, member_id, remaining,
-                                      settings.read_committed, limit, not acquired)
+                                      settings.read_committed, limit, not acquired,
+                                      whole_batches)
         touched[held.key] = held
         if bytes_left is not None:
             bytes_left -= len(data)
