@@ -26,6 +26,11 @@ fetches. Their ids and epochs
 are each broker's own, kept per peer (``Peer.state``); after an EndTxn the
 machine waits for the markers, as a READ_COMMITTED consumer does.
 
+ACL changes (``_acls``, only on brokers with an authorizer: ``alice``): ACLs
+for ``User:alice`` on the sequence's topics and groups (literal or by its
+prefix, allowed or denied) made, deleted and listed, and alice's own
+requests, which show what each authorizer decided.
+
 Malformed Produce batches (``_bad_produce``): a wrong CRC, an unknown magic,
 a record count that disagrees with the records, a codec id no codec has, no
 records, the LogAppendTime bit set by the producer (also to a topic of the
@@ -50,14 +55,15 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, initialize, rule
+from hypothesis.stateful import RuleBasedStateMachine, initialize, precondition, rule
 
+from compat_tests.fuzz import _acls as acls
 from compat_tests.fuzz import _bad_produce as bad
 from compat_tests.fuzz import _members as members
 from compat_tests.fuzz import _ops as ops
 from compat_tests.fuzz import _producers as producers
 from compat_tests.fuzz._allowed import allowed
-from compat_tests.fuzz._wire import Peer
+from compat_tests.fuzz._wire import CLOSED, Peer
 
 #: a file to write differences to instead of failing (exploring: FUZZ_COLLECT)
 COLLECT = os.environ.get("FUZZ_COLLECT")
@@ -84,20 +90,25 @@ config_pairs = st.sampled_from(sorted(CONFIGS)).flatmap(
 
 
 def operation(name: str) -> Callable[..., Any]:
-    """The operation ``name`` of ``_ops``, ``_producers``, ``_members`` or
-    ``_bad_produce``."""
-    return next(getattr(m, name) for m in (ops, producers, members, bad) if hasattr(m, name))
+    """The operation ``name`` of ``_ops``, ``_producers``, ``_members``,
+    ``_bad_produce`` or ``_acls``."""
+    return next(getattr(m, name) for m in (ops, producers, members, bad, acls)
+                if hasattr(m, name))
 
 
 def machine_for(peers: Sequence[Peer], replication: Sequence[int] = (1, 2, -1),
-                log: Callable[[str], None] | None = None) -> type[RuleBasedStateMachine]:
+                log: Callable[[str], None] | None = None,
+                alice: Sequence[Peer] | None = None) -> type[RuleBasedStateMachine]:
     """A state machine class comparing ``peers`` (Kafka first); ``replication``:
-    the replication factors a CreateTopics may ask for."""
+    the replication factors a CreateTopics may ask for; ``alice``: the same
+    brokers as ``User:alice`` (they have an authorizer), for the ACL rules."""
+    with_acls = alice is not None
 
     class Differential(RuleBasedStateMachine):
         def __init__(self) -> None:
             super().__init__()
-            prefix = f"fz{uuid.uuid4().hex[:8]}"
+            prefix = self.prefix = f"fz{uuid.uuid4().hex[:8]}"
+            self.acls: set[acls.Binding] = set()  # the model: alice's ACLs both made
             self.topics = [f"{prefix}-{c}" for c in "abc"]
             self.groups = [f"{prefix}-g{i}" for i in (1, 2)]
             self.transactional_id = f"{prefix}-tx"
@@ -110,6 +121,8 @@ def machine_for(peers: Sequence[Peer], replication: Sequence[int] = (1, 2, -1),
         def fresh_connections(self) -> None:
             """New connections, and the groups' coordinators found, as a
             client finds them before its first group request."""
+            for peer in alice or ():
+                peer.reset()
             for peer in peers:
                 peer.reset()
                 for group in self.groups:
@@ -117,13 +130,15 @@ def machine_for(peers: Sequence[Peer], replication: Sequence[int] = (1, 2, -1),
 
         # -- the comparison ---------------------------------------------------------------
 
-        def both(self, op: str, *args: Any, member: tuple[str, int] | None = None) -> Any:
+        def both(self, op: str, *args: Any, member: tuple[str, int] | None = None,
+                 who: Sequence[Peer] | None = None) -> Any:
             """``op`` done to each peer, their observations compared;
             ``member``: the (group, member) whose request it is, awaited
-            longer where one broker answered it and another held it."""
+            longer where one broker answered it and another held it; ``who``:
+            the peers to do it as (default: ``peers``, the super user)."""
             fn = operation(op)
             started = time.monotonic()
-            seen = [fn(peer, *args) for peer in peers]
+            seen = [fn(peer, *args) for peer in who or peers]
             if member is not None and members.WAITING in seen and len(set(map(repr, seen))) > 1:
                 seen = [members.collect(peer, *member) if s == members.WAITING else s
                         for peer, s in zip(peers, seen, strict=True)]
@@ -370,5 +385,66 @@ def machine_for(peers: Sequence[Peer], replication: Sequence[int] = (1, 2, -1),
         @rule(data=st.data())
         def describe_group(self, data: st.DataObject) -> None:
             self.both("describe_group", self.group(data))
+
+        # -- ACL changes, and alice's requests (brokers with an authorizer) -------------
+
+        def acl_name(self, data: st.DataObject, on_group: bool, prefixed: bool) -> str:
+            if prefixed:
+                return f"{self.prefix}-"
+            return self.group(data) if on_group else self.topic(data)
+
+        def settle_acls(self) -> None:
+            for peer in peers:
+                acls.settle_acls(peer, self.prefix, self.acls)
+
+        @precondition(lambda self: with_acls)
+        @rule(data=st.data(), on_group=st.booleans(), prefixed=st.booleans(),
+              operation=st.sampled_from((acls.READ, acls.WRITE, acls.DESCRIBE, acls.ALL)),
+              permission=st.sampled_from((acls.ALLOW, acls.ALLOW, acls.DENY)))
+        def create_acl(self, data: st.DataObject, on_group: bool, prefixed: bool,
+                       operation: int, permission: int) -> None:
+            kind = acls.GROUP if on_group else acls.TOPIC
+            name = self.acl_name(data, on_group, prefixed)
+            pattern = acls.PREFIXED if prefixed else acls.LITERAL
+            if self.both("create_acl", kind, name, pattern, operation, permission) == 0:
+                self.acls.add((kind, name, pattern, acls.ALICE, "*", operation, permission))
+                self.settle_acls()
+
+        @precondition(lambda self: with_acls)
+        @rule(data=st.data(), on_group=st.booleans(), prefixed=st.booleans(),
+              operation=st.sampled_from((acls.ANY, acls.READ, acls.WRITE, acls.ALL)),
+              permission=st.sampled_from((acls.ANY, acls.ALLOW, acls.DENY)))
+        def delete_acls(self, data: st.DataObject, on_group: bool, prefixed: bool,
+                        operation: int, permission: int) -> None:
+            kind = acls.GROUP if on_group else acls.TOPIC
+            name = self.acl_name(data, on_group, prefixed)
+            pattern = acls.PREFIXED if prefixed else acls.LITERAL
+            seen = self.both("delete_acls", kind, name, pattern, operation, permission)
+            if seen != CLOSED and seen[0] == 0:
+                for _e, kind_, name_, pattern_, op, perm in seen[1]:
+                    self.acls.discard((kind_, name_, pattern_, acls.ALICE, "*", op, perm))
+                self.settle_acls()
+
+        @precondition(lambda self: with_acls)
+        @rule()
+        def describe_acls(self) -> None:
+            self.both("alice_acls", self.prefix)
+
+        @precondition(lambda self: with_acls)
+        @rule(data=st.data(), what=st.sampled_from((
+            "metadata", "produce", "fetch", "list_offsets", "commit_offset", "fetch_offset",
+            "describe_group")), partition=st.integers(0, 1), records=small_records)
+        def as_alice(self, data: st.DataObject, what: str, partition: int,
+                     records: list[tuple[bytes | None, bytes | None]]) -> None:
+            topic = self.topic(data)
+            args: tuple[Any, ...] = {
+                "metadata": (topic,),
+                "produce": (topic, partition, records, self.timestamp(), 0, -1),
+                "fetch": (topic, partition, 0),
+                "list_offsets": (topic, partition, LATEST),
+                "commit_offset": (self.group(data), topic, partition, 5, ""),
+                "fetch_offset": (self.group(data), topic, partition, False),
+                "describe_group": (self.group(data),)}[what]
+            self.both(what, *args, who=alice)
 
     return Differential

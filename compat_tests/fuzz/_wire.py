@@ -22,6 +22,12 @@ import struct
 from typing import Any
 
 from kafka.errors import CorruptRecordError
+from kafka.protocol.sasl import (
+    SaslAuthenticateRequest,
+    SaslAuthenticateResponse,
+    SaslHandshakeRequest,
+    SaslHandshakeResponse,
+)
 from kafka.record.default_records import DefaultRecordBatchBuilder
 from kafka.record.memory_records import MemoryRecords
 
@@ -57,8 +63,11 @@ class Peer:
     address unless routed (``to``): a partition's requests to its leader and a
     group's to its coordinator, as a client sends them (``_ops``)."""
 
-    def __init__(self, name: str, bootstrap: str) -> None:
+    def __init__(self, name: str, bootstrap: str,
+                 sasl_plain: tuple[str, str] | None = None) -> None:
         self.name = name
+        #: (user, password): each connection authenticates with SASL/PLAIN first
+        self.sasl_plain = sasl_plain
         self.addresses = bootstrap.split(",")
         self.bootstrap = self.addresses[0]
         self._socks: dict[str, socket.socket] = {}
@@ -70,9 +79,26 @@ class Peer:
         sock = self._socks.get(address)
         if sock is None:
             host, port = address.rsplit(":", 1)
-            sock = self._socks[address] = socket.create_connection((host, int(port)),
-                                                                   timeout=TIMEOUT_S)
+            sock = socket.create_connection((host, int(port)), timeout=TIMEOUT_S)
+            if self.sasl_plain is not None:
+                self._authenticate(sock, *self.sasl_plain)
+            self._socks[address] = sock
         return sock
+
+    def _authenticate(self, sock: socket.socket, user: str, password: str) -> None:
+        for request, response, data in (
+                (SaslHandshakeRequest, SaslHandshakeResponse, {"mechanism": "PLAIN"}),
+                (SaslAuthenticateRequest, SaslAuthenticateResponse,
+                 {"auth_bytes": f"\0{user}\0{password}".encode()})):
+            self._cid += 1
+            built = build(request[1], data)
+            built.with_header(correlation_id=self._cid, client_id="kcompat-fuzz")
+            payload = bytes(built.encode(header=True))
+            sock.sendall(struct.pack(">i", len(payload)) + payload)
+            size = struct.unpack(">i", self._exact(sock, 4))[0]
+            answer = response[1].decode(self._exact(sock, size), header=True)
+            if answer.error_code:
+                raise ConnectionRefusedError(f"SASL/PLAIN as {user}: {answer.error_code}")
 
     def close(self) -> None:
         for sock in self._socks.values():

@@ -284,3 +284,38 @@ def test_an_unknown_magic_fails_the_request_before_the_topic_is_looked_up(
         == ("error", 2)
     assert both(peers, "produce_bad", missing, 0, "magic 1", [(None, None)], now) \
         == ("error", UNKNOWN_TOPIC)
+
+
+def test_txn_offset_commit_of_a_missing_partition(peers: list[Peer]) -> None:
+    # F13: UNKNOWN_TOPIC_OR_PARTITION before the transaction's state (kcompat:
+    # INVALID_TXN_STATE with no AddOffsetsToTxn)
+    topic, group, txn = name(), name(), name()
+    for peer in peers:
+        ops.settle_group(peer, group)
+    assert both(peers, "create_topic", topic, 1, 1, {}, False) == ("ok", 1, 1)
+    settle(peers, topic, 1)
+    assert both(peers, "init_producer", "transactional", txn) == ("ok",)
+    assert both(peers, "txn_offset_commit", group, topic, 1, 7, False) == UNKNOWN_TOPIC
+    assert both(peers, "txn_offset_commit", group, name(), 0, 7, True) == UNKNOWN_TOPIC
+    assert both(peers, "txn_offset_commit", group, topic, 0, 7, False) == INVALID_TXN_STATE
+
+
+def test_txn_offset_commit_while_the_group_awaits_its_sync(peers: list[Peer]) -> None:
+    # F14: a member of the current generation commits in a transaction while
+    # the group awaits the leader's SyncGroup (kcompat: REBALANCE_IN_PROGRESS,
+    # as for a plain OffsetCommit, which Kafka answers so)
+    topic, group, txn = name(), name(), name()
+    for peer in peers:
+        ops.settle_group(peer, group)
+    assert both(peers, "create_topic", topic, 1, 1, {}, False) == ("ok", 1, 1)
+    settle(peers, topic, 1)
+    assert both(peers, "join_group", group, [topic], 0)[0] == "ok"
+    assert both(peers, "init_producer", "transactional", txn) == ("ok",)
+    assert both(peers, "add_offsets", group) == 0
+    assert both(peers, "commit_in_generation", group, False, topic, 0, 3, 0) \
+        == REBALANCE_IN_PROGRESS
+    assert both(peers, "txn_offset_commit", group, topic, 0, 3, True) == 0
+    assert both(peers, "end_txn", True) == 0
+    for peer in peers:
+        producers.settle_transaction(peer)
+    assert both(peers, "fetch_offset", group, topic, 0, True) == (0, 3, "t")
