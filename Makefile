@@ -136,7 +136,8 @@ soak: $(STAMP)
 
 # The differential fuzzer against Apache Kafka 4.4.0 (issue 32, compat_tests/fuzz): random
 # sequences of client operations done to both, for FUZZ_SECONDS per side (default 1800) on
-# one node and on 3 brokers (FUZZ_SIDE=single|cluster|both); a difference fails with its
+# one node and on 3 brokers (FUZZ_SIDE=single|cluster|both; acls: one broker of each with an
+# authorizer, the sequences changing ACLs); a difference fails with its
 # shrunk sequence. make test runs a short derandomized pass on one node.
 fuzz: $(STAMP) tools java-deps
 	FUZZ_SECONDS=$${FUZZ_SECONDS:-1800} FUZZ_SIDE=$${FUZZ_SIDE:-both} $(PY) -m pytest -q -s \
