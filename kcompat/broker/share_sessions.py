@@ -8,8 +8,8 @@ opens it (replacing an earlier one of that member) with the partitions it
 names; every later request must carry the next epoch (1, 2, ...) and may add
 partitions or forget them (``forgotten_topics_data``); epoch -1 closes it —
 the request's acknowledgements are applied, nothing is fetched, and the
-member's records still acquired in its partitions are released (Kafka's
-``DeliveryCountOps.DECREASE``: fetched, not processed). A wrong epoch is
+member's records still acquired in its partitions are released, their
+delivery counted (archived at the limit), as Kafka 4.4.0 does. A wrong epoch is
 INVALID_SHARE_SESSION_EPOCH, a missing session SHARE_SESSION_NOT_FOUND
 (the consumer opens a new one). ShareAcknowledge uses the session without
 changing its partitions: its epoch must be the next one, or -1 to close.

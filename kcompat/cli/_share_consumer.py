@@ -11,8 +11,9 @@ kafka-python has no share groups, so the CLI speaks the four APIs itself over
   heartbeat interval; leave with epoch -1. The answer carries the assignment
   (topic ids and partitions) whenever it changed. FENCED_MEMBER_EPOCH or
   UNKNOWN_MEMBER_ID: join again with epoch 0; a moved coordinator is found again.
-* **Fetching** (ShareFetch v1 at each partition leader): one share session per
-  leader. Epoch 0 opens it with the leader's assigned partitions; every later
+* **Fetching** (ShareFetch v2 at each partition leader, ShareAcquireMode
+  record_limit: the broker acquires no more than the run still wants, so
+  ``--count`` leaves the rest untouched): one share session per leader. Epoch 0 opens it with the leader's assigned partitions; every later
   request carries the next epoch (1, 2, ... wrapping to 1), names the assigned
   partitions (a partition already in the session is simply kept) and forgets
   the ones no longer assigned. The answer holds whole log batches plus the
@@ -25,8 +26,8 @@ kafka-python has no share groups, so the CLI speaks the four APIs itself over
   straight back to this very consumer — so a run hands released records back
   when it ends. ``close`` sends each leader's remaining acknowledgements in a
   ShareAcknowledge with epoch -1, which also closes the session (records still
-  acquired and not acknowledged, e.g. past ``--count``, go back with their
-  delivery count restored), then leaves the group.
+  acquired and not acknowledged go back, their delivery counted, as Kafka
+  does), then leaves the group.
 
 An acknowledgement the broker refuses is reported on stderr; the record then
 comes back when its acquisition lock expires, as in Kafka.
@@ -44,7 +45,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 from kio.schema.share_acknowledge.v1 import request as share_ack
-from kio.schema.share_fetch.v1 import request as share_fetch
+from kio.schema.share_fetch.v2 import request as share_fetch
 from kio.schema.share_group_heartbeat.v1 import request as heartbeat_req
 from kio.schema.types import GroupId, TopicName
 from kio.static.primitive import i8, i32, i32Timedelta, i64
@@ -204,7 +205,7 @@ class ShareConsumer:
             group_id=GroupId(self.group_id), member_id=self.member_id, share_session_epoch=i32(epoch),
             max_wait=i32Timedelta.parse(datetime.timedelta(milliseconds=wait_ms)), min_bytes=i32(1),
             max_bytes=i32(FETCH_MAX_BYTES), max_records=i32(max(max_records, 1)),
-            batch_size=i32(max(max_records, 1)),
+            batch_size=i32(max(max_records, 1)), share_acquire_mode=i8(1),
             topics=(share_fetch.FetchTopic(topic_id=self.info.topic_id, partitions=tuple(
                 share_fetch.FetchPartition(partition_index=i32(p),
                                            acknowledgement_batches=ack_batches(acks.get(p, ())))
