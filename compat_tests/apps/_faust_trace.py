@@ -1,6 +1,6 @@
 """Which lines of the Faust word count's input were split into the words topic, found
-from the two topics alone (``compat_tests/apps/test_faust.py`` prints it and asserts on
-it).
+from the two topics alone (``compat_tests/apps/test_faust.py`` prints it and asserts
+that no line below the committed offsets went unsplit).
 
 The ``split`` agent sends a line's words in order, each keyed by the word, so each word
 lands in one words partition (the same one every time) and every processed line leaves,
@@ -9,11 +9,14 @@ both words partitions from the start, ``align`` explains them as a sequence of w
 lines: the next line of a lines partition costs nothing, a jump ahead (lines never
 split, unless met later) or back (a restarted worker resumes from its committed offset)
 costs ``JUMP_COST`` however far it goes, and a word no line explains costs
-``UNEXPLAINED_WORD_COST`` (a line cut short by kill -9, or a record the broker lost or
-invented), more than a jump: a far jump must not cost more than dropping words, or the
-search would try every way of dropping them first. A cheapest explanation is found with Dijkstra over (position in each words
-partition, next line in each lines partition); the branching is small because a whole
-line (3 to 7 words, split over the two partitions in its order) rarely equals another.
+``UNEXPLAINED_WORD_COST`` (a line cut short by a stopped worker, or a record the broker
+lost or invented), more than a jump: a far jump must not cost more than dropping words,
+or the search would try every way of dropping them first. A cheapest explanation is
+found with Dijkstra over (position in each words partition, next line in each lines
+partition); the branching is small because a whole line (3 to 7 words, split over the
+two partitions in its order) rarely equals another, and in sequence is cheaper than a
+jump to an equal line elsewhere. A lost word leaves its line unsplit (and the line's
+other words unexplained).
 
 It answers which lines were never split, which were split twice or more, and how many
 words no line explains.
