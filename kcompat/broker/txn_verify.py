@@ -26,6 +26,8 @@ AddPartitionsToTxn ``verifyOnly``:
 
 If the coordinator cannot answer (moving, loading, unreachable) the batch gets
 NOT_ENOUGH_REPLICAS — retriable for every client, as Kafka answers.
+``in_transaction`` asks the same of a TxnOffsetCommit's offsets partition on
+a group coordinator that is not the transaction's coordinator.
 """
 
 from __future__ import annotations
@@ -112,7 +114,7 @@ class TxnVerifier:
                         or self.txns.serves_producer(header.producer_id)
                         or self.accepts(*key, header)):
                     continue
-                code = await self._ask(tid, header, *key)
+                code = await self._ask(tid, header.producer_id, header.producer_epoch, *key)
                 if code == ErrorCode.none:
                     group = self.rt.group_of(*key)
                     assert group is not None
@@ -126,12 +128,21 @@ class TxnVerifier:
                                    else code)
         return errors
 
-    async def _ask(self, tid: str, header: wbatch.BatchHeader, topic: str,
+    async def in_transaction(self, tid: str, pid: int, epoch: int,
+                             partition: tuple[str, int]) -> ErrorCode:
+        """Is ``partition`` in the producer's ongoing transaction, by ``tid``'s
+        coordinator here or on another broker (a TxnOffsetCommit's offsets
+        partition, which Kafka's group coordinator verifies so): NONE, the
+        coordinator's error, or COORDINATOR_NOT_AVAILABLE while it cannot
+        answer (retriable for a producer)."""
+        code = await self._ask(tid, pid, epoch, *partition)
+        return ErrorCode.coordinator_not_available if code in _RETRIABLE else code
+
+    async def _ask(self, tid: str, pid: int, epoch: int, topic: str,
                    index: int, add: bool = False) -> ErrorCode:
         """``tid``'s coordinator's answer, here or remote: is ``topic``-``index``
         in the producer's ongoing transaction (or, ``add``, make it so)."""
         rt = self.rt
-        pid, epoch = header.producer_id, header.producer_epoch
         meta = rt.state.topics.get(TXN_TOPIC)
         if meta is None:
             return ErrorCode.coordinator_not_available
@@ -168,7 +179,8 @@ class TxnVerifier:
         (a partition the broker writes to on the producer's behalf); an error
         as the producer gets it, a busy coordinator retriable as in
         ``verify_request``."""
-        code = await self._ask(tid, header, *partition, add=True)
+        code = await self._ask(tid, header.producer_id, header.producer_epoch, *partition,
+                               add=True)
         return ErrorCode.not_enough_replicas if code in _RETRIABLE else code
 
 

@@ -4,8 +4,11 @@ Offsets committed inside a transaction are written to ``__consumer_offsets``
 as a transactional batch and become visible to OffsetFetch only when the
 transaction's COMMIT marker reaches that partition (dropped on ABORT). The
 producer must have added the group's offsets partition with AddOffsetsToTxn
-(INVALID_TXN_STATE otherwise). From v3 the group generation and member are
-checked like an OffsetCommit's, but for REBALANCE_IN_PROGRESS: a member
+(INVALID_TXN_STATE otherwise); when the transaction's coordinator is another
+broker it is asked (``txn_verify.in_transaction``), as Kafka's group
+coordinator verifies with KIP-890's AddPartitionsToTxn verifyOnly. From v3
+the group generation and member are checked like an OffsetCommit's, but for
+REBALANCE_IN_PROGRESS: a member
 of the current generation commits in a transaction while its group awaits
 the leader's SyncGroup, as Kafka lets it. A partition the metadata lacks is
 UNKNOWN_TOPIC_OR_PARTITION before any of these (Kafka filters such
@@ -34,13 +37,21 @@ from kcompat.broker.state import now_ms
 from kcompat.group.offsets import CommittedOffset
 
 
-def _request_error(ctx: RequestContext, request: Any) -> ErrorCode | None:
+async def _request_error(ctx: RequestContext, request: Any) -> ErrorCode | None:
     txns = ctx.txns
     if (gate := ctx.groups.coordinator_error(request.group_id)) is not None:
         return gate  # sent to the group coordinator, which this is not
+    partition = txns.offsets_partition(request.group_id)
     if txns.coordinator_error(request.transactional_id) is not None:
-        # The transaction coordinator may be another broker, whose
-        # state is not visible here; only the group checks apply.
+        # the transaction coordinator is another broker: asked, as Kafka's
+        # group coordinator verifies (KIP-890), whether the offsets partition
+        # is in the producer's transaction
+        code = await txns.verifier.in_transaction(
+            request.transactional_id, request.producer_id, request.producer_epoch, partition)
+        if code == ErrorCode.invalid_producer_epoch:  # fenced
+            return fenced_for_version(ErrorCode.producer_fenced, ctx.version, 3)
+        if code != OK:
+            return code
         if ctx.version >= 3 and request.generation_id >= 0:
             return _member_error(ctx, request)
         return None
@@ -49,7 +60,6 @@ def _request_error(ctx: RequestContext, request: Any) -> ErrorCode | None:
         return ErrorCode.invalid_producer_id_mapping
     if meta.producer_epoch != request.producer_epoch:
         return fenced_for_version(ErrorCode.producer_fenced, ctx.version, 3)
-    partition = txns.offsets_partition(request.group_id)
     if not txns.coordinator.in_transaction(request.producer_id, request.producer_epoch,
                                            partition):
         return ErrorCode.invalid_txn_state
@@ -84,7 +94,7 @@ def _denied(ctx: RequestContext, request: Any) -> ErrorCode | None:
 
 async def handle(ctx: RequestContext, request: Any) -> Any:
     denied = _denied(ctx, request)
-    error = denied or _request_error(ctx, request)
+    error = denied or await _request_error(ctx, request)
     allowed = _authz.topics(ctx, _authz.Op.READ, (t.name for t in request.topics))
     now = now_ms()
     offsets: dict[tuple[str, int], CommittedOffset] = {}

@@ -300,6 +300,58 @@ def test_partitions_hosted_elsewhere_join_a_transaction(broker: Broker) -> None:
         broker.state.partitions[("t", 1)] = elsewhere
 
 
+def elsewhere(broker: Broker, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The broker's group coordinator sees the transaction's coordinator as
+    another broker's, which the verifier asks (KIP-890) and which answers as
+    this broker's coordinator does."""
+    txns = broker.txns
+    assert txns is not None
+    real = txns.coordinator_error
+
+    async def remote(tid: str, pid: int, epoch: int, partition: tuple[str, int]) -> E:
+        with monkeypatch.context() as m:
+            m.setattr(txns, "coordinator_error", real)
+            return txns.verify(tid, pid, epoch, partition)
+
+    monkeypatch.setattr(txns, "coordinator_error", lambda tid: E.not_coordinator)
+    monkeypatch.setattr(txns.verifier, "in_transaction", remote)
+
+
+def test_txn_offset_commit_elsewhere_needs_the_offsets_partition_in_the_transaction(
+        broker: Broker, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A group coordinator that does not coordinate the transaction asks the
+    one that does whether AddOffsetsToTxn added the group's offsets partition:
+    INVALID_TXN_STATE without it, as Kafka verifies (kcompat took the offsets)."""
+    async def scenario() -> list[E]:
+        async with trio.open_nursery() as nursery:
+            await running.start(nursery, broker)
+            init = await call(broker, v.INIT_PRODUCER_ID, 4, transactional_id="app",
+                              transaction_timeout=datetime.timedelta(seconds=30),
+                              producer_id=-1, producer_epoch=-1)
+            pid, epoch = init.producer_id, init.producer_epoch
+            t = codec.request_module(v.TXN_OFFSET_COMMIT, 3)
+            seen = []
+            for _ in range(2):
+                elsewhere(broker, monkeypatch)
+                c = await call(broker, v.TXN_OFFSET_COMMIT, 3, transactional_id="app",
+                               group_id="grp", producer_id=pid, producer_epoch=epoch,
+                               generation_id=-1, member_id="", group_instance_id=None,
+                               topics=(t.TxnOffsetCommitRequestTopic(name="t", partitions=(
+                                   codec.build(t.TxnOffsetCommitRequestPartition,
+                                               partition_index=0, committed_offset=7,
+                                               committed_leader_epoch=-1,
+                                               committed_metadata=""),)),))
+                seen.append(E(c.topics[0].partitions[0].error_code))
+                monkeypatch.undo()  # AddOffsetsToTxn at the transaction's coordinator
+                r = await call(broker, v.ADD_OFFSETS_TO_TXN, 3, transactional_id="app",
+                               producer_id=pid, producer_epoch=epoch, group_id="grp")
+                assert r.error_code == E.none
+            nursery.cancel_scope.cancel()
+        return seen
+
+    assert trio.run(scenario) == [E.invalid_txn_state, E.none]
+
+
 def test_fenced_txn_offset_commit_is_refused_by_a_group_coordinator_elsewhere(
         broker: Broker, monkeypatch: pytest.MonkeyPatch) -> None:
     """A producer fenced after AddOffsetsToTxn (a newer one with its transactional
@@ -336,7 +388,7 @@ def test_fenced_txn_offset_commit_is_refused_by_a_group_coordinator_elsewhere(
             again = await init()
             assert (again.producer_id, again.producer_epoch) == (pid, epoch + 2)
             assert broker.txns is not None and broker.groups is not None
-            monkeypatch.setattr(broker.txns, "coordinator_error", lambda tid: E.not_coordinator)
+            elsewhere(broker, monkeypatch)
             assert await txn_offset_commit(top(v.TXN_OFFSET_COMMIT), pid, epoch) == \
                 E.producer_fenced
             assert await txn_offset_commit(2, pid, epoch) == E.invalid_producer_epoch
