@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: run test test-secured-link test-apps lint unit compat bench bench-share bench-ext bench-compaction bench-scale bench-simple soak fuzz rdkafka-suite clean tools sim java-deps kafka-reference demo
+.PHONY: run test test-secured-link test-apps lint unit compat bench bench-share bench-ext bench-compaction bench-scale bench-simple soak fuzz rdkafka-suite kafka-python-suite clean tools sim java-deps kafka-reference demo
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -153,6 +153,14 @@ fuzz: $(STAMP) tools java-deps
 # compat_tests/FINDINGS.md. Not part of `make test` (about an hour per side).
 rdkafka-suite: $(STAMP) java-deps
 	$(PY) -m compat_tests.rdkafka_suite.run --findings $(RDKAFKA_ARGS)
+
+# kafka-python's own integration suite (the sdist of the kafka-python installed here,
+# sha256 pinned, into $COMPAT_CACHE) against one kcompat broker, 3 at RF 3 and Apache
+# Kafka 4.4.0, set up as the suite sets up its brokers; KP_SUITE_ARGS="--sides single"
+# narrows it (sides: single, cluster, kafka, kafka-cluster). Results merge into build/kafka-python-suite/results.json and the table into
+# compat_tests/kafka_python/FINDINGS.md. Not part of `make test` (about 3 min per side).
+kafka-python-suite: $(STAMP) java-deps
+	$(PY) -m compat_tests.kafka_python_suite.run --findings $(KP_SUITE_ARGS)
 
 # The older single-broker confluent-kafka produce/consume benchmark.
 bench-simple: $(STAMP)

@@ -42,18 +42,19 @@ class Cluster:
     (``bootstrap``) — so every cluster scenario runs unchanged over a secured link."""
 
     def __init__(self, root: Path, size: int = 3, extra_args: tuple[str, ...] = (),
-                 link: str = LINK) -> None:
+                 link: str = LINK, first_node: int = 1) -> None:
         ports = [free_port() for _ in range(size)]
         self.link = link
         self._link_config = None if link == "PLAINTEXT" else _link_config(root, link)
         inner = ports if link == "PLAINTEXT" else [free_port() for _ in range(size)]
-        self.voters = ",".join(f"{i + 1}@127.0.0.1:{p}" for i, p in enumerate(inner))
+        ids = range(first_node, first_node + size)  # node ids (1, 2, 3 unless asked)
+        self.voters = ",".join(f"{n}@127.0.0.1:{p}" for n, p in zip(ids, inner, strict=True))
         self.brokers: dict[int, Broker] = {
-            i + 1: Broker(root / f"broker-{i + 1}", port=ports[i], extra_args=(
-                "--node-id", str(i + 1), "--set", f"controller.quorum.voters={self.voters}",
+            n: Broker(root / f"broker-{n}", port=ports[i], extra_args=(
+                "--node-id", str(n), "--set", f"controller.quorum.voters={self.voters}",
                 "--admin-port", "-1", "--set", "default.replication.factor=3",
                 *self.link_args(ports[i], inner[i]), *self._with_link(extra_args)))
-            for i in range(size)
+            for i, n in enumerate(ids)
         }
 
     def link_args(self, port: int, inner: int | None = None) -> tuple[str, ...]:

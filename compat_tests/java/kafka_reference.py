@@ -262,11 +262,11 @@ class KafkaReferenceCluster:
 
     def __init__(self, workdir: Path, size: int = 3, host: str = "127.0.0.1",
                  heap: str = "512m", overrides: dict[str, str] | None = None,
-                 version: str = KAFKA_VERSION) -> None:
+                 version: str = KAFKA_VERSION, first_node: int = 1) -> None:
         self.workdir = Path(workdir)
         self.host = host
         controller_ports = [free_port(host) for _ in range(size)]
-        voters = ",".join(f"{i + 1}@{host}:{p}" for i, p in enumerate(controller_ports))
+        voters = ",".join(f"{i + first_node}@{host}:{p}" for i, p in enumerate(controller_ports))
         rf, isr = str(size), str(min(2, size))
         props = {
             "offsets.topic.replication.factor": rf,
@@ -281,7 +281,7 @@ class KafkaReferenceCluster:
         cluster_id = kafka_cluster_id()
         self.nodes = [
             KafkaReference(self.workdir / f"node-{i + 1}", host=host, overrides=props,
-                           version=version, heap=heap, node_id=i + 1,
+                           version=version, heap=heap, node_id=i + first_node,
                            controller_port=controller_ports[i], voters=voters,
                            cluster_id=cluster_id)
             for i in range(size)
