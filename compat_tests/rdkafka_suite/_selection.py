@@ -27,9 +27,6 @@ SKIPPED_GROUPS: list[tuple[str, str]] = [
     ("0049, 0068, 0075, 0076 (remote), 0088, 0094",
      "sockem tests: they cut and delay the client's socket with librdkafka's socket "
      "emulator (`-E`); not run"),
-    ("0045 `_topic_remove` / `_non_exist_and_partchange`, 0107, 0111",
-     "the `noautocreate` scenario (brokers with auto.create.topics.enable=false); the "
-     "runner skips them silently under the default scenario; not run yet"),
     ("0103 `ak23` scenario", "a Kafka 2.3 broker; the `default` half runs"),
     ("0190", "manual test (client telemetry against a broker with a metrics plugin)"),
     ("0097, 0115, 0119, 0126, 0135, 0142",
@@ -41,6 +38,13 @@ SKIPPED_GROUPS: list[tuple[str, str]] = [
      "minutes each even in quick mode; not run on this 2-core machine"),
     ("0038", "performance test (produces and consumes a lot); not run on this machine"),
 ]
+
+#: librdkafka's `noautocreate` scenario (brokers with auto.create.topics.enable=false):
+#: run in a pass of their own (``run.py --scenario``) against brokers set up so
+NOAUTOCREATE_TESTS = ("0045_subscribe_update_topic_remove",
+                      "0045_subscribe_update_non_exist_and_partchange",
+                      "0107_topic_recreate", "0111_delay_create_topics")
+NOAUTOCREATE_NUMBERS = ["0045", "0107", "0111"]
 
 NOT_RUN = {"0049", "0068", "0075", "0076", "0088", "0094", "0107", "0111", "0190",
            "0089", "0091", "0185", "0038"}
@@ -54,10 +58,12 @@ NOTES: dict[str, str] = {
                             "skips known issues",
     "0047_partial_buf_tmout": "librdkafka marks it a known issue; the runner skips known "
                               "issues",
-    "0045_subscribe_update_topic_remove": "`noautocreate` scenario: the runner skips it "
-                                          "under the default one",
-    "0045_subscribe_update_non_exist_and_partchange": "`noautocreate` scenario: the runner "
-                                                      "skips it under the default one",
+    "0045_subscribe_update_topic_remove": "`noautocreate` scenario",
+    "0045_subscribe_update_non_exist_and_partchange": "`noautocreate` scenario",
+    "0107_topic_recreate": "`noautocreate` scenario; creates RF 3 topics (one node "
+                           "answers INVALID_REPLICATION_FACTOR)",
+    "0111_delay_create_topics": "`noautocreate` scenario; creates RF 3 topics (one node "
+                                "answers INVALID_REPLICATION_FACTOR)",
     "0064_interceptors": "sets security.protocol=ssl, which this build (no SSL) refuses: "
                          "fails before it reaches a broker",
     "0103_transactions": "creates its topics at replication factor 3: one node answers "

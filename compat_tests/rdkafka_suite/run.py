@@ -11,6 +11,8 @@ cores), starts
   (``compat_tests._cluster.Cluster``),
 * ``kafka``: Apache Kafka 4.4.0, one KRaft node (``KafkaReference``, as the
   differential tests start it),
+* ``kafka3`` (asked for by name): three Kafka 4.4.0 nodes (``KafkaReferenceCluster``),
+  the reference for the tests that create topics at replication factor 3,
 
 each with 4 partitions per auto-created topic and no initial rebalance delay
 (librdkafka's "default" test scenario: auto-creation on, 4 partitions), writes a
@@ -46,14 +48,25 @@ os.environ.setdefault("PYTEST_XDIST_WORKER", "gw3")
 from compat_tests._broker import REPO_ROOT, Broker  # noqa: E402
 from compat_tests._cluster import Cluster  # noqa: E402
 from compat_tests.java._jvm import java_bin, reference_classpath  # noqa: E402
-from compat_tests.java.kafka_reference import SHARE_TEST_OVERRIDES, KafkaReference  # noqa: E402
+from compat_tests.java.kafka_reference import (  # noqa: E402
+    SHARE_TEST_OVERRIDES,
+    KafkaReference,
+    KafkaReferenceCluster,
+)
 from compat_tests.rdkafka_suite import _build  # noqa: E402
-from compat_tests.rdkafka_suite._selection import NOTES, SKIPPED_GROUPS, select  # noqa: E402
+from compat_tests.rdkafka_suite._selection import (  # noqa: E402
+    NOAUTOCREATE_NUMBERS,
+    NOAUTOCREATE_TESTS,
+    NOTES,
+    SKIPPED_GROUPS,
+    select,
+)
 
 OUT_DIR = REPO_ROOT / "build" / "rdkafka-suite"
 RESULTS = OUT_DIR / "results.json"
 FINDINGS = REPO_ROOT / "compat_tests" / "FINDINGS.md"
-SIDES = ("single", "cluster", "kafka")
+SIDES = ("single", "cluster", "kafka", "kafka3")
+_TITLES = ("kcompat, 1 node", "kcompat, 3 brokers RF 3", "Kafka 4.4.0", "Kafka 4.4.0, 3 nodes")
 BROKER_VERSION = "4.4.0"
 #: librdkafka's default scenario (tests/scenarios/default.json), as broker settings, and
 #: an authorizer that allows what no ACL names (0081 creates, describes and deletes
@@ -70,9 +83,14 @@ _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _ROW = re.compile(r"^\|\s*(\d{4}_\S+)\s*\|\s*([A-Z ]+?)\s*\|\s*[\d.]+s\s*\|\s?(.*)$")
 
 
-def _kcompat_args(extra: dict[str, str]) -> tuple[str, ...]:
+#: librdkafka's other test scenario run here: brokers that create no topic on demand
+SCENARIOS: dict[str, dict[str, str]] = {
+    "default": {}, "noautocreate": {"auto.create.topics.enable": "false"}}
+
+
+def _kcompat_args(settings: dict[str, str]) -> tuple[str, ...]:
     args: list[str] = ["--admin-port", "-1"]
-    for k, v in {**SCENARIO, **extra}.items():
+    for k, v in settings.items():
         args += ["--set", f"{k}={v}"]
     return tuple(args)
 
@@ -80,29 +98,36 @@ def _kcompat_args(extra: dict[str, str]) -> tuple[str, ...]:
 class _Side:
     """The brokers of one side: ``bootstrap`` and the log(s) to cite."""
 
-    def __init__(self, name: str, workdir: Path) -> None:
+    def __init__(self, name: str, workdir: Path, settings: dict[str, str]) -> None:
         self.name = name
         self.workdir = workdir
+        self.settings = settings
         self.single: Broker | None = None
         self.cluster: Cluster | None = None
         self.ref: KafkaReference | None = None
+        self.refs: KafkaReferenceCluster | None = None
 
     def start(self) -> None:
         if self.name == "single":
-            self.single = Broker(self.workdir / "broker", extra_args=_kcompat_args({}))
+            self.single = Broker(self.workdir / "broker",
+                                 extra_args=_kcompat_args(self.settings))
             self.single.start()
         elif self.name == "cluster":
             self.cluster = Cluster(self.workdir / "cluster", 3,
-                                   extra_args=_kcompat_args({}), link="PLAINTEXT")
+                                   extra_args=_kcompat_args(self.settings), link="PLAINTEXT")
             self.cluster.start()
-        else:
+        elif self.name == "kafka":
             self.ref = KafkaReference(self.workdir / "kafka",
-                                      overrides={**SCENARIO, **SHARE_TEST_OVERRIDES})
+                                      overrides={**self.settings, **SHARE_TEST_OVERRIDES})
             self.ref.start()
+        else:
+            self.refs = KafkaReferenceCluster(
+                self.workdir / "kafka3", overrides={**self.settings, **SHARE_TEST_OVERRIDES})
+            self.refs.start()
 
     @property
     def bootstrap(self) -> str:
-        node = self.single or self.cluster or self.ref
+        node = self.single or self.cluster or self.ref or self.refs
         assert node is not None
         return node.bootstrap
 
@@ -111,6 +136,8 @@ class _Side:
             return [self.single.log_path]
         if self.cluster:
             return [b.log_path for b in self.cluster.brokers.values()]
+        if self.refs:
+            return [n.log_path for n in self.refs.nodes]
         return [self.ref.log_path] if self.ref else []
 
     def alive(self) -> bool:
@@ -118,17 +145,19 @@ class _Side:
             return self.single.running
         if self.cluster:
             return all(b.running for b in self.cluster.brokers.values())
+        if self.refs:
+            return self.refs.running
         return self.ref is not None and self.ref.running
 
     def close(self) -> None:
-        for node in (self.single, self.cluster, self.ref):
+        for node in (self.single, self.cluster, self.ref, self.refs):
             if node is not None:
                 node.close()
 
 
 @contextmanager
-def _side(name: str, workdir: Path) -> Iterator[_Side]:
-    side = _Side(name, workdir)
+def _side(name: str, workdir: Path, settings: dict[str, str]) -> Iterator[_Side]:
+    side = _Side(name, workdir, settings)
     try:
         side.start()
         yield side
@@ -168,7 +197,7 @@ def parse_summary(output: str) -> dict[str, tuple[str, str]]:
 
 
 def run_one(tests: Path, number: str, conf: Path, log: Path, limit_s: float,
-            side: _Side, kafka_path: Path) -> dict[str, tuple[str, str]]:
+            side: _Side, kafka_path: Path, scenario: str) -> dict[str, tuple[str, str]]:
     """Run test ``number`` (every test of that number the runner keeps) once."""
     env = dict(os.environ, TESTS=number, RDKAFKA_TEST_CONF=str(conf),
                KAFKA_PATH=str(kafka_path), BROKERS=side.bootstrap,
@@ -177,7 +206,7 @@ def run_one(tests: Path, number: str, conf: Path, log: Path, limit_s: float,
     marks = [(p, p.stat().st_size if p.exists() else 0) for p in side.logs()]
     # stdout line-buffered: a runner that dies at exit keeps its summary; the broker
     # version goes by TEST_KAFKA_VERSION (`-V` makes 2.15.1's runner free() argv at exit)
-    cmd = ["stdbuf", "-oL", "./test-runner", "-Q", "-E", "-L", "-p1"]
+    cmd = ["stdbuf", "-oL", "./test-runner", "-Q", "-E", "-L", "-p1", "-s", scenario]
     t0 = time.monotonic()
     with open(log, "wb") as out:
         proc = subprocess.Popen(cmd, cwd=str(tests), env=env, stdout=out,
@@ -194,7 +223,8 @@ def run_one(tests: Path, number: str, conf: Path, log: Path, limit_s: float,
             out.write(f"\n# broker log {path} bytes {start}..{path.stat().st_size}\n".encode())
         out.write(f"# exit {proc.returncode} after {took:.1f}s\n".encode())
     rows = {name: row for name, row in parse_summary(log.read_text(errors="replace")).items()
-            if name in NOTES or "negative test flags" not in row[1]}  # broker-less variants
+            if (name in NOTES or "negative test flags" not in row[1])  # broker-less variants
+            and (name in NOAUTOCREATE_TESTS) == (scenario == "noautocreate")}
     if timed_out:
         rows = {name: ("TIMEOUT", f"killed after {limit_s:.0f}s") for name in rows} or {
             number: ("TIMEOUT", f"killed after {limit_s:.0f}s")}
@@ -204,13 +234,16 @@ def run_one(tests: Path, number: str, conf: Path, log: Path, limit_s: float,
 
 
 def run_side(name: str, numbers: list[str], multiplier: float, limit_s: float,
-             results: dict[str, dict[str, list[str]]]) -> None:
+             results: dict[str, dict[str, list[str]]], scenario: str = "default") -> None:
+    """Run ``numbers`` one by one against side ``name`` set up for ``scenario``."""
     tree = _build.ensure_built()
     tests = _build.tests_dir(tree)
     workdir = OUT_DIR / name
     workdir.mkdir(parents=True, exist_ok=True)
     kafka_path = _kafka_path(OUT_DIR)
-    with _side(name, workdir / "brokers") as side:
+    settings = {**SCENARIO, **SCENARIOS[scenario]}
+    suffix = "" if scenario == "default" else f"-{scenario}"
+    with _side(name, workdir / f"brokers{suffix}", settings) as side:
         conf = workdir / "test.conf"
         _write_conf(conf, side.bootstrap, multiplier)
         for number in numbers:
@@ -219,8 +252,8 @@ def run_side(name: str, numbers: list[str], multiplier: float, limit_s: float,
                 side.close()
                 side.start()
                 _write_conf(conf, side.bootstrap, multiplier)
-            rows = run_one(tests, number, conf, workdir / f"{number}.log", limit_s, side,
-                           kafka_path)
+            rows = run_one(tests, number, conf, workdir / f"{number}{suffix}.log", limit_s,
+                           side, kafka_path, scenario)
             for test, (state, reason) in sorted(rows.items()):
                 results.setdefault(test, {})[name] = [state, reason[:200]]
                 print(f"[{name}] {test:45s} {state:8s} {reason[:100]}", flush=True)
@@ -245,8 +278,8 @@ _WORD = {"PASSED": "pass", "FAILED": "FAIL", "SKIPPED": "skip", "TIMEOUT": "TIME
 
 
 def table(results: dict[str, dict[str, list[str]]]) -> str:
-    lines = ["| Test | kcompat, 1 node | kcompat, 3 brokers RF 3 | Kafka 4.4.0 | Notes |",
-             "|---|---|---|---|---|"]
+    lines = [f"| Test | {' | '.join(_TITLES)} | Notes |",
+             "|---|" + "---|" * len(_TITLES) + "---|"]
     for test in sorted(results):
         cells = []
         for side in SIDES:
@@ -266,10 +299,13 @@ def findings_section(results: dict[str, dict[str, list[str]]]) -> str:
             "(issue 32 item 4; `make rdkafka-suite`)\n\n"
             f"librdkafka's tests (`tests/0nnn-*`, from {_build.NPM_PACKAGE}@{_build.NPM_VERSION}'s "
             "`deps/librdkafka`), each run alone in quick mode (`TEST_KAFKA_VERSION="
-            f"{BROKER_VERSION} test-runner -Q -E -L -p1`) against one kcompat broker, three kcompat brokers (RF 3) and "
-            "Apache Kafka 4.4.0, each with librdkafka's default scenario (auto-created topics "
-            "of 4 partitions), `test.timeout.multiplier` 3 on this 2-core shared machine and "
-            "random topic names. pass / FAIL / skip is what librdkafka's runner said (skip: "
+            f"{BROKER_VERSION} test-runner -Q -E -L -p1`) against one kcompat broker, three "
+            "kcompat brokers (RF 3) and Apache Kafka 4.4.0 (one node; three nodes for the "
+            "tests that create RF 3 topics), each with librdkafka's default scenario (auto-created topics "
+            "of 4 partitions; the `noautocreate` tests against brokers set up without "
+            "auto-creation), an authorizer allowing what no ACL names, "
+            "`test.timeout.multiplier` 3 on this 2-core shared machine and random topic names."
+            " pass / FAIL / skip is what librdkafka's runner said (skip: "
             "the test skipped itself or the runner did, the reason in Notes); TIMEOUT: killed "
             "by the harness; -: not run on that side.\n\n"
             f"{table(results)}\n\nNot run, by group:\n\n{skipped}\n{_END}\n")
@@ -290,13 +326,18 @@ def write_findings(results: dict[str, dict[str, list[str]]]) -> None:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m compat_tests.rdkafka_suite.run")
     ap.add_argument("--sides", default="single,cluster,kafka",
-                    help="comma-separated, run in this order, one at a time")
+                    help="comma-separated, run in this order, one at a time; kafka3 (three "
+                         "Kafka 4.4.0 nodes) is for the tests that create RF 3 topics")
     ap.add_argument("--tests", default="all",
                     help="'all', 'first' (0001-0030) or comma-separated numbers")
     ap.add_argument("--multiplier", type=float, default=3.0,
                     help="test.timeout.multiplier (this machine: 2 shared cores)")
     ap.add_argument("--limit-s", type=float, default=600.0,
                     help="wall-clock limit of one test-runner process")
+    ap.add_argument("--scenario", default="both", choices=("default", "noautocreate", "both"),
+                    help="librdkafka's test scenario(s): noautocreate runs "
+                         f"{', '.join(NOAUTOCREATE_TESTS)} against brokers without "
+                         "auto-creation")
     ap.add_argument("--fresh", action="store_true", help="forget earlier results")
     ap.add_argument("--findings", action="store_true",
                     help="rewrite the generated section of compat_tests/FINDINGS.md")
@@ -310,7 +351,11 @@ def main(argv: list[str] | None = None) -> int:
     for name in args.sides.split(","):
         if name not in SIDES:
             ap.error(f"unknown side {name!r} (one of {', '.join(SIDES)})")
-        run_side(name, numbers, args.multiplier, args.limit_s, results)
+        if args.scenario in ("default", "both"):
+            run_side(name, numbers, args.multiplier, args.limit_s, results)
+        if args.scenario in ("noautocreate", "both"):
+            run_side(name, NOAUTOCREATE_NUMBERS, args.multiplier, args.limit_s, results,
+                     "noautocreate")
     if args.findings:
         write_findings(results)
     print(table(results))

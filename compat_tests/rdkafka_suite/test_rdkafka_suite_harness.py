@@ -51,4 +51,4 @@ def test_findings_section_replaced_in_place(tmp_path: Path,
     text = findings.read_text()
     assert text.count(run._BEGIN) == 1 and text.count(run._END) == 1
     assert text.startswith("# Findings\n\n## Before\n\ntext\n")
-    assert "| 0012_produce_consume | FAIL | - | pass |" in text
+    assert "| 0012_produce_consume | FAIL | - | pass | - |" in text
