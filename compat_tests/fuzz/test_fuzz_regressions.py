@@ -319,3 +319,22 @@ def test_txn_offset_commit_while_the_group_awaits_its_sync(peers: list[Peer]) ->
     for peer in peers:
         producers.settle_transaction(peer)
     assert both(peers, "fetch_offset", group, topic, 0, True) == (0, 3, "t")
+
+
+def test_txn_offset_commit_makes_the_group(peers: list[Peer]) -> None:
+    # F16: a TxnOffsetCommit to a group no one used creates it Empty, kept
+    # after an abort (kcompat: no group, described Dead)
+    topic, group, txn = name(), name(), name()
+    for peer in peers:
+        ops.settle_group(peer, group)
+    assert both(peers, "create_topic", topic, 1, 1, {}, False) == ("ok", 1, 1)
+    settle(peers, topic, 1)
+    assert both(peers, "init_producer", "transactional", txn) == ("ok",)
+    assert both(peers, "add_offsets", group) == 0
+    assert both(peers, "describe_group", group) == (0, "Dead", "", "", ())
+    assert both(peers, "txn_offset_commit", group, topic, 0, 5, False) == 0
+    assert both(peers, "describe_group", group) == (0, "Empty", "", "", ())
+    assert both(peers, "end_txn", False) == 0
+    for peer in peers:
+        producers.settle_transaction(peer)
+    assert both(peers, "describe_group", group) == (0, "Empty", "", "", ())

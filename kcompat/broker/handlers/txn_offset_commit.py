@@ -113,6 +113,10 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
                     p.committed_offset, getattr(p, "committed_leader_epoch", -1),
                     p.committed_metadata or "", now)
     if offsets:
+        if ctx.consumer_groups.group(request.group_id) is None:
+            # a group not known yet is created Empty, as Kafka creates it for
+            # a producer's commit (and keeps it, the transaction aborted or not)
+            ctx.groups.coordinator.ensure_group(request.group_id, now)
         try:
             written = await ctx.groups.txn_commit_offsets(
                 request.group_id, request.producer_id, request.producer_epoch, offsets)

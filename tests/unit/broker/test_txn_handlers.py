@@ -429,3 +429,34 @@ def test_txn_offset_commit_of_a_missing_partition_is_unknown_before_the_txn_stat
                                   ("t", 1, E.unknown_topic_or_partition),
                                   ("missing", 0, E.unknown_topic_or_partition)]
     broker.close()
+
+
+def test_txn_offset_commit_creates_an_unknown_group_empty(broker: Broker) -> None:
+    """As Kafka: the group a producer commits offsets for exists from then on
+    (Empty, no protocol type), whatever becomes of the transaction."""
+    async def scenario() -> None:
+        async with trio.open_nursery() as nursery:
+            await running.start(nursery, broker)
+            init = await call(broker, v.INIT_PRODUCER_ID, 4, transactional_id="app",
+                              transaction_timeout=datetime.timedelta(seconds=30),
+                              producer_id=-1, producer_epoch=-1)
+            pid, epoch = init.producer_id, init.producer_epoch
+            r = await call(broker, v.ADD_OFFSETS_TO_TXN, 3, transactional_id="app",
+                           producer_id=pid, producer_epoch=epoch, group_id="new")
+            assert r.error_code == E.none
+            assert broker.groups is not None and "new" not in broker.groups.coordinator.groups
+            t = codec.request_module(v.TXN_OFFSET_COMMIT, 3)
+            c = await call(broker, v.TXN_OFFSET_COMMIT, 3, transactional_id="app",
+                           group_id="new", producer_id=pid, producer_epoch=epoch,
+                           generation_id=-1, member_id="", group_instance_id=None,
+                           topics=(t.TxnOffsetCommitRequestTopic(name="t", partitions=(
+                               codec.build(t.TxnOffsetCommitRequestPartition,
+                                           partition_index=0, committed_offset=7,
+                                           committed_leader_epoch=-1,
+                                           committed_metadata=""),)),))
+            assert c.topics[0].partitions[0].error_code == E.none
+            group = broker.groups.coordinator.groups.get("new")
+            assert group is not None and group.state.value == "Empty"
+            nursery.cancel_scope.cancel()
+
+    trio.run(scenario)
