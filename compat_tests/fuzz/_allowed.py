@@ -11,8 +11,57 @@ from __future__ import annotations
 
 from typing import Any
 
+
+def _is_ok(seen: Any) -> bool:
+    return isinstance(seen, tuple) and bool(seen) and seen[0] == "ok"
+
+
+def _spread(parts: list[tuple[tuple[str, int], ...] | str]) -> Any:
+    """Members' partitions as an assignor's placement-free outcome: each
+    member's count (or why it has none), every partition assigned, and
+    whether one is assigned twice."""
+    every = [p for member in parts if not isinstance(member, str) for p in member]
+    return (tuple(m if isinstance(m, str) else len(m) for m in parts), tuple(sorted(set(every))),
+            len(every) != len(set(every)))
+
+
+def _settled_alike(_args: Any, kafka: Any, kcompat: Any) -> bool:
+    return (kafka != "connection closed" and kcompat != "connection closed"
+            and kafka[0] == kcompat[0] and _spread(list(kafka[1])) == _spread(list(kcompat[1])))
+
+
+def _described_alike(_args: Any, kafka: Any, kcompat: Any) -> bool:
+    if not (_is_ok(kafka) and _is_ok(kcompat)):
+        return False
+
+    def reduced(seen: Any) -> Any:
+        # (who, epoch relation, subscriptions, assignment, target, member type)
+        members = seen[4]
+        return (seen[2], seen[3], tuple((m[0], m[2], m[5]) for m in members),
+                _spread([m[4] for m in members]))
+
+    targets_differ = [m[4] for m in kafka[4]] != [m[4] for m in kcompat[4]]
+    return targets_differ and reduced(kafka) == reduced(kcompat)
+
+
 #: (operation, a predicate of (args, kafka's observation, kcompat's), the reason)
-ALLOWED: list[tuple[str, Any, str]] = []
+ALLOWED: list[tuple[str, Any, str]] = [
+    # KIP-848: both brokers assign with "uniform" (group.consumer.assignors'
+    # first, Kafka 4.4's default and kcompat's), balanced and sticky, but
+    # where members' subscriptions differ the two place partitions
+    # differently (e.g. which of a shared topic's partitions the member that
+    # also has a new topic gives up). Where placement is the assignor's
+    # choice, the fuzzer compares that every partition is assigned once and
+    # how many each member holds (a settled group), and the error of every
+    # heartbeat; the steps a member takes towards its target (epoch moves,
+    # revocations) follow from the placement.
+    ("consumer_settle", _settled_alike, "KIP-848 assignor placement (uniform, heterogeneous)"),
+    ("consumer_describe", _described_alike,
+     "KIP-848 assignor placement (uniform, heterogeneous)"),
+    *((op, lambda _a, kafka, kcompat: _is_ok(kafka) and _is_ok(kcompat),
+       "KIP-848 reconciliation steps follow the assignor's placement")
+      for op in ("consumer_join", "consumer_heartbeat", "consumer_misbehave")),
+]
 
 
 def allowed(op: str, args: tuple[Any, ...], kafka: Any, kcompat: Any) -> str | None:

@@ -44,6 +44,12 @@ one, and leaving, so that rebalances happen; and DescribeGroups. A broker
 holds a member's JoinGroup or SyncGroup until the others act: such a request
 is pending (``_members.WAITING``), and when one broker answered it and the
 other did not, the latter is awaited longer before the two are compared.
+
+KIP-848 consumer-group members (``_consumers``): two in a group of their own,
+with client-chosen ids (the same on both brokers), joining, heartbeating,
+misbehaving (a fenced or previous epoch, an unknown id), committing with
+their epoch, leaving; the group described, and settled (every member
+heartbeats until nothing moves) before its assignment is compared.
 """
 
 from __future__ import annotations
@@ -59,6 +65,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, precondition,
 
 from compat_tests.fuzz import _acls as acls
 from compat_tests.fuzz import _bad_produce as bad
+from compat_tests.fuzz import _consumers as consumers
 from compat_tests.fuzz import _members as members
 from compat_tests.fuzz import _ops as ops
 from compat_tests.fuzz import _producers as producers
@@ -91,8 +98,8 @@ config_pairs = st.sampled_from(sorted(CONFIGS)).flatmap(
 
 def operation(name: str) -> Callable[..., Any]:
     """The operation ``name`` of ``_ops``, ``_producers``, ``_members``,
-    ``_bad_produce`` or ``_acls``."""
-    return next(getattr(m, name) for m in (ops, producers, members, bad, acls)
+    ``_bad_produce``, ``_acls`` or ``_consumers``."""
+    return next(getattr(m, name) for m in (ops, producers, members, bad, acls, consumers)
                 if hasattr(m, name))
 
 
@@ -111,6 +118,8 @@ def machine_for(peers: Sequence[Peer], replication: Sequence[int] = (1, 2, -1),
             self.acls: set[acls.Binding] = set()  # the model: alice's ACLs both made
             self.topics = [f"{prefix}-{c}" for c in "abc"]
             self.groups = [f"{prefix}-g{i}" for i in (1, 2)]
+            self.consumer_group = f"{prefix}-cg"  # KIP-848 members' (client-chosen ids)
+            self.consumer_ids = [str(uuid.uuid4()) for _ in (0, 1)]
             self.transactional_id = f"{prefix}-tx"
             self.append_time_topic = f"{prefix}-lat"  # LogAppendTime, made on first use
             self.append_time_topic_made = False
@@ -125,8 +134,9 @@ def machine_for(peers: Sequence[Peer], replication: Sequence[int] = (1, 2, -1),
                 peer.reset()
             for peer in peers:
                 peer.reset()
-                for group in self.groups:
+                for group in (*self.groups, self.consumer_group):
                     ops.settle_group(peer, group)
+                consumers.set_group_configs(peer, self.consumer_group)
 
         # -- the comparison ---------------------------------------------------------------
 
@@ -385,6 +395,44 @@ def machine_for(peers: Sequence[Peer], replication: Sequence[int] = (1, 2, -1),
         @rule(data=st.data())
         def describe_group(self, data: st.DataObject) -> None:
             self.both("describe_group", self.group(data))
+
+        # -- KIP-848 consumer-group members ---------------------------------------------
+
+        @rule(who=st.sampled_from((0, 1)),
+              subscribed=st.sets(st.integers(0, 2), min_size=1, max_size=3))
+        def consumer_join(self, who: int, subscribed: set[int]) -> None:
+            self.both("consumer_join", self.consumer_group, self.consumer_ids[who], who,
+                      [self.topics[t] for t in sorted(subscribed)], self.topics)
+
+        @rule(who=st.sampled_from((0, 1)))
+        def consumer_heartbeat(self, who: int) -> None:
+            self.both("consumer_heartbeat", self.consumer_group, self.consumer_ids[who], who,
+                      self.topics)
+
+        @rule(who=st.sampled_from((0, 1)), how=st.sampled_from(
+            (consumers.FENCED, consumers.PREVIOUS, consumers.UNKNOWN)))
+        def consumer_misbehave(self, who: int, how: str) -> None:
+            self.both("consumer_misbehave", self.consumer_group, self.consumer_ids[who], who,
+                      how, self.topics)
+
+        @rule(who=st.sampled_from((0, 1)))
+        def consumer_leave(self, who: int) -> None:
+            self.both("consumer_leave", self.consumer_group, self.consumer_ids[who], who)
+
+        @rule(data=st.data(), who=st.sampled_from((0, 1)), stale=st.booleans(),
+              partition=st.integers(0, 2), offset=st.integers(0, 20))
+        def consumer_commit(self, data: st.DataObject, who: int, stale: bool, partition: int,
+                            offset: int) -> None:
+            self.both("consumer_commit", self.consumer_group, self.consumer_ids[who], who,
+                      stale, self.topic(data), partition, offset)
+
+        @rule()
+        def consumer_settle(self) -> None:
+            self.both("consumer_settle", self.consumer_group, self.consumer_ids, self.topics)
+
+        @rule()
+        def consumer_describe(self) -> None:
+            self.both("consumer_describe", self.consumer_group, self.consumer_ids)
 
         # -- ACL changes, and alice's requests (brokers with an authorizer) -------------
 
