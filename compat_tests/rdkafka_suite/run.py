@@ -234,14 +234,16 @@ def run_one(tests: Path, number: str, conf: Path, log: Path, limit_s: float,
 
 
 def run_side(name: str, numbers: list[str], multiplier: float, limit_s: float,
-             results: dict[str, dict[str, list[str]]], scenario: str = "default") -> None:
-    """Run ``numbers`` one by one against side ``name`` set up for ``scenario``."""
+             results: dict[str, dict[str, list[str]]], scenario: str = "default",
+             extra: dict[str, str] | None = None) -> None:
+    """Run ``numbers`` one by one against side ``name`` set up for ``scenario`` (and
+    the broker settings ``extra``)."""
     tree = _build.ensure_built()
     tests = _build.tests_dir(tree)
     workdir = OUT_DIR / name
     workdir.mkdir(parents=True, exist_ok=True)
     kafka_path = _kafka_path(OUT_DIR)
-    settings = {**SCENARIO, **SCENARIOS[scenario]}
+    settings = {**SCENARIO, **SCENARIOS[scenario], **(extra or {})}
     suffix = "" if scenario == "default" else f"-{scenario}"
     with _side(name, workdir / f"brokers{suffix}", settings) as side:
         conf = workdir / "test.conf"
@@ -324,6 +326,7 @@ def write_findings(results: dict[str, dict[str, list[str]]]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    global RESULTS
     ap = argparse.ArgumentParser(prog="python -m compat_tests.rdkafka_suite.run")
     ap.add_argument("--sides", default="single,cluster,kafka",
                     help="comma-separated, run in this order, one at a time; kafka3 (three "
@@ -338,6 +341,11 @@ def main(argv: list[str] | None = None) -> int:
                     help="librdkafka's test scenario(s): noautocreate runs "
                          f"{', '.join(NOAUTOCREATE_TESTS)} against brokers without "
                          "auto-creation")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="a broker setting on every side (e.g. "
+                         "group.initial.rebalance.delay.ms=3000); best with --results")
+    ap.add_argument("--results", type=Path, default=RESULTS,
+                    help=f"the results file to merge into (default {RESULTS})")
     ap.add_argument("--fresh", action="store_true", help="forget earlier results")
     ap.add_argument("--findings", action="store_true",
                     help="rewrite the generated section of compat_tests/FINDINGS.md")
@@ -346,16 +354,18 @@ def main(argv: list[str] | None = None) -> int:
     if args.build_only:
         print(_build.ensure_built())
         return 0
+    RESULTS = args.results
+    extra = dict(kv.split("=", 1) for kv in args.set)
     results = {} if args.fresh else _load()
     numbers = select(args.tests)
     for name in args.sides.split(","):
         if name not in SIDES:
             ap.error(f"unknown side {name!r} (one of {', '.join(SIDES)})")
         if args.scenario in ("default", "both"):
-            run_side(name, numbers, args.multiplier, args.limit_s, results)
+            run_side(name, numbers, args.multiplier, args.limit_s, results, extra=extra)
         if args.scenario in ("noautocreate", "both"):
             run_side(name, NOAUTOCREATE_NUMBERS, args.multiplier, args.limit_s, results,
-                     "noautocreate")
+                     "noautocreate", extra)
     if args.findings:
         write_findings(results)
     print(table(results))
