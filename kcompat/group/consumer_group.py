@@ -22,10 +22,12 @@ Rules, as Kafka 4.4 answers them (checked against the reference broker):
   assignment. Other epochs heartbeat; the previous epoch is accepted when the
   owned partitions are a subset of the current assignment (a lost answer);
   any other mismatch is FENCED_MEMBER_EPOCH.
-* The group epoch goes up when a member joins, leaves, expires or changes its
-  subscription (names, regex, assignor) and when the partitions of the
-  topics the group subscribes to change. A new group starts at epoch 2 for
-  its first member, as Kafka 4.4's does.
+* The group epoch goes up when a member leaves or expires, when one joins or
+  changes its subscription (names, regex, assignor: a member joining with no
+  topics, no regex and no assignor leaves it as it is, as Kafka 4.4 compares
+  a new member with one subscribed to nothing) and when the partitions of the
+  topics the group subscribes to change. A new group starts at epoch 1, so
+  at 2 for a first member that subscribes to something, as Kafka 4.4's does.
 * The target assignment is recomputed by a heartbeat once the group epoch is
   ahead of it and ``assignment_interval_ms`` (``group.consumer.assignment.interval.ms``,
   1000) has passed since the last computation; meanwhile the group is
@@ -335,7 +337,12 @@ class ConsumerGroup(EpochGroup[ConsumerMember], ClassicMembers):
 
     def _heartbeat(self, member: ConsumerMember, hb: Heartbeat, now_ms: int) -> HeartbeatResult:
         old_assigned = set(member.assigned)
-        changed = member.member_id not in self._members
+        # a new member changes the group only by what it subscribes to (Kafka
+        # compares it with a member subscribed to nothing): one that joins
+        # with no topics, regex or assignor leaves the group epoch as it is
+        changed = False
+        if self._group_epoch == 0:  # a new group
+            self._group_epoch = 1
         if hb.instance_id is not None:
             member.instance_id = hb.instance_id
         if hb.rack_id is not None:
@@ -345,8 +352,9 @@ class ConsumerGroup(EpochGroup[ConsumerMember], ClassicMembers):
         for attr in ("subscribed_topic_names", "subscribed_topic_regex", "server_assignor"):
             value = getattr(hb, attr)
             if value is not None and value != getattr(member, attr):
+                was = getattr(member, attr)
                 setattr(member, attr, value)
-                changed = True
+                changed |= not (attr == "subscribed_topic_names" and not value and not was)
         if (hb.principal, hb.client_host) != (member.principal, member.client_host) \
                 and member.subscribed_topic_regex is not None and self.topic_filter is not None:
             changed = True  # its regex may resolve to other topics now
@@ -358,8 +366,6 @@ class ConsumerGroup(EpochGroup[ConsumerMember], ClassicMembers):
                 not in self._regex:
             self._regex[member.subscribed_topic_regex] = self._resolve(member.subscribed_topic_regex)
         if changed:
-            if self._group_epoch == 0:
-                self._group_epoch = 1
             self._bump()
         self._maybe_assign(now_ms)
         reconcile(member, self._target.get(member.member_id, ()), self._assignment_epoch,

@@ -406,3 +406,24 @@ def test_commit_at_an_older_epoch_for_partitions_held_since_then() -> None:
     assert b.assignment == ((T, (2, 3)),)
     assert g.commit_errors("b", 2, [(T, 2)])[1] == {(T, 2): ErrorCode.stale_member_epoch}
     assert g.commit_errors("zz", 1, [(T, 2)])[0] == ErrorCode.unknown_member_id
+
+
+def test_a_member_subscribed_to_nothing_joins_without_a_new_group_epoch() -> None:
+    """Kafka 4.4 (found by the differential fuzzer, F15): a new group is at
+    epoch 1, and a joining member bumps it only by what it subscribes to; one
+    that subscribes to nothing takes the group's epoch as it is."""
+    def epochs(first: tuple[str, ...], second: tuple[str, ...]) -> tuple[int, ...]:
+        g = ConsumerGroup("g", CFG, {T: 2})
+        a = g.heartbeat(join("a", first), 0).member_epoch
+        b = g.heartbeat(join("b", second), 1).member_epoch
+        a_again = g.heartbeat(beat("a", a), 2).member_epoch
+        described = g.describe()
+        return (a, b, a_again, described.group_epoch,
+                *(m.member_epoch for m in sorted(described.members, key=lambda m: m.member_id)))
+
+    # as Kafka 4.4.0 answered (a topic that does not exist: nothing to revoke):
+    # (a's join, b's join, a's next heartbeat, the group's, a's and b's epochs)
+    assert epochs((), ()) == (1, 1, 1, 1, 1, 1)
+    assert epochs(("x",), ()) == (2, 2, 2, 2, 2, 2)
+    assert epochs((), ("x",)) == (1, 2, 2, 2, 2, 2)
+    assert epochs(("x",), ("x",)) == (2, 3, 3, 3, 3, 3)
