@@ -14,6 +14,9 @@ GROUP_AUTHORIZATION_FAILED; a topic without READ is TOPIC_AUTHORIZATION_FAILED
 A partition the metadata lacks is UNKNOWN_TOPIC_OR_PARTITION (UNKNOWN_TOPIC_ID
 by id) before any group error — a member's stale generation, an unknown member,
 NOT_COORDINATOR — as Kafka filters such topics out before it asks the group.
+A member's commit (a generation or epoch >= 0) to a group the coordinator does
+not know is ILLEGAL_GENERATION up to v8 and GROUP_ID_NOT_FOUND from v9, as in
+Kafka 4.4.
 """
 
 from __future__ import annotations
@@ -71,6 +74,9 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
         top_error = groups.coordinator.commit_error(
             group_id, generation, request.member_id,
             getattr(request, "group_instance_id", None))
+        if top_error == ErrorCode.illegal_generation and ctx.version >= 9 \
+                and group_id not in groups.coordinator.groups:
+            top_error = ErrorCode.group_id_not_found  # v9+ (KIP-848) names a missing group
     max_metadata = int(ctx.state.config["offset.metadata.max.bytes"])
     now = now_ms()
     errors: dict[tuple[str | None, int], ErrorCode] = {}

@@ -276,3 +276,26 @@ def test_offsets_of_a_partition_hosted_elsewhere(broker: Broker) -> None:
         trio.run(scenario)
     finally:
         broker.state.partitions[("t", 1)] = elsewhere
+
+
+def test_member_commit_to_an_unknown_group(broker: Broker) -> None:
+    """A commit in a generation (or member epoch) to a group the coordinator
+    does not know: ILLEGAL_GENERATION up to v8, GROUP_ID_NOT_FOUND from v9, as
+    Kafka 4.4 answers (found by the differential fuzzer, F16)."""
+    async def scenario() -> None:
+        async with trio.open_nursery() as nursery:
+            await running.start(nursery, broker)
+            seen = {}
+            for version in (8, 9):  # (v10 names topics by id)
+                c = await call(broker, v.OFFSET_COMMIT, version, lambda m: codec.build(
+                    m.OffsetCommitRequest, group_id="ghost", generation_id_or_member_epoch=3,
+                    member_id="m", group_instance_id=None, topics=(m.OffsetCommitRequestTopic(
+                        name="t", partitions=(codec.build(
+                            m.OffsetCommitRequestPartition, partition_index=0,
+                            committed_offset=1, committed_leader_epoch=-1,
+                            committed_metadata=""),)),)))
+                seen[version] = c.topics[0].partitions[0].error_code
+            nursery.cancel_scope.cancel()
+        assert seen == {8: E.illegal_generation, 9: E.group_id_not_found}
+
+    trio.run(scenario)
