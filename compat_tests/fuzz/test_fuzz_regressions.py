@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from compat_tests._broker import Broker
+from compat_tests.fuzz import _consumers as consumers
 from compat_tests.fuzz import _members as members
 from compat_tests.fuzz import _ops as ops
 from compat_tests.fuzz import _producers as producers
@@ -338,3 +339,40 @@ def test_txn_offset_commit_makes_the_group(peers: list[Peer]) -> None:
     for peer in peers:
         producers.settle_transaction(peer)
     assert both(peers, "describe_group", group) == (0, "Empty", "", "", ())
+
+
+def consumer_group(peers: list[Peer]) -> tuple[str, list[str]]:
+    """A KIP-848 group as the fuzzer sets it up, and two client-chosen member ids."""
+    group = name()
+    for peer in peers:
+        ops.settle_group(peer, group)
+        consumers.set_group_configs(peer, group)
+    return group, [str(uuid.uuid4()), str(uuid.uuid4())]
+
+
+def test_consumer_member_with_no_subscription_keeps_the_group_epoch(peers: list[Peer]) -> None:
+    # F17: a KIP-848 member joining with no topics leaves the group epoch as it
+    # is (kcompat bumped it: the first member behind, the group Reconciling)
+    group, ids = consumer_group(peers)
+    topics = [name()]
+    assert both(peers, "consumer_heartbeat", group, ids[0], 0, topics) == ("ok", "advanced", ())
+    assert both(peers, "consumer_heartbeat", group, ids[1], 1, topics) == ("ok", "advanced", ())
+    member = (0, "at the group epoch", (), (), (), 1)
+    assert both(peers, "consumer_describe", group, ids) == (
+        "ok", "Stable", "uniform", "assigned at the group epoch",
+        (member, (1, *member[1:])))
+    assert both(peers, "consumer_heartbeat", group, ids[0], 0, topics) \
+        == ("ok", "kept", "no new assignment")
+    # the epoch past its own is fenced on both (it was the group's on kcompat)
+    assert both(peers, "consumer_misbehave", group, ids[0], 0, consumers.FENCED, topics) \
+        == ("error", 110)
+
+
+def test_member_commit_v9_to_an_unknown_group(peers: list[Peer]) -> None:
+    # F18: OffsetCommit v9 in a member epoch to a group that does not exist is
+    # GROUP_ID_NOT_FOUND (kcompat: ILLEGAL_GENERATION, the answer up to v8)
+    group, ids = consumer_group(peers)
+    topic = name()
+    assert both(peers, "create_topic", topic, 1, 1, {}, False) == ("ok", 1, 1)
+    settle(peers, topic, 1)
+    assert both(peers, "consumer_commit", group, ids[0], 0, False, topic, 0, 3) == 69
