@@ -150,9 +150,8 @@ class ConsumerGroupService(HostedGroups[ConsumerGroup]):
                 group_id, self._group_config(group_id), self.partition_counts()))
             before = None
         else:
-            group.update_metadata(self.partition_counts())
             before = group.snapshot_json()
-        result = group.heartbeat(hb, now_ms())
+        result = group.heartbeat(hb, now_ms(), self.partition_counts())
         return await self._settle(group, result, group.snapshot_json() != before)
 
     async def _claim_id(self, group_id: str, hb: Heartbeat

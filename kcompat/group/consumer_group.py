@@ -26,7 +26,9 @@ Rules, as Kafka 4.4 answers them (checked against the reference broker):
   changes its subscription (names, regex, assignor: a member joining with no
   topics, no regex and no assignor leaves it as it is, as Kafka 4.4 compares
   a new member with one subscribed to nothing) and when the partitions of the
-  topics the group subscribes to change. A new group starts at epoch 1, so
+  topics the group subscribes to change (taken in by the next heartbeat that
+  passes the member and epoch checks: a refused one changes nothing, as in
+  Kafka). A new group starts at epoch 1, so
   at 2 for a first member that subscribes to something, as Kafka 4.4's does.
 * The target assignment is recomputed by a heartbeat once the group epoch is
   ahead of it and ``assignment_interval_ms`` (``group.consumer.assignment.interval.ms``,
@@ -221,8 +223,12 @@ class ConsumerGroup(EpochGroup[ConsumerMember], ClassicMembers):
 
     # -- transitions ---------------------------------------------------------
 
-    def heartbeat(self, hb: Heartbeat, now_ms: int) -> HeartbeatResult:
-        """One well-formed ConsumerGroupHeartbeat (``check_request`` passed)."""
+    def heartbeat(self, hb: Heartbeat, now_ms: int,
+                  partition_counts: Mapping[str, int] | None = None) -> HeartbeatResult:
+        """One well-formed ConsumerGroupHeartbeat (``check_request`` passed);
+        ``partition_counts``: the cluster's topics now, taken in
+        (``update_metadata``) once the member and its epoch passed the checks,
+        so that a refused heartbeat changes no group epoch (as in Kafka)."""
         self._refresh_authorized(now_ms)
         try:
             if hb.member_epoch in (LEAVE_GROUP_MEMBER_EPOCH, LEAVE_GROUP_STATIC_MEMBER_EPOCH):
@@ -238,6 +244,8 @@ class ConsumerGroup(EpochGroup[ConsumerMember], ClassicMembers):
                       else self._static_member(hb))
         except GroupError as e:
             return HeartbeatResult(e.code, error_message=e.message)
+        if partition_counts is not None:
+            self.update_metadata(partition_counts)
         return self._heartbeat(member, hb, now_ms)
 
     def _topics_changed(self) -> None:

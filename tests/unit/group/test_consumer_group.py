@@ -427,3 +427,20 @@ def test_a_member_subscribed_to_nothing_joins_without_a_new_group_epoch() -> Non
     assert epochs(("x",), ()) == (2, 2, 2, 2, 2, 2)
     assert epochs((), ("x",)) == (1, 2, 2, 2, 2, 2)
     assert epochs(("x",), ("x",)) == (2, 3, 3, 3, 3, 3)
+
+
+def test_a_refused_heartbeat_takes_no_topic_change_in() -> None:
+    """A topic change reaches the group epoch at the next heartbeat that
+    passes the checks; a fenced or unknown member's leaves the group as it
+    was (Kafka 4.4; found by the differential fuzzer, F20: kcompat bumped the
+    epoch first, and the group showed Assigning with its member behind)."""
+    g = ConsumerGroup("g", CFG, {T: 1})
+    a = g.heartbeat(join("a"), 0, {T: 1}).member_epoch
+    before = g.describe()
+    assert g.state == "Stable"
+    for refused in (beat("a", a + 1), beat("zz", 1)):
+        r = g.heartbeat(refused, 1, {T: 2})
+        assert r.error in (ErrorCode.fenced_member_epoch, ErrorCode.unknown_member_id)
+        assert (g.describe().group_epoch, g.state) == (before.group_epoch, "Stable")
+    r = g.heartbeat(beat("a", a, ((T, (0,)),)), 2, {T: 2})
+    assert r.member_epoch == a + 1 and g.describe().group_epoch == a + 1
