@@ -6,7 +6,8 @@ unknown one or a classic group GROUP_ID_NOT_FOUND, as in Kafka. Authorized opera
 -2147483648, Kafka's "not requested" value.
 Authorization (Kafka's): a group the principal may not DESCRIBE is
 GROUP_AUTHORIZATION_FAILED, before the others; include_authorized_operations fills
-each described group's operations.
+each described group's operations. A group answered with an error has no
+state, epochs 0 and no assignor, as Kafka leaves them (not "Dead").
 """
 
 from __future__ import annotations
@@ -23,8 +24,8 @@ from kcompat.broker.handlers._group_answers import NOT_REQUESTED, assignment
 
 def _missing(ctx: RequestContext, group_id: str, code: ErrorCode, message: str | None) -> Any:
     return ctx.build("DescribedGroup", error_code=code, error_message=message,
-                     group_id=group_id, group_state="Dead", group_epoch=-1,
-                     assignment_epoch=-1, assignor_name="", members=(),
+                     group_id=group_id, group_state="", group_epoch=0,
+                     assignment_epoch=0, assignor_name="", members=(),
                      authorized_operations=NOT_REQUESTED)
 
 

@@ -299,3 +299,22 @@ def test_member_commit_to_an_unknown_group(broker: Broker) -> None:
         assert seen == {8: E.illegal_generation, 9: E.group_id_not_found}
 
     trio.run(scenario)
+
+
+def test_share_group_describe_of_an_unknown_group(broker: Broker) -> None:
+    """GROUP_ID_NOT_FOUND with no state, epochs 0 and no assignor, as Kafka 4.4
+    answers (found by the differential fuzzer's share members, F19; kcompat
+    said "Dead" and -1)."""
+    async def scenario() -> None:
+        async with trio.open_nursery() as nursery:
+            await running.start(nursery, broker)
+            d = await call(broker, v.SHARE_GROUP_DESCRIBE, 1, lambda m: codec.build(
+                m.ShareGroupDescribeRequest, group_ids=("ghost",),
+                include_authorized_operations=False))
+            found = d.groups[0]
+            assert (found.error_code, found.group_state, found.group_epoch,
+                    found.assignment_epoch, found.assignor_name) == (
+                E.group_id_not_found, "", 0, 0, "")
+            nursery.cancel_scope.cancel()
+
+    trio.run(scenario)
