@@ -55,6 +55,7 @@ from compat_tests.java.kafka_reference import (  # noqa: E402
 )
 from compat_tests.rdkafka_suite import _build  # noqa: E402
 from compat_tests.rdkafka_suite._selection import (  # noqa: E402
+    FOUND,
     NOAUTOCREATE_NUMBERS,
     NOAUTOCREATE_TESTS,
     NOTES,
@@ -75,6 +76,7 @@ SCENARIO = {"num.partitions": "4", "auto.create.topics.enable": "true",
             "group.initial.rebalance.delay.ms": "0",
             "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
             "allow.everyone.if.no.acl.found": "true"}
+_AUTHORIZER = ("authorizer.class.name", "allow.everyone.if.no.acl.found")
 #: what ``$KAFKA_PATH/bin/<script>`` runs (Kafka 4.4.0's tools, reference classpath)
 _KAFKA_TOOLS = {"kafka-topics.sh": "org.apache.kafka.tools.TopicCommand",
                 "kafka-acls.sh": "org.apache.kafka.tools.AclCommand",
@@ -121,8 +123,12 @@ class _Side:
                                       overrides={**self.settings, **SHARE_TEST_OVERRIDES})
             self.ref.start()
         else:
+            # no authorizer: before a quorum of three forms, Kafka's StandardAuthorizer
+            # refuses the controllers' Vote requests unless their principal (here
+            # ANONYMOUS, as every client's) is a super user; the RF 3 tests need none
+            settings = {k: v for k, v in self.settings.items() if k not in _AUTHORIZER}
             self.refs = KafkaReferenceCluster(
-                self.workdir / "kafka3", overrides={**self.settings, **SHARE_TEST_OVERRIDES})
+                self.workdir / "kafka3", overrides={**settings, **SHARE_TEST_OVERRIDES})
             self.refs.start()
 
     @property
@@ -302,15 +308,16 @@ def findings_section(results: dict[str, dict[str, list[str]]]) -> str:
             f"librdkafka's tests (`tests/0nnn-*`, from {_build.NPM_PACKAGE}@{_build.NPM_VERSION}'s "
             "`deps/librdkafka`), each run alone in quick mode (`TEST_KAFKA_VERSION="
             f"{BROKER_VERSION} test-runner -Q -E -L -p1`) against one kcompat broker, three "
-            "kcompat brokers (RF 3) and Apache Kafka 4.4.0 (one node; three nodes for the "
-            "tests that create RF 3 topics), each with librdkafka's default scenario (auto-created topics "
+            "kcompat brokers (RF 3) and Apache Kafka 4.4.0 (one node; three nodes, without the "
+            "authorizer, for the tests that create RF 3 topics), each with librdkafka's default scenario (auto-created topics "
             "of 4 partitions; the `noautocreate` tests against brokers set up without "
-            "auto-creation), an authorizer allowing what no ACL names, "
+            "auto-creation), no initial rebalance delay (as in the differential tests), "
+            "an authorizer allowing what no ACL names, "
             "`test.timeout.multiplier` 3 on this 2-core shared machine and random topic names."
             " pass / FAIL / skip is what librdkafka's runner said (skip: "
             "the test skipped itself or the runner did, the reason in Notes); TIMEOUT: killed "
             "by the harness; -: not run on that side.\n\n"
-            f"{table(results)}\n\nNot run, by group:\n\n{skipped}\n{_END}\n")
+            f"{table(results)}\n\n{FOUND}\n\nNot run, by group:\n\n{skipped}\n{_END}\n")
 
 
 def write_findings(results: dict[str, dict[str, list[str]]]) -> None:
@@ -330,7 +337,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m compat_tests.rdkafka_suite.run")
     ap.add_argument("--sides", default="single,cluster,kafka",
                     help="comma-separated, run in this order, one at a time; kafka3 (three "
-                         "Kafka 4.4.0 nodes) is for the tests that create RF 3 topics")
+                         "Kafka 4.4.0 nodes) is for the tests that create RF 3 topics; '' "
+                         "runs none (with --findings: the table from the results file)")
     ap.add_argument("--tests", default="all",
                     help="'all', 'first' (0001-0030) or comma-separated numbers")
     ap.add_argument("--multiplier", type=float, default=3.0,
@@ -358,7 +366,7 @@ def main(argv: list[str] | None = None) -> int:
     extra = dict(kv.split("=", 1) for kv in args.set)
     results = {} if args.fresh else _load()
     numbers = select(args.tests)
-    for name in args.sides.split(","):
+    for name in filter(None, args.sides.split(",")):
         if name not in SIDES:
             ap.error(f"unknown side {name!r} (one of {', '.join(SIDES)})")
         if args.scenario in ("default", "both"):
