@@ -69,6 +69,8 @@ FINDINGS = REPO_ROOT / "compat_tests" / "FINDINGS.md"
 SIDES = ("single", "cluster", "kafka", "kafka3")
 _TITLES = ("kcompat, 1 node", "kcompat, 3 brokers RF 3", "Kafka 4.4.0", "Kafka 4.4.0, 3 nodes")
 BROKER_VERSION = "4.4.0"
+#: the consumers' group.protocol (``--group-protocol``): classic, or consumer (KIP-848)
+GROUP_PROTOCOL = ["classic"]
 #: librdkafka's default scenario (tests/scenarios/default.json), as broker settings, and
 #: an authorizer that allows what no ACL names (0081 creates, describes and deletes
 #: ACLs; 0109, 0115, 0119 deny User:* on a topic of their own and expect the denial)
@@ -207,7 +209,7 @@ def run_one(tests: Path, number: str, conf: Path, log: Path, limit_s: float,
     """Run test ``number`` (every test of that number the runner keeps) once."""
     env = dict(os.environ, TESTS=number, RDKAFKA_TEST_CONF=str(conf),
                KAFKA_PATH=str(kafka_path), BROKERS=side.bootstrap,
-               TEST_KAFKA_VERSION=BROKER_VERSION,
+               TEST_KAFKA_VERSION=BROKER_VERSION, TEST_CONSUMER_GROUP_PROTOCOL=GROUP_PROTOCOL[0],
                LD_LIBRARY_PATH=f"{tests.parent / 'src'}:{tests.parent / 'src-cpp'}")
     marks = [(p, p.stat().st_size if p.exists() else 0) for p in side.logs()]
     # stdout line-buffered: a runner that dies at exit keeps its summary; the broker
@@ -354,6 +356,9 @@ def main(argv: list[str] | None = None) -> int:
                          "group.initial.rebalance.delay.ms=3000); best with --results")
     ap.add_argument("--results", type=Path, default=RESULTS,
                     help=f"the results file to merge into (default {RESULTS})")
+    ap.add_argument("--group-protocol", default="classic", choices=("classic", "consumer"),
+                    help="the tests' consumers' group.protocol (consumer: KIP-848); best "
+                         "with --results")
     ap.add_argument("--fresh", action="store_true", help="forget earlier results")
     ap.add_argument("--findings", action="store_true",
                     help="rewrite the generated section of compat_tests/FINDINGS.md")
@@ -363,6 +368,7 @@ def main(argv: list[str] | None = None) -> int:
         print(_build.ensure_built())
         return 0
     RESULTS = args.results
+    GROUP_PROTOCOL[0] = args.group_protocol
     extra = dict(kv.split("=", 1) for kv in args.set)
     results = {} if args.fresh else _load()
     numbers = select(args.tests)
