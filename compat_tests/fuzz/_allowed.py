@@ -17,12 +17,14 @@ def _is_ok(seen: Any) -> bool:
 
 
 def _spread(parts: list[tuple[tuple[str, int], ...] | str]) -> Any:
-    """Members' partitions as an assignor's placement-free outcome: each
-    member's count (or why it has none), every partition assigned, and
-    whether one is assigned twice."""
+    """Members' partitions as an assignor's placement-free outcome: which
+    members are out of the group, how many partitions the others hold (as a
+    multiset: which member gets the odd one is placement too), every
+    partition assigned, and whether one is assigned twice."""
     every = [p for member in parts if not isinstance(member, str) for p in member]
-    return (tuple(m if isinstance(m, str) else len(m) for m in parts), tuple(sorted(set(every))),
-            len(every) != len(set(every)))
+    return (tuple(m if isinstance(m, str) else "in" for m in parts),
+            tuple(sorted(len(m) for m in parts if not isinstance(m, str))),
+            tuple(sorted(set(every))), len(every) != len(set(every)))
 
 
 def _settled_alike(_args: Any, kafka: Any, kcompat: Any) -> bool:
@@ -44,6 +46,14 @@ def _described_alike(_args: Any, kafka: Any, kcompat: Any) -> bool:
     return targets_differ and reduced(kafka) == reduced(kcompat)
 
 
+def _share_described_alike(_args: Any, kafka: Any, kcompat: Any) -> bool:
+    if not (_is_ok(kafka) and _is_ok(kcompat)):
+        return False
+    # the assignor, and each member (who) and its subscription
+    return (kafka[2], tuple(m[::2] for m in kafka[4])) == \
+        (kcompat[2], tuple(m[::2] for m in kcompat[4]))
+
+
 #: (operation, a predicate of (args, kafka's observation, kcompat's), the reason)
 ALLOWED: list[tuple[str, Any, str]] = [
     # KIP-848: both brokers assign with "uniform" (group.consumer.assignors'
@@ -61,6 +71,16 @@ ALLOWED: list[tuple[str, Any, str]] = [
     *((op, lambda _a, kafka, kcompat: _is_ok(kafka) and _is_ok(kcompat),
        "KIP-848 reconciliation steps follow the assignor's placement")
       for op in ("consumer_join", "consumer_heartbeat", "consumer_misbehave")),
+    # Share groups: Kafka 4.4 assigns a share member a partition only once its
+    # share coordinator initialized the partition's state, which it asks for
+    # after answering a heartbeat; the group epoch moves when that completes.
+    # When a member first gets its partitions is timing: the fuzzer compares
+    # the heartbeats' errors, and each described member's subscription.
+    *((op, lambda _a, kafka, kcompat: _is_ok(kafka) and _is_ok(kcompat),
+       "share assignments follow Kafka's asynchronous share-partition initialization")
+      for op in ("share_join", "share_heartbeat")),
+    ("share_describe", _share_described_alike,
+     "share assignments follow Kafka's asynchronous share-partition initialization"),
 ]
 
 

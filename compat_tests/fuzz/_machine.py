@@ -50,6 +50,10 @@ with client-chosen ids (the same on both brokers), joining, heartbeating,
 misbehaving (a fenced or previous epoch, an unknown id), committing with
 their epoch, leaving; the group described, and settled (every member
 heartbeats until nothing moves) before its assignment is compared.
+
+Share-group members (``_shares``): two in a share group of their own, with
+client-chosen ids, joining, heartbeating and leaving; the group described.
+(ShareFetch and ShareAcknowledge are not among the rules yet.)
 """
 
 from __future__ import annotations
@@ -69,6 +73,7 @@ from compat_tests.fuzz import _consumers as consumers
 from compat_tests.fuzz import _members as members
 from compat_tests.fuzz import _ops as ops
 from compat_tests.fuzz import _producers as producers
+from compat_tests.fuzz import _shares as shares
 from compat_tests.fuzz._allowed import allowed
 from compat_tests.fuzz._wire import CLOSED, Peer
 
@@ -99,7 +104,7 @@ config_pairs = st.sampled_from(sorted(CONFIGS)).flatmap(
 def operation(name: str) -> Callable[..., Any]:
     """The operation ``name`` of ``_ops``, ``_producers``, ``_members``,
     ``_bad_produce``, ``_acls`` or ``_consumers``."""
-    return next(getattr(m, name) for m in (ops, producers, members, bad, acls, consumers)
+    return next(getattr(m, name) for m in (ops, producers, members, bad, acls, consumers, shares)
                 if hasattr(m, name))
 
 
@@ -120,6 +125,8 @@ def machine_for(peers: Sequence[Peer], replication: Sequence[int] = (1, 2, -1),
             self.groups = [f"{prefix}-g{i}" for i in (1, 2)]
             self.consumer_group = f"{prefix}-cg"  # KIP-848 members' (client-chosen ids)
             self.consumer_ids = [str(uuid.uuid4()) for _ in (0, 1)]
+            self.share_group = f"{prefix}-sg"  # share members' (client-chosen ids)
+            self.share_ids = [str(uuid.uuid4()) for _ in (0, 1)]
             self.transactional_id = f"{prefix}-tx"
             self.append_time_topic = f"{prefix}-lat"  # LogAppendTime, made on first use
             self.append_time_topic_made = False
@@ -134,9 +141,10 @@ def machine_for(peers: Sequence[Peer], replication: Sequence[int] = (1, 2, -1),
                 peer.reset()
             for peer in peers:
                 peer.reset()
-                for group in (*self.groups, self.consumer_group):
+                for group in (*self.groups, self.consumer_group, self.share_group):
                     ops.settle_group(peer, group)
                 consumers.set_group_configs(peer, self.consumer_group)
+                shares.set_group_configs(peer, self.share_group)
 
         # -- the comparison ---------------------------------------------------------------
 
@@ -433,6 +441,27 @@ def machine_for(peers: Sequence[Peer], replication: Sequence[int] = (1, 2, -1),
         @rule()
         def consumer_describe(self) -> None:
             self.both("consumer_describe", self.consumer_group, self.consumer_ids)
+
+        # -- share-group members --------------------------------------------------------
+
+        @rule(who=st.sampled_from((0, 1)),
+              subscribed=st.sets(st.integers(0, 2), min_size=1, max_size=3))
+        def share_join(self, who: int, subscribed: set[int]) -> None:
+            self.both("share_join", self.share_group, self.share_ids[who], who,
+                      [self.topics[t] for t in sorted(subscribed)], self.topics)
+
+        @rule(who=st.sampled_from((0, 1)))
+        def share_heartbeat(self, who: int) -> None:
+            self.both("share_heartbeat", self.share_group, self.share_ids[who], who,
+                      self.topics)
+
+        @rule(who=st.sampled_from((0, 1)))
+        def share_leave(self, who: int) -> None:
+            self.both("share_leave", self.share_group, self.share_ids[who], who)
+
+        @rule()
+        def share_describe(self) -> None:
+            self.both("share_describe", self.share_group, self.share_ids)
 
         # -- ACL changes, and alice's requests (brokers with an authorizer) -------------
 

@@ -376,3 +376,27 @@ def test_member_commit_v9_to_an_unknown_group(peers: list[Peer]) -> None:
     assert both(peers, "create_topic", topic, 1, 1, {}, False) == ("ok", 1, 1)
     settle(peers, topic, 1)
     assert both(peers, "consumer_commit", group, ids[0], 0, False, topic, 0, 3) == 69
+
+
+def test_refused_heartbeat_takes_no_topic_change_in(peers: list[Peer]) -> None:
+    # F20: partitions added to a subscribed topic reach the group epoch at the
+    # next heartbeat that passes the checks; a fenced one changes nothing
+    # (kcompat bumped the epoch first: the group Assigning, its member behind)
+    group, ids = consumer_group(peers)
+    topic = name()
+    assert both(peers, "create_topic", topic, 1, 1, {}, False) == ("ok", 1, 1)
+    settle(peers, topic, 1)
+    assert both(peers, "consumer_join", group, ids[0], 0, [topic], [topic]) \
+        == ("ok", "advanced", ((topic, 0),))
+    assert both(peers, "create_partitions", topic, 2, False) == 0
+    settle(peers, topic, 2)
+    assert both(peers, "consumer_misbehave", group, ids[0], 0, consumers.FENCED, [topic]) \
+        == ("error", 110)
+    assert both(peers, "consumer_describe", group, ids) == (
+        "ok", "Stable", "uniform", "assigned at the group epoch",
+        ((0, "at the group epoch", (topic,), ((topic, 0),), ((topic, 0),), 1),))
+
+
+def test_share_group_describe_of_a_group_no_one_used(peers: list[Peer]) -> None:
+    # F19: GROUP_ID_NOT_FOUND with no state (kcompat: "Dead")
+    assert both(peers, "share_describe", name(), []) == ("error", 69, "")
