@@ -38,6 +38,7 @@ from kcompat.wire.records import encode_batch
 
 if TYPE_CHECKING:
     from kcompat.broker.groups import GroupService
+    from kcompat.broker.metadata import MetadataImage
     from kcompat.broker.replication.runtime import ClusterRuntime
     from kcompat.broker.state import BrokerState
 
@@ -58,6 +59,7 @@ class HostedGroups(Generic[G]):
         self.groups: dict[str, G] = {}
         self._terms: dict[str, int] = {}  # group -> offsets-partition term it was built in
         self._wake = trio.Event()
+        self._counts: tuple[MetadataImage, int, dict[str, int]] | None = None
 
     # -- what a kind decides --------------------------------------------------------------
 
@@ -130,8 +132,18 @@ class HostedGroups(Generic[G]):
         self._terms.pop(group_id, None)
 
     def partition_counts(self) -> dict[str, int]:
-        return {name: meta.partitions for name, meta in self.state.topics.items()
-                if not meta.internal}
+        """The cluster's topics and their partition counts, internal ones left
+        out: one dict per version of the metadata's topics (``topics_version``),
+        shared by every caller until they change — do not modify it. A group
+        given the same dict again skips its look at the topics
+        (``EpochGroup.update_metadata``), so a heartbeat costs nothing per topic."""
+        image = self.state.metadata.image
+        cached = self._counts
+        if cached is None or cached[0] is not image or cached[1] != image.topics_version:
+            counts = {name: meta.partitions for name, meta in image.topics.items()
+                      if not meta.internal}
+            cached = self._counts = (image, image.topics_version, counts)
+        return cached[2]
 
     # -- durability -------------------------------------------------------------------------
 

@@ -139,6 +139,9 @@ class MetadataImage:
     scram_credentials: dict[str, dict[str, ScramCredential]] = field(default_factory=dict)
     # partition reassignments in progress: (topic, index) -> (target, original replicas)
     reassignments: dict[tuple[str, int], Reassignment] = field(default_factory=dict)
+    # moves on whenever a topic is created or deleted or gains partitions: what
+    # is derived from the topics and their counts is rebuilt only then
+    topics_version: int = 0
 
     def views_of(self, source: str) -> list[TopicMeta]:
         """The filtered views of ``source``."""
@@ -155,6 +158,8 @@ class MetadataImage:
 
     def apply(self, rec: dict[str, Any]) -> None:
         kind = rec["type"]
+        if kind in ("create_topic", "delete_topic", "add_partitions"):
+            self.topics_version += 1
         if kind == "cluster":
             self.cluster_id = rec["cluster_id"]
         elif kind == "create_topic":

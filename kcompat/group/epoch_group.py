@@ -63,6 +63,7 @@ class EpochGroup(Generic[M]):
     def __init__(self, group_id: str, partition_counts: Mapping[str, int] | None) -> None:
         self.group_id = group_id
         self._topics: dict[str, int] = dict(partition_counts or {})
+        self._topics_from: Mapping[str, int] | None = None  # see ``update_metadata``
         self._members: dict[str, M] = {}
         self._target: dict[str, TopicPartitions] = {}
         self._group_epoch = 0
@@ -93,7 +94,13 @@ class EpochGroup(Generic[M]):
     # -- transitions ---------------------------------------------------------
 
     def update_metadata(self, partition_counts: Mapping[str, int]) -> bool:
-        """The cluster's topics changed; True if that bumped the group epoch."""
+        """The cluster's topics changed; True if that bumped the group epoch.
+        The very mapping given last time is taken as unchanged (the host hands
+        out one per version of its metadata), so the usual call, from each
+        heartbeat, costs nothing per topic."""
+        if partition_counts is self._topics_from:
+            return False
+        self._topics_from = partition_counts
         before = self._subscriptions()
         self._topics = dict(partition_counts)
         self._topics_changed()

@@ -444,3 +444,38 @@ def test_a_refused_heartbeat_takes_no_topic_change_in() -> None:
         assert (g.describe().group_epoch, g.state) == (before.group_epoch, "Stable")
     r = g.heartbeat(beat("a", a, ((T, (0,)),)), 2, {T: 2})
     assert r.member_epoch == a + 1 and g.describe().group_epoch == a + 1
+
+
+class _CountedTopics(dict):  # type: ignore[type-arg]
+    """The cluster's topics, counting each look over all of them."""
+
+    looks = 0
+
+    def __iter__(self):  # type: ignore[no-untyped-def]
+        type(self).looks += 1
+        return super().__iter__()
+
+    def items(self):  # type: ignore[no-untyped-def]
+        type(self).looks += 1
+        return super().items()
+
+    def keys(self):  # type: ignore[no-untyped-def]
+        type(self).looks += 1
+        return super().keys()
+
+
+def test_heartbeats_with_unchanged_topics_do_not_look_at_every_topic() -> None:
+    """The host hands a group the same mapping until a topic changes
+    (``HostedGroups.partition_counts``): heartbeats with it cost nothing per
+    topic of the cluster; a new mapping (a topic added) is looked at once."""
+    topics = _CountedTopics({T: 4, **{f"other-{i}": 1 for i in range(5000)}})
+    g = ConsumerGroup("g", CFG, topics)
+    r = g.heartbeat(join("a"), 0, topics)
+    assert r.error == ErrorCode.none
+    _CountedTopics.looks = 0
+    for at in range(1, 21):
+        assert g.heartbeat(beat("a", r.member_epoch), at, topics).error == ErrorCode.none
+    assert _CountedTopics.looks == 0
+    grown = _CountedTopics({**topics, "new": 2})
+    g.heartbeat(beat("a", r.member_epoch), 21, grown)
+    assert 0 < _CountedTopics.looks <= 3
