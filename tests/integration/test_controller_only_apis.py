@@ -120,6 +120,10 @@ def test_a_controller_only_node_serves_the_controller_apis_only(tmp_path: Path) 
         # node 3 still votes: broker 1 killed, the quorum {2, 3} commits a topic
         cluster.brokers[1].kill()
         late = unique_topic("quorum-2-3")
+        # until broker 2 stops naming broker 1 (down, then fenced), a client it
+        # names broker 1 to as the controller waits for a dead broker, on Kafka too
+        el.wait(lambda: 1 not in el.admin(two).list_topics(timeout=10).brokers,
+                "broker 1 no longer listed by broker 2")
         admin = el.admin(two)  # a fresh client: the old one may still name broker 1
         admin.create_topics([NewTopic(late, 1, 1)], operation_timeout=20)[late].result(30)
     finally:
