@@ -426,9 +426,13 @@ def test_seek_and_time_lookup_inside_a_compressed_batch(pbroker: Deployment, top
     recs = [Rec(0, f"k{i}".encode(), f"v{i}".encode() + b"x" * 200, (), base + i * 1000)
             for i in range(10)]
     # one batch: librdkafka holds the records for linger.ms, and flush() (after all ten
-    # are queued) sends them at once; 200 ms ran out mid-loop on a loaded machine
-    produce_recs(Producer({"bootstrap.servers": bs, "compression.type": "zstd",
-                           "linger.ms": 30000}), topic, recs)
+    # are queued) sends them at once; 200 ms ran out mid-loop on a loaded machine. The
+    # producer learns the topic's partitions first: records produced before that wait in
+    # librdkafka's unassigned queue and move to the partition one at a time when metadata
+    # arrives, and a flush() already under way sent each as its own batch (seen once in CI)
+    p = Producer({"bootstrap.servers": bs, "compression.type": "zstd", "linger.ms": 30000})
+    assert topic in p.list_topics(topic, timeout=TIMEOUT_S).topics
+    produce_recs(p, topic, recs)
     assert pbroker.stored_codecs(topic, 0) == [4], "test set-up: expected one zstd batch"
     c = consumer(bs)
     try:
