@@ -17,9 +17,14 @@ or a ``ShareClaimRequest`` to another broker), which answers, once the claim
 is applied, with the key's new generation and the state it holds. The leader
 rebuilds the machine from that state (or starts one at
 ``share.auto.offset.reset``) and writes with that generation from then on; a
-deposed leader's late writes carry an older one and are ignored. A leader
-claims again whenever its Raft term of the data partition changed (it lost
-and regained the lead) or a write failed.
+deposed leader's late writes carry an older one and are ignored — and
+answered FENCED_STATE_EPOCH: before they are proposed when the state leader
+knows of the newer claim (``check_write``), else once committed, as the
+record did not count (``check_committed``: a claim a former state leader
+proposed can sit uncommitted in the log, unseen by the first check). A write
+is answered success only if it counted. A leader claims again whenever its
+Raft term of the data partition changed (it lost and regained the lead) or a
+write failed.
 
 **Durable before answered.** Every ShareFetch and ShareAcknowledge changes the
 machines it touches in memory, then has each one's changes written to its
@@ -131,6 +136,22 @@ def claim_nonce(topic_id: Any = None) -> str:
     return nonce if topic_id is None else f"{nonce}@{topic_id}"
 
 
+def _records_of(batch: memoryview) -> Iterator[tuple[ShareKey, str, int | None, int]]:
+    """(key, kind, generation, sequence number) of each record of a batch
+    for the state topic — generation None but for a ``state`` record — junk
+    left out (apply skips it); BatchError if the batch cannot be read."""
+    for record in decode_batch(batch):
+        try:
+            key, value = read_record(record.key, record.value)
+        except ShareStateError:
+            continue
+        op, generation, seq = str(value["op"]), value.get("gen"), value.get("seq")
+        if op == "state" and isinstance(generation, int) and isinstance(seq, int):
+            yield key, op, generation, seq
+        else:
+            yield key, op, None, 0
+
+
 class ShareError(Exception):
     """A share key cannot be served now (its partition's error code)."""
 
@@ -178,6 +199,7 @@ class ShareService:
             int(state.config["share.coordinator.state.topic.prune.interval.ms"]))
         cluster.machines[SHARE_STATE_TOPIC] = self  # fed by the replication host
         cluster.append_checks[SHARE_STATE_TOPIC] = self.check_write
+        cluster.commit_checks[SHARE_STATE_TOPIC] = self.check_committed
         cluster.inbound[codec.ShareClaimRequest] = (
             lambda src, m: cluster.spawn(self._serve_claim, src, m))
 
@@ -208,24 +230,35 @@ class ShareService:
         not answer its consumers as if its write counted. A batch of
         snapshots is the compaction's to check (``ShareCompaction.check``)."""
         slog = self._log(index)
+        snapshots: set[ShareKey] = set()
         try:
-            records = decode_batch(batch)
+            for key, op, generation, _seq in _records_of(batch):
+                if op == "snapshot":
+                    snapshots.add(key)
+                elif generation is not None and (
+                        generation != slog.generation(key) or (index, key) in self._claiming):
+                    return ErrorCode.fenced_state_epoch
         except wbatch.BatchError:
             return ErrorCode.corrupt_message
-        snapshots: set[ShareKey] = set()
-        for record in records:
-            try:
-                key, value = read_record(record.key, record.value)
-            except ShareStateError:
-                continue  # junk: apply skips it
-            if value["op"] == "snapshot":
-                snapshots.add(key)
-            generation = value.get("gen") if value["op"] == "state" else None
-            if not isinstance(generation, int):
-                continue  # not a state record (a claim, a delete): nothing to fence
-            if generation != slog.generation(key) or (index, key) in self._claiming:
-                return ErrorCode.fenced_state_epoch
         return self.compaction.check(index, snapshots) if snapshots else ErrorCode.none
+
+    def check_committed(self, index: int, batch: memoryview) -> ErrorCode:
+        """At the state partition's leader, once a batch is committed and
+        applied: FENCED_STATE_EPOCH when one of its state records did not
+        count (``ShareStateLog.counted``). ``check_write`` sees the claims
+        applied or being made here, not one a former leader of the state
+        partition proposed that is still uncommitted in the log: the write
+        passes, lands after it and is ignored — and its holder must hear so,
+        not answer its consumers as if it counted (their acknowledgements
+        would be undone by the claim's holder, their records delivered
+        again)."""
+        slog = self._log(index)
+        for key, _op, generation, seq in _records_of(batch):
+            if generation is not None and not slog.counted(key, generation, seq):
+                log.info("a state record of %s at generation %d did not count: fenced",
+                         key, generation)
+                return ErrorCode.fenced_state_epoch
+        return ErrorCode.none
 
     def on_role(self, index: int, leading: bool) -> None:
         """Nothing to take over (a share key is claimed by its data

@@ -340,6 +340,17 @@ class ShareStateLog:
             return None
         return entry.generation, (None if entry.machine is None else entry.machine.snapshot())
 
+    def counted(self, key: ShareKey, generation: int, seq: int) -> bool:
+        """Whether the ``state`` record (``generation``, ``seq``) of ``key``,
+        applied, counted: the entry is still of that generation and its
+        sequence number reached ``seq`` (they follow one by one, so the
+        record was folded in). False when it was ignored — a claim applied
+        before it (a deposed holder's write) or a lost write before it — and
+        when the key was claimed again or deleted since: its writer is fenced
+        either way and must claim again."""
+        entry = self._entries.get(key)
+        return entry is not None and entry.generation == generation and entry.seq >= seq
+
     def settled(self, key: ShareKey) -> bool:
         """False while the key holds only its initial snapshot and
         acquisitions: Kafka reports no start offset for it yet."""

@@ -192,6 +192,15 @@ class BrokerSimulation:
         self.group = GroupWorkload(self, TOPIC, PARTITIONS)  # consumer-group members
         self._root: trio.Nursery | None = None
 
+    @classmethod
+    def lone(cls, seed: int = 1, options: BrokerSimOptions | None = None) -> BrokerSimulation:
+        """One broker on a perfect network (a scenario's own faults only)."""
+        sim = cls(seed, options)
+        sim.size = 1
+        sim.nodes = {1: SimNode(1, MemoryFileStore("/sim/n1"))}
+        sim.loss = sim.lost_replies = sim.crash_rate = 0.0
+        return sim
+
     # -- the run ------------------------------------------------------------------
 
     def run(self, scenario: Callable[[BrokerSimulation], Awaitable[None]] | None = None

@@ -51,11 +51,7 @@ LOST = ("acknowledged produce lost", "acknowledged delayed records never deliver
 
 def _lone_sim(seed: int = 1, options: BrokerSimOptions | None = None) -> BrokerSimulation:
     """One broker, a perfect network: only the disk misbehaves."""
-    sim = BrokerSimulation(seed, options)
-    sim.size = 1
-    sim.nodes = {1: SimNode(1, MemoryFileStore("/sim/n1"))}
-    sim.loss = sim.lost_replies = sim.crash_rate = 0.0
-    return sim
+    return BrokerSimulation.lone(seed, options)
 
 
 def _node(sim: BrokerSimulation) -> SimNode:

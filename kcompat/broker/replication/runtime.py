@@ -250,6 +250,9 @@ class ClusterRuntime:
         # topic -> a check a batch the broker writes itself must pass at the
         # partition's leader before it is proposed (index, batch) -> error
         self.append_checks: dict[str, Callable[[int, memoryview], ErrorCode]] = {}
+        # after an internal append committed and was applied: whether its
+        # topic's state machine took it (``PeerCalls.append_locally``)
+        self.commit_checks: dict[str, Callable[[int, memoryview], ErrorCode]] = {}
         # what the layers above register: per-tick work, inbound inter-broker
         # messages by type (called with the sender and the message), and who
         # must hear of a transaction marker written here (topic, index, producer id)

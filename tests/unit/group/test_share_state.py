@@ -272,6 +272,31 @@ def test_state_generation_names_the_writer_of_state_records_only() -> None:
             state_generation(encode_key(KEY), other)
 
 
+def test_counted_tells_a_writer_whether_its_applied_record_was_folded_in() -> None:
+    """What the state partition's leader answers a committed write
+    (``ShareService.check_committed``): a record counted while its
+    generation holds and the key's sequence reached it; not when a claim
+    came before it (a deposed holder's late write), after a lost one, or
+    once the key was claimed again or deleted."""
+    log = ShareStateLog()
+    snap = acquired_machine().snapshot()
+    old = claim(log, KEY, "n1")
+    record(log, KEY, state_value(old, 1, snap, full=True))
+    assert log.counted(KEY, old, 1)
+    assert not log.counted(KEY, old, 2)  # not applied yet
+    new = claim(log, KEY, "n2")  # the claim lands first: the late write is ignored
+    record(log, KEY, state_value(old, 2, snap, full=False))
+    assert not log.counted(KEY, old, 2) and not log.counted(KEY, old, 1)
+    record(log, KEY, state_value(new, 2, snap, full=False))  # a gap: a write was lost
+    assert not log.counted(KEY, new, 2)
+    record(log, KEY, state_value(new, 1, snap, full=True))
+    record(log, KEY, state_value(new, 2, snap, full=False))
+    assert log.counted(KEY, new, 1) and log.counted(KEY, new, 2)
+    record(log, KEY, delete_value())
+    assert not log.counted(KEY, new, 2)
+    assert not log.counted(OTHER, 1, 1)
+
+
 def test_an_initial_snapshot_is_unsettled_until_a_record_is_given_back_or_finished() -> None:
     """Kafka reports no start offset for a share-partition until a record of
     it was acknowledged, released or timed out (DescribeShareGroupOffsets)."""
