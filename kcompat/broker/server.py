@@ -12,7 +12,8 @@ the group-commit flusher, retention, the Multi-Raft driver (a single
 broker is a quorum of one; it is ready once it has replayed its logs) and
 the event-loop monitor (``loop_monitor``: lag and the longest task steps),
 and, once, the codec's warm-up in a worker thread (``codec.warm``: the schema
-imports the first requests after a start would make on the loop).
+imports the first requests after a start would make on the loop), after the
+replays of a restart (``_warm_codec``).
 
 The loop shares the GIL with the worker threads (log opens, the cleaner,
 large delayed-produce splits, view filtering, the /metrics text). A socket
@@ -73,6 +74,8 @@ log = logging.getLogger("kcompat.broker")
 
 DRAIN_SECONDS = 1.0
 WARM_PAUSE_S = 0.002  # after each version warmed: the GIL back to the loop
+WARM_AFTER_MAX_S = 30.0  # the warm-up waits for the replays this long at most
+WARM_POLL_S = 0.05
 # how long a thread that wants the GIL waits before the holder must give it up
 # (CPython's default: 5 ms; see the module)
 GIL_SWITCH_INTERVAL_S = 0.001
@@ -130,10 +133,19 @@ async def _bind_listeners(broker: Broker) -> list[tuple[Listener, list[trio.Sock
     return bound
 
 
-async def _warm_codec() -> None:
+async def _warm_codec(broker: Broker) -> None:
     """Every served version's classes, readers and writers made in a worker
     thread (``codec.warm``; 1-2 s of imports that the first requests after a
-    start made on the loop, 60-150 ms steps of Fetch and Produce)."""
+    start made on the loop, 60-150 ms steps of Fetch and Produce) — once the
+    broker serves and its logs are replayed (``WARM_AFTER_MAX_S`` at most):
+    the imports hold the GIL about a second, which they took from the replays
+    a restart makes before its leaders serve (a schedule with a million
+    records pending delivered a second later). A request meanwhile loads
+    only its own version's classes."""
+    with trio.move_on_after(WARM_AFTER_MAX_S):
+        await broker.controller.lifecycle.wait_serving(WARM_AFTER_MAX_S)
+        while broker.cluster.replaying:
+            await trio.sleep(WARM_POLL_S)
     ranges = {key: (r.parse_min, r.max_version) for key, r in API_RANGES.items()}
     await trio.to_thread.run_sync(partial(codec.warm, ranges, partial(time.sleep, WARM_PAUSE_S)),
                                   abandon_on_cancel=True)
@@ -158,7 +170,7 @@ async def run_broker(config: BrokerConfig, task_status: trio.TaskStatus[int] = t
         async with trio.open_nursery() as background:
             registry = broker.metrics.registry
             background.start_soon(LoopMonitor(registry).run)  # loop lag, longest steps
-            background.start_soon(_warm_codec)  # schemas imported ahead, not on the loop
+            background.start_soon(_warm_codec, broker)  # schemas imported ahead, off the loop
             registry.register(OfflineMachines(broker.cluster.groups))
             background.start_soon(run_admin_http, broker, admin_listeners)
             background.start_soon(state.flusher.run)

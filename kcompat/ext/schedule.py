@@ -426,16 +426,10 @@ class Schedule:
         """``take`` of each of ``entries`` (due at ``dues``), those pending
         only, in order: the promoted ones (a leader's, all of them) at C
         speed — a dict pop and a row made ``Pending`` —, the others one by one."""
-        rows = list(map(self._pending.pop, entries, repeat(None)))
-        if None in rows:  # some not promoted (a follower), or not pending
-            out: list[Pending] = []
-            for entry, due_ms, row in zip(entries, dues, rows, strict=True):
-                if row is not None:
-                    self._pending[entry] = row
-                one = self.take(int(entry), int(due_ms))
-                if one is not None:
-                    out.append(one)
-            return out
+        rows: list[Row | None] = list(map(self._pending.pop, entries, repeat(None)))
+        if None in rows:  # some not promoted (a follower, a replay), or not pending
+            self._take_far(entries, dues, rows)
+            rows = [row for row in rows if row is not None]
         taken: list[Pending] = list(map(_pending_of, rows))
         self._count -= len(taken)
         if self._by_id:
@@ -443,6 +437,31 @@ class Schedule:
                 if p.schedule_id is not None:
                     self._forget_id(p)
         return taken
+
+    def _take_far(self, entries: Sequence[int], dues: Sequence[int],
+                  rows: list[Row | None]) -> None:
+        """``take``'s far half for each entry whose row is None: found in its
+        slot's entry column (log order) by ``bisect`` — one column slice per
+        slot, C speed — and its row filled in; one not pending stays None."""
+        by_slot: dict[int, list[int]] = {}
+        for i in [i for i, row in enumerate(rows) if row is None]:
+            by_slot.setdefault(int(dues[i]) // SLOT_MS, []).append(i)
+        cancelled, ids, targets = self._cancelled, self._far_ids, self._targets
+        for slot, wanted in by_slot.items():
+            cells = self._far.get(slot)
+            if cells is None:
+                continue
+            start = self._far_pos.get(slot, 0)
+            column = cells[start + 1::CELLS]
+            for i in wanted:
+                entry = int(entries[i])
+                at = bisect_left(column, entry)
+                if at == len(column) or column[at] != entry or entry in cancelled:
+                    continue
+                c = start + at * CELLS
+                rows[i] = (entry, cells[c], ids.pop(entry, None), targets[cells[c + 3]],
+                           cells[c + 2], cells[c + 4])
+                self._kill_far(entry, slot)
 
     def cancel(self, schedule_id: str, target: Target | None = None) -> Pending | None:
         """Drop the earliest pending record of ``target`` named ``schedule_id``;

@@ -321,6 +321,12 @@ class ClusterRuntime:
             return ErrorCode.unknown_topic_or_partition
         return None if self.leads(topic, index) else ErrorCode.not_leader_or_follower
 
+    @property
+    def replaying(self) -> bool:
+        """Replica logs still opening here, or state machines with committed
+        batches the driver has not fed them yet (a restart's replays)."""
+        return bool(self.opening) or bool(self._feeding)
+
     def serving_machine(self, topic: str, index: int) -> ErrorCode | None:
         """None when this broker leads ``topic``'s partition ``index`` and its
         state machine has caught up in this term; COORDINATOR_LOAD_IN_PROGRESS

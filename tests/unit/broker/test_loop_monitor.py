@@ -8,7 +8,9 @@ import gc
 import logging
 import re
 import time
+from types import SimpleNamespace
 
+import pytest
 import trio
 from prometheus_client import CollectorRegistry, generate_latest
 
@@ -135,6 +137,39 @@ def test_garbage_collections_are_timed_per_generation() -> None:
     assert monitor._gc_pause not in gc.callbacks  # removed with the monitor
 
 
+class _Starting:
+    """What ``_warm_codec`` looks at of a broker: it serves at once, and
+    replays its logs while ``cluster.replaying``."""
+
+    def __init__(self, replaying: bool) -> None:
+        async def wait_serving(timeout_s: float) -> None:
+            return None
+
+        self.controller = SimpleNamespace(lifecycle=SimpleNamespace(wait_serving=wait_serving))
+        self.cluster = SimpleNamespace(replaying=replaying)
+
+
+def test_the_codec_warm_up_waits_for_the_replays(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The warm-up's imports would take the GIL from a restart's replays,
+    which its leaders wait for before they serve: it starts once they end."""
+    from kcompat.broker import server
+
+    warmed: list[float] = []
+    monkeypatch.setattr(server.codec, "warm", lambda *_a: warmed.append(time.monotonic()))
+    monkeypatch.setattr(server.gc, "freeze", lambda: None)
+    broker = _Starting(replaying=True)
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(server._warm_codec, broker)
+            await trio.sleep(0.5)
+            assert not warmed, "warmed during the replays"
+            broker.cluster.replaying = False
+        assert len(warmed) == 1
+
+    trio.run(main)
+
+
 def test_the_broker_freezes_what_it_starts_with_once_the_codec_is_warm() -> None:
     """After the warm-up the objects of the start (modules, schemas) sit in the
     collector's permanent generation, which full collections do not walk."""
@@ -143,7 +178,7 @@ def test_the_broker_freezes_what_it_starts_with_once_the_codec_is_warm() -> None
     gc.unfreeze()
     try:
         assert gc.get_freeze_count() == 0
-        trio.run(server._warm_codec)
+        trio.run(server._warm_codec, _Starting(replaying=False))
         frozen = gc.get_freeze_count()
         assert frozen > 10_000
         registry = CollectorRegistry()
