@@ -142,10 +142,27 @@ class MetadataImage:
     # moves on whenever a topic is created or deleted or gains partitions: what
     # is derived from the topics and their counts is rebuilt only then
     topics_version: int = 0
+    # source topic -> the names of its filtered views, kept by ``apply`` (a
+    # deletion or a partition move looks up its views without a walk of all topics)
+    _views: dict[str, dict[str, None]] = field(default_factory=dict, repr=False,
+                                               compare=False)
 
     def views_of(self, source: str) -> list[TopicMeta]:
         """The filtered views of ``source``."""
-        return [t for t in self.topics.values() if t.view_of == source]
+        return [self.topics[name] for name in self._views.get(source, ())]
+
+    def _index_view(self, meta: TopicMeta, add: bool) -> None:
+        source = meta.view_of
+        if source is None:
+            return
+        if add:
+            self._views.setdefault(source, {})[meta.name] = None
+            return
+        names = self._views.get(source)
+        if names is not None:
+            names.pop(meta.name, None)
+            if not names:
+                del self._views[source]
 
     def live_brokers(self) -> list[BrokerInfo]:
         """Registered, unfenced brokers (controller-only nodes left out), by node id."""
@@ -163,14 +180,20 @@ class MetadataImage:
         if kind == "cluster":
             self.cluster_id = rec["cluster_id"]
         elif kind == "create_topic":
-            self.topics[rec["name"]] = TopicMeta(
+            replaced = self.topics.get(rec["name"])
+            if replaced is not None:
+                self._index_view(replaced, add=False)
+            meta = self.topics[rec["name"]] = TopicMeta(
                 rec["name"], uuid.UUID(rec["id"]), rec["partitions"], dict(rec["configs"]),
                 bool(rec.get("internal", False)),
             )
+            self._index_view(meta, add=True)
         elif kind == "delete_topic":
             for view in self.views_of(rec["name"]):
-                self.topics.pop(view.name, None)
-            self.topics.pop(rec["name"], None)
+                self._index_view(self.topics.pop(view.name), add=False)
+            gone = self.topics.pop(rec["name"], None)
+            if gone is not None:
+                self._index_view(gone, add=False)
             for key in [k for k in self.reassignments if k[0] == rec["name"]]:
                 del self.reassignments[key]
         elif kind == "reassign":
@@ -184,7 +207,10 @@ class MetadataImage:
                 for view in self.views_of(rec["name"]):
                     view.partitions = rec["partitions"]
         elif kind == "alter_configs":
-            self.topics[rec["name"]].configs = dict(rec["configs"])
+            meta = self.topics[rec["name"]]
+            self._index_view(meta, add=False)
+            meta.configs = dict(rec["configs"])
+            self._index_view(meta, add=True)
         elif kind == "group_configs":
             if rec["configs"]:
                 self.group_configs[rec["name"]] = dict(rec["configs"])
