@@ -53,7 +53,12 @@ heartbeats until nothing moves) before its assignment is compared.
 
 Share-group members (``_shares``): two in a share group of their own, with
 client-chosen ids, joining, heartbeating and leaving; the group described.
-(ShareFetch and ShareAcknowledge are not among the rules yet.)
+They read (``_share_fetch``): ``share_consume`` settles the group and polls
+with ShareFetch until nothing more comes, acknowledging ACCEPT, RELEASE,
+REJECT or by offset, at once (ShareAcknowledge) or on the next ShareFetch,
+one share session per member per broker, and compares the set of records
+acquired with their delivery counts and every error;
+``share_session_misuse`` sends wrong session epochs and acknowledgements.
 """
 
 from __future__ import annotations
@@ -73,6 +78,7 @@ from compat_tests.fuzz import _consumers as consumers
 from compat_tests.fuzz import _members as members
 from compat_tests.fuzz import _ops as ops
 from compat_tests.fuzz import _producers as producers
+from compat_tests.fuzz import _share_fetch as share_fetch
 from compat_tests.fuzz import _shares as shares
 from compat_tests.fuzz._allowed import allowed
 from compat_tests.fuzz._wire import CLOSED, Peer
@@ -104,7 +110,8 @@ config_pairs = st.sampled_from(sorted(CONFIGS)).flatmap(
 def operation(name: str) -> Callable[..., Any]:
     """The operation ``name`` of ``_ops``, ``_producers``, ``_members``,
     ``_bad_produce``, ``_acls`` or ``_consumers``."""
-    return next(getattr(m, name) for m in (ops, producers, members, bad, acls, consumers, shares)
+    return next(getattr(m, name) for m in (ops, producers, members, bad, acls, consumers, shares,
+                                 share_fetch)
                 if hasattr(m, name))
 
 
@@ -462,6 +469,41 @@ def machine_for(peers: Sequence[Peer], replication: Sequence[int] = (1, 2, -1),
         @rule()
         def share_describe(self) -> None:
             self.both("share_describe", self.share_group, self.share_ids)
+
+        @rule(who=st.sampled_from((0, 1)),
+              subscribed=st.sets(st.integers(0, 2), min_size=1, max_size=3),
+              partition=st.integers(0, 2), records=st.one_of(st.none(), small_records),
+              how=st.sampled_from(("accept", "release", "reject", "mixed")),
+              piggyback=st.booleans(), close=st.booleans())
+        def share_consume(self, who: int, subscribed: set[int], partition: int,
+                          records: list[tuple[bytes | None, bytes | None]] | None, how: str,
+                          piggyback: bool, close: bool) -> None:
+            """A share consumer's polls: ``who`` joins if it is not in the group
+            (subscribed to a topic that exists: the first subscribed one is
+            created if none does), records are produced to a subscribed topic,
+            and the group consumes them until nothing more comes."""
+            names = [self.topics[t] for t in sorted(subscribed)]
+            present = [t for t in names if t in self.partitions]
+            if not present:
+                seen = self.both("create_topic", names[0], 2, 1, {}, False)
+                if seen[0] != "ok":
+                    return
+                self.partitions[names[0]] = seen[1]
+                self.settle(names[0], seen[1])
+                present = [names[0]]
+            if records:
+                topic = present[partition % len(present)]
+                self.both("produce", topic, partition % self.partitions[topic], records,
+                          self.timestamp(), 0, -1)
+            self.both("share_poll_join", self.share_group, self.share_ids[who], who, names,
+                      self.topics)
+            self.both("share_consume", self.share_group, self.share_ids, self.topics, how,
+                      piggyback, close)
+
+        @rule(who=st.sampled_from((0, 1)), how=st.sampled_from(share_fetch.MISUSES))
+        def share_session_misuse(self, who: int, how: str) -> None:
+            self.both("share_session_misuse", self.share_group, self.share_ids[who], who,
+                      self.topics, how)
 
         # -- ACL changes, and alice's requests (brokers with an authorizer) -------------
 

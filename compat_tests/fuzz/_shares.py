@@ -10,8 +10,10 @@ as moves and against the group's epoch, and the group's own configs
 assignment at once and in line, and let the group read records produced
 before it joined (``share.auto.offset.reset=earliest``).
 
-Not here yet: ShareFetch and ShareAcknowledge (records acquired, their
-delivery counts, ACCEPT/RELEASE/REJECT).
+The members read with ShareFetch and ShareAcknowledge in ``_share_fetch``
+(records acquired, their delivery counts, ACCEPT/RELEASE/REJECT, share
+session epochs), keeping each member's share sessions here
+(``ShareMember.sessions``).
 """
 
 from __future__ import annotations
@@ -44,6 +46,9 @@ class ShareMember:
     epoch: int = 0  # 0: not in the group, joins next
     subscribed: tuple[str, ...] = ()
     owned: dict[uuid.UUID, tuple[int, ...]] = field(default_factory=dict)
+    #: share session epoch per broker address (None: the bootstrap); 0: none open
+    #: (``_share_fetch``). A leave keeps them: the broker decides what is left.
+    sessions: dict[str | None, int] = field(default_factory=dict)
 
 
 def set_group_configs(peer: Peer, group: str) -> None:

@@ -16,6 +16,8 @@ from compat_tests.fuzz import _consumers as consumers
 from compat_tests.fuzz import _members as members
 from compat_tests.fuzz import _ops as ops
 from compat_tests.fuzz import _producers as producers
+from compat_tests.fuzz import _share_fetch as share_fetch
+from compat_tests.fuzz import _shares as shares
 from compat_tests.fuzz._machine import operation
 from compat_tests.fuzz._wire import Peer
 from compat_tests.java.kafka_reference import KafkaReference
@@ -400,3 +402,43 @@ def test_refused_heartbeat_takes_no_topic_change_in(peers: list[Peer]) -> None:
 def test_share_group_describe_of_a_group_no_one_used(peers: list[Peer]) -> None:
     # F19: GROUP_ID_NOT_FOUND with no state (kcompat: "Dead")
     assert both(peers, "share_describe", name(), []) == ("error", 69, "")
+
+
+def share_group(peers: list[Peer], topic: str, partitions: int, records: int
+                ) -> tuple[str, list[str]]:
+    """A share group of the fuzzer's configs and a topic of ``partitions``
+    holding ``records`` single-record batches in each."""
+    group, ids = name(), [str(uuid.uuid4()) for _ in (0, 1)]
+    for peer in peers:
+        ops.settle_group(peer, group)
+        shares.set_group_configs(peer, group)
+    assert both(peers, "create_topic", topic, partitions, 1, {}, False)[0] == "ok"
+    settle(peers, topic, partitions)
+    stamp = int(time.time() * 1000)
+    for p in range(partitions):
+        for i in range(records):
+            both(peers, "produce", topic, p, [(None, b"v%d" % i)], stamp, 0, -1)
+    return group, ids
+
+
+def join(peers: list[Peer], *args: Any) -> None:
+    """A share member joins: when each broker assigns is timing (S1), its error is not."""
+    kafka, kcompat = (shares.share_join(peer, *args) for peer in peers)
+    assert kafka[0] == kcompat[0] == "ok", (kafka, kcompat)
+
+
+def test_share_consume_as_the_fuzzer_drives_it(peers: list[Peer]) -> None:
+    topic = name()
+    group, ids = share_group(peers, topic, 2, 3)
+    join(peers, group, ids[0], 0, [topic], [topic])
+    seen = both(peers, "share_consume", group, ids, [topic], "mixed", True, False)
+    acquired = {(p, o) for _t, p, o, _count in seen[1]}
+    assert acquired == {(p, o) for p in (0, 1) for o in range(3)}, seen
+    # offset 1 (RELEASE, by offset % 3) comes back until the delivery count limit (5)
+    assert sorted(c for _t, p, o, c in seen[1] if (p, o) == (0, 1)) == [1, 2, 3, 4, 5]
+    assert seen[2:] == ((), ()), seen
+    join(peers, group, ids[1], 1, [topic], [topic])
+    for how in share_fetch.MISUSES:
+        both(peers, "share_session_misuse", group, ids[0], 0, [topic], how)
+    seen = both(peers, "share_consume", group, ids, [topic], "accept", False, True)
+    assert seen[1] == (), seen  # every record accepted, rejected or archived

@@ -1,0 +1,302 @@
+"""The fuzzer's share consumers reading (KIP-932): ShareFetch (v1) and
+ShareAcknowledge (v1) by the share members of ``_shares``.
+
+``share_consume`` is what a share consumer's poll loop does, run until
+nothing more comes. First the group settles: every member in the group
+heartbeats until the members together hold every partition of the topics
+they subscribe to and a round changes nothing (bounded: Kafka assigns a
+partition once its share coordinator initialized it, S1). Then rounds: each
+member holding partitions ShareFetches them from their leaders, one share
+session per member per broker (epoch 0 opens, each request increments it, -1
+closes; ``ShareMember.sessions``), and acknowledges what it acquired with
+the type the machine chose (ACCEPT, RELEASE, REJECT, or by offset: ``mixed``)
+in explicit ranges, either at once with ShareAcknowledge or piggybacked on
+its next ShareFetch. The loop ends after two rounds that acquired nothing
+and left nothing to acknowledge (released records come back with their
+delivery count raised until ``share.delivery.count.limit`` archives them).
+
+What is compared is what a client tells apart, over the whole loop: the set
+of (topic, partition, offset, delivery count) acquired, the partition and
+acknowledgement errors, and the session errors. Per-request batches are not
+compared: which request acquires a record is timing on Kafka (its first
+ShareFetch of a session acquires nothing, FINDINGS S2; a partition is
+answered once its share-partition is loaded), and which member acquires it
+is the assignor's placement (the set is over all members). After a
+top-level session error a member opens a new session, as clients do.
+
+``share_session_misuse`` sends what a client with a wrong idea of its
+session sends: an epoch past the session's, the epoch before it, a session
+the broker does not have, acknowledgements in an opening request, and an
+acknowledgement of offsets it never acquired. The errors are compared; the
+member's session model is left as it was unless the broker took the request.
+"""
+
+from __future__ import annotations
+
+import datetime
+import time
+import uuid
+from typing import Any
+
+from kafka.protocol.metadata.metadata import MetadataRequest, MetadataResponse
+from kio.schema.share_acknowledge.v1 import request as ack_v1
+from kio.schema.share_fetch.v1 import request as fetch_v1
+from kio.schema.types import GroupId
+from kio.static.primitive import i8, i32, i64
+
+from compat_tests.fuzz import _ops as ops
+from compat_tests.fuzz import _shares as shares
+from compat_tests.fuzz._consumers import _code, topic_names
+from compat_tests.fuzz._wire import CLOSED, Peer
+
+Observation = Any
+ACCEPT, RELEASE, REJECT = 1, 2, 3
+HOW = {"accept": ACCEPT, "release": RELEASE, "reject": REJECT}
+INVALID_SHARE_SESSION_EPOCH, SHARE_SESSION_NOT_FOUND = 123, 122
+SESSION_ERRORS = {INVALID_SHARE_SESSION_EPOCH, SHARE_SESSION_NOT_FOUND}
+WAIT_MS = 100  # a ShareFetch with nothing to acquire waits this long
+SETTLE_S = 10.0  # a settle's bound (Kafka initializes share-partitions after answering)
+MAX_ROUNDS = 14  # released records come back up to the delivery count limit (5)
+EMPTY_ROUNDS = 2  # rounds with nothing acquired that end the loop
+Tp = tuple[str, int]
+
+
+def _type_of(how: str, offset: int) -> int:
+    return (ACCEPT, RELEASE, REJECT)[offset % 3] if how == "mixed" else HOW[how]
+
+
+def _batches(how: str, offsets: list[int]) -> list[tuple[int, int, int]]:
+    """``offsets`` as (first, last, type) ranges of one type each."""
+    out: list[tuple[int, int, int]] = []
+    for offset in sorted(offsets):
+        kind = _type_of(how, offset)
+        if out and out[-1][1] == offset - 1 and out[-1][2] == kind:
+            out[-1] = (out[-1][0], offset, kind)
+        else:
+            out.append((offset, offset, kind))
+    return out
+
+
+def _partitions(peer: Peer, topics: list[str]) -> set[Tp]:
+    """Every partition of those of ``topics`` that exist on ``peer``."""
+    answer = peer.call(MetadataRequest, MetadataResponse, 12, {
+        "topics": [{"topic_id": None, "name": t} for t in topics],
+        "allow_auto_topic_creation": False, "include_topic_authorized_operations": False})
+    if answer == CLOSED or not isinstance(answer, dict):
+        return set()
+    return {(t["name"], p["partition_index"]) for t in answer["topics"] if not t["error_code"]
+            for p in t["partitions"]}
+
+
+def _in_group(peer: Peer, group: str, member_ids: list[str]) -> list[shares.ShareMember]:
+    found = [peer.state.get(f"share:{group}:{who}") for who in range(len(member_ids))]
+    return [m for m in found if isinstance(m, shares.ShareMember) and m.epoch > 0]
+
+
+def settle(peer: Peer, group: str, member_ids: list[str], topics: list[str]) -> None:
+    """Heartbeat the members in the group until together they hold every
+    partition they subscribe to and a round changes nothing (bounded)."""
+    deadline = time.monotonic() + SETTLE_S
+    before: Any = None
+    while time.monotonic() < deadline:
+        members = _in_group(peer, group, member_ids)
+        for member in members:
+            shares._answered(peer, topics, member,
+                             shares._heartbeat(peer, group, member, member.epoch))
+        members = _in_group(peer, group, member_ids)
+        names = topic_names(peer, topics)
+        held = {(names.get(tid, "?"), p) for m in members for tid, parts in m.owned.items()
+                for p in parts}
+        wanted = _partitions(peer, sorted({t for m in members for t in m.subscribed}))
+        now = (sorted(held), [(m.epoch, sorted(m.owned.items())) for m in members])
+        if held == wanted and now == before:
+            return
+        before = now
+        time.sleep(0.1)
+
+
+class _Round:
+    """What one loop saw, over all members and requests."""
+
+    def __init__(self) -> None:
+        self.acquired: set[tuple[str, int, int, int]] = set()
+        self.errors: set[tuple[str, str, int, int]] = set()  # (what, topic, partition, code)
+        self.session: list[tuple[str, int]] = []  # (request, top-level error)
+
+
+def _leaders(peer: Peer, owned: set[Tp]) -> dict[str | None, set[Tp]]:
+    by: dict[str | None, set[Tp]] = {}
+    for tp in sorted(owned):
+        by.setdefault(ops._leader(peer, *tp), set()).add(tp)
+    return by
+
+
+def _ack_topics(cls_topic: Any, cls_part: Any, cls_batch: Any, ids: dict[str, uuid.UUID],
+                acks: dict[Tp, list[tuple[int, int, int]]], fetch: set[Tp] | None = None
+                ) -> tuple[Any, ...]:
+    parts: dict[str, list[Any]] = {}
+    for tp in sorted(set(acks) | (fetch or set())):
+        batches = tuple(cls_batch(first_offset=i64(f), last_offset=i64(last),
+                                  acknowledge_types=(i8(k),)) for f, last, k in acks.get(tp, ()))
+        if tp[0] in ids:
+            parts.setdefault(tp[0], []).append(
+                cls_part(partition_index=i32(tp[1]), acknowledgement_batches=batches))
+    return tuple(cls_topic(topic_id=ids[t], partitions=tuple(ps)) for t, ps in parts.items())
+
+
+def _share_fetch(peer: Peer, group: str, member: shares.ShareMember, address: str | None,
+                 epoch: int, ids: dict[str, uuid.UUID], fetch: set[Tp],
+                 acks: dict[Tp, list[tuple[int, int, int]]]) -> Any:
+    return peer.call_kio(fetch_v1.ShareFetchRequest(
+        group_id=GroupId(group), member_id=member.member_id, share_session_epoch=i32(epoch),
+        max_wait=datetime.timedelta(milliseconds=WAIT_MS), min_bytes=i32(1),
+        max_bytes=i32(1 << 20), max_records=i32(500), batch_size=i32(500),
+        topics=_ack_topics(fetch_v1.FetchTopic, fetch_v1.FetchPartition,
+                           fetch_v1.AcknowledgementBatch, ids, acks, fetch),
+        forgotten_topics_data=()), address)
+
+
+def _share_ack(peer: Peer, group: str, member: shares.ShareMember, address: str | None,
+               epoch: int, ids: dict[str, uuid.UUID],
+               acks: dict[Tp, list[tuple[int, int, int]]]) -> Any:
+    return peer.call_kio(ack_v1.ShareAcknowledgeRequest(
+        group_id=GroupId(group), member_id=member.member_id, share_session_epoch=i32(epoch),
+        topics=_ack_topics(ack_v1.AcknowledgeTopic, ack_v1.AcknowledgePartition,
+                           ack_v1.AcknowledgementBatch, ids, acks)), address)
+
+
+def _read(answer: Any, names: dict[uuid.UUID, str], seen: _Round, what: str,
+          held: dict[Tp, list[int]] | None) -> bool:
+    """Note what ``answer`` says in ``seen``; True when the request was
+    taken (no top-level error). Acquired offsets go to ``held``."""
+    if answer == CLOSED:
+        seen.session.append((what, -1))
+        return False
+    top = _code(answer.error_code)
+    if top:
+        seen.session.append((what, top))
+        return False
+    for topic in answer.responses:
+        name = names.get(topic.topic_id, "?unknown topic id")
+        for part in topic.partitions:
+            index = int(part.partition_index)
+            if _code(part.error_code):
+                seen.errors.add((what, name, index, _code(part.error_code)))
+            ack_error = _code(getattr(part, "acknowledge_error_code", 0))
+            if ack_error:
+                seen.errors.add((what + " ack", name, index, ack_error))
+            for r in getattr(part, "acquired_records", ()):
+                for offset in range(int(r.first_offset), int(r.last_offset) + 1):
+                    seen.acquired.add((name, index, offset, int(r.delivery_count)))
+                    if held is not None:
+                        held.setdefault((name, index), []).append(offset)
+    return True
+
+
+def _next(member: shares.ShareMember, address: str | None, taken: bool,
+          top_error: bool) -> None:
+    """The member's session epoch at ``address`` after a request."""
+    epoch = member.sessions.get(address, 0)
+    if taken:
+        member.sessions[address] = 1 if epoch in (0, -1) else epoch + 1
+    elif top_error:
+        member.sessions[address] = 0  # a client opens a new session
+
+
+def share_consume(peer: Peer, group: str, member_ids: list[str], topics: list[str],
+                  how: str, piggyback: bool, close: bool) -> Observation:
+    """Poll until nothing more comes, acknowledging ``how``; ``piggyback``:
+    acknowledgements ride on the next ShareFetch; ``close``: each session
+    is closed at the end (ShareAcknowledge at epoch -1)."""
+    settle(peer, group, member_ids, topics)
+    members = _in_group(peer, group, member_ids)
+    if not any(m.owned for m in members):
+        return "no member holds partitions"
+    seen, empty = _Round(), 0
+    ids_to_names = topic_names(peer, topics)
+    ids = {name: tid for tid, name in ids_to_names.items()}
+    pending: dict[tuple[int, str | None], dict[Tp, list[tuple[int, int, int]]]] = {}
+    for _ in range(MAX_ROUNDS):
+        got = False
+        for who, member in enumerate(members):
+            owned = {(ids_to_names[tid], p) for tid, parts in member.owned.items()
+                     for p in parts if tid in ids_to_names}
+            for address, fetch in _leaders(peer, owned).items():
+                acks = pending.pop((who, address), {})
+                epoch = member.sessions.get(address, 0)
+                if acks and not piggyback or acks and epoch == 0:
+                    answer = _share_ack(peer, group, member, address, epoch, ids, acks)
+                    taken = _read(answer, ids_to_names, seen, "ack", None)
+                    _next(member, address, taken, answer != CLOSED)
+                    acks, epoch = {}, member.sessions.get(address, 0)
+                held: dict[Tp, list[int]] = {}
+                answer = _share_fetch(peer, group, member, address, epoch, ids, fetch, acks)
+                taken = _read(answer, ids_to_names, seen, "fetch", held)
+                _next(member, address, taken, answer != CLOSED)
+                if held:
+                    got = True
+                    pending[(who, address)] = {tp: _batches(how, offs)
+                                               for tp, offs in held.items()}
+        empty = 0 if got or pending else empty + 1
+        if empty >= EMPTY_ROUNDS:
+            break
+    for (who, address), acks in pending.items():  # what the last round left: at once
+        member = members[who]
+        answer = _share_ack(peer, group, member, address, member.sessions.get(address, 0),
+                            ids, acks)
+        _next(member, address, _read(answer, ids_to_names, seen, "ack", None), True)
+    if close:
+        for member in members:
+            for address, epoch in list(member.sessions.items()):
+                if epoch > 0:
+                    answer = _share_ack(peer, group, member, address, -1, ids, {})
+                    _read(answer, ids_to_names, seen, "close", None)
+                    member.sessions[address] = 0
+    return ("ok", tuple(sorted(seen.acquired)), tuple(sorted(seen.errors)),
+            tuple(sorted(set(seen.session))))
+
+
+def share_poll_join(peer: Peer, group: str, member_id: str, who: int, subscribed: list[str],
+                    topics: list[str]) -> Observation:
+    """A poll's heartbeat: ``who`` joins subscribed to ``subscribed`` unless
+    it is in the group; the join's error (when it is assigned is timing, S1)."""
+    if shares._member(peer, group, who, member_id).epoch > 0:
+        return "in the group"
+    seen = shares.share_join(peer, group, member_id, who, subscribed, topics)
+    return seen if seen == CLOSED else seen[:2]
+
+
+MISUSES = ("epoch ahead", "epoch behind", "no session", "acks on open", "ack unacquired")
+
+
+def share_session_misuse(peer: Peer, group: str, member_id: str, who: int,
+                         topics: list[str], how: str) -> Observation:
+    """One wrong request by member ``who`` to the first partition it holds'
+    leader (``MISUSES``); its errors."""
+    member = shares._member(peer, group, who, member_id)
+    names = topic_names(peer, topics)
+    ids = {name: tid for tid, name in names.items()}
+    owned = sorted((names[tid], p) for tid, parts in member.owned.items() for p in parts
+                   if tid in names)
+    if not owned:
+        return "holds no partition"
+    tp = owned[0]
+    address = ops._leader(peer, *tp)
+    epoch = member.sessions.get(address, 0)
+    seen = _Round()
+    acks = {tp: [(0, 2, ACCEPT)]}
+    if how == "ack unacquired":
+        if epoch <= 0:
+            return "no session open"
+        answer = _share_ack(peer, group, member, address, epoch, ids, acks)
+        _next(member, address, _read(answer, names, seen, how, None), False)
+    else:
+        sent = {"epoch ahead": epoch + 2, "epoch behind": epoch - 1, "no session": 7,
+                "acks on open": 0}[how]
+        if how == "epoch behind" and epoch <= 1 or how == "no session" and epoch > 0:
+            return "not applicable"
+        answer = _share_fetch(peer, group, member, address, sent, ids, {tp},
+                              acks if how == "acks on open" else {})
+        if _read(answer, names, seen, how, {}):  # taken: the broker's session moved
+            member.sessions[address] = sent + 1 if sent > 0 else 1
+    return (tuple(sorted(seen.errors)), tuple(seen.session), len(seen.acquired))
