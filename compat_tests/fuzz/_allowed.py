@@ -54,6 +54,29 @@ def _share_described_alike(_args: Any, kafka: Any, kcompat: Any) -> bool:
         (kcompat[2], tuple(m[::2] for m in kcompat[4]))
 
 
+def _share_consumed_alike(_args: Any, kafka: Any, kcompat: Any) -> bool:
+    """Alike once two known differences are left out of Kafka's observation:
+    F21, its UNKNOWN_SERVER_ERROR (-1) for a share session's partitions of a
+    topic id no longer in the metadata; F23, the transaction markers it
+    acquires (kcompat archives them as gaps, never handing them out)."""
+    if not (_is_ok(kafka) and _is_ok(kcompat)) or kcompat[4]:
+        return False
+    errors = tuple(e for e in kafka[2] if not (e[1] == "?unknown topic id" and e[3] == -1))
+    return (kafka[0], kafka[1], errors, kafka[3], ()) == kcompat
+
+
+def _past_the_log_end(args: Any, kafka: Any, kcompat: Any) -> bool:
+    """Kafka failed the whole ShareAcknowledge (UNKNOWN_SERVER_ERROR) where
+    kcompat answered the partition INVALID_REQUEST; the close after it alike."""
+    if args[-1] != "ack unacquired" or not (isinstance(kafka, tuple) and len(kafka) == 3
+                                            and isinstance(kcompat, tuple)):
+        return False
+    kafka_errors, kafka_session, _ = kafka
+    return (kafka_session[:1] == (("ack unacquired", -1),) and not kafka_errors
+            and [e[3] for e in kcompat[0] if e[0] == "ack unacquired"] == [42]
+            and kcompat[1] == kafka_session[1:] and kcompat[2] == kafka[2])
+
+
 #: (operation, a predicate of (args, kafka's observation, kcompat's), the reason)
 ALLOWED: list[tuple[str, Any, str]] = [
     # KIP-848: both brokers assign with "uniform" (group.consumer.assignors'
@@ -81,6 +104,26 @@ ALLOWED: list[tuple[str, Any, str]] = [
       for op in ("share_join", "share_heartbeat")),
     ("share_describe", _share_described_alike,
      "share assignments follow Kafka's asynchronous share-partition initialization"),
+    # F21: a topic deleted and re-created under its name while a member's share
+    # session holds its partitions. Kafka keys the session by topic id: the
+    # old id's partitions stay and each ShareFetch answers them
+    # UNKNOWN_SERVER_ERROR; kcompat's session keeps one id per topic name, so
+    # naming the new id replaces the old (FINDINGS, "topic re-created under the
+    # same name"). A client drops the old id either way.
+    # F23 (open): Kafka acquires a transaction marker's offset (read_uncommitted)
+    # and hands it out in AcquiredRecords with its control batch; kcompat
+    # archives it as a gap. The data records acquired, and their delivery
+    # counts, must still agree.
+    ("share_consume", _share_consumed_alike,
+     "F21: a re-created topic's old id in a share session; F23: transaction markers"),
+    # F22: ShareAcknowledge of offsets past the partition's log end (never
+    # acquired): Kafka 4.4 fails the request with UNKNOWN_SERVER_ERROR (and its
+    # session epoch moves); kcompat answers that partition INVALID_REQUEST.
+    # Both refuse the acknowledgement; a client gives its session up after
+    # either.
+    ("share_session_misuse", _past_the_log_end,
+     "F22: acknowledgements past the log end: Kafka UNKNOWN_SERVER_ERROR, kcompat "
+     "INVALID_REQUEST"),
 ]
 
 

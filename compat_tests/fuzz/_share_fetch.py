@@ -17,7 +17,8 @@ delivery count raised until ``share.delivery.count.limit`` archives them).
 
 What is compared is what a client tells apart, over the whole loop: the set
 of (topic, partition, offset, delivery count) acquired, the partition and
-acknowledgement errors, and the session errors. Per-request batches are not
+acknowledgement errors, and the session errors; acquired offsets that hold a
+transaction marker (a control batch in the answer) are kept apart (F23). Per-request batches are not
 compared: which request acquires a record is timing on Kafka (its first
 ShareFetch of a session acquires nothing, FINDINGS S2; a partition is
 answered once its share-partition is loaded), and which member acquires it
@@ -27,13 +28,15 @@ top-level session error a member opens a new session, as clients do.
 ``share_session_misuse`` sends what a client with a wrong idea of its
 session sends: an epoch past the session's, the epoch before it, a session
 the broker does not have, acknowledgements in an opening request, and an
-acknowledgement of offsets it never acquired. The errors are compared; the
-member's session model is left as it was unless the broker took the request.
+acknowledgement of offsets it never acquired (then the session is closed).
+The errors are compared; the member's session model is left as it was
+unless the broker took the request.
 """
 
 from __future__ import annotations
 
 import datetime
+import struct
 import time
 import uuid
 from typing import Any
@@ -115,11 +118,26 @@ def settle(peer: Peer, group: str, member_ids: list[str], topics: list[str]) -> 
         time.sleep(0.1)
 
 
+def _control_offsets(records: Any) -> set[int]:
+    """The offsets of the control batches (transaction markers) among the
+    log batches of a ShareFetch answer's partition."""
+    raw, found, at = bytes(records or b""), set(), 0
+    while at + 27 <= len(raw):
+        base, length = struct.unpack_from(">qi", raw, at)
+        attributes, delta = struct.unpack_from(">hi", raw, at + 21)
+        if attributes & 0x20:
+            found.update(range(base, base + delta + 1))
+        at += 12 + length
+    return found
+
+
 class _Round:
     """What one loop saw, over all members and requests."""
 
     def __init__(self) -> None:
         self.acquired: set[tuple[str, int, int, int]] = set()
+        #: acquired offsets of transaction markers (F23: Kafka acquires them)
+        self.markers: set[tuple[str, int, int, int]] = set()
         self.errors: set[tuple[str, str, int, int]] = set()  # (what, topic, partition, code)
         self.session: list[tuple[str, int]] = []  # (request, top-level error)
 
@@ -185,9 +203,11 @@ def _read(answer: Any, names: dict[uuid.UUID, str], seen: _Round, what: str,
             ack_error = _code(getattr(part, "acknowledge_error_code", 0))
             if ack_error:
                 seen.errors.add((what + " ack", name, index, ack_error))
+            markers = _control_offsets(getattr(part, "records", None))
             for r in getattr(part, "acquired_records", ()):
                 for offset in range(int(r.first_offset), int(r.last_offset) + 1):
-                    seen.acquired.add((name, index, offset, int(r.delivery_count)))
+                    (seen.markers if offset in markers else seen.acquired).add(
+                        (name, index, offset, int(r.delivery_count)))
                     if held is not None:
                         held.setdefault((name, index), []).append(offset)
     return True
@@ -253,7 +273,7 @@ def share_consume(peer: Peer, group: str, member_ids: list[str], topics: list[st
                     _read(answer, ids_to_names, seen, "close", None)
                     member.sessions[address] = 0
     return ("ok", tuple(sorted(seen.acquired)), tuple(sorted(seen.errors)),
-            tuple(sorted(set(seen.session))))
+            tuple(sorted(set(seen.session))), tuple(sorted(seen.markers)))
 
 
 def share_poll_join(peer: Peer, group: str, member_id: str, who: int, subscribed: list[str],
@@ -288,8 +308,13 @@ def share_session_misuse(peer: Peer, group: str, member_id: str, who: int,
     if how == "ack unacquired":
         if epoch <= 0:
             return "no session open"
-        answer = _share_ack(peer, group, member, address, epoch, ids, acks)
-        _next(member, address, _read(answer, names, seen, how, None), False)
+        _read(_share_ack(peer, group, member, address, epoch, ids, acks), names, seen, how,
+              None)
+        # the client gives the session up (F22: after Kafka's UNKNOWN_SERVER_ERROR its
+        # session epoch has moved anyway)
+        _read(_share_ack(peer, group, member, address, -1, ids, {}), names, seen, "close",
+              None)
+        member.sessions[address] = 0
     else:
         sent = {"epoch ahead": epoch + 2, "epoch behind": epoch - 1, "no session": 7,
                 "acks on open": 0}[how]

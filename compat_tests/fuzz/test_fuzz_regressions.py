@@ -18,6 +18,7 @@ from compat_tests.fuzz import _ops as ops
 from compat_tests.fuzz import _producers as producers
 from compat_tests.fuzz import _share_fetch as share_fetch
 from compat_tests.fuzz import _shares as shares
+from compat_tests.fuzz._allowed import allowed
 from compat_tests.fuzz._machine import operation
 from compat_tests.fuzz._wire import Peer
 from compat_tests.java.kafka_reference import KafkaReference
@@ -436,9 +437,30 @@ def test_share_consume_as_the_fuzzer_drives_it(peers: list[Peer]) -> None:
     assert acquired == {(p, o) for p in (0, 1) for o in range(3)}, seen
     # offset 1 (RELEASE, by offset % 3) comes back until the delivery count limit (5)
     assert sorted(c for _t, p, o, c in seen[1] if (p, o) == (0, 1)) == [1, 2, 3, 4, 5]
-    assert seen[2:] == ((), ()), seen
+    assert seen[2:] == ((), (), ()), seen
     join(peers, group, ids[1], 1, [topic], [topic])
     for how in share_fetch.MISUSES:
         both(peers, "share_session_misuse", group, ids[0], 0, [topic], how)
     seen = both(peers, "share_consume", group, ids, [topic], "accept", False, True)
     assert seen[1] == (), seen  # every record accepted, rejected or archived
+
+
+def test_share_consume_past_an_aborted_transaction(peers: list[Peer]) -> None:
+    # F23 (open): Kafka acquires the abort marker's offset, kcompat archives it as a gap
+    topic = name()
+    group, ids = share_group(peers, topic, 1, 0)
+    both(peers, "init_producer", "transactional", f"{topic}-tx")
+    both(peers, "add_partition", topic, 0)
+    both(peers, "produce_as", "transactional", "next", topic, 0, [(None, b"x")],
+         int(time.time() * 1000))
+    join(peers, group, ids[0], 0, [topic], [topic])
+    assert both(peers, "share_consume", group, ids, [topic], "reject", True, True) == (
+        "ok", ((topic, 0, 0, 1),), (), (), ())
+    assert both(peers, "end_txn", False) == 0
+    for peer in peers:
+        producers.settle_transaction(peer)
+    kafka, kcompat = (share_fetch.share_consume(peer, group, ids, [topic], "accept", False, True)
+                      for peer in peers)
+    assert kafka == ("ok", (), (), (), ((topic, 0, 1, 1),)), kafka
+    assert kcompat == ("ok", (), (), (), ()), kcompat
+    assert allowed("share_consume", (), kafka, kcompat) is not None
