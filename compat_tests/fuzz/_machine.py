@@ -55,7 +55,8 @@ Share-group members (``_shares``): two in a share group of their own, with
 client-chosen ids, joining, heartbeating and leaving; the group described.
 They read (``_share_fetch``): ``share_consume`` settles the group and polls
 with ShareFetch until nothing more comes, acknowledging ACCEPT, RELEASE,
-REJECT or by offset, at once (ShareAcknowledge) or on the next ShareFetch,
+REJECT or by offset, at once (ShareAcknowledge) or on the next ShareFetch
+(or not at all: sessions closed holding records),
 one share session per member per broker, and compares the set of records
 acquired with their delivery counts and every error;
 ``share_session_misuse`` sends wrong session epochs and acknowledgements.
@@ -474,10 +475,11 @@ def machine_for(peers: Sequence[Peer], replication: Sequence[int] = (1, 2, -1),
               subscribed=st.sets(st.integers(0, 2), min_size=1, max_size=3),
               partition=st.integers(0, 2), records=st.one_of(st.none(), small_records),
               how=st.sampled_from(("accept", "release", "reject", "mixed")),
-              piggyback=st.booleans(), close=st.booleans())
+              piggyback=st.booleans(), close=st.booleans(),
+              abandon=st.sampled_from((False, False, False, True)))
         def share_consume(self, who: int, subscribed: set[int], partition: int,
                           records: list[tuple[bytes | None, bytes | None]] | None, how: str,
-                          piggyback: bool, close: bool) -> None:
+                          piggyback: bool, close: bool, abandon: bool) -> None:
             """A share consumer's polls: ``who`` joins if it is not in the group
             (subscribed to a topic that exists: the first subscribed one is
             created if none does), records are produced to a subscribed topic,
@@ -498,7 +500,7 @@ def machine_for(peers: Sequence[Peer], replication: Sequence[int] = (1, 2, -1),
             self.both("share_poll_join", self.share_group, self.share_ids[who], who, names,
                       self.topics)
             self.both("share_consume", self.share_group, self.share_ids, self.topics, how,
-                      piggyback, close)
+                      piggyback, close, abandon)
 
         @rule(who=st.sampled_from((0, 1)), how=st.sampled_from(share_fetch.MISUSES))
         def share_session_misuse(self, who: int, how: str) -> None:

@@ -11,7 +11,7 @@ session per member per broker (epoch 0 opens, each request increments it, -1
 closes; ``ShareMember.sessions``), and acknowledges what it acquired with
 the type the machine chose (ACCEPT, RELEASE, REJECT, or by offset: ``mixed``)
 in explicit ranges, either at once with ShareAcknowledge or piggybacked on
-its next ShareFetch. The loop ends after two rounds that acquired nothing
+its next ShareFetch (or, abandoning, closes its sessions holding them). The loop ends after two rounds that acquired nothing
 and left nothing to acknowledge (released records come back with their
 delivery count raised until ``share.delivery.count.limit`` archives them).
 
@@ -224,10 +224,14 @@ def _next(member: shares.ShareMember, address: str | None, taken: bool,
 
 
 def share_consume(peer: Peer, group: str, member_ids: list[str], topics: list[str],
-                  how: str, piggyback: bool, close: bool) -> Observation:
+                  how: str, piggyback: bool, close: bool, abandon: bool = False
+                  ) -> Observation:
     """Poll until nothing more comes, acknowledging ``how``; ``piggyback``:
     acknowledgements ride on the next ShareFetch; ``close``: each session
-    is closed at the end (ShareAcknowledge at epoch -1)."""
+    is closed at the end (ShareAcknowledge at epoch -1); ``abandon``: the
+    consumers stop after the first round that acquired records and close
+    their sessions without acknowledging them (a consumer closed holding
+    records: Kafka makes them available again, delivery count kept, S17)."""
     settle(peer, group, member_ids, topics)
     members = _in_group(peer, group, member_ids)
     if not any(m.owned for m in members):
@@ -259,6 +263,9 @@ def share_consume(peer: Peer, group: str, member_ids: list[str], topics: list[st
                                                for tp, offs in held.items()}
         empty = 0 if got or pending else empty + 1
         if empty >= EMPTY_ROUNDS:
+            break
+        if abandon and got:
+            pending, close = {}, True
             break
     for (who, address), acks in pending.items():  # what the last round left: at once
         member = members[who]

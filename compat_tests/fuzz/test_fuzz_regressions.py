@@ -464,3 +464,15 @@ def test_share_consume_past_an_aborted_transaction(peers: list[Peer]) -> None:
     assert kafka == ("ok", (), (), (), ((topic, 0, 1, 1),)), kafka
     assert kcompat == ("ok", (), (), (), ()), kcompat
     assert allowed("share_consume", (), kafka, kcompat) is not None
+
+
+def test_share_consumers_closed_holding_records(peers: list[Peer]) -> None:
+    # S17 as the fuzzer drives it: sessions closed holding records make them available
+    # again with their delivery count kept
+    topic = name()
+    group, ids = share_group(peers, topic, 1, 2)
+    join(peers, group, ids[0], 0, [topic], [topic])
+    seen = both(peers, "share_consume", group, ids, [topic], "accept", False, False, True)
+    assert seen == ("ok", ((topic, 0, 0, 1), (topic, 0, 1, 1)), (), (), ()), seen
+    seen = both(peers, "share_consume", group, ids, [topic], "accept", False, False)
+    assert seen == ("ok", ((topic, 0, 0, 2), (topic, 0, 1, 2)), (), (), ()), seen
