@@ -54,14 +54,20 @@ def _share_described_alike(_args: Any, kafka: Any, kcompat: Any) -> bool:
         (kcompat[2], tuple(m[::2] for m in kcompat[4]))
 
 
+#: Kafka's answers for a re-created topic's old id in a share session (F21)
+OLD_TOPIC_ID_ERRORS = (-1, 6)
+
+
 def _share_consumed_alike(_args: Any, kafka: Any, kcompat: Any) -> bool:
     """Alike once two known differences are left out of Kafka's observation:
-    F21, its UNKNOWN_SERVER_ERROR (-1) for a share session's partitions of a
-    topic id no longer in the metadata; F23, the transaction markers it
+    F21, its UNKNOWN_SERVER_ERROR (-1), or NOT_LEADER_OR_FOLLOWER (6) on 3
+    brokers, for a share session's partitions of a topic id no longer in the
+    metadata; F23, the transaction markers it
     acquires (kcompat archives them as gaps, never handing them out)."""
     if not (_is_ok(kafka) and _is_ok(kcompat)) or kcompat[4]:
         return False
-    errors = tuple(e for e in kafka[2] if not (e[1] == "?unknown topic id" and e[3] == -1))
+    errors = tuple(e for e in kafka[2]
+                   if not (e[1] == "?unknown topic id" and e[3] in OLD_TOPIC_ID_ERRORS))
     return (kafka[0], kafka[1], errors, kafka[3], ()) == kcompat
 
 
@@ -107,7 +113,7 @@ ALLOWED: list[tuple[str, Any, str]] = [
     # F21: a topic deleted and re-created under its name while a member's share
     # session holds its partitions. Kafka keys the session by topic id: the
     # old id's partitions stay and each ShareFetch answers them
-    # UNKNOWN_SERVER_ERROR; kcompat's session keeps one id per topic name, so
+    # UNKNOWN_SERVER_ERROR (NOT_LEADER_OR_FOLLOWER on 3 brokers); kcompat's session keeps one id per topic name, so
     # naming the new id replaces the old (FINDINGS, "topic re-created under the
     # same name"). A client drops the old id either way.
     # F23 (open): Kafka acquires a transaction marker's offset (read_uncommitted)
