@@ -476,3 +476,17 @@ def test_share_consumers_closed_holding_records(peers: list[Peer]) -> None:
     assert seen == ("ok", ((topic, 0, 0, 1), (topic, 0, 1, 1)), (), (), ()), seen
     seen = both(peers, "share_consume", group, ids, [topic], "accept", False, False)
     assert seen == ("ok", ((topic, 0, 0, 2), (topic, 0, 1, 2)), (), (), ()), seen
+
+
+def test_acknowledging_offsets_never_handed_out(peers: list[Peer]) -> None:
+    # F24: offsets in the log the share-partition never handed out are
+    # INVALID_RECORD_STATE (kcompat: INVALID_REQUEST); past the log end, INVALID_REQUEST
+    topic = name()
+    group, ids = share_group(peers, topic, 1, 0)
+    join(peers, group, ids[0], 0, [topic], [topic])
+    assert both(peers, "share_consume", group, ids, [topic], "accept", False, False) == (
+        "ok", (), (), (), ())  # the session is open, nothing to acquire
+    both(peers, "produce", topic, 0, [(None, b"a"), (None, b"b"), (None, b"c")],
+         int(time.time() * 1000), 0, -1)
+    assert both(peers, "share_session_misuse", group, ids[0], 0, [topic],
+                "ack unacquired") == ((("ack unacquired", topic, 0, 121),), (), 0)

@@ -32,8 +32,10 @@ Rules (Kafka 4.4 unless marked kcompat):
 * ``acknowledge(member, batches, now_ms)`` is all or nothing, like Kafka's
   rollback of the partition's acknowledgements: a malformed batch (first >
   last, ack types neither one nor one per offset, unknown type, batches out of
-  order or overlapping, offsets past the read offset) is ``INVALID_REQUEST``;
-  an offset that is not ACQUIRED by that member is ``INVALID_RECORD_STATE``.
+  order or overlapping) is ``INVALID_REQUEST``; an offset that is not
+  ACQUIRED by that member, or past the read offset (never handed out), is
+  ``INVALID_RECORD_STATE`` (kcompat: Kafka 4.4 fails the whole request with
+  UNKNOWN_SERVER_ERROR where the offsets are past the log end, FINDINGS F22).
   Offsets below the SPSO are skipped. ACCEPT → ACKNOWLEDGED; REJECT and GAP →
   ARCHIVED; RELEASE → AVAILABLE; RENEW (KIP-1222) moves the lock deadline to
   ``now_ms`` + the lock duration. (kcompat: GAP on a gap offset is accepted.)
@@ -465,7 +467,7 @@ class SharePartition:
             else:
                 plan.append((a, b, ack))
         if last >= self._w.read_offset:
-            return ErrorCode.invalid_request  # past the records handed out
+            return ErrorCode.invalid_record_state  # never handed out (F24; past the log: the host)
         return ErrorCode.none
 
     def _apply_ack(self, first: int, last: int, ack: AckType, now_ms: int) -> None:
