@@ -63,12 +63,21 @@ def _share_consumed_alike(_args: Any, kafka: Any, kcompat: Any) -> bool:
     F21, its UNKNOWN_SERVER_ERROR (-1), or NOT_LEADER_OR_FOLLOWER (6) on 3
     brokers, for a share session's partitions of a topic id no longer in the
     metadata; F23, the transaction markers it
-    acquires (kcompat archives them as gaps, never handing them out)."""
+    acquires (kcompat archives them as gaps, never handing them out); and
+    which partition of a deleted topic a member's session held, which is the
+    assignor's placement (the errors of a topic the metadata lacks are
+    compared without the partition index)."""
     if not (_is_ok(kafka) and _is_ok(kcompat)) or kcompat[4]:
         return False
     errors = tuple(e for e in kafka[2]
                    if not (e[1] == "?unknown topic id" and e[3] in OLD_TOPIC_ID_ERRORS))
-    return (kafka[0], kafka[1], errors, kafka[3], ()) == kcompat
+
+    def placed(seen: tuple[Any, ...]) -> Any:
+        return sorted({(e[0], e[1], -1 if e[1] == "?unknown topic id" else e[2], e[3])
+                       for e in seen})
+
+    return (kafka[:2], placed(errors), kafka[3]) == (kcompat[:2], placed(kcompat[2]),
+                                                    kcompat[3])
 
 
 def _past_the_log_end(args: Any, kafka: Any, kcompat: Any) -> bool:
@@ -117,6 +126,9 @@ ALLOWED: list[tuple[str, Any, str]] = [
     # UNKNOWN_SERVER_ERROR (NOT_LEADER_OR_FOLLOWER on 3 brokers); kcompat's session keeps one id per topic name, so
     # naming the new id replaces the old (FINDINGS, "topic re-created under the
     # same name"). A client drops the old id either way.
+    # Placement: two members split a deleted topic's partitions; which one's
+    # session held which is the assignor's choice (its errors compared
+    # without the partition index).
     # F23 (open): Kafka acquires a transaction marker's offset (read_uncommitted)
     # and hands it out in AcquiredRecords with its control batch; kcompat
     # archives it as a gap. The data records acquired, and their delivery

@@ -298,16 +298,16 @@ MISUSES = ("epoch ahead", "epoch behind", "no session", "acks on open", "ack una
 
 def share_session_misuse(peer: Peer, group: str, member_id: str, who: int,
                          topics: list[str], how: str) -> Observation:
-    """One wrong request by member ``who`` to the first partition it holds'
-    leader (``MISUSES``); its errors."""
+    """One wrong request by member ``who`` to the leader of the first
+    partition of the topics it subscribes to (not of its assignment, which
+    comes at Kafka's own time, S1) (``MISUSES``); its errors."""
     member = shares._member(peer, group, who, member_id)
     names = topic_names(peer, topics)
     ids = {name: tid for tid, name in names.items()}
-    owned = sorted((names[tid], p) for tid, parts in member.owned.items() for p in parts
-                   if tid in names)
-    if not owned:
-        return "holds no partition"
-    tp = owned[0]
+    subscribed = sorted(_partitions(peer, list(member.subscribed)))
+    if not subscribed:
+        return "subscribes to no topic that exists"
+    tp = subscribed[0]
     address = ops._leader(peer, *tp)
     epoch = member.sessions.get(address, 0)
     seen = _Round()
