@@ -26,14 +26,22 @@ consumer subscribes:
   of the session; its default is 15000); A polls once and then neither
   acknowledges nor polls while B reads everything 3 s later: delivery count 2.
 
-Allowed difference (timing only): Java's consumer A may go on fetching in the
-background for up to ~1 s after its poll returned (two ShareFetches of 500 ms
-seen at the wire, or none: it depends on when the poll returned). A lock that
-expires while such a fetch waits makes the records A's again (delivery count
-2, never shown to the application) and B then gets them with count 3; with a
-1 s lock kcompat showed that in 1 run of 4, Kafka (whose session-opening
-ShareFetch acquires nothing, FINDINGS S2, so its polls fall differently) in
-none. The 2 s lock ends after A's prefetch on both.
+Allowed difference (timing only), shown, not assumed: consumer A of
+``lock-expiry`` (Java's, and librdkafka's) may go on fetching in the
+background after its poll returned (Java: the poll that handed out records
+asked for more, and an empty answer asks again; two ShareFetches of 500 ms
+seen at the wire, or none). A lock that expires while such a fetch waits
+makes the records A's again (delivery count 2, never shown to the
+application) and B then gets them with count 3: on a loaded machine (load
+~10) with the 2 s lock, once on kcompat at RF 3; with a 1 s lock beside two
+CPU hogs, 4 of 8 Java runs on one node. So once B is done, A RELEASEs its
+first records (explicit mode refuses a poll before that; B ACCEPTed them all)
+and polls once more: that poll (``A-late``) hands out what A's buffer holds —
+records A acquired again, with their delivery count. B's count of such a
+record is compared as the 2 it would be had A not fetched again
+(``_explained``); B's count of any other record, and every other poll, as it
+is — an extra delivery no consumer saw is still a difference. In each of
+those 4 runs ``A-late`` held all 10 records at count 2 and B had them at 3.
 
 Kafka's outcome of a (client, scenario) is computed once per session and
 compared with kcompat on one node and on 3 brokers at replication factor 3.
@@ -124,10 +132,19 @@ class _Rd:
                                                 m.delivery_count() or -1) for m in got)))
         return got
 
-    def first_poll(self, c: ShareConsumer) -> None:
+    def first_poll(self, c: ShareConsumer) -> list[Any]:
         deadline = time.monotonic() + 30
-        while not self.poll(c, "A"):
+        while not (got := self.poll(c, "A")):
             assert time.monotonic() < deadline, "consumer A got no record in 30 s"
+        return got
+
+    def late(self, c: ShareConsumer, first: list[Any]) -> None:
+        """Lock-expiry, once B is done: A RELEASEs its first records and
+        polls once more, so what its background fetches acquired meanwhile
+        shows (consumer ``A-late``; ``_explained``)."""
+        for m in first:
+            c.acknowledge(m, AcknowledgeType.RELEASE)
+        self.poll(c, "A-late")
 
     def drain(self, c: ShareConsumer, name: str, policy: str | None) -> None:
         deadline, quiet_until, got = time.monotonic() + 30, float("inf"), 0
@@ -167,7 +184,7 @@ def _librdkafka(bootstrap: str, name: str, replication: int) -> Outcome:
         return rd.out
     a = rd.consumer("explicit")
     try:
-        rd.first_poll(a)
+        first = rd.first_poll(a)
         if name == "close-unacked":
             a.close()
         else:
@@ -177,6 +194,8 @@ def _librdkafka(bootstrap: str, name: str, replication: int) -> Outcome:
             rd.drain(b, "B", "accept")
         finally:
             b.close()
+        if name == "lock-expiry":
+            rd.late(a, first)
     finally:
         if name != "close-unacked":
             a.close()
@@ -199,6 +218,19 @@ def _java(clients_cp: str, bootstrap: str, name: str, replication: int) -> Outco
         elif e.get("event") == "commit":
             out.errors.append(f"commit {e['errors']}")
     return out
+
+
+def _explained(polls: list[Poll]) -> list[Poll]:
+    """The polls with consumer A's background re-acquisitions accounted for
+    (lock-expiry): a record consumer ``A-late`` holds at delivery count c was
+    acquired again by A after its lock expired, so B's delivery of it counts
+    c + 1; that count is shown as the 2 it is without A's re-acquisition, and
+    the ``A-late`` polls are left out. B's count of any other record stays as
+    it was: an extra delivery no consumer saw is still a difference."""
+    late = {(p, o): c for who, records in polls if who == "A-late" for p, o, c in records}
+    return [(who, tuple((p, o, 2 if late.get((p, o), -9) + 1 == c else c)
+                        for p, o, c in records) if who == "B" else records)
+            for who, records in polls if who != "A-late"]
 
 
 _KAFKA: dict[tuple[str, str], Outcome] = {}
@@ -225,4 +257,5 @@ def test_polls_match_kafka(kafka_reference: KafkaReference, sbroker: Deployment,
     ours = (_librdkafka(sbroker.bootstrap, name, sbroker.replication) if client == "librdkafka"
             else _java(clients_cp, sbroker.bootstrap, name, sbroker.replication))
     assert not kafka.errors and not ours.errors, (kafka.errors, ours.errors)
-    assert ours.polls == kafka.polls, f"\nkcompat {ours.polls}\nKafka   {kafka.polls}"
+    assert _explained(ours.polls) == _explained(kafka.polls), (
+        f"\nkcompat {ours.polls}\nKafka   {kafka.polls}")

@@ -31,7 +31,8 @@ import org.apache.kafka.common.serialization.StringDeserializer;
  *   <li>close-unacked: consumer A's first non-empty poll, then A closes without
  *       acknowledging; consumer B reads and ACCEPTs;
  *   <li>lock-expiry: A's first non-empty poll, then A neither acknowledges nor polls for
- *       HOLD_MS while B reads and ACCEPTs; A closes last.
+ *       HOLD_MS while B reads and ACCEPTs; then A RELEASEs its first records and polls once
+ *       more (consumer "A-late": what its background fetches acquired meanwhile), and closes.
  * </ul>
  *
  * The reading consumer polls until TOTAL deliveries came, then QUIET_MS more (a
@@ -77,12 +78,13 @@ public final class ShareSteps {
                 }
                 case "lock-expiry" -> {
                     try (KafkaShareConsumer<String, String> a = consumer("explicit")) {
-                        firstPoll(a);
+                        ConsumerRecords<String, String> first = firstPoll(a);
                         long until = System.currentTimeMillis() + hold;
                         try (KafkaShareConsumer<String, String> b = consumer("explicit")) {
                             Thread.sleep(Math.max(0, until - System.currentTimeMillis()));
                             drain(b, "B", total, quiet, "accept");
                         }
+                        late(a, first);
                     }
                 }
                 default -> throw new IllegalArgumentException("unknown scenario " + scenario);
@@ -118,16 +120,31 @@ public final class ShareSteps {
     }
 
     /** Consumer A: poll until one poll returns records; nothing is acknowledged. */
-    private static void firstPoll(KafkaShareConsumer<String, String> a) {
+    private static ConsumerRecords<String, String> firstPoll(KafkaShareConsumer<String, String> a) {
         long deadline = System.currentTimeMillis() + 30_000;
         while (System.currentTimeMillis() < deadline) {
             ConsumerRecords<String, String> batch = a.poll(Duration.ofMillis(200));
             if (!batch.isEmpty()) {
                 emitPoll("A", batch);
-                return;
+                return batch;
             }
         }
         throw new IllegalStateException("consumer A got no record in 30 s");
+    }
+
+    /**
+     * Lock-expiry, once B is done: what consumer A's background fetching acquired after
+     * its first poll returned (records whose lock expired while such a ShareFetch waited
+     * come back to A, delivery count 2, and sit in its fetch buffer; B then gets them with
+     * count 3). A's first records are RELEASEd first (explicit mode refuses a poll before
+     * they are acknowledged; B ACCEPTed them all, so the release changes nothing), then one
+     * poll hands out the buffer: printed as consumer "A-late" when not empty.
+     */
+    private static void late(KafkaShareConsumer<String, String> a,
+                             ConsumerRecords<String, String> first) {
+        for (ConsumerRecord<String, String> r : first) a.acknowledge(r, AcknowledgeType.RELEASE);
+        ConsumerRecords<String, String> batch = a.poll(Duration.ofMillis(200));
+        if (!batch.isEmpty()) emitPoll("A-late", batch);
     }
 
     /** ``policy``: null (implicit mode: no acknowledgement), "accept" or "mixed". */
