@@ -82,14 +82,14 @@ def _share_consumed_alike(_args: Any, kafka: Any, kcompat: Any) -> bool:
 
 def _past_the_log_end(args: Any, kafka: Any, kcompat: Any) -> bool:
     """Kafka failed the whole ShareAcknowledge (UNKNOWN_SERVER_ERROR) where
-    kcompat answered the partition INVALID_RECORD_STATE; the close after it
-    alike."""
+    kcompat refused the partition (INVALID_RECORD_STATE, or INVALID_REQUEST
+    with records in flight: F24); the close after it alike."""
     if args[-1] != "ack unacquired" or not (isinstance(kafka, tuple) and len(kafka) == 3
                                             and isinstance(kcompat, tuple)):
         return False
     kafka_errors, kafka_session, _ = kafka
     return (kafka_session[:1] == (("ack unacquired", -1),) and not kafka_errors
-            and [e[3] for e in kcompat[0] if e[0] == "ack unacquired"] == [121]
+            and [e[3] for e in kcompat[0] if e[0] == "ack unacquired"] in ([42], [121])
             and kcompat[1] == kafka_session[1:] and kcompat[2] == kafka[2])
 
 
@@ -137,14 +137,13 @@ ALLOWED: list[tuple[str, Any, str]] = [
      "F21: a re-created topic's old id in a share session; F23: transaction markers"),
     # F22: ShareAcknowledge of offsets from below the share-partition's start
     # to past the log end (never acquired): Kafka 4.4 fails the request with
-    # UNKNOWN_SERVER_ERROR (and its session epoch moves); kcompat answers that
-    # partition INVALID_RECORD_STATE, as Kafka does for offsets in the log it
-    # never handed out (F24).
+    # UNKNOWN_SERVER_ERROR (and its session epoch moves); kcompat refuses that
+    # partition as Kafka does other offsets never handed out (F24).
     # Both refuse the acknowledgement; a client gives its session up after
     # either.
     ("share_session_misuse", _past_the_log_end,
-     "F22: acknowledgements past the log end: Kafka UNKNOWN_SERVER_ERROR, kcompat "
-     "INVALID_RECORD_STATE"),
+     "F22: acknowledgements past the log end: Kafka UNKNOWN_SERVER_ERROR, kcompat a "
+     "partition error"),
 ]
 
 

@@ -33,9 +33,11 @@ Rules (Kafka 4.4 unless marked kcompat):
   rollback of the partition's acknowledgements: a malformed batch (first >
   last, ack types neither one nor one per offset, unknown type, batches out of
   order or overlapping) is ``INVALID_REQUEST``; an offset that is not
-  ACQUIRED by that member, or past the read offset (never handed out), is
-  ``INVALID_RECORD_STATE`` (kcompat: Kafka 4.4 fails the whole request with
-  UNKNOWN_SERVER_ERROR where the offsets are past the log end, FINDINGS F22).
+  ACQUIRED by that member is ``INVALID_RECORD_STATE``. Offsets past the read
+  offset (never handed out) are ``INVALID_REQUEST`` while records are in
+  flight, ``INVALID_RECORD_STATE`` when none is (FINDINGS F24; Kafka fails a
+  range from below the SPSO to past the log end with UNKNOWN_SERVER_ERROR,
+  F22).
   Offsets below the SPSO are skipped. ACCEPT → ACKNOWLEDGED; REJECT and GAP →
   ARCHIVED; RELEASE → AVAILABLE; RENEW (KIP-1222) moves the lock deadline to
   ``now_ms`` + the lock duration. (kcompat: GAP on a gap offset is accepted.)
@@ -467,7 +469,9 @@ class SharePartition:
             else:
                 plan.append((a, b, ack))
         if last >= self._w.read_offset:
-            return ErrorCode.invalid_record_state  # never handed out (F24; past the log: the host)
+            # never handed out (F24): Kafka 4.4 answers INVALID_REQUEST past
+            # what it holds in flight, INVALID_RECORD_STATE when it holds nothing
+            return ErrorCode.invalid_request if self._w.runs else ErrorCode.invalid_record_state
         return ErrorCode.none
 
     def _apply_ack(self, first: int, last: int, ack: AckType, now_ms: int) -> None:

@@ -2,9 +2,7 @@
 
 Acknowledgements are applied per partition all or nothing
 (``SharePartition.acknowledge``); the partition's ``acknowledge_error_code`` says
-how it went. As in Kafka 4.4, a batch that starts at or past the partition's
-high watermark is INVALID_REQUEST; offsets in the log never handed out are
-INVALID_RECORD_STATE (the machine's answer; FINDINGS F24). A partition this broker does not lead is NOT_LEADER_OR_FOLLOWER
+how it went. A partition this broker does not lead is NOT_LEADER_OR_FOLLOWER
 with the current leader and its endpoint, so the consumer moves there.
 RENEW (type 4) needs version 2 and ``share.renew.acknowledge.enable`` (true by
 default), as in Kafka. Authorization (Kafka's): READ on the group, else the
@@ -128,10 +126,6 @@ async def apply_acks(ctx: RequestContext, group_id: str, member_id: str,
             result.ack_error = ErrorCode.invalid_request  # Kafka's words:
             result.ack_message = "Renewing acquisition locks is not enabled for the group."
             continue
-        if _past_the_log(ctx, topic, index, batches):
-            result.ack_error = ErrorCode.invalid_request
-            result.ack_message = "The acknowledged offsets are past the end of the log."
-            continue
         code = ctx.shares.acknowledge(held, member_id, batches)
         result.ack_error = code
         if code != OK:
@@ -139,13 +133,6 @@ async def apply_acks(ctx: RequestContext, group_id: str, member_id: str,
                                   "acquired by this member" if code ==
                                   ErrorCode.invalid_record_state else None)
         touched[held.key] = held
-
-
-def _past_the_log(ctx: RequestContext, topic: str, index: int,
-                  batches: list[AckBatch]) -> bool:
-    part, code = ctx.cluster.led_partition(topic, index)
-    return part is not None and code == OK and any(
-        first >= part.high_watermark for first, _last, _types in batches)
 
 
 def release_session(ctx: RequestContext, session: Session,

@@ -145,7 +145,9 @@ class SharePartition:
                 ack = types[0] if len(types) == 1 else types[offset - first]
                 slot = self._slot(offset)
                 if slot is None:
-                    return ErrorCode.invalid_record_state  # never handed out
+                    # never handed out: Kafka 4.4 (F24)
+                    return ErrorCode.invalid_request if self._slots \
+                        else ErrorCode.invalid_record_state
                 if slot.state is RecordState.ARCHIVED and not slot.delivery_count \
                         and ack == AckType.GAP:
                     continue  # a gap acknowledged as one

@@ -130,10 +130,21 @@ def test_acknowledging_what_the_member_does_not_hold_changes_nothing() -> None:
     assert sp.acknowledge("a", [(0, 0, [ACCEPT]), (2, 2, [ACCEPT])], 1) \
         == ErrorCode.invalid_record_state  # 2 is b's: the whole request fails
     assert sp.acknowledge("a", [(0, 1, [ACCEPT]), (4, 4, [ACCEPT])], 1) \
-        == ErrorCode.invalid_record_state  # past the records handed out: Kafka 4.4 (F24)
+        == ErrorCode.invalid_request  # past the records handed out
     assert sp.snapshot() == before
     sp.acknowledge("a", [(0, 0, [RELEASE])], 1)
     assert sp.acknowledge("a", [(0, 0, [ACCEPT])], 1) == ErrorCode.invalid_record_state
+
+
+def test_acknowledging_offsets_never_handed_out_with_nothing_in_flight() -> None:
+    # F24: Kafka 4.4 answers INVALID_RECORD_STATE when it holds nothing in flight
+    sp = SharePartition(0)
+    assert sp.acknowledge("a", [(0, 2, [ACCEPT])], 1) == ErrorCode.invalid_record_state
+    sp.acquire("a", 2, 0, recs(0, 1))
+    assert sp.acknowledge("a", [(0, 1, [ACCEPT])], 1) == OK
+    assert sp.acknowledge("a", [(2, 4, [ACCEPT])], 1) == ErrorCode.invalid_record_state
+    sp.acquire("a", 1, 0, recs(2, 2))
+    assert sp.acknowledge("a", [(3, 4, [ACCEPT])], 1) == ErrorCode.invalid_request
 
 
 @pytest.mark.parametrize("batches", [
