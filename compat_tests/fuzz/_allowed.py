@@ -89,7 +89,7 @@ def _past_the_log_end(args: Any, kafka: Any, kcompat: Any) -> bool:
         return False
     kafka_errors, kafka_session, _ = kafka
     return (kafka_session[:1] == (("ack unacquired", -1),) and not kafka_errors
-            and [e[3] for e in kcompat[0] if e[0] == "ack unacquired"] in ([42], [121])
+            and [e[1] for e in kcompat[0] if e[0] == "ack unacquired"] in ([42], [121])
             and kcompat[1] == kafka_session[1:] and kcompat[2] == kafka[2])
 
 

@@ -35,6 +35,7 @@ unless the broker took the request.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import struct
 import time
@@ -298,17 +299,21 @@ MISUSES = ("epoch ahead", "epoch behind", "no session", "acks on open", "ack una
 
 def share_session_misuse(peer: Peer, group: str, member_id: str, who: int,
                          topics: list[str], how: str) -> Observation:
-    """One wrong request by member ``who`` to the leader of the first
-    partition of the topics it subscribes to (not of its assignment, which
-    comes at Kafka's own time, S1) (``MISUSES``); its errors."""
+    """One wrong request by member ``who`` (``MISUSES``) naming a partition
+    of the topics it subscribes to (not of its assignment, which comes at
+    Kafka's own time, S1), to a broker where it has a share session open
+    (else that partition's leader): on 3 brokers, which broker leads which
+    partition is each cluster's own, so the errors are compared without the
+    partition they name. "no session" is sent by a member id no broker knows."""
     member = shares._member(peer, group, who, member_id)
     names = topic_names(peer, topics)
     ids = {name: tid for tid, name in names.items()}
     subscribed = sorted(_partitions(peer, list(member.subscribed)))
     if not subscribed:
         return "subscribes to no topic that exists"
-    tp = subscribed[0]
-    address = ops._leader(peer, *tp)
+    open_at = [a for a, e in member.sessions.items() if e > 0]
+    address = open_at[0] if open_at else ops._leader(peer, *subscribed[0])
+    tp = next((tp for tp in subscribed if ops._leader(peer, *tp) == address), subscribed[0])
     epoch = member.sessions.get(address, 0)
     seen = _Round()
     acks = {tp: [(0, 2, ACCEPT)]}
@@ -325,10 +330,13 @@ def share_session_misuse(peer: Peer, group: str, member_id: str, who: int,
     else:
         sent = {"epoch ahead": epoch + 2, "epoch behind": epoch - 1, "no session": 7,
                 "acks on open": 0}[how]
-        if how == "epoch behind" and epoch <= 1 or how == "no session" and epoch > 0:
+        if how == "epoch behind" and epoch <= 1:
             return "not applicable"
-        answer = _share_fetch(peer, group, member, address, sent, ids, {tp},
+        sender = member if how != "no session" else dataclasses.replace(
+            member, member_id=str(uuid.uuid5(uuid.UUID(member.member_id), "stranger")))
+        answer = _share_fetch(peer, group, sender, address, sent, ids, {tp},
                               acks if how == "acks on open" else {})
-        if _read(answer, names, seen, how, {}):  # taken: the broker's session moved
+        if _read(answer, names, seen, how, {}) and sender is member:  # its session moved
             member.sessions[address] = sent + 1 if sent > 0 else 1
-    return (tuple(sorted(seen.errors)), tuple(seen.session), len(seen.acquired))
+    return (tuple(sorted({(e[0], e[3]) for e in seen.errors})), tuple(seen.session),
+            len(seen.acquired))
