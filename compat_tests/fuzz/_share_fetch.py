@@ -11,15 +11,16 @@ session per member per broker (epoch 0 opens, each request increments it, -1
 closes; ``ShareMember.sessions``), and acknowledges what it acquired with
 the type the machine chose (ACCEPT, RELEASE, REJECT, or by offset: ``mixed``)
 in explicit ranges, either at once with ShareAcknowledge or piggybacked on
-its next ShareFetch (or, abandoning, closes its sessions holding them). The loop ends after two rounds that acquired nothing
-and left nothing to acknowledge (released records come back with their
-delivery count raised until ``share.delivery.count.limit`` archives them).
+its next ShareFetch (or, abandoning, closes its sessions holding them). The
+loop ends after two rounds that acquired nothing and left nothing to
+acknowledge (released records come back with their delivery count raised
+until ``share.delivery.count.limit`` archives them).
 
 What is compared is what a client tells apart, over the whole loop: the set
 of (topic, partition, offset, delivery count) acquired, the partition and
 acknowledgement errors, and the session errors; acquired offsets that hold a
-transaction marker (a control batch in the answer) are kept apart (F23). Per-request batches are not
-compared: which request acquires a record is timing on Kafka (its first
+transaction marker (a control batch in the answer) are kept apart (F23).
+Per-request batches are not compared: which request acquires a record is timing on Kafka (its first
 ShareFetch of a session acquires nothing, FINDINGS S2; a partition is
 answered once its share-partition is loaded), and which member acquires it
 is the assignor's placement (the set is over all members). After a
@@ -27,10 +28,11 @@ top-level session error a member opens a new session, as clients do.
 
 ``share_session_misuse`` sends what a client with a wrong idea of its
 session sends: an epoch past the session's, the epoch before it, a session
-the broker does not have, acknowledgements in an opening request, and an
-acknowledgement of offsets it never acquired (then the session is closed).
-The errors are compared; the member's session model is left as it was
-unless the broker took the request.
+the broker does not have (a member id it does not know), acknowledgements in
+an opening request, and an acknowledgement of offsets it never acquired
+(then the session is closed). The errors are compared (without the
+partition: on 3 brokers the leaders are each cluster's own); the member's
+session model is left as it was unless the broker took the request.
 """
 
 from __future__ import annotations
