@@ -63,7 +63,9 @@ def main() -> None:
           f"({len(gc.get_objects()):,} tracked objects; the pending dict tracked: "
           f"{gc.is_tracked(schedule._pending)})")
     row = next(iter(schedule._pending.values()))
-    schedule._pending[-1] = tuple(list(row))  # a fresh row: tracked until examined
+    # a fresh row (a tuple is tracked until a collection examines it)
+    schedule._pending[-1] = (bytes(bytearray(row)) if isinstance(row, bytes)
+                             else tuple(list(row)))
     print(f"after one more promoted row: full collection {full_gc_ms():.1f} ms")
     del schedule
     gc.collect()

@@ -40,12 +40,15 @@ Memory (the far future stays compact): an entry due in a time slot
 (``SLOT_MS``) not reached yet is five int64 in its slot's array — 40 bytes;
 a schedule id, if any, is kept beside it. A slot is *promoted* when a
 ``due`` call comes within ``PROMOTE_AHEAD_MS`` of its start: its entries become
-rows (plain tuples of ``Pending``'s fields, which the garbage collector stops
-tracking, so a large near future adds nothing to a full collection) and a
-sorted run of due keys per target (``schedule_near``), the fast form for the
-records about to move, made ``Pending`` only when handed out — rows, keys
-and their sort made from the slot's array slices at C speed, no Python step
-per entry but for one cancelled while far or with a schedule id —
+rows (``ROW``: entry, due time, target id, offset and where packed in bytes,
+a schedule id beside; bytes in a dict keyed by ints, which the garbage
+collector never tracks, so a large near future adds nothing to a full
+collection — tuples, which it untracks only once it has looked at them,
+kept the dict holding them tracked) and a sorted run of due keys per target
+(``schedule_near``), the fast form for the records about to move, made
+``Pending`` only when handed out (unpacked as one buffer, C speed) — rows,
+keys and their sort made from the slot's array slices at C speed, no Python
+step per entry but for one cancelled while far or with a schedule id —
 ``PROMOTE_CHUNK`` at most per call, so a slot holding a million records (all due the same second)
 is promoted over many turns of the loop, never in one step. A follower,
 which never asks what is due, keeps everything compact: ``take`` finds an
@@ -83,6 +86,7 @@ Pure and deterministic: no clock, no I/O.
 from __future__ import annotations
 
 import heapq
+import struct
 from array import array
 from bisect import bisect_left
 from collections import OrderedDict
@@ -90,18 +94,20 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from functools import partial
 from itertools import compress, repeat
-from operator import itemgetter, lshift, or_
+from operator import lshift, or_
 from typing import NamedTuple
 
 # the far form's layout lives in ``schedule_cells``; callers find it here too
 from kcompat.ext.schedule_cells import CELLS as CELLS
 from kcompat.ext.schedule_cells import SLOT_MS as SLOT_MS
 from kcompat.ext.schedule_cells import run_cells, slot_runs
-from kcompat.ext.schedule_near import KEY_SHIFT, NearKeys, key_of
+from kcompat.ext.schedule_near import KEY_SHIFT, NearKeys
 
 Target = tuple[str, int]  # topic, partition
-# a promoted entry: ``Pending``'s fields in order, a plain tuple
-Row = tuple[int, int, "str | None", "Target | None", int, int]
+# a promoted entry: its entry, due time, target id, offset and where, packed in
+# bytes (an object the garbage collector never tracks: see ``Schedule._pending``)
+ROW = struct.Struct("<5q")
+Row = bytes
 PROMOTE_CHUNK = 2_000  # entries promoted per call at most (a part of a turn: ~2.5 ms)
 # a slot is promoted from this long before it begins: in log order, so all of it
 # must be by then (its earliest records may be among its last); the near form
@@ -141,18 +147,22 @@ def located(pending: Pending) -> tuple[int, int]:
     return pending.entry - (pending.where >> 32), pending.where & 0xFFFF_FFFF
 
 
-# a row made ``Pending`` at C speed (``Pending._make`` is a Python call)
-_pending_of: Callable[[Row | None], Pending] = partial(tuple.__new__, Pending)
+# a row of ``Pending``'s fields made ``Pending`` at C speed (its ``_make`` is a Python call)
+_pending_of: Callable[[tuple[object, ...]], Pending] = partial(tuple.__new__, Pending)
 
 
 class Schedule:
     def __init__(self) -> None:
         # target -> its promoted entries' due keys, in sorted runs (``schedule_near``)
         self._near = NearKeys()
-        # promoted entries, as rows: plain tuples of ``Pending``'s fields (tuples of
-        # atoms, which the garbage collector stops tracking: a million promoted
-        # entries add nothing to a full collection), made ``Pending`` on the way out
+        # promoted entries, as rows of packed ints (``ROW``; the schedule id
+        # beside, in ``_near_ids``), made ``Pending`` on the way out. Bytes and
+        # ints are never tracked by the garbage collector, so neither is this
+        # dict: a dict of a million row tuples was walked by every full
+        # collection — the tuples untracked once examined, but each new row
+        # tracked the dict again — 60-130 ms a collection (bench/gc_pause.py)
         self._pending: dict[int, Row] = {}
+        self._near_ids: dict[int, str] = {}  # promoted entry -> its schedule id
         # target -> the keys ``due`` took out last (sorted), and their entries: a
         # pending one (its delivery not started) goes back at the next ``due`` of it
         self._handed: dict[Target | None, tuple[list[int], list[int]]] = {}
@@ -188,7 +198,8 @@ class Schedule:
                 due_ms // SLOT_MS)
         slot = due_ms // SLOT_MS
         if slot <= self._promoted_until:
-            self._to_near((entry, due_ms, schedule_id, target, offset, where))
+            self._near_rows([entry], [due_ms], [self._tid(target)], [offset], [where],
+                            () if schedule_id is None else ((entry, schedule_id),))
             return True
         self._far_slot(due_ms).extend((due_ms, entry, offset, self._tid(target), where))
         if schedule_id is not None:
@@ -243,8 +254,10 @@ class Schedule:
                 dues[i] // SLOT_MS)
         for slot, rows in slot_runs(dues):
             if slot <= self._promoted_until:
-                self._near_rows([(first_entry + i, dues[i], ids.get(i), target, offsets[i],
-                                  wheres[i]) for i in rows])
+                self._near_rows([first_entry + i for i in rows], [dues[i] for i in rows],
+                                [tid] * len(rows), [offsets[i] for i in rows],
+                                [wheres[i] for i in rows],
+                                [(first_entry + i, ids[i]) for i in rows if i in ids])
             else:
                 self._extend_far(slot, run_cells(first_entry, rows, dues, offsets, wheres,
                                                   tid))
@@ -297,10 +310,6 @@ class Schedule:
         end = min(len(cells) // CELLS, (b + 1) * BLOCK)
         return min(cells[pos * CELLS:end * CELLS:CELLS] + self._far_blocks[slot][b + 1:])
 
-    def _to_near(self, row: Row) -> None:
-        self._pending[row[0]] = row
-        self._near.add(row[3], [key_of(row[1], row[0])])
-
     def _promote_first(self, limit: int | None) -> int:
         """Promote the first far slot's entries, ``limit`` at most; how many
         were looked at. Columns are taken by array slices and the rows and
@@ -323,44 +332,57 @@ class Schedule:
             columns = [array("q", [column[i] for i in keep]) for column in columns]
         dues, offsets, tids, wheres = columns
         ids = self._far_ids
+        named: list[tuple[int, str]] = []
         if ids and not ids.keys().isdisjoint(entries):
-            schedule_ids: Iterable[str | None] = [ids.pop(entry, None) for entry in entries]
-        else:
-            schedule_ids = repeat(None)
-        targets = self._targets
-        self._near_rows(list(zip(entries, dues, schedule_ids, map(targets.__getitem__, tids),
-                                 offsets, wheres, strict=False)), tids, entries, dues)
+            named = [(entry, ids.pop(entry)) for entry in entries if entry in ids]
+        self._near_rows(entries, dues, tids, offsets, wheres, named)
         if end < len(cells):
             self._far_pos[slot] = end
         else:
             self._retire_first()
         return (end - start) // CELLS
 
-    def _near_rows(self, rows: list[Row], tids: Sequence[int] | None = None,
-                   entries: Sequence[int] | None = None, dues: Sequence[int] | None = None
-                   ) -> None:
-        """``rows`` become near: pending, and their keys a run per target
-        (``tids``, ``entries``, ``dues``: their target ids, entries and due
-        times, when at hand) — sorted at C speed."""
-        if not rows:
+    def _near_rows(self, entries: Sequence[int], dues: Sequence[int], tids: Sequence[int],
+                   offsets: Sequence[int], wheres: Sequence[int],
+                   named: Iterable[tuple[int, str]] = ()) -> None:
+        """The entries (their columns, and (entry, schedule id) of those
+        named) become near: pending rows, packed at C speed, and their keys a
+        run per target, sorted at C speed."""
+        if not entries:
             return
-        if entries is None or dues is None:
-            entries, dues = list(map(itemgetter(0), rows)), list(map(itemgetter(1), rows))
-        self._pending.update(zip(entries, rows, strict=True))
+        self._pending.update(zip(entries, map(ROW.pack, entries, dues, tids, offsets, wheres),
+                                 strict=True))
+        self._near_ids.update(named)
         keys = list(map(or_, map(lshift, dues, repeat(KEY_SHIFT)), entries))  # ``key_of``
-        if tids is not None and min(tids) == max(tids):
-            by_target = {rows[0][3]: keys}
+        if min(tids) == max(tids):
+            by_tid = {tids[0]: keys}
         else:
-            by_target = {}
-            for row, key in zip(rows, keys, strict=True):
-                found = by_target.get(row[3])
+            by_tid = {}
+            for tid, key in zip(tids, keys, strict=True):
+                found = by_tid.get(tid)
                 if found is None:
-                    by_target[row[3]] = [key]
+                    by_tid[tid] = [key]
                 else:
                     found.append(key)
-        for target, run in by_target.items():
+        for tid, run in by_tid.items():
             run.sort()
-            self._near.add(target, run)
+            self._near.add(self._targets[tid], run)
+
+    def _made(self, rows: Sequence[Row], taken: bool = False) -> list[Pending]:
+        """The ``Pending`` of promoted rows (``taken``: out of ``_pending``,
+        their schedule ids forgotten), at C speed: the rows unpacked as one
+        buffer, their columns mapped, the tuples made ``Pending`` by
+        ``tuple.__new__`` — no Python call per row."""
+        if not rows:
+            return []
+        entries, dues, tids, offsets, wheres = zip(*ROW.iter_unpack(b"".join(rows)),
+                                                   strict=True)
+        ids = self._near_ids
+        named = (repeat(None) if not ids else
+                 map(ids.pop if taken else ids.get, entries, repeat(None)))
+        return list(map(_pending_of, zip(entries, dues, named,
+                                         map(self._targets.__getitem__, tids), offsets,
+                                         wheres, strict=False)))
 
     def _retire_first(self) -> None:
         """The first far slot is done with: promoted, or what is left of it
@@ -428,9 +450,9 @@ class Schedule:
         speed — a dict pop and a row made ``Pending`` —, the others one by one."""
         rows: list[Row | None] = list(map(self._pending.pop, entries, repeat(None)))
         if None in rows:  # some not promoted (a follower, a replay), or not pending
-            self._take_far(entries, dues, rows)
-            rows = [row for row in rows if row is not None]
-        taken: list[Pending] = list(map(_pending_of, rows))
+            taken = self._take_far(entries, dues, rows)
+        else:
+            taken = self._made(rows, taken=True)  # type: ignore[arg-type]
         self._count -= len(taken)
         if self._by_id:
             for p in taken:
@@ -439,13 +461,15 @@ class Schedule:
         return taken
 
     def _take_far(self, entries: Sequence[int], dues: Sequence[int],
-                  rows: list[Row | None]) -> None:
-        """``take``'s far half for each entry whose row is None: found in its
-        slot's entry column (log order) by ``bisect`` — one column slice per
-        slot, C speed — and its row filled in; one not pending stays None."""
+                  rows: list[Row | None]) -> list[Pending]:
+        """``take_all`` of entries some of whose rows (those taken out of
+        ``_pending``) are None: each of those is found in its slot's entry
+        column (log order) by ``bisect`` — one column slice per slot, C speed;
+        what is pending of them all, in order."""
         by_slot: dict[int, list[int]] = {}
         for i in [i for i, row in enumerate(rows) if row is None]:
             by_slot.setdefault(int(dues[i]) // SLOT_MS, []).append(i)
+        far: dict[int, Pending] = {}
         cancelled, ids, targets = self._cancelled, self._far_ids, self._targets
         for slot, wanted in by_slot.items():
             cells = self._far.get(slot)
@@ -459,9 +483,12 @@ class Schedule:
                 if at == len(column) or column[at] != entry or entry in cancelled:
                     continue
                 c = start + at * CELLS
-                rows[i] = (entry, cells[c], ids.pop(entry, None), targets[cells[c + 3]],
-                           cells[c + 2], cells[c + 4])
+                far[i] = Pending(entry, cells[c], ids.pop(entry, None), targets[cells[c + 3]],
+                                 cells[c + 2], cells[c + 4])
                 self._kill_far(entry, slot)
+        made = iter(self._made([row for row in rows if row is not None], taken=True))
+        return [next(made) if row is not None else far[i]
+                for i, row in enumerate(rows) if row is not None or i in far]
 
     def cancel(self, schedule_id: str, target: Target | None = None) -> Pending | None:
         """Drop the earliest pending record of ``target`` named ``schedule_id``;
@@ -473,7 +500,7 @@ class Schedule:
         if entries:
             entry, slot = entries.popitem(last=False)
             row = self._pending.pop(entry, None)
-            found = None if row is None else Pending._make(row)
+            found = None if row is None else self._made((row,), taken=True)[0]
             if found is None:  # still far
                 self._kill_far(entry, slot)
                 self._far_ids.pop(entry, None)
@@ -488,7 +515,7 @@ class Schedule:
         row = self._pending.pop(entry, None)
         if row is None:
             return None
-        found = Pending._make(row)
+        found = self._made((row,), taken=True)[0]
         self._count -= 1
         self._forget_id(found)
         return found
@@ -515,7 +542,7 @@ class Schedule:
             keys, entries = self._near.pop_due(t, now_ms, limit, pending)
             if keys:
                 self._handed[t] = keys, entries  # type: ignore[index]
-                out += map(_pending_of, map(pending.__getitem__, entries))
+                out += self._made(list(map(pending.__getitem__, entries)))
         if len(targets) > 1:
             out.sort(key=lambda p: (p.due_ms, p.entry))
         return out[:limit]
@@ -561,10 +588,11 @@ class Schedule:
 
     def drop_target(self, target: Target | None) -> int:
         """Forget every pending record of ``target`` (it was deleted); how many."""
-        dropped = [row[0] for row in self._pending.values() if row[3] == target]
+        tid = self._target_ids.get(target)
+        dropped = [] if tid is None else [
+            entry for entry, row in self._pending.items() if ROW.unpack(row)[2] == tid]
         for entry in dropped:
             self.delivered(entry)
-        tid = self._target_ids.get(target)
         if tid is not None:
             for slot, cells in self._far.items():
                 for i in range(self._far_pos.get(slot, 0), len(cells), CELLS):
@@ -615,7 +643,7 @@ class Schedule:
         False when it is no longer pending (taken, cancelled or dropped)."""
         row = self._pending.get(entry)
         if row is not None:
-            self._pending[entry] = (*row[:5], where)
+            self._pending[entry] = ROW.pack(*ROW.unpack(row)[:4], where)
             return True
         at = self._far_index(entry, due_ms)
         if at < 0:
@@ -650,7 +678,7 @@ class Schedule:
         orders it, off the loop): copies of arrays and dicts only, C speed."""
         far = [(slot, cells[self._far_pos.get(slot, 0):]) for slot, cells in self._far.items()]
         return ScheduleImage(far, list(self._pending.values()), dict(self._far_ids),
-                             set(self._cancelled), list(self._targets))
+                             set(self._cancelled), list(self._targets), dict(self._near_ids))
 
     def load(self, cells: array[int], ids: dict[int, str],
              targets: list[Target | None]) -> None:
@@ -697,7 +725,7 @@ class Schedule:
 
     def pending(self) -> list[Pending]:
         """Every pending record, earliest due first (``kcompat scheduled list``)."""
-        out = list(map(Pending._make, self._pending.values()))
+        out = self._made(list(self._pending.values()))
         for slot, cells in self._far.items():
             for i in range(self._far_pos.get(slot, 0), len(cells), CELLS):
                 due_ms, entry, offset, tid, where = cells[i:i + CELLS]
@@ -712,7 +740,8 @@ class ScheduleImage:
     """A copy of a schedule's pending entries (``Schedule.export``)."""
 
     far: list[tuple[int, array[int]]]  # slot -> its cells not promoted yet (some cancelled)
-    near: list[Row]  # promoted entries: ``Pending``'s fields
+    near: list[Row]  # promoted entries (``ROW``: target ids index ``targets``)
     far_ids: dict[int, str]
     cancelled: set[int]
     targets: list[Target | None]
+    near_ids: dict[int, str]  # promoted entry -> its schedule id

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from array import array
 
-from kcompat.ext.schedule import CELLS, SLOT_MS, Pending, ScheduleImage
+from kcompat.ext.schedule import CELLS, ROW, SLOT_MS, ScheduleImage
 
 
 def image_cells(image: ScheduleImage) -> tuple[array[int], dict[int, str]]:
@@ -24,18 +24,11 @@ def image_cells(image: ScheduleImage) -> tuple[array[int], dict[int, str]]:
     entry (how ``Schedule.load`` keeps each slot searchable), with target
     ids into ``image.targets``, and the schedule ids. Pure: a worker thread
     runs it."""
-    tids = {t: i for i, t in enumerate(image.targets)}
-    targets = image.targets
     by_slot: dict[int, list[tuple[int, ...]]] = {}
-    for pending in map(Pending._make, image.near):
-        tid = tids.get(pending.target)
-        if tid is None:
-            tid = tids[pending.target] = len(targets)
-            targets.append(pending.target)
-        by_slot.setdefault(pending.due_ms // SLOT_MS, []).append(
-            (pending.due_ms, pending.entry, pending.offset, tid, pending.where))
+    for entry, due_ms, tid, offset, where in map(ROW.unpack, image.near):
+        by_slot.setdefault(due_ms // SLOT_MS, []).append((due_ms, entry, offset, tid, where))
     ids = dict(image.far_ids)
-    ids.update((p[0], p[2]) for p in image.near if p[2] is not None)
+    ids.update(image.near_ids)
     far = dict(image.far)
     out = array("q")
     for slot in sorted({*far, *by_slot}):
