@@ -97,6 +97,13 @@ def _past_the_log_end(args: Any, kafka: Any, kcompat: Any) -> bool:
             and kcompat[1] == kafka_session[1:] and kcompat[2] == kafka[2])
 
 
+def _session_placed(args: Any, kafka: Any, kcompat: Any) -> bool:
+    """One broker's member has no session at the partition's leader: the
+    partition went to the other member there (placement)."""
+    return args[-1] == "ack unacquired" and "no session open at the partition's leader" in (
+        kafka, kcompat) and isinstance(kafka, tuple) != isinstance(kcompat, tuple)
+
+
 #: (operation, a predicate of (args, kafka's observation, kcompat's), the reason)
 ALLOWED: list[tuple[str, Any, str]] = [
     # KIP-848: both brokers assign with "uniform" (group.consumer.assignors'
@@ -145,6 +152,8 @@ ALLOWED: list[tuple[str, Any, str]] = [
     # partition as Kafka does other offsets never handed out (F24).
     # Both refuse the acknowledgement; a client gives its session up after
     # either.
+    ("share_session_misuse", _session_placed,
+     "share assignor placement: which member's session holds the partition"),
     ("share_session_misuse", _past_the_log_end,
      "F22: acknowledgements past the log end: Kafka UNKNOWN_SERVER_ERROR, kcompat a "
      "partition error"),

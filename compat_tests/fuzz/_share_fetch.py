@@ -306,7 +306,10 @@ def share_session_misuse(peer: Peer, group: str, member_id: str, who: int,
     Kafka's own time, S1), to a broker where it has a share session open
     (else that partition's leader): on 3 brokers, which broker leads which
     partition is each cluster's own, so the errors are compared without the
-    partition they name. "no session" is sent by a member id no broker knows."""
+    partition they name. "no session" is sent by a member id no broker knows;
+    "ack unacquired" goes to the first subscribed partition's leader, if the
+    member has a session there (with two members, whether it has is the
+    assignor's placement: ``_allowed``)."""
     member = shares._member(peer, group, who, member_id)
     names = topic_names(peer, topics)
     ids = {name: tid for tid, name in names.items()}
@@ -314,14 +317,19 @@ def share_session_misuse(peer: Peer, group: str, member_id: str, who: int,
     if not subscribed:
         return "subscribes to no topic that exists"
     open_at = [a for a, e in member.sessions.items() if e > 0]
-    address = open_at[0] if open_at else ops._leader(peer, *subscribed[0])
-    tp = next((tp for tp in subscribed if ops._leader(peer, *tp) == address), subscribed[0])
+    if how == "ack unacquired":  # the offsets must be the same partition's on both
+        tp = subscribed[0]
+        address = ops._leader(peer, *tp)
+    else:
+        address = open_at[0] if open_at else ops._leader(peer, *subscribed[0])
+        tp = next((tp for tp in subscribed if ops._leader(peer, *tp) == address),
+                  subscribed[0])
     epoch = member.sessions.get(address, 0)
     seen = _Round()
     acks = {tp: [(0, 2, ACCEPT)]}
     if how == "ack unacquired":
         if epoch <= 0:
-            return "no session open"
+            return "no session open at the partition's leader"
         _read(_share_ack(peer, group, member, address, epoch, ids, acks), names, seen, how,
               None)
         # the client gives the session up (F22: after Kafka's UNKNOWN_SERVER_ERROR its
