@@ -176,8 +176,10 @@ class Schedule:
         self._targets: list[Target | None] = []
         self._target_ids: dict[Target | None, int] = {}
         # (target, id) -> its pending entries in schedule order (O(1) removal), each
-        # with its slot (a far one's cancellation is counted there)
-        self._by_id: dict[tuple[Target | None, str], OrderedDict[int, int]] = {}
+        # with its slot (a far one's cancellation is counted there): a plain dict
+        # of ints while it holds one (most ids name one record; the collector
+        # never tracks it), an OrderedDict from the second on (``_name``)
+        self._by_id: dict[tuple[Target | None, str], dict[int, int]] = {}
         self._count = 0
         self._last = -1
         self._promoted_until = -(1 << 62)  # slots up to this one are near
@@ -194,8 +196,7 @@ class Schedule:
         self._last = entry
         self._count += 1
         if schedule_id is not None:
-            self._by_id.setdefault((target, schedule_id), OrderedDict())[entry] = (
-                due_ms // SLOT_MS)
+            self._name((target, schedule_id), entry, due_ms // SLOT_MS)
         slot = due_ms // SLOT_MS
         if slot <= self._promoted_until:
             self._near_rows([entry], [due_ms], [self._tid(target)], [offset], [where],
@@ -205,6 +206,16 @@ class Schedule:
         if schedule_id is not None:
             self._far_ids[entry] = schedule_id
         return True
+
+    def _name(self, key: tuple[Target | None, str], entry: int, slot: int) -> None:
+        """``entry`` (due in ``slot``) is named by ``key`` (after the ones it names)."""
+        entries = self._by_id.get(key)
+        if entries is None:
+            self._by_id[key] = {entry: slot}
+            return
+        if type(entries) is dict:  # a second one: the order of first removal kept in O(1)
+            entries = self._by_id[key] = OrderedDict(entries)
+        entries[entry] = slot
 
     def _tid(self, target: Target | None) -> int:
         tid = self._target_ids.get(target)
@@ -250,8 +261,7 @@ class Schedule:
         self._last = first_entry + n - 1
         self._count += n
         for i, schedule_id in ids.items():  # in entry order, as ``add`` keeps them
-            self._by_id.setdefault((target, schedule_id), OrderedDict())[first_entry + i] = (
-                dues[i] // SLOT_MS)
+            self._name((target, schedule_id), first_entry + i, dues[i] // SLOT_MS)
         for slot, rows in slot_runs(dues):
             if slot <= self._promoted_until:
                 self._near_rows([first_entry + i for i in rows], [dues[i] for i in rows],
@@ -498,7 +508,8 @@ class Schedule:
         entries = self._by_id.get(key)
         found: Pending | None = None
         if entries:
-            entry, slot = entries.popitem(last=False)
+            entry, slot = (entries.popitem(last=False) if isinstance(entries, OrderedDict)
+                           else entries.popitem())  # a plain one holds one entry
             row = self._pending.pop(entry, None)
             found = None if row is None else self._made((row,), taken=True)[0]
             if found is None:  # still far
@@ -713,7 +724,7 @@ class Schedule:
                 if i is not None:
                     self._far_ids[entry] = schedule_id
                     key = (self._targets[cells[i * CELLS + 3]], schedule_id)
-                    self._by_id.setdefault(key, OrderedDict())[entry] = dues[i] // SLOT_MS
+                    self._name(key, entry, dues[i] // SLOT_MS)
 
     def loaded(self, last: int) -> None:
         """Snapshot entries are all loaded: a schedule id names its entries in
