@@ -152,15 +152,19 @@ def _until_quota_known(bootstrap: str, client_id: str) -> None:
 
 def test_mutation_quota_on_a_non_controller(cluster: Cluster) -> None:
     """KIP-599 at a broker that forwards its creations: a client id with
-    controller_mutation_rate=1 (a bucket of 11 partitions) creates 12 at once,
+    controller_mutation_rate=0.1 (a bucket of 1.1 partitions) creates 12 at once,
     then is refused THROTTLING_QUOTA_EXCEEDED (89) with a throttle; the topic
-    that went through exists on every broker; another client id is not refused."""
+    that went through exists on every broker; another client id is not refused.
+    The rate is low enough that the bucket, taken to -10.9, is still below zero
+    at the second request however long the first creation took (at rate 1 it
+    was -1, refilled in 1 s: a loaded CI machine took longer and the second was
+    let through)."""
     with diagnostics(cluster):
         controller = cluster.wait_for_controller()
         node = next(n for n in cluster.brokers if n != controller)
         bootstrap = cluster.brokers[node].bootstrap
         client = f"mutq-{uuid.uuid4().hex[:8]}"
-        set_quota(cluster.brokers[controller].bootstrap, client, "controller_mutation_rate", 1.0)
+        set_quota(cluster.brokers[controller].bootstrap, client, "controller_mutation_rate", 0.1)
         t = CreateTopicsRequest[7].CreatableTopic
 
         def create(topic: str, partitions: int, client_id: str) -> CreateTopicsResponse:
