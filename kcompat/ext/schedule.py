@@ -113,6 +113,9 @@ PROMOTE_CHUNK = 2_000  # entries promoted per call at most (a part of a turn: ~2
 # must be by then (its earliest records may be among its last); the near form
 # costs little (rows the garbage collector does not track)
 PROMOTE_AHEAD_MS = 8_000
+# ``take_all`` of far entries copies a slot's entry column when the slot holds at
+# most this many entries per entry taken from it, else searches each in place
+SLICE_PER_WANTED = 16
 # a far slot keeps the least due time of each run of this many entries (in log order):
 # what is left of a slot partly promoted is known by ~BLOCK + entries / BLOCK compares
 BLOCK = 1_024
@@ -486,13 +489,22 @@ class Schedule:
             if cells is None:
                 continue
             start = self._far_pos.get(slot, 0)
-            column = cells[start + 1::CELLS]
+            # the column copied once for these entries, unless the slot is much
+            # larger than they are: then a search in place each (``_far_index``),
+            # so a huge slot taken a delivery at a time costs no copy per delivery
+            column = (cells[start + 1::CELLS]
+                      if len(cells) - start <= CELLS * SLICE_PER_WANTED * len(wanted) else None)
             for i in wanted:
                 entry = int(entries[i])
-                at = bisect_left(column, entry)
-                if at == len(column) or column[at] != entry or entry in cancelled:
-                    continue
-                c = start + at * CELLS
+                if column is None:
+                    c = self._far_index(entry, int(dues[i]))
+                    if c < 0:
+                        continue
+                else:
+                    at = bisect_left(column, entry)
+                    if at == len(column) or column[at] != entry or entry in cancelled:
+                        continue
+                    c = start + at * CELLS
                 far[i] = Pending(entry, cells[c], ids.pop(entry, None), targets[cells[c + 3]],
                                  cells[c + 2], cells[c + 4])
                 self._kill_far(entry, slot)

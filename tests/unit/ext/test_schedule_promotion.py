@@ -122,3 +122,20 @@ def test_a_backlog_promoted_in_turns_costs_a_few_heap_operations_per_record(
             moved += 1
     assert moved == n and len(schedule) == 0
     assert counting.ops <= 3 * n
+
+
+def test_a_follower_takes_a_few_entries_of_a_large_far_slot_in_place() -> None:
+    """``take_all`` of a few entries of a far slot much larger than them
+    searches each in place (no copy of the slot's column per delivery) and
+    finds the same entries, in order, a cancelled one left out."""
+    n = 10_000
+    schedule = Schedule()
+    schedule.add_run(0, [50_000 + i % 5_000 for i in range(n)], T, list(range(n)),
+                     [i << 32 for i in range(n)], {7: "id-7"})
+    assert schedule.cancel("id-7", T) is not None
+    taken = schedule.take_all([9_000, 7, 3, 4_001], [54_000, 50_007, 50_003, 54_001])
+    assert taken == [Pending(9_000, 54_000, None, T, 9_000, 9_000 << 32),
+                     Pending(3, 50_003, None, T, 3, 3 << 32),
+                     Pending(4_001, 54_001, None, T, 4_001, 4_001 << 32)]
+    assert len(schedule) == n - 4
+    assert schedule.take_all([3], [50_003]) == []
