@@ -7,7 +7,8 @@ the join to after the move. Node 4 starts with ``process.roles=broker`` and
 ``controller.quorum.bootstrap.servers`` naming the controllers — no ids, no
 ``controller.quorum.voters`` (KIP-853) —, learns the voters from them,
 registers, and appears in Metadata (AdminClient ``list_topics``) and in
-DescribeCluster (``describe_cluster``); DescribeQuorum lists it as an observer.
+DescribeCluster (``describe_cluster``); DescribeQuorum lists it as an observer,
+and its own Metadata names every partition's leader though it replicates none.
 ``kcompat cluster rebalance --bootstrap-server a,b,c --execute --wait`` — the
 CLI given the three brokers as one comma-separated list, as Kafka's tools take
 it — moves replicas to it. Every record the producer saw acknowledged, before
@@ -27,9 +28,11 @@ from typing import Any
 
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
+from kio.schema.metadata.v12 import request as metadata
 
 from compat_tests._broker import Broker, free_port, unique_topic
 from compat_tests._cluster import Cluster, read_log
+from kcompat.cli._kio import Connection
 
 PARTITIONS = 6
 TIMEOUT_S = 60.0
@@ -98,6 +101,19 @@ def _described_nodes(bootstrap: str) -> set[int]:
     return {n.id for n in admin.describe_cluster(request_timeout=10).result(timeout=15).nodes}
 
 
+def _leaders_named_by(broker: Broker, topic: str) -> dict[int, int]:
+    """partition -> leader (-1: none) in ``broker``'s own Metadata answer."""
+    host, port = broker.bootstrap.rsplit(":", 1)
+    conn = Connection(host, int(port), 5.0)
+    try:
+        answer = conn.call(metadata.MetadataRequest(
+            topics=(metadata.MetadataRequestTopic(topic_id=None, name=topic),),
+            allow_auto_topic_creation=False, include_topic_authorized_operations=False))
+    finally:
+        conn.close()
+    return {p.partition_index: p.leader_id for p in answer.topics[0].partitions}
+
+
 def _observers(bootstrap: str) -> set[int]:
     """The metadata quorum's observers (kafka-python's DescribeQuorum)."""
     from kafka.admin import KafkaAdminClient
@@ -125,6 +141,8 @@ def test_broker_only_node_joins_by_bootstrap_servers_and_takes_replicas(
         cluster.start()
         topic = unique_topic("elastic-join")
         cluster.create_topic(topic, PARTITIONS, replication=3)
+        quiet = unique_topic("elastic-quiet")  # never written: its partitions stay quiet
+        cluster.create_topic(quiet, PARTITIONS, replication=3)
         servers = cluster.bootstrap  # "a,b,c": the three first brokers
         with _Writer(servers, topic) as writer:
             _wait(lambda: len(writer.acked) >= 300, "records acknowledged before the join")
@@ -133,6 +151,14 @@ def test_broker_only_node_joins_by_bootstrap_servers_and_takes_replicas(
                   .list_topics(timeout=10).brokers, "broker 4 in Metadata")
             _wait(lambda: 4 in _described_nodes(servers), "broker 4 in DescribeCluster")
             _wait(lambda: 4 in _observers(servers), "broker 4 an observer in DescribeQuorum")
+            # it replicates none of them, yet names every leader: the leaders announce
+            # them to a broker they link to (not only at their full announcement, every
+            # 30 s; before, a partition whose leader did not change was LEADER_NOT_AVAILABLE
+            # there, and a reader bootstrapped from it failed with Unknown partition)
+            for name in (topic, quiet):
+                _wait(lambda n=name: (named := _leaders_named_by(fourth, n))  # type: ignore
+                      and len(named) == PARTITIONS and min(named.values()) > 0,
+                      f"broker 4 naming every leader of {name}", 5)
             assert all(4 not in r for r in _replicas(servers, topic).values())
             before_move = len(writer.acked)
             run = subprocess.run(

@@ -43,7 +43,8 @@ and replicas (applied from the metadata log by the controller);
 ``led_partition`` / ``serving_machine`` what leader-only requests and
 coordinators need. A broker that is not a replica of a partition has no Raft
 node for it, yet Metadata must name the leader: leaders announce ``(group,
-term, leader, isr)`` to every peer, on change and every ``ANNOUNCE_TICKS``;
+term, leader, isr)`` to every peer, on change and every ``ANNOUNCE_TICKS``,
+and all of them when a peer is linked (a broker-only node that joined);
 the highest term wins. Preferred leaders: a new partition's first replica
 campaigns as soon as the topic record is applied (``_start_first_campaigns``);
 every ``leader.imbalance.check.interval.seconds`` a leader whose partition's
@@ -698,6 +699,8 @@ class ClusterRuntime:
         self._heard[node] = self.ticks
         before = self._incarnations.get(node)
         self._incarnations[node] = incarnation
+        if before is None:  # heard first: it may have missed what ``_add_peer`` announced
+            self._announce_all = True
         if before is not None and before != incarnation:
             log.info("node %d: peer %d restarted", self.node_id, node)
             self._for_member(node, Raft.suspect)  # it leads nothing now
@@ -720,6 +723,10 @@ class ClusterRuntime:
         peer = self.peers[node] = self._link(node, host, port)
         self._heard[node] = self.ticks
         self._sent[node] = 0
+        # it knows no leader of the partitions it does not replicate: the next frame
+        # announces every group led here (quiet ones announce nothing on their own
+        # until the full announcement, and Metadata from it would say LEADER_NOT_AVAILABLE)
+        self._announce_all = True
         if self._nursery is not None:
             self._nursery.start_soon(peer.run)
 
