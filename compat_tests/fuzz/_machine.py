@@ -86,11 +86,9 @@ from compat_tests.fuzz._wire import CLOSED, Peer
 
 #: a file to write differences to instead of failing (exploring: FUZZ_COLLECT)
 COLLECT = os.environ.get("FUZZ_COLLECT")
-#: share_consume runs in the long runs (make fuzz: FUZZ_SECONDS) only, not in make
-#: test's derandomized pass, while FINDINGS F25 is open: kcompat at times serves
-#: nothing of a partition Kafka serves (seen in CI at 156063b); the pass is for
-#: regressions, the long runs find and show it
-SHARE_READS = os.environ.get("FUZZ_SECONDS") is not None
+#: hunting one difference (FUZZ_RAISE=op1,op2): only these operations' differences
+#: fail the run, the others are written to FUZZ_COLLECT if set, else passed over
+RAISE = frozenset(filter(None, os.environ.get("FUZZ_RAISE", "").split(",")))
 SLOW_S = 1.0  # an operation pair slower than this is written down too when collecting
 BAD_TOPIC_NAMES = ("bad name!", "x" * 250, ".", "..")
 # (key, values): valid and invalid values of topic configs both brokers know
@@ -179,7 +177,9 @@ def machine_for(peers: Sequence[Peer], replication: Sequence[int] = (1, 2, -1),
             first, *others = seen
             for peer, other in zip(peers[1:], others, strict=True):
                 if other != first and allowed(op, args, first, other) is None:
-                    if COLLECT:  # exploring: every difference written down, none raised
+                    if RAISE and op not in RAISE and not COLLECT:
+                        continue
+                    if COLLECT and (not RAISE or op not in RAISE):  # exploring: every difference written down, none raised
                         with open(COLLECT, "a") as out:
                             out.write(f"{op}{args!r}: {peers[0].name} {first!r}, "
                                       f"{peer.name} {other!r}\n")
@@ -482,7 +482,6 @@ def machine_for(peers: Sequence[Peer], replication: Sequence[int] = (1, 2, -1),
               how=st.sampled_from(("accept", "release", "reject", "mixed")),
               piggyback=st.booleans(), close=st.booleans(),
               abandon=st.sampled_from((False, False, False, True)))
-        @precondition(lambda self: SHARE_READS)
         def share_consume(self, who: int, subscribed: set[int], partition: int,
                           records: list[tuple[bytes | None, bytes | None]] | None, how: str,
                           piggyback: bool, close: bool, abandon: bool) -> None:

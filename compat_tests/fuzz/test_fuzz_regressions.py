@@ -490,3 +490,21 @@ def test_acknowledging_offsets_never_handed_out(peers: list[Peer]) -> None:
          int(time.time() * 1000), 0, -1)
     assert both(peers, "share_session_misuse", group, ids[0], 0, [topic],
                 "ack unacquired") == ((("ack unacquired", 121),), (), 0)
+
+
+def test_share_records_released_again_and_again_are_throttled(peers: list[Peer]) -> None:
+    # F25: a batch with a record delivered half the delivery limit times (3 of 5) is
+    # acquired only first in a ShareFetch, nothing after it, and from that record at
+    # most the batch's size halved per delivery past 3; kcompat took every batch whole
+    topic = name()
+    group, ids = share_group(peers, topic, 1, 0)
+    join(peers, group, ids[0], 0, [topic], [topic])
+    stamp = int(time.time() * 1000)
+    both(peers, "produce", topic, 0, [(None, b"a"), (None, b"b"), (None, b"c")], stamp, 0, -1)
+    # one round, then the consumer closes holding them (their delivery count kept)
+    both(peers, "share_consume", group, ids, [topic], "release", False, True, True)
+    both(peers, "produce", topic, 0, [(None, b"d"), (None, b"e"), (None, b"f")], stamp, 0, -1)
+    seen = both(peers, "share_consume", group, ids, [topic], "release", False, True)
+    counts = {o: sorted(c for _t, _p, off, c in seen[1] if off == o) for o in range(6)}
+    assert counts == {0: [2, 3, 4, 5], 1: [2, 3, 4, 5], 2: [2, 3, 4, 5],
+                      3: [1, 2, 3, 4, 5], 4: [1, 2, 3, 4, 5], 5: [1, 2, 3, 4]}, seen

@@ -77,8 +77,17 @@ ShareUpdate to the coordinator's ShareSnapshot). ``restore(snapshot)`` then
 makes an update durable before it answers the fetch or acknowledgement that
 made it, so a delivery count is never lost below what a consumer saw.
 
-Not here (yet): Kafka's progressive throttling of batches whose delivery
-count passes half the limit, and KIP-1191's transient ARCHIVING state that holds
+* Throttling, as Kafka 4.4 isolates records that keep coming back: the
+  records one acquisition of new records took form an in-flight *batch*
+  (stored with the state: ``ShareState.batch_starts``; a state stored
+  without them takes its ranges as batches, as Kafka rebuilds its cache
+  after a leader change). A batch holding an
+  acquirable record delivered at least half the limit times (rounded up,
+  at least 2) is *throttled*: it is acquired only first in a fetch, and
+  nothing after it; from its first such record at most the batch's size
+  halved once per delivery past that threshold (at least one).
+
+Not here (yet): KIP-1191's transient ARCHIVING state that holds
 the SPSO until a dead letter is written (the host takes ``take_dead_letters``
 after each call).
 
@@ -100,6 +109,7 @@ Pure and deterministic: no clock, no I/O.
 from __future__ import annotations
 
 import heapq
+from bisect import bisect_right
 from collections import deque
 from collections.abc import Iterable, Sequence
 
@@ -128,6 +138,11 @@ class SharePartition:
         self._groups: dict[bytes, deque[int]] = {}  # key -> unfinished offsets, ascending
         self._dead: list[DeadLetter] = []
         self._reported = (start_offset, start_offset)  # start, read of the last update
+        # where each in-flight batch begins: what one acquisition of new records
+        # took (Kafka's cached batches; the runs merge across them): throttling
+        # sizes its acquisitions by them (``_take_throttled``)
+        self._starts: list[int] = []
+        self._starts_sent: tuple[int, ...] = ()  # as the last update carried them
 
     # -- what the host reads -------------------------------------------------
 
@@ -222,7 +237,9 @@ class SharePartition:
         taken: list[list[int]] = []  # [first, last, delivery count]
         if max_records > 0 and self._acquire_known(member_id, max_records, now_ms, taken,
                                                    fetch_end):
+            before = self.read_offset
             self._acquire_new(member_id, max_records, now_ms, records, read_end_offset, taken)
+            self._note_batch(before)
         self._w.drop_terminal_prefix()
         return [AcquiredRecords(f, last, c) for f, last, c in taken]
 
@@ -284,7 +301,7 @@ class SharePartition:
     # -- persistence ---------------------------------------------------------
 
     def snapshot(self) -> ShareState:
-        return self._state([(self._w.start, self.read_offset - 1)])
+        return self._state([(self._w.start, self.read_offset - 1)], True)
 
     @property
     def has_update(self) -> bool:
@@ -297,20 +314,27 @@ class SharePartition:
         """What changed since the last call (or the snapshot), to replicate."""
         spans = self._w.take_dirty()
         self._reported = (self._w.start, self.read_offset)
-        return self._state(spans)
+        return self._state(spans, False)
 
     @classmethod
     def restore(cls, state: ShareState, config: ShareConfig | None = None) -> SharePartition:
         machine = cls(state.start_offset, config)
         machine.apply(state)
         machine._reported = (machine._w.start, machine.read_offset)
+        machine._starts_sent = state.batch_starts
+        if not state.batch_starts:  # stored before batches were: its ranges, as Kafka
+            machine._starts = sorted({b.first_offset for b in state.batches})  # after a move
         return machine
 
     def apply(self, update: ShareState) -> None:
         """Replay a snapshot or update taken from the leader's machine."""
         w = self._w
         self.advance_log_start(update.start_offset)
+        if update.batch_starts:
+            self._starts = list(update.batch_starts)
         if w.read_offset < update.read_offset:
+            if not update.batch_starts:
+                self._note_batch(w.read_offset, update.read_offset)
             w.append(Run(w.read_offset, update.read_offset - 1, RecordState.ARCHIVED))
         for batch in update.batches:
             first = max(batch.first_offset, w.start)
@@ -378,6 +402,7 @@ class SharePartition:
         w = self._w
         got = [0]
         i = 0
+        checked = -1  # the last offset of the last batch found not throttled
         while i < len(w.runs):
             run = w.runs[i]
             if fetch_end is not None and run.first >= fetch_end:
@@ -385,11 +410,81 @@ class SharePartition:
             if not self._acquirable(run, now_ms):
                 i += 1
                 continue
-            after = run.last + 1
-            if not self._offer(run, member_id, now_ms, taken, max_records, got, fetch_end):
+            first, last = self._batch_of(run.first)
+            if last > checked and self._throttled(run.first, last, now_ms):
+                if not got[0]:  # alone in its fetch, and nothing after it
+                    self._take_throttled(run.first, first, last, member_id, now_ms, taken,
+                                         fetch_end, max_records)
+                return False
+            checked = last  # not throttled: nor is the rest of its batch
+            after = min(run.last, last) + 1  # a batch at a time: the next may be throttled
+            if not self._offer(run, member_id, now_ms, taken, max_records, got,
+                               after if fetch_end is None else min(after, fetch_end)):
                 return False
             i = w.index(after) if after < w.read_offset else len(w.runs)
         return True
+
+    def _note_batch(self, first: int, end: int | None = None) -> None:
+        """Offsets from ``first`` to the read offset (or ``end``) were read
+        in one acquisition: a batch (``_starts``); the batches wholly below
+        the start offset are forgotten."""
+        if (self.read_offset if end is None else end) > first:
+            self._starts.append(first)
+        keep = bisect_right(self._starts, self._w.start) - 1
+        if keep > 0:
+            del self._starts[:keep]
+
+    def _batch_of(self, offset: int) -> tuple[int, int]:
+        """The first and last offsets of the in-flight batch holding ``offset``."""
+        starts = self._starts
+        k = bisect_right(starts, offset)
+        first = starts[k - 1] if k else self._w.start
+        last = starts[k] - 1 if k < len(starts) else self.read_offset - 1
+        return first, last
+
+    def _throttle_count(self) -> int:
+        """Kafka's throttling threshold: half the delivery limit rounded up, at least 2."""
+        return max(2, -(-self.config.delivery_count_limit // 2))
+
+    def _throttled(self, first: int, last: int, now_ms: int) -> bool:
+        """Whether a record acquirable in ``first`` .. ``last`` (of one batch)
+        was delivered ``_throttle_count`` times or more."""
+        at = self._throttle_count()
+        return any(run.count >= at and self._acquirable(run, now_ms)
+                   for _a, _b, run in self._w.pieces(first, last))
+
+    def _take_throttled(self, offset: int, first: int, last: int, member_id: str,
+                        now_ms: int, taken: list[list[int]], fetch_end: int | None,
+                        max_records: int) -> None:
+        """Acquire from a throttled batch (``first`` .. ``last``) from
+        ``offset``, as Kafka isolates a record that keeps coming back: from
+        the first record delivered ``_throttle_count`` times or more, at most
+        the batch's size halved per delivery past the threshold (at least
+        one), and a record about to get its last delivery alone."""
+        limit, at = self.config.delivery_count_limit, self._throttle_count()
+        end = last if fetch_end is None else min(last, fetch_end - 1)
+        quota: int | None = None
+        got = 0
+        while offset <= end and got < max_records:
+            run = self._w.at(offset)
+            if run is None:
+                return
+            if not self._acquirable(run, now_ms):
+                offset = run.last + 1
+                continue
+            final = limit > 2 and run.count + 1 == limit
+            if final and got:
+                return
+            if quota is None and run.count >= at:
+                quota = max(1, (last - first + 1) >> (run.count - at + 1))
+            n = 1 if final else min(min(run.last, end) - offset + 1, max_records - got)
+            if quota is not None:
+                n = min(n, quota - got)
+            self._take(offset, offset + n - 1, run.count, member_id, now_ms, taken)
+            got += n
+            if final or (quota is not None and got >= quota):
+                return
+            offset += n
 
     def _acquire_new(self, member_id: str, max_records: int, now_ms: int,
                      records: Iterable[tuple[int, bytes | None]], read_end_offset: int | None,
@@ -550,11 +645,16 @@ class SharePartition:
         w.rebuild_timers()
         w.drop_terminal_prefix()
 
-    def _state(self, spans: list[tuple[int, int]]) -> ShareState:
+    def _state(self, spans: list[tuple[int, int]], whole: bool) -> ShareState:
+        """The state of ``spans``; the batch starts if ``whole`` or changed
+        since the last update (an update without them leaves them as they were)."""
         batches, keys = self._w.batches(spans)
+        starts = tuple(self._starts[max(0, bisect_right(self._starts, self._w.start) - 1):])
+        if not whole:
+            starts, self._starts_sent = (() if starts == self._starts_sent else starts), starts
         return ShareState(self._w.start, self.read_offset,
                           tuple(StateBatch(a, b, *fields) for a, b, fields in batches),
-                          tuple(keys))
+                          tuple(keys), starts)
 
 
 def _check_shape(batches: Sequence[AckBatch]) -> ErrorCode:

@@ -171,6 +171,7 @@ def state_to_json(state: ShareState) -> dict[str, Any]:
         "batches": [[b.first_offset, b.last_offset, int(b.state), b.delivery_count,
                      b.member_id, b.lock_deadline_ms, b.not_before_ms] for b in state.batches],
         "keys": [[offset, base64.b64encode(key).decode()] for offset, key in state.group_keys],
+        "starts": list(state.batch_starts),
     }
 
 
@@ -180,7 +181,8 @@ def state_from_json(data: dict[str, Any]) -> ShareState:
                                    member, int(deadline), int(not_before))
                         for f, last, s, dc, member, deadline, not_before in data["batches"])
         keys = tuple((int(offset), base64.b64decode(key)) for offset, key in data["keys"])
-        state = ShareState(int(data["start"]), int(data["read"]), batches, keys)
+        starts = tuple(int(offset) for offset in data.get("starts", ()))
+        state = ShareState(int(data["start"]), int(data["read"]), batches, keys, starts)
     except (KeyError, ValueError, TypeError) as e:
         raise ShareStateError(f"bad share state: {e}") from e
     if not 0 <= state.start_offset <= state.read_offset or any(

@@ -84,6 +84,9 @@ class ShareState:
     read_offset: int
     batches: tuple[StateBatch, ...] = ()
     group_keys: tuple[tuple[int, bytes], ...] = ()  # unfinished records only
+    # kcompat: where the in-flight batches begin (throttling sizes by them), the
+    # first at or below the start offset
+    batch_starts: tuple[int, ...] = ()
 
 
 AckBatch = tuple[int, int, Sequence[int]]  # first offset, last offset, ack types

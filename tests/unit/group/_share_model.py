@@ -6,6 +6,7 @@ by the broker."""
 from __future__ import annotations
 
 import heapq
+from bisect import bisect_right
 from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -54,6 +55,8 @@ class SharePartition:
         self._dirty: set[int] = set()
         self._dead: list[DeadLetter] = []
         self._reported = (start_offset, start_offset)  # start, read of the last update
+        self._starts: list[int] = []  # where each in-flight batch begins (throttling)
+        self._starts_sent: tuple[int, ...] = ()
 
     # -- what the host reads -------------------------------------------------
 
@@ -128,7 +131,10 @@ class SharePartition:
         self.tick(now_ms)
         taken: list[tuple[int, int]] = []
         if max_records > 0 and self._acquire_known(member_id, max_records, now_ms, taken):
+            before = self.read_offset
             self._acquire_new(member_id, max_records, now_ms, records, read_end_offset, taken)
+            if self.read_offset > before:
+                self._starts.append(before)
         self._advance()
         return _ranges(taken)
 
@@ -202,18 +208,25 @@ class SharePartition:
         changed = sorted(o for o in self._dirty if o >= self._start)
         self._dirty.clear()
         self._reported = (self._start, self.read_offset)
-        return self._state(changed)
+        return self._state(changed, False)
 
     @classmethod
     def restore(cls, state: ShareState, config: ShareConfig | None = None) -> SharePartition:
         machine = cls(state.start_offset, config)
         machine.apply(state)
         machine._reported = (machine._start, machine.read_offset)
+        machine._starts_sent = state.batch_starts
+        if not state.batch_starts:
+            machine._starts = sorted({b.first_offset for b in state.batches})
         return machine
 
     def apply(self, update: ShareState) -> None:
         """Replay a snapshot or update taken from the leader's machine."""
         self.advance_log_start(update.start_offset)
+        if update.batch_starts:
+            self._starts = list(update.batch_starts)
+        elif self.read_offset < update.read_offset:
+            self._starts.append(self.read_offset)
         while self.read_offset < update.read_offset:
             self._slots.append(_Slot(RecordState.ARCHIVED))
         keys = dict(update.group_keys)
@@ -269,10 +282,43 @@ class SharePartition:
 
     def _acquire_known(self, member_id: str, max_records: int, now_ms: int,
                        taken: list[tuple[int, int]]) -> bool:
+        limit = self.config.delivery_count_limit
+        at = max(2, -(-limit // 2))
         for i, slot in enumerate(self._slots):
-            if not self._offer(self._start + i, slot, member_id, now_ms, taken, max_records):
+            offset = self._start + i
+            if not self._acquirable(offset, slot, now_ms):
+                continue
+            first, last = self._batch_of(offset)
+            if any(self._acquirable(o, s, now_ms) and s.delivery_count >= at
+                   for o, s in self._window(offset, last)):
+                if taken:
+                    return False
+                quota = None
+                for o, s in self._window(offset, last):  # throttled: Kafka 4.4's rule
+                    if not self._acquirable(o, s, now_ms):
+                        continue
+                    final = limit > 2 and s.delivery_count + 1 == limit
+                    if final and taken:
+                        break
+                    if quota is None and s.delivery_count >= at:
+                        quota = max(1, (last - first + 1) >> (s.delivery_count - at + 1))
+                    self._offer(o, s, member_id, now_ms, taken, max_records + 1)
+                    if final or len(taken) >= max_records or (
+                            quota is not None and len(taken) >= quota):
+                        break
+                return False
+            if not self._offer(offset, slot, member_id, now_ms, taken, max_records):
                 return False
         return True
+
+    def _batch_of(self, offset: int) -> tuple[int, int]:
+        k = bisect_right(self._starts, offset)
+        first = self._starts[k - 1] if k else self._start
+        last = self._starts[k] - 1 if k < len(self._starts) else self.read_offset - 1
+        return first, last
+
+    def _window(self, first: int, last: int) -> list[tuple[int, _Slot]]:
+        return [(o, self._slots[o - self._start]) for o in range(first, last + 1)]
 
     def _acquire_new(self, member_id: str, max_records: int, now_ms: int,
                      records: Iterable[tuple[int, bytes | None]], read_end_offset: int | None,
@@ -369,7 +415,7 @@ class SharePartition:
         heapq.heapify(self._backoffs)
         self._advance()
 
-    def _state(self, offsets: Iterable[int]) -> ShareState:
+    def _state(self, offsets: Iterable[int], whole: bool = True) -> ShareState:
         batches: list[StateBatch] = []
         keys: list[tuple[int, bytes]] = []
         for offset in offsets:
@@ -384,7 +430,10 @@ class SharePartition:
                 batches[-1] = StateBatch(last.first_offset, offset, *fields)
             else:
                 batches.append(StateBatch(offset, offset, *fields))
-        return ShareState(self._start, self.read_offset, tuple(batches), tuple(keys))
+        starts = tuple(self._starts[max(0, bisect_right(self._starts, self._start) - 1):])
+        if not whole:
+            starts, self._starts_sent = (() if starts == self._starts_sent else starts), starts
+        return ShareState(self._start, self.read_offset, tuple(batches), tuple(keys), starts)
 
 
 def _check_shape(batches: Sequence[AckBatch]) -> ErrorCode:

@@ -83,6 +83,60 @@ def test_last_delivery_attempt_goes_alone() -> None:
     assert sp.acquire("b", 10, 4) == [AcquiredRecords(1, 1, 3)]
 
 
+def _released_each_time(sp: SharePartition, rounds: int, now: int = 10
+                        ) -> list[list[AcquiredRecords]]:
+    """``rounds`` fetches by one member, each answer released whole."""
+    seen = []
+    for _ in range(rounds):
+        got = sp.acquire("a", 500, now)
+        seen.append(got)
+        if got:
+            sp.acknowledge("a", [(r.first_offset, r.last_offset, [RELEASE]) for r in got],
+                           now)
+    return seen
+
+
+def test_a_batch_delivered_half_the_limit_times_is_throttled() -> None:
+    """Kafka 4.4.0's answers to a consumer that releases everything, delivery
+    limit 5 (throttled from 3 deliveries): two batches of 3 records (0-2 seen
+    twice more than 3-5). A batch with a record delivered 3 times is acquired
+    only first in a fetch, nothing after it, and from that record the batch's
+    size halved per delivery past 3 (3 >> 1 = 1); the last delivery alone.
+    The fuzzer found it (FINDINGS F25): kcompat took both batches whole."""
+    sp = SharePartition(0, ShareConfig(delivery_count_limit=5))
+    assert sp.acquire("a", 500, 0, recs(0, 2)) == [AcquiredRecords(0, 2, 1)]
+    sp.release_member("a", 1)  # closed holding them: count kept
+    assert sp.acquire("a", 500, 2, recs(3, 5)) == [AcquiredRecords(0, 2, 2),
+                                                   AcquiredRecords(3, 5, 1)]
+    sp.acknowledge("a", [(0, 5, [RELEASE])], 3)
+    answers = _released_each_time(sp, 14)
+    assert answers[:12] == [
+        [AcquiredRecords(0, 2, 3), AcquiredRecords(3, 5, 2)],
+        [AcquiredRecords(0, 0, 4)],  # 0-2 throttled: one record, 3-5 not after it
+        [AcquiredRecords(0, 0, 5)],  # its last delivery, alone
+        [AcquiredRecords(1, 1, 4)], [AcquiredRecords(1, 1, 5)],
+        [AcquiredRecords(2, 2, 4)], [AcquiredRecords(2, 2, 5)],
+        [AcquiredRecords(3, 5, 3)],  # not throttled before this delivery
+        [AcquiredRecords(3, 3, 4)], [AcquiredRecords(3, 3, 5)],
+        [AcquiredRecords(4, 4, 4)], [AcquiredRecords(4, 4, 5)]]
+    assert answers[12:] == [[AcquiredRecords(5, 5, 4)], [AcquiredRecords(5, 5, 5)]]
+    assert sp.acquire("a", 500, 20) == [] and sp.start_offset == 6
+
+
+def test_a_throttled_batch_halves_per_delivery_past_the_threshold() -> None:
+    """Limit 10 (throttled from 5), a batch of 16: 16 >> 1 = 8 records at the
+    6th delivery, and the rest of the batch in later fetches; after the
+    restart of its holder (restored from its stored state) the same."""
+    sp = SharePartition(0, ShareConfig(delivery_count_limit=10))
+    sp.acquire("a", 500, 0, recs(0, 15))
+    sp.acknowledge("a", [(0, 15, [RELEASE])], 1)
+    _released_each_time(sp, 4)  # deliveries 2 to 5
+    twin = SharePartition.restore(sp.snapshot(), ShareConfig(delivery_count_limit=10))
+    for machine in (sp, twin):
+        assert machine.acquire("a", 500, 20) == [AcquiredRecords(0, 7, 6)]
+        assert machine.acquire("b", 500, 20) == [AcquiredRecords(8, 15, 6)]
+
+
 def test_lock_expiry_releases_and_a_late_acknowledgement_fails() -> None:
     sp = SharePartition(0, ShareConfig(record_lock_duration_ms=1000))
     sp.acquire("a", 10, 0, recs(0, 1))
