@@ -43,7 +43,14 @@ def _described_alike(_args: Any, kafka: Any, kcompat: Any) -> bool:
                 _spread([m[4] for m in members]))
 
     targets_differ = [m[4] for m in kafka[4]] != [m[4] for m in kcompat[4]]
-    return targets_differ and reduced(kafka) == reduced(kcompat)
+    if targets_differ:
+        return reduced(kafka) == reduced(kcompat)
+    # the same targets, members still holding what an earlier placement gave them
+    # (each one's state towards its target, and how many it holds, alike)
+    held = [_spread([m[3] for m in seen[4]]) for seen in (kafka, kcompat)]
+    return reduced(kafka) == reduced(kcompat) and [m[1] for m in kafka[4]] == [
+        m[1] for m in kcompat[4]] and [(h[0], h[1], h[3]) for h in held] == [
+        (held[0][0], held[0][1], held[0][3])] * 2
 
 
 def _share_described_alike(_args: Any, kafka: Any, kcompat: Any) -> bool:

@@ -508,3 +508,21 @@ def test_share_records_released_again_and_again_are_throttled(peers: list[Peer])
     counts = {o: sorted(c for _t, _p, off, c in seen[1] if off == o) for o in range(6)}
     assert counts == {0: [2, 3, 4, 5], 1: [2, 3, 4, 5], 2: [2, 3, 4, 5],
                       3: [1, 2, 3, 4, 5], 4: [1, 2, 3, 4, 5], 5: [1, 2, 3, 4]}, seen
+
+
+def test_share_group_over_a_topic_deleted_and_re_created(peers: list[Peer]) -> None:
+    # a subscribed topic deleted and re-created (same name and partition count, a new
+    # id) with no heartbeat in between: the members get their assignment again naming
+    # the new id, and consume it (kcompat's members kept the deleted topic's id)
+    topic = name()
+    group, ids = share_group(peers, topic, 2, 1)
+    join(peers, group, ids[0], 0, [topic], [topic])
+    seen = both(peers, "share_consume", group, ids, [topic], "accept", False, True)
+    assert {(p, o) for _t, p, o, _c in seen[1]} == {(0, 0), (1, 0)}, seen
+    assert both(peers, "delete_topic", topic) == 0
+    assert both(peers, "create_topic", topic, 2, 1, {}, False)[0] == "ok"
+    settle(peers, topic, 2)
+    both(peers, "produce", topic, 0, [(None, b"x"), (None, b"y")], int(time.time() * 1000),
+         0, -1)
+    seen = both(peers, "share_consume", group, ids, [topic], "accept", False, True)
+    assert seen[1] == ((topic, 0, 0, 1), (topic, 0, 1, 1)), seen

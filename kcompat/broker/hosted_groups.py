@@ -33,7 +33,7 @@ from kio.schema.errors import ErrorCode
 from kcompat.broker.controller.internal_topics import OFFSETS_TOPIC, partition_for
 from kcompat.broker.groups import NotCoordinatorError, write_committed
 from kcompat.broker.state import now_ms
-from kcompat.group.epoch_group import EpochGroup, HeartbeatResult
+from kcompat.group.epoch_group import EpochGroup, HeartbeatResult, TopicCounts
 from kcompat.wire.records import encode_batch
 
 if TYPE_CHECKING:
@@ -140,8 +140,9 @@ class HostedGroups(Generic[G]):
         image = self.state.metadata.image
         cached = self._counts
         if cached is None or cached[0] is not image or cached[1] != image.topics_version:
-            counts = {name: meta.partitions for name, meta in image.topics.items()
-                      if not meta.internal}
+            kept = [(name, meta) for name, meta in image.topics.items() if not meta.internal]
+            counts = TopicCounts({name: meta.partitions for name, meta in kept},
+                                 {name: meta.topic_id for name, meta in kept})
             cached = self._counts = (image, image.topics_version, counts)
         return cached[2]
 

@@ -68,6 +68,9 @@ class ConsumerMember:
     assignment_epochs: dict[Partition, int] = field(default_factory=dict)
     # its last heartbeat's principal (a regex resolves to the topics it may describe)
     principal: str = ""
+    # the ids of its assigned topics when its assignment was last sent (not kept in
+    # snapshots): a topic re-created under its name is a new assignment, as in Kafka
+    sent_ids: tuple[object, ...] | None = None
 
     @property
     def is_classic(self) -> bool:
@@ -138,19 +141,23 @@ def reconcile(member: ConsumerMember, target: TopicPartitions, target_epoch: int
         member.revoking = set()
         member.revoke_deadline_ms = None
         _next_step(member, target, min(member.member_epoch + 1, target_epoch), target_epoch,
-                   owner_of, now_ms)
+                   owner_of, now_ms, owned)
     elif member.state == UNRELEASED_PARTITIONS or member.member_epoch != target_epoch:
-        _next_step(member, target, member.member_epoch, target_epoch, owner_of, now_ms)
+        _next_step(member, target, member.member_epoch, target_epoch, owner_of, now_ms, owned)
 
 
 def _next_step(member: ConsumerMember, target: TopicPartitions, epoch: int, target_epoch: int,
-               owner_of: Callable[[Partition], str | None], now_ms: int) -> None:
+               owner_of: Callable[[Partition], str | None], now_ms: int,
+               owned: TopicPartitions | None) -> None:
+    """As Kafka's ``CurrentAssignmentBuilder``: partitions to revoke that the
+    heartbeat says the member no longer owns (an owned list without them) are
+    not asked back: it moves to the target epoch at once."""
     wanted = flat(target)
     kept = member.assigned & wanted
     revoke = member.assigned - wanted
     pending = wanted - kept
     unreleased = {tp for tp in pending if owner_of(tp) not in (None, member.member_id)}
-    if revoke:
+    if revoke and (owned is None or revoke & flat(owned)):
         member.state = UNREVOKED_PARTITIONS
         member.set_epoch(epoch)
         member.assigned = kept

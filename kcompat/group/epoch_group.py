@@ -8,7 +8,7 @@ partitions change, and a **target assignment** with its own epoch.
 ``EpochGroup`` holds that state and what the host reads of it (the epochs,
 whether the group exists, its member ids), feeds it the cluster's topics
 (``update_metadata``: a change of what the members subscribe to bumps the
-group epoch) and expires members (``tick``). The subclasses
+group epoch, a topic re-created under its name too: ``TopicCounts``) and expires members (``tick``). The subclasses
 (``consumer_group.ConsumerGroup``, ``share_group.ShareGroup``) own every rule
 that differs: who may join or heartbeat, what a bump does, when a member's
 time is up. ``HeartbeatResult`` is the answer both heartbeats give,
@@ -56,6 +56,17 @@ class DescribedGroup(Generic[D]):
     members: tuple[D, ...]
 
 
+class TopicCounts(dict[str, int]):
+    """The cluster's topics' partition counts by name, with their topic ids:
+    a topic deleted and re-created under its name has another id, which
+    changes the group's subscribed metadata as Kafka's metadata hash does
+    (KIP-1101: its members get the new id) even at the same partition count."""
+
+    def __init__(self, counts: Mapping[str, int], ids: Mapping[str, object]) -> None:
+        super().__init__(counts)
+        self.ids = dict(ids)
+
+
 class EpochGroup(Generic[M]):
     """Members of type ``M`` keyed by member id, the group and assignment
     epochs and the target assignment; see the module doc."""
@@ -63,6 +74,7 @@ class EpochGroup(Generic[M]):
     def __init__(self, group_id: str, partition_counts: Mapping[str, int] | None) -> None:
         self.group_id = group_id
         self._topics: dict[str, int] = dict(partition_counts or {})
+        self._topic_ids: dict[str, object] = dict(getattr(partition_counts, "ids", {}))
         self._topics_from: Mapping[str, int] | None = None  # see ``update_metadata``
         self._members: dict[str, M] = {}
         self._target: dict[str, TopicPartitions] = {}
@@ -101,13 +113,22 @@ class EpochGroup(Generic[M]):
         if partition_counts is self._topics_from:
             return False
         self._topics_from = partition_counts
-        before = self._subscriptions()
+        known = bool(self._topic_ids)  # a group restored from a snapshot learns them now
+        before = self._subscriptions(), self._subscribed_ids(known)
         self._topics = dict(partition_counts)
+        if isinstance(partition_counts, TopicCounts):
+            self._topic_ids = partition_counts.ids
         self._topics_changed()
-        if self._subscriptions() == before:
+        if (self._subscriptions(), self._subscribed_ids(known)) == before:
             return False
         self._bump()
         return True
+
+    def _subscribed_ids(self, known: bool) -> dict[str, object]:
+        """The ids of the subscribed topics (a re-created topic has a new
+        one); nothing when the ids were not ``known`` before."""
+        ids = self._topic_ids
+        return {t: ids.get(t) for t in self._subscribed_counts()} if known else {}
 
     def tick(self, now_ms: int) -> list[str]:
         """Remove the members whose time is up by ``now_ms`` (``_expired``);

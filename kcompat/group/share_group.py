@@ -25,9 +25,11 @@ Rules (Kafka 4.4's ``GroupMetadataManager.shareGroupHeartbeat`` and
   do not take the previous epoch after a lost response (the member rejoins).
 * The group epoch goes up by one when a member joins, changes its subscribed
   topics, leaves or expires, and when the partition count of a subscribed
-  topic changes or such a topic appears or disappears (``update_metadata``;
-  Kafka notices it through its metadata hash). A rack, client id or host
-  change does not bump it.
+  topic changes, such a topic appears or disappears, or is re-created under
+  its name with a new id (``update_metadata``; Kafka notices it through its
+  metadata hash, and keys assignments by topic id: the members get theirs
+  again, naming the new id). A rack, client id or host change does not bump
+  it.
 * Each bump recomputes the target assignment at once (its epoch = the group
   epoch; Kafka computes it at the next heartbeat, which a client cannot tell
   apart). Share groups have no revocation phase: a heartbeat hands the member
@@ -134,6 +136,9 @@ class _Member:
     client_host: str = ""
     assigned: TopicPartitions = ()
     deadline_ms: int = 0
+    # the ids of its assigned topics when its assignment was last sent (Kafka keys
+    # assignments by topic id: a topic re-created under its name is a new assignment)
+    sent_ids: tuple[object, ...] | None = None
 
     def record(self) -> MemberRecord:
         return MemberRecord(self.member_id, self.member_epoch, self.previous_member_epoch,
@@ -229,6 +234,8 @@ class ShareGroup(EpochGroup[_Member]):
                          if m in group._members}
         if partition_counts is not None:
             group.update_metadata(partition_counts)
+        for m in group._members.values():  # as they were last sent (ids not kept)
+            m.sent_ids = group._sent_ids(m)
         return group
 
     # -- internals -----------------------------------------------------------
@@ -254,11 +261,18 @@ class ShareGroup(EpochGroup[_Member]):
         if changed:
             self._bump()
         self._reconcile(member, changed)
+        ids = self._sent_ids(member)
         send = (member_epoch == 0 or subscribed_topic_names is not None
-                or member.assigned != old_assigned)
+                or member.assigned != old_assigned or ids != member.sent_ids)
+        if send:
+            member.sent_ids = ids
         return HeartbeatResult(ErrorCode.none, member.member_id, member.member_epoch,
                                self.config.heartbeat_interval_ms,
                                member.assigned if send else None)
+
+    def _sent_ids(self, member: _Member) -> tuple[object, ...]:
+        """The ids of the topics of ``member``'s assignment."""
+        return tuple(self._topic_ids.get(t) for t, _ps in member.assigned)
 
     def _reconcile(self, member: _Member, subscription_changed: bool) -> None:
         """No revocation phase: the member takes its target at once."""

@@ -93,6 +93,25 @@ def test_revocation_before_assignment() -> None:
     assert g.heartbeat(beat("a", 2, a2.assignment), 7).error == ErrorCode.none
 
 
+def test_partitions_the_member_says_it_no_longer_owns_are_not_asked_back() -> None:
+    """As Kafka's CurrentAssignmentBuilder: a heartbeat whose owned list
+    leaves out the partitions to revoke (a member rejoining at epoch 0 owns
+    nothing) moves the member to the target epoch at once, and the other
+    member gets them; an omitted owned list still counts as owning them
+    (the fuzzer found it: kcompat asked a rejoined member to revoke)."""
+    for omitted_first in (False, True):
+        g = ConsumerGroup("g", CFG, {T: 4})
+        a = g.heartbeat(join("a"), 0)
+        b = g.heartbeat(join("b"), 1)
+        if omitted_first:  # asked to revoke 2, 3 (it may still hold them)
+            asked = g.heartbeat(beat("a", a.member_epoch, None), 2)
+            assert (asked.member_epoch, asked.assignment) == (2, ((T, (0, 1)),))
+        a2 = g.heartbeat(join("a"), 3)  # rejoins at epoch 0: owns nothing
+        assert (a2.member_epoch, a2.assignment) == (3, ((T, (0, 1)),))
+        b2 = g.heartbeat(beat("b", b.member_epoch), 4)
+        assert b2.assignment == ((T, (2, 3)),) and g.state == "Stable"
+
+
 def test_static_member_leaves_and_returns() -> None:
     g = ConsumerGroup("g", CFG, {T: 2})
     s1 = g.heartbeat(join("s1", instance_id="i"), 0)

@@ -8,6 +8,7 @@ from random import Random
 import pytest
 from kio.schema.errors import ErrorCode
 
+from kcompat.group.epoch_group import TopicCounts
 from kcompat.group.share_group import (
     ASSIGNOR_NAME,
     EMPTY,
@@ -158,6 +159,25 @@ def test_topic_appearing_growing_and_disappearing() -> None:
     assert group.update_metadata({})
     got = group.heartbeat("a", 3, 0)
     assert got.member_epoch == 4 and got.assignment == ()
+
+
+def test_a_topic_re_created_under_its_name_is_a_new_assignment() -> None:
+    """Kafka keys assignments by topic id: a subscribed topic deleted and
+    re-created (same name and partition count, a new id) bumps the group
+    epoch and the members get their assignment again, naming the new id
+    (the fuzzer found a member left holding the deleted topic's id). A group
+    restored from a snapshot, which keeps no ids, learns them without a bump."""
+    group = ShareGroup("g", partition_counts=TopicCounts({"t": 2}, {"t": "id-1"}))
+    assert group.heartbeat("a", 0, 0, ["t"]).assignment == (("t", (0, 1)),)
+    assert group.heartbeat("a", 1, 1).assignment is None
+    assert not group.update_metadata(TopicCounts({"t": 2}, {"t": "id-1"}))
+    assert group.update_metadata(TopicCounts({"t": 2}, {"t": "id-2"}))
+    got = group.heartbeat("a", 1, 2)
+    assert (got.member_epoch, got.assignment) == (2, (("t", (0, 1)),))
+    assert group.heartbeat("a", 2, 3).assignment is None
+    restored = ShareGroup.restore(group.snapshot(), 4)
+    assert not restored.update_metadata(TopicCounts({"t": 2}, {"t": "id-2"}))
+    assert restored.group_epoch == 2
 
 
 # -- session expiry -------------------------------------------------------------
