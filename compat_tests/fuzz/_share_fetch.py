@@ -167,11 +167,11 @@ def _ack_topics(cls_topic: Any, cls_part: Any, cls_batch: Any, ids: dict[str, uu
 
 def _share_fetch(peer: Peer, group: str, member: shares.ShareMember, address: str | None,
                  epoch: int, ids: dict[str, uuid.UUID], fetch: set[Tp],
-                 acks: dict[Tp, list[tuple[int, int, int]]]) -> Any:
+                 acks: dict[Tp, list[tuple[int, int, int]]], max_records: int = 500) -> Any:
     return peer.call_kio(fetch_v1.ShareFetchRequest(
         group_id=GroupId(group), member_id=member.member_id, share_session_epoch=i32(epoch),
         max_wait=datetime.timedelta(milliseconds=WAIT_MS), min_bytes=i32(1),
-        max_bytes=i32(1 << 20), max_records=i32(500), batch_size=i32(500),
+        max_bytes=i32(1 << 20), max_records=i32(max_records), batch_size=i32(500),
         topics=_ack_topics(fetch_v1.FetchTopic, fetch_v1.FetchPartition,
                            fetch_v1.AcknowledgementBatch, ids, acks, fetch),
         forgotten_topics_data=()), address)

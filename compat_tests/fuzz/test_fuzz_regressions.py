@@ -19,6 +19,7 @@ from compat_tests.fuzz import _producers as producers
 from compat_tests.fuzz import _share_fetch as share_fetch
 from compat_tests.fuzz import _shares as shares
 from compat_tests.fuzz._allowed import allowed
+from compat_tests.fuzz._consumers import topic_names
 from compat_tests.fuzz._machine import operation
 from compat_tests.fuzz._wire import Peer
 from compat_tests.java.kafka_reference import KafkaReference
@@ -526,3 +527,35 @@ def test_share_group_over_a_topic_deleted_and_re_created(peers: list[Peer]) -> N
          0, -1)
     seen = both(peers, "share_consume", group, ids, [topic], "accept", False, True)
     assert seen[1] == ((topic, 0, 0, 1), (topic, 0, 1, 1)), seen
+
+
+def _acquired_by_fetches(peer: Peer, group: str, ids: list[str], topic: str,
+                         max_records: list[int]) -> list[tuple[tuple[int, int, int], ...]]:
+    """ShareFetches of member 0's session with these ``max_records``, one
+    after the other: what each acquired (partition, offset, delivery count)."""
+    share_fetch.settle(peer, group, ids, [topic])
+    [member] = [m for m in share_fetch._in_group(peer, group, ids) if m.owned]
+    names = topic_names(peer, [topic])
+    tid = {name: t for t, name in names.items()}
+    out = []
+    for epoch, limit in enumerate(max_records):
+        answer = share_fetch._share_fetch(peer, group, member, None, epoch, tid,
+                                          {(topic, 0)}, {}, limit)
+        seen = share_fetch._Round()
+        assert share_fetch._read(answer, names, seen, "fetch", None), answer
+        out.append(tuple(sorted((p, o, c) for _t, p, o, c in seen.acquired)))
+        time.sleep(0.2)
+    return out
+
+
+def test_share_fetch_with_max_records_zero_acquires_nothing(peers: list[Peer]) -> None:
+    # a ShareFetch with MaxRecords 0 (the Java client's record_limit mode sends it to
+    # the brokers it only acknowledges with): Kafka 4.4 acquires nothing
+    topic = name()
+    group, ids = share_group(peers, topic, 1, 3)
+    join(peers, group, ids[0], 0, [topic], [topic])
+    kafka, kcompat = (_acquired_by_fetches(peer, group, ids, topic, [0, 0, 0, 500, 500])
+                      for peer in peers)
+    for seen in (kafka, kcompat):  # which of the last two acquires them is timing (S2)
+        assert seen[:3] == [(), (), ()], (kafka, kcompat)
+        assert set(seen[3] + seen[4]) == {(0, 0, 1), (0, 1, 1), (0, 2, 1)}, (kafka, kcompat)

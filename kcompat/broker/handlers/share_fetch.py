@@ -8,7 +8,9 @@ with their delivery counts; the client keeps only acquired records. In
 ShareAcquireMode batch_optimized (v1, and v2's default) ``max_records`` is
 soft as in Kafka: a partition's acquisition runs to the end of the log batch
 holding its last offset (10-record batches, max_records 7: 10 per fetch);
-record_limit (v2, KIP-1206) stops at ``max_records`` exactly. As in
+record_limit (v2, KIP-1206) stops at ``max_records`` exactly; 0 acquires
+nothing (the Java client in record_limit mode sends it to the brokers it only
+acknowledges with). As in
 Kafka 4.4, ``max_bytes`` is shared evenly among the partitions and is soft:
 the answer's first batch goes out whatever its size, nothing past a
 partition's share after it (``ShareReads.byte_end``); and a partition whose
@@ -158,7 +160,7 @@ async def _acquire(ctx: RequestContext, request: Any, session: Session,
     shares = ctx.shares
     settings = shares.settings_of(session.group_id)
     deadline = trio.current_time() + max(request.max_wait.total_seconds(), 0.0)
-    budget = request.max_records if request.max_records > 0 else 500
+    budget = max(request.max_records, 0)  # 0: nothing acquired, as Kafka (acks only)
     max_bytes = request.max_bytes if request.max_bytes > 0 else None
     # ShareAcquireMode (v2, KIP-1206): 0 batch_optimized (v1's only mode), 1 record_limit
     whole_batches = getattr(request, "share_acquire_mode", 0) == 0
