@@ -19,7 +19,9 @@ inbound frames arrive through the ordinary connection handler
 is best effort, as Raft assumes: when a peer is down, slow or stopped
 (SIGSTOP), frames are dropped rather than queued without bound, and the
 connection is re-dialled; the Raft core re-sends what matters (fetch retries,
-BeginQuorumEpoch, votes on the next timeout).
+BeginQuorumEpoch, votes on the next timeout). A secured link's handshake is
+bounded (``HANDSHAKE_TIMEOUT_S``): one the peer never completes is dropped and
+dialled again, not waited on for good.
 
 A large frame (a catching-up replica's entries) goes out ``SEND_SLICE`` bytes
 per send: on loopback the kernel does the receiver's work inside the sender's
@@ -39,6 +41,9 @@ log = logging.getLogger("kcompat.cluster")
 
 QUEUE_FRAMES_MAX = 256
 CONNECT_TIMEOUT_S = 1.0
+#: a secured link's TLS and SASL handshake: past this, the connection is dropped and
+#: dialled again (a handshake the peer never answers must not hold the link for good)
+HANDSHAKE_TIMEOUT_S = 5.0
 SEND_TIMEOUT_S = 3.0
 RETRY_S = 0.2
 SEND_SLICE = 64 << 10
@@ -102,8 +107,9 @@ class PeerLink:
             if self.secure is not None:
                 try:
                     assert isinstance(stream, trio.SocketStream)
-                    stream = await self.secure(stream, self.host)
-                except Exception as e:  # TLS or SASL refused: say why, try again later
+                    with trio.fail_after(HANDSHAKE_TIMEOUT_S):
+                        stream = await self.secure(stream, self.host)
+                except Exception as e:  # TLS or SASL refused or stuck: say why, try again later
                     log.warning("cannot secure the link to peer %d at %s:%d: %s", self.node_id,
                                 self.host, self.port, e)
                     with trio.move_on_after(1):
