@@ -559,3 +559,21 @@ def test_share_fetch_with_max_records_zero_acquires_nothing(peers: list[Peer]) -
     for seen in (kafka, kcompat):  # which of the last two acquires them is timing (S2)
         assert seen[:3] == [(), (), ()], (kafka, kcompat)
         assert set(seen[3] + seen[4]) == {(0, 0, 1), (0, 1, 1), (0, 2, 1)}, (kafka, kcompat)
+
+
+def test_a_transactional_batch_outside_its_transaction_before_its_records_are_checked(
+        peers: list[Peer]) -> None:
+    # Kafka verifies a transactional batch's partition is in the transaction before its
+    # log validates the records: a keyless record to a compacted partition that is not
+    # in the transaction is INVALID_TXN_STATE there, not INVALID_RECORD
+    topic, txn = name(), name()
+    assert both(peers, "create_topic", topic, 1, 1, {"cleanup.policy": "compact"},
+                False) == ("ok", 1, 1)
+    settle(peers, topic, 1)
+    assert both(peers, "init_producer", "transactional", txn) == ("ok",)
+    keyless = [(None, b"v")]
+    assert both(peers, "produce_as", "transactional", "next", topic, 0, keyless, 1) \
+        == ("error", INVALID_TXN_STATE)
+    assert both(peers, "add_partition", topic, 0) == 0
+    assert both(peers, "produce_as", "transactional", "next", topic, 0, keyless, 1) \
+        == ("error", 87)  # in the transaction now: INVALID_RECORD

@@ -138,15 +138,15 @@ def append_records(
         view = memoryview(wbatch.with_create_time(view))
         header = wbatch.parse_header(view)
         presplit = None  # made of the batch as sent
-    if "compact" in effective("cleanup.policy", topic_configs, broker_defaults)[0]:
-        refused = _keyless(part, view)
-        if refused is not None:
-            return refused
-    if header.is_transactional:
+    if header.is_transactional:  # as Kafka verifies it before its log validates records
         txn_error = txn_check(header)
         if txn_error is not None:
             return _fail(txn_error, "transactional batch outside an ongoing transaction "
                                   "that includes this partition")
+    if "compact" in effective("cleanup.policy", topic_configs, broker_defaults)[0]:
+        refused = _keyless(part, view)
+        if refused is not None:
+            return refused
     if not log_append:
         problem = _timestamp_problem(view, header, topic_configs, broker_defaults, now_ms)
         if problem is not None:
