@@ -62,7 +62,12 @@ INVALID_SHARE_SESSION_EPOCH, SHARE_SESSION_NOT_FOUND = 123, 122
 SESSION_ERRORS = {INVALID_SHARE_SESSION_EPOCH, SHARE_SESSION_NOT_FOUND}
 WAIT_MS = 100  # a ShareFetch with nothing to acquire waits this long
 SETTLE_S = 10.0  # a settle's bound (Kafka initializes share-partitions after answering)
-MAX_ROUNDS = 14  # released records come back up to the delivery count limit (5)
+# released records come back up to the delivery count limit (5), one at a time from
+# their third delivery (Kafka's throttling, F25): enough rounds for every record
+# released to reach the limit, so the loop's outcome does not hang on when Kafka
+# made a piggybacked release durable (a record released in a ShareFetch is not
+# acquirable again in that request until its state is written)
+MAX_ROUNDS = 40
 EMPTY_ROUNDS = 2  # rounds with nothing acquired that end the loop
 Tp = tuple[str, int]
 
