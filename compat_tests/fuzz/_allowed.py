@@ -39,8 +39,10 @@ def _described_alike(_args: Any, kafka: Any, kcompat: Any) -> bool:
     def reduced(seen: Any) -> Any:
         # (who, epoch relation, subscriptions, assignment, target, member type)
         members = seen[4]
-        return (seen[2], seen[3], tuple((m[0], m[2], m[5]) for m in members),
-                _spread([m[4] for m in members]))
+        spread = _spread([m[4] for m in members])
+        if seen[3] == "assignment behind":  # the target of a membership since changed:
+            spread = (spread[0], spread[1], spread[3])  # partitions of members gone
+        return (seen[2], seen[3], tuple((m[0], m[2], m[5]) for m in members), spread)
 
     targets_differ = [m[4] for m in kafka[4]] != [m[4] for m in kcompat[4]]
     if targets_differ:
