@@ -10,7 +10,9 @@ cluster side compares three kcompat brokers at RF 3 with three Kafka
 brokers; the acls side one broker of each with an authorizer, where the
 sequences also change ACLs and act as a user they name). A difference shrinks to a
 minimal sequence of rules, printed; write it down in compat_tests/FINDINGS.md
-and make it a regression test.
+and make it a regression test. ``replay_blob.py`` replays one from its
+``@reproduce_failure`` blob with both brokers' answers printed, request by
+request (``FUZZ_NO_SHRINK=1`` stops a long run at its first difference).
 """
 
 from __future__ import annotations
