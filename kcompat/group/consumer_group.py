@@ -381,17 +381,10 @@ class ConsumerGroup(EpochGroup[ConsumerMember], ClassicMembers):
         full = hb.member_epoch == 0 or (
             hb.rebalance_timeout_ms != -1 and hb.owned is not None
             and (hb.subscribed_topic_names is not None or hb.subscribed_topic_regex is not None))
-        ids = self._sent_ids(member)
-        send = full or member.assigned != old_assigned or ids != member.sent_ids
-        if send:
-            member.sent_ids = ids
+        send = self._sends_assignment(member, full or member.assigned != old_assigned)
         return HeartbeatResult(ErrorCode.none, member.member_id, member.member_epoch,
                                self.config.heartbeat_interval_ms,
                                member.assignment() if send else None)
-
-    def _sent_ids(self, member: ConsumerMember) -> tuple[object, ...]:
-        """The ids of the topics of ``member``'s assignment."""
-        return tuple(sorted({str(self._topic_ids.get(t)) for t, _p in member.assigned}))
 
     def _leave(self, hb: Heartbeat) -> HeartbeatResult:
         if not self.exists:
@@ -526,6 +519,5 @@ class ConsumerGroup(EpochGroup[ConsumerMember], ClassicMembers):
                 group._regex[m.subscribed_topic_regex] = group._resolve(m.subscribed_topic_regex)
         if partition_counts is not None:
             group.update_metadata(partition_counts)
-        for m in group._members.values():  # as they were last sent (ids not kept)
-            m.sent_ids = group._sent_ids(m)
+        group._restored_sent()
         return group

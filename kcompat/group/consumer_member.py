@@ -69,8 +69,11 @@ class ConsumerMember:
     # its last heartbeat's principal (a regex resolves to the topics it may describe)
     principal: str = ""
     # the ids of its assigned topics when its assignment was last sent (not kept in
-    # snapshots): a topic re-created under its name is a new assignment, as in Kafka
-    sent_ids: tuple[object, ...] | None = None
+    # snapshots), and the group's topic-id mapping at its last heartbeat: a topic
+    # re-created under its name is a new assignment, as in Kafka
+    # (``EpochGroup._sends_assignment``)
+    sent_ids: tuple[str, ...] | None = None
+    ids_seen: object = None
 
     @property
     def is_classic(self) -> bool:

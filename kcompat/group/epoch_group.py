@@ -19,15 +19,26 @@ Pure and deterministic: no clock, no I/O.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Generic, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 from kio.schema.errors import ErrorCode
 
 from kcompat.group.assignors import TopicPartitions
 
-M = TypeVar("M")
+
+class AssignedMember(Protocol):
+    """What ``EpochGroup`` reads of a member: its assignment as (topic, ...)
+    pairs, and what it remembers of the topic ids that assignment was sent with."""
+
+    @property
+    def assigned(self) -> Iterable[tuple[str, Any]]: ...
+    sent_ids: tuple[str, ...] | None
+    ids_seen: object
+
+
+M = TypeVar("M", bound=AssignedMember)
 D = TypeVar("D")
 
 
@@ -74,7 +85,7 @@ class EpochGroup(Generic[M]):
     def __init__(self, group_id: str, partition_counts: Mapping[str, int] | None) -> None:
         self.group_id = group_id
         self._topics: dict[str, int] = dict(partition_counts or {})
-        self._topic_ids: dict[str, object] = dict(getattr(partition_counts, "ids", {}))
+        self._topic_ids: dict[str, object] = getattr(partition_counts, "ids", None) or {}
         self._topics_from: Mapping[str, int] | None = None  # see ``update_metadata``
         self._members: dict[str, M] = {}
         self._target: dict[str, TopicPartitions] = {}
@@ -138,6 +149,35 @@ class EpochGroup(Generic[M]):
         for member_id in expired:
             self._remove(member_id)
         return expired
+
+    def _sends_assignment(self, member: M, send: bool) -> bool:
+        """Whether ``member``'s assignment goes into this heartbeat's answer:
+        ``send`` (the subclass's reasons, among them a changed assignment), or
+        the ids of its assigned topics changed since it was last sent (Kafka
+        keys assignments by topic id: a topic re-created under its name is a
+        new assignment). The ids are looked at only when the cluster's topic
+        ids are another mapping than at the member's last heartbeat, so an
+        ordinary heartbeat costs nothing per partition."""
+        if not send and member.ids_seen is self._topic_ids:
+            return False
+        member.ids_seen = self._topic_ids
+        ids = self._assigned_ids(member)
+        if send or ids != member.sent_ids:
+            member.sent_ids = ids
+            return True
+        return False
+
+    def _assigned_ids(self, member: M) -> tuple[str, ...]:
+        """The ids of the topics of ``member``'s assignment."""
+        ids = self._topic_ids
+        return tuple(sorted({str(ids.get(t)) for t, _ in member.assigned}))
+
+    def _restored_sent(self) -> None:
+        """After a restore: every member's assignment as if last sent now
+        (snapshots keep no topic ids)."""
+        for m in self._members.values():
+            m.ids_seen = self._topic_ids
+            m.sent_ids = self._assigned_ids(m)
 
     # -- what the subclasses decide ----------------------------------------------
 

@@ -136,9 +136,10 @@ class _Member:
     client_host: str = ""
     assigned: TopicPartitions = ()
     deadline_ms: int = 0
-    # the ids of its assigned topics when its assignment was last sent (Kafka keys
-    # assignments by topic id: a topic re-created under its name is a new assignment)
-    sent_ids: tuple[object, ...] | None = None
+    # the ids of its assigned topics when its assignment was last sent, and the
+    # group's topic-id mapping at its last heartbeat (``EpochGroup._sends_assignment``)
+    sent_ids: tuple[str, ...] | None = None
+    ids_seen: object = None
 
     def record(self) -> MemberRecord:
         return MemberRecord(self.member_id, self.member_epoch, self.previous_member_epoch,
@@ -234,8 +235,7 @@ class ShareGroup(EpochGroup[_Member]):
                          if m in group._members}
         if partition_counts is not None:
             group.update_metadata(partition_counts)
-        for m in group._members.values():  # as they were last sent (ids not kept)
-            m.sent_ids = group._sent_ids(m)
+        group._restored_sent()
         return group
 
     # -- internals -----------------------------------------------------------
@@ -261,18 +261,12 @@ class ShareGroup(EpochGroup[_Member]):
         if changed:
             self._bump()
         self._reconcile(member, changed)
-        ids = self._sent_ids(member)
-        send = (member_epoch == 0 or subscribed_topic_names is not None
-                or member.assigned != old_assigned or ids != member.sent_ids)
-        if send:
-            member.sent_ids = ids
+        send = self._sends_assignment(member, (
+            member_epoch == 0 or subscribed_topic_names is not None
+            or member.assigned != old_assigned))
         return HeartbeatResult(ErrorCode.none, member.member_id, member.member_epoch,
                                self.config.heartbeat_interval_ms,
                                member.assigned if send else None)
-
-    def _sent_ids(self, member: _Member) -> tuple[object, ...]:
-        """The ids of the topics of ``member``'s assignment."""
-        return tuple(self._topic_ids.get(t) for t, _ps in member.assigned)
 
     def _reconcile(self, member: _Member, subscription_changed: bool) -> None:
         """No revocation phase: the member takes its target at once."""

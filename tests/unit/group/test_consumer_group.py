@@ -22,6 +22,7 @@ from kcompat.group.consumer_protocol import (
     encode_assignment,
     encode_subscription,
 )
+from kcompat.group.epoch_group import TopicCounts
 
 T = "t"
 CFG = ConsumerGroupConfig(session_timeout_ms=3000, heartbeat_interval_ms=500,
@@ -498,3 +499,45 @@ def test_heartbeats_with_unchanged_topics_do_not_look_at_every_topic() -> None:
     grown = _CountedTopics({**topics, "new": 2})
     g.heartbeat(beat("a", r.member_epoch), 21, grown)
     assert 0 < _CountedTopics.looks <= 3
+
+
+def test_a_topic_re_created_under_its_name_is_sent_again() -> None:
+    """Kafka keys assignments by topic id: a subscribed topic deleted and
+    re-created at the same partition count bumps the group epoch and the
+    member gets its assignment again; an ordinary heartbeat after that gets
+    none. A group restored from a snapshot (no ids kept) learns them quietly."""
+    g = ConsumerGroup("g", CFG, TopicCounts({T: 2}, {T: "id-1"}))
+    assert g.heartbeat(join("a"), 0).assignment == ((T, (0, 1)),)
+    assert g.heartbeat(beat("a", 2, ((T, (0, 1)),)), 1).assignment is None
+    assert g.update_metadata(TopicCounts({T: 2}, {T: "id-2"}))
+    got = g.heartbeat(beat("a", 2, ((T, (0, 1)),)), 2)
+    assert (got.member_epoch, got.assignment) == (3, ((T, (0, 1)),))
+    assert g.heartbeat(beat("a", 3, ((T, (0, 1)),)), 3).assignment is None
+    restored = ConsumerGroup.restore(g.snapshot_json(), 4, CFG, TopicCounts({T: 2}, {T: "id-2"}))
+    assert restored.heartbeat(beat("a", 3, ((T, (0, 1)),)), 5).assignment is None
+
+
+class _CountingGroup(ConsumerGroup):
+    looks = 0
+
+    def _assigned_ids(self, member):  # type: ignore[no-untyped-def]
+        self.looks += 1
+        return super()._assigned_ids(member)
+
+
+def test_an_ordinary_heartbeat_looks_at_no_topic_id() -> None:
+    """The ids of a member's assigned topics are compared only when the
+    cluster's topic ids are another mapping than at its last heartbeat: a
+    member holding 1,000 partitions heartbeats at no cost per partition."""
+    counts = TopicCounts({T: 1000}, {T: "id-1"})
+    g = _CountingGroup("g", CFG, counts)
+    first = g.heartbeat(join("a"), 0)
+    owned = first.assignment
+    looks = g.looks
+    for i in range(50):
+        assert g.heartbeat(beat("a", first.member_epoch, owned), 1 + i).assignment is None
+        g.update_metadata(counts)  # the host's very mapping: unchanged
+    assert g.looks == looks
+    g.update_metadata(TopicCounts({T: 1000, "other": 1}, {T: "id-1", "other": "id-9"}))
+    assert g.heartbeat(beat("a", first.member_epoch, owned), 99).assignment is None
+    assert g.looks == looks + 1
