@@ -463,6 +463,7 @@ class ConsumerGroup(EpochGroup[ConsumerMember], ClassicMembers):
             "target": [[m, [[t, list(ps)] for t, ps in a]]
                        for m, a in sorted(self._target.items()) if a],
             "topics": sorted(map(list, self._subscribed_counts().items())),
+            "ids": self.subscribed_ids(),
         }, separators=(",", ":")).encode()
 
     @classmethod
@@ -512,12 +513,11 @@ class ConsumerGroup(EpochGroup[ConsumerMember], ClassicMembers):
                 group._members[member.member_id] = member
             group._target = {str(m): grouped((str(t), int(p)) for t, ps in a for p in ps)
                              for m, a in d["target"]}
+            ids = [(str(t), str(i)) for t, i in d.get("ids", ())]  # none: an older broker's
         except (KeyError, IndexError, TypeError, ValueError, AttributeError) as e:
             raise ValueError(f"not a consumer-group snapshot: {e}") from e
         for m in group._members.values():
             if m.subscribed_topic_regex is not None:
                 group._regex[m.subscribed_topic_regex] = group._resolve(m.subscribed_topic_regex)
-        if partition_counts is not None:
-            group.update_metadata(partition_counts)
-        group._restored_sent()
+        group._restore_metadata(ids, partition_counts)
         return group

@@ -139,7 +139,13 @@ class EpochGroup(Generic[M]):
         """The ids of the subscribed topics (a re-created topic has a new
         one); nothing when the ids were not ``known`` before."""
         ids = self._topic_ids
-        return {t: ids.get(t) for t in self._subscribed_counts()} if known else {}
+        return {t: str(ids.get(t)) for t in self._subscribed_counts()} if known else {}
+
+    def subscribed_ids(self) -> list[tuple[str, str]]:
+        """The subscribed topics' ids, as snapshots keep them
+        (``_restore_metadata``)."""
+        ids = self._topic_ids
+        return sorted((t, str(ids[t])) for t in self._subscribed_counts() if t in ids)
 
     def tick(self, now_ms: int) -> list[str]:
         """Remove the members whose time is up by ``now_ms`` (``_expired``);
@@ -172,9 +178,24 @@ class EpochGroup(Generic[M]):
         ids = self._topic_ids
         return tuple(sorted({str(ids.get(t)) for t, _ in member.assigned}))
 
+    def _restore_metadata(self, ids: Iterable[tuple[str, str]],
+                          partition_counts: Mapping[str, int] | None) -> None:
+        """After a restore: the subscribed topics' ids the snapshot kept,
+        every member's assignment counted as sent with them, then the
+        cluster's topics now (``update_metadata``): a topic re-created while
+        no coordinator watched (a coordinator move, a restart) bumps the
+        group epoch and its members get their assignment again. A snapshot
+        of an older broker keeps no ids: they are learnt quietly."""
+        self._topic_ids = dict(ids)
+        known = bool(self._topic_ids)
+        if known:
+            self._restored_sent()
+        if partition_counts is not None:
+            self.update_metadata(partition_counts)
+        if not known:
+            self._restored_sent()
+
     def _restored_sent(self) -> None:
-        """After a restore: every member's assignment as if last sent now
-        (snapshots keep no topic ids)."""
         for m in self._members.values():
             m.ids_seen = self._topic_ids
             m.sent_ids = self._assigned_ids(m)

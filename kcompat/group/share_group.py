@@ -123,6 +123,7 @@ class ShareGroupSnapshot:
     members: tuple[MemberRecord, ...]
     target_assignment: tuple[tuple[str, TopicPartitions], ...]
     partition_counts: tuple[tuple[str, int], ...]  # the subscribed topics' metadata
+    topic_ids: tuple[tuple[str, str], ...] = ()  # and their ids (none: an older broker's)
 
 
 @dataclass(slots=True)
@@ -212,7 +213,7 @@ class ShareGroup(EpochGroup[_Member]):
             self.group_id, self._group_epoch, self._assignment_epoch,
             tuple(self._members[m].record() for m in sorted(self._members)),
             tuple(sorted((m, a) for m, a in self._target.items() if a)),
-            tuple(sorted(self._subscribed_counts().items())))
+            tuple(sorted(self._subscribed_counts().items())), tuple(self.subscribed_ids()))
 
     @classmethod
     def restore(cls, snapshot: ShareGroupSnapshot, now_ms: int,
@@ -233,9 +234,7 @@ class ShareGroup(EpochGroup[_Member]):
                 r.assignment, deadline_ms)
         group._target = {m: a for m, a in snapshot.target_assignment
                          if m in group._members}
-        if partition_counts is not None:
-            group.update_metadata(partition_counts)
-        group._restored_sent()
+        group._restore_metadata(snapshot.topic_ids, partition_counts)
         return group
 
     # -- internals -----------------------------------------------------------
@@ -319,6 +318,7 @@ def snapshot_to_json(snapshot: ShareGroupSnapshot, seen: Iterable[str] = ()) -> 
                      m.client_id, m.client_host] for m in snapshot.members],
         "target": [[member, assigned(tps)] for member, tps in snapshot.target_assignment],
         "topics": [list(tc) for tc in snapshot.partition_counts],
+        "ids": [list(ti) for ti in snapshot.topic_ids],
         "seen": sorted(seen),
     }, separators=(",", ":")).encode()
 
@@ -335,7 +335,8 @@ def snapshot_from_json(raw: bytes) -> tuple[ShareGroupSnapshot, set[str]]:
         snapshot = ShareGroupSnapshot(
             str(d["group"]), int(d["epoch"]), int(d["assignment_epoch"]), members,
             tuple((str(m), assigned(a)) for m, a in d["target"]),
-            tuple((str(t), int(c)) for t, c in d["topics"]))
+            tuple((str(t), int(c)) for t, c in d["topics"]),
+            tuple((str(t), str(i)) for t, i in d.get("ids", ())))
         return snapshot, {str(t) for t in d.get("seen", ())}
     except (KeyError, IndexError, TypeError, AttributeError) as e:
         raise ValueError(f"not a share-group snapshot: {e}") from e

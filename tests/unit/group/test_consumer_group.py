@@ -5,6 +5,7 @@ checks the same against both brokers)."""
 
 from __future__ import annotations
 
+import json
 import random
 
 from hypothesis import given, settings
@@ -541,3 +542,26 @@ def test_an_ordinary_heartbeat_looks_at_no_topic_id() -> None:
     g.update_metadata(TopicCounts({T: 1000, "other": 1}, {T: "id-1", "other": "id-9"}))
     assert g.heartbeat(beat("a", first.member_epoch, owned), 99).assignment is None
     assert g.looks == looks + 1
+
+
+def test_a_topic_re_created_while_no_coordinator_watched() -> None:
+    """Snapshots keep the subscribed topics' ids: a group restored over a
+    topic re-created meanwhile bumps its epoch and sends the assignment
+    again; over the same topic, or from an older broker's snapshot (no
+    ids), it does not."""
+    g = ConsumerGroup("g", CFG, TopicCounts({T: 2}, {T: "id-1"}))
+    assert g.heartbeat(join("a"), 0).assignment == ((T, (0, 1)),)
+    raw = g.snapshot_json()
+    owned = ((T, (0, 1)),)
+    same = ConsumerGroup.restore(raw, 1, CFG, TopicCounts({T: 2}, {T: "id-1"}))
+    assert same.group_epoch == 2 and same.heartbeat(beat("a", 2, owned), 2).assignment is None
+    moved = ConsumerGroup.restore(raw, 1, CFG, TopicCounts({T: 2}, {T: "id-2"}))
+    assert moved.group_epoch == 3
+    got = moved.heartbeat(beat("a", 2, owned), 2)
+    assert (got.member_epoch, got.assignment) == (3, owned)
+    older = json.loads(raw)
+    del older["ids"]
+    quiet = ConsumerGroup.restore(json.dumps(older).encode(), 1, CFG,
+                                  TopicCounts({T: 2}, {T: "id-2"}))
+    assert quiet.group_epoch == 2
+    assert quiet.heartbeat(beat("a", 2, owned), 2).assignment is None

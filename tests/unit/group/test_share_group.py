@@ -3,6 +3,7 @@ assignor, session expiry, describe, persistence, and a randomized model check.""
 
 from __future__ import annotations
 
+import dataclasses
 from random import Random
 
 import pytest
@@ -178,6 +179,28 @@ def test_a_topic_re_created_under_its_name_is_a_new_assignment() -> None:
     restored = ShareGroup.restore(group.snapshot(), 4)
     assert not restored.update_metadata(TopicCounts({"t": 2}, {"t": "id-2"}))
     assert restored.group_epoch == 2
+
+
+def test_a_topic_re_created_while_no_coordinator_watched() -> None:
+    """Snapshots keep the subscribed topics' ids: a group restored (a
+    coordinator move, a restart) over a topic re-created meanwhile bumps its
+    epoch and sends its members their assignment again; over the same topic
+    it does neither; from an older broker's snapshot (no ids) it learns them
+    quietly."""
+    group = ShareGroup("g", partition_counts=TopicCounts({"t": 2}, {"t": "id-1"}))
+    assert group.heartbeat("a", 0, 0, ["t"]).assignment == (("t", (0, 1)),)
+    snap = group.snapshot()
+    assert snap.topic_ids == (("t", "id-1"),)
+    assert snapshot_from_json(snapshot_to_json(snap))[0] == snap
+    same = ShareGroup.restore(snap, 1, partition_counts=TopicCounts({"t": 2}, {"t": "id-1"}))
+    assert same.group_epoch == 1 and same.heartbeat("a", 1, 2).assignment is None
+    moved = ShareGroup.restore(snap, 1, partition_counts=TopicCounts({"t": 2}, {"t": "id-2"}))
+    assert moved.group_epoch == 2
+    got = moved.heartbeat("a", 1, 2)
+    assert (got.member_epoch, got.assignment) == (2, (("t", (0, 1)),))
+    older = dataclasses.replace(snap, topic_ids=())
+    quiet = ShareGroup.restore(older, 1, partition_counts=TopicCounts({"t": 2}, {"t": "id-2"}))
+    assert quiet.group_epoch == 1 and quiet.heartbeat("a", 1, 2).assignment is None
 
 
 # -- session expiry -------------------------------------------------------------
