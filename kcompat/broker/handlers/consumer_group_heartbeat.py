@@ -34,9 +34,8 @@ from kcompat.group.consumer_messages import Heartbeat, HeartbeatResult, check_re
 def _owned(ctx: RequestContext, request: Any) -> tuple[tuple[str, tuple[int, ...]], ...] | None:
     if request.topic_partitions is None:
         return None
-    by_id = {meta.topic_id: name for name, meta in ctx.state.topics.items()}
-    return tuple((by_id[t.topic_id], tuple(t.partitions)) for t in request.topic_partitions
-                 if t.topic_id in by_id)
+    found = ((ctx.state.topic_by_id(t.topic_id), t) for t in request.topic_partitions)
+    return tuple((meta.name, tuple(t.partitions)) for meta, t in found if meta is not None)
 
 
 def _denied(ctx: RequestContext, group_id: str, names: Any) -> ErrorCode | None:
