@@ -87,9 +87,11 @@ class ConsumerMember:
         return grouped(self.assigned)
 
     def set_epoch(self, epoch: int) -> None:
-        if epoch != self.member_epoch:
-            self.previous_member_epoch = self.member_epoch
-            self.member_epoch = epoch
+        """As Kafka's ``updateMemberEpoch``: the epoch it had becomes its
+        previous one, even when it stays (a step of reconciliation at the
+        same epoch): a heartbeat at an older epoch is then fenced."""
+        self.previous_member_epoch = self.member_epoch
+        self.member_epoch = epoch
 
     def to_json(self) -> list[Any]:
         return [self.member_id, self.instance_id, self.rack_id, self.client_id,
@@ -143,8 +145,7 @@ def reconcile(member: ConsumerMember, target: TopicPartitions, target_epoch: int
             return
         member.revoking = set()
         member.revoke_deadline_ms = None
-        _next_step(member, target, min(member.member_epoch + 1, target_epoch), target_epoch,
-                   owner_of, now_ms, owned)
+        _next_step(member, target, member.member_epoch, target_epoch, owner_of, now_ms, owned)
     elif member.state == UNRELEASED_PARTITIONS or member.member_epoch != target_epoch:
         _next_step(member, target, member.member_epoch, target_epoch, owner_of, now_ms, owned)
 
