@@ -129,7 +129,8 @@ ALLOWED: list[tuple[str, Any, str]] = [
      "KIP-848 assignor placement (uniform, heterogeneous)"),
     *((op, lambda _a, kafka, kcompat: _is_ok(kafka) and _is_ok(kcompat),
        "KIP-848 reconciliation steps follow the assignor's placement")
-      for op in ("consumer_join", "consumer_heartbeat", "consumer_misbehave")),
+      for op in ("consumer_join", "consumer_heartbeat", "consumer_resubscribe",
+                 "consumer_misbehave")),
     # Share groups: Kafka 4.4 assigns a share member a partition only once its
     # share coordinator initialized the partition's state, which it asks for
     # after answering a heartbeat; the group epoch moves when that completes.

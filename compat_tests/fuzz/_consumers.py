@@ -72,12 +72,12 @@ class ConsumerMember:
     owned: dict[uuid.UUID, tuple[int, ...]] = field(default_factory=dict)
 
 
-def set_group_configs(peer: Peer, group: str) -> None:
-    """``GROUP_CONFIGS`` on ``group`` (IncrementalAlterConfigs, GROUP)."""
+def set_group_configs(peer: Peer, group: str, configs: dict[str, str] | None = None) -> None:
+    """``configs`` (default ``GROUP_CONFIGS``) on ``group`` (IncrementalAlterConfigs, GROUP)."""
     answer = peer.call(IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse, 1, {
         "resources": [{"resource_type": GROUP_RESOURCE, "resource_name": group, "configs": [
             {"name": k, "config_operation": 0, "value": v}
-            for k, v in GROUP_CONFIGS.items()]}], "validate_only": False})
+            for k, v in (configs or GROUP_CONFIGS).items()]}], "validate_only": False})
     assert answer != CLOSED and isinstance(answer, dict), f"{peer.name}: {answer}"
     error = answer["responses"][0]["error_code"]
     assert error == 0, f"{peer.name}: group configs of {group}: {answer['responses'][0]}"
@@ -127,7 +127,7 @@ def _named(peer: Peer, topics: list[str], owned: dict[uuid.UUID, tuple[int, ...]
 
 
 def _heartbeat(peer: Peer, group: str, member: ConsumerMember, epoch: int,
-               member_id: str | None = None) -> Any:
+               member_id: str | None = None, subscribing: bool = False) -> Any:
     joining = epoch == 0
     request = heartbeat_v1.ConsumerGroupHeartbeatRequest(
         group_id=GroupId(group), member_id=member_id or member.member_id,
@@ -135,7 +135,7 @@ def _heartbeat(peer: Peer, group: str, member: ConsumerMember, epoch: int,
         rebalance_timeout=i32Timedelta.parse(datetime.timedelta(
             milliseconds=REBALANCE_MS if joining else -1)),
         subscribed_topic_names=tuple(TopicName(t) for t in member.subscribed)
-        if joining else None,
+        if joining or subscribing else None,
         topic_partitions=tuple(
             heartbeat_v1.TopicPartitions(topic_id=tid, partitions=tuple(map(i32, parts)))
             for tid, parts in sorted(member.owned.items())) if epoch >= 0 else None)
@@ -183,6 +183,16 @@ def consumer_heartbeat(peer: Peer, group: str, member_id: str, who: int,
     """A heartbeat at the member's epoch (a join when it is not in the group)."""
     member = _member(peer, group, who, member_id)
     return _answered(peer, topics, member, _heartbeat(peer, group, member, member.epoch))
+
+
+def consumer_resubscribe(peer: Peer, group: str, member_id: str, who: int,
+                         subscribed: list[str], topics: list[str]) -> Observation:
+    """A heartbeat at the member's epoch naming a new subscription (a join
+    when it is not in the group)."""
+    member = _member(peer, group, who, member_id)
+    member.subscribed = tuple(subscribed)
+    return _answered(peer, topics, member, _heartbeat(peer, group, member, member.epoch,
+                                                      subscribing=True))
 
 
 def consumer_misbehave(peer: Peer, group: str, member_id: str, who: int, how: str,

@@ -430,6 +430,12 @@ def machine_for(peers: Sequence[Peer], replication: Sequence[int] = (1, 2, -1),
             self.both("consumer_heartbeat", self.consumer_group, self.consumer_ids[who], who,
                       self.topics)
 
+        @rule(who=st.sampled_from((0, 1)),
+              subscribed=st.sets(st.integers(0, 2), min_size=1, max_size=3))
+        def consumer_resubscribe(self, who: int, subscribed: set[int]) -> None:
+            self.both("consumer_resubscribe", self.consumer_group, self.consumer_ids[who], who,
+                      [self.topics[t] for t in sorted(subscribed)], self.topics)
+
         @rule(who=st.sampled_from((0, 1)), how=st.sampled_from(
             (consumers.FENCED, consumers.PREVIOUS, consumers.UNKNOWN)))
         def consumer_misbehave(self, who: int, how: str) -> None:

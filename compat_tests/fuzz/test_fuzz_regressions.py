@@ -651,3 +651,25 @@ def test_a_step_at_the_same_epoch_makes_it_the_previous_one(peers: list[Peer]) -
     assert both(peers, "consumer_heartbeat", group, ids[0], 0, topics)[1] == "kept"
     assert both(peers, "consumer_misbehave", group, ids[0], 0, consumers.PREVIOUS, topics) \
         == ("error", 110)
+
+
+def test_a_topic_left_leaves_the_assignment_before_the_target_moves(peers: list[Peer]) -> None:
+    # Kafka 4.4's updateCurrentAssignment: a member that stops subscribing to
+    # a topic while the target assignment waits for its interval loses that
+    # topic's partitions at once (to revoke: its epoch kept); kcompat kept
+    # them until the next target (ConsumerGroupDescribe showed a member
+    # owning a topic it no longer subscribed to)
+    group, ids = consumer_group(peers)
+    for peer in peers:  # the target then waits: the next assignment is 15 s away
+        consumers.set_group_configs(peer, group, {"consumer.assignment.interval.ms": "15000"})
+    kept, left = name(), name()
+    for topic in (kept, left):
+        assert both(peers, "create_topic", topic, 1, 1, {}, False) == ("ok", 1, 1)
+        settle(peers, topic, 1)
+    topics = [kept, left]
+    assert both(peers, "consumer_join", group, ids[0], 0, topics, topics) \
+        == ("ok", "advanced", tuple(sorted(((kept, 0), (left, 0)))))
+    assert both(peers, "consumer_resubscribe", group, ids[0], 0, [kept], topics) \
+        == ("ok", "kept", ((kept, 0),))
+    assert both(peers, "consumer_heartbeat", group, ids[0], 0, topics) \
+        == ("ok", "kept", "no new assignment")

@@ -68,6 +68,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from functools import partial
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -349,6 +350,7 @@ class ConsumerGroup(EpochGroup[ConsumerMember], ClassicMembers):
         # compares it with a member subscribed to nothing): one that joins
         # with no topics, regex or assignor leaves the group epoch as it is
         changed = False
+        subscription_changed = False  # Kafka's hasSubscriptionChanged (names, regex)
         if self._group_epoch == 0:  # a new group
             self._group_epoch = 1
         if hb.instance_id is not None:
@@ -362,10 +364,12 @@ class ConsumerGroup(EpochGroup[ConsumerMember], ClassicMembers):
             if value is not None and value != getattr(member, attr):
                 was = getattr(member, attr)
                 setattr(member, attr, value)
-                changed |= not (attr == "subscribed_topic_names" and not value and not was)
+                moved = not (attr == "subscribed_topic_names" and not value and not was)
+                changed |= moved
+                subscription_changed |= moved and attr != "server_assignor"
         if (hb.principal, hb.client_host) != (member.principal, member.client_host) \
                 and member.subscribed_topic_regex is not None and self.topic_filter is not None:
-            changed = True  # its regex may resolve to other topics now
+            changed = subscription_changed = True  # its regex may resolve to other topics now
         member.client_id, member.client_host = hb.client_id, hb.client_host
         member.principal = hb.principal
         member.session_deadline_ms = now_ms + self._session_ms(member)
@@ -377,7 +381,8 @@ class ConsumerGroup(EpochGroup[ConsumerMember], ClassicMembers):
             self._bump()
         self._maybe_assign(now_ms)
         reconcile(member, self._target.get(member.member_id, ()), self._assignment_epoch,
-                  self._owner_of, hb.owned, now_ms)
+                  self._owner_of, hb.owned, now_ms, partial(self.subscribed_topics, member),
+                  subscription_changed)
         full = hb.member_epoch == 0 or (
             hb.rebalance_timeout_ms != -1 and hb.owned is not None
             and (hb.subscribed_topic_names is not None or hb.subscribed_topic_regex is not None))

@@ -28,7 +28,7 @@ in UNRELEASED_PARTITIONS while some are still owned elsewhere, else STABLE.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -130,33 +130,70 @@ def _opt(value: object) -> str | None:
 def owns_revoked(member: ConsumerMember, owned: TopicPartitions | None) -> bool:
     """True while the member may still hold a partition being revoked (an
     omitted owned list counts as still holding them)."""
-    if owned is None:
-        return True
-    return bool(member.revoking & flat(owned))
+    return _owns(member.revoking, owned)
+
+
+def _owns(parts: set[Partition], owned: TopicPartitions | None) -> bool:
+    return owned is None or bool(parts & flat(owned))
 
 
 def reconcile(member: ConsumerMember, target: TopicPartitions, target_epoch: int,
               owner_of: Callable[[Partition], str | None], owned: TopicPartitions | None,
-              now_ms: int) -> None:
+              now_ms: int, subscribed: Callable[[], Iterable[str]],
+              subscription_changed: bool = False) -> None:
     """Move ``member`` one step towards ``target`` (its target assignment at
-    ``target_epoch``); ``owner_of`` names the member owning a partition."""
+    ``target_epoch``) as Kafka 4.4's ``CurrentAssignmentBuilder``; ``owner_of``
+    names the member owning a partition; ``subscribed`` gives the topics it
+    subscribes to now (a topic it left is never its target: asked only when
+    a step is taken), which this heartbeat changed when ``subscription_changed``."""
     if member.state == UNREVOKED_PARTITIONS:
         if owns_revoked(member, owned):
+            if subscription_changed:
+                _keep_subscribed(member, set(subscribed()), owned, now_ms)
             return
         member.revoking = set()
         member.revoke_deadline_ms = None
-        _next_step(member, target, member.member_epoch, target_epoch, owner_of, now_ms, owned)
+        _next_step(member, target, member.member_epoch, target_epoch, owner_of, now_ms, owned,
+                   set(subscribed()))
     elif member.state == UNRELEASED_PARTITIONS or member.member_epoch != target_epoch:
-        _next_step(member, target, member.member_epoch, target_epoch, owner_of, now_ms, owned)
+        _next_step(member, target, member.member_epoch, target_epoch, owner_of, now_ms, owned,
+                   set(subscribed()))
+    elif subscription_changed:
+        _keep_subscribed(member, set(subscribed()), owned, now_ms)
+
+
+def _keep_subscribed(member: ConsumerMember, subscribed: set[str],
+                     owned: TopicPartitions | None, now_ms: int) -> None:
+    """Kafka's ``updateCurrentAssignment``: the subscription changed while the
+    target has not (or the member still holds what it must revoke): the
+    partitions of topics it no longer subscribes to leave its assignment at
+    once, to be revoked if it may still hold them; its epoch stays."""
+    if not subscribed and not member.revoking:  # subscribed to nothing: all of it
+        removed = set(member.assigned)
+    else:
+        removed = {tp for tp in member.assigned if tp[0] not in subscribed}
+        if not removed:
+            return
+    revoking = member.revoking | removed
+    member.set_epoch(member.member_epoch)
+    member.assigned = member.assigned - removed
+    for tp in removed:
+        member.assignment_epochs.pop(tp, None)
+    if revoking and _owns(revoking, owned):
+        member.state = UNREVOKED_PARTITIONS
+        member.revoking = revoking
+    if member.state == UNREVOKED_PARTITIONS:
+        member.revoke_deadline_ms = now_ms + max(member.rebalance_timeout_ms, 0)
 
 
 def _next_step(member: ConsumerMember, target: TopicPartitions, epoch: int, target_epoch: int,
                owner_of: Callable[[Partition], str | None], now_ms: int,
-               owned: TopicPartitions | None) -> None:
+               owned: TopicPartitions | None, subscribed: set[str]) -> None:
     """As Kafka's ``CurrentAssignmentBuilder``: partitions to revoke that the
     heartbeat says the member no longer owns (an owned list without them) are
-    not asked back: it moves to the target epoch at once."""
-    wanted = flat(target)
+    not asked back: it moves to the target epoch at once. A target partition
+    of a topic it no longer subscribes to is not wanted."""
+    wanted = {tp for tp in flat(target) if tp[0] in subscribed}
     kept = member.assigned & wanted
     revoke = member.assigned - wanted
     pending = wanted - kept

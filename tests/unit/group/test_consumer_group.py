@@ -565,3 +565,25 @@ def test_a_topic_re_created_while_no_coordinator_watched() -> None:
                                   TopicCounts({T: 2}, {T: "id-2"}))
     assert quiet.group_epoch == 2
     assert quiet.heartbeat(beat("a", 2, owned), 2).assignment is None
+
+
+def test_a_topic_left_leaves_the_assignment_before_the_target_moves() -> None:
+    """Kafka 4.4's updateCurrentAssignment: while the next target waits for
+    its interval, a member that stops subscribing to a topic loses its
+    partitions at once, to revoke first (its epoch kept), then stands as it
+    is; the target, when it comes, gives it nothing of that topic."""
+    cfg = ConsumerGroupConfig(session_timeout_ms=45_000, heartbeat_interval_ms=500,
+                              assignment_interval_ms=15_000)
+    g = ConsumerGroup("g", cfg, {"t1": 1, "t2": 1})
+    both = (("t1", (0,)), ("t2", (0,)))
+    first = g.heartbeat(join("a", ("t1", "t2")), 0)
+    assert first.assignment == both
+    left = g.heartbeat(beat("a", first.member_epoch, both, subscribed_topic_names=("t1",)), 1)
+    assert (left.member_epoch, left.assignment) == (first.member_epoch, (("t1", (0,)),))
+    member = g.member("a")
+    assert member is not None and member.state == "unrevoked_partitions"
+    after = g.heartbeat(beat("a", first.member_epoch, (("t1", (0,)),)), 2)
+    assert (after.member_epoch, after.assignment) == (first.member_epoch, None)
+    assert g.member("a").state == "stable"  # type: ignore[union-attr]
+    later = g.heartbeat(beat("a", first.member_epoch, (("t1", (0,)),)), 20_000)
+    assert later.member_epoch > first.member_epoch and later.assignment is None
