@@ -609,23 +609,29 @@ def test_a_transactional_batch_outside_its_transaction_before_its_records_are_ch
         == ("error", 87)  # in the transaction now: INVALID_RECORD
 
 
-def test_a_member_with_more_to_revoke_stays_at_its_epoch(peers: list[Peer]) -> None:
-    # Kafka 4.4's CurrentAssignmentBuilder: a member that revoked what it was
-    # asked to while the target moved on (a third member joined) and has more
-    # to revoke stays at its epoch ("kept"; kcompat moved it one epoch on), and
-    # that step makes its epoch its previous one: a heartbeat at the epoch
-    # before is fenced (kcompat accepted it)
+def two_on_six_partitions(peers: list[Peer]) -> tuple[str, list[str], list[str]]:
+    """A KIP-848 group whose first member holds a 6-partition topic and a
+    second has just joined it; the group, three member ids and the topic."""
     group, ids = consumer_group(peers)
-    third = str(uuid.uuid4())
     topic = name()
     assert both(peers, "create_topic", topic, 6, 1, {}, False) == ("ok", 6, 1)
     settle(peers, topic, 6)
     topics = [topic]
     both(peers, "consumer_join", group, ids[0], 0, topics, topics)
     both(peers, "consumer_join", group, ids[1], 1, topics, topics)
+    return group, [*ids, str(uuid.uuid4())], topics
+
+
+def test_a_member_with_more_to_revoke_stays_at_its_epoch(peers: list[Peer]) -> None:
+    # Kafka 4.4's CurrentAssignmentBuilder: a member that revoked what it was
+    # asked to while the target moved on (a third member joined) and has more
+    # to revoke stays at its epoch ("kept"; kcompat moved it one epoch on), and
+    # that step makes its epoch its previous one: a heartbeat at the epoch
+    # before is fenced (kcompat accepted it)
+    group, ids, topics = two_on_six_partitions(peers)
     asked = both(peers, "consumer_heartbeat", group, ids[0], 0, topics)
     assert asked[:2] == ("ok", "kept") and len(asked[2]) == 3  # revoke three
-    both(peers, "consumer_join", group, third, 2, topics, topics)
+    both(peers, "consumer_join", group, ids[2], 2, topics, topics)
     again = both(peers, "consumer_heartbeat", group, ids[0], 0, topics)
     assert again[:2] == ("ok", "kept") and len(again[2]) == 2  # revoke one more
     assert both(peers, "consumer_misbehave", group, ids[0], 0, consumers.PREVIOUS, topics) \
@@ -637,17 +643,10 @@ def test_a_step_at_the_same_epoch_makes_it_the_previous_one(peers: list[Peer]) -
     # member's epoch its previous one, even a step that keeps the epoch (asked
     # to revoke): a heartbeat at the epoch it had before is then fenced
     # (kcompat kept the older previous epoch and accepted it)
-    group, ids = consumer_group(peers)
-    third = str(uuid.uuid4())
-    topic = name()
-    assert both(peers, "create_topic", topic, 6, 1, {}, False) == ("ok", 6, 1)
-    settle(peers, topic, 6)
-    topics = [topic]
-    both(peers, "consumer_join", group, ids[0], 0, topics, topics)
-    both(peers, "consumer_join", group, ids[1], 1, topics, topics)
+    group, ids, topics = two_on_six_partitions(peers)
     assert both(peers, "consumer_heartbeat", group, ids[0], 0, topics)[1] == "kept"
     assert both(peers, "consumer_heartbeat", group, ids[0], 0, topics)[1] == "advanced"
-    both(peers, "consumer_join", group, third, 2, topics, topics)
+    both(peers, "consumer_join", group, ids[2], 2, topics, topics)
     assert both(peers, "consumer_heartbeat", group, ids[0], 0, topics)[1] == "kept"
     assert both(peers, "consumer_misbehave", group, ids[0], 0, consumers.PREVIOUS, topics) \
         == ("error", 110)
