@@ -63,34 +63,39 @@ def _share_described_alike(_args: Any, kafka: Any, kcompat: Any) -> bool:
         (kcompat[2], tuple(m[::2] for m in kcompat[4]))
 
 
-#: Kafka's answers for a re-created topic's old id in a share session (F21)
-OLD_TOPIC_ID_ERRORS = (-1, 6)
+#: the answers for a share session's partitions of a topic id no longer in the
+#: metadata (F21, F32): UNKNOWN_SERVER_ERROR, NOT_LEADER_OR_FOLLOWER (Kafka, an
+#: incarnation it had loaded), UNKNOWN_TOPIC_OR_PARTITION (one it never loaded; kcompat)
+STALE_TOPIC_ID_ERRORS = (-1, 6, 3)
 
 
 def _share_consumed_alike(_args: Any, kafka: Any, kcompat: Any) -> bool:
-    """Alike once two known differences are left out of Kafka's observation:
-    F21, its UNKNOWN_SERVER_ERROR (-1), or NOT_LEADER_OR_FOLLOWER (6) on 3
-    brokers, for a share session's partitions of a topic id no longer in the
-    metadata; F23, the transaction markers it
-    acquires (kcompat archives them as gaps, never handing them out); and
-    which partition of a deleted topic a member's session held, which is the
-    assignor's placement (the errors of a topic the metadata lacks are
-    compared without the partition index)."""
+    """Alike once three known differences are left out: F21, the errors for
+    a share session's partitions of a topic id no longer in the metadata
+    (Kafka keeps one entry per incarnation of a re-created topic, answered
+    UNKNOWN_SERVER_ERROR (-1), NOT_LEADER_OR_FOLLOWER (6) on 3 brokers, or
+    UNKNOWN_TOPIC_OR_PARTITION (3) for one it never loaded, where kcompat
+    keeps one per topic name: F32): compared as which requests saw such an
+    error at all; F23, the transaction markers Kafka acquires (kcompat
+    archives them as gaps, never handing them out); and which partition of a
+    deleted topic a member's session held, which is the assignor's placement
+    (the errors of a topic the metadata lacks are compared without the
+    partition index)."""
     if not (_is_ok(kafka) and _is_ok(kcompat)) or kcompat[4]:
         return False
-    old_ids = {(e[0], e[2]) for e in kafka[2]
-               if e[1] == "?unknown topic id" and e[3] in OLD_TOPIC_ID_ERRORS}
-    errors = tuple(e for e in kafka[2]
-                   if not (e[1] == "?unknown topic id" and e[3] in OLD_TOPIC_ID_ERRORS))
-    # kcompat answers an old id's partition the re-created topic lacks under the
-    # new id, UNKNOWN_TOPIC_OR_PARTITION (its session is keyed by name: F21)
-    mine = tuple(e for e in kcompat[2] if not (e[3] == 3 and (e[0], e[2]) in old_ids))
+
+    def stale(e: Any) -> bool:
+        return e[1] == "?unknown topic id" and e[3] in STALE_TOPIC_ID_ERRORS
 
     def placed(seen: tuple[Any, ...]) -> Any:
         return sorted({(e[0], e[1], -1 if e[1] == "?unknown topic id" else e[2], e[3])
-                       for e in seen})
+                       for e in seen if not stale(e)})
 
-    return (kafka[:2], placed(errors), kafka[3]) == (kcompat[:2], placed(mine), kcompat[3])
+    def stale_ops(seen: tuple[Any, ...]) -> Any:
+        return sorted({e[0] for e in seen if stale(e)})
+
+    return (kafka[:2], placed(kafka[2]), stale_ops(kafka[2]), kafka[3]) == \
+        (kcompat[:2], placed(kcompat[2]), stale_ops(kcompat[2]), kcompat[3])
 
 
 def _past_the_log_end(args: Any, kafka: Any, kcompat: Any) -> bool:

@@ -672,3 +672,16 @@ def test_a_topic_left_leaves_the_assignment_before_the_target_moves(peers: list[
         == ("ok", "kept", ((kept, 0),))
     assert both(peers, "consumer_heartbeat", group, ids[0], 0, topics) \
         == ("ok", "kept", "no new assignment")
+
+
+def test_stale_topic_ids_of_a_share_session_compared_by_request() -> None:
+    # F32: a topic deleted and re-created twice under a share session. Kafka's
+    # session keeps each incarnation's id (one answered UNKNOWN_SERVER_ERROR,
+    # an older one UNKNOWN_TOPIC_OR_PARTITION), kcompat's one id per name; both
+    # answer the partitions of a topic id the metadata lacks with an error
+    stale = "?unknown topic id"
+    kafka = ("ok", (), (("fetch", stale, 0, -1), ("fetch", stale, 0, 3),
+                        ("fetch", stale, 1, -1), ("fetch", stale, 1, 3)), (), ())
+    kcompat = ("ok", (), (("fetch", stale, 0, 3), ("fetch", stale, 1, 3)), (), ())
+    assert allowed("share_consume", (), kafka, kcompat) is not None
+    assert allowed("share_consume", (), kafka, ("ok", (), (), (), ())) is None
