@@ -15,7 +15,17 @@ later heartbeat), and only then is it handed to B.
 * STABLE at an old epoch, or UNRELEASED_PARTITIONS: compute the next step.
 * UNREVOKED_PARTITIONS: wait while the heartbeat's owned partitions (unknown
   when the member did not send them) still hold one being revoked; once
-  released, step again from ``min(epoch + 1, target epoch)``.
+  released, step again from its epoch (more to revoke: it stays there).
+* A subscription changed by this heartbeat while the member is at the target
+  epoch, or still holds what it must revoke (the target waits for
+  ``group.consumer.assignment.interval.ms``): the partitions of topics it no
+  longer subscribes to leave its assignment at once, to be revoked
+  (``_keep_subscribed``, Kafka's ``updateCurrentAssignment``). A topic it no
+  longer subscribes to is never part of its target.
+
+Every step makes the member's epoch its previous one, even a step that keeps
+it (``set_epoch``, Kafka's ``updateMemberEpoch``): a heartbeat is accepted at
+the previous epoch only (its answer may have been lost).
 
 Each owned partition remembers the member epoch it was assigned at (KIP-1251,
 Kafka 4.3+): a commit at an older epoch is accepted for the partitions the
