@@ -247,7 +247,10 @@ class ConsumerGroup(EpochGroup[ConsumerMember], ClassicMembers):
             return HeartbeatResult(e.code, error_message=e.message)
         if partition_counts is not None:
             self.update_metadata(partition_counts)
-        return self._heartbeat(member, hb, now_ms)
+        try:
+            return self._heartbeat(member, hb, now_ms)
+        finally:
+            self._metadata_bumped = False
 
     def _topics_changed(self) -> None:
         """A regex subscription matches the topics there are now."""
@@ -378,7 +381,7 @@ class ConsumerGroup(EpochGroup[ConsumerMember], ClassicMembers):
                 not in self._regex:
             self._regex[member.subscribed_topic_regex] = self._resolve(member.subscribed_topic_regex)
         if changed:
-            self._bump()
+            self._bump_once()
         self._maybe_assign(now_ms)
         reconcile(member, self._target.get(member.member_id, ()), self._assignment_epoch,
                   self._owner_of, hb.owned, now_ms, partial(self.subscribed_topics, member),

@@ -91,6 +91,7 @@ class EpochGroup(Generic[M]):
         self._target: dict[str, TopicPartitions] = {}
         self._group_epoch = 0
         self._assignment_epoch = 0
+        self._metadata_bumped = False  # ``update_metadata`` bumped it for this heartbeat
 
     # -- what the host reads -------------------------------------------------
 
@@ -121,6 +122,7 @@ class EpochGroup(Generic[M]):
         The very mapping given last time is taken as unchanged (the host hands
         out one per version of its metadata), so the usual call, from each
         heartbeat, costs nothing per topic."""
+        self._metadata_bumped = False
         if partition_counts is self._topics_from:
             return False
         self._topics_from = partition_counts
@@ -133,7 +135,17 @@ class EpochGroup(Generic[M]):
         if (self._subscriptions(), self._subscribed_ids(known)) == before:
             return False
         self._bump()
+        self._metadata_bumped = True
         return True
+
+    def _bump_once(self) -> bool:
+        """A heartbeat changed what its member subscribes to: bump the group
+        epoch, unless the metadata taken in for this heartbeat just did (Kafka
+        bumps it once per heartbeat, for both); False when it had been."""
+        bumped, self._metadata_bumped = self._metadata_bumped, False
+        if not bumped:
+            self._bump()
+        return not bumped
 
     def _subscribed_ids(self, known: bool) -> dict[str, object]:
         """The ids of the subscribed topics (a re-created topic has a new
@@ -194,6 +206,7 @@ class EpochGroup(Generic[M]):
             self.update_metadata(partition_counts)
         if not known:
             self._restored_sent()
+        self._metadata_bumped = False
 
     def _restored_sent(self) -> None:
         for m in self._members.values():

@@ -203,8 +203,11 @@ class ShareGroup(EpochGroup[_Member]):
             return _error(ErrorCode.fenced_member_epoch,
                           f"The share group member has epoch {member_epoch}, the group "
                           f"coordinator {member.member_epoch}.")
-        return self._heartbeat(member or _Member(member_id), member_epoch, now_ms,
-                               subscribed_topic_names, rack_id, client_id, client_host)
+        try:
+            return self._heartbeat(member or _Member(member_id), member_epoch, now_ms,
+                                   subscribed_topic_names, rack_id, client_id, client_host)
+        finally:
+            self._metadata_bumped = False
 
     # -- persistence ---------------------------------------------------------
 
@@ -257,8 +260,8 @@ class ShareGroup(EpochGroup[_Member]):
         member.client_id, member.client_host = client_id, client_host
         member.deadline_ms = now_ms + self.config.session_timeout_ms
         self._members[member.member_id] = member
-        if changed:
-            self._bump()
+        if changed and not self._bump_once():
+            self._assign()  # the epoch moved with the metadata: the new subscription too
         self._reconcile(member, changed)
         send = self._sends_assignment(member, (
             member_epoch == 0 or subscribed_topic_names is not None
@@ -292,6 +295,10 @@ class ShareGroup(EpochGroup[_Member]):
 
     def _bump(self) -> None:
         self._group_epoch += 1
+        self._assign()
+
+    def _assign(self) -> None:
+        """The target assignment of the group epoch."""
         subscriptions = {m.member_id: m.subscribed for m in self._members.values()}
         self._target = simple_assign(subscriptions, self._topics, self._target)
         self._assignment_epoch = self._group_epoch

@@ -587,3 +587,14 @@ def test_a_topic_left_leaves_the_assignment_before_the_target_moves() -> None:
     assert g.member("a").state == "stable"  # type: ignore[union-attr]
     later = g.heartbeat(beat("a", first.member_epoch, (("t1", (0,)),)), 20_000)
     assert later.member_epoch > first.member_epoch and later.assignment is None
+
+
+def test_one_heartbeat_bumps_the_group_epoch_once() -> None:
+    """A heartbeat changing the member's subscription while a subscribed
+    topic appeared: one bump for both, as Kafka (kcompat bumped twice, and
+    the member's previous epoch was then two behind)."""
+    g = ConsumerGroup("g", CFG, {})
+    first = g.heartbeat(join("a", ("a",)), 0, {})
+    again = g.heartbeat(join("a", ("a", "b")), 1, {"a": 1})
+    assert (again.member_epoch, again.assignment) == (first.member_epoch + 1, (("a", (0,)),))
+    assert g.heartbeat(beat("a", first.member_epoch, (("a", (0,)),)), 2).error == ErrorCode.none

@@ -203,6 +203,17 @@ def test_a_topic_re_created_while_no_coordinator_watched() -> None:
     assert quiet.group_epoch == 1 and quiet.heartbeat("a", 1, 2).assignment is None
 
 
+def test_one_heartbeat_bumps_the_group_epoch_once() -> None:
+    """Metadata taken in before a heartbeat that changes the subscription:
+    one bump for both, as Kafka, and the target covers the new subscription."""
+    group = ShareGroup("g", partition_counts={})
+    first = group.heartbeat("a", 0, 0, ["t"])
+    assert group.update_metadata({"t": 1, "u": 1})
+    got = group.heartbeat("a", first.member_epoch, 1, ["t", "u"])
+    assert got.member_epoch == first.member_epoch + 1 == group.group_epoch
+    assert got.assignment == (("t", (0,)), ("u", (0,)))
+
+
 # -- session expiry -------------------------------------------------------------
 
 
