@@ -141,10 +141,9 @@ class ShareGroupService(HostedGroups[ShareGroup]):
         if group is None:
             group = ShareGroup(group_id, self._group_config(group_id), self.partition_counts())
         else:
-            group.update_metadata(self.partition_counts())
             before = group.snapshot()
         result = group.heartbeat(member_id, member_epoch, now_ms(), subscribed, rack_id,
-                                 client_id, client_host)
+                                 client_id, client_host, self.partition_counts())
         seen = self._topics.setdefault(group_id, set())
         grown = bool(subscribed) and result.error == ErrorCode.none and not seen.issuperset(
             subscribed or ())

@@ -181,8 +181,12 @@ class ShareGroup(EpochGroup[_Member]):
     def heartbeat(self, member_id: str, member_epoch: int, now_ms: int,
                   subscribed_topic_names: Sequence[str] | None = None,
                   rack_id: str | None = None, client_id: str = "",
-                  client_host: str = "") -> HeartbeatResult:
-        """One ShareGroupHeartbeat: join (epoch 0), heartbeat or leave (-1)."""
+                  client_host: str = "",
+                  partition_counts: Mapping[str, int] | None = None) -> HeartbeatResult:
+        """One ShareGroupHeartbeat: join (epoch 0), heartbeat or leave (-1).
+        ``partition_counts``: the cluster's topics now, taken in
+        (``update_metadata``) once the member and its epoch passed the checks:
+        a refused heartbeat changes no group epoch, as in Kafka."""
         invalid = _check_request(member_id, member_epoch, subscribed_topic_names, rack_id)
         if invalid is not None:
             return _error(ErrorCode.invalid_request, invalid)
@@ -203,6 +207,8 @@ class ShareGroup(EpochGroup[_Member]):
             return _error(ErrorCode.fenced_member_epoch,
                           f"The share group member has epoch {member_epoch}, the group "
                           f"coordinator {member.member_epoch}.")
+        if partition_counts is not None:
+            self.update_metadata(partition_counts)
         try:
             return self._heartbeat(member or _Member(member_id), member_epoch, now_ms,
                                    subscribed_topic_names, rack_id, client_id, client_host)

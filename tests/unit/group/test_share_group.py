@@ -214,6 +214,21 @@ def test_one_heartbeat_bumps_the_group_epoch_once() -> None:
     assert got.assignment == (("t", (0,)), ("u", (0,)))
 
 
+def test_a_refused_heartbeat_takes_no_topic_change_in() -> None:
+    """As Kafka (and the consumer groups' F20): the metadata a heartbeat
+    brings is taken in once the member and its epoch passed the checks, so
+    a fenced heartbeat leaves the group epoch as it is; the next good one
+    bumps it."""
+    group = ShareGroup("g", partition_counts={"t": 1})
+    first = group.heartbeat("a", 0, 0, ["t"], partition_counts={"t": 1})
+    fenced = group.heartbeat("a", first.member_epoch + 5, 1, partition_counts={"t": 2})
+    assert fenced.error == ErrorCode.fenced_member_epoch
+    assert group.group_epoch == first.member_epoch
+    got = group.heartbeat("a", first.member_epoch, 2, partition_counts={"t": 2})
+    assert got.member_epoch == first.member_epoch + 1
+    assert got.assignment == (("t", (0, 1)),)
+
+
 # -- session expiry -------------------------------------------------------------
 
 
