@@ -70,33 +70,39 @@ STALE_TOPIC_ID_ERRORS = (-1, 6, 3)
 
 
 def _share_consumed_alike(_args: Any, kafka: Any, kcompat: Any) -> bool:
-    """Alike once three known differences are left out: F21, the errors for
-    a share session's partitions of a topic id no longer in the metadata
-    (Kafka keeps one entry per incarnation of a re-created topic, answered
+    """Alike once three known differences are left out. F21 and F32: a share
+    session's partitions of a topic id no longer in the metadata. Kafka keeps
+    one entry per incarnation of a re-created topic, answered
     UNKNOWN_SERVER_ERROR (-1), NOT_LEADER_OR_FOLLOWER (6) on 3 brokers, or
-    UNKNOWN_TOPIC_OR_PARTITION (3) for one it never loaded, where kcompat
-    keeps one per topic name, or none once the request names the new id:
-    F32): kcompat's requests with such an error must be among Kafka's; F23, the transaction markers Kafka acquires (kcompat
-    archives them as gaps, never handing them out); and which partition of a
-    deleted topic a member's session held, which is the assignor's placement
-    (the errors of a topic the metadata lacks are compared without the
-    partition index)."""
+    UNKNOWN_TOPIC_OR_PARTITION (3) for one it never loaded. kcompat keeps one
+    per topic name: none once the request names the new id, or one stale id
+    answered 3, and a partition the new topic lacks answered 3 under the new
+    id. So the requests in which kcompat gives a stale-id error must be among
+    Kafka's, and its 3s for those partitions are left out. F23: the
+    transaction markers Kafka acquires (kcompat archives them as gaps, never
+    handing them out). And which partition of a deleted topic a member's
+    session held, which is the assignor's placement (the errors of a topic
+    the metadata lacks are compared without the partition index)."""
     if not (_is_ok(kafka) and _is_ok(kcompat)) or kcompat[4]:
         return False
 
     def stale(e: Any) -> bool:
         return e[1] == "?unknown topic id" and e[3] in STALE_TOPIC_ID_ERRORS
 
+    old_ids = {(e[0], e[2]) for e in kafka[2] if stale(e)}
+    # kcompat answers an old id's partition the re-created topic lacks under the
+    # new id, UNKNOWN_TOPIC_OR_PARTITION (its session is keyed by name: F21)
+    mine = tuple(e for e in kcompat[2] if not (e[3] == 3 and (e[0], e[2]) in old_ids))
+
     def placed(seen: tuple[Any, ...]) -> Any:
         return sorted({(e[0], e[1], -1 if e[1] == "?unknown topic id" else e[2], e[3])
                        for e in seen if not stale(e)})
 
-    def stale_ops(seen: tuple[Any, ...]) -> Any:
-        return sorted({e[0] for e in seen if stale(e)})
+    def stale_ops(seen: tuple[Any, ...]) -> set[Any]:
+        return {e[0] for e in seen if stale(e)}
 
-    return (kafka[:2], placed(kafka[2]), kafka[3]) == \
-        (kcompat[:2], placed(kcompat[2]), kcompat[3]) and \
-        set(stale_ops(kcompat[2])) <= set(stale_ops(kafka[2]))
+    return (kafka[:2], placed(kafka[2]), kafka[3]) == (kcompat[:2], placed(mine), kcompat[3]) \
+        and stale_ops(kcompat[2]) <= stale_ops(kafka[2])
 
 
 def _past_the_log_end(args: Any, kafka: Any, kcompat: Any) -> bool:

@@ -692,6 +692,12 @@ def test_stale_topic_ids_of_a_share_session_compared_by_request() -> None:
     assert allowed("share_consume", (), kafka, ("ok", (), (), (), ())) is not None
     # a stale-id error kcompat gives and Kafka does not is a difference
     assert allowed("share_consume", (), ("ok", (), (), (), ()), kcompat) is None
+    # F21: a partition the re-created topic lacks, under the new id on kcompat
+    loaded = ("ok", (), (("fetch", stale, 0, -1), ("fetch", stale, 1, -1)), (), ())
+    assert allowed("share_consume", (), loaded,
+                   ("ok", (), (("fetch", "t", 1, 3),), (), ())) is not None
+    assert allowed("share_consume", (), loaded,
+                   ("ok", (), (("fetch", "t", 2, 3),), (), ())) is None
 
 
 def test_one_heartbeat_bumps_the_group_epoch_once(peers: list[Peer]) -> None:
