@@ -153,7 +153,9 @@ def stored_records(pdir: Path) -> list[StoredRecord]:
 def wait_for(check: Callable[[], Any], timeout_s: float, what: str,
              interval_s: float = 0.2) -> Any:
     """Poll ``check`` until it returns something truthy; its last falsy answer
-    (or exception) is in the failure message."""
+    (or exception) is in the failure message. A segment file gone between
+    listing a directory and reading it (the cleaner swapped it) is polled
+    again, like a failed assertion."""
     deadline = time.monotonic() + timeout_s
     last: Any = None
     while time.monotonic() < deadline:
@@ -161,7 +163,7 @@ def wait_for(check: Callable[[], Any], timeout_s: float, what: str,
             last = check()
             if last:
                 return last
-        except AssertionError as e:
+        except (AssertionError, FileNotFoundError) as e:
             last = e
         time.sleep(interval_s)
     raise AssertionError(f"{what}: not within {timeout_s:.0f} s; last: {str(last)[:2000]}")
