@@ -16,7 +16,9 @@ joined write asked for a full one) holds every change made before any of the
 joined writes. So however many requests touch a key during one Raft round,
 its state partition gets one record for them (an ``update`` costs what
 changed, not how many requests changed it), and each request still waits for
-a record that holds its changes. Sequence numbers are given as the records
+a record that holds its changes — also one whose changes a batch took before
+the request asked (it changed the machine, then awaited something else): it
+waits for the key's last record (``Held.sent``) and fails with it. Sequence numbers are given as the records
 are made, in the order they are appended, so replicas fold them in order
 (``group.share_state``).
 
@@ -66,6 +68,8 @@ class Held:
     # the lost one), their requests fail, and the key is claimed again
     broken: bool = False
     topic_id: Any = None  # of the topic it was claimed for (re-created: claimed again)
+    # the last record made of it: a change it holds is durable once that commits
+    sent: _Wait | None = None
 
 
 @dataclass(eq=False)
@@ -123,12 +127,21 @@ class ShareWriter:
         """Make each machine's changes (or, ``full``, its whole state) durable
         and wait for all of them; (held, error) of the writes that failed."""
         waits = []
+        failed: list[tuple[Held, ErrorCode]] = []
         for held, full in changed:
             queue = self._queues.setdefault(held.state_index, _Queue())
             wait = queue.waiting.get(held)
+            if wait is None and held.broken:
+                failed.append((held, ErrorCode.unknown_server_error))
+                continue  # a change it holds may be in the lost record
+            if wait is None and not full and not held.machine.has_update:
+                # nothing new to record: its changes are in the last record
+                # made, which may still be in flight (taken by a batch after
+                # the change, before this call) — answered once that commits
+                if held.sent is not None and not held.sent.done.is_set():
+                    waits.append(held.sent)
+                continue
             if wait is None:
-                if not full and not held.machine.has_update:
-                    continue  # nothing of it to make durable
                 if not queue.waiting:
                     queue.queued_ms = self._now_ms()
                 wait = queue.waiting[held] = _Wait(held, full, initial)
@@ -143,7 +156,6 @@ class ShareWriter:
                     for lost in queue.waiting.values():
                         lost.done.set()
                     queue.waiting.clear()
-        failed: list[tuple[Held, ErrorCode]] = []
         for wait in waits:
             await wait.done.wait()
             if wait.code != ErrorCode.none:
@@ -187,6 +199,7 @@ class ShareWriter:
         else:
             state = machine.take_update()
         held.seq += 1
+        held.sent = wait
         return state_value(held.generation, held.seq, state, wait.full, wait.initial)
 
     async def _append_logged(self, index: int, batch: bytes) -> ErrorCode:

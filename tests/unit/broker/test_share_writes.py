@@ -114,3 +114,50 @@ def test_a_request_that_changed_nothing_does_not_wait() -> None:
 
     trio.run(main)
 
+
+
+def run_late_writer(fail: bool) -> list[tuple[Held, ErrorCode]]:
+    """A request changes the machine, then (awaiting something else) asks for
+    its write only after another request's batch took that change: what the
+    late request's write answers once the batch is done."""
+    fake = FakeLog(fail=fail)
+    late: list[list[tuple[Held, ErrorCode]]] = []
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            def spawn(fn, *args) -> bool:  # type: ignore[no-untyped-def]
+                nursery.start_soon(fn, *args)
+                return True
+
+            writer = ShareWriter(fake.append, spawn, lambda: 1000)
+            held = Held(KEY, SharePartition(0), generation=1, term=1, state_index=0)
+            held.machine.take_update()
+            got = held.machine.acquire("m", 10, 1000, ((o, None) for o in range(10)), 10)
+            held.machine.acknowledge("m", [(got[0].first_offset, got[-1].last_offset,
+                                            (int(AckType.ACCEPT),))], 1000)
+            nursery.start_soon(writer.write, [(held, False)])  # the other request
+            await trio.testing.wait_all_tasks_blocked()
+            assert len(fake.batches) == 1 and not held.machine.has_update  # in flight
+
+            async def the_late_one() -> None:
+                late.append(await writer.write([(held, False)]))
+            nursery.start_soon(the_late_one)
+            await trio.testing.wait_all_tasks_blocked()
+            assert not late  # it waits for the batch that holds its change
+            fake.gate.set()
+        # and a request after the batch failed fails too (its change was in it)
+        if fail:
+            late.append(await writer.write([(held, False)]))
+            assert late[-1] == [(held, ErrorCode.unknown_server_error)]
+
+    trio.run(main)
+    return late[0]
+
+
+def test_a_request_whose_change_a_batch_took_waits_for_that_batch() -> None:
+    assert run_late_writer(fail=False) == []
+
+
+def test_a_request_whose_change_was_in_a_lost_batch_fails() -> None:
+    failed = run_late_writer(fail=True)
+    assert len(failed) == 1 and failed[0][1] == ErrorCode.request_timed_out
