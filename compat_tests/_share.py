@@ -112,6 +112,7 @@ class Delivery:
     value: str
     settled_ms: int | None = None  # sent (ShareAcknowledge) or confirmed (callback)
     failed: bool = False  # the broker answered the acknowledgement with an error
+    answered_ms: int | None = None  # when the acknowledgement's answer came (ok or not)
 
 
 def read_deliveries(path: Path, member: str) -> tuple[list[Delivery], list[str]]:
@@ -131,26 +132,28 @@ def read_deliveries(path: Path, member: str) -> tuple[list[Delivery], list[str]]
         elif f[0] == "C" and len(f) >= 3:
             ok = {int(p) for p, _, r in (x.partition(":") for x in f[3:]) if r == "ok"}
             for d in batch:
-                _settle(unsettled, d.partition, d.offset, int(f[1]), d.partition in ok)
+                _settle(unsettled, d.partition, d.offset, int(f[1]), d.partition in ok,
+                        int(f[2]))
             batch = []
         elif f[0] == "K" and len(f) >= 3:
             for part in f[3:]:
                 p, _, offs = part.partition(":")
                 for o in filter(None, offs.split(",")):
-                    _settle(unsettled, int(p), int(o), int(f[1]), f[2] == "ok")
+                    _settle(unsettled, int(p), int(o), int(f[1]), f[2] == "ok", int(f[1]))
         elif line.startswith("#"):
             notes.append(line)
     return rows, notes
 
 
 def _settle(unsettled: dict[tuple[int, int], deque[Delivery]], partition: int, offset: int,
-            ts_ms: int, ok: bool) -> None:
+            ts_ms: int, ok: bool, answered_ms: int) -> None:
     """Acknowledgements are answered in the order they were made: the first
     unsettled delivery of the record is the one this answer is about."""
     q = unsettled.get((partition, offset))
     if not q:
         return
     d = q.popleft()
+    d.answered_ms = answered_ms
     if ok:
         d.settled_ms = ts_ms
     else:
