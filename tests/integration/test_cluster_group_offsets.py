@@ -83,6 +83,11 @@ class Member:
                 topic, bootstrap_servers=bootstrap, group_id=group,
                 enable_auto_commit=False, auto_offset_reset="earliest",
                 isolation_level="read_committed", session_timeout_ms=10000)
+            # its metadata before it joins: kafka-python's leader assigns nothing
+            # when the join races its first metadata answer ("No partition
+            # metadata for topic"), and it did not rejoin within a minute once
+            # (a client race: the test is about transactional offsets)
+            assert self.kc.partitions_for_topic(topic), f"no metadata for {topic}"
         else:
             self.cc = Consumer({"bootstrap.servers": bootstrap, "group.id": group,
                                 "enable.auto.commit": False, "auto.offset.reset": "earliest",
