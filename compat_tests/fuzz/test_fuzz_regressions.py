@@ -758,3 +758,23 @@ def test_an_acknowledgement_below_the_start_offset_is_answered_none(peers: list[
     kafka, kcompat = (_accepted_twice(peer, group, ids, topic) for peer in peers)
     assert kafka[0][0] == 0 and kafka[-2:] == ((0, 0, -1), (0, 0, -1)), kafka
     assert kcompat == kafka
+
+
+def test_a_topic_re_created_without_a_heartbeat_leaves_the_described_assignment(
+        peers: list[Peer]) -> None:
+    # Kafka keeps assignments by topic id: a topic deleted and re-created under
+    # its name (fewer partitions) before the member's next heartbeat is no
+    # longer in its described assignment or target; kcompat, keeping them by
+    # name, described the old partitions under the new topic
+    group, ids = consumer_group(peers)
+    topic = name()
+    assert both(peers, "create_topic", topic, 3, 1, {}, False) == ("ok", 3, 1)
+    settle(peers, topic, 3)
+    joined = both(peers, "consumer_join", group, ids[0], 0, [topic], [topic])
+    assert joined[:2] == ("ok", "advanced") and len(joined[2]) == 3, joined
+    assert both(peers, "delete_topic", topic) == 0
+    settle(peers, topic, None)
+    assert both(peers, "create_topic", topic, 2, 1, {}, False) == ("ok", 2, 1)
+    settle(peers, topic, 2)
+    described = both(peers, "consumer_describe", group, ids)
+    assert described[4] == ((0, "at the group epoch", (topic,), (), (), 1),), described

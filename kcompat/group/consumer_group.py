@@ -174,7 +174,8 @@ class ConsumerGroup(EpochGroup[ConsumerMember], ClassicMembers):
             m.subscribed_topic_names or (), m.subscribed_topic_regex or "", grouped(m.owned),
             self._target.get(m.member_id, ()), m.is_classic) for m in self._sorted_members())
         return DescribedGroup(self.group_id, self.state, self._group_epoch,
-                              self._assignment_epoch, self.assignor_name(), members)
+                              self._assignment_epoch, self.assignor_name(), members,
+                              self._topic_ids)
 
     def _sorted_members(self) -> list[ConsumerMember]:
         return [self._members[m] for m in sorted(self._members)]

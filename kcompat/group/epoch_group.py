@@ -20,7 +20,7 @@ Pure and deterministic: no clock, no I/O.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar
 
 from kio.schema.errors import ErrorCode
@@ -65,6 +65,9 @@ class DescribedGroup(Generic[D]):
     assignment_epoch: int
     assignor_name: str
     members: tuple[D, ...]
+    # the topic ids the group's assignments were made with, by name ({}:
+    # unknown): a topic re-created since under its name is not theirs
+    topic_ids: Mapping[str, object] = field(default_factory=dict)
 
 
 class TopicCounts(dict[str, int]):

@@ -174,7 +174,8 @@ class ShareGroup(EpochGroup[_Member]):
     def describe(self) -> DescribedShareGroup:
         members = tuple(self._members[m].record() for m in sorted(self._members))
         return DescribedGroup(self.group_id, self.state, self._group_epoch,
-                              self._assignment_epoch, ASSIGNOR_NAME, members)
+                              self._assignment_epoch, ASSIGNOR_NAME, members,
+                              self._topic_ids)
 
     # -- transitions ---------------------------------------------------------
 

@@ -10,6 +10,7 @@ out, as it has no id any more.
 from __future__ import annotations
 
 import datetime
+from collections.abc import Mapping
 from typing import Any
 
 from kcompat.broker.context import RequestContext
@@ -20,13 +21,18 @@ from kcompat.group.epoch_group import HeartbeatResult
 NOT_REQUESTED = -(1 << 31)  # authorized operations: Kafka's "not requested"
 
 
-def assignment(ctx: RequestContext, assigned: TopicPartitions, with_names: bool) -> Any:
+def assignment(ctx: RequestContext, assigned: TopicPartitions, with_names: bool,
+               made_with: Mapping[str, object] | None = None) -> Any:
     """``assigned`` as an ``Assignment`` of ``TopicPartitions`` by topic id
-    (and name, ``with_names``: the describe APIs)."""
+    (and name, ``with_names``: the describe APIs). ``made_with``: the topic
+    ids the group made it with (``DescribedGroup.topic_ids``): a topic
+    deleted and re-created under its name since is left out, as Kafka, which
+    keeps assignments by topic id, finds no topic of the old one."""
     topics = []
     for name, partitions in assigned:
         meta = ctx.state.topics.get(name)
-        if meta is not None:
+        made = None if made_with is None else made_with.get(name)
+        if meta is not None and (made is None or str(made) == str(meta.topic_id)):
             named = {"topic_name": name} if with_names else {}
             topics.append(ctx.build("TopicPartitions", topic_id=meta.topic_id,
                                     partitions=tuple(partitions), **named))

@@ -55,8 +55,8 @@ def _described(ctx: RequestContext, d: DescribedConsumerGroup, asked: bool) -> A
         member_epoch=m.member_epoch, client_id=m.client_id, client_host=m.client_host,
         subscribed_topic_names=tuple(m.subscribed_topic_names),
         subscribed_topic_regex=m.subscribed_topic_regex,
-        assignment=assignment(ctx, m.assignment, True),
-        target_assignment=assignment(ctx, m.target_assignment, True),
+        assignment=assignment(ctx, m.assignment, True, d.topic_ids),
+        target_assignment=assignment(ctx, m.target_assignment, True, d.topic_ids),
         **({"member_type": CLASSIC_MEMBER if m.classic else CONSUMER_MEMBER}
            if ctx.version >= 1 else {}))
         for m in d.members)

@@ -58,7 +58,7 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
             "Member", member_id=m.member_id, rack_id=m.rack_id, member_epoch=m.member_epoch,
             client_id=m.client_id, client_host=m.client_host,
             subscribed_topic_names=tuple(m.subscribed_topic_names),
-            assignment=assignment(ctx, m.assignment, True)) for m in d.members)
+            assignment=assignment(ctx, m.assignment, True, d.topic_ids)) for m in d.members)
         out.append(ctx.build(
             "DescribedGroup", error_code=OK, error_message=None, group_id=group_id,
             group_state=d.group_state, group_epoch=d.group_epoch,
