@@ -21,6 +21,7 @@ from confluent_kafka.admin import AdminClient
 
 from compat_tests._broker import unique_topic
 from compat_tests._cluster import Cluster, diagnostics
+from compat_tests._group_member import kafka_python_learn_topics
 from compat_tests._groups import produce_sync
 
 pytestmark = pytest.mark.timeout(180)
@@ -83,11 +84,10 @@ class Member:
                 topic, bootstrap_servers=bootstrap, group_id=group,
                 enable_auto_commit=False, auto_offset_reset="earliest",
                 isolation_level="read_committed", session_timeout_ms=10000)
-            # its metadata before it joins: kafka-python's leader assigns nothing
-            # when the join races its first metadata answer ("No partition
-            # metadata for topic"), and it did not rejoin within a minute once
-            # (a client race: the test is about transactional offsets)
-            assert self.kc.partitions_for_topic(topic), f"no metadata for {topic}"
+            # its topic's partitions before its first JoinGroup: kafka-python 3.0.12
+            # can orphan a rebalance it started from metadata lacking the topic
+            # (compat_tests/kafka_python/FINDINGS.md; here once "consumed only 0")
+            kafka_python_learn_topics(self.kc, [topic])
         else:
             self.cc = Consumer({"bootstrap.servers": bootstrap, "group.id": group,
                                 "enable.auto.commit": False, "auto.offset.reset": "earliest",
