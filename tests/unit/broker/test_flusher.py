@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import threading
 from pathlib import Path
 
 import pytest
@@ -52,6 +53,52 @@ def test_fsync_failure_is_raised_to_waiters(tmp_path: Path) -> None:
             try:
                 with pytest.raises(OSError):
                     await flusher.sync(Broken())
+            finally:
+                nursery.cancel_scope.cancel()
+
+    trio.run(main)
+
+
+class Meeting:
+    """A file whose fsync returns only once ``parties`` of them are syncing at
+    the same time (a pass that syncs one after another never gets there), or
+    fails like a bad disk (``broken``)."""
+
+    def __init__(self, barrier: threading.Barrier, broken: bool = False) -> None:
+        self.barrier, self.broken = barrier, broken
+
+    def sync(self) -> None:
+        self.barrier.wait()
+        if self.broken:
+            raise OSError(5, "Input/output error")
+
+    def dirty_files(self) -> list[Meeting]:
+        return [self]
+
+
+def test_a_pass_syncs_its_targets_at_once_and_fails_each_alone() -> None:
+    # concurrent fsyncs share the journal's commits: a round of many partitions
+    # costs about one, and a small partition's produce does not wait for every
+    # other partition's sync in turn
+    barrier = threading.Barrier(3, timeout=10)
+    targets = [Meeting(barrier), Meeting(barrier, broken=True), Meeting(barrier)]
+
+    async def main() -> dict[int, OSError]:
+        return await Flusher().sync_each(*targets)
+
+    failed = trio.run(main)
+    assert list(failed) == [id(targets[1])] and failed[id(targets[1])].errno == 5
+
+
+def test_a_group_commit_syncs_its_files_at_once(tmp_path: Path) -> None:
+    barrier = threading.Barrier(2, timeout=10)
+
+    async def main() -> None:
+        flusher = Flusher()
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(flusher.run)
+            try:
+                await flusher.sync(Meeting(barrier), Meeting(barrier))
             finally:
                 nursery.cancel_scope.cancel()
 
