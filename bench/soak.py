@@ -110,6 +110,7 @@ SCRAPE_EVERY_S = 3.0
 SCHED_PREFIX = "__kc_schedule-"
 LAG_METRIC = "kcompat_event_loop_lag_seconds"
 GC_METRIC = "kcompat_gc_pause_seconds"
+FSYNC_METRIC = "kcompat_fsync_pass"
 PENDING_METRIC = "kcompat_delayed_records_pending"
 #: what the scraper keeps: the lag histogram, pending records, any loop / task step metric
 BACKPRESSURE_PREFIX = "kcompat_backpressure_"  # lag per source and key, throttle per source
@@ -1328,6 +1329,17 @@ def pressure_summary(maxima: dict[str, float]) -> str:
     return out
 
 
+def fsync_summary(maxima: dict[str, float]) -> str:
+    """The fsync passes (``kcompat_fsync_pass_seconds``: count and mean, from
+    the maxima scraped) and the longest one; empty if not exported."""
+    count = maxima.get(FSYNC_METRIC + "_count")
+    if not count:
+        return ""
+    mean_ms = 1000 * maxima.get(FSYNC_METRIC + "_sum", 0.0) / count
+    longest_ms = 1000 * maxima.get(FSYNC_METRIC + "_longest_seconds", 0.0)
+    return f"; fsync passes {count:,.0f} x {mean_ms:.1f} ms, longest {longest_ms:.0f} ms"
+
+
 def gc_summary(maxima: dict[str, float]) -> str:
     """The garbage collector's pauses per generation (``kcompat_gc_pause_seconds``:
     count and mean, from the maxima scraped — the longer of the broker's runs
@@ -1386,10 +1398,11 @@ def lag_summary(scrapes: list[dict[str, Any]]) -> list[str]:
             line += "; longest single step: " + ", ".join(
                 f"{fmt_s(v)} ({task_of(k)})" for v, k in longest[:4])
         line += pressure_summary(others)
-        line += gc_summary(others)
+        line += gc_summary(others) + fsync_summary(others)
         rest = {k: v for k, v in others.items() if "_created" not in k
                 and not k.startswith(("kcompat_event_loop_longest_step_seconds",
-                                      BACKPRESSURE_PREFIX, LATENESS_METRIC, GC_METRIC))}
+                                      BACKPRESSURE_PREFIX, LATENESS_METRIC, GC_METRIC,
+                                      FSYNC_METRIC))}
         for k, v in sorted(rest.items())[:6]:
             line += f"; {k} max {v:g}"
         lines.append(line)

@@ -120,6 +120,7 @@ class Broker:
         self.backpressure.export(self.metrics.registry)
         self.shares.export(self.metrics.registry)
         self.cluster.faults.export(self.metrics.registry)  # kcompat_storage_errors_total
+        self.state.flusher.export(self.metrics.registry)  # kcompat_fsync_pass_seconds
 
     def sasl_mechanisms(self, listener: listeners.Listener) -> list[str]:
         return listeners.mechanisms(self.config, listener) if listener.sasl else []

@@ -36,16 +36,19 @@ answers after its new start is on disk), raising that log's failure.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Sequence
 from typing import Protocol, TypeVar
 
 import trio
+from prometheus_client import CollectorRegistry, Gauge, Histogram
 
 from kcompat.log.store import Durable
 
 log = logging.getLogger("kcompat.flush")
 
 SYNC_THREADS = 8  # worker threads one fsync pass uses at most (``_in_threads``)
+PASS_BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 T = TypeVar("T")
 R = TypeVar("R")
 
@@ -81,6 +84,24 @@ class Flusher:
         self._next_deferred = _DeferredRound()
         self._deferred_wakeup = trio.Event()
         self.deferred_rounds = 0
+        self.longest_pass_s = 0.0  # the longest fsync pass so far
+        self._passes: Histogram | None = None
+
+    def export(self, registry: CollectorRegistry) -> None:
+        """``kcompat_fsync_pass_seconds`` (each pass, as Kafka's
+        LogFlushRateAndTimeMs) and ``kcompat_fsync_pass_longest_seconds``."""
+        self._passes = Histogram(
+            "kcompat_fsync_pass_seconds", "How long each fsync pass took (a Raft round's, "
+            "or a group commit's): what an acks=all produce waits for beyond its write",
+            buckets=PASS_BUCKETS_S, registry=registry)
+        Gauge("kcompat_fsync_pass_longest_seconds", "The longest fsync pass since the "
+              "broker started", registry=registry).set_function(lambda: self.longest_pass_s)
+
+    def _observe(self, started: float) -> None:
+        took = time.monotonic() - started
+        self.longest_pass_s = max(self.longest_pass_s, took)
+        if self._passes is not None:
+            self._passes.observe(took)
 
     def defer(self, target: Deferring) -> None:
         """``target`` has file work to do (``take_deferred_io``): the next
@@ -129,6 +150,7 @@ class Flusher:
                 work.append((id(target), list(target.dirty_files())))
             except OSError as e:
                 failed[id(target)] = e
+        started = time.monotonic()
         with trio.CancelScope(shield=True):
             if self.threaded:
                 for found in await _in_threads(_sync_each, work):
@@ -136,6 +158,7 @@ class Flusher:
             else:
                 failed.update(_sync_each(work))
                 await trio.lowlevel.checkpoint()
+        self._observe(started)
         self.rounds += 1
         return failed
 
@@ -181,11 +204,13 @@ class Flusher:
             files: list[Durable] = []
             for target in dict.fromkeys(rnd.logs):  # unique, in order
                 files.extend(target.dirty_files())
+            started = time.monotonic()
             try:
                 await self._sync(files)
             except OSError as e:
                 log.error("fsync failed: %s", e)
                 rnd.error = e
+            self._observe(started)
             self.rounds += 1
             rnd.done.set()
 

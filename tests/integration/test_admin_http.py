@@ -36,8 +36,8 @@ def make_batch(n: int, value_size: int = 10) -> bytes:
     return bytes(b.build())
 
 
-def produce(conn: RawConnection, topic: str, records: bytes) -> int:
-    req = ProduceRequest[9](transactional_id=None, acks=1, timeout_ms=5000, topic_data=[
+def produce(conn: RawConnection, topic: str, records: bytes, acks: int = 1) -> int:
+    req = ProduceRequest[9](transactional_id=None, acks=acks, timeout_ms=5000, topic_data=[
         PD(name=topic, partition_data=[PD.PartitionProduceData(index=0, records=records)])])
     return int(conn.request(req, ProduceResponse[9]).responses[0].partition_responses[0]
                .error_code)
@@ -128,6 +128,24 @@ def test_metrics_count_requests_bytes_and_partition_state(
     assert value(after, "kcompat_partition_high_watermark", **part) == 28
     assert value(after, "kcompat_partition_log_start_offset", **part) == 0
     assert value(after, "kcompat_partition_size_bytes", **part) == total
+
+
+def test_an_acks_all_produce_waits_for_a_counted_fsync_pass(
+        admin_broker: tuple[Broker, Admin]) -> None:
+    broker, admin = admin_broker
+    topic = unique_topic("fsync")
+    create_topic(broker, topic)
+    before = admin.samples()
+    conn = RawConnection(broker.bootstrap)
+    try:
+        for i in range(3):
+            assert produce(conn, topic, make_batch(n=i + 1), acks=-1) == 0
+    finally:
+        conn.close()
+    after = admin.samples()
+    assert (value(after, "kcompat_fsync_pass_seconds_count")
+            >= value(before, "kcompat_fsync_pass_seconds_count") + 3)
+    assert value(after, "kcompat_fsync_pass_longest_seconds") > 0
 
 
 def test_a_refused_request_counts_as_an_error(admin_broker: tuple[Broker, Admin]) -> None:
