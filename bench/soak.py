@@ -117,7 +117,8 @@ BACKPRESSURE_PREFIX = "kcompat_backpressure_"  # lag per source and key, throttl
 LATENESS_METRIC = "kcompat_delayed_delivery_lateness_seconds"
 KEEP_METRICS = ("kcompat_event_loop", "kcompat_loop", "kcompat_task", PENDING_METRIC,
                 BACKPRESSURE_PREFIX, LATENESS_METRIC + "_sum", LATENESS_METRIC + "_count",
-                GC_METRIC + "_sum", GC_METRIC + "_count")
+                GC_METRIC + "_sum", GC_METRIC + "_count", FSYNC_METRIC + "_seconds_sum",
+                FSYNC_METRIC + "_seconds_count", FSYNC_METRIC + "_longest_seconds")
 CLIENT_QUIET = {"log_level": 0, "reconnect.backoff.ms": 50, "reconnect.backoff.max.ms": 500}
 
 
@@ -1332,10 +1333,10 @@ def pressure_summary(maxima: dict[str, float]) -> str:
 def fsync_summary(maxima: dict[str, float]) -> str:
     """The fsync passes (``kcompat_fsync_pass_seconds``: count and mean, from
     the maxima scraped) and the longest one; empty if not exported."""
-    count = maxima.get(FSYNC_METRIC + "_count")
+    count = maxima.get(FSYNC_METRIC + "_seconds_count")
     if not count:
         return ""
-    mean_ms = 1000 * maxima.get(FSYNC_METRIC + "_sum", 0.0) / count
+    mean_ms = 1000 * maxima.get(FSYNC_METRIC + "_seconds_sum", 0.0) / count
     longest_ms = 1000 * maxima.get(FSYNC_METRIC + "_longest_seconds", 0.0)
     return f"; fsync passes {count:,.0f} x {mean_ms:.1f} ms, longest {longest_ms:.0f} ms"
 
