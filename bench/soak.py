@@ -1301,6 +1301,16 @@ def phase_of(t: float, marks: dict[str, float]) -> str:
     return name
 
 
+def probe_phase(probe: dict[str, Any], marks: dict[str, float]) -> str:
+    """The phase of a probe: the one it was sent in, but "kill -9" for a probe
+    in flight when the broker was killed (sent just before, answered after
+    the restart: its wait is the kill's, not the phase's load)."""
+    kill = marks.get("kill -9")
+    if kill is not None and probe["t"] < kill <= probe["t"] + probe.get("s", 0.0):
+        return "kill -9"
+    return phase_of(probe["t"], marks)
+
+
 def task_of(sample: str) -> str:
     m = re.search(r'task="([^"]*)"', sample)
     return m.group(1) if m else sample
@@ -1466,28 +1476,28 @@ def report(r: dict[str, Any]) -> list[str]:
     for kind in ("metadata", "create_topics", "group_join", "produce"):
         cells = []
         for ph in cols:
-            sel = [p for p in probes if p["probe"] == kind and phase_of(p["t"], m) == ph]
+            sel = [p for p in probes if p["probe"] == kind and probe_phase(p, m) == ph]
             ok = [p["s"] for p in sel if p["ok"]]
             cells.append(f"{quantiles_row(ok)}, {len(sel) - len(ok)}/{len(sel)} failed"
                          if sel else "-")
         lines.append(f"| {kind} | " + " | ".join(cells) + " |")
     steady = [p for p in probes if p["probe"] == "plain_latency" and p["ok"]
               and p.get("i", 0) >= PLAIN_WARMUP]
-    idle = [p["s"] for p in steady if phase_of(p["t"], m) == "idle"]
-    loaded = [p["s"] for p in steady if phase_of(p["t"], m) not in ("idle", "kill -9")]
+    idle = [p["s"] for p in steady if probe_phase(p, m) == "idle"]
+    loaded = [p["s"] for p in steady if probe_phase(p, m) not in ("idle", "kill -9")]
     if idle:
         lines += ["", f"Plain producer latency (one acks=all record every "
                       f"{PLAIN_EVERY_S * 1000:.0f} ms, its own connection; p99 against "
                       f"idle's {fmt_s(pct(idle, .99))}), by phase:", "",
                   "| phase | samples | p50 | p99 | max | p99 / idle p99 |", "|---|---|---|---|---|---|"]
         for ph in cols:
-            xs = [p["s"] for p in steady if phase_of(p["t"], m) == ph]
+            xs = [p["s"] for p in steady if probe_phase(p, m) == ph]
             if xs:
                 lines.append(f"| {ph} | {len(xs)} | {fmt_s(pct(xs, .5))} | "
                              f"{fmt_s(pct(xs, .99))} | {fmt_s(max(xs))} | "
                              f"{pct(xs, .99) / pct(idle, .99):.1f}x |")
     cp = [p["s"] for p in probes if p["ok"] and p["probe"] in CONTROL_PROBES
-          and phase_of(p["t"], m) not in ("idle", "kill -9")]
+          and probe_phase(p, m) not in ("idle", "kill -9")]
     summary = []
     if cp:
         summary.append(f"control-plane probes outside the idle and kill phases: p99 "
