@@ -18,9 +18,9 @@ its state partition gets one record for them (an ``update`` costs what
 changed, not how many requests changed it), and each request still waits for
 a record that holds its changes — also one whose changes a batch took before
 the request asked (it changed the machine, then awaited something else): it
-waits for the key's last record (``Held.sent``) and fails with it. Sequence numbers are given as the records
-are made, in the order they are appended, so replicas fold them in order
-(``group.share_state``).
+waits for the key's last record (``Held.sent``) and fails with it. Sequence
+numbers are given as the records are made, in the order they are appended, so
+replicas fold them in order (``group.share_state``).
 
 **Behind.** Each queue notes when its oldest write waiting, and the one in
 the batch in flight, was asked: ``behind_s`` is how long the oldest write of
