@@ -792,3 +792,41 @@ def test_a_settle_beside_a_member_out_of_view_compares_counts() -> None:
                    ("settled", ((("a", 0),), (("a", 0),)))) is None
     assert allowed("consumer_settle", (), ("settled", ((("a", 1),), out)),
                    ("settled", ((("a", 0), ("a", 1)), out))) is None
+
+
+def test_a_fetch_answers_the_loaded_share_partitions_first(fuzz_broker: Broker) -> None:
+    # Kafka answers a ShareFetch with the share-partitions that are initialized and
+    # loads the others meanwhile, whatever their order in the request; kcompat loaded
+    # one named before a loaded partition with records at once, and handed out its
+    # records too (`make fuzz` on one node: a record of a just-assigned partition
+    # acquired on kcompat, not on Kafka). kcompat alone: when Kafka's own load
+    # completes is timing
+    peer = Peer("kcompat", fuzz_broker.bootstrap)
+    try:
+        loaded, fresh, group = name(), name(), name()
+        ids = [str(uuid.uuid4()), str(uuid.uuid4())]
+        ops.settle_group(peer, group)
+        shares.set_group_configs(peer, group)
+        stamp = int(time.time() * 1000)
+        for topic, value in ((loaded, b"l0"), (fresh, b"f")):
+            assert operation("create_topic")(peer, topic, 1, 1, {}, False)[0] == "ok"
+            ops.settle_topic(peer, topic, 1)
+            operation("produce")(peer, topic, 0, [(None, value)], stamp, 0, -1)
+        assert shares.share_join(peer, group, ids[0], 0, [loaded, fresh],
+                                 [loaded, fresh])[0] == "ok"
+        share_fetch.settle(peer, group, ids, [loaded, fresh])
+        [member] = [m for m in share_fetch._in_group(peer, group, ids) if m.owned]
+        tid = {n: t for t, n in topic_names(peer, [loaded, fresh]).items()}
+        # the loaded partition's share-partition: claimed by a first fetch of it alone
+        first = share_fetch._share_fetch(peer, group, member, None, 0, tid, {(loaded, 0)}, {})
+        assert [len(p.acquired_records) for t in first.responses for p in t.partitions] == [1]
+        operation("produce")(peer, loaded, 0, [(None, b"l")], stamp, 0, -1)
+        # the fresh partition named first: the answer is the loaded one's new record
+        answer = share_fetch._share_fetch(peer, group, member, None, 1, tid,
+                                          {(fresh, 0), (loaded, 0)}, {})
+        got = {(names[t.topic_id], int(r.first_offset)) for t in answer.responses
+               for p in t.partitions for r in p.acquired_records
+               for names in [{v: k for k, v in tid.items()}]}
+        assert got == {(loaded, 1)}, answer
+    finally:
+        peer.close()

@@ -33,6 +33,7 @@ connection is muted.
 from __future__ import annotations
 
 import datetime
+from dataclasses import dataclass
 from typing import Any
 
 import trio
@@ -197,49 +198,78 @@ async def _acquire_once(ctx: RequestContext, session: Session, settings: Any,
 
     ``budget``: (max_records, max_bytes). As in Kafka, the bytes are shared
     evenly among the partitions, and the answer's first batch goes out
-    whatever its size (the limit is soft); a partition whose share-partition
-    is not loaded yet is claimed in the background once records were
-    acquired from another one (Kafka answers with the share-partitions that
-    are initialized and loads the others meanwhile)."""
+    whatever its size (the limit is soft). The share-partitions already
+    loaded go first; the others are claimed in the background when those
+    gave records, else now, in turn (Kafka answers with the share-partitions
+    that are initialized and loads the others meanwhile, whatever their
+    order in the request)."""
     shares = ctx.shares
-    group_id, member_id = session.group_id, session.member_id
-    remaining, bytes_left = budget
-    per_partition = None if bytes_left is None else bytes_left // max(len(order), 1)
-    acquired = False
+    group_id = session.group_id
+    pass_ = _Pass(budget[0], budget[1], None if budget[1] is None
+                  else budget[1] // max(len(order), 1))
+    unloaded = []
     for topic, index in order:
-        if remaining <= 0:
+        if pass_.remaining <= 0:
             break
-        if acquired and not shares.is_held((group_id, topic, index)):
+        if not shares.is_held((group_id, topic, index)):
+            unloaded.append((topic, index))
+            continue
+        await _acquire_from(ctx, session, settings, (topic, index), pass_, results, touched,
+                            news, watched, whole_batches)
+    for topic, index in unloaded:
+        if pass_.acquired:
             shares.claim_soon((group_id, topic, index))
-            continue
-        try:
-            held = await shares.held_machine((group_id, topic, index))
-        except ShareError as e:
-            result = results.setdefault((topic, index), PartitionResult())
-            result.error, result.message = e.code, e.message
-            continue
-        part, code = ctx.cluster.led_partition(topic, index)
-        if part is None or code != OK:
-            results.setdefault((topic, index), PartitionResult()).error = code
-            continue
-        part.waiters.add(news)
-        watched.append(part)
-        held.machine.config = settings.config
-        await shares.warm(held, part, settings.read_committed)  # large batches: a thread
-        limit = None if bytes_left is None or per_partition is None else max(
-            0, min(per_partition, bytes_left))
-        ranges, data = shares.acquire(held, part, member_id, remaining,
-                                      settings.read_committed, limit, not acquired,
-                                      whole_batches)
-        touched[held.key] = held
-        if bytes_left is not None:
-            bytes_left -= len(data)
-        if ranges:
-            result = results.setdefault((topic, index), PartitionResult())
-            result.acquired, result.records = ranges, data
-            remaining -= sum(r.last_offset - r.first_offset + 1 for r in ranges)
-            acquired = True
-    return acquired
+        elif pass_.remaining > 0:
+            await _acquire_from(ctx, session, settings, (topic, index), pass_, results,
+                                touched, news, watched, whole_batches)
+    return pass_.acquired
+
+
+@dataclass
+class _Pass:
+    """What one pass over a session's partitions has left to hand out."""
+
+    remaining: int  # records
+    bytes_left: int | None
+    per_partition: int | None  # bytes
+    acquired: bool = False
+
+
+async def _acquire_from(ctx: RequestContext, session: Session, settings: Any,
+                        tp: tuple[str, int], pass_: _Pass,
+                        results: dict[tuple[str, int], PartitionResult],
+                        touched: dict[tuple[str, str, int], Held], news: trio.Event,
+                        watched: list[Partition], whole_batches: bool) -> None:
+    """Acquire from one partition of the session within what ``pass_`` has left."""
+    shares = ctx.shares
+    topic, index = tp
+    try:
+        held = await shares.held_machine((session.group_id, topic, index))
+    except ShareError as e:
+        result = results.setdefault(tp, PartitionResult())
+        result.error, result.message = e.code, e.message
+        return
+    part, code = ctx.cluster.led_partition(topic, index)
+    if part is None or code != OK:
+        results.setdefault(tp, PartitionResult()).error = code
+        return
+    part.waiters.add(news)
+    watched.append(part)
+    held.machine.config = settings.config
+    await shares.warm(held, part, settings.read_committed)  # large batches: a thread
+    limit = None if pass_.bytes_left is None or pass_.per_partition is None else max(
+        0, min(pass_.per_partition, pass_.bytes_left))
+    ranges, data = shares.acquire(held, part, session.member_id, pass_.remaining,
+                                  settings.read_committed, limit, not pass_.acquired,
+                                  whole_batches)
+    touched[held.key] = held
+    if pass_.bytes_left is not None:
+        pass_.bytes_left -= len(data)
+    if ranges:
+        result = results.setdefault(tp, PartitionResult())
+        result.acquired, result.records = ranges, data
+        pass_.remaining -= sum(r.last_offset - r.first_offset + 1 for r in ranges)
+        pass_.acquired = True
 
 
 async def _wait_any(events: tuple[trio.Event, ...], deadline: float) -> None:
