@@ -21,7 +21,7 @@ from kafka.protocol.admin import DescribeClusterRequest, DescribeClusterResponse
 from kafka.protocol.metadata import MetadataRequest, MetadataResponse
 
 from compat_tests._broker import unique_topic
-from compat_tests._cluster import Cluster
+from compat_tests._cluster import Cluster, diagnostics
 from tests.integration._raw import RawConnection
 
 # Short broker sessions so that fencing after a kill -9 is quick.
@@ -227,31 +227,32 @@ def test_leaderless_partition_does_not_name_the_dead_broker(cluster: Cluster) ->
     one that is not a replica of the partition — may go on naming the fenced,
     dead broker as the leader (clients would be sent to it) nor, therefore, list
     it among the brokers: LEADER_NOT_AVAILABLE (leader -1) is the honest answer."""
-    controller = cluster.wait_for_controller()
-    topic = unique_topic("rf2-leaderless")
-    cluster.create_topic(topic, 6, 2)
-    leaders = cluster.wait_for_leaders(topic, 6)
-    victim = sorted(set(leaders.values()), key=lambda n: (n == controller, n))[0]
-    led = sorted(p for p, ldr in leaders.items() if ldr == victim)
-    live = set(cluster.brokers) - {victim}
+    with diagnostics(cluster):  # its brokers' logs if it fails (a CreateTopics timed out once)
+        controller = cluster.wait_for_controller()
+        topic = unique_topic("rf2-leaderless")
+        cluster.create_topic(topic, 6, 2)
+        leaders = cluster.wait_for_leaders(topic, 6)
+        victim = sorted(set(leaders.values()), key=lambda n: (n == controller, n))[0]
+        led = sorted(p for p, ldr in leaders.items() if ldr == victim)
+        live = set(cluster.brokers) - {victim}
 
-    cluster.brokers[victim].kill()
-    _wait_fenced(cluster, victim)
-    deadline = time.monotonic() + 10
-    while True:
-        seen = {}
-        for node in sorted(live):
-            md = _raw_metadata(cluster.brokers[node].bootstrap, [topic])
-            parts = {p["partition_index"]: (p["leader_id"], p["error_code"], p["replica_nodes"])
-                     for p in md["topics"][0]["partitions"]}
-            seen[node] = ({b["node_id"] for b in md["brokers"]}, {p: parts[p] for p in led})
-        if all(victim not in brokers and all(v[0] != victim for v in parts.values())
-               for brokers, parts in seen.values()):
-            break
-        assert time.monotonic() < deadline, (
-            f"broker {victim} (kill -9, fenced) still named leader / listed: "
-            f"{{node: (brokers, {{partition: (leader, error, replicas)}})}} = {seen}")
-        time.sleep(0.2)
+        cluster.brokers[victim].kill()
+        _wait_fenced(cluster, victim)
+        deadline = time.monotonic() + 10
+        while True:
+            seen = {}
+            for node in sorted(live):
+                md = _raw_metadata(cluster.brokers[node].bootstrap, [topic])
+                parts = {p["partition_index"]: (p["leader_id"], p["error_code"], p["replica_nodes"])
+                         for p in md["topics"][0]["partitions"]}
+                seen[node] = ({b["node_id"] for b in md["brokers"]}, {p: parts[p] for p in led})
+            if all(victim not in brokers and all(v[0] != victim for v in parts.values())
+                   for brokers, parts in seen.values()):
+                break
+            assert time.monotonic() < deadline, (
+                f"broker {victim} (kill -9, fenced) still named leader / listed: "
+                f"{{node: (brokers, {{partition: (leader, error, replicas)}})}} = {seen}")
+            time.sleep(0.2)
 
 
 # -- 2. auto-creation through a non-controller broker --------------------------------------------
