@@ -200,8 +200,11 @@ def last_records(bootstrap: str) -> dict[tuple[str, str, int], dict]:
     last: dict[tuple[str, str, int], dict] = {}
     if high <= low:
         return last
+    # The log's start may pass the offset asked for while it is read (a
+    # snapshot lets the prefix before it go): begin again at the new start,
+    # which the snapshot's records lead, rather than at the end.
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": unique_topic("rd"),
-                         "enable.auto.commit": False})
+                         "enable.auto.commit": False, "auto.offset.reset": "earliest"})
     consumer.assign([TopicPartition(SHARE_STATE_TOPIC, 0, OFFSET_BEGINNING)])
     try:
         deadline = time.monotonic() + 30
