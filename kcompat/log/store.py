@@ -202,7 +202,8 @@ class FdCache:
     entries live in memory), so thousands of partitions do not cost three
     descriptors each (Kafka maps its indexes and keeps no descriptor either).
     One lock covers every operation on a managed file and every eviction, so
-    a descriptor is never closed under a writer in another thread."""
+    a descriptor is never closed under a writer in another thread; a sync
+    takes a duplicate of the descriptor under it and fsyncs outside it."""
 
     def __init__(self, limit: int) -> None:
         self.limit = max(2, limit)
@@ -279,11 +280,25 @@ class CachedFile:
             self._get().truncate(size)
 
     def sync(self) -> None:
+        """fsync through a descriptor of its own, outside the cache's lock:
+        the lock is every index file's, and the event loop takes it to append
+        an index entry, so a sync pass's worker threads must not hold it for
+        an fsync (tens of milliseconds on a busy disk, several in a parallel
+        pass). A duplicate of the open descriptor (eviction may close the
+        original meanwhile), else the file opened anew; no-op once closed."""
         with self._cache.lock:
-            if self._file is not None:
-                self._file.sync()
-            elif not self._closed and os.path.exists(self.path):
-                self._get().sync()  # no-op once closed, as OsFile
+            if self._closed:
+                return
+            fd = os.dup(self._file.fd) if self._file is not None else -1
+        if fd < 0:
+            try:
+                fd = os.open(self.path, os.O_RDONLY)
+            except FileNotFoundError:
+                return  # deleted meanwhile, as a closed file
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
     def mtime_ms(self) -> int:
         with self._cache.lock:
