@@ -140,6 +140,7 @@ log = logging.getLogger("kcompat.cluster")
 FETCH_WAIT_TICKS = 3
 ANNOUNCE_TICKS = 10
 FULL_ANNOUNCE_TICKS = 600
+STALL_CHECK_MS = 3000  # a led group committing nothing for this long is logged
 FIRST_CAMPAIGN_TICKS = 2
 PRODUCER_ID_FILE = "cluster-producer-ids"
 PRODUCER_ID_BLOCK = 1000
@@ -207,6 +208,7 @@ class ClusterRuntime:
         # every tick: members notice a silent peer at most a tick apart
         # (``SUSPECT_SKEW_TICKS``); a frame of a few dozen bytes per pair
         self.heartbeat_ticks = 1
+        self.stall_ticks = max(1, STALL_CHECK_MS // tick_ms)
         self.lag_ticks = max(self.election_ticks, config["replica.lag.time.max.ms"] // tick_ms)
         self.groups: dict[int, Group] = {}
         self.assignments: dict[tuple[str, int], tuple[int, tuple[int, ...]]] = {}
@@ -217,6 +219,7 @@ class ClusterRuntime:
         self._wake = trio.Event()
         self._tick_due = False
         self.ticks = 0
+        self._stall_seen: dict[int, int] = {}  # led group id -> high watermark at the last check
         # this process among the peers' view of us (a restart is a new one)
         self.incarnation = self.rng.getrandbits(31) | 1
         # peer liveness: the tick each peer was last heard from / sent to, its
@@ -689,6 +692,29 @@ class ClusterRuntime:
                     self._announce.add(group.gid)
         if self.balance_ticks and self.ticks % self.balance_ticks == 0:
             self._balance_leaders()
+        if self.ticks % self.stall_ticks == 0:
+            self._log_stalls()
+
+    def _log_stalls(self) -> None:
+        """A warning for each led group with entries past its high watermark
+        and a high watermark that did not move since the last check: what its
+        followers have and when each last fetched, to tell a lost message
+        from a slow follower or disk."""
+        seen, self._stall_seen = self._stall_seen, {}
+        for gid, group in self.groups.items():  # quiesced ones too: a quiet stall is a bug
+            raft = group.raft
+            if group.hw >= raft.log.end or group.removed or not group.is_leader:
+                continue
+            self._stall_seen[gid] = group.hw
+            if seen.get(gid) == group.hw:
+                st = raft.status()
+                log.warning(
+                    "group %d (%s) committed nothing for %d ticks: term %d, high watermark "
+                    "%d, log end %d, durable end %d, follower match ends %s, ticks since "
+                    "each fetched %s, peers down %s, quiesced %s, offline %s", gid, group.name,
+                    self.stall_ticks, st.term, st.high_watermark, st.log_end, st.stable_end,
+                    st.match_ends, st.idle_ticks, sorted(self.down), raft.quiesced,
+                    self.faults.is_offline(group))
 
     # -- peer liveness ------------------------------------------------------------------
 
