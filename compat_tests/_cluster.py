@@ -100,9 +100,11 @@ class Cluster:
     def live_bootstrap(self) -> str:
         return ",".join(b.bootstrap for b in self.brokers.values() if b.running)
 
-    def _admin(self) -> AdminClient:
+    def _admin(self, socket_timeout_ms: int = 2000) -> AdminClient:
+        """An admin client that gives up on a silent broker after
+        ``socket_timeout_ms`` (polls move on to another broker quickly)."""
         return AdminClient({"bootstrap.servers": self.live_bootstrap(),
-                            "socket.timeout.ms": 2000, "log_level": 0})
+                            "socket.timeout.ms": socket_timeout_ms, "log_level": 0})
 
     def wait_for_controller(self, timeout_s: float = 30.0) -> int:
         """The active controller (the metadata quorum's leader) once a live
@@ -149,7 +151,9 @@ class Cluster:
     def create_topic(self, name: str, partitions: int, replication: int = 3) -> None:
         from confluent_kafka.admin import NewTopic
 
-        admin = self._admin()  # keep it alive until the future resolves
+        # a CreateTopics answers once the new partitions have leaders: seconds
+        # on a loaded machine, past the 2 s that polls allow a request
+        admin = self._admin(socket_timeout_ms=30_000)  # alive until the future resolves
         futures = admin.create_topics(
             [NewTopic(name, partitions, replication)], operation_timeout=20, request_timeout=20)
         futures[name].result(timeout=30)
