@@ -76,8 +76,10 @@ class _DeferredRound:
 
 
 class Flusher:
-    def __init__(self, threaded: bool = True) -> None:
+    def __init__(self, threaded: bool = True,
+                 delay_s: Callable[[], float] | None = None) -> None:
         self.threaded = threaded
+        self._delay_s = delay_s  # an inline pass's duration (a simulated slow disk)
         self._next = _Round()
         self._wakeup = trio.Event()
         self.rounds = 0
@@ -157,7 +159,7 @@ class Flusher:
                     failed.update(found)
             else:
                 failed.update(_sync_each(work))
-                await trio.lowlevel.checkpoint()
+                await self._inline_pass_done()
         self._observe(started)
         self.rounds += 1
         return failed
@@ -167,6 +169,13 @@ class Flusher:
             await _in_threads(_sync_all, files)
         else:
             _sync_all(files)
+            await self._inline_pass_done()
+
+    async def _inline_pass_done(self) -> None:
+        delay = self._delay_s() if self._delay_s is not None else 0.0
+        if delay > 0:
+            await trio.sleep(delay)
+        else:
             await trio.lowlevel.checkpoint()
 
     async def run(self) -> None:

@@ -115,7 +115,9 @@ class BrokerState:
         self.store = store  # every file of the data directory goes through it
         store.make_dirs(self.data_dir)
         self._remove_deleted_dirs()
-        self.flusher = Flusher(threaded=store.blocking)
+        # (the simulator's store also says how slow its disk is now)
+        self.flusher = Flusher(threaded=store.blocking,
+                               delay_s=getattr(store, "sync_delay_s", None))
         # the controller applies committed metadata records (controller.metadata_apply)
         self.metadata = MetadataStore(self.data_dir, now_ms(), store)
         self.metadata.log.defer_io = self.flusher.defer  # its deletions' file work: off the loop

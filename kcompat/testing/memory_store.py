@@ -106,6 +106,7 @@ class DiskFaults:
     write_errno: int | None = None  # every append fails with this errno
     sync_errno: int | None = None  # every sync fails with this errno
     read_errno: int | None = None  # every positional read fails with this errno
+    sync_delay_s: float = 0.0  # every fsync pass takes this long (simulated time): a slow disk
     short: bool = True  # a failing append first writes half its bytes
     paths: str = ""  # only paths containing this
     failed_writes: int = 0
@@ -197,6 +198,11 @@ class MemoryFile:
 
 class MemoryFileStore:
     blocking = False
+
+    def sync_delay_s(self) -> float:
+        """How long an fsync pass takes now (``Flusher``'s inline passes wait
+        for it in simulated time)."""
+        return self.faults.sync_delay_s
 
     def __init__(self, *roots: Path | str) -> None:
         self.files: dict[str, _Inode] = {}

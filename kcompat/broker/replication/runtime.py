@@ -56,7 +56,10 @@ quiesces (``RaftConfig.quiesce``, see ``kcompat.raft.node``) and leaves
 ``_ticking``; nothing visits it until a message, a proposal or a liveness
 change touches it. Liveness is one heartbeat per broker pair: every frame to
 a peer counts, and an empty frame goes out when nothing else did for
-``HEARTBEAT_TICKS``; a peer not heard from for an election timeout is
+``HEARTBEAT_TICKS`` — from the ticker itself while the driver waits for a
+round's fsync pass (``_beat_while_syncing``, up to
+``replica.lag.time.max.ms``): a slow disk is not a dead broker, and its
+quiet groups stay where they are; a peer not heard from for an election timeout is
 ``down`` (its quiesced groups' followers elect, ``Raft.suspect``), heard
 again or with a new ``incarnation`` (a restart) it wakes the groups it is in
 (``Raft.revive``). Announcements go out when a leader's (term, ISR, log
@@ -219,6 +222,8 @@ class ClusterRuntime:
         self._wake = trio.Event()
         self._tick_due = False
         self.ticks = 0
+        self._syncing = False  # the driver waits for a round's fsync pass
+        self._sync_beats = 0  # ticks it has waited so far
         self._stall_seen: dict[int, int] = {}  # led group id -> high watermark at the last check
         # this process among the peers' view of us (a restart is a new one)
         self.incarnation = self.rng.getrandbits(31) | 1
@@ -654,6 +659,20 @@ class ClusterRuntime:
             await trio.sleep(self.tick_s)
             self._tick_due = True
             self.kick()
+            if self._syncing:
+                self._beat_while_syncing()
+
+    def _beat_while_syncing(self) -> None:
+        """The driver waits for a round's fsync pass (seconds on a busy disk):
+        the pair heartbeats go on from the ticker meanwhile, so peers do not
+        take a slow disk for a dead broker and elect away its groups (Kafka's
+        broker heartbeats do not wait for log I/O either) — up to
+        ``replica.lag.time.max.ms``, past which a disk that hangs should cost
+        this broker its leaderships."""
+        self._sync_beats += 1
+        if self._sync_beats % self.heartbeat_ticks == 0 and self._sync_beats <= self.lag_ticks:
+            for peer in self.peers.values():
+                peer.send(self._frame())
 
     def _tick(self) -> None:
         self.ticks += 1
@@ -841,7 +860,11 @@ class ClusterRuntime:
             durable.append(self.journal)
         if logs or durable:
             # off the event loop; a group whose fsync failed is held back
-            batch = await faults.sync(self.state.flusher, batch, durable, logs, self.journal)
+            self._syncing, self._sync_beats = True, 0
+            try:
+                batch = await faults.sync(self.state.flusher, batch, durable, logs, self.journal)
+            finally:
+                self._syncing = False
         self._send([m for _g, r in batch for m in r.messages], announce)
         for group, ready in batch:
             if group.removed:
