@@ -2,12 +2,21 @@
 
 Theory of operation
 -------------------
-Like Kafka's network layer, a connection handles one request at a time: the
-next frame is not read until the current response is written, so responses go
-back in request order without bookkeeping (clients pipeline, we queue in the
-socket). A Fetch answer comes as chunks — framing bytes and the records'
-segment-file ranges, sent with ``sendfile`` (``zero_copy``) — written in
-order before the next frame is read. ``acks=0`` produces get no response. Anything a client can send that
+A connection has a reader and a sender. The reader handles one request at
+a time, in order, as Kafka's network layer does, and hands each answer to
+the sender, which writes them in the same order. One kind of answer is
+finished later (``context.Later``): a produce that was appended and now
+waits for its replicas (acks=all) or its fsync. Kafka mutes a connection
+until such an answer is written, so a client that pipelines small produces
+(librdkafka sends one per ``linger.ms``) gets at most one commit wait's worth
+of records through per round trip, and falls behind whenever a commit takes
+longer than its linger — as it does on a loaded machine. Here the reader
+goes on meanwhile: the next produces are appended, in request order, while
+the earlier ones wait, and the answers still go back in request order (at
+most ``PIPELINE_DEPTH`` waiting: then the reader waits). Delayed records are
+scheduled in turn, never overlapped. A Fetch answer comes as chunks —
+framing bytes and the records' segment-file ranges, sent with ``sendfile``
+(``zero_copy``). ``acks=0`` produces get no response. Anything a client can send that
 we cannot serve — an unknown API key, an unsupported version, a malformed
 header or body, an oversized frame, on a controller-only node an API Kafka's
 controller listener does not serve (``versions.CONTROLLER_APIS``) — closes
@@ -15,9 +24,10 @@ only this connection, with one logged line saying why. An unexpected exception i
 traceback and also closes just this connection; the broker keeps running.
 
 On SIGTERM the broker drains: a connection waiting for its next request is
-closed at once (``Broker.close_idle_connections``), one serving a request
-answers it first (bounded by the server's drain deadline), as Kafka closes its
-connections after their in-flight requests.
+closed at once (``Broker.close_idle_connections``), one serving requests
+answers them first (bounded by the server's drain deadline), as Kafka closes
+its connections after their in-flight requests. A connection closed for a
+bad frame or a failed login sends the answers before that one first.
 """
 
 from __future__ import annotations
@@ -25,13 +35,14 @@ from __future__ import annotations
 import logging
 import struct
 from collections.abc import Sized
+from functools import partial
 from typing import Any
 
 import trio
 
 from kcompat.broker.broker import Broker
 from kcompat.broker.connection_quotas import ConnectionRefused
-from kcompat.broker.context import RequestContext
+from kcompat.broker.context import Later, RequestContext
 from kcompat.broker.handlers import HANDLERS
 from kcompat.broker.handlers.api_versions import unsupported_version_response
 from kcompat.broker.handlers.sasl_authenticate import step
@@ -59,6 +70,7 @@ from kcompat.wire.versions import (
 log = logging.getLogger("kcompat.conn")
 
 RECEIVE_BYTES = 256 * 1024
+PIPELINE_DEPTH = 64  # answers waiting to be sent, at most: then the reading waits
 TLS_HANDSHAKE_S = 10.0
 
 
@@ -92,43 +104,23 @@ async def serve_connection(stream: trio.SocketStream, broker: Broker,
 
 async def _serve(stream: trio.SocketStream, broker: Broker, session: Session,
                  peer: Any) -> None:
-    reader = FrameReader(broker.config["socket.request.max.bytes"])
     broker.metrics.connections.inc()
-    idle = broker.idle_reads
-    idle_s = broker.config.for_listener(session.listener.name, "connections.max.idle.ms") / 1000
     conn: trio.abc.Stream = stream
     try:
         if session.listener.tls:
             conn = await _tls_handshake(stream, broker, session)
-        while not broker.draining:
-            with trio.CancelScope() as waiting:  # cancelled by a drain: nothing in flight
-                idle.add(waiting)
+        session.pipelined = True
+        answers = _Answers(conn)
+        send, receive = trio.open_memory_channel(PIPELINE_DEPTH)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(answers.run, receive, nursery.cancel_scope)
+            async with send:
                 try:
-                    with trio.move_on_after(idle_s) as quiet:
-                        data = await conn.receive_some(RECEIVE_BYTES)
-                finally:
-                    idle.discard(waiting)
-            if quiet.cancelled_caught:  # Kafka's connections.max.idle.ms
-                log.info("closing connection from %s (%s): idle for %.0f ms", peer,
-                         session.listener.name, idle_s * 1000)
-                return
-            if waiting.cancelled_caught or not data:
-                return
-            _limit_frames(reader, broker, session)
-            for frame in reader.feed(data):
-                if session.mute_until > trio.current_time():  # throttled (quotas, KIP-219)
-                    await trio.sleep_until(session.mute_until)
-                with broker.metrics.request(frame):  # count, time, errors = CloseConnection
-                    out = await handle_frame(frame, broker, session)
-                if session.failed:  # answered late, then closed (failed-login delay)
-                    await trio.sleep(
-                        broker.config["connection.failed.authentication.delay.ms"] / 1000)
-                if isinstance(out, list):  # a Fetch answer: bytes and file ranges
-                    await send_response(conn, out)
-                elif out is not None:
-                    await conn.send_all(out)
-                if session.failed:
-                    raise CloseConnection(f"authentication failed: {session.failed}")
+                    await _read_requests(conn, broker, session, peer, send)
+                except _ENDS as e:
+                    answers.error = answers.error or e  # after the answers before it
+        if answers.error is not None:
+            raise answers.error
     except FrameError as e:
         log.warning("closing connection from %s: %s", peer, e)
     except CloseConnection as e:
@@ -141,6 +133,75 @@ async def _serve(stream: trio.SocketStream, broker: Broker, session: Session,
         with trio.move_on_after(1) as scope:
             scope.shield = True
             await conn.aclose()
+
+
+_ENDS = (FrameError, CloseConnection, trio.BrokenResourceError, trio.ClosedResourceError,
+         ConnectionError)
+
+
+async def _read_requests(conn: trio.abc.Stream, broker: Broker, session: Session, peer: Any,
+                         answers: trio.MemorySendChannel[Any]) -> None:
+    """Read and handle requests in order until the peer closes, idles out or
+    the broker drains; each answer (bytes, Fetch chunks or ``Later``) goes
+    to the sender in that order. A full pipeline stops the reading."""
+    reader = FrameReader(broker.config["socket.request.max.bytes"])
+    idle = broker.idle_reads
+    idle_s = broker.config.for_listener(session.listener.name, "connections.max.idle.ms") / 1000
+    while not broker.draining:
+        with trio.CancelScope() as waiting:  # cancelled by a drain: nothing in flight
+            idle.add(waiting)
+            try:
+                with trio.move_on_after(idle_s) as quiet:
+                    data = await conn.receive_some(RECEIVE_BYTES)
+            finally:
+                idle.discard(waiting)
+        if quiet.cancelled_caught:  # Kafka's connections.max.idle.ms
+            log.info("closing connection from %s (%s): idle for %.0f ms", peer,
+                     session.listener.name, idle_s * 1000)
+            return
+        if waiting.cancelled_caught or not data:
+            return
+        _limit_frames(reader, broker, session)
+        for frame in reader.feed(data):
+            if session.mute_until > trio.current_time():  # throttled (quotas, KIP-219)
+                await trio.sleep_until(session.mute_until)
+            with broker.metrics.request(frame):  # count, time, errors = CloseConnection
+                out = await handle_frame(frame, broker, session)
+            if session.failed:  # answered late, then closed (failed-login delay)
+                await trio.sleep(
+                    broker.config["connection.failed.authentication.delay.ms"] / 1000)
+            if out is not None:
+                await answers.send(out)
+            if session.failed:
+                raise CloseConnection(f"authentication failed: {session.failed}")
+
+
+class _Answers:
+    """The connection's sender: writes each answer in request order, waiting
+    for a ``Later`` one to finish first (Kafka's clients pipeline; so does
+    the broker, for produces waiting on their replicas). Its failure ends
+    the connection (``error``), the reading too."""
+
+    def __init__(self, conn: trio.abc.Stream) -> None:
+        self.conn = conn
+        self.error: BaseException | None = None
+
+    async def run(self, answers: trio.MemoryReceiveChannel[Any],
+                  reading: trio.CancelScope) -> None:
+        try:
+            async with answers:
+                async for out in answers:
+                    if isinstance(out, Later):
+                        out = await out.finish()
+                        if out is None:
+                            continue
+                    if isinstance(out, list):  # a Fetch answer: bytes and file ranges
+                        await send_response(self.conn, out)
+                    else:
+                        await self.conn.send_all(out)
+        except _ENDS as e:
+            self.error = e
+            reading.cancel()
 
 
 def _limit_frames(reader: FrameReader, broker: Broker, session: Session) -> None:
@@ -197,8 +258,19 @@ async def _raw_token(frame: bytes, broker: Broker, session: Session) -> bytes:
     return struct.pack(">i", len(reply)) + reply
 
 
-async def handle_frame(frame: bytes, broker: Broker,
-                       session: Session | None = None) -> bytes | list[Sized] | None:
+async def _finish_later(later: Later, api_key: int, version: int, cid: int,
+                        name: str) -> bytes | None:
+    """A ``Later`` answer finished and encoded (its failure as a handler's)."""
+    try:
+        response = await later.finish()
+    except Exception as e:
+        log.exception("%s v%d handler failed", name, version)
+        raise CloseConnection(f"internal error in {name}: {e!r}") from None
+    return None if response is None else codec.encode_response(api_key, version, cid, response)
+
+
+async def handle_frame(frame: bytes, broker: Broker, session: Session | None = None
+                       ) -> bytes | list[Sized] | Later | None:
     if session is None:
         session = Session.open(broker.listeners[0])
     if session.raw_tokens:
@@ -249,6 +321,8 @@ async def handle_frame(frame: bytes, broker: Broker,
     except Exception as e:
         log.exception("%s v%d handler failed", rng.name, version)
         raise CloseConnection(f"internal error in {rng.name}: {e!r}") from None
+    if isinstance(response, Later):
+        return Later(partial(_finish_later, response, api_key, version, cid, rng.name))
     if response is None:
         return None
     if api_key == FETCH:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
@@ -22,6 +23,16 @@ from kcompat.security import acl
 from kcompat.security.acl import Operation, ResourceType
 from kcompat.security.principal import ANONYMOUS
 from kcompat.wire import codec
+
+
+@dataclass(frozen=True, slots=True)
+class Later:
+    """A handler's answer that is finished after it returned: on a pipelined
+    connection (``Session.pipelined``) the connection reads and handles the
+    next requests meanwhile, and sends every answer in request order
+    (``connection``). ``finish`` gives the response (None: none)."""
+
+    finish: Callable[[], Awaitable[Any]]
 
 
 @dataclass(slots=True)

@@ -40,6 +40,8 @@ class Session:
     failed: str = ""  # why authentication failed: close after the delay
     mute_until: float = 0.0  # trio time: read nothing before (quota throttling)
     cluster_action_checked: bool = False  # a peer broker's Raft frames were authorized
+    # a handler may answer ``Later`` (a client's connection; not an internal call)
+    pipelined: bool = False
 
     @classmethod
     def open(cls, listener: Listener, client_host: str = "") -> Session:

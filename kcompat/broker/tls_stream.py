@@ -12,10 +12,12 @@ loop. Here one ``receive_some`` reads what the socket has (up to
 ``RECEIVE_BYTES``) and decrypts every whole record in it before returning,
 so the connection sees the same large reads as on a PLAINTEXT listener.
 
-A connection's task is its only user — it reads a request, then writes the
-answer — so there is no locking: ``send_all`` encrypts and writes,
-``receive_some`` reads and decrypts, each flushing whatever OpenSSL queued
-(TLS 1.3 session tickets after the handshake, key-update answers). A failed
+A connection has two users, its reader and its sender (``connection``):
+``send_all`` encrypts and writes, ``receive_some`` reads and decrypts, and
+each flushes whatever OpenSSL queued (TLS 1.3 session tickets after the
+handshake, key-update answers). One lock covers a flush — taking OpenSSL's
+output and writing it — so the two never write to the socket at once and
+the records go out in the order OpenSSL made them. A failed
 handshake sends OpenSSL's alert (bad_certificate, unknown_ca...) before it
 raises, so the client learns why. Errors are trio's: ``BrokenResourceError``
 (with the ``ssl`` error as its cause), and ``b""`` at the peer's close.
@@ -38,6 +40,7 @@ class TlsStream(trio.abc.Stream):
         self._incoming = ssl.MemoryBIO()
         self._outgoing = ssl.MemoryBIO()
         self._tls = context.wrap_bio(self._incoming, self._outgoing, server_side=True)
+        self._flushing = trio.Lock()
         self._eof = False
 
     def getpeercert(self) -> dict[str, Any] | None:
@@ -47,9 +50,10 @@ class TlsStream(trio.abc.Stream):
         return self._tls.cipher()
 
     async def _flush(self) -> None:
-        data = self._outgoing.read()
-        if data:
-            await self.transport.send_all(data)
+        async with self._flushing:
+            data = self._outgoing.read()
+            if data:
+                await self.transport.send_all(data)
 
     async def _fill(self) -> bool:
         """Read from the socket into OpenSSL; False at the peer's EOF."""

@@ -64,6 +64,7 @@ to be a duplicate is scheduled again, and the schedule log keeps one copy.
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import trio
@@ -71,7 +72,7 @@ from kio.schema.errors import ErrorCode
 
 from kcompat.broker import dedup_windows, views
 from kcompat.broker.append import AppendResult, Presplit, append_records, split_ahead
-from kcompat.broker.context import RequestContext
+from kcompat.broker.context import Later, RequestContext
 from kcompat.broker.handlers import _authz, _quota
 from kcompat.broker.handlers._common import ms_to_datetime
 from kcompat.broker.handlers._leader_hints import LeaderHints, topic_name
@@ -377,8 +378,6 @@ def _unknown_magic(topic_data: Any) -> bool:
 
 
 async def handle(ctx: RequestContext, request: Any) -> Any:
-    state = ctx.state
-    cluster = ctx.cluster
     named = _named_topics(ctx, request)
     acks = request.acks
     if _unknown_magic(request.topic_data):
@@ -399,8 +398,23 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
     presplits = await _split_ahead(ctx, named, allowed, now)
     results = _rows(ctx, named, acks, refused, allowed, now, presplits)
     ok = [row for rows in results for row in rows if row[1].error == ErrorCode.none]
-    errors: dict[int, AppendResult] = {}
     deadline = trio.current_time() + request.timeout.total_seconds()
+    finish = partial(_finish, ctx, request, named, results, ok, deadline)
+    if (ok and (acks == -1 or acks == 1 and _needs_sync(ctx)) and ctx.session is not None
+            and ctx.session.pipelined and not any(row[1].split is not None for row in ok)):
+        # appended, in request order: the wait for the replicas (or the
+        # fsync) overlaps the next requests' appends (``connection``);
+        # delayed records are scheduled in turn, so theirs does not
+        return Later(finish)
+    return await finish()
+
+
+async def _finish(ctx: RequestContext, request: Any, named: list[tuple[str | None, Any]],
+                  results: list[list[_Row]], ok: list[_Row], deadline: float) -> Any:
+    """The appended rows made durable as ``acks`` asks, delayed records
+    scheduled, the producer's throttle: the response (None for acks=0)."""
+    state, cluster, acks = ctx.state, ctx.cluster, request.acks
+    errors: dict[int, AppendResult] = {}
     if ok and acks == -1:
         for row in ok:
             _i, result, _p, group, term = row

@@ -1,0 +1,90 @@
+"""Produces on one connection overlap their commit waits (``connection``).
+
+A real broker in-process on the simulator's disk, whose every fsync pass
+takes ``SLOW_S`` of (mock) time; a client connection over a memory stream
+sends ``COUNT`` acks=all produces back to back, as librdkafka does one per
+``linger.ms``. Before the fix the connection handled one request at a time
+and answered each after its own fsync pass: ``COUNT`` passes in all. Now the
+later produces are appended while the first waits, and a couple of passes
+answer them all — still in request order, each at the offset it was
+appended at.
+"""
+
+from __future__ import annotations
+
+import datetime
+import io
+import struct
+from typing import Any
+
+import trio
+import trio.testing
+from kio.schema.errors import ErrorCode as E
+
+from kcompat.broker import config as broker_config
+from kcompat.broker.broker import Broker
+from kcompat.broker.connection import _serve
+from kcompat.broker.session import Session
+from kcompat.testing import running
+from kcompat.testing.memory_store import MemoryFileStore
+from kcompat.wire import codec
+from kcompat.wire import versions as v
+from kcompat.wire.framing import FrameReader
+from kcompat.wire.records import encode_batch
+
+SLOW_S = 0.5
+COUNT = 6
+
+
+def _frame(cid: int, value: bytes) -> bytes:
+    m = codec.request_module(v.PRODUCE, 9)
+    request = m.ProduceRequest(transactional_id=None, acks=-1,
+                               timeout=datetime.timedelta(seconds=30), topic_data=(
+        m.TopicProduceData(name="t", partition_data=(m.PartitionProduceData(
+            index=0, records=encode_batch([(None, value, (), 1000)])),)),))
+    body = io.BytesIO()
+    codec._writer(type(request))(body, request)
+    frame = struct.pack(">hhih", v.PRODUCE, 9, cid, 1) + b"p" + b"\x00" + body.getvalue()
+    return struct.pack(">i", len(frame)) + frame
+
+
+def _answer(frame: bytes) -> tuple[int, Any]:
+    cid = struct.unpack(">i", frame[:4])[0]
+    response, _end = codec._reader(codec.response_class(v.PRODUCE, 9))(frame, 5)  # + tags
+    return cid, response.responses[0].partition_responses[0]
+
+
+def test_a_connection_appends_the_next_produces_while_one_waits_for_its_fsync() -> None:
+    store = MemoryFileStore("/b")
+    broker = Broker(broker_config.load(None, {"log.dirs": "/b/data"}, {}), store)
+    seen: dict[str, Any] = {}
+
+    async def main() -> None:
+        async with running.running(broker):
+            await running.create_topic(broker, "t")
+            client, server = trio.testing.memory_stream_pair()
+            store.faults.sync_delay_s = SLOW_S
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(_serve, server, broker,
+                                   Session.open(broker.listeners[0], "/127.0.0.1"), ("t", 1))
+                began = trio.current_time()
+                await client.send_all(b"".join(_frame(cid, b"v%d" % cid)
+                                               for cid in range(1, COUNT + 1)))
+                reader, answers = FrameReader(1 << 20), []
+                while len(answers) < COUNT:
+                    for frame in reader.feed(await client.receive_some(65536)):
+                        answers.append((*_answer(frame), trio.current_time() - began))
+                seen["answers"] = answers
+                await client.aclose()
+
+    trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+    broker.close()
+    answers = seen["answers"]
+    assert [cid for cid, _r, _t in answers] == list(range(1, COUNT + 1)), answers
+    assert all(r.error_code == E.none for _c, r, _t in answers), answers
+    offsets = [r.base_offset for _c, r, _t in answers]
+    assert offsets == sorted(offsets) and len(set(offsets)) == COUNT, offsets
+    took = answers[-1][2]
+    assert took < 3 * SLOW_S, (
+        f"{COUNT} produces took {took:.2f} s of {SLOW_S} s fsync passes: one pass each, "
+        f"one request at a time")
