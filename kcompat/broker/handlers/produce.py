@@ -63,6 +63,7 @@ to be a duplicate is scheduled again, and the schedule log keeps one copy.
 
 from __future__ import annotations
 
+import datetime
 from collections.abc import Callable
 from functools import partial
 from typing import Any
@@ -316,7 +317,7 @@ def _rows(ctx: RequestContext, named: list[tuple[str | None, Any]], acks: int,
 
 def _response(ctx: RequestContext, named: list[tuple[str | None, Any]],
               results: list[list[_Row]], errors: dict[int, AppendResult],
-              throttle_ms: int = 0) -> Any:
+              throttle: datetime.timedelta = datetime.timedelta(0)) -> Any:
     hints = LeaderHints(ctx) if ctx.version >= 10 else None
     topics = []
     for (name, t), rows in zip(named, results, strict=True):
@@ -333,7 +334,7 @@ def _response(ctx: RequestContext, named: list[tuple[str | None, Any]],
                                 topic_id=getattr(t, "topic_id", None),
                                 partition_responses=tuple(parts)))
     endpoints = hints.node_endpoints() if hints is not None else ()
-    return ctx.response(responses=tuple(topics), throttle_time=_quota.throttle(ctx, throttle_ms),
+    return ctx.response(responses=tuple(topics), throttle_time=throttle,
                         node_endpoints=endpoints)
 
 
@@ -399,20 +400,30 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
     results = _rows(ctx, named, acks, refused, allowed, now, presplits)
     ok = [row for rows in results for row in rows if row[1].error == ErrorCode.none]
     deadline = trio.current_time() + request.timeout.total_seconds()
-    finish = partial(_finish, ctx, request, named, results, ok, deadline)
     if (ok and (acks == -1 or acks == 1 and _needs_sync(ctx)) and ctx.session is not None
             and ctx.session.pipelined and not any(row[1].split is not None for row in ok)):
         # appended, in request order: the wait for the replicas (or the
         # fsync) overlaps the next requests' appends (``connection``);
-        # delayed records are scheduled in turn, so theirs does not
-        return Later(finish)
-    return await finish()
+        # delayed records are scheduled in turn, so theirs does not. The
+        # throttle mutes the connection from now on, so the next request
+        # waits for it even while this one waits
+        return Later(partial(_finish, ctx, request, named, results, ok, deadline,
+                             _throttle(ctx, ok)))
+    return await _finish(ctx, request, named, results, ok, deadline, None)
+
+
+def _throttle(ctx: RequestContext, ok: list[_Row]) -> datetime.timedelta:
+    """The request's quota and backpressure throttle, its connection muted for it."""
+    throttle_ms = _quota.record(ctx, _quota.managers(ctx).produce, ctx.request_size)
+    return _quota.throttle(ctx, max(throttle_ms, _backpressure_ms(ctx, ok)))
 
 
 async def _finish(ctx: RequestContext, request: Any, named: list[tuple[str | None, Any]],
-                  results: list[list[_Row]], ok: list[_Row], deadline: float) -> Any:
-    """The appended rows made durable as ``acks`` asks, delayed records
-    scheduled, the producer's throttle: the response (None for acks=0)."""
+                  results: list[list[_Row]], ok: list[_Row], deadline: float,
+                  throttle: datetime.timedelta | None) -> Any:
+    """The appended rows made durable as ``acks`` asks and delayed records
+    scheduled: the response (None for acks=0). The throttle, unless given,
+    once they are (delayed delivery's weighs the records just scheduled)."""
     state, cluster, acks = ctx.state, ctx.cluster, request.acks
     errors: dict[int, AppendResult] = {}
     if ok and acks == -1:
@@ -436,9 +447,8 @@ async def _finish(ctx: RequestContext, request: Any, named: list[tuple[str | Non
             for row in moving:
                 nursery.start_soon(_schedule_row, ctx, row, acks, deadline,
                                    request.transactional_id, errors)
-    throttle_ms = _quota.record(ctx, _quota.managers(ctx).produce, ctx.request_size)
-    throttle_ms = max(throttle_ms, _backpressure_ms(ctx, ok))
+    if throttle is None:
+        throttle = _throttle(ctx, ok)
     if acks == 0:
-        _quota.throttle(ctx, throttle_ms)  # no answer, but muted all the same
-        return None
-    return _response(ctx, named, results, errors, throttle_ms)
+        return None  # no answer, but muted all the same
+    return _response(ctx, named, results, errors, throttle)
