@@ -720,7 +720,7 @@ class ClusterRuntime:
         followers have and when each last fetched, to tell a lost message
         from a slow follower or disk."""
         seen, self._stall_seen = self._stall_seen, {}
-        for gid, group in self.groups.items():  # quiesced ones too: a quiet stall is a bug
+        for gid, group in self._ticking.items():  # a quiesced group costs nothing (DESIGN §5)
             raft = group.raft
             if group.hw >= raft.log.end or group.removed or not group.is_leader:
                 continue
