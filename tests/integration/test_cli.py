@@ -160,7 +160,10 @@ def test_produce_file_with_progress_and_compression(broker: Broker, tmp_path: Pa
     assert "100% 500 records" in proc.stderr
     assert f"produced 500 records to {topic}" in proc.stderr
     assert kc(broker, "consume", topic).stdout.splitlines() == [f"value-{i}" for i in range(500)]
-    assert set(broker.stored_codecs(topic, 0)) == {1}  # gzip, stored as sent
+    # gzip, stored as sent; kafka-python sends a batch that gzip would not
+    # shrink (one or two short lines, when acks come back fast) uncompressed
+    codecs = broker.stored_codecs(topic, 0)
+    assert 1 in codecs and set(codecs) <= {0, 1}, codecs
     assert "cannot read" in kc(broker, "produce", topic, "--file", str(tmp_path / "missing"),
                                expect=1).stderr
 
