@@ -49,7 +49,7 @@ from kcompat.broker.handlers.sasl_authenticate import step
 from kcompat.broker.listeners import Listener
 from kcompat.broker.session import Session
 from kcompat.broker.tls_stream import TlsStream
-from kcompat.broker.zero_copy import send_response, with_bytes
+from kcompat.broker.zero_copy import close_all, send_response, with_bytes
 from kcompat.security import acl, principal, ssl_principal
 from kcompat.security.hosts import host_address
 from kcompat.wire import codec
@@ -189,19 +189,33 @@ class _Answers:
     async def run(self, answers: trio.MemoryReceiveChannel[Any],
                   reading: trio.CancelScope) -> None:
         try:
-            async with answers:
-                async for out in answers:
-                    if isinstance(out, Later):
-                        out = await out.finish()
-                        if out is None:
-                            continue
-                    if isinstance(out, list):  # a Fetch answer: bytes and file ranges
-                        await send_response(self.conn, out)
-                    else:
-                        await self.conn.send_all(out)
+            async for out in answers:
+                if isinstance(out, Later):
+                    out = await out.finish()
+                    if out is None:
+                        continue
+                if isinstance(out, list):  # a Fetch answer: bytes and file ranges
+                    await send_response(self.conn, out)
+                else:
+                    await self.conn.send_all(out)
         except _ENDS as e:
             self.error = e
             reading.cancel()
+        finally:
+            _drop_unsent(answers)
+            answers.close()
+
+
+def _drop_unsent(answers: trio.MemoryReceiveChannel[Any]) -> None:
+    """Answers left when the connection ends: a Fetch answer's file ranges
+    own descriptors (``zero_copy``), closed here as a send would."""
+    while True:
+        try:
+            out = answers.receive_nowait()
+        except (trio.WouldBlock, trio.EndOfChannel):
+            return
+        if isinstance(out, list):
+            close_all(out)
 
 
 def _limit_frames(reader: FrameReader, broker: Broker, session: Session) -> None:

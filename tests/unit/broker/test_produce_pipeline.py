@@ -88,3 +88,41 @@ def test_a_connection_appends_the_next_produces_while_one_waits_for_its_fsync() 
     assert took < 3 * SLOW_S, (
         f"{COUNT} produces took {took:.2f} s of {SLOW_S} s fsync passes: one pass each, "
         f"one request at a time")
+
+
+def test_answers_left_when_a_connection_breaks_release_their_file_ranges(tmp_path) -> None:
+    """A Fetch answer queued behind one the peer never takes: its file range
+    owns a descriptor, closed when the connection ends (else every broken
+    connection with answers pending leaked one per range)."""
+    import os
+
+    from kcompat.broker.connection import _Answers
+    from kcompat.broker.zero_copy import FileRange
+
+    path = tmp_path / "segment"
+    path.write_bytes(b"x" * 100)
+
+    class Broken(trio.abc.Stream):
+        async def send_all(self, data: Any) -> None:
+            raise trio.BrokenResourceError("peer gone")
+
+        async def wait_send_all_might_not_block(self) -> None: ...
+
+        async def receive_some(self, max_bytes: int | None = None) -> bytes:
+            return b""
+
+        async def aclose(self) -> None: ...
+
+    ranges = [FileRange(os.open(path, os.O_RDONLY), 0, 100) for _ in range(3)]
+
+    async def main() -> BaseException | None:
+        answers = _Answers(Broken())
+        send, receive = trio.open_memory_channel(8)
+        for r in ranges:
+            send.send_nowait([b"head", r])
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(answers.run, receive, nursery.cancel_scope)
+        return answers.error
+
+    assert isinstance(trio.run(main), trio.BrokenResourceError)
+    assert all(r.fd == -1 for r in ranges), [r.fd for r in ranges]
