@@ -8,12 +8,14 @@ poll; and a share session whose topic is deleted and re-created under it.
   nothing past the limit). Before, kcompat handed out all 10 at once.
 - ``fetch.max.bytes=1``, 3 batches of 10 records: one batch (10 records) per
   poll.
-- 2 partitions of 50 records, explicit acknowledgement: each non-empty poll
-  holds one partition's 50 records. Kafka answers a ShareFetch as soon as one
-  of its share-partitions is initialized and loads the others meanwhile (a
-  warm group gets both partitions in one answer, on both brokers); which
-  partition comes first is Kafka's race, so the polls are compared as
-  (partitions, record count) without the partition's number.
+- 2 partitions of 50 records, explicit acknowledgement: each partition's 50
+  records come whole, in one poll. Kafka answers a ShareFetch as soon as one
+  of its share-partitions is initialized and loads the others meanwhile, so
+  whether the two partitions come in one poll or in two, and which comes
+  first, is a race on Kafka as on kcompat (CI saw each broker do each:
+  Kafka 2+0 beside kcompat 1+1, and the other way round). The polls are
+  compared as the record counts of each (poll, partition) and the
+  partitions seen, not as their grouping into polls.
 - The topic deleted while the consumer reads it, then re-created: no
   connection is closed (before, kcompat's ShareFetch raised ``KeyError`` and
   closed it, and the consumer's error callback fired).
@@ -165,11 +167,12 @@ def _java_scenario(clients_cp: str, bootstrap: str, name: str, replication: int
 
 def _shape(name: str, polls: list[Poll]) -> Any:
     """What must match: the exact (partition, offset) lists per poll; for two
-    partitions, how many partitions and records each poll held, and that
-    each partition came in one poll."""
+    partitions, the record counts of each (poll, partition) — a partition
+    split over polls shows as more, smaller counts — and each partition
+    seen in one poll only (whether both share a poll is Kafka's race)."""
     if name != "two-partitions":
         return polls
-    return ([(len({p for p, _ in poll}), len(poll)) for poll in polls],
+    return (sorted(sum(1 for q, _ in poll if q == p) for poll in polls for p in {p for p, _ in poll}),
             sorted(p for poll in polls for p in {p for p, _ in poll}))
 
 
