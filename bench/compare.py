@@ -159,24 +159,9 @@ def proc_status_kib(pid: int, key: str) -> int:
 
 
 def proc_cpu_s(pid: int) -> float:
-    """CPU seconds of a process and of its children, ended or running (a
-    kcompat broker's CPU worker process is its child)."""
     with open(f"/proc/{pid}/stat") as f:
         fields = f.read().rsplit(")", 1)[1].split()
-    own = sum(int(x) for x in fields[11:15]) / CLK_TCK  # utime, stime, cutime, cstime
-    children: list[str] = []
-    try:
-        for task in os.listdir(f"/proc/{pid}/task"):
-            with open(f"/proc/{pid}/task/{task}/children") as f:
-                children += f.read().split()
-    except OSError:  # a task ended meanwhile
-        pass
-    for child in children:
-        try:
-            own += proc_cpu_s(int(child))
-        except OSError:  # ended meanwhile (its time is in cutime once reaped)
-            pass
-    return own
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK  # utime + stime
 
 
 def loadavg() -> str:

@@ -27,9 +27,7 @@ Requests (a tuple: its op, the keys to forget, then the op's arguments):
   ``("gone", key)`` when it is not kept.
 
 Any other failure is ``("failed", text)``. End of input ends the process:
-a broker that dies, even by kill -9, takes its worker with it. SIGINT is
-ignored (a terminal's Ctrl-C reaches the whole process group; the broker
-drains first, then ends its worker).
+a broker that dies, even by kill -9, takes its worker with it.
 
 Pure work only: no socket, no file but the two pipes, no broker state.
 """
@@ -37,7 +35,6 @@ Pure work only: no socket, no file but the two pipes, no broker state.
 from __future__ import annotations
 
 import pickle
-import signal
 import struct
 import sys
 from collections import OrderedDict
@@ -119,20 +116,14 @@ class Worker:
 
 
 def main() -> None:
-    # Ctrl-C in a terminal signals the broker's whole process group: the broker
-    # drains, then ends this process (or its end of the pipe closes)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
     source, sink = sys.stdin.buffer, sys.stdout.buffer
     worker = Worker()
     while True:
         body = read_frame(source)
         if body is None:
             return
-        try:
-            sink.write(frame(worker.answer(pickle.loads(body))))
-            sink.flush()
-        except BrokenPipeError:  # the broker is gone
-            return
+        sink.write(frame(worker.answer(pickle.loads(body))))
+        sink.flush()
 
 
 if __name__ == "__main__":
