@@ -41,7 +41,6 @@ from kio.schema.errors import ErrorCode
 
 from kcompat.broker import dedup_windows
 from kcompat.broker.configdef import LONG_MAX
-from kcompat.broker.cpu_process import FarSplit
 from kcompat.broker.partition import Partition
 from kcompat.broker.topic_config import effective, retry_policy
 from kcompat.ext import holes
@@ -60,7 +59,7 @@ class AppendResult:
     base_offset: int = -1
     log_append_time_ms: int = -1
     message: str | None = None
-    split: Split | FarSplit | None = None  # delayed records taken out (stored with holes)
+    split: Split | None = None  # delayed records taken out (stored with holes)
     record_errors: tuple[tuple[int, str], ...] = ()  # (index in the batch, message)
 
 
@@ -182,13 +181,13 @@ class Presplit:
     section: its result, or what it raised (raised again in its place)."""
 
     made_for: tuple[int, int, object]  # now_ms, kc.delay.max.ms, retry policy
-    split: Split | FarSplit | None = None  # FarSplit: kept by the CPU worker process
+    split: Split | None = None
     error: Exception | None = None
     # the dedup ids of the batch as stored when nothing was split out of it
     # (``dedup_windows.scan_ids``), for the ``kc.dedup.by`` they were read by
     ids: dedup_windows.ScannedIds | None = None
 
-    def take(self) -> Split | FarSplit | None:
+    def take(self) -> Split | None:
         if self.error is not None:
             raise self.error
         return self.split

@@ -208,9 +208,6 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
         _D("kcompat.cluster.id", "string", ""),
         # Fetch sends record sets from the segment files with sendfile (zero_copy)
         _D("kcompat.fetch.sendfile", "boolean", True),
-        # large batches of delayed records are split in a child process, on another
-        # core (broker.cpu_process); false: in worker threads of the broker's own
-        _D("kcompat.cpu.worker.enable", "boolean", True),
         _D("admin.port", "int", 9644, minimum=-1),  # 0 picks a free port, -1 disables
         _D("admin.host", "string", ""),  # empty: the same as host
         _D("admin.token", "password", ""),  # a bearer token every admin HTTP request must carry

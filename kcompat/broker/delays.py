@@ -95,7 +95,6 @@ from prometheus_client.registry import Collector
 
 from kcompat.broker.controller.admin import auto_create
 from kcompat.broker.controller.internal_topics import partition_for
-from kcompat.broker.cpu_process import CpuUnavailable, FarSplit
 from kcompat.broker.delay_batches import SCHEDULE_BATCH, below, schedule_batches
 from kcompat.broker.delay_pressure import Backpressure
 from kcompat.broker.lane import background_turn
@@ -224,7 +223,7 @@ class DelayService:
 
     # -- produce: schedule what a stored batch took out ----------------------------------
 
-    async def prepare(self, topic: str, index: int, split: Split | FarSplit,
+    async def prepare(self, topic: str, index: int, split: Split,
                       timeout_s: float) -> tuple[ErrorCode, str | None, int]:
         """Create what ``split`` needs (the schedule topic, a dead-letter
         topic); (error, message, the schedule partition of ``topic``-``index``)."""
@@ -238,7 +237,7 @@ class DelayService:
         partitions = self.state.topics[SCHEDULE_TOPIC].partitions
         return ErrorCode.none, None, partition_for(f"{topic}-{index}", partitions)
 
-    async def schedule(self, topic: str, index: int, split: Split | FarSplit, base_offset: int,
+    async def schedule(self, topic: str, index: int, split: Split, base_offset: int,
                        timeout_s: float) -> tuple[ErrorCode, str | None]:
         """Write the moves and cancellations of ``split`` (stored at
         ``base_offset`` in ``topic``-``index``) to the schedule log — in the
@@ -248,25 +247,16 @@ class DelayService:
         if code != ErrorCode.none:
             return code, message
         partitions = {topic: self.state.topics[topic].partitions for topic in split.topics}
-        if isinstance(split, FarSplit):  # its records are in the CPU worker process
-            try:
-                batches = await split.worker.batches(split, topic, index, base_offset,
-                                                     partitions, now_ms())
-            except CpuUnavailable:
-                return ErrorCode.request_timed_out, (
-                    "the records to move were lost with the CPU worker process; retry")
-        else:
-            build = partial(schedule_batches, topic, index, split, base_offset, partitions,
-                            now_ms())
-            # a large split is built in a worker thread, the loop going on meanwhile
-            batches = (await run_cpu(build) if split.count > SCHEDULE_BATCH
-                       else build())
+        build = partial(schedule_batches, topic, index, split, base_offset, partitions, now_ms())
+        # a large split is built in a worker thread, the loop going on meanwhile
+        batches = (await run_cpu(build) if len(split.moves) > SCHEDULE_BATCH
+                   else build())
         for batch in batches:  # in order: a cancellation follows what it cancels
             code, _offset = await self.calls.append(SCHEDULE_TOPIC, schedule_index, batch,
                                                     timeout_s)
             if code != ErrorCode.none:  # a retry schedules again; the log drops repeats
                 return code, f"the records to move could not be scheduled ({code.name}); retry"
-        self.pressure.scheduled(schedule_index, split.count, trio.current_time())
+        self.pressure.scheduled(schedule_index, len(split.moves), trio.current_time())
         self._count_moves(topic, split)
         return ErrorCode.none, None
 
@@ -550,9 +540,9 @@ class DelayService:
                                  "while their schedule partition is late", registry=registry)
         registry.register(_PendingCollector(self))
 
-    def _count_moves(self, topic: str, split: Split | FarSplit) -> None:
-        if self.retries is None or self.dead_letters is None or isinstance(split, FarSplit):
-            return  # (a FarSplit: delayed records only)
+    def _count_moves(self, topic: str, split: Split) -> None:
+        if self.retries is None or self.dead_letters is None:
+            return
         if not split.topics and not (split.moves and split.moves[0].retry):
             return  # delayed records only (a retry topic's: a dead-letter topic, or retries)
         for move in split.moves:

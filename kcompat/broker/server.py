@@ -62,7 +62,6 @@ from kcompat.broker.admin_http import open_admin_listeners, run_admin_http
 from kcompat.broker.broker import Broker
 from kcompat.broker.config import BrokerConfig
 from kcompat.broker.connection import serve_connection
-from kcompat.broker.cpu_process import CpuProcess
 from kcompat.broker.listeners import Listener
 from kcompat.broker.log_cleaner import LogCleaner
 from kcompat.broker.loop_monitor import LoopMonitor
@@ -172,11 +171,6 @@ async def run_broker(config: BrokerConfig, task_status: trio.TaskStatus[int] = t
             registry = broker.metrics.registry
             background.start_soon(LoopMonitor(registry).run)  # loop lag, longest steps
             background.start_soon(_warm_codec, broker)  # schemas imported ahead, off the loop
-            if config["kcompat.cpu.worker.enable"]:  # started on first use, killed at the end
-                cpu = CpuProcess()
-                cpu.install()
-                registry.register(cpu)
-                background.start_soon(cpu.run)
             registry.register(OfflineMachines(broker.cluster.groups))
             background.start_soon(run_admin_http, broker, admin_listeners)
             background.start_soon(state.flusher.run)

@@ -45,10 +45,6 @@ class HeaderError(ValueError):
         super().__init__(f"header {header}={shown}: {reason}")
         self.header = header
         self.value = value
-        self.reason = reason
-
-    def __reduce__(self) -> tuple[type[HeaderError], tuple[str, bytes | None, str]]:
-        return HeaderError, (self.header, self.value, self.reason)  # pickled as raised
 
 
 @dataclass(frozen=True, slots=True)

@@ -112,11 +112,6 @@ class Split:
     cancels: tuple[tuple[int, Cancel], ...]  # (offset: its hole, the cancellation)
     topics: frozenset[str] = frozenset()  # the other topics moves go to
 
-    @property
-    def count(self) -> int:
-        """How many records moved."""
-        return len(self.moves)
-
 
 def may_carry_headers(view: memoryview | bytes, header: BatchHeader) -> bool:
     """False when no record of the batch can carry a ``kc-`` header."""

@@ -64,9 +64,6 @@ class BatchError(ValueError):
         super().__init__(message)
         self.kind = kind  # "corrupt" | "invalid"
 
-    def __reduce__(self) -> tuple[type[BatchError], tuple[str, str]]:
-        return BatchError, (self.kind, str(self))  # pickled as raised
-
 
 @dataclass(frozen=True, slots=True)
 class BatchHeader:

@@ -74,7 +74,6 @@ from kio.schema.errors import ErrorCode
 from kcompat.broker import dedup_windows, views
 from kcompat.broker.append import AppendResult, Presplit, append_records, split_ahead
 from kcompat.broker.context import Later, RequestContext
-from kcompat.broker.cpu_process import FAR_BYTES, CpuProcess, CpuUnavailable, cpu_process
 from kcompat.broker.handlers import _authz, _quota
 from kcompat.broker.handlers._common import ms_to_datetime
 from kcompat.broker.handlers._leader_hints import LeaderHints, topic_name
@@ -84,7 +83,6 @@ from kcompat.broker.replication.disk_faults import StorageError
 from kcompat.broker.replication.group import Group, NotLeaderError
 from kcompat.broker.state import now_ms
 from kcompat.broker.topic_config import effective, retry_policy
-from kcompat.ext.delay import HeaderError
 from kcompat.ext.schedule_log import SCHEDULE_TOPIC
 from kcompat.wire.batch import LOG_OVERHEAD, MAGIC_V2, BatchError, BatchHeader, parse_header
 
@@ -237,58 +235,24 @@ async def _dedup_ready(ctx: RequestContext, named: list[tuple[str | None, Any]],
 
 async def _split_ahead(ctx: RequestContext, named: list[tuple[str | None, Any]],
                        allowed: set[str], now: int) -> dict[int, Presplit]:
-    """The delayed records of large batches, split before the no-await
-    appends — by the CPU worker process (``cpu_process``) when it runs,
-    else in a worker thread (``append.split_ahead``); by id of the
+    """The delayed records of large batches, split in a worker thread
+    (``append.split_ahead``) before the no-await appends; by id of the
     partition's data."""
     out: dict[int, Presplit] = {}
-    cpu = cpu_process()
-    defaults = ctx.state.broker_defaults
     for name, t in named:
         meta = ctx.state.topics.get(name) if name is not None and name in allowed else None
         if meta is None:
             continue
-        retry = retry_policy(meta.configs, defaults) is not None
-        dedup = dedup_windows.policy(meta.configs, defaults) is not None
+        retry = retry_policy(meta.configs, ctx.state.broker_defaults) is not None
+        dedup = dedup_windows.policy(meta.configs, ctx.state.broker_defaults) is not None
         for p in t.partition_data:
-            found = None
-            if cpu is not None and _far(p.records, retry, dedup) and cpu.usable():
-                max_delay = int(effective("kc.delay.max.ms", meta.configs, defaults)[0])
-                try:
-                    found = await _split_far(cpu, p.records, max_delay, now)
-                except CpuUnavailable:  # as without the process
-                    if _may_split(p.records, retry, dedup):
-                        found = await run_cpu(split_ahead, p.records, meta.configs, defaults,
-                                              now)
-            elif _may_split(p.records, retry, dedup):
-                found = await run_cpu(split_ahead, p.records, meta.configs, defaults, now)
+            if not _may_split(p.records, retry, dedup):
+                continue
+            found = await run_cpu(split_ahead, p.records, meta.configs,
+                                  ctx.state.broker_defaults, now)
             if found is not None:
                 out[id(p)] = found
     return out
-
-
-async def _split_far(cpu: CpuProcess, records: bytes, max_delay_ms: int, now: int
-                     ) -> Presplit | None:
-    """``append.split_ahead`` of a batch of delayed records, made by the CPU
-    worker process (a topic without retry policy or dedup window)."""
-    made_for = (now, max_delay_ms, None)
-    try:
-        split = await cpu.split(records, now, max_delay_ms)
-    except (HeaderError, BatchError) as e:
-        return Presplit(made_for, error=e)
-    return None if split is None else Presplit(made_for, split)
-
-
-def _far(records: bytes | None, retry: bool, dedup: bool) -> bool:
-    """An uncompressed batch naming ``kc-`` of at least ``FAR_BYTES``, on a
-    topic with neither a retry policy nor a dedup window: for the CPU worker
-    process."""
-    if retry or dedup or records is None or len(records) < FAR_BYTES:
-        return False
-    try:
-        return parse_header(records).compression == 0 and b"kc-" in records
-    except BatchError:
-        return False
 
 
 def _may_split(records: bytes | None, retry: bool, dedup: bool = False) -> bool:
