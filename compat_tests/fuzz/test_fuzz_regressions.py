@@ -497,6 +497,27 @@ def test_acknowledging_offsets_never_handed_out(peers: list[Peer]) -> None:
                 "ack unacquired") == ((("ack unacquired", 121),), (), 0)
 
 
+def test_acknowledging_a_share_partition_not_loaded_here(peers: list[Peer]) -> None:
+    # F36: a ShareAcknowledge naming a partition whose share-partition the broker
+    # has not loaded (its topic re-created since the member's last fetch, so
+    # nothing fetched the new one): Kafka answers UNKNOWN_TOPIC_OR_PARTITION (not
+    # in its share-partition cache); kcompat loaded it for the acknowledgement and
+    # answered INVALID_RECORD_STATE
+    topic = name()
+    group, ids = share_group(peers, topic, 1, 0)
+    join(peers, group, ids[0], 0, [topic], [topic])
+    assert both(peers, "share_consume", group, ids, [topic], "accept", False, False) == (
+        "ok", (), (), (), ())  # the session is open, the share-partition loaded
+    assert both(peers, "delete_topic", topic) == 0
+    settle(peers, topic, None)
+    assert both(peers, "create_topic", topic, 1, 1, {}, False) == ("ok", 1, 1)
+    settle(peers, topic, 1)
+    both(peers, "produce", topic, 0, [(None, b"a"), (None, b"b"), (None, b"c")],
+         int(time.time() * 1000), 0, -1)
+    assert both(peers, "share_session_misuse", group, ids[0], 0, [topic],
+                "ack unacquired") == ((("ack unacquired", UNKNOWN_TOPIC),), (), 0)
+
+
 def _released_rounds(peer: Peer, group: str, ids: list[str], topic: str
                      ) -> list[tuple[tuple[int, int, int], ...]]:
     """Member 0 fetches and releases what it got with a ShareAcknowledge

@@ -161,6 +161,18 @@ class ShareError(Exception):
         self.message = message
 
 
+class NotLoaded(ShareError):
+    """An acknowledgement for a share-partition this broker has not loaded:
+    no ShareFetch claimed it here in its partition's current leadership, or
+    its topic was re-created since. Kafka's broker acknowledges only the
+    share-partitions in its cache, which a ShareFetch fills, and answers the
+    others UNKNOWN_TOPIC_OR_PARTITION (``SharePartitionManager.acknowledge``)."""
+
+    def __init__(self) -> None:
+        super().__init__(ErrorCode.unknown_topic_or_partition,
+                         "The share-partition is not loaded on this broker: fetch it first.")
+
+
 @dataclass(frozen=True, slots=True)
 class ShareSettings:
     """A share group's configs as the partition side uses them."""
@@ -289,9 +301,11 @@ class ShareService:
 
     # -- claiming a key ---------------------------------------------------------------------
 
-    async def held_machine(self, key: ShareKey) -> Held:
+    async def held_machine(self, key: ShareKey, claim: bool = True) -> Held:
         """The machine of ``key``, claimed (again) if this broker does not hold
-        it in the data partition's current term; ShareError otherwise."""
+        it in the data partition's current term; ShareError otherwise.
+        ``claim=False`` (acknowledgements): only one held or being claimed
+        here, else ``NotLoaded``."""
         topic, index = key[1], key[2]
         part, code = self.cluster.led_partition(topic, index)
         if part is None or code != ErrorCode.none:
@@ -307,6 +321,8 @@ class ShareService:
             if loading is None:
                 break
             await loading.wait()
+        if not claim:
+            raise NotLoaded
         self._loading[key] = done = trio.Event()
         try:
             held = await self._claim_retrying(key, part, term)

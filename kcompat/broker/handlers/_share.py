@@ -23,7 +23,7 @@ from kcompat.broker.context import RequestContext
 from kcompat.broker.handlers import _authz
 from kcompat.broker.handlers._common import NO_THROTTLE, OK
 from kcompat.broker.share_sessions import Session
-from kcompat.broker.shares import RETRIABLE, Held, ShareError
+from kcompat.broker.shares import RETRIABLE, Held, NotLoaded, ShareError
 from kcompat.group.share_partition import AckBatch, AckType, AcquiredRecords
 
 Key = tuple[str, int]
@@ -116,7 +116,10 @@ async def apply_acks(ctx: RequestContext, group_id: str, member_id: str,
     for (topic, index), batches in acks.items():
         result = results.setdefault((topic, index), PartitionResult())
         try:
-            held = await ctx.shares.held_machine((group_id, topic, index))
+            held = await ctx.shares.held_machine((group_id, topic, index), claim=False)
+        except NotLoaded as e:  # the acknowledgements fail; a fetch beside them loads it
+            result.ack_error, result.ack_message = e.code, e.message
+            continue
         except ShareError as e:
             result.error, result.message = e.code, e.message
             result.ack_error = e.code
