@@ -30,6 +30,7 @@ is deleted with its source (the same ``delete_topic`` record).
 from __future__ import annotations
 
 import uuid
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -41,6 +42,7 @@ from kcompat.security.acl import AclBinding, AclStore
 from kcompat.security.scram import ScramCredential
 
 METADATA_DIR = "__cluster_metadata-0"
+GONE_IDS = 10_000  # ids of deleted topics remembered (``MetadataImage.gone_topic``)
 
 
 @dataclass
@@ -146,6 +148,20 @@ class MetadataImage:
     # deletion or a partition move looks up its views without a walk of all topics)
     _views: dict[str, dict[str, None]] = field(default_factory=dict, repr=False,
                                                compare=False)
+    # the ids of the last GONE_IDS topics deleted or re-created, and their names:
+    # a consumer's heartbeat may still name partitions it holds by such an id
+    # (``gone_topic``); not in snapshots (a restart forgets them)
+    _gone: OrderedDict[uuid.UUID, str] = field(default_factory=OrderedDict, repr=False,
+                                               compare=False)
+
+    def gone_topic(self, topic_id: uuid.UUID) -> str | None:
+        """The name of a topic deleted (or re-created) since it had this id."""
+        return self._gone.get(topic_id)
+
+    def _forget_topic(self, meta: TopicMeta) -> None:
+        self._gone[meta.topic_id] = meta.name
+        while len(self._gone) > GONE_IDS:
+            self._gone.popitem(last=False)
 
     def views_of(self, source: str) -> list[TopicMeta]:
         """The filtered views of ``source``."""
@@ -183,6 +199,7 @@ class MetadataImage:
             replaced = self.topics.get(rec["name"])
             if replaced is not None:
                 self._index_view(replaced, add=False)
+                self._forget_topic(replaced)
             meta = self.topics[rec["name"]] = TopicMeta(
                 rec["name"], uuid.UUID(rec["id"]), rec["partitions"], dict(rec["configs"]),
                 bool(rec.get("internal", False)),
@@ -191,9 +208,11 @@ class MetadataImage:
         elif kind == "delete_topic":
             for view in self.views_of(rec["name"]):
                 self._index_view(self.topics.pop(view.name), add=False)
+                self._forget_topic(view)
             gone = self.topics.pop(rec["name"], None)
             if gone is not None:
                 self._index_view(gone, add=False)
+                self._forget_topic(gone)
             for key in [k for k in self.reassignments if k[0] == rec["name"]]:
                 del self.reassignments[key]
         elif kind == "reassign":

@@ -152,6 +152,11 @@ class BrokerState:
         source = meta.view_of if meta is not None else None
         return self.partitions.get((source or topic, index))
 
+    def gone_topic(self, topic_id: uuid.UUID) -> str | None:
+        """The name a topic deleted or re-created since had under this id (the
+        last ``metadata.GONE_IDS`` of them)."""
+        return self.metadata.image.gone_topic(topic_id)
+
     def topic_by_id(self, topic_id: uuid.UUID | None) -> TopicMeta | None:
         """The topic with this id. Produce v13 and Fetch v13+ resolve every
         topic of every request by id, so an id -> name map is kept, checked

@@ -32,10 +32,19 @@ from kcompat.group.consumer_messages import Heartbeat, HeartbeatResult, check_re
 
 
 def _owned(ctx: RequestContext, request: Any) -> tuple[tuple[str, tuple[int, ...]], ...] | None:
+    """The partitions the member says it owns, by topic name. A topic deleted
+    (or re-created) since is named as it was: the member still holds those
+    partitions, and must revoke them before it is given new ones, as Kafka's
+    assignments by topic id ask it to. An id never known is left out."""
     if request.topic_partitions is None:
         return None
-    found = ((ctx.state.topic_by_id(t.topic_id), t) for t in request.topic_partitions)
-    return tuple((meta.name, tuple(t.partitions)) for meta, t in found if meta is not None)
+    owned = []
+    for t in request.topic_partitions:
+        meta = ctx.state.topic_by_id(t.topic_id)
+        name = meta.name if meta is not None else ctx.state.gone_topic(t.topic_id)
+        if name is not None:
+            owned.append((name, tuple(t.partitions)))
+    return tuple(owned)
 
 
 def _denied(ctx: RequestContext, group_id: str, names: Any) -> ErrorCode | None:
