@@ -163,8 +163,8 @@ class ShareError(Exception):
 
 class NotLoaded(ShareError):
     """An acknowledgement for a share-partition this broker has not loaded:
-    no ShareFetch claimed it here in its partition's current leadership, or
-    its topic was re-created since. Kafka's broker acknowledges only the
+    no ShareFetch claimed it here while it led the partition, or its topic
+    was re-created since. Kafka's broker acknowledges only the
     share-partitions in its cache, which a ShareFetch fills, and answers the
     others UNKNOWN_TOPIC_OR_PARTITION (``SharePartitionManager.acknowledge``)."""
 
@@ -304,8 +304,9 @@ class ShareService:
     async def held_machine(self, key: ShareKey, claim: bool = True) -> Held:
         """The machine of ``key``, claimed (again) if this broker does not hold
         it in the data partition's current term; ShareError otherwise.
-        ``claim=False`` (acknowledgements): only one held or being claimed
-        here, else ``NotLoaded``."""
+        ``claim=False`` (acknowledgements): only one this broker loaded, for
+        the topic as it is now (or is claiming), else ``NotLoaded``; one
+        loaded in an earlier term here is claimed again, as before."""
         topic, index = key[1], key[2]
         part, code = self.cluster.led_partition(topic, index)
         if part is None or code != ErrorCode.none:
@@ -321,8 +322,8 @@ class ShareService:
             if loading is None:
                 break
             await loading.wait()
-        if not claim:
-            raise NotLoaded
+        if not claim and (held is None or held.topic_id != topic_id):
+            raise NotLoaded  # (one of an older term here, a re-election: claimed again)
         self._loading[key] = done = trio.Event()
         try:
             held = await self._claim_retrying(key, part, term)

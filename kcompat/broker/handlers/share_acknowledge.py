@@ -6,7 +6,7 @@ records are released). Epoch 0 is INVALID_SHARE_SESSION_EPOCH: a session is
 opened by ShareFetch only. Each partition's ``error_code`` is the result of
 its acknowledgements (all or nothing), written to ``__share_group_state``
 before the answer; a partition whose share-partition this broker has not
-loaded (no ShareFetch claimed it here in its current leadership, or its
+loaded (no ShareFetch claimed it here while it led the partition, or its
 topic was re-created since) is UNKNOWN_TOPIC_OR_PARTITION, as Kafka answers
 for one missing from its share-partition cache. While a state partition the request wrote to is behind
 (its oldest write waiting longer than ``lag_sources.SHARE_STATE_FROM_S``:
