@@ -149,6 +149,12 @@ ALLOWED: list[tuple[str, Any, str]] = [
     ("consumer_settle", _settled_alike, "KIP-848 assignor placement (uniform, heterogeneous)"),
     ("consumer_describe", _described_alike,
      "KIP-848 assignor placement (uniform, heterogeneous)"),
+    # a commit at the epoch before (KIP-1251) is accepted for the partitions
+    # the member has held since: the member holds it on one broker only
+    ("consumer_commit", lambda args, kafka, kcompat: args[3] and isinstance(kafka, tuple)
+     and isinstance(kcompat, tuple) and kafka[1] != kcompat[1],
+     "KIP-848 assignor placement: a stale commit of a partition one broker placed with "
+     "the member"),
     *((op, lambda _a, kafka, kcompat: _is_ok(kafka) and _is_ok(kcompat),
        "KIP-848 reconciliation steps follow the assignor's placement")
       for op in ("consumer_join", "consumer_heartbeat", "consumer_resubscribe",

@@ -227,7 +227,10 @@ def consumer_leave(peer: Peer, group: str, member_id: str, who: int) -> Observat
 
 def consumer_commit(peer: Peer, group: str, member_id: str, who: int, stale: bool,
                     topic: str, partition: int, offset: int) -> Observation:
-    """OffsetCommit v9 with the member's epoch (or the one before)."""
+    """OffsetCommit v9 with the member's epoch: its error; or with the epoch
+    before (``stale``): its error and whether the member holds the partition
+    as its heartbeats' answers told it (KIP-1251 accepts such a commit for
+    the partitions it has held since: which is the assignor's placement)."""
     member = _member(peer, group, who, member_id)
     answer = ops.to_coordinator(peer, group, OffsetCommitRequest, OffsetCommitResponse, 9, {
         "group_id": group, "generation_id_or_member_epoch": member.epoch - int(stale),
@@ -238,7 +241,12 @@ def consumer_commit(peer: Peer, group: str, member_id: str, who: int, stale: boo
         lambda a: a["topics"][0]["partitions"][0]["error_code"])
     if answer == CLOSED:
         return CLOSED
-    return answer["topics"][0]["partitions"][0]["error_code"]
+    code = answer["topics"][0]["partitions"][0]["error_code"]
+    if not stale:
+        return code
+    names = topic_names(peer, [topic])
+    return code, any(names.get(tid) == topic and partition in parts
+                     for tid, parts in member.owned.items())
 
 
 def consumer_settle(peer: Peer, group: str, member_ids: list[str],

@@ -744,6 +744,19 @@ def test_stale_topic_ids_of_a_share_session_compared_by_request() -> None:
                    ("ok", (), (("fetch", "t", 2, 3),), (), ())) is None
 
 
+def test_a_stale_commit_is_compared_with_the_placement_it_depends_on() -> None:
+    # a commit at the epoch before (KIP-1251) is accepted for the partitions the
+    # member has held since; when the uniform assignor placed a topic's new
+    # partition with the other member on one broker (a 2 -> 3 partition topic:
+    # Kafka gave a-2 to one member, kcompat to the other), the commit's answer
+    # follows: 113 where the member does not hold it, 0 where it does
+    args = ("g", "m", 0, True, "a", 2, 11)
+    assert allowed("consumer_commit", args, (113, False), (0, True)) is not None
+    # the same holding and different answers: a difference
+    assert allowed("consumer_commit", args, (113, True), (0, True)) is None
+    assert allowed("consumer_commit", ("g", "m", 0, False, "a", 2, 11), 113, 0) is None
+
+
 def test_one_heartbeat_bumps_the_group_epoch_once(peers: list[Peer]) -> None:
     # Kafka 4.4 bumps the group epoch once for a heartbeat that changes the
     # member's subscription while the subscribed topics' metadata changed too
