@@ -8,9 +8,10 @@ its acknowledgements (all or nothing), written to ``__share_group_state``
 before the answer; a partition whose share-partition this broker has not
 loaded (no ShareFetch claimed it here while it led the partition, or its
 topic was re-created since) is UNKNOWN_TOPIC_OR_PARTITION, as Kafka answers
-for one missing from its share-partition cache. While a state partition the request wrote to is behind
-(its oldest write waiting longer than ``lag_sources.SHARE_STATE_FROM_S``:
-``backpressure``), the answer carries a throttle and the connection is muted.
+for one missing from its share-partition cache. While a state partition the
+request wrote to is behind (its oldest write waiting longer than
+``lag_sources.SHARE_STATE_FROM_S``: ``backpressure``), the answer carries a
+throttle and the connection is muted.
 """
 
 from __future__ import annotations
