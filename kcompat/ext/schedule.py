@@ -601,13 +601,19 @@ class Schedule:
         out or not)."""
         out = {}
         for target in self._near_targets():
-            least = self._near.earliest(target, self._pending)
-            handed = self._handed_due(target)
-            if handed is not None and (least is None or handed < least):
-                least = handed
+            least = self.earliest_due(target)
             if least is not None:
                 out[target] = least
         return out
+
+    def earliest_due(self, target: Target | None) -> int | None:
+        """The earliest due time of ``target``'s promoted entries (handed
+        out or not); None if it has none."""
+        least = self._near.earliest(target, self._pending)
+        handed = self._handed_due(target)
+        if handed is not None and (least is None or handed < least):
+            least = handed
+        return least
 
     def drop_target(self, target: Target | None) -> int:
         """Forget every pending record of ``target`` (it was deleted); how many."""
@@ -630,12 +636,14 @@ class Schedule:
         self._handed.pop(target, None)
         return len(dropped)
 
-    def due_targets(self, now_ms: int, promote_limit: int = PROMOTE_CHUNK
-                    ) -> list[Target | None]:
-        """Targets with a record due at ``now_ms`` (then ``due`` by target),
-        ``promote_limit`` entries promoted first at most."""
+    def due_targets(self, now_ms: int, promote_limit: int = PROMOTE_CHUNK,
+                    linger_ms: int = 0) -> list[Target | None]:
+        """Targets with a record due at ``now_ms`` — for ``linger_ms`` at
+        least — (then ``due`` by target), ``promote_limit`` entries promoted
+        first at most."""
         self.promote(now_ms, promote_limit)
-        return [target for target, due in self._near_due().items() if due <= now_ms]
+        return [target for target, due in self._near_due().items()
+                if due <= now_ms - linger_ms]
 
     def next_due_ms(self) -> int | None:
         """When the earliest pending record is due, or a little before: the

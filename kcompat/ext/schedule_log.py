@@ -453,11 +453,13 @@ class ScheduleLog:
 
     # -- the leader -----------------------------------------------------------------------
 
-    def due_targets(self, now_ms: int, promote_limit: int = PROMOTE_CHUNK) -> list[Target]:
-        """Targets with records due at ``now_ms`` and no delivery in flight
-        (``inflight`` is finished first); ``schedule.due`` lists them.
-        ``promote_limit``: as ``Schedule.due_targets``."""
-        return [t for t in self.schedule.due_targets(now_ms, promote_limit)
+    def due_targets(self, now_ms: int, promote_limit: int = PROMOTE_CHUNK,
+                    linger_ms: int = 0) -> list[Target]:
+        """Targets with records due at ``now_ms`` (for ``linger_ms`` at
+        least) and no delivery in flight (``inflight`` is finished first);
+        ``schedule.due`` lists them. ``promote_limit``: as
+        ``Schedule.due_targets``."""
+        return [t for t in self.schedule.due_targets(now_ms, promote_limit, linger_ms)
                 if t is not None and t not in self.inflight]
 
     def next_due_ms(self) -> int | None:
