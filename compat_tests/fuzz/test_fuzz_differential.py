@@ -123,7 +123,8 @@ def authorizing(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str,
         work = tmp_path_factory.mktemp("fuzz-authz-kcompat")
         ports = authz._ports()
         config = work / "broker.yaml"
-        config.write_text(yaml.safe_dump({**authz.settings(ports), "admin.port": "-1"}))
+        config.write_text(yaml.safe_dump({**authz.settings(ports), "admin.port": "-1",
+                                          "offsets.retention.check.interval.ms": "86400000"}))
         kcompat = Broker(work / "broker", port=ports["PLAINTEXT"],
                          extra_args=("--config", str(config))).start()
         try:

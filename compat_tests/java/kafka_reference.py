@@ -147,10 +147,11 @@ class KafkaReference:
             "share.coordinator.state.topic.replication.factor": "1",
             "share.coordinator.state.topic.min.isr": "1",
             "group.initial.rebalance.delay.ms": "0",
-            # Kafka deletes empty groups without offsets every 10 minutes by default;
-            # kcompat does not (F38, open): a comparison just after such a sweep
-            # differed by when it ran (a heartbeat GROUP_ID_NOT_FOUND against
-            # UNKNOWN_MEMBER_ID, 20 minutes into a fuzz run). Once a day here.
+            # Kafka deletes empty groups without offsets every 10 minutes by default,
+            # as kcompat does: a comparison just after one broker's sweep differs
+            # by when it ran (F38: a heartbeat GROUP_ID_NOT_FOUND against
+            # UNKNOWN_MEMBER_ID, 20 minutes into a fuzz run). Once a day here and
+            # on the fuzzer's kcompat brokers.
             "offsets.retention.check.interval.ms": "86400000",
         }
         props.update(self.overrides)

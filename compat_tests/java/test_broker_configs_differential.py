@@ -54,7 +54,8 @@ SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 REFERENCE_STATIC = {"num.partitions": "1", "offsets.topic.replication.factor": "1",
                     "transaction.state.log.replication.factor": "1",
                     "share.coordinator.state.topic.replication.factor": "1",
-                    "group.initial.rebalance.delay.ms": "0", **SHARE_TEST_OVERRIDES}
+                    "group.initial.rebalance.delay.ms": "0",
+                    "offsets.retention.check.interval.ms": "86400000", **SHARE_TEST_OVERRIDES}
 KCOMPAT_OWN = {"admin.host", "admin.port", "admin.token", "advertised.host", "host", "port"}
 Ops = list[tuple[str, int, str | None]]
 # Kafka's broker quota keys (QuotaConfig, not KafkaConfig): kafka-reassign-partitions

@@ -181,6 +181,8 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
         _D("offsets.topic.replication.factor", "short", 3, minimum=1),
         _D("offsets.topic.segment.bytes", "int", 104857600, minimum=1),
         _D("offsets.retention.minutes", "int", 10080, minimum=1),
+        # how often expired offsets, then empty groups without offsets, are deleted
+        _D("offsets.retention.check.interval.ms", "long", 600000, minimum=1),
         _D("offset.metadata.max.bytes", "int", 4096, minimum=0),
         _D("transaction.max.timeout.ms", "int", 900000, minimum=1),
         _D("transaction.state.log.num.partitions", "int", 50, minimum=1),

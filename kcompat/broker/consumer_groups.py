@@ -69,6 +69,7 @@ class ConsumerGroupService(HostedGroups[ConsumerGroup]):
     log = log
     kind = "consumer group"
     expiry = "removed (session or rebalance timeout)"
+    expires = True
     #: the broker's (``authorizer.class.name``); None: a regex resolves to every match
     authorizer: Authorizer | None = None
 
@@ -134,10 +135,6 @@ class ConsumerGroupService(HostedGroups[ConsumerGroup]):
         group = self.classic.coordinator.groups.get(group_id)
         return None if group is None else group.state
 
-    def has_members(self, group_id: str) -> bool:
-        group = self.group(group_id)
-        return group is not None and bool(group.member_ids())
-
     # -- ConsumerGroupHeartbeat -----------------------------------------------------------
 
     async def heartbeat(self, group_id: str, hb: Heartbeat) -> HeartbeatResult:
@@ -164,6 +161,8 @@ class ConsumerGroupService(HostedGroups[ConsumerGroup]):
         classic = self.classic.coordinator.groups.get(group_id)
         if classic is None or hb.member_epoch != 0:
             return None, None
+        if classic.state == GroupState.DEAD:  # being deleted: its tombstones not written yet
+            return HeartbeatResult(ErrorCode.coordinator_not_available), None
         if classic.state != GroupState.EMPTY:
             return await self._upgrade(group_id, classic)
         # an empty classic group (or offsets only) gives its id up, offsets kept

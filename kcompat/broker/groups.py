@@ -28,6 +28,14 @@ offset committed again since, to a topic created again under the name, is
 kept). OffsetFetch answers none for a topic the metadata no longer holds
 meanwhile, and the periodic offset expiry deletes any a coordinator did not
 see go (a deletion while it was down).
+
+Every ``offsets.retention.check.interval.ms``, as Kafka's coordinator does,
+``run`` expires offsets (``offsets.retention.minutes``), then deletes each
+group it coordinates that is left with no members and no offsets, committed
+or pending in a transaction (``delete_empty_groups``; a share group never,
+as in Kafka): the group ids a workload used once do not pile up in the
+state, and a late heartbeat of such a group's last member is answered
+GROUP_ID_NOT_FOUND, as Kafka answers it.
 """
 
 from __future__ import annotations
@@ -36,7 +44,7 @@ import logging
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import trio
 from kio.schema.errors import ErrorCode
@@ -53,6 +61,7 @@ from kcompat.group.coordinator import (
     Reply,
     SyncResult,
 )
+from kcompat.group.group import GroupState
 from kcompat.group.offsets import (
     CommittedOffset,
     OffsetStore,
@@ -68,7 +77,6 @@ from kcompat.wire.records import decode_batch, encode_batch, marker_aborts
 log = logging.getLogger("kcompat.groups")
 
 TICK_MAX_S = 1.0
-EXPIRY_CHECK_MS = 60_000
 SWEEP_SLICE = 20_000  # committed offsets the expiry sweep looks at between two yields
 
 
@@ -115,6 +123,22 @@ def _refused(result: Any, code: ErrorCode) -> Any:
     return result
 
 
+class HostedKind(Protocol):
+    """What the classic service asks of the KIP-848 and share groups hosted
+    beside it (``hosted_groups.HostedGroups``)."""
+
+    @property
+    def expires(self) -> bool: ...  # deleted when empty and without offsets
+
+    def group(self, group_id: str) -> object | None: ...
+
+    def has_members(self, group_id: str) -> bool: ...
+
+    def stored_ids(self) -> list[str]: ...
+
+    async def delete(self, group_id: str) -> ErrorCode: ...
+
+
 class NotCoordinatorError(Exception):
     """This broker no longer leads the group's offsets partition (or the write
     was not committed in time); the client must re-discover."""
@@ -145,6 +169,9 @@ class GroupService:
         self._wake = trio.Event()
         # committed offsets of deleted topics to delete: group -> tp -> the offset seen
         self._doomed: dict[str, dict[tuple[str, int], CommittedOffset]] = {}
+        # the KIP-848 consumer groups and share groups hosted beside the classic ones
+        # (``hosted_groups``: each adds itself)
+        self.hosted: list[HostedKind] = []
         cluster.machines[OFFSETS_TOPIC] = self  # fed by the replication host
         cluster.topic_deleted_hooks.append(self.topic_deleted)
 
@@ -288,6 +315,63 @@ class GroupService:
         if records:
             await self._append(group_id, records)
 
+    async def delete_group(self, group_id: str) -> ErrorCode:
+        """Delete a group this broker coordinates, of any kind, if it has no
+        members (DeleteGroups): a KIP-848 group's or share group's own record
+        (``hosted``) and share-partition state, then tombstones for the
+        classic record and the committed offsets."""
+        kind = self._hosting(group_id)
+        if kind is not None:
+            error = await kind.delete(group_id)
+            if error == ErrorCode.none:  # the Empty classic placeholder of its offsets too
+                self.coordinator.delete_group(group_id, now_ms(), keep_dead=True)
+        else:
+            error = self.coordinator.delete_group(group_id, now_ms(), keep_dead=True)
+        if error != ErrorCode.none:
+            return error
+        # Dead until the tombstones are in the log: a join or commit meanwhile is
+        # refused (retriable), not taken by a group the tombstones then wipe
+        self.coordinator.changed.discard(group_id)  # tombstoned below, not written
+        try:
+            await self.delete_group_records(group_id)
+        except NotCoordinatorError as e:
+            error = e.code
+        finally:
+            self.coordinator.forget_dead(group_id)
+        return error
+
+    def _hosting(self, group_id: str) -> HostedKind | None:
+        """The service hosting ``group_id`` if it is a KIP-848 or share group."""
+        return next((h for h in self.hosted if h.group(group_id) is not None), None)
+
+    async def delete_empty_groups(self) -> None:
+        """After the offsets' expiry, as Kafka's coordinator does every
+        ``offsets.retention.check.interval.ms``: delete each group this broker
+        coordinates that has no members, no committed offsets and no
+        transactional ones pending — but a share group (its state is not
+        offsets, and Kafka keeps those). The ids of groups used once and
+        left do not pile up for ever."""
+        ids = dict.fromkeys(self.coordinator.groups)
+        for hosted in self.hosted:
+            ids.update(dict.fromkeys(hosted.stored_ids()))
+        in_txn = {key[0] for held in self.pending.values() for key in held}
+        for n, group_id in enumerate(ids, 1):
+            if n % SWEEP_SLICE == 0:
+                await trio.lowlevel.checkpoint()
+            if self.coordinator_error(group_id) is not None or self.store.committed(group_id) \
+                    or group_id in in_txn:
+                continue
+            kind = self._hosting(group_id)
+            classic = self.coordinator.groups.get(group_id)
+            if kind is not None:
+                if not kind.expires or kind.has_members(group_id):
+                    continue
+            elif classic is None or not classic.is_(GroupState.EMPTY):
+                continue
+            error = await self.delete_group(group_id)
+            if error == ErrorCode.none:
+                log.info("deleted group %s: empty, and no committed offsets", group_id)
+
     async def delete_group_records(self, group_id: str) -> None:
         records: list[tuple[bytes, bytes | None]] = [
             (offset_key(group_id, t, p), None) for t, p in self.store.committed(group_id)]
@@ -403,7 +487,7 @@ class GroupService:
 
     # -- time -----------------------------------------------------------------
     async def run(self) -> None:
-        last_expiry = 0
+        last_sweep = now_ms()  # the first a check interval after start, as Kafka's
         while True:
             deadline = self.coordinator.next_deadline_ms()
             now = now_ms()
@@ -416,9 +500,10 @@ class GroupService:
             if self._doomed:
                 await self._delete_doomed()
             await self.deliver(self.coordinator.tick(now))
-            if now - last_expiry >= EXPIRY_CHECK_MS:
-                last_expiry = now
+            if now - last_sweep >= int(self.state.config["offsets.retention.check.interval.ms"]):
+                last_sweep = now
                 await self.expire_offsets(now)
+                await self.delete_empty_groups()
 
     async def expire_offsets(self, now: int) -> None:
         retention_ms = int(self.state.config["offsets.retention.minutes"]) * 60_000

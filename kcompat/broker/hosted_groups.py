@@ -50,6 +50,9 @@ class HostedGroups(Generic[G]):
     log: ClassVar[logging.Logger]
     kind: ClassVar[str]  # "consumer group", "share group": for log lines
     expiry: ClassVar[str]  # why ``run`` removed a member: for log lines
+    # deleted when empty and without offsets, by the classic sweep (Kafka's
+    # ``shouldExpire``: a consumer group is, a share group never)
+    expires: ClassVar[bool]
 
     def __init__(self, state: BrokerState, cluster: ClusterRuntime,
                  groups: GroupService) -> None:
@@ -60,6 +63,7 @@ class HostedGroups(Generic[G]):
         self._terms: dict[str, int] = {}  # group -> offsets-partition term it was built in
         self._wake = trio.Event()
         self._counts: tuple[MetadataImage, int, dict[str, int]] | None = None
+        groups.hosted.append(self)
 
     # -- what a kind decides --------------------------------------------------------------
 
@@ -80,6 +84,18 @@ class HostedGroups(Generic[G]):
     def _ticking(self) -> Iterator[G]:
         """The groups ``run`` expires members of."""
         raise NotImplementedError
+
+    async def delete(self, group_id: str) -> ErrorCode:
+        """DeleteGroups of a group of this kind (``GroupService.delete_group``)."""
+        raise NotImplementedError
+
+    def stored_ids(self) -> list[str]:
+        """The ids of the groups of this kind with a committed snapshot."""
+        return list(self._stored())
+
+    def has_members(self, group_id: str) -> bool:
+        group = self.group(group_id)
+        return group is not None and bool(group.member_ids())
 
     # -- the coordinator ----------------------------------------------------------------
 

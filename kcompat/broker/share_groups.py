@@ -59,6 +59,7 @@ class ShareGroupService(HostedGroups[ShareGroup]):
     log = log
     kind = "share group"
     expiry = "expired"
+    expires = False
 
     def __init__(self, state: BrokerState, cluster: ClusterRuntime, groups: GroupService,
                  shares: ShareService) -> None:

@@ -461,16 +461,27 @@ class GroupCoordinator:
         return min(deadlines) if deadlines else None
 
     # -- admin ---------------------------------------------------------------
-    def delete_group(self, group_id: str, now_ms: int) -> ErrorCode:
+    def delete_group(self, group_id: str, now_ms: int, keep_dead: bool = False) -> ErrorCode:
+        """Delete an empty group. ``keep_dead``: it stays, Dead, until
+        ``forget_dead`` — joins and commits meanwhile answer
+        COORDINATOR_NOT_AVAILABLE (retriable), so that no new incarnation
+        starts before the deletion's tombstones are in the log."""
         group = self.groups.get(group_id)
         if group is None or group.is_(GroupState.DEAD):
             return ErrorCode.group_id_not_found
         if group.members:
             return ErrorCode.non_empty_group
         group.transition(GroupState.DEAD, now_ms)
-        del self.groups[group_id]
+        if not keep_dead:
+            del self.groups[group_id]
         self.changed.add(group_id)
         return ErrorCode.none
+
+    def forget_dead(self, group_id: str) -> None:
+        """A group ``delete_group`` kept Dead is gone (its tombstones written)."""
+        group = self.groups.get(group_id)
+        if group is not None and group.is_(GroupState.DEAD):
+            del self.groups[group_id]
 
     def restore(self, group_id: str, stored: StoredGroup, now_ms: int) -> None:
         """Rebuild a group from its replayed metadata record (after a restart the

@@ -20,10 +20,8 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from kcompat.broker.context import RequestContext
-from kcompat.broker.groups import NotCoordinatorError
 from kcompat.broker.handlers import _authz
-from kcompat.broker.handlers._common import NO_THROTTLE, OK
-from kcompat.broker.state import now_ms
+from kcompat.broker.handlers._common import NO_THROTTLE
 
 
 async def handle(ctx: RequestContext, request: Any) -> Any:
@@ -33,19 +31,7 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
         error = groups.coordinator_error(group_id)  # coordinator only
         if not _authz.group(ctx, _authz.Op.DELETE, group_id):
             error = ErrorCode.group_authorization_failed
-        elif error is None and ctx.share_groups.group(group_id) is not None:
-            error = await ctx.share_groups.delete(group_id)
-        elif error is None and ctx.consumer_groups.group(group_id) is not None:
-            error = await ctx.consumer_groups.delete(group_id)
-            if error == OK:  # the Empty classic placeholder of its offsets goes too
-                ctx.groups.coordinator.delete_group(group_id, now_ms())
         elif error is None:
-            error = groups.coordinator.delete_group(group_id, now_ms())
-        if error == OK:
-            groups.coordinator.pop_group_changes()
-            try:
-                await groups.delete_group_records(group_id)
-            except NotCoordinatorError as e:
-                error = e.code
+            error = await groups.delete_group(group_id)
         results.append(ctx.build("DeletableGroupResult", group_id=group_id, error_code=error))
     return ctx.response(throttle_time=NO_THROTTLE, results=tuple(results))

@@ -314,6 +314,27 @@ def test_delete_group_only_when_empty() -> None:
     assert d.c.delete_group("g", 0) == E.group_id_not_found
 
 
+def test_a_group_deleted_keeps_dead_until_its_tombstones_are_written() -> None:
+    """A deletion (DeleteGroups, the sweep of empty groups) keeps the group
+    Dead until its tombstones are in the log: a member's second JoinGroup
+    (KIP-394) or a commit meanwhile is refused, retriably, instead of
+    starting a new incarnation whose offsets the tombstones would wipe."""
+    d = Driver()
+    pending = d.result(d.join()).member_id  # MEMBER_ID_REQUIRED: the group Empty
+    assert d.group.is_(S.EMPTY)
+    assert d.c.delete_group("g", 0, keep_dead=True) == E.none
+    assert d.group.is_(S.DEAD)
+    assert d.result(d.join(pending)).error == E.coordinator_not_available
+    assert d.result(d.join()).error == E.coordinator_not_available
+    assert d.c.commit_error("g", -1, "", None) == E.coordinator_not_available
+    d.c.forget_dead("g")
+    assert "g" not in d.c.groups
+    assert d.result(d.join(pending)).error == E.unknown_member_id  # the client starts over
+    assert d.result(d.join()).error == E.member_id_required
+    d.c.forget_dead("g")  # a live group stays
+    assert d.group.is_(S.EMPTY)
+
+
 @pytest.mark.parametrize("members", [1, 3])
 def test_group_record_round_trip_restores_stable_group(members: int) -> None:
     d = Driver()
