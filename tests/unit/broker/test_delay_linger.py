@@ -1,8 +1,15 @@
-"""Records coming due a few per millisecond are delivered by the hundred: a
-delivery waits until its earliest record has been due ``DELIVERY_LINGER_MS``
-(the ``done`` before it committed alone), and while more is due a
-delivery's ``done`` goes with the next one's ``out`` — each delivery two
-Raft rounds and an append to the target, whatever its size."""
+"""Deliveries carry many records each: every delivery costs two Raft rounds
+(its ``out``, then its ``done``) and an append to the target, whatever its
+size, so the service makes few large ones.
+
+- Records coming due a few per millisecond: a delivery waits until its
+  earliest record has been due ``DELIVERY_LINGER_MS`` (the ``done`` before
+  it committed alone), so they go by the hundred, not a few per loop turn.
+- A late schedule catches up in large deliveries: a backlog of 5,000 due
+  records for one partition goes out in three batches, not ten, read in parts
+  of ``READ_CHUNK`` (a turn of the loop each), each delivery's ``done``
+  committed with the next one's ``out``.
+"""
 
 from __future__ import annotations
 
@@ -13,8 +20,9 @@ import trio
 from kio.schema.errors import ErrorCode as E
 
 from kcompat.broker.broker import Broker
-from kcompat.broker.delays import DELIVERY_LINGER_MS
+from kcompat.broker.delays import DELIVERY_LINGER_MS, READ_CHUNK
 from kcompat.ext.schedule_log import SCHEDULE_TOPIC
+from kcompat.ext.schedule_stored import StoredRecords
 from kcompat.testing import running
 from kcompat.wire.records import encode_batch
 from tests.unit.broker.test_delayed_produce import broker, produce  # noqa: F401 - a fixture
@@ -22,51 +30,71 @@ from tests.unit.broker.test_delayed_produce import broker, produce  # noqa: F401
 SPREAD_MS = 1_500  # records come due evenly over this long
 
 
-def _count(service: Any, monkeypatch: pytest.MonkeyPatch) -> tuple[list[int], list[int]]:
-    """The entries of each delivery sent, and the records of each batch the
-    service commits to its schedule partitions."""
-    sends: list[int] = []
-    commits: list[int] = []
-    send, append = service._send, service.calls.append_locally
+class Counted:
+    """The entries of each delivery sent, the records of each batch committed
+    to the schedule partitions, and the entries of each read."""
 
-    async def counted_send(index: int, delivery: Any, planned: Any) -> bool:
-        sends.append(len(delivery.entries))
-        return await send(index, delivery, planned)
+    def __init__(self, service: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.sends: list[int] = []
+        self.commits: list[int] = []
+        self.reads: list[int] = []
+        send, append, tails = service._send, service.calls.append_locally, StoredRecords.tails
 
-    async def counted_append(topic: str, index: int, batch: bytes, timeout: float) -> Any:
-        if topic == SCHEDULE_TOPIC:
-            commits.append(int.from_bytes(bytes(batch[57:61]), "big"))
-        return await append(topic, index, batch, timeout)
+        async def counted_send(index: int, delivery: Any, planned: Any) -> bool:
+            self.sends.append(len(delivery.entries))
+            return await send(index, delivery, planned)
 
-    monkeypatch.setattr(service, "_send", counted_send)
-    monkeypatch.setattr(service.calls, "append_locally", counted_append)
-    return sends, commits
+        async def counted_append(topic: str, index: int, batch: bytes, timeout: float) -> Any:
+            if topic == SCHEDULE_TOPIC:
+                self.commits.append(int.from_bytes(bytes(batch[57:61]), "big"))  # records
+            return await append(topic, index, batch, timeout)
+
+        def counted_tails(stored: StoredRecords, entries: Any) -> Any:
+            listed = list(entries)
+            self.reads.append(len(listed))
+            return tails(stored, listed)
+
+        monkeypatch.setattr(service, "_send", counted_send)
+        monkeypatch.setattr(service.calls, "append_locally", counted_append)
+        monkeypatch.setattr(StoredRecords, "tails", counted_tails)
 
 
-def test_records_coming_due_steadily_go_out_in_few_deliveries(
-        broker: Broker, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811
+def _deliver(broker: Broker, delays_ms: list[int], start_first: bool) -> None:  # noqa: F811
+    """Produce records with ``delays_ms`` to partition t-0, 1,000 per batch,
+    and run delivery until all are delivered — started before the produce
+    (``start_first``) or once all of them are due."""
     service = broker.delays
-    sends, commits = _count(service, monkeypatch)
-    n = 3_000
 
     async def main() -> None:
         async with trio.open_nursery() as nursery:
             await running.start(nursery, broker, internal_topics=False)
             await running.create_topic(broker, "t", 1)
             await broker.cluster.wait_leaders("t", 5.0)
-            nursery.start_soon(service.run)
-            r = await produce(broker, encode_batch(
-                [(b"k%d" % i, b"v" * 100,
-                  (("kc-delay-ms", b"%d" % (300 + i * SPREAD_MS // n)),), 1000)
-                 for i in range(n)]))
-            assert r.error_code == E.none
+            if start_first:
+                nursery.start_soon(service.run)
+            for first in range(0, len(delays_ms), 1_000):
+                r = await produce(broker, encode_batch(
+                    [(b"k%d" % i, b"v" * 100, (("kc-delay-ms", b"%d" % delay),), 1000)
+                     for i, delay in enumerate(delays_ms[first:first + 1_000], first)]))
+                assert r.error_code == E.none
+            if not start_first:
+                await trio.sleep(max(delays_ms) / 1000 + 0.05)
+                nursery.start_soon(service.run)
             with trio.fail_after(30):
-                while sum(sends) < n or service.logs[0].inflight:
+                while len(service.logs[0]) or service.logs[0].inflight:
                     await trio.sleep(0.05)
             nursery.cancel_scope.cancel()
 
     trio.run(main)
-    assert sum(sends) == n and len(service.logs[0]) == 0
+
+
+def test_records_coming_due_steadily_go_out_in_few_deliveries(
+        broker: Broker, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811
+    n = 3_000
+    counted = Counted(broker.delays, monkeypatch)
+    _deliver(broker, [300 + i * SPREAD_MS // n for i in range(n)], start_first=True)
+    sends = counted.sends
+    assert sum(sends) == n
     # about one delivery per linger (a delivery at most as many Raft rounds
     # apart); a delivery per loop turn (a few ms) would make hundreds
     assert DELIVERY_LINGER_MS >= 20
@@ -74,31 +102,14 @@ def test_records_coming_due_steadily_go_out_in_few_deliveries(
     assert min(sends[:-1]) >= 20, sends
 
 
-def test_a_backlogs_deliveries_commit_each_done_with_the_next_out(
+def test_a_backlog_goes_out_in_few_large_deliveries(
         broker: Broker, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811
-    service = broker.delays
-    sends, commits = _count(service, monkeypatch)
     n = 5_000
-
-    async def main() -> None:
-        async with trio.open_nursery() as nursery:
-            await running.start(nursery, broker, internal_topics=False)
-            await running.create_topic(broker, "t", 1)
-            await broker.cluster.wait_leaders("t", 5.0)
-            for first in range(0, n, 1_000):  # all due at once, before delivery starts
-                r = await produce(broker, encode_batch(
-                    [(b"k%d" % i, b"v" * 100, (("kc-delay-ms", b"1"),), 1000)
-                     for i in range(first, first + 1_000)]))
-                assert r.error_code == E.none
-            await trio.sleep(0.05)
-            commits.clear()  # the scheduling
-            nursery.start_soon(service.run)
-            with trio.fail_after(30):
-                while sum(sends) < n or service.logs[0].inflight:
-                    await trio.sleep(0.05)
-            nursery.cancel_scope.cancel()
-
-    trio.run(main)
-    assert sum(sends) == n and len(sends) == 3, sends
-    # out; done + out; done + out; done: a Raft round per delivery and one more
-    assert commits == [1, 2, 2, 1], commits
+    counted = Counted(broker.delays, monkeypatch)
+    _deliver(broker, [1] * n, start_first=False)
+    assert sum(counted.sends) == n and len(counted.sends) == 3, counted.sends  # 2,000 each
+    assert max(counted.reads) <= READ_CHUNK
+    # after the scheduling (a batch per produce): out; done + out; done + out; done —
+    # a Raft round per delivery and one more
+    assert counted.commits[-4:] == [1, 2, 2, 1], counted.commits
+    assert len(counted.commits) == 5 + 4, counted.commits
