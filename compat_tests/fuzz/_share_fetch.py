@@ -69,6 +69,12 @@ SETTLE_S = 10.0  # a settle's bound (Kafka initializes share-partitions after an
 # acquirable again in that request until its state is written)
 MAX_ROUNDS = 40
 EMPTY_ROUNDS = 2  # rounds with nothing acquired that end the loop
+# ... once it acquired something; before that, this many: both brokers answer a
+# ShareFetch before a share-partition first named has loaded (Kafka reads its state
+# from the share coordinator), and on a loaded machine two rounds of WAIT_MS were
+# not always enough for Kafka's (3 brokers, 2026-12-01: kcompat acquired a new
+# topic's first record, Kafka nothing yet)
+FIRST_EMPTY_ROUNDS = 10
 Tp = tuple[str, int]
 
 
@@ -244,7 +250,7 @@ def share_consume(peer: Peer, group: str, member_ids: list[str], topics: list[st
     members = _in_group(peer, group, member_ids)
     if not any(m.owned for m in members):
         return "no member holds partitions"
-    seen, empty = _Round(), 0
+    seen, empty, acquired = _Round(), 0, False
     ids_to_names = topic_names(peer, topics)
     ids = {name: tid for tid, name in ids_to_names.items()}
     pending: dict[tuple[int, str | None], dict[Tp, list[tuple[int, int, int]]]] = {}
@@ -269,8 +275,9 @@ def share_consume(peer: Peer, group: str, member_ids: list[str], topics: list[st
                     got = True
                     pending[(who, address)] = {tp: _batches(how, offs)
                                                for tp, offs in held.items()}
+        acquired = acquired or got
         empty = 0 if got or pending else empty + 1
-        if empty >= EMPTY_ROUNDS:
+        if empty >= (EMPTY_ROUNDS if acquired else FIRST_EMPTY_ROUNDS):
             break
         if abandon and got:
             pending, close = {}, True
