@@ -48,12 +48,14 @@ class _Member:
         self.cluster, self.group = cluster, group
         self.member_id, self.epoch = uuid.uuid4().hex, 0
 
-    def fetch(self, topic_id: Any = None, acks: tuple[tuple[int, int], ...] = ()) -> Any:
+    def fetch(self, topic_id: Any = None, acks: tuple[tuple[int, int], ...] = (),
+              partitions: tuple[int, ...] = (0,)) -> Any:
         batches = tuple(share_fetch.AcknowledgementBatch(
             first_offset=f, last_offset=last, acknowledge_types=(ACCEPT,)) for f, last in acks)
         topics = () if topic_id is None else (share_fetch.FetchTopic(
-            topic_id=topic_id, partitions=(share_fetch.FetchPartition(
-                partition_index=0, acknowledgement_batches=batches),)),)
+            topic_id=topic_id, partitions=tuple(share_fetch.FetchPartition(
+                partition_index=i, acknowledgement_batches=batches if i == 0 else ())
+                for i in partitions)),)
         answer = self.cluster.node(1).call(share_fetch.ShareFetchRequest(
             group_id=self.group, member_id=self.member_id, share_session_epoch=self.epoch,
             max_wait=datetime.timedelta(milliseconds=200), min_bytes=1, max_bytes=1 << 20,
@@ -143,6 +145,40 @@ def test_share_session_over_a_deleted_and_recreated_topic(tmp_path: Path) -> Non
         assert _start_offsets(cluster, group, topic) == [(ErrorCode.none, -1, -1)]
         # the new topic starts with no share state: its offset 0 is served
         assert _parts(member.fetch(new_id)) == [(new_id, 0, ErrorCode.none, 0, [(0, 0, 1)])]
+    finally:
+        cluster.close()
+        broker.close()
+
+
+def test_a_stale_partition_is_answered_under_the_id_it_was_fetched_by(tmp_path: Path) -> None:
+    """F39: a session holds both partitions of a topic, fetched under its id;
+    the topic is deleted and re-created with two partitions, and the member
+    fetches partition 0 under the new id. Partition 1 of the session is still
+    the old incarnation's: it is answered UNKNOWN_TOPIC_OR_PARTITION under
+    the old id (the new topic's partition 1 exists and is fine), as Kafka's
+    sessions, keyed by topic id, answer it."""
+    broker = Broker(tmp_path)
+    broker.start()
+    cluster = Cluster(broker.bootstrap, 10.0)
+    try:
+        topic, group = unique_topic("share-stale"), unique_topic("share-stale-g")
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+        admin.create_topics([NewTopic(topic, 2, 1)])[topic].result(30)
+        old_id = cluster.topics([topic])[topic].topic_id
+        joined = share_heartbeat(broker.bootstrap, group, uuid.uuid4().hex, 0, (topic,))
+        assert joined.error_code == ErrorCode.none, joined
+        member = _Member(cluster, group)
+        assert {p[:3] for p in _parts(member.fetch(old_id, partitions=(0, 1)))} <= {
+            (old_id, 0, ErrorCode.none), (old_id, 1, ErrorCode.none)}
+        admin.delete_topics([topic])[topic].result(30)
+        _wait_gone(cluster, topic)
+        admin.create_topics([NewTopic(topic, 2, 1)])[topic].result(30)
+        new_id = cluster.topics([topic])[topic].topic_id
+        assert new_id != old_id
+        answer = {(p[0], p[1]): p[2] for p in _parts(member.fetch(new_id, partitions=(0,)))}
+        assert answer.get((old_id, 1)) == UNKNOWN_PART, answer
+        assert (new_id, 1) not in answer, answer
+        assert answer.get((new_id, 0), ErrorCode.none) == ErrorCode.none, answer
     finally:
         cluster.close()
         broker.close()

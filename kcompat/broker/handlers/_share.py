@@ -37,6 +37,9 @@ class PartitionResult:
     ack_message: str | None = None
     records: bytes = b""
     acquired: list[AcquiredRecords] = field(default_factory=list)
+    # answered under this id, not the one the request or session names the topic by
+    # now: a session's partition fetched under an older incarnation of the topic
+    topic_id: uuid.UUID | None = None
 
 
 Unknown = tuple[Any, int, ErrorCode, bool]  # topic id, partition, error, had acks
@@ -174,7 +177,7 @@ def topic_responses(ctx: RequestContext, results: dict[Key, PartitionResult],
     by_topic: dict[Any, list[Any]] = {}
     leaders: set[int] = set()
     for (topic, index), r in results.items():
-        topic_id = ids.get(topic)
+        topic_id = r.topic_id or ids.get(topic)
         if topic_id is None:  # not named by the request or the session: by its name now
             meta = ctx.state.topics.get(topic)
             if meta is None:

@@ -137,8 +137,9 @@ def _gone(ctx: RequestContext, session: Session,
           acked: set[tuple[Any, int]]) -> set[tuple[str, int]]:
     """The session's partitions whose topic is no longer the one named
     (deleted, or re-created with a new id): UNKNOWN_TOPIC_OR_PARTITION (their
-    acknowledgements UNKNOWN_TOPIC_ID), as Kafka answers; nothing is fetched
-    from them."""
+    acknowledgements UNKNOWN_TOPIC_ID), as Kafka answers, under the id they
+    were fetched by (F39: not the new incarnation's, which may have that
+    partition); nothing is fetched from them."""
     gone: set[tuple[str, int]] = set()
     for (topic, index), tid in session.partitions.items():
         meta = ctx.state.topics.get(topic)
@@ -147,6 +148,7 @@ def _gone(ctx: RequestContext, session: Session,
             gone.add((topic, index))
             result = results.setdefault((topic, index), PartitionResult())
             result.error = ErrorCode.unknown_topic_or_partition
+            result.topic_id = tid
             if (tid, index) in acked:
                 result.ack_error = ErrorCode.unknown_topic_id
     return gone
