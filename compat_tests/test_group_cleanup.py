@@ -73,6 +73,11 @@ def _classic(bootstrap: str, topic: str, group: str, commit: bool) -> None:
                              enable_auto_commit=False, auto_offset_reset="earliest",
                              consumer_timeout_ms=500)
     try:
+        # the topic's partitions known first: a leader that assigns before it knows
+        # them rebalances again at once (generation 2), and under load that second
+        # SyncGroup was seen unanswered on kcompat (open, see the closing note of
+        # 2026-12-01); not what this test is about
+        wait_for(lambda: consumer.partitions_for_topic(topic), 30.0, f"{topic}: no metadata")
         consumer.subscribe([topic])
         wait_for(lambda: consumer.poll(200) is not None and consumer.assignment(), 60.0,
                  f"{group}: no assignment")

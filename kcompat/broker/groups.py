@@ -349,12 +349,16 @@ class GroupService:
         ``offsets.retention.check.interval.ms``: delete each group this broker
         coordinates that has no members, no committed offsets and no
         transactional ones pending — but a share group (its state is not
-        offsets, and Kafka keeps those). The ids of groups used once and
-        left do not pile up for ever."""
+        offsets, and Kafka keeps those) — and, a classic group, Empty since
+        the sweep before at least. The ids of groups used once and left do
+        not pile up for ever."""
         ids = dict.fromkeys(self.coordinator.groups)
         for hosted in self.hosted:
             ids.update(dict.fromkeys(hosted.stored_ids()))
         in_txn = {key[0] for held in self.pending.values() for key in held}
+        # a classic group Empty since the last sweep at least: not one a member is
+        # joining (KIP-394: Empty between its two JoinGroups)
+        settled = now_ms() - int(self.state.config["offsets.retention.check.interval.ms"])
         for n, group_id in enumerate(ids, 1):
             if n % SWEEP_SLICE == 0:
                 await trio.lowlevel.checkpoint()
@@ -366,7 +370,8 @@ class GroupService:
             if kind is not None:
                 if not kind.expires or kind.has_members(group_id):
                     continue
-            elif classic is None or not classic.is_(GroupState.EMPTY):
+            elif classic is None or not classic.is_(GroupState.EMPTY) \
+                    or classic.state_since_ms > settled:
                 continue
             error = await self.delete_group(group_id)
             if error == ErrorCode.none:
