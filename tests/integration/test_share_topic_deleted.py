@@ -18,9 +18,11 @@ from __future__ import annotations
 import datetime
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import (
     AdminClient,
@@ -102,83 +104,84 @@ def _wait_gone(cluster: Cluster, topic: str) -> None:
         time.sleep(0.1)
 
 
-def test_share_session_over_a_deleted_and_recreated_topic(tmp_path: Path) -> None:
+@pytest.fixture
+def served(tmp_path: Path) -> Iterator[tuple[Broker, Cluster, AdminClient]]:
+    """A broker, the CLI's kio connection to it, and an admin client."""
     broker = Broker(tmp_path)
     broker.start()
     cluster = Cluster(broker.bootstrap, 10.0)
     try:
-        topic, group = unique_topic("share-del"), unique_topic("share-del-g")
-        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
-        admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(30)
-        resource = ConfigResource("GROUP", group, incremental_configs=[ConfigEntry(
-            "share.auto.offset.reset", "earliest",
-            incremental_operation=AlterConfigOpType.SET)])
-        admin.incremental_alter_configs([resource])[resource].result(30)
-        producer = Producer({"bootstrap.servers": broker.bootstrap})
-        for i in range(5):
-            producer.produce(topic, b"old-%d" % i, partition=0)
-        assert producer.flush(30) == 0
-        old_id = cluster.topics([topic])[topic].topic_id
-        joined = share_heartbeat(broker.bootstrap, group, uuid.uuid4().hex, 0, (topic,))
-        assert joined.error_code == ErrorCode.none, joined
-        member = _Member(cluster, group)
-        assert _parts(member.fetch(old_id)) == [(old_id, 0, ErrorCode.none, 0, [(0, 4, 1)])]
-        assert _parts(member.acknowledge(old_id, 0, 4)) == [(old_id, 0, ErrorCode.none, None, [])]
-        assert _start_offsets(cluster, group, topic) == [(ErrorCode.none, 5, 0)]
-
-        admin.delete_topics([topic])[topic].result(30)
-        _wait_gone(cluster, topic)
-        assert _parts(member.fetch()) == [(old_id, 0, UNKNOWN_PART, 0, [])]
-        assert _parts(member.fetch(old_id, acks=((0, 0),))) == [
-            (old_id, 0, UNKNOWN_PART, UNKNOWN_ID, [])]
-        assert _parts(member.acknowledge(old_id, 1, 1)) == [(old_id, 0, UNKNOWN_ID, None, [])]
-        # Kafka 4.4.0 names no error for a topic it does not know: no offsets
-        assert _start_offsets(cluster, group, topic) == [(ErrorCode.none, -1, -1)]
-
-        admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(30)
-        new_id = cluster.topics([topic])[topic].topic_id
-        assert new_id != old_id
-        producer.produce(topic, b"new-0", partition=0)
-        assert producer.flush(30) == 0
-        assert _parts(member.fetch()) == [(old_id, 0, UNKNOWN_PART, 0, [])]
-        # the deleted topic's state is not the new one's (it had start offset 5)
-        assert _start_offsets(cluster, group, topic) == [(ErrorCode.none, -1, -1)]
-        # the new topic starts with no share state: its offset 0 is served
-        assert _parts(member.fetch(new_id)) == [(new_id, 0, ErrorCode.none, 0, [(0, 0, 1)])]
+        yield broker, cluster, AdminClient({"bootstrap.servers": broker.bootstrap})
     finally:
         cluster.close()
         broker.close()
 
 
-def test_a_stale_partition_is_answered_under_the_id_it_was_fetched_by(tmp_path: Path) -> None:
+def test_share_session_over_a_deleted_and_recreated_topic(
+        served: tuple[Broker, Cluster, AdminClient]) -> None:
+    broker, cluster, admin = served
+    topic, group = unique_topic("share-del"), unique_topic("share-del-g")
+    admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(30)
+    resource = ConfigResource("GROUP", group, incremental_configs=[ConfigEntry(
+        "share.auto.offset.reset", "earliest",
+        incremental_operation=AlterConfigOpType.SET)])
+    admin.incremental_alter_configs([resource])[resource].result(30)
+    producer = Producer({"bootstrap.servers": broker.bootstrap})
+    for i in range(5):
+        producer.produce(topic, b"old-%d" % i, partition=0)
+    assert producer.flush(30) == 0
+    old_id = cluster.topics([topic])[topic].topic_id
+    joined = share_heartbeat(broker.bootstrap, group, uuid.uuid4().hex, 0, (topic,))
+    assert joined.error_code == ErrorCode.none, joined
+    member = _Member(cluster, group)
+    assert _parts(member.fetch(old_id)) == [(old_id, 0, ErrorCode.none, 0, [(0, 4, 1)])]
+    assert _parts(member.acknowledge(old_id, 0, 4)) == [(old_id, 0, ErrorCode.none, None, [])]
+    assert _start_offsets(cluster, group, topic) == [(ErrorCode.none, 5, 0)]
+
+    admin.delete_topics([topic])[topic].result(30)
+    _wait_gone(cluster, topic)
+    assert _parts(member.fetch()) == [(old_id, 0, UNKNOWN_PART, 0, [])]
+    assert _parts(member.fetch(old_id, acks=((0, 0),))) == [
+        (old_id, 0, UNKNOWN_PART, UNKNOWN_ID, [])]
+    assert _parts(member.acknowledge(old_id, 1, 1)) == [(old_id, 0, UNKNOWN_ID, None, [])]
+    # Kafka 4.4.0 names no error for a topic it does not know: no offsets
+    assert _start_offsets(cluster, group, topic) == [(ErrorCode.none, -1, -1)]
+
+    admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(30)
+    new_id = cluster.topics([topic])[topic].topic_id
+    assert new_id != old_id
+    producer.produce(topic, b"new-0", partition=0)
+    assert producer.flush(30) == 0
+    assert _parts(member.fetch()) == [(old_id, 0, UNKNOWN_PART, 0, [])]
+    # the deleted topic's state is not the new one's (it had start offset 5)
+    assert _start_offsets(cluster, group, topic) == [(ErrorCode.none, -1, -1)]
+    # the new topic starts with no share state: its offset 0 is served
+    assert _parts(member.fetch(new_id)) == [(new_id, 0, ErrorCode.none, 0, [(0, 0, 1)])]
+
+
+def test_a_stale_partition_is_answered_under_the_id_it_was_fetched_by(
+        served: tuple[Broker, Cluster, AdminClient]) -> None:
     """F39: a session holds both partitions of a topic, fetched under its id;
     the topic is deleted and re-created with two partitions, and the member
     fetches partition 0 under the new id. Partition 1 of the session is still
     the old incarnation's: it is answered UNKNOWN_TOPIC_OR_PARTITION under
     the old id (the new topic's partition 1 exists and is fine), as Kafka's
     sessions, keyed by topic id, answer it."""
-    broker = Broker(tmp_path)
-    broker.start()
-    cluster = Cluster(broker.bootstrap, 10.0)
-    try:
-        topic, group = unique_topic("share-stale"), unique_topic("share-stale-g")
-        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
-        admin.create_topics([NewTopic(topic, 2, 1)])[topic].result(30)
-        old_id = cluster.topics([topic])[topic].topic_id
-        joined = share_heartbeat(broker.bootstrap, group, uuid.uuid4().hex, 0, (topic,))
-        assert joined.error_code == ErrorCode.none, joined
-        member = _Member(cluster, group)
-        assert {p[:3] for p in _parts(member.fetch(old_id, partitions=(0, 1)))} <= {
-            (old_id, 0, ErrorCode.none), (old_id, 1, ErrorCode.none)}
-        admin.delete_topics([topic])[topic].result(30)
-        _wait_gone(cluster, topic)
-        admin.create_topics([NewTopic(topic, 2, 1)])[topic].result(30)
-        new_id = cluster.topics([topic])[topic].topic_id
-        assert new_id != old_id
-        answer = {(p[0], p[1]): p[2] for p in _parts(member.fetch(new_id, partitions=(0,)))}
-        assert answer.get((old_id, 1)) == UNKNOWN_PART, answer
-        assert (new_id, 1) not in answer, answer
-        assert answer.get((new_id, 0), ErrorCode.none) == ErrorCode.none, answer
-    finally:
-        cluster.close()
-        broker.close()
+    broker, cluster, admin = served
+    topic, group = unique_topic("share-stale"), unique_topic("share-stale-g")
+    admin.create_topics([NewTopic(topic, 2, 1)])[topic].result(30)
+    old_id = cluster.topics([topic])[topic].topic_id
+    joined = share_heartbeat(broker.bootstrap, group, uuid.uuid4().hex, 0, (topic,))
+    assert joined.error_code == ErrorCode.none, joined
+    member = _Member(cluster, group)
+    assert {p[:3] for p in _parts(member.fetch(old_id, partitions=(0, 1)))} <= {
+        (old_id, 0, ErrorCode.none), (old_id, 1, ErrorCode.none)}
+    admin.delete_topics([topic])[topic].result(30)
+    _wait_gone(cluster, topic)
+    admin.create_topics([NewTopic(topic, 2, 1)])[topic].result(30)
+    new_id = cluster.topics([topic])[topic].topic_id
+    assert new_id != old_id
+    answer = {(p[0], p[1]): p[2] for p in _parts(member.fetch(new_id, partitions=(0,)))}
+    assert answer.get((old_id, 1)) == UNKNOWN_PART, answer
+    assert (new_id, 1) not in answer, answer
+    assert answer.get((new_id, 0), ErrorCode.none) == ErrorCode.none, answer
