@@ -25,6 +25,12 @@ ShareFetch of a session acquires nothing, FINDINGS S2; a partition is
 answered once its share-partition is loaded), and which member acquires it
 is the assignor's placement (the set is over all members). After a
 top-level session error a member opens a new session, as clients do.
+Like a client's session handler, a member forgets (``forgotten_topics_data``,
+by topic id) the partitions its session holds but no longer fetches there —
+a partition moved to another member or leader, a deleted topic's — so a
+session holds only what the member fetches now: what stale partitions a
+session would otherwise carry is each broker's own history (which member and
+which leader held what), not something to compare.
 
 ``share_session_misuse`` sends what a client with a wrong idea of its
 session sends: an epoch past the session's, the epoch before it, a session
@@ -179,13 +185,26 @@ def _ack_topics(cls_topic: Any, cls_part: Any, cls_batch: Any, ids: dict[str, uu
 def _share_fetch(peer: Peer, group: str, member: shares.ShareMember, address: str | None,
                  epoch: int, ids: dict[str, uuid.UUID], fetch: set[Tp],
                  acks: dict[Tp, list[tuple[int, int, int]]], max_records: int = 500) -> Any:
-    return peer.call_kio(fetch_v1.ShareFetchRequest(
+    """A ShareFetch of ``fetch`` (and of the partitions ``acks`` acknowledge);
+    in a session already open, the partitions it held that are not fetched
+    now are forgotten, as clients do (``ShareMember.in_session``)."""
+    want = {(ids[t], p) for t, p in set(acks) | fetch if t in ids}
+    held = member.in_session.get(address, set()) if epoch > 0 else set()
+    forgotten: dict[uuid.UUID, list[int]] = {}
+    for tid, index in sorted(held - want):
+        forgotten.setdefault(tid, []).append(index)
+    answer = peer.call_kio(fetch_v1.ShareFetchRequest(
         group_id=GroupId(group), member_id=member.member_id, share_session_epoch=i32(epoch),
         max_wait=datetime.timedelta(milliseconds=WAIT_MS), min_bytes=i32(1),
         max_bytes=i32(1 << 20), max_records=i32(max_records), batch_size=i32(500),
         topics=_ack_topics(fetch_v1.FetchTopic, fetch_v1.FetchPartition,
                            fetch_v1.AcknowledgementBatch, ids, acks, fetch),
-        forgotten_topics_data=()), address)
+        forgotten_topics_data=tuple(
+            fetch_v1.ForgottenTopic(topic_id=tid, partitions=tuple(i32(i) for i in parts))
+            for tid, parts in forgotten.items())), address)
+    if answer != CLOSED and not _code(answer.error_code):  # the session took it
+        member.in_session[address] = want  # what it held, less what it forgot, and want
+    return answer
 
 
 def _share_ack(peer: Peer, group: str, member: shares.ShareMember, address: str | None,

@@ -49,6 +49,9 @@ class ShareMember:
     #: share session epoch per broker address (None: the bootstrap); 0: none open
     #: (``_share_fetch``). A leave keeps them: the broker decides what is left.
     sessions: dict[str | None, int] = field(default_factory=dict)
+    #: the (topic id, partition)s each share session holds, as a client tracks them
+    #: to forget what it no longer fetches (``_share_fetch``)
+    in_session: dict[str | None, set[tuple[uuid.UUID, int]]] = field(default_factory=dict)
 
 
 def set_group_configs(peer: Peer, group: str) -> None:
