@@ -623,6 +623,26 @@ def log_offsets(side: Side) -> dict[int, int]:
 
 LEADS = re.compile(r"leads group \d+ \((.*?)\) in term (\d+)")
 REPLAY = re.compile(r"delivering (\d+) scheduled records")
+# loop_monitor's report of a step over 50 ms, with the loop thread's CPU share after
+# its first look (WATCH_EVERY_S) when it sampled the step
+HELD = re.compile(r"event loop was held (\d+) ms by one step of (.*?)(?: at .*?)?"
+                  r"(?: \(on a CPU (\d+)% of its last ([\d.]+) s\))?$")
+
+
+def _held(line: str, node: int, out: dict[str, Any]) -> None:
+    """A long step's report: counted, and kept when it held the loop longest, with
+    an upper bound of the CPU time the loop thread spent in it (the part before
+    the watch thread's first look counted as all on a CPU)."""
+    m = HELD.search(line)
+    if m is None:
+        return
+    took = int(m.group(1))
+    cpu = took if m.group(3) is None else round(
+        took - 1000 * float(m.group(4)) * (1 - int(m.group(3)) / 100))
+    out["long_steps"] += 1
+    out["long_cpu_max"] = max(out["long_cpu_max"], cpu)
+    if took > out["long_max"][0]:
+        out["long_max"] = (took, f"broker {node}, {m.group(2)}", cpu)
 
 
 def scan_logs(side: Side, start: dict[int, int], end: dict[int, int] | None = None
@@ -630,7 +650,8 @@ def scan_logs(side: Side, start: dict[int, int], end: dict[int, int] | None = No
     """Self-fencing, elections, schedule replays, errors and warnings in each broker's
     log between two offsets (a controlled shutdown's fence_broker is not counted)."""
     out: dict[str, Any] = {"fence": 0, "leads": 0, "re_elections": 0, "errors": 0,
-                           "warnings": 0, "failed": 0, "replayed": 0, "replays": 0, "excerpts": []}
+                           "warnings": 0, "failed": 0, "replayed": 0, "replays": 0, "excerpts": [],
+                           "long_steps": 0, "long_max": (0, "", 0), "long_cpu_max": 0}
     for node, b in side.brokers.items():
         if not b.log_path.exists():
             continue
@@ -640,6 +661,7 @@ def scan_logs(side: Side, start: dict[int, int], end: dict[int, int] | None = No
             text = f.read(size - start.get(node, 0) if size is not None else -1)
         for line in text.decode("utf-8", "replace").splitlines():
             keep = False
+            _held(line, node, out)
             if "fence_broker" in line and "unfence_broker" not in line \
                     and "controlled shutdown" not in line:
                 out["fence"] += 1
@@ -1466,6 +1488,13 @@ def report(r: dict[str, Any]) -> list[str]:
                          f"{lg['fence']} / {lg['leads']} ({lg['re_elections']}) / {lg['errors']}"
                          f" / {lg['warnings']} / {lg['failed']} / {lg['replays']}"
                          f" ({lg['replayed']:,})"))
+            if lg.get("long_steps"):
+                took, who, cpu = lg["long_max"]
+                rows.append((f"loop steps over 50 ms logged {when} the kill (at most one per "
+                             "task kind and minute): count / the longest (its CPU time, at "
+                             "most) / the most CPU time of any",
+                             f"{lg['long_steps']} / {took} ms, {who} ({cpu} ms) / "
+                             f"{lg['long_cpu_max']} ms"))
     if "end" in m and "idle" in m:
         rows.append(("wall time", f"{m['end'] - m['idle']:.0f} s"))
     lines += [f"| {a} | {b} |" for a, b in rows]
