@@ -224,11 +224,25 @@ def leaders(bootstrap: str, topic: str) -> dict[int, int]:
     return {p.id: p.leader for p in md.partitions.values()} if md is not None else {}
 
 
+def cpu_ticks() -> tuple[int, int]:
+    """All CPU time and the time stolen by the hypervisor (``/proc/stat``, in
+    ticks); (0, 0) where the file is not there."""
+    try:
+        with open("/proc/stat") as f:
+            fields = [int(v) for v in f.readline().split()[1:]]
+    except (OSError, ValueError):
+        return 0, 0
+    return sum(fields[:8]), (fields[7] if len(fields) > 7 else 0)
+
+
 class LoadWatch:
-    """os.getloadavg() every 5 s in a thread: the highest 1-minute load seen."""
+    """os.getloadavg() every 5 s in a thread: the highest 1-minute load seen; and
+    the share of CPU time a virtual machine's host took back (steal) meanwhile —
+    on a shared host it makes every rate lower, whatever the code does."""
 
     def __init__(self) -> None:
         self.samples: list[tuple[float, float, float]] = []
+        self.ticks0 = cpu_ticks()
         self._stop = threading.Event()
         self._t = threading.Thread(target=self._run, daemon=True)
 
@@ -249,8 +263,11 @@ class LoadWatch:
         if not self.samples:
             return "-"
         ones = [s[0] for s in self.samples]
+        total, steal = (b - a for a, b in zip(self.ticks0, cpu_ticks(), strict=True))
+        stolen = f"; CPU steal {100 * steal / total:.0f} % of the time" if total > 0 else ""
         return (f"1-min load average min {min(ones):.2f} / mean {sum(ones) / len(ones):.2f} / "
-                f"max {max(ones):.2f} over {len(ones)} samples; at the end {loadavg()}")
+                f"max {max(ones):.2f} over {len(ones)} samples; at the end {loadavg()}"
+                f"{stolen}")
 
 
 # -- the child processes: probe + scraper, delayed consumer ----------------------------
