@@ -20,7 +20,14 @@ framing bytes and the records' segment-file ranges, sent with ``sendfile``
 we cannot serve — an unknown API key, an unsupported version, a malformed
 header or body, an oversized frame, on a controller-only node an API Kafka's
 controller listener does not serve (``versions.CONTROLLER_APIS``) — closes
-only this connection, with one logged line saying why. An unexpected exception in a handler is logged with its
+only this connection, with one logged line saying why. A Kafka broker opens
+its client listeners only once its metadata has caught up; this one listens
+from the start (its Raft peers need it), so until it first serves
+(``lifecycle.served``) a client request waits for that, ``START_HOLD_S`` at
+most — all but the handshake and the quorum's own APIs (``_WHILE_STARTING``).
+Answered early, a restarted broker said UNKNOWN_TOPIC_ID or
+UNKNOWN_TOPIC_OR_PARTITION of topics that exist, and librdkafka's share
+consumer dropped such a partition from its session for good. An unexpected exception in a handler is logged with its
 traceback and also closes just this connection; the broker keeps running.
 
 On SIGTERM the broker drains: a connection waiting for its next request is
@@ -57,12 +64,16 @@ from kcompat.wire.fetch_writer import encode_fetch_response
 from kcompat.wire.framing import FrameError, FrameReader
 from kcompat.wire.headers import HeaderError, parse_request_header, peek_api
 from kcompat.wire.versions import (
+    ADD_RAFT_VOTER,
     API_RANGES,
     API_VERSIONS,
+    DESCRIBE_QUORUM,
     FETCH,
     KCOMPAT_RAFT,
+    REMOVE_RAFT_VOTER,
     SASL_AUTHENTICATE,
     SASL_HANDSHAKE,
+    UNREGISTER_BROKER,
     api_name,
     served,
 )
@@ -248,6 +259,11 @@ async def _tls_handshake(stream: trio.SocketStream, broker: Broker,
 
 #: requests a SASL listener serves before authentication (Kafka's SaslServerAuthenticator)
 _BEFORE_AUTH = frozenset({API_VERSIONS, SASL_HANDSHAKE, SASL_AUTHENTICATE})
+#: answered before this process first serves: the handshake, and the quorum's
+#: APIs (a controller answers them whether or not its broker side serves)
+_WHILE_STARTING = _BEFORE_AUTH | {DESCRIBE_QUORUM, ADD_RAFT_VOTER, REMOVE_RAFT_VOTER,
+                                  UNREGISTER_BROKER}
+START_HOLD_S = 5.0  # as long as Metadata holds a not-serving broker's answer
 
 
 def _gate(session: Session, api_key: int, broker: Broker) -> None:
@@ -330,6 +346,10 @@ async def handle_frame(frame: bytes, broker: Broker, session: Session | None = N
     log.debug("request %s v%d cid=%d client=%s", rng.name, version, cid, header.client_id)
     ctx = RequestContext(broker, api_key, version, cid, header.client_id, session.client_host,
                          session.principal, session.listener.name, session, len(frame))
+    lifecycle = broker.controller.lifecycle
+    if not lifecycle.served and api_key not in _WHILE_STARTING \
+            and not broker.state.controller_only:
+        await lifecycle.wait_serving(START_HOLD_S)
     try:
         response: Any = await HANDLERS[api_key](ctx, request)
     except Exception as e:

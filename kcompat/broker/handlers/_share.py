@@ -81,12 +81,11 @@ class Parsed:
 
 def parse_request(ctx: RequestContext, request: Any) -> Parsed | Any:
     """The request's ids and acknowledgements, or the error answer for it.
-    The handlers call it once the broker serves (``lifecycle.wait_serving``):
-    a broker just restarted, its metadata not replayed yet, would answer
-    UNKNOWN_TOPIC_ID for a topic that exists — and librdkafka's share
-    consumer drops such a partition from its session for good (a 3-broker
-    soak, 2026-12-01: a partition never fetched again after its leader's
-    kill). A Kafka broker opens its listeners only once caught up."""
+    An id this broker does not know is UNKNOWN_TOPIC_ID, which librdkafka's
+    share consumer takes as final: it drops the partition from its session
+    for good. So a broker just (re)started, its metadata not replayed yet,
+    must not answer at all — ``connection`` holds client requests until the
+    broker first serves, as Kafka opens its listeners only once caught up."""
     group_id, member_id = request.group_id or "", request.member_id or ""
     if not _authz.group(ctx, _authz.Op.READ, group_id):
         return error_answer(ctx, ErrorCode.group_authorization_failed)

@@ -60,9 +60,6 @@ from kcompat.broker.state import now_ms
 
 
 async def handle(ctx: RequestContext, request: Any) -> Any:
-    # a broker just (re)started knows its topics' ids only once it has caught up:
-    # held until then, as Metadata is (``_share.parse_request``)
-    await ctx.controller.lifecycle.wait_serving(timeout_s=5.0)
     parsed = parse_request(ctx, request)
     if not isinstance(parsed, Parsed):
         return parsed
