@@ -178,10 +178,11 @@ ALLOWED: list[tuple[str, Any, str]] = [
     # Placement: two members split a deleted topic's partitions; which one's
     # session held which is the assignor's choice (its errors compared
     # without the partition index).
-    # F23 (open): Kafka acquires a transaction marker's offset (read_uncommitted)
+    # F23: Kafka acquires a transaction marker's offset (read_uncommitted)
     # and hands it out in AcquiredRecords with its control batch; kcompat
-    # archives it as a gap. The data records acquired, and their delivery
-    # counts, must still agree.
+    # archives it as a gap. Both clients acknowledge an acquired offset that
+    # holds no record as GAP, so the marker ends archived on both. The data
+    # records acquired, and their delivery counts, must still agree.
     ("share_consume", _share_consumed_alike,
      "F21: a re-created topic's old id in a share session; F23: transaction markers"),
     # F22: ShareAcknowledge of offsets from below the share-partition's start

@@ -451,7 +451,7 @@ def test_share_consume_as_the_fuzzer_drives_it(peers: list[Peer]) -> None:
 
 
 def test_share_consume_past_an_aborted_transaction(peers: list[Peer]) -> None:
-    # F23 (open): Kafka acquires the abort marker's offset, kcompat archives it as a gap
+    # F23 (allowed): Kafka acquires the abort marker's offset, kcompat archives it as a gap
     topic = name()
     group, ids = share_group(peers, topic, 1, 0)
     both(peers, "init_producer", "transactional", f"{topic}-tx")
