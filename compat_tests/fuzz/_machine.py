@@ -325,6 +325,13 @@ def machine_for(peers: Sequence[Peer], replication: Sequence[int] = (1, 2, -1),
         def delete_group(self, data: st.DataObject) -> None:
             self.both("delete_group", data.draw(st.sampled_from(self.groups), label="group"))
 
+        @rule(data=st.data(), partition=st.integers(0, 2))
+        def offset_delete(self, data: st.DataObject, partition: int) -> None:
+            # a classic group, the KIP-848 members' or the share members' group
+            group = data.draw(st.sampled_from(
+                (*self.groups, self.consumer_group, self.share_group)), label="group")
+            self.both("offset_delete", group, self.topic(data), partition)
+
         # -- idempotent and transactional producers -------------------------------------
 
         @rule(transactional=st.booleans())

@@ -36,6 +36,8 @@ from kafka.protocol.consumer.fetch import FetchRequest, FetchResponse
 from kafka.protocol.consumer.group import (
     OffsetCommitRequest,
     OffsetCommitResponse,
+    OffsetDeleteRequest,
+    OffsetDeleteResponse,
     OffsetFetchRequest,
     OffsetFetchResponse,
 )
@@ -284,6 +286,21 @@ def commit_offset(peer: Peer, group: str, name: str, partition: int, offset: int
         lambda a: a["topics"][0]["partitions"][0]["error_code"])
     return answer if answer == CLOSED else _first(
         answer, "topics", 0, "partitions", 0, "error_code")
+
+
+def offset_delete(peer: Peer, group: str, name: str, partition: int) -> Observation:
+    """OffsetDelete (v0) of one partition's committed offset: the group's
+    error, or the partition's (GROUP_SUBSCRIBED_TO_TOPIC while a member of the
+    group subscribes to the topic)."""
+    answer = to_coordinator(peer, group, OffsetDeleteRequest, OffsetDeleteResponse, 0, {
+        "group_id": group, "topics": [
+            {"name": name, "partitions": [{"partition_index": partition}]}]},
+        lambda a: a["error_code"])
+    if answer == CLOSED:
+        return CLOSED
+    if answer["error_code"]:
+        return ("error", answer["error_code"])
+    return ("ok", _first(answer, "topics", 0, "partitions", 0, "error_code"))
 
 
 def fetch_offset(peer: Peer, group: str, name: str, partition: int,

@@ -382,6 +382,40 @@ def test_member_commit_v9_to_an_unknown_group(peers: list[Peer]) -> None:
     assert both(peers, "consumer_commit", group, ids[0], 0, False, topic, 0, 3) == 69
 
 
+def test_offset_delete_in_a_kip848_group(peers: list[Peer]) -> None:
+    # librdkafka's 0081_admin with group.protocol=consumer (2026-12-01): an
+    # OffsetDelete to a KIP-848 group answered GROUP_ID_NOT_FOUND, as kcompat
+    # looked for a classic group only. Kafka refuses the partitions of a topic
+    # a member subscribes to (GROUP_SUBSCRIBED_TO_TOPIC) and deletes the rest;
+    # a share group is "not a consumer group" (GROUP_ID_NOT_FOUND) on both
+    group, ids = consumer_group(peers)
+    topic, other = name(), name()
+    for t in (topic, other):
+        assert both(peers, "create_topic", t, 1, 1, {}, False) == ("ok", 1, 1)
+        settle(peers, t, 1)
+    assert both(peers, "consumer_join", group, ids[0], 0, [topic], [topic, other]) \
+        == ("ok", "advanced", ((topic, 0),))
+    assert both(peers, "consumer_commit", group, ids[0], 0, False, topic, 0, 3) == 0
+    assert both(peers, "consumer_commit", group, ids[0], 0, False, other, 0, 4) == 0
+    assert both(peers, "offset_delete", group, topic, 0) == ("ok", 86)
+    assert both(peers, "offset_delete", group, other, 0) == ("ok", 0)
+    assert both(peers, "fetch_offset", group, topic, 0) == (0, 3, "")
+    assert both(peers, "fetch_offset", group, other, 0) == (0, -1, "")
+    # a subscribed topic that is gone: UNKNOWN_TOPIC_OR_PARTITION before the subscription
+    assert both(peers, "consumer_resubscribe", group, ids[0], 0, [topic, "gone"],
+                [topic, other])[0] == "ok"
+    assert both(peers, "offset_delete", group, "gone", 0) == ("ok", 3)
+    assert both(peers, "consumer_leave", group, ids[0], 0) == (0, -1)
+    assert both(peers, "offset_delete", group, topic, 0) == ("ok", 0)
+    assert both(peers, "fetch_offset", group, topic, 0) == (0, -1, "")
+    shared = name()
+    share, share_ids = share_group(peers, shared, 1, 0)
+    for peer in peers:  # when each assigns is its own (S1): not compared
+        assert operation("share_join")(peer, share, share_ids[0], 0, [shared], [shared])[0] \
+            == "ok"
+    assert both(peers, "offset_delete", share, shared, 0) == ("error", 69)
+
+
 def test_refused_heartbeat_takes_no_topic_change_in(peers: list[Peer]) -> None:
     # F20: partitions added to a subscribed topic reach the group epoch at the
     # next heartbeat that passes the checks; a fenced one changes nothing

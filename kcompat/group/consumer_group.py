@@ -458,9 +458,14 @@ class ConsumerGroup(EpochGroup[ConsumerMember], ClassicMembers):
             return ()
         return tuple(sorted(t for t in self._topics if pattern.fullmatch(t)))
 
+    def subscribed_topic_names(self) -> set[str]:
+        """Every topic a member subscribes to, by name or by a regex it
+        matches, whether or not it exists (Kafka's ``subscribedTopicNames``:
+        OffsetDelete refuses their partitions)."""
+        return {t for m in self._members.values() for t in self.subscribed_topics(m)}
+
     def _subscribed_counts(self) -> dict[str, int]:
-        topics = {t for m in self._members.values() for t in self.subscribed_topics(m)}
-        return {t: self._topics[t] for t in topics if t in self._topics}
+        return {t: self._topics[t] for t in self.subscribed_topic_names() if t in self._topics}
 
     # -- persistence ---------------------------------------------------------
 

@@ -2,7 +2,12 @@
 
 Deletes committed offsets of a group for some partitions. Refused per partition
 with GROUP_SUBSCRIBED_TO_TOPIC while an active consumer group subscribes to
-the topic; an unknown group answers GROUP_ID_NOT_FOUND.
+the topic: a classic group's members by their protocol metadata, a KIP-848
+group's by name or by a regex that matches it (Kafka's
+``subscribedTopicNames``), in any state — after the partitions the metadata
+lacks, which are UNKNOWN_TOPIC_OR_PARTITION first (Kafka's request handler
+checks them before the coordinator sees the request). An unknown group, or a
+share group (Kafka: "not a consumer group"), answers GROUP_ID_NOT_FOUND.
 Authorization (Kafka's): without DELETE on the group the answer is
 GROUP_AUTHORIZATION_FAILED; a topic without READ is TOPIC_AUTHORIZATION_FAILED
 for each of its partitions.
@@ -33,19 +38,26 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
     if (gate := ctx.groups.coordinator_error(request.group_id)) is not None:
         return coordinator_error_response(ctx, gate)
     groups = ctx.groups
-    group = groups.coordinator.groups.get(request.group_id)
-    if group is None or group.is_(GroupState.DEAD):
-        return ctx.response(throttle_time=NO_THROTTLE, error_code=ErrorCode.group_id_not_found,
-                            topics=())
-    subscribed = set() if group.is_(GroupState.EMPTY) else (group.subscribed_topics() or set())
+    if (consumer := ctx.consumer_groups.group(request.group_id)) is not None:  # KIP-848
+        subscribed = consumer.subscribed_topic_names()
+    else:
+        group = groups.coordinator.groups.get(request.group_id)
+        if group is None or group.is_(GroupState.DEAD):
+            return ctx.response(throttle_time=NO_THROTTLE,
+                                error_code=ErrorCode.group_id_not_found, topics=())
+        subscribed = (set() if group.is_(GroupState.EMPTY)
+                      else (group.subscribed_topics() or set()))
     errors: dict[tuple[str, int], ErrorCode] = {}
     allowed = _authz.topics(ctx, _authz.Op.READ, (t.name for t in request.topics))
     for t in request.topics:
         for p in t.partitions:
-            errors[(t.name, p.partition_index)] = (
-                ErrorCode.topic_authorization_failed if t.name not in allowed
-                else ErrorCode.group_subscribed_to_topic if t.name in subscribed
-                else unknown_partition_error(ctx.state, t.name, p.partition_index))
+            if t.name not in allowed:
+                code = ErrorCode.topic_authorization_failed
+            else:  # a partition the metadata lacks first, as Kafka's request handler
+                code = unknown_partition_error(ctx.state, t.name, p.partition_index)
+                if code == OK and t.name in subscribed:
+                    code = ErrorCode.group_subscribed_to_topic
+            errors[(t.name, p.partition_index)] = code
     try:
         await groups.delete_offsets(request.group_id, [tp for tp, e in errors.items() if e == OK])
     except NotCoordinatorError as e:  # leadership moved meanwhile
