@@ -57,7 +57,7 @@ from functools import partial
 
 import trio
 
-from kcompat.broker import quorum_bootstrap
+from kcompat.broker import loop_monitor, quorum_bootstrap
 from kcompat.broker.admin_http import open_admin_listeners, run_admin_http
 from kcompat.broker.broker import Broker
 from kcompat.broker.config import BrokerConfig
@@ -149,7 +149,7 @@ async def _warm_codec(broker: Broker) -> None:
     ranges = {key: (r.parse_min, r.max_version) for key, r in API_RANGES.items()}
     await trio.to_thread.run_sync(partial(codec.warm, ranges, partial(time.sleep, WARM_PAUSE_S)),
                                   abandon_on_cancel=True)
-    gc.freeze()  # what exists now lives as long as the process: no full collection walks it
+    loop_monitor.freeze()  # what exists now lives as long as the process: never walked again
 
 
 async def run_broker(config: BrokerConfig, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
