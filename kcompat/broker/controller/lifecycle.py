@@ -16,8 +16,11 @@ and silence produce; this module drives it inside the running broker:
   records ``Membership`` returns (a new controller restarts every session);
 * ``serving`` is what Kafka waits for before a broker answers clients: its
   metadata is caught up and its registration (this incarnation) is unfenced
-  (and, here, two leadership-announcement periods have passed);
-  Metadata and DescribeCluster hold their answers until then (bounded);
+  (and, here, two leadership-announcement periods have passed); until this
+  process first serves (``served``), ``connection`` holds every client
+  request but the handshake's and the quorum's (bounded), as Kafka opens
+  its listeners only then; Metadata, DescribeCluster and a few more hold
+  their answers whenever it does not serve (bounded);
 * ``controlled_shutdown`` (SIGTERM): heartbeat "shutting down" (the
   controller fences us at once) and hand each leadership to a caught-up
   replica that is still fetching, with a Raft leadership transfer, so clients
