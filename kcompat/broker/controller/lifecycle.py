@@ -241,13 +241,17 @@ class BrokerLifecycle:
     def broker_endpoints(self, leaders: Iterable[int] = (), listener: str = ""
                          ) -> list[tuple[int, str, int, str | None]]:
         """(node, host, port, rack) of the live brokers for Metadata and
-        DescribeCluster, plus the controller and any partition leader named in
-        the same answer, so clients can reach every node they are told to use
-        (the controller before its registration commits, a leader the
+        DescribeCluster, plus any partition leader named in the same answer, so
+        clients can reach every node they are told to use (a leader the
         controller fenced while its followers still hear it). Before any broker
-        registered (a brand-new cluster), every voter. With ``listener``, the
-        endpoints of that listener (the one the client came in on), leaving
-        out brokers that have none."""
+        registered (a brand-new cluster), every voter. Never the metadata
+        leader for its own sake: the answers name a live broker as their
+        controller (``advertised_controller``), and a controller-only leader
+        whose registration has not committed yet was listed so, and a client
+        then sent it a Metadata it does not serve (librdkafka: "Required
+        feature not supported by broker"). With ``listener``, the endpoints of
+        that listener (the one the client came in on), leaving out brokers
+        that have none."""
         rt = self.rt
         known = {b.node_id: (*where, b.rack) for b in rt.image.brokers.values()
                  if (where := b.address(listener)) is not None}
@@ -257,7 +261,7 @@ class BrokerLifecycle:
         if not live:
             live = {n: (h, p, None) for n, (h, p) in rt.voters.items()
                     if n not in unlisted}
-        for node in (rt.controller_id, *leaders):
+        for node in leaders:
             if node not in live and node in rt.voters and node not in unlisted:
                 h, p = rt.voters[node]
                 live[node] = known.get(node, (h, p, None))
