@@ -29,8 +29,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.compare import loadavg  # noqa: E402
-from kcompat.broker.delays import DELIVERY_BATCH, DELIVERY_BYTES, LATENESS_BUCKETS_S  # noqa: E402
-from kcompat.broker.lateness import BatchLateness  # noqa: E402
+from kcompat.broker.ext.delays import DELIVERY_BATCH, DELIVERY_BYTES, LATENESS_BUCKETS_S  # noqa: E402
+from kcompat.broker.ext.lateness import BatchLateness  # noqa: E402
 from kcompat.ext.schedule_adds import adds_batch  # noqa: E402
 from kcompat.ext.schedule_log import ScheduleLog, done_record, out_record  # noqa: E402
 from kcompat.ext.schedule_stored import (  # noqa: E402

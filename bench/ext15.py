@@ -346,7 +346,7 @@ def _vr(view: str, result: str) -> str:
 def profile_views(broker: Broker, src: str, partitions: int) -> list[str]:
     """cProfile of ``ViewReader.filter_records`` over the source's segment bytes
     (in this process: the same code the broker runs for a cold read)."""
-    from kcompat.broker.views import ViewReader
+    from kcompat.broker.storage.views import ViewReader
 
     chunks = []
     for p in range(partitions):

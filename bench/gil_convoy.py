@@ -26,7 +26,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from kcompat.broker.server import GIL_SWITCH_INTERVAL_S  # noqa: E402
+from kcompat.broker.node.server import GIL_SWITCH_INTERVAL_S  # noqa: E402
 
 
 def _burn(stop: threading.Event) -> None:

@@ -4,7 +4,7 @@ cluster per kind, admin ports on so ``/metrics`` is read; the cluster's
 brokers sit in racks a, b and c with Kafka's RackAwareReplicaSelector, as
 the single broker in rack a).
 
-Long polls wake per partition (``kcompat.broker.partition``): 100 raw Fetch
+Long polls wake per partition (``kcompat.broker.storage.partition``): 100 raw Fetch
 requests (kafka-python's codec, max_wait 20 s, min_bytes 1) wait at the end
 of the partitions of an idle topic, one more waits on a hot partition; then 5
 appends go to the hot partition (confluent-kafka, acks=all). The hot fetch is
@@ -15,7 +15,7 @@ append (measured: 1001 and 627 for the 5 appends). On the cluster the fetches
 wait at each partition's leader and the hot partition's high watermark moves
 by Raft commit, not by the append itself.
 
-Zero copy at the leaders (``kcompat.broker.zero_copy``): kafka-python reads
+Zero copy at the leaders (``kcompat.broker.net.zero_copy``): kafka-python reads
 back 3 partitions of ~1 MiB each exactly as confluent-kafka produced them
 while the leaders answer with segment-file ranges
 (``kcompat_fetch_sendfile_bytes_total``), cut at the high watermark — the

@@ -1,4 +1,4 @@
-"""Zero-copy Fetch (``kcompat.broker.zero_copy``): the answers sent with
+"""Zero-copy Fetch (``kcompat.broker.net.zero_copy``): the answers sent with
 ``sendfile`` from the segment files are byte for byte the copied ones.
 
 One broker process of the module (admin port on, so ``/metrics`` is read)

@@ -1,4 +1,4 @@
-"""Write ``kcompat/broker/kafka_broker_keys.py``: Apache Kafka's broker config keys as data.
+"""Write ``kcompat/broker/config/kafka_broker_keys.py``: Apache Kafka's broker config keys as data.
 
 Two sources, both the Apache Kafka reference (default 4.4.0, the jars of
 ``compat_tests/java/_jvm.py``):

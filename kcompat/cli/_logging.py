@@ -13,7 +13,7 @@ import os
 import sys
 from datetime import UTC, datetime
 
-from kcompat.broker.configdef import ConfigError
+from kcompat.broker.config.configdef import ConfigError
 
 FORMATS = ("text", "json")
 LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")

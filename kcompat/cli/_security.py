@@ -34,7 +34,7 @@ from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any
 
-from kcompat.broker.listeners import load_inline_chain
+from kcompat.broker.net.listeners import load_inline_chain
 from kcompat.cli._base import CliError
 from kcompat.security import jaas, properties
 

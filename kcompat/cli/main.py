@@ -16,8 +16,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from kcompat.broker import config as broker_config
-from kcompat.broker.configdef import ConfigError
+from kcompat.broker.config import broker_config
+from kcompat.broker.config.configdef import ConfigError
 from kcompat.cli import (
     _logging,
     acls,
@@ -70,7 +70,7 @@ def _flags(args: argparse.Namespace) -> dict[str, Any]:
 def cmd_broker(args: argparse.Namespace) -> int:
     import trio
 
-    from kcompat.broker.server import run_broker
+    from kcompat.broker.node.server import run_broker
 
     cfg = broker_config.load(args.config, _flags(args), os.environ)
     level, log_format = _logging.resolve(args.log_level, args.log_format)

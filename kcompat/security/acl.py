@@ -29,7 +29,7 @@ supports (Kafka's ``AclEntry.supportedOperations``) that ``authorize`` allows.
 
 The ACLs are kept in ``AclStore``, indexed by (resource type, pattern type,
 name) so a check costs a dict lookup per length of PREFIXED name in use; the metadata
-image owns the store and changes it in log order (``kcompat.broker.metadata``),
+image owns the store and changes it in log order (``kcompat.broker.storage.metadata``),
 the authorizer only reads it. ``AclBindingFilter`` is DescribeAcls' and
 DeleteAcls' filter: null fields and ANY match anything, pattern type MATCH
 matches every pattern that covers the named resource. ``check_new`` and

@@ -94,11 +94,11 @@ import trio
 import trio.testing
 from kio.schema.errors import ErrorCode as E
 
-from kcompat.broker import config as broker_config
-from kcompat.broker.broker import Broker
-from kcompat.broker.context import RequestContext
+from kcompat.broker.config import broker_config
 from kcompat.broker.controller import admin
 from kcompat.broker.handlers import HANDLERS
+from kcompat.broker.host.broker import Broker
+from kcompat.broker.host.context import RequestContext
 from kcompat.broker.replication.transport import Link
 from kcompat.log.files import LOG_SUFFIX, offset_path
 from kcompat.raft import NO_NODE

@@ -22,10 +22,10 @@ from typing import Any, TypeVar
 
 import trio
 
-from kcompat.broker.broker import Broker
 from kcompat.broker.controller import admin
 from kcompat.broker.controller.internal_topics import INTERNAL_TOPICS
-from kcompat.broker.metadata import TopicMeta
+from kcompat.broker.host.broker import Broker
+from kcompat.broker.storage.metadata import TopicMeta
 
 T = TypeVar("T")
 

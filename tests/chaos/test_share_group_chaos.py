@@ -26,7 +26,7 @@ seconds on the same data dir and port:
 The run ends once every record was ACCEPTed by some member and the share
 state the brokers committed (``__share_group_state`` read back with a plain
 consumer and folded with ``ShareStateLog``) has every offset of both
-partitions finished. What ``kcompat/broker/shares.py`` promises, checked per
+partitions finished. What ``kcompat/broker/groups/shares.py`` promises, checked per
 record:
 
 - at least once: every record ends acknowledged, and by a member's ACCEPT;

@@ -1,6 +1,6 @@
 """librdkafka reading a topic whose recent records are all delayed sees no
 error event: Fetch answers never give it record-less batches only
-(``kcompat.broker.hole_reads``). Before, each such answer doubled the
+(``kcompat.broker.storage.hole_reads``). Before, each such answer doubled the
 consumer's partition fetch size and, from the eleventh, it reported
 MSG_SIZE_TOO_LARGE ("Message at offset N might be too large to fetch"), as the
 1M delayed soak showed (76 on the delayed topic's consumer)."""

@@ -1,7 +1,7 @@
 """librdkafka reading a selective filtered view (one record in 5,000 kept)
 with small fetch sizes sees no error event and reads every matching record
 once: a view's Fetch answer never consists of empty rebuilt batches only
-(``kcompat.broker.views``), short of a record-less tail held back a while.
+(``kcompat.broker.storage.views``), short of a record-less tail held back a while.
 Before, most answers of such a view were empty batches only; librdkafka
 doubled its partition fetch size at each and, once at 1 GiB, reported
 MSG_SIZE_TOO_LARGE for each ("Message at offset N might be too large to

@@ -23,10 +23,11 @@ import os
 import pytest
 from kio.schema.errors import ErrorCode
 
-from kcompat.broker import delays, groups
-from kcompat.broker.partition import Partition
+from kcompat.broker.ext import delays
+from kcompat.broker.groups import groups
 from kcompat.broker.replication import runtime
 from kcompat.broker.replication.group import NotLeaderError
+from kcompat.broker.storage.partition import Partition
 from kcompat.ext import schedule_log
 from kcompat.group import coordinator
 from kcompat.testing.broker_sim import BrokerSimulation

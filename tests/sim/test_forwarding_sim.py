@@ -19,8 +19,8 @@ import pytest
 import trio
 from kio.schema.errors import ErrorCode as E
 
-from kcompat.broker.context import RequestContext
 from kcompat.broker.handlers import HANDLERS
+from kcompat.broker.host.context import RequestContext
 from kcompat.broker.replication import codec as rcodec
 from kcompat.testing.broker_sim import BrokerSimulation, SimNode
 from kcompat.testing.memory_store import MemoryFileStore

@@ -25,9 +25,9 @@ from typing import Any
 import trio
 from kio.schema.errors import ErrorCode as E
 
-from kcompat.broker.append import append_internal
+from kcompat.broker.groups.shares import ShareError
 from kcompat.broker.replication.storage import now_ms
-from kcompat.broker.shares import ShareError
+from kcompat.broker.storage.append import append_internal
 from kcompat.group.share_state import (
     SHARE_STATE_TOPIC,
     claim_value,

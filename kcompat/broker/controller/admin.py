@@ -35,15 +35,15 @@ from typing import Any
 import trio
 from kio.schema.errors import ErrorCode
 
-from kcompat.broker.config import BROKER_CONFIGS
+from kcompat.broker.config.broker_config import BROKER_CONFIGS
+from kcompat.broker.config.topic_config import RETRY_KEYS, VIEW_KEYS
 from kcompat.broker.controller import acls, client_quotas, reassignment, scram_credentials
 from kcompat.broker.controller.internal_topics import INTERNAL_TOPICS
 from kcompat.broker.controller.quorum import Controller
-from kcompat.broker.metadata import TopicMeta
 from kcompat.broker.replication import codec
 from kcompat.broker.replication.group import NotLeaderError
-from kcompat.broker.state import TopicError
-from kcompat.broker.topic_config import RETRY_KEYS, VIEW_KEYS
+from kcompat.broker.storage.metadata import TopicMeta
+from kcompat.broker.storage.state import TopicError
 from kcompat.ext.retry import DLQ_SUFFIX, RETRY_SUFFIX
 
 log = logging.getLogger("kcompat.cluster")

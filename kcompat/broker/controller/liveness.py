@@ -47,8 +47,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from kcompat.broker.metadata import BrokerInfo
 from kcompat.broker.replication.codec import Heartbeat
+from kcompat.broker.storage.metadata import BrokerInfo
 
 STALL_GRACE_MS = 1000.0  # a gap between expire checks beyond this: the controller stalled
 

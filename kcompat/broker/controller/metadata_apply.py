@@ -46,18 +46,18 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
+from kcompat.broker.config.topic_config import log_config
 from kcompat.broker.controller import metadata_snapshot
-from kcompat.broker.partition import Partition
 from kcompat.broker.replication.storage import PartitionLogStorage, now_ms
-from kcompat.broker.topic_config import log_config
+from kcompat.broker.storage.partition import Partition
 from kcompat.log.partition_log import PartitionLog
 from kcompat.security.acl import AclBinding
 from kcompat.wire.batch import BatchHeader
 from kcompat.wire.records import decode_batch
 
 if TYPE_CHECKING:
-    from kcompat.broker.metadata import TopicMeta
     from kcompat.broker.replication.runtime import ClusterRuntime
+    from kcompat.broker.storage.metadata import TopicMeta
 
 log = logging.getLogger("kcompat.cluster")
 

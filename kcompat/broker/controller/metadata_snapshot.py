@@ -33,8 +33,8 @@ import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from kcompat.broker.metadata import MetadataImage, Reassignment
 from kcompat.broker.replication.storage import PartitionLogStorage
+from kcompat.broker.storage.metadata import MetadataImage, Reassignment
 from kcompat.log.files import atomic_write
 from kcompat.log.store import FileStore
 from kcompat.raft.types import Snapshot, SnapshotId

@@ -28,7 +28,7 @@ from kcompat.broker.controller.metadata_snapshot import MetadataLogStorage
 from kcompat.broker.replication import codec
 from kcompat.broker.replication.peer_calls import PeerCalls
 from kcompat.broker.replication.runtime import ClusterRuntime
-from kcompat.broker.state import BrokerState
+from kcompat.broker.storage.state import BrokerState
 from kcompat.wire.batch import BatchHeader
 
 log = logging.getLogger("kcompat.cluster")

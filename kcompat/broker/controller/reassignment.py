@@ -41,8 +41,8 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
-from kcompat.broker.metadata import Reassignment
-from kcompat.broker.state import TopicError, check_replicas
+from kcompat.broker.storage.metadata import Reassignment
+from kcompat.broker.storage.state import TopicError, check_replicas
 from kcompat.raft import ChangeRefused
 
 if TYPE_CHECKING:

@@ -11,7 +11,7 @@ import importlib
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from kcompat.broker.context import RequestContext
+from kcompat.broker.host.context import RequestContext
 from kcompat.wire import versions as v
 
 Handler = Callable[[RequestContext, Any], Awaitable[Any]]

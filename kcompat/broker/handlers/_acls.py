@@ -10,9 +10,9 @@ from typing import Any
 
 import trio
 
-from kcompat.broker.context import RequestContext
 from kcompat.broker.controller import acls as controller_acls
 from kcompat.broker.controller.admin import submit
+from kcompat.broker.host.context import RequestContext
 from kcompat.security import acl
 
 NO_AUTHORIZER = "No Authorizer is configured."

@@ -29,7 +29,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from kcompat.broker.context import RequestContext
+from kcompat.broker.host.context import RequestContext
 from kcompat.security import acl
 from kcompat.security.acl import Operation, Permission, ResourceType
 from kcompat.wire.batch import parse_header

@@ -9,12 +9,12 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from kcompat.broker.broker_keys import KEYS
-from kcompat.broker.context import RequestContext
+from kcompat.broker.config.broker_keys import KEYS
+from kcompat.broker.config.topic_config import TOPIC_CONFIGS, effective
 from kcompat.broker.controller.admin import submit
 from kcompat.broker.handlers._authz import config_resource_denied
-from kcompat.broker.state import BrokerState, TopicError
-from kcompat.broker.topic_config import TOPIC_CONFIGS, effective
+from kcompat.broker.host.context import RequestContext
+from kcompat.broker.storage.state import BrokerState, TopicError
 from kcompat.security.acl import Operation
 
 NO_THROTTLE = datetime.timedelta(0)

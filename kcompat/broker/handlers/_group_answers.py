@@ -13,8 +13,8 @@ import datetime
 from collections.abc import Mapping
 from typing import Any
 
-from kcompat.broker.context import RequestContext
 from kcompat.broker.handlers._common import NO_THROTTLE
+from kcompat.broker.host.context import RequestContext
 from kcompat.group.assignors import TopicPartitions
 from kcompat.group.epoch_group import HeartbeatResult
 

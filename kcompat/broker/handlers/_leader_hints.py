@@ -17,7 +17,7 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from kcompat.broker.context import RequestContext
+from kcompat.broker.host.context import RequestContext
 
 
 def topic_name(ctx: RequestContext, topic_id: uuid.UUID | None) -> str | None:

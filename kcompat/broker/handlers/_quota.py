@@ -1,4 +1,4 @@
-"""Quotas at the handlers (``kcompat.broker.quotas``): whose traffic a
+"""Quotas at the handlers (``kcompat.broker.net.quotas``): whose traffic a
 request is, and the throttle it earns turned into a muted connection; the
 controller mutation quota of CreateTopics, CreatePartitions and DeleteTopics
 (``mutations`` for one request, ``take`` the partitions of one topic).
@@ -16,15 +16,15 @@ import datetime
 import trio
 from kio.schema.errors import ErrorCode
 
-from kcompat.broker import quotas
-from kcompat.broker.context import RequestContext
-from kcompat.broker.quotas import (
+from kcompat.broker.host.context import RequestContext
+from kcompat.broker.net import quotas
+from kcompat.broker.net.quotas import (
     INT_MAX,
     ClientQuotaManager,
     MutationQuota,
     Quotas,
 )
-from kcompat.broker.state import TopicError
+from kcompat.broker.storage.state import TopicError
 
 __all__ = ["INT_MAX", "MutationQuota", "image_quotas", "managers", "mutation_throttle",
            "mutations", "record",

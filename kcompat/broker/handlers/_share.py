@@ -19,11 +19,11 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from kcompat.broker.context import RequestContext
+from kcompat.broker.groups.share_sessions import Session
+from kcompat.broker.groups.shares import RETRIABLE, Held, NotLoaded, ShareError
 from kcompat.broker.handlers import _authz
 from kcompat.broker.handlers._common import NO_THROTTLE, OK
-from kcompat.broker.share_sessions import Session
-from kcompat.broker.shares import RETRIABLE, Held, NotLoaded, ShareError
+from kcompat.broker.host.context import RequestContext
 from kcompat.group.share_partition import AckBatch, AckType, AcquiredRecords
 
 Key = tuple[str, int]

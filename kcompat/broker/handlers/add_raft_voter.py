@@ -21,9 +21,9 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from kcompat.broker.context import RequestContext
 from kcompat.broker.handlers import _authz
 from kcompat.broker.handlers._common import NO_THROTTLE, request_timeout_s
+from kcompat.broker.host.context import RequestContext
 
 TIMEOUT_S_MAX = 60.0
 

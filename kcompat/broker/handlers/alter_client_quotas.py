@@ -25,12 +25,12 @@ from typing import Any
 import trio
 from kio.schema.errors import ErrorCode
 
-from kcompat.broker.context import RequestContext
 from kcompat.broker.controller import client_quotas as cq
 from kcompat.broker.controller.admin import submit
 from kcompat.broker.handlers import _authz
 from kcompat.broker.handlers._common import NO_THROTTLE, OK
-from kcompat.broker.state import TopicError
+from kcompat.broker.host.context import RequestContext
+from kcompat.broker.storage.state import TopicError
 
 
 async def _ip_resolves(name: str | None) -> bool:

@@ -21,7 +21,6 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from kcompat.broker.context import RequestContext
 from kcompat.broker.handlers._common import (
     NO_THROTTLE,
     RESOURCE_BROKER,
@@ -29,7 +28,8 @@ from kcompat.broker.handlers._common import (
     RESOURCE_TOPIC,
     alter_results,
 )
-from kcompat.broker.state import TopicError
+from kcompat.broker.host.context import RequestContext
+from kcompat.broker.storage.state import TopicError
 
 
 def _alter(ctx: RequestContext, resource: Any) -> dict[str, Any] | None:

@@ -23,11 +23,11 @@ from typing import Any
 import trio
 from kio.schema.errors import ErrorCode
 
-from kcompat.broker.context import RequestContext
 from kcompat.broker.controller.admin import submit
 from kcompat.broker.handlers import _authz
 from kcompat.broker.handlers._common import NO_THROTTLE, OK, request_timeout_s
-from kcompat.broker.state import TopicError
+from kcompat.broker.host.context import RequestContext
+from kcompat.broker.storage.state import TopicError
 
 TIMEOUT_S_MAX = 60.0
 #: Kafka answers no message where the one it raised is its error code's generic one

@@ -27,9 +27,9 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from kcompat.broker.context import RequestContext
 from kcompat.broker.handlers import _authz
 from kcompat.broker.handlers._common import NO_THROTTLE, OK
+from kcompat.broker.host.context import RequestContext
 
 #: a future log's directory: "<topic>-<partition>.<32 hex>-future", at most 255 bytes
 FUTURE_NAME_EXTRA = 1 + 32 + len("-future")

@@ -17,10 +17,10 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from kcompat.broker.context import RequestContext
 from kcompat.broker.handlers import _authz
 from kcompat.broker.handlers._common import NO_THROTTLE, OK
 from kcompat.broker.handlers._share import offsets_refusal
+from kcompat.broker.host.context import RequestContext
 
 
 async def handle(ctx: RequestContext, request: Any) -> Any:

@@ -31,11 +31,11 @@ from typing import Any
 import trio
 from kio.schema.errors import ErrorCode
 
-from kcompat.broker.context import RequestContext
 from kcompat.broker.controller import scram_credentials as sc
 from kcompat.broker.controller.admin import submit
 from kcompat.broker.handlers._common import NO_THROTTLE
-from kcompat.broker.state import TopicError
+from kcompat.broker.host.context import RequestContext
+from kcompat.broker.storage.state import TopicError
 from kcompat.security import acl
 
 #: how long an answer waits for this broker's image to show a committed change

@@ -20,8 +20,8 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from kcompat.broker.context import RequestContext
 from kcompat.broker.handlers._common import NO_THROTTLE
+from kcompat.broker.host.context import RequestContext
 from kcompat.wire import codec
 from kcompat.wire.versions import API_VERSIONS, served
 

@@ -22,10 +22,10 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from kcompat.broker.context import RequestContext
 from kcompat.broker.handlers import _authz
 from kcompat.broker.handlers._common import NO_THROTTLE, OK
 from kcompat.broker.handlers._group_answers import NOT_REQUESTED, assignment
+from kcompat.broker.host.context import RequestContext
 from kcompat.group.consumer_messages import DescribedConsumerGroup
 
 #: Kafka 4.4's message for a group whose topics the principal may not all DESCRIBE

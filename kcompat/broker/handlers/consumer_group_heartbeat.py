@@ -25,9 +25,9 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from kcompat.broker.context import RequestContext
 from kcompat.broker.handlers import _authz
 from kcompat.broker.handlers._group_answers import heartbeat_response
+from kcompat.broker.host.context import RequestContext
 from kcompat.group.consumer_messages import Heartbeat, HeartbeatResult, check_request
 
 

@@ -27,10 +27,10 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from kcompat.broker.context import RequestContext
 from kcompat.broker.handlers._acls import NO_AUTHORIZER, binding, carry_out, may
 from kcompat.broker.handlers._common import NO_THROTTLE, OK
-from kcompat.broker.state import TopicError
+from kcompat.broker.host.context import RequestContext
+from kcompat.broker.storage.state import TopicError
 from kcompat.security import acl
 
 Result = tuple[ErrorCode, str | None]

@@ -27,11 +27,11 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from kcompat.broker.context import RequestContext
 from kcompat.broker.controller.admin import increase_settled, submit
 from kcompat.broker.handlers import _authz, _quota
 from kcompat.broker.handlers._common import OK, duplicates
-from kcompat.broker.state import TopicError, check_replicas
+from kcompat.broker.host.context import RequestContext
+from kcompat.broker.storage.state import TopicError, check_replicas
 
 
 def _manual_assignment(ctx: RequestContext, topic: Any) -> list[list[int]] | None:

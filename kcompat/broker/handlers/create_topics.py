@@ -34,7 +34,7 @@ from typing import Any
 import trio
 from kio.schema.errors import ErrorCode
 
-from kcompat.broker.context import RequestContext
+from kcompat.broker.config.topic_config import listed_keys
 from kcompat.broker.controller import admin
 from kcompat.broker.handlers import _authz, _quota
 from kcompat.broker.handlers._common import (
@@ -43,9 +43,9 @@ from kcompat.broker.handlers._common import (
     null_config_check,
     topic_config,
 )
-from kcompat.broker.metadata import TopicMeta
-from kcompat.broker.state import TopicError, check_replicas
-from kcompat.broker.topic_config import listed_keys
+from kcompat.broker.host.context import RequestContext
+from kcompat.broker.storage.metadata import TopicMeta
+from kcompat.broker.storage.state import TopicError, check_replicas
 
 #: how long (at most, and within the request's timeout) CreateTopics waits for
 #: the new partitions' first leaders before it answers

@@ -22,7 +22,6 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from kcompat.broker.context import RequestContext
 from kcompat.broker.handlers._acls import (
     NO_AUTHORIZER,
     binding_fields,
@@ -31,7 +30,8 @@ from kcompat.broker.handlers._acls import (
     may,
 )
 from kcompat.broker.handlers._common import NO_THROTTLE, OK
-from kcompat.broker.state import TopicError
+from kcompat.broker.host.context import RequestContext
+from kcompat.broker.storage.state import TopicError
 from kcompat.security import acl
 
 Result = tuple[ErrorCode, str | None, list[acl.AclBinding]]

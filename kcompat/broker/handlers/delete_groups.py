@@ -19,9 +19,9 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from kcompat.broker.context import RequestContext
 from kcompat.broker.handlers import _authz
 from kcompat.broker.handlers._common import NO_THROTTLE
+from kcompat.broker.host.context import RequestContext
 
 
 async def handle(ctx: RequestContext, request: Any) -> Any:

@@ -27,10 +27,10 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from kcompat.broker.context import RequestContext
 from kcompat.broker.handlers import _authz
 from kcompat.broker.handlers._common import NO_THROTTLE
-from kcompat.broker.state import now_ms
+from kcompat.broker.host.context import RequestContext
+from kcompat.broker.storage.state import now_ms
 from kcompat.ext.schedule_log import SCHEDULE_TOPIC
 from kcompat.group.share_state import SHARE_STATE_TOPIC
 

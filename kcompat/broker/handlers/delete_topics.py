@@ -25,11 +25,11 @@ from typing import Any
 import trio
 from kio.schema.errors import ErrorCode
 
-from kcompat.broker.context import RequestContext
 from kcompat.broker.controller.admin import FORWARD_TIMEOUT_S, delete_topic
 from kcompat.broker.handlers import _authz, _quota
 from kcompat.broker.handlers._common import OK, duplicates
-from kcompat.broker.state import TopicError
+from kcompat.broker.host.context import RequestContext
+from kcompat.broker.storage.state import TopicError
 
 _ZERO = uuid.UUID(int=0)
 

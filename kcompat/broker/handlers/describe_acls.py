@@ -21,9 +21,9 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from kcompat.broker.context import RequestContext
 from kcompat.broker.handlers._acls import NO_AUTHORIZER, binding_fields, binding_filter, may
 from kcompat.broker.handlers._common import NO_THROTTLE, OK
+from kcompat.broker.host.context import RequestContext
 from kcompat.security import acl
 
 Pattern = tuple[acl.ResourceType, str, acl.PatternType]

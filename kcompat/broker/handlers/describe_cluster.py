@@ -28,9 +28,9 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from kcompat.broker.context import RequestContext
 from kcompat.broker.handlers import _authz
 from kcompat.broker.handlers._common import NO_THROTTLE, OK
+from kcompat.broker.host.context import RequestContext
 
 BROKERS_ENDPOINT, CONTROLLERS_ENDPOINT = 1, 2
 OMITTED_OPERATIONS = -(2**31)

@@ -38,9 +38,9 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from kcompat.broker import broker_config_entries, broker_loggers, group_config
-from kcompat.broker.context import RequestContext
-from kcompat.broker.dynamic_config import DynamicConfigError
+from kcompat.broker.config import broker_config_entries, broker_loggers, group_config
+from kcompat.broker.config.dynamic_config import DynamicConfigError
+from kcompat.broker.config.topic_config import TOPIC_CONFIGS, listed_keys
 from kcompat.broker.handlers import _authz
 from kcompat.broker.handlers._common import (
     CONFIG_TYPE_IDS,
@@ -56,8 +56,8 @@ from kcompat.broker.handlers._common import (
     topic_config,
     topic_synonyms,
 )
-from kcompat.broker.state import TopicError, check_topic_name
-from kcompat.broker.topic_config import TOPIC_CONFIGS, listed_keys
+from kcompat.broker.host.context import RequestContext
+from kcompat.broker.storage.state import TopicError, check_topic_name
 
 
 def _entry(ctx: RequestContext, name: str, value: str | None, source: int, read_only: bool,

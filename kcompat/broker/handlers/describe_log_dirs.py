@@ -21,10 +21,10 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from kcompat.broker.context import RequestContext
 from kcompat.broker.handlers import _authz
 from kcompat.broker.handlers._common import NO_THROTTLE, OK
-from kcompat.broker.partition import Partition
+from kcompat.broker.host.context import RequestContext
+from kcompat.broker.storage.partition import Partition
 
 
 def _wanted(ctx: RequestContext, request: Any) -> list[tuple[str, int, Partition]]:

@@ -14,9 +14,9 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from kcompat.broker.context import RequestContext
 from kcompat.broker.handlers import _authz
 from kcompat.broker.handlers._common import NO_THROTTLE, OK
+from kcompat.broker.host.context import RequestContext
 
 
 def _partition(ctx: RequestContext, topic: str, index: int) -> Any:

@@ -22,9 +22,9 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from kcompat.broker.context import RequestContext
 from kcompat.broker.handlers import _authz
 from kcompat.broker.handlers._common import OK
+from kcompat.broker.host.context import RequestContext
 
 METADATA_TOPIC, METADATA_PARTITION = "__cluster_metadata", 0
 LISTENER = "PLAINTEXT"

@@ -16,9 +16,9 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from kcompat.broker.context import RequestContext
 from kcompat.broker.handlers import _authz
 from kcompat.broker.handlers._common import NO_THROTTLE, OK
+from kcompat.broker.host.context import RequestContext
 
 
 async def _group(ctx: RequestContext, g: Any) -> Any:

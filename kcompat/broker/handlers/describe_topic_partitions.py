@@ -40,12 +40,12 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from kcompat.broker.context import RequestContext
 from kcompat.broker.controller.internal_topics import OFFSETS_TOPIC, TXN_TOPIC
 from kcompat.broker.handlers import _authz
 from kcompat.broker.handlers._common import NO_THROTTLE, OK
-from kcompat.broker.metadata import TopicMeta
-from kcompat.broker.state import TopicError, check_topic_name
+from kcompat.broker.host.context import RequestContext
+from kcompat.broker.storage.metadata import TopicMeta
+from kcompat.broker.storage.state import TopicError, check_topic_name
 from kcompat.group.share_state import SHARE_STATE_TOPIC
 
 PARTITION_LIMIT_MAX = 2000  # Kafka's max.request.partition.size.limit default

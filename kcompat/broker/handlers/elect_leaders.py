@@ -33,9 +33,9 @@ from typing import Any
 import trio
 from kio.schema.errors import ErrorCode
 
-from kcompat.broker.context import RequestContext
 from kcompat.broker.handlers import _authz
 from kcompat.broker.handlers._common import NO_THROTTLE, OK, request_timeout_s
+from kcompat.broker.host.context import RequestContext
 
 PREFERRED, UNCLEAN = 0, 1
 NO_LEADER = -1

@@ -81,15 +81,15 @@ from typing import Any
 import trio
 from kio.schema.errors import ErrorCode
 
-from kcompat.broker import quotas
-from kcompat.broker.context import RequestContext
 from kcompat.broker.handlers import _authz, _quota
 from kcompat.broker.handlers._common import NO_THROTTLE, OK
 from kcompat.broker.handlers._leader_hints import LeaderHints, topic_name
-from kcompat.broker.partition import Partition, wait_news
+from kcompat.broker.host.context import RequestContext
+from kcompat.broker.net import quotas
+from kcompat.broker.net.zero_copy import take
 from kcompat.broker.replication.read_replicas import NO_REPLICA
-from kcompat.broker.views import WORK_BYTES, WORK_RECORDS, Asked, Cold
-from kcompat.broker.zero_copy import take
+from kcompat.broker.storage.partition import Partition, wait_news
+from kcompat.broker.storage.views import WORK_BYTES, WORK_RECORDS, Asked, Cold
 from kcompat.log.partition_log import FileSlice, OffsetOutOfRange
 
 READ_COMMITTED = 1

@@ -23,11 +23,11 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from kcompat.broker.context import RequestContext
 from kcompat.broker.controller.admin import auto_create
 from kcompat.broker.controller.internal_topics import OFFSETS_TOPIC, TXN_TOPIC, partition_for
 from kcompat.broker.handlers import _authz
 from kcompat.broker.handlers._common import NO_THROTTLE, OK, own_endpoint
+from kcompat.broker.host.context import RequestContext
 
 GROUP, TRANSACTION = 0, 1
 CREATION_WAIT_S = 2.0

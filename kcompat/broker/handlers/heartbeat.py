@@ -16,10 +16,10 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from kcompat.broker.context import RequestContext
 from kcompat.broker.handlers import _authz
 from kcompat.broker.handlers._common import NO_THROTTLE, coordinator_error_response
-from kcompat.broker.state import now_ms
+from kcompat.broker.host.context import RequestContext
+from kcompat.broker.storage.state import now_ms
 
 
 async def handle(ctx: RequestContext, request: Any) -> Any:

@@ -33,11 +33,11 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from kcompat.broker import broker_loggers, dynamic_config
-from kcompat.broker.configdef import ConfigError
-from kcompat.broker.context import RequestContext
-from kcompat.broker.group_config import GROUP_CONFIGS, GroupConfigError, parse_value
-from kcompat.broker.group_config import effective as group_effective
+from kcompat.broker.config import broker_loggers, dynamic_config
+from kcompat.broker.config.configdef import ConfigError
+from kcompat.broker.config.group_config import GROUP_CONFIGS, GroupConfigError, parse_value
+from kcompat.broker.config.group_config import effective as group_effective
+from kcompat.broker.config.topic_config import TOPIC_CONFIGS, effective
 from kcompat.broker.handlers._common import (
     NO_THROTTLE,
     RESOURCE_BROKER,
@@ -47,8 +47,8 @@ from kcompat.broker.handlers._common import (
     alter_results,
     duplicates,
 )
-from kcompat.broker.state import TopicError
-from kcompat.broker.topic_config import TOPIC_CONFIGS, effective
+from kcompat.broker.host.context import RequestContext
+from kcompat.broker.storage.state import TopicError
 
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 _OP_NAMES = {SET: "SET", DELETE: "DELETE", APPEND: "APPEND", SUBTRACT: "SUBTRACT"}

@@ -20,10 +20,10 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from kcompat.broker.context import RequestContext
 from kcompat.broker.handlers import _authz
 from kcompat.broker.handlers._common import NO_THROTTLE, coordinator_error_response
-from kcompat.broker.state import now_ms
+from kcompat.broker.host.context import RequestContext
+from kcompat.broker.storage.state import now_ms
 from kcompat.group.consumer_classic import CONSUMER_PROTOCOL_TYPE, ClassicJoin
 from kcompat.group.coordinator import JoinRequest, JoinResult
 

@@ -18,7 +18,6 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from kcompat.broker.context import RequestContext
 from kcompat.broker.handlers import _authz
 from kcompat.broker.handlers._common import (
     NO_THROTTLE,
@@ -27,6 +26,7 @@ from kcompat.broker.handlers._common import (
     RESOURCE_GROUP,
     RESOURCE_TOPIC,
 )
+from kcompat.broker.host.context import RequestContext
 
 RESOURCE_BROKER_LOGGER = 8
 RESOURCE_CLIENT_METRICS = 16

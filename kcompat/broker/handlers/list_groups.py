@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from kcompat.broker.context import RequestContext
 from kcompat.broker.handlers import _authz
 from kcompat.broker.handlers._common import NO_THROTTLE, OK
+from kcompat.broker.host.context import RequestContext
 
 
 async def handle(ctx: RequestContext, request: Any) -> Any:

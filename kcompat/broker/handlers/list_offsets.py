@@ -19,10 +19,10 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from kcompat.broker.context import RequestContext
 from kcompat.broker.handlers import _authz
 from kcompat.broker.handlers._common import NO_THROTTLE
-from kcompat.broker.list_offsets_lookup import offset_for_time
+from kcompat.broker.host.context import RequestContext
+from kcompat.broker.storage.list_offsets_lookup import offset_for_time
 from kcompat.wire.records import RecordError
 
 

@@ -18,10 +18,10 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from kcompat.broker.context import RequestContext
 from kcompat.broker.handlers import _authz
 from kcompat.broker.handlers._common import NO_THROTTLE, OK
-from kcompat.broker.metadata import Reassignment
+from kcompat.broker.host.context import RequestContext
+from kcompat.broker.storage.metadata import Reassignment
 
 
 async def handle(ctx: RequestContext, request: Any) -> Any:

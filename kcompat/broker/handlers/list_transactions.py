@@ -16,10 +16,10 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from kcompat.broker.context import RequestContext
 from kcompat.broker.handlers import _authz
 from kcompat.broker.handlers._common import NO_THROTTLE, OK
-from kcompat.broker.state import now_ms
+from kcompat.broker.host.context import RequestContext
+from kcompat.broker.storage.state import now_ms
 from kcompat.txn.coordinator import TxnState
 
 KNOWN_STATES = {s.value for s in TxnState}

@@ -36,12 +36,12 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from kcompat.broker.context import RequestContext
 from kcompat.broker.controller import admin
 from kcompat.broker.handlers import _authz
 from kcompat.broker.handlers._common import NO_THROTTLE, OK
-from kcompat.broker.metadata import TopicMeta
-from kcompat.broker.state import TopicError, check_topic_name
+from kcompat.broker.host.context import RequestContext
+from kcompat.broker.storage.metadata import TopicMeta
+from kcompat.broker.storage.state import TopicError, check_topic_name
 
 ZERO_UUID = uuid.UUID(int=0)
 TOPIC_OPERATIONS = sum(1 << op for op in (3, 4, 5, 6, 7, 8, 10, 11))

@@ -25,12 +25,12 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from kcompat.broker.context import RequestContext
-from kcompat.broker.groups import NotCoordinatorError
+from kcompat.broker.groups.groups import NotCoordinatorError
 from kcompat.broker.handlers import _authz
 from kcompat.broker.handlers._common import NO_THROTTLE, OK, unknown_partition_error
 from kcompat.broker.handlers._leader_hints import topic_name
-from kcompat.broker.state import now_ms
+from kcompat.broker.host.context import RequestContext
+from kcompat.broker.storage.state import now_ms
 from kcompat.group.offsets import CommittedOffset
 
 

@@ -19,8 +19,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from kcompat.broker.context import RequestContext
-from kcompat.broker.groups import NotCoordinatorError
+from kcompat.broker.groups.groups import NotCoordinatorError
 from kcompat.broker.handlers import _authz
 from kcompat.broker.handlers._common import (
     NO_THROTTLE,
@@ -28,6 +27,7 @@ from kcompat.broker.handlers._common import (
     coordinator_error_response,
     unknown_partition_error,
 )
+from kcompat.broker.host.context import RequestContext
 from kcompat.group.group import GroupState
 
 

@@ -20,10 +20,10 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from kcompat.broker.context import RequestContext
 from kcompat.broker.handlers import _authz
 from kcompat.broker.handlers._common import NO_THROTTLE, OK
 from kcompat.broker.handlers._leader_hints import topic_name
+from kcompat.broker.host.context import RequestContext
 
 
 def _wanted(ctx: RequestContext, committed: dict[tuple[str, int], Any], requested: Any

@@ -71,18 +71,18 @@ from typing import Any
 import trio
 from kio.schema.errors import ErrorCode
 
-from kcompat.broker import dedup_windows, views
-from kcompat.broker.append import AppendResult, Presplit, append_records, split_ahead
-from kcompat.broker.context import Later, RequestContext
+from kcompat.broker.config.topic_config import effective, retry_policy
 from kcompat.broker.handlers import _authz, _quota
 from kcompat.broker.handlers._common import ms_to_datetime
 from kcompat.broker.handlers._leader_hints import LeaderHints, topic_name
-from kcompat.broker.offload import run_cpu
-from kcompat.broker.partition import Partition
+from kcompat.broker.host.context import Later, RequestContext
+from kcompat.broker.loop.offload import run_cpu
 from kcompat.broker.replication.disk_faults import StorageError
 from kcompat.broker.replication.group import Group, NotLeaderError
-from kcompat.broker.state import now_ms
-from kcompat.broker.topic_config import effective, retry_policy
+from kcompat.broker.storage import dedup_windows, views
+from kcompat.broker.storage.append import AppendResult, Presplit, append_records, split_ahead
+from kcompat.broker.storage.partition import Partition
+from kcompat.broker.storage.state import now_ms
 from kcompat.ext.schedule_log import SCHEDULE_TOPIC
 from kcompat.wire.batch import LOG_OVERHEAD, MAGIC_V2, BatchError, BatchHeader, parse_header
 

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from kcompat.broker.context import RequestContext
 from kcompat.broker.handlers.add_raft_voter import change
+from kcompat.broker.host.context import RequestContext
 
 
 async def handle(ctx: RequestContext, request: Any) -> Any:

@@ -21,10 +21,10 @@ from typing import Any
 import trio
 from kio.schema.errors import ErrorCode
 
-from kcompat.broker.broker import Broker
-from kcompat.broker.context import RequestContext
 from kcompat.broker.handlers._common import OK
-from kcompat.broker.session import Session
+from kcompat.broker.host.broker import Broker
+from kcompat.broker.host.context import RequestContext
+from kcompat.broker.net.session import Session
 from kcompat.security import principal
 from kcompat.security.sasl import SaslError
 

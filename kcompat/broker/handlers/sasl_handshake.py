@@ -17,8 +17,8 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from kcompat.broker.context import RequestContext
 from kcompat.broker.handlers._common import OK
+from kcompat.broker.host.context import RequestContext
 
 
 async def handle(ctx: RequestContext, request: Any) -> Any:

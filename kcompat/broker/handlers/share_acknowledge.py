@@ -21,7 +21,8 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from kcompat.broker.context import RequestContext
+from kcompat.broker.groups.share_sessions import FINAL_EPOCH, INITIAL_EPOCH
+from kcompat.broker.groups.shares import Held
 from kcompat.broker.handlers import _quota
 from kcompat.broker.handlers._common import OK
 from kcompat.broker.handlers._share import (
@@ -34,9 +35,8 @@ from kcompat.broker.handlers._share import (
     release_session,
     topic_responses,
 )
-from kcompat.broker.share_sessions import FINAL_EPOCH, INITIAL_EPOCH
-from kcompat.broker.shares import Held
-from kcompat.broker.state import now_ms
+from kcompat.broker.host.context import RequestContext
+from kcompat.broker.storage.state import now_ms
 
 
 async def handle(ctx: RequestContext, request: Any) -> Any:

@@ -39,7 +39,8 @@ from typing import Any
 import trio
 from kio.schema.errors import ErrorCode
 
-from kcompat.broker.context import RequestContext
+from kcompat.broker.groups.share_sessions import FINAL_EPOCH, INITIAL_EPOCH, Session
+from kcompat.broker.groups.shares import Held, ShareError
 from kcompat.broker.handlers import _quota
 from kcompat.broker.handlers._common import OK
 from kcompat.broker.handlers._share import (
@@ -53,10 +54,9 @@ from kcompat.broker.handlers._share import (
     release_session,
     topic_responses,
 )
-from kcompat.broker.partition import Partition, unwatch
-from kcompat.broker.share_sessions import FINAL_EPOCH, INITIAL_EPOCH, Session
-from kcompat.broker.shares import Held, ShareError
-from kcompat.broker.state import now_ms
+from kcompat.broker.host.context import RequestContext
+from kcompat.broker.storage.partition import Partition, unwatch
+from kcompat.broker.storage.state import now_ms
 
 
 async def handle(ctx: RequestContext, request: Any) -> Any:

@@ -24,8 +24,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from kcompat.broker.context import RequestContext
-from kcompat.broker.groups import NotCoordinatorError
+from kcompat.broker.groups.groups import NotCoordinatorError
 from kcompat.broker.handlers import _authz
 from kcompat.broker.handlers._common import (
     NO_THROTTLE,
@@ -33,7 +32,8 @@ from kcompat.broker.handlers._common import (
     fenced_for_version,
     unknown_partition_error,
 )
-from kcompat.broker.state import now_ms
+from kcompat.broker.host.context import RequestContext
+from kcompat.broker.storage.state import now_ms
 from kcompat.group.offsets import CommittedOffset
 
 

@@ -30,7 +30,7 @@ from collections import deque
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
-from kcompat.broker.backpressure import LagSource
+from kcompat.broker.loop.backpressure import LagSource
 
 if TYPE_CHECKING:
     from kcompat.broker.replication.runtime import ClusterRuntime

@@ -107,8 +107,8 @@ from kcompat.raft import Ready
 from kcompat.raft.storage import write_ready
 
 if TYPE_CHECKING:
-    from kcompat.broker.flusher import Flusher, Syncable
     from kcompat.broker.replication.hard_states import HardStateJournal
+    from kcompat.broker.storage.flusher import Flusher, Syncable
     from kcompat.log.partition_log import PartitionLog
 
 log = logging.getLogger("kcompat.storage")

@@ -48,9 +48,9 @@ from kcompat.wire.batch import BatchHeader
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
-    from kcompat.broker.partition import Partition
     from kcompat.broker.replication.codec import Announcement
     from kcompat.broker.replication.storage import PartitionLogStorage
+    from kcompat.broker.storage.partition import Partition
 
 log = logging.getLogger("kcompat.cluster")
 

@@ -44,11 +44,11 @@ from typing import TYPE_CHECKING, Any
 import trio
 from kio.schema.errors import ErrorCode
 
-from kcompat.broker import dedup_windows
-from kcompat.broker.append import append_internal
 from kcompat.broker.replication import codec
 from kcompat.broker.replication.group import NotLeaderError
 from kcompat.broker.replication.storage import now_ms
+from kcompat.broker.storage import dedup_windows
+from kcompat.broker.storage.append import append_internal
 from kcompat.raft import NO_NODE
 from kcompat.wire import batch as wbatch
 from kcompat.wire.records import encode_marker_batch

@@ -32,8 +32,8 @@ from typing import TYPE_CHECKING
 
 from kio.schema.errors import ErrorCode
 
-from kcompat.broker.config import RACK_AWARE_SELECTOR
-from kcompat.broker.partition import Partition
+from kcompat.broker.config.broker_config import RACK_AWARE_SELECTOR
+from kcompat.broker.storage.partition import Partition
 
 if TYPE_CHECKING:
     from kcompat.broker.replication.runtime import ClusterRuntime

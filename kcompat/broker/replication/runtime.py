@@ -100,10 +100,7 @@ from typing import TYPE_CHECKING, Any
 import trio
 from kio.schema.errors import ErrorCode
 
-from kcompat.broker.configdef import ConfigError
-from kcompat.broker.flusher import Syncable
-from kcompat.broker.metadata import MetadataImage
-from kcompat.broker.partition import Partition
+from kcompat.broker.config.configdef import ConfigError
 from kcompat.broker.replication import codec, log_starts, throttle
 from kcompat.broker.replication.disk_faults import DiskFaults
 from kcompat.broker.replication.group import (
@@ -117,6 +114,9 @@ from kcompat.broker.replication.hard_states import HardStateJournal
 from kcompat.broker.replication.storage import PartitionLogStorage, now_ms
 from kcompat.broker.replication.throttle import CatchUpThrottle
 from kcompat.broker.replication.transport import Link, LinkFactory, PeerLink
+from kcompat.broker.storage.flusher import Syncable
+from kcompat.broker.storage.metadata import MetadataImage
+from kcompat.broker.storage.partition import Partition
 from kcompat.log.files import atomic_write, read_int_file
 from kcompat.raft import (
     NO_NODE,
@@ -136,7 +136,7 @@ from kcompat.wire.batch import BatchHeader
 from kcompat.wire.records import encode_batch
 
 if TYPE_CHECKING:
-    from kcompat.broker.state import BrokerState
+    from kcompat.broker.storage.state import BrokerState
 
 log = logging.getLogger("kcompat.cluster")
 

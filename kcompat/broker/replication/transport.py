@@ -15,7 +15,7 @@ same.
 
 Each broker dials every peer's Kafka listener once and keeps that connection;
 inbound frames arrive through the ordinary connection handler
-(``kcompat.broker.connection``) and go to ``ClusterRuntime.receive``. Delivery
+(``kcompat.broker.node.connection``) and go to ``ClusterRuntime.receive``. Delivery
 is best effort, as Raft assumes: when a peer is down, slow or stopped
 (SIGSTOP), frames are dropped rather than queued without bound, and the
 connection is re-dialled; the Raft core re-sends what matters (fetch retries,
@@ -64,7 +64,7 @@ LinkFactory = Callable[[int, str, int], Link]
 
 
 # the inter-broker listener's security, spoken first on a new connection
-# (``kcompat.broker.peer_security``): TLS and/or SASL; None on PLAINTEXT
+# (``kcompat.broker.net.peer_security``): TLS and/or SASL; None on PLAINTEXT
 Secure = Callable[[trio.SocketStream, str], Awaitable[trio.abc.Stream]]
 AUTH_RETRY_S = 1.0
 

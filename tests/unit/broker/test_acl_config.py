@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-from kcompat.broker import broker_config_entries
-from kcompat.broker.broker import authorizer_of
-from kcompat.broker.config import load
-from kcompat.broker.configdef import ConfigError
+from kcompat.broker.config import broker_config_entries
+from kcompat.broker.config.broker_config import load
+from kcompat.broker.config.configdef import ConfigError
+from kcompat.broker.host.broker import authorizer_of
 from kcompat.security.acl import STANDARD_AUTHORIZER, AclStore
 
 

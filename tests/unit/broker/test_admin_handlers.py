@@ -13,11 +13,11 @@ import pytest
 from kio.schema.errors import ErrorCode
 from kio.serial import entity_reader
 
-from kcompat.broker import config as broker_config
-from kcompat.broker.broker import Broker
-from kcompat.broker.context import RequestContext
+from kcompat.broker.config import broker_config
 from kcompat.broker.handlers import HANDLERS
-from kcompat.broker.metadata import BrokerInfo
+from kcompat.broker.host.broker import Broker
+from kcompat.broker.host.context import RequestContext
+from kcompat.broker.storage.metadata import BrokerInfo
 from kcompat.testing import running
 from kcompat.wire import codec
 from kcompat.wire import versions as v

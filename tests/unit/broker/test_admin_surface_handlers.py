@@ -18,9 +18,9 @@ import trio
 from kio.schema.errors import ErrorCode
 from kio.serial import entity_reader
 
-from kcompat.broker import config as broker_config
-from kcompat.broker.broker import Broker
+from kcompat.broker.config import broker_config
 from kcompat.broker.controller import client_quotas as cq
+from kcompat.broker.host.broker import Broker
 from kcompat.testing import running
 from kcompat.wire import batch as wbatch
 from kcompat.wire import versions as v
@@ -146,8 +146,8 @@ def test_describe_quorum(broker: Broker, version: int) -> None:
 
 async def _in_service(broker: Broker, version: int, make: Any) -> Any:
     """Call a handler while the broker runs (the metadata group elected)."""
-    from kcompat.broker.context import RequestContext
     from kcompat.broker.handlers import HANDLERS
+    from kcompat.broker.host.context import RequestContext
     from kcompat.wire import codec
 
     request = make(codec.request_module(v.DESCRIBE_QUORUM, version))
@@ -327,8 +327,8 @@ def test_describe_user_scram_credentials(broker: Broker, version: int) -> None:
 def test_concurrent_quota_alterations_of_one_entity_both_count(broker: Broker) -> None:
     """The records carry ops applied in log order: two alterations of one entity in
     flight together both land (a value set computed from the image would lose one)."""
-    from kcompat.broker.context import RequestContext
     from kcompat.broker.handlers import HANDLERS
+    from kcompat.broker.host.context import RequestContext
     from kcompat.wire import codec
 
     m = codec.request_module(v.ALTER_CLIENT_QUOTAS, 1)

@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 from kio.schema.errors import ErrorCode
 
-from kcompat.broker import config as broker_config
-from kcompat.broker.broker import Broker
+from kcompat.broker.config import broker_config
+from kcompat.broker.host.broker import Broker
 from kcompat.wire import versions as v
 from tests.unit.broker.test_admin_handlers import call, create, versions
 

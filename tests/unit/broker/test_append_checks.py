@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from kio.schema.errors import ErrorCode as E
 
-from kcompat.broker.append import append_records
+from kcompat.broker.storage.append import append_records
 from kcompat.wire import batch as wbatch
 from kcompat.wire.records import RecordInput, encode_batch
 

@@ -18,10 +18,10 @@ import trio
 from kio.schema.errors import ErrorCode as E
 from kio.serial import entity_reader
 
-from kcompat.broker import config as broker_config
-from kcompat.broker.broker import Broker
-from kcompat.broker.context import RequestContext
+from kcompat.broker.config import broker_config
 from kcompat.broker.handlers import HANDLERS
+from kcompat.broker.host.broker import Broker
+from kcompat.broker.host.context import RequestContext
 from kcompat.security import acl
 from kcompat.security.acl import Operation as Op
 from kcompat.security.acl import PatternType as P

@@ -8,7 +8,7 @@ import datetime
 
 from kio.schema.errors import ErrorCode as E
 
-from kcompat.broker.broker import Broker
+from kcompat.broker.host.broker import Broker
 from kcompat.security.acl import Operation as Op
 from kcompat.security.acl import ResourceType as R
 from kcompat.wire import codec

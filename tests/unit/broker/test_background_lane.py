@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import trio
 
-from kcompat.broker.lane import background_turn
+from kcompat.broker.loop.lane import background_turn
 
 
 async def _background(name: str, chunks: int, trace: list[str]) -> None:

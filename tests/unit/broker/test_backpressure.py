@@ -17,13 +17,13 @@ import trio.testing
 from kio.schema.errors import ErrorCode as E
 from prometheus_client import CollectorRegistry, generate_latest
 
-from kcompat.broker import config as broker_config
-from kcompat.broker.backpressure import THROTTLE_MAX_MS, Backpressure, LagSource
-from kcompat.broker.broker import Broker
-from kcompat.broker.context import RequestContext
+from kcompat.broker.config import broker_config
+from kcompat.broker.groups.share_writes import Held, ShareWriter
 from kcompat.broker.handlers import HANDLERS
+from kcompat.broker.host.broker import Broker
+from kcompat.broker.host.context import RequestContext
+from kcompat.broker.loop.backpressure import THROTTLE_MAX_MS, Backpressure, LagSource
 from kcompat.broker.replication.backlog import FROM_S, UnreplicatedBacklog
-from kcompat.broker.share_writes import Held, ShareWriter
 from kcompat.group.share_partition import SharePartition
 from kcompat.testing import running
 from kcompat.wire import codec

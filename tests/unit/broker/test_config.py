@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from kcompat.broker import config
-from kcompat.broker.configdef import ConfigError
+from kcompat.broker.config import broker_config as config
+from kcompat.broker.config.configdef import ConfigError
 
 
 def test_precedence_file_then_flags_then_env(tmp_path: Path) -> None:

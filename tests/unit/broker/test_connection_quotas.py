@@ -15,9 +15,13 @@ import pytest
 import trio
 import trio.testing
 
-from kcompat.broker.connection_quotas import ConnectionQuotas, ConnectionRefused, parse_overrides
 from kcompat.broker.controller.client_quotas import IP
-from kcompat.broker.quotas import Quotas
+from kcompat.broker.net.connection_quotas import (
+    ConnectionQuotas,
+    ConnectionRefused,
+    parse_overrides,
+)
+from kcompat.broker.net.quotas import Quotas
 from kcompat.security.hosts import host_address
 
 MAX = 2147483647

@@ -14,13 +14,13 @@ from typing import Any
 import pytest
 from kio.schema.errors import ErrorCode as E
 
-from kcompat.broker import config as broker_config
-from kcompat.broker import dedup_windows
-from kcompat.broker.broker import Broker
-from kcompat.broker.context import RequestContext
+from kcompat.broker.config import broker_config
 from kcompat.broker.controller import admin
 from kcompat.broker.handlers import HANDLERS
 from kcompat.broker.handlers.produce import SPLIT_AHEAD_BYTES
+from kcompat.broker.host.broker import Broker
+from kcompat.broker.host.context import RequestContext
+from kcompat.broker.storage import dedup_windows
 from kcompat.testing import running
 from kcompat.wire import codec
 from kcompat.wire import versions as v

@@ -9,9 +9,9 @@ from types import SimpleNamespace
 import pytest
 from kio.schema.errors import ErrorCode
 
-from kcompat.broker import dedup_windows, views
-from kcompat.broker.append import store
-from kcompat.broker.partition import Partition
+from kcompat.broker.storage import dedup_windows, views
+from kcompat.broker.storage.append import store
+from kcompat.broker.storage.partition import Partition
 from kcompat.ext.delay import HeaderError
 from kcompat.log.config import LogConfig
 from kcompat.log.partition_log import PartitionLog

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import trio
 
-from kcompat.broker.flusher import Flusher
+from kcompat.broker.storage.flusher import Flusher
 from kcompat.log import LogConfig, PartitionLog
 from kcompat.log.files import DELETED_SUFFIX, LOG_START_OFFSET_FILE, read_int_file
 from kcompat.log.store import OsFile, OsFileStore

@@ -16,10 +16,10 @@ import trio
 from kio.schema.errors import ErrorCode as E
 from prometheus_client import generate_latest
 
-from kcompat.broker import config as broker_config
-from kcompat.broker.broker import Broker
-from kcompat.broker.context import RequestContext
+from kcompat.broker.config import broker_config
 from kcompat.broker.handlers import HANDLERS
+from kcompat.broker.host.broker import Broker
+from kcompat.broker.host.context import RequestContext
 from kcompat.testing import running
 from kcompat.wire import codec
 from kcompat.wire import versions as v

@@ -1,9 +1,9 @@
 """delay_batches.below: which pending records a schedule compaction must copy
-forward before it moves the log start (kcompat/broker/delays.py, _compact)."""
+forward before it moves the log start (kcompat/broker/ext/delays.py, _compact)."""
 
 from __future__ import annotations
 
-from kcompat.broker.delay_batches import below
+from kcompat.broker.ext.delay_batches import below
 from kcompat.ext.schedule import Schedule
 
 TARGET = ("t", 0)

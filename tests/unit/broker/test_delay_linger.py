@@ -19,8 +19,8 @@ import pytest
 import trio
 from kio.schema.errors import ErrorCode as E
 
-from kcompat.broker.broker import Broker
-from kcompat.broker.delays import DELIVERY_LINGER_MS, READ_CHUNK
+from kcompat.broker.ext.delays import DELIVERY_LINGER_MS, READ_CHUNK
+from kcompat.broker.host.broker import Broker
 from kcompat.ext.schedule_log import SCHEDULE_TOPIC
 from kcompat.ext.schedule_stored import StoredRecords
 from kcompat.testing import running

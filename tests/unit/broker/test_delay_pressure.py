@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from kcompat.broker.delay_pressure import FROM_S, THROTTLE_MAX_MS, Backpressure
+from kcompat.broker.ext.delay_pressure import FROM_S, THROTTLE_MAX_MS, Backpressure
 
 
 def test_on_time_nothing_is_throttled() -> None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kcompat.broker.delays import PROMOTE_TURN, DelayService
+from kcompat.broker.ext.delays import PROMOTE_TURN, DelayService
 from kcompat.ext.schedule_log import ScheduleLog
 
 T = ("orders", 0)

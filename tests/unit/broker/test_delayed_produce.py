@@ -13,12 +13,12 @@ from typing import Any
 import pytest
 from kio.schema.errors import ErrorCode as E
 
-from kcompat.broker import config as broker_config
-from kcompat.broker.broker import Broker
-from kcompat.broker.context import RequestContext
-from kcompat.broker.delays import SCHEDULE_BATCH
+from kcompat.broker.config import broker_config
+from kcompat.broker.ext.delays import SCHEDULE_BATCH
 from kcompat.broker.handlers import HANDLERS
 from kcompat.broker.handlers.produce import SPLIT_AHEAD_BYTES
+from kcompat.broker.host.broker import Broker
+from kcompat.broker.host.context import RequestContext
 from kcompat.ext.schedule_log import SCHEDULE_TOPIC
 from kcompat.testing import running
 from kcompat.wire import codec

@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 from kio.schema.errors import ErrorCode
 
-from kcompat.broker import broker_config_entries, broker_keys, broker_loggers, dynamic_config
-from kcompat.broker.config import load
+from kcompat.broker.config import broker_config_entries, broker_keys, broker_loggers, dynamic_config
+from kcompat.broker.config.broker_config import load
 
 
 def _error(fn: Any, *args: Any) -> tuple[ErrorCode, str]:
@@ -172,7 +172,7 @@ def test_keys_kcompat_shares_with_kafka_have_kafkas_types() -> None:
     """A dynamic value is parsed by Kafka's type and stands in for the static
     one, and DescribeConfigs reports Kafka's type (FINDINGS D9: log.dirs and
     controller.quorum.voters were STRING)."""
-    from kcompat.broker.config import BROKER_CONFIGS
+    from kcompat.broker.config.broker_config import BROKER_CONFIGS
     differ = {k: (broker_keys.KEYS[k].type, d.type) for k, d in BROKER_CONFIGS.items()
               if k in broker_keys.KEYS and broker_keys.KEYS[k].type.lower() != d.type}
     assert not differ

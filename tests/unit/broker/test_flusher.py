@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import trio
 
-from kcompat.broker.flusher import Flusher
+from kcompat.broker.storage.flusher import Flusher
 from kcompat.log.store import OS_STORE, OsFile, StoredFile
 
 

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from kcompat.broker import config as broker_config
-from kcompat.broker.group_config import (
+from kcompat.broker.config import broker_config
+from kcompat.broker.config.group_config import (
     GROUP_CONFIGS,
     GroupConfigError,
     auto_offset_reset,
@@ -19,7 +19,7 @@ from kcompat.broker.group_config import (
     synonyms,
     validate_overrides,
 )
-from kcompat.broker.metadata import MetadataImage
+from kcompat.broker.storage.metadata import MetadataImage
 
 
 def cfg(**flags: Any) -> broker_config.BrokerConfig:

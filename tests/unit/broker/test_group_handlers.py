@@ -16,11 +16,11 @@ import trio.testing
 from kio.schema.errors import ErrorCode as E
 from kio.serial import entity_reader
 
-from kcompat.broker import config as broker_config
-from kcompat.broker.broker import Broker
-from kcompat.broker.context import RequestContext
-from kcompat.broker.groups import NotCoordinatorError
+from kcompat.broker.config import broker_config
+from kcompat.broker.groups.groups import NotCoordinatorError
 from kcompat.broker.handlers import HANDLERS
+from kcompat.broker.host.broker import Broker
+from kcompat.broker.host.context import RequestContext
 from kcompat.group.coordinator import Reply, SyncResult
 from kcompat.testing import running
 from kcompat.wire import codec

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from kcompat.broker import hole_reads
+from kcompat.broker.storage import hole_reads
 from kcompat.log import PartitionLog
 from kcompat.log.partition_log import FileSlice
 from kcompat.wire.batch import BatchHeader, iter_headers, validate

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from kcompat.broker import config as broker_config
-from kcompat.broker.broker import Broker
+from kcompat.broker.config import broker_config
+from kcompat.broker.host.broker import Broker
 from kcompat.testing import running
 
 

@@ -6,8 +6,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry, Histogram
 
-from kcompat.broker.delays import LATENESS_BUCKETS_S
-from kcompat.broker.lateness import BatchLateness
+from kcompat.broker.ext.delays import LATENESS_BUCKETS_S
+from kcompat.broker.ext.lateness import BatchLateness
 
 
 def _samples(registry: CollectorRegistry) -> dict[tuple[str, str], float]:

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import trio
 
-from kcompat.broker.log_cleaner import SWITCH_INTERVAL_S, LogCleaner
+from kcompat.broker.storage.log_cleaner import SWITCH_INTERVAL_S, LogCleaner
 from kcompat.log import cleaner
 
 

@@ -14,7 +14,7 @@ import pytest
 import trio
 from prometheus_client import CollectorRegistry, generate_latest
 
-from kcompat.broker.loop_monitor import LoopMonitor, labelled
+from kcompat.broker.loop.loop_monitor import LoopMonitor, labelled
 
 
 async def _holds_the_loop() -> None:
@@ -152,8 +152,7 @@ class _Starting:
 def test_the_codec_warm_up_waits_for_the_replays(monkeypatch: pytest.MonkeyPatch) -> None:
     """The warm-up's imports would take the GIL from a restart's replays,
     which its leaders wait for before they serve: it starts once they end."""
-    from kcompat.broker import server
-
+    from kcompat.broker.node import server
     warmed: list[float] = []
     monkeypatch.setattr(server.codec, "warm", lambda *_a: warmed.append(time.monotonic()))
     monkeypatch.setattr(server.gc, "freeze", lambda: None)
@@ -173,8 +172,7 @@ def test_the_codec_warm_up_waits_for_the_replays(monkeypatch: pytest.MonkeyPatch
 def test_the_broker_freezes_what_it_starts_with_once_the_codec_is_warm() -> None:
     """After the warm-up the objects of the start (modules, schemas) sit in the
     collector's permanent generation, which full collections do not walk."""
-    from kcompat.broker import server
-
+    from kcompat.broker.node import server
     gc.unfreeze()
     try:
         assert gc.get_freeze_count() == 0
@@ -195,7 +193,7 @@ def test_a_threads_stack_is_read_in_one_walk_of_faulthandler() -> None:
     function; an unknown thread has none."""
     import threading
 
-    from kcompat.broker.loop_monitor import stack_of, where_of
+    from kcompat.broker.loop.loop_monitor import stack_of, where_of
 
     started, release = threading.Event(), threading.Event()
     idents: list[int] = []
@@ -227,8 +225,7 @@ def test_a_scrape_does_not_walk_the_frozen_generation(monkeypatch: pytest.Monkey
     """``gc.get_freeze_count`` walks the whole permanent generation (16 ms per
     million objects): read per scrape it was most of a ``/metrics`` step on the
     loop. The count is taken once, where the broker freezes."""
-    from kcompat.broker import loop_monitor
-
+    from kcompat.broker.loop import loop_monitor
     gc.unfreeze()
     try:
         loop_monitor.freeze()

@@ -8,8 +8,8 @@ import uuid
 
 import pytest
 
-from kcompat.broker import metadata
-from kcompat.broker.metadata import MetadataImage
+from kcompat.broker.storage import metadata
+from kcompat.broker.storage.metadata import MetadataImage
 
 
 def _create(image: MetadataImage, name: str) -> uuid.UUID:

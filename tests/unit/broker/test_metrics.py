@@ -11,10 +11,11 @@ import pytest
 import trio
 from prometheus_client import generate_latest
 
-from kcompat.broker import admin_http, config
-from kcompat.broker.admin_http import answer, route
-from kcompat.broker.broker import Broker
-from kcompat.broker.metrics import BrokerMetrics
+from kcompat.broker.config import broker_config as config
+from kcompat.broker.host.broker import Broker
+from kcompat.broker.host.metrics import BrokerMetrics
+from kcompat.broker.node import admin_http
+from kcompat.broker.node.admin_http import answer, route
 from kcompat.testing import running
 
 
@@ -104,7 +105,7 @@ def test_per_partition_gauges_take_a_tuple_per_partition_on_the_loop() -> None:
     on the loop before, a few ms now)."""
     from types import SimpleNamespace
 
-    from kcompat.broker.metrics import PartitionGauge, StateCollector
+    from kcompat.broker.host.metrics import PartitionGauge, StateCollector
 
     def part(end: int) -> SimpleNamespace:
         return SimpleNamespace(log=SimpleNamespace(log_start_offset=1, log_end_offset=end,

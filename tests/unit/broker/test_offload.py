@@ -8,7 +8,7 @@ import time
 
 import trio
 
-from kcompat.broker.offload import CPU_WORKERS, run_cpu
+from kcompat.broker.loop.offload import CPU_WORKERS, run_cpu
 
 
 def test_cpu_bound_trips_run_at_most_cpu_workers_at_once() -> None:

@@ -21,10 +21,10 @@ import trio
 import trio.testing
 from kio.schema.errors import ErrorCode as E
 
-from kcompat.broker import config as broker_config
-from kcompat.broker.broker import Broker
-from kcompat.broker.connection import _serve
-from kcompat.broker.session import Session
+from kcompat.broker.config import broker_config
+from kcompat.broker.host.broker import Broker
+from kcompat.broker.net.session import Session
+from kcompat.broker.node.connection import _serve
 from kcompat.testing import running
 from kcompat.testing.memory_store import MemoryFileStore
 from kcompat.wire import codec
@@ -96,8 +96,8 @@ def test_answers_left_when_a_connection_breaks_release_their_file_ranges(tmp_pat
     connection with answers pending leaked one per range)."""
     import os
 
-    from kcompat.broker.connection import _Answers
-    from kcompat.broker.zero_copy import FileRange
+    from kcompat.broker.net.zero_copy import FileRange
+    from kcompat.broker.node.connection import _Answers
 
     path = tmp_path / "segment"
     path.write_bytes(b"x" * 100)

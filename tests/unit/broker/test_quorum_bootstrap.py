@@ -18,10 +18,10 @@ from kio.schema.types import BrokerId, TopicName
 from kio.static.primitive import i32, i64, u16
 
 from compat_tests._broker import free_port
-from kcompat.broker import config as broker_config
-from kcompat.broker import quorum_bootstrap as qb
-from kcompat.broker.broker import Broker
-from kcompat.broker.configdef import ConfigError
+from kcompat.broker.config import broker_config
+from kcompat.broker.config.configdef import ConfigError
+from kcompat.broker.host.broker import Broker
+from kcompat.broker.node import quorum_bootstrap as qb
 from kcompat.wire.codec import encode_response
 
 KEY = "controller.quorum.bootstrap.servers"

@@ -1,4 +1,4 @@
-"""Client byte-rate quotas (``kcompat.broker.quotas``) against numbers worked
+"""Client byte-rate quotas (``kcompat.broker.net.quotas``) against numbers worked
 out by hand from Kafka's formulas:
 
 - ``Rate.windowSize``: now − start of the oldest sample, plus the missing
@@ -19,7 +19,7 @@ import math
 
 import pytest
 
-from kcompat.broker.quotas import (
+from kcompat.broker.net.quotas import (
     FETCH,
     MUTATION,
     PRODUCE,

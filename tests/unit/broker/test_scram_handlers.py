@@ -14,8 +14,8 @@ import trio
 from kafka.net.sasl.scram import ScramClient
 from kio.schema.errors import ErrorCode
 
-from kcompat.broker import config as broker_config
-from kcompat.broker.broker import Broker
+from kcompat.broker.config import broker_config
+from kcompat.broker.host.broker import Broker
 from kcompat.security.sasl import SCRAM_SHA_256, SCRAM_SHA_512
 from kcompat.security.scram import ScramServer
 from kcompat.testing import running

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import pytest
 
-from kcompat.broker import config
-from kcompat.broker.configdef import ConfigError
-from kcompat.broker.topic_config import listed_keys, log_config, validate_overrides
+from kcompat.broker.config import broker_config as config
+from kcompat.broker.config.configdef import ConfigError
+from kcompat.broker.config.topic_config import listed_keys, log_config, validate_overrides
 
 
 @pytest.mark.parametrize("raw,message", [

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import trio
 
-from kcompat.broker import config as broker_config
-from kcompat.broker import server
+from kcompat.broker.config import broker_config
+from kcompat.broker.node import server
 
 
 def test_the_broker_shortens_the_gil_switch_interval_and_spaces_full_collections(

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from kio.schema.errors import ErrorCode
 
-from kcompat.broker.share_sessions import FINAL_EPOCH, IDLE_EVICT_MS, ShareSessions
+from kcompat.broker.groups.share_sessions import FINAL_EPOCH, IDLE_EVICT_MS, ShareSessions
 
 OK = ErrorCode.none
 

@@ -17,11 +17,11 @@ from kio.schema.errors import ErrorCode as E
 from kio.schema.share_fetch.v1 import request as fetch_v1
 from kio.schema.share_group_heartbeat.v1.request import ShareGroupHeartbeatRequest
 
-from kcompat.broker import config as broker_config
-from kcompat.broker.backpressure import LagSource
-from kcompat.broker.broker import Broker
-from kcompat.broker.context import RequestContext
+from kcompat.broker.config import broker_config
 from kcompat.broker.handlers import HANDLERS
+from kcompat.broker.host.broker import Broker
+from kcompat.broker.host.context import RequestContext
+from kcompat.broker.loop.backpressure import LagSource
 from kcompat.testing import running
 from kcompat.wire import versions as v
 

@@ -7,7 +7,7 @@ import trio
 import trio.testing
 from kio.schema.errors import ErrorCode
 
-from kcompat.broker.share_writes import Held, ShareWriter
+from kcompat.broker.groups.share_writes import Held, ShareWriter
 from kcompat.group.share_partition import AckType, SharePartition
 from kcompat.group.share_state import ShareStateLog, claim_value, encode_key
 from kcompat.wire.records import decode_batch

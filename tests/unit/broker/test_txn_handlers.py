@@ -14,12 +14,12 @@ import trio
 from kio.schema.errors import ErrorCode as E
 from kio.serial import entity_reader
 
-from kcompat.broker import config as broker_config
-from kcompat.broker.broker import Broker
-from kcompat.broker.context import RequestContext
+from kcompat.broker.config import broker_config
 from kcompat.broker.controller import admin
 from kcompat.broker.controller.internal_topics import OFFSETS_TOPIC, TXN_TOPIC, partition_for
 from kcompat.broker.handlers import HANDLERS
+from kcompat.broker.host.broker import Broker
+from kcompat.broker.host.context import RequestContext
 from kcompat.testing import running
 from kcompat.txn.coordinator import TxnState
 from kcompat.wire import codec

@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 import trio
 
-from kcompat.broker import hole_reads, views
-from kcompat.broker.hole_reads import HoleReads
+from kcompat.broker.storage import hole_reads, views
+from kcompat.broker.storage.hole_reads import HoleReads
 from kcompat.log import header_walk
 from kcompat.log.config import LogConfig
 from kcompat.log.partition_log import PartitionLog
@@ -219,10 +219,10 @@ def test_a_fetch_reads_on_past_the_walk_bound_at_once(tmp_path: Path,
     waited out its wait and answered nothing)."""
     import datetime
 
-    from kcompat.broker import config as broker_config
-    from kcompat.broker.broker import Broker
-    from kcompat.broker.context import RequestContext
+    from kcompat.broker.config import broker_config
     from kcompat.broker.handlers import HANDLERS
+    from kcompat.broker.host.broker import Broker
+    from kcompat.broker.host.context import RequestContext
     from kcompat.testing import running
     from kcompat.wire import codec
     from kcompat.wire import versions as v

@@ -11,7 +11,7 @@ import trio
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kcompat.broker import views
+from kcompat.broker.storage import views
 from kcompat.ext import view_filter
 from kcompat.wire import record_scan
 from kcompat.wire.batch import CODEC_LZ4, CODEC_NONE, iter_headers
@@ -124,7 +124,7 @@ def _source(batches: list[bytes]) -> Any:
     """A source partition ``src``-0 in memory holding ``batches``."""
     from pathlib import Path
 
-    from kcompat.broker.partition import Partition
+    from kcompat.broker.storage.partition import Partition
     from kcompat.log.config import LogConfig
     from kcompat.log.partition_log import PartitionLog
     from kcompat.testing.memory_store import MemoryFileStore
@@ -180,7 +180,7 @@ def test_a_view_fetch_reads_only_batch_headers_on_the_loop(loop_work: dict[str, 
     from types import SimpleNamespace
 
     from kcompat.broker.handlers import fetch
-    from kcompat.broker.hole_reads import HoleReads
+    from kcompat.broker.storage.hole_reads import HoleReads
 
     part = _source([batch(n * 10_000, 10_000) for n in range(3)])
     source_bytes = part.log.size_bytes
@@ -226,7 +226,7 @@ def test_a_cold_batch_changed_before_the_thread_reads_it_is_not_cached() -> None
     """The log truncated (or cleaned) between the Fetch's walk and the
     thread's read: what the thread reads is not the batch seen, and nothing
     is cached for it."""
-    from kcompat.broker.hole_reads import HoleReads
+    from kcompat.broker.storage.hole_reads import HoleReads
 
     part = _source([batch(0, 10), batch(10, 1_000)])
     reader = views.ViewReader()
@@ -253,9 +253,9 @@ def test_a_share_group_on_a_view_leaves_large_batches_to_the_thread(
     scanned and filtered the 10,000 records there)."""
     from types import SimpleNamespace
 
-    from kcompat.broker.share_reads import ShareReads
-    from kcompat.broker.share_writes import Held
-    from kcompat.broker.shares import ShareService
+    from kcompat.broker.groups.share_reads import ShareReads
+    from kcompat.broker.groups.share_writes import Held
+    from kcompat.broker.groups.shares import ShareService
     from kcompat.group.share_partition import SharePartition
 
     part = _source([batch(0, 10), batch(10, 10_000), batch(10_010, 10)])
@@ -289,9 +289,9 @@ def test_a_keyed_share_read_scans_large_batches_in_the_thread(loop_work: dict[st
     (``ShareService.warm``), not by the acquisition on the loop."""
     from types import SimpleNamespace
 
-    from kcompat.broker.share_reads import ShareReads
-    from kcompat.broker.share_writes import Held
-    from kcompat.broker.shares import ShareService
+    from kcompat.broker.groups.share_reads import ShareReads
+    from kcompat.broker.groups.share_writes import Held
+    from kcompat.broker.groups.shares import ShareService
     from kcompat.group.share_partition import ShareConfig, SharePartition
 
     part = _source([batch(0, 10), batch(10, 10_000)])

@@ -14,8 +14,8 @@ import trio
 import trio.testing
 from kio.schema.errors import ErrorCode
 
-from kcompat.broker import zero_copy
-from kcompat.broker.zero_copy import FileRange
+from kcompat.broker.net import zero_copy
+from kcompat.broker.net.zero_copy import FileRange
 from kcompat.log.partition_log import FileSlice
 from kcompat.log.store import OS_STORE
 from kcompat.wire import codec

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from kcompat.broker.share_compaction import snapshot_records
+from kcompat.broker.groups.share_compaction import snapshot_records
 from kcompat.group.share_partition import (
     AckType,
     RecordState,

@@ -1,5 +1,5 @@
 """The broker reads every ``KCOMPAT_*`` environment variable as configuration
-(``kcompat.broker.config.from_env``) and refuses unknown keys, and test brokers
+(``kcompat.broker.config.broker_config.from_env``) and refuses unknown keys, and test brokers
 inherit the harness's environment. So no variable the test harness, benchmarks
 or demos read may live in that namespace unless it is a broker key or one of
 ``NOT_CONFIG_ENV`` (``KCOMPAT_KAFKA_VERSION`` and ``KCOMPAT_CACHE`` once made
@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from kcompat.broker.config import BROKER_CONFIGS, NOT_CONFIG_ENV, from_env
+from kcompat.broker.config.broker_config import BROKER_CONFIGS, NOT_CONFIG_ENV, from_env
 
 ROOT = Path(__file__).resolve().parents[3]
 # os.environ["X"], os.environ.get("X"), .setdefault / .pop, os.getenv("X")

@@ -8,8 +8,8 @@ from typing import Any
 
 from kcompat.broker.controller.liveness import Membership
 from kcompat.broker.controller.metadata_snapshot import broker_entries
-from kcompat.broker.metadata import MetadataImage
 from kcompat.broker.replication.codec import Heartbeat
+from kcompat.broker.storage.metadata import MetadataImage
 
 TIMEOUT_MS = 9000
 

@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from kcompat.broker.controller.reassignment import done_record, reassign_record
-from kcompat.broker.metadata import BrokerInfo, MetadataImage, TopicMeta
-from kcompat.broker.state import TopicError
+from kcompat.broker.storage.metadata import BrokerInfo, MetadataImage, TopicMeta
+from kcompat.broker.storage.state import TopicError
 
 
 def _controller(replicas: tuple[int, ...]) -> Any:

@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 import trio
 
-from kcompat.broker import config as broker_config
-from kcompat.broker.broker import Broker
+from kcompat.broker.config import broker_config
 from kcompat.broker.controller import admin
+from kcompat.broker.host.broker import Broker
 from kcompat.log.partition_log import PartitionLog
 from kcompat.testing import running
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from kio.schema.errors import ErrorCode
 
 from kcompat.broker.controller import scram_credentials as sc
-from kcompat.broker.metadata import MetadataImage
+from kcompat.broker.storage.metadata import MetadataImage
 from kcompat.security.sasl import SCRAM_SHA_256, SCRAM_SHA_512
 from kcompat.security.scram import ScramCredential
 

@@ -9,7 +9,7 @@ import uuid
 from random import Random
 from typing import Any
 
-from kcompat.broker.metadata import MetadataImage
+from kcompat.broker.storage.metadata import MetadataImage
 
 
 class _NoWalk(dict[str, Any]):

@@ -11,8 +11,8 @@ import trio
 from kio.schema.errors import ErrorCode as E
 from prometheus_client import CollectorRegistry, generate_latest
 
-from kcompat.broker import config as broker_config
-from kcompat.broker.broker import Broker
+from kcompat.broker.config import broker_config
+from kcompat.broker.host.broker import Broker
 from kcompat.broker.replication.group import OfflineMachines
 from kcompat.testing import running
 from kcompat.wire.batch import BatchHeader

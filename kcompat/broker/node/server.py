@@ -1,0 +1,211 @@
+"""The trio runtime: listener, connection tasks, background loops, shutdown.
+
+Theory of operation
+-------------------
+``run_broker`` learns the metadata quorum's voters from
+``controller.quorum.bootstrap.servers`` when the config names no voters
+(``quorum_bootstrap``: it waits until a node answers), opens the state (which
+recovers every log), binds the listener
+and then logs exactly one ``kcompat broker ready on HOST:PORT`` line. Each
+accepted socket gets its own task (``serve_connection``). Background tasks run
+the group-commit flusher, retention, the Multi-Raft driver (a single
+broker is a quorum of one; it is ready once it has replayed its logs) and
+the event-loop monitor (``loop_monitor``: lag and the longest task steps),
+and, once, the codec's warm-up in a worker thread (``codec.warm``: the schema
+imports the first requests after a start would make on the loop), after the
+replays of a restart (``_warm_codec``).
+
+The loop shares the GIL with the worker threads (log opens, the cleaner,
+large delayed-produce splits, view filtering, the /metrics text). A socket
+call releases the GIL; getting it back while a worker runs Python waits for
+the switch interval, so a step of many sends or receives beside a busy worker
+waited 5 ms per call (CPython's default): 20 pipe writes and reads took
+70-150 ms instead of 0.02 ms (a convoy), the soak's 100-230 ms steps of
+PeerLink.run, Fetch and Produce sampled at a socket call. The broker sets the
+interval to ``GIL_SWITCH_INTERVAL_S`` (1 ms: 10-20 ms for the same 20 calls);
+a worker then gives the GIL up more often, which costs it little.
+
+The garbage collector's full collections walk every object it tracks, and
+most of a broker's are there from the start and never freed: modules,
+classes, functions, the codec's schemas the warm-up made — about 150,000.
+A full collection of them held the loop 100-170 ms, some forty times in a
+1M delayed soak, each finding nothing to free. Once the warm-up is done the
+broker moves what exists then to the collector's permanent generation
+(``gc.freeze``): full collections walk only what came after. With fewer
+objects in the oldest generation, CPython's rule (a full collection once
+the objects that survived since the last one reach a quarter of it) would
+fire more often: the broker also sets the oldest generation's own threshold
+to ``GC_THRESHOLDS`` (a full collection after 100 collections of the middle
+one, not 10) and a young collection every 2,000 allocations, not 700 —
+after a 1M delayed soak's restart the defaults gave 20 full collections a
+minute of 40 ms each (``kcompat_gc_pause_seconds``).
+SIGTERM or SIGINT drains: first a controlled shutdown (leaderships handed over, see
+``BrokerLifecycle.controlled_shutdown``), then stop accepting, give in-flight requests a moment to finish, then close every log
+cleanly (snapshots and the clean-shutdown marker), so the next start needs no
+recovery scan.
+"""
+
+from __future__ import annotations
+
+import gc
+import logging
+import resource
+import signal
+import sys
+import time
+from functools import partial
+
+import trio
+
+from kcompat.broker.config.broker_config import BrokerConfig
+from kcompat.broker.host.broker import Broker
+from kcompat.broker.loop import loop_monitor
+from kcompat.broker.loop.loop_monitor import LoopMonitor
+from kcompat.broker.net.listeners import Listener
+from kcompat.broker.node import quorum_bootstrap
+from kcompat.broker.node.admin_http import open_admin_listeners, run_admin_http
+from kcompat.broker.node.connection import serve_connection
+from kcompat.broker.replication.group import OfflineMachines
+from kcompat.broker.storage.log_cleaner import LogCleaner
+from kcompat.log.store import FD_CACHE
+from kcompat.wire import codec
+from kcompat.wire.versions import API_RANGES
+
+log = logging.getLogger("kcompat.broker")
+
+DRAIN_SECONDS = 1.0
+WARM_PAUSE_S = 0.002  # after each version warmed: the GIL back to the loop
+WARM_AFTER_MAX_S = 30.0  # the warm-up waits for the replays this long at most
+WARM_POLL_S = 0.05
+# how long a thread that wants the GIL waits before the holder must give it up
+# (CPython's default: 5 ms; see the module)
+GIL_SWITCH_INTERVAL_S = 0.001
+GC_THRESHOLDS = (2_000, 10, 100)  # gc.set_threshold: young, middle, full (see above)
+
+
+async def _retention_loop(broker: Broker) -> None:
+    """Retention checks ``log.initial.task.delay.ms`` after start, then every
+    ``log.retention.check.interval.ms``, as Kafka's LogManager schedules them."""
+    state = broker.state
+    interval = state.config["log.retention.check.interval.ms"] / 1000
+    await trio.sleep(state.config["log.initial.task.delay.ms"] / 1000)
+    while True:
+        deleted = state.enforce_retention()
+        if deleted:
+            log.info("retention deleted %d segments", deleted)
+            broker.cluster.log_starts_moved()
+        await trio.sleep(interval)
+
+
+async def _wait_for_signal(broker: Broker, cancel: trio.CancelScope,
+                           task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        task_status.started()  # handlers are installed: a SIGTERM from now on drains
+        async for signum in signals:
+            log.info("received %s, draining", signal.Signals(signum).name)
+            if broker.config["controlled.shutdown.enable"]:
+                await broker.controller.lifecycle.controlled_shutdown()  # still serving
+            cancel.cancel()
+            return
+
+
+def _raise_fd_limit() -> None:
+    """Every partition keeps its segments' ``.log`` files open: take the hard
+    descriptor limit (as Kafka's start scripts advise), and give index files
+    a quarter of it (``store.FD_CACHE``)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+            soft = hard
+        except (OSError, ValueError) as e:
+            log.warning("could not raise the open-file limit to %s: %s", hard, e)
+    if soft != resource.RLIM_INFINITY:
+        FD_CACHE.limit = max(64, soft // 4)
+
+
+async def _bind_listeners(broker: Broker) -> list[tuple[Listener, list[trio.SocketListener]]]:
+    """Bind every listener (port 0: a free one, recorded in ``broker.bound_ports``)."""
+    bound = []
+    for listener in broker.listeners:
+        sockets = await trio.open_tcp_listeners(listener.port, host=listener.host or None)
+        broker.bound_ports[listener.name] = sockets[0].socket.getsockname()[1]
+        bound.append((listener, sockets))
+    return bound
+
+
+async def _warm_codec(broker: Broker) -> None:
+    """Every served version's classes, readers and writers made in a worker
+    thread (``codec.warm``; 1-2 s of imports that the first requests after a
+    start made on the loop, 60-150 ms steps of Fetch and Produce) — once the
+    broker serves and its logs are replayed (``WARM_AFTER_MAX_S`` at most):
+    the imports hold the GIL about a second, which they took from the replays
+    a restart makes before its leaders serve (a schedule with a million
+    records pending delivered a second later). A request meanwhile loads
+    only its own version's classes."""
+    with trio.move_on_after(WARM_AFTER_MAX_S):
+        await broker.controller.lifecycle.wait_serving(WARM_AFTER_MAX_S)
+        while broker.cluster.replaying:
+            await trio.sleep(WARM_POLL_S)
+    ranges = {key: (r.parse_min, r.max_version) for key, r in API_RANGES.items()}
+    await trio.to_thread.run_sync(partial(codec.warm, ranges, partial(time.sleep, WARM_PAUSE_S)),
+                                  abandon_on_cancel=True)
+    loop_monitor.freeze()  # what exists now lives as long as the process: never walked again
+
+
+async def run_broker(config: BrokerConfig, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
+    _raise_fd_limit()
+    sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
+    gc.set_threshold(*GC_THRESHOLDS)
+    # KIP-853: the voters from controller.quorum.bootstrap.servers, before anything opens
+    broker = Broker(config, voters=await quorum_bootstrap.find_voters(config))
+    state = broker.state
+    try:
+        bound = await _bind_listeners(broker)
+        port = broker.bound_ports[broker.listeners[0].name]
+        state.advertised_port = port
+        state.endpoints = tuple(
+            (item.name, item.advertised_host, item.advertised_port or broker.bound_ports[item.name])
+            for item in broker.listeners)
+        admin_listeners = await open_admin_listeners(broker)
+        async with trio.open_nursery() as background:
+            registry = broker.metrics.registry
+            background.start_soon(LoopMonitor(registry).run)  # loop lag, longest steps
+            background.start_soon(_warm_codec, broker)  # schemas imported ahead, off the loop
+            registry.register(OfflineMachines(broker.cluster.groups))
+            background.start_soon(run_admin_http, broker, admin_listeners)
+            background.start_soon(state.flusher.run)
+            background.start_soon(_retention_loop, broker)
+            cleaner = LogCleaner(state)
+            cleaner.export(broker.metrics.registry)
+            background.start_soon(cleaner.run)
+            broker.start_services(background)
+            await background.start(broker.cluster.run)  # the Multi-Raft driver
+            await broker.controller.wait_started(timeout_s=30.0)
+            serve_scope = trio.CancelScope()
+            await background.start(_wait_for_signal, broker, serve_scope)
+            log.info("kcompat broker ready on %s:%d (data in %s)", config["host"], port,
+                     config.data_dir)
+            for item in broker.listeners:
+                log.info("listener %s (%s) on %s:%d", item.name, item.protocol,
+                         item.host or "*", broker.bound_ports[item.name])
+            broker.metrics.ready = True
+            task_status.started(port)
+            async with trio.open_nursery() as connections:
+                with serve_scope:
+                    async with trio.open_nursery() as serving:
+                        for listener, sockets in bound:
+                            serving.start_soon(partial(
+                                trio.serve_listeners,
+                                partial(serve_connection, broker=broker, listener=listener),
+                                sockets, handler_nursery=connections))
+                broker.metrics.ready = False
+                for _, sockets in bound:
+                    for socket_listener in sockets:
+                        await socket_listener.aclose()
+                broker.close_idle_connections()
+                connections.cancel_scope.deadline = trio.current_time() + DRAIN_SECONDS
+            background.cancel_scope.cancel()
+    finally:
+        broker.close()
+        log.info("kcompat broker stopped")
