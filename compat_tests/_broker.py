@@ -275,7 +275,7 @@ class Broker:
 
     def stored_codecs(self, topic: str, partition: int) -> list[int]:
         """Compression codec (attributes & 7) of every RecordBatch in the partition's
-        segment files: DESIGN.md puts Kafka's own layout (``<topic>-<p>/*.log`` of
+        segment files: kcompat keeps Kafka's own layout (``<topic>-<p>/*.log`` of
         RecordBatch v2) under the data dir. 0 none, 1 gzip, 2 snappy, 3 lz4, 4 zstd."""
         pdir = self.data_dir / f"{topic}-{partition}"
         logs = sorted(pdir.glob("*.log"))

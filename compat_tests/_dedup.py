@@ -1,4 +1,4 @@
-"""Deduplication windows (EXTENSIONS.md, issue 15) seen through real clients:
+"""Deduplication windows (docs/extensions.md, issue 15) seen through real clients:
 the helpers of ``test_dedup.py``.
 
 * ``spec`` builds what a client sends (``_delayed.Spec``, the timestamp the

@@ -1,4 +1,4 @@
-"""Delayed delivery (EXTENSIONS.md) seen through real clients: what the
+"""Delayed delivery (docs/extensions.md) seen through real clients: what the
 ``test_delayed_delivery`` suite sends, how each client sends and reads it, and
 the checks on what a plain consumer observes.
 

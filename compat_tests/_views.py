@@ -1,4 +1,4 @@
-"""Filtered views (EXTENSIONS.md, issue 15) seen through real clients: what the
+"""Filtered views (docs/extensions.md, issue 15) seen through real clients: what the
 ``test_views`` suite produces to a source topic, how each client reads a view
 and its source in a consumer group, and the checks.
 

@@ -1,4 +1,4 @@
-"""Deduplication windows (EXTENSIONS.md, issue 15) with unmodified kafka-python,
+"""Deduplication windows (docs/extensions.md, issue 15) with unmodified kafka-python,
 confluent-kafka and Java kafka-clients 4.x producers against a real kcompat
 broker process (one per module, admin port on, so ``/metrics`` is read) and
 the session's 3-broker cluster at replication factor 3.

@@ -1,4 +1,4 @@
-"""Delayed (scheduled) delivery (EXTENSIONS.md) with unmodified kafka-python,
+"""Delayed (scheduled) delivery (docs/extensions.md) with unmodified kafka-python,
 confluent-kafka and aiokafka clients against a real kcompat broker process, on a
 single node and in the session's 3-broker clusters (``pbroker``: replication
 factor 3 for the delivery and cancellation tests, 1 for the others, where a
@@ -304,7 +304,7 @@ def _lookalikes(ts: int) -> list[Rec]:
 @pytest.mark.parametrize("client", CLIENTS)
 def test_plain_topic_round_trips_unchanged(pbroker: Deployment, topic: str, client: str) -> None:
     """No ``kc-*`` header, no ``kc.*`` config: keys, values, headers and timestamps
-    come back byte for byte at dense offsets (EXTENSIONS rule 1), including
+    come back byte for byte at dense offsets (docs/extensions.md, rule 1), including
     records whose keys, values and header names merely contain ``kc-``."""
     bs = pbroker.bootstrap
     create_topic(bs, topic, partitions=3, replication=pbroker.replication)

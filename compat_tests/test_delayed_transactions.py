@@ -1,4 +1,4 @@
-"""Delayed records inside transactions (EXTENSIONS.md): scheduled only if the
+"""Delayed records inside transactions (docs/extensions.md): scheduled only if the
 transaction commits.
 
 A confluent-kafka (librdkafka) transactional producer writes batches mixing

@@ -1,7 +1,7 @@
 """A full disk, for real: a broker process whose data directory is a small
 tmpfs the test mounts (8 MiB), filled by a confluent-kafka producer.
 
-What must hold (DESIGN §1.10, ``kcompat.broker.replication.disk_faults``):
+What must hold (docs/architecture.md, principle 10, ``kcompat.broker.replication.disk_faults``):
 once the disk is full, produce answers KAFKA_STORAGE_ERROR (librdkafka
 reports ``KafkaError.KAFKA_STORAGE_ERROR``, code 56, with retries off), the
 broker process stays up, Metadata still answers with the partition's leader,

@@ -1,4 +1,4 @@
-"""Retry topics and dead-letter topics with real clients (EXTENSIONS.md).
+"""Retry topics and dead-letter topics with real clients (docs/extensions.md).
 
 A consumer group of kafka-python or confluent-kafka subscribes to a topic and
 its retry topic and fails on every record of one key, handing it back with

@@ -1,4 +1,4 @@
-"""Filtered views (EXTENSIONS.md, issue 15) with unmodified kafka-python,
+"""Filtered views (docs/extensions.md, issue 15) with unmodified kafka-python,
 confluent-kafka and Java (kafka-clients 4.4) clients against a real kcompat
 broker, on a single node and on the session's 3-broker cluster with
 replication factor 3 (``gbroker``: groups form at once).

@@ -114,7 +114,7 @@ def test_broker_describe_configs_same_types_and_defaults(
         java_obs: dict[str, dict[str, Any]]) -> None:
     kafka = java_obs["kafka"]["describe_configs_broker"]
     kc = java_obs["kcompat"]["describe_configs_broker"]
-    # kcompat's own keys: "kcompat.*" and the extensions' "kc.*" (EXTENSIONS.md)
+    # kcompat's own keys: "kcompat.*" and the extensions' "kc.*" (docs/extensions.md)
     extra = {k for k in set(kc) - set(kafka) if not k.startswith(("kcompat.", "kc."))}
     assert extra <= KCOMPAT_ONLY_BROKER_KEYS, extra
     assert set(kafka) - set(kc) == set(), "Kafka lists broker keys kcompat does not (D8)"

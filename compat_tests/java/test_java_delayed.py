@@ -1,4 +1,4 @@
-"""Delayed delivery (EXTENSIONS.md, ``kc-delay-ms``) with Java kafka-clients 4.x in a
+"""Delayed delivery (docs/extensions.md, ``kc-delay-ms``) with Java kafka-clients 4.x in a
 real JVM, against a kcompat broker process and a 3-broker cluster at replication
 factor 3 (``pbroker`` kinds ``single`` and ``rf3``).
 

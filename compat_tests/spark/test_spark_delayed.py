@@ -1,5 +1,5 @@
 """Spark's format("kafka") batch source over a topic with delayed delivery
-(EXTENSIONS.md, ``kc-delay-ms``) against a kcompat broker process, through PySpark.
+(docs/extensions.md, ``kc-delay-ms``) against a kcompat broker process, through PySpark.
 
 kafka-python writes a 2-partition topic in three flushed waves: mixed batches
 (every second record delayed), batches whose records are all delayed (stored

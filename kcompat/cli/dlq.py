@@ -1,4 +1,4 @@
-"""``kcompat dlq list|replay|purge TOPIC.dlq`` — dead letters (EXTENSIONS.md).
+"""``kcompat dlq list|replay|purge TOPIC.dlq`` — dead letters (docs/extensions.md).
 
 ``list`` prints every dead letter still in the topic: partition, offset, key,
 where it came from (``kc-dlq-original-*``), its attempts and last error.

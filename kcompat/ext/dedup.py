@@ -1,4 +1,4 @@
-"""Deduplication windows: record ids and the per-partition index (EXTENSIONS.md).
+"""Deduplication windows: record ids and the per-partition index (docs/extensions.md).
 
 Theory of operation
 -------------------
@@ -36,7 +36,7 @@ copy, in insertion order (an ``OrderedDict``: O(1) amortised per id):
   copy is let through: the broker warns when the counter moves (raise
   ``kc.dedup.max.entries``).
 
-Replicated state (rule 2; DESIGN §5). The index is never written anywhere of
+Replicated state (rule 2; docs/architecture.md, Replication). The index is never written anywhere of
 its own: the partition log holds every stored record, hence its id, so a
 leader builds its index by ``add``-ing the stored batches of its log in
 order (``broker.dedup_windows``). Expiry and eviction happen only in ``add``

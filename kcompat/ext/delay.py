@@ -1,4 +1,4 @@
-"""What a produced record's delayed-delivery headers ask for (EXTENSIONS.md).
+"""What a produced record's delayed-delivery headers ask for (docs/extensions.md).
 
 Theory of operation
 -------------------

@@ -1,4 +1,4 @@
-"""Taking records out of a produced batch to move them (EXTENSIONS.md rules 1, 4, 5).
+"""Taking records out of a produced batch to move them (docs/extensions.md, rules 1, 4, 5).
 
 Theory of operation
 -------------------

@@ -2,7 +2,7 @@
 
 Theory of operation
 -------------------
-Retries need nothing but a producer (EXTENSIONS.md): produce the failed
+Retries need nothing but a producer (docs/extensions.md): produce the failed
 record, with its key, value and headers, to the retry topic ``<topic>.retry``
 (or the group's own). This helper does exactly that for kafka-python and
 confluent-kafka users and adds what only the consumer knows: ``kc-error``

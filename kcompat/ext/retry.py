@@ -1,4 +1,4 @@
-"""Retry topics and dead-letter topics (EXTENSIONS.md): where a failed record goes.
+"""Retry topics and dead-letter topics (docs/extensions.md): where a failed record goes.
 
 Theory of operation
 -------------------

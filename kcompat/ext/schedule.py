@@ -7,7 +7,7 @@ v2 log, hosted like the coordinators) and stays there; this index knows, per
 pending record, only its *entry* — the schedule-log offset that holds it —,
 its due time, its target partition, the offset of its hole and its optional
 ``kc-schedule-id``. It is rebuilt by replaying the schedule log in order, on
-every replica, so a replica that takes over holds the same index (DESIGN §5):
+every replica, so a replica that takes over holds the same index (docs/architecture.md, Replication):
 
 * ``add(entry, due_ms, schedule_id, target, offset)`` — a record was
   scheduled (entries grow with the log; an entry not above the last one added

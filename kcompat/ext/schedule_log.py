@@ -3,7 +3,7 @@
 Theory of operation
 -------------------
 Delayed records wait in the internal topic ``__kc_schedule`` (RecordBatch v2,
-replicated like ``__consumer_offsets``; DESIGN §1.1, EXTENSIONS rule 2). A
+replicated like ``__consumer_offsets``; docs/architecture.md, principle 1, docs/extensions.md, rule 2). A
 topic-partition's records always go to the same schedule partition (chosen
 by the host with the coordinators' key hash). A record of the log carries an
 internal header ``kc-internal`` whose value says what it is — or none, when

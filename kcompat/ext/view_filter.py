@@ -1,4 +1,4 @@
-"""The filter language of filtered views (``kc.view.filter``, EXTENSIONS.md).
+"""The filter language of filtered views (``kc.view.filter``, docs/extensions.md).
 
 Theory of operation
 -------------------

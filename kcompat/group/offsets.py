@@ -2,7 +2,7 @@
 
 Theory of operation
 -------------------
-DESIGN.md §1.5: the group coordinator's durable state is the committed content
+docs/architecture.md, principle 5: the group coordinator's durable state is the committed content
 of its log. Records use Kafka's own key/value layouts, so the topic is
 compacted by key exactly like Kafka's:
 

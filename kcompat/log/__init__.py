@@ -1,4 +1,4 @@
-"""Segment storage of partition logs (DESIGN.md §4).
+"""Segment storage of partition logs (docs/architecture.md, Storage).
 
 Public surface: ``PartitionLog`` (one partition's log), ``LogConfig`` (its
 settings), ``OffsetOutOfRange`` and ``FileSlice``. The other modules —

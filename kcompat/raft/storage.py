@@ -2,7 +2,7 @@
 
 Theory of operation
 -------------------
-The core does not own the log (DESIGN §1.2: the partition log *is* the Raft
+The core does not own the log (docs/architecture.md, principle 2: the partition log *is* the Raft
 log). It keeps only the log's shape in memory — log start, log end and the
 leader-epoch list, the same small table Kafka keeps as its leader-epoch
 checkpoint — and reads payloads through :class:`LogStorage` when it must send

@@ -12,7 +12,7 @@ and the partitions in the current transaction. States and moves::
 The coordinator never changes its state directly. Every request method
 *validates* and returns the new ``TxnMeta`` to persist (or an error); the
 caller appends it to the transaction log, waits until it is durable, and then
-calls ``apply``, which is also what replay at start-up calls (DESIGN.md §1.5).
+calls ``apply``, which is also what replay at start-up calls (docs/architecture.md, principle 5).
 Between PrepareX and CompleteX the caller writes a commit/abort marker to every
 partition of the transaction. A transaction is aborted with a bumped epoch when
 it times out or when its id re-initialises, which fences the old producer:

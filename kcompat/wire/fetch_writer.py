@@ -10,7 +10,7 @@ and each partition's records *as the same bytes object* — so the connection
 sends them one after another without joining them. A partition's records may
 also be any sized reference the caller knows how to send (the broker's file
 ranges, sent with ``sendfile``): the writer only needs their length and
-passes them through as chunks of their own. DESIGN.md §3 allows a
+passes them through as chunks of their own. docs/architecture.md, Wire protocol allows a
 hand-written writer for a hot response only if it is byte-identical to kio's:
 tests/unit/wire/test_fetch_writer.py checks that property over generated
 responses of every version.

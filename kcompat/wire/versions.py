@@ -5,7 +5,7 @@ Theory of operation
 Maxima follow Apache Kafka 4.4's answers (kafka-python infers the broker version
 from them — Produce v13 reads as 4.1, ListOffsets v11 as 4.2 — and Java 4.4
 clients then take their newest paths), capped only where a newer version means
-something kcompat does not do (PROTOCOL.md; the differential test
+something kcompat does not do (docs/compatibility.md; the differential test
 compat_tests/java/test_newest_versions_differential.py holds the list):
 
 * Produce v13, Fetch v13-v18, OffsetCommit/OffsetFetch v10 name topics by id

@@ -1,4 +1,4 @@
-"""Dead letters are moved exactly once across kill -9 (EXTENSIONS.md rule 3).
+"""Dead letters are moved exactly once across kill -9 (docs/extensions.md, rule 3).
 
 An idempotent acks=all confluent-kafka producer sends ``RECORDS`` records with
 unique keys to a retry topic (``kc.retry.of``, one attempt allowed), each

@@ -1,4 +1,4 @@
-"""Delayed delivery is exactly once across kill -9 (EXTENSIONS.md rule 3), with
+"""Delayed delivery is exactly once across kill -9 (docs/extensions.md, rule 3), with
 real broker processes.
 
 An idempotent acks=all producer sends ``RECORDS`` records, each with a unique

@@ -189,7 +189,7 @@ def test_group_lag_gauge(admin_broker: tuple[Broker, Admin]) -> None:
 
 def test_extension_metrics_pending_lateness_retries_dead_letters(
         admin_broker: tuple[Broker, Admin]) -> None:
-    """EXTENSIONS.md rule 6: pending delayed records per partition, the
+    """docs/extensions.md, rule 6: pending delayed records per partition, the
     delivery lateness histogram, retries and DLQ appends per topic; the
     record-less batches Fetch answers started past."""
     from kafka import KafkaConsumer, KafkaProducer, TopicPartition
@@ -355,7 +355,7 @@ def test_sigterm_answers_in_flight_request_then_stops(tmp_path: Path) -> None:
 
 
 def test_share_group_metrics(admin_broker: tuple[Broker, Admin]) -> None:
-    """EXTENSIONS.md rule 6 for share groups: the records in flight of each
+    """docs/extensions.md, rule 6 for share groups: the records in flight of each
     share-partition by state, and its start offset (confluent-kafka's
     ShareConsumer acquires 3 records and accepts only the first)."""
     from confluent_kafka import AcknowledgeType, ShareConsumer

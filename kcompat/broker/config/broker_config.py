@@ -190,7 +190,7 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
         _D("transaction.state.log.segment.bytes", "int", 104857600, minimum=1),
         _D("transaction.abort.timed.out.transaction.cleanup.interval.ms", "int", 10000,
            minimum=1),
-        # __kc_schedule: the delayed records (EXTENSIONS.md), created on first use
+        # __kc_schedule: the delayed records (docs/extensions.md), created on first use
         _D("kc.schedule.topic.num.partitions", "int", 10, minimum=1),
         _D("kc.schedule.topic.replication.factor", "short", 3, minimum=1),
         _D("kc.schedule.topic.segment.bytes", "int", 64 << 20, minimum=1 << 20),

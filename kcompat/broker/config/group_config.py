@@ -1,6 +1,6 @@
 """Group configs (ConfigResource type GROUP = 32): Kafka 4.4's ``GroupConfig``
 (KIP-848, KIP-932, KIP-1071 streams, KIP-1191 dead-letter topics) plus
-kcompat's ``kc.share.*`` keys (EXTENSIONS.md, "Share groups").
+kcompat's ``kc.share.*`` keys (docs/extensions.md, "Share groups").
 
 Theory of operation
 -------------------
@@ -147,7 +147,7 @@ GROUP_CONFIGS: dict[str, ConfigDef] = {
         _D("streams.assignor.name", "string", None, broker_key="group.streams.assignors"),
         _D("errors.deadletterqueue.topic.name", "string", ""),
         _D("errors.deadletterqueue.copy.record.enable", "boolean", False),
-        # extensions (EXTENSIONS.md "Share groups"): listed only where set or asked for
+        # extensions (docs/extensions.md, "Share groups"): listed only where set or asked for
         _D("kc.share.ordering", "string", "none", choices=("none", "message-group")),
         _D("kc.share.redelivery.backoff.ms", "long", 0, minimum=0),  # 0: off
         _D("kc.share.redelivery.backoff.multiplier", "double", 2.0, minimum=1.0),

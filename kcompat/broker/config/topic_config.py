@@ -124,7 +124,7 @@ TOPIC_CONFIGS: dict[str, ConfigDef] = {
         # Kafka's internal key: when set, the segment size instead of
         # segment.bytes, with no lower bound; listed only where set
         _D(INTERNAL_SEGMENT_BYTES, "int", None, internal=True, kafka_text=True),
-        # extensions (EXTENSIONS.md): listed only where set, so plain topics
+        # extensions (docs/extensions.md): listed only where set, so plain topics
         # describe exactly as in Kafka
         _D("kc.delay.max.ms", "long", DELAY_MAX_MS_DEFAULT, minimum=0),
         _D("kc.retry.of", "string", ""),  # set: a retry topic of that topic

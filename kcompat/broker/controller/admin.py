@@ -455,7 +455,7 @@ def _derived(ctl: Controller, name: str) -> tuple[int, dict[str, Any]]:
     """Partitions and configs of an auto-created topic: broker defaults, but
     ``X.retry`` and ``X.dlq`` of an existing topic X get X's partition count,
     and the retry topic ``kc.retry.of=X`` with X's retry settings
-    (EXTENSIONS.md)."""
+    (docs/extensions.md)."""
     for suffix in (RETRY_SUFFIX, DLQ_SUFFIX):
         base = ctl.state.topics.get(name.removesuffix(suffix)) if name.endswith(suffix) else None
         if base is not None and not base.internal:

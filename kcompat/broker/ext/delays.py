@@ -1,4 +1,4 @@
-"""Delayed delivery: the service hosting the schedule log (EXTENSIONS.md).
+"""Delayed delivery: the service hosting the schedule log (docs/extensions.md).
 
 Theory of operation
 -------------------

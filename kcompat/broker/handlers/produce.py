@@ -55,7 +55,7 @@ A produce that fed a service which is behind is throttled the same way
 records, a retry topic's retries and dead letters), or appended to a
 partition whose oldest unreplicated record is too old.
 
-Delayed delivery (EXTENSIONS.md): a batch stored with delayed records taken
+Delayed delivery (docs/extensions.md): a batch stored with delayed records taken
 out is answered, whatever ``acks``, only once it is committed and its delayed
 records are in the schedule log (``_schedule``); a retry the partition finds
 to be a duplicate is scheduled again, and the schedule log keeps one copy.

@@ -16,7 +16,7 @@ inbound messages, state machines), so no lower layer knows an upper one.
 Handlers receive it in their ``RequestContext``.
 
 Without ``controller.quorum.voters`` the broker is a quorum of one: itself the
-only voter, running the same code as a cluster (DESIGN.md §5) — unless
+only voter, running the same code as a cluster (docs/architecture.md, Replication) — unless
 ``controller.quorum.bootstrap.servers`` names a running cluster, whose voters
 the server learnt from it (``quorum_bootstrap``) and passes in as ``voters``. The store (its
 disk), the peer links and the randomness are the seams the broker-level

@@ -3,7 +3,7 @@
 Theory of operation
 -------------------
 A broker node runs every task on one trio loop: connections, the Raft driver,
-the controller's heartbeats and fencing, the services (DESIGN §1.8). trio
+the controller's heartbeats and fencing, the services (docs/architecture.md, principle 8). trio
 switches tasks only at checkpoints, so the control plane keeps its deadlines
 only while no task holds the loop for long. That is a rule for every piece of
 work (replays and deliveries are cut into turns: ``Group.feed``, the delay

@@ -2,7 +2,7 @@
 
 Theory of operation
 -------------------
-DESIGN §1.10: a full disk (ENOSPC) or a failed write or fsync (EIO) of a
+docs/architecture.md, principle 10: a full disk (ENOSPC) or a failed write or fsync (EIO) of a
 partition's log takes *that partition* offline for writes — Produce answers
 KAFKA_STORAGE_ERROR (56), as Kafka answers for a partition in an offline log
 directory — while the broker stays up: reads of what is stored, Metadata,

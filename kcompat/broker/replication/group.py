@@ -8,7 +8,7 @@ partition over its ``PartitionLog`` (the partition log is the Raft log). The
 driver (``runtime``) moves its Raft core through Ready rounds and publishes
 ``hw``, the commit index made durable, to waiters (``changed``).
 
-A group may host a replicated state machine (``StateMachine``, DESIGN §5;
+A group may host a replicated state machine (``StateMachine``, docs/architecture.md, Replication;
 etcd raftexample's CommittedEntries): ``feed`` hands it every committed batch
 of the log in log order — on every replica, the leader's own writes
 included — and tells it when this replica starts or stops leading. A leader
@@ -22,13 +22,13 @@ A replay is cut into turns: ``feed`` applies batches for at most
 ``FEED_BUDGET_S`` (read on ``time.monotonic``, which the broker simulator
 drives: there a budget never runs out, and a seed replays exactly whatever
 the machine's speed) and says whether it is done; the driver feeds the rest
-after the other tasks of the loop had their turn (DESIGN §1.8: a restart
+after the other tasks of the loop had their turn (docs/architecture.md, principle 8: a restart
 with a long internal log must not starve heartbeats and votes). A machine
 whose ``apply`` raises is a bug in that machine: its group goes offline —
 no longer ``serving``, so its coordinator or service answers as a broker
 that does not host it, with one error line naming the partition, the
 offset and the exception, counted in ``broken`` — and the broker with
-every other group goes on (DESIGN §1.10).
+every other group goes on (docs/architecture.md, principle 10).
 """
 
 from __future__ import annotations

@@ -51,7 +51,7 @@ every ``leader.imbalance.check.interval.seconds`` a leader whose partition's
 first replica is another, caught-up broker transfers the leadership to it
 (``_balance_leaders``). Log start offsets follow the leader (``log_starts``).
 
-Idle groups cost nothing (DESIGN §5): a partition group without traffic
+Idle groups cost nothing (docs/architecture.md, Replication): a partition group without traffic
 quiesces (``RaftConfig.quiesce``, see ``kcompat.raft.node``) and leaves
 ``_ticking``; nothing visits it until a message, a proposal or a liveness
 change touches it. Liveness is one heartbeat per broker pair: every frame to
@@ -720,7 +720,7 @@ class ClusterRuntime:
         followers have and when each last fetched, to tell a lost message
         from a slow follower or disk."""
         seen, self._stall_seen = self._stall_seen, {}
-        for gid, group in self._ticking.items():  # a quiesced group costs nothing (DESIGN §5)
+        for gid, group in self._ticking.items():  # a quiesced group costs nothing (docs/architecture.md, Replication)
             raft = group.raft
             if group.hw >= raft.log.end or group.removed or not group.is_leader:
                 continue

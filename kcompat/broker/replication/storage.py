@@ -36,7 +36,7 @@ directory, replaced atomically. A brand-new partition starts in term -1, so
 its first leader's term — its leader epoch — is 0, as in Kafka; a log
 without the file (written by a single-node broker before it was a quorum of
 one) starts in the term of its last batch. The snapshot is the empty snapshot at the log
-start offset (DESIGN: a plain partition's prefix deleted by retention);
+start offset (as for a plain partition's prefix deleted by retention);
 installing one empties the log and restarts it there. Its term is the term
 of the entry below the log start as the Raft core knew it when the runtime
 moved the start (``remember_start``); after a restart, the first epoch of the

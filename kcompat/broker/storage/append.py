@@ -2,7 +2,7 @@
 
 Theory of operation
 -------------------
-DESIGN.md §1.3: the records field of a produce request is validated at batch
+docs/architecture.md, principle 3: the records field of a produce request is validated at batch
 level only — size, magic, CRC32C, codec, a record count that matches the
 offset range and is not zero, and the idempotence check on the header's
 producer id/epoch/sequence — and then written as the client sent it, with
@@ -19,7 +19,7 @@ batch larger than the topic's segment size (``internal.segment.bytes`` or
 ``segment.bytes``) is RECORD_LIST_TOO_LARGE, as in Kafka: a segment holds
 whole batches.
 
-Extensions (EXTENSIONS.md): a batch whose records carry delayed-delivery
+Extensions (docs/extensions.md): a batch whose records carry delayed-delivery
 headers is stored with those records taken out (``ext.holes``: same offsets,
 producer id and sequence range, fewer records); the result carries them
 (``split``) for the produce handler to schedule once the batch is committed.

@@ -1,4 +1,4 @@
-"""Deduplication windows at a partition's leader (EXTENSIONS.md; ``ext.dedup`` is the core).
+"""Deduplication windows at a partition's leader (docs/extensions.md; ``ext.dedup`` is the core).
 
 Theory of operation
 -------------------
@@ -24,7 +24,7 @@ written after it; a follower writes after its leader), or by the batch's
 LogAppendTime when the topic uses it and it is earlier. After a failover or
 restart an id is therefore kept *at least* its window and at most its window
 plus the age of its segment's last write: never forgotten early, sometimes
-remembered late (documented in EXTENSIONS.md terms as "the window survives
+remembered late (documented in docs/extensions.md terms as "the window survives
 restart and failover"). Segments whose mtime lies a whole window in the past
 are skipped: everything in them has expired.
 

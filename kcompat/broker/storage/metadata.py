@@ -2,7 +2,7 @@
 
 Theory of operation
 -------------------
-DESIGN.md §1.1: every log is a partition log of RecordBatch v2. The metadata
+docs/architecture.md, principle 1: every log is a partition log of RecordBatch v2. The metadata
 lives in ``__cluster_metadata-0`` under the data directory: each change is one
 record whose value is a small JSON document (``create_topic``,
 ``delete_topic``, ``add_partitions``, ``alter_configs``, ``group_configs`` (a
@@ -22,7 +22,7 @@ logs written by single-node brokers before they ran as a quorum of one). The
 log is the metadata quorum's Raft log; ``MetadataImage.apply`` is called for
 committed records only, in log order.
 
-A filtered view (``kc.view.of``, EXTENSIONS.md) is a topic with no partitions
+A filtered view (``kc.view.of``, docs/extensions.md) is a topic with no partitions
 of its own: it has its source's partition count, follows its additions, and
 is deleted with its source (the same ``delete_topic`` record).
 """

@@ -1,4 +1,4 @@
-"""Filtered views (EXTENSIONS.md): validation, and Fetch answers with holes.
+"""Filtered views (docs/extensions.md): validation, and Fetch answers with holes.
 
 Theory of operation
 -------------------

@@ -1,5 +1,5 @@
 """The hand-written FetchResponse writer is byte-identical to kio's, for every
-version it serves (DESIGN.md §3: a hot writer must prove it)."""
+version it serves (docs/architecture.md, Wire protocol: a hot writer must prove it)."""
 
 from __future__ import annotations
 
