@@ -21,6 +21,7 @@ from kio.schema.errors import ErrorCode as E
 
 from kcompat.broker.ext.delays import DELIVERY_LINGER_MS, READ_CHUNK
 from kcompat.broker.host.broker import Broker
+from kcompat.broker.replication.storage import now_ms
 from kcompat.ext.schedule_log import SCHEDULE_TOPIC
 from kcompat.ext.schedule_stored import StoredRecords
 from kcompat.testing import running
@@ -59,10 +60,15 @@ class Counted:
         monkeypatch.setattr(StoredRecords, "tails", counted_tails)
 
 
-def _deliver(broker: Broker, delays_ms: list[int], start_first: bool) -> None:  # noqa: F811
+def _deliver(broker: Broker, delays_ms: list[int], start_first: bool,  # noqa: F811
+             absolute: bool = False) -> None:
     """Produce records with ``delays_ms`` to partition t-0, 1,000 per batch,
     and run delivery until all are delivered — started before the produce
-    (``start_first``) or once all of them are due."""
+    (``start_first``) or once all of them are due. ``absolute``: each record
+    is due ``kc-deliver-at`` that long after the first batch was sent, so
+    their due times do not depend on how long the batches take to produce
+    (``kc-delay-ms`` counts from each batch's append: a slow append leaves a
+    gap in the due times, and the delivery before it few records)."""
     service = broker.delays
 
     async def main() -> None:
@@ -72,9 +78,12 @@ def _deliver(broker: Broker, delays_ms: list[int], start_first: bool) -> None:  
             await broker.cluster.wait_leaders("t", 5.0)
             if start_first:
                 nursery.start_soon(service.run)
+            start_ms = now_ms()
             for first in range(0, len(delays_ms), 1_000):
                 r = await produce(broker, encode_batch(
-                    [(b"k%d" % i, b"v" * 100, (("kc-delay-ms", b"%d" % delay),), 1000)
+                    [(b"k%d" % i, b"v" * 100,
+                      (("kc-deliver-at", b"%d" % (start_ms + delay)),) if absolute
+                      else (("kc-delay-ms", b"%d" % delay),), 1000)
                      for i, delay in enumerate(delays_ms[first:first + 1_000], first)]))
                 assert r.error_code == E.none
             if not start_first:
@@ -92,7 +101,8 @@ def test_records_coming_due_steadily_go_out_in_few_deliveries(
         broker: Broker, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811
     n = 3_000
     counted = Counted(broker.delays, monkeypatch)
-    _deliver(broker, [300 + i * SPREAD_MS // n for i in range(n)], start_first=True)
+    _deliver(broker, [1_000 + i * SPREAD_MS // n for i in range(n)], start_first=True,
+             absolute=True)
     sends = counted.sends
     assert sum(sends) == n
     # about one delivery per linger (a delivery at most as many Raft rounds
