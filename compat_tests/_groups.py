@@ -107,13 +107,17 @@ def produce_sync(bootstrap: str, topic: str, values_by_partition: dict[int, list
 
 class BackgroundProducer(threading.Thread):
     """Produces ``count`` unique values ``<tag>-<i>`` to partition ``i % partitions``
-    at about ``rate`` records per second."""
+    at about ``rate`` records per second; with ``held``, the last ``held_count``
+    only once that event is set (so that records arrive after, say, a group's
+    last join however long the joins took)."""
 
     def __init__(self, bootstrap: str, topic: str, partitions: int, count: int,
-                 rate: float = 500.0, tag: str | None = None) -> None:
+                 rate: float = 500.0, tag: str | None = None,
+                 held: threading.Event | None = None, held_count: int = 0) -> None:
         super().__init__(daemon=True, name=f"producer-{topic}")
         self.bootstrap, self.topic, self.partitions = bootstrap, topic, partitions
         self.count, self.rate = count, rate
+        self.held, self.held_from = held, count - held_count if held is not None else count
         self.tag = tag or uuid.uuid4().hex[:6]
         self.values = [f"{self.tag}-{i:06d}".encode() for i in range(count)]
         self.acked: dict[bytes, tuple[int, int]] = {}
@@ -135,6 +139,10 @@ class BackgroundProducer(threading.Thread):
                           "message.timeout.ms": int(TIMEOUT_S * 1000)})
             t0 = time.monotonic()
             for i, v in enumerate(self.values):
+                if i == self.held_from and self.held is not None:
+                    p.flush(TIMEOUT_S)
+                    self.held.wait(TIMEOUT_S)
+                    t0 = time.monotonic() - i / self.rate
                 ahead = i / self.rate - (time.monotonic() - t0)
                 if ahead > 0:
                     time.sleep(ahead)

@@ -10,6 +10,7 @@ node only.
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -124,7 +125,10 @@ def test_three_members_consume_exactly_once(gbroker: Deployment) -> None:
     bs = gbroker.bootstrap
     topic, group = unique_topic("aio-group3"), unique_group("aio-group3")
     create_topic(bs, topic, 6, gbroker.replication)
-    prod = BackgroundProducer(bs, topic, 6, 2200, rate=500)  # 4.4 s: past the 3 joins
+    # 300 of them once the third member has joined, so that each member gets records
+    # however long the joins took on a loaded machine
+    joined = threading.Event()
+    prod = BackgroundProducer(bs, topic, 6, 2200, rate=500, held=joined, held_count=300)
     ledger = Ledger()
 
     def describe(members: list[Member]) -> str:
@@ -141,6 +145,7 @@ def test_three_members_consume_exactly_once(gbroker: Deployment) -> None:
                 await wait_until(lambda: assignment_covers([x.assigned for x in members], 6),
                                  30, lambda: f"{CLIENT}: {len(members)} members never shared all "
                                              f"6 partitions: {describe(members)}", members)
+            joined.set()
             while prod.is_alive():
                 await asyncio.sleep(0.1)
             acked = set(prod.acked)
@@ -149,6 +154,7 @@ def test_three_members_consume_exactly_once(gbroker: Deployment) -> None:
                                      f"{describe(members)}", members)
             return [m.assigned for m in members], members
         finally:
+            joined.set()
             for m in members:
                 m.stop.set()
             for m in members:

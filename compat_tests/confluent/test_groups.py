@@ -180,7 +180,10 @@ def test_three_members_consume_exactly_once(gbroker: Deployment, strategy: str) 
     bs = gbroker.bootstrap
     topic, group = unique_topic(f"rd-group3-{strategy}"), unique_group("rd-group3")
     create_topic(bs, topic, 6, gbroker.replication)
-    prod = BackgroundProducer(bs, topic, 6, 2200, rate=500)  # 4.4 s: past the 3 joins
+    # 300 of them once the third member has joined, so that each member gets records
+    # however long the joins took on a loaded machine
+    joined = threading.Event()
+    prod = BackgroundProducer(bs, topic, 6, 2200, rate=500, held=joined, held_count=300)
     ledger = Ledger()
     members: list[Member] = []
     prod.start()
@@ -193,6 +196,7 @@ def test_three_members_consume_exactly_once(gbroker: Deployment, strategy: str) 
             wait_for(lambda: ok(members) and assignment_covers([x.assigned for x in members], 6), 30,
                      lambda: f"{CLIENT} {strategy}: {len(members)} members never shared all 6 "
                              f"partitions: {describe(members)}")
+        joined.set()
         acked = prod.finish()
         wait_for(lambda: ok(members) and ledger.has_all(acked), 30,
                  lambda: f"{CLIENT}: consumed {ledger.distinct()} of {len(acked)} distinct records;"
@@ -200,6 +204,7 @@ def test_three_members_consume_exactly_once(gbroker: Deployment, strategy: str) 
         final = [m.assigned for m in members]
         revocations = {m.name: list(m.revocations) for m in members}
     finally:
+        joined.set()
         for m in members:
             m.stop.set()
         for m in members:
