@@ -24,7 +24,7 @@ Invariants:
   controller counts every broker as registered and unfenced, i.e. it accepts a
   validate-only CreateTopics of replication factor ``brokers``.
 - The child's environment has no ``KCOMPAT_*`` variables: they override every
-  flag (README, "Running the broker"), and an embedded broker's settings are
+  flag (docs/guide.md, "Configuration"), and an embedded broker's settings are
   what its caller passed in ``config``.
 - Each broker's log goes to ``<dir>/broker-N/broker.log`` (a file, never a
   pipe that could fill and block the broker); a broker that fails to start

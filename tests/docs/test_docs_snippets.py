@@ -51,7 +51,7 @@ ADMIN_PLACEHOLDER = "localhost:9644"
 LANGUAGES = ("python", "sh")
 TIMEOUT_S = 60.0
 # an opening or closing fence: up to 3 spaces, then ``` or ~~~ (3 or more)
-FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})(.*)$")
+FENCE = re.compile(r"^( {0,3})(`{3,}|~{3,})(.*)$")
 
 
 @dataclass(frozen=True)
@@ -81,23 +81,25 @@ class Block:
 def fenced_blocks(path: Path) -> Iterator[Block]:
     """Every fenced code block of a Markdown file (CommonMark's fences: a
     block closes at a fence of the same character at least as long, with no
-    info string; an unclosed block runs to the end of the file)."""
+    info string; an unclosed block runs to the end of the file; the content
+    loses as many leading spaces as the opening fence had, at most)."""
     lines = path.read_text(encoding="utf-8").splitlines()
     i = 0
     while i < len(lines):
         opening = FENCE.match(lines[i])
-        if opening is None or (opening[1][0] == "`" and "`" in opening[2]):
+        if opening is None or (opening[2][0] == "`" and "`" in opening[3]):
             i += 1
             continue
-        fence, info, start = opening[1], opening[2].strip(), i
+        indent, fence, info, start = len(opening[1]), opening[2], opening[3].strip(), i
         body: list[str] = []
         i += 1
         while i < len(lines):
             closing = FENCE.match(lines[i])
-            if (closing is not None and closing[1][0] == fence[0]
-                    and len(closing[1]) >= len(fence) and not closing[2].strip()):
+            if (closing is not None and closing[2][0] == fence[0]
+                    and len(closing[2]) >= len(fence) and not closing[3].strip()):
                 break
-            body.append(lines[i])
+            line = lines[i]
+            body.append(line[min(indent, len(line) - len(line.lstrip(" "))):])
             i += 1
         i += 1
         yield Block(path, start + 1, info, "\n".join(body) + "\n")

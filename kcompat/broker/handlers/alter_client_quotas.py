@@ -12,8 +12,8 @@ one ``client_quotas`` record to the metadata log, so every broker sees it and
 it survives restarts. ``validate_only`` changes nothing. The answer lists an
 entity's types in Kafka's order (client-id, user, ip).
 
-The quotas are stored and described; enforcing them (throttling) belongs to
-the quota-enforcement issue, not this handler.
+What the broker does with them (throttling byte rates and controller
+mutations; ``request_percentage`` is stored only) is in ``net.quotas``.
 Authorization (Kafka's controller): ALTER_CONFIGS on the cluster, else every
 entry is CLUSTER_AUTHORIZATION_FAILED.
 """

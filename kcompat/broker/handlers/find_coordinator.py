@@ -3,8 +3,10 @@
 Quirks: v0-3 ask for one ``key`` and answer in
 top-level fields; v4+ batch ``coordinator_keys`` and answer one entry per key.
 librdkafka < 2.11 enables LZ4 and its group coordinator only when v0 is
-advertised, so v0 stays served. Other key types (2, share groups, which v6 can
-name) are INVALID_REQUEST: kcompat has no share groups. The coordinator of a
+advertised, so v0 stays served. Other key types (2, a share coordinator,
+which v6 can name) are INVALID_REQUEST: Kafka's brokers ask it for the leader
+of a ``__share_group_state`` partition, kcompat's find it in their own
+metadata, and share consumers find their group with key type 0. The coordinator of a
 group (key_type 0) or transactional id (1) is the leader of the key's ``__consumer_offsets`` /
 ``__transaction_state`` partition, COORDINATOR_NOT_AVAILABLE while it has none
 or the topic is still being created (on the first FindCoordinator, which waits
