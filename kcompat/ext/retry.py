@@ -26,7 +26,8 @@ The original partition and offset are the consumer's to give (headers
 without them the DLQ headers say -1. The last ``kc-error`` is the error.
 
 Bad input is refused whole (rule 5): a ``kc-attempt`` or ``kc-original-*``
-that is not a decimal number raises ``HeaderError``.
+that is not a non-negative decimal number (a partition beyond int32) raises
+``HeaderError``, on every attempt.
 
 ``replayable`` strips this bookkeeping again (``kcompat dlq replay``). Pure.
 """
@@ -115,15 +116,21 @@ def route_headers(headers: Sequence[tuple[str, bytes | None]], timestamp: int,
     value are not needed: a produce to a retry topic does not decode them)."""
     found = dict(headers)
     previous = _number(ATTEMPT, found[ATTEMPT]) if ATTEMPT in found else 0
+    # checked on every attempt, not only the last: a bad value refused at the
+    # first produce, never after the retries, when the record could no longer
+    # reach its dead-letter topic (rule 5)
+    partition = (_number(ORIGINAL_PARTITION, found[ORIGINAL_PARTITION])
+                 if ORIGINAL_PARTITION in found else -1)
+    if partition > _INT32_MAX:
+        raise HeaderError(ORIGINAL_PARTITION, found[ORIGINAL_PARTITION],
+                          f"is beyond the largest partition number ({_INT32_MAX})")
+    offset = (_number(ORIGINAL_OFFSET, found[ORIGINAL_OFFSET])
+              if ORIGINAL_OFFSET in found else -1)
     attempt = previous + 1
     kept = tuple(h for h in headers if h[0] not in BOOKKEEPING)
     if attempt <= policy.max_attempts:
         return Retry(now_ms + policy.backoff(attempt),
                      (*kept, (ATTEMPT, str(attempt).encode())))
-    partition = (_number(ORIGINAL_PARTITION, found[ORIGINAL_PARTITION])
-                 if ORIGINAL_PARTITION in found else -1)
-    offset = (_number(ORIGINAL_OFFSET, found[ORIGINAL_OFFSET])
-              if ORIGINAL_OFFSET in found else -1)
     error = found.get(ERROR) or b""
     topic = policy.of.encode()
     context: Headers = (
@@ -146,6 +153,9 @@ def replayable(headers: Headers) -> Headers:
     broker's bookkeeping, the failure notes and the DLQ context removed."""
     return tuple(h for h in headers if h[0] not in BOOKKEEPING and h[0] not in DLQ_HEADERS
                  and h[0] not in _CONSUMER_NOTES)
+
+
+_INT32_MAX = 2**31 - 1
 
 
 def _number(header: str, value: bytes | None) -> int:

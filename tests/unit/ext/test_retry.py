@@ -64,6 +64,16 @@ def test_a_bad_number_is_refused(header: str) -> None:
                       if header != "kc-attempt" else ((header, b"x1"),)), POLICY, NOW)
 
 
+@pytest.mark.parametrize(("header", "value"), [
+    ("kc-original-partition", b"x1"), ("kc-original-offset", b"-1"),
+    ("kc-original-partition", b"2147483648")])
+def test_a_bad_original_is_refused_at_the_first_attempt(header: str, value: bytes) -> None:
+    """Not only once the retries are spent: then the record could never reach
+    its dead-letter topic."""
+    with pytest.raises(HeaderError, match=header):
+        route(_failed(((header, value),)), POLICY, NOW)
+
+
 def test_a_retry_topic_takes_every_record_out_of_its_batch() -> None:
     raw = encode_batch([(b"a", b"1", (), NOW), (b"b", b"2", (("kc-attempt", b"3"),), NOW),
                         (b"c", b"3", (("kc-delay-ms", b"99"),), NOW)],
