@@ -299,6 +299,17 @@ class Broker:
     def log_size(self) -> int:
         return self.log_path.stat().st_size if self.log_path.exists() else 0
 
+    @property
+    def admin_url(self) -> str:
+        """``http://host:port`` of its admin port (started with ``--admin-port 0``
+        or a port of its own), from the line the process started last logged."""
+        with open(self.log_path, "rb") as f:
+            f.seek(self._ready_offset)
+            found = re.findall(rb"admin HTTP on (http://[0-9.]+:[0-9]+)", f.read())
+        if not found:
+            raise BrokerError(f"broker on {self.bootstrap} logged no admin HTTP port")
+        return found[-1].decode()
+
     def tail(self, lines: int = 60) -> str:
         parts = []
         for path in (self.log_path, self.stdout_path):

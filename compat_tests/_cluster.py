@@ -52,7 +52,7 @@ class Cluster:
         self.brokers: dict[int, Broker] = {
             n: Broker(root / f"broker-{n}", port=ports[i], extra_args=(
                 "--node-id", str(n), "--set", f"controller.quorum.voters={self.voters}",
-                "--admin-port", "-1", "--set", "default.replication.factor=3",
+                "--admin-port", "0", "--set", "default.replication.factor=3",
                 *self.link_args(ports[i], inner[i]), *self._with_link(extra_args)))
             for i, n in enumerate(ids)
         }

@@ -113,7 +113,7 @@ class ClusterPool:
 
 _POOL_KEY = pytest.StashKey[ClusterPool]()
 _LAST_USE_KEY = pytest.StashKey[dict[str, str]]()
-_DEPLOYMENT_FIXTURES = ("pbroker", "gbroker", "tbroker", "sbroker")
+_DEPLOYMENT_FIXTURES = ("pbroker", "gbroker", "tbroker", "sbroker", "hbroker")
 
 
 def _cluster_kinds(item: pytest.Item) -> set[str]:
@@ -177,6 +177,13 @@ def sbroker(request: pytest.FixtureRequest,
             tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
     """Share-group suites: short acquisition locks allowed (``SHARE_BROKER_ARGS``)."""
     yield from _deployment(request, tmp_path_factory, "share", SHARE_BROKER_ARGS)
+
+
+@pytest.fixture(scope="module", params=("single", "rf1", "rf3"))
+def hbroker(request: pytest.FixtureRequest,
+            tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
+    """HTTP API suites: every broker's admin port open (``Broker.admin_url``)."""
+    yield from _deployment(request, tmp_path_factory, "http", ("--admin-port", "0"))
 
 
 @pytest.fixture(scope="module", params=GROUP_KINDS)

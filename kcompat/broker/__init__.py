@@ -9,7 +9,10 @@ operation; import-linter keeps them layered from top to bottom, a room
 importing only the rooms below it:
 
 ``node``         the process: start-up, the listeners' accept loops, a
-                 connection's life up to its handler, the admin HTTP port
+                 connection's life up to its handler
+``http``         the admin port: /metrics, /health and the REST API (Confluent
+                 REST Proxy v3 shapes), a hypercorn + starlette app whose
+                 endpoints call the handlers in-process
 ``handlers``     one module per API key
 ``host``         the broker object that wires the services together, the
                  context a handler receives, the metrics gathered across them

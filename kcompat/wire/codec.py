@@ -148,3 +148,20 @@ def encode_response(api_key: int, version: int, correlation_id: int, body: Any) 
     _SIZE.pack_into(out, 0, len(out) - 4)
     del out
     return buf.getvalue()
+
+
+def encode_body(value: Any) -> bytes:
+    """A kio entity's bytes alone (no size prefix, no header): a request or a
+    response as an envelope between brokers carries it."""
+    buf = io.BytesIO()
+    _writer(type(value))(buf, value)
+    return buf.getvalue()
+
+
+def decode_body(cls: type[Any], data: bytes) -> Any:
+    """The entity ``encode_body`` wrote; BodyError when it does not parse."""
+    try:
+        value, _size = _reader(cls)(data, 0)
+    except Exception as e:  # kio raises several types for bad input
+        raise BodyError(f"cannot parse {cls.__name__}: {e}") from e
+    return value

@@ -111,7 +111,7 @@ class Broker:
         self.connection_quotas = ConnectionQuotas(
             config, self.listeners[0].name, lambda: self.state.metadata.image.client_quotas,
             len(self.listeners))
-        # counters and gauges for /metrics (admin_http)
+        # counters and gauges for /metrics (http.ops)
         self.metrics = BrokerMetrics(self.state, self.groups.store)
         self.delays.export(self.metrics.registry)
         # services behind on what clients feed them slow those clients

@@ -59,11 +59,12 @@ import trio
 
 from kcompat.broker.config.broker_config import BrokerConfig
 from kcompat.broker.host.broker import Broker
+from kcompat.broker.http.calls import serve_envelope
+from kcompat.broker.http.serve import open_admin_sockets, run_admin_http
 from kcompat.broker.loop import loop_monitor
 from kcompat.broker.loop.loop_monitor import LoopMonitor
 from kcompat.broker.net.listeners import Listener
 from kcompat.broker.node import quorum_bootstrap
-from kcompat.broker.node.admin_http import open_admin_listeners, run_admin_http
 from kcompat.broker.node.connection import serve_connection
 from kcompat.broker.replication.group import OfflineMachines
 from kcompat.broker.storage.log_cleaner import LogCleaner
@@ -167,13 +168,14 @@ async def run_broker(config: BrokerConfig, task_status: trio.TaskStatus[int] = t
         state.endpoints = tuple(
             (item.name, item.advertised_host, item.advertised_port or broker.bound_ports[item.name])
             for item in broker.listeners)
-        admin_listeners = await open_admin_listeners(broker)
+        admin_sockets = open_admin_sockets(broker)
+        broker.calls.envelope_server = partial(serve_envelope, broker)
         async with trio.open_nursery() as background:
             registry = broker.metrics.registry
             background.start_soon(LoopMonitor(registry).run)  # loop lag, longest steps
             background.start_soon(_warm_codec, broker)  # schemas imported ahead, off the loop
             registry.register(OfflineMachines(broker.cluster.groups))
-            background.start_soon(run_admin_http, broker, admin_listeners)
+            background.start_soon(run_admin_http, broker, admin_sockets)
             background.start_soon(state.flusher.run)
             background.start_soon(_retention_loop, broker)
             cleaner = LogCleaner(state)

@@ -206,11 +206,35 @@ class AdminCallReply:
     result: dict[str, Any] | None
 
 
+@dataclass(frozen=True, slots=True)
+class EnvelopeRequest:
+    """Broker -> the broker that must handle a Kafka request made on behalf of
+    a client of the first one (the HTTP API's produce to a partition led
+    elsewhere, a group's coordinator elsewhere): the request's body as kio
+    writes it, and who made it (as Kafka's Envelope, KIP-590). The peer link
+    is authenticated, so the receiver trusts the principal named."""
+
+    request_id: int
+    principal: str
+    client_host: str
+    api_key: int
+    version: int
+    body: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class EnvelopeReply:
+    request_id: int
+    error_code: int
+    body: bytes  # the response's body as kio writes it (empty with an error)
+
+
 Reply = (MarkerReply | ForwardReply | VerifyTxnReply | AppendReply | ShareClaimReply
-         | AdminCallReply)
+         | AdminCallReply | EnvelopeReply)
 Internal = (MarkerRequest | MarkerReply | ForwardRequest | ForwardReply | Heartbeat
             | VerifyTxnRequest | VerifyTxnReply | AppendRequest | AppendReply
-            | ShareClaimRequest | ShareClaimReply | AdminCallRequest | AdminCallReply)
+            | ShareClaimRequest | ShareClaimReply | AdminCallRequest | AdminCallReply
+            | EnvelopeRequest | EnvelopeReply)
 
 
 @dataclass(frozen=True, slots=True)
@@ -292,6 +316,13 @@ def _enc_internal(m: Internal, blobs: list[bytes]) -> list[Any]:
                 m.topic, m.index, int(m.add)]
     if isinstance(m, VerifyTxnReply):
         return ["vr", m.request_id, m.error_code]
+    if isinstance(m, EnvelopeRequest):
+        blobs.append(m.body)
+        return ["eq", m.request_id, m.principal, m.client_host, m.api_key, m.version,
+                len(blobs) - 1]
+    if isinstance(m, EnvelopeReply):
+        blobs.append(m.body)
+        return ["er", m.request_id, m.error_code, len(blobs) - 1]
     if isinstance(m, AdminCallRequest):
         return ["xq", m.request_id, m.op, m.args]
     if isinstance(m, AdminCallReply):
@@ -376,6 +407,11 @@ def decode(frame: bytes) -> RaftFrame:
                                                None if state is None else dict(state)))
             elif item[0] == "vr":
                 markers.append(VerifyTxnReply(int(item[1]), int(item[2])))
+            elif item[0] == "eq":
+                markers.append(EnvelopeRequest(int(item[1]), str(item[2]), str(item[3]),
+                                               int(item[4]), int(item[5]), blobs[int(item[6])]))
+            elif item[0] == "er":
+                markers.append(EnvelopeReply(int(item[1]), int(item[2]), blobs[int(item[3])]))
             elif item[0] == "xq":
                 markers.append(AdminCallRequest(int(item[1]), str(item[2]), dict(item[3])))
             elif item[0] == "xr":

@@ -21,6 +21,12 @@ The inter-broker frame (``codec``) is one-way; a few things need an answer:
   of a schedule partition's leader held every delayed or retry produce on
   the other brokers for the request's 30 s): it looks every tick and sends
   the batch to the next leader.
+* **Kafka requests in an envelope** (``envelope``): the HTTP API runs Kafka
+  requests in-process on behalf of its callers; one that another broker must
+  handle (a produce to a partition it leads, a group it coordinates) goes
+  there as an ``EnvelopeRequest`` carrying the caller's principal, and the
+  answer's body comes back in an ``EnvelopeReply``. What handles it is the
+  node's (``envelope_server``), above this layer.
 * **Metadata changes forwarded to the controller.** CreateTopics,
   DeleteTopics, AlterConfigs, IncrementalAlterConfigs, CreatePartitions and
   auto-created topics may reach any broker (Kafka brokers forward them to the
@@ -39,6 +45,7 @@ as in Kafka; a forwarded change is validated again).
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 import trio
@@ -59,14 +66,22 @@ if TYPE_CHECKING:
 log = logging.getLogger("kcompat.cluster")
 
 
+# (principal, client host, api key, version, request body) -> response body
+EnvelopeServer = Callable[[str, str, int, int, bytes], Awaitable[bytes]]
+
+
 class PeerCalls:
     def __init__(self, runtime: ClusterRuntime) -> None:
         self.rt = runtime
         self._seq = 0
         self._waits: dict[int, list[Any]] = {}  # request id -> [Event, ErrorCode, message?]
+        self.envelope_server: EnvelopeServer | None = None  # set by the node
         for reply in (codec.MarkerReply, codec.ForwardReply, codec.VerifyTxnReply,
-                      codec.AppendReply, codec.ShareClaimReply, codec.AdminCallReply):
+                      codec.AppendReply, codec.ShareClaimReply, codec.AdminCallReply,
+                      codec.EnvelopeReply):
             runtime.inbound[reply] = lambda _src, m: self.on_reply(m)
+        runtime.inbound[codec.EnvelopeRequest] = (
+            lambda src, m: runtime.spawn(self.serve_envelope, src, m))
         runtime.inbound[codec.MarkerRequest] = (
             lambda src, m: runtime.spawn(self.serve_marker, src, m))
         runtime.inbound[codec.AppendRequest] = (
@@ -102,7 +117,21 @@ class PeerCalls:
             slot.append((reply.generation, reply.state))
         elif isinstance(reply, codec.AdminCallReply):
             slot.append(reply.result)
+        elif isinstance(reply, codec.EnvelopeReply):
+            slot.append(reply.body)
         slot[0].set()
+
+    async def envelope(self, node: int, principal: str, client_host: str, api_key: int,
+                       version: int, body: bytes, timeout_s: float) -> tuple[ErrorCode, bytes]:
+        """Have ``node`` handle a Kafka request for ``principal``: (error, the
+        response's body). REQUEST_TIMED_OUT when it did not answer in time;
+        NOT_LEADER_OR_FOLLOWER at once when it is not linked (the caller
+        looks the leader up again)."""
+        if node not in self.rt.peers:
+            return ErrorCode.not_leader_or_follower, b""
+        slot = await self.call(node, lambda rid: codec.EnvelopeRequest(
+            rid, principal, client_host, api_key, version, body), timeout_s)
+        return slot[1], slot[2] if len(slot) > 2 else b""
 
     async def write_marker(self, topic: str, index: int, pid: int, epoch: int, commit: bool,
                            timeout_s: float = 5.0) -> ErrorCode:
@@ -205,6 +234,23 @@ class PeerCalls:
         code = await self.write_marker_locally(req.topic, req.index, req.producer_id,
                                                req.producer_epoch, req.commit, 5.0)
         self.rt.send_internal(src, codec.MarkerReply(req.request_id, int(code)))
+
+    async def serve_envelope(self, src: int, req: codec.EnvelopeRequest) -> None:
+        server = self.envelope_server
+        if server is None:
+            self.rt.send_internal(src, codec.EnvelopeReply(
+                req.request_id, int(ErrorCode.unsupported_version), b""))
+            return
+        try:
+            body = await server(req.principal, req.client_host, req.api_key, req.version,
+                                req.body)
+        except Exception:  # a bug, answered as one rather than left to time out
+            log.exception("enveloped request %d v%d from broker %d failed", req.api_key,
+                          req.version, src)
+            self.rt.send_internal(src, codec.EnvelopeReply(
+                req.request_id, int(ErrorCode.unknown_server_error), b""))
+            return
+        self.rt.send_internal(src, codec.EnvelopeReply(req.request_id, 0, body))
 
     async def serve_append(self, src: int, req: codec.AppendRequest) -> None:
         code, offset = await self.append_locally(req.topic, req.index, req.batch, 5.0)

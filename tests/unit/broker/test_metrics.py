@@ -14,9 +14,35 @@ from prometheus_client import generate_latest
 from kcompat.broker.config import broker_config as config
 from kcompat.broker.host.broker import Broker
 from kcompat.broker.host.metrics import BrokerMetrics
-from kcompat.broker.node import admin_http
-from kcompat.broker.node.admin_http import answer, route
+from kcompat.broker.http import ops
+from kcompat.broker.http.app import build_app
 from kcompat.testing import running
+
+
+async def asgi(app: object, method: str, path: str, body: bytes = b"",
+               headers: tuple[tuple[bytes, bytes], ...] = ()) -> tuple[int, str, bytes]:
+    """One request through an ASGI app, in process: (status, content type, body)."""
+    raw_path, _, query = path.partition("?")
+    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1",
+             "method": method, "scheme": "http", "path": raw_path,
+             "raw_path": raw_path.encode(), "query_string": query.encode(), "root_path": "",
+             "headers": [(b"host", b"test"), *headers], "client": ("127.0.0.1", 1),
+             "server": ("test", 80)}
+    sent = [{"type": "http.request", "body": body, "more_body": False}]
+    out: dict[str, object] = {"body": b""}
+
+    async def receive() -> dict[str, object]:
+        return sent.pop(0) if sent else {"type": "http.disconnect"}
+
+    async def send(message: dict[str, object]) -> None:
+        if message["type"] == "http.response.start":
+            out["status"] = message["status"]
+            out["type"] = dict(message["headers"]).get(b"content-type", b"").decode()
+        else:
+            out["body"] = out["body"] + message.get("body", b"")  # type: ignore[operator]
+
+    await app(scope, receive, send)  # type: ignore[operator]
+    return out["status"], out["type"], out["body"]  # type: ignore[return-value]
 
 
 def frame(api_key: int, version: int) -> bytes:
@@ -49,16 +75,27 @@ def test_routes(tmp_path: Path) -> None:
     broker = Broker(config.load(None, {"log.dirs": str(tmp_path)}, {}))
     try:
         running.run(broker, lambda: running.create_topic(broker, "t", 2))
-        status, _ctype, body = route(broker, "GET", "/health")
+        app = build_app(broker)
+
+        def route(method: str, path: str) -> tuple[int, str, bytes]:
+            return trio.run(asgi, app, method, path)
+
+        status, _ctype, body = route("GET", "/health")
         assert status == 503 and json.loads(body)["ready"] is False  # not serving yet
-        assert route(broker, "GET", "/health/live")[0] == 200
+        assert route("GET", "/health/live")[0] == 200
         broker.metrics.ready = True
-        assert route(broker, "GET", "/health?verbose=1")[0] == 200
-        status, _ctype, body = route(broker, "GET", "/metrics")
+        assert route("GET", "/health?verbose=1")[0] == 200
+        status, _ctype, body = route("GET", "/metrics")
         assert status == 200
         assert b'kcompat_partition_log_end_offset{partition="1",topic="t"} 0.0' in body
-        assert route(broker, "POST", "/metrics")[0] == 405
-        assert route(broker, "GET", "/")[0] == 404
+        assert route("POST", "/metrics")[0] == 405
+        status, ctype, body = route("GET", "/")
+        assert status == 404 and ctype == "application/json"
+        assert json.loads(body) == {"error_code": 404, "message": "HTTP 404 Not Found"}
+        broker.config.values["admin.token"] = "s3cret"
+        assert route("GET", "/health")[0] == 401
+        assert trio.run(asgi, app, "GET", "/health", b"",
+                        ((b"authorization", b"Bearer s3cret"),))[0] == 200
     finally:
         broker.close()
 
@@ -74,12 +111,12 @@ def test_the_metrics_text_is_formatted_off_the_event_loop(
         formatted_in.append(threading.get_ident())
         return generate_latest(registry)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(admin_http, "generate_latest", spy)
+    monkeypatch.setattr(ops, "generate_latest", spy)
     try:
         running.run(broker, lambda: running.create_topic(broker, "t", 2))
 
         async def scrape() -> tuple[int, bytes, bytes]:
-            status, _ctype, body = await answer(broker, "GET", "/metrics")
+            status, _ctype, body = await asgi(build_app(broker), "GET", "/metrics")
             return status, body, generate_latest(broker.metrics.registry)
 
         status, body, direct = trio.run(scrape)
@@ -91,8 +128,6 @@ def test_the_metrics_text_is_formatted_off_the_event_loop(
             return [line.split(b" ")[0] for line in text.splitlines()
                     if not line.startswith(b"#")]
         assert names(body) == names(direct)  # the series of a scrape made in one go
-        assert trio.run(answer, broker, "GET", "/health/live") == route(broker, "GET",
-                                                                        "/health/live")
     finally:
         broker.close()
 

@@ -89,6 +89,18 @@ def test_round_trip_admin_calls() -> None:
     assert reply.result["voters"] == [[1, 17, 5, 5], [2, 15, 3, -1]]  # JSON lists stay lists
 
 
+def test_round_trip_envelopes() -> None:
+    """A Kafka request made for an HTTP caller, handled by another broker: its
+    body and the answer's cross as blobs, bytes of any value intact."""
+    internal = (
+        codec.EnvelopeRequest(11, "User:alice", "10.0.0.7", 0, 9, bytes(range(256)) * 3),
+        codec.EnvelopeReply(11, 0, b"\x00answer\xff"),
+        codec.EnvelopeReply(12, 7, b""),
+    )
+    frame = codec.RaftFrame(2, (), (), internal)
+    assert codec.decode(codec.encode(frame)[4:]).markers == internal
+
+
 def test_round_trip_membership() -> None:
     """A configuration entry and a snapshot keep their voter set across the
     frame (what a follower appends and installs must name the voters)."""

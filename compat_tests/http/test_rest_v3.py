@@ -1,0 +1,307 @@
+"""The HTTP API (Confluent REST Proxy v3 shapes) against real Kafka clients.
+
+What is done over HTTP is checked with a Kafka client in this process
+(confluent-kafka, kafka-python), and what a client does is checked over
+HTTP. Every test runs on a single broker and on the session's 3-broker
+clusters at replication factor 1 and 3 (``hbroker``); in a cluster the HTTP
+calls go to one broker while the partitions' leaders and the controller are
+spread over all three, so produce and admin calls cross brokers.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import time
+import urllib.error
+import urllib.request
+from typing import Any
+
+import pytest
+from confluent_kafka import OFFSET_BEGINNING, KafkaError, Producer, TopicPartition
+from confluent_kafka.admin import ConfigResource
+from kafka import KafkaAdminClient
+
+from .._deployment import Deployment
+from ..confluent._helpers import admin_client, consumer, create_topic
+
+pytestmark = pytest.mark.timeout(120)
+
+
+class Rest:
+    """A REST v3 client over urllib: (status, JSON body or None)."""
+
+    def __init__(self, deployment: Deployment, index: int = 0) -> None:
+        self.base = deployment.brokers[index].admin_url + "/v3"
+        status, body = self.call("GET", "/clusters")
+        assert status == 200, body
+        self.cluster_id = body["data"][0]["cluster_id"]
+        self.cl = f"/clusters/{self.cluster_id}"
+
+    def call(self, method: str, path: str, body: Any = None, raw: bytes | None = None
+             ) -> tuple[int, Any]:
+        data = raw if raw is not None else (None if body is None else json.dumps(body).encode())
+        req = urllib.request.Request(self.base + path, data=data, method=method,
+                                     headers={"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(req, timeout=40) as r:
+                text = r.read().decode()
+                status = r.status
+        except urllib.error.HTTPError as e:
+            text, status = e.read().decode(), e.code
+        if not text:
+            return status, None
+        try:
+            return status, json.loads(text)
+        except ValueError:  # several reports, one JSON object a line
+            return status, [json.loads(line) for line in text.splitlines() if line]
+
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode()
+
+
+def _record(value: bytes, key: bytes | None = None, headers: dict[str, bytes] | None = None,
+            partition: int | None = None) -> dict[str, Any]:
+    doc: dict[str, Any] = {"value": {"type": "BINARY", "data": _b64(value)}}
+    if key is not None:
+        doc["key"] = {"type": "BINARY", "data": _b64(key)}
+    if headers:
+        doc["headers"] = [{"name": k, "value": _b64(v)} for k, v in headers.items()]
+    if partition is not None:
+        doc["partition_id"] = partition
+    return doc
+
+
+def _read(bootstrap: str, topic: str, partitions: int, count: int,
+          timeout_s: float = 30.0) -> list[Any]:
+    c = consumer(bootstrap)
+    try:
+        c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
+        seen: list[Any] = []
+        deadline = time.monotonic() + timeout_s
+        while len(seen) < count:
+            assert time.monotonic() < deadline, f"read {len(seen)} of {count} from {topic}"
+            m = c.poll(0.5)
+            if m is None or (m.error() is not None
+                             and m.error().code() == KafkaError._PARTITION_EOF):
+                continue
+            assert m.error() is None, m.error()
+            seen.append(m)
+        return seen
+    finally:
+        c.close()
+
+
+def _until(get: Any, ok: Any, timeout_s: float = 10.0) -> Any:
+    """``get()`` until ``ok`` of it (at most ``timeout_s``), the last value."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = get()
+        if ok(value):
+            return value
+        assert time.monotonic() < deadline, value
+        time.sleep(0.1)
+
+
+def _ends(bootstrap: str, topic: str, partitions: int) -> dict[int, int]:
+    c = consumer(bootstrap)
+    try:
+        return {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
+                for p in range(partitions)}
+    finally:
+        c.close()
+
+
+def test_cluster_and_brokers_are_the_ones_kafka_clients_see(hbroker: Deployment) -> None:
+    rest = Rest(hbroker)
+    admin = admin_client(hbroker.bootstrap)  # alive until its future resolves
+    described = admin.describe_cluster(request_timeout=10).result(timeout=15)
+    assert rest.cluster_id == described.cluster_id
+    status, cluster = rest.call("GET", rest.cl)
+    assert status == 200 and cluster["kind"] == "KafkaCluster"
+    assert cluster["metadata"]["self"] == rest.base + rest.cl
+    # as from Kafka 4, a broker names a live broker as the controller (clients
+    # cannot reach the quorum's controllers), not always the same one
+    live = {n.id for n in described.nodes}
+    assert cluster["controller"]["related"].rsplit("/", 1)[1] in {str(n) for n in live}
+    status, brokers = rest.call("GET", rest.cl + "/brokers")
+    assert status == 200 and brokers["kind"] == "KafkaBrokerList"
+    assert {(b["broker_id"], b["host"], b["port"]) for b in brokers["data"]} == {
+        (n.id, n.host, n.port) for n in described.nodes}
+    one = brokers["data"][0]["broker_id"]
+    status, broker = rest.call("GET", f"{rest.cl}/brokers/{one}")
+    assert status == 200 and broker["kind"] == "KafkaBroker" and broker["broker_id"] == one
+    assert rest.call("GET", f"{rest.cl}/brokers/999")[0] == 404
+    status, error = rest.call("GET", "/clusters/not-this-one/topics")
+    assert status == 404 and error["error_code"] == 404 and "not-this-one" in error["message"]
+
+
+def test_a_topic_made_over_http_is_the_topic_clients_see(hbroker: Deployment, topic: str
+                                                        ) -> None:
+    rest = Rest(hbroker)
+    rf = hbroker.replication
+    status, made = rest.call("POST", rest.cl + "/topics", {
+        "topic_name": topic, "partitions_count": 3, "replication_factor": rf,
+        "configs": [{"name": "retention.ms", "value": "3600000"}]})
+    assert status == 201, made
+    assert (made["kind"], made["topic_name"], made["partitions_count"],
+            made["replication_factor"]) == ("KafkaTopic", topic, 3, rf)
+    admin = KafkaAdminClient(bootstrap_servers=hbroker.bootstrap)
+    try:
+        assert topic in admin.list_topics()
+    finally:
+        admin.close()
+    confluent = admin_client(hbroker.bootstrap)
+    res = ConfigResource(ConfigResource.Type.TOPIC, topic)
+    configs = confluent.describe_configs([res])[res].result(timeout=15)
+    assert configs["retention.ms"].value == "3600000"
+    status, again = rest.call("POST", rest.cl + "/topics", {"topic_name": topic,
+                                                            "partitions_count": 1})
+    assert (status, again["error_code"]) == (400, 40002) and topic in again["message"]
+    status, listed = rest.call("GET", rest.cl + "/topics")
+    assert status == 200 and topic in {t["topic_name"] for t in listed["data"]}
+    status, parts = rest.call("GET", f"{rest.cl}/topics/{topic}/partitions")
+    md = admin_client(hbroker.bootstrap).list_topics(topic, timeout=10).topics[topic]
+    assert [p["partition_id"] for p in parts["data"]] == [0, 1, 2]
+    for p in parts["data"]:
+        leader = md.partitions[p["partition_id"]].leader
+        assert p["leader"]["related"].endswith(f"/partitions/{p['partition_id']}/replicas/{leader}")
+    status, grown = rest.call("PATCH", f"{rest.cl}/topics/{topic}", {"partitions_count": 5})
+    assert status == 200 and grown["partitions_count"] == 5, grown
+    deadline = time.monotonic() + 15
+    while len(admin_client(hbroker.bootstrap).list_topics(topic, timeout=10)
+              .topics[topic].partitions) != 5:
+        assert time.monotonic() < deadline, "the client never saw 5 partitions"
+        time.sleep(0.2)
+    assert rest.call("DELETE", f"{rest.cl}/topics/{topic}")[0] == 204
+    status, gone = rest.call("GET", f"{rest.cl}/topics/{topic}")
+    assert (status, gone["error_code"]) == (404, 40403)
+    assert rest.call("DELETE", f"{rest.cl}/topics/{topic}")[0] == 404
+
+
+def test_topic_configs_over_http_and_over_kafka_agree(hbroker: Deployment, topic: str) -> None:
+    create_topic(hbroker.bootstrap, topic, partitions=1, replication=hbroker.replication)
+    rest = Rest(hbroker, index=-1)
+    path = f"{rest.cl}/topics/{topic}/configs"
+    assert rest.call("PUT", path + "/cleanup.policy", {"value": "compact"})[0] == 204
+    # in a cluster the change is the controller's; each broker applies it a
+    # moment later from the metadata log, as in Kafka
+    entry = _until(lambda: rest.call("GET", path + "/cleanup.policy")[1],
+                   lambda e: e["value"] == "compact")
+    assert entry["kind"] == "KafkaTopicConfig"
+    assert (entry["value"], entry["is_default"], entry["source"]) == (
+        "compact", False, "DYNAMIC_TOPIC_CONFIG")
+    admin = admin_client(hbroker.bootstrap)
+
+    def seen() -> dict[str, Any]:
+        res = ConfigResource(ConfigResource.Type.TOPIC, topic)
+        return {k: v.value for k, v in admin.describe_configs([res])[res].result(
+            timeout=15).items()}
+
+    _until(seen, lambda now: now["cleanup.policy"] == "compact")
+    status, _ = rest.call("POST", path + ":alter", {"data": [
+        {"name": "cleanup.policy", "operation": "DELETE"},
+        {"name": "max.message.bytes", "value": "200000"}]})
+    assert status == 204
+    _until(seen, lambda now: (now["cleanup.policy"], now["max.message.bytes"])
+           == ("delete", "200000"))
+    listed = _until(lambda: rest.call("GET", path)[1],
+                    lambda body: any(e["value"] == "200000" for e in body["data"]))
+    by_name = {e["name"]: e for e in listed["data"]}
+    assert by_name["cleanup.policy"]["is_default"] is True
+    assert by_name["max.message.bytes"]["value"] == "200000"
+    status, refused = rest.call("PUT", path + "/retention.ms", {"value": "soon"})
+    assert (status, refused["error_code"]) == (400, 40002), refused
+    assert seen()["retention.ms"] == "604800000"  # nothing changed
+    assert rest.call("GET", path + "/no.such.key")[0] == 404
+
+
+def test_records_produced_over_http_are_what_a_consumer_reads(hbroker: Deployment, topic: str
+                                                             ) -> None:
+    create_topic(hbroker.bootstrap, topic, partitions=3, replication=hbroker.replication)
+    rest = Rest(hbroker)
+    keys = [f"key-{i}".encode() for i in range(60)]
+    body = "".join(json.dumps(_record(f"v{i}".encode(), k, {"h": bytes([i, 0, 255])}))
+                   for i, k in enumerate(keys)).encode()
+    status, reports = rest.call("POST", f"{rest.cl}/topics/{topic}/records", raw=body)
+    assert status == 200 and len(reports) == 60
+    assert all(r["error_code"] == 200 and r["topic_name"] == topic for r in reports)
+    seen = _read(hbroker.bootstrap, topic, 3, 60)
+    by_value = {m.value(): m for m in seen}
+    for i, r in enumerate(reports):
+        m = by_value[f"v{i}".encode()]
+        assert (m.partition(), m.offset(), m.key()) == (r["partition_id"], r["offset"], keys[i])
+        assert m.headers() == [("h", bytes([i, 0, 255]))]
+        assert r["value"] == {"type": "BINARY", "size": len(f"v{i}")}
+    # a key goes where the Java producer's partitioner (librdkafka's murmur2) puts it
+    murmur = Producer({"bootstrap.servers": hbroker.bootstrap, "partitioner": "murmur2"})
+    chosen: dict[bytes, int] = {}
+    for k in keys[:12]:
+        murmur.produce(topic, key=k, value=b"again",
+                       on_delivery=lambda _e, m: chosen.__setitem__(m.key(), m.partition()))
+    assert murmur.flush(30) == 0
+    assert chosen == {k: reports[i]["partition_id"] for i, k in enumerate(keys[:12])}
+    assert len(set(chosen.values())) > 1
+
+
+def test_json_and_string_values_timestamps_and_one_record_answers(hbroker: Deployment,
+                                                                  topic: str) -> None:
+    create_topic(hbroker.bootstrap, topic, partitions=2, replication=hbroker.replication)
+    rest = Rest(hbroker, index=-1)
+    status, report = rest.call("POST", f"{rest.cl}/topics/{topic}/records", {
+        "partition_id": 1, "key": {"type": "STRING", "data": "k1"},
+        "value": {"type": "JSON", "data": {"n": 1, "s": ["a", None]}},
+        "timestamp": "2024-03-01T12:00:00.250Z"})
+    assert status == 200, report
+    assert (report["partition_id"], report["offset"]) == (1, 0)
+    assert report["timestamp"] == "2024-03-01T12:00:00.250Z"
+    m = _read(hbroker.bootstrap, topic, 2, 1)[0]
+    assert (m.key(), json.loads(m.value())) == (b"k1", {"n": 1, "s": ["a", None]})
+    assert m.timestamp()[1] == 1709294400250
+
+
+def test_a_delay_header_over_http_delays_the_record(hbroker: Deployment, topic: str) -> None:
+    create_topic(hbroker.bootstrap, topic, partitions=1, replication=hbroker.replication)
+    rest = Rest(hbroker)
+    due = int(time.time() * 1000) + 2500
+    status, report = rest.call("POST", f"{rest.cl}/topics/{topic}/records", _record(
+        b"later", headers={"kc-deliver-at": str(due).encode()}))
+    assert status == 200 and report["error_code"] == 200, report
+    status, now = rest.call("POST", f"{rest.cl}/topics/{topic}/records", _record(b"now"))
+    assert status == 200
+    seen = _read(hbroker.bootstrap, topic, 1, 2)
+    assert seen[0].value() == b"now"
+    arrived = time.time() * 1000
+    assert seen[1].value() == b"later" and arrived >= due - 50
+    assert ("kc-scheduled-offset", str(report["offset"]).encode()) in seen[1].headers()
+
+
+def test_bad_records_are_refused_whole_and_nothing_is_stored(hbroker: Deployment, topic: str
+                                                            ) -> None:
+    create_topic(hbroker.bootstrap, topic, partitions=2, replication=hbroker.replication)
+    rest = Rest(hbroker)
+    path = f"{rest.cl}/topics/{topic}/records"
+    good = json.dumps(_record(b"fine"))
+    cases = [
+        (good + "{not json", 400, "not JSON"),
+        (good + json.dumps({"value": {"type": "BINARY", "data": "***"}}), 400, "base64"),
+        (good + json.dumps({"value": {"type": "AVRO", "data": {}}}), 400, "schema registry"),
+        (good + json.dumps({"value": {"type": "BINARY", "data": "eA=="},
+                            "headers": [{"name": "h", "value": 5}]}), 400, "base64"),
+        (good + json.dumps({"value": {"data": "eA=="}}), 400, "type"),
+        (good + json.dumps({"partition_id": "one"}), 400, "partition_id"),
+        (good + json.dumps({"timestamp": "yesterday"}), 400, "timestamp"),
+        (good + json.dumps(_record(b"x", partition=7)), 404, topic),
+        ("[]", 400, "object"),
+    ]
+    for raw, status, words in cases:
+        got, error = rest.call("POST", path, raw=raw.encode())
+        assert got == status and words in error["message"], (raw, got, error)
+        assert error["error_code"] in (400, 40403)
+    status, error = rest.call("POST", f"{rest.cl}/topics/no-{topic}/records", _record(b"x"))
+    assert (status, error["error_code"]) == (404, 40403)
+    assert _ends(hbroker.bootstrap, topic, 2) == {0: 0, 1: 0}  # nothing of any of them
+    status, refused = rest.call("POST", path, _record(b"x", headers={"kc-delay-ms": b"soon"}))
+    assert status == 400 and "kc-delay-ms" in refused["message"], refused
+    assert _ends(hbroker.bootstrap, topic, 2) == {0: 0, 1: 0}

@@ -1,0 +1,279 @@
+"""REST v3: producing records (``POST .../topics/{topic}/records``).
+
+A body holds one record, or several JSON objects one after another (REST
+Proxy's streaming form); each is ``{"partition_id", "key", "value",
+"headers", "timestamp"}`` with ``key`` and ``value`` as ``{"type": "BINARY",
+"data": base64}``, ``{"type": "JSON", "data": any JSON}`` or ``{"type":
+"STRING", "data": text}`` (kcompat's addition), and headers as ``[{"name",
+"value": base64}]`` — so ``kc-delay-ms``, ``kc-dedup-id`` and every other
+extension header work over HTTP as from a Kafka client. Schema types (AVRO,
+PROTOBUF, JSONSCHEMA) need a schema registry, which kcompat does not have:
+400.
+
+Records without a partition go where Kafka's Java producer would send them:
+a key's murmur2 hash modulo the partition count, and keyless records spread
+over the partitions. The records of one body are grouped per partition into
+one batch each and sent as one Produce (acks=all) per leader — in-process to
+this broker's partitions, in an envelope to the others' — so a body of 100
+records costs a few requests, not 100. The answer is one report per record,
+in order: a single record's report is the body; several are JSON objects
+one after another. A bad record refuses the whole body before anything is
+sent (400, nothing stored); a partition's Kafka error fails that partition's
+records' reports with its code.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import datetime
+import itertools
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import trio
+from kio.schema.errors import ErrorCode
+from starlette.responses import JSONResponse, Response
+
+from kcompat.broker.http.rest import Ctx, RestError, kafka_error
+from kcompat.broker.http.rest_admin import one_topic
+from kcompat.wire import codec
+from kcompat.wire import versions as v
+from kcompat.wire.records import encode_batch
+
+TIMEOUT = datetime.timedelta(seconds=30)
+_keyless = itertools.count()
+
+
+def murmur2(data: bytes) -> int:
+    """Kafka's murmur2 (the Java client's ``Utils.murmur2``), as a signed int32."""
+    m, r = 0x5BD1E995, 24
+    length = len(data)
+    h = (0x9747B28C ^ length) & 0xFFFFFFFF
+    whole = length & ~3
+    for i in range(0, whole, 4):
+        k = int.from_bytes(data[i:i + 4], "little")
+        k = (k * m) & 0xFFFFFFFF
+        k ^= k >> r
+        k = (k * m) & 0xFFFFFFFF
+        h = (h * m) & 0xFFFFFFFF
+        h ^= k
+    rest = length & 3
+    if rest == 3:
+        h ^= data[whole + 2] << 16
+    if rest >= 2:
+        h ^= data[whole + 1] << 8
+    if rest >= 1:
+        h ^= data[whole]
+        h = (h * m) & 0xFFFFFFFF
+    h ^= h >> 13
+    h = (h * m) & 0xFFFFFFFF
+    h ^= h >> 15
+    return h - (1 << 32) if h & 0x80000000 else h
+
+
+def partition_for_key(key: bytes, partitions: int) -> int:
+    return (murmur2(key) & 0x7FFFFFFF) % partitions
+
+
+@dataclass
+class _Record:
+    partition: int | None
+    key: bytes | None
+    value: bytes | None
+    headers: list[tuple[str, bytes | None]]
+    timestamp: int
+    key_type: str | None
+    value_type: str | None
+    report: dict[str, Any] = field(default_factory=dict)
+
+
+def _data(doc: dict[str, Any], name: str) -> tuple[bytes | None, str | None]:
+    part = doc.get(name)
+    if part is None:
+        return None, None
+    if not isinstance(part, dict):
+        raise RestError(400, f"{name} must be an object such as {{\"type\": \"BINARY\", "
+                             f"\"data\": \"...\"}}")
+    kind = part.get("type")
+    data = part.get("data")
+    if kind is None:
+        raise RestError(400, f"{name}.type is required: BINARY, JSON or STRING (kcompat has "
+                             "no schema registry)")
+    kind = str(kind).upper()
+    if data is None:
+        return None, kind
+    if kind == "BINARY":
+        if not isinstance(data, str):
+            raise RestError(400, f"{name}.data of type BINARY must be a base64 string")
+        try:
+            return base64.b64decode(data, validate=True), kind
+        except (binascii.Error, ValueError):
+            raise RestError(400, f"{name}.data is not valid base64: {data[:40]!r}") from None
+    if kind == "JSON":
+        return json.dumps(data, separators=(",", ":")).encode(), kind
+    if kind == "STRING":
+        if not isinstance(data, str):
+            raise RestError(400, f"{name}.data of type STRING must be a string")
+        return data.encode(), kind
+    if kind in ("AVRO", "PROTOBUF", "JSONSCHEMA"):
+        raise RestError(400, f"{name}.type {kind} needs a schema registry, which kcompat does "
+                             "not have: send BINARY, JSON or STRING")
+    raise RestError(400, f"{name}.type must be BINARY, JSON or STRING, not {kind!r}")
+
+
+def _headers(doc: dict[str, Any]) -> list[tuple[str, bytes | None]]:
+    raw = doc.get("headers") or []
+    if not isinstance(raw, list):
+        raise RestError(400, "headers must be a list of {\"name\", \"value\"} objects")
+    out: list[tuple[str, bytes | None]] = []
+    for item in raw:
+        if not isinstance(item, dict) or not isinstance(item.get("name"), str):
+            raise RestError(400, "each header needs a string name")
+        value = item.get("value")
+        if value is None:
+            out.append((item["name"], None))
+            continue
+        if not isinstance(value, str):
+            raise RestError(400, f"header {item['name']}: value must be a base64 string")
+        try:
+            out.append((item["name"], base64.b64decode(value, validate=True)))
+        except (binascii.Error, ValueError):
+            raise RestError(400, f"header {item['name']}: value is not valid base64: "
+                                 f"{value[:40]!r}") from None
+    return out
+
+
+def _timestamp(doc: dict[str, Any]) -> int:
+    raw = doc.get("timestamp")
+    if raw is None:
+        return int(time.time() * 1000)
+    if not isinstance(raw, str):
+        raise RestError(400, "timestamp must be an ISO 8601 date-time string")
+    try:
+        when = datetime.datetime.fromisoformat(raw.replace("Z", "+00:00"))
+    except ValueError:
+        raise RestError(400, f"timestamp is not an ISO 8601 date-time: {raw!r}") from None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=datetime.UTC)
+    return int(when.timestamp() * 1000)
+
+
+def parse_records(raw: bytes) -> list[_Record]:
+    """The records of a body: JSON objects, one after another."""
+    try:
+        text = raw.decode()
+    except UnicodeDecodeError:
+        raise RestError(400, "the body is not UTF-8 JSON") from None
+    decoder = json.JSONDecoder()
+    records: list[_Record] = []
+    pos = 0
+    while True:
+        while pos < len(text) and text[pos] in " \t\r\n":
+            pos += 1
+        if pos == len(text):
+            break
+        try:
+            doc, pos = decoder.raw_decode(text, pos)
+        except ValueError as e:
+            raise RestError(400, f"record {len(records)}: not JSON: {e}") from None
+        if not isinstance(doc, dict):
+            raise RestError(400, f"record {len(records)}: must be a JSON object")
+        try:
+            partition = doc.get("partition_id")
+            if partition is not None and (not isinstance(partition, int)
+                                          or isinstance(partition, bool) or partition < 0):
+                raise RestError(400, "partition_id must be a partition number")
+            key, key_type = _data(doc, "key")
+            value, value_type = _data(doc, "value")
+            records.append(_Record(partition, key, value, _headers(doc), _timestamp(doc),
+                                   key_type, value_type))
+        except RestError as e:
+            raise RestError(e.status, f"record {len(records)}: {e.message}", e.code) from None
+    if not records:
+        raise RestError(400, "a JSON body is required")
+    return records
+
+
+async def produce(c: Ctx) -> Response:
+    topic_name = c.param("topic_name")
+    raw = await c.request.body()
+    records = parse_records(raw)
+    topic = await one_topic(c, topic_name)
+    parts = {p.partition_index: p for p in topic.partitions}
+    count = len(parts)
+    for r in records:
+        if r.partition is None:
+            r.partition = (partition_for_key(r.key, count) if r.key is not None
+                           else next(_keyless) % count)
+        elif r.partition not in parts:
+            raise RestError(404, f"This server does not host this topic-partition: "
+                                 f"{topic_name}-{r.partition}", 40403)
+    by_partition: dict[int, list[_Record]] = {}
+    for r in records:
+        assert r.partition is not None
+        by_partition.setdefault(r.partition, []).append(r)
+    by_leader: dict[int, list[int]] = {}
+    for index in by_partition:
+        by_leader.setdefault(parts[index].leader_id, []).append(index)
+    async with trio.open_nursery() as nursery:
+        for leader, indexes in by_leader.items():
+            nursery.start_soon(_send, c, topic_name, leader, indexes, by_partition)
+    reports = [r.report for r in records]
+    if len(reports) == 1:
+        report = reports[0]
+        if report["error_code"] != 200:
+            return JSONResponse({"error_code": report["error_code"],
+                                 "message": report["message"]},
+                                status_code=report["error_code"] // 100)
+        return JSONResponse(report)
+    body = "\n".join(json.dumps(r, separators=(",", ":")) for r in reports) + "\n"
+    return Response(body, media_type="application/json")
+
+
+async def _send(c: Ctx, topic: str, leader: int, indexes: list[int],
+                by_partition: dict[int, list[_Record]]) -> None:
+    mod = codec.request_module(v.PRODUCE, 9)
+    data = tuple(mod.PartitionProduceData(index=i, records=encode_batch(
+        [(r.key, r.value, r.headers, r.timestamp) for r in by_partition[i]]))
+        for i in indexes)
+    try:
+        if leader < 0:
+            raise kafka_error(ErrorCode.leader_not_available, f"{topic} has no leader at the moment")
+        answer = await c.call(v.PRODUCE, 9, leader, transactional_id=None, acks=-1,
+                              timeout=TIMEOUT, topic_data=(mod.TopicProduceData(
+                                  name=topic, partition_data=data),))
+        results = {p.index: p for t in answer.responses for p in t.partition_responses}
+    except RestError as e:
+        for i in indexes:
+            for r in by_partition[i]:
+                r.report = {"error_code": e.code, "message": e.message}
+        return
+    for i in indexes:
+        result = results.get(i)
+        for n, r in enumerate(by_partition[i]):
+            if result is None or result.error_code != 0:
+                error = kafka_error(result.error_code if result is not None else
+                                    ErrorCode.leader_not_available,
+                                    result.error_message if result is not None else None,
+                                    f"{topic}-{i}")
+                r.report = {"error_code": error.code, "message": error.message}
+                continue
+            r.report = {"error_code": 200, "cluster_id": c.cluster_id, "topic_name": topic,
+                        "partition_id": i, "offset": result.base_offset + n,
+                        "timestamp": _iso(r.timestamp),
+                        "key": None if r.key_type is None else
+                        {"type": r.key_type, "size": len(r.key or b"")},
+                        "value": None if r.value_type is None else
+                        {"type": r.value_type, "size": len(r.value or b"")}}
+
+
+def _iso(ms: int) -> str:
+    when = datetime.datetime.fromtimestamp(ms / 1000, tz=datetime.UTC)
+    return when.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def routes() -> list[tuple[str, Any, str]]:
+    return [("/clusters/{cluster_id}/topics/{topic_name}/records", produce, "POST")]
