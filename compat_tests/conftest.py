@@ -183,7 +183,8 @@ def sbroker(request: pytest.FixtureRequest,
 def hbroker(request: pytest.FixtureRequest,
             tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
     """HTTP API suites: every broker's admin port open (``Broker.admin_url``)."""
-    yield from _deployment(request, tmp_path_factory, "http", ("--admin-port", "0"))
+    yield from _deployment(request, tmp_path_factory, "http",
+                           ("--admin-port", "0", *FAST_BROKER_ARGS))
 
 
 @pytest.fixture(scope="module", params=GROUP_KINDS)

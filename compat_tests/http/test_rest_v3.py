@@ -14,6 +14,7 @@ import base64
 import json
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from typing import Any
 
@@ -305,3 +306,70 @@ def test_bad_records_are_refused_whole_and_nothing_is_stored(hbroker: Deployment
     status, refused = rest.call("POST", path, _record(b"x", headers={"kc-delay-ms": b"soon"}))
     assert status == 400 and "kc-delay-ms" in refused["message"], refused
     assert _ends(hbroker.bootstrap, topic, 2) == {0: 0, 1: 0}
+
+
+@pytest.mark.parametrize("protocol", ["classic", "consumer"])
+def test_a_groups_members_offsets_and_lag_are_what_its_consumer_committed(
+        hbroker: Deployment, topic: str, protocol: str) -> None:
+    """A confluent-kafka consumer group (classic, or KIP-848 with
+    ``group.protocol=consumer``) commits offsets; REST shows the group, its
+    member and the lag against the log end, then the group empty."""
+    create_topic(hbroker.bootstrap, topic, partitions=2, replication=hbroker.replication)
+    p = Producer({"bootstrap.servers": hbroker.bootstrap})
+    for i in range(30):
+        p.produce(topic, value=b"%d" % i, partition=i % 2)
+    assert p.flush(30) == 0
+    group = f"g-{topic}"
+    settings: dict[str, Any] = {"group.id": group, "client.id": "rest-lag-client",
+                                "auto.offset.reset": "earliest",
+                                "enable.partition.eof": False}
+    if protocol == "consumer":
+        settings["group.protocol"] = "consumer"
+    else:
+        settings["session.timeout.ms"] = 10000
+    c = consumer(hbroker.bootstrap, **settings)
+    rest = Rest(hbroker, index=-1)
+    base = f"{rest.cl}/consumer-groups/{group}"
+    try:
+        c.subscribe([topic])
+        got = 0
+        deadline = time.monotonic() + 30
+        while got < 30:
+            assert time.monotonic() < deadline, f"consumed {got} of 30"
+            m = c.poll(0.5)
+            if m is not None and m.error() is None:
+                got += 1
+        c.commit(offsets=[TopicPartition(topic, 0, 5), TopicPartition(topic, 1, 12)],
+                 asynchronous=False)
+        described = _until(lambda: rest.call("GET", base)[1],
+                           lambda g: g.get("state") == "STABLE", timeout_s=20)
+        assert described["kind"] == "KafkaConsumerGroup" and not described["is_simple"]
+        status, listed = rest.call("GET", f"{rest.cl}/consumer-groups")
+        assert status == 200 and group in {g["consumer_group_id"] for g in listed["data"]}
+        status, members = rest.call("GET", base + "/consumers")
+        assert status == 200 and len(members["data"]) == 1
+        member = members["data"][0]
+        assert member["client_id"] == "rest-lag-client"
+        status, one_member = rest.call(  # a KIP-848 member id may hold "/" or "+"
+            "GET", base + "/consumers/" + urllib.parse.quote(member["consumer_id"], safe=""))
+        assert status == 200 and one_member["consumer_id"] == member["consumer_id"], one_member
+        status, lags = rest.call("GET", base + "/lags")
+        assert status == 200
+        assert [(x["partition_id"], x["current_offset"], x["log_end_offset"], x["lag"],
+                 x["consumer_id"]) for x in lags["data"]] == [
+            (0, 5, 15, 10, member["consumer_id"]), (1, 12, 15, 3, member["consumer_id"])]
+        status, one = rest.call("GET", base + f"/lags/{topic}/partitions/1")
+        assert (status, one["lag"]) == (200, 3)
+        status, summary = rest.call("GET", base + "/lag-summary")
+        assert status == 200
+        assert (summary["max_lag"], summary["total_lag"], summary["max_lag_partition_id"],
+                summary["max_lag_consumer_id"]) == (10, 13, 0, member["consumer_id"])
+    finally:
+        c.close()
+    emptied = _until(lambda: rest.call("GET", base)[1], lambda g: g.get("state") == "EMPTY",
+                     timeout_s=20)
+    assert emptied["consumer_group_id"] == group
+    status, lags = rest.call("GET", base + "/lags")
+    assert [(x["lag"], x["consumer_id"]) for x in lags["data"]] == [(10, ""), (3, "")]
+    status, missing = rest.call("GET", f"{rest.cl}/consumer-groups/no-{group}")
+    assert status == 404 and missing["error_code"] == 404

@@ -24,7 +24,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from kcompat.broker.host.broker import Broker
-from kcompat.broker.http import ops, rest_admin, rest_records
+from kcompat.broker.http import ops, rest_admin, rest_groups, rest_records
 from kcompat.broker.http.rest import Ctx, RestError
 from kcompat.broker.loop.loop_monitor import labelled
 
@@ -86,7 +86,8 @@ async def _http_error(_request: Request, exc: Exception) -> Response:
 def build_app(broker: Broker) -> Any:
     routes = list(ops.routes(broker))
     for prefix in PREFIXES:
-        for path, handler, method in rest_admin.routes() + rest_records.routes():
+        for path, handler, method in (rest_admin.routes() + rest_records.routes()
+                                      + rest_groups.routes()):
             routes.append(Route(prefix + path, _endpoint(broker, prefix, handler),
                                 methods=[method]))
     app = Starlette(routes=routes, exception_handlers={HTTPException: _http_error})
