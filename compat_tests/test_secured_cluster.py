@@ -44,7 +44,8 @@ class SecuredCluster(Cluster):
     """``Cluster`` with per-broker config files (INTERNAL, CLIENT, PLAINTEXT listeners)."""
 
     def __init__(self, root: Path, pki: TestPki, internal: str,
-                 broker_password: dict[int, str] | None = None) -> None:
+                 broker_password: dict[int, str] | None = None,
+                 extra_args: tuple[str, ...] = ()) -> None:
         size = 3
         plain = [free_port() for _ in range(size)]
         inner = [free_port() for _ in range(size)]
@@ -85,7 +86,8 @@ class SecuredCluster(Cluster):
             path = root / f"broker-{node}.yaml"
             path.write_text(yaml.safe_dump(config))
             self.brokers[node] = Broker(root / f"broker-{node}", port=plain[i], extra_args=(
-                "--node-id", str(node), "--config", str(path), "--admin-port", "-1"))
+                "--node-id", str(node), "--config", str(path), "--admin-port", "-1",
+                *extra_args))
 
     @property
     def sasl_bootstrap(self) -> str:

@@ -1,7 +1,11 @@
 """The ASGI app of the admin port: who may ask, and which endpoint answers.
 
-Every request first passes ``_Auth``: with ``admin.token`` set it must bear
-that token (``Authorization: Bearer``), else 401. The operator's endpoints
+Every request first passes ``_Auth``. A REST request (``/v3``) with HTTP
+basic auth acts as the user it names once ``auth.BasicAuth`` has checked the
+password as SASL would; without, it acts as ``User:ANONYMOUS`` — refused
+(401, 40101) when the broker has SASL listeners, and otherwise held to the
+operator's rule: with ``admin.token`` set every request must bear that token
+(``Authorization: Bearer``), else 401. The operator's endpoints
 (``ops``) are at the root; the REST API (``rest_admin``, ``rest_records``) is
 under ``/v3`` and, as Confluent Server serves it, ``/kafka/v3``. A REST
 endpoint's ``RestError`` and any unexpected exception become REST Proxy's
@@ -25,6 +29,8 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from kcompat.broker.host.broker import Broker
 from kcompat.broker.http import ops, rest_admin, rest_groups, rest_records
+from kcompat.broker.http.auth import BasicAuth
+from kcompat.broker.http.calls import Caller
 from kcompat.broker.http.rest import Ctx, RestError
 from kcompat.broker.loop.loop_monitor import labelled
 
@@ -34,29 +40,56 @@ PREFIXES = ("/v3", "/kafka/v3")
 
 
 class _Auth:
-    """401 unless the request bears ``admin.token`` (when one is set)."""
+    """Who the request acts for (``scope["kcompat.caller"]``), or 401."""
 
     def __init__(self, app: ASGIApp, broker: Broker) -> None:
         self.app = app
         self.broker = broker
+        self.basic = BasicAuth(broker)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        token = self.broker.config["admin.token"]
-        if scope["type"] == "http" and token and not _bears(scope, token):
-            answer = JSONResponse({"error_code": 401, "message": "admin.token required"},
-                                  status_code=401,
-                                  headers={"WWW-Authenticate": 'Bearer realm="kcompat"'})
-            await answer(scope, receive, send)
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
             return
+        given = _authorization(scope)
+        client = scope.get("client") or ("", 0)
+        rest = any(scope["path"].startswith(p + "/") or scope["path"] == p for p in PREFIXES)
+        if rest and given.lower().startswith("basic "):
+            principal = await self.basic.principal(given)
+            if principal is None:
+                await _refuse(scope, receive, send, 40101, "Authentication failed", "Basic")
+                return
+            scope["kcompat.caller"] = Caller(principal, client[0])
+        elif rest and self.basic.required:
+            await _refuse(scope, receive, send, 40101,
+                          "Authentication required: HTTP basic auth with a SASL user", "Basic")
+            return
+        else:
+            token = self.broker.config["admin.token"]
+            if token and not _bears(given, token):
+                await _refuse(scope, receive, send, 401, "admin.token required", "Bearer")
+                return
         await self.app(scope, receive, send)
 
 
-def _bears(scope: Scope, token: str) -> bool:
+async def _refuse(scope: Scope, receive: Receive, send: Send, code: int, message: str,
+                  scheme: str) -> None:
+    answer = JSONResponse({"error_code": code, "message": message}, status_code=401,
+                          headers={"WWW-Authenticate": f'{scheme} realm="kcompat"'})
+    await answer(scope, receive, send)
+
+
+def _authorization(scope: Scope) -> str:
     for name, value in scope.get("headers", ()):
         if name == b"authorization":
-            scheme, _, given = value.decode("latin-1").strip().partition(" ")
-            return scheme.lower() == "bearer" and hmac.compare_digest(given.strip(), token)
-    return False
+            return str(value.decode("latin-1")).strip()
+    return ""
+
+
+def _bears(given: str, token: str) -> bool:
+    scheme, _, value = given.partition(" ")
+    return scheme.lower() == "bearer" and hmac.compare_digest(value.strip().encode(),
+                                                              token.encode())
 
 
 def _endpoint(broker: Broker, prefix: str, handler: Callable[[Ctx], Awaitable[Response]]
