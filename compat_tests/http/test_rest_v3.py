@@ -373,3 +373,79 @@ def test_a_groups_members_offsets_and_lag_are_what_its_consumer_committed(
     assert [(x["lag"], x["consumer_id"]) for x in lags["data"]] == [(10, ""), (3, "")]
     status, missing = rest.call("GET", f"{rest.cl}/consumer-groups/no-{group}")
     assert status == 404 and missing["error_code"] == 404
+
+
+def _page(rest: Rest, url: str) -> dict[str, Any]:
+    path = url[len(rest.base):] if url.startswith(rest.base) else url
+    status, body = rest.call("GET", path)
+    assert status == 200, body
+    return body
+
+
+def test_reading_a_partition_page_by_page_with_a_filter_and_from_a_time(
+        hbroker: Deployment, topic: str) -> None:
+    create_topic(hbroker.bootstrap, topic, partitions=1, replication=hbroker.replication)
+    p = Producer({"bootstrap.servers": hbroker.bootstrap, "linger.ms": 5})
+    base_ts = int(time.time() * 1000) - 100_000
+    for i in range(250):
+        p.produce(topic, key=b"k%d" % i, value=b"v%d" % i, timestamp=base_ts + i * 10,
+                  headers=[("color", b"red" if i % 5 == 0 else b"blue"), ("n", b"%d" % i)])
+    assert p.flush(30) == 0
+    rest = Rest(hbroker, index=-1)
+    url = f"{rest.base}{rest.cl}/topics/{topic}/partitions/0/records?limit=100"
+    offsets: list[int] = []
+    pages = 0
+    while url:
+        page = _page(rest, url)
+        assert page["kind"] == "KcompatRecordList" and page["end_offset"] == 250
+        offsets += [r["offset"] for r in page["data"]]
+        assert len(page["data"]) <= 100
+        url = page["metadata"]["next"]
+        pages += 1
+    assert offsets == list(range(250)) and pages == 3
+    first = _page(rest, f"{rest.cl}/topics/{topic}/partitions/0/records?offset=7&limit=1")
+    rec = first["data"][0]
+    assert (rec["offset"], base64.b64decode(rec["key"]["data"]),
+            base64.b64decode(rec["value"]["data"]), rec["timestamp_ms"]) == (
+        7, b"k7", b"v7", base_ts + 70)
+    assert [(h["name"], base64.b64decode(h["value"])) for h in rec["headers"]] == [
+        ("color", b"blue"), ("n", b"7")]
+    red = _page(rest, f"{rest.cl}/topics/{topic}/partitions/0/records?limit=1000&filter="
+                + urllib.parse.quote("color = 'red' AND n >= 100"))
+    assert [r["offset"] for r in red["data"]] == list(range(100, 250, 5))
+    later = _page(rest, f"{rest.cl}/topics/{topic}/partitions/0/records?limit=3&timestamp="
+                  f"{base_ts + 1234}")
+    assert [r["offset"] for r in later["data"]] == [124, 125, 126]
+    status, ends = rest.call("GET", f"{rest.cl}/topics/{topic}/partitions/0/offsets")
+    assert (status, ends) == (200, {"beginning_offset": 0, "end_offset": 250})
+    for bad in ("limit=0", "limit=5000", "filter=" + urllib.parse.quote("color = "),
+                "isolation=dirty", "offset=1&timestamp=5", "offset=x"):
+        status, error = rest.call("GET", f"{rest.cl}/topics/{topic}/partitions/0/records?{bad}")
+        assert status == 400, (bad, error)
+    assert rest.call("GET", f"{rest.cl}/topics/{topic}/partitions/9/records")[0] == 404
+
+
+def test_read_committed_leaves_out_an_aborted_transaction(hbroker: Deployment,
+                                                          topic: str) -> None:
+    create_topic(hbroker.bootstrap, topic, partitions=1, replication=hbroker.replication)
+    p = Producer({"bootstrap.servers": hbroker.bootstrap, "transactional.id": f"t-{topic}"})
+    p.init_transactions(30)
+    p.begin_transaction()
+    for i in range(3):
+        p.produce(topic, value=b"aborted-%d" % i)
+    p.flush(30)
+    p.abort_transaction(30)
+    p.begin_transaction()
+    for i in range(2):
+        p.produce(topic, value=b"committed-%d" % i)
+    p.commit_transaction(30)
+    rest = Rest(hbroker)
+    path = f"{rest.cl}/topics/{topic}/partitions/0/records"
+
+    def values(query: str) -> list[bytes]:
+        return [base64.b64decode(r["value"]["data"])
+                for r in _page(rest, path + query)["data"]]
+
+    assert values("?isolation=read_committed") == [b"committed-0", b"committed-1"]
+    assert values("") == [b"aborted-0", b"aborted-1", b"aborted-2", b"committed-0",
+                          b"committed-1"]  # markers are never records
