@@ -591,6 +591,28 @@ class DelayService:
             self.delivered.labels(delivery.target[0]).inc(len(delivery.entries))
 
 
+def pending_summary(service: DelayService, topic: str | None) -> list[dict[str, Any]]:
+    """Per schedule partition led here: the records waiting per target partition
+    (of ``topic`` only, when given), the earliest due time of all it holds and
+    how late it is — counts kept as records come and go, nothing walked per
+    record (the HTTP API's view of delayed records)."""
+    out = []
+    for index in sorted(service.leading):
+        slog = service.logs.get(index)
+        if slog is None:
+            continue
+        counts = dict(slog.pending_by_target)
+        for delivery in slog.inflight.values():
+            counts[delivery.target] = counts.get(delivery.target, 0) + len(delivery.entries)
+        targets = [[t, p, n] for (t, p), n in sorted(counts.items())
+                   if n and (topic is None or t == topic)]
+        if topic is not None and not targets:
+            continue
+        out.append({"schedule_partition": index, "earliest_due_ms": slog.earliest_due_ms(),
+                    "overdue_s": service.overdue_s(index), "targets": targets})
+    return out
+
+
 class _PendingCollector(Collector):
     def __init__(self, service: DelayService) -> None:
         self.service = service

@@ -28,7 +28,14 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from kcompat.broker.host.broker import Broker
-from kcompat.broker.http import ops, rest_admin, rest_groups, rest_read, rest_records
+from kcompat.broker.http import (
+    ops,
+    rest_admin,
+    rest_ext,
+    rest_groups,
+    rest_read,
+    rest_records,
+)
 from kcompat.broker.http.auth import BasicAuth
 from kcompat.broker.http.calls import Caller
 from kcompat.broker.http.rest import Ctx, RestError
@@ -120,7 +127,8 @@ def build_app(broker: Broker) -> Any:
     routes = list(ops.routes(broker))
     for prefix in PREFIXES:
         for path, handler, method in (rest_admin.routes() + rest_records.routes()
-                                      + rest_groups.routes() + rest_read.routes()):
+                                      + rest_groups.routes() + rest_read.routes()
+                                      + rest_ext.routes()):
             routes.append(Route(prefix + path, _endpoint(broker, prefix, handler),
                                 methods=[method]))
     app = Starlette(routes=routes, exception_handlers={HTTPException: _http_error})

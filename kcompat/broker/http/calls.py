@@ -11,15 +11,23 @@ partition's leader, the group's coordinator) travels there in an envelope
 over the authenticated peer link (``PeerCalls.envelope``), encoded with kio,
 and is handled there the same way (``serve_envelope``). A handler never
 answers ``Later`` here: that is for a client connection's long polls.
+
+What the Kafka protocol has no request for — the delayed records a schedule
+partition's leader holds — is a *query* (``QUERIES``, JSON in and out) that
+travels in the same envelope under an API key of kcompat's own
+(``HTTP_QUERY``), asked of every broker that may hold part of the answer.
 """
 
 from __future__ import annotations
 
+import json
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from kcompat.broker.ext.delays import pending_summary
 from kcompat.broker.handlers import HANDLERS
 from kcompat.broker.host.broker import Broker
 from kcompat.broker.host.context import RequestContext
@@ -29,6 +37,7 @@ from kcompat.wire import codec
 from kcompat.wire.versions import FETCH
 
 CLIENT_ID = "kcompat-http"
+HTTP_QUERY = 1001  # an envelope's API key for the queries below (not a Kafka API)
 ENVELOPE_TIMEOUT_S = 35.0  # above a produce's own 30 s request timeout
 
 
@@ -63,6 +72,28 @@ async def call(broker: Broker, caller: Caller, api_key: int, version: int, node:
     return codec.decode_body(codec.response_class(api_key, version), body)
 
 
+async def _scheduled(broker: Broker, args: dict[str, Any]) -> Any:
+    return pending_summary(broker.delays, args.get("topic"))
+
+
+QUERIES: dict[str, Callable[[Broker, dict[str, Any]], Awaitable[Any]]] = {
+    "scheduled": _scheduled,
+}
+
+
+async def query(broker: Broker, caller: Caller, node: int, name: str,
+                args: dict[str, Any]) -> Any:
+    """What broker ``node`` answers to query ``name`` (JSON values)."""
+    if node < 0 or node == broker.state.node_id:
+        return await QUERIES[name](broker, args)
+    body = json.dumps({"query": name, "args": args}).encode()
+    code, answer = await broker.calls.envelope(node, caller.principal, caller.host, HTTP_QUERY,
+                                               0, body, ENVELOPE_TIMEOUT_S)
+    if code != ErrorCode.none:
+        raise CallFailed(code, f"broker {node} did not answer the query: {code.name}")
+    return json.loads(answer)
+
+
 async def _local(broker: Broker, principal: str, host: str, api_key: int, version: int,
                  request: Any) -> Any:
     listener = broker.listeners[0].name if broker.listeners else ""
@@ -76,6 +107,9 @@ async def _local(broker: Broker, principal: str, host: str, api_key: int, versio
 async def serve_envelope(broker: Broker, principal: str, host: str, api_key: int,
                          version: int, body: bytes) -> bytes:
     """Another broker's HTTP API asks this one to handle a request."""
+    if api_key == HTTP_QUERY:
+        doc = json.loads(body)
+        return json.dumps(await QUERIES[doc["query"]](broker, doc["args"])).encode()
     request = codec.decode_body(codec.request_class(api_key, version), body)
     response = await _local(broker, principal, host, api_key, version, request)
     return codec.encode_body(response)

@@ -47,7 +47,7 @@ SCAN_BYTES = 8 << 20
 EARLIEST, LATEST = -2, -1
 
 
-async def _list_offset(c: Ctx, leader: int, topic: str, index: int, when: int,
+async def list_offset(c: Ctx, leader: int, topic: str, index: int, when: int,
                        isolation: int) -> int:
     mod = codec.request_module(v.LIST_OFFSETS, 7)
     answer = await c.call(v.LIST_OFFSETS, 7, leader, replica_id=-1, isolation_level=isolation,
@@ -60,7 +60,7 @@ async def _list_offset(c: Ctx, leader: int, topic: str, index: int, when: int,
     return int(part.offset)
 
 
-async def _fetch(c: Ctx, leader: int, topic: str, index: int, offset: int,
+async def fetch(c: Ctx, leader: int, topic: str, index: int, offset: int,
                  isolation: int) -> Any:
     mod = codec.request_module(v.FETCH, 12)
     answer = await c.call(
@@ -88,7 +88,7 @@ def _iso(ms: int) -> str:
     return when.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
-class _Page:
+class Page:
     """Records gathered from successive fetches, aborted transactions left out."""
 
     def __init__(self, limit: int, wanted: Filter | None, committed: bool) -> None:
@@ -169,21 +169,21 @@ async def read_records(c: Ctx) -> Response:
     leader = (await partition_of(c, topic, index)).leader_id
     if leader < 0:
         raise RestError(500, f"{topic}-{index} has no leader at the moment", 50003)
-    begin = await _list_offset(c, leader, topic, index, EARLIEST, isolation)
-    end = await _list_offset(c, leader, topic, index, LATEST, isolation)
+    begin = await list_offset(c, leader, topic, index, EARLIEST, isolation)
+    end = await list_offset(c, leader, topic, index, LATEST, isolation)
     if "offset" in q and "timestamp" in q:
         raise RestError(400, "give offset or timestamp, not both")
     if "timestamp" in q:
         when = c.query_int("timestamp")
         assert when is not None
-        found = await _list_offset(c, leader, topic, index, when, isolation)
+        found = await list_offset(c, leader, topic, index, when, isolation)
         position = end if found < 0 else found
     else:
         position = max(begin, c.query_int("offset", begin) or 0)
-    page = _Page(limit, wanted, bool(isolation))
+    page = Page(limit, wanted, bool(isolation))
     scanned = 0
     while position < end and len(page.records) < limit and scanned < SCAN_BYTES:
-        part = await _fetch(c, leader, topic, index, position, isolation)
+        part = await fetch(c, leader, topic, index, position, isolation)
         records = part.records or b""
         if not records:
             break
@@ -209,8 +209,8 @@ async def offsets(c: Ctx) -> Response:
     if leader < 0:
         raise RestError(500, f"{topic}-{index} has no leader at the moment", 50003)
     return JSONResponse({
-        "beginning_offset": await _list_offset(c, leader, topic, index, EARLIEST, 0),
-        "end_offset": await _list_offset(c, leader, topic, index, LATEST, 0)})
+        "beginning_offset": await list_offset(c, leader, topic, index, EARLIEST, 0),
+        "end_offset": await list_offset(c, leader, topic, index, LATEST, 0)})
 
 
 def routes() -> list[tuple[str, Any, str]]:

@@ -79,7 +79,7 @@ def partition_for_key(key: bytes, partitions: int) -> int:
 
 
 @dataclass
-class _Record:
+class OutRecord:
     partition: int | None
     key: bytes | None
     value: bytes | None
@@ -161,14 +161,14 @@ def _timestamp(doc: dict[str, Any]) -> int:
     return int(when.timestamp() * 1000)
 
 
-def parse_records(raw: bytes) -> list[_Record]:
+def parse_records(raw: bytes) -> list[OutRecord]:
     """The records of a body: JSON objects, one after another."""
     try:
         text = raw.decode()
     except UnicodeDecodeError:
         raise RestError(400, "the body is not UTF-8 JSON") from None
     decoder = json.JSONDecoder()
-    records: list[_Record] = []
+    records: list[OutRecord] = []
     pos = 0
     while True:
         while pos < len(text) and text[pos] in " \t\r\n":
@@ -188,7 +188,7 @@ def parse_records(raw: bytes) -> list[_Record]:
                 raise RestError(400, "partition_id must be a partition number")
             key, key_type = _data(doc, "key")
             value, value_type = _data(doc, "value")
-            records.append(_Record(partition, key, value, _headers(doc), _timestamp(doc),
+            records.append(OutRecord(partition, key, value, _headers(doc), _timestamp(doc),
                                    key_type, value_type))
         except RestError as e:
             raise RestError(e.status, f"record {len(records)}: {e.message}", e.code) from None
@@ -199,29 +199,8 @@ def parse_records(raw: bytes) -> list[_Record]:
 
 async def produce(c: Ctx) -> Response:
     topic_name = c.param("topic_name")
-    raw = await c.request.body()
-    records = parse_records(raw)
-    topic = await one_topic(c, topic_name)
-    parts = {p.partition_index: p for p in topic.partitions}
-    count = len(parts)
-    for r in records:
-        if r.partition is None:
-            r.partition = (partition_for_key(r.key, count) if r.key is not None
-                           else next(_keyless) % count)
-        elif r.partition not in parts:
-            raise RestError(404, f"This server does not host this topic-partition: "
-                                 f"{topic_name}-{r.partition}", 40403)
-    by_partition: dict[int, list[_Record]] = {}
-    for r in records:
-        assert r.partition is not None
-        by_partition.setdefault(r.partition, []).append(r)
-    by_leader: dict[int, list[int]] = {}
-    for index in by_partition:
-        by_leader.setdefault(parts[index].leader_id, []).append(index)
-    async with trio.open_nursery() as nursery:
-        for leader, indexes in by_leader.items():
-            nursery.start_soon(_send, c, topic_name, leader, indexes, by_partition)
-    reports = [r.report for r in records]
+    records = parse_records(await c.request.body())
+    reports = await deliver(c, topic_name, records)
     if len(reports) == 1:
         report = reports[0]
         if report["error_code"] != 200:
@@ -233,8 +212,35 @@ async def produce(c: Ctx) -> Response:
     return Response(body, media_type="application/json")
 
 
+async def deliver(c: Ctx, topic_name: str, records: list[OutRecord]) -> list[dict[str, Any]]:
+    """Produce ``records`` to ``topic_name`` (acks=all), a batch per partition and
+    a request per leader; a report per record, in order. An unknown topic or
+    a partition it lacks refuses them all before anything is sent."""
+    topic = await one_topic(c, topic_name)
+    parts = {p.partition_index: p for p in topic.partitions}
+    count = len(parts)
+    for r in records:
+        if r.partition is None:
+            r.partition = (partition_for_key(r.key, count) if r.key is not None
+                           else next(_keyless) % count)
+        elif r.partition not in parts:
+            raise RestError(404, f"This server does not host this topic-partition: "
+                                 f"{topic_name}-{r.partition}", 40403)
+    by_partition: dict[int, list[OutRecord]] = {}
+    for r in records:
+        assert r.partition is not None
+        by_partition.setdefault(r.partition, []).append(r)
+    by_leader: dict[int, list[int]] = {}
+    for index in by_partition:
+        by_leader.setdefault(parts[index].leader_id, []).append(index)
+    async with trio.open_nursery() as nursery:
+        for leader, indexes in by_leader.items():
+            nursery.start_soon(_send, c, topic_name, leader, indexes, by_partition)
+    return [r.report for r in records]
+
+
 async def _send(c: Ctx, topic: str, leader: int, indexes: list[int],
-                by_partition: dict[int, list[_Record]]) -> None:
+                by_partition: dict[int, list[OutRecord]]) -> None:
     mod = codec.request_module(v.PRODUCE, 9)
     data = tuple(mod.PartitionProduceData(index=i, records=encode_batch(
         [(r.key, r.value, r.headers, r.timestamp) for r in by_partition[i]]))
