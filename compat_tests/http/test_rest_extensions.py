@@ -146,3 +146,101 @@ def test_dead_letters_are_listed_replayed_and_purged_over_http(hbroker: Deployme
                               {"filter": "kc-attempt >"})
     assert status == 400 and "filter" in error["message"]
     assert rest.call("POST", f"{rest.cl}/dead-letters/{dlq}:replay", {"to": dlq})[0] == 400
+    # only a dead-letter topic is purged or replayed: the topic itself is refused
+    ends = _ends(hbroker.bootstrap, topic, 2)
+    for verb in ("purge", "replay"):
+        status, error = rest.call("POST", f"{rest.cl}/dead-letters/{topic}:{verb}",
+                                  {"execute": True})
+        assert status == 400 and "not a dead-letter topic" in error["message"], error
+    assert _ends(hbroker.bootstrap, topic, 2) == ends
+
+
+def test_a_share_groups_records_in_flight_with_their_delivery_counts(
+        hbroker: Deployment, topic: str) -> None:
+    """A confluent-kafka ShareConsumer (explicit acknowledgement) holds records
+    it has not acknowledged: the share group's page shows them ACQUIRED by
+    that member with delivery count 1, then the ones it accepted done."""
+    from confluent_kafka import AcknowledgeType, ShareConsumer
+
+    from .._share import set_group_configs
+
+    create_topic(hbroker.bootstrap, topic, partitions=1, replication=hbroker.replication)
+    p = Producer({"bootstrap.servers": hbroker.bootstrap})
+    for i in range(6):
+        p.produce(topic, value=b"%d" % i)
+    assert p.flush(30) == 0
+    group = f"sg-{topic}"
+    set_group_configs(hbroker.bootstrap, group, {"share.auto.offset.reset": "earliest"})
+    c = ShareConsumer({"bootstrap.servers": hbroker.bootstrap, "group.id": group,
+                       "share.acknowledgement.mode": "explicit"})
+    rest = Rest(hbroker, index=-1)
+    try:
+        c.subscribe([topic])
+        held: list[Any] = []
+        deadline = time.monotonic() + 30
+        while len(held) < 6:
+            assert time.monotonic() < deadline, f"the share consumer got {len(held)} of 6"
+            held += [m for m in c.poll(0.5) if m.error() is None]
+        for m in held[:2]:
+            c.acknowledge(m, AcknowledgeType.ACCEPT)
+        c.commit_sync(30)  # ShareAcknowledge: the two accepted, the rest still held
+        status, listed = rest.call("GET", f"{rest.cl}/share-groups")
+        assert status == 200 and group in {g["group_id"] for g in listed["data"]}, listed
+        body = _until(lambda: rest.call("GET", f"{rest.cl}/share-groups/{group}")[1],
+                      lambda b: b.get("partitions") and b["partitions"][0]["counts"][
+                          "acquired"] == 4, timeout_s=20)
+        assert body["kind"] == "KcompatShareGroup" and body["state"] == "STABLE"
+        (member,) = body["members"]
+        assert member["assignments"] == [{"topic_name": topic, "partition_id": 0}]
+        (part,) = body["partitions"]
+        assert (part["topic_name"], part["start_offset"]) == (topic, 2)
+        assert [(r["first_offset"], r["last_offset"], r["state"], r["delivery_count"],
+                 r["member_id"]) for r in part["in_flight"]] == [
+            (2, 5, "ACQUIRED", 1, member["member_id"])]
+    finally:
+        c.close()
+    assert rest.call("GET", f"{rest.cl}/share-groups/no-{group}")[0] == 404
+
+
+def test_dedup_windows_and_views_show_what_they_dropped(hbroker: Deployment,
+                                                        topic: str) -> None:
+    rest = Rest(hbroker)
+    status, _ = rest.call("POST", f"{rest.cl}/topics", {
+        "topic_name": topic, "partitions_count": 1, "replication_factor": hbroker.replication,
+        "configs": [{"name": "kc.dedup.window.ms", "value": "600000"}]})
+    assert status == 201
+    view = f"{topic}-red"
+    status, made = rest.call("POST", f"{rest.cl}/topics", {
+        "topic_name": view, "configs": [{"name": "kc.view.of", "value": topic},
+                                        {"name": "kc.view.filter", "value": "color = 'red'"}]})
+    assert status == 201, made
+    p = Producer({"bootstrap.servers": hbroker.bootstrap})
+    for i, (dedup_id, color) in enumerate([("a", "red"), ("a", "red"), ("b", "blue"),
+                                          ("c", "red")]):
+        p.produce(topic, value=b"%d" % i, headers=[("kc-dedup-id", dedup_id.encode()),
+                                                  ("color", color.encode())])
+        assert p.flush(30) == 0  # one at a time: the second "a" is a duplicate
+    c = consumer(hbroker.bootstrap, **{"auto.offset.reset": "earliest",
+                                       "enable.partition.eof": False, "group.id": f"g-{view}"})
+    try:
+        c.subscribe([view])
+        got: list[bytes] = []
+        deadline = time.monotonic() + 30
+        while len(got) < 2:
+            assert time.monotonic() < deadline, got
+            m = c.poll(0.3)
+            if m is not None and m.error() is None:
+                got.append(m.value())
+        assert got == [b"0", b"3"]
+    finally:
+        c.close()
+    dedup = _until(lambda: rest.call("GET", f"{rest.cl}/dedup")[1],
+                   lambda b: any(d["topic_name"] == topic for d in b["data"]))
+    (window,) = [d for d in dedup["data"] if d["topic_name"] == topic]
+    assert (window["window_ms"], window["window_ids"], window["duplicates_dropped"]) == (
+        600000, 3, 1), window
+    views = _until(lambda: rest.call("GET", f"{rest.cl}/views")[1],
+                   lambda b: any(v["view_name"] == view and v["matched"] for v in b["data"]))
+    (shown,) = [v for v in views["data"] if v["view_name"] == view]
+    assert (shown["source_topic"], shown["filter"], shown["matched"], shown["filtered"]) == (
+        topic, "color = 'red'", 2, 1), shown

@@ -11,6 +11,7 @@ spread over all three, so produce and admin calls cross brokers.
 from __future__ import annotations
 
 import base64
+import http.client
 import json
 import time
 import urllib.error
@@ -134,6 +135,12 @@ def test_cluster_and_brokers_are_the_ones_kafka_clients_see(hbroker: Deployment)
     status, broker = rest.call("GET", f"{rest.cl}/brokers/{one}")
     assert status == 200 and broker["kind"] == "KafkaBroker" and broker["broker_id"] == one
     assert rest.call("GET", f"{rest.cl}/brokers/999")[0] == 404
+    for n in described.nodes:  # each broker describes its own configs, asked from any
+        status, configs = rest.call("GET", f"{rest.cl}/brokers/{n.id}/configs")
+        assert status == 200 and configs["kind"] == "KafkaBrokerConfigList", configs
+        by_name = {e["name"]: e for e in configs["data"]}
+        assert by_name["node.id"]["value"] == str(n.id) and by_name["node.id"]["broker_id"] == n.id
+    assert rest.call("GET", f"{rest.cl}/brokers/999/configs")[0] == 404
     status, error = rest.call("GET", "/clusters/not-this-one/topics")
     assert status == 404 and error["error_code"] == 404 and "not-this-one" in error["message"]
 
@@ -302,6 +309,18 @@ def test_bad_records_are_refused_whole_and_nothing_is_stored(hbroker: Deployment
         assert error["error_code"] in (400, 40403)
     status, error = rest.call("POST", f"{rest.cl}/topics/no-{topic}/records", _record(b"x"))
     assert (status, error["error_code"]) == (404, 40403)
+    # a body over 16 MiB is refused from its Content-Length, before it is read
+    url = urllib.parse.urlsplit(rest.base)
+    conn = http.client.HTTPConnection(url.hostname or "", url.port, timeout=30)
+    try:
+        conn.putrequest("POST", url.path + path)
+        conn.putheader("Content-Type", "application/json")
+        conn.putheader("Content-Length", str(17 << 20))
+        conn.endheaders()
+        answer = conn.getresponse()
+        assert (answer.status, json.loads(answer.read())["error_code"]) == (413, 413)
+    finally:
+        conn.close()
     assert _ends(hbroker.bootstrap, topic, 2) == {0: 0, 1: 0}  # nothing of any of them
     status, refused = rest.call("POST", path, _record(b"x", headers={"kc-delay-ms": b"soon"}))
     assert status == 400 and "kc-delay-ms" in refused["message"], refused
@@ -418,6 +437,11 @@ def test_reading_a_partition_page_by_page_with_a_filter_and_from_a_time(
     assert [r["offset"] for r in later["data"]] == [124, 125, 126]
     status, ends = rest.call("GET", f"{rest.cl}/topics/{topic}/partitions/0/offsets")
     assert (status, ends) == (200, {"beginning_offset": 0, "end_offset": 250})
+    past = _page(rest, f"{rest.cl}/topics/{topic}/partitions/0/records?offset=9999")
+    assert (past["data"], past["next_offset"], past["metadata"]["next"]) == ([], 250, None)
+    status, error = rest.call("GET", f"{rest.cl}/topics/{topic}/partitions/0/records?filter="
+                              + urllib.parse.quote("color = "))
+    assert status == 400 and error["message"].count("at character") == 1, error
     for bad in ("limit=0", "limit=5000", "filter=" + urllib.parse.quote("color = "),
                 "isolation=dirty", "offset=1&timestamp=5", "offset=x"):
         status, error = rest.call("GET", f"{rest.cl}/topics/{topic}/partitions/0/records?{bad}")

@@ -179,6 +179,19 @@ class SharePartition:
             out[run.state] += run.size
         return out
 
+    def in_flight(self, limit: int) -> list[tuple[int, int, RecordState, int, str | None, int]]:
+        """The first ``limit`` runs not done yet (AVAILABLE or ACQUIRED), in
+        offset order: (first, last, state, delivery count, member, lock
+        deadline) — what an operator looks at; a run, not a record, each."""
+        out = []
+        for run in self._w.runs:
+            if run.state in TERMINAL:
+                continue
+            out.append((run.first, run.last, run.state, run.count, run.member, run.deadline))
+            if len(out) >= limit:
+                break
+        return out
+
     def take_dead_letters(self) -> list[DeadLetter]:
         out, self._dead = self._dead, []
         return out

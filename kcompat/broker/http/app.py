@@ -30,11 +30,13 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from kcompat.broker.host.broker import Broker
 from kcompat.broker.http import (
     ops,
+    rest_acls,
     rest_admin,
     rest_ext,
     rest_groups,
     rest_read,
     rest_records,
+    rest_shares,
 )
 from kcompat.broker.http.auth import BasicAuth
 from kcompat.broker.http.calls import Caller
@@ -128,7 +130,8 @@ def build_app(broker: Broker) -> Any:
     for prefix in PREFIXES:
         for path, handler, method in (rest_admin.routes() + rest_records.routes()
                                       + rest_groups.routes() + rest_read.routes()
-                                      + rest_ext.routes()):
+                                      + rest_ext.routes() + rest_acls.routes()
+                                      + rest_shares.routes()):
             routes.append(Route(prefix + path, _endpoint(broker, prefix, handler),
                                 methods=[method]))
     app = Starlette(routes=routes, exception_handlers={HTTPException: _http_error})

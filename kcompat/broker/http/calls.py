@@ -13,7 +13,8 @@ and is handled there the same way (``serve_envelope``). A handler never
 answers ``Later`` here: that is for a client connection's long polls.
 
 What the Kafka protocol has no request for — the delayed records a schedule
-partition's leader holds — is a *query* (``QUERIES``, JSON in and out) that
+partition's leader holds, a share-partition's records in flight — is a
+*query* (``queries``, JSON in and out) that
 travels in the same envelope under an API key of kcompat's own
 (``HTTP_QUERY``), asked of every broker that may hold part of the answer.
 """
@@ -21,16 +22,15 @@ travels in the same envelope under an API key of kcompat's own
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from kcompat.broker.ext.delays import pending_summary
 from kcompat.broker.handlers import HANDLERS
 from kcompat.broker.host.broker import Broker
 from kcompat.broker.host.context import RequestContext
+from kcompat.broker.http.queries import QUERIES
 from kcompat.broker.net.zero_copy import with_bytes
 from kcompat.security.principal import ANONYMOUS
 from kcompat.wire import codec
@@ -58,27 +58,20 @@ class CallFailed(Exception):
 
 
 async def call(broker: Broker, caller: Caller, api_key: int, version: int, node: int = -1,
-               **fields: Any) -> Any:
+               size: int = 0, **fields: Any) -> Any:
     """The response to ``api_key`` v``version`` built from ``fields``, handled
-    by broker ``node`` (-1 or this one: here)."""
+    by broker ``node`` (-1 or this one: here). ``size``: the request's bytes
+    as quotas count them (a produce's batches; elsewhere the encoded body)."""
     request = codec.build(codec.request_class(api_key, version), **fields)
     if node < 0 or node == broker.state.node_id:
-        return await _local(broker, caller.principal, caller.host, api_key, version, request)
+        return await _local(broker, caller.principal, caller.host, api_key, version, request,
+                            size)
     code, body = await broker.calls.envelope(node, caller.principal, caller.host, api_key,
                                              version, codec.encode_body(request),
                                              ENVELOPE_TIMEOUT_S)
     if code != ErrorCode.none:
         raise CallFailed(code, f"broker {node} did not handle the request: {code.name}")
     return codec.decode_body(codec.response_class(api_key, version), body)
-
-
-async def _scheduled(broker: Broker, args: dict[str, Any]) -> Any:
-    return pending_summary(broker.delays, args.get("topic"))
-
-
-QUERIES: dict[str, Callable[[Broker, dict[str, Any]], Awaitable[Any]]] = {
-    "scheduled": _scheduled,
-}
 
 
 async def query(broker: Broker, caller: Caller, node: int, name: str,
@@ -95,9 +88,10 @@ async def query(broker: Broker, caller: Caller, node: int, name: str,
 
 
 async def _local(broker: Broker, principal: str, host: str, api_key: int, version: int,
-                 request: Any) -> Any:
+                 request: Any, size: int) -> Any:
     listener = broker.listeners[0].name if broker.listeners else ""
-    ctx = RequestContext(broker, api_key, version, 0, CLIENT_ID, host, principal, listener)
+    ctx = RequestContext(broker, api_key, version, 0, CLIENT_ID, host, principal, listener,
+                         None, size)
     response = await HANDLERS[api_key](ctx, request)
     if api_key == FETCH and response is not None:
         response = with_bytes(response)
@@ -111,5 +105,5 @@ async def serve_envelope(broker: Broker, principal: str, host: str, api_key: int
         doc = json.loads(body)
         return json.dumps(await QUERIES[doc["query"]](broker, doc["args"])).encode()
     request = codec.decode_body(codec.request_class(api_key, version), body)
-    response = await _local(broker, principal, host, api_key, version, request)
+    response = await _local(broker, principal, host, api_key, version, request, len(body))
     return codec.encode_body(response)

@@ -12,13 +12,14 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.core import Metric
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 from starlette.routing import Route
 
 from kcompat.broker.host.broker import Broker
@@ -58,7 +59,8 @@ def routes(broker: Broker) -> list[Route]:
         async def answer(_request: Request) -> Response:
             body = health(broker)
             ok = body["ready"] or live_only
-            return JSONResponse(body, status_code=200 if ok else 503)
+            return Response(json.dumps(body) + "\n", status_code=200 if ok else 503,
+                            media_type="application/json")
         return answer
 
     get = ["GET", "HEAD"]

@@ -124,16 +124,29 @@ class Ctx:
         if given is not None and given != self.cluster_id:
             raise RestError(404, f"Cluster {given} cannot be found.")
 
-    async def call(self, api_key: int, version: int, node: int = -1, **fields: Any) -> Any:
+    async def call(self, api_key: int, version: int, node: int = -1, size: int = 0,
+                   **fields: Any) -> Any:
         try:
-            return await calls.call(self.broker, self.caller, api_key, version, node, **fields)
+            return await calls.call(self.broker, self.caller, api_key, version, node, size,
+                                    **fields)
         except calls.CallFailed as e:
             raise kafka_error(e.code, str(e)) from None
 
-    async def body(self) -> Any:
-        raw = await self.request.body()
-        if len(raw) > BODY_BYTES_MAX:
+    async def raw_body(self) -> bytes:
+        """The request's body, read no further than ``BODY_BYTES_MAX`` (413 past it)."""
+        declared = self.request.headers.get("content-length", "")
+        if declared.isdigit() and int(declared) > BODY_BYTES_MAX:
             raise RestError(413, f"the body is over {BODY_BYTES_MAX} bytes")
+        chunks, size = [], 0
+        async for chunk in self.request.stream():
+            size += len(chunk)
+            if size > BODY_BYTES_MAX:
+                raise RestError(413, f"the body is over {BODY_BYTES_MAX} bytes")
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+    async def body(self) -> Any:
+        raw = await self.raw_body()
         if not raw.strip():
             raise RestError(400, "a JSON body is required")
         try:

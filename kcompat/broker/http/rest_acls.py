@@ -42,6 +42,7 @@ from kcompat.wire import codec
 from kcompat.wire import versions as v
 
 VERSION = 3  # DescribeAcls, CreateAcls, DeleteAcls
+#: the REST fields, in the order of ``acl.AclBinding``'s and ``acl.AclBindingFilter``'s
 FIELDS = ("resource_type", "resource_name", "pattern_type", "principal", "host", "operation",
           "permission")
 _ENUMS: dict[str, type[IntEnum]] = {"resource_type": acl.ResourceType,
@@ -84,9 +85,7 @@ def _filter(c: Ctx, required: tuple[str, ...] = ()) -> acl.AclBindingFilter:
         if value.name == "UNKNOWN":
             raise RestError(400, f"{name} cannot be UNKNOWN")
         values[name] = value
-    return acl.AclBindingFilter(values["resource_type"], values["resource_name"],
-                                values["pattern_type"], values["principal"], values["host"],
-                                values["operation"], values["permission"])
+    return acl.AclBindingFilter(*(values[name] for name in FIELDS))
 
 
 def _filter_fields(f: acl.AclBindingFilter) -> dict[str, Any]:
@@ -109,9 +108,7 @@ def _new(doc: Any) -> acl.AclBinding:
             values[name] = value
         else:
             values[name] = raw
-    b = acl.AclBinding(values["resource_type"], values["resource_name"],
-                       values["pattern_type"], values["principal"], values["host"],
-                       values["operation"], values["permission"])
+    b = acl.AclBinding(*(values[name] for name in FIELDS))
     try:
         acl.check_new(b)
     except acl.AclError as e:

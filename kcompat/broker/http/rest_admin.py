@@ -200,9 +200,12 @@ async def delete_topic(c: Ctx) -> Response:
 # -- configs -------------------------------------------------------------------------------
 
 
-async def _configs(c: Ctx, kind: int, resource: str, names: tuple[str, ...] | None) -> Any:
+async def _configs(c: Ctx, kind: int, resource: str, names: tuple[str, ...] | None,
+                   node: int = -1) -> Any:
+    """DescribeConfigs of one resource, by broker ``node`` (a broker's own
+    configs: Kafka brokers describe only themselves)."""
     mod = codec.request_module(v.DESCRIBE_CONFIGS, 4)
-    answer = await c.call(v.DESCRIBE_CONFIGS, 4, resources=(mod.DescribeConfigsResource(
+    answer = await c.call(v.DESCRIBE_CONFIGS, 4, node, resources=(mod.DescribeConfigsResource(
         resource_type=kind, resource_name=resource, configuration_keys=names),),
         include_synonyms=True, include_documentation=False)
     result = answer.results[0]
@@ -288,7 +291,10 @@ async def alter_topic_configs(c: Ctx) -> Response:
 
 async def list_broker_configs(c: Ctx) -> Response:
     broker = c.int_param("broker_id")
-    entries = await _configs(c, BROKER, str(broker), None)
+    listed = await c.call(v.DESCRIBE_CLUSTER, 1, include_cluster_authorized_operations=False)
+    if broker not in {b.broker_id for b in listed.brokers}:
+        raise RestError(404, f"Broker {broker} cannot be found.")
+    entries = await _configs(c, BROKER, str(broker), None, node=broker)
     return c.listing("KafkaBrokerConfigList", [_broker_config(c, broker, e) for e in
                                                sorted(entries, key=lambda e: e.name)])
 

@@ -31,12 +31,11 @@ import base64
 import datetime
 from typing import Any
 
-import trio
 from starlette.responses import JSONResponse, Response
 
-from kcompat.broker.http import calls
-from kcompat.broker.http.rest import Ctx, RestError, check, kafka_error, need
+from kcompat.broker.http.rest import Ctx, RestError, check, need
 from kcompat.broker.http.rest_admin import TIMEOUT, metadata, one_topic
+from kcompat.broker.http.rest_groups import every_broker
 from kcompat.broker.http.rest_read import EARLIEST, LATEST, Page, fetch, list_offset
 from kcompat.broker.http.rest_records import OutRecord, deliver
 from kcompat.ext.delay import CANCEL_SCHEDULE
@@ -55,12 +54,6 @@ def _iso(ms: int | None) -> str | None:
     return when.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
-async def _brokers(c: Ctx) -> list[int]:
-    answer = await c.call(v.DESCRIBE_CLUSTER, 1, include_cluster_authorized_operations=False)
-    check(answer.error_code, answer.error_message)
-    return sorted(b.broker_id for b in answer.brokers)
-
-
 # -- delayed records ------------------------------------------------------------------------
 
 
@@ -68,18 +61,8 @@ async def scheduled(c: Ctx) -> Response:
     topic = c.request.query_params.get("topic")
     if topic is not None:
         await one_topic(c, topic)  # 404 unless it exists and the caller may see it
-    found: list[tuple[int, dict[str, Any]]] = []
-
-    async def ask(node: int) -> None:
-        try:
-            answer = await calls.query(c.broker, c.caller, node, "scheduled", {"topic": topic})
-        except calls.CallFailed as e:
-            raise kafka_error(e.code, str(e)) from None
-        found.extend((node, part) for part in answer)
-
-    async with trio.open_nursery() as nursery:
-        for node in await _brokers(c):
-            nursery.start_soon(ask, node)
+    found = [(node, part) for node, answer in
+             await every_broker(c, "scheduled", {"topic": topic}) for part in answer]
     visible = None if topic is not None else {
         t.name for t in (await metadata(c, None)).topics if t.error_code == 0}
     targets = []
@@ -166,8 +149,15 @@ def _text(value: bytes | None) -> str | None:
         return None
 
 
+def _dead_letter_topic(name: str) -> str:
+    if not name.endswith(DLQ_SUFFIX):
+        raise RestError(400, f"{name} is not a dead-letter topic (its name ends with "
+                             f"{DLQ_SUFFIX})")
+    return name
+
+
 async def replay(c: Ctx) -> Response:
-    topic_name = c.param("topic_name")
+    topic_name = _dead_letter_topic(c.param("topic_name"))
     doc = await c.body()
     execute = need(doc, "execute", bool, required=False, default=False)
     to = need(doc, "to", str, required=False)
@@ -182,7 +172,7 @@ async def replay(c: Ctx) -> Response:
         try:
             wanted = parse(text)
         except FilterError as e:
-            raise RestError(400, f"filter: {e} (at character {e.position})") from None
+            raise RestError(400, f"filter: {e}") from None
     if to == topic_name:
         raise RestError(400, f"cannot replay {topic_name} into itself; name another in \"to\"")
     topic = await one_topic(c, topic_name)
@@ -244,7 +234,7 @@ def _destination(dlq: str, to: str | None, shown: dict[str, Any]) -> tuple[OutRe
 
 
 async def purge(c: Ctx) -> Response:
-    topic_name = c.param("topic_name")
+    topic_name = _dead_letter_topic(c.param("topic_name"))
     execute = need(await c.body(), "execute", bool, required=False, default=False)
     topic = await one_topic(c, topic_name)
     parts = await _partition_ends(c, topic)
@@ -267,10 +257,61 @@ async def purge(c: Ctx) -> Response:
                          "data": rows})
 
 
+# -- dedup windows and views ---------------------------------------------------------------
+
+
+async def _visible_topics(c: Ctx) -> set[str]:
+    return {t.name for t in (await metadata(c, None)).topics if t.error_code == 0}
+
+
+async def dedup_windows(c: Ctx) -> Response:
+    image = c.broker.state.metadata.image
+    visible = await _visible_topics(c)
+    totals: dict[str, list[int]] = {}
+    for _node, answer in await every_broker(c, "dedup", {}):
+        for topic, row in answer.items():
+            acc = totals.setdefault(topic, [0, 0, 0])
+            for i, n in enumerate(row):
+                acc[i] += n
+    data = []
+    for name in sorted(visible):
+        meta = image.topics.get(name)
+        window = int((meta.configs if meta else {}).get("kc.dedup.window.ms") or 0)
+        if window <= 0:
+            continue
+        ids, dropped, evicted = totals.get(name, [0, 0, 0])
+        data.append({"kind": "KcompatDedupWindow", "topic_name": name, "window_ms": window,
+                     "by": meta.configs.get("kc.dedup.by", "header") if meta else "header",
+                     "window_ids": ids, "duplicates_dropped": dropped, "evictions": evicted})
+    return c.listing("KcompatDedupList", data)
+
+
+async def views(c: Ctx) -> Response:
+    image = c.broker.state.metadata.image
+    visible = await _visible_topics(c)
+    counts: dict[str, list[int]] = {}
+    for _node, answer in await every_broker(c, "views", {}):
+        for view, (matched, filtered) in answer.items():
+            acc = counts.setdefault(view, [0, 0])
+            acc[0] += matched
+            acc[1] += filtered
+    data = []
+    for name in sorted(visible):
+        meta = image.topics.get(name)
+        if meta is None or meta.view_of is None:
+            continue
+        matched, filtered = counts.get(name, [0, 0])
+        data.append({"kind": "KcompatView", "view_name": name, "source_topic": meta.view_of,
+                     "filter": meta.configs.get("kc.view.filter"), "matched": matched,
+                     "filtered": filtered})
+    return c.listing("KcompatViewList", data)
+
+
 def routes() -> list[tuple[str, Any, str]]:
     cl = "/clusters/{cluster_id}"
     return [(cl + "/scheduled", scheduled, "GET"),
             (cl + "/topics/{topic_name}/scheduled:cancel", cancel, "POST"),
             (cl + "/dead-letters", dead_letter_topics, "GET"),
             (cl + "/dead-letters/{topic_name}:replay", replay, "POST"),
-            (cl + "/dead-letters/{topic_name}:purge", purge, "POST")]
+            (cl + "/dead-letters/{topic_name}:purge", purge, "POST"),
+            (cl + "/dedup", dedup_windows, "GET"), (cl + "/views", views, "GET")]

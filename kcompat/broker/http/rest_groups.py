@@ -18,7 +18,8 @@ import trio
 from kio.schema.errors import ErrorCode
 from starlette.responses import JSONResponse, Response
 
-from kcompat.broker.http.rest import Ctx, RestError, check
+from kcompat.broker.http import calls
+from kcompat.broker.http.rest import Ctx, RestError, check, kafka_error
 from kcompat.broker.http.rest_admin import metadata
 from kcompat.group.consumer_protocol import decode_assignment
 from kcompat.wire import codec
@@ -50,10 +51,26 @@ class _Group:
     members: list[_Member]
 
 
-async def _brokers(c: Ctx) -> list[int]:
+async def brokers(c: Ctx) -> list[int]:
     answer = await c.call(v.DESCRIBE_CLUSTER, 1, include_cluster_authorized_operations=False)
     check(answer.error_code, answer.error_message)
     return sorted(b.broker_id for b in answer.brokers)
+
+
+async def every_broker(c: Ctx, name: str, args: dict[str, Any]) -> list[tuple[int, Any]]:
+    """(broker, its answer) to query ``name`` (``queries``) from every broker."""
+    found: list[tuple[int, Any]] = []
+
+    async def ask(node: int) -> None:
+        try:
+            found.append((node, await calls.query(c.broker, c.caller, node, name, args)))
+        except calls.CallFailed as e:
+            raise kafka_error(e.code, str(e)) from None
+
+    async with trio.open_nursery() as nursery:
+        for node in await brokers(c):
+            nursery.start_soon(ask, node)
+    return found
 
 
 async def _listed(c: Ctx) -> list[Any]:
@@ -67,12 +84,12 @@ async def _listed(c: Ctx) -> list[Any]:
         found.extend(answer.groups)
 
     async with trio.open_nursery() as nursery:
-        for node in await _brokers(c):
+        for node in await brokers(c):
             nursery.start_soon(ask, node)
     return sorted({g.group_id: g for g in found}.values(), key=lambda g: g.group_id)
 
 
-async def _coordinator(c: Ctx, group: str) -> int:
+async def coordinator(c: Ctx, group: str) -> int:
     answer = await c.call(v.FIND_COORDINATOR, 4, key_type=GROUP_KEY, coordinator_keys=(group,))
     found = answer.coordinators[0]
     check(found.error_code, found.error_message, group)
@@ -80,7 +97,7 @@ async def _coordinator(c: Ctx, group: str) -> int:
 
 
 async def _describe(c: Ctx, group: str) -> _Group:
-    node = await _coordinator(c, group)
+    node = await coordinator(c, group)
     classic = (await c.call(v.DESCRIBE_GROUPS, 5, node, groups=(group,),
                             include_authorized_operations=False)).groups[0]
     check(classic.error_code, None, group)

@@ -165,7 +165,7 @@ async def read_records(c: Ctx) -> Response:
         try:
             wanted = parse(q["filter"])
         except FilterError as e:
-            raise RestError(400, f"filter: {e} (at character {e.position})") from None
+            raise RestError(400, f"filter: {e}") from None
     leader = (await partition_of(c, topic, index)).leader_id
     if leader < 0:
         raise RestError(500, f"{topic}-{index} has no leader at the moment", 50003)
@@ -179,7 +179,7 @@ async def read_records(c: Ctx) -> Response:
         found = await list_offset(c, leader, topic, index, when, isolation)
         position = end if found < 0 else found
     else:
-        position = max(begin, c.query_int("offset", begin) or 0)
+        position = min(end, max(begin, c.query_int("offset", begin) or 0))
     page = Page(limit, wanted, bool(isolation))
     scanned = 0
     while position < end and len(page.records) < limit and scanned < SCAN_BYTES:

@@ -27,6 +27,7 @@ from __future__ import annotations
 import base64
 import binascii
 import datetime
+import functools
 import itertools
 import json
 import time
@@ -44,6 +45,7 @@ from kcompat.wire import versions as v
 from kcompat.wire.records import encode_batch
 
 TIMEOUT = datetime.timedelta(seconds=30)
+THROTTLE_MAX_S = 30.0
 _keyless = itertools.count()
 
 
@@ -199,7 +201,7 @@ def parse_records(raw: bytes) -> list[OutRecord]:
 
 async def produce(c: Ctx) -> Response:
     topic_name = c.param("topic_name")
-    records = parse_records(await c.request.body())
+    records = parse_records(await c.raw_body())
     reports = await deliver(c, topic_name, records)
     if len(reports) == 1:
         report = reports[0]
@@ -208,7 +210,7 @@ async def produce(c: Ctx) -> Response:
                                  "message": report["message"]},
                                 status_code=report["error_code"] // 100)
         return JSONResponse(report)
-    body = "\n".join(json.dumps(r, separators=(",", ":")) for r in reports) + "\n"
+    body = "\n".join(map(_compact, reports)) + "\n"
     return Response(body, media_type="application/json")
 
 
@@ -248,9 +250,16 @@ async def _send(c: Ctx, topic: str, leader: int, indexes: list[int],
     try:
         if leader < 0:
             raise kafka_error(ErrorCode.leader_not_available, f"{topic} has no leader at the moment")
-        answer = await c.call(v.PRODUCE, 9, leader, transactional_id=None, acks=-1,
-                              timeout=TIMEOUT, topic_data=(mod.TopicProduceData(
-                                  name=topic, partition_data=data),))
+        answer = await c.call(v.PRODUCE, 9, leader, size=sum(len(d.records) for d in data),
+                              transactional_id=None, acks=-1, timeout=TIMEOUT,
+                              topic_data=(mod.TopicProduceData(name=topic,
+                                                               partition_data=data),))
+        # a quota or a service falling behind (delayed delivery's backpressure)
+        # throttles the producer: the HTTP one waits it out before its answer,
+        # as a Kafka client waits before its next request
+        throttled = answer.throttle_time.total_seconds()
+        if throttled > 0:
+            await trio.sleep(min(throttled, THROTTLE_MAX_S))
         results = {p.index: p for t in answer.responses for p in t.partition_responses}
     except RestError as e:
         for i in indexes:
@@ -276,6 +285,10 @@ async def _send(c: Ctx, topic: str, leader: int, indexes: list[int],
                         {"type": r.value_type, "size": len(r.value or b"")}}
 
 
+_compact = json.JSONEncoder(separators=(",", ":")).encode  # one encoder, not one per report
+
+
+@functools.lru_cache(maxsize=4096)  # the records of a body mostly share their millisecond
 def _iso(ms: int) -> str:
     when = datetime.datetime.fromtimestamp(ms / 1000, tz=datetime.UTC)
     return when.isoformat(timespec="milliseconds").replace("+00:00", "Z")

@@ -54,6 +54,16 @@ def test_release_redelivers_with_the_count_raised() -> None:
                                                     AcquiredRecords(3, 3, 1)]
 
 
+def test_in_flight_lists_the_runs_not_done_with_their_delivery_counts() -> None:
+    sp = SharePartition(0)
+    sp.acquire("a", 10, 0, recs(0, 5))
+    assert sp.acknowledge("a", [(0, 1, [ACCEPT]), (3, 3, [RELEASE])], 10) == OK
+    assert sp.in_flight(10) == [(2, 2, RecordState.ACQUIRED, 1, "a", 30_000),
+                                (3, 3, RecordState.AVAILABLE, 1, None, -1),
+                                (4, 5, RecordState.ACQUIRED, 1, "a", 30_000)]
+    assert sp.in_flight(1) == [(2, 2, RecordState.ACQUIRED, 1, "a", 30_000)]
+
+
 def test_reject_archives_and_makes_a_dead_letter() -> None:
     sp = SharePartition(0)
     sp.acquire("a", 10, 0, recs(0, 1))
