@@ -13,7 +13,8 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q -e '.[test]'
 	touch $(STAMP)
 
-# System tools the compatibility tests drive (kcat from Debian; cached once installed).
+# System tools the compatibility tests drive (kcat, a JDK and Maven, chromium and
+# chromedriver, from Debian; cached once installed).
 tools:
 	@command -v kcat >/dev/null 2>&1 || { \
 	  echo "installing kcat from apt"; \
@@ -23,6 +24,10 @@ tools:
 	  echo "installing maven and a JDK from apt"; \
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq maven openjdk-17-jdk-headless >/dev/null; }
+	@command -v chromium >/dev/null 2>&1 && command -v chromedriver >/dev/null 2>&1 || { \
+	  echo "installing chromium and its driver from apt (the console's browser tests)"; \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq chromium chromium-driver >/dev/null; }
 
 # Jars for the Java suites, from Maven Central into ~/.cache/kcompat (reused after the first run).
 java-deps: $(STAMP) tools
