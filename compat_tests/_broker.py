@@ -305,7 +305,7 @@ class Broker:
         or a port of its own), from the line the process started last logged."""
         with open(self.log_path, "rb") as f:
             f.seek(self._ready_offset)
-            found = re.findall(rb"admin HTTP on (http://[0-9.]+:[0-9]+)", f.read())
+            found = re.findall(rb"admin HTTP on (https?://[0-9.]+:[0-9]+)", f.read())
         if not found:
             raise BrokerError(f"broker on {self.bootstrap} logged no admin HTTP port")
         return found[-1].decode()

@@ -5,16 +5,18 @@ naming a user its SASL listeners accept — a PLAIN user of a listener's JAAS
 config, or a SCRAM user made with AlterUserScramCredentials — and the request
 acts as that user (``User:<name>``) under the StandardAuthorizer's ACLs,
 exactly as the user's Kafka client would. Run on one broker (PLAIN and
-SCRAM-SHA-512 on a SASL_PLAINTEXT listener) and on a 3-broker cluster whose
-clients and inter-broker link are SASL_SSL (``SecuredCluster``), where
-produce requests reach the partitions' leaders on other brokers in envelopes
-that carry the user.
+SCRAM-SHA-512 on a SASL_PLAINTEXT listener; plain HTTP) and on a 3-broker
+cluster whose clients and inter-broker link are SASL_SSL (``SecuredCluster``;
+its admin ports speak HTTPS with the listeners' certificate), where produce
+requests reach the partitions' leaders on other brokers in envelopes that
+carry the user.
 """
 
 from __future__ import annotations
 
 import base64
 import json
+import ssl
 import time
 import urllib.error
 import urllib.request
@@ -84,10 +86,14 @@ def secured(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFac
     cluster: Cluster = SecuredCluster(root / "c", pki, "SASL_SSL",
                                       extra_args=("--admin-port", "0"))
     cluster.start()
+    _TRUST[cluster.bootstrap] = ssl.create_default_context(cafile=str(pki.ca))
     try:
         yield list(cluster.brokers.values()), cluster.bootstrap
     finally:
         cluster.kill()
+
+
+_TRUST: dict[str, ssl.SSLContext] = {}  # a secured cluster's bootstrap -> its test CA
 
 
 def _call(broker: Broker, method: str, path: str, body: Any = None,
@@ -99,8 +105,9 @@ def _call(broker: Broker, method: str, path: str, body: Any = None,
     data = None if body is None else json.dumps(body).encode()
     req = urllib.request.Request(broker.admin_url + "/v3" + path, data=data, method=method,
                                  headers=headers)
+    context = next(iter(_TRUST.values())) if broker.admin_url.startswith("https") else None
     try:
-        with urllib.request.urlopen(req, timeout=40) as r:
+        with urllib.request.urlopen(req, timeout=40, context=context) as r:
             text, status = r.read().decode(), r.status
     except urllib.error.HTTPError as e:
         text, status = e.read().decode(), e.code
@@ -137,6 +144,7 @@ def test_basic_auth_names_the_user_and_acls_decide(secured: tuple[list[Broker], 
     finally:
         admin.close()
     http = brokers[0]
+    assert http.admin_url.startswith("https://" if len(brokers) > 1 else "http://")
     status, cluster = _call(http, "GET", "/clusters")
     assert (status, cluster["error_code"]) == (401, 40101)  # no credentials: refused
     status, wrong = _call(http, "GET", "/clusters", auth=("alice", "nope"))

@@ -56,7 +56,8 @@ REFERENCE_STATIC = {"num.partitions": "1", "offsets.topic.replication.factor": "
                     "share.coordinator.state.topic.replication.factor": "1",
                     "group.initial.rebalance.delay.ms": "0",
                     "offsets.retention.check.interval.ms": "86400000", **SHARE_TEST_OVERRIDES}
-KCOMPAT_OWN = {"admin.host", "admin.port", "admin.token", "advertised.host", "host", "port"}
+KCOMPAT_OWN = {"admin.host", "admin.port", "admin.tls", "admin.token", "advertised.host", "host",
+               "port"}
 Ops = list[tuple[str, int, str | None]]
 # Kafka's broker quota keys (QuotaConfig, not KafkaConfig): kafka-reassign-partitions
 # --throttle sets the first two on brokers, --verify deletes all three

@@ -42,7 +42,7 @@ KNOWN_JAVA_STEPS: dict[str, str] = {}
 KNOWN_MISSING_TOPIC_CONFIGS: set[str] = set()
 # kcompat's own broker keys (not Kafka keys): allowed in its DescribeConfigs answer,
 # besides every "kcompat.*" key (FINDINGS.md D8).
-KCOMPAT_ONLY_BROKER_KEYS = {"admin.host", "admin.port", "admin.token", "advertised.host",
+KCOMPAT_ONLY_BROKER_KEYS = {"admin.host", "admin.port", "admin.tls", "admin.token", "advertised.host",
                             "host", "port"}
 # (Kafka type, kcompat type) of broker keys whose ConfigType differs (FINDINGS.md D9: none left).
 KNOWN_BROKER_TYPE_DIFFS: dict[str, tuple[str, str]] = {}

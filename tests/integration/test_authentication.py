@@ -333,15 +333,16 @@ def test_nothing_unauthenticated_is_stored(secured: Secured) -> None:
     assert "unauthenticated" not in [t.name for t in topics]
 
 
-def _get(url: str, token: str | None = None) -> int:
+def _get(url: str, token: str | None = None, cafile: Path | None = None) -> int:
     import urllib.error
     import urllib.request
 
     request = urllib.request.Request(url)
     if token is not None:
         request.add_header("Authorization", f"Bearer {token}")
+    context = None if cafile is None else ssl.create_default_context(cafile=str(cafile))
     try:
-        with urllib.request.urlopen(request, timeout=5) as answer:
+        with urllib.request.urlopen(request, timeout=5, context=context) as answer:
             return int(answer.status)
     except urllib.error.HTTPError as e:
         return int(e.code)
@@ -349,7 +350,9 @@ def _get(url: str, token: str | None = None) -> int:
 
 def test_the_admin_port_of_a_secured_broker(secured: Secured, tmp_path: Path) -> None:
     """Secured listeners: the admin HTTP port serves loopback only unless a
-    bearer token guards it; with admin.token every request must bear it."""
+    bearer token guards it; with admin.token every request must bear it; it
+    speaks TLS with the TLS listeners' keystore (admin.tls=auto), or plain
+    HTTP with admin.tls=false."""
     fresh = {name: free_port("127.0.0.1") for name in secured.ports}
     base = broker_config(fresh, secured.pki, tmp_path / "a")
     open_config = tmp_path / "open.yaml"
@@ -368,10 +371,24 @@ def test_the_admin_port_of_a_secured_broker(secured: Secured, tmp_path: Path) ->
     broker = Broker(tmp_path / "guarded", port=ports["PLAINTEXT"],
                     extra_args=("--config", str(guarded))).start()
     try:
-        url = f"http://127.0.0.1:{admin_port}/health"
-        assert _get(url) == 401
-        assert _get(url, "wrong") == 401
-        assert _get(url, "s3cret") == 200
+        url = f"https://127.0.0.1:{admin_port}/health"
+        assert _get(url, cafile=secured.pki.ca) == 401
+        assert _get(url, "wrong", cafile=secured.pki.ca) == 401
+        assert _get(url, "s3cret", cafile=secured.pki.ca) == 200
+        assert f"admin HTTP on https://0.0.0.0:{admin_port}" in broker.tail()
+        with pytest.raises(OSError):  # the port speaks TLS: plain HTTP gets no answer
+            _get(f"http://127.0.0.1:{admin_port}/health", "s3cret")
+    finally:
+        broker.stop()
+    plain = tmp_path / "plain.yaml"
+    plain_port = free_port("127.0.0.1")
+    ports = {name: free_port("127.0.0.1") for name in secured.ports}
+    plain.write_text(yaml.safe_dump({**broker_config(ports, secured.pki, tmp_path / "c"),
+                                     "admin.port": plain_port, "admin.tls": "false"}))
+    broker = Broker(tmp_path / "plain", port=ports["PLAINTEXT"],
+                    extra_args=("--config", str(plain))).start()
+    try:
+        assert _get(f"http://127.0.0.1:{plain_port}/health") == 200  # loopback: no token
     finally:
         broker.stop()
 

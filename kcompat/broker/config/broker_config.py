@@ -213,6 +213,8 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
         _D("admin.port", "int", 9644, minimum=-1),  # 0 picks a free port, -1 disables
         _D("admin.host", "string", ""),  # empty: the same as host
         _D("admin.token", "password", ""),  # a bearer token every admin HTTP request must carry
+        # HTTPS on the admin port: auto = when a Kafka listener speaks TLS (its keystore)
+        _D("admin.tls", "string", "auto", choices=("auto", "true", "false")),
         # Empty: a quorum of one (this broker alone); else the controllers, each
         # also a broker unless process.roles says otherwise.
         _D("controller.quorum.voters", "list", []),  # "1@host:port,2@host:port,..."

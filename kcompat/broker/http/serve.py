@@ -11,6 +11,13 @@ but a loopback address without ``admin.token`` stops the broker naming the
 key: a secured broker never serves its metrics or its API to the network
 unauthenticated by accident.
 
+TLS (``admin.tls``): ``auto`` (the default) serves HTTPS when a Kafka
+listener speaks TLS (SSL or SASL_SSL), with that listener's keystore and
+protocols — a client listener's rather than the inter-broker one's when both
+exist; ``true`` requires such a listener; ``false`` serves plain HTTP. The
+admin port asks no client certificate (its callers authenticate with HTTP
+basic auth or the bearer token), whatever the listener asks.
+
 The socket is bound here (so a bind failure is the broker's one-line error)
 and handed to hypercorn's trio worker, which runs its connections in the
 broker's own nursery until the node cancels it.
@@ -21,6 +28,7 @@ from __future__ import annotations
 import ipaddress
 import logging
 import socket
+import ssl
 
 from hypercorn.config import Config, Sockets
 from hypercorn.trio.run import worker_serve
@@ -29,6 +37,7 @@ from hypercorn.utils import wrap_app
 from kcompat.broker.config.configdef import ConfigError
 from kcompat.broker.host.broker import Broker
 from kcompat.broker.http.app import build_app
+from kcompat.broker.net.listeners import inter_broker_name, server_context
 
 log = logging.getLogger("kcompat.admin")
 
@@ -54,8 +63,39 @@ def open_admin_sockets(broker: Broker) -> list[socket.socket]:
                     e.strerror)
         return []
     bound = sockets[0].getsockname()
-    log.info("admin HTTP on http://%s:%d (/metrics, /health, /v3)", bound[0], bound[1])
+    scheme = "https" if tls_context(broker) is not None else "http"
+    log.info("admin HTTP on %s://%s:%d (/metrics, /health, /v3)", scheme, bound[0], bound[1])
     return sockets
+
+
+def tls_context(broker: Broker) -> ssl.SSLContext | None:
+    """The admin port's TLS context per ``admin.tls``; None for plain HTTP."""
+    mode = broker.config["admin.tls"]
+    if mode == "false":
+        return None
+    tls = [item for item in broker.listeners if item.tls]
+    if not tls:
+        if mode == "true":
+            raise ConfigError("admin.tls", "admin.tls=true needs a Kafka listener with TLS "
+                                           "(SSL or SASL_SSL) whose keystore it can use")
+        return None
+    inter = inter_broker_name(broker.config, broker.listeners)
+    chosen = next((item for item in tls if item.name != inter), tls[0])
+    ctx = server_context(broker.config, chosen)
+    ctx.verify_mode = ssl.CERT_NONE  # callers authenticate over HTTP, not by certificate
+    ctx.set_alpn_protocols(["h2", "http/1.1"])
+    return ctx
+
+
+class _Config(Config):
+    """hypercorn's config with the broker's TLS context."""
+
+    def __init__(self, context: ssl.SSLContext | None) -> None:
+        super().__init__()
+        self._context = context
+
+    def create_ssl_context(self) -> ssl.SSLContext | None:
+        return self._context
 
 
 def _bind(host: str, port: int) -> list[socket.socket]:
@@ -85,7 +125,8 @@ async def run_admin_http(broker: Broker, sockets: list[socket.socket]) -> None:
     """Serve the app on already-bound ``sockets`` until cancelled."""
     if not sockets:
         return
-    config = Config()
+    context = tls_context(broker)
+    config = _Config(context)
     config.accesslog = None
     errors = logging.getLogger("kcompat.http.server")
     errors.setLevel(logging.WARNING)  # not its "Running on ... (CTRL + C to quit)"
@@ -93,4 +134,5 @@ async def run_admin_http(broker: Broker, sockets: list[socket.socket]) -> None:
     config.keep_alive_timeout = 60  # REST clients keep their connection between calls
     config.graceful_timeout = 1.0
     app = wrap_app(build_app(broker), config.wsgi_max_body_size, "asgi")
-    await worker_serve(app, config, sockets=Sockets([], sockets, []))
+    secure, plain = (sockets, []) if context is not None else ([], sockets)
+    await worker_serve(app, config, sockets=Sockets(secure, plain, []))
