@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: run test test-secured-link test-apps lint unit compat bench bench-share bench-ext bench-compaction bench-scale bench-simple soak fuzz rdkafka-suite kafka-python-suite clean tools sim java-deps kafka-reference demo
+.PHONY: run test test-secured-link test-apps screenshots lint unit compat bench bench-share bench-ext bench-compaction bench-scale bench-simple soak fuzz rdkafka-suite kafka-python-suite clean tools sim java-deps kafka-reference demo
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -87,6 +87,10 @@ $(APPS_STAMP): $(STAMP)
 
 test-apps: $(APPS_STAMP) tools java-deps
 	$(PY) -m pytest -q -p no:cacheprovider -m apps compat_tests/apps $(PYTEST_ARGS)
+
+# The console's pictures in docs/images, taken in headless chromium from a live broker.
+screenshots: $(STAMP) tools
+	$(PY) -m pytest -q -p no:cacheprovider -m screenshots compat_tests/http/test_console.py
 
 # Apache Kafka vs kcompat on this machine with Kafka's perf tools (bench/compare.py);
 # BENCH_QUICK=1 keeps the headline ratios only (< 5 min). The full run also compares

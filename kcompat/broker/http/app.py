@@ -24,11 +24,12 @@ from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-from starlette.routing import Route
+from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from kcompat.broker.host.broker import Broker
 from kcompat.broker.http import (
+    console,
     ops,
     rest_acls,
     rest_admin,
@@ -62,7 +63,13 @@ class _Auth:
             return
         given = _authorization(scope)
         client = scope.get("client") or ("", 0)
-        rest = any(scope["path"].startswith(p + "/") or scope["path"] == p for p in PREFIXES)
+        path = scope["path"]
+        rest = any(path.startswith(p + "/") or path == p for p in PREFIXES)
+        if path == "/ui" or path.startswith("/ui/"):
+            # the console's page and assets are static files a browser must load
+            # before it can ask for credentials; every API call it makes is checked
+            await self.app(scope, receive, send)
+            return
         if rest and given.lower().startswith("basic "):
             principal = await self.basic.principal(given)
             if principal is None:
@@ -126,7 +133,7 @@ async def _http_error(_request: Request, exc: Exception) -> Response:
 
 
 def build_app(broker: Broker) -> Any:
-    routes = list(ops.routes(broker))
+    routes: list[BaseRoute] = list(ops.routes(broker))
     for prefix in PREFIXES:
         for path, handler, method in (rest_admin.routes() + rest_records.routes()
                                       + rest_groups.routes() + rest_read.routes()
@@ -134,5 +141,6 @@ def build_app(broker: Broker) -> Any:
                                       + rest_shares.routes()):
             routes.append(Route(prefix + path, _endpoint(broker, prefix, handler),
                                 methods=[method]))
+    routes += console.routes()  # /ui: the console's page and its assets
     app = Starlette(routes=routes, exception_handlers={HTTPException: _http_error})
     return _Auth(app, broker)

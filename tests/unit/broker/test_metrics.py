@@ -94,6 +94,13 @@ def test_routes(tmp_path: Path) -> None:
         assert json.loads(body) == {"error_code": 404, "message": "HTTP 404 Not Found"}
         broker.config.values["admin.token"] = "s3cret"
         assert route("GET", "/health")[0] == 401
+        assert route("GET", "/v3/clusters")[0] == 401
+        # the console's page and assets load without it (a browser cannot send the
+        # token before the page that asks for it); its API calls still need it
+        status, ctype, page = route("GET", "/ui")
+        assert status == 200 and ctype.startswith("text/html") and b"console.js" in page
+        assert route("GET", "/ui/assets/console.js")[0] == 200
+        assert route("GET", "/ui/assets/../ops.py")[0] == 404
         assert trio.run(asgi, app, "GET", "/health", b"",
                         ((b"authorization", b"Bearer s3cret"),))[0] == 200
     finally:
