@@ -484,3 +484,25 @@ def test_doc_screenshots(hbroker: Deployment, ui: Console, topic: str, tmp_path:
         member.kill9()
     for name in ("console-delayed.png", "console-dlq-replay.png", "console-share-group.png"):
         assert (DOC_IMAGES / name).stat().st_size > 0
+
+
+def test_the_overview_counts_what_kafka_clients_see(hbroker: Deployment, ui: Console,
+                                                    topic: str) -> None:
+    """One request whatever the topic count: brokers, topics, partitions led
+    per broker and the metadata quorum, as a Kafka admin client sees them."""
+    create_topic(hbroker.bootstrap, topic, partitions=3, replication=1)
+    admin = KafkaAdminClient(bootstrap_servers=hbroker.bootstrap)
+    try:
+        listed = [t for t in admin.list_topics() if not t.startswith("__")]
+    finally:
+        admin.close()
+    with ui.recording():
+        ui.open("")  # the overview is the console's first page
+        ui.wait_for(lambda: ui.rows("brokers-table"), "the brokers table")
+        assert ui.text("topic-count") == str(len(listed))
+        assert ui.text("broker-count") == str(len(hbroker.brokers))
+        led = sum(int(row[3]) for row in ui.rows("brokers-table"))
+        assert led == int(ui.text("partition-count")) and led >= 3
+        quorum = ui.rows("quorum-table")
+        assert any(row[1] == "leader" for row in quorum), quorum
+        ui.shot("overview")

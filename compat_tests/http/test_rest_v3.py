@@ -473,3 +473,39 @@ def test_read_committed_leaves_out_an_aborted_transaction(hbroker: Deployment,
     assert values("?isolation=read_committed") == [b"committed-0", b"committed-1"]
     assert values("") == [b"aborted-0", b"aborted-1", b"aborted-2", b"committed-0",
                           b"committed-1"]  # markers are never records
+
+
+def test_the_overview_adds_up_what_metadata_says(hbroker: Deployment, topic: str) -> None:
+    create_topic(hbroker.bootstrap, topic, partitions=4, replication=hbroker.replication)
+    rest = Rest(hbroker, index=-1)
+    admin = admin_client(hbroker.bootstrap)
+
+    def both() -> tuple[Any, dict[str, Any]]:
+        md = admin.list_topics(timeout=10)
+        status, o = rest.call("GET", f"{rest.cl}/overview")
+        assert status == 200 and o["kind"] == "KcompatClusterOverview", o
+        return md, o
+
+    def agree(pair: tuple[Any, dict[str, Any]]) -> bool:
+        """Metadata and the overview agree (an internal topic may appear between)."""
+        md, o = pair
+        led: dict[int, int] = {}
+        held: dict[int, int] = {}
+        for t in md.topics.values():
+            for p in t.partitions.values():
+                led[p.leader] = led.get(p.leader, 0) + 1
+                for r in p.replicas:
+                    held[r] = held.get(r, 0) + 1
+        return (o["partitions"] == sum(len(t.partitions) for t in md.topics.values())
+                and {b["broker_id"]: b["partitions_led"] for b in o["brokers"]}
+                == {n: led.get(n, 0) for n in md.brokers}
+                and {b["broker_id"]: b["replicas"] for b in o["brokers"]}
+                == {n: held.get(n, 0) for n in md.brokers}
+                and o["topics"] + o["internal_topics"] == len(md.topics))
+
+    md, o = _until(both, agree)
+    assert topic in md.topics and o["partitions"] >= 4
+    assert (o["offline_partitions"], o["reassignments"]) == (0, [])
+    quorum = o["quorum"]
+    assert quorum["leader_id"] in {v["node_id"] for v in quorum["voters"]}
+    assert len(quorum["voters"]) == (1 if hbroker.kind == "single" else 3)

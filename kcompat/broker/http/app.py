@@ -35,6 +35,7 @@ from kcompat.broker.http import (
     rest_admin,
     rest_ext,
     rest_groups,
+    rest_overview,
     rest_read,
     rest_records,
     rest_shares,
@@ -138,7 +139,7 @@ def build_app(broker: Broker) -> Any:
         for path, handler, method in (rest_admin.routes() + rest_records.routes()
                                       + rest_groups.routes() + rest_read.routes()
                                       + rest_ext.routes() + rest_acls.routes()
-                                      + rest_shares.routes()):
+                                      + rest_shares.routes() + rest_overview.routes()):
             routes.append(Route(prefix + path, _endpoint(broker, prefix, handler),
                                 methods=[method]))
     routes += console.routes()  # /ui: the console's page and its assets

@@ -392,41 +392,43 @@ function intInput(input, what, { min = null } = {}) {
 // ---------------------------------------------------------------- page: overview
 
 async function pageOverview(ctx) {
-  const [clusters, brokers, topics] = await Promise.all([
-    api.get('/v3/clusters'), api.cl('brokers').then((p) => api.get(p)),
-    api.cl('topics').then((p) => api.get(p))]);
-  const cluster = clusters.data[0];
-  const led = new Map(brokers.data.map((b) => [String(b.broker_id), 0]));
-  let partitions = 0;
-  // partitions led per broker: each topic's partitions, a few topics at a time
-  const names = topics.data.map((t) => t.topic_name);
-  for (let i = 0; i < names.length; i += 8) {
-    const lists = await Promise.all(names.slice(i, i + 8).map(
-      (t) => api.cl('topics', t, 'partitions').then((p) => api.get(p)).catch(() => ({ data: [] }))));
-    for (const p of lists.flatMap((l) => l.data)) {
-      partitions += 1;
-      if (p.leader) {
-        const id = lastSegment(p.leader);
-        led.set(id, (led.get(id) || 0) + 1);
-      }
-    }
-  }
+  // one request, whatever the number of topics (GET .../overview)
+  const o = await api.cl('overview').then((p) => api.get(p));
   if (!ctx.alive) return;
-  const controller = cluster.controller
-    ? h('a', { href: cluster.controller.related, testid: 'controller-link' }, `broker ${lastSegment(cluster.controller)}`)
+  const controller = o.controller_id >= 0
+    ? h('a', { href: '#/', testid: 'controller-link' }, `broker ${o.controller_id}`)
     : 'unknown';
-  append(ctx.root,
+  const children = [
     h('h1', {}, 'Overview'),
     section(null, h('dl', { class: 'facts' },
-      h('dt', {}, 'Cluster id'), h('dd', { testid: 'cluster-id', class: 'mono' }, cluster.cluster_id),
+      h('dt', {}, 'Cluster id'), h('dd', { testid: 'cluster-id', class: 'mono' }, o.cluster_id),
       h('dt', {}, 'Controller'), h('dd', {}, controller),
-      h('dt', {}, 'Brokers'), h('dd', { testid: 'broker-count' }, brokers.data.length),
-      h('dt', {}, 'Topics'), h('dd', { testid: 'topic-count' }, topics.data.length),
-      h('dt', {}, 'Partitions'), h('dd', {}, partitions))),
+      h('dt', {}, 'Brokers'), h('dd', { testid: 'broker-count' }, o.brokers.length),
+      h('dt', {}, 'Topics'), h('dd', { testid: 'topic-count' }, o.topics),
+      h('dt', {}, 'Partitions'), h('dd', { testid: 'partition-count' }, o.partitions),
+      h('dt', {}, 'Under-replicated'), h('dd', { testid: 'under-replicated' }, o.under_replicated_partitions),
+      h('dt', {}, 'Offline'), h('dd', { testid: 'offline' }, o.offline_partitions))),
     section('Brokers', table('brokers-table',
-      ['Id', 'Host:port', 'Rack', { text: 'Partitions led', num: true }],
-      brokers.data.map((b) => [String(b.broker_id), `${b.host}:${b.port}`, b.rack || '',
-        String(led.get(String(b.broker_id)) || 0)]))));
+      ['Id', 'Host:port', 'Rack', { text: 'Partitions led', num: true }, { text: 'Replicas', num: true }],
+      o.brokers.map((b) => [String(b.broker_id), `${b.host}:${b.port}`, b.rack || '',
+        String(b.partitions_led), String(b.replicas)]))),
+  ];
+  if (o.quorum) {
+    children.push(section('Metadata quorum', table('quorum-table',
+      ['Node', 'Role', { text: 'Log end offset', num: true }, { text: 'Behind', num: true }],
+      [...o.quorum.voters.map((r) => [String(r.node_id), r.node_id === o.quorum.leader_id ? 'leader' : 'voter',
+        String(r.log_end_offset), String(r.lag)]),
+       ...o.quorum.observers.map((r) => [String(r.node_id), 'observer', String(r.log_end_offset), String(r.lag)])])));
+  } else {
+    children.push(section('Metadata quorum', notice('quorum-unavailable', o.quorum_unavailable || 'not available')));
+  }
+  if (o.reassignments) {
+    children.push(section('Reassignments in progress', table('reassignments-table',
+      ['Topic', { text: 'Partition', num: true }, 'Replicas', 'Adding', 'Removing'],
+      o.reassignments.map((r) => [r.topic_name, String(r.partition_id), r.replicas.join(', '),
+        r.adding_replicas.join(', '), r.removing_replicas.join(', ')]), 'none')));
+  }
+  append(ctx.root, ...children);
 }
 
 // ---------------------------------------------------------------- page: topics
