@@ -26,6 +26,7 @@ from kcompat.wire import codec
 from kcompat.wire import versions as v
 
 GROUP_KEY = 0  # FindCoordinator key type
+DESCRIBE_AT_ONCE = 16  # groups described side by side for a list
 _CLASSIC_STATES = {"preparingrebalance": "PREPARING_REBALANCE",
                    "completingrebalance": "COMPLETING_REBALANCE", "stable": "STABLE",
                    "dead": "DEAD", "empty": "EMPTY"}
@@ -224,15 +225,30 @@ def _lag(c: Ctx, g: _Group, lag: _Lag) -> dict[str, Any]:
 # -- endpoints ------------------------------------------------------------------------------
 
 
+async def each_group(c: Ctx, ids: list[str], describe: Any) -> list[Any]:
+    """``describe(c, id)`` of every group, ``DESCRIBE_AT_ONCE`` at a time, in
+    ``ids``' order; a group gone since it was listed (404) is left out."""
+    found: dict[str, Any] = {}
+    limit = trio.CapacityLimiter(DESCRIBE_AT_ONCE)
+
+    async def one(group_id: str) -> None:
+        async with limit:
+            try:
+                found[group_id] = await describe(c, group_id)
+            except RestError as e:
+                if e.status != 404:  # gone between the listing and its description
+                    raise
+
+    async with trio.open_nursery() as nursery:
+        for group_id in ids:
+            nursery.start_soon(one, group_id)
+    return [found[g] for g in ids if g in found]
+
+
 async def list_groups(c: Ctx) -> Response:
-    described = []
-    for listed in await _listed(c):
-        try:
-            described.append(_group(c, await _describe(c, listed.group_id)))
-        except RestError as e:
-            if e.status != 404:  # gone between the listing and its description
-                raise
-    return c.listing("KafkaConsumerGroupList", described)
+    ids = [g.group_id for g in await _listed(c)]
+    return c.listing("KafkaConsumerGroupList",
+                     [_group(c, g) for g in await each_group(c, ids, _describe)])
 
 
 async def get_group(c: Ctx) -> Response:

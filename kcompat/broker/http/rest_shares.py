@@ -25,7 +25,7 @@ from kio.schema.errors import ErrorCode
 from starlette.responses import JSONResponse, Response
 
 from kcompat.broker.http.rest import Ctx, RestError, check
-from kcompat.broker.http.rest_groups import brokers, coordinator, every_broker
+from kcompat.broker.http.rest_groups import brokers, coordinator, each_group, every_broker
 from kcompat.wire import versions as v
 
 
@@ -52,17 +52,10 @@ async def list_share_groups(c: Ctx) -> Response:
     async with trio.open_nursery() as nursery:
         for node in await brokers(c):
             nursery.start_soon(ask, node)
-    data = []
-    for group_id in sorted(listed):
-        try:
-            described, node = await _describe(c, group_id)
-        except RestError as e:
-            if e.status == 404:
-                continue  # gone since it was listed
-            raise
-        data.append({"kind": "KcompatShareGroup", "group_id": group_id,
-                     "state": described.group_state.upper(),
-                     "members": len(described.members), "coordinator": node})
+    data = [{"kind": "KcompatShareGroup", "group_id": described.group_id,
+             "state": described.group_state.upper(), "members": len(described.members),
+             "coordinator": node}
+            for described, node in await each_group(c, sorted(listed), _describe)]
     return c.listing("KcompatShareGroupList", data)
 
 
