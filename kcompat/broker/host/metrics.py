@@ -233,14 +233,7 @@ class StateCollector(Collector):
                                         labels=["topic"])
         ids = GaugeMetricFamily("kcompat_dedup_window_ids",
                                 "Ids held in the dedup window by this leader", labels=["topic"])
-        totals: dict[str, list[int]] = {}
-        for (topic, _index), part in self.state.partitions.items():
-            if part.dedup is not None:
-                row = totals.setdefault(topic, [0, 0, 0])
-                row[0] += part.dedup.duplicates
-                row[1] += part.dedup.evictions
-                row[2] += part.dedup.ids
-        for topic, (dropped, evicted, held) in sorted(totals.items()):
+        for topic, (dropped, evicted, held) in sorted(dedup_totals(self.state).items()):
             duplicates.add_metric([topic], dropped)
             evictions.add_metric([topic], evicted)
             ids.add_metric([topic], held)
@@ -288,3 +281,16 @@ class StateCollector(Collector):
                     if part is not None:
                         lag.add_metric(values, max(part.high_watermark - c.offset, 0))
         return [committed, lag]
+
+
+def dedup_totals(state: BrokerState) -> dict[str, list[int]]:
+    """Per topic with a dedup window, over the partitions this broker leads or
+    led since it started: [duplicates dropped, ids evicted, ids held]."""
+    totals: dict[str, list[int]] = {}
+    for (topic, _index), part in state.partitions.items():
+        if part.dedup is not None:
+            row = totals.setdefault(topic, [0, 0, 0])
+            row[0] += part.dedup.duplicates
+            row[1] += part.dedup.evictions
+            row[2] += part.dedup.ids
+    return totals

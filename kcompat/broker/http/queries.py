@@ -15,6 +15,7 @@ from typing import Any
 
 from kcompat.broker.ext.delays import pending_summary
 from kcompat.broker.host.broker import Broker
+from kcompat.broker.host.metrics import dedup_totals
 
 IN_FLIGHT_MAX = 500
 
@@ -49,14 +50,8 @@ async def shares(broker: Broker, args: dict[str, Any]) -> Any:
 async def dedup(broker: Broker, args: dict[str, Any]) -> Any:
     """Per topic, over the partitions this broker leads or led since it
     started: ids held in the window, duplicates dropped, ids evicted."""
-    totals: dict[str, list[int]] = {}
-    for (topic, _index), part in broker.state.partitions.items():
-        if part.dedup is not None:
-            row = totals.setdefault(topic, [0, 0, 0])
-            row[0] += part.dedup.ids
-            row[1] += part.dedup.duplicates
-            row[2] += part.dedup.evictions
-    return {topic: row for topic, row in totals.items()}
+    return {topic: [held, dropped, evicted]
+            for topic, (dropped, evicted, held) in dedup_totals(broker.state).items()}
 
 
 async def views(broker: Broker, args: dict[str, Any]) -> Any:
