@@ -200,6 +200,7 @@ def test_a_share_groups_records_in_flight_with_their_delivery_counts(
     finally:
         c.close()
     assert rest.call("GET", f"{rest.cl}/share-groups/no-{group}")[0] == 404
+    assert rest.call("GET", f"{rest.cl}/share-groups/{group}?limit=0")[0] == 400
 
 
 def test_dedup_windows_and_views_show_what_they_dropped(hbroker: Deployment,

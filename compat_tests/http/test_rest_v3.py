@@ -13,10 +13,13 @@ from __future__ import annotations
 import base64
 import http.client
 import json
+import subprocess
+import sys
 import time
 import urllib.error
 import urllib.parse
 import urllib.request
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -24,6 +27,7 @@ from confluent_kafka import OFFSET_BEGINNING, KafkaError, Producer, TopicPartiti
 from confluent_kafka.admin import ConfigResource
 from kafka import KafkaAdminClient
 
+from .._broker import Broker
 from .._deployment import Deployment
 from ..confluent._helpers import admin_client, consumer, create_topic
 
@@ -509,3 +513,49 @@ def test_the_overview_adds_up_what_metadata_says(hbroker: Deployment, topic: str
     quorum = o["quorum"]
     assert quorum["leader_id"] in {v["node_id"] for v in quorum["voters"]}
     assert len(quorum["voters"]) == (1 if hbroker.kind == "single" else 3)
+
+
+def test_pages_of_large_records_cross_fetch_boundaries(hbroker: Deployment, topic: str) -> None:
+    """Batches of 500 KB (5 records of 100 KB a body): a 1 MiB fetch ends
+    inside the third, which the page leaves for the next fetch."""
+    create_topic(hbroker.bootstrap, topic, partitions=1, replication=hbroker.replication)
+    rest = Rest(hbroker)
+    for body in range(3):
+        raw = "".join(json.dumps(_record(bytes([body * 5 + i]) * 100_000, partition=0))
+                      for i in range(5)).encode()
+        status, reports = rest.call("POST", f"{rest.cl}/topics/{topic}/records", raw=raw)
+        assert status == 200 and all(r["error_code"] == 200 for r in reports), reports
+    url = f"{rest.base}{rest.cl}/topics/{topic}/partitions/0/records?limit=4"
+    seen: list[int] = []
+    while url:
+        page = _page(rest, url)
+        seen += [base64.b64decode(r["value"]["data"])[0] for r in page["data"]]
+        url = page["metadata"]["next"]
+    assert seen == list(range(15))
+
+
+def test_reading_waits_out_a_fetch_quota(tmp_path: Path, topic: str) -> None:
+    """A consumer_byte_rate quota on the HTTP API's client id throttles its
+    fetches (answers without the partition): the page waits and reads on."""
+    b = Broker(tmp_path / "b", extra_args=("--admin-port", "0"))
+    b.start()
+    try:
+        create_topic(b.bootstrap, topic, partitions=1, replication=1)
+        p = Producer({"bootstrap.servers": b.bootstrap})
+        for i in range(10):
+            p.produce(topic, value=b"%d" % i * 2000)
+        assert p.flush(30) == 0
+        subprocess.run([sys.executable, "-m", "kcompat", "quotas", "alter", "--client-id",
+                        "kcompat-http", "--add", "consumer_byte_rate=2000",
+                        "--bootstrap-server", b.bootstrap], check=True, capture_output=True,
+                       timeout=60)
+        rest = Rest(Deployment.single(b))
+        got: list[int] = []
+        for _ in range(2):  # the quota's window fills, then fetches are throttled
+            status, page = rest.call("GET", f"{rest.cl}/topics/{topic}/partitions/0/records"
+                                            "?limit=1000")
+            assert status == 200, page
+            got.append(len(page["data"]))
+        assert got == [10, 10], got
+    finally:
+        b.close()

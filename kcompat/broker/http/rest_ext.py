@@ -188,7 +188,9 @@ async def replay(c: Ctx) -> Response:
             fetched = await fetch(c, part["leader"], topic_name, index, position, 0)
             if not fetched.records:
                 break
-            position = page.take(fetched, position)
+            before, position = position, page.take(fetched, position)
+            if position == before:
+                break  # nothing whole came back: never loop on it
             for shown in page.records:
                 if chosen is not None and shown["offset"] not in chosen:
                     continue

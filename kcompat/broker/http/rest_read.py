@@ -31,6 +31,7 @@ import datetime
 from typing import Any
 from urllib.parse import quote
 
+import trio
 from starlette.responses import JSONResponse, Response
 
 from kcompat.broker.http.rest import Ctx, RestError, check
@@ -42,6 +43,8 @@ from kcompat.wire import versions as v
 from kcompat.wire.records import decode_batch
 
 LIMIT_DEFAULT, LIMIT_MAX = 100, 1000
+FETCH_ATTEMPTS = 20
+THROTTLE_MAX_S = 30.0
 FETCH_BYTES = 1 << 20
 SCAN_BYTES = 8 << 20
 EARLIEST, LATEST = -2, -1
@@ -62,19 +65,42 @@ async def list_offset(c: Ctx, leader: int, topic: str, index: int, when: int,
 
 async def fetch(c: Ctx, leader: int, topic: str, index: int, offset: int,
                  isolation: int) -> Any:
+    """One Fetch of the partition from ``offset``. A fetch quota's throttle
+    (an answer without the partition, KIP-219) is waited out and the fetch
+    asked again, as a consumer does."""
     mod = codec.request_module(v.FETCH, 12)
-    answer = await c.call(
-        v.FETCH, 12, leader, cluster_id=None, replica_id=-1,
-        max_wait=datetime.timedelta(0), min_bytes=0, max_bytes=FETCH_BYTES,
-        isolation_level=isolation, session_id=0, session_epoch=-1,
-        topics=(mod.FetchTopic(topic=topic, partitions=(mod.FetchPartition(
-            partition=index, current_leader_epoch=-1, fetch_offset=offset,
-            last_fetched_epoch=-1, log_start_offset=-1, partition_max_bytes=FETCH_BYTES),)),),
-        forgotten_topics_data=(), rack_id="")
-    check(answer.error_code, None)
-    part = answer.responses[0].partitions[0]
-    check(part.error_code, None, f"{topic}-{index}")
-    return part
+    for _attempt in range(FETCH_ATTEMPTS):
+        answer = await c.call(
+            v.FETCH, 12, leader, cluster_id=None, replica_id=-1,
+            max_wait=datetime.timedelta(0), min_bytes=0, max_bytes=FETCH_BYTES,
+            isolation_level=isolation, session_id=0, session_epoch=-1,
+            topics=(mod.FetchTopic(topic=topic, partitions=(mod.FetchPartition(
+                partition=index, current_leader_epoch=-1, fetch_offset=offset,
+                last_fetched_epoch=-1, log_start_offset=-1,
+                partition_max_bytes=FETCH_BYTES),)),),
+            forgotten_topics_data=(), rack_id="")
+        check(answer.error_code, None)
+        if answer.responses and answer.responses[0].partitions:
+            part = answer.responses[0].partitions[0]
+            check(part.error_code, None, f"{topic}-{index}")
+            return part
+        await trio.sleep(min(max(answer.throttle_time.total_seconds(), 0.01), THROTTLE_MAX_S))
+    raise RestError(500, f"{topic}-{index}: the fetch stayed throttled (a fetch quota)", 50003)
+
+
+def complete_batches(records: bytes | memoryview) -> list[memoryview]:
+    """The whole batches of a fetched records field: a fetch may end inside
+    its last batch (cut at the size asked), which a consumer reads again."""
+    view = memoryview(records)
+    out: list[memoryview] = []
+    pos = 0
+    while len(view) - pos >= wbatch.LOG_OVERHEAD:
+        size = wbatch.batch_length_at(view, pos)
+        if size < wbatch.HEADER_SIZE or pos + size > len(view):
+            break
+        out.append(view[pos:pos + size])
+        pos += size
+    return out
 
 
 def _data(raw: bytes | None) -> dict[str, Any] | None:
@@ -106,7 +132,7 @@ class Page:
             if int(txn.first_offset) not in firsts:
                 firsts.append(int(txn.first_offset))
                 firsts.sort()
-        for view in wbatch.split_batches(part.records or b""):
+        for view in complete_batches(part.records or b""):
             header = wbatch.parse_header(view)
             if header.next_offset <= position:
                 continue
@@ -188,7 +214,9 @@ async def read_records(c: Ctx) -> Response:
         if not records:
             break
         scanned += len(records)
-        position = page.take(part, position)
+        before, position = position, page.take(part, position)
+        if position == before:
+            break  # nothing whole came back: the next page starts here again
         end = max(end, int(part.last_stable_offset if isolation else part.high_watermark))
     base = c.url("topics", topic, "partitions", index, "records")
     more = f"{base}?offset={position}&limit={limit}" + (

@@ -25,6 +25,7 @@ from kio.schema.errors import ErrorCode
 from starlette.responses import JSONResponse, Response
 
 from kcompat.broker.http.rest import Ctx, RestError, check
+from kcompat.broker.http.rest_admin import metadata
 from kcompat.broker.http.rest_groups import brokers, coordinator, each_group, every_broker
 from kcompat.wire import versions as v
 
@@ -61,8 +62,8 @@ async def list_share_groups(c: Ctx) -> Response:
 
 async def get_share_group(c: Ctx) -> Response:
     group = c.param("group_id")
-    limit = c.query_int("limit", 100) or 100
-    if not 1 <= limit <= 500:
+    limit = c.query_int("limit", 100)
+    if limit is None or not 1 <= limit <= 500:
         raise RestError(400, f"limit must be 1 to 500, not {limit}")
     described, node = await _describe(c, group)
     members = [{"member_id": m.member_id, "client_id": m.client_id,
@@ -71,10 +72,13 @@ async def get_share_group(c: Ctx) -> Response:
                                 for t in m.assignment.topic_partitions
                                 for p in sorted(t.partitions)]}
                for m in sorted(described.members, key=lambda m: m.member_id)]
+    visible = {t.name for t in (await metadata(c, None)).topics if t.error_code == 0}
     partitions = []
     for broker_id, answer in await every_broker(c, "shares", {"group": group,
                                                               "limit": limit}):
-        partitions += [{**part, "broker_id": broker_id} for part in answer]
+        # as the group's offsets: only the topics the caller may describe
+        partitions += [{**part, "broker_id": broker_id} for part in answer
+                       if part["topic_name"] in visible]
     partitions.sort(key=lambda p: (p["topic_name"], p["partition_id"]))
     for part in partitions:
         part.pop("group_id", None)
