@@ -478,6 +478,7 @@ class SharePartition:
         end = last if fetch_end is None else min(last, fetch_end - 1)
         quota: int | None = None
         got = 0
+        since = 0  # records taken before the quota applied (from the first throttled one)
         while offset <= end and got < max_records:
             run = self._w.at(offset)
             if run is None:
@@ -490,12 +491,13 @@ class SharePartition:
                 return
             if quota is None and run.count >= at:
                 quota = max(1, (last - first + 1) >> (run.count - at + 1))
+                since = got
             n = 1 if final else min(min(run.last, end) - offset + 1, max_records - got)
             if quota is not None:
-                n = min(n, quota - got)
+                n = min(n, quota - (got - since))
             self._take(offset, offset + n - 1, run.count, member_id, now_ms, taken)
             got += n
-            if final or (quota is not None and got >= quota):
+            if final or (quota is not None and got - since >= quota):
                 return
             offset += n
 

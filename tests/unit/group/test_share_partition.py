@@ -54,6 +54,23 @@ def test_release_redelivers_with_the_count_raised() -> None:
                                                     AcquiredRecords(3, 3, 1)]
 
 
+def test_a_throttled_batch_counts_its_quota_from_its_first_throttled_record() -> None:
+    """Record 0 delivered once, record 1 three times, one batch: the throttle
+    (limit 5: from 3 deliveries, half the batch) applies from record 1 on, so
+    record 0 and then record 1 are taken — never an empty range for record 1
+    (hypothesis found ``[1, 0]`` when the quota counted record 0 too)."""
+    sp = SharePartition(0, ShareConfig(delivery_count_limit=5))
+    assert sp.acquire("a", 10, 0, recs(0, 1), read_end_offset=2) == [AcquiredRecords(0, 1, 1)]
+    for now, count in ((1, 2), (3, 3)):  # record 1 back and out again: 3 deliveries
+        assert sp.acknowledge("a", [(1, 1, [RELEASE])], now) == OK
+        assert sp.acquire("a", 10, now + 1) == [AcquiredRecords(1, 1, count)]
+    assert sp.acknowledge("a", [(1, 1, [RELEASE])], 5) == OK
+    assert sp.acknowledge("a", [(0, 0, [RELEASE])], 6) == OK
+    assert (state(sp, 0), state(sp, 1)) == ((RecordState.AVAILABLE, 1),
+                                            (RecordState.AVAILABLE, 3))
+    assert sp.acquire("b", 10, 7) == [AcquiredRecords(0, 0, 2), AcquiredRecords(1, 1, 4)]
+
+
 def test_in_flight_lists_the_runs_not_done_with_their_delivery_counts() -> None:
     sp = SharePartition(0)
     sp.acquire("a", 10, 0, recs(0, 5))
