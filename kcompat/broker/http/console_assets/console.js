@@ -595,15 +595,14 @@ function recordBrowser(ctx, topic, partitionIds, { title, selectable = false, pr
 // ---------------------------------------------------------------- page: consumer groups
 
 async function pageGroups(ctx) {
+  // one request, whatever the number of groups: members are on a group's own page
   const groups = await api.get(await api.cl('consumer-groups'));
-  const members = await Promise.all(groups.data.map((g) =>
-    api.cl('consumer-groups', g.consumer_group_id, 'consumers').then((p) => api.get(p))
-      .then((l) => String(l.data.length)).catch(() => '?')));
   if (!ctx.alive) return;
   append(ctx.root, h('h1', {}, 'Consumer groups'), section(null, table('groups-table',
-    ['Group', 'State', { text: 'Members', num: true }, 'Coordinator'],
-    groups.data.map((g, i) => [link('groups/' + enc(g.consumer_group_id), g.consumer_group_id),
-      g.state, members[i], `broker ${lastSegment(g.coordinator)}`]), 'no consumer groups')));
+    ['Group', 'State', 'Assignor', 'Coordinator'],
+    groups.data.map((g) => [link('groups/' + enc(g.consumer_group_id), g.consumer_group_id),
+      g.state, g.is_simple ? '(simple: offsets only)' : g.partition_assignor,
+      `broker ${lastSegment(g.coordinator)}`]), 'no consumer groups')));
 }
 
 async function pageGroup(ctx, group) {
