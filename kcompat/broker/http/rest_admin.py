@@ -156,18 +156,20 @@ async def create_topic(c: Ctx) -> Response:
                                                             "reassignment"),
                           authorized_operations=[])
         return JSONResponse(body, status_code=200)
-    created = await _wait_topic(c, name)
+    created = await _wait_topic(c, name, max(result.num_partitions, 0))
     return JSONResponse(_topic(c, created), status_code=201)
 
 
-async def _wait_topic(c: Ctx, name: str) -> Any:
+async def _wait_topic(c: Ctx, name: str, partitions: int = 0) -> Any:
     """A new or grown topic's Metadata once this broker knows its leaders (a
     few ticks after CreateTopics or CreatePartitions answers in a cluster;
-    until then Metadata says LEADER_NOT_AVAILABLE), at most 5 s."""
+    until then Metadata says LEADER_NOT_AVAILABLE, or does not list a new
+    partition yet), with at least ``partitions`` partitions, at most 5 s."""
     topic = None
     for _ in range(100):
         topic = (await metadata(c, [name])).topics[0]
-        if topic.error_code == 0 and all(p.leader_id >= 0 for p in topic.partitions):
+        if topic.error_code == 0 and len(topic.partitions) >= partitions and all(
+                p.leader_id >= 0 for p in topic.partitions):
             return topic
         await trio.sleep(0.05)
     check(topic.error_code if topic is not None else 5, None, name)
@@ -183,7 +185,7 @@ async def update_topic(c: Ctx) -> Response:
         timeout=TIMEOUT, validate_only=False)
     result = answer.results[0]
     check(result.error_code, result.error_message, name)
-    return JSONResponse(_topic(c, await _wait_topic(c, name)))
+    return JSONResponse(_topic(c, await _wait_topic(c, name, count)))
 
 
 async def delete_topic(c: Ctx) -> Response:
