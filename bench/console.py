@@ -63,6 +63,7 @@ from bench.http_produce import (  # noqa: E402
     machine_line,
     machine_ticks,
     wait_http,
+    write_section,
 )
 from compat_tests._broker import Broker, free_port  # noqa: E402
 
@@ -351,22 +352,6 @@ def md_table(header: list[str], rows: list[list[str]]) -> list[str]:
            "|" + "|".join("---" if i == 0 else "---:" for i in range(len(header))) + "|"]
     out += ["| " + " | ".join(r) + " |" for r in rows]
     return out
-
-
-def write_section(results: Path, text: str) -> None:
-    """Replace the section headed ``## SECTION`` (up to the next ``## ``), or append it."""
-    old = results.read_text() if results.exists() else "# Benchmark results\n"
-    head = f"## {SECTION}"
-    lines = old.splitlines(keepends=True)
-    start = next((i for i, line in enumerate(lines) if line.rstrip("\n") == head), None)
-    if start is None:
-        new = old.rstrip("\n") + "\n\n" + text.rstrip("\n") + "\n"
-    else:
-        end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")),
-                   len(lines))
-        tail = "".join(lines[end:])
-        new = "".join(lines[:start]) + text.rstrip("\n") + "\n" + ("\n" + tail if tail else "")
-    results.write_text(new)
 
 
 def step(msg: str) -> None:
@@ -671,7 +656,7 @@ def main() -> None:
     print("\n".join([*head, "", *body]))
     if not args.no_results:
         write_section(args.results, f"## {SECTION}\n\n" + "\n\n".join(head) + "\n\n"
-                      + "\n".join(body) + "\n")
+                      + "\n".join(body) + "\n", SECTION)
         print(f"\nwrote the section \"{SECTION}\" in {args.results}")
 
 

@@ -523,10 +523,10 @@ def report(phases: list[Phase], args: argparse.Namespace, load_start: str,
     return lines, final
 
 
-def write_section(results: Path, text: str) -> None:
-    """Replace the section headed ``## SECTION`` (up to the next ``## ``), or append it."""
+def write_section(results: Path, text: str, section: str = SECTION) -> None:
+    """Replace the section headed ``## <section>`` (up to the next ``## ``), or append it."""
     old = results.read_text() if results.exists() else "# Benchmark results\n"
-    head = f"## {SECTION}"
+    head = f"## {section}"
     lines = old.splitlines(keepends=True)
     start = next((i for i, line in enumerate(lines) if line.rstrip("\n") == head), None)
     if start is None:
