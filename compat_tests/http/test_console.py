@@ -506,3 +506,17 @@ def test_the_overview_counts_what_kafka_clients_see(hbroker: Deployment, ui: Con
         quorum = ui.rows("quorum-table")
         assert any(row[1] == "leader" for row in quorum), quorum
         ui.shot("overview")
+
+
+def test_the_topics_list_is_narrowed_by_its_filter(hbroker: Deployment, ui: Console,
+                                                   topic: str) -> None:
+    for suffix in ("a", "b"):
+        create_topic(hbroker.bootstrap, f"{topic}-{suffix}", partitions=1, replication=1)
+    with ui.recording():
+        ui.open("topics")
+        ui.wait_for(lambda: _has_row(ui, "topics-table", f"{topic}-b"), "both topics listed")
+        box = ui.driver.find_element(By.CSS_SELECTOR, '[data-testid="topics-filter"]')
+        box.send_keys(f"{topic}-a")
+        ui.wait_for(lambda: [r[0] for r in ui.rows("topics-table")] == [f"{topic}-a"],
+                    "only the filtered topic")
+        ui.shot("topics-filtered")

@@ -446,6 +446,8 @@ function parseConfigLines(text) {
   return out;
 }
 
+const TOPIC_ROWS = 200;
+
 async function pageTopics(ctx) {
   const listBox = h('div');
   const result = h('div');
@@ -458,11 +460,24 @@ async function pageTopics(ctx) {
     h('label', {}, 'Replication factor', rf), h('label', {}, 'Configs (name=value a line)', configs),
     h('button', { type: 'submit', class: 'primary', id: 'create-topic-submit', testid: 'create-topic-submit' }, 'Create topic'));
 
-  async function load() {
-    const topics = await api.get(await api.cl('topics'));
+  // the list is fetched once; at most TOPIC_ROWS rows are drawn (a table of thousands
+  // costs the browser more than the API), narrowed by the filter as it is typed
+  const filter = h('input', { id: 'topics-filter', testid: 'topics-filter', placeholder: 'filter by name' });
+  let all = [];
+  function draw() {
+    const wanted = filter.value.trim();
+    const shown = all.filter((t) => !wanted || t.topic_name.includes(wanted));
     clear(listBox, table('topics-table', ['Topic', { text: 'Partitions', num: true }, { text: 'RF', num: true }, 'Internal'],
-      topics.data.map((t) => [link('topics/' + enc(t.topic_name), t.topic_name),
-        String(t.partitions_count), String(t.replication_factor), t.is_internal ? 'yes' : ''])));
+      shown.slice(0, TOPIC_ROWS).map((t) => [link('topics/' + enc(t.topic_name), t.topic_name),
+        String(t.partitions_count), String(t.replication_factor), t.is_internal ? 'yes' : ''])),
+      shown.length > TOPIC_ROWS
+        ? notice('topics-more', `Showing ${TOPIC_ROWS} of ${shown.length} topics: filter by name to see others.`)
+        : '');
+  }
+  filter.addEventListener('input', draw);
+  async function load() {
+    all = (await api.get(await api.cl('topics'))).data;
+    draw();
   }
 
   onSubmit(form, async () => {
@@ -480,7 +495,8 @@ async function pageTopics(ctx) {
     await load();
   });
 
-  append(ctx.root, h('h1', {}, 'Topics'), section('Create a topic', form, result), section('All topics', listBox));
+  append(ctx.root, h('h1', {}, 'Topics'), section('Create a topic', form, result),
+    section('All topics', filter, listBox));
   await load();
 }
 
