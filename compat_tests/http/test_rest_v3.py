@@ -276,7 +276,7 @@ def test_json_and_string_values_timestamps_and_one_record_answers(hbroker: Deplo
 def test_a_delay_header_over_http_delays_the_record(hbroker: Deployment, topic: str) -> None:
     create_topic(hbroker.bootstrap, topic, partitions=1, replication=hbroker.replication)
     rest = Rest(hbroker)
-    due = int(time.time() * 1000) + 2500
+    due = int(time.time() * 1000) + 5000  # far enough for the plain record to go first
     status, report = rest.call("POST", f"{rest.cl}/topics/{topic}/records", _record(
         b"later", headers={"kc-deliver-at": str(due).encode()}))
     assert status == 200 and report["error_code"] == 200, report
