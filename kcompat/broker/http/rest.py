@@ -13,6 +13,8 @@ retriable Kafka error (no leader yet, a timeout).
 
 from __future__ import annotations
 
+import datetime
+import functools
 import json
 from typing import Any
 
@@ -170,6 +172,13 @@ def need(doc: Any, name: str, kind: type | tuple[type, ...], required: bool = Tr
         names = " or ".join(k.__name__ for k in kinds)
         raise RestError(400, f"{name} must be {names}, not {json.dumps(value)}")
     return value
+
+
+@functools.lru_cache(maxsize=4096)  # the records of a body or a page mostly share their ms
+def iso_ms(ms: int) -> str:
+    """Epoch milliseconds as REST Proxy writes a time: ISO 8601, UTC, ``Z``."""
+    when = datetime.datetime.fromtimestamp(ms / 1000, tz=datetime.UTC)
+    return when.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def no_content() -> Response:

@@ -27,13 +27,12 @@ Not in REST Proxy (Kafka has neither); the shapes follow its conventions
 
 from __future__ import annotations
 
-import base64
 import datetime
 from typing import Any
 
 from starlette.responses import JSONResponse, Response
 
-from kcompat.broker.http.rest import Ctx, RestError, check, need
+from kcompat.broker.http.rest import Ctx, RestError, check, iso_ms, need
 from kcompat.broker.http.rest_admin import TIMEOUT, metadata, one_topic
 from kcompat.broker.http.rest_groups import every_broker
 from kcompat.broker.http.rest_read import EARLIEST, LATEST, Page, fetch, list_offset
@@ -43,15 +42,9 @@ from kcompat.ext.retry import DLQ_ORIGINAL_PARTITION, DLQ_ORIGINAL_TOPIC, DLQ_SU
 from kcompat.ext.view_filter import FilterError, parse
 from kcompat.wire import codec
 from kcompat.wire import versions as v
+from kcompat.wire.records import Record
 
 REPLAY_MAX = 10_000
-
-
-def _iso(ms: int | None) -> str | None:
-    if ms is None:
-        return None
-    when = datetime.datetime.fromtimestamp(ms / 1000, tz=datetime.UTC)
-    return when.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 # -- delayed records ------------------------------------------------------------------------
@@ -75,7 +68,8 @@ async def scheduled(c: Ctx) -> Response:
         schedule_partitions.append({
             "schedule_partition": part["schedule_partition"], "broker_id": node,
             "pending": sum(n for _t, _p, n in shown),
-            "earliest_due": _iso(part["earliest_due_ms"]),
+            "earliest_due": None if part["earliest_due_ms"] is None
+            else iso_ms(part["earliest_due_ms"]),
             "earliest_due_ms": part["earliest_due_ms"], "overdue_s": part["overdue_s"]})
     targets.sort(key=lambda t: (t["topic_name"], t["partition_id"]))
     return JSONResponse({"kind": "KcompatScheduledList",
@@ -176,7 +170,7 @@ async def replay(c: Ctx) -> Response:
     if to == topic_name:
         raise RestError(400, f"cannot replay {topic_name} into itself; name another in \"to\"")
     topic = await one_topic(c, topic_name)
-    plan: list[tuple[int, dict[str, Any], OutRecord, str]] = []
+    plan: list[tuple[int, Record, OutRecord, str]] = []
     for part in await _partition_ends(c, topic):
         index = part["partition_id"]
         if only is not None and index != only:
@@ -191,14 +185,14 @@ async def replay(c: Ctx) -> Response:
             before, position = position, page.take(fetched, position)
             if position == before:
                 break  # nothing whole came back: never loop on it
-            for shown in page.records:
-                if chosen is not None and shown["offset"] not in chosen:
+            for rec in page.records:
+                if chosen is not None and rec.offset not in chosen:
                     continue
-                plan.append((index, shown, *_destination(topic_name, to, shown)))
+                plan.append((index, rec, *_destination(topic_name, to, rec)))
     if only is not None and not any(i == only for i, *_ in plan) and offsets:
         raise RestError(404, f"no dead letter at those offsets of {topic_name}-{only}")
-    rows = [{"partition_id": index, "offset": shown["offset"], "to_topic": dest,
-             "to_partition": out.partition} for index, shown, out, dest in plan]
+    rows = [{"partition_id": index, "offset": rec.offset, "to_topic": dest,
+             "to_partition": out.partition} for index, rec, out, dest in plan]
     if execute:
         by_topic: dict[str, list[tuple[dict[str, Any], OutRecord]]] = {}
         for row, (_i, _s, out, dest) in zip(rows, plan, strict=True):
@@ -216,22 +210,16 @@ async def replay(c: Ctx) -> Response:
                          "executed": execute, "records": len(rows), "data": rows})
 
 
-def _destination(dlq: str, to: str | None, shown: dict[str, Any]) -> tuple[OutRecord, str]:
-    headers = [(h["name"], None if h["value"] is None else base64.b64decode(h["value"]))
-               for h in shown["headers"]]
-    notes = dict(headers)
+def _destination(dlq: str, to: str | None, rec: Record) -> tuple[OutRecord, str]:
+    notes = dict(rec.headers)
     dest = to or _text(notes.get(DLQ_ORIGINAL_TOPIC)) or dlq.removesuffix(DLQ_SUFFIX)
     original = _text(notes.get(DLQ_ORIGINAL_PARTITION))
     partition = int(original) if not to and original is not None and original.isdigit() \
         else None
 
-    def raw(part: dict[str, Any] | None) -> bytes | None:
-        return None if part is None else base64.b64decode(part["data"])
-
-    out = OutRecord(partition, raw(shown["key"]), raw(shown["value"]),
-                    list(replayable(tuple(headers))), shown["timestamp_ms"],
-                    None if shown["key"] is None else "BINARY",
-                    None if shown["value"] is None else "BINARY")
+    out = OutRecord(partition, rec.key, rec.value, list(replayable(tuple(rec.headers))),
+                    rec.timestamp, None if rec.key is None else "BINARY",
+                    None if rec.value is None else "BINARY")
     return out, dest
 
 

@@ -34,13 +34,13 @@ from urllib.parse import quote
 import trio
 from starlette.responses import JSONResponse, Response
 
-from kcompat.broker.http.rest import Ctx, RestError, check
+from kcompat.broker.http.rest import Ctx, RestError, check, iso_ms
 from kcompat.broker.http.rest_admin import partition_of
 from kcompat.ext.view_filter import Filter, FilterError, parse
 from kcompat.wire import batch as wbatch
 from kcompat.wire import codec
 from kcompat.wire import versions as v
-from kcompat.wire.records import decode_batch
+from kcompat.wire.records import Record, decode_batch
 
 LIMIT_DEFAULT, LIMIT_MAX = 100, 1000
 FETCH_ATTEMPTS = 20
@@ -103,15 +103,18 @@ def complete_batches(records: bytes | memoryview) -> list[memoryview]:
     return out
 
 
+def shown(rec: Record) -> dict[str, Any]:
+    """A record as the API shows it: bytes in base64, as produce takes them."""
+    return {"offset": rec.offset, "timestamp": iso_ms(rec.timestamp),
+            "timestamp_ms": rec.timestamp, "key": _data(rec.key), "value": _data(rec.value),
+            "headers": [{"name": k, "value": None if val is None else
+                         base64.b64encode(val).decode()} for k, val in rec.headers]}
+
+
 def _data(raw: bytes | None) -> dict[str, Any] | None:
     if raw is None:
         return None
     return {"type": "BINARY", "data": base64.b64encode(raw).decode(), "size": len(raw)}
-
-
-def _iso(ms: int) -> str:
-    when = datetime.datetime.fromtimestamp(ms / 1000, tz=datetime.UTC)
-    return when.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 class Page:
@@ -121,7 +124,7 @@ class Page:
         self.limit = limit
         self.filter = wanted
         self.committed = committed
-        self.records: list[dict[str, Any]] = []
+        self.records: list[Record] = []  # shown as JSON by ``shown``, replayed as they are
         self.aborted: dict[int, list[int]] = {}  # producer id -> first offsets, sorted
         self.ongoing: set[int] = set()  # producers whose batches are being dropped
 
@@ -145,12 +148,7 @@ class Page:
                 position = rec.offset + 1
                 if self.filter is not None and not self.filter.matches(rec.headers):
                     continue
-                self.records.append({
-                    "offset": rec.offset, "timestamp": _iso(rec.timestamp),
-                    "timestamp_ms": rec.timestamp, "key": _data(rec.key),
-                    "value": _data(rec.value),
-                    "headers": [{"name": k, "value": None if val is None else
-                                 base64.b64encode(val).decode()} for k, val in rec.headers]})
+                self.records.append(rec)
                 if len(self.records) >= self.limit:
                     return position
             position = max(position, header.next_offset)
@@ -228,7 +226,7 @@ async def read_records(c: Ctx) -> Response:
         "metadata": {"self": str(c.request.url), "next": more if position < end else None},
         "cluster_id": c.cluster_id, "topic_name": topic, "partition_id": index,
         "beginning_offset": begin, "end_offset": end, "next_offset": position,
-        "data": page.records})
+        "data": [shown(rec) for rec in page.records]})
 
 
 async def offsets(c: Ctx) -> Response:

@@ -27,7 +27,6 @@ from __future__ import annotations
 import base64
 import binascii
 import datetime
-import functools
 import itertools
 import json
 import time
@@ -38,7 +37,7 @@ import trio
 from kio.schema.errors import ErrorCode
 from starlette.responses import JSONResponse, Response
 
-from kcompat.broker.http.rest import Ctx, RestError, kafka_error
+from kcompat.broker.http.rest import Ctx, RestError, iso_ms, kafka_error
 from kcompat.broker.http.rest_admin import one_topic
 from kcompat.wire import codec
 from kcompat.wire import versions as v
@@ -278,7 +277,7 @@ async def _send(c: Ctx, topic: str, leader: int, indexes: list[int],
                 continue
             r.report = {"error_code": 200, "cluster_id": c.cluster_id, "topic_name": topic,
                         "partition_id": i, "offset": result.base_offset + n,
-                        "timestamp": _iso(r.timestamp),
+                        "timestamp": iso_ms(r.timestamp),
                         "key": None if r.key_type is None else
                         {"type": r.key_type, "size": len(r.key or b"")},
                         "value": None if r.value_type is None else
@@ -286,12 +285,6 @@ async def _send(c: Ctx, topic: str, leader: int, indexes: list[int],
 
 
 _compact = json.JSONEncoder(separators=(",", ":")).encode  # one encoder, not one per report
-
-
-@functools.lru_cache(maxsize=4096)  # the records of a body mostly share their millisecond
-def _iso(ms: int) -> str:
-    when = datetime.datetime.fromtimestamp(ms / 1000, tz=datetime.UTC)
-    return when.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def routes() -> list[tuple[str, Any, str]]:
