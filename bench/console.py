@@ -66,13 +66,12 @@ from bench.http_produce import (  # noqa: E402
     write_section,
 )
 from compat_tests._broker import Broker, free_port  # noqa: E402
+from compat_tests._browser import new_driver  # noqa: E402
 
 SECTION = "Console (bench/console.py)"
 TARGET_PAGE_MS = 300.0
 TARGET_REDUCTION_PCT = 10.0
 BROWSER_CONNS = 6  # chromium's connections per host for HTTP/1.1
-CHROMIUM = "/usr/bin/chromium"
-CHROMEDRIVER = "/usr/bin/chromedriver"
 GROUP_TOPICS = 5
 # the browsed partitions: the brief's 1 MB batches, and the Java client's default 16 KB
 RECORD_TOPICS = [("records", 1_000_000), ("records-16k", 16384)]
@@ -185,20 +184,6 @@ def page_calls(cl: Client, base: str, page: str, topic: str, group: str) -> dict
 
 
 # -- browser -----------------------------------------------------------------------
-
-def new_driver() -> Any:
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM
-    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--window-size=1280,900",
-                "--disable-dev-shm-usage"):
-        options.add_argument(arg)
-    driver = webdriver.Chrome(service=Service(executable_path=CHROMEDRIVER), options=options)
-    driver.set_page_load_timeout(60)
-    return driver
-
 
 def wait_css(driver: Any, css: str, timeout: float = 60.0) -> None:
     from selenium.webdriver.common.by import By
@@ -488,7 +473,7 @@ def main() -> None:
                   ("groups", "groups", 'table[data-testid="groups-table"]')]
         if not args.skip_browser:
             step("console pages in chromium ...")
-            d = new_driver()
+            d = new_driver(60.0)
             try:
                 for name, route, css in routes:
                     browser_load(d, ui + route, css)
@@ -519,7 +504,7 @@ def main() -> None:
                                    ("charts", "#main .page h1"),
                                    (f"groups/{groups[0]}",
                                     'table[data-testid="group-lags-table"]')):
-                    d = new_driver()
+                    d = new_driver(60.0)
                     drivers.append(d)
                     d.get(ui + route)
                     wait_css(d, css)

@@ -19,7 +19,6 @@ a failure's message lists them and the error box's text (``Console.recording``).
 from __future__ import annotations
 
 import contextlib
-import shutil
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -30,13 +29,13 @@ from confluent_kafka import Producer
 from kafka import KafkaAdminClient
 from selenium import webdriver
 from selenium.common.exceptions import StaleElementReferenceException, WebDriverException
-from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webelement import WebElement
 
 from kcompat.ext.nack import nack
 
 from .._broker import REPO_ROOT
+from .._browser import new_driver
 from .._deployment import Deployment
 from .._groups import unique_group, wait_for
 from .._share import ShareMember, produce, require_share_apis, set_group_configs
@@ -44,8 +43,6 @@ from ..confluent._helpers import consumer, create_topic
 from .test_rest_extensions import _until_kept
 from .test_rest_v3 import Rest, _ends, _until
 
-CHROMIUM = "/usr/bin/chromium"
-CHROMEDRIVER = "/usr/bin/chromedriver"
 DOC_IMAGES = REPO_ROOT / "docs" / "images"
 
 pytestmark = [pytest.mark.timeout(180),
@@ -57,16 +54,7 @@ pytestmark = [pytest.mark.timeout(180),
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[webdriver.Chrome]:
-    for path, what in ((CHROMIUM, "chromium"), (CHROMEDRIVER, "chromedriver")):
-        if not shutil.which(path):
-            pytest.skip(f"{what} is not installed ({path}); `make` installs it")
-    options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM
-    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--window-size=1280,900",
-                "--disable-dev-shm-usage"):
-        options.add_argument(arg)
-    driver = webdriver.Chrome(service=Service(executable_path=CHROMEDRIVER), options=options)
-    driver.set_page_load_timeout(30)
+    driver = new_driver()
     try:
         yield driver
     finally:
