@@ -182,16 +182,15 @@ def encode_record(
     """One record, including its leading length varint."""
     if not _INT32_MIN <= offset_delta <= _INT32_MAX:
         raise ValueError(f"offset delta {offset_delta} does not fit an int32")
-    body = bytearray(b"\x00")  # attributes
-    body += encode_varint(timestamp_delta)
-    body += encode_varint(offset_delta)
-    _put_bytes(body, key)
-    _put_bytes(body, value)
-    body += encode_varint(len(headers))
-    for h_key, h_value in headers:
-        _put_bytes(body, h_key.encode("utf-8"))
-        _put_bytes(body, h_value)
-    return encode_varint(len(body)) + bytes(body)
+    return encode_raw_records([(timestamp_delta, _tail(key, value, headers))], offset_delta)[0]
+
+
+def _tail(key: bytes | None, value: bytes | None,
+          headers: Sequence[tuple[str, bytes | None]]) -> bytes:
+    """``record_tail`` of a record given as its key, value and headers."""
+    if not headers:
+        return encode_key_value(key, value) + b"\x00"
+    return record_tail(encode_key_value(key, value), len(headers), encode_headers(headers))
 
 
 def encode_raw_record(offset_delta: int, timestamp_delta: int, body: bytes,
@@ -401,10 +400,12 @@ def encode_batch(
         raise ValueError(f"unknown compression codec {codec}")
     base_timestamp = records[0][3]
     max_timestamp = max(r[3] for r in records)
-    body = bytearray()
-    for i, (key, value, headers, timestamp) in enumerate(records):
-        body += encode_record(i, timestamp - base_timestamp, key, value, headers)
-    payload = compress(codec, bytes(body)) if codec else bytes(body)
+    if len(records) - 1 > _INT32_MAX:
+        raise ValueError("too many records for one batch")
+    body = b"".join(encode_raw_records(
+        [(timestamp, _tail(key, value, headers)) for key, value, headers, timestamp in records],
+        0, base_timestamp))
+    payload = compress(codec, body) if codec else body
     attributes = (
         (codec & ATTR_COMPRESSION_MASK)
         | (ATTR_TRANSACTIONAL if transactional else 0)

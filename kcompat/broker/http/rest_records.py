@@ -11,8 +11,10 @@ PROTOBUF, JSONSCHEMA) need a schema registry, which kcompat does not have:
 400.
 
 Records without a partition go where Kafka's Java producer would send them:
-a key's murmur2 hash modulo the partition count, and keyless records spread
-over the partitions. The records of one body are grouped per partition into
+a key's murmur2 hash modulo the partition count; keyless records fill one
+partition's batch (up to 16 KiB of values, the producer's ``batch.size``) before
+the next partition in turn, as the producer's sticky partitioner does (KIP-480),
+so a body of small keyless records is one batch, not one per partition. The records of one body are grouped per partition into
 one batch each and sent as one Produce (acks=all) per leader — in-process to
 this broker's partitions, in an envelope to the others' — so a body of 100
 records costs a few requests, not 100. The answer is one report per record,
@@ -24,13 +26,12 @@ records' reports with its code.
 
 from __future__ import annotations
 
-import base64
 import binascii
 import datetime
 import itertools
 import json
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import trio
@@ -46,6 +47,9 @@ from kcompat.wire.records import encode_batch
 TIMEOUT = datetime.timedelta(seconds=30)
 THROTTLE_MAX_S = 30.0
 _keyless = itertools.count()
+#: keyless records fill one partition's batch up to this many value bytes before
+#: the next partition in turn (the Java producer's ``batch.size`` default)
+STICKY_BYTES = 16384
 
 
 def murmur2(data: bytes) -> int:
@@ -79,7 +83,7 @@ def partition_for_key(key: bytes, partitions: int) -> int:
     return (murmur2(key) & 0x7FFFFFFF) % partitions
 
 
-@dataclass
+@dataclass(slots=True)
 class OutRecord:
     partition: int | None
     key: bytes | None
@@ -88,7 +92,20 @@ class OutRecord:
     timestamp: int
     key_type: str | None
     value_type: str | None
-    report: dict[str, Any] = field(default_factory=dict)
+    offset: int = -1  # once stored
+    error: tuple[int, str] | None = None  # (REST error code, message) once refused
+
+    def report(self, cluster_id: str, topic: str) -> dict[str, Any]:
+        """REST Proxy's report of this record, once sent."""
+        if self.error is not None:
+            return {"error_code": self.error[0], "message": self.error[1]}
+        return {"error_code": 200, "cluster_id": cluster_id, "topic_name": topic,
+                "partition_id": self.partition, "offset": self.offset,
+                "timestamp": iso_ms(self.timestamp),
+                "key": None if self.key_type is None else
+                {"type": self.key_type, "size": len(self.key or b"")},
+                "value": None if self.value_type is None else
+                {"type": self.value_type, "size": len(self.value or b"")}}
 
 
 def _data(doc: dict[str, Any], name: str) -> tuple[bytes | None, str | None]:
@@ -110,7 +127,7 @@ def _data(doc: dict[str, Any], name: str) -> tuple[bytes | None, str | None]:
         if not isinstance(data, str):
             raise RestError(400, f"{name}.data of type BINARY must be a base64 string")
         try:
-            return base64.b64decode(data, validate=True), kind
+            return binascii.a2b_base64(data, strict_mode=True), kind
         except (binascii.Error, ValueError):
             raise RestError(400, f"{name}.data is not valid base64: {data[:40]!r}") from None
     if kind == "JSON":
@@ -140,17 +157,17 @@ def _headers(doc: dict[str, Any]) -> list[tuple[str, bytes | None]]:
         if not isinstance(value, str):
             raise RestError(400, f"header {item['name']}: value must be a base64 string")
         try:
-            out.append((item["name"], base64.b64decode(value, validate=True)))
+            out.append((item["name"], binascii.a2b_base64(value, strict_mode=True)))
         except (binascii.Error, ValueError):
             raise RestError(400, f"header {item['name']}: value is not valid base64: "
                                  f"{value[:40]!r}") from None
     return out
 
 
-def _timestamp(doc: dict[str, Any]) -> int:
+def _timestamp(doc: dict[str, Any], now: int) -> int:
     raw = doc.get("timestamp")
     if raw is None:
-        return int(time.time() * 1000)
+        return now
     if not isinstance(raw, str):
         raise RestError(400, "timestamp must be an ISO 8601 date-time string")
     try:
@@ -169,6 +186,7 @@ def parse_records(raw: bytes) -> list[OutRecord]:
     except UnicodeDecodeError:
         raise RestError(400, "the body is not UTF-8 JSON") from None
     decoder = json.JSONDecoder()
+    now = int(time.time() * 1000)
     records: list[OutRecord] = []
     pos = 0
     while True:
@@ -189,7 +207,7 @@ def parse_records(raw: bytes) -> list[OutRecord]:
                 raise RestError(400, "partition_id must be a partition number")
             key, key_type = _data(doc, "key")
             value, value_type = _data(doc, "value")
-            records.append(OutRecord(partition, key, value, _headers(doc), _timestamp(doc),
+            records.append(OutRecord(partition, key, value, _headers(doc), _timestamp(doc, now),
                                    key_type, value_type))
         except RestError as e:
             raise RestError(e.status, f"record {len(records)}: {e.message}", e.code) from None
@@ -201,32 +219,49 @@ def parse_records(raw: bytes) -> list[OutRecord]:
 async def produce(c: Ctx) -> Response:
     topic_name = c.param("topic_name")
     records = parse_records(await c.raw_body())
-    reports = await deliver(c, topic_name, records)
-    if len(reports) == 1:
-        report = reports[0]
+    await send(c, topic_name, records)
+    if len(records) == 1:
+        report = records[0].report(c.cluster_id, topic_name)
         if report["error_code"] != 200:
-            return JSONResponse({"error_code": report["error_code"],
-                                 "message": report["message"]},
-                                status_code=report["error_code"] // 100)
+            return JSONResponse(report, status_code=report["error_code"] // 100)
         return JSONResponse(report)
-    body = "\n".join(map(_compact, reports)) + "\n"
-    return Response(body, media_type="application/json")
+    return Response(report_lines(records, c.cluster_id, topic_name).encode(),
+                    media_type="application/json")
+
+
+def place(records: list[OutRecord], topic_name: str, count: int) -> None:
+    """Give each record without a partition one of ``count``: by its key's
+    murmur2, or, keyless, the sticky partition of this body (the next in turn
+    once ``STICKY_BYTES`` of values went to it). 404 for a partition the
+    topic lacks."""
+    sticky, filled = -1, STICKY_BYTES
+    for r in records:
+        if r.partition is None:
+            if r.key is not None:
+                r.partition = partition_for_key(r.key, count)
+                continue
+            if filled >= STICKY_BYTES:
+                sticky, filled = next(_keyless) % count, 0
+            r.partition = sticky
+            filled += len(r.value or b"")
+        elif not 0 <= r.partition < count:
+            raise RestError(404, f"This server does not host this topic-partition: "
+                                 f"{topic_name}-{r.partition}", 40403)
 
 
 async def deliver(c: Ctx, topic_name: str, records: list[OutRecord]) -> list[dict[str, Any]]:
+    """``send`` ``records``; their reports, in order."""
+    await send(c, topic_name, records)
+    return [r.report(c.cluster_id, topic_name) for r in records]
+
+
+async def send(c: Ctx, topic_name: str, records: list[OutRecord]) -> None:
     """Produce ``records`` to ``topic_name`` (acks=all), a batch per partition and
-    a request per leader; a report per record, in order. An unknown topic or
-    a partition it lacks refuses them all before anything is sent."""
+    a request per leader, and set each one's offset or error. An unknown topic
+    or a partition it lacks refuses them all before anything is sent."""
     topic = await one_topic(c, topic_name)
     parts = {p.partition_index: p for p in topic.partitions}
-    count = len(parts)
-    for r in records:
-        if r.partition is None:
-            r.partition = (partition_for_key(r.key, count) if r.key is not None
-                           else next(_keyless) % count)
-        elif r.partition not in parts:
-            raise RestError(404, f"This server does not host this topic-partition: "
-                                 f"{topic_name}-{r.partition}", 40403)
+    place(records, topic_name, len(parts))
     by_partition: dict[int, list[OutRecord]] = {}
     for r in records:
         assert r.partition is not None
@@ -237,7 +272,6 @@ async def deliver(c: Ctx, topic_name: str, records: list[OutRecord]) -> list[dic
     async with trio.open_nursery() as nursery:
         for leader, indexes in by_leader.items():
             nursery.start_soon(_send, c, topic_name, leader, indexes, by_partition)
-    return [r.report for r in records]
 
 
 async def _send(c: Ctx, topic: str, leader: int, indexes: list[int],
@@ -263,28 +297,41 @@ async def _send(c: Ctx, topic: str, leader: int, indexes: list[int],
     except RestError as e:
         for i in indexes:
             for r in by_partition[i]:
-                r.report = {"error_code": e.code, "message": e.message}
+                r.error = (e.code, e.message)
         return
     for i in indexes:
         result = results.get(i)
-        for n, r in enumerate(by_partition[i]):
-            if result is None or result.error_code != 0:
-                error = kafka_error(result.error_code if result is not None else
-                                    ErrorCode.leader_not_available,
-                                    result.error_message if result is not None else None,
-                                    f"{topic}-{i}")
-                r.report = {"error_code": error.code, "message": error.message}
-                continue
-            r.report = {"error_code": 200, "cluster_id": c.cluster_id, "topic_name": topic,
-                        "partition_id": i, "offset": result.base_offset + n,
-                        "timestamp": iso_ms(r.timestamp),
-                        "key": None if r.key_type is None else
-                        {"type": r.key_type, "size": len(r.key or b"")},
-                        "value": None if r.value_type is None else
-                        {"type": r.value_type, "size": len(r.value or b"")}}
+        if result is None or result.error_code != 0:
+            error = kafka_error(result.error_code if result is not None else
+                                ErrorCode.leader_not_available,
+                                result.error_message if result is not None else None,
+                                f"{topic}-{i}")
+            for r in by_partition[i]:
+                r.error = (error.code, error.message)
+            continue
+        for n, r in enumerate(by_partition[i], result.base_offset):
+            r.offset = n
 
 
 _compact = json.JSONEncoder(separators=(",", ":")).encode  # one encoder, not one per report
+
+
+def _part_json(kind: str | None, data: bytes | None) -> str:
+    return "null" if kind is None else f'{{"type":"{kind}","size":{len(data or b"")}}}'
+
+
+def report_lines(records: list[OutRecord], cluster_id: str, topic: str) -> str:
+    """The records' reports as compact JSON objects, one a line: a success's by
+    a template (a body of many records has as many reports, and the general
+    encoder costs several times more per report), an error's by the encoder."""
+    cluster, name = _compact(cluster_id), _compact(topic)
+    lines = [_compact(r.report(cluster_id, topic)) if r.error is not None else
+             f'{{"error_code":200,"cluster_id":{cluster},"topic_name":{name},'
+             f'"partition_id":{r.partition},"offset":{r.offset},'
+             f'"timestamp":"{iso_ms(r.timestamp)}","key":{_part_json(r.key_type, r.key)},'
+             f'"value":{_part_json(r.value_type, r.value)}}}' for r in records]
+    lines.append("")
+    return "\n".join(lines)
 
 
 def routes() -> list[tuple[str, Any, str]]:

@@ -3,13 +3,21 @@ and a body's records parsed or refused whole (``http.rest_records``)."""
 
 from __future__ import annotations
 
+import json
 import random
 
 import pytest
 from kafka.partitioner.default import murmur2 as kafka_python_murmur2
 
 from kcompat.broker.http.rest import RestError
-from kcompat.broker.http.rest_records import murmur2, parse_records, partition_for_key
+from kcompat.broker.http.rest_records import (
+    OutRecord,
+    murmur2,
+    parse_records,
+    partition_for_key,
+    place,
+    report_lines,
+)
 
 
 def test_murmur2_is_kafkas() -> None:
@@ -56,3 +64,50 @@ def test_bad_bodies_are_refused_naming_the_record(body: bytes, words: str) -> No
     with pytest.raises(RestError) as refused:
         parse_records(body)
     assert refused.value.status == 400 and words in refused.value.message
+
+
+def _keyless(count: int, size: int = 100) -> list[OutRecord]:
+    return [OutRecord(None, None, b"v" * size, [], 0, None, "BINARY") for _ in range(count)]
+
+
+def test_keyless_records_of_a_body_fill_one_partition_then_the_next() -> None:
+    """As the Java producer's sticky partitioner (KIP-480): one batch per body of
+    small records, the next partition once ``batch.size`` (16 KiB) of values went
+    to one; bodies take the partitions in turn; keys and chosen partitions keep
+    their own."""
+    small = _keyless(100)
+    place(small, "t", 6)
+    assert len({r.partition for r in small}) == 1
+    big = _keyless(300)
+    place(big, "t", 6)
+    first = big[0].partition
+    assert [r.partition for r in big] == ([first] * 164 + [(first + 1) % 6] * 136)
+    assert first == (small[0].partition + 1) % 6  # the next body: the next partition
+    mixed = [*_keyless(2), OutRecord(None, b"21", b"x", [], 0, "BINARY", "BINARY"),
+             OutRecord(4, None, b"x", [], 0, None, "BINARY")]
+    place(mixed, "t", 7)
+    assert mixed[2].partition == partition_for_key(b"21", 7) and mixed[3].partition == 4
+    assert mixed[0].partition == mixed[1].partition
+    with pytest.raises(RestError) as missing:
+        place([OutRecord(6, None, b"x", [], 0, None, "BINARY")], "t", 6)
+    assert (missing.value.status, missing.value.code) == (404, 40403)
+
+
+def test_reports_are_the_encoders_json() -> None:
+    """A body's reports (successes by a template) are what the JSON encoder makes
+    of REST Proxy's report objects."""
+    ok = OutRecord(3, None, b"v" * 100, [], 1764547200123, None, "BINARY", offset=12)
+    keyed = OutRecord(0, b"", None, [], 1764547200000, "STRING", None, offset=0)
+    refused = OutRecord(1, None, b"x", [], 0, None, "BINARY",
+                        error=(40403, 'no "such" partition'))
+    records = [ok, keyed, refused]
+    lines = report_lines(records, 'a"b', "t.1").split("\n")
+    assert lines[-1] == ""
+    assert lines[:-1] == [json.dumps(r.report('a"b', "t.1"), separators=(",", ":"))
+                          for r in records]
+    assert json.loads(lines[0]) == {
+        "error_code": 200, "cluster_id": 'a"b', "topic_name": "t.1", "partition_id": 3,
+        "offset": 12, "timestamp": "2025-12-01T00:00:00.123Z", "key": None,
+        "value": {"type": "BINARY", "size": 100}}
+    assert json.loads(lines[1])["key"] == {"type": "STRING", "size": 0}
+    assert json.loads(lines[2]) == {"error_code": 40403, "message": 'no "such" partition'}
