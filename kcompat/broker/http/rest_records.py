@@ -255,33 +255,80 @@ async def deliver(c: Ctx, topic_name: str, records: list[OutRecord]) -> list[dic
     return [r.report(c.cluster_id, topic_name) for r in records]
 
 
+#: Kafka errors after which a partition's leader is looked up again and its records
+#: sent once more, as a producer refreshes its metadata and retries
+STALE = frozenset({ErrorCode.not_leader_or_follower, ErrorCode.leader_not_available,
+                   ErrorCode.unknown_topic_or_partition, ErrorCode.fenced_leader_epoch})
+#: how long a topic's partition count and leaders are reused (a producer keeps its
+#: metadata up to ``metadata.max.age.ms``, refreshing sooner on a stale leader)
+LAYOUT_TTL_S = 1.0
+LAYOUTS_MAX = 1024
+_layouts: dict[tuple[str, str], tuple[float, dict[int, int]]] = {}
+
+
+async def _layout(c: Ctx, topic_name: str, fresh: bool = False) -> dict[int, int]:
+    """Topic ``topic_name``'s leader by partition, as the caller's Metadata shows
+    it (404 unless it exists and the caller may see it), kept ``LAYOUT_TTL_S``."""
+    key = (c.caller.principal, topic_name)
+    now = time.monotonic()
+    kept = None if fresh else _layouts.get(key)
+    if kept is not None and kept[0] > now:
+        return kept[1]
+    topic = await one_topic(c, topic_name)
+    leaders = {p.partition_index: p.leader_id for p in topic.partitions}
+    if len(_layouts) >= LAYOUTS_MAX:
+        _layouts.clear()
+    _layouts[key] = (now + LAYOUT_TTL_S, leaders)
+    return leaders
+
+
 async def send(c: Ctx, topic_name: str, records: list[OutRecord]) -> None:
     """Produce ``records`` to ``topic_name`` (acks=all), a batch per partition and
     a request per leader, and set each one's offset or error. An unknown topic
-    or a partition it lacks refuses them all before anything is sent."""
-    topic = await one_topic(c, topic_name)
-    parts = {p.partition_index: p for p in topic.partitions}
-    place(records, topic_name, len(parts))
+    or a partition it lacks refuses them all before anything is sent. A
+    partition whose leader moved is looked up again and sent once more."""
+    leaders = await _layout(c, topic_name)
+    if any(r.partition is not None and r.partition not in leaders for r in records):
+        leaders = await _layout(c, topic_name, fresh=True)  # grown since?
+    place(records, topic_name, len(leaders))
     by_partition: dict[int, list[OutRecord]] = {}
     for r in records:
         assert r.partition is not None
         by_partition.setdefault(r.partition, []).append(r)
+    stale = await _send_all(c, topic_name, leaders, by_partition, list(by_partition))
+    if stale:
+        leaders = await _layout(c, topic_name, fresh=True)
+        for i in stale:
+            if i not in leaders:
+                continue  # the topic shrank: it cannot, but its records keep their error
+            for r in by_partition[i]:
+                r.error = None
+        await _send_all(c, topic_name, leaders, by_partition, [i for i in stale if i in leaders])
+
+
+async def _send_all(c: Ctx, topic: str, leaders: dict[int, int],
+                    by_partition: dict[int, list[OutRecord]], indexes: list[int]) -> list[int]:
+    """Send the records of partitions ``indexes``, a request per leader, at once;
+    the partitions that failed with a ``STALE`` error."""
     by_leader: dict[int, list[int]] = {}
-    for index in by_partition:
-        by_leader.setdefault(parts[index].leader_id, []).append(index)
+    for index in indexes:
+        by_leader.setdefault(leaders[index], []).append(index)
+    stale: list[int] = []
     async with trio.open_nursery() as nursery:
-        for leader, indexes in by_leader.items():
-            nursery.start_soon(_send, c, topic_name, leader, indexes, by_partition)
+        for leader, group in by_leader.items():
+            nursery.start_soon(_send, c, topic, leader, group, by_partition, stale)
+    return stale
 
 
 async def _send(c: Ctx, topic: str, leader: int, indexes: list[int],
-                by_partition: dict[int, list[OutRecord]]) -> None:
+                by_partition: dict[int, list[OutRecord]], stale: list[int]) -> None:
     mod = codec.request_module(v.PRODUCE, 9)
     data = tuple(mod.PartitionProduceData(index=i, records=encode_batch(
         [(r.key, r.value, r.headers, r.timestamp) for r in by_partition[i]]))
         for i in indexes)
     try:
         if leader < 0:
+            stale.extend(indexes)
             raise kafka_error(ErrorCode.leader_not_available, f"{topic} has no leader at the moment")
         answer = await c.call(v.PRODUCE, 9, leader, size=sum(len(d.records) for d in data),
                               transactional_id=None, acks=-1, timeout=TIMEOUT,
@@ -302,9 +349,11 @@ async def _send(c: Ctx, topic: str, leader: int, indexes: list[int],
     for i in indexes:
         result = results.get(i)
         if result is None or result.error_code != 0:
-            error = kafka_error(result.error_code if result is not None else
-                                ErrorCode.leader_not_available,
-                                result.error_message if result is not None else None,
+            code = ErrorCode(result.error_code) if result is not None else \
+                ErrorCode.leader_not_available
+            if code in STALE:
+                stale.append(i)
+            error = kafka_error(code, result.error_message if result is not None else None,
                                 f"{topic}-{i}")
             for r in by_partition[i]:
                 r.error = (error.code, error.message)
