@@ -440,6 +440,11 @@ class Raft:
         if self.role is Role.LEADER:
             self._maybe_commit()
 
+    def followers(self) -> list[tuple[int, int, int]]:
+        """(node, match end, idle ticks) of each follower the leader tracks:
+        ``status()``'s ``match_ends`` and ``idle_ticks`` without the rest."""
+        return [(i, p.match_end, p.idle_ticks) for i, p in self._progress.items()]
+
     def status(self) -> Status:
         log = self.log
         matches = {i: p.match_end for i, p in self._progress.items()}

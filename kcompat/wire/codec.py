@@ -133,6 +133,10 @@ def _field_names(cls: type[Any]) -> frozenset[str]:
 
 def build(cls: type[Any], **fields: Any) -> Any:
     """Instantiate a kio entity, ignoring fields this version lacks."""
+    try:
+        return cls(**fields)  # every field is this version's: most builds
+    except TypeError:
+        pass  # a field this version lacks (or a bad value, which fails again below)
     names = _field_names(cls)
     return cls(**{k: v for k, v in fields.items() if k in names})
 

@@ -42,24 +42,41 @@ from kcompat.broker.handlers._common import NO_THROTTLE, OK
 from kcompat.broker.host.context import RequestContext
 from kcompat.broker.storage.metadata import TopicMeta
 from kcompat.broker.storage.state import TopicError, check_topic_name
+from kcompat.wire import codec
 
 ZERO_UUID = uuid.UUID(int=0)
 TOPIC_OPERATIONS = sum(1 << op for op in (3, 4, 5, 6, 7, 8, 10, 11))
 
 
-def _partitions(ctx: RequestContext, meta: TopicMeta) -> tuple[Any, ...]:
+@dataclasses.dataclass(slots=True)
+class _Shared:
+    """What the topics of one answer share, found once per request rather than
+    once per topic or partition: the live and the fenced brokers, and this
+    version's partition class."""
+
+    live: set[int]
+    fenced: set[int]
+    partition_cls: type[Any]
+
+
+def _shared(ctx: RequestContext) -> _Shared:
+    cluster = ctx.cluster
+    return _Shared({b.node_id for b in cluster.image.live_brokers()}, cluster.fenced_ids(),
+                   ctx.resp.MetadataResponsePartition)
+
+
+def _partitions(ctx: RequestContext, meta: TopicMeta, shared: _Shared) -> tuple[Any, ...]:
     """Leaders, epochs, replicas and ISR from the Raft groups."""
     cluster = ctx.cluster
     out = []
-    live = {b.node_id for b in cluster.image.live_brokers()}
+    live, fenced, cls = shared.live, shared.fenced, shared.partition_cls
     for index in range(meta.partitions):
         if (meta.name, index) not in cluster.assignments:
             continue
-        leader, epoch, replicas, isr = cluster.partition_view(meta.name, index)
+        leader, epoch, replicas, isr = cluster.partition_view(meta.name, index, fenced)
         offline = tuple(r for r in replicas if live and r not in live)
-        out.append(ctx.build(
-            "MetadataResponsePartition",
-            error_code=OK if leader >= 0 else ErrorCode.leader_not_available,
+        out.append(codec.build(
+            cls, error_code=OK if leader >= 0 else ErrorCode.leader_not_available,
             partition_index=index, leader_id=leader, leader_epoch=epoch,
             replica_nodes=replicas, isr_nodes=isr, offline_replicas=offline,
         ))
@@ -76,7 +93,7 @@ def _brokers(ctx: RequestContext, topics: tuple[Any, ...]) -> tuple[tuple[Any, .
     return brokers, ctx.controller.lifecycle.advertised_controller(b.node_id for b in brokers)
 
 
-def _topic(ctx: RequestContext, meta: TopicMeta) -> Any:
+def _topic(ctx: RequestContext, meta: TopicMeta, shared: _Shared) -> Any:
     if any(ctx.cluster.first_leader_pending(meta.name, i) for i in range(meta.partitions)):
         # still being created: its first leaders are not elected (or not known
         # here) yet; Kafka knows a new topic only with its leaders and answers
@@ -85,7 +102,8 @@ def _topic(ctx: RequestContext, meta: TopicMeta) -> Any:
         return _error_topic(ctx, meta.name, ErrorCode.leader_not_available)
     return ctx.build(
         "MetadataResponseTopic", error_code=OK, name=meta.name, topic_id=meta.topic_id,
-        is_internal=meta.internal, partitions=_partitions(ctx, meta),
+        is_internal=meta.internal,
+        partitions=_partitions(ctx, meta, shared),
     )
 
 
@@ -96,11 +114,12 @@ def _error_topic(ctx: RequestContext, name: str | None, code: ErrorCode, tid: An
     )
 
 
-def _lookup(ctx: RequestContext, name: str, auto_create: bool) -> Any | None:
+def _lookup(ctx: RequestContext, name: str, auto_create: bool, shared: _Shared
+            ) -> Any | None:
     state = ctx.state
     meta = state.topics.get(name)
     if meta is not None:
-        return _topic(ctx, meta)
+        return _topic(ctx, meta, shared)
     if not ctx.cluster.caught_up:
         return _error_topic(ctx, name, ErrorCode.leader_not_available)  # see the module
     if not auto_create or not state.config["auto.create.topics.enable"]:
@@ -129,6 +148,7 @@ def _named(ctx: RequestContext, request: Any) -> tuple[list[Any], list[Any]]:
     state = ctx.state
     auto = bool(getattr(request, "allow_auto_topic_creation", True))
     out, not_creatable, not_describable = [], [], []
+    shared = _shared(ctx)
     for t in request.topics:
         name = t.name
         if name is None:
@@ -140,10 +160,10 @@ def _named(ctx: RequestContext, request: Any) -> tuple[list[Any], list[Any]]:
             elif not _authz.topic(ctx, _authz.Op.DESCRIBE, meta.name):
                 not_describable.append(_denied(ctx, None, meta.topic_id))
             else:
-                out.append(_topic(ctx, meta))
+                out.append(_topic(ctx, meta, shared))
         elif not _authz.topic(ctx, _authz.Op.DESCRIBE, name):
             not_describable.append(_denied(ctx, name))
-        elif (found := _lookup(ctx, name, auto)) is None:
+        elif (found := _lookup(ctx, name, auto, shared)) is None:
             not_creatable.append(_denied(ctx, name))
         else:
             out.append(found)
@@ -178,7 +198,8 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
     if requested is None or (ctx.version == 0 and not requested):
         metas = list(state.topics.values())
         allowed = _authz.topics(ctx, _authz.Op.DESCRIBE, (m.name for m in metas))
-        topics = tuple(_topic(ctx, meta) for meta in metas if meta.name in allowed)
+        shared = _shared(ctx)
+        topics = tuple(_topic(ctx, meta, shared) for meta in metas if meta.name in allowed)
     else:
         out, denied = _named(ctx, request)
         topics = tuple(out)

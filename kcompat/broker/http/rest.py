@@ -82,6 +82,8 @@ class Ctx:
             host=request.client.host if request.client else "")
         self.base = str(request.base_url).rstrip("/") + prefix
         self.cluster_id = broker.state.cluster_id
+        self._root = f"{self.base}/clusters/{self.cluster_id}"
+        self._crn_root = f"crn:///kafka={self.cluster_id}"
 
     def param(self, name: str) -> str:
         return str(self.request.path_params[name])
@@ -104,11 +106,10 @@ class Ctx:
                             ) from None
 
     def url(self, *parts: object) -> str:
-        return "/".join([self.base, "clusters", self.cluster_id, *map(str, parts)])
+        return "/".join([self._root, *map(str, parts)])
 
     def crn(self, *pairs: tuple[str, object]) -> str:
-        return "crn:///" + "/".join([f"kafka={self.cluster_id}",
-                                     *(f"{k}={v}" for k, v in pairs)])
+        return "/".join([self._crn_root, *(f"{k}={v}" for k, v in pairs)])
 
     def resource(self, kind: str, self_url: str, crn: str | None, **fields: Any
                  ) -> dict[str, Any]:

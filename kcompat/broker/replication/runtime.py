@@ -400,16 +400,20 @@ class ClusterRuntime:
         self._awaiting_first_leader.discard(found[0])
         return False
 
-    def partition_view(self, topic: str, index: int) -> tuple[int, int, tuple[int, ...],
-                                                                  tuple[int, ...]]:
+    def fenced_ids(self) -> set[int]:
+        return {b.node_id for b in self.image.brokers.values() if b.fenced}
+
+    def partition_view(self, topic: str, index: int, fenced: set[int] | None = None
+                       ) -> tuple[int, int, tuple[int, ...], tuple[int, ...]]:
         """(leader or -1, leader epoch, replicas, isr) for Metadata. A broker
         the controller fenced is neither leader nor in the ISR (as in KRaft): a
         non-replica knows leaders only from announcements, and the last one of
         a dead leader whose partition cannot elect another must not send
-        clients to it."""
+        clients to it. ``fenced``: ``fenced_ids()``, when the caller has it."""
         gid, replicas = self.assignments[(topic, index)]
         leader, epoch, isr = self._raw_view(gid)
-        fenced = {b.node_id for b in self.image.brokers.values() if b.fenced}
+        if fenced is None:
+            fenced = self.fenced_ids()
         if leader in fenced:
             leader = NO_NODE
         return leader, epoch, replicas, tuple(n for n in isr if n not in fenced)
@@ -434,12 +438,12 @@ class ClusterRuntime:
         fetched within ``replica.lag.time.max.ms`` (an idle partition's dead
         follower leaves it too: a quiesced group's followers do not fetch, so
         their broker's silence counts)."""
-        status = group.raft.status()
         ticks, heard, lag = self.ticks, self._heard, self.lag_ticks
         replicas = group.replicas  # not a replica a reassignment removed (still observing)
-        caught_up = [n for n, end in status.match_ends.items()  # heard: a quiet group's too
-                     if end >= group.hw and status.idle_ticks.get(n, 0) < lag
-                     and ticks - heard.get(n, ticks) < lag and n in replicas]
+        hw = group.hw
+        caught_up = [n for n, end, idle in group.raft.followers()  # heard: a quiet group's too
+                     if end >= hw and idle < lag and ticks - heard.get(n, ticks) < lag
+                     and n in replicas]
         return tuple(sorted([self.node_id, *caught_up]))
 
     # -- producer ids -------------------------------------------------------------------
