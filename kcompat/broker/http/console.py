@@ -8,8 +8,17 @@ framework, no build step, no CDN, so it works on a machine with no network.
 ``/ui`` and ``/ui/`` answer ``index.html``; ``/ui/assets/{name}`` answers one
 of the files by its plain name (no sub-directories, no listing, anything else
 404). The files are read through ``importlib.resources`` so they are found
-wherever the package is installed (a wheel, a zip, an editable checkout), and
-read on each request, which costs nothing next to the API calls the page makes.
+wherever the package is installed (a wheel, a zip, an editable checkout), once
+per broker process (they ship with the package: a new version is a new
+process).
+
+Caching: ``index.html`` names the script and the style sheet with their
+content's hash (``/ui/assets/console.js?v=<hash>``), and an asset asked for by
+its current hash is answered as immutable for a year, so a browser loads them
+once per version and a page loaded again costs one small revalidation of
+``index.html`` (``no-cache`` with an ``ETag``: 304) before its API calls. An
+asset asked for without the hash, or with another one, is answered
+``no-cache``.
 
 Everything the page shows comes from the HTTP API on the same origin
 (``/v3``, ``/metrics``) with the same authentication: the page sends the
@@ -19,6 +28,8 @@ the console can do nothing its user could not do with curl.
 
 from __future__ import annotations
 
+import functools
+import hashlib
 from importlib import resources
 
 from starlette.requests import Request
@@ -34,8 +45,12 @@ CONTENT_TYPES = {
     ".png": "image/png",
     ".ico": "image/x-icon",
 }
-#: the page is small and changes with the broker's version: always revalidate
+#: index.html and an asset asked for without its current hash: always revalidate
 HEADERS = {"Cache-Control": "no-cache", "X-Content-Type-Options": "nosniff"}
+#: an asset asked for by its current hash
+IMMUTABLE = {"Cache-Control": "public, max-age=31536000, immutable",
+             "X-Content-Type-Options": "nosniff"}
+VERSIONED = ("console.js", "console.css")  # the assets index.html names by hash
 
 
 def _not_found(name: str) -> Response:
@@ -43,24 +58,47 @@ def _not_found(name: str) -> Response:
                         status_code=404)
 
 
-def _asset(name: str) -> Response:
+@functools.lru_cache(maxsize=32)
+def _read(name: str) -> tuple[bytes, str] | None:
+    """The shipped file ``name`` and its content's hash, or None."""
+    found = resources.files(__package__ or "kcompat.broker.http").joinpath(ASSETS, name)
+    if not found.is_file():
+        return None
+    data = found.read_bytes()
+    if name == "index.html":
+        for asset in VERSIONED:
+            shipped = _read(asset)
+            if shipped is not None:
+                ref = f"/ui/assets/{asset}".encode()
+                data = data.replace(ref, ref + b"?v=" + shipped[1].encode())
+    return data, hashlib.sha256(data).hexdigest()[:16]
+
+
+def _asset(request: Request, name: str) -> Response:
     """The shipped file ``name`` (a plain file name of a known type), or 404."""
     suffix = name[name.rfind("."):] if "." in name else ""
     if not name or "/" in name or "\\" in name or name.startswith(".") \
             or suffix not in CONTENT_TYPES:
         return _not_found(name)
-    found = resources.files(__package__ or "kcompat.broker.http").joinpath(ASSETS, name)
-    if not found.is_file():
+    found = _read(name)
+    if found is None:
         return _not_found(name)
-    return Response(found.read_bytes(), media_type=CONTENT_TYPES[suffix], headers=HEADERS)
+    data, digest = found
+    if request.query_params.get("v") == digest:
+        return Response(data, media_type=CONTENT_TYPES[suffix], headers=IMMUTABLE)
+    etag = f'"{digest}"'
+    headers = {**HEADERS, "ETag": etag}
+    if etag in request.headers.get("if-none-match", ""):
+        return Response(status_code=304, headers=headers)
+    return Response(data, media_type=CONTENT_TYPES[suffix], headers=headers)
 
 
-async def index(_request: Request) -> Response:
-    return _asset("index.html")
+async def index(request: Request) -> Response:
+    return _asset(request, "index.html")
 
 
 async def asset(request: Request) -> Response:
-    return _asset(str(request.path_params["name"]))
+    return _asset(request, str(request.path_params["name"]))
 
 
 def routes() -> list[BaseRoute]:

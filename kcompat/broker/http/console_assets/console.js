@@ -73,6 +73,7 @@ function clearError() {
 // ---------------------------------------------------------------- core: API client
 
 const AUTH_KEY = 'kcompat.console.authorization';
+const CLUSTER_KEY = 'kcompat.console.cluster';
 const api = {
   clusterId: null,
 
@@ -109,6 +110,12 @@ const api = {
     }
     if (!answer.ok) {
       const message = (doc && doc.message) || `HTTP ${answer.status} ${answer.statusText}`;
+      if (answer.status === 404 && this.clusterId && message === `Cluster ${this.clusterId} cannot be found.`) {
+        // a kept id of a cluster made again at this address: ask for it, then this page again
+        this.clusterId = null;
+        sessionStorage.removeItem(CLUSTER_KEY);
+        setTimeout(route, 0);
+      }
       throw new ApiError(answer.status, (doc && doc.error_code) || answer.status, message);
     }
     return doc;
@@ -116,10 +123,13 @@ const api = {
 
   get(path) { return this.call('GET', path); },
 
+  // the cluster id, kept in this tab: a page loaded again asks for its data at once
   async cluster() {
+    if (!this.clusterId) this.clusterId = sessionStorage.getItem(CLUSTER_KEY);
     if (!this.clusterId) {
       const list = await this.get('/v3/clusters');
       this.clusterId = list.data[0].cluster_id;
+      sessionStorage.setItem(CLUSTER_KEY, this.clusterId);
     }
     return this.clusterId;
   },
@@ -244,6 +254,8 @@ async function route() {
     if (m) {
       try {
         await page(ctx, ...m.slice(1).map(decodeURIComponent));
+        // when this page's data is drawn (Performance API: what bench/console.py reads)
+        if (ctx.alive) performance.mark('kcompat:page-drawn');
       } catch (e) {
         ctx.fail(e);
       }
