@@ -484,7 +484,9 @@ def report(phases: list[Phase], args: argparse.Namespace, load_start: str,
                  f"Kafka protocol {per_k_kafka * 1000 if per_k_kafka else 0:.1f} ms "
                  "(alone phases).")
     conns = {p.name: p.http_connects for p in phases if p.http}
-    lines.append("HTTP connections opened in the measured windows (keep-alive: 0 expected): "
+    lines.append("HTTP connections opened in the measured windows (keep-alive: one per "
+                 "thread per 1,000 requests, when the server closes a connection that served "
+                 "them, as nginx's keepalive_requests does): "
                  + ", ".join(f"{k} {v}" for k, v in conns.items())
                  + "; failed HTTP requests in the windows: "
                  + ", ".join(f"{p.name} {p.http_errors}" for p in phases if p.http)

@@ -132,6 +132,9 @@ async def run_admin_http(broker: Broker, sockets: list[socket.socket]) -> None:
     errors.setLevel(logging.WARNING)  # not its "Running on ... (CTRL + C to quit)"
     config.errorlog = errors
     config.keep_alive_timeout = 60  # REST clients keep their connection between calls
+    # one connection serves 1,000 requests (as nginx's keepalive_requests), then is
+    # closed after its answer: clients open another
+    config.keep_alive_max_requests = 1000
     config.graceful_timeout = 1.0
     app = wrap_app(build_app(broker), config.wsgi_max_body_size, "asgi")
     secure, plain = (sockets, []) if context is not None else ([], sockets)
