@@ -52,17 +52,19 @@ TOPIC_OPERATIONS = sum(1 << op for op in (3, 4, 5, 6, 7, 8, 10, 11))
 class _Shared:
     """What the topics of one answer share, found once per request rather than
     once per topic or partition: the live and the fenced brokers, and this
-    version's partition class."""
+    version's topic and partition classes."""
 
     live: set[int]
     fenced: set[int]
+    topic_cls: type[Any]
     partition_cls: type[Any]
 
 
 def _shared(ctx: RequestContext) -> _Shared:
     cluster = ctx.cluster
+    resp = ctx.resp
     return _Shared({b.node_id for b in cluster.image.live_brokers()}, cluster.fenced_ids(),
-                   ctx.resp.MetadataResponsePartition)
+                   resp.MetadataResponseTopic, resp.MetadataResponsePartition)
 
 
 def _partitions(ctx: RequestContext, meta: TopicMeta, shared: _Shared) -> tuple[Any, ...]:
@@ -94,14 +96,16 @@ def _brokers(ctx: RequestContext, topics: tuple[Any, ...]) -> tuple[tuple[Any, .
 
 
 def _topic(ctx: RequestContext, meta: TopicMeta, shared: _Shared) -> Any:
-    if any(ctx.cluster.first_leader_pending(meta.name, i) for i in range(meta.partitions)):
+    cluster = ctx.cluster
+    if cluster.first_leaders_pending() and any(
+            cluster.first_leader_pending(meta.name, i) for i in range(meta.partitions)):
         # still being created: its first leaders are not elected (or not known
         # here) yet; Kafka knows a new topic only with its leaders and answers
         # LEADER_NOT_AVAILABLE meanwhile (clients retry), never a leaderless
         # partition, on which librdkafka would wait for its 1 s topic scan
         return _error_topic(ctx, meta.name, ErrorCode.leader_not_available)
-    return ctx.build(
-        "MetadataResponseTopic", error_code=OK, name=meta.name, topic_id=meta.topic_id,
+    return codec.build(
+        shared.topic_cls, error_code=OK, name=meta.name, topic_id=meta.topic_id,
         is_internal=meta.internal,
         partitions=_partitions(ctx, meta, shared),
     )

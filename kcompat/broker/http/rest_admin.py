@@ -98,15 +98,18 @@ async def one_topic(c: Ctx, name: str) -> Any:
 
 
 def _topic(c: Ctx, t: Any) -> dict[str, Any]:
-    rf = max((len(p.replica_nodes) for p in t.partitions), default=0)
-    return c.resource("KafkaTopic", c.url("topics", t.name), c.crn(("topic", t.name)),
-                      cluster_id=c.cluster_id, topic_name=t.name, is_internal=t.is_internal,
-                      replication_factor=rf, partitions_count=len(t.partitions),
-                      partitions=c.related("topics", t.name, "partitions"),
-                      configs=c.related("topics", t.name, "configs"),
-                      partition_reassignments=c.related("topics", t.name, "partitions/-",
-                                                        "reassignment"),
-                      authorized_operations=[])
+    """A topic's resource, written out (a listing makes one per topic)."""
+    name = t.name
+    url = c.url("topics", name)
+    return {"kind": "KafkaTopic",
+            "metadata": {"self": url, "resource_name": c.crn(("topic", name))},
+            "cluster_id": c.cluster_id, "topic_name": name, "is_internal": t.is_internal,
+            "replication_factor": max((len(p.replica_nodes) for p in t.partitions), default=0),
+            "partitions_count": len(t.partitions),
+            "partitions": {"related": url + "/partitions"},
+            "configs": {"related": url + "/configs"},
+            "partition_reassignments": {"related": url + "/partitions/-/reassignment"},
+            "authorized_operations": []}
 
 
 async def list_topics(c: Ctx) -> Response:

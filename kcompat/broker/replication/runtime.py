@@ -383,6 +383,10 @@ class ClusterRuntime:
     def forget_partition(self, gid: int) -> None:
         self._awaiting_first_leader.discard(gid)
 
+    def first_leaders_pending(self) -> bool:
+        """Whether any new partition here still waits for its first leader."""
+        return bool(self._awaiting_first_leader)
+
     def first_leader_pending(self, topic: str, index: int) -> bool:
         """A brand-new partition whose first leader this broker does not know
         yet. Kafka's controller names a new partition's leader in the record
