@@ -38,10 +38,11 @@ producer child's own), the whole machine's busy cores (/proc/stat) and the load
 average at the end. The clients run on the same machine as the broker: on a
 2-core machine they compete with it for the cores.
 
-Targets (issue 34), reported as met / not met, never asserted: >= 20,000 records/s
-over HTTP (v3, batches of 100, keep-alive) on one node; the Kafka-protocol produce
-throughput reduced by <= 10 % "while the console is open" - there is no console
-yet, so that is measured as "while HTTP produce runs".
+Target (issue 34), reported as met / not met, never asserted: >= 20,000 records/s
+over HTTP (v3, batches of 100, keep-alive) on one node. The Kafka-protocol produce
+rate beside HTTP produce is reported, not judged: the target on it, at most 10 %
+lower "while the console is open", is measured by bench/console.py with the
+console open in chromium.
 
 The broker's stderr is scanned at the end for ERROR / CRITICAL / Traceback lines
 (printed, and counted in the section).
@@ -499,15 +500,14 @@ def report(phases: list[Phase], args: argparse.Namespace, load_start: str,
                                                                        for s in samples[:6]))
     lines.append("")
     http_met = "met" if http_alone.http_rec_s >= TARGET_HTTP_REC_S else "not met"
-    red_met = ("not run" if reduction is None else
-               "met" if reduction <= TARGET_REDUCTION_PCT else "not met")
-    lines.append(f"Targets (issue 34): >= {TARGET_HTTP_REC_S:,} records/s over HTTP (v3, "
+    lines.append(f"Target (issue 34): >= {TARGET_HTTP_REC_S:,} records/s over HTTP (v3, "
                  f"batches of {args.batch}, keep-alive, one node): **{http_met}** "
-                 f"({f0(http_alone.http_rec_s)} records/s with {args.threads} threads); Kafka "
-                 f"produce reduced by <= {TARGET_REDUCTION_PCT:.0f} % while the console is "
-                 f"open: **{red_met}** ({f1(reduction)} %). The console does not exist yet, so "
-                 "\"while the console is open\" is measured as \"while HTTP produce runs\" — "
-                 "a far heavier load than a console's reads.")
+                 f"({f0(http_alone.http_rec_s)} records/s with {args.threads} threads). The "
+                 f"Kafka produce rate beside HTTP produce ({f1(reduction)} % lower) is not a "
+                 "target: HTTP produce at full speed takes the broker's loop as another "
+                 "producer would. The target on Kafka produce, at most "
+                 f"{TARGET_REDUCTION_PCT:.0f} % lower while the console is open, is "
+                 "bench/console.py's.")
     lines.append("")
     if errors:
         lines.append(f"Broker log: {len(errors)} ERROR / CRITICAL / Traceback line(s) "
