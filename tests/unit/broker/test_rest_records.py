@@ -3,12 +3,17 @@ and a body's records parsed or refused whole (``http.rest_records``)."""
 
 from __future__ import annotations
 
+import datetime
 import json
 import random
+from typing import Any
 
 import pytest
+import trio
 from kafka.partitioner.default import murmur2 as kafka_python_murmur2
+from kio.schema.errors import ErrorCode
 
+from kcompat.broker.http import rest_records
 from kcompat.broker.http.rest import RestError
 from kcompat.broker.http.rest_records import (
     OutRecord,
@@ -18,6 +23,10 @@ from kcompat.broker.http.rest_records import (
     place,
     report_lines,
 )
+from kcompat.wire import codec
+from kcompat.wire import versions as v
+
+ZERO = datetime.timedelta(0)
 
 
 def test_murmur2_is_kafkas() -> None:
@@ -111,3 +120,71 @@ def test_reports_are_the_encoders_json() -> None:
         "value": {"type": "BINARY", "size": 100}}
     assert json.loads(lines[1])["key"] == {"type": "STRING", "size": 0}
     assert json.loads(lines[2]) == {"error_code": 40403, "message": 'no "such" partition'}
+
+
+class _Broker:
+    """What ``rest_records.send`` asks of the broker, answered as a cluster whose
+    partition 0 moved from broker 1 to broker 2 after the caller looked it up."""
+
+    def __init__(self) -> None:
+        self.leader = 1  # what Metadata says
+        self.moved_to = 2  # who leads now
+        self.produced: list[tuple[int, tuple[int, ...]]] = []  # (node, partitions)
+        self.metadata_calls = 0
+        self.cluster_id = "c"
+        self.caller = type("Caller", (), {"principal": "User:ANONYMOUS"})()
+
+    async def call(self, api_key: int, version: int, node: int = -1, size: int = 0,
+                   **fields: object) -> object:
+        if api_key == v.METADATA:
+            self.metadata_calls += 1
+            m = codec.response_module(v.METADATA, 12)
+            part = m.MetadataResponsePartition(
+                error_code=ErrorCode.none, partition_index=0, leader_id=self.leader,
+                leader_epoch=1, replica_nodes=(1, 2), isr_nodes=(1, 2), offline_replicas=())
+            topic = m.MetadataResponseTopic(error_code=ErrorCode.none, name="t", topic_id=None,
+                                            is_internal=False, partitions=(part,),
+                                            topic_authorized_operations=0)
+            return codec.build(codec.response_class(v.METADATA, 12), throttle_time=ZERO,
+                               brokers=(), cluster_id="c", controller_id=1, topics=(topic,),
+                               cluster_authorized_operations=0, error_code=ErrorCode.none)
+        assert api_key == v.PRODUCE
+        data = fields["topic_data"][0].partition_data  # type: ignore[index]
+        self.produced.append((node, tuple(d.index for d in data)))
+        p = codec.response_module(v.PRODUCE, 9)
+        code = ErrorCode.none if node == self.moved_to else ErrorCode.not_leader_or_follower
+        parts = tuple(p.PartitionProduceResponse(
+            index=d.index, error_code=code, base_offset=7 if code == ErrorCode.none else -1,
+            log_append_time=None, log_start_offset=0, record_errors=(), error_message=None)
+            for d in data)
+        return p.ProduceResponse(responses=(p.TopicProduceResponse(name="t",
+                                                                   partition_responses=parts),),
+                                 throttle_time=ZERO)
+
+
+def test_a_moved_leader_is_looked_up_again_and_the_records_sent_once_more() -> None:
+    """As a producer refreshes its metadata after NOT_LEADER_OR_FOLLOWER and
+    retries: the layout kept from the first send names broker 2; the leader
+    moved to 3; broker 2 refuses, the layout is looked up again and the
+    records go to broker 3, once. A leader still wrong after that keeps its
+    error: one retry, no loop."""
+    broker = _Broker()
+    ctx: Any = broker  # a Ctx as far as ``send`` asks
+    rest_records._layouts.clear()
+    broker.leader = broker.moved_to = 2
+    first = [OutRecord(0, None, b"a", [], 0, None, "BINARY")]
+    trio.run(rest_records.send, ctx, "t", first)
+    assert (first[0].error, first[0].offset, broker.metadata_calls) == (None, 7, 1)
+    broker.produced.clear()
+    broker.leader = broker.moved_to = 3  # moved, within the kept layout's second
+    moved = [OutRecord(0, None, b"b", [], 0, None, "BINARY"),
+             OutRecord(0, None, b"c", [], 0, None, "BINARY")]
+    trio.run(rest_records.send, ctx, "t", moved)
+    assert broker.produced == [(2, (0,)), (3, (0,))] and broker.metadata_calls == 2
+    assert [(r.error, r.offset) for r in moved] == [(None, 7), (None, 8)]
+    broker.produced.clear()
+    broker.moved_to = 1  # Metadata (3) is behind the move: still refused after the retry
+    stuck = [OutRecord(0, None, b"d", [], 0, None, "BINARY")]
+    trio.run(rest_records.send, ctx, "t", stuck)
+    assert broker.produced == [(3, (0,)), (3, (0,))] and broker.metadata_calls == 3
+    assert stuck[0].error is not None and stuck[0].error[0] == 50003
