@@ -12,16 +12,20 @@ PROTOBUF, JSONSCHEMA) need a schema registry, which kcompat does not have:
 
 Records without a partition go where Kafka's Java producer would send them:
 a key's murmur2 hash modulo the partition count; keyless records fill one
-partition's batch (up to 16 KiB of values, the producer's ``batch.size``) before
-the next partition in turn, as the producer's sticky partitioner does (KIP-480),
-so a body of small keyless records is one batch, not one per partition. The records of one body are grouped per partition into
+partition's batch (up to 16 KiB of values, the producer's ``batch.size``)
+before the next partition in turn, as the producer's sticky partitioner does
+(KIP-480), so a body of small keyless records is one batch, not one per
+partition. The records of one body are grouped per partition into
 one batch each and sent as one Produce (acks=all) per leader — in-process to
 this broker's partitions, in an envelope to the others' — so a body of 100
 records costs a few requests, not 100. The answer is one report per record,
 in order: a single record's report is the body; several are JSON objects
 one after another. A bad record refuses the whole body before anything is
 sent (400, nothing stored); a partition's Kafka error fails that partition's
-records' reports with its code.
+records' reports with its code. A topic's leaders are kept a second per
+caller, as a producer keeps its metadata; after a stale-leader error
+(NOT_LEADER_OR_FOLLOWER and the like) they are looked up again and that
+partition's records sent once more, once.
 """
 
 from __future__ import annotations
@@ -297,7 +301,10 @@ async def send(c: Ctx, topic_name: str, records: list[OutRecord]) -> None:
         by_partition.setdefault(r.partition, []).append(r)
     stale = await _send_all(c, topic_name, leaders, by_partition, list(by_partition))
     if stale:
-        leaders = await _layout(c, topic_name, fresh=True)
+        try:
+            leaders = await _layout(c, topic_name, fresh=True)
+        except RestError:
+            return  # the topic is gone (or hidden) now: those records keep their error
         for i in stale:
             if i not in leaders:
                 continue  # the topic shrank: it cannot, but its records keep their error
