@@ -33,6 +33,7 @@ from kcompat.cli._common import CliError, add_client_args, client_config
 from kcompat.cli._share_consumer import ACK_TYPES
 
 POLL_MS = 200
+COMMIT_TRIES = 5  # a commit refused while the group rebalances: made again after a poll
 SHARE_WAIT_MS = 500  # a ShareFetch waits this long for something to acquire
 SHARE_BATCH_MAX = 500
 IDLE_STOP_MS = 10_000  # without --follow: give up if positions stop moving this long
@@ -191,7 +192,24 @@ def _loop(consumer: Any, args: argparse.Namespace) -> None:
     finally:
         sys.stdout.flush()
         if args.group and commits:
+            _commit(consumer, commits)
+
+
+def _commit(consumer: Any, commits: dict[Any, Any]) -> None:
+    """Commit the printed records' offsets. A commit answered
+    REBALANCE_IN_PROGRESS (another member joined or left meanwhile) is made
+    again once a poll has rejoined the group, as a Java consumer's caller
+    does: at most COMMIT_TRIES times."""
+    from kafka.errors import RebalanceInProgressError
+
+    for attempt in range(COMMIT_TRIES):
+        try:
             consumer.commit(commits)
+            return
+        except RebalanceInProgressError:
+            if attempt == COMMIT_TRIES - 1:
+                raise
+            consumer.poll(timeout_ms=POLL_MS, max_records=1)  # rejoins; nothing printed
 
 
 def _at_end(consumer: Any, ends: dict[Any, int], last_progress: float) -> bool:
