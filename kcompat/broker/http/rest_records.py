@@ -267,13 +267,13 @@ STALE = frozenset({ErrorCode.not_leader_or_follower, ErrorCode.leader_not_availa
 #: metadata up to ``metadata.max.age.ms``, refreshing sooner on a stale leader)
 LAYOUT_TTL_S = 1.0
 LAYOUTS_MAX = 1024
-_layouts: dict[tuple[str, str], tuple[float, dict[int, int]]] = {}
+_layouts: dict[tuple[int, str, str], tuple[float, dict[int, int]]] = {}
 
 
 async def _layout(c: Ctx, topic_name: str, fresh: bool = False) -> dict[int, int]:
     """Topic ``topic_name``'s leader by partition, as the caller's Metadata shows
     it (404 unless it exists and the caller may see it), kept ``LAYOUT_TTL_S``."""
-    key = (c.caller.principal, topic_name)
+    key = (id(c.broker), c.caller.principal, topic_name)  # brokers embedded in one process
     now = time.monotonic()
     kept = None if fresh else _layouts.get(key)
     if kept is not None and kept[0] > now:

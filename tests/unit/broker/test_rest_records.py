@@ -132,6 +132,7 @@ class _Broker:
         self.produced: list[tuple[int, tuple[int, ...]]] = []  # (node, partitions)
         self.metadata_calls = 0
         self.cluster_id = "c"
+        self.broker = self
         self.caller = type("Caller", (), {"principal": "User:ANONYMOUS"})()
 
     async def call(self, api_key: int, version: int, node: int = -1, size: int = 0,
