@@ -46,8 +46,9 @@ node for it, yet Metadata must name the leader: leaders announce ``(group,
 term, leader, isr)`` to every peer, on change and every ``ANNOUNCE_TICKS``,
 and all of them when a peer is linked (a broker-only node that joined);
 the highest term wins. Preferred leaders: a new partition's first replica
-campaigns as soon as the topic record is applied (``_start_first_campaigns``);
-every ``leader.imbalance.check.interval.seconds`` a leader whose partition's
+campaigns as soon as the topic record is applied, and again every few ticks
+while nobody leads (a replica that has not applied the record yet drops the
+vote request) (``_start_first_campaigns``); every ``leader.imbalance.check.interval.seconds`` a leader whose partition's
 first replica is another, caught-up broker transfers the leadership to it
 (``_balance_leaders``). Log start offsets follow the leader (``log_starts``).
 
@@ -145,6 +146,10 @@ ANNOUNCE_TICKS = 10
 FULL_ANNOUNCE_TICKS = 600
 STALL_CHECK_MS = 3000  # a led group committing nothing for this long is logged
 FIRST_CAMPAIGN_TICKS = 2
+#: a brand-new partition's preferred replica campaigns again this often while
+#: no replica has answered (its record not applied there yet), ``election_ticks
+#: * 2`` in all, before the randomized election timeouts take over
+FIRST_CAMPAIGN_RETRY_TICKS = 4
 PRODUCER_ID_FILE = "cluster-producer-ids"
 PRODUCER_ID_BLOCK = 1000
 PRODUCER_ID_NODE_SHIFT = 40
@@ -245,7 +250,8 @@ class ClusterRuntime:
         self._feed_deadline = 0.0
         self._announce: set[int] = set()  # led groups whose announcement is due
         self._announce_all = True
-        self._first_campaigns: dict[int, int] = {}  # group id -> tick to campaign at
+        # group id -> (tick to campaign at, the last tick to campaign again at)
+        self._first_campaigns: dict[int, tuple[int, int]] = {}
         # partitions created while this broker was live whose first leader is
         # not known here yet (``first_leader_pending``), and the metadata offset
         # from which a created partition counts as new (set once caught up)
@@ -1053,7 +1059,8 @@ class ClusterRuntime:
             # the other replicas have applied the record too, instead of
             # everyone waiting out a randomized election timeout (Kafka names
             # a leader at creation).
-            self._first_campaigns[gid] = self.ticks + FIRST_CAMPAIGN_TICKS
+            first = self.ticks + FIRST_CAMPAIGN_TICKS
+            self._first_campaigns[gid] = (first, first + 2 * self.election_ticks)
         self.kick()
         return group
 
@@ -1092,12 +1099,19 @@ class ClusterRuntime:
             part.hw_source = lambda: group.hw
 
     def _start_first_campaigns(self) -> None:
-        for gid, due in list(self._first_campaigns.items()):
+        """A brand-new partition's preferred replica campaigns (a pre-vote: no
+        term is spent) a moment after the record creating it was applied, and
+        again every ``FIRST_CAMPAIGN_RETRY_TICKS`` while nobody leads: the
+        other replicas drop a vote request for a group they do not know yet,
+        and a broker slow to apply the metadata record would otherwise leave
+        the partition leaderless for a whole randomized election timeout."""
+        for gid, (due, last) in list(self._first_campaigns.items()):
             group = self.groups.get(gid)
-            if group is None or group.raft.leader != NO_NODE or not group.never_elected:
+            if group is None or group.raft.leader != NO_NODE or not group.never_elected \
+                    or self.ticks > last:
                 del self._first_campaigns[gid]
             elif self.ticks >= due:
-                del self._first_campaigns[gid]
+                self._first_campaigns[gid] = (self.ticks + FIRST_CAMPAIGN_RETRY_TICKS, last)
                 group.raft.campaign()
                 self._touch(group)
 
