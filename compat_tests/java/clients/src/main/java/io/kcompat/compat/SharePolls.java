@@ -21,11 +21,20 @@ import org.apache.kafka.common.serialization.StringDeserializer;
  * each non-empty poll is committed (commitSync: a ShareAcknowledge) before the next.
  * Prints {"event":"poll","records":[[partition,offset],...]} per non-empty poll, then
  * {"event":"done","records":N} or {"event":"failed","error":...}.
+ *
+ * <p>A poll may join the answers of several ShareFetches (the consumer's collector takes
+ * every completed fetch it holds, up to max.poll.records, and its network thread may have
+ * received the next answer before the application thread collects), so what one ShareFetch
+ * handed out is logged too: ShareConsumeRequestManager's DEBUG line "ShareFetch for
+ * partition ... returned fetch data ..." (on stderr) names each answer's acquired ranges.
  */
 public final class SharePolls {
     private SharePolls() {}
 
     public static void main(String[] args) {
+        // before the first logger exists: slf4j-simple reads its levels when one is made
+        System.setProperty("org.slf4j.simpleLogger.log."
+                + "org.apache.kafka.clients.consumer.internals.ShareConsumeRequestManager", "debug");
         String bootstrap = args[0], topic = args[1], group = args[2], maxBytes = args[3];
         int total = Integer.parseInt(args[4]);
         long deadline = System.currentTimeMillis() + Long.parseLong(args[5]);
