@@ -28,7 +28,10 @@ most — all but the handshake and the quorum's own APIs (``_WHILE_STARTING``).
 Answered early, a restarted broker said UNKNOWN_TOPIC_ID or
 UNKNOWN_TOPIC_OR_PARTITION of topics that exist, and librdkafka's share
 consumer dropped such a partition from its session for good. An unexpected exception in a handler is logged with its
-traceback and also closes just this connection; the broker keeps running.
+traceback and answered as Kafka answers it: the API's response with
+UNKNOWN_SERVER_ERROR in its error fields, the request's items named back
+(``broker.net.error_answers``); the connection stays open. Only if that answer
+cannot be built is the connection closed; the broker keeps running.
 
 On SIGTERM the broker drains: a connection waiting for its next request is
 closed at once (``Broker.close_idle_connections``), one serving requests
@@ -46,6 +49,7 @@ from functools import partial
 from typing import Any
 
 import trio
+from kio.schema.errors import ErrorCode
 
 from kcompat.broker.handlers import HANDLERS
 from kcompat.broker.handlers.api_versions import unsupported_version_response
@@ -53,6 +57,7 @@ from kcompat.broker.handlers.sasl_authenticate import step
 from kcompat.broker.host.broker import Broker
 from kcompat.broker.host.context import Later, RequestContext
 from kcompat.broker.net.connection_quotas import ConnectionRefused
+from kcompat.broker.net.error_answers import error_answer
 from kcompat.broker.net.listeners import Listener
 from kcompat.broker.net.session import Session
 from kcompat.broker.net.tls_stream import TlsStream
@@ -288,14 +293,35 @@ async def _raw_token(frame: bytes, broker: Broker, session: Session) -> bytes:
     return struct.pack(">i", len(reply)) + reply
 
 
-async def _finish_later(later: Later, api_key: int, version: int, cid: int,
-                        name: str) -> bytes | None:
+#: Kafka's message for UNKNOWN_SERVER_ERROR (it does not expose the exception's)
+UNKNOWN_SERVER_ERROR_MESSAGE = ("The server experienced an unexpected error when processing "
+                                "the request.")
+
+
+def _failed(api_key: int, version: int, cid: int, request: Any, name: str,
+            error: Exception) -> bytes:
+    """The answer to ``request`` whose handler raised ``error`` (logged with
+    its traceback): UNKNOWN_SERVER_ERROR wherever the response has an error
+    field, as Kafka's ``getErrorResponse``; CloseConnection if even that
+    cannot be built."""
+    log.error("%s v%d handler failed; answered UNKNOWN_SERVER_ERROR", name, version,
+              exc_info=error)
+    try:
+        answer = error_answer(codec.response_class(api_key, version), request,
+                              ErrorCode.unknown_server_error, UNKNOWN_SERVER_ERROR_MESSAGE)
+        return codec.encode_response(api_key, version, cid, answer)
+    except Exception as e:
+        log.exception("%s v%d: no error answer could be built", name, version)
+        raise CloseConnection(f"internal error in {name}: {error!r}") from e
+
+
+async def _finish_later(later: Later, api_key: int, version: int, cid: int, name: str,
+                        request: Any) -> bytes | None:
     """A ``Later`` answer finished and encoded (its failure as a handler's)."""
     try:
         response = await later.finish()
     except Exception as e:
-        log.exception("%s v%d handler failed", name, version)
-        raise CloseConnection(f"internal error in {name}: {e!r}") from None
+        return _failed(api_key, version, cid, request, name, e)
     return None if response is None else codec.encode_response(api_key, version, cid, response)
 
 
@@ -353,10 +379,9 @@ async def handle_frame(frame: bytes, broker: Broker, session: Session | None = N
     try:
         response: Any = await HANDLERS[api_key](ctx, request)
     except Exception as e:
-        log.exception("%s v%d handler failed", rng.name, version)
-        raise CloseConnection(f"internal error in {rng.name}: {e!r}") from None
+        return _failed(api_key, version, cid, request, rng.name, e)
     if isinstance(response, Later):
-        return Later(partial(_finish_later, response, api_key, version, cid, rng.name))
+        return Later(partial(_finish_later, response, api_key, version, cid, rng.name, request))
     if response is None:
         return None
     if api_key == FETCH:
