@@ -44,6 +44,7 @@ from kcompat.broker.config.topic_config import effective, retry_policy
 from kcompat.broker.storage import dedup_windows
 from kcompat.broker.storage.partition import Partition
 from kcompat.ext import holes
+from kcompat.ext.dedup import BY_HEADER, DEDUP_ID, header_id
 from kcompat.ext.delay import HeaderError
 from kcompat.ext.holes import Split
 from kcompat.txn.producer_state import SequenceError
@@ -166,13 +167,33 @@ def append_records(
         if split is not None:
             view = memoryview(split.hole)
             header = wbatch.parse_header(view)
+    dedup = dedup_windows.policy(topic_configs, broker_defaults)
+    if split is not None and dedup is not None:
+        try:
+            _check_moved_ids(split, dedup)
+        except HeaderError as e:
+            return _fail(ErrorCode.invalid_record, str(e))
     if len(view) > part.log.config.segment_bytes:  # a batch never spans segments (Kafka: no message)
         return AppendResult(ErrorCode.record_list_too_large)
-    dedup = dedup_windows.policy(topic_configs, broker_defaults)
     ahead = presplit.ids if presplit is not None and split is None else None
     result = store(part, view, header, log_append, now_ms, write, dedup, strict=True,
                    ids_ahead=ahead)
     return result if split is None else dataclasses.replace(result, split=split)
+
+
+_DEDUP_ID_NAME = DEDUP_ID.encode()
+
+
+def _check_moved_ids(split: Split, pol: dedup_windows.Policy) -> None:
+    """Rule 5 for the records a produce takes out on a topic with a dedup
+    window: a bad ``kc-dedup-id`` on a delayed record refuses the batch as on
+    a stored one (``HeaderError``), rather than the id being dropped when it
+    is delivered. Only the records whose headers name it are decoded."""
+    if pol.by != BY_HEADER:
+        return
+    for move in split.moves:
+        if _DEDUP_ID_NAME in move.header_bytes:
+            header_id(move.record.headers)
 
 
 @dataclass(frozen=True, slots=True)

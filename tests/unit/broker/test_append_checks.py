@@ -83,3 +83,16 @@ def test_the_log_append_time_bit_from_a_producer() -> None:
     header = wbatch.validate(cleared)
     assert not header.is_log_append_time and header.max_timestamp == \
         wbatch.parse_header(sent).max_timestamp
+
+
+@pytest.mark.parametrize("bad", [b"", None, b"x" * 257])
+def test_a_delayed_record_with_a_bad_dedup_id_refuses_the_batch(bad: bytes | None) -> None:
+    """Rule 5 on a topic with a dedup window: a delayed record's bad
+    ``kc-dedup-id`` is refused at produce, as a stored record's is (before,
+    the delayed record was accepted and its id dropped when delivered)."""
+    now = int(time.time() * 1000)
+    batch = encode_batch([(b"k", b"v", (("kc-dedup-id", b"fine"),), now),
+                          (b"k", b"v", (("kc-delay-ms", b"60000"), ("kc-dedup-id", bad)), now)])
+    answer = _append(batch, {"kc.dedup.window.ms": 60000})
+    assert answer.error == E.invalid_record and "kc-dedup-id" in answer.message, answer
+

@@ -79,3 +79,24 @@ def test_a_large_delayed_batch_is_split_ahead_and_scheduled_in_parts(broker: Bro
     assert len(adds) == 3
     hole = broker.state.partition("t", 0)
     assert hole is not None and hole.log.log_end_offset == RECORDS  # offsets kept: holes
+
+
+def test_delayed_records_dedup_ids_are_checked_at_produce(broker: Broker) -> None:
+    """Rule 5 on a topic with a dedup window: a delayed record with an empty
+    ``kc-dedup-id`` refuses its batch whole (before, it was scheduled and its
+    id dropped at delivery); a good id or none is scheduled."""
+    now = int(datetime.datetime.now().timestamp() * 1000)
+    bad = encode_batch([(b"a", b"v", (("kc-delay-ms", b"60000"), ("kc-dedup-id", b"")), now)])
+    good = encode_batch([(b"a", b"v", (("kc-delay-ms", b"60000"), ("kc-dedup-id", b"i1")), now),
+                         (b"b", b"v", (("kc-delay-ms", b"60000"),), now)])
+
+    async def body() -> None:
+        await running.create_topic(broker, "t", 1, **{"kc.dedup.window.ms": "60000"})
+        await broker.cluster.wait_leaders("t", 5.0)
+        refused = await produce(broker, bad)
+        assert refused.error_code == E.invalid_record and "kc-dedup-id" in refused.error_message
+        answer = await produce(broker, good)
+        assert (answer.error_code, answer.base_offset) == (E.none, 0)
+
+    running.run(broker, body, services=False)
+    assert len(broker.delays.logs[0]) == 2  # the good batch's two records, pending
