@@ -62,6 +62,10 @@ class BrokerMetrics:
         self.errors = Counter("kcompat_request_errors",
                               "Requests answered by closing the connection, per API and version",
                               ["api", "version"], registry=r)
+        self.failures = Counter(
+            "kcompat_request_failures",
+            "Requests whose handler failed unexpectedly (answered UNKNOWN_SERVER_ERROR), per API",
+            ["api"], registry=r)
         self.latency = Histogram("kcompat_request_latency_seconds",
                                  "Time from a parsed frame to its encoded response, per API",
                                  ["api"], buckets=LATENCY_BUCKETS_S, registry=r)

@@ -298,14 +298,15 @@ UNKNOWN_SERVER_ERROR_MESSAGE = ("The server experienced an unexpected error when
                                 "the request.")
 
 
-def _failed(api_key: int, version: int, cid: int, request: Any, name: str,
+def _failed(broker: Broker, api_key: int, version: int, cid: int, request: Any, name: str,
             error: Exception) -> bytes:
     """The answer to ``request`` whose handler raised ``error`` (logged with
-    its traceback): UNKNOWN_SERVER_ERROR wherever the response has an error
-    field, as Kafka's ``getErrorResponse``; CloseConnection if even that
-    cannot be built."""
+    its traceback, counted in ``kcompat_request_failures_total``):
+    UNKNOWN_SERVER_ERROR wherever the response has an error field, as Kafka's
+    ``getErrorResponse``; CloseConnection if even that cannot be built."""
     log.error("%s v%d handler failed; answered UNKNOWN_SERVER_ERROR", name, version,
               exc_info=error)
+    broker.metrics.failures.labels(name).inc()
     try:
         answer = error_answer(codec.response_class(api_key, version), request,
                               ErrorCode.unknown_server_error, UNKNOWN_SERVER_ERROR_MESSAGE)
@@ -315,13 +316,13 @@ def _failed(api_key: int, version: int, cid: int, request: Any, name: str,
         raise CloseConnection(f"internal error in {name}: {error!r}") from e
 
 
-async def _finish_later(later: Later, api_key: int, version: int, cid: int, name: str,
-                        request: Any) -> bytes | None:
+async def _finish_later(broker: Broker, later: Later, api_key: int, version: int, cid: int,
+                        name: str, request: Any) -> bytes | None:
     """A ``Later`` answer finished and encoded (its failure as a handler's)."""
     try:
         response = await later.finish()
     except Exception as e:
-        return _failed(api_key, version, cid, request, name, e)
+        return _failed(broker, api_key, version, cid, request, name, e)
     return None if response is None else codec.encode_response(api_key, version, cid, response)
 
 
@@ -379,9 +380,10 @@ async def handle_frame(frame: bytes, broker: Broker, session: Session | None = N
     try:
         response: Any = await HANDLERS[api_key](ctx, request)
     except Exception as e:
-        return _failed(api_key, version, cid, request, rng.name, e)
+        return _failed(broker, api_key, version, cid, request, rng.name, e)
     if isinstance(response, Later):
-        return Later(partial(_finish_later, response, api_key, version, cid, rng.name, request))
+        return Later(partial(_finish_later, broker, response, api_key, version, cid, rng.name,
+                             request))
     if response is None:
         return None
     if api_key == FETCH:

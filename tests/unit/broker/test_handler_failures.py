@@ -22,6 +22,7 @@ from kafka.protocol.producer.produce import ProduceRequest, ProduceResponse
 
 from kcompat.broker.config import broker_config
 from kcompat.broker.handlers import HANDLERS
+from kcompat.broker.host.broker import Broker
 from kcompat.broker.host.context import Later
 from kcompat.broker.node import connection, server
 from kcompat.wire import versions as v
@@ -40,9 +41,19 @@ async def _boom_later(_ctx: Any, _request: Any) -> Later:
     return Later(finish)
 
 
-def _against_broker(tmp_path: Path, talk: Callable[[str], Any]) -> Any:
-    """``talk(bootstrap)`` (blocking, in a thread) against a broker in this process."""
+def _against_broker(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                    talk: Callable[[str], Any]) -> tuple[Any, Broker]:
+    """``talk(bootstrap)`` (blocking, in a thread) against a broker in this
+    process; what it returned, and the broker."""
     cfg = broker_config.load(None, {"log.dirs": str(tmp_path), "port": 0, "admin.port": -1}, {})
+    made: list[Broker] = []
+
+    class Kept(Broker):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            made.append(self)
+
+    monkeypatch.setattr(server, "Broker", Kept)
     result: list[Any] = []
 
     async def main() -> None:
@@ -52,7 +63,7 @@ def _against_broker(tmp_path: Path, talk: Callable[[str], Any]) -> Any:
             nursery.cancel_scope.cancel()
 
     trio.run(main)
-    return result[0]
+    return result[0], made[0]
 
 
 def _produce() -> Any:
@@ -87,7 +98,7 @@ def test_a_failing_handler_is_answered_unknown_server_error_and_the_connection_s
         finally:
             conn.close()
 
-    produced, listed, versions = _against_broker(tmp_path, talk)
+    (produced, listed, versions), broker = _against_broker(tmp_path, monkeypatch, talk)
     assert [(t.name, [(p.index, p.error_code, p.base_offset) for p in t.partition_responses])
             for t in produced.responses] == [("t1", [(0, UNKNOWN_SERVER_ERROR, -1),
                                                      (3, UNKNOWN_SERVER_ERROR, -1)])]
@@ -97,3 +108,6 @@ def test_a_failing_handler_is_answered_unknown_server_error_and_the_connection_s
     assert {p.error_message for t in produced.responses for p in t.partition_responses} == {
         connection.UNKNOWN_SERVER_ERROR_MESSAGE}
     assert versions.error_code == 0 and versions.api_keys  # the same connection, still open
+    failures = {s.labels["api"]: s.value for metric in broker.metrics.failures.collect()
+                for s in metric.samples if s.name.endswith("_total")}
+    assert failures == {"Produce": 1, "ListOffsets": 1}
