@@ -24,8 +24,11 @@ one after another. A bad record refuses the whole body before anything is
 sent (400, nothing stored); a partition's Kafka error fails that partition's
 records' reports with its code. A topic's leaders are kept a second per
 caller, as a producer keeps its metadata; after a stale-leader error
-(NOT_LEADER_OR_FOLLOWER and the like) they are looked up again and that
-partition's records sent once more, once.
+(NOT_LEADER_OR_FOLLOWER, LEADER_NOT_AVAILABLE and the like: nothing was
+stored) they are looked up again and that partition's records sent once
+more, at once and then after a backoff (0.1 s doubling to 1 s, as a
+producer's ``retry.backoff.ms``) for up to ``RETRY_FOR_S`` — an election
+after a broker died takes a few seconds — before their error is reported.
 """
 
 from __future__ import annotations
@@ -267,6 +270,11 @@ STALE = frozenset({ErrorCode.not_leader_or_follower, ErrorCode.leader_not_availa
 #: metadata up to ``metadata.max.age.ms``, refreshing sooner on a stale leader)
 LAYOUT_TTL_S = 1.0
 LAYOUTS_MAX = 1024
+#: how long records refused by a stale leader are retried, and the backoff between
+#: tries after the first (at once): a producer's retry.backoff.ms and its maximum
+RETRY_FOR_S = 10.0
+RETRY_BACKOFF_S = 0.1
+RETRY_BACKOFF_MAX_S = 1.0
 _layouts: dict[tuple[int, str, str], tuple[float, dict[int, int]]] = {}
 
 
@@ -290,7 +298,8 @@ async def send(c: Ctx, topic_name: str, records: list[OutRecord]) -> None:
     """Produce ``records`` to ``topic_name`` (acks=all), a batch per partition and
     a request per leader, and set each one's offset or error. An unknown topic
     or a partition it lacks refuses them all before anything is sent. A
-    partition whose leader moved is looked up again and sent once more."""
+    partition whose leader moved is looked up again and sent again, at once
+    and then after a growing backoff, for up to ``RETRY_FOR_S``."""
     leaders = await _layout(c, topic_name)
     if any(r.partition is not None and r.partition not in leaders for r in records):
         leaders = await _layout(c, topic_name, fresh=True)  # grown since?
@@ -300,17 +309,21 @@ async def send(c: Ctx, topic_name: str, records: list[OutRecord]) -> None:
         assert r.partition is not None
         by_partition.setdefault(r.partition, []).append(r)
     stale = await _send_all(c, topic_name, leaders, by_partition, list(by_partition))
-    if stale:
+    deadline = trio.current_time() + RETRY_FOR_S
+    backoff = 0.0  # the first retry at once: the leader usually moved, and Metadata knows
+    while stale and trio.current_time() + backoff < deadline:
+        await trio.sleep(backoff)
+        backoff = min(max(backoff * 2, RETRY_BACKOFF_S), RETRY_BACKOFF_MAX_S)
         try:
             leaders = await _layout(c, topic_name, fresh=True)
         except RestError:
             return  # the topic is gone (or hidden) now: those records keep their error
-        for i in stale:
-            if i not in leaders:
-                continue  # the topic shrank: it cannot, but its records keep their error
+        # a partition the topic no longer has (it cannot shrink) keeps its error
+        again = [i for i in stale if i in leaders]
+        for i in again:
             for r in by_partition[i]:
                 r.error = None
-        await _send_all(c, topic_name, leaders, by_partition, [i for i in stale if i in leaders])
+        stale = await _send_all(c, topic_name, leaders, by_partition, again)
 
 
 async def _send_all(c: Ctx, topic: str, leaders: dict[int, int],

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 import trio
+import trio.testing
 from kafka.partitioner.default import murmur2 as kafka_python_murmur2
 from kio.schema.errors import ErrorCode
 
@@ -167,8 +168,9 @@ def test_a_moved_leader_is_looked_up_again_and_the_records_sent_once_more() -> N
     """As a producer refreshes its metadata after NOT_LEADER_OR_FOLLOWER and
     retries: the layout kept from the first send names broker 2; the leader
     moved to 3; broker 2 refuses, the layout is looked up again and the
-    records go to broker 3, once. A leader still wrong after that keeps its
-    error: one retry, no loop."""
+    records go to broker 3, once. A leader still wrong is retried with a
+    backoff until ``RETRY_FOR_S`` has passed (on trio's mock clock), then
+    keeps its error."""
     broker = _Broker()
     ctx: Any = broker  # a Ctx as far as ``send`` asks
     rest_records._layouts.clear()
@@ -184,8 +186,44 @@ def test_a_moved_leader_is_looked_up_again_and_the_records_sent_once_more() -> N
     assert broker.produced == [(2, (0,)), (3, (0,))] and broker.metadata_calls == 2
     assert [(r.error, r.offset) for r in moved] == [(None, 7), (None, 8)]
     broker.produced.clear()
-    broker.moved_to = 1  # Metadata (3) is behind the move: still refused after the retry
+    broker.moved_to = 1  # Metadata (3) stays behind the move: refused every time
     stuck = [OutRecord(0, None, b"d", [], 0, None, "BINARY")]
-    trio.run(rest_records.send, ctx, "t", stuck)
-    assert broker.produced == [(3, (0,)), (3, (0,))] and broker.metadata_calls == 3
+    took = _on_mock_clock(rest_records.send, ctx, "t", stuck)
+    tries = len(broker.produced)
+    # at once, then 0.1, 0.2, 0.4, 0.8, 1, 1, ... s apart, within 10 s
+    assert broker.produced == [(3, (0,))] * tries and 10 <= tries <= 15, broker.produced
+    assert broker.metadata_calls == 2 + tries - 1 and took <= rest_records.RETRY_FOR_S
     assert stuck[0].error is not None and stuck[0].error[0] == 50003
+
+
+def _on_mock_clock(fn: Any, *args: Any) -> float:
+    """``fn(*args)`` on a clock that jumps over sleeps; the time it took there."""
+    clock = trio.testing.MockClock(autojump_threshold=0)
+    trio.run(fn, *args, clock=clock)
+    return clock.current_time()
+
+
+def test_records_wait_out_an_election_and_are_stored() -> None:
+    """A leader being elected (Metadata says -1, the old leader refuses) for
+    about 3 s after a broker died: the records are stored once it is known,
+    not failed after one retry."""
+    broker = _Broker()
+    ctx: Any = broker
+    rest_records._layouts.clear()
+    broker.leader, broker.moved_to = 1, 2  # 1 died; 2 leads 3 s later
+    tries: list[float] = []
+    real_call = broker.call
+
+    async def call(api_key: int, version: int, node: int = -1, size: int = 0,
+                   **fields: object) -> object:
+        if api_key == v.METADATA:
+            broker.leader = -1 if trio.current_time() < 3 else 2
+        else:
+            tries.append(trio.current_time())
+        return await real_call(api_key, version, node, size, **fields)
+
+    broker.call = call  # type: ignore[method-assign]
+    records = [OutRecord(0, None, b"a", [], 0, None, "BINARY")]
+    took = _on_mock_clock(rest_records.send, ctx, "t", records)
+    assert (records[0].error, records[0].offset) == (None, 7)
+    assert 3 <= took < 5 and tries[-1] >= 3  # stored within a backoff of the election
