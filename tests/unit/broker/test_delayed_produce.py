@@ -46,6 +46,21 @@ async def produce(broker: Broker, batch: bytes) -> Any:
     return r.responses[0].partition_responses[0]
 
 
+def refused_then_stored(broker: Broker, bad: bytes, good: bytes, header: str,
+                        **configs: str) -> None:
+    """Topic ``t`` (with ``configs``): ``bad`` is refused INVALID_RECORD naming
+    ``header``, then ``good`` is stored at offset 0."""
+    async def body() -> None:
+        await running.create_topic(broker, "t", 1, **configs)
+        await broker.cluster.wait_leaders("t", 5.0)
+        refused = await produce(broker, bad)
+        assert refused.error_code == E.invalid_record and header in refused.error_message
+        answer = await produce(broker, good)
+        assert (answer.error_code, answer.base_offset) == (E.none, 0)
+
+    running.run(broker, body, services=False)
+
+
 def test_a_large_delayed_batch_is_split_ahead_and_scheduled_in_parts(broker: Broker) -> None:
     delayed = [(b"k%d" % i, b"v" * 100, (("kc-delay-ms", b"60000"),), 1000)
                for i in range(RECORDS)]
@@ -58,15 +73,7 @@ def test_a_large_delayed_batch_is_split_ahead_and_scheduled_in_parts(broker: Bro
     assert len(batch) >= SPLIT_AHEAD_BYTES
     bad = encode_batch([*delayed[:-1], (b"x", b"v" * 100, (("kc-delay-ms", b"soon"),), 1000)])
 
-    async def body() -> None:
-        await running.create_topic(broker, "t", 1)
-        await broker.cluster.wait_leaders("t", 5.0)
-        refused = await produce(broker, bad)
-        assert refused.error_code == E.invalid_record and "kc-delay-ms" in refused.error_message
-        answer = await produce(broker, batch)
-        assert (answer.error_code, answer.base_offset) == (E.none, 0)
-
-    running.run(broker, body, services=False)
+    refused_then_stored(broker, bad, batch, "kc-delay-ms")
     slog = broker.delays.logs[0]
     assert len(slog) == RECORDS - 2  # each once, the named one cancelled
     assert all(p.schedule_id is None for p, _inflight in slog.listing())
@@ -90,13 +97,5 @@ def test_delayed_records_dedup_ids_are_checked_at_produce(broker: Broker) -> Non
     good = encode_batch([(b"a", b"v", (("kc-delay-ms", b"60000"), ("kc-dedup-id", b"i1")), now),
                          (b"b", b"v", (("kc-delay-ms", b"60000"),), now)])
 
-    async def body() -> None:
-        await running.create_topic(broker, "t", 1, **{"kc.dedup.window.ms": "60000"})
-        await broker.cluster.wait_leaders("t", 5.0)
-        refused = await produce(broker, bad)
-        assert refused.error_code == E.invalid_record and "kc-dedup-id" in refused.error_message
-        answer = await produce(broker, good)
-        assert (answer.error_code, answer.base_offset) == (E.none, 0)
-
-    running.run(broker, body, services=False)
+    refused_then_stored(broker, bad, good, "kc-dedup-id", **{"kc.dedup.window.ms": "60000"})
     assert len(broker.delays.logs[0]) == 2  # the good batch's two records, pending
