@@ -47,9 +47,10 @@ term, leader, isr)`` to every peer, on change and every ``ANNOUNCE_TICKS``,
 and all of them when a peer is linked (a broker-only node that joined);
 the highest term wins. Preferred leaders: a new partition's first replica
 campaigns as soon as the topic record is applied, and again every few ticks
-while nobody leads (a replica that has not applied the record yet drops the
-vote request) (``_start_first_campaigns``); every ``leader.imbalance.check.interval.seconds`` a leader whose partition's
-first replica is another, caught-up broker transfers the leadership to it
+while nobody leads, since a replica that has not applied the record yet drops
+the vote request (``_start_first_campaigns``); every
+``leader.imbalance.check.interval.seconds`` a leader whose partition's first
+replica is another, caught-up broker transfers the leadership to it
 (``_balance_leaders``). Log start offsets follow the leader (``log_starts``).
 
 Idle groups cost nothing (docs/architecture.md, Replication): a partition group without traffic
