@@ -51,7 +51,7 @@ from kcompat.txn.producer_state import SequenceError
 from kcompat.wire import batch as wbatch
 from kcompat.wire import record_scan
 from kcompat.wire.batch import BatchError, BatchHeader
-from kcompat.wire.records import decode_batch
+from kcompat.wire.records import decode_batch, varint_bytes
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,12 +188,14 @@ def _check_moved_ids(split: Split, pol: dedup_windows.Policy) -> None:
     """Rule 5 for the records a produce takes out on a topic with a dedup
     window: a bad ``kc-dedup-id`` on a delayed record refuses the batch as on
     a stored one (``HeaderError``), rather than the id being dropped when it
-    is delivered. Only the records whose headers name it are decoded."""
+    is delivered. Only the headers of the records whose header bytes name
+    it are read (not their key and value)."""
     if pol.by != BY_HEADER:
         return
     for move in split.moves:
         if _DEDUP_ID_NAME in move.header_bytes:
-            header_id(move.record.headers)
+            block = varint_bytes(move.header_count) + move.header_bytes
+            header_id(record_scan.headers_at(block, 0, len(block))[0])  # read by split already
 
 
 @dataclass(frozen=True, slots=True)
