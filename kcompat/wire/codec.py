@@ -97,22 +97,24 @@ def _writer(cls: type[Any]) -> Callable[[io.BytesIO, Any], None]:
     return writer
 
 
-def warm(ranges: dict[int, tuple[int, int]], after_each: Callable[[], object] | None = None
-         ) -> int:
+def warm(ranges: dict[int, tuple[int, int]], go_on: Callable[[], bool] | None = None) -> int:
     """Load the request and response classes, readers and writers of every
     version in ``ranges`` (api key -> (min, max)), the newest versions of
-    every API first, calling ``after_each`` after each (in a worker thread: a
-    short sleep, the GIL back to the loop); how many versions. Safe beside
-    the loop: ``cache`` and the dicts may at worst make one twice."""
+    every API first, asking ``go_on`` after each whether to go on (in a worker
+    thread it pauses a little, the GIL back to the loop, and says no once the
+    broker stops); how many versions it loaded. Safe beside the loop:
+    ``cache`` and the dicts may at worst make one twice."""
     versions = sorted(((key, version) for key, (low, high) in ranges.items()
                        for version in range(low, high + 1)),
                       key=lambda kv: (ranges[kv[0]][1] - kv[1], kv[0]))
+    done = 0
     for key, version in versions:
         _reader(request_class(key, version))
         _writer(response_class(key, version))
-        if after_each is not None:
-            after_each()
-    return len(versions)
+        done += 1
+        if go_on is not None and not go_on():
+            break
+    return done
 
 
 def read_request(api_key: int, version: int, frame: bytes, offset: int) -> Any:

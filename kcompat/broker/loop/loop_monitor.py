@@ -82,6 +82,7 @@ WARN_STEP_S = 0.5
 # once per kind and this many seconds (KCOMPAT_LOOP_REPORT_EVERY_S=0: every long step, to debug)
 WARN_EVERY_S = float(os.environ.get("KCOMPAT_LOOP_REPORT_EVERY_S", "60"))
 WATCH_EVERY_S = 0.05  # the watch thread's period: a step over ~100 ms is always sampled
+WATCH_JOIN_S = 1.0  # at stop, the watch thread ends within one sample
 WHERE_FRAMES = 6  # frames of kcompat named in a long step's report, innermost last
 LAG_BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 # a task's kind while it does one thing that says more than its coroutine
@@ -306,6 +307,7 @@ class LoopMonitor:
                 self.lag_max_s = max(self.lag_max_s, lag)
         finally:
             stop.set()
+            watch.join(WATCH_JOIN_S)  # no thread left running at exit (see ``offload``)
             gc.callbacks.remove(self._gc_pause)
             trio.lowlevel.remove_instrument(self.steps)
 

@@ -30,10 +30,18 @@ with two, a split still runs meanwhile. Measured with
 load 3-4): delayed produce 35.6k and 40.5k records/s at 18.5-18.8 us of
 broker CPU per record with two tokens, 32.3k and 24.4k at 20.3-28.3 us with
 trio's 40 — the GIL passed among fewer threads costs less.
+
+Long background work in a thread (``run_stoppable``: the codec warm-up at
+start) is never abandoned on cancellation: it is asked to stop and awaited.
+A thread still running Python when the interpreter exits is ended there by
+``pthread_exit`` as it takes the GIL back, and that unwinding aborted the
+broker (SIGABRT, "FATAL: exception not rethrown") after an otherwise clean
+stop.
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from typing import TypeVar
 
@@ -43,6 +51,7 @@ from trio.lowlevel import RunVar
 T = TypeVar("T")
 
 CPU_WORKERS = 2  # worker threads running Python beside the loop, at most (see below)
+STOP_WAIT_S = 5.0  # a cancelled ``run_stoppable``'s function returns within this
 _LIMITER: RunVar[trio.CapacityLimiter] = RunVar("kcompat_cpu_limiter")
 
 
@@ -59,3 +68,25 @@ def cpu_limiter() -> trio.CapacityLimiter:
 async def run_cpu(fn: Callable[..., T], *args: object) -> T:
     """``fn(*args)`` in a worker thread, holding a token of ``cpu_limiter``."""
     return await trio.to_thread.run_sync(fn, *args, limiter=cpu_limiter())
+
+
+async def run_stoppable(fn: Callable[[threading.Event], T]) -> T | None:
+    """``fn(stop)`` in a worker thread; its result, or None if it never ran.
+    Cancelled, ``stop`` is set and the loop waits for ``fn`` to return
+    (``STOP_WAIT_S`` at most; ``fn`` checks ``stop`` between short steps)
+    before the cancellation goes on: no thread of it outlives the broker."""
+    stop, started, finished = threading.Event(), threading.Event(), threading.Event()
+
+    def run() -> T | None:
+        started.set()
+        try:
+            return None if stop.is_set() else fn(stop)
+        finally:
+            finished.set()
+
+    try:
+        return await trio.to_thread.run_sync(run, abandon_on_cancel=True)
+    finally:
+        stop.set()
+        if started.is_set():  # else it sees ``stop`` as it starts, and does nothing
+            finished.wait(STOP_WAIT_S)

@@ -52,7 +52,6 @@ import logging
 import resource
 import signal
 import sys
-import time
 from functools import partial
 
 import trio
@@ -61,7 +60,7 @@ from kcompat.broker.config.broker_config import BrokerConfig
 from kcompat.broker.host.broker import Broker
 from kcompat.broker.http.calls import serve_envelope
 from kcompat.broker.http.serve import open_admin_sockets, run_admin_http
-from kcompat.broker.loop import loop_monitor
+from kcompat.broker.loop import loop_monitor, offload
 from kcompat.broker.loop.loop_monitor import LoopMonitor
 from kcompat.broker.net.listeners import Listener
 from kcompat.broker.node import quorum_bootstrap
@@ -149,8 +148,8 @@ async def _warm_codec(broker: Broker) -> None:
         while broker.cluster.replaying:
             await trio.sleep(WARM_POLL_S)
     ranges = {key: (r.parse_min, r.max_version) for key, r in API_RANGES.items()}
-    await trio.to_thread.run_sync(partial(codec.warm, ranges, partial(time.sleep, WARM_PAUSE_S)),
-                                  abandon_on_cancel=True)
+    await offload.run_stoppable(
+        lambda stop: codec.warm(ranges, lambda: not stop.wait(WARM_PAUSE_S)))
     loop_monitor.freeze()  # what exists now lives as long as the process: never walked again
 
 

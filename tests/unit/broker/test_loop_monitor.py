@@ -7,7 +7,9 @@ from __future__ import annotations
 import gc
 import logging
 import re
+import threading
 import time
+from collections.abc import Callable
 from types import SimpleNamespace
 
 import pytest
@@ -137,6 +139,22 @@ def test_garbage_collections_are_timed_per_generation() -> None:
     assert monitor._gc_pause not in gc.callbacks  # removed with the monitor
 
 
+def test_the_watch_thread_has_ended_when_the_monitor_has() -> None:
+    """No thread of the monitor runs on past the broker (see ``offload``)."""
+    def watching() -> list[threading.Thread]:
+        return [t for t in threading.enumerate() if t.name == "kcompat-loop-watch"]
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(LoopMonitor().run)
+            await trio.sleep(0.02)
+            assert watching()
+            nursery.cancel_scope.cancel()
+        assert not watching()
+
+    trio.run(main)
+
+
 class _Starting:
     """What ``_warm_codec`` looks at of a broker: it serves at once, and
     replays its logs while ``cluster.replaying``."""
@@ -165,6 +183,30 @@ def test_the_codec_warm_up_waits_for_the_replays(monkeypatch: pytest.MonkeyPatch
             assert not warmed, "warmed during the replays"
             broker.cluster.replaying = False
         assert len(warmed) == 1
+
+    trio.run(main)
+
+
+def test_a_stop_during_the_warm_up_ends_it_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A broker stopped while it warms the codec waits for the warm-up's
+    thread, which stops after the version it is on (a pause each)."""
+    from kcompat.broker.node import server
+    loaded: list[int] = []
+
+    def warm(ranges: object, go_on: Callable[[], bool]) -> int:
+        while go_on():
+            loaded.append(1)
+        return len(loaded)
+
+    monkeypatch.setattr(server.codec, "warm", warm)
+    monkeypatch.setattr(server, "WARM_PAUSE_S", 0.01)
+
+    async def main() -> None:
+        with trio.move_on_after(0.2):
+            await server._warm_codec(_Starting(replaying=False))
+        stopped_at = len(loaded)
+        await trio.sleep(0.1)
+        assert len(loaded) == stopped_at > 3  # it ran, and no longer does
 
     trio.run(main)
 

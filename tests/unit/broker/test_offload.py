@@ -8,7 +8,7 @@ import time
 
 import trio
 
-from kcompat.broker.loop.offload import CPU_WORKERS, run_cpu
+from kcompat.broker.loop.offload import CPU_WORKERS, run_cpu, run_stoppable
 
 
 def test_cpu_bound_trips_run_at_most_cpu_workers_at_once() -> None:
@@ -44,3 +44,32 @@ def test_each_trio_run_has_its_own_limiter() -> None:
     """A limiter belongs to one trio run (a broker embedded twice, the tests)."""
     for _ in range(2):
         assert trio.run(run_cpu, sum, [1, 2, 3]) == 6
+
+
+def test_a_stoppable_trip_returns_its_result() -> None:
+    assert trio.run(run_stoppable, lambda stop: stop.is_set()) is False
+
+
+def test_a_cancelled_stoppable_trip_is_stopped_and_awaited_not_abandoned() -> None:
+    """Cancelled, its function is told to stop and has returned before the
+    cancellation goes on: no worker thread runs Python past the broker's end
+    (at interpreter exit one is ended by pthread_exit, which aborted a broker)."""
+    steps: list[int] = []
+    ended = threading.Event()
+
+    def work(stop: threading.Event) -> str:
+        try:
+            while not stop.wait(0.01):
+                steps.append(len(steps))
+            time.sleep(0.1)  # a last step after the stop was seen: still awaited
+            return "stopped"
+        finally:
+            ended.set()
+
+    async def main() -> None:
+        with trio.move_on_after(0.1):
+            await run_stoppable(work)
+        assert ended.is_set()  # not left running when the cancellation came through
+
+    trio.run(main)
+    assert 3 <= len(steps) < 100  # it ran, then stopped at the cancellation

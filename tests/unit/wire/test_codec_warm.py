@@ -29,3 +29,14 @@ def test_warmed_versions_need_no_import_nor_new_reader() -> None:
     assert codec.request_class.cache_info().misses == misses
     assert (len(sys.modules), len(codec._READERS), len(codec._WRITERS)) == (
         modules, readers, writers)
+
+
+def test_warming_stops_when_told_to() -> None:
+    asked: list[int] = []
+
+    def go_on() -> bool:
+        asked.append(1)
+        return len(asked) < 3
+
+    assert codec.warm({3: (0, 12)}, go_on) == 3  # three versions loaded, then it stopped
+    assert len(asked) == 3
