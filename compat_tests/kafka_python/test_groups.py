@@ -85,6 +85,9 @@ class Member(threading.Thread):
         self.consuming.set()
         self.stop = threading.Event()
         self.consumer: KafkaConsumer | None = None
+        #: members that pass this barrier once subscribed, so their first polls
+        #: (and JoinGroups) go out together, whatever each one's start took
+        self.together: threading.Barrier | None = None
 
     def run(self) -> None:
         from kafka import ConsumerRebalanceListener
@@ -104,6 +107,9 @@ class Member(threading.Thread):
             c = self.consumer = KafkaConsumer(**self.cfg)
             c.subscribe([self.topic], listener=Listener())
             kafka_python_learn_topics(c, [self.topic])
+            if self.together is not None:
+                self.together.wait(60)
+                self.started_at = time.monotonic()
             try:
                 while not self.stop.is_set():
                     if not self.consuming.is_set():
@@ -297,6 +303,12 @@ def test_initial_rebalance_delay_default(module_broker: Broker) -> None:
     create_topic(bs, topic, 4)
     ledger = Ledger()
     members = [Member(f"kp-d{i}", bs, topic, group, ledger) for i in range(2)]
+    # their first JoinGroups go out together: a client's own start (bootstrap,
+    # versions, metadata) took over 3 s under CI load, and a member joining
+    # after the delay ends makes a second generation with Kafka too
+    together = threading.Barrier(len(members))
+    for m in members:
+        m.together = together
     try:
         for m in members:
             m.start()
