@@ -124,9 +124,8 @@ def test_a_backlog_promoted_in_turns_costs_a_few_heap_operations_per_record(
     assert counting.ops <= 3 * n
 
 
-def test_a_follower_takes_a_few_entries_of_a_large_far_slot_in_place() -> None:
+def test_a_follower_takes_a_few_entries_of_a_large_far_slot() -> None:
     """``take_all`` of a few entries of a far slot much larger than them
-    searches each in place (no copy of the slot's column per delivery) and
     finds the same entries, in order, a cancelled one left out."""
     n = 10_000
     schedule = Schedule()
@@ -139,3 +138,60 @@ def test_a_follower_takes_a_few_entries_of_a_large_far_slot_in_place() -> None:
                      Pending(4_001, 54_001, None, T, 4_001, 4_001 << 32)]
     assert len(schedule) == n - 4
     assert schedule.take_all([3], [50_003]) == []
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_taking_far_entries_in_batches_is_taking_them_one_by_one(
+        seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``take_all`` (a follower applying out records: every entry far, found
+    a slot at a time) takes what ``take`` of each would, in order: entries
+    due in one slot or several, some promoted, cancelled, named by schedule
+    ids, taken twice, never added, or listed twice in one record; slots
+    indexed at once or a few entries per call."""
+    if seed >= 3:
+        monkeypatch.setattr(schedule_module, "INDEX_CHUNK", 16)
+    rng = random.Random(seed)
+    targets = [("a", 0), ("b", 1)]
+    batched, single = Schedule(), Schedule()
+    dues: dict[int, int] = {}
+    entry = 0
+    for _ in range(40):  # produce batches: one delay each, or spread
+        n = rng.randint(1, 60)
+        base = 50_000 + rng.randrange(40_000)
+        run = [base if rng.random() < 0.5 else base + rng.randrange(25_000) for _ in range(n)]
+        ids = {i: f"id-{entry + i}" for i in range(n) if rng.random() < 0.1}
+        target = rng.choice(targets)
+        for s in (batched, single):
+            s.add_run(entry, run, target, list(range(entry, entry + n)),
+                      [i << 32 for i in range(entry, entry + n)], ids)
+        dues.update(zip(range(entry, entry + n), run, strict=True))
+        entry += n
+    for name in rng.sample(sorted({f"id-{e}" for e in range(entry)}), 15):
+        for target in targets:
+            assert batched.cancel(name, target) == single.cancel(name, target)
+    if seed % 2:  # the leader promoted some of it before it stepped down
+        for s in (batched, single):
+            s.promote(50_000, limit=60)  # a part of the first slot
+    promoted = sorted(batched._pending, key=lambda e: (dues[e], e))
+    by_due = sorted(dues, key=lambda e: (dues[e], e))
+    at = 0
+    while at < len(by_due):
+        n = rng.choice((1, 2, 7, 50, 400))
+        out = by_due[at:at + n]
+        at += n
+        extra = rng.random()
+        if extra < 0.1:
+            out = out + out[:1]  # an entry listed twice
+        elif extra < 0.2:
+            out = out + [entry + 5]  # never added
+        elif extra < 0.3 and at > 100:
+            out = out + by_due[at - 100:at - 99]  # taken before
+        out_dues = [dues.get(e, 60_000) for e in out]
+        expected = [p for p in (single.take(e, d) for e, d in zip(out, out_dues, strict=True))
+                    if p is not None]
+        assert batched.take_all(out, out_dues) == expected
+        assert len(batched) == len(single)
+    assert len(batched) == 0 and batched.pending() == single.pending() == []
+    # again (a replay): nothing, promoted or far, is taken twice
+    for again in (promoted, by_due):
+        assert batched.take_all(again, [dues[e] for e in again]) == []
