@@ -70,8 +70,10 @@ slot — not the whole slot's least, which was promoted and delivered long
 before. Each far slot counts its entries cancelled or taken (``take``: a
 replica, or a restarted leader re-applying the deliveries written after its
 snapshot) while far; a slot left with none alive is dropped at once (its
-entries leave the cancelled set at C speed), so it never answers a due time
-long past — the restart's overdue gauge read minutes. A dead entry in a slot
+entries leave the cancelled set at C speed; ``_drop_if_dead``, on a
+follower too, which never asks what is due), so it never answers a due time
+long past — the restart's overdue gauge read minutes — and a follower's
+memory follows what is pending, not what was ever delivered. A dead entry in a slot
 with live ones still counts in its block, so the answer is a lower bound: at
 most ``SLOT_MS`` below the true earliest (both lie in that slot). A small
 first slot (``PROMOTE_CHUNK`` entries at most) is promoted whole to answer.
@@ -407,12 +409,30 @@ class Schedule:
         all cancelled (then forgotten at C speed)."""
         slot = heapq.heappop(self._slots)
         self._promoted_until = max(self._promoted_until, slot)
+        self._forget_slot(slot)
+
+    def _forget_slot(self, slot: int) -> None:
+        """Far ``slot`` (out of the heap) is gone: its cells, and its
+        cancelled or taken entries out of the cancelled set (C speed)."""
         if self._far_dead.pop(slot, 0):
             cells = self._far[slot]
             self._cancelled.difference_update(cells[self._far_pos.get(slot, 0) + 1::CELLS])
         del self._far[slot], self._far_min[slot], self._far_blocks[slot]
         self._far_pos.pop(slot, None)
         self._far_at.pop(slot, None)
+
+    def _drop_if_dead(self, slot: int) -> None:
+        """Forget far ``slot`` once every entry left of it is cancelled or
+        taken: a follower, which never promotes, takes each slot's entries out
+        as its leader delivers them, and kept them all (and their index) —
+        memory that grew with every record ever delivered."""
+        cells = self._far.get(slot)
+        if cells is None or len(cells) - self._far_pos.get(slot, 0) > \
+                CELLS * self._far_dead.get(slot, 0):
+            return
+        self._slots.remove(slot)
+        heapq.heapify(self._slots)
+        self._forget_slot(slot)
 
     def _kill_far(self, entry: int, slot: int) -> None:
         """Far ``entry`` of ``slot`` is cancelled (or taken): forgotten when
@@ -454,6 +474,7 @@ class Schedule:
         found = self._take_one(due_ms // SLOT_MS, entry)
         if found is None:
             return None
+        self._drop_if_dead(due_ms // SLOT_MS)
         self._count -= 1
         self._forget_id(found)
         return found
@@ -512,7 +533,9 @@ class Schedule:
                 or not cancelled.isdisjoint(wanted) or len(set(wanted)) < len(wanted)):
             # one (``itemgetter`` of one gives no tuple), or not there (or not indexed
             # yet), promoted, cancelled, twice
-            return [self._take_one(slot, entry) for entry in wanted]
+            one_by_one = [self._take_one(slot, entry) for entry in wanted]
+            self._drop_if_dead(slot)
+            return one_by_one
         read = itemgetter(*at)
         with memoryview(cells) as view:  # view[k:][c] is cells[c + k]
             dues, offsets, tids, wheres = read(cells), read(view[2:]), read(view[3:]), read(view[4:])
@@ -523,6 +546,7 @@ class Schedule:
             strict=False)))
         cancelled.update(wanted)
         self._far_dead[slot] = self._far_dead.get(slot, 0) + len(wanted)
+        self._drop_if_dead(slot)
         return made
 
     def _take_one(self, slot: int, entry: int) -> Pending | None:
@@ -572,6 +596,7 @@ class Schedule:
             if found is None:  # still far
                 self._kill_far(entry, slot)
                 self._far_ids.pop(entry, None)
+                self._drop_if_dead(slot)
                 found = Pending(entry, -1, schedule_id, target)
             self._count -= 1
         if not entries:

@@ -192,6 +192,8 @@ def test_taking_far_entries_in_batches_is_taking_them_one_by_one(
         assert batched.take_all(out, out_dues) == expected
         assert len(batched) == len(single)
     assert len(batched) == 0 and batched.pending() == single.pending() == []
+    for s in (batched, single):  # memory follows what is pending: every slot went
+        assert not s._far and not s._slots and not s._cancelled and not s._far_at
     # again (a replay): nothing, promoted or far, is taken twice
     for again in (promoted, by_due):
         assert batched.take_all(again, [dues[e] for e in again]) == []
