@@ -18,6 +18,7 @@ from compat_tests._compaction import alter_topic
 from tests.integration.test_cli import kc_json
 
 LONG = 40  # pending across the restart
+LONG_DELAY_MS = 30_000
 SEGMENT_BYTES = 20_000
 
 
@@ -60,7 +61,9 @@ def test_the_schedule_log_drops_delivered_history_and_restarts_from_its_snapshot
         short = 0
         for _ in range(6):  # the history
             short = _round_of_short(producer, topic, short)
-        due_long = time.time() * 1000 + 10_000
+        # pending until past the listing and the restart below: under CI load those
+        # took over 10 s, and the long records were delivered before they were listed
+        due_long = time.time() * 1000 + LONG_DELAY_MS
         for i in range(LONG):
             producer.send(topic, b"x" * 100, key=b"long%d" % i, partition=0,
                           headers=[("kc-deliver-at", b"%d" % due_long)])
@@ -77,6 +80,7 @@ def test_the_schedule_log_drops_delivered_history_and_restarts_from_its_snapshot
         assert _schedule_bytes(broker.data_dir) < written / 2, "segments were deleted"
         # ``kcompat scheduled list`` reads the log from its snapshot too
         rows = kc_json(broker, "scheduled", "list", topic)
+        assert time.time() * 1000 < due_long, "test bug: listed after the long ones were due"
         assert sorted(r["key"] for r in rows) == sorted(  # type: ignore[attr-defined]
             f"long{i}" for i in range(LONG))
         broker.kill()
