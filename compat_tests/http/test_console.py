@@ -61,6 +61,10 @@ def browser() -> Iterator[webdriver.Chrome]:
         driver.quit()
 
 
+#: reads of a table the page may re-render meanwhile (its rows go stale)
+READ_TRIES = 5
+
+
 class Console:
     """The console in the browser: pages, forms, tables, and screenshots of each step."""
 
@@ -91,7 +95,15 @@ class Console:
         self.el(testid).click()
 
     def rows(self, testid: str) -> list[list[str]]:
-        """The body rows' cell texts of a table ([] when absent or empty)."""
+        """The body rows' cell texts of a table ([] when absent or empty); read
+        again if the page re-rendered the table while it was being read."""
+        for _ in range(READ_TRIES):
+            with contextlib.suppress(StaleElementReferenceException):
+                return self._rows(testid)
+            time.sleep(0.1)
+        return self._rows(testid)
+
+    def _rows(self, testid: str) -> list[list[str]]:
         found = self.driver.find_elements(By.CSS_SELECTOR, f'table[data-testid="{testid}"]')
         if not found:
             return []
