@@ -430,8 +430,11 @@ class Schedule:
         if cells is None or len(cells) - self._far_pos.get(slot, 0) > \
                 CELLS * self._far_dead.get(slot, 0):
             return
-        self._slots.remove(slot)
-        heapq.heapify(self._slots)
+        if self._slots[0] == slot:  # most often: a follower drains the earliest slot
+            heapq.heappop(self._slots)
+        else:
+            self._slots.remove(slot)
+            heapq.heapify(self._slots)
         self._forget_slot(slot)
 
     def _kill_far(self, entry: int, slot: int) -> None:
@@ -551,10 +554,10 @@ class Schedule:
 
     def _take_one(self, slot: int, entry: int) -> Pending | None:
         """``_take_slot`` of one entry (``take`` of a far one)."""
-        cells = self._far.get(slot)
-        c = -1 if cells is None else self._far_index(entry, slot * SLOT_MS)
-        if cells is None or c < 0:
+        c = self._far_index(entry, slot * SLOT_MS)
+        if c < 0:
             return None
+        cells = self._far[slot]
         found = Pending(entry, cells[c], self._far_ids.pop(entry, None),
                         self._targets[cells[c + 3]], cells[c + 2], cells[c + 4])
         self._kill_far(entry, slot)

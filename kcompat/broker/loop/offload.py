@@ -52,6 +52,7 @@ T = TypeVar("T")
 
 CPU_WORKERS = 2  # worker threads running Python beside the loop, at most (see below)
 STOP_WAIT_S = 5.0  # a cancelled ``run_stoppable``'s function returns within this
+STOP_POLL_S = 0.005
 _LIMITER: RunVar[trio.CapacityLimiter] = RunVar("kcompat_cpu_limiter")
 
 
@@ -89,4 +90,7 @@ async def run_stoppable(fn: Callable[[threading.Event], T]) -> T | None:
     finally:
         stop.set()
         if started.is_set():  # else it sees ``stop`` as it starts, and does nothing
-            finished.wait(STOP_WAIT_S)
+            # waited for without blocking the loop (the other tasks stop meanwhile)
+            with trio.CancelScope(shield=True), trio.move_on_after(STOP_WAIT_S):
+                while not finished.is_set():
+                    await trio.sleep(STOP_POLL_S)
