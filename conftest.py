@@ -15,6 +15,9 @@ resource a worker would start for itself are one unit together (``SHARED``):
 the session's reference Apache Kafka (a JVM of 768 MiB, started on first use)
 runs on one worker only, and the Spark suites (a Spark JVM each, one Ivy
 cache) run one after the other.
+
+When a test fails, the stderr tail of every broker process its fixtures hold
+(a ``Broker``, a ``Deployment``, a ``Cluster``) is attached to its report.
 """
 
 from __future__ import annotations
@@ -72,3 +75,17 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | 
             return _unit_of(config.rootpath, nodeid.split("::", 1)[0], units)
 
     return ModulesAndGroups(config, log)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):  # type: ignore[no-untyped-def]
+    outcome = yield
+    rep = outcome.get_result()
+    if not (rep.failed and rep.when in ("setup", "call")):
+        return
+    from compat_tests._broker import brokers_in
+
+    for b in brokers_in(list((getattr(item, "funcargs", None) or {}).values())):
+        state = "running" if b.running else f"not running (last exit code {b.last_returncode})"
+        rep.sections.append(
+            (f"kcompat broker {b.bootstrap} [{state}] stderr tail ({b.log_path})", b.tail()))

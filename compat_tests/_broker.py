@@ -339,3 +339,18 @@ def running(broker: B) -> Iterator[B]:
         yield broker
     finally:
         broker.close()
+
+
+def brokers_in(values: list[object]) -> list[Broker]:
+    """The broker processes among a test's fixture values: a ``Broker``, or
+    those of a ``Deployment`` (a tuple) or a ``Cluster`` (a dict by node id),
+    each once."""
+    seen: list[Broker] = []
+    for value in values:
+        found = getattr(value, "brokers", None)
+        members = (list(found.values()) if isinstance(found, dict)
+                   else found if isinstance(found, (tuple, list)) else [value])
+        for b in members:
+            if isinstance(b, Broker) and all(b is not s for s in seen):
+                seen.append(b)
+    return seen

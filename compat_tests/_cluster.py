@@ -24,6 +24,7 @@ import struct
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from confluent_kafka.admin import AdminClient
 
@@ -244,19 +245,44 @@ def _read_exact(sock: socket.socket, n: int) -> bytes:
     return bytes(buf)
 
 
+#: librdkafka 2.x's answer to a watermark query for a partition whose leader
+#: Metadata gives as -1 (LEADER_NOT_AVAILABLE, an election in progress): it
+#: counts that leader as permanently missing and fails the query at once
+_LEADERLESS = "_UNKNOWN_PARTITION"
+
+
+def _high_watermark(consumer: Any, tp: Any, timeout_s: float) -> int:
+    """``tp``'s high watermark, asked again while the partition has no leader:
+    after a broker comes back, the partitions it prefers to lead move back to
+    it, each through an election, as Kafka's brokers take back their preferred
+    leaderships after a restart; a Kafka client meets the same between two
+    leaders."""
+    from confluent_kafka import KafkaException
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return int(consumer.get_watermark_offsets(tp, timeout=10)[1])
+        except KafkaException as e:
+            if e.args[0].name() != _LEADERLESS or time.monotonic() > deadline:
+                raise
+        time.sleep(0.2)
+
+
 def read_log(bootstrap: str, topic: str, partitions: int,
              timeout_s: float = 60.0) -> dict[int, list[tuple[int, bytes]]]:
     """Every record of ``topic`` as (offset, value) per partition, from the log
-    start up to the high watermark each partition has when reading starts. No
-    retry: a (re)started broker answers Metadata only once it has caught up with
-    the metadata log, so every partition is known to whichever broker answers."""
+    start up to the high watermark each partition has when reading starts. A
+    (re)started broker answers Metadata only once it has caught up with the
+    metadata log, so every partition is known to whichever broker answers; a
+    partition may be between leaders though (``_high_watermark``)."""
     from confluent_kafka import Consumer, TopicPartition
 
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "verifier",
                          "enable.auto.commit": False, "auto.offset.reset": "earliest",
                          "log_level": 0})
     try:
-        ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
+        ends = {p: _high_watermark(consumer, TopicPartition(topic, p), timeout_s)
                 for p in range(partitions)}
         consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
         out: dict[int, list[tuple[int, bytes]]] = {p: [] for p in range(partitions)}

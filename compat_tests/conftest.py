@@ -20,7 +20,8 @@
   stay single-node.
 - ``topic``: a unique topic name for the test.
 
-On failure the tail of the broker's stderr is attached to the report. With
+On failure the tail of each broker's stderr is attached to the report (the
+root conftest, for every suite). With
 ``COMPAT_LEDGER_OUT=/path/file.jsonl`` every test appends the byte range of the
 broker log it produced, so ``compat_tests/ledger_scan.py`` can list which API
 versions each client sent (start pytest with ``KCOMPAT_LOG_LEVEL=DEBUG``).
@@ -35,7 +36,7 @@ from pathlib import Path
 
 import pytest
 
-from ._broker import Broker, running, unique_topic
+from ._broker import Broker, brokers_in, running, unique_topic
 from ._cluster import Cluster
 from ._deployment import (
     CLUSTER_BROKER_ARGS,
@@ -204,28 +205,12 @@ def topic(request: pytest.FixtureRequest) -> str:
     return unique_topic(request.node.name)
 
 
-def _brokers_of(item: pytest.Item) -> list[Broker]:
-    funcargs = getattr(item, "funcargs", None) or {}
-    seen: list[Broker] = []
-    for value in funcargs.values():
-        found = value.brokers if isinstance(value, Deployment) else (value,)
-        for b in found:
-            if isinstance(b, Broker) and all(b is not s for s in seen):
-                seen.append(b)
-    return seen
-
-
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):  # type: ignore[no-untyped-def]
+    """The ledger's byte ranges (the stderr tails of failures: the root conftest)."""
     outcome = yield
     rep = outcome.get_result()
-    brokers = _brokers_of(item)
-    if rep.failed and rep.when in ("setup", "call"):
-        for b in brokers:
-            state = "running" if b.running else f"not running (last exit code {b.last_returncode})"
-            rep.sections.append(
-                (f"kcompat broker {b.bootstrap} [{state}] stderr tail ({b.log_path})", b.tail())
-            )
+    brokers = brokers_in(list((getattr(item, "funcargs", None) or {}).values()))
     ledger_out = os.environ.get("COMPAT_LEDGER_OUT")
     if ledger_out and (rep.when == "call" or (rep.when == "setup" and rep.failed)):
         with open(ledger_out, "a", encoding="utf-8") as f:

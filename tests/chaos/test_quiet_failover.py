@@ -17,6 +17,7 @@ leader) are printed per kind, never asserted: timings are benchmark figures
 
 from __future__ import annotations
 
+import contextlib
 import os
 import statistics
 import threading
@@ -28,7 +29,7 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from compat_tests._broker import unique_topic
-from compat_tests._cluster import Cluster, consume_all
+from compat_tests._cluster import Cluster, consume_all, diagnostics
 
 IDLE_PARTITIONS = int(os.environ.get("IDLE_PARTITIONS", "300"))
 PER_TOPIC = 500
@@ -55,7 +56,7 @@ def _create(admin: AdminClient, topics: dict[str, int]) -> None:
 @pytest.mark.timeout(600)
 def test_quiet_partitions_fail_over(tmp_path: Path) -> None:
     cluster = Cluster(tmp_path)
-    try:
+    with contextlib.closing(cluster), diagnostics(cluster):
         cluster.start()
         admin = AdminClient({"bootstrap.servers": cluster.bootstrap, "log_level": 0})
         idle = {unique_topic(f"quiet{i}"): min(PER_TOPIC, IDLE_PARTITIONS - i * PER_TOPIC)
@@ -158,5 +159,3 @@ def test_quiet_partitions_fail_over(tmp_path: Path) -> None:
         got_idle = consume_all(cluster.live_bootstrap(), sample, idle[sample], timeout_s=120)
         assert all(got_idle[p] == [f"after-{p}".encode()] for p in range(idle[sample])), \
             "a quiet partition lost or duplicated its post-failover record"
-    finally:
-        cluster.close()
