@@ -109,6 +109,7 @@ CONTROL_PROBES = ("metadata", "create_topics", "group_join")
 SCRAPE_EVERY_S = 3.0
 SCHED_PREFIX = "__kc_schedule-"
 LAG_METRIC = "kcompat_event_loop_lag_seconds"
+ON_CPU_METRIC = "kcompat_event_loop_longest_step_on_cpu_seconds"
 GC_METRIC = "kcompat_gc_pause_seconds"
 FSYNC_METRIC = "kcompat_fsync_pass"
 PENDING_METRIC = "kcompat_delayed_records_pending"
@@ -1485,10 +1486,15 @@ def lag_summary(scrapes: list[dict[str, Any]]) -> list[str]:
         if longest:
             line += "; longest single step: " + ", ".join(
                 f"{fmt_s(v)} ({task_of(k)})" for v, k in longest[:4])
+        on_cpu = sorted(((v, k) for k, v in others.items()
+                         if k.startswith(ON_CPU_METRIC)), reverse=True)
+        if on_cpu:
+            line += "; most CPU time in one step (a bound): " + ", ".join(
+                f"{fmt_s(v)} ({task_of(k)})" for v, k in on_cpu[:4])
         line += pressure_summary(others)
         line += gc_summary(others) + fsync_summary(others)
         rest = {k: v for k, v in others.items() if "_created" not in k
-                and not k.startswith(("kcompat_event_loop_longest_step_seconds",
+                and not k.startswith(("kcompat_event_loop_longest_step_seconds", ON_CPU_METRIC,
                                       BACKPRESSURE_PREFIX, LATENESS_METRIC, GC_METRIC,
                                       FSYNC_METRIC))}
         for k, v in sorted(rest.items())[:6]:

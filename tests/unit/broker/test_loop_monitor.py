@@ -91,6 +91,46 @@ def test_a_long_step_is_reported_with_where_it_was(caplog) -> None:  # type: ign
                           for m in shares), held
 
 
+def test_the_cpu_time_of_a_long_step_is_bounded_apart_from_its_wall_time() -> None:
+    """A step that waits 600 ms off the CPU (a blocking sleep: as descheduled by
+    a busy host) counts as CPU time only what passed before the watch thread
+    first saw it (within 50 ms, later on a loaded host); a step that computes
+    for 300 ms of CPU time counts all of it."""
+    registry = CollectorRegistry()
+    monitor = LoopMonitor(registry)
+
+    def spin(cpu_seconds: float) -> None:
+        end = time.thread_time() + cpu_seconds
+        while time.thread_time() < end:
+            pass
+
+    async def waits() -> None:
+        with labelled("Waiting request"):
+            time.sleep(0.6)
+            await trio.sleep(0)
+
+    async def computes() -> None:
+        with labelled("Computing request"):
+            spin(0.3)
+            await trio.sleep(0)
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(monitor.run)
+            await trio.sleep(0.02)
+            await waits()
+            await computes()
+            nursery.cancel_scope.cancel()
+
+    trio.run(main)
+    wall, on_cpu = monitor.steps.longest, monitor.steps.longest_on_cpu
+    assert wall["Waiting request"] >= 0.6 and wall["Computing request"] >= 0.3
+    assert on_cpu["Waiting request"] <= 0.4, on_cpu
+    assert on_cpu["Computing request"] >= 0.3, on_cpu
+    text = generate_latest(registry).decode()
+    assert 'kcompat_event_loop_longest_step_on_cpu_seconds{task="Waiting request"}' in text
+
+
 def test_a_step_that_served_a_request_counts_as_that_request() -> None:
     """A connection's step that leaves the request's block and goes on (to
     send the answer) without a checkpoint is the request's, not the
