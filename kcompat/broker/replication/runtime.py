@@ -660,7 +660,9 @@ class ClusterRuntime:
         while True:
             await self._wake.wait()
             self._wake = trio.Event()
-            self._feed_more()
+            if self._feeding:
+                self._feed_more()
+                await trio.lowlevel.checkpoint()  # a replay's turn (up to FEED_BUDGET_S) is a step
             if self._tick_due:
                 self._tick_due = False
                 self._tick()
