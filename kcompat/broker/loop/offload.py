@@ -31,6 +31,19 @@ load 3-4): delayed produce 35.6k and 40.5k records/s at 18.5-18.8 us of
 broker CPU per record with two tokens, 32.3k and 24.4k at 20.3-28.3 us with
 trio's 40 — the GIL passed among fewer threads costs less.
 
+Starting a thread blocks its starter until the new thread runs
+(``threading.Thread.start`` waits for it), and trio's ``to_thread`` starts
+one on the loop whenever its cache has no idle worker: its idle workers end
+after 10 s without a job, so a burst after a calm spell (a produce split, a
+round of fsyncs, replica logs opening) found none. On a host whose cores are
+taken, the new thread waits for a core, then for the GIL: the 1M delayed
+soak on 3 brokers logged Produce steps of 327 ms, fsync trips of 126 ms and
+a log open of 113 ms spent in ``Thread.start``, at 0-5 % of a CPU.
+``keep_threads_ready`` keeps ``THREAD_RESERVE`` idle workers in trio's
+cache, started by a thread of its own: a trip takes one of them, and the
+keeper starts its replacement off the loop (the cache's internals are
+trio's; without them the keeper does nothing and says so).
+
 Long background work in a thread (``run_stoppable``: the codec warm-up at
 start) is never abandoned on cancellation: it is asked to stop and awaited.
 A thread still running Python when the interpreter exits is ended there by
@@ -41,9 +54,10 @@ stop.
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import trio
 from trio.lowlevel import RunVar
@@ -54,6 +68,13 @@ CPU_WORKERS = 2  # worker threads running Python beside the loop, at most (see b
 STOP_WAIT_S = 5.0  # a cancelled ``run_stoppable``'s function returns within this
 STOP_POLL_S = 0.005
 _LIMITER: RunVar[trio.CapacityLimiter] = RunVar("kcompat_cpu_limiter")
+#: idle worker threads kept in trio's cache (``keep_threads_ready``): more than
+#: the trips a broker makes at once (two CPU tokens, fsync passes, log opens)
+THREAD_RESERVE = 8
+RESERVE_CHECK_S = 0.05  # how soon the keeper replaces a worker a trip took
+RESERVE_JOIN_S = 1.0
+
+log = logging.getLogger("kcompat.loop")
 
 
 def cpu_limiter() -> trio.CapacityLimiter:
@@ -94,3 +115,38 @@ async def run_stoppable(fn: Callable[[threading.Event], T]) -> T | None:
             with trio.CancelScope(shield=True), trio.move_on_after(STOP_WAIT_S):
                 while not finished.is_set():
                     await trio.sleep(STOP_POLL_S)
+
+
+async def keep_threads_ready(reserve: int = THREAD_RESERVE) -> None:
+    """Keep ``reserve`` idle workers in trio's thread cache, started by a
+    thread of this function's, until cancelled: a trip to a thread then never
+    starts one on the loop (see the module)."""
+    try:
+        from trio._core import _thread_cache as cache_module
+
+        cache = cache_module.THREAD_CACHE
+        idle: dict[Any, None] = cache._idle_workers
+    except (ImportError, AttributeError) as e:
+        log.info("no idle threads kept ready (trio's thread cache is not as expected: %s)", e)
+        await trio.sleep_forever()
+    stop = threading.Event()
+    keeper = threading.Thread(target=_keep, args=(cache_module, cache, idle, reserve, stop),
+                              name="kcompat-thread-reserve", daemon=True)
+    keeper.start()
+    try:
+        await trio.sleep_forever()
+    finally:
+        stop.set()
+        keeper.join(RESERVE_JOIN_S)
+
+
+def _keep(cache_module: Any, cache: Any, idle: dict[Any, None], reserve: int,
+          stop: threading.Event) -> None:
+    """The keeper's thread: tops the idle workers up to ``reserve``. A worker
+    starts with no job and waits for one (trio's idle timeout ends it later,
+    and the keeper replaces it); entered in the idle dict, the loop's next
+    trip may take it (dict updates are atomic under the GIL, as trio's own
+    workers rely on)."""
+    while not stop.wait(RESERVE_CHECK_S):
+        while len(idle) < reserve and not stop.is_set():
+            idle[cache_module.WorkerThread(cache)] = None

@@ -172,6 +172,7 @@ async def run_broker(config: BrokerConfig, task_status: trio.TaskStatus[int] = t
         async with trio.open_nursery() as background:
             registry = broker.metrics.registry
             background.start_soon(LoopMonitor(registry).run)  # loop lag, longest steps
+            background.start_soon(offload.keep_threads_ready)  # no thread started on the loop
             background.start_soon(_warm_codec, broker)  # schemas imported ahead, off the loop
             registry.register(OfflineMachines(broker.cluster.groups))
             background.start_soon(run_admin_http, broker, admin_sockets)

@@ -6,8 +6,10 @@ from __future__ import annotations
 import threading
 import time
 
+import pytest
 import trio
 
+from kcompat.broker.loop import offload
 from kcompat.broker.loop.offload import CPU_WORKERS, run_cpu, run_stoppable
 
 
@@ -73,3 +75,41 @@ def test_a_cancelled_stoppable_trip_is_stopped_and_awaited_not_abandoned() -> No
 
     trio.run(main)
     assert 3 <= len(steps) < 100  # it ran, then stopped at the cancellation
+
+
+def test_trips_to_threads_start_no_thread_on_the_loop(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With ``keep_threads_ready`` running, a burst of trips that need as many
+    threads at once as the reserve holds takes idle workers: the loop thread
+    starts none (``Thread.start`` blocks its caller until the thread runs)."""
+    from trio._core import _thread_cache as cache_module
+
+    made_on: list[int] = []
+    original = cache_module.WorkerThread
+
+    class Recorded(original):  # type: ignore[valid-type,misc]
+        __slots__ = ()
+
+        def __init__(self, cache: object) -> None:
+            made_on.append(threading.get_ident())
+            super().__init__(cache)
+
+    monkeypatch.setattr(cache_module, "WorkerThread", Recorded)
+    idle = cache_module.THREAD_CACHE._idle_workers
+    burst = len(idle) + 4  # more than the workers idle before: some must be started
+
+    async def main() -> None:
+        loop_thread = threading.get_ident()
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(offload.keep_threads_ready, burst)
+            with trio.fail_after(10):
+                while len(idle) < burst:
+                    await trio.sleep(0.01)
+            together = threading.Barrier(burst, timeout=10)  # every trip in a thread of its own
+            async with trio.open_nursery() as trips:
+                for _ in range(burst):
+                    trips.start_soon(trio.to_thread.run_sync, together.wait)
+            nursery.cancel_scope.cancel()
+        assert made_on, "the keeper started the reserve's workers"
+        assert loop_thread not in made_on, "a trip started a thread on the loop"
+
+    trio.run(main)
