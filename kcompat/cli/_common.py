@@ -5,7 +5,8 @@ Theory of operation
 Client commands talk to a broker through kafka-python, as any Kafka client
 would. Every one takes ``--bootstrap-server HOST:PORT[,HOST:PORT...]``
 (default 127.0.0.1:9092; a list as Kafka's own tools take, whichever broker
-answers serves: kafka-python and ``_kio.connect_first`` both try the others), ``--timeout-ms`` (how long to try
+answers serves: the first listed address that accepts a connection, given to
+kafka-python alone (``answering``), as ``_kio.connect_first`` takes it), ``--timeout-ms`` (how long to try
 reaching the broker) and ``--json``. A failure the user can act on becomes a
 ``CliError``: one line on stderr, exit code 1 (2 for bad arguments) — never a
 traceback. ``friendly`` turns kafka-python's exceptions into such lines.
@@ -24,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import socket
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -88,11 +90,36 @@ def client_config(args: argparse.Namespace) -> dict[str, Any]:
         finally:
             conn.close()
         args._login_checked = True
+    server = answering(server, args.timeout_ms / 1000)
     quiet_client_logs()
     return {"bootstrap_servers": server, "client_id": CLIENT_ID,
             "bootstrap_timeout_ms": args.timeout_ms,
             "request_timeout_ms": max(args.timeout_ms, 10_000),
             **security.kafka_python_config()}
+
+
+def answering(server: str, timeout_s: float) -> str:
+    """The first address of ``server`` that accepts a TCP connection, tried
+    in the order given (as ``_kio.connect_first``), for kafka-python to
+    bootstrap from. Given the whole list, kafka-python picks one at random
+    and backs off from an address that refused before trying another, so a
+    dead address in the list now and then cost a command its whole
+    ``--timeout-ms`` (a CI run: the dead one picked again and again, a busy
+    broker answering late). None answering: one line naming each address and
+    why. A single address is passed on as it is (kafka-python's error names
+    it)."""
+    addresses = parse_bootstrap(server)
+    if len(addresses) == 1:
+        return server  # kafka-python's own error names it
+    failures: list[tuple[str, str]] = []
+    for host, port in addresses:
+        try:
+            socket.create_connection((host, port), timeout=timeout_s).close()
+        except OSError as e:
+            failures.append((f"{host}:{port}", str(e)))
+            continue
+        return f"{host}:{port}"
+    raise unreachable(failures)
 
 
 def quiet_client_logs() -> None:

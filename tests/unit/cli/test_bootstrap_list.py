@@ -1,6 +1,7 @@
 """``--bootstrap-server`` takes a comma-separated list, as Kafka's tools do
 (issue 32): every client command reaches the brokers through one of three
-paths — kafka-python (``client_config``), one kio connection
+paths — kafka-python (``client_config``: given the first address that
+answers), one kio connection
 (``Connection.for_args``) or kio connections by node (``Cluster.for_args``) —
 and each uses whichever listed address answers, in the order given, with one
 error naming every address when none does."""
@@ -94,9 +95,18 @@ def test_cluster_path_uses_the_list(listening: str) -> None:
         cluster.close()
 
 
-def test_kafka_python_path_gets_the_whole_list(listening: str) -> None:
-    server = f"127.0.0.1:{free_port()},{listening}"
-    assert client_config(_args(server))["bootstrap_servers"] == server
+def test_kafka_python_path_gets_the_first_address_that_answers(listening: str) -> None:
+    """kafka-python picks a bootstrap address at random and backs off from a
+    dead one: it is given the first listed address that accepts a
+    connection, so a dead one before it costs one refused connect."""
+    dead = f"127.0.0.1:{free_port()}"
+    assert client_config(_args(f"{dead},{listening}"))["bootstrap_servers"] == listening
+    assert client_config(_args(f"{listening},{dead}"))["bootstrap_servers"] == listening
+    assert client_config(_args(listening))["bootstrap_servers"] == listening
+    with pytest.raises(CliError) as none:
+        client_config(_args(f"{dead},127.0.0.1:{free_port()}"))
+    assert str(none.value).startswith("cannot reach a broker at any of 2 addresses (")
+    assert f"{dead}: " in str(none.value)
     with pytest.raises(CliError) as e:
         client_config(_args(f"{listening},nowhere"))
     assert e.value.exit_code == 2
