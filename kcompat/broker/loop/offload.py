@@ -73,6 +73,7 @@ _LIMITER: RunVar[trio.CapacityLimiter] = RunVar("kcompat_cpu_limiter")
 THREAD_RESERVE = 8
 RESERVE_CHECK_S = 0.05  # how soon the keeper replaces a worker a trip took
 RESERVE_JOIN_S = 1.0
+RESERVE_RETRY_S = 10.0  # after a thread could not be started
 
 log = logging.getLogger("kcompat.loop")
 
@@ -149,4 +150,10 @@ def _keep(cache_module: Any, cache: Any, idle: dict[Any, None], reserve: int,
     workers rely on)."""
     while not stop.wait(RESERVE_CHECK_S):
         while len(idle) < reserve and not stop.is_set():
-            idle[cache_module.WorkerThread(cache)] = None
+            try:
+                worker = cache_module.WorkerThread(cache)
+            except RuntimeError as e:  # no thread can be started now (a process limit)
+                log.warning("no idle thread kept ready: %s", e)
+                stop.wait(RESERVE_RETRY_S)
+                break
+            idle[worker] = None
