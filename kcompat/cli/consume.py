@@ -33,7 +33,7 @@ from kcompat.cli._common import CliError, add_client_args, client_config
 from kcompat.cli._share_consumer import ACK_TYPES
 
 POLL_MS = 200
-COMMIT_TRIES = 5  # a commit refused while the group rebalances: made again after a poll
+COMMIT_WAIT_S = 30.0  # a commit refused while the group rebalances: made again after polls
 SHARE_WAIT_MS = 500  # a ShareFetch waits this long for something to acquire
 SHARE_BATCH_MAX = 500
 IDLE_STOP_MS = 10_000  # without --follow: give up if positions stop moving this long
@@ -196,18 +196,21 @@ def _loop(consumer: Any, args: argparse.Namespace) -> None:
 
 
 def _commit(consumer: Any, commits: dict[Any, Any]) -> None:
-    """Commit the printed records' offsets. A commit answered
-    REBALANCE_IN_PROGRESS (another member joined or left meanwhile) is made
-    again once a poll has rejoined the group, as a Java consumer's caller
-    does: at most COMMIT_TRIES times."""
-    from kafka.errors import RebalanceInProgressError
+    """Commit the printed records' offsets. A commit refused because the
+    group is rebalancing (the client is rejoining: REBALANCE_IN_PROGRESS, or
+    CommitFailedError for the broker's REBALANCE_IN_PROGRESS between a join
+    and its sync) is made again once polls have rejoined the group, as a Java
+    consumer's caller does; for at most COMMIT_WAIT_S, however many polls the
+    rejoin takes on a loaded machine."""
+    from kafka.errors import CommitFailedError, RebalanceInProgressError
 
-    for attempt in range(COMMIT_TRIES):
+    deadline = time.monotonic() + COMMIT_WAIT_S
+    while True:
         try:
             consumer.commit(commits)
             return
-        except RebalanceInProgressError:
-            if attempt == COMMIT_TRIES - 1:
+        except (RebalanceInProgressError, CommitFailedError):
+            if time.monotonic() >= deadline:
                 raise
             consumer.poll(timeout_ms=POLL_MS, max_records=1)  # rejoins; nothing printed
 

@@ -371,8 +371,9 @@ def test_scheduled_list_and_cancel(broker: Broker) -> None:
     kc(broker, "produce", topic, "--partition", "0", "--key", "a", *later, stdin="x\ny\n")
     kc(broker, "produce", topic, "--partition", "1", "--header", "kc-delay-ms=600000",
        "--header", "kc-schedule-id=other", stdin="z\n")
-    # "soon" must still be pending when listed: a CLI process under load took 1.5 s
-    kc(broker, "produce", topic, "--partition", "1", "--header", "kc-delay-ms=5000",
+    # "soon" is due well before "later" and "other" yet still pending when listed,
+    # however slowly the CLI processes start under load
+    kc(broker, "produce", topic, "--partition", "1", "--header", "kc-delay-ms=300000",
        "--header", "kc-schedule-id=soon", stdin="s\n")
     rows = kc_json(broker, "scheduled", "list", topic)
     assert isinstance(rows, list)
@@ -389,14 +390,17 @@ def test_scheduled_list_and_cancel(broker: Broker) -> None:
     err = kc(broker, "scheduled", "cancel", topic, "--id", "later", expect=1).stderr
     assert "later" in err
 
+    kc(broker, "produce", topic, "--partition", "1", "--header", "kc-delay-ms=1000",
+       "--header", "kc-schedule-id=due", stdin="d\n")
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:
         consumed = jsonl(kc(broker, "consume", topic, "--json").stdout)
         if consumed:
             break
         time.sleep(0.3)
-    assert [(c["partition"], c["value"]) for c in consumed] == [(1, "s")]
-    assert ["kc-scheduled-offset", "1"] in consumed[0]["headers"]  # type: ignore[operator]
-    assert consumed[0]["offset"] == 2  # after the holes of "other" (0) and its own (1)
+    assert [(c["partition"], c["value"]) for c in consumed] == [(1, "d")]  # never "later"
+    assert ["kc-scheduled-offset", "2"] in consumed[0]["headers"]  # type: ignore[operator]
+    assert consumed[0]["offset"] == 3  # after the holes of "other", "soon" and its own
     rows = kc_json(broker, "scheduled", "list", topic)
-    assert [(r["partition"], r["id"]) for r in rows] == [(1, "other")]  # type: ignore[index]
+    assert [(r["partition"], r["id"]) for r in rows] == [  # type: ignore[index]
+        (1, "soon"), (1, "other")]
