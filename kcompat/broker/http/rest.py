@@ -69,6 +69,7 @@ _AUTHORIZATION = {ErrorCode.topic_authorization_failed, ErrorCode.cluster_author
                   ErrorCode.group_authorization_failed,
                   ErrorCode.transactional_id_authorization_failed}
 _NOT_FOUND = {ErrorCode.unknown_topic_or_partition, ErrorCode.unknown_topic_id}
+RETRIABLE = 50003  # the REST error code of a retriable Kafka error
 
 
 def kafka_error(code: ErrorCode, message: str | None, what: str = "") -> RestError:
@@ -81,7 +82,7 @@ def kafka_error(code: ErrorCode, message: str | None, what: str = "") -> RestErr
     if code in (ErrorCode.group_id_not_found,):
         return RestError(404, text, 404)
     if code.retriable:
-        return RestError(500, text, 50003)
+        return RestError(500, text, RETRIABLE)
     if code in (ErrorCode.unknown_server_error,):
         return RestError(500, text, 50002)
     return RestError(400, text, 40002)

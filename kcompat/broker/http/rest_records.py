@@ -45,7 +45,7 @@ import trio
 from kio.schema.errors import ErrorCode
 from starlette.responses import JSONResponse, Response
 
-from kcompat.broker.http.rest import Ctx, RestError, iso_ms, kafka_error
+from kcompat.broker.http.rest import RETRIABLE, Ctx, RestError, iso_ms, kafka_error
 from kcompat.broker.http.rest_admin import one_topic
 from kcompat.wire import codec
 from kcompat.wire import versions as v
@@ -294,28 +294,47 @@ async def _layout(c: Ctx, topic_name: str, fresh: bool = False) -> dict[int, int
     return leaders
 
 
+async def _layout_led(c: Ctx, topic_name: str, deadline: float,
+                      fresh: bool = False) -> dict[int, int]:
+    """``_layout``, asked again after a growing backoff until ``deadline``
+    while the topic answers a retriable error (LEADER_NOT_AVAILABLE: a topic
+    created a moment ago whose leaders this broker has not heard yet), as a
+    producer waits for its metadata."""
+    backoff = RETRY_BACKOFF_S
+    while True:
+        try:
+            return await _layout(c, topic_name, fresh)
+        except RestError as e:
+            if e.code != RETRIABLE or trio.current_time() + backoff >= deadline:
+                raise
+        await trio.sleep(backoff)
+        backoff = min(backoff * 2, RETRY_BACKOFF_MAX_S)
+        fresh = True
+
+
 async def send(c: Ctx, topic_name: str, records: list[OutRecord]) -> None:
     """Produce ``records`` to ``topic_name`` (acks=all), a batch per partition and
     a request per leader, and set each one's offset or error. An unknown topic
-    or a partition it lacks refuses them all before anything is sent. A
-    partition whose leader moved is looked up again and sent again, at once
-    and then after a growing backoff, for up to ``RETRY_FOR_S``."""
-    leaders = await _layout(c, topic_name)
+    or a partition it lacks refuses them all before anything is sent. A topic
+    whose leaders are not known yet, or a partition whose leader moved, is
+    looked up again (and its records sent again), at once and then after a
+    growing backoff, for up to ``RETRY_FOR_S``."""
+    deadline = trio.current_time() + RETRY_FOR_S
+    leaders = await _layout_led(c, topic_name, deadline)
     if any(r.partition is not None and r.partition not in leaders for r in records):
-        leaders = await _layout(c, topic_name, fresh=True)  # grown since?
+        leaders = await _layout_led(c, topic_name, deadline, fresh=True)  # grown since?
     place(records, topic_name, len(leaders))
     by_partition: dict[int, list[OutRecord]] = {}
     for r in records:
         assert r.partition is not None
         by_partition.setdefault(r.partition, []).append(r)
     stale = await _send_all(c, topic_name, leaders, by_partition, list(by_partition))
-    deadline = trio.current_time() + RETRY_FOR_S
     backoff = 0.0  # the first retry at once: the leader usually moved, and Metadata knows
     while stale and trio.current_time() + backoff < deadline:
         await trio.sleep(backoff)
         backoff = min(max(backoff * 2, RETRY_BACKOFF_S), RETRY_BACKOFF_MAX_S)
         try:
-            leaders = await _layout(c, topic_name, fresh=True)
+            leaders = await _layout_led(c, topic_name, deadline, fresh=True)
         except RestError:
             return  # the topic is gone (or hidden) now: those records keep their error
         # a partition the topic no longer has (it cannot shrink) keeps its error

@@ -132,6 +132,7 @@ class _Broker:
         self.moved_to = 2  # who leads now
         self.produced: list[tuple[int, tuple[int, ...]]] = []  # (node, partitions)
         self.metadata_calls = 0
+        self.topic_error = ErrorCode.none  # the topic's error in Metadata
         self.cluster_id = "c"
         self.broker = self
         self.caller = type("Caller", (), {"principal": "User:ANONYMOUS"})()
@@ -144,7 +145,7 @@ class _Broker:
             part = m.MetadataResponsePartition(
                 error_code=ErrorCode.none, partition_index=0, leader_id=self.leader,
                 leader_epoch=1, replica_nodes=(1, 2), isr_nodes=(1, 2), offline_replicas=())
-            topic = m.MetadataResponseTopic(error_code=ErrorCode.none, name="t", topic_id=None,
+            topic = m.MetadataResponseTopic(error_code=self.topic_error, name="t", topic_id=None,
                                             is_internal=False, partitions=(part,),
                                             topic_authorized_operations=0)
             return codec.build(codec.response_class(v.METADATA, 12), throttle_time=ZERO,
@@ -227,3 +228,37 @@ def test_records_wait_out_an_election_and_are_stored() -> None:
     took = _on_mock_clock(rest_records.send, ctx, "t", records)
     assert (records[0].error, records[0].offset) == (None, 7)
     assert 3 <= took < 5 and tries[-1] >= 3  # stored within a backoff of the election
+
+
+def test_records_to_a_topic_whose_leaders_are_not_known_yet_wait_for_them() -> None:
+    """A topic created a moment ago through another broker: this one's
+    Metadata answers the topic LEADER_NOT_AVAILABLE until it hears the
+    leaders (2 s here). The records are stored then, as a producer waits for
+    its metadata, not refused at once; an unknown topic still is (404)."""
+    broker = _Broker()
+    ctx: Any = broker
+    rest_records._layouts.clear()
+    broker.leader = broker.moved_to = 2
+    real_call = broker.call
+
+    async def call(api_key: int, version: int, node: int = -1, size: int = 0,
+                   **fields: object) -> object:
+        if api_key == v.METADATA:
+            broker.topic_error = (ErrorCode.leader_not_available if trio.current_time() < 2
+                                  else ErrorCode.none)
+        return await real_call(api_key, version, node, size, **fields)
+
+    broker.call = call  # type: ignore[method-assign]
+    records = [OutRecord(0, None, b"a", [], 0, None, "BINARY")]
+    took = _on_mock_clock(rest_records.send, ctx, "t", records)
+    assert (records[0].error, records[0].offset) == (None, 7)
+    assert 2 <= took < 3 and broker.metadata_calls >= 3
+
+    rest_records._layouts.clear()
+    broker.call = real_call  # type: ignore[method-assign]
+    broker.topic_error = ErrorCode.unknown_topic_or_partition
+    calls_before = broker.metadata_calls
+    with pytest.raises(RestError) as refused:
+        _on_mock_clock(rest_records.send, ctx, "t", [OutRecord(0, None, b"b", [], 0, None,
+                                                              "BINARY")])
+    assert refused.value.status == 404 and broker.metadata_calls == calls_before + 1
