@@ -187,6 +187,11 @@ class EmbeddedKafka(str):
     def broker_count(self) -> int:
         return len(self._processes)
 
+    @property
+    def log_paths(self) -> list[Path]:
+        """Each broker's log file (``<dir>/broker-N/broker.log``), in broker order."""
+        return [p.log_path for p in self._processes]
+
     @contextlib.contextmanager
     def admin(self, timeout_ms: int = 10_000) -> Iterator[Any]:
         """A kafka-python ``KafkaAdminClient`` on these brokers, closed on exit."""

@@ -50,6 +50,7 @@ KAFKA_PLACEHOLDER = "localhost:9092"
 ADMIN_PLACEHOLDER = "localhost:9644"
 LANGUAGES = ("python", "sh")
 TIMEOUT_S = 60.0
+LOG_LINES = 80  # of the broker's log in a failure report
 # an opening or closing fence: up to 3 spaces, then ``` or ~~~ (3 or more)
 FENCE = re.compile(r"^( {0,3})(`{3,}|~{3,})(.*)$")
 
@@ -135,6 +136,17 @@ def _free_port() -> int:
 class DocsBroker:
     bootstrap: str  # HOST:PORT of the Kafka listener
     admin: str  # HOST:PORT of the admin HTTP port (/metrics, /health)
+    log: Path  # the broker's log file
+
+    def log_size(self) -> int:
+        return self.log.stat().st_size if self.log.exists() else 0
+
+    def log_since(self, size: int, lines: int = LOG_LINES) -> str:
+        """The last ``lines`` lines the broker logged after its log had ``size`` bytes."""
+        with open(self.log, "rb") as f:
+            f.seek(size)
+            text = f.read().decode("utf-8", "replace")
+        return "\n".join(text.splitlines()[-lines:]) + "\n"
 
 
 @pytest.fixture(scope="session")
@@ -144,7 +156,7 @@ def docs_broker() -> Iterator[DocsBroker]:
 
     admin_port = _free_port()
     with embedded(config={"admin.port": admin_port}) as broker:
-        yield DocsBroker(broker.bootstrap, f"127.0.0.1:{admin_port}")
+        yield DocsBroker(broker.bootstrap, f"127.0.0.1:{admin_port}", broker.log_paths[0])
 
 
 def _run(command: list[str], cwd: Path, env: dict[str, str]) -> tuple[int | None, str, str]:
@@ -177,9 +189,12 @@ def test_block(block: Block, docs_broker: DocsBroker, tmp_path: Path) -> None:
         script = tmp_path / "block.sh"
         script.write_text(source, encoding="utf-8")
         command = ["bash", "-euo", "pipefail", str(script)]
+    logged = docs_broker.log_size()
     code, out, err = _run(command, tmp_path, env)
     if code != 0:
         outcome = f"timed out after {TIMEOUT_S:.0f} s" if code is None else f"exited {code}"
         pytest.fail(f"{block.name} ({block.language} run) {outcome}\n"
                     f"--- block as run ---\n{source}"
-                    f"--- stdout ---\n{out}--- stderr ---\n{err}", pytrace=False)
+                    f"--- stdout ---\n{out}--- stderr ---\n{err}"
+                    f"--- the broker's log meanwhile ({docs_broker.log}) ---\n"
+                    f"{docs_broker.log_since(logged)}", pytrace=False)
