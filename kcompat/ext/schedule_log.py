@@ -68,7 +68,10 @@ Exactly-once movement (rule 3): the delivery batch carries the schedule
 partition's internal producer id (``internal_producer_id``, epoch 0) and
 its sequence, so the target's idempotence check turns a re-sent batch into
 a duplicate. One delivery per target is in flight at a time, and a new
-leader finishes the one in flight first.
+leader finishes the one in flight first. Its leader may hold a delivery's
+``done`` back until the next ``out`` of that target (one Raft round for
+both): it notes the delivery ``stored`` meanwhile, so its gauges count the
+records delivered.
 
 ``ScheduleLog`` is the machine: ``apply`` each committed record in log order
 on every replica; the leader asks ``due_targets(now_ms)`` where records are
@@ -245,6 +248,10 @@ class ScheduleLog:
     def __init__(self, fresh_from: int | None = None, reread: Reread | None = None) -> None:
         self.schedule = Schedule()
         self.inflight: dict[Target, Delivery] = {}
+        # the leader's own note: deliveries in flight already stored on their target,
+        # their ``done`` not committed yet (it waits for the next ``out``): delivered
+        # for the gauges (``waiting_by_target``, ``earliest_due_ms``), not replicated
+        self.stored: set[Target] = set()
         self.next_seq: dict[Target, int] = {}
         self.pending_by_target: dict[Target, int] = {}
         # (target, producer id) -> its last batches: (epoch, base sequence) -> holes seen
@@ -439,8 +446,10 @@ class ScheduleLog:
             found = self.inflight.get(target)
             if found is not None and found.seq == int(doc["seq"]):
                 del self.inflight[target]
+                self.stored.discard(target)
         elif op == "drop":
             self.inflight.pop(target, None)
+            self.stored.discard(target)
             self.schedule.drop_target(target)
             self.pending_by_target.pop(target, None)
 
@@ -465,12 +474,22 @@ class ScheduleLog:
     def next_due_ms(self) -> int | None:
         return self.schedule.next_due_ms()
 
+    def waiting_by_target(self) -> dict[Target, int]:
+        """The records not delivered yet per target: pending, or in a
+        delivery in flight not yet stored on its target (``stored``)."""
+        counts = dict(self.pending_by_target)
+        for target, delivery in self.inflight.items():
+            if target not in self.stored:
+                counts[target] = counts.get(target, 0) + len(delivery.entries)
+        return counts
+
     def earliest_due_ms(self) -> int | None:
-        """The earliest due time of what is not delivered yet — in flight (a
-        delivery's entries are earliest first) or pending, as
+        """The earliest due time of what is not delivered yet — in flight and
+        not ``stored`` yet (a delivery's entries are earliest first) or pending, as
         ``Schedule.next_due_ms`` knows it: exact, or at most one slot early
         while a large slot is promoted (None: nothing)."""
-        earliest = [d.entries[0].due_ms for d in self.inflight.values() if d.entries]
+        earliest = [d.entries[0].due_ms for t, d in self.inflight.items()
+                    if d.entries and t not in self.stored]
         due = self.schedule.next_due_ms()
         if due is not None:
             earliest.append(due)
@@ -527,6 +546,7 @@ class ScheduleLog:
         self.pending_by_target, self.held, self._seen = (
             machine.pending_by_target, machine.held, machine._seen)
         self.fresh_from, self.snapshot_at = None, at
+        self.stored = set()
         self._staging.clear()
         if self.reread is not None:  # what was written meanwhile, on top
             self.reread(self, at, end)

@@ -31,12 +31,20 @@ schedule without a replay.
 due time. Per target partition with due records, it first commits an
 ``out`` record — which fixes the entries and their producer sequence — then
 appends them as one batch with the schedule partition's internal producer id
-to the target's leader, then commits ``done`` (with the next batch's ``out``,
-while more is due: ``_serve_target``). A delivery waits until the earliest
-of its records has been due for ``DELIVERY_LINGER_MS`` (the ``done`` before
-it committed alone then): records coming due a few per millisecond go by the
-hundred rather than a few per delivery of two Raft rounds, for at most that
-much more lateness. A leader that fails anywhere in between is replaced by
+to the target's leader, then commits ``done`` with the next batch's ``out``
+(``_serve_target``): one Raft round and one append per delivery while records
+keep coming due. A delivery costs about 4 ms of the loop whatever its size
+(the rounds, the append, their fsyncs, thread trips and wake-ups: measured
+with ``bench/delivery_live.py``), so deliveries wait to carry many records:
+one waits until the earliest of its records has been due for its target's
+*linger* — ``DELIVERY_LINGER_MS``, or, while the target's records come due
+faster than ``STEADY_RECORDS`` per ``LINGER_MAX_MS``, long enough for about
+``DELIVERY_TARGET`` records, ``LINGER_MAX_MS`` at most (``linger_after``,
+learnt from each delivery). Its ``done`` waits with it (the target's
+idempotence check makes a re-send after a failover harmless), the delivery
+noted ``stored`` so the gauges count it delivered. Records coming due
+steadily thus go by the hundred, for at most that much more lateness; a
+lone record waits ``DELIVERY_LINGER_MS``. A leader that fails anywhere in between is replaced by
 one that finds the delivery in flight and re-sends the same batch, which the
 target partition's idempotence check answers as a duplicate if it was
 already stored: each record lands once (rule 3). A target that no longer exists —
@@ -125,7 +133,7 @@ from kcompat.wire.records import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import Iterable, Sequence
 
     from kcompat.broker.controller.quorum import Controller
     from kcompat.broker.replication.peer_calls import PeerCalls
@@ -151,6 +159,14 @@ DELIVERY_BYTES = 1 << 20  # and about this many bytes (one record at least)
 # millisecond would otherwise go a few per delivery (the 1M soak: ~35 us of CPU per
 # record delivered, and about a third of that with the linger)
 DELIVERY_LINGER_MS = 50
+# a target whose records come due steadily lingers longer: up to LINGER_MAX_MS, for
+# about DELIVERY_TARGET records a delivery, once STEADY_RECORDS would come due within
+# LINGER_MAX_MS (fewer: each delivery costs little in all, and lateness matters more).
+# On a 2-core host 300k records due over 30 s cost 62-67 us of CPU each at 50 ms and
+# 34 us at 200 ms (bench/delivery_live.py)
+LINGER_MAX_MS = 250
+DELIVERY_TARGET = 500
+STEADY_RECORDS = 100
 IDLE_WAKE_S = 1.0
 RETRY_S = 0.2
 CREATE_WAIT_S = 5.0
@@ -177,6 +193,7 @@ class DelayService:
         self.logs: dict[int, ScheduleLog] = {}
         self.leading: set[int] = set()
         self._busy: set[tuple[int, Target]] = set()
+        self._lingers: dict[tuple[int, Target], int] = {}  # learnt by ``linger_after``
         self._missing_since: dict[Target, float] = {}  # targets not (yet) in the metadata
         self._stored: dict[int, StoredRecords] = {}  # schedule partition -> its reader
         # schedule partition -> where its last snapshots written here were taken
@@ -199,6 +216,8 @@ class DelayService:
 
     def on_role(self, index: int, leading: bool) -> None:
         self._stored.pop(index, None)  # a new leadership reads its log afresh
+        if index in self.logs:  # what a past leadership here sent is sent again
+            self.logs[index].stored.clear()
         if leading:
             self.leading.add(index)
             log.log(logging.INFO if len(self._log(index)) else logging.DEBUG,
@@ -323,18 +342,18 @@ class DelayService:
         """Deliver what is due for ``target``, batch after batch, while there
         is: finish the delivery in flight (or fix a new one with an ``out``
         record), append it, then commit its ``done`` together with the next
-        ``out`` — two Raft rounds per batch. Stops when this broker no
+        ``out`` — one Raft round and an append per batch, the ``done``
+        waiting through the next batch's linger. Stops when this broker no
         longer leads ``index``."""
         slog = self._log(index)
         records: list[Any] = []  # the done of the delivery just stored, if any
         planned: dict[int, Tail] = {}  # entry -> its record, read to plan the batch
+        key = (index, target)
         while True:
             if records or target not in slog.inflight:
-                wait_s = self._linger_s(slog, target)
-                if wait_s > 0:  # the delivery stored is done meanwhile
-                    if records and not await self._commit(index, records):
-                        return
-                    records = []
+                wait_s = self._linger_s(slog, target,
+                                        self._lingers.get(key, DELIVERY_LINGER_MS))
+                if wait_s > 0:  # the done (if any) waits too: committed with the next out
                     await trio.sleep(wait_s)
                 async with background_turn():
                     entries = slog.schedule.due(now_ms(), DELIVERY_BATCH, target)
@@ -348,21 +367,24 @@ class DelayService:
             if delivery is None or not await self._send(index, delivery, planned):
                 return
             now = now_ms()
+            if slog.inflight.get(target) is delivery:
+                slog.stored.add(target)
             self._observe(delivery, now)
             self.pressure.delivered(index, len(delivery.entries), trio.current_time())
+            self._lingers[key] = linger_after(delivery.entries)
             records = [done_record(target, delivery.seq, now)]
 
     @staticmethod
-    def _linger_s(slog: ScheduleLog, target: Target) -> float:
+    def _linger_s(slog: ScheduleLog, target: Target, linger_ms: int) -> float:
         """How long to wait, a record of ``target`` being due, until the
-        earliest has been due for ``DELIVERY_LINGER_MS`` (what comes due
-        meanwhile goes in the same delivery); 0 when nothing is due or the
-        earliest has waited enough."""
+        earliest has been due for ``linger_ms`` (what comes due meanwhile
+        goes in the same delivery); 0 when nothing is due or the earliest
+        has waited enough."""
         first = slog.schedule.earliest_due(target)
         now = now_ms()
-        if first is None or not now - DELIVERY_LINGER_MS < first <= now:
+        if first is None or not now - linger_ms < first <= now:
             return 0.0
-        return (first + DELIVERY_LINGER_MS - now) / 1000
+        return (first + linger_ms - now) / 1000
 
     async def _commit(self, index: int, records: list[Any]) -> bool:
         """Append ``records`` (ops) to schedule partition ``index`` through
@@ -591,6 +613,19 @@ class DelayService:
             self.delivered.labels(delivery.target[0]).inc(len(delivery.entries))
 
 
+def linger_after(entries: Sequence[Pending]) -> int:
+    """A target's linger after a delivery of ``entries`` (earliest first),
+    in ms: from the rate at which they came due, long enough for about
+    ``DELIVERY_TARGET`` records — ``DELIVERY_LINGER_MS`` to ``LINGER_MAX_MS`` —
+    when at least ``STEADY_RECORDS`` come due within ``LINGER_MAX_MS``, else
+    ``DELIVERY_LINGER_MS`` (few records: lateness matters more than cost)."""
+    # (over DELIVERY_LINGER_MS at least: records due at one time tell no rate)
+    per_ms = len(entries) / max(entries[-1].due_ms - entries[0].due_ms, DELIVERY_LINGER_MS)
+    if per_ms * LINGER_MAX_MS < STEADY_RECORDS:
+        return DELIVERY_LINGER_MS
+    return int(min(max(DELIVERY_TARGET / per_ms, DELIVERY_LINGER_MS), LINGER_MAX_MS))
+
+
 def pending_summary(service: DelayService, topic: str | None) -> list[dict[str, Any]]:
     """Per schedule partition led here: the records waiting per target partition
     (of ``topic`` only, when given), the earliest due time of all it holds and
@@ -601,9 +636,7 @@ def pending_summary(service: DelayService, topic: str | None) -> list[dict[str, 
         slog = service.logs.get(index)
         if slog is None:
             continue
-        counts = dict(slog.pending_by_target)
-        for delivery in slog.inflight.values():
-            counts[delivery.target] = counts.get(delivery.target, 0) + len(delivery.entries)
+        counts = slog.waiting_by_target()
         targets = [[t, p, n] for (t, p), n in sorted(counts.items())
                    if n and (topic is None or t == topic)]
         if topic is not None and not targets:
@@ -629,10 +662,7 @@ class _PendingCollector(Collector):
             slog = self.service.logs.get(index)
             if slog is None:
                 continue
-            counts = dict(slog.pending_by_target)
-            for delivery in slog.inflight.values():
-                counts[delivery.target] = counts.get(delivery.target, 0) + len(delivery.entries)
-            for (topic, partition), count in sorted(counts.items()):
+            for (topic, partition), count in sorted(slog.waiting_by_target().items()):
                 gauge.add_metric((topic, str(partition)), count)
         yield gauge
         late = GaugeMetricFamily("kcompat_delayed_delivery_overdue_seconds",

@@ -1,10 +1,12 @@
-"""Deliveries carry many records each: every delivery costs two Raft rounds
-(its ``out``, then its ``done``) and an append to the target, whatever its
-size, so the service makes few large ones.
+"""Deliveries carry many records each: every delivery costs a Raft round
+(its ``out``, with the ``done`` of the one before) and an append to the
+target, whatever its size, so the service makes few large ones.
 
 - Records coming due a few per millisecond: a delivery waits until its
-  earliest record has been due ``DELIVERY_LINGER_MS`` (the ``done`` before
-  it committed alone), so they go by the hundred, not a few per loop turn.
+  earliest record has been due for its target's linger (``linger_after``:
+  ``DELIVERY_LINGER_MS``, longer while they come due steadily, for about
+  ``DELIVERY_TARGET`` a delivery), the ``done`` before it waiting too, so
+  they go by the hundred, not a few per loop turn, one Raft round each.
 - A late schedule catches up in large deliveries: a backlog of 5,000 due
   records for one partition goes out in three batches, not ten, read in parts
   of ``READ_CHUNK`` (a turn of the loop each), each delivery's ``done``
@@ -19,9 +21,17 @@ import pytest
 import trio
 from kio.schema.errors import ErrorCode as E
 
-from kcompat.broker.ext.delays import DELIVERY_LINGER_MS, READ_CHUNK
+from kcompat.broker.ext.delays import (
+    DELIVERY_LINGER_MS,
+    DELIVERY_TARGET,
+    LINGER_MAX_MS,
+    READ_CHUNK,
+    STEADY_RECORDS,
+    linger_after,
+)
 from kcompat.broker.host.broker import Broker
 from kcompat.broker.replication.storage import now_ms
+from kcompat.ext.schedule import Pending
 from kcompat.ext.schedule_log import SCHEDULE_TOPIC
 from kcompat.ext.schedule_stored import StoredRecords
 from kcompat.testing import running
@@ -105,11 +115,31 @@ def test_records_coming_due_steadily_go_out_in_few_deliveries(
              absolute=True)
     sends = counted.sends
     assert sum(sends) == n
-    # about one delivery per linger (a delivery at most as many Raft rounds
-    # apart); a delivery per loop turn (a few ms) would make hundreds
-    assert DELIVERY_LINGER_MS >= 20
-    assert len(sends) <= 2 * SPREAD_MS // DELIVERY_LINGER_MS, sends
-    assert min(sends[:-1]) >= 20, sends
+    # 2 records a ms: the linger grows to LINGER_MAX_MS, about one delivery
+    # per linger; at DELIVERY_LINGER_MS it would be 30, and a delivery per
+    # loop turn (a few ms) would make hundreds
+    assert len(sends) <= 2 + 2 * SPREAD_MS // LINGER_MAX_MS, sends
+    assert min(sends[1:-1]) >= 200, sends
+    # one Raft round per delivery: each done waits for the next out (3 commits
+    # scheduled the records; a done committed alone would make twice as many)
+    assert len(counted.commits) - 3 <= len(sends) + 1, (counted.commits, sends)
+
+
+def _due(*dues_ms: int) -> list[Pending]:
+    return [Pending(i, due, None) for i, due in enumerate(dues_ms)]
+
+
+def test_the_linger_grows_only_while_records_come_due_steadily() -> None:
+    assert linger_after(_due(5)) == DELIVERY_LINGER_MS  # a lone record
+    # fewer than STEADY_RECORDS would come due within LINGER_MAX_MS: lateness first
+    sparse = STEADY_RECORDS // 2
+    assert linger_after(_due(*range(0, sparse * LINGER_MAX_MS, LINGER_MAX_MS // sparse))
+                        ) == DELIVERY_LINGER_MS
+    # 2 a ms: long enough for DELIVERY_TARGET, at most LINGER_MAX_MS
+    assert linger_after(_due(*(i // 2 for i in range(100)))) == min(
+        DELIVERY_TARGET // 2, LINGER_MAX_MS)
+    # 1,000 a ms (a burst, a backlog): DELIVERY_LINGER_MS already brings plenty
+    assert linger_after(_due(*(i // 1000 for i in range(2000)))) == DELIVERY_LINGER_MS
 
 
 def test_a_backlog_goes_out_in_few_large_deliveries(

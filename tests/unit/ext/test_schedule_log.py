@@ -87,6 +87,24 @@ def test_a_delivery_fixes_its_entries_and_sequence_until_done() -> None:
     assert replayed.inflight == m.inflight and replayed.next_seq == m.next_seq
 
 
+def test_a_delivery_stored_while_its_done_waits_counts_as_delivered() -> None:
+    """The leader holds a stored delivery's ``done`` back until its next
+    ``out``; meanwhile its records are neither waiting nor overdue."""
+    log, m = Log(), ScheduleLog()
+    m.apply_batch(log.write(*_adds([10, 11], 100, (7, 0, 0))))
+    m.apply_batch(log.write(*_adds([12], 200, (7, 0, 2))))
+    m.apply_batch(log.write(out_record(T, [p.entry for p in m.schedule.due(100, 2, T)], 100)))
+    assert m.waiting_by_target() == {T: 3} and m.earliest_due_ms() == 100  # in flight
+    m.stored.add(T)  # appended to the target; its done not committed yet
+    assert m.waiting_by_target() == {T: 1} and m.earliest_due_ms() == 200
+    assert len(m) == 3  # the machine's own state is unchanged: still in flight
+    m.apply_batch(log.write(done_record(T, 0, 201),
+                            out_record(T, [p.entry for p in m.schedule.due(200, 2, T)], 201)))
+    assert T not in m.stored and m.waiting_by_target() == {T: 1}  # the next delivery's
+    assert m.earliest_due_ms() == 200
+    assert log.replay().waiting_by_target() == {T: 1}  # a replica never marks one
+
+
 def test_a_cancel_before_the_out_record_wins_and_the_rest_is_delivered() -> None:
     log, m = Log(), ScheduleLog()
     m.apply_batch(log.write(*_adds([10], 100, (-1, -1, -1), sid="a")))
