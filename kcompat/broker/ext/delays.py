@@ -399,14 +399,21 @@ class DelayService:
         """The first of the due ``entries`` that fit a delivery batch
         (``DELIVERY_BYTES``, one at least) and their records, read
         ``READ_CHUNK`` at a time, a turn of the loop each."""
+        tails = await self._read(index, entries, DELIVERY_BYTES)
+        n = take_tails_within(tails, DELIVERY_BYTES)
+        return entries[:n], dict(zip(map(attrgetter("entry"), entries[:n]), tails, strict=False))
+
+    async def _read(self, index: int, entries: list[Pending],
+                    bytes_max: int | None = None) -> list[Tail]:
+        """The records of ``entries``, read ``READ_CHUNK`` at a time, a turn
+        of the loop each; with ``bytes_max``, only until more than that is read."""
         tails: list[Tail] = []
         for start in range(0, len(entries), READ_CHUNK):
             async with background_turn():
                 tails += self._records(index).tails(entries[start:start + READ_CHUNK])
-            if take_tails_within(tails, DELIVERY_BYTES) < len(tails):
+            if bytes_max is not None and take_tails_within(tails, bytes_max) < len(tails):
                 break
-        n = take_tails_within(tails, DELIVERY_BYTES)
-        return entries[:n], dict(zip(map(attrgetter("entry"), entries[:n]), tails, strict=False))
+        return tails
 
     async def _send(self, index: int, delivery: Delivery,
                     planned: dict[int, Tail]) -> bool:
@@ -414,11 +421,10 @@ class DelayService:
         False when this broker stops leading ``index`` first or the target is
         gone (dropped). ``planned``: records already read for it."""
         topic, partition = delivery.target
-        stored = self._records(index)
         records = list(map(planned.get, map(attrgetter("entry"), delivery.entries)))
         if None in records:  # not planned here (a delivery in flight when leadership came)
-            read = iter(stored.tails([p for p, r in zip(delivery.entries, records,
-                                                          strict=True) if r is None]))
+            read = iter(await self._read(index, [p for p, r in zip(delivery.entries, records,
+                                                                    strict=True) if r is None]))
             records = [r if r is not None else next(read) for r in records]
         async with background_turn():
             batch = delivery_batch(records, internal_producer_id(index),  # type: ignore[arg-type]

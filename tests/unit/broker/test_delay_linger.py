@@ -32,7 +32,7 @@ from kcompat.broker.ext.delays import (
 from kcompat.broker.host.broker import Broker
 from kcompat.broker.replication.storage import now_ms
 from kcompat.ext.schedule import Pending
-from kcompat.ext.schedule_log import SCHEDULE_TOPIC
+from kcompat.ext.schedule_log import SCHEDULE_TOPIC, out_record
 from kcompat.ext.schedule_stored import StoredRecords
 from kcompat.testing import running
 from kcompat.wire.records import encode_batch
@@ -153,3 +153,38 @@ def test_a_backlog_goes_out_in_few_large_deliveries(
     # a Raft round per delivery and one more
     assert counted.commits[-4:] == [1, 2, 2, 1], counted.commits
     assert len(counted.commits) == 5 + 4, counted.commits
+
+
+def test_a_delivery_in_flight_when_leadership_came_is_read_in_parts(
+        broker: Broker, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811
+    """A leader that finds a delivery in flight (its ``out`` committed by
+    the leader before it) reads its records ``READ_CHUNK`` at a time too,
+    a turn of the loop each, and sends it once."""
+    n = 2 * READ_CHUNK + 200
+    counted = Counted(broker.delays, monkeypatch)
+    service, target = broker.delays, ("t", 0)
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            await running.start(nursery, broker, internal_topics=False)
+            await running.create_topic(broker, "t", 1)
+            await broker.cluster.wait_leaders("t", 5.0)
+            r = await produce(broker, encode_batch([(b"k%d" % i, b"v" * 100,
+                                                     (("kc-delay-ms", b"1"),), 1000)
+                                                    for i in range(n)]))
+            assert r.error_code == E.none
+            await trio.sleep(0.05)
+            slog = service.logs[0]
+            entries = slog.schedule.due(now_ms(), n, target)
+            assert len(entries) == n
+            assert await service._commit(0, [out_record(target, entries, now_ms())])
+            assert len(slog.inflight[target].entries) == n
+            nursery.start_soon(service.run)
+            with trio.fail_after(30):
+                while len(slog) or slog.inflight:
+                    await trio.sleep(0.05)
+            nursery.cancel_scope.cancel()
+
+    trio.run(main)
+    assert counted.sends == [n]
+    assert sum(counted.reads) == n and max(counted.reads) <= READ_CHUNK, counted.reads
