@@ -552,8 +552,10 @@ class ScheduleLog:
             self.reread(self, at, end)
 
     def listing(self) -> list[tuple[Pending, bool]]:
-        """Every scheduled record, earliest due first: (entry, in flight?)."""
-        rows = [(p, True) for d in self.inflight.values() for p in d.entries]
+        """Every scheduled record not delivered yet, earliest due first:
+        (entry, in flight?) — a delivery ``stored`` is not listed."""
+        rows = [(p, True) for t, d in self.inflight.items() if t not in self.stored
+                for p in d.entries]
         rows += [(p, False) for p in self.schedule.pending()]
         return sorted(rows, key=lambda r: (r[0].due_ms, r[0].entry))
 

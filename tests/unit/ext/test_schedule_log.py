@@ -95,8 +95,10 @@ def test_a_delivery_stored_while_its_done_waits_counts_as_delivered() -> None:
     m.apply_batch(log.write(*_adds([12], 200, (7, 0, 2))))
     m.apply_batch(log.write(out_record(T, [p.entry for p in m.schedule.due(100, 2, T)], 100)))
     assert m.waiting_by_target() == {T: 3} and m.earliest_due_ms() == 100  # in flight
+    assert [flight for _p, flight in m.listing()] == [True, True, False]
     m.stored.add(T)  # appended to the target; its done not committed yet
     assert m.waiting_by_target() == {T: 1} and m.earliest_due_ms() == 200
+    assert [(p.offset, flight) for p, flight in m.listing()] == [(12, False)]
     assert len(m) == 3  # the machine's own state is unchanged: still in flight
     m.apply_batch(log.write(done_record(T, 0, 201),
                             out_record(T, [p.entry for p in m.schedule.due(200, 2, T)], 201)))
