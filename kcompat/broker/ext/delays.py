@@ -76,7 +76,7 @@ record per two intervals and 40 bytes per pending record per interval.
 
 **Turns.** Every step of delivery is bounded: a delivery batch (what is
 due, ``DELIVERY_BATCH`` at most: large only while catching up, when each
-batch's two Raft rounds must carry many records) reads its records
+batch's Raft round must carry many records) reads its records
 ``READ_CHUNK`` at a time, a turn each, from where they are, neighbours in a stored batch together
 (``StoredRecords.tails``: their stored bytes, framed again without being
 decoded), its lateness is observed per batch (``BatchLateness``), and the schedule
@@ -143,7 +143,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("kcompat.delays")
 
 # records per delivery batch, at most: what is due, so a few while on time, and up to
-# this many while late — each delivery costs two Raft rounds and an append to the
+# this many while late — each delivery costs a Raft round and an append to the
 # target, so only large batches catch up (read READ_CHUNK at a time, a turn each)
 DELIVERY_BATCH = 2000
 READ_CHUNK = 500
@@ -154,10 +154,9 @@ PROMOTE_TURN = 12_000
 MOVE_BATCH = 500  # records copied forward per batch (a JSON op each: ~5 us to apply)
 DELIVERY_BYTES = 1 << 20  # and about this many bytes (one record at least)
 # a delivery waits until the earliest of its records has been due this long (at
-# most): what comes due meanwhile goes with it. Each delivery costs two Raft rounds
+# least): what comes due meanwhile goes with it. Each delivery costs a Raft round
 # and an append to the target whatever its size; records coming due a few per
-# millisecond would otherwise go a few per delivery (the 1M soak: ~35 us of CPU per
-# record delivered, and about a third of that with the linger)
+# millisecond would otherwise go a few per delivery
 DELIVERY_LINGER_MS = 50
 # a target whose records come due steadily lingers longer: up to LINGER_MAX_MS, for
 # about DELIVERY_TARGET records a delivery, once STEADY_RECORDS would come due within

@@ -119,7 +119,7 @@ def test_records_coming_due_steadily_go_out_in_few_deliveries(
     # per linger; at DELIVERY_LINGER_MS it would be 30, and a delivery per
     # loop turn (a few ms) would make hundreds
     assert len(sends) <= 2 + 2 * SPREAD_MS // LINGER_MAX_MS, sends
-    assert min(sends[1:-1]) >= 200, sends
+    assert all(s >= 200 for s in sends[1:-1]), sends  # (a slow run: fewer, larger ones)
     # one Raft round per delivery: each done waits for the next out (3 commits
     # scheduled the records; a done committed alone would make twice as many)
     assert len(counted.commits) - 3 <= len(sends) + 1, (counted.commits, sends)
