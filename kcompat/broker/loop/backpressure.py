@@ -95,6 +95,12 @@ class Backpressure:
             self.throttled.labels(name).inc(throttle / 1000)
         return throttle
 
+    def behind(self) -> bool:
+        """Some service is behind beyond its bound for one of its keys: work
+        that can wait (the codec's warm-up) leaves the CPU to it meanwhile."""
+        return any(seconds > source.from_s
+                   for source in self.sources.values() for _key, seconds in source.lags())
+
     def export(self, registry: CollectorRegistry) -> None:
         self.throttled = Counter("kcompat_backpressure_throttle_seconds",
                                  "Throttle given to clients because a service they feed is "

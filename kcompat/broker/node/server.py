@@ -13,7 +13,7 @@ broker is a quorum of one; it is ready once it has replayed its logs) and
 the event-loop monitor (``loop_monitor``: lag and the longest task steps),
 and, once, the codec's warm-up in a worker thread (``codec.warm``: the schema
 imports the first requests after a start would make on the loop), after the
-replays of a restart (``_warm_codec``).
+replays of a restart and its catch-up (``_warm_codec``).
 
 The loop shares the GIL with the worker threads (log opens, the cleaner,
 large delayed-produce splits, view filtering, the /metrics text). A socket
@@ -77,6 +77,7 @@ DRAIN_SECONDS = 1.0
 WARM_PAUSE_S = 0.002  # after each version warmed: the GIL back to the loop
 WARM_AFTER_MAX_S = 30.0  # the warm-up waits for the replays this long at most
 WARM_POLL_S = 0.05
+WARM_CALM_POLL_S = 0.25  # how often the warm-up looks whether services caught up
 # how long a thread that wants the GIL waits before the holder must give it up
 # (CPython's default: 5 ms; see the module)
 GIL_SWITCH_INTERVAL_S = 0.001
@@ -141,12 +142,17 @@ async def _warm_codec(broker: Broker) -> None:
     broker serves and its logs are replayed (``WARM_AFTER_MAX_S`` at most):
     the imports hold the GIL about a second, which they took from the replays
     a restart makes before its leaders serve (a schedule with a million
-    records pending delivered a second later). A request meanwhile loads
+    records pending delivered a second later) — and once no service is
+    behind (``Backpressure.behind``: after a restart with a delayed backlog,
+    delivery catches up on what came due while the broker was down, and the
+    warm-up took a fifth of the GIL from it). A request meanwhile loads
     only its own version's classes."""
     with trio.move_on_after(WARM_AFTER_MAX_S):
         await broker.controller.lifecycle.wait_serving(WARM_AFTER_MAX_S)
         while broker.cluster.replaying:
             await trio.sleep(WARM_POLL_S)
+        while broker.backpressure.behind():  # a restart's catch-up: delivery overdue
+            await trio.sleep(WARM_CALM_POLL_S)
     ranges = {key: (r.parse_min, r.max_version) for key, r in API_RANGES.items()}
     await offload.run_stoppable(
         lambda stop: codec.warm(ranges, lambda: not stop.wait(WARM_PAUSE_S)))

@@ -45,6 +45,19 @@ def test_a_source_behind_beyond_its_bound_throttles_by_as_much_again_capped() ->
     assert bp.throttle_ms("s", ["a"], seen_s=1.5) == 1000  # seen before the request waited
 
 
+def test_behind_means_some_key_of_some_source_is_late_beyond_its_bound() -> None:
+    lags = {"a": 0.2, "b": 0.4}
+    bp = Backpressure()
+    assert not bp.behind()  # no source
+    bp.register(LagSource("s", lags.__getitem__, lambda: lags.items(), from_s=0.5))
+    bp.register(LagSource("t", lambda _k: 0.0, lambda: [("x", 0.3)], from_s=0.25))
+    assert bp.behind()  # t's x: 0.3 > 0.25
+    bp.register(LagSource("t", lambda _k: 0.0, lambda: [("x", 0.25)], from_s=0.25))
+    assert not bp.behind()  # at the bound is on time
+    lags["b"] = 0.6
+    assert bp.behind()
+
+
 def test_a_source_with_its_own_throttle_and_the_metrics() -> None:
     bp = Backpressure()
     registry = CollectorRegistry()

@@ -16,6 +16,7 @@ import pytest
 import trio
 from prometheus_client import CollectorRegistry, generate_latest
 
+from kcompat.broker.loop.backpressure import Backpressure, LagSource
 from kcompat.broker.loop.loop_monitor import LoopMonitor, labelled
 
 
@@ -196,15 +197,20 @@ def test_the_watch_thread_has_ended_when_the_monitor_has() -> None:
 
 
 class _Starting:
-    """What ``_warm_codec`` looks at of a broker: it serves at once, and
-    replays its logs while ``cluster.replaying``."""
+    """What ``_warm_codec`` looks at of a broker: it serves at once, replays
+    its logs while ``cluster.replaying``, and its delayed delivery is
+    ``overdue`` seconds behind (a real ``Backpressure``; late beyond 0.5 s)."""
 
-    def __init__(self, replaying: bool) -> None:
+    def __init__(self, replaying: bool, overdue: float = 0.0) -> None:
         async def wait_serving(timeout_s: float) -> None:
             return None
 
         self.controller = SimpleNamespace(lifecycle=SimpleNamespace(wait_serving=wait_serving))
         self.cluster = SimpleNamespace(replaying=replaying)
+        self.overdue = overdue
+        self.backpressure = Backpressure()
+        self.backpressure.register(LagSource(
+            "delayed", lambda _key: self.overdue, lambda: [("__kc_schedule-0", self.overdue)]))
 
 
 def test_the_codec_warm_up_waits_for_the_replays(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -222,6 +228,30 @@ def test_the_codec_warm_up_waits_for_the_replays(monkeypatch: pytest.MonkeyPatch
             await trio.sleep(0.5)
             assert not warmed, "warmed during the replays"
             broker.cluster.replaying = False
+        assert len(warmed) == 1
+
+    trio.run(main)
+
+
+def test_the_codec_warm_up_waits_for_a_restarts_catch_up(monkeypatch: pytest.MonkeyPatch) -> None:
+    """After a restart with a delayed backlog, delivery catches up on what came
+    due while the broker was down; the warm-up's imports would take a fifth
+    of the GIL from it: it starts once no service is behind."""
+    from kcompat.broker.node import server
+    warmed: list[float] = []
+    monkeypatch.setattr(server.codec, "warm", lambda *_a: warmed.append(time.monotonic()))
+    monkeypatch.setattr(server.gc, "freeze", lambda: None)
+    monkeypatch.setattr(server, "WARM_CALM_POLL_S", 0.01)
+    broker = _Starting(replaying=False, overdue=6.0)
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(server._warm_codec, broker)
+            await trio.sleep(0.2)
+            broker.overdue = 0.6
+            await trio.sleep(0.2)
+            assert not warmed, "warmed while delivery was behind"
+            broker.overdue = 0.1
         assert len(warmed) == 1
 
     trio.run(main)
