@@ -51,6 +51,9 @@ def _on_term(signum: int, frame: Any) -> None:
     STOP = True
 
 
+KAFKA_PYTHON_JOIN_WAIT_MS = 60_000  # a kafka-python member's first join, at most
+
+
 def kafka_python_learn_topics(consumer: Any, topics: list[str], timeout_s: float = 30.0) -> None:
     """Before a kafka-python consumer's first ``poll()`` (which sends its first
     JoinGroup), wait until its metadata knows the subscribed topics' partitions.
@@ -82,6 +85,10 @@ def run_kafka_python(a: argparse.Namespace, out: Out) -> None:
     )
     try:
         kafka_python_learn_topics(c, [a.topic])
+        # the first join and sync in one wait, not across poll(200 ms) timers:
+        # kafka-python 3.0.12 drops a join that finishes between two polls and
+        # joins again, a second generation (kafka_python/FINDINGS.md)
+        c._coordinator.ensure_active_group(timeout_ms=KAFKA_PYTHON_JOIN_WAIT_MS)
         while not STOP:
             batch = c.poll(timeout_ms=200, max_records=a.max_records)
             out.assignment({tp.partition for tp in c.assignment()})

@@ -388,7 +388,10 @@ def kill_member_scenario(client: str, broker: Deployment, tmp: Path, count: int 
 
     topic, group = unique_topic(f"kill-{client}"), unique_group(f"kill-{client}")
     create_topic(bs, topic, 6, broker.replication)
-    prod = BackgroundProducer(bs, topic, 6, count, rate=250)
+    # half the records only once the members share the partitions: a member slow to
+    # join on a loaded host would otherwise find everything consumed by the others
+    formed = threading.Event()
+    prod = BackgroundProducer(bs, topic, 6, count, rate=250, held=formed, held_count=count // 2)
     prod.start()
     args = ("--session-timeout-ms", str(SESSION_MS), "--heartbeat-ms", str(HEARTBEAT_MS), *extra)
     members = [MemberProc(client, bs, topic, group, tmp / f"m{i}.log", f"m{i}", *args)
@@ -397,9 +400,11 @@ def kill_member_scenario(client: str, broker: Deployment, tmp: Path, count: int 
         def desc() -> str:
             return "\n".join(m.describe() for m in members)
 
-        wait_for(lambda: assignment_covers([m.log().current for m in members], 6)
-                 and all(m.log().commits for m in members), 45,
-                 lambda: f"{client}: 3 members never shared 6 partitions and committed:\n{desc()}")
+        wait_for(lambda: assignment_covers([m.log().current for m in members], 6), 45,
+                 lambda: f"{client}: 3 members never shared 6 partitions:\n{desc()}")
+        formed.set()
+        wait_for(lambda: all(m.log().commits for m in members), 45,
+                 lambda: f"{client}: 3 members sharing 6 partitions never all committed:\n{desc()}")
         time.sleep(0.5)
         victim, survivors = members[0], members[1:]
         t_kill = time.time()
@@ -477,7 +482,8 @@ def clean_leave_scenario(client: str, broker: Deployment, tmp: Path, count: int 
 
     topic, group = unique_topic(f"leave-{client}"), unique_group(f"leave-{client}")
     create_topic(bs, topic, 6, broker.replication)
-    prod = BackgroundProducer(bs, topic, 6, count, rate=250)
+    formed = threading.Event()  # half the records once both share the partitions (above)
+    prod = BackgroundProducer(bs, topic, 6, count, rate=250, held=formed, held_count=count // 2)
     prod.start()
     args = ("--session-timeout-ms", "30000", "--heartbeat-ms", "1000", *extra)
     members = [MemberProc(client, bs, topic, group, tmp / f"m{i}.log", f"m{i}", *args)
@@ -487,9 +493,11 @@ def clean_leave_scenario(client: str, broker: Deployment, tmp: Path, count: int 
         def desc() -> str:
             return "\n".join(m.describe() for m in members)
 
-        wait_for(lambda: assignment_covers([m.log().current for m in members], 6)
-                 and all(m.log().records for m in members), 45,
+        wait_for(lambda: assignment_covers([m.log().current for m in members], 6), 45,
                  lambda: f"{client}: 2 members never shared 6 partitions:\n{desc()}")
+        formed.set()
+        wait_for(lambda: all(m.log().records for m in members), 45,
+                 lambda: f"{client}: 2 members sharing 6 partitions never both consumed:\n{desc()}")
         t0 = time.monotonic()
         rc = leaver.terminate()
         assert rc == 0, f"{client}: leaving member exited {rc}:\n{leaver.stderr_tail()}"
