@@ -52,6 +52,9 @@ import logging
 import resource
 import signal
 import sys
+import threading
+import time
+from collections.abc import Callable
 from functools import partial
 
 import trio
@@ -75,9 +78,9 @@ log = logging.getLogger("kcompat.broker")
 
 DRAIN_SECONDS = 1.0
 WARM_PAUSE_S = 0.002  # after each version warmed: the GIL back to the loop
+WARM_PAUSE_RATIO = 3.0  # and at least 3 times what the version took: a quarter of the GIL
 WARM_AFTER_MAX_S = 30.0  # the warm-up waits for the replays this long at most
-WARM_POLL_S = 0.05
-WARM_CALM_POLL_S = 0.25  # how often the warm-up looks whether services caught up
+WARM_POLL_S = 0.25  # how often the warm-up looks whether the start is over
 # how long a thread that wants the GIL waits before the holder must give it up
 # (CPython's default: 5 ms; see the module)
 GIL_SWITCH_INTERVAL_S = 0.001
@@ -135,6 +138,25 @@ async def _bind_listeners(broker: Broker) -> list[tuple[Listener, list[trio.Sock
     return bound
 
 
+def paced(stop: threading.Event) -> Callable[[], bool]:
+    """``codec.warm``'s go-on: after each version, a pause of ``WARM_PAUSE_S``
+    or, if longer, ``WARM_PAUSE_RATIO`` times the wall time the version took
+    — so the warm-up holds the GIL a quarter of the time at most, and less
+    while the loop wants it (a version then waits for the GIL longer, and so
+    does its pause); False once ``stop`` is set."""
+    last = time.perf_counter()
+
+    def go_on() -> bool:
+        nonlocal last
+        took = time.perf_counter() - last
+        if stop.wait(max(WARM_PAUSE_S, WARM_PAUSE_RATIO * took)):
+            return False
+        last = time.perf_counter()
+        return True
+
+    return go_on
+
+
 async def _warm_codec(broker: Broker) -> None:
     """Every served version's classes, readers and writers made in a worker
     thread (``codec.warm``; 1-2 s of imports that the first requests after a
@@ -145,17 +167,20 @@ async def _warm_codec(broker: Broker) -> None:
     records pending delivered a second later) — and once no service is
     behind (``Backpressure.behind``: after a restart with a delayed backlog,
     delivery catches up on what came due while the broker was down, and the
-    warm-up took a fifth of the GIL from it). A request meanwhile loads
-    only its own version's classes."""
+    warm-up took a fifth of the GIL from it), and then paced (``paced``: a
+    quarter of the GIL at most, on time delivery of a drain went 0.8 s late
+    beside it at three quarters). A request meanwhile loads
+    only its own version's classes. A service reports its lag only for
+    the partitions it has taken up, so the warm-up first waits until every
+    Raft group here knows its leader and each one led here has applied its
+    earlier entries (``settling``)."""
     with trio.move_on_after(WARM_AFTER_MAX_S):
         await broker.controller.lifecycle.wait_serving(WARM_AFTER_MAX_S)
-        while broker.cluster.replaying:
+        while broker.cluster.replaying or broker.cluster.settling or \
+                broker.backpressure.behind():  # a restart's catch-up: delivery overdue
             await trio.sleep(WARM_POLL_S)
-        while broker.backpressure.behind():  # a restart's catch-up: delivery overdue
-            await trio.sleep(WARM_CALM_POLL_S)
     ranges = {key: (r.parse_min, r.max_version) for key, r in API_RANGES.items()}
-    await offload.run_stoppable(
-        lambda stop: codec.warm(ranges, lambda: not stop.wait(WARM_PAUSE_S)))
+    await offload.run_stoppable(lambda stop: codec.warm(ranges, paced(stop)))
     loop_monitor.freeze()  # what exists now lives as long as the process: never walked again
 
 

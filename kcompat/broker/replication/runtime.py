@@ -343,6 +343,16 @@ class ClusterRuntime:
         batches the driver has not fed them yet (a restart's replays)."""
         return bool(self.opening) or bool(self._feeding)
 
+    @property
+    def settling(self) -> bool:
+        """A state machine's group here (a coordinator's, a schedule's) knows
+        no leader yet, or leads without having applied its earlier entries: a
+        restart's elections and replays, after which its service takes up the
+        partition (and reports how far behind it is)."""
+        return any(g.machine is not None and not g.removed and g.broken is None
+                   and (g.raft.leader == NO_NODE or (g.is_leader and not g.serving))
+                   for g in self.groups.values())
+
     def serving_machine(self, topic: str, index: int) -> ErrorCode | None:
         """None when this broker leads ``topic``'s partition ``index`` and its
         state machine has caught up in this term; COORDINATOR_LOAD_IN_PROGRESS

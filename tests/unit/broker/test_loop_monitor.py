@@ -198,15 +198,16 @@ def test_the_watch_thread_has_ended_when_the_monitor_has() -> None:
 
 class _Starting:
     """What ``_warm_codec`` looks at of a broker: it serves at once, replays
-    its logs while ``cluster.replaying``, and its delayed delivery is
-    ``overdue`` seconds behind (a real ``Backpressure``; late beyond 0.5 s)."""
+    its logs while ``cluster.replaying``, elects and loads its groups while
+    ``cluster.settling``, and its delayed delivery is ``overdue`` seconds
+    behind (a real ``Backpressure``; late beyond 0.5 s)."""
 
     def __init__(self, replaying: bool, overdue: float = 0.0) -> None:
         async def wait_serving(timeout_s: float) -> None:
             return None
 
         self.controller = SimpleNamespace(lifecycle=SimpleNamespace(wait_serving=wait_serving))
-        self.cluster = SimpleNamespace(replaying=replaying)
+        self.cluster = SimpleNamespace(replaying=replaying, settling=False)
         self.overdue = overdue
         self.backpressure = Backpressure()
         self.backpressure.register(LagSource(
@@ -241,7 +242,7 @@ def test_the_codec_warm_up_waits_for_a_restarts_catch_up(monkeypatch: pytest.Mon
     warmed: list[float] = []
     monkeypatch.setattr(server.codec, "warm", lambda *_a: warmed.append(time.monotonic()))
     monkeypatch.setattr(server.gc, "freeze", lambda: None)
-    monkeypatch.setattr(server, "WARM_CALM_POLL_S", 0.01)
+    monkeypatch.setattr(server, "WARM_POLL_S", 0.01)
     broker = _Starting(replaying=False, overdue=6.0)
 
     async def main() -> None:
@@ -255,6 +256,50 @@ def test_the_codec_warm_up_waits_for_a_restarts_catch_up(monkeypatch: pytest.Mon
         assert len(warmed) == 1
 
     trio.run(main)
+
+
+def test_the_codec_warm_up_waits_until_the_groups_have_leaders_and_are_loaded(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A schedule partition reports its lateness once its leader has loaded it:
+    before, a delivery about to catch up looks on time."""
+    from kcompat.broker.node import server
+    warmed: list[float] = []
+    monkeypatch.setattr(server.codec, "warm", lambda *_a: warmed.append(time.monotonic()))
+    monkeypatch.setattr(server.gc, "freeze", lambda: None)
+    monkeypatch.setattr(server, "WARM_POLL_S", 0.01)
+    broker = _Starting(replaying=False)
+    broker.cluster.settling = True
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(server._warm_codec, broker)
+            await trio.sleep(0.2)
+            assert not warmed, "warmed while the groups were settling"
+            broker.cluster.settling = False
+        assert len(warmed) == 1
+
+    trio.run(main)
+
+
+def test_the_warm_up_pauses_three_times_as_long_as_each_version_took() -> None:
+    """A version that took 40 ms (of work, or of waiting for the GIL a busy loop
+    holds) is followed by a pause of 120 ms: the warm-up holds the GIL a
+    quarter of the time at most; a stop ends the pause at once."""
+    from kcompat.broker.node import server
+    stop = threading.Event()
+    go_on = server.paced(stop)
+    time.sleep(0.04)  # the first version
+    began = time.perf_counter()
+    assert go_on()
+    paused = time.perf_counter() - began
+    assert 0.12 <= paused < 1.0
+    began = time.perf_counter()
+    assert go_on()  # the next version took nothing: the least pause
+    assert time.perf_counter() - began < 0.3  # not 3 x the 120 ms before
+    stop.set()
+    began = time.perf_counter()
+    assert not go_on()
+    assert time.perf_counter() - began < 0.05
 
 
 def test_a_stop_during_the_warm_up_ends_it_at_once(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -84,7 +84,8 @@ def test_a_failing_machine_takes_its_partition_offline_not_the_broker(broker: Br
 def test_a_long_replay_is_fed_in_turns(broker: Broker) -> None:
     """500 committed batches, replayed to a machine that takes 1 ms a batch:
     other tasks run between the turns, each well under the 50 ms budget, and
-    the broker is ready (its metadata applied) before the replay ends."""
+    the broker is ready (its metadata applied) before the replay ends; the
+    runtime says it is settling until then."""
     machine = Poisoned()
     broker.cluster.machines["poisoned"] = machine
 
@@ -110,6 +111,7 @@ def test_a_long_replay_is_fed_in_turns(broker: Broker) -> None:
     again.cluster.machines["poisoned"] = slow
     turns: list[int] = []
     ready_at: list[int] = []
+    settling: list[bool] = []
 
     async def watch() -> None:
         while 1 not in slow.leading:
@@ -121,9 +123,11 @@ def test_a_long_replay_is_fed_in_turns(broker: Broker) -> None:
             nursery.start_soon(watch)  # from before the broker's first turn
             async with running.running(again):
                 ready_at.append(slow.applied[1])  # the controller started: the broker serves
+                settling.append(again.cluster.settling)  # its machine's group is not loaded
                 with trio.fail_after(60):
                     while 1 not in slow.leading:
                         await trio.sleep(0.01)
+                settling.append(again.cluster.settling)
 
     try:
         trio.run(main)
@@ -134,6 +138,8 @@ def test_a_long_replay_is_fed_in_turns(broker: Broker) -> None:
     assert len(fed) >= 10  # the watcher ran between turns of the replay
     assert max(fed) <= 40  # about 20 batches (20 ms) a turn
     assert ready_at[0] < 500  # ready while the replay went on: the metadata log went first
+    # ``settling`` (what the codec warm-up waits for) while it went on, not after
+    assert settling == [True, False]
 
 
 def test_heartbeats_go_by_the_clock_not_by_ticks(broker: Broker,
