@@ -10,6 +10,7 @@ import re
 import threading
 import time
 from collections.abc import Callable
+from functools import partial
 from types import SimpleNamespace
 
 import pytest
@@ -214,71 +215,53 @@ class _Starting:
             "delayed", lambda _key: self.overdue, lambda: [("__kc_schedule-0", self.overdue)]))
 
 
-def test_the_codec_warm_up_waits_for_the_replays(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The warm-up's imports would take the GIL from a restart's replays,
-    which its leaders wait for before they serve: it starts once they end."""
-    from kcompat.broker.node import server
-    warmed: list[float] = []
-    monkeypatch.setattr(server.codec, "warm", lambda *_a: warmed.append(time.monotonic()))
-    monkeypatch.setattr(server.gc, "freeze", lambda: None)
-    broker = _Starting(replaying=True)
-
-    async def main() -> None:
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(server._warm_codec, broker)
-            await trio.sleep(0.5)
-            assert not warmed, "warmed during the replays"
-            broker.cluster.replaying = False
-        assert len(warmed) == 1
-
-    trio.run(main)
-
-
-def test_the_codec_warm_up_waits_for_a_restarts_catch_up(monkeypatch: pytest.MonkeyPatch) -> None:
-    """After a restart with a delayed backlog, delivery catches up on what came
-    due while the broker was down; the warm-up's imports would take a fifth
-    of the GIL from it: it starts once no service is behind."""
+def _warms_only_after(monkeypatch: pytest.MonkeyPatch, broker: _Starting,
+                      release: Callable[[], object], what: str) -> None:
+    """``_warm_codec`` on ``broker`` warms nothing for 0.4 s, then once after
+    ``release()``."""
     from kcompat.broker.node import server
     warmed: list[float] = []
     monkeypatch.setattr(server.codec, "warm", lambda *_a: warmed.append(time.monotonic()))
     monkeypatch.setattr(server.gc, "freeze", lambda: None)
     monkeypatch.setattr(server, "WARM_POLL_S", 0.01)
-    broker = _Starting(replaying=False, overdue=6.0)
 
     async def main() -> None:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(server._warm_codec, broker)
-            await trio.sleep(0.2)
-            broker.overdue = 0.6
-            await trio.sleep(0.2)
-            assert not warmed, "warmed while delivery was behind"
-            broker.overdue = 0.1
+            await trio.sleep(0.4)
+            assert not warmed, f"warmed while {what}"
+            release()
         assert len(warmed) == 1
 
     trio.run(main)
+
+
+def test_the_codec_warm_up_waits_for_the_replays(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The warm-up's imports would take the GIL from a restart's replays,
+    which its leaders wait for before they serve: it starts once they end."""
+    broker = _Starting(replaying=True)
+    _warms_only_after(monkeypatch, broker, partial(setattr, broker.cluster, "replaying", False),
+                      "replaying")
+
+
+def test_the_codec_warm_up_waits_for_a_restarts_catch_up(monkeypatch: pytest.MonkeyPatch) -> None:
+    """After a restart with a delayed backlog, delivery catches up on what came
+    due while the broker was down; the warm-up's imports would take a fifth
+    of the GIL from it: it starts once no service is behind (0.6 s late is
+    behind, beyond the 0.5 s bound)."""
+    broker = _Starting(replaying=False, overdue=0.6)
+    _warms_only_after(monkeypatch, broker, partial(setattr, broker, "overdue", 0.1),
+                      "delivery was behind")
 
 
 def test_the_codec_warm_up_waits_until_the_groups_have_leaders_and_are_loaded(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """A schedule partition reports its lateness once its leader has loaded it:
     before, a delivery about to catch up looks on time."""
-    from kcompat.broker.node import server
-    warmed: list[float] = []
-    monkeypatch.setattr(server.codec, "warm", lambda *_a: warmed.append(time.monotonic()))
-    monkeypatch.setattr(server.gc, "freeze", lambda: None)
-    monkeypatch.setattr(server, "WARM_POLL_S", 0.01)
     broker = _Starting(replaying=False)
     broker.cluster.settling = True
-
-    async def main() -> None:
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(server._warm_codec, broker)
-            await trio.sleep(0.2)
-            assert not warmed, "warmed while the groups were settling"
-            broker.cluster.settling = False
-        assert len(warmed) == 1
-
-    trio.run(main)
+    _warms_only_after(monkeypatch, broker, partial(setattr, broker.cluster, "settling", False),
+                      "the groups were settling")
 
 
 def test_the_warm_up_pauses_three_times_as_long_as_each_version_took() -> None:
