@@ -10,6 +10,10 @@ appends a slot at a time: when the batch shares one slot (records produced
 with one delay) by array slices alone, C speed; else grouped an entry at a
 time (a dict step each: cheaper than any sort).
 
+A C-speed pass (``map``, ``min``, a set's ``intersection``) never gives the
+GIL up: a worker thread that passes over a whole schedule (a snapshot) does
+it ``GIL_RUN`` entries at a time, so the loop never waits for it long.
+
 Pure: values in, values out.
 """
 
@@ -22,6 +26,10 @@ from operator import floordiv, itemgetter
 
 SLOT_MS = 10_000
 CELLS = 5  # int64 per far entry: due, entry, offset, target id, where
+# entries per C-speed pass of a worker thread over a schedule (a snapshot): one
+# ``min(map(...))`` over 110k entries held the GIL 18 ms, and the loop, back from
+# a read, waited it out; between passes of this many (~1 ms) the GIL changes hands
+GIL_RUN = 8_192
 
 
 def slot_runs(dues: Sequence[int]) -> Iterable[tuple[int, Sequence[int]]]:

@@ -16,10 +16,10 @@ from __future__ import annotations
 
 from array import array
 from bisect import bisect_left
-from itertools import islice
 from operator import lt
 
 from kcompat.ext.schedule import CELLS, ROW, SLOT_MS, ScheduleImage
+from kcompat.ext.schedule_cells import GIL_RUN
 
 
 def image_cells(image: ScheduleImage) -> tuple[array[int], dict[int, str]]:
@@ -51,13 +51,18 @@ def image_cells(image: ScheduleImage) -> tuple[array[int], dict[int, str]]:
 def _extend_live(out: array[int], cells: array[int], cancelled: set[int]) -> bool:
     """Append the cells of a slot not promoted (in entry order already) but
     those of ``cancelled`` entries, the runs between them as array slices:
-    C speed however many entries the slot holds, a Python step per
-    cancelled one only. False, with nothing appended, if the slot's entries
+    C speed however many entries the slot holds (in passes of ``GIL_RUN``), a
+    Python step per cancelled one only. False, with nothing appended, if the slot's entries
     do not strictly ascend (the caller sorts them then)."""
     entries = cells[1::CELLS]
-    if not all(map(lt, entries, islice(entries, 1, None))):
+    runs = range(0, len(entries), GIL_RUN)  # passes of GIL_RUN: the GIL changes hands between
+    if not all(all(map(lt, entries[i:i + GIL_RUN], entries[i + 1:i + GIL_RUN + 1]))
+               for i in runs):
         return False
-    rows = sorted(bisect_left(entries, entry) for entry in cancelled.intersection(entries))
+    found: set[int] = set()
+    for i in runs:
+        found.update(cancelled.intersection(entries[i:i + GIL_RUN]))
+    rows = sorted(bisect_left(entries, entry) for entry in found)
     start = 0
     for row in rows:
         out.extend(cells[start * CELLS:row * CELLS])

@@ -102,6 +102,7 @@ from kcompat.ext.schedule import (
     locate,
 )
 from kcompat.ext.schedule_adds import OP_HEADER, is_adds, parse_adds
+from kcompat.ext.schedule_cells import GIL_RUN
 from kcompat.ext.schedule_image import image_cells
 
 # StoredRecords, delivered_form and take_within (the delivery side of this
@@ -614,11 +615,13 @@ def snapshot_batches(capture: Capture, now_ms: int) -> tuple[list[bytes], int]:
     count = 1 + len(chunks)
     low = capture.low
     entries, wheres = cells[1::CELLS], cells[4::CELLS]
-    if -1 not in wheres:  # each record's batch: its entry less the distance to it (C speed)
-        low = min(low, min(map(sub, entries, map(rshift, wheres, repeat(32))), default=low))
-    else:  # some not located (an older broker's records): their entry
-        for entry, where in zip(entries, wheres, strict=True):
-            low = min(low, entry if where == -1 else entry - (where >> 32))
+    for i in range(0, len(entries), GIL_RUN):  # in runs: the GIL changes hands between them
+        run, at = entries[i:i + GIL_RUN], wheres[i:i + GIL_RUN]
+        if -1 not in at:  # each record's batch: its entry less the distance to it (C speed)
+            low = min(low, min(map(sub, run, map(rshift, at, repeat(32)))))
+        else:  # some not located (an older broker's records): their entry
+            for entry, where in zip(run, at, strict=True):
+                low = min(low, entry if where == -1 else entry - (where >> 32))
 
     def record(n: int, key: bytes | None, value: dict[str, Any]) -> bytes:
         doc = {"op": "snap", "a": capture.at, "n": n, "of": count}
