@@ -1,6 +1,8 @@
 """``kcompat cluster info`` — cluster id, controller, brokers and topic/group counts,
-and each node's part in the metadata quorum (DescribeQuorum): ``controller`` (the
-quorum's leader), ``voter``, or ``observer`` (a broker-only node).
+each broker's machine and shard (a node of several shards, ``kcompat.cores``, is
+several brokers on one machine), and each node's part in the metadata quorum
+(DescribeQuorum): ``controller`` (the quorum's leader), ``voter``, or
+``observer`` (a broker-only node).
 ``cluster rebalance|decommission|unregister``: ``reassign``. ``cluster add-voter|remove-voter
 NODE``: AddRaftVoter / RemoveRaftVoter (KIP-853) through any broker."""
 
@@ -44,6 +46,8 @@ def cmd_info(args: argparse.Namespace) -> int:
     brokers = [{"node_id": b["broker_id"], "host": b["host"], "port": b["port"],
                 "rack": b.get("rack"), "role": roles.get(b["broker_id"])}
                for b in cluster["brokers"]]
+    for b, (machine, shard) in zip(brokers, _machines(args, brokers), strict=True):
+        b["machine"], b["shard"] = machine, shard
     info = {"cluster_id": cluster["cluster_id"], "controller_id": cluster["controller_id"],
             "brokers": brokers, "topics": sum(1 for t in topics if not t["is_internal"]),
             "partitions": sum(len(t["partitions"]) for t in topics if not t["is_internal"]),
@@ -53,9 +57,41 @@ def cmd_info(args: argparse.Namespace) -> int:
         return 0
     print(f"Cluster: {info['cluster_id']}  Controller: {info['controller_id']}  "
           f"Topics: {info['topics']}  Partitions: {info['partitions']}  Groups: {info['groups']}")
-    print_table(["NODE", "HOST", "PORT", "RACK", "ROLE"],
-                [(b["node_id"], b["host"], b["port"], b["rack"], b["role"]) for b in brokers])
+    print_table(["MACHINE", "SHARD", "NODE", "HOST", "PORT", "RACK", "ROLE"],
+                [(b["machine"], b["shard"], b["node_id"], b["host"], b["port"], b["rack"],
+                  b["role"])
+                 for b in sorted(brokers, key=lambda b: (b["machine"], b["shard"] or 0))])
     return 0
+
+
+def _machines(args: argparse.Namespace, brokers: list[dict[str, Any]]
+              ) -> list[tuple[str, int | None]]:
+    """Each broker's machine and shard (``kcompat.machine.id``,
+    ``kcompat.shard`` by DescribeConfigs to the broker itself; a broker that
+    has neither, or does not answer, is a machine of its own, no shard)."""
+    from kio.schema.describe_configs.v4 import request as req
+    from kio.static.primitive import i8
+
+    keys = ("kcompat.machine.id", "kcompat.shard")
+    kio = Cluster.for_args(args, args.timeout_ms / 1000 + 5)
+    kio.addresses.update({b["node_id"]: (b["host"], b["port"]) for b in brokers})
+    out = []
+    try:
+        for b in brokers:
+            values: dict[str, str | None] = {}
+            try:
+                answer = kio.node(b["node_id"]).call(req.DescribeConfigsRequest(resources=(
+                    req.DescribeConfigsResource(resource_type=i8(4), resource_name=str(
+                        b["node_id"]), configuration_keys=keys),)))
+                values = {c.name: c.value for c in answer.results[0].configs}
+            except Exception:  # noqa: BLE001 - unreachable or not kcompat: no shard shown
+                pass
+            shard = int(values.get("kcompat.shard") or -1)
+            out.append((values.get("kcompat.machine.id") or str(b["node_id"]),
+                        shard if shard >= 0 else None))
+    finally:
+        kio.close()
+    return out
 
 
 def cmd_voter(args: argparse.Namespace) -> int:

@@ -43,6 +43,8 @@ def _broker_parser(sub: Any) -> None:
     p.add_argument("--node-id", help="node.id (default 1)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="any broker config key, e.g. --set num.partitions=3")
+    p.add_argument("--cores", help="shards: broker processes this node runs, one per core "
+                                   "(kcompat.cores; default 1, 0 = every core)")
     p.add_argument("--print-config", action="store_true", help="print the effective config")
     p.add_argument("--log-level", help="DEBUG, INFO (default), WARNING or ERROR "
                                        "(env KCOMPAT_LOG_LEVEL)")
@@ -55,7 +57,8 @@ def _broker_parser(sub: Any) -> None:
 def _flags(args: argparse.Namespace) -> dict[str, Any]:
     flags: dict[str, Any] = {}
     for key, attr in (("host", "host"), ("port", "port"), ("log.dirs", "data_dir"),
-                      ("node.id", "node_id"), ("admin.port", "admin_port")):
+                      ("node.id", "node_id"), ("admin.port", "admin_port"),
+                      ("kcompat.cores", "cores")):
         value = getattr(args, attr)
         if value is not None:
             flags[key] = value
@@ -70,6 +73,7 @@ def _flags(args: argparse.Namespace) -> dict[str, Any]:
 def cmd_broker(args: argparse.Namespace) -> int:
     import trio
 
+    from kcompat.broker.node import shards
     from kcompat.broker.node.server import run_broker
 
     cfg = broker_config.load(args.config, _flags(args), os.environ)
@@ -86,6 +90,9 @@ def cmd_broker(args: argparse.Namespace) -> int:
     # a crash of the interpreter itself (a segfault) leaves every thread's
     # Python frames on stderr, not a silent exit
     faulthandler.enable()
+    if shards.supervises(cfg):  # a node of several broker processes
+        log_args = [f"--log-level={level}", f"--log-format={log_format}"]
+        return shards.supervise(cfg, log_args)
     try:
         trio.run(run_broker, cfg)
     except KeyboardInterrupt:

@@ -208,6 +208,15 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
         _D("share.coordinator.state.topic.prune.interval.ms", "int", 300000, minimum=1),
         _D("kcompat.flush.mode", "string", "acks_all", choices=("acks_all", "always", "never")),
         _D("kcompat.cluster.id", "string", ""),
+        # Shards: broker processes this node runs, one per core it should use
+        # (``node.shards``); 0 = one per core of the machine
+        _D("kcompat.cores", "int", 1, minimum=0),
+        # the machine a broker runs on, which its shards share: never two
+        # replicas of a partition on one (``placement``); empty = its node id
+        _D("kcompat.machine.id", "string", ""),
+        # which shard of its node this process is; set by the supervisor
+        # (-1: not a shard)
+        _D("kcompat.shard", "int", -1, minimum=-1),
         # Fetch sends record sets from the segment files with sendfile (zero_copy)
         _D("kcompat.fetch.sendfile", "boolean", True),
         _D("admin.port", "int", 9644, minimum=-1),  # 0 picks a free port, -1 disables
@@ -411,8 +420,11 @@ def load_yaml(path: Path) -> dict[str, Any]:
     return _flatten(doc)
 
 
+#: a file the broker writes once it serves (``node.shards``: how its
+#: supervisor learns it is ready)
+READY_FILE_ENV = "KCOMPAT_READY_FILE"
 NOT_CONFIG_ENV = frozenset({"KCOMPAT_LOG_LEVEL", "KCOMPAT_LOG_FORMAT",
-                            "KCOMPAT_LOOP_REPORT_EVERY_S"})
+                            "KCOMPAT_LOOP_REPORT_EVERY_S", READY_FILE_ENV})
 
 
 def from_env(environ: Mapping[str, str]) -> dict[str, str]:

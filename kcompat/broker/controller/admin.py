@@ -96,6 +96,13 @@ def check_replication(ctl: Controller, replication: int) -> None:
                          f"Unable to replicate the partition {replication} time(s): The target "
                          f"replication factor of {replication} cannot be reached because only "
                          f"{live} broker(s) are registered.")
+    machines = ctl.lifecycle.live_machines()
+    if replication > machines:  # shards of one machine (``placement``)
+        raise TopicError(ErrorCode.invalid_replication_factor,
+                         f"Unable to replicate the partition {replication} time(s): The target "
+                         f"replication factor of {replication} cannot be reached because the "
+                         f"{live} registered broker(s) run on only {machines} machine(s), and "
+                         f"kcompat never places two replicas of a partition on one machine.")
 
 
 def _controller(ctl: Controller) -> None:
@@ -469,7 +476,7 @@ def _derived(ctl: Controller, name: str) -> tuple[int, dict[str, Any]]:
 async def _auto_create_record(ctl: Controller, name: str) -> dict[str, Any] | None:
     """On the controller: the record creating ``name`` with broker defaults, or
     an internal topic with its own settings (replication capped by the live
-    brokers, as for Kafka's ``offsets.topic.replication.factor``); None if it
+    brokers' machines, as for Kafka's ``offsets.topic.replication.factor``); None if it
     exists already."""
     await ctl.lifecycle.wait_first_registrations(timeout_s=3.0)
     if name in ctl.state.topics:
@@ -478,7 +485,7 @@ async def _auto_create_record(ctl: Controller, name: str) -> dict[str, Any] | No
         partitions, configs = _derived(ctl, name)
         return _create_record(ctl, name, partitions, -1, configs)
     prefix, configs = INTERNAL_TOPICS[name]
-    live = len(ctl.lifecycle.live_broker_ids()) or 1
+    live = ctl.lifecycle.live_machines() or 1
     replication = min(int(ctl.state.config[f"{prefix}.replication.factor"]), live)
     count = int(ctl.state.config[f"{prefix}.num.partitions"])
     configs = dict(configs)

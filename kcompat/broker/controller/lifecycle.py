@@ -134,7 +134,8 @@ class BrokerLifecycle:
         port = rt.state.advertised_port  # the bound port (``--port 0`` picks one)
         hb = Heartbeat(rt.node_id, self.incarnation, config["advertised.host"] or host, port,
                        config["broker.rack"] or None, caught_up, self.shutting_down,
-                       "broker" not in config["process.roles"], rt.state.endpoints)
+                       "broker" not in config["process.roles"], rt.state.endpoints,
+                       config["kcompat.machine.id"])
         if controller == rt.node_id:
             self.on_heartbeat(hb)
         else:
@@ -226,6 +227,11 @@ class BrokerLifecycle:
     def live_broker_ids(self) -> list[int]:
         """Registered, unfenced brokers: where new replicas go."""
         return [b.node_id for b in self.rt.image.live_brokers()]
+
+    def live_machines(self) -> int:
+        """How many machines the live brokers are on (``placement``): the
+        most replicas a new partition can have."""
+        return len({b.machine_id for b in self.rt.image.live_brokers()})
 
     def advertised_controller(self, listed: Iterable[int]) -> int:
         """A random registered, unfenced broker (Kafka's

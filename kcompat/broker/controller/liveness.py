@@ -5,7 +5,7 @@ Theory of operation
 Every broker, the controller included, sends the controller a ``Heartbeat``
 every ``broker.heartbeat.interval.ms`` (and at once when the controller
 changes or its metadata catches up): its node id, the *incarnation* (a random
-id drawn when the process starts), the endpoint clients should use, its rack,
+id drawn when the process starts), the endpoint clients should use, its rack and machine,
 whether its metadata image has caught up with the log, and whether it is
 shutting down. The controller turns heartbeats into metadata records, so every
 broker learns the same membership from the log:
@@ -85,11 +85,11 @@ class Membership:
             return []
         if (current is None or current.incarnation != hb.incarnation
                 or (current.host, current.port, current.rack, current.controller_only,
-                    current.endpoints)
-                != (hb.host, hb.port, hb.rack, hb.controller_only, hb.endpoints)):
+                    current.endpoints, current.machine)
+                != (hb.host, hb.port, hb.rack, hb.controller_only, hb.endpoints, hb.machine)):
             fenced = not hb.caught_up
             want = ("register", hb.incarnation, hb.host, hb.port, hb.rack, fenced,
-                    hb.controller_only, hb.endpoints)
+                    hb.controller_only, hb.endpoints, hb.machine)
             if self._proposed.get(hb.node_id) == want:
                 return []
             self._proposed[hb.node_id] = want
@@ -99,6 +99,8 @@ class Membership:
                 rec["controller_only"] = True
             if hb.endpoints:
                 rec["endpoints"] = [list(e) for e in hb.endpoints]
+            if hb.machine:
+                rec["machine"] = hb.machine
             return [rec]
         if current.fenced and hb.caught_up:
             return self._set_fenced(current, False, "caught up")

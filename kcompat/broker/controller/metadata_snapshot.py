@@ -117,7 +117,8 @@ def broker_entries(image: MetadataImage) -> list[dict[str, Any]]:
              "incarnation": b.incarnation, "fenced": b.fenced,
              **({"controller_only": True} if b.controller_only else {}),
              **({"retired": True} if b.retired else {}),
-             **({"endpoints": [list(e) for e in b.endpoints]} if b.endpoints else {})}
+             **({"endpoints": [list(e) for e in b.endpoints]} if b.endpoints else {}),
+             **({"machine": b.machine} if b.machine else {})}
             for b in image.brokers.values()]
 
 

@@ -341,8 +341,6 @@ async def handle_frame(frame: bytes, broker: Broker, session: Session | None = N
         if session.listener is not broker.listeners[0]:
             raise CloseConnection("inter-broker frame on a listener that is not "
                                   f"{broker.listeners[0].name} (inter.broker.listener.name)")
-        if not broker.cluster.peers:
-            raise CloseConnection("inter-broker frame, but this broker has no peers")
         if not session.cluster_action_checked:  # once per connection: frames are hot
             authorizer = broker.authorizer
             if authorizer is not None and not authorizer.authorize(

@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import gc
 import logging
+import os
 import resource
 import signal
 import sys
@@ -59,7 +60,7 @@ from functools import partial
 
 import trio
 
-from kcompat.broker.config.broker_config import BrokerConfig
+from kcompat.broker.config.broker_config import READY_FILE_ENV, BrokerConfig
 from kcompat.broker.host.broker import Broker
 from kcompat.broker.http.calls import serve_envelope
 from kcompat.broker.http.serve import open_admin_sockets, run_admin_http
@@ -111,6 +112,16 @@ async def _wait_for_signal(broker: Broker, cancel: trio.CancelScope,
                 await broker.controller.lifecycle.controlled_shutdown()  # still serving
             cancel.cancel()
             return
+
+
+def _tell_ready(port: int) -> None:
+    """Write the file ``KCOMPAT_READY_FILE`` names, if any (a shard's
+    supervisor waits for it: ``shards``)."""
+    path = os.environ.get(READY_FILE_ENV)
+    if path:
+        with open(path + ".tmp", "w") as f:
+            f.write(f"{port}\n")
+        os.replace(path + ".tmp", path)
 
 
 def _raise_fd_limit() -> None:
@@ -217,8 +228,14 @@ async def run_broker(config: BrokerConfig, task_status: trio.TaskStatus[int] = t
             await broker.controller.wait_started(timeout_s=30.0)
             serve_scope = trio.CancelScope()
             await background.start(_wait_for_signal, broker, serve_scope)
-            log.info("kcompat broker ready on %s:%d (data in %s)", config["host"], port,
-                     config.data_dir)
+            shard = config["kcompat.shard"]
+            if shard < 0:
+                log.info("kcompat broker ready on %s:%d (data in %s)", config["host"], port,
+                         config.data_dir)
+            else:  # its supervisor logs the node's ready line (``shards``)
+                log.info("kcompat shard %d (node %d) ready on %s:%d (data in %s)", shard,
+                         state.node_id, config["host"], port, config.data_dir)
+            _tell_ready(port)
             for item in broker.listeners:
                 log.info("listener %s (%s) on %s:%d", item.name, item.protocol,
                          item.host or "*", broker.bound_ports[item.name])

@@ -72,6 +72,7 @@ class Heartbeat:
     controller_only: bool = False  # process.roles=controller: never hosts partitions
     # every listener's advertised (name, host, port), the inter-broker one first
     endpoints: tuple[tuple[str, str, int], ...] = ()
+    machine: str = ""  # kcompat.machine.id: the shards of one node share it
 
 
 @dataclass(frozen=True, slots=True)
@@ -329,7 +330,8 @@ def _enc_internal(m: Internal, blobs: list[bytes]) -> list[Any]:
         return ["xr", m.request_id, m.error_code, m.result]
     if isinstance(m, Heartbeat):
         return ["hb", m.node_id, m.incarnation, m.host, m.port, m.rack, int(m.caught_up),
-                int(m.shutting_down), int(m.controller_only), [list(e) for e in m.endpoints]]
+                int(m.shutting_down), int(m.controller_only), [list(e) for e in m.endpoints],
+                m.machine]
     return ["fr", m.request_id, m.error_code, m.message]
 
 
@@ -423,7 +425,8 @@ def decode(frame: bytes) -> RaftFrame:
                 markers.append(Heartbeat(int(item[1]), str(item[2]), str(item[3]),
                                          int(item[4]), rack, bool(item[6]), bool(item[7]),
                                          len(item) > 8 and bool(item[8]),
-                                         endpoints_of(item[9] if len(item) > 9 else ())))
+                                         endpoints_of(item[9] if len(item) > 9 else ()),
+                                         str(item[10]) if len(item) > 10 else ""))
         at = doc.get("at")
         return RaftFrame(int(doc["src"]), tuple(msgs), anns, tuple(markers),
                          int(doc.get("inc", 0)), None if at is None else (str(at[0]), int(at[1])))

@@ -116,6 +116,7 @@ from kcompat.broker.replication.hard_states import HardStateJournal
 from kcompat.broker.replication.storage import PartitionLogStorage, now_ms
 from kcompat.broker.replication.throttle import CatchUpThrottle
 from kcompat.broker.replication.transport import Link, LinkFactory, PeerLink
+from kcompat.broker.storage import placement
 from kcompat.broker.storage.flusher import Syncable
 from kcompat.broker.storage.metadata import MetadataImage
 from kcompat.broker.storage.partition import Partition
@@ -557,11 +558,11 @@ class ClusterRuntime:
         """[[group id, [replica ids]], ...] for partitions first..first+count-1.
         Must be proposed without an await in between (ids use the log end)."""
         base = self.meta.raft.log.end
-        ids = [b.node_id for b in self.image.live_brokers()] or sorted(self.voters)
-        start = zlib.crc32(name.encode()) % len(ids)
-        return [[(base << 16) | (first + i),
-                 [ids[(start + first + i + k) % len(ids)] for k in range(replication)]]
-                for i in range(count)]
+        order = placement.ring((b.node_id, b.machine_id) for b in self.image.live_brokers()) \
+            or [(node, str(node)) for node in sorted(self.voters)]
+        start = zlib.crc32(name.encode()) % len(order)
+        return [[(base << 16) | (first + i), replicas] for i, replicas
+                in enumerate(placement.spread(order, start + first, count, replication))]
 
     def propose_metadata_nowait(self, rec: dict[str, Any]) -> BatchHeader:
         """Propose one metadata record; NotLeaderError if not the controller."""

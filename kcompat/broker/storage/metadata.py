@@ -76,6 +76,13 @@ class BrokerInfo:
     retired: bool = False
     # every listener's advertised (name, host, port); empty: host and port only
     endpoints: tuple[tuple[str, str, int], ...] = ()
+    # the machine it runs on (``kcompat.machine.id``): the shards of one node
+    # share it; empty: a machine of its own (``placement``)
+    machine: str = ""
+
+    @property
+    def machine_id(self) -> str:
+        return self.machine or str(self.node_id)
 
     def address(self, listener: str = "") -> tuple[str, int] | None:
         """Where a client on ``listener`` reaches this broker (None: it has no
@@ -247,7 +254,8 @@ class MetadataImage:
                                                  bool(rec.get("controller_only", False)),
                                                  bool(rec.get("retired", False)),
                                                  tuple((str(n), str(h), int(p)) for n, h, p
-                                                       in rec.get("endpoints", ())))
+                                                       in rec.get("endpoints", ())),
+                                                 str(rec.get("machine", "")))
         elif kind in ("fence_broker", "unfence_broker"):
             broker = self.brokers.get(rec["id"])
             if broker is not None and broker.incarnation == rec["incarnation"]:

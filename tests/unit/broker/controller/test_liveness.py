@@ -156,3 +156,16 @@ def test_a_stalled_controller_does_not_fence_the_brokers_it_could_not_hear() -> 
     assert commit(image, m.expire(image.brokers, 28_100)) == ["fence_broker"]
     assert m.stalled_ms == 19_000
     assert [b.node_id for b in image.live_brokers()] == [1]
+
+
+def test_a_shard_registers_its_machine_and_a_snapshot_keeps_it() -> None:
+    image, m = MetadataImage(), Membership(TIMEOUT_MS)
+    commit(image, m.heartbeat(hb(1), image.brokers, 0))
+    commit(image, m.heartbeat(hb(1001, machine="1"), image.brokers, 0))
+    assert [(b.node_id, b.machine_id) for b in image.live_brokers()] == [(1, "1"), (1001, "1")]
+    again = MetadataImage()
+    for entry in broker_entries(image):
+        again.apply({"type": "register_broker", **entry})
+    assert again.brokers[1001].machine == "1" and again.brokers[1].machine == ""
+    # a shard that comes back on another machine registers again
+    assert [r["machine"] for r in m.heartbeat(hb(1001, machine="9"), image.brokers, 10)] == ["9"]

@@ -65,6 +65,7 @@ def test_round_trip_internal_requests() -> None:
         codec.ForwardReply(6, 0, None),
         codec.ForwardReply(7, 41, "This is not the correct controller for this cluster."),
         Heartbeat(3, "a1b2", "127.0.0.1", 19094, None, True),
+        Heartbeat(1003, "e5f6", "127.0.0.1", 19095, None, True, machine="3"),
         Heartbeat(2, "c3d4", "broker-2.local", 9092, "rack-b", False, shutting_down=True),
     )
     frame = codec.RaftFrame(2, (TimeoutNow(3, 1, 2, 9),), (), internal)
