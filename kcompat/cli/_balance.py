@@ -9,7 +9,8 @@ while some broker holds more than its share of replicas (the total divided
 by the brokers, rounded up) and another holds less than its share rounded
 down, the cheapest replica — the smallest partition by bytes — moves from
 the most loaded broker to the least loaded one that does not hold that
-partition yet (fewest replicas, then fewest bytes); no move makes the
+partition yet, nor shares a machine with one of its other replicas (the
+shards of a node, ``kcompat.cores``), fewest replicas first, then fewest bytes; no move makes the
 spread worse, so the plan moves as little data as it can while counts end
 within one of each other. Last, leaders spread too: a partition's preferred leader (its first
 replica, which kcompat's leader balancing elects) moves to another of its
@@ -53,9 +54,12 @@ def spread(layout: Mapping[Key, list[int]], brokers: Iterable[int],
 
 
 def plan(layout: Mapping[Key, list[int]], brokers: Iterable[int], sizes: Mapping[Key, int],
-         drain: Iterable[int] = ()) -> dict[Key, list[int]]:
+         drain: Iterable[int] = (), machines: Mapping[int, str] | None = None
+         ) -> dict[Key, list[int]]:
     """The new replica lists of the partitions that change (see the module
-    docstring). ``brokers``: where replicas may live (``drain`` excluded)."""
+    docstring). ``brokers``: where replicas may live (``drain`` excluded).
+    ``machines``: each broker's machine (a broker not named is one of its
+    own); no move puts a second replica of a partition on a machine."""
     drained = set(drain)
     targets = sorted(set(brokers) - drained)
     if not targets:
@@ -69,8 +73,12 @@ def plan(layout: Mapping[Key, list[int]], brokers: Iterable[int], sizes: Mapping
                 count[b] += 1
                 held[b] += sizes.get(key, 0)
 
-    def least(key: Key) -> int | None:
-        free = [b for b in targets if b not in new[key]]
+    where = dict(machines or {})
+
+    def least(key: Key, src: int) -> int | None:
+        """The least loaded broker that may take ``src``'s replica of ``key``."""
+        taken = {where.get(b, str(b)) for b in new[key] if b != src}
+        free = [b for b in targets if b not in new[key] and where.get(b, str(b)) not in taken]
         return min(free, key=lambda b: (count[b], held[b], b)) if free else None
 
     def move(key: Key, src: int, dst: int) -> None:
@@ -85,10 +93,10 @@ def plan(layout: Mapping[Key, list[int]], brokers: Iterable[int], sizes: Mapping
 
     for key in new:
         for src in [b for b in new[key] if b not in count]:  # drained or unknown brokers
-            dst = least(key)
+            dst = least(key, src)
             if dst is None:
                 raise ValueError(f"{key[0]}-{key[1]} has {len(new[key])} replicas: more than "
-                                 f"the {len(targets)} brokers left")
+                                 f"the {len(targets)} brokers left, or than their machines")
             move(key, src, dst)
     total = sum(count.values())
     ceil, floor = -(-total // len(targets)), total // len(targets)
@@ -100,7 +108,7 @@ def plan(layout: Mapping[Key, list[int]], brokers: Iterable[int], sizes: Mapping
         candidates = sorted((sizes.get(k, 0), k) for k, r in new.items() if src in r)
         moved = False
         for _size, key in candidates:
-            dst = least(key)
+            dst = least(key, src)
             if dst is not None and count[dst] + 1 < count[src]:
                 move(key, src, dst)
                 moved = True

@@ -66,32 +66,14 @@ def cmd_info(args: argparse.Namespace) -> int:
 
 def _machines(args: argparse.Namespace, brokers: list[dict[str, Any]]
               ) -> list[tuple[str, int | None]]:
-    """Each broker's machine and shard (``kcompat.machine.id``,
-    ``kcompat.shard`` by DescribeConfigs to the broker itself; a broker that
-    has neither, or does not answer, is a machine of its own, no shard)."""
-    from kio.schema.describe_configs.v4 import request as req
-    from kio.static.primitive import i8
-
-    keys = ("kcompat.machine.id", "kcompat.shard")
+    """Each broker's machine and shard (``reassign.machines``)."""
     kio = Cluster.for_args(args, args.timeout_ms / 1000 + 5)
     kio.addresses.update({b["node_id"]: (b["host"], b["port"]) for b in brokers})
-    out = []
     try:
-        for b in brokers:
-            values: dict[str, str | None] = {}
-            try:
-                answer = kio.node(b["node_id"]).call(req.DescribeConfigsRequest(resources=(
-                    req.DescribeConfigsResource(resource_type=i8(4), resource_name=str(
-                        b["node_id"]), configuration_keys=keys),)))
-                values = {c.name: c.value for c in answer.results[0].configs}
-            except Exception:  # noqa: BLE001 - unreachable or not kcompat: no shard shown
-                pass
-            shard = int(values.get("kcompat.shard") or -1)
-            out.append((values.get("kcompat.machine.id") or str(b["node_id"]),
-                        shard if shard >= 0 else None))
+        found = reassign.machines(kio, [b["node_id"] for b in brokers])
     finally:
         kio.close()
-    return out
+    return [found[b["node_id"]] for b in brokers]
 
 
 def cmd_voter(args: argparse.Namespace) -> int:

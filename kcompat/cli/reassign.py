@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from kio.schema.alter_partition_reassignments.v1 import request as alter
+from kio.schema.describe_configs.v4 import request as configs
 from kio.schema.describe_log_dirs.v4 import request as log_dirs
 from kio.schema.elect_leaders.v2 import request as elect
 from kio.schema.list_partition_reassignments.v0 import request as listing
@@ -45,6 +46,8 @@ from kio.static.primitive import i8, i32, i32Timedelta
 from kcompat.cli import _balance
 from kcompat.cli._common import CliError, add_client_args, print_json, print_table
 from kcompat.cli._kio import Cluster, error_name
+
+RESOURCE_BROKER = 4  # DescribeConfigs' BROKER resource type
 
 Key = tuple[str, int]
 WAIT_POLL_S = 0.5
@@ -105,6 +108,28 @@ def layout(kio: Cluster) -> tuple[dict[Key, list[int]], dict[int, str | None]]:
     parts = {(t.name, int(p.partition_index)): [int(r) for r in p.replica_nodes]
              for t in answer.topics if t.error_code == 0 and t.name for p in t.partitions}
     return parts, {int(b.node_id): b.rack for b in answer.brokers}
+
+
+def machines(kio: Cluster, brokers: list[int]) -> dict[int, tuple[str, int | None]]:
+    """Each broker's machine and shard: ``kcompat.machine.id`` and
+    ``kcompat.shard`` by DescribeConfigs to the broker itself. A broker that
+    has neither (Kafka's) or does not answer is a machine of its own, no shard."""
+    keys = ("kcompat.machine.id", "kcompat.shard")
+    out: dict[int, tuple[str, int | None]] = {}
+    for node in brokers:
+        values: dict[str, str | None] = {}
+        try:
+            answer = kio.node(node).call(configs.DescribeConfigsRequest(resources=(
+                configs.DescribeConfigsResource(resource_type=i8(RESOURCE_BROKER),
+                                                resource_name=str(node),
+                                                configuration_keys=keys),)))
+            if answer.results[0].error_code == 0:
+                values = {c.name: c.value for c in answer.results[0].configs}
+        except CliError:
+            pass  # unreachable: a machine of its own
+        shard = int(values.get("kcompat.shard") or -1)
+        out[node] = (values.get("kcompat.machine.id") or str(node), shard if shard >= 0 else None)
+    return out
 
 
 def sizes(kio: Cluster, brokers: list[int]) -> dict[Key, int]:
@@ -247,8 +272,9 @@ def _plan(args: argparse.Namespace, kio: Cluster, drain: tuple[int, ...] = ()
         if node not in racks:
             raise CliError(f"broker {node} is not in the cluster metadata")
     found = sizes(kio, sorted(racks))
+    where = {node: machine for node, (machine, _shard) in machines(kio, sorted(racks)).items()}
     try:
-        moves = _balance.plan(parts, brokers, found, drain)
+        moves = _balance.plan(parts, brokers, found, drain, where)
     except ValueError as e:
         raise CliError(str(e)) from None
     return parts, moves, [b for b in brokers if b not in drain], found

@@ -87,3 +87,23 @@ def test_random_layouts_end_within_one(seed: int) -> None:
     assert all(counts[b] == 0 for b in drain)
     assert max(counts[b] for b in kept) - min(counts[b] for b in kept) <= 1, (layout, after)
     assert all(len(set(r)) == rf and set(r) <= set(kept) for r in after.values())
+
+
+def test_a_new_machine_of_two_shards_takes_replicas_never_two_of_one_partition() -> None:
+    """Machines 1-3 of one broker each, then machine 4 of two shards (4 and
+    1004): each partition keeps its replicas on three distinct machines."""
+    layout = {("t", i): [1 + i % 3, 1 + (i + 1) % 3, 1 + (i + 2) % 3] for i in range(12)}
+    machines = {1004: "4"}
+    after = _apply(layout, plan(layout, [1, 2, 3, 4, 1004], {}, machines=machines))
+    counts = spread(after, [1, 2, 3, 4, 1004], {}).replicas
+    assert counts[4] + counts[1004] >= 7, counts  # the new machine took its share
+    for key, replicas in after.items():
+        assert len({machines.get(b, str(b)) for b in replicas}) == 3, (key, replicas)
+
+
+def test_draining_a_machine_s_shard_never_puts_its_replica_beside_its_sibling() -> None:
+    layout = {("t", i): [[1, 2], [1001, 2], [2, 1]][i % 3] for i in range(6)}
+    machines = {1: "1", 1001: "1", 2: "2", 3: "3"}
+    after = _apply(layout, plan(layout, [1, 1001, 2, 3], {}, drain=[1], machines=machines))
+    for key, replicas in after.items():
+        assert 1 not in replicas and len({machines[b] for b in replicas}) == 2, (key, replicas)
