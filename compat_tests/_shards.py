@@ -3,8 +3,11 @@
 ``start_node`` starts one ``kcompat broker --cores 2`` process — the supervisor —
 whose shards are brokers 1 (the node's port) and 1001 (the port after it), and
 returns once its ready line is out and both shards are in Metadata.
-``shard_pids`` reads each shard's current pid from the supervisor's log (a
-restarted shard logs its new one), so a test can kill -9 one shard.
+``start_machines`` starts a cluster of three such nodes (machines 1-3, each
+a voter of the metadata quorum with a second shard 1001-1003) and returns once
+the controller counts all six brokers. ``shard_pids`` reads each shard's
+current pid from the supervisor's log (a restarted shard logs its new one), so
+a test can kill -9 one shard.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ import re
 import socket
 from pathlib import Path
 
-from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin import AdminClient, NewTopic
 
 from ._broker import Broker, free_port
 from ._deployment import CLUSTER_BROKER_ARGS
@@ -24,7 +27,7 @@ SHARD_IDS = (1, 1001)
 _STARTED = re.compile(rb"shard (\d+) \(node \d+\) started, pid (\d+)")
 
 
-def _free_run(n: int) -> int:
+def free_run(n: int) -> int:
     """The first of ``n`` consecutive free ports (shard k listens on port + k)."""
     while True:
         first = free_port()
@@ -38,7 +41,7 @@ def node_brokers(bootstrap: str) -> set[int]:
 
 
 def start_node(workdir: Path, *extra: str) -> Broker:
-    node = Broker(workdir, port=_free_run(SHARDS),
+    node = Broker(workdir, port=free_run(SHARDS),
                   extra_args=("--cores", str(SHARDS), "--admin-port", "-1",
                               *CLUSTER_BROKER_ARGS, *extra))
     node.start()
@@ -65,3 +68,38 @@ def serves(host: str, port: int) -> bool:
             return True
     except OSError:
         return False
+
+
+def start_machines(root: Path, count: int = 3, *extra: str) -> list[Broker]:
+    """``count`` nodes of two shards in one cluster (topics at replication factor 3)."""
+    ports = [free_run(SHARDS) for _ in range(count)]
+    voters = ",".join(f"{i + 1}@127.0.0.1:{p}" for i, p in enumerate(ports))
+    machines = [Broker(root / f"machine-{i + 1}", port=p, extra_args=(
+        "--node-id", str(i + 1), "--set", f"controller.quorum.voters={voters}",
+        "--cores", str(SHARDS), "--admin-port", "-1",
+        "--set", "default.replication.factor=3", *CLUSTER_BROKER_ARGS, *extra))
+        for i, p in enumerate(ports)]
+    try:
+        for m in machines:
+            m.start(wait=False)
+        for m in machines:
+            m.wait_ready()
+        bootstrap = machines[0].bootstrap
+        wait_for(lambda: len(node_brokers(bootstrap)) == count * SHARDS, 60,
+                 lambda: f"Metadata lists {node_brokers(bootstrap)}")
+        probe = NewTopic("kcompat-machines-ready-probe", 1, count)
+
+        def accepted() -> bool:
+            admin = AdminClient({"bootstrap.servers": bootstrap})
+            try:
+                admin.create_topics([probe], validate_only=True)[probe.topic].result(10)
+                return True
+            except Exception:  # noqa: BLE001 - not every machine registered yet
+                return False
+        wait_for(accepted, 60, f"the controller never counted {count} machines")
+    except BaseException:
+        for m in machines:
+            if m.running:
+                m.kill()
+        raise
+    return machines

@@ -8,13 +8,17 @@ that the work crossing them behaves as on one broker: each client family's
 produce and consume, a consumer group and a share group over partitions of
 both, a transaction writing to both, a delayed record scheduled on one shard
 for a partition of the other, and a kill -9 of a shard under load (the
-supervisor restarts it; nothing acknowledged is lost).
+supervisor restarts it; nothing acknowledged is lost). Then a cluster of three
+such machines at replication factor 3: every partition's replicas on three
+machines, and a kill -9 of a shard under load fails its partitions over to the
+other machines with nothing acknowledged lost.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import socket
 import subprocess
 import sys
 import time
@@ -29,7 +33,7 @@ from kcompat.broker.controller.internal_topics import partition_for
 
 from ._broker import REPO_ROOT, Broker, unique_topic
 from ._deployment import Deployment
-from ._eos import read_confluent, run_exactly_once
+from ._eos import EOS_CLUSTER_RECORDS, read_confluent, run_exactly_once
 from ._groups import (
     TIMEOUT_S,
     BackgroundProducer,
@@ -38,7 +42,14 @@ from ._groups import (
     unique_group,
     wait_for,
 )
-from ._shards import SHARD_IDS, node_brokers, shard_pids, start_node
+from ._shards import (
+    SHARD_IDS,
+    free_run,
+    node_brokers,
+    shard_pids,
+    start_machines,
+    start_node,
+)
 from ._share import modulo_problems, run_modulo
 
 pytestmark = pytest.mark.timeout(240)
@@ -69,6 +80,22 @@ def test_the_node_is_one_machine_of_two_shards(node: Broker) -> None:
     assert {(b["machine"], b["shard"]) for b in brokers.values()} == {("1", 0), ("1", 1)}, out
     assert brokers[1]["port"] == node.port and brokers[1001]["port"] == node.port + 1, out
     assert (node.data_dir.parent / "data-shard1").is_dir()
+
+
+def test_a_shard_that_cannot_start_stops_the_node(tmp_path: Path) -> None:
+    """Shard 1's port is taken: the node does not run half-started, it exits
+    with an error naming the shard."""
+    port = free_run(2)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", port + 1))
+        taken.listen()
+        out = subprocess.run([sys.executable, "-m", "kcompat", "broker", "--cores", "2",
+                              "--port", str(port), "--admin-port", "-1",
+                              "--data-dir", str(tmp_path / "data")],
+                             capture_output=True, text=True, timeout=90, cwd=REPO_ROOT)
+    assert out.returncode != 0, out.stderr[-2000:]
+    assert "shard 1 (node 1001) exited with code" in out.stderr, out.stderr[-2000:]
+    assert "kcompat broker ready on" not in out.stderr
 
 
 def test_no_two_replicas_of_a_partition_share_the_machine(node: Broker) -> None:
@@ -183,9 +210,9 @@ def test_a_share_group_spans_shards(node: Broker, tmp_path: Path) -> None:
 
 def test_a_transaction_spans_shards(node: Broker, tmp_path: Path) -> None:
     """The exactly-once copy (consume, produce and commit offsets in one
-    transaction) over 4 partitions led by both shards."""
+    transaction, every tenth aborted) over 4 partitions led by both shards."""
     run_exactly_once("confluent", Deployment.single(node), tmp_path, read_confluent,
-                     total=8000, partitions=4, kill=False)
+                     total=EOS_CLUSTER_RECORDS, partitions=4, kill=False)
 
 
 def test_a_delayed_record_is_scheduled_on_the_other_shard(node: Broker) -> None:
@@ -238,3 +265,39 @@ def test_kill_9_of_a_shard_under_load_loses_nothing(node: Broker) -> None:
     lost = [v for v, where in acked.items() if at.get(where) != v]
     assert not lost, f"{len(lost)} acknowledged records not where they were acknowledged"
     assert shard_pids(node)[0] == before[0], "shard 0 restarted too"
+
+
+@pytest.fixture(scope="module")
+def machines(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[Broker]]:
+    ms = start_machines(tmp_path_factory.mktemp("machines"))
+    try:
+        yield ms
+    finally:
+        for m in ms:
+            m.kill()
+
+
+def test_three_machines_of_two_shards_keep_each_partition_on_three_machines(
+        machines: list[Broker]) -> None:
+    bootstrap = ",".join(m.bootstrap for m in machines)
+    topic = unique_topic("machines")
+    create_topic(bootstrap, topic, 12, 3)
+    md = AdminClient({"bootstrap.servers": bootstrap}).list_topics(topic, timeout=10)
+    parts = md.topics[topic].partitions
+    for p, meta in parts.items():
+        assert len({node % 1000 for node in meta.replicas}) == 3, (p, meta.replicas)
+    assert {meta.leader for meta in parts.values()} == {1, 2, 3, 1001, 1002, 1003}
+
+    victim = machines[1]  # machine 2: kill -9 its shard 1 (node 1002) under load
+    before = shard_pids(victim)
+    prod = BackgroundProducer(bootstrap, topic, 12, 3000, rate=600)
+    prod.start()
+    wait_for(lambda: prod.sent >= 1000, 30, "the producer never sent 1000 records")
+    subprocess.run(["kill", "-9", str(before[1])], check=True)
+    wait_for(lambda: shard_pids(victim).get(1, before[1]) != before[1], 30,
+             "the supervisor never restarted shard 1 of machine 2")
+    acked = prod.finish()
+    stored = read_confluent(bootstrap, topic, 12, False, prod.end_offsets())
+    at = {(r.partition, r.offset): r.value for rows in stored.values() for r in rows}
+    lost = [v for v, where in acked.items() if at.get(where) != v]
+    assert not lost, f"{len(lost)} acknowledged records not where they were acknowledged"

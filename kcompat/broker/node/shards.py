@@ -252,9 +252,10 @@ class Supervisor:
         for shard in self.shards:
             code = self._wait_ready(shard)
             if code is not None:
-                if not self.stopping:
-                    log.error("shard %d (node %d) exited with code %d before it was "
-                              "ready: stopping the node", shard.index, shard.node_id, code)
+                if self.stopping:  # a signal while starting: a clean stop
+                    return 0
+                log.error("shard %d (node %d) exited with code %d before it was "
+                          "ready: stopping the node", shard.index, shard.node_id, code)
                 return code or 1
         return None
 
