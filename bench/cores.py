@@ -23,9 +23,10 @@ bench/compare.py; neither broker fsyncs on acknowledgement (Kafka's default
 flush policy, kcompat's ``kcompat.flush.mode=never``). The figures per run are
 records/s, MiB/s (of all producers together, over the longest producer's
 time) and the broker CPU-seconds per GiB produced, summed over every process
-of the side (Kafka's JVM; kcompat's supervisor and its shards). Before the
-workloads, each side sits idle for ``IDLE_S`` seconds: its CPU there is the
-idle cost, and each process's RSS is read after the runs.
+of the side (Kafka's JVM; kcompat's supervisor and its shards). After the
+runs each process's RSS is read, and the side sits idle for ``IDLE_S``
+seconds (after half that to settle): its CPU there is the idle cost, in
+cores, the topics of the runs still there.
 """
 
 from __future__ import annotations
@@ -129,10 +130,6 @@ def produce(tool: Path, bootstrap: str, topic: str, n: int, producers: int,
 
 
 def measure(side: Side, tool: Path, bootstrap: str, pid: int, args: argparse.Namespace) -> None:
-    time.sleep(2.0)  # the shards' first seconds (registration, warm-up) out of the idle figure
-    before = cpu_s(processes(pid))
-    time.sleep(IDLE_S)
-    side.idle_cores = (cpu_s(processes(pid)) - before) / IDLE_S
     warm = unique_topic("cores-warm")
     create_topic(bootstrap, warm, 1)
     produce(tool, bootstrap, warm, args.warmup, 1, "1")
@@ -151,6 +148,10 @@ def measure(side: Side, tool: Path, bootstrap: str, pid: int, args: argparse.Nam
             side.failed[name] = f"{type(exc).__name__}: {exc}"[:300]
             print(f"  {side.name} {name}: FAILED {side.failed[name]}", flush=True)
     side.rss_mib = [proc_status_kib(p, "VmRSS") / 1024 for p in processes(pid)]
+    time.sleep(IDLE_S / 2)  # what the last run left (a flush, a snapshot) out of the figure
+    before = cpu_s(processes(pid))
+    time.sleep(IDLE_S)
+    side.idle_cores = (cpu_s(processes(pid)) - before) / IDLE_S
 
 
 def run_kafka(tool: Path, args: argparse.Namespace, work: Path) -> Side:
