@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: run test test-secured-link test-apps screenshots lint unit compat bench bench-share bench-ext bench-compaction bench-scale bench-simple soak fuzz rdkafka-suite kafka-python-suite clean tools sim java-deps kafka-reference demo
+.PHONY: run test test-secured-link test-apps screenshots lint unit compat bench bench-cores bench-share bench-ext bench-compaction bench-scale bench-simple soak fuzz rdkafka-suite kafka-python-suite clean tools sim java-deps kafka-reference demo
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -129,6 +129,11 @@ bench-compaction: $(STAMP) tools java-deps
 # kill -9 at 5,000, produce to 1,000 partitions; kcompat and a 3-node Apache Kafka 4.4.0 in
 # the same run (BENCH_ARGS=--side kcompat: one side). BENCH_QUICK=1: 0 / 500 / 1,000
 # (< 5 min). Appends to bench/RESULTS.md.
+# Every core of a node (issue 35): Kafka, kcompat with one shard and with two, a
+# librdkafka producer (bench/c/rdperf.c) as the client; figures to bench/RESULTS.md.
+bench-cores: $(BENCH_STAMP) tools java-deps
+	$(PY) bench/cores.py $(BENCH_ARGS)
+
 bench-scale: $(STAMP) tools java-deps
 	$(PY) bench/scale.py $(if $(BENCH_QUICK),--quick) $(BENCH_ARGS)
 
