@@ -43,7 +43,7 @@ from kcompat.broker.controller.quorum import Controller
 from kcompat.broker.replication import codec
 from kcompat.broker.replication.group import NotLeaderError
 from kcompat.broker.storage.metadata import TopicMeta
-from kcompat.broker.storage.state import TopicError
+from kcompat.broker.storage.state import UNKNOWN_SERVER_ERROR_MESSAGE, TopicError
 from kcompat.ext.retry import DLQ_SUFFIX, RETRY_SUFFIX
 
 log = logging.getLogger("kcompat.cluster")
@@ -426,6 +426,9 @@ async def _serve_forward(ctl: Controller, src: int, req: codec.ForwardRequest) -
         await execute(ctl, req.intent)
     except TopicError as e:
         code, message = e.code, e.message
+    except Exception:  # a bug: the forwarding broker's client gets an error, the controller lives
+        log.exception("metadata change forwarded by node %d failed: %s", src, req.intent)
+        code, message = ErrorCode.unknown_server_error, UNKNOWN_SERVER_ERROR_MESSAGE
     ctl.rt.send_internal(src, codec.ForwardReply(req.request_id, int(code), message))
 
 
@@ -454,6 +457,8 @@ async def _auto_create_task(ctl: Controller, name: str) -> None:
                 raise TopicError(code, message or code.name)
     except TopicError as e:
         log.info("auto-creating %s failed: %s", name, e.message)
+    except Exception:  # a bug: the clients retry, the broker lives
+        log.exception("auto-creating %s failed", name)
     finally:
         ctl.auto_creating.discard(name)
 

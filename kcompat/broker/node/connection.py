@@ -62,6 +62,7 @@ from kcompat.broker.net.listeners import Listener
 from kcompat.broker.net.session import Session
 from kcompat.broker.net.tls_stream import TlsStream
 from kcompat.broker.net.zero_copy import close_all, send_response, with_bytes
+from kcompat.broker.storage.state import UNKNOWN_SERVER_ERROR_MESSAGE
 from kcompat.security import acl, principal, ssl_principal
 from kcompat.security.hosts import host_address
 from kcompat.wire import codec
@@ -293,9 +294,6 @@ async def _raw_token(frame: bytes, broker: Broker, session: Session) -> bytes:
     return struct.pack(">i", len(reply)) + reply
 
 
-#: Kafka's message for UNKNOWN_SERVER_ERROR (it does not expose the exception's)
-UNKNOWN_SERVER_ERROR_MESSAGE = ("The server experienced an unexpected error when processing "
-                                "the request.")
 
 
 def _failed(broker: Broker, api_key: int, version: int, cid: int, request: Any, name: str,

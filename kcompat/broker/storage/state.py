@@ -45,6 +45,11 @@ _LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]+$")
 MAX_TOPIC_NAME = 249
 
 
+#: Kafka's message for UNKNOWN_SERVER_ERROR (it does not expose the exception's)
+UNKNOWN_SERVER_ERROR_MESSAGE = ("The server experienced an unexpected error when processing "
+                                "the request.")
+
+
 class TopicError(Exception):
     def __init__(self, code: ErrorCode, message: str | None) -> None:
         super().__init__(message)
