@@ -12,8 +12,10 @@ a test can kill -9 one shard.
 
 from __future__ import annotations
 
+import contextlib
 import re
 import socket
+from collections.abc import Iterator
 from pathlib import Path
 
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -52,6 +54,16 @@ def start_node(workdir: Path, *extra: str) -> Broker:
         node.kill()
         raise
     return node
+
+
+@contextlib.contextmanager
+def running_node(workdir: Path) -> Iterator[Broker]:
+    """``start_node`` for a ``with`` block, closed after it."""
+    node = start_node(workdir)
+    try:
+        yield node
+    finally:
+        node.close()
 
 
 def shard_pids(node: Broker) -> dict[int, int]:

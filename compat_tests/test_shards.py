@@ -46,9 +46,9 @@ from ._shards import (
     SHARD_IDS,
     free_run,
     node_brokers,
+    running_node,
     shard_pids,
     start_machines,
-    start_node,
 )
 from ._share import modulo_problems, run_modulo
 
@@ -59,11 +59,8 @@ SCHEDULE_TOPIC = "__kc_schedule"
 
 @pytest.fixture(scope="module")
 def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
-    b = start_node(tmp_path_factory.mktemp("shards"))
-    try:
+    with running_node(tmp_path_factory.mktemp("shards")) as b:
         yield b
-    finally:
-        b.close()
 
 
 def leaders(bootstrap: str, topic: str) -> dict[int, int]:
@@ -246,25 +243,34 @@ def test_a_delayed_record_is_scheduled_on_the_other_shard(node: Broker) -> None:
     assert min(at for _, at in seen) >= sent_ms + 1500
 
 
-def test_kill_9_of_a_shard_under_load_loses_nothing(node: Broker) -> None:
-    topic = unique_topic("shards-kill")
-    create_topic(node.bootstrap, topic, 4)
-    before = shard_pids(node)
-    prod = BackgroundProducer(node.bootstrap, topic, 4, 3000, rate=600)
+def kill_shard_under_load(victim: Broker, bootstrap: str, topic: str, partitions: int
+                          ) -> list[bytes]:
+    """kill -9 shard 1 of ``victim`` once a third of 3,000 records are sent to
+    ``topic``; once the supervisor restarted it and the producer is done, the
+    acknowledged records not found where they were acknowledged."""
+    before = shard_pids(victim)
+    prod = BackgroundProducer(bootstrap, topic, partitions, 3000, rate=600)
     prod.start()
     wait_for(lambda: prod.sent >= 1000, 30, "the producer never sent 1000 records")
     subprocess.run(["kill", "-9", str(before[1])], check=True)
-    wait_for(lambda: shard_pids(node).get(1, before[1]) != before[1], 30,
-             "the supervisor never restarted shard 1")
+    wait_for(lambda: shard_pids(victim).get(1, before[1]) != before[1], 30,
+             f"the supervisor on {victim.bootstrap} never restarted shard 1")
     acked = prod.finish()
+    wait_for(lambda: len(node_brokers(bootstrap)) >= len(SHARD_IDS), 30,
+             "the restarted shard never came back into Metadata")
+    stored = read_confluent(bootstrap, topic, partitions, False, prod.end_offsets())
+    at = {(r.partition, r.offset): r.value for rows in stored.values() for r in rows}
+    assert shard_pids(victim)[0] == before[0], "shard 0 restarted too"
+    return [v for v, where in acked.items() if at.get(where) != v]
+
+
+def test_kill_9_of_a_shard_under_load_loses_nothing(node: Broker) -> None:
+    topic = unique_topic("shards-kill")
+    create_topic(node.bootstrap, topic, 4)
+    lost = kill_shard_under_load(node, node.bootstrap, topic, 4)
+    assert not lost, f"{len(lost)} acknowledged records not where they were acknowledged"
     wait_for(lambda: node_brokers(node.bootstrap) == set(SHARD_IDS), 30,
              "the restarted shard never came back into Metadata")
-    ends = prod.end_offsets()
-    stored = read_confluent(node.bootstrap, topic, 4, False, ends)
-    at = {(r.partition, r.offset): r.value for rows in stored.values() for r in rows}
-    lost = [v for v, where in acked.items() if at.get(where) != v]
-    assert not lost, f"{len(lost)} acknowledged records not where they were acknowledged"
-    assert shard_pids(node)[0] == before[0], "shard 0 restarted too"
 
 
 @pytest.fixture(scope="module")
@@ -288,16 +294,6 @@ def test_three_machines_of_two_shards_keep_each_partition_on_three_machines(
         assert len({node % 1000 for node in meta.replicas}) == 3, (p, meta.replicas)
     assert {meta.leader for meta in parts.values()} == {1, 2, 3, 1001, 1002, 1003}
 
-    victim = machines[1]  # machine 2: kill -9 its shard 1 (node 1002) under load
-    before = shard_pids(victim)
-    prod = BackgroundProducer(bootstrap, topic, 12, 3000, rate=600)
-    prod.start()
-    wait_for(lambda: prod.sent >= 1000, 30, "the producer never sent 1000 records")
-    subprocess.run(["kill", "-9", str(before[1])], check=True)
-    wait_for(lambda: shard_pids(victim).get(1, before[1]) != before[1], 30,
-             "the supervisor never restarted shard 1 of machine 2")
-    acked = prod.finish()
-    stored = read_confluent(bootstrap, topic, 12, False, prod.end_offsets())
-    at = {(r.partition, r.offset): r.value for rows in stored.values() for r in rows}
-    lost = [v for v, where in acked.items() if at.get(where) != v]
+    # machine 2: kill -9 its shard 1 (node 1002) under load
+    lost = kill_shard_under_load(machines[1], bootstrap, topic, 12)
     assert not lost, f"{len(lost)} acknowledged records not where they were acknowledged"

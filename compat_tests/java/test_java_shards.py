@@ -12,7 +12,7 @@ from confluent_kafka.admin import AdminClient
 
 from compat_tests._broker import Broker
 from compat_tests._deployment import Deployment
-from compat_tests._shards import SHARD_IDS, start_node
+from compat_tests._shards import SHARD_IDS, running_node
 from compat_tests.java.test_java_clients import (
     test_consumer_group_of_three_splits_partitions_and_commits as group_scenario,
 )
@@ -22,11 +22,8 @@ pytestmark = pytest.mark.timeout(240)
 
 @pytest.fixture(scope="module")
 def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
-    b = start_node(tmp_path_factory.mktemp("java-shards"))
-    try:
+    with running_node(tmp_path_factory.mktemp("java-shards")) as b:
         yield b
-    finally:
-        b.close()
 
 
 def test_java_producer_and_group_over_both_shards(node: Broker, topic: str,
