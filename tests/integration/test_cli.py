@@ -314,7 +314,8 @@ def test_groups_list_shows_share_groups(broker: Broker) -> None:
 def test_cluster_info(broker: Broker) -> None:
     info = kc_json(broker, "cluster", "info")
     assert info["brokers"] == [{"node_id": 1, "host": broker.host,  # type: ignore[index]
-                                "port": broker.port, "rack": None, "role": "controller"}]
+                                "port": broker.port, "rack": None, "role": "controller",
+                                "machine": "1", "shard": None}]
     assert info["controller_id"] == 1 and info["cluster_id"]  # type: ignore[index]
     assert info["quorum"] == {"leader": 1, "voters": [1], "observers": []}  # type: ignore[index]
     assert "Cluster:" in kc(broker, "cluster", "info").stdout
