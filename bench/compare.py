@@ -169,6 +169,14 @@ def loadavg() -> str:
         return " ".join(f.read().split()[:3])
 
 
+def publish(lines: list[str], *, append: bool) -> None:
+    """Print a bench's section and, unless told not to, append it to bench/RESULTS.md."""
+    print("\n".join(lines))
+    if append:
+        with (ROOT / "bench" / "RESULTS.md").open("a") as f:
+            f.write("\n".join(lines) + "\n")
+
+
 # -- running Kafka's tools ----------------------------------------------------------
 
 class ToolError(RuntimeError):

@@ -32,7 +32,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.compare import create_topic, loadavg  # noqa: E402
+from bench.compare import create_topic, loadavg, publish  # noqa: E402
 from bench.delayed_rate import delayed_headers, headers_of  # noqa: E402
 from bench.soak import (  # noqa: E402
     BROKER_FLAGS,
@@ -45,7 +45,6 @@ from bench.soak import (  # noqa: E402
 )
 from compat_tests._broker import Broker, free_port  # noqa: E402
 
-RESULTS = ROOT / "bench" / "RESULTS.md"
 EVERY_S = 0.5
 ON_TIME_S = 0.5  # overdue under this counts as on time (backpressure's own bound)
 CALM_S = 2.0
@@ -126,10 +125,7 @@ def main() -> None:
         f"(worst overdue then {worst:.1f} s), on time again (overdue < {ON_TIME_S} s for "
         f"{CALM_S:g} s) {on_time:.1f} s: a catch-up of {on_time - loaded:.1f} s",
     ]
-    print("\n".join(lines))
-    if not args.no_results:
-        with RESULTS.open("a") as f:
-            f.write("\n".join(lines) + "\n")
+    publish(lines, append=not args.no_results)
 
 
 if __name__ == "__main__":

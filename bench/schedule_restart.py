@@ -32,10 +32,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.compare import publish  # noqa: E402
 from compat_tests._broker import Broker, unique_topic  # noqa: E402
 from kcompat.broker.controller.internal_topics import partition_for  # noqa: E402
 
-RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
 PARTITIONS = 6
 
 
@@ -154,10 +154,7 @@ def main() -> int:
             f"every schedule partition loaded {loaded:.1f} s, a 1 ms-delayed record "
             f"delivered {resumed:.1f} s after the start",
         ]
-        print("\n".join(lines))
-        if not args.no_results:
-            with RESULTS.open("a") as f:
-                f.write("\n".join(lines) + "\n")
+        publish(lines, append=not args.no_results)
         return 0
     finally:
         broker.close()
