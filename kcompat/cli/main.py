@@ -18,19 +18,7 @@ from typing import Any
 
 from kcompat.broker.config import broker_config
 from kcompat.broker.config.configdef import ConfigError
-from kcompat.cli import (
-    _logging,
-    acls,
-    cluster,
-    consume,
-    dlq,
-    groups,
-    produce,
-    quotas,
-    scheduled,
-    topics,
-    users,
-)
+from kcompat.cli import _logging
 from kcompat.cli._common import CliError, Parser, friendly
 
 
@@ -71,10 +59,9 @@ def _flags(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def cmd_broker(args: argparse.Namespace) -> int:
-    import trio
-
+    # the broker itself (trio, the server) is imported only once this process
+    # knows it runs one, not a node's supervisor: a supervisor stays small
     from kcompat.broker.node import shards
-    from kcompat.broker.node.server import run_broker
 
     cfg = broker_config.load(args.config, _flags(args), os.environ)
     level, log_format = _logging.resolve(args.log_level, args.log_format)
@@ -93,6 +80,10 @@ def cmd_broker(args: argparse.Namespace) -> int:
     if shards.supervises(cfg):  # a node of several broker processes
         log_args = [f"--log-level={level}", f"--log-format={log_format}"]
         return shards.supervise(cfg, log_args)
+    import trio
+
+    from kcompat.broker.node.server import run_broker
+
     try:
         trio.run(run_broker, cfg)
     except KeyboardInterrupt:
@@ -103,18 +94,36 @@ def cmd_broker(args: argparse.Namespace) -> int:
     return 0
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(broker_only: bool = False) -> argparse.ArgumentParser:
+    """Every command's parser; ``broker_only``: the broker's alone, so that a
+    broker process (and a node's supervisor) never imports the Kafka client
+    the other commands are built on."""
     parser = Parser(prog="kcompat", description="A Kafka-compatible broker and its tools")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _broker_parser(sub)
-    for module in (topics, produce, consume, groups, cluster, scheduled, dlq, acls, users,
-                   quotas):
-        module.register(sub)
+    if not broker_only:
+        from kcompat.cli import (
+            acls,
+            cluster,
+            consume,
+            dlq,
+            groups,
+            produce,
+            quotas,
+            scheduled,
+            topics,
+            users,
+        )
+
+        for module in (topics, produce, consume, groups, cluster, scheduled, dlq, acls, users,
+                       quotas):
+            module.register(sub)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    words = sys.argv[1:] if argv is None else argv
+    args = build_parser(broker_only=words[:1] == ["broker"]).parse_args(argv)
     try:
         code: int = args.func(args)
         return code
