@@ -50,6 +50,10 @@ Workloads (full run; ``--quick`` keeps 1 partition, acks=1 and acks=all):
 
 * produce: 1 KiB records, ``batch.size=65536 linger.ms=5``, unthrottled,
   acks=1 / acks=all x 1 / 6 partitions (ProducerPerformance records/s);
+* several producers at once: 12 partitions written by 3 ProducerPerformance
+  processes together (acks=1, the same properties), as separate applications
+  would write one topic; the figure is all of them over the longest run
+  (``produce p12 acks=1 x3``), and the broker CPU per GiB is of all of it;
 * consume: the acks=1 topics from earliest with ConsumerPerformance
   (``fetch.MB.sec``: time after the group join, so the join is not counted);
 * produce latency p50/p99/p99.9 with ProducerPerformance throttled to half of
@@ -74,16 +78,16 @@ Workloads (full run; ``--quick`` keeps 1 partition, acks=1 and acks=all):
 ``--only NAME[,NAME...]`` restricts the plan (and turns the profile, the fsync
 extra and the cluster part off unless asked for): ``produce-acks1-1p``,
 ``produce-acksall-1p``, ``produce-acks1-6p``, ``produce-acksall-6p``,
-``consume-1p``, ``consume-6p``, ``latency-acks1``, ``latency-acksall``,
+``produce-acks1-12p-x3``, ``consume-1p``, ``consume-6p``, ``latency-acks1``, ``latency-acksall``,
 ``e2e-acks1``, ``e2e-acksall``. A consume run brings the acks=1 produce run of its
 partition count (it reads what that run wrote), a latency run the 1-partition
 produce run of its acks (it is throttled to half of Kafka's maximum there).
 
 Duration of the full run on this 2-core machine: per single-node side a
-warm-up (30-50 s), 4 produce runs of >= 60 s (80-120 s in practice: the 1.15
+warm-up (30-50 s), 5 produce runs of >= 60 s (80-120 s in practice: the 1.15
 margin, slower acks=all runs, now and then a run repeated because it was too
 short), 2 consume runs of >= 60 s (70-100 s with the joins and the last pass),
-2 latency runs of 30 s and 2 end-to-end runs: ~12-15 min per side, ~25-30 min
+2 latency runs of 30 s and 2 end-to-end runs: ~14-17 min per side, ~28-34 min
 for both; the fsync extra ~5 min, the profile ~1 min, the cluster part
 ~25-30 min: ~60-70 min in all (``--duration 30`` takes ~25 min off). Measured:
 ``--only produce-acks1-1p,consume-1p,latency-acks1,produce-acksall-1p`` took
@@ -99,6 +103,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import concurrent.futures
 import datetime
 import os
 import platform
@@ -230,6 +235,27 @@ def producer_perf(bootstrap: str, topic: str, n: int, acks: str, throughput: int
     return fig
 
 
+def producers_perf(bootstrap: str, topic: str, n: int, acks: str, producers: int
+                   ) -> dict[str, float]:
+    """``producers`` ProducerPerformance runs at once on one topic, ``n`` records
+    each (one process per producer, as separate applications would be): the
+    throughput of all together over the longest run, and the worst of their
+    latencies."""
+    if producers == 1:
+        return producer_perf(bootstrap, topic, n, acks)
+    with concurrent.futures.ThreadPoolExecutor(producers) as pool:
+        figs = list(pool.map(lambda _i: producer_perf(bootstrap, topic, n, acks),
+                             range(producers)))
+    secs = max(f["secs"] for f in figs)
+    records = float(n * producers)
+    fig = {key: max(f[key] for f in figs) for key in ("max_ms", "p50", "p95", "p99", "p999")}
+    fig.update(records=records, rec_s=records / secs, mib_s=records * RECORD_BYTES / (1 << 20) / secs,
+               avg_ms=statistics.fmean(f["avg_ms"] for f in figs),
+               window_rec_s=sum(f["window_rec_s"] for f in figs), gib=records * RECORD_BYTES / GIB,
+               secs=secs, producers=float(producers))
+    return fig
+
+
 def _command_config(config: Path | None) -> tuple[str, ...]:
     return ("--command-config", str(config)) if config is not None else ()
 
@@ -343,6 +369,12 @@ class Plan:
     consume_parts: list[int] = field(default_factory=list)  # reads the acks=1 topic of that count
     steady_s: float = 0.0   # > 0: measured produce / consume runs last at least this long
     only: list[str] = field(default_factory=list)  # --only as given (for the report)
+    # (partitions, acks, producers): several producers at once, each a process of its own
+    multi_cases: list[tuple[int, str, int]] = field(default_factory=list)
+
+    def produce_runs(self) -> list[tuple[int, str, int]]:
+        """Every produce run, one producer or several: (partitions, acks, producers)."""
+        return [(parts, acks, 1) for parts, acks in self.produce_cases] + self.multi_cases
 
     @property
     def warmup_records(self) -> int:
@@ -351,8 +383,15 @@ class Plan:
 
 #: ``--only`` names of the full plan's workloads.
 ONLY_NAMES = ("produce-acks1-1p", "produce-acksall-1p", "produce-acks1-6p", "produce-acksall-6p",
-              "consume-1p", "consume-6p", "latency-acks1", "latency-acksall",
-              "e2e-acks1", "e2e-acksall")
+              "produce-acks1-12p-x3", "consume-1p", "consume-6p", "latency-acks1",
+              "latency-acksall", "e2e-acks1", "e2e-acksall")
+#: The full run's multi-producer case: 12 partitions written by 3 producers at once.
+MULTI_CASE = (12, "1", 3)
+
+
+def produce_key(parts: int, acks: str, producers: int = 1) -> str:
+    """A produce run's name in the figures and the report."""
+    return f"produce p{parts} acks={acks}" + (f" x{producers}" if producers > 1 else "")
 
 
 def make_plan(quick: bool, records: int | None, steady_s: float = STEADY_S,
@@ -363,7 +402,7 @@ def make_plan(quick: bool, records: int | None, steady_s: float = STEADY_S,
     else:
         plan = Plan(False, records or STEADY_WARMUP, 30, 5000,
                     [(1, "1"), (1, "all"), (6, "1"), (6, "all")], ["1", "all"], ["1", "all"],
-                    [1, 6], steady_s=steady_s)
+                    [1, 6], steady_s=steady_s, multi_cases=[MULTI_CASE])
     if not only:
         return plan
     bad = [n for n in only if n not in ONLY_NAMES]
@@ -373,7 +412,8 @@ def make_plan(quick: bool, records: int | None, steady_s: float = STEADY_S,
     def acks_of(name: str) -> str:
         return "all" if "acksall" in name else "1"
 
-    cases = {(int(n.rsplit("-", 1)[1][:-1]), acks_of(n)) for n in only if n.startswith("produce-")}
+    cases = {(int(n.split("-")[2][:-1]), acks_of(n)) for n in only
+             if n.startswith("produce-") and n.count("-") == 2}
     consume = sorted({int(n.split("-")[1][:-1]) for n in only if n.startswith("consume-")})
     cases |= {(parts, "1") for parts in consume}           # what the consume run reads
     latency = [a for a in plan.latency_acks if f"latency-acks{a}" in only]
@@ -382,6 +422,8 @@ def make_plan(quick: bool, records: int | None, steady_s: float = STEADY_S,
     plan.consume_parts = [p for p in plan.consume_parts if p in consume]
     plan.latency_acks = latency
     plan.e2e_acks = [a for a in plan.e2e_acks if f"e2e-acks{a}" in only]
+    plan.multi_cases = [c for c in plan.multi_cases
+                        if f"produce-acks{c[1]}-{c[0]}p-x{c[2]}" in only]
     plan.only = list(only)
     return plan
 
@@ -462,13 +504,15 @@ def measure(target: Target, bootstrap: str, pid: int | list[int], plan: Plan,
           f"later 5-s window; {target.warmup['wall_s']:.0f} s", flush=True)
     drop(warm, base)
     rate = max(wfig["rec_s"], wfig["window_rec_s"])  # the estimate sizing the steady runs
-    for parts, acks in plan.produce_cases:
-        key = f"produce p{parts} acks={acks}"
+    for parts, acks, producers in plan.produce_runs():
+        key = produce_key(parts, acks, producers)
         for attempt in range(1, MAX_ATTEMPTS + 1):
-            n = int(SIZING_MARGIN * plan.steady_s * rate) if steady else plan.records
-            topic = unique_topic(f"p{parts}-acks{acks}")
+            # n: each producer's share of the run
+            n = (int(SIZING_MARGIN * plan.steady_s * rate) if steady else plan.records) // producers
+            topic = unique_topic(f"p{parts}-acks{acks}-x{producers}")
             base = create(topic, parts)
-            timed(key, lambda t=topic, a=acks, n=n: producer_perf(bootstrap, t, n, a))
+            timed(key, lambda t=topic, a=acks, n=n, k=producers: producers_perf(
+                bootstrap, t, n, a, k))
             fig = target.figures.get(key)
             if not steady or fig is None or fig["secs"] >= 0.97 * plan.steady_s \
                     or attempt == MAX_ATTEMPTS:
@@ -482,7 +526,8 @@ def measure(target: Target, bootstrap: str, pid: int | list[int], plan: Plan,
             drop(topic, base)
         if key in target.figures:
             rate = max(rate, target.figures[key]["rec_s"])
-            if acks == "1" and parts in plan.consume_parts and not only_produce:
+            if acks == "1" and producers == 1 and parts in plan.consume_parts \
+                    and not only_produce:
                 timed(f"consume p{parts}",
                       lambda t=topic, n=n: consumer_passes(bootstrap, t, n, plan.steady_s))
         drop(topic, base)
@@ -616,8 +661,8 @@ class Table:
         """Produce and consume rows with cpu-s per GiB; returns ratios by workload key
         (``<key>`` throughput, ``<key> cpu`` cpu-s per GiB)."""
         out: dict[str, float | None] = {}
-        for parts, acks in plan.produce_cases:
-            key = f"produce p{parts} acks={acks}"
+        for parts, acks, producers in plan.produce_runs():
+            key = produce_key(parts, acks, producers)
             out[key] = self.row(f"{key} (MiB/s)", key, "mib_s")
             out[f"{key} cpu"] = self.row("  broker cpu-s per GiB produced", key, "cpu_per_gib",
                                          prec=2, cpu=False)
