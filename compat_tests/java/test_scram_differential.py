@@ -11,7 +11,8 @@ good and bad (empty user, unknown mechanism 0 and 3, iterations 4095 / 4096 /
 (nothing to delete, the other mechanism's, an empty user, unknown mechanism), a
 user altered twice in one request (deleted twice, deleted then upserted,
 upserted twice, deleted three times), both mechanisms for one user, twenty users
-at once (past the hash map's first resize), then describes: named users (found,
+at once (past the hash map's first resize), then (once the broker describes
+the last alteration's users: ``_settle``) describes: named users (found,
 missing, twice, non-ASCII and ``,`` in names), all users (null and empty list;
 compared as a set, since other users the reference may hold change the order).
 A user's mechanisms are compared as a set: Kafka keeps them in a hash map keyed
@@ -53,6 +54,8 @@ SETTINGS = {"authorizer.class.name": STANDARD_AUTHORIZER,
             "allow.everyone.if.no.acl.found": "true", "super.users": "User:admin"}
 #: how long the DENY may take to reach the broker's authorizer after CreateAcls
 DENY_WAIT_S = 15.0
+#: how long the last alteration may take to reach the credentials a describe reads
+SETTLE_WAIT_S = 15.0
 Obs = Any
 
 
@@ -121,6 +124,19 @@ def _ours(described: Obs) -> Obs:
     return code, message, sorted(r for r in results if r[0].endswith(SUFFIX))
 
 
+def _settle(conn: Connection) -> None:
+    """Wait (bounded) until the broker describes the users of the last
+    alteration. Kafka answers AlterUserScramCredentials once its controller
+    committed the change, and its broker describes from a metadata image that
+    catches up a moment later: a describe sent at once missed the last
+    upserted users now and then (on a loaded host), where kcompat had them."""
+    last = [u.name for u in ALTERS["names_with_commas"][1]]
+    deadline = time.monotonic() + SETTLE_WAIT_S
+    while time.monotonic() < deadline and any(
+            r[1] != "none" for r in _describe(conn, last)[2]):
+        time.sleep(0.1)
+
+
 def _deny_alter(conn: Connection) -> Obs:
     """DENY ALTER on the cluster for the client, then wait (bounded) until the
     broker's authorizer has it: a describe is refused once an ACL covers the
@@ -141,6 +157,7 @@ def run_script(bootstrap: str) -> dict[str, Obs]:
     try:
         for step, (deletions, upsertions) in ALTERS.items():
             out[step] = _alter(conn, deletions, upsertions)
+        _settle(conn)
         for step, users in DESCRIBES.items():
             out[step] = _describe(conn, [_name(u) for u in users] if users else users)
         out["describe_all_null"] = _ours(_describe(conn, None))
