@@ -78,7 +78,7 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 from kcompat.log import cleaner
@@ -252,7 +252,7 @@ class PartitionLog:
         if active.would_overflow(header.size, at + header.last_offset_delta) or \
                 active.roll_due(now_ms, header.max_timestamp):
             active = self._roll(now_ms)
-        new_header = replace(header, base_offset=at, partition_leader_epoch=leader_epoch)
+        new_header = header.placed(at, leader_epoch)
         parts: list[bytes | memoryview] = [
             offset_field(new_header.base_offset),
             batch[8:12],

@@ -87,7 +87,6 @@ their observers is throttled (``throttle``).
 from __future__ import annotations
 
 import base64
-import dataclasses
 import hashlib
 import json
 import logging
@@ -529,8 +528,7 @@ class ClusterRuntime:
         group.sync_wanted |= durable
         self._touch(group)
         self.kick()
-        return dataclasses.replace(header, base_offset=entry.index,
-                                   partition_leader_epoch=entry.term)
+        return header.placed(entry.index, entry.term)
 
     async def wait_committed(self, group: Group, offset: int, term: int,
                              deadline: float) -> ErrorCode:

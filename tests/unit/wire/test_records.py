@@ -30,6 +30,7 @@ from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchB
 from kcompat.wire.batch import (
     ATTR_TIMESTAMP_TYPE,
     BatchError,
+    BatchHeader,
     compute_crc,
     parse_header,
     validate,
@@ -426,3 +427,14 @@ def test_headers_encode_with_looked_up_lengths_as_with_encoded_ones(headers: lis
         encode_varint(len(k.encode())) + k.encode()
         + (b"\x01" if v is None else encode_varint(len(v)) + v) for k, v in headers)
     assert encode_headers(headers) == expected
+
+
+def test_a_placed_header_differs_from_its_batch_only_in_offset_and_epoch() -> None:
+    """``BatchHeader.placed`` (the produce path's stamp) is ``dataclasses.replace``
+    of the two fields, every other field kept: a field left out or swapped
+    in the hand-written constructor call fails here."""
+    import dataclasses
+
+    header = BatchHeader(*range(1, 14))  # every field its own value: a swap shows
+    placed = header.placed(1234, 56)
+    assert placed == dataclasses.replace(header, base_offset=1234, partition_leader_epoch=56)
