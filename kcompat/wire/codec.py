@@ -34,7 +34,8 @@ from kio.static.constants import EntityType
 
 from kcompat.wire import kio_extra
 from kcompat.wire.headers import response_header
-from kcompat.wire.versions import API_VERSIONS
+from kcompat.wire.produce_writer import encode_produce_response
+from kcompat.wire.versions import API_VERSIONS, PRODUCE
 
 _SIZE = struct.Struct(">i")
 
@@ -144,7 +145,12 @@ def build(cls: type[Any], **fields: Any) -> Any:
 
 
 def encode_response(api_key: int, version: int, correlation_id: int, body: Any) -> bytes:
-    """Size prefix + response header + body."""
+    """Size prefix + response header + body (a Produce answer by
+    ``produce_writer`` where it can)."""
+    if api_key == PRODUCE:
+        fast = encode_produce_response(version, correlation_id, body)
+        if fast is not None:
+            return fast
     flexible = is_flexible(api_key, version) and api_key != API_VERSIONS
     buf = io.BytesIO()
     buf.write(b"\0\0\0\0")

@@ -43,17 +43,17 @@ FIRST_VERSION, LAST_VERSION = 4, 18
 _ZERO_ID = bytes(16)
 
 
-def _uvarint(out: bytearray, value: int) -> None:
+def write_uvarint(out: bytearray, value: int) -> None:
     while value >= 0x80:
         out.append((value & 0x7F) | 0x80)
         value >>= 7
     out.append(value)
 
 
-def _length(out: bytearray, n: int | None, flexible: bool, wide: bool) -> None:
+def write_length(out: bytearray, n: int | None, flexible: bool, wide: bool) -> None:
     """An array/bytes/string length: compact (n + 1, 0 = null) or int16/int32 (-1 = null)."""
     if flexible:
-        _uvarint(out, 0 if n is None else n + 1)
+        write_uvarint(out, 0 if n is None else n + 1)
     elif wide:
         out += _I32.pack(-1 if n is None else n)
     else:
@@ -84,16 +84,16 @@ def encode_fetch_response(version: int, correlation_id: int, body: Any) -> list[
     if version >= 7:
         out += _I16.pack(body.error_code)
         out += _I32.pack(body.session_id)
-    _length(out, len(body.responses), flexible, wide=True)
+    write_length(out, len(body.responses), flexible, wide=True)
     for topic in body.responses:
         if by_id:
             topic_id = topic.topic_id  # a uuid.UUID, or None
             out += _ZERO_ID if topic_id is None else topic_id.bytes
         else:
             name = topic.topic.encode()
-            _length(out, len(name), flexible, wide=False)
+            write_length(out, len(name), flexible, wide=False)
             out += name
-        _length(out, len(topic.partitions), flexible, wide=True)
+        write_length(out, len(topic.partitions), flexible, wide=True)
         for p in topic.partitions:
             if flexible and _has_tagged_fields(p):
                 return None
@@ -102,7 +102,7 @@ def encode_fetch_response(version: int, correlation_id: int, body: Any) -> list[
             if version >= 5:
                 out += _I64.pack(p.log_start_offset)
             aborted = p.aborted_transactions
-            _length(out, None if aborted is None else len(aborted), flexible, wide=True)
+            write_length(out, None if aborted is None else len(aborted), flexible, wide=True)
             for a in aborted or ():
                 out += _ABORTED.pack(a.producer_id, a.first_offset)
                 if flexible:
@@ -110,7 +110,7 @@ def encode_fetch_response(version: int, correlation_id: int, body: Any) -> list[
             if version >= 11:
                 out += _I32.pack(p.preferred_read_replica)
             records = p.records
-            _length(out, None if records is None else len(records), flexible, wide=True)
+            write_length(out, None if records is None else len(records), flexible, wide=True)
             if records:
                 chunks.append(bytes(out))
                 chunks.append(records)
