@@ -165,18 +165,20 @@ async def _read_requests(conn: trio.abc.Stream, broker: Broker, session: Session
     idle = broker.idle_reads
     idle_s = broker.config.for_listener(session.listener.name, "connections.max.idle.ms") / 1000
     while not broker.draining:
-        with trio.CancelScope() as waiting:  # cancelled by a drain: nothing in flight
+        # one scope per receive (a hot path): its deadline is Kafka's
+        # connections.max.idle.ms, and a drain cancels it (nothing in flight)
+        with trio.move_on_after(idle_s) as waiting:
             idle.add(waiting)
             try:
-                with trio.move_on_after(idle_s) as quiet:
-                    data = await conn.receive_some(RECEIVE_BYTES)
+                data = await conn.receive_some(RECEIVE_BYTES)
             finally:
                 idle.discard(waiting)
-        if quiet.cancelled_caught:  # Kafka's connections.max.idle.ms
-            log.info("closing connection from %s (%s): idle for %.0f ms", peer,
-                     session.listener.name, idle_s * 1000)
+        if waiting.cancelled_caught:
+            if not broker.draining:
+                log.info("closing connection from %s (%s): idle for %.0f ms", peer,
+                         session.listener.name, idle_s * 1000)
             return
-        if waiting.cancelled_caught or not data:
+        if not data:
             return
         _limit_frames(reader, broker, session)
         for frame in reader.feed(data):
