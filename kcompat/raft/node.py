@@ -157,7 +157,8 @@ from kcompat.raft.types import (
 )
 
 # ticks a member waits after it suspects its leader before it campaigns: the
-# other members notice the silence up to a heartbeat (a tick or two) later
+# other members notice the silence up to a pair heartbeat and a tick later
+# (``RaftConfig.suspect_skew_ticks``; the runtime's is its heartbeat + 1)
 SUSPECT_SKEW_TICKS = 2
 
 
@@ -196,6 +197,9 @@ class RaftConfig:
     # ``add_voter``: how far (offsets) the new voter's durable log may end
     # behind the leader's (see "Membership" above).
     catch_up_max_lag: int = 1000
+    # ``suspect``: how much later than this member the others may notice a
+    # silent leader (the runtime's pair heartbeat period and a tick)
+    suspect_skew_ticks: int = SUSPECT_SKEW_TICKS
 
     def __post_init__(self) -> None:
         assert self.voters, "no voters"
@@ -938,14 +942,15 @@ class Raft:
             # Our leader is gone (a quiesced follower's timers are stopped; an
             # awake one may hold a lease from a frozen count): no lease, and
             # an election in an order every member derives alike — so they do
-            # not split the vote — after ``SUSPECT_SKEW_TICKS`` (the others
+            # not split the vote — after ``suspect_skew_ticks`` (the others
             # notice the silence up to a heartbeat later and must be out of
             # their lease to grant), then half an election timeout per rank.
             self.quiesced = False
             et = self.config.election_timeout_ticks
             if self._election_elapsed < et:
                 self._election_elapsed = et
-                self._timeout = et + SUSPECT_SKEW_TICKS + self._succession_rank(node) * (et // 2)
+                self._timeout = (et + self.config.suspect_skew_ticks
+                                 + self._succession_rank(node) * (et // 2))
         elif self.quiesced and self.role is Role.LEADER:
             live = sum(1 for v in self.voters if v == self.id or v not in self._down)
             if live < self._quorum:

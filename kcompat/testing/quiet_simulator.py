@@ -157,9 +157,12 @@ class QuietSimulation(Simulation):
         # the runtime's own: 1000 ms / 50 ms ticks = 20, FETCH_WAIT_TICKS = 3
         self.election_ticks = knobs.choice([5, 8, 10, 20])
         self.fetch_wait_ticks = knobs.choice([2, 3, 3])
-        # the runtime's pair heartbeat goes every tick; a slower one now and
-        # then spreads the peers' verdicts on a silence over more ticks
-        self.heartbeat_ticks = knobs.choice([1, 1, max(1, self.election_ticks // 5)])
+        # the runtime's pair heartbeat goes every fifth of an election timeout
+        # (``HEARTBEATS_PER_ELECTION``); every tick now and then, as a runtime
+        # with short timeouts has it. A suspecting member waits out the spread
+        # of the peers' verdicts on a silence (``suspect_skew_ticks``)
+        self.heartbeat_ticks = knobs.choice([1, max(1, self.election_ticks // 5),
+                                             max(1, self.election_ticks // 5)])
         self.quiet = options or QuietOptions()
         self.min_voters = 3  # the faults below assume the others can elect without one
         super().__init__(seed, SimOptions(membership=self.quiet.membership), verbose)
@@ -189,7 +192,7 @@ class QuietSimulation(Simulation):
         config = dataclasses.replace(
             config, quiesce=True, election_timeout_ticks=self.election_ticks,
             fetch_wait_ticks=self.fetch_wait_ticks, pre_vote=True, check_quorum=True,
-            always_leader_change=False,
+            always_leader_change=False, suspect_skew_ticks=self.heartbeat_ticks + 1,
         )  # fmt: skip
         return _QuietNode(config, tick_ms, rng)
 

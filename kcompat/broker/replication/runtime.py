@@ -58,7 +58,7 @@ quiesces (``RaftConfig.quiesce``, see ``kcompat.raft.node``) and leaves
 ``_ticking``; nothing visits it until a message, a proposal or a liveness
 change touches it. Liveness is one heartbeat per broker pair: every frame to
 a peer counts, and an empty frame goes out when nothing else did for
-``HEARTBEAT_TICKS`` — from the ticker itself while the driver waits for a
+``heartbeat_ticks`` (a fifth of an election timeout) — from the ticker itself while the driver waits for a
 round's fsync pass (``_beat_while_syncing``, up to
 ``replica.lag.time.max.ms``): a slow disk is not a dead broker, and its
 quiet groups stay where they are; a peer not heard from for an election timeout is
@@ -102,6 +102,7 @@ import trio
 from kio.schema.errors import ErrorCode
 
 from kcompat.broker.config.configdef import ConfigError
+from kcompat.broker.loop.loop_monitor import sleep_on_grid
 from kcompat.broker.replication import codec, log_starts, throttle
 from kcompat.broker.replication.disk_faults import DiskFaults
 from kcompat.broker.replication.group import (
@@ -143,6 +144,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("kcompat.cluster")
 
 FETCH_WAIT_TICKS = 3
+HEARTBEATS_PER_ELECTION = 5  # pair heartbeats per election timeout of silence
 ANNOUNCE_TICKS = 10
 FULL_ANNOUNCE_TICKS = 600
 STALL_CHECK_MS = 3000  # a led group committing nothing for this long is logged
@@ -214,9 +216,11 @@ class ClusterRuntime:
                                   config["kcompat.raft.election.timeout.ms"] // tick_ms)
         self.rng = rng or random.Random()  # election timeouts (seeded by the simulator)
         self.announce_ticks = ANNOUNCE_TICKS
-        # every tick: members notice a silent peer at most a tick apart
-        # (``SUSPECT_SKEW_TICKS``); a frame of a few dozen bytes per pair
-        self.heartbeat_ticks = 1
+        # a fifth of an election timeout (200 ms at the defaults): a silent peer
+        # is down after five missed heartbeats, and the members of a group
+        # notice it at most a heartbeat and a tick apart, which is what a
+        # suspecting member waits before it campaigns (``suspect_skew_ticks``)
+        self.heartbeat_ticks = max(1, self.election_ticks // HEARTBEATS_PER_ELECTION)
         self.stall_ticks = max(1, STALL_CHECK_MS // tick_ms)
         self.lag_ticks = max(self.election_ticks, config["replica.lag.time.max.ms"] // tick_ms)
         self.groups: dict[int, Group] = {}
@@ -227,6 +231,7 @@ class ClusterRuntime:
                                        if n != self.node_id}
         self._wake = trio.Event()
         self._tick_due = False
+        self._parked = False  # the driver waits for a kick (between rounds)
         self.ticks = 0
         self._syncing = False  # the driver waits for a round's fsync pass
         self._sync_beats = 0  # ticks it has waited so far
@@ -667,7 +672,9 @@ class ClusterRuntime:
 
     async def _drive(self) -> None:
         while True:
+            self._parked = True
             await self._wake.wait()
+            self._parked = False
             self._wake = trio.Event()
             if self._feeding:
                 self._feed_more()
@@ -682,11 +689,24 @@ class ClusterRuntime:
 
     async def _ticker(self) -> None:
         while True:
-            await trio.sleep(self.tick_s)
-            self._tick_due = True
-            self.kick()
+            await sleep_on_grid(self.tick_s)  # with the loop probe's (``loop_monitor``)
+            if self._parked and not self._feeding:
+                # the driver waits for work, so no round is under way: the
+                # tick runs here, and the driver wakes only for the round it
+                # left (an idle broker's tick is one turn of the loop, not two)
+                self._tick()
+                if self._round_wanted():
+                    self.kick()
+            else:
+                self._tick_due = True
+                self.kick()
             if self._syncing:
                 self._beat_while_syncing()
+
+    def _round_wanted(self) -> bool:
+        """Whether a round may have something to do (``_round`` says for sure)."""
+        return bool(self._announce or self._announce_all or self.faults.pending
+                    or any(g.raft.has_ready() for g in self._dirty.values()))
 
     def _beat_while_syncing(self) -> None:
         """The driver waits for a round's fsync pass (seconds on a busy disk):
@@ -1052,7 +1072,8 @@ class ClusterRuntime:
         members = replicas if voters is None else voters
         config = RaftConfig(self.node_id, frozenset(members), gid, self.election_ticks,
                             FETCH_WAIT_TICKS, always_leader_change=gid == METADATA_GROUP,
-                            quiesce=gid != METADATA_GROUP)
+                            quiesce=gid != METADATA_GROUP,
+                            suspect_skew_ticks=self.heartbeat_ticks + 1)
         # a lone replica's log carries its epochs; ``never`` trusts replication
         storage.durable_hard_state = gid == METADATA_GROUP or not (
             len(replicas) == 1 or self._flush_never)

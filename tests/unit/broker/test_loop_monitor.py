@@ -15,10 +15,11 @@ from types import SimpleNamespace
 
 import pytest
 import trio
+import trio.testing
 from prometheus_client import CollectorRegistry, generate_latest
 
 from kcompat.broker.loop.backpressure import Backpressure, LagSource
-from kcompat.broker.loop.loop_monitor import LoopMonitor, labelled
+from kcompat.broker.loop.loop_monitor import LoopMonitor, labelled, sleep_on_grid
 
 
 async def _holds_the_loop() -> None:
@@ -386,3 +387,30 @@ def test_a_scrape_does_not_walk_the_frozen_generation(monkeypatch: pytest.Monkey
 def _frozen_gauge(text: str) -> int:
     (value,) = re.findall(r"^kcompat_gc_frozen_objects (\S+)$", text, re.M)
     return int(float(value))
+
+
+@pytest.mark.parametrize("start", [0.0, 2.15, 4.05, 1234.567, 99_999.95])
+def test_grid_sleeps_wake_together_and_always_move_on(start: float) -> None:
+    """A 50 ms and a 100 ms sleeper on the grid share every 100 ms wake-up, and
+    each wakes strictly later than it slept (2.15 / 0.05 rounds below 43: a
+    deadline of ``now`` made a ticker spin without trio's clock moving)."""
+    clock = trio.testing.MockClock(autojump_threshold=0)
+    woke: dict[float, list[float]] = {0.05: [], 0.1: []}
+
+    async def sleeper(period: float) -> None:
+        for _ in range(20 if period == 0.05 else 10):
+            before = trio.current_time()
+            asked = await sleep_on_grid(period)
+            assert asked > before and trio.current_time() == asked
+            woke[period].append(asked)
+
+    async def main() -> None:
+        clock.jump(start)
+        with trio.fail_after(5):  # of the mock clock: a spin never gets there
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(sleeper, 0.05)
+                nursery.start_soon(sleeper, 0.1)
+
+    trio.run(main, clock=clock)
+    assert set(woke[0.1]) <= set(woke[0.05])
+    assert all(0.04 < b - a < 0.06 for a, b in zip(woke[0.05], woke[0.05][1:], strict=False))

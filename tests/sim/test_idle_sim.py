@@ -1,0 +1,114 @@
+"""What a quiet broker does (issue 35: the idle cost of a shard), on the broker
+simulator's clock.
+
+Between two brokers, once everything is quiet, a frame still goes each way at
+least every pair-heartbeat period (``heartbeat_ticks``: peer liveness, which
+quiesced groups rely on), and not much more often than that; and on one
+broker, a tick that finds nothing to do costs no round of the Raft driver:
+the ticker runs it while the driver waits, and wakes the driver only for a
+round with work in it."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from random import Random
+
+import pytest
+import trio
+
+from kcompat.broker.replication import codec
+from kcompat.broker.replication.runtime import ClusterRuntime
+from kcompat.testing.broker_sim import BrokerSimulation, SimNode
+from kcompat.testing.memory_store import MemoryFileStore
+
+SETTLE_S = 15.0  # the groups quiesce after the topics are made
+WINDOW_S = 10.0
+
+
+def _quiet_cluster(size: int) -> BrokerSimulation:
+    """``size`` brokers on a perfect network, no nemesis (``run(scenario)``)."""
+    sim = BrokerSimulation(1)
+    sim.size = size
+    sim.nodes = {i: SimNode(i, MemoryFileStore(f"/sim/n{i}")) for i in range(1, size + 1)}
+    sim.loss = sim.lost_replies = sim.crash_rate = 0.0
+    sim.rng = Random(7)
+    return sim
+
+
+def _runtime(sim: BrokerSimulation, node_id: int) -> ClusterRuntime:
+    broker = sim.nodes[node_id].broker
+    assert broker is not None
+    return broker.cluster
+
+
+def test_quiet_brokers_exchange_a_frame_every_heartbeat_period_and_few_more(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    sim = _quiet_cluster(3)
+    sent: dict[tuple[int, int], list[tuple[float, bool]]] = defaultdict(list)
+    watching = False
+    deliver = BrokerSimulation.deliver
+
+    def counted(self: BrokerSimulation, src: int, dst: int, frame: bytes) -> None:
+        if watching:
+            f = codec.decode(frame[4:])
+            sent[(src, dst)].append(
+                (trio.current_time(), not (f.messages or f.announcements or f.markers)))
+        deliver(self, src, dst, frame)
+
+    monkeypatch.setattr(BrokerSimulation, "deliver", counted)
+    seen: dict[str, float] = {}
+
+    async def scenario(sim: BrokerSimulation) -> None:
+        nonlocal watching
+        await trio.sleep(SETTLE_S)
+        watching = True
+        started = trio.current_time()
+        await trio.sleep(WINDOW_S)
+        watching = False
+        rt = _runtime(sim, 1)
+        seen.update(started=started, ended=trio.current_time(), tick_s=rt.tick_s,
+                    election_ticks=rt.election_ticks)
+
+    sim.run(scenario)
+    # five heartbeats per election timeout of silence (2 ticks of 100 ms here)
+    period = seen["election_ticks"] // 5 * seen["tick_s"]
+    for a in sim.nodes:
+        for b in sim.nodes:
+            if a == b:
+                continue
+            times = [seen["started"], *(t for t, _empty in sent[(a, b)]), seen["ended"]]
+            gap = max(y - x for x, y in zip(times, times[1:], strict=False))
+            # liveness: never a silence near what marks a peer down
+            assert gap <= period + seen["tick_s"] + 0.01, (a, b, gap)
+            beats = sum(empty for _t, empty in sent[(a, b)])
+            # and no heartbeat more often than the period (it went every tick)
+            assert beats <= WINDOW_S / period + 1, (a, b, beats)
+
+
+def test_an_idle_tick_wakes_no_round_of_the_driver(monkeypatch: pytest.MonkeyPatch) -> None:
+    sim = BrokerSimulation.lone()
+    rounds = 0
+    watching = False
+    original = ClusterRuntime._round
+
+    async def counted(self: ClusterRuntime) -> bool:
+        nonlocal rounds
+        rounds += watching
+        return await original(self)
+
+    monkeypatch.setattr(ClusterRuntime, "_round", counted)
+    seen: dict[str, float] = {}
+
+    async def scenario(sim: BrokerSimulation) -> None:
+        nonlocal watching
+        await trio.sleep(SETTLE_S)
+        rt = _runtime(sim, 1)
+        before = rt.ticks
+        watching = True
+        await trio.sleep(WINDOW_S)
+        watching = False
+        seen.update(ticks=rt.ticks - before, tick_s=rt.tick_s)
+
+    sim.run(scenario)
+    assert seen["ticks"] >= WINDOW_S / seen["tick_s"] - 2  # the ticks go on
+    assert rounds <= WINDOW_S, rounds  # not one per tick (100 here)
