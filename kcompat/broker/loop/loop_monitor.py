@@ -166,20 +166,23 @@ class StepTimer(trio.abc.Instrument):
         self._started = time.perf_counter()
 
     def after_task_step(self, task: trio.lowlevel.Task) -> None:
-        if not self._started:
+        # no step under way now: the watch thread must not take the time the
+        # loop then waits for a step that runs on (``sample``)
+        step_started, self._started = self._started, 0.0
+        if not step_started:
             return  # the step that added this instrument: its start was not seen
-        took = time.perf_counter() - self._started
+        took = time.perf_counter() - step_started
         if took < SHORT_STEP_S:  # most steps: no lookup at all
             return
         if took < LONG_STEP_S:
-            kind = task_kind(task, self._names, self._started)
+            kind = task_kind(task, self._names, step_started)
             if took > self.longest.get(kind, 0.0):
                 self.longest[kind] = took
             if took > self.longest_on_cpu.get(kind, 0.0):
                 self.longest_on_cpu[kind] = took
             return
         started, where = self._where
-        if started != self._started:
+        if started != step_started:
             where = ""
         seen, wall, cpu = self._seen
         on_cpu = took
@@ -190,7 +193,7 @@ class StepTimer(trio.abc.Instrument):
                 share = since / max(time.perf_counter() - wall, 1e-6)
                 where += (f" (on a CPU {min(share, 1.0):.0%} of its last "
                           f"{took - (wall - started):.3f} s)")
-        self._long(task_kind(task, self._names, self._started), took, where, on_cpu)
+        self._long(task_kind(task, self._names, step_started), took, where, on_cpu)
 
     def _long(self, kind: str, took: float, where: str = "", on_cpu: float | None = None
               ) -> None:

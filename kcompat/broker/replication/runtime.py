@@ -69,6 +69,12 @@ start) changes — checked every ``ANNOUNCE_TICKS`` for ticking groups — and
 in full when a peer comes back or crosses ``replica.lag.time.max.ms`` of
 silence, and every ``FULL_ANNOUNCE_TICKS`` (lost frames heal).
 
+An idle broker's cost is its turns of the loop, so it takes few: a tick runs
+in the ticker itself while the driver waits, waking the driver only for a
+round with work in it; the ticker sleeps on the loop probe's grid
+(``sleep_on_grid``), so the two share their wake-ups; and while only the
+metadata log ticks (``_quiet``) the ticks go two to a turn.
+
 Nothing here knows the layers above: the controller, the coordinators and the
 KIP-890 verifier register what the runtime calls back — ``tick_hooks``,
 ``inbound`` handlers for inter-broker messages by type, ``machines`` per
@@ -145,6 +151,7 @@ log = logging.getLogger("kcompat.cluster")
 
 FETCH_WAIT_TICKS = 3
 HEARTBEATS_PER_ELECTION = 5  # pair heartbeats per election timeout of silence
+QUIET_TICK_STRIDE = 2  # ticks per turn of the ticker while the broker is quiet
 ANNOUNCE_TICKS = 10
 FULL_ANNOUNCE_TICKS = 600
 STALL_CHECK_MS = 3000  # a led group committing nothing for this long is logged
@@ -689,12 +696,16 @@ class ClusterRuntime:
 
     async def _ticker(self) -> None:
         while True:
-            await sleep_on_grid(self.tick_s)  # with the loop probe's (``loop_monitor``)
+            # a quiet broker's ticks go in pairs, a turn of the loop each
+            # QUIET_TICK_STRIDE ticks (``_quiet``)
+            stride = QUIET_TICK_STRIDE if self._quiet() else 1
+            await sleep_on_grid(self.tick_s * stride)  # with the loop probe's (``loop_monitor``)
             if self._parked and not self._feeding:
                 # the driver waits for work, so no round is under way: the
                 # tick runs here, and the driver wakes only for the round it
                 # left (an idle broker's tick is one turn of the loop, not two)
-                self._tick()
+                for _ in range(stride):
+                    self._tick()
                 if self._round_wanted():
                     self.kick()
             else:
@@ -702,6 +713,18 @@ class ClusterRuntime:
                 self.kick()
             if self._syncing:
                 self._beat_while_syncing()
+
+    def _quiet(self) -> bool:
+        """Nothing here needs its ticks a tick apart: no group ticks but the
+        metadata log (the partitions are quiesced), and no round, replay,
+        fsync pass, first campaign or throttled fetch is under way. Its ticks
+        then go two at a time: every timeout keeps its count of ticks and is
+        at most a tick late, and an idle broker wakes half as often (the
+        idle cost of a shard, issue 35). Anything that makes a group tick
+        again ends it at the next tick."""
+        return (self._parked and not self._syncing and not self._feeding
+                and not self._first_campaigns and not self.throttle.holding
+                and all(gid == METADATA_GROUP for gid in self._ticking))
 
     def _round_wanted(self) -> bool:
         """Whether a round may have something to do (``_round`` says for sure)."""

@@ -94,6 +94,11 @@ class CatchUpThrottle:
         if self._at is not None:
             self._tokens -= size
 
+    @property
+    def holding(self) -> bool:
+        """Fetches are kept for the bucket to refill (``release`` each tick)."""
+        return bool(self._held)
+
     def release(self) -> list[FetchRequest]:
         """The kept fetches to step now (none while the bucket is empty)."""
         if not self._held or not self._open():

@@ -414,3 +414,32 @@ def test_grid_sleeps_wake_together_and_always_move_on(start: float) -> None:
     trio.run(main, clock=clock)
     assert set(woke[0.1]) <= set(woke[0.05])
     assert all(0.04 < b - a < 0.06 for a, b in zip(woke[0.05], woke[0.05][1:], strict=False))
+
+
+def test_the_watch_thread_takes_no_stack_while_the_loop_waits(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Between steps the loop waits in its I/O wait, which is no step: an idle
+    broker's loop, waking every 100 ms for a short step, has no stack walked
+    (each wait over LONG_STEP_S after a step was taken for a step running on,
+    and walked every thread's stack: most of an idle broker's watch thread)."""
+    from kcompat.broker.loop import loop_monitor
+
+    walks: list[int] = []
+    real = loop_monitor.stack_of
+
+    def counted(thread: int) -> list[loop_monitor.Frame]:
+        walks.append(thread)
+        return real(thread)
+
+    monkeypatch.setattr(loop_monitor, "stack_of", counted)
+    monitor = LoopMonitor(CollectorRegistry())
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(monitor.run)
+            for _ in range(8):
+                await trio.sleep(0.15)  # short steps, long waits between them
+            nursery.cancel_scope.cancel()
+
+    trio.run(main)
+    assert walks == []
