@@ -58,8 +58,8 @@ quiesces (``RaftConfig.quiesce``, see ``kcompat.raft.node``) and leaves
 ``_ticking``; nothing visits it until a message, a proposal or a liveness
 change touches it. Liveness is one heartbeat per broker pair: every frame to
 a peer counts, and an empty frame goes out when nothing else did for
-``heartbeat_ticks`` (a fifth of an election timeout) — from the ticker itself while the driver waits for a
-round's fsync pass (``_beat_while_syncing``, up to
+``heartbeat_ticks`` (a fifth of an election timeout) — from the ticker
+itself while the driver waits for a round's fsync pass (``_beat_while_syncing``, up to
 ``replica.lag.time.max.ms``): a slow disk is not a dead broker, and its
 quiet groups stay where they are; a peer not heard from for an election timeout is
 ``down`` (its quiesced groups' followers elect, ``Raft.suspect``), heard
