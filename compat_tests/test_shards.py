@@ -55,6 +55,7 @@ from ._share import modulo_problems, run_modulo
 pytestmark = pytest.mark.timeout(240)
 
 SCHEDULE_TOPIC = "__kc_schedule"
+CROSSING_NAMES = 10  # topic names tried for a partition scheduled on the other shard (1/16 each)
 
 
 @pytest.fixture(scope="module")
@@ -213,15 +214,21 @@ def test_a_transaction_spans_shards(node: Broker, tmp_path: Path) -> None:
 
 
 def test_a_delayed_record_is_scheduled_on_the_other_shard(node: Broker) -> None:
-    topic = unique_topic("shards-delayed")
-    create_topic(node.bootstrap, topic, 4)
     p = Producer({"bootstrap.servers": node.bootstrap})
-    p.produce(topic, value=b"first", partition=0, headers=[("kc-delay-ms", b"1")])
-    assert p.flush(TIMEOUT_S) == 0  # the schedule topic exists from here on
-    targets = leaders(node.bootstrap, topic)
-    schedule = leaders(node.bootstrap, SCHEDULE_TOPIC)
-    crossing = [part for part, leader in targets.items()
-                if schedule[partition_for(f"{topic}-{part}", len(schedule))] != leader]
+    # A target partition's schedule partition follows from a hash of the
+    # topic's name: with 4 partitions, every one of them has its schedule on
+    # its own shard for one name in 16 (a CI run drew one). Another name then.
+    for _name in range(CROSSING_NAMES):
+        topic = unique_topic("shards-delayed")
+        create_topic(node.bootstrap, topic, 4)
+        p.produce(topic, value=b"first", partition=0, headers=[("kc-delay-ms", b"1")])
+        assert p.flush(TIMEOUT_S) == 0  # the schedule topic exists from here on
+        targets = leaders(node.bootstrap, topic)
+        schedule = leaders(node.bootstrap, SCHEDULE_TOPIC)
+        crossing = [part for part, leader in targets.items()
+                    if schedule[partition_for(f"{topic}-{part}", len(schedule))] != leader]
+        if crossing:
+            break
     assert crossing, f"every partition's schedule is on its own shard: {targets} {schedule}"
     part = crossing[0]
     sent_ms = time.time() * 1000
