@@ -458,10 +458,7 @@ class ClusterRuntime:
             raft = group.raft
             if group.is_leader:
                 return self.node_id, raft.term, self.isr(group)
-            if ann is not None and ann.term == raft.term and ann.leader == raft.leader:
-                return raft.leader, raft.term, ann.isr
-            leader = raft.leader
-            return leader, raft.term, (leader,) if leader != NO_NODE else ()
+            return follower_view(raft.term, raft.leader, ann)
         if ann is not None:
             return ann.leader, ann.term, ann.isr
         return NO_NODE, 0, ()
@@ -1170,6 +1167,25 @@ class ClusterRuntime:
                 self._first_campaigns[gid] = (self.ticks + FIRST_CAMPAIGN_RETRY_TICKS, last)
                 group.raft.campaign()
                 self._touch(group)
+
+
+def follower_view(term: int, leader: int, ann: codec.Announcement | None
+                  ) -> tuple[int, int, tuple[int, ...]]:
+    """(leader or -1, leader epoch, isr) of a partition this broker follows:
+    its Raft node's term and leader, with the leader's last announcement for
+    the ISR. A replica behind the announced term that knows no leader names
+    the announced one, as a broker without a replica does. That is a replica
+    opened after its partition's first election (the open runs in a worker
+    thread while the others vote): it missed the vote and the new leader's
+    BeginQuorumEpoch and sits in the fresh term -1 until the leader asks
+    again, a few ticks later. Metadata named the partition leaderless then
+    (leader -1, epoch -1), and librdkafka parked its first produce to the new
+    topic until its 1 s topic scan."""
+    if ann is not None and ann.leader != NO_NODE and (
+            ann.term > term and leader == NO_NODE
+            or ann.term == term and ann.leader == leader):
+        return ann.leader, ann.term, ann.isr
+    return leader, term, (leader,) if leader != NO_NODE else ()
 
 
 def _cluster_id(voters_text: str) -> str:
