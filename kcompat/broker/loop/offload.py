@@ -42,7 +42,11 @@ a log open of 113 ms spent in ``Thread.start``, at 0-5 % of a CPU.
 ``keep_threads_ready`` keeps ``THREAD_RESERVE`` idle workers in trio's
 cache, started by a thread of its own: a trip takes one of them, and the
 keeper starts its replacement off the loop (the cache's internals are
-trio's; without them the keeper does nothing and says so).
+trio's; without them the keeper does nothing and says so). The reserve's
+workers wait a minute for a job, not trio's 10 s, and the keeper looks less
+often through a calm spell: on an idle broker it started the whole reserve
+anew every 10 s and woke 20 times a second (part of the idle cost of a
+shard, issue 35).
 
 Long background work in a thread (``run_stoppable``: the codec warm-up at
 start) is never abandoned on cancellation: it is asked to stop and awaited.
@@ -72,6 +76,14 @@ _LIMITER: RunVar[trio.CapacityLimiter] = RunVar("kcompat_cpu_limiter")
 #: the trips a broker makes at once (two CPU tokens, fsync passes, log opens)
 THREAD_RESERVE = 8
 RESERVE_CHECK_S = 0.05  # how soon the keeper replaces a worker a trip took
+#: how seldom the keeper looks after a calm spell: its wait doubles from
+#: RESERVE_CHECK_S up to this while no trip takes a worker (the reserve covers
+#: a burst meanwhile), and drops back at once when one did
+RESERVE_CHECK_MAX_S = 1.0
+#: how long an idle worker of trio's cache waits for a job before it ends
+#: (trio's own is 10 s): kept ready anyway, the whole reserve ended and was
+#: replaced every 10 s on an idle broker
+WORKER_IDLE_S = 60
 RESERVE_JOIN_S = 1.0
 RESERVE_RETRY_S = 10.0  # after a thread could not be started
 
@@ -133,12 +145,16 @@ async def keep_threads_ready(reserve: int = THREAD_RESERVE) -> None:
     stop = threading.Event()
     keeper = threading.Thread(target=_keep, args=(cache_module, cache, idle, reserve, stop),
                               name="kcompat-thread-reserve", daemon=True)
+    idle_timeout = getattr(cache_module, "IDLE_TIMEOUT", None)
+    cache_module.IDLE_TIMEOUT = WORKER_IDLE_S  # read by each worker as it waits for a job
     keeper.start()
     try:
         await trio.sleep_forever()
     finally:
         stop.set()
         keeper.join(RESERVE_JOIN_S)
+        if idle_timeout is not None:
+            cache_module.IDLE_TIMEOUT = idle_timeout
 
 
 def _keep(cache_module: Any, cache: Any, idle: dict[Any, None], reserve: int,
@@ -147,8 +163,12 @@ def _keep(cache_module: Any, cache: Any, idle: dict[Any, None], reserve: int,
     starts with no job and waits for one (trio's idle timeout ends it later,
     and the keeper replaces it); entered in the idle dict, the loop's next
     trip may take it (dict updates are atomic under the GIL, as trio's own
-    workers rely on)."""
-    while not stop.wait(RESERVE_CHECK_S):
+    workers rely on). It looks every ``RESERVE_CHECK_S`` while trips take
+    workers and less often while none does (``RESERVE_CHECK_MAX_S``): an idle
+    broker's keeper woke 20 times a second for nothing."""
+    wait = RESERVE_CHECK_S
+    while not stop.wait(wait):
+        wait = RESERVE_CHECK_S if len(idle) < reserve else min(wait * 2, RESERVE_CHECK_MAX_S)
         while len(idle) < reserve and not stop.is_set():
             try:
                 worker = cache_module.WorkerThread(cache)

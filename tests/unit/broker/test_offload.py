@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
+from types import SimpleNamespace
 
 import pytest
 import trio
@@ -113,3 +115,64 @@ def test_trips_to_threads_start_no_thread_on_the_loop(monkeypatch: pytest.Monkey
         assert loop_thread not in made_on, "a trip started a thread on the loop"
 
     trio.run(main)
+
+
+class _Stop:
+    """``_keep``'s stop event: records each wait, stops after ``waits`` of them,
+    and runs ``between`` (a trip taking workers) after each."""
+
+    def __init__(self, waits: int, between: Callable[[int], None]) -> None:
+        self.waited: list[float] = []
+        self.waits, self.between = waits, between
+
+    def wait(self, timeout: float) -> bool:
+        self.waited.append(timeout)
+        self.between(len(self.waited))
+        return len(self.waited) > self.waits
+
+    def is_set(self) -> bool:
+        return False
+
+
+def test_the_keeper_looks_less_often_through_a_calm_spell() -> None:
+    """While no trip takes a worker the keeper's wait doubles up to
+    RESERVE_CHECK_MAX_S; a worker taken brings it back to RESERVE_CHECK_S
+    (it woke every 50 ms before, 20 times a second on an idle broker)."""
+    idle: dict[object, None] = {}
+    started: list[object] = []
+
+    def worker(_cache: object) -> object:
+        started.append(object())
+        return started[-1]
+
+    def trips(n: int) -> None:
+        if n == 12:  # a trip takes two workers after a calm spell
+            for w in list(idle)[:2]:
+                del idle[w]
+
+    stop = _Stop(16, trips)
+    offload._keep(SimpleNamespace(WorkerThread=worker), None, idle, 4, stop)  # type: ignore[arg-type]
+    check, top = offload.RESERVE_CHECK_S, offload.RESERVE_CHECK_MAX_S
+    calm = [check, check, *(min(check * 2 ** k, top) for k in range(1, 10))]
+    assert stop.waited[:11] == calm, stop.waited
+    assert stop.waited[11] == top and stop.waited[12] == check  # taken: back to the short wait
+    assert len(started) == 4 + 2 and len(idle) == 4  # the reserve, then the two replaced
+
+
+def test_the_reserves_workers_wait_a_minute_for_a_job() -> None:
+    """trio ends a worker after 10 s without a job and the keeper started the
+    reserve anew each time; while it runs, a worker waits WORKER_IDLE_S."""
+    from trio._core import _thread_cache as cache_module
+
+    before = cache_module.IDLE_TIMEOUT
+    seen: list[float] = []
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(offload.keep_threads_ready, 1)
+            await trio.sleep(0.01)
+            seen.append(cache_module.IDLE_TIMEOUT)
+            nursery.cancel_scope.cancel()
+
+    trio.run(main)
+    assert seen == [offload.WORKER_IDLE_S] and cache_module.IDLE_TIMEOUT == before
