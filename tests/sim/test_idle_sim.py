@@ -6,7 +6,9 @@ least every pair-heartbeat period (``heartbeat_ticks``: peer liveness, which
 quiesced groups rely on), and not much more often than that; and on one
 broker, a tick that finds nothing to do costs no round of the Raft driver:
 the ticker runs it while the driver waits, and wakes the driver only for a
-round with work in it."""
+round with work in it. The metadata log's followers wait half an election
+timeout in a fetch the leader has nothing new for (KRaft's 500 ms), and a new
+record still reaches every broker at once."""
 
 from __future__ import annotations
 
@@ -16,8 +18,11 @@ from random import Random
 import pytest
 import trio
 
+from kcompat.broker.controller import admin
 from kcompat.broker.replication import codec
+from kcompat.broker.replication.group import METADATA_GROUP
 from kcompat.broker.replication.runtime import ClusterRuntime
+from kcompat.raft.types import FetchRequest
 from kcompat.testing.broker_sim import BrokerSimulation, SimNode
 from kcompat.testing.memory_store import MemoryFileStore
 
@@ -112,3 +117,53 @@ def test_an_idle_tick_wakes_no_round_of_the_driver(monkeypatch: pytest.MonkeyPat
     sim.run(scenario)
     assert seen["ticks"] >= WINDOW_S / seen["tick_s"] - 2  # the ticks go on
     assert rounds <= WINDOW_S, rounds  # not one per tick (100 here)
+
+
+def test_the_metadata_logs_followers_fetch_twice_an_election_timeout_when_idle(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each follower's metadata fetches in a quiet window: about one per half
+    election timeout (it fetched every 3 ticks, 33 times in 10 s here, and the
+    leader answered each), never fewer than its liveness needs; then a new
+    topic reaches every broker within a few ticks, not a fetch wait."""
+    sim = _quiet_cluster(3)
+    fetches: dict[int, int] = defaultdict(int)
+    watching = False
+    deliver = BrokerSimulation.deliver
+
+    def counted(self: BrokerSimulation, src: int, dst: int, frame: bytes) -> None:
+        if watching:
+            fetches[src] += sum(isinstance(m, FetchRequest) and m.group == METADATA_GROUP
+                                for m in codec.decode(frame[4:]).messages)
+        deliver(self, src, dst, frame)
+
+    monkeypatch.setattr(BrokerSimulation, "deliver", counted)
+    seen: dict[str, float] = {}
+
+    async def scenario(sim: BrokerSimulation) -> None:
+        nonlocal watching
+        await trio.sleep(SETTLE_S)
+        watching = True
+        await trio.sleep(WINDOW_S)
+        watching = False
+        runtimes = [_runtime(sim, n) for n in sim.nodes]
+        controller = next(rt for rt in runtimes if rt.is_controller)
+        seen.update(leader=controller.node_id, tick_s=controller.tick_s,
+                    half_election=controller.election_ticks * controller.tick_s / 2,
+                    wait=controller.metadata_fetch_wait_ticks * controller.tick_s)
+        broker = sim.nodes[controller.node_id].broker
+        assert broker is not None
+        started = trio.current_time()
+        await admin.create_topic(broker.controller, "after-the-calm", 1, 3, {})
+        while not all("after-the-calm" in rt.image.topics for rt in runtimes):
+            await trio.sleep(seen["tick_s"] / 10)
+        seen["spread"] = trio.current_time() - started
+
+    sim.run(scenario)
+    followers = [n for n in sim.nodes if n != seen["leader"]]
+    for node in followers:
+        # one fetch a wait (and its answer's turn, at most a tick behind), and
+        # no more than one each half election timeout
+        assert WINDOW_S / (seen["wait"] + seen["tick_s"]) - 2 <= fetches[node] \
+            <= WINDOW_S / seen["half_election"] + 2, (node, fetches)
+    assert fetches[seen["leader"]] == 0, fetches
+    assert seen["spread"] < seen["wait"], seen  # a new record answers the parked fetches

@@ -150,6 +150,14 @@ if TYPE_CHECKING:
 log = logging.getLogger("kcompat.cluster")
 
 FETCH_WAIT_TICKS = 3
+#: the metadata log's followers and observers wait up to this share of an
+#: election timeout in a fetch the leader has nothing new for (500 ms at the
+#: defaults, as KRaft's fetches wait): a new record or high watermark answers
+#: at once, and an idle pair of brokers trades a fetch every 500 ms, not every
+#: 150 (the idle cost of a shard, issue 35). Partition groups keep
+#: ``FETCH_WAIT_TICKS``: they go quiet when idle, and a shorter wait finds a
+#: missed BeginQuorumEpoch or a lost fetch sooner
+METADATA_FETCH_WAITS_PER_ELECTION = 2
 HEARTBEATS_PER_ELECTION = 5  # pair heartbeats per election timeout of silence
 QUIET_TICK_STRIDE = 2  # ticks per turn of the ticker while the broker is quiet
 ANNOUNCE_TICKS = 10
@@ -221,6 +229,8 @@ class ClusterRuntime:
         self.tick_s = tick_ms / 1000
         self.election_ticks = max(FETCH_WAIT_TICKS + 2,
                                   config["kcompat.raft.election.timeout.ms"] // tick_ms)
+        self.metadata_fetch_wait_ticks = max(
+            FETCH_WAIT_TICKS, self.election_ticks // METADATA_FETCH_WAITS_PER_ELECTION)
         self.rng = rng or random.Random()  # election timeouts (seeded by the simulator)
         self.announce_ticks = ANNOUNCE_TICKS
         # a fifth of an election timeout (200 ms at the defaults): a silent peer
@@ -1091,7 +1101,8 @@ class ClusterRuntime:
         log overrides either)."""
         members = replicas if voters is None else voters
         config = RaftConfig(self.node_id, frozenset(members), gid, self.election_ticks,
-                            FETCH_WAIT_TICKS, always_leader_change=gid == METADATA_GROUP,
+                            self.metadata_fetch_wait_ticks if gid == METADATA_GROUP
+                            else FETCH_WAIT_TICKS, always_leader_change=gid == METADATA_GROUP,
                             quiesce=gid != METADATA_GROUP,
                             suspect_skew_ticks=self.heartbeat_ticks + 1)
         # a lone replica's log carries its epochs; ``never`` trusts replication
