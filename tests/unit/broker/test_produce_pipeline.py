@@ -36,9 +36,9 @@ SLOW_S = 0.5
 COUNT = 6
 
 
-def _frame(cid: int, value: bytes) -> bytes:
+def _frame(cid: int, value: bytes, acks: int = -1) -> bytes:
     m = codec.request_module(v.PRODUCE, 9)
-    request = m.ProduceRequest(transactional_id=None, acks=-1,
+    request = m.ProduceRequest(transactional_id=None, acks=acks,
                                timeout=datetime.timedelta(seconds=30), topic_data=(
         m.TopicProduceData(name="t", partition_data=(m.PartitionProduceData(
             index=0, records=encode_batch([(None, value, (), 1000)])),)),))
@@ -126,3 +126,83 @@ def test_answers_left_when_a_connection_breaks_release_their_file_ranges(tmp_pat
 
     assert isinstance(trio.run(main), trio.BrokenResourceError)
     assert all(r.fd == -1 for r in ranges), [r.fd for r in ranges]
+
+
+class _Watched(trio.abc.Stream):
+    """The server's side of a memory stream, noting which task receives and
+    which writes each answer."""
+
+    def __init__(self, inner: trio.abc.Stream) -> None:
+        self.inner = inner
+        self.receivers: set[object] = set()
+        self.writers: list[object] = []
+
+    async def send_all(self, data: Any) -> None:
+        self.writers.append(trio.lowlevel.current_task())
+        await self.inner.send_all(data)
+
+    async def wait_send_all_might_not_block(self) -> None:
+        await self.inner.wait_send_all_might_not_block()
+
+    async def receive_some(self, max_bytes: int | None = None) -> bytes:
+        self.receivers.add(trio.lowlevel.current_task())
+        return await self.inner.receive_some(max_bytes)
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+def _exchange(acks: list[int], slow_s: float) -> tuple[list[tuple[int, Any, float]], _Watched]:
+    """Produces of ``acks`` sent back to back on one connection of a broker
+    whose fsync passes take ``slow_s``: the answers, and the server stream."""
+    store = MemoryFileStore("/b")
+    broker = Broker(broker_config.load(None, {"log.dirs": "/b/data"}, {}), store)
+    seen: dict[str, Any] = {}
+
+    async def main() -> None:
+        async with running.running(broker):
+            await running.create_topic(broker, "t")
+            client, server = trio.testing.memory_stream_pair()
+            watched = seen["server"] = _Watched(server)
+            store.faults.sync_delay_s = slow_s
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(_serve, watched, broker,
+                                   Session.open(broker.listeners[0], "/127.0.0.1"), ("t", 1))
+                began = trio.current_time()
+                await client.send_all(b"".join(_frame(cid, b"v%d" % cid, a)
+                                               for cid, a in enumerate(acks, 1)))
+                reader, answers = FrameReader(1 << 20), []
+                while len(answers) < len(acks):
+                    for frame in reader.feed(await client.receive_some(65536)):
+                        answers.append((*_answer(frame), trio.current_time() - began))
+                seen["answers"] = answers
+                await client.aclose()
+
+    trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+    broker.close()
+    return seen["answers"], seen["server"]
+
+
+def test_an_answer_ready_at_once_is_written_by_the_reader() -> None:
+    """acks=1 produces (answered when appended): each answer is written by
+    the task that reads the requests, not handed to the sender's task and
+    back (a task step each way per request, on the produce path)."""
+    answers, server = _exchange([1] * COUNT, 0.0)
+    assert [cid for cid, _r, _t in answers] == list(range(1, COUNT + 1)), answers
+    assert len(server.receivers) == 1, server.receivers
+    assert set(server.writers) == server.receivers, (server.writers, server.receivers)
+
+
+def test_answers_behind_a_waiting_one_keep_the_request_order() -> None:
+    """acks=all produces waiting for their fsync pass between acks=1 ones:
+    every answer comes back in request order, those queued behind a waiting
+    one written by the sender when its turn comes."""
+    acks = [1, -1, 1, 1, -1, 1, 1]
+    answers, server = _exchange(acks, SLOW_S)
+    assert [cid for cid, _r, _t in answers] == list(range(1, len(acks) + 1)), answers
+    assert all(r.error_code == E.none for _c, r, _t in answers), answers
+    offsets = [r.base_offset for _c, r, _t in answers]
+    assert offsets == sorted(offsets) and len(set(offsets)) == len(acks), offsets
+    reader = next(iter(server.receivers))
+    assert server.writers[0] == reader  # nothing before it: the reader wrote it
+    assert any(w != reader for w in server.writers)  # behind the waiting one: the sender
