@@ -13,6 +13,7 @@ record still reaches every broker at once."""
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Callable
 from random import Random
 
 import pytest
@@ -46,32 +47,45 @@ def _runtime(sim: BrokerSimulation, node_id: int) -> ClusterRuntime:
     return broker.cluster
 
 
+class _QuietWindow:
+    """The frames between brokers in a quiet window: each decoded frame goes
+    to ``seen(src, dst, frame)`` while ``watch`` runs (after ``SETTLE_S``,
+    for ``WINDOW_S``)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch,
+                 seen: Callable[[int, int, codec.RaftFrame], None]) -> None:
+        self.watching = False
+        deliver = BrokerSimulation.deliver
+
+        def counted(sim: BrokerSimulation, src: int, dst: int, frame: bytes) -> None:
+            if self.watching:
+                seen(src, dst, codec.decode(frame[4:]))
+            deliver(sim, src, dst, frame)
+
+        monkeypatch.setattr(BrokerSimulation, "deliver", counted)
+
+    async def watch(self) -> tuple[float, float]:
+        """(start, end) of the window, on the simulator's clock."""
+        await trio.sleep(SETTLE_S)
+        self.watching = True
+        started = trio.current_time()
+        await trio.sleep(WINDOW_S)
+        self.watching = False
+        return started, trio.current_time()
+
+
 def test_quiet_brokers_exchange_a_frame_every_heartbeat_period_and_few_more(
         monkeypatch: pytest.MonkeyPatch) -> None:
     sim = _quiet_cluster(3)
     sent: dict[tuple[int, int], list[tuple[float, bool]]] = defaultdict(list)
-    watching = False
-    deliver = BrokerSimulation.deliver
-
-    def counted(self: BrokerSimulation, src: int, dst: int, frame: bytes) -> None:
-        if watching:
-            f = codec.decode(frame[4:])
-            sent[(src, dst)].append(
-                (trio.current_time(), not (f.messages or f.announcements or f.markers)))
-        deliver(self, src, dst, frame)
-
-    monkeypatch.setattr(BrokerSimulation, "deliver", counted)
+    window = _QuietWindow(monkeypatch, lambda src, dst, f: sent[(src, dst)].append(
+        (trio.current_time(), not (f.messages or f.announcements or f.markers))))
     seen: dict[str, float] = {}
 
     async def scenario(sim: BrokerSimulation) -> None:
-        nonlocal watching
-        await trio.sleep(SETTLE_S)
-        watching = True
-        started = trio.current_time()
-        await trio.sleep(WINDOW_S)
-        watching = False
+        started, ended = await window.watch()
         rt = _runtime(sim, 1)
-        seen.update(started=started, ended=trio.current_time(), tick_s=rt.tick_s,
+        seen.update(started=started, ended=ended, tick_s=rt.tick_s,
                     election_ticks=rt.election_ticks)
 
     sim.run(scenario)
@@ -127,24 +141,16 @@ def test_the_metadata_logs_followers_fetch_twice_an_election_timeout_when_idle(
     topic reaches every broker within a few ticks, not a fetch wait."""
     sim = _quiet_cluster(3)
     fetches: dict[int, int] = defaultdict(int)
-    watching = False
-    deliver = BrokerSimulation.deliver
 
-    def counted(self: BrokerSimulation, src: int, dst: int, frame: bytes) -> None:
-        if watching:
-            fetches[src] += sum(isinstance(m, FetchRequest) and m.group == METADATA_GROUP
-                                for m in codec.decode(frame[4:]).messages)
-        deliver(self, src, dst, frame)
+    def count(src: int, _dst: int, frame: codec.RaftFrame) -> None:
+        fetches[src] += sum(isinstance(m, FetchRequest) and m.group == METADATA_GROUP
+                            for m in frame.messages)
 
-    monkeypatch.setattr(BrokerSimulation, "deliver", counted)
+    window = _QuietWindow(monkeypatch, count)
     seen: dict[str, float] = {}
 
     async def scenario(sim: BrokerSimulation) -> None:
-        nonlocal watching
-        await trio.sleep(SETTLE_S)
-        watching = True
-        await trio.sleep(WINDOW_S)
-        watching = False
+        await window.watch()
         runtimes = [_runtime(sim, n) for n in sim.nodes]
         controller = next(rt for rt in runtimes if rt.is_controller)
         seen.update(leader=controller.node_id, tick_s=controller.tick_s,

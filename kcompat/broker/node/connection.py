@@ -129,13 +129,13 @@ async def _serve(stream: trio.SocketStream, broker: Broker, session: Session,
         if session.listener.tls:
             conn = await _tls_handshake(stream, broker, session)
         session.pipelined = True
-        answers = _Answers(conn)
         send, receive = trio.open_memory_channel(PIPELINE_DEPTH)
+        answers = _Answers(conn, send)
         async with trio.open_nursery() as nursery:
             nursery.start_soon(answers.run, receive, nursery.cancel_scope)
             async with send:
                 try:
-                    await _read_requests(conn, broker, session, peer, answers, send)
+                    await _read_requests(conn, broker, session, peer, answers)
                 except _ENDS as e:
                     answers.error = answers.error or e  # after the answers before it
         if answers.error is not None:
@@ -159,7 +159,7 @@ _ENDS = (FrameError, CloseConnection, trio.BrokenResourceError, trio.ClosedResou
 
 
 async def _read_requests(conn: trio.abc.Stream, broker: Broker, session: Session, peer: Any,
-                         sender: _Answers, answers: trio.MemorySendChannel[Any]) -> None:
+                         answers: _Answers) -> None:
     """Read and handle requests in order until the peer closes, idles out or
     the broker drains; each answer (bytes, Fetch chunks or ``Later``) goes
     to the sender in that order (``_Answers.submit``). A full pipeline stops
@@ -193,7 +193,7 @@ async def _read_requests(conn: trio.abc.Stream, broker: Broker, session: Session
                 await trio.sleep(
                     broker.config["connection.failed.authentication.delay.ms"] / 1000)
             if out is not None:
-                await sender.submit(out, answers)
+                await answers.submit(out)
             if session.failed:
                 raise CloseConnection(f"authentication failed: {session.failed}")
 
@@ -204,12 +204,14 @@ class _Answers:
     the broker, for produces waiting on their replicas). Its failure ends
     the connection (``error``), the reading too."""
 
-    def __init__(self, conn: trio.abc.Stream) -> None:
+    def __init__(self, conn: trio.abc.Stream,
+                 queue: trio.MemorySendChannel[Any] | None = None) -> None:
         self.conn = conn
+        self.queue = queue  # to ``run``, the answers that wait their turn
         self.error: BaseException | None = None
         self.queued = 0  # answers handed to ``run`` and not yet written
 
-    async def submit(self, out: Any, answers: trio.MemorySendChannel[Any]) -> None:
+    async def submit(self, out: Any) -> None:
         """The reader's answer: written by the reader itself when nothing is
         queued before it (an answer ready now, the sender idle), else queued
         for ``run``. A request answered at once then costs no hand-off to
@@ -219,8 +221,9 @@ class _Answers:
         if self.queued == 0 and not isinstance(out, Later):
             await self._write(out)
         else:
+            assert self.queue is not None, "no sender runs"
             self.queued += 1
-            await answers.send(out)
+            await self.queue.send(out)
 
     async def _write(self, out: Any) -> None:
         if isinstance(out, list):  # a Fetch answer: bytes and file ranges

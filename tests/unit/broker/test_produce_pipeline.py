@@ -54,80 +54,6 @@ def _answer(frame: bytes) -> tuple[int, Any]:
     return cid, response.responses[0].partition_responses[0]
 
 
-def test_a_connection_appends_the_next_produces_while_one_waits_for_its_fsync() -> None:
-    store = MemoryFileStore("/b")
-    broker = Broker(broker_config.load(None, {"log.dirs": "/b/data"}, {}), store)
-    seen: dict[str, Any] = {}
-
-    async def main() -> None:
-        async with running.running(broker):
-            await running.create_topic(broker, "t")
-            client, server = trio.testing.memory_stream_pair()
-            store.faults.sync_delay_s = SLOW_S
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(_serve, server, broker,
-                                   Session.open(broker.listeners[0], "/127.0.0.1"), ("t", 1))
-                began = trio.current_time()
-                await client.send_all(b"".join(_frame(cid, b"v%d" % cid)
-                                               for cid in range(1, COUNT + 1)))
-                reader, answers = FrameReader(1 << 20), []
-                while len(answers) < COUNT:
-                    for frame in reader.feed(await client.receive_some(65536)):
-                        answers.append((*_answer(frame), trio.current_time() - began))
-                seen["answers"] = answers
-                await client.aclose()
-
-    trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
-    broker.close()
-    answers = seen["answers"]
-    assert [cid for cid, _r, _t in answers] == list(range(1, COUNT + 1)), answers
-    assert all(r.error_code == E.none for _c, r, _t in answers), answers
-    offsets = [r.base_offset for _c, r, _t in answers]
-    assert offsets == sorted(offsets) and len(set(offsets)) == COUNT, offsets
-    took = answers[-1][2]
-    assert took < 3 * SLOW_S, (
-        f"{COUNT} produces took {took:.2f} s of {SLOW_S} s fsync passes: one pass each, "
-        f"one request at a time")
-
-
-def test_answers_left_when_a_connection_breaks_release_their_file_ranges(tmp_path) -> None:
-    """A Fetch answer queued behind one the peer never takes: its file range
-    owns a descriptor, closed when the connection ends (else every broken
-    connection with answers pending leaked one per range)."""
-    import os
-
-    from kcompat.broker.net.zero_copy import FileRange
-    from kcompat.broker.node.connection import _Answers
-
-    path = tmp_path / "segment"
-    path.write_bytes(b"x" * 100)
-
-    class Broken(trio.abc.Stream):
-        async def send_all(self, data: Any) -> None:
-            raise trio.BrokenResourceError("peer gone")
-
-        async def wait_send_all_might_not_block(self) -> None: ...
-
-        async def receive_some(self, max_bytes: int | None = None) -> bytes:
-            return b""
-
-        async def aclose(self) -> None: ...
-
-    ranges = [FileRange(os.open(path, os.O_RDONLY), 0, 100) for _ in range(3)]
-
-    async def main() -> BaseException | None:
-        answers = _Answers(Broken())
-        send, receive = trio.open_memory_channel(8)
-        for r in ranges:
-            send.send_nowait([b"head", r])
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(answers.run, receive, nursery.cancel_scope)
-        return answers.error
-
-    assert isinstance(trio.run(main), trio.BrokenResourceError)
-    assert all(r.fd == -1 for r in ranges), [r.fd for r in ranges]
-
-
 class _Watched(trio.abc.Stream):
     """The server's side of a memory stream, noting which task receives and
     which writes each answer."""
@@ -181,6 +107,56 @@ def _exchange(acks: list[int], slow_s: float) -> tuple[list[tuple[int, Any, floa
     trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
     broker.close()
     return seen["answers"], seen["server"]
+
+
+def test_a_connection_appends_the_next_produces_while_one_waits_for_its_fsync() -> None:
+    answers, _server = _exchange([-1] * COUNT, SLOW_S)
+    assert [cid for cid, _r, _t in answers] == list(range(1, COUNT + 1)), answers
+    assert all(r.error_code == E.none for _c, r, _t in answers), answers
+    offsets = [r.base_offset for _c, r, _t in answers]
+    assert offsets == sorted(offsets) and len(set(offsets)) == COUNT, offsets
+    took = answers[-1][2]
+    assert took < 3 * SLOW_S, (
+        f"{COUNT} produces took {took:.2f} s of {SLOW_S} s fsync passes: one pass each, "
+        f"one request at a time")
+
+
+def test_answers_left_when_a_connection_breaks_release_their_file_ranges(tmp_path) -> None:
+    """A Fetch answer queued behind one the peer never takes: its file range
+    owns a descriptor, closed when the connection ends (else every broken
+    connection with answers pending leaked one per range)."""
+    import os
+
+    from kcompat.broker.net.zero_copy import FileRange
+    from kcompat.broker.node.connection import _Answers
+
+    path = tmp_path / "segment"
+    path.write_bytes(b"x" * 100)
+
+    class Broken(trio.abc.Stream):
+        async def send_all(self, data: Any) -> None:
+            raise trio.BrokenResourceError("peer gone")
+
+        async def wait_send_all_might_not_block(self) -> None: ...
+
+        async def receive_some(self, max_bytes: int | None = None) -> bytes:
+            return b""
+
+        async def aclose(self) -> None: ...
+
+    ranges = [FileRange(os.open(path, os.O_RDONLY), 0, 100) for _ in range(3)]
+
+    async def main() -> BaseException | None:
+        answers = _Answers(Broken())
+        send, receive = trio.open_memory_channel(8)
+        for r in ranges:
+            send.send_nowait([b"head", r])
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(answers.run, receive, nursery.cancel_scope)
+        return answers.error
+
+    assert isinstance(trio.run(main), trio.BrokenResourceError)
+    assert all(r.fd == -1 for r in ranges), [r.fd for r in ranges]
 
 
 def test_an_answer_ready_at_once_is_written_by_the_reader() -> None:
