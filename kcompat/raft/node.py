@@ -38,8 +38,14 @@ through it) and sends BeginQuorumEpoch to all voters, and again to any
 voter that stops fetching (it may have missed the announcement, or be stuck
 in a higher term it must tell the leader about).
 
-Check quorum: a leader that has not received a fetch from a quorum of voters
-(itself included) during an election timeout steps down to follower.
+Check quorum: a leader that has not heard from a quorum of voters (itself
+included) during an election timeout steps down to follower. A voter is
+heard when its fetch arrives, and when the runtime says so (``heard``: any
+frame from its broker, e.g. the pair heartbeat) — as etcd-io/raft counts any
+message. A leader whose fetch wait is half an election timeout (the metadata
+log's, KRaft's 500 ms) would otherwise see a live follower's fetches up to
+that far apart, and a stall of that follower's loop a little over half an
+election timeout could pass a whole check-quorum period without one.
 
 Leadership transfer (thesis §3.10): ``transfer_leadership(target)`` stops
 proposals, waits until the target's durable log matches the leader's, and
@@ -211,7 +217,7 @@ class Progress:
     """The leader's view of one follower."""
 
     match_end: int = 0  # durable prefix known to match the leader's log
-    active: bool = False  # fetched during the current check-quorum period
+    active: bool = False  # heard (a fetch, or ``heard``) this check-quorum period
     idle_ticks: int = 0  # ticks since its last fetch (re-announce when idle)
     hw_sent: int = -1
     parked: FetchRequest | None = None
@@ -920,6 +926,16 @@ class Raft:
                 self._send(BeginQuorumEpoch(self.group, self.id, peer, self.term))
         if self._election_elapsed >= self.config.election_timeout_ticks:
             self._check_quorum()
+
+    def heard(self, node: int) -> None:
+        """The runtime heard from ``node``'s broker (any frame): a leader
+        counts it as active for this check-quorum period (see "Check quorum"
+        above). Nothing else changes: its fetches still drive replication,
+        re-announcements and quiescence."""
+        if self.role is Role.LEADER:
+            progress = self._progress.get(node)
+            if progress is not None:
+                progress.active = True
 
     def _check_quorum(self) -> None:
         self._election_elapsed = 0

@@ -8,10 +8,13 @@ broker, a tick that finds nothing to do costs no round of the Raft driver:
 the ticker runs it while the driver waits, and wakes the driver only for a
 round with work in it. The metadata log's followers wait half an election
 timeout in a fetch the leader has nothing new for (KRaft's 500 ms), and a new
-record still reaches every broker at once."""
+record still reaches every broker at once; their fetches are that far apart,
+so the leader's check quorum also counts the frames it hears from their
+brokers."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections import defaultdict
 from collections.abc import Callable
 from random import Random
@@ -173,3 +176,53 @@ def test_the_metadata_logs_followers_fetch_twice_an_election_timeout_when_idle(
             <= WINDOW_S / seen["half_election"] + 2, (node, fetches)
     assert fetches[seen["leader"]] == 0, fetches
     assert seen["spread"] < seen["wait"], seen  # a new record answers the parked fetches
+
+
+def test_the_metadata_leader_counts_its_followers_heard_without_a_fetch(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Check quorum on the metadata log counts a voter whose broker the
+    leader hears (its pair heartbeats), not only its fetches, which come only
+    every half election timeout when idle: with every metadata fetch to the
+    controller lost for three election timeouts while the rest of the
+    followers' frames arrive, it leads on in its term (counting fetches alone
+    it stepped down within one), and a topic made afterwards reaches every
+    broker."""
+    sim = _quiet_cluster(3)
+    lost = {"to": 0, "fetches": 0}
+    deliver = BrokerSimulation.deliver
+
+    def lossy(sim: BrokerSimulation, src: int, dst: int, frame: bytes) -> None:
+        if dst == lost["to"]:
+            decoded = codec.decode(frame[4:])
+            kept = tuple(m for m in decoded.messages
+                         if not (isinstance(m, FetchRequest) and m.group == METADATA_GROUP))
+            if len(kept) < len(decoded.messages):
+                lost["fetches"] += len(decoded.messages) - len(kept)
+                frame = codec.encode(dataclasses.replace(decoded, messages=kept))
+        deliver(sim, src, dst, frame)
+
+    monkeypatch.setattr(BrokerSimulation, "deliver", lossy)
+    seen: dict[str, object] = {}
+
+    async def scenario(sim: BrokerSimulation) -> None:
+        await trio.sleep(SETTLE_S)
+        runtimes = [_runtime(sim, n) for n in sim.nodes]
+        controller = next(rt for rt in runtimes if rt.is_controller)
+        raft = controller.meta.raft
+        before = (raft.term, raft.role)
+        lost["to"] = controller.node_id
+        await trio.sleep(3 * controller.election_ticks * controller.tick_s)
+        lost["to"] = 0
+        seen.update(before=before, during=(raft.term, raft.role))
+        broker = sim.nodes[controller.node_id].broker
+        assert broker is not None
+        await admin.create_topic(broker.controller, "after-the-loss", 1, 3, {})
+        with trio.move_on_after(5):
+            while not all("after-the-loss" in rt.image.topics for rt in runtimes):
+                await trio.sleep(controller.tick_s)
+        seen["everywhere"] = all("after-the-loss" in rt.image.topics for rt in runtimes)
+
+    sim.run(scenario)
+    assert lost["fetches"] > 0, lost
+    assert seen["during"] == seen["before"], seen  # same term, still the leader
+    assert seen["everywhere"], seen

@@ -814,10 +814,15 @@ class ClusterRuntime:
     # -- peer liveness ------------------------------------------------------------------
 
     def _hear(self, node: int, incarnation: int) -> None:
-        """A frame from ``node``: it is alive (and restarted if its incarnation changed)."""
+        """A frame from ``node``: it is alive (and restarted if its incarnation
+        changed). The metadata log's leader counts it heard for check quorum
+        (``Raft.heard``): its followers fetch only every half election timeout
+        when idle. Partition groups, whose fetch wait is 3 ticks, count
+        fetches alone (a call per group here would cost per partition)."""
         if node not in self._heard:
             return
         self._heard[node] = self.ticks
+        self.meta.raft.heard(node)
         before = self._incarnations.get(node)
         self._incarnations[node] = incarnation
         if before is None:  # heard first: it may have missed what ``_add_peer`` announced

@@ -140,6 +140,28 @@ def test_check_quorum_steps_down() -> None:
     assert leader.role is Role.FOLLOWER and leader.leader == NO_NODE
 
 
+def test_check_quorum_counts_a_voter_the_runtime_heard() -> None:
+    """A voter whose broker the runtime hears from (``heard``: its pair
+    heartbeat) counts for check quorum without a fetch in the period, as
+    etcd-io/raft counts any message; a voter heard from nobody does not, and
+    a non-voter never counts."""
+    env = _leader_env()
+    leader = env.nodes[1]
+    timeout = leader.config.election_timeout_ticks
+    env.tick(1, timeout)  # the fetches of the first period
+    for _period in range(3):
+        for _ in range(timeout):
+            leader.heard(2)
+            env.tick(1, 1)
+        assert leader.role is Role.LEADER
+    for _ in range(timeout):
+        leader.heard(9)  # no voter: not counted
+        env.tick(1, 1)
+    assert leader.role is Role.FOLLOWER and leader.leader == NO_NODE
+    leader.heard(2)  # a follower ignores it
+    assert leader.role is Role.FOLLOWER
+
+
 def test_randomized_election_timeout_uses_injected_rng() -> None:
     """Reference: section 5.2 — election timeouts are chosen randomly from a
     fixed interval; here from [T, 2T) ticks with the injected Random."""
