@@ -6,7 +6,9 @@ a fresh single kcompat broker (defaults, ``group.initial.rebalance.delay.ms=0``)
 5 ms, ``soak.produce``) without headers, then the same count with ``kc-delay-ms`` drawn
 from ``--delay-lo-ms``..``--delay-hi-ms`` (about 5 % with ``kc-schedule-id``, a fifth
 of those cancelled right after), ``--rounds`` times alternating. No consumer, no kill:
-the rates and their ratio (medians over the rounds), with the load average seen.
+the rates and their ratio (medians over the rounds), the CPU per record of the broker
+and of the client (this process, librdkafka's threads included: on 2 cores the two
+share the machine), with the load average seen.
 
 ``--profile FILE``: py-spy (if installed in the venv) samples the broker during the
 delayed phases and writes a flame graph / speedscope file there. Nothing is appended to
@@ -70,6 +72,7 @@ def main() -> None:
     plain_rates: list[float] = []
     delayed_rates: list[float] = []
     cpu_us: dict[str, list[float]] = {"plain": [], "delayed": []}  # broker CPU per record
+    client_us: dict[str, list[float]] = {"plain": [], "delayed": []}  # this process's
     loads = [loadavg()]
     with tempfile.TemporaryDirectory(prefix="kc-delayed-rate-") as tmp:
         flags = [*BROKER_FLAGS, *(x for kv in args.broker_set for x in ("--set", kv))]
@@ -80,10 +83,11 @@ def main() -> None:
                 create_topic(boot, f"plain-{r}", PARTITIONS)
                 create_topic(boot, f"delayed-{r}", PARTITIONS)
                 assert broker.pid is not None
-                cpu0 = proc_cpu_s(broker.pid)
+                cpu0, own0 = proc_cpu_s(broker.pid), time.process_time()
                 res = produce(boot, f"plain-{r}", n, time.time() + 600)
                 plain_rates.append(res.acked / res.seconds)
                 cpu_us["plain"].append((proc_cpu_s(broker.pid) - cpu0) / n * 1e6)
+                client_us["plain"].append((time.process_time() - own0) / n * 1e6)
                 delays, ids, cancelled = delayed_headers(n, args.delay_lo_ms,
                                                          args.delay_hi_ms, r)
                 spy = None
@@ -96,11 +100,12 @@ def main() -> None:
                          "-f", fmt, "-r", "200", "--nonblocking", *(["--gil"] if os.environ.get("SPY_GIL") else [])],
                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
                     time.sleep(1.0)
-                cpu0 = proc_cpu_s(broker.pid)
+                cpu0, own0 = proc_cpu_s(broker.pid), time.process_time()
                 res = produce(boot, f"delayed-{r}", n, time.time() + 600,
                               headers_of=partial(headers_of, delays, ids), delays=delays,
                               cancel_after=partial(cancel_after, ids, cancelled))
                 cpu_us["delayed"].append((proc_cpu_s(broker.pid) - cpu0) / n * 1e6)
+                client_us["delayed"].append((time.process_time() - own0) / n * 1e6)
                 if spy is not None:
                     spy.send_signal(2)
                     spy.wait(60)
@@ -109,7 +114,9 @@ def main() -> None:
                 print(f"round {r + 1}: plain {plain_rates[-1]:,.0f} rec/s, delayed "
                       f"{delayed_rates[-1]:,.0f} rec/s ({res.failed} failed), ratio "
                       f"{delayed_rates[-1] / plain_rates[-1]:.2f}; broker CPU per record "
-                      f"{cpu_us['plain'][-1]:.1f} / {cpu_us['delayed'][-1]:.1f} us; load "
+                      f"{cpu_us['plain'][-1]:.1f} / {cpu_us['delayed'][-1]:.1f} us, the "
+                      f"client's (librdkafka's threads included) {client_us['plain'][-1]:.1f}"
+                      f" / {client_us['delayed'][-1]:.1f} us; load "
                       f"{loads[-1]}",
                       flush=True)
         finally:
@@ -118,7 +125,9 @@ def main() -> None:
     print(f"median over {args.rounds} round(s) of {n:,} records: plain {plain:,.0f} rec/s, "
           f"delayed {delayed:,.0f} rec/s, delayed/plain {delayed / plain:.2f}; broker CPU "
           f"per record {statistics.median(cpu_us['plain']):.1f} / "
-          f"{statistics.median(cpu_us['delayed']):.1f} us; "
+          f"{statistics.median(cpu_us['delayed']):.1f} us, the client's "
+          f"{statistics.median(client_us['plain']):.1f} / "
+          f"{statistics.median(client_us['delayed']):.1f} us; "
           f"load averages {' | '.join(loads)}")
 
 

@@ -400,13 +400,16 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
     results = _rows(ctx, named, acks, refused, allowed, now, presplits)
     ok = [row for rows in results for row in rows if row[1].error == ErrorCode.none]
     deadline = trio.current_time() + request.timeout.total_seconds()
-    if (ok and (acks == -1 or acks == 1 and _needs_sync(ctx)) and ctx.session is not None
-            and ctx.session.pipelined and not any(row[1].split is not None for row in ok)):
+    waits = acks == -1 or acks == 1 and (
+        _needs_sync(ctx) or any(row[1].split is not None for row in ok))
+    if ok and waits and ctx.session is not None and ctx.session.pipelined:
         # appended, in request order: the wait for the replicas (or the
-        # fsync) overlaps the next requests' appends (``connection``);
-        # delayed records are scheduled in turn, so theirs does not. The
-        # throttle mutes the connection from now on, so the next request
-        # waits for it even while this one waits
+        # fsync) overlaps the next requests' appends (``connection``), and
+        # so does the scheduling of records taken out (delayed, retried),
+        # which the sender still does one request after another, in order
+        # (a cancellation finds the record an earlier request scheduled).
+        # The throttle mutes the connection from now on, so the next
+        # request waits for it even while this one waits
         return Later(partial(_finish, ctx, request, named, results, ok, deadline,
                              _throttle(ctx, ok)))
     return await _finish(ctx, request, named, results, ok, deadline, None)

@@ -15,8 +15,13 @@ of records through per round trip, and falls behind whenever a commit takes
 longer than its linger — as it does on a loaded machine. Here the reader
 goes on meanwhile: the next produces are appended, in request order, while
 the earlier ones wait, and the answers still go back in request order (at
-most ``PIPELINE_DEPTH`` waiting: then the reader waits). Delayed records are
-scheduled in turn, never overlapped. A Fetch answer comes as chunks —
+most ``PIPELINE_DEPTH`` waiting: then the reader waits). A produce whose
+delayed (or retried) records were taken out waits the same way, then has
+them scheduled: the sender finishes its answers one after another, so the
+schedules go in request order while the next produces are appended. If the
+connection breaks, answers not yet finished are dropped unanswered; their
+records were not acknowledged, and a producer's retry is scheduled then
+(the idempotent one's as a duplicate, ``ext.delays``). A Fetch answer comes as chunks —
 framing bytes and the records' segment-file ranges, sent with ``sendfile``
 (``zero_copy``). ``acks=0`` produces get no response. Anything a client can send that
 we cannot serve — an unknown API key, an unsupported version, a malformed

@@ -22,9 +22,11 @@ import trio.testing
 from kio.schema.errors import ErrorCode as E
 
 from kcompat.broker.config import broker_config
+from kcompat.broker.ext.delays import pending_summary
 from kcompat.broker.host.broker import Broker
 from kcompat.broker.net.session import Session
 from kcompat.broker.node.connection import _serve
+from kcompat.ext.delay import CANCEL_SCHEDULE, DELAY_MS, SCHEDULE_ID
 from kcompat.testing import running
 from kcompat.testing.memory_store import MemoryFileStore
 from kcompat.wire import codec
@@ -36,12 +38,15 @@ SLOW_S = 0.5
 COUNT = 6
 
 
-def _frame(cid: int, value: bytes, acks: int = -1) -> bytes:
+Headers = tuple[tuple[str, bytes], ...]
+
+
+def _frame(cid: int, value: bytes, acks: int = -1, headers: Headers = ()) -> bytes:
     m = codec.request_module(v.PRODUCE, 9)
     request = m.ProduceRequest(transactional_id=None, acks=acks,
                                timeout=datetime.timedelta(seconds=30), topic_data=(
         m.TopicProduceData(name="t", partition_data=(m.PartitionProduceData(
-            index=0, records=encode_batch([(None, value, (), 1000)])),)),))
+            index=0, records=encode_batch([(None, value, headers, 1000)])),)),))
     body = io.BytesIO()
     codec._writer(type(request))(body, request)
     frame = struct.pack(">hhih", v.PRODUCE, 9, cid, 1) + b"p" + b"\x00" + body.getvalue()
@@ -78,9 +83,12 @@ class _Watched(trio.abc.Stream):
         await self.inner.aclose()
 
 
-def _exchange(acks: list[int], slow_s: float) -> tuple[list[tuple[int, Any, float]], _Watched]:
-    """Produces of ``acks`` sent back to back on one connection of a broker
-    whose fsync passes take ``slow_s``: the answers, and the server stream."""
+def _exchange(acks: list[int], slow_s: float, headers: list[Headers] | None = None,
+              after: Any = None) -> tuple[list[tuple[int, Any, float]], _Watched]:
+    """Produces of ``acks`` (each with its ``headers``) sent back to back on
+    one connection of a broker whose fsync passes take ``slow_s``: the
+    answers, and the server stream; ``after(broker)`` once all are answered."""
+    headers = headers or [()] * len(acks)
     store = MemoryFileStore("/b")
     broker = Broker(broker_config.load(None, {"log.dirs": "/b/data"}, {}), store)
     seen: dict[str, Any] = {}
@@ -95,13 +103,15 @@ def _exchange(acks: list[int], slow_s: float) -> tuple[list[tuple[int, Any, floa
                 nursery.start_soon(_serve, watched, broker,
                                    Session.open(broker.listeners[0], "/127.0.0.1"), ("t", 1))
                 began = trio.current_time()
-                await client.send_all(b"".join(_frame(cid, b"v%d" % cid, a)
-                                               for cid, a in enumerate(acks, 1)))
+                await client.send_all(b"".join(_frame(cid, b"v%d" % cid, a, h) for cid, (a, h)
+                                               in enumerate(zip(acks, headers, strict=True), 1)))
                 reader, answers = FrameReader(1 << 20), []
                 while len(answers) < len(acks):
                     for frame in reader.feed(await client.receive_some(65536)):
                         answers.append((*_answer(frame), trio.current_time() - began))
                 seen["answers"] = answers
+                if after is not None:
+                    after(broker)
                 await client.aclose()
 
     trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
@@ -182,3 +192,27 @@ def test_answers_behind_a_waiting_one_keep_the_request_order() -> None:
     reader = next(iter(server.receivers))
     assert server.writers[0] == reader  # nothing before it: the reader wrote it
     assert any(w != reader for w in server.writers)  # behind the waiting one: the sender
+
+
+def test_delayed_produces_overlap_their_commit_waits_and_schedule_in_request_order() -> None:
+    """acks=all produces of delayed records back to back: each is scheduled
+    (the schedule log's own fsync pass) once its batch is committed, and the
+    next ones are appended meanwhile, not after its answer (a pass for the
+    batch and one for its schedule, one produce after another, before); the
+    schedules still go in request order, so a cancellation finds the record
+    an earlier produce scheduled. The first produce makes the schedule topic
+    (passes of its own): the time is counted from its answer."""
+    delay = (DELAY_MS, b"60000")
+    headers: list[Headers] = [(delay, (SCHEDULE_ID, b"id-%d" % k)) for k in range(COUNT + 1)]
+    headers[4] = ((CANCEL_SCHEDULE, b"id-2"),)  # it cancels the record of the third
+    waiting: list[int] = []
+    answers, _server = _exchange([-1] * (COUNT + 1), SLOW_S, headers, after=lambda broker: (
+        waiting.extend(n for row in pending_summary(broker.delays, "t")
+                       for _t, _p, n in row["targets"])))
+    assert [cid for cid, _r, _t in answers] == list(range(1, COUNT + 2)), answers
+    assert all(r.error_code == E.none for _c, r, _t in answers), answers
+    assert sum(waiting) == COUNT - 1, waiting  # one cancel, one record cancelled
+    took = answers[-1][2] - answers[0][2]
+    assert took < 1.5 * COUNT * SLOW_S, (
+        f"{COUNT} delayed produces took {took:.2f} s of {SLOW_S} s fsync passes: two passes "
+        f"each, one request at a time")
