@@ -42,7 +42,7 @@ from prometheus_client.samples import Sample
 
 from kcompat.broker.loop.loop_monitor import labelled
 from kcompat.wire.headers import HeaderError, peek_api
-from kcompat.wire.versions import API_RANGES, api_name
+from kcompat.wire.versions import API_RANGES, KCOMPAT_RAFT, api_name
 
 if TYPE_CHECKING:
     from kcompat.broker.storage.state import BrokerState
@@ -50,6 +50,18 @@ if TYPE_CHECKING:
 
 LATENCY_BUCKETS_S = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
                      2.5, 5.0, 10.0, 30.0)
+
+
+#: the ``api`` label of the frames peer brokers send (``KCOMPAT_RAFT``: Raft
+#: messages, announcements, forwarded calls): counted and timed like requests,
+#: and named in the loop monitor's long steps ("InterBroker request")
+INTER_BROKER = "InterBroker"
+
+
+def _api_label(api_key: int) -> str:
+    if api_key == KCOMPAT_RAFT:
+        return INTER_BROKER
+    return api_name(api_key) if api_key >= 0 else "Unknown"
 
 
 class BrokerMetrics:
@@ -99,7 +111,9 @@ class BrokerMetrics:
         except HeaderError:
             api_key, version = -1, -1
         rng = API_RANGES.get(api_key)
-        if rng is None or not 0 <= version <= rng.max_version:
+        if api_key == KCOMPAT_RAFT:
+            version = 0  # the peers' Raft frames: a label of their own (``INTER_BROKER``)
+        elif rng is None or not 0 <= version <= rng.max_version:
             api_key, version = (-1, -1) if rng is None else (api_key, -1)  # bounded labels
         children = self._request_children.get((api_key, version))
         if children is None:
@@ -117,12 +131,11 @@ class BrokerMetrics:
             latency.observe(time.perf_counter() - started)
 
     def _kind(self, api_key: int) -> str:
-        kind = self._request_kinds[api_key] = (
-            f"{api_name(api_key) if api_key >= 0 else 'Unknown'} request")
+        kind = self._request_kinds[api_key] = f"{_api_label(api_key)} request"
         return kind
 
     def _children_for(self, api_key: int, version: int) -> tuple[Any, Any, Any]:
-        name = api_name(api_key) if api_key >= 0 else "Unknown"
+        name = _api_label(api_key)
         labels = (name, str(version) if version >= 0 else "unsupported")
         children = (self.requests.labels(*labels), self.errors.labels(*labels),
                     self.latency.labels(name))

@@ -71,6 +71,17 @@ def test_requests_errors_and_bounded_labels() -> None:
     assert sample(m, "kcompat_request_latency_seconds_count", api="Produce") == 3
 
 
+def test_inter_broker_frames_have_a_label_of_their_own() -> None:
+    """A peer broker's Raft frames (API key 1000) are counted as such, one
+    label whatever version their header carries, not as unknown requests."""
+    m = BrokerMetrics()
+    for version in (0, 7, 30000):
+        with m.request(frame(1000, version)):
+            pass
+    assert sample(m, "kcompat_requests_total", api="InterBroker", version="0") == 3
+    assert sample(m, "kcompat_requests_total", api="Unknown", version="unsupported") == 0
+
+
 def test_routes(tmp_path: Path) -> None:
     broker = Broker(config.load(None, {"log.dirs": str(tmp_path)}, {}))
     try:
