@@ -579,8 +579,9 @@ class PartitionLog:
         i = self._segment_index(offset)
         while self._segments[i].next_offset <= offset:
             i += 1
-        segment = self._segments[i]
-        return segment.header_at(segment.position_of(offset)).base_offset
+        _position, header = self._segments[i].batch_of(offset)
+        assert header is not None, f"no batch holds {offset}"
+        return header.base_offset
 
     def _truncate_fully(self, offset: int, io: Steps) -> None:
         created_ms = self._segments[-1].created_ms

@@ -18,7 +18,8 @@ Every ``index_interval_bytes`` of appended log, the offset index gets an entry
 for the batch being appended and the time index an entry if the running
 maximum timestamp grew since its last entry. To find the batch that contains
 an offset, look up the greatest index entry <= offset, then walk batch headers
-forward with small preads.
+forward in what one pread returns (about an index interval: one or two
+syscalls a look-up, not one per batch).
 
 A write that fails (``OSError``: a full disk, EIO, a short write followed by
 an error) changes nothing the segment tracks, and the bytes it may have left
@@ -36,6 +37,7 @@ offset-index entry.
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
@@ -58,6 +60,12 @@ from kcompat.wire.batch import (
     compute_crc,
     parse_header,
 )
+
+# the most a look-up reads at once while it walks headers from an index entry
+# (``batch_of``; about ``index_interval_bytes``, one header past it)
+WALK_CHUNK_MAX = 64 << 10
+# a header's base offset, batch length and last offset delta (bytes 0-12 and 23-27)
+_PLACE = struct.Struct(">qi11xi")
 
 
 class LogSegment:
@@ -328,11 +336,25 @@ class LogSegment:
         if offset >= self.next_offset:
             return self.size_bytes, None
         _, position = self.offset_index.lookup(offset)
-        while position < self.size_bytes:
-            header = self.header_at(position)
-            if header.last_offset >= offset:
-                return position, header
-            position += header.size
+        end = self.size_bytes
+        # the walk reads what lies up to the next index entry at once: a
+        # pread per header was a syscall each, and each gave the GIL up and
+        # waited to take it back behind a busy worker thread (a Fetch over
+        # many partitions held the loop 160 ms on 10 % of a CPU)
+        chunk = min(self.config.index_interval_bytes, WALK_CHUNK_MAX) + HEADER_SIZE
+        while position < end:
+            buf = self._f.pread(min(chunk, end - position), position)
+            if len(buf) < HEADER_SIZE:  # (a torn tail: what one header read says)
+                buf = self._f.pread(HEADER_SIZE, position)
+            off = 0
+            while True:  # the fields that place a batch, the whole header of the one found
+                base, length, last_delta = _PLACE.unpack_from(buf, off)
+                if base + last_delta >= offset:
+                    return position + off, parse_header(buf, off)
+                off += length + LOG_OVERHEAD
+                if len(buf) - off < HEADER_SIZE:
+                    break
+            position += off
         return self.size_bytes, None
 
     def find_timestamp(self, timestamp: int) -> tuple[int, int] | None:

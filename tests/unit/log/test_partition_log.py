@@ -368,3 +368,43 @@ def test_open_creates_directory_and_empty_log(tmp_path: Path) -> None:
     assert log.read(0, 100, 100) == b""
     assert (tmp_path / "a" / "t-3" / "00000000000000000000.log").exists()
     log.close()
+
+
+class _CountedReads:
+    """A segment's file, counting its preads (syscalls of the loop thread)."""
+
+    def __init__(self, inner: object) -> None:
+        self.inner, self.preads = inner, 0
+
+    def pread(self, size: int, position: int) -> bytes:
+        self.preads += 1
+        return self.inner.pread(size, position)  # type: ignore[attr-defined]
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.inner, name)
+
+
+@pytest.mark.parametrize("interval", [0, 4096, 1 << 20])
+def test_a_lookup_walks_the_headers_after_its_index_entry_in_one_read(
+        tmp_path: Path, interval: int) -> None:
+    """Finding the batch of an offset reads what follows its index entry at
+    once, not one header per pread: each pread is a syscall that gives the
+    GIL up, and behind a busy worker thread waits to take it back."""
+    log = open_log(tmp_path / "t-0", index_interval_bytes=interval)
+    for i in range(400):
+        append(log, 1, ts=1000 + i)
+    segment = log._segments[-1]
+    counted = segment.file = _CountedReads(segment.file)  # type: ignore[assignment]
+    most = 0
+    for offset in range(400):
+        before = counted.preads
+        data = log.read(offset, 1, 400)  # the batch of ``offset``, and its bytes
+        assert headers_of(data)[0].base_offset == offset
+        bounded = log.read(max(offset - 7, 0), 1 << 20, offset + 1)  # walks to the bound too
+        assert headers_of(bounded)[-1].base_offset == offset
+        most = max(most, counted.preads - before)
+    # two look-ups and a read of the data each: a walk of 4 KiB of 70-byte
+    # batches read header by header took up to 60 (the index interval 0: an
+    # entry per batch, a header read each)
+    assert most <= 6, most
+    log.close()
