@@ -359,6 +359,8 @@ class PartitionLog:
     def locate(self, offset: int, max_bytes: int, max_offset: int) -> FileSlice | None:
         """Where ``read`` would read from; None when there is nothing to return."""
         self._check_offset(offset)
+        if offset >= max_offset:  # (the batch holding it ends at or past the bound)
+            return None  # a reader at the high watermark, entries past it: no walk
         i = self._segment_index(offset)
         while i < len(self._segments) and self._segments[i].next_offset <= offset:
             i += 1  # past a segment's last batch: the data is in a later one

@@ -403,6 +403,9 @@ def test_a_lookup_walks_the_headers_after_its_index_entry_in_one_read(
         bounded = log.read(max(offset - 7, 0), 1 << 20, offset + 1)  # walks to the bound too
         assert headers_of(bounded)[-1].base_offset == offset
         most = max(most, counted.preads - before)
+    before = counted.preads
+    assert log.read(200, 1 << 20, 200) == b""  # a reader at its bound (the high watermark)
+    assert counted.preads == before  # reads nothing
     # two look-ups and a read of the data each: a walk of 4 KiB of 70-byte
     # batches read header by header took up to 60 (the index interval 0: an
     # entry per batch, a header read each)
