@@ -76,6 +76,7 @@ trailing batch. Opening runs ``recovery.recover``; see that module.
 
 from __future__ import annotations
 
+import errno
 from bisect import bisect_right
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -396,9 +397,13 @@ class PartitionLog:
             if not chunk:
                 return
             view = memoryview(chunk)
+            before = offset
             for pos, header in iter_headers(chunk):
                 yield view[pos : pos + header.size], header
                 offset = header.next_offset
+            if offset <= before:  # a batch that ends before where it was read: not a log
+                raise OSError(errno.EIO, f"{self.directory.name}: the batches read at "
+                              f"offset {before} do not go past it")
 
     def read_batch_at(self, offset: int) -> bytes:
         """The whole batch containing ``offset`` (< log_end_offset)."""

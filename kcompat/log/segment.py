@@ -37,6 +37,7 @@ offset-index entry.
 
 from __future__ import annotations
 
+import errno
 import struct
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -351,6 +352,10 @@ class LogSegment:
                 base, length, last_delta = _PLACE.unpack_from(buf, off)
                 if base + last_delta >= offset:
                     return position + off, parse_header(buf, off)
+                if length + LOG_OVERHEAD < HEADER_SIZE:  # no batch: the walk would never end
+                    raise OSError(errno.EIO, f"no batch at position {position + off} of "
+                                  f"segment {self.base_offset} of {self.directory.name} "
+                                  f"(length {length})")
                 off += length + LOG_OVERHEAD
                 if len(buf) - off < HEADER_SIZE:
                     break
