@@ -29,7 +29,8 @@ sys.path.insert(0, str(ROOT))
 from kcompat.broker.node.server import GIL_SWITCH_INTERVAL_S  # noqa: E402
 
 
-def _burn(stop: threading.Event) -> None:
+def burn(stop: threading.Event) -> None:
+    """Run Python until ``stop``: a worker thread that wants the GIL."""
     x = 0
     while not stop.is_set():
         for i in range(1000):
@@ -56,7 +57,7 @@ def measure(interval_s: float, calls: int, steps: int, size: int
     try:
         alone = min(_step(a, b, calls, size) for _ in range(5))
         stop = threading.Event()
-        busy = threading.Thread(target=_burn, args=(stop,))
+        busy = threading.Thread(target=burn, args=(stop,))
         busy.start()
         time.sleep(0.05)
         beside = sorted(_step(a, b, calls, size) for _ in range(steps))
@@ -93,9 +94,14 @@ def main() -> None:
         f"| message | switch interval | {args.calls} sends+receives alone (best of 5) "
         f"| beside a thread running Python: median / p99 / max of {args.steps} |",
         "|---|---|---|---|", *rows, ""]
+    report(lines, args.append)
+
+
+def report(lines: list[str], append: bool) -> None:
+    """Print a section of ``lines``; with ``append``, add it to bench/RESULTS.md."""
     text = "\n".join(lines)
     print(text)
-    if args.append:
+    if append:
         with open(ROOT / "bench" / "RESULTS.md", "a") as out:
             out.write("\n" + text + "\n")
 

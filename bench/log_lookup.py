@@ -31,16 +31,10 @@ sys.path.insert(0, str(ROOT))
 
 from kafka.record.default_records import DefaultRecordBatchBuilder  # noqa: E402
 
+from bench.gil_convoy import burn, report  # noqa: E402
 from kcompat.broker.node.server import GIL_SWITCH_INTERVAL_S  # noqa: E402
 from kcompat.log import LogConfig, PartitionLog  # noqa: E402
 from kcompat.wire.batch import validate  # noqa: E402
-
-
-def _burn(stop: threading.Event) -> None:
-    x = 0
-    while not stop.is_set():
-        for i in range(1000):
-            x += i
 
 
 def _build(directory: Path, batches: int) -> PartitionLog:
@@ -75,7 +69,7 @@ def measure(batches: int, reads: int) -> tuple[list[float], list[float]]:
         try:
             alone = _reads(log, offsets)
             stop = threading.Event()
-            busy = threading.Thread(target=_burn, args=(stop,))
+            busy = threading.Thread(target=burn, args=(stop,))
             busy.start()
             try:
                 time.sleep(0.05)
@@ -116,11 +110,7 @@ def main() -> None:
         "|---|---|",
         f"| alone | {_figures(alone)} |",
         f"| beside a thread running Python | {_figures(beside)} |", ""]
-    text = "\n".join(lines)
-    print(text)
-    if args.append:
-        with open(ROOT / "bench" / "RESULTS.md", "a") as out:
-            out.write("\n" + text + "\n")
+    report(lines, args.append)
 
 
 if __name__ == "__main__":
