@@ -15,12 +15,15 @@ where Fetch semantics cut it). Positional reads only; nothing is cached.
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Iterator
 
 from kcompat.log.store import StoredFile
-from kcompat.wire.batch import HEADER_SIZE, BatchHeader, parse_header
+from kcompat.wire.batch import HEADER_SIZE, LOG_OVERHEAD, BatchHeader, parse_header
 
 WINDOW_BYTES = 16 << 10  # bytes read at once when looking for the next header
+# a header's base offset, batch length and last offset delta (bytes 0-12 and 23-27)
+_PLACE = struct.Struct(">qi11xi")
 
 
 def headers(file: StoredFile, position: int, length: int,
@@ -44,3 +47,28 @@ def headers(file: StoredFile, position: int, length: int,
             return
         yield position, header
         position += header.size
+
+
+def find(file: StoredFile, position: int, length: int, offset: int,
+         window_bytes: int = WINDOW_BYTES) -> tuple[int, BatchHeader] | None:
+    """(position, header) of the first whole batch of the ``length`` bytes at
+    ``position`` whose last offset is ``offset`` or more (None if there is
+    none), read as ``headers`` reads; a batch passed over is placed by the
+    three fields that place it, not parsed whole."""
+    end = position + length
+    window = max(window_bytes, HEADER_SIZE)
+    while end - position >= HEADER_SIZE:
+        buf = file.pread(min(window, end - position), position)
+        if len(buf) < HEADER_SIZE:
+            return None  # the file is shorter than the range (truncated meanwhile)
+        off = 0
+        while len(buf) - off >= HEADER_SIZE:
+            base, batch_length, last_delta = _PLACE.unpack_from(buf, off)
+            size = batch_length + LOG_OVERHEAD
+            if size < HEADER_SIZE or position + off + size > end:
+                return None  # not a batch (a torn tail), or cut by the range
+            if base + last_delta >= offset:
+                return position + off, parse_header(buf, off)
+            off += size
+        position += off
+    return None

@@ -37,11 +37,10 @@ offset-index entry.
 
 from __future__ import annotations
 
-import errno
-import struct
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
+from kcompat.log import header_walk
 from kcompat.log.config import INT32_MAX, LogConfig
 from kcompat.log.files import (
     INDEX_SUFFIX,
@@ -65,8 +64,6 @@ from kcompat.wire.batch import (
 # the most a look-up reads at once while it walks headers from an index entry
 # (``batch_of``; about ``index_interval_bytes``, one header past it)
 WALK_CHUNK_MAX = 64 << 10
-# a header's base offset, batch length and last offset delta (bytes 0-12 and 23-27)
-_PLACE = struct.Struct(">qi11xi")
 
 
 class LogSegment:
@@ -337,30 +334,14 @@ class LogSegment:
         if offset >= self.next_offset:
             return self.size_bytes, None
         _, position = self.offset_index.lookup(offset)
-        end = self.size_bytes
-        # the walk reads what lies up to the next index entry at once: a
-        # pread per header was a syscall each, and each gave the GIL up and
-        # waited to take it back behind a busy worker thread (a Fetch over
-        # many partitions held the loop 160 ms on 10 % of a CPU)
-        chunk = min(self.config.index_interval_bytes, WALK_CHUNK_MAX) + HEADER_SIZE
-        while position < end:
-            buf = self._f.pread(min(chunk, end - position), position)
-            if len(buf) < HEADER_SIZE:  # (a torn tail: what one header read says)
-                buf = self._f.pread(HEADER_SIZE, position)
-            off = 0
-            while True:  # the fields that place a batch, the whole header of the one found
-                base, length, last_delta = _PLACE.unpack_from(buf, off)
-                if base + last_delta >= offset:
-                    return position + off, parse_header(buf, off)
-                if length + LOG_OVERHEAD < HEADER_SIZE:  # no batch: the walk would never end
-                    raise OSError(errno.EIO, f"no batch at position {position + off} of "
-                                  f"segment {self.base_offset} of {self.directory.name} "
-                                  f"(length {length})")
-                off += length + LOG_OVERHEAD
-                if len(buf) - off < HEADER_SIZE:
-                    break
-            position += off
-        return self.size_bytes, None
+        # the headers after the index entry, read a window at a time
+        # (``header_walk``): a pread per header was a syscall each, and each
+        # gave the GIL up and waited to take it back behind a busy worker
+        # thread (a Fetch over many partitions held the loop 160 ms on 10 %
+        # of a CPU)
+        window = min(self.config.index_interval_bytes, WALK_CHUNK_MAX) + HEADER_SIZE
+        found = header_walk.find(self._f, position, self.size_bytes - position, offset, window)
+        return found if found is not None else (self.size_bytes, None)
 
     def find_timestamp(self, timestamp: int) -> tuple[int, int] | None:
         """(base offset, max timestamp) of the first batch whose max timestamp
