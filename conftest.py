@@ -16,12 +16,21 @@ the session's reference Apache Kafka (a JVM of 768 MiB, started on first use)
 runs on one worker only, and the Spark suites (a Spark JVM each, one Ivy
 cache) run one after the other.
 
+Every broker the suite starts is told not to warm its codec
+(``KCOMPAT_KCOMPAT_CODEC_WARM=false``, which each broker subprocess inherits; an
+embedded one, which inherits no ``KCOMPAT_*``, is told by its harness): the
+warm-up loads every API version's classes in the background, about 2 s of
+CPU per start, and the suite starts some 450 brokers that each use a few
+versions — half the CPU of a broker's start, spent on two cores that the
+tests' clients and brokers share.
+
 When a test fails, the stderr tail of every broker process its fixtures hold
 (a ``Broker``, a ``Deployment``, a ``Cluster``) is attached to its report.
 """
 
 from __future__ import annotations
 
+import os
 import re
 import signal
 import threading
@@ -34,6 +43,8 @@ import pytest
 #: parameter of that name, or getfixturevalue, in their source) or live in the
 #: directory are one unit
 SHARED = (("kafka_reference", "kafka-reference"), ("compat_tests/spark/", "spark"))
+
+os.environ.setdefault("KCOMPAT_KCOMPAT_CODEC_WARM", "false")  # see above
 
 
 @pytest.fixture(autouse=True)

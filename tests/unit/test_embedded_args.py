@@ -11,7 +11,7 @@ from kcompat.pytest_plugin import topic_name
 def test_one_broker_binds_port_zero_and_takes_settings_by_kafka_names() -> None:
     args = _broker_args(1, 1, [], "127.0.0.1", {"num.partitions": 3,
                                                 "auto.create.topics.enable": False})
-    assert args == ["--host", "127.0.0.1", "--port", "0",
+    assert args == ["--host", "127.0.0.1", "--port", "0", "--set", "kcompat.codec.warm=false",
                     "--set", "num.partitions=3", "--set", "auto.create.topics.enable=false"]
 
 
@@ -20,7 +20,13 @@ def test_a_cluster_broker_knows_every_voter_and_replicates_by_default() -> None:
     assert args == ["--host", "127.0.0.1", "--port", "9002", "--node-id", "2",
                     "--set", "controller.quorum.voters="
                              "1@127.0.0.1:9001,2@127.0.0.1:9002,3@127.0.0.1:9003",
-                    "--set", "default.replication.factor=3"]
+                    "--set", "default.replication.factor=3", "--set", "kcompat.codec.warm=false"]
+
+
+def test_a_throwaway_broker_skips_the_codec_warm_up_unless_told_to_warm() -> None:
+    assert "kcompat.codec.warm=false" in _broker_args(1, 1, [], "127.0.0.1", {})
+    args = _broker_args(1, 1, [], "127.0.0.1", {"kcompat.codec.warm": True})
+    assert "kcompat.codec.warm=true" in args and "kcompat.codec.warm=false" not in args
 
 
 def test_topic_names_are_legal_unique_and_say_the_test() -> None:

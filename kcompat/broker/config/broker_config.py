@@ -217,6 +217,10 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
         # which shard of its node this process is; set by the supervisor
         # (-1: not a shard)
         _D("kcompat.shard", "int", -1, minimum=-1),
+        # every served API version's codec loaded in the background once the broker
+        # serves (``server._warm_codec``); false: each loads on its first request, which
+        # saves a short-lived broker (a test's) about 2 s of CPU
+        _D("kcompat.codec.warm", "boolean", True),
         # Fetch sends record sets from the segment files with sendfile (zero_copy)
         _D("kcompat.fetch.sendfile", "boolean", True),
         _D("admin.port", "int", 9644, minimum=-1),  # 0 picks a free port, -1 disables

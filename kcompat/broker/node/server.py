@@ -190,8 +190,9 @@ async def _warm_codec(broker: Broker) -> None:
         while broker.cluster.replaying or broker.cluster.settling or \
                 broker.backpressure.behind():  # a restart's catch-up: delivery overdue
             await trio.sleep(WARM_POLL_S)
-    ranges = {key: (r.parse_min, r.max_version) for key, r in API_RANGES.items()}
-    await offload.run_stoppable(lambda stop: codec.warm(ranges, paced(stop)))
+    if broker.state.config["kcompat.codec.warm"]:  # off: each version loads on first use
+        ranges = {key: (r.parse_min, r.max_version) for key, r in API_RANGES.items()}
+        await offload.run_stoppable(lambda stop: codec.warm(ranges, paced(stop)))
     loop_monitor.freeze()  # what exists now lives as long as the process: never walked again
 
 

@@ -202,14 +202,16 @@ class _Starting:
     """What ``_warm_codec`` looks at of a broker: it serves at once, replays
     its logs while ``cluster.replaying``, elects and loads its groups while
     ``cluster.settling``, and its delayed delivery is ``overdue`` seconds
-    behind (a real ``Backpressure``; late beyond 0.5 s)."""
+    behind (a real ``Backpressure``; late beyond 0.5 s); ``warm``: its
+    ``kcompat.codec.warm``."""
 
-    def __init__(self, replaying: bool, overdue: float = 0.0) -> None:
+    def __init__(self, replaying: bool, overdue: float = 0.0, warm: bool = True) -> None:
         async def wait_serving(timeout_s: float) -> None:
             return None
 
         self.controller = SimpleNamespace(lifecycle=SimpleNamespace(wait_serving=wait_serving))
         self.cluster = SimpleNamespace(replaying=replaying, settling=False)
+        self.state = SimpleNamespace(config={"kcompat.codec.warm": warm})
         self.overdue = overdue
         self.backpressure = Backpressure()
         self.backpressure.register(LagSource(
@@ -443,3 +445,18 @@ def test_the_watch_thread_takes_no_stack_while_the_loop_waits(
 
     trio.run(main)
     assert walks == []
+
+
+def test_a_broker_told_not_to_warm_its_codec_still_freezes_what_it_starts_with(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """``kcompat.codec.warm=false`` (a short-lived broker): no version is loaded
+    ahead, and the start's objects are frozen all the same."""
+    from kcompat.broker.node import server
+    warmed: list[object] = []
+    frozen: list[bool] = []
+    monkeypatch.setattr(server.codec, "warm", lambda *a: warmed.append(a))
+    monkeypatch.setattr(server.loop_monitor, "freeze", lambda: frozen.append(True))
+    trio.run(server._warm_codec, _Starting(replaying=False, warm=False))
+    assert not warmed and frozen == [True]
+    trio.run(server._warm_codec, _Starting(replaying=False))
+    assert len(warmed) == 1 and frozen == [True, True]
