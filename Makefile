@@ -42,7 +42,7 @@ demo: $(STAMP) tools
 	$(PY) -m spark_demo.run
 
 # The project's own bytecode, written ahead. Where PYTHONDONTWRITEBYTECODE is
-# set (as on our CI machines) no process writes a .pyc, so each broker, CLI
+# set (as this machine's environment does) no process writes a .pyc: each broker, CLI
 # command and client script compiled kcompat's 240 modules again as it started:
 # about 0.9 s of CPU each, and the test suite starts over 600 of them (pip
 # compiles what it installs; an editable install's source is ours to compile).
