@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from kcompat.ext.delay import (
     DELAY_MAX_MS_DEFAULT,
@@ -74,7 +74,12 @@ _ID_NAME = encode_headers(((SCHEDULE_ID, b""),))[:-1]
 
 
 class Move(NamedTuple):
-    """A record taken out (a tuple: one is made per delayed record)."""
+    """A record taken out. ``split`` makes each as a plain tuple of these
+    fields (``Split.rows``; the indexes below): a plain tuple of numbers,
+    bytes and strings is one the garbage collector stops tracking the first
+    time it looks at it, a named tuple never — and a pipelined produce keeps
+    its delayed records' moves through two commits, tens of thousands of
+    them walked by every collection of the middle generation meanwhile."""
 
     offset: int  # its hole: its offset in the produced batch
     timestamp: int
@@ -105,12 +110,23 @@ class Move(NamedTuple):
         return Record(self.offset, self.timestamp, decoded.key, decoded.value, decoded.headers)
 
 
+# where each field of a ``Move`` is in a row of ``Split.rows``
+(OFFSET_AT, TIMESTAMP_AT, BODY_AT, HEADER_COUNT_AT, HEADER_BYTES_AT, DUE_AT, SCHEDULE_ID_AT,
+ HEADERS_AT, TOPIC_AT, PARTITION_AT, RETRY_AT) = range(len(Move._fields))
+Row = tuple[Any, ...]  # a ``Move``'s fields as a plain tuple
+
+
 @dataclass(frozen=True, slots=True)
 class Split:
     hole: bytes  # the batch to store in the partition, with holes
-    moves: tuple[Move, ...]
+    rows: tuple[Row, ...]  # the moves, as plain tuples (``Move``)
     cancels: tuple[tuple[int, Cancel], ...]  # (offset: its hole, the cancellation)
     topics: frozenset[str] = frozenset()  # the other topics moves go to
+
+    @property
+    def moves(self) -> tuple[Move, ...]:
+        """The moves as named tuples (made on each call: for tests and slow paths)."""
+        return tuple(map(Move._make, self.rows))
 
 
 def may_carry_headers(view: memoryview | bytes, header: BatchHeader) -> bool:
@@ -135,9 +151,8 @@ def split(view: memoryview | bytes, header: BatchHeader, now_ms: int,
         return _retries(view, header, now_ms, retry)
     payload, base_offset, base_ts, append_time = _opened(view, header)
     kept: list[tuple[int, int]] = []
-    moves: list[Move] = []
+    moves: list[Row] = []
     cancels: list[tuple[int, Cancel]] = []
-    new = tuple.__new__  # a Move without its Python __new__: one per delayed record
     for start, end, ts, delta, kv, hc in layouts(payload, header.records_count):
         if payload[hc] == 0 and hc + 1 == end:  # no header
             kept.append((start, end))
@@ -155,20 +170,20 @@ def split(view: memoryview | bytes, header: BatchHeader, now_ms: int,
             if delay_ms == 0:
                 kept.append((start, end))
                 continue
-            moves.append(new(Move, (
+            moves.append((
                 base_offset + delta, base_ts + ts if append_time is None else append_time,
                 payload[kv:hc], 1 if schedule_id is None else 2, payload[hc + 1:end],
-                now_ms + delay_ms, schedule_id, None, None, -1, False)))
+                now_ms + delay_ms, schedule_id, None, None, -1, False))
             continue
         found, first = headers_at(payload, hc, end)
         asked = classify(found, now_ms, max_delay_ms)
         if asked is None:
             kept.append((start, end))
         elif isinstance(asked, Deliver):
-            moves.append(new(Move, (
+            moves.append((
                 base_offset + delta, base_ts + ts if append_time is None else append_time,
                 payload[kv:hc], len(found), payload[first:end], asked.due_ms,
-                asked.schedule_id, None, None, -1, False)))
+                asked.schedule_id, None, None, -1, False))
         else:
             cancels.append((base_offset + delta, asked))
     if not moves and not cancels:
@@ -216,17 +231,16 @@ def _retries(view: memoryview | bytes, header: BatchHeader, now_ms: int,
     (``route_headers``), its key and value kept as produced — nothing is
     decoded but the headers (a per-record cost on the nack path)."""
     payload, base_offset, base_ts, append_time = _opened(view, header)
-    moves = []
-    new = tuple.__new__
+    moves: list[Row] = []
     for _start, end, ts, delta, kv, hc in layouts(payload, header.records_count):
         found, first = headers_at(payload, hc, end)
         timestamp = base_ts + ts if append_time is None else append_time
         where = route_headers(found, timestamp, policy, now_ms)
         retry = isinstance(where, Retry)
-        moves.append(new(Move, (
+        moves.append((
             base_offset + delta, timestamp, payload[kv:hc], len(found), payload[first:end],
             where.due_ms if isinstance(where, Retry) else now_ms, None, where.headers,
             None if isinstance(where, Retry) else where.topic,
-            -1 if isinstance(where, Retry) else where.partition, retry)))
+            -1 if isinstance(where, Retry) else where.partition, retry))
     return Split(rebuild_batch(header, []), tuple(moves), (),
-                 frozenset(m.topic for m in moves if m.topic is not None))
+                 frozenset(m[TOPIC_AT] for m in moves if m[TOPIC_AT] is not None))

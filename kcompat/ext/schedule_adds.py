@@ -40,7 +40,7 @@ from itertools import accumulate
 from typing import Any
 
 from kcompat.ext.delay import SCHEDULED_OFFSET
-from kcompat.ext.holes import Move
+from kcompat.ext.holes import TIMESTAMP_AT, Row
 from kcompat.wire.records import (
     SMALL_VARINTS,
     SMALL_VARINTS_END,
@@ -83,26 +83,27 @@ def encode_adds(parts: Sequence[AddParts], timestamp: int = 0) -> Encoded:
             max([base_ts, *(p[0] for p in parts)]))
 
 
-def delayed_records(moves: Sequence[Move], shift: int) -> Encoded:
-    """The records of delayed ``moves`` as ``adds_batch_of`` takes them: each
-    with its own headers and ``kc-scheduled-offset`` naming its hole (its
-    offset in the produced batch plus ``shift``), its key, value and headers
-    the bytes its producer encoded. The loop of a produce of delayed records:
-    one join per record."""
-    if not moves:
+def delayed_records(rows: Sequence[Row], shift: int) -> Encoded:
+    """The records of delayed moves (``holes.Split.rows``) as ``adds_batch_of``
+    takes them: each with its own headers and ``kc-scheduled-offset`` naming
+    its hole (its offset in the produced batch plus ``shift``), its key, value
+    and headers the bytes its producer encoded. The loop of a produce of
+    delayed records: one join per record."""
+    if not rows:
         return [], 0, 0
     small, end = SMALL_VARINTS, SMALL_VARINTS_END
-    base_ts = max_ts = moves[0].timestamp
+    base_ts = max_ts = rows[0][TIMESTAMP_AT]
     out = []
-    for delta, m in enumerate(moves, 1):
-        digits = b"%d" % (m.offset + shift)
-        ts = m.timestamp - base_ts
-        if ts > 0 and m.timestamp > max_ts:
-            max_ts = m.timestamp
-        count = m.header_count + 1
+    for delta, row in enumerate(rows, 1):
+        offset, timestamp, body, header_count, header_bytes, _, _, _, _, _, _ = row
+        digits = b"%d" % (offset + shift)
+        ts = timestamp - base_ts
+        if ts > 0 and timestamp > max_ts:
+            max_ts = timestamp
+        count = header_count + 1
         rest = b"".join((b"\x00", small[ts] if 0 <= ts < end else varint_bytes(ts),
-                         small[delta] if delta < end else varint_bytes(delta), m.body,
-                         small[count] if count < end else varint_bytes(count), m.header_bytes,
+                         small[delta] if delta < end else varint_bytes(delta), body,
+                         small[count] if count < end else varint_bytes(count), header_bytes,
                          _SCHEDULED_NAME, small[len(digits)], digits))
         size = len(rest)
         out.append((small[size] if size < end else varint_bytes(size)) + rest)

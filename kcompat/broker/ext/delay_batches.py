@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from kcompat.ext.delay import SCHEDULED_OFFSET
-from kcompat.ext.holes import Move, Split
+from kcompat.ext.holes import DUE_AT, HEADERS_AT, OFFSET_AT, SCHEDULE_ID_AT, Move, Row, Split
 from kcompat.ext.schedule import CELLS, Pending, ScheduleImage, Target
 from kcompat.ext.schedule_adds import AddParts, adds_batch_of, delayed_records, encode_adds
 from kcompat.ext.schedule_image import image_cells
@@ -56,7 +56,7 @@ def schedule_batches(topic: str, index: int, split: Split, base_offset: int,
     source = (topic, index)
     txn = hole.is_transactional  # written in the producer's transaction
     cancels = [(offset + shift, c.schedule_id) for offset, c in split.cancels]
-    moves = split.moves
+    moves = split.rows
     out = []
     for start in range(0, max(len(moves), 1), SCHEDULE_BATCH):
         chunk = moves[start:start + SCHEDULE_BATCH]
@@ -65,21 +65,21 @@ def schedule_batches(topic: str, index: int, split: Split, base_offset: int,
             break
         targets: list[Target] = []
         target_of: list[int] = []
-        if not split.topics and chunk and chunk[0].headers is None:
+        if not split.topics and chunk and chunk[0][HEADERS_AT] is None:
             records = delayed_records(chunk, shift)  # delayed (not a retry topic's)
         else:
             parts, targets, target_of = _parts(chunk, shift, index, partitions)
             records = encode_adds(parts, now)
         out.append(adds_batch_of(
-            source, src, records, [m.offset + shift for m in chunk], [m.due_ms for m in chunk],
-            ids=[(i, m.schedule_id) for i, m in enumerate(chunk) if m.schedule_id is not None],
+            source, src, records, [m[OFFSET_AT] + shift for m in chunk], [m[DUE_AT] for m in chunk],
+            ids=[(i, m[SCHEDULE_ID_AT]) for i, m in enumerate(chunk) if m[SCHEDULE_ID_AT] is not None],
             cancels=cancels if last else (), targets=targets, target_of=target_of,
             producer_id=hole.producer_id if txn else -1,
             producer_epoch=hole.producer_epoch if txn else -1, transactional=txn))
     return out
 
 
-def _parts(moves: Sequence[Move], shift: int, index: int, partitions: dict[str, int]
+def _parts(rows: Sequence[Row], shift: int, index: int, partitions: dict[str, int]
            ) -> tuple[list[AddParts], list[Target], list[int]]:
     """The encoded parts of ``moves`` as scheduled, and the targets other
     than their source (with each move's index into [source, *targets]; both
@@ -87,7 +87,7 @@ def _parts(moves: Sequence[Move], shift: int, index: int, partitions: dict[str, 
     parts: list[AddParts] = []
     targets: list[Target] = []
     target_of: list[int] = []
-    for m in moves:
+    for m in map(Move._make, rows):
         headers = m.headers if m.headers is not None else m.record.headers
         if m.topic is None:  # a retry: the headers its route gives, and its hole
             tid = 0

@@ -36,9 +36,12 @@ objects in the oldest generation, CPython's rule (a full collection once
 the objects that survived since the last one reach a quarter of it) would
 fire more often: the broker also sets the oldest generation's own threshold
 to ``GC_THRESHOLDS`` (a full collection after 100 collections of the middle
-one, not 10) and a young collection every 2,000 allocations, not 700 —
-after a 1M delayed soak's restart the defaults gave 20 full collections a
-minute of 40 ms each (``kcompat_gc_pause_seconds``).
+one, not 10) — after a 1M delayed soak's restart the defaults gave 20 full
+collections a minute of 40 ms each (``kcompat_gc_pause_seconds``). Young
+and middle collections run between the loop's turns (``loop.collector``:
+not in the middle of a request's burst of objects); the automatic
+collector's young threshold, 20,000, is only a net for a step that keeps
+that many objects on its own.
 SIGTERM or SIGINT drains: first a controlled shutdown (leaderships handed over, see
 ``BrokerLifecycle.controlled_shutdown``), then stop accepting, give in-flight requests a moment to finish, then close every log
 cleanly (snapshots and the clean-shutdown marker), so the next start needs no
@@ -65,6 +68,7 @@ from kcompat.broker.host.broker import Broker
 from kcompat.broker.http.calls import serve_envelope
 from kcompat.broker.http.serve import open_admin_sockets, run_admin_http
 from kcompat.broker.loop import loop_monitor, offload
+from kcompat.broker.loop.collector import TurnCollector
 from kcompat.broker.loop.loop_monitor import LoopMonitor
 from kcompat.broker.net.listeners import Listener
 from kcompat.broker.node import quorum_bootstrap
@@ -85,7 +89,9 @@ WARM_POLL_S = 0.25  # how often the warm-up looks whether the start is over
 # how long a thread that wants the GIL waits before the holder must give it up
 # (CPython's default: 5 ms; see the module)
 GIL_SWITCH_INTERVAL_S = 0.001
-GC_THRESHOLDS = (2_000, 10, 100)  # gc.set_threshold: young, middle, full (see above)
+# gc.set_threshold: young, middle, full (see above); young collections run at the
+# loop's turns from ``collector.YOUNG_AT`` on, the automatic ones are the net
+GC_THRESHOLDS = (20_000, 10, 100)
 
 
 async def _retention_loop(broker: Broker) -> None:
@@ -215,6 +221,7 @@ async def run_broker(config: BrokerConfig, task_status: trio.TaskStatus[int] = t
         async with trio.open_nursery() as background:
             registry = broker.metrics.registry
             background.start_soon(LoopMonitor(registry).run)  # loop lag, longest steps
+            background.start_soon(TurnCollector(registry).run)  # collections between turns
             background.start_soon(offload.keep_threads_ready)  # no thread started on the loop
             background.start_soon(_warm_codec, broker)  # schemas imported ahead, off the loop
             registry.register(OfflineMachines(broker.cluster.groups))

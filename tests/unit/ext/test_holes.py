@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import gc
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -167,3 +169,16 @@ def test_split_of_accepted_headers_is_the_decoding_one(
     """The same, with headers a producer may send (none refused): what the
     byte-level recognition of the common header blocks must get right."""
     _same_split(records, codec, 100_000)
+
+
+def test_the_moves_of_a_split_are_rows_the_collector_stops_tracking() -> None:
+    """A pipelined produce keeps its moves through two commits: as plain
+    tuples of numbers, bytes and strings, the first collection that sees them
+    stops tracking them (a named tuple is walked by every collection)."""
+    raw = _batch([(b"k%d" % i, [("kc-delay-ms", b"5000")] + (
+        [("kc-schedule-id", b"s%d" % i)] if i % 2 else [])) for i in range(50)])
+    out = split(raw, validate(raw), NOW)
+    assert out is not None and len(out.rows) == 50
+    gc.collect(0)
+    assert not any(gc.is_tracked(row) for row in out.rows)
+    assert [m.schedule_id for m in out.moves][:2] == [None, "s1"]
