@@ -19,10 +19,11 @@ topic (``ext.retry.route_headers``), so its batch is always empty — delay
 headers are ignored there. Its records are read like delayed ones (their
 layout and headers; key and value kept as produced, never decoded).
 
-Each record taken out becomes a ``Move``: when (``due_ms``), where (its own
-partition, or ``topic``), with which headers — and its key, value and headers
-as the producer encoded them, so that the schedule log stores it without
-decoding and encoding it again. Records are not decoded at all: their
+Each record taken out becomes a move (``ext.moves``: the batch's moves in
+columns, no object per record): when (``due_ms``), where (its own partition,
+or ``topic``), with which headers — and its key, value and headers as the
+producer encoded them, so that the schedule log stores it without decoding
+and encoding it again. Records are not decoded at all: their
 layout (``record_scan.layouts``) gives their headers and where their parts
 are; the batch with holes joins the kept records' bytes
 (``record_scan.splice_spans``). A record with ``kc-delay-ms`` alone, the
@@ -38,7 +39,6 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any, NamedTuple
 
 from kcompat.ext.delay import (
     DELAY_MAX_MS_DEFAULT,
@@ -48,17 +48,14 @@ from kcompat.ext.delay import (
     Deliver,
     classify,
 )
-from kcompat.ext.retry import Headers, Retry, RetryPolicy, route_headers
+from kcompat.ext.moves import Move, Moves
+from kcompat.ext.retry import Retry, RetryPolicy, route_headers
 from kcompat.wire.batch import HEADER_SIZE, BatchHeader
 from kcompat.wire.compression import CompressionError, decompress
-from kcompat.wire.record_scan import headers_at, layouts, splice_spans
+from kcompat.wire.record_scan import each_layout, headers_at, splice_spans
 from kcompat.wire.records import (
-    Record,
     RecordError,
-    decode_record_at,
     encode_headers,
-    encode_key_value,
-    encode_raw_record,
     rebuild_batch,
 )
 
@@ -73,60 +70,17 @@ _VALUE_AT = len(_DELAY_ALONE)  # where the value's length is, from the header co
 _ID_NAME = encode_headers(((SCHEDULE_ID, b""),))[:-1]
 
 
-class Move(NamedTuple):
-    """A record taken out. ``split`` makes each as a plain tuple of these
-    fields (``Split.rows``; the indexes below): a plain tuple of numbers,
-    bytes and strings is one the garbage collector stops tracking the first
-    time it looks at it, a named tuple never — and a pipelined produce keeps
-    its delayed records' moves through two commits, tens of thousands of
-    them walked by every collection of the middle generation meanwhile."""
-
-    offset: int  # its hole: its offset in the produced batch
-    timestamp: int
-    body: bytes  # its key and value as produced, each with its length varint
-    header_count: int
-    header_bytes: bytes  # its headers as produced, without their count
-    due_ms: int
-    schedule_id: str | None = None
-    headers: Headers | None = None  # delivered with these; None: its own
-    topic: str | None = None  # delivered there; None: its own topic-partition
-    partition: int = -1  # with ``topic``: this partition if it has it
-    retry: bool = False  # a retry (counted as such)
-
-    @classmethod
-    def of(cls, record: Record, due_ms: int, schedule_id: str | None = None,
-           headers: Headers | None = None, topic: str | None = None, partition: int = -1,
-           retry: bool = False) -> Move:
-        """The move of a decoded ``record``."""
-        return cls(record.offset, record.timestamp, encode_key_value(record.key, record.value),
-                   len(record.headers), encode_headers(record.headers), due_ms, schedule_id,
-                   headers, topic, partition, retry)
-
-    @property
-    def record(self) -> Record:
-        """The record as produced (decoded: for tests and slow paths)."""
-        raw = encode_raw_record(0, 0, self.body, self.header_count, self.header_bytes)
-        decoded = decode_record_at(raw, 0)
-        return Record(self.offset, self.timestamp, decoded.key, decoded.value, decoded.headers)
-
-
-# where each field of a ``Move`` is in a row of ``Split.rows``
-(OFFSET_AT, TIMESTAMP_AT, BODY_AT, HEADER_COUNT_AT, HEADER_BYTES_AT, DUE_AT, SCHEDULE_ID_AT,
- HEADERS_AT, TOPIC_AT, PARTITION_AT, RETRY_AT) = range(len(Move._fields))
-Row = tuple[Any, ...]  # a ``Move``'s fields as a plain tuple
-
-
 @dataclass(frozen=True, slots=True)
 class Split:
     hole: bytes  # the batch to store in the partition, with holes
-    rows: tuple[Row, ...]  # the moves, as plain tuples (``Move``)
+    taken: Moves  # the records taken out, in columns (``ext.moves``)
     cancels: tuple[tuple[int, Cancel], ...]  # (offset: its hole, the cancellation)
     topics: frozenset[str] = frozenset()  # the other topics moves go to
 
     @property
     def moves(self) -> tuple[Move, ...]:
-        """The moves as named tuples (made on each call: for tests and slow paths)."""
-        return tuple(map(Move._make, self.rows))
+        """The moves one by one (made on each call: for tests and slow paths)."""
+        return tuple(self.taken)
 
 
 def may_carry_headers(view: memoryview | bytes, header: BatchHeader) -> bool:
@@ -151,9 +105,14 @@ def split(view: memoryview | bytes, header: BatchHeader, now_ms: int,
         return _retries(view, header, now_ms, retry)
     payload, base_offset, base_ts, append_time = _opened(view, header)
     kept: list[tuple[int, int]] = []
-    moves: list[Row] = []
+    moves = Moves()
     cancels: list[tuple[int, Cancel]] = []
-    for start, end, ts, delta, kv, hc in layouts(payload, header.records_count):
+    # a column each (``ext.moves``): no object per record for the collector to walk
+    offsets, stamps, bodies = moves.offsets.append, moves.timestamps.append, moves.bodies.append
+    counts, blocks, dues = (moves.header_counts.append, moves.header_bytes.append,
+                            moves.dues.append)
+    ids = moves.ids
+    for start, end, ts, delta, kv, hc in each_layout(payload, header.records_count):
         if payload[hc] == 0 and hc + 1 == end:  # no header
             kept.append((start, end))
             continue
@@ -170,25 +129,29 @@ def split(view: memoryview | bytes, header: BatchHeader, now_ms: int,
             if delay_ms == 0:
                 kept.append((start, end))
                 continue
-            moves.append((
-                base_offset + delta, base_ts + ts if append_time is None else append_time,
-                payload[kv:hc], 1 if schedule_id is None else 2, payload[hc + 1:end],
-                now_ms + delay_ms, schedule_id, None, None, -1, False))
+            if schedule_id is not None:
+                ids[len(moves.offsets)] = schedule_id
+            offsets(base_offset + delta)
+            stamps(base_ts + ts if append_time is None else append_time)
+            bodies(payload[kv:hc])
+            counts(1 if schedule_id is None else 2)
+            blocks(payload[hc + 1:end])
+            dues(now_ms + delay_ms)
             continue
         found, first = headers_at(payload, hc, end)
         asked = classify(found, now_ms, max_delay_ms)
         if asked is None:
             kept.append((start, end))
         elif isinstance(asked, Deliver):
-            moves.append((
+            moves.add(Move(
                 base_offset + delta, base_ts + ts if append_time is None else append_time,
                 payload[kv:hc], len(found), payload[first:end], asked.due_ms,
-                asked.schedule_id, None, None, -1, False))
+                asked.schedule_id))
         else:
             cancels.append((base_offset + delta, asked))
     if not moves and not cancels:
         return None
-    return Split(splice_spans(view, header, payload, kept), tuple(moves), tuple(cancels))
+    return Split(splice_spans(view, header, payload, kept), moves, tuple(cancels))
 
 
 def _delay_and_id(payload: bytes, hc: int, end: int) -> tuple[bytes, str | None]:
@@ -231,16 +194,17 @@ def _retries(view: memoryview | bytes, header: BatchHeader, now_ms: int,
     (``route_headers``), its key and value kept as produced — nothing is
     decoded but the headers (a per-record cost on the nack path)."""
     payload, base_offset, base_ts, append_time = _opened(view, header)
-    moves: list[Row] = []
-    for _start, end, ts, delta, kv, hc in layouts(payload, header.records_count):
+    moves = Moves(routed=True)
+    for _start, end, ts, delta, kv, hc in each_layout(payload, header.records_count):
         found, first = headers_at(payload, hc, end)
         timestamp = base_ts + ts if append_time is None else append_time
         where = route_headers(found, timestamp, policy, now_ms)
         retry = isinstance(where, Retry)
-        moves.append((
+        moves.add(Move(
             base_offset + delta, timestamp, payload[kv:hc], len(found), payload[first:end],
             where.due_ms if isinstance(where, Retry) else now_ms, None, where.headers,
             None if isinstance(where, Retry) else where.topic,
             -1 if isinstance(where, Retry) else where.partition, retry))
-    return Split(rebuild_batch(header, []), tuple(moves), (),
-                 frozenset(m[TOPIC_AT] for m in moves if m[TOPIC_AT] is not None))
+    assert moves.routes is not None
+    return Split(rebuild_batch(header, []), moves, (),
+                 frozenset(topic for _, topic, _, _ in moves.routes if topic is not None))

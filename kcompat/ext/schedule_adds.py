@@ -40,7 +40,7 @@ from itertools import accumulate
 from typing import Any
 
 from kcompat.ext.delay import SCHEDULED_OFFSET
-from kcompat.ext.holes import TIMESTAMP_AT, Row
+from kcompat.ext.moves import Moves
 from kcompat.wire.records import (
     SMALL_VARINTS,
     SMALL_VARINTS_END,
@@ -83,19 +83,20 @@ def encode_adds(parts: Sequence[AddParts], timestamp: int = 0) -> Encoded:
             max([base_ts, *(p[0] for p in parts)]))
 
 
-def delayed_records(rows: Sequence[Row], shift: int) -> Encoded:
-    """The records of delayed moves (``holes.Split.rows``) as ``adds_batch_of``
-    takes them: each with its own headers and ``kc-scheduled-offset`` naming
-    its hole (its offset in the produced batch plus ``shift``), its key, value
-    and headers the bytes its producer encoded. The loop of a produce of
-    delayed records: one join per record."""
-    if not rows:
+def delayed_records(moves: Moves, shift: int) -> Encoded:
+    """The records of delayed ``moves`` as ``adds_batch_of`` takes them: each
+    with its own headers and ``kc-scheduled-offset`` naming its hole (its
+    offset in the produced batch plus ``shift``), its key, value and headers
+    the bytes its producer encoded. The loop of a produce of delayed records:
+    one join per record."""
+    if not moves:
         return [], 0, 0
     small, end = SMALL_VARINTS, SMALL_VARINTS_END
-    base_ts = max_ts = rows[0][TIMESTAMP_AT]
+    base_ts = max_ts = moves.timestamps[0]
     out = []
-    for delta, row in enumerate(rows, 1):
-        offset, timestamp, body, header_count, header_bytes, _, _, _, _, _, _ = row
+    for delta, (offset, timestamp, body, header_count, header_bytes) in enumerate(zip(
+            moves.offsets, moves.timestamps, moves.bodies, moves.header_counts,
+            moves.header_bytes, strict=True), 1):
         digits = b"%d" % (offset + shift)
         ts = timestamp - base_ts
         if ts > 0 and timestamp > max_ts:

@@ -21,7 +21,7 @@ Any malformation raises ``RecordError``. Pure: bytes in, values out.
 from __future__ import annotations
 
 import struct
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from kcompat.wire.batch import (
@@ -143,9 +143,18 @@ def layouts(buf: bytes, count: int) -> list[Layout]:
     (``splice_spans``) and copy the others' key, value and headers as they
     are, without decoding them. Record and field lengths are checked
     against the batch; the headers are not read (``headers_at`` reads and
-    checks them). The hot loop of a produce of delayed records: one-byte
-    and two-byte varints are read in line."""
-    out: list[Layout] = []
+    checks them)."""
+    return list(each_layout(buf, count))
+
+
+def each_layout(buf: bytes, count: int) -> Iterator[Layout]:
+    """``layouts`` one record at a time: a caller that is done with each
+    before the next holds no tuple per record (a split of many delayed
+    records in a worker thread, whose tuples the loop's collections would
+    walk meanwhile). The last record's checks, and the batch's, come with
+    the last one: read to the end before using what was read. The hot loop
+    of a produce of delayed records: one-byte and two-byte varints are read
+    in line."""
     pos, total = 0, len(buf)
     varint = _varint
     try:
@@ -202,13 +211,12 @@ def layouts(buf: bytes, count: int) -> list[Layout]:
                 raise RecordError(f"invalid length {size}")
             if p >= end:
                 raise RecordError("a record's key and value overrun it")
-            out.append((pos, end, ts, delta, kv, p))
+            yield pos, end, ts, delta, kv, p
             pos = end
     except IndexError:
         raise RecordError("a record overruns the batch") from None
     if pos != total:
         raise RecordError(f"{total - pos} bytes left after {count} records")
-    return out
 
 
 def headers_at(buf: bytes, pos: int, end: int) -> tuple[list[tuple[str, bytes | None]], int]:

@@ -13,10 +13,9 @@ offset (those a compaction copies forward before the log start passes them).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 from kcompat.ext.delay import SCHEDULED_OFFSET
-from kcompat.ext.holes import DUE_AT, HEADERS_AT, OFFSET_AT, SCHEDULE_ID_AT, Move, Row, Split
+from kcompat.ext.holes import Split
+from kcompat.ext.moves import Moves
 from kcompat.ext.schedule import CELLS, Pending, ScheduleImage, Target
 from kcompat.ext.schedule_adds import AddParts, adds_batch_of, delayed_records, encode_adds
 from kcompat.ext.schedule_image import image_cells
@@ -56,30 +55,30 @@ def schedule_batches(topic: str, index: int, split: Split, base_offset: int,
     source = (topic, index)
     txn = hole.is_transactional  # written in the producer's transaction
     cancels = [(offset + shift, c.schedule_id) for offset, c in split.cancels]
-    moves = split.rows
+    moves = split.taken
     out = []
     for start in range(0, max(len(moves), 1), SCHEDULE_BATCH):
-        chunk = moves[start:start + SCHEDULE_BATCH]
+        chunk = moves.chunk(start, start + SCHEDULE_BATCH)
         last = start + SCHEDULE_BATCH >= len(moves)
         if not chunk and not cancels:
             break
         targets: list[Target] = []
         target_of: list[int] = []
-        if not split.topics and chunk and chunk[0][HEADERS_AT] is None:
+        if not split.topics and chunk and chunk.routes is None:
             records = delayed_records(chunk, shift)  # delayed (not a retry topic's)
         else:
             parts, targets, target_of = _parts(chunk, shift, index, partitions)
             records = encode_adds(parts, now)
         out.append(adds_batch_of(
-            source, src, records, [m[OFFSET_AT] + shift for m in chunk], [m[DUE_AT] for m in chunk],
-            ids=[(i, m[SCHEDULE_ID_AT]) for i, m in enumerate(chunk) if m[SCHEDULE_ID_AT] is not None],
+            source, src, records, [offset + shift for offset in chunk.offsets], chunk.dues,
+            ids=list(chunk.ids.items()),
             cancels=cancels if last else (), targets=targets, target_of=target_of,
             producer_id=hole.producer_id if txn else -1,
             producer_epoch=hole.producer_epoch if txn else -1, transactional=txn))
     return out
 
 
-def _parts(rows: Sequence[Row], shift: int, index: int, partitions: dict[str, int]
+def _parts(moves: Moves, shift: int, index: int, partitions: dict[str, int]
            ) -> tuple[list[AddParts], list[Target], list[int]]:
     """The encoded parts of ``moves`` as scheduled, and the targets other
     than their source (with each move's index into [source, *targets]; both
@@ -87,7 +86,7 @@ def _parts(rows: Sequence[Row], shift: int, index: int, partitions: dict[str, in
     parts: list[AddParts] = []
     targets: list[Target] = []
     target_of: list[int] = []
-    for m in map(Move._make, rows):
+    for m in moves:
         headers = m.headers if m.headers is not None else m.record.headers
         if m.topic is None:  # a retry: the headers its route gives, and its hole
             tid = 0

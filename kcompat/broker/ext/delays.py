@@ -113,7 +113,7 @@ from kcompat.broker.ext.lateness import BatchLateness
 from kcompat.broker.loop.lane import background_turn
 from kcompat.broker.loop.offload import run_cpu
 from kcompat.broker.replication.storage import now_ms
-from kcompat.ext.holes import RETRY_AT, Split
+from kcompat.ext.holes import Split
 from kcompat.ext.schedule import Pending, Target
 from kcompat.ext.schedule_log import (
     SCHEDULE_TOPIC,
@@ -277,14 +277,14 @@ class DelayService:
         partitions = {topic: self.state.topics[topic].partitions for topic in split.topics}
         build = partial(schedule_batches, topic, index, split, base_offset, partitions, now_ms())
         # a large split is built in a worker thread, the loop going on meanwhile
-        batches = (await run_cpu(build) if len(split.rows) > SCHEDULE_BATCH
+        batches = (await run_cpu(build) if len(split.taken) > SCHEDULE_BATCH
                    else build())
         for batch in batches:  # in order: a cancellation follows what it cancels
             code, _offset = await self.calls.append(SCHEDULE_TOPIC, schedule_index, batch,
                                                     timeout_s)
             if code != ErrorCode.none:  # a retry schedules again; the log drops repeats
                 return code, f"the records to move could not be scheduled ({code.name}); retry"
-        self.pressure.scheduled(schedule_index, len(split.rows), trio.current_time())
+        self.pressure.scheduled(schedule_index, len(split.taken), trio.current_time())
         self._count_moves(topic, split)
         return ErrorCode.none, None
 
@@ -604,13 +604,14 @@ class DelayService:
     def _count_moves(self, topic: str, split: Split) -> None:
         if self.retries is None or self.dead_letters is None:
             return
-        if not split.topics and not (split.rows and split.rows[0][RETRY_AT]):
+        routes = split.taken.routes
+        if routes is None:
             return  # delayed records only (a retry topic's: a dead-letter topic, or retries)
-        for move in split.moves:
-            if move.retry:
+        for _headers, target, _partition, retry in routes:
+            if retry:
                 self.retries.labels(topic).inc()
-            elif move.topic is not None:
-                self.dead_letters.labels(move.topic).inc()
+            elif target is not None:
+                self.dead_letters.labels(target).inc()
 
     def _observe(self, delivery: Delivery, now: int) -> None:
         if self.lateness is not None and self.delivered is not None:

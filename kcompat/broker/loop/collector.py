@@ -32,10 +32,11 @@ The automatic collector stays on, with a young threshold of
 ``server.GC_THRESHOLDS[0]`` — ten times ``YOUNG_AT`` — as a net: a single
 step (or a worker thread while the loop sleeps) that keeps that many new
 objects alive still gets a collection where it is, as before, with
-CPython's rules. With the delayed records' moves as plain tuples
-(``ext.holes``), 2M delayed records produced on one node cost the collector
-2.3-2.9 s collected where the allocations fell and 2.1-2.2 s collected at
-the turns (3.0-3.4 s before both; bench/RESULTS.md, "The garbage collector
+CPython's rules. 2M delayed records produced on one node cost the
+collector 3.0-3.4 s when it ran where the allocations fell and each record's
+move was a named tuple; 2.1-2.2 s collected at the turns; 0.6 s once the
+moves were held in columns (``ext.moves``) and a split no longer kept a
+tuple per record of the batch (bench/RESULTS.md, "The garbage collector
 between the loop's turns").
 
 Each collection, wherever it starts, is timed by ``loop_monitor``'s

@@ -46,7 +46,7 @@ from kcompat.broker.storage.partition import Partition
 from kcompat.ext import holes
 from kcompat.ext.dedup import BY_HEADER, DEDUP_ID, header_id
 from kcompat.ext.delay import HeaderError
-from kcompat.ext.holes import HEADER_BYTES_AT, HEADER_COUNT_AT, Split
+from kcompat.ext.holes import Split
 from kcompat.txn.producer_state import SequenceError
 from kcompat.wire import batch as wbatch
 from kcompat.wire import record_scan
@@ -192,10 +192,10 @@ def _check_moved_ids(split: Split, pol: dedup_windows.Policy) -> None:
     it are read (not their key and value)."""
     if pol.by != BY_HEADER:
         return
-    for row in split.rows:
-        header_bytes = row[HEADER_BYTES_AT]
+    taken = split.taken
+    for count, header_bytes in zip(taken.header_counts, taken.header_bytes, strict=True):
         if _DEDUP_ID_NAME in header_bytes:
-            block = varint_bytes(row[HEADER_COUNT_AT]) + header_bytes
+            block = varint_bytes(count) + header_bytes
             header_id(record_scan.headers_at(block, 0, len(block))[0])  # read by split already
 
 

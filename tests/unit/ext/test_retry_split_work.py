@@ -7,8 +7,8 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kcompat.ext import holes
-from kcompat.ext.holes import Move
+from kcompat.ext import holes, moves
+from kcompat.ext.moves import Move
 from kcompat.ext.retry import Retry, RetryPolicy, route
 from kcompat.wire import records as wrecords
 from kcompat.wire.batch import validate
@@ -74,11 +74,12 @@ def test_no_record_is_decoded(monkeypatch) -> None:  # type: ignore[no-untyped-d
     monkeypatch.setattr(wrecords, "decode_record_at", counting_at)
     monkeypatch.setattr(holes, "decode_batch", lambda *a, **k: calls.append(1) or [],
                         raising=False)  # the old path decoded the batch
-    monkeypatch.setattr(holes, "decode_record_at", counting_at)
+    monkeypatch.setattr(moves, "decode_record_at", counting_at)
     raw = encode_batch([(b"k%d" % i, b"v" * 50, (("kc-error", b"boom"),
                                                  ("kc-attempt", b"%d" % (i % 4))), NOW)
                         for i in range(500)])
     found = holes.split(raw, validate(raw), NOW, retry=POLICY)
-    assert found is not None and len(found.moves) == 500
-    assert sum(m.retry for m in found.moves) == 375  # attempts 1..3; 125 dead letters
+    assert found is not None and len(found.taken) == 500
     assert calls == []
+    assert found.taken.routes is not None  # attempts 1..3 retried; 125 dead letters
+    assert sum(retry for _, _, _, retry in found.taken.routes) == 375

@@ -281,7 +281,7 @@ def test_delayed_records_are_the_records_with_their_hole_named(
     expected = encode_adds([(m.timestamp, record_tail(
         m.body, m.header_count + 1, m.header_bytes + encode_headers(
             ((SCHEDULED_OFFSET, b"%d" % (m.offset + shift)),)))) for m in moves])
-    assert delayed_records(moves, shift) == expected
+    assert delayed_records(out.taken, shift) == expected
     records = decode_batch(adds_batch_of(SOURCE, (1, 0, 0), expected,
                                          [m.offset + shift for m in moves],
                                          [m.due_ms for m in moves]))[1:]
