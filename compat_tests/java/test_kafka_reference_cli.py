@@ -71,3 +71,27 @@ def test_sigterm_stops_the_reference_jvm_and_removes_its_dir(tmp_path: Path) -> 
             proc.wait()
         if jvm is not None and _alive(jvm) and "kafka.Kafka" in _cmdline(jvm):
             os.kill(jvm, signal.SIGKILL)
+
+
+def test_the_suites_reference_jvm_is_quick_and_a_benchmarks_keeps_the_defaults(
+        tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """The suite (conftest.py) asks for C1 and the serial collector; without
+    the variable, as in a benchmark, the JVM keeps G1 and tiered compilation;
+    a value it does not know is an error, not a silent default."""
+    from compat_tests.java.kafka_reference import JVM_ENV, KafkaReference, ReferenceError_
+
+    ref = KafkaReference(tmp_path)
+    assert os.environ.get(JVM_ENV) == "quick"
+    quick = ref._java("kafka.Kafka", "server.properties")
+    assert "-XX:TieredStopAtLevel=1" in quick and "-XX:+UseSerialGC" in quick
+    assert "-XX:+UseG1GC" not in quick
+    monkeypatch.delenv(JVM_ENV)
+    full = ref._java("kafka.Kafka", "server.properties")
+    assert "-XX:+UseG1GC" in full and "-XX:TieredStopAtLevel=1" not in full
+    monkeypatch.setenv(JVM_ENV, "fast")
+    try:
+        ref._java("kafka.Kafka", "server.properties")
+    except ReferenceError_ as e:
+        assert "fast" in str(e)
+    else:
+        raise AssertionError("an unknown KAFKA_REFERENCE_JVM was taken")
