@@ -111,7 +111,7 @@ def split(view: memoryview | bytes, header: BatchHeader, now_ms: int,
     offsets, stamps, bodies = moves.offsets.append, moves.timestamps.append, moves.bodies.append
     counts, blocks, dues = (moves.header_counts.append, moves.header_bytes.append,
                             moves.dues.append)
-    ids = moves.ids
+    named, names = moves.id_rows.append, moves.id_names.append
     for start, end, ts, delta, kv, hc in each_layout(payload, header.records_count):
         if payload[hc] == 0 and hc + 1 == end:  # no header
             kept.append((start, end))
@@ -130,7 +130,8 @@ def split(view: memoryview | bytes, header: BatchHeader, now_ms: int,
                 kept.append((start, end))
                 continue
             if schedule_id is not None:
-                ids[len(moves.offsets)] = schedule_id
+                named(len(moves.offsets))
+                names(schedule_id)
             offsets(base_offset + delta)
             stamps(base_ts + ts if append_time is None else append_time)
             bodies(payload[kv:hc])

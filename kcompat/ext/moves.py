@@ -12,7 +12,8 @@ has looked at it once) is one more object for every young collection, and a
 named tuple for every middle one too, tens of thousands at a time under a
 delayed producer. ``Moves`` holds them in columns instead: numbers in
 ``array`` columns (which the collector never tracks), bytes in two lists,
-the few schedule ids in a dict by index — a handful of objects per batch,
+the few schedule ids in two columns (their indexes, found by bisection
+when a batch is cut in chunks) — a handful of objects per batch,
 whatever its record count. ``Move`` names one record's fields, for tests and
 the slow paths (``iter(moves)``).
 
@@ -22,6 +23,7 @@ Pure: values in, values out.
 from __future__ import annotations
 
 from array import array
+from bisect import bisect_left
 from collections.abc import Iterator
 from typing import NamedTuple
 
@@ -77,7 +79,7 @@ class Moves:
     topic's also have a ``Route`` each (``routes``, else None)."""
 
     __slots__ = ("offsets", "timestamps", "bodies", "header_counts", "header_bytes", "dues",
-                 "ids", "routes")
+                 "id_rows", "id_names", "routes")
 
     def __init__(self, routed: bool = False) -> None:
         self.offsets = array("q")
@@ -86,7 +88,9 @@ class Moves:
         self.header_counts = array("q")
         self.header_bytes: list[bytes] = []
         self.dues = array("q")
-        self.ids: dict[int, str] = {}  # the index of a move with a kc-schedule-id: that id
+        # the moves with a kc-schedule-id: their indexes, increasing, and their ids
+        self.id_rows = array("q")
+        self.id_names: list[str] = []
         self.routes: list[Route] | None = [] if routed else None
 
     def __len__(self) -> int:
@@ -95,7 +99,8 @@ class Moves:
     def add(self, move: Move) -> None:
         """One more (a slow path's: ``split``'s loops append to the columns)."""
         if move.schedule_id is not None:
-            self.ids[len(self.offsets)] = move.schedule_id
+            self.id_rows.append(len(self.offsets))
+            self.id_names.append(move.schedule_id)
         self.offsets.append(move.offset)
         self.timestamps.append(move.timestamp)
         self.bodies.append(move.body)
@@ -111,12 +116,18 @@ class Moves:
         out.offsets, out.timestamps = self.offsets[start:stop], self.timestamps[start:stop]
         out.bodies, out.header_bytes = self.bodies[start:stop], self.header_bytes[start:stop]
         out.header_counts, out.dues = self.header_counts[start:stop], self.dues[start:stop]
-        out.ids = {i - start: sid for i, sid in self.ids.items() if start <= i < stop}
+        lo, hi = bisect_left(self.id_rows, start), bisect_left(self.id_rows, stop)
+        out.id_rows = array("q", [i - start for i in self.id_rows[lo:hi]])
+        out.id_names = self.id_names[lo:hi]
         out.routes = None if self.routes is None else self.routes[start:stop]
         return out
 
+    def ids(self) -> list[tuple[int, str]]:
+        """(index, kc-schedule-id) of the moves that have one, in order."""
+        return list(zip(self.id_rows, self.id_names, strict=True))
+
     def __iter__(self) -> Iterator[Move]:
-        ids, routes = self.ids, self.routes
+        ids, routes = dict(self.ids()), self.routes
         for i, (offset, timestamp, body, count, block, due) in enumerate(zip(
                 self.offsets, self.timestamps, self.bodies, self.header_counts,
                 self.header_bytes, self.dues, strict=True)):

@@ -71,7 +71,7 @@ def schedule_batches(topic: str, index: int, split: Split, base_offset: int,
             records = encode_adds(parts, now)
         out.append(adds_batch_of(
             source, src, records, [offset + shift for offset in chunk.offsets], chunk.dues,
-            ids=list(chunk.ids.items()),
+            ids=chunk.ids(),
             cancels=cancels if last else (), targets=targets, target_of=target_of,
             producer_id=hole.producer_id if txn else -1,
             producer_epoch=hole.producer_epoch if txn else -1, transactional=txn))

@@ -94,6 +94,7 @@ letters per dead-letter topic.
 
 from __future__ import annotations
 
+import collections
 import logging
 from functools import partial
 from operator import attrgetter
@@ -607,11 +608,12 @@ class DelayService:
         routes = split.taken.routes
         if routes is None:
             return  # delayed records only (a retry topic's: a dead-letter topic, or retries)
-        for _headers, target, _partition, retry in routes:
-            if retry:
-                self.retries.labels(topic).inc()
-            elif target is not None:
-                self.dead_letters.labels(target).inc()
+        retried = sum(route[3] for route in routes)  # a metric's lock per batch, not per record
+        if retried:
+            self.retries.labels(topic).inc(retried)
+        for target, count in collections.Counter(
+                target for _, target, _, retry in routes if not retry and target is not None).items():
+            self.dead_letters.labels(target).inc(count)
 
     def _observe(self, delivery: Delivery, now: int) -> None:
         if self.lateness is not None and self.delivered is not None:

@@ -59,9 +59,7 @@ FULL_GROWTH = 1.25  # a full collection once the heap is this much its low since
 class TurnCollector(trio.abc.Instrument):
     """Collects at the end of a turn of the loop (see the module)."""
 
-    def __init__(self, registry: CollectorRegistry | None = None, young_at: int = YOUNG_AT
-                 ) -> None:
-        self.young_at = young_at
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
         _, self.middle_at, self.full_at = gc.get_threshold()
         self.low_blocks = sys.getallocatedblocks()
         self.collections = Counter("kcompat_gc_turn_collections",
@@ -71,7 +69,7 @@ class TurnCollector(trio.abc.Instrument):
 
     def before_io_wait(self, timeout: float) -> None:
         young, middle, full = gc.get_count()
-        if young < self.young_at:
+        if young < YOUNG_AT:
             return
         generation = self.generation(middle, full)
         gc.collect(generation)
