@@ -247,7 +247,8 @@ def _read_exact(sock: socket.socket, n: int) -> bytes:
 
 #: librdkafka 2.x's answer to a watermark query for a partition whose leader
 #: Metadata gives as -1 (LEADER_NOT_AVAILABLE, an election in progress): it
-#: counts that leader as permanently missing and fails the query at once
+#: counts that leader as permanently missing and fails the query at once, and
+#: asks the cluster again only when its metadata is refreshed (``list_topics``)
 _LEADERLESS = "_UNKNOWN_PARTITION"
 
 
@@ -256,7 +257,9 @@ def _high_watermark(consumer: Any, tp: Any, timeout_s: float) -> int:
     after a broker comes back, the partitions it prefers to lead move back to
     it, each through an election, as Kafka's brokers take back their preferred
     leaderships after a restart; a Kafka client meets the same between two
-    leaders."""
+    leaders. The query takes the leader from the client's cached metadata and
+    never refreshes it: the topic's metadata is asked for again before each
+    new try, or a leaderless answer cached once fails every try."""
     from confluent_kafka import KafkaException
 
     deadline = time.monotonic() + timeout_s
@@ -267,6 +270,7 @@ def _high_watermark(consumer: Any, tp: Any, timeout_s: float) -> int:
             if e.args[0].name() != _LEADERLESS or time.monotonic() > deadline:
                 raise
         time.sleep(0.2)
+        consumer.list_topics(tp.topic, timeout=10)
 
 
 def read_log(bootstrap: str, topic: str, partitions: int,

@@ -1189,16 +1189,24 @@ def follower_view(term: int, leader: int, ann: codec.Announcement | None
                   ) -> tuple[int, int, tuple[int, ...]]:
     """(leader or -1, leader epoch, isr) of a partition this broker follows:
     its Raft node's term and leader, with the leader's last announcement for
-    the ISR. A replica behind the announced term that knows no leader names
-    the announced one, as a broker without a replica does. That is a replica
-    opened after its partition's first election (the open runs in a worker
-    thread while the others vote): it missed the vote and the new leader's
-    BeginQuorumEpoch and sits in the fresh term -1 until the leader asks
-    again, a few ticks later. Metadata named the partition leaderless then
-    (leader -1, epoch -1), and librdkafka parked its first produce to the new
-    topic until its 1 s topic scan."""
+    the ISR. A replica that knows no leader and is not past the announced
+    term names the announced leader, as a broker without a replica does (a
+    term has one leader at most, and the announcement comes from it):
+    - a replica opened after its partition's first election (the open runs
+      in a worker thread while the others vote) missed the vote and the new
+      leader's BeginQuorumEpoch and sits in the fresh term -1 until the
+      leader asks again, a few ticks later. Metadata named the partition
+      leaderless then (leader -1, epoch -1), and librdkafka parked its first
+      produce to the new topic until its 1 s topic scan;
+    - a restarted replica reads its term from disk but not who leads it,
+      until the leader's BeginQuorumEpoch or fetch answer comes. Metadata
+      named the partition leaderless meanwhile (leader -1, the same epoch);
+      librdkafka keeps such an answer for a watermark query and fails it
+      with _UNKNOWN_PARTITION without asking again (``test_quiet_failover``
+      caught it once in about five runs).
+    Only a replica past the announced term (a vote under way) names none."""
     if ann is not None and ann.leader != NO_NODE and (
-            ann.term > term and leader == NO_NODE
+            ann.term >= term and leader == NO_NODE
             or ann.term == term and ann.leader == leader):
         return ann.leader, ann.term, ann.isr
     return leader, term, (leader,) if leader != NO_NODE else ()

@@ -8,7 +8,8 @@ fresh term -1 knowing no leader, while the leader's announcement of term 0 has
 arrived (and ended the topic's "being created" answer). Metadata named the
 partition leaderless then (leader -1, epoch -1; a CI run of
 ``test_cluster_autocreate`` over SASL_SSL caught librdkafka seeing it); it names
-the announced leader, as a broker that holds no replica does."""
+the announced leader, as a broker that holds no replica does. So does a
+restarted replica, which knows its term but not yet its leader."""
 
 from __future__ import annotations
 
@@ -48,6 +49,15 @@ def test_before_any_announcement_the_new_partition_is_still_being_created() -> N
     rt = _runtime(-1, NO_NODE, None)
     assert ClusterRuntime.first_leader_pending(rt, TOPIC, 0)  # type: ignore[arg-type]
     assert _view(rt)[0] == NO_NODE
+
+
+def test_a_restarted_replica_names_the_leader_announced_in_its_own_term() -> None:
+    """After a restart the replica's Raft node has its term from disk and no
+    leader until the leader's BeginQuorumEpoch or a fetch answer arrives:
+    the announcement of that same term names the leader meanwhile (-1 sent
+    librdkafka's watermark query into _UNKNOWN_PARTITION for good)."""
+    rt = _runtime(3, NO_NODE, Announcement(GID, 3, 2, (1, 2, 3)))
+    assert _view(rt) == (2, 3, (3, 2, 1), (1, 2, 3))
 
 
 def test_an_election_in_a_newer_term_is_not_hidden_by_an_older_announcement() -> None:
