@@ -119,6 +119,11 @@ PROMOTE_CHUNK = 2_000  # entries promoted per call at most (a part of a turn: ~2
 # must be by then (its earliest records may be among its last); the near form
 # costs little (rows the garbage collector does not track)
 PROMOTE_AHEAD_MS = 8_000
+# a slot this close to its start (or begun) is promoted at the host's full pace
+# (``urgent``); before that, a few thousand entries a turn (the delay service's
+# calm turns): half the lead each, so that a slot of a million records all due in
+# one second is near by the time it begins even on a loaded node
+PROMOTE_URGENT_MS = 4_000
 # far entries indexed per ``take_all`` at most (a dict made at C speed: ~3 ms)
 INDEX_CHUNK = 32_768
 # a far slot keeps the least due time of each run of this many entries (in log order):
@@ -462,6 +467,11 @@ class Schedule:
             if left is not None:
                 left -= max(done, 1)
         return True
+
+    def urgent(self, now_ms: int) -> bool:
+        """The first slot not promoted whole begins within ``PROMOTE_URGENT_MS``
+        of ``now_ms`` (or has begun): what is left of it must be near soon."""
+        return bool(self._slots) and self._slots[0] * SLOT_MS <= now_ms + PROMOTE_URGENT_MS
 
     def promoting(self, now_ms: int) -> bool:
         """A slot that begins by ``now_ms`` (or soon after) is not promoted

@@ -80,11 +80,13 @@ batch's Raft round must carry many records) reads its records
 ``READ_CHUNK`` at a time, a turn each, from where they are, neighbours in a stored batch together
 (``StoredRecords.tails``: their stored bytes, framed again without being
 decoded), its lateness is observed per batch (``BatchLateness``), and the schedule
-promotes a slot of far-future records ``PROMOTE_TURN`` a turn at most, shared by
-the partitions led here (from ``schedule.PROMOTE_AHEAD_MS`` before the slot
-begins: a slot is promoted in log order, so its earliest records may be
-among its last promoted), the loop
-coming back at once (``_start_due``) until it is done.
+promotes a slot of far-future records ``PROMOTE_TURN_CALM`` a turn at most,
+shared by the partitions led here (from ``schedule.PROMOTE_AHEAD_MS`` before
+the slot begins: a slot is promoted in log order, so its earliest records may
+be among its last promoted), ``PROMOTE_TURN`` once it is about to begin
+(``Schedule.urgent``) — a step of a few milliseconds while there is time, a
+longer one only when a slot must be near soon — the loop coming back at once
+(``_start_due``) until it is done.
 
 Metrics: pending records per target partition (on the schedule partition's
 leader), how late each schedule partition is, the throttle given, delivery
@@ -149,9 +151,14 @@ log = logging.getLogger("kcompat.delays")
 DELIVERY_BATCH = 2000
 READ_CHUNK = 500
 # entries promoted per turn of the delivery loop at most, shared by the schedule
-# partitions led here (~15 ms; less and a large slot is not promoted by the time
-# it begins on a loaded node: the 1M soak's calm lateness p50 went from 0 to 300 ms)
+# partitions led here: PROMOTE_TURN (~15 ms) once a slot is about to begin
+# (``Schedule.urgent``; less and a large slot is not promoted by the time it
+# begins on a loaded node: the 1M soak's calm lateness p50 went from 0 to 300 ms),
+# PROMOTE_TURN_CALM (~4 ms) in the seconds before: a slot is promoted from
+# ``PROMOTE_AHEAD_MS`` before it begins, and at a turn every 50 ms that is
+# 60,000 entries a second, more than a busy node's producers schedule
 PROMOTE_TURN = 12_000
+PROMOTE_TURN_CALM = 3_000
 MOVE_BATCH = 500  # records copied forward per batch (a JSON op each: ~5 us to apply)
 DELIVERY_BYTES = 1 << 20  # and about this many bytes (one record at least)
 # a delivery waits until the earliest of its records has been due this long (at
@@ -305,10 +312,12 @@ class DelayService:
         """Start a delivery task per target with due records (or one in
         flight); how long to sleep before looking again."""
         wait_s = IDLE_WAKE_S
-        share = max(PROMOTE_TURN // max(len(self.leading), 1), 1)
-        for index in sorted(self.leading):
-            if self.cluster.serving_machine(SCHEDULE_TOPIC, index) is not None:
-                continue
+        served = [index for index in sorted(self.leading)
+                  if self.cluster.serving_machine(SCHEDULE_TOPIC, index) is None]
+        turn = PROMOTE_TURN if any(self._log(index).schedule.urgent(now)
+                                   for index in served) else PROMOTE_TURN_CALM
+        share = max(turn // max(len(self.leading), 1), 1)
+        for index in served:
             slog = self._log(index)
             for target in [*slog.inflight, *slog.due_targets(now, share, DELIVERY_LINGER_MS)]:
                 self._spawn(nursery, index, target)
