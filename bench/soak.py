@@ -1596,6 +1596,13 @@ def report(r: dict[str, Any]) -> list[str]:
         summary.append(f"plain producer p99 outside the idle and kill phases / idle: "
                        f"{pct(loaded, .99) / pct(idle, .99):.1f}x "
                        f"({fmt_s(pct(loaded, .99))} / {fmt_s(pct(idle, .99))})")
+    # the same saturation without any extension: what the extension itself adds
+    plain_ph = [p["s"] for p in steady if probe_phase(p, m) == "plain"]
+    ext = [p["s"] for p in steady if probe_phase(p, m) not in ("idle", "plain", "kill -9")]
+    if plain_ph and ext:
+        summary.append(f"plain producer p99 under the extension's load / under the plain "
+                       f"produce phase's: {pct(ext, .99) / pct(plain_ph, .99):.1f}x "
+                       f"({fmt_s(pct(ext, .99))} / {fmt_s(pct(plain_ph, .99))})")
     if summary:
         lines += ["", "; ".join(summary)]
     fails = [p for p in probes if not p["ok"]]
