@@ -29,7 +29,10 @@ write or fsync fails is held back, offline for writes, and retried:
 ``disk_faults``), then sends the
 messages of all groups, batched into one frame per peer, then ``advance``s
 each group and publishes its new state (high watermark, leader epoch) to
-waiting produce requests and fetches, and feeds its state machine, if any
+waiting produce requests and fetches — a leader's high watermark as
+``advance`` moved it over the entries just made durable (``_durable_hw``: a
+lone replica's acks=all produce is answered after the round that synced it,
+not after the next one's Ready) — and feeds its state machine, if any
 (``Group.feed``: the metadata image, ``__consumer_offsets``,
 ``__transaction_state``, ``__kc_schedule``...). Feeding shares one budget per
 round (``FEED_BUDGET_S``); a replay longer than that goes on in later turns of
@@ -952,10 +955,24 @@ class ClusterRuntime:
                 continue
             group.raft.advance(ready)
             faults.advanced(group)
-            group.hw = ready.high_watermark
+            group.hw = self._durable_hw(group, ready)
             self._publish(group)
             self._touch(group)  # advance may have answered parked fetches
         return bool(batch)
+
+    @staticmethod
+    def _durable_hw(group: Group, ready: Ready) -> int:
+        """The high watermark to publish once ``ready`` is durable: the Ready's,
+        or a leader's commit that ``advance`` just moved over the entries this
+        round made durable (a lone replica's every append: its entries commit
+        as they reach its disk). Published now, the round's produce waiters
+        answer after this round, not after the next one: a turn of the loop
+        less under load. Never above the leader's durable log end, which
+        ``advance`` computes the commit from."""
+        raft = group.raft
+        if raft.role is not Role.LEADER:
+            return ready.high_watermark
+        return max(ready.high_watermark, min(raft.high_watermark, raft.log.stable_end))
 
     def _must_fsync(self, group: Group) -> bool:
         """Raft makes entries durable before it sends or acknowledges them. The

@@ -1,0 +1,99 @@
+"""An acks=all append waits for one Raft round, not two; a pass of several
+fsync targets comes back in one wake-up (issue 31: the plain producer's wait
+under an extension's load is counted in turns of a busy loop)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+from kio.schema.errors import ErrorCode as E
+
+from kcompat.broker.config import broker_config
+from kcompat.broker.host.broker import Broker
+from kcompat.broker.storage.flusher import Flusher
+from kcompat.log.store import OS_STORE, StoredFile
+from kcompat.testing import running
+from kcompat.wire.records import encode_batch
+
+
+@pytest.fixture
+def broker(tmp_path: Path) -> Iterator[Broker]:
+    cfg = broker_config.load(None, {"log.dirs": str(tmp_path)}, {})
+    b = Broker(cfg)
+    yield b
+    b.close()
+
+
+def test_a_lone_replica_answers_an_acks_all_append_after_the_round_that_synced_it(
+        broker: Broker) -> None:
+    """The round that makes a lone replica's entry durable commits it (its
+    leader's ``advance``): published then, not by the next round's Ready,
+    so the producer waits for one round of its partition's group."""
+    # (entries, its high watermark, the one published when it was made) of each Ready
+    readies: list[tuple[int, int, int]] = []
+
+    async def body() -> None:
+        await running.create_topic(broker, "plain", 1)
+        await broker.cluster.wait_leaders("plain", 5.0)
+        group = broker.cluster.group_of("plain", 0)
+        assert group is not None and group.lone
+        ready = group.raft.ready
+
+        def counted() -> Any:
+            r = ready()
+            readies.append((len(r.entries), r.high_watermark, group.hw))
+            return r
+
+        group.raft.ready = counted  # type: ignore[method-assign]
+        for i in range(5):
+            code, offset = await broker.calls.append_locally(
+                "plain", 0, encode_batch([(None, b"v%d" % i, (), 1)]), 5.0)
+            assert code == E.none and offset == i
+            assert group.hw == i + 1
+        await trio.sleep(0.1)  # the rounds after the last answer
+        # no Ready reports a high watermark the round that synced the entries
+        # below it has not published already (else the producer waited for
+        # that second round)
+        assert sum(n for n, _hw, _published in readies) == 5
+        assert [hw for _n, hw, _p in readies] == [p for _n, _hw, p in readies], readies
+
+    running.run(broker, body)
+
+
+class Slow:
+    """An fsync target that takes a while."""
+
+    def __init__(self, path: Path) -> None:
+        self.file = OS_STORE.open(path)
+
+    def dirty_files(self) -> list[StoredFile]:
+        return [self.file]
+
+
+def test_a_pass_of_several_targets_comes_back_in_one_wake_up(tmp_path: Path) -> None:
+    """Every wake-up is a turn of each busy task under load: the pass's
+    slices run in threads without a task of their own (one per slice, in a
+    nursery, cost the caller two more wake-ups after the last fsync)."""
+    spawned: list[str] = []
+
+    class Spawns(trio.abc.Instrument):
+        def task_spawned(self, task: trio.lowlevel.Task) -> None:
+            spawned.append(task.name)
+
+    targets = [Slow(tmp_path / f"f{i}") for i in range(5)]
+    for t in targets:
+        t.file.append([b"x" * 100])
+
+    async def main() -> dict[int, OSError]:
+        flusher = Flusher()
+        await flusher.sync_each(targets[0])  # (trio's worker thread cache warmed)
+        spawned.clear()
+        trio.lowlevel.add_instrument(Spawns())
+        return await flusher.sync_each(*targets)
+
+    assert trio.run(main) == {}
+    assert spawned == [], spawned
