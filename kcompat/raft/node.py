@@ -420,6 +420,14 @@ class Raft:
             or self.high_watermark != self._reported_hw
         )
 
+    def appends_only(self) -> bool:
+        """The next Ready would hold entries and a high watermark at most: no
+        message, hard state, truncation or snapshot (what a runtime may make
+        durable beside another Ready's round: ``ClusterRuntime._overlap``)."""
+        return (not self._msgs and self.log.truncate_pending is None
+                and self.log.snapshot_pending is None
+                and HardState(self.term, self.vote) == self._persisted)
+
     def ready(self) -> Ready:
         """Collect the pending effects (see ``types.Ready`` for the contract)."""
         assert self._outstanding is None, "advance the previous Ready first"

@@ -18,8 +18,8 @@ over its own ``PartitionLog`` (``storage``): Raft term = partition leader
 epoch, Raft high watermark = Kafka high watermark, Raft leader = partition
 leader. A group whose only voter is this broker elects itself at once.
 
-The driver (``run``) is the only place that moves the Raft Ready contract
-forward, for all groups at once: every ``tick_ms`` it ticks each group that
+The driver (``run``) moves the Raft Ready contract forward, for all groups
+at once: every ``tick_ms`` it ticks each group that
 is not quiesced (``_ticking``) and runs the tick hooks of the layers above; on
 every wake-up (a tick, a received frame, a proposal) it collects the Ready of
 every group touched since the last round (``_dirty``) that has one, writes
@@ -39,6 +39,16 @@ round (``FEED_BUDGET_S``); a replay longer than that goes on in later turns of
 the driver (``_feeding``), each after a checkpoint, so a restart with a long
 internal log or a burst of commits never holds the loop past the budget, and
 ``wait_committed`` answers once the entry is applied as well as committed.
+
+One round beside it (``_overlap``): while the driver waits for its round's
+fsync pass, the groups touched meanwhile that have no other replica, are not
+the metadata log and only append (``Raft.appends_only``: no message to order
+with the driver's frames, no hard state for the shared journal, no
+truncation or snapshot) go through rounds of their own — written, synced,
+advanced, published — and a lone partition's acks=all produce waits for its
+own small fsync, not for the pass of every partition written before it and a
+turn of the loop to begin the next round. A group is in one round at a time
+(``_in_flight``: the other leaves it dirty for later).
 
 Replica management: ``assignments`` maps each topic-partition to its group id
 and replicas (applied from the metadata log by the controller);
@@ -254,6 +264,8 @@ class ClusterRuntime:
         self._parked = False  # the driver waits for a kick (between rounds)
         self.ticks = 0
         self._syncing = False  # the driver waits for a round's fsync pass
+        self._in_flight: set[int] = set()  # groups whose Ready a round holds (``_overlap``)
+        self._overlap_wake = trio.Event()
         self._sync_beats = 0  # ticks it has waited so far
         self._stall_seen: dict[int, int] = {}  # led group id -> high watermark at the last check
         # this process among the peers' view of us (a restart is a new one)
@@ -666,6 +678,8 @@ class ClusterRuntime:
 
     def kick(self) -> None:
         self._wake.set()
+        if self._syncing:
+            self._overlap_wake.set()
 
     def spawn(self, fn: Any, *args: Any) -> bool:
         """Run ``fn(*args)`` in the runtime's nursery; False before it runs."""
@@ -685,6 +699,7 @@ class ClusterRuntime:
                 nursery.start_soon(peer.run)
             nursery.start_soon(self._ticker)
             nursery.start_soon(self._drive)
+            nursery.start_soon(self._overlap)
             task_status.started()
 
     async def _drive(self) -> None:
@@ -703,6 +718,18 @@ class ClusterRuntime:
                 if not await self._round():
                     break
                 await trio.lowlevel.checkpoint()  # each round is a turn of its own
+
+    async def _overlap(self) -> None:
+        """Rounds beside the driver's while its fsync pass is in flight, of the
+        groups that only append and have no other replica (``_may_overlap``):
+        a lone partition's acks=all produce then waits for its own small
+        fsync, not for the pass of every partition written before it, the
+        end of that round and a turn of the loop to start the next."""
+        while True:
+            await self._overlap_wake.wait()
+            self._overlap_wake = trio.Event()
+            while self._syncing and await self._round(overlap=True):
+                await trio.lowlevel.checkpoint()
 
     async def _ticker(self) -> None:
         while True:
@@ -916,23 +943,55 @@ class ClusterRuntime:
                 log.info("node %d hands %s to preferred leader %d", self.node_id,
                          group.name, preferred)
 
-    async def _round(self) -> bool:
-        """One Ready round over every group; False when nobody had anything."""
+    async def _round(self, overlap: bool = False) -> bool:
+        """One Ready round over every group (``overlap``: over those that may
+        go beside the driver's round in flight); False when nobody had anything."""
         batch: list[tuple[Group, Ready]] = []
         dirty, self._dirty = self._dirty, {}
         self._feed_deadline = time.monotonic() + FEED_BUDGET_S
         faults = self.faults  # a failed write or fsync holds its group's Ready back
-        for group in dirty.values():
+        in_flight = self._in_flight
+        for gid, group in dirty.items():
             if group.removed or faults.is_offline(group) or not group.raft.has_ready():
+                continue
+            if gid in in_flight or overlap and not self._may_overlap(group):
+                self._dirty.setdefault(gid, group)  # the next round's
                 continue
             ready = group.raft.ready()
             if faults.write(group, ready):
                 batch.append((group, ready))
-        if faults.pending:
-            batch += faults.due()  # held Readies written again after their backoff
-        announce = self._take_announcements()
-        if not batch and not announce:
-            return False
+        if overlap:
+            if not batch:
+                return False
+            announce: tuple[codec.Announcement, ...] = ()
+        else:
+            if faults.pending:
+                batch += faults.due()  # held Readies written again after their backoff
+            announce = self._take_announcements()
+            if not batch and not announce:
+                return False
+        gids = [g.gid for g, _r in batch]
+        in_flight.update(gids)
+        try:
+            return await self._persist(batch, announce, overlap)
+        finally:
+            in_flight.difference_update(gids)
+            if overlap:
+                self.kick()  # the driver left them dirty meanwhile
+
+    def _may_overlap(self, group: Group) -> bool:
+        """Whether ``group``'s next Ready may be made durable beside the
+        driver's round: a partition (not the metadata log) whose only replica
+        is here, whose Ready holds appends at most — no message to order with
+        the driver's frames, no hard state for the shared journal, no
+        truncation or snapshot."""
+        return group.lone and group.gid != METADATA_GROUP and group.raft.appends_only()
+
+    async def _persist(self, batch: list[tuple[Group, Ready]],
+                       announce: tuple[codec.Announcement, ...], overlap: bool) -> bool:
+        """The written Readies of a round made durable, their messages sent,
+        advanced and published."""
+        faults = self.faults
         logs = [g.storage.plog for g, r in batch if r.must_sync and self._must_fsync(g)]
         # hard states: the journal's records of the round (partition groups;
         # made durable by one fsync) and the metadata log's own file
@@ -942,9 +1001,14 @@ class ClusterRuntime:
             group.sync_wanted = False
         if self.journal.pending:
             durable.append(self.journal)
-        if logs or durable:
+        if overlap:
+            if logs:  # (no journal: ``_may_overlap``)
+                batch = await faults.sync(self.state.flusher, batch, [], logs, self.journal)
+        elif logs or durable:
             # off the event loop; a group whose fsync failed is held back
             self._syncing, self._sync_beats = True, 0
+            if self._dirty:
+                self._overlap_wake.set()  # what came meanwhile may go beside it
             try:
                 batch = await faults.sync(self.state.flusher, batch, durable, logs, self.journal)
             finally:

@@ -1,9 +1,11 @@
-"""An acks=all append waits for one Raft round, not two; a pass of several
-fsync targets comes back in one wake-up (issue 31: the plain producer's wait
-under an extension's load is counted in turns of a busy loop)."""
+"""An acks=all append waits for one Raft round, not two, and not for another
+partition's fsync pass in flight; a pass of several fsync targets comes back
+in one wake-up (issue 31: the plain producer's wait under an extension's load
+is counted in turns of a busy loop)."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -62,6 +64,62 @@ def test_a_lone_replica_answers_an_acks_all_append_after_the_round_that_synced_i
         assert [hw for _n, hw, _p in readies] == [p for _n, _hw, p in readies], readies
 
     running.run(broker, body)
+
+
+class Stuck:
+    """A file whose fsync waits for ``released`` (a slow disk under a large write)."""
+
+    def __init__(self, inner: Any, entered: threading.Event, released: threading.Event) -> None:
+        self.inner, self.entered, self.released = inner, entered, released
+
+    def sync(self) -> None:
+        self.entered.set()
+        self.released.wait(20)
+        self.inner.sync()
+
+
+def test_a_lone_partition_commits_beside_another_partitions_fsync_in_flight(
+        broker: Broker) -> None:
+    """A round waits for a slow fsync of ``slow``; an acks=all append to
+    ``quick`` meanwhile goes in a round of its own beside it
+    (``ClusterRuntime._overlap``, or the driver's if the slow one is the
+    overlap's), answered before the slow pass ends."""
+    entered, released = threading.Event(), threading.Event()
+    order: list[str] = []
+
+    async def body() -> None:
+        for name in ("slow", "quick"):
+            await running.create_topic(broker, name, 1)
+            await broker.cluster.wait_leaders(name, 5.0)
+        append = broker.calls.append_locally
+        assert (await append("quick", 0, encode_batch([(None, b"q0", (), 1)]), 5.0))[0] == E.none
+        slow = broker.cluster.group_of("slow", 0)
+        assert slow is not None
+        plog = slow.storage.plog
+        dirty = plog.dirty_files
+        plog.dirty_files = lambda: [Stuck(f, entered, released)  # type: ignore
+                                    for f in dirty()]
+
+        async def slow_append() -> None:
+            code, _ = await append("slow", 0, encode_batch([(None, b"s", (), 1)]), 15.0)
+            order.append(f"slow {code.name}")
+
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(slow_append)
+                with trio.fail_after(5):
+                    while not entered.is_set():  # the slow pass is in flight
+                        await trio.sleep(0.001)
+                with trio.move_on_after(5):
+                    code, offset = await append("quick", 0,
+                                                encode_batch([(None, b"q1", (), 1)]), 5.0)
+                    order.append(f"quick {code.name} {offset}")
+                released.set()
+        finally:
+            released.set()
+
+    running.run(broker, body)
+    assert order == ["quick none 1", "slow none"]
 
 
 class Slow:
