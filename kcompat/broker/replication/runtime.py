@@ -32,7 +32,8 @@ each group and publishes its new state (high watermark, leader epoch) to
 waiting produce requests and fetches — a leader's high watermark as
 ``advance`` moved it over the entries just made durable (``_durable_hw``: a
 lone replica's acks=all produce is answered after the round that synced it,
-not after the next one's Ready) — and feeds its state machine, if any
+not after the next one's Ready; and a partition leader publishes the commit
+a follower's answer moves as it steps it, ``_publish_commit``) — and feeds its state machine, if any
 (``Group.feed``: the metadata image, ``__consumer_offsets``,
 ``__transaction_state``, ``__kc_schedule``...). Feeding shares one budget per
 round (``FEED_BUDGET_S``); a replay longer than that goes on in later turns of
@@ -658,6 +659,20 @@ class ClusterRuntime:
             log_starts.sync_group(group)  # retention may have run meanwhile
         group.raft.step(m)
         self._touch(group)
+        if group.machine is None and group.gid != METADATA_GROUP and group.is_leader:
+            self._publish_commit(group)
+
+    def _publish_commit(self, group: Group) -> None:
+        """A leader's commit that a follower's answer just moved: published
+        now (durable on a quorum: each replica's part of it, the leader's too,
+        ``_durable_hw``), so the acks=all produces below it are answered
+        without waiting for the next round to report it. A partition's only:
+        a machine is fed, and the metadata image applied, by the rounds."""
+        raft = group.raft
+        hw = min(raft.high_watermark, raft.log.stable_end)
+        if hw > group.hw:
+            group.hw = hw
+            self._publish(group)
 
     @staticmethod
     def _catching_up(group: Group, node: int) -> bool:
@@ -1032,11 +1047,13 @@ class ClusterRuntime:
         as they reach its disk). Published now, the round's produce waiters
         answer after this round, not after the next one: a turn of the loop
         less under load. Never above the leader's durable log end, which
-        ``advance`` computes the commit from."""
+        ``advance`` computes the commit from; never below what was published
+        (``_publish_commit``: a commit never goes back, whoever leads next)."""
         raft = group.raft
+        hw = max(group.hw, ready.high_watermark)
         if raft.role is not Role.LEADER:
-            return ready.high_watermark
-        return max(ready.high_watermark, min(raft.high_watermark, raft.log.stable_end))
+            return hw
+        return max(hw, min(raft.high_watermark, raft.log.stable_end))
 
     def _must_fsync(self, group: Group) -> bool:
         """Raft makes entries durable before it sends or acknowledges them. The
