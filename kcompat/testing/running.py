@@ -70,3 +70,20 @@ async def create_internal_topics(broker: Broker) -> None:
     FindCoordinator for a group and a transactional id create them."""
     for name in INTERNAL_TOPICS:
         await admin.execute(broker.controller, {"op": "auto_create", "name": name})
+
+
+def record_readies(group: Any) -> list[tuple[int, int, int]]:
+    """From now on, each Ready ``group``'s Raft core makes: (its entries, the
+    high watermark it reports, the one the runtime had published when it
+    was made) — a Ready that reports a commit not yet published is a turn
+    of the driver the producers below it waited for."""
+    readies: list[tuple[int, int, int]] = []
+    ready = group.raft.ready
+
+    def recorded() -> Any:
+        r = ready()
+        readies.append((len(r.entries), r.high_watermark, group.hw))
+        return r
+
+    group.raft.ready = recorded
+    return readies

@@ -12,18 +12,18 @@ them.
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 import trio
 from kio.schema.errors import ErrorCode as E
 
 from kcompat.testing.broker_sim import TOPIC, BrokerSimulation, SimNode
 from kcompat.testing.memory_store import MemoryFileStore
+from kcompat.testing.running import record_readies
 
 
 def _readies(seed: int) -> tuple[list[tuple[int, int, int]], list[tuple[E, int]]]:
-    readies: list[tuple[int, int, int]] = []  # (entries, high watermark, published)
+    # (entries, high watermark reported, published) of each Ready of the leader's group
+    recorded: list[list[tuple[int, int, int]]] = []
     answers: list[tuple[E, int]] = []
 
     async def scenario(sim: BrokerSimulation) -> None:
@@ -34,14 +34,7 @@ def _readies(seed: int) -> tuple[list[tuple[int, int, int]], list[tuple[E, int]]
         assert leader.broker is not None
         group = leader.broker.cluster.group_of(TOPIC, 0)
         assert group is not None and len(group.replicas) == 3
-        ready = group.raft.ready
-
-        def recorded() -> Any:
-            r = ready()
-            readies.append((len(r.entries), r.high_watermark, group.hw))
-            return r
-
-        group.raft.ready = recorded  # type: ignore[method-assign]
+        recorded.append(record_readies(group))
         for i in range(10):
             answers.append(await sim.produce(leader, 0, b"v%d" % i))
         await trio.sleep(1.0)  # the rounds after the last answer
@@ -50,7 +43,8 @@ def _readies(seed: int) -> tuple[list[tuple[int, int, int]], list[tuple[E, int]]
     sim.size, sim.loss, sim.crash_rate, sim.lost_replies = 3, 0.0, 0.0, 0.0
     sim.nodes = {i: SimNode(i, MemoryFileStore(f"/sim/n{i}")) for i in (1, 2, 3)}
     sim.run(scenario)
-    return readies, answers
+    assert recorded, "the scenario did not finish"
+    return recorded[0], answers
 
 
 @pytest.mark.parametrize("seed", [1, 2])

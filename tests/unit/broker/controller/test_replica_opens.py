@@ -5,26 +5,16 @@ replica deleted while its log opens is closed and deleted, not installed."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import trio
 
-from kcompat.broker.config import broker_config
 from kcompat.broker.controller import admin
 from kcompat.broker.host.broker import Broker
 from kcompat.log.partition_log import PartitionLog
 from kcompat.testing import running
-
-
-@pytest.fixture
-def broker(tmp_path: Path) -> Iterator[Broker]:
-    cfg = broker_config.load(None, {"log.dirs": str(tmp_path)}, {})
-    b = Broker(cfg)
-    yield b
-    b.close()
 
 
 def _spy_opens(monkeypatch: pytest.MonkeyPatch, gate: threading.Event | None = None

@@ -3,15 +3,11 @@ a long replay is fed in turns that leave the loop to the other tasks."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
 import pytest
 import trio
 from kio.schema.errors import ErrorCode as E
 from prometheus_client import CollectorRegistry, generate_latest
 
-from kcompat.broker.config import broker_config
 from kcompat.broker.host.broker import Broker
 from kcompat.broker.replication.group import OfflineMachines
 from kcompat.testing import running
@@ -37,14 +33,6 @@ class Poisoned:
 
     def restore(self, index: int, start: int) -> None:
         """Nothing to restore."""
-
-
-@pytest.fixture
-def broker(tmp_path: Path) -> Iterator[Broker]:
-    cfg = broker_config.load(None, {"log.dirs": str(tmp_path)}, {})
-    b = Broker(cfg)
-    yield b
-    b.close()
 
 
 def test_a_failing_machine_takes_its_partition_offline_not_the_broker(broker: Broker) -> None:

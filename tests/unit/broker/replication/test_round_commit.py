@@ -6,15 +6,12 @@ is counted in turns of a busy loop)."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pytest
 import trio
 from kio.schema.errors import ErrorCode as E
 
-from kcompat.broker.config import broker_config
 from kcompat.broker.host.broker import Broker
 from kcompat.broker.storage.flusher import Flusher
 from kcompat.log.store import OS_STORE, StoredFile
@@ -22,35 +19,18 @@ from kcompat.testing import running
 from kcompat.wire.records import encode_batch
 
 
-@pytest.fixture
-def broker(tmp_path: Path) -> Iterator[Broker]:
-    cfg = broker_config.load(None, {"log.dirs": str(tmp_path)}, {})
-    b = Broker(cfg)
-    yield b
-    b.close()
-
-
 def test_a_lone_replica_answers_an_acks_all_append_after_the_round_that_synced_it(
         broker: Broker) -> None:
     """The round that makes a lone replica's entry durable commits it (its
     leader's ``advance``): published then, not by the next round's Ready,
     so the producer waits for one round of its partition's group."""
-    # (entries, its high watermark, the one published when it was made) of each Ready
-    readies: list[tuple[int, int, int]] = []
 
     async def body() -> None:
         await running.create_topic(broker, "plain", 1)
         await broker.cluster.wait_leaders("plain", 5.0)
         group = broker.cluster.group_of("plain", 0)
         assert group is not None and group.lone
-        ready = group.raft.ready
-
-        def counted() -> Any:
-            r = ready()
-            readies.append((len(r.entries), r.high_watermark, group.hw))
-            return r
-
-        group.raft.ready = counted  # type: ignore[method-assign]
+        readies = running.record_readies(group)
         for i in range(5):
             code, offset = await broker.calls.append_locally(
                 "plain", 0, encode_batch([(None, b"v%d" % i, (), 1)]), 5.0)
