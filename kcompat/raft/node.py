@@ -411,14 +411,9 @@ class Raft:
         self.log.compact(snapshot_id)
 
     def has_ready(self) -> bool:
-        return bool(
-            self._msgs
-            or self.log.end != self.log.written_end
-            or self.log.truncate_pending is not None
-            or self.log.snapshot_pending is not None
-            or HardState(self.term, self.vote) != self._persisted
-            or self.high_watermark != self._reported_hw
-        )
+        return (self.log.end != self.log.written_end
+                or self.high_watermark != self._reported_hw
+                or not self.appends_only())
 
     def appends_only(self) -> bool:
         """The next Ready would hold entries and a high watermark at most: no

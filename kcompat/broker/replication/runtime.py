@@ -30,10 +30,10 @@ write or fsync fails is held back, offline for writes, and retried:
 messages of all groups, batched into one frame per peer, then ``advance``s
 each group and publishes its new state (high watermark, leader epoch) to
 waiting produce requests and fetches — a leader's high watermark as
-``advance`` moved it over the entries just made durable (``_durable_hw``: a
+``advance`` moved it over the entries just made durable (``_raise_hw``: a
 lone replica's acks=all produce is answered after the round that synced it,
 not after the next one's Ready; and a partition leader publishes the commit
-a follower's answer moves as it steps it, ``_publish_commit``) — and feeds its state machine, if any
+a follower's answer moves as it steps it) — and feeds its state machine, if any
 (``Group.feed``: the metadata image, ``__consumer_offsets``,
 ``__transaction_state``, ``__kc_schedule``...). Feeding shares one budget per
 round (``FEED_BUDGET_S``); a replay longer than that goes on in later turns of
@@ -659,19 +659,11 @@ class ClusterRuntime:
             log_starts.sync_group(group)  # retention may have run meanwhile
         group.raft.step(m)
         self._touch(group)
-        if group.machine is None and group.gid != METADATA_GROUP and group.is_leader:
-            self._publish_commit(group)
-
-    def _publish_commit(self, group: Group) -> None:
-        """A leader's commit that a follower's answer just moved: published
-        now (durable on a quorum: each replica's part of it, the leader's too,
-        ``_durable_hw``), so the acks=all produces below it are answered
-        without waiting for the next round to report it. A partition's only:
-        a machine is fed, and the metadata image applied, by the rounds."""
-        raft = group.raft
-        hw = min(raft.high_watermark, raft.log.stable_end)
-        if hw > group.hw:
-            group.hw = hw
+        # a partition leader's commit that a follower's answer just moved:
+        # published now, so the acks=all produces below it are answered without
+        # waiting for the next round to report it (a machine is fed, and the
+        # metadata image applied, by the rounds)
+        if group.machine is None and group.gid != METADATA_GROUP and self._raise_hw(group):
             self._publish(group)
 
     @staticmethod
@@ -994,7 +986,8 @@ class ClusterRuntime:
             if overlap:
                 self.kick()  # the driver left them dirty meanwhile
 
-    def _may_overlap(self, group: Group) -> bool:
+    @staticmethod
+    def _may_overlap(group: Group) -> bool:
         """Whether ``group``'s next Ready may be made durable beside the
         driver's round: a partition (not the metadata log) whose only replica
         is here, whose Ready holds appends at most — no message to order with
@@ -1034,26 +1027,29 @@ class ClusterRuntime:
                 continue
             group.raft.advance(ready)
             faults.advanced(group)
-            group.hw = self._durable_hw(group, ready)
+            group.hw = max(group.hw, ready.high_watermark)  # (a commit never goes back)
+            self._raise_hw(group)  # the commit ``advance`` moved over this round's entries
             self._publish(group)
             self._touch(group)  # advance may have answered parked fetches
         return bool(batch)
 
     @staticmethod
-    def _durable_hw(group: Group, ready: Ready) -> int:
-        """The high watermark to publish once ``ready`` is durable: the Ready's,
-        or a leader's commit that ``advance`` just moved over the entries this
-        round made durable (a lone replica's every append: its entries commit
-        as they reach its disk). Published now, the round's produce waiters
-        answer after this round, not after the next one: a turn of the loop
-        less under load. Never above the leader's durable log end, which
-        ``advance`` computes the commit from; never below what was published
-        (``_publish_commit``: a commit never goes back, whoever leads next)."""
+    def _raise_hw(group: Group) -> bool:
+        """A leader's high watermark raised to its Raft commit before the next
+        Ready reports it: the commit ``advance`` moved over the entries a
+        round made durable (a lone replica's every append), or that a
+        follower's answer moved (``_step``). Durable on a quorum, the
+        leader's own part included (never above its durable log end); each
+        is a turn of the loop less for the produces waiting on it. True when
+        it rose (to publish)."""
         raft = group.raft
-        hw = max(group.hw, ready.high_watermark)
         if raft.role is not Role.LEADER:
-            return hw
-        return max(hw, min(raft.high_watermark, raft.log.stable_end))
+            return False
+        hw = min(raft.high_watermark, raft.log.stable_end)
+        if hw <= group.hw:
+            return False
+        group.hw = hw
+        return True
 
     def _must_fsync(self, group: Group) -> bool:
         """Raft makes entries durable before it sends or acknowledges them. The

@@ -103,3 +103,28 @@ def test_a_group_commit_syncs_its_files_at_once(tmp_path: Path) -> None:
                 nursery.cancel_scope.cancel()
 
     trio.run(main)
+
+
+def test_a_pass_of_several_targets_comes_back_in_one_wake_up(tmp_path: Path) -> None:
+    """Every wake-up is a turn of each busy task under load: the pass's
+    slices run in threads without a task of their own (one per slice, in a
+    nursery, cost the caller two more wake-ups after the last fsync)."""
+    spawned: list[str] = []
+
+    class Spawns(trio.abc.Instrument):
+        def task_spawned(self, task: trio.lowlevel.Task) -> None:
+            spawned.append(task.name)
+
+    targets = [FileTarget(tmp_path / f"f{i}") for i in range(5)]
+    for t in targets:
+        t.file.append([b"x" * 100])
+
+    async def main() -> dict[int, OSError]:
+        flusher = Flusher()
+        await flusher.sync_each(targets[0])  # (trio's worker thread cache warmed)
+        spawned.clear()
+        trio.lowlevel.add_instrument(Spawns())
+        return await flusher.sync_each(*targets)
+
+    assert trio.run(main) == {}
+    assert spawned == [], spawned

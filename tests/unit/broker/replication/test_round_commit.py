@@ -1,20 +1,16 @@
 """An acks=all append waits for one Raft round, not two, and not for another
-partition's fsync pass in flight; a pass of several fsync targets comes back
-in one wake-up (issue 31: the plain producer's wait under an extension's load
-is counted in turns of a busy loop)."""
+partition's fsync pass in flight (issue 31: the plain producer's wait under an
+extension's load is counted in turns of a busy loop)."""
 
 from __future__ import annotations
 
 import threading
-from pathlib import Path
 from typing import Any
 
 import trio
 from kio.schema.errors import ErrorCode as E
 
 from kcompat.broker.host.broker import Broker
-from kcompat.broker.storage.flusher import Flusher
-from kcompat.log.store import OS_STORE, StoredFile
 from kcompat.testing import running
 from kcompat.wire.records import encode_batch
 
@@ -100,38 +96,3 @@ def test_a_lone_partition_commits_beside_another_partitions_fsync_in_flight(
 
     running.run(broker, body)
     assert order == ["quick none 1", "slow none"]
-
-
-class Slow:
-    """An fsync target that takes a while."""
-
-    def __init__(self, path: Path) -> None:
-        self.file = OS_STORE.open(path)
-
-    def dirty_files(self) -> list[StoredFile]:
-        return [self.file]
-
-
-def test_a_pass_of_several_targets_comes_back_in_one_wake_up(tmp_path: Path) -> None:
-    """Every wake-up is a turn of each busy task under load: the pass's
-    slices run in threads without a task of their own (one per slice, in a
-    nursery, cost the caller two more wake-ups after the last fsync)."""
-    spawned: list[str] = []
-
-    class Spawns(trio.abc.Instrument):
-        def task_spawned(self, task: trio.lowlevel.Task) -> None:
-            spawned.append(task.name)
-
-    targets = [Slow(tmp_path / f"f{i}") for i in range(5)]
-    for t in targets:
-        t.file.append([b"x" * 100])
-
-    async def main() -> dict[int, OSError]:
-        flusher = Flusher()
-        await flusher.sync_each(targets[0])  # (trio's worker thread cache warmed)
-        spawned.clear()
-        trio.lowlevel.add_instrument(Spawns())
-        return await flusher.sync_each(*targets)
-
-    assert trio.run(main) == {}
-    assert spawned == [], spawned
