@@ -28,11 +28,16 @@ whose ``apply`` raises is a bug in that machine: its group goes offline —
 no longer ``serving``, so its coordinator or service answers as a broker
 that does not host it, with one error line naming the partition, the
 offset and the exception, counted in ``broken`` — and the broker with
-every other group goes on (docs/architecture.md, principle 10).
+every other group goes on (docs/architecture.md, principle 10). So does a
+group whose committed batches cannot be read (EIO, or nothing readable
+where the log says batches are): feeding it again would find nothing again
+and the driver would spin on it. A range that compaction emptied is not
+that: it is skipped.
 """
 
 from __future__ import annotations
 
+import errno
 import logging
 import time
 from dataclasses import dataclass, field
@@ -128,23 +133,43 @@ class Group:
             self.applied = plog.log_start_offset
         deadline = time.monotonic() + budget_s
         end = min(self.hw, plog.log_end_offset)
-        for batch, header in plog.batches(self.applied, end):
-            try:
-                machine.apply(self.index, batch, header)
-            except Exception as exc:  # a bug in that machine: this group only goes offline
-                self._break(exc, header)
-                return True
-            self.applied = header.next_offset
-            if time.monotonic() >= deadline:
-                break
+        start = self.applied
+        try:
+            for batch, header in plog.batches(start, end):
+                try:
+                    machine.apply(self.index, batch, header)
+                except Exception as exc:  # a bug in that machine: this group only goes offline
+                    self._break(exc, header.base_offset)
+                    return True
+                self.applied = header.next_offset
+                if time.monotonic() >= deadline:
+                    break
+        except OSError as exc:  # the log cannot be read there (EIO, a torn segment)
+            self._break(exc, self.applied)
+            return True
+        if self.applied == start < end and not self._past_gap(end):
+            # nothing readable where committed batches must be: feeding again
+            # would find nothing again, and the driver would spin on it
+            self._break(OSError(errno.EIO, f"no batch can be read at offset {start} "
+                                f"(committed up to {end})"), start)
+            return True
         self._roles()
         return self.applied >= end
 
-    def _break(self, exc: Exception, header: BatchHeader) -> None:
+    def _past_gap(self, end: int) -> bool:
+        """The batches of ``[applied, end)`` were all compacted away: the next
+        one starts at or past ``end``, so there is nothing to feed there."""
+        where = self.storage.plog.locate(self.applied, 0, self.storage.plog.log_end_offset)
+        if where is None or where.first is None or where.first.base_offset < end:
+            return False
+        self.applied = end
+        return True
+
+    def _break(self, exc: Exception, offset: int) -> None:
         self.broken = f"{type(exc).__name__}: {exc}"
         log.error("%s offline: its state machine failed to apply the batch at offset %d "
                   "(%s); the broker and its other partitions go on", self.name,
-                  header.base_offset, self.broken, exc_info=exc)
+                  offset, self.broken, exc_info=exc)
         if self.led_term is not None and self.machine is not None:
             self.led_term = None
             self.machine.on_role(self.index, leading=False)

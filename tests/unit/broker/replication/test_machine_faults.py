@@ -3,6 +3,9 @@ a long replay is fed in turns that leave the loop to the other tasks."""
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import pytest
 import trio
 from kio.schema.errors import ErrorCode as E
@@ -10,6 +13,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 from kcompat.broker.host.broker import Broker
 from kcompat.broker.replication.group import OfflineMachines
+from kcompat.log.partition_log import PartitionLog
 from kcompat.testing import running
 from kcompat.wire.batch import BatchHeader
 from kcompat.wire.records import encode_batch
@@ -153,3 +157,57 @@ def test_heartbeats_go_by_the_clock_not_by_ticks(broker: Broker,
         assert len(heard) >= 12 and max(gaps) <= 2100
 
     running.run(broker, body)
+
+
+def test_a_replay_that_finds_no_batch_takes_the_partition_offline(
+        broker: Broker, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The log says batches are committed where none can be read (the
+    segment lost its bytes under the broker): the partition goes offline
+    with its reason, as a failing machine does, and the driver does not spin
+    on it — the broker goes on serving."""
+    machine = Poisoned()
+    broker.cluster.machines["poisoned"] = machine
+
+    async def write() -> None:
+        await running.create_topic(broker, "poisoned", 2)
+        await broker.cluster.wait_leaders("poisoned", 5.0)
+        for _ in range(20):
+            await broker.calls.append_locally("poisoned", 1, encode_batch([(None, b"v", (), 1)]),
+                                              5.0)
+
+    running.run(broker, write)
+    broker.close()
+    cut: list[Path] = []
+    opened = PartitionLog.open.__func__  # type: ignore[attr-defined]
+
+    def open_then_lose_the_bytes(cls: type[PartitionLog], directory: Path, *args: object,
+                                 **kwargs: object) -> PartitionLog:
+        plog: PartitionLog = opened(cls, directory, *args, **kwargs)
+        if directory.name == "poisoned-1":  # loaded: it says 20 batches are there
+            for segment_file in directory.glob("*.log"):
+                os.truncate(segment_file, 0)
+                cut.append(segment_file)
+        return plog
+
+    monkeypatch.setattr(PartitionLog, "open", classmethod(open_then_lose_the_bytes))
+    again = Broker(broker.config)
+    again.cluster.machines["poisoned"] = Poisoned()
+
+    def offline() -> list[str]:
+        return [g.broken for g in again.cluster.groups.values()
+                if g.name == "poisoned-1" and g.broken is not None]
+
+    async def body() -> None:
+        with trio.fail_after(20):
+            while not offline():
+                await trio.sleep(0.01)
+        assert again.cluster.serving_machine("poisoned", 1) is not None
+        await running.create_topic(again, "after", 1)  # the driver is not spinning
+        assert (await again.calls.append_locally("after", 0, encode_batch([(None, b"x", (), 1)]),
+                                                 5.0))[0] == E.none
+
+    try:
+        running.run(again, body)
+    finally:
+        again.close()
+    assert cut and "offset 0" in offline()[0]
