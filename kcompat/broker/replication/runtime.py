@@ -49,7 +49,11 @@ truncation or snapshot) go through rounds of their own — written, synced,
 advanced, published — and a lone partition's acks=all produce waits for its
 own small fsync, not for the pass of every partition written before it and a
 turn of the loop to begin the next round. A group is in one round at a time
-(``_in_flight``: the other leaves it dirty for later).
+(``_in_flight``: the other leaves it dirty for later). Its candidates are
+only the lone partitions touched while the pass is in flight
+(``_beside``), gathered as they are touched: a kick during the pass costs
+the groups it touched, not a walk of every dirty group (on a cluster with
+RF 3 none may go beside, and the walk was pure loss).
 
 Replica management: ``assignments`` maps each topic-partition to its group id
 and replicas (applied from the metadata log by the controller);
@@ -267,6 +271,8 @@ class ClusterRuntime:
         self._syncing = False  # the driver waits for a round's fsync pass
         self._in_flight: set[int] = set()  # groups whose Ready a round holds (``_overlap``)
         self._overlap_wake = trio.Event()
+        # lone partitions touched during the pass in flight (``_overlap``'s candidates)
+        self._beside: dict[int, Group] = {}
         self._sync_beats = 0  # ticks it has waited so far
         self._stall_seen: dict[int, int] = {}  # led group id -> high watermark at the last check
         # this process among the peers' view of us (a restart is a new one)
@@ -685,8 +691,6 @@ class ClusterRuntime:
 
     def kick(self) -> None:
         self._wake.set()
-        if self._syncing:
-            self._overlap_wake.set()
 
     def spawn(self, fn: Any, *args: Any) -> bool:
         """Run ``fn(*args)`` in the runtime's nursery; False before it runs."""
@@ -933,6 +937,15 @@ class ClusterRuntime:
         self._dirty[group.gid] = group
         if not group.raft.quiesced and not group.removed:
             self._ticking[group.gid] = group
+        if self._syncing:
+            self._may_go_beside(group)
+
+    def _may_go_beside(self, group: Group) -> None:
+        """A lone partition touched while the driver's pass is in flight: a
+        candidate for ``_overlap``'s next round."""
+        if group.lone and group.gid != METADATA_GROUP:
+            self._beside[group.gid] = group
+            self._overlap_wake.set()
 
     def _balance_leaders(self) -> None:
         """Preferred leaders (Kafka's auto.leader.rebalance): a leader of a
@@ -954,14 +967,19 @@ class ClusterRuntime:
         """One Ready round over every group (``overlap``: over those that may
         go beside the driver's round in flight); False when nobody had anything."""
         batch: list[tuple[Group, Ready]] = []
-        dirty, self._dirty = self._dirty, {}
-        self._feed_deadline = time.monotonic() + FEED_BUDGET_S
+        if overlap:  # (each stays in ``_dirty`` too: one not taken here goes next round)
+            dirty, self._beside = self._beside, {}
+        else:
+            dirty, self._dirty = self._dirty, {}
+            self._feed_deadline = time.monotonic() + FEED_BUDGET_S
         faults = self.faults  # a failed write or fsync holds its group's Ready back
         in_flight = self._in_flight
         for gid, group in dirty.items():
             if group.removed or faults.is_offline(group) or not group.raft.has_ready():
                 continue
-            if gid in in_flight or overlap and not self._may_overlap(group):
+            if overlap and (gid in in_flight or not self._may_overlap(group)):
+                continue
+            if gid in in_flight:
                 self._dirty.setdefault(gid, group)  # the next round's
                 continue
             ready = group.raft.ready()
@@ -1015,12 +1033,13 @@ class ClusterRuntime:
         elif logs or durable:
             # off the event loop; a group whose fsync failed is held back
             self._syncing, self._sync_beats = True, 0
-            if self._dirty:
-                self._overlap_wake.set()  # what came meanwhile may go beside it
+            for group in self._dirty.values():  # what came meanwhile may go beside it
+                self._may_go_beside(group)
             try:
                 batch = await faults.sync(self.state.flusher, batch, durable, logs, self.journal)
             finally:
                 self._syncing = False
+                self._beside = {}  # (still dirty: the driver's next round takes them)
         self._send([m for _g, r in batch for m in r.messages], announce)
         for group, ready in batch:
             if group.removed:
