@@ -73,23 +73,28 @@ def test_a_failing_machine_takes_its_partition_offline_not_the_broker(broker: Br
             'partition="poisoned-0"} 1.0') in text
 
 
-def test_a_long_replay_is_fed_in_turns(broker: Broker) -> None:
-    """500 committed batches, replayed to a machine that takes 1 ms a batch:
-    other tasks run between the turns, each well under the 50 ms budget, and
-    the broker is ready (its metadata applied) before the replay ends; the
-    runtime says it is settling until then."""
-    machine = Poisoned()
-    broker.cluster.machines["poisoned"] = machine
+def _written_then_closed(broker: Broker, batches: int) -> None:
+    """``batches`` committed batches of one record in ``poisoned-1`` (its
+    machine a ``Poisoned``), then the broker closed: what a restart replays."""
+    broker.cluster.machines["poisoned"] = Poisoned()
 
     async def write() -> None:
         await running.create_topic(broker, "poisoned", 2)
         await broker.cluster.wait_leaders("poisoned", 5.0)
-        for _ in range(500):
+        for _ in range(batches):
             await broker.calls.append_locally("poisoned", 1, encode_batch([(None, b"v", (), 1)]),
                                               5.0)
 
     running.run(broker, write)
     broker.close()
+
+
+def test_a_long_replay_is_fed_in_turns(broker: Broker) -> None:
+    """500 committed batches, replayed to a machine that takes 1 ms a batch:
+    other tasks run between the turns, each well under the 50 ms budget, and
+    the broker is ready (its metadata applied) before the replay ends; the
+    runtime says it is settling until then."""
+    _written_then_closed(broker, 500)
     again = Broker(broker.config)  # a restart: every batch is replayed to a new machine
     slow = Poisoned()
     apply = slow.apply
@@ -165,18 +170,7 @@ def test_a_replay_that_finds_no_batch_takes_the_partition_offline(
     segment lost its bytes under the broker): the partition goes offline
     with its reason, as a failing machine does, and the driver does not spin
     on it — the broker goes on serving."""
-    machine = Poisoned()
-    broker.cluster.machines["poisoned"] = machine
-
-    async def write() -> None:
-        await running.create_topic(broker, "poisoned", 2)
-        await broker.cluster.wait_leaders("poisoned", 5.0)
-        for _ in range(20):
-            await broker.calls.append_locally("poisoned", 1, encode_batch([(None, b"v", (), 1)]),
-                                              5.0)
-
-    running.run(broker, write)
-    broker.close()
+    _written_then_closed(broker, 20)
     cut: list[Path] = []
     opened = PartitionLog.open.__func__  # type: ignore[attr-defined]
 
