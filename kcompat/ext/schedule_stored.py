@@ -298,6 +298,11 @@ class StoredRecords:
         return found
 
 
+def tails_size(tails: Sequence[Tail]) -> int:
+    """What ``tails`` weigh as ``take_tails_within`` counts them (at C speed)."""
+    return sum(map(len, map(itemgetter(1), tails))) + RECORD_OVERHEAD * len(tails)
+
+
 def take_tails_within(tails: Sequence[Tail], bytes_max: int) -> int:
     """``take_within`` of records read as tails (their running total summed
     and searched at C speed)."""

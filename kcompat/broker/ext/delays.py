@@ -133,7 +133,13 @@ from kcompat.ext.schedule_log import (
     out_record,
     snapshot_batches,
 )
-from kcompat.ext.schedule_stored import StoredRecords, Tail, delivery_batch, take_tails_within
+from kcompat.ext.schedule_stored import (
+    StoredRecords,
+    Tail,
+    delivery_batch,
+    tails_size,
+    take_tails_within,
+)
 from kcompat.wire import batch as wbatch
 from kcompat.wire.records import (
     encode_batch,
@@ -428,18 +434,20 @@ class DelayService:
         of the loop each — fewer when ``READ_TURN_S`` ran out first; with
         ``bytes_max``, only until more than that is read."""
         tails: list[Tail] = []
-        start = 0
+        start = size = 0  # (the running size: each turn weighs only what it read)
         while start < len(entries):
             async with background_turn():
                 stored, chunk_end = self._records(index), min(start + READ_CHUNK, len(entries))
                 deadline = time.monotonic() + READ_TURN_S
                 while start < chunk_end:
-                    tails += stored.tails(entries[start:min(start + READ_PIECE, chunk_end)])
-                    start += READ_PIECE
+                    piece = stored.tails(entries[start:min(start + READ_PIECE, chunk_end)])
+                    tails += piece
+                    size += tails_size(piece)
+                    start += len(piece)
                     if time.monotonic() >= deadline:
                         break
-            if bytes_max is not None and take_tails_within(tails, bytes_max) < len(tails):
-                break
+            if bytes_max is not None and size > bytes_max and len(tails) > 1:
+                break  # (``take_tails_within`` would leave some out)
         return tails
 
     async def _send(self, index: int, delivery: Delivery,

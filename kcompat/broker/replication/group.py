@@ -167,8 +167,8 @@ class Group:
 
     def _break(self, exc: Exception, offset: int) -> None:
         self.broken = f"{type(exc).__name__}: {exc}"
-        log.error("%s offline: its state machine failed to apply the batch at offset %d "
-                  "(%s); the broker and its other partitions go on", self.name,
+        log.error("%s offline: the batch at offset %d could not be read or applied by its "
+                  "state machine (%s); the broker and its other partitions go on", self.name,
                   offset, self.broken, exc_info=exc)
         if self.led_term is not None and self.machine is not None:
             self.led_term = None

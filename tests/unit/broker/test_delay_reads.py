@@ -11,6 +11,7 @@ import time
 import trio
 
 from kcompat.broker.ext.delays import READ_CHUNK, READ_PIECE, DelayService
+from kcompat.ext.schedule_stored import RECORD_OVERHEAD, take_tails_within
 
 
 class _SlowStore:
@@ -57,3 +58,20 @@ def test_a_turn_of_reading_ends_when_its_time_is_up() -> None:
     # a piece of 25 (25 ms) used a turn up: no step read more
     assert max(steps.per_step) == READ_PIECE
     assert sum(steps.per_step) == 300
+
+
+def test_reading_stops_at_the_turn_that_passes_the_delivery_size() -> None:
+    """A delivery reads only until its records weigh more than
+    ``bytes_max``: what later turns would read is not read."""
+    store = _SlowStore()
+    service = object.__new__(DelayService)
+    service._records = lambda index: store  # type: ignore[method-assign]
+    entries = list(range(300))
+
+    async def read() -> list[object]:
+        return await service._read(0, entries, RECORD_OVERHEAD * 30)  # type: ignore[arg-type]
+
+    got = trio.run(read)
+    assert len(got) == 2 * READ_PIECE  # the second turn's piece passed 30 records
+    assert got == [(e, b"") for e in entries[:len(got)]]
+    assert take_tails_within(got, RECORD_OVERHEAD * 30) == 30  # what the delivery then takes
