@@ -221,6 +221,9 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
         # serves (``server._warm_codec``); false: each loads on its first request, which
         # saves a short-lived broker (a test's) about 2 s of CPU
         _D("kcompat.codec.warm", "boolean", True),
+        # every step of the event loop at least this long logged on kcompat.loop.trace
+        # (``loop_monitor``), to find what a slow answer waited for; 0: off
+        _D("kcompat.loop.trace.ms", "int", 0, minimum=0),
         # Fetch sends record sets from the segment files with sendfile (zero_copy)
         _D("kcompat.fetch.sendfile", "boolean", True),
         _D("admin.port", "int", 9644, minimum=-1),  # 0 picks a free port, -1 disables

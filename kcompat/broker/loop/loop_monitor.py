@@ -51,6 +51,14 @@ service's batches) and this module makes it visible:
   work, is most often one of these (``server``: why the broker freezes what
   it starts with).
 
+* a trace of the steps (``kcompat.loop.trace.ms``, off by default): every
+  step of at least that many milliseconds, one line each on the logger
+  ``kcompat.loop.trace`` — its kind, its length and when it began, and for a
+  step over ``LONG_STEP_S`` where it was. The gauges keep only the worst of
+  each kind, and a p99 moves by less than its own noise from run to run;
+  the trace, set against a client's slow answers, names the steps that made
+  them (the delivery's reads of issue 31 were found that way).
+
 The step timing is a trio ``Instrument``: two clock reads per task step, and
 the kind of a task looked up only for a step of 1 ms or more
 (``SHORT_STEP_S``; the gauge lists the kinds that ever took that long). Pure
@@ -81,6 +89,7 @@ if TYPE_CHECKING:
     from collections.abc import Iterable
 
 log = logging.getLogger("kcompat.loop")
+trace_log = logging.getLogger("kcompat.loop.trace")
 
 PROBE_INTERVAL_S = 0.1
 SHORT_STEP_S = 0.001  # steps shorter than this are not looked at (kind, longest)
@@ -146,8 +155,11 @@ def task_kind(task: trio.lowlevel.Task, names: dict[CodeType, str],
 class StepTimer(trio.abc.Instrument):
     """The longest step of each kind of task (see the module)."""
 
-    def __init__(self, long_steps: Counter | None = None) -> None:
+    def __init__(self, long_steps: Counter | None = None, trace_s: float = 0.0) -> None:
         self.longest: dict[str, float] = {}
+        # every step at least this long is logged (``kcompat.loop.trace.ms``; 0: none,
+        # and never below ``SHORT_STEP_S``: those steps are not looked at)
+        self.trace_s = max(trace_s, SHORT_STEP_S) if trace_s > 0 else math.inf
         # per kind, the most CPU time one step may have taken (``after_task_step``)
         self.longest_on_cpu: dict[str, float] = {}
         self._names: dict[CodeType, str] = {}
@@ -180,6 +192,8 @@ class StepTimer(trio.abc.Instrument):
                 self.longest[kind] = took
             if took > self.longest_on_cpu.get(kind, 0.0):
                 self.longest_on_cpu[kind] = took
+            if took >= self.trace_s:
+                self._trace(kind, step_started, took)
             return
         started, where = self._where
         if started != step_started:
@@ -193,7 +207,20 @@ class StepTimer(trio.abc.Instrument):
                 share = since / max(time.perf_counter() - wall, 1e-6)
                 where += (f" (on a CPU {min(share, 1.0):.0%} of its last "
                           f"{took - (wall - started):.3f} s)")
-        self._long(task_kind(task, self._names, step_started), took, where, on_cpu)
+        kind = task_kind(task, self._names, step_started)
+        self._long(kind, took, where, on_cpu)
+        if took >= self.trace_s:
+            self._trace(kind, step_started, took, where, on_cpu)
+
+    @staticmethod
+    def _trace(kind: str, started: float, took: float, where: str = "",
+               on_cpu: float | None = None) -> None:
+        """One line of the step trace (``kcompat.loop.trace.ms``). The wall
+        clock of the step's start, to be set against a client's timings."""
+        began = time.time() - (time.perf_counter() - started)
+        cpu = f", at most {on_cpu * 1000:.1f} ms on a CPU" if on_cpu is not None else ""
+        at = f" at {where}" if where else ""
+        trace_log.info("step of %s: %.1f ms from %.4f%s%s", kind, took * 1000, began, cpu, at)
 
     def _long(self, kind: str, took: float, where: str = "", on_cpu: float | None = None
               ) -> None:
@@ -295,14 +322,14 @@ def _short(filename: str) -> str:
 class LoopMonitor:
     """The lag probe and the step timer of one broker (its registry)."""
 
-    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+    def __init__(self, registry: CollectorRegistry | None = None, trace_ms: int = 0) -> None:
         self.lag = Histogram("kcompat_event_loop_lag_seconds",
                              "How much later than asked a timer of the event loop fires "
                              "(probed every 100 ms)", buckets=LAG_BUCKETS_S, registry=registry)
         long_steps = Counter("kcompat_event_loop_long_steps",
                              "Task steps that held the event loop over 50 ms, per task kind",
                              ["task"], registry=registry)
-        self.steps = StepTimer(long_steps)
+        self.steps = StepTimer(long_steps, trace_ms / 1000)
         self.lag_max_s = 0.0
         self.gc_pauses = Histogram("kcompat_gc_pause", "How long each collection of the garbage "
                                    "collector held the GIL, per generation",

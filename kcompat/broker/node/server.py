@@ -220,7 +220,8 @@ async def run_broker(config: BrokerConfig, task_status: trio.TaskStatus[int] = t
         broker.calls.envelope_server = partial(serve_envelope, broker)
         async with trio.open_nursery() as background:
             registry = broker.metrics.registry
-            background.start_soon(LoopMonitor(registry).run)  # loop lag, longest steps
+            trace_ms = state.config["kcompat.loop.trace.ms"]  # 0: no step trace
+            background.start_soon(LoopMonitor(registry, trace_ms).run)  # lag, longest steps
             background.start_soon(TurnCollector(registry).run)  # collections between turns
             background.start_soon(offload.keep_threads_ready)  # no thread started on the loop
             background.start_soon(_warm_codec, broker)  # schemas imported ahead, off the loop
