@@ -94,17 +94,22 @@ def test_a_long_step_is_reported_with_where_it_was(caplog) -> None:  # type: ign
                           for m in shares), held
 
 
-async def _steps_of(*lengths_s: float) -> None:
-    for length in lengths_s:
-        time.sleep(length)  # one step of that length
+async def _steps_of(*steps: tuple[str, float]) -> None:
+    for how, length in steps:
+        if how == "sleep":  # one step of that length, off the CPU
+            time.sleep(length)
+        else:  # one step that runs that long on the CPU
+            until = time.thread_time() + length
+            while time.thread_time() < until:
+                pass
         await trio.sleep(0)
 
 
 @pytest.mark.parametrize("trace_ms", [0, 3])
 def test_the_step_trace_logs_every_step_over_its_threshold(caplog, trace_ms: int) -> None:  # type: ignore[no-untyped-def]
     """``kcompat.loop.trace.ms``: each step of at least that long is one line
-    with its kind, its length and when it began; a shorter one is not; off by
-    default."""
+    with its kind, its length, when it began and its CPU time; a shorter one
+    is not; off by default."""
     monitor = LoopMonitor(CollectorRegistry(), trace_ms=trace_ms)
 
     async def main() -> None:
@@ -112,7 +117,7 @@ def test_the_step_trace_logs_every_step_over_its_threshold(caplog, trace_ms: int
             nursery.start_soon(monitor.run)
             await trio.sleep(0.02)
             began = time.time()
-            await _steps_of(0.001, 0.006, 0.012, 0.06)
+            await _steps_of(("sleep", 0.001), ("sleep", 0.006), ("run", 0.012), ("sleep", 0.06))
             nursery.cancel_scope.cancel()
         seen.append(began)
 
@@ -126,11 +131,15 @@ def test_the_step_trace_logs_every_step_over_its_threshold(caplog, trace_ms: int
     mine = [line for line in lines
             if line.startswith("step of test_the_step_trace_logs_every_step_over_its_threshold.main:")]
     assert len(mine) == 3, lines  # 6, 12 and 60 ms; not the 1 ms step
-    took = [float(re.search(r": ([\d.]+) ms from ([\d.]+)", line)[1]) for line in mine]
+    found = [re.search(r": ([\d.]+) ms from ([\d.]+), ([\d.]+) ms on a CPU", line)
+             for line in mine]
+    assert all(found), mine
+    took, starts, cpu = zip(*((float(m[1]), float(m[2]), float(m[3])) for m in found if m),
+                            strict=True)
     assert took[0] >= 6 and took[1] >= 12 and took[2] >= 60, mine
-    starts = [float(re.search(r" from ([\d.]+)", line)[1]) for line in mine]
     assert seen[0] - 0.01 <= starts[0] <= starts[1] <= starts[2] <= time.time(), (seen, mine)
-    assert "on a CPU" in mine[2] and "on a CPU" not in mine[0]  # a long step: its CPU bound
+    assert cpu[1] >= 12 and cpu[0] < 3 and cpu[2] < 30, mine  # the step that ran, not the sleeps
+    assert " at " in mine[2] and " at " not in mine[0]  # a long step: where it was
 
 
 def test_the_cpu_time_of_a_long_step_is_bounded_apart_from_its_wall_time() -> None:
