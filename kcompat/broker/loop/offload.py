@@ -23,13 +23,19 @@ one thread run Python at a time anyway). I/O-bound trips (fsyncs, log
 opens) keep their own limits and take no token: a thread blocked in the
 kernel does not hold the GIL.
 
-Two tokens, not one: a snapshot of a large schedule log holds its token for
-a good part of a second, and produce requests must not queue behind it;
-with two, a split still runs meanwhile. Measured with
-``bench/delayed_rate.py --records 1000000`` (two rounds each, alternating,
-load 3-4): delayed produce 35.6k and 40.5k records/s at 18.5-18.8 us of
-broker CPU per record with two tokens, 32.3k and 24.4k at 20.3-28.3 us with
-trio's 40 — the GIL passed among fewer threads costs less.
+One token. A second worker thread running Python adds no throughput (the
+GIL lets one thread run Python at a time) and gives the loop one more thread
+to win the GIL back from at each of its calls. There were two, so that a
+produce's split would not wait behind a long snapshot; but a schedule
+snapshot is now built in C-speed runs of its cells (``schedule_log.
+snapshot_batches``: 55-80 ms for 120,000 pending records, which is what a
+split, a ``/metrics`` text or a share fetch's cold look-up may now wait
+behind), and the cost of the second thread showed in every delayed produce. The 1M one-node delayed soak (``bench/soak.py``, three
+pairs alternating): with one token the plain producer's p99 during the
+delayed produce was 47-59 ms against 67-106 ms with two, and delayed records
+went in at 0.40-0.55 of the plain rate against 0.26-0.45. Before the limiter,
+trio's 40 threads did worse still (``bench/delayed_rate.py``: 24-32k delayed
+records/s against 36-41k with two tokens).
 
 Starting a thread blocks its starter until the new thread runs
 (``threading.Thread.start`` waits for it), and trio's ``to_thread`` starts
@@ -68,12 +74,12 @@ from trio.lowlevel import RunVar
 
 T = TypeVar("T")
 
-CPU_WORKERS = 2  # worker threads running Python beside the loop, at most (see below)
+CPU_WORKERS = 1  # worker threads running Python beside the loop, at most (see below)
 STOP_WAIT_S = 5.0  # a cancelled ``run_stoppable``'s function returns within this
 STOP_POLL_S = 0.005
 _LIMITER: RunVar[trio.CapacityLimiter] = RunVar("kcompat_cpu_limiter")
 #: idle worker threads kept in trio's cache (``keep_threads_ready``): more than
-#: the trips a broker makes at once (two CPU tokens, fsync passes, log opens)
+#: the trips a broker makes at once (a CPU token, fsync passes, log opens)
 THREAD_RESERVE = 8
 RESERVE_CHECK_S = 0.05  # how soon the keeper replaces a worker a trip took
 #: how seldom the keeper looks after a calm spell: its wait doubles from
