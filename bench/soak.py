@@ -1561,7 +1561,7 @@ def report(r: dict[str, Any]) -> list[str]:
                 took, who, cpu = lg["long_max"]
                 rows.append((f"loop steps of {LONG_STEP_MS} ms or more {when} the kill (the "
                              "step trace): count / of them, on a CPU that long / the longest "
-                             "(its CPU time) / the most CPU time of any",
+                             "(its CPU time) / the most CPU time of one of them",
                              f"{lg['long_steps']} / {lg['long_on_cpu']} / {took:.0f} ms, {who} "
                              f"({cpu:.0f} ms) / {lg['long_cpu_max']:.0f} ms"))
     if "end" in m and "idle" in m:
