@@ -1557,13 +1557,14 @@ def report(r: dict[str, Any]) -> list[str]:
                          f"{lg['fence']} / {lg['leads']} ({lg['re_elections']}) / {lg['errors']}"
                          f" / {lg['warnings']} / {lg['failed']} / {lg['replays']}"
                          f" ({lg['replayed']:,})"))
-            if lg.get("long_steps"):
+            if "long_steps" in lg:  # 0 too: the trace is on, so none went unseen
                 took, who, cpu = lg["long_max"]
                 rows.append((f"loop steps of {LONG_STEP_MS} ms or more {when} the kill (the "
                              "step trace): count / of them, on a CPU that long / the longest "
                              "(its CPU time) / the most CPU time of one of them",
                              f"{lg['long_steps']} / {lg['long_on_cpu']} / {took:.0f} ms, {who} "
-                             f"({cpu:.0f} ms) / {lg['long_cpu_max']:.0f} ms"))
+                             f"({cpu:.0f} ms) / {lg['long_cpu_max']:.0f} ms"
+                             if lg["long_steps"] else "0 / 0 / - / -"))
     if "end" in m and "idle" in m:
         rows.append(("wall time", f"{m['end'] - m['idle']:.0f} s"))
     lines += [f"| {a} | {b} |" for a, b in rows]
