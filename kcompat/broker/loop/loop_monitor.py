@@ -39,7 +39,10 @@ service's batches) and this module makes it visible:
   thread spent on a CPU (all of it but the first ``WATCH_EVERY_S`` at most): a step
   that held the loop 150 ms on 20 % of a CPU waited — for the GIL, held by a
   worker thread, or for a core taken by other processes — and is not what its
-  code costs. ``kcompat_event_loop_longest_step_on_cpu_seconds{task}`` is the
+  code costs. Where Linux keeps each thread's scheduler statistics, the
+  report also says how much of it the loop thread waited for a core (its
+  run-queue time, read at the first look and at the end); the rest of the
+  time off a CPU it waited for the GIL. ``kcompat_event_loop_longest_step_on_cpu_seconds{task}`` is the
   most CPU time one step of a kind may have taken: the wall time before the
   first look counted whole, the CPU clock after it (a step the watch thread
   never saw counts whole). On a host whose cores other processes take, the
@@ -172,9 +175,11 @@ class StepTimer(trio.abc.Instrument):
         # the step a sample was taken of (its start) and where the loop thread was
         self._where: tuple[float, str] = (0.0, "")
         # the step the watch thread first saw under way (its start), and then the wall
-        # clock and the loop thread's CPU clock (``sample``)
-        self._seen: tuple[float, float, float] = (0.0, 0.0, 0.0)
+        # clock, the loop thread's CPU clock and its time waiting for a core (``sample``)
+        self._seen: tuple[float, float, float, float | None] = (0.0, 0.0, 0.0, None)
         self._cpu_clock: int | None = None
+        # the loop thread's scheduler statistics (Linux; ``run``), None elsewhere
+        self.schedstat: str | None = None
 
     def before_task_step(self, task: trio.lowlevel.Task) -> None:
         self._started = time.perf_counter()
@@ -200,7 +205,7 @@ class StepTimer(trio.abc.Instrument):
         started, where = self._where
         if started != step_started:
             where = ""
-        seen, wall, cpu = self._seen
+        seen, wall, cpu, queued = self._seen
         on_cpu = took
         if seen == started and wall:  # the loop thread's CPU time since seen
             since = time.thread_time() - cpu
@@ -209,6 +214,9 @@ class StepTimer(trio.abc.Instrument):
                 share = since / max(time.perf_counter() - wall, 1e-6)
                 where += (f" (on a CPU {min(share, 1.0):.0%} of its last "
                           f"{took - (wall - started):.3f} s)")
+                now_queued = self._queued()
+                if queued is not None and now_queued is not None:
+                    where += f" (waiting for a core {(now_queued - queued) * 1000:.0f} ms of it)"
         kind = task_kind(task, self._names, step_started)
         self._long(kind, took, where, on_cpu)
         if took >= self.trace_s:
@@ -244,13 +252,26 @@ class StepTimer(trio.abc.Instrument):
         if started and self._seen[0] != started:  # the first look at this step
             cpu = self._cpu_time(loop_thread)
             if cpu is not None:
-                self._seen = (started, time.perf_counter(), cpu)
+                self._seen = (started, time.perf_counter(), cpu, self._queued())
         if not started or time.perf_counter() - started < LONG_STEP_S or self._where[0] == started:
             return
         frames = stack_of(loop_thread)
         if not frames or self._started != started:
             return  # the step ended meanwhile
         self._where = (started, where_of(frames))
+
+    def _queued(self) -> float | None:
+        """How long the loop thread has waited for a core so far: the run-queue
+        time of its scheduler statistics (None where there are none). Of a
+        long step's time off a CPU, this part was the host's (other processes
+        or threads on the cores); the rest it waited for the GIL."""
+        if self.schedstat is None:
+            return None
+        try:
+            with open(self.schedstat, "rb") as f:
+                return int(f.read().split()[1]) / 1e9
+        except (OSError, ValueError, IndexError):
+            return None
 
     def _cpu_time(self, loop_thread: int) -> float | None:
         """The loop thread's CPU time so far (None where the platform has no
@@ -362,6 +383,8 @@ class LoopMonitor:
 
     async def run(self) -> None:
         """Probe the lag; time the steps of every task while it runs."""
+        schedstat = f"/proc/self/task/{threading.get_native_id()}/schedstat"
+        self.steps.schedstat = schedstat if os.path.exists(schedstat) else None
         trio.lowlevel.add_instrument(self.steps)
         gc.callbacks.append(self._gc_pause)
         stop = threading.Event()
