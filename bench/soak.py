@@ -104,9 +104,9 @@ from compat_tests._broker import Broker, free_port  # noqa: E402
 VALUE_BYTES = 100
 PARTITIONS = 6
 BROKER_FLAGS = ("--set", "group.initial.rebalance.delay.ms=0",
-                # each step of the loop of 50 ms or more logged with its CPU time (a clock
-                # read per step, about 0.7 us): the steps over the budget, told apart from
-                # the waits for a core that three brokers on a small host make
+                # each step of the loop of 50 ms or more logged with its CPU time and its
+                # wait for a core (two clocks read per step, about 5 us): the steps over
+                # the budget, told apart from the waits three brokers on a small host make
                 "--set", "kcompat.loop.trace.ms=50")
 PROBE_TIMEOUT_S = 10.0
 #: the steady plain producer's period, and its first samples left out (connecting)
@@ -651,7 +651,7 @@ REPLAY = re.compile(r"delivering (\d+) scheduled records")
 # the broker's step trace (``kcompat.loop.trace.ms``, set by BROKER_FLAGS): every step of
 # at least LONG_STEP_MS with its CPU time, read from the loop thread's CPU clock
 TRACED = re.compile(r"kcompat\.loop\.trace: step of (.*?): ([\d.]+) ms from [\d.]+, "
-                    r"([\d.]+) ms on a CPU")
+                    r"([\d.]+) ms on a CPU(?:, ([\d.]+) ms waiting for a core)?")
 LONG_STEP_MS = 50  # issue 31: no task holds the loop longer
 
 
@@ -663,9 +663,12 @@ def _traced(line: str, node: int, out: dict[str, Any]) -> None:
     if m is None or float(m.group(2)) < LONG_STEP_MS:
         return
     took, cpu = float(m.group(2)), float(m.group(3))
+    queued = float(m.group(4)) if m.group(4) else 0.0
     out["long_steps"] += 1
     out["long_on_cpu"] += cpu >= LONG_STEP_MS
     out["long_cpu_max"] = max(out["long_cpu_max"], cpu)
+    out["long_queued"] += queued
+    out["long_gil"] += max(took - cpu - queued, 0.0)
     if took > out["long_max"][0]:
         out["long_max"] = (took, f"broker {node}, {m.group(1)}", cpu)
 
@@ -677,7 +680,7 @@ def scan_logs(side: Side, start: dict[int, int], end: dict[int, int] | None = No
     out: dict[str, Any] = {"fence": 0, "leads": 0, "re_elections": 0, "errors": 0,
                            "warnings": 0, "failed": 0, "replayed": 0, "replays": 0, "excerpts": [],
                            "long_steps": 0, "long_on_cpu": 0, "long_max": (0.0, "", 0.0),
-                           "long_cpu_max": 0.0}
+                           "long_cpu_max": 0.0, "long_queued": 0.0, "long_gil": 0.0}
     for node, b in side.brokers.items():
         if not b.log_path.exists():
             continue
@@ -1561,10 +1564,12 @@ def report(r: dict[str, Any]) -> list[str]:
                 took, who, cpu = lg["long_max"]
                 rows.append((f"loop steps of {LONG_STEP_MS} ms or more {when} the kill (the "
                              "step trace): count / of them, on a CPU that long / the longest "
-                             "(its CPU time) / the most CPU time of one of them",
+                             "(its CPU time) / the most CPU time of one of them / their time "
+                             "waiting for a core, and off a CPU otherwise (the GIL)",
                              f"{lg['long_steps']} / {lg['long_on_cpu']} / {took:.0f} ms, {who} "
-                             f"({cpu:.0f} ms) / {lg['long_cpu_max']:.0f} ms"
-                             if lg["long_steps"] else "0 / 0 / - / -"))
+                             f"({cpu:.0f} ms) / {lg['long_cpu_max']:.0f} ms / "
+                             f"{lg['long_queued']:.0f} ms, {lg['long_gil']:.0f} ms"
+                             if lg["long_steps"] else "0 / 0 / - / - / -"))
     if "end" in m and "idle" in m:
         rows.append(("wall time", f"{m['end'] - m['idle']:.0f} s"))
     lines += [f"| {a} | {b} |" for a, b in rows]

@@ -56,10 +56,12 @@ service's batches) and this module makes it visible:
 
 * a trace of the steps (``kcompat.loop.trace.ms``, off by default): every
   step of at least that many milliseconds, one line each on the logger
-  ``kcompat.loop.trace`` — its kind, its length, when it began and how much
-  of it ran on a CPU (``TracingStepTimer`` reads the loop thread's CPU clock
-  at every step, a system call the plain timer does not pay), and for a step
-  over ``LONG_STEP_S`` where it was. The gauges keep only the worst of
+  ``kcompat.loop.trace`` — its kind, its length, when it began, how much of
+  it ran on a CPU and how much it waited for a core (``TracingStepTimer``
+  reads the loop thread's CPU clock and run-queue time at every step, about
+  5 µs the plain timer does not pay), and for a step over ``LONG_STEP_S``
+  where it was. The time off a CPU not spent waiting for a core was spent
+  waiting for the GIL. The gauges keep only the worst of
   each kind, and a p99 moves by less than its own noise from run to run;
   the trace, set against a client's slow answers, names the steps that made
   them (the delivery's reads of issue 31 were found that way).
@@ -72,6 +74,7 @@ observation: nothing here changes the order in which tasks run.
 
 from __future__ import annotations
 
+import ctypes
 import faulthandler
 import gc
 import logging
@@ -82,7 +85,7 @@ import tempfile
 import threading
 import time
 from types import CodeType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 from weakref import WeakKeyDictionary
 
 import trio
@@ -291,24 +294,84 @@ class TracingStepTimer(StepTimer):
     it reads the loop thread's CPU clock before each step (a system call per
     step, which the plain timer does not pay), so each traced step says how
     much of it ran on a CPU — on a host whose cores other processes take, a
-    100 ms step may have run 10 ms and waited the rest."""
+    100 ms step may have run 10 ms and waited the rest. Where Linux keeps the
+    thread's scheduler statistics it also reads its run-queue time
+    (``RunQueueClock``), so the line says how much of that wait was for a core;
+    the rest of the time off a CPU the loop thread waited for the GIL."""
 
     def __init__(self, long_steps: Counter | None, trace_s: float) -> None:
         super().__init__(long_steps, trace_s)
         self._cpu_started = 0.0
+        self._queued_started = 0
+        self._queue: RunQueueClock | None = None
+        self._queue_opened = False
 
     def before_task_step(self, task: trio.lowlevel.Task) -> None:
         self._cpu_started = time.thread_time()
+        queue = self._queue
+        if queue is not None:
+            self._queued_started = queue.read()
+        elif not self._queue_opened:  # in the loop thread: its own statistics
+            self._queue_opened = True
+            self._queue = RunQueueClock.of_this_thread()
         self._started = time.perf_counter()
 
     def _trace(self, kind: str, started: float, took: float, where: str) -> None:
         """One line of the trace: the step's kind, its length, the wall clock
-        of its start (to set against a client's timings) and its CPU time."""
+        of its start (to set against a client's timings), its CPU time and
+        its wait for a core."""
         cpu = time.thread_time() - self._cpu_started
+        queued = ""
+        if self._queue is not None and self._queued_started >= 0:
+            now = self._queue.read()
+            if now >= 0:
+                queued = f", {(now - self._queued_started) / 1e6:.1f} ms waiting for a core"
         began = time.time() - (time.perf_counter() - started)
         at = f" at {where}" if where else ""
-        trace_log.info("step of %s: %.1f ms from %.4f, %.1f ms on a CPU%s", kind, took * 1000,
-                       began, cpu * 1000, at)
+        trace_log.info("step of %s: %.1f ms from %.4f, %.1f ms on a CPU%s%s", kind,
+                       took * 1000, began, cpu * 1000, queued, at)
+
+
+class RunQueueClock:
+    """A thread's time waiting for a core so far (nanoseconds, -1 when it
+    could not be read): the second field of Linux's
+    ``/proc/thread-self/schedstat``. Read with libc's ``pread`` called through
+    ``ctypes.PyDLL``, which keeps the GIL: ``os.pread`` gives it up, and the
+    loop thread would then wait to get it back before every step it traces."""
+
+    def __init__(self, fd: int, pread: Any) -> None:
+        self._fd = fd
+        self._pread = pread
+        self._buf = ctypes.create_string_buffer(128)
+
+    @classmethod
+    def of_this_thread(cls) -> RunQueueClock | None:
+        try:
+            fd = os.open("/proc/thread-self/schedstat", os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            return None  # not Linux, or no scheduler statistics
+        try:
+            pread = ctypes.PyDLL(None).pread
+            pread.restype = ctypes.c_ssize_t
+            pread.argtypes = (ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_long)
+        except (OSError, AttributeError):
+            os.close(fd)
+            return None
+        clock = cls(fd, pread)
+        if clock.read() < 0:
+            os.close(fd)
+            return None
+        return clock
+
+    def read(self) -> int:
+        n = self._pread(self._fd, self._buf, 127, 0)
+        if n <= 0:
+            return -1
+        fields = self._buf.raw[:n].split()
+        try:
+            return int(fields[1])
+        except (IndexError, ValueError):
+            return -1
 
 
 Frame = tuple[str, int, str]  # file name, line, function

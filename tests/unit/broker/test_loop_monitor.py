@@ -147,6 +147,10 @@ def test_the_step_trace_logs_every_step_over_its_threshold(caplog, trace_ms: int
     assert seen[0] - 0.01 <= starts[0] <= starts[1] <= starts[2] <= time.time(), (seen, mine)
     assert cpu[1] >= 12 and cpu[0] < 3 and cpu[2] < 30, mine  # the step that ran, not the sleeps
     assert " at " in mine[2] and " at " not in mine[0]  # a long step: where it was
+    if os.path.exists("/proc/thread-self/schedstat"):  # and its wait for a core (Linux)
+        waits = [re.search(r" on a CPU, ([\d.]+) ms waiting for a core", line) for line in mine]
+        assert all(m is not None and 0 <= float(m[1]) <= t + 1 for m, t in zip(waits, took,
+                                                                                   strict=True)), mine
 
 
 def test_the_cpu_time_of_a_long_step_is_bounded_apart_from_its_wall_time() -> None:
