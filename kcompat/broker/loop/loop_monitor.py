@@ -39,10 +39,8 @@ service's batches) and this module makes it visible:
   thread spent on a CPU (all of it but the first ``WATCH_EVERY_S`` at most): a step
   that held the loop 150 ms on 20 % of a CPU waited — for the GIL, held by a
   worker thread, or for a core taken by other processes — and is not what its
-  code costs. Where Linux keeps each thread's scheduler statistics, the
-  report also says how much of it the loop thread waited for a core (its
-  run-queue time, read at the first look and at the end); the rest of the
-  time off a CPU it waited for the GIL. ``kcompat_event_loop_longest_step_on_cpu_seconds{task}`` is the
+  code costs (the step trace below tells a wait for a core from a wait for
+  the GIL). ``kcompat_event_loop_longest_step_on_cpu_seconds{task}`` is the
   most CPU time one step of a kind may have taken: the wall time before the
   first look counted whole, the CPU clock after it (a step the watch thread
   never saw counts whole). On a host whose cores other processes take, the
@@ -163,11 +161,11 @@ def task_kind(task: trio.lowlevel.Task, names: dict[CodeType, str],
 class StepTimer(trio.abc.Instrument):
     """The longest step of each kind of task (see the module)."""
 
-    def __init__(self, long_steps: Counter | None = None, trace_s: float = 0.0) -> None:
+    #: steps at least this long go to ``_trace`` (a ``TracingStepTimer``'s; never here)
+    trace_s = math.inf
+
+    def __init__(self, long_steps: Counter | None = None) -> None:
         self.longest: dict[str, float] = {}
-        # every step at least this long is logged (``kcompat.loop.trace.ms``; 0: none,
-        # and never below ``SHORT_STEP_S``: those steps are not looked at)
-        self.trace_s = max(trace_s, SHORT_STEP_S) if trace_s > 0 else math.inf
         # per kind, the most CPU time one step may have taken (``after_task_step``)
         self.longest_on_cpu: dict[str, float] = {}
         self._names: dict[CodeType, str] = {}
@@ -178,11 +176,9 @@ class StepTimer(trio.abc.Instrument):
         # the step a sample was taken of (its start) and where the loop thread was
         self._where: tuple[float, str] = (0.0, "")
         # the step the watch thread first saw under way (its start), and then the wall
-        # clock, the loop thread's CPU clock and its time waiting for a core (``sample``)
-        self._seen: tuple[float, float, float, float | None] = (0.0, 0.0, 0.0, None)
+        # clock and the loop thread's CPU clock (``sample``)
+        self._seen: tuple[float, float, float] = (0.0, 0.0, 0.0)
         self._cpu_clock: int | None = None
-        # the loop thread's scheduler statistics (Linux; ``run``), None elsewhere
-        self.schedstat: str | None = None
 
     def before_task_step(self, task: trio.lowlevel.Task) -> None:
         self._started = time.perf_counter()
@@ -208,7 +204,7 @@ class StepTimer(trio.abc.Instrument):
         started, where = self._where
         if started != step_started:
             where = ""
-        seen, wall, cpu, queued = self._seen
+        seen, wall, cpu = self._seen
         on_cpu = took
         if seen == started and wall:  # the loop thread's CPU time since seen
             since = time.thread_time() - cpu
@@ -217,9 +213,6 @@ class StepTimer(trio.abc.Instrument):
                 share = since / max(time.perf_counter() - wall, 1e-6)
                 where += (f" (on a CPU {min(share, 1.0):.0%} of its last "
                           f"{took - (wall - started):.3f} s)")
-                now_queued = self._queued()
-                if queued is not None and now_queued is not None:
-                    where += f" (waiting for a core {(now_queued - queued) * 1000:.0f} ms of it)"
         kind = task_kind(task, self._names, step_started)
         self._long(kind, took, where, on_cpu)
         if took >= self.trace_s:
@@ -227,6 +220,9 @@ class StepTimer(trio.abc.Instrument):
 
     def _trace(self, kind: str, started: float, took: float, where: str) -> None:
         """Nothing: a ``TracingStepTimer`` writes the step trace."""
+
+    def close(self) -> None:
+        """Nothing to release (a ``TracingStepTimer`` has a file open)."""
 
     def _long(self, kind: str, took: float, where: str = "", on_cpu: float | None = None
               ) -> None:
@@ -255,26 +251,13 @@ class StepTimer(trio.abc.Instrument):
         if started and self._seen[0] != started:  # the first look at this step
             cpu = self._cpu_time(loop_thread)
             if cpu is not None:
-                self._seen = (started, time.perf_counter(), cpu, self._queued())
+                self._seen = (started, time.perf_counter(), cpu)
         if not started or time.perf_counter() - started < LONG_STEP_S or self._where[0] == started:
             return
         frames = stack_of(loop_thread)
         if not frames or self._started != started:
             return  # the step ended meanwhile
         self._where = (started, where_of(frames))
-
-    def _queued(self) -> float | None:
-        """How long the loop thread has waited for a core so far: the run-queue
-        time of its scheduler statistics (None where there are none). Of a
-        long step's time off a CPU, this part was the host's (other processes
-        or threads on the cores); the rest it waited for the GIL."""
-        if self.schedstat is None:
-            return None
-        try:
-            with open(self.schedstat, "rb") as f:
-                return int(f.read().split()[1]) / 1e9
-        except (OSError, ValueError, IndexError):
-            return None
 
     def _cpu_time(self, loop_thread: int) -> float | None:
         """The loop thread's CPU time so far (None where the platform has no
@@ -300,7 +283,9 @@ class TracingStepTimer(StepTimer):
     the rest of the time off a CPU the loop thread waited for the GIL."""
 
     def __init__(self, long_steps: Counter | None, trace_s: float) -> None:
-        super().__init__(long_steps, trace_s)
+        super().__init__(long_steps)
+        # never below ``SHORT_STEP_S``: shorter steps are not looked at
+        self.trace_s = max(trace_s, SHORT_STEP_S)
         self._cpu_started = 0.0
         self._queued_started = 0
         self._queue: RunQueueClock | None = None
@@ -330,6 +315,11 @@ class TracingStepTimer(StepTimer):
         at = f" at {where}" if where else ""
         trace_log.info("step of %s: %.1f ms from %.4f, %.1f ms on a CPU%s%s", kind,
                        took * 1000, began, cpu * 1000, queued, at)
+
+    def close(self) -> None:
+        if self._queue is not None:
+            self._queue.close()
+            self._queue = None
 
 
 class RunQueueClock:
@@ -362,6 +352,9 @@ class RunQueueClock:
             os.close(fd)
             return None
         return clock
+
+    def close(self) -> None:
+        os.close(self._fd)
 
     def read(self) -> int:
         n = self._pread(self._fd, self._buf, 127, 0)
@@ -446,8 +439,6 @@ class LoopMonitor:
 
     async def run(self) -> None:
         """Probe the lag; time the steps of every task while it runs."""
-        schedstat = f"/proc/self/task/{threading.get_native_id()}/schedstat"
-        self.steps.schedstat = schedstat if os.path.exists(schedstat) else None
         trio.lowlevel.add_instrument(self.steps)
         gc.callbacks.append(self._gc_pause)
         stop = threading.Event()
@@ -465,6 +456,7 @@ class LoopMonitor:
             watch.join(WATCH_JOIN_S)  # no thread left running at exit (see ``offload``)
             gc.callbacks.remove(self._gc_pause)
             trio.lowlevel.remove_instrument(self.steps)
+            self.steps.close()
 
     def _gc_pause(self, phase: str, info: dict[str, int]) -> None:
         """A ``gc.callbacks`` hook: the time from a collection's start to its stop."""
