@@ -65,12 +65,14 @@ lint: $(STAMP)
 # and with PYTHONHASHSEED=0 (a set of strings iterates in the order of the
 # process's hash seed: a seed replays exactly only under the same one, as the
 # broker simulator's replay command says);
-# both runs must pass, and the cluster suite again over a secured link (test-secured-link). The rest runs in TEST_WORKERS pytest-xdist workers (2: about
-# 12 minutes instead of 20 on 2 cores; TEST_WORKERS=1 runs it serially), a test
+# both runs must pass, and the cluster suite again over a secured link (test-secured-link). The rest runs in TEST_WORKERS pytest-xdist workers, a test
 # module each at a time, each worker with its own port slice
 # (compat_tests._broker.free_port); the modules that use the reference Apache
 # Kafka, and the Spark suites, are one unit each (conftest.py, --dist loadgroup).
-TEST_WORKERS ?= 2
+# Four workers on 2 cores, as the tests mostly wait: with two the cores were
+# busy two thirds of the time, with four over nine tenths (bench/RESULTS.md,
+# "make test's budget"); TEST_WORKERS=1 runs it serially.
+TEST_WORKERS ?= 4
 XDIST = $(if $(filter-out 1,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadgroup)
 test: $(STAMP) tools java-deps lint bytecode
 	@PYTHONHASHSEED=0 nice -n 10 $(PY) -m pytest -q -p no:cacheprovider tests/sim > .sim-tests.log 2>&1 & sim=$$!; \

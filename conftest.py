@@ -8,7 +8,7 @@ wrapper), and the full run under pytest-xdist found a worker with SIGINT
 ignored by the time it reached ``test_cli`` (a share-group consumer never
 stopped). Before each test, an ignored SIGINT is made ^C again.
 
-Under ``--dist loadgroup`` (``make test``'s two pytest-xdist workers) a module
+Under ``--dist loadgroup`` (``make test``'s pytest-xdist workers) a module
 is one unit of work, as under ``--dist loadfile`` (its module fixtures start
 once; ``pytest_xdist_make_scheduler``), except that the modules sharing a costly
 resource a worker would start for itself are one unit together (``SHARED``):

@@ -14,8 +14,8 @@
   ``TXN_KINDS``). A test picks other kinds with
   ``@pytest.mark.parametrize("pbroker", SINGLE_AND_RF3, indirect=True)``,
   sharing the module's single broker. ``cluster_pool`` starts each cluster
-  kind once per session (``CLUSTER_BROKER_ARGS``) and kills it -9 after the
-  last test that uses it.
+  kind on first use (``CLUSTER_BROKER_ARGS``) and kills it -9 once no module
+  has used it for ``IDLE_CLUSTER_S``.
   Tests that stop, kill or restart a broker use ``broker`` (or their own) and
   stay single-node.
 - ``topic``: a unique topic name for the test.
@@ -31,7 +31,9 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -64,21 +66,33 @@ def module_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
     yield from running(Broker(tmp_path_factory.mktemp("module-broker")))
 
 
+#: an unused pool cluster is killed after this long: three idle brokers that
+#: have served some tests take about a tenth of a core (their Raft groups
+#: tick), and a start costs about two CPU-seconds. Under pytest-xdist each
+#: worker has its own pool and runs modules in an order no worker knows ahead,
+#: so "after the last test that uses it" would mean the end of the session:
+#: four workers kept up to eight clusters alive, most of them idle, most of the
+#: time (``make test`` spent about a third of its CPU on them).
+IDLE_CLUSTER_S = 20.0
+
+
 class ClusterPool:
-    """The 3-broker clusters of the session, one per kind, started on first use
-    and shared by every module (tests use unique topic and group names); a
-    cluster a test left with a broker down is replaced. All run with
-    ``CLUSTER_BROKER_ARGS``. A cluster is killed once the last test of the
-    session that uses its kind is done (``last_use``): an idle cluster still
-    ticks its Raft groups, and the suites after it need the CPU."""
+    """The 3-broker clusters of a session (of a worker), one per kind, started on
+    first use and shared by every module (tests use unique topic and group
+    names); a cluster a test left with a broker down is replaced. All run with
+    ``CLUSTER_BROKER_ARGS``. A module holds its cluster (``holding``) while its
+    tests run; a cluster no module has held for ``IDLE_CLUSTER_S`` is killed
+    (``reap``, after each test), as is every cluster at the session's end."""
 
     def __init__(self, root: Path) -> None:
         self.root = root
         self.clusters: dict[str, Cluster] = {}
         self.starts = 0
-        self.last_use: dict[str, str] = {}  # kind -> node id of its last test
+        self.held: dict[str, int] = {}  # kind -> modules holding it now
+        self.idle_since: dict[str, float] = {}  # kind -> when the last holder let go
 
     def get(self, kind: str) -> Cluster:
+        self.idle_since.pop(kind, None)  # in use: only a holder's release makes it idle
         cluster = self.clusters.get(kind)
         if cluster is not None and all(b.running for b in cluster.brokers.values()):
             # a test that restarted a broker may hand the cluster on before the broker
@@ -100,10 +114,23 @@ class ClusterPool:
         self.clusters[kind] = cluster
         return cluster
 
-    def done_with(self, nodeid: str) -> None:
-        """A test finished: kill the clusters no later test uses."""
-        for kind, last in self.last_use.items():
-            if last == nodeid and kind in self.clusters:
+    @contextmanager
+    def holding(self, kind: str) -> Iterator[Cluster]:
+        """The cluster of ``kind``, not reaped until the block ends."""
+        self.held[kind] = self.held.get(kind, 0) + 1
+        try:
+            yield self.get(kind)
+        finally:
+            self.held[kind] -= 1
+            if not self.held[kind]:
+                self.idle_since[kind] = time.monotonic()
+
+    def reap(self, idle_s: float = IDLE_CLUSTER_S) -> None:
+        """Kill the clusters no module has held for ``idle_s``."""
+        now = time.monotonic()
+        for kind, since in list(self.idle_since.items()):
+            if not self.held.get(kind) and now - since >= idle_s and kind in self.clusters:
+                del self.idle_since[kind]
                 self.clusters.pop(kind).kill()
 
     def kill(self) -> None:
@@ -113,37 +140,20 @@ class ClusterPool:
 
 
 _POOL_KEY = pytest.StashKey[ClusterPool]()
-_LAST_USE_KEY = pytest.StashKey[dict[str, str]]()
-_DEPLOYMENT_FIXTURES = ("pbroker", "gbroker", "tbroker", "sbroker", "hbroker")
-
-
-def _cluster_kinds(item: pytest.Item) -> set[str]:
-    params = getattr(getattr(item, "callspec", None), "params", {})
-    return {params[f] for f in _DEPLOYMENT_FIXTURES if params.get(f, "single") != "single"}
-
-
-@pytest.hookimpl(trylast=True)  # after pytest has ordered (and deselected) the items
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    last_use: dict[str, str] = {}
-    for item in items:
-        for kind in _cluster_kinds(item):
-            last_use[kind] = item.nodeid
-    config.stash[_LAST_USE_KEY] = last_use
 
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None):  # type: ignore[no-untyped-def]
-    yield
+    yield  # the module's fixtures, if this was its last test, let their clusters go
     pool = item.config.stash.get(_POOL_KEY, None)
     if pool is not None:
-        pool.done_with(item.nodeid)
+        pool.reap()
 
 
 @pytest.fixture(scope="session")
 def cluster_pool(request: pytest.FixtureRequest,
                  tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterPool]:
     pool = ClusterPool(tmp_path_factory.mktemp("clusters"))
-    pool.last_use = request.config.stash.get(_LAST_USE_KEY, {})
     request.config.stash[_POOL_KEY] = pool
     try:
         yield pool
@@ -157,7 +167,8 @@ def _deployment(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPat
     3-broker cluster of the kind (``ClusterPool``)."""
     kind = request.param
     if kind != "single":
-        yield Deployment.of_cluster(request.getfixturevalue("cluster_pool").get(kind), kind)
+        with request.getfixturevalue("cluster_pool").holding(kind) as cluster:
+            yield Deployment.of_cluster(cluster, kind)
         return
     b = Broker(tmp_path_factory.mktemp(f"{name}-{kind}"), extra_args=extra_args)
     b.start()
