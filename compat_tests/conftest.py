@@ -138,26 +138,24 @@ class ClusterPool:
         for cluster in self.clusters.values():
             cluster.kill()
 
-
-_POOL_KEY = pytest.StashKey[ClusterPool]()
-
-
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None):  # type: ignore[no-untyped-def]
-    yield  # the module's fixtures, if this was its last test, let their clusters go
-    pool = item.config.stash.get(_POOL_KEY, None)
-    if pool is not None:
-        pool.reap()
+    # A plugin while the session lasts (``cluster_pool``), so that it reaps after
+    # every test of the worker, the tests/ suites' too: a hook in this conftest
+    # would see only compat_tests' tests, which a worker mostly runs first.
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_teardown(self, item: pytest.Item):  # type: ignore[no-untyped-def]
+        yield  # the module's fixtures, if this was its last test, let their clusters go
+        self.reap()
 
 
 @pytest.fixture(scope="session")
 def cluster_pool(request: pytest.FixtureRequest,
                  tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterPool]:
     pool = ClusterPool(tmp_path_factory.mktemp("clusters"))
-    request.config.stash[_POOL_KEY] = pool
+    request.config.pluginmanager.register(pool, "kcompat-cluster-pool")
     try:
         yield pool
     finally:
+        request.config.pluginmanager.unregister(pool)
         pool.kill()
 
 
