@@ -72,7 +72,8 @@ def module_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
 #: worker has its own pool and runs modules in an order no worker knows ahead,
 #: so "after the last test that uses it" would mean the end of the session:
 #: four workers kept up to eight clusters alive, most of them idle, most of the
-#: time (``make test`` spent about a third of its CPU on them).
+#: time (about a quarter of the main part's CPU: bench/RESULTS.md, "make
+#: test's budget").
 IDLE_CLUSTER_S = 20.0
 
 
@@ -127,11 +128,13 @@ class ClusterPool:
 
     def reap(self, idle_s: float = IDLE_CLUSTER_S) -> None:
         """Kill the clusters no module has held for ``idle_s``."""
-        now = time.monotonic()
+        now = time.monotonic()  # a kind is in idle_since only while no module holds it
         for kind, since in list(self.idle_since.items()):
-            if not self.held.get(kind) and now - since >= idle_s and kind in self.clusters:
+            if now - since >= idle_s:
                 del self.idle_since[kind]
-                self.clusters.pop(kind).kill()
+                cluster = self.clusters.pop(kind, None)  # None: its start had failed
+                if cluster is not None:
+                    cluster.kill()
 
     def kill(self) -> None:
         """SIGKILL: a graceful stop of three brokers costs seconds."""

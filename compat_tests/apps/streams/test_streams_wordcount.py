@@ -313,7 +313,8 @@ def target(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
     if request.param == "kafka":
         yield request.getfixturevalue("kafka_reference")
     elif request.param == "kcompat-rf3":
-        yield Deployment.of_cluster(request.getfixturevalue("cluster_pool").get("rf3"), "rf3")
+        with request.getfixturevalue("cluster_pool").holding("rf3") as cluster:
+            yield Deployment.of_cluster(cluster, "rf3")
     else:
         b = Broker(tmp_path_factory.mktemp("streams-broker"), extra_args=TXN_BROKER_ARGS)
         b.start()
