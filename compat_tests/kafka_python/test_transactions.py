@@ -25,6 +25,7 @@ from .._broker import Broker, unique_topic
 from .._deployment import RF3_ONLY, Deployment
 from .._eos import EOS_CLUSTER_RECORDS, TXN_BROKER_ARGS, OutRec, list_offsets, run_exactly_once
 from .._groups import create_topic
+from .._kafka_python_txn import keep_requests_across_a_dead_coordinator
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -141,6 +142,63 @@ def test_send_offsets_for_a_group_never_looked_up(tmp_path: Path) -> None:
                           enable_auto_commit=False)
         try:
             assert c.committed(TopicPartition(topic, 0)) == 1
+        finally:
+            c.close()
+    finally:
+        if p is not None:
+            p.close(timeout=5)
+        b.close()
+
+
+def test_a_request_taken_while_the_coordinator_is_down_is_sent_once_it_is_back(
+        tmp_path: Path) -> None:
+    """kafka-python 3.0.12 drops a transactional request that its sender takes off
+    the queue while the coordinator cannot be reached, and the call waits forever
+    (compat_tests/_kafka_python_txn.py: the copy across a broker kill hung in
+    send_offsets_to_transaction about once in sixty runs). Here the broker is
+    killed between two transactional requests on purpose: with the copier's
+    workaround, send_offsets_to_transaction returns once the broker is back, and the
+    transaction commits the record and the offset."""
+    b = Broker(tmp_path / "broker", extra_args=TXN_BROKER_ARGS)
+    b.start()
+    topic = unique_topic("coord-down-kp")
+    group = f"coord-down-{uuid.uuid4().hex[:8]}"
+    p = None
+    try:
+        create_topic(b.bootstrap, topic, 1)
+        looked_up = KafkaConsumer(bootstrap_servers=b.bootstrap, group_id=group,
+                                  enable_auto_commit=False)
+        try:  # the group's coordinator found first, as the copier's OffsetFetch does
+            assert looked_up.committed(TopicPartition(topic, 0)) is None
+        finally:
+            looked_up.close()
+        p = keep_requests_across_a_dead_coordinator(
+            txn_producer(b.bootstrap, f"coord-down-{uuid.uuid4().hex[:8]}"))
+        p.init_transactions()
+        p.begin_transaction()
+        p.send(topic, value=b"kept", partition=0)
+        p.flush()
+        b.kill()
+        done: list[BaseException | None] = []
+        sender = threading.Thread(target=lambda: done.append(_call(
+            lambda: p.send_offsets_to_transaction(
+                {TopicPartition(topic, 0): OffsetAndMetadata(1, "", -1)}, group))),
+            daemon=True)
+        sender.start()
+        time.sleep(2.0)  # the sender takes AddOffsetsToTxn while nothing listens
+        b.restart()
+        sender.join(60)  # a bound for a call that never returned, not a timing check
+        assert done == [None], (f"{CLIENT}: send_offsets_to_transaction with the "
+                                f"coordinator down: {done or 'still waiting'}\n{b.tail(20)}")
+        p.commit_transaction()
+        c = KafkaConsumer(bootstrap_servers=b.bootstrap, group_id=group,
+                          enable_auto_commit=False, isolation_level="read_committed",
+                          auto_offset_reset="earliest", consumer_timeout_ms=10_000)
+        try:
+            assert c.committed(TopicPartition(topic, 0)) == 1
+            c.assign([TopicPartition(topic, 0)])
+            c.seek(TopicPartition(topic, 0), 0)
+            assert [r.value for r in c] == [b"kept"]
         finally:
             c.close()
     finally:
