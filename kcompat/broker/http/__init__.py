@@ -17,8 +17,10 @@ envelope. So an HTTP caller gets exactly what a Kafka client would — ACLs,
 validation, quotas, the extension headers — with no second implementation of
 any of it.
 
-``serve`` binds the port (its rules: a secured broker answers on loopback
-only unless ``admin.token`` is set); ``app`` routes and authenticates;
+``admin_port`` binds the port (its rules: a secured broker answers on loopback
+only unless ``admin.token`` is set) and ``serve`` runs hypercorn on it, the
+only module that imports the HTTP stack (a broker with no admin port never
+loads it); ``app`` routes and authenticates;
 ``ops`` has the operator's endpoints; ``rest`` what the REST endpoints share,
 ``rest_admin`` the cluster, brokers, topics, configs and partitions,
 ``rest_records`` producing.

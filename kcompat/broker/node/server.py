@@ -65,8 +65,8 @@ import trio
 
 from kcompat.broker.config.broker_config import READY_FILE_ENV, BrokerConfig
 from kcompat.broker.host.broker import Broker
+from kcompat.broker.http.admin_port import open_admin_sockets
 from kcompat.broker.http.calls import serve_envelope
-from kcompat.broker.http.serve import open_admin_sockets, run_admin_http
 from kcompat.broker.loop import loop_monitor, offload
 from kcompat.broker.loop.collector import TurnCollector
 from kcompat.broker.loop.loop_monitor import LoopMonitor
@@ -226,7 +226,9 @@ async def run_broker(config: BrokerConfig, task_status: trio.TaskStatus[int] = t
             background.start_soon(offload.keep_threads_ready)  # no thread started on the loop
             background.start_soon(_warm_codec, broker)  # schemas imported ahead, off the loop
             registry.register(OfflineMachines(broker.cluster.groups))
-            background.start_soon(run_admin_http, broker, admin_sockets)
+            if admin_sockets:  # the HTTP stack loads only to serve: ~85 ms of a start
+                from kcompat.broker.http.serve import run_admin_http
+                background.start_soon(run_admin_http, broker, admin_sockets)
             background.start_soon(state.flusher.run)
             background.start_soon(_retention_loop, broker)
             cleaner = LogCleaner(state)

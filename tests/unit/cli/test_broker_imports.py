@@ -35,3 +35,18 @@ def test_a_client_command_still_finds_every_command() -> None:
                          text=True, timeout=60, check=True).stdout
     for command in ("broker", "topics", "produce", "consume", "groups", "cluster"):
         assert command in out, out
+
+
+def test_the_broker_loads_the_http_stack_only_to_serve_the_admin_port() -> None:
+    """hypercorn and starlette (about 85 ms of a start, 5 MiB) come with
+    ``kcompat.broker.http.serve``, which the node imports only once an admin
+    socket is bound: a broker with ``admin.port`` off or taken never loads them."""
+    probe = ("import sys, kcompat.broker.node.server; "
+             "print(sorted({m.split('.')[0] for m in sys.modules} & {'hypercorn', 'starlette'}))")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                         timeout=60, check=True).stdout
+    assert out.split() == ["[]"]
+    served = probe.replace("kcompat.broker.node.server", "kcompat.broker.http.serve")
+    out = subprocess.run([sys.executable, "-c", served], capture_output=True, text=True,
+                         timeout=60, check=True).stdout
+    assert out.strip() == "['hypercorn', 'starlette']"
