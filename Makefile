@@ -29,7 +29,8 @@ tools:
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq chromium chromium-driver >/dev/null; }
 
-# Jars for the Java suites, from Maven Central into ~/.cache/kcompat (reused after the first run).
+# Jars for the Java suites, from Maven Central into ~/.cache/kcompat (reused after the first run),
+# and the class-data archive the suite's Java client JVMs map (compat_tests/java/_jvm.py).
 java-deps: $(STAMP) tools
 	$(PY) -m compat_tests.java._jvm
 

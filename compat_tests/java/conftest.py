@@ -17,7 +17,14 @@ from typing import Any
 
 import pytest
 
-from compat_tests.java._jvm import clients_classpath, java_bin, reference_classpath
+from compat_tests.java._jvm import (
+    CLIENT_JVM_OPTIONS,
+    build_class_archive,
+    class_archive,
+    clients_classpath,
+    java_bin,
+    reference_classpath,
+)
 
 PKG = "io.kcompat.compat"
 
@@ -82,7 +89,9 @@ class JavaRun:
 
 
 def java_cmd(classpath: str, main: str, *args: str, heap: str = "256m") -> list[str]:
-    return [java_bin(), f"-Xmx{heap}", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
+    archive = class_archive(classpath)  # the classes mapped, not parsed: _jvm.py
+    shared = [f"-XX:SharedArchiveFile={archive}"] if archive.exists() else []
+    return [java_bin(), f"-Xmx{heap}", *CLIENT_JVM_OPTIONS, *shared,
             "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn",
             "-Dlog4j2.rootLogger.level=WARN",
             "-cp", classpath, main, *args]
@@ -98,7 +107,9 @@ def run_java(classpath: str, main: str, *args: str, timeout: float = 120.0,
 
 @pytest.fixture(scope="session")
 def clients_cp() -> str:
-    return clients_classpath()
+    classpath = clients_classpath()
+    build_class_archive(classpath)  # written once (make java-deps does it ahead)
+    return classpath
 
 
 @pytest.fixture(scope="session")
