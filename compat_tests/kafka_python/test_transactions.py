@@ -191,14 +191,19 @@ def test_a_request_taken_while_the_coordinator_is_down_is_sent_once_it_is_back(
         assert done == [None], (f"{CLIENT}: send_offsets_to_transaction with the "
                                 f"coordinator down: {done or 'still waiting'}\n{b.tail(20)}")
         p.commit_transaction()
+        tp = TopicPartition(topic, 0)
         c = KafkaConsumer(bootstrap_servers=b.bootstrap, group_id=group,
-                          enable_auto_commit=False, isolation_level="read_committed",
-                          auto_offset_reset="earliest", consumer_timeout_ms=10_000)
+                          enable_auto_commit=False, isolation_level="read_committed")
         try:
-            assert c.committed(TopicPartition(topic, 0)) == 1
-            c.assign([TopicPartition(topic, 0)])
-            c.seek(TopicPartition(topic, 0), 0)
-            assert [r.value for r in c] == [b"kept"]
+            assert c.committed(tp) == 1
+            c.assign([tp])
+            c.seek(tp, 0)
+            end = c.end_offsets([tp])[tp]  # the record and the commit marker
+            got: list[bytes] = []
+            deadline = time.monotonic() + 30
+            while c.position(tp) < end and time.monotonic() < deadline:
+                got += [r.value for r in c.poll(timeout_ms=1000).get(tp, [])]
+            assert got == [b"kept"] and end == 2, (got, end)
         finally:
             c.close()
     finally:
