@@ -13,6 +13,7 @@ from __future__ import annotations
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -128,15 +129,7 @@ def test_send_offsets_for_a_group_never_looked_up(tmp_path: Path) -> None:
         p.init_transactions()
         p.begin_transaction()
         p.send(topic, value=b"x", partition=0)
-        done: list[BaseException | None] = []
-        sender = threading.Thread(target=lambda: done.append(_call(
-            lambda: p.send_offsets_to_transaction(
-                {TopicPartition(topic, 0): OffsetAndMetadata(1, "", -1)}, group))),
-            daemon=True)
-        sender.start()
-        sender.join(60)  # a bound for a call that never returned, not a timing check
-        assert done == [None], (f"{CLIENT}: send_offsets_to_transaction for a group never "
-                                f"looked up: {done or 'still waiting'}\n{b.tail(20)}")
+        _send_offsets(p, topic, group)("for a group never looked up", b)
         p.commit_transaction()
         c = KafkaConsumer(bootstrap_servers=b.bootstrap, group_id=group,
                           enable_auto_commit=False)
@@ -179,17 +172,10 @@ def test_a_request_taken_while_the_coordinator_is_down_is_sent_once_it_is_back(
         p.send(topic, value=b"kept", partition=0)
         p.flush()
         b.kill()
-        done: list[BaseException | None] = []
-        sender = threading.Thread(target=lambda: done.append(_call(
-            lambda: p.send_offsets_to_transaction(
-                {TopicPartition(topic, 0): OffsetAndMetadata(1, "", -1)}, group))),
-            daemon=True)
-        sender.start()
+        returned = _send_offsets(p, topic, group)
         time.sleep(2.0)  # the sender takes AddOffsetsToTxn while nothing listens
         b.restart()
-        sender.join(60)  # a bound for a call that never returned, not a timing check
-        assert done == [None], (f"{CLIENT}: send_offsets_to_transaction with the "
-                                f"coordinator down: {done or 'still waiting'}\n{b.tail(20)}")
+        returned("with the coordinator down", b)
         p.commit_transaction()
         tp = TopicPartition(topic, 0)
         c = KafkaConsumer(bootstrap_servers=b.bootstrap, group_id=group,
@@ -210,6 +196,22 @@ def test_a_request_taken_while_the_coordinator_is_down_is_sent_once_it_is_back(
         if p is not None:
             p.close(timeout=5)
         b.close()
+
+
+def _send_offsets(p: KafkaProducer, topic: str, group: str) -> Callable[[str, Broker], None]:
+    """``send_offsets_to_transaction`` (offset 1 of ``topic``'s partition 0 for
+    ``group``) in a thread; the function returned checks that it returned."""
+    done: list[BaseException | None] = []
+    sender = threading.Thread(target=lambda: done.append(_call(
+        lambda: p.send_offsets_to_transaction(
+            {TopicPartition(topic, 0): OffsetAndMetadata(1, "", -1)}, group))), daemon=True)
+    sender.start()
+
+    def returned(case: str, b: Broker) -> None:
+        sender.join(60)  # a bound for a call that never returned, not a timing check
+        assert done == [None], (f"{CLIENT}: send_offsets_to_transaction {case}: "
+                                f"{done or 'still waiting'}\n{b.tail(20)}")
+    return returned
 
 
 def _call(fn: Any) -> BaseException | None:
