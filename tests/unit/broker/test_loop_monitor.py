@@ -131,12 +131,18 @@ def test_the_step_trace_logs_every_step_over_its_threshold(caplog, trace_ms: int
         return
     mine = [line for line in lines
             if line.startswith("step of test_the_step_trace_logs_every_step_over_its_threshold.main:")]
-    assert len(mine) == 3, lines  # 6, 12 and 200 ms; not the 1 ms step
     found = [re.search(r": ([\d.]+) ms from ([\d.]+), ([\d.]+) ms on a CPU", line)
              for line in mine]
     assert all(found), mine
     took, starts, cpu = zip(*((float(m[1]), float(m[2]), float(m[3])) for m in found if m),
                             strict=True)
+    # no line for a step under the threshold: the 1 ms one has a line only if a busy
+    # host kept it from the loop past 3 ms (it slept 1 ms and waited 4.7 for a core
+    # once, under four test workers), and then it says so
+    assert all(t >= trace_ms for t in took), mine
+    if len(mine) == 4:
+        took, starts, cpu, mine = took[1:], starts[1:], cpu[1:], mine[1:]
+    assert len(mine) == 3, lines  # 6, 12 and 200 ms
     assert took[0] >= 6 and took[1] >= 12 and took[2] >= 200, mine
     assert seen[0] - 0.01 <= starts[0] <= starts[1] <= starts[2] <= time.time(), (seen, mine)
     assert cpu[1] >= 12 and cpu[0] < 3 and cpu[2] < 30, mine  # the step that ran, not the sleeps
