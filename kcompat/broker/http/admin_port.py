@@ -1,4 +1,4 @@
-"""Binding the admin port and serving the HTTP app on the broker's loop.
+"""Binding the admin port: where, whether, and with which TLS context.
 
 Config: ``admin.port`` (default 9644; 0 picks a free port; -1 disables) and
 ``admin.host`` (empty = the broker's ``host``). A default port that is taken
@@ -20,9 +20,9 @@ basic auth or the bearer token), whatever the listener asks.
 
 The socket is bound here (so a bind failure is the broker's one-line error)
 and handed to ``serve.run_admin_http``. This module imports nothing of the HTTP
-stack: a broker whose admin port is off or taken (most of a test suite's,
-and every shard but one) never loads hypercorn and starlette, about 85 ms of
-its start and a few MiB of its memory.
+stack: a broker whose admin port is off or taken (most brokers of a test
+suite, where the first one takes the default port) never loads hypercorn and
+starlette, about 85 ms of its start and 5 MiB of its memory.
 """
 
 from __future__ import annotations
