@@ -20,8 +20,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from kcompat.broker.config.configdef import ConfigDef, ConfigError
 from kcompat.security import properties
 from kcompat.security.acl import STANDARD_AUTHORIZER
@@ -416,6 +414,8 @@ def load_yaml(path: Path) -> dict[str, Any]:
             raise ConfigError("--config", f"cannot read {path}: {e.strerror}") from None
         except (UnicodeDecodeError, ValueError) as e:
             raise ConfigError("--config", str(e)) from None
+    import yaml  # only for a YAML config file: 15 ms of every broker's and command's start
+
     try:
         doc = yaml.safe_load(path.read_text()) or {}
     except OSError as e:

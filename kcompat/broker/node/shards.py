@@ -71,8 +71,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from kcompat._embedded import _die_with_parent
 from kcompat.broker.config.broker_config import (
     NOT_CONFIG_ENV,
@@ -213,6 +211,8 @@ class Supervisor:
         self.stopping = False
 
     def _start(self, shard: Shard) -> None:
+        import yaml  # a supervisor's only: a broker of one shard never loads it
+
         conf = self.workdir / f"shard-{shard.index}.yaml"
         fd = os.open(conf, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w") as f:

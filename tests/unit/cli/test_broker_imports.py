@@ -1,6 +1,7 @@
 """``kcompat broker`` stays lean: a broker process does not carry the Kafka
 client the other commands are built on, and a node's supervisor does not
-carry the broker (tens of MiB each, per process)."""
+carry the broker (tens of MiB each, per process); nothing loads the YAML
+parser unless a YAML config file is read or a shard's is written."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from kcompat.__main__ import main
 sys.argv = ["kcompat", *sys.argv[1:]]
 code = main()
 loaded = [m for m in ("kcompat.cli.topics", "kcompat.cli.cluster", "trio",
-                      "kcompat.broker.node.server") if m in sys.modules]
+                      "kcompat.broker.node.server", "yaml") if m in sys.modules]
 print("LOADED", *loaded)
 sys.exit(code)
 """
