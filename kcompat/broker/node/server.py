@@ -217,6 +217,8 @@ async def run_broker(config: BrokerConfig, task_status: trio.TaskStatus[int] = t
             (item.name, item.advertised_host, item.advertised_port or broker.bound_ports[item.name])
             for item in broker.listeners)
         admin_sockets = open_admin_sockets(broker)
+        if admin_sockets:  # the HTTP stack (~85 ms) loads only to serve, before a task runs
+            from kcompat.broker.http.serve import run_admin_http
         broker.calls.envelope_server = partial(serve_envelope, broker)
         async with trio.open_nursery() as background:
             registry = broker.metrics.registry
@@ -226,8 +228,7 @@ async def run_broker(config: BrokerConfig, task_status: trio.TaskStatus[int] = t
             background.start_soon(offload.keep_threads_ready)  # no thread started on the loop
             background.start_soon(_warm_codec, broker)  # schemas imported ahead, off the loop
             registry.register(OfflineMachines(broker.cluster.groups))
-            if admin_sockets:  # the HTTP stack loads only to serve: ~85 ms of a start
-                from kcompat.broker.http.serve import run_admin_http
+            if admin_sockets:
                 background.start_soon(run_admin_http, broker, admin_sockets)
             background.start_soon(state.flusher.run)
             background.start_soon(_retention_loop, broker)
