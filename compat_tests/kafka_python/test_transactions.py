@@ -13,7 +13,8 @@ from __future__ import annotations
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -111,40 +112,58 @@ def test_exactly_once_copy_across_broker_kill(tmp_path: Path) -> None:
         b.close()
 
 
-def test_send_offsets_for_a_group_never_looked_up(tmp_path: Path) -> None:
+@pytest.fixture
+def lone_broker(tmp_path: Path) -> Iterator[Broker]:
+    """A broker of the test's own (fresh, or to be killed), as the copier's."""
+    b = Broker(tmp_path / "broker", extra_args=TXN_BROKER_ARGS)
+    b.start()
+    try:
+        yield b
+    finally:
+        b.close()
+
+
+@contextmanager
+def _in_transaction(b: Broker, topic: str, value: bytes,
+                    keep_requests: bool = False) -> Iterator[KafkaProducer]:
+    """A transactional producer with ``value`` sent to ``topic``'s partition 0 in
+    an open transaction (``keep_requests``: with the copier's workaround of
+    compat_tests/_kafka_python_txn.py); closed at the end."""
+    p = txn_producer(b.bootstrap, f"{topic}-txn")
+    if keep_requests:
+        keep_requests_across_a_dead_coordinator(p)
+    try:
+        p.init_transactions()
+        p.begin_transaction()
+        p.send(topic, value=value, partition=0)
+        yield p
+    finally:
+        p.close(timeout=5)
+
+
+def test_send_offsets_for_a_group_never_looked_up(lone_broker: Broker) -> None:
     """A fresh broker, and a producer sending offsets for a group no client has
     looked up: no ``__consumer_offsets`` yet. AddOffsetsToTxn answered
     COORDINATOR_NOT_AVAILABLE for it, kafka-python then looks up the transaction
     coordinator (which creates nothing) and retries, and send_offsets_to_transaction
     never returned. Kafka adds the group's partition regardless; the TxnOffsetCommit
     that follows looks the group up, which creates the topic."""
-    b = Broker(tmp_path / "broker", extra_args=TXN_BROKER_ARGS)
-    b.start()
+    b = lone_broker
     topic = unique_topic("fresh-kp")
     group = f"never-{uuid.uuid4().hex[:8]}"
-    p = None
-    try:
-        create_topic(b.bootstrap, topic, 1)
-        p = txn_producer(b.bootstrap, f"fresh-{uuid.uuid4().hex[:8]}")
-        p.init_transactions()
-        p.begin_transaction()
-        p.send(topic, value=b"x", partition=0)
+    create_topic(b.bootstrap, topic, 1)
+    with _in_transaction(b, topic, b"x") as p:
         _send_offsets(p, topic, group)("for a group never looked up", b)
         p.commit_transaction()
-        c = KafkaConsumer(bootstrap_servers=b.bootstrap, group_id=group,
-                          enable_auto_commit=False)
-        try:
-            assert c.committed(TopicPartition(topic, 0)) == 1
-        finally:
-            c.close()
+    c = KafkaConsumer(bootstrap_servers=b.bootstrap, group_id=group, enable_auto_commit=False)
+    try:
+        assert c.committed(TopicPartition(topic, 0)) == 1
     finally:
-        if p is not None:
-            p.close(timeout=5)
-        b.close()
+        c.close()
 
 
 def test_a_request_taken_while_the_coordinator_is_down_is_sent_once_it_is_back(
-        tmp_path: Path) -> None:
+        lone_broker: Broker) -> None:
     """kafka-python 3.0.12 drops a transactional request that its sender takes off
     the queue while the coordinator cannot be reached, and the call waits forever
     (compat_tests/_kafka_python_txn.py: the copy across a broker kill hung in
@@ -152,24 +171,18 @@ def test_a_request_taken_while_the_coordinator_is_down_is_sent_once_it_is_back(
     killed between two transactional requests on purpose: with the copier's
     workaround, send_offsets_to_transaction returns once the broker is back, and the
     transaction commits the record and the offset."""
-    b = Broker(tmp_path / "broker", extra_args=TXN_BROKER_ARGS)
-    b.start()
+    b = lone_broker
     topic = unique_topic("coord-down-kp")
     group = f"coord-down-{uuid.uuid4().hex[:8]}"
-    p = None
-    try:
-        create_topic(b.bootstrap, topic, 1)
-        looked_up = KafkaConsumer(bootstrap_servers=b.bootstrap, group_id=group,
-                                  enable_auto_commit=False)
-        try:  # the group's coordinator found first, as the copier's OffsetFetch does
-            assert looked_up.committed(TopicPartition(topic, 0)) is None
-        finally:
-            looked_up.close()
-        p = keep_requests_across_a_dead_coordinator(
-            txn_producer(b.bootstrap, f"coord-down-{uuid.uuid4().hex[:8]}"))
-        p.init_transactions()
-        p.begin_transaction()
-        p.send(topic, value=b"kept", partition=0)
+    tp = TopicPartition(topic, 0)
+    create_topic(b.bootstrap, topic, 1)
+    looked_up = KafkaConsumer(bootstrap_servers=b.bootstrap, group_id=group,
+                              enable_auto_commit=False)
+    try:  # the group's coordinator found first, as the copier's OffsetFetch does
+        assert looked_up.committed(tp) is None
+    finally:
+        looked_up.close()
+    with _in_transaction(b, topic, b"kept", keep_requests=True) as p:
         p.flush()
         b.kill()
         returned = _send_offsets(p, topic, group)
@@ -177,25 +190,20 @@ def test_a_request_taken_while_the_coordinator_is_down_is_sent_once_it_is_back(
         b.restart()
         returned("with the coordinator down", b)
         p.commit_transaction()
-        tp = TopicPartition(topic, 0)
-        c = KafkaConsumer(bootstrap_servers=b.bootstrap, group_id=group,
-                          enable_auto_commit=False, isolation_level="read_committed")
-        try:
-            assert c.committed(tp) == 1
-            c.assign([tp])
-            c.seek(tp, 0)
-            end = c.end_offsets([tp])[tp]  # the record and the commit marker
-            got: list[bytes] = []
-            deadline = time.monotonic() + 30
-            while c.position(tp) < end and time.monotonic() < deadline:
-                got += [r.value for r in c.poll(timeout_ms=1000).get(tp, [])]
-            assert got == [b"kept"] and end == 2, (got, end)
-        finally:
-            c.close()
+    c = KafkaConsumer(bootstrap_servers=b.bootstrap, group_id=group,
+                      enable_auto_commit=False, isolation_level="read_committed")
+    try:
+        assert c.committed(tp) == 1
+        c.assign([tp])
+        c.seek(tp, 0)
+        end = c.end_offsets([tp])[tp]  # the record and the commit marker
+        got: list[bytes] = []
+        deadline = time.monotonic() + 30
+        while c.position(tp) < end and time.monotonic() < deadline:
+            got += [r.value for r in c.poll(timeout_ms=1000).get(tp, [])]
+        assert got == [b"kept"] and end == 2, (got, end)
     finally:
-        if p is not None:
-            p.close(timeout=5)
-        b.close()
+        c.close()
 
 
 def _send_offsets(p: KafkaProducer, topic: str, group: str) -> Callable[[str, Broker], None]:
