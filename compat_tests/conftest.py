@@ -93,7 +93,6 @@ class ClusterPool:
         self.idle_since: dict[str, float] = {}  # kind -> when the last holder let go
 
     def get(self, kind: str) -> Cluster:
-        self.idle_since.pop(kind, None)  # in use: only a holder's release makes it idle
         cluster = self.clusters.get(kind)
         if cluster is not None and all(b.running for b in cluster.brokers.values()):
             # a test that restarted a broker may hand the cluster on before the broker
@@ -119,6 +118,7 @@ class ClusterPool:
     def holding(self, kind: str) -> Iterator[Cluster]:
         """The cluster of ``kind``, not reaped until the block ends."""
         self.held[kind] = self.held.get(kind, 0) + 1
+        self.idle_since.pop(kind, None)  # held: idle again only once its last holder lets go
         try:
             yield self.get(kind)
         finally:

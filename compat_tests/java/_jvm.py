@@ -201,11 +201,13 @@ def project_classpath(project: Path, name: str, version: str = KAFKA_VERSION) ->
     return os.pathsep.join([str(jar), str(libs / "*")])
 
 
+#: a short-lived JVM's collector and compiler: the serial collector, C1 only (the
+#: suite's clients and its reference Kafka, ``kafka_reference.jvm_flags``)
+QUICK_JVM = ("-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1")
 #: the JVM options of a class-data archive's dump and of the JVMs that map it (the
 #: suite's client JVMs: java/conftest.py ``java_cmd``); the JVM's own warnings (an
 #: archive it cannot use among them) to stderr, not to the stdout a test parses
-CLIENT_JVM_OPTIONS = ("-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Xlog:disable",
-                     "-Xlog:all=warning:stderr")
+CLIENT_JVM_OPTIONS = (*QUICK_JVM, "-Xlog:disable", "-Xlog:all=warning:stderr")
 #: the clients project's class that loads every class of its classpath
 CLASS_WARMUP = "io.kcompat.compat.ClassWarmup"
 

@@ -31,7 +31,13 @@ import uuid
 from pathlib import Path
 
 from compat_tests._broker import free_port, kill_process, terminate_process
-from compat_tests.java._jvm import KAFKA_VERSION, java_bin, log4j2_properties, reference_classpath
+from compat_tests.java._jvm import (
+    KAFKA_VERSION,
+    QUICK_JVM,
+    java_bin,
+    log4j2_properties,
+    reference_classpath,
+)
 
 START_TIMEOUT_S = 90.0
 STOP_TIMEOUT_S = 30.0
@@ -88,7 +94,6 @@ def _api_versions_ok(host: str, port: int) -> bool:
 #: benchmarks, which compare with Kafka warm, keep the JVM's defaults
 #: (G1, tiered compilation).
 JVM_ENV = "KAFKA_REFERENCE_JVM"  # not KCOMPAT_*: a kcompat broker reads those as its config
-_QUICK_JVM = ("-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1")
 
 
 def jvm_flags() -> tuple[str, ...]:
@@ -96,7 +101,7 @@ def jvm_flags() -> tuple[str, ...]:
     mode = os.environ.get(JVM_ENV, "")
     if mode not in ("", "quick"):
         raise ReferenceError_(f"{JVM_ENV}={mode!r}: expected 'quick' or nothing")
-    return _QUICK_JVM if mode == "quick" else ("-XX:+UseG1GC",)
+    return QUICK_JVM if mode == "quick" else ("-XX:+UseG1GC",)
 
 
 class KafkaReference:

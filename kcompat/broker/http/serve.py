@@ -34,8 +34,6 @@ class _Config(Config):
 
 async def run_admin_http(broker: Broker, sockets: list[socket.socket]) -> None:
     """Serve the app on already-bound ``sockets`` until cancelled."""
-    if not sockets:
-        return
     context = tls_context(broker)
     config = _Config(context)
     config.accesslog = None
