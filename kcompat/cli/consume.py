@@ -30,6 +30,7 @@ import time
 from typing import Any
 
 from kcompat.cli._common import CliError, add_client_args, client_config
+from kcompat.cli._rejoin import finish_pending_joins
 from kcompat.cli._share_consumer import ACK_TYPES
 
 POLL_MS = 200
@@ -102,11 +103,11 @@ def _header_value(value: bytes | None) -> str | None:
 def _consumer(args: argparse.Namespace, kind: str) -> Any:
     from kafka import KafkaConsumer
 
-    return KafkaConsumer(
+    return finish_pending_joins(KafkaConsumer(
         **client_config(args), group_id=args.group, enable_auto_commit=False,
         auto_offset_reset="latest" if kind == "latest" else "earliest",
         allow_auto_create_topics=False,
-    )
+    ))
 
 
 def _partitions(consumer: Any, args: argparse.Namespace) -> list[Any]:

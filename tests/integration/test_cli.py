@@ -150,6 +150,50 @@ def test_consume_follow_sees_new_records(broker: Broker) -> None:
     assert out == "late-1\nlate-2\n"
 
 
+def test_a_group_join_a_poll_left_running_is_finished_by_the_next_poll(
+        broker: Broker, monkeypatch: pytest.MonkeyPatch) -> None:
+    """kafka-python 3.0.12 drops a join that a poll's timeout left running once
+    its answer makes ``need_rejoin`` false (kcompat/cli/_rejoin.py): the member
+    stays REBALANCING and `consume --group` could never commit. Made to happen
+    here: the leader's assignment snapshot is made stale (as when the topic's
+    metadata comes after its first assignment), and a poll of 0 ms starts the
+    rejoin and leaves it."""
+    from kafka import TopicPartition
+    from kafka.structs import OffsetAndMetadata
+
+    from kcompat.cli import consume
+    from kcompat.cli.main import build_parser
+
+    topic, group = unique_topic("rejoin"), unique_topic("g-rejoin")
+    kc(broker, "topics", "create", topic, "--partitions", "2")
+    kc(broker, "produce", topic, "--partition", "0", stdin="one\n")
+    args = build_parser().parse_args(["consume", topic, "--group", group,
+                                      "--bootstrap-server", broker.bootstrap])
+    consumer = consume._consumer(args, "earliest")
+    try:
+        consumer.subscribe([topic])
+        deadline = time.monotonic() + 30
+        while not consumer.poll(timeout_ms=200) and time.monotonic() < deadline:
+            pass
+        coordinator = consumer._coordinator
+        assert coordinator.generation_if_stable() is not None, "never joined"
+        coordinator._assignment_snapshot = {}  # the leader's assignment predates its metadata
+        consumer.poll(timeout_ms=0)
+        assert coordinator._join_task is not None, "the rejoin was not left running"
+        deadline = time.monotonic() + 30
+        while not coordinator._join_task.is_done and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert coordinator._assignment_snapshot == coordinator._metadata_snapshot
+        monkeypatch.setattr(consume, "COMMIT_WAIT_S", 10.0)
+        consume._commit(consumer, {TopicPartition(topic, 0): OffsetAndMetadata(1, "", -1)})
+        assert coordinator.generation_if_stable() is not None
+    finally:
+        consumer.close(autocommit=False)
+    described = kc_json(broker, "groups", "describe", group)
+    assert isinstance(described, dict)
+    assert [(p["partition"], p["current_offset"]) for p in described["partitions"]] == [(0, 1)]
+
+
 def test_produce_file_with_progress_and_compression(broker: Broker, tmp_path: Path) -> None:
     topic = unique_topic("file")
     kc(broker, "topics", "create", topic)
