@@ -16,8 +16,10 @@ task. The member stays REBALANCING for good: every commit is refused on the
 client side ("the consumer is undergoing a rebalance"), and its heartbeat stays
 off. The Java consumer asks ``rejoinNeededOrPending()``: a join in flight counts
 as a reason to go on with it. A CLI consumer meets this when the topic's
-metadata reaches it just after its first assignment and the second join
-outlasts what is left of a 200 ms poll: under load, about one run in twenty.
+metadata reaches it just after its first assignment (it looked the topic up
+before subscribing, so its first snapshot lacks it) and the second join
+outlasts what is left of a 200 ms poll: beside three CPU burners, one run in
+about five.
 
 ``finish_pending_joins`` gives the consumer's coordinator the Java rule: a join
 task that no poll has waited for keeps ``need_rejoin`` true, so the next poll
