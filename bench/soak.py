@@ -29,6 +29,11 @@ bytes of its state directories before the kill, after the restart and at the end
   (includes the time the record waited in the producer's queue); exactly-once (no
   duplicate, none missing, no cancelled one delivered, none early). Delayed/plain
   produce rate. Killed a few seconds after the last ack; ``__kc_schedule-*`` bytes.
+  Then, ``TERM_AFTER_S`` after the restarted broker took its first produce and with a
+  backlog still pending, a *clean* restart (phase ``SIGTERM``): the busiest broker since
+  that restart (on 3 brokers, of the two not killed: the killed one leads nothing yet)
+  gets SIGTERM and is started again once it exits: how long it took to stop,
+  restart-to-ready and when arrivals on its partitions resumed, as for the kill.
 * ``dedup``: ``kc.dedup.by=header``, a one-hour window, ``kc.dedup.max.entries`` = the
   record count; every record with ``kc-dedup-id``, 10 % of them repeating an earlier id;
   after the restart 10 % of the ids are sent again: every id stored exactly once.
@@ -787,6 +792,12 @@ def dir_bytes(broker: Broker, prefix: str) -> int:
     return total
 
 
+TERM_AFTER_S = 5.0  # the delayed scenario's SIGTERM: this long after the kill's restart
+TERM_MIN_BACKLOG_S = 15.0  # ... if records still come due this long after it
+TERM_STOP_S = 120.0  # a broker not exited this long after SIGTERM is killed (and reported)
+DOWN_PHASES = ("kill -9", "SIGTERM")  # a broker down and starting: not its load's latency
+
+
 class Run:
     """One scenario on one side: the probe child, readers, phase marks, the kill -9,
     the logs; ``r`` collects what the report prints (``rows``: the scenario's own)."""
@@ -920,6 +931,39 @@ class Run:
         k["restart"] = wait_restart(side, victim, self.deadline)  # phase "kill -9" until ready
         print(f"  [{time.strftime('%H:%M:%S')}] broker {victim} ready again", flush=True)
         k["bytes_after"] = {p: dir_bytes(vb, p) for p in state}
+        self.cpu_start()  # what the SIGTERM's choice counts from
+
+    def term_busiest(self, topic: str) -> None:
+        """SIGTERM of the broker that used the most CPU since ``cpu_start`` (the kill's
+        restart) — on several brokers, of those not just killed: that one leads nothing
+        yet, its partitions' leaders having moved — and, once it has exited, a start on
+        its data dir: how long it took to stop (``TERM_STOP_S`` at most, then SIGKILL,
+        reported), restart-to-ready."""
+        side = self.side
+        killed = self.r["kill"]["victim"] if "kill" in self.r and len(side.brokers) > 1 else None
+        cpu = {k: proc_cpu_s(b.pid) - self.cpu0.get(k, 0.0) for k, b in side.brokers.items()
+               if b.pid and b.running and k != killed}
+        victim = max(cpu, key=lambda k: cpu[k])
+        vb = side.brokers[victim]
+        try:
+            led = leaders(side.bootstrap, topic)
+        except Exception:  # noqa: BLE001
+            led = {}
+        t: dict[str, Any] = {"victim": victim, "cpu": cpu,
+                             "partitions": sorted(p for p, ldr in led.items() if ldr == victim)
+                             if len(side.brokers) > 1 else list(range(PARTITIONS))}
+        t["metrics"] = scrape(side.admin_ports[victim])
+        t["t_term"] = self.marks("SIGTERM")
+        try:
+            t["exit"] = vb.stop(timeout=TERM_STOP_S)
+        except Exception as exc:  # noqa: BLE001 - not exited in time: killed, and said so
+            t["exit"] = f"not exited in {TERM_STOP_S:.0f} s ({exc}); killed"
+            vb.kill()
+        t["stopped_s"] = time.time() - t["t_term"]
+        t["restart"] = wait_restart(side, victim, self.deadline)
+        print(f"  [{time.strftime('%H:%M:%S')}] broker {victim} stopped (SIGTERM) in "
+              f"{t['stopped_s']:.1f} s and ready again", flush=True)
+        self.r["term"] = t
 
     def finish(self) -> None:
         """Stop every child, read the probe's lines and the logs."""
@@ -980,6 +1024,14 @@ def quantiles_row(xs: list[float]) -> str:
 def resumed(run: Run, recv: array.array, part: array.array) -> None:
     """When arrivals on the killed broker's partitions resumed (after the kill, after the
     restart), from a reader's arrival times."""
+    t = run.r.get("term")
+    if t:
+        tparts, spawn = set(t["partitions"]), t["restart"]["spawn"]
+        after = [x for x, p in zip(recv, part, strict=True) if x > t["t_term"] and p in tparts]
+        t["resume_after_term"] = min(after) - t["t_term"] \
+            if after and len(run.side.brokers) > 1 else None
+        later = [x for x in after if x > spawn]
+        t["resume_after_restart"] = min(later) - spawn if later else None
     k = run.r.get("kill")
     if not k:
         return
@@ -1028,6 +1080,14 @@ def delayed_scenario(run: Run) -> None:
     last_due = max((ack[i] or send[i]) + delays[i] / 1000 for i in range(dly.n)) \
         if dly.n else time.time()
     run.marks("drain")
+    term_at = run.r["kill"]["restart"].get("produce", time.time()) + TERM_AFTER_S
+    if last_due - term_at >= TERM_MIN_BACKLOG_S and run.deadline - term_at > 60.0:
+        time.sleep(max(0.0, term_at - time.time()))
+        run.term_busiest("soak-delayed")
+        run.marks("drain after SIGTERM")
+    else:
+        run.r["term_skipped"] = "no backlog left" if last_due - term_at < TERM_MIN_BACKLOG_S \
+            else "no time left"
     run.wait_progress("delivered", lambda g: g.get("received_ok", 0) >= expected
                       and time.time() > last_due + 2.0, last_due + sz.late_allowance_s)
     run.marks("end")
@@ -1038,6 +1098,9 @@ def delayed_scenario(run: Run) -> None:
     k = run.r["kill"]
     calm_from = k["t_kill"] - 1.0
     calm_to = k["restart"].get("produce", k["t_kill"]) + 5.0
+    term = run.r.get("term")
+    term_from = term["t_term"] - 1.0 if term else 0.0
+    term_to = term["restart"].get("produce", term["t_term"]) + 5.0 if term else 0.0
     for i in range(dly.n):
         if i in cancelled:
             continue
@@ -1051,7 +1114,7 @@ def delayed_scenario(run: Run) -> None:
         if ack[i]:
             due_ack = ack[i] + delays[i] / 1000
             late_ack.append(recv[i] - due_ack)
-            if not calm_from <= due_ack <= calm_to:
+            if not (calm_from <= due_ack <= calm_to or term_from <= due_ack <= term_to):
                 late_calm.append(recv[i] - due_ack)
     ratio = dly.rate / plain.rate if plain.rate else float("nan")
     pend = metric_sum(k["metrics"], PENDING_METRIC)
@@ -1062,7 +1125,8 @@ def delayed_scenario(run: Run) -> None:
     run.row("delayed / plain produce rate", f"{ratio:.2f}")
     run.row("lateness (arrival - ack - delay; a lower bound) p50 / p99 / max",
             quantiles_row(late_ack))
-    run.row(f"the same, records not due from the kill to 5 s after ready ({len(late_calm):,})",
+    run.row(f"the same, records not due from the kill (or the SIGTERM) to 5 s after ready "
+            f"({len(late_calm):,})",
             quantiles_row(late_calm))
     run.row("lateness (arrival - send - delay; an upper bound: includes the time queued "
             "in the producer) p50 / p99 / max", quantiles_row(late_send))
@@ -1391,12 +1455,13 @@ def phase_of(t: float, marks: dict[str, float]) -> str:
 
 
 def probe_phase(probe: dict[str, Any], marks: dict[str, float]) -> str:
-    """The phase of a probe: the one it was sent in, but "kill -9" for a probe
-    in flight when the broker was killed (sent just before, answered after
-    the restart: its wait is the kill's, not the phase's load)."""
-    kill = marks.get("kill -9")
-    if kill is not None and probe["t"] < kill <= probe["t"] + probe.get("s", 0.0):
-        return "kill -9"
+    """The phase of a probe: the one it was sent in, but "kill -9" (or "SIGTERM")
+    for a probe in flight when the broker was killed (stopped): sent just before,
+    answered after the restart, its wait is the kill's, not the phase's load."""
+    for down in DOWN_PHASES:
+        at = marks.get(down)
+        if at is not None and probe["t"] < at <= probe["t"] + probe.get("s", 0.0):
+            return down
     return phase_of(probe["t"], marks)
 
 
@@ -1537,6 +1602,27 @@ def kill_rows(r: dict[str, Any]) -> list[tuple[str, str]]:
                      " / ".join(f"{k[w].get(p, 0) / 2**20:.1f}" for w in
                                 ("bytes_before", "bytes_after", "bytes_end") if w in k)
                      + " MiB"))
+    t = r.get("term")
+    if t:
+        rs = t["restart"]
+        rows += [
+            ("then, with a backlog, a clean restart (SIGTERM; on several brokers, of one "
+             "not just killed): broker / its "
+             f"{PENDING_METRIC} / stopped in / exit code",
+             f"broker {t['victim']} (broker CPU s since the kill's restart: "
+             + ", ".join(f"{n}: {v:.0f}" for n, v in sorted(t["cpu"].items())) + ") / "
+             + (f"{pend:,.0f}" if (pend := metric_sum(t["metrics"], PENDING_METRIC)) is not None
+                else "not scraped")
+             + f" / {t['stopped_s']:.2f} s / {t['exit']}"),
+            ("after the SIGTERM: ready line / Metadata / acks=all produce acked (s after start)",
+             " / ".join(f"{rs[x] - rs['spawn']:.1f}" if x in rs else "never"
+                        for x in ("ready_line", "metadata", "produce"))),
+            ("arrivals on its partitions resumed (s after the SIGTERM / after its restart)",
+             " / ".join(f"{x:.1f}" if x is not None else "-"
+                        for x in (t.get("resume_after_term"), t.get("resume_after_restart")))),
+        ]
+    elif r.get("term_skipped"):
+        rows.append(("clean restart (SIGTERM)", f"not made: {r['term_skipped']}"))
     return rows
 
 
@@ -1588,7 +1674,7 @@ def report(r: dict[str, Any]) -> list[str]:
     steady = [p for p in probes if p["probe"] == "plain_latency" and p["ok"]
               and p.get("i", 0) >= PLAIN_WARMUP]
     idle = [p["s"] for p in steady if probe_phase(p, m) == "idle"]
-    loaded = [p["s"] for p in steady if probe_phase(p, m) not in ("idle", "kill -9")]
+    loaded = [p["s"] for p in steady if probe_phase(p, m) not in ("idle", *DOWN_PHASES)]
     if idle:
         lines += ["", f"Plain producer latency (one acks=all record every "
                       f"{PLAIN_EVERY_S * 1000:.0f} ms, its own connection; p99 against "
@@ -1601,18 +1687,18 @@ def report(r: dict[str, Any]) -> list[str]:
                              f"{fmt_s(pct(xs, .99))} | {fmt_s(max(xs))} | "
                              f"{pct(xs, .99) / pct(idle, .99):.1f}x |")
     cp = [p["s"] for p in probes if p["ok"] and p["probe"] in CONTROL_PROBES
-          and probe_phase(p, m) not in ("idle", "kill -9")]
+          and probe_phase(p, m) not in ("idle", *DOWN_PHASES)]
     summary = []
     if cp:
-        summary.append(f"control-plane probes outside the idle and kill phases: p99 "
+        summary.append(f"control-plane probes outside the idle, kill and SIGTERM phases: p99 "
                        f"{fmt_s(pct(cp, .99))}, max {fmt_s(max(cp))}")
     if idle and loaded:
-        summary.append(f"plain producer p99 outside the idle and kill phases / idle: "
+        summary.append(f"plain producer p99 outside the idle, kill and SIGTERM phases / idle: "
                        f"{pct(loaded, .99) / pct(idle, .99):.1f}x "
                        f"({fmt_s(pct(loaded, .99))} / {fmt_s(pct(idle, .99))})")
     # the same saturation without any extension: what the extension itself adds
     plain_ph = [p["s"] for p in steady if probe_phase(p, m) == "plain"]
-    ext = [p["s"] for p in steady if probe_phase(p, m) not in ("idle", "plain", "kill -9")]
+    ext = [p["s"] for p in steady if probe_phase(p, m) not in ("idle", "plain", *DOWN_PHASES)]
     if plain_ph and ext:
         summary.append(f"plain producer p99 under the extension's load / under the plain "
                        f"produce phase's: {pct(ext, .99) / pct(plain_ph, .99):.1f}x "
