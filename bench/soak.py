@@ -1579,6 +1579,16 @@ def lag_summary(scrapes: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
+def restart_cells(rs: dict[str, float]) -> str:
+    """A restart's ready line / Metadata / produce, in s after its start (``wait_restart``)."""
+    return " / ".join(f"{rs[x] - rs['spawn']:.1f}" if x in rs else "never"
+                      for x in ("ready_line", "metadata", "produce"))
+
+
+def seconds_or_dash(*xs: float | None) -> str:
+    return " / ".join(f"{x:.1f}" if x is not None else "-" for x in xs)
+
+
 def kill_rows(r: dict[str, Any]) -> list[tuple[str, str]]:
     k = r.get("kill")
     if not k:
@@ -1590,11 +1600,9 @@ def kill_rows(r: dict[str, Any]) -> list[tuple[str, str]]:
          + ", ".join(f"{n}: {v:.0f}" for n, v in sorted(k["cpu"].items())) + "; RSS "
          + ", ".join(f"{n}: {v:.0f} MiB" for n, v in sorted(k["rss_mib"].items())) + ")"),
         ("restart: ready line / Metadata / acks=all produce acked (s after start)",
-         " / ".join(f"{rs[x] - rs['spawn']:.1f}" if x in rs else "never"
-                    for x in ("ready_line", "metadata", "produce"))),
+         restart_cells(rs)),
         ("arrivals on its partitions resumed (s after the kill / after the restart)",
-         " / ".join(f"{x:.1f}" if x is not None else "-"
-                    for x in (k.get("resume_after_kill"), k.get("resume_after_restart")))),
+         seconds_or_dash(k.get("resume_after_kill"), k.get("resume_after_restart"))),
     ]
     for p in k["state"]:
         rows.append((f"`{p}*` on broker {k['victim']}: before the kill / after the restart / "
@@ -1615,11 +1623,9 @@ def kill_rows(r: dict[str, Any]) -> list[tuple[str, str]]:
                 else "not scraped")
              + f" / {t['stopped_s']:.2f} s / {t['exit']}"),
             ("after the SIGTERM: ready line / Metadata / acks=all produce acked (s after start)",
-             " / ".join(f"{rs[x] - rs['spawn']:.1f}" if x in rs else "never"
-                        for x in ("ready_line", "metadata", "produce"))),
+             restart_cells(rs)),
             ("arrivals on its partitions resumed (s after the SIGTERM / after its restart)",
-             " / ".join(f"{x:.1f}" if x is not None else "-"
-                        for x in (t.get("resume_after_term"), t.get("resume_after_restart")))),
+             seconds_or_dash(t.get("resume_after_term"), t.get("resume_after_restart"))),
         ]
     elif r.get("term_skipped"):
         rows.append(("clean restart (SIGTERM)", f"not made: {r['term_skipped']}"))
