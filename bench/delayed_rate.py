@@ -10,7 +10,8 @@ the rates and their ratio (medians over the rounds), the CPU per record of the b
 and of the client (this process, librdkafka's threads included: on 2 cores the two
 share the machine), with the load average seen.
 
-``--profile FILE``: py-spy (if installed in the venv) samples the broker during the
+The rounds start once the broker logged that its codec warm-up is over (its imports
+take a quarter of the GIL meanwhile). ``--profile FILE``: py-spy (if installed in the venv) samples the broker during the
 delayed phases and writes a flame graph / speedscope file there. Nothing is appended to
 bench/RESULTS.md: copy the figures by hand.
 """
@@ -34,6 +35,22 @@ sys.path.insert(0, str(ROOT))
 from bench.compare import create_topic, loadavg, proc_cpu_s  # noqa: E402
 from bench.soak import BROKER_FLAGS, PARTITIONS, produce  # noqa: E402
 from compat_tests._broker import Broker  # noqa: E402
+
+WARM_WAIT_S = 60.0
+WARM_LINE = b"codec warm-up: "  # the broker's line once its codec warm-up is over
+
+
+def wait_codec_warm(broker: Broker) -> None:
+    """Until the broker logs that its codec warm-up is over (``WARM_WAIT_S`` at most):
+    its imports take a quarter of the GIL meanwhile, which the first round measured."""
+    started = time.monotonic()
+    while time.monotonic() - started < WARM_WAIT_S:
+        if broker.log_path.exists() and WARM_LINE in broker.log_path.read_bytes():
+            print(f"codec warm-up over {time.monotonic() - started:.1f} s after the ready line",
+                  flush=True)
+            return
+        time.sleep(0.2)
+    print(f"no codec warm-up line in {WARM_WAIT_S:.0f} s: measuring anyway", flush=True)
 
 
 def delayed_headers(n: int, lo_ms: int, hi_ms: int, seed: int
@@ -79,6 +96,7 @@ def main() -> None:
         broker = Broker(Path(tmp), extra_args=tuple(flags)).start()
         try:
             boot = broker.bootstrap
+            wait_codec_warm(broker)
             for r in range(args.rounds):
                 create_topic(boot, f"plain-{r}", PARTITIONS)
                 create_topic(boot, f"delayed-{r}", PARTITIONS)

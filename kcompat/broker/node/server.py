@@ -198,7 +198,11 @@ async def _warm_codec(broker: Broker) -> None:
             await trio.sleep(WARM_POLL_S)
     if broker.state.config["kcompat.codec.warm"]:  # off: each version loads on first use
         ranges = {key: (r.parse_min, r.max_version) for key, r in API_RANGES.items()}
-        await offload.run_stoppable(lambda stop: codec.warm(ranges, paced(stop)))
+        started = time.monotonic()
+        done = await offload.run_stoppable(lambda stop: codec.warm(ranges, paced(stop)))
+        if done is not None:  # said, so that a benchmark can start once it is over
+            log.info("codec warm-up: %d API versions loaded in %.1f s", done,
+                     time.monotonic() - started)
     loop_monitor.freeze()  # what exists now lives as long as the process: never walked again
 
 

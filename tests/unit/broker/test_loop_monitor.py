@@ -302,6 +302,19 @@ def _warms_only_after(monkeypatch: pytest.MonkeyPatch, broker: _Starting,
     trio.run(main)
 
 
+def test_the_codec_warm_up_says_when_it_is_over(monkeypatch: pytest.MonkeyPatch,
+                                                caplog: pytest.LogCaptureFixture) -> None:
+    """One line once every version is loaded (a benchmark waits for it before it
+    measures: the warm-up's imports take a quarter of the GIL meanwhile)."""
+    from kcompat.broker.node import server
+    monkeypatch.setattr(server.codec, "warm", lambda *_a: 7)
+    monkeypatch.setattr(server.gc, "freeze", lambda: None)
+    with caplog.at_level(logging.INFO, logger="kcompat.broker"):
+        trio.run(server._warm_codec, _Starting(replaying=False))
+    said = [r.getMessage() for r in caplog.records if "codec warm-up" in r.getMessage()]
+    assert len(said) == 1 and said[0].startswith("codec warm-up: 7 API versions loaded in "), said
+
+
 def test_the_codec_warm_up_waits_for_the_replays(monkeypatch: pytest.MonkeyPatch) -> None:
     """The warm-up's imports would take the GIL from a restart's replays,
     which its leaders wait for before they serve: it starts once they end."""
