@@ -903,25 +903,33 @@ class Run:
         self.cpu0 = {k: proc_cpu_s(b.pid) for k, b in self.side.brokers.items()
                      if b.pid and b.running}
 
-    def kill_busiest(self, topic: str, state: tuple[str, ...] = (SCHED_PREFIX,)) -> None:
-        """kill -9 of the broker that used the most CPU since ``cpu_start`` and a restart
-        on its data dir; restart-to-ready, ``state`` directories' bytes, metrics at the kill."""
+    def _victim(self, topic: str, spare: int | None = None) -> dict[str, Any]:
+        """The broker that used the most CPU since ``cpu_start`` (``spare`` left
+        out), each broker's CPU, the partitions of ``topic`` it leads (all on one
+        node) and its metrics now."""
         side = self.side
         cpu = {k: proc_cpu_s(b.pid) - self.cpu0.get(k, 0.0) for k, b in side.brokers.items()
-               if b.pid and b.running}
+               if b.pid and b.running and k != spare}
         victim = max(cpu, key=lambda k: cpu[k])
-        vb = side.brokers[victim]
-        k: dict[str, Any] = {"victim": victim, "cpu": cpu, "state": state,
-                             "rss_mib": {n: proc_status_kib(b.pid, "VmRSS") / 1024
-                                         for n, b in side.brokers.items()
-                                         if b.pid and b.running}}
         try:
             led = leaders(side.bootstrap, topic)
         except Exception:  # noqa: BLE001
             led = {}
-        k["partitions"] = sorted(p for p, ldr in led.items() if ldr == victim) \
-            if len(side.brokers) > 1 else list(range(PARTITIONS))
-        k["metrics"] = scrape(side.admin_ports[victim])
+        return {"victim": victim, "cpu": cpu,
+                "partitions": sorted(p for p, ldr in led.items() if ldr == victim)
+                if len(side.brokers) > 1 else list(range(PARTITIONS)),
+                "metrics": scrape(side.admin_ports[victim])}
+
+    def kill_busiest(self, topic: str, state: tuple[str, ...] = (SCHED_PREFIX,)) -> None:
+        """kill -9 of the broker that used the most CPU since ``cpu_start`` and a restart
+        on its data dir; restart-to-ready, ``state`` directories' bytes, metrics at the kill."""
+        side = self.side
+        k = self._victim(topic)
+        victim = k["victim"]
+        vb = side.brokers[victim]
+        k["state"] = state
+        k["rss_mib"] = {n: proc_status_kib(b.pid, "VmRSS") / 1024
+                        for n, b in side.brokers.items() if b.pid and b.running}
         k["bytes_before"] = {p: dir_bytes(vb, p) for p in state}
         self.log_kill = log_offsets(side)
         k["t_kill"] = self.marks("kill -9")
@@ -941,18 +949,9 @@ class Run:
         reported), restart-to-ready."""
         side = self.side
         killed = self.r["kill"]["victim"] if "kill" in self.r and len(side.brokers) > 1 else None
-        cpu = {k: proc_cpu_s(b.pid) - self.cpu0.get(k, 0.0) for k, b in side.brokers.items()
-               if b.pid and b.running and k != killed}
-        victim = max(cpu, key=lambda k: cpu[k])
+        t = self._victim(topic, spare=killed)
+        victim = t["victim"]
         vb = side.brokers[victim]
-        try:
-            led = leaders(side.bootstrap, topic)
-        except Exception:  # noqa: BLE001
-            led = {}
-        t: dict[str, Any] = {"victim": victim, "cpu": cpu,
-                             "partitions": sorted(p for p, ldr in led.items() if ldr == victim)
-                             if len(side.brokers) > 1 else list(range(PARTITIONS))}
-        t["metrics"] = scrape(side.admin_ports[victim])
         t["t_term"] = self.marks("SIGTERM")
         try:
             t["exit"] = vb.stop(timeout=TERM_STOP_S)
@@ -1022,25 +1021,19 @@ def quantiles_row(xs: list[float]) -> str:
 
 
 def resumed(run: Run, recv: array.array, part: array.array) -> None:
-    """When arrivals on the killed broker's partitions resumed (after the kill, after the
-    restart), from a reader's arrival times."""
-    t = run.r.get("term")
-    if t:
-        tparts, spawn = set(t["partitions"]), t["restart"]["spawn"]
-        after = [x for x, p in zip(recv, part, strict=True) if x > t["t_term"] and p in tparts]
-        t["resume_after_term"] = min(after) - t["t_term"] \
+    """When arrivals on the killed (and the SIGTERM's) broker's partitions resumed: after
+    it went down (other leaders; several brokers only) and after its restart, from a
+    reader's arrival times."""
+    for key, down_at in (("kill", "t_kill"), ("term", "t_term")):
+        d = run.r.get(key)
+        if not d:
+            continue
+        parts, spawn = set(d["partitions"]), d["restart"]["spawn"]
+        after = [x for x, p in zip(recv, part, strict=True) if x > d[down_at] and p in parts]
+        d["resume_after_" + key] = min(after) - d[down_at] \
             if after and len(run.side.brokers) > 1 else None
         later = [x for x in after if x > spawn]
-        t["resume_after_restart"] = min(later) - spawn if later else None
-    k = run.r.get("kill")
-    if not k:
-        return
-    vparts = set(k["partitions"])
-    t_kill, spawn = k["t_kill"], k["restart"]["spawn"]
-    after = [x for x, p in zip(recv, part, strict=True) if x > t_kill and p in vparts]
-    k["resume_after_kill"] = min(after) - t_kill if after and len(run.side.brokers) > 1 else None
-    later = [x for x in after if x > spawn]
-    k["resume_after_restart"] = min(later) - spawn if later else None
+        d["resume_after_restart"] = min(later) - spawn if later else None
 
 
 # -- scenarios -----------------------------------------------------------------------------
