@@ -124,6 +124,8 @@ LAG_METRIC = "kcompat_event_loop_lag_seconds"
 ON_CPU_METRIC = "kcompat_event_loop_longest_step_on_cpu_seconds"
 GC_METRIC = "kcompat_gc_pause_seconds"
 FSYNC_METRIC = "kcompat_fsync_pass"
+GAP_METRIC = "kcompat_metadata_leader_gap"
+GAP_NEAR_S = "0.75"  # a gap over this is three quarters of the way to an election
 PENDING_METRIC = "kcompat_delayed_records_pending"
 #: what the scraper keeps: the lag histogram, pending records, any loop / task step metric
 BACKPRESSURE_PREFIX = "kcompat_backpressure_"  # lag per source and key, throttle per source
@@ -131,7 +133,9 @@ LATENESS_METRIC = "kcompat_delayed_delivery_lateness_seconds"
 KEEP_METRICS = ("kcompat_event_loop", "kcompat_loop", "kcompat_task", PENDING_METRIC,
                 BACKPRESSURE_PREFIX, LATENESS_METRIC + "_sum", LATENESS_METRIC + "_count",
                 GC_METRIC + "_sum", GC_METRIC + "_count", FSYNC_METRIC + "_seconds_sum",
-                FSYNC_METRIC + "_seconds_count", FSYNC_METRIC + "_longest_seconds")
+                FSYNC_METRIC + "_seconds_count", FSYNC_METRIC + "_longest_seconds",
+                GAP_METRIC + "_seconds_count", GAP_METRIC + "_longest_seconds",
+                f'{GAP_METRIC}_seconds_bucket{{le="{GAP_NEAR_S}"}}')
 CLIENT_QUIET = {"log_level": 0, "reconnect.backoff.ms": 50, "reconnect.backoff.max.ms": 500}
 
 
@@ -1498,6 +1502,20 @@ def fsync_summary(maxima: dict[str, float]) -> str:
     return f"; fsync passes {count:,.0f} x {mean_ms:.1f} ms, longest {longest_ms:.0f} ms"
 
 
+def gap_summary(maxima: dict[str, float]) -> str:
+    """How long the broker's metadata follower went without word from its
+    leader (``kcompat_metadata_leader_gap_seconds``): the gaps measured, those
+    over ``GAP_NEAR_S`` and the longest (the counts from the longer of the
+    broker's runs); empty where it never followed."""
+    count = maxima.get(GAP_METRIC + "_seconds_count")
+    if not count:
+        return ""
+    near = count - maxima.get(f'{GAP_METRIC}_seconds_bucket{{le="{GAP_NEAR_S}"}}', count)
+    longest_ms = 1000 * maxima.get(GAP_METRIC + "_longest_seconds", 0.0)
+    return (f"; metadata leader's silences {count:,.0f}, over {GAP_NEAR_S} s {near:,.0f}, "
+            f"longest {longest_ms:.0f} ms")
+
+
 def gc_summary(maxima: dict[str, float]) -> str:
     """The garbage collector's pauses per generation (``kcompat_gc_pause_seconds``:
     count and mean, from the maxima scraped — the longer of the broker's runs
@@ -1530,7 +1548,8 @@ def lag_summary(scrapes: list[dict[str, Any]]) -> list[str]:
                     if m:
                         le = float("inf") if m.group(1) == "+Inf" else float(m.group(1))
                         cur[le] = cur.get(le, 0.0) + v
-                elif not k.startswith((LAG_METRIC, PENDING_METRIC)) and "_bucket" not in k:
+                elif not k.startswith((LAG_METRIC, PENDING_METRIC)) and (
+                        "_bucket" not in k or k.startswith(GAP_METRIC)):
                     others[k] = max(others.get(k, float("-inf")), v)
             if cur:
                 reset = sum(cur.values()) < sum(prev.values())
@@ -1561,11 +1580,11 @@ def lag_summary(scrapes: list[dict[str, Any]]) -> list[str]:
             line += "; most CPU time in one step (a bound): " + ", ".join(
                 f"{fmt_s(v)} ({task_of(k)})" for v, k in on_cpu[:4])
         line += pressure_summary(others)
-        line += gc_summary(others) + fsync_summary(others)
+        line += gc_summary(others) + fsync_summary(others) + gap_summary(others)
         rest = {k: v for k, v in others.items() if "_created" not in k
                 and not k.startswith(("kcompat_event_loop_longest_step_seconds", ON_CPU_METRIC,
                                       BACKPRESSURE_PREFIX, LATENESS_METRIC, GC_METRIC,
-                                      FSYNC_METRIC))}
+                                      FSYNC_METRIC, GAP_METRIC))}
         for k, v in sorted(rest.items())[:6]:
             line += f"; {k} max {v:g}"
         lines.append(line)

@@ -159,8 +159,8 @@ class SimLink:
     def __init__(self, sim: BrokerSimulation, src: int, dst: int) -> None:
         self.sim, self.src, self.dst = sim, src, dst
 
-    def send(self, frame: bytes) -> None:
-        self.sim.deliver(self.src, self.dst, frame)
+    def send(self, frame: bytes, urgent: bool = False) -> None:
+        self.sim.deliver(self.src, self.dst, frame)  # (no queue here to go ahead in)
 
     async def run(self) -> None:
         await trio.sleep_forever()

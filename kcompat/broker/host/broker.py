@@ -121,6 +121,7 @@ class Broker:
         self.backpressure.export(self.metrics.registry)
         self.shares.export(self.metrics.registry)
         self.cluster.faults.export(self.metrics.registry)  # kcompat_storage_errors_total
+        self.cluster.leader_gaps.export(self.metrics.registry)  # kcompat_metadata_leader_gap_*
         self.state.flusher.export(self.metrics.registry)  # kcompat_fsync_pass_seconds
 
     def sasl_mechanisms(self, listener: listeners.Listener) -> list[str]:

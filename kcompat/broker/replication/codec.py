@@ -236,6 +236,10 @@ Internal = (MarkerRequest | MarkerReply | ForwardRequest | ForwardReply | Heartb
             | VerifyTxnRequest | VerifyTxnReply | AppendRequest | AppendReply
             | ShareClaimRequest | ShareClaimReply | AdminCallRequest | AdminCallReply
             | EnvelopeRequest | EnvelopeReply)
+#: the control plane's calls between brokers (a broker's heartbeat to the controller,
+#: requests forwarded to it, quorum admin): they go ahead of queued partition frames
+#: (an Envelope may carry a produce's records: it queues with them)
+CONTROL_MARKERS = (Heartbeat, ForwardRequest, ForwardReply, AdminCallRequest, AdminCallReply)
 
 
 @dataclass(frozen=True, slots=True)

@@ -55,6 +55,17 @@ only the lone partitions touched while the pass is in flight
 the groups it touched, not a walk of every dirty group (on a cluster with
 RF 3 none may go beside, and the walk was pure loss).
 
+The metadata log has a lane of its own (``_metadata_lane``): its Ready never
+joins the driver's rounds, so it is written, synced (its log and its own
+hard-state file) and sent without waiting for a pass of partition logs or
+for the driver's turn, and its frames go ahead of the partitions' queued
+ones (``transport``: ``urgent``). Its ticks keep wall time too: while the
+driver is busy the ticker ticks it itself (``_tick_metadata``). Without
+this, a follower of the quorum under a replication load went 1-2.4 s
+without word from its leader (``leader_gaps``), past the election timeout:
+the leader's answers to its fetches waited behind fsync passes of partition
+logs, and its ticks, and so its parked fetches' expiry, behind the driver.
+
 Replica management: ``assignments`` maps each topic-partition to its group id
 and replicas (applied from the metadata log by the controller);
 ``partition_view`` answers Metadata (leader, epoch, replicas, ISR), and
@@ -137,6 +148,7 @@ from kcompat.broker.replication.group import (
     StateMachine,
 )
 from kcompat.broker.replication.hard_states import HardStateJournal
+from kcompat.broker.replication.leader_gaps import LeaderGaps
 from kcompat.broker.replication.storage import PartitionLogStorage, now_ms
 from kcompat.broker.replication.throttle import CatchUpThrottle
 from kcompat.broker.replication.transport import Link, LinkFactory, PeerLink
@@ -274,6 +286,13 @@ class ClusterRuntime:
         # lone partitions touched during the pass in flight (``_overlap``'s candidates)
         self._beside: dict[int, Group] = {}
         self._sync_beats = 0  # ticks it has waited so far
+        # the metadata log touched since its lane's last round (``_overlap``), and
+        # ticked by the ticker since the driver's last ``_tick`` (``_tick_metadata``)
+        self._meta_touched: Group | None = None
+        self._meta_wake = trio.Event()
+        self._meta_ahead = False
+        # how long the metadata follower here goes without word from its leader
+        self.leader_gaps = LeaderGaps(self.election_ticks * self.tick_s)
         self._stall_seen: dict[int, int] = {}  # led group id -> high watermark at the last check
         # this process among the peers' view of us (a restart is a new one)
         self.incarnation = self.rng.getrandbits(31) | 1
@@ -345,6 +364,7 @@ class ClusterRuntime:
 
     def start_metadata(self, storage: PartitionLogStorage, machine: StateMachine) -> None:
         """Group 0 over the metadata log, fed to ``machine`` (the controller)."""
+        assert storage.journal is None  # its hard state is its own (its lane: ``_overlap``)
         self.meta = self.new_group(METADATA_GROUP, tuple(sorted(self.voters)), storage)
         self.meta.machine = machine
 
@@ -652,6 +672,8 @@ class ClusterRuntime:
                         continue  # throttled: stepped once the bucket refills (``_tick``)
                     m = admitted
                 self._step(group, m)
+                if m.group == METADATA_GROUP:
+                    self._metadata_contact(m.src)
         for mk in decoded.markers:
             handler = self.inbound.get(type(mk))
             if handler is not None:
@@ -672,6 +694,15 @@ class ClusterRuntime:
         if group.machine is None and group.gid != METADATA_GROUP and self._raise_hw(group):
             self._publish(group)
 
+    def _metadata_contact(self, src: int) -> None:
+        """A message of the metadata log from ``src`` stepped: word from the
+        leader this broker follows, for ``leader_gaps``."""
+        raft = self.meta.raft
+        if raft.role is not Role.FOLLOWER:
+            self.leader_gaps.left()
+        elif src == raft.leader:
+            self.leader_gaps.heard(src)
+
     @staticmethod
     def _catching_up(group: Group, node: int) -> bool:
         """``node`` is an observer of this partition group (a replica being
@@ -683,7 +714,8 @@ class ClusterRuntime:
         peer = self.peers.get(node)
         if peer is not None:
             self._sent[node] = self.ticks
-            peer.send(self._frame(markers=(message,)))
+            peer.send(self._frame(markers=(message,)),
+                      urgent=isinstance(message, codec.CONTROL_MARKERS))
 
     @property
     def image(self) -> MetadataImage:
@@ -711,6 +743,7 @@ class ClusterRuntime:
             nursery.start_soon(self._ticker)
             nursery.start_soon(self._drive)
             nursery.start_soon(self._overlap)
+            nursery.start_soon(self._metadata_lane)
             task_status.started()
 
     async def _drive(self) -> None:
@@ -742,6 +775,20 @@ class ClusterRuntime:
             while self._syncing and await self._round(overlap=True):
                 await trio.lowlevel.checkpoint()
 
+    async def _metadata_lane(self) -> None:
+        """Every round of the metadata log, in a lane of its own beside the
+        driver's and the overlap's: the control plane (registrations and
+        heartbeats, the quorum's fetches and elections, topics) never waits
+        for an fsync pass of partition logs, nor for a turn of the driver
+        behind rounds of them. Its Ready is written and its log and hard
+        state synced on their own, its messages sent ahead of the partitions'
+        (``Link.send``'s ``urgent``)."""
+        while True:
+            await self._meta_wake.wait()
+            self._meta_wake = trio.Event()
+            while self._meta_touched is not None and await self._round(overlap=True, meta=True):
+                await trio.lowlevel.checkpoint()
+
     async def _ticker(self) -> None:
         while True:
             # a quiet broker's ticks go in pairs, a turn of the loop each
@@ -758,6 +805,7 @@ class ClusterRuntime:
                     self.kick()
             else:
                 self._tick_due = True
+                self._tick_metadata()
                 self.kick()
             if self._syncing:
                 self._beat_while_syncing()
@@ -789,7 +837,19 @@ class ClusterRuntime:
         self._sync_beats += 1
         if self._sync_beats % self.heartbeat_ticks == 0 and self._sync_beats <= self.lag_ticks:
             for peer in self.peers.values():
-                peer.send(self._frame())
+                peer.send(self._frame(), urgent=True)
+
+    def _tick_metadata(self) -> None:
+        """The metadata log's tick on time while the driver is busy (a round's
+        fsync pass, rounds in a row, a replay): its timeouts — a parked
+        fetch's wait, an election, check quorum — count wall time, not the
+        driver's turns, and its Ready goes through its own lane
+        (``_overlap``). The driver's next ``_tick`` leaves it out."""
+        meta = self._ticking.get(METADATA_GROUP)
+        if meta is not None and not meta.removed:
+            meta.raft.tick()
+            self._meta_ahead = True
+            self._mark(meta, ticked=True)
 
     def _tick(self) -> None:
         self.ticks += 1
@@ -802,8 +862,11 @@ class ClusterRuntime:
             if group.removed:
                 del self._ticking[gid]
                 continue
+            if gid == METADATA_GROUP and self._meta_ahead:
+                self._meta_ahead = False  # ticked by the ticker meanwhile
+                continue
             group.raft.tick()
-            self._dirty[gid] = group
+            self._mark(group, ticked=True)
             if group.raft.quiesced:
                 del self._ticking[gid]
                 # announce the ISR it goes quiet with (a follower back since the
@@ -923,7 +986,7 @@ class ClusterRuntime:
                 self._announce_all = True  # it leaves the ISR of quiet groups too
             if self.ticks - self._sent[node] >= self.heartbeat_ticks:
                 self._sent[node] = self.ticks
-                peer.send(self._frame())
+                peer.send(self._frame(), urgent=True)
 
     def _for_member(self, node: int, action: Callable[[Raft, int], None]) -> None:
         for group in list(self.groups.values()):
@@ -934,9 +997,21 @@ class ClusterRuntime:
     def _touch(self, group: Group) -> None:
         """``group``'s core was fed something: collect its Ready next round,
         and tick it from now on unless it is (still) quiesced."""
-        self._dirty[group.gid] = group
+        self._mark(group)
         if not group.raft.quiesced and not group.removed:
             self._ticking[group.gid] = group
+
+    def _mark(self, group: Group, ticked: bool = False) -> None:
+        """Collect ``group``'s Ready in the next round: the metadata log's in
+        its own lane (``_metadata_lane``; after a tick only if the tick made
+        one: an idle tick wakes nothing), a partition's in the driver's (or
+        beside its pass: ``_may_go_beside``)."""
+        if group.gid == METADATA_GROUP:
+            self._meta_touched = group
+            if not ticked or group.raft.has_ready():
+                self._meta_wake.set()
+            return
+        self._dirty[group.gid] = group
         if self._syncing:
             self._may_go_beside(group)
 
@@ -963,11 +1038,15 @@ class ClusterRuntime:
                 log.info("node %d hands %s to preferred leader %d", self.node_id,
                          group.name, preferred)
 
-    async def _round(self, overlap: bool = False) -> bool:
+    async def _round(self, overlap: bool = False, meta: bool = False) -> bool:
         """One Ready round over every group (``overlap``: over those that may
-        go beside the driver's round in flight); False when nobody had anything."""
+        go beside the driver's round in flight; ``meta`` too: the metadata
+        log's, in its lane); False when nobody had anything."""
         batch: list[tuple[Group, Ready]] = []
-        if overlap:  # (each stays in ``_dirty`` too: one not taken here goes next round)
+        if meta:
+            touched, self._meta_touched = self._meta_touched, None
+            dirty = {METADATA_GROUP: touched} if touched is not None else {}
+        elif overlap:  # (each stays in ``_dirty`` too: one not taken here goes next round)
             dirty, self._beside = self._beside, {}
         else:
             dirty, self._dirty = self._dirty, {}
@@ -978,6 +1057,8 @@ class ClusterRuntime:
             if group.removed or faults.is_offline(group) or not group.raft.has_ready():
                 continue
             if overlap and (gid in in_flight or not self._may_overlap(group)):
+                if gid == METADATA_GROUP:
+                    self._meta_touched = group  # held by a retry's round: the next lane's
                 continue
             if gid in in_flight:
                 self._dirty.setdefault(gid, group)  # the next round's
@@ -1003,15 +1084,20 @@ class ClusterRuntime:
             in_flight.difference_update(gids)
             if overlap:
                 self.kick()  # the driver left them dirty meanwhile
+            elif METADATA_GROUP in gids:
+                self._meta_wake.set()  # a retried Ready of the lane's went here
 
     @staticmethod
     def _may_overlap(group: Group) -> bool:
         """Whether ``group``'s next Ready may be made durable beside the
-        driver's round: a partition (not the metadata log) whose only replica
-        is here, whose Ready holds appends at most — no message to order with
-        the driver's frames, no hard state for the shared journal, no
-        truncation or snapshot."""
-        return group.lone and group.gid != METADATA_GROUP and group.raft.appends_only()
+        driver's round: the metadata log's always (its hard state is in a file
+        of its own, not the shared journal, and its messages concern it
+        alone); a partition's whose only replica is here and whose Ready holds
+        appends at most — no message to order with the driver's frames, no
+        hard state for the shared journal, no truncation or snapshot."""
+        if group.gid == METADATA_GROUP:
+            return True
+        return group.lone and group.raft.appends_only()
 
     async def _persist(self, batch: list[tuple[Group, Ready]],
                        announce: tuple[codec.Announcement, ...], overlap: bool) -> bool:
@@ -1025,12 +1111,13 @@ class ClusterRuntime:
                                    if r.hard_state is not None and g.storage.journal is None]
         for group, _ready in batch:
             group.sync_wanted = False
-        if self.journal.pending:
-            durable.append(self.journal)
         if overlap:
-            if logs:  # (no journal: ``_may_overlap``)
-                batch = await faults.sync(self.state.flusher, batch, [], logs, self.journal)
-        elif logs or durable:
+            if logs or durable:  # (the metadata log's own hard state; no journal)
+                batch = await faults.sync(self.state.flusher, batch, durable, logs,
+                                          self.journal)
+        elif self.journal.pending:
+            durable.append(self.journal)
+        if not overlap and (logs or durable):
             # off the event loop; a group whose fsync failed is held back
             self._syncing, self._sync_beats = True, 0
             for group in self._dirty.values():  # what came meanwhile may go beside it
@@ -1087,18 +1174,26 @@ class ClusterRuntime:
         return bool(self.state.config["kcompat.flush.mode"] == "never")
 
     def _send(self, messages: list[Message], announce: tuple[codec.Announcement, ...]) -> None:
+        """A round's messages, a frame per peer; the metadata log's in a frame
+        of their own that goes ahead of the queued partition frames
+        (``Link.send``'s ``urgent``)."""
         by_peer: dict[int, list[Message]] = {}
+        urgent: dict[int, list[Message]] = {}
         for m in messages:
-            by_peer.setdefault(m.dst, []).append(m)
+            (urgent if m.group == METADATA_GROUP else by_peer).setdefault(m.dst, []).append(m)
             if isinstance(m, FetchResponse) and m.entries:
                 group = self.groups.get(m.group)
                 if group is not None and self._catching_up(group, m.dst):
                     self.throttle.spend(sum(len(e.data) for e in m.entries))
         for node, peer in self.peers.items():
-            msgs = by_peer.get(node, [])
+            control = urgent.get(node)
+            if control:
+                peer.send(self._frame(tuple(control)), urgent=True)
+            msgs = by_peer.get(node)
             if msgs or announce:
+                peer.send(self._frame(tuple(msgs or ()), announce))
+            if control or msgs or announce:
                 self._sent[node] = self.ticks
-                peer.send(self._frame(tuple(msgs), announce))
 
     def _frame(self, messages: tuple[Message, ...] = (),
                announce: tuple[codec.Announcement, ...] = (),

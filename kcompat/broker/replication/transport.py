@@ -23,6 +23,15 @@ BeginQuorumEpoch, votes on the next timeout). A secured link's handshake is
 bounded (``HANDSHAKE_TIMEOUT_S``): one the peer never completes is dropped and
 dialled again, not waited on for good.
 
+Two queues per link: frames of the control plane (the metadata quorum's
+messages, the pair heartbeats, a broker's heartbeat to the controller and
+the calls forwarded to it) are sent ``urgent`` — ahead of every queued frame
+of partition data, each bounded on its own — so a metadata follower hears
+its leader within its election timeout however much replication traffic
+waits in the queue (issue 31: the control plane never waits for the data
+plane). Order holds within each queue: a partition group's messages all go
+the one way, the metadata log's all the other.
+
 A large frame (a catching-up replica's entries) goes out ``SEND_SLICE`` bytes
 per send: on loopback the kernel does the receiver's work inside the sender's
 send call, and one call of a few hundred KiB holds the event loop — and the
@@ -32,6 +41,7 @@ requests it serves — for a millisecond or more; trio yields between slices.
 from __future__ import annotations
 
 import logging
+from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import Protocol
 
@@ -52,8 +62,8 @@ SEND_SLICE = 64 << 10
 class Link(Protocol):
     """A one-way, best-effort frame channel to one peer."""
 
-    def send(self, frame: bytes) -> None:
-        """Queue ``frame``; never blocks, may drop."""
+    def send(self, frame: bytes, urgent: bool = False) -> None:
+        """Queue ``frame`` (``urgent``: ahead of the others); never blocks, may drop."""
 
     async def run(self) -> None:
         """Deliver queued frames until cancelled."""
@@ -76,24 +86,33 @@ class PeerLink:
         self.host = host
         self.port = port
         self.secure = secure
-        self._send, self._receive = trio.open_memory_channel[bytes](QUEUE_FRAMES_MAX)
+        self._urgent: deque[bytes] = deque()
+        self._bulk: deque[bytes] = deque()
+        self._queued = trio.Event()
         self.dropped = 0
         self.connected = False
 
-    def send(self, frame: bytes) -> None:
-        """Queue ``frame``; dropped (counted) when the queue is full."""
-        try:
-            self._send.send_nowait(frame)
-        except trio.WouldBlock:
+    def send(self, frame: bytes, urgent: bool = False) -> None:
+        """Queue ``frame``, ``urgent`` ahead of the others; dropped (counted)
+        when its queue is full."""
+        queue = self._urgent if urgent else self._bulk
+        if len(queue) >= QUEUE_FRAMES_MAX:
             self.dropped += 1
+            return
+        queue.append(frame)
+        self._queued.set()
+
+    async def _next(self) -> bytes:
+        """The next frame to send: the oldest urgent one, else the oldest."""
+        while not (self._urgent or self._bulk):
+            await self._queued.wait()
+            self._queued = trio.Event()
+        return (self._urgent or self._bulk).popleft()
 
     def _drain(self) -> None:
-        while True:
-            try:
-                self._receive.receive_nowait()
-            except trio.WouldBlock:
-                return
-            self.dropped += 1
+        self.dropped += len(self._urgent) + len(self._bulk)
+        self._urgent.clear()
+        self._bulk.clear()
 
     async def run(self) -> None:
         while True:
@@ -123,7 +142,7 @@ class PeerLink:
             try:
                 async with stream:
                     while True:
-                        frame = await self._receive.receive()
+                        frame = await self._next()
                         with trio.fail_after(SEND_TIMEOUT_S):
                             if len(frame) <= SEND_SLICE:
                                 await stream.send_all(frame)

@@ -96,3 +96,45 @@ def test_a_lone_partition_commits_beside_another_partitions_fsync_in_flight(
 
     running.run(broker, body)
     assert order == ["quick none 1", "slow none"]
+
+
+def test_a_topic_is_created_while_a_partitions_fsync_pass_hangs(broker: Broker) -> None:
+    """The metadata log has a lane of its own (``ClusterRuntime._metadata_lane``):
+    its record of a new topic is written, synced, committed and applied while
+    the fsync pass of a partition's log hangs — the control plane does not
+    wait for the data plane's disk (issue 31). Without the lane the topic's
+    record waits in the driver's next round, behind the hung pass."""
+    entered, released = threading.Event(), threading.Event()
+    order: list[str] = []
+
+    async def body() -> None:
+        await running.create_topic(broker, "slow", 1)
+        await broker.cluster.wait_leaders("slow", 5.0)
+        slow = broker.cluster.group_of("slow", 0)
+        assert slow is not None
+        plog = slow.storage.plog
+        dirty = plog.dirty_files
+        plog.dirty_files = lambda: [Stuck(f, entered, released)  # type: ignore
+                                    for f in dirty()]
+        append = broker.calls.append_locally
+
+        async def slow_append() -> None:
+            code, _ = await append("slow", 0, encode_batch([(None, b"s", (), 1)]), 15.0)
+            order.append(f"slow {code.name}")
+
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(slow_append)
+                with trio.fail_after(5):
+                    while not entered.is_set():  # the partition's pass is in flight
+                        await trio.sleep(0.001)
+                with trio.move_on_after(5):
+                    await running.create_topic(broker, "made", 3)
+                    order.append("created")
+                released.set()
+        finally:
+            released.set()
+
+    running.run(broker, body)
+    assert order == ["created", "slow none"]
+    assert broker.state.metadata.image.topics["made"].partitions == 3

@@ -52,3 +52,39 @@ def test_a_handshake_the_peer_never_completes_is_dialled_again(
         assert len(handshakes) == 2
 
     trio.run(main)
+
+
+def test_an_urgent_frame_goes_ahead_of_the_queued_ones() -> None:
+    """The control plane's frames (``urgent``: the metadata quorum's, the
+    heartbeats) leave before the partition frames queued ahead of them, and
+    each queue keeps its own order."""
+
+    async def main() -> None:
+        received: list[bytes] = []
+        async with trio.open_nursery() as nursery:
+            port = await nursery.start(_serve, received)
+            link = PeerLink(2, "127.0.0.1", port)
+            for i in range(3):
+                link.send(b"bulk%d." % i)
+            link.send(b"meta0.", urgent=True)
+            link.send(b"meta1.", urgent=True)
+            nursery.start_soon(link.run)
+            want = b"meta0.meta1.bulk0.bulk1.bulk2."
+            with trio.fail_after(5):
+                while len(b"".join(received)) < len(want):
+                    await trio.sleep(0.02)
+            nursery.cancel_scope.cancel()
+        assert b"".join(received) == want
+
+    trio.run(main)
+
+
+def test_a_full_queue_drops_its_own_frames_only() -> None:
+    """Each queue is bounded on its own: a peer that reads nothing fills the
+    partition frames' queue, and the control plane's frames still queue."""
+    link = PeerLink(2, "127.0.0.1", 1)
+    for _ in range(transport.QUEUE_FRAMES_MAX + 5):
+        link.send(b"bulk")
+    link.send(b"meta", urgent=True)
+    assert link.dropped == 5
+    assert list(link._urgent) == [b"meta"]
