@@ -24,6 +24,7 @@ import trio
 
 from kcompat.broker.controller import admin
 from kcompat.broker.replication import codec
+from kcompat.broker.replication import runtime as runtime_module
 from kcompat.broker.replication.group import METADATA_GROUP
 from kcompat.broker.replication.runtime import ClusterRuntime
 from kcompat.raft.types import FetchRequest
@@ -226,3 +227,46 @@ def test_the_metadata_leader_counts_its_followers_heard_without_a_fetch(
     assert lost["fetches"] > 0, lost
     assert seen["during"] == seen["before"], seen  # same term, still the leader
     assert seen["everywhere"], seen
+
+
+def test_a_late_ticker_does_not_stretch_the_metadata_leaders_fetch_wait(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every broker's ticker wakes late, past the next tick (a busy loop, a
+    process waiting for a core), so each of its turns skips a tick. The
+    metadata leader's ticks catch up on the ones a late wake skipped
+    (``ClusterRuntime._tick_metadata``): its followers' parked fetches are
+    answered after their wait in wall time, and no follower goes without word
+    from the leader for anything near an election timeout (with the skipped
+    ticks lost, every fetch waited twice as long: gaps of a whole election
+    timeout, as seen in the 3-broker soak)."""
+    sim = _quiet_cluster(3)
+    on_time = runtime_module.sleep_on_grid
+
+    async def late(period: float) -> float:
+        at = await on_time(period)
+        await trio.sleep(period * 1.1)  # woken after the next multiple: it is skipped
+        return at
+
+    monkeypatch.setattr(runtime_module, "sleep_on_grid", late)
+    seen: dict[str, float] = {}
+
+    async def scenario(sim: BrokerSimulation) -> None:
+        await trio.sleep(SETTLE_S)
+        runtimes = [_runtime(sim, n) for n in sim.nodes]
+        for rt in runtimes:
+            rt.leader_gaps.longest_s = 0.0
+        await trio.sleep(WINDOW_S)
+        leader = next(rt for rt in runtimes if rt.is_controller)
+        followers = [rt for rt in runtimes if rt is not leader]
+        seen.update(longest=max(rt.leader_gaps.longest_s for rt in followers),
+                    gaps=min(rt.leader_gaps.count for rt in followers),
+                    wait=leader.metadata_fetch_wait_ticks * leader.tick_s,
+                    election=leader.election_ticks * leader.tick_s,
+                    term=leader.meta.raft.term)
+
+    sim.run(scenario)
+    assert seen["term"] == 1, seen  # no election
+    assert seen["gaps"] >= WINDOW_S / (2 * seen["wait"]), seen
+    # the wait, its late wake and the follower's turn: 0.82 s here, against 1.21 s
+    # (past the election timeout) with the skipped ticks lost
+    assert seen["longest"] < seen["election"], seen

@@ -34,6 +34,7 @@ from prometheus_client import CollectorRegistry, Gauge, Histogram
 log = logging.getLogger("kcompat.cluster")
 
 GAP_BUCKETS_S = (0.25, 0.5, 0.6, 0.75, 0.9, 1.0, 1.25, 1.5, 2.0, 5.0)
+NEAR = 0.75  # of an election timeout: a gap worth a log line
 
 
 class LeaderGaps:
@@ -41,7 +42,7 @@ class LeaderGaps:
                  clock: Callable[[], float] = time.monotonic) -> None:
         self._clock = clock
         # a gap this long is logged: three quarters of the shortest election timeout
-        self.worth_saying_s = 0.75 * election_timeout_s
+        self.worth_saying_s = NEAR * election_timeout_s
         self._leader = -1
         self._last = 0.0
         self.longest_s = 0.0
@@ -68,9 +69,8 @@ class LeaderGaps:
             if self._gaps is not None:
                 self._gaps.observe(gap)
             if gap >= self.worth_saying_s:
-                log.info("no word from the metadata leader %d for %.2f s (an election "
-                         "follows after %.2f s or more)", leader, gap,
-                         self.worth_saying_s / 0.75)
+                log.info("no word from the metadata leader %d for %.2f s (election "
+                         "timeout %.2f s)", leader, gap, self.worth_saying_s / NEAR)
         self._leader, self._last = leader, now
 
     def left(self) -> None:

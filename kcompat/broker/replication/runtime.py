@@ -292,7 +292,7 @@ class ClusterRuntime:
         self._meta_wake = trio.Event()
         self._meta_ahead = False
         # how long the metadata follower here goes without word from its leader
-        self.leader_gaps = LeaderGaps(self.election_ticks * self.tick_s)
+        self.leader_gaps = LeaderGaps(self.election_ticks * self.tick_s, trio.current_time)
         self._stall_seen: dict[int, int] = {}  # led group id -> high watermark at the last check
         # this process among the peers' view of us (a restart is a new one)
         self.incarnation = self.rng.getrandbits(31) | 1
@@ -790,22 +790,27 @@ class ClusterRuntime:
                 await trio.lowlevel.checkpoint()
 
     async def _ticker(self) -> None:
+        last = trio.current_time()
         while True:
             # a quiet broker's ticks go in pairs, a turn of the loop each
             # QUIET_TICK_STRIDE ticks (``_quiet``)
             stride = QUIET_TICK_STRIDE if self._quiet() else 1
-            await sleep_on_grid(self.tick_s * stride)  # with the loop probe's (``loop_monitor``)
+            # with the loop probe's (``loop_monitor``); a late wake skips ticks
+            at = await sleep_on_grid(self.tick_s * stride)
+            missed = min(max(round((at - last) / self.tick_s) - stride, 0), self.heartbeat_ticks)
+            last = at
             if self._parked and not self._feeding:
                 # the driver waits for work, so no round is under way: the
                 # tick runs here, and the driver wakes only for the round it
                 # left (an idle broker's tick is one turn of the loop, not two)
                 for _ in range(stride):
                     self._tick()
+                self._tick_metadata(0, missed, ahead=False)
                 if self._round_wanted():
                     self.kick()
             else:
                 self._tick_due = True
-                self._tick_metadata()
+                self._tick_metadata(stride, missed)
                 self.kick()
             if self._syncing:
                 self._beat_while_syncing()
@@ -839,17 +844,29 @@ class ClusterRuntime:
             for peer in self.peers.values():
                 peer.send(self._frame(), urgent=True)
 
-    def _tick_metadata(self) -> None:
-        """The metadata log's tick on time while the driver is busy (a round's
-        fsync pass, rounds in a row, a replay): its timeouts — a parked
-        fetch's wait, an election, check quorum — count wall time, not the
-        driver's turns, and its Ready goes through its own lane
-        (``_overlap``). The driver's next ``_tick`` leaves it out."""
+    def _tick_metadata(self, ticks: int, missed: int, ahead: bool = True) -> None:
+        """The metadata log's ``ticks`` on time while the driver is busy (a
+        round's fsync pass, rounds in a row, a replay): its timeouts count
+        wall time, not the driver's turns, and its Ready goes through its own
+        lane (``_metadata_lane``); the driver's next ``_tick`` leaves it out
+        (``ahead``). A leader also gets the ``missed`` ticks of a late wake
+        (a busy loop, a process waiting for a core; at most a heartbeat's):
+        its followers' parked fetches are answered after their wait in wall
+        time, not after twice that when every other tick is skipped —
+        followers elect past a timeout. A follower's own timeouts are not
+        caught up: a broker that could not run cannot tell its leader was
+        silent, and an election is what a missed timeout costs there."""
         meta = self._ticking.get(METADATA_GROUP)
-        if meta is not None and not meta.removed:
+        if meta is None or meta.removed:
+            return
+        if meta.raft.role is Role.LEADER:
+            ticks += missed
+        if not ticks:
+            return
+        for _ in range(ticks):
             meta.raft.tick()
-            self._meta_ahead = True
-            self._mark(meta, ticked=True)
+        self._meta_ahead |= ahead
+        self._mark(meta, ticked=True)
 
     def _tick(self) -> None:
         self.ticks += 1
