@@ -5,6 +5,7 @@ extension's load is counted in turns of a busy loop)."""
 from __future__ import annotations
 
 import threading
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import trio
@@ -54,13 +55,43 @@ class Stuck:
         self.inner.sync()
 
 
+async def _while_a_pass_hangs(broker: Broker, order: list[str],
+                              meanwhile: Callable[[], Awaitable[None]]) -> None:
+    """``meanwhile()`` runs (5 s at most) while an acks=all append to the topic
+    ``slow`` waits for an fsync pass of its log that hangs until then;
+    ``order`` gets ``slow <code>`` when that append is answered."""
+    entered, released = threading.Event(), threading.Event()
+    slow = broker.cluster.group_of("slow", 0)
+    assert slow is not None
+    plog = slow.storage.plog
+    dirty = plog.dirty_files
+    plog.dirty_files = lambda: [Stuck(f, entered, released)  # type: ignore
+                                for f in dirty()]
+
+    async def slow_append() -> None:
+        code, _ = await broker.calls.append_locally(
+            "slow", 0, encode_batch([(None, b"s", (), 1)]), 15.0)
+        order.append(f"slow {code.name}")
+
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(slow_append)
+            with trio.fail_after(5):
+                while not entered.is_set():  # the slow pass is in flight
+                    await trio.sleep(0.001)
+            with trio.move_on_after(5):
+                await meanwhile()
+            released.set()
+    finally:
+        released.set()
+
+
 def test_a_lone_partition_commits_beside_another_partitions_fsync_in_flight(
         broker: Broker) -> None:
     """A round waits for a slow fsync of ``slow``; an acks=all append to
     ``quick`` meanwhile goes in a round of its own beside it
     (``ClusterRuntime._overlap``, or the driver's if the slow one is the
     overlap's), answered before the slow pass ends."""
-    entered, released = threading.Event(), threading.Event()
     order: list[str] = []
 
     async def body() -> None:
@@ -69,30 +100,12 @@ def test_a_lone_partition_commits_beside_another_partitions_fsync_in_flight(
             await broker.cluster.wait_leaders(name, 5.0)
         append = broker.calls.append_locally
         assert (await append("quick", 0, encode_batch([(None, b"q0", (), 1)]), 5.0))[0] == E.none
-        slow = broker.cluster.group_of("slow", 0)
-        assert slow is not None
-        plog = slow.storage.plog
-        dirty = plog.dirty_files
-        plog.dirty_files = lambda: [Stuck(f, entered, released)  # type: ignore
-                                    for f in dirty()]
 
-        async def slow_append() -> None:
-            code, _ = await append("slow", 0, encode_batch([(None, b"s", (), 1)]), 15.0)
-            order.append(f"slow {code.name}")
+        async def quick() -> None:
+            code, offset = await append("quick", 0, encode_batch([(None, b"q1", (), 1)]), 5.0)
+            order.append(f"quick {code.name} {offset}")
 
-        try:
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(slow_append)
-                with trio.fail_after(5):
-                    while not entered.is_set():  # the slow pass is in flight
-                        await trio.sleep(0.001)
-                with trio.move_on_after(5):
-                    code, offset = await append("quick", 0,
-                                                encode_batch([(None, b"q1", (), 1)]), 5.0)
-                    order.append(f"quick {code.name} {offset}")
-                released.set()
-        finally:
-            released.set()
+        await _while_a_pass_hangs(broker, order, quick)
 
     running.run(broker, body)
     assert order == ["quick none 1", "slow none"]
@@ -104,36 +117,17 @@ def test_a_topic_is_created_while_a_partitions_fsync_pass_hangs(broker: Broker) 
     the fsync pass of a partition's log hangs — the control plane does not
     wait for the data plane's disk (issue 31). Without the lane the topic's
     record waits in the driver's next round, behind the hung pass."""
-    entered, released = threading.Event(), threading.Event()
     order: list[str] = []
 
     async def body() -> None:
         await running.create_topic(broker, "slow", 1)
         await broker.cluster.wait_leaders("slow", 5.0)
-        slow = broker.cluster.group_of("slow", 0)
-        assert slow is not None
-        plog = slow.storage.plog
-        dirty = plog.dirty_files
-        plog.dirty_files = lambda: [Stuck(f, entered, released)  # type: ignore
-                                    for f in dirty()]
-        append = broker.calls.append_locally
 
-        async def slow_append() -> None:
-            code, _ = await append("slow", 0, encode_batch([(None, b"s", (), 1)]), 15.0)
-            order.append(f"slow {code.name}")
+        async def create() -> None:
+            await running.create_topic(broker, "made", 3)
+            order.append("created")
 
-        try:
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(slow_append)
-                with trio.fail_after(5):
-                    while not entered.is_set():  # the partition's pass is in flight
-                        await trio.sleep(0.001)
-                with trio.move_on_after(5):
-                    await running.create_topic(broker, "made", 3)
-                    order.append("created")
-                released.set()
-        finally:
-            released.set()
+        await _while_a_pass_hangs(broker, order, create)
 
     running.run(broker, body)
     assert order == ["created", "slow none"]
