@@ -159,10 +159,12 @@ from kcompat.broker.storage.partition import Partition
 from kcompat.log.files import atomic_write, read_int_file
 from kcompat.raft import (
     NO_NODE,
+    BeginQuorumEpoch,
     ChangeRefused,
     Entry,
     FetchRequest,
     FetchResponse,
+    FetchSnapshotResponse,
     Message,
     NotLeader,
     Raft,
@@ -673,7 +675,7 @@ class ClusterRuntime:
                     m = admitted
                 self._step(group, m)
                 if m.group == METADATA_GROUP:
-                    self._metadata_contact(m.src)
+                    self._metadata_contact(m)
         for mk in decoded.markers:
             handler = self.inbound.get(type(mk))
             if handler is not None:
@@ -694,14 +696,16 @@ class ClusterRuntime:
         if group.machine is None and group.gid != METADATA_GROUP and self._raise_hw(group):
             self._publish(group)
 
-    def _metadata_contact(self, src: int) -> None:
-        """A message of the metadata log from ``src`` stepped: word from the
-        leader this broker follows, for ``leader_gaps``."""
+    def _metadata_contact(self, m: Message) -> None:
+        """A message of the metadata log stepped: word from the leader this
+        broker follows (what only a leader sends: a fetch answered, its
+        epoch begun), for ``leader_gaps``."""
         raft = self.meta.raft
         if raft.role is not Role.FOLLOWER:
             self.leader_gaps.left()
-        elif src == raft.leader:
-            self.leader_gaps.heard(src)
+        elif m.src == raft.leader and isinstance(
+                m, FetchResponse | BeginQuorumEpoch | FetchSnapshotResponse):
+            self.leader_gaps.heard(m.src)
 
     @staticmethod
     def _catching_up(group: Group, node: int) -> bool:
