@@ -288,8 +288,10 @@ class ClusterRuntime:
         # lone partitions touched during the pass in flight (``_overlap``'s candidates)
         self._beside: dict[int, Group] = {}
         self._sync_beats = 0  # ticks it has waited so far
-        # the metadata log touched since its lane's last round (``_overlap``), and
-        # ticked by the ticker since the driver's last ``_tick`` (``_tick_metadata``)
+        # the metadata log touched since its lane's last round (``_metadata_lane``;
+        # the group itself: it is touched inside ``new_group``, before ``self.meta``
+        # is set), and ticked by the ticker since the driver's last ``_tick``
+        # (``_tick_metadata``)
         self._meta_touched: Group | None = None
         self._meta_wake = trio.Event()
         self._meta_ahead = False
@@ -366,7 +368,7 @@ class ClusterRuntime:
 
     def start_metadata(self, storage: PartitionLogStorage, machine: StateMachine) -> None:
         """Group 0 over the metadata log, fed to ``machine`` (the controller)."""
-        assert storage.journal is None  # its hard state is its own (its lane: ``_overlap``)
+        assert storage.journal is None  # its hard state is its own (``_metadata_lane``)
         self.meta = self.new_group(METADATA_GROUP, tuple(sorted(self.voters)), storage)
         self.meta.machine = machine
 
@@ -790,7 +792,7 @@ class ClusterRuntime:
         while True:
             await self._meta_wake.wait()
             self._meta_wake = trio.Event()
-            while self._meta_touched is not None and await self._round(overlap=True, meta=True):
+            while self._meta_touched is not None and await self._round(meta=True):
                 await trio.lowlevel.checkpoint()
 
     async def _ticker(self) -> None:
@@ -1061,8 +1063,9 @@ class ClusterRuntime:
 
     async def _round(self, overlap: bool = False, meta: bool = False) -> bool:
         """One Ready round over every group (``overlap``: over those that may
-        go beside the driver's round in flight; ``meta`` too: the metadata
-        log's, in its lane); False when nobody had anything."""
+        go beside the driver's round in flight; ``meta``: the metadata log's,
+        in its lane, beside it too); False when nobody had anything."""
+        overlap |= meta
         batch: list[tuple[Group, Ready]] = []
         if meta:
             touched, self._meta_touched = self._meta_touched, None
@@ -1103,8 +1106,8 @@ class ClusterRuntime:
             return await self._persist(batch, announce, overlap)
         finally:
             in_flight.difference_update(gids)
-            if overlap:
-                self.kick()  # the driver left them dirty meanwhile
+            if overlap:  # the driver left them dirty meanwhile; what the metadata
+                self.kick()  # records applied touched (a new topic's groups)
             elif METADATA_GROUP in gids:
                 self._meta_wake.set()  # a retried Ready of the lane's went here
 
