@@ -7,7 +7,9 @@ PYTEST_ARGS ?=
 
 .PHONY: run test bytecode test-bytecode test-secured-link test-apps screenshots lint unit compat bench bench-cores bench-share bench-ext bench-compaction bench-scale bench-simple soak fuzz rdkafka-suite kafka-python-suite clean tools sim java-deps kafka-reference demo
 
-$(STAMP): pyproject.toml
+# setup.py compiles kcompat's one C module (kcompat/ext/_native.c) in place: an edit
+# of it installs again
+$(STAMP): pyproject.toml setup.py kcompat/ext/_native.c
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[test]'

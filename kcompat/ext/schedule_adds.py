@@ -39,6 +39,7 @@ from collections.abc import Sequence
 from itertools import accumulate
 from typing import Any
 
+from kcompat.ext import native
 from kcompat.ext.delay import SCHEDULED_OFFSET
 from kcompat.ext.moves import Moves
 from kcompat.wire.records import (
@@ -88,9 +89,14 @@ def delayed_records(moves: Moves, shift: int) -> Encoded:
     with its own headers and ``kc-scheduled-offset`` naming its hole (its
     offset in the produced batch plus ``shift``), its key, value and headers
     the bytes its producer encoded. The loop of a produce of delayed records:
-    one join per record."""
+    one join per record, or the same loop in C (``_native.delayed_records``)."""
     if not moves:
         return [], 0, 0
+    if native.MODULE is not None:  # the same loop in C (``_native.c``)
+        found = native.MODULE.delayed_records(moves.offsets, moves.timestamps, moves.bodies,
+                                              moves.header_counts, moves.header_bytes, shift)
+        if found is not None:
+            return found
     small, end = SMALL_VARINTS, SMALL_VARINTS_END
     base_ts = max_ts = moves.timestamps[0]
     out = []

@@ -324,15 +324,22 @@ def splice_spans(batch: bytes | memoryview, header: BatchHeader, payload: bytes,
                  kept: Sequence[tuple[int, int]]) -> bytes:
     """``batch`` holding only the records at the ``kept`` spans (start, end)
     of its ``payload`` (``splice``)."""
-    body = b"".join(payload[start:end] for start, end in kept)
+    return splice_joined(batch, header, b"".join(payload[start:end] for start, end in kept),
+                         len(kept))
+
+
+def splice_joined(batch: bytes | memoryview, header: BatchHeader, body: bytes,
+                  count: int) -> bytes:
+    """``batch`` holding only ``count`` of its records, whose bytes joined
+    (uncompressed) are ``body`` (``splice_spans``)."""
     codec = header.compression
-    if codec and kept:
+    if codec and count:
         body = compress(codec, body)
     out = bytearray(memoryview(batch)[:HEADER_SIZE])
     out += body
     _I32.pack_into(out, _LENGTH_AT, len(out) - LOG_OVERHEAD)
-    _I32.pack_into(out, _COUNT_AT, len(kept))
-    if not kept:
+    _I32.pack_into(out, _COUNT_AT, count)
+    if not count:
         _I16.pack_into(out, _ATTRIBUTES_AT, header.attributes & ~ATTR_COMPRESSION_MASK)
     _U32.pack_into(out, _CRC_AT, compute_crc(memoryview(out)))
     return bytes(out)

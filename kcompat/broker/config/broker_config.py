@@ -430,8 +430,10 @@ def load_yaml(path: Path) -> dict[str, Any]:
 #: a file the broker writes once it serves (``node.shards``: how its
 #: supervisor learns it is ready)
 READY_FILE_ENV = "KCOMPAT_READY_FILE"
+#: rules the C module out (``ext.native``): the Python loops measured alone
+PURE_PYTHON_ENV = "KCOMPAT_PURE_PYTHON"
 NOT_CONFIG_ENV = frozenset({"KCOMPAT_LOG_LEVEL", "KCOMPAT_LOG_FORMAT",
-                            "KCOMPAT_LOOP_REPORT_EVERY_S", READY_FILE_ENV})
+                            "KCOMPAT_LOOP_REPORT_EVERY_S", READY_FILE_ENV, PURE_PYTHON_ENV})
 
 
 def from_env(environ: Mapping[str, str]) -> dict[str, str]:

@@ -63,7 +63,7 @@ from functools import partial
 
 import trio
 
-from kcompat.broker.config.broker_config import READY_FILE_ENV, BrokerConfig
+from kcompat.broker.config.broker_config import PURE_PYTHON_ENV, READY_FILE_ENV, BrokerConfig
 from kcompat.broker.host.broker import Broker
 from kcompat.broker.http.admin_port import open_admin_sockets
 from kcompat.broker.http.calls import serve_envelope
@@ -75,6 +75,7 @@ from kcompat.broker.node import quorum_bootstrap
 from kcompat.broker.node.connection import serve_connection
 from kcompat.broker.replication.group import OfflineMachines
 from kcompat.broker.storage.log_cleaner import LogCleaner
+from kcompat.ext import native
 from kcompat.log.store import FD_CACHE
 from kcompat.wire import codec
 from kcompat.wire.versions import API_RANGES
@@ -208,6 +209,9 @@ async def _warm_codec(broker: Broker) -> None:
 
 async def run_broker(config: BrokerConfig, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
     _raise_fd_limit()
+    if os.environ.get(PURE_PYTHON_ENV):
+        native.leave_out()
+    log.info("C module kcompat.ext._native: %s", native.describe())
     sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
     gc.set_threshold(*GC_THRESHOLDS)
     # KIP-853: the voters from controller.quorum.bootstrap.servers, before anything opens

@@ -1,0 +1,357 @@
+/* kcompat.ext._native: the two per-record loops of a produce of delayed records, in C.
+ *
+ * Theory of operation
+ * -------------------
+ * A produce of delayed records pays two loops whose cost is per record:
+ * ``holes.split`` reads each record's layout and its kc-delay-ms (and
+ * kc-schedule-id) to take it out of the batch, and
+ * ``schedule_adds.delayed_records`` encodes each taken record again for the
+ * schedule log. In Python they are most of the broker's CPU under a delayed
+ * producer; here they are a scan of bytes and two or three allocations per
+ * record.
+ *
+ * Each function is the twin of a Python loop that stays the reference (and
+ * the path of every case this one does not take): the Python code asks
+ * here first and falls back to its own loop when the answer is None. None
+ * means "not a case this code is sure of": any record whose headers are not
+ * kc-delay-ms alone or kc-delay-ms then kc-schedule-id (or none at all), a
+ * delay that is not 1 to 18 ASCII digits, a delay over the limit (the Python
+ * loop raises the HeaderError), any malformation (the Python loop raises its
+ * RecordError), any sum that would overflow an int64. The tests
+ * (tests/unit/ext/test_native.py) hold each function's answer equal to its
+ * Python twin's, and to be an answer, not None, for the batches it is for.
+ *
+ * Pure: bytes in, values out; the GIL is held throughout.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+/* a header block of kc-delay-ms alone: its count (1), its name's length (11) and name */
+static const unsigned char DELAY_ALONE[] = "\x02" "\x16" "kc-delay-ms";
+/* a header block of two headers, kc-delay-ms first */
+static const unsigned char DELAY_FIRST[] = "\x04" "\x16" "kc-delay-ms";
+#define VALUE_AT 13 /* where the delay's length is, from the header count */
+static const unsigned char ID_NAME[] = "\x1c" "kc-schedule-id";
+#define ID_NAME_SIZE 15
+static const unsigned char SCHEDULED_NAME[] = "\x26" "kc-scheduled-offset";
+#define SCHEDULED_NAME_SIZE 20
+#define FAST_DIGITS 18
+
+/* A zig-zag varint at *pos, of at most 9 bytes (63 bits: what an int64 holds
+ * whatever its sign); -1 when it is longer or runs past ``limit``. */
+static int read_varint(const unsigned char *buf, Py_ssize_t limit, Py_ssize_t *pos,
+                       int64_t *out) {
+    uint64_t result = 0;
+    Py_ssize_t p = *pos;
+    for (int shift = 0; shift <= 56; shift += 7) {
+        if (p >= limit)
+            return -1;
+        unsigned char b = buf[p++];
+        result |= (uint64_t)(b & 0x7F) << shift;
+        if (!(b & 0x80)) {
+            *out = (int64_t)(result >> 1) ^ -(int64_t)(result & 1);
+            *pos = p;
+            return 0;
+        }
+    }
+    return -1;
+}
+
+static Py_ssize_t put_varint(unsigned char *out, int64_t value) {
+    uint64_t z = ((uint64_t)value << 1) ^ (uint64_t)(value >> 63);
+    Py_ssize_t n = 0;
+    while (z >= 0x80) {
+        out[n++] = (unsigned char)(z | 0x80);
+        z >>= 7;
+    }
+    out[n++] = (unsigned char)z;
+    return n;
+}
+
+/* The delay of ``size`` bytes at ``at`` when they are 1..18 ASCII digits, else -1. */
+static int64_t digits_value(const unsigned char *at, Py_ssize_t size) {
+    if (size < 1 || size > FAST_DIGITS)
+        return -1;
+    int64_t value = 0;
+    for (Py_ssize_t i = 0; i < size; i++) {
+        if (at[i] < '0' || at[i] > '9')
+            return -1;
+        value = value * 10 + (at[i] - '0');
+    }
+    return value;
+}
+
+typedef struct {
+    int64_t *items;
+    Py_ssize_t size;
+} Column;
+
+static PyObject *column_bytes(const Column *c) {
+    return PyBytes_FromStringAndSize((const char *)c->items, c->size * (Py_ssize_t)sizeof(int64_t));
+}
+
+/* split_delays(payload, count, base_offset, base_ts, append_time, now_ms, max_delay_ms)
+ *
+ * ``holes.split``'s loop over a batch's uncompressed ``payload`` of ``count``
+ * records, when every record has no header, kc-delay-ms alone, or
+ * kc-delay-ms then kc-schedule-id: (kept, kept_count, offsets, timestamps,
+ * bodies, header_counts, header_bytes, dues, id_rows, id_names) — the kept
+ * records' bytes joined, and the moves' columns (``ext.moves``; int64
+ * columns as native-endian bytes for ``array('q').frombytes``). None: the
+ * Python loop decides (see the top of this file). ``append_time`` is None
+ * or the log-append time every record takes. */
+static PyObject *split_delays(PyObject *self, PyObject *args) {
+    Py_buffer view;
+    Py_ssize_t count;
+    long long base_offset, base_ts, now_ms, max_delay_ms;
+    PyObject *append_obj;
+    if (!PyArg_ParseTuple(args, "y*nLLOLL", &view, &count, &base_offset, &base_ts, &append_obj,
+                          &now_ms, &max_delay_ms))
+        return NULL;
+    const unsigned char *buf = view.buf;
+    Py_ssize_t total = view.len;
+    int has_append = append_obj != Py_None;
+    long long append_time = 0;
+    PyObject *result = NULL, *bodies = NULL, *blocks = NULL, *names = NULL;
+    Column offsets = {0}, stamps = {0}, counts = {0}, dues = {0}, id_rows = {0}, spans = {0};
+    if (has_append) {
+        append_time = PyLong_AsLongLong(append_obj);
+        if (append_time == -1 && PyErr_Occurred()) {
+            PyErr_Clear();
+            goto fallback;
+        }
+    }
+    if (count < 0 || count > total)  /* a record takes two bytes at least */
+        goto fallback;
+    size_t room = (size_t)(count ? count : 1) * sizeof(int64_t);
+    offsets.items = PyMem_Malloc(room);
+    stamps.items = PyMem_Malloc(room);
+    counts.items = PyMem_Malloc(room);
+    dues.items = PyMem_Malloc(room);
+    id_rows.items = PyMem_Malloc(room);
+    spans.items = PyMem_Malloc(2 * room);
+    bodies = PyList_New(0);
+    blocks = PyList_New(0);
+    names = PyList_New(0);
+    if (!offsets.items || !stamps.items || !counts.items || !dues.items || !id_rows.items ||
+        !spans.items || !bodies || !blocks || !names) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    Py_ssize_t pos = 0, kept_bytes = 0;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        int64_t length, ts, delta, size;
+        Py_ssize_t p = pos;
+        if (read_varint(buf, total, &p, &length) || length < 1 || length > total - p)
+            goto fallback;
+        Py_ssize_t end = p + (Py_ssize_t)length;
+        p += 1; /* attributes: unused */
+        if (read_varint(buf, end, &p, &ts) || read_varint(buf, end, &p, &delta))
+            goto fallback;
+        Py_ssize_t kv = p;
+        for (int part = 0; part < 2; part++) { /* the key, then the value */
+            if (read_varint(buf, end, &p, &size) || size < -1 || size > end - p)
+                goto fallback;
+            if (size > 0)
+                p += (Py_ssize_t)size;
+        }
+        if (p >= end)
+            goto fallback;
+        Py_ssize_t hc = p;
+        if (buf[hc] == 0 && hc + 1 == end) { /* no header: kept */
+            spans.items[spans.size++] = pos;
+            spans.items[spans.size++] = end;
+            kept_bytes += end - pos;
+            pos = end;
+            continue;
+        }
+        Py_ssize_t value_at = hc + VALUE_AT + 1, value_end;
+        PyObject *schedule_id = NULL;
+        if (end - hc > VALUE_AT && memcmp(buf + hc, DELAY_ALONE, VALUE_AT) == 0) {
+            value_end = end;
+            if (buf[hc + VALUE_AT] != 2 * (end - value_at))
+                goto fallback;
+        } else if (end - hc > VALUE_AT && memcmp(buf + hc, DELAY_FIRST, VALUE_AT) == 0) {
+            unsigned char vsize = buf[hc + VALUE_AT];
+            if (vsize & 0x81)
+                goto fallback;
+            value_end = value_at + (vsize >> 1);
+            Py_ssize_t at = value_end + ID_NAME_SIZE; /* the id's length */
+            if (at + 1 >= end || memcmp(buf + value_end, ID_NAME, ID_NAME_SIZE) != 0 ||
+                buf[at] != 2 * (end - at - 1))
+                goto fallback;
+            schedule_id = PyUnicode_DecodeUTF8((const char *)buf + at + 1, end - at - 1,
+                                               "strict");
+            if (schedule_id == NULL) {
+                if (!PyErr_ExceptionMatches(PyExc_UnicodeDecodeError))
+                    goto done;
+                PyErr_Clear();
+                goto fallback;
+            }
+        } else {
+            goto fallback;
+        }
+        int64_t delay = digits_value(buf + value_at, value_end - value_at);
+        if (delay < 0 || delay > max_delay_ms) { /* the Python loop checks or raises */
+            Py_XDECREF(schedule_id);
+            goto fallback;
+        }
+        if (delay == 0) { /* delivered now: kept */
+            Py_XDECREF(schedule_id);
+            spans.items[spans.size++] = pos;
+            spans.items[spans.size++] = end;
+            kept_bytes += end - pos;
+            pos = end;
+            continue;
+        }
+        int64_t offset, stamp, due;
+        if (__builtin_add_overflow((int64_t)base_offset, delta, &offset) ||
+            __builtin_add_overflow((int64_t)now_ms, delay, &due) ||
+            (!has_append && __builtin_add_overflow((int64_t)base_ts, ts, &stamp))) {
+            Py_XDECREF(schedule_id);
+            goto fallback;
+        }
+        if (has_append)
+            stamp = append_time;
+        if (schedule_id != NULL) {
+            id_rows.items[id_rows.size++] = offsets.size;
+            int failed = PyList_Append(names, schedule_id);
+            Py_DECREF(schedule_id);
+            if (failed)
+                goto done;
+        }
+        offsets.items[offsets.size++] = offset;
+        stamps.items[stamps.size++] = stamp;
+        counts.items[counts.size++] = schedule_id != NULL ? 2 : 1;
+        dues.items[dues.size++] = due;
+        PyObject *body = PyBytes_FromStringAndSize((const char *)buf + kv, hc - kv);
+        PyObject *block = body ? PyBytes_FromStringAndSize((const char *)buf + hc + 1,
+                                                           end - hc - 1) : NULL;
+        int failed = !block || PyList_Append(bodies, body) || PyList_Append(blocks, block);
+        Py_XDECREF(body);
+        Py_XDECREF(block);
+        if (failed)
+            goto done;
+        pos = end;
+    }
+    if (pos != total)
+        goto fallback;
+    PyObject *kept = PyBytes_FromStringAndSize(NULL, kept_bytes);
+    if (kept == NULL)
+        goto done;
+    char *into = PyBytes_AS_STRING(kept);
+    for (Py_ssize_t s = 0; s < spans.size; s += 2) {
+        memcpy(into, buf + spans.items[s], spans.items[s + 1] - spans.items[s]);
+        into += spans.items[s + 1] - spans.items[s];
+    }
+    result = Py_BuildValue("(NnNNONONNO)", kept, spans.size / 2, column_bytes(&offsets),
+                           column_bytes(&stamps), bodies, column_bytes(&counts), blocks,
+                           column_bytes(&dues), column_bytes(&id_rows), names);
+    goto done;
+fallback:
+    result = Py_NewRef(Py_None);
+done:
+    PyBuffer_Release(&view);
+    PyMem_Free(offsets.items);
+    PyMem_Free(stamps.items);
+    PyMem_Free(counts.items);
+    PyMem_Free(dues.items);
+    PyMem_Free(id_rows.items);
+    PyMem_Free(spans.items);
+    Py_XDECREF(bodies);
+    Py_XDECREF(blocks);
+    Py_XDECREF(names);
+    return result;
+}
+
+/* delayed_records(offsets, timestamps, bodies, header_counts, header_bytes, shift)
+ *
+ * ``schedule_adds.delayed_records``'s loop over a batch's moves (their
+ * columns): ([record, ...], base_ts, max_ts), each record with its length
+ * varint, offset delta i + 1, its headers and then kc-scheduled-offset
+ * naming its hole (offset + ``shift``). None when a sum would overflow. */
+static PyObject *delayed_records(PyObject *self, PyObject *args) {
+    Py_buffer offsets, stamps, counts;
+    PyObject *bodies, *blocks, *result = NULL, *out = NULL;
+    long long shift;
+    if (!PyArg_ParseTuple(args, "y*y*O!y*O!L", &offsets, &stamps, &PyList_Type, &bodies,
+                          &counts, &PyList_Type, &blocks, &shift))
+        return NULL;
+    Py_ssize_t n = offsets.len / (Py_ssize_t)sizeof(int64_t);
+    if (stamps.len != offsets.len || counts.len != offsets.len || PyList_GET_SIZE(bodies) != n ||
+        PyList_GET_SIZE(blocks) != n || n == 0) {
+        PyErr_SetString(PyExc_ValueError, "delayed_records: columns of unequal or no length");
+        goto done;
+    }
+    const int64_t *offset = offsets.buf, *stamp = stamps.buf, *hcount = counts.buf;
+    int64_t base_ts = stamp[0], max_ts = base_ts;
+    out = PyList_New(n);
+    if (out == NULL)
+        goto done;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *body = PyList_GET_ITEM(bodies, i), *block = PyList_GET_ITEM(blocks, i);
+        if (!PyBytes_Check(body) || !PyBytes_Check(block)) {
+            PyErr_SetString(PyExc_TypeError, "delayed_records: bodies and headers are bytes");
+            goto done;
+        }
+        int64_t hole, ts;
+        if (__builtin_add_overflow(offset[i], (int64_t)shift, &hole) ||
+            __builtin_sub_overflow(stamp[i], base_ts, &ts) || hcount[i] < 0 ||
+            hcount[i] >= INT64_MAX)
+            goto fallback;
+        if (ts > 0 && stamp[i] > max_ts)
+            max_ts = stamp[i];
+        char digits[24];
+        int ndigits = snprintf(digits, sizeof digits, "%lld", (long long)hole);
+        unsigned char head[3 * 10 + 1], tail[10];
+        Py_ssize_t h = 0, t;
+        head[h++] = 0; /* attributes */
+        h += put_varint(head + h, ts);
+        h += put_varint(head + h, (int64_t)i + 1);
+        t = put_varint(tail, hcount[i] + 1);
+        Py_ssize_t rest = h + PyBytes_GET_SIZE(body) + t + PyBytes_GET_SIZE(block) +
+                          SCHEDULED_NAME_SIZE + 1 + ndigits;
+        unsigned char size[10];
+        Py_ssize_t s = put_varint(size, rest);
+        PyObject *record = PyBytes_FromStringAndSize(NULL, s + rest);
+        if (record == NULL)
+            goto done;
+        char *w = PyBytes_AS_STRING(record);
+        memcpy(w, size, s), w += s;
+        memcpy(w, head, h), w += h;
+        memcpy(w, PyBytes_AS_STRING(body), PyBytes_GET_SIZE(body)), w += PyBytes_GET_SIZE(body);
+        memcpy(w, tail, t), w += t;
+        memcpy(w, PyBytes_AS_STRING(block), PyBytes_GET_SIZE(block)), w += PyBytes_GET_SIZE(block);
+        memcpy(w, SCHEDULED_NAME, SCHEDULED_NAME_SIZE), w += SCHEDULED_NAME_SIZE;
+        *w++ = (char)(2 * ndigits);
+        memcpy(w, digits, ndigits);
+        PyList_SET_ITEM(out, i, record);
+    }
+    result = Py_BuildValue("(OLL)", out, (long long)base_ts, (long long)max_ts);
+    goto done;
+fallback:
+    result = Py_NewRef(Py_None);
+done:
+    Py_XDECREF(out);
+    PyBuffer_Release(&offsets);
+    PyBuffer_Release(&stamps);
+    PyBuffer_Release(&counts);
+    return result;
+}
+
+static PyMethodDef methods[] = {
+    {"split_delays", split_delays, METH_VARARGS,
+     "holes.split's loop when every record is plain or simply delayed (None: the Python loop)."},
+    {"delayed_records", delayed_records, METH_VARARGS,
+     "schedule_adds.delayed_records's loop (None: the Python loop)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "kcompat.ext._native",
+    "The per-record loops of a produce of delayed records, in C (see _native.c).", -1, methods,
+};
+
+PyMODINIT_FUNC PyInit__native(void) { return PyModule_Create(&module); }
