@@ -14,8 +14,9 @@
  * the path of every case this one does not take): the Python code asks
  * here first and falls back to its own loop when the answer is None. None
  * means "not a case this code is sure of": any record whose headers are not
- * kc-delay-ms alone or kc-delay-ms then kc-schedule-id (or none at all), a
- * delay that is not 1 to 18 ASCII digits, a delay over the limit (the Python
+ * none, kc-delay-ms or kc-deliver-at (alone or then kc-schedule-id), or
+ * kc-cancel-schedule alone; a delay or time that is not 1 to 18 ASCII
+ * digits, a delay over the limit or a time too far ahead (the Python
  * loop raises the HeaderError), any malformation (the Python loop raises its
  * RecordError), any sum that would overflow an int64. The tests
  * (tests/unit/ext/test_native.py) hold each function's answer equal to its
@@ -28,11 +29,13 @@
 #include <stdint.h>
 #include <string.h>
 
-/* a header block of kc-delay-ms alone: its count (1), its name's length (11) and name */
-static const unsigned char DELAY_ALONE[] = "\x02" "\x16" "kc-delay-ms";
-/* a header block of two headers, kc-delay-ms first */
-static const unsigned char DELAY_FIRST[] = "\x04" "\x16" "kc-delay-ms";
-#define VALUE_AT 13 /* where the delay's length is, from the header count */
+/* header names as a record holds them: their length (zig-zag), then their bytes */
+static const unsigned char DELAY_NAME[] = "\x16" "kc-delay-ms";
+#define DELAY_NAME_SIZE 12
+static const unsigned char DELIVER_NAME[] = "\x1a" "kc-deliver-at";
+#define DELIVER_NAME_SIZE 14
+static const unsigned char CANCEL_NAME[] = "\x24" "kc-cancel-schedule";
+#define CANCEL_NAME_SIZE 19
 static const unsigned char ID_NAME[] = "\x1c" "kc-schedule-id";
 #define ID_NAME_SIZE 15
 static const unsigned char SCHEDULED_NAME[] = "\x26" "kc-scheduled-offset";
@@ -83,6 +86,90 @@ static int64_t digits_value(const unsigned char *at, Py_ssize_t size) {
     return value;
 }
 
+/* What a record's headers ask (``delay.classify``), for the forms this file
+ * is for; OTHER: any other, or any doubt (the Python loop decides). */
+enum { OTHER, KEPT, MOVED, CANCELLED };
+typedef struct {
+    int kind;
+    int header_count;  /* MOVED: 1, or 2 with kc-schedule-id */
+    int64_t due;       /* MOVED */
+    Py_ssize_t id_at, id_size; /* kc-schedule-id's (MOVED, KEPT) or the cancelled one's */
+} Asked;
+
+static int name_at(const unsigned char *buf, Py_ssize_t p, Py_ssize_t end,
+                   const unsigned char *name, Py_ssize_t size) {
+    return end - p >= size && memcmp(buf + p, name, size) == 0;
+}
+
+/* A header value at *p whose length is one byte, not null: its start and
+ * size, *p moved past it; -1 for any other, or one that overruns ``end``. */
+static int value_at(const unsigned char *buf, Py_ssize_t *p, Py_ssize_t end, Py_ssize_t *start,
+                    Py_ssize_t *size) {
+    if (*p >= end || buf[*p] & 0x81) /* odd: null or negative; 0x80: two bytes or more */
+        return -1;
+    *start = *p + 1;
+    *size = buf[*p] >> 1;
+    if (*size > end - *start)
+        return -1;
+    *p = *start + *size;
+    return 0;
+}
+
+/* The headers whose count is at ``hc`` and which fill the record to ``end``:
+ * none; kc-delay-ms or kc-deliver-at, alone or then kc-schedule-id; or
+ * kc-cancel-schedule alone. The checks of ``delay.classify`` (a delay over
+ * the limit, a time too far ahead: OTHER, and the Python loop raises). */
+static Asked classify(const unsigned char *buf, Py_ssize_t hc, Py_ssize_t end, int64_t now_ms,
+                      int64_t max_delay_ms) {
+    Asked a = {OTHER, 0, 0, 0, 0};
+    unsigned char count = buf[hc];
+    Py_ssize_t p = hc + 1, at, size;
+    int deliver_at;
+    if (count == 0 && p == end) {
+        a.kind = KEPT;
+        return a;
+    }
+    if (count != 2 && count != 4)
+        return a;
+    if (name_at(buf, p, end, DELAY_NAME, DELAY_NAME_SIZE)) {
+        deliver_at = 0;
+        p += DELAY_NAME_SIZE;
+    } else if (name_at(buf, p, end, DELIVER_NAME, DELIVER_NAME_SIZE)) {
+        deliver_at = 1;
+        p += DELIVER_NAME_SIZE;
+    } else if (count == 2 && name_at(buf, p, end, CANCEL_NAME, CANCEL_NAME_SIZE)) {
+        p += CANCEL_NAME_SIZE;
+        if (value_at(buf, &p, end, &a.id_at, &a.id_size) || p != end || a.id_size == 0)
+            return a;
+        a.kind = CANCELLED;
+        return a;
+    } else {
+        return a;
+    }
+    if (value_at(buf, &p, end, &at, &size))
+        return a;
+    if (count == 4) {
+        if (!name_at(buf, p, end, ID_NAME, ID_NAME_SIZE))
+            return a;
+        p += ID_NAME_SIZE;
+        if (value_at(buf, &p, end, &a.id_at, &a.id_size) || a.id_size == 0)
+            return a;
+    }
+    int64_t value = digits_value(buf + at, size), ahead;
+    if (p != end || value < 0)
+        return a;
+    if (deliver_at) {
+        if (__builtin_sub_overflow(value, now_ms, &ahead) || ahead > max_delay_ms)
+            return a;
+        a.due = value;
+    } else if (value > max_delay_ms || __builtin_add_overflow(now_ms, value, &a.due)) {
+        return a;
+    }
+    a.kind = a.due > now_ms ? MOVED : KEPT;
+    a.header_count = count >> 1;
+    return a;
+}
+
 typedef struct {
     int64_t *items;
     Py_ssize_t size;
@@ -95,12 +182,13 @@ static PyObject *column_bytes(const Column *c) {
 /* split_delays(payload, count, base_offset, base_ts, append_time, now_ms, max_delay_ms)
  *
  * ``holes.split``'s loop over a batch's uncompressed ``payload`` of ``count``
- * records, when every record has no header, kc-delay-ms alone, or
- * kc-delay-ms then kc-schedule-id: (kept, kept_count, offsets, timestamps,
- * bodies, header_counts, header_bytes, dues, id_rows, id_names) — the kept
- * records' bytes joined, and the moves' columns (``ext.moves``; int64
- * columns as native-endian bytes for ``array('q').frombytes``). None: the
- * Python loop decides (see the top of this file). ``append_time`` is None
+ * records, when every record's headers are a form ``classify`` knows: (kept,
+ * kept_count, offsets, timestamps, bodies, header_counts, header_bytes,
+ * dues, id_rows, id_names, cancelled, cancelled_ids) — the kept records'
+ * bytes joined, the moves' columns (``ext.moves``; int64 columns as
+ * native-endian bytes for ``array('q').frombytes``), and the cancellations'
+ * holes and ids. None: the Python loop decides (see the top of this file).
+ * ``append_time`` is None
  * or the log-append time every record takes. */
 static PyObject *split_delays(PyObject *self, PyObject *args) {
     Py_buffer view;
@@ -114,8 +202,9 @@ static PyObject *split_delays(PyObject *self, PyObject *args) {
     Py_ssize_t total = view.len;
     int has_append = append_obj != Py_None;
     long long append_time = 0;
-    PyObject *result = NULL, *bodies = NULL, *blocks = NULL, *names = NULL;
-    Column offsets = {0}, stamps = {0}, counts = {0}, dues = {0}, id_rows = {0}, spans = {0};
+    PyObject *result = NULL, *bodies = NULL, *blocks = NULL, *names = NULL, *cancel_ids = NULL;
+    Column offsets = {0}, stamps = {0}, counts = {0}, dues = {0}, id_rows = {0}, spans = {0},
+           cancelled = {0};
     if (has_append) {
         append_time = PyLong_AsLongLong(append_obj);
         if (append_time == -1 && PyErr_Occurred()) {
@@ -131,12 +220,14 @@ static PyObject *split_delays(PyObject *self, PyObject *args) {
     counts.items = PyMem_Malloc(room);
     dues.items = PyMem_Malloc(room);
     id_rows.items = PyMem_Malloc(room);
+    cancelled.items = PyMem_Malloc(room);
     spans.items = PyMem_Malloc(2 * room);
     bodies = PyList_New(0);
     blocks = PyList_New(0);
     names = PyList_New(0);
+    cancel_ids = PyList_New(0);
     if (!offsets.items || !stamps.items || !counts.items || !dues.items || !id_rows.items ||
-        !spans.items || !bodies || !blocks || !names) {
+        !spans.items || !cancelled.items || !bodies || !blocks || !names || !cancel_ids) {
         PyErr_NoMemory();
         goto done;
     }
@@ -160,29 +251,12 @@ static PyObject *split_delays(PyObject *self, PyObject *args) {
         if (p >= end)
             goto fallback;
         Py_ssize_t hc = p;
-        if (buf[hc] == 0 && hc + 1 == end) { /* no header: kept */
-            spans.items[spans.size++] = pos;
-            spans.items[spans.size++] = end;
-            kept_bytes += end - pos;
-            pos = end;
-            continue;
-        }
-        Py_ssize_t value_at = hc + VALUE_AT + 1, value_end;
-        PyObject *schedule_id = NULL;
-        if (end - hc > VALUE_AT && memcmp(buf + hc, DELAY_ALONE, VALUE_AT) == 0) {
-            value_end = end;
-            if (buf[hc + VALUE_AT] != 2 * (end - value_at))
-                goto fallback;
-        } else if (end - hc > VALUE_AT && memcmp(buf + hc, DELAY_FIRST, VALUE_AT) == 0) {
-            unsigned char vsize = buf[hc + VALUE_AT];
-            if (vsize & 0x81)
-                goto fallback;
-            value_end = value_at + (vsize >> 1);
-            Py_ssize_t at = value_end + ID_NAME_SIZE; /* the id's length */
-            if (at + 1 >= end || memcmp(buf + value_end, ID_NAME, ID_NAME_SIZE) != 0 ||
-                buf[at] != 2 * (end - at - 1))
-                goto fallback;
-            schedule_id = PyUnicode_DecodeUTF8((const char *)buf + at + 1, end - at - 1,
+        Asked asked = classify(buf, hc, end, now_ms, max_delay_ms);
+        if (asked.kind == OTHER)
+            goto fallback;
+        PyObject *schedule_id = NULL; /* checked UTF-8 whatever it is for, as the Python loop */
+        if (asked.id_size) {
+            schedule_id = PyUnicode_DecodeUTF8((const char *)buf + asked.id_at, asked.id_size,
                                                "strict");
             if (schedule_id == NULL) {
                 if (!PyErr_ExceptionMatches(PyExc_UnicodeDecodeError))
@@ -190,15 +264,9 @@ static PyObject *split_delays(PyObject *self, PyObject *args) {
                 PyErr_Clear();
                 goto fallback;
             }
-        } else {
-            goto fallback;
         }
-        int64_t delay = digits_value(buf + value_at, value_end - value_at);
-        if (delay < 0 || delay > max_delay_ms) { /* the Python loop checks or raises */
-            Py_XDECREF(schedule_id);
-            goto fallback;
-        }
-        if (delay == 0) { /* delivered now: kept */
+        int64_t offset, stamp;
+        if (asked.kind == KEPT) {
             Py_XDECREF(schedule_id);
             spans.items[spans.size++] = pos;
             spans.items[spans.size++] = end;
@@ -206,12 +274,19 @@ static PyObject *split_delays(PyObject *self, PyObject *args) {
             pos = end;
             continue;
         }
-        int64_t offset, stamp, due;
         if (__builtin_add_overflow((int64_t)base_offset, delta, &offset) ||
-            __builtin_add_overflow((int64_t)now_ms, delay, &due) ||
             (!has_append && __builtin_add_overflow((int64_t)base_ts, ts, &stamp))) {
             Py_XDECREF(schedule_id);
             goto fallback;
+        }
+        if (asked.kind == CANCELLED) {
+            cancelled.items[cancelled.size++] = offset;
+            int failed = PyList_Append(cancel_ids, schedule_id);
+            Py_DECREF(schedule_id);
+            if (failed)
+                goto done;
+            pos = end;
+            continue;
         }
         if (has_append)
             stamp = append_time;
@@ -224,8 +299,8 @@ static PyObject *split_delays(PyObject *self, PyObject *args) {
         }
         offsets.items[offsets.size++] = offset;
         stamps.items[stamps.size++] = stamp;
-        counts.items[counts.size++] = schedule_id != NULL ? 2 : 1;
-        dues.items[dues.size++] = due;
+        counts.items[counts.size++] = asked.header_count;
+        dues.items[dues.size++] = asked.due;
         PyObject *body = PyBytes_FromStringAndSize((const char *)buf + kv, hc - kv);
         PyObject *block = body ? PyBytes_FromStringAndSize((const char *)buf + hc + 1,
                                                            end - hc - 1) : NULL;
@@ -246,9 +321,10 @@ static PyObject *split_delays(PyObject *self, PyObject *args) {
         memcpy(into, buf + spans.items[s], spans.items[s + 1] - spans.items[s]);
         into += spans.items[s + 1] - spans.items[s];
     }
-    result = Py_BuildValue("(NnNNONONNO)", kept, spans.size / 2, column_bytes(&offsets),
+    result = Py_BuildValue("(NnNNONONNONO)", kept, spans.size / 2, column_bytes(&offsets),
                            column_bytes(&stamps), bodies, column_bytes(&counts), blocks,
-                           column_bytes(&dues), column_bytes(&id_rows), names);
+                           column_bytes(&dues), column_bytes(&id_rows), names,
+                           column_bytes(&cancelled), cancel_ids);
     goto done;
 fallback:
     result = Py_NewRef(Py_None);
@@ -259,10 +335,12 @@ done:
     PyMem_Free(counts.items);
     PyMem_Free(dues.items);
     PyMem_Free(id_rows.items);
+    PyMem_Free(cancelled.items);
     PyMem_Free(spans.items);
     Py_XDECREF(bodies);
     Py_XDECREF(blocks);
     Py_XDECREF(names);
+    Py_XDECREF(cancel_ids);
     return result;
 }
 

@@ -28,8 +28,9 @@ layout (``record_scan.layouts``) gives their headers and where their parts
 are; the batch with holes joins the kept records' bytes
 (``record_scan.splice_spans``). A record with ``kc-delay-ms`` alone, the
 common case, is classified without ``delay.classify``'s general checks.
-A batch whose records all have no header, ``kc-delay-ms`` alone or
-``kc-delay-ms`` then ``kc-schedule-id`` is split by the same loop in C
+A batch whose records all have no header, ``kc-delay-ms`` or
+``kc-deliver-at`` (alone or then ``kc-schedule-id``) or ``kc-cancel-schedule``
+alone is split by the same loop in C
 (``_native.split_delays``, when built: ``ext.native``), 25 times cheaper; any
 other batch, and every error, is this module's loop.
 
@@ -42,6 +43,7 @@ Pure: bytes and ``now_ms`` in, values out.
 from __future__ import annotations
 
 import re
+from array import array
 from dataclasses import dataclass
 
 from kcompat.ext import native
@@ -168,9 +170,12 @@ def split(view: memoryview | bytes, header: BatchHeader, now_ms: int,
 def _natively_split(view: memoryview | bytes, header: BatchHeader,
                     found: native.SplitColumns) -> Split | None:
     """The ``Split`` of ``_native.split_delays``'s answer (its columns)."""
-    kept, kept_count, offsets, stamps, bodies, counts, blocks, dues, id_rows, id_names = found
-    if not bodies:
+    (kept, kept_count, offsets, stamps, bodies, counts, blocks, dues, id_rows, id_names,
+     cancelled, cancelled_ids) = found
+    if not bodies and not cancelled_ids:
         return None
+    holes = array("q")
+    holes.frombytes(cancelled)
     moves = Moves()
     moves.offsets.frombytes(offsets)
     moves.timestamps.frombytes(stamps)
@@ -178,7 +183,8 @@ def _natively_split(view: memoryview | bytes, header: BatchHeader,
     moves.dues.frombytes(dues)
     moves.id_rows.frombytes(id_rows)
     moves.bodies, moves.header_bytes, moves.id_names = bodies, blocks, id_names
-    return Split(splice_joined(view, header, kept, kept_count), moves, ())
+    return Split(splice_joined(view, header, kept, kept_count), moves,
+                 tuple(zip(holes, map(Cancel, cancelled_ids), strict=True)))
 
 
 def _delay_and_id(payload: bytes, hc: int, end: int) -> tuple[bytes, str | None]:

@@ -14,9 +14,10 @@ from array import array
 from typing import Protocol, cast
 
 # split_delays's answer: the kept records' bytes joined and their count; the moves'
-# offsets, timestamps, bodies, header counts, header bytes, dues, id rows and ids
+# offsets, timestamps, bodies, header counts, header bytes, dues, id rows and ids; the
+# cancellations' holes and ids
 SplitColumns = tuple[bytes, int, bytes, bytes, list[bytes], bytes, list[bytes], bytes, bytes,
-                     list[str]]
+                     list[str], bytes, list[str]]
 
 
 class Native(Protocol):

@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kcompat.ext import native
+from kcompat.ext.delay import Cancel
 from kcompat.ext.holes import Split, split
 from kcompat.ext.moves import Moves
 from kcompat.ext.schedule_adds import delayed_records
@@ -68,11 +69,15 @@ _delay = st.one_of(_digits, st.sampled_from([
     str(MAX_DELAY + 1).encode(), b"0005"]))
 _good_id = st.text(min_size=1, max_size=20).map(str.encode).filter(lambda b: len(b) < 64)
 _id = st.one_of(_good_id, st.sampled_from([b"\xff\xfe", b"", b"x" * 63, b"x" * 64, b"x" * 70]))
+_at = st.integers(NOW - 10**6, NOW + 10**6).map(lambda n: str(n).encode())  # past and future
 _fast = st.one_of(  # what the C loop answers for
     st.just([]),
     _digits.map(lambda d: [("kc-delay-ms", d)]),
     st.tuples(_digits, _good_id).map(
-        lambda t: [("kc-delay-ms", t[0]), ("kc-schedule-id", t[1])]))
+        lambda t: [("kc-delay-ms", t[0]), ("kc-schedule-id", t[1])]),
+    _at.map(lambda d: [("kc-deliver-at", d)]),
+    st.tuples(_at, _good_id).map(lambda t: [("kc-deliver-at", t[0]), ("kc-schedule-id", t[1])]),
+    _good_id.map(lambda i: [("kc-cancel-schedule", i)]))
 _headers = st.one_of(
     _fast,
     _delay.map(lambda d: [("kc-delay-ms", d)]),
@@ -81,7 +86,10 @@ _headers = st.one_of(
     _delay.map(lambda d: [("trace", b"t"), ("kc-delay-ms", d)]),
     _digits.map(lambda d: [("kc-delay-ms", d), ("trace", b"t")]),
     _id.map(lambda i: [("kc-cancel-schedule", i)]),
-    st.just([("kc-deliver-at", str(NOW + 5000).encode())]),
+    st.tuples(_id, _delay).map(lambda t: [("kc-cancel-schedule", t[0]), ("kc-delay-ms", t[1])]),
+    _delay.map(lambda d: [("kc-deliver-at", d)]),
+    st.just([("kc-deliver-at", str(NOW + MAX_DELAY + 1).encode())]),
+    st.just([("kc-deliver-at", b"5"), ("kc-delay-ms", b"5")]),
 )
 
 
@@ -118,6 +126,9 @@ def test_split_answers_as_its_python_loop(records: list, codec: int, base_offset
 
 _DELAY = b"\x16kc-delay-ms"
 _OVER = str(MAX_DELAY + 1).encode()
+_AT = b"\x1akc-deliver-at"
+_FAR = str(NOW + MAX_DELAY + 1).encode()
+_CANCEL = b"\x24kc-cancel-schedule"
 _ID = b"\x1ckc-schedule-id"
 # header blocks (their count first) that look like the forms the C loop is for, and are not
 NEAR_MISSES = {
@@ -138,6 +149,16 @@ NEAR_MISSES = {
     "delay with a sign": b"\x02" + _DELAY + b"\x04-5",
     "delay over int64": b"\x02" + _DELAY + b"\x28" + b"9" * 20,
     "delay over the limit": b"\x02" + _DELAY + bytes((2 * len(_OVER),)) + _OVER,
+    "time too far ahead": b"\x02" + _AT + bytes((2 * len(_FAR),)) + _FAR,
+    "time with a space": b"\x02" + _AT + b"\x0a 1234",
+    "cancel empty": b"\x02" + _CANCEL + b"\x00",
+    "cancel null": b"\x02" + _CANCEL + b"\x01",
+    "cancel not UTF-8": b"\x02" + _CANCEL + b"\x04\xc3\x28",
+    "cancel with an id": b"\x04" + _CANCEL + b"\x02a" + _ID + b"\x02a",
+    "cancel's length too long": b"\x02" + _CANCEL + b"\x06ab",
+    "cancel's length too short": b"\x02" + _CANCEL + b"\x02ab",
+    "id not UTF-8, delay 0": b"\x04" + _DELAY + b"\x020" + _ID + b"\x04\xff\xfe",
+    "id not UTF-8, time past": b"\x04" + _AT + b"\x025" + _ID + b"\x04\xff\xfe",
 }
 
 
@@ -192,17 +213,22 @@ def test_the_batches_it_is_for_are_answered_in_c() -> None:
     records[9] = (b"k", None, [("kc-delay-ms", b"0")], 9)  # due now: kept
     records[11] = (b"k", b"v", [("kc-delay-ms", b"60000"), ("kc-schedule-id", "jób".encode())],
                    11)
+    records[12] = (b"k", b"v", [("kc-cancel-schedule", b"old")], 12)
+    records[13] = (b"k", b"v", [("kc-deliver-at", str(NOW + 90000).encode())], 13)
+    records[14] = (b"k", b"v", [("kc-deliver-at", str(NOW - 1).encode())], 14)  # due: kept
     raw = _batch(records, base_offset=1000)
     header = validate(raw)
     answer = _native.split_delays(raw[HEADER_SIZE:], header.records_count, 1000,
                                   header.base_timestamp, None, NOW, MAX_DELAY)
     assert answer is not None  # not left to the Python loop
-    assert answer[1] == 2  # two kept
+    assert answer[1] == 3  # three kept
     out = split(raw, header, NOW, MAX_DELAY)
-    assert out is not None and len(out.taken) == 498
+    assert out is not None and len(out.taken) == 496
     assert out.taken.ids() == [(9, "jób")]
     moved = out.moves[9]
     assert (moved.offset, moved.due_ms, moved.header_count) == (1011, NOW + 60000, 2)
+    assert (out.moves[10].offset, out.moves[10].due_ms) == (1013, NOW + 90000)
+    assert out.cancels == ((1012, Cancel("old")),)
     with pytest.MonkeyPatch.context() as mp:
         assert _outcome(raw, mp, _native) == _outcome(raw, mp, None)
 
