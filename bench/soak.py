@@ -125,7 +125,8 @@ ON_CPU_METRIC = "kcompat_event_loop_longest_step_on_cpu_seconds"
 GC_METRIC = "kcompat_gc_pause_seconds"
 FSYNC_METRIC = "kcompat_fsync_pass"
 GAP_METRIC = "kcompat_metadata_leader_gap"
-GAP_NEAR_S = "0.75"  # a gap over this is three quarters of the way to an election
+GAP_NEAR_S = "0.75"  # a gap over this: past half an election timeout's fetch wait by half
+GAP_FAR_S = "1.5"  # and over this: three quarters of the way to the fetch timeout (2 s)
 PENDING_METRIC = "kcompat_delayed_records_pending"
 #: what the scraper keeps: the lag histogram, pending records, any loop / task step metric
 BACKPRESSURE_PREFIX = "kcompat_backpressure_"  # lag per source and key, throttle per source
@@ -1510,10 +1511,11 @@ def gap_summary(maxima: dict[str, float]) -> str:
     count = maxima.get(GAP_METRIC + "_seconds_count")
     if not count:
         return ""
-    near = count - maxima.get(f'{GAP_METRIC}_seconds_bucket{{le="{GAP_NEAR_S}"}}', count)
+    near, far = (count - maxima.get(f'{GAP_METRIC}_seconds_bucket{{le="{le}"}}', count)
+                 for le in (GAP_NEAR_S, GAP_FAR_S))
     longest_ms = 1000 * maxima.get(GAP_METRIC + "_longest_seconds", 0.0)
     return (f"; metadata leader's silences {count:,.0f}, over {GAP_NEAR_S} s {near:,.0f}, "
-            f"longest {longest_ms:.0f} ms")
+            f"over {GAP_FAR_S} s {far:,.0f}, longest {longest_ms:.0f} ms")
 
 
 def gc_summary(maxima: dict[str, float]) -> str:

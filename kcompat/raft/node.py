@@ -19,11 +19,12 @@ any node into a follower; a lower-term message is stale) — except that
 pre-votes never change terms (Raft thesis §9.6).
 
 Elections (§5.2): a follower that hears nothing from a leader for its
-randomized timeout (``[election_timeout, 2*election_timeout)`` ticks) first
+randomized timeout (``[fetch_timeout, fetch_timeout + election_timeout)``
+ticks; ``fetch_timeout_ticks`` is the election timeout unless set) first
 runs a pre-vote round at ``term + 1`` without changing its term; only with a
 quorum of pre-votes does it become a candidate, raise its term and ask for
 real votes (§5.4.1 up-to-date check in both rounds). A voter that has heard
-from a live leader within the election timeout (its *lease*, held with
+from a live leader within the fetch timeout (its *lease*, held with
 ``check_quorum``) ignores both kinds of vote request unless they carry
 ``transfer`` — so a node rejoining from a partition cannot depose a healthy
 leader: its pre-votes fail while it is cut off, so its term never rises,
@@ -39,7 +40,7 @@ voter that stops fetching (it may have missed the announcement, or be stuck
 in a higher term it must tell the leader about).
 
 Check quorum: a leader that has not heard from a quorum of voters (itself
-included) during an election timeout steps down to follower. A voter is
+included) during a fetch timeout steps down to follower. A voter is
 heard when its fetch arrives, and when the runtime says so (``heard``: any
 frame from its broker, e.g. the pair heartbeat) — as etcd-io/raft counts any
 message. A leader whose fetch wait is half an election timeout (the metadata
@@ -51,6 +52,16 @@ Leadership transfer (thesis §3.10): ``transfer_leadership(target)`` stops
 proposals, waits until the target's durable log matches the leader's, and
 sends TimeoutNow; the target campaigns at once, skipping pre-vote and leases.
 It is abandoned after an election timeout.
+
+The fetch timeout: KRaft's followers wait ``controller.quorum.fetch.timeout.ms``
+(2 s by default) without a successful fetch before they campaign, twice its
+election timeout and four times its fetch wait, so a leader late by a fetch
+wait or two (a busy process on a small host) deposes no one; the broker gives
+the metadata log that timeout (``fetch_timeout_ticks``). The partitions' groups
+keep the election timeout: their leaders' moves are cheap and their fetch
+waits short. A group with a fetch timeout of its own elects only on it: the
+runtime's suspicion of a silent peer (``suspect``) does not cut it short, as
+KRaft has no such signal.
 
 Fetch timing: a leader parks a fetch that has nothing new for the follower
 (no entries, no new high watermark) for at most ``fetch_wait_ticks`` and
@@ -189,6 +200,10 @@ class RaftConfig:
     group: int = 0
     election_timeout_ticks: int = 10
     fetch_wait_ticks: int = 3
+    # how long a follower waits without word from its leader before it
+    # campaigns, the lease and the check-quorum period (see "The fetch
+    # timeout" above); 0: the election timeout
+    fetch_timeout_ticks: int = 0
     max_fetch_bytes: int = 1 << 20
     pre_vote: bool = True
     check_quorum: bool = True
@@ -210,6 +225,13 @@ class RaftConfig:
     def __post_init__(self) -> None:
         assert self.voters, "no voters"
         assert 0 < self.fetch_wait_ticks < self.election_timeout_ticks
+        assert self.fetch_timeout_ticks == 0 or \
+            self.fetch_timeout_ticks >= self.election_timeout_ticks
+
+    @property
+    def fetch_timeout(self) -> int:
+        """``fetch_timeout_ticks``, or the election timeout when unset."""
+        return self.fetch_timeout_ticks or self.election_timeout_ticks
 
 
 @dataclass(slots=True)
@@ -521,14 +543,14 @@ class Raft:
         return (
             not m.transfer
             and self.leader != NO_NODE
-            and self._election_elapsed < self.config.election_timeout_ticks
+            and self._election_elapsed < self.config.fetch_timeout
         )
 
     def _in_lease(self) -> bool:
         return (
             self.config.check_quorum
             and self.leader != NO_NODE
-            and self._election_elapsed < self.config.election_timeout_ticks
+            and self._election_elapsed < self.config.fetch_timeout
         )
 
     def _on_vote_request(self, m: VoteRequest) -> None:
@@ -549,7 +571,12 @@ class Raft:
     def _reset_timeout(self) -> None:
         et = self.config.election_timeout_ticks
         self._election_elapsed = 0
-        self._timeout = et + self.rng.randint(0, et - 1)
+        # a follower of a known leader waits its fetch timeout; one that knows
+        # none, and a (pre-)candidate trying again, an election timeout (as
+        # KRaft's unattached voters and candidates do)
+        base = (self.config.fetch_timeout
+                if self.role is Role.FOLLOWER and self.leader != NO_NODE else et)
+        self._timeout = base + self.rng.randint(0, et - 1)
 
     def _become_follower(self, term: int, leader: int) -> None:
         if term > self.term:
@@ -678,6 +705,8 @@ class Raft:
             self.leader = leader
             self._want_snapshot = None
             self._send_fetch()
+            if self.config.fetch_timeout_ticks:
+                self._reset_timeout()  # a known leader: the fetch timeout from now on
         elif self._fetch_ticks is None:
             self._send_fetch()
         self._election_elapsed = 0
@@ -927,7 +956,7 @@ class Raft:
             idle = progress.idle_ticks - wait - 2
             if idle >= 0 and idle % wait == 0:
                 self._send(BeginQuorumEpoch(self.group, self.id, peer, self.term))
-        if self._election_elapsed >= self.config.election_timeout_ticks:
+        if self._election_elapsed >= self.config.fetch_timeout:
             self._check_quorum()
 
     def heard(self, node: int) -> None:
@@ -966,6 +995,8 @@ class Raft:
             # their lease to grant), then half an election timeout per rank.
             self.quiesced = False
             et = self.config.election_timeout_ticks
+            if self.config.fetch_timeout_ticks:
+                return  # it elects on its fetch timeout alone (see the module)
             if self._election_elapsed < et:
                 self._election_elapsed = et
                 self._timeout = (et + self.config.suspect_skew_ticks

@@ -243,6 +243,9 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
            check=lambda v: None if v else "name broker, controller or both"),
         _D("kcompat.raft.tick.ms", "int", 50, minimum=1),
         _D("kcompat.raft.election.timeout.ms", "int", 1000, minimum=1),
+        # KRaft's: how long a follower of the metadata quorum goes without word
+        # from its leader before it campaigns (at least the election timeout)
+        _D("controller.quorum.fetch.timeout.ms", "int", 2000, minimum=1),
         # Move leadership back to the preferred (first) replica.
         _D("auto.leader.rebalance.enable", "boolean", True),
         _D("leader.imbalance.check.interval.seconds", "long", 300, minimum=1),

@@ -65,6 +65,10 @@ this, a follower of the quorum under a replication load went 1-2.4 s
 without word from its leader (``leader_gaps``), past the election timeout:
 the leader's answers to its fetches waited behind fsync passes of partition
 logs, and its ticks, and so its parked fetches' expiry, behind the driver.
+With the lane, gaps of 1.0-1.3 s were still seen where three brokers and
+their clients shared two cores; the metadata log's followers therefore wait
+KRaft's fetch timeout (``controller.quorum.fetch.timeout.ms``, 2 s) before
+they campaign, not an election timeout (``raft.node``, "The fetch timeout").
 
 Replica management: ``assignments`` maps each topic-partition to its group id
 and replicas (applied from the metadata log by the controller);
@@ -263,6 +267,11 @@ class ClusterRuntime:
                                   config["kcompat.raft.election.timeout.ms"] // tick_ms)
         self.metadata_fetch_wait_ticks = max(
             FETCH_WAIT_TICKS, self.election_ticks // METADATA_FETCH_WAITS_PER_ELECTION)
+        # KRaft's controller.quorum.fetch.timeout.ms: the metadata log's followers
+        # campaign after this long without word from their leader, not after an
+        # election timeout (``raft.node``, "The fetch timeout")
+        self.metadata_fetch_timeout_ticks = max(
+            self.election_ticks, config["controller.quorum.fetch.timeout.ms"] // tick_ms)
         self.rng = rng or random.Random()  # election timeouts (seeded by the simulator)
         self.announce_ticks = ANNOUNCE_TICKS
         # a fifth of an election timeout (200 ms at the defaults): a silent peer
@@ -296,7 +305,8 @@ class ClusterRuntime:
         self._meta_wake = trio.Event()
         self._meta_ahead = False
         # how long the metadata follower here goes without word from its leader
-        self.leader_gaps = LeaderGaps(self.election_ticks * self.tick_s, trio.current_time)
+        self.leader_gaps = LeaderGaps(self.metadata_fetch_timeout_ticks * self.tick_s,
+                                      trio.current_time)
         self._stall_seen: dict[int, int] = {}  # led group id -> high watermark at the last check
         # this process among the peers' view of us (a restart is a new one)
         self.incarnation = self.rng.getrandbits(31) | 1
@@ -1339,7 +1349,10 @@ class ClusterRuntime:
         members = replicas if voters is None else voters
         config = RaftConfig(self.node_id, frozenset(members), gid, self.election_ticks,
                             self.metadata_fetch_wait_ticks if gid == METADATA_GROUP
-                            else FETCH_WAIT_TICKS, always_leader_change=gid == METADATA_GROUP,
+                            else FETCH_WAIT_TICKS,
+                            fetch_timeout_ticks=self.metadata_fetch_timeout_ticks
+                            if gid == METADATA_GROUP else 0,
+                            always_leader_change=gid == METADATA_GROUP,
                             quiesce=gid != METADATA_GROUP,
                             suspect_skew_ticks=self.heartbeat_ticks + 1)
         # a lone replica's log carries its epochs; ``never`` trusts replication

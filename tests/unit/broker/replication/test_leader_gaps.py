@@ -22,7 +22,7 @@ class Clock:
 def test_gaps_are_counted_between_contacts_of_one_leader(
         caplog: pytest.LogCaptureFixture) -> None:
     clock = Clock()
-    gaps = LeaderGaps(1.0, clock)
+    gaps = LeaderGaps(1.5, clock)  # a gap of 1.125 s or more is logged
     registry = CollectorRegistry()
     gaps.export(registry)
     caplog.set_level(logging.INFO, "kcompat.cluster")
@@ -46,4 +46,4 @@ def test_gaps_are_counted_between_contacts_of_one_leader(
     assert registry.get_sample_value("kcompat_metadata_leader_gap_longest_seconds") \
         == pytest.approx(1.2)
     said = [r.getMessage() for r in caplog.records if "no word" in r.getMessage()]
-    assert said == ["no word from the metadata leader 3 for 1.20 s (election timeout 1.00 s)"]
+    assert said == ["no word from the metadata leader 3 for 1.20 s (fetch timeout 1.50 s)"]
