@@ -14,7 +14,7 @@
  * the path of every case this one does not take): the Python code asks
  * here first and falls back to its own loop when the answer is None. None
  * means "not a case this code is sure of": any record whose headers are not
- * none, kc-delay-ms or kc-deliver-at (alone or then kc-schedule-id), or
+ * none, kc-delay-ms or kc-deliver-at (alone or with kc-schedule-id), or
  * kc-cancel-schedule alone; a delay or time that is not 1 to 18 ASCII
  * digits, a delay over the limit or a time too far ahead (the Python
  * loop raises the HeaderError), any malformation (the Python loop raises its
@@ -116,8 +116,8 @@ static int value_at(const unsigned char *buf, Py_ssize_t *p, Py_ssize_t end, Py_
 }
 
 /* The headers whose count is at ``hc`` and which fill the record to ``end``:
- * none; kc-delay-ms or kc-deliver-at, alone or then kc-schedule-id; or
- * kc-cancel-schedule alone. The checks of ``delay.classify`` (a delay over
+ * none; kc-delay-ms or kc-deliver-at, alone or with kc-schedule-id (before
+ * or after it); or kc-cancel-schedule alone. The checks of ``delay.classify`` (a delay over
  * the limit, a time too far ahead: OTHER, and the Python loop raises). */
 static Asked classify(const unsigned char *buf, Py_ssize_t hc, Py_ssize_t end, int64_t now_ms,
                       int64_t max_delay_ms) {
@@ -131,6 +131,12 @@ static Asked classify(const unsigned char *buf, Py_ssize_t hc, Py_ssize_t end, i
     }
     if (count != 2 && count != 4)
         return a;
+    int id_first = count == 4 && name_at(buf, p, end, ID_NAME, ID_NAME_SIZE);
+    if (id_first) { /* kc-schedule-id, then the delay or the time */
+        p += ID_NAME_SIZE;
+        if (value_at(buf, &p, end, &a.id_at, &a.id_size) || a.id_size == 0)
+            return a;
+    }
     if (name_at(buf, p, end, DELAY_NAME, DELAY_NAME_SIZE)) {
         deliver_at = 0;
         p += DELAY_NAME_SIZE;
@@ -148,7 +154,7 @@ static Asked classify(const unsigned char *buf, Py_ssize_t hc, Py_ssize_t end, i
     }
     if (value_at(buf, &p, end, &at, &size))
         return a;
-    if (count == 4) {
+    if (count == 4 && !id_first) {
         if (!name_at(buf, p, end, ID_NAME, ID_NAME_SIZE))
             return a;
         p += ID_NAME_SIZE;

@@ -29,8 +29,8 @@ are; the batch with holes joins the kept records' bytes
 (``record_scan.splice_spans``). A record with ``kc-delay-ms`` alone, the
 common case, is classified without ``delay.classify``'s general checks.
 A batch whose records all have no header, ``kc-delay-ms`` or
-``kc-deliver-at`` (alone or then ``kc-schedule-id``) or ``kc-cancel-schedule``
-alone is split by the same loop in C
+``kc-deliver-at`` (alone or with ``kc-schedule-id``, in either order) or
+``kc-cancel-schedule`` alone is split by the same loop in C
 (``_native.split_delays``, when built: ``ext.native``), 25 times cheaper; any
 other batch, and every error, is this module's loop.
 

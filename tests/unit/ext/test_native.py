@@ -77,7 +77,9 @@ _fast = st.one_of(  # what the C loop answers for
         lambda t: [("kc-delay-ms", t[0]), ("kc-schedule-id", t[1])]),
     _at.map(lambda d: [("kc-deliver-at", d)]),
     st.tuples(_at, _good_id).map(lambda t: [("kc-deliver-at", t[0]), ("kc-schedule-id", t[1])]),
-    _good_id.map(lambda i: [("kc-cancel-schedule", i)]))
+    _good_id.map(lambda i: [("kc-cancel-schedule", i)]),
+    st.tuples(_good_id, _digits).map(lambda t: [("kc-schedule-id", t[0]), ("kc-delay-ms", t[1])]),
+    st.tuples(_good_id, _at).map(lambda t: [("kc-schedule-id", t[0]), ("kc-deliver-at", t[1])]))
 _headers = st.one_of(
     _fast,
     _delay.map(lambda d: [("kc-delay-ms", d)]),
@@ -159,6 +161,14 @@ NEAR_MISSES = {
     "cancel's length too short": b"\x02" + _CANCEL + b"\x02ab",
     "id not UTF-8, delay 0": b"\x04" + _DELAY + b"\x020" + _ID + b"\x04\xff\xfe",
     "id not UTF-8, time past": b"\x04" + _AT + b"\x025" + _ID + b"\x04\xff\xfe",
+    "id first, not UTF-8": b"\x04" + _ID + b"\x04\xff\xfe" + _DELAY + b"\x025",
+    "id first, empty": b"\x04" + _ID + b"\x00" + _DELAY + b"\x025",
+    "id first, then a cancel": b"\x04" + _ID + b"\x02a" + _CANCEL + b"\x02b",
+    "id first, then another": b"\x04" + _ID + b"\x02a" + b"\x0akc-id" + b"\x025",
+    "id first, alone": b"\x02" + _ID + b"\x02a",
+    "id twice": b"\x04" + _ID + b"\x02a" + _ID + b"\x02b",
+    "a count of one, id then delay": b"\x02" + _ID + b"\x02a" + _DELAY + b"\x025",
+    "a count of one, delay then id": b"\x02" + _DELAY + b"\x025" + _ID + b"\x02a",
 }
 
 
@@ -216,6 +226,7 @@ def test_the_batches_it_is_for_are_answered_in_c() -> None:
     records[12] = (b"k", b"v", [("kc-cancel-schedule", b"old")], 12)
     records[13] = (b"k", b"v", [("kc-deliver-at", str(NOW + 90000).encode())], 13)
     records[14] = (b"k", b"v", [("kc-deliver-at", str(NOW - 1).encode())], 14)  # due: kept
+    records[15] = (b"k", b"v", [("kc-schedule-id", b"first"), ("kc-delay-ms", b"7")], 15)
     raw = _batch(records, base_offset=1000)
     header = validate(raw)
     answer = _native.split_delays(raw[HEADER_SIZE:], header.records_count, 1000,
@@ -224,7 +235,7 @@ def test_the_batches_it_is_for_are_answered_in_c() -> None:
     assert answer[1] == 3  # three kept
     out = split(raw, header, NOW, MAX_DELAY)
     assert out is not None and len(out.taken) == 496
-    assert out.taken.ids() == [(9, "jób")]
+    assert out.taken.ids() == [(9, "jób"), (11, "first")]
     moved = out.moves[9]
     assert (moved.offset, moved.due_ms, moved.header_count) == (1011, NOW + 60000, 2)
     assert (out.moves[10].offset, out.moves[10].due_ms) == (1013, NOW + 90000)
