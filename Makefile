@@ -227,4 +227,4 @@ chaos: $(STAMP)
 	  $(PY) -m pytest -q -s -p no:cacheprovider tests/chaos
 
 clean:
-	rm -rf $(VENV) data
+	rm -rf $(VENV) data build kcompat/ext/_native.*.so
