@@ -13,12 +13,12 @@
  * Each function is the twin of a Python loop that stays the reference (and
  * the path of every case this one does not take): the Python code asks
  * here first and falls back to its own loop when the answer is None. None
- * means "not a case this code is sure of": any record whose headers are not
- * none, kc-delay-ms or kc-deliver-at (alone or with kc-schedule-id), or
- * kc-cancel-schedule alone; a delay or time that is not 1 to 18 ASCII
- * digits, a delay over the limit or a time too far ahead (the Python
- * loop raises the HeaderError), any malformation (the Python loop raises its
- * RecordError), any sum that would overflow an int64. The tests
+ * means "not a case this code is sure of" (``classify`` lists them): a
+ * header name that is not ASCII, a delay or time that is not 1 to 18 ASCII
+ * digits, any header the Python loop refuses (one of ours twice or null, a
+ * cancellation with another of ours, a delay over the limit...: it raises
+ * the HeaderError), any malformation (it raises its RecordError), any sum
+ * that would overflow an int64. The tests
  * (tests/unit/ext/test_native.py) hold each function's answer equal to its
  * Python twin's, and to be an answer, not None, for the batches it is for.
  *
@@ -29,15 +29,11 @@
 #include <stdint.h>
 #include <string.h>
 
-/* header names as a record holds them: their length (zig-zag), then their bytes */
-static const unsigned char DELAY_NAME[] = "\x16" "kc-delay-ms";
-#define DELAY_NAME_SIZE 12
-static const unsigned char DELIVER_NAME[] = "\x1a" "kc-deliver-at";
-#define DELIVER_NAME_SIZE 14
-static const unsigned char CANCEL_NAME[] = "\x24" "kc-cancel-schedule";
-#define CANCEL_NAME_SIZE 19
-static const unsigned char ID_NAME[] = "\x1c" "kc-schedule-id";
-#define ID_NAME_SIZE 15
+/* our headers' names: kc-delay-ms, kc-deliver-at, kc-schedule-id, kc-cancel-schedule */
+enum { DELAY, DELIVER, ID, CANCEL, OURS };
+static const char *const OUR_NAMES[OURS] = {"kc-delay-ms", "kc-deliver-at", "kc-schedule-id",
+                                            "kc-cancel-schedule"};
+/* the name that delivered records carry, as a record holds it: its length (zig-zag), then it */
 static const unsigned char SCHEDULED_NAME[] = "\x26" "kc-scheduled-offset";
 #define SCHEDULED_NAME_SIZE 20
 #define FAST_DIGITS 18
@@ -91,80 +87,80 @@ static int64_t digits_value(const unsigned char *at, Py_ssize_t size) {
 enum { OTHER, KEPT, MOVED, CANCELLED };
 typedef struct {
     int kind;
-    int header_count;  /* MOVED: 1, or 2 with kc-schedule-id */
+    int header_count;  /* MOVED: the record's headers */
     int64_t due;       /* MOVED */
     Py_ssize_t id_at, id_size; /* kc-schedule-id's (MOVED, KEPT) or the cancelled one's */
 } Asked;
 
-static int name_at(const unsigned char *buf, Py_ssize_t p, Py_ssize_t end,
-                   const unsigned char *name, Py_ssize_t size) {
-    return end - p >= size && memcmp(buf + p, name, size) == 0;
-}
-
-/* A header value at *p whose length is one byte, not null: its start and
- * size, *p moved past it; -1 for any other, or one that overruns ``end``. */
-static int value_at(const unsigned char *buf, Py_ssize_t *p, Py_ssize_t end, Py_ssize_t *start,
-                    Py_ssize_t *size) {
-    if (*p >= end || buf[*p] & 0x81) /* odd: null or negative; 0x80: two bytes or more */
-        return -1;
-    *start = *p + 1;
-    *size = buf[*p] >> 1;
-    if (*size > end - *start)
-        return -1;
-    *p = *start + *size;
-    return 0;
-}
-
-/* The headers whose count is at ``hc`` and which fill the record to ``end``:
- * none; kc-delay-ms or kc-deliver-at, alone or with kc-schedule-id (before
- * or after it); or kc-cancel-schedule alone. The checks of ``delay.classify`` (a delay over
- * the limit, a time too far ahead: OTHER, and the Python loop raises). */
+/* The headers whose count is at ``hc`` and which fill the record to ``end``,
+ * as ``record_scan.headers_at`` reads them and ``delay.classify`` decides:
+ * KEPT for none of ours (or kc-schedule-id alone, or a time not ahead),
+ * MOVED for kc-delay-ms or kc-deliver-at (with or without kc-schedule-id,
+ * and other headers, in any order), CANCELLED for kc-cancel-schedule alone
+ * of ours. OTHER for anything the Python loop refuses or might read
+ * otherwise: a name not ASCII, one of ours twice or null, cancel with
+ * another of ours, a delay and a time, a delay or time not 1 to 18 ASCII
+ * digits (``classify`` also takes spaces and more digits), a delay over the
+ * limit or a time too far ahead, a count or length of a varint this file
+ * does not read. The caller checks the id is UTF-8. */
 static Asked classify(const unsigned char *buf, Py_ssize_t hc, Py_ssize_t end, int64_t now_ms,
                       int64_t max_delay_ms) {
     Asked a = {OTHER, 0, 0, 0, 0};
-    unsigned char count = buf[hc];
-    Py_ssize_t p = hc + 1, at, size;
-    int deliver_at;
-    if (count == 0 && p == end) {
+    if (buf[hc] & 0x81) /* a negative count, or one of two bytes or more */
+        return a;
+    int count = buf[hc] >> 1;
+    Py_ssize_t p = hc + 1, at[OURS] = {-1, -1, -1, -1}, size[OURS] = {0, 0, 0, 0};
+    for (int h = 0; h < count; h++) {
+        int64_t n, v;
+        if (read_varint(buf, end, &p, &n) || n < 0 || n > end - p)
+            return a;
+        const unsigned char *name = buf + p;
+        int ours = -1;
+        for (int k = 0; k < OURS; k++)
+            if ((size_t)n == strlen(OUR_NAMES[k]) && memcmp(name, OUR_NAMES[k], n) == 0)
+                ours = k;
+        for (int64_t i = 0; ours < 0 && i < n; i++)
+            if (name[i] & 0x80) /* not ASCII: the Python loop decodes it */
+                return a;
+        p += (Py_ssize_t)n;
+        if (read_varint(buf, end, &p, &v) || v < -1 || v > end - p)
+            return a;
+        if (ours >= 0) {
+            if (at[ours] >= 0 || v < 0) /* ours twice, or null: classify raises */
+                return a;
+            at[ours] = p;
+            size[ours] = (Py_ssize_t)v;
+        }
+        if (v > 0)
+            p += (Py_ssize_t)v;
+    }
+    if (p != end)
+        return a;
+    if (at[CANCEL] >= 0) {
+        if (at[DELAY] >= 0 || at[DELIVER] >= 0 || at[ID] >= 0 || size[CANCEL] == 0)
+            return a;
+        a.kind = CANCELLED;
+        a.id_at = at[CANCEL];
+        a.id_size = size[CANCEL];
+        return a;
+    }
+    if (at[DELAY] >= 0 && at[DELIVER] >= 0)
+        return a;
+    if (at[ID] >= 0) {
+        if (size[ID] == 0)
+            return a;
+        a.id_at = at[ID];
+        a.id_size = size[ID];
+    }
+    int which = at[DELAY] >= 0 ? DELAY : at[DELIVER] >= 0 ? DELIVER : -1;
+    if (which < 0) { /* none of ours, or kc-schedule-id alone: an ordinary record */
         a.kind = KEPT;
         return a;
     }
-    if (count != 2 && count != 4)
+    int64_t value = digits_value(buf + at[which], size[which]), ahead;
+    if (value < 0)
         return a;
-    int id_first = count == 4 && name_at(buf, p, end, ID_NAME, ID_NAME_SIZE);
-    if (id_first) { /* kc-schedule-id, then the delay or the time */
-        p += ID_NAME_SIZE;
-        if (value_at(buf, &p, end, &a.id_at, &a.id_size) || a.id_size == 0)
-            return a;
-    }
-    if (name_at(buf, p, end, DELAY_NAME, DELAY_NAME_SIZE)) {
-        deliver_at = 0;
-        p += DELAY_NAME_SIZE;
-    } else if (name_at(buf, p, end, DELIVER_NAME, DELIVER_NAME_SIZE)) {
-        deliver_at = 1;
-        p += DELIVER_NAME_SIZE;
-    } else if (count == 2 && name_at(buf, p, end, CANCEL_NAME, CANCEL_NAME_SIZE)) {
-        p += CANCEL_NAME_SIZE;
-        if (value_at(buf, &p, end, &a.id_at, &a.id_size) || p != end || a.id_size == 0)
-            return a;
-        a.kind = CANCELLED;
-        return a;
-    } else {
-        return a;
-    }
-    if (value_at(buf, &p, end, &at, &size))
-        return a;
-    if (count == 4 && !id_first) {
-        if (!name_at(buf, p, end, ID_NAME, ID_NAME_SIZE))
-            return a;
-        p += ID_NAME_SIZE;
-        if (value_at(buf, &p, end, &a.id_at, &a.id_size) || a.id_size == 0)
-            return a;
-    }
-    int64_t value = digits_value(buf + at, size), ahead;
-    if (p != end || value < 0)
-        return a;
-    if (deliver_at) {
+    if (which == DELIVER) {
         if (__builtin_sub_overflow(value, now_ms, &ahead) || ahead > max_delay_ms)
             return a;
         a.due = value;
@@ -172,7 +168,7 @@ static Asked classify(const unsigned char *buf, Py_ssize_t hc, Py_ssize_t end, i
         return a;
     }
     a.kind = a.due > now_ms ? MOVED : KEPT;
-    a.header_count = count >> 1;
+    a.header_count = count;
     return a;
 }
 
@@ -286,6 +282,8 @@ static PyObject *split_delays(PyObject *self, PyObject *args) {
             goto fallback;
         }
         if (asked.kind == CANCELLED) {
+            if (schedule_id == NULL) /* classify gives none empty: kept so, never a crash */
+                goto fallback;
             cancelled.items[cancelled.size++] = offset;
             int failed = PyList_Append(cancel_ids, schedule_id);
             Py_DECREF(schedule_id);

@@ -28,11 +28,10 @@ layout (``record_scan.layouts``) gives their headers and where their parts
 are; the batch with holes joins the kept records' bytes
 (``record_scan.splice_spans``). A record with ``kc-delay-ms`` alone, the
 common case, is classified without ``delay.classify``'s general checks.
-A batch whose records all have no header, ``kc-delay-ms`` or
-``kc-deliver-at`` (alone or with ``kc-schedule-id``, in either order) or
-``kc-cancel-schedule`` alone is split by the same loop in C
-(``_native.split_delays``, when built: ``ext.native``), 25 times cheaper; any
-other batch, and every error, is this module's loop.
+A batch is split by the same loop in C (``_native.split_delays``, when
+built: ``ext.native``; 20 times cheaper) unless a record has a header name
+that is not ASCII, a delay or time that is not plain digits, or anything this
+module's loop refuses: that batch, and every error, is this module's loop.
 
 Rule 5: one bad header value raises ``HeaderError`` and nothing of the batch
 is stored (the caller answers INVALID_RECORD with the message).

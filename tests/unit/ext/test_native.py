@@ -79,7 +79,14 @@ _fast = st.one_of(  # what the C loop answers for
     st.tuples(_at, _good_id).map(lambda t: [("kc-deliver-at", t[0]), ("kc-schedule-id", t[1])]),
     _good_id.map(lambda i: [("kc-cancel-schedule", i)]),
     st.tuples(_good_id, _digits).map(lambda t: [("kc-schedule-id", t[0]), ("kc-delay-ms", t[1])]),
-    st.tuples(_good_id, _at).map(lambda t: [("kc-schedule-id", t[0]), ("kc-deliver-at", t[1])]))
+    st.tuples(_good_id, _at).map(lambda t: [("kc-schedule-id", t[0]), ("kc-deliver-at", t[1])]),
+    st.just([("traceparent", b"00-4bf9-01"), ("empty", b""), ("null", None)]),
+    st.tuples(_digits, _good_id).map(lambda t: [  # ours among others, in any order
+        ("traceparent", b"00-4bf9-01"), ("kc-delay-ms", t[0]), ("null", None),
+        ("kc-schedule-id", t[1])]),
+    st.tuples(_at, st.binary(max_size=200)).map(lambda t: [
+        ("kc-deliver-at", t[0]), ("blob", t[1])]),
+    _good_id.map(lambda i: [("kc-schedule-id", i), ("x", b"y")]))
 _headers = st.one_of(
     _fast,
     _delay.map(lambda d: [("kc-delay-ms", d)]),
@@ -92,6 +99,11 @@ _headers = st.one_of(
     _delay.map(lambda d: [("kc-deliver-at", d)]),
     st.just([("kc-deliver-at", str(NOW + MAX_DELAY + 1).encode())]),
     st.just([("kc-deliver-at", b"5"), ("kc-delay-ms", b"5")]),
+    _delay.map(lambda d: [("ключ", b"v"), ("kc-delay-ms", d)]),  # a name not ASCII
+    st.tuples(_delay, _id).map(lambda t: [("kc-delay-ms", t[0]), ("kc-delay-ms", t[0]),
+                                          ("kc-schedule-id", t[1])]),
+    st.just([("kc-delay-ms", None)]),
+    st.just([("kc-schedule-id", None), ("kc-delay-ms", b"5")]),
 )
 
 
@@ -168,6 +180,19 @@ NEAR_MISSES = {
     "id first, alone": b"\x02" + _ID + b"\x02a",
     "id twice": b"\x04" + _ID + b"\x02a" + _ID + b"\x02b",
     "a count of one, id then delay": b"\x02" + _ID + b"\x02a" + _DELAY + b"\x025",
+    "a count of three, two headers": b"\x06" + _DELAY + b"\x025" + _ID + b"\x02a",
+    "a name not ASCII": b"\x04" + b"\x04\xd0\xba" + b"\x00" + _DELAY + b"\x025",
+    "a name not UTF-8": b"\x04" + b"\x04\xff\xfe" + b"\x00" + _DELAY + b"\x025",
+    "a null name": b"\x04" + b"\x01" + b"\x00" + _DELAY + b"\x025",
+    "a value's length under -1": b"\x04" + b"\x02t" + b"\x03" + _DELAY + b"\x025",
+    "a cancel and an id": b"\x04" + _ID + b"\x02a" + _CANCEL + b"\x02a",
+    "a cancel and a delay": b"\x04" + _DELAY + b"\x025" + _CANCEL + b"\x02a",
+    "a cancel among others": b"\x04" + b"\x02t\x00" + _CANCEL + b"\x02a",
+    "a time and a delay": b"\x04" + _AT + b"\x025" + _DELAY + b"\x025",
+    "a null id": b"\x04" + _ID + b"\x01" + _DELAY + b"\x025",
+    "an id alone": b"\x02" + _ID + b"\x02a",
+    "an empty id alone": b"\x02" + _ID + b"\x00",
+    "a count of 64": b"\x80\x01" + b"\x02t\x00" * 64,
     "a count of one, delay then id": b"\x02" + _DELAY + b"\x025" + _ID + b"\x02a",
 }
 
@@ -178,7 +203,6 @@ def test_a_near_miss_is_answered_as_its_python_loop_answers_it(block: bytes, at:
     tails = [encode_key_value(b"k", b"v" * 10) + b"\x02" + _DELAY + b"\x0a12345"] * 4
     tails.insert(at, encode_key_value(b"k", b"v") + block)
     payload = b"".join(encode_raw_records([(NOW, t) for t in tails], 0, NOW))
-    assert _native.split_delays(payload, len(tails), 0, NOW, None, NOW, MAX_DELAY) is None
     raw = frame_records([payload], NOW, NOW)  # framed as one record: its count set below
     raw = raw[:57] + len(tails).to_bytes(4, "big") + raw[61:]
     with pytest.MonkeyPatch.context() as mp:
@@ -227,19 +251,22 @@ def test_the_batches_it_is_for_are_answered_in_c() -> None:
     records[13] = (b"k", b"v", [("kc-deliver-at", str(NOW + 90000).encode())], 13)
     records[14] = (b"k", b"v", [("kc-deliver-at", str(NOW - 1).encode())], 14)  # due: kept
     records[15] = (b"k", b"v", [("kc-schedule-id", b"first"), ("kc-delay-ms", b"7")], 15)
+    records[16] = (b"k", b"v", [("traceparent", b"00-ab-01"), ("kc-delay-ms", b"8")], 16)
+    records[17] = (b"k", b"v", [("traceparent", b"00-ab-01")], 17)  # none of ours: kept
     raw = _batch(records, base_offset=1000)
     header = validate(raw)
     answer = _native.split_delays(raw[HEADER_SIZE:], header.records_count, 1000,
                                   header.base_timestamp, None, NOW, MAX_DELAY)
     assert answer is not None  # not left to the Python loop
-    assert answer[1] == 3  # three kept
+    assert answer[1] == 4  # four kept
     out = split(raw, header, NOW, MAX_DELAY)
-    assert out is not None and len(out.taken) == 496
+    assert out is not None and len(out.taken) == 495
     assert out.taken.ids() == [(9, "jób"), (11, "first")]
     moved = out.moves[9]
     assert (moved.offset, moved.due_ms, moved.header_count) == (1011, NOW + 60000, 2)
     assert (out.moves[10].offset, out.moves[10].due_ms) == (1013, NOW + 90000)
     assert out.cancels == ((1012, Cancel("old")),)
+    assert out.moves[12].offset == 1016 and out.moves[12].header_count == 2
     with pytest.MonkeyPatch.context() as mp:
         assert _outcome(raw, mp, _native) == _outcome(raw, mp, None)
 
