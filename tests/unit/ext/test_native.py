@@ -193,6 +193,7 @@ NEAR_MISSES = {
     "an id alone": b"\x02" + _ID + b"\x02a",
     "an empty id alone": b"\x02" + _ID + b"\x00",
     "a count of 64": b"\x80\x01" + b"\x02t\x00" * 64,
+    "a negative count": b"\x01",
     "a count of one, delay then id": b"\x02" + _DELAY + b"\x025" + _ID + b"\x02a",
 }
 
