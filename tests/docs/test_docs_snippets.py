@@ -35,7 +35,6 @@ from __future__ import annotations
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -126,10 +125,8 @@ def test_run_markers_are_spelled_as_the_runner_reads_them() -> None:
                      "'sh run' (the block would not be run):\n" + "\n".join(odd))
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+# the broker's line naming its admin port (``admin.port`` 0: one it picked)
+ADMIN_LINE = re.compile(rb"admin HTTP on https?://([0-9.]+):([0-9]+) ")
 
 
 @dataclass(frozen=True)
@@ -151,12 +148,17 @@ class DocsBroker:
 
 @pytest.fixture(scope="session")
 def docs_broker() -> Iterator[DocsBroker]:
-    """One embedded broker for every block of the session, its admin port on."""
+    """One embedded broker for every block of the session, its admin port on, on a
+    port the broker picks and logs: a port picked here and handed to the broker could
+    be taken meanwhile by another test process's listener (a CI run lost all 38 docs
+    blocks to that once)."""
     from kcompat._embedded import embedded
 
-    admin_port = _free_port()
-    with embedded(config={"admin.port": admin_port}) as broker:
-        yield DocsBroker(broker.bootstrap, f"127.0.0.1:{admin_port}", broker.log_paths[0])
+    with embedded(config={"admin.port": 0}) as broker:
+        found = ADMIN_LINE.search(broker.log_paths[0].read_bytes())
+        assert found, "the broker logged no admin HTTP line before its ready line"
+        yield DocsBroker(broker.bootstrap, f"{found[1].decode()}:{found[2].decode()}",
+                         broker.log_paths[0])
 
 
 def _run(command: list[str], cwd: Path, env: dict[str, str]) -> tuple[int | None, str, str]:
