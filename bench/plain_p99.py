@@ -45,14 +45,13 @@ sys.path.insert(0, str(ROOT))
 from bench.compare import KAFKA_BENCH_OVERRIDES, KAFKA_HEAP, loadavg  # noqa: E402
 from bench.soak import (  # noqa: E402
     BROKER_FLAGS,
-    CLIENT_QUIET,
     PARTITIONS,
-    PLAIN_EVERY_S,
     PROBE_TIMEOUT_S,
     create_topic,
     machine_line,
     pct,
     produce,
+    steady_produce,
     tree_line,
 )
 from compat_tests._broker import Broker  # noqa: E402
@@ -62,27 +61,11 @@ PHASES = ("idle", "plain", "delayed")
 
 
 def probe_main(out_path: str, stop_path: str, bootstrap: str, topic: str) -> None:
-    """The probe process: one acks=all record every PLAIN_EVERY_S until ``stop_path``
-    exists; a JSON line per record (its send time and latency)."""
-    from confluent_kafka import Producer
-
-    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 0,
-                         "message.timeout.ms": int(PROBE_TIMEOUT_S * 1000), **CLIENT_QUIET})
-    got: list[Any] = []
+    """The probe process: ``soak.steady_produce`` until ``stop_path`` exists, a JSON
+    line per record (its send time and latency)."""
     with open(out_path, "a", buffering=1) as out:
-        for i in range(10_000_000):
-            if os.path.exists(stop_path):
-                break
-            got.clear()
-            t0, m0 = time.time(), time.monotonic()
-            producer.produce(topic, value=b"p" * 100, on_delivery=lambda e, _m: got.append(e))
-            end = m0 + PROBE_TIMEOUT_S + 1
-            while not got and time.monotonic() < end:
-                producer.poll(0.002)
-            out.write(json.dumps({"t": t0, "s": time.monotonic() - m0,
-                                  "ok": bool(got) and got[0] is None, "i": i}) + "\n")
-            time.sleep(max(0.0, PLAIN_EVERY_S - (time.monotonic() - m0)))
-    producer.flush(2)
+        steady_produce(bootstrap, topic, lambda: os.path.exists(stop_path),
+                       lambda rec: out.write(json.dumps(rec) + "\n"))
 
 
 def delayed_headers(n: int) -> list[list[tuple[str, bytes]]]:

@@ -387,29 +387,9 @@ def probe_child(spec: dict[str, Any]) -> None:
         if acked[0] is not None:
             raise RuntimeError(str(acked[0]))
 
-    def steady_produce() -> None:
-        """The plain producer's latency, PLAIN_EVERY_S apart (enough samples for a p99
-        per phase): its own producer and connection, one record at a time until acked."""
-        own = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 0,
-                        "message.timeout.ms": int(PROBE_TIMEOUT_S * 1000), **CLIENT_QUIET})
-        got: list[Any] = []
-        for i in range(10_000_000):
-            if _stopped(spec):
-                break
-            got.clear()
-            t0, m0 = time.time(), time.monotonic()
-            own.produce(spec["topic"], value=b"steady %d" % i,
-                        on_delivery=lambda err, _m: got.append(err))
-            end = m0 + PROBE_TIMEOUT_S + 1
-            while not got and time.monotonic() < end:
-                own.poll(0.002)
-            ok = bool(got) and got[0] is None
-            emit({"probe": "plain_latency", "t": t0, "s": time.monotonic() - m0, "ok": ok,
-                  "i": i})
-            time.sleep(max(0.0, PLAIN_EVERY_S - (time.monotonic() - m0)))
-        own.flush(2)
-
-    threading.Thread(target=steady_produce, daemon=True).start()
+    threading.Thread(target=steady_produce, args=(
+        bootstrap, spec["topic"], lambda: _stopped(spec),
+        lambda rec: emit({"probe": "plain_latency", **rec})), daemon=True).start()
     probes: list[tuple[str, Callable[[int], None]]] = [
         ("metadata", metadata), ("create_topics", create), ("group_join", join),
         ("produce", produce)]
@@ -430,6 +410,31 @@ def probe_child(spec: dict[str, Any]) -> None:
         time.sleep(max(0.0, next_round - time.monotonic()))
     producer.flush(2)
     out.close()
+
+
+def steady_produce(bootstrap: str, topic: str, stopped: Callable[[], bool],
+                   emit: Callable[[dict[str, Any]], None]) -> None:
+    """The plain producer's latency, PLAIN_EVERY_S apart (enough samples for a p99 per
+    phase): its own producer and connection, one acks=all record at a time until
+    acked, until ``stopped``; ``emit`` gets each one's send time ``t``, latency ``s``,
+    ``ok`` and index ``i``. The soak's probe runs it, and bench/plain_p99.py."""
+    from confluent_kafka import Producer
+
+    own = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 0,
+                    "message.timeout.ms": int(PROBE_TIMEOUT_S * 1000), **CLIENT_QUIET})
+    got: list[Any] = []
+    for i in range(10_000_000):
+        if stopped():
+            break
+        got.clear()
+        t0, m0 = time.time(), time.monotonic()
+        own.produce(topic, value=b"steady %d" % i, on_delivery=lambda err, _m: got.append(err))
+        end = m0 + PROBE_TIMEOUT_S + 1
+        while not got and time.monotonic() < end:
+            own.poll(0.002)
+        emit({"t": t0, "s": time.monotonic() - m0, "ok": bool(got) and got[0] is None, "i": i})
+        time.sleep(max(0.0, PLAIN_EVERY_S - (time.monotonic() - m0)))
+    own.flush(2)
 
 
 def consumer_child(spec: dict[str, Any]) -> None:
